@@ -1,0 +1,59 @@
+"""Developer sessions: ``nox -s tests`` is the command README.md and CI both run."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "tests_notorch", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+
+# The CPU build of torch 2.13.0 ships on this project's machines; pinning it keeps pip from
+# pulling a multi-GB CUDA build into a test venv.
+TORCH = "torch==2.13.0"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests, with the real CPU torch installed."""
+    session.install(TORCH)
+    session.install("-e", ".", *TEST_DEPS)
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session
+def tests_notorch(session: nox.Session) -> None:
+    """The core without torch: proves nothing outside the adapters needs it."""
+    session.install("-e", ".", *TEST_DEPS)
+    session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
+    session.run("pytest", "tests", "-m", "not torch and not gpu", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the library."""
+    session.install("mypy>=1.10", "-e", ".")
+    session.run("mypy", "--strict", "src")
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """Real-accelerator tests, in the current interpreter whose torch already sees the device."""
+    session.run("python", "-m", "pip", "install", "-q", "-e", ".", *TEST_DEPS)
+    session.run("pytest", "tests/gpu", "-m", "gpu", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (ratios against references measured in the same run); not part of tests."""
+    session.install(TORCH)
+    session.install("-e", ".")
+    session.run("python", "benchmarks/run.py", *session.posargs)

@@ -1,0 +1,7 @@
+"""``python -m memforensics`` runs the console script (handy under ``torchrun -m``)."""
+
+import sys
+
+from memforensics.cli import main
+
+sys.exit(main())

@@ -1,0 +1,185 @@
+"""``ForensicsConfig``: the validated, frozen configuration of one installation.
+
+Validation happens once, in ``install()``, so that a typo fails before the first training step
+rather than silently capturing nothing at step 3,127. Every field can also come from an
+environment variable ``MEMFORENSICS_<FIELD>`` (launchers such as torchrun make env vars the
+easiest thing to set per job); explicit keywords win over the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from memforensics._errors import ConfigError
+
+ENV_PREFIX = "MEMFORENSICS_"
+
+RankSelection = Literal["all"] | tuple[int, ...]
+DeviceName = Literal["auto", "cuda", "npu", "none", "sim"]
+
+
+class ForensicsConfig(BaseModel):
+    """Everything ``install()`` accepts; field names are part of the public contract."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    rank: int | None = Field(default=None, ge=0)
+    ranks: RankSelection = "all"
+    window_ranks: RankSelection = (0,)
+    steps: int | None = Field(default=None, ge=1)
+    every: int | None = Field(default=None, ge=1)
+    skip_first: int = Field(default=0, ge=0)
+    max_windows: int | None = Field(default=None, ge=1)
+    keep_last: int | None = Field(default=2, ge=0)
+    out_dir: str = "memforensics"
+    device: DeviceName = "auto"
+    max_entries: int = Field(default=100_000, ge=1)
+    stacks: Literal["python", "all"] = "python"
+    oom: bool = True
+    oom_history: Literal["state", "all", "off"] = "state"
+    max_oom_snapshots: int = Field(default=3, ge=0)
+    annotate_steps: bool = True
+
+    @field_validator("ranks", "window_ranks", mode="before")
+    @classmethod
+    def _rank_list(cls, value: Any) -> Any:
+        """Accept a list, tuple or single int for rank selections; store an immutable tuple."""
+        if isinstance(value, bool):
+            return value  # rejected by strict validation with a clear message
+        if isinstance(value, int):
+            return (value,)
+        if isinstance(value, list | tuple):
+            return tuple(value)
+        return value
+
+    @field_validator("ranks", "window_ranks")
+    @classmethod
+    def _ranks_non_negative(cls, value: RankSelection) -> RankSelection:
+        if value != "all" and any(r < 0 for r in value):
+            raise ValueError("ranks must be 'all' or non-negative integers")
+        return value
+
+    @field_validator("out_dir", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("out_dir")
+    @classmethod
+    def _out_dir_not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("out_dir must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _every_covers_steps(self) -> ForensicsConfig:
+        if self.every is not None:
+            if self.steps is None:
+                raise ValueError("every needs steps: set steps (the window length) too")
+            if self.every < self.steps:
+                raise ValueError(f"every ({self.every}) must be >= steps ({self.steps})")
+        return self
+
+    def captures(self, rank: int) -> bool:
+        """True when ``rank`` captures at all (OOM dumps)."""
+        return self.ranks == "all" or rank in self.ranks
+
+    def records_windows(self, rank: int) -> bool:
+        """True when ``rank`` also records step windows."""
+        if self.steps is None or not self.captures(rank):
+            return False
+        return self.window_ranks == "all" or rank in self.window_ranks
+
+
+FIELDS: tuple[str, ...] = tuple(ForensicsConfig.model_fields)
+_OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last"}
+_INT = {"skip_first", "max_entries", "max_oom_snapshots"}
+_BOOL = {"oom", "annotate_steps"}
+_RANKS = {"ranks", "window_ranks"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_var(field: str) -> str:
+    """The environment variable that sets ``field``."""
+    return ENV_PREFIX + field.upper()
+
+
+def parse_env_value(field: str, raw: str) -> Any:
+    """Turn the text of ``MEMFORENSICS_<FIELD>`` into the value the field expects."""
+    text = raw.strip()
+    if field in _OPTIONAL_INT and text.lower() in {"", "none", "null"}:
+        return None
+    if field in _OPTIONAL_INT or field in _INT:
+        return int(text)
+    if field in _BOOL:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError(f"expected one of {sorted(_TRUE | _FALSE)}")
+    if field in _RANKS:
+        if text.lower() == "all":
+            return "all"
+        if text.startswith("["):
+            parsed = json.loads(text)
+            if not isinstance(parsed, list):
+                raise ValueError("expected 'all', '0,1,2' or a JSON list")
+            return parsed
+        return [int(part) for part in text.split(",") if part.strip()]
+    return text
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Read every ``MEMFORENSICS_<FIELD>`` that is set; a bad value names its variable."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in FIELDS:
+        name = env_var(field)
+        if name not in env:
+            continue
+        try:
+            values[field] = parse_env_value(field, env[name])
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"memforensics: environment variable {name}={env[name]!r} is invalid: {exc}",
+                field=field,
+            ) from None
+    return values
+
+
+def build_config(
+    overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> ForensicsConfig:
+    """Validate keywords over environment values; raise ``ConfigError`` naming the culprit."""
+    unknown = sorted(set(overrides) - set(FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"memforensics: unknown config field {unknown[0]!r}; "
+            f"valid fields are: {', '.join(FIELDS)}",
+            field=unknown[0],
+        )
+    from_env = config_from_env(environ)
+    merged = {**from_env, **overrides}
+    try:
+        return ForensicsConfig(**merged)
+    except ValidationError as exc:
+        raise _config_error(exc, explicit=set(overrides), from_env=set(from_env)) from None
+
+
+def _config_error(exc: ValidationError, *, explicit: set[str], from_env: set[str]) -> ConfigError:
+    first = exc.errors()[0]
+    loc = first.get("loc") or ()
+    field = str(loc[0]) if loc else None
+    if field is None:  # a cross-field rule (every vs steps): blame the field it is about
+        field = "every"
+    source = f"config field {field!r}"
+    if field not in explicit and field in from_env:
+        source = f"environment variable {env_var(field)}"
+    message = first.get("msg", "invalid value").removeprefix("Value error, ")
+    return ConfigError(f"memforensics: invalid {source}: {message}", field=field)

@@ -1,0 +1,78 @@
+"""The one interface between memforensics and a device framework.
+
+Everything above this layer (windows, the OOM path, the writer) talks to a device only through
+``DeviceBackend``. That keeps torch out of the core, lets the ``sim`` device stand in for real
+hardware in demos and tests, and confines each framework's quirks to one module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+OomObserver = Callable[[int, int, int, int], None]
+"""Called by the allocator on OOM as ``observer(device, requested, total_or_limit, free)``.
+
+This is the exact signature both ``torch._C._cuda_attach_out_of_memory_observer`` and torch_npu's
+``_npu_attach_out_of_memory_observer`` use; the third argument is the per-process memory limit
+when one is set, else the device total.
+"""
+
+HistoryMode = Literal["all", "state"] | None
+
+
+@runtime_checkable
+class DeviceBackend(Protocol):
+    """What memforensics needs from a device framework.
+
+    Adapters import their framework lazily (inside methods), never at module import, and every
+    method except ``attach_oom_observer`` and ``available`` may be called from the OOM observer,
+    so none of them may synchronize the device.
+    """
+
+    name: str
+    """``"cuda"``, ``"npu"``, ``"none"`` or ``"sim"``: also what sidecars record as ``device``."""
+
+    def available(self) -> bool:
+        """True when the framework is importable and a device is present."""
+        ...
+
+    def device_index(self) -> int | None:
+        """Index of the current device, or None when there is none."""
+        ...
+
+    def attach_oom_observer(self, observer: OomObserver) -> object:
+        """Attach ``observer`` to the allocator's OOM hook; return a key identifying the hook.
+
+        Raises ``BackendError`` with a clear reason when the hook is missing, the device is
+        unavailable or the framework refuses (cudaMallocAsync, pluggable allocators, torch_npu's
+        own ``OOM_SNAPSHOT_ENABLE`` observer). Frameworks cannot detach an observer, so callers
+        attach once per hook key per process and route through a registry.
+        """
+        ...
+
+    def oom_hook_key(self) -> object:
+        """A hashable identity of the hook ``attach_oom_observer`` would use (for once-only)."""
+        ...
+
+    def record_history(
+        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+    ) -> None:
+        """Start (``"all"``/``"state"``), restart with ``clear``, or stop (None) history recording."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The allocator snapshot, exactly the dict ``torch.cuda.memory._snapshot()`` returns."""
+        ...
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Allocator statistics (``torch.cuda.memory_stats()``), plain JSON-able values."""
+        ...
+
+    def set_step_metadata(self, text: str) -> bool:
+        """Tag subsequent allocations with ``text`` (e.g. ``"step=12"``); False if unsupported."""
+        ...
+
+    def framework_version(self) -> str | None:
+        """The torch (and torch_npu) version string for sidecars, or None."""
+        ...
