@@ -16,7 +16,8 @@ TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests, with the real CPU torch installed."""
-    session.install(TORCH)
+    # numpy beside torch: without it, importing torch warns, and warnings are errors in tests.
+    session.install(TORCH, "numpy")
     session.install("-e", ".", *TEST_DEPS)
     session.run("pytest", "tests", *session.posargs)
 

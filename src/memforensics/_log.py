@@ -1,12 +1,17 @@
 """Structured logging through structlog.
 
-Every event the library emits goes through :func:`get_logger` so users can route memforensics
-events with their own structlog or stdlib logging configuration. ``warn_once`` exists because
-a warning that repeats every training step is noise that hides the one that matters.
+If the application configured structlog, memforensics events go through that configuration, so
+they land wherever the team's other events land. Otherwise they are rendered as one line each
+on stderr (never stdout, which training scripts often pipe as data), at INFO and above, or at
+the level named by ``MEMFORENSICS_LOG_LEVEL``. ``warn_once`` exists because a warning repeated
+every step is noise that hides the one that matters.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 from typing import Any
 
@@ -14,21 +19,40 @@ import structlog
 
 _LOGGER_NAME = "memforensics"
 _warned: set[str] = set()
-_warned_lock = threading.Lock()
+_lock = threading.Lock()
+_fallback: Any = None
 
 
-def get_logger(**initial: Any) -> Any:
-    """Return the library's bound structlog logger."""
-    return structlog.get_logger(_LOGGER_NAME).bind(**initial)
+def _level() -> int:
+    name = os.environ.get("MEMFORENSICS_LOG_LEVEL", "INFO").upper()
+    level = logging.getLevelName(name)
+    return level if isinstance(level, int) else logging.INFO
 
 
-def warn_once(key: str, event: str, **fields: Any) -> None:
-    """Log a warning the first time ``key`` is seen in this process, and never again."""
-    with _warned_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    safe_log("warning", event, **fields)
+def _stderr_logger() -> Any:
+    """A private logger for when the application has not configured structlog itself."""
+    return structlog.wrap_logger(
+        structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.KeyValueRenderer(
+                key_order=["timestamp", "level", "logger", "event"], drop_missing=True
+            ),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_level()),
+    ).bind(logger=_LOGGER_NAME)
+
+
+def get_logger() -> Any:
+    """The logger every memforensics event goes through."""
+    global _fallback  # noqa: PLW0603 - one lazily built process-wide logger
+    if structlog.is_configured():
+        return structlog.get_logger(_LOGGER_NAME)
+    with _lock:
+        if _fallback is None:
+            _fallback = _stderr_logger()
+        return _fallback
 
 
 def safe_log(level: str, event: str, **fields: Any) -> None:
@@ -39,7 +63,18 @@ def safe_log(level: str, event: str, **fields: Any) -> None:
         pass
 
 
-def reset_warnings() -> None:
-    """Forget which one-time warnings were given (for tests and re-installs)."""
-    with _warned_lock:
+def warn_once(key: str, event: str, **fields: Any) -> None:
+    """Log a warning the first time ``key`` is seen in this process, and never again."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    safe_log("warning", event, **fields)
+
+
+def reset_logging() -> None:
+    """Forget one-time warnings and the cached logger (tests, and re-reading the level)."""
+    global _fallback  # noqa: PLW0603
+    with _lock:
         _warned.clear()
+        _fallback = None

@@ -65,6 +65,10 @@ class DeviceBackend(Protocol):
         """The allocator snapshot, exactly the dict ``torch.cuda.memory._snapshot()`` returns."""
         ...
 
+    def mem_get_info(self) -> tuple[int, int] | None:
+        """``(free_bytes, total_bytes)`` of the device, or None when unknown."""
+        ...
+
     def memory_stats(self) -> dict[str, Any]:
         """Allocator statistics (``torch.cuda.memory_stats()``), plain JSON-able values."""
         ...

@@ -1,0 +1,135 @@
+"""The step-window state machine: steps in, "open / dump window a-b" decisions out.
+
+Pure on purpose: no torch, no I/O, no clock. That makes the schedule (``skip_first``,
+``every``, ``max_windows``) and its edge cases testable exhaustively with Hypothesis, and keeps
+the per-step cost of the training loop to a few integer comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A run of consecutive ``step()`` calls recorded and dumped together."""
+
+    index: int
+    """0 for the first window this process opened, then 1, 2, ..."""
+    first_step: int
+    last_step: int
+    partial: bool = False
+    """True when ``close()`` cut the window short."""
+
+    @property
+    def name(self) -> str:
+        """Folder name: ``step12`` for a one-step window, ``steps4-7`` for several."""
+        if self.first_step == self.last_step:
+            return f"step{self.first_step}"
+        return f"steps{self.first_step}-{self.last_step}"
+
+
+class WindowSchedule:
+    """Decides, call by call, when a window opens and when it is complete.
+
+    ``begin(step)`` is called when a step starts and returns True when a window opens there
+    (history must be cleared). ``end()`` is called when the step ends and returns the completed
+    ``Window`` to dump, if any. ``close()`` returns the partial window to dump, if one is open.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_current_first",
+        "_current_len",
+        "_every",
+        "_max_windows",
+        "_next_open",
+        "_opened",
+        "_skip_first",
+        "_steps",
+        "_last_step",
+    )
+
+    def __init__(
+        self,
+        steps: int,
+        *,
+        every: int | None = None,
+        skip_first: int = 0,
+        max_windows: int | None = None,
+    ) -> None:
+        if steps < 1:
+            raise ValueError("steps must be >= 1")
+        if every is not None and every < steps:
+            raise ValueError("every must be >= steps")
+        self._steps = steps
+        self._every = every if every is not None else steps
+        self._skip_first = skip_first
+        self._max_windows = max_windows
+        self._calls = 0
+        self._opened = 0
+        self._next_open = skip_first
+        self._current_first: int | None = None
+        self._current_len = 0
+        self._last_step: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True while a window is recording."""
+        return self._current_first is not None
+
+    @property
+    def windows_opened(self) -> int:
+        """How many windows have opened so far."""
+        return self._opened
+
+    def begin(self, step: int) -> bool:
+        """Register the start of step ``step``; True when a window opens at this step."""
+        call = self._calls
+        self._calls = call + 1
+        self._last_step = step
+        if self._current_first is not None:
+            self._current_len += 1
+            return False
+        if call != self._next_open:
+            return False
+        if self._max_windows is not None and self._opened >= self._max_windows:
+            return False
+        self._opened += 1
+        self._next_open = call + self._every
+        self._current_first = step
+        self._current_len = 1
+        return True
+
+    def end(self) -> Window | None:
+        """Register the end of the current step; the completed window, if this step ended one."""
+        if self._current_first is None or self._current_len < self._steps:
+            return None
+        assert self._last_step is not None
+        window = Window(self._opened - 1, self._current_first, self._last_step)
+        self._current_first = None
+        self._current_len = 0
+        return window
+
+    def close(self) -> Window | None:
+        """End recording early; the partial window that was open, if any."""
+        if self._current_first is None or self._last_step is None:
+            return None
+        window = Window(self._opened - 1, self._current_first, self._last_step, partial=True)
+        self._current_first = None
+        self._current_len = 0
+        return window
+
+
+def windows_to_delete(completed: Sequence[Window], keep_last: int | None) -> list[Window]:
+    """Retention: keep the first window and the newest ``keep_last``; the rest may go.
+
+    The first window is kept because it is the baseline every later window is compared with;
+    the newest ones are kept because they are closest to whatever went wrong.
+    """
+    if keep_last is None or len(completed) <= 1:
+        return []
+    rest = list(completed[1:])
+    keep_from = max(len(rest) - keep_last, 0)
+    return rest[:keep_from]

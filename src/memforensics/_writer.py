@@ -1,0 +1,175 @@
+"""Atomic, collision-free dump files: the snapshot pickle first, then its JSON sidecar.
+
+Evidence is complete or absent: each file is written under a temporary name in its final folder
+(created with ``O_CREAT | O_EXCL``, so a planted symlink is never followed), flushed, fsynced and
+renamed into place. Readers therefore never see a truncated pickle, and a sidecar only appears
+once the pickle it describes is whole. Names carry rank and pid so thousands of ranks can share
+one folder on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import re
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+PICKLE_PROTOCOL = 4
+"""The protocol ``torch.cuda.memory._dump_snapshot`` uses; memory_viz reads it."""
+
+_FILE_MODE = 0o644  # further reduced by the umask; never group- or world-writable by default
+_TMP_MARK = ".tmp-"
+_TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class DumpPaths:
+    """Where one dump lands: the snapshot pickle and its sidecar beside it."""
+
+    snapshot: Path
+    sidecar: Path
+
+
+def _hostname() -> str:
+    return socket.gethostname().replace("-", "_") or "host"
+
+
+def window_paths(out_dir: Path, folder: str, rank: int, pid: int) -> DumpPaths:
+    """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json``."""
+    stem = f"rank{rank}_pid{pid}"
+    base = out_dir / folder
+    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json")
+
+
+def timestamp(now: datetime) -> str:
+    """``20261130-101112-123456``: sortable, filesystem-safe, microsecond resolution."""
+    return now.strftime("%Y%m%d-%H%M%S-%f")
+
+
+def event_paths(
+    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
+) -> DumpPaths:
+    """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle`` (no ``_stepN`` outside steps)."""
+    step_part = f"_step{step}" if step is not None else ""
+    stem = f"rank{rank}_pid{pid}{step_part}_{timestamp(now)}"
+    base = out_dir / kind
+    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json")
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (sidecars use ISO-8601 UTC)."""
+    return datetime.now(timezone.utc)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable; not every filesystem allows it, which is fine."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _atomic_file(final: Path) -> Iterator[IO[bytes]]:
+    """Yield a file that becomes ``final`` only if the block completes; else nothing remains."""
+    folder = final.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{final.name}{_TMP_MARK}{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, _FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def write_snapshot(path: Path, snapshot: Any) -> int:
+    """Pickle ``snapshot`` atomically to ``path``; return its size in bytes."""
+    with _atomic_file(path) as handle:
+        pickle.dump(snapshot, handle, protocol=PICKLE_PROTOCOL)
+    return path.stat().st_size
+
+
+def write_sidecar(path: Path, sidecar: dict[str, Any]) -> None:
+    """Write the JSON sidecar atomically (after its snapshot, so it never describes nothing)."""
+    data = json.dumps(sidecar, indent=2, sort_keys=True, default=str).encode() + b"\n"
+    with _atomic_file(path) as handle:
+        handle.write(data)
+
+
+def write_dump(
+    paths: DumpPaths, snapshot: Any, make_sidecar: Callable[[int], dict[str, Any]]
+) -> int:
+    """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes."""
+    size = write_snapshot(paths.snapshot, snapshot)
+    write_sidecar(paths.sidecar, make_sidecar(size))
+    return size
+
+
+def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int) -> None:
+    """Delete this process's files of one window (other ranks delete their own)."""
+    paths = window_paths(out_dir, folder, rank, pid)
+    for path in (paths.sidecar, paths.snapshot):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        paths.snapshot.parent.rmdir()  # only succeeds once every rank's files are gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temp_files(out_dir: Path) -> list[Path]:
+    """Remove temp files left by dead processes of this host (a kill -9 mid-write).
+
+    Only files whose name carries this host and a pid that no longer runs are touched, so a
+    live writer on this or another node of a shared filesystem is never disturbed.
+    """
+    removed: list[Path] = []
+    if not out_dir.is_dir():
+        return removed
+    host = _hostname()
+    for path in out_dir.rglob(f".*{_TMP_MARK}*"):
+        match = _TMP_RE.match(path.name)
+        if not match or match["host"] != host or _pid_alive(int(match["pid"])):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def check_writable(out_dir: Path) -> None:
+    """Create ``out_dir`` and prove a file can be written there; raise OSError if not."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    probe = out_dir / f".probe{_TMP_MARK}{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        os.write(fd, b"ok")
+    finally:
+        os.close(fd)
+        probe.unlink()

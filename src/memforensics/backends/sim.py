@@ -1,0 +1,428 @@
+"""The ``sim`` device: an in-process model of PyTorch's CUDA caching allocator.
+
+Demos run on it where no accelerator exists, and tests use it instead of mocks, so it behaves
+like the real thing where memforensics can tell: best-fit blocks split and merge inside cached
+segments, an allocation past the budget retries after releasing the cache and then calls the OOM
+observers with the lock released before raising, and ``snapshot()`` returns exactly the dict
+``torch.cuda.memory._snapshot()`` does. Plain Python: this module never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from types import CodeType, FrameType
+from typing import Any, ClassVar, Literal
+
+from memforensics.backends import _sim_allocator as alloc
+from memforensics.backends._protocol import HistoryMode, OomObserver
+
+__all__ = [
+    "SimBackend",
+    "SimDevice",
+    "SimOutOfMemoryError",
+    "SimTensor",
+    "get_device",
+    "reset_device",
+]
+
+_MALLOC_CPP: alloc.Stack = (
+    ("??", 0, "torch::unwind::unwind()"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::malloc"),
+)
+_FREE_CPP: alloc.Stack = (
+    ("??", 0, "torch::unwind::unwind()"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::free"),
+)
+_SKIP: alloc.Frame = ("", 0, "")
+_SKIPPED_FILES = frozenset({__file__, alloc.__file__, weakref.__file__})
+_CACHE_LIMIT = 1 << 16
+_frame_cache: dict[int, alloc.Frame] = {}
+_frame_codes: list[CodeType] = []  # keeps cached code objects alive, so their ids stay unique
+_frame_lock = threading.Lock()
+_stack_cache: dict[alloc.Stack, alloc.Stack] = {}
+
+
+class SimOutOfMemoryError(RuntimeError):
+    """The sim device's ``torch.OutOfMemoryError``: a ``RuntimeError`` with torch's wording."""
+
+
+def _capture_stack(cpp: alloc.Stack) -> alloc.Stack:
+    """The caller's Python frames, innermost first, without the sim device's own frames.
+
+    This runs on every allocation and free while history is recorded, so it is the hot path:
+    frames are cached per code position (keyed by integers, which hash for free; a code
+    object hashes its whole contents) and stacks are interned, so equal stacks share one
+    object. That keeps million-event traces small and lets snapshots share frame lists.
+    """
+    frames = list(cpp)
+    frame: FrameType | None = sys._getframe(1)
+    cache = _frame_cache
+    while frame is not None:
+        code = frame.f_code
+        found = cache.get(id(code) * 1048576 + frame.f_lasti)
+        if found is None:
+            found = _frame_of(code, frame.f_lasti, frame.f_lineno)
+        if found is not _SKIP:
+            frames.append(found)
+        frame = frame.f_back
+    stack = tuple(frames)
+    if len(_stack_cache) >= _CACHE_LIMIT:
+        _stack_cache.clear()
+    return _stack_cache.setdefault(stack, stack)
+
+
+def _frame_of(code: CodeType, lasti: int, line: int | None) -> alloc.Frame:
+    """Build and cache the frame of one code position (a cache miss of ``_capture_stack``)."""
+    skipped = code.co_filename in _SKIPPED_FILES  # also weakref.finalize's __call__ on GC frees
+    found = _SKIP if skipped else (code.co_filename, line or 0, code.co_name)
+    with _frame_lock:  # a code must stay alive exactly as long as its cache entry
+        if len(_frame_cache) >= _CACHE_LIMIT:
+            _frame_cache.clear()
+            _frame_codes.clear()
+        _frame_codes.append(code)
+        _frame_cache[id(code) * 1048576 + lasti] = found
+    return found
+
+
+def _format_size(nbytes: int) -> str:
+    """Bytes as torch's ``format_size`` prints them (its ``<=`` thresholds included)."""
+    if nbytes <= 1024:
+        return f"{nbytes} bytes"
+    for limit, divisor, unit in ((1 << 20, 1 << 10, "KiB"), (1 << 30, 1 << 20, "MiB")):
+        if nbytes <= limit:
+            return f"{nbytes / divisor:.2f} {unit}"
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+class SimTensor:
+    """A device allocation; freed by ``free()`` or when garbage collected, like a tensor."""
+
+    __slots__ = ("__weakref__", "_block", "_device", "_finalizer", "address", "nbytes")
+
+    def __init__(self, device: SimDevice, block: alloc.Block | None, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.address = block.address if block is not None else 0
+        self._device = device
+        self._block = block
+        self._finalizer = weakref.finalize(self, device._collect, block)
+        self._finalizer.atexit = False
+
+    @property
+    def freed(self) -> bool:
+        """True once the memory went back to the allocator."""
+        return not self._finalizer.alive
+
+    def free(self) -> None:
+        """Return the memory now; later calls do nothing."""
+        if self._finalizer.detach() is not None:
+            self._device._release(self._block)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else "live"
+        return f"SimTensor(nbytes={self.nbytes}, address={self.address:#x}, {state})"
+
+
+class SimDevice:
+    """One simulated accelerator with its own caching allocator, history and OOM observers.
+
+    One lock guards all allocator state. Frees from garbage collection can arrive while that
+    lock is held (even by the same thread), so they are queued and applied by the next
+    operation; everything that reports state applies them first.
+    """
+
+    OutOfMemoryError: ClassVar[type[SimOutOfMemoryError]] = SimOutOfMemoryError
+
+    def __init__(self, total_bytes: int = 1 << 30, *, index: int = 0) -> None:
+        if total_bytes <= 0:
+            raise ValueError(f"total_bytes must be positive, got {total_bytes}")
+        self.index = index
+        self.total_bytes = total_bytes
+        self._lock = threading.Lock()
+        self._allocator = alloc.Allocator(total_bytes, self._trace_segment)
+        self._trace: deque[alloc.Entry] = deque(maxlen=1)
+        self._mode: HistoryMode = None
+        self._cpp = False
+        self._metadata = ""
+        self._observers: list[OomObserver] = []
+        self._pending: deque[tuple[alloc.Block, alloc.Stack]] = deque()
+        self._op_stack: alloc.Stack = ()
+
+    def empty(self, nbytes: int) -> SimTensor:
+        """Allocate ``nbytes``; raises ``SimOutOfMemoryError`` when the device is full."""
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        if nbytes == 0:
+            return SimTensor(self, None, 0)  # torch hands out a null pointer, no block
+        stack = _capture_stack(_MALLOC_CPP if self._cpp else ()) if self._mode else ()
+        with self._lock:
+            self._drain_pending()
+            self._op_stack = stack
+            block = self._allocator.malloc(nbytes, stack, self._metadata)
+            if block is not None:
+                self._record("alloc", block.address, nbytes, stack)
+                return SimTensor(self, block, nbytes)
+            error, observers, args = self._out_of_memory(nbytes, stack)
+        for observer in observers:  # lock released: an observer may call snapshot()
+            observer(*args)
+        raise error
+
+    def _out_of_memory(
+        self, nbytes: int, stack: alloc.Stack
+    ) -> tuple[SimOutOfMemoryError, list[OomObserver], tuple[int, int, int, int]]:
+        """Count and trace an OOM; what to tell observers and raise once the lock is released.
+
+        Like torch, observers and the message get ``alloc_size`` (what the allocator asked the
+        device for: a whole segment), the trace event the rounded block size.
+        """
+        allocator = self._allocator
+        allocator.num_ooms += 1
+        size = alloc.round_size(nbytes)
+        alloc_size = alloc.segment_size(size)
+        reserved, allocated = allocator.reserved.current, allocator.allocated.current
+        free = self.total_bytes - reserved
+        self._record("oom", 0, size, stack, device_free=free)
+        message = (
+            f"SIM out of memory. Tried to allocate {_format_size(alloc_size)}. "
+            f"Device {self.index} has a total capacity of {_format_size(self.total_bytes)} "
+            f"of which {_format_size(free)} is free. Of the allocated memory "
+            f"{_format_size(allocated)} is allocated by PyTorch, and "
+            f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated."
+        )
+        args = (self.index, alloc_size, self.total_bytes, free)
+        return SimOutOfMemoryError(message), list(self._observers), args
+
+    def _release(self, block: alloc.Block | None) -> None:
+        """Free ``block`` now (an explicit ``SimTensor.free()``)."""
+        if block is None:
+            return
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        with self._lock:
+            self._drain_pending()
+            self._free_locked(block, stack)
+
+    def _collect(self, block: alloc.Block | None) -> None:
+        """Finalizer of a collected tensor: queue the free, apply it if the lock is free."""
+        if block is None:
+            return
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        self._pending.append((block, stack))
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drain_pending()
+            finally:
+                self._lock.release()
+
+    def _drain_pending(self) -> None:
+        """Apply queued garbage-collection frees (lock held)."""
+        while self._pending:
+            self._free_locked(*self._pending.popleft())
+
+    def _free_locked(self, block: alloc.Block, stack: alloc.Stack) -> None:
+        """Trace and perform one free (lock held)."""
+        self._op_stack = stack
+        self._record("free_requested", block.address, block.requested, stack)
+        self._record("free_completed", block.address, block.requested, stack)
+        self._allocator.free(block)
+
+    def empty_cache(self) -> None:
+        """Release every fully free cached segment back to the device."""
+        stack = _capture_stack(()) if self._mode else ()
+        with self._lock:
+            self._drain_pending()
+            self._op_stack = stack
+            self._allocator.release_cached()
+
+    def record_memory_history(
+        self,
+        enabled: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"] = "python",
+        clear_history: bool = False,
+    ) -> None:
+        """Start (``"all"``: trace and block frames; ``"state"``: block frames) or stop history.
+
+        Stopping (``None``) also empties the trace, as torch's ``recordHistory`` does.
+        """
+        if enabled not in ("all", "state", None):
+            raise ValueError(f"enabled must be 'all', 'state' or None, got {enabled!r}")
+        if stacks not in ("python", "all"):
+            raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+        with self._lock:
+            self._drain_pending()
+            keep = () if enabled is None or clear_history else self._trace
+            self._trace = deque(keep, maxlen=max(1, max_entries))
+            self._mode = enabled
+            self._cpp = stacks == "all"
+
+    def set_memory_metadata(self, text: str) -> None:
+        """Tag later allocations and trace events with ``text`` (``user_metadata``)."""
+        self._metadata = text
+
+    def attach_out_of_memory_observer(self, observer: OomObserver) -> None:
+        """Call ``observer(device, requested, total, free)`` on every OOM; there is no detach."""
+        with self._lock:
+            self._observers.append(observer)
+
+    def _record(
+        self, action: str, addr: int, size: int, stack: alloc.Stack, device_free: int | None = None
+    ) -> None:
+        """Append a trace event when recording ``"all"`` (lock held)."""
+        if self._mode == "all":
+            now = time.time_ns() // 1000
+            self._trace.append((action, addr, size, now, stack, self._metadata, device_free))
+
+    def _trace_segment(self, action: str, segment: alloc.Segment) -> None:
+        """Allocator hook: trace a segment being reserved or released (lock held)."""
+        self._record(action, segment.address, segment.size, self._op_stack)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Allocator state and trace as ``torch.cuda.memory._snapshot()`` returns them.
+
+        All fresh plain data: frame dicts and lists are shared inside one snapshot (torch does
+        the same, and pickle then stores each once) but never with the allocator. The trace is
+        rendered outside the lock, so a long one does not stall allocations.
+        """
+        frame_dicts: dict[alloc.Frame, dict[str, Any]] = {}
+        frame_lists: dict[int, tuple[alloc.Stack, list[dict[str, Any]]]] = {}
+
+        def frames(stack: alloc.Stack) -> list[dict[str, Any]]:
+            found = frame_lists.get(id(stack))  # the value keeps the stack alive: ids stay unique
+            if found is None:
+                dicts = [
+                    frame_dicts.get(f) or frame_dicts.setdefault(f, alloc.frame_dict(f))
+                    for f in stack
+                ]
+                found = frame_lists[id(stack)] = (stack, dicts)
+            return found[1]
+
+        with self._lock:
+            self._drain_pending()
+            segments = sorted(self._allocator.segments.values(), key=lambda seg: seg.address)
+            segment_dicts = [alloc.segment_dict(seg, self.index, frames) for seg in segments]
+            entries = list(self._trace)
+        trace = [alloc.entry_dict(entry, frames) for entry in entries]
+        return {
+            "segments": segment_dicts,
+            "device_traces": [[] for _ in range(self.index)] + [trace],
+            "allocator_settings": alloc.allocator_settings(),
+            "external_annotations": [],
+        }
+
+    def memory_stats(self) -> dict[str, int]:
+        """Allocator statistics under torch's ``memory_stats()`` key names, sorted by key."""
+        with self._lock:
+            self._drain_pending()
+            return alloc.memory_stats(self._allocator)
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes of the device, like ``torch.cuda.mem_get_info``."""
+        return self.total_bytes - self.reserved_bytes, self.total_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes held in segments (``memory_reserved``)."""
+        with self._lock:
+            self._drain_pending()
+            return self._allocator.reserved.current
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes in allocated blocks (``memory_allocated``)."""
+        with self._lock:
+            self._drain_pending()
+            return self._allocator.allocated.current
+
+    def __repr__(self) -> str:
+        return f"SimDevice(total_bytes={self.total_bytes}, index={self.index})"
+
+
+_default_lock = threading.Lock()
+_default: SimDevice | None = None
+
+
+def get_device() -> SimDevice:
+    """The process-wide sim device, created on first use.
+
+    Its size comes from ``MEMFORENSICS_SIM_TOTAL_BYTES`` when set (so a demo run in a
+    subprocess can be given a small device), else 1 GiB.
+    """
+    global _default  # noqa: PLW0603  # the process-wide device is the point of this function
+    with _default_lock:
+        if _default is None:
+            raw = os.environ.get("MEMFORENSICS_SIM_TOTAL_BYTES", "").strip()
+            try:
+                _default = SimDevice(int(raw) if raw else 1 << 30)
+            except ValueError:
+                message = f"MEMFORENSICS_SIM_TOTAL_BYTES must be a positive byte count, got {raw!r}"
+                raise ValueError(message) from None
+        return _default
+
+
+def reset_device(total_bytes: int = 1 << 30) -> SimDevice:
+    """Replace the process-wide sim device with a fresh one and return it."""
+    global _default  # noqa: PLW0603  # see get_device
+    with _default_lock:
+        _default = SimDevice(total_bytes)
+        return _default
+
+
+class SimBackend:
+    """``DeviceBackend`` over the process-wide sim device, looked up on every call.
+
+    Looking it up each time means ``reset_device()`` takes effect for an installed facade too.
+    """
+
+    name = "sim"
+
+    def available(self) -> bool:
+        """Always True: the sim device needs nothing."""
+        return True
+
+    def device_index(self) -> int | None:
+        """Index of the current sim device."""
+        return get_device().index
+
+    def attach_oom_observer(self, observer: OomObserver) -> object:
+        """Attach to the current sim device; the device itself is the hook key."""
+        device = get_device()
+        device.attach_out_of_memory_observer(observer)
+        return device
+
+    def oom_hook_key(self) -> object:
+        """The current sim device: one hook per device, as torch has one per process."""
+        return get_device()
+
+    def record_history(
+        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+    ) -> None:
+        """``SimDevice.record_memory_history`` on the current device."""
+        get_device().record_memory_history(
+            mode, max_entries=max_entries, stacks=stacks, clear_history=clear
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current device's snapshot in torch's format."""
+        return get_device().snapshot()
+
+    def mem_get_info(self) -> tuple[int, int] | None:
+        """``(free, total)`` of the current device."""
+        return get_device().mem_get_info()
+
+    def memory_stats(self) -> dict[str, Any]:
+        """The current device's allocator statistics."""
+        return dict(get_device().memory_stats())
+
+    def set_step_metadata(self, text: str) -> bool:
+        """Tag later allocations with ``text``; the sim device always supports it."""
+        get_device().set_memory_metadata(text)
+        return True
+
+    def framework_version(self) -> str | None:
+        """None: no framework is involved."""
+        return None

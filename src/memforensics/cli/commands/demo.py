@@ -1,0 +1,42 @@
+"""``memforensics demo``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from memforensics.cli._command import CommandError
+
+
+class DemoCommand:
+    """Run a small leaky training loop into OOM with forensics on, and show what it captured.
+
+    On a CUDA or Ascend device it trains a real model under a memory cap; elsewhere it runs on
+    the simulated 'sim' device and says so.
+    """
+
+    name = "demo"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """``--device`` and ``--out``."""
+        parser.add_argument("--device", choices=["auto", "cuda", "npu", "sim"], default="auto",
+                            help="where to train (default: auto, falling back to sim)")
+        parser.add_argument("--out", type=Path, default=Path("memforensics-demo"),
+                            help="output folder (default: ./memforensics-demo)")
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """Run the demo and print what it wrote."""
+        from memforensics._demo import describe, pick_device, run_demo
+
+        device, note = pick_device(args.device)
+        if note:
+            print(note)
+        if device in {"cuda", "npu"}:
+            from memforensics.backends._select import create_backend
+
+            if not create_backend(device).available():
+                raise CommandError(f"--device {device}: no such device is available here")
+        result = run_demo(device, args.out.resolve())
+        for line in describe(result, args.out.resolve()):
+            print(line)
+        return 0
