@@ -26,7 +26,11 @@ def tests(session: nox.Session) -> None:
 def tests_notorch(session: nox.Session) -> None:
     """The core without torch: proves nothing outside the adapters needs it."""
     session.install("-e", ".", *TEST_DEPS)
-    session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)",
+    )
     session.run("pytest", "tests", "-m", "not torch and not gpu", *session.posargs)
 
 

@@ -73,9 +73,11 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
             lines.append("  (sidecar unreadable)")
             continue
         lines.append(f"  sidecar: {sidecar}")
-        lines.append(f"  requested {_mib(oom.get('requested_bytes'))}, device free "
-                     f"{_mib(oom.get('device_free_bytes'))} of "
-                     f"{_mib(oom.get('device_total_bytes'))}")
+        lines.append(
+            f"  requested {_mib(oom.get('requested_bytes'))}, device free "
+            f"{_mib(oom.get('device_free_bytes'))} of "
+            f"{_mib(oom.get('device_total_bytes'))}"
+        )
     if ooms:
         lines.append(f"next: memforensics summary {ooms[0]}")
     return lines

@@ -8,27 +8,20 @@ training loop, blocks it on a device synchronize, or changes how it fails.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from memforensics import _writer
 from memforensics._config import ForensicsConfig, build_config
+from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
 from memforensics._log import safe_log, warn_once
-from memforensics._oom import (
-    REGISTRY,
-    OomGuard,
-    attach_error_reason,
-    is_oom_error,
-    python_stack,
-    requested_bytes_from_message,
-)
+from memforensics._oom import REGISTRY, OomGuard, attach_error_reason, is_oom_error
 from memforensics._rank import resolve_rank, resolve_world_size
-from memforensics._sidecar import SidecarContext, build_sidecar, trace_length
-from memforensics._window import Window, WindowSchedule, windows_to_delete
+from memforensics._sidecar import SidecarContext
+from memforensics._window import WindowSchedule
 from memforensics.backends._protocol import DeviceBackend, HistoryMode
 from memforensics.backends.none import NoneBackend
 
@@ -44,7 +37,7 @@ class _NullStep:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
@@ -68,7 +61,7 @@ class _StepContext:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         self._mf._exit_step(exc)
         return False  # never swallow: the user's exception leaves unchanged
 
@@ -83,14 +76,11 @@ class MemoryForensics:
         self.out_dir = Path(config.out_dir).expanduser().resolve()
         self.capturing = config.captures(self.rank)
         self.closed = False
-        self.dumps: list[Path] = []
-        """Snapshot files this facade wrote, oldest first (retention removes deleted ones)."""
         self.oom_attached = False
         self.current_step: int | None = None
         self._last_step: int | None = None
         self._depth = 0
         self._fired_at_enter = 0
-        self._completed: list[Window] = []
         self._schedule: WindowSchedule | None = None
         self._history: HistoryMode = None
         self._annotate = False
@@ -108,6 +98,7 @@ class MemoryForensics:
             device_index=self.backend.device_index(),
             torch_version=self.backend.framework_version(),
         )
+        self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, self._context)
         if not self.backend.available():
             self._warn_unavailable()
             return
@@ -119,9 +110,10 @@ class MemoryForensics:
                 max_windows=config.max_windows,
             )
         self._start_history()
-        self._annotate = config.annotate_steps and self._try(
-            "annotate_unsupported", self.backend.set_step_metadata, ""
-        ) is True
+        self._annotate = (
+            config.annotate_steps
+            and self._try("annotate_unsupported", self.backend.set_step_metadata, "") is True
+        )
         if config.oom:
             self._attach_observer()
         atexit.register(self._at_exit)
@@ -138,7 +130,9 @@ class MemoryForensics:
             ) from None
         removed = _writer.clean_stale_temp_files(self.out_dir)
         if removed:
-            safe_log("info", "stale_temp_files_removed", count=len(removed), out_dir=str(self.out_dir))
+            safe_log(
+                "info", "stale_temp_files_removed", count=len(removed), out_dir=str(self.out_dir)
+            )
 
     def _warn_unavailable(self) -> None:
         if self.config.device == "none":
@@ -147,14 +141,19 @@ class MemoryForensics:
             reason = "no CUDA or NPU device found; memforensics will capture nothing"
         else:
             reason = f"device {self.config.device!r} is not available; nothing will be captured"
-        warn_once(f"unavailable:{self.config.device}", "device_unavailable", reason=reason,
-                  device=self.config.device, rank=self.rank)
+        warn_once(
+            f"unavailable:{self.config.device}",
+            "device_unavailable",
+            reason=reason,
+            device=self.config.device,
+            rank=self.rank,
+        )
 
     def _start_history(self) -> None:
         if self._schedule is not None:
             mode: HistoryMode = "all"
         else:
-            mode = None if self.config.oom_history == "off" else self.config.oom_history  # type: ignore[assignment]
+            mode = None if self.config.oom_history == "off" else self.config.oom_history
         if mode is None:
             return
         if self._record(mode, clear=True):
@@ -165,9 +164,13 @@ class MemoryForensics:
             REGISTRY.ensure_attached(self.backend)
             self.oom_attached = True
         except Exception as exc:  # noqa: BLE001 - each refusal is a warning, never fatal
-            warn_once(f"attach:{self.backend.name}:{exc}", "oom_observer_not_attached",
-                      device=self.backend.name, reason=attach_error_reason(exc),
-                      consequence="OOM dumps come only from exceptions leaving mf.step()")
+            warn_once(
+                f"attach:{self.backend.name}:{exc}",
+                "oom_observer_not_attached",
+                device=self.backend.name,
+                reason=attach_error_reason(exc),
+                consequence="OOM dumps come only from exceptions leaving mf.step()",
+            )
         REGISTRY.set_handler(self._on_oom_observer)
 
     # -- run-time helpers: every one of these swallows and logs --------------------------------
@@ -175,16 +178,22 @@ class MemoryForensics:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - run-time failures become warnings
-            warn_once(f"{what}:{type(exc).__name__}", what, error=f"{type(exc).__name__}: {exc}",
-                      device=self.backend.name, rank=self.rank)
+            warn_once(
+                f"{what}:{type(exc).__name__}",
+                what,
+                error=f"{type(exc).__name__}: {exc}",
+                device=self.backend.name,
+                rank=self.rank,
+            )
             return None
 
     def _record(self, mode: HistoryMode, *, clear: bool) -> bool:
         return self._try("history_failed", self._record_now, mode, clear) is True
 
     def _record_now(self, mode: HistoryMode, clear: bool) -> bool:
-        self.backend.record_history(mode, max_entries=self.config.max_entries,
-                                    stacks=self.config.stacks, clear=clear)
+        self.backend.record_history(
+            mode, max_entries=self.config.max_entries, stacks=self.config.stacks, clear=clear
+        )
         return True
 
     # -- steps ---------------------------------------------------------------------------------
@@ -198,16 +207,26 @@ class MemoryForensics:
         try:
             self._depth += 1
             if self._depth > 1:
-                warn_once("nested_step", "nested_step", rank=self.rank,
-                          reason="mf.step() entered inside another step; the inner one is ignored")
+                warn_once(
+                    "nested_step",
+                    "nested_step",
+                    rank=self.rank,
+                    reason="mf.step() entered inside another step; the inner one is ignored",
+                )
                 return
             last = self._last_step
             if number is None:
                 number = 0 if last is None else last + 1
             elif last is not None and number <= last:
-                warn_once("step_not_increasing", "step_not_increasing", rank=self.rank,
-                          given=number, last=last, used=last + 1,
-                          reason="step numbers must increase; using last + 1")
+                warn_once(
+                    "step_not_increasing",
+                    "step_not_increasing",
+                    rank=self.rank,
+                    given=number,
+                    last=last,
+                    used=last + 1,
+                    reason="step numbers must increase; using last + 1",
+                )
                 number = last + 1
             self._last_step = number
             self.current_step = number
@@ -230,7 +249,7 @@ class MemoryForensics:
             if schedule is not None:
                 window = schedule.end()
                 if window is not None:
-                    self._dump_window(window)
+                    self._dumper.window(window)
             if self._annotate:
                 self.backend.set_step_metadata("")
         except Exception as error:  # noqa: BLE001
@@ -241,58 +260,19 @@ class MemoryForensics:
                 self.current_step = None
 
     # -- dumps ---------------------------------------------------------------------------------
-    def _dump_window(self, window: Window) -> None:
-        paths = _writer.window_paths(self.out_dir, window.name, self.rank, os.getpid())
-        snapshot = self._try("window_snapshot_failed", self.backend.snapshot)
-        if snapshot is None:
-            return
-        entries = trace_length(snapshot)
-        truncated = entries is not None and entries >= self.config.max_entries
-        if truncated:
-            safe_log("warning", "window_truncated", window=window.name, rank=self.rank,
-                     max_entries=self.config.max_entries,
-                     hint="raise max_entries to keep the whole window's history")
-
-        def sidecar(size: int) -> dict[str, Any]:
-            return build_sidecar(self._context, kind="window", snapshot_file=paths.snapshot,
-                                 snapshot_bytes=size, created_at=_writer.utc_now(),
-                                 steps=(window.first_step, window.last_step),
-                                 step=window.last_step, partial=window.partial,
-                                 truncated=truncated, trace_entries=entries)
-
-        if self._write(paths, snapshot, sidecar, kind="window", window=window.name):
-            self._completed.append(window)
-            self._apply_retention()
-
-    def _apply_retention(self) -> None:
-        for old in windows_to_delete(self._completed, self.config.keep_last):
-            self._try("retention_failed", _writer.remove_dump_folder, self.out_dir, old.name,
-                      self.rank, os.getpid())
-            self._completed.remove(old)
-            gone = _writer.window_paths(self.out_dir, old.name, self.rank, os.getpid()).snapshot
-            if gone in self.dumps:
-                self.dumps.remove(gone)
-
-    def _write(self, paths: _writer.DumpPaths, snapshot: Any, sidecar: Any, **fields: Any) -> bool:
-        try:
-            size = _writer.write_dump(paths, snapshot, sidecar)
-        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
-            safe_log("warning", "dump_failed", path=str(paths.snapshot), rank=self.rank,
-                     error=f"{type(exc).__name__}: {exc}", **fields)
-            return False
-        with self._lock:
-            self.dumps.append(paths.snapshot)
-        safe_log("info", "dump_written", path=str(paths.snapshot), bytes=size, rank=self.rank,
-                 **fields)
-        return True
-
     def _on_oom_observer(self, device: int, requested: int, total: int, free: int) -> None:
         """The registry calls this from inside the allocator's failing malloc."""
         if self.closed or not self._guard.admit():
             return
         try:
-            self._capture_oom(requested=requested, total=total, free=free, device_index=device,
-                              source="observer", error=None)
+            self._dumper.oom(
+                step=self.current_step,
+                requested=requested,
+                total=total,
+                free=free,
+                device_index=device,
+                source="observer",
+            )
         finally:
             self._guard.release()
 
@@ -301,56 +281,21 @@ class MemoryForensics:
         if not self.backend.available() or not self._guard.admit():
             return
         try:
-            info = self._try("mem_get_info_failed", self.backend.mem_get_info)
-            free, total = info if info is not None else (None, None)
-            message = str(exc)
-            self._capture_oom(requested=requested_bytes_from_message(message), total=total,
-                              free=free, device_index=self._context.device_index,
-                              source="exception", error=message[:4000])
+            self._dumper.oom_from_exception(exc, self.current_step)
         finally:
             self._guard.release()
-
-    def _capture_oom(self, *, requested: int | None, total: int | None, free: int | None,
-                     device_index: int | None, source: str, error: str | None) -> None:
-        now = _writer.utc_now()
-        step = self.current_step
-        stack = self._try("oom_stack_failed", python_stack)
-        stats = self._try("oom_stats_failed", self.backend.memory_stats)
-        safe_log("error", "out_of_memory", device=self.backend.name, device_index=device_index,
-                 requested_bytes=requested, device_total_bytes=total, device_free_bytes=free,
-                 rank=self.rank, step=step, source=source)
-        snapshot = self._try("oom_snapshot_failed", self.backend.snapshot)
-        if snapshot is None:
-            return
-        paths = _writer.event_paths(self.out_dir, "oom", self.rank, os.getpid(), step, now)
-        oom = {"requested_bytes": requested, "device_total_bytes": total,
-               "device_free_bytes": free, "stack": stack, "allocator": stats,
-               "source": source, "error": error}
-
-        def sidecar(size: int) -> dict[str, Any]:
-            return build_sidecar(self._context, kind="oom", snapshot_file=paths.snapshot,
-                                 snapshot_bytes=size, created_at=now, step=step,
-                                 trace_entries=trace_length(snapshot), oom=oom)
-
-        self._write(paths, snapshot, sidecar, kind="oom", step=step)
 
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
         if not self.capturing or self.closed or not self.backend.available():
             return None
-        snapshot = self._try("manual_snapshot_failed", self.backend.snapshot)
-        if snapshot is None:
-            return None
-        now = _writer.utc_now()
-        paths = _writer.event_paths(self.out_dir, "manual", self.rank, os.getpid(),
-                                    self.current_step, now)
+        return self._dumper.manual(self.current_step)
 
-        def sidecar(size: int) -> dict[str, Any]:
-            return build_sidecar(self._context, kind="manual", snapshot_file=paths.snapshot,
-                                 snapshot_bytes=size, created_at=now, step=self.current_step,
-                                 trace_entries=trace_length(snapshot))
-
-        return paths.snapshot if self._write(paths, snapshot, sidecar, kind="manual") else None
+    @property
+    def dumps(self) -> list[Path]:
+        """Snapshot files this facade wrote, oldest first (retention removes deleted ones)."""
+        dumper = getattr(self, "_dumper", None)
+        return list(dumper.dumps) if dumper is not None else []
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -366,7 +311,7 @@ class MemoryForensics:
             if self._schedule is not None:
                 window = self._schedule.close()
                 if window is not None:
-                    self._dump_window(window)
+                    self._dumper.window(window)
             if self._history is not None:
                 self._record(None, clear=False)
                 self._history = None
@@ -387,8 +332,10 @@ class MemoryForensics:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("capturing" if self.capturing else "inert")
-        return (f"<MemoryForensics rank={self.rank} device={self.backend.name} {state} "
-                f"out_dir={str(self.out_dir)!r}>")
+        return (
+            f"<MemoryForensics rank={self.rank} device={self.backend.name} {state} "
+            f"out_dir={str(self.out_dir)!r}>"
+        )
 
 
 def _create_backend(device: str) -> DeviceBackend:

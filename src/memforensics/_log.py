@@ -9,6 +9,7 @@ every step is noise that hides the one that matters.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -57,10 +58,8 @@ def get_logger() -> Any:
 
 def safe_log(level: str, event: str, **fields: Any) -> None:
     """Log without ever raising: a broken logging setup must not break training."""
-    try:
+    with contextlib.suppress(Exception):  # a broken logger must not break training
         getattr(get_logger(), level)(event, **fields)
-    except Exception:  # noqa: BLE001 - logging failures are swallowed by design
-        pass
 
 
 def warn_once(key: str, event: str, **fields: Any) -> None:

@@ -9,11 +9,13 @@ guards against re-entry, does nothing in a forked child and stops after ``max_oo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from memforensics._errors import BackendError
@@ -22,8 +24,18 @@ from memforensics.backends._protocol import DeviceBackend
 OomHandler = Callable[[int, int, int, int], None]
 
 _SIZE_RE = re.compile(r"Tried to allocate (?P<num>[\d.]+) ?(?P<unit>[KMGT]i?B|bytes|B)", re.I)
-_UNITS = {"b": 1, "bytes": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+}
 
 
 class OomRegistry:
@@ -61,10 +73,9 @@ class OomRegistry:
         handler = self._handler
         if handler is None:
             return
-        try:
+        # Anything escaping here would replace the user's OOM error, so nothing may.
+        with contextlib.suppress(BaseException):
             handler(device, requested, total, free)
-        except BaseException:  # noqa: BLE001, S110 - an escape would replace the user's OOM error
-            pass
 
     def forget(self) -> None:
         """Forget attachments (tests only: a real framework keeps observers forever)."""
@@ -136,13 +147,14 @@ def requested_bytes_from_message(message: str) -> int | None:
 def python_stack(skip_prefix: str | None = None) -> list[dict[str, Any]]:
     """The calling thread's Python stack, outermost first, without memforensics' own frames."""
     frames: list[dict[str, Any]] = []
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     own = os.path.dirname(__file__) + os.sep
     while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith(skip_prefix or own):
-            frames.append({"filename": code.co_filename, "line": frame.f_lineno,
-                           "name": code.co_name})
+            frames.append(
+                {"filename": code.co_filename, "line": frame.f_lineno, "name": code.co_name}
+            )
         frame = frame.f_back
     frames.reverse()
     return frames

@@ -42,8 +42,9 @@ class SidecarContext:
         torch_version: str | None,
     ) -> SidecarContext:
         """Gather host and pid now (the pid is re-read per dump in case of fork)."""
-        return cls(rank, world_size, device, device_index, torch_version, socket.gethostname(),
-                   os.getpid())
+        return cls(
+            rank, world_size, device, device_index, torch_version, socket.gethostname(), os.getpid()
+        )
 
 
 def build_sidecar(

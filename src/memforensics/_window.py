@@ -43,12 +43,12 @@ class WindowSchedule:
         "_current_first",
         "_current_len",
         "_every",
+        "_last_step",
         "_max_windows",
         "_next_open",
         "_opened",
         "_skip_first",
         "_steps",
-        "_last_step",
     )
 
     def __init__(

@@ -30,8 +30,9 @@ from memforensics._config import FIELDS, build_config, env_var
         ({"out_dir": ""}, "out_dir"),
     ],
 )
-def test_bad_keyword_raises_value_error_naming_field(bad: dict[str, object], field: str,
-                                                     tmp_path: Path) -> None:
+def test_bad_keyword_raises_value_error_naming_field(
+    bad: dict[str, object], field: str, tmp_path: Path
+) -> None:
     """install() rejects each bad value with a ValueError subclass that names the field."""
     with pytest.raises(ConfigError) as info:
         memforensics.install(**{"out_dir": str(tmp_path), **bad})
@@ -50,20 +51,42 @@ def test_config_is_frozen() -> None:
 def test_every_field_has_an_environment_variable() -> None:
     """Each field reads MEMFORENSICS_<FIELD>, parsed to its type."""
     env = {
-        "MEMFORENSICS_RANK": "3", "MEMFORENSICS_RANKS": "0,3", "MEMFORENSICS_WINDOW_RANKS": "all",
-        "MEMFORENSICS_STEPS": "4", "MEMFORENSICS_EVERY": "10", "MEMFORENSICS_SKIP_FIRST": "2",
-        "MEMFORENSICS_MAX_WINDOWS": "none", "MEMFORENSICS_KEEP_LAST": "5",
-        "MEMFORENSICS_OUT_DIR": "/tmp/x", "MEMFORENSICS_DEVICE": "sim",
-        "MEMFORENSICS_MAX_ENTRIES": "1000", "MEMFORENSICS_STACKS": "all",
-        "MEMFORENSICS_OOM": "false", "MEMFORENSICS_OOM_HISTORY": "off",
-        "MEMFORENSICS_MAX_OOM_SNAPSHOTS": "1", "MEMFORENSICS_ANNOTATE_STEPS": "0",
+        "MEMFORENSICS_RANK": "3",
+        "MEMFORENSICS_RANKS": "0,3",
+        "MEMFORENSICS_WINDOW_RANKS": "all",
+        "MEMFORENSICS_STEPS": "4",
+        "MEMFORENSICS_EVERY": "10",
+        "MEMFORENSICS_SKIP_FIRST": "2",
+        "MEMFORENSICS_MAX_WINDOWS": "none",
+        "MEMFORENSICS_KEEP_LAST": "5",
+        "MEMFORENSICS_OUT_DIR": "/tmp/x",
+        "MEMFORENSICS_DEVICE": "sim",
+        "MEMFORENSICS_MAX_ENTRIES": "1000",
+        "MEMFORENSICS_STACKS": "all",
+        "MEMFORENSICS_OOM": "false",
+        "MEMFORENSICS_OOM_HISTORY": "off",
+        "MEMFORENSICS_MAX_OOM_SNAPSHOTS": "1",
+        "MEMFORENSICS_ANNOTATE_STEPS": "0",
     }
     assert set(env) == {env_var(f) for f in FIELDS}
     config = build_config({}, env)
     assert config == ForensicsConfig(
-        rank=3, ranks=(0, 3), window_ranks="all", steps=4, every=10, skip_first=2,
-        max_windows=None, keep_last=5, out_dir="/tmp/x", device="sim", max_entries=1000,
-        stacks="all", oom=False, oom_history="off", max_oom_snapshots=1, annotate_steps=False,
+        rank=3,
+        ranks=(0, 3),
+        window_ranks="all",
+        steps=4,
+        every=10,
+        skip_first=2,
+        max_windows=None,
+        keep_last=5,
+        out_dir="/tmp/x",
+        device="sim",
+        max_entries=1000,
+        stacks="all",
+        oom=False,
+        oom_history="off",
+        max_oom_snapshots=1,
+        annotate_steps=False,
     )
 
 
@@ -73,11 +96,16 @@ def test_explicit_keyword_wins_over_environment() -> None:
     assert (config.steps, config.every) == (2, 9)
 
 
-@pytest.mark.parametrize(("name", "value"), [("MEMFORENSICS_STEPS", "four"),
-                                             ("MEMFORENSICS_STEPS", "0"),
-                                             ("MEMFORENSICS_OOM", "maybe"),
-                                             ("MEMFORENSICS_RANKS", "[1, 'x']"),
-                                             ("MEMFORENSICS_DEVICE", "tpu")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MEMFORENSICS_STEPS", "four"),
+        ("MEMFORENSICS_STEPS", "0"),
+        ("MEMFORENSICS_OOM", "maybe"),
+        ("MEMFORENSICS_RANKS", "[1, 'x']"),
+        ("MEMFORENSICS_DEVICE", "tpu"),
+    ],
+)
 def test_bad_environment_value_names_the_variable(name: str, value: str) -> None:
     """A bad environment value fails like a keyword, naming the variable instead of the field."""
     with pytest.raises(ConfigError, match=name):

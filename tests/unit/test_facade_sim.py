@@ -27,8 +27,9 @@ def _sidecar(path: Path) -> dict[str, Any]:
 def test_windows_dump_only_when_full(tmp_path: Path) -> None:
     """steps=2, skip_first=4: nothing on disk until step 5 ends, then steps4-5/ appears."""
     device = reset_device(total_bytes=64 * MiB)
-    mf = memforensics.install(steps=2, skip_first=4, max_windows=1, device="sim",
-                              out_dir=str(tmp_path))
+    mf = memforensics.install(
+        steps=2, skip_first=4, max_windows=1, device="sim", out_dir=str(tmp_path)
+    )
     for step in range(6):
         with mf.step(step):
             device.empty(MiB).free()
@@ -37,15 +38,18 @@ def test_windows_dump_only_when_full(tmp_path: Path) -> None:
     pid = mf.dumps[0].name.split("_pid")[1].split(".")[0]
     assert _files(tmp_path) == [f"steps4-5/rank0_pid{pid}.json", f"steps4-5/rank0_pid{pid}.pickle"]
     sidecar = _sidecar(mf.dumps[0])
-    assert sidecar["kind"] == "window" and sidecar["steps"] == [4, 5]
-    assert sidecar["partial"] is False and sidecar["truncated"] is False
+    assert sidecar["kind"] == "window"
+    assert sidecar["steps"] == [4, 5]
+    assert sidecar["partial"] is False
+    assert sidecar["truncated"] is False
 
 
 def test_window_holds_only_its_own_steps_events(tmp_path: Path) -> None:
     """History is cleared when a window opens, so the dump holds that window's events only."""
     device = reset_device(total_bytes=64 * MiB)
-    mf = memforensics.install(steps=1, skip_first=1, max_windows=1, device="sim",
-                              out_dir=str(tmp_path))
+    mf = memforensics.install(
+        steps=1, skip_first=1, max_windows=1, device="sim", out_dir=str(tmp_path)
+    )
     with mf.step(0):
         device.empty(3 * MiB).free()
     with mf.step(1):
@@ -63,16 +67,21 @@ def test_oom_observer_dump_and_same_exception(tmp_path: Path) -> None:
     device = reset_device(total_bytes=32 * MiB)
     mf = memforensics.install(device="sim", out_dir=str(tmp_path))
     kept = [device.empty(10 * MiB) for _ in range(2)]
-    raised = None
-    with pytest.raises(SimOutOfMemoryError) as info, mf.step(7):
+    raised: list[BaseException] = []
+
+    def train_step() -> None:
         try:
             kept.append(device.empty(20 * MiB))
         except SimOutOfMemoryError as exc:
-            raised = exc
+            raised.append(exc)
             raise
-    assert info.value is raised
+
+    with pytest.raises(SimOutOfMemoryError) as info, mf.step(7):
+        train_step()
+    assert info.value is raised[0]
     [dump] = mf.dumps
-    assert dump.parent.name == "oom" and "_step7_" in dump.name
+    assert dump.parent.name == "oom"
+    assert "_step7_" in dump.name
     oom = _sidecar(dump)["oom"]
     assert oom["requested_bytes"] == 20 * MiB
     assert oom["device_total_bytes"] == 32 * MiB
@@ -95,13 +104,16 @@ def test_step_fallback_dumps_unobserved_oom(tmp_path: Path) -> None:
     """An OOM RuntimeError the observer never saw (NCCL) is dumped by step() and re-raised."""
     reset_device(total_bytes=16 * MiB)
     mf = memforensics.install(device="sim", out_dir=str(tmp_path))
-    error = RuntimeError("NCCL error: unhandled cuda error, out of memory. Tried to allocate 2.00 GiB")
+    error = RuntimeError(
+        "NCCL error: unhandled cuda error, out of memory. Tried to allocate 2.00 GiB"
+    )
     with pytest.raises(RuntimeError) as info, mf.step(3):
         raise error
     assert info.value is error
     [dump] = mf.dumps
     oom = _sidecar(dump)["oom"]
-    assert oom["source"] == "exception" and oom["requested_bytes"] == 2 << 30
+    assert oom["source"] == "exception"
+    assert oom["requested_bytes"] == 2 << 30
 
 
 def test_non_oom_error_is_not_dumped(tmp_path: Path) -> None:
@@ -147,7 +159,8 @@ def test_misuse_warns_and_never_raises(tmp_path: Path, capsys: pytest.CaptureFix
     with mf.step(3):
         pass
     err = capsys.readouterr().err
-    assert "nested_step" in err and "step_not_increasing" in err
+    assert "nested_step" in err
+    assert "step_not_increasing" in err
     assert mf.dumps[0].parent.name == "steps5-6"
 
 
@@ -164,8 +177,9 @@ def test_auto_numbering_counts_from_zero(tmp_path: Path) -> None:
 def test_unselected_rank_is_inert(tmp_path: Path) -> None:
     """A rank outside `ranks` writes nothing and records nothing, even on OOM."""
     device = reset_device(total_bytes=16 * MiB)
-    mf = memforensics.install(rank=1, ranks=[0], steps=1, device="sim",
-                              out_dir=str(tmp_path / "out"))
+    mf = memforensics.install(
+        rank=1, ranks=[0], steps=1, device="sim", out_dir=str(tmp_path / "out")
+    )
     with pytest.raises(SimOutOfMemoryError), mf.step(0):
         device.empty(64 * MiB)
     assert not (tmp_path / "out").exists()
@@ -189,7 +203,9 @@ def test_install_same_config_returns_same_facade(tmp_path: Path) -> None:
     first = memforensics.install(steps=2, device="sim", out_dir=str(tmp_path))
     assert memforensics.install(steps=2, device="sim", out_dir=str(tmp_path)) is first
     second = memforensics.install(steps=3, device="sim", out_dir=str(tmp_path))
-    assert second is not first and first.closed and not second.closed
+    assert second is not first
+    assert first.closed
+    assert not second.closed
 
 
 def test_one_observer_across_reinstalls(tmp_path: Path) -> None:
@@ -200,7 +216,8 @@ def test_one_observer_across_reinstalls(tmp_path: Path) -> None:
     new = memforensics.install(device="sim", out_dir=str(tmp_path / "b"))
     with pytest.raises(SimOutOfMemoryError):
         device.empty(64 * MiB)
-    assert old.dumps == [] and len(new.dumps) == 1
+    assert old.dumps == []
+    assert len(new.dumps) == 1
     assert len(device._observers) == 1
 
 
@@ -210,7 +227,8 @@ def test_manual_dump(tmp_path: Path) -> None:
     mf = memforensics.install(device="sim", out_dir=str(tmp_path))
     kept = device.empty(MiB)
     path = mf.dump()
-    assert path is not None and path.parent.name == "manual"
+    assert path is not None
+    assert path.parent.name == "manual"
     assert _sidecar(path)["kind"] == "manual"
     assert kept.nbytes == MiB
 

@@ -11,7 +11,9 @@ import memforensics
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys\nprint('\\n'.join(sys.modules))"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return set(out.split())
 
@@ -38,8 +40,15 @@ def test_sim_install_analysis_and_cli_do_not_import_torch() -> None:
 def test_public_names() -> None:
     """__all__ lists exactly the public API DESIGN.md promises, sorted."""
     expected = {
-        "install", "uninstall", "MemoryForensics", "ForensicsConfig", "ForensicsError",
-        "ConfigError", "BackendError", "SnapshotLoadError", "__version__",
+        "install",
+        "uninstall",
+        "MemoryForensics",
+        "ForensicsConfig",
+        "ForensicsError",
+        "ConfigError",
+        "BackendError",
+        "SnapshotLoadError",
+        "__version__",
     }
     assert set(memforensics.__all__) == expected
     assert memforensics.__all__ == sorted(memforensics.__all__)

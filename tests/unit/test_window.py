@@ -11,7 +11,11 @@ from memforensics._window import Window, WindowSchedule, windows_to_delete
 
 
 def reference_windows(
-    calls: list[int], steps: int, every: int | None, skip_first: int, max_windows: int | None,
+    calls: list[int],
+    steps: int,
+    every: int | None,
+    skip_first: int,
+    max_windows: int | None,
     closed: bool,
 ) -> list[tuple[int, int, bool]]:
     """Expected (first_step, last_step, partial) for step numbers ``calls``, by brute force."""
@@ -41,14 +45,16 @@ class WindowMachine(RuleBasedStateMachine):
         skip_first=st.integers(0, 6),
         max_windows=st.none() | st.integers(1, 4),
     )
-    def setup(self, steps: int, extra: int, use_every: bool, skip_first: int,
-              max_windows: int | None) -> None:
+    def setup(
+        self, steps: int, extra: int, use_every: bool, skip_first: int, max_windows: int | None
+    ) -> None:
         self.steps = steps
         self.every = steps + extra if use_every else None
         self.skip_first = skip_first
         self.max_windows = max_windows
-        self.schedule = WindowSchedule(steps, every=self.every, skip_first=skip_first,
-                                       max_windows=max_windows)
+        self.schedule = WindowSchedule(
+            steps, every=self.every, skip_first=skip_first, max_windows=max_windows
+        )
         self.calls: list[int] = []
         self.opened_at: list[int] = []
         self.dumped: list[Window] = []
@@ -90,8 +96,9 @@ class WindowMachine(RuleBasedStateMachine):
         if not hasattr(self, "schedule"):
             return
         got = [(w.first_step, w.last_step, w.partial) for w in self.dumped]
-        expected = reference_windows(self.calls, self.steps, self.every, self.skip_first,
-                                     self.max_windows, self.closed)
+        expected = reference_windows(
+            self.calls, self.steps, self.every, self.skip_first, self.max_windows, self.closed
+        )
         if not self.closed and self.schedule.is_open:
             expected = [e for e in expected if not e[2]]
         assert got == expected
@@ -155,7 +162,7 @@ def test_every_leaves_gaps_and_max_windows_stops() -> None:
 @pytest.mark.parametrize(("steps", "every"), [(0, None), (3, 2)])
 def test_invalid_schedules_raise(steps: int, every: int | None) -> None:
     """The pure object refuses schedules the config would refuse too."""
-    with pytest.raises(ValueError, match="steps|every"):
+    with pytest.raises(ValueError, match=r"steps|every"):
         WindowSchedule(steps, every=every)
 
 

@@ -85,8 +85,12 @@ def test_files_are_not_world_writable_even_with_umask_zero(tmp_path: Path) -> No
 
 def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     """Temp files from a dead pid on this host go; a live pid's and foreign hosts' stay."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid = int(dead.stdout)
     host = _writer._hostname()
     folder = tmp_path / "steps0-1"
@@ -98,7 +102,8 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
         path.write_bytes(b"partial")
     removed = _writer.clean_stale_temp_files(tmp_path)
     assert removed == [stale]
-    assert live.exists() and foreign.exists()
+    assert live.exists()
+    assert foreign.exists()
 
 
 def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:
@@ -108,6 +113,7 @@ def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:
     for paths in (mine, theirs):
         _writer.write_dump(paths, {}, lambda n: {})
     _writer.remove_dump_folder(tmp_path, "steps0-1", 0, 10)
-    assert not mine.snapshot.exists() and theirs.snapshot.exists()
+    assert not mine.snapshot.exists()
+    assert theirs.snapshot.exists()
     _writer.remove_dump_folder(tmp_path, "steps0-1", 1, 11)
     assert not (tmp_path / "steps0-1").exists()

@@ -168,7 +168,7 @@ class FakeAllocator:
         fake = self
         if self.history_signature == "new":
 
-            def _record_memory_history(  # noqa: PLR0917 - torch's own signature
+            def _record_memory_history(
                 enabled: str | None = "all",
                 context: str | None = "all",
                 stacks: str = "all",

@@ -58,7 +58,7 @@ class DeviceBackend(Protocol):
     def record_history(
         self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
     ) -> None:
-        """Start (``"all"``/``"state"``), restart with ``clear``, or stop (None) history recording."""
+        """Start (``"all"``/``"state"``), restart with ``clear``, or stop (None) recording."""
         ...
 
     def snapshot(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The Ascend NPU adapter: ``torch_npu.npu`` and ``torch_npu._C._npu_attach_out_of_memory_observer``.
+"""The Ascend NPU adapter: ``torch_npu.npu`` and torch_npu's ``_npu_attach_out_of_memory_observer``.
 
 torch_npu's own ``_dump_snapshot`` is never called (released versions start a profiler or write
 CSVs from it); the snapshot dict is taken with ``_snapshot()`` and pickled by our writer. When

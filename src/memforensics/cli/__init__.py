@@ -13,7 +13,9 @@ from memforensics.cli.commands import all_commands
 __all__ = ["Command", "CommandError", "build_parser", "main"]
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]]:
+def build_parser() -> tuple[
+    argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]
+]:
     """Build the top-level parser and one subparser per registered command."""
     parser = argparse.ArgumentParser(
         prog="memforensics",

@@ -19,10 +19,18 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         """``--device`` and ``--out``."""
-        parser.add_argument("--device", choices=["auto", "cuda", "npu", "sim"], default="auto",
-                            help="where to train (default: auto, falling back to sim)")
-        parser.add_argument("--out", type=Path, default=Path("memforensics-demo"),
-                            help="output folder (default: ./memforensics-demo)")
+        parser.add_argument(
+            "--device",
+            choices=["auto", "cuda", "npu", "sim"],
+            default="auto",
+            help="where to train (default: auto, falling back to sim)",
+        )
+        parser.add_argument(
+            "--out",
+            type=Path,
+            default=Path("memforensics-demo"),
+            help="output folder (default: ./memforensics-demo)",
+        )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run the demo and print what it wrote."""
