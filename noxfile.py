@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["tests", "tests_notorch", "lint", "typecheck"]
+nox.options.sessions = ["tests", "tests_notorch", "integrations", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 # The CPU build of torch 2.13.0 ships on this project's machines; pinning it keeps pip from
@@ -31,7 +31,23 @@ def tests_notorch(session: nox.Session) -> None:
         "-c",
         "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)",
     )
-    session.run("pytest", "tests", "-m", "not torch and not gpu", *session.posargs)
+    session.run("pytest", "tests", "-m", "not torch and not gpu and not stress and not extras", *session.posargs)
+
+
+@nox.session
+def integrations(session: nox.Session) -> None:
+    """The optional integrations (Lightning, transformers) against the real libraries."""
+    session.install(TORCH, "numpy")
+    session.install("-e", ".[lightning,transformers]", *TEST_DEPS)
+    session.run("pytest", "tests", "-m", "extras", *session.posargs)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """Heavy fault-injection variants (kills, OOM storms, 16 ranks); prints the figures reached."""
+    session.install(TORCH, "numpy")
+    session.install("-e", ".", *TEST_DEPS)
+    session.run("pytest", "tests", "-m", "stress", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session
