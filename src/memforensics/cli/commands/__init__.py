@@ -12,6 +12,10 @@ from memforensics.cli._command import Command
 
 # (module, class) in the order ``memforensics --help`` lists them.
 _COMMANDS: tuple[tuple[str, str], ...] = (
+    ("summary", "SummaryCommand"),
+    ("diff", "DiffCommand"),
+    ("ls", "LsCommand"),
+    ("report", "ReportCommand"),
     ("demo", "DemoCommand"),
 )
 

@@ -1,0 +1,126 @@
+"""Typed views of a snapshot's segments and blocks, built defensively from untrusted data.
+
+A snapshot is a plain dict whose shape has drifted across PyTorch releases (``history`` lists
+instead of ``frames``, blocks without ``address``, tuple ``segment_pool_id``), and a file may be
+damaged or hostile. Segments and blocks (thousands) are checked and converted once here, so the
+analysis code can trust them; the trace (possibly millions of entries) stays a raw list and is
+read defensively where it is used, because converting it would cost as much as loading it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memforensics._errors import SnapshotLoadError
+
+ALLOCATED = "active_allocated"
+PENDING_FREE = "active_pending_free"
+INACTIVE = "inactive"
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One block of a segment: live (allocated), freed but awaiting its stream, or a free hole."""
+
+    address: int
+    size: int
+    requested_size: int
+    state: str
+    frames: object
+    user_metadata: object
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One region the caching allocator reserved from the device, cut into blocks."""
+
+    address: int
+    total_size: int
+    device: int | None
+    stream: int | None
+    segment_type: str
+    is_expandable: bool
+    blocks: tuple[Block, ...]
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes of this segment in inactive blocks (holes the allocator can reuse)."""
+        return sum(block.size for block in self.blocks if block.state == INACTIVE)
+
+
+def as_int(value: object) -> int | None:
+    """``value`` when it is a real int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _size(value: object, where: str, source: str) -> int:
+    size = as_int(value)
+    if size is None or size < 0:
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is {value!r:.40})")
+    return size
+
+
+def normalize_segments(snapshot: object, source: str) -> tuple[Segment, ...]:
+    """Check the snapshot's top level and convert its segments; raise SnapshotLoadError if odd."""
+    if not isinstance(snapshot, dict):
+        kind = type(snapshot).__name__
+        raise SnapshotLoadError(f"{source}: not a memory snapshot (top level is a {kind})")
+    raw_segments = snapshot.get("segments")
+    if not isinstance(raw_segments, list):
+        raise SnapshotLoadError(f"{source}: not a memory snapshot (no 'segments' list)")
+    return tuple(_segment(raw, index, source) for index, raw in enumerate(raw_segments))
+
+
+def _segment(raw: object, index: int, source: str) -> Segment:
+    where = f"segments[{index}]"
+    if not isinstance(raw, dict):
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is not a dict)")
+    address = as_int(raw.get("address")) or 0
+    raw_blocks = raw.get("blocks", [])
+    if not isinstance(raw_blocks, list):
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where}.blocks is not a list)")
+    blocks: list[Block] = []
+    offset = address
+    for block_index, raw_block in enumerate(raw_blocks):
+        block = _block(raw_block, offset, f"{where}.blocks[{block_index}]", source)
+        blocks.append(block)
+        offset = block.address + block.size
+    total = as_int(raw.get("total_size"))
+    if total is None or total < 0:
+        total = sum(block.size for block in blocks)
+    segment_type = raw.get("segment_type")
+    return Segment(
+        address=address,
+        total_size=total,
+        device=as_int(raw.get("device")),
+        stream=as_int(raw.get("stream")),
+        segment_type=segment_type if isinstance(segment_type, str) else "large",
+        is_expandable=raw.get("is_expandable") is True,
+        blocks=tuple(blocks),
+    )
+
+
+def _block(raw: object, offset: int, where: str, source: str) -> Block:
+    """A block; old snapshots lack ``address`` (blocks are contiguous) and keep ``history``."""
+    if not isinstance(raw, dict):
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is not a dict)")
+    size = _size(raw.get("size"), f"{where}.size", source)
+    state = raw.get("state")
+    if not isinstance(state, str):
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where}.state is missing)")
+    address = as_int(raw.get("address"))
+    frames = raw.get("frames")
+    history = raw.get("history")
+    if isinstance(history, list) and history and isinstance(history[-1], dict):
+        latest = history[-1]
+        if frames is None:
+            frames = latest.get("frames")
+    requested = as_int(raw.get("requested_size"))
+    return Block(
+        address=offset if address is None else address,
+        size=size,
+        requested_size=size if requested is None else requested,
+        state=state,
+        frames=frames,
+        user_metadata=raw.get("user_metadata"),
+    )

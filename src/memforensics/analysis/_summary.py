@@ -1,0 +1,258 @@
+"""``summary``: what filled the device, and whether the OOM was fragmentation or exhaustion.
+
+Everything here is one pass over segments and blocks plus at most one backward pass over the
+trace (stopping early when it can), so a summary costs little more than loading the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.analysis._frames import UNKNOWN_SITE, parse_step, site_of
+from memforensics.analysis._load import Dump
+from memforensics.analysis._meta import OomRecord
+from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
+from memforensics.analysis._verdict import Verdict, judge
+
+
+@dataclass(frozen=True, slots=True)
+class SiteBytes:
+    """Live bytes and block count attributed to one allocation site."""
+
+    site: str
+    bytes: int
+    blocks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"site": self.site, "bytes": self.bytes, "blocks": self.blocks}
+
+
+@dataclass(frozen=True, slots=True)
+class StepBytes:
+    """Live bytes allocated during one step (``step`` None: no step metadata on those blocks)."""
+
+    step: int | None
+    bytes: int
+    blocks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"step": self.step, "bytes": self.bytes, "blocks": self.blocks}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The facts ``memforensics summary`` prints; ``to_dict`` gives the ``--json`` object."""
+
+    file: str
+    kind: str | None
+    rank: int | None
+    step: int | None
+    steps: tuple[int, int] | None
+    device: int | None
+    reserved_bytes: int
+    allocated_bytes: int
+    active_bytes: int
+    free_in_reserved_bytes: int
+    largest_free_block_bytes: int
+    segments: int
+    blocks: int
+    oom: OomRecord | None
+    verdict: Verdict
+    top_sites: tuple[SiteBytes, ...]
+    live_by_step: tuple[StepBytes, ...]
+    history_events: int
+    history_truncated: bool | None
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``summary --json`` object (key names are a contract; see docs/analysis.md)."""
+        return {
+            "file": self.file,
+            "kind": self.kind,
+            "rank": self.rank,
+            "step": self.step,
+            "steps": list(self.steps) if self.steps else None,
+            "device": self.device,
+            "reserved_bytes": self.reserved_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "active_bytes": self.active_bytes,
+            "free_in_reserved_bytes": self.free_in_reserved_bytes,
+            "largest_free_block_bytes": self.largest_free_block_bytes,
+            "segments": self.segments,
+            "blocks": self.blocks,
+            "oom": self.oom.to_dict() if self.oom else None,
+            "verdict": self.verdict.name,
+            "explanation": self.verdict.explanation,
+            "advice": self.verdict.advice,
+            "top_sites": [site.to_dict() for site in self.top_sites],
+            "live_by_step": [step.to_dict() for step in self.live_by_step],
+            "history_events": self.history_events,
+            "history_truncated": self.history_truncated,
+            "warnings": list(self.warnings),
+        }
+
+
+class _Tally:
+    """Running totals over blocks, kept apart so ``summarize`` reads as the steps it takes."""
+
+    def __init__(self) -> None:
+        self.allocated = self.active = self.free = self.largest = self.blocks = 0
+        self.sites: dict[str, list[int]] = {}
+        self.live: list[tuple[Block, str]] = []
+        self._site_cache: dict[int, str] = {}
+
+    def add(self, block: Block) -> None:
+        self.blocks += 1
+        if block.state == ALLOCATED:
+            self.allocated += block.size
+            self.active += block.size
+            site = self.site(block)
+            entry = self.sites.setdefault(site, [0, 0])
+            entry[0] += block.size
+            entry[1] += 1
+            self.live.append((block, site))
+        elif block.state == PENDING_FREE:
+            self.active += block.size
+        elif block.state == INACTIVE:
+            self.free += block.size
+            self.largest = max(self.largest, block.size)
+
+    def site(self, block: Block) -> str:
+        """Site of a block, memoized per frames list (a hostile file may share one many times)."""
+        if block.frames is None:
+            return UNKNOWN_SITE
+        key = id(block.frames)
+        site = self._site_cache.get(key)
+        if site is None:
+            site = self._site_cache[key] = site_of(block.frames)
+        return site
+
+
+def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
+    """Every allocated block of a dump with its site (used by diff and report too)."""
+    tally = _Tally()
+    for segment in dump.segments:
+        for block in segment.blocks:
+            tally.add(block)
+    return tally.live
+
+
+def summarize(dump: Dump, *, top: int = 10) -> Summary:
+    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites, live bytes per step."""
+    tally = _Tally()
+    reserved = 0
+    for segment in dump.segments:
+        reserved += segment.total_size
+        for block in segment.blocks:
+            tally.add(block)
+    trace_oom, block_steps = scan_trace(dump, [block for block, _ in tally.live])
+    oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
+    sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
+    top_sites = tuple(SiteBytes(site, size, count) for site, (size, count) in sites[: max(top, 0)])
+    verdict = judge(
+        oom=oom,
+        reserved=reserved,
+        allocated=tally.allocated,
+        free_in_reserved=tally.free,
+        largest_free_block=tally.largest,
+        top_sites=[(site.site, site.bytes) for site in top_sites[:3]],
+        expandable=any(segment.is_expandable for segment in dump.segments),
+    )
+    return Summary(
+        file=dump.name,
+        kind=dump.meta.kind,
+        rank=dump.meta.rank,
+        step=dump.meta.step,
+        steps=dump.meta.steps,
+        device=dump.device,
+        reserved_bytes=reserved,
+        allocated_bytes=tally.allocated,
+        active_bytes=tally.active,
+        free_in_reserved_bytes=tally.free,
+        largest_free_block_bytes=tally.largest,
+        segments=len(dump.segments),
+        blocks=tally.blocks,
+        oom=oom,
+        verdict=verdict,
+        top_sites=top_sites,
+        live_by_step=_by_step(tally.live, block_steps),
+        history_events=len(dump.trace),
+        history_truncated=dump.meta.truncated,
+        warnings=dump.warnings,
+    )
+
+
+def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
+    """The trace's last ``oom`` entry, and the step of each live block (by address).
+
+    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address with
+    the same size (a live block cannot have been allocated over, so that entry is its own).
+    Walks the trace backwards and stops once both questions are answered.
+    """
+    steps: dict[int, int | None] = {}
+    wanted: dict[int, int] = {}
+    for block in live:
+        step = parse_step(block.user_metadata)
+        if step is not None:
+            steps[block.address] = step
+        else:
+            wanted[block.address] = block.size
+    oom: OomRecord | None = None
+    for entry in reversed(dump.trace):
+        if type(entry) is not dict:
+            continue
+        action = entry.get("action")
+        if action == "alloc" and wanted:
+            address = entry.get("addr")
+            if type(address) is int and address in wanted:
+                size = wanted.pop(address)
+                if entry.get("size") in (size, None):
+                    steps[address] = parse_step(entry.get("user_metadata"))
+        elif action == "oom" and oom is None:
+            oom = OomRecord(
+                requested_bytes=as_int(entry.get("size")),
+                device_free_bytes=as_int(entry.get("device_free")),
+                device_total_bytes=None,
+                source="trace",
+            )
+        if oom is not None and not wanted:
+            break
+    return oom, steps
+
+
+def merge_oom(
+    sidecar: OomRecord | None, trace: OomRecord | None, kind: str | None
+) -> OomRecord | None:
+    """Prefer the sidecar's OOM facts, filling its gaps from the trace's ``oom`` entry."""
+    if sidecar is None:
+        if trace is None and kind == "oom":
+            return OomRecord(None, None, None, "sidecar")
+        return trace
+    if trace is None:
+        return sidecar
+    return OomRecord(
+        requested_bytes=sidecar.requested_bytes
+        if sidecar.requested_bytes is not None
+        else trace.requested_bytes,
+        device_free_bytes=sidecar.device_free_bytes
+        if sidecar.device_free_bytes is not None
+        else trace.device_free_bytes,
+        device_total_bytes=sidecar.device_total_bytes,
+        source="sidecar",
+    )
+
+
+def _by_step(live: list[tuple[Block, str]], steps: dict[int, int | None]) -> tuple[StepBytes, ...]:
+    """Live bytes per step; empty when no live block carries step metadata at all."""
+    totals: dict[int | None, list[int]] = {}
+    for block, _site in live:
+        entry = totals.setdefault(steps.get(block.address), [0, 0])
+        entry[0] += block.size
+        entry[1] += 1
+    if all(step is None for step in totals):
+        return ()
+    order = sorted(totals, key=lambda step: (step is None, step or 0))
+    return tuple(StepBytes(step, totals[step][0], totals[step][1]) for step in order)

@@ -1,0 +1,31 @@
+"""``memforensics ls DIR``: every dump of a run, across ranks, and the first OOM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis import list_dumps
+from memforensics.analysis._text import ls_text
+from memforensics.cli._command import CommandError
+
+
+class LsCommand:
+    """List the dumps under a run folder (all ranks), oldest first, naming the first OOM."""
+
+    name = "ls"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """DIR, --json."""
+        parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """List and print."""
+        try:
+            listing = list_dumps(args.dir)
+        except SnapshotLoadError as exc:
+            raise CommandError(str(exc)) from None
+        print(json.dumps(listing.to_dict(), indent=2) if args.json else ls_text(listing))
+        return 0

@@ -1,0 +1,41 @@
+"""Test helpers that ship with memforensics: synthetic snapshots with known truth."""
+
+from memforensics.testing._synthetic import (
+    CACHE,
+    OPTIMIZER,
+    TRAIN,
+    Block,
+    GiB,
+    MiB,
+    RunTruth,
+    Site,
+    SnapshotBuilder,
+    SnapshotTruth,
+    SyntheticDump,
+    exhausted,
+    fragmented,
+    growth_pair,
+    make_sidecar,
+    write_dump,
+    write_run_folder,
+)
+
+__all__ = [
+    "CACHE",
+    "OPTIMIZER",
+    "TRAIN",
+    "Block",
+    "GiB",
+    "MiB",
+    "RunTruth",
+    "Site",
+    "SnapshotBuilder",
+    "SnapshotTruth",
+    "SyntheticDump",
+    "exhausted",
+    "fragmented",
+    "growth_pair",
+    "make_sidecar",
+    "write_dump",
+    "write_run_folder",
+]

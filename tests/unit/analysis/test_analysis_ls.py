@@ -1,0 +1,61 @@
+"""ls: every dump of a run folder across ranks, the first OOM, and tolerance of stray files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memforensics import SnapshotLoadError
+from memforensics.analysis import list_dumps
+from memforensics.testing import write_run_folder
+
+
+def test_run_folder_listing(tmp_path: Path) -> None:
+    """All dumps are listed (gz and sidecar-less too); stray and temp files are not."""
+    truth = write_run_folder(tmp_path, world_size=5)
+    listing = list_dumps(tmp_path)
+    assert len(listing.dumps) == truth.dumps
+    kinds = sorted(entry.meta.kind or "?" for entry in listing.dumps)
+    assert kinds == ["manual", "manual", "oom", "oom", "oom", "oom", "window"]
+    window = next(entry for entry in listing.dumps if entry.meta.kind == "window")
+    assert window.meta.steps == (4, 7)
+    assert window.meta.rank == 0
+
+
+def test_first_oom_is_earliest_by_sidecar_time(tmp_path: Path) -> None:
+    """The highest rank failed first in the synthetic run, and ls says so."""
+    truth = write_run_folder(tmp_path, world_size=8)
+    first = list_dumps(tmp_path).to_dict()["first_oom"]
+    assert first == {"rank": truth.first_oom_rank, "step": 12, "path": str(truth.first_oom_path)}
+
+
+def test_dump_without_sidecar_is_placed_by_its_name(tmp_path: Path) -> None:
+    """A gz dump without sidecar still has kind (folder), rank and time (file name)."""
+    write_run_folder(tmp_path)
+    entry = next(e for e in list_dumps(tmp_path).dumps if e.path.name.endswith(".gz"))
+    assert entry.meta.has_sidecar is False
+    assert entry.meta.kind == "manual"
+    assert entry.meta.rank == 0
+    assert entry.created_at == "2026-11-30T10:15:00+00:00"
+
+
+def test_broken_sidecar_is_reported_not_fatal(tmp_path: Path) -> None:
+    """A sidecar that is not JSON is flagged on its entry; listing goes on."""
+    write_run_folder(tmp_path)
+    entry = next(e for e in list_dumps(tmp_path).dumps if e.path.name == "broken.pickle")
+    assert entry.sidecar_error is not None
+    assert "not valid JSON" in entry.sidecar_error
+
+
+def test_not_a_folder(tmp_path: Path) -> None:
+    """ls of a file or a missing path is a SnapshotLoadError."""
+    with pytest.raises(SnapshotLoadError, match="not a folder"):
+        list_dumps(tmp_path / "missing")
+
+
+def test_empty_folder_has_no_first_oom(tmp_path: Path) -> None:
+    """A folder with no dumps lists nothing and has no first OOM."""
+    listing = list_dumps(tmp_path)
+    assert listing.dumps == ()
+    assert listing.first_oom is None

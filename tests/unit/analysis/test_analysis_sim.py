@@ -1,0 +1,43 @@
+"""Real dumps from the sim device: the analysis reads what memforensics itself writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import memforensics
+from memforensics.analysis import list_dumps, load_dump, summarize
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, reset_device
+
+MiB = 1 << 20
+
+
+def _allocate(device: SimDevice, sizes: list[int]) -> list[object]:
+    kept: list[object] = []
+    for size in sizes:
+        kept.append(device.empty(size))
+    return kept
+
+
+def test_sim_oom_dump_is_explained(tmp_path: Path) -> None:
+    """A sim OOM dump gives the sidecar's OOM, an 'exhausted' verdict and this test as the site."""
+    device = reset_device(total_bytes=32 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1, skip_first=0)
+    with pytest.raises(SimOutOfMemoryError), mf.step(0):
+        _allocate(device, [12 * MiB, 12 * MiB, 20 * MiB])
+    mf.close()
+    listing = list_dumps(tmp_path)
+    first = listing.first_oom
+    assert first is not None
+    assert first.meta.rank == 0
+    assert first.meta.step == 0
+    summary = summarize(load_dump(first.path))
+    assert summary.oom is not None
+    assert summary.oom.requested_bytes == 20 * MiB
+    assert summary.verdict.name == "exhausted"
+    assert summary.allocated_bytes == 24 * MiB
+    [site] = summary.top_sites  # the one line in _allocate, in this test file
+    assert site.site.startswith(__file__)
+    assert site.site.endswith(" _allocate")
+    assert [(s.step, s.bytes) for s in summary.live_by_step] == [(0, 24 * MiB)]
