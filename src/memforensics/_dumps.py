@@ -122,6 +122,11 @@ class Dumper:
         self._apply_retention()
         return True
 
+    def _truncated(self, snapshot: Any) -> bool:
+        """True when the trace filled its ring buffer, so its oldest events were dropped."""
+        entries = trace_length(snapshot)
+        return entries is not None and entries >= self.config.max_entries
+
     def _apply_retention(self) -> None:
         for old in windows_to_delete(self._completed, self.config.keep_last):
             self.attempt(
@@ -191,6 +196,7 @@ class Dumper:
                 created_at=now,
                 step=step,
                 trace_entries=trace_length(snapshot),
+                truncated=self._truncated(snapshot),
                 oom=oom,
             )
 
@@ -231,6 +237,7 @@ class Dumper:
                 created_at=now,
                 step=step,
                 trace_entries=trace_length(snapshot),
+                truncated=self._truncated(snapshot),
             )
 
         return paths.snapshot if self._write(paths, snapshot, sidecar, kind="manual") else None

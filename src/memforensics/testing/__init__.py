@@ -1,5 +1,14 @@
-"""Test helpers that ship with memforensics: synthetic snapshots with known truth."""
+"""Test helpers that ship with memforensics: synthetic snapshots with known truth, and the
+simulated ``sim`` device (a caching allocator in pure Python) for tests without an accelerator."""
 
+from memforensics.backends.sim import (
+    SimBackend,
+    SimDevice,
+    SimOutOfMemoryError,
+    SimTensor,
+    get_device,
+    reset_device,
+)
 from memforensics.testing._synthetic import (
     CACHE,
     OPTIMIZER,
@@ -28,14 +37,20 @@ __all__ = [
     "GiB",
     "MiB",
     "RunTruth",
+    "SimBackend",
+    "SimDevice",
+    "SimOutOfMemoryError",
+    "SimTensor",
     "Site",
     "SnapshotBuilder",
     "SnapshotTruth",
     "SyntheticDump",
     "exhausted",
     "fragmented",
+    "get_device",
     "growth_pair",
     "make_sidecar",
+    "reset_device",
     "write_dump",
     "write_run_folder",
 ]
