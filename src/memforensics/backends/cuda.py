@@ -16,16 +16,19 @@ class CudaBackend(TorchAllocatorBackend):
         """``torch.cuda``."""
         import torch
 
-        return torch.cuda
+        module: ModuleType = torch.cuda  # a typed local: torch is Any where it is not installed
+        return module
 
     def memory_module(self) -> ModuleType:
         """``torch.cuda.memory``."""
         import torch.cuda.memory
 
-        return torch.cuda.memory
+        module: ModuleType = torch.cuda.memory
+        return module
 
     def c_module(self) -> ModuleType:
         """``torch._C``."""
         import torch
 
-        return torch._C
+        module: ModuleType = torch._C
+        return module

@@ -16,6 +16,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("diff", "DiffCommand"),
     ("ls", "LsCommand"),
     ("report", "ReportCommand"),
+    ("run", "RunCommand"),
+    ("doctor", "DoctorCommand"),
     ("demo", "DemoCommand"),
 )
 

@@ -1,0 +1,89 @@
+"""``memforensics doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from memforensics._config import ForensicsConfig, config_from_env
+from memforensics._errors import ConfigError
+
+_DEVICES = ("auto", "cuda", "npu", "none", "sim")
+_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+class DoctorCommand:
+    """Check this node before a long job: framework, device, OOM hook, history, disk, settings.
+
+    Each check passes, warns or fails with a one-line reason; the exit status is 1 if any check
+    fails. --device and --out default to what install() would use here (MEMFORENSICS_DEVICE,
+    MEMFORENSICS_OUT_DIR, else auto and ./memforensics).
+    """
+
+    name = "doctor"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """``--device``, ``--out`` and ``--json``."""
+        parser.add_argument(
+            "--device",
+            choices=_DEVICES,
+            default=None,
+            help="the device to check (default: $MEMFORENSICS_DEVICE, else auto)",
+        )
+        parser.add_argument(
+            "--out",
+            type=Path,
+            default=None,
+            help="the out_dir to check (default: $MEMFORENSICS_OUT_DIR, else ./memforensics)",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print {status, device, out_dir, checks} as JSON"
+        )
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """Run every check, print them, return 1 if any failed."""
+        from memforensics._doctor import Doctor, overall
+
+        env = _env_defaults()
+        device = args.device or env.get("device", "auto")
+        out_dir = args.out if args.out is not None else Path(env.get("out_dir", "memforensics"))
+        doctor = Doctor(device, out_dir)
+        checks = doctor.run()
+        status = overall(checks)
+        if args.json:
+            report = {
+                "status": status,
+                "device": device,
+                "out_dir": str(doctor.out_dir),
+                "checks": [check.as_dict() for check in checks],
+            }
+            print(json.dumps(report, indent=2))
+        else:
+            print(f"memforensics doctor: device {device}, out_dir {doctor.out_dir}")
+            width = max(len(check.name) for check in checks)
+            for check in checks:
+                print(f"  {_MARK[check.status]}  {check.name:<{width}}  {check.detail}")
+            failed = sum(check.status == "fail" for check in checks)
+            warned = sum(check.status == "warn" for check in checks)
+            noun = "warning" if warned == 1 else "warnings"
+            print(f"result: {status} ({failed} failed, {warned} {noun}, {len(checks)} checks)")
+        return 1 if status == "fail" else 0
+
+
+def _env_defaults() -> dict[str, Any]:
+    """``device`` and ``out_dir`` from the environment when they are valid there."""
+    try:
+        values = config_from_env()
+    except ConfigError:
+        return {}  # the config check reports it
+    found: dict[str, Any] = {}
+    for field in ("device", "out_dir"):
+        if field in values:
+            try:
+                ForensicsConfig(**{field: values[field]})
+            except ValueError:
+                continue
+            found[field] = values[field]
+    return found
