@@ -145,7 +145,7 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             continue
         try:
             values[field] = parse_env_value(field, env[name])
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # deep JSON: RecursionError
             raise ConfigError(
                 f"memforensics: environment variable {name}={env[name]!r} is invalid: {exc}",
                 field=field,
@@ -170,6 +170,19 @@ def build_config(
         return ForensicsConfig(**merged)
     except ValidationError as exc:
         raise _config_error(exc, explicit=set(overrides), from_env=set(from_env)) from None
+
+
+def blame_environment(
+    error: ConfigError, *, explicit: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> ConfigError:
+    """Name the variable in an install-time error (``out_dir`` unwritable) about an env value."""
+    env = os.environ if environ is None else environ
+    field = error.field
+    if field is None or field in explicit or env_var(field) not in env:
+        return error
+    source = f"environment variable {env_var(field)}"
+    message = str(error).replace(f"config field {field!r}", source)
+    return ConfigError(message, field=field)
 
 
 def _config_error(exc: ValidationError, *, explicit: set[str], from_env: set[str]) -> ConfigError:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from memforensics import _writer
+from memforensics import _background, _writer
 from memforensics._config import ForensicsConfig
 from memforensics._log import safe_log, warn_once
 from memforensics._oom import python_stack, requested_bytes_from_message
@@ -22,9 +23,18 @@ from memforensics._sidecar import SidecarContext, build_sidecar, trace_length
 from memforensics._window import Window, windows_to_delete
 from memforensics.backends._protocol import DeviceBackend
 
+WriterMode = Literal["auto", "sync", "fork"]
+
 
 class Dumper:
-    """Writes one process's dumps under ``out_dir`` and applies window retention."""
+    """Writes one process's dumps under ``out_dir`` and applies window retention.
+
+    OOM and manual dumps are written inline: the process may be about to die, and the caller
+    wants the file. Window dumps are snapshotted inline (the snapshot is the state at that
+    moment) and, with ``writer="auto"``, serialized by a forked child when that is predicted to
+    cost the training thread less (``_background.WriteCosts``); ``"sync"`` and ``"fork"`` force
+    one way. Retention and ``dumps`` follow each window once it has landed.
+    """
 
     def __init__(
         self,
@@ -42,6 +52,8 @@ class Dumper:
         self.dumps: list[Path] = []
         self._completed: list[Window] = []
         self._lock = threading.Lock()
+        self.writer: WriterMode = "auto"
+        self._background = _background.BackgroundWriter()
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -64,28 +76,60 @@ class Dumper:
         sidecar: Callable[[int], dict[str, Any]],
         **fields: Any,
     ) -> bool:
+        start = time.perf_counter()
         try:
             size = _writer.write_dump(paths, snapshot, sidecar)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
-            safe_log(
-                "warning",
-                "dump_failed",
-                path=str(paths.snapshot),
-                rank=self.rank,
-                error=f"{type(exc).__name__}: {exc}",
-                **fields,
-            )
+            self._failed(paths, f"{type(exc).__name__}: {exc}", fields)
             return False
+        self._background.costs.observed_write(
+            time.perf_counter() - start, _background.snapshot_weight(snapshot)
+        )
+        self._landed(paths, size, fields)
+        return True
+
+    def _landed(self, paths: _writer.DumpPaths, size: int, fields: dict[str, Any]) -> None:
         with self._lock:
             self.dumps.append(paths.snapshot)
         safe_log(
             "info", "dump_written", path=str(paths.snapshot), bytes=size, rank=self.rank, **fields
         )
-        return True
+
+    def _failed(self, paths: _writer.DumpPaths, error: str, fields: dict[str, Any]) -> None:
+        safe_log(
+            "warning",
+            "dump_failed",
+            path=str(paths.snapshot),
+            rank=self.rank,
+            error=error,
+            **fields,
+        )
+
+    def flush(self) -> None:
+        """Wait for a window dump still being written in the background (no-op otherwise)."""
+        try:
+            self._background.flush()
+        except Exception as exc:  # noqa: BLE001 - nothing raises into training
+            warn_once("background_flush_failed", "background_flush_failed", error=repr(exc))
+
+    def _use_background(self, snapshot: Any) -> tuple[bool, int]:
+        """Whether to fork a writer for ``snapshot``, and its weight (for learning costs)."""
+        weight = _background.snapshot_weight(snapshot)
+        if self.writer == "sync" or not _background.fork_supported():
+            return False, weight
+        if self.writer == "fork":
+            return True, weight
+        return self._background.costs.prefer_fork(weight, _background.resident_bytes()), weight
 
     # -- windows -------------------------------------------------------------------------------
-    def window(self, window: Window) -> bool:
-        """Dump a completed (or partial) window; True when its files landed."""
+    def window(self, window: Window, *, background: bool = True) -> bool:
+        """Dump a completed (or partial) window; True when its files landed or are on their way.
+
+        With ``background`` the write may go to a forked child; its outcome (retention, the
+        ``dump_written`` event, ``dumps``) is applied when the child is reaped: by the next
+        window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
+        """
+        self.flush()  # one window in flight at most, landed in order
         paths = _writer.window_paths(self.out_dir, window.name, self.rank, os.getpid())
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
@@ -116,11 +160,53 @@ class Dumper:
                 trace_entries=entries,
             )
 
-        if not self._write(paths, snapshot, sidecar, kind="window", window=window.name):
+        fields: dict[str, Any] = {"kind": "window", "window": window.name}
+        if background:
+            fork, weight = self._use_background(snapshot)
+            if fork and self._submit(paths, snapshot, sidecar, window, fields, weight):
+                return True
+        if not self._write(paths, snapshot, sidecar, **fields):
             return False
+        self._window_landed(window)
+        return True
+
+    def _submit(
+        self,
+        paths: _writer.DumpPaths,
+        snapshot: Any,
+        sidecar: Callable[[int], dict[str, Any]],
+        window: Window,
+        fields: dict[str, Any],
+        weight: int,
+    ) -> bool:
+        def done(result: _background.WriteResult) -> None:
+            if result.ok:
+                self._landed(paths, result.size, fields)
+                self._window_landed(window)
+            else:
+                self._failed(paths, result.error, fields)
+
+        started = self.attempt(
+            "background_write_failed",
+            self._background.submit,
+            paths,
+            snapshot,
+            sidecar,
+            done,
+            weight,
+        )
+        if not started:
+            warn_once(
+                "background_write_unavailable",
+                "background_write_unavailable",
+                rank=self.rank,
+                reason="could not fork a writer; window dumps are written inline",
+            )
+        return started is True
+
+    def _window_landed(self, window: Window) -> None:
         self._completed.append(window)
         self._apply_retention()
-        return True
 
     def _truncated(self, snapshot: Any) -> bool:
         """True when the trace filled its ring buffer, so its oldest events were dropped."""

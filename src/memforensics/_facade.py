@@ -8,20 +8,22 @@ training loop, blocks it on a device synchronize, or changes how it fails.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
 from memforensics import _writer
-from memforensics._config import ForensicsConfig, build_config
+from memforensics._config import ForensicsConfig, blame_environment, build_config
 from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
 from memforensics._log import safe_log, warn_once
 from memforensics._oom import REGISTRY, OomGuard, attach_error_reason, is_oom_error
 from memforensics._rank import resolve_rank, resolve_world_size
 from memforensics._sidecar import SidecarContext
-from memforensics._window import WindowSchedule
+from memforensics._window import Window, WindowSchedule
 from memforensics.backends._protocol import DeviceBackend, HistoryMode
 from memforensics.backends.none import NoneBackend
 
@@ -45,7 +47,14 @@ _NULL_STEP = _NullStep()
 
 
 class _StepContext:
-    """``with mf.step(n):`` for a capturing rank."""
+    """``with mf.step(n):`` for a capturing rank.
+
+    This runs twice per training step, so the common case (no window opens or closes) is a
+    handful of attribute reads and integer comparisons done here, with everything the facade
+    needs prepared at install time (bound methods, or None when there is nothing to do). The
+    rare cases (nesting, a step number that goes backwards, a window boundary, an OOM) go
+    through the facade's slower helpers. See docs/performance.md for what this costs.
+    """
 
     __slots__ = ("_mf", "_number")
 
@@ -54,7 +63,28 @@ class _StepContext:
         self._number = number
 
     def __enter__(self) -> None:
-        self._mf._enter_step(self._number)
+        mf = self._mf
+        try:
+            mf._depth += 1
+            if mf._depth > 1:
+                mf._nested_step()
+                return
+            number = self._number
+            last = mf._last_step
+            if number is None:
+                number = 0 if last is None else last + 1
+            elif last is not None and number <= last:
+                number = mf._step_not_increasing(number, last)
+            mf._last_step = mf.current_step = number
+            mf._fired_at_enter = mf._guard.fired
+            begin = mf._begin_window
+            if begin is not None and begin(number):
+                mf._record("all", clear=True)
+            tag = mf._tag
+            if tag is not None:
+                tag(f"step={number}")
+        except Exception as exc:  # noqa: BLE001 - nothing raises into training
+            warn_once("step_enter_failed", "step_enter_failed", error=repr(exc))
 
     def __exit__(
         self,
@@ -62,7 +92,28 @@ class _StepContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Literal[False]:
-        self._mf._exit_step(exc)
+        mf = self._mf
+        try:
+            if mf._depth > 1:
+                return False
+            if exc is not None and mf._guard.fired == mf._fired_at_enter and is_oom_error(exc):
+                mf._capture_from_exception(exc)
+            end = mf._end_window
+            if end is not None:
+                window = end()
+                if window is not None:
+                    mf._dumper.window(window)
+            tag = mf._tag
+            if tag is not None:
+                tag("")
+        except Exception as error:  # noqa: BLE001
+            warn_once("step_exit_failed", "step_exit_failed", error=repr(error))
+        finally:
+            depth = mf._depth - 1
+            if depth <= 0:
+                depth = 0
+                mf.current_step = None
+            mf._depth = depth
         return False  # never swallow: the user's exception leaves unchanged
 
 
@@ -84,7 +135,12 @@ class MemoryForensics:
         self._schedule: WindowSchedule | None = None
         self._history: HistoryMode = None
         self._annotate = False
+        self._begin_window: Callable[[int], bool] | None = None
+        self._end_window: Callable[[], Window | None] | None = None
+        self._tag: Callable[[str], object] | None = None
+        """The backend's metadata setter, bound once: None when steps are not annotated."""
         self._guard = OomGuard(config.max_oom_snapshots)
+        self._pid = os.getpid()
         self._lock = threading.RLock()
         self.backend: DeviceBackend = NoneBackend()
         if not self.capturing:
@@ -109,11 +165,15 @@ class MemoryForensics:
                 skip_first=config.skip_first,
                 max_windows=config.max_windows,
             )
+            self._begin_window = self._schedule.begin
+            self._end_window = self._schedule.end
         self._start_history()
         self._annotate = (
             config.annotate_steps
             and self._try("annotate_unsupported", self.backend.set_step_metadata, "") is True
         )
+        if self._annotate:
+            self._tag = self.backend.set_step_metadata
         if config.oom:
             self._attach_observer()
         atexit.register(self._at_exit)
@@ -203,61 +263,25 @@ class MemoryForensics:
             return _NULL_STEP
         return _StepContext(self, step)
 
-    def _enter_step(self, number: int | None) -> None:
-        try:
-            self._depth += 1
-            if self._depth > 1:
-                warn_once(
-                    "nested_step",
-                    "nested_step",
-                    rank=self.rank,
-                    reason="mf.step() entered inside another step; the inner one is ignored",
-                )
-                return
-            last = self._last_step
-            if number is None:
-                number = 0 if last is None else last + 1
-            elif last is not None and number <= last:
-                warn_once(
-                    "step_not_increasing",
-                    "step_not_increasing",
-                    rank=self.rank,
-                    given=number,
-                    last=last,
-                    used=last + 1,
-                    reason="step numbers must increase; using last + 1",
-                )
-                number = last + 1
-            self._last_step = number
-            self.current_step = number
-            self._fired_at_enter = self._guard.fired
-            schedule = self._schedule
-            if schedule is not None and schedule.begin(number):
-                self._record("all", clear=True)
-            if self._annotate:
-                self.backend.set_step_metadata(f"step={number}")
-        except Exception as exc:  # noqa: BLE001
-            warn_once("step_enter_failed", "step_enter_failed", error=repr(exc))
+    def _nested_step(self) -> None:
+        warn_once(
+            "nested_step",
+            "nested_step",
+            rank=self.rank,
+            reason="mf.step() entered inside another step; the inner one is ignored",
+        )
 
-    def _exit_step(self, exc: BaseException | None) -> None:
-        try:
-            if self._depth > 1:
-                return
-            if exc is not None and is_oom_error(exc) and self._guard.fired == self._fired_at_enter:
-                self._capture_from_exception(exc)
-            schedule = self._schedule
-            if schedule is not None:
-                window = schedule.end()
-                if window is not None:
-                    self._dumper.window(window)
-            if self._annotate:
-                self.backend.set_step_metadata("")
-        except Exception as error:  # noqa: BLE001
-            warn_once("step_exit_failed", "step_exit_failed", error=repr(error))
-        finally:
-            self._depth = max(self._depth - 1, 0)
-            if self._depth == 0:
-                self.current_step = None
+    def _step_not_increasing(self, given: int, last: int) -> int:
+        warn_once(
+            "step_not_increasing",
+            "step_not_increasing",
+            rank=self.rank,
+            given=given,
+            last=last,
+            used=last + 1,
+            reason="step numbers must increase; using last + 1",
+        )
+        return last + 1
 
     # -- dumps ---------------------------------------------------------------------------------
     def _on_oom_observer(self, device: int, requested: int, total: int, free: int) -> None:
@@ -293,31 +317,40 @@ class MemoryForensics:
 
     @property
     def dumps(self) -> list[Path]:
-        """Snapshot files this facade wrote, oldest first (retention removes deleted ones)."""
+        """Snapshot files this facade wrote, in the order they landed (retention removes the
+        deleted ones). Waits for a window dump still being written in the background."""
         dumper = getattr(self, "_dumper", None)
-        return list(dumper.dumps) if dumper is not None else []
+        if dumper is None:
+            return []
+        dumper.flush()
+        return list(dumper.dumps)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
         """Dump a partial window if one is open, stop recording, stop observing. Idempotent."""
+        with _install_lock:  # a late close on another thread never undoes a newer install
+            self._close()
+
+    def _close(self) -> None:
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-        if not self.capturing:
-            return
+        if not self.capturing or os.getpid() != self._pid:
+            return  # inert, or a forked child (DataLoader worker): the device is not ours
         try:
             atexit.unregister(self._at_exit)
             if self._schedule is not None:
                 window = self._schedule.close()
                 if window is not None:
-                    self._dumper.window(window)
+                    self._dumper.window(window, background=False)
+            self._dumper.flush()  # evidence lands before the interpreter exits
             if self._history is not None:
                 self._record(None, clear=False)
                 self._history = None
             if self._annotate:
                 self._try("annotate_failed", self.backend.set_step_metadata, "")
-            REGISTRY.set_handler(None)
+            REGISTRY.clear_handler(self._on_oom_observer)
         except Exception as exc:  # noqa: BLE001
             warn_once("close_failed", "close_failed", error=repr(exc))
 
@@ -358,7 +391,10 @@ def install(**config: Any) -> MemoryForensics:
         if _current is not None:
             _current.close()
             _current = None
-        _current = MemoryForensics(validated)
+        try:
+            _current = MemoryForensics(validated)
+        except ConfigError as exc:
+            raise blame_environment(exc, explicit=config) from None
         return _current
 
 

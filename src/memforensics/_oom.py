@@ -68,6 +68,15 @@ class OomRegistry:
         """Route future OOMs to ``handler`` (None: observe nothing)."""
         self._handler = handler
 
+    def clear_handler(self, handler: OomHandler) -> None:
+        """Stop routing to ``handler`` unless another facade has taken over since.
+
+        A facade closing late (another thread's ``close()``) must not silence the live one.
+        """
+        with self._lock:
+            if self._handler == handler:
+                self._handler = None
+
     def dispatch(self, device: int, requested: int, total: int, free: int) -> None:
         """The observer the framework calls; it never raises."""
         handler = self._handler

@@ -26,6 +26,7 @@ PICKLE_PROTOCOL = 4
 """The protocol ``torch.cuda.memory._dump_snapshot`` uses; memory_viz reads it."""
 
 _FILE_MODE = 0o644  # further reduced by the umask; never group- or world-writable by default
+_DIR_MODE = 0o755  # the same for the folders dumps land in: nobody else may swap a dump
 _TMP_MARK = ".tmp-"
 _TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
 
@@ -83,7 +84,7 @@ def _fsync_dir(folder: Path) -> None:
 def _atomic_file(final: Path) -> Iterator[IO[bytes]]:
     """Yield a file that becomes ``final`` only if the block completes; else nothing remains."""
     folder = final.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
     tmp = folder / f".{final.name}{_TMP_MARK}{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(tmp, flags, _FILE_MODE)
@@ -165,7 +166,7 @@ def clean_stale_temp_files(out_dir: Path) -> list[Path]:
 
 def check_writable(out_dir: Path) -> None:
     """Create ``out_dir`` and prove a file can be written there; raise OSError if not."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
     probe = out_dir / f".probe{_TMP_MARK}{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     try:

@@ -22,6 +22,7 @@ class TorchAllocatorBackend:
 
     def __init__(self) -> None:
         self._history_params: frozenset[str] | None = None
+        self._metadata_fn: Any = None
 
     # -- where the framework keeps things (overridden per device) ------------------------------
     def device_module(self) -> ModuleType:
@@ -148,9 +149,15 @@ class TorchAllocatorBackend:
         return dict(self.device_module().memory_stats())
 
     def set_step_metadata(self, text: str) -> bool:
-        """``_set_memory_metadata(text)`` where this framework version has it."""
-        fn = getattr(self.memory_module(), "_set_memory_metadata", None)
+        """``_set_memory_metadata(text)`` where this framework version has it.
+
+        Called on every step's enter and exit, so the function is looked up once and kept.
+        """
+        fn = self._metadata_fn
         if fn is None:
-            return False
+            fn = getattr(self.memory_module(), "_set_memory_metadata", None)
+            if fn is None:
+                return False
+            self._metadata_fn = fn
         fn(text)
         return True

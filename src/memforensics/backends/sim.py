@@ -419,8 +419,12 @@ class SimBackend:
         return dict(get_device().memory_stats())
 
     def set_step_metadata(self, text: str) -> bool:
-        """Tag later allocations with ``text``; the sim device always supports it."""
-        get_device().set_memory_metadata(text)
+        """Tag later allocations with ``text``; the sim device always supports it.
+
+        Called twice per step, so it skips ``get_device()``'s lock once the device exists.
+        """
+        device = _default
+        (device if device is not None else get_device()).set_memory_metadata(text)
         return True
 
     def framework_version(self) -> str | None:
