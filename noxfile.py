@@ -31,7 +31,13 @@ def tests_notorch(session: nox.Session) -> None:
         "-c",
         "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)",
     )
-    session.run("pytest", "tests", "-m", "not torch and not gpu and not stress and not extras", *session.posargs)
+    session.run(
+        "pytest",
+        "tests",
+        "-m",
+        "not torch and not gpu and not stress and not extras",
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -10,12 +10,13 @@ with ``os._exit``, so it runs no atexit handler and flushes no inherited buffer.
 
 ``fork()`` costs time in proportion to the parent's resident memory (page tables are copied),
 so ``WriteCosts`` forks only when the write it saves is clearly larger, learning both costs
-from what it observes. The parent keeps its reference to the snapshot until the child exits
-(freeing it earlier would write to every page the child still shares, copying them all); a
-small reaper thread, blocked in ``waitpid`` without the GIL, drops it the moment the child is
-gone, so it is not kept alive across the next window's allocations (which would fragment the
-heap and hold memory). The outcome (retention, logging, ``dumps``) is applied on the training
-thread by the next ``poll``/``flush``.
+from what it observes. The parent drops its reference to the snapshot right after the fork, as
+an inline write would: keeping it until the child exits avoided copy-on-write faults but left it
+alive across the next window's allocations, which fragmented the heap and held 5-7 MiB of RSS
+for good (measured by bench_memory.py; freeing at once holds none and kept the training-thread
+cost within target, see docs/performance.md). A small reaper thread, blocked in ``waitpid``
+without the GIL, notices the child's exit; the outcome (retention, logging, ``dumps``) is
+applied on the training thread by the next ``poll``/``flush``.
 """
 
 from __future__ import annotations
@@ -111,7 +112,6 @@ def fork_supported() -> bool:
 class _Child:
     pid: int
     report_fd: int
-    snapshot: Any  # held until the child exits (see the module docstring)
     on_done: Callable[[WriteResult], None]
     weight: int
     exited: threading.Event
@@ -119,13 +119,12 @@ class _Child:
 
 
 def _wait_for(child: _Child) -> None:
-    """Reaper thread: wait for the child without the GIL, then let its snapshot go."""
+    """Reaper thread: wait for the child without the GIL, then flag that it is gone."""
     try:
         child.status = os.waitpid(child.pid, 0)[1]
     except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a stray os.wait())
         child.status = None
     finally:
-        child.snapshot = None
         child.exited.set()
 
 
@@ -182,7 +181,7 @@ class BackgroundWriter:
                 _child_main(write_fd, paths, snapshot, make_sidecar)
             os.close(write_fd)
             self.costs.observed_fork(time.perf_counter() - start, rss)
-            child = _Child(pid, read_fd, snapshot, on_done, weight, threading.Event())
+            child = _Child(pid, read_fd, on_done, weight, threading.Event())
             self._child = child
             threading.Thread(
                 target=_wait_for, args=(child,), name="memforensics-reaper", daemon=True

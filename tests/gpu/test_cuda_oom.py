@@ -20,17 +20,21 @@ pytestmark = [
 
 
 def test_real_oom_is_dumped_and_propagates_unchanged(tmp_path: Path) -> None:
-    """Under a memory cap, a real OOM writes oom/ with the allocator's figures; same error object."""
+    """Under a memory cap, a real OOM writes oom/ with the allocator's figures."""
     torch.cuda.init()
     total = torch.cuda.mem_get_info()[1]
     torch.cuda.set_per_process_memory_fraction(min((1 << 30) / total, 1.0))
     mf = memforensics.install(steps=1, device="cuda", out_dir=str(tmp_path))
     assert mf.oom_attached
-    kept = []
+    kept: list[object] = []
+
+    def fill_device() -> None:
+        for _ in range(64):
+            kept.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+
     try:
         with pytest.raises(torch.OutOfMemoryError), mf.step(0):
-            for _ in range(64):
-                kept.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+            fill_device()
     finally:
         kept.clear()
         mf.close()
