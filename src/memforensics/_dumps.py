@@ -12,12 +12,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from memforensics import _background, _writer
 from memforensics._config import ForensicsConfig
-from memforensics._log import safe_log, warn_once
+from memforensics._log import guarded, safe_log, warn_once
 from memforensics._oom import python_stack, requested_bytes_from_message
 from memforensics._sidecar import SidecarContext, build_sidecar, trace_length
 from memforensics._window import Window, windows_to_delete
@@ -57,17 +58,7 @@ class Dumper:
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - run-time failures become warnings
-            warn_once(
-                f"{what}:{type(exc).__name__}",
-                what,
-                error=f"{type(exc).__name__}: {exc}",
-                device=self.backend.name,
-                rank=self.rank,
-            )
-            return None
+        return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
 
     def _write(
         self,
@@ -208,11 +199,6 @@ class Dumper:
         self._completed.append(window)
         self._apply_retention()
 
-    def _truncated(self, snapshot: Any) -> bool:
-        """True when the trace filled its ring buffer, so its oldest events were dropped."""
-        entries = trace_length(snapshot)
-        return entries is not None and entries >= self.config.max_entries
-
     def _apply_retention(self) -> None:
         for old in windows_to_delete(self._completed, self.config.keep_last):
             self.attempt(
@@ -262,7 +248,6 @@ class Dumper:
         snapshot = self.attempt("oom_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return
-        paths = _writer.event_paths(self.out_dir, "oom", self.rank, os.getpid(), step, now)
         oom = {
             "requested_bytes": requested,
             "device_total_bytes": total,
@@ -272,21 +257,7 @@ class Dumper:
             "source": source,
             "error": error,
         }
-
-        def sidecar(size: int) -> dict[str, Any]:
-            return build_sidecar(
-                self.context,
-                kind="oom",
-                snapshot_file=paths.snapshot,
-                snapshot_bytes=size,
-                created_at=now,
-                step=step,
-                trace_entries=trace_length(snapshot),
-                truncated=self._truncated(snapshot),
-                oom=oom,
-            )
-
-        self._write(paths, snapshot, sidecar, kind="oom", step=step)
+        self._event_dump("oom", snapshot, step, now, oom)
 
     def oom_from_exception(self, exc: BaseException, step: int | None) -> None:
         """The step() fallback: figures from the message and ``mem_get_info``, stack from the
@@ -311,22 +282,36 @@ class Dumper:
         snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return None
-        now = _writer.utc_now()
-        paths = _writer.event_paths(self.out_dir, "manual", self.rank, os.getpid(), step, now)
+        return self._event_dump("manual", snapshot, step, _writer.utc_now())
+
+    def _event_dump(
+        self,
+        kind: str,
+        snapshot: Any,
+        step: int | None,
+        now: datetime,
+        oom: dict[str, Any] | None = None,
+    ) -> Path | None:
+        """Write an OOM or manual dump synchronously (the process may be about to die)."""
+        paths = _writer.event_paths(self.out_dir, kind, self.rank, os.getpid(), step, now)
+        entries = trace_length(snapshot)
 
         def sidecar(size: int) -> dict[str, Any]:
             return build_sidecar(
                 self.context,
-                kind="manual",
+                kind=kind,
                 snapshot_file=paths.snapshot,
                 snapshot_bytes=size,
                 created_at=now,
                 step=step,
-                trace_entries=trace_length(snapshot),
-                truncated=self._truncated(snapshot),
+                trace_entries=entries,
+                truncated=entries is not None and entries >= self.config.max_entries,
+                oom=oom,
             )
 
-        return paths.snapshot if self._write(paths, snapshot, sidecar, kind="manual") else None
+        return (
+            paths.snapshot if self._write(paths, snapshot, sidecar, kind=kind, step=step) else None
+        )
 
 
 def exception_stack(exc: BaseException) -> list[dict[str, Any]]:

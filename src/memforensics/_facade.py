@@ -19,7 +19,7 @@ from memforensics import _writer
 from memforensics._config import ForensicsConfig, blame_environment, build_config
 from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
-from memforensics._log import safe_log, warn_once
+from memforensics._log import guarded, safe_log, warn_once
 from memforensics._oom import REGISTRY, OomGuard, attach_error_reason, is_oom_error
 from memforensics._rank import resolve_rank, resolve_world_size
 from memforensics._sidecar import SidecarContext
@@ -234,18 +234,8 @@ class MemoryForensics:
         REGISTRY.set_handler(self._on_oom_observer)
 
     # -- run-time helpers: every one of these swallows and logs --------------------------------
-    def _try(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - run-time failures become warnings
-            warn_once(
-                f"{what}:{type(exc).__name__}",
-                what,
-                error=f"{type(exc).__name__}: {exc}",
-                device=self.backend.name,
-                rank=self.rank,
-            )
-            return None
+    def _try(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
 
     def _record(self, mode: HistoryMode, *, clear: bool) -> bool:
         return self._try("history_failed", self._record_now, mode, clear) is True

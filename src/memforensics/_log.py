@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -60,6 +61,21 @@ def safe_log(level: str, event: str, **fields: Any) -> None:
     """Log without ever raising: a broken logging setup must not break training."""
     with contextlib.suppress(Exception):  # a broken logger must not break training
         getattr(get_logger(), level)(event, **fields)
+
+
+def guarded(what: str, fn: Callable[..., Any], *args: Any, **context: Any) -> Any:
+    """Run ``fn(*args)``; if it raises, warn once under ``what`` (with ``context``), return None.
+
+    The one shape every run-time step of the library takes: a failure is a warning, not an
+    exception in the training loop.
+    """
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - run-time failures become warnings
+        warn_once(
+            f"{what}:{type(exc).__name__}", what, error=f"{type(exc).__name__}: {exc}", **context
+        )
+        return None
 
 
 def warn_once(key: str, event: str, **fields: Any) -> None:
