@@ -17,7 +17,7 @@ from typing import Any
 
 from memforensics.backends._select import create_backend
 
-_SCRIPT = Path(__file__).with_name("_demo_train.py")
+_SCRIPT = Path(__file__).parent / "examples" / "demo_train.py"
 
 
 def pick_device(requested: str) -> tuple[str, str | None]:

@@ -8,8 +8,6 @@ doctor runs (and says "not installed") where torch is absent.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import os
 import platform
@@ -18,12 +16,18 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from memforensics._config import build_config, config_from_env
 from memforensics._errors import ConfigError
 from memforensics._oom import REGISTRY
 from memforensics._version import __version__
+from memforensics.backends._probe import (
+    allocate_probe,
+    import_framework,
+    is_probe_frame,
+    unavailable_reason,
+)
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends._torch import TorchAllocatorBackend
 
@@ -64,19 +68,6 @@ def format_bytes(count: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
         size /= 1024
     return f"{size:.2f} TiB"
-
-
-def _framework(module: str) -> tuple[Any, str]:
-    """``(module, "")`` when it imports, ``(None, why)`` when it is absent or broken."""
-    try:
-        if importlib.util.find_spec(module) is None:
-            return None, "not installed"
-    except (ImportError, ValueError):
-        return None, "not installed"
-    try:
-        return importlib.import_module(module), ""
-    except Exception as exc:  # noqa: BLE001 - a broken install is a finding, not a crash
-        return None, f"installed, but 'import {module}' failed: {type(exc).__name__}: {exc}"
 
 
 class Doctor:
@@ -135,7 +126,7 @@ class Doctor:
 
     def check_torch(self) -> tuple[Status, str]:
         """torch's version and build (CUDA, CPU-only), or why it is missing."""
-        torch, why = _framework("torch")
+        torch, why = import_framework("torch")
         if torch is None:
             if self.device in {"sim", "none"}:
                 return "pass", f"{why} (not needed for --device {self.device})"
@@ -148,7 +139,7 @@ class Doctor:
 
     def check_torch_npu(self) -> tuple[Status, str]:
         """torch_npu's version, needed only for Ascend NPUs."""
-        torch_npu, why = _framework("torch_npu")
+        torch_npu, why = import_framework("torch_npu")
         if torch_npu is None:
             if self.device == "npu":
                 return "fail", why
@@ -167,7 +158,7 @@ class Doctor:
                 return "warn", "device 'none': install() would capture nothing"
             return "warn", "auto found no CUDA or NPU device: install() would capture nothing"
         if not backend.available():
-            return "fail", _unavailable_reason(backend)
+            return "fail", unavailable_reason(backend)
         self.usable = True
         index = backend.device_index()
         info = backend.mem_get_info()
@@ -231,7 +222,7 @@ class Doctor:
             return "warn", "not run: no usable device"
         backend.record_history("all", max_entries=10_000, stacks="python", clear=True)
         try:
-            probe = _allocate_probe(backend)
+            probe = allocate_probe(backend, PROBE_BYTES)
             snapshot = backend.snapshot()
             del probe
         finally:
@@ -242,7 +233,7 @@ class Doctor:
         allocs = [event for event in trace if event.get("action") == "alloc"]
         if not allocs:
             return "fail", f"history recording produced no alloc events ({len(trace)} events)"
-        mine = [e for e in allocs if any(_is_probe_frame(f) for f in e.get("frames") or [])]
+        mine = [e for e in allocs if any(is_probe_frame(f) for f in e.get("frames") or [])]
         if not mine:
             return "fail", (
                 f"{len(allocs)} alloc events, but none carries the probe's Python frames: "
@@ -305,39 +296,3 @@ class Doctor:
             "pass",
             f"OOM_SNAPSHOT_ENABLE={value}: read only by torch_npu, not --device {self.device}",
         )
-
-
-def _unavailable_reason(backend: DeviceBackend) -> str:
-    """Why a cuda/npu backend sees no device, in the user's terms."""
-    if backend.name == "cuda":
-        torch, why = _framework("torch")
-        if torch is None:
-            return f"cuda: torch {why}"
-        if getattr(torch.version, "cuda", None) is None:
-            return f"cuda: torch {torch.__version__} is a CPU-only build: no CUDA device"
-        return "cuda: torch.cuda.is_available() is False (check the driver, CUDA_VISIBLE_DEVICES)"
-    if backend.name == "npu":
-        torch_npu, why = _framework("torch_npu")
-        if torch_npu is None:
-            return f"npu: torch_npu {why}"
-        return "npu: torch_npu.npu.is_available() is False (check CANN, ASCEND_RT_VISIBLE_DEVICES)"
-    return f"{backend.name}: not available"
-
-
-def _allocate_probe(backend: DeviceBackend) -> object:
-    """A small allocation on the device, made from this file (so its frame can be found)."""
-    if isinstance(backend, TorchAllocatorBackend):
-        import torch
-
-        backend.device_module()  # for npu, importing torch_npu registers the device type
-        where = f"{backend.name}:{backend.device_index() or 0}"
-        return torch.empty(PROBE_BYTES, dtype=torch.uint8, device=where)
-    if backend.name == "sim":
-        from memforensics.backends.sim import get_device
-
-        return get_device().empty(PROBE_BYTES)
-    raise NotImplementedError(f"the doctor cannot allocate on a {backend.name!r} backend")
-
-
-def _is_probe_frame(frame: Any) -> bool:
-    return isinstance(frame, dict) and str(frame.get("filename", "")).endswith("_doctor.py")
