@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memforensics._log import reset_logging
 from memforensics.backends._select import create_backend
 
 _SCRIPT = Path(__file__).parent / "examples" / "demo_train.py"
@@ -35,9 +36,14 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     script = out_dir / "demo_train.py"
     shutil.copyfile(_SCRIPT, script)
-    saved = {k: os.environ.get(k) for k in ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT")}
+    keys = ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT", "MEMFORENSICS_LOG_LEVEL")
+    saved = {k: os.environ.get(k) for k in keys}
     os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
     os.environ["MEMFORENSICS_DEMO_OUT"] = str(out_dir)
+    # One line per window dump would bury the summary printed below; the structured ERROR event
+    # of the OOM itself still shows. An explicit MEMFORENSICS_LOG_LEVEL wins.
+    os.environ.setdefault("MEMFORENSICS_LOG_LEVEL", "WARNING")
+    reset_logging()
     argv = sys.argv
     try:
         sys.argv = [str(script)]
@@ -49,6 +55,7 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        reset_logging()
     result: dict[str, Any] = namespace["RESULT"]
     return result
 

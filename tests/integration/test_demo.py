@@ -1,0 +1,77 @@
+"""README's first command: `memforensics demo` runs a leaky loop into OOM and shows the evidence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", "demo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> None:
+    """The sim demo exits 0, keeps step windows, and writes an OOM dump whose cause is readable."""
+    out = tmp_path / "demo"
+    proc = _demo("--device", "sim", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "event='out_of_memory'" in proc.stderr
+    [oom] = sorted((out / "oom").glob("*.pickle"))
+    assert f"OOM snapshot: {oom}" in proc.stdout
+    sidecar = json.loads(oom.with_suffix(".json").read_text())
+    assert sidecar["oom"]["requested_bytes"] > sidecar["oom"]["device_free_bytes"]
+    assert "requested 20.0 MiB, device free" in proc.stdout
+    windows = sorted(p.name for p in out.iterdir() if p.name.startswith("steps"))
+    assert windows[0] == "steps0-1"
+    assert len(windows) == 3  # the first window and the newest two (keep_last=2)
+    assert (out / "demo_train.py").is_file()
+    summary = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", str(oom)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    facts = json.loads(summary.stdout)
+    assert facts["verdict"] in {"fragmentation", "exhausted"}
+    assert facts["top_sites"][0]["site"].endswith("keep_metrics")
+    assert str(out / "demo_train.py") in facts["top_sites"][0]["site"]
+
+
+def test_demo_auto_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:
+    """Without an accelerator, `--device auto` runs on sim and says it does."""
+    from memforensics.backends import create_backend
+
+    if create_backend("auto").name != "none":
+        pytest.skip("this machine has an accelerator: auto would use it")
+    proc = _demo("--out", str(tmp_path / "auto"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "running on the simulated 'sim' device" in proc.stdout
+
+
+@pytest.mark.torch
+def test_demo_on_missing_cuda_is_a_one_line_error(tmp_path: Path) -> None:
+    """Asking for CUDA where there is none exits 2 with one line on stderr."""
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the demo would really run")
+    proc = _demo("--device", "cuda", "--out", str(tmp_path / "cuda"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "memforensics demo: --device cuda: no such device is available here"
+    ]
