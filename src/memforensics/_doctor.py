@@ -22,6 +22,7 @@ from memforensics._config import build_config, config_from_env
 from memforensics._errors import ConfigError
 from memforensics._oom import REGISTRY
 from memforensics._version import __version__
+from memforensics.analysis import format_bytes
 from memforensics.backends._probe import (
     allocate_probe,
     import_framework,
@@ -58,16 +59,6 @@ def overall(checks: list[Check]) -> Status:
     """``fail`` if any check failed, else ``warn`` if any warned, else ``pass``."""
     statuses = {check.status for check in checks}
     return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
-
-
-def format_bytes(count: int) -> str:
-    """``1.50 GiB``."""
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    return f"{size:.2f} TiB"
 
 
 class Doctor:

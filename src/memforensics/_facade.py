@@ -128,6 +128,7 @@ class MemoryForensics:
         self.capturing = config.captures(self.rank)
         self.closed = False
         self.oom_attached = False
+        self._device_ready = False  # set once the backend proved available at install
         self.current_step: int | None = None
         self._last_step: int | None = None
         self._depth = 0
@@ -158,6 +159,7 @@ class MemoryForensics:
         if not self.backend.available():
             self._warn_unavailable()
             return
+        self._device_ready = True
         if config.records_windows(self.rank) and config.steps is not None:
             self._schedule = WindowSchedule(
                 config.steps,
@@ -249,8 +251,8 @@ class MemoryForensics:
     # -- steps ---------------------------------------------------------------------------------
     def step(self, step: int | None = None) -> Any:
         """Context manager around one training step; ``step`` defaults to the last one + 1."""
-        if not self.capturing or self.closed:
-            return _NULL_STEP
+        if not self._device_ready or self.closed:
+            return _NULL_STEP  # an inert rank, or no device: nothing a step could capture
         return _StepContext(self, step)
 
     def _nested_step(self) -> None:
@@ -292,7 +294,7 @@ class MemoryForensics:
 
     def _capture_from_exception(self, exc: BaseException) -> None:
         """step() fallback for OOMs the observer never saw (CANN, NCCL, no hook)."""
-        if not self.backend.available() or not self._guard.admit():
+        if not self._guard.admit():
             return
         try:
             self._dumper.oom_from_exception(exc, self.current_step)
@@ -301,7 +303,7 @@ class MemoryForensics:
 
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
-        if not self.capturing or self.closed or not self.backend.available():
+        if not self._device_ready or self.closed:
             return None
         return self._dumper.manual(self.current_step)
 
