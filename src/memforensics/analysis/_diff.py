@@ -5,6 +5,9 @@ where memory went. With step metadata it can say more: a block still alive in th
 but allocated in a step before that window began outlived its step. Blocks already alive (same
 address, size and step) in the earlier dump are steady state, such as optimizer state made at
 step 0, and are left out so the suspects are what accumulated in between.
+
+Rows are (site, caller) pairs, as in ``summary``; growth is ordered by the size of the change,
+so a big release shows up beside a big growth instead of at the bottom.
 """
 
 from __future__ import annotations
@@ -12,24 +15,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis._frames import parse_step
+from memforensics.analysis._frames import UNKNOWN_SITE, parse_step
 from memforensics.analysis._load import Dump
-from memforensics.analysis._summary import live_blocks, scan_trace
+from memforensics.analysis._summary import live_sites, scan_trace
 
 
 @dataclass(frozen=True, slots=True)
 class SiteGrowth:
-    """Live bytes of one site in both dumps."""
+    """Live bytes of one site (reached from one caller) in both dumps."""
 
     site: str
     before_bytes: int
     after_bytes: int
     delta_bytes: int
+    caller: str = UNKNOWN_SITE
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "site": self.site,
+            "caller": self.caller,
             "before_bytes": self.before_bytes,
             "after_bytes": self.after_bytes,
             "delta_bytes": self.delta_bytes,
@@ -44,11 +49,13 @@ class LeakSuspect:
     bytes: int
     blocks: int
     steps: tuple[int, ...]
+    caller: str = UNKNOWN_SITE
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "site": self.site,
+            "caller": self.caller,
             "bytes": self.bytes,
             "blocks": self.blocks,
             "steps": list(self.steps),
@@ -87,35 +94,37 @@ class Diff:
 
 
 def diff_dumps(before: Dump, after: Dump) -> Diff:
-    """Compare live bytes per site; biggest growth first; sites that did not change are left out."""
-    before_live = live_blocks(before)
-    after_live = live_blocks(after)
-    totals: dict[str, list[int]] = {}
+    """Compare live bytes per (site, caller); largest change first (growth or release alike);
+    sites that did not change are left out."""
+    before_live = live_sites(before)
+    after_live = live_sites(after)
+    totals: dict[tuple[str, str], list[int]] = {}
     for index, live in enumerate((before_live, after_live)):
-        for block, site in live:
-            totals.setdefault(site, [0, 0])[index] += block.size
+        for block, site, caller in live:
+            totals.setdefault((site, caller), [0, 0])[index] += block.size
     growth = sorted(
         (
-            SiteGrowth(site, old, new, new - old)
-            for site, (old, new) in totals.items()
+            SiteGrowth(site, old, new, new - old, caller)
+            for (site, caller), (old, new) in totals.items()
             if new != old
         ),
-        key=lambda item: (-item.delta_bytes, item.site),
+        key=lambda item: (-abs(item.delta_bytes), -item.delta_bytes, item.site, item.caller),
     )
-    _, before_steps = scan_trace(before, [block for block, _ in before_live])
-    _, after_steps = scan_trace(after, [block for block, _ in after_live])
+    _, before_steps = scan_trace(before, [block for block, _, _ in before_live])
+    _, after_steps = scan_trace(after, [block for block, _, _ in after_live])
     window = _window(after)
     suspects: tuple[LeakSuspect, ...] = ()
     if window is not None:
         steady = {
-            (block.address, block.size, before_steps.get(block.address)) for block, _ in before_live
+            (block.address, block.size, before_steps.get(block.address))
+            for block, _, _ in before_live
         }
         suspects = _suspects(after_live, after_steps, window[0], steady)
     return Diff(
         before=before.name,
         after=after.name,
-        before_allocated_bytes=sum(block.size for block, _ in before_live),
-        after_allocated_bytes=sum(block.size for block, _ in after_live),
+        before_allocated_bytes=sum(block.size for block, _, _ in before_live),
+        after_allocated_bytes=sum(block.size for block, _, _ in after_live),
         growth=tuple(growth),
         after_window=window,
         leak_suspects=suspects,
@@ -123,22 +132,23 @@ def diff_dumps(before: Dump, after: Dump) -> Diff:
 
 
 def _suspects(
-    live: list[tuple[Any, str]],
+    live: list[tuple[Any, str, str]],
     steps: dict[int, int | None],
     first_step: int,
     steady: set[tuple[int, int, int | None]],
 ) -> tuple[LeakSuspect, ...]:
-    grouped: dict[str, tuple[int, int, set[int]]] = {}
-    for block, site in live:
+    grouped: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
+    for block, site, caller in live:
         step = steps.get(block.address)
         if step is None or step >= first_step or (block.address, block.size, step) in steady:
             continue
-        size, count, seen = grouped.get(site, (0, 0, set()))
+        size, count, seen = grouped.get((site, caller), (0, 0, set()))
         seen.add(step)
-        grouped[site] = (size + block.size, count + 1, seen)
+        grouped[(site, caller)] = (size + block.size, count + 1, seen)
     ordered = sorted(grouped.items(), key=lambda item: (-item[1][0], item[0]))
     return tuple(
-        LeakSuspect(site, size, count, tuple(sorted(seen))) for site, (size, count, seen) in ordered
+        LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
+        for (site, caller), (size, count, seen) in ordered
     )
 
 

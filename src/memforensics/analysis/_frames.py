@@ -2,8 +2,18 @@
 
 PyTorch records frames innermost first, and the innermost ones are nearly always inside torch
 itself (``torch/nn/modules/...``) or C++ (``??``, ``CUDACachingAllocator.cpp``). Neither tells an
-engineer what to change, so a site is the innermost frame outside torch, torch_npu and
-memforensics that is Python code.
+engineer what to change, so a block gets two names:
+
+- its **site**: the innermost frame outside torch, torch_npu and memforensics that is Python
+  code (a line in ``transformers`` when a notebook called a Hugging Face model);
+- its **caller**: the innermost frame that is also outside every installed package
+  (``site-packages``, ``dist-packages``) and the standard library: the user's own line, which is
+  what they can change (the notebook cell). For plain user code both are the same frame.
+
+A block without any frames was allocated while the allocator recorded no history (before
+recording started, or while it was off): it is ``<before recording>``. ``<unknown>`` is kept for
+blocks whose frames exist but none qualifies (C++-only stacks, such as autograd's backward thread,
+or every frame inside installed packages for the caller).
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import re
 
 UNKNOWN_SITE = "<unknown>"
+BEFORE_RECORDING = "<before recording>"
 
 # Folder names that mark library code when they are a package on the path.
 _LIBRARY_DIRS = frozenset({"torch", "torch_npu", "memforensics"})
@@ -18,8 +29,12 @@ _LIBRARY_DIRS = frozenset({"torch", "torch_npu", "memforensics"})
 _CHECKOUT_DIRS = frozenset({"tests", "test", "benchmarks", "examples", "scripts", "docs"})
 _NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hpp", ".so")
 _STEP_RE = re.compile(r"(?:^|[^A-Za-z0-9_])step\s*=\s*(-?\d+)")
+# Where pip, conda and distributions put packages; the standard library sits beside them.
+_INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
+_STDLIB_RE = re.compile(r"(?:^|/)(?:lib|lib64)/(?:python|pypy)\d+(?:\.\d+)?t?/")
 
 _library_cache: dict[str, bool] = {}
+_installed_cache: dict[str, bool] = {}
 
 
 def is_library_file(filename: str) -> bool:
@@ -49,26 +64,70 @@ def _classify(filename: str) -> bool:
     return False
 
 
-def site_of(frames: object) -> str:
-    """``path:line function`` of the innermost user frame in ``frames``, or ``"<unknown>"``.
+def is_installed_file(filename: str) -> bool:
+    """True for files of installed packages and of the standard library (not the user's own).
 
-    ``frames`` is whatever the snapshot holds; anything that is not a list of frame dicts is
-    tolerated and simply yields no site.
+    Judged by path, since a snapshot comes from another machine: a ``site-packages`` or
+    ``dist-packages`` folder, anything under ``lib/pythonX.Y/`` (conda, venvs, distributions),
+    Windows' ``Lib`` folder, and frozen stdlib modules (``<frozen runpy>``).
     """
+    cached = _installed_cache.get(filename)
+    if cached is not None:
+        return cached
+    path = filename.replace("\\", "/")
+    parts = path.split("/")
+    result = (
+        filename.startswith("<frozen ")
+        or any(part in _INSTALLED_DIRS or part == "Lib" for part in parts[:-1])
+        or _STDLIB_RE.search(path) is not None
+    )
+    if len(_installed_cache) < 100_000:
+        _installed_cache[filename] = result
+    return result
+
+
+def attribute(frames: object) -> tuple[str, str]:
+    """``(site, caller)`` of a block's frames, in one pass (see the module docstring).
+
+    ``frames`` is whatever the snapshot holds: ``None`` or an empty list means no stack was
+    recorded (``<before recording>``); anything else that yields no frame is ``<unknown>``.
+    """
+    if frames is None or (isinstance(frames, list) and not frames):
+        return BEFORE_RECORDING, BEFORE_RECORDING
     if not isinstance(frames, list):
-        return UNKNOWN_SITE
+        return UNKNOWN_SITE, UNKNOWN_SITE
+    site: str | None = None
     for frame in frames:
         if not isinstance(frame, dict):
             continue
         filename = frame.get("filename")
         if not isinstance(filename, str) or is_library_file(filename):
             continue
-        line = frame.get("line")
-        name = frame.get("name")
-        line_text = str(line) if isinstance(line, int) else "?"
-        name_text = name if isinstance(name, str) else "?"
-        return f"{filename}:{line_text} {name_text}"
-    return UNKNOWN_SITE
+        if site is None:
+            site = _describe(frame, filename)
+        if not is_installed_file(filename):
+            return site, _describe(frame, filename)
+    return site or UNKNOWN_SITE, UNKNOWN_SITE
+
+
+def _describe(frame: dict[object, object], filename: str) -> str:
+    line = frame.get("line")
+    name = frame.get("name")
+    line_text = str(line) if isinstance(line, int) else "?"
+    name_text = name if isinstance(name, str) else "?"
+    return f"{filename}:{line_text} {name_text}"
+
+
+def caller_of(frames: object) -> str:
+    """``path:line function`` of the innermost frame outside torch, installed packages and the
+    standard library; ``<before recording>`` without frames, ``<unknown>`` if none qualifies."""
+    return attribute(frames)[1]
+
+
+def site_of(frames: object) -> str:
+    """``path:line function`` of the innermost frame outside torch (see the module docstring);
+    ``<before recording>`` without frames, ``<unknown>`` when frames exist but none qualifies."""
+    return attribute(frames)[0]
 
 
 def parse_step(metadata: object) -> int | None:

@@ -35,12 +35,13 @@ class OomRecord:
     source: str  # "sidecar" or "trace"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the ``oom`` key of ``summary --json``)."""
+        """JSON-ready form (the ``oom`` key of ``summary --json``). The sidecar's ``source``
+        means who saw the OOM, so where these facts came from is ``origin`` here."""
         return {
             "requested_bytes": self.requested_bytes,
             "device_free_bytes": self.device_free_bytes,
             "device_total_bytes": self.device_total_bytes,
-            "source": self.source,
+            "origin": self.source,
         }
 
 

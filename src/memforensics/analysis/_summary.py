@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis._frames import UNKNOWN_SITE, parse_step, site_of
+from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE, attribute, parse_step
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
 from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
@@ -18,15 +18,25 @@ from memforensics.analysis._verdict import Verdict, judge
 
 @dataclass(frozen=True, slots=True)
 class SiteBytes:
-    """Live bytes and block count attributed to one allocation site."""
+    """Live bytes and block count of one allocation site, reached from one ``caller``.
+
+    ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
+    installed package and the standard library (the user's own line); see ``_frames``.
+    """
 
     site: str
     bytes: int
     blocks: int
+    caller: str = UNKNOWN_SITE
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"site": self.site, "bytes": self.bytes, "blocks": self.blocks}
+        return {
+            "site": self.site,
+            "caller": self.caller,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +61,7 @@ class Summary:
     rank: int | None
     step: int | None
     steps: tuple[int, int] | None
-    device: int | None
+    device_index: int | None
     reserved_bytes: int
     allocated_bytes: int
     active_bytes: int
@@ -63,12 +73,30 @@ class Summary:
     verdict: Verdict
     top_sites: tuple[SiteBytes, ...]
     live_by_step: tuple[StepBytes, ...]
-    history_events: int
-    history_truncated: bool | None
+    trace_entries: int
+    truncated: bool | None
     warnings: tuple[str, ...]
+    device: str | None = None
+    site_count: int = 0
+    before_recording_bytes: int = 0
+    before_recording_blocks: int = 0
+
+    @property
+    def history_events(self) -> int:
+        """Old name of ``trace_entries`` (kept for readers written before the rename)."""
+        return self.trace_entries
+
+    @property
+    def history_truncated(self) -> bool | None:
+        """Old name of ``truncated`` (kept for readers written before the rename)."""
+        return self.truncated
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``summary --json`` object (key names are a contract; see docs/analysis.md)."""
+        """The ``summary --json`` object (key names are a contract; see docs/analysis.md).
+
+        A fact the sidecar also holds has the sidecar's key (``device`` is the device's name,
+        ``device_index`` its index, ``truncated``, ``trace_entries``).
+        """
         return {
             "file": self.file,
             "kind": self.kind,
@@ -76,6 +104,7 @@ class Summary:
             "step": self.step,
             "steps": list(self.steps) if self.steps else None,
             "device": self.device,
+            "device_index": self.device_index,
             "reserved_bytes": self.reserved_bytes,
             "allocated_bytes": self.allocated_bytes,
             "active_bytes": self.active_bytes,
@@ -88,9 +117,12 @@ class Summary:
             "explanation": self.verdict.explanation,
             "advice": self.verdict.advice,
             "top_sites": [site.to_dict() for site in self.top_sites],
+            "site_count": self.site_count,
+            "before_recording_bytes": self.before_recording_bytes,
+            "before_recording_blocks": self.before_recording_blocks,
             "live_by_step": [step.to_dict() for step in self.live_by_step],
-            "history_events": self.history_events,
-            "history_truncated": self.history_truncated,
+            "trace_entries": self.trace_entries,
+            "truncated": self.truncated,
             "warnings": list(self.warnings),
         }
 
@@ -100,39 +132,40 @@ class _Tally:
 
     def __init__(self) -> None:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
-        self.sites: dict[str, list[int]] = {}
-        self.live: list[tuple[Block, str]] = []
-        self._site_cache: dict[int, str] = {}
+        self.sites: dict[tuple[str, str], list[int]] = {}
+        self.live: list[tuple[Block, str, str]] = []
+        self._site_cache: dict[int, tuple[str, str]] = {}
 
     def add(self, block: Block) -> None:
         self.blocks += 1
         if block.state == ALLOCATED:
             self.allocated += block.size
             self.active += block.size
-            site = self.site(block)
-            entry = self.sites.setdefault(site, [0, 0])
+            site, caller = self.site(block)
+            entry = self.sites.setdefault((site, caller), [0, 0])
             entry[0] += block.size
             entry[1] += 1
-            self.live.append((block, site))
+            self.live.append((block, site, caller))
         elif block.state == PENDING_FREE:
             self.active += block.size
         elif block.state == INACTIVE:
             self.free += block.size
             self.largest = max(self.largest, block.size)
 
-    def site(self, block: Block) -> str:
-        """Site of a block, memoized per frames list (a hostile file may share one many times)."""
+    def site(self, block: Block) -> tuple[str, str]:
+        """``(site, caller)`` of a block, memoized per frames list (a hostile file may share one
+        many times)."""
         if block.frames is None:
-            return UNKNOWN_SITE
+            return BEFORE_RECORDING, BEFORE_RECORDING
         key = id(block.frames)
-        site = self._site_cache.get(key)
-        if site is None:
-            site = self._site_cache[key] = site_of(block.frames)
-        return site
+        found = self._site_cache.get(key)
+        if found is None:
+            found = self._site_cache[key] = attribute(block.frames)
+        return found
 
 
-def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
-    """Every allocated block of a dump with its site (used by diff and report too)."""
+def live_sites(dump: Dump) -> list[tuple[Block, str, str]]:
+    """Every allocated block of a dump with its site and caller."""
     tally = _Tally()
     for segment in dump.segments:
         for block in segment.blocks:
@@ -140,18 +173,28 @@ def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
     return tally.live
 
 
-def summarize(dump: Dump, *, top: int = 10) -> Summary:
-    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites, live bytes per step."""
+def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
+    """Every allocated block of a dump with its site (used by diff and report too)."""
+    return [(block, site) for block, site, _caller in live_sites(dump)]
+
+
+def summarize(dump: Dump, *, top: int | None = 10) -> Summary:
+    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites (None: every site),
+    live bytes per step. A site row is one (site, caller) pair."""
     tally = _Tally()
     reserved = 0
     for segment in dump.segments:
         reserved += segment.total_size
         for block in segment.blocks:
             tally.add(block)
-    trace_oom, block_steps = scan_trace(dump, [block for block, _ in tally.live])
+    trace_oom, block_steps = scan_trace(dump, [block for block, _, _ in tally.live])
     oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
-    top_sites = tuple(SiteBytes(site, size, count) for site, (size, count) in sites[: max(top, 0)])
+    shown = sites if top is None else sites[: max(top, 0)]
+    top_sites = tuple(
+        SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown
+    )
+    unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
     verdict = judge(
         oom=oom,
         reserved=reserved,
@@ -167,7 +210,7 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
         rank=dump.meta.rank,
         step=dump.meta.step,
         steps=dump.meta.steps,
-        device=dump.device,
+        device_index=dump.device,
         reserved_bytes=reserved,
         allocated_bytes=tally.allocated,
         active_bytes=tally.active,
@@ -179,10 +222,20 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
         verdict=verdict,
         top_sites=top_sites,
         live_by_step=_by_step(tally.live, block_steps),
-        history_events=len(dump.trace),
-        history_truncated=dump.meta.truncated,
+        trace_entries=len(dump.trace),
+        truncated=dump.meta.truncated,
         warnings=dump.warnings,
+        device=_device_name(dump),
+        site_count=len(sites),
+        before_recording_bytes=unrecorded[0],
+        before_recording_blocks=unrecorded[1],
     )
+
+
+def _device_name(dump: Dump) -> str | None:
+    """The sidecar's ``device`` (``"cuda"``, ``"npu"``, ``"sim"``); None without a sidecar."""
+    name = dump.meta.sidecar.get("device")
+    return name if isinstance(name, str) else None
 
 
 def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
@@ -245,10 +298,12 @@ def merge_oom(
     )
 
 
-def _by_step(live: list[tuple[Block, str]], steps: dict[int, int | None]) -> tuple[StepBytes, ...]:
+def _by_step(
+    live: list[tuple[Block, str, str]], steps: dict[int, int | None]
+) -> tuple[StepBytes, ...]:
     """Live bytes per step; empty when no live block carries step metadata at all."""
     totals: dict[int | None, list[int]] = {}
-    for block, _site in live:
+    for block, _site, _caller in live:
         entry = totals.setdefault(steps.get(block.address), [0, 0])
         entry[0] += block.size
         entry[1] += 1

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from memforensics.analysis._diff import Diff
+from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE
 from memforensics.analysis._ls import RunListing
 from memforensics.analysis._summary import Summary
 from memforensics.analysis._units import format_bytes as fmt
 
 _SITE_WIDTH = 64
+_WRAP = 100
 
 
 def short_site(site: str, width: int = _SITE_WIDTH) -> str:
@@ -15,14 +19,31 @@ def short_site(site: str, width: int = _SITE_WIDTH) -> str:
     return site if len(site) <= width else "…" + site[-(width - 1) :]
 
 
-def summary_text(s: Summary) -> str:
-    """The ``summary`` table."""
+def _hidden(count: int, noun: str, detail: str = "") -> list[str]:
+    """The line under (or over) a cut table: how many rows it hides and how to see them."""
+    if count <= 0:
+        return []
+    plural = noun if count == 1 else noun + "s"
+    return [f"  … {count:,} more {plural} not shown{detail}; --top N or --all shows them"]
+
+
+def _caller_line(site: str, caller: str, indent: int = 23) -> list[str]:
+    """``← caller ...`` under a row's site when the site is library code: the user's own line
+    that led there (``<unknown>``: none outside installed packages)."""
+    if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING):
+        return []
+    return [f"{'':>{indent}}← caller {short_site(caller, _SITE_WIDTH - 9)}"]
+
+
+def summary_text(s: Summary, *, rows: int | None = 10) -> str:
+    """The ``summary`` table; ``rows`` caps the per-step table (None: every row). The site table
+    is already cut by ``summarize(top=...)``; both say how many rows they hide."""
     where = [f"kind {s.kind or '?'}", f"rank {'?' if s.rank is None else s.rank}"]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.history_truncated]
+    truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.truncated]
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {s.verdict.name.upper()}",
@@ -37,44 +58,104 @@ def summary_text(s: Summary) -> str:
             f"  OOM request  {fmt(s.oom.requested_bytes):>12}   device free "
             f"{fmt(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
         )
-    lines.append(f"  history      {s.history_events:>12,} events ({truncated})")
+    lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
     lines += ["", f"  {s.verdict.explanation}"]
     if s.verdict.advice:
         lines.append(f"  → {s.verdict.advice}")
-    if s.top_sites:
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
-        lines += [f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}" for t in s.top_sites]
+    lines += _site_table(s)
+    lines += _unrecorded_note(s)
     if s.live_by_step:
+        shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]
-        for item in s.live_by_step[-20:]:
+        lines += _hidden(len(s.live_by_step) - len(shown), "earlier step")
+        for item in shown:
             step = "-" if item.step is None else str(item.step)
             lines.append(f"  {step:>6} {fmt(item.bytes):>11} {item.blocks:>7,}")
     return "\n".join(lines)
 
 
-def diff_text(d: Diff, top: int = 15) -> str:
-    """The ``diff`` table."""
+def _site_table(s: Summary) -> list[str]:
+    lines: list[str] = []
+    if s.top_sites:
+        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
+        for t in s.top_sites:
+            lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
+            lines += _caller_line(t.site, t.caller)
+    hidden = s.site_count - len(s.top_sites)
+    if hidden > 0:
+        rest = s.allocated_bytes - sum(t.bytes for t in s.top_sites)
+        lines += [""] if not s.top_sites else []
+        lines += _hidden(hidden, "site", f" ({fmt(rest)} in all)")
+    return lines
+
+
+def _unrecorded_note(s: Summary) -> list[str]:
+    """Say what ``<before recording>`` and ``<unknown>`` rows are, and how to get their sites."""
+    lines: list[str] = []
+    if s.before_recording_blocks:
+        lines += _paragraph(
+            f"{BEFORE_RECORDING}: {s.before_recording_blocks:,} live blocks"
+            f" ({fmt(s.before_recording_bytes)}) have no stack: they were allocated before"
+            " allocator history recording started (or while it was off)."
+        )
+        lines += _paragraph(
+            "→ To see their sites, start recording earlier: call memforensics.install() before"
+            " the model, optimizer and data reach the device, and keep oom_history on"
+            ' ("state" or "all"); with PyTorch alone, call'
+            " torch.cuda.memory._record_memory_history() first.",
+            blank=False,
+        )
+    unknown = [t for t in s.top_sites if t.site == UNKNOWN_SITE]
+    if unknown:
+        lines += _paragraph(
+            f"{UNKNOWN_SITE}: {sum(t.blocks for t in unknown):,} live blocks"
+            f" ({fmt(sum(t.bytes for t in unknown))}) have stacks with no Python frame outside"
+            " torch (C++ only, such as autograd's backward thread or a library's workspace)."
+        )
+    return lines
+
+
+def _paragraph(text: str, *, blank: bool = True) -> list[str]:
+    """A long sentence wrapped to the terminal's usual width, indented under the table."""
+    wrapped = textwrap.wrap(text, width=_WRAP, initial_indent="  ", subsequent_indent="    ")
+    return ([""] if blank else []) + wrapped
+
+
+def diff_text(d: Diff, top: int | None = 15) -> str:
+    """The ``diff`` tables, each cut to ``top`` rows (None: every row), saying what they hide."""
     lines = [
         f"before {d.before}: {fmt(d.before_allocated_bytes)} allocated",
         f"after  {d.after}: {fmt(d.after_allocated_bytes)} allocated",
-        f"total change {fmt(d.total_delta_bytes)}",
+        f"total change {_signed(d.total_delta_bytes)}",
     ]
     if d.growth:
+        shown = d.growth if top is None else d.growth[:top]
         lines += ["", f"  {'change':>11} {'before':>11} {'after':>11}  site"]
-        lines += [
-            f"  {fmt(g.delta_bytes):>11} {fmt(g.before_bytes):>11} {fmt(g.after_bytes):>11}"
-            f"  {short_site(g.site)}"
-            for g in d.growth[:top]
-        ]
+        for g in shown:
+            lines.append(
+                f"  {_signed(g.delta_bytes):>11} {fmt(g.before_bytes):>11}"
+                f" {fmt(g.after_bytes):>11}  {short_site(g.site)}"
+            )
+            lines += _caller_line(g.site, g.caller, indent=39)
+        rest = d.total_delta_bytes - sum(g.delta_bytes for g in shown)
+        lines += _hidden(len(d.growth) - len(shown), "site", f" (net {_signed(rest)})")
     if d.leak_suspects:
         first = d.after_window[0] if d.after_window else "?"
+        suspects = d.leak_suspects if top is None else d.leak_suspects[:top]
         lines += ["", f"  leak suspects: live in AFTER but allocated before step {first}"]
-        for s in d.leak_suspects[:top]:
+        for s in suspects:
             steps = ",".join(str(n) for n in s.steps[:8]) + ("…" if len(s.steps) > 8 else "")
             lines.append(
                 f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  {short_site(s.site)}"
             )
+            lines += _caller_line(s.site, s.caller, indent=len(lines[-1]) - len(short_site(s.site)))
+        lines += _hidden(len(d.leak_suspects) - len(suspects), "suspect")
     return "\n".join(lines)
+
+
+def _signed(count: int) -> str:
+    """``+1.50 GiB`` / ``-20.00 MiB`` / ``0 B``: a change shows its direction."""
+    return ("+" if count > 0 else "") + fmt(count)
 
 
 def ls_text(listing: RunListing) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -11,6 +12,10 @@ from memforensics.cli._command import Command, CommandError
 from memforensics.cli.commands import all_commands
 
 __all__ = ["Command", "CommandError", "build_parser", "main"]
+
+# ``run`` hands stdout to the user's script, whose exceptions pass through unchanged (as under
+# python), so a closed pipe there is the script's business, not ours.
+_SCRIPT_COMMANDS = frozenset({"run"})
 
 
 def build_parser() -> tuple[
@@ -42,9 +47,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command, child = table[args.command]
     try:
-        return command.run(args, child)
+        status = command.run(args, child)
+        if command.name not in _SCRIPT_COMMANDS:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
     except CommandError as exc:
         print(f"memforensics {command.name}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        if command.name in _SCRIPT_COMMANDS:
+            raise
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout left (``| head``): stop quietly with status 0, as the reader got
+    all it wanted. stdout is pointed at /dev/null so the interpreter's final flush of what is
+    still buffered cannot fail again and print an ``Exception ignored`` message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -215,7 +215,7 @@ class SnapshotBuilder:
         step_bytes: dict[int | None, int] = {}
         for block, _ in self._blocks:
             if block.state == ALLOCATED:
-                key = str(block.site) if block.site else "<unknown>"
+                key = str(block.site) if block.site else "<before recording>"
                 site_bytes[key] = site_bytes.get(key, 0) + block.size
                 step_bytes[block.step] = step_bytes.get(block.step, 0) + block.size
         reserved = sum(segment["total_size"] for segment in self._segments)

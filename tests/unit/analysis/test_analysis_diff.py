@@ -20,6 +20,7 @@ def test_growth_and_leak_suspects(tmp_path: Path) -> None:
     assert data["growth"] == [
         {
             "site": str(CACHE),
+            "caller": str(CACHE),
             "before_bytes": MiB(64),
             "after_bytes": MiB(1600),
             "delta_bytes": MiB(1536),
@@ -41,8 +42,8 @@ def test_window_from_trace_without_sidecar() -> None:
     assert result.leak_suspects == ()
 
 
-def test_shrinking_sites_come_last() -> None:
-    """Growth is sorted biggest first; a shrinking site has a negative delta at the end."""
+def test_shrinking_site_has_negative_delta() -> None:
+    """A site that shrank is listed with a negative delta, and the total change is negative."""
     before, after = growth_pair()
     result = diff_dumps(dump_from_snapshot(after.snapshot), dump_from_snapshot(before.snapshot))
     assert [g.delta_bytes for g in result.growth] == [-MiB(1536)]

@@ -155,5 +155,5 @@ def test_real_snapshots_load_and_add_up(name: str) -> None:
     assert summary.active_bytes == sum(s["active_size"] for s in raw["segments"])
     assert summary.segments == len(raw["segments"])
     assert summary.verdict.name == "no-oom"
-    assert summary.history_events == len(raw["device_traces"][0])
+    assert summary.trace_entries == len(raw["device_traces"][0])
     assert all("/torch/" not in site.site and "??" not in site.site for site in summary.top_sites)

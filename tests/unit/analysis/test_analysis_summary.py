@@ -47,10 +47,12 @@ def test_fragmentation_verdict(tmp_path: Path, legacy: bool) -> None:
         "requested_bytes": MiB(32),
         "device_free_bytes": 0,
         "device_total_bytes": GiB(80),
-        "source": "sidecar",
+        "origin": "sidecar",
     }
     assert "expandable_segments:True" in str(data["advice"])
-    assert data["top_sites"] == [{"site": str(TRAIN), "bytes": MiB(256), "blocks": 32}]
+    assert data["top_sites"] == [
+        {"site": str(TRAIN), "caller": str(TRAIN), "bytes": MiB(256), "blocks": 32}
+    ]
 
 
 def test_exhausted_verdict_names_biggest_sites() -> None:
@@ -114,12 +116,12 @@ def test_live_bytes_by_step(on_blocks: bool) -> None:
     assert got == builder.truth().step_bytes == {3: MiB(2), 5: MiB(10), None: MiB(1)}
 
 
-def test_history_truncated_from_sidecar() -> None:
-    """history_truncated repeats the sidecar flag, and is None (unknown) without one."""
+def test_truncated_from_sidecar() -> None:
+    """truncated repeats the sidecar flag, and is None (unknown) without one."""
     synthetic = fragmented()
     flagged = make_sidecar("window", truncated=True)
-    assert summarize(dump_from_snapshot(synthetic.snapshot, sidecar=flagged)).history_truncated
-    assert summarize(dump_from_snapshot(synthetic.snapshot)).history_truncated is None
+    assert summarize(dump_from_snapshot(synthetic.snapshot, sidecar=flagged)).truncated
+    assert summarize(dump_from_snapshot(synthetic.snapshot)).truncated is None
 
 
 def test_site_skips_library_and_native_frames() -> None:

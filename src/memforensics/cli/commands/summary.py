@@ -1,38 +1,65 @@
-"""``memforensics summary FILE``: the verdict and the numbers behind it, for one dump."""
+"""``memforensics summary FILE...``: the verdict and the numbers behind it, for each dump."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump, summarize
 from memforensics.analysis._text import summary_text
 from memforensics.cli._command import CommandError
+from memforensics.cli._rows import add_row_flags, row_limit
 
 
 class SummaryCommand:
-    """Explain one dump: reserved/allocated bytes, the OOM, a verdict and the biggest sites."""
+    """Explain dumps: reserved/allocated bytes, the OOM, a verdict and the biggest sites.
+
+    Several files (a glob that matched a retry loop's dumps) get one section each, and --json
+    prints a list of objects; one file prints one object. An unreadable file is reported on
+    stderr and skipped: the exit status is 1 when any file was bad, 2 when none was readable.
+    """
 
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE, --json, --top."""
-        parser.add_argument("file", metavar="FILE", help="snapshot (.pickle or .pickle.gz)")
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
-        parser.add_argument("--top", type=int, default=10, metavar="N", help="sites to list")
+        """FILE..., --json, --top, --all."""
+        parser.add_argument(
+            "files", metavar="FILE", nargs="+", help="snapshots (.pickle or .pickle.gz)"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object (a list for several files)"
+        )
+        add_row_flags(parser, default=10)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load, summarize, print."""
-        if args.top < 0:
-            parser.error("--top must be 0 or more")
-        try:
-            dump = load_dump(args.file)
-        except SnapshotLoadError as exc:
-            raise CommandError(str(exc)) from None
-        for warning in dump.warnings:
-            print(f"memforensics summary: warning: {warning}", file=sys.stderr)
-        summary = summarize(dump, top=args.top)
-        print(json.dumps(summary.to_dict(), indent=2) if args.json else summary_text(summary))
-        return 0
+        """Load, summarize and print each file in turn."""
+        top = row_limit(args, parser)
+        several = len(args.files) > 1
+        results: list[dict[str, Any]] = []
+        bad = sections = 0
+        for name in args.files:
+            try:
+                dump = load_dump(name)
+            except SnapshotLoadError as exc:
+                if not several:
+                    raise CommandError(str(exc)) from None
+                print(f"memforensics summary: {exc}", file=sys.stderr)
+                bad += 1
+                continue
+            prefix = f"{dump.name}: " if several else ""
+            for warning in dump.warnings:
+                print(f"memforensics summary: warning: {prefix}{warning}", file=sys.stderr)
+            summary = summarize(dump, top=top)
+            if args.json:
+                results.append(summary.to_dict())
+            else:
+                print(("\n" if sections else "") + summary_text(summary, rows=top))
+                sections += 1
+        if args.json and (results or not several):
+            print(json.dumps(results if several else results[0], indent=2))
+        if bad == len(args.files):
+            raise CommandError(f"none of the {bad} files could be read")
+        return 1 if bad else 0
