@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests", "tests_notorch", "integrations", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
-# The CPU build of torch 2.13.0 ships on this project's machines; pinning it keeps pip from
-# pulling a multi-GB CUDA build into a test venv.
+# The CPU build of torch 2.13.0 ships on this project's machines (a local wheel pip finds).
+# Elsewhere PyPI's torch 2.13.0 is the CUDA build (GBs with its NVIDIA libraries): set
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu to take torch from PyTorch's CPU index.
 TORCH = "torch==2.13.0"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+
+
+def install_torch(session: nox.Session) -> None:
+    """torch (from $TORCH_INDEX_URL when set), then numpy: without it importing torch warns,
+    and warnings are errors in tests."""
+    index = os.environ.get("TORCH_INDEX_URL")
+    session.install(TORCH, *(["--index-url", index] if index else []))
+    session.install("numpy")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests, with the real CPU torch installed."""
-    # numpy beside torch: without it, importing torch warns, and warnings are errors in tests.
-    session.install(TORCH, "numpy")
+    install_torch(session)
     session.install("-e", ".", *TEST_DEPS)
     session.run("pytest", "tests", *session.posargs)
 
@@ -43,7 +53,7 @@ def tests_notorch(session: nox.Session) -> None:
 @nox.session
 def integrations(session: nox.Session) -> None:
     """The optional integrations (Lightning, transformers) against the real libraries."""
-    session.install(TORCH, "numpy")
+    install_torch(session)
     session.install("-e", ".[lightning,transformers]", *TEST_DEPS)
     session.run("pytest", "tests", "-m", "extras", *session.posargs)
 
@@ -51,7 +61,7 @@ def integrations(session: nox.Session) -> None:
 @nox.session
 def stress(session: nox.Session) -> None:
     """Heavy fault-injection variants (kills, OOM storms, 16 ranks); prints the figures reached."""
-    session.install(TORCH, "numpy")
+    install_torch(session)
     session.install("-e", ".", *TEST_DEPS)
     session.run("pytest", "tests", "-m", "stress", "-p", "no:cacheprovider", *session.posargs)
 
@@ -81,6 +91,6 @@ def gpu(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (ratios against references measured in the same run); not part of tests."""
-    session.install(TORCH)
+    install_torch(session)
     session.install("-e", ".")
     session.run("python", "benchmarks/run.py", *session.posargs)

@@ -36,7 +36,7 @@ class DumpEntry:
             "rank": self.meta.rank,
             "step": self.meta.step,
             "steps": list(self.meta.steps) if self.meta.steps else None,
-            "size_bytes": self.size_bytes,
+            "snapshot_bytes": self.size_bytes,  # the sidecar's name for the file's size
             "created_at": self.created_at,
             "partial": self.meta.partial,
             "truncated": self.meta.truncated,

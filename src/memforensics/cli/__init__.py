@@ -41,7 +41,14 @@ def build_parser() -> tuple[
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the console script; return its exit status (2 for bad input, like argparse)."""
     parser, table = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:  # --help, --version or a usage error: flush now, quietly if need be
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _pipe_closed()
+        raise
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
