@@ -1,7 +1,15 @@
 """Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
 
 from memforensics.analysis._diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
-from memforensics.analysis._frames import UNKNOWN_SITE, is_library_file, parse_step, site_of
+from memforensics.analysis._frames import (
+    BEFORE_RECORDING,
+    UNKNOWN_SITE,
+    caller_of,
+    is_installed_file,
+    is_library_file,
+    parse_step,
+    site_of,
+)
 from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
@@ -12,6 +20,7 @@ from memforensics.analysis._units import format_bytes
 from memforensics.analysis._verdict import EXHAUSTED, FRAGMENTATION, NO_OOM, Verdict
 
 __all__ = [
+    "BEFORE_RECORDING",
     "EXHAUSTED",
     "FRAGMENTATION",
     "NO_OOM",
@@ -29,9 +38,11 @@ __all__ = [
     "Summary",
     "Timeline",
     "Verdict",
+    "caller_of",
     "diff_dumps",
     "dump_from_snapshot",
     "format_bytes",
+    "is_installed_file",
     "is_library_file",
     "list_dumps",
     "load_dump",

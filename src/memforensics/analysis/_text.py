@@ -24,7 +24,7 @@ def _hidden(count: int, noun: str, detail: str = "") -> list[str]:
     if count <= 0:
         return []
     plural = noun if count == 1 else noun + "s"
-    return [f"  … {count:,} more {plural} not shown{detail}; --top N or --all shows them"]
+    return [f"  … {count:,} {plural} not shown{detail}; --top N or --all shows them"]
 
 
 def _caller_line(site: str, caller: str, indent: int = 23) -> list[str]:
@@ -85,7 +85,7 @@ def _site_table(s: Summary) -> list[str]:
     if hidden > 0:
         rest = s.allocated_bytes - sum(t.bytes for t in s.top_sites)
         lines += [""] if not s.top_sites else []
-        lines += _hidden(hidden, "site", f" ({fmt(rest)} in all)")
+        lines += _hidden(hidden, "more site", f" ({fmt(rest)} in all)")
     return lines
 
 
@@ -138,7 +138,7 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
             )
             lines += _caller_line(g.site, g.caller, indent=39)
         rest = d.total_delta_bytes - sum(g.delta_bytes for g in shown)
-        lines += _hidden(len(d.growth) - len(shown), "site", f" (net {_signed(rest)})")
+        lines += _hidden(len(d.growth) - len(shown), "more site", f" (net {_signed(rest)})")
     if d.leak_suspects:
         first = d.after_window[0] if d.after_window else "?"
         suspects = d.leak_suspects if top is None else d.leak_suspects[:top]
@@ -149,7 +149,7 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
                 f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  {short_site(s.site)}"
             )
             lines += _caller_line(s.site, s.caller, indent=len(lines[-1]) - len(short_site(s.site)))
-        lines += _hidden(len(d.leak_suspects) - len(suspects), "suspect")
+        lines += _hidden(len(d.leak_suspects) - len(suspects), "more suspect")
     return "\n".join(lines)
 
 

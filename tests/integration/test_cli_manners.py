@@ -1,0 +1,195 @@
+"""The console script as a shell user meets it: several files, cut tables, closed pipes, a clean
+checkout (issue #10, items 4, 5, 12 and 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memforensics.testing import (
+    Block,
+    MiB,
+    Site,
+    SnapshotBuilder,
+    exhausted,
+    fragmented,
+    growth_pair,
+    write_dump,
+    write_run_folder,
+)
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _command() -> list[str]:
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "memforensics"]
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_command(), *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _two_dumps(tmp_path: Path) -> tuple[Path, Path]:
+    first = fragmented().write(tmp_path / "oom" / "rank0_pid1_step12_20261130-101112-000001.pickle")
+    second = exhausted().write(tmp_path / "oom" / "rank0_pid1_step12_20261130-101113-000001.pickle")
+    return first, second
+
+
+def test_summary_of_several_files_prints_one_section_each(tmp_path: Path) -> None:
+    """Two files (a retry loop's glob) give two sections, each with its own verdict."""
+    first, second = _two_dumps(tmp_path)
+    proc = _cli("summary", first, second)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.index(f"{first}  (") < proc.stdout.index(f"{second}  (")
+    assert "FRAGMENTATION" in proc.stdout
+    assert "EXHAUSTED" in proc.stdout
+
+
+def test_summary_json_is_a_list_for_several_files_and_an_object_for_one(tmp_path: Path) -> None:
+    """--json prints a list in argument order for several files, one object for one file."""
+    first, second = _two_dumps(tmp_path)
+    several = json.loads(_cli("summary", "--json", first, second).stdout)
+    assert [item["file"] for item in several] == [str(first), str(second)]
+    assert [item["verdict"] for item in several] == ["fragmentation", "exhausted"]
+    one = json.loads(_cli("summary", "--json", first).stdout)
+    assert isinstance(one, dict)
+    assert one["file"] == str(first)
+
+
+def test_summary_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
+    """A corrupt file among good ones: one stderr line for it, the others summarized, exit 1."""
+    first, second = _two_dumps(tmp_path)
+    bad = tmp_path / "oom" / "rank1_pid2.pickle"
+    bad.write_bytes(first.read_bytes()[:100])
+    proc = _cli("summary", "--json", first, bad, second)
+    assert proc.returncode == 1
+    assert [item["file"] for item in json.loads(proc.stdout)] == [str(first), str(second)]
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"memforensics summary: {bad}: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_summary_exits_2_when_no_file_is_readable(tmp_path: Path) -> None:
+    """Every file bad: one line each, a closing line, exit status 2, nothing on stdout."""
+    missing = tmp_path / "none.pickle"
+    junk = tmp_path / "junk.pickle"
+    junk.write_bytes(b"not a pickle")
+    proc = _cli("summary", missing, junk)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 3
+    assert "none of the 2 files could be read" in lines[-1]
+
+
+def _many_sites(tmp_path: Path) -> Path:
+    builder = SnapshotBuilder()
+    sites = [Site(f"/work/layer{index}.py", 1, "forward") for index in range(25)]
+    builder.segment(*(Block(MiB(index + 1), site=site) for index, site in enumerate(sites)))
+    return write_dump(tmp_path / "many.pickle", builder.build())
+
+
+def test_summary_top_and_all(tmp_path: Path) -> None:
+    """--top 4 shows 4 site rows and says 21 are hidden; --all shows all 25 and hides none."""
+    path = _many_sites(tmp_path)
+    cut = _cli("summary", path, "--top", "4")
+    assert cut.returncode == 0, cut.stderr
+    assert sum("/work/layer" in line for line in cut.stdout.splitlines()) == 4
+    assert "… 21 more sites not shown" in cut.stdout
+    full = _cli("summary", path, "--all")
+    assert sum("/work/layer" in line for line in full.stdout.splitlines()) == 25
+    assert "not shown" not in full.stdout
+    assert len(json.loads(_cli("summary", path, "--all", "--json").stdout)["top_sites"]) == 25
+    both = _cli("summary", path, "--all", "--top", "3")
+    assert both.returncode == 2
+    assert "not allowed with" in both.stderr
+
+
+def test_diff_top_and_all(tmp_path: Path) -> None:
+    """diff --top 2 shows two rows and says how many sites it hides; --all hides nothing."""
+    before, after = growth_pair()
+    a = before.write(tmp_path / "steps4-7" / "rank0_pid1.pickle")
+    b = after.write(tmp_path / "steps100-103" / "rank0_pid1.pickle")
+    many = _many_sites(tmp_path)
+    cut = _cli("diff", a, many, "--top", "2")
+    assert cut.returncode == 0, cut.stderr
+    assert "… 26 more sites not shown" in cut.stdout  # 25 grew, 3 (cache, train, optim) went
+    assert "not shown" not in _cli("diff", a, many, "--all").stdout
+    assert _cli("diff", a, b, "--all").returncode == 0
+
+
+def _closed_pipe_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run with stdout a pipe whose read end is already closed: every write fails (EPIPE)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [*_command(), *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["summary", "{dump}"],
+        ["summary", "--json", "{dump}", "{dump}"],
+        ["diff", "{dump}", "{dump}"],
+        ["ls", "{run}"],
+        ["ls", "--json", "{run}"],
+        ["report", "{dump}", "-o", "{out}"],
+        ["doctor", "--device", "sim", "--out", "{out_dir}"],
+        ["--help"],
+    ],
+)
+def test_closed_output_pipe_exits_quietly(tmp_path: Path, command: list[str]) -> None:
+    """With stdout's reader gone, each command exits 0 with no traceback on stderr."""
+    dump = fragmented().write(tmp_path / "x.pickle")
+    run = tmp_path / "run"
+    write_run_folder(run, world_size=3)
+    values = {"dump": dump, "run": run, "out": tmp_path / "r.html", "out_dir": tmp_path / "mf"}
+    args = [part.format(**values) for part in command]
+    proc = _closed_pipe_run(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr
+    assert b"BrokenPipe" not in proc.stderr
+
+
+def test_summary_piped_into_head_exits_quietly(tmp_path: Path) -> None:
+    """`memforensics summary FILE... | head -1` prints one line; summary exits 0, no traceback."""
+    path = fragmented().write(tmp_path / "x.pickle")
+    files = " ".join([str(path)] * 150)  # ~150 KiB of text: far more than a pipe holds
+    script = f'{" ".join(_command())} summary {files} | head -1; echo "status ${{PIPESTATUS[0]}}"'
+    proc = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.stdout.splitlines() == [f"{path}  (kind oom, rank 0, step 12)", "status 0"]
+    assert proc.stderr == ""
+
+
+def test_demo_folder_is_ignored_by_git() -> None:
+    """A checkout where `memforensics demo` ran stays clean: memforensics-demo/ is ignored."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", "memforensics-demo/oom/rank0_pid1.pickle"],
+        check=False,
+    )
+    assert proc.returncode == 0

@@ -1,0 +1,179 @@
+"""Sites and callers: blocks without a stack are named, and the user's own line shows beside a
+library site (issue #10, items 3 and 7)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from memforensics.analysis import (
+    BEFORE_RECORDING,
+    UNKNOWN_SITE,
+    caller_of,
+    diff_dumps,
+    dump_from_snapshot,
+    is_installed_file,
+    load_dump,
+    site_of,
+    summarize,
+)
+from memforensics.analysis._text import diff_text, summary_text
+from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
+
+REAL = [
+    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots",
+    Path("/work/shared/data/real-snapshots"),
+]
+REAL_DIR = next((path for path in REAL if path.is_dir()), None)
+needs_real = pytest.mark.skipif(REAL_DIR is None, reason="shared/data/real-snapshots not here")
+
+# A Hugging Face model line, reached from the user's script (Site.frames() puts
+# /work/train.py:1 <module> outside it, and a torch frame inside it).
+LIBRARY = Site(
+    "/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", 300, "forward"
+)
+ENTRY = "/work/train.py:1 <module>"
+
+
+def _unrecorded_pair() -> SnapshotBuilder:
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(6), site=None), Block(MiB(2), site=TRAIN), Block(MiB(4), site=None))
+    builder.segment(Block(MiB(8), state="inactive", site=None))
+    return builder
+
+
+def test_blocks_without_frames_are_before_recording() -> None:
+    """Live blocks with no stack are one '<before recording>' row, with their count and bytes."""
+    builder = _unrecorded_pair()
+    summary = summarize(dump_from_snapshot(builder.build()))
+    rows = {site.site: (site.bytes, site.blocks) for site in summary.top_sites}
+    assert rows[BEFORE_RECORDING] == (builder.truth().site_bytes[BEFORE_RECORDING], 2)
+    assert (summary.before_recording_bytes, summary.before_recording_blocks) == (MiB(10), 2)
+    data = summary.to_dict()
+    assert (data["before_recording_bytes"], data["before_recording_blocks"]) == (MiB(10), 2)
+    assert UNKNOWN_SITE not in rows
+
+
+def test_text_explains_before_recording_and_how_to_capture() -> None:
+    """The summary text says what the row is and to start recording earlier."""
+    text = summary_text(summarize(dump_from_snapshot(_unrecorded_pair().build())))
+    assert "<before recording>: 2 live blocks (10.00 MiB) have no stack" in text
+    assert "start recording earlier" in " ".join(text.split())
+    assert "memforensics.install()" in text
+
+
+def test_no_note_when_every_block_has_a_stack() -> None:
+    """A dump whose live blocks all have stacks prints no before-recording note."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(2), site=TRAIN))
+    summary = summarize(dump_from_snapshot(builder.build()))
+    assert summary.before_recording_blocks == 0
+    assert BEFORE_RECORDING not in summary_text(summary)
+
+
+def test_unknown_means_frames_without_a_python_frame() -> None:
+    """'<unknown>' stays for stacks that exist but hold only C++ or torch frames."""
+    cpp_only = [
+        {"filename": "??", "line": 0, "name": "torch::autograd::Engine::thread_main"},
+        {"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "malloc"},
+    ]
+    assert site_of(cpp_only) == UNKNOWN_SITE
+    assert site_of([]) == site_of(None) == BEFORE_RECORDING
+
+
+@needs_real
+def test_real_transformer_snapshot_names_its_unrecorded_blocks() -> None:
+    """On the real transformer snapshot the 12.82 GiB without frames is '<before recording>'."""
+    assert REAL_DIR is not None
+    path = REAL_DIR / "cuda-transformer-forward.pickle"
+    raw = pickle.loads(path.read_bytes())
+    blocks = [
+        block
+        for segment in raw["segments"]
+        for block in segment["blocks"]
+        if block["state"] == "active_allocated" and not block.get("frames")
+    ]
+    summary = summarize(load_dump(path))
+    assert summary.before_recording_blocks == len(blocks) == 324
+    assert summary.before_recording_bytes == sum(block["size"] for block in blocks)
+    assert summary.top_sites[0].site == BEFORE_RECORDING
+    assert all(site.site != UNKNOWN_SITE for site in summary.top_sites)
+
+
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "/usr/lib/python3.11/runpy.py",
+        "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py",
+        "/usr/lib/python3/dist-packages/numpy/core.py",
+        "/home/me/.venv/lib64/python3.12/threading.py",
+        "<frozen runpy>",
+        "C:\\Python311\\Lib\\site-packages\\accelerate\\launch.py",
+        "C:\\Python311\\Lib\\runpy.py",
+    ],
+)
+def test_installed_and_stdlib_files(filename: str) -> None:
+    """Installed packages and the standard library are not the user's own code."""
+    assert is_installed_file(filename)
+
+
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "/home/me/train.py",
+        "/tmp/ipykernel_4242/3391612290.py",
+        "/home/me/lib/models/mlp.py",
+        "/scratch/run/python3.11/notes.py",
+        "<ipython-input-3-1a2b3c>",
+    ],
+)
+def test_user_files_are_not_installed(filename: str) -> None:
+    """Scripts, notebook cells and a user's own lib/ folder are user code."""
+    assert not is_installed_file(filename)
+
+
+def test_caller_is_the_users_line_below_a_library_site() -> None:
+    """A site inside transformers gets the user's line as its caller, in the data and JSON."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(64), site=LIBRARY), Block(MiB(16), site=TRAIN))
+    summary = summarize(dump_from_snapshot(builder.build()))
+    first, second = summary.top_sites
+    assert (first.site, first.caller, first.bytes) == (str(LIBRARY), ENTRY, MiB(64))
+    assert (second.site, second.caller) == (str(TRAIN), str(TRAIN))
+    assert summary.to_dict()["top_sites"][0]["caller"] == ENTRY
+    assert caller_of(LIBRARY.frames()) == ENTRY
+
+
+def test_text_shows_the_caller_under_a_library_site() -> None:
+    """The summary table prints '← caller' under a library site only."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(64), site=LIBRARY), Block(MiB(16), site=TRAIN))
+    lines = summary_text(summarize(dump_from_snapshot(builder.build()))).splitlines()
+    at = next(index for index, line in enumerate(lines) if "modeling_llama.py:300" in line)
+    assert lines[at + 1].strip() == f"← caller {ENTRY}"
+    assert sum("← caller" in line for line in lines) == 1
+
+
+def test_caller_unknown_when_every_frame_is_installed() -> None:
+    """A stack that never leaves installed packages has a site but an '<unknown>' caller."""
+    frames = [
+        {"filename": "/sp/lib/python3.11/site-packages/torch/nn/linear.py", "line": 1, "name": "f"},
+        {"filename": "/sp/lib/python3.11/site-packages/vllm/worker.py", "line": 9, "name": "run"},
+        {"filename": "/sp/lib/python3.11/runpy.py", "line": 88, "name": "_run_code"},
+    ]
+    assert site_of(frames) == "/sp/lib/python3.11/site-packages/vllm/worker.py:9 run"
+    assert caller_of(frames) == UNKNOWN_SITE
+
+
+def test_diff_rows_carry_the_caller() -> None:
+    """diff's growth rows name the caller too, in JSON and under the site in text."""
+    before, after = SnapshotBuilder(), SnapshotBuilder()
+    before.segment(Block(MiB(2), site=LIBRARY))
+    after.segment(Block(MiB(2), site=LIBRARY), Block(MiB(30), site=LIBRARY))
+    result = diff_dumps(dump_from_snapshot(before.build()), dump_from_snapshot(after.build()))
+    [growth] = result.growth
+    assert (growth.site, growth.caller, growth.delta_bytes) == (str(LIBRARY), ENTRY, MiB(30))
+    assert result.to_dict()["growth"][0]["caller"] == ENTRY
+    assert f"← caller {ENTRY}" in diff_text(result)

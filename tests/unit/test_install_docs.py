@@ -1,0 +1,131 @@
+"""The install and test commands the docs give work as written (issue #10, items 14 to 16)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+class _Session:
+    """What the noxfile's sessions call on ``nox.Session``: install, run, posargs."""
+
+    def __init__(self) -> None:
+        self.installs: list[tuple[str, ...]] = []
+        self.posargs: list[str] = []
+
+    def install(self, *args: str) -> None:
+        self.installs.append(args)
+
+    def run(self, *args: str, **kwargs: Any) -> None:
+        pass
+
+
+def _fake_nox() -> ModuleType:
+    """``nox`` as the noxfile uses it: ``nox.session`` bare or with keywords, ``nox.options``."""
+    module = ModuleType("nox")
+
+    def session(*args: Any, **kwargs: Any) -> Any:
+        if args and callable(args[0]):
+            return args[0]
+        return lambda function: function
+
+    module.session = session  # type: ignore[attr-defined]
+    module.options = SimpleNamespace()  # type: ignore[attr-defined]
+    module.Session = _Session  # type: ignore[attr-defined]
+    return module
+
+
+def _noxfile(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setitem(sys.modules, "nox", _fake_nox())
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torch_installs(session_function: Callable[[_Session], None]) -> list[tuple[str, ...]]:
+    session = _Session()
+    session_function(session)
+    return [args for args in session.installs if any(a.startswith("torch==") for a in args)]
+
+
+def _readme_cpu_command() -> tuple[str, str]:
+    """The variable and URL README.md's CPU-build test command sets."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^\s*([A-Z_]+)=(\S+) nox -s tests$", text, re.MULTILINE)
+    assert match, "README.md shows no command for a CPU build of torch"
+    return match.group(1), match.group(2)
+
+
+def test_readme_cpu_command_sends_torch_to_the_cpu_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's `VAR=URL nox -s tests` makes every torch install use that index, torch only."""
+    variable, url = _readme_cpu_command()
+    assert url == CPU_INDEX
+    monkeypatch.setenv(variable, url)
+    noxfile = _noxfile(monkeypatch)
+    for name in ("tests", "integrations", "stress", "bench"):
+        [install] = _torch_installs(getattr(noxfile, name))
+        assert install == ("torch==2.13.0", "--index-url", CPU_INDEX), name
+    session = _Session()
+    noxfile.tests(session)
+    others = [args for args in session.installs if "torch==2.13.0" not in args]
+    assert others
+    assert all("--index-url" not in args for args in others)
+
+
+def test_plain_nox_tests_installs_torch_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the variable the tests session asks pip for torch==2.13.0 alone (local wheel)."""
+    variable, _ = _readme_cpu_command()
+    monkeypatch.delenv(variable, raising=False)
+    noxfile = _noxfile(monkeypatch)
+    assert _torch_installs(noxfile.tests) == [("torch==2.13.0",)]
+
+
+def test_readme_says_what_the_test_session_downloads() -> None:
+    """README names the CUDA download a fresh machine would get, beside the CPU command."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "CUDA build" in text
+    assert "several GB of NVIDIA libraries" in text
+    assert "installs the CPU build of torch" not in text
+
+
+def _bash_lines(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/quickstart.md", "docs/guide.md"])
+def test_install_commands_work_before_release(page: str) -> None:
+    """Every `pip install` of memforensics in a page's commands installs from source or git."""
+    installs = [
+        line
+        for line in _bash_lines(ROOT / page)
+        if line.startswith("pip install") and ("memforensics" in line or " ." in line)
+    ]
+    assert installs, f"{page} shows no install command"
+    for line in installs:
+        targets = " ".join(line.split("#")[0].split()[2:])
+        from_source = targets.strip('"').startswith((".", "git+")) or "@ git+" in targets
+        assert from_source, line
+
+
+def test_quickstart_says_torchrun_needs_torch_before_using_it() -> None:
+    """The no-GPU path says torchrun comes with torch, which memforensics does not install."""
+    text = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    section = text[text.index("## Try it without a GPU") :]
+    flat = " ".join(section.split())
+    assert "memforensics does not install torch" in flat
+    assert section.index("pip install torch") < section.index("torchrun --standalone")
