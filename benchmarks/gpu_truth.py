@@ -39,10 +39,11 @@ from typing import Any
 
 from _gpu_cli import step_analysis
 from _gpu_fork import run_forked, step_forked
-from _gpu_oom import run_workload, step_real_oom, step_verdicts
+from _gpu_oom import step_real_oom
 from _gpu_record import FAIL, FAST, FULL, Context, Step, print_table, run_step
 from _gpu_rig import CudaRig, Rig, SimRig
 from _gpu_run import step_cost, step_windows
+from _gpu_verdicts import run_workload, step_verdicts
 
 import memforensics
 
