@@ -105,8 +105,24 @@ def run_pass(
         "steps_while_child_wrote": during,
         "dump_step_ms": round(statistics.median(dump_steps) * 1e3, 3),
         "other_step_ms": round(statistics.median(other) * 1e3, 3),
+        "trace_entries": [_sidecar(Path(p)).get("trace_entries") for p in landed],
+        "rss_bytes": _rss(),
         "dumps": landed,
     }
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(path.with_suffix(".json").read_text())
+    return result
+
+
+def _rss() -> int | None:
+    """Resident bytes of this process (what fork() copies page tables for)."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_forked(rig: Rig, args: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +225,7 @@ def step_forked(step: Step, ctx: Context) -> None:
 
 def check_sidecar_pid(step: Step, label: str, path: Path, pid: int) -> None:
     """The sidecar names the training process, also when a child wrote it (schema 2)."""
-    sidecar = json.loads(path.with_suffix(".json").read_text())
+    sidecar = _sidecar(path)
     if (sidecar.get("schema") or 1) < 2:
         step.skip(f"{label}: sidecar pid is the training process", "sidecar schema 2")
         return

@@ -82,8 +82,10 @@ def step_real_oom(step: Step, ctx: Context) -> None:
     limit = rig.cap(s.oom_cap)
     trainer = rig.trainer(width=s.width, layers=s.layers, seq=s.seq)
     out = ctx.work / "1-oom"
+    # Some kernels catch an OOM and retry with less workspace: keep every dump, judge the last,
+    # which is the one the user's exception reports.
     mf = memforensics.install(
-        device=rig.name, out_dir=str(out), oom_history="all", max_oom_snapshots=1
+        device=rig.name, out_dir=str(out), oom_history="all", max_oom_snapshots=8
     )
     step.check("observer attached", mf.oom_attached, expected=True, actual=mf.oom_attached)
     inner: BaseException | None = None
@@ -118,9 +120,10 @@ def step_real_oom(step: Step, ctx: Context) -> None:
     step.check("user's exception is the same object", same, expected=True, actual=same)
     files = oom_files(out)
     ctx.add_dumps(step.key, files)
-    if not step.check("one OOM dump landed", len(files) == 1, expected=1, actual=len(files)):
+    step.figures["oom_dumps"] = len(files)
+    if not step.check("an OOM dump landed", bool(files), expected=">= 1", actual=len(files)):
         return
-    sidecar = json.loads(files[0].with_suffix(".json").read_text())
+    sidecar = json.loads(files[-1].with_suffix(".json").read_text())
     oom = sidecar.get("oom") or {}
     step.figures["sidecar"] = {k: v for k, v in oom.items() if k not in ("stack", "allocator")}
     step.figures.update(schema=sidecar.get("schema"), snapshot_bytes=sidecar.get("snapshot_bytes"))
@@ -131,7 +134,7 @@ def step_real_oom(step: Step, ctx: Context) -> None:
         actual=oom.get("source"),
     )
     compare_with_witnesses(step, rig, sidecar, text, info, limit)
-    check_oom_sizes(step, sidecar, files[0], None)
+    check_oom_sizes(step, sidecar, files[-1], None)
 
 
 def compare_with_witnesses(
