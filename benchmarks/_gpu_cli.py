@@ -26,13 +26,6 @@ def summary_json(ctx: Context, path: Path) -> tuple[dict[str, Any] | None, dict[
     return (parsed if isinstance(parsed, dict) else None), proc
 
 
-def summary_verdict(ctx: Context, path: Path) -> str | None:
-    """The verdict ``summary --json`` gives, or None when it failed."""
-    parsed, _ = summary_json(ctx, path)
-    verdict = parsed.get("verdict") if parsed else None
-    return verdict if isinstance(verdict, str) else None
-
-
 def replay_outcomes(parsed: Any) -> dict[str, bool] | None:
     """``{settings label: runs out of memory}`` from a ``replay --json`` object, if readable."""
     rows: Any = parsed if isinstance(parsed, list) else None
@@ -63,7 +56,7 @@ def judge_replay(step: Step, ctx: Context, path: Path, workload: str) -> None:
     step.figures[f"{workload}_replay"] = parsed if parsed is not None else proc["stderr"][-500:]
     if proc["exit_status"] != 0 or parsed is None:
         step.check(
-            f"{workload}: replay runs",
+            "replay runs",
             False,
             expected=0,
             actual=proc["exit_status"],
@@ -72,22 +65,22 @@ def judge_replay(step: Step, ctx: Context, path: Path, workload: str) -> None:
         return
     outcomes = replay_outcomes(parsed)
     if outcomes is None:
-        step.unjudged(f"{workload}: replay verdict", "replay --json shape not recognised")
+        step.unjudged("replay verdict", "replay --json shape not recognised")
         return
     if workload == "fragmentation":
         expandable = {k: v for k, v in outcomes.items() if "expandable" in k.lower()}
         if not expandable:
-            step.unjudged(f"{workload}: replay verdict", "no expandable_segments row in the replay")
+            step.unjudged("replay verdict", "no expandable_segments row in the replay")
             return
         step.check(
-            f"{workload}: replay says expandable_segments avoids the OOM",
+            "replay says expandable_segments avoids the OOM",
             not all(expandable.values()),
             expected=False,
             actual=expandable,
         )
     else:
         step.check(
-            f"{workload}: replay says no setting avoids the OOM",
+            "replay says no setting avoids the OOM",
             all(outcomes.values()),
             expected=True,
             actual=outcomes,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from _gpu_record import Context, Step
-from _gpu_rig import MiB, Rig, allocation_size, block_size, format_size, parse_oom_text
+from _gpu_rig import MiB, allocation_size, block_size, format_size, parse_oom_text
 
 import memforensics
 
@@ -133,13 +133,13 @@ def step_real_oom(step: Step, ctx: Context) -> None:
         expected="observer",
         actual=oom.get("source"),
     )
-    compare_with_witnesses(step, rig, sidecar, text, info, limit)
+    compare_with_witnesses(step, rig.current_device(), sidecar, text, info, limit)
     check_oom_sizes(step, sidecar, files[-1], None)
 
 
 def compare_with_witnesses(
     step: Step,
-    rig: Rig,
+    current: int,
     sidecar: dict[str, Any],
     text: str,
     info: tuple[int, int],
@@ -160,8 +160,8 @@ def compare_with_witnesses(
     )
     step.check(
         "device_index = current device",
-        device == rig.current_device(),
-        expected=rig.current_device(),
+        device == current,
+        expected=current,
         actual=device,
     )
     size = oom.get("allocation_bytes", oom.get("requested_bytes"))

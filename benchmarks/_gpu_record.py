@@ -180,6 +180,17 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextmanager
+def prefixed(step: Step, prefix: str) -> Iterator[None]:
+    """Name the checks recorded inside the block ``"{prefix}: {name}"`` (one per workload)."""
+    start = len(step.checks)
+    try:
+        yield
+    finally:
+        for check in step.checks[start:]:
+            check.name = f"{prefix}: {check.name}"
+
+
 def run_step(step: Step, ctx: Context, seconds: float, body: Any) -> None:
     """Run ``body(step, ctx)`` within ``seconds``; an error or timeout is recorded, not raised."""
     start = time.monotonic()

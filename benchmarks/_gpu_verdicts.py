@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _gpu_cli import judge_replay, summary_verdict
-from _gpu_oom import check_oom_sizes, oom_files
-from _gpu_record import Context, Step, has_command, run_python
+from _gpu_cli import judge_replay, summary_json
+from _gpu_oom import check_oom_sizes, compare_with_witnesses, oom_files
+from _gpu_record import Context, Step, has_command, prefixed, run_python
 from _gpu_rig import MiB, Rig
 
 import memforensics
@@ -49,7 +49,8 @@ def run_workload(rig: Rig, name: str, out: Path, cap: int) -> dict[str, Any]:
             del halves
             kept.append(rig.empty(FRAGMENT_REQUEST))
     except rig.oom_error as exc:
-        result.update(oom=True, error=str(exc))
+        result.update(oom=True, error=str(exc), mem_get_info=rig.mem_get_info())
+        result["device"] = rig.current_device()
     result["live_bytes"] = sum(getattr(t, "nbytes", 0) for t in kept)
     del kept
     mf.close()
@@ -106,22 +107,25 @@ def step_verdicts(step: Step, ctx: Context) -> None:
         if not step.check(f"{name}: one OOM dump", len(paths) == 1, expected=1, actual=len(paths)):
             continue
         sidecar = json.loads(paths[0].with_suffix(".json").read_text())
-        sub = Step(step.key, step.title)
-        check_oom_sizes(sub, sidecar, paths[0], request)
-        for item in sub.checks:
-            item.name = f"{name}: {item.name}"
-        step.checks.extend(sub.checks)
-        verdict = summary_verdict(ctx, paths[0])
-        step.check(
-            f"{name}: summary verdict",
-            isinstance(verdict, str) and verdict.startswith(expected),
-            expected=expected,
-            actual=verdict,
-        )
-        if replay:
-            judge_replay(step, ctx, paths[0], name)
-        else:
-            step.skip(f"{name}: replay verdict", "memforensics replay")
+        with prefixed(step, name):
+            check_oom_sizes(step, sidecar, paths[0], request)
+            info = (result["mem_get_info"][0], result["mem_get_info"][1])
+            compare_with_witnesses(
+                step, result["device"], sidecar, result["error"], info, result["limit"]
+            )
+            summary, _ = summary_json(ctx, paths[0])
+            verdict = summary.get("verdict") if summary else None
+            step.figures[f"{name}_explanation"] = summary.get("explanation") if summary else None
+            step.check(
+                "summary verdict",
+                isinstance(verdict, str) and verdict.startswith(expected),
+                expected=expected,
+                actual=verdict,
+            )
+            if replay:
+                judge_replay(step, ctx, paths[0], name)
+            else:
+                step.skip("replay verdict", "memforensics replay")
     rerun = workload(ctx, "fragmentation", "fragmentation-expandable", "expandable_segments:True")
     step.figures["fragmentation_expandable"] = {k: v for k, v in rerun.items() if k != "error"}
     if rerun.get("expandable_segments") is not True:
