@@ -163,7 +163,8 @@ class CudaRig:
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "python": sys.version.split()[0],
-            "host": platform.node(),
+            "platform": platform.platform(),
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         }
 
     def device_count(self) -> int:
@@ -240,7 +241,7 @@ class SimRig:
             "torch": None,
             "cuda": None,
             "python": sys.version.split()[0],
-            "host": platform.node(),
+            "platform": platform.platform(),
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         }
 

@@ -60,12 +60,11 @@ def run_workload(rig: Rig, name: str, out: Path, cap: int) -> dict[str, Any]:
     return result
 
 
-def workload(ctx: Context, name: str, tag: str, alloc_conf: str | None) -> dict[str, Any]:
+def workload(ctx: Context, name: str, tag: str, alloc_conf: str) -> dict[str, Any]:
     """Run a workload in a fresh interpreter (with ``alloc_conf`` in its environment)."""
     out = ctx.work / f"2-{tag}"
     env = dict(os.environ)
-    if alloc_conf is not None:
-        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+    env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf  # "" = defaults, whatever the machine sets
     args = {"name": name, "out": str(out), "cap": ctx.settings.workload_cap}
     proc = run_python(
         [
@@ -96,7 +95,7 @@ def step_verdicts(step: Step, ctx: Context) -> None:
         ("fragmentation", "fragmentation", FRAGMENT_REQUEST),
         ("exhaustion", "exhausted", EXHAUST_REQUEST),
     ):
-        result = workload(ctx, name, name, None)
+        result = workload(ctx, name, name, "")
         step.figures[name] = {k: v for k, v in result.items() if k != "error"}
         if not step.check(
             f"{name}: OOM raised", result["oom"], expected=True, actual=result["oom"]
