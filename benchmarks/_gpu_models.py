@@ -16,12 +16,12 @@ class CudaTransformer:
 
     vocab = 8192
 
-    def __init__(self, torch: Any, *, width: int, layers: int, seq: int) -> None:
+    def __init__(self, torch: Any, device: Any, *, width: int, layers: int, seq: int) -> None:
         nn = torch.nn
         torch.manual_seed(0)
         self.torch = torch
         self.seq = seq
-        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
         block = nn.TransformerEncoderLayer(
             width, nhead=max(1, width // 64), dim_feedforward=4 * width, batch_first=True
         )

@@ -138,9 +138,9 @@ class CudaRig:
 
     name = "cuda"
 
-    def __init__(self) -> None:
-        import torch
-
+    def __init__(self, torch: Any = None) -> None:
+        if torch is None:  # tests pass a torch whose cuda calls bind to the real signatures
+            import torch
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device: run with --device sim")
         torch.cuda.init()
@@ -214,7 +214,8 @@ class CudaRig:
         """A decoder-sized ``nn.TransformerEncoder`` language model with AdamW."""
         from _gpu_models import CudaTransformer
 
-        return CudaTransformer(self.torch, width=width, layers=layers, seq=seq)
+        device = self.torch.device("cuda", self.current_device())
+        return CudaTransformer(self.torch, device, width=width, layers=layers, seq=seq)
 
 
 class SimRig:

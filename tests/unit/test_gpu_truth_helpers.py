@@ -3,10 +3,12 @@ version cannot reach (schema-2 sidecars, replay tables, CUDA's own wording) are 
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,3 +160,84 @@ def test_a_step_that_raises_is_recorded_with_its_error(tmp_path: Path) -> None:
     run_step(step, ctx, 5.0, body)
     assert (step.status, step.error) == ("error", "RuntimeError: no OOM after 12 steps")
     assert json.dumps(step.to_dict())  # the report stays JSON
+
+
+class BoundTorchCuda:
+    """``torch.cuda`` (and its submodules) whose calls bind to the real torch's signatures and
+    answer as a two-GPU H200 host would; each call is recorded by name."""
+
+    def __init__(self, real: Any, answers: dict[str, Any], calls: list[str], path: str) -> None:
+        self._real, self._answers, self._calls, self._path = real, answers, calls, path
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._real, name)
+        path = f"{self._path}.{name}"
+        if isinstance(target, types.ModuleType):
+            return BoundTorchCuda(target, self._answers, self._calls, path)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            inspect.signature(target).bind(*args, **kwargs)
+            self._calls.append(path)
+            return self._answers.get(path)
+
+        return call
+
+
+@pytest.mark.torch
+def test_cuda_rig_calls_exist_in_the_real_torch_with_its_arguments() -> None:
+    """Every torch.cuda call the CUDA rig makes binds to real torch; the limit is C++'s."""
+    torch = pytest.importorskip("torch")
+    from _gpu_rig import CudaRig, GiB
+
+    total = 140 * GiB
+    answers = {
+        "torch.cuda.is_available": True,
+        "torch.cuda.device_count": 2,
+        "torch.cuda.current_device": 0,
+        "torch.cuda.get_device_properties": types.SimpleNamespace(
+            name="NVIDIA H200", total_memory=total
+        ),
+        "torch.cuda.mem_get_info": (100 * GiB, total),
+        "torch.cuda.memory._snapshot": {"allocator_settings": {"expandable_segments": True}},
+    }
+    calls: list[str] = []
+    fake = types.SimpleNamespace(
+        cuda=BoundTorchCuda(torch.cuda, answers, calls, "torch.cuda"),
+        OutOfMemoryError=torch.OutOfMemoryError,
+        version=torch.version,
+        __version__=torch.__version__,
+    )
+    rig = CudaRig(fake)
+    assert rig.describe()["gpu_name"] == "NVIDIA H200"
+    assert [d["index"] for d in rig.describe()["devices"]] == [0, 1]
+    assert rig.cap(3 * GiB) == int(3 * GiB / total * total)
+    assert rig.cap(None) is None
+    rig.use_device(1)
+    assert rig.mem_get_info() == (100 * GiB, total)
+    rig.empty_cache()
+    rig.synchronize()
+    assert rig.allocator_settings() == {"expandable_segments": True}
+    assert rig.oom_error is torch.OutOfMemoryError
+    assert {
+        "torch.cuda.init",
+        "torch.cuda.set_per_process_memory_fraction",
+        "torch.cuda.set_device",
+        "torch.cuda.empty_cache",
+        "torch.cuda.synchronize",
+        "torch.cuda.memory._snapshot",
+    } <= set(calls)
+
+
+@pytest.mark.torch
+def test_the_checks_transformer_trains_with_the_real_torch() -> None:
+    """The step-1 model is real torch: an optimizer step changes its weights (here on the CPU)."""
+    torch = pytest.importorskip("torch")
+    from _gpu_models import CudaTransformer
+
+    model = CudaTransformer(torch, torch.device("cpu"), width=64, layers=1, seq=8)
+    before = [p.detach().clone() for p in model.model.parameters()]
+    model.step(2)
+    after = list(model.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    model.close()
+    assert model.model is None
