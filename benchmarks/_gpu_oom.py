@@ -144,6 +144,7 @@ def compare_with_witnesses(
     text: str,
     info: tuple[int, int],
     limit: int | None,
+    figure: str = "free_minus_mem_get_info",
 ) -> None:
     """Device, sizes, limit and free memory against the error text and ``mem_get_info``."""
     oom = sidecar.get("oom") or {}
@@ -182,7 +183,7 @@ def compare_with_witnesses(
         actual=printed,
     )
     delta = free - info[0] if isinstance(free, int) else None
-    step.figures["free_minus_mem_get_info"] = delta
+    step.figures[figure] = delta
     step.check(
         "device_free_bytes = mem_get_info free (within 2 MiB)",
         delta is not None and abs(delta) <= 2 * MiB,

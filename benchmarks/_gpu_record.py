@@ -295,4 +295,16 @@ def print_table(steps: list[Step]) -> None:
         if shown:
             print(f"\n{index} {step.key} figures:")
             for key, value in shown.items():
-                print(f"  {key}: {json.dumps(value, default=str)[:160]}")
+                print_figure(key, value)
+
+
+def print_figure(key: str, value: Any) -> None:
+    """One figure; a table of rows (a dict or a list of dicts) one row a line."""
+    if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+        value = dict(enumerate(value))
+    if not isinstance(value, dict) or not value:
+        print(f"  {key}: {json.dumps(value, default=str)[:160]}")
+        return
+    print(f"  {key}:")
+    for name, row in value.items():
+        print(f"    {name}: {json.dumps(row, default=str)[:150]}")

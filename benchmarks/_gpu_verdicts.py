@@ -109,8 +109,10 @@ def step_verdicts(step: Step, ctx: Context) -> None:
         with prefixed(step, name):
             check_oom_sizes(step, sidecar, paths[0], request)
             info = (result["mem_get_info"][0], result["mem_get_info"][1])
+            limit = result["limit"]
+            figure = f"{name}_free_minus_mem_get_info"
             compare_with_witnesses(
-                step, result["device"], sidecar, result["error"], info, result["limit"]
+                step, result["device"], sidecar, result["error"], info, limit, figure
             )
             summary, _ = summary_json(ctx, paths[0])
             verdict = summary.get("verdict") if summary else None
