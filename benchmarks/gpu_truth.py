@@ -55,7 +55,7 @@ STEPS: tuple[tuple[str, str, float, StepBody], ...] = (
     ("windows", "step windows", 60.0, step_windows),
     ("cost", "recorder cost", 120.0, step_cost),
     ("forked", "forked writer with a live context", 120.0, step_forked),
-    ("analysis", "CLI on the dumps written", 90.0, step_analysis),
+    ("analysis", "CLI on the dumps written", 180.0, step_analysis),
 )
 FAST_LIMIT_SCALE = 4.0
 """The dry run's step limits are this much longer: it proves code paths on a CI machine that
