@@ -26,6 +26,7 @@ _OOM_TEXT = re.compile(
     rf"Tried to allocate {_SIZE}\. (?:GPU|Device) (\d+) has a total capacity of {_SIZE}"
     rf" of which {_SIZE} is free"
 )
+_ALLOWED = re.compile(rf"{_SIZE} allowed;")
 
 
 def format_size(nbytes: int) -> str:
@@ -40,15 +41,18 @@ def format_size(nbytes: int) -> str:
 
 
 def parse_oom_text(text: str) -> dict[str, Any] | None:
-    """The four facts an OOM message states, as printed: allocation, device, total, free."""
+    """The facts an OOM message states, as printed: allocation, device, total, free, and the
+    per-process limit (``allowed``, None where the version does not print it)."""
     match = _OOM_TEXT.search(text)
     if match is None:
         return None
+    allowed = _ALLOWED.search(text)  # newer torch prints the per-process limit too
     return {
         "allocation": match[1],
         "device": int(match[2]),
         "total": match[3],
         "free": match[4],
+        "allowed": allowed[1] if allowed else None,
     }
 
 
@@ -100,11 +104,13 @@ class Rig(Protocol):
         """Index of the current device."""
         ...
 
-    def cap(self, nbytes: int | None) -> int | None:
-        """Limit the allocator to ``nbytes`` (None: no limit); the limit it enforces.
+    def cap(self, nbytes: int | None) -> list[int] | None:
+        """Limit the allocator to about ``nbytes`` (None: no limit); the limit it may enforce.
 
-        Call before ``install()``: on the sim this replaces the device, and the OOM observer
-        attaches to the device that exists at install.
+        A list because torch computes the limit as ``fraction * total`` with ``total`` from
+        ``cudaMemGetInfo`` in older versions and from the device properties in newer ones; the
+        two can differ. Call before ``install()``: on the sim this replaces the device, and the
+        OOM observer attaches to the device that exists at install.
         """
         ...
 
@@ -179,12 +185,17 @@ class CudaRig:
         """``torch.cuda.current_device()``."""
         return int(self.torch.cuda.current_device())
 
-    def cap(self, nbytes: int | None) -> int | None:
-        """``set_per_process_memory_fraction``; the limit is ``int(fraction * total)`` as in C++."""
+    def cap(self, nbytes: int | None) -> list[int] | None:
+        """``set_per_process_memory_fraction``; the limit is ``int(fraction * total)`` as in C++,
+        for either total torch may use (``mem_get_info``'s, or the device properties')."""
+        device = self.current_device()
         total = self.mem_get_info()[1]
         fraction = 1.0 if nbytes is None else min(nbytes / total, 1.0)
-        self.torch.cuda.set_per_process_memory_fraction(fraction, self.current_device())
-        return None if nbytes is None else int(fraction * total)
+        self.torch.cuda.set_per_process_memory_fraction(fraction, device)
+        if nbytes is None:
+            return None
+        props = int(self.torch.cuda.get_device_properties(device).total_memory)
+        return sorted({int(fraction * total), int(fraction * props)})
 
     def mem_get_info(self) -> tuple[int, int]:
         """``torch.cuda.mem_get_info()``."""
@@ -259,10 +270,10 @@ class SimRig:
         """The sim device's index."""
         return int(self._get().index)
 
-    def cap(self, nbytes: int | None) -> int | None:
+    def cap(self, nbytes: int | None) -> list[int] | None:
         """A fresh device of ``nbytes`` (its total is the limit the observer reports)."""
         self._reset(self.roomy if nbytes is None else nbytes)
-        return nbytes
+        return None if nbytes is None else [nbytes]
 
     def mem_get_info(self) -> tuple[int, int]:
         """The sim's ``mem_get_info()``."""

@@ -30,13 +30,13 @@ EXHAUST_REQUEST = 64 * MiB
 
 def run_workload(rig: Rig, name: str, out: Path, cap: int) -> dict[str, Any]:
     """Run one labelled workload (in a worker subprocess); what happened, for the parent."""
-    limit = rig.cap(cap)
+    limits = rig.cap(cap)
     settings = rig.allocator_settings()
     mf = memforensics.install(
         device=rig.name, out_dir=str(out), oom_history="all", max_oom_snapshots=1
     )
     kept: list[Any] = []
-    result: dict[str, Any] = {"oom": False, "limit": limit, "error": None}
+    result: dict[str, Any] = {"oom": False, "limits": limits, "error": None}
     try:
         if name == "exhaustion":
             for _ in range(4 * cap // EXHAUST_REQUEST):
@@ -109,10 +109,9 @@ def step_verdicts(step: Step, ctx: Context) -> None:
         with prefixed(step, name):
             check_oom_sizes(step, sidecar, paths[0], request)
             info = (result["mem_get_info"][0], result["mem_get_info"][1])
-            limit = result["limit"]
             figure = f"{name}_free_minus_mem_get_info"
             compare_with_witnesses(
-                step, result["device"], sidecar, result["error"], info, limit, figure
+                step, result["device"], sidecar, result["error"], info, result["limits"], figure
             )
             summary, _ = summary_json(ctx, paths[0])
             verdict = summary.get("verdict") if summary else None

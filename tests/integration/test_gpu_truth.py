@@ -66,7 +66,7 @@ def test_dry_run_completes_every_step_with_no_wrong_answer(tmp_path: Path) -> No
     assert len(checks_of(report, "pass")) >= 30
     steps = {s["key"]: s for s in report["steps"]}
     oom = steps["oom"]["figures"]
-    assert oom["sidecar"]["device_total_bytes"] == oom["limit_bytes"]
+    assert oom["limit_bytes"] == [oom["sidecar"]["device_total_bytes"]]
     assert oom["free_minus_mem_get_info"] == 0  # the sim's free memory does not move
     assert {"history off", "state"} <= set(steps["cost"]["figures"]["rows"])
     assert any(p["forks"] > 0 for p in steps["forked"]["figures"]["passes"])

@@ -49,13 +49,16 @@ CUDA_TEXT = (
 
 
 def test_cuda_oom_text_is_parsed_into_its_four_facts() -> None:
-    """PyTorch's CUDA wording yields the allocation, device, total and free as printed."""
+    """PyTorch's CUDA wording yields allocation, device, total, free (and the limit) as printed."""
     assert parse_oom_text(CUDA_TEXT) == {
         "allocation": "102.00 MiB",
         "device": 1,
         "total": "139.81 GiB",
         "free": "138.12 GiB",
+        "allowed": None,
     }
+    limited = CUDA_TEXT.replace("in use. Of", "in use. 1.00 GiB allowed; Of")
+    assert (parse_oom_text(limited) or {}).get("allowed") == "1.00 GiB"
     assert parse_oom_text("RuntimeError: NCCL error") is None
 
 
@@ -190,6 +193,7 @@ def test_cuda_rig_calls_exist_in_the_real_torch_with_its_arguments() -> None:
     from _gpu_rig import CudaRig, GiB
 
     total = 140 * GiB
+    driver_total = total - 512 * MiB  # cudaMemGetInfo may report less than the properties
     answers = {
         "torch.cuda.is_available": True,
         "torch.cuda.device_count": 2,
@@ -197,7 +201,7 @@ def test_cuda_rig_calls_exist_in_the_real_torch_with_its_arguments() -> None:
         "torch.cuda.get_device_properties": types.SimpleNamespace(
             name="NVIDIA H200", total_memory=total
         ),
-        "torch.cuda.mem_get_info": (100 * GiB, total),
+        "torch.cuda.mem_get_info": (100 * GiB, driver_total),
         "torch.cuda.memory._snapshot": {"allocator_settings": {"expandable_segments": True}},
     }
     calls: list[str] = []
@@ -210,10 +214,11 @@ def test_cuda_rig_calls_exist_in_the_real_torch_with_its_arguments() -> None:
     rig = CudaRig(fake)
     assert rig.describe()["gpu_name"] == "NVIDIA H200"
     assert [d["index"] for d in rig.describe()["devices"]] == [0, 1]
-    assert rig.cap(3 * GiB) == int(3 * GiB / total * total)
+    fraction = 3 * GiB / driver_total
+    assert rig.cap(3 * GiB) == [int(fraction * driver_total), int(fraction * total)]
     assert rig.cap(None) is None
     rig.use_device(1)
-    assert rig.mem_get_info() == (100 * GiB, total)
+    assert rig.mem_get_info() == (100 * GiB, driver_total)
     rig.empty_cache()
     rig.synchronize()
     assert rig.allocator_settings() == {"expandable_segments": True}
