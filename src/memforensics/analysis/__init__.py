@@ -1,11 +1,14 @@
 """Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
 
+from memforensics.analysis._device_diff import DeviceDiff, DeviceDiffs, diff_by_device
+from memforensics.analysis._devices import DeviceUsage
 from memforensics.analysis._diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
 from memforensics.analysis._frames import UNKNOWN_SITE, is_library_file, parse_step, site_of
 from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
 from memforensics.analysis._report import render_report
+from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
 from memforensics.analysis._timeline import Timeline, memory_timeline
 from memforensics.analysis._units import format_bytes
@@ -16,6 +19,9 @@ __all__ = [
     "FRAGMENTATION",
     "NO_OOM",
     "UNKNOWN_SITE",
+    "DeviceDiff",
+    "DeviceDiffs",
+    "DeviceUsage",
     "Diff",
     "Dump",
     "DumpEntry",
@@ -25,10 +31,12 @@ __all__ = [
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
+    "SnapshotShape",
     "StepBytes",
     "Summary",
     "Timeline",
     "Verdict",
+    "diff_by_device",
     "diff_dumps",
     "dump_from_snapshot",
     "format_bytes",

@@ -68,6 +68,11 @@ def normalize_segments(snapshot: object, source: str) -> tuple[Segment, ...]:
     raw_segments = snapshot.get("segments")
     if not isinstance(raw_segments, list):
         raise SnapshotLoadError(f"{source}: not a memory snapshot (no 'segments' list)")
+    return segments_from_list(raw_segments, source)
+
+
+def segments_from_list(raw_segments: list[object], source: str) -> tuple[Segment, ...]:
+    """Convert a list of segment dicts (a snapshot's ``segments``, or ``memory_snapshot()``)."""
     return tuple(_segment(raw, index, source) for index, raw in enumerate(raw_segments))
 
 
@@ -110,12 +115,16 @@ def _block(raw: object, offset: int, where: str, source: str) -> Block:
         raise SnapshotLoadError(f"{source}: not a memory snapshot ({where}.state is missing)")
     address = as_int(raw.get("address"))
     frames = raw.get("frames")
+    requested = as_int(raw.get("requested_size"))
     history = raw.get("history")
     if isinstance(history, list) and history and isinstance(history[-1], dict):
+        # PyTorch 1.13-2.0: the live allocation is the block's latest history entry, and its
+        # ``real_size`` is what was asked for (1.13 writes no ``requested_size`` at all).
         latest = history[-1]
         if frames is None:
             frames = latest.get("frames")
-    requested = as_int(raw.get("requested_size"))
+        if requested is None and state == ALLOCATED:
+            requested = as_int(latest.get("real_size"))
     return Block(
         address=offset if address is None else address,
         size=size,

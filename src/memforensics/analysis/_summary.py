@@ -6,13 +6,15 @@ trace (stopping early when it can), so a summary costs little more than loading 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from memforensics.analysis._devices import DeviceUsage
 from memforensics.analysis._frames import UNKNOWN_SITE, parse_step, site_of
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
 from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
+from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._verdict import Verdict, judge
 
 
@@ -66,6 +68,10 @@ class Summary:
     history_events: int
     history_truncated: bool | None
     warnings: tuple[str, ...]
+    devices: tuple[DeviceUsage, ...] = ()
+    device_reason: str = ""
+    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    limits: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary --json`` object (key names are a contract; see docs/analysis.md)."""
@@ -92,6 +98,10 @@ class Summary:
             "history_events": self.history_events,
             "history_truncated": self.history_truncated,
             "warnings": list(self.warnings),
+            "devices": [item.to_dict() for item in self.devices],
+            "device_reason": self.device_reason,
+            "snapshot_shape": self.shape.to_dict(),
+            "limits": list(self.limits),
         }
 
 
@@ -182,6 +192,10 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
         history_events=len(dump.trace),
         history_truncated=dump.meta.truncated,
         warnings=dump.warnings,
+        devices=dump.devices,
+        device_reason=dump.device_reason,
+        shape=dump.shape,
+        limits=dump.limits,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memforensics.analysis._devices import context_lines
 from memforensics.analysis._diff import Diff
 from memforensics.analysis._ls import RunListing
 from memforensics.analysis._summary import Summary
@@ -38,6 +39,7 @@ def summary_text(s: Summary) -> str:
             f"{fmt(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
         )
     lines.append(f"  history      {s.history_events:>12,} events ({truncated})")
+    lines += context_lines(s.devices, s.device, s.device_reason, s.limits)
     lines += ["", f"  {s.verdict.explanation}"]
     if s.verdict.advice:
         lines.append(f"  → {s.verdict.advice}")
