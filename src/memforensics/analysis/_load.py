@@ -94,7 +94,7 @@ class Dump:
             trace=trace,
             device=device,
             device_reason=reason,
-            warnings=self.file_warnings if self.file_warnings is not None else self.warnings,
+            warnings=self.warnings if device == self.device else self.file_warnings or (),
         )
 
     def device_views(self) -> tuple[Dump, ...]:
@@ -104,10 +104,8 @@ class Dump:
         with_memory = [item.device for item in self.devices if item.reserved_bytes > 0]
         if len(with_memory) <= 1:
             return (self,)
-        return tuple(
-            self if device == self.device else self.on_device(device, reason="each device")
-            for device in with_memory
-        )
+        reason = "each device with memory: no OOM recorded"
+        return tuple(self.on_device(device, reason=reason) for device in with_memory)
 
 
 def read_snapshot_file(path: Path) -> object:

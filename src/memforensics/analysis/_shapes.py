@@ -190,8 +190,8 @@ def _limits(container: str, found: _Evidence, keys: dict[str, Any]) -> list[str]
         )
     if found.legacy_blocks:
         limits.append(
-            "written before expandable segments existed (PyTorch 2.1): the fragmentation fix"
-            " needs a newer PyTorch"
+            "written before expandable segments existed (PyTorch and torch_npu 2.1): the"
+            " fragmentation fix needs a newer release"
         )
     elif "allocator_settings" not in keys and container == SNAPSHOT:
         limits.append(
