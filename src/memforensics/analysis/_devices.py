@@ -90,11 +90,18 @@ def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tupl
             reserved_bytes=reserved,
             allocated_bytes=allocated,
             segments=count,
-            history_events=len(traces[device]) if device < len(traces) else 0,
-            oom=several and device < len(traces) and _last_oom(traces[device]) is not None,
+            history_events=len(trace_of(traces, device)),
+            oom=several and _last_oom(trace_of(traces, device)) is not None,
         )
         for device, (reserved, allocated, count) in sorted(totals.items())
     )
+
+
+def trace_of(traces: list[list[Any]], device: int | None) -> list[Any]:
+    """``device``'s trace, or ``[]`` when the file has none for it (never a negative index)."""
+    if device is None or not 0 <= device < len(traces):
+        return []
+    return traces[device]
 
 
 def choose_device(
@@ -113,7 +120,7 @@ def choose_device(
         chosen = max(
             failed,
             key=lambda device: (
-                (_last_oom(traces[device]) or (-1, -1))[0],
+                (_last_oom(trace_of(traces, device)) or (-1, -1))[0],
                 device == hint,
                 held[device].reserved_bytes,
             ),

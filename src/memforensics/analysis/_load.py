@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis._devices import DeviceUsage, choose_device, device_usage
+from memforensics.analysis._devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis._meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis._model import Segment, segments_from_list
 from memforensics.analysis._shapes import (
@@ -87,7 +87,7 @@ class Dump:
             )
         everything = self.segments if self.all_segments is None else self.all_segments
         traces = self.snapshot.get("device_traces", [])
-        trace = traces[device] if isinstance(traces, list) and device < len(traces) else []
+        trace = trace_of(traces, device) if isinstance(traces, list) else []
         return replace(
             self,
             segments=tuple(s for s in everything if s.device in (device, None)),
@@ -182,7 +182,7 @@ def dump_from_snapshot(
     segments = everything
     if device is not None and len({s.device for s in everything}) > 1:
         segments = tuple(s for s in everything if s.device in (device, None))
-    trace = traces[device] if device is not None and 0 <= device < len(traces) else []
+    trace = trace_of(traces, device)
     base = tuple(warnings or ())
     return Dump(
         path=path,
