@@ -22,6 +22,7 @@ from memforensics.analysis._meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis._model import Segment, segments_from_list
 from memforensics.analysis._shapes import (
     SnapshotShape,
+    mark_workspace,
     read_shape,
     split_top_level,
     workspace_limit,
@@ -73,8 +74,7 @@ class Dump:
     @property
     def limits(self) -> tuple[str, ...]:
         """What this dump cannot tell on this device (the shape's limits, and device notes)."""
-        traces = self.snapshot.get("device_traces", [])
-        workspace = workspace_limit(self.segments, traces if isinstance(traces, list) else [])
+        workspace = workspace_limit(self.segments)
         return self.shape.limits + ((workspace,) if workspace else ())
 
     def on_device(self, device: int, *, reason: str = "chosen with --device") -> Dump:
@@ -166,7 +166,7 @@ def dump_from_snapshot(
     list of segments ``memory_snapshot()`` returns (see ``_shapes``), read on one device."""
     source = str(path) if path is not None else "<snapshot>"
     raw_segments, traces, container = split_top_level(snapshot, source)
-    everything = segments_from_list(raw_segments, source)
+    everything = mark_workspace(segments_from_list(raw_segments, source), traces)
     meta = dump_meta(path, sidecar)
     family = meta.sidecar.get("device") if meta.has_sidecar else None
     shape = read_shape(

@@ -22,11 +22,11 @@ This module only *reads* the shape; figures stay computed from what is present, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis._model import ALLOCATED, Segment, as_int
+from memforensics.analysis._model import ALLOCATED, NPU_WORKSPACE, Segment, as_int
 from memforensics.analysis._units import format_bytes as fmt
 
 SNAPSHOT = "snapshot"
@@ -201,20 +201,30 @@ def _limits(container: str, found: _Evidence, keys: dict[str, Any]) -> list[str]
     return limits
 
 
-def workspace_limit(segments: tuple[Segment, ...], traces: list[list[Any]]) -> str | None:
-    """torch_npu's workspace segments on a device, named: they are reserved memory whose free
-    bytes only operator workspaces can use, never tensors."""
+def mark_workspace(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tuple[Segment, ...]:
+    """torch_npu's workspace segments, found by their ``workspace_snapshot`` trace entries, get
+    blocks in state ``npu_workspace``: reserved memory, but neither live tensors nor holes the
+    caching allocator could reuse, so a verdict must not count them as free."""
     found = _Evidence()
     _scan_traces(traces, found)
-    marked = found.workspace
-    if not marked:
-        return None
-    held = [segment for segment in segments if segment.address in marked]
+    if not found.workspace:
+        return segments
+    return tuple(
+        replace(segment, blocks=tuple(replace(b, state=NPU_WORKSPACE) for b in segment.blocks))
+        if segment.address in found.workspace
+        else segment
+        for segment in segments
+    )
+
+
+def workspace_limit(segments: tuple[Segment, ...]) -> str | None:
+    """One sentence on the workspace segments of a device, or None if it has none."""
+    held = [s for s in segments if s.blocks and all(b.state == NPU_WORKSPACE for b in s.blocks)]
     if not held:
         return None
     size = sum(segment.total_size for segment in held)
     return (
         f"{fmt(size)} in {len(held)} segment(s) is torch_npu's workspace memory (marked by"
-        " workspace_snapshot trace entries): counted as reserved, but its free bytes serve"
-        " operator workspaces, not tensors"
+        " workspace_snapshot trace entries): counted as reserved, not as free inside reserved,"
+        " since only operator workspaces can use it"
     )

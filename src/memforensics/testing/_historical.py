@@ -147,12 +147,10 @@ def as_torch_npu(snapshot: dict[str, Any], *, workspace: int | None = MiB(4)) ->
 
 def npu_truth(truth: SnapshotTruth, workspace: int = MiB(4)) -> SnapshotTruth:
     """The truth of :func:`as_torch_npu`'s snapshot: its workspace segment is reserved memory
-    in one inactive block, so it also counts as free inside reserved."""
+    (one more segment and block), but not free memory a tensor could use."""
     return replace(
         truth,
         reserved_bytes=truth.reserved_bytes + workspace,
-        free_in_reserved_bytes=truth.free_in_reserved_bytes + workspace,
-        largest_free_block_bytes=max(truth.largest_free_block_bytes, workspace),
         segments=truth.segments + 1,
         blocks=truth.blocks + 1,
     )

@@ -174,6 +174,18 @@ def test_npu_workspace_segment_is_named() -> None:
     assert not any("workspace" in limit for limit in bare.limits)
 
 
+def test_npu_workspace_is_not_a_free_hole() -> None:
+    """A 64 MiB workspace segment is reserved, yet no hole for a 32 MiB tensor: still
+    fragmentation, with the workspace out of the free bytes."""
+    synthetic = fragmented()
+    dump = dump_from_snapshot(as_torch_npu(synthetic.snapshot, workspace=MiB(64)))
+    summary = summarize(dump)
+    assert summary.reserved_bytes == synthetic.truth.reserved_bytes + MiB(64)
+    assert summary.free_in_reserved_bytes == synthetic.truth.free_in_reserved_bytes
+    assert summary.largest_free_block_bytes == MiB(8)
+    assert summary.verdict.name == "fragmentation"
+
+
 def test_npu_sidecar_names_the_producer() -> None:
     """A sidecar that says device "npu" marks the file as torch_npu's even without a workspace."""
     synthetic = exhausted()
