@@ -105,18 +105,23 @@ def trace_of(traces: list[list[Any]], device: int | None) -> list[Any]:
 
 
 def choose_device(
-    usage: tuple[DeviceUsage, ...], traces: list[list[Any]], hint: int | None
+    usage: tuple[DeviceUsage, ...],
+    traces: list[list[Any]],
+    hint: int | None,
+    *,
+    old_sidecar: bool = True,
 ) -> DeviceChoice:
-    """The device to explain by default (see the module docstring for the order)."""
+    """The device to explain by default (see the module docstring for the order);
+    ``old_sidecar``: the hint comes from a sidecar before schema 2 (say why it may be wrong)."""
+    why = " (sidecars before schema 2 record the device current at install())" * old_sidecar
     held = {item.device: item for item in usage}
     if not held:
         return DeviceChoice(hint, "the sidecar's device (the dump holds no memory)")
-    if len(held) == 1:
-        (only,) = held
-        warnings = () if hint in (None, only) else (_disagree(hint, only, "holds only"),)
-        return DeviceChoice(only, "the only device in this dump", warnings)
     failed = [item.device for item in usage if item.oom]
-    if failed:
+    if len(held) == 1:
+        (chosen,) = held
+        reason, conflict = "the only device in this dump", f"the dump holds only device {chosen}"
+    elif failed:
         chosen = max(
             failed,
             key=lambda device: (
@@ -125,24 +130,19 @@ def choose_device(
                 held[device].reserved_bytes,
             ),
         )
-        warnings = ()
-        if hint is not None and hint != chosen:
-            warnings = (_disagree(hint, chosen, "records the OOM on"),)
-        return DeviceChoice(chosen, "the OOM's device (its trace records the oom)", warnings)
-    if hint is not None and hint in held:
+        reason = "the OOM's device (its trace records the oom)"
+        conflict = f"the trace records the OOM on device {chosen}"
+    elif hint is not None and hint in held:
         return DeviceChoice(hint, "the device the sidecar names")
-    chosen = max(
-        held.values(), key=lambda item: (item.reserved_bytes, item.history_events, -item.device)
-    ).device
-    warnings = () if hint is None else (_disagree(hint, chosen, "holds nothing there; reading"),)
-    return DeviceChoice(chosen, "the device with the most reserved memory", warnings)
-
-
-def _disagree(hint: int, chosen: int, what: str) -> str:
-    return (
-        f"the sidecar says device {hint}, but the dump {what} device {chosen}; using device"
-        f" {chosen} (sidecars before schema 2 record the device current at install())"
-    )
+    else:
+        chosen = max(
+            held.values(), key=lambda item: (item.reserved_bytes, item.history_events, -item.device)
+        ).device
+        reason = "the device with the most reserved memory"
+        conflict = f"the dump holds nothing on it; reading device {chosen}"
+    if hint is None or hint == chosen:
+        return DeviceChoice(chosen, reason)
+    return DeviceChoice(chosen, reason, (f"the sidecar says device {hint}, but {conflict}{why}",))
 
 
 def devices_text(usage: tuple[DeviceUsage, ...]) -> str:

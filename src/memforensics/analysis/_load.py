@@ -19,7 +19,7 @@ from typing import IO, Any
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis._devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis._meta import DumpMeta, dump_meta, read_sidecar
-from memforensics.analysis._model import Segment, segments_from_list
+from memforensics.analysis._model import Segment, as_int, segments_from_list
 from memforensics.analysis._shapes import (
     SnapshotShape,
     mark_workspace,
@@ -177,7 +177,10 @@ def dump_from_snapshot(
         device_family=family if isinstance(family, str) else None,
     )
     usage = device_usage(everything, traces)
-    choice = choose_device(usage, traces, meta.device_index)
+    schema = as_int(meta.sidecar.get("schema"))
+    choice = choose_device(
+        usage, traces, meta.device_index, old_sidecar=schema is None or schema < 2
+    )
     device = choice.device
     segments = everything
     if device is not None and len({s.device for s in everything}) > 1:

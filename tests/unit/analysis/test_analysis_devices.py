@@ -47,6 +47,18 @@ def test_the_oom_device_is_read_even_when_the_sidecar_says_0() -> None:
     assert dump.device_views() == (dump,)
 
 
+def test_schema_2_sidecar_disagreement_is_not_blamed_on_install() -> None:
+    """A schema-2 sidecar's device is the observer's: the warning still says it disagrees,
+    without the schema-1 explanation."""
+    multi = several_devices(oom_device=1, sidecar_device=2)
+    sidecar = dict(multi.sidecar or {}, schema=2)
+    dump = dump_from_snapshot(multi.snapshot, sidecar=sidecar)
+    assert dump.device == 1
+    assert len(dump.warnings) == 1
+    assert "sidecar says device 2" in dump.warnings[0]
+    assert "install()" not in dump.warnings[0]
+
+
 def test_a_sidecar_that_agrees_gives_no_warning() -> None:
     """When the sidecar names the OOM's device there is nothing to warn about."""
     multi = several_devices(oom_device=2, sidecar_device=2)
