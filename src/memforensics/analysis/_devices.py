@@ -69,8 +69,8 @@ def _last_oom(trace: list[Any]) -> tuple[int, int] | None:
 def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tuple[DeviceUsage, ...]:
     """Every device with a segment or a non-empty trace, in device order.
 
-    Looking for an OOM walks each trace once, and only when more than one device is present
-    (with one device there is nothing to choose between).
+    Looking for an OOM walks each trace backwards once, stopping at the last ``oom`` entry
+    (which an OOM dump has at its very end).
     """
     totals: dict[int, list[int]] = {}
     for segment in segments:
@@ -83,7 +83,6 @@ def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tupl
     for index, trace in enumerate(traces):
         if trace:
             totals.setdefault(index, [0, 0, 0])
-    several = len(totals) > 1
     return tuple(
         DeviceUsage(
             device=device,
@@ -91,7 +90,7 @@ def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tupl
             allocated_bytes=allocated,
             segments=count,
             history_events=len(trace_of(traces, device)),
-            oom=several and _last_oom(trace_of(traces, device)) is not None,
+            oom=_last_oom(trace_of(traces, device)) is not None,
         )
         for device, (reserved, allocated, count) in sorted(totals.items())
     )

@@ -74,6 +74,7 @@ def test_wrong_sidecar_index_does_not_lose_history(tmp_path: Path) -> None:
     dump = load_dump(path)
     summary = summarize(dump)
     assert dump.device == 3
+    assert [(item.device, item.oom) for item in dump.devices] == [(3, True)]
     assert summary.history_events == 43
     assert summary.oom is not None
     assert summary.oom.requested_bytes == MiB(512)
