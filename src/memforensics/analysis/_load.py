@@ -99,7 +99,8 @@ class Dump:
 
     def device_views(self) -> tuple[Dump, ...]:
         """What to explain by default: the OOM's device; else every device with memory."""
-        if self.device_reason.startswith("the OOM's") or self.meta.kind == "oom":
+        failed_here = any(item.oom and item.device == self.device for item in self.devices)
+        if failed_here or self.meta.kind == "oom":
             return (self,)
         with_memory = [item.device for item in self.devices if item.reserved_bytes > 0]
         if len(with_memory) <= 1:

@@ -17,7 +17,7 @@ class DiffCommand:
     name = "diff"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """BEFORE, AFTER, --json."""
+        """BEFORE, AFTER, --json, --device."""
         parser.add_argument("before", metavar="BEFORE", help="the earlier snapshot")
         parser.add_argument("after", metavar="AFTER", help="the later snapshot")
         parser.add_argument("--json", action="store_true", help="print one JSON object")

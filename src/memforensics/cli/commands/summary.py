@@ -18,7 +18,7 @@ class SummaryCommand:
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE, --json, --top."""
+        """FILE, --json, --top, --device."""
         parser.add_argument("file", metavar="FILE", help="snapshot (.pickle, .pkl, or either .gz)")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--top", type=int, default=10, metavar="N", help="sites to list")
