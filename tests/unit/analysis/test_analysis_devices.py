@@ -151,3 +151,20 @@ def test_single_device_dumps_compare_across_indexes() -> None:
     result = diff_by_device(dump_from_snapshot(left.build()), dump_from_snapshot(right.build()))
     assert [(p.before_device, p.after_device) for p in result.pairs] == [(3, 5)]
     assert result.pairs[0].diff.total_delta_bytes == MiB(32)
+
+
+def test_the_latest_oom_wins_when_two_devices_failed() -> None:
+    """Two devices with an OOM in their traces: the later one (by time_us) is the dump's OOM."""
+    early = SnapshotBuilder(device=0, start_time_us=1_000_000)
+    late = SnapshotBuilder(device=1, start_time_us=9_000_000, base_address=0x7E00_0000_0000)
+    for builder, size in ((early, MiB(64)), (late, MiB(96))):
+        builder.segment(B(size))
+        builder.oom(requested=size, device_free=0)
+    snapshot = {
+        "segments": early.build()["segments"] + late.build()["segments"],
+        "device_traces": [early.build()["device_traces"][0], late.build()["device_traces"][1]],
+    }
+    dump = dump_from_snapshot(snapshot, sidecar={"device_index": 0, "kind": "oom"})
+    assert dump.device == 1
+    assert summarize(dump).oom is not None
+    assert summarize(dump).reserved_bytes == MiB(96)
