@@ -31,8 +31,12 @@ class _Session:
 
 
 def _fake_nox() -> ModuleType:
-    """``nox`` as the noxfile uses it: ``nox.session`` bare or with keywords, ``nox.options``."""
+    """``nox`` as the noxfile uses it: ``nox.session`` bare or with keywords, ``nox.options``,
+    ``nox.command.CommandFailed``."""
     module = ModuleType("nox")
+    command = ModuleType("nox.command")
+    command.CommandFailed = type("CommandFailed", (Exception,), {})  # type: ignore[attr-defined]
+    module.command = command  # type: ignore[attr-defined]
 
     def session(*args: Any, **kwargs: Any) -> Any:
         if args and callable(args[0]):
@@ -46,7 +50,9 @@ def _fake_nox() -> ModuleType:
 
 
 def _noxfile(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setitem(sys.modules, "nox", _fake_nox())
+    fake = _fake_nox()
+    monkeypatch.setitem(sys.modules, "nox", fake)
+    monkeypatch.setitem(sys.modules, "nox.command", fake.command)
     spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
     assert spec is not None
     assert spec.loader is not None

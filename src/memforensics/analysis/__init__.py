@@ -1,5 +1,7 @@
 """Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
 
+from memforensics.analysis._device_diff import DeviceDiff, DeviceDiffs, diff_by_device
+from memforensics.analysis._devices import DeviceUsage
 from memforensics.analysis._diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
 from memforensics.analysis._frames import (
     BEFORE_RECORDING,
@@ -14,6 +16,7 @@ from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, rea
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
 from memforensics.analysis._report import render_report
+from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
 from memforensics.analysis._timeline import Timeline, memory_timeline
 from memforensics.analysis._units import format_bytes
@@ -25,6 +28,9 @@ __all__ = [
     "FRAGMENTATION",
     "NO_OOM",
     "UNKNOWN_SITE",
+    "DeviceDiff",
+    "DeviceDiffs",
+    "DeviceUsage",
     "Diff",
     "Dump",
     "DumpEntry",
@@ -34,11 +40,13 @@ __all__ = [
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
+    "SnapshotShape",
     "StepBytes",
     "Summary",
     "Timeline",
     "Verdict",
     "caller_of",
+    "diff_by_device",
     "diff_dumps",
     "dump_from_snapshot",
     "format_bytes",

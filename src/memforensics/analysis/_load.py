@@ -12,13 +12,21 @@ from __future__ import annotations
 import gzip
 import pickle
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from memforensics._errors import SnapshotLoadError
+from memforensics.analysis._devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis._meta import DumpMeta, dump_meta, read_sidecar
-from memforensics.analysis._model import Segment, normalize_segments
+from memforensics.analysis._model import Segment, as_int, segments_from_list
+from memforensics.analysis._shapes import (
+    SnapshotShape,
+    mark_workspace,
+    read_shape,
+    split_top_level,
+    workspace_limit,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -36,10 +44,13 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 @dataclass(frozen=True)
 class Dump:
-    """One loaded snapshot: checked segments, the trace of its device, and what its sidecar says.
+    """One loaded snapshot, read on one device: its segments, its trace, and the sidecar's facts.
 
     ``trace`` is the allocator history of ``device`` exactly as PyTorch recorded it (a list of
     dicts, oldest first); read it defensively. ``warnings`` lists what was odd but not fatal.
+    A file may hold several devices: ``devices`` lists each, ``device_reason`` says why this
+    one is read, and :meth:`on_device` / :meth:`device_views` give the others. ``shape`` says
+    which shape the file has and what it cannot tell.
     """
 
     path: Path | None
@@ -49,11 +60,53 @@ class Dump:
     meta: DumpMeta
     snapshot: dict[str, Any]
     warnings: tuple[str, ...] = ()
+    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    devices: tuple[DeviceUsage, ...] = ()
+    device_reason: str = ""
+    all_segments: tuple[Segment, ...] | None = field(default=None, repr=False)
+    file_warnings: tuple[str, ...] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         """How to refer to this dump in messages."""
         return str(self.path) if self.path is not None else "<snapshot>"
+
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """What this dump cannot tell on this device (the shape's limits, and device notes)."""
+        workspace = workspace_limit(self.segments)
+        return self.shape.limits + ((workspace,) if workspace else ())
+
+    def on_device(self, device: int, *, reason: str = "chosen with --device") -> Dump:
+        """The same file read on ``device``; SnapshotLoadError if the file holds nothing there."""
+        held = [item.device for item in self.devices]
+        if device not in held:
+            listed = ", ".join(map(str, held)) or "none"
+            raise SnapshotLoadError(
+                f"{self.name}: no device {device} in this dump (devices held: {listed})"
+            )
+        everything = self.segments if self.all_segments is None else self.all_segments
+        traces = self.snapshot.get("device_traces", [])
+        trace = trace_of(traces, device) if isinstance(traces, list) else []
+        return replace(
+            self,
+            segments=tuple(s for s in everything if s.device in (device, None)),
+            trace=trace,
+            device=device,
+            device_reason=reason,
+            warnings=self.warnings if device == self.device else self.file_warnings or (),
+        )
+
+    def device_views(self) -> tuple[Dump, ...]:
+        """What to explain by default: the OOM's device; else every device with memory."""
+        failed_here = any(item.oom and item.device == self.device for item in self.devices)
+        if failed_here or self.meta.kind == "oom":
+            return (self,)
+        with_memory = [item.device for item in self.devices if item.reserved_bytes > 0]
+        if len(with_memory) <= 1:
+            return (self,)
+        reason = "each device with memory: no OOM recorded"
+        return tuple(self.on_device(device, reason=reason) for device in with_memory)
 
 
 def read_snapshot_file(path: Path) -> object:
@@ -110,33 +163,42 @@ def dump_from_snapshot(
     path: Path | None = None,
     warnings: list[str] | None = None,
 ) -> Dump:
-    """Build a Dump from an in-memory snapshot dict (e.g. ``torch.cuda.memory._snapshot()``)."""
+    """Build a Dump from any shape PyTorch or torch_npu writes: a ``_snapshot()`` dict, or the
+    list of segments ``memory_snapshot()`` returns (see ``_shapes``), read on one device."""
     source = str(path) if path is not None else "<snapshot>"
-    segments = normalize_segments(snapshot, source)
-    assert isinstance(snapshot, dict)  # normalize_segments raised otherwise
-    traces = snapshot.get("device_traces", [])
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
-        raise SnapshotLoadError(f"{source}: not a memory snapshot ('device_traces' is not lists)")
+    raw_segments, traces, container = split_top_level(snapshot, source)
+    everything = mark_workspace(segments_from_list(raw_segments, source), traces)
     meta = dump_meta(path, sidecar)
-    device = _choose_device(segments, traces, meta.device_index)
-    if device is not None and len({s.device for s in segments}) > 1:
-        segments = tuple(s for s in segments if s.device in (device, None))
-    trace = traces[device] if device is not None and 0 <= device < len(traces) else []
-    return Dump(path, segments, trace, device, meta, snapshot, tuple(warnings or ()))
-
-
-def _choose_device(
-    segments: tuple[Segment, ...], traces: list[Any], hint: int | None
-) -> int | None:
-    """The sidecar's device; else the one with most reserved memory; else the busiest trace."""
-    if hint is not None and (hint < len(traces) or any(s.device == hint for s in segments)):
-        return hint
-    reserved: dict[int, int] = {}
-    for segment in segments:
-        if segment.device is not None:
-            reserved[segment.device] = reserved.get(segment.device, 0) + segment.total_size
-    if reserved:
-        return max(reserved, key=lambda device: (reserved[device], -device))
-    if traces:
-        return max(range(len(traces)), key=lambda index: (len(traces[index]), -index))
-    return None
+    family = meta.sidecar.get("device") if meta.has_sidecar else None
+    shape = read_shape(
+        snapshot,
+        raw_segments,
+        traces,
+        container,
+        device_family=family if isinstance(family, str) else None,
+    )
+    usage = device_usage(everything, traces)
+    schema = as_int(meta.sidecar.get("schema"))
+    choice = choose_device(
+        usage, traces, meta.device_index, old_sidecar=schema is None or schema < 2
+    )
+    device = choice.device
+    segments = everything
+    if device is not None and len({s.device for s in everything}) > 1:
+        segments = tuple(s for s in everything if s.device in (device, None))
+    trace = trace_of(traces, device)
+    base = tuple(warnings or ())
+    return Dump(
+        path=path,
+        segments=segments,
+        trace=trace,
+        device=device,
+        meta=meta,
+        snapshot=snapshot if isinstance(snapshot, dict) else {"segments": raw_segments},
+        warnings=base + choice.warnings,
+        shape=shape,
+        devices=usage,
+        device_reason=choice.reason,
+        all_segments=everything,
+        file_warnings=base,
+    )

@@ -36,6 +36,7 @@ class DumpEntry:
             "rank": self.meta.rank,
             "step": self.meta.step,
             "steps": list(self.meta.steps) if self.meta.steps else None,
+            "device_index": self.meta.device_index,
             "snapshot_bytes": self.size_bytes,  # the sidecar's name for the file's size
             "created_at": self.created_at,
             "partial": self.meta.partial,
@@ -71,7 +72,7 @@ class RunListing:
 
 
 def list_dumps(root: str | Path) -> RunListing:
-    """Find every ``*.pickle`` / ``*.pickle.gz`` dump under ``root`` (a folder, else raise)."""
+    """Find every ``*.pickle`` / ``*.pkl`` dump (or ``.gz`` of either) under ``root``."""
     folder = Path(root)
     if not folder.is_dir():
         raise SnapshotLoadError(f"{folder}: not a folder")

@@ -16,6 +16,9 @@ from memforensics._errors import SnapshotLoadError
 ALLOCATED = "active_allocated"
 PENDING_FREE = "active_pending_free"
 INACTIVE = "inactive"
+# Not a PyTorch state: a block of torch_npu's workspace allocator (see ``_shapes``). Its memory is
+# reserved, but it is neither a tensor nor a hole the caching allocator could reuse.
+NPU_WORKSPACE = "npu_workspace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,11 @@ def normalize_segments(snapshot: object, source: str) -> tuple[Segment, ...]:
     raw_segments = snapshot.get("segments")
     if not isinstance(raw_segments, list):
         raise SnapshotLoadError(f"{source}: not a memory snapshot (no 'segments' list)")
+    return segments_from_list(raw_segments, source)
+
+
+def segments_from_list(raw_segments: list[object], source: str) -> tuple[Segment, ...]:
+    """Convert a list of segment dicts (a snapshot's ``segments``, or ``memory_snapshot()``)."""
     return tuple(_segment(raw, index, source) for index, raw in enumerate(raw_segments))
 
 
@@ -110,12 +118,16 @@ def _block(raw: object, offset: int, where: str, source: str) -> Block:
         raise SnapshotLoadError(f"{source}: not a memory snapshot ({where}.state is missing)")
     address = as_int(raw.get("address"))
     frames = raw.get("frames")
+    requested = as_int(raw.get("requested_size"))
     history = raw.get("history")
     if isinstance(history, list) and history and isinstance(history[-1], dict):
+        # PyTorch 1.13-2.0: the live allocation is the block's latest history entry, and its
+        # ``real_size`` is what was asked for (1.13 writes no ``requested_size`` at all).
         latest = history[-1]
         if frames is None:
             frames = latest.get("frames")
-    requested = as_int(raw.get("requested_size"))
+        if requested is None and state == ALLOCATED:
+            requested = as_int(latest.get("real_size"))
     return Block(
         address=offset if address is None else address,
         size=size,

@@ -6,13 +6,15 @@ trace (stopping early when it can), so a summary costs little more than loading 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from memforensics.analysis._devices import DeviceUsage
 from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE, attribute, parse_step
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
 from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
+from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._verdict import Verdict, judge
 
 
@@ -80,6 +82,10 @@ class Summary:
     site_count: int = 0
     before_recording_bytes: int = 0
     before_recording_blocks: int = 0
+    devices: tuple[DeviceUsage, ...] = ()
+    device_reason: str = ""
+    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    limits: tuple[str, ...] = ()
 
     @property
     def history_events(self) -> int:
@@ -124,6 +130,10 @@ class Summary:
             "trace_entries": self.trace_entries,
             "truncated": self.truncated,
             "warnings": list(self.warnings),
+            "devices": [item.to_dict() for item in self.devices],
+            "device_reason": self.device_reason,
+            "snapshot_shape": self.shape.to_dict(),
+            "limits": list(self.limits),
         }
 
 
@@ -229,6 +239,10 @@ def summarize(dump: Dump, *, top: int | None = 10) -> Summary:
         site_count=len(sites),
         before_recording_bytes=unrecorded[0],
         before_recording_blocks=unrecorded[1],
+        devices=dump.devices,
+        device_reason=dump.device_reason,
+        shape=dump.shape,
+        limits=dump.limits,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from memforensics.analysis._devices import context_lines
 from memforensics.analysis._diff import Diff
 from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE
 from memforensics.analysis._ls import RunListing
@@ -59,6 +60,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
             f"{fmt(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
         )
     lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
+    lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
     lines += ["", f"  {s.verdict.explanation}"]
     if s.verdict.advice:
         lines.append(f"  → {s.verdict.advice}")

@@ -291,14 +291,22 @@ def make_sidecar(kind: str = "window", **fields: Any) -> dict[str, Any]:
 
 
 def write_dump(
-    path: Path, snapshot: Any, *, sidecar: dict[str, Any] | None = None, gz: bool = False
+    path: Path,
+    snapshot: Any,
+    *,
+    sidecar: dict[str, Any] | None = None,
+    gz: bool = False,
+    protocol: int = 4,
 ) -> Path:
-    """Pickle ``snapshot`` (protocol 4) to ``path`` and write ``sidecar`` beside it as JSON."""
+    """Pickle ``snapshot`` (protocol 4 unless told) to ``path``, ``sidecar`` beside it as JSON.
+
+    ``x.pickle``, ``x.pkl`` and their ``.gz`` forms all get the sidecar ``x.json``.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = pickle.dumps(snapshot, protocol=4)
+    data = pickle.dumps(snapshot, protocol=protocol)
     path.write_bytes(gzip.compress(data) if gz else data)
     if sidecar is not None:
-        name = path.name.removesuffix(".gz").removesuffix(".pickle")
+        name = path.name.removesuffix(".gz").removesuffix(".pickle").removesuffix(".pkl")
         side = dict(sidecar, snapshot_file=path.name, snapshot_bytes=path.stat().st_size)
         path.with_name(f"{name}.json").write_text(json.dumps(side, indent=1))
     return path

@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import diff_dumps, dump_from_snapshot, render_report, summarize
+from memforensics.analysis import (
+    diff_by_device,
+    diff_dumps,
+    dump_from_snapshot,
+    render_report,
+    summarize,
+)
 
 _scalars = st.one_of(
     st.none(),
@@ -101,6 +107,7 @@ _entry = st.one_of(
 )
 _snapshot = st.one_of(
     _anything,
+    st.lists(_segment, max_size=4),  # torch.cuda.memory_snapshot()'s bare list
     st.fixed_dictionaries(
         {},
         optional={
@@ -150,4 +157,7 @@ def test_malformed_structures_never_crash(snapshot: Any, sidecar: Any) -> None:
         return
     json.dumps(summarize(dump).to_dict())
     json.dumps(diff_dumps(dump, dump).to_dict())
+    for view in dump.device_views():
+        json.dumps(summarize(view).to_dict())
+    json.dumps(diff_by_device(dump, dump).to_dict())
     assert render_report([dump]).startswith("<!DOCTYPE html>")

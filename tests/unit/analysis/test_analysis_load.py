@@ -94,7 +94,8 @@ def test_missing_file_and_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("snapshot", "why"),
     [
-        ([1, 2], "top level is a list"),
+        ([1, 2], r"segments\[0\] is not a dict"),
+        ("text", "top level is a str"),
         ({"device_traces": []}, "no 'segments' list"),
         ({"segments": [1]}, r"segments\[0\] is not a dict"),
         ({"segments": [{"blocks": {}}]}, "blocks is not a list"),

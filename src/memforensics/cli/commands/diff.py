@@ -6,8 +6,8 @@ import argparse
 import json
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import diff_dumps, load_dump
-from memforensics.analysis._text import diff_text
+from memforensics.analysis import load_dump
+from memforensics.analysis._device_diff import device_diffs_text, diff_by_device
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
 
@@ -18,21 +18,26 @@ class DiffCommand:
     name = "diff"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """BEFORE, AFTER, --json, --top, --all."""
+        """BEFORE, AFTER, --json, --top, --all, --device."""
         parser.add_argument("before", metavar="BEFORE", help="the earlier snapshot")
         parser.add_argument("after", metavar="AFTER", help="the later snapshot")
         parser.add_argument(
             "--json", action="store_true", help="print one JSON object (always every row)"
         )
         add_row_flags(parser, default=15)
+        parser.add_argument(
+            "--device", type=int, metavar="N", help="compare only device N of both dumps"
+        )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load both, compare, print."""
         top = row_limit(args, parser)
         try:
             before, after = load_dump(args.before), load_dump(args.after)
+            result = diff_by_device(before, after, device=args.device)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
-        result = diff_dumps(before, after)
-        print(json.dumps(result.to_dict(), indent=2) if args.json else diff_text(result, top))
+        print(
+            json.dumps(result.to_dict(), indent=2) if args.json else device_diffs_text(result, top)
+        )
         return 0

@@ -25,17 +25,23 @@ class SummaryCommand:
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE..., --json, --top, --all."""
+        """FILE..., --json, --top, --all, --device."""
         parser.add_argument(
-            "files", metavar="FILE", nargs="+", help="snapshots (.pickle or .pickle.gz)"
+            "files", metavar="FILE", nargs="+", help="snapshots (.pickle, .pkl, or either .gz)"
         )
         parser.add_argument(
             "--json", action="store_true", help="print one JSON object (a list for several files)"
         )
         add_row_flags(parser, default=10)
+        parser.add_argument(
+            "--device",
+            type=int,
+            metavar="N",
+            help="device to explain (default: the OOM's device, else each device with memory)",
+        )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load, summarize and print each file in turn."""
+        """Load, summarize and print each file in turn (each device it explains)."""
         top = row_limit(args, parser)
         several = len(args.files) > 1
         results: list[dict[str, Any]] = []
@@ -43,6 +49,9 @@ class SummaryCommand:
         for name in args.files:
             try:
                 dump = load_dump(name)
+                views = (
+                    dump.device_views() if args.device is None else (dump.on_device(args.device),)
+                )
             except SnapshotLoadError as exc:
                 if not several:
                     raise CommandError(str(exc)) from None
@@ -50,13 +59,16 @@ class SummaryCommand:
                 bad += 1
                 continue
             prefix = f"{dump.name}: " if several else ""
-            for warning in dump.warnings:
+            for warning in dump.warnings if args.device is None else views[0].warnings:
                 print(f"memforensics summary: warning: {prefix}{warning}", file=sys.stderr)
-            summary = summarize(dump, top=top)
+            summaries = [summarize(view, top=top) for view in views]
             if args.json:
-                results.append(summary.to_dict())
+                data = summaries[0].to_dict()
+                data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
+                results.append(data)
             else:
-                print(("\n" if sections else "") + summary_text(summary, rows=top))
+                text = "\n\n".join(summary_text(summary, rows=top) for summary in summaries)
+                print(("\n" if sections else "") + text)
                 sections += 1
         if args.json and (results or not several):
             print(json.dumps(results if several else results[0], indent=2))
