@@ -19,6 +19,10 @@ from memforensics._errors import ConfigError
 
 ENV_PREFIX = "MEMFORENSICS_"
 
+JOURNAL_EVERY = 100
+"""Default journal interval: a line costs a few microseconds (docs/performance.md), so one per
+100 steps is free at any step length, and 2,048 ranks x 1,000 lines stays under a GB."""
+
 RankSelection = Literal["all"] | tuple[int, ...]
 DeviceName = Literal["auto", "cuda", "npu", "none", "sim"]
 
@@ -44,6 +48,7 @@ class ForensicsConfig(BaseModel):
     oom_history: Literal["state", "all", "off"] = "state"
     max_oom_snapshots: int = Field(default=3, ge=0)
     annotate_steps: bool = True
+    journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1)
 
     @field_validator("ranks", "window_ranks", mode="before")
     @classmethod
@@ -97,7 +102,7 @@ class ForensicsConfig(BaseModel):
 
 
 FIELDS: tuple[str, ...] = tuple(ForensicsConfig.model_fields)
-_OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last"}
+_OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last", "journal_every"}
 _INT = {"skip_first", "max_entries", "max_oom_snapshots"}
 _BOOL = {"oom", "annotate_steps"}
 _RANKS = {"ranks", "window_ranks"}
