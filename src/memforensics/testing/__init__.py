@@ -9,6 +9,7 @@ from memforensics.backends.sim import (
     get_device,
     reset_device,
 )
+from memforensics.testing._journals import JournalTruth, write_journals
 from memforensics.testing._synthetic import (
     CACHE,
     OPTIMIZER,
@@ -35,6 +36,7 @@ __all__ = [
     "TRAIN",
     "Block",
     "GiB",
+    "JournalTruth",
     "MiB",
     "RunTruth",
     "SimBackend",
@@ -52,5 +54,6 @@ __all__ = [
     "make_sidecar",
     "reset_device",
     "write_dump",
+    "write_journals",
     "write_run_folder",
 ]

@@ -1,0 +1,237 @@
+"""Reading journals: one process's ``journal/rank{R}_pid{P}[.1].jsonl`` files into compact series.
+
+A 2,048-rank run leaves 2,048 journals of about a thousand lines each, on a shared file system
+that punishes a ``stat`` per file and a reader per line. So the folder is listed once
+(``os.scandir``), each file is read whole and parsed with one ``json.loads`` of the lines joined
+into a JSON array (a per-line parse only when that fails, to find and skip the bad lines), and
+what comes back is a few ``array`` columns that pickle as bytes: cheap to send back from the
+worker processes ``_overview`` fans the files out to.
+
+Nothing here raises on bad input: a torn last line (a process killed mid-write), a bad line in
+the middle, a file that vanished or cannot be read are counted and reported with the series.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_NAME = re.compile(r"^rank(\d+)_pid(\d+)(?:\.(\d+))?\.jsonl$")
+MISSING = -(1 << 63)
+"""Stands for null in the integer columns (arrays hold no None)."""
+
+COLUMNS = (
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "peak_reserved_bytes",
+    "alloc_retries",
+    "ooms",
+    "device_free_bytes",
+    "external_bytes",
+)
+_EVENT_CODES = {"step": "s", "window": "w", "oom": "o", "close": "c"}
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFile:
+    """One file of one process's journal, from the folder listing (no ``stat``)."""
+
+    path: str
+    rank: int
+    pid: int
+    generation: int  # 1: the rotated, older file; 0: the current one
+
+
+def parse_name(name: str) -> tuple[int, int, int] | None:
+    """``(rank, pid, generation)`` of a journal file name, or None for anything else."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def list_journals(folder: str) -> list[JournalFile]:
+    """Every journal file in ``folder`` (one ``scandir``; a missing folder gives none)."""
+    found: list[JournalFile] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                parsed = parse_name(entry.name)
+                if parsed is not None:
+                    found.append(JournalFile(entry.path, *parsed))
+    except OSError:
+        return []
+    return found
+
+
+@dataclass(slots=True)
+class ProcessJournal:
+    """The lines of one (rank, pid), oldest first, as columns; null values are ``MISSING``."""
+
+    rank: int
+    pid: int
+    files: list[str]
+    times: array[float] = field(default_factory=lambda: array("d"))
+    steps: array[int] = field(default_factory=lambda: array("q"))
+    events: str = ""
+    columns: dict[str, array[int]] = field(
+        default_factory=lambda: {name: array("q") for name in COLUMNS}
+    )
+    stepless: set[int] = field(default_factory=set)
+    """Indices of lines written outside a step (their step column repeats the last one)."""
+    growth: dict[str, float | None] = field(default_factory=dict)
+    """Least-squares slope of a column against step, in bytes per 1,000 steps."""
+    bad_lines: int = 0
+    torn_last_line: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def lines(self) -> int:
+        """Lines read."""
+        return len(self.times)
+
+    @property
+    def peak_reserved(self) -> int | None:
+        """The allocator's peak reserved bytes (its own peak, else the largest value seen)."""
+        peaks = [v for v in self.columns["peak_reserved_bytes"] if v != MISSING]
+        if not peaks:
+            peaks = [v for v in self.columns["reserved_bytes"] if v != MISSING]
+        return max(peaks) if peaks else None
+
+    def last(self, column: str) -> int | None:
+        """The newest non-null value of ``column``."""
+        for value in reversed(self.columns[column]):
+            if value != MISSING:
+                return value
+        return None
+
+
+def read_process(files: list[JournalFile]) -> list[ProcessJournal]:
+    """Read one process's files (rotated generation first), one ``ProcessJournal`` per run.
+
+    Usually one; more when the step number goes back: a restarted job whose process got the
+    same pid (containers number from 1) appended to the old file.
+    """
+    ordered = sorted(files, key=lambda f: -f.generation)
+    journal = ProcessJournal(ordered[0].rank, ordered[0].pid, [f.path for f in ordered])
+    events: list[str] = []
+    for item in ordered:
+        rows = _read_rows(item.path, journal)
+        _append(journal, rows, events)
+    journal.events = "".join(events)
+    parts = _split_restarts(journal)
+    for part in parts:
+        for column in TREND_COLUMNS:
+            part.growth[column] = growth_per_1k(part.steps, part.columns[column])
+    return parts
+
+
+def _split_restarts(journal: ProcessJournal) -> list[ProcessJournal]:
+    steps = journal.steps
+    cuts = [i for i in range(1, len(steps)) if steps[i] < steps[i - 1]]
+    if not cuts:
+        return [journal]
+    parts = []
+    for start, end in zip([0, *cuts], [*cuts, len(steps)], strict=True):
+        part = ProcessJournal(journal.rank, journal.pid, journal.files)
+        part.times = journal.times[start:end]
+        part.steps = steps[start:end]
+        part.events = journal.events[start:end]
+        part.columns = {name: column[start:end] for name, column in journal.columns.items()}
+        part.stepless = {i - start for i in journal.stepless if start <= i < end}
+        parts.append(part)
+    parts[0].bad_lines, parts[0].errors = journal.bad_lines, journal.errors
+    parts[-1].torn_last_line = journal.torn_last_line
+    return parts
+
+
+TREND_COLUMNS = ("reserved_bytes", "allocated_bytes")
+
+
+def growth_per_1k(steps: Sequence[int], values: Sequence[int]) -> float | None:
+    """The least-squares slope of ``values`` over ``steps``, times 1,000; None if undefined.
+
+    A slope rather than last minus first: one spike at either end does not make a trend.
+    """
+    pairs = [(x, y) for x, y in zip(steps, values, strict=True) if MISSING not in (x, y)]
+    if len(pairs) < 2:
+        return None
+    mean_x = sum(x for x, _ in pairs) / len(pairs)
+    mean_y = sum(y for _, y in pairs) / len(pairs)
+    sxx = sum((x - mean_x) ** 2 for x, _ in pairs)
+    if sxx == 0:
+        return None
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in pairs)
+    return 1000.0 * sxy / sxx
+
+
+def _read_rows(path: str, journal: ProcessJournal) -> list[dict[str, object]]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        journal.errors.append(f"{os.path.basename(path)}: {exc.strerror or exc}")
+        return []
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # a torn last line: the writer died inside its one write()
+        journal.torn_last_line = True
+        data = data[:end]
+    if not data:
+        return []
+    try:
+        text = data.decode("utf-8")
+        rows = json.loads("[" + text[:-1].replace("\n", ",") + "]")
+        if all(type(row) is dict for row in rows):
+            return rows  # type: ignore[no-any-return]
+    except (ValueError, RecursionError):
+        pass
+    return _read_rows_one_by_one(data, journal)
+
+
+def _read_rows_one_by_one(data: bytes, journal: ProcessJournal) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for raw in data.split(b"\n")[:-1]:
+        try:
+            row = json.loads(raw)
+        except (ValueError, RecursionError):
+            row = None
+        if type(row) is dict:
+            rows.append(row)
+        else:
+            journal.bad_lines += 1
+    return rows
+
+
+def _append(journal: ProcessJournal, rows: list[dict[str, object]], events: list[str]) -> None:
+    """Add ``rows`` column by column: one comprehension per key is several times faster than
+    one Python loop over rows, and this runs two million times on a 2,048-rank run."""
+    good = [row for row in rows if type(row.get("time")) in (float, int)]
+    journal.bad_lines += len(rows) - len(good)
+    if not good:
+        return
+    journal.times.extend([float(row["time"]) for row in good])  # type: ignore[arg-type]
+    steps = [row.get("step") for row in good]
+    if not all(type(step) is int for step in steps):  # an OOM outside a step: the last step
+        base = len(journal.steps)
+        last = journal.steps[-1] if journal.steps else MISSING
+        for index, step in enumerate(steps):
+            if type(step) is not int:
+                journal.stepless.add(base + index)
+            last = step if type(step) is int else last
+            steps[index] = last
+    journal.steps.extend(steps)  # type: ignore[arg-type]
+    events.append("".join([_EVENT_CODES.get(str(row.get("event")), "?") for row in good]))
+    for name in COLUMNS:
+        journal.columns[name].extend(
+            [v if type(v := row.get(name)) is int else MISSING for row in good]
+        )
+
+
+def read_processes(groups: list[list[JournalFile]]) -> list[ProcessJournal]:
+    """``read_process`` for each group: the unit of work one worker process does."""
+    return [journal for group in groups for journal in read_process(group)]
