@@ -141,7 +141,7 @@
     var w = 760, h = 220, pad = 56, series = [["reserved", "#3b6fb6"], ["allocated", "#e08a2c"]];
     var top = 1;
     series.forEach(function (s) { top = Math.max(top, data.layers[s[0]].max); });
-    var svg = '<svg xmlns="http://www.w3.org/2000/svg" width="' + w + '" height="' + h + '">';
+    var svg = '<svg width="' + w + '" height="' + h + '">';
     for (var g = 0; g <= 4; g++) {
       var y = h - 20 - g * (h - 30) / 4;
       svg += '<line class="grid" x1="' + pad + '" x2="' + w + '" y1="' + y + '" y2="' + y + '"/>';
