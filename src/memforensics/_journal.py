@@ -22,7 +22,6 @@ Promises, in the order a reader relies on them:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -41,7 +40,6 @@ NO_JOURNAL = 1 << 62
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 _OPEN_FLAGS |= getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is refused, not followed
 _FILE_MODE = 0o644
-_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def journal_name(rank: int, pid: int, generation: int = 0) -> str:
@@ -60,17 +58,36 @@ def external_bytes(free: int | None, limit: int | None, reserved: int | None) ->
     return limit - free - reserved
 
 
+_TEMPLATE = "{" + ",".join(f'"{key}":%s' for key in KEYS) + "}\n"
+_EVENT_TEXT = {event: f'"{event}"' for event in EVENTS}
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else "%d" % value  # noqa: UP031 - ints only, and fastest
+
+
 def format_line(
     event: str, step: int | None, rank: int, stats: dict[str, int | None], now: float
 ) -> bytes:
-    """One journal line, newline included, keys in ``KEYS`` order."""
-    line: dict[str, object] = {"time": now, "step": step, "rank": rank, "event": event}
-    for key in JOURNAL_STATS:
-        line[key] = stats.get(key)
-    line["external_bytes"] = external_bytes(
-        stats.get("device_free_bytes"), stats.get("device_limit_bytes"), stats.get("reserved_bytes")
+    """One journal line, newline included, keys in ``KEYS`` order.
+
+    Formatted from a template rather than by ``json.dumps``: every value is an int, null, a
+    finite float or one of ``EVENTS``, so the text is valid JSON, at a third of the cost.
+    """
+    get = stats.get
+    text = _TEMPLATE % (
+        repr(float(now)),
+        _number(step),
+        _number(rank),
+        _EVENT_TEXT[event],
+        *[_number(get(key)) for key in JOURNAL_STATS],
+        _number(
+            external_bytes(
+                get("device_free_bytes"), get("device_limit_bytes"), get("reserved_bytes")
+            )
+        ),
     )
-    return (_dumps(line) + "\n").encode()
+    return text.encode()
 
 
 class Journal:

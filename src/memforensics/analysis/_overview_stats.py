@@ -7,10 +7,12 @@ reserved growth per 1,000 steps, a rank stands out when
 
     |value - median| > max(OUTLIER_Z / 0.6745 * MAD, floor)
 
-``OUTLIER_Z`` is 3.5, Iglewicz and Hoaglin's cut for the modified z-score. The floor,
-``max(1 MiB, 5 % of the median peak reserved)`` (the same for both figures, growth per 1,000
-steps), keeps a symmetric job, where every healthy rank reports the same bytes and the MAD is 0,
-from flagging a one-byte difference. At least three ranks are needed to speak of "the others".
+``OUTLIER_Z`` is 3.5, Iglewicz and Hoaglin's cut for the modified z-score. The floor keeps a
+symmetric job, where every healthy rank reports the same bytes and the MAD is 0, from flagging a
+one-byte difference: ``max(1 MiB, 5 % of the median peak reserved)`` for peak reserved, and for
+growth the slope that would add that many bytes over the steps the ranks cover (so a one-step
+dip in a 40-step run is no trend, and 2 MiB a step is). At least three ranks are needed to
+speak of "the others".
 """
 
 from __future__ import annotations
@@ -75,8 +77,14 @@ def find_outliers(ranks: Sequence[RankFacts]) -> list[Outlier]:
         return []
     floor = max(MIN_FLOOR, FLOOR_SHARE * abs(statistics.median(peaks.values())))
     found = _outliers("peak_reserved_bytes", peaks, floor)
+    spans = [
+        r.last_step - r.first_step
+        for r in ranks
+        if r.first_step is not None and r.last_step is not None
+    ]
+    span = max(statistics.median(spans), 1) if spans else 1
     if len(growth) >= 3:
-        found += _outliers("reserved_growth_per_1k_steps", growth, floor)
+        found += _outliers("reserved_growth_per_1k_steps", growth, floor * 1000 / span)
     found.sort(key=lambda o: (-abs(o.value - o.median) / o.threshold, o.rank))
     return found
 
