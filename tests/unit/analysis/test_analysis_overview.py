@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from memforensics import SnapshotLoadError
+from memforensics._journal import format_line, journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.analysis._overview import PARALLEL_FROM
 from memforensics.analysis._overview_html import overview_data
@@ -211,3 +212,21 @@ def test_page_is_offline_and_links_dumps_relatively(tmp_path: Path) -> None:
     assert data["facts"]["1"]["dumps"] == [
         "../oom/rank1_pid1001_step400_20261130-101112-000001.pickle"
     ]
+
+
+def test_lines_with_unknown_figures_read_as_unknown(tmp_path: Path) -> None:
+    """A device that reports nothing (all figures null): ranks are listed, figures unknown."""
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    for rank in range(3):
+        lines = [format_line("step", step, rank, {}, 1.0e9 + step) for step in range(5)]
+        (folder / journal_name(rank, 10 + rank)).write_bytes(b"".join(lines))
+    view = build_overview(tmp_path, workers=1)
+    assert [r.rank for r in view.ranks] == [0, 1, 2]
+    assert {
+        (r.peak_reserved_bytes, r.alloc_retries, r.reserved_growth_per_1k_steps) for r in view.ranks
+    } == {(None, None, None)}
+    assert view.outliers == ()
+    assert "rank" in overview_text(view)
+    data = overview_data(view)
+    assert _cells(data, "reserved") == bytes(len(_cells(data, "reserved")))
