@@ -84,11 +84,13 @@ def _failures(view: Overview) -> str:
         return "no OOM: no journal line or dump records one"
     step = "outside a step" if first.step is None else f"step {first.step:,}"
     order = [f.rank for f in view.failures]
-    then = ", then " + ", ".join(str(r) for r in order[1 : TOP + 1]) if len(order) > 1 else ""
-    more = f" (+{len(order) - TOP - 1} more)" if len(order) > TOP + 1 else ""
+    if len(order) == 1:
+        return f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; no other rank failed"
+    shown = ", ".join(str(r) for r in order[: TOP * 2])
+    more = f" (+{len(order) - TOP * 2} more)" if len(order) > TOP * 2 else ""
     return (
         f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; "
-        f"{len(order):,} rank(s) failed{then}{more}"
+        f"{len(order):,} ranks failed, in this order: {shown}{more}"
     )
 
 
