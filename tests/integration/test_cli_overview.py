@@ -34,7 +34,9 @@ def test_text_names_first_oom_outlier_and_peer(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"run {tmp_path}: 8 ranks seen of 8, steps 0-{truth.oom_step:,}")
     assert lines[1].startswith(f"first OOM: rank 6 at step {truth.oom_step:,}")
-    assert lines[2].startswith("stand out: rank 6 peak reserved")
+    assert lines[2].startswith("stand out: rank 6 ")
+    assert "rank 6 peak reserved" in lines[2]
+    assert "rank 6 reserved growth" in lines[2]
     assert lines[3].startswith("rank 6 vs healthiest peer rank ")
     assert "torn last line (skipped): rank(s) 1" in lines[4]
 
