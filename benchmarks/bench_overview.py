@@ -8,6 +8,7 @@ weighed against the 5 MB budget; with selenium and chromium present, the time it
 headless browser to load and draw it is reported too (no target).
 
     python benchmarks/bench_overview.py [--json PATH] [--quick] [--ranks N] [--lines N]
+                                        [--repeats N]
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def main() -> int:
         __doc__,
         ranks={"type": int, "default": None, "help": "ranks (default 2048; --quick 256)"},
         lines={"type": int, "default": 1000, "help": "journal lines per rank"},
+        repeats={"type": int, "default": None, "help": "timed repeats (default 5; --quick 3)"},
     )
     ranks = args.ranks or (256 if args.quick else 2048)
-    repeats = 3 if args.quick else 5
+    repeats = args.repeats or (3 if args.quick else 5)
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "run"
