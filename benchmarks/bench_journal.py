@@ -127,20 +127,23 @@ def line_cost(name: str, fake: FakeCuda, repeats: int, number: int) -> Figure:
 def main() -> int:
     """Measure every row and print the table."""
     args = parse_args(__doc__)
-    repeats, number = (5, 2_000) if args.quick else (15, 10_000)
+    repeats, number = (5, 1_000) if args.quick else (15, 3_000)
     figures = [
         line_cost("journal line, faked CUDA: extra ns per step", FakeCuda(), repeats, number),
         line_cost(
-            "journal line, torch's memory_stats() flattening", RealFlatteningCuda(), repeats, number
+            "journal line, torch's memory_stats() flattening",
+            RealFlatteningCuda(),
+            repeats,
+            number // 3,
         ),
     ]
     with fake_cuda(FakeCuda()):
-        idle, close_a = step_ns(NEVER, number * 5)
-        off, close_b = step_ns(None, number * 5)
+        idle, close_a = step_ns(NEVER, number * 10)
+        off, close_b = step_ns(None, number * 10)
         with close_a, close_b:
             idle()
             off()
-            value, ref, ratio = ratio_of(idle, off, repeats)
+            value, ref, ratio = ratio_of(idle, off, repeats * 2)
     figures.append(
         figure(
             "step() writing no line (journal on, faked CUDA)",

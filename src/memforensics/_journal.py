@@ -35,6 +35,9 @@ KEYS: tuple[str, ...] = ("time", "step", "rank", "event", *JOURNAL_STATS, "exter
 """Every line has exactly these keys, in this order; unknown values are null."""
 
 EVENTS = ("step", "window", "oom", "close")
+MAX_OOM_LINES = 100
+"""``oom`` lines per process at most: a retry loop that fails ten thousand times would otherwise
+rotate the history before the failure out of the journal (``ooms`` still counts every one)."""
 NO_JOURNAL = 1 << 62
 """A step number no run reaches: the facade's next journal step when the journal is off."""
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -110,11 +113,17 @@ class Journal:
         self._fd = -1
         self._size = 0
         self.lines = 0
+        self.oom_lines = 0
 
     def write(self, event: str, step: int | None) -> bool:
-        """Append one line of current figures; False in a forked child or once closed."""
+        """Append one line of current figures; False in a forked child, once closed, or past
+        ``MAX_OOM_LINES`` OOM lines."""
         if os.getpid() != self.pid or self._fd == -2:
             return False
+        if event == "oom":
+            self.oom_lines += 1
+            if self.oom_lines > MAX_OOM_LINES:
+                return False
         data = format_line(event, step, self.rank, self._stats(), time.time())
         if self._fd < 0:
             self._open()

@@ -11,7 +11,7 @@ import pytest
 
 import memforensics
 from memforensics._config import JOURNAL_EVERY, build_config
-from memforensics._journal import KEYS, Journal, journal_name
+from memforensics._journal import KEYS, MAX_OOM_LINES, Journal, journal_name
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 
 MiB = 1 << 20
@@ -178,3 +178,18 @@ def test_unwritable_journal_folder_warns_and_training_goes_on(
     mf.close()
     assert len(mf.dumps) == 1
     assert capsys.readouterr().err.count("event='journal_failed'") == 1
+
+
+def test_an_oom_retry_loop_cannot_flood_the_journal(tmp_path: Path) -> None:
+    """A loop that hits OOM forever writes MAX_OOM_LINES oom lines; ooms counts them all."""
+    device = reset_device(total_bytes=64 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), journal_every=1)
+    with mf.step(0):
+        for _ in range(MAX_OOM_LINES + 20):
+            with pytest.raises(SimOutOfMemoryError):
+                device.empty(1 << 30)
+    mf.close()
+    lines = _lines(tmp_path)
+    assert [line["event"] for line in lines].count("oom") == MAX_OOM_LINES
+    assert lines[-1]["event"] == "close"
+    assert lines[-1]["ooms"] == MAX_OOM_LINES + 20
