@@ -20,6 +20,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from math import isnan
 from operator import itemgetter, le, mul
 
 _NAME = re.compile(r"^rank(\d+)_pid(\d+)(?:\.(\d+))?\.jsonl$")
@@ -224,6 +225,8 @@ def _append(journal: ProcessJournal, rows: list[dict[str, object]], events: list
         if not table:
             return
         times = array("d", table[0])
+        if any(map(isnan, times)) or min(times) < -TIME_LIMIT or max(times) > TIME_LIMIT:
+            raise TypeError("a time out of range")
         steps = array("q", table[1])
         columns = [array("q", column) for column in table[3:]]
         codes = "".join([_EVENT_CODES.get(event, "?") for event in table[2]])
@@ -241,26 +244,39 @@ def _append_carefully(
     journal: ProcessJournal, rows: list[dict[str, object]], events: list[str]
 ) -> None:
     """Row by row: drops what is not an object with a time, nulls become ``MISSING``."""
-    good = [row for row in rows if type(row) is dict and type(row.get("time")) in (float, int)]
+    good = [row for row in rows if type(row) is dict and _time_ok(row.get("time"))]
     journal.bad_lines += len(rows) - len(good)
     if not good:
         return
     journal.times.extend([float(row["time"]) for row in good])  # type: ignore[arg-type]
-    steps = [row.get("step") for row in good]
-    if not all(type(step) is int for step in steps):  # an OOM outside a step: the last step
+    steps = [_int64(row.get("step")) for row in good]
+    if MISSING in steps:  # an OOM outside a step: the last step
         base = len(journal.steps)
         last = journal.steps[-1] if journal.steps else MISSING
         for index, step in enumerate(steps):
-            if type(step) is not int:
+            if step == MISSING:
                 journal.stepless.add(base + index)
-            last = step if type(step) is int else last
+            last = step if step != MISSING else last
             steps[index] = last
-    journal.steps.extend(steps)  # type: ignore[arg-type]
+    journal.steps.extend(steps)
     events.append("".join([_EVENT_CODES.get(str(row.get("event")), "?") for row in good]))
     for name in COLUMNS:
-        journal.columns[name].extend(
-            [v if type(v := row.get(name)) is int else MISSING for row in good]
-        )
+        journal.columns[name].extend([_int64(row.get(name)) for row in good])
+
+
+TIME_LIMIT = 1e13
+"""Larger Unix times are no times (year 318,857): such lines are skipped as unreadable."""
+
+
+def _time_ok(value: object) -> bool:
+    return type(value) in (float, int) and -TIME_LIMIT <= value <= TIME_LIMIT  # type: ignore[operator]
+
+
+def _int64(value: object) -> int:
+    """``value`` if it is an int an ``array("q")`` holds (and not ``MISSING``), else ``MISSING``."""
+    if type(value) is int and MISSING < value < (1 << 63):
+        return value
+    return MISSING
 
 
 def read_processes(groups: list[list[JournalFile]]) -> list[ProcessJournal]:

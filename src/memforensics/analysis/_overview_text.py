@@ -53,7 +53,10 @@ def _growth(value: float | None) -> str:
 def _when(moment: float | None) -> str:
     if moment is None:
         return "time unknown"
-    return datetime.fromtimestamp(moment, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(moment, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a sidecar's or line's odd time
+        return "time unknown"
 
 
 def overview_text(view: Overview, *, all_ranks: bool = False) -> str:

@@ -92,18 +92,18 @@ def test_damage_is_reported_never_raised(tmp_path: Path) -> None:
 
 
 def test_bad_lines_in_the_middle_are_skipped_and_counted(tmp_path: Path) -> None:
-    """Garbage, a JSON list and a line without time are dropped; the good lines all count."""
+    """Garbage, a list, lines without a usable time are dropped; out-of-range ints are unknown."""
     write_journals(tmp_path, ranks=3, lines=10, leak_rank=None)
     path = next((tmp_path / "journal").glob("rank1_*.jsonl"))
     good = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(
-        b"".join([*good[:4], b"{not json\n", b"[1, 2]\n", b'{"step": 3}\n', *good[4:]])
-    )
+    odd = [b"{not json\n", b"[1, 2]\n", b'{"step": 3}\n', b'{"time": 1e300, "step": 1}\n']
+    huge = b'{"time": 1.0, "step": %d, "reserved_bytes": %d}\n' % (2**70, 2**65)
+    path.write_bytes(b"".join([*good[:4], *odd, huge, *good[4:]]))
     view = build_overview(tmp_path, workers=1)
-    assert view.problems["bad_lines"] == 3
+    assert view.problems["bad_lines"] == 4  # the huge line is read, its figures unknown
     rank1 = view.rank(1)
     assert rank1 is not None
-    assert rank1.lines == 10
+    assert rank1.lines == 11
 
 
 def test_sidecars_place_ranks_without_journal_and_their_oom(tmp_path: Path) -> None:
