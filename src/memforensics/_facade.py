@@ -295,7 +295,10 @@ class MemoryForensics:
         if journal is None:
             return
         step = self.current_step if event != "close" else self._last_step
-        self._try("journal_failed", journal.write, event, step)
+        try:
+            journal.write(event, step)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
+            warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
         every = self.config.journal_every
         if periodic and every is not None and step is not None:
             self._journal_next = (step // every + 1) * every  # aligned: ranks share columns

@@ -51,22 +51,12 @@ def journal_name(rank: int, pid: int, generation: int = 0) -> str:
     return f"rank{rank}_pid{pid}{middle}.jsonl"
 
 
-def external_bytes(free: int | None, limit: int | None, reserved: int | None) -> int | None:
-    """Memory outside PyTorch's allocator: limit - free - reserved (None if any is unknown).
-
-    CUDA contexts, NCCL/HCCL buffers, cuBLAS workspaces and other processes on the device.
-    """
-    if free is None or limit is None or reserved is None:
-        return None
-    return limit - free - reserved
-
-
-_TEMPLATE = "{" + ",".join(f'"{key}":%s' for key in KEYS) + "}\n"
-_EVENT_TEXT = {event: f'"{event}"' for event in EVENTS}
-
-
-def _number(value: int | None) -> str:
-    return "null" if value is None else "%d" % value  # noqa: UP031 - ints only, and fastest
+_TEMPLATE = (
+    '{"time":%r,"step":%s,"rank":%s,"event":"%s",'
+    + ",".join(f'"{key}":%s' for key in KEYS[4:])
+    + "}\n"
+)
+_FREE, _LIMIT, _RESERVED = (JOURNAL_STATS.index(key) for key in (*KEYS[-3:-1], "reserved_bytes"))
 
 
 def format_line(
@@ -74,23 +64,42 @@ def format_line(
 ) -> bytes:
     """One journal line, newline included, keys in ``KEYS`` order.
 
-    Formatted from a template rather than by ``json.dumps``: every value is an int, null, a
-    finite float or one of ``EVENTS``, so the text is valid JSON, at a third of the cost.
+    Formatted from a template rather than by ``json.dumps`` (which costs twice as much): every
+    value is an int, null, a finite float or one of ``EVENTS``, so the text is valid JSON.
     """
+    if event not in EVENTS:
+        raise ValueError(f"unknown journal event {event!r}")
     get = stats.get
+    values = [get(key) for key in JOURNAL_STATS]
+    free, limit, reserved = values[_FREE], values[_LIMIT], values[_RESERVED]
+    # external: device memory outside PyTorch's allocator (contexts, NCCL/HCCL, other processes)
+    values.append(
+        None if free is None or limit is None or reserved is None else limit - free - reserved
+    )
     text = _TEMPLATE % (
-        repr(float(now)),
-        _number(step),
-        _number(rank),
-        _EVENT_TEXT[event],
-        *[_number(get(key)) for key in JOURNAL_STATS],
-        _number(
-            external_bytes(
-                get("device_free_bytes"), get("device_limit_bytes"), get("reserved_bytes")
-            )
-        ),
+        float(now),
+        "null" if step is None else int(step),
+        int(rank),
+        event,
+        *["null" if value is None else int(value) for value in values],
     )
     return text.encode()
+
+
+_forks = 0
+"""Forks this process descends through. A journal writes only in the process (fork generation)
+that created it, so a forked child (a DataLoader worker, the window writer) never writes its
+parent's journal, while a journal created in a child works. Counted by an at-fork hook, so a
+line costs no ``getpid()`` system call."""
+
+
+def _after_fork_in_child() -> None:
+    global _forks  # noqa: PLW0603 - one counter per process is the point
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Journal:
@@ -106,6 +115,7 @@ class Journal:
     ) -> None:
         self.rank = rank
         self.pid = os.getpid()
+        self._generation = _forks
         self.folder = out_dir / FOLDER
         self.path = self.folder / journal_name(rank, self.pid)
         self.max_bytes = max_bytes
@@ -118,7 +128,7 @@ class Journal:
     def write(self, event: str, step: int | None) -> bool:
         """Append one line of current figures; False in a forked child, once closed, or past
         ``MAX_OOM_LINES`` OOM lines."""
-        if os.getpid() != self.pid or self._fd == -2:
+        if self._generation != _forks or self._fd == -2:
             return False
         if event == "oom":
             self.oom_lines += 1

@@ -142,6 +142,20 @@ def test_forked_child_never_writes(tmp_path: Path) -> None:
     assert [line["event"] for line in _lines(tmp_path)] == ["step", "close"]
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_a_journal_created_in_a_forked_child_writes(tmp_path: Path) -> None:
+    """A training process started by fork (multiprocessing's default) keeps its own journal."""
+    pid = os.fork()
+    if pid == 0:
+        journal = Journal(tmp_path, 4, dict)
+        code = 0 if journal.write("step", 0) else 1
+        journal.close()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [p.name for p in (tmp_path / "journal").iterdir()] == [journal_name(4, pid)]
+
+
 def test_rotation_bounds_the_file_and_keeps_whole_lines(tmp_path: Path) -> None:
     """Past max_bytes the file becomes .1.jsonl and a new one starts: 2 files, whole lines."""
     stats = dict.fromkeys(KEYS[4:-1], 1)

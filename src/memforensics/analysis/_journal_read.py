@@ -101,10 +101,12 @@ class ProcessJournal:
     @property
     def peak_reserved(self) -> int | None:
         """The allocator's peak reserved bytes (its own peak, else the largest value seen)."""
-        peaks = [v for v in self.columns["peak_reserved_bytes"] if v != MISSING]
-        if not peaks:
-            peaks = [v for v in self.columns["reserved_bytes"] if v != MISSING]
-        return max(peaks) if peaks else None
+        for name in ("peak_reserved_bytes", "reserved_bytes"):
+            column = self.columns[name]
+            top = max(column, default=MISSING)  # MISSING is the smallest int64: never the max
+            if top != MISSING:
+                return top
+        return None
 
     def last(self, column: str) -> int | None:
         """The newest non-null value of ``column``."""
