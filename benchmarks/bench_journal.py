@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -155,12 +156,15 @@ def main() -> int:
             target="<= 1.1",
         )
     )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    print(f"load average {load} on {os.cpu_count()} CPUs: absolute ns scale with it")
     return report(
         "journal cost on the training thread (median ns)",
         figures,
         args.json,
         repeats=repeats,
         number=number,
+        load_average=load,
     )
 
 
