@@ -160,5 +160,5 @@ class Journal:
     def close(self) -> None:
         """Close the file; later writes do nothing. Only the owning process closes it."""
         fd, self._fd = self._fd, -2
-        if fd >= 0 and os.getpid() == self.pid:
+        if fd >= 0 and self._generation == _forks:
             os.close(fd)

@@ -50,7 +50,8 @@ def _pixel(driver: Any, x: int, y: int) -> list[int]:
 
 
 def test_page_draws_marks_the_oom_and_opens_a_rank(browser: Any, tmp_path: Path) -> None:
-    """16 ranks, rank 5 leaks: its row ends darkest, the OOM panel opens, a click opens rank 3."""
+    """16 ranks, rank 5 leaks: its row ends darkest, the OOM panel opens, a click opens rank 3,
+    typing 7 opens rank 7, and the retries switch rescales the legend."""
     write_journals(tmp_path, ranks=16, lines=40, leak_rank=5)
     page = tmp_path / "overview.html"
     page.write_text(render_overview(build_overview(tmp_path, workers=1), link_base=tmp_path))
@@ -78,6 +79,9 @@ def test_page_draws_marks_the_oom_and_opens_a_rank(browser: Any, tmp_path: Path)
     ).click().perform()
     assert browser.find_element("css selector", "#rank h2").text == "rank 3"
     assert browser.find_elements("css selector", "#rank svg polyline")
+    box = browser.find_element("css selector", "#controls input[type='number']")
+    box.send_keys("7\t")  # leaving the field fires its change event
+    assert browser.find_element("css selector", "#rank h2").text == "rank 7"
     browser.find_element("css selector", "input[value='retries']").click()
     legend = browser.find_element("css selector", ".legend").text
     assert legend.endswith("4")  # rank 5 reached 4 retries; the scale's top says so

@@ -57,6 +57,14 @@
     label.appendChild(document.createTextNode(" " + name));
     controls.appendChild(label);
   });
+  var finder = el("label", {}, "open rank ");
+  var box = el("input", {type: "number", min: "0", style: "width:6em"});
+  box.addEventListener("change", function () {
+    var row = ranks.indexOf(Number(box.value));
+    if (row >= 0) openRank(row, true);
+  });
+  finder.appendChild(box);
+  controls.appendChild(finder);
   var legend = el("span", {"class": "legend"});
   var scale = el("canvas", {width: 120, height: 10});
   var legendText = el("span");
