@@ -63,17 +63,18 @@ def test_page_draws_marks_the_oom_and_opens_a_rank(browser: Any, tmp_path: Path)
         "return [c.width, c.height, c.getBoundingClientRect().left, c.getBoundingClientRect().top];"
     )
     width, height = geometry[0], geometry[1]
-    row = height // 16
+    pad = 4  # the page leaves 4 px above the first row and below the last
+    row = (height - 2 * pad) // 16
     last_x = width - 1 - 6  # inside the last column, clear of the OOM box's edge
-    leak = _pixel(browser, last_x, 5 * row + row // 2)
-    healthy = _pixel(browser, last_x, 3 * row + row // 2)
+    leak = _pixel(browser, last_x, pad + 5 * row + row // 2)
+    healthy = _pixel(browser, last_x, pad + 3 * row + row // 2)
     assert sum(leak) < sum(healthy)  # darker: more reserved
     assert browser.find_element("css selector", "#rank h2").text == "rank 5"
     assert "step 3900" in browser.find_element("css selector", "#rank").text
     canvas = browser.find_element("css selector", "#map canvas")
     from selenium.webdriver.common.action_chains import ActionChains
 
-    x, y = 60, 3 * row + row // 2  # rank 3's row; selenium offsets from the centre
+    x, y = 60, pad + 3 * row + row // 2  # rank 3's row; selenium offsets from the centre
     ActionChains(browser).move_to_element_with_offset(
         canvas, x - width // 2, y - height // 2
     ).click().perform()

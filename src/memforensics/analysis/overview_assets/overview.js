@@ -14,7 +14,8 @@
   var current = names[0];
   var cellW = Math.max(1, Math.min(12, Math.floor(1100 / cols)));
   var cellH = rows <= 48 ? 14 : rows <= 256 ? 3 : 1;
-  var gutter = rows <= 48 ? 44 : 14;
+  var pad = 4;  // room above and below the rows, so marks on the first and last rank show
+  var gutter = rows <= 48 ? 44 : 16;
 
   function fmtBytes(v) {
     var units = [["GiB", 1073741824], ["MiB", 1048576], ["KiB", 1024]];
@@ -65,6 +66,15 @@
   });
   finder.appendChild(box);
   controls.appendChild(finder);
+  function jump(label, list) {  // buttons that open the ranks the facts above name
+    if (!list.length) return;
+    controls.appendChild(el("span", {"class": "muted"}, label));
+    list.slice(0, 8).forEach(function (rank) {
+      var button = el("button", {type: "button"}, "rank " + rank);
+      button.addEventListener("click", function () { openRank(ranks.indexOf(rank), true); });
+      controls.appendChild(button);
+    });
+  }
   var legend = el("span", {"class": "legend"});
   var scale = el("canvas", {width: 120, height: 10});
   var legendText = el("span");
@@ -79,7 +89,7 @@
 
   // -- the map --------------------------------------------------------------------------------
   var map = document.getElementById("map");
-  var canvas = el("canvas", {width: gutter + cols * cellW, height: rows * cellH});
+  var canvas = el("canvas", {width: gutter + cols * cellW, height: rows * cellH + 2 * pad});
   map.appendChild(canvas);
   var tip = el("div", {id: "tip"});
   document.body.appendChild(tip);
@@ -99,19 +109,24 @@
     ctx.imageSmoothingEnabled = false;
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, canvas.width, canvas.height);
-    ctx.drawImage(off, gutter, 0, cols * cellW, rows * cellH);
+    ctx.drawImage(off, gutter, pad, cols * cellW, rows * cellH);
     ranks.forEach(function (rank, row) {
       var mark = rank === data.first_oom ? "#c93c3c" : data.outliers.indexOf(rank) >= 0 ?
         "#e08a2c" : rank === data.peer ? "#3d8b4a" : null;
-      if (mark) { ctx.fillStyle = mark; ctx.fillRect(0, row * cellH, 8, Math.max(cellH, 2)); }
+      if (mark) {  // at least 5 px tall, so one rank among thousands is still seen
+        var h = Math.max(cellH, 5);
+        ctx.fillStyle = mark; ctx.fillRect(0, pad + row * cellH + cellH / 2 - h / 2, 10, h);
+      }
       if (cellH >= 14) {
         ctx.fillStyle = "#4b5565"; ctx.font = "11px system-ui";
-        ctx.fillText(String(rank), 10, row * cellH + 11);
+        ctx.fillText(String(rank), 12, pad + row * cellH + 11);
       }
     });
     ctx.strokeStyle = "#c93c3c"; ctx.lineWidth = 2;
-    data.ooms.forEach(function (m) {
-      ctx.strokeRect(gutter + m[1] * cellW - 1, m[0] * cellH - 1, cellW + 2, Math.max(cellH, 3) + 2);
+    data.ooms.forEach(function (m) {  // a box round the cell, never smaller than 8 px
+      var w = Math.max(cellW, 6), h = Math.max(cellH, 6);
+      ctx.strokeRect(gutter + m[1] * cellW + cellW / 2 - w / 2 - 1,
+        pad + m[0] * cellH + cellH / 2 - h / 2 - 1, w + 2, h + 2);
     });
     var lctx = scale.getContext("2d");
     for (var x = 0; x < 120; x++) {
@@ -125,7 +140,7 @@
   function cellAt(event) {
     var box = canvas.getBoundingClientRect();
     var x = event.clientX - box.left - gutter, y = event.clientY - box.top;
-    var row = Math.floor(y / cellH), col = Math.floor(x / cellW);
+    var row = Math.floor((y - pad) / cellH), col = Math.floor(x / cellW);
     if (row < 0 || row >= rows) return null;
     return {row: row, col: Math.max(0, Math.min(cols - 1, col))};
   }
@@ -214,6 +229,14 @@
     if (scroll) panel.scrollIntoView({behavior: "smooth", block: "start"});
   }
 
+  var jumps = el("div", {id: "jumps"});
+  controls.parentNode.insertBefore(jumps, controls.nextSibling);
+  var host = controls;
+  controls = jumps;
+  jump("first OOM:", data.first_oom === null ? [] : [data.first_oom]);
+  jump("stand out:", data.outliers);
+  jump("healthy peer:", data.peer === null ? [] : [data.peer]);
+  controls = host;
   draw();
   var start = ranks.indexOf(data.first_oom);
   if (start >= 0) openRank(start, false);
