@@ -103,7 +103,7 @@ def step_ns(journal_every: int | None, number: int) -> Any:
     return timer, stack
 
 
-def line_cost(name: str, fake: FakeCuda, repeats: int, number: int) -> Figure:
+def line_cost(name: str, fake: FakeCuda, repeats: int, number: int, target: str) -> Figure:
     """A step writing a line against one writing none; the difference against the budget."""
     with fake_cuda(fake):
         writing, close_a = step_ns(1, number)
@@ -119,7 +119,7 @@ def line_cost(name: str, fake: FakeCuda, repeats: int, number: int) -> Figure:
         extra,
         BUDGET_NS,
         "ns",
-        target="<= 1",
+        target=target,
         step_with_line_ns=value,
         step_without_ns=ref,
     )
@@ -130,12 +130,15 @@ def main() -> int:
     args = parse_args(__doc__)
     repeats, number = (5, 1_000) if args.quick else (15, 3_000)
     figures = [
-        line_cost("journal line, faked CUDA: extra ns per step", FakeCuda(), repeats, number),
         line_cost(
+            "journal line, faked CUDA: extra ns per step", FakeCuda(), repeats, number, "<= 1"
+        ),
+        line_cost(  # torch's own cost, reported beside the budget, not judged by it
             "journal line, torch's memory_stats() flattening",
             RealFlatteningCuda(),
             repeats,
             number // 3,
+            "",
         ),
     ]
     with fake_cuda(FakeCuda()):

@@ -16,6 +16,7 @@ from memforensics._journal import format_line, journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.analysis._overview import PARALLEL_FROM
 from memforensics.analysis._overview_html import overview_data
+from memforensics.analysis._overview_text import rank_ranges
 from memforensics.testing import make_sidecar, write_journals
 
 GiB = 1 << 30
@@ -230,3 +231,10 @@ def test_lines_with_unknown_figures_read_as_unknown(tmp_path: Path) -> None:
     assert "rank" in overview_text(view)
     data = overview_data(view)
     assert _cells(data, "reserved") == bytes(len(_cells(data, "reserved")))
+
+
+def test_rank_lists_read_as_ranges() -> None:
+    """Thousands of ranks print as runs: '0-3, 7', and past the limit '+N more'."""
+    assert rank_ranges([3, 0, 1, 2, 7]) == "0-3, 7"
+    assert rank_ranges(range(0, 40, 2), limit=3) == "0, 2, 4, +17 more"
+    assert rank_ranges([]) == ""
