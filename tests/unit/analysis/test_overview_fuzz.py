@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics._journal import format_line, journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
+from memforensics.analysis._journal_read import growth_per_1k
 
 _values = st.one_of(
     st.none(),
@@ -57,3 +60,16 @@ def test_any_journal_content_is_read_without_raising(lines: list[bytes], tail: b
         lines_read = 0 if rank is None else rank.lines
         assert lines_read >= good  # odd lines with a numeric time are read too
         assert view.problems["torn_last_lines"] == ([0] if torn else [])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**7), st.integers(0, 2**47)), min_size=2, max_size=40
+    ).filter(lambda pairs: len({x for x, _ in pairs}) > 1)
+)
+def test_growth_is_the_least_squares_slope(pairs: list[tuple[int, int]]) -> None:
+    """growth_per_1k agrees with statistics.linear_regression (computed exactly on ints)."""
+    steps, values = [x for x, _ in pairs], [y for _, y in pairs]
+    expected = statistics.linear_regression(steps, values).slope * 1000
+    assert growth_per_1k(steps, values) == pytest.approx(expected, rel=1e-6, abs=1e-3)
