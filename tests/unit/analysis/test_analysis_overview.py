@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memforensics import SnapshotLoadError
-from memforensics._journal import format_line, journal_name
+from memforensics._journal import Journal, format_line, journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.analysis._overview import PARALLEL_FROM
 from memforensics.analysis._overview_html import overview_data
@@ -238,3 +238,20 @@ def test_rank_lists_read_as_ranges() -> None:
     assert rank_ranges([3, 0, 1, 2, 7]) == "0-3, 7"
     assert rank_ranges(range(0, 40, 2), limit=3) == "0, 2, 4, +17 more"
     assert rank_ranges([]) == ""
+
+
+def test_a_rotated_journal_is_read_oldest_file_first(tmp_path: Path) -> None:
+    """rank{R}_pid{P}.1.jsonl (older) then rank{R}_pid{P}.jsonl: one process, steps in order."""
+    stats = {"reserved_bytes": 5, "allocated_bytes": 4}
+    journal = Journal(tmp_path, 3, lambda: stats, max_bytes=4000)
+    for step in range(60):
+        journal.write("step", step)
+    journal.close()
+    names = sorted(p.name for p in (tmp_path / "journal").iterdir())
+    assert len(names) == 2  # rotated once at least, one older generation kept
+    view = build_overview(tmp_path, workers=1)
+    (rank,) = view.ranks
+    kept = sum(len(p.read_bytes().splitlines()) for p in (tmp_path / "journal").iterdir())
+    assert (rank.rank, rank.pids, rank.lines, rank.last_step) == (3, (journal.pid,), kept, 59)
+    assert rank.first_step == 60 - kept
+    assert view.problems["restarts"] == {}
