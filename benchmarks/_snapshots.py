@@ -81,3 +81,6 @@ class PrebuiltBackend:
 
     def framework_version(self) -> str | None:
         return None
+
+    def journal_stats(self) -> dict[str, int | None]:
+        return {"ooms": 1, "device_free_bytes": 1 << 30, "device_limit_bytes": 16 << 30}

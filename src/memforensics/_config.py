@@ -19,6 +19,11 @@ from memforensics._errors import ConfigError
 
 ENV_PREFIX = "MEMFORENSICS_"
 
+JOURNAL_EVERY = 100
+"""Default journal interval. A line costs tens of microseconds, most of it torch's own
+``memory_stats()`` (docs/performance.md): one per 100 steps is under a microsecond a step, and
+100,000 steps of 2,048 ranks make 2,048 files of about 370 KB."""
+
 RankSelection = Literal["all"] | tuple[int, ...]
 DeviceName = Literal["auto", "cuda", "npu", "none", "sim"]
 
@@ -44,6 +49,7 @@ class ForensicsConfig(BaseModel):
     oom_history: Literal["state", "all", "off"] = "state"
     max_oom_snapshots: int = Field(default=3, ge=0)
     annotate_steps: bool = True
+    journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1)
 
     @field_validator("ranks", "window_ranks", mode="before")
     @classmethod
@@ -97,7 +103,7 @@ class ForensicsConfig(BaseModel):
 
 
 FIELDS: tuple[str, ...] = tuple(ForensicsConfig.model_fields)
-_OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last"}
+_OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last", "journal_every"}
 _INT = {"skip_first", "max_entries", "max_oom_snapshots"}
 _BOOL = {"oom", "annotate_steps"}
 _RANKS = {"ranks", "window_ranks"}

@@ -19,6 +19,7 @@ from memforensics import _writer
 from memforensics._config import ForensicsConfig, blame_environment, build_config
 from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
+from memforensics._journal import NO_JOURNAL, Journal
 from memforensics._log import guarded, safe_log, warn_once
 from memforensics._oom import REGISTRY, OomGuard, attach_error_reason, is_oom_error
 from memforensics._rank import resolve_rank, resolve_world_size
@@ -103,6 +104,9 @@ class _StepContext:
                 window = end()
                 if window is not None:
                     mf._dumper.window(window)
+                    mf._journal_line("window")
+            if mf.current_step >= mf._journal_next:  # type: ignore[operator] # set by __enter__
+                mf._journal_line("step")
             tag = mf._tag
             if tag is not None:
                 tag("")
@@ -142,6 +146,9 @@ class MemoryForensics:
         """The backend's metadata setter, bound once: None when steps are not annotated."""
         self._guard = OomGuard(config.max_oom_snapshots)
         self._pid = os.getpid()
+        self._journal: Journal | None = None
+        self._journal_next = NO_JOURNAL
+        """The next step number that writes a journal line: one comparison per step."""
         self._lock = threading.RLock()
         self.backend: DeviceBackend = NoneBackend()
         if not self.capturing:
@@ -160,6 +167,9 @@ class MemoryForensics:
             self._warn_unavailable()
             return
         self._device_ready = True
+        if config.journal_every is not None:
+            self._journal = Journal(self.out_dir, self.rank, self.backend.journal_stats)
+            self._journal_next = 0
         if config.records_windows(self.rank) and config.steps is not None:
             self._schedule = WindowSchedule(
                 config.steps,
@@ -275,10 +285,38 @@ class MemoryForensics:
         )
         return last + 1
 
+    # -- journal -------------------------------------------------------------------------------
+    def _journal_line(self, event: str, *, periodic: bool = True) -> None:
+        """Append a journal line (never raises); a periodic one schedules the next.
+
+        ``step`` is the step in progress; a ``close`` line outside a step gives the last one.
+        """
+        journal = self._journal
+        if journal is None:
+            return
+        step = self.current_step if event != "close" else self._last_step
+        try:
+            journal.write(event, step)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
+            warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
+        every = self.config.journal_every
+        if periodic and every is not None and step is not None:
+            self._journal_next = (step // every + 1) * every  # aligned: ranks share columns
+
+    def _journal_close(self) -> None:
+        journal = self._journal
+        if journal is not None:
+            self._journal_line("close", periodic=False)
+            self._journal_next = NO_JOURNAL
+            self._try("journal_failed", journal.close)
+
     # -- dumps ---------------------------------------------------------------------------------
     def _on_oom_observer(self, device: int, requested: int, total: int, free: int) -> None:
         """The registry calls this from inside the allocator's failing malloc."""
-        if self.closed or not self._guard.admit():
+        if self.closed:
+            return
+        self._journal_line("oom", periodic=False)
+        if not self._guard.admit():
             return
         try:
             self._dumper.oom(
@@ -294,6 +332,7 @@ class MemoryForensics:
 
     def _capture_from_exception(self, exc: BaseException) -> None:
         """step() fallback for OOMs the observer never saw (CANN, NCCL, no hook)."""
+        self._journal_line("oom", periodic=False)
         if not self._guard.admit():
             return
         try:
@@ -337,6 +376,7 @@ class MemoryForensics:
                 if window is not None:
                     self._dumper.window(window, background=False)
             self._dumper.flush()  # evidence lands before the interpreter exits
+            self._journal_close()
             if self._history is not None:
                 self._record(None, clear=False)
                 self._history = None

@@ -21,8 +21,22 @@ def temp_files(root: Path) -> list[Path]:
 
 
 def visible_files(root: Path) -> list[Path]:
-    """Files a reader would look at: everything that is not hidden."""
-    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """Dump files a reader would look at: everything not hidden, the journal/ folder aside."""
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and p.parent.name != "journal"
+    )
+
+
+def journal_lines(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every journal file under ``root`` by name, parsed; each must be whole lines only."""
+    found = {}
+    for path in sorted((root / "journal").glob("*.jsonl")):
+        data = path.read_bytes()
+        assert data.endswith(b"\n"), f"torn last line in {path}"
+        found[path.name] = [json.loads(line) for line in data.splitlines()]
+    return found
 
 
 def check_evidence(root: Path) -> int:

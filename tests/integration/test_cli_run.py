@@ -168,7 +168,8 @@ def test_env_vars_and_flags_configure_the_run(tmp_path: Path) -> None:
     env = _env(MEMFORENSICS_STEPS="2", MEMFORENSICS_OUT_DIR="from-env", MEMFORENSICS_DEVICE="sim")
     proc = _run("--out-dir", "from-flag", "--keep-last", "none", script, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in (tmp_path / "from-flag").iterdir()) == ["steps0-1", "steps2-3"]
+    written = sorted(p.name for p in (tmp_path / "from-flag").iterdir())
+    assert written == ["journal", "steps0-1", "steps2-3"]
     assert not (tmp_path / "from-env").exists()
 
 

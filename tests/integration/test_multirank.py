@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence import SCRIPTS, check_evidence, visible_files
+from evidence import SCRIPTS, check_evidence, journal_lines, visible_files
 
 pytest.importorskip("torch.distributed")
 
@@ -40,23 +40,9 @@ class Job:
         return rank % 2 == 1
 
 
-def _launch(root: Path, world: int, timeout: float) -> Job:
-    out, lone_out, results = root / "run", root / "lone", root / "results"
-    results.mkdir(parents=True)
+def _torchrun(world: int, results: Path, env: dict[str, str], timeout: float) -> None:
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     command = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")},
-        "OMP_NUM_THREADS": "1",
-        "MEMFORENSICS_DEVICE": "sim",
-        "MEMFORENSICS_OUT_DIR": str(out),
-        "MEMFORENSICS_RANKS": ",".join(str(r) for r in range(world) if r % 4 != 2),
-        "MEMFORENSICS_WINDOW_RANKS": json.dumps([r for r in range(world) if r % 2 == 1]),
-        "MEMFORENSICS_STEPS": "2",
-        "MEMFORENSICS_MAX_WINDOWS": "1",
-        "MEMFORENSICS_LOG_LEVEL": "WARNING",
-        "PHASE2_DIR": str(lone_out),
-    }
     proc = subprocess.run(
         [
             *command,
@@ -73,6 +59,24 @@ def _launch(root: Path, world: int, timeout: float) -> Job:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _launch(root: Path, world: int, timeout: float) -> Job:
+    out, lone_out, results = root / "run", root / "lone", root / "results"
+    results.mkdir(parents=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")},
+        "OMP_NUM_THREADS": "1",
+        "MEMFORENSICS_DEVICE": "sim",
+        "MEMFORENSICS_OUT_DIR": str(out),
+        "MEMFORENSICS_RANKS": ",".join(str(r) for r in range(world) if r % 4 != 2),
+        "MEMFORENSICS_WINDOW_RANKS": json.dumps([r for r in range(world) if r % 2 == 1]),
+        "MEMFORENSICS_STEPS": "2",
+        "MEMFORENSICS_MAX_WINDOWS": "1",
+        "MEMFORENSICS_LOG_LEVEL": "WARNING",
+        "PHASE2_DIR": str(lone_out),
+    }
+    _torchrun(world, results, env, timeout)
     reports = {}
     for path in results.glob("rank*.json"):
         report = json.loads(path.read_text())
@@ -121,6 +125,16 @@ def _check_job(job: Job) -> None:
             if path.parent.name == "oom":
                 assert sidecar["step"] == 2 + rank  # rank r failed at step 2 + r
     assert found == expected  # selected ranks wrote; the others stayed inert
+    journals = journal_lines(job.out)  # journal_every's default: a line at step 0 and at close
+    assert sorted(journals) == sorted(
+        f"rank{r}_pid{job.reports[r]['pid']}.jsonl" for r in job.reports if job.capturing(r)
+    )
+    for lines in journals.values():
+        assert [line["event"] for line in lines if line["event"] != "window"] == [
+            "step",
+            "oom",
+            "close",
+        ]
     assert check_evidence(job.out) == len(expected)
     first = _ls(job.out)["first_oom"]
     assert (first["rank"], first["step"]) == (0, 2)
@@ -163,3 +177,63 @@ def test_sixteen_ranks(tmp_path: Path) -> None:
     _check_job(job)
     _check_lone(job)
     print(f"FIGURES multirank world=16 dumps={len(visible_files(job.out)) // 2}")
+
+
+def _cli_json(*args: str | Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memforensics", *map(str, args), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+@pytest.mark.stress
+def test_sixteen_ranks_journal_names_the_leaking_rank(tmp_path: Path) -> None:
+    """16 gloo ranks journal every step; one leaks until the sim OOMs: overview names it first
+    OOM and outlier, and its difference from the healthiest peer is the leaked bytes."""
+    world, out, results = 16, tmp_path / "run", tmp_path / "results"
+    results.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")},
+        "OMP_NUM_THREADS": "1",
+        "MEMFORENSICS_DEVICE": "sim",
+        "MEMFORENSICS_OUT_DIR": str(out),
+        "MEMFORENSICS_JOURNAL_EVERY": "1",
+        "MEMFORENSICS_LOG_LEVEL": "ERROR",
+        "MULTIRANK_SCENARIO": "leak",
+    }
+    _torchrun(world, results, env, timeout=600)
+    reports = {r["rank"]: r for r in (json.loads(p.read_text()) for p in results.glob("*.json"))}
+    leak_rank, late_rank = world - 3, 2
+    leak = reports[leak_rank]
+    assert leak["oom_step"] is not None
+    assert leak["oom_step"] < reports[late_rank]["oom_step"]
+    assert len(journal_lines(out)) == world  # every rank, whole lines only
+    view = _cli_json("overview", out)
+    assert view["ranks_seen"] == world
+    assert (view["first_oom"]["rank"], view["first_oom"]["step"]) == (leak_rank, leak["oom_step"])
+    assert [f["rank"] for f in view["failures"]] == [leak_rank, late_rank]
+    assert {o["rank"] for o in view["outliers"]} == {leak_rank}
+    cmp = view["comparison"]
+    assert cmp["rank"] == leak_rank
+    assert cmp["peer"] not in (leak_rank, late_rank)
+    assert cmp["step"] == cmp["peer_step"] == leak["oom_step"]
+    assert cmp["differences"]["allocated_bytes"] == leak["leaked_bytes"]
+    assert view["problems"]["ranks_missing"] == []
+    assert view["problems"]["not_closed"] == []
+    page = tmp_path / "overview.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "memforensics", "overview", str(out), "-o", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"rank {leak_rank} vs healthiest peer rank {cmp['peer']}" in proc.stdout
+    assert page.stat().st_size < 200_000

@@ -134,7 +134,7 @@ def test_anything_planted_at_the_temp_name_is_refused(
 def test_files_honour_the_umask_and_are_never_world_writable(
     tmp_path: Path, umask: int, file_mode: int, dir_mode: int
 ) -> None:
-    """Dumps, sidecars and their folders follow the umask and are never group/world-writable."""
+    """Dumps, sidecars, the journal and their folders follow the umask; none is world-writable."""
     out = tmp_path / "out"
     old = os.umask(umask)
     try:
@@ -146,7 +146,7 @@ def test_files_honour_the_umask_and_are_never_world_writable(
     finally:
         os.umask(old)
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert len(files) == 4  # oom and window: snapshot and sidecar each
+    assert len(files) == 5  # oom and window: snapshot and sidecar each; the journal
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == file_mode, path
     for folder in (p for p in out.rglob("*") if p.is_dir()):

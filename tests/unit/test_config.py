@@ -67,6 +67,7 @@ def test_every_field_has_an_environment_variable() -> None:
         "MEMFORENSICS_OOM_HISTORY": "off",
         "MEMFORENSICS_MAX_OOM_SNAPSHOTS": "1",
         "MEMFORENSICS_ANNOTATE_STEPS": "0",
+        "MEMFORENSICS_JOURNAL_EVERY": "none",
     }
     assert set(env) == {env_var(f) for f in FIELDS}
     config = build_config({}, env)
@@ -87,6 +88,7 @@ def test_every_field_has_an_environment_variable() -> None:
         oom_history="off",
         max_oom_snapshots=1,
         annotate_steps=False,
+        journal_every=None,
     )
 
 

@@ -15,6 +15,9 @@ from memforensics.analysis._frames import (
 from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
+from memforensics.analysis._overview import Overview, RankFacts, build_overview
+from memforensics.analysis._overview_html import render_overview
+from memforensics.analysis._overview_text import overview_text
 from memforensics.analysis._report import render_report
 from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
@@ -37,6 +40,8 @@ __all__ = [
     "DumpMeta",
     "LeakSuspect",
     "OomRecord",
+    "Overview",
+    "RankFacts",
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
@@ -45,6 +50,7 @@ __all__ = [
     "Summary",
     "Timeline",
     "Verdict",
+    "build_overview",
     "caller_of",
     "diff_by_device",
     "diff_dumps",
@@ -55,8 +61,10 @@ __all__ = [
     "list_dumps",
     "load_dump",
     "memory_timeline",
+    "overview_text",
     "parse_step",
     "read_snapshot_file",
+    "render_overview",
     "render_report",
     "sidecar_path",
     "site_of",

@@ -80,3 +80,11 @@ class DeviceBackend(Protocol):
     def framework_version(self) -> str | None:
         """The torch (and torch_npu) version string for sidecars, or None."""
         ...
+
+    def journal_stats(self) -> dict[str, int | None]:
+        """The journal's figures (``backends._stats.JOURNAL_STATS``), None where unknown.
+
+        From ``memory_stats()`` and ``mem_get_info()`` only: neither synchronizes the device,
+        and the allocator's peak counters are read, never reset.
+        """
+        ...

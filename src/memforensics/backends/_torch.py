@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from memforensics._errors import BackendError
 from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._stats import journal_stats_from
 
 
 class TorchAllocatorBackend:
@@ -161,3 +162,20 @@ class TorchAllocatorBackend:
             self._metadata_fn = fn
         fn(text)
         return True
+
+    def journal_stats(self) -> dict[str, int | None]:
+        """``memory_stats()`` and ``mem_get_info()`` mapped to the journal's figures.
+
+        Each call failing alone leaves its figures null rather than losing the line.
+        """
+        module = self.device_module()
+        try:
+            stats: dict[str, Any] | None = module.memory_stats()
+        except Exception:  # noqa: BLE001 - unknown figures are null, never an error
+            stats = None
+        try:
+            free, total = module.mem_get_info()
+            info: tuple[int, int] | None = (int(free), int(total))
+        except Exception:  # noqa: BLE001
+            info = None
+        return journal_stats_from(stats, info)

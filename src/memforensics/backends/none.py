@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from memforensics._errors import BackendError
 from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._stats import EMPTY_STATS
 
 
 class NoneBackend:
@@ -53,3 +54,7 @@ class NoneBackend:
     def framework_version(self) -> str | None:
         """No framework in use."""
         return None
+
+    def journal_stats(self) -> dict[str, int | None]:
+        """Every figure unknown."""
+        return dict(EMPTY_STATS)

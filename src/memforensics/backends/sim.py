@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from memforensics.backends import _sim_allocator as alloc
 from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._stats import journal_stats_from
 
 __all__ = [
     "SimBackend",
@@ -430,3 +431,8 @@ class SimBackend:
     def framework_version(self) -> str | None:
         """None: no framework is involved."""
         return None
+
+    def journal_stats(self) -> dict[str, int | None]:
+        """The current device's statistics and ``(free, total)``, mapped like torch's."""
+        device = get_device()
+        return journal_stats_from(device.memory_stats(), device.mem_get_info())

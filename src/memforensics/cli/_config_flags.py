@@ -35,6 +35,7 @@ _HELP = {
     "oom_history": "history outside windows: state, all or off",
     "max_oom_snapshots": "OOM dumps per process at most",
     "annotate_steps": "tag allocations with step=N: true or false",
+    "journal_every": "append a journal line every N steps ('none' turns the journal off)",
 }
 
 

@@ -20,6 +20,7 @@ from memforensics.testing._historical import (
     several_devices,
     wrong_sidecar_device,
 )
+from memforensics.testing._journals import JournalTruth, write_journals
 from memforensics.testing._synthetic import (
     CACHE,
     OPTIMIZER,
@@ -46,6 +47,7 @@ __all__ = [
     "TRAIN",
     "Block",
     "GiB",
+    "JournalTruth",
     "MiB",
     "MultiDeviceDump",
     "RunTruth",
@@ -71,6 +73,7 @@ __all__ = [
     "reset_device",
     "several_devices",
     "write_dump",
+    "write_journals",
     "write_run_folder",
     "wrong_sidecar_device",
 ]

@@ -8,6 +8,10 @@ Configuration comes from ``MEMFORENSICS_*`` variables, as a launcher would set t
    while rank 1 alone runs out of memory; its dump must land without any of them taking part.
 
 Each rank writes ``RESULTS_DIR/rank<r>.json`` with what it saw.
+
+With ``MULTIRANK_SCENARIO=leak`` it runs the journal scenario instead (``leak_main``): every
+rank steps in lockstep, rank ``world - 3`` keeps 2 MiB a step until the sim device runs out,
+and rank 2 fails later on one oversized request; the journals tell the story.
 """
 
 from __future__ import annotations
@@ -103,5 +107,45 @@ def main(results: Path) -> int:
     return 0
 
 
+LEAK_STEP_BYTES = 2 * MiB
+LATE_RANK = 2
+LATE_STEP = 36  # the leaking rank has run out of 64 MiB by step 31
+STEPS = 40
+
+
+def leak_main(results: Path) -> int:
+    """The journal scenario: one leaking rank fails first, rank 2 fails at ``LATE_STEP``."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    leak_rank = world - 3
+    device = reset_device(total_bytes=64 * MiB)
+    mf = memforensics.install()  # everything from MEMFORENSICS_* variables
+    report: dict[str, object] = {"rank": rank, "pid": os.getpid(), "oom_step": None}
+    held: list[object] = []
+    failed_at: int | None = None
+    for step in range(STEPS):
+        dist.barrier()
+        if failed_at is not None and rank == leak_rank:
+            continue  # a real rank would be dead; this one only keeps the barriers company
+        try:
+            with mf.step(step):
+                device.empty(MiB).free()
+                if rank == leak_rank:
+                    held.append(device.empty(LEAK_STEP_BYTES))
+                if rank == LATE_RANK and step == LATE_STEP:
+                    device.empty(1 << 30)
+        except SimOutOfMemoryError:
+            failed_at = step
+            report["oom_step"] = step
+            report["leaked_bytes"] = len(held) * LEAK_STEP_BYTES
+    mf.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    (results / f"rank{rank}.json").write_text(json.dumps(report))
+    return 0
+
+
 if __name__ == "__main__":
+    if os.environ.get("MULTIRANK_SCENARIO") == "leak":
+        sys.exit(leak_main(Path(sys.argv[1])))
     sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,164 @@
+"""The per-rank memory journal: one JSON line per ``journal_every`` steps, window end, OOM, close.
+
+A dump explains one rank at one moment; a 2,000-rank job also needs to know whether the others
+were close behind and which rank started to drift, and when. Every capturing rank therefore
+appends a line of allocator figures to ``<out_dir>/journal/rank{R}_pid{P}.jsonl``: the shape of
+structlog's JSON output and of every log shipper, read afterwards by ``memforensics overview``.
+
+Promises, in the order a reader relies on them:
+
+* **Whole lines.** The file is opened ``O_APPEND`` and each line goes out in one ``os.write()``,
+  so a line is never interleaved with another; a process killed mid-write leaves at most a torn
+  last line, which readers skip.
+* **Cheap.** Only ``memory_stats()`` and ``mem_get_info()`` (neither synchronizes the device; the
+  allocator's peak counters are read, never reset), one ``json.dumps`` and one ``write``: a few
+  microseconds (docs/performance.md). The file opens lazily on the first line.
+* **Bounded.** A file that would pass ``MAX_FILE_BYTES`` (4 MiB, about 10,000 lines) is renamed to
+  ``rank{R}_pid{P}.1.jsonl`` (replacing an older one) and a fresh file started: at most 8 MiB per
+  process, the newest lines kept, since the lines before a failure matter most.
+* **Owned.** Only the process that opened it writes: a forked child (a DataLoader worker, the
+  window writer) inherits the descriptor but never uses it. The training process never reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from memforensics.backends._stats import JOURNAL_STATS
+
+FOLDER = "journal"
+MAX_FILE_BYTES = 4 << 20
+KEYS: tuple[str, ...] = ("time", "step", "rank", "event", *JOURNAL_STATS, "external_bytes")
+"""Every line has exactly these keys, in this order; unknown values are null."""
+
+EVENTS = ("step", "window", "oom", "close")
+MAX_OOM_LINES = 100
+"""``oom`` lines per process at most: a retry loop that fails ten thousand times would otherwise
+rotate the history before the failure out of the journal (``ooms`` still counts every one)."""
+NO_JOURNAL = 1 << 62
+"""A step number no run reaches: the facade's next journal step when the journal is off."""
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS |= getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is refused, not followed
+_FILE_MODE = 0o644
+
+
+def journal_name(rank: int, pid: int, generation: int = 0) -> str:
+    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation."""
+    middle = f".{generation}" if generation else ""
+    return f"rank{rank}_pid{pid}{middle}.jsonl"
+
+
+_TEMPLATE = (
+    '{"time":%r,"step":%s,"rank":%s,"event":"%s",'
+    + ",".join(f'"{key}":%s' for key in KEYS[4:])
+    + "}\n"
+)
+_FREE, _LIMIT, _RESERVED = (JOURNAL_STATS.index(key) for key in (*KEYS[-3:-1], "reserved_bytes"))
+
+
+def format_line(
+    event: str, step: int | None, rank: int, stats: dict[str, int | None], now: float
+) -> bytes:
+    """One journal line, newline included, keys in ``KEYS`` order.
+
+    Formatted from a template rather than by ``json.dumps`` (which costs twice as much): every
+    value is an int, null, a finite float or one of ``EVENTS``, so the text is valid JSON.
+    """
+    if event not in EVENTS:
+        raise ValueError(f"unknown journal event {event!r}")
+    get = stats.get
+    values = [get(key) for key in JOURNAL_STATS]
+    free, limit, reserved = values[_FREE], values[_LIMIT], values[_RESERVED]
+    # external: device memory outside PyTorch's allocator (contexts, NCCL/HCCL, other processes)
+    values.append(
+        None if free is None or limit is None or reserved is None else limit - free - reserved
+    )
+    text = _TEMPLATE % (
+        float(now),
+        "null" if step is None else int(step),
+        int(rank),
+        event,
+        *["null" if value is None else int(value) for value in values],
+    )
+    return text.encode()
+
+
+_forks = 0
+"""Forks this process descends through. A journal writes only in the process (fork generation)
+that created it, so a forked child (a DataLoader worker, the window writer) never writes its
+parent's journal, while a journal created in a child works. Counted by an at-fork hook, so a
+line costs no ``getpid()`` system call."""
+
+
+def _after_fork_in_child() -> None:
+    global _forks  # noqa: PLW0603 - one counter per process is the point
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Journal:
+    """Appends this process's journal lines; every failure surfaces to the caller to log."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        rank: int,
+        stats: Callable[[], dict[str, int | None]],
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+    ) -> None:
+        self.rank = rank
+        self.pid = os.getpid()
+        self._generation = _forks
+        self.folder = out_dir / FOLDER
+        self.path = self.folder / journal_name(rank, self.pid)
+        self.max_bytes = max_bytes
+        self._stats = stats
+        self._fd = -1
+        self._size = 0
+        self.lines = 0
+        self.oom_lines = 0
+
+    def write(self, event: str, step: int | None) -> bool:
+        """Append one line of current figures; False in a forked child, once closed, or past
+        ``MAX_OOM_LINES`` OOM lines."""
+        if self._generation != _forks or self._fd == -2:
+            return False
+        if event == "oom":
+            self.oom_lines += 1
+            if self.oom_lines > MAX_OOM_LINES:
+                return False
+        data = format_line(event, step, self.rank, self._stats(), time.time())
+        if self._fd < 0:
+            self._open()
+        elif self._size + len(data) > self.max_bytes:
+            self._rotate()
+        written = os.write(self._fd, data)
+        if written < len(data):  # disk full mid-line: end it, so the next line stays whole
+            os.write(self._fd, b"\n")
+        self._size += len(data)
+        self.lines += 1
+        return True
+
+    def _open(self) -> None:
+        self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self._fd = os.open(self.path, _OPEN_FLAGS, _FILE_MODE)
+        self._size = os.fstat(self._fd).st_size  # a reused pid appends to its old file
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
+        os.replace(self.path, self.folder / journal_name(self.rank, self.pid, 1))
+        self._open()
+
+    def close(self) -> None:
+        """Close the file; later writes do nothing. Only the owning process closes it."""
+        fd, self._fd = self._fd, -2
+        if fd >= 0 and self._generation == _forks:
+            os.close(fd)

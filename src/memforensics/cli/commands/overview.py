@@ -1,0 +1,67 @@
+"""``memforensics overview DIR [-o overview.html] [--json]``: the whole run, every rank."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis import build_overview, overview_text, render_overview
+from memforensics.cli._command import CommandError
+
+
+class OverviewCommand:
+    """The whole run from every rank's journal: first OOM, ranks that stand out, a healthy peer."""
+
+    name = "overview"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """DIR, -o, --json, --all, --workers."""
+        parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir) or its journal/")
+        parser.add_argument("-o", "--output", metavar="HTML", help="also write this HTML page")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--all", action="store_true", help="list every rank, not a few")
+        parser.add_argument(
+            "--workers", type=int, metavar="N", help="processes reading journals (default: CPUs)"
+        )
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """Read, then print (and write the page)."""
+        if args.workers is not None and args.workers < 1:
+            parser.error("argument --workers: must be at least 1")
+        try:
+            view = build_overview(args.dir, workers=args.workers)
+        except SnapshotLoadError as exc:
+            raise CommandError(str(exc)) from None
+        note = ""
+        if args.output:
+            out = Path(args.output)
+            html = render_overview(view, link_base=out.resolve().parent)
+            _write(out, html)
+            note = f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB)"
+        text = (
+            json.dumps(view.to_dict(), indent=2)
+            if args.json
+            else overview_text(view, all_ranks=args.all)
+        )
+        try:
+            print(text)
+            if note:
+                print(note, file=sys.stderr if args.json else sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `| head`: stop quietly, as a Unix tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _write(out: Path, html: str) -> None:
+    temp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        temp.write_text(html, encoding="utf-8")
+        os.replace(temp, out)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise CommandError(f"{out}: cannot write ({exc.strerror or exc})") from None

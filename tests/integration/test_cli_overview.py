@@ -1,0 +1,86 @@
+"""``memforensics overview`` as a user runs it: a real subprocess over a run folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memforensics.testing import write_journals
+
+pytestmark = pytest.mark.integration
+
+
+def _command() -> list[str]:
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "memforensics"]
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_command(), *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_text_names_first_oom_outlier_and_peer(tmp_path: Path) -> None:
+    """The text's first lines carry the answer: who failed first, who stands out, by how much."""
+    truth = write_journals(tmp_path, ranks=8, lines=30, leak_rank=6, torn=[1])
+    proc = _cli("overview", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"run {tmp_path}: 8 ranks seen of 8, steps 0-{truth.oom_step:,}")
+    assert lines[1].startswith(f"first OOM: rank 6 at step {truth.oom_step:,}")
+    assert lines[2].startswith("stand out: rank 6 ")
+    assert "rank 6 peak reserved" in lines[2]
+    assert "rank 6 reserved growth" in lines[2]
+    assert lines[3].startswith("rank 6 vs healthiest peer rank ")
+    assert "torn last line (skipped): rank(s) 1" in lines[4]
+
+
+def test_json_and_html_together(tmp_path: Path) -> None:
+    """--json prints the object; -o writes the page and says so on stderr, stdout stays JSON."""
+    write_journals(tmp_path / "run", ranks=4, lines=10, leak_rank=2)
+    page = tmp_path / "out" / "overview.html"
+    page.parent.mkdir()
+    proc = _cli("overview", tmp_path / "run", "--json", "-o", page)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["first_oom"]["rank"] == 2
+    assert data["ranks_seen"] == 4
+    assert [o["rank"] for o in data["outliers"]] == [2, 2]
+    assert page.is_file()
+    assert f"wrote {page}" in proc.stderr
+    assert not list(page.parent.glob(".*"))  # the temporary file was renamed away
+
+
+def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    """A missing folder and a bad --workers: one line on stderr, exit status 2."""
+    proc = _cli("overview", tmp_path / "nowhere")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"memforensics overview: {tmp_path / 'nowhere'}: not a folder"
+    ]
+    assert _cli("overview", tmp_path, "--workers", "0").returncode == 2
+
+
+def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`overview --all | head -1` on many ranks: no traceback, exit status 0."""
+    write_journals(tmp_path, ranks=1000, lines=2, leak_rank=None)  # more than a pipe holds
+    with subprocess.Popen(
+        [*_command(), "overview", str(tmp_path), "--all"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        error = proc.stderr.read()
+        status = proc.wait(timeout=120)
+    assert first.startswith(b"run ")
+    assert status == 0
+    assert b"Traceback" not in error
