@@ -1,0 +1,636 @@
+"""The caching allocator's decisions, method by method as ``DeviceCachingAllocator`` makes them.
+
+Every method below carries the name of the C++ function it mirrors in
+``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. What the model leaves out, on
+purpose: CUDA graph private pools, IPC, the free-memory callbacks registry (no effect on
+placement), and timing (a freed block used by another stream completes its free at the next
+``process_events`` here, which in PyTorch happens whenever its event has fired). The device is
+two numbers: ``capacity`` (bytes ``cudaMalloc`` / ``cuMemCreate`` can still get for this process,
+i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_memory_fraction``'s
+limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memforensics.allocator._blocks import (
+    K_MIN_BLOCK_SIZE,
+    K_MIN_LARGE_ALLOC,
+    K_ROUND_LARGE,
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+    Block,
+    BlockPool,
+    ExpandableSegment,
+)
+from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
+
+BASE_ADDRESS = 0x7F0000000000  # looks like the device addresses real CUDA snapshots show
+TraceHook = Callable[[str, int, int, int], None]
+"""Told ``(action, addr, size, stream)`` for every trace entry PyTorch would record
+(``oom`` passes the device's free bytes as ``addr``, as ``record_trace`` does)."""
+AddressHook = Callable[[int, bool], "int | None"]
+"""Chooses the address of a new segment (``size``, ``expandable``); None: the model picks."""
+
+
+def _no_trace(action: str, addr: int, size: int, stream: int) -> None:
+    """The default trace hook: record nothing."""
+
+
+class Stat:
+    """Mirrors ``struct Stat``: current, peak, and cumulative allocated / freed."""
+
+    __slots__ = ("allocated", "current", "freed", "peak")
+
+    def __init__(self) -> None:
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def increase(self, amount: int) -> None:
+        """Mirrors ``increase_stat``."""
+        self.current += amount
+        self.allocated += amount
+        self.peak = max(self.peak, self.current)
+
+    def decrease(self, amount: int) -> None:
+        """Mirrors ``decrease_stat``."""
+        self.current -= amount
+        self.freed += amount
+
+
+@dataclass(frozen=True, slots=True)
+class OomInfo:
+    """The last failed request: rounded size, what was asked of the device, device free."""
+
+    size: int
+    alloc_size: int
+    device_free: int
+
+
+class DeviceCachingAllocator:
+    """One device's caching allocator (mirrors ``class DeviceCachingAllocator``).
+
+    Pure and deterministic: requests and frees in, placement and trace hook calls out.
+    ``auto_events`` completes a cross-stream free at the next ``malloc`` (the sim's clock);
+    the replay turns it off and completes frees where the trace says ``free_completed``.
+    """
+
+    def __init__(
+        self,
+        settings: AllocatorSettings,
+        *,
+        capacity: int,
+        allowed: int | None = None,
+        device_total: int | None = None,
+        on_trace: TraceHook = _no_trace,
+        address_of: AddressHook | None = None,
+        auto_events: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.capacity = capacity
+        self.allowed = allowed
+        self.device_total = device_total if device_total is not None else capacity
+        self.on_trace = on_trace
+        self.address_of = address_of
+        self.auto_events = auto_events
+        self.large_blocks = BlockPool(is_small=False)
+        self.small_blocks = BlockPool(is_small=True)
+        self.active_blocks: dict[int, Block] = {}
+        self.pending: list[Block] = []  # freed, waiting for other streams (cuda_events)
+        self.expandable_segments: list[ExpandableSegment] = []
+        self.total_allocated_memory = 0
+        self.next_address = BASE_ADDRESS
+        self.allocation, self.allocated_bytes = Stat(), Stat()
+        self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
+        self.reserved_bytes, self.segment = Stat(), Stat()
+        self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0
+        self.num_device_alloc = self.num_device_free = 0
+        self.last_oom: OomInfo | None = None
+
+    # -- public operations (malloc, free, recordStream, emptyCache)
+
+    def malloc(self, orig_size: int, stream: int = 0, context: object = None) -> Block | None:
+        """Mirrors ``malloc``: a block for ``orig_size`` bytes, or None for an OOM."""
+        if self.pending and self.auto_events:
+            self.process_events()
+        size = self.round_size(orig_size)
+        pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+        alloc_size = self.get_allocation_size(size)
+        block = self.get_free_block(size, stream, pool)
+        if block is None:
+            if self.allowed is not None and self.settings.garbage_collection_threshold > 0.0:
+                self.garbage_collect_cached_blocks()
+            block = self.alloc_block(size, alloc_size, stream, pool, False, context)
+            if block is None and self.release_available_cached_blocks(size, stream, pool):
+                block = self.alloc_block(size, alloc_size, stream, pool, False, context)
+            if block is None and self.release_cached_blocks():
+                block = self.alloc_block(size, alloc_size, stream, pool, True, context)
+        if block is None:
+            device_free = max(self.capacity - self.total_allocated_memory, 0)
+            self.on_trace("oom", device_free, size, stream)
+            self.num_ooms += 1
+            self.last_oom = OomInfo(size, alloc_size, device_free)
+            return None
+        split = self.should_split(block, size)
+        return self.alloc_found_block(block, size, orig_size, split, context)
+
+    def free(self, block: Block) -> None:
+        """Mirrors ``free``: deferred while other streams use the block, else ``free_block``."""
+        block.allocated = False
+        self.allocation.decrease(1)
+        self.allocated_bytes.decrease(block.size)
+        self.on_trace("free_requested", block.address, block.requested_size, block.stream)
+        if block.stream_uses:
+            self.insert_events(block)
+        else:
+            self.free_block(block)
+
+    def record_stream(self, block: Block, stream: int) -> None:
+        """Mirrors ``recordStream``: uses on the allocation stream need no event."""
+        if stream != block.stream:
+            block.stream_uses.add(stream)
+
+    def empty_cache(self) -> None:
+        """Mirrors ``emptyCache``."""
+        self.release_cached_blocks()
+
+    def complete_free(self, block: Block) -> None:
+        """A cross-stream free's events fired (the replay's ``free_completed``)."""
+        if block.event_count > 0 and not block.allocated:
+            block.event_count = 0
+            self.pending.remove(block)
+            self.free_block(block)
+
+    # -- sizes
+
+    def round_size(self, size: int) -> int:
+        """Mirrors ``round_size`` (with ``roundup_power2_next_division``)."""
+        if size < K_MIN_BLOCK_SIZE:
+            return K_MIN_BLOCK_SIZE
+        divisions = self.settings.divisions(size)
+        if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
+            return roundup_power2_next_division(size, divisions)
+        return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+
+    def get_allocation_size(self, size: int) -> int:
+        """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for."""
+        if size <= K_SMALL_SIZE:
+            return K_SMALL_BUFFER
+        if size < K_MIN_LARGE_ALLOC:
+            return self.settings.large_segment_size
+        return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+
+    # -- finding and splitting cached blocks
+
+    def get_free_block(self, size: int, stream: int, pool: BlockPool) -> Block | None:
+        """Mirrors ``get_free_block``: best fit on (stream, size), then the oversize rules."""
+        settings = self.settings
+        if self.allowed is not None and settings.garbage_collection_threshold > 0.0:
+            pool.get_free_blocks_call_count += 1
+        keys = pool.keys
+        i = bisect_left(keys, (stream, size, 0))
+        if i == len(keys) or keys[i][0] != stream:
+            return None
+        block = pool.blocks[keys[i][2]]
+        if block.expandable is not None:
+            if settings.expandable_segments:
+                j = i + 1
+                while (
+                    block.expandable is not None
+                    and j < len(keys)
+                    and keys[j][0] == stream
+                    and _expandable_size(pool.blocks[keys[j][2]]) < _expandable_size(block)
+                ):
+                    block = pool.blocks[keys[j][2]]
+                    j += 1
+            else:
+                i += 1
+                while i < len(keys) and keys[i][0] == stream and pool.blocks[keys[i][2]].expandable:
+                    i += 1
+                if i == len(keys) or keys[i][0] != stream:
+                    return None
+                block = pool.blocks[keys[i][2]]
+        max_split = settings.max_split_size
+        if size < max_split and block.size >= max_split:
+            return None  # do not return an oversized block for a smaller request
+        if size >= max_split and block.size >= size + settings.max_non_split_rounding_size:
+            return None  # an oversized block may be rounded up only so far
+        pool.erase(block)
+        return block
+
+    def should_split(self, block: Block, size: int) -> bool:
+        """Mirrors ``should_split``."""
+        remaining = block.size - size
+        if block.pool.is_small or self.settings.expandable_segments:
+            return remaining >= K_MIN_BLOCK_SIZE
+        return size < self.settings.max_split_size and remaining > K_SMALL_SIZE
+
+    def alloc_found_block(
+        self, block: Block, size: int, orig_size: int, split: bool, context: object
+    ) -> Block:
+        """Mirrors ``alloc_found_block``: split off the remainder, mark allocated, trace."""
+        pool = block.pool
+        if split:
+            remaining = block
+            block = Block(remaining.stream, size, pool, remaining.address)
+            block.expandable = remaining.expandable
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
+            else:  # the new block heads the segment: it carries the segment's context
+                block.segment_context, remaining.segment_context = remaining.segment_context, None
+            block.next = remaining
+            remaining.prev = block
+            remaining.address += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+        block.allocated = True
+        block.requested_size = orig_size
+        block.context = context
+        self.active_blocks[block.address] = block
+        self.allocation.increase(1)
+        self.allocated_bytes.increase(block.size)
+        self.active.increase(1)
+        self.active_bytes.increase(block.size)
+        self.requested_bytes.increase(orig_size)
+        self.on_trace("alloc", block.address, orig_size, block.stream)
+        return block
+
+    # -- freeing and merging
+
+    def free_block(self, block: Block) -> None:
+        """Mirrors ``free_block``: merge with free neighbours and return to the pool."""
+        self.on_trace("free_completed", block.address, block.requested_size, block.stream)
+        del self.active_blocks[block.address]
+        block.context = None
+        original_size, requested = block.size, block.requested_size
+        pool = block.pool
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.insert_into_blocks(block)
+        self.active.decrease(1)
+        self.active_bytes.decrease(original_size)
+        self.requested_bytes.decrease(requested)
+
+    def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
+        """Mirrors ``try_merge_blocks``: absorb ``src`` into ``dst``; the bytes absorbed."""
+        if (
+            src is None
+            or src.allocated
+            or src.event_count > 0
+            or src.stream_uses
+            or dst.mapped != src.mapped
+        ):
+            return 0
+        if src.mapped:
+            pool.erase(src)
+        else:
+            pool.erase_unmapped(src)
+        if dst.prev is src:
+            dst.address = src.address
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+            dst.segment_context = src.segment_context
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    def insert_events(self, block: Block) -> None:
+        """Mirrors ``insert_events``: one pending event per stream that used the block."""
+        block.event_count += len(block.stream_uses)
+        block.stream_uses = set()
+        self.pending.append(block)
+
+    def process_events(self) -> None:
+        """Mirrors ``process_events``; here every recorded event has fired."""
+        pending, self.pending = self.pending, []
+        for block in pending:
+            block.event_count = 0
+            self.free_block(block)
+
+    def synchronize_and_free_events(self) -> None:
+        """Mirrors ``synchronize_and_free_events``."""
+        self.num_sync_all_streams += 1
+        self.process_events()
+
+    # -- getting memory from the device and giving it back
+
+    def alloc_block(
+        self,
+        size: int,
+        alloc_size: int,
+        stream: int,
+        pool: BlockPool,
+        is_retry: bool,
+        context: object,
+    ) -> Block | None:
+        """Mirrors ``alloc_block``: a new segment (or mapped pages) for the request."""
+        if is_retry:
+            self.num_alloc_retries += 1
+        if self.allowed is not None and self.total_allocated_memory + alloc_size > self.allowed:
+            return None
+        if self.settings.expandable_segments:
+            return self.try_allocate_expandable_block(stream, pool, size, context)
+        if self.total_allocated_memory + alloc_size > self.capacity:
+            return None  # cudaMalloc: out of memory
+        address = self._new_address(alloc_size, expandable=False)
+        block = Block(stream, alloc_size, pool, address)
+        block.segment_context = context
+        self.total_allocated_memory += alloc_size
+        self.segment.increase(1)
+        self.reserved_bytes.increase(alloc_size)
+        self.num_device_alloc += 1
+        self.on_trace("segment_alloc", address, alloc_size, stream)
+        return block
+
+    def release_available_cached_blocks(self, size: int, stream: int, pool: BlockPool) -> bool:
+        """Mirrors ``release_available_cached_blocks``: free oversize blocks, just enough."""
+        max_split = self.settings.max_split_size
+        if max_split == NO_LIMIT:
+            return False
+        key_size = max(size, max_split)
+        keys = pool.keys
+        i = bisect_left(keys, (stream, key_size, 0))
+        if i < len(keys) and keys[i][0] == stream:
+            return self._release_if_whole(pool.blocks[keys[i][2]])
+        if i == 0:
+            return False
+        released = 0
+        i -= 1
+        while released < key_size and keys[i][1] >= max_split and keys[i][0] == stream:
+            block = pool.blocks[keys[i][2]]
+            released += block.size
+            self._release_if_whole(block)
+            if i == 0:
+                break
+            i -= 1
+        return released >= key_size
+
+    def _release_if_whole(self, block: Block) -> bool:
+        """``release_block`` for a whole cudaMalloc'd block (PyTorch asserts it is one)."""
+        if block.expandable is not None or block.is_split():
+            return False
+        self.release_block(block)
+        return True
+
+    def release_cached_blocks(self) -> bool:
+        """Mirrors ``release_cached_blocks``: sync frees, then release every unsplit block."""
+        self.synchronize_and_free_events()
+        self.release_blocks(self.large_blocks)
+        self.release_blocks(self.small_blocks)
+        return True
+
+    def release_blocks(self, pool: BlockPool) -> None:
+        """Mirrors ``release_blocks``: unsplit segments go back; expandable pages are unmapped."""
+        to_unmap: list[Block] = []
+        for _stream, _size, address in list(pool.keys):
+            block = pool.blocks[address]
+            if block.expandable is not None:
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block)
+        for block in to_unmap:
+            self.unmap_block(block)
+            if block.prev is None and block.next is None and not block.mapped:
+                self.release_expandable_segment(block)
+
+    def release_block(self, block: Block) -> None:
+        """Mirrors ``release_block``: ``cudaFree`` one whole segment."""
+        self.num_device_free += 1
+        self.on_trace("segment_free", block.address, block.size, block.stream)
+        self.total_allocated_memory -= block.size
+        self.segment.decrease(1)
+        self.reserved_bytes.decrease(block.size)
+        block.pool.erase(block)
+
+    def garbage_collect_cached_blocks(self) -> None:
+        """Mirrors ``garbage_collect_cached_blocks``: release aged unsplit large blocks."""
+        assert self.allowed is not None  # only called under a memory fraction
+        threshold = int(self.settings.garbage_collection_threshold * self.allowed)
+        if self.total_allocated_memory <= threshold:
+            return
+        target = self.total_allocated_memory - threshold
+        pool = self.large_blocks
+        freeable = [pool.blocks[key[2]] for key in pool.keys]
+        freeable = [b for b in freeable if not b.is_split() and b.expandable is None]
+        total_age = sum(block.gc_count() for block in freeable)
+        count = len(freeable)
+        reclaimed, freed_one = 0, True
+        while reclaimed < target and freed_one and count > 0:
+            age_threshold = total_age / count
+            freed_one = False
+            for _stream, _size, address in list(pool.keys):
+                block = pool.blocks.get(address)
+                if block is None or block.is_split() or block.expandable is not None:
+                    continue
+                if block.gc_count() >= age_threshold:
+                    freed_one = True
+                    reclaimed += block.size
+                    total_age -= block.gc_count()
+                    count -= 1
+                    self.release_block(block)
+
+    # -- expandable segments
+
+    def find_expandable_block(self, stream: int, pool: BlockPool, size: int) -> Block:
+        """Mirrors ``find_expandable_block``: lowest address with room, else a new segment."""
+        keys = pool.ukeys
+        i = bisect_left(keys, (stream, 0))
+        while i < len(keys) and keys[i][0] == stream:
+            candidate = pool.unmapped[keys[i][1]]
+            if _allocatable(candidate.prev):
+                assert candidate.prev is not None  # for mypy: checked just above
+                candidate = candidate.prev
+            if _has_room(candidate, size):
+                return candidate
+            i += 1
+        page = K_SMALL_BUFFER if pool.is_small else self.settings.large_segment_size
+        space = self.device_total + self.device_total // 8
+        pages = -(-space // page)
+        address = self._new_address(pages * page, expandable=True)
+        segment = ExpandableSegment(address, stream, page, pages * page)
+        self.expandable_segments.append(segment)
+        candidate = Block(stream, segment.size(), pool, address)
+        candidate.mapped = False
+        candidate.expandable = segment
+        pool.insert_unmapped(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int, context: object) -> bool:
+        """Mirrors ``map_block``: back ``size`` bytes of ``to_map`` with device pages."""
+        segment = to_map.expandable
+        assert segment is not None  # only unmapped expandable blocks get here
+        begin, end = segment.page_range(to_map.address, size, inner=False)
+        mapped = (end - begin) * segment.page_size
+        if mapped == 0 or self.total_allocated_memory + mapped > self.capacity:
+            return False  # cuMemCreate: out of memory (pages made so far are released)
+        pool = to_map.pool
+        address = to_map.address
+        pool.erase_unmapped(to_map)
+        to_map.mapped = True
+        segment.pages.update(range(begin, end))
+        if mapped < to_map.size:
+            remaining = Block(to_map.stream, to_map.size - mapped, pool, address + mapped)
+            remaining.mapped = False
+            remaining.expandable = segment
+            remaining.splice(to_map, to_map.next)
+            pool.insert_unmapped(remaining)
+            to_map.size = mapped
+        self.try_merge_blocks(to_map, to_map.prev, pool)
+        self.try_merge_blocks(to_map, to_map.next, pool)
+        pool.insert_into_blocks(to_map)
+        self.total_allocated_memory += mapped
+        self.reserved_bytes.increase(mapped)
+        self.num_device_alloc += 1
+        self.on_trace("segment_map", address, mapped, to_map.stream)
+        if to_map.prev is None and to_map.segment_context is None:
+            to_map.segment_context = context
+        return True
+
+    def try_allocate_expandable_block(
+        self, stream: int, pool: BlockPool, size: int, context: object
+    ) -> Block | None:
+        """Mirrors ``try_allocate_expandable_block``: map pages until ``size`` fits."""
+        candidate = self.find_expandable_block(stream, pool, size)
+        if not candidate.mapped and not self.map_block(
+            candidate, min(candidate.size, size), context
+        ):
+            return None
+        while candidate.size < size:
+            remaining = size - candidate.size
+            following = candidate.next
+            assert following is not None  # find_expandable_block checked room
+            if not self.map_block(following, min(remaining, following.size), context):
+                return None
+            candidate = following
+        pool.erase(candidate)
+        return candidate
+
+    def unmap_block(self, block: Block) -> None:
+        """Mirrors ``unmap_block``: give back the whole pages inside a free block."""
+        segment = block.expandable
+        assert segment is not None  # only expandable blocks get here
+        begin, end = segment.page_range(block.address, block.size, inner=True)
+        if begin >= end:
+            return
+        pool = block.pool
+        pool.erase(block)
+        start = segment.address + begin * segment.page_size
+        size = (end - begin) * segment.page_size
+        before = start - block.address
+        if before > 0:
+            head = Block(block.stream, before, pool, block.address)
+            head.expandable = segment
+            head.splice(block.prev, block)
+            pool.insert_into_blocks(head)
+        after = block.size - (before + size)
+        if after > 0:
+            tail = Block(block.stream, after, pool, start + size)
+            tail.expandable = segment
+            tail.splice(block, block.next)
+            pool.insert_into_blocks(tail)
+        block.address, block.size, block.mapped = start, size, False
+        block.segment_context = None
+        segment.pages.difference_update(range(begin, end))
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.insert_unmapped(block)
+        self.total_allocated_memory -= size
+        self.reserved_bytes.decrease(size)
+        self.num_device_free += 1
+        self.on_trace("segment_unmap", start, size, block.stream)
+
+    def release_expandable_segment(self, block: Block) -> None:
+        """Mirrors ``release_expandable_segment``: drop a wholly unmapped address space."""
+        block.pool.erase_unmapped(block)
+        if block.expandable in self.expandable_segments:
+            self.expandable_segments.remove(block.expandable)
+
+    def _new_address(self, size: int, *, expandable: bool) -> int:
+        """Where the device puts a new segment: the hook's choice, else the next free range."""
+        chosen = self.address_of(size, expandable) if self.address_of is not None else None
+        if chosen is not None:
+            return chosen
+        address = self.next_address
+        self.next_address += -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+        return address
+
+    # -- reading the state
+
+    def segment_heads(self) -> list[Block]:
+        """First block of each segment, by address; an expandable segment reports one per
+        contiguous mapped range, as ``snapshot()`` does."""
+        heads = [
+            block
+            for pool in (self.small_blocks, self.large_blocks)
+            for block in pool.blocks.values()
+            if block.prev is None or not block.prev.mapped
+        ]
+        heads += [
+            block
+            for block in self.active_blocks.values()
+            if block.prev is None or not block.prev.mapped
+        ]
+        return sorted(heads, key=lambda block: block.address)
+
+    def inactive_split(self) -> tuple[int, int]:
+        """Bytes and count of free blocks in split, non-expandable segments (PyTorch's stat)."""
+        holes = [
+            block.size
+            for pool in (self.small_blocks, self.large_blocks)
+            for block in pool.blocks.values()
+            if block.is_split() and block.expandable is None
+        ]
+        return sum(holes), len(holes)
+
+
+def segment_blocks(head: Block) -> list[Block]:
+    """The blocks of the segment ``head`` starts, up to the first unmapped range."""
+    found: list[Block] = []
+    block: Block | None = head
+    while block is not None and block.mapped:
+        found.append(block)
+        block = block.next
+    return found
+
+
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """Mirrors ``roundup_power2_next_division``: next of ``divisions`` steps per power of 2."""
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    rounded = size & ~(step - 1)
+    return size if rounded == size else rounded + step
+
+
+def _expandable_size(block: Block) -> int:
+    """Size a free expandable block can grow to (it and the unmapped range after it)."""
+    following = block.next
+    return block.size + (following.size if following is not None and not following.mapped else 0)
+
+
+def _allocatable(block: Block | None) -> bool:
+    return (
+        block is not None
+        and not block.allocated
+        and block.event_count == 0
+        and not block.stream_uses
+    )
+
+
+def _has_room(block: Block | None, size: int) -> bool:
+    """``has_available_address_space``: free and unmapped ranges from ``block`` cover ``size``."""
+    total = 0
+    while total < size and block is not None and _allocatable(block):
+        total += block.size
+        block = block.next
+    return total >= size
