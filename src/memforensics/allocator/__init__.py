@@ -20,9 +20,12 @@ from memforensics.allocator._caching import (
     DeviceCachingAllocator,
     OomInfo,
     Stat,
+    get_allocation_size,
+    round_size,
     roundup_power2_next_division,
     segment_blocks,
 )
+from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
 from memforensics.allocator._settings import (
     NO_LIMIT,
     AllocatorSettings,
@@ -47,11 +50,16 @@ __all__ = [
     "DeviceCachingAllocator",
     "ExpandableSegment",
     "OomInfo",
+    "SeedBlock",
     "SettingsError",
     "Stat",
     "apply_assignment",
     "from_snapshot",
+    "get_allocation_size",
     "parse_conf",
+    "round_size",
     "roundup_power2_next_division",
+    "seed_expandable",
+    "seed_segment",
     "segment_blocks",
 ]

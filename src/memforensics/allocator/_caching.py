@@ -167,20 +167,11 @@ class DeviceCachingAllocator:
 
     def round_size(self, size: int) -> int:
         """Mirrors ``round_size`` (with ``roundup_power2_next_division``)."""
-        if size < K_MIN_BLOCK_SIZE:
-            return K_MIN_BLOCK_SIZE
-        divisions = self.settings.divisions(size)
-        if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
-            return roundup_power2_next_division(size, divisions)
-        return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+        return round_size(self.settings, size)
 
     def get_allocation_size(self, size: int) -> int:
         """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for."""
-        if size <= K_SMALL_SIZE:
-            return K_SMALL_BUFFER
-        if size < K_MIN_LARGE_ALLOC:
-            return self.settings.large_segment_size
-        return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+        return get_allocation_size(self.settings, size)
 
     # -- finding and splitting cached blocks
 
@@ -588,6 +579,25 @@ class DeviceCachingAllocator:
             if block.is_split() and block.expandable is None
         ]
         return sum(holes), len(holes)
+
+
+def round_size(settings: AllocatorSettings, size: int) -> int:
+    """Mirrors ``round_size``: the block size a request of ``size`` bytes gets."""
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    divisions = settings.divisions(size)
+    if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
+        return roundup_power2_next_division(size, divisions)
+    return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+
+
+def get_allocation_size(settings: AllocatorSettings, size: int) -> int:
+    """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for a block of ``size``."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return settings.large_segment_size
+    return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
 def segment_blocks(head: Block) -> list[Block]:

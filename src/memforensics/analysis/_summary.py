@@ -13,7 +13,9 @@ from memforensics.analysis._frames import UNKNOWN_SITE, parse_step, site_of
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
 from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
-from memforensics.analysis._verdict import Verdict, judge
+from memforensics.analysis._oom_state import OomMoment
+from memforensics.analysis._proof import verdict_at_oom
+from memforensics.analysis._verdict import LowerBound, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class Summary:
     history_events: int
     history_truncated: bool | None
     warnings: tuple[str, ...]
+    oom_state: OomMoment | None = None  # the state the verdict was judged on (#11)
+    lower_bound: LowerBound | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary --json`` object (key names are a contract; see docs/analysis.md)."""
@@ -85,6 +89,10 @@ class Summary:
             "blocks": self.blocks,
             "oom": self.oom.to_dict() if self.oom else None,
             "verdict": self.verdict.name,
+            "verdict_reason": self.verdict.reason,
+            "oom_state": self.oom_state.to_dict() if self.oom_state else None,
+            "external_bytes": self.oom_state.external_bytes if self.oom_state else None,
+            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
             "explanation": self.verdict.explanation,
             "advice": self.verdict.advice,
             "top_sites": [site.to_dict() for site in self.top_sites],
@@ -140,8 +148,12 @@ def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
     return tally.live
 
 
-def summarize(dump: Dump, *, top: int = 10) -> Summary:
-    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites, live bytes per step."""
+def summarize(dump: Dump, *, top: int = 10, requested: int | None = None) -> Summary:
+    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites, live bytes per step.
+
+    ``requested``: the failed request in bytes, for a snapshot that records neither history
+    nor a sidecar (it is then judged as taken at that OOM).
+    """
     tally = _Tally()
     reserved = 0
     for segment in dump.segments:
@@ -152,12 +164,9 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
     oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     top_sites = tuple(SiteBytes(site, size, count) for site, (size, count) in sites[: max(top, 0)])
-    verdict = judge(
-        oom=oom,
-        reserved=reserved,
-        allocated=tally.allocated,
-        free_in_reserved=tally.free,
-        largest_free_block=tally.largest,
+    verdict, moment, bound = verdict_at_oom(
+        dump,
+        requested=requested,
         top_sites=[(site.site, site.bytes) for site in top_sites[:3]],
         expandable=any(segment.is_expandable for segment in dump.segments),
     )
@@ -182,6 +191,8 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
         history_events=len(dump.trace),
         history_truncated=dump.meta.truncated,
         warnings=dump.warnings,
+        oom_state=moment,
+        lower_bound=bound,
     )
 
 
