@@ -5,23 +5,36 @@ from memforensics.analysis._frames import UNKNOWN_SITE, is_library_file, parse_s
 from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
+from memforensics.analysis._replay import Replay, WhatIf, replay
 from memforensics.analysis._report import render_report
 from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
 from memforensics.analysis._timeline import Timeline, memory_timeline
 from memforensics.analysis._units import format_bytes
-from memforensics.analysis._verdict import EXHAUSTED, FRAGMENTATION, NO_OOM, Verdict
+from memforensics.analysis._verdict import (
+    EXHAUSTED,
+    EXTERNAL,
+    FRAGMENTATION,
+    NO_OOM,
+    UNKNOWN,
+    LowerBound,
+    Verdict,
+)
 
 __all__ = [
     "EXHAUSTED",
+    "EXTERNAL",
     "FRAGMENTATION",
     "NO_OOM",
+    "UNKNOWN",
     "UNKNOWN_SITE",
     "Diff",
     "Dump",
     "DumpEntry",
     "DumpMeta",
     "LeakSuspect",
+    "LowerBound",
     "OomRecord",
+    "Replay",
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
@@ -29,6 +42,7 @@ __all__ = [
     "Summary",
     "Timeline",
     "Verdict",
+    "WhatIf",
     "diff_dumps",
     "dump_from_snapshot",
     "format_bytes",
@@ -39,6 +53,7 @@ __all__ = [
     "parse_step",
     "read_snapshot_file",
     "render_report",
+    "replay",
     "sidecar_path",
     "site_of",
     "summarize",

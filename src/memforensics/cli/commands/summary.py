@@ -10,6 +10,7 @@ from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump, summarize
 from memforensics.analysis._text import summary_text
 from memforensics.cli._command import CommandError
+from memforensics.cli._sizes import byte_size
 
 
 class SummaryCommand:
@@ -22,6 +23,12 @@ class SummaryCommand:
         parser.add_argument("file", metavar="FILE", help="snapshot (.pickle or .pickle.gz)")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--top", type=int, default=10, metavar="N", help="sites to list")
+        parser.add_argument(
+            "--requested",
+            type=byte_size,
+            metavar="SIZE",
+            help="the failed request (2GiB), for a snapshot with neither history nor sidecar",
+        )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load, summarize, print."""
@@ -33,6 +40,6 @@ class SummaryCommand:
             raise CommandError(str(exc)) from None
         for warning in dump.warnings:
             print(f"memforensics summary: warning: {warning}", file=sys.stderr)
-        summary = summarize(dump, top=args.top)
+        summary = summarize(dump, top=args.top, requested=args.requested)
         print(json.dumps(summary.to_dict(), indent=2) if args.json else summary_text(summary))
         return 0
