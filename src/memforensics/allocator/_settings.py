@@ -279,8 +279,9 @@ def _divisions(cursor: _Tokens, current: tuple[int, ...]) -> tuple[int, ...]:
         number = _int("roundup_power2_divisions", cursor.value("roundup_power2_divisions"))
         if number != 0 and not _power_of_two(number):
             raise SettingsError("For roundups, the divisions has to be power of 2 or 0")
-        if interval == ">":
-            values[last_index:] = [number] * (ROUNDUP_INTERVALS - last_index)
+        if interval == ">":  # from the interval after the last one named (PyTorch's own tests)
+            start = last_index + 1 if not first else 0
+            values[start:] = [number] * (ROUNDUP_INTERVALS - start)
         else:
             size_mb = _int("roundup_power2_divisions", interval)
             if not _power_of_two(size_mb):

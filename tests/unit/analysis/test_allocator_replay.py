@@ -1,0 +1,239 @@
+"""The allocator model and its replay: the sim's dumps replay exactly; what-ifs match the sim."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memforensics.allocator import (
+    AllocatorSettings,
+    SettingsError,
+    parse_conf,
+    roundup_power2_next_division,
+    segment_blocks,
+)
+from memforensics.analysis import dump_from_snapshot, replay, summarize
+from memforensics.analysis._history import state_before
+from memforensics.analysis._replay_run import Device, run
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
+
+MiB = 1 << 20
+CONFS = [
+    "",
+    "expandable_segments:True",
+    "max_split_size_mb:24",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:[1:2,8:4,>:8]",
+    "garbage_collection_threshold:0.6",
+    "max_split_size_mb:32,max_non_split_rounding_mb:40",
+]
+SIZES = st.one_of(
+    st.integers(1, 4096),
+    st.integers(4097, MiB),
+    st.integers(MiB + 1, 12 * MiB),
+    st.sampled_from([2 * MiB, 10 * MiB, 20 * MiB, 24 * MiB + 7]),
+)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["alloc", "alloc", "alloc", "free", "empty", "stream"]), SIZES,
+              st.integers(0, 1), st.integers(0, 10_000)),
+    min_size=5,
+    max_size=60,
+)  # fmt: skip
+
+
+def _run_workload(device: SimDevice, ops: list[tuple[str, int, int, int]]) -> None:
+    """Drive the sim with a random workload; OOMs are caught, as a retrying program would."""
+    live: list[SimTensor] = []
+    for op, size, stream, pick in ops:
+        if op == "alloc":
+            with contextlib.suppress(SimOutOfMemoryError):
+                live.append(device.empty(size, stream=stream))
+        elif op == "free" and live:
+            live.pop(pick % len(live)).free()
+        elif op == "stream" and live:
+            live[pick % len(live)].record_stream(1 - stream)
+        elif op == "empty":
+            device.empty_cache()
+
+
+Layout = list[tuple[int, int, list[tuple[int, int, bool]]]]
+
+
+def _layout(heads: list[Any]) -> Layout:
+    return [
+        (head.address, sum(b.size for b in segment_blocks(head)),
+         [(b.address, b.size, b.allocated) for b in segment_blocks(head)])
+        for head in heads
+    ]  # fmt: skip
+
+
+def _snapshot_layout(snapshot: dict[str, Any]) -> Layout:
+    return [
+        (s["address"], s["total_size"],
+         [(b["address"], b["size"], b["state"] == "active_allocated") for b in s["blocks"]])
+        for s in snapshot["segments"]
+    ]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conf=st.sampled_from(CONFS), ops=OPS, fraction=st.booleans())
+def test_replay_of_sim_dumps_reproduces_every_segment_event(
+    conf: str, ops: list[tuple[str, int, int, int]], fraction: bool
+) -> None:
+    """Random workloads, random settings: the replay makes exactly the sim's segment events."""
+    device = SimDevice(96 * MiB, settings=conf)
+    if fraction:
+        device.set_per_process_memory_fraction(0.75)
+    device.record_memory_history("all", max_entries=100_000)
+    _run_workload(device, ops)
+    snapshot = device.snapshot()
+    dump = dump_from_snapshot(snapshot)
+    recorded = parse_conf(conf)
+    start = state_before(dump, 0, recorded)
+    assert start.problem_count == 0
+    assert not start.segments
+    allowed = int(0.75 * 96 * MiB) if fraction else None
+
+    result = run(dump, recorded, start, Device(96 * MiB, allowed, 96 * MiB), exact=True,
+                 stop_at_oom=False)  # fmt: skip
+    assert result.fidelity in (None, 1.0), result.mismatches
+    assert result.allocs_placed_same == result.allocs_checked
+    assert result.model is not None
+    assert _layout(result.model.segment_heads()) == _snapshot_layout(snapshot)
+
+
+def _fragmenting(device: SimDevice) -> None:
+    """A long-lived tensor splits a big cached segment; the larger request after it cannot fit."""
+    device.empty(30 * MiB).free()
+    kept = device.empty(10 * MiB)
+    device.empty(24 * MiB)
+    kept.free()
+
+
+def _run_sim(conf: str, workload: Any, total: int) -> tuple[SimDevice, bool]:
+    device = SimDevice(total, settings=conf)
+    device.record_memory_history("all", max_entries=10_000)
+    try:
+        workload(device)
+    except SimOutOfMemoryError:
+        return device, True
+    return device, False
+
+
+def _oom_dump(device: SimDevice, total: int) -> Any:
+    snapshot = device.snapshot()
+    trace = snapshot["device_traces"][0]
+    oom = next(e for e in reversed(trace) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    return dump_from_snapshot(snapshot, sidecar=sidecar)
+
+
+def test_what_if_predicts_the_sim_under_the_other_setting() -> None:
+    """Fragmentation OOM under defaults: each what-if row predicts what the sim does under it."""
+    total = 48 * MiB
+    device, failed = _run_sim("", _fragmenting, total)
+    assert failed
+    result = replay(_oom_dump(device, total))
+    assert result.trusted, result.refusals
+    assert result.oom_reproduced is True
+    rows = {row.name: row.oom for row in result.what_if}
+    for name, predicted in rows.items():
+        conf = "" if name == "as recorded" else name.replace("=", ":").replace(", ", ",")
+        _device, actual = _run_sim(conf, _fragmenting, total)
+        assert predicted == actual, name
+    assert "expandable_segments=True" in result.avoided_by
+    assert summarize(_oom_dump(device, total)).verdict.name == "fragmentation"
+
+
+def _exhausting(device: SimDevice) -> None:
+    """Every block stays alive: no placement can help."""
+    held = [device.empty(10 * MiB) for _ in range(5)]
+    held.append(device.empty(30 * MiB))
+
+
+def test_exhaustion_is_proven_and_no_setting_avoids_it() -> None:
+    """Live bytes beyond the limit: proven exhausted, and every what-if row OOMs."""
+    total = 64 * MiB
+    device, failed = _run_sim("", _exhausting, total)
+    assert failed
+    dump = _oom_dump(device, total)
+    result = replay(dump)
+    assert result.lower_bound is not None
+    assert result.lower_bound.proven
+    assert result.lower_bound.margin_bytes == 50 * MiB + 30 * MiB - total
+    assert all(row.oom for row in result.what_if)
+    assert result.avoided_by == ()
+    verdict = summarize(dump).verdict
+    assert (verdict.name, verdict.reason) == ("exhausted", "proven")
+
+
+def test_window_dump_is_judged_at_the_oom_not_at_its_end() -> None:
+    """Frees after the OOM leave the verdict alone: the state at the oom entry is rebuilt."""
+    total = 48 * MiB
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    taken: list[dict[str, Any]] = []
+    device.attach_out_of_memory_observer(lambda *args: taken.append(device.snapshot()))
+    device.empty(30 * MiB).free()
+    kept = device.empty(10 * MiB)
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(24 * MiB)
+    kept.free()
+    device.empty_cache()  # after the OOM everything is freed: the final state has no holes
+    at_oom = summarize(dump_from_snapshot(taken[0], sidecar={"schema": 2, "kind": "oom"}))
+    window = dump_from_snapshot(device.snapshot(), sidecar={"schema": 2, "kind": "window"})
+    later = summarize(window)
+    assert later.reserved_bytes == 0
+    assert later.oom_state is not None
+    assert later.oom_state.source == "trace"
+    assert at_oom.oom_state is not None
+    assert at_oom.oom_state.source == "final"
+    for name in ("reserved_bytes", "allocated_bytes", "largest_free_block_bytes"):
+        assert getattr(later.oom_state, name) == getattr(at_oom.oom_state, name), name
+    assert later.verdict.name == at_oom.verdict.name == "fragmentation"
+
+
+def test_external_memory_gets_its_own_verdict() -> None:
+    """Memory outside PyTorch (limit - free - reserved) that leaves no room is called external."""
+    total = 64 * MiB
+    device, _failed = _run_sim("", _exhausting, total)
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": oom["size"],
+        "device_total_bytes": 4 * total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    summary = summarize(dump_from_snapshot(snapshot, sidecar=sidecar))
+    assert summary.verdict.name == "external"
+    assert summary.oom_state is not None
+    assert summary.oom_state.external_bytes == 4 * total - total
+
+
+def test_settings_parse_as_pytorch_parses_them() -> None:
+    """The conf string's limits are PyTorch's; the settings round-trip through to_conf."""
+    conf = "max_split_size_mb:40,roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]"
+    settings_ = parse_conf(conf)
+    assert settings_.max_split_size == 40 * MiB
+    # the expectations of PyTorch's own AllocatorConfig test for this string
+    expected = {32: 8, 64: 8, 128: 2, 256: 4, 512: 2, 1024: 4, 2048: 1, 4096: 1, 8192: 1}
+    assert {mb: settings_.divisions(mb * MiB) for mb in expected} == expected
+    assert parse_conf(settings_.to_conf()) == settings_
+    assert parse_conf("") == AllocatorSettings()
+    for bad in ("max_split_size_mb:20", "expandable_segments:yes", "nonsense:1",
+                "garbage_collection_threshold:1.5", "roundup_power2_divisions:3"):  # fmt: skip
+        with pytest.raises(SettingsError):
+            parse_conf(bad)
+    assert roundup_power2_next_division(1200, 4) == 1280
+
+
+def test_sim_segment_sizes_follow_get_allocation_size() -> None:
+    """Segments: 2 MiB for small requests, 20 MiB for 1-10 MiB ones, else rounded to 2 MiB."""
+    device = SimDevice(256 * MiB)
+    _held = [device.empty(100), device.empty(3 * MiB), device.empty(21 * MiB + 1)]
+    sizes = sorted(s["total_size"] for s in device.snapshot()["segments"])
+    assert sizes == [2 * MiB, 20 * MiB, 22 * MiB]
