@@ -166,7 +166,8 @@ def judge(
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
         f" fills the device; the request for {wanted} exceeds the {fmt(holes)} free in"
-        f" reserved segments plus {fmt(headroom)} free on the device. Biggest sites: {sites}."
+        f" reserved segments plus {fmt(moment.headroom_bytes)} free on the device. Biggest"
+        f" sites: {sites}."
     )
     if bound is not None and proven:
         explanation += (
