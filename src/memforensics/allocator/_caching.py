@@ -52,7 +52,8 @@ class Stat:
         """Mirrors ``increase_stat``."""
         self.current += amount
         self.allocated += amount
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:  # noqa: PLR1730  # max() costs a call on every allocation
+            self.peak = self.current
 
     def decrease(self, amount: int) -> None:
         """Mirrors ``decrease_stat``."""
@@ -87,6 +88,7 @@ class DeviceCachingAllocator:
         on_trace: TraceHook = _no_trace,
         address_of: AddressHook | None = None,
         auto_events: bool = True,
+        trace_blocks: bool = True,
     ) -> None:
         self.settings = settings
         self.capacity = capacity
@@ -95,6 +97,8 @@ class DeviceCachingAllocator:
         self.on_trace = on_trace
         self.address_of = address_of
         self.auto_events = auto_events
+        self.trace_blocks = trace_blocks  # False: only segment and oom events reach on_trace
+        self._plain_rounding = not any(settings.roundup_power2_divisions)
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
         self.active_blocks: dict[int, Block] = {}
@@ -115,11 +119,15 @@ class DeviceCachingAllocator:
         """Mirrors ``malloc``: a block for ``orig_size`` bytes, or None for an OOM."""
         if self.pending and self.auto_events:
             self.process_events()
-        size = self.round_size(orig_size)
+        if self._plain_rounding:  # round_size without roundup_power2_divisions, inlined
+            size = max(-(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE, K_MIN_BLOCK_SIZE)
+        else:
+            size = self.round_size(orig_size)
         pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
-        alloc_size = self.get_allocation_size(size)
         block = self.get_free_block(size, stream, pool)
+        alloc_size = 0
         if block is None:
+            alloc_size = self.get_allocation_size(size)
             if self.allowed is not None and self.settings.garbage_collection_threshold > 0.0:
                 self.garbage_collect_cached_blocks()
             block = self.alloc_block(size, alloc_size, stream, pool, False, context)
@@ -128,6 +136,7 @@ class DeviceCachingAllocator:
             if block is None and self.release_cached_blocks():
                 block = self.alloc_block(size, alloc_size, stream, pool, True, context)
         if block is None:
+            alloc_size = alloc_size or self.get_allocation_size(size)
             device_free = max(self.capacity - self.total_allocated_memory, 0)
             self.on_trace("oom", device_free, size, stream)
             self.num_ooms += 1
@@ -141,7 +150,8 @@ class DeviceCachingAllocator:
         block.allocated = False
         self.allocation.decrease(1)
         self.allocated_bytes.decrease(block.size)
-        self.on_trace("free_requested", block.address, block.requested_size, block.stream)
+        if self.trace_blocks:
+            self.on_trace("free_requested", block.address, block.requested_size, block.stream)
         if block.stream_uses:
             self.insert_events(block)
         else:
@@ -241,19 +251,28 @@ class DeviceCachingAllocator:
         block.requested_size = orig_size
         block.context = context
         self.active_blocks[block.address] = block
-        self.allocation.increase(1)
-        self.allocated_bytes.increase(block.size)
-        self.active.increase(1)
-        self.active_bytes.increase(block.size)
-        self.requested_bytes.increase(orig_size)
-        self.on_trace("alloc", block.address, orig_size, block.stream)
+        size = block.size
+        for stat, amount in (
+            (self.allocation, 1),
+            (self.allocated_bytes, size),
+            (self.active, 1),
+            (self.active_bytes, size),
+            (self.requested_bytes, orig_size),
+        ):  # increase_stat, inlined: this runs on every allocation
+            stat.current += amount
+            stat.allocated += amount
+            if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+                stat.peak = stat.current
+        if self.trace_blocks:
+            self.on_trace("alloc", block.address, orig_size, block.stream)
         return block
 
     # -- freeing and merging
 
     def free_block(self, block: Block) -> None:
         """Mirrors ``free_block``: merge with free neighbours and return to the pool."""
-        self.on_trace("free_completed", block.address, block.requested_size, block.stream)
+        if self.trace_blocks:
+            self.on_trace("free_completed", block.address, block.requested_size, block.stream)
         del self.active_blocks[block.address]
         block.context = None
         original_size, requested = block.size, block.requested_size

@@ -109,6 +109,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         on_trace=on_trace,
         address_of=address_of,
         auto_events=False,
+        trace_blocks=False,
     )
     result.model = model
     by_addr = _start(model, start, exact)
