@@ -257,44 +257,53 @@ def _size_blocks(segment: SegmentState, settings: AllocatorSettings) -> None:
         block.size = size + tail if keep_tail else min(size, room)
 
 
-def peak_live_bytes(dump: Dump, start: AllocatorState, until: int | None = None) -> tuple[int, int]:
-    """The most bytes ever live at once, each block at its least possible size (its request
-    rounded to 512 bytes, which no setting undercuts), with the failing request counted at an
-    ``oom`` entry; and the trace index where that peak was reached (-1: at the start).
+def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:
+    """The most bytes live at once up to trace index ``until`` (the failing request counted at
+    an ``oom`` entry), each block at its least possible size (its request rounded to 512 bytes,
+    which no setting undercuts); and the index where that peak was reached.
 
-    Blocks freed but still waiting for other streams count as live until ``free_completed``.
+    One backward pass from the final blocks: before an ``alloc`` its block was not live, before
+    a ``free_completed`` it was. Blocks freed but still waiting for other streams count as live.
+    None when the trace contradicts the final state (a bound must not rest on such history).
     """
-    sizes: dict[int, int] = {}
-    for segment in start.segments:
+    live: dict[int, int] = {}
+    for segment in dump.segments:
         for block in segment.blocks:
-            sizes[block.address] = _least(block.requested)
-    live = sum(sizes.values())
-    peak, where = live, -1
+            if block.state in (ALLOCATED, PENDING_FREE):
+                live[block.address] = _least(block.requested_size)
+    running = sum(live.values())
     trace = dump.trace
-    stop = len(trace) if until is None else min(until + 1, len(trace))
-    completes = any(type(e) is dict and e.get("action") == "free_completed" for e in trace[:stop])
-    release = "free_completed" if completes else "free_requested"
-    for position in range(stop):
+    stop = len(trace) - 1 if until is None else min(until, len(trace) - 1)
+    peak, where = (running, len(trace) - 1) if until is None else (0, -1)
+    for position in range(len(trace) - 1, -1, -1):
         entry = trace[position]
         if type(entry) is not dict:
             continue
         action = entry.get("action")
+        size = entry.get("size")
+        if position <= stop and running > peak:
+            peak, where = running, position
         if action == "alloc":
-            address, size = as_int(entry.get("addr")), as_int(entry.get("size"))
-            if address is not None and size is not None:
-                least = _least(size)
-                live += least - sizes.get(address, 0)
-                sizes[address] = least
-                if live > peak:
-                    peak, where = live, position
-        elif action in (release, "free"):
-            address = as_int(entry.get("addr"))
-            if address is not None:
-                live -= sizes.pop(address, 0)
-        elif action == "oom":
-            size = as_int(entry.get("size"))
-            if size is not None and live + _least(size) > peak:
-                peak, where = live + _least(size), position
+            least = live.pop(entry.get("addr"), None)  # type: ignore[arg-type]
+            if least is None:
+                return None
+            running -= least
+        elif action == "free_completed" or action == "free":  # noqa: PLR1714  # hot loop
+            address = entry.get("addr")
+            if type(address) is not int or type(size) is not int or address in live:
+                return None
+            least = _least(size)
+            live[address] = least
+            running += least
+        elif (
+            action == "oom"
+            and position <= stop
+            and type(size) is int
+            and running + _least(size) > peak
+        ):
+            peak, where = running + _least(size), position
+    if running > peak:
+        peak, where = running, -1
     return peak, where
 
 

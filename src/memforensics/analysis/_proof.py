@@ -6,10 +6,10 @@ pass over the trace at most.
 
 from __future__ import annotations
 
-from memforensics.analysis._history import _least, peak_live_bytes, state_before
+from memforensics.analysis._history import _least, peak_live_bytes
 from memforensics.analysis._load import Dump
 from memforensics.analysis._model import ALLOCATED, PENDING_FREE
-from memforensics.analysis._oom_state import FINAL, OomMoment, oom_moment, recorded_settings
+from memforensics.analysis._oom_state import FINAL, OomMoment, oom_moment
 from memforensics.analysis._verdict import LowerBound, Verdict, judge, no_oom, unknown_no_evidence
 
 _NOT_HISTORY = frozenset({"snapshot", "user_defined"})
@@ -39,9 +39,9 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
         )
         peak = live + (_least(moment.requested_bytes) if moment.requested_bytes else 0)
     if moment.index is not None and has_history(dump):
-        start = state_before(dump, 0, recorded_settings(dump))
-        if start.problem_count == 0:
-            peak = max(peak, peak_live_bytes(dump, start, until=moment.index)[0])
+        found = peak_live_bytes(dump, until=moment.index)
+        if found is not None:
+            peak = max(peak, found[0])
     return LowerBound(peak, external, moment.limit_bytes)
 
 

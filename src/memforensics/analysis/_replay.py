@@ -21,7 +21,7 @@ from typing import Any
 
 from memforensics.allocator import AllocatorSettings, apply_assignment
 from memforensics.analysis._blame import Pinner, pinners
-from memforensics.analysis._history import state_before
+from memforensics.analysis._history import oom_positions, state_before
 from memforensics.analysis._lint import lint
 from memforensics.analysis._load import Dump
 from memforensics.analysis._oom_state import OomMoment, oom_moment, recorded_settings
@@ -187,7 +187,7 @@ def replay(
         )
     reproduced: bool | None = None
     if moment is not None and moment.index is not None:
-        reproduced = exact.oom_index == moment.index
+        reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
         if not reproduced:
             refusals.append("the model does not fail where the recorded allocator failed")
     rows: list[WhatIf] = []
