@@ -14,17 +14,9 @@ from memforensics.allocator._blocks import (
     Block,
     BlockPool,
     ExpandableSegment,
-)
-from memforensics.allocator._caching import (
-    BASE_ADDRESS,
-    DeviceCachingAllocator,
-    OomInfo,
-    Stat,
-    get_allocation_size,
-    round_size,
-    roundup_power2_next_division,
     segment_blocks,
 )
+from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
 from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
 from memforensics.allocator._settings import (
     NO_LIMIT,
@@ -34,6 +26,12 @@ from memforensics.allocator._settings import (
     from_snapshot,
     parse_conf,
 )
+from memforensics.allocator._sizes import (
+    get_allocation_size,
+    round_size,
+    roundup_power2_next_division,
+)
+from memforensics.allocator._stats import OomInfo, Stat
 
 __all__ = [
     "BASE_ADDRESS",

@@ -146,3 +146,13 @@ class ExpandableSegment:
         if inner:
             return -(-start // page), end // page
         return start // page, -(-end // page)
+
+
+def segment_blocks(head: Block) -> list[Block]:
+    """The blocks of the segment ``head`` starts, up to the first unmapped range."""
+    found: list[Block] = []
+    block: Block | None = head
+    while block is not None and block.mapped:
+        found.append(block)
+        block = block.next
+    return found

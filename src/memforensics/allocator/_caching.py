@@ -14,19 +14,20 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from memforensics.allocator._blocks import (
     K_MIN_BLOCK_SIZE,
-    K_MIN_LARGE_ALLOC,
     K_ROUND_LARGE,
-    K_SMALL_BUFFER,
     K_SMALL_SIZE,
     Block,
     BlockPool,
     ExpandableSegment,
 )
-from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
+from memforensics.allocator._expandable import ExpandableSegments
+from memforensics.allocator._release import ReleaseCachedBlocks
+from memforensics.allocator._settings import AllocatorSettings
+from memforensics.allocator._sizes import get_allocation_size, round_size
+from memforensics.allocator._stats import OomInfo, Stat
 
 BASE_ADDRESS = 0x7F0000000000  # looks like the device addresses real CUDA snapshots show
 TraceHook = Callable[[str, int, int, int], None]
@@ -40,37 +41,7 @@ def _no_trace(action: str, addr: int, size: int, stream: int) -> None:
     """The default trace hook: record nothing."""
 
 
-class Stat:
-    """Mirrors ``struct Stat``: current, peak, and cumulative allocated / freed."""
-
-    __slots__ = ("allocated", "current", "freed", "peak")
-
-    def __init__(self) -> None:
-        self.current = self.peak = self.allocated = self.freed = 0
-
-    def increase(self, amount: int) -> None:
-        """Mirrors ``increase_stat``."""
-        self.current += amount
-        self.allocated += amount
-        if self.current > self.peak:  # noqa: PLR1730  # max() costs a call on every allocation
-            self.peak = self.current
-
-    def decrease(self, amount: int) -> None:
-        """Mirrors ``decrease_stat``."""
-        self.current -= amount
-        self.freed += amount
-
-
-@dataclass(frozen=True, slots=True)
-class OomInfo:
-    """The last failed request: rounded size, what was asked of the device, device free."""
-
-    size: int
-    alloc_size: int
-    device_free: int
-
-
-class DeviceCachingAllocator:
+class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
     """One device's caching allocator (mirrors ``class DeviceCachingAllocator``).
 
     Pure and deterministic: requests and frees in, placement and trace hook calls out.
@@ -359,209 +330,6 @@ class DeviceCachingAllocator:
         self.on_trace("segment_alloc", address, alloc_size, stream)
         return block
 
-    def release_available_cached_blocks(self, size: int, stream: int, pool: BlockPool) -> bool:
-        """Mirrors ``release_available_cached_blocks``: free oversize blocks, just enough."""
-        max_split = self.settings.max_split_size
-        if max_split == NO_LIMIT:
-            return False
-        key_size = max(size, max_split)
-        keys = pool.keys
-        i = bisect_left(keys, (stream, key_size, 0))
-        if i < len(keys) and keys[i][0] == stream:
-            return self._release_if_whole(pool.blocks[keys[i][2]])
-        if i == 0:
-            return False
-        released = 0
-        i -= 1
-        while released < key_size and keys[i][1] >= max_split and keys[i][0] == stream:
-            block = pool.blocks[keys[i][2]]
-            released += block.size
-            self._release_if_whole(block)
-            if i == 0:
-                break
-            i -= 1
-        return released >= key_size
-
-    def _release_if_whole(self, block: Block) -> bool:
-        """``release_block`` for a whole cudaMalloc'd block (PyTorch asserts it is one)."""
-        if block.expandable is not None or block.is_split():
-            return False
-        self.release_block(block)
-        return True
-
-    def release_cached_blocks(self) -> bool:
-        """Mirrors ``release_cached_blocks``: sync frees, then release every unsplit block."""
-        self.synchronize_and_free_events()
-        self.release_blocks(self.large_blocks)
-        self.release_blocks(self.small_blocks)
-        return True
-
-    def release_blocks(self, pool: BlockPool) -> None:
-        """Mirrors ``release_blocks``: unsplit segments go back; expandable pages are unmapped."""
-        to_unmap: list[Block] = []
-        for _stream, _size, address in list(pool.keys):
-            block = pool.blocks[address]
-            if block.expandable is not None:
-                to_unmap.append(block)
-            elif block.prev is None and block.next is None:
-                self.release_block(block)
-        for block in to_unmap:
-            self.unmap_block(block)
-            if block.prev is None and block.next is None and not block.mapped:
-                self.release_expandable_segment(block)
-
-    def release_block(self, block: Block) -> None:
-        """Mirrors ``release_block``: ``cudaFree`` one whole segment."""
-        self.num_device_free += 1
-        self.on_trace("segment_free", block.address, block.size, block.stream)
-        self.total_allocated_memory -= block.size
-        self.segment.decrease(1)
-        self.reserved_bytes.decrease(block.size)
-        block.pool.erase(block)
-
-    def garbage_collect_cached_blocks(self) -> None:
-        """Mirrors ``garbage_collect_cached_blocks``: release aged unsplit large blocks."""
-        assert self.allowed is not None  # only called under a memory fraction
-        threshold = int(self.settings.garbage_collection_threshold * self.allowed)
-        if self.total_allocated_memory <= threshold:
-            return
-        target = self.total_allocated_memory - threshold
-        pool = self.large_blocks
-        freeable = [pool.blocks[key[2]] for key in pool.keys]
-        freeable = [b for b in freeable if not b.is_split() and b.expandable is None]
-        total_age = sum(block.gc_count() for block in freeable)
-        count = len(freeable)
-        reclaimed, freed_one = 0, True
-        while reclaimed < target and freed_one and count > 0:
-            age_threshold = total_age / count
-            freed_one = False
-            for _stream, _size, address in list(pool.keys):
-                block = pool.blocks.get(address)
-                if block is None or block.is_split() or block.expandable is not None:
-                    continue
-                if block.gc_count() >= age_threshold:
-                    freed_one = True
-                    reclaimed += block.size
-                    total_age -= block.gc_count()
-                    count -= 1
-                    self.release_block(block)
-
-    # -- expandable segments
-
-    def find_expandable_block(self, stream: int, pool: BlockPool, size: int) -> Block:
-        """Mirrors ``find_expandable_block``: lowest address with room, else a new segment."""
-        keys = pool.ukeys
-        i = bisect_left(keys, (stream, 0))
-        while i < len(keys) and keys[i][0] == stream:
-            candidate = pool.unmapped[keys[i][1]]
-            if _allocatable(candidate.prev):
-                assert candidate.prev is not None  # for mypy: checked just above
-                candidate = candidate.prev
-            if _has_room(candidate, size):
-                return candidate
-            i += 1
-        page = K_SMALL_BUFFER if pool.is_small else self.settings.large_segment_size
-        space = self.device_total + self.device_total // 8
-        pages = -(-space // page)
-        address = self._new_address(pages * page, expandable=True)
-        segment = ExpandableSegment(address, stream, page, pages * page)
-        self.expandable_segments.append(segment)
-        candidate = Block(stream, segment.size(), pool, address)
-        candidate.mapped = False
-        candidate.expandable = segment
-        pool.insert_unmapped(candidate)
-        return candidate
-
-    def map_block(self, to_map: Block, size: int, context: object) -> bool:
-        """Mirrors ``map_block``: back ``size`` bytes of ``to_map`` with device pages."""
-        segment = to_map.expandable
-        assert segment is not None  # only unmapped expandable blocks get here
-        begin, end = segment.page_range(to_map.address, size, inner=False)
-        mapped = (end - begin) * segment.page_size
-        if mapped == 0 or self.total_allocated_memory + mapped > self.capacity:
-            return False  # cuMemCreate: out of memory (pages made so far are released)
-        pool = to_map.pool
-        address = to_map.address
-        pool.erase_unmapped(to_map)
-        to_map.mapped = True
-        segment.pages.update(range(begin, end))
-        if mapped < to_map.size:
-            remaining = Block(to_map.stream, to_map.size - mapped, pool, address + mapped)
-            remaining.mapped = False
-            remaining.expandable = segment
-            remaining.splice(to_map, to_map.next)
-            pool.insert_unmapped(remaining)
-            to_map.size = mapped
-        self.try_merge_blocks(to_map, to_map.prev, pool)
-        self.try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert_into_blocks(to_map)
-        self.total_allocated_memory += mapped
-        self.reserved_bytes.increase(mapped)
-        self.num_device_alloc += 1
-        self.on_trace("segment_map", address, mapped, to_map.stream)
-        if to_map.prev is None and to_map.segment_context is None:
-            to_map.segment_context = context
-        return True
-
-    def try_allocate_expandable_block(
-        self, stream: int, pool: BlockPool, size: int, context: object
-    ) -> Block | None:
-        """Mirrors ``try_allocate_expandable_block``: map pages until ``size`` fits."""
-        candidate = self.find_expandable_block(stream, pool, size)
-        if not candidate.mapped and not self.map_block(
-            candidate, min(candidate.size, size), context
-        ):
-            return None
-        while candidate.size < size:
-            remaining = size - candidate.size
-            following = candidate.next
-            assert following is not None  # find_expandable_block checked room
-            if not self.map_block(following, min(remaining, following.size), context):
-                return None
-            candidate = following
-        pool.erase(candidate)
-        return candidate
-
-    def unmap_block(self, block: Block) -> None:
-        """Mirrors ``unmap_block``: give back the whole pages inside a free block."""
-        segment = block.expandable
-        assert segment is not None  # only expandable blocks get here
-        begin, end = segment.page_range(block.address, block.size, inner=True)
-        if begin >= end:
-            return
-        pool = block.pool
-        pool.erase(block)
-        start = segment.address + begin * segment.page_size
-        size = (end - begin) * segment.page_size
-        before = start - block.address
-        if before > 0:
-            head = Block(block.stream, before, pool, block.address)
-            head.expandable = segment
-            head.splice(block.prev, block)
-            pool.insert_into_blocks(head)
-        after = block.size - (before + size)
-        if after > 0:
-            tail = Block(block.stream, after, pool, start + size)
-            tail.expandable = segment
-            tail.splice(block, block.next)
-            pool.insert_into_blocks(tail)
-        block.address, block.size, block.mapped = start, size, False
-        block.segment_context = None
-        segment.pages.difference_update(range(begin, end))
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
-        pool.insert_unmapped(block)
-        self.total_allocated_memory -= size
-        self.reserved_bytes.decrease(size)
-        self.num_device_free += 1
-        self.on_trace("segment_unmap", start, size, block.stream)
-
-    def release_expandable_segment(self, block: Block) -> None:
-        """Mirrors ``release_expandable_segment``: drop a wholly unmapped address space."""
-        block.pool.erase_unmapped(block)
-        if block.expandable in self.expandable_segments:
-            self.expandable_segments.remove(block.expandable)
-
     def _new_address(self, size: int, *, expandable: bool) -> int:
         """Where the device puts a new segment: the hook's choice, else the next free range."""
         chosen = self.address_of(size, expandable) if self.address_of is not None else None
@@ -600,66 +368,7 @@ class DeviceCachingAllocator:
         return sum(holes), len(holes)
 
 
-def round_size(settings: AllocatorSettings, size: int) -> int:
-    """Mirrors ``round_size``: the block size a request of ``size`` bytes gets."""
-    if size < K_MIN_BLOCK_SIZE:
-        return K_MIN_BLOCK_SIZE
-    divisions = settings.divisions(size)
-    if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
-        return roundup_power2_next_division(size, divisions)
-    return -(-size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
-
-
-def get_allocation_size(settings: AllocatorSettings, size: int) -> int:
-    """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for a block of ``size``."""
-    if size <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if size < K_MIN_LARGE_ALLOC:
-        return settings.large_segment_size
-    return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
-
-
-def segment_blocks(head: Block) -> list[Block]:
-    """The blocks of the segment ``head`` starts, up to the first unmapped range."""
-    found: list[Block] = []
-    block: Block | None = head
-    while block is not None and block.mapped:
-        found.append(block)
-        block = block.next
-    return found
-
-
-def roundup_power2_next_division(size: int, divisions: int) -> int:
-    """Mirrors ``roundup_power2_next_division``: next of ``divisions`` steps per power of 2."""
-    if size & (size - 1) == 0:
-        return size
-    floor = 1 << (size.bit_length() - 1)
-    step = floor >> (divisions.bit_length() - 1)
-    if step == 0:
-        return floor << 1
-    rounded = size & ~(step - 1)
-    return size if rounded == size else rounded + step
-
-
 def _expandable_size(block: Block) -> int:
     """Size a free expandable block can grow to (it and the unmapped range after it)."""
     following = block.next
     return block.size + (following.size if following is not None and not following.mapped else 0)
-
-
-def _allocatable(block: Block | None) -> bool:
-    return (
-        block is not None
-        and not block.allocated
-        and block.event_count == 0
-        and not block.stream_uses
-    )
-
-
-def _has_room(block: Block | None, size: int) -> bool:
-    """``has_available_address_space``: free and unmapped ranges from ``block`` cover ``size``."""
-    total = 0
-    while total < size and block is not None and _allocatable(block):
-        total += block.size
-        block = block.next
-    return total >= size

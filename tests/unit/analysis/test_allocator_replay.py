@@ -237,3 +237,29 @@ def test_sim_segment_sizes_follow_get_allocation_size() -> None:
     _held = [device.empty(100), device.empty(3 * MiB), device.empty(21 * MiB + 1)]
     sizes = sorted(s["total_size"] for s in device.snapshot()["segments"])
     assert sizes == [2 * MiB, 20 * MiB, 22 * MiB]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    split=st.one_of(st.none(), st.integers(21, 4096)),
+    rounding=st.one_of(st.none(), st.integers(21, 4096)),
+    threshold=st.one_of(st.none(), st.sampled_from([0.25, 0.5, 0.8])),
+    divisions=st.lists(st.sampled_from([0, 1, 2, 4, 8, 16]), min_size=16, max_size=16),
+    expandable=st.booleans(),
+)
+def test_settings_round_trip_through_their_conf_string(
+    split: int | None,
+    rounding: int | None,
+    threshold: float | None,
+    divisions: list[int],
+    expandable: bool,
+) -> None:
+    """Any settings value parses back from its own to_conf() string unchanged."""
+    value = AllocatorSettings(
+        max_split_size=(split or 0) * MiB or AllocatorSettings().max_split_size,
+        max_non_split_rounding_size=(rounding or 20) * MiB,
+        garbage_collection_threshold=threshold or 0.0,
+        roundup_power2_divisions=tuple(divisions),
+        expandable_segments=expandable,
+    )
+    assert parse_conf(value.to_conf()) == value
