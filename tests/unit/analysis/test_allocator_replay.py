@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ from memforensics.allocator import (
     roundup_power2_next_division,
     segment_blocks,
 )
-from memforensics.analysis import dump_from_snapshot, replay, summarize
+from memforensics.analysis import dump_from_snapshot, list_dumps, replay, summarize
 from memforensics.analysis._history import state_before
 from memforensics.analysis._replay_run import Device, run
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
@@ -263,3 +266,20 @@ def test_settings_round_trip_through_their_conf_string(
         expandable_segments=expandable,
     )
     assert parse_conf(value.to_conf()) == value
+
+
+def test_ls_shows_memory_outside_pytorch_for_oom_dumps(tmp_path: Path) -> None:
+    """ls reports limit - device free - reserved from an OOM sidecar; windows have none."""
+    device = SimDevice(64 * MiB)
+    snapshot = device.snapshot()
+    oom_dir, window_dir = tmp_path / "oom", tmp_path / "steps0-1"
+    for folder in (oom_dir, window_dir):
+        folder.mkdir()
+        (folder / "rank0_pid1.pickle").write_bytes(pickle.dumps(snapshot, protocol=4))
+    stats = {"reserved_bytes.all.current": 40 * MiB}
+    oom = {"device_total_bytes": 80 * MiB, "device_free_bytes": 10 * MiB, "allocator": stats}
+    (oom_dir / "rank0_pid1.json").write_text(json.dumps({"schema": 2, "kind": "oom", "oom": oom}))
+    (window_dir / "rank0_pid1.json").write_text(json.dumps({"schema": 2, "kind": "window"}))
+    listing = list_dumps(tmp_path).to_dict()
+    external = {Path(d["path"]).parent.name: d["external_bytes"] for d in listing["dumps"]}
+    assert external == {"oom": 30 * MiB, "steps0-1": None}
