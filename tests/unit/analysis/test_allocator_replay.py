@@ -283,3 +283,66 @@ def test_ls_shows_memory_outside_pytorch_for_oom_dumps(tmp_path: Path) -> None:
     listing = list_dumps(tmp_path).to_dict()
     external = {Path(d["path"]).parent.name: d["external_bytes"] for d in listing["dumps"]}
     assert external == {"oom": 30 * MiB, "steps0-1": None}
+
+
+def test_pinners_are_the_tensors_whose_free_lets_the_request_fit() -> None:
+    """Freeing the blamed tensors on the sim makes the failed request succeed; others do not."""
+    total = 48 * MiB
+
+    def workload(device: SimDevice) -> tuple[list[SimTensor], list[SimTensor]]:
+        big = device.empty(40 * MiB)
+        big.free()
+        small = [device.empty(4 * MiB) for _ in range(9)]  # carve the cached 40 MiB segment
+        for tensor in small[::2]:
+            tensor.free()
+        return small[1::2], []
+
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    kept, _ = workload(device)
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(12 * MiB)
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": 12 * MiB,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    result = replay(dump_from_snapshot(snapshot, sidecar=sidecar))
+    blamed = {pinner.address for pinner in result.pinners}
+    assert 0 < len(blamed) < len(kept)
+    assert all("test_allocator_replay.py" in pinner.site for pinner in result.pinners)
+    for tensor in kept:
+        if tensor.address in blamed:
+            tensor.free()
+    device.empty(12 * MiB)  # fits now, without freeing the tensors not blamed
+
+
+def test_lint_flags_settings_that_cannot_work() -> None:
+    """Flagged: a GC threshold without a fraction, max_split_size_mb with expandable segments."""
+    total = 48 * MiB
+    device, failed = _run_sim("garbage_collection_threshold:0.5", _exhausting, 64 * MiB)
+    assert failed
+    findings = replay(_oom_dump(device, 64 * MiB)).lint
+    assert any("no memory fraction" in finding for finding in findings)
+    device, _failed = _run_sim("expandable_segments:True,max_split_size_mb:64", _fragmenting, total)
+    findings = replay(dump_from_snapshot(device.snapshot())).lint
+    assert any("193400" in finding for finding in findings)
+    device, _failed = _run_sim("", _fragmenting, total)
+    assert replay(_oom_dump(device, total)).lint == ()
+
+
+def test_contradicting_history_makes_the_state_at_the_oom_unknown() -> None:
+    """A trace that does not fit its snapshot is not judged: unknown, and no what-if."""
+    total = 48 * MiB
+    device, failed = _run_sim("", _fragmenting, total)
+    assert failed
+    device.empty_cache()
+    snapshot = device.snapshot()
+    trace = snapshot["device_traces"][0]
+    trace.append(dict(trace[-1], action="alloc", addr=12345 * 512, size=512))  # never live
+    dump = dump_from_snapshot(snapshot, sidecar={"schema": 2, "kind": "window"})
+    verdict = summarize(dump).verdict
+    assert (verdict.name, verdict.reason) == ("unknown", "state at the OOM unknown")
+    result = replay(dump)
+    assert not result.trusted
+    assert len(result.what_if) <= 1
