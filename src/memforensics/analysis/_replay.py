@@ -138,7 +138,11 @@ class Replay:
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
     """The device the replay runs on: at an OOM, what the allocator could still reserve then."""
-    if moment is not None and moment.reserved_bytes is not None and moment.device_free_bytes:
+    if (
+        moment is not None
+        and moment.reserved_bytes is not None
+        and moment.device_free_bytes is not None
+    ):
         capacity = moment.reserved_bytes + moment.device_free_bytes
         limit = moment.limit_bytes
         if limit is not None and limit < capacity:

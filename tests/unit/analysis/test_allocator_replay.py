@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memforensics.allocator import (
@@ -346,3 +346,47 @@ def test_contradicting_history_makes_the_state_at_the_oom_unknown() -> None:
     result = replay(dump)
     assert not result.trusted
     assert len(result.what_if) <= 1
+
+
+def _until_first_oom(device: SimDevice, ops: list[tuple[str, int, int, int]]) -> int | None:
+    """Run ``ops`` on one stream; the index of the first op that ran out of memory, else None."""
+    live: list[SimTensor] = []
+    for index, (op, size, _stream, pick) in enumerate(ops):
+        if op == "alloc":
+            try:
+                live.append(device.empty(size))
+            except SimOutOfMemoryError:
+                return index
+        elif op == "free" and live:
+            live.pop(pick % len(live)).free()
+        elif op == "empty":
+            device.empty_cache()
+    return None
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conf=st.sampled_from(CONFS), ops=OPS)
+def test_every_what_if_row_is_what_the_sim_does_under_it(
+    conf: str, ops: list[tuple[str, int, int, int]]
+) -> None:
+    """Random workloads that OOM: each row's outcome is the sim's under that row's settings."""
+    total = 24 * MiB
+    device = SimDevice(total, settings=conf)
+    device.record_memory_history("all", max_entries=100_000)
+    taken: list[dict[str, Any]] = []
+    device.attach_out_of_memory_observer(lambda *args: taken.append(device.snapshot()))
+    failed_at = _until_first_oom(device, ops)
+    assume(failed_at is not None)
+    assert failed_at is not None
+    oom = next(e for e in reversed(taken[0]["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    result = replay(dump_from_snapshot(taken[0], sidecar=sidecar))
+    assert result.trusted, result.refusals
+    for row in result.what_if:
+        sim = SimDevice(total, settings=row.conf)
+        if "garbage_collection_threshold" in row.conf:
+            sim.set_per_process_memory_fraction(1.0)  # the row sets a fraction at the limit
+        outcome = _until_first_oom(sim, ops[: failed_at + 1])
+        assert row.oom == (outcome is not None), row.name
