@@ -47,9 +47,10 @@ def seed_expandable(
 ) -> list[Block]:
     """Add one expandable segment whose mapped ranges are ``(address, size, live)``.
 
-    The reserved address space starts at the first range (the real one may start lower; its
-    unmapped head is never reached again by a replay that starts here) and spans 9/8 of the
-    device, as PyTorch reserves it.
+    The reserved address space starts at the first range and spans 9/8 of the device, as
+    PyTorch reserves it. The real one may start lower, with unmapped pages before the first
+    mapped range; a replay that would map those (they are the lowest address with room)
+    diverges from the recording, and its self-check says so.
     """
     page = K_SMALL_BUFFER if is_small else model.settings.large_segment_size
     pool = model.small_blocks if is_small else model.large_blocks
