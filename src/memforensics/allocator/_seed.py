@@ -44,18 +44,21 @@ def seed_expandable(
     stream: int,
     is_small: bool,
     ranges: Sequence[tuple[int, int, Sequence[SeedBlock]]],
+    base: int | None = None,
 ) -> list[Block]:
     """Add one expandable segment whose mapped ranges are ``(address, size, live)``.
 
-    The reserved address space starts at the first range and spans 9/8 of the device, as
-    PyTorch reserves it. The real one may start lower, with unmapped pages before the first
-    mapped range; a replay that would map those (they are the lowest address with room)
-    diverges from the recording, and its self-check says so.
+    The reserved address space starts at ``base`` (default: the first range) and spans 9/8 of
+    the device, as PyTorch reserves it. The real one may start lower than anything the caller
+    knows, with unmapped pages before the first mapped range; a replay that would map those
+    (they are the lowest address with room) diverges from the recording, and its self-check
+    says so.
     """
     page = K_SMALL_BUFFER if is_small else model.settings.large_segment_size
     pool = model.small_blocks if is_small else model.large_blocks
     ordered = sorted(ranges)
-    base = ordered[0][0]
+    first = ordered[0][0]
+    base = first if base is None or base > first or (first - base) % page else base
     space = model.device_total + model.device_total // 8
     last_end = ordered[-1][0] + ordered[-1][1]
     space = max(space, last_end - base)

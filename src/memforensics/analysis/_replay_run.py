@@ -112,7 +112,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         trace_blocks=False,
     )
     result.model = model
-    by_addr = _start(model, start, exact)
+    by_addr = _start(model, start, exact, dump.trace)
     made.clear()
     trace = dump.trace
     count = len(trace)
@@ -132,7 +132,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
             if type(addr) is int and type(size) is int:
                 real.append((action, addr, size))
             continue
-        if real and action != "oom" and real[0][0] in _RELEASES and _emptied(model, real, entry):
+        if real and real[0][0] in _RELEASES and _emptied(model, real, entry):
             model.empty_cache()  # releases no request explains: the program emptied the cache
             cut = next((i for i, event in enumerate(real) if event[0] not in _RELEASES), len(real))
             rest = real[cut:]
@@ -240,11 +240,20 @@ def _emptied(
 ) -> bool:
     """Were the recorded releases before this event an ``empty_cache()`` call?
 
-    Releases alone before anything but a failed request: yes. Releases followed by a new
-    segment for an ``alloc``: the request's own retry released them only if it could not be
-    served without (no cached block fits and the device had no room), which the model decides
-    without changing its state.
+    A request's own retry releases cached blocks only when no cached block serves it, so if
+    one would (the model checks without changing its state) the releases came first. Before a
+    failed request they are otherwise its retry; before anything else, releases alone are
+    ``empty_cache()``, and so is a release of every wholly free segment (then both orders give
+    the same state). Before an ``alloc``'s new segment they are its retry only when the device
+    had no room for that segment.
     """
+    size, stream = entry.get("size"), entry.get("stream")
+    action = entry.get("action")
+    request = action in ("alloc", "oom") and type(size) is int
+    if request and _cached_block_fits(model, int(str(size)), stream):
+        return True
+    if action == "oom":
+        return False
     if all(event[0] in _RELEASES for event in real):
         return True
     freed = {event[1] for event in real if event[0] == "segment_free"}
@@ -255,21 +264,10 @@ def _emptied(
             for block in pool.blocks.values()
             if not block.is_split() and block.expandable is None
         }
-        return whole <= freed  # everything emptyCache frees was freed: the same either way
-    size, stream = entry.get("size"), entry.get("stream")
-    if entry.get("action") != "alloc" or type(size) is not int:
+        return whole <= freed
+    if not request:
         return False
-    stream = stream if type(stream) is int else 0
-    rounded = model.round_size(size)
-    pool = model.small_blocks if rounded <= (1 << 20) else model.large_blocks
-    calls = pool.get_free_blocks_call_count
-    block = model.get_free_block(rounded, stream, pool)
-    pool.get_free_blocks_call_count = calls
-    if block is not None:
-        base = block.gc_count_base
-        pool.insert_into_blocks(block)
-        block.gc_count_base = base
-        return True
+    rounded = model.round_size(int(str(size)))
     total = model.total_allocated_memory
     settings = model.settings
     threshold = settings.garbage_collection_threshold
@@ -280,6 +278,21 @@ def _emptied(
         return False
     need = rounded if settings.expandable_segments else alloc_size
     return total + need <= model.capacity
+
+
+def _cached_block_fits(model: DeviceCachingAllocator, size: int, stream: object) -> bool:
+    """Would ``get_free_block`` serve this request now? (The model's state is left as it was.)"""
+    rounded = model.round_size(size)
+    pool = model.small_blocks if rounded <= (1 << 20) else model.large_blocks
+    calls = pool.get_free_blocks_call_count
+    block = model.get_free_block(rounded, stream if type(stream) is int else 0, pool)
+    pool.get_free_blocks_call_count = calls
+    if block is None:
+        return False
+    base = block.gc_count_base
+    pool.insert_into_blocks(block)
+    block.gc_count_base = base
+    return True
 
 
 def _completes_next(trace: list[object], index: int, addr: object) -> bool:
@@ -314,8 +327,30 @@ def _largest_free(model: DeviceCachingAllocator, size: int, stream: object) -> i
     return max(sizes, default=0)
 
 
-def _start(model: DeviceCachingAllocator, start: AllocatorState, exact: bool) -> dict[int, Block]:
-    """Put the start state into the model; real address -> model block for live blocks."""
+def _mapped_addresses(trace: list[object], large_page: int) -> dict[tuple[int, bool], list[int]]:
+    """Addresses the trace maps or unmaps, by (stream, small pool): where expandable segments
+    may begin. A range that is not a whole number of large pages is the small pool's."""
+    found: dict[tuple[int, bool], list[int]] = {}
+    for entry in trace:
+        if type(entry) is dict and entry.get("action") in ("segment_map", "segment_unmap"):
+            address, stream, size = entry.get("addr"), entry.get("stream"), entry.get("size")
+            if type(address) is int and type(size) is int:
+                key = (stream if type(stream) is int else 0, size % large_page != 0)
+                found.setdefault(key, []).append(address)
+    return found
+
+
+def _start(
+    model: DeviceCachingAllocator,
+    start: AllocatorState,
+    exact: bool,
+    trace: list[object],
+) -> dict[int, Block]:
+    """Put the start state into the model; real address -> model block for live blocks.
+
+    An expandable segment's address space begins at the lowest address the trace maps below
+    its first range (within one address space's reach), else at that range.
+    """
     by_addr: dict[int, Block] = {}
     if exact:
         groups: dict[tuple[int, bool], list[tuple[int, int, list[tuple[int, int, int, bool]]]]] = {}
@@ -329,8 +364,13 @@ def _start(model: DeviceCachingAllocator, start: AllocatorState, exact: bool) ->
                 model, segment.address, segment.size, segment.stream, segment.is_small, live
             )
             by_addr.update((block.address, block) for block in placed)
+        reach = model.device_total + model.device_total // 8
+        large_page = model.settings.large_segment_size
+        mapped = _mapped_addresses(trace, large_page) if groups else {}
         for (stream, is_small), ranges in sorted(groups.items()):
-            placed = seed_expandable(model, stream, is_small, ranges)
+            first = min(address for address, _size, _live in ranges)
+            below = [a for a in mapped.get((stream, is_small), []) if first - reach < a < first]
+            placed = seed_expandable(model, stream, is_small, ranges, min(below, default=None))
             by_addr.update((block.address, block) for block in placed)
         return by_addr
     for segment in start.segments:
