@@ -119,8 +119,11 @@ class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
     def free(self, block: Block) -> None:
         """Mirrors ``free``: deferred while other streams use the block, else ``free_block``."""
         block.allocated = False
-        self.allocation.decrease(1)
-        self.allocated_bytes.decrease(block.size)
+        allocation, allocated = self.allocation, self.allocated_bytes  # decrease_stat, inlined
+        allocation.current -= 1
+        allocation.freed += 1
+        allocated.current -= block.size
+        allocated.freed += block.size
         if self.trace_blocks:
             self.on_trace("free_requested", block.address, block.requested_size, block.stream)
         if block.stream_uses:
@@ -251,9 +254,13 @@ class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
         self.try_merge_blocks(block, block.prev, pool)
         self.try_merge_blocks(block, block.next, pool)
         pool.insert_into_blocks(block)
-        self.active.decrease(1)
-        self.active_bytes.decrease(original_size)
-        self.requested_bytes.decrease(requested)
+        for stat, amount in (
+            (self.active, 1),
+            (self.active_bytes, original_size),
+            (self.requested_bytes, requested),
+        ):  # decrease_stat, inlined: this runs on every free
+            stat.current -= amount
+            stat.freed += amount
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Mirrors ``try_merge_blocks``: absorb ``src`` into ``dst``; the bytes absorbed."""

@@ -41,6 +41,10 @@ class LiveBlock:
     stream: int
 
 
+Held = tuple[int, "int | None", bool, int]
+"""A live block while the trace is undone: requested bytes, size if known, pending, stream."""
+
+
 @dataclass(slots=True)
 class SegmentState:
     """One segment (an expandable segment: one mapped range) and the live blocks inside."""
@@ -113,7 +117,7 @@ class _Problems:
 def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> AllocatorState:
     """The allocator state just before trace event ``index`` (0: the start of recording)."""
     segments: dict[int, list[int | bool]] = {}  # address -> [size, stream, is_small, expandable]
-    live: dict[int, LiveBlock] = {}
+    live: dict[int, Held] = {}
     for segment in dump.segments:
         segments[segment.address] = [
             segment.total_size,
@@ -123,11 +127,11 @@ def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> Allocat
         ]
         for block in segment.blocks:
             if block.state in (ALLOCATED, PENDING_FREE):
-                live[block.address] = LiveBlock(
-                    block.address,
+                pending = block.state == PENDING_FREE
+                live[block.address] = (
                     block.requested_size,
                     block.size,
-                    block.state == PENDING_FREE,
+                    pending,
                     segment.stream or 0,
                 )
     problems = _Problems()
@@ -145,12 +149,14 @@ def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> Allocat
                 problems.add(f"event {position}: alloc at {address:#x}, not live after it")
         elif action == "free_completed" or action == "free_requested" or action == "free":  # noqa: PLR1714  # chained == is faster here than a tuple test
             held = live.get(address)
-            if held is not None and not held.pending and action != "free":
+            if held is not None and not held[2] and action != "free":
                 problems.add(f"event {position}: {action} at {address:#x}, still live after it")
             stream = entry.get("stream")
-            pending = action == "free_completed"
-            live[address] = LiveBlock(
-                address, size, None, pending, stream if type(stream) is int else 0
+            live[address] = (
+                size,
+                None,
+                action == "free_completed",
+                stream if type(stream) is int else 0,
             )
         elif action in SEGMENT_ACTIONS:
             _undo_segment(entry, action, address, size, position, segments, problems)
@@ -214,7 +220,7 @@ def _map_range(segments: dict[int, list[int | bool]], address: int, size: int, s
 
 def _assemble(
     segments: dict[int, list[int | bool]],
-    live: dict[int, LiveBlock],
+    live: dict[int, Held],
     problems: _Problems,
     settings: AllocatorSettings,
 ) -> AllocatorState:
@@ -225,7 +231,9 @@ def _assemble(
     ]
     starts = [segment.address for segment in states]
     stray = 0
-    for block in sorted(live.values(), key=lambda b: b.address):
+    for address in sorted(live):
+        requested, size, pending, stream = live[address]
+        block = LiveBlock(address, requested, size, pending, stream)
         i = bisect_right(starts, block.address) - 1
         if i < 0 or block.address >= states[i].end:
             stray += 1
