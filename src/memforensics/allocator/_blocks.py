@@ -122,18 +122,19 @@ class BlockPool:
 class ExpandableSegment:
     """Mirrors ``struct ExpandableSegment``: reserved address space, mapped page by page.
 
-    ``pages`` holds the indices of mapped pages; mapping needs a page of device memory each,
-    which ``map`` asks the allocator's capacity for (``cuMemCreate`` failing is an OOM).
+    Which pages are mapped is kept on the blocks (``Block.mapped``), as PyTorch keeps it;
+    mapping needs a page of device memory each, which ``map_block`` asks the allocator's
+    capacity for (``cuMemCreate`` failing is an OOM).
     """
 
-    __slots__ = ("address", "max_pages", "page_size", "pages", "stream")
+    __slots__ = ("address", "mapped_bytes", "max_pages", "page_size", "stream")
 
     def __init__(self, address: int, stream: int, page_size: int, address_space: int) -> None:
         self.address = address
         self.stream = stream
         self.page_size = page_size
         self.max_pages = -(-address_space // page_size)
-        self.pages: set[int] = set()
+        self.mapped_bytes = 0  # the blocks' ``mapped`` flags are the state; this the total
 
     def size(self) -> int:
         """Bytes of address space (``ExpandableSegment::size``)."""

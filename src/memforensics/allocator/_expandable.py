@@ -71,7 +71,7 @@ class ExpandableSegments:
         address = to_map.address
         pool.erase_unmapped(to_map)
         to_map.mapped = True
-        segment.pages.update(range(begin, end))
+        segment.mapped_bytes += mapped
         if mapped < to_map.size:
             remaining = Block(to_map.stream, to_map.size - mapped, pool, address + mapped)
             remaining.mapped = False
@@ -134,7 +134,7 @@ class ExpandableSegments:
             pool.insert_into_blocks(tail)
         block.address, block.size, block.mapped = start, size, False
         block.segment_context = None
-        segment.pages.difference_update(range(begin, end))
+        segment.mapped_bytes -= size
         self.try_merge_blocks(block, block.prev, pool)
         self.try_merge_blocks(block, block.next, pool)
         pool.insert_unmapped(block)

@@ -26,7 +26,8 @@ from memforensics.allocator import (
 from memforensics.analysis._load import Dump
 from memforensics.analysis._model import ALLOCATED, PENDING_FREE, as_int
 
-SEGMENT_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
+SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
+"""A tuple, not a set: a hostile trace's ``action`` may be unhashable."""
 _MAX_PROBLEMS = 5
 
 
@@ -292,7 +293,8 @@ def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | N
         if position <= stop and running > peak:
             peak, where = running, position
         if action == "alloc":
-            least = live.pop(entry.get("addr"), None)  # type: ignore[arg-type]
+            address = entry.get("addr")
+            least = live.pop(address, None) if type(address) is int else None
             if least is None:
                 return None
             running -= least

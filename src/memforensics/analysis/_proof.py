@@ -12,7 +12,7 @@ from memforensics.analysis._model import ALLOCATED, PENDING_FREE
 from memforensics.analysis._oom_state import FINAL, OomMoment, oom_moment
 from memforensics.analysis._verdict import LowerBound, Verdict, judge, no_oom, unknown_no_evidence
 
-_NOT_HISTORY = frozenset({"snapshot", "user_defined"})
+_NOT_HISTORY = ("snapshot", "user_defined")  # a tuple: a hostile action may be unhashable
 
 
 def has_history(dump: Dump) -> bool:

@@ -23,7 +23,7 @@ from memforensics.allocator import (
 from memforensics.analysis._history import SEGMENT_ACTIONS, AllocatorState
 from memforensics.analysis._load import Dump
 
-_RELEASES = frozenset({"segment_free", "segment_unmap"})
+_RELEASES = ("segment_free", "segment_unmap")
 _STREAM_UNKNOWN = -1  # a stream standing for "some other stream used this block"
 
 

@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import diff_dumps, dump_from_snapshot, render_report, summarize
+from memforensics.analysis import (
+    diff_dumps,
+    dump_from_snapshot,
+    render_report,
+    replay,
+    summarize,
+)
 
 _scalars = st.one_of(
     st.none(),
@@ -150,4 +156,5 @@ def test_malformed_structures_never_crash(snapshot: Any, sidecar: Any) -> None:
         return
     json.dumps(summarize(dump).to_dict())
     json.dumps(diff_dumps(dump, dump).to_dict())
+    json.dumps(replay(dump).to_dict())  # the allocator replay too (#11)
     assert render_report([dump]).startswith("<!DOCTYPE html>")
