@@ -71,9 +71,16 @@ def replay_text(r: Replay) -> str:
             f"  freeing these {len(r.pinners)} tensor(s) ({fmt(total)}) lets the request fit:",
         ]
         for p in r.pinners[:10]:
-            age = "before recording" if p.age_us is None else f"{p.age_us / 1e6:.3f} s"
+            age = _age(p.age_us)
             step = "-" if p.step is None else str(p.step)
             lines.append(f"  {fmt(p.size):>11}  step {step:>5}  lived {age:<16} {p.site}")
     for finding in r.lint:
         lines.append(f"  lint: {finding}")
     return "\n".join(lines)
+
+
+def _age(age_us: int | None) -> str:
+    """How long a pinner had lived: seconds, or milliseconds below one second."""
+    if age_us is None:
+        return "before recording"
+    return f"{age_us / 1e6:.3f} s" if age_us >= 1_000_000 else f"{age_us / 1e3:.3f} ms"
