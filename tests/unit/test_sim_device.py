@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memforensics.backends import DeviceBackend, _sim_allocator
+from memforensics.backends import DeviceBackend, _sim_format
 from memforensics.backends import sim as sim_module
 from memforensics.backends.sim import (
     SimBackend,
@@ -373,7 +373,7 @@ def test_frames_are_the_callers_innermost_first_without_sim_frames() -> None:
     assert isinstance(alloc["frames"][0]["line"], int)
     freed = next(e for e in events if e["action"] == "free_requested")
     assert freed["frames"][0]["name"] == names[1]  # the del, not the finalizer machinery
-    sim_files = {sim_module.__file__, _sim_allocator.__file__}
+    sim_files = {sim_module.__file__, _sim_format.__file__}
     assert not {f["filename"] for e in events for f in e["frames"]} & sim_files
 
 

@@ -18,18 +18,29 @@ from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
 from memforensics.analysis._overview import Overview, RankFacts, build_overview
 from memforensics.analysis._overview_html import render_overview
 from memforensics.analysis._overview_text import overview_text
+from memforensics.analysis._replay import Replay, WhatIf, replay
 from memforensics.analysis._report import render_report
 from memforensics.analysis._shapes import SnapshotShape
 from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
 from memforensics.analysis._timeline import Timeline, memory_timeline
 from memforensics.analysis._units import format_bytes
-from memforensics.analysis._verdict import EXHAUSTED, FRAGMENTATION, NO_OOM, Verdict
+from memforensics.analysis._verdict import (
+    EXHAUSTED,
+    EXTERNAL,
+    FRAGMENTATION,
+    NO_OOM,
+    UNKNOWN,
+    LowerBound,
+    Verdict,
+)
 
 __all__ = [
     "BEFORE_RECORDING",
     "EXHAUSTED",
+    "EXTERNAL",
     "FRAGMENTATION",
     "NO_OOM",
+    "UNKNOWN",
     "UNKNOWN_SITE",
     "DeviceDiff",
     "DeviceDiffs",
@@ -39,9 +50,11 @@ __all__ = [
     "DumpEntry",
     "DumpMeta",
     "LeakSuspect",
+    "LowerBound",
     "OomRecord",
     "Overview",
     "RankFacts",
+    "Replay",
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
@@ -50,6 +63,7 @@ __all__ = [
     "Summary",
     "Timeline",
     "Verdict",
+    "WhatIf",
     "build_overview",
     "caller_of",
     "diff_by_device",
@@ -66,6 +80,7 @@ __all__ = [
     "read_snapshot_file",
     "render_overview",
     "render_report",
+    "replay",
     "sidecar_path",
     "site_of",
     "summarize",

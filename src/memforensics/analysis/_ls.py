@@ -43,7 +43,14 @@ class DumpEntry:
             "truncated": self.meta.truncated,
             "sidecar": self.meta.has_sidecar,
             "sidecar_error": self.sidecar_error,
+            "external_bytes": self.external_bytes,
         }
+
+    @property
+    def external_bytes(self) -> int | None:
+        """OOM dumps: device memory outside PyTorch's allocator then (limit - free - reserved),
+        from the sidecar's observer figures and allocator statistics (#12)."""
+        return external_from_sidecar(self.meta.sidecar)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,20 @@ class RunListing:
             if first is None
             else {"rank": first.meta.rank, "step": first.meta.step, "path": str(first.path)},
         }
+
+
+def external_from_sidecar(sidecar: dict[str, Any]) -> int | None:
+    """``device_total - device_free - reserved`` of a sidecar's ``oom`` object, else None."""
+    oom = sidecar.get("oom")
+    if not isinstance(oom, dict):
+        return None
+    stats = oom.get("allocator")
+    reserved = stats.get("reserved_bytes.all.current") if isinstance(stats, dict) else None
+    figures = (oom.get("device_total_bytes"), oom.get("device_free_bytes"), reserved)
+    if not all(type(value) is int for value in figures):
+        return None
+    total, free, held = (int(str(value)) for value in figures)
+    return max(total - free - held, 0)
 
 
 def list_dumps(root: str | Path) -> RunListing:

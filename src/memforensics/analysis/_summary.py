@@ -14,8 +14,10 @@ from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE, attrib
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
 from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
+from memforensics.analysis._oom_state import OomMoment
+from memforensics.analysis._proof import verdict_at_oom
 from memforensics.analysis._shapes import SnapshotShape
-from memforensics.analysis._verdict import Verdict, judge
+from memforensics.analysis._verdict import LowerBound, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ class Summary:
     device_reason: str = ""
     shape: SnapshotShape = field(default_factory=SnapshotShape)
     limits: tuple[str, ...] = ()
+    oom_state: OomMoment | None = None  # the state the verdict was judged on (#11)
+    lower_bound: LowerBound | None = None
 
     @property
     def history_events(self) -> int:
@@ -120,6 +124,10 @@ class Summary:
             "blocks": self.blocks,
             "oom": self.oom.to_dict() if self.oom else None,
             "verdict": self.verdict.name,
+            "verdict_reason": self.verdict.reason,
+            "oom_state": self.oom_state.to_dict() if self.oom_state else None,
+            "external_bytes": self.oom_state.external_bytes if self.oom_state else None,
+            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
             "explanation": self.verdict.explanation,
             "advice": self.verdict.advice,
             "top_sites": [site.to_dict() for site in self.top_sites],
@@ -188,9 +196,13 @@ def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
     return [(block, site) for block, site, _caller in live_sites(dump)]
 
 
-def summarize(dump: Dump, *, top: int | None = 10) -> Summary:
+def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
     """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites (None: every site),
-    live bytes per step. A site row is one (site, caller) pair."""
+    live bytes per step. A site row is one (site, caller) pair.
+
+    ``requested``: the failed request in bytes, for a snapshot that records neither history
+    nor a sidecar (it is then judged as taken at that OOM).
+    """
     tally = _Tally()
     reserved = 0
     for segment in dump.segments:
@@ -205,12 +217,9 @@ def summarize(dump: Dump, *, top: int | None = 10) -> Summary:
         SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown
     )
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
-    verdict = judge(
-        oom=oom,
-        reserved=reserved,
-        allocated=tally.allocated,
-        free_in_reserved=tally.free,
-        largest_free_block=tally.largest,
+    verdict, moment, bound = verdict_at_oom(
+        dump,
+        requested=requested,
         top_sites=[(site.site, site.bytes) for site in top_sites[:3]],
         expandable=any(segment.is_expandable for segment in dump.segments),
     )
@@ -243,6 +252,8 @@ def summarize(dump: Dump, *, top: int | None = 10) -> Summary:
         device_reason=dump.device_reason,
         shape=dump.shape,
         limits=dump.limits,
+        oom_state=moment,
+        lower_bound=bound,
     )
 
 

@@ -47,14 +47,24 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.truncated]
     lines = [
         f"{s.file}  ({', '.join(where)})",
-        f"  verdict      {s.verdict.name.upper()}",
+        f"  verdict      {s.verdict.label.upper()}",
         f"  reserved     {fmt(s.reserved_bytes):>12}   segments {s.segments:,}"
         f"  blocks {s.blocks:,}",
         f"  allocated    {fmt(s.allocated_bytes):>12}   active {fmt(s.active_bytes)}",
         f"  free inside  {fmt(s.free_in_reserved_bytes):>12}   largest free block "
         f"{fmt(s.largest_free_block_bytes)}",
     ]
-    if s.oom is not None:
+    at = s.oom_state
+    if at is not None:  # the user's request and the allocator's rounded allocation differ (#10)
+        lines.append(
+            f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
+            f" (what the error message prints)  limit {fmt(at.limit_bytes)}"
+        )
+        lines.append(
+            f"  at the OOM   {fmt(at.reserved_bytes):>12}   reserved ({at.source} state), device"
+            f" free {fmt(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
+        )
+    elif s.oom is not None:
         lines.append(
             f"  OOM request  {fmt(s.oom.requested_bytes):>12}   device free "
             f"{fmt(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
@@ -172,7 +182,8 @@ def ls_text(listing: RunListing) -> str:
     lines = [
         head,
         "",
-        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11}  {'time':<32} flags  path",
+        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
+        " flags  path",
     ]
     for entry in listing.dumps:
         meta = entry.meta
@@ -190,11 +201,13 @@ def ls_text(listing: RunListing) -> str:
         )
         lines.append(
             f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
-            f" {fmt(entry.size_bytes):>11}  {entry.created_at or '-':<32} {flags or '-':<5}"
+            f" {fmt(entry.size_bytes):>11} {fmt(entry.external_bytes):>10}"
+            f"  {entry.created_at or '-':<32} {flags or '-':<5}"
             f"  {entry.path}"
         )
     lines.append("")
     lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar"
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
+        " external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)

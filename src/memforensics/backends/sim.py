@@ -1,9 +1,10 @@
 """The ``sim`` device: an in-process model of PyTorch's CUDA caching allocator.
 
 Demos run on it where no accelerator exists, and tests use it instead of mocks, so it behaves
-like the real thing where memforensics can tell: best-fit blocks split and merge inside cached
-segments, an allocation past the budget retries after releasing the cache and then calls the OOM
-observers with the lock released before raising, and ``snapshot()`` returns exactly the dict
+like the real thing where memforensics can tell: placement is :mod:`memforensics.allocator` (the
+same model the replay uses, under the same ``PYTORCH_CUDA_ALLOC_CONF`` settings), an allocation
+past the budget retries after releasing the cache and then calls the OOM observers with the lock
+released before raising, and ``snapshot()`` returns exactly the dict
 ``torch.cuda.memory._snapshot()`` does. Plain Python: this module never imports torch.
 """
 
@@ -18,7 +19,9 @@ from collections import deque
 from types import CodeType, FrameType
 from typing import Any, ClassVar, Literal
 
-from memforensics.backends import _sim_allocator as alloc
+import memforensics.allocator
+from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, parse_conf
+from memforensics.backends import _sim_format as fmt
 from memforensics.backends._protocol import HistoryMode, OomObserver
 from memforensics.backends._stats import journal_stats_from
 
@@ -31,28 +34,30 @@ __all__ = [
     "reset_device",
 ]
 
-_MALLOC_CPP: alloc.Stack = (
+_MALLOC_CPP: fmt.Stack = (
     ("??", 0, "torch::unwind::unwind()"),
     ("??", 0, "c10::cuda::CUDACachingAllocator::malloc"),
 )
-_FREE_CPP: alloc.Stack = (
+_FREE_CPP: fmt.Stack = (
     ("??", 0, "torch::unwind::unwind()"),
     ("??", 0, "c10::cuda::CUDACachingAllocator::free"),
 )
-_SKIP: alloc.Frame = ("", 0, "")
-_SKIPPED_FILES = frozenset({__file__, alloc.__file__, weakref.__file__})
+_SKIP: fmt.Frame = ("", 0, "")
+_SKIPPED_FILES = frozenset(
+    {__file__, fmt.__file__, weakref.__file__, *(memforensics.allocator.__path__)}
+)
 _CACHE_LIMIT = 1 << 16
-_frame_cache: dict[int, alloc.Frame] = {}
+_frame_cache: dict[int, fmt.Frame] = {}
 _frame_codes: list[CodeType] = []  # keeps cached code objects alive, so their ids stay unique
 _frame_lock = threading.Lock()
-_stack_cache: dict[alloc.Stack, alloc.Stack] = {}
+_stack_cache: dict[fmt.Stack, fmt.Stack] = {}
 
 
 class SimOutOfMemoryError(RuntimeError):
     """The sim device's ``torch.OutOfMemoryError``: a ``RuntimeError`` with torch's wording."""
 
 
-def _capture_stack(cpp: alloc.Stack) -> alloc.Stack:
+def _capture_stack(cpp: fmt.Stack) -> fmt.Stack:
     """The caller's Python frames, innermost first, without the sim device's own frames.
 
     This runs on every allocation and free while history is recorded, so it is the hot path:
@@ -77,7 +82,7 @@ def _capture_stack(cpp: alloc.Stack) -> alloc.Stack:
     return _stack_cache.setdefault(stack, stack)
 
 
-def _frame_of(code: CodeType, lasti: int, line: int | None) -> alloc.Frame:
+def _frame_of(code: CodeType, lasti: int, line: int | None) -> fmt.Frame:
     """Build and cache the frame of one code position (a cache miss of ``_capture_stack``)."""
     skipped = code.co_filename in _SKIPPED_FILES  # also weakref.finalize's __call__ on GC frees
     found = _SKIP if skipped else (code.co_filename, line or 0, code.co_name)
@@ -105,7 +110,7 @@ class SimTensor:
 
     __slots__ = ("__weakref__", "_block", "_device", "_finalizer", "address", "nbytes")
 
-    def __init__(self, device: SimDevice, block: alloc.Block | None, nbytes: int) -> None:
+    def __init__(self, device: SimDevice, block: Block | None, nbytes: int) -> None:
         self.nbytes = nbytes
         self.address = block.address if block is not None else 0
         self._device = device
@@ -123,6 +128,11 @@ class SimTensor:
         if self._finalizer.detach() is not None:
             self._device._release(self._block)
 
+    def record_stream(self, stream: int) -> None:
+        """Mark use on another stream: the free then completes later (``Tensor.record_stream``)."""
+        if self._block is not None and not self.freed:
+            self._device._record_stream(self._block, stream)
+
     def __repr__(self) -> str:
         state = "freed" if self.freed else "live"
         return f"SimTensor(nbytes={self.nbytes}, address={self.address:#x}, {state})"
@@ -138,23 +148,34 @@ class SimDevice:
 
     OutOfMemoryError: ClassVar[type[SimOutOfMemoryError]] = SimOutOfMemoryError
 
-    def __init__(self, total_bytes: int = 1 << 30, *, index: int = 0) -> None:
+    def __init__(
+        self,
+        total_bytes: int = 1 << 30,
+        *,
+        index: int = 0,
+        settings: AllocatorSettings | str | None = None,
+    ) -> None:
         if total_bytes <= 0:
             raise ValueError(f"total_bytes must be positive, got {total_bytes}")
         self.index = index
         self.total_bytes = total_bytes
+        if not isinstance(settings, AllocatorSettings):
+            settings = parse_conf(settings)
+        self.settings = settings
         self._lock = threading.Lock()
-        self._allocator = alloc.Allocator(total_bytes, self._trace_segment)
-        self._trace: deque[alloc.Entry] = deque(maxlen=1)
+        self._allocator = DeviceCachingAllocator(
+            self.settings, capacity=total_bytes, on_trace=self._on_trace
+        )
+        self._trace: deque[fmt.Entry] = deque(maxlen=1)
         self._mode: HistoryMode = None
         self._cpp = False
         self._metadata = ""
         self._observers: list[OomObserver] = []
-        self._pending: deque[tuple[alloc.Block, alloc.Stack]] = deque()
-        self._op_stack: alloc.Stack = ()
+        self._pending: deque[tuple[Block, fmt.Stack]] = deque()
+        self._op_stack: fmt.Stack = ()
 
-    def empty(self, nbytes: int) -> SimTensor:
-        """Allocate ``nbytes``; raises ``SimOutOfMemoryError`` when the device is full."""
+    def empty(self, nbytes: int, *, stream: int = 0) -> SimTensor:
+        """Allocate ``nbytes`` on ``stream``; ``SimOutOfMemoryError`` when the device is full."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         if nbytes == 0:
@@ -163,30 +184,29 @@ class SimDevice:
         with self._lock:
             self._drain_pending()
             self._op_stack = stack
-            block = self._allocator.malloc(nbytes, stack, self._metadata)
+            block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
             if block is not None:
-                self._record("alloc", block.address, nbytes, stack)
                 return SimTensor(self, block, nbytes)
-            error, observers, args = self._out_of_memory(nbytes, stack)
+            error, observers, args = self._out_of_memory()
         for observer in observers:  # lock released: an observer may call snapshot()
             observer(*args)
         raise error
 
     def _out_of_memory(
-        self, nbytes: int, stack: alloc.Stack
+        self,
     ) -> tuple[SimOutOfMemoryError, list[OomObserver], tuple[int, int, int, int]]:
-        """Count and trace an OOM; what to tell observers and raise once the lock is released.
+        """What to tell observers and raise once the lock is released (the model traced it).
 
         Like torch, observers and the message get ``alloc_size`` (what the allocator asked the
-        device for: a whole segment), the trace event the rounded block size.
+        device for: a whole segment), the trace event the rounded block size; the limit is the
+        memory fraction's when one is set.
         """
         allocator = self._allocator
-        allocator.num_ooms += 1
-        size = alloc.round_size(nbytes)
-        alloc_size = alloc.segment_size(size)
-        reserved, allocated = allocator.reserved.current, allocator.allocated.current
-        free = self.total_bytes - reserved
-        self._record("oom", 0, size, stack, device_free=free)
+        oom = allocator.last_oom
+        assert oom is not None  # malloc returned None: it recorded the OOM
+        alloc_size, free = oom.alloc_size, oom.device_free
+        reserved, allocated = allocator.reserved_bytes.current, allocator.allocated_bytes.current
+        limit = allocator.allowed if allocator.allowed is not None else self.total_bytes
         message = (
             f"SIM out of memory. Tried to allocate {_format_size(alloc_size)}. "
             f"Device {self.index} has a total capacity of {_format_size(self.total_bytes)} "
@@ -194,10 +214,10 @@ class SimDevice:
             f"{_format_size(allocated)} is allocated by PyTorch, and "
             f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated."
         )
-        args = (self.index, alloc_size, self.total_bytes, free)
+        args = (self.index, alloc_size, limit, free)
         return SimOutOfMemoryError(message), list(self._observers), args
 
-    def _release(self, block: alloc.Block | None) -> None:
+    def _release(self, block: Block | None) -> None:
         """Free ``block`` now (an explicit ``SimTensor.free()``)."""
         if block is None:
             return
@@ -206,7 +226,7 @@ class SimDevice:
             self._drain_pending()
             self._free_locked(block, stack)
 
-    def _collect(self, block: alloc.Block | None) -> None:
+    def _collect(self, block: Block | None) -> None:
         """Finalizer of a collected tensor: queue the free, apply it if the lock is free."""
         if block is None:
             return
@@ -223,12 +243,25 @@ class SimDevice:
         while self._pending:
             self._free_locked(*self._pending.popleft())
 
-    def _free_locked(self, block: alloc.Block, stack: alloc.Stack) -> None:
-        """Trace and perform one free (lock held)."""
+    def _free_locked(self, block: Block, stack: fmt.Stack) -> None:
+        """Perform one free; the model traces it (lock held)."""
         self._op_stack = stack
-        self._record("free_requested", block.address, block.requested, stack)
-        self._record("free_completed", block.address, block.requested, stack)
         self._allocator.free(block)
+
+    def _record_stream(self, block: Block, stream: int) -> None:
+        """``recordStream`` on the model (lock taken)."""
+        with self._lock:
+            self._allocator.record_stream(block, stream)
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """Cap this process at ``fraction`` of the device, as torch's call of that name does.
+
+        Only under a fraction does ``garbage_collection_threshold`` act (as in PyTorch).
+        """
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+        with self._lock:
+            self._allocator.allowed = int(fraction * self.total_bytes)
 
     def empty_cache(self) -> None:
         """Release every fully free cached segment back to the device."""
@@ -236,7 +269,7 @@ class SimDevice:
         with self._lock:
             self._drain_pending()
             self._op_stack = stack
-            self._allocator.release_cached()
+            self._allocator.empty_cache()
 
     def record_memory_history(
         self,
@@ -270,17 +303,19 @@ class SimDevice:
         with self._lock:
             self._observers.append(observer)
 
-    def _record(
-        self, action: str, addr: int, size: int, stack: alloc.Stack, device_free: int | None = None
-    ) -> None:
-        """Append a trace event when recording ``"all"`` (lock held)."""
+    def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
+        """Model hook: append a trace event when recording ``"all"`` (lock held).
+
+        The model passes an ``oom`` event's device free bytes as ``addr``, as torch's
+        ``record_trace`` does; the snapshot shows them as ``device_free`` with ``addr`` 0.
+        """
         if self._mode == "all":
             now = time.time_ns() // 1000
-            self._trace.append((action, addr, size, now, stack, self._metadata, device_free))
-
-    def _trace_segment(self, action: str, segment: alloc.Segment) -> None:
-        """Allocator hook: trace a segment being reserved or released (lock held)."""
-        self._record(action, segment.address, segment.size, self._op_stack)
+            device_free = None
+            if action == "oom":
+                addr, device_free = 0, addr
+            stack, metadata = self._op_stack, self._metadata
+            self._trace.append((action, addr, size, stream, now, stack, metadata, device_free))
 
     def snapshot(self) -> dict[str, Any]:
         """Allocator state and trace as ``torch.cuda.memory._snapshot()`` returns them.
@@ -289,14 +324,14 @@ class SimDevice:
         the same, and pickle then stores each once) but never with the allocator. The trace is
         rendered outside the lock, so a long one does not stall allocations.
         """
-        frame_dicts: dict[alloc.Frame, dict[str, Any]] = {}
-        frame_lists: dict[int, tuple[alloc.Stack, list[dict[str, Any]]]] = {}
+        frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}
+        frame_lists: dict[int, tuple[fmt.Stack, list[dict[str, Any]]]] = {}
 
-        def frames(stack: alloc.Stack) -> list[dict[str, Any]]:
+        def frames(stack: fmt.Stack) -> list[dict[str, Any]]:
             found = frame_lists.get(id(stack))  # the value keeps the stack alive: ids stay unique
             if found is None:
                 dicts = [
-                    frame_dicts.get(f) or frame_dicts.setdefault(f, alloc.frame_dict(f))
+                    frame_dicts.get(f) or frame_dicts.setdefault(f, fmt.frame_dict(f))
                     for f in stack
                 ]
                 found = frame_lists[id(stack)] = (stack, dicts)
@@ -304,14 +339,14 @@ class SimDevice:
 
         with self._lock:
             self._drain_pending()
-            segments = sorted(self._allocator.segments.values(), key=lambda seg: seg.address)
-            segment_dicts = [alloc.segment_dict(seg, self.index, frames) for seg in segments]
+            heads = self._allocator.segment_heads()
+            segment_dicts = [fmt.segment_dict(head, self.index, frames) for head in heads]
             entries = list(self._trace)
-        trace = [alloc.entry_dict(entry, frames) for entry in entries]
+        trace = [fmt.entry_dict(entry, frames) for entry in entries]
         return {
             "segments": segment_dicts,
             "device_traces": [[] for _ in range(self.index)] + [trace],
-            "allocator_settings": alloc.allocator_settings(),
+            "allocator_settings": self.settings.to_snapshot(),
             "external_annotations": [],
         }
 
@@ -319,7 +354,7 @@ class SimDevice:
         """Allocator statistics under torch's ``memory_stats()`` key names, sorted by key."""
         with self._lock:
             self._drain_pending()
-            return alloc.memory_stats(self._allocator)
+            return fmt.memory_stats(self._allocator)
 
     def mem_get_info(self) -> tuple[int, int]:
         """``(free, total)`` bytes of the device, like ``torch.cuda.mem_get_info``."""
@@ -330,19 +365,21 @@ class SimDevice:
         """Bytes held in segments (``memory_reserved``)."""
         with self._lock:
             self._drain_pending()
-            return self._allocator.reserved.current
+            return self._allocator.reserved_bytes.current
 
     @property
     def allocated_bytes(self) -> int:
         """Bytes in allocated blocks (``memory_allocated``)."""
         with self._lock:
             self._drain_pending()
-            return self._allocator.allocated.current
+            return self._allocator.allocated_bytes.current
 
     def __repr__(self) -> str:
-        return f"SimDevice(total_bytes={self.total_bytes}, index={self.index})"
+        conf = self.settings.to_conf()
+        return f"SimDevice(total_bytes={self.total_bytes}, index={self.index}, settings={conf!r})"
 
 
+_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 _default_lock = threading.Lock()
 _default: SimDevice | None = None
 
@@ -351,25 +388,35 @@ def get_device() -> SimDevice:
     """The process-wide sim device, created on first use.
 
     Its size comes from ``MEMFORENSICS_SIM_TOTAL_BYTES`` when set (so a demo run in a
-    subprocess can be given a small device), else 1 GiB.
+    subprocess can be given a small device), else 1 GiB; its allocator settings from
+    ``PYTORCH_CUDA_ALLOC_CONF``, read once as torch reads it.
     """
     global _default  # noqa: PLW0603  # the process-wide device is the point of this function
     with _default_lock:
         if _default is None:
             raw = os.environ.get("MEMFORENSICS_SIM_TOTAL_BYTES", "").strip()
             try:
-                _default = SimDevice(int(raw) if raw else 1 << 30)
+                total = int(raw) if raw else 1 << 30
             except ValueError:
                 message = f"MEMFORENSICS_SIM_TOTAL_BYTES must be a positive byte count, got {raw!r}"
                 raise ValueError(message) from None
+            _default = SimDevice(total, settings=os.environ.get(_CONF_ENV))
         return _default
 
 
-def reset_device(total_bytes: int = 1 << 30) -> SimDevice:
-    """Replace the process-wide sim device with a fresh one and return it."""
+def reset_device(
+    total_bytes: int = 1 << 30, *, settings: AllocatorSettings | str | None = None
+) -> SimDevice:
+    """Replace the process-wide sim device with a fresh one and return it.
+
+    ``settings``: an :class:`~memforensics.allocator.AllocatorSettings` or a conf string
+    (``"expandable_segments:True"``); None reads ``PYTORCH_CUDA_ALLOC_CONF`` as torch does, so
+    a demo run under that variable gets those settings.
+    """
     global _default  # noqa: PLW0603  # see get_device
+    chosen = os.environ.get(_CONF_ENV) if settings is None else settings
     with _default_lock:
-        _default = SimDevice(total_bytes)
+        _default = SimDevice(total_bytes, settings=chosen)
         return _default
 
 

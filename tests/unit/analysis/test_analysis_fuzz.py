@@ -14,6 +14,7 @@ from memforensics.analysis import (
     diff_dumps,
     dump_from_snapshot,
     render_report,
+    replay,
     summarize,
 )
 
@@ -160,4 +161,5 @@ def test_malformed_structures_never_crash(snapshot: Any, sidecar: Any) -> None:
     for view in dump.device_views():
         json.dumps(summarize(view).to_dict())
     json.dumps(diff_by_device(dump, dump).to_dict())
+    json.dumps(replay(dump).to_dict())  # the allocator replay too (#11)
     assert render_report([dump]).startswith("<!DOCTYPE html>")

@@ -155,6 +155,8 @@ def test_real_snapshots_load_and_add_up(name: str) -> None:
     assert summary.allocated_bytes == sum(s["allocated_size"] for s in raw["segments"])
     assert summary.active_bytes == sum(s["active_size"] for s in raw["segments"])
     assert summary.segments == len(raw["segments"])
-    assert summary.verdict.name == "no-oom"
+    # with history a trace without an oom entry proves no OOM; without history nothing says (#10)
+    expected = "unknown" if "no-history" in name else "no-oom"
+    assert summary.verdict.name == expected
     assert summary.trace_entries == len(raw["device_traces"][0])
     assert all("/torch/" not in site.site and "??" not in site.site for site in summary.top_sites)

@@ -15,6 +15,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("summary", "SummaryCommand"),
     ("diff", "DiffCommand"),
     ("ls", "LsCommand"),
+    ("replay", "ReplayCommand"),
     ("overview", "OverviewCommand"),
     ("report", "ReportCommand"),
     ("run", "RunCommand"),

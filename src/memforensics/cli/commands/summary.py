@@ -12,6 +12,7 @@ from memforensics.analysis import load_dump, summarize
 from memforensics.analysis._text import summary_text
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
+from memforensics.cli._sizes import byte_size
 
 
 class SummaryCommand:
@@ -25,7 +26,7 @@ class SummaryCommand:
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE..., --json, --top, --all, --device."""
+        """FILE..., --json, --top, --all, --device, --requested."""
         parser.add_argument(
             "files", metavar="FILE", nargs="+", help="snapshots (.pickle, .pkl, or either .gz)"
         )
@@ -38,6 +39,12 @@ class SummaryCommand:
             type=int,
             metavar="N",
             help="device to explain (default: the OOM's device, else each device with memory)",
+        )
+        parser.add_argument(
+            "--requested",
+            type=byte_size,
+            metavar="SIZE",
+            help="the failed request (2GiB), for a snapshot with neither history nor sidecar",
         )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -61,7 +68,7 @@ class SummaryCommand:
             prefix = f"{dump.name}: " if several else ""
             for warning in dump.warnings if args.device is None else views[0].warnings:
                 print(f"memforensics summary: warning: {prefix}{warning}", file=sys.stderr)
-            summaries = [summarize(view, top=top) for view in views]
+            summaries = [summarize(view, top=top, requested=args.requested) for view in views]
             if args.json:
                 data = summaries[0].to_dict()
                 data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]

@@ -1,0 +1,63 @@
+"""The one model of PyTorch's caching allocator, shared by the ``sim`` device and the replay.
+
+Pure Python, deterministic, no torch, no clock, no I/O: requests and frees in, placement out,
+each decision named and made as ``c10/cuda/CUDACachingAllocator.cpp`` makes it.
+"""
+
+from memforensics.allocator._blocks import (
+    K_LARGE_BUFFER,
+    K_MIN_BLOCK_SIZE,
+    K_MIN_LARGE_ALLOC,
+    K_ROUND_LARGE,
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+    Block,
+    BlockPool,
+    ExpandableSegment,
+    segment_blocks,
+)
+from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
+from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
+from memforensics.allocator._settings import (
+    NO_LIMIT,
+    AllocatorSettings,
+    SettingsError,
+    apply_assignment,
+    from_snapshot,
+    parse_conf,
+)
+from memforensics.allocator._sizes import (
+    get_allocation_size,
+    round_size,
+    roundup_power2_next_division,
+)
+from memforensics.allocator._stats import OomInfo, Stat
+
+__all__ = [
+    "BASE_ADDRESS",
+    "K_LARGE_BUFFER",
+    "K_MIN_BLOCK_SIZE",
+    "K_MIN_LARGE_ALLOC",
+    "K_ROUND_LARGE",
+    "K_SMALL_BUFFER",
+    "K_SMALL_SIZE",
+    "NO_LIMIT",
+    "AllocatorSettings",
+    "Block",
+    "BlockPool",
+    "DeviceCachingAllocator",
+    "ExpandableSegment",
+    "OomInfo",
+    "SeedBlock",
+    "SettingsError",
+    "Stat",
+    "apply_assignment",
+    "from_snapshot",
+    "get_allocation_size",
+    "parse_conf",
+    "round_size",
+    "roundup_power2_next_division",
+    "seed_expandable",
+    "seed_segment",
+    "segment_blocks",
+]

@@ -1,0 +1,147 @@
+"""Put a known layout into a fresh allocator: the state a replay starts from.
+
+A trace rarely starts from an empty allocator (history is cleared when a step window opens), so
+the replay first rebuilds the segments and live blocks that existed when recording began, block
+for block, then lets the model take over. Nothing here decides placement; it only writes state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+from memforensics.allocator._blocks import (
+    K_SMALL_BUFFER,
+    Block,
+    BlockPool,
+    ExpandableSegment,
+)
+from memforensics.allocator._caching import DeviceCachingAllocator
+
+SeedBlock = tuple[int, int, int, bool]
+"""A live block to place: ``(address, size, requested, pending)``."""
+
+
+def seed_segment(
+    model: DeviceCachingAllocator,
+    address: int,
+    size: int,
+    stream: int,
+    is_small: bool,
+    live: Sequence[SeedBlock],
+) -> list[Block]:
+    """Add one ``cudaMalloc`` segment holding ``live`` blocks; the gaps become free blocks."""
+    pool = model.small_blocks if is_small else model.large_blocks
+    blocks = _carve(model, pool, address, size, stream, live, None)
+    model.total_allocated_memory += size
+    model.segment.increase(1)
+    model.reserved_bytes.increase(size)
+    return [block for block in blocks if block.allocated or block.event_count]
+
+
+def seed_expandable(
+    model: DeviceCachingAllocator,
+    stream: int,
+    is_small: bool,
+    ranges: Sequence[tuple[int, int, Sequence[SeedBlock]]],
+    base: int | None = None,
+) -> list[Block]:
+    """Add one expandable segment whose mapped ranges are ``(address, size, live)``.
+
+    The reserved address space starts at ``base`` (default: the first range) and spans 9/8 of
+    the device, as PyTorch reserves it. The real one may start lower than anything the caller
+    knows, with unmapped pages before the first mapped range; a replay that would map those
+    (they are the lowest address with room) diverges from the recording, and its self-check
+    says so.
+    """
+    page = K_SMALL_BUFFER if is_small else model.settings.large_segment_size
+    pool = model.small_blocks if is_small else model.large_blocks
+    ordered = sorted(ranges)
+    first = ordered[0][0]
+    base = first if base is None or base > first or (first - base) % page else base
+    space = model.device_total + model.device_total // 8
+    last_end = ordered[-1][0] + ordered[-1][1]
+    space = max(space, last_end - base)
+    segment = ExpandableSegment(base, stream, page, space)
+    model.expandable_segments.append(segment)
+    chain: list[Block] = []
+    cursor = base
+    live_blocks: list[Block] = []
+    for start, size, live in ordered:
+        if start > cursor:
+            chain.append(_unmapped(pool, stream, cursor, start - cursor, segment))
+        carved = _carve(model, pool, start, size, stream, live, segment)
+        chain.extend(carved)
+        live_blocks.extend(b for b in carved if b.allocated or b.event_count)
+        segment.mapped_bytes += size
+        model.total_allocated_memory += size
+        model.reserved_bytes.increase(size)
+        cursor = start + size
+    end = base + segment.size()
+    if end > cursor:
+        chain.append(_unmapped(pool, stream, cursor, end - cursor, segment))
+    for before, after in pairwise(chain):
+        before.next, after.prev = after, before
+    return live_blocks
+
+
+def _unmapped(
+    pool: BlockPool, stream: int, address: int, size: int, segment: ExpandableSegment
+) -> Block:
+    block = Block(stream, size, pool, address)
+    block.mapped = False
+    block.expandable = segment
+    pool.insert_unmapped(block)
+    return block
+
+
+def _carve(
+    model: DeviceCachingAllocator,
+    pool: BlockPool,
+    address: int,
+    size: int,
+    stream: int,
+    live: Sequence[SeedBlock],
+    segment: ExpandableSegment | None,
+) -> list[Block]:
+    """Blocks covering ``[address, address + size)``: ``live`` ones and free gaps, linked."""
+    chain: list[Block] = []
+    cursor = address
+    end = address + size
+    for block_address, block_size, requested, pending in sorted(live):
+        if block_address < cursor or block_address + block_size > end or block_size <= 0:
+            continue  # overlapping or outside: the layout was guessed wrong; skip the block
+        if block_address > cursor:
+            chain.append(_free(pool, stream, cursor, block_address - cursor, segment))
+        block = Block(stream, block_size, pool, block_address)
+        block.expandable = segment
+        block.requested_size = requested
+        if pending:
+            block.event_count = 1
+            model.pending.append(block)
+        else:
+            block.allocated = True
+            model.allocation.increase(1)
+            model.allocated_bytes.increase(block_size)
+        model.active.increase(1)
+        model.active_bytes.increase(block_size)
+        model.requested_bytes.increase(requested)
+        model.active_blocks[block_address] = block
+        chain.append(block)
+        cursor = block_address + block_size
+    if end > cursor:
+        chain.append(_free(pool, stream, cursor, end - cursor, segment))
+    for before, after in pairwise(chain):
+        before.next, after.prev = after, before
+    for block in chain:
+        if not block.allocated and block.event_count == 0:
+            pool.insert_into_blocks(block)
+    return chain
+
+
+def _free(
+    pool: BlockPool, stream: int, address: int, size: int, segment: ExpandableSegment | None
+) -> Block:
+    block = Block(stream, size, pool, address)
+    block.expandable = segment
+    return block

@@ -1,0 +1,115 @@
+"""``memforensics replay`` and the proven verdicts, on what the demo and the quickstart produce."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-snapshots"
+LEAK = """\
+from memforensics.testing import get_device
+
+device, history = get_device(), []
+for step in range(1000):
+    history.append(device.empty(48 << 20))
+    grads = device.empty(32 << 20)
+    del grads
+"""
+
+
+def _cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _demo(out: Path, conf: str = "") -> tuple[Path, int]:
+    env = {"PYTORCH_CUDA_ALLOC_CONF": conf}
+    proc = _cli("demo", "--device", "sim", "--out", out, env=env)
+    assert proc.returncode == 0, proc.stderr
+    steps = int(re.search(r"trained (\d+) steps", proc.stdout).group(1))  # type: ignore[union-attr]
+    return sorted((out / "oom").glob("*.pickle"))[0], steps
+
+
+def test_demo_oom_is_avoidable_by_expandable_segments(tmp_path: Path) -> None:
+    """replay: the demo's OOM is avoidable by expandable segments; the sim under them trains on."""
+    oom, steps = _demo(tmp_path / "default")
+    proc = _cli("replay", oom, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["trusted"], data["refusals"]
+    assert data["oom_reproduced"] is True
+    assert data["placements_same"] == data["placements_checked"] > 0
+    assert "expandable_segments=True" in data["avoided_by"]
+    assert data["lower_bound"]["proven_exhausted"] is False
+    _oom, steps_expandable = _demo(tmp_path / "expandable", "expandable_segments:True")
+    assert steps_expandable > steps  # the run gets past the step that failed
+    text = _cli("replay", oom)
+    assert "avoided by: expandable_segments=True" in text.stdout
+
+
+def test_quickstart_leak_is_proven_exhausted(tmp_path: Path) -> None:
+    """The quickstart's leak: summary and replay prove no allocator setting could have fit."""
+    (tmp_path / "leak.py").write_text(LEAK)
+    out = tmp_path / "memforensics"
+    run = subprocess.run(
+        [sys.executable, "-m", "memforensics", "run", "--device", "sim", "--out-dir", str(out),
+         "leak.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode != 0  # the leak ends in an OOM
+    [oom] = sorted((out / "oom").glob("*.pickle"))
+    summary = json.loads(_cli("summary", oom, "--json").stdout)
+    assert (summary["verdict"], summary["verdict_reason"]) == ("exhausted", "proven")
+    bound = summary["lower_bound"]
+    assert bound["needed_bytes"] > bound["limit_bytes"] == 1 << 30
+    assert summary["external_bytes"] == 0
+    replay = json.loads(_cli("replay", oom, "--json").stdout)
+    assert replay["lower_bound"]["proven_exhausted"] is True
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
+def test_summary_without_history_or_sidecar_is_unknown_until_told_the_request() -> None:
+    """No history, no sidecar: unknown; with --requested the user's failed request is judged."""
+    path = REAL / "cuda-llm-at-oom-no-history.pickle"
+    data = json.loads(_cli("summary", path, "--json").stdout)
+    assert (data["verdict"], data["verdict_reason"]) == ("unknown", "no history and no sidecar")
+    told = json.loads(_cli("summary", path, "--json", "--requested", "2GiB").stdout)
+    assert told["verdict"] == "exhausted"
+    assert told["oom_state"]["requested_bytes"] == 2 << 30
+    bad = _cli("summary", path, "--requested", "lots")
+    assert bad.returncode == 2
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
+@pytest.mark.parametrize("name", ["cuda-cnn-stacks-all.pickle", "cuda-transformer-forward.pickle"])
+def test_real_snapshots_replay_exactly(name: str) -> None:
+    """The model reproduces every segment event and block address of real CUDA runs."""
+    data = json.loads(_cli("replay", REAL / name, "--json").stdout)
+    assert data["fidelity"] == 1.0
+    assert data["segment_events"] == data["segment_events_matched"] > 0
+    assert data["placements_same"] == data["placements_checked"] > 0
+
+
+def test_replay_set_and_errors(tmp_path: Path) -> None:
+    """--set runs one alternative row; a setting PyTorch would refuse is one line, exit 2."""
+    oom, _steps = _demo(tmp_path / "demo")
+    data = json.loads(_cli("replay", oom, "--json", "--set", "max_split_size_mb=64").stdout)
+    assert [row["name"] for row in data["what_if"]] == ["as recorded", "max_split_size_mb=64"]
+    bad = _cli("replay", oom, "--set", "max_split_size_mb=8")
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert "too small" in bad.stderr
