@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.analysis._filled import Filled, what_filled
 from memforensics.analysis._frames import UNKNOWN_SITE, parse_step, site_of
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
@@ -66,6 +67,7 @@ class Summary:
     history_events: int
     history_truncated: bool | None
     warnings: tuple[str, ...]
+    filled: Filled | None = None  # kinds, peak and OOM moment (#12)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary --json`` object (key names are a contract; see docs/analysis.md)."""
@@ -92,6 +94,7 @@ class Summary:
             "history_events": self.history_events,
             "history_truncated": self.history_truncated,
             "warnings": list(self.warnings),
+            **(self.filled.to_dict() if self.filled else {}),
         }
 
 
@@ -182,6 +185,7 @@ def summarize(dump: Dump, *, top: int = 10) -> Summary:
         history_events=len(dump.trace),
         history_truncated=dump.meta.truncated,
         warnings=dump.warnings,
+        filled=what_filled(dump),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from memforensics.analysis._diff import Diff
 from memforensics.analysis._ls import RunListing
 from memforensics.analysis._summary import Summary
+from memforensics.analysis._text_filled import filled_lines
 from memforensics.analysis._units import format_bytes as fmt
 
 _SITE_WIDTH = 64
@@ -44,6 +45,7 @@ def summary_text(s: Summary) -> str:
     if s.top_sites:
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
         lines += [f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}" for t in s.top_sites]
+    lines += filled_lines(s.filled)
     if s.live_by_step:
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]
         for item in s.live_by_step[-20:]:
