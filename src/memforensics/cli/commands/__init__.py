@@ -15,6 +15,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("summary", "SummaryCommand"),
     ("diff", "DiffCommand"),
     ("ls", "LsCommand"),
+    ("leaks", "LeaksCommand"),
     ("report", "ReportCommand"),
     ("run", "RunCommand"),
     ("doctor", "DoctorCommand"),
