@@ -59,7 +59,16 @@ _OPTIMIZER_PATHS = (
 )
 _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "grad"})
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
+_NATIVE = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hpp", ".so")
 _phase_cache: dict[int, tuple[object, str]] = {}
+
+
+def is_python_file(filename: str) -> bool:
+    """A Python frame's file: C++ frames say ``??``, nothing, or a native source file.
+
+    Not only ``.py``: ``<stdin>``, ``<string>`` and notebook cells are Python too.
+    """
+    return bool(filename) and filename != "??" and not filename.lower().endswith(_NATIVE)
 
 
 def phase_of(frames: object) -> str:
@@ -86,7 +95,7 @@ def _phase(frames: list[Any]) -> str:
         name = frame.get("name")
         filename = filename.replace("\\", "/") if isinstance(filename, str) else ""
         name = name if isinstance(name, str) else ""
-        if filename.endswith(".py"):
+        if is_python_file(filename):
             python = True
             if name in _BACKWARD_PY and (
                 "/torch/autograd/" in filename or filename.endswith("/torch/_tensor.py")

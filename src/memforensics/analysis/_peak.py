@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.analysis._frames import is_library_file
-from memforensics.analysis._kinds import KindBytes, kinds_table
+from memforensics.analysis._kinds import KindBytes, is_python_file, kinds_table
 from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
 from memforensics.analysis._units import format_bytes as fmt
 
@@ -132,7 +132,7 @@ def folded_path(frames: object) -> tuple[str, ...]:
         if not isinstance(frame, dict):
             continue
         filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
-        if not isinstance(filename, str) or not filename.endswith(".py"):
+        if not isinstance(filename, str) or not is_python_file(filename):
             continue
         label = f"{filename}:{line if isinstance(line, int) else '?'} {name}"
         if is_library_file(filename):

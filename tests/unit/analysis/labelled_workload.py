@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from memforensics.analysis._kinds import is_python_file
 from memforensics.backends.sim import SimDevice, SimTensor
 
 MiB = 1 << 20
@@ -184,7 +185,7 @@ def engine_thread_frames(snapshot: dict[str, Any]) -> dict[str, Any]:
         if isinstance(frames, list) and any(
             isinstance(f, dict) and f.get("name") == "_engine_run_backward" for f in frames
         ):
-            return [f for f in frames if not str(f.get("filename", "")).endswith(".py")]
+            return [f for f in frames if not is_python_file(str(f.get("filename", "")))]
         return frames
 
     for trace in snapshot["device_traces"]:
