@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis._kinds import KindBytes, classify, kinds_table
+from memforensics.analysis._kinds import KINDS, KindBytes, classify, kinds_table
 from memforensics.analysis._lifetimes import Lifetimes, lifetimes
 from memforensics.analysis._load import Dump
 from memforensics.analysis._peak import Moment, moment, peak_position
@@ -41,3 +41,19 @@ def what_filled(dump: Dump) -> Filled:
     peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
     return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt)
+
+
+def kinds_change(before: Dump, after: Dump) -> list[dict[str, Any]]:
+    """Live bytes per kind at each dump's moment, and the change (for ``diff``)."""
+    old = {k.kind: k.bytes for k in what_filled(before).kinds}
+    new = {k.kind: k.bytes for k in what_filled(after).kinds}
+    return [
+        {
+            "kind": kind,
+            "before_bytes": old.get(kind, 0),
+            "after_bytes": new.get(kind, 0),
+            "delta_bytes": new.get(kind, 0) - old.get(kind, 0),
+        }
+        for kind in KINDS
+        if kind in old or kind in new
+    ]

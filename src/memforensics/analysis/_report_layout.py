@@ -18,6 +18,7 @@ from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
 from memforensics.analysis._model import PENDING_FREE, Segment
 
 MAX_ROWS = 200
+MAX_RUNS = 64
 PENDING = len(KINDS)  # kind index of a block freed but waiting for its stream
 Row = tuple[int, list[list[int]], int]  # segment size, runs, free bytes
 
@@ -109,7 +110,11 @@ def _row(total: int, blocks: list[tuple[int, int, int]]) -> Row:
 
 
 def _runs(total: int, blocks: list[tuple[int, int, int]]) -> list[list[int]]:
-    """[offset, size, kind] runs, neighbours of one kind merged within 1/512 of the segment."""
+    """[offset, size, kind] runs, neighbours of one kind merged within 1/512 of the segment.
+
+    A segment cut into thousands of blocks of mixed kinds would still give thousands of runs;
+    past :data:`MAX_RUNS` the segment is drawn in that many cells, each of its main kind.
+    """
     slack = max(total // 512, 1)
     runs: list[list[int]] = []
     for offset, size, kind in sorted(blocks):
@@ -117,7 +122,23 @@ def _runs(total: int, blocks: list[tuple[int, int, int]]) -> list[list[int]]:
             runs[-1][1] = offset + size - runs[-1][0]
         else:
             runs.append([offset, size, kind])
-    return runs
+    if len(runs) <= MAX_RUNS:
+        return runs
+    cell = -(-total // MAX_RUNS)
+    weights: list[dict[int, int]] = [{} for _ in range(MAX_RUNS)]
+    for offset, size, kind in blocks:
+        index = min(max(offset, 0) // cell, MAX_RUNS - 1)
+        weights[index][kind] = weights[index].get(kind, 0) + size
+    coarse: list[list[int]] = []
+    for index, weight in enumerate(weights):
+        if not weight:
+            continue
+        kind = max(weight, key=lambda k: (weight[k], -k))
+        if coarse and coarse[-1][2] == kind and coarse[-1][0] + coarse[-1][1] == index * cell:
+            coarse[-1][1] += cell
+        else:
+            coarse.append([index * cell, cell, kind])
+    return coarse
 
 
 def _grouped(position: int, rows: list[Row]) -> dict[str, Any]:

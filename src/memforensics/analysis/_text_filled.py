@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memforensics.analysis._filled import Filled
 from memforensics.analysis._kinds import KindBytes
 from memforensics.analysis._peak import Moment, tree_lines
@@ -43,4 +45,17 @@ def filled_lines(filled: Filled | None) -> list[str]:
     lines += moment_lines(filled.peak)
     if filled.oom is not None and filled.oom.position != filled.peak.position:
         lines += moment_lines(filled.oom)
+    return lines
+
+
+def kinds_change_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The kinds part of ``diff``: before, after and change per kind."""
+    if not rows:
+        return []
+    lines = ["", f"  {'kind':<17}{'before':>11} {'after':>11} {'change':>11}"]
+    for row in rows:
+        lines.append(
+            f"  {row['kind']:<17}{fmt(row['before_bytes']):>11} {fmt(row['after_bytes']):>11} "
+            f"{fmt(row['delta_bytes']):>11}"
+        )
     return lines

@@ -7,7 +7,9 @@ import json
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import diff_dumps, load_dump
+from memforensics.analysis._filled import kinds_change
 from memforensics.analysis._text import diff_text
+from memforensics.analysis._text_filled import kinds_change_lines
 from memforensics.cli._command import CommandError
 
 
@@ -29,5 +31,9 @@ class DiffCommand:
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
         result = diff_dumps(before, after)
-        print(json.dumps(result.to_dict(), indent=2) if args.json else diff_text(result))
+        kinds = kinds_change(before, after)  # (#12) live bytes per kind, before and after
+        if args.json:
+            print(json.dumps({**result.to_dict(), "kinds": kinds}, indent=2))
+        else:
+            print("\n".join([diff_text(result), *kinds_change_lines(kinds)]))
         return 0
