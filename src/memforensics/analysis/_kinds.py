@@ -212,9 +212,9 @@ def _untraced(found: Allocation, phase: str, shape: _Shape) -> tuple[str, float]
         return OPTIMIZER_STATE, 0.8
     if phase == BACKWARD:
         return GRADIENT, 0.6
-    if found.step is None or shape.outside_steps(found):
+    if found.step is None:  # made outside every step (model set-up) and still held
         return PARAMETER, 0.8
-    return UNKNOWN, 0.3
+    return UNKNOWN, 0.3  # a forward allocation kept from an earlier step: a cache or a leak
 
 
 def _forward(found: Allocation, shape: _Shape) -> tuple[str, float]:

@@ -133,3 +133,22 @@ def test_no_frames_anywhere_falls_back_on_the_peak(tmp_path: Path) -> None:
     guessed = [(a, b) for a, b in zip(allocations, with_frames, strict=True) if a.frames is None]
     assert len(guessed) > len(allocations) // 2  # the freed ones: no block frames to fall back on
     assert all(a.confidence < b.confidence for a, b in guessed)
+
+
+def test_a_tensor_kept_from_an_earlier_step_is_not_a_parameter(tmp_path: Path) -> None:
+    """In a window dump, a forward tensor tagged with an earlier step (a kept metric: the
+    demo's leak) is 'unknown', while the untagged one made before training is a parameter."""
+    device = reset_device(GiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1, every=3)
+    weights = device.empty(MiB(8))
+    kept = []
+    for number in range(4):
+        with mf.step(number):
+            kept.append(device.empty(MiB(1)))
+    mf.close()
+    [window] = [e for e in list_dumps(tmp_path).dumps if e.meta.steps == (3, 3)]
+    found = lifetimes(load_dump(window.path))
+    classify(found)
+    kinds = {a.addr: a.kind for a in found.at_snapshot()}
+    assert kinds[weights.address] == "parameter"
+    assert [kinds[t.address] for t in kept[:3]] == ["unknown"] * 3
