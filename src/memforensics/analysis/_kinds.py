@@ -86,26 +86,48 @@ def phase_of(frames: object) -> str:
     return found
 
 
+_PYTHON, _NATIVE_FRAME = "python", "native"
+_mark_cache: dict[tuple[str, str], str] = {}
+
+
 def _phase(frames: list[Any]) -> str:
     python = False
+    cache = _mark_cache
     for frame in frames:  # innermost first: the nearest phase marker wins
-        if not isinstance(frame, dict):
+        if type(frame) is not dict:
             continue
-        filename = frame.get("filename")
-        name = frame.get("name")
-        filename = filename.replace("\\", "/") if isinstance(filename, str) else ""
-        name = name if isinstance(name, str) else ""
-        if is_python_file(filename):
+        filename, name = frame.get("filename"), frame.get("name")
+        key = (filename if type(filename) is str else "", name if type(name) is str else "")
+        mark = cache.get(key)
+        if mark is None:
+            if len(cache) >= 200_000:
+                cache.clear()
+            mark = cache[key] = _frame_mark(*key)
+        if mark == _PYTHON:
             python = True
-            if name in _BACKWARD_PY and (
-                "/torch/autograd/" in filename or filename.endswith("/torch/_tensor.py")
-            ):
-                return BACKWARD
-            if name != "zero_grad" and any(path in filename for path in _OPTIMIZER_PATHS):
-                return OPTIMIZER
-        elif any(marker in name for marker in _BACKWARD_CPP):
-            return BACKWARD
+        elif mark != _NATIVE_FRAME:
+            return mark
     return FORWARD if python else BACKWARD  # no Python frame: the autograd engine's thread
+
+
+def _frame_mark(filename: str, name: str) -> str:
+    """What one frame says: backward, optimizer, or merely Python or native code.
+
+    A snapshot repeats the same few thousand frames millions of times, so this runs once per
+    distinct (file, function), not once per entry.
+    """
+    filename = filename.replace("\\", "/")
+    if is_python_file(filename):
+        if name in _BACKWARD_PY and (
+            "/torch/autograd/" in filename or filename.endswith("/torch/_tensor.py")
+        ):
+            return BACKWARD
+        if name != "zero_grad" and any(path in filename for path in _OPTIMIZER_PATHS):
+            return OPTIMIZER
+        return _PYTHON
+    if any(marker in name for marker in _BACKWARD_CPP):
+        return BACKWARD
+    return _NATIVE_FRAME
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis._frames import is_library_file
+from memforensics.analysis._frames import UNKNOWN_SITE, is_library_file, site_of
 from memforensics.analysis._kinds import KindBytes, is_python_file, kinds_table
 from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
 from memforensics.analysis._units import format_bytes as fmt
@@ -213,3 +213,28 @@ def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[
 def _tail(text: str, width: int) -> str:
     width = max(width, 24)
     return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+_site_cache: dict[int, tuple[object, str | None]] = {}
+
+
+def site_fast(frames: object) -> str:
+    """``site_of(frames)``, decided frame by frame with a cache per shared frame dict.
+
+    In a real snapshot every entry has its own frames list but the frame dicts are shared, so
+    caching per list misses and caching per frame hits nearly always.
+    """
+    if not isinstance(frames, list):
+        return UNKNOWN_SITE
+    cache = _site_cache
+    for frame in frames:
+        cached = cache.get(id(frame))
+        if cached is None or cached[0] is not frame:
+            label = site_of([frame])
+            cached = (frame, None if label == UNKNOWN_SITE else label)
+            if len(cache) >= 200_000:
+                cache.clear()
+            cache[id(frame)] = cached  # keeps the frame alive: its id stays unique
+        if cached[1] is not None:
+            return cached[1]
+    return UNKNOWN_SITE

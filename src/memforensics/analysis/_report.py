@@ -159,7 +159,7 @@ def page(document: dict[str, Any]) -> str:
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">"
+        "script-src 'unsafe-inline'; style-src 'unsafe-inline'\">"
         f"<title>memforensics report</title><style>{_asset('report.css')}</style></head><body>"
         f"<h1>memforensics report</h1><p class='muted' id='mf-meta'>{count} dump(s) · "
         f"memforensics {escape(__version__)}</p>"

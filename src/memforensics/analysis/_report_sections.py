@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memforensics.analysis._filled import Filled
-from memforensics.analysis._frames import site_of
 from memforensics.analysis._kinds import KINDS
 from memforensics.analysis._leaks import Leaks
 from memforensics.analysis._load import Dump
-from memforensics.analysis._peak import CallNode, live_at
+from memforensics.analysis._peak import CallNode, live_at, site_fast
 from memforensics.analysis._report_layout import layouts
 from memforensics.analysis._report_timeline import TOP_SITES, timeline_levels
 from memforensics.analysis._summary import Summary
@@ -194,7 +193,7 @@ def _by_site(live: list[Any], kind: str | None = None) -> list[tuple[str, int]]:
     totals: dict[str, int] = {}
     for item in live:
         if kind is None or item.kind == kind:
-            site = site_of(item.frames)
+            site = site_fast(item.frames)
             totals[site] = totals.get(site, 0) + item.size
     return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))
 
@@ -205,7 +204,7 @@ def _sites_and_stacks(live: list[Any]) -> tuple[list[tuple[str, int]], dict[str,
     stacks: dict[str, list[str]] = {}
     wanted = {site for site, _ in sites[: TOP_SITES * 4]}
     for item in sorted(live, key=lambda a: -a.size):
-        site = site_of(item.frames)
+        site = site_fast(item.frames)
         if site in wanted and site not in stacks:
             stacks[site] = _stack_lines(item.frames)
     return sites, stacks

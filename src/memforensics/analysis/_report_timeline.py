@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis._frames import site_of
 from memforensics.analysis._kinds import KINDS
 from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
+from memforensics.analysis._peak import site_fast
 
 FINEST = 4096
 COARSEST = 64
@@ -24,15 +24,7 @@ OTHER = "other sites"
 def site_index(allocations: list[Allocation], top: list[str]) -> dict[int, int]:
     """Index into ``top`` (or ``len(top)`` for the rest) per allocation id."""
     where = {site: index for index, site in enumerate(top)}
-    cache: dict[int, str] = {}
-    found: dict[int, int] = {}
-    for item in allocations:
-        key = id(item.frames)
-        site = cache.get(key)
-        if site is None:
-            site = cache[key] = site_of(item.frames)
-        found[id(item)] = where.get(site, len(top))
-    return found
+    return {id(item): where.get(site_fast(item.frames), len(top)) for item in allocations}
 
 
 def timeline_levels(
