@@ -17,6 +17,8 @@ from memforensics.analysis._load import Dump
 from memforensics.analysis._model import ALLOCATED, PENDING_FREE
 
 BEFORE = -1  # start of an allocation made before the trace begins
+_FREES = frozenset({"free_requested", "free_completed", "free"})
+_SEGMENTS = frozenset({"segment_alloc", "segment_map", "segment_free", "segment_unmap"})
 
 
 class Allocation:
@@ -84,7 +86,7 @@ def _step(metadata: object) -> int | None:
     return found
 
 
-def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912 - one hot loop over the trace
+def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop over the trace
     """Pair allocs with frees over ``dump.trace``, then add live blocks the trace never saw."""
     trace = dump.trace
     length = len(trace)
@@ -97,18 +99,17 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912 - one hot loop over the
     for index, entry in enumerate(trace):
         if type(entry) is not dict:
             continue
-        action = entry.get("action")
-        addr = entry.get("addr")
+        get = entry.get
+        action = get("action")
+        addr = get("addr")
         if type(addr) is not int:
             addr = 0
         if action == "alloc":
-            size = entry.get("size")
+            size = get("size")
+            meta = get("user_metadata")
+            step = None if meta is None else _step(meta)
             found = Allocation(
-                index,
-                addr,
-                size if type(size) is int and size > 0 else 0,
-                entry.get("frames"),
-                _step(entry.get("user_metadata")),
+                index, addr, size if type(size) is int and size > 0 else 0, get("frames"), step
             )
             stale = open_.pop(addr, None)  # a missed free (ring buffer): end it here
             if stale is not None:
@@ -116,12 +117,12 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912 - one hot loop over the
             open_[addr] = found
             allocations.append(found)
             by_event[index] = found
-        elif action in ("free_requested", "free_completed", "free"):
+        elif action in _FREES:
             freed: Allocation | None = open_.pop(addr, None)
             if freed is None and action != "free_requested":
                 freed = pending.pop(addr, None)
             if freed is None:  # made before the trace began: only its free is recorded
-                size = entry.get("size")
+                size = get("size")
                 freed = Allocation(BEFORE, addr, size if type(size) is int else 0, None, None)
                 allocations.append(freed)
             found = freed
@@ -129,12 +130,13 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912 - one hot loop over the
                 if found.end >= 0 and by_event[found.end] is found:
                     by_event[found.end] = None  # the completed free supersedes the request
                 found.end = index
-                found.free_step = _step(entry.get("user_metadata"))
+                meta = get("user_metadata")
+                found.free_step = None if meta is None else _step(meta)
                 by_event[index] = found
             if action == "free_requested":
                 pending[addr] = found
-        elif action in ("segment_alloc", "segment_map", "segment_free", "segment_unmap"):
-            size = entry.get("size")
+        elif action in _SEGMENTS:
+            size = get("size")
             sign = 1 if action in ("segment_alloc", "segment_map") else -1
             segment_events.append((index, sign, addr, size if type(size) is int else 0))
         elif action == "oom":
