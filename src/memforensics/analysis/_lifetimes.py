@@ -101,6 +101,8 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             continue
         get = entry.get
         action = get("action")
+        if type(action) is not str:  # a hostile file may put anything here
+            continue
         addr = get("addr")
         if type(addr) is not int:
             addr = 0
