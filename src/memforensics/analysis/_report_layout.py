@@ -17,8 +17,8 @@ from memforensics.analysis._kinds import KINDS
 from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
 from memforensics.analysis._model import PENDING_FREE, Segment
 
-MAX_ROWS = 200
-MAX_RUNS = 64
+MAX_ROWS = 120
+MAX_RUNS = 32
 PENDING = len(KINDS)  # kind index of a block freed but waiting for its stream
 Row = tuple[int, list[list[int]], int]  # segment size, runs, free bytes
 

@@ -25,7 +25,7 @@ from memforensics.analysis._report_timeline import TOP_SITES, timeline_levels
 from memforensics.analysis._summary import Summary
 from memforensics.analysis._units import format_bytes as fmt
 
-LAYOUT_MOMENTS = 24
+LAYOUT_MOMENTS = 16
 TREE_DEPTH = 24
 TREE_SHARE = 0.002
 STACK_LINES = 40

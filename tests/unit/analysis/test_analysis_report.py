@@ -154,3 +154,23 @@ def test_a_new_section_is_one_builder(monkeypatch: pytest.MonkeyPatch) -> None:
     parts = builder.document()["dumps"][0]["devices"][0]["sections"]
     assert parts[-1]["id"] == "replay"
     assert parts[-1]["data"]["rows"] == [["expandable_segments"]]
+
+
+def test_a_worst_case_layout_stays_bounded() -> None:
+    """300 distinct segments of 100 blocks each, live and free in turn: at most 120 rows of at
+    most 32 runs per moment, and the page stays small."""
+    builder = SnapshotBuilder()
+    for index in range(300):
+        blocks = [
+            Block(4096 * (1 + (index + n) % 5), state="inactive" if n % 2 else "active_allocated")
+            for n in range(100)
+        ]
+        builder.segment(*blocks)
+    html = render_report([dump_from_snapshot(builder.build())])
+    for layout in _sections(html)["segments"]["data"]["layouts"]:
+        assert len(layout["rows"]) <= 120
+        assert all(len(row["runs"]) <= 32 for row in layout["rows"])
+        assert layout["hidden_segments"] == layout["segments"] - sum(
+            row["count"] for row in layout["rows"]
+        )
+    assert len(html) < 3_000_000
