@@ -43,7 +43,7 @@ class RunContext:
 RunSectionBuilder = Callable[[RunContext], Section | None]
 RUN_SECTIONS: list[RunSectionBuilder] = [
     lambda run: unreadable_section(run.unreadable),
-    lambda run: leaks_section(run.leaks, run.unreadable) if run.leaks is not None else None,
+    lambda run: leaks_section(run.leaks) if run.leaks is not None else None,
 ]
 
 

@@ -323,7 +323,7 @@ DUMP_SECTIONS: list[SectionBuilder] = [
 ]
 
 
-def leaks_section(leaks: Leaks | None, unreadable: list[str]) -> Section:
+def leaks_section(leaks: Leaks | None) -> Section:
     """Leak trends of a folder's windows (a run section)."""
     if leaks is None or not leaks.windows:
         return table(
