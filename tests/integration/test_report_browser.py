@@ -80,8 +80,8 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
     browser: Any, tmp_path: Path
 ) -> None:
     """No console error; the timeline draws bands; hovering shows a stack; a click redraws the
-    segment view at another moment; the y axis shows the movement with the limit marked; and
-    the page made no request but its own file:// load."""
+    segment view at another moment; the y axis shows the movement with the limit marked; "by
+    site" restacks by call site; a drag zooms; and the page made no request but its own load."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
@@ -122,6 +122,22 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
     after = segments.get_attribute("data-position")
     assert after != before
     assert segments.find_elements(By.CSS_SELECTOR, ".segrow")
+    [by_site] = [
+        b for b in browser.find_elements(By.CSS_SELECTOR, ".controls button") if b.text == "by site"
+    ]
+    by_site.click()
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('svg.timeline polygon')].map(p => p.dataset.band)"
+    )
+    assert any("test_report_browser.py" in band for band in drawn)
+    overlay = browser.find_element(By.CSS_SELECTOR, "svg.timeline rect.overlay")  # redrawn
+    ActionChains(browser).move_to_element_with_offset(
+        overlay, -100, 0
+    ).click_and_hold().move_by_offset(150, 0).release().perform()
+    ends = browser.execute_script(
+        "return [...document.querySelectorAll('svg.timeline text.tick')].map(t => t.textContent)"
+    )
+    assert ends != labels  # the drag zoomed in: the x range and y ticks were redrawn
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     assert errors == []
 

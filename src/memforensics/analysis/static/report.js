@@ -259,13 +259,16 @@
     function draw() {
       svgNode.textContent = "";
       legend.textContent = "";
-      var list = bands();
-      list.forEach(function (band, index) {
-        legend.appendChild(el("span", { "class": "key", "style": "background:" + color(band, index) }));
-        legend.appendChild(document.createTextNode(band.name.length > 60 ? "…" + band.name.slice(-59) : band.name));
-      });
       var rows = pickRows();
       if (!rows.length) { note.textContent = "No allocator events in this range."; drawn = null; return; }
+      var all = bands();
+      var list = all.filter(function (band) {  /* only what holds memory here: no empty keys */
+        return rows.some(function (row) { return row[band.index] > 0; });
+      });
+      list.forEach(function (band) {
+        legend.appendChild(el("span", { "class": "key", "style": "background:" + color(band, all.indexOf(band)) }));
+        legend.appendChild(document.createTextNode(band.name.length > 60 ? "…" + band.name.slice(-59) : band.name));
+      });
       var lo = Infinity, hi = 0;
       rows.forEach(function (row) { lo = Math.min(lo, row[3]); hi = Math.max(hi, row[3], row[2]); });
       var movement = hi - lo;
@@ -289,7 +292,7 @@
       var cumulative = rows.map(function () { return 0; });
       var group = sv("g", { "clip-path": "url(#" + section.id + "-clip)" });
       var xs = rows.map(function (row, i) { return i + 1 < rows.length ? rows[i + 1][0] : state.x1; });
-      list.forEach(function (band, index) {
+      list.forEach(function (band) {
         var upper = rows.map(function (row, i) { return cumulative[i] + row[band.index]; });
         var points = [];
         rows.forEach(function (row, i) {  /* a step chart: a level holds until the next point */
@@ -300,7 +303,7 @@
           points.push(px(xs[i]).toFixed(1) + "," + py(cumulative[i]).toFixed(1));
           points.push(px(rows[i][0]).toFixed(1) + "," + py(cumulative[i]).toFixed(1));
         }
-        var path = sv("polygon", { "points": points.join(" "), "fill": color(band, index), "fill-opacity": 0.85, "data-band": band.name });
+        var path = sv("polygon", { "points": points.join(" "), "fill": color(band, all.indexOf(band)), "fill-opacity": 0.85, "data-band": band.name });
         group.appendChild(path);
         cumulative = upper;
       });
