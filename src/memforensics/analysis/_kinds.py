@@ -60,7 +60,6 @@ _OPTIMIZER_PATHS = (
 _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "grad"})
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
 _NATIVE = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hpp", ".so")
-_phase_cache: dict[int, tuple[object, str]] = {}
 
 
 def is_python_file(filename: str) -> bool:
@@ -72,18 +71,14 @@ def is_python_file(filename: str) -> bool:
 
 
 def phase_of(frames: object) -> str:
-    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key."""
+    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key.
+
+    Nothing is cached per frames list: in a real snapshot each entry has its own list (over
+    shared frame dicts), so such a cache would miss and only pin old dumps in memory.
+    """
     if not isinstance(frames, list):
         return NO_FRAMES
-    key = id(frames)
-    cached = _phase_cache.get(key)
-    if cached is not None and cached[0] is frames:
-        return cached[1]
-    found = _phase(frames)
-    if len(_phase_cache) >= 50_000:
-        _phase_cache.clear()
-    _phase_cache[key] = (frames, found)  # the value keeps ``frames`` alive: ids stay unique
-    return found
+    return _phase(frames)
 
 
 _PYTHON, _NATIVE_FRAME = "python", "native"

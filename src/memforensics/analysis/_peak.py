@@ -116,16 +116,10 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
     )
 
 
-_path_cache: dict[int, tuple[object, tuple[str, ...]]] = {}
-
-
 def folded_path(frames: object) -> tuple[str, ...]:
     """Outermost-first node names for ``frames``: user frames kept, library runs folded."""
     if not isinstance(frames, list) or not frames:
         return (NO_FRAMES,)
-    cached = _path_cache.get(id(frames))
-    if cached is not None and cached[0] is frames:
-        return cached[1]
     path: list[str] = []
     folded: list[str] = []
     for frame in reversed(frames):  # outermost first
@@ -144,11 +138,7 @@ def folded_path(frames: object) -> tuple[str, ...]:
         path.append(label)
     if folded:
         path.append(_fold(folded))
-    result = tuple(path[:MAX_DEPTH]) or (ENGINE,)
-    if len(_path_cache) >= 50_000:
-        _path_cache.clear()
-    _path_cache[id(frames)] = (frames, result)
-    return result
+    return tuple(path[:MAX_DEPTH]) or (ENGINE,)
 
 
 def _fold(labels: list[str]) -> str:
@@ -215,26 +205,35 @@ def _tail(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
-_site_cache: dict[int, tuple[object, str | None]] = {}
+_site_cache: dict[tuple[object, object, object], str | None] = {}
 
 
 def site_fast(frames: object) -> str:
-    """``site_of(frames)``, decided frame by frame with a cache per shared frame dict.
+    """``site_of(frames)``, decided frame by frame with a cache per distinct frame.
 
-    In a real snapshot every entry has its own frames list but the frame dicts are shared, so
-    caching per list misses and caching per frame hits nearly always.
+    A snapshot repeats a few thousand frames millions of times, each entry in its own list, so
+    a cache per list misses and a cache per (file, line, function) hits nearly always. The key
+    holds strings and ints only: no frame of an old dump stays alive because of it.
     """
     if not isinstance(frames, list):
         return UNKNOWN_SITE
     cache = _site_cache
     for frame in frames:
-        cached = cache.get(id(frame))
-        if cached is None or cached[0] is not frame:
-            label = site_of([frame])
-            cached = (frame, None if label == UNKNOWN_SITE else label)
+        if type(frame) is not dict:
+            continue
+        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        key = (
+            filename if type(filename) is str else None,
+            line if type(line) is int else None,
+            name if type(name) is str else None,
+        )
+        label = cache.get(key, "")
+        if label == "":
+            found = site_of([frame])
+            label = None if found == UNKNOWN_SITE else found
             if len(cache) >= 200_000:
                 cache.clear()
-            cache[id(frame)] = cached  # keeps the frame alive: its id stays unique
-        if cached[1] is not None:
-            return cached[1]
+            cache[key] = label
+        if label is not None:
+            return label
     return UNKNOWN_SITE
