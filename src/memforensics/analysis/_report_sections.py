@@ -178,7 +178,8 @@ def timeline_section(ctx: DumpContext) -> Section:
             "only the snapshot's own moment is known (memforensics records history inside step "
             "windows and, by default, state for OOM dumps; start it before the model is built).",
         )
-    data.update(timeline_levels(lt, ctx.dump.trace, top_sites, ctx.summary.reserved_bytes))
+    moments = (peak.position, *lt.oom_positions)
+    data.update(timeline_levels(lt, ctx.dump.trace, top_sites, ctx.summary.reserved_bytes, moments))
     return Section("timeline", "Memory over time", "timeline", data)
 
 

@@ -16,6 +16,7 @@ from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
 from memforensics.analysis._peak import site_fast
 
 FINEST = 4096
+BAND_BUCKETS = 2048
 COARSEST = 64
 TOP_SITES = 8
 OTHER = "other sites"
@@ -27,10 +28,33 @@ def site_index(allocations: list[Allocation], top: list[str]) -> dict[int, int]:
     return {id(item): where.get(site_fast(item.frames), len(top)) for item in allocations}
 
 
+def _bands(count: int, moments: list[int]) -> list[tuple[int, int]]:
+    """Ranges around the peak and the OOMs that get their own, finer buckets."""
+    half = max(count // 128, BAND_BUCKETS // 2)
+    if count <= FINEST:
+        return []  # the finest level already has every entry
+    found: list[tuple[int, int]] = []
+    for moment in sorted(set(moments)):
+        lo, hi = max(moment - half, 0), min(moment + half, count)
+        if found and lo <= found[-1][1]:
+            found[-1] = (found[-1][0], hi)
+        else:
+            found.append((lo, hi))
+    return found[:4]
+
+
 def timeline_levels(
-    lt: Lifetimes, trace: list[Any], top_sites: list[str], reserved_now: int
+    lt: Lifetimes,
+    trace: list[Any],
+    top_sites: list[str],
+    reserved_now: int,
+    moments: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """Levels of buckets: position, time, reserved bytes, bytes per kind and per top site."""
+    """Levels of buckets: position, time, reserved bytes, bytes per kind and per top site.
+
+    Besides the levels over the whole trace, each band around a moment in ``moments`` (the
+    peak, the OOMs) gets :data:`BAND_BUCKETS` buckets of its own: the detail a zoom there needs.
+    """
     kind_of = {kind: index for index, kind in enumerate(KINDS)}
     sites = site_index(lt.allocations, top_sites)
     kinds = [0] * len(KINDS)
@@ -44,6 +68,8 @@ def timeline_levels(
     count = lt.length
     buckets = max(1, min(FINEST, count))
     best: list[list[int | None] | None] = [None] * buckets
+    bands = _bands(count, list(moments))
+    band_best: list[list[list[int | None] | None]] = [[None] * BAND_BUCKETS for _ in bands]
     for position in range(count):
         event = lt.by_event[position]
         change = segment_at.get(position)
@@ -58,8 +84,18 @@ def timeline_levels(
         bucket = position * buckets // count
         total = sum(kinds)
         held = best[bucket]
+        row: list[int | None] | None = None
         if held is None or total > (held[3] or 0):
-            best[bucket] = [position, _time(trace, position), reserved, total, *kinds, *by_site]
+            row = [position, _time(trace, position), reserved, total, *kinds, *by_site]
+            best[bucket] = row
+        for index, (lo, hi) in enumerate(bands):
+            if lo <= position < hi:
+                slot = (position - lo) * BAND_BUCKETS // (hi - lo)
+                mine = band_best[index][slot]
+                if mine is None or total > (mine[3] or 0):
+                    if row is None:
+                        row = [position, _time(trace, position), reserved, total, *kinds, *by_site]
+                    band_best[index][slot] = row
     fine = [row for row in best if row is not None]
     levels = [fine]
     while len(levels[-1]) > COARSEST * 4:
@@ -72,6 +108,10 @@ def timeline_levels(
         + [f"kind:{kind}" for kind in KINDS]
         + [f"site:{site}" for site in [*top_sites, OTHER]],
         "levels": list(reversed(levels)),  # coarsest first
+        "bands": [
+            {"from": lo, "to": hi, "rows": [row for row in rows if row is not None]}
+            for (lo, hi), rows in zip(bands, band_best, strict=True)
+        ],
         "events": count,
     }
 

@@ -75,6 +75,10 @@ def test_big_trace_is_aggregated_and_keeps_its_peak() -> None:
         assert len(level) <= 4096
         assert max(row[total] for row in level) == MiB(2)
     assert len(html) < 2_000_000
+    [band] = timeline["bands"]  # around the peak: finer buckets for a zoom there
+    finest = [row for row in timeline["levels"][-1] if band["from"] <= row[0] < band["to"]]
+    assert len(band["rows"]) > 10 * len(finest)
+    assert max(row[total] for row in band["rows"]) == MiB(2)
 
 
 def test_identical_segments_are_grouped_and_holes_come_first() -> None:

@@ -239,12 +239,22 @@
     }
 
     function pickRows() {
+      /* The coarsest level with enough points for the plot's width; zoomed into a band around
+       * the peak or an OOM, that band's own finer buckets when they have more to show. */
       var levels = data.levels;
       var chosen = levels[levels.length - 1];
+      var enough = (W - PL - PR) / 2;
+      var count = function (rows) {
+        return rows.filter(function (row) { return row[0] >= state.x0 && row[0] <= state.x1; }).length;
+      };
       for (var i = 0; i < levels.length; i++) {
-        var inView = levels[i].filter(function (row) { return row[0] >= state.x0 && row[0] <= state.x1; });
-        if (inView.length >= (W - PL - PR) / 2) { chosen = levels[i]; break; }
+        if (count(levels[i]) >= enough) { chosen = levels[i]; break; }
       }
+      (data.bands || []).forEach(function (band) {
+        if (state.x0 >= band.from && state.x1 <= band.to && count(chosen) < enough && count(band.rows) > count(chosen)) {
+          chosen = band.rows;
+        }
+      });
       var rows = [];
       for (var j = 0; j < chosen.length; j++) {
         var row = chosen[j];
