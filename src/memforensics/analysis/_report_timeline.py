@@ -1,4 +1,4 @@
-"""The report's timeline, pre-aggregated in Python so a 1 GB dump still makes a small page.
+"""The report's timeline and segment view, pre-aggregated so a 1 GB dump makes a small page.
 
 Live bytes by kind (and by the biggest sites) are followed over the whole trace, and the trace
 is cut into at most :data:`FINEST` equal buckets of entries. Each bucket keeps the state at its
@@ -13,8 +13,12 @@ from typing import Any
 
 from memforensics.analysis._kinds import KINDS
 from memforensics.analysis._lifetimes import BEFORE, Allocation, Lifetimes
-from memforensics.analysis._peak import site_fast
+from memforensics.analysis._peak import live_at, site_fast
+from memforensics.analysis._report_layout import layouts
+from memforensics.analysis._report_model import DumpContext, Section
 
+LAYOUT_MOMENTS = 16
+STACK_LINES = 40
 FINEST = 4096
 BAND_BUCKETS = 2048
 COARSEST = 64
@@ -123,3 +127,97 @@ def _time(trace: list[Any], position: int) -> int | None:
         if type(stamp) is int:
             return stamp
     return None
+
+
+def timeline_section(ctx: DumpContext) -> Section:
+    """Live memory by kind and by site over the trace, with the moments the page can open."""
+    lt = ctx.filled.lifetimes
+    peak = ctx.filled.peak
+    at_peak = live_at(lt, peak.position)
+    sites, stacks = _sites_and_stacks(at_peak)
+    top_sites = [site for site, _ in sites[:TOP_SITES]]
+    kind_stack = {}
+    for kind in KINDS:
+        of_kind = [(site, size) for site, size in _by_site(at_peak, kind)]
+        if of_kind:
+            kind_stack[kind] = of_kind[0][0]
+    oom = ctx.summary.oom
+    markers: list[dict[str, Any]] = [{"position": peak.position, "label": "peak"}]
+    markers += [{"position": position, "label": "OOM"} for position in lt.oom_positions]
+    positions = _moments(lt.length, [peak.position, *lt.oom_positions])
+    ctx.cache["layouts"] = layouts(lt, ctx.dump.segments, positions)
+    data: dict[str, Any] = {
+        "kinds": list(KINDS),
+        "sites": top_sites,
+        "stacks": stacks,
+        "kind_site": kind_stack,
+        "markers": markers,
+        "limit": oom.device_total_bytes if oom else None,
+        "segments_id": f"{ctx.key}-segments",
+        "moments": [layout["position"] for layout in ctx.cache["layouts"]],
+    }
+    if not lt.has_trace:
+        return Section(
+            "timeline",
+            "Memory over time",
+            "timeline",
+            data,
+            "No allocator history in this dump: it was taken with history recording off, so "
+            "only the snapshot's own moment is known (memforensics records history inside step "
+            "windows and, by default, state for OOM dumps; start it before the model is built).",
+        )
+    moments = (peak.position, *lt.oom_positions)
+    data.update(timeline_levels(lt, ctx.dump.trace, top_sites, ctx.summary.reserved_bytes, moments))
+    return Section("timeline", "Memory over time", "timeline", data)
+
+
+def _moments(length: int, marked: list[int]) -> list[int]:
+    if length <= 0:
+        return [0]
+    spaced = [length * index // LAYOUT_MOMENTS for index in range(LAYOUT_MOMENTS)]
+    return sorted({*spaced, *marked, length})
+
+
+def _by_site(live: list[Any], kind: str | None = None) -> list[tuple[str, int]]:
+    totals: dict[str, int] = {}
+    for item in live:
+        if kind is None or item.kind == kind:
+            site = site_fast(item.frames)
+            totals[site] = totals.get(site, 0) + item.size
+    return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))
+
+
+def _sites_and_stacks(live: list[Any]) -> tuple[list[tuple[str, int]], dict[str, list[str]]]:
+    """Sites at the peak, biggest first, and one full stack (innermost first) per site."""
+    sites = _by_site(live)
+    stacks: dict[str, list[str]] = {}
+    wanted = {site for site, _ in sites[: TOP_SITES * 4]}
+    for item in sorted(live, key=lambda a: -a.size):
+        site = site_fast(item.frames)
+        if site in wanted and site not in stacks:
+            stacks[site] = _stack_lines(item.frames)
+    return sites, stacks
+
+
+def _stack_lines(frames: object) -> list[str]:
+    if not isinstance(frames, list) or not frames:
+        return ["(no frames: allocated before recording, or on a thread without Python)"]
+    lines = []
+    for frame in frames:
+        if isinstance(frame, dict):
+            name, line = frame.get("name"), frame.get("line")
+            lines.append(f"{frame.get('filename')}:{line} {name}")
+        if len(lines) >= STACK_LINES:
+            lines.append(f"… {len(frames) - STACK_LINES} more frames")
+            break
+    return lines
+
+
+def segments_section(ctx: DumpContext) -> Section:
+    """Segment layout at the moment chosen on the timeline (the snapshot's at first)."""
+    found = ctx.cache.get("layouts") or []
+    empty = None if ctx.dump.segments else "No segments: nothing was reserved on this device."
+    data = {"kinds": [*KINDS, "pending free"], "layouts": found}
+    return Section(
+        f"{ctx.key}-segments", "Segments at the selected moment", "segments", data, empty
+    )
