@@ -164,3 +164,33 @@ def test_cpp_frames_do_not_confuse_the_phases(tmp_path: Path) -> None:
     assert any(frame["filename"] == "??" for frame in trace[0]["frames"])
     accuracy, wrong = _accuracy(_traced(engine_thread_frames(snapshot)), train.truth.labels)
     assert accuracy >= 0.95, wrong.most_common(4)
+
+
+REAL_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots"
+
+
+@pytest.mark.skipif(not REAL_DIR.is_dir(), reason="the real snapshots are not beside the repo")
+def test_real_cnn_snapshot_kinds_agree_with_its_own_frames() -> None:
+    """On the real CNN snapshot: live blocks without frames and without an alloc entry are
+    exactly the 'before_recording' bytes; what is called optimizer state was allocated under
+    torch/optim; and backward's frame-less allocations are never called activations."""
+    dump = load_dump(REAL_DIR / "cuda-cnn-stacks-all.pickle")
+    found = lifetimes(dump)
+    classify(found)
+    traced = {a["addr"] for a in dump.trace if a.get("action") == "alloc"}
+    untraced_bare = sum(
+        block.size
+        for segment in dump.segments
+        for block in segment.blocks
+        if block.state == "active_allocated" and not block.frames and block.address not in traced
+    )
+    live = found.at_snapshot()
+    assert untraced_bare > 0
+    assert sum(a.size for a in live if a.kind == "before_recording") == untraced_bare
+    optimizer = [a for a in found.allocations if a.kind == "optimizer_state"]
+    assert optimizer
+    assert all(any("/torch/optim/" in f["filename"] for f in a.frames) for a in optimizer)
+    bare = [a for a in found.allocations if a.start != BEFORE and a.frames is not None]
+    engine = [a for a in bare if not any(f["filename"].endswith(".py") for f in a.frames)]
+    assert engine
+    assert all(a.kind in ("gradient", "temporary") for a in engine)
