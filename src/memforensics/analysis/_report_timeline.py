@@ -144,8 +144,6 @@ def timeline_section(ctx: DumpContext) -> Section:
     oom = ctx.summary.oom
     markers: list[dict[str, Any]] = [{"position": peak.position, "label": "peak"}]
     markers += [{"position": position, "label": "OOM"} for position in lt.oom_positions]
-    positions = _moments(lt.length, [peak.position, *lt.oom_positions])
-    ctx.cache["layouts"] = layouts(lt, ctx.dump.segments, positions)
     data: dict[str, Any] = {
         "kinds": list(KINDS),
         "sites": top_sites,
@@ -154,7 +152,7 @@ def timeline_section(ctx: DumpContext) -> Section:
         "markers": markers,
         "limit": oom.device_total_bytes if oom else None,
         "segments_id": f"{ctx.key}-segments",
-        "moments": [layout["position"] for layout in ctx.cache["layouts"]],
+        "moments": [layout["position"] for layout in _layouts(ctx)],
     }
     if not lt.has_trace:
         return Section(
@@ -169,6 +167,16 @@ def timeline_section(ctx: DumpContext) -> Section:
     moments = (peak.position, *lt.oom_positions)
     data.update(timeline_levels(lt, ctx.dump.trace, top_sites, ctx.summary.reserved_bytes, moments))
     return Section("timeline", "Memory over time", "timeline", data)
+
+
+def _layouts(ctx: DumpContext) -> list[dict[str, Any]]:
+    """Segment layouts at the chosen moments, built once per device whichever section asks."""
+    found = ctx.cache.get("layouts")
+    if found is None:
+        lt = ctx.filled.lifetimes
+        positions = _moments(lt.length, [ctx.filled.peak.position, *lt.oom_positions])
+        found = ctx.cache["layouts"] = layouts(lt, ctx.dump.segments, positions)
+    return found
 
 
 def _moments(length: int, marked: list[int]) -> list[int]:
@@ -215,7 +223,7 @@ def _stack_lines(frames: object) -> list[str]:
 
 def segments_section(ctx: DumpContext) -> Section:
     """Segment layout at the moment chosen on the timeline (the snapshot's at first)."""
-    found = ctx.cache.get("layouts") or []
+    found = _layouts(ctx)
     empty = None if ctx.dump.segments else "No segments: nothing was reserved on this device."
     data = {"kinds": [*KINDS, "pending free"], "layouts": found}
     return Section(
