@@ -54,7 +54,10 @@ def device_views(dump: Dump) -> list[Dump]:
     whose ``device_traces`` is indexed by device; each view is that device's segments and trace.
     The sidecar's OOM facts belong to the failing device only.
     """
-    traces = dump.snapshot.get("device_traces")
+    raw: object = dump.snapshot
+    if not isinstance(raw, dict):  # e.g. memory_snapshot()'s bare segment list
+        return [dump]
+    traces = raw.get("device_traces")
     traces = traces if isinstance(traces, list) else []
     segments = normalize_segments(dump.snapshot, dump.name)
     devices = {s.device for s in segments if s.device is not None}
