@@ -68,6 +68,13 @@ def stress(session: nox.Session) -> None:
 
 
 @nox.session
+def browser(session: nox.Session) -> None:
+    """The report in a real headless Chromium (needs chromium and chromium-driver installed)."""
+    session.install("-e", ".", *TEST_DEPS, "selenium>=4.10")
+    session.run("pytest", "tests/integration/test_report_browser.py", "-m", "browser")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """Ruff lint and format check."""
     session.install("ruff>=0.6")

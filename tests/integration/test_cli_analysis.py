@@ -90,8 +90,34 @@ def test_report_writes_offline_html(tmp_path: Path) -> None:
     proc = _cli("report", fragmented().write(tmp_path / "f.pickle"), tmp_path / "run", "-o", out)
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
-    assert html.count("<section>") == 4
-    assert not re.search(r"https?:|<script|<link", html)
+    document = json.loads(
+        re.search(r'<script type="application/json" id="mf-data">(.*?)</script>', html, re.S)[1]
+    )
+    assert len(document["dumps"]) == 4
+    assert not re.search(r"https?:|<link|src=|@import|<iframe", html)
+
+
+def test_report_covers_every_readable_dump_of_a_folder(tmp_path: Path) -> None:
+    """A bad file never aborts a folder report: it is listed on stderr and in the page, the
+    rest is reported, and the exit status is 1; with no readable file at all it is 2."""
+    write_run_folder(tmp_path / "run", world_size=2)
+    broken = tmp_path / "run" / "manual" / "broken.pickle"
+    assert broken.exists()
+    out = tmp_path / "report.html"
+    proc = _cli("report", tmp_path / "run", "-o", out)
+    assert proc.returncode == 1
+    assert f"skipped: {broken}" in proc.stderr
+    html = out.read_text()
+    document = json.loads(
+        re.search(r'<script type="application/json" id="mf-data">(.*?)</script>', html, re.S)[1]
+    )
+    assert len(document["dumps"]) == 3
+    [unreadable] = [s for s in document["run"] if s["id"] == "unreadable"]
+    assert str(broken) in unreadable["data"]["rows"][0][0]
+    none = _cli("report", broken, broken, "-o", tmp_path / "none.html")
+    assert none.returncode == 2
+    assert len(none.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "none.html").exists()
 
 
 @pytest.mark.parametrize(

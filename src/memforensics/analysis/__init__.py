@@ -3,6 +3,7 @@
 from memforensics.analysis._device_diff import DeviceDiff, DeviceDiffs, diff_by_device
 from memforensics.analysis._devices import DeviceUsage
 from memforensics.analysis._diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
+from memforensics.analysis._filled import Filled, what_filled
 from memforensics.analysis._frames import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
@@ -12,12 +13,15 @@ from memforensics.analysis._frames import (
     parse_step,
     site_of,
 )
+from memforensics.analysis._kinds import KINDS, KindBytes
+from memforensics.analysis._leaks import Leaks, SiteTrend, find_leaks
 from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
 from memforensics.analysis._overview import Overview, RankFacts, build_overview
 from memforensics.analysis._overview_html import render_overview
 from memforensics.analysis._overview_text import overview_text
+from memforensics.analysis._peak import CallNode, Moment
 from memforensics.analysis._replay import Replay, WhatIf, replay
 from memforensics.analysis._report import render_report
 from memforensics.analysis._shapes import SnapshotShape
@@ -39,9 +43,11 @@ __all__ = [
     "EXHAUSTED",
     "EXTERNAL",
     "FRAGMENTATION",
+    "KINDS",
     "NO_OOM",
     "UNKNOWN",
     "UNKNOWN_SITE",
+    "CallNode",
     "DeviceDiff",
     "DeviceDiffs",
     "DeviceUsage",
@@ -49,8 +55,12 @@ __all__ = [
     "Dump",
     "DumpEntry",
     "DumpMeta",
+    "Filled",
+    "KindBytes",
     "LeakSuspect",
+    "Leaks",
     "LowerBound",
+    "Moment",
     "OomRecord",
     "Overview",
     "RankFacts",
@@ -58,6 +68,7 @@ __all__ = [
     "RunListing",
     "SiteBytes",
     "SiteGrowth",
+    "SiteTrend",
     "SnapshotShape",
     "StepBytes",
     "Summary",
@@ -69,6 +80,7 @@ __all__ = [
     "diff_by_device",
     "diff_dumps",
     "dump_from_snapshot",
+    "find_leaks",
     "format_bytes",
     "is_installed_file",
     "is_library_file",
@@ -84,4 +96,5 @@ __all__ = [
     "sidecar_path",
     "site_of",
     "summarize",
+    "what_filled",
 ]

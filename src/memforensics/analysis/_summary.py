@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memforensics.analysis._devices import DeviceUsage
+from memforensics.analysis._filled import Filled, what_filled
 from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE, attribute, parse_step
 from memforensics.analysis._load import Dump
 from memforensics.analysis._meta import OomRecord
@@ -90,6 +91,7 @@ class Summary:
     limits: tuple[str, ...] = ()
     oom_state: OomMoment | None = None  # the state the verdict was judged on (#11)
     lower_bound: LowerBound | None = None
+    filled: Filled | None = None  # kinds, peak and OOM moment (#12)
 
     @property
     def history_events(self) -> int:
@@ -142,6 +144,7 @@ class Summary:
             "device_reason": self.device_reason,
             "snapshot_shape": self.shape.to_dict(),
             "limits": list(self.limits),
+            **(self.filled.to_dict() if self.filled else {}),
         }
 
 
@@ -254,6 +257,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         limits=dump.limits,
         oom_state=moment,
         lower_bound=bound,
+        filled=what_filled(dump),
     )
 
 

@@ -9,6 +9,7 @@ from memforensics.analysis._diff import Diff
 from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE
 from memforensics.analysis._ls import RunListing
 from memforensics.analysis._summary import Summary
+from memforensics.analysis._text_filled import filled_lines
 from memforensics.analysis._units import format_bytes as fmt
 
 _SITE_WIDTH = 64
@@ -76,6 +77,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         lines.append(f"  → {s.verdict.advice}")
     lines += _site_table(s)
     lines += _unrecorded_note(s)
+    lines += filled_lines(s.filled)
     if s.live_by_step:
         shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]

@@ -16,6 +16,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("diff", "DiffCommand"),
     ("ls", "LsCommand"),
     ("replay", "ReplayCommand"),
+    ("leaks", "LeaksCommand"),
     ("overview", "OverviewCommand"),
     ("report", "ReportCommand"),
     ("run", "RunCommand"),

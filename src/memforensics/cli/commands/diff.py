@@ -8,6 +8,8 @@ import json
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump
 from memforensics.analysis._device_diff import device_diffs_text, diff_by_device
+from memforensics.analysis._filled import kinds_change
+from memforensics.analysis._text_filled import kinds_change_lines
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
 
@@ -35,9 +37,13 @@ class DiffCommand:
         try:
             before, after = load_dump(args.before), load_dump(args.after)
             result = diff_by_device(before, after, device=args.device)
+            if args.device is not None:
+                before, after = before.on_device(args.device), after.on_device(args.device)
+            kinds = kinds_change(before, after)  # (#12) live bytes per kind, before and after
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
-        print(
-            json.dumps(result.to_dict(), indent=2) if args.json else device_diffs_text(result, top)
-        )
+        if args.json:
+            print(json.dumps({**result.to_dict(), "kinds": kinds}, indent=2))
+        else:
+            print("\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)]))
         return 0

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import Dump, list_dumps, load_dump, render_report
+from memforensics.analysis import list_dumps, load_dump
+from memforensics.analysis._report import ReportBuilder
 from memforensics.cli._command import CommandError
 
 
@@ -26,22 +27,35 @@ class ReportCommand:
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load every dump, render, write atomically."""
-        dumps: list[Dump] = []
-        try:
-            for name in args.files:
-                paths = [Path(name)]
-                if paths[0].is_dir():
+        """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
+
+        Exit 0 when every file was read, 1 when some were not, 2 when none was.
+        """
+        builder = ReportBuilder(top=max(args.top, 0))
+        for name in args.files:
+            paths = [Path(name)]
+            if paths[0].is_dir():
+                builder.folder = True
+                try:
                     paths = [entry.path for entry in list_dumps(paths[0]).dumps]
-                dumps.extend(load_dump(path) for path in paths)
-        except SnapshotLoadError as exc:
-            raise CommandError(str(exc)) from None
-        if not dumps:
-            raise CommandError("no snapshot files found in the given folders")
-        for dump in dumps:
-            for warning in dump.warnings:
-                print(f"memforensics report: warning: {dump.name}: {warning}", file=sys.stderr)
-        html = render_report(dumps, top=max(args.top, 0))
+                except SnapshotLoadError as exc:
+                    builder.add_unreadable(str(exc))
+                    continue
+            for path in paths:
+                try:
+                    dump = load_dump(path)
+                except SnapshotLoadError as exc:
+                    builder.add_unreadable(str(exc))
+                    continue
+                for warning in dump.warnings:
+                    print(f"memforensics report: warning: {dump.name}: {warning}", file=sys.stderr)
+                builder.add(dump)
+                del dump
+        if not builder.dumps:  # one line, as every command reports a bad input
+            raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
+        for message in builder.unreadable:
+            print(f"memforensics report: skipped: {message}", file=sys.stderr)
+        html = builder.html()
         out = Path(args.output)
         temp = out.with_name(f".{out.name}.tmp{os.getpid()}")
         try:
@@ -50,5 +64,10 @@ class ReportCommand:
         except OSError as exc:
             temp.unlink(missing_ok=True)
             raise CommandError(f"{out}: cannot write ({exc.strerror or exc})") from None
-        print(f"wrote {out} ({len(dumps)} dump(s), {len(html.encode()) / 1024:.0f} KiB)")
-        return 0
+        bad = len(builder.unreadable)
+        print(
+            f"wrote {out} ({len(builder.dumps)} dump(s), {len(html.encode()) / 1024:.0f} KiB"
+            + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
+            + ")"
+        )
+        return 1 if bad else 0

@@ -1,0 +1,198 @@
+"""A training loop on the sim device that labels every allocation with its true kind.
+
+The truth for the kinds classifier: parameters made before the first step, activations kept by
+forward and freed by backward, temporaries, gradients (the first micro-batch's persist; later
+micro-batches' partial gradients are added in place and freed), Adam's two state tensors per
+parameter made in the optimizer's first step, and Adam's temporaries. Backward and the optimizer
+run under files laid out like torch's own (``torch/autograd/graph.py``'s
+``_engine_run_backward``, ``torch/optim/adam.py``), so the frames in the dump have the shape a
+real CPU/GPU dump has; :func:`engine_thread_frames` then strips backward's Python frames, as
+CUDA and NPU dumps record them (the autograd engine runs on a device thread).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from memforensics.analysis._kinds import is_python_file
+from memforensics.backends.sim import SimDevice, SimTensor
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+_RUNNER = "def {name}(run):\n    return run()\n"
+
+
+def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType]:
+    """``site-packages/torch/autograd/graph.py`` and ``torch/optim/adam.py`` stand-ins."""
+    site = root / "lib" / "python3.12" / "site-packages" / "torch"
+    files = {
+        site / "autograd" / "graph.py": _RUNNER.format(name="_engine_run_backward"),
+        site / "optim" / "adam.py": _RUNNER.format(name="_init_group")
+        + _RUNNER.format(name="_single_tensor_adam"),
+    }
+    modules = []
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(f"labelled_{path.parent.name}", path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return modules[0], modules[1]
+
+
+@dataclass
+class Workload:
+    """What the loop allocated: one label per ``alloc`` event, in order, and the live tensors."""
+
+    labels: list[str] = field(default_factory=list)
+    live: dict[int, str] = field(default_factory=dict)  # address -> label of live tensors
+    sizes: dict[int, int] = field(default_factory=dict)  # address -> bytes of live tensors
+    peak_bytes: int = 0
+    peak_kinds: dict[str, int] = field(default_factory=dict)  # bytes per label at the peak
+
+    def note_peak(self) -> None:
+        """Remember the live bytes per label when they reach a new high."""
+        total = sum(self.sizes.values())
+        if total > self.peak_bytes:
+            self.peak_bytes = total
+            self.peak_kinds = {}
+            for address, label in self.live.items():
+                self.peak_kinds[label] = self.peak_kinds.get(label, 0) + self.sizes[address]
+
+
+class TrainingLoop:
+    """A small model with ``layers`` layers trained with Adam on the sim device."""
+
+    def __init__(
+        self,
+        device: SimDevice,
+        root: Path,
+        *,
+        layers: int = 6,
+        micro_batches: int = 1,
+        zero_grad_at_end: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.device = device
+        self.autograd, self.adam = torch_shaped_modules(root)
+        self.rng = random.Random(seed)
+        self.layers = layers
+        self.micro_batches = micro_batches
+        self.zero_grad_at_end = zero_grad_at_end
+        self.truth = Workload()
+        self.params: list[SimTensor] = []
+        self.grads: list[SimTensor | None] = [None] * layers
+        self.state: list[SimTensor] = []
+        self._kept: list[tuple[SimTensor, str]] = []
+
+    def alloc(self, label: str, nbytes: int) -> SimTensor:
+        """Allocate and record the truth."""
+        tensor = self.device.empty(nbytes)
+        self.truth.labels.append(label)
+        self.truth.live[tensor.address] = label
+        self.truth.sizes[tensor.address] = nbytes
+        self.truth.note_peak()
+        return tensor
+
+    def free(self, tensor: SimTensor) -> None:
+        """Free and forget the truth of a live tensor."""
+        self.truth.live.pop(tensor.address, None)
+        self.truth.sizes.pop(tensor.address, None)
+        tensor.free()
+
+    def build_model(self) -> None:
+        """Parameters, before any step."""
+        for _ in range(self.layers):
+            self.params.append(self.alloc("parameter", self.rng.randint(1, 6) * MiB))
+
+    def step(self, number: int, tag: Callable[[str], None]) -> None:
+        """One optimizer step: zero_grad, micro-batches of forward and backward, Adam."""
+        tag(f"step={number}")
+        if not self.zero_grad_at_end:
+            self.zero_grad()
+        for micro in range(self.micro_batches):
+            activations = self.forward()
+            self.autograd._engine_run_backward(lambda a=activations, m=micro: self.backward(a, m))
+        self.optimizer_step()
+        if self.zero_grad_at_end:
+            self.zero_grad()
+        tag("")
+
+    def forward(self) -> list[SimTensor]:
+        """Each layer: a temporary or two, then its kept activation."""
+        kept = []
+        for _ in range(self.layers):
+            scratch = self.alloc("temporary", self.rng.randint(64, 512) * KiB)
+            kept.append(self.alloc("activation", self.rng.randint(2, 8) * MiB))
+            self.free(scratch)
+            if self.rng.random() < 0.5:
+                self.free(self.alloc("temporary", self.rng.randint(16, 256) * KiB))
+        loss = self.alloc("temporary", 4 * KiB)
+        self.free(loss)
+        return kept
+
+    def backward(self, activations: list[SimTensor], micro: int) -> None:
+        """Reverse order: a gradient-of-input temporary, the weight gradient, free activation."""
+        upstream = self.alloc("temporary", self.rng.randint(1, 4) * MiB)
+        for layer in reversed(range(self.layers)):
+            grad_input = self.alloc("temporary", self.rng.randint(1, 4) * MiB)
+            self.free(upstream)
+            upstream = grad_input
+            size = self.params[layer].nbytes
+            if self.grads[layer] is None:
+                self.grads[layer] = self.alloc("gradient", size)
+            else:  # accumulation: the partial gradient is added in place, then freed
+                self.free(self.alloc("temporary", size))
+            self.free(activations[layer])
+        self.free(upstream)
+
+    def optimizer_step(self) -> None:
+        """Adam: state on the first step, then a temporary per parameter."""
+        if not self.state:
+            for param in self.params:
+                self.adam._init_group(lambda p=param: self._init_state(p))
+        for param in self.params:
+            self.adam._single_tensor_adam(
+                lambda p=param: self.free(self.alloc("temporary", p.nbytes))
+            )
+
+    def _init_state(self, param: SimTensor) -> None:
+        self.state.append(self.alloc("optimizer_state", param.nbytes))
+        self.state.append(self.alloc("optimizer_state", param.nbytes))
+
+    def zero_grad(self) -> None:
+        """``set_to_none=True``: the gradients go."""
+        for layer, grad in enumerate(self.grads):
+            if grad is not None:
+                self.free(grad)
+                self.grads[layer] = None
+
+
+def engine_thread_frames(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Drop every Python frame from backward's entries, as a CUDA dump records them."""
+
+    def strip(frames: object) -> object:
+        if isinstance(frames, list) and any(
+            isinstance(f, dict) and f.get("name") == "_engine_run_backward" for f in frames
+        ):
+            return [f for f in frames if not is_python_file(str(f.get("filename", "")))]
+        return frames
+
+    for trace in snapshot["device_traces"]:
+        for entry in trace:
+            entry["frames"] = strip(entry.get("frames"))
+    for segment in snapshot["segments"]:
+        for block in segment["blocks"]:
+            if "frames" in block:
+                block["frames"] = strip(block["frames"])
+    return snapshot

@@ -1,0 +1,75 @@
+"""leaks: a known leak among steady sites is the one suspect; a steady run has none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labelled_workload import TrainingLoop
+
+import memforensics
+from memforensics.analysis import find_leaks
+from memforensics.analysis._text_leaks import leaks_text
+from memforensics.backends.sim import SimDevice, SimTensor, reset_device
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _leak(device: SimDevice, kept: list[SimTensor]) -> None:
+    kept.append(device.empty(MiB + 4096))  # e.g. a loss tensor appended to a list every step
+
+
+def _train(tmp_path: Path, *, leak_every: int, steps: int = 10) -> Path:
+    """A labelled training loop with one window per two steps; a leak every N steps (0: none)."""
+    device = reset_device(4 * GiB)
+    out = tmp_path / "run"
+    mf = memforensics.install(device="sim", out_dir=str(out), steps=1, every=2, keep_last=None)
+    train = TrainingLoop(device, tmp_path, seed=2)
+    train.build_model()
+    kept: list[SimTensor] = []
+    for number in range(steps):
+        with mf.step(number):
+            train.step(number, lambda _text: None)
+            if leak_every and number % leak_every == 0:
+                _leak(device, kept)
+    mf.close()
+    return out
+
+
+def test_the_leak_is_the_only_suspect(tmp_path: Path) -> None:
+    """One site grows by one tensor a step: it is the only suspect, with the right growth per
+    step and first step; parameters, Adam state and gradients stay below suspicion."""
+    leaks = find_leaks(_train(tmp_path, leak_every=1))
+    assert leaks.windows == {0: (0, 2, 4, 6, 8)}
+    [suspect] = leaks.suspects
+    assert suspect.site.endswith(" _leak")
+    assert suspect.growth_per_step == MiB + 4096
+    assert suspect.first_step == 0
+    assert suspect.bytes == tuple((MiB + 4096) * (step + 1) for step in (0, 2, 4, 6, 8))
+    assert suspect.confidence > 0.99
+    assert len(leaks.trends) > 1  # the steady sites are listed too, just not suspected
+    assert "!!" in leaks_text(leaks)
+
+
+def test_a_steady_run_has_no_suspect(tmp_path: Path) -> None:
+    """No leak: optimizer state made once in the first step is one-off growth, not a leak."""
+    leaks = find_leaks(_train(tmp_path, leak_every=0))
+    assert leaks.suspects == ()
+    assert all(trend.confidence < 0.5 for trend in leaks.trends)
+
+
+def test_a_one_off_growth_is_discounted(tmp_path: Path) -> None:
+    """A site that grew once (step 2) and then held still scores low and is not a suspect."""
+    device = reset_device(4 * GiB)
+    out = tmp_path / "run"
+    mf = memforensics.install(device="sim", out_dir=str(out), steps=1, every=2, keep_last=None)
+    kept: list[SimTensor] = []
+    for number in range(10):
+        with mf.step(number):
+            if number == 2:
+                _leak(device, kept)
+    mf.close()
+    [trend] = find_leaks(out).trends
+    assert trend.bytes == (0, MiB + 4096, MiB + 4096, MiB + 4096, MiB + 4096)
+    assert not trend.suspect
+    assert trend.confidence < 0.5

@@ -1,0 +1,96 @@
+"""The peak: its live bytes, kinds and call tree match what a labelled training loop held."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from labelled_workload import TrainingLoop
+
+import memforensics
+from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump, summarize
+from memforensics.analysis._filled import what_filled
+from memforensics.analysis._peak import NO_FRAMES, CallNode
+from memforensics.analysis._text import summary_text
+from memforensics.backends.sim import SimOutOfMemoryError, reset_device
+from memforensics.testing import Block, MiB, SnapshotBuilder
+
+GiB = 1 << 30
+
+
+def _leaves(node: CallNode) -> list[CallNode]:
+    if not node.children:
+        return [node]
+    return [leaf for child in node.children.values() for leaf in _leaves(child)]
+
+
+def _names(node: CallNode) -> list[str]:
+    return [node.name] + [
+        name for child in (node.children or {}).values() for name in _names(child)
+    ]
+
+
+def test_peak_bytes_kinds_and_tree_match_the_truth(tmp_path: Path) -> None:
+    """Live bytes at the peak equal the loop's own maximum, byte for byte per kind, and the
+    call tree's root and leaves add up to them."""
+    device = reset_device(4 * GiB)
+    device.record_memory_history("all", max_entries=1_000_000)
+    train = TrainingLoop(device, tmp_path, micro_batches=2, seed=11)
+    train.build_model()
+    for number in range(3):
+        train.step(number, device.set_memory_metadata)
+    filled = what_filled(dump_from_snapshot(device.snapshot()))
+    peak = filled.peak
+    assert peak.name == "peak"
+    assert peak.live_bytes == train.truth.peak_bytes
+    assert {k.kind: k.bytes for k in peak.kinds} == train.truth.peak_kinds
+    assert peak.tree.bytes == peak.live_bytes
+    assert sum(leaf.bytes for leaf in _leaves(peak.tree)) == peak.live_bytes
+    assert any(" forward" in name and "labelled_workload.py" in name for name in _names(peak.tree))
+    assert filled.oom is None
+
+
+def test_summary_shows_kinds_and_tree_and_json_has_all(tmp_path: Path) -> None:
+    """summary text has the kinds table and the tree's top; --json the whole tree."""
+    device = reset_device(32 * MiB(1))
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1)
+    kept = []
+
+    def fill() -> None:
+        for _ in range(5):
+            kept.append(device.empty(MiB(10)))
+
+    with pytest.raises(SimOutOfMemoryError), mf.step(0):
+        fill()
+    mf.close()
+    oom = list_dumps(tmp_path).first_oom
+    assert oom is not None
+    summary = summarize(load_dump(oom.path))
+    text = summary_text(summary)
+    assert "live memory by kind" in text
+    assert "call tree at the peak" in text
+    data = json.loads(json.dumps(summary.to_dict()))
+    assert data["peak"]["live_bytes"] == MiB(30)
+    assert data["oom_moment"]["live_bytes"] == MiB(30)
+    assert [k["kind"] for k in data["kinds"]] == ["activation"]  # live at an OOM in forward
+
+    def depth(node: dict[str, object]) -> int:
+        children = node["children"]
+        assert isinstance(children, list)
+        return 1 + max((depth(child) for child in children), default=0)
+
+    assert depth(data["peak"]["tree"]) >= 3  # the whole tree, not its top
+
+
+def test_without_history_the_snapshot_is_the_moment() -> None:
+    """No trace: the moment is the snapshot itself, blocks without frames under their own node."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(6), site=None), Block(MiB(2)))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]
+    filled = what_filled(dump_from_snapshot(snapshot))
+    assert filled.peak.name == "snapshot"
+    assert filled.peak.live_bytes == MiB(8)
+    top = filled.peak.tree.sorted_children()[0]
+    assert (top.name, top.bytes) == (NO_FRAMES, MiB(6))
