@@ -17,6 +17,7 @@ from memforensics.analysis._kinds import KINDS
 from memforensics.analysis._leaks import Leaks
 from memforensics.analysis._peak import CallNode
 from memforensics.analysis._report_model import DumpContext, Section, SectionBuilder, table
+from memforensics.analysis._report_replay import oom_moment_section, replay_section
 from memforensics.analysis._report_timeline import segments_section, timeline_section
 from memforensics.analysis._summary import Summary
 from memforensics.analysis._units import format_bytes as fmt
@@ -160,6 +161,8 @@ def steps_section(ctx: DumpContext) -> Section:
 DUMP_SECTIONS: list[SectionBuilder] = [
     verdict_section,
     facts_section,
+    oom_moment_section,
+    replay_section,
     timeline_section,
     segments_section,
     kinds_section,

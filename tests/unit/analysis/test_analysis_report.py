@@ -178,3 +178,47 @@ def test_a_worst_case_layout_stays_bounded() -> None:
             row["count"] for row in layout["rows"]
         )
     assert len(html) < 3_000_000
+
+
+def _fragmenting_oom_dump() -> Any:
+    """A sim run that fails by fragmentation under default settings, as an OOM dump."""
+    from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
+
+    mib = 1 << 20
+    total = 48 * mib
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    device.empty(30 * mib).free()
+    kept = device.empty(10 * mib)
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(24 * mib)
+    del kept
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    return dump_from_snapshot(snapshot, sidecar=sidecar)
+
+
+def test_an_oom_dump_shows_the_replay_table_and_the_state_at_the_oom() -> None:
+    """An OOM dump's page answers 'would expandable segments have fit?' from the replay."""
+    parts = _sections(render_report([_fragmenting_oom_dump()]))
+    rows = {row[0]: row[1] for row in parts["replay"]["data"]["rows"]}
+    assert rows["(as recorded)"] == "OOM"
+    assert rows["expandable_segments:True"] == "fits"
+    facts = {row[0]: row[1] for row in parts["oom_moment"]["data"]["rows"]}
+    assert facts["request (the user's, rounded to 512 B)"] == ["bytes", 24 << 20]
+
+
+def test_a_dump_without_oom_has_no_replay_section() -> None:
+    """No OOM, nothing to replay: the page leaves the what-if table out."""
+    from memforensics.backends.sim import SimDevice
+
+    device = SimDevice(64 << 20)
+    device.record_memory_history("all", max_entries=1_000)
+    device.empty(8 << 20).free()
+    parts = _sections(render_report([dump_from_snapshot(device.snapshot())]))
+    assert parts["verdict"]["data"]["name"] == "no-oom"
+    assert "replay" not in parts
+    assert "oom_moment" not in parts
