@@ -67,6 +67,8 @@ def test_every_field_has_an_environment_variable() -> None:
         "MEMFORENSICS_OOM_HISTORY": "off",
         "MEMFORENSICS_MAX_OOM_SNAPSHOTS": "1",
         "MEMFORENSICS_ANNOTATE_STEPS": "0",
+        "MEMFORENSICS_CONTEXT": "all",
+        "MEMFORENSICS_WRITER": "inline",
     }
     assert set(env) == {env_var(f) for f in FIELDS}
     config = build_config({}, env)
@@ -87,6 +89,8 @@ def test_every_field_has_an_environment_variable() -> None:
         oom_history="off",
         max_oom_snapshots=1,
         annotate_steps=False,
+        context="all",
+        writer="inline",
     )
 
 

@@ -83,7 +83,8 @@ def test_oom_observer_dump_and_same_exception(tmp_path: Path) -> None:
     assert dump.parent.name == "oom"
     assert "_step7_" in dump.name
     oom = _sidecar(dump)["oom"]
-    assert oom["requested_bytes"] == 20 * MiB
+    assert oom["allocation_bytes"] == 20 * MiB  # what the allocator asked the device for
+    assert oom["requested_bytes"] is None  # oom_history="state": no trace, so no request
     assert oom["device_total_bytes"] == 32 * MiB
     assert oom["device_free_bytes"] == 32 * MiB - device.reserved_bytes
     assert oom["source"] == "observer"
@@ -113,7 +114,7 @@ def test_step_fallback_dumps_unobserved_oom(tmp_path: Path) -> None:
     [dump] = mf.dumps
     oom = _sidecar(dump)["oom"]
     assert oom["source"] == "exception"
-    assert oom["requested_bytes"] == 2 << 30
+    assert oom["allocation_bytes"] == 2 << 30
 
 
 def test_non_oom_error_is_not_dumped(tmp_path: Path) -> None:
@@ -132,7 +133,8 @@ def test_retention_keeps_first_and_newest(tmp_path: Path) -> None:
     for step in range(5):
         with mf.step(step):
             device.empty(MiB).free()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step3", "step4"]
+    visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    assert visible == ["step0", "step3", "step4"]
     assert [p.parent.name for p in mf.dumps] == ["step0", "step3", "step4"]
 
 

@@ -19,7 +19,7 @@ from types import CodeType, FrameType
 from typing import Any, ClassVar, Literal
 
 from memforensics.backends import _sim_allocator as alloc
-from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 
 __all__ = [
     "SimBackend",
@@ -146,6 +146,7 @@ class SimDevice:
         self._allocator = alloc.Allocator(total_bytes, self._trace_segment)
         self._trace: deque[alloc.Entry] = deque(maxlen=1)
         self._mode: HistoryMode = None
+        self._free_stacks = False  # context="all": frees record their stack too
         self._cpp = False
         self._metadata = ""
         self._observers: list[OomObserver] = []
@@ -200,7 +201,7 @@ class SimDevice:
         """Free ``block`` now (an explicit ``SimTensor.free()``)."""
         if block is None:
             return
-        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._free_stacks else ()
         with self._lock:
             self._drain_pending()
             self._free_locked(block, stack)
@@ -209,7 +210,7 @@ class SimDevice:
         """Finalizer of a collected tensor: queue the free, apply it if the lock is free."""
         if block is None:
             return
-        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._free_stacks else ()
         self._pending.append((block, stack))
         if self._lock.acquire(blocking=False):
             try:
@@ -244,10 +245,12 @@ class SimDevice:
         max_entries: int,
         stacks: Literal["python", "all"] = "python",
         clear_history: bool = False,
+        context: HistoryContext | None = "all",
     ) -> None:
         """Start (``"all"``: trace and block frames; ``"state"``: block frames) or stop history.
 
-        Stopping (``None``) also empties the trace, as torch's ``recordHistory`` does.
+        Stopping (``None``) also empties the trace, as torch's ``recordHistory`` does. Frees
+        record their stack only with ``context="all"`` (torch's default), as in torch.
         """
         if enabled not in ("all", "state", None):
             raise ValueError(f"enabled must be 'all', 'state' or None, got {enabled!r}")
@@ -258,6 +261,7 @@ class SimDevice:
             keep = () if enabled is None or clear_history else self._trace
             self._trace = deque(keep, maxlen=max(1, max_entries))
             self._mode = enabled
+            self._free_stacks = enabled is not None and context == "all"
             self._cpp = stacks == "all"
 
     def set_memory_metadata(self, text: str) -> None:
@@ -399,11 +403,17 @@ class SimBackend:
         return get_device()
 
     def record_history(
-        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+        self,
+        mode: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"],
+        clear: bool,
+        context: HistoryContext = "alloc",
     ) -> None:
         """``SimDevice.record_memory_history`` on the current device."""
         get_device().record_memory_history(
-            mode, max_entries=max_entries, stacks=stacks, clear_history=clear
+            mode, max_entries=max_entries, stacks=stacks, clear_history=clear, context=context
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -413,6 +423,10 @@ class SimBackend:
     def mem_get_info(self) -> tuple[int, int] | None:
         """``(free, total)`` of the current device."""
         return get_device().mem_get_info()
+
+    def memory_fraction(self) -> float | None:
+        """None: the sim device has no per-process fraction (its size is its limit)."""
+        return None
 
     def memory_stats(self) -> dict[str, Any]:
         """The current device's allocator statistics."""

@@ -35,6 +35,8 @@ _HELP = {
     "oom_history": "history outside windows: state, all or off",
     "max_oom_snapshots": "OOM dumps per process at most",
     "annotate_steps": "tag allocations with step=N: true or false",
+    "context": "stacks recorded with history: 'alloc' (allocations) or 'all' (frees too)",
+    "writer": "window dumps: 'auto' (forked child for large ones) or 'inline'",
 }
 
 
