@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import nox
 
-nox.options.sessions = ["tests", "tests_notorch", "integrations", "lint", "typecheck"]
+nox.options.sessions = [
+    "tests", "tests_notorch", "integrations", "frameworks", "lint", "typecheck",
+]  # fmt: skip
 nox.options.reuse_existing_virtualenvs = True
 
 # The CPU build of torch 2.13.0 ships on this project's machines; pinning it keeps pip from
@@ -35,7 +40,7 @@ def tests_notorch(session: nox.Session) -> None:
         "pytest",
         "tests",
         "-m",
-        "not torch and not gpu and not stress and not extras",
+        "not torch and not gpu and not stress and not extras and not frameworks",
         *session.posargs,
     )
 
@@ -46,6 +51,31 @@ def integrations(session: nox.Session) -> None:
     session.install(TORCH, "numpy")
     session.install("-e", ".[lightning,transformers]", *TEST_DEPS)
     session.run("pytest", "tests", "-m", "extras", *session.posargs)
+
+
+@nox.session
+def frameworks(session: nox.Session) -> None:
+    """The adapters and the verl mapping against the newest torch_npu and verl on PyPI.
+
+    The wheels are downloaded, never installed: torch_npu's sources are read with ``ast``
+    (importing it needs CANN), verl's generated configs are resolved with OmegaConf.
+    """
+    wheels = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    session.run(
+        "python", "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+        "--dest", str(wheels), "torch_npu", "verl",
+    )  # fmt: skip
+    session.install("-e", ".", *TEST_DEPS, "omegaconf")
+    session.run(
+        "pytest",
+        "tests/frameworks",
+        "-m",
+        "frameworks",
+        *session.posargs,
+        env={"MEMFORENSICS_FRAMEWORK_WHEELS": str(wheels)},
+    )
 
 
 @nox.session

@@ -197,3 +197,13 @@ def test_install_from_verl_records_windows(tmp_path: Path) -> None:
     mf.close()
     visible = sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("."))
     assert visible == ["steps0-1", "steps2-3"]
+
+
+def test_install_overrides_win_over_mapped_options(tmp_path: Path) -> None:
+    """An override of a mapped field (out_dir over save_path) wins instead of clashing."""
+    mf = install_from_verl(
+        {"save_path": "outputs/profile", "memory_snapshot_num_steps": 2},
+        out_dir=str(tmp_path),
+        device="sim",
+    )
+    assert (mf.config.out_dir, mf.config.steps) == (str(tmp_path), 2)

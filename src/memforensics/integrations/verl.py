@@ -119,4 +119,4 @@ def config_from_verl(config: Mapping[str, Any], **overrides: Any) -> ForensicsCo
 
 def install_from_verl(config: Mapping[str, Any], **overrides: Any) -> MemoryForensics:
     """``install()`` with the configuration a verl-style mapping stands for."""
-    return install(**verl_options(config), **overrides)
+    return install(**{**verl_options(config), **overrides})
