@@ -11,7 +11,8 @@ A kill -9 mid-write leaves a temporary file behind. To find it again without wal
 metadata storm), each write first registers its temporary name as a symlink in the rank's own
 in-flight folder, ``<out_dir>/.inflight/rank<R>/``, and removes it once the file is renamed. At
 ``install()`` a rank reads only that folder: two metadata operations per write, one small
-listing per install, whatever else ``out_dir`` holds.
+listing per install, whatever else ``out_dir`` holds. The folders go again once empty, so
+between writes ``out_dir`` holds nothing but dumps.
 """
 
 from __future__ import annotations
@@ -103,22 +104,31 @@ def _register(inflight: Path | None, name: str, tmp: Path) -> Path | None:
         return None
     link = inflight / name
     target = os.path.relpath(tmp, inflight.parent.parent)  # relative to out_dir
-    for _ in range(2):
+    for _ in range(3):  # another writer of this rank may remove the empty folder meanwhile
         try:
             os.symlink(target, link)
             return link
         except FileNotFoundError:
-            with contextlib.suppress(OSError):
-                inflight.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            for folder in (inflight.parent, inflight):
+                with contextlib.suppress(FileExistsError, OSError):
+                    os.mkdir(folder, _DIR_MODE)  # each level with our mode, never 0777
         except OSError:
             return None
     return None
 
 
 def _unregister(link: Path | None) -> None:
-    if link is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(link)
+    """Drop the registration, and the rank's folder and ``.inflight`` once they are empty, so
+    ``out_dir`` holds nothing but dumps between writes."""
+    if link is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(link)
+    for folder in (link.parent, link.parent.parent):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return  # not empty (another write in flight, another rank): leave it
 
 
 @contextlib.contextmanager
@@ -216,7 +226,7 @@ def clean_stale_temp_files(out_dir: Path, rank: int) -> list[Path]:
             if temp is not None and os.path.lexists(temp):
                 os.unlink(temp)
                 removed.append(temp)
-            os.unlink(link)
+            _unregister(link)
     return removed
 
 

@@ -190,19 +190,26 @@ def test_writes_register_and_unregister_their_temp_files(tmp_path: Path) -> None
     inflight = paths.inflight
     assert inflight is not None
     seen: list[str] = []
+    modes: list[int] = []
 
     class Probe:
         def __reduce__(self) -> Any:
             seen.extend(os.readlink(inflight / name) for name in os.listdir(inflight))
+            modes.extend(stat.S_IMODE(p.stat().st_mode) for p in (inflight.parent, inflight))
             return (int, ())
 
-    _writer.write_dump(paths, {"x": Probe()}, lambda n: {})
+    old = os.umask(0)
+    try:
+        _writer.write_dump(paths, {"x": Probe()}, lambda n: {})
+    finally:
+        os.umask(old)
+    assert modes == [0o755, 0o755]  # never world-writable, even under umask 0
     assert len(seen) == 1
     assert seen[0].startswith(f"step0/.rank2_pid{os.getpid()}.pickle.tmp-")
-    assert os.listdir(inflight) == []
+    assert not inflight.parent.exists()  # the empty folders go: out_dir holds only dumps
     with pytest.raises((pickle.PicklingError, AttributeError)):
         _writer.write_dump(paths, {"bad": lambda: None}, lambda n: {})
-    assert os.listdir(inflight) == []
+    assert sorted(os.listdir(tmp_path)) == ["step0"]
 
 
 def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:
