@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import nox
 import nox.command
 
-nox.options.sessions = ["tests", "tests_notorch", "integrations", "lint", "typecheck"]
+nox.options.sessions = [
+    "tests", "tests_notorch", "integrations", "frameworks", "lint", "typecheck",
+]  # fmt: skip
 nox.options.reuse_existing_virtualenvs = True
 
 # The CPU build of torch 2.13.0 ships on this project's machines (a local wheel pip finds).
@@ -46,7 +50,7 @@ def tests_notorch(session: nox.Session) -> None:
         "pytest",
         "tests",
         "-m",
-        "not torch and not gpu and not stress and not extras",
+        "not torch and not gpu and not stress and not extras and not frameworks",
         *session.posargs,
     )
 
@@ -57,6 +61,31 @@ def integrations(session: nox.Session) -> None:
     install_torch(session)
     session.install("-e", ".[lightning,transformers]", *TEST_DEPS)
     session.run("pytest", "tests", "-m", "extras", *session.posargs)
+
+
+@nox.session
+def frameworks(session: nox.Session) -> None:
+    """The adapters and the verl mapping against the newest torch_npu and verl on PyPI.
+
+    The wheels are downloaded, never installed: torch_npu's sources are read with ``ast``
+    (importing it needs CANN), verl's generated configs are resolved with OmegaConf.
+    """
+    wheels = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    session.run(
+        "python", "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+        "--dest", str(wheels), "torch_npu", "verl",
+    )  # fmt: skip
+    session.install("-e", ".", *TEST_DEPS, "omegaconf")
+    session.run(
+        "pytest",
+        "tests/frameworks",
+        "-m",
+        "frameworks",
+        *session.posargs,
+        env={"MEMFORENSICS_FRAMEWORK_WHEELS": str(wheels)},
+    )
 
 
 @nox.session

@@ -64,7 +64,12 @@ class PrebuiltBackend:
     def oom_hook_key(self) -> object:
         return self
 
-    def record_history(self, mode: Any, *, max_entries: int, stacks: Any, clear: bool) -> None:
+    def record_history(
+        self, mode: Any, *, max_entries: int, stacks: Any, clear: bool, context: Any = "alloc"
+    ) -> None:
+        return None
+
+    def memory_fraction(self) -> float | None:
         return None
 
     def snapshot(self) -> dict[str, Any]:

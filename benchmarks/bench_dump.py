@@ -77,7 +77,7 @@ def window_facade(snapshot: dict[str, Any], out: Path, writer: str) -> MemoryFor
     config = build_config({"device": "sim", "steps": 1, "keep_last": 1, "oom": False})
     config = config.model_copy(update={"out_dir": str(out)})
     mf = MemoryForensics(config, backend=PrebuiltBackend(snapshot))
-    mf._dumper.writer = writer  # type: ignore[assignment]
+    mf._dumper.writer = "inline" if writer == "sync" else writer  # type: ignore[assignment]
     return mf
 
 

@@ -10,7 +10,12 @@ with ``os._exit``, so it runs no atexit handler and flushes no inherited buffer.
 
 ``fork()`` costs time in proportion to the parent's resident memory (page tables are copied),
 so ``WriteCosts`` forks only when the write it saves is clearly larger, learning both costs
-from what it observes. The parent drops its reference to the snapshot right after the fork, as
+from what it observes. Below ``MIN_FORK_WEIGHT`` it never forks, whatever it learned: a small
+window's write time is mostly fixed costs (an fsync on a busy disk can take half a second for
+611 bytes), which say nothing about the per-entry cost and once made every later tiny window
+fork. A window under the floor is therefore always on disk when ``step()`` returns.
+
+The parent drops its reference to the snapshot right after the fork, as
 an inline write would: keeping it until the child exits avoided copy-on-write faults but left it
 alive across the next window's allocations, which fragmented the heap and held 5-7 MiB of RSS
 for good (measured by bench_memory.py; freeing at once holds none and kept the training-thread
@@ -41,6 +46,12 @@ FORK_SECONDS_PER_GIB = 0.015
 VM copies page tables at roughly 10-15 ms per GiB; bare metal is faster)."""
 WRITE_SECONDS_PER_ENTRY = 0.5e-6
 """Initial guess of pickle + write time per trace entry or block, until one is measured."""
+MIN_FORK_WEIGHT = 5_000
+"""Snapshots with fewer trace entries plus blocks are always written inline, and their write
+times are not learned from. Measured: a real CUDA snapshot with Python stacks on every event
+(cuda-transformer-forward, 8,227 events) pickles at about 3.6 µs per entry, sim snapshots at
+about 0.5 µs, so 5,000 entries cost the training thread at most ~18 ms inline: under
+``MIN_BACKGROUND_SECONDS``, where a fork could never pay off anyway."""
 MIN_BACKGROUND_SECONDS = 0.02
 """Writes predicted shorter than this stay synchronous: the training loop barely notices them."""
 FORK_MARGIN = 2.0
@@ -68,7 +79,10 @@ class WriteCosts:
         self.write_seconds_per_entry = WRITE_SECONDS_PER_ENTRY
 
     def prefer_fork(self, weight: int, rss_bytes: int) -> bool:
-        """True when writing ``weight`` entries inline would clearly cost more than a fork."""
+        """True when writing ``weight`` entries inline would clearly cost more than a fork
+        (never below ``MIN_FORK_WEIGHT``)."""
+        if weight < MIN_FORK_WEIGHT:
+            return False
         write = weight * self.write_seconds_per_entry
         fork = rss_bytes * self.fork_seconds_per_byte
         return write >= MIN_BACKGROUND_SECONDS and write > FORK_MARGIN * fork
@@ -79,8 +93,12 @@ class WriteCosts:
             self.fork_seconds_per_byte = seconds / rss_bytes
 
     def observed_write(self, seconds: float, weight: int) -> None:
-        """Learn the write cost per entry from one measured write (inline or in a child)."""
-        if weight > 0 and seconds > 0:
+        """Learn the write cost per entry from one measured write (inline or in a child).
+
+        Writes below ``MIN_FORK_WEIGHT`` are ignored: their time is fixed costs (open, fsync,
+        rename), not per entry, and one slow fsync would make every later window look huge.
+        """
+        if weight >= MIN_FORK_WEIGHT and seconds > 0:
             self.write_seconds_per_entry = seconds / weight
 
 

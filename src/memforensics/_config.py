@@ -49,6 +49,10 @@ class ForensicsConfig(BaseModel):
     oom_history: Literal["state", "all", "off"] = "state"
     max_oom_snapshots: int = Field(default=3, ge=0)
     annotate_steps: bool = True
+    context: Literal["alloc", "all"] = "alloc"
+    """Stacks recorded with history: of allocations only, or of frees too (docs/guide.md)."""
+    writer: Literal["auto", "inline"] = "auto"
+    """Window dumps: a forked child above a size floor (``"auto"``), or always inline."""
     journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1)
 
     @field_validator("ranks", "window_ranks", mode="before")

@@ -81,7 +81,8 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
             continue
         lines.append(f"  sidecar: {sidecar}")
         lines.append(
-            f"  requested {_mib(oom.get('requested_bytes'))}, device free "
+            f"  requested {_mib(oom.get('requested_bytes'))} (the allocator asked the device for "
+            f"{_mib(oom.get('allocation_bytes'))}), device free "
             f"{_mib(oom.get('device_free_bytes'))} of "
             f"{_mib(oom.get('device_total_bytes'))}"
         )

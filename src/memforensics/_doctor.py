@@ -8,7 +8,6 @@ doctor runs (and says "not installed") where torch is absent.
 
 from __future__ import annotations
 
-import inspect
 import os
 import platform
 import shutil
@@ -30,7 +29,8 @@ from memforensics.backends._probe import (
     unavailable_reason,
 )
 from memforensics.backends._protocol import DeviceBackend
-from memforensics.backends._torch import TorchAllocatorBackend
+from memforensics.backends._torch import CLEAR_KEYWORD, HISTORY_KEYWORDS, TorchAllocatorBackend
+from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
 
 Status = Literal["pass", "warn", "fail"]
 BackendFactory = Callable[[str], DeviceBackend]
@@ -182,7 +182,7 @@ class Doctor:
         try:
             fresh = REGISTRY.ensure_attached(backend)
         except Exception as exc:  # noqa: BLE001 - the refusal is the finding
-            if backend.name == "npu" and os.environ.get("OOM_SNAPSHOT_ENABLE"):
+            if backend.name == "npu" and oom_snapshot_enable() != 0:
                 return "warn", f"not attached: {exc}"
             return "fail", f"attach refused: {exc}"
         return "pass", f"observer attached to {hook}" + ("" if fresh else " (already)")
@@ -193,15 +193,30 @@ class Doctor:
         if backend is None or backend.name == "none":
             return "warn", "not checked: no device"
         if not isinstance(backend, TorchAllocatorBackend):
-            return "pass", f"{backend.name}: enabled, stacks, max_entries, clear_history, metadata"
-        memory = backend.memory_module()
-        params = list(inspect.signature(memory._record_memory_history).parameters)
-        metadata = hasattr(memory, "_set_memory_metadata")
-        listed = ", ".join(params) + ("; _set_memory_metadata" if metadata else "")
-        if "trace_alloc_max_entries" in params:
-            return "warn", f"legacy API (torch < 2.1): {listed}; stacks='all' is not honoured"
-        missing = [name for name in ("clear_history",) if name not in params]
-        notes = [f"no {name}: a window clears history by restarting it" for name in missing]
+            return "pass", (
+                f"{backend.name}: enabled, context, stacks, max_entries, clear_history, metadata"
+            )
+        found = backend.history_parameters()
+        metadata = hasattr(backend.memory_module(), "_set_memory_metadata")
+        notes: list[str] = []
+        if backend.records_history_itself():
+            notes.append(
+                f"{OOM_SNAPSHOT_ENABLE} is on: torch_npu records history itself and "
+                "memforensics leaves it alone (windows are not cleared)"
+            )
+        if found is None:
+            listed = "parameters unknown (no readable signature)"
+            notes.append("memforensics passes enabled, context, stacks, max_entries")
+        else:
+            listed = ", ".join(found)
+            if "trace_alloc_max_entries" in found:
+                return "warn", f"legacy API (torch < 2.1): {listed}; stacks='all' is not honoured"
+            unknown = [name for name in HISTORY_KEYWORDS if name not in found]
+            if unknown:
+                notes.append(f"does not accept {', '.join(unknown)}: history calls would fail")
+            if CLEAR_KEYWORD not in found:
+                notes.append(f"no {CLEAR_KEYWORD}: a window clears history by restarting it")
+        listed += "; _set_memory_metadata" if metadata else ""
         if not metadata:
             notes.append("no _set_memory_metadata: allocations are not tagged step=N")
         return ("warn" if notes else "pass"), "; ".join([listed, *notes])
@@ -274,16 +289,28 @@ class Doctor:
         return "pass", text
 
     def check_oom_snapshot_enable(self) -> tuple[Status, str]:
-        """torch_npu's own OOM dumps (``OOM_SNAPSHOT_ENABLE``) replace ours on NPU."""
-        value = os.environ.get("OOM_SNAPSHOT_ENABLE")
-        if not value:
+        """torch_npu's own OOM dumps (``OOM_SNAPSHOT_ENABLE``) replace ours on NPU.
+
+        Read exactly as the NPU adapter (and torch_npu, with ``strtol``) reads it, so the doctor
+        says what the runtime will do: ``0``, empty or non-numeric is off.
+        """
+        raw = os.environ.get(OOM_SNAPSHOT_ENABLE)
+        if raw is None:
             return "pass", "not set"
+        value = oom_snapshot_enable()
+        shown = raw if raw.strip() else repr(raw)
+        if value == 0:
+            return "pass", (
+                f"{OOM_SNAPSHOT_ENABLE}={shown} reads as 0 (off) to torch_npu: memforensics "
+                "attaches its observer and records history as configured"
+            )
         if self.device in {"npu", "auto"}:
             return "warn", (
-                f"OOM_SNAPSHOT_ENABLE={value}: torch_npu dumps on OOM itself, so memforensics "
-                "does not attach its observer on NPU; unset it to get memforensics' dumps"
+                f"{OOM_SNAPSHOT_ENABLE}={shown} reads as {value} (on): torch_npu dumps on OOM and "
+                "records history itself, so on NPU memforensics attaches no observer and never "
+                "touches history; set it to 0 or unset it to get memforensics' dumps"
             )
         return (
             "pass",
-            f"OOM_SNAPSHOT_ENABLE={value}: read only by torch_npu, not --device {self.device}",
+            f"{OOM_SNAPSHOT_ENABLE}={shown}: read only by torch_npu, not --device {self.device}",
         )

@@ -19,12 +19,18 @@ from typing import Any, Literal
 from memforensics import _background, _writer
 from memforensics._config import ForensicsConfig
 from memforensics._log import guarded, safe_log, warn_once
-from memforensics._oom import python_stack, requested_bytes_from_message
-from memforensics._sidecar import SidecarContext, build_sidecar, trace_length
+from memforensics._oom import allocation_bytes_from_message, device_from_message, python_stack
+from memforensics._sidecar import (
+    SidecarContext,
+    build_sidecar,
+    requested_from_trace,
+    trace_length,
+)
 from memforensics._window import Window, windows_to_delete
 from memforensics.backends._protocol import DeviceBackend
 
-WriterMode = Literal["auto", "sync", "fork"]
+WriterMode = Literal["auto", "inline", "fork"]
+"""``config.writer`` (``"auto"``, ``"inline"``); ``"fork"`` forces a child (tests only)."""
 
 
 class Dumper:
@@ -32,9 +38,10 @@ class Dumper:
 
     OOM and manual dumps are written inline: the process may be about to die, and the caller
     wants the file. Window dumps are snapshotted inline (the snapshot is the state at that
-    moment) and, with ``writer="auto"``, serialized by a forked child when that is predicted to
-    cost the training thread less (``_background.WriteCosts``); ``"sync"`` and ``"fork"`` force
-    one way. Retention and ``dumps`` follow each window once it has landed.
+    moment) and, with ``writer="auto"``, serialized by a forked child when the snapshot is
+    above ``_background.MIN_FORK_WEIGHT`` and that is predicted to cost the training thread less
+    (``_background.WriteCosts``); ``writer="inline"`` never forks. Retention and ``dumps``
+    follow each window once it has landed.
     """
 
     def __init__(
@@ -53,7 +60,7 @@ class Dumper:
         self.dumps: list[Path] = []
         self._completed: list[Window] = []
         self._lock = threading.Lock()
-        self.writer: WriterMode = "auto"
+        self.writer: WriterMode = config.writer
         self._background = _background.BackgroundWriter()
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -106,10 +113,12 @@ class Dumper:
     def _use_background(self, snapshot: Any) -> tuple[bool, int]:
         """Whether to fork a writer for ``snapshot``, and its weight (for learning costs)."""
         weight = _background.snapshot_weight(snapshot)
-        if self.writer == "sync" or not _background.fork_supported():
+        if self.writer == "inline" or not _background.fork_supported():
             return False, weight
         if self.writer == "fork":
             return True, weight
+        if weight < _background.MIN_FORK_WEIGHT:
+            return False, weight  # below the floor: never worth a fork, whatever was learned
         return self._background.costs.prefer_fork(weight, _background.resident_bytes()), weight
 
     # -- windows -------------------------------------------------------------------------------
@@ -121,10 +130,11 @@ class Dumper:
         window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
         """
         self.flush()  # one window in flight at most, landed in order
-        paths = _writer.window_paths(self.out_dir, window.name, self.rank, os.getpid())
+        paths = _writer.window_paths(self.out_dir, window.name, self.rank, self.context.pid)
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return False
+        device_index = self.current_device()
         entries = trace_length(snapshot)
         truncated = entries is not None and entries >= self.config.max_entries
         if truncated:
@@ -144,6 +154,7 @@ class Dumper:
                 snapshot_file=paths.snapshot,
                 snapshot_bytes=size,
                 created_at=_writer.utc_now(),
+                device_index=device_index,
                 steps=(window.first_step, window.last_step),
                 step=window.last_step,
                 partial=window.partial,
@@ -195,6 +206,10 @@ class Dumper:
             )
         return started is True
 
+    def current_device(self) -> int | None:
+        """The device current now: a rank may have switched since ``install()``."""
+        return self.attempt("device_index_failed", self.backend.device_index)  # type: ignore[no-any-return]
+
     def _window_landed(self, window: Window) -> None:
         self._completed.append(window)
         self._apply_retention()
@@ -207,28 +222,33 @@ class Dumper:
                 self.out_dir,
                 old.name,
                 self.rank,
-                os.getpid(),
+                self.context.pid,
             )
             self._completed.remove(old)
-            gone = _writer.window_paths(self.out_dir, old.name, self.rank, os.getpid()).snapshot
+            gone = _writer.window_paths(self.out_dir, old.name, self.rank, self.context.pid)
+            gone_snapshot = gone.snapshot
             with self._lock:
-                if gone in self.dumps:
-                    self.dumps.remove(gone)
+                if gone_snapshot in self.dumps:
+                    self.dumps.remove(gone_snapshot)
 
     # -- OOM -----------------------------------------------------------------------------------
     def oom(
         self,
         *,
         step: int | None,
-        requested: int | None,
-        total: int | None,
+        allocation: int | None,
+        limit: int | None,
         free: int | None,
         device_index: int | None,
         source: str,
         error: str | None = None,
         stack: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Log the structured ERROR event first, then snapshot and write with a full sidecar."""
+        """Log the structured ERROR event first, then snapshot and write with a full sidecar.
+
+        ``allocation``, ``limit`` and ``free`` are the observer's arguments (or what the step()
+        fallback found); the user's request comes from the snapshot's trace.
+        """
         now = _writer.utc_now()
         if stack is None:
             stack = self.attempt("oom_stack_failed", python_stack)
@@ -238,8 +258,8 @@ class Dumper:
             "out_of_memory",
             device=self.backend.name,
             device_index=device_index,
-            requested_bytes=requested,
-            device_total_bytes=total,
+            allocation_bytes=allocation,
+            device_total_bytes=limit,
             device_free_bytes=free,
             rank=self.rank,
             step=step,
@@ -249,28 +269,38 @@ class Dumper:
         if snapshot is None:
             return
         oom = {
-            "requested_bytes": requested,
-            "device_total_bytes": total,
+            "requested_bytes": requested_from_trace(snapshot, device_index),
+            "allocation_bytes": allocation,
+            "device_total_bytes": limit,
             "device_free_bytes": free,
             "stack": stack,
             "allocator": stats,
             "source": source,
             "error": error,
         }
-        self._event_dump("oom", snapshot, step, now, oom)
+        self._event_dump("oom", snapshot, step, now, oom, device_index)
 
     def oom_from_exception(self, exc: BaseException, step: int | None) -> None:
         """The step() fallback: figures from the message and ``mem_get_info``, stack from the
-        traceback so it ends at the line that failed, not at the ``with`` statement."""
+        traceback so it ends at the line that failed, not at the ``with`` statement.
+
+        The limit respects a per-process memory fraction where the framework exposes one, as
+        the allocator's own limit does (``fraction * total``).
+        """
         info = self.attempt("mem_get_info_failed", self.backend.mem_get_info)
         free, total = info if info is not None else (None, None)
+        fraction = self.attempt("memory_fraction_failed", self.backend.memory_fraction)
+        limit = total
+        if total is not None and isinstance(fraction, float) and 0.0 < fraction < 1.0:
+            limit = int(fraction * total)
         message = str(exc)
+        device_index = device_from_message(message)
         self.oom(
             step=step,
-            requested=requested_bytes_from_message(message),
-            total=total,
+            allocation=allocation_bytes_from_message(message),
+            limit=limit,
             free=free,
-            device_index=self.context.device_index,
+            device_index=device_index if device_index is not None else self.current_device(),
             source="exception",
             error=message[:4000],
             stack=self.attempt("oom_stack_failed", exception_stack, exc),
@@ -282,7 +312,8 @@ class Dumper:
         snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return None
-        return self._event_dump("manual", snapshot, step, _writer.utc_now())
+        now = _writer.utc_now()
+        return self._event_dump("manual", snapshot, step, now, None, self.current_device())
 
     def _event_dump(
         self,
@@ -290,10 +321,11 @@ class Dumper:
         snapshot: Any,
         step: int | None,
         now: datetime,
-        oom: dict[str, Any] | None = None,
+        oom: dict[str, Any] | None,
+        device_index: int | None,
     ) -> Path | None:
         """Write an OOM or manual dump synchronously (the process may be about to die)."""
-        paths = _writer.event_paths(self.out_dir, kind, self.rank, os.getpid(), step, now)
+        paths = _writer.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
         entries = trace_length(snapshot)
 
         def sidecar(size: int) -> dict[str, Any]:
@@ -303,6 +335,7 @@ class Dumper:
                 snapshot_file=paths.snapshot,
                 snapshot_bytes=size,
                 created_at=now,
+                device_index=device_index,
                 step=step,
                 trace_entries=entries,
                 truncated=entries is not None and entries >= self.config.max_entries,

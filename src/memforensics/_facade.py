@@ -80,7 +80,7 @@ class _StepContext:
             mf._fired_at_enter = mf._guard.fired
             begin = mf._begin_window
             if begin is not None and begin(number):
-                mf._record("all", clear=True)
+                mf._window_history()
             tag = mf._tag
             if tag is not None:
                 tag(f"step={number}")
@@ -104,6 +104,7 @@ class _StepContext:
                 window = end()
                 if window is not None:
                     mf._dumper.window(window)
+                    mf._idle_history()
                     mf._journal_line("window")
             if mf.current_step >= mf._journal_next:  # type: ignore[operator] # set by __enter__
                 mf._journal_line("step")
@@ -159,7 +160,6 @@ class MemoryForensics:
             rank=self.rank,
             world_size=self.world_size,
             device=self.backend.name,
-            device_index=self.backend.device_index(),
             torch_version=self.backend.framework_version(),
         )
         self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, self._context)
@@ -200,7 +200,7 @@ class MemoryForensics:
                 f"{str(self.out_dir)!r} ({exc.strerror or exc})",
                 field="out_dir",
             ) from None
-        removed = _writer.clean_stale_temp_files(self.out_dir)
+        removed = _writer.clean_stale_temp_files(self.out_dir, self.rank)
         if removed:
             safe_log(
                 "info", "stale_temp_files_removed", count=len(removed), out_dir=str(self.out_dir)
@@ -222,13 +222,28 @@ class MemoryForensics:
         )
 
     def _start_history(self) -> None:
-        if self._schedule is not None:
-            mode: HistoryMode = "all"
-        else:
-            mode = None if self.config.oom_history == "off" else self.config.oom_history
-        if mode is None:
-            return
-        if self._record(mode, clear=True):
+        """Outside windows a rank records what ``oom_history`` says; a window opens with "all"."""
+        mode = self._idle_mode
+        if mode is not None and self._record(mode, clear=True):
+            self._history = mode
+
+    @property
+    def _idle_mode(self) -> HistoryMode:
+        """The history mode outside windows (``oom_history``; ``"off"`` is off)."""
+        wanted = self.config.oom_history
+        return None if wanted == "off" else wanted
+
+    def _window_history(self) -> None:
+        """A window opens: full history, cleared so the dump holds this window's events."""
+        if self._record("all", clear=True):
+            self._history = "all"
+
+    def _idle_history(self) -> None:
+        """A window was dumped: back to ``oom_history`` until the next one (or for good)."""
+        mode = self._idle_mode
+        if mode == self._history:
+            return  # oom_history="all": keep recording, nothing to switch
+        if self._record(mode, clear=False):
             self._history = mode
 
     def _attach_observer(self) -> None:
@@ -254,7 +269,11 @@ class MemoryForensics:
 
     def _record_now(self, mode: HistoryMode, clear: bool) -> bool:
         self.backend.record_history(
-            mode, max_entries=self.config.max_entries, stacks=self.config.stacks, clear=clear
+            mode,
+            max_entries=self.config.max_entries,
+            stacks=self.config.stacks,
+            clear=clear,
+            context=self.config.context,
         )
         return True
 
@@ -311,8 +330,9 @@ class MemoryForensics:
             self._try("journal_failed", journal.close)
 
     # -- dumps ---------------------------------------------------------------------------------
-    def _on_oom_observer(self, device: int, requested: int, total: int, free: int) -> None:
-        """The registry calls this from inside the allocator's failing malloc."""
+    def _on_oom_observer(self, device: int, allocation: int, limit: int, free: int) -> None:
+        """The registry calls this from inside the allocator's failing malloc, with the failing
+        device, the allocator's allocation size, the limit and the driver's free bytes."""
         if self.closed:
             return
         self._journal_line("oom", periodic=False)
@@ -321,8 +341,8 @@ class MemoryForensics:
         try:
             self._dumper.oom(
                 step=self.current_step,
-                requested=requested,
-                total=total,
+                allocation=allocation,
+                limit=limit,
                 free=free,
                 device_index=device,
                 source="observer",

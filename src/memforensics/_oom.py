@@ -24,6 +24,12 @@ from memforensics.backends._protocol import DeviceBackend
 OomHandler = Callable[[int, int, int, int], None]
 
 _SIZE_RE = re.compile(r"Tried to allocate (?P<num>[\d.]+) ?(?P<unit>[KMGT]i?B|bytes|B)", re.I)
+_DEVICE_RE = re.compile(r"\b(?:GPU|NPU|device)\s*(?:id:\s*)?(?P<index>\d+)\b", re.I)
+_OOM_TEXTS = (
+    "out of memory",  # torch's CUDA/NPU text, NCCL/HCCL ("Failed to CUDA calloc ... out of memory")
+    "el0004",  # CANN's error code for a failed device allocation
+    "failed to allocate memory",  # CANN's text beside EL0004
+)
 _UNITS = {
     "b": 1,
     "bytes": 1,
@@ -134,16 +140,31 @@ class OomGuard:
 def is_oom_error(exc: BaseException) -> bool:
     """True for torch.OutOfMemoryError and for out-of-memory RuntimeErrors (NCCL, HCCL, CANN).
 
-    Judged by class name and message so that the core never imports torch.
+    Judged by class name and message so that the core never imports torch. CANN reports a
+    failed device allocation as ``EL0004: Failed to allocate memory.`` without the words
+    "out of memory", and those errors never reach the allocator's observer.
     """
     for cls in type(exc).__mro__:
         if cls.__name__ == "OutOfMemoryError":
             return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc).lower()
+    return any(marker in text for marker in _OOM_TEXTS)
 
 
-def requested_bytes_from_message(message: str) -> int | None:
-    """Parse ``Tried to allocate 2.00 GiB`` from an OOM message (None if absent)."""
+def device_from_message(message: str) -> int | None:
+    """The device an OOM message names (``GPU 3 has a total capacity``, ``(NPU 3; ...``)."""
+    match = _DEVICE_RE.search(message)
+    return int(match["index"]) if match else None
+
+
+def allocation_bytes_from_message(message: str) -> int | None:
+    """Parse ``Tried to allocate 2.00 GiB`` from an OOM message (None if absent).
+
+    PyTorch prints the allocator's allocation size here (what it asked the driver for after
+    rounding), the same figure the OOM observer receives, not the user's request.
+    """
     match = _SIZE_RE.search(message)
     if not match:
         return None

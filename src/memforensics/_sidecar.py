@@ -1,8 +1,15 @@
 """The JSON sidecar written after each snapshot: who, where, when, and (for OOM) why.
 
-The static part (rank, host, versions) is computed once at install; each dump only adds what
-changes. Every key in DESIGN.md is always present; an unknown value is null, never missing, so
-readers across 2,000 ranks can rely on the shape.
+The static part (rank, host, pid, versions) is computed once at install; each dump adds what
+changes, including the device: the failing device for an OOM, the current one for other dumps
+(ranks usually call ``set_device(local_rank)`` after ``install()``). Every key in DESIGN.md is
+always present; an unknown value is null, never missing, so readers across 2,000 ranks can rely
+on the shape.
+
+Schema 2 (this version): ``pid`` is always the training process's, ``device_index`` is read per
+dump, and ``oom`` separates ``requested_bytes`` (the user's request, from the trace) from
+``allocation_bytes`` (what the allocator asked the driver for). Schema 1 wrote the observer's
+allocation size as ``requested_bytes``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 from memforensics._version import __version__
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +33,10 @@ class SidecarContext:
     rank: int
     world_size: int | None
     device: str
-    device_index: int | None
     torch_version: str | None
     hostname: str
     pid: int
+    """The training process's pid: also what a forked writer's sidecar records."""
 
     @classmethod
     def collect(
@@ -38,13 +45,10 @@ class SidecarContext:
         rank: int,
         world_size: int | None,
         device: str,
-        device_index: int | None,
         torch_version: str | None,
     ) -> SidecarContext:
-        """Gather host and pid now (the pid is re-read per dump in case of fork)."""
-        return cls(
-            rank, world_size, device, device_index, torch_version, socket.gethostname(), os.getpid()
-        )
+        """Gather host and pid now, in the training process."""
+        return cls(rank, world_size, device, torch_version, socket.gethostname(), os.getpid())
 
 
 def build_sidecar(
@@ -54,6 +58,7 @@ def build_sidecar(
     snapshot_file: Path,
     snapshot_bytes: int,
     created_at: datetime,
+    device_index: int | None,
     steps: tuple[int, int] | None = None,
     step: int | None = None,
     partial: bool = False,
@@ -68,9 +73,9 @@ def build_sidecar(
         "rank": context.rank,
         "world_size": context.world_size,
         "hostname": context.hostname,
-        "pid": os.getpid(),
+        "pid": context.pid,
         "device": context.device,
-        "device_index": context.device_index,
+        "device_index": device_index,
         "steps": list(steps) if steps is not None else None,
         "step": step,
         "created_at": created_at.isoformat(),
@@ -89,6 +94,7 @@ def build_sidecar(
 
 def oom_record(
     requested_bytes: int | None = None,
+    allocation_bytes: int | None = None,
     device_total_bytes: int | None = None,
     device_free_bytes: int | None = None,
     stack: list[dict[str, Any]] | None = None,
@@ -96,9 +102,16 @@ def oom_record(
     source: str | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """The sidecar's ``oom`` object; ``source`` says whether the observer or step() saw it."""
+    """The sidecar's ``oom`` object; ``source`` says whether the observer or step() saw it.
+
+    ``requested_bytes`` is the user's request rounded to the block size (the trace's last
+    ``oom`` entry; null without history), ``allocation_bytes`` what the allocator tried to get
+    from the driver (the size PyTorch's error text prints), ``device_total_bytes`` the limit
+    (per-process limit when a memory fraction is set, else the device total).
+    """
     return {
         "requested_bytes": requested_bytes,
+        "allocation_bytes": allocation_bytes,
         "device_total_bytes": device_total_bytes,
         "device_free_bytes": device_free_bytes,
         "stack": stack,
@@ -106,6 +119,34 @@ def oom_record(
         "source": source,
         "error": error,
     }
+
+
+def requested_from_trace(snapshot: Any, device_index: int | None) -> int | None:
+    """The size of the last ``oom`` trace entry: the user's request, rounded to the block size.
+
+    The failing device's trace is searched first; when its index is unknown or out of range,
+    the newest ``oom`` entry of any device. None without history (no trace, no ``oom`` entry).
+    """
+    try:
+        traces = snapshot.get("device_traces") or []
+        if device_index is not None and 0 <= device_index < len(traces):
+            ordered = [traces[device_index]]
+        else:
+            ordered = list(traces)
+        best: tuple[int, int] | None = None  # (time_us, size)
+        for trace in ordered:
+            for entry in reversed(trace or ()):
+                if isinstance(entry, dict) and entry.get("action") == "oom":
+                    size = entry.get("size")
+                    when = entry.get("time_us")
+                    if isinstance(size, int):
+                        moment = when if isinstance(when, int) else 0
+                        if best is None or moment >= best[0]:
+                            best = (moment, size)
+                    break
+        return best[1] if best is not None else None
+    except Exception:  # noqa: BLE001 - an odd snapshot is still dumped; this is metadata
+        return None
 
 
 def trace_length(snapshot: Any) -> int | None:

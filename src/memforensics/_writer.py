@@ -5,6 +5,14 @@ Evidence is complete or absent: each file is written under a temporary name in i
 renamed into place. Readers therefore never see a truncated pickle, and a sidecar only appears
 once the pickle it describes is whole. Names carry rank and pid so thousands of ranks can share
 one folder on a shared filesystem.
+
+A kill -9 mid-write leaves a temporary file behind. To find it again without walking ``out_dir``
+(on a shared filesystem, 2,000 ranks each listing a tree of 100,000 files at ``install()`` is a
+metadata storm), each write first registers its temporary name as a symlink in the rank's own
+in-flight folder, ``<out_dir>/.inflight/rank<R>/``, and removes it once the file is renamed. At
+``install()`` a rank reads only that folder: two metadata operations per write, one small
+listing per install, whatever else ``out_dir`` holds. The folders go again once empty, so
+between writes ``out_dir`` holds nothing but dumps.
 """
 
 from __future__ import annotations
@@ -28,15 +36,24 @@ PICKLE_PROTOCOL = 4
 _FILE_MODE = 0o644  # further reduced by the umask; never group- or world-writable by default
 _DIR_MODE = 0o755  # the same for the folders dumps land in: nobody else may swap a dump
 _TMP_MARK = ".tmp-"
-_TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
+_TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
+_INFLIGHT = ".inflight"
+_LINK_RE = re.compile(r"^\.(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 
 
 @dataclass(frozen=True, slots=True)
 class DumpPaths:
-    """Where one dump lands: the snapshot pickle and its sidecar beside it."""
+    """Where one dump lands: the snapshot pickle and its sidecar beside it, and the rank's
+    in-flight folder where its temporary names are registered (None: not registered)."""
 
     snapshot: Path
     sidecar: Path
+    inflight: Path | None = None
+
+
+def inflight_folder(out_dir: Path, rank: int) -> Path:
+    """``<out_dir>/.inflight/rank<R>``: where rank R registers the temporary files it writes."""
+    return out_dir / _INFLIGHT / f"rank{rank}"
 
 
 def _hostname() -> str:
@@ -47,7 +64,7 @@ def window_paths(out_dir: Path, folder: str, rank: int, pid: int) -> DumpPaths:
     """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json``."""
     stem = f"rank{rank}_pid{pid}"
     base = out_dir / folder
-    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json")
+    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json", inflight_folder(out_dir, rank))
 
 
 def timestamp(now: datetime) -> str:
@@ -62,7 +79,7 @@ def event_paths(
     step_part = f"_step{step}" if step is not None else ""
     stem = f"rank{rank}_pid{pid}{step_part}_{timestamp(now)}"
     base = out_dir / kind
-    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json")
+    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json", inflight_folder(out_dir, rank))
 
 
 def utc_now() -> datetime:
@@ -80,38 +97,77 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+def _register(inflight: Path | None, name: str, tmp: Path) -> Path | None:
+    """Record ``tmp`` in the rank's in-flight folder; None when that is impossible (the write
+    goes on regardless: evidence matters more than tidying up after a crash)."""
+    if inflight is None:
+        return None
+    link = inflight / name
+    target = os.path.relpath(tmp, inflight.parent.parent)  # relative to out_dir
+    for _ in range(3):  # another writer of this rank may remove the empty folder meanwhile
+        try:
+            os.symlink(target, link)
+            return link
+        except FileNotFoundError:
+            for folder in (inflight.parent, inflight):
+                with contextlib.suppress(FileExistsError, OSError):
+                    os.mkdir(folder, _DIR_MODE)  # each level with our mode, never 0777
+        except OSError:
+            return None
+    return None
+
+
+def _unregister(link: Path | None) -> None:
+    """Drop the registration, and the rank's folder and ``.inflight`` once they are empty, so
+    ``out_dir`` holds nothing but dumps between writes."""
+    if link is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(link)
+    for folder in (link.parent, link.parent.parent):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return  # not empty (another write in flight, another rank): leave it
+
+
 @contextlib.contextmanager
-def _atomic_file(final: Path) -> Iterator[IO[bytes]]:
+def _atomic_file(final: Path, inflight: Path | None = None) -> Iterator[IO[bytes]]:
     """Yield a file that becomes ``final`` only if the block completes; else nothing remains."""
     folder = final.parent
     folder.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
-    tmp = folder / f".{final.name}{_TMP_MARK}{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, _FILE_MODE)
+    suffix = f"{_hostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = folder / f".{final.name}{_TMP_MARK}{suffix}"
+    link = _register(inflight, f".{suffix}", tmp)
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(tmp, flags, _FILE_MODE)
+        try:
+            with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    finally:
+        _unregister(link)
     _fsync_dir(folder)
 
 
-def write_snapshot(path: Path, snapshot: Any) -> int:
+def write_snapshot(path: Path, snapshot: Any, inflight: Path | None = None) -> int:
     """Pickle ``snapshot`` atomically to ``path``; return its size in bytes."""
-    with _atomic_file(path) as handle:
+    with _atomic_file(path, inflight) as handle:
         pickle.dump(snapshot, handle, protocol=PICKLE_PROTOCOL)
     return path.stat().st_size
 
 
-def write_sidecar(path: Path, sidecar: dict[str, Any]) -> None:
+def write_sidecar(path: Path, sidecar: dict[str, Any], inflight: Path | None = None) -> None:
     """Write the JSON sidecar atomically (after its snapshot, so it never describes nothing)."""
     data = json.dumps(sidecar, indent=2, sort_keys=True, default=str).encode() + b"\n"
-    with _atomic_file(path) as handle:
+    with _atomic_file(path, inflight) as handle:
         handle.write(data)
 
 
@@ -119,8 +175,8 @@ def write_dump(
     paths: DumpPaths, snapshot: Any, make_sidecar: Callable[[int], dict[str, Any]]
 ) -> int:
     """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes."""
-    size = write_snapshot(paths.snapshot, snapshot)
-    write_sidecar(paths.sidecar, make_sidecar(size))
+    size = write_snapshot(paths.snapshot, snapshot, paths.inflight)
+    write_sidecar(paths.sidecar, make_sidecar(size), paths.inflight)
     return size
 
 
@@ -144,24 +200,53 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_temp_files(out_dir: Path) -> list[Path]:
-    """Remove temp files left by dead processes of this host (a kill -9 mid-write).
+def clean_stale_temp_files(out_dir: Path, rank: int) -> list[Path]:
+    """Remove the temp files rank ``rank``'s dead processes on this host left (a kill -9
+    mid-write), found in its in-flight folder alone: nothing else in ``out_dir`` is listed.
 
-    Only files whose name carries this host and a pid that no longer runs are touched, so a
-    live writer on this or another node of a shared filesystem is never disturbed.
+    Only registrations naming this host and a pid that no longer runs are touched, so a live
+    writer on this or another node of a shared filesystem is never disturbed. A registration
+    is trusted only as far as it names a temporary file of that same process inside
+    ``out_dir``: a planted link can make this remove nothing else.
     """
     removed: list[Path] = []
-    if not out_dir.is_dir():
+    inflight = inflight_folder(out_dir, rank)
+    try:
+        names = os.listdir(inflight)
+    except OSError:
         return removed
     host = _hostname()
-    for path in out_dir.rglob(f".*{_TMP_MARK}*"):
-        match = _TMP_RE.match(path.name)
-        if not match or match["host"] != host or _pid_alive(int(match["pid"])):
+    for name in names:
+        link_match = _LINK_RE.match(name)
+        if not link_match or link_match["host"] != host or _pid_alive(int(link_match["pid"])):
             continue
+        link = inflight / name
         with contextlib.suppress(OSError):
-            path.unlink()
-            removed.append(path)
+            temp = _registered_temp(out_dir, link, link_match)
+            if temp is not None and os.path.lexists(temp):
+                os.unlink(temp)
+                removed.append(temp)
+            _unregister(link)
     return removed
+
+
+def _registered_temp(out_dir: Path, link: Path, link_match: re.Match[str]) -> Path | None:
+    """The temp file ``link`` registers, if it is one this process could have written."""
+    target = os.readlink(link)
+    parts = Path(target).parts
+    if os.path.isabs(target) or ".." in parts or len(parts) < 2:
+        return None
+    temp = out_dir / target
+    match = _TMP_RE.match(temp.name)
+    if not match or (match["host"], match["pid"], match["token"]) != (
+        link_match["host"],
+        link_match["pid"],
+        link_match["token"],
+    ):
+        return None
+    if os.path.realpath(temp.parent) != os.path.join(os.path.realpath(out_dir), *parts[:-1]):
+        return None  # a folder on the way was swapped for a symlink: not ours to follow
+    return temp
 
 
 def check_writable(out_dir: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import memforensics
-from memforensics import _background, _writer
+from memforensics import _background, _config, _writer
 from memforensics.backends.sim import reset_device
 
 MiB = 1 << 20
@@ -154,3 +154,58 @@ def test_snapshot_weight_counts_trace_entries_and_blocks() -> None:
     snapshot = {"segments": [{"blocks": [{}, {}]}], "device_traces": [[{}] * 3, []]}
     assert _background.snapshot_weight(snapshot) == 5
     assert _background.snapshot_weight(None) == 0
+
+
+def test_forked_window_sidecar_names_the_training_process(tmp_path: Path) -> None:
+    """A window the forked child wrote records the training process's pid, the one its file
+    name carries, not the child's."""
+    mf = _forking(tmp_path, steps=1)
+    with mf.step(0):
+        pass
+    (dump,) = mf.dumps
+    sidecar = json.loads(dump.with_suffix(".json").read_text())
+    assert sidecar["pid"] == os.getpid()
+    assert dump.name == f"rank0_pid{sidecar['pid']}.pickle"
+
+
+def test_a_slow_fsync_never_makes_a_tiny_window_fork(tmp_path: Path) -> None:
+    """After one tiny write that took seconds (a slow fsync), the next tiny window is still
+    written inline: on disk as soon as step() returns."""
+    reset_device(total_bytes=64 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1)
+    costs = mf._dumper._background.costs
+    costs.observed_write(2.0, 3)  # 3 entries in 2 s: fixed costs, not a per-entry cost
+    assert costs.write_seconds_per_entry == _background.WRITE_SECONDS_PER_ENTRY
+    costs.write_seconds_per_entry = 1.0  # even if a huge per-entry cost had been learned
+    with mf.step(0):
+        pass
+    assert not mf._dumper._background.pending
+    assert (tmp_path / "step0" / f"rank0_pid{os.getpid()}.pickle").is_file()
+    assert not costs.prefer_fork(_background.MIN_FORK_WEIGHT - 1, 0)
+
+
+def test_writer_inline_never_forks(tmp_path: Path) -> None:
+    """writer="inline" (a public config field) writes every window on the training thread,
+    however large and however slow writes were."""
+    reset_device(total_bytes=64 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1, writer="inline")
+    assert mf.config.writer == "inline"
+    big = {"segments": [], "device_traces": [[{"action": "alloc"}] * 200_000]}
+    mf._dumper.backend.snapshot = lambda: big  # type: ignore[method-assign]
+    mf._dumper._background.costs.write_seconds_per_entry = 1.0
+    with mf.step(0):
+        pass
+    assert not mf._dumper._background.pending
+    assert (tmp_path / "step0" / f"rank0_pid{os.getpid()}.pickle").is_file()
+
+
+def test_writer_field_is_validated_and_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """writer accepts "auto" and "inline" (also as MEMFORENSICS_WRITER); anything else fails
+    at install with the field named."""
+    monkeypatch.setenv("MEMFORENSICS_WRITER", "inline")
+    assert memforensics.ForensicsConfig().writer == "auto"
+    assert _config.build_config({}).writer == "inline"
+    with pytest.raises(memforensics.ConfigError, match="writer"):
+        _config.build_config({"writer": "fork"})

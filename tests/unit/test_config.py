@@ -68,6 +68,8 @@ def test_every_field_has_an_environment_variable() -> None:
         "MEMFORENSICS_MAX_OOM_SNAPSHOTS": "1",
         "MEMFORENSICS_ANNOTATE_STEPS": "0",
         "MEMFORENSICS_JOURNAL_EVERY": "none",
+        "MEMFORENSICS_CONTEXT": "all",
+        "MEMFORENSICS_WRITER": "inline",
     }
     assert set(env) == {env_var(f) for f in FIELDS}
     config = build_config({}, env)
@@ -89,6 +91,8 @@ def test_every_field_has_an_environment_variable() -> None:
         max_oom_snapshots=1,
         annotate_steps=False,
         journal_every=None,
+        context="all",
+        writer="inline",
     )
 
 

@@ -279,53 +279,71 @@ def test_close_mid_window_dumps_partial(fake: Fake, install: Install, out_dir: P
     assert sidecar["steps"] == [0, 1]
 
 
-def test_history_cleared_when_window_opens(fake: Fake, install: Install) -> None:
-    """Recording starts at install and restarts with clear_history=True as each window opens."""
+def starts(device: str, mode: str, *, clear: bool, max_entries: int = 100_000,
+           stacks: str = "python", context: str = "alloc") -> list[dict[str, Any]]:  # fmt: skip
+    """The ``_record_memory_history`` calls that start ``mode``: with clear_history on torch,
+    as a stop then a start on torch_npu (its function has no clear_history)."""
+    call = {"enabled": mode, "context": context, "stacks": stacks, "max_entries": max_entries}
+    if not clear:
+        return [call]
+    if device == "npu":
+        return [{"enabled": None}, call]
+    return [{**call, "clear_history": True}]
+
+
+STOP = {"enabled": None}
+
+
+def test_history_cleared_when_window_opens(fake: Fake, install: Install, device: str) -> None:
+    """Recording starts at install in oom_history's mode and restarts cleared, in "all", as each
+    window opens; after each window it returns to oom_history's mode."""
     alloc = fake()
     mf = install(steps=2, skip_first=1, max_entries=500)
-    start = {"enabled": "all", "stacks": "python", "max_entries": 500, "clear_history": True}
-    assert alloc.history_calls() == [start]
+    state = starts(device, "state", clear=True, max_entries=500)
+    window = starts(device, "all", clear=True, max_entries=500)
+    back = starts(device, "state", clear=False, max_entries=500)
+    assert alloc.history_calls() == state
     with mf.step(0):
-        assert alloc.history_calls() == [start]
+        assert alloc.history_calls() == state
     with mf.step(1):
-        assert alloc.history_calls() == [start, start]
+        assert alloc.history_calls() == state + window
     with mf.step(2):
         pass
+    assert alloc.history_calls() == state + window + back
     with mf.step(3):
-        assert alloc.history_calls() == [start, start, start]
+        assert alloc.history_calls() == state + window + back + window
     mf.close()
-    assert alloc.history_calls()[-1] == {"enabled": None, "stacks": "all",
-                                         "max_entries": 2**63 - 1}  # fmt: skip
+    assert alloc.history_calls()[-1] == STOP
 
 
 def test_old_record_signature_stops_then_starts(fake: Fake, install: Install) -> None:
     """Without a clear_history parameter, a window open stops recording, then starts it again."""
     alloc = fake(history_signature="old")
-    mf = install(steps=1)
-    stop = {"enabled": None, "stacks": "all", "max_entries": 2**63 - 1}
-    start = {"enabled": "all", "stacks": "python", "max_entries": 100_000}
-    assert alloc.history_calls() == [stop, start]
+    mf = install(steps=1, oom_history="all")
+    start = {"enabled": "all", "context": "alloc", "stacks": "python", "max_entries": 100_000}
+    assert alloc.history_calls() == [STOP, start]
     with mf.step(0):
-        assert alloc.history_calls() == [stop, start, stop, start]
+        assert alloc.history_calls() == [STOP, start, STOP, start]
 
 
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ({"steps": 1, "stacks": "all", "max_entries": 1234}, ("all", "all", 1234)),
-        ({"steps": 1}, ("all", "python", 100_000)),
-        ({}, ("state", "python", 100_000)),
-        ({"oom_history": "all", "max_entries": 7}, ("all", "python", 7)),
+        ({"steps": 1, "stacks": "all", "max_entries": 1234}, ("state", "all", 1234, "alloc")),
+        ({"steps": 1, "context": "all"}, ("state", "python", 100_000, "all")),
+        ({}, ("state", "python", 100_000, "alloc")),
+        ({"oom_history": "all", "max_entries": 7}, ("all", "python", 7, "alloc")),
     ],
 )
 def test_history_options_passed_through(
-    fake: Fake, install: Install, config: dict[str, Any], expected: tuple[str, str, int]
+    fake: Fake, install: Install, config: dict[str, Any], expected: tuple[str, str, int, str]
 ) -> None:
-    """stacks and max_entries reach _record_memory_history; OOM-only ranks use oom_history."""
+    """stacks, max_entries and context reach _record_memory_history; outside windows every
+    rank (window ranks too) records what oom_history says."""
     alloc = fake()
     install(**config)
-    (call,) = alloc.history_calls()
-    assert (call["enabled"], call["stacks"], call["max_entries"]) == expected
+    call = alloc.history_calls()[-1]
+    assert (call["enabled"], call["stacks"], call["max_entries"], call["context"]) == expected
 
 
 def test_oom_history_off_records_nothing(fake: Fake, install: Install) -> None:
@@ -336,10 +354,16 @@ def test_oom_history_off_records_nothing(fake: Fake, install: Install) -> None:
     assert alloc.history_calls() == []
 
 
-def test_annotate_steps_sets_and_clears_metadata(fake: Fake, install: Install) -> None:
-    """Each step tags allocations with ``step=N`` and clears the tag when it ends."""
+def test_annotate_steps_sets_and_clears_metadata(fake: Fake, install: Install, device: str) -> None:
+    """Each step tags allocations with ``step=N`` and clears the tag when it ends (CUDA; the
+    real torch_npu has no _set_memory_metadata, so NPU steps are never tagged)."""
     alloc = fake()
     mf = install(steps=2)
+    if device == "npu":
+        with mf.step(7):
+            pass
+        assert alloc.called("_set_memory_metadata") == []
+        return
     with mf.step(7):
         assert alloc.called("_set_memory_metadata")[-1] == (("step=7",), {})
     assert alloc.called("_set_memory_metadata")[-1] == (("",), {})
@@ -389,14 +413,15 @@ def test_oom_observer_writes_dump_without_sync(
     alloc = fake(total=80 * GIB, free=512 << 20)
     mf = install()
     with mf.step(12):
-        alloc.fire_oom(requested=3 * GIB)
+        alloc.fire_oom(allocation=3 * GIB)
     assert alloc.synchronized == 0
     (snapshot,) = oom_files(out_dir)
     assert re.fullmatch(rf"rank0_pid{os.getpid()}_step12_{TIME}\.pickle", snapshot.name)
     sidecar = read_sidecar(snapshot)
     assert (sidecar["kind"], sidecar["step"], sidecar["device"]) == ("oom", 12, device)
     oom = sidecar["oom"]
-    assert oom["requested_bytes"] == 3 * GIB
+    assert oom["allocation_bytes"] == 3 * GIB
+    assert oom["requested_bytes"] is None  # no oom entry in the trace: no history of the request
     assert oom["device_total_bytes"] == 80 * GIB
     assert oom["device_free_bytes"] == 512 << 20
     assert oom["allocator"] == alloc.stats_value
@@ -407,7 +432,7 @@ def test_oom_observer_writes_dump_without_sync(
     assert names[-1] == "fire_oom"  # innermost last; memforensics' own frames are left out
     (line,) = logged(stderr_of(capsys), "out_of_memory")
     assert "level='error'" in line
-    assert f"requested_bytes={3 * GIB}" in line
+    assert f"allocation_bytes={3 * GIB}" in line
     assert "step=12" in line
 
 
@@ -564,7 +589,7 @@ def test_step_fallback_dumps_and_reraises_same_exception(
     assert re.fullmatch(rf"rank0_pid{os.getpid()}_step3_{TIME}\.pickle", snapshot.name)
     oom = read_sidecar(snapshot)["oom"]
     assert oom["source"] == "exception"
-    assert oom["requested_bytes"] == requested
+    assert oom["allocation_bytes"] == requested
     assert (oom["device_total_bytes"], oom["device_free_bytes"]) == (80 * GIB, 100 << 20)
     assert oom["error"] == str(error)
     assert alloc.synchronized == 0
@@ -615,7 +640,7 @@ def test_sidecar_keys_are_the_contract(
     alloc = fake()
     mf = install(steps=1)
     with mf.step(0):
-        alloc.fire_oom(requested=GIB)
+        alloc.fire_oom(allocation=GIB)
     pid = os.getpid()
     window = read_sidecar(out_dir / "step0" / f"rank0_pid{pid}.pickle")
     (oom_snapshot,) = oom_files(out_dir)
@@ -628,7 +653,7 @@ def test_sidecar_keys_are_the_contract(
         (window, window_snapshot, "window"),
         (oom, oom_snapshot, "oom"),
     ]:
-        assert sidecar["schema"] == 1
+        assert sidecar["schema"] == 2
         assert sidecar["kind"] == kind
         assert (sidecar["rank"], sidecar["pid"], sidecar["world_size"]) == (0, pid, None)
         assert (sidecar["device"], sidecar["device_index"]) == (device, 0)

@@ -85,7 +85,8 @@ def test_oom_observer_dump_and_same_exception(tmp_path: Path) -> None:
     assert dump.parent.name == "oom"
     assert "_step7_" in dump.name
     oom = _sidecar(dump)["oom"]
-    assert oom["requested_bytes"] == 20 * MiB
+    assert oom["allocation_bytes"] == 20 * MiB  # what the allocator asked the device for
+    assert oom["requested_bytes"] is None  # oom_history="state": no trace, so no request
     assert oom["device_total_bytes"] == 32 * MiB
     assert oom["device_free_bytes"] == 32 * MiB - device.reserved_bytes
     assert oom["source"] == "observer"
@@ -115,7 +116,7 @@ def test_step_fallback_dumps_unobserved_oom(tmp_path: Path) -> None:
     [dump] = mf.dumps
     oom = _sidecar(dump)["oom"]
     assert oom["source"] == "exception"
-    assert oom["requested_bytes"] == 2 << 30
+    assert oom["allocation_bytes"] == 2 << 30
 
 
 def test_non_oom_error_is_not_dumped(tmp_path: Path) -> None:
@@ -135,7 +136,9 @@ def test_retention_keeps_first_and_newest(tmp_path: Path) -> None:
         with mf.step(step):
             device.empty(MiB).free()
     assert [p.parent.name for p in mf.dumps] == ["step0", "step3", "step4"]
-    folders = sorted(p.name for p in tmp_path.iterdir() if p.name != "journal")
+    folders = sorted(
+        p.name for p in tmp_path.iterdir() if p.name != "journal" and not p.name.startswith(".")
+    )
     assert folders == ["step0", "step3", "step4"]
 
 
@@ -242,3 +245,39 @@ def test_context_manager_closes(tmp_path: Path) -> None:
     with memforensics.install(device="sim", out_dir=str(tmp_path)) as mf:
         assert not mf.closed
     assert mf.closed
+
+
+@pytest.mark.parametrize(("context", "free_frames"), [("alloc", False), ("all", True)])
+def test_context_decides_whether_frees_keep_a_stack(
+    tmp_path: Path, context: str, free_frames: bool
+) -> None:
+    """context="alloc" (the default) records who allocated; "all" also who freed."""
+    device = reset_device(total_bytes=16 * MiB)
+    options = {} if context == "alloc" else {"context": context}
+    mf = memforensics.install(steps=1, device="sim", out_dir=str(tmp_path), **options)
+    with mf.step(0):
+        device.empty(MiB).free()
+    [dump] = mf.dumps
+    with dump.open("rb") as handle:
+        trace = pickle.load(handle)["device_traces"][0]
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    frees = [e for e in trace if e["action"].startswith("free")]
+    assert allocs
+    assert all(e["frames"] for e in allocs)
+    assert len(frees) == 2
+    assert all(bool(e["frames"]) is free_frames for e in frees)
+
+
+def test_oom_sidecar_has_the_request_and_the_allocation(tmp_path: Path) -> None:
+    """With history on, requested_bytes is the user's request (rounded to 512 bytes) from the
+    trace and allocation_bytes what the allocator asked the device for (rounded to 2 MiB)."""
+    device = reset_device(total_bytes=32 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path), oom_history="all")
+    kept = [device.empty(10 * MiB) for _ in range(2)]
+    with pytest.raises(SimOutOfMemoryError) as info, mf.step(0):
+        kept.append(device.empty(15 * MiB + 1))
+    [dump] = mf.dumps
+    oom = _sidecar(dump)["oom"]
+    assert oom["requested_bytes"] == 15 * MiB + 512
+    assert oom["allocation_bytes"] == 16 * MiB
+    assert "Tried to allocate 16.00 MiB" in str(info.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import memforensics
+import memforensics._log
 from memforensics.integrations.verl import (
     IGNORED,
     MAPPED,
@@ -87,10 +88,86 @@ def test_selected_tool_config_as_tool_config() -> None:
     assert config.max_entries == 30
 
 
-def test_unknown_option_is_a_config_error() -> None:
-    """A misspelt verl option fails fast, naming it."""
-    with pytest.raises(memforensics.ConfigError, match="memory_snapshot_num_step'"):
-        config_from_verl({"memory_snapshot_num_step": 2})
+VERL_091_ACTOR_PROFILER = {
+    "_target_": "verl.utils.profiler.ProfilerConfig",
+    "tool": None,
+    "enable": False,
+    "all_ranks": False,
+    "ranks": [],
+    "save_path": "outputs/profile",
+    "relocate_results": False,
+    "finish_hook_cmd": None,
+    "finish_hook_all_ranks": False,
+    "finish_hook_ranks": [],
+    "tool_config": {
+        "npu": {"_target_": "verl.utils.profiler.config.NPUToolConfig", "contents": [],
+                "level": "level0", "analysis": False, "discrete": False,
+                "profile_token_start": None, "profile_token_end": None},
+        "torch": {"_target_": "verl.utils.profiler.config.TorchProfilerToolConfig",
+                  "contents": [], "discrete": False},
+    },
+}  # fmt: skip
+"""``actor_rollout_ref.actor.profiler`` of verl 0.9.1's _generated_ppo_trainer.yaml, resolved
+(nox -s frameworks runs the real file)."""
+VERL_091_GLOBAL_PROFILER = {
+    "_target_": "verl.utils.profiler.ProfilerConfig",
+    "tool": None,
+    "steps": None,
+    "profile_continuous_steps": False,
+    "save_path": "outputs/profile",
+    "relocate_results": False,
+    "finish_hook_cmd": None,
+    "finish_hook_all_ranks": False,
+    "finish_hook_ranks": [],
+    "global_tool_config": {
+        "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32,
+                         "memory_snapshot_num_steps": 1, "context": "all", "stacks": "all",
+                         "kw_args": {}},
+    },
+}  # fmt: skip
+"""``global_profiler`` of the same file, resolved."""
+
+
+def test_verl_091_profiler_sections_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verl 0.9.1's own profiler sections (finish_hook_*, relocate_results) map without error."""
+    monkeypatch.chdir(tmp_path)
+    actor = install_from_verl(VERL_091_ACTOR_PROFILER, device="sim")
+    assert (actor.config.out_dir, actor.config.window_ranks) == ("outputs/profile", ())
+    actor.close()
+    config = config_from_verl(VERL_091_GLOBAL_PROFILER)
+    assert (config.max_entries, config.steps) == (100_000, 1)
+    assert (config.stacks, config.context) == ("all", "all")
+
+
+def test_unknown_options_are_ignored_with_a_debug_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Keys of a newer verl schema are ignored, named in one debug log line."""
+    monkeypatch.setenv("MEMFORENSICS_LOG_LEVEL", "DEBUG")
+    memforensics._log.reset_logging()
+    options = verl_options({"memory_snapshot_num_steps": 2, "some_future_option": 1})
+    assert options == {"steps": 2}
+    err = capsys.readouterr().err
+    assert "verl_options_ignored" in err
+    assert "some_future_option" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("stacks", "cpp"), ("trace_alloc_max_entries", -1), ("context", "state")],
+)
+def test_mapped_values_are_still_validated(option: str, value: object) -> None:
+    """A mapped key with a value memforensics cannot honour fails fast, naming the field."""
+    with pytest.raises(memforensics.ConfigError):
+        config_from_verl({option: value})
+
+
+def test_dump_on_oom_is_not_a_verl_option() -> None:
+    """dump_on_oom exists in no verl release: it is not mapped (OOM capture stays on)."""
+    assert "dump_on_oom" not in MAPPED
+    assert config_from_verl({"dump_on_oom": False}).oom is True
 
 
 def test_ignored_options_are_documented_and_accepted() -> None:
@@ -118,5 +195,19 @@ def test_install_from_verl_records_windows(tmp_path: Path) -> None:
         with mf.step(step):
             kept.append(get_device().empty(1 << 20))
     mf.close()
-    windows = sorted(path.name for path in tmp_path.iterdir() if path.name != "journal")
-    assert windows == ["steps0-1", "steps2-3"]
+    visible = sorted(
+        path.name
+        for path in tmp_path.iterdir()
+        if path.name != "journal" and not path.name.startswith(".")
+    )
+    assert visible == ["steps0-1", "steps2-3"]
+
+
+def test_install_overrides_win_over_mapped_options(tmp_path: Path) -> None:
+    """An override of a mapped field (out_dir over save_path) wins instead of clashing."""
+    mf = install_from_verl(
+        {"save_path": "outputs/profile", "memory_snapshot_num_steps": 2},
+        out_dir=str(tmp_path),
+        device="sim",
+    )
+    assert (mf.config.out_dir, mf.config.steps) == (str(tmp_path), 2)

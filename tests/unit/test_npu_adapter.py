@@ -110,12 +110,12 @@ def test_never_calls_torch_npu_dump_snapshot(npu: FakeAllocator, out_dir: Path) 
 def test_sidecar_records_npu_and_torch_npu_version(npu: FakeAllocator, out_dir: Path) -> None:
     """Sidecars say ``device: "npu"`` and carry both torch's and torch_npu's versions."""
     install(out_dir)
-    npu.fire_oom(requested=1 << 30)
+    npu.fire_oom(allocation=1 << 30)
     (snapshot,) = oom_files(out_dir)
     sidecar = read_sidecar(snapshot)
     assert (sidecar["device"], sidecar["device_index"]) == ("npu", 0)
     assert sidecar["torch_version"] == f"{torch.__version__}+torch_npu{NPU_VERSION}"
-    assert sidecar["oom"]["requested_bytes"] == 1 << 30
+    assert sidecar["oom"]["allocation_bytes"] == 1 << 30
     assert sidecar["oom"]["device_total_bytes"] == npu.total
 
 
@@ -150,12 +150,13 @@ def test_torch_npu_not_installed(
 
 def test_npu_history_uses_torch_npu_memory(npu: FakeAllocator, out_dir: Path) -> None:
     """History recording and snapshots go through torch_npu.npu.memory, with clear_history."""
-    mf = install(out_dir, steps=2, stacks="all", max_entries=4096)
+    mf = install(out_dir, steps=2, stacks="all", max_entries=4096, oom_history="all")
     with mf.step(0):
         pass
     with mf.step(1):
         pass
-    start = {"enabled": "all", "stacks": "all", "max_entries": 4096, "clear_history": True}
-    assert npu.history_calls() == [start, start]
+    stop = {"enabled": None}
+    start = {"enabled": "all", "context": "alloc", "stacks": "all", "max_entries": 4096}
+    assert npu.history_calls() == [stop, start, stop, start]
     assert len(npu.called("_snapshot")) == 1
     assert (out_dir / "steps0-1" / f"rank0_pid{os.getpid()}.pickle").is_file()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,27 +84,132 @@ def test_files_are_not_world_writable_even_with_umask_zero(tmp_path: Path) -> No
     assert not path.stat().st_mode & stat.S_IWOTH
 
 
-def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
-    """Temp files from a dead pid on this host go; a live pid's and foreign hosts' stay."""
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
         check=True,
     )
-    dead_pid = int(dead.stdout)
+    return int(dead.stdout)
+
+
+def _plant(out_dir: Path, rank: int, host: str, pid: int, folder: str = "steps0-1") -> Path:
+    """A temp file as a writer killed mid-write leaves it, registered for ``rank``."""
+    token = "abcd1234"
+    temp = out_dir / folder / f".rank{rank}_pid{pid}.pickle.tmp-{host}-{pid}-{token}"
+    temp.parent.mkdir(parents=True, exist_ok=True)
+    temp.write_bytes(b"partial")
+    inflight = _writer.inflight_folder(out_dir, rank)
+    inflight.mkdir(parents=True, exist_ok=True)
+    (inflight / f".{host}-{pid}-{token}").symlink_to(f"{folder}/{temp.name}")
+    return temp
+
+
+def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    """This rank's registered temp files from a dead pid on this host go; a live pid's,
+    a foreign host's and other ranks' stay."""
+    dead_pid = _dead_pid()
     host = _writer._hostname()
-    folder = tmp_path / "steps0-1"
-    folder.mkdir()
-    stale = folder / f".rank0_pid{dead_pid}.pickle.tmp-{host}-{dead_pid}-abcd1234"
-    live = folder / f".rank1_pid{os.getpid()}.pickle.tmp-{host}-{os.getpid()}-abcd1234"
-    foreign = folder / f".rank2_pid{dead_pid}.pickle.tmp-otherhost-{dead_pid}-abcd1234"
-    for path in (stale, live, foreign):
-        path.write_bytes(b"partial")
-    removed = _writer.clean_stale_temp_files(tmp_path)
+    stale = _plant(tmp_path, 0, host, dead_pid)
+    live = _plant(tmp_path, 0, host, os.getpid(), "steps2-3")
+    foreign = _plant(tmp_path, 0, "otherhost", dead_pid, "steps4-5")
+    other_rank = _plant(tmp_path, 1, host, dead_pid, "steps6-7")
+    removed = _writer.clean_stale_temp_files(tmp_path, 0)
     assert removed == [stale]
+    assert not stale.exists()
     assert live.exists()
     assert foreign.exists()
+    assert other_rank.exists()
+    assert sorted(os.listdir(_writer.inflight_folder(tmp_path, 0))) == sorted(
+        [f".{host}-{os.getpid()}-abcd1234", ".otherhost-" + f"{dead_pid}-abcd1234"]
+    )
+
+
+def test_install_time_cleanup_lists_only_the_ranks_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cleanup never walks out_dir: the one folder it lists is the rank's in-flight folder,
+    however many dump folders and files out_dir holds."""
+    for window in range(20):
+        folder = tmp_path / f"step{window}"
+        folder.mkdir()
+        for rank in range(10):
+            (folder / f"rank{rank}_pid1.pickle").write_bytes(b"x")
+    stale = _plant(tmp_path, 3, _writer._hostname(), _dead_pid())
+    listed: list[str] = []
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def listdir(path: Any = ".") -> list[str]:
+        listed.append(os.fspath(path))
+        return real_listdir(path)
+
+    def scandir(path: Any = ".") -> Any:
+        listed.append(os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "walk", lambda *a, **k: pytest.fail("os.walk over out_dir"))
+    monkeypatch.setattr(Path, "rglob", lambda *a, **k: pytest.fail("rglob over out_dir"))
+    monkeypatch.setattr(Path, "iterdir", lambda *a, **k: pytest.fail("iterdir over out_dir"))
+    assert _writer.clean_stale_temp_files(tmp_path, 3) == [stale]
+    assert listed == [os.fspath(_writer.inflight_folder(tmp_path, 3))]
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/etc/hostname", "../outside/.x.pickle.tmp-{host}-{pid}-abcd1234", "steps0-1/victim.pickle"],
+)
+def test_a_planted_registration_removes_nothing_else(tmp_path: Path, target: str) -> None:
+    """A registration pointing outside out_dir, or at a file that is not that process's temp
+    file, is dropped without deleting its target."""
+    pid, host = _dead_pid(), _writer._hostname()
+    out = tmp_path / "out"
+    victim = out / "steps0-1" / "victim.pickle"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"evidence")
+    outside = tmp_path / "outside" / f".x.pickle.tmp-{host}-{pid}-abcd1234"
+    outside.parent.mkdir()
+    outside.write_bytes(b"not ours")
+    inflight = _writer.inflight_folder(out, 0)
+    inflight.mkdir(parents=True)
+    link = inflight / f".{host}-{pid}-abcd1234"
+    link.symlink_to(target.format(host=host, pid=pid))
+    assert _writer.clean_stale_temp_files(out, 0) == []
+    assert victim.read_bytes() == b"evidence"
+    assert outside.read_bytes() == b"not ours"
+    assert not os.path.lexists(link)
+
+
+def test_writes_register_and_unregister_their_temp_files(tmp_path: Path) -> None:
+    """While a dump is written its temp file is registered in the rank's folder; once it has
+    landed (or failed) nothing is left registered."""
+    paths = _writer.window_paths(tmp_path, "step0", 2, os.getpid())
+    inflight = paths.inflight
+    assert inflight is not None
+    seen: list[str] = []
+    modes: list[int] = []
+
+    class Probe:
+        def __reduce__(self) -> Any:
+            seen.extend(os.readlink(inflight / name) for name in os.listdir(inflight))
+            modes.extend(stat.S_IMODE(p.stat().st_mode) for p in (inflight.parent, inflight))
+            return (int, ())
+
+    old = os.umask(0)
+    try:
+        _writer.write_dump(paths, {"x": Probe()}, lambda n: {})
+    finally:
+        os.umask(old)
+    assert modes == [0o755, 0o755]  # never world-writable, even under umask 0
+    assert len(seen) == 1
+    assert seen[0].startswith(f"step0/.rank2_pid{os.getpid()}.pickle.tmp-")
+    assert not inflight.parent.exists()  # the empty folders go: out_dir holds only dumps
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        _writer.write_dump(paths, {"bad": lambda: None}, lambda n: {})
+    assert sorted(os.listdir(tmp_path)) == ["step0"]
 
 
 def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:

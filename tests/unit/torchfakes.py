@@ -1,15 +1,23 @@
-"""Fakes of the exact torch / torch_npu surface DESIGN.md lets the device adapters touch.
+"""Fakes of the exact torch / torch_npu surface the device adapters touch, with real signatures.
 
 ``FakeAllocator`` stands behind the patched names: it records every call, returns snapshots in
 PyTorch's own format, and keeps the observers attached to its OOM hook so a test can fire an
-out-of-memory event the way the framework's caching allocator would. ``patch_cuda`` installs it
-on the real CPU torch; ``patch_npu`` installs a stand-in ``torch_npu`` module.
+out-of-memory event the way the framework's caching allocator would.
+
+The fakes are derived from the real frameworks' signatures, in this one place:
+- ``patch_cuda`` installs them on the real CPU torch, and every call first binds against the
+  real function's ``inspect.signature`` (a keyword the real torch lacks fails the test);
+- ``patch_npu`` installs a stand-in ``torch_npu`` whose functions carry ``NPU_SIGNATURES``,
+  the parameters of the newest torch_npu release, which ``nox -s frameworks`` checks against
+  the real wheel's sources (tests/frameworks). ``_record_memory_history`` there is torch_npu's
+  real shape: ``(enabled="all", *args, **kwargs)`` forwarding to ``_record_memory_history_impl``.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.machinery
+import inspect
 import json
 import re
 import sys
@@ -22,7 +30,48 @@ from typing import Any
 import pytest
 
 GIB = 1 << 30
-NPU_VERSION = "2.13.0.post1"
+NPU_VERSION = "2.14.0"
+
+_PK = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_VAR_POS = inspect.Parameter.VAR_POSITIONAL
+_VAR_KW = inspect.Parameter.VAR_KEYWORD
+_NO_DEFAULT = inspect.Parameter.empty
+
+NPU_SIGNATURES: dict[str, tuple[tuple[str, Any, Any], ...]] = {
+    "npu.is_available": (),
+    "npu.init": (),
+    "npu.current_device": (),
+    "npu.set_device": (("device", _PK, _NO_DEFAULT),),
+    "npu.synchronize": (("device", _PK, None),),
+    "npu.mem_get_info": (("device", _PK, None),),
+    "npu.memory_stats": (("device", _PK, None),),
+    "npu.get_per_process_memory_fraction": (("device", _PK, None),),
+    "npu.memory._record_memory_history": (
+        ("enabled", _PK, "all"),
+        ("args", _VAR_POS, _NO_DEFAULT),
+        ("kwargs", _VAR_KW, _NO_DEFAULT),
+    ),
+    "npu.memory._record_memory_history_impl": (
+        ("enabled", _PK, "all"),
+        ("context", _PK, "all"),
+        ("stacks", _PK, "all"),
+        ("max_entries", _PK, sys.maxsize),
+        ("device", _PK, None),
+    ),
+    "npu.memory._snapshot": (("device", _PK, None), ("augment_with_fx_traces", _PK, False)),
+    "npu.memory._dump_snapshot": (
+        ("filename", _PK, "dump_snapshot.pickle"),
+        ("augment_with_fx_traces", _PK, False),
+    ),
+}
+"""torch_npu 2.14.0's parameters (name, kind, default) of every function the fakes stand in
+for, by path under ``torch_npu``. torch_npu has no ``_set_memory_metadata``."""
+NPU_ABSENT = ("npu.memory._set_memory_metadata",)
+"""Names the real torch_npu does not have (checked too)."""
+
+OLD_TORCH_HISTORY = NPU_SIGNATURES["npu.memory._record_memory_history_impl"]
+"""``_record_memory_history`` of torch 2.1-2.5, before ``clear_history``: the same parameters
+torch_npu's implementation still has."""
 
 SIDECAR_KEYS = {
     "schema", "kind", "rank", "world_size", "hostname", "pid", "device", "device_index",
@@ -32,8 +81,51 @@ SIDECAR_KEYS = {
 """Every key DESIGN.md lists for a sidecar."""
 SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries"}
 """Keys the implementation adds beyond DESIGN.md's list (``truncated`` comes from issue 2)."""
-OOM_KEYS = {"requested_bytes", "device_total_bytes", "device_free_bytes", "stack", "allocator"}
+OOM_KEYS = {
+    "requested_bytes", "allocation_bytes", "device_total_bytes", "device_free_bytes", "stack",
+    "allocator",
+}  # fmt: skip
 OOM_EXTRA_KEYS = {"source", "error"}
+
+
+def signature_of(params: tuple[tuple[str, Any, Any], ...]) -> inspect.Signature:
+    """An ``inspect.Signature`` from ``(name, kind, default)`` triples."""
+    return inspect.Signature(
+        [inspect.Parameter(name, kind, default=default) for name, kind, default in params]
+    )
+
+
+def with_signature(
+    signature: inspect.Signature, body: Callable[[dict[str, Any]], Any], name: str
+) -> Callable[..., Any]:
+    """A function that binds its call to ``signature`` (TypeError like the real one) and passes
+    the explicitly given arguments, by name, to ``body``."""
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        return body(dict(bound.arguments))
+
+    fake.__signature__ = signature  # type: ignore[attr-defined]
+    fake.__name__ = fake.__qualname__ = name
+    return fake
+
+
+def npu_record_memory_history(impl: Callable[..., Any]) -> Callable[..., Any]:
+    """torch_npu's ``_record_memory_history``: no signature of its own, forwards to ``impl``.
+
+    Built like the real one (a module-level function whose code names
+    ``_record_memory_history_impl``), so adapters that read the wrapped implementation's
+    parameters find them here as they would in torch_npu.
+    """
+    namespace: dict[str, Any] = {"_record_memory_history_impl": impl}
+    # The real wrapper's shape, compiled from a constant.
+    exec(
+        "def _record_memory_history(enabled='all', *args, **kwargs):\n"
+        "    return _record_memory_history_impl(enabled, *args, **kwargs)\n",
+        namespace,
+    )
+    wrapper: Callable[..., Any] = namespace["_record_memory_history"]
+    return wrapper
 
 
 def make_snapshot(trace_entries: int = 2, device: int = 0) -> dict[str, Any]:
@@ -68,9 +160,16 @@ def make_snapshot(trace_entries: int = 2, device: int = 0) -> dict[str, Any]:
     ]  # fmt: skip
     return {
         "segments": [segment],
-        "device_traces": [trace],
+        "device_traces": [[] for _ in range(device)] + [trace],
         "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1},
     }
+
+
+def oom_entry(size: int, device_free: int, time_us: int = 1_700_000_000_500_000) -> dict[str, Any]:
+    """The trace's ``oom`` entry as torch records it: the user's request rounded to the block
+    size in ``size``, the driver's free bytes in ``device_free``."""
+    return {"action": "oom", "addr": 0, "size": size, "stream": 0, "time_us": time_us,
+            "device_free": device_free, "frames": []}  # fmt: skip
 
 
 @dataclass
@@ -81,10 +180,15 @@ class FakeAllocator:
     available: bool = True
     total: int = 16 * GIB
     free: int = 1 * GIB
+    current: int = 0
+    """What ``current_device()`` returns; ``set_device`` changes it."""
+    fraction: float = 1.0
+    """What ``get_per_process_memory_fraction()`` returns."""
     hook: str = "ok"
     """``"ok"``, ``"missing"`` (no attach function) or ``"raises"`` (cudaMallocAsync)."""
     history_signature: str = "new"
-    """``"new"`` (has ``clear_history``) or ``"old"`` (older torch / torch_npu, without it)."""
+    """cuda: ``"new"`` (the installed torch's, with ``clear_history``) or ``"old"`` (torch 2.1-2.5,
+    without it). npu always has torch_npu's real shape (no ``clear_history``)."""
     metadata_supported: bool = True
     snapshot_value: dict[str, Any] = field(default_factory=make_snapshot)
     stats_value: dict[str, Any] = field(
@@ -109,13 +213,16 @@ class FakeAllocator:
         return [(args, kwargs) for n, args, kwargs in self.calls if n == name]
 
     def history_calls(self) -> list[dict[str, Any]]:
-        """The keyword arguments of every ``_record_memory_history`` call."""
+        """The arguments (by name, as passed) of every ``_record_memory_history`` call."""
         return [kwargs for _, kwargs in self.called("_record_memory_history")]
 
-    def fire_oom(self, requested: int = 2 * GIB, device: int = 0) -> None:
-        """What the caching allocator does on a failed malloc: call every observer."""
+    def fire_oom(
+        self, allocation: int = 2 * GIB, device: int = 0, limit: int | None = None
+    ) -> None:
+        """What the caching allocator does on a failed malloc: call every observer with the
+        failing device, the allocation size, the limit (the total unless given) and free bytes."""
         for observer in list(self.observers):
-            observer(device, requested, self.total, self.free)
+            observer(device, allocation, self.total if limit is None else limit, self.free)
 
     # -- the framework surface -----------------------------------------------------------------
     def is_available(self) -> bool:
@@ -127,7 +234,11 @@ class FakeAllocator:
 
     def current_device(self) -> int:
         self._call("current_device")
-        return 0
+        return self.current
+
+    def set_device(self, device: Any) -> None:
+        self._call("set_device", device)
+        self.current = int(device)
 
     def synchronize(self, device: Any = None) -> None:
         """Must never be called: the dispatcher would swallow a raise, so count instead."""
@@ -142,16 +253,22 @@ class FakeAllocator:
         self._call("mem_get_info", device)
         return self.free, self.total
 
-    def snapshot(self) -> dict[str, Any]:
+    def get_per_process_memory_fraction(self, device: Any = None) -> float:
+        self._call("get_per_process_memory_fraction", device)
+        return self.fraction
+
+    def snapshot(self, device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
         self._call("_snapshot")
         if self.on_snapshot is not None:
             self.on_snapshot()
         return copy.deepcopy(self.snapshot_value)
 
-    def set_memory_metadata(self, text: str) -> None:
-        self._call("_set_memory_metadata", text)
+    def set_memory_metadata(self, metadata: str) -> None:
+        self._call("_set_memory_metadata", metadata)
 
-    def dump_snapshot(self, filename: str = "dump_snapshot.pickle") -> None:
+    def dump_snapshot(
+        self, filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False
+    ) -> None:
         self._call("_dump_snapshot", filename)
 
     def attach(self, observer: Callable[[int, int, int, int], None]) -> None:
@@ -163,56 +280,74 @@ class FakeAllocator:
             )
         self.observers.append(observer)
 
-    def record_function(self) -> Callable[..., None]:
-        """``_record_memory_history`` with the signature this fake's torch version has."""
-        fake = self
-        if self.history_signature == "new":
+    def _record(self, arguments: dict[str, Any]) -> None:
+        self._call("_record_memory_history", **arguments)
 
-            def _record_memory_history(
-                enabled: str | None = "all",
-                context: str | None = "all",
-                stacks: str = "all",
-                max_entries: int = sys.maxsize,
-                device: Any = None,
-                clear_history: bool = False,
-            ) -> None:
-                kwargs = {"enabled": enabled, "stacks": stacks, "max_entries": max_entries}
-                if clear_history:
-                    kwargs["clear_history"] = clear_history
-                fake._call("_record_memory_history", **kwargs)
-
-            return _record_memory_history
-
-        def _record_memory_history_old(
-            enabled: str | None = "all",
-            context: str | None = "all",
-            stacks: str = "all",
-            max_entries: int = sys.maxsize,
-            device: Any = None,
-        ) -> None:
-            fake._call(
-                "_record_memory_history", enabled=enabled, stacks=stacks, max_entries=max_entries
+    def record_function(self, real: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """``_record_memory_history`` with the signature this fake's framework version has:
+        the real torch's (``real``), torch 2.1-2.5's, or torch_npu's wrapper and implementation."""
+        if self.device == "npu":
+            impl = with_signature(
+                signature_of(NPU_SIGNATURES["npu.memory._record_memory_history_impl"]),
+                self._record,
+                "_record_memory_history_impl",
             )
+            return npu_record_memory_history(impl)
+        if self.history_signature == "old" or real is None:
+            signature = signature_of(OLD_TORCH_HISTORY)
+        else:
+            signature = inspect.signature(real)
+        return with_signature(signature, self._record, "_record_memory_history")
 
-        return _record_memory_history_old
+
+def _bound_to(real: Any, fake: Callable[..., Any]) -> Callable[..., Any]:
+    """``fake``, but every call first binds against ``real``'s signature (when it has one)."""
+    try:
+        signature = inspect.signature(real)
+    except (TypeError, ValueError):  # a C function without a signature: nothing to bind
+        return fake
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)  # TypeError, as the real torch would raise
+        return fake(*args, **kwargs)
+
+    checked.__signature__ = signature  # type: ignore[attr-defined]
+    return checked
+
+
+CUDA_PATCHED = (
+    "is_available", "init", "current_device", "set_device", "synchronize", "memory_stats",
+    "mem_get_info", "get_per_process_memory_fraction",
+)  # fmt: skip
+"""``torch.cuda`` names the fake stands behind (each bound to the real signature)."""
 
 
 def patch_cuda(monkeypatch: pytest.MonkeyPatch, alloc: FakeAllocator) -> None:
-    """Point the torch.cuda names DESIGN.md lists at ``alloc``, on the real CPU torch."""
+    """Point the torch.cuda names the adapter uses at ``alloc``, on the real CPU torch; every
+    call binds against the real function's signature first."""
     import torch
     import torch.cuda.memory
 
-    monkeypatch.setattr(torch.cuda, "is_available", alloc.is_available)
-    monkeypatch.setattr(torch.cuda, "init", alloc.init)
-    monkeypatch.setattr(torch.cuda, "current_device", alloc.current_device)
-    monkeypatch.setattr(torch.cuda, "synchronize", alloc.synchronize)
-    monkeypatch.setattr(torch.cuda, "memory_stats", alloc.memory_stats)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", alloc.mem_get_info)
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", alloc.record_function())
-    monkeypatch.setattr(torch.cuda.memory, "_snapshot", alloc.snapshot)
-    if alloc.metadata_supported:
+    for name in CUDA_PATCHED:
         monkeypatch.setattr(
-            torch.cuda.memory, "_set_memory_metadata", alloc.set_memory_metadata, raising=False
+            torch.cuda, name, _bound_to(getattr(torch.cuda, name), getattr(alloc, name))
+        )
+    real_record = torch.cuda.memory._record_memory_history
+    monkeypatch.setattr(
+        torch.cuda.memory, "_record_memory_history", alloc.record_function(real_record)
+    )
+    monkeypatch.setattr(
+        torch.cuda.memory, "_snapshot", _bound_to(torch.cuda.memory._snapshot, alloc.snapshot)
+    )
+    if alloc.metadata_supported:
+        real_metadata = getattr(
+            torch.cuda.memory, "_set_memory_metadata", alloc.set_memory_metadata
+        )
+        monkeypatch.setattr(
+            torch.cuda.memory,
+            "_set_memory_metadata",
+            _bound_to(real_metadata, alloc.set_memory_metadata),
+            raising=False,
         )
     else:
         monkeypatch.delattr(torch.cuda.memory, "_set_memory_metadata", raising=False)
@@ -232,26 +367,26 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
     return module
 
 
+def _npu_function(path: str, fake: Callable[..., Any]) -> Callable[..., Any]:
+    """``fake`` carrying (and binding against) torch_npu's real signature for ``path``."""
+    signature = signature_of(NPU_SIGNATURES[path])
+
+    def call(arguments: dict[str, Any]) -> Any:
+        return fake(**arguments)
+
+    return with_signature(signature, call, path.rsplit(".", 1)[-1])
+
+
 def patch_npu(monkeypatch: pytest.MonkeyPatch, alloc: FakeAllocator) -> types.ModuleType:
     """Insert a stand-in ``torch_npu`` (``npu``, ``npu.memory``, ``_C``) backed by ``alloc``."""
     memory_attrs: dict[str, Any] = {
         "_record_memory_history": alloc.record_function(),
-        "_snapshot": alloc.snapshot,
-        "_dump_snapshot": alloc.dump_snapshot,
+        "_snapshot": _npu_function("npu.memory._snapshot", alloc.snapshot),
+        "_dump_snapshot": _npu_function("npu.memory._dump_snapshot", alloc.dump_snapshot),
     }
-    if alloc.metadata_supported:
-        memory_attrs["_set_memory_metadata"] = alloc.set_memory_metadata
     memory = _module("torch_npu.npu.memory", **memory_attrs)
-    npu = _module(
-        "torch_npu.npu",
-        is_available=alloc.is_available,
-        init=alloc.init,
-        current_device=alloc.current_device,
-        synchronize=alloc.synchronize,
-        memory_stats=alloc.memory_stats,
-        mem_get_info=alloc.mem_get_info,
-        memory=memory,
-    )
+    npu_attrs = {name: _npu_function(f"npu.{name}", getattr(alloc, name)) for name in CUDA_PATCHED}
+    npu = _module("torch_npu.npu", memory=memory, **npu_attrs)
     c_attrs: dict[str, Any] = {}
     if alloc.hook != "missing":
         c_attrs["_npu_attach_out_of_memory_observer"] = alloc.attach

@@ -33,6 +33,9 @@ class OomRecord:
     device_free_bytes: int | None
     device_total_bytes: int | None
     source: str  # "sidecar" or "trace"
+    allocation_bytes: int | None = None
+    """What the allocator tried to get from the driver (sidecar schema 2; the size PyTorch's
+    error text prints). Schema 1 wrote that size as ``requested_bytes``."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the ``oom`` key of ``summary --json``). The sidecar's ``source``
@@ -168,10 +171,15 @@ def _flag(value: object) -> bool | None:
 
 
 def _oom(value: object) -> OomRecord | None:
+    """Schema 1 and 2: a schema-2 sidecar without the user's request (no history was recorded)
+    falls back to the allocation size, which is what schema 1 recorded there anyway."""
     if not isinstance(value, dict):
         return None
+    requested = as_int(value.get("requested_bytes"))
+    allocation = as_int(value.get("allocation_bytes"))
     return OomRecord(
-        requested_bytes=as_int(value.get("requested_bytes")),
+        requested_bytes=requested if requested is not None else allocation,
+        allocation_bytes=allocation,
         device_free_bytes=as_int(value.get("device_free_bytes")),
         device_total_bytes=as_int(value.get("device_total_bytes")),
         source="sidecar",

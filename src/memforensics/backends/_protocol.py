@@ -11,14 +11,20 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 OomObserver = Callable[[int, int, int, int], None]
-"""Called by the allocator on OOM as ``observer(device, requested, total_or_limit, free)``.
+"""Called by the allocator on OOM as ``observer(device, allocation_bytes, limit_bytes, free)``.
 
 This is the exact signature both ``torch._C._cuda_attach_out_of_memory_observer`` and torch_npu's
-``_npu_attach_out_of_memory_observer`` use; the third argument is the per-process memory limit
-when one is set, else the device total.
+``_npu_attach_out_of_memory_observer`` use. ``device`` is the device the failing allocation was
+on; ``allocation_bytes`` the size the allocator tried to get from the driver after rounding (2 MiB
+for requests up to 1 MiB, 20 MiB below 10 MiB, else rounded up to 2 MiB), which is also what the
+error text's "Tried to allocate" prints, not the user's request; ``limit_bytes`` the per-process
+limit when a memory fraction is set, else the device total; ``free`` the driver's free bytes
+after the allocator already released its cache.
 """
 
 HistoryMode = Literal["all", "state"] | None
+HistoryContext = Literal["alloc", "all"]
+"""Whose stacks history keeps: allocations only (``"alloc"``), or frees too (``"all"``)."""
 
 
 @runtime_checkable
@@ -38,7 +44,7 @@ class DeviceBackend(Protocol):
         ...
 
     def device_index(self) -> int | None:
-        """Index of the current device, or None when there is none."""
+        """Index of the current device now (not at install), or None when there is none."""
         ...
 
     def attach_oom_observer(self, observer: OomObserver) -> object:
@@ -56,9 +62,19 @@ class DeviceBackend(Protocol):
         ...
 
     def record_history(
-        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+        self,
+        mode: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"],
+        clear: bool,
+        context: HistoryContext = "alloc",
     ) -> None:
-        """Start (``"all"``/``"state"``), restart with ``clear``, or stop (None) recording."""
+        """Start (``"all"``/``"state"``), restart with ``clear``, or stop (None) recording.
+
+        An adapter whose framework records history itself (torch_npu's ``OOM_SNAPSHOT_ENABLE``)
+        leaves it alone: this is then a no-op.
+        """
         ...
 
     def snapshot(self) -> dict[str, Any]:
@@ -67,6 +83,10 @@ class DeviceBackend(Protocol):
 
     def mem_get_info(self) -> tuple[int, int] | None:
         """``(free_bytes, total_bytes)`` of the device, or None when unknown."""
+        ...
+
+    def memory_fraction(self) -> float | None:
+        """The per-process memory fraction of the current device (None: not exposed)."""
         ...
 
     def memory_stats(self) -> dict[str, Any]:

@@ -3,17 +3,67 @@
 torch_npu mirrors ``torch.cuda``'s memory API under ``torch_npu.npu``, so one class drives both;
 the subclasses only say where the modules live. The framework is imported inside methods, never
 at module import, so ``import memforensics`` stays free of torch.
+
+The names below are every framework function an adapter calls: CI checks them against the real
+torch (``inspect.signature(...).bind``) and against the newest torch_npu wheel's sources.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
 from memforensics._errors import BackendError
-from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 from memforensics.backends._stats import journal_stats_from
+
+DEVICE_CALLS = ("is_available", "current_device", "mem_get_info", "memory_stats")
+"""Called on ``torch.cuda`` / ``torch_npu.npu``."""
+OPTIONAL_DEVICE_CALLS = ("get_per_process_memory_fraction",)
+"""Called on the device module where the framework version has them."""
+MEMORY_CALLS = ("_record_memory_history", "_snapshot")
+"""Called on ``torch.cuda.memory`` / ``torch_npu.npu.memory``."""
+OPTIONAL_MEMORY_CALLS = ("_set_memory_metadata",)
+"""Called on the memory module where the framework version has them."""
+HISTORY_KEYWORDS = ("enabled", "context", "stacks", "max_entries")
+"""Keywords every ``_record_memory_history`` call passes (``clear_history`` only where known)."""
+CLEAR_KEYWORD = "clear_history"
+
+
+def history_parameters(fn: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The parameters ``_record_memory_history`` really accepts; None when they cannot be known.
+
+    torch's function has a plain signature. torch_npu's is ``(enabled="all", *args, **kwargs)``
+    and forwards everything to ``_record_memory_history_impl``: the parameters are then that
+    implementation's, found among the globals the wrapper's code refers to.
+    """
+    params = _plain_parameters(fn)
+    if params is None:
+        return None
+    if not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return tuple(p.name for p in params)
+    code = getattr(fn, "__code__", None)
+    module_globals = getattr(fn, "__globals__", None)
+    if code is None or not isinstance(module_globals, dict):
+        return None
+    for name in code.co_names:
+        target = module_globals.get(name)
+        if name.startswith(fn.__name__) and name != fn.__name__ and callable(target):
+            inner = _plain_parameters(target)
+            if inner is not None and not any(
+                p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inner
+            ):
+                return tuple(p.name for p in inner)
+    return None
+
+
+def _plain_parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
 
 
 class TorchAllocatorBackend:
@@ -22,7 +72,8 @@ class TorchAllocatorBackend:
     name = "torch"
 
     def __init__(self) -> None:
-        self._history_params: frozenset[str] | None = None
+        self._history_params: tuple[str, ...] | None = None
+        self._history_known = False
         self._metadata_fn: Any = None
 
     # -- where the framework keeps things (overridden per device) ------------------------------
@@ -46,6 +97,10 @@ class TorchAllocatorBackend:
             return None
         return str(torch.__version__)
 
+    def records_history_itself(self) -> bool:
+        """True when the framework records allocator history on its own (then leave it be)."""
+        return False
+
     # -- the DeviceBackend surface -------------------------------------------------------------
     @property
     def hook_name(self) -> str:
@@ -60,7 +115,8 @@ class TorchAllocatorBackend:
             return False
 
     def device_index(self) -> int | None:
-        """The current device index (``current_device()``)."""
+        """The current device index (``current_device()``), read now: ranks usually call
+        ``set_device(local_rank)`` after ``install()``."""
         try:
             return int(self.device_module().current_device())
         except Exception:  # noqa: BLE001
@@ -101,21 +157,27 @@ class TorchAllocatorBackend:
             ) from None
         return (self.name, hook)
 
-    def _record_params(self) -> frozenset[str]:
-        if self._history_params is None:
-            fn = self.memory_module()._record_memory_history
-            try:
-                self._history_params = frozenset(inspect.signature(fn).parameters)
-            except (TypeError, ValueError):
-                self._history_params = frozenset()
+    def history_parameters(self) -> tuple[str, ...] | None:
+        """The parameters ``_record_memory_history`` accepts here (None: unknown); cached."""
+        if not self._history_known:
+            self._history_params = history_parameters(self.memory_module()._record_memory_history)
+            self._history_known = True
         return self._history_params
 
     def record_history(
-        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+        self,
+        mode: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"],
+        clear: bool,
+        context: HistoryContext = "alloc",
     ) -> None:
         """Call ``_record_memory_history`` with what this framework version understands."""
+        if self.records_history_itself():
+            return
         fn = self.memory_module()._record_memory_history
-        params = self._record_params()
+        params = self.history_parameters() or ()
         if "trace_alloc_max_entries" in params:  # torch < 2.1 spelled it differently
             fn(
                 mode is not None,
@@ -127,11 +189,16 @@ class TorchAllocatorBackend:
         if mode is None:
             fn(enabled=None)
             return
-        kwargs: dict[str, Any] = {"enabled": mode, "stacks": stacks, "max_entries": max_entries}
+        kwargs: dict[str, Any] = {
+            "enabled": mode,
+            "context": context,
+            "stacks": stacks,
+            "max_entries": max_entries,
+        }
         if clear:
-            if "clear_history" in params:
-                kwargs["clear_history"] = True
-            else:  # older versions: stopping recording is what clears the ring buffer
+            if CLEAR_KEYWORD in params:
+                kwargs[CLEAR_KEYWORD] = True
+            else:  # torch_npu, older torch: stopping recording is what clears the ring buffer
                 fn(enabled=None)
         fn(**kwargs)
 
@@ -144,6 +211,13 @@ class TorchAllocatorBackend:
         """``mem_get_info()`` for the current device (no device synchronize)."""
         free, total = self.device_module().mem_get_info()
         return int(free), int(total)
+
+    def memory_fraction(self) -> float | None:
+        """``get_per_process_memory_fraction()`` where this framework version has it."""
+        fn = getattr(self.device_module(), "get_per_process_memory_fraction", None)
+        if fn is None:
+            return None
+        return float(fn())
 
     def memory_stats(self) -> dict[str, Any]:
         """``memory_stats()`` as a plain dict."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from memforensics._errors import BackendError
-from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 from memforensics.backends._stats import EMPTY_STATS
 
 
@@ -31,7 +31,13 @@ class NoneBackend:
         raise BackendError("no accelerator: there is no allocator OOM hook to attach to")
 
     def record_history(
-        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+        self,
+        mode: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"],
+        clear: bool,
+        context: HistoryContext = "alloc",
     ) -> None:
         """Nothing to record."""
 
@@ -40,6 +46,10 @@ class NoneBackend:
         return {"segments": [], "device_traces": []}
 
     def mem_get_info(self) -> tuple[int, int] | None:
+        """Unknown."""
+        return None
+
+    def memory_fraction(self) -> float | None:
         """Unknown."""
         return None
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 import memforensics.allocator
 from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, parse_conf
 from memforensics.backends import _sim_format as fmt
-from memforensics.backends._protocol import HistoryMode, OomObserver
+from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 from memforensics.backends._stats import journal_stats_from
 
 __all__ = [
@@ -168,6 +168,7 @@ class SimDevice:
         )
         self._trace: deque[fmt.Entry] = deque(maxlen=1)
         self._mode: HistoryMode = None
+        self._free_stacks = False  # context="all": frees record their stack too
         self._cpp = False
         self._metadata = ""
         self._observers: list[OomObserver] = []
@@ -221,7 +222,7 @@ class SimDevice:
         """Free ``block`` now (an explicit ``SimTensor.free()``)."""
         if block is None:
             return
-        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._free_stacks else ()
         with self._lock:
             self._drain_pending()
             self._free_locked(block, stack)
@@ -230,7 +231,7 @@ class SimDevice:
         """Finalizer of a collected tensor: queue the free, apply it if the lock is free."""
         if block is None:
             return
-        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._mode else ()
+        stack = _capture_stack(_FREE_CPP if self._cpp else ()) if self._free_stacks else ()
         self._pending.append((block, stack))
         if self._lock.acquire(blocking=False):
             try:
@@ -262,6 +263,11 @@ class SimDevice:
             raise ValueError(f"fraction must be within [0, 1], got {fraction}")
         with self._lock:
             self._allocator.allowed = int(fraction * self.total_bytes)
+            self._fraction = fraction
+
+    def get_per_process_memory_fraction(self) -> float:
+        """The fraction set by ``set_per_process_memory_fraction`` (1.0 when none was)."""
+        return getattr(self, "_fraction", 1.0)
 
     def empty_cache(self) -> None:
         """Release every fully free cached segment back to the device."""
@@ -278,10 +284,12 @@ class SimDevice:
         max_entries: int,
         stacks: Literal["python", "all"] = "python",
         clear_history: bool = False,
+        context: HistoryContext | None = "all",
     ) -> None:
         """Start (``"all"``: trace and block frames; ``"state"``: block frames) or stop history.
 
-        Stopping (``None``) also empties the trace, as torch's ``recordHistory`` does.
+        Stopping (``None``) also empties the trace, as torch's ``recordHistory`` does. Frees
+        record their stack only with ``context="all"`` (torch's default), as in torch.
         """
         if enabled not in ("all", "state", None):
             raise ValueError(f"enabled must be 'all', 'state' or None, got {enabled!r}")
@@ -292,6 +300,7 @@ class SimDevice:
             keep = () if enabled is None or clear_history else self._trace
             self._trace = deque(keep, maxlen=max(1, max_entries))
             self._mode = enabled
+            self._free_stacks = enabled is not None and context == "all"
             self._cpp = stacks == "all"
 
     def set_memory_metadata(self, text: str) -> None:
@@ -447,11 +456,17 @@ class SimBackend:
         return get_device()
 
     def record_history(
-        self, mode: HistoryMode, *, max_entries: int, stacks: Literal["python", "all"], clear: bool
+        self,
+        mode: HistoryMode,
+        *,
+        max_entries: int,
+        stacks: Literal["python", "all"],
+        clear: bool,
+        context: HistoryContext = "alloc",
     ) -> None:
         """``SimDevice.record_memory_history`` on the current device."""
         get_device().record_memory_history(
-            mode, max_entries=max_entries, stacks=stacks, clear_history=clear
+            mode, max_entries=max_entries, stacks=stacks, clear_history=clear, context=context
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -461,6 +476,10 @@ class SimBackend:
     def mem_get_info(self) -> tuple[int, int] | None:
         """``(free, total)`` of the current device."""
         return get_device().mem_get_info()
+
+    def memory_fraction(self) -> float | None:
+        """The current device's per-process fraction, as torch's getter reports it."""
+        return get_device().get_per_process_memory_fraction()
 
     def memory_stats(self) -> dict[str, Any]:
         """The current device's allocator statistics."""

@@ -36,6 +36,8 @@ _HELP = {
     "max_oom_snapshots": "OOM dumps per process at most",
     "annotate_steps": "tag allocations with step=N: true or false",
     "journal_every": "append a journal line every N steps ('none' turns the journal off)",
+    "context": "stacks recorded with history: 'alloc' (allocations) or 'all' (frees too)",
+    "writer": "window dumps: 'auto' (forked child for large ones) or 'inline'",
 }
 
 

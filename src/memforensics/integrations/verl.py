@@ -15,12 +15,19 @@ line. verl itself is not imported or needed.
 | ``all_ranks: true`` | ``window_ranks="all"`` | |
 | ``ranks`` (``all_ranks`` false) | ``window_ranks`` | OOM dumps stay on every rank |
 | ``stacks`` | ``stacks`` | same values (``"python"``, ``"all"``) |
-| ``dump_on_oom`` | ``oom`` | |
+| ``context`` | ``context`` | ``"alloc"`` or ``"all"`` |
 
-Everything in ``IGNORED`` is accepted and ignored, for the reason given there. Any other key is a
-``ConfigError``: verl's own dataclasses reject unknown keys, and a misspelt option must not
-silently record nothing. ``MEMFORENSICS_*`` variables apply underneath, and keyword overrides
-(any ``ForensicsConfig`` field) win over both.
+verl's generated trainer config sets ``stacks: all`` and ``context: all`` in
+``global_profiler.global_tool_config.torch_memory``: C++ frames on every event and a Python
+traceback on every free, which make window dumps several times slower and larger
+(docs/integrations.md has the figures). Pass ``stacks="python", context="alloc"`` as overrides
+to keep memforensics' defaults.
+
+verl's schema grows every release (0.9.1 added ``finish_hook_*`` and ``relocate_results``), so
+any key not mapped here is ignored, with a debug log line; ``IGNORED`` lists the known ones and
+why. The values of mapped keys are still validated: a wrong ``stacks`` or a negative
+``trace_alloc_max_entries`` fails at install. ``MEMFORENSICS_*`` variables apply underneath, and
+keyword overrides (any ``ForensicsConfig`` field) win over both.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 from memforensics._config import ForensicsConfig, build_config
 from memforensics._errors import ConfigError
 from memforensics._facade import MemoryForensics, install
+from memforensics._log import safe_log
 
 __all__ = ["IGNORED", "MAPPED", "config_from_verl", "install_from_verl", "verl_options"]
 
@@ -39,13 +47,12 @@ MAPPED: Mapping[str, str] = {
     "memory_snapshot_num_steps": "steps",
     "save_path": "out_dir",
     "stacks": "stacks",
-    "dump_on_oom": "oom",
+    "context": "context",
 }
 """verl option -> ``ForensicsConfig`` field, for the options that map one to one."""
 
 IGNORED: Mapping[str, str] = {
     "stack_depth": "PyTorch's history API has no stack-depth limit; full Python stacks are kept",
-    "context": "windows always record full history ('all'); outside them oom_history decides",
     "kw_args": "memforensics passes the _record_memory_history options the framework supports",
     "enable": "calling install_from_verl is the switch; OOM capture is worth having regardless",
     "tool": "the profiler choice is verl's; this mapping is the torch_memory tool by definition",
@@ -55,8 +62,13 @@ IGNORED: Mapping[str, str] = {
     "name": "verl's tool-config tag",
     "_target_": "verl's Hydra class path",
     "extra": "verl's free-form extension field; nothing in it has a memforensics meaning",
+    "relocate_results": "moves profiler artefacts into save_path; dumps are written there",
+    "finish_hook_cmd": "a shell command verl runs after profiling; memforensics runs none",
+    "finish_hook_all_ranks": "selects where verl's finish hook runs",
+    "finish_hook_ranks": "selects where verl's finish hook runs",
 }
-"""verl options accepted but ignored, with the reason."""
+"""verl options known to have no memforensics meaning, with the reason (any other unmapped key
+is ignored too, with a debug log line)."""
 
 _RANK_KEYS = ("all_ranks", "ranks")
 _NESTED = ("global_tool_config", "tool_config")  # later wins: a role's own tool config
@@ -84,10 +96,11 @@ def verl_options(config: Mapping[str, Any]) -> dict[str, Any]:
     flat = _flatten(config)
     unknown = sorted(set(flat) - set(MAPPED) - set(IGNORED) - set(_RANK_KEYS))
     if unknown:
-        raise ConfigError(
-            f"memforensics: unknown verl option {unknown[0]!r}; known options are: "
-            f"{', '.join(sorted({*MAPPED, *_RANK_KEYS, *IGNORED}))}",
-            field=unknown[0],
+        safe_log(
+            "debug",
+            "verl_options_ignored",
+            options=unknown,
+            reason="not a torch_memory option memforensics maps (newer verl schema?)",
         )
     options = {MAPPED[key]: value for key, value in flat.items() if key in MAPPED}
     if options.get("out_dir") is None:
@@ -106,4 +119,4 @@ def config_from_verl(config: Mapping[str, Any], **overrides: Any) -> ForensicsCo
 
 def install_from_verl(config: Mapping[str, Any], **overrides: Any) -> MemoryForensics:
     """``install()`` with the configuration a verl-style mapping stands for."""
-    return install(**verl_options(config), **overrides)
+    return install(**{**verl_options(config), **overrides})
