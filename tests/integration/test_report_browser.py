@@ -105,6 +105,7 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
     assert "0 B" not in labels  # the y axis shows the 200-244 MiB movement, not 0-256 MiB
 
     overlay = browser.find_element(By.CSS_SELECTOR, "svg.timeline rect.overlay")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", overlay)
     size = overlay.size
     ActionChains(browser).move_to_element_with_offset(
         overlay, size["width"] // 2 - 5, size["height"] // 2 - 20
@@ -131,6 +132,7 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
     )
     assert any("test_report_browser.py" in band for band in drawn)
     overlay = browser.find_element(By.CSS_SELECTOR, "svg.timeline rect.overlay")  # redrawn
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", overlay)
     unzoomed = browser.execute_script(
         "return [...document.querySelectorAll('svg.timeline text.tick')].map(t => t.textContent)"
     )
