@@ -171,14 +171,18 @@ def _flag(value: object) -> bool | None:
 
 
 def _oom(value: object) -> OomRecord | None:
-    """Schema 1 and 2: a schema-2 sidecar without the user's request (no history was recorded)
-    falls back to the allocation size, which is what schema 1 recorded there anyway."""
+    """Schema 1 and 2. The two sizes are never mixed up: schema 1 wrote the allocator's
+    allocation (the observer's size, what the error text prints) as ``requested_bytes``, so it
+    is read as the allocation; a schema-2 sidecar without the user's request (no history was
+    recorded) leaves the request unknown rather than showing the allocation under its name."""
     if not isinstance(value, dict):
         return None
     requested = as_int(value.get("requested_bytes"))
     allocation = as_int(value.get("allocation_bytes"))
+    if "allocation_bytes" not in value:
+        requested, allocation = None, requested
     return OomRecord(
-        requested_bytes=requested if requested is not None else allocation,
+        requested_bytes=requested,
         allocation_bytes=allocation,
         device_free_bytes=as_int(value.get("device_free_bytes")),
         device_total_bytes=as_int(value.get("device_total_bytes")),

@@ -65,6 +65,7 @@ def facts_section(ctx: DumpContext) -> Section:
         ["largest free block", ["bytes", s.largest_free_block_bytes]],
         ["segments / blocks", ["text", f"{s.segments:,} / {s.blocks:,}"]],
         ["OOM request", oom_value(oom.requested_bytes if oom else None)],
+        ["OOM allocation (error text)", oom_value(oom.allocation_bytes if oom else None)],
         ["device free at OOM", oom_value(oom.device_free_bytes if oom else None)],
         ["device limit", oom_value(oom.device_total_bytes if oom else None)],
         ["history", ["text", f"{events:,} {'entry' if events == 1 else 'entries'}"]],

@@ -12,8 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import load_dump, read_snapshot_file, sidecar_path, summarize
-from memforensics.testing import fragmented, write_dump
+from memforensics.analysis import (
+    dump_from_snapshot,
+    load_dump,
+    read_snapshot_file,
+    sidecar_path,
+    summarize,
+)
+from memforensics.testing import exhausted, fragmented, write_dump
 
 REAL = [
     Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots",
@@ -160,3 +166,21 @@ def test_real_snapshots_load_and_add_up(name: str) -> None:
     assert summary.verdict.name == expected
     assert summary.trace_entries == len(raw["device_traces"][0])
     assert all("/torch/" not in site.site and "??" not in site.site for site in summary.top_sites)
+
+
+@pytest.mark.parametrize(
+    ("oom", "user_request", "allocation"),
+    [
+        ({"requested_bytes": 20 << 20}, None, 20 << 20),  # schema 1: that was the allocation
+        ({"requested_bytes": None, "allocation_bytes": 20 << 20}, None, 20 << 20),
+        ({"requested_bytes": 5 << 20, "allocation_bytes": 20 << 20}, 5 << 20, 20 << 20),
+    ],
+)
+def test_sidecar_request_and_allocation_are_never_mixed_up(
+    oom: dict[str, int | None], user_request: int | None, allocation: int
+) -> None:
+    """The allocator's 20 MiB allocation is never shown as the user's request (#9, #10)."""
+    sidecar = {"schema": 2 if "allocation_bytes" in oom else 1, "kind": "oom", "oom": oom}
+    record = dump_from_snapshot(exhausted().snapshot, sidecar=sidecar).meta.oom
+    assert record is not None
+    assert (record.requested_bytes, record.allocation_bytes) == (user_request, allocation)
