@@ -98,9 +98,9 @@ def stress(session: nox.Session) -> None:
 
 @nox.session
 def browser(session: nox.Session) -> None:
-    """The report in a real headless Chromium (needs chromium and chromium-driver installed)."""
+    """The report and overview pages in a real headless Chromium (apt: chromium chromium-driver)."""
     session.install("-e", ".", *TEST_DEPS, "selenium>=4.10")
-    session.run("pytest", "tests/integration/test_report_browser.py", "-m", "browser")
+    session.run("pytest", "tests/integration", "-m", "browser", *session.posargs)
 
 
 @nox.session

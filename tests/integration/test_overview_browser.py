@@ -12,7 +12,7 @@ import pytest
 from memforensics.analysis import build_overview, render_overview
 from memforensics.testing import write_journals
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 webdriver = pytest.importorskip("selenium.webdriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
