@@ -31,6 +31,7 @@ _SKIPPED_FILES = frozenset(
         __file__,
         os.path.join(_HERE, "sim.py"),
         os.path.join(_HERE, "_sim_device.py"),
+        os.path.join(_HERE, "_sim_tensor.py"),
         fmt.__file__,
         weakref.__file__,
         *(memforensics.allocator.__path__),

@@ -7,7 +7,8 @@ past the budget retries after releasing the cache and then calls the OOM observe
 released before raising, and ``snapshot()`` returns exactly the dict
 ``torch.cuda.memory._snapshot()`` does. Plain Python: this module never imports torch.
 
-The device lives in :mod:`~memforensics.backends._sim_device`, its stack capture in
+The device lives in :mod:`~memforensics.backends._sim_device`, its tensors in
+:mod:`~memforensics.backends._sim_tensor`, its stack capture in
 :mod:`~memforensics.backends._sim_stacks`; this module holds the process-wide device and the
 ``DeviceBackend`` adapter over it, and re-exports the device's public names.
 """
@@ -20,7 +21,8 @@ from typing import Any, Literal
 
 from memforensics.allocator import AllocatorSettings
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
-from memforensics.backends._sim_device import SimDevice, SimOutOfMemoryError, SimTensor
+from memforensics.backends._sim_device import SimDevice
+from memforensics.backends._sim_tensor import SimOutOfMemoryError, SimTensor
 from memforensics.backends._stats import journal_stats_from
 
 __all__ = [
