@@ -4,9 +4,10 @@ It wires config, rank, backend, window schedule, OOM path and writer together, a
 promise the whole library makes: after ``install()`` returns, nothing here raises into the
 training loop, blocks it on a device synchronize, or changes how it fails.
 
-The per-step hot path lives in :mod:`memforensics._step`; the facade's history switching and
-journal hooks are mixins in :mod:`memforensics._facade_history` and
-:mod:`memforensics._facade_journal`, so this module keeps install, OOM dumps and close.
+The per-step hot path lives in :mod:`memforensics._step`; the facade's OOM hooks, history
+switching and journal hooks are mixins in :mod:`memforensics._facade_oom`,
+:mod:`memforensics._facade_history` and :mod:`memforensics._facade_journal`, so this module
+keeps install, manual dumps and close.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
 from memforensics._facade_history import HistorySwitch
 from memforensics._facade_journal import JournalHooks
+from memforensics._facade_oom import OomHooks
 from memforensics._journal import NO_JOURNAL, Journal
 from memforensics._log import guarded, safe_log, warn_once
-from memforensics._oom import REGISTRY, OomGuard, attach_error_reason
+from memforensics._oom import REGISTRY, OomGuard
 from memforensics._rank import resolve_rank, resolve_world_size
 from memforensics._sidecar import SidecarContext
 from memforensics._step import NULL_STEP, StepContext
@@ -38,7 +40,7 @@ _install_lock = threading.RLock()
 _current: MemoryForensics | None = None
 
 
-class MemoryForensics(HistorySwitch, JournalHooks):
+class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
     """The process-wide flight recorder; create it with ``memforensics.install()``."""
 
     def __init__(self, config: ForensicsConfig, *, backend: DeviceBackend | None = None) -> None:
@@ -137,20 +139,6 @@ class MemoryForensics(HistorySwitch, JournalHooks):
             rank=self.rank,
         )
 
-    def _attach_observer(self) -> None:
-        try:
-            REGISTRY.ensure_attached(self.backend)
-            self.oom_attached = True
-        except Exception as exc:  # noqa: BLE001 - each refusal is a warning, never fatal
-            warn_once(
-                f"attach:{self.backend.name}:{exc}",
-                "oom_observer_not_attached",
-                device=self.backend.name,
-                reason=attach_error_reason(exc),
-                consequence="OOM dumps come only from exceptions leaving mf.step()",
-            )
-        REGISTRY.set_handler(self._on_oom_observer)
-
     # -- run-time helpers: every one of these swallows and logs --------------------------------
     def _try(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
@@ -182,37 +170,7 @@ class MemoryForensics(HistorySwitch, JournalHooks):
         )
         return last + 1
 
-    # -- dumps ---------------------------------------------------------------------------------
-    def _on_oom_observer(self, device: int, allocation: int, limit: int, free: int) -> None:
-        """The registry calls this from inside the allocator's failing malloc, with the failing
-        device, the allocator's allocation size, the limit and the driver's free bytes."""
-        if self.closed:
-            return
-        self._journal_line("oom", periodic=False)
-        if not self._guard.admit():
-            return
-        try:
-            self._dumper.oom(
-                step=self.current_step,
-                allocation=allocation,
-                limit=limit,
-                free=free,
-                device_index=device,
-                source="observer",
-            )
-        finally:
-            self._guard.release()
-
-    def _capture_from_exception(self, exc: BaseException) -> None:
-        """step() fallback for OOMs the observer never saw (CANN, NCCL, no hook)."""
-        self._journal_line("oom", periodic=False)
-        if not self._guard.admit():
-            return
-        try:
-            self._dumper.oom_from_exception(exc, self.current_step)
-        finally:
-            self._guard.release()
-
+    # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
         if not self._device_ready or self.closed:
