@@ -3,6 +3,11 @@
 It wires config, rank, backend, window schedule, OOM path and writer together, and holds the
 promise the whole library makes: after ``install()`` returns, nothing here raises into the
 training loop, blocks it on a device synchronize, or changes how it fails.
+
+The per-step hot path lives in :mod:`memforensics._step`; the facade's OOM hooks, history
+switching and journal hooks are mixins in :mod:`memforensics._facade_oom`,
+:mod:`memforensics._facade_history` and :mod:`memforensics._facade_journal`, so this module
+keeps install, manual dumps and close.
 """
 
 from __future__ import annotations
@@ -12,18 +17,21 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from memforensics import _writer
 from memforensics._config import ForensicsConfig, blame_environment, build_config
 from memforensics._dumps import Dumper
 from memforensics._errors import ConfigError
+from memforensics._facade_history import HistorySwitch
+from memforensics._facade_journal import JournalHooks
+from memforensics._facade_oom import OomHooks
 from memforensics._journal import NO_JOURNAL, Journal
 from memforensics._log import guarded, safe_log, warn_once
-from memforensics._oom import REGISTRY, OomGuard, attach_error_reason, is_oom_error
+from memforensics._oom import REGISTRY, OomGuard
 from memforensics._rank import resolve_rank, resolve_world_size
 from memforensics._sidecar import SidecarContext
+from memforensics._step import NULL_STEP, StepContext
 from memforensics._window import Window, WindowSchedule
 from memforensics.backends._protocol import DeviceBackend, HistoryMode
 from memforensics.backends.none import NoneBackend
@@ -32,97 +40,7 @@ _install_lock = threading.RLock()
 _current: MemoryForensics | None = None
 
 
-class _NullStep:
-    """The step context of a rank that captures nothing: as cheap as a context can be."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        return False
-
-
-_NULL_STEP = _NullStep()
-
-
-class _StepContext:
-    """``with mf.step(n):`` for a capturing rank.
-
-    This runs twice per training step, so the common case (no window opens or closes) is a
-    handful of attribute reads and integer comparisons done here, with everything the facade
-    needs prepared at install time (bound methods, or None when there is nothing to do). The
-    rare cases (nesting, a step number that goes backwards, a window boundary, an OOM) go
-    through the facade's slower helpers. See docs/performance.md for what this costs.
-    """
-
-    __slots__ = ("_mf", "_number")
-
-    def __init__(self, mf: MemoryForensics, number: int | None) -> None:
-        self._mf = mf
-        self._number = number
-
-    def __enter__(self) -> None:
-        mf = self._mf
-        try:
-            mf._depth += 1
-            if mf._depth > 1:
-                mf._nested_step()
-                return
-            number = self._number
-            last = mf._last_step
-            if number is None:
-                number = 0 if last is None else last + 1
-            elif last is not None and number <= last:
-                number = mf._step_not_increasing(number, last)
-            mf._last_step = mf.current_step = number
-            mf._fired_at_enter = mf._guard.fired
-            begin = mf._begin_window
-            if begin is not None and begin(number):
-                mf._window_history()
-            tag = mf._tag
-            if tag is not None:
-                tag(f"step={number}")
-        except Exception as exc:  # noqa: BLE001 - nothing raises into training
-            warn_once("step_enter_failed", "step_enter_failed", error=repr(exc))
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> Literal[False]:
-        mf = self._mf
-        try:
-            if mf._depth > 1:
-                return False
-            if exc is not None and mf._guard.fired == mf._fired_at_enter and is_oom_error(exc):
-                mf._capture_from_exception(exc)
-            end = mf._end_window
-            if end is not None:
-                window = end()
-                if window is not None:
-                    mf._dumper.window(window)
-                    mf._idle_history()
-                    mf._journal_line("window")
-            if mf.current_step >= mf._journal_next:  # type: ignore[operator] # set by __enter__
-                mf._journal_line("step")
-            tag = mf._tag
-            if tag is not None:
-                tag("")
-        except Exception as error:  # noqa: BLE001
-            warn_once("step_exit_failed", "step_exit_failed", error=repr(error))
-        finally:
-            depth = mf._depth - 1
-            if depth <= 0:
-                depth = 0
-                mf.current_step = None
-            mf._depth = depth
-        return False  # never swallow: the user's exception leaves unchanged
-
-
-class MemoryForensics:
+class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
     """The process-wide flight recorder; create it with ``memforensics.install()``."""
 
     def __init__(self, config: ForensicsConfig, *, backend: DeviceBackend | None = None) -> None:
@@ -221,68 +139,16 @@ class MemoryForensics:
             rank=self.rank,
         )
 
-    def _start_history(self) -> None:
-        """Outside windows a rank records what ``oom_history`` says; a window opens with "all"."""
-        mode = self._idle_mode
-        if mode is not None and self._record(mode, clear=True):
-            self._history = mode
-
-    @property
-    def _idle_mode(self) -> HistoryMode:
-        """The history mode outside windows (``oom_history``; ``"off"`` is off)."""
-        wanted = self.config.oom_history
-        return None if wanted == "off" else wanted
-
-    def _window_history(self) -> None:
-        """A window opens: full history, cleared so the dump holds this window's events."""
-        if self._record("all", clear=True):
-            self._history = "all"
-
-    def _idle_history(self) -> None:
-        """A window was dumped: back to ``oom_history`` until the next one (or for good)."""
-        mode = self._idle_mode
-        if mode == self._history:
-            return  # oom_history="all": keep recording, nothing to switch
-        if self._record(mode, clear=False):
-            self._history = mode
-
-    def _attach_observer(self) -> None:
-        try:
-            REGISTRY.ensure_attached(self.backend)
-            self.oom_attached = True
-        except Exception as exc:  # noqa: BLE001 - each refusal is a warning, never fatal
-            warn_once(
-                f"attach:{self.backend.name}:{exc}",
-                "oom_observer_not_attached",
-                device=self.backend.name,
-                reason=attach_error_reason(exc),
-                consequence="OOM dumps come only from exceptions leaving mf.step()",
-            )
-        REGISTRY.set_handler(self._on_oom_observer)
-
     # -- run-time helpers: every one of these swallows and logs --------------------------------
     def _try(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
-
-    def _record(self, mode: HistoryMode, *, clear: bool) -> bool:
-        return self._try("history_failed", self._record_now, mode, clear) is True
-
-    def _record_now(self, mode: HistoryMode, clear: bool) -> bool:
-        self.backend.record_history(
-            mode,
-            max_entries=self.config.max_entries,
-            stacks=self.config.stacks,
-            clear=clear,
-            context=self.config.context,
-        )
-        return True
 
     # -- steps ---------------------------------------------------------------------------------
     def step(self, step: int | None = None) -> Any:
         """Context manager around one training step; ``step`` defaults to the last one + 1."""
         if not self._device_ready or self.closed:
-            return _NULL_STEP  # an inert rank, or no device: nothing a step could capture
-        return _StepContext(self, step)
+            return NULL_STEP  # an inert rank, or no device: nothing a step could capture
+        return StepContext(self, step)
 
     def _nested_step(self) -> None:
         warn_once(
@@ -304,62 +170,7 @@ class MemoryForensics:
         )
         return last + 1
 
-    # -- journal -------------------------------------------------------------------------------
-    def _journal_line(self, event: str, *, periodic: bool = True) -> None:
-        """Append a journal line (never raises); a periodic one schedules the next.
-
-        ``step`` is the step in progress; a ``close`` line outside a step gives the last one.
-        """
-        journal = self._journal
-        if journal is None:
-            return
-        step = self.current_step if event != "close" else self._last_step
-        try:
-            journal.write(event, step)
-        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
-            warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
-        every = self.config.journal_every
-        if periodic and every is not None and step is not None:
-            self._journal_next = (step // every + 1) * every  # aligned: ranks share columns
-
-    def _journal_close(self) -> None:
-        journal = self._journal
-        if journal is not None:
-            self._journal_line("close", periodic=False)
-            self._journal_next = NO_JOURNAL
-            self._try("journal_failed", journal.close)
-
-    # -- dumps ---------------------------------------------------------------------------------
-    def _on_oom_observer(self, device: int, allocation: int, limit: int, free: int) -> None:
-        """The registry calls this from inside the allocator's failing malloc, with the failing
-        device, the allocator's allocation size, the limit and the driver's free bytes."""
-        if self.closed:
-            return
-        self._journal_line("oom", periodic=False)
-        if not self._guard.admit():
-            return
-        try:
-            self._dumper.oom(
-                step=self.current_step,
-                allocation=allocation,
-                limit=limit,
-                free=free,
-                device_index=device,
-                source="observer",
-            )
-        finally:
-            self._guard.release()
-
-    def _capture_from_exception(self, exc: BaseException) -> None:
-        """step() fallback for OOMs the observer never saw (CANN, NCCL, no hook)."""
-        self._journal_line("oom", periodic=False)
-        if not self._guard.admit():
-            return
-        try:
-            self._dumper.oom_from_exception(exc, self.current_step)
-        finally:
-            self._guard.release()
-
+    # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
         if not self._device_ready or self.closed:

@@ -7,14 +7,15 @@ from the real signatures (torchfakes), for both devices where the behaviour is s
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from torchfakes import (
     GIB,
+    Fake,
     FakeAllocator,
+    Install,
     logged,
     make_snapshot,
     oom_entry,
@@ -24,62 +25,13 @@ from torchfakes import (
 )
 
 import memforensics
-from memforensics import MemoryForensics
 from memforensics._oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("clean_env")]
 
 MiB = 1 << 20
-Fake = Callable[..., FakeAllocator]
-Install = Callable[..., MemoryForensics]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMFORENSICS_*, RANK or OOM_SNAPSHOT_ENABLE from the outer environment leaks in."""
-    for name in list(os.environ):
-        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
-
-
-@pytest.fixture(params=["cuda", "npu"])
-def device(request: pytest.FixtureRequest) -> str:
-    """The device whose adapter the test drives."""
-    param: str = request.param
-    return param
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, device: str) -> Iterator[Fake]:
-    """Make a FakeAllocator for ``device``; fail the test if anything synchronized it."""
-    made: list[FakeAllocator] = []
-
-    def make(**options: Any) -> FakeAllocator:
-        alloc = patch_device(monkeypatch, device, **options)
-        made.append(alloc)
-        return alloc
-
-    yield make
-    assert [a.synchronized for a in made] == [0] * len(made), "a device synchronize was issued"
-
-
-@pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    """Where dumps go."""
-    return tmp_path / "out"
-
-
-@pytest.fixture
-def install(device: str, out_dir: Path) -> Install:
-    """``memforensics.install`` for rank 0 on ``device`` into ``out_dir``, plus overrides."""
-
-    def run(**config: Any) -> MemoryForensics:
-        return memforensics.install(**{"out_dir": out_dir, "device": device, "rank": 0, **config})
-
-    return run
 
 
 def enabled_modes(alloc: FakeAllocator) -> list[str | None]:

@@ -11,7 +11,7 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,75 +23,27 @@ from torchfakes import (
     OOM_KEYS,
     SIDECAR_EXTRA_KEYS,
     SIDECAR_KEYS,
+    Fake,
     FakeAllocator,
+    Install,
     files_under,
     logged,
     make_snapshot,
     oom_files,
     patch_cuda,
-    patch_device,
     patch_npu,
     read_sidecar,
 )
 
 import memforensics
-from memforensics import ConfigError, MemoryForensics
+from memforensics import ConfigError
 from memforensics._oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("clean_env")]
 
 TIME = r"\d{8}-\d{6}-\d{6}"
-Install = Callable[..., MemoryForensics]
-Fake = Callable[..., FakeAllocator]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMFORENSICS_*, RANK or OOM_SNAPSHOT_ENABLE from the outer environment leaks in."""
-    for name in list(os.environ):
-        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
-
-
-@pytest.fixture(params=["cuda", "npu"])
-def device(request: pytest.FixtureRequest) -> str:
-    """The device whose adapter the test drives."""
-    param: str = request.param
-    return param
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, device: str) -> Iterator[Fake]:
-    """Make a FakeAllocator for ``device``; fail the test if anything synchronized it."""
-    made: list[FakeAllocator] = []
-
-    def make(**options: Any) -> FakeAllocator:
-        alloc = patch_device(monkeypatch, device, **options)
-        made.append(alloc)
-        return alloc
-
-    yield make
-    assert [a.synchronized for a in made] == [0] * len(made), "a device synchronize was issued"
-
-
-@pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    """Where dumps go (not created in advance: install() creates it)."""
-    return tmp_path / "out"
-
-
-@pytest.fixture
-def install(device: str, out_dir: Path) -> Install:
-    """``memforensics.install`` for rank 0 on ``device`` into ``out_dir``, plus overrides."""
-
-    def run(**config: Any) -> MemoryForensics:
-        options: dict[str, Any] = {"out_dir": out_dir, "device": device, "rank": 0, **config}
-        return memforensics.install(**options)
-
-    return run
 
 
 def stderr_of(capsys: pytest.CaptureFixture[str]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,16 +12,7 @@ import memforensics
 
 pytest.importorskip("torch")
 
-pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMFORENSICS_* or RANK from the outer environment leaks in."""
-    for name in list(os.environ):
-        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("clean_env")]
 
 
 @pytest.mark.parametrize("device", ["cuda", "npu"])

@@ -29,16 +29,7 @@ from memforensics._oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
-pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMFORENSICS_*, RANK or OOM_SNAPSHOT_ENABLE from the outer environment leaks in."""
-    for name in list(os.environ):
-        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("clean_env")]
 
 
 @pytest.fixture
@@ -47,12 +38,6 @@ def npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAllocator]:
     alloc = patch_device(monkeypatch, "npu")
     yield alloc
     assert alloc.synchronized == 0, "a device synchronize was issued"
-
-
-@pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    """Where dumps go."""
-    return tmp_path / "out"
 
 
 def install(out_dir: Path, **config: Any) -> MemoryForensics:

@@ -8,7 +8,6 @@ checked against the newest torch_npu wheel by ``nox -s frameworks`` (tests/frame
 from __future__ import annotations
 
 import inspect
-import os
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,7 @@ from memforensics.backends.cuda import CudaBackend
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
-pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMFORENSICS_* or OOM_SNAPSHOT_ENABLE from the outer environment leaks in."""
-    for name in list(os.environ):
-        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("clean_env")]
 
 
 def test_every_adapter_name_exists_in_the_real_torch() -> None:

@@ -19,15 +19,19 @@ import copy
 import importlib.machinery
 import inspect
 import json
+import os
 import re
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import memforensics
+from memforensics import MemoryForensics
 
 GIB = 1 << 30
 NPU_VERSION = "2.14.0"
@@ -440,3 +444,58 @@ def logged(stderr: str, event: str) -> list[str]:
     """The stderr log lines of ``event`` (the key=value renderer quotes it)."""
     pattern = re.compile(rf"\bevent='{re.escape(event)}'")
     return [line for line in stderr.splitlines() if pattern.search(line)]
+
+
+# -- fixtures the adapter tests share --------------------------------------------------------
+# tests/unit/conftest.py hands these to pytest. None is autouse: a module that wants the clean
+# environment asks for it (``pytest.mark.usefixtures("clean_env")``), the others request
+# ``device``, ``fake``, ``install`` and ``out_dir`` by name or define their own.
+Fake = Callable[..., FakeAllocator]
+Install = Callable[..., MemoryForensics]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No MEMFORENSICS_*, RANK or OOM_SNAPSHOT_ENABLE from the outer environment leaks in."""
+    for name in list(os.environ):
+        if name.startswith("MEMFORENSICS_") or name in {"RANK", "WORLD_SIZE"}:
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("OOM_SNAPSHOT_ENABLE", raising=False)
+
+
+@pytest.fixture(params=["cuda", "npu"])
+def device(request: pytest.FixtureRequest) -> str:
+    """The device whose adapter the test drives."""
+    param: str = request.param
+    return param
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, device: str) -> Iterator[Fake]:
+    """Make a FakeAllocator for ``device``; fail the test if anything synchronized it."""
+    made: list[FakeAllocator] = []
+
+    def make(**options: Any) -> FakeAllocator:
+        alloc = patch_device(monkeypatch, device, **options)
+        made.append(alloc)
+        return alloc
+
+    yield make
+    assert [a.synchronized for a in made] == [0] * len(made), "a device synchronize was issued"
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    """Where dumps go (not created in advance: install() creates it)."""
+    return tmp_path / "out"
+
+
+@pytest.fixture
+def install(device: str, out_dir: Path) -> Install:
+    """``memforensics.install`` for rank 0 on ``device`` into ``out_dir``, plus overrides."""
+
+    def run(**config: Any) -> MemoryForensics:
+        options: dict[str, Any] = {"out_dir": out_dir, "device": device, "rank": 0, **config}
+        return memforensics.install(**options)
+
+    return run

@@ -17,11 +17,11 @@ from memforensics.allocator._blocks import (
     segment_blocks,
 )
 from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
+from memforensics.allocator._conf import SettingsError
 from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
 from memforensics.allocator._settings import (
     NO_LIMIT,
     AllocatorSettings,
-    SettingsError,
     apply_assignment,
     from_snapshot,
     parse_conf,

@@ -1,6 +1,6 @@
 """The caching allocator's decisions, method by method as ``DeviceCachingAllocator`` makes them.
 
-Every method below carries the name of the C++ function it mirrors in
+Every method carries the name of the C++ function it mirrors in
 ``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. What the model leaves out, on
 purpose: CUDA graph private pools, IPC, the free-memory callbacks registry (no effect on
 placement), and timing (a freed block used by another stream completes its free at the next
@@ -8,11 +8,16 @@ placement), and timing (a freed block used by another stream completes its free 
 two numbers: ``capacity`` (bytes ``cudaMalloc`` / ``cuMemCreate`` can still get for this process,
 i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_memory_fraction``'s
 limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
+
+The methods live beside the part of the C++ they mirror: finding and splitting cached blocks in
+:mod:`~memforensics.allocator._find`, freeing and merging in :mod:`~memforensics.allocator._free`,
+releasing the cache in :mod:`~memforensics.allocator._release`, expandable segments in
+:mod:`~memforensics.allocator._expandable`; the pools themselves in
+:mod:`~memforensics.allocator._blocks`. This module keeps the entry points and the device.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable
 
 from memforensics.allocator._blocks import (
@@ -24,6 +29,8 @@ from memforensics.allocator._blocks import (
     ExpandableSegment,
 )
 from memforensics.allocator._expandable import ExpandableSegments
+from memforensics.allocator._find import FindCachedBlock
+from memforensics.allocator._free import FreeBlocks
 from memforensics.allocator._release import ReleaseCachedBlocks
 from memforensics.allocator._settings import AllocatorSettings
 from memforensics.allocator._sizes import get_allocation_size, round_size
@@ -41,7 +48,7 @@ def _no_trace(action: str, addr: int, size: int, stream: int) -> None:
     """The default trace hook: record nothing."""
 
 
-class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
+class DeviceCachingAllocator(FindCachedBlock, FreeBlocks, ReleaseCachedBlocks, ExpandableSegments):
     """One device's caching allocator (mirrors ``class DeviceCachingAllocator``).
 
     Pure and deterministic: requests and frees in, placement and trace hook calls out.
@@ -157,156 +164,6 @@ class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
         """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for."""
         return get_allocation_size(self.settings, size)
 
-    # -- finding and splitting cached blocks
-
-    def get_free_block(self, size: int, stream: int, pool: BlockPool) -> Block | None:
-        """Mirrors ``get_free_block``: best fit on (stream, size), then the oversize rules."""
-        settings = self.settings
-        if self.allowed is not None and settings.garbage_collection_threshold > 0.0:
-            pool.get_free_blocks_call_count += 1
-        keys = pool.keys
-        i = bisect_left(keys, (stream, size, 0))
-        if i == len(keys) or keys[i][0] != stream:
-            return None
-        block = pool.blocks[keys[i][2]]
-        if block.expandable is not None:
-            if settings.expandable_segments:
-                j = i + 1
-                while (
-                    block.expandable is not None
-                    and j < len(keys)
-                    and keys[j][0] == stream
-                    and _expandable_size(pool.blocks[keys[j][2]]) < _expandable_size(block)
-                ):
-                    block = pool.blocks[keys[j][2]]
-                    j += 1
-            else:
-                i += 1
-                while i < len(keys) and keys[i][0] == stream and pool.blocks[keys[i][2]].expandable:
-                    i += 1
-                if i == len(keys) or keys[i][0] != stream:
-                    return None
-                block = pool.blocks[keys[i][2]]
-        max_split = settings.max_split_size
-        if size < max_split and block.size >= max_split:
-            return None  # do not return an oversized block for a smaller request
-        if size >= max_split and block.size >= size + settings.max_non_split_rounding_size:
-            return None  # an oversized block may be rounded up only so far
-        pool.erase(block)
-        return block
-
-    def should_split(self, block: Block, size: int) -> bool:
-        """Mirrors ``should_split``."""
-        remaining = block.size - size
-        if block.pool.is_small or self.settings.expandable_segments:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return size < self.settings.max_split_size and remaining > K_SMALL_SIZE
-
-    def alloc_found_block(
-        self, block: Block, size: int, orig_size: int, split: bool, context: object
-    ) -> Block:
-        """Mirrors ``alloc_found_block``: split off the remainder, mark allocated, trace."""
-        pool = block.pool
-        if split:
-            remaining = block
-            block = Block(remaining.stream, size, pool, remaining.address)
-            block.expandable = remaining.expandable
-            block.prev = remaining.prev
-            if block.prev is not None:
-                block.prev.next = block
-            else:  # the new block heads the segment: it carries the segment's context
-                block.segment_context, remaining.segment_context = remaining.segment_context, None
-            block.next = remaining
-            remaining.prev = block
-            remaining.address += size
-            remaining.size -= size
-            pool.insert_into_blocks(remaining)
-        block.allocated = True
-        block.requested_size = orig_size
-        block.context = context
-        self.active_blocks[block.address] = block
-        size = block.size
-        for stat, amount in (
-            (self.allocation, 1),
-            (self.allocated_bytes, size),
-            (self.active, 1),
-            (self.active_bytes, size),
-            (self.requested_bytes, orig_size),
-        ):  # increase_stat, inlined: this runs on every allocation
-            stat.current += amount
-            stat.allocated += amount
-            if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
-                stat.peak = stat.current
-        if self.trace_blocks:
-            self.on_trace("alloc", block.address, orig_size, block.stream)
-        return block
-
-    # -- freeing and merging
-
-    def free_block(self, block: Block) -> None:
-        """Mirrors ``free_block``: merge with free neighbours and return to the pool."""
-        if self.trace_blocks:
-            self.on_trace("free_completed", block.address, block.requested_size, block.stream)
-        del self.active_blocks[block.address]
-        block.context = None
-        original_size, requested = block.size, block.requested_size
-        pool = block.pool
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
-        pool.insert_into_blocks(block)
-        for stat, amount in (
-            (self.active, 1),
-            (self.active_bytes, original_size),
-            (self.requested_bytes, requested),
-        ):  # decrease_stat, inlined: this runs on every free
-            stat.current -= amount
-            stat.freed += amount
-
-    def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
-        """Mirrors ``try_merge_blocks``: absorb ``src`` into ``dst``; the bytes absorbed."""
-        if (
-            src is None
-            or src.allocated
-            or src.event_count > 0
-            or src.stream_uses
-            or dst.mapped != src.mapped
-        ):
-            return 0
-        if src.mapped:
-            pool.erase(src)
-        else:
-            pool.erase_unmapped(src)
-        if dst.prev is src:
-            dst.address = src.address
-            dst.prev = src.prev
-            if dst.prev is not None:
-                dst.prev.next = dst
-            dst.segment_context = src.segment_context
-        else:
-            dst.next = src.next
-            if dst.next is not None:
-                dst.next.prev = dst
-        dst.size += src.size
-        return src.size
-
-    def insert_events(self, block: Block) -> None:
-        """Mirrors ``insert_events``: one pending event per stream that used the block."""
-        block.event_count += len(block.stream_uses)
-        block.stream_uses = set()
-        self.pending.append(block)
-
-    def process_events(self) -> None:
-        """Mirrors ``process_events``; here every recorded event has fired."""
-        pending, self.pending = self.pending, []
-        for block in pending:
-            block.event_count = 0
-            self.free_block(block)
-
-    def synchronize_and_free_events(self) -> None:
-        """Mirrors ``synchronize_and_free_events``."""
-        self.num_sync_all_streams += 1
-        self.process_events()
-
     # -- getting memory from the device and giving it back
 
     def alloc_block(
@@ -373,9 +230,3 @@ class DeviceCachingAllocator(ReleaseCachedBlocks, ExpandableSegments):
             if block.is_split() and block.expandable is None
         ]
         return sum(holes), len(holes)
-
-
-def _expandable_size(block: Block) -> int:
-    """Size a free expandable block can grow to (it and the unmapped range after it)."""
-    following = block.next
-    return block.size + (following.size if following is not None and not following.mapped else 0)

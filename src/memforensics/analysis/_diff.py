@@ -17,7 +17,7 @@ from typing import Any
 
 from memforensics.analysis._frames import UNKNOWN_SITE, parse_step
 from memforensics.analysis._load import Dump
-from memforensics.analysis._summary import live_sites, scan_trace
+from memforensics.analysis._summary_scan import live_sites, scan_trace
 
 
 @dataclass(frozen=True, slots=True)

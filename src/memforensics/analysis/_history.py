@@ -8,12 +8,14 @@ away: it is its request rounded as the allocator rounds, plus a tail too small t
 split off (at most 1 MiB in the large pool). Every event that contradicts the state it is
 undone against (a free of a block that is not live, a segment released twice) is counted: a
 trace that does not fit its own snapshot is not history the replay can trust.
+
+The state types live in :mod:`~memforensics.analysis._history_types` and the live-bytes lower
+bound in :mod:`~memforensics.analysis._history_peak`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
 
 from memforensics.allocator import (
     K_MIN_BLOCK_SIZE,
@@ -23,6 +25,8 @@ from memforensics.allocator import (
     AllocatorSettings,
     round_size,
 )
+from memforensics.analysis._history_peak import peak_live_bytes
+from memforensics.analysis._history_types import AllocatorState, Held, LiveBlock, SegmentState
 from memforensics.analysis._load import Dump
 from memforensics.analysis._model import ALLOCATED, PENDING_FREE, as_int
 
@@ -30,76 +34,19 @@ SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unma
 """A tuple, not a set: a hostile trace's ``action`` may be unhashable."""
 _MAX_PROBLEMS = 5
 
+__all__ = [
+    "SEGMENT_ACTIONS",
+    "AllocatorState",
+    "LiveBlock",
+    "SegmentState",
+    "changes_after",
+    "oom_positions",
+    "peak_live_bytes",
+    "state_before",
+]
 
-@dataclass(slots=True)
-class LiveBlock:
-    """A block held by the program (or freed and waiting for its streams) at that point."""
 
-    address: int
-    requested: int
-    size: int | None  # None: not known exactly (guessed from the request when placed)
-    pending: bool
-    stream: int
-
-
-Held = tuple[int, "int | None", bool, int]
 """A live block while the trace is undone: requested bytes, size if known, pending, stream."""
-
-
-@dataclass(slots=True)
-class SegmentState:
-    """One segment (an expandable segment: one mapped range) and the live blocks inside."""
-
-    address: int
-    size: int
-    stream: int
-    is_small: bool
-    expandable: bool
-    blocks: list[LiveBlock] = field(default_factory=list)
-
-    @property
-    def end(self) -> int:
-        """First address past the segment."""
-        return self.address + self.size
-
-
-@dataclass(frozen=True)
-class AllocatorState:
-    """Segments with their live blocks, by address; ``problems`` the contradictions met."""
-
-    segments: tuple[SegmentState, ...]
-    problems: tuple[str, ...]
-    problem_count: int
-    stray_blocks: int  # live blocks that lie in no segment
-
-    @property
-    def reserved(self) -> int:
-        """Bytes in segments."""
-        return sum(segment.size for segment in self.segments)
-
-    @property
-    def allocated(self) -> int:
-        """Bytes in live blocks (sizes as placed)."""
-        return sum(block.size or 0 for seg in self.segments for block in seg.blocks)
-
-    @property
-    def live_blocks(self) -> int:
-        """Number of live blocks."""
-        return sum(len(segment.blocks) for segment in self.segments)
-
-    def free_runs(self) -> list[tuple[SegmentState, int, int]]:
-        """Every free run ``(segment, address, size)``: adjacent free blocks always merge,
-        so a gap between live blocks is one free block."""
-        runs: list[tuple[SegmentState, int, int]] = []
-        for segment in self.segments:
-            cursor = segment.address
-            for block in segment.blocks:
-                if block.address > cursor:
-                    runs.append((segment, cursor, block.address - cursor))
-                cursor = max(cursor, block.address + (block.size or 0))
-            if segment.end > cursor:
-                runs.append((segment, cursor, segment.end - cursor))
-        return runs
 
 
 class _Problems:
@@ -264,62 +211,6 @@ def _size_blocks(segment: SegmentState, settings: AllocatorSettings) -> None:
             keep_tail = 0 < tail <= K_SMALL_SIZE
         room = max(boundary - block.address, 0)
         block.size = size + tail if keep_tail else min(size, room)
-
-
-def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:
-    """The most bytes live at once up to trace index ``until`` (the failing request counted at
-    an ``oom`` entry), each block at its least possible size (its request rounded to 512 bytes,
-    which no setting undercuts); and the index where that peak was reached.
-
-    One backward pass from the final blocks: before an ``alloc`` its block was not live, before
-    a ``free_completed`` it was. Blocks freed but still waiting for other streams count as live.
-    None when the trace contradicts the final state (a bound must not rest on such history).
-    """
-    live: dict[int, int] = {}
-    for segment in dump.segments:
-        for block in segment.blocks:
-            if block.state in (ALLOCATED, PENDING_FREE):
-                live[block.address] = _least(block.requested_size)
-    running = sum(live.values())
-    trace = dump.trace
-    stop = len(trace) - 1 if until is None else min(until, len(trace) - 1)
-    peak, where = (running, len(trace) - 1) if until is None else (0, -1)
-    for position in range(len(trace) - 1, -1, -1):
-        entry = trace[position]
-        if type(entry) is not dict:
-            continue
-        action = entry.get("action")
-        size = entry.get("size")
-        if position <= stop and running > peak:
-            peak, where = running, position
-        if action == "alloc":
-            address = entry.get("addr")
-            least = live.pop(address, None) if type(address) is int else None
-            if least is None:
-                return None
-            running -= least
-        elif action == "free_completed" or action == "free":  # noqa: PLR1714  # hot loop
-            address = entry.get("addr")
-            if type(address) is not int or type(size) is not int or address in live:
-                return None
-            least = _least(size)
-            live[address] = least
-            running += least
-        elif (
-            action == "oom"
-            and position <= stop
-            and type(size) is int
-            and running + _least(size) > peak
-        ):
-            peak, where = running + _least(size), position
-    if running > peak:
-        peak, where = running, -1
-    return peak, where
-
-
-def _least(requested: int) -> int:
-    """The smallest block any setting gives a request: rounded up to 512 bytes."""
-    return max(K_MIN_BLOCK_SIZE, -(-requested // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE)
 
 
 def oom_positions(trace: list[object]) -> list[int]:

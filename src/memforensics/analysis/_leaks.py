@@ -26,7 +26,7 @@ from typing import Any
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis._load import Dump, load_dump
 from memforensics.analysis._ls import list_dumps
-from memforensics.analysis._summary import live_blocks, scan_trace
+from memforensics.analysis._summary_scan import live_blocks, scan_trace
 
 MIN_WINDOWS = 3
 MIN_CONFIDENCE = 0.5

@@ -6,7 +6,7 @@ pass over the trace at most.
 
 from __future__ import annotations
 
-from memforensics.analysis._history import _least, peak_live_bytes
+from memforensics.analysis._history_peak import _least, peak_live_bytes
 from memforensics.analysis._load import Dump
 from memforensics.analysis._model import ALLOCATED, PENDING_FREE
 from memforensics.analysis._oom_state import FINAL, OomMoment, oom_moment

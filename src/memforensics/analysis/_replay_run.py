@@ -6,6 +6,9 @@ addresses) the model should do what the real allocator did: every ``segment_allo
 ``segment_free`` / ``segment_map`` / ``segment_unmap`` it makes is compared with the ones the
 trace recorded around the same request, and every block address with the real one. Run under
 other settings, the same requests show whether and where memory would have run out.
+
+Seeding the start state lives in :mod:`~memforensics.analysis._replay_start`, the model probes
+(was that release an ``empty_cache()``?) in :mod:`~memforensics.analysis._replay_probe`.
 """
 
 from __future__ import annotations
@@ -15,16 +18,12 @@ from dataclasses import dataclass, field
 
 from memforensics.allocator import (
     AllocatorSettings,
-    Block,
     DeviceCachingAllocator,
-    seed_expandable,
-    seed_segment,
 )
 from memforensics.analysis._history import SEGMENT_ACTIONS, AllocatorState
 from memforensics.analysis._load import Dump
-
-_RELEASES = ("segment_free", "segment_unmap")
-_STREAM_UNKNOWN = -1  # a stream standing for "some other stream used this block"
+from memforensics.analysis._replay_probe import RELEASES, emptied, largest_free, undo_malloc
+from memforensics.analysis._replay_start import STREAM_UNKNOWN, seed_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +111,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         trace_blocks=False,
     )
     result.model = model
-    by_addr = _start(model, start, exact, dump.trace)
+    by_addr = seed_start(model, start, exact, dump.trace)
     made.clear()
     trace = dump.trace
     count = len(trace)
@@ -132,9 +131,9 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
             if type(addr) is int and type(size) is int:
                 real.append((action, addr, size))
             continue
-        if real and real[0][0] in _RELEASES and _emptied(model, real, entry):
+        if real and real[0][0] in RELEASES and emptied(model, real, entry):
             model.empty_cache()  # releases no request explains: the program emptied the cache
-            cut = next((i for i, event in enumerate(real) if event[0] not in _RELEASES), len(real))
+            cut = next((i for i, event in enumerate(real) if event[0] not in RELEASES), len(real))
             rest = real[cut:]
             del real[cut:]
             _compare(result, real, made, exact)
@@ -149,7 +148,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
             if block is None:
                 result.oom_index = index - 1
                 result.oom_request = model.last_oom.size if model.last_oom else None
-                result.largest_free_at_oom = _largest_free(model, size, stream)
+                result.largest_free_at_oom = largest_free(model, size, stream)
                 if stop_at_oom:
                     result.stopped_at = index - 1
                     break
@@ -167,7 +166,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
             if block is None or not block.allocated:
                 continue
             if action == "free_requested" and not _completes_next(trace, index, addr):
-                model.record_stream(block, _STREAM_UNKNOWN)
+                model.record_stream(block, STREAM_UNKNOWN)
             free(block)
             if block.event_count == 0:
                 del by_addr[addr]  # type: ignore[arg-type]
@@ -184,9 +183,9 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                     block = malloc(size, stream if type(stream) is int else 0)
                     if block is None:
                         result.oom_index, result.oom_request = index - 1, size
-                        result.largest_free_at_oom = _largest_free(model, size, stream)
+                        result.largest_free_at_oom = largest_free(model, size, stream)
                     else:
-                        _undo_malloc(model, block)
+                        undo_malloc(model, block)
                 break
             size = entry.get("size")
             if type(size) is int:
@@ -195,17 +194,17 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                 if block is None:
                     if result.oom_index is None:
                         result.oom_index, result.oom_request = index - 1, size
-                        result.largest_free_at_oom = _largest_free(model, size, stream)
+                        result.largest_free_at_oom = largest_free(model, size, stream)
                 else:
                     result.mismatches.append(
                         f"event {index - 1}: the model served the failed request"
                     )
-                    _undo_malloc(model, block)
+                    undo_malloc(model, block)
         else:
             continue
         if real or made:
             _compare(result, real, made, exact)
-    if real and result.stopped_at is None and all(event[0] in _RELEASES for event in real):
+    if real and result.stopped_at is None and all(event[0] in RELEASES for event in real):
         model.empty_cache()
     if real or made:
         _compare(result, real, made, exact)
@@ -235,66 +234,6 @@ def _compare(
     made.clear()
 
 
-def _emptied(
-    model: DeviceCachingAllocator, real: list[tuple[str, int, int]], entry: dict[str, object]
-) -> bool:
-    """Were the recorded releases before this event an ``empty_cache()`` call?
-
-    A request's own retry releases cached blocks only when no cached block serves it, so if
-    one would (the model checks without changing its state) the releases came first. Before a
-    failed request they are otherwise its retry; before anything else, releases alone are
-    ``empty_cache()``, and so is a release of every wholly free segment (then both orders give
-    the same state). Before an ``alloc``'s new segment they are its retry only when the device
-    had no room for that segment.
-    """
-    size, stream = entry.get("size"), entry.get("stream")
-    action = entry.get("action")
-    request = action in ("alloc", "oom") and type(size) is int
-    if request and _cached_block_fits(model, int(str(size)), stream):
-        return True
-    if action == "oom":
-        return False
-    if all(event[0] in _RELEASES for event in real):
-        return True
-    freed = {event[1] for event in real if event[0] == "segment_free"}
-    if freed and not any(event[0] == "segment_unmap" for event in real):
-        whole = {
-            block.address
-            for pool in (model.small_blocks, model.large_blocks)
-            for block in pool.blocks.values()
-            if not block.is_split() and block.expandable is None
-        }
-        return whole <= freed
-    if not request:
-        return False
-    rounded = model.round_size(int(str(size)))
-    total = model.total_allocated_memory
-    settings = model.settings
-    threshold = settings.garbage_collection_threshold
-    if model.allowed is not None and threshold > 0.0 and total > threshold * model.allowed:
-        return False  # the releases were the garbage collection before a new segment
-    alloc_size = model.get_allocation_size(rounded)
-    if model.allowed is not None and total + alloc_size > model.allowed:
-        return False
-    need = rounded if settings.expandable_segments else alloc_size
-    return total + need <= model.capacity
-
-
-def _cached_block_fits(model: DeviceCachingAllocator, size: int, stream: object) -> bool:
-    """Would ``get_free_block`` serve this request now? (The model's state is left as it was.)"""
-    rounded = model.round_size(size)
-    pool = model.small_blocks if rounded <= (1 << 20) else model.large_blocks
-    calls = pool.get_free_blocks_call_count
-    block = model.get_free_block(rounded, stream if type(stream) is int else 0, pool)
-    pool.get_free_blocks_call_count = calls
-    if block is None:
-        return False
-    base = block.gc_count_base
-    pool.insert_into_blocks(block)
-    block.gc_count_base = base
-    return True
-
-
 def _completes_next(trace: list[object], index: int, addr: object) -> bool:
     """True when the next event completes this free (no other stream held the block)."""
     if index >= len(trace):
@@ -305,81 +244,3 @@ def _completes_next(trace: list[object], index: int, addr: object) -> bool:
         and entry.get("action") == "free_completed"
         and entry.get("addr") == addr
     )
-
-
-def _undo_malloc(model: DeviceCachingAllocator, block: Block) -> None:
-    """Give back a block the model served where the real allocator failed."""
-    hook = model.on_trace
-    model.on_trace = _silent
-    model.free(block)
-    model.on_trace = hook
-
-
-def _silent(action: str, addr: int, size: int, stream: int) -> None:
-    """A trace hook that records nothing."""
-
-
-def _largest_free(model: DeviceCachingAllocator, size: int, stream: object) -> int:
-    """Largest free block of the failing request's pool and stream."""
-    pool = model.small_blocks if size <= (1 << 20) else model.large_blocks
-    wanted = stream if type(stream) is int else 0
-    sizes = [key[1] for key in pool.keys if key[0] == wanted]
-    return max(sizes, default=0)
-
-
-def _mapped_addresses(trace: list[object], large_page: int) -> dict[tuple[int, bool], list[int]]:
-    """Addresses the trace maps or unmaps, by (stream, small pool): where expandable segments
-    may begin. A range that is not a whole number of large pages is the small pool's."""
-    found: dict[tuple[int, bool], list[int]] = {}
-    for entry in trace:
-        if type(entry) is dict and entry.get("action") in ("segment_map", "segment_unmap"):
-            address, stream, size = entry.get("addr"), entry.get("stream"), entry.get("size")
-            if type(address) is int and type(size) is int:
-                key = (stream if type(stream) is int else 0, size % large_page != 0)
-                found.setdefault(key, []).append(address)
-    return found
-
-
-def _start(
-    model: DeviceCachingAllocator,
-    start: AllocatorState,
-    exact: bool,
-    trace: list[object],
-) -> dict[int, Block]:
-    """Put the start state into the model; real address -> model block for live blocks.
-
-    An expandable segment's address space begins at the lowest address the trace maps below
-    its first range (within one address space's reach), else at that range.
-    """
-    by_addr: dict[int, Block] = {}
-    if exact:
-        groups: dict[tuple[int, bool], list[tuple[int, int, list[tuple[int, int, int, bool]]]]] = {}
-        for segment in start.segments:
-            live = [(b.address, b.size or 0, b.requested, b.pending) for b in segment.blocks]
-            if segment.expandable:
-                key = (segment.stream, segment.is_small)
-                groups.setdefault(key, []).append((segment.address, segment.size, live))
-                continue
-            placed = seed_segment(
-                model, segment.address, segment.size, segment.stream, segment.is_small, live
-            )
-            by_addr.update((block.address, block) for block in placed)
-        reach = model.device_total + model.device_total // 8
-        large_page = model.settings.large_segment_size
-        mapped = _mapped_addresses(trace, large_page) if groups else {}
-        for (stream, is_small), ranges in sorted(groups.items()):
-            first = min(address for address, _size, _live in ranges)
-            below = [a for a in mapped.get((stream, is_small), []) if first - reach < a < first]
-            placed = seed_expandable(model, stream, is_small, ranges, min(below, default=None))
-            by_addr.update((block.address, block) for block in placed)
-        return by_addr
-    for segment in start.segments:
-        for held in segment.blocks:
-            block = model.malloc(held.requested, segment.stream)
-            if block is None:
-                continue
-            by_addr[held.address] = block
-            if held.pending:
-                model.record_stream(block, _STREAM_UNKNOWN)
-                model.free(block)
-    return by_addr

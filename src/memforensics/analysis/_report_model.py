@@ -12,7 +12,7 @@ from typing import Any
 
 from memforensics.analysis._filled import Filled
 from memforensics.analysis._load import Dump
-from memforensics.analysis._summary import Summary
+from memforensics.analysis._summary_types import Summary
 
 
 @dataclass(frozen=True)

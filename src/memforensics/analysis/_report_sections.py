@@ -19,7 +19,7 @@ from memforensics.analysis._peak import CallNode
 from memforensics.analysis._report_model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis._report_replay import oom_moment_section, replay_section
 from memforensics.analysis._report_timeline import segments_section, timeline_section
-from memforensics.analysis._summary import Summary
+from memforensics.analysis._summary_types import Summary
 from memforensics.analysis._units import format_bytes as fmt
 
 __all__ = ["DUMP_SECTIONS", "DumpContext", "Section", "SectionBuilder", "table"]

@@ -2,201 +2,37 @@
 
 Everything here is one pass over segments and blocks plus at most one backward pass over the
 trace (stopping early when it can), so a summary costs little more than loading the file.
+Those passes live in :mod:`~memforensics.analysis._summary_scan`, the :class:`Summary` type in
+:mod:`~memforensics.analysis._summary_types`; both are re-exported here for code that still
+imports them from this module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from memforensics.analysis._devices import DeviceUsage
-from memforensics.analysis._filled import Filled, what_filled
-from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE, attribute, parse_step
+from memforensics.analysis._filled import what_filled
+from memforensics.analysis._frames import BEFORE_RECORDING
 from memforensics.analysis._load import Dump
-from memforensics.analysis._meta import OomRecord
-from memforensics.analysis._model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
-from memforensics.analysis._oom_state import OomMoment
 from memforensics.analysis._proof import verdict_at_oom
-from memforensics.analysis._shapes import SnapshotShape
-from memforensics.analysis._verdict import LowerBound, Verdict
+from memforensics.analysis._summary_scan import (
+    Tally,
+    by_step,
+    live_blocks,
+    live_sites,
+    merge_oom,
+    scan_trace,
+)
+from memforensics.analysis._summary_types import SiteBytes, StepBytes, Summary
 
-
-@dataclass(frozen=True, slots=True)
-class SiteBytes:
-    """Live bytes and block count of one allocation site, reached from one ``caller``.
-
-    ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
-    installed package and the standard library (the user's own line); see ``_frames``.
-    """
-
-    site: str
-    bytes: int
-    blocks: int
-    caller: str = UNKNOWN_SITE
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "site": self.site,
-            "caller": self.caller,
-            "bytes": self.bytes,
-            "blocks": self.blocks,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class StepBytes:
-    """Live bytes allocated during one step (``step`` None: no step metadata on those blocks)."""
-
-    step: int | None
-    bytes: int
-    blocks: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"step": self.step, "bytes": self.bytes, "blocks": self.blocks}
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The facts ``memforensics summary`` prints; ``to_dict`` gives the ``--json`` object."""
-
-    file: str
-    kind: str | None
-    rank: int | None
-    step: int | None
-    steps: tuple[int, int] | None
-    device_index: int | None
-    reserved_bytes: int
-    allocated_bytes: int
-    active_bytes: int
-    free_in_reserved_bytes: int
-    largest_free_block_bytes: int
-    segments: int
-    blocks: int
-    oom: OomRecord | None
-    verdict: Verdict
-    top_sites: tuple[SiteBytes, ...]
-    live_by_step: tuple[StepBytes, ...]
-    trace_entries: int
-    truncated: bool | None
-    warnings: tuple[str, ...]
-    device: str | None = None
-    site_count: int = 0
-    before_recording_bytes: int = 0
-    before_recording_blocks: int = 0
-    devices: tuple[DeviceUsage, ...] = ()
-    device_reason: str = ""
-    shape: SnapshotShape = field(default_factory=SnapshotShape)
-    limits: tuple[str, ...] = ()
-    oom_state: OomMoment | None = None  # the state the verdict was judged on (#11)
-    lower_bound: LowerBound | None = None
-    filled: Filled | None = None  # kinds, peak and OOM moment (#12)
-
-    @property
-    def history_events(self) -> int:
-        """Old name of ``trace_entries`` (kept for readers written before the rename)."""
-        return self.trace_entries
-
-    @property
-    def history_truncated(self) -> bool | None:
-        """Old name of ``truncated`` (kept for readers written before the rename)."""
-        return self.truncated
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``summary --json`` object (key names are a contract; see docs/analysis.md).
-
-        A fact the sidecar also holds has the sidecar's key (``device`` is the device's name,
-        ``device_index`` its index, ``truncated``, ``trace_entries``).
-        """
-        return {
-            "file": self.file,
-            "kind": self.kind,
-            "rank": self.rank,
-            "step": self.step,
-            "steps": list(self.steps) if self.steps else None,
-            "device": self.device,
-            "device_index": self.device_index,
-            "reserved_bytes": self.reserved_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "active_bytes": self.active_bytes,
-            "free_in_reserved_bytes": self.free_in_reserved_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "segments": self.segments,
-            "blocks": self.blocks,
-            "oom": self.oom.to_dict() if self.oom else None,
-            "verdict": self.verdict.name,
-            "verdict_reason": self.verdict.reason,
-            "oom_state": self.oom_state.to_dict() if self.oom_state else None,
-            "external_bytes": self.oom_state.external_bytes if self.oom_state else None,
-            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
-            "explanation": self.verdict.explanation,
-            "advice": self.verdict.advice,
-            "top_sites": [site.to_dict() for site in self.top_sites],
-            "site_count": self.site_count,
-            "before_recording_bytes": self.before_recording_bytes,
-            "before_recording_blocks": self.before_recording_blocks,
-            "live_by_step": [step.to_dict() for step in self.live_by_step],
-            "trace_entries": self.trace_entries,
-            "truncated": self.truncated,
-            "warnings": list(self.warnings),
-            "devices": [item.to_dict() for item in self.devices],
-            "device_reason": self.device_reason,
-            "snapshot_shape": self.shape.to_dict(),
-            "limits": list(self.limits),
-            **(self.filled.to_dict() if self.filled else {}),
-        }
-
-
-class _Tally:
-    """Running totals over blocks, kept apart so ``summarize`` reads as the steps it takes."""
-
-    def __init__(self) -> None:
-        self.allocated = self.active = self.free = self.largest = self.blocks = 0
-        self.sites: dict[tuple[str, str], list[int]] = {}
-        self.live: list[tuple[Block, str, str]] = []
-        self._site_cache: dict[int, tuple[str, str]] = {}
-
-    def add(self, block: Block) -> None:
-        self.blocks += 1
-        if block.state == ALLOCATED:
-            self.allocated += block.size
-            self.active += block.size
-            site, caller = self.site(block)
-            entry = self.sites.setdefault((site, caller), [0, 0])
-            entry[0] += block.size
-            entry[1] += 1
-            self.live.append((block, site, caller))
-        elif block.state == PENDING_FREE:
-            self.active += block.size
-        elif block.state == INACTIVE:
-            self.free += block.size
-            self.largest = max(self.largest, block.size)
-
-    def site(self, block: Block) -> tuple[str, str]:
-        """``(site, caller)`` of a block, memoized per frames list (a hostile file may share one
-        many times)."""
-        if block.frames is None:
-            return BEFORE_RECORDING, BEFORE_RECORDING
-        key = id(block.frames)
-        found = self._site_cache.get(key)
-        if found is None:
-            found = self._site_cache[key] = attribute(block.frames)
-        return found
-
-
-def live_sites(dump: Dump) -> list[tuple[Block, str, str]]:
-    """Every allocated block of a dump with its site and caller."""
-    tally = _Tally()
-    for segment in dump.segments:
-        for block in segment.blocks:
-            tally.add(block)
-    return tally.live
-
-
-def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
-    """Every allocated block of a dump with its site (used by diff and report too)."""
-    return [(block, site) for block, site, _caller in live_sites(dump)]
+__all__ = [
+    "SiteBytes",
+    "StepBytes",
+    "Summary",
+    "live_blocks",
+    "live_sites",
+    "merge_oom",
+    "scan_trace",
+    "summarize",
+]
 
 
 def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
@@ -206,7 +42,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     ``requested``: the failed request in bytes, for a snapshot that records neither history
     nor a sidecar (it is then judged as taken at that OOM).
     """
-    tally = _Tally()
+    tally = Tally()
     reserved = 0
     for segment in dump.segments:
         reserved += segment.total_size
@@ -243,7 +79,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         oom=oom,
         verdict=verdict,
         top_sites=top_sites,
-        live_by_step=_by_step(tally.live, block_steps),
+        live_by_step=by_step(tally.live, block_steps),
         trace_entries=len(dump.trace),
         truncated=dump.meta.truncated,
         warnings=dump.warnings,
@@ -265,78 +101,3 @@ def _device_name(dump: Dump) -> str | None:
     """The sidecar's ``device`` (``"cuda"``, ``"npu"``, ``"sim"``); None without a sidecar."""
     name = dump.meta.sidecar.get("device")
     return name if isinstance(name, str) else None
-
-
-def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
-    """The trace's last ``oom`` entry, and the step of each live block (by address).
-
-    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address with
-    the same size (a live block cannot have been allocated over, so that entry is its own).
-    Walks the trace backwards and stops once both questions are answered.
-    """
-    steps: dict[int, int | None] = {}
-    wanted: dict[int, int] = {}
-    for block in live:
-        step = parse_step(block.user_metadata)
-        if step is not None:
-            steps[block.address] = step
-        else:
-            wanted[block.address] = block.size
-    oom: OomRecord | None = None
-    for entry in reversed(dump.trace):
-        if type(entry) is not dict:
-            continue
-        action = entry.get("action")
-        if action == "alloc" and wanted:
-            address = entry.get("addr")
-            if type(address) is int and address in wanted:
-                size = wanted.pop(address)
-                if entry.get("size") in (size, None):
-                    steps[address] = parse_step(entry.get("user_metadata"))
-        elif action == "oom" and oom is None:
-            oom = OomRecord(
-                requested_bytes=as_int(entry.get("size")),
-                device_free_bytes=as_int(entry.get("device_free")),
-                device_total_bytes=None,
-                source="trace",
-            )
-        if oom is not None and not wanted:
-            break
-    return oom, steps
-
-
-def merge_oom(
-    sidecar: OomRecord | None, trace: OomRecord | None, kind: str | None
-) -> OomRecord | None:
-    """Prefer the sidecar's OOM facts, filling its gaps from the trace's ``oom`` entry."""
-    if sidecar is None:
-        if trace is None and kind == "oom":
-            return OomRecord(None, None, None, "sidecar")
-        return trace
-    if trace is None:
-        return sidecar
-    return OomRecord(
-        requested_bytes=sidecar.requested_bytes
-        if sidecar.requested_bytes is not None
-        else trace.requested_bytes,
-        device_free_bytes=sidecar.device_free_bytes
-        if sidecar.device_free_bytes is not None
-        else trace.device_free_bytes,
-        device_total_bytes=sidecar.device_total_bytes,
-        source="sidecar",
-    )
-
-
-def _by_step(
-    live: list[tuple[Block, str, str]], steps: dict[int, int | None]
-) -> tuple[StepBytes, ...]:
-    """Live bytes per step; empty when no live block carries step metadata at all."""
-    totals: dict[int | None, list[int]] = {}
-    for block, _site, _caller in live:
-        entry = totals.setdefault(steps.get(block.address), [0, 0])
-        entry[0] += block.size
-        entry[1] += 1
-    if all(step is None for step in totals):
-        return ()
-    order = sorted(totals, key=lambda step: (step is None, step or 0))
-    return tuple(StepBytes(step, totals[step][0], totals[step][1]) for step in order)

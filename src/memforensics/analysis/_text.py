@@ -8,7 +8,7 @@ from memforensics.analysis._devices import context_lines
 from memforensics.analysis._diff import Diff
 from memforensics.analysis._frames import BEFORE_RECORDING, UNKNOWN_SITE
 from memforensics.analysis._ls import RunListing
-from memforensics.analysis._summary import Summary
+from memforensics.analysis._summary_types import Summary
 from memforensics.analysis._text_filled import filled_lines
 from memforensics.analysis._units import format_bytes as fmt
 

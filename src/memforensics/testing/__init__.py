@@ -21,17 +21,8 @@ from memforensics.testing._historical import (
     wrong_sidecar_device,
 )
 from memforensics.testing._journals import JournalTruth, write_journals
-from memforensics.testing._synthetic import (
-    CACHE,
-    OPTIMIZER,
-    TRAIN,
-    Block,
-    GiB,
-    MiB,
+from memforensics.testing._scenarios import (
     RunTruth,
-    Site,
-    SnapshotBuilder,
-    SnapshotTruth,
     SyntheticDump,
     exhausted,
     fragmented,
@@ -39,6 +30,17 @@ from memforensics.testing._synthetic import (
     make_sidecar,
     write_dump,
     write_run_folder,
+)
+from memforensics.testing._synthetic import (
+    CACHE,
+    OPTIMIZER,
+    TRAIN,
+    Block,
+    GiB,
+    MiB,
+    Site,
+    SnapshotBuilder,
+    SnapshotTruth,
 )
 
 __all__ = [

@@ -27,6 +27,7 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
+from memforensics.testing._scenarios import make_sidecar
 from memforensics.testing._synthetic import (
     CACHE,
     INACTIVE,
@@ -37,7 +38,6 @@ from memforensics.testing._synthetic import (
     MiB,
     SnapshotBuilder,
     SnapshotTruth,
-    make_sidecar,
 )
 
 _LEGACY_SEGMENT_KEYS = (
