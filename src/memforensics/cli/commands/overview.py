@@ -11,6 +11,7 @@ from pathlib import Path
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.cli._command import CommandError
+from memforensics.cli._output import write_page
 
 
 class OverviewCommand:
@@ -40,7 +41,7 @@ class OverviewCommand:
         if args.output:
             out = Path(args.output)
             html = render_overview(view, link_base=out.resolve().parent)
-            _write(out, html)
+            write_page(out, html)
             note = f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB)"
         text = (
             json.dumps(view.to_dict(), indent=2)
@@ -55,13 +56,3 @@ class OverviewCommand:
         except BrokenPipeError:  # `| head`: stop quietly, as a Unix tool does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-def _write(out: Path, html: str) -> None:
-    temp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        temp.write_text(html, encoding="utf-8")
-        os.replace(temp, out)
-    except OSError as exc:
-        temp.unlink(missing_ok=True)
-        raise CommandError(f"{out}: cannot write ({exc.strerror or exc})") from None

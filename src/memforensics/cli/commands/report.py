@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis._report import ReportBuilder
 from memforensics.cli._command import CommandError
+from memforensics.cli._output import write_page
 
 
 class ReportCommand:
@@ -57,13 +57,7 @@ class ReportCommand:
             print(f"memforensics report: skipped: {message}", file=sys.stderr)
         html = builder.html()
         out = Path(args.output)
-        temp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-        try:
-            temp.write_text(html, encoding="utf-8")
-            os.replace(temp, out)
-        except OSError as exc:
-            temp.unlink(missing_ok=True)
-            raise CommandError(f"{out}: cannot write ({exc.strerror or exc})") from None
+        write_page(out, html)
         bad = len(builder.unreadable)
         print(
             f"wrote {out} ({len(builder.dumps)} dump(s), {len(html.encode()) / 1024:.0f} KiB"
