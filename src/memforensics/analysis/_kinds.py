@@ -173,6 +173,7 @@ class _Shape:
         self.not_backward = sorted(a.start for a in traced if phases[id(a)] != BACKWARD)
         steps = [a.step for a in traced if a.step is not None]
         self.has_steps = bool(steps)
+        self.any_tags = any(a.step is not None for a in lt.allocations)
         self.first_step = min(steps) if steps else None
         self.last_step = max(steps) if steps else None
         self.length = lt.length
@@ -230,7 +231,9 @@ def _untraced(found: Allocation, phase: str, shape: _Shape) -> tuple[str, float]
     if phase == BACKWARD:
         return GRADIENT, 0.6
     if found.step is None:  # made outside every step (model set-up) and still held
-        return PARAMETER, 0.8
+        # Without a trace and without any step tag (a bare memory_snapshot() list), nothing says
+        # the block outlived a step or was made outside one: a guess from frames alone.
+        return PARAMETER, 0.8 if shape.length or shape.any_tags else 0.4
     return UNKNOWN, 0.3  # a forward allocation kept from an earlier step: a cache or a leak
 
 

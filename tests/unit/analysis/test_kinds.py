@@ -194,3 +194,14 @@ def test_real_cnn_snapshot_kinds_agree_with_its_own_frames() -> None:
     engine = [a for a in bare if not any(f["filename"].endswith(".py") for f in a.frames)]
     assert engine
     assert all(a.kind in ("gradient", "temporary") for a in engine)
+
+
+def test_a_bare_segment_list_is_a_low_confidence_guess() -> None:
+    """Without a trace or step tags (memory_snapshot()'s list) kinds are guesses, and say so."""
+    from memforensics.analysis import summarize
+    from memforensics.testing import as_segment_list, fragmented
+
+    listed = summarize(dump_from_snapshot(as_segment_list(fragmented().snapshot)))
+    assert listed.filled is not None
+    assert listed.filled.kinds
+    assert all(kind.confidence < 0.5 for kind in listed.filled.kinds)
