@@ -100,7 +100,8 @@ def stress(session: nox.Session) -> None:
 def browser(session: nox.Session) -> None:
     """The report and overview pages in a real headless Chromium (apt: chromium chromium-driver)."""
     session.install("-e", ".", *TEST_DEPS, "selenium>=4.10")
-    session.run("pytest", "tests/integration", "-m", "browser", *session.posargs)
+    pages = [f"tests/integration/test_{page}_browser.py" for page in ("report", "overview")]
+    session.run("pytest", *pages, "-m", "browser", *session.posargs)
 
 
 @nox.session
