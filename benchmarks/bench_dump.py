@@ -38,10 +38,10 @@ from _common import Figure, figure, parse_args, ratio_of, report
 from _snapshots import PrebuiltBackend, churn, sim_snapshot
 
 import memforensics
-from memforensics import _writer
-from memforensics._config import build_config
-from memforensics._facade import MemoryForensics
-from memforensics.backends import sim
+from memforensics.backends.sim import backend as sim
+from memforensics.capture import atomic as _writer
+from memforensics.capture.config import build_config
+from memforensics.capture.facade import MemoryForensics
 
 
 def cpu_loop(n: int) -> int:

@@ -31,7 +31,7 @@ from _fakes import FakeCuda, fake_cuda
 from bench_step import NEVER, per_op_ns
 
 import memforensics
-from memforensics._config import build_config
+from memforensics.capture.config import build_config
 
 BUDGET_NS = 20_000.0
 POOLS = ("all", "large_pool", "small_pool")

@@ -81,10 +81,10 @@ def build(path: Path, events: int) -> None:
 def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; report the median."""
     from memforensics.analysis import load_dump
-    from memforensics.analysis._history import state_before
-    from memforensics.analysis._oom_state import recorded_settings
-    from memforensics.analysis._replay import device_for
-    from memforensics.analysis._replay_run import run
+    from memforensics.analysis.oom.history import state_before
+    from memforensics.analysis.oom.moment import recorded_settings
+    from memforensics.analysis.replay.replay import device_for
+    from memforensics.analysis.replay.run import run
 
     times, extra = [], {}
     dump = load_dump(path) if mode == "replay" else None

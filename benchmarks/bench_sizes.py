@@ -22,7 +22,7 @@ from pathlib import Path
 from _common import Figure, figure, parse_args, report
 from _snapshots import sim_snapshot
 
-from memforensics import _writer
+from memforensics.capture import atomic as _writer
 
 
 def row(events: int, depth: int, out: Path) -> list[Figure]:

@@ -7,15 +7,15 @@ from collections.abc import Iterator
 import pytest
 
 import memforensics
-import memforensics._log
-import memforensics._oom
+import memforensics.capture.log
+import memforensics.capture.oom
 
 
 @pytest.fixture(autouse=True)
 def _reset_global_state() -> Iterator[None]:
     """Uninstall, forget OOM routes and reset logging around each test."""
-    memforensics._log.reset_logging()
+    memforensics.capture.log.reset_logging()
     yield
     memforensics.uninstall()
-    memforensics._oom.REGISTRY.forget()
-    memforensics._log.reset_logging()
+    memforensics.capture.oom.REGISTRY.forget()
+    memforensics.capture.log.reset_logging()

@@ -1,9 +1,9 @@
 """memforensics: make PyTorch out-of-memory failures explainable after the fact."""
 
-from memforensics._config import ForensicsConfig
 from memforensics._errors import BackendError, ConfigError, ForensicsError, SnapshotLoadError
-from memforensics._facade import MemoryForensics, install, uninstall
 from memforensics._version import __version__
+from memforensics.capture.config import ForensicsConfig
+from memforensics.capture.facade import MemoryForensics, install, uninstall
 
 __all__ = [
     "BackendError",

@@ -154,9 +154,9 @@ def test_env_vars_and_flags_configure_the_run(tmp_path: Path) -> None:
     script = _script(
         tmp_path,
         """
-        import memforensics, memforensics._facade
+        import memforensics, memforensics.capture.facade
         from memforensics.testing import get_device
-        before = memforensics._facade.current()
+        before = memforensics.capture.facade.current()
         mf = memforensics.install()
         assert mf is before, (mf.config, before.config)
         kept = []

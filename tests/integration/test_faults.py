@@ -22,9 +22,9 @@ import structlog
 from evidence import SCRIPTS, check_evidence, run_script, temp_files, visible_files
 
 import memforensics
-import memforensics._dumps
-import memforensics._log
-import memforensics._writer
+import memforensics.capture.atomic
+import memforensics.capture.dumps
+import memforensics.capture.log
 from memforensics.backends.sim import SimBackend, SimOutOfMemoryError, reset_device
 
 MiB = 1 << 20
@@ -233,9 +233,9 @@ def _inject(seam: str, monkeypatch: pytest.MonkeyPatch, counter: list[int]) -> N
     boom = _raiser(counter)
     every = seam == "everything"
     if seam in ("python_stack", "everything"):
-        monkeypatch.setattr(memforensics._dumps, "python_stack", boom)
+        monkeypatch.setattr(memforensics.capture.dumps, "python_stack", boom)
     if seam in ("exception_stack", "everything"):
-        monkeypatch.setattr(memforensics._dumps, "exception_stack", boom)
+        monkeypatch.setattr(memforensics.capture.dumps, "exception_stack", boom)
     for name in ("memory_stats", "mem_get_info", "snapshot"):
         if seam == name or every:
             monkeypatch.setattr(SimBackend, name, boom)
@@ -247,9 +247,9 @@ def _inject(seam: str, monkeypatch: pytest.MonkeyPatch, counter: list[int]) -> N
     if seam in ("rename", "everything"):
         monkeypatch.setattr(os, "replace", boom)
     if seam in ("sidecar", "everything"):
-        monkeypatch.setattr(memforensics._writer, "write_sidecar", boom)
+        monkeypatch.setattr(memforensics.capture.atomic, "write_sidecar", boom)
     if seam in ("logger", "everything"):
-        monkeypatch.setattr(memforensics._log, "get_logger", lambda: _RaisingLogger(counter))
+        monkeypatch.setattr(memforensics.capture.log, "get_logger", lambda: _RaisingLogger(counter))
     if seam == "structlog_processor":
         structlog.configure(processors=[boom])
 

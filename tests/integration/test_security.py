@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memforensics
-import memforensics._writer
+import memforensics.capture.atomic
 from memforensics import ConfigError, SnapshotLoadError
-from memforensics._config import FIELDS, build_config, env_var
 from memforensics.analysis import load_dump
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
+from memforensics.capture.config import FIELDS, build_config, env_var
 from memforensics.testing import exhausted, fragmented
 
 MiB = 1 << 20
@@ -116,7 +116,7 @@ def test_anything_planted_at_the_temp_name_is_refused(
         os.mkfifo(temp)
     else:
         temp.write_bytes(b"attacker\n")
-    monkeypatch.setattr(memforensics._writer.secrets, "token_hex", lambda _: "deadbeef")
+    monkeypatch.setattr(memforensics.capture.atomic.secrets, "token_hex", lambda _: "deadbeef")
     done: list[memforensics.MemoryForensics] = []
     worker = threading.Thread(target=lambda: done.append(_one_window(out)), daemon=True)
     worker.start()

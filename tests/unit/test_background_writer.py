@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 import memforensics
-from memforensics import _background, _config, _writer
 from memforensics.backends.sim import reset_device
+from memforensics.capture import atomic as _writer
+from memforensics.capture import background as _background
+from memforensics.capture import config as _config
 
 MiB = 1 << 20
 

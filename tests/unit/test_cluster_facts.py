@@ -25,7 +25,7 @@ from torchfakes import (
 )
 
 import memforensics
-from memforensics._oom import REGISTRY
+from memforensics.capture.oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
@@ -237,7 +237,7 @@ def test_step_fallback_recognises_cann_and_collective_oom(
 
 # -- 6 and 10. the doctor says what the runtime does ---------------------------------------------
 def _doctor_checks(out_dir: Path) -> dict[str, Any]:
-    from memforensics._doctor import Doctor
+    from memforensics.doctor.checks import Doctor
 
     return {check.name: check for check in Doctor("npu", out_dir).run()}
 

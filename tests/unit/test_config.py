@@ -8,7 +8,7 @@ import pytest
 
 import memforensics
 from memforensics import ConfigError, ForensicsConfig
-from memforensics._config import FIELDS, build_config, env_var
+from memforensics.capture.config import FIELDS, build_config, env_var
 
 
 @pytest.mark.parametrize(

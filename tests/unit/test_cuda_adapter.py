@@ -37,7 +37,7 @@ from torchfakes import (
 
 import memforensics
 from memforensics import ConfigError
-from memforensics._oom import REGISTRY
+from memforensics.capture.oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
@@ -467,7 +467,7 @@ def test_broken_handler_never_escapes_the_observer(
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("memforensics._writer.utc_now", broken)
+    monkeypatch.setattr("memforensics.capture.atomic.utc_now", broken)
     alloc.fire_oom()
 
 

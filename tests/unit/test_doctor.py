@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 import pytest
 
-from memforensics._doctor import Check, Doctor, overall
 from memforensics.backends._protocol import HistoryMode
 from memforensics.backends.sim import SimBackend
 from memforensics.cli import main
+from memforensics.doctor.checks import Check, Doctor, overall
 from memforensics.testing import reset_device
 
 _ENV = (

@@ -157,7 +157,7 @@ def test_close_dumps_partial_window(tmp_path: Path) -> None:
 
 def test_misuse_warns_and_never_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Nested steps and non-increasing numbers log warnings; training goes on."""
-    memforensics._log.reset_logging()
+    memforensics.capture.log.reset_logging()
     reset_device(total_bytes=16 * MiB)
     mf = memforensics.install(steps=2, device="sim", out_dir=str(tmp_path))
     with mf.step(5), mf.step(6):

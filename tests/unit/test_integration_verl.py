@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import memforensics
-import memforensics._log
+import memforensics.capture.log
 from memforensics.integrations.verl import (
     IGNORED,
     MAPPED,
@@ -146,7 +146,7 @@ def test_unknown_options_are_ignored_with_a_debug_line(
 ) -> None:
     """Keys of a newer verl schema are ignored, named in one debug log line."""
     monkeypatch.setenv("MEMFORENSICS_LOG_LEVEL", "DEBUG")
-    memforensics._log.reset_logging()
+    memforensics.capture.log.reset_logging()
     options = verl_options({"memory_snapshot_num_steps": 2, "some_future_option": 1})
     assert options == {"steps": 2}
     err = capsys.readouterr().err

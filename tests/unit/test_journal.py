@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import memforensics
-from memforensics._config import JOURNAL_EVERY, build_config
-from memforensics._journal import KEYS, MAX_OOM_LINES, Journal, journal_name
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
+from memforensics.capture.config import JOURNAL_EVERY, build_config
+from memforensics.capture.journal import KEYS, MAX_OOM_LINES, Journal, journal_name
 
 MiB = 1 << 20
 

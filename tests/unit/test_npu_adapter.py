@@ -25,7 +25,7 @@ from torchfakes import (
 
 import memforensics
 from memforensics import MemoryForensics
-from memforensics._oom import REGISTRY
+from memforensics.capture.oom import REGISTRY
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 

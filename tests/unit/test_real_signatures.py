@@ -14,9 +14,9 @@ import pytest
 from torchfakes import GIB, NPU_SIGNATURES, oom_files, patch_device, signature_of
 
 import memforensics
-from memforensics._doctor import Doctor
 from memforensics.backends import _torch
 from memforensics.backends.cuda import CudaBackend
+from memforensics.doctor.checks import Doctor
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import memforensics._facade
-from memforensics._config import FIELDS
+import memforensics.capture.facade
+from memforensics.capture.config import FIELDS
 from memforensics.cli import build_parser, main
 from memforensics.cli._config_flags import flag_name
 from memforensics.testing import SimOutOfMemoryError, reset_device
@@ -63,8 +63,8 @@ def test_flags_parse_like_env_and_only_passed_flags_override_env(
     script = _script(
         tmp_path,
         """
-        import mf_payload, memforensics._facade
-        mf_payload.config = memforensics._facade.current().config
+        import mf_payload, memforensics.capture.facade
+        mf_payload.config = memforensics.capture.facade.current().config
         """,
     )
     code = _run(
@@ -219,8 +219,8 @@ def test_script_install_gets_the_facade_run_installed(
     script = _script(
         tmp_path,
         """
-        import os, memforensics, memforensics._facade, mf_payload
-        before = memforensics._facade.current()
+        import os, memforensics, memforensics.capture.facade, mf_payload
+        before = memforensics.capture.facade.current()
         mf_payload.same = memforensics.install() is before
         mf_payload.env = os.environ.get("MEMFORENSICS_STEPS")
         """,
@@ -249,7 +249,7 @@ def test_oom_in_a_script_without_steps_is_dumped(tmp_path: Path) -> None:
     sidecar = json.loads(dump.with_suffix(".json").read_text())
     assert sidecar["kind"] == "oom"
     assert sidecar["step"] is None
-    assert memforensics._facade.current() is None
+    assert memforensics.capture.facade.current() is None
 
 
 def test_partial_window_is_flushed_when_the_script_fails(tmp_path: Path) -> None:

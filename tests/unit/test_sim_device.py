@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memforensics.backends import DeviceBackend, _sim_format
-from memforensics.backends import sim as sim_module
+from memforensics.backends import DeviceBackend
 from memforensics.backends.sim import (
     SimBackend,
     SimDevice,
@@ -24,6 +23,8 @@ from memforensics.backends.sim import (
     get_device,
     reset_device,
 )
+from memforensics.backends.sim import backend as sim_module
+from memforensics.backends.sim import format as _sim_format
 
 MiB = 1 << 20
 REAL_SNAPSHOT_NAME = "real-snapshots/cuda-transformer-forward.pickle"

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from memforensics._window import Window, WindowSchedule, windows_to_delete
+from memforensics.capture.window import Window, WindowSchedule, windows_to_delete
 
 
 def reference_windows(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memforensics import _writer
+from memforensics.capture import atomic as _writer
 
 
 def test_window_and_event_names_follow_design(tmp_path: Path) -> None:

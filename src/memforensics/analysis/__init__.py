@@ -1,10 +1,11 @@
 """Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
 
-from memforensics.analysis._device_diff import DeviceDiff, DeviceDiffs, diff_by_device
-from memforensics.analysis._devices import DeviceUsage
-from memforensics.analysis._diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
-from memforensics.analysis._filled import Filled, what_filled
-from memforensics.analysis._frames import (
+from memforensics._units import format_bytes
+from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
+from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
+from memforensics.analysis.compare.leaks import Leaks, SiteTrend, find_leaks
+from memforensics.analysis.dump.devices import DeviceUsage
+from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
     caller_of,
@@ -13,22 +14,17 @@ from memforensics.analysis._frames import (
     parse_step,
     site_of,
 )
-from memforensics.analysis._kinds import KINDS, KindBytes
-from memforensics.analysis._leaks import Leaks, SiteTrend, find_leaks
-from memforensics.analysis._load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis._ls import DumpEntry, RunListing, list_dumps
-from memforensics.analysis._meta import DumpMeta, OomRecord, sidecar_path
-from memforensics.analysis._overview import Overview, RankFacts, build_overview
-from memforensics.analysis._overview_html import render_overview
-from memforensics.analysis._overview_text import overview_text
-from memforensics.analysis._peak import CallNode, Moment
-from memforensics.analysis._replay import Replay, WhatIf, replay
-from memforensics.analysis._report import render_report
-from memforensics.analysis._shapes import SnapshotShape
-from memforensics.analysis._summary import SiteBytes, StepBytes, Summary, summarize
-from memforensics.analysis._timeline import Timeline, memory_timeline
-from memforensics.analysis._units import format_bytes
-from memforensics.analysis._verdict import (
+from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord, sidecar_path
+from memforensics.analysis.dump.shapes import SnapshotShape
+from memforensics.analysis.dump.timeline import Timeline, memory_timeline
+from memforensics.analysis.filled.kinds import KINDS, KindBytes
+from memforensics.analysis.filled.peak import CallNode, Moment
+from memforensics.analysis.filled.what_filled import Filled, what_filled
+from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
+from memforensics.analysis.folder.overview import Overview, RankFacts, build_overview
+from memforensics.analysis.folder.text import overview_text
+from memforensics.analysis.oom.verdict import (
     EXHAUSTED,
     EXTERNAL,
     FRAGMENTATION,
@@ -37,6 +33,10 @@ from memforensics.analysis._verdict import (
     LowerBound,
     Verdict,
 )
+from memforensics.analysis.replay.replay import Replay, WhatIf, replay
+from memforensics.analysis.report.overview_page import render_overview
+from memforensics.analysis.report.page import render_report
+from memforensics.analysis.summary.summarize import SiteBytes, StepBytes, Summary, summarize
 
 __all__ = [
     "BEFORE_RECORDING",

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from memforensics._config import FIELDS, ForensicsConfig, env_var, parse_env_value
+from memforensics.capture.config import FIELDS, ForensicsConfig, env_var, parse_env_value
 
 _DEST_PREFIX = "config_"
 

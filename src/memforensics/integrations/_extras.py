@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memforensics._config import ForensicsConfig, build_config
-from memforensics._facade import MemoryForensics, install
+from memforensics.capture.config import ForensicsConfig, build_config
+from memforensics.capture.facade import MemoryForensics, install
 
 
 def missing_extra_error(

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics._config import ForensicsConfig
-from memforensics._facade import MemoryForensics
+from memforensics.capture.config import ForensicsConfig
+from memforensics.capture.facade import MemoryForensics
 from memforensics.integrations._extras import StepHolder, missing_extra_error, options_from
 
 try:

@@ -35,10 +35,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memforensics._config import ForensicsConfig, build_config
 from memforensics._errors import ConfigError
-from memforensics._facade import MemoryForensics, install
-from memforensics._log import safe_log
+from memforensics.capture.config import ForensicsConfig, build_config
+from memforensics.capture.facade import MemoryForensics, install
+from memforensics.capture.log import safe_log
 
 __all__ = ["IGNORED", "MAPPED", "config_from_verl", "install_from_verl", "verl_options"]
 

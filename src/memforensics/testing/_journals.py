@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memforensics._journal import FOLDER, format_line, journal_name
+from memforensics.capture.journal import FOLDER, format_line, journal_name
 
 GIB = 1 << 30
 MIB = 1 << 20

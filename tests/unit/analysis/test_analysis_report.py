@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import _report_sections as sections
 from memforensics.analysis import dump_from_snapshot, render_report
-from memforensics.analysis._report import ReportBuilder
-from memforensics.analysis._report_sections import Section, table
+from memforensics.analysis.report import sections
+from memforensics.analysis.report.page import ReportBuilder
+from memforensics.analysis.report.sections import Section, table
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, exhausted, fragmented
 
 _DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
@@ -44,7 +44,7 @@ def test_report_is_offline_and_complete() -> None:
 
 def test_page_assets_are_package_files_inlined() -> None:
     """The page's JS and CSS are the package's static files, inlined verbatim."""
-    static = Path(sections.__file__).parent / "static"
+    static = Path(sections.__file__).parent / "assets"
     html = render_report([dump_from_snapshot(fragmented().snapshot)])
     assert (static / "report.js").read_text() in html
     assert (static / "report.css").read_text() in html

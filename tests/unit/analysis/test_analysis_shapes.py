@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from memforensics import SnapshotLoadError
-from memforensics._writer import write_snapshot
 from memforensics.analysis import (
     dump_from_snapshot,
     list_dumps,
@@ -19,6 +18,7 @@ from memforensics.analysis import (
     render_report,
     summarize,
 )
+from memforensics.capture.atomic import write_snapshot
 from memforensics.testing import (
     TRAIN,
     MiB,

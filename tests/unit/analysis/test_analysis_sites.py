@@ -19,7 +19,7 @@ from memforensics.analysis import (
     site_of,
     summarize,
 )
-from memforensics.analysis._text import diff_text, summary_text
+from memforensics.analysis.summary.text import diff_text, summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 
 REAL = [

@@ -34,7 +34,7 @@ class DemoCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run the demo and print what it wrote."""
-        from memforensics._demo import describe, pick_device, run_demo
+        from memforensics.cli.demo import describe, pick_device, run_demo
 
         device, note = pick_device(args.device)
         if note:

@@ -7,9 +7,9 @@ import json
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump
-from memforensics.analysis._device_diff import device_diffs_text, diff_by_device
-from memforensics.analysis._filled import kinds_change
-from memforensics.analysis._text_filled import kinds_change_lines
+from memforensics.analysis.compare.devices import device_diffs_text, diff_by_device
+from memforensics.analysis.filled.text import kinds_change_lines
+from memforensics.analysis.filled.what_filled import kinds_change
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
 

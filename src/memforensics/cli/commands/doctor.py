@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memforensics._config import ForensicsConfig, config_from_env
 from memforensics._errors import ConfigError
+from memforensics.capture.config import ForensicsConfig, config_from_env
 
 _DEVICES = ("auto", "cuda", "npu", "none", "sim")
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -44,7 +44,7 @@ class DoctorCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run every check, print them, return 1 if any failed."""
-        from memforensics._doctor import Doctor, overall
+        from memforensics.doctor.checks import Doctor, overall
 
         env = _env_defaults()
         device = args.device or env.get("device", "auto")

@@ -1,0 +1,83 @@
+"""``diff`` device to device: growth on device 1 is compared with device 1, never with device 0.
+
+Two single-device dumps are compared as they are, whatever their device numbers (a rank may
+run on ``cuda:3`` in one job and ``cuda:5`` in the next). When either dump covers several
+devices, each device present in both is compared with itself, the default device first, and a
+device present on one side only is named rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.analysis.compare.diff import Diff, diff_dumps
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.summary.text import diff_text
+
+
+@dataclass(frozen=True)
+class DeviceDiff:
+    """One comparison: ``before_device`` of BEFORE against ``after_device`` of AFTER."""
+
+    before_device: int | None
+    after_device: int | None
+    diff: Diff
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``diff --json`` object with the two device numbers added."""
+        data = self.diff.to_dict()
+        data["before_device_index"] = self.before_device
+        data["after_device_index"] = self.after_device
+        return data
+
+
+@dataclass(frozen=True)
+class DeviceDiffs:
+    """Every device-to-device comparison of two dumps, and devices only one of them holds."""
+
+    pairs: tuple[DeviceDiff, ...]
+    unmatched: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The first pair's object, with the other pairs and the unmatched devices beside it."""
+        data = self.pairs[0].to_dict()
+        data["other_devices"] = [pair.to_dict() for pair in self.pairs[1:]]
+        data["unmatched_devices"] = list(self.unmatched)
+        return data
+
+
+def diff_by_device(before: Dump, after: Dump, *, device: int | None = None) -> DeviceDiffs:
+    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both)."""
+    if device is not None:
+        views = [(before.on_device(device), after.on_device(device))]
+        return _result(views, ())
+    if len(before.devices) <= 1 and len(after.devices) <= 1:
+        return _result([(before, after)], ())
+    before_held = {item.device for item in before.devices}
+    after_held = {item.device for item in after.devices}
+    common = sorted(before_held & after_held, key=lambda d: (d != after.device, d))
+    sides = (("BEFORE", before_held - after_held), ("AFTER", after_held - before_held))
+    unmatched = tuple(f"device {d} only in {side}" for side, only in sides for d in sorted(only))
+    if not common:
+        return _result([(before, after)], unmatched)
+    views = [(before.on_device(d, reason="same device"), after.on_device(d)) for d in common]
+    return _result(views, unmatched)
+
+
+def _result(views: list[tuple[Dump, Dump]], unmatched: tuple[str, ...]) -> DeviceDiffs:
+    pairs = tuple(DeviceDiff(b.device, a.device, diff_dumps(b, a)) for b, a in views)
+    return DeviceDiffs(pairs, unmatched)
+
+
+def device_diffs_text(result: DeviceDiffs, top: int | None = 15) -> str:
+    """``diff``'s table per device pair, each under a ``device N → device M`` line when the
+    dumps cover several devices; unmatched devices last. ``top`` cuts each table (None: all)."""
+    if len(result.pairs) == 1 and not result.unmatched:
+        return diff_text(result.pairs[0].diff, top)
+    blocks = [
+        f"device {pair.before_device} → device {pair.after_device}\n{diff_text(pair.diff, top)}"
+        for pair in result.pairs
+    ]
+    blocks += [f"({note})" for note in result.unmatched]
+    return "\n\n".join(blocks)

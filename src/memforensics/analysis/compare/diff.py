@@ -1,0 +1,169 @@
+"""``diff``: which sites grew between two dumps, and which live blocks look leaked.
+
+Comparing two windows of the same run (say steps 4-7 and 100-103) by live bytes per site shows
+where memory went. With step metadata it can say more: a block still alive in the later window
+but allocated in a step before that window began outlived its step. Blocks already alive (same
+address, size and step) in the earlier dump are steady state, such as optimizer state made at
+step 0, and are left out so the suspects are what accumulated in between.
+
+Rows are (site, caller) pairs, as in ``summary``; growth is ordered by the size of the change,
+so a big release shows up beside a big growth instead of at the bottom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.analysis.dump.frames import UNKNOWN_SITE, parse_step
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.summary.scan import live_sites, scan_trace
+
+
+@dataclass(frozen=True, slots=True)
+class SiteGrowth:
+    """Live bytes of one site (reached from one caller) in both dumps."""
+
+    site: str
+    before_bytes: int
+    after_bytes: int
+    delta_bytes: int
+    caller: str = UNKNOWN_SITE
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "site": self.site,
+            "caller": self.caller,
+            "before_bytes": self.before_bytes,
+            "after_bytes": self.after_bytes,
+            "delta_bytes": self.delta_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LeakSuspect:
+    """Live bytes in AFTER, from one site, allocated in steps before AFTER's window."""
+
+    site: str
+    bytes: int
+    blocks: int
+    steps: tuple[int, ...]
+    caller: str = UNKNOWN_SITE
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "site": self.site,
+            "caller": self.caller,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+            "steps": list(self.steps),
+        }
+
+
+@dataclass(frozen=True)
+class Diff:
+    """What ``memforensics diff`` prints; ``to_dict`` gives the ``--json`` object."""
+
+    before: str
+    after: str
+    before_allocated_bytes: int
+    after_allocated_bytes: int
+    growth: tuple[SiteGrowth, ...]
+    after_window: tuple[int, int] | None
+    leak_suspects: tuple[LeakSuspect, ...]
+
+    @property
+    def total_delta_bytes(self) -> int:
+        """Change of allocated bytes from BEFORE to AFTER."""
+        return self.after_allocated_bytes - self.before_allocated_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``diff --json`` object (key names are a contract; see docs/analysis.md)."""
+        return {
+            "before": self.before,
+            "after": self.after,
+            "before_allocated_bytes": self.before_allocated_bytes,
+            "after_allocated_bytes": self.after_allocated_bytes,
+            "total_delta_bytes": self.total_delta_bytes,
+            "growth": [item.to_dict() for item in self.growth],
+            "after_window": list(self.after_window) if self.after_window else None,
+            "leak_suspects": [item.to_dict() for item in self.leak_suspects],
+        }
+
+
+def diff_dumps(before: Dump, after: Dump) -> Diff:
+    """Compare live bytes per (site, caller); largest change first (growth or release alike);
+    sites that did not change are left out."""
+    before_live = live_sites(before)
+    after_live = live_sites(after)
+    totals: dict[tuple[str, str], list[int]] = {}
+    for index, live in enumerate((before_live, after_live)):
+        for block, site, caller in live:
+            totals.setdefault((site, caller), [0, 0])[index] += block.size
+    growth = sorted(
+        (
+            SiteGrowth(site, old, new, new - old, caller)
+            for (site, caller), (old, new) in totals.items()
+            if new != old
+        ),
+        key=lambda item: (-abs(item.delta_bytes), -item.delta_bytes, item.site, item.caller),
+    )
+    _, before_steps = scan_trace(before, [block for block, _, _ in before_live])
+    _, after_steps = scan_trace(after, [block for block, _, _ in after_live])
+    window = _window(after)
+    suspects: tuple[LeakSuspect, ...] = ()
+    if window is not None:
+        steady = {
+            (block.address, block.size, before_steps.get(block.address))
+            for block, _, _ in before_live
+        }
+        suspects = _suspects(after_live, after_steps, window[0], steady)
+    return Diff(
+        before=before.name,
+        after=after.name,
+        before_allocated_bytes=sum(block.size for block, _, _ in before_live),
+        after_allocated_bytes=sum(block.size for block, _, _ in after_live),
+        growth=tuple(growth),
+        after_window=window,
+        leak_suspects=suspects,
+    )
+
+
+def _suspects(
+    live: list[tuple[Any, str, str]],
+    steps: dict[int, int | None],
+    first_step: int,
+    steady: set[tuple[int, int, int | None]],
+) -> tuple[LeakSuspect, ...]:
+    grouped: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
+    for block, site, caller in live:
+        step = steps.get(block.address)
+        if step is None or step >= first_step or (block.address, block.size, step) in steady:
+            continue
+        size, count, seen = grouped.get((site, caller), (0, 0, set()))
+        seen.add(step)
+        grouped[(site, caller)] = (size + block.size, count + 1, seen)
+    ordered = sorted(grouped.items(), key=lambda item: (-item[1][0], item[0]))
+    return tuple(
+        LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
+        for (site, caller), (size, count, seen) in ordered
+    )
+
+
+def _window(dump: Dump) -> tuple[int, int] | None:
+    """AFTER's steps: from its sidecar or path; else the steps its history recorded, since
+    history is cleared when a window opens."""
+    if dump.meta.steps is not None:
+        return dump.meta.steps
+    if dump.meta.step is not None:
+        return (dump.meta.step, dump.meta.step)
+    seen = [
+        step
+        for entry in dump.trace
+        if type(entry) is dict and entry.get("action") == "alloc"
+        for step in (parse_step(entry.get("user_metadata")),)
+        if step is not None
+    ]
+    return (min(seen), max(seen)) if seen else None

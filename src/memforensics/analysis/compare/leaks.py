@@ -1,0 +1,180 @@
+"""``leaks``: sites whose live bytes grow from window to window of a rank, steadily.
+
+``diff`` compares two dumps; a leak shows as a trend over many. Every window dump of a rank is
+taken at the same point of training (the end of the window's last step, between steps, where
+activations and temporaries are gone), so a site's live bytes there should not move once
+training is warm. For each site this tracks those bytes over a rank's windows, fits bytes
+against step, and scores how *steady* the growth is: the share of window-to-window changes that
+are increases times the fit's r². One-off growth (a cache filled once, the optimizer's state
+made in the first step) scores low; a site that grew in every window scores near 1. A site that
+grew over the last three or more windows with a confidence of at least one half is a suspect.
+Bytes are the *requested* sizes: what the program holds, not how the allocator rounded or
+placed it (a block split differently in one window must not look like growth).
+
+Dumps are loaded one at a time and reduced to per-site totals, so a folder of large dumps needs
+the memory of one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.dump.load import Dump, load_dump
+from memforensics.analysis.folder.ls import list_dumps
+from memforensics.analysis.summary.scan import live_blocks, scan_trace
+
+MIN_WINDOWS = 3
+MIN_CONFIDENCE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SiteTrend:
+    """One site's live bytes at the end of each window of one rank, and its growth."""
+
+    rank: int | None
+    site: str
+    steps: tuple[int, ...]  # the last step of each window: where the bytes were measured
+    bytes: tuple[int, ...]
+    growth_per_step: float
+    first_step: int | None
+    confidence: float
+    suspect: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """One element of ``leaks --json``'s ``sites``."""
+        return {
+            "rank": self.rank,
+            "site": self.site,
+            "steps": list(self.steps),
+            "bytes": list(self.bytes),
+            "growth_per_step_bytes": round(self.growth_per_step),
+            "first_step": self.first_step,
+            "confidence": round(self.confidence, 3),
+            "suspect": self.suspect,
+        }
+
+
+@dataclass(frozen=True)
+class Leaks:
+    """Trends for every site of every rank with window dumps; unreadable files listed apart."""
+
+    root: str
+    windows: dict[int | None, tuple[int, ...]]  # rank -> last step of each window read
+    trends: tuple[SiteTrend, ...]
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def suspects(self) -> tuple[SiteTrend, ...]:
+        """The trends flagged as suspects, most confident and fastest growing first."""
+        return tuple(trend for trend in self.trends if trend.suspect)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``leaks --json`` object."""
+        return {
+            "root": self.root,
+            "windows": [
+                {"rank": rank, "steps": list(steps)} for rank, steps in self.windows.items()
+            ],
+            "suspects": len(self.suspects),
+            "sites": [trend.to_dict() for trend in self.trends],
+            "unreadable": list(self.unreadable),
+        }
+
+
+@dataclass
+class LeakTracker:
+    """Collects per-site totals from window dumps fed one at a time (the report reuses it)."""
+
+    points: dict[int | None, dict[int, dict[str, int]]] = field(default_factory=dict)
+    first_steps: dict[tuple[int | None, str], int] = field(default_factory=dict)
+
+    def add(self, dump: Dump) -> bool:
+        """Record ``dump`` if it is a window dump with known steps; True if it was used."""
+        steps = dump.meta.steps
+        if dump.meta.kind != "window" or steps is None:
+            return False
+        live = live_blocks(dump)
+        _oom, block_steps = scan_trace(dump, [block for block, _ in live])
+        totals: dict[str, int] = {}
+        rank = dump.meta.rank
+        for block, site in live:
+            totals[site] = totals.get(site, 0) + block.requested_size
+            step = block_steps.get(block.address)
+            if step is not None:
+                key = (rank, site)
+                self.first_steps[key] = min(self.first_steps.get(key, step), step)
+        self.points.setdefault(rank, {})[steps[1]] = totals
+        return True
+
+    def result(self, root: str, unreadable: Iterable[str] = ()) -> Leaks:
+        """Fit every site of every rank; suspects first."""
+        trends: list[SiteTrend] = []
+        windows: dict[int | None, tuple[int, ...]] = {}
+        for rank in sorted(self.points, key=lambda r: (r is None, r or 0)):
+            by_step = self.points[rank]
+            steps = tuple(sorted(by_step))
+            windows[rank] = steps
+            sites = {site for totals in by_step.values() for site in totals}
+            for site in sites:
+                series = tuple(by_step[step].get(site, 0) for step in steps)
+                first = self.first_steps.get((rank, site))
+                if first is None:
+                    first = next(s for s, b in zip(steps, series, strict=True) if b)
+                trends.append(_trend(rank, site, steps, series, first))
+        trends.sort(key=lambda t: (not t.suspect, -t.confidence * t.growth_per_step, t.site))
+        return Leaks(root, windows, tuple(trends), tuple(unreadable))
+
+
+def _trend(
+    rank: int | None, site: str, steps: tuple[int, ...], series: tuple[int, ...], first: int
+) -> SiteTrend:
+    slope, r2 = _fit(steps, series)
+    deltas = [b - a for a, b in pairwise(series)]
+    up = sum(1 for delta in deltas if delta > 0)
+    confidence = (up / len(deltas)) * r2 if deltas and slope > 0 else 0.0
+    run = 0
+    for delta in reversed(deltas):
+        if delta <= 0:
+            break
+        run += 1
+    suspect = run + 1 >= MIN_WINDOWS and confidence >= MIN_CONFIDENCE
+    return SiteTrend(rank, site, steps, series, slope, first, confidence, suspect)
+
+
+def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
+    """Least-squares slope of ``ys`` over ``xs`` and its r² (0 when either is flat)."""
+    count = len(xs)
+    if count < 2:
+        return 0.0, 0.0
+    mean_x, mean_y = sum(xs) / count, sum(ys) / count
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    syy = sum((y - mean_y) ** 2 for y in ys)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    if sxx == 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy else 0.0
+    return slope, r2
+
+
+def find_leaks(root: str | Path) -> Leaks:
+    """Read every window dump under ``root`` (one at a time) and fit each site's trend."""
+    listing = list_dumps(root)
+    tracker = LeakTracker()
+    unreadable: list[str] = []
+    for entry in listing.dumps:
+        if entry.meta.kind != "window":
+            continue
+        try:
+            dump = load_dump(entry.path)
+        except SnapshotLoadError as exc:
+            unreadable.append(str(exc))
+            continue
+        tracker.add(dump)
+        del dump
+    return tracker.result(str(listing.root), unreadable)

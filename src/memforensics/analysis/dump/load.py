@@ -1,0 +1,204 @@
+"""Safe loading: a snapshot file becomes a :class:`Dump` without running any code from it.
+
+``pickle.load`` on an untrusted file can run anything (a reduce to ``os.system``). A snapshot is
+only dicts, lists, tuples, strings and numbers, and none of those needs ``find_class``: the C
+unpickler only calls it for GLOBAL-style opcodes, so refusing every call there makes loading
+safe while it stays as fast as plain ``pickle.load``. Every failure becomes one
+:class:`~memforensics.SnapshotLoadError` naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
+from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
+from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
+from memforensics.analysis.dump.shapes import (
+    SnapshotShape,
+    mark_workspace,
+    read_shape,
+    split_top_level,
+    workspace_limit,
+)
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle asked for a class or function; snapshots never do."""
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Plain containers and scalars only: every global lookup is refused before it happens."""
+
+    def find_class(self, module: str, name: str, /) -> Any:
+        raise _Refused(f"{module}.{name}")
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One loaded snapshot, read on one device: its segments, its trace, and the sidecar's facts.
+
+    ``trace`` is the allocator history of ``device`` exactly as PyTorch recorded it (a list of
+    dicts, oldest first); read it defensively. ``warnings`` lists what was odd but not fatal.
+    A file may hold several devices: ``devices`` lists each, ``device_reason`` says why this
+    one is read, and :meth:`on_device` / :meth:`device_views` give the others. ``shape`` says
+    which shape the file has and what it cannot tell.
+    """
+
+    path: Path | None
+    segments: tuple[Segment, ...]
+    trace: list[Any]
+    device: int | None
+    meta: DumpMeta
+    snapshot: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    devices: tuple[DeviceUsage, ...] = ()
+    device_reason: str = ""
+    all_segments: tuple[Segment, ...] | None = field(default=None, repr=False)
+    file_warnings: tuple[str, ...] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """How to refer to this dump in messages."""
+        return str(self.path) if self.path is not None else "<snapshot>"
+
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """What this dump cannot tell on this device (the shape's limits, and device notes)."""
+        workspace = workspace_limit(self.segments)
+        return self.shape.limits + ((workspace,) if workspace else ())
+
+    def on_device(self, device: int, *, reason: str = "chosen with --device") -> Dump:
+        """The same file read on ``device``; SnapshotLoadError if the file holds nothing there."""
+        held = [item.device for item in self.devices]
+        if device not in held:
+            listed = ", ".join(map(str, held)) or "none"
+            raise SnapshotLoadError(
+                f"{self.name}: no device {device} in this dump (devices held: {listed})"
+            )
+        everything = self.segments if self.all_segments is None else self.all_segments
+        traces = self.snapshot.get("device_traces", [])
+        trace = trace_of(traces, device) if isinstance(traces, list) else []
+        return replace(
+            self,
+            segments=tuple(s for s in everything if s.device in (device, None)),
+            trace=trace,
+            device=device,
+            device_reason=reason,
+            warnings=self.warnings if device == self.device else self.file_warnings or (),
+        )
+
+    def device_views(self) -> tuple[Dump, ...]:
+        """What to explain by default: the OOM's device; else every device with memory."""
+        failed_here = any(item.oom and item.device == self.device for item in self.devices)
+        if failed_here or self.meta.kind == "oom":
+            return (self,)
+        with_memory = [item.device for item in self.devices if item.reserved_bytes > 0]
+        if len(with_memory) <= 1:
+            return (self,)
+        reason = "each device with memory: no OOM recorded"
+        return tuple(self.on_device(device, reason=reason) for device in with_memory)
+
+
+def read_snapshot_file(path: Path) -> object:
+    """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
+    try:
+        with path.open("rb") as raw:
+            stream: IO[bytes] | gzip.GzipFile = raw
+            if raw.read(2) == _GZIP_MAGIC:
+                raw.seek(0)
+                stream = gzip.GzipFile(fileobj=raw, mode="rb")
+            else:
+                raw.seek(0)
+            return _RestrictedUnpickler(stream).load()
+    except FileNotFoundError:
+        raise SnapshotLoadError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SnapshotLoadError(f"{path}: is a folder, not a snapshot file") from None
+    except _Refused as exc:
+        raise SnapshotLoadError(
+            f"{path}: refused to load: it asks to import {exc}; a snapshot holds only plain data"
+        ) from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise SnapshotLoadError(f"{path}: truncated or corrupt ({_one_line(exc)})") from None
+    except MemoryError:
+        raise SnapshotLoadError(f"{path}: too large to load into memory here") from None
+    except OSError as exc:
+        raise SnapshotLoadError(f"{path}: cannot read ({_one_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file: one line
+        raise SnapshotLoadError(f"{path}: not a readable snapshot ({_one_line(exc)})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:120]
+    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+
+
+def load_dump(path: str | Path) -> Dump:
+    """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable."""
+    file = Path(path)
+    snapshot = read_snapshot_file(file)
+    warnings: list[str] = []
+    try:
+        sidecar = read_sidecar(file)
+    except SnapshotLoadError as exc:
+        sidecar = None
+        warnings.append(f"ignoring sidecar: {exc}")
+    return dump_from_snapshot(snapshot, sidecar=sidecar, path=file, warnings=warnings)
+
+
+def dump_from_snapshot(
+    snapshot: object,
+    *,
+    sidecar: dict[str, Any] | None = None,
+    path: Path | None = None,
+    warnings: list[str] | None = None,
+) -> Dump:
+    """Build a Dump from any shape PyTorch or torch_npu writes: a ``_snapshot()`` dict, or the
+    list of segments ``memory_snapshot()`` returns (see ``_shapes``), read on one device."""
+    source = str(path) if path is not None else "<snapshot>"
+    raw_segments, traces, container = split_top_level(snapshot, source)
+    everything = mark_workspace(segments_from_list(raw_segments, source), traces)
+    meta = dump_meta(path, sidecar)
+    family = meta.sidecar.get("device") if meta.has_sidecar else None
+    shape = read_shape(
+        snapshot,
+        raw_segments,
+        traces,
+        container,
+        device_family=family if isinstance(family, str) else None,
+    )
+    usage = device_usage(everything, traces)
+    schema = as_int(meta.sidecar.get("schema"))
+    choice = choose_device(
+        usage, traces, meta.device_index, old_sidecar=schema is None or schema < 2
+    )
+    device = choice.device
+    segments = everything
+    if device is not None and len({s.device for s in everything}) > 1:
+        segments = tuple(s for s in everything if s.device in (device, None))
+    trace = trace_of(traces, device)
+    base = tuple(warnings or ())
+    return Dump(
+        path=path,
+        segments=segments,
+        trace=trace,
+        device=device,
+        meta=meta,
+        snapshot=snapshot if isinstance(snapshot, dict) else {"segments": raw_segments},
+        warnings=base + choice.warnings,
+        shape=shape,
+        devices=usage,
+        device_reason=choice.reason,
+        all_segments=everything,
+        file_warnings=base,
+    )

@@ -1,0 +1,190 @@
+"""What a dump is (kind, rank, step, time, OOM facts): from its JSON sidecar, else its path.
+
+The sidecar is the authority, but a run folder on a shared file system after a crash holds dumps
+whose sidecar never came, or plain ``torch.cuda.memory._dump_snapshot`` pickles. The folder and
+file names memforensics writes (``steps4-7/rank0_pid12.pickle``,
+``oom/rank3_pid77_step12_20261130-101112-123456.pickle``) carry enough to place those too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.dump.model import as_int
+
+_WINDOW_RE = re.compile(r"^steps?(\d+)(?:-(\d+))?$")
+_RANK_RE = re.compile(r"(?:^|_)rank(\d+)(?:_|$)")
+_STEP_RE = re.compile(r"_step(\d+)(?:_|$)")
+_TIME_RE = re.compile(r"_(\d{8}-\d{6}-\d{6})$")
+SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pkl", ".pkl.gz")
+
+
+@dataclass(frozen=True, slots=True)
+class OomRecord:
+    """The failed allocation: what was asked for and what the device had left."""
+
+    requested_bytes: int | None
+    device_free_bytes: int | None
+    device_total_bytes: int | None
+    source: str  # "sidecar" or "trace"
+    allocation_bytes: int | None = None
+    """What the allocator tried to get from the driver (sidecar schema 2; the size PyTorch's
+    error text prints). Schema 1 wrote that size as ``requested_bytes``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the ``oom`` key of ``summary --json``). The sidecar's ``source``
+        means who saw the OOM, so where these facts came from is ``origin`` here."""
+        return {
+            "requested_bytes": self.requested_bytes,
+            "device_free_bytes": self.device_free_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "origin": self.source,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DumpMeta:
+    """Facts about one dump file; every field may be None when neither source knows it."""
+
+    kind: str | None = None
+    rank: int | None = None
+    step: int | None = None
+    steps: tuple[int, int] | None = None
+    created_at: str | None = None
+    partial: bool | None = None
+    truncated: bool | None = None
+    device_index: int | None = None
+    hostname: str | None = None
+    oom: OomRecord | None = None
+    has_sidecar: bool = False
+    sidecar: dict[str, Any] = field(default_factory=dict)
+
+
+def snapshot_stem(path: Path) -> str | None:
+    """``rank0_pid1`` for ``rank0_pid1.pickle`` / ``.pickle.gz``; None if not a snapshot name."""
+    name = path.name
+    for suffix in SNAPSHOT_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def sidecar_path(path: Path) -> Path:
+    """The sidecar beside a snapshot: ``x.pickle`` and ``x.pickle.gz`` both map to ``x.json``."""
+    stem = snapshot_stem(path) or path.stem
+    return path.with_name(f"{stem}.json")
+
+
+def read_sidecar(path: Path) -> dict[str, Any] | None:
+    """The sidecar object beside ``path``; None if absent; SnapshotLoadError if unreadable."""
+    side = sidecar_path(path)
+    try:
+        text = side.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotLoadError(f"{side}: cannot read sidecar ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise SnapshotLoadError(f"{side}: sidecar is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise SnapshotLoadError(f"{side}: sidecar is not a JSON object")
+    return data
+
+
+def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
+    """Combine the sidecar (preferred) with what the path says."""
+    guess = _from_path(path) if path is not None else DumpMeta()
+    if sidecar is None:
+        return guess
+    steps = _steps(sidecar.get("steps")) or guess.steps
+    kind = sidecar.get("kind")
+    created = sidecar.get("created_at")
+    hostname = sidecar.get("hostname")
+    rank = as_int(sidecar.get("rank"))
+    step = as_int(sidecar.get("step"))
+    return DumpMeta(
+        kind=kind if isinstance(kind, str) else guess.kind,
+        rank=guess.rank if rank is None else rank,
+        step=guess.step if step is None else step,
+        steps=steps,
+        created_at=created if isinstance(created, str) else guess.created_at,
+        partial=_flag(sidecar.get("partial")),
+        truncated=_flag(sidecar.get("truncated")),
+        device_index=as_int(sidecar.get("device_index")),
+        hostname=hostname if isinstance(hostname, str) else None,
+        oom=_oom(sidecar.get("oom")),
+        has_sidecar=True,
+        sidecar=sidecar,
+    )
+
+
+def _from_path(path: Path) -> DumpMeta:
+    stem = snapshot_stem(path) or path.stem
+    folder = path.parent.name
+    kind: str | None = None
+    steps: tuple[int, int] | None = None
+    window = _WINDOW_RE.match(folder)
+    if window:
+        first = int(window.group(1))
+        steps = (first, int(window.group(2) or first))
+        kind = "window"
+    elif folder in ("oom", "manual"):
+        kind = folder
+    rank = _RANK_RE.search(stem)
+    step = _STEP_RE.search(stem)
+    stamp = _TIME_RE.search(stem)
+    return DumpMeta(
+        kind=kind,
+        rank=int(rank.group(1)) if rank else None,
+        step=int(step.group(1)) if step else None,
+        steps=steps,
+        created_at=_stamp_to_iso(stamp.group(1)) if stamp else None,
+    )
+
+
+def _stamp_to_iso(stamp: str) -> str | None:
+    try:
+        moment = datetime.strptime(stamp, "%Y%m%d-%H%M%S-%f").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return moment.isoformat()
+
+
+def _steps(value: object) -> tuple[int, int] | None:
+    if isinstance(value, list | tuple) and len(value) == 2:
+        first, last = as_int(value[0]), as_int(value[1])
+        if first is not None and last is not None:
+            return (first, last)
+    return None
+
+
+def _flag(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _oom(value: object) -> OomRecord | None:
+    """Schema 1 and 2. The two sizes are never mixed up: schema 1 wrote the allocator's
+    allocation (the observer's size, what the error text prints) as ``requested_bytes``, so it
+    is read as the allocation; a schema-2 sidecar without the user's request (no history was
+    recorded) leaves the request unknown rather than showing the allocation under its name."""
+    if not isinstance(value, dict):
+        return None
+    requested = as_int(value.get("requested_bytes"))
+    allocation = as_int(value.get("allocation_bytes"))
+    if "allocation_bytes" not in value:
+        requested, allocation = None, requested
+    return OomRecord(
+        requested_bytes=requested,
+        allocation_bytes=allocation,
+        device_free_bytes=as_int(value.get("device_free_bytes")),
+        device_total_bytes=as_int(value.get("device_total_bytes")),
+        source="sidecar",
+    )

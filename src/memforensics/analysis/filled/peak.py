@@ -1,0 +1,239 @@
+"""The peak: the moment of highest live memory in the trace, its kinds and its call tree.
+
+Live bytes at every trace position follow from the allocations' lifetimes (see
+``_lifetimes``): each ``alloc`` adds, each free subtracts, starting from what was live before
+the trace began. The highest point is the peak; an ``oom`` entry marks the OOM's moment. The
+call tree of what is live then is the answer to "what filled the device": frames outermost
+first, torch's own frames folded into one node under the user frame that called them (an
+engineer changes the caller, not ``torch/nn/modules/module.py``), C++ frames dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump.frames import UNKNOWN_SITE, is_library_file, site_of
+from memforensics.analysis.filled.kinds import KindBytes, is_python_file, kinds_table
+from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
+
+NO_FRAMES = "<allocated before recording: no frames>"
+ENGINE = "<no Python frames: autograd engine or C++ thread>"
+MAX_DEPTH = 48
+MIN_SHARE = 0.0005  # children under 0.05 % of the moment's bytes are merged into one node
+
+
+@dataclass
+class CallNode:
+    """A frame of the call tree with the live bytes and blocks under it."""
+
+    name: str
+    bytes: int = 0
+    blocks: int = 0
+    children: dict[str, CallNode] | None = None
+
+    def child(self, name: str) -> CallNode:
+        """The child named ``name``, created empty if new."""
+        if self.children is None:
+            self.children = {}
+        found = self.children.get(name)
+        if found is None:
+            found = self.children[name] = CallNode(name)
+        return found
+
+    def sorted_children(self) -> list[CallNode]:
+        """Children, biggest first."""
+        return sorted((self.children or {}).values(), key=lambda n: (-n.bytes, n.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``name``, ``bytes``, ``blocks``, ``children`` (biggest first)."""
+        return {
+            "name": self.name,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+            "children": [child.to_dict() for child in self.sorted_children()],
+        }
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One moment of the trace: ``peak`` or ``oom`` (or ``snapshot`` without history)."""
+
+    name: str
+    position: int  # trace position (the state after that entry); the trace length = snapshot
+    time_us: int | None
+    live_bytes: int
+    kinds: tuple[KindBytes, ...]
+    tree: CallNode
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``peak`` / ``oom_moment`` objects of ``summary --json``."""
+        return {
+            "name": self.name,
+            "position": self.position,
+            "time_us": self.time_us,
+            "live_bytes": self.live_bytes,
+            "kinds": [kind.to_dict() for kind in self.kinds],
+            "tree": self.tree.to_dict(),
+        }
+
+
+def peak_position(lt: Lifetimes) -> int:
+    """Trace position of the highest live bytes (first on ties); the snapshot without a trace."""
+    live = sum(a.size for a in lt.allocations if a.start == BEFORE)
+    best, where = live, lt.length
+    for index, found in enumerate(lt.by_event):
+        if found is None:
+            continue
+        live += found.size if found.start == index else -found.size
+        if live > best or where == lt.length:
+            best, where = live, index
+    return where
+
+
+def live_at(lt: Lifetimes, position: int) -> list[Allocation]:
+    """Allocations live right after trace position ``position``."""
+    if position >= lt.length:
+        return lt.at_snapshot()
+    return [a for a in lt.allocations if a.start <= position < a.end]
+
+
+def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
+    """Kinds and call tree of what is live at ``position`` (kinds must be classified)."""
+    live = live_at(lt, position)
+    stamp = None
+    if 0 <= position < len(trace) and type(trace[position]) is dict:
+        value = trace[position].get("time_us")
+        stamp = value if type(value) is int else None
+    return Moment(
+        name=name,
+        position=position,
+        time_us=stamp,
+        live_bytes=sum(a.size for a in live),
+        kinds=kinds_table(live),
+        tree=call_tree(live),
+    )
+
+
+def folded_path(frames: object) -> tuple[str, ...]:
+    """Outermost-first node names for ``frames``: user frames kept, library runs folded."""
+    if not isinstance(frames, list) or not frames:
+        return (NO_FRAMES,)
+    path: list[str] = []
+    folded: list[str] = []
+    for frame in reversed(frames):  # outermost first
+        if not isinstance(frame, dict):
+            continue
+        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        if not isinstance(filename, str) or not is_python_file(filename):
+            continue
+        label = f"{filename}:{line if isinstance(line, int) else '?'} {name}"
+        if is_library_file(filename):
+            folded.append(label)
+            continue
+        if folded:
+            path.append(_fold(folded))
+            folded = []
+        path.append(label)
+    if folded:
+        path.append(_fold(folded))
+    return tuple(path[:MAX_DEPTH]) or (ENGINE,)
+
+
+def _fold(labels: list[str]) -> str:
+    if len(labels) == 1:
+        return labels[0]
+    return f"{labels[0]} (+{len(labels) - 1} torch frames)"
+
+
+def call_tree(live: list[Allocation]) -> CallNode:
+    """The call tree of ``live``, tiny branches merged so a hostile dump stays bounded."""
+    root = CallNode("all live memory")
+    for found in live:
+        node = root
+        node.bytes += found.size
+        node.blocks += 1
+        for name in folded_path(found.frames):
+            node = node.child(name)
+            node.bytes += found.size
+            node.blocks += 1
+    _prune(root, max(int(root.bytes * MIN_SHARE), 1))
+    return root
+
+
+def _prune(node: CallNode, floor: int) -> None:
+    if not node.children:
+        return
+    small = [child for child in node.children.values() if child.bytes < floor]
+    if len(small) > 1:
+        merged = CallNode(f"<{len(small)} smaller callers>")
+        for child in small:
+            merged.bytes += child.bytes
+            merged.blocks += child.blocks
+            del node.children[child.name]
+        node.children[merged.name] = merged
+    for child in node.children.values():
+        _prune(child, floor)
+
+
+def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
+    """The top of the tree as indented text: branches with at least ``share`` of the bytes."""
+    lines: list[str] = []
+    floor = root.bytes * share
+
+    def walk(node: CallNode, depth: int) -> None:
+        for child in node.sorted_children():
+            if len(lines) >= limit or child.bytes < floor:
+                return
+            chain = child  # a chain of single callers reads as its deepest frame
+            while chain.children and len(chain.children) == 1:
+                [only] = chain.children.values()
+                if only.bytes != chain.bytes:
+                    break
+                chain = only
+            name = chain.name if chain is child else f"… {chain.name}"
+            lines.append(f"{fmt(child.bytes):>11} {'  ' * depth}{_tail(name, 72 - 2 * depth)}")
+            walk(chain, depth + 1)
+
+    walk(root, 0)
+    return lines
+
+
+def _tail(text: str, width: int) -> str:
+    width = max(width, 24)
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+_site_cache: dict[tuple[object, object, object], str | None] = {}
+
+
+def site_fast(frames: object) -> str:
+    """``site_of(frames)``, decided frame by frame with a cache per distinct frame.
+
+    A snapshot repeats a few thousand frames millions of times, each entry in its own list, so
+    a cache per list misses and a cache per (file, line, function) hits nearly always. The key
+    holds strings and ints only: no frame of an old dump stays alive because of it.
+    """
+    if not isinstance(frames, list):
+        return UNKNOWN_SITE
+    cache = _site_cache
+    for frame in frames:
+        if type(frame) is not dict:
+            continue
+        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        key = (
+            filename if type(filename) is str else None,
+            line if type(line) is int else None,
+            name if type(name) is str else None,
+        )
+        label = cache.get(key, "")
+        if label == "":
+            found = site_of([frame])
+            label = None if found == UNKNOWN_SITE else found
+            if len(cache) >= 200_000:
+                cache.clear()
+            cache[key] = label
+        if label is not None:
+            return label
+    return UNKNOWN_SITE

@@ -1,0 +1,269 @@
+"""``overview``: the whole run at a glance, from every rank's journal and every dump's sidecar.
+
+A dump explains the rank that failed; the overview says whether the others were close behind,
+which rank drifted from the rest, and how the failing rank differed from a healthy peer at the
+same step. It reads journals and sidecars only, never a pickle, and fans the journal files out
+to worker processes (reading is per file), so 2,048 ranks take about as long as parsing their
+lines once (docs/performance.md).
+
+Nothing about the folder's content raises: ranks without a journal, torn last lines, bad lines
+and two processes for one rank (a restart) are reported in ``problems``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.folder.journals import (
+    MISSING,
+    JournalFile,
+    ProcessJournal,
+    read_processes,
+)
+from memforensics.analysis.folder.peers import (
+    Outlier,
+    PeerComparison,
+    compare_with_peer,
+    find_outliers,
+)
+from memforensics.analysis.folder.scan import DumpRecord, scan_run
+
+PARALLEL_FROM = 64
+"""Fewer journal files than this are read in-process: starting workers would cost more."""
+_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A rank's first out-of-memory: when, at which step, and what says so."""
+
+    rank: int
+    step: int | None
+    time: float | None
+    source: str  # "journal" or "sidecar"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"rank": self.rank, "step": self.step, "time": self.time, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class RankFacts:
+    """One rank over the whole run (all its processes, the newest last)."""
+
+    rank: int
+    pids: tuple[int, ...]
+    lines: int
+    first_step: int | None
+    last_step: int | None
+    peak_reserved_bytes: int | None
+    last_reserved_bytes: int | None
+    last_allocated_bytes: int | None
+    alloc_retries: int | None
+    external_bytes: int | None
+    reserved_growth_per_1k_steps: float | None
+    allocated_growth_per_1k_steps: float | None
+    failure: Failure | None
+    closed: bool
+    dumps: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one element of ``overview --json``'s ``ranks``)."""
+        return {
+            "rank": self.rank,
+            "pids": list(self.pids),
+            "lines": self.lines,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "last_reserved_bytes": self.last_reserved_bytes,
+            "last_allocated_bytes": self.last_allocated_bytes,
+            "alloc_retries": self.alloc_retries,
+            "external_bytes": self.external_bytes,
+            "reserved_growth_per_1k_steps": self.reserved_growth_per_1k_steps,
+            "allocated_growth_per_1k_steps": self.allocated_growth_per_1k_steps,
+            "oom": None if self.failure is None else self.failure.to_dict(),
+            "closed": self.closed,
+            "dumps": list(self.dumps),
+        }
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything ``overview`` says about a run folder."""
+
+    root: Path
+    ranks: tuple[RankFacts, ...]
+    world_size: int | None
+    failures: tuple[Failure, ...]
+    outliers: tuple[Outlier, ...]
+    comparison: PeerComparison | None
+    problems: dict[str, Any]
+    journals: tuple[ProcessJournal, ...] = field(repr=False)
+
+    @property
+    def first_oom(self) -> Failure | None:
+        """The earliest out-of-memory of the run."""
+        return self.failures[0] if self.failures else None
+
+    @property
+    def steps(self) -> tuple[int, int] | None:
+        """The first and last step any journal covers."""
+        firsts = [r.first_step for r in self.ranks if r.first_step is not None]
+        lasts = [r.last_step for r in self.ranks if r.last_step is not None]
+        return (min(firsts), max(lasts)) if firsts and lasts else None
+
+    def rank(self, number: int) -> RankFacts | None:
+        """The facts of rank ``number``, if it left anything."""
+        return next((r for r in self.ranks if r.rank == number), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``overview --json`` object."""
+        first = self.first_oom
+        return {
+            "root": str(self.root),
+            "world_size": self.world_size,
+            "ranks_seen": len(self.ranks),
+            "steps": list(self.steps) if self.steps else None,
+            "first_oom": None if first is None else first.to_dict(),
+            "failures": [f.to_dict() for f in self.failures],
+            "outliers": [o.to_dict() for o in self.outliers],
+            "comparison": None if self.comparison is None else self.comparison.to_dict(),
+            "problems": self.problems,
+            "ranks": [r.to_dict() for r in self.ranks],
+        }
+
+
+def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
+    """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs)."""
+    folder = Path(root)
+    if not folder.is_dir():
+        raise SnapshotLoadError(f"{folder}: not a folder")
+    files = scan_run(str(folder))
+    journals = read_all(list(files.journals.values()), workers)
+    by_rank: dict[int, list[ProcessJournal]] = {}
+    for journal in sorted(journals, key=_first_time):
+        by_rank.setdefault(journal.rank, []).append(journal)
+    dumps: dict[int, list[DumpRecord]] = {}
+    for dump in files.dumps:
+        if dump.rank is not None:
+            dumps.setdefault(dump.rank, []).append(dump)
+    ranks = tuple(
+        _rank_facts(rank, by_rank.get(rank, []), dumps.get(rank, []))
+        for rank in sorted(set(by_rank) | set(dumps))
+    )
+    failures = tuple(
+        sorted(
+            (r.failure for r in ranks if r.failure is not None),
+            key=lambda f: (f.time if f.time is not None else float("inf"), f.rank),
+        )
+    )
+    outliers = tuple(find_outliers(ranks))
+    outlier_ranks = {o.rank for o in outliers}
+    comparison = None
+    if failures:
+        comparison = compare_with_peer(failures[0], by_rank, ranks, outlier_ranks)
+    world = files.world_size or (max(by_rank) + 1 if by_rank else None)
+    problems = _problems(ranks, by_rank, world, files.errors)
+    return Overview(folder, ranks, world, failures, outliers, comparison, problems, tuple(journals))
+
+
+def read_all(groups: list[list[JournalFile]], workers: int | None) -> list[ProcessJournal]:
+    """Read each process's files, in worker processes when there are many."""
+    count = workers if workers is not None else (os.cpu_count() or 1)
+    if count <= 1 or len(groups) < PARALLEL_FROM:
+        return read_processes(groups)
+    batches = [groups[i : i + _BATCH] for i in range(0, len(groups), _BATCH)]
+    with ProcessPoolExecutor(max_workers=count, mp_context=_context()) as pool:
+        return [journal for batch in pool.map(read_processes, batches) for journal in batch]
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """fork where it is safe (one thread, POSIX): workers start in a millisecond, not a second."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def _first_time(journal: ProcessJournal) -> tuple[float, int]:
+    return (journal.times[0] if journal.times else float("inf"), journal.pid)
+
+
+def _rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> RankFacts:
+    newest = journals[-1] if journals else None
+    steps = [s for j in journals for s in (j.steps[:1] + j.steps[-1:]) if s != MISSING]
+    peaks = [j.peak_reserved for j in journals if j.peak_reserved is not None]
+    return RankFacts(
+        rank=rank,
+        pids=tuple(j.pid for j in journals),
+        lines=sum(j.lines for j in journals),
+        first_step=min(steps) if steps else None,
+        last_step=max(steps) if steps else None,
+        peak_reserved_bytes=max(peaks) if peaks else None,
+        last_reserved_bytes=_last(journals, "reserved_bytes"),
+        last_allocated_bytes=_last(journals, "allocated_bytes"),
+        alloc_retries=_last(journals, "alloc_retries"),
+        external_bytes=_last(journals, "external_bytes"),
+        reserved_growth_per_1k_steps=newest.growth.get("reserved_bytes") if newest else None,
+        allocated_growth_per_1k_steps=newest.growth.get("allocated_bytes") if newest else None,
+        failure=_failure(rank, journals, dumps),
+        closed=bool(newest is not None and newest.events.endswith("c")),
+        dumps=tuple(sorted(d.path for d in dumps)),
+    )
+
+
+def _last(journals: list[ProcessJournal], column: str) -> int | None:
+    for journal in reversed(journals):
+        value = journal.last(column)
+        if value is not None:
+            return value
+    return None
+
+
+def _failure(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> Failure | None:
+    found: list[Failure] = []
+    for journal in journals:
+        index = journal.events.find("o")
+        if index >= 0:
+            step = None if index in journal.stepless else journal.steps[index]
+            found.append(Failure(rank, step, journal.times[index], "journal"))
+    for dump in dumps:
+        if dump.kind == "oom":
+            found.append(Failure(rank, dump.step, dump.time, "sidecar"))
+    timed = [f for f in found if f.time is not None]
+    if timed:
+        return min(timed, key=lambda f: f.time or 0.0)
+    return found[0] if found else None
+
+
+def _problems(
+    ranks: Iterable[RankFacts],
+    by_rank: dict[int, list[ProcessJournal]],
+    world: int | None,
+    errors: list[str],
+) -> dict[str, Any]:
+    seen = [r.rank for r in ranks]
+    journals = [j for group in by_rank.values() for j in group]
+    missing = sorted(set(range(world)) - set(seen)) if world else []
+    return {
+        "ranks_without_journal": sorted(set(seen) - set(by_rank)),
+        "ranks_missing": missing,
+        "restarts": {
+            str(r): [j.pid for j in group] for r, group in by_rank.items() if len(group) > 1
+        },
+        "torn_last_lines": sorted({j.rank for j in journals if j.torn_last_line}),
+        "bad_lines": sum(j.bad_lines for j in journals),
+        "not_closed": sorted(
+            r for r, group in by_rank.items() if not group[-1].events.endswith("c")
+        ),
+        "unreadable": errors + [e for j in journals for e in j.errors],
+    }

@@ -1,0 +1,131 @@
+"""One pass over a run folder for ``overview``: journal files and dump sidecars, no pickle.
+
+A run folder on a shared file system holds thousands of files; a ``stat`` each is what makes
+tools crawl there. So every folder is listed exactly once with ``os.scandir`` (whose entries
+know file from folder without a ``stat`` on Linux), journal files are only named, and the
+sidecars, small JSON files, are the only other thing read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from memforensics.analysis.dump.meta import SNAPSHOT_SUFFIXES
+from memforensics.analysis.folder.journals import JournalFile, list_journals
+
+JOURNAL_FOLDER = "journal"
+_RANK_STEP = re.compile(r"^rank(\d+)_pid\d+(?:_step(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRecord:
+    """One dump as its sidecar (else its name) tells it: enough to link to and to place."""
+
+    path: str  # relative to the run folder, "/"-separated
+    kind: str | None
+    rank: int | None
+    step: int | None
+    time: float | None  # Unix seconds, from the sidecar's created_at
+
+
+@dataclass
+class RunFiles:
+    """What the listing found: journal files grouped per process, dumps, and a world size."""
+
+    journals: dict[tuple[int, int], list[JournalFile]] = field(default_factory=dict)
+    dumps: list[DumpRecord] = field(default_factory=list)
+    world_size: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def scan_run(root: str) -> RunFiles:
+    """List ``root`` (and each subfolder once); read the sidecars. Never raises on content."""
+    found = RunFiles()
+    groups: dict[tuple[int, int], list[JournalFile]] = defaultdict(list)
+    journal_files = list_journals(root)  # a journal folder given directly
+    try:
+        with os.scandir(root) as entries:
+            folders = [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError as exc:
+        found.errors.append(f"{root}: {exc.strerror or exc}")
+        folders = []
+    for folder in folders:
+        if folder.name == JOURNAL_FOLDER:
+            journal_files.extend(list_journals(folder.path))
+        elif not folder.name.startswith("."):
+            _scan_dump_folder(folder.path, folder.name, found)
+    for item in journal_files:
+        groups[(item.rank, item.pid)].append(item)
+    found.journals = dict(groups)
+    return found
+
+
+def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
+    snapshots: dict[str, str] = {}
+    sidecars: list[str] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # temporaries of a writer still at work, or killed
+                if entry.name.endswith(".json"):
+                    sidecars.append(entry.name[:-5])
+                for suffix in SNAPSHOT_SUFFIXES:
+                    if entry.name.endswith(suffix):
+                        snapshots[entry.name[: -len(suffix)]] = entry.name
+    except OSError as exc:
+        found.errors.append(f"{name}: {exc.strerror or exc}")
+        return
+    for stem, file_name in sorted(snapshots.items()):
+        sidecar = _read_json(os.path.join(path, stem + ".json")) if stem in sidecars else None
+        found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
+        world = sidecar.get("world_size") if sidecar else None
+        if type(world) is int and world > 0:
+            found.world_size = max(found.world_size or 0, world)
+
+
+def _read_json(path: str) -> dict[str, object] | None:
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None) -> DumpRecord:
+    side = sidecar or {}
+    named = _RANK_STEP.match(stem)
+    kind = side.get("kind")
+    if not isinstance(kind, str):
+        kind = folder if folder in ("oom", "manual") else "window"
+    rank = side.get("rank")
+    step = side.get("step")
+    return DumpRecord(
+        path=path,
+        kind=kind,
+        rank=rank if type(rank) is int else (int(named.group(1)) if named else None),
+        step=step if type(step) is int else (_int(named.group(2)) if named else None),
+        time=_timestamp(side.get("created_at")),
+    )
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+def _timestamp(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()

@@ -1,0 +1,200 @@
+"""``overview``'s text: the run's facts in a few lines, then the ranks worth a look.
+
+For 2,048 ranks a table of every rank is noise; the ranks that failed, stand out, or serve as
+the healthy peer are the ones to read first (``--all`` prints them all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+
+from memforensics._units import format_bytes
+from memforensics.analysis.folder.overview import Overview, RankFacts
+from memforensics.analysis.folder.peers import COMPARED
+
+TOP = 5
+_LABELS = {
+    "allocated_bytes": "allocated",
+    "reserved_bytes": "reserved",
+    "active_bytes": "active",
+    "alloc_retries": "retries",
+    "external_bytes": "external",
+    "device_free_bytes": "device free",
+}
+
+
+def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
+    """``0-3, 7, 9-12``: runs of consecutive ranks, at most ``limit`` runs, then ``+N more``."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:limit]]
+    if len(runs) > limit:
+        text.append(f"+{sum(b - a + 1 for a, b in runs[limit:])} more")
+    return ", ".join(text)
+
+
+def _signed(value: int | None, *, count: bool = False) -> str:
+    if value is None:
+        return "-"
+    if count:
+        return f"{value:+,}"
+    return ("+" if value >= 0 else "") + format_bytes(value)
+
+
+def _growth(value: float | None) -> str:
+    return "-" if value is None else _signed(round(value))
+
+
+def _when(moment: float | None) -> str:
+    if moment is None:
+        return "time unknown"
+    try:
+        return datetime.fromtimestamp(moment, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a sidecar's or line's odd time
+        return "time unknown"
+
+
+def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
+    """The whole text output."""
+    lines = [_head(view), _failures(view)]
+    lines += _outliers(view)
+    lines += _comparison(view)
+    lines += _problems(view)
+    lines.append("")
+    lines += _table(view, view.ranks if all_ranks else _worth_a_look(view))
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _head(view: Overview) -> str:
+    of = f" of {view.world_size:,}" if view.world_size else ""
+    steps = f"steps {view.steps[0]:,}-{view.steps[1]:,}" if view.steps else "no steps"
+    counts = sorted(r.lines for r in view.ranks if r.lines)
+    median = counts[len(counts) // 2] if counts else 0
+    return (
+        f"run {view.root}: {len(view.ranks):,} ranks seen{of}, {steps}, "
+        f"{median:,} journal lines per rank (median)"
+    )
+
+
+def _failures(view: Overview) -> str:
+    first = view.first_oom
+    if first is None:
+        return "no OOM: no journal line or dump records one"
+    step = "outside a step" if first.step is None else f"step {first.step:,}"
+    order = [f.rank for f in view.failures]
+    if len(order) == 1:
+        return f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; no other rank failed"
+    shown = ", ".join(str(r) for r in order[: TOP * 2])
+    more = f" (+{len(order) - TOP * 2} more)" if len(order) > TOP * 2 else ""
+    return (
+        f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; "
+        f"{len(order):,} ranks failed, in this order: {shown}{more}"
+    )
+
+
+def _outliers(view: Overview) -> list[str]:
+    if not view.outliers:
+        return ["stand out: none (median/MAD rule, see docs/analysis.md)"]
+    parts = []
+    for item in view.outliers[:TOP]:
+        if item.figure == "peak_reserved_bytes":
+            value, median = format_bytes(int(item.value)), format_bytes(int(item.median))
+            what = f"peak reserved {value} (median {median})"
+        else:
+            what = f"reserved growth {_growth(item.value)}/1k steps (median {_growth(item.median)})"
+        parts.append(f"rank {item.rank} {what}")
+    more = f"; +{len(view.outliers) - TOP} more" if len(view.outliers) > TOP else ""
+    return ["stand out: " + "; ".join(parts) + more]
+
+
+def _comparison(view: Overview) -> list[str]:
+    cmp = view.comparison
+    if cmp is None:
+        return [] if view.first_oom is None else ["no healthy peer with a line at that step"]
+    diffs = cmp.differences
+    shown = ", ".join(
+        f"{_LABELS[key]} {_signed(diffs[key], count=key == 'alloc_retries')}" for key in COMPARED
+    )
+    at = f"step {cmp.step:,}" + ("" if cmp.peer_step == cmp.step else f" (peer: {cmp.peer_step:,})")
+    return [f"rank {cmp.rank} vs healthiest peer rank {cmp.peer} at {at}: {shown}"]
+
+
+def _problems(view: Overview) -> list[str]:
+    p = view.problems
+    parts = []
+    if p["ranks_without_journal"]:
+        parts.append(f"no journal from rank(s) {rank_ranges(p['ranks_without_journal'])}")
+    if p["ranks_missing"]:
+        parts.append(f"nothing at all from rank(s) {rank_ranges(p['ranks_missing'])}")
+    if p["torn_last_lines"]:
+        parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p['torn_last_lines'])}")
+    if p["bad_lines"]:
+        parts.append(f"{p['bad_lines']:,} unreadable line(s) skipped")
+    for rank, pids in list(p["restarts"].items())[:TOP]:
+        parts.append(f"rank {rank} restarted (pids {', '.join(str(x) for x in pids)})")
+    if len(p["restarts"]) > TOP:
+        parts.append(f"+{len(p['restarts']) - TOP} more restarted ranks")
+    if p["not_closed"]:
+        parts.append(
+            f"no close line (killed, hung or running): rank(s) {rank_ranges(p['not_closed'])}"
+        )
+    if p["unreadable"]:
+        parts.append(f"{len(p['unreadable'])} file(s) unreadable: {p['unreadable'][0]}")
+    return ["problems: " + "; ".join(parts)] if parts else ["problems: none"]
+
+
+def _worth_a_look(view: Overview) -> list[RankFacts]:
+    wanted: list[int] = [f.rank for f in view.failures[:TOP]]
+    wanted += [o.rank for o in view.outliers[:TOP]]
+    if view.comparison is not None:
+        wanted.append(view.comparison.peer)
+    by_peak = sorted(
+        (r for r in view.ranks if r.peak_reserved_bytes is not None),
+        key=lambda r: (-(r.peak_reserved_bytes or 0), r.rank),
+    )
+    wanted += [r.rank for r in by_peak[:TOP]]
+    seen: dict[int, RankFacts] = {}
+    for rank in wanted:
+        facts = view.rank(rank)
+        if facts is not None and rank not in seen:
+            seen[rank] = facts
+    return list(seen.values())
+
+
+def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
+    if not ranks:
+        return ["no rank left a journal line or a dump"]
+    header = ("rank", "peak reserved", "last reserved", "retries", "external",
+              "reserved/1k steps", "allocated/1k steps", "OOM at step")  # fmt: skip
+    rows = [header]
+    for r in ranks:
+        oom = (
+            "-" if r.failure is None else ("?" if r.failure.step is None else f"{r.failure.step:,}")
+        )
+        rows.append(
+            (
+                str(r.rank),
+                format_bytes(r.peak_reserved_bytes),
+                format_bytes(r.last_reserved_bytes),
+                "-" if r.alloc_retries is None else f"{r.alloc_retries:,}",
+                format_bytes(r.external_bytes),
+                _growth(r.reserved_growth_per_1k_steps),
+                _growth(r.allocated_growth_per_1k_steps),
+                oom,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    title = (
+        "every rank:"
+        if len(ranks) == len(view.ranks)
+        else "ranks worth a look (--all: every rank):"
+    )
+    return [title] + [
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]

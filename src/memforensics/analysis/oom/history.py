@@ -1,0 +1,226 @@
+"""The allocator's state at any point of the trace: the final segments with later events undone.
+
+A snapshot holds the *final* layout and the trace of what led there. Walking the trace backwards
+from the final layout undoes each event: an ``alloc`` makes its block free again, a
+``free_completed`` makes it live, a ``segment_alloc`` removes the segment, a ``segment_free``
+brings it back. What that cannot recover is the exact size of a block that was freed and merged
+away: it is its request rounded as the allocator rounds, plus a tail too small to have been
+split off (at most 1 MiB in the large pool). Every event that contradicts the state it is
+undone against (a free of a block that is not live, a segment released twice) is counted: a
+trace that does not fit its own snapshot is not history the replay can trust.
+
+The state types live in :mod:`~memforensics.analysis.oom.state` and the live-bytes lower
+bound in :mod:`~memforensics.analysis.oom.bound`; both are re-exported here.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from memforensics.allocator import (
+    K_MIN_BLOCK_SIZE,
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+    NO_LIMIT,
+    AllocatorSettings,
+    round_size,
+)
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.dump.model import ALLOCATED, PENDING_FREE, as_int
+from memforensics.analysis.oom.bound import peak_live_bytes
+from memforensics.analysis.oom.state import AllocatorState, Held, LiveBlock, SegmentState
+
+SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
+"""A tuple, not a set: a hostile trace's ``action`` may be unhashable."""
+_MAX_PROBLEMS = 5
+
+__all__ = [
+    "SEGMENT_ACTIONS",
+    "AllocatorState",
+    "LiveBlock",
+    "SegmentState",
+    "changes_after",
+    "oom_positions",
+    "peak_live_bytes",
+    "state_before",
+]
+
+
+"""A live block while the trace is undone: requested bytes, size if known, pending, stream."""
+
+
+class _Problems:
+    """Counts contradictions, keeping the first few messages."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.messages: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.messages) < _MAX_PROBLEMS:
+            self.messages.append(message)
+
+
+def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> AllocatorState:
+    """The allocator state just before trace event ``index`` (0: the start of recording)."""
+    segments: dict[int, list[int | bool]] = {}  # address -> [size, stream, is_small, expandable]
+    live: dict[int, Held] = {}
+    for segment in dump.segments:
+        segments[segment.address] = [
+            segment.total_size,
+            segment.stream or 0,
+            segment.segment_type == "small",
+            segment.is_expandable,
+        ]
+        for block in segment.blocks:
+            if block.state in (ALLOCATED, PENDING_FREE):
+                pending = block.state == PENDING_FREE
+                live[block.address] = (
+                    block.requested_size,
+                    block.size,
+                    pending,
+                    segment.stream or 0,
+                )
+    problems = _Problems()
+    trace = dump.trace
+    for position in range(len(trace) - 1, max(index, 0) - 1, -1):
+        entry = trace[position]
+        if type(entry) is not dict:
+            continue
+        address, size = entry.get("addr"), entry.get("size")
+        if type(address) is not int or type(size) is not int:
+            continue
+        action = entry.get("action")
+        if action == "alloc":  # the hot cases first: one dict operation each
+            if live.pop(address, None) is None:
+                problems.add(f"event {position}: alloc at {address:#x}, not live after it")
+        elif action == "free_completed" or action == "free_requested" or action == "free":  # noqa: PLR1714  # chained == is faster here than a tuple test
+            held = live.get(address)
+            if held is not None and not held[2] and action != "free":
+                problems.add(f"event {position}: {action} at {address:#x}, still live after it")
+            stream = entry.get("stream")
+            live[address] = (
+                size,
+                None,
+                action == "free_completed",
+                stream if type(stream) is int else 0,
+            )
+        elif action in SEGMENT_ACTIONS:
+            _undo_segment(entry, action, address, size, position, segments, problems)
+    return _assemble(segments, live, problems, settings)
+
+
+def _undo_segment(
+    entry: dict[str, object],
+    action: object,
+    address: int,
+    size: int,
+    position: int,
+    segments: dict[int, list[int | bool]],
+    problems: _Problems,
+) -> None:
+    """Undo one segment event against the state after it."""
+    stream = as_int(entry.get("stream")) or 0
+    if action == "segment_alloc":
+        if segments.pop(address, None) is None:
+            problems.add(f"event {position}: segment_alloc at {address:#x} not in the state")
+    elif action == "segment_free":
+        if address in segments:
+            problems.add(f"event {position}: segment_free at {address:#x}, still reserved")
+        segments[address] = [size, stream, size == K_SMALL_BUFFER, False]
+    elif action == "segment_map":
+        _unmap_range(segments, address, size, position, problems)
+    elif action == "segment_unmap":
+        _map_range(segments, address, size, stream)
+
+
+def _unmap_range(
+    segments: dict[int, list[int | bool]], address: int, size: int, position: int, p: _Problems
+) -> None:
+    """Undo a ``segment_map``: cut ``[address, address + size)`` out of its mapped range."""
+    for start, fields in segments.items():
+        length = int(fields[0])
+        if start <= address and address + size <= start + length and fields[3]:
+            del segments[start]
+            if address > start:
+                segments[start] = [address - start, *fields[1:]]
+            if address + size < start + length:
+                segments[address + size] = [start + length - address - size, *fields[1:]]
+            return
+    p.add(f"event {position}: segment_map at {address:#x} not in the state")
+
+
+def _map_range(segments: dict[int, list[int | bool]], address: int, size: int, stream: int) -> None:
+    """Undo a ``segment_unmap``: the range is mapped again, joined to adjacent ranges."""
+    is_small = size % K_SMALL_BUFFER == 0 and size % (20 << 20) != 0
+    start, end = address, address + size
+    for other, fields in list(segments.items()):
+        if not fields[3] or int(fields[1]) != stream:
+            continue
+        other_end = other + int(fields[0])
+        if other_end == start or other == end:
+            is_small = bool(fields[2])
+            del segments[other]
+            start, end = min(start, other), max(end, other_end)
+    segments[start] = [end - start, stream, is_small, True]
+
+
+def _assemble(
+    segments: dict[int, list[int | bool]],
+    live: dict[int, Held],
+    problems: _Problems,
+    settings: AllocatorSettings,
+) -> AllocatorState:
+    """Put live blocks into their segments and size the blocks whose size is not known."""
+    states = [
+        SegmentState(address, int(f[0]), int(f[1]), bool(f[2]), bool(f[3]))
+        for address, f in sorted(segments.items())
+    ]
+    starts = [segment.address for segment in states]
+    stray = 0
+    for address in sorted(live):
+        requested, size, pending, stream = live[address]
+        block = LiveBlock(address, requested, size, pending, stream)
+        i = bisect_right(starts, block.address) - 1
+        if i < 0 or block.address >= states[i].end:
+            stray += 1
+            continue
+        states[i].blocks.append(block)
+    for segment in states:
+        _size_blocks(segment, settings)
+    if stray:
+        problems.add(f"{stray} live block(s) lie in no segment")
+    return AllocatorState(tuple(states), tuple(problems.messages), problems.count, stray)
+
+
+def _size_blocks(segment: SegmentState, settings: AllocatorSettings) -> None:
+    """A block of unknown size is its rounded request, plus a tail too small to be split off."""
+    blocks = segment.blocks
+    for i, block in enumerate(blocks):
+        if block.size is not None:
+            continue
+        size = round_size(settings, max(block.requested, 1))
+        boundary = blocks[i + 1].address if i + 1 < len(blocks) else segment.end
+        tail = boundary - block.address - size
+        if segment.is_small or segment.expandable:
+            keep_tail = 0 < tail < K_MIN_BLOCK_SIZE
+        elif size >= settings.max_split_size and settings.max_split_size != NO_LIMIT:
+            keep_tail = 0 < tail < settings.max_non_split_rounding_size
+        else:
+            keep_tail = 0 < tail <= K_SMALL_SIZE
+        room = max(boundary - block.address, 0)
+        block.size = size + tail if keep_tail else min(size, room)
+
+
+def oom_positions(trace: list[object]) -> list[int]:
+    """Indices of the trace's ``oom`` entries."""
+    return [i for i, e in enumerate(trace) if type(e) is dict and e.get("action") == "oom"]
+
+
+def changes_after(trace: list[object], index: int) -> bool:
+    """True when an event after ``index`` changed the allocator state (not just snapshots)."""
+    for entry in trace[index + 1 :]:
+        if type(entry) is dict and entry.get("action") not in ("oom", "snapshot", "user_defined"):
+            return True
+    return False

@@ -1,0 +1,195 @@
+"""The allocator state at the moment of the OOM, and the memory outside PyTorch then.
+
+An OOM dump is taken inside the OOM observer, so its final state *is* the state at the OOM. A
+window dump that contains the OOM goes on recording: the exception unwinds, activations are
+freed, maybe the cache is emptied. Judging it on its final state judges the wrong moment; its
+state at the trace's ``oom`` entry is the final state with every later event undone
+(:mod:`._history`). When that cannot be done (a later event contradicts the state) the moment
+is unknown, and the verdict says so rather than guess.
+
+Two sizes name the failed allocation and they differ: ``requested_bytes`` is the user's request
+rounded to the block size (the trace's ``oom`` entry: 5.02 MiB), ``allocation_bytes`` what the
+allocator asked the device for (the observer's second argument, printed by PyTorch's error
+message: a whole 20 MiB segment for a 1-10 MiB request). Sidecars of schema 1 stored the latter
+under ``requested_bytes``; schema 2 stores both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.dump.model import INACTIVE, as_int
+from memforensics.analysis.oom.history import AllocatorState, changes_after, state_before
+
+FINAL = "final"  # the dump was taken at the OOM (or nothing changed after it)
+TRACE = "trace"  # the final state with the events after the ``oom`` entry undone
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class OomMoment:
+    """Facts at the failed request; any figure may be None when the dump does not say."""
+
+    source: str  # FINAL, TRACE or UNKNOWN
+    index: int | None  # the trace's ``oom`` entry
+    requested_bytes: int | None
+    allocation_bytes: int | None
+    limit_bytes: int | None
+    device_free_bytes: int | None
+    reserved_bytes: int | None
+    allocated_bytes: int | None
+    free_in_reserved_bytes: int | None
+    largest_free_block_bytes: int | None
+    stream: int
+    why_unknown: str | None = None
+
+    @property
+    def external_bytes(self) -> int | None:
+        """Memory on the device PyTorch's allocator does not own: limit - free - reserved."""
+        if None in (self.limit_bytes, self.device_free_bytes, self.reserved_bytes):
+            return None
+        limit, free = self.limit_bytes or 0, self.device_free_bytes or 0
+        return max(limit - free - (self.reserved_bytes or 0), 0)
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Device memory the allocator could still reserve: free, capped by the limit."""
+        if self.device_free_bytes is None:
+            return None
+        if self.limit_bytes is None or self.reserved_bytes is None:
+            return self.device_free_bytes
+        return max(min(self.device_free_bytes, self.limit_bytes - self.reserved_bytes), 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``summary --json``'s ``oom_state``)."""
+        return {
+            "source": self.source,
+            "trace_index": self.index,
+            "requested_bytes": self.requested_bytes,
+            "allocation_bytes": self.allocation_bytes,
+            "limit_bytes": self.limit_bytes,
+            "device_free_bytes": self.device_free_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "free_in_reserved_bytes": self.free_in_reserved_bytes,
+            "largest_free_block_bytes": self.largest_free_block_bytes,
+            "external_bytes": self.external_bytes,
+            "why_unknown": self.why_unknown,
+        }
+
+
+def recorded_settings(dump: Dump) -> AllocatorSettings:
+    """The settings the dump was taken under (defaults when it does not report them)."""
+    return from_snapshot(dump.snapshot.get("allocator_settings")) or AllocatorSettings()
+
+
+def last_oom_index(trace: list[object]) -> int | None:
+    """Index of the trace's last ``oom`` entry (the one an OOM dump was taken at)."""
+    for index in range(len(trace) - 1, -1, -1):
+        entry = trace[index]
+        if type(entry) is dict and entry.get("action") == "oom":
+            return index
+    return None
+
+
+def sidecar_sizes(dump: Dump) -> tuple[int | None, int | None, int | None, int | None]:
+    """``(requested, allocation, limit, device_free)`` from the sidecar's ``oom`` object."""
+    side = dump.meta.sidecar.get("oom")
+    if not isinstance(side, dict):
+        return None, None, None, None
+    schema = as_int(dump.meta.sidecar.get("schema"))
+    requested = as_int(side.get("requested_bytes"))
+    allocation = as_int(side.get("allocation_bytes"))
+    if "allocation_bytes" not in side and (schema is None or schema < 2):
+        requested, allocation = None, requested  # schema 1 stored the observer's size there
+    return (
+        requested,
+        allocation,
+        as_int(side.get("device_total_bytes")),
+        as_int(side.get("device_free_bytes")),
+    )
+
+
+def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
+    """The state at the dump's OOM; None when the dump records no OOM.
+
+    ``requested``: the failed request as the user states it (``summary --requested``), for a
+    snapshot that records neither history nor a sidecar; its final state is then taken as the
+    state at the OOM (``_snapshot()`` called from an OOM handler).
+    """
+    index = last_oom_index(dump.trace)
+    side_requested, allocation, limit, device_free = sidecar_sizes(dump)
+    if index is None and dump.meta.kind != "oom" and requested is None:
+        return None
+    entry: dict[str, Any] = dump.trace[index] if index is not None else {}
+    stream = as_int(entry.get("stream")) or 0
+    wanted = requested or as_int(entry.get("size")) or side_requested or allocation
+    if device_free is None:
+        device_free = as_int(entry.get("device_free"))
+    settings = recorded_settings(dump)
+    if index is not None and changes_after(dump.trace, index):
+        state = state_before(dump, index + 1, settings)
+        if state.problem_count:
+            return OomMoment(
+                UNKNOWN, index, wanted, allocation, limit, device_free,
+                None, None, None, None, stream,
+                why_unknown="the events after the OOM contradict the final state: "
+                + "; ".join(state.problems[:2]),
+            )  # fmt: skip
+        return _from_state(state, index, wanted, allocation, limit, device_free, stream)
+    return _from_final(dump, index, wanted, allocation, limit, device_free, stream)
+
+
+def _from_state(
+    state: AllocatorState,
+    index: int,
+    requested: int | None,
+    allocation: int | None,
+    limit: int | None,
+    device_free: int | None,
+    stream: int,
+) -> OomMoment:
+    """The moment from a reconstructed state."""
+    small = requested is not None and requested <= K_SMALL_SIZE
+    runs = state.free_runs()
+    pool_runs = [
+        size
+        for segment, _address, size in runs
+        if segment.is_small == small and segment.stream == stream
+    ]
+    return OomMoment(
+        TRACE, index, requested, allocation, limit, device_free,
+        state.reserved, state.allocated, sum(size for _s, _a, size in runs),
+        max(pool_runs, default=0), stream,
+    )  # fmt: skip
+
+
+def _from_final(
+    dump: Dump,
+    index: int | None,
+    requested: int | None,
+    allocation: int | None,
+    limit: int | None,
+    device_free: int | None,
+    stream: int,
+) -> OomMoment:
+    """The moment from the final state (the dump was taken at the OOM)."""
+    small = requested is not None and requested <= K_SMALL_SIZE
+    reserved = allocated = free = largest = 0
+    for segment in dump.segments:
+        reserved += segment.total_size
+        same_pool = (segment.segment_type == "small") == small and (segment.stream or 0) == stream
+        for block in segment.blocks:
+            if block.state == INACTIVE:
+                free += block.size
+                if same_pool:
+                    largest = max(largest, block.size)
+            elif block.state == "active_allocated":
+                allocated += block.size
+    return OomMoment(
+        FINAL, index, requested, allocation, limit, device_free,
+        reserved, allocated, free, largest, stream,
+    )  # fmt: skip

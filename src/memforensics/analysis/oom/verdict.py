@@ -1,0 +1,181 @@
+"""The verdict: judged on the allocator state at the moment of the OOM.
+
+By the time PyTorch raises an OOM it has released every wholly free segment and retried, so what
+is left is holes inside partly used segments, the device's free memory (capped by the limit), and
+memory on the device that PyTorch's allocator does not own (``limit - device free - reserved``:
+NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). With ``free`` the holes
+plus the free device memory:
+
+- ``fragmentation``: ``free`` covers the request, yet no single hole or fresh segment could hold
+  it: the bytes exist but not in one piece. Placement (expandable segments) can fix it.
+- ``external``: ``free`` falls short, but would cover the request if the memory outside PyTorch
+  were not there: that memory, not PyTorch's live or cached bytes, left no room.
+- ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
+  could give the live blocks (requests rounded to 512 B) plus the external memory exceed the
+  limit: no allocator setting could have fit.
+- ``unknown``: an OOM the dump cannot judge (no history and no sidecar to say whether or what
+  failed, or a state at the OOM that cannot be reconstructed); ``reason`` says which.
+- ``no-oom``: nothing failed in this dump.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memforensics._units import format_bytes as fmt
+from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
+from memforensics.analysis.oom.moment import OomMoment
+
+FRAGMENTATION = "fragmentation"
+EXHAUSTED = "exhausted"
+EXTERNAL = "external"
+UNKNOWN = "unknown"
+NO_OOM = "no-oom"
+EXTERNAL_SUSPECTS = (
+    "NCCL/HCCL communicator buffers, the CUDA/CANN context, cuBLAS/cuDNN workspaces, "
+    "another process on the same device"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``name`` is one of the constants above; ``reason`` qualifies it (``proven``, or why
+    ``unknown``); the rest is for people."""
+
+    name: str
+    explanation: str
+    advice: str | None
+    reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``exhausted (proven)``, ``unknown (no history and no sidecar)``, or the name."""
+        return f"{self.name} ({self.reason})" if self.reason else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class LowerBound:
+    """The least memory the workload needed: most bytes ever live at once (least rounding),
+    plus the memory outside PyTorch at the OOM; proven exhausted when above the limit."""
+
+    peak_live_bytes: int
+    external_bytes: int
+    limit_bytes: int
+
+    @property
+    def needed_bytes(self) -> int:
+        """Peak live plus external."""
+        return self.peak_live_bytes + self.external_bytes
+
+    @property
+    def margin_bytes(self) -> int:
+        """How far the need exceeds the limit (negative: room that placement could use)."""
+        return self.needed_bytes - self.limit_bytes
+
+    @property
+    def proven(self) -> bool:
+        """No allocator setting could have fit."""
+        return self.margin_bytes > 0
+
+    def to_dict(self) -> dict[str, int | bool]:
+        """JSON-ready form."""
+        return {
+            "peak_live_bytes": self.peak_live_bytes,
+            "external_bytes": self.external_bytes,
+            "limit_bytes": self.limit_bytes,
+            "needed_bytes": self.needed_bytes,
+            "margin_bytes": self.margin_bytes,
+            "proven_exhausted": self.proven,
+        }
+
+
+def no_oom() -> Verdict:
+    """The dump records no OOM."""
+    return Verdict(NO_OOM, "No out-of-memory error is recorded in this dump.", None)
+
+
+def unknown_no_evidence() -> Verdict:
+    """No history and no sidecar: nothing says whether, or what, failed."""
+    return Verdict(
+        UNKNOWN,
+        "This snapshot has no allocator history and no sidecar, so nothing records whether an"
+        " allocation failed or what it asked for.",
+        "If it was taken at an OOM, give the failed request from the error message:"
+        " memforensics summary FILE --requested 2GiB.",
+        "no history and no sidecar",
+    )
+
+
+def judge(
+    moment: OomMoment,
+    *,
+    bound: LowerBound | None,
+    top_sites: list[tuple[str, int]],
+    expandable: bool,
+) -> Verdict:
+    """Decide the verdict from the state at the OOM (see the module docstring)."""
+    if moment.source == UNKNOWN_STATE:
+        return Verdict(
+            UNKNOWN,
+            f"The allocator state at the OOM cannot be reconstructed: {moment.why_unknown}.",
+            "Judge the OOM dump of the same failure instead, which was taken at that moment.",
+            "state at the OOM unknown",
+        )
+    requested = moment.requested_bytes
+    headroom = moment.headroom_bytes or 0
+    holes = moment.free_in_reserved_bytes or 0
+    largest = moment.largest_free_block_bytes or 0
+    external = moment.external_bytes
+    sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
+    if requested is not None and holes + headroom >= requested and largest < requested:
+        explanation = (
+            f"At the OOM {fmt(holes)} was free inside reserved segments"
+            f" (+{fmt(headroom)} free on the device), enough for the {fmt(requested)} request,"
+            f" but the largest free block of its pool was only {fmt(largest)}."
+        )
+        advice = (
+            "Expandable segments are already on: fragmentation remains, so lower the peak"
+            " or release long-lived tensors that pin partly used segments"
+            " (memforensics replay FILE lists them)."
+            if expandable
+            else "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (on Ascend:"
+            " PYTORCH_NPU_ALLOC_CONF=expandable_segments:True) so segments can grow instead"
+            " of needing one contiguous free block; memforensics replay FILE checks it offline."
+        )
+        return Verdict(FRAGMENTATION, explanation, advice)
+    if (
+        requested is not None
+        and external is not None
+        and external > 0
+        and holes + headroom + external >= requested
+    ):
+        explanation = (
+            f"{fmt(external)} of the device is held outside PyTorch's allocator (limit"
+            f" {fmt(moment.limit_bytes)} - free {fmt(moment.device_free_bytes)} - reserved"
+            f" {fmt(moment.reserved_bytes)}); without it the {fmt(requested)} request would"
+            f" have fit. Usual suspects: {EXTERNAL_SUSPECTS}."
+        )
+        advice = (
+            "Find who holds it: NCCL_BUFFSIZE / fewer communicators, torch.cuda.mem_get_info"
+            " before and after init_process_group, nvidia-smi (npu-smi) for other processes;"
+            " or lower set_per_process_memory_fraction so the limit leaves room for it."
+        )
+        return Verdict(EXTERNAL, explanation, advice)
+    wanted = fmt(requested) if requested is not None else "an unknown amount"
+    proven = bound is not None and bound.proven
+    explanation = (
+        f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
+        f" fills the device; the request for {wanted} exceeds the {fmt(holes)} free in"
+        f" reserved segments plus {fmt(moment.headroom_bytes)} free on the device. Biggest"
+        f" sites: {sites}."
+    )
+    if bound is not None and proven:
+        explanation += (
+            f" Proven: at least {fmt(bound.peak_live_bytes)} was live at once (each block at"
+            f" its least size), plus {fmt(bound.external_bytes)} outside PyTorch, exceeds the"
+            f" {fmt(bound.limit_bytes)} limit by {fmt(bound.margin_bytes)}: no allocator"
+            " setting could have fit."
+        )
+    advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
+    advice += "checkpointing, or dropping references to tensors that are no longer needed."
+    return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)

@@ -1,0 +1,285 @@
+"""``replay``: self-check the allocator model on a dump, then "would this setting have saved it?"
+
+First the dump's trace is replayed under the settings it was recorded with, from the state
+recording started in, and the model's segment events are compared with the real ones
+(:mod:`._replay_run`). Only when that reproduces what happened (fidelity at least
+:data:`MIN_FIDELITY`, the OOM reproduced, the history complete and consistent) are the same
+requests replayed under other settings: a what-if from a model that cannot reproduce the
+recorded run would be an opinion, not evidence.
+
+A trace that starts with live blocks (history is cleared when a step window opens) has lost how
+they were placed. Under another setting they are allocated afresh, in address order, at the
+start; the same is done under the recorded settings ("calibration") and when that changes
+whether the OOM happens, the layout before recording decided the outcome and the what-if is
+refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.allocator import AllocatorSettings, apply_assignment
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.oom.history import oom_positions, state_before
+from memforensics.analysis.oom.moment import OomMoment, oom_moment, recorded_settings
+from memforensics.analysis.oom.proof import has_history, lower_bound
+from memforensics.analysis.oom.verdict import LowerBound
+from memforensics.analysis.replay.blame import Pinner, pinners
+from memforensics.analysis.replay.lint import lint
+from memforensics.analysis.replay.run import Device, RunResult, run
+
+MIN_FIDELITY = 0.99
+"""Below this share of reproduced segment events a what-if is refused: one decision in a hundred
+already differs, the size of the differences a what-if is asked to judge."""
+_UNBOUNDED = 1 << 62
+STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
+    ("expandable_segments=True",),
+    ("max_split_size_mb=64",),
+    ("max_split_size_mb=256",),
+    ("max_split_size_mb=1024",),
+    ("garbage_collection_threshold=0.8",),
+    ("roundup_power2_divisions=4",),
+    ("expandable_segments=True", "roundup_power2_divisions=4"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """One row of the what-if table."""
+
+    name: str
+    conf: str
+    oom: bool
+    peak_reserved_bytes: int
+    fragmentation_at_peak_bytes: int
+    first_failure_index: int | None
+    first_failure_bytes: int | None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
+        return {
+            "name": self.name,
+            "conf": self.conf,
+            "oom": self.oom,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
+            "first_failure_index": self.first_failure_index,
+            "first_failure_bytes": self.first_failure_bytes,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What ``memforensics replay`` prints; ``to_dict`` gives the ``--json`` object."""
+
+    file: str
+    recorded_conf: str
+    start: str  # "empty", "cached" (segments but no live blocks) or "live"
+    live_at_start_blocks: int
+    live_at_start_bytes: int
+    trace_events: int
+    fidelity: float | None
+    segment_events: int
+    segment_events_matched: int
+    placements_checked: int
+    placements_same: int
+    oom_reproduced: bool | None
+    refusals: tuple[str, ...]
+    oom: OomMoment | None
+    lower_bound: LowerBound | None
+    what_if: tuple[WhatIf, ...]
+    pinners: tuple[Pinner, ...]
+    lint: tuple[str, ...]
+
+    @property
+    def trusted(self) -> bool:
+        """True when the what-if answers stand on a reproduced run."""
+        return not self.refusals
+
+    @property
+    def avoided_by(self) -> tuple[str, ...]:
+        """Names of the alternatives under which the OOM does not happen."""
+        if self.oom is None:
+            return ()
+        return tuple(row.name for row in self.what_if[1:] if not row.oom)
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The what-if table as plain rows (for the HTML report)."""
+        return [row.to_dict() for row in self.what_if]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``replay --json`` object (key names are a contract; see docs/analysis.md)."""
+        return {
+            "file": self.file,
+            "recorded_conf": self.recorded_conf,
+            "start": self.start,
+            "live_at_start_blocks": self.live_at_start_blocks,
+            "live_at_start_bytes": self.live_at_start_bytes,
+            "trace_events": self.trace_events,
+            "fidelity": self.fidelity,
+            "segment_events": self.segment_events,
+            "segment_events_matched": self.segment_events_matched,
+            "placements_checked": self.placements_checked,
+            "placements_same": self.placements_same,
+            "oom_reproduced": self.oom_reproduced,
+            "trusted": self.trusted,
+            "refusals": list(self.refusals),
+            "oom": self.oom.to_dict() if self.oom else None,
+            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
+            "what_if": self.table_rows(),
+            "avoided_by": list(self.avoided_by),
+            "pinners": [pinner.to_dict() for pinner in self.pinners],
+            "lint": list(self.lint),
+        }
+
+
+def device_for(dump: Dump, moment: OomMoment | None) -> Device:
+    """The device the replay runs on: at an OOM, what the allocator could still reserve then."""
+    if (
+        moment is not None
+        and moment.reserved_bytes is not None
+        and moment.device_free_bytes is not None
+    ):
+        capacity = moment.reserved_bytes + moment.device_free_bytes
+        limit = moment.limit_bytes
+        if limit is not None and limit < capacity:
+            return Device(capacity, limit, limit)
+        return Device(capacity, None, limit or capacity)
+    return Device(_UNBOUNDED, None, _UNBOUNDED)
+
+
+def replay(
+    dump: Dump,
+    *,
+    sets: list[str] | None = None,
+    requested: int | None = None,
+) -> Replay:
+    """Self-check, lower bound, what-if table, pinners and lint for one dump.
+
+    ``sets``: ``key=value`` settings for one alternative row (with none, the standard
+    alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
+    """
+    recorded = recorded_settings(dump)
+    alternatives = _alternatives(recorded, sets)
+    moment = oom_moment(dump, requested=requested)
+    device = device_for(dump, moment)
+    start = state_before(dump, 0, recorded)
+    live_blocks = [block for segment in start.segments for block in segment.blocks]
+    kind = "live" if live_blocks else ("cached" if start.segments else "empty")
+    refusals: list[str] = []
+    if not has_history(dump):
+        refusals.append("the dump records no allocator history (record_memory_history was off)")
+    if start.problem_count:
+        refusals.append(
+            f"the history contradicts the snapshot ({start.problem_count} events):"
+            f" {start.problems[0]}"
+        )
+    if _overflowed(dump):
+        refusals.append(
+            "the history ring buffer overflowed: the events that shaped the starting layout are"
+            " lost (raise max_entries)"
+        )
+    exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False)
+    fidelity = exact.fidelity
+    if fidelity is not None and fidelity < MIN_FIDELITY:
+        refusals.append(
+            f"the model reproduced only {fidelity:.1%} of the recorded segment events"
+            f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
+        )
+    reproduced: bool | None = None
+    if moment is not None and moment.index is not None:
+        reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
+        if not reproduced:
+            refusals.append("the model does not fail where the recorded allocator failed")
+    rows: list[WhatIf] = []
+    if has_history(dump) and not start.problem_count:
+        baseline = run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+        rows.append(_row("as recorded", recorded, baseline, None))
+        calibration = run(dump, recorded, start, device, exact=False, stop_at_oom=True)
+        note = "live blocks at the start placed afresh" if kind == "live" else None
+        if kind != "empty" and (calibration.oom_index is None) != (baseline.oom_index is None):
+            refusals.append(
+                "the blocks live when recording started decide the outcome: placed afresh under"
+                " the recorded settings they give a different result, so their lost history"
+                " matters"
+            )
+        for name, settings in alternatives:
+            result = run(
+                dump,
+                settings,
+                start,
+                _device_with_fraction(device, settings),
+                exact=False,
+                stop_at_oom=True,
+            )
+            rows.append(_row(name, settings, result, note))
+    bound = lower_bound(dump, moment) if moment is not None else None
+    return Replay(
+        file=dump.name,
+        recorded_conf=recorded.to_conf(),
+        start=kind,
+        live_at_start_blocks=len(live_blocks),
+        live_at_start_bytes=sum(block.size or 0 for block in live_blocks),
+        trace_events=len(dump.trace),
+        fidelity=fidelity,
+        segment_events=exact.real_segment_events,
+        segment_events_matched=exact.matched_segment_events,
+        placements_checked=exact.allocs_checked,
+        placements_same=exact.allocs_placed_same,
+        oom_reproduced=reproduced,
+        refusals=tuple(refusals),
+        oom=moment,
+        lower_bound=bound,
+        what_if=tuple(rows) if not refusals else tuple(rows[:1]),
+        pinners=tuple(pinners(dump, moment, recorded)),
+        lint=tuple(lint(dump, recorded, moment)),
+    )
+
+
+def _device_with_fraction(device: Device, settings: AllocatorSettings) -> Device:
+    """Garbage collection acts only under a memory fraction: the row for it sets one at the
+    limit the OOM met (which changes nothing else)."""
+    gc = settings.garbage_collection_threshold > 0
+    if gc and device.allowed is None and device.capacity < _UNBOUNDED:
+        return Device(device.capacity, device.capacity, device.total)
+    return device
+
+
+def _row(name: str, settings: AllocatorSettings, result: RunResult, note: str | None) -> WhatIf:
+    return WhatIf(
+        name=name,
+        conf=settings.to_conf(),
+        oom=result.oom_index is not None,
+        peak_reserved_bytes=result.peak_reserved,
+        fragmentation_at_peak_bytes=result.fragmentation_at_peak,
+        first_failure_index=result.oom_index,
+        first_failure_bytes=result.oom_request,
+        note=note,
+    )
+
+
+def _alternatives(
+    recorded: AllocatorSettings, sets: list[str] | None
+) -> list[tuple[str, AllocatorSettings]]:
+    """The rows to run: the ``--set`` combination, else the standard alternatives that differ."""
+    groups = [tuple(sets)] if sets else list(STANDARD_ALTERNATIVES)
+    found: list[tuple[str, AllocatorSettings]] = []
+    seen = {recorded}
+    for group in groups:
+        settings = recorded
+        for assignment in group:
+            settings = apply_assignment(settings, assignment)
+        if settings not in seen or sets:
+            seen.add(settings)
+            found.append((", ".join(group), settings))
+    return found
+
+
+def _overflowed(dump: Dump) -> bool:
+    """The ring buffer dropped events: the sidecar's ``truncated`` or PyTorch's own flag."""
+    settings = dump.snapshot.get("allocator_settings")
+    flag = isinstance(settings, dict) and settings.get("trace_alloc_overflowed") is True
+    return flag or dump.meta.truncated is True

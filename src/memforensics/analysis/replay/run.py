@@ -1,0 +1,246 @@
+"""Drive the allocator model with a dump's trace: the self-check and every what-if run.
+
+The requests and frees of the trace go into :class:`~memforensics.allocator.DeviceCachingAllocator`
+in order. Run ``exact`` (the recorded settings, the reconstructed start layout, the real segment
+addresses) the model should do what the real allocator did: every ``segment_alloc`` /
+``segment_free`` / ``segment_map`` / ``segment_unmap`` it makes is compared with the ones the
+trace recorded around the same request, and every block address with the real one. Run under
+other settings, the same requests show whether and where memory would have run out.
+
+Seeding the start state lives in :mod:`~memforensics.analysis.replay.start`, the model probes
+(was that release an ``empty_cache()``?) in :mod:`~memforensics.analysis.replay.probe`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from memforensics.allocator import (
+    AllocatorSettings,
+    DeviceCachingAllocator,
+)
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.oom.history import SEGMENT_ACTIONS, AllocatorState
+from memforensics.analysis.replay.probe import RELEASES, emptied, largest_free, undo_malloc
+from memforensics.analysis.replay.start import STREAM_UNKNOWN, seed_start
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What the device could give: ``capacity`` for reserved bytes; ``allowed`` a fraction's
+    limit (None: no fraction set); ``total`` sizes expandable address spaces."""
+
+    capacity: int
+    allowed: int | None
+    total: int
+
+
+@dataclass
+class RunResult:
+    """What one replay did; counts of the self-check are zero for what-if runs."""
+
+    settings: AllocatorSettings
+    events: int = 0
+    real_segment_events: int = 0
+    model_segment_events: int = 0
+    matched_segment_events: int = 0
+    allocs_checked: int = 0
+    allocs_placed_same: int = 0
+    oom_index: int | None = None  # trace index of the first request the model could not serve
+    oom_request: int | None = None  # its rounded size
+    stopped_at: int | None = None
+    peak_reserved: int = 0
+    peak_allocated: int = 0
+    fragmentation_at_peak: int = 0  # reserved minus allocated when reserved peaked
+    reserved_at_stop: int = 0
+    allocated_at_stop: int = 0
+    largest_free_at_oom: int | None = None
+    mismatches: list[str] = field(default_factory=list)
+    model: DeviceCachingAllocator | None = None
+
+    @property
+    def fidelity(self) -> float | None:
+        """Share of segment events reproduced exactly (None when neither side made any)."""
+        total = max(self.real_segment_events, self.model_segment_events)
+        return None if total == 0 else self.matched_segment_events / total
+
+
+def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays in one frame
+    dump: Dump,
+    settings: AllocatorSettings,
+    start: AllocatorState,
+    device: Device,
+    *,
+    exact: bool,
+    stop_at_oom: bool,
+) -> RunResult:
+    """Replay ``dump``'s trace from ``start`` under ``settings``.
+
+    ``exact``: seed the start layout block for block and reuse the real segment addresses (the
+    self-check); else allocate the blocks live at the start afresh, in address order, under
+    ``settings`` (what-if). ``stop_at_oom``: stop at the first request the model cannot serve
+    or at the trace's first ``oom`` entry, whichever comes first.
+    """
+    result = RunResult(settings)
+    real: list[tuple[str, int, int]] = []
+    made: list[tuple[str, int, int]] = []
+
+    def on_trace(action: str, addr: int, size: int, stream: int) -> None:
+        if action in SEGMENT_ACTIONS:
+            made.append((action, addr, size))
+
+    def address_of(size: int, expandable: bool) -> int | None:
+        if not exact:
+            return None
+        wanted = "segment_map" if expandable else "segment_alloc"
+        taken = {event[1] for event in made}
+        for action, addr, event_size in real:
+            if action == wanted and addr not in taken and (expandable or event_size == size):
+                return addr
+        return None
+
+    model = DeviceCachingAllocator(
+        settings,
+        capacity=device.capacity,
+        allowed=device.allowed,
+        device_total=device.total,
+        on_trace=on_trace,
+        address_of=address_of,
+        auto_events=False,
+        trace_blocks=False,
+    )
+    result.model = model
+    by_addr = seed_start(model, start, exact, dump.trace)
+    made.clear()
+    trace = dump.trace
+    count = len(trace)
+    reserved_stat, allocated_stat = model.reserved_bytes, model.allocated_bytes
+    peak = reserved_stat.current
+    result.fragmentation_at_peak = peak - allocated_stat.current
+    malloc, free = model.malloc, model.free
+    index = 0
+    while index < count:
+        entry = trace[index]
+        index += 1
+        if type(entry) is not dict:
+            continue
+        action = entry.get("action")
+        if action in SEGMENT_ACTIONS:
+            addr, size = entry.get("addr"), entry.get("size")
+            if type(addr) is int and type(size) is int:
+                real.append((action, addr, size))
+            continue
+        if real and real[0][0] in RELEASES and emptied(model, real, entry):
+            model.empty_cache()  # releases no request explains: the program emptied the cache
+            cut = next((i for i, event in enumerate(real) if event[0] not in RELEASES), len(real))
+            rest = real[cut:]
+            del real[cut:]
+            _compare(result, real, made, exact)
+            real.extend(rest)
+        addr = entry.get("addr")
+        if action == "alloc":
+            size = entry.get("size")
+            if type(size) is not int or type(addr) is not int:
+                continue
+            stream = entry.get("stream")
+            block = malloc(size, stream if type(stream) is int else 0)
+            if block is None:
+                result.oom_index = index - 1
+                result.oom_request = model.last_oom.size if model.last_oom else None
+                result.largest_free_at_oom = largest_free(model, size, stream)
+                if stop_at_oom:
+                    result.stopped_at = index - 1
+                    break
+            else:
+                by_addr[addr] = block
+                if exact:
+                    result.allocs_checked += 1
+                    if block.address == addr:
+                        result.allocs_placed_same += 1
+                if reserved_stat.current > peak:
+                    peak = reserved_stat.current
+                    result.fragmentation_at_peak = peak - allocated_stat.current
+        elif action in ("free_requested", "free"):
+            block = by_addr.get(addr) if type(addr) is int else None
+            if block is None or not block.allocated:
+                continue
+            if action == "free_requested" and not _completes_next(trace, index, addr):
+                model.record_stream(block, STREAM_UNKNOWN)
+            free(block)
+            if block.event_count == 0:
+                del by_addr[addr]  # type: ignore[arg-type]
+        elif action == "free_completed":
+            block = by_addr.pop(addr, None) if type(addr) is int else None
+            if block is not None and block.event_count > 0:
+                model.complete_free(block)
+        elif action == "oom":
+            if stop_at_oom and result.oom_index is None:
+                result.stopped_at = index - 1
+                size = entry.get("size")
+                if type(size) is int:
+                    stream = entry.get("stream")
+                    block = malloc(size, stream if type(stream) is int else 0)
+                    if block is None:
+                        result.oom_index, result.oom_request = index - 1, size
+                        result.largest_free_at_oom = largest_free(model, size, stream)
+                    else:
+                        undo_malloc(model, block)
+                break
+            size = entry.get("size")
+            if type(size) is int:
+                stream = entry.get("stream")
+                block = malloc(size, stream if type(stream) is int else 0)
+                if block is None:
+                    if result.oom_index is None:
+                        result.oom_index, result.oom_request = index - 1, size
+                        result.largest_free_at_oom = largest_free(model, size, stream)
+                else:
+                    result.mismatches.append(
+                        f"event {index - 1}: the model served the failed request"
+                    )
+                    undo_malloc(model, block)
+        else:
+            continue
+        if real or made:
+            _compare(result, real, made, exact)
+    if real and result.stopped_at is None and all(event[0] in RELEASES for event in real):
+        model.empty_cache()
+    if real or made:
+        _compare(result, real, made, exact)
+    result.events = index
+    result.peak_reserved = max(reserved_stat.peak, peak)
+    result.peak_allocated = allocated_stat.peak
+    result.reserved_at_stop = reserved_stat.current
+    result.allocated_at_stop = allocated_stat.current
+    return result
+
+
+def _compare(
+    result: RunResult,
+    real: list[tuple[str, int, int]],
+    made: list[tuple[str, int, int]],
+    exact: bool,
+) -> None:
+    """Match the segment events the model made for one request with the recorded ones."""
+    if exact:
+        matched = sum((Counter(real) & Counter(made)).values())
+        result.real_segment_events += len(real)
+        result.model_segment_events += len(made)
+        result.matched_segment_events += matched
+        if matched < max(len(real), len(made)) and len(result.mismatches) < 5:
+            result.mismatches.append(f"real {real[:3]} vs model {made[:3]}")
+    real.clear()
+    made.clear()
+
+
+def _completes_next(trace: list[object], index: int, addr: object) -> bool:
+    """True when the next event completes this free (no other stream held the block)."""
+    if index >= len(trace):
+        return False  # the snapshot was taken before the free completed
+    entry = trace[index]
+    return (
+        type(entry) is dict
+        and entry.get("action") == "free_completed"
+        and entry.get("addr") == addr
+    )

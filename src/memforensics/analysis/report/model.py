@@ -1,0 +1,72 @@
+"""The report's data model: a section, what its builder may read, and the generic table.
+
+Kept apart from the builders so that every builder module (and an extension adding, say, a
+replay table) imports the same three names without importing the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.filled.what_filled import Filled
+from memforensics.analysis.summary.result import Summary
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the page: how to draw it (``type``), its data, and why it may be empty."""
+
+    id: str
+    title: str
+    type: str
+    data: Any = None
+    empty: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON the page reads."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "type": self.type,
+            "data": self.data,
+            "empty": self.empty,
+        }
+
+
+@dataclass(frozen=True)
+class DumpContext:
+    """What a builder may read: one device of one dump, summarized and classified."""
+
+    dump: Dump
+    summary: Summary
+    filled: Filled
+    key: str  # unique id of this dump and device on the page
+    top: int
+    oom_device: bool
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+SectionBuilder = Callable[[DumpContext], Section | None]
+
+
+def table(
+    section_id: str,
+    title: str,
+    columns: list[tuple[str, str]],
+    rows: list[list[Any]],
+    *,
+    empty: str | None = None,
+    hidden: int = 0,
+    note: str | None = None,
+) -> Section:
+    """A generic table; column kinds: ``text``, ``site``, ``bytes``, ``number``, ``share``."""
+    data = {
+        "columns": [{"label": label, "kind": kind} for label, kind in columns],
+        "rows": rows,
+        "hidden": hidden,
+        "note": note,
+    }
+    return Section(section_id, title, "table", data, empty if not rows else None)

@@ -1,0 +1,190 @@
+"""``report``: one self-contained interactive HTML file that never touches the network.
+
+The page is a shell, the package's own ``report.css`` and ``report.js`` inlined, and one JSON
+document with everything to draw (the way memray builds its HTML reports). The JSON is built by
+the section builders of ``_report_sections``, per dump and per device; dumps are added one at a
+time (:class:`ReportBuilder`), so a folder of large dumps needs the memory of one of them.
+Every string from a snapshot reaches the page as JSON text and is shown with ``textContent``,
+never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from html import escape
+from importlib import resources
+from typing import Any
+
+from memforensics._version import __version__
+from memforensics.analysis.compare.leaks import Leaks, LeakTracker
+from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.dump.model import normalize_segments
+from memforensics.analysis.report import sections as _report_sections
+from memforensics.analysis.report.sections import (
+    DumpContext,
+    Section,
+    leaks_section,
+    unreadable_section,
+)
+from memforensics.analysis.summary.summarize import summarize
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run section may read: the leak trends of the windows and the unreadable files."""
+
+    leaks: Leaks | None
+    unreadable: list[str]
+
+
+RunSectionBuilder = Callable[[RunContext], Section | None]
+RUN_SECTIONS: list[RunSectionBuilder] = [
+    lambda run: unreadable_section(run.unreadable),
+    lambda run: leaks_section(run.leaks) if run.leaks is not None else None,
+]
+
+
+def device_views(dump: Dump) -> list[Dump]:
+    """One view per device the file holds, the dump's own (the OOM's) device first.
+
+    A process driving several devices writes one snapshot whose segments carry ``device`` and
+    whose ``device_traces`` is indexed by device; each view is that device's segments and trace.
+    The sidecar's OOM facts belong to the failing device only.
+    """
+    raw: object = dump.snapshot
+    if not isinstance(raw, dict):  # e.g. memory_snapshot()'s bare segment list
+        return [dump]
+    traces = raw.get("device_traces")
+    traces = traces if isinstance(traces, list) else []
+    segments = normalize_segments(dump.snapshot, dump.name)
+    devices = {s.device for s in segments if s.device is not None}
+    devices |= {index for index, trace in enumerate(traces) if isinstance(trace, list) and trace}
+    if len(devices) <= 1:
+        return [dump]
+    views = [dump]
+    for device in sorted(devices - {dump.device}):
+        trace = traces[device] if device < len(traces) and isinstance(traces[device], list) else []
+        views.append(
+            replace(
+                dump,
+                segments=tuple(s for s in segments if s.device == device),
+                trace=trace,
+                device=device,
+                meta=replace(dump.meta, oom=None, kind=None),
+            )
+        )
+    return views
+
+
+@dataclass
+class ReportBuilder:
+    """Add dumps one at a time, then render; unreadable files are recorded, not fatal."""
+
+    top: int = 15
+    folder: bool = False  # True: leak trends over the window dumps become a section
+    dumps: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    _leaks: LeakTracker = field(default_factory=LeakTracker)
+
+    def add(self, dump: Dump) -> None:
+        """Build every section of every device of ``dump``; keep only their data."""
+        index = len(self.dumps)
+        views = device_views(dump)
+        devices = []
+        for number, view in enumerate(views):
+            summary = summarize(view, top=self.top)
+            assert summary.filled is not None  # summarize always classifies
+            ctx = DumpContext(
+                dump=view,
+                summary=summary,
+                filled=summary.filled,
+                key=f"d{index}-{number}",
+                top=self.top,
+                oom_device=number == 0,
+            )
+            builders = _report_sections.DUMP_SECTIONS  # looked up now: extensions append to it
+            sections = [section for build in builders if (section := build(ctx)) is not None]
+            label = "device ?" if view.device is None else f"device {view.device}"
+            if len(views) > 1:
+                label += " (the dump's device)" if number == 0 else ""
+            devices.append(
+                {"key": ctx.key, "label": label, "sections": [s.to_dict() for s in sections]}
+            )
+        if self.folder:
+            self._leaks.add(dump)
+        self.dumps.append({"name": dump.name, "devices": devices, "warnings": list(dump.warnings)})
+
+    def add_unreadable(self, message: str) -> None:
+        """Record a file that could not be loaded (shown in the page)."""
+        self.unreadable.append(message)
+
+    def document(self) -> dict[str, Any]:
+        """The JSON the page renders."""
+        leaks = self._leaks.result("", self.unreadable) if self.folder else None
+        run = RunContext(leaks, self.unreadable)
+        sections = [s.to_dict() for build in RUN_SECTIONS if (s := build(run)) is not None]
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return {
+            "generated": stamp,
+            "version": __version__,
+            "dumps": self.dumps,
+            "run": sections,
+        }
+
+    def html(self) -> str:
+        """The whole page."""
+        return page(self.document())
+
+
+def _asset(name: str) -> str:
+    return (
+        resources.files("memforensics.analysis.report")
+        .joinpath(f"assets/{name}")
+        .read_text("utf-8")
+    )
+
+
+def _json_in_script(document: dict[str, Any]) -> str:
+    """JSON safe inside ``<script>``: no ``</`` can close the element, no line separators."""
+    text = json.dumps(document, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def page(document: dict[str, Any]) -> str:
+    """The HTML shell with the assets and the document inlined."""
+    count = len(document["dumps"])
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "script-src 'unsafe-inline'; style-src 'unsafe-inline'\">"
+        f"<title>memforensics report</title><style>{_asset('report.css')}</style></head><body>"
+        f"<h1>memforensics report</h1><p class='muted' id='mf-meta'>{count} dump(s) · "
+        f"memforensics {escape(__version__)}</p>"
+        "<noscript><p>This report draws its charts with inline JavaScript; allow scripts for "
+        "this local file to see them.</p></noscript><main id='mf-root'></main>"
+        '<svg id="mf-svg-namespace" width="0" height="0" aria-hidden="true"></svg>'
+        f'<script type="application/json" id="mf-data">{_json_in_script(document)}</script>'
+        f"<script>{_asset('report.js')}</script></body></html>\n"
+    )
+
+
+def render_report(
+    dumps: Iterable[Dump], *, top: int = 15, unreadable: Sequence[str] = (), folder: bool = False
+) -> str:
+    """The whole HTML document for ``dumps`` (no external reference of any kind)."""
+    builder = ReportBuilder(top=top, folder=folder)
+    for dump in dumps:
+        builder.add(dump)
+    for message in unreadable:
+        builder.add_unreadable(message)
+    return builder.html()

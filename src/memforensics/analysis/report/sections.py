@@ -1,0 +1,231 @@
+"""The report's sections: small builders, each turning one device of one dump into plain data.
+
+The page is one JSON document rendered by the inline script; every part of it comes from a
+builder here. A builder takes a :class:`DumpContext` and returns a :class:`Section` (or None to
+leave it out). ``type`` says how the page draws it: ``verdict``, ``facts``, ``timeline``,
+``segments``, ``tree`` or the generic ``table`` (columns and rows). A new analysis adds a
+section by appending a builder to :data:`DUMP_SECTIONS` (or :data:`RUN_SECTIONS` for a whole
+folder) that returns a ``table``: no page code needed. Every section that can be empty says
+what is missing and why in ``empty``, never a bare "(unknown)".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memforensics._units import format_bytes as fmt
+from memforensics.analysis.compare.leaks import Leaks
+from memforensics.analysis.filled.kinds import KINDS
+from memforensics.analysis.filled.peak import CallNode
+from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
+from memforensics.analysis.report.replay_sections import oom_moment_section, replay_section
+from memforensics.analysis.report.timeline import segments_section, timeline_section
+from memforensics.analysis.summary.result import Summary
+
+__all__ = ["DUMP_SECTIONS", "DumpContext", "Section", "SectionBuilder", "table"]
+
+TREE_DEPTH = 24
+TREE_SHARE = 0.002
+
+
+def verdict_section(ctx: DumpContext) -> Section:
+    """The answer first."""
+    verdict = ctx.summary.verdict
+    data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
+    return Section("verdict", "Verdict", "verdict", data)
+
+
+def facts_section(ctx: DumpContext) -> Section:
+    """The numbers behind the verdict; every unknown says why it is unknown."""
+    s = ctx.summary
+    oom = s.oom
+    no_oom = "no OOM recorded in this dump"
+    missing = "not recorded (no sidecar field and no oom entry in the trace)"
+
+    def oom_value(value: int | None) -> list[Any]:
+        if oom is None:
+            return ["text", no_oom]
+        return ["bytes", value] if value is not None else ["text", missing]
+
+    truncated = {
+        None: "unknown: no sidecar says whether the ring buffer overflowed",
+        True: "yes: the oldest entries were dropped (raise max_entries)",
+        False: "no",
+    }[s.history_truncated]
+    events = s.history_events
+    rows = [
+        ["kind", ["text", s.kind or "unknown: no sidecar and not in a memforensics folder"]],
+        ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
+        ["device", ["text", "unknown" if s.device is None else str(s.device)]],
+        ["step / window", ["text", _window_text(s)]],
+        ["reserved", ["bytes", s.reserved_bytes]],
+        ["allocated", ["bytes", s.allocated_bytes]],
+        ["active (incl. pending frees)", ["bytes", s.active_bytes]],
+        ["free inside reserved", ["bytes", s.free_in_reserved_bytes]],
+        ["largest free block", ["bytes", s.largest_free_block_bytes]],
+        ["segments / blocks", ["text", f"{s.segments:,} / {s.blocks:,}"]],
+        ["OOM request", oom_value(oom.requested_bytes if oom else None)],
+        ["OOM allocation (error text)", oom_value(oom.allocation_bytes if oom else None)],
+        ["device free at OOM", oom_value(oom.device_free_bytes if oom else None)],
+        ["device limit", oom_value(oom.device_total_bytes if oom else None)],
+        ["history", ["text", f"{events:,} {'entry' if events == 1 else 'entries'}"]],
+        ["history truncated", ["text", truncated]],
+    ]
+    return Section("facts", "Summary and OOM", "facts", {"rows": rows, "warnings": s.warnings})
+
+
+def _window_text(s: Summary) -> str:
+    if s.steps:
+        return f"steps {s.steps[0]}-{s.steps[1]}"
+    if s.step is not None:
+        return f"step {s.step}"
+    return "none: not a step-window dump (or no sidecar)"
+
+
+def kinds_section(ctx: DumpContext) -> Section:
+    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence."""
+    peak = {k.kind: k for k in ctx.filled.peak.kinds}
+    now = {k.kind: k for k in ctx.filled.kinds}
+    rows = []
+    for kind in KINDS:
+        if kind in peak or kind in now:
+            confidence = (now.get(kind) or peak[kind]).confidence
+            rows.append(
+                [
+                    kind,
+                    peak[kind].bytes if kind in peak else 0,
+                    now[kind].bytes if kind in now else 0,
+                    round(confidence, 2),
+                ]
+            )
+    return table(
+        "kinds",
+        "Kinds of memory",
+        [
+            ("kind", "text"),
+            ("at the peak", "bytes"),
+            ("at the snapshot", "bytes"),
+            ("confidence", "number"),
+        ],
+        rows,
+        empty="No live memory at the peak or the snapshot.",
+        note="From lifetimes and frames, no hooks: see docs/analysis.md, 'Kinds of memory'.",
+    )
+
+
+def tree_section(ctx: DumpContext) -> Section:
+    """The peak's call tree (icicle), pruned to what a page can show."""
+    peak = ctx.filled.peak
+    root = _pruned(peak.tree, max(int(peak.tree.bytes * TREE_SHARE), 1), TREE_DEPTH)
+    where = "the snapshot" if peak.name == "snapshot" else f"trace entry {peak.position:,}"
+    data = {"root": root, "moment": f"{peak.name} at {where}: {fmt(peak.live_bytes)} live"}
+    empty = "Nothing was live at the peak." if not peak.tree.bytes else None
+    return Section("tree", "Call tree at the peak", "tree", data, empty)
+
+
+def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
+    children = [c for c in node.sorted_children() if c.bytes >= floor] if depth > 0 else []
+    return {
+        "name": node.name,
+        "bytes": node.bytes,
+        "children": [_pruned(child, floor, depth - 1) for child in children],
+    }
+
+
+def sites_section(ctx: DumpContext) -> Section:
+    """The biggest sites at the snapshot."""
+    sites = ctx.summary.top_sites
+    return table(
+        "sites",
+        "Biggest sites (live bytes at the snapshot)",
+        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
+        [[site.site, site.bytes, site.blocks] for site in sites],
+        empty="No live blocks at the snapshot.",
+    )
+
+
+def steps_section(ctx: DumpContext) -> Section:
+    """Live bytes by the step that allocated them."""
+    steps = ctx.summary.live_by_step
+    rows = [["no step" if s.step is None else str(s.step), s.bytes, s.blocks] for s in steps[-50:]]
+    return table(
+        "steps",
+        "Live bytes by step of allocation",
+        [("step", "text"), ("bytes", "bytes"), ("blocks", "number")],
+        rows,
+        hidden=max(len(steps) - 50, 0),
+        empty="No step tags: live blocks carry no 'step=N' metadata (memforensics tags them "
+        "inside step() on CUDA and the sim device; NPU cannot tag, and other tools do not).",
+    )
+
+
+DUMP_SECTIONS: list[SectionBuilder] = [
+    verdict_section,
+    facts_section,
+    oom_moment_section,
+    replay_section,
+    timeline_section,
+    segments_section,
+    kinds_section,
+    tree_section,
+    sites_section,
+    steps_section,
+]
+
+
+def leaks_section(leaks: Leaks | None) -> Section:
+    """Leak trends of a folder's windows (a run section)."""
+    if leaks is None or not leaks.windows:
+        return table(
+            "leaks",
+            "Leaks across windows",
+            [],
+            [],
+            empty="No window dumps among these files: leaks compares a rank's step windows "
+            "(install(steps=N) with keep_last=None or a few kept), at least three of them.",
+        )
+    rows = [
+        [
+            "-" if t.rank is None else str(t.rank),
+            t.site,
+            round(t.growth_per_step),
+            "-" if t.first_step is None else str(t.first_step),
+            t.bytes[-1],
+            round(t.confidence, 2),
+            "suspect" if t.suspect else "",
+        ]
+        for t in leaks.trends[:30]
+    ]
+    few = [rank for rank, steps in leaks.windows.items() if len(steps) < 3]
+    note = f"{len(leaks.suspects)} suspect(s)."
+    if few:
+        note += f" Fewer than 3 windows for rank(s) {few}: growth cannot be told from a one-off."
+    return table(
+        "leaks",
+        "Leaks across windows",
+        [
+            ("rank", "text"),
+            ("site", "site"),
+            ("growth/step", "bytes"),
+            ("first step", "text"),
+            ("last window", "bytes"),
+            ("confidence", "number"),
+            ("", "text"),
+        ],
+        rows,
+        hidden=max(len(leaks.trends) - 30, 0),
+        note=note,
+    )
+
+
+def unreadable_section(unreadable: list[str]) -> Section | None:
+    """Files that could not be read, so the page says what it does not cover."""
+    if not unreadable:
+        return None
+    return table(
+        "unreadable",
+        f"Unreadable files ({len(unreadable)})",
+        [("error", "text")],
+        [[error] for error in unreadable],
+        note="These dumps are not in this report.",
+    )

@@ -1,0 +1,1 @@
+"""The summary of one dump: what filled the device and the verdict, with its words."""

@@ -1,0 +1,254 @@
+"""Taking and writing the three kinds of dump: window, OOM and manual.
+
+Kept apart from the facade so the facade stays about lifecycle and steps, and so every path that
+touches the device or the disk lives in one place where each failure becomes a warning. Nothing
+here synchronizes the device: ``snapshot()`` and ``memory_stats()`` only read allocator state.
+Window dumps (the kind that may be written in the background) are in
+:mod:`memforensics.capture.window_dumps`; this module keeps the OOM and manual dumps and the writing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memforensics.backends._protocol import DeviceBackend
+from memforensics.capture import atomic as _writer
+from memforensics.capture import background as _background
+from memforensics.capture.config import ForensicsConfig
+from memforensics.capture.log import guarded, safe_log, warn_once
+from memforensics.capture.oom import (
+    allocation_bytes_from_message,
+    device_from_message,
+    python_stack,
+)
+from memforensics.capture.sidecar import (
+    SidecarContext,
+    build_sidecar,
+    requested_from_trace,
+    trace_length,
+)
+from memforensics.capture.window import Window
+from memforensics.capture.window_dumps import WindowDumps, WriterMode
+
+
+class Dumper(WindowDumps):
+    """Writes one process's dumps under ``out_dir`` and applies window retention.
+
+    OOM and manual dumps are written inline: the process may be about to die, and the caller
+    wants the file. Window dumps are snapshotted inline (the snapshot is the state at that
+    moment) and, with ``writer="auto"``, serialized by a forked child when the snapshot is
+    above ``_background.MIN_FORK_WEIGHT`` and that is predicted to cost the training thread less
+    (``_background.WriteCosts``); ``writer="inline"`` never forks. Retention and ``dumps``
+    follow each window once it has landed.
+    """
+
+    def __init__(
+        self,
+        config: ForensicsConfig,
+        out_dir: Path,
+        rank: int,
+        backend: DeviceBackend,
+        context: SidecarContext,
+    ) -> None:
+        self.config = config
+        self.out_dir = out_dir
+        self.rank = rank
+        self.backend = backend
+        self.context = context
+        self.dumps: list[Path] = []
+        self._completed: list[Window] = []
+        self._lock = threading.Lock()
+        self.writer: WriterMode = config.writer
+        self._background = _background.BackgroundWriter()
+
+    def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn``; on failure warn once under ``what`` and return None."""
+        return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
+
+    def _write(
+        self,
+        paths: _writer.DumpPaths,
+        snapshot: Any,
+        sidecar: Callable[[int], dict[str, Any]],
+        **fields: Any,
+    ) -> bool:
+        start = time.perf_counter()
+        try:
+            size = _writer.write_dump(paths, snapshot, sidecar)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
+            self._failed(paths, f"{type(exc).__name__}: {exc}", fields)
+            return False
+        self._background.costs.observed_write(
+            time.perf_counter() - start, _background.snapshot_weight(snapshot)
+        )
+        self._landed(paths, size, fields)
+        return True
+
+    def _landed(self, paths: _writer.DumpPaths, size: int, fields: dict[str, Any]) -> None:
+        with self._lock:
+            self.dumps.append(paths.snapshot)
+        safe_log(
+            "info", "dump_written", path=str(paths.snapshot), bytes=size, rank=self.rank, **fields
+        )
+
+    def _failed(self, paths: _writer.DumpPaths, error: str, fields: dict[str, Any]) -> None:
+        safe_log(
+            "warning",
+            "dump_failed",
+            path=str(paths.snapshot),
+            rank=self.rank,
+            error=error,
+            **fields,
+        )
+
+    def flush(self) -> None:
+        """Wait for a window dump still being written in the background (no-op otherwise)."""
+        try:
+            self._background.flush()
+        except Exception as exc:  # noqa: BLE001 - nothing raises into training
+            warn_once("background_flush_failed", "background_flush_failed", error=repr(exc))
+
+    def current_device(self) -> int | None:
+        """The device current now: a rank may have switched since ``install()``."""
+        return self.attempt("device_index_failed", self.backend.device_index)  # type: ignore[no-any-return]
+
+    # -- OOM -----------------------------------------------------------------------------------
+    def oom(
+        self,
+        *,
+        step: int | None,
+        allocation: int | None,
+        limit: int | None,
+        free: int | None,
+        device_index: int | None,
+        source: str,
+        error: str | None = None,
+        stack: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Log the structured ERROR event first, then snapshot and write with a full sidecar.
+
+        ``allocation``, ``limit`` and ``free`` are the observer's arguments (or what the step()
+        fallback found); the user's request comes from the snapshot's trace.
+        """
+        now = _writer.utc_now()
+        if stack is None:
+            stack = self.attempt("oom_stack_failed", python_stack)
+        stats = self.attempt("oom_stats_failed", self.backend.memory_stats)
+        safe_log(
+            "error",
+            "out_of_memory",
+            device=self.backend.name,
+            device_index=device_index,
+            allocation_bytes=allocation,
+            device_total_bytes=limit,
+            device_free_bytes=free,
+            rank=self.rank,
+            step=step,
+            source=source,
+        )
+        snapshot = self.attempt("oom_snapshot_failed", self.backend.snapshot)
+        if snapshot is None:
+            return
+        oom = {
+            "requested_bytes": requested_from_trace(snapshot, device_index),
+            "allocation_bytes": allocation,
+            "device_total_bytes": limit,
+            "device_free_bytes": free,
+            "stack": stack,
+            "allocator": stats,
+            "source": source,
+            "error": error,
+        }
+        self._event_dump("oom", snapshot, step, now, oom, device_index)
+
+    def oom_from_exception(self, exc: BaseException, step: int | None) -> None:
+        """The step() fallback: figures from the message and ``mem_get_info``, stack from the
+        traceback so it ends at the line that failed, not at the ``with`` statement.
+
+        The limit respects a per-process memory fraction where the framework exposes one, as
+        the allocator's own limit does (``fraction * total``).
+        """
+        info = self.attempt("mem_get_info_failed", self.backend.mem_get_info)
+        free, total = info if info is not None else (None, None)
+        fraction = self.attempt("memory_fraction_failed", self.backend.memory_fraction)
+        limit = total
+        if total is not None and isinstance(fraction, float) and 0.0 < fraction < 1.0:
+            limit = int(fraction * total)
+        message = str(exc)
+        device_index = device_from_message(message)
+        self.oom(
+            step=step,
+            allocation=allocation_bytes_from_message(message),
+            limit=limit,
+            free=free,
+            device_index=device_index if device_index is not None else self.current_device(),
+            source="exception",
+            error=message[:4000],
+            stack=self.attempt("oom_stack_failed", exception_stack, exc),
+        )
+
+    # -- manual --------------------------------------------------------------------------------
+    def manual(self, step: int | None) -> Path | None:
+        """A snapshot on request (``mf.dump()``), kind ``"manual"``."""
+        snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
+        if snapshot is None:
+            return None
+        now = _writer.utc_now()
+        return self._event_dump("manual", snapshot, step, now, None, self.current_device())
+
+    def _event_dump(
+        self,
+        kind: str,
+        snapshot: Any,
+        step: int | None,
+        now: datetime,
+        oom: dict[str, Any] | None,
+        device_index: int | None,
+    ) -> Path | None:
+        """Write an OOM or manual dump synchronously (the process may be about to die)."""
+        paths = _writer.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
+        entries = trace_length(snapshot)
+
+        def sidecar(size: int) -> dict[str, Any]:
+            return build_sidecar(
+                self.context,
+                kind=kind,
+                snapshot_file=paths.snapshot,
+                snapshot_bytes=size,
+                created_at=now,
+                device_index=device_index,
+                step=step,
+                trace_entries=entries,
+                truncated=entries is not None and entries >= self.config.max_entries,
+                oom=oom,
+            )
+
+        return (
+            paths.snapshot if self._write(paths, snapshot, sidecar, kind=kind, step=step) else None
+        )
+
+
+def exception_stack(exc: BaseException) -> list[dict[str, Any]]:
+    """Outermost-first stack from the caller of ``with mf.step()`` down to where ``exc`` rose."""
+    outer = python_stack()
+    inner = [
+        {"filename": f.filename, "line": f.lineno, "name": f.name}
+        for f in traceback.extract_tb(exc.__traceback__)
+    ]
+    own = os.path.dirname(os.path.dirname(__file__)) + os.sep  # the whole package
+    inner = [f for f in inner if not str(f["filename"]).startswith(own)]
+    if (
+        outer
+        and inner
+        and outer[-1]["filename"] == inner[0]["filename"]
+        and (outer[-1]["name"] == inner[0]["name"])
+    ):
+        outer = outer[:-1]  # the frame holding the ``with`` appears in both
+    return outer + inner

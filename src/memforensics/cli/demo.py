@@ -1,0 +1,91 @@
+"""``memforensics demo``: show the whole product in ten seconds on any machine.
+
+It copies the demo training script into the output folder, runs it in this interpreter (so its
+frames are the user-visible ``demo_train.py``), then prints what was written: the step windows,
+the OOM dump and the figures in its sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from memforensics.backends._select import create_backend
+from memforensics.capture.log import reset_logging
+
+_SCRIPT = Path(__file__).parents[1] / "examples" / "demo_train.py"
+
+
+def pick_device(requested: str) -> tuple[str, str | None]:
+    """Resolve ``auto``; return the device and a note to print when falling back to ``sim``."""
+    if requested != "auto":
+        return requested, None
+    backend = create_backend("auto")
+    if backend.name in {"cuda", "npu"}:
+        return backend.name, None
+    return "sim", "no CUDA or NPU device found: running on the simulated 'sim' device"
+
+
+def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
+    """Run the leaky training script on ``device``; return its RESULT dict."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    script = out_dir / "demo_train.py"
+    shutil.copyfile(_SCRIPT, script)
+    keys = ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT", "MEMFORENSICS_LOG_LEVEL")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
+    os.environ["MEMFORENSICS_DEMO_OUT"] = str(out_dir)
+    # One line per window dump would bury the summary printed below; the structured ERROR event
+    # of the OOM itself still shows. An explicit MEMFORENSICS_LOG_LEVEL wins.
+    os.environ.setdefault("MEMFORENSICS_LOG_LEVEL", "WARNING")
+    reset_logging()
+    argv = sys.argv
+    try:
+        sys.argv = [str(script)]
+        namespace = runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = argv
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        reset_logging()
+    result: dict[str, Any] = namespace["RESULT"]
+    return result
+
+
+def _mib(value: Any) -> str:
+    return f"{value / (1 << 20):,.1f} MiB" if isinstance(value, int) else "unknown"
+
+
+def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
+    """Human lines about what the demo wrote."""
+    lines = [f"trained {result.get('steps', '?')} steps, then: {result.get('error', 'no OOM')}"]
+    dumps = [Path(p) for p in result.get("dumps", [])]
+    windows = sorted({p.parent.name for p in dumps if p.parent.name != "oom"})
+    lines.append(f"step windows kept in {out_dir}: {', '.join(windows) or 'none'}")
+    ooms = [p for p in dumps if p.parent.name == "oom"]
+    for path in ooms:
+        lines.append(f"OOM snapshot: {path}")
+        sidecar = path.with_suffix(".json")
+        try:
+            oom = json.loads(sidecar.read_text())["oom"]
+        except (OSError, ValueError, KeyError, TypeError):
+            lines.append("  (sidecar unreadable)")
+            continue
+        lines.append(f"  sidecar: {sidecar}")
+        lines.append(
+            f"  requested {_mib(oom.get('requested_bytes'))} (the allocator asked the device for "
+            f"{_mib(oom.get('allocation_bytes'))}), device free "
+            f"{_mib(oom.get('device_free_bytes'))} of "
+            f"{_mib(oom.get('device_total_bytes'))}"
+        )
+    if ooms:
+        lines.append(f"next: memforensics summary {ooms[0]}")
+    return lines

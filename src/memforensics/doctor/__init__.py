@@ -1,0 +1,1 @@
+"""The self-check a user runs on a training node before a long job."""
