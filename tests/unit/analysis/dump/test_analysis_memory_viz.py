@@ -26,7 +26,7 @@ viz = pytest.importorskip("torch.cuda._memory_viz")  # collected, then deselecte
 pytestmark = pytest.mark.torch
 
 REAL = [
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots",
+    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
     Path("/work/shared/data/real-snapshots"),
 ]
 REAL_DIR = next((path for path in REAL if path.is_dir()), None)

@@ -166,7 +166,7 @@ def test_cpp_frames_do_not_confuse_the_phases(tmp_path: Path) -> None:
     assert accuracy >= 0.95, wrong.most_common(4)
 
 
-REAL_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots"
+REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
 
 
 @pytest.mark.skipif(not REAL_DIR.is_dir(), reason="the real snapshots are not beside the repo")

@@ -29,7 +29,7 @@ from memforensics.backends.sim import format as _sim_format
 MiB = 1 << 20
 REAL_SNAPSHOT_NAME = "real-snapshots/cuda-transformer-forward.pickle"
 REAL_SNAPSHOT_CANDIDATES = [
-    root / "shared" / "data" / REAL_SNAPSHOT_NAME for root in Path(__file__).resolve().parents[2:4]
+    root / "shared" / "data" / REAL_SNAPSHOT_NAME for root in Path(__file__).resolve().parents[3:5]
 ]
 
 

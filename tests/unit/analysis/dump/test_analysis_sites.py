@@ -23,7 +23,7 @@ from memforensics.analysis.summary.text import diff_text, summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 
 REAL = [
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots",
+    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
     Path("/work/shared/data/real-snapshots"),
 ]
 REAL_DIR = next((path for path in REAL if path.is_dir()), None)

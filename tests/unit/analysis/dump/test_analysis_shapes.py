@@ -34,7 +34,7 @@ from memforensics.testing import (
 )
 
 REAL = [
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots",
+    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
     Path("/work/shared/data/real-snapshots"),
 ]
 REAL_DIR = next((path for path in REAL if path.is_dir()), None)
