@@ -106,10 +106,13 @@ def browser(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff lint and format check."""
-    session.install("ruff>=0.6")
+    """Ruff lint and format check, then the layering contract (pyproject's [tool.importlinter]):
+    no import cycles, analysis without capture or torch, the CLI on public analysis names."""
+    session.install("ruff>=0.6", "import-linter>=2.1")
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    # import-linter reads the sources without importing them: finding the package is enough
+    session.run("lint-imports", env={"PYTHONPATH": "src"})
 
 
 @nox.session

@@ -54,3 +54,58 @@ def test_public_names() -> None:
     assert memforensics.__all__ == sorted(memforensics.__all__)
     for name in expected:
         assert hasattr(memforensics, name)
+
+
+def test_allocator_public_names() -> None:
+    """memforensics.allocator.__all__ is the model's API (ruff's RUF022 keeps its order)."""
+    from memforensics import allocator
+
+    expected = {
+        "BASE_ADDRESS",
+        "K_LARGE_BUFFER",
+        "K_MIN_BLOCK_SIZE",
+        "K_MIN_LARGE_ALLOC",
+        "K_ROUND_LARGE",
+        "K_SMALL_BUFFER",
+        "K_SMALL_SIZE",
+        "NO_LIMIT",
+        "AllocatorSettings",
+        "Block",
+        "BlockPool",
+        "DeviceCachingAllocator",
+        "ExpandableSegment",
+        "OomInfo",
+        "SeedBlock",
+        "SettingsError",
+        "Stat",
+        "apply_assignment",
+        "from_snapshot",
+        "get_allocation_size",
+        "parse_conf",
+        "round_size",
+        "roundup_power2_next_division",
+        "seed_expandable",
+        "seed_segment",
+        "segment_blocks",
+    }
+    assert set(allocator.__all__) == expected
+    assert len(allocator.__all__) == len(expected)
+    for name in expected:
+        assert hasattr(allocator, name)
+
+
+def test_caching_allocator_is_one_class_with_pytorchs_names() -> None:
+    """DeviceCachingAllocator has no mixin bases and makes each decision under PyTorch's name."""
+    from memforensics.allocator import DeviceCachingAllocator
+
+    assert DeviceCachingAllocator.__bases__ == (object,)
+    decisions = (
+        "malloc", "free", "record_stream", "empty_cache", "round_size", "get_allocation_size",
+        "get_free_block", "should_split", "alloc_found_block", "alloc_block", "free_block",
+        "try_merge_blocks", "insert_events", "process_events", "synchronize_and_free_events",
+        "release_available_cached_blocks", "release_cached_blocks", "release_blocks",
+        "release_block", "garbage_collect_cached_blocks", "find_expandable_block", "map_block",
+        "try_allocate_expandable_block", "unmap_block", "release_expandable_segment",
+    )  # fmt: skip
+    for name in decisions:
+        assert name in vars(DeviceCachingAllocator), name

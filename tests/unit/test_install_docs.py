@@ -21,13 +21,14 @@ class _Session:
 
     def __init__(self) -> None:
         self.installs: list[tuple[str, ...]] = []
+        self.runs: list[tuple[str, ...]] = []
         self.posargs: list[str] = []
 
     def install(self, *args: str) -> None:
         self.installs.append(args)
 
     def run(self, *args: str, **kwargs: Any) -> None:
-        pass
+        self.runs.append(args)
 
 
 def _fake_nox() -> ModuleType:
@@ -97,6 +98,20 @@ def test_plain_nox_tests_installs_torch_as_before(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(variable, raising=False)
     noxfile = _noxfile(monkeypatch)
     assert _torch_installs(noxfile.tests) == [("torch==2.13.0",)]
+
+
+def test_lint_session_checks_the_layering_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nox -s lint` installs import-linter and runs lint-imports; the runtime needs neither."""
+    session = _Session()
+    _noxfile(monkeypatch).lint(session)
+    installed = [arg for args in session.installs for arg in args]
+    assert any(arg.startswith("import-linter") for arg in installed)
+    assert ("lint-imports",) in session.runs
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    runtime = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)
+    assert runtime, "pyproject.toml names no runtime dependencies"
+    assert "import-linter" not in runtime.group(1)
+    assert "[tool.importlinter]" in pyproject
 
 
 def test_readme_says_what_the_test_session_downloads() -> None:

@@ -13,19 +13,18 @@ from memforensics.allocator._blocks import (
     K_SMALL_SIZE,
     Block,
     BlockPool,
-    ExpandableSegment,
     segment_blocks,
 )
 from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
-from memforensics.allocator._conf import SettingsError
-from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
-from memforensics.allocator._settings import (
-    NO_LIMIT,
-    AllocatorSettings,
+from memforensics.allocator._conf import (
+    SettingsError,
     apply_assignment,
     from_snapshot,
     parse_conf,
 )
+from memforensics.allocator._expandable import ExpandableSegment
+from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
+from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
 from memforensics.allocator._sizes import (
     get_allocation_size,
     round_size,

@@ -1,4 +1,4 @@
-"""Blocks, block pools and expandable segments: the data the caching allocator places requests in.
+"""Blocks and block pools: the data the caching allocator places requests in.
 
 Each type mirrors the struct of the same name in ``c10/cuda/CUDACachingAllocator.cpp``. Pools keep
 their free blocks ordered as ``BlockComparatorSize`` orders them (stream, size, address) so a
@@ -9,6 +9,8 @@ best-fit search is one bisection; unmapped expandable ranges are ordered by (str
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+
+from memforensics.allocator._expandable import ExpandableSegment
 
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every block size is a multiple of this
 K_SMALL_SIZE = 1 << 20  # kSmallSize: requests up to this size use the small pool
@@ -117,36 +119,6 @@ class BlockPool:
         """Remove an unmapped expandable range."""
         del self.ukeys[bisect_left(self.ukeys, (block.stream, block.address))]
         del self.unmapped[block.address]
-
-
-class ExpandableSegment:
-    """Mirrors ``struct ExpandableSegment``: reserved address space, mapped page by page.
-
-    Which pages are mapped is kept on the blocks (``Block.mapped``), as PyTorch keeps it;
-    mapping needs a page of device memory each, which ``map_block`` asks the allocator's
-    capacity for (``cuMemCreate`` failing is an OOM).
-    """
-
-    __slots__ = ("address", "mapped_bytes", "max_pages", "page_size", "stream")
-
-    def __init__(self, address: int, stream: int, page_size: int, address_space: int) -> None:
-        self.address = address
-        self.stream = stream
-        self.page_size = page_size
-        self.max_pages = -(-address_space // page_size)
-        self.mapped_bytes = 0  # the blocks' ``mapped`` flags are the state; this the total
-
-    def size(self) -> int:
-        """Bytes of address space (``ExpandableSegment::size``)."""
-        return self.max_pages * self.page_size
-
-    def page_range(self, address: int, size: int, *, inner: bool) -> tuple[int, int]:
-        """Pages covering ``[address, address + size)``; ``inner``: only pages wholly inside."""
-        start, end = address - self.address, address - self.address + size
-        page = self.page_size
-        if inner:
-            return -(-start // page), end // page
-        return start // page, -(-end // page)
 
 
 def segment_blocks(head: Block) -> list[Block]:

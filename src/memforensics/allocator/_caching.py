@@ -9,30 +9,26 @@ two numbers: ``capacity`` (bytes ``cudaMalloc`` / ``cuMemCreate`` can still get 
 i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_memory_fraction``'s
 limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
 
-The methods live beside the part of the C++ they mirror: finding and splitting cached blocks in
-:mod:`~memforensics.allocator._find`, freeing and merging in :mod:`~memforensics.allocator._free`,
-releasing the cache in :mod:`~memforensics.allocator._release`, expandable segments in
-:mod:`~memforensics.allocator._expandable`; the pools themselves in
-:mod:`~memforensics.allocator._blocks`. This module keeps the entry points and the device.
+The allocator holds its pools (:class:`~memforensics.allocator._blocks.BlockPool`) and, under
+``expandable_segments:True``, one :class:`~memforensics.allocator._expandable.ExpandableSegment`
+per reserved address space; the blocks and the decisions are its own, as in PyTorch.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 
 from memforensics.allocator._blocks import (
     K_MIN_BLOCK_SIZE,
     K_ROUND_LARGE,
+    K_SMALL_BUFFER,
     K_SMALL_SIZE,
     Block,
     BlockPool,
-    ExpandableSegment,
 )
-from memforensics.allocator._expandable import ExpandableSegments
-from memforensics.allocator._find import FindCachedBlock
-from memforensics.allocator._free import FreeBlocks
-from memforensics.allocator._release import ReleaseCachedBlocks
-from memforensics.allocator._settings import AllocatorSettings
+from memforensics.allocator._expandable import ExpandableSegment
+from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
 from memforensics.allocator._sizes import get_allocation_size, round_size
 from memforensics.allocator._stats import OomInfo, Stat
 
@@ -48,7 +44,7 @@ def _no_trace(action: str, addr: int, size: int, stream: int) -> None:
     """The default trace hook: record nothing."""
 
 
-class DeviceCachingAllocator(FindCachedBlock, FreeBlocks, ReleaseCachedBlocks, ExpandableSegments):
+class DeviceCachingAllocator:
     """One device's caching allocator (mirrors ``class DeviceCachingAllocator``).
 
     Pure and deterministic: requests and frees in, placement and trace hook calls out.
@@ -164,6 +160,90 @@ class DeviceCachingAllocator(FindCachedBlock, FreeBlocks, ReleaseCachedBlocks, E
         """Mirrors ``get_allocation_size``: what ``cudaMalloc`` is asked for."""
         return get_allocation_size(self.settings, size)
 
+    # -- finding a cached block and splitting off what the request does not need
+
+    def get_free_block(self, size: int, stream: int, pool: BlockPool) -> Block | None:
+        """Mirrors ``get_free_block``: best fit on (stream, size), then the oversize rules."""
+        settings = self.settings
+        if self.allowed is not None and settings.garbage_collection_threshold > 0.0:
+            pool.get_free_blocks_call_count += 1
+        keys = pool.keys
+        i = bisect_left(keys, (stream, size, 0))
+        if i == len(keys) or keys[i][0] != stream:
+            return None
+        block = pool.blocks[keys[i][2]]
+        if block.expandable is not None:
+            if settings.expandable_segments:
+                j = i + 1
+                while (
+                    block.expandable is not None
+                    and j < len(keys)
+                    and keys[j][0] == stream
+                    and _expandable_size(pool.blocks[keys[j][2]]) < _expandable_size(block)
+                ):
+                    block = pool.blocks[keys[j][2]]
+                    j += 1
+            else:
+                i += 1
+                while i < len(keys) and keys[i][0] == stream and pool.blocks[keys[i][2]].expandable:
+                    i += 1
+                if i == len(keys) or keys[i][0] != stream:
+                    return None
+                block = pool.blocks[keys[i][2]]
+        max_split = settings.max_split_size
+        if size < max_split and block.size >= max_split:
+            return None  # do not return an oversized block for a smaller request
+        if size >= max_split and block.size >= size + settings.max_non_split_rounding_size:
+            return None  # an oversized block may be rounded up only so far
+        pool.erase(block)
+        return block
+
+    def should_split(self, block: Block, size: int) -> bool:
+        """Mirrors ``should_split``."""
+        remaining = block.size - size
+        if block.pool.is_small or self.settings.expandable_segments:
+            return remaining >= K_MIN_BLOCK_SIZE
+        return size < self.settings.max_split_size and remaining > K_SMALL_SIZE
+
+    def alloc_found_block(
+        self, block: Block, size: int, orig_size: int, split: bool, context: object
+    ) -> Block:
+        """Mirrors ``alloc_found_block``: split off the remainder, mark allocated, trace."""
+        pool = block.pool
+        if split:
+            remaining = block
+            block = Block(remaining.stream, size, pool, remaining.address)
+            block.expandable = remaining.expandable
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
+            else:  # the new block heads the segment: it carries the segment's context
+                block.segment_context, remaining.segment_context = remaining.segment_context, None
+            block.next = remaining
+            remaining.prev = block
+            remaining.address += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+        block.allocated = True
+        block.requested_size = orig_size
+        block.context = context
+        self.active_blocks[block.address] = block
+        size = block.size
+        for stat, amount in (
+            (self.allocation, 1),
+            (self.allocated_bytes, size),
+            (self.active, 1),
+            (self.active_bytes, size),
+            (self.requested_bytes, orig_size),
+        ):  # increase_stat, inlined: this runs on every allocation
+            stat.current += amount
+            stat.allocated += amount
+            if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+                stat.peak = stat.current
+        if self.trace_blocks:
+            self.on_trace("alloc", block.address, orig_size, block.stream)
+        return block
+
     # -- getting memory from the device and giving it back
 
     def alloc_block(
@@ -203,6 +283,272 @@ class DeviceCachingAllocator(FindCachedBlock, FreeBlocks, ReleaseCachedBlocks, E
         self.next_address += -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
         return address
 
+    # -- expandable segments: map pages on demand, unmap the whole free ones
+
+    def find_expandable_block(self, stream: int, pool: BlockPool, size: int) -> Block:
+        """Mirrors ``find_expandable_block``: lowest address with room, else a new segment."""
+        keys = pool.ukeys
+        i = bisect_left(keys, (stream, 0))
+        while i < len(keys) and keys[i][0] == stream:
+            candidate = pool.unmapped[keys[i][1]]
+            if _allocatable(candidate.prev):
+                assert candidate.prev is not None  # for mypy: checked just above
+                candidate = candidate.prev
+            if _has_room(candidate, size):
+                return candidate
+            i += 1
+        page = K_SMALL_BUFFER if pool.is_small else self.settings.large_segment_size
+        space = self.device_total + self.device_total // 8
+        pages = -(-space // page)
+        address = self._new_address(pages * page, expandable=True)
+        segment = ExpandableSegment(address, stream, page, pages * page)
+        self.expandable_segments.append(segment)
+        candidate = Block(stream, segment.size(), pool, address)
+        candidate.mapped = False
+        candidate.expandable = segment
+        pool.insert_unmapped(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int, context: object) -> bool:
+        """Mirrors ``map_block``: back ``size`` bytes of ``to_map`` with device pages."""
+        segment = to_map.expandable
+        assert segment is not None  # only unmapped expandable blocks get here
+        address = to_map.address
+        mapped = segment.map(address, size, self.capacity - self.total_allocated_memory)
+        if mapped == 0:
+            return False  # cuMemCreate: out of memory
+        pool = to_map.pool
+        pool.erase_unmapped(to_map)
+        to_map.mapped = True
+        if mapped < to_map.size:
+            remaining = Block(to_map.stream, to_map.size - mapped, pool, address + mapped)
+            remaining.mapped = False
+            remaining.expandable = segment
+            remaining.splice(to_map, to_map.next)
+            pool.insert_unmapped(remaining)
+            to_map.size = mapped
+        self.try_merge_blocks(to_map, to_map.prev, pool)
+        self.try_merge_blocks(to_map, to_map.next, pool)
+        pool.insert_into_blocks(to_map)
+        self.total_allocated_memory += mapped
+        self.reserved_bytes.increase(mapped)
+        self.num_device_alloc += 1
+        self.on_trace("segment_map", address, mapped, to_map.stream)
+        if to_map.prev is None and to_map.segment_context is None:
+            to_map.segment_context = context
+        return True
+
+    def try_allocate_expandable_block(
+        self, stream: int, pool: BlockPool, size: int, context: object
+    ) -> Block | None:
+        """Mirrors ``try_allocate_expandable_block``: map pages until ``size`` fits."""
+        candidate = self.find_expandable_block(stream, pool, size)
+        if not candidate.mapped and not self.map_block(
+            candidate, min(candidate.size, size), context
+        ):
+            return None
+        while candidate.size < size:
+            remaining = size - candidate.size
+            following = candidate.next
+            assert following is not None  # find_expandable_block checked room
+            if not self.map_block(following, min(remaining, following.size), context):
+                return None
+            candidate = following
+        pool.erase(candidate)
+        return candidate
+
+    def unmap_block(self, block: Block) -> None:
+        """Mirrors ``unmap_block``: give back the whole pages inside a free block."""
+        segment = block.expandable
+        assert segment is not None  # only expandable blocks get here
+        start, size = segment.unmap(block.address, block.size)
+        if size == 0:
+            return
+        pool = block.pool
+        pool.erase(block)
+        before = start - block.address
+        if before > 0:
+            head = Block(block.stream, before, pool, block.address)
+            head.expandable = segment
+            head.splice(block.prev, block)
+            pool.insert_into_blocks(head)
+        after = block.size - (before + size)
+        if after > 0:
+            tail = Block(block.stream, after, pool, start + size)
+            tail.expandable = segment
+            tail.splice(block, block.next)
+            pool.insert_into_blocks(tail)
+        block.address, block.size, block.mapped = start, size, False
+        block.segment_context = None
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.insert_unmapped(block)
+        self.total_allocated_memory -= size
+        self.reserved_bytes.decrease(size)
+        self.num_device_free += 1
+        self.on_trace("segment_unmap", start, size, block.stream)
+
+    def release_expandable_segment(self, block: Block) -> None:
+        """Mirrors ``release_expandable_segment``: drop a wholly unmapped address space."""
+        block.pool.erase_unmapped(block)
+        if block.expandable in self.expandable_segments:
+            self.expandable_segments.remove(block.expandable)
+
+    # -- freeing: merge with free neighbours, wait for other streams
+
+    def free_block(self, block: Block) -> None:
+        """Mirrors ``free_block``: merge with free neighbours and return to the pool."""
+        if self.trace_blocks:
+            self.on_trace("free_completed", block.address, block.requested_size, block.stream)
+        del self.active_blocks[block.address]
+        block.context = None
+        original_size, requested = block.size, block.requested_size
+        pool = block.pool
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.insert_into_blocks(block)
+        for stat, amount in (
+            (self.active, 1),
+            (self.active_bytes, original_size),
+            (self.requested_bytes, requested),
+        ):  # decrease_stat, inlined: this runs on every free
+            stat.current -= amount
+            stat.freed += amount
+
+    def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
+        """Mirrors ``try_merge_blocks``: absorb ``src`` into ``dst``; the bytes absorbed."""
+        if (
+            src is None
+            or src.allocated
+            or src.event_count > 0
+            or src.stream_uses
+            or dst.mapped != src.mapped
+        ):
+            return 0
+        if src.mapped:
+            pool.erase(src)
+        else:
+            pool.erase_unmapped(src)
+        if dst.prev is src:
+            dst.address = src.address
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+            dst.segment_context = src.segment_context
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    def insert_events(self, block: Block) -> None:
+        """Mirrors ``insert_events``: one pending event per stream that used the block."""
+        block.event_count += len(block.stream_uses)
+        block.stream_uses = set()
+        self.pending.append(block)
+
+    def process_events(self) -> None:
+        """Mirrors ``process_events``; here every recorded event has fired."""
+        pending, self.pending = self.pending, []
+        for block in pending:
+            block.event_count = 0
+            self.free_block(block)
+
+    def synchronize_and_free_events(self) -> None:
+        """Mirrors ``synchronize_and_free_events``."""
+        self.num_sync_all_streams += 1
+        self.process_events()
+
+    # -- releasing cached memory: on failure, on ``empty_cache()``, or by age
+
+    def release_available_cached_blocks(self, size: int, stream: int, pool: BlockPool) -> bool:
+        """Mirrors ``release_available_cached_blocks``: free oversize blocks, just enough."""
+        max_split = self.settings.max_split_size
+        if max_split == NO_LIMIT:
+            return False
+        key_size = max(size, max_split)
+        keys = pool.keys
+        i = bisect_left(keys, (stream, key_size, 0))
+        if i < len(keys) and keys[i][0] == stream:
+            return self._release_if_whole(pool.blocks[keys[i][2]])
+        if i == 0:
+            return False
+        released = 0
+        i -= 1
+        while released < key_size and keys[i][1] >= max_split and keys[i][0] == stream:
+            block = pool.blocks[keys[i][2]]
+            released += block.size
+            self._release_if_whole(block)
+            if i == 0:
+                break
+            i -= 1
+        return released >= key_size
+
+    def _release_if_whole(self, block: Block) -> bool:
+        """``release_block`` for a whole cudaMalloc'd block (PyTorch asserts it is one)."""
+        if block.expandable is not None or block.is_split():
+            return False
+        self.release_block(block)
+        return True
+
+    def release_cached_blocks(self) -> bool:
+        """Mirrors ``release_cached_blocks``: sync frees, then release every unsplit block."""
+        self.synchronize_and_free_events()
+        self.release_blocks(self.large_blocks)
+        self.release_blocks(self.small_blocks)
+        return True
+
+    def release_blocks(self, pool: BlockPool) -> None:
+        """Mirrors ``release_blocks``: unsplit segments go back; expandable pages are unmapped."""
+        to_unmap: list[Block] = []
+        for _stream, _size, address in list(pool.keys):
+            block = pool.blocks[address]
+            if block.expandable is not None:
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block)
+        for block in to_unmap:
+            self.unmap_block(block)
+            if block.prev is None and block.next is None and not block.mapped:
+                self.release_expandable_segment(block)
+
+    def release_block(self, block: Block) -> None:
+        """Mirrors ``release_block``: ``cudaFree`` one whole segment."""
+        self.num_device_free += 1
+        self.on_trace("segment_free", block.address, block.size, block.stream)
+        self.total_allocated_memory -= block.size
+        self.segment.decrease(1)
+        self.reserved_bytes.decrease(block.size)
+        block.pool.erase(block)
+
+    def garbage_collect_cached_blocks(self) -> None:
+        """Mirrors ``garbage_collect_cached_blocks``: release aged unsplit large blocks."""
+        assert self.allowed is not None  # only called under a memory fraction
+        threshold = int(self.settings.garbage_collection_threshold * self.allowed)
+        if self.total_allocated_memory <= threshold:
+            return
+        target = self.total_allocated_memory - threshold
+        pool = self.large_blocks
+        freeable = [pool.blocks[key[2]] for key in pool.keys]
+        freeable = [b for b in freeable if not b.is_split() and b.expandable is None]
+        total_age = sum(block.gc_count() for block in freeable)
+        count = len(freeable)
+        reclaimed, freed_one = 0, True
+        while reclaimed < target and freed_one and count > 0:
+            age_threshold = total_age / count
+            freed_one = False
+            for _stream, _size, address in list(pool.keys):
+                block = pool.blocks.get(address)
+                if block is None or block.is_split() or block.expandable is not None:
+                    continue
+                if block.gc_count() >= age_threshold:
+                    freed_one = True
+                    reclaimed += block.size
+                    total_age -= block.gc_count()
+                    count -= 1
+                    self.release_block(block)
+
     # -- reading the state
 
     def segment_heads(self) -> list[Block]:
@@ -230,3 +576,30 @@ class DeviceCachingAllocator(FindCachedBlock, FreeBlocks, ReleaseCachedBlocks, E
             if block.is_split() and block.expandable is None
         ]
         return sum(holes), len(holes)
+
+
+def _expandable_size(block: Block) -> int:
+    """``get_free_block``'s ``expandable_size``: a free expandable block and the unmapped range
+    after it, the size it can grow to."""
+    following = block.next
+    return block.size + (following.size if following is not None and not following.mapped else 0)
+
+
+def _allocatable(block: Block | None) -> bool:
+    """``find_expandable_block``'s ``allocatable``: free, and no stream still uses it."""
+    return (
+        block is not None
+        and not block.allocated
+        and block.event_count == 0
+        and not block.stream_uses
+    )
+
+
+def _has_room(block: Block | None, size: int) -> bool:
+    """``find_expandable_block``'s ``has_available_address_space``: the free and unmapped
+    ranges from ``block`` on cover ``size``."""
+    total = 0
+    while total < size and block is not None and _allocatable(block):
+        total += block.size
+        block = block.next
+    return total >= size

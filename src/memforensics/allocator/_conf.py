@@ -1,24 +1,29 @@
-"""Reading a ``PYTORCH_CUDA_ALLOC_CONF`` string as PyTorch reads it: lex, then parse key by key.
+"""Reading allocator settings as PyTorch reads them: the conf string, ``--set``, a snapshot.
 
-Mirrors ``CUDAAllocatorConfig::lexArgs`` / ``parseArgs`` / ``parseRoundUpPower2Divisions`` in
-``c10/cuda/CUDAAllocatorConfig.cpp``, with the same limits and error wording. Split from
-:mod:`memforensics.allocator._settings`, which holds the value these produce: the grammar and
-its checks are a seam of their own there too.
+A ``PYTORCH_CUDA_ALLOC_CONF`` string (Ascend: ``PYTORCH_NPU_ALLOC_CONF``) is lexed into tokens
+at ``,`` ``:`` ``[`` ``]`` with spaces dropped, then read key by key with the same limits and
+error wording PyTorch has (mirrors ``CUDAAllocatorConfig::lexArgs`` / ``parseArgs`` /
+``parseRoundUpPower2Divisions`` in ``c10/cuda/CUDAAllocatorConfig.cpp``). Pinned-memory and
+lock options are accepted and ignored, like an unknown ``backend`` would be by a model that
+only knows the native allocator. A snapshot's ``allocator_settings`` dict (what ``_snapshot()``
+reports) converts back into the same value, so a replay runs under exactly the settings the
+dump was taken with.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from memforensics.allocator._settings import AllocatorSettings
+from memforensics.allocator._blocks import K_LARGE_BUFFER
+from memforensics.allocator._settings import (
+    NO_LIMIT,
+    ROUNDUP_INTERVALS,
+    AllocatorSettings,
+    MiB,
+)
 
-
-MiB = 1 << 20
-K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer
-ROUNDUP_INTERVALS = 16  # kRoundUpPowerOfTwoIntervals: 1 MiB .. 64 GiB
 _IGNORED = frozenset(
     {
         "backend",
@@ -182,3 +187,62 @@ def _divisions(cursor: _Tokens, current: tuple[int, ...]) -> tuple[int, ...]:
             cursor.i += 1
     cursor.expect("]")
     return tuple(values)
+
+
+def parse_conf(conf: str | None) -> AllocatorSettings:
+    """Settings from a ``PYTORCH_CUDA_ALLOC_CONF`` string (None or empty: the defaults)."""
+    if not conf:
+        return AllocatorSettings()
+    return apply_tokens(AllocatorSettings(), lex(conf))
+
+
+def from_snapshot(raw: object) -> AllocatorSettings | None:
+    """Settings from a snapshot's ``allocator_settings``; None when absent or unreadable.
+
+    The parsed fields win over the conf string (they are what the allocator used); the conf
+    string fills what older PyTorch does not report (``max_non_split_rounding_mb``).
+    """
+    if not isinstance(raw, Mapping):
+        return None
+    conf = raw.get("PYTORCH_CUDA_ALLOC_CONF")
+    try:
+        settings = parse_conf(conf) if isinstance(conf, str) else AllocatorSettings()
+    except SettingsError:
+        settings = AllocatorSettings()
+    split = raw.get("max_split_size")
+    if isinstance(split, int) and not isinstance(split, bool):
+        settings = replace(settings, max_split_size=NO_LIMIT if split < 0 else split)
+    threshold = raw.get("garbage_collection_threshold")
+    if isinstance(threshold, int | float) and not isinstance(threshold, bool):
+        settings = replace(settings, garbage_collection_threshold=float(threshold))
+    expandable = raw.get("expandable_segments")
+    if isinstance(expandable, bool):
+        settings = replace(settings, expandable_segments=expandable)
+    divisions = _snapshot_divisions(raw.get("roundup_power2_divisions"))
+    if divisions is not None:
+        settings = replace(settings, roundup_power2_divisions=divisions)
+    return settings
+
+
+def _snapshot_divisions(raw: object) -> tuple[int, ...] | None:
+    """``roundup_power2_divisions`` as a dict ``{"1": 0, ...}`` (newer) or list (older)."""
+    values: list[object]
+    if isinstance(raw, Mapping):
+        values = [raw[key] for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else 0)]
+    elif isinstance(raw, list):
+        values = list(raw)
+    else:
+        return None
+    if len(values) != ROUNDUP_INTERVALS or not all(type(v) is int and v >= 0 for v in values):
+        return None
+    return tuple(int(str(v)) for v in values)
+
+
+def apply_assignment(settings: AllocatorSettings, assignment: str) -> AllocatorSettings:
+    """``settings`` with a ``key=value`` (or ``key:value``) from ``--set`` applied."""
+    key, sep, value = assignment.partition("=")
+    if not sep:
+        key, sep, value = assignment.partition(":")
+    if not sep or not key.strip() or not value.strip():
+        raise SettingsError(f"expected KEY=VALUE, got {assignment!r}")
+    return apply_tokens(settings, lex(f"{key.strip()}:{value.strip()}"))

@@ -1,168 +1,64 @@
-"""Expandable segments: one reserved address space per stream and pool, mapped page by page.
+"""An expandable segment: one reserved range of address space, backed by device pages on demand.
 
-Mirrors the ``expandable_segments:True`` path of ``CUDACachingAllocator.cpp``: a request that no
-cached block serves looks for the lowest address with enough free and unmapped room
-(``find_expandable_block``), maps pages there (``map_block``: 2 MiB pages in the small pool,
-20 MiB or ``large_segment_size`` in the large one), and releasing the cache unmaps the whole
-pages of free blocks (``unmap_block``). A snapshot reports one segment per contiguous mapped
-range; the trace records ``segment_map`` / ``segment_unmap``.
+Mirrors ``struct ExpandableSegment`` in ``c10/cuda/CUDACachingAllocator.cpp``. Under
+``expandable_segments:True`` the allocator reserves one such range per stream and pool (9/8 of
+the device, as PyTorch reserves it) and maps pages into it as requests need them: 2 MiB pages
+in the small pool, ``large_segment_size`` ones in the large pool. The segment knows only its
+address space and its pages; which blocks lie in it, and which of them are mapped, the
+allocator's blocks say (``Block.mapped``), as PyTorch keeps it.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable
 
-from memforensics.allocator._blocks import K_SMALL_BUFFER, Block, BlockPool, ExpandableSegment
-from memforensics.allocator._settings import AllocatorSettings
-from memforensics.allocator._stats import Stat
+class ExpandableSegment:
+    """Mirrors ``struct ExpandableSegment``: reserved address space, mapped page by page.
 
+    Mapping needs a page of device memory each; the allocator says how many bytes the device
+    can still give (``cuMemCreate`` failing is an OOM).
+    """
 
-class ExpandableSegments:
-    """The expandable-segment methods of ``DeviceCachingAllocator`` (which provides the state)."""
+    __slots__ = ("address", "mapped_bytes", "max_pages", "page_size", "stream")
 
-    settings: AllocatorSettings
-    capacity: int
-    device_total: int
-    total_allocated_memory: int
-    reserved_bytes: Stat
-    num_device_alloc: int
-    num_device_free: int
-    expandable_segments: list[ExpandableSegment]
-    on_trace: Callable[[str, int, int, int], None]
+    def __init__(self, address: int, stream: int, page_size: int, address_space: int) -> None:
+        self.address = address
+        self.stream = stream
+        self.page_size = page_size
+        self.max_pages = -(-address_space // page_size)
+        self.mapped_bytes = 0  # the blocks' ``mapped`` flags are the state; this the total
 
-    # provided by the allocator (annotations only: the real methods are found by the MRO)
-    try_merge_blocks: Callable[[Block, Block | None, BlockPool], int]
-    _new_address: Callable[..., int]
+    def size(self) -> int:
+        """Bytes of address space (``ExpandableSegment::size``)."""
+        return self.max_pages * self.page_size
 
-    def find_expandable_block(self, stream: int, pool: BlockPool, size: int) -> Block:
-        """Mirrors ``find_expandable_block``: lowest address with room, else a new segment."""
-        keys = pool.ukeys
-        i = bisect_left(keys, (stream, 0))
-        while i < len(keys) and keys[i][0] == stream:
-            candidate = pool.unmapped[keys[i][1]]
-            if _allocatable(candidate.prev):
-                assert candidate.prev is not None  # for mypy: checked just above
-                candidate = candidate.prev
-            if _has_room(candidate, size):
-                return candidate
-            i += 1
-        page = K_SMALL_BUFFER if pool.is_small else self.settings.large_segment_size
-        space = self.device_total + self.device_total // 8
-        pages = -(-space // page)
-        address = self._new_address(pages * page, expandable=True)
-        segment = ExpandableSegment(address, stream, page, pages * page)
-        self.expandable_segments.append(segment)
-        candidate = Block(stream, segment.size(), pool, address)
-        candidate.mapped = False
-        candidate.expandable = segment
-        pool.insert_unmapped(candidate)
-        return candidate
+    def page_range(self, address: int, size: int, *, inner: bool) -> tuple[int, int]:
+        """Pages covering ``[address, address + size)``; ``inner``: only pages wholly inside
+        (``segmentLeft`` / ``segmentRight`` the other way round)."""
+        start, end = address - self.address, address - self.address + size
+        page = self.page_size
+        if inner:
+            return -(-start // page), end // page
+        return start // page, -(-end // page)
 
-    def map_block(self, to_map: Block, size: int, context: object) -> bool:
-        """Mirrors ``map_block``: back ``size`` bytes of ``to_map`` with device pages."""
-        segment = to_map.expandable
-        assert segment is not None  # only unmapped expandable blocks get here
-        begin, end = segment.page_range(to_map.address, size, inner=False)
-        mapped = (end - begin) * segment.page_size
-        if mapped == 0 or self.total_allocated_memory + mapped > self.capacity:
-            return False  # cuMemCreate: out of memory (pages made so far are released)
-        pool = to_map.pool
-        address = to_map.address
-        pool.erase_unmapped(to_map)
-        to_map.mapped = True
-        segment.mapped_bytes += mapped
-        if mapped < to_map.size:
-            remaining = Block(to_map.stream, to_map.size - mapped, pool, address + mapped)
-            remaining.mapped = False
-            remaining.expandable = segment
-            remaining.splice(to_map, to_map.next)
-            pool.insert_unmapped(remaining)
-            to_map.size = mapped
-        self.try_merge_blocks(to_map, to_map.prev, pool)
-        self.try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert_into_blocks(to_map)
-        self.total_allocated_memory += mapped
-        self.reserved_bytes.increase(mapped)
-        self.num_device_alloc += 1
-        self.on_trace("segment_map", address, mapped, to_map.stream)
-        if to_map.prev is None and to_map.segment_context is None:
-            to_map.segment_context = context
-        return True
+    def map(self, address: int, size: int, available: int) -> int:
+        """Mirrors ``ExpandableSegment::map``: back the pages covering the range with device
+        memory; the bytes mapped from ``address``, 0 when they need more than the ``available``
+        bytes the device can still give (``cuMemCreate`` fails: PyTorch releases the pages
+        it made and maps none)."""
+        begin, end = self.page_range(address, size, inner=False)
+        mapped = (end - begin) * self.page_size
+        if mapped == 0 or mapped > available:
+            return 0
+        self.mapped_bytes += mapped
+        return mapped
 
-    def try_allocate_expandable_block(
-        self, stream: int, pool: BlockPool, size: int, context: object
-    ) -> Block | None:
-        """Mirrors ``try_allocate_expandable_block``: map pages until ``size`` fits."""
-        candidate = self.find_expandable_block(stream, pool, size)
-        if not candidate.mapped and not self.map_block(
-            candidate, min(candidate.size, size), context
-        ):
-            return None
-        while candidate.size < size:
-            remaining = size - candidate.size
-            following = candidate.next
-            assert following is not None  # find_expandable_block checked room
-            if not self.map_block(following, min(remaining, following.size), context):
-                return None
-            candidate = following
-        pool.erase(candidate)
-        return candidate
-
-    def unmap_block(self, block: Block) -> None:
-        """Mirrors ``unmap_block``: give back the whole pages inside a free block."""
-        segment = block.expandable
-        assert segment is not None  # only expandable blocks get here
-        begin, end = segment.page_range(block.address, block.size, inner=True)
+    def unmap(self, address: int, size: int) -> tuple[int, int]:
+        """Mirrors ``ExpandableSegment::unmap``: give back the pages wholly inside the range;
+        the ``(address, size)`` unmapped, size 0 when no whole page lies inside."""
+        begin, end = self.page_range(address, size, inner=True)
         if begin >= end:
-            return
-        pool = block.pool
-        pool.erase(block)
-        start = segment.address + begin * segment.page_size
-        size = (end - begin) * segment.page_size
-        before = start - block.address
-        if before > 0:
-            head = Block(block.stream, before, pool, block.address)
-            head.expandable = segment
-            head.splice(block.prev, block)
-            pool.insert_into_blocks(head)
-        after = block.size - (before + size)
-        if after > 0:
-            tail = Block(block.stream, after, pool, start + size)
-            tail.expandable = segment
-            tail.splice(block, block.next)
-            pool.insert_into_blocks(tail)
-        block.address, block.size, block.mapped = start, size, False
-        block.segment_context = None
-        segment.mapped_bytes -= size
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
-        pool.insert_unmapped(block)
-        self.total_allocated_memory -= size
-        self.reserved_bytes.decrease(size)
-        self.num_device_free += 1
-        self.on_trace("segment_unmap", start, size, block.stream)
-
-    def release_expandable_segment(self, block: Block) -> None:
-        """Mirrors ``release_expandable_segment``: drop a wholly unmapped address space."""
-        block.pool.erase_unmapped(block)
-        if block.expandable in self.expandable_segments:
-            self.expandable_segments.remove(block.expandable)
-
-
-def _allocatable(block: Block | None) -> bool:
-    return (
-        block is not None
-        and not block.allocated
-        and block.event_count == 0
-        and not block.stream_uses
-    )
-
-
-def _has_room(block: Block | None, size: int) -> bool:
-    """``has_available_address_space``: free and unmapped ranges from ``block`` cover ``size``."""
-    total = 0
-    while total < size and block is not None and _allocatable(block):
-        total += block.size
-        block = block.next
-    return total >= size
+            return address, 0
+        start = self.address + begin * self.page_size
+        unmapped = (end - begin) * self.page_size
+        self.mapped_bytes -= unmapped
+        return start, unmapped

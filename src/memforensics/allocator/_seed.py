@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from memforensics.allocator._blocks import (
-    K_SMALL_BUFFER,
-    Block,
-    BlockPool,
-    ExpandableSegment,
-)
+from memforensics.allocator._blocks import K_SMALL_BUFFER, Block, BlockPool
 from memforensics.allocator._caching import DeviceCachingAllocator
+from memforensics.allocator._expandable import ExpandableSegment
 
 SeedBlock = tuple[int, int, int, bool]
 """A live block to place: ``(address, size, requested, pending)``."""
