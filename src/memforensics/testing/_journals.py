@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memforensics.capture.journal import FOLDER, format_line, journal_name
+from memforensics._layout import journal_folder, journal_name
+from memforensics.capture.journal import format_line
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -64,7 +65,7 @@ def write_journals(
     second pid whose lines repeat the last ten steps; ranks in ``same_pid_restart`` append that
     second run to the same file (steps go back). ``torn`` ranks end with half a line.
     """
-    folder = root / FOLDER
+    folder = journal_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     skip, torn_set = set(missing), set(torn)
@@ -149,8 +150,3 @@ def _oom_line(rank: int, index: int, every: int, held: int, limit: int, leak: in
         "device_limit_bytes": limit,
     }
     return format_line("oom", index * every, rank, stats, START + index * 10.0 + 5.0)
-
-
-def journal_pid(rank: int) -> int:
-    """The pid ``write_journals`` gives ``rank``'s first process."""
-    return 1000 + rank

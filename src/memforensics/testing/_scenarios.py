@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memforensics._layout import sidecar_path
 from memforensics.testing._synthetic import (
     CACHE,
     INACTIVE,
@@ -89,9 +90,8 @@ def write_dump(
     data = pickle.dumps(snapshot, protocol=protocol)
     path.write_bytes(gzip.compress(data) if gz else data)
     if sidecar is not None:
-        name = path.name.removesuffix(".gz").removesuffix(".pickle").removesuffix(".pkl")
         side = dict(sidecar, snapshot_file=path.name, snapshot_bytes=path.stat().st_size)
-        path.with_name(f"{name}.json").write_text(json.dumps(side, indent=1))
+        sidecar_path(path).write_text(json.dumps(side, indent=1))
     return path
 
 

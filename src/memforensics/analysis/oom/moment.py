@@ -4,8 +4,8 @@ An OOM dump is taken inside the OOM observer, so its final state *is* the state 
 window dump that contains the OOM goes on recording: the exception unwinds, activations are
 freed, maybe the cache is emptied. Judging it on its final state judges the wrong moment; its
 state at the trace's ``oom`` entry is the final state with every later event undone
-(:mod:`._history`). When that cannot be done (a later event contradicts the state) the moment
-is unknown, and the verdict says so rather than guess.
+(:mod:`memforensics.analysis.oom.history`). When that cannot be done (a later event contradicts
+the state) the moment is unknown, and the verdict says so rather than guess.
 
 Two sizes name the failed allocation and they differ: ``requested_bytes`` is the user's request
 rounded to the block size (the trace's ``oom`` entry: 5.02 MiB), ``allocation_bytes`` what the
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics._units import outside_pytorch_bytes
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
 from memforensics.analysis.dump.load import Dump
 from memforensics.analysis.dump.model import INACTIVE, as_int
@@ -49,10 +50,7 @@ class OomMoment:
     @property
     def external_bytes(self) -> int | None:
         """Memory on the device PyTorch's allocator does not own: limit - free - reserved."""
-        if None in (self.limit_bytes, self.device_free_bytes, self.reserved_bytes):
-            return None
-        limit, free = self.limit_bytes or 0, self.device_free_bytes or 0
-        return max(limit - free - (self.reserved_bytes or 0), 0)
+        return outside_pytorch_bytes(self.limit_bytes, self.device_free_bytes, self.reserved_bytes)
 
     @property
     def headroom_bytes(self) -> int | None:
