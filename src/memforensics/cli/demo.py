@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from memforensics.backends._select import create_backend
+from memforensics.capture.atomic import write_file_atomic
 from memforensics.capture.log import reset_logging
 
 _SCRIPT = Path(__file__).parents[1] / "examples" / "demo_train.py"
@@ -35,7 +35,7 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     """Run the leaky training script on ``device``; return its RESULT dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
     script = out_dir / "demo_train.py"
-    shutil.copyfile(_SCRIPT, script)
+    write_file_atomic(script, _SCRIPT.read_bytes())
     keys = ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT", "MEMFORENSICS_LOG_LEVEL")
     saved = {k: os.environ.get(k) for k in keys}
     os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
