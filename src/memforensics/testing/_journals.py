@@ -1,10 +1,11 @@
 """Synthetic journals with known truth: a run of many ranks, one of which leaks and fails.
 
-Lines are made by the runtime's own ``format_line``, so they are byte for byte what a training
-process writes. Every rank holds ``base`` bytes plus a little noise; the leaking rank also keeps
-``leak_per_line`` more bytes at each line, until it runs out of memory at its last line. The
-damage a real run suffers can be added on request: ranks that never wrote a line, torn last
-lines, a bad line, and restarts (a second process for a rank, or the same pid appending again).
+Lines are made by the journal's own ``format_line`` and files named by ``_layout``, so they are
+byte for byte what a training process writes. Every rank holds ``base`` bytes plus a little
+noise; the leaking rank also keeps ``leak_per_line`` more bytes at each line, until it runs out
+of memory at its last line. The damage a real run suffers can be added on request: ranks that
+never wrote a line, torn last lines, a bad line, and restarts (a second process for a rank, or
+the same pid appending again).
 """
 
 from __future__ import annotations

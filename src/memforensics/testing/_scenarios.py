@@ -1,8 +1,9 @@
 """Synthetic dumps on disk and the scenarios the analysis must get right.
 
-Split from :mod:`memforensics.testing._synthetic`, which builds snapshots; this module writes
-them as memforensics does (pickle plus JSON sidecar) and names the cases with known answers:
-:func:`fragmented`, :func:`exhausted`, :func:`growth_pair` and :func:`write_run_folder`.
+:mod:`memforensics.testing._synthetic` builds snapshots; this module writes them as
+memforensics does (pickle plus JSON sidecar, named as :mod:`memforensics._layout` names them)
+and names the cases with known answers: :func:`fragmented`, :func:`exhausted`,
+:func:`growth_pair` and :func:`write_run_folder`.
 """
 
 from __future__ import annotations
