@@ -1,6 +1,5 @@
 """Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
 
-from memforensics._layout import sidecar_path
 from memforensics._units import format_bytes
 from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
 from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
@@ -16,7 +15,7 @@ from memforensics.analysis.dump.frames import (
     site_of,
 )
 from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord, sidecar_path
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.timeline import Timeline, memory_timeline
 from memforensics.analysis.filled.kinds import KINDS, KindBytes

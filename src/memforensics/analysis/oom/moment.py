@@ -4,8 +4,8 @@ An OOM dump is taken inside the OOM observer, so its final state *is* the state 
 window dump that contains the OOM goes on recording: the exception unwinds, activations are
 freed, maybe the cache is emptied. Judging it on its final state judges the wrong moment; its
 state at the trace's ``oom`` entry is the final state with every later event undone
-(:mod:`memforensics.analysis.oom.history`). When that cannot be done (a later event contradicts
-the state) the moment is unknown, and the verdict says so rather than guess.
+(:mod:`._history`). When that cannot be done (a later event contradicts the state) the moment
+is unknown, and the verdict says so rather than guess.
 
 Two sizes name the failed allocation and they differ: ``requested_bytes`` is the user's request
 rounded to the block size (the trace's ``oom`` entry: 5.02 MiB), ``allocation_bytes`` what the
