@@ -21,18 +21,6 @@ _SCALES = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def format_bytes(count: int | None) -> str:
-    """``3.25 GiB``, ``512.00 MiB``, ``96 B``; ``-`` for unknown; signed input keeps its sign."""
-    if count is None:
-        return "-"
-    sign = "-" if count < 0 else ""
-    size = abs(count)
-    for unit, scale in _UNITS:
-        if size >= scale:
-            return f"{sign}{size / scale:.2f} {unit}"
-    return f"{sign}{size} B"
-
-
 def parse_size(text: str) -> int:
     """Bytes in ``2GiB``, ``512 MB``, ``1.5 GiB``, ``2.00 GiB``, ``96 bytes`` or ``4096``.
 
@@ -56,3 +44,15 @@ def outside_pytorch_bytes(limit: int | None, free: int | None, reserved: int | N
     if limit is None or free is None or reserved is None:
         return None
     return max(limit - free - reserved, 0)
+
+
+def format_bytes(count: int | None) -> str:
+    """``3.25 GiB``, ``512.00 MiB``, ``96 B``; ``-`` for unknown; signed input keeps its sign."""
+    if count is None:
+        return "-"
+    sign = "-" if count < 0 else ""
+    size = abs(count)
+    for unit, scale in _UNITS:
+        if size >= scale:
+            return f"{sign}{size / scale:.2f} {unit}"
+    return f"{sign}{size} B"

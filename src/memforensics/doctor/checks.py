@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics._errors import ConfigError
-from memforensics._units import format_bytes
 from memforensics._version import __version__
+from memforensics.analysis import format_bytes
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
 from memforensics.capture.config import build_config, config_from_env
