@@ -37,7 +37,7 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
     # and the device has less than that free: the request fits, the allocation does not.
     assert oom_facts["requested_bytes"] < oom_facts["device_free_bytes"]
     assert oom_facts["allocation_bytes"] == 20 << 20 > oom_facts["device_free_bytes"]
-    assert "(the allocator asked the device for 20.0 MiB), device free" in proc.stdout
+    assert "(the allocator asked the device for 20.00 MiB), device free" in proc.stdout
     windows = sorted(p.name for p in out.iterdir() if p.name.startswith("steps"))
     assert windows[0] == "steps0-1"
     assert len(windows) == 3  # the first window and the newest two (keep_last=2)

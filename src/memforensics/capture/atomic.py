@@ -30,6 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from memforensics import _layout
+
 PICKLE_PROTOCOL = 4
 """The protocol ``torch.cuda.memory._dump_snapshot`` uses; memory_viz reads it."""
 
@@ -37,7 +39,6 @@ _FILE_MODE = 0o644  # further reduced by the umask; never group- or world-writab
 _DIR_MODE = 0o755  # the same for the folders dumps land in: nobody else may swap a dump
 _TMP_MARK = ".tmp-"
 _TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
-_INFLIGHT = ".inflight"
 _LINK_RE = re.compile(r"^\.(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 
 
@@ -51,35 +52,28 @@ class DumpPaths:
     inflight: Path | None = None
 
 
-def inflight_folder(out_dir: Path, rank: int) -> Path:
-    """``<out_dir>/.inflight/rank<R>``: where rank R registers the temporary files it writes."""
-    return out_dir / _INFLIGHT / f"rank{rank}"
-
-
 def _hostname() -> str:
     return socket.gethostname().replace("-", "_") or "host"
 
 
+def _dump_paths(out_dir: Path, snapshot: Path, rank: int) -> DumpPaths:
+    """The snapshot, its sidecar and the rank's in-flight folder (every name from ``_layout``)."""
+    inflight = _layout.inflight_folder(out_dir, rank)
+    return DumpPaths(snapshot, _layout.sidecar_path(snapshot), inflight)
+
+
 def window_paths(out_dir: Path, folder: str, rank: int, pid: int) -> DumpPaths:
     """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json``."""
-    stem = f"rank{rank}_pid{pid}"
-    base = out_dir / folder
-    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json", inflight_folder(out_dir, rank))
-
-
-def timestamp(now: datetime) -> str:
-    """``20261130-101112-123456``: sortable, filesystem-safe, microsecond resolution."""
-    return now.strftime("%Y%m%d-%H%M%S-%f")
+    return _dump_paths(out_dir, _layout.window_snapshot(out_dir, folder, rank, pid), rank)
 
 
 def event_paths(
     out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
 ) -> DumpPaths:
-    """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle`` (no ``_stepN`` outside steps)."""
-    step_part = f"_step{step}" if step is not None else ""
-    stem = f"rank{rank}_pid{pid}{step_part}_{timestamp(now)}"
-    base = out_dir / kind
-    return DumpPaths(base / f"{stem}.pickle", base / f"{stem}.json", inflight_folder(out_dir, rank))
+    """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle`` and ``.json`` (no ``_stepN`` outside
+    steps)."""
+    snapshot = _layout.event_snapshot(out_dir, kind, rank, pid, step, now)
+    return _dump_paths(out_dir, snapshot, rank)
 
 
 def utc_now() -> datetime:
@@ -171,6 +165,18 @@ def write_sidecar(path: Path, sidecar: dict[str, Any], inflight: Path | None = N
         handle.write(data)
 
 
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: the one way memforensics writes a file.
+
+    The same temporary name, exclusive create (a planted symlink is refused, never followed),
+    fsync and rename as a dump, so a page opened while it is written (a browser refreshing it,
+    a colleague on a shared filesystem) never shows half of it. Raises OSError; nothing of a
+    failed write remains.
+    """
+    with _atomic_file(path) as handle:
+        handle.write(data)
+
+
 def write_dump(
     paths: DumpPaths, snapshot: Any, make_sidecar: Callable[[int], dict[str, Any]]
 ) -> int:
@@ -210,7 +216,7 @@ def clean_stale_temp_files(out_dir: Path, rank: int) -> list[Path]:
     ``out_dir``: a planted link can make this remove nothing else.
     """
     removed: list[Path] = []
-    inflight = inflight_folder(out_dir, rank)
+    inflight = _layout.inflight_folder(out_dir, rank)
     try:
         names = os.listdir(inflight)
     except OSError:

@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from memforensics import _layout
+from memforensics._units import outside_pytorch_bytes
 from memforensics.backends._stats import JOURNAL_STATS
 
-FOLDER = "journal"
 MAX_FILE_BYTES = 4 << 20
 KEYS: tuple[str, ...] = ("time", "step", "rank", "event", *JOURNAL_STATS, "external_bytes")
 """Every line has exactly these keys, in this order; unknown values are null."""
@@ -43,12 +44,6 @@ NO_JOURNAL = 1 << 62
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 _OPEN_FLAGS |= getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is refused, not followed
 _FILE_MODE = 0o644
-
-
-def journal_name(rank: int, pid: int, generation: int = 0) -> str:
-    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation."""
-    middle = f".{generation}" if generation else ""
-    return f"rank{rank}_pid{pid}{middle}.jsonl"
 
 
 _TEMPLATE = (
@@ -73,9 +68,7 @@ def format_line(
     values = [get(key) for key in JOURNAL_STATS]
     free, limit, reserved = values[_FREE], values[_LIMIT], values[_RESERVED]
     # external: device memory outside PyTorch's allocator (contexts, NCCL/HCCL, other processes)
-    values.append(
-        None if free is None or limit is None or reserved is None else limit - free - reserved
-    )
+    values.append(outside_pytorch_bytes(limit, free, reserved))
     text = _TEMPLATE % (
         float(now),
         "null" if step is None else int(step),
@@ -116,8 +109,8 @@ class Journal:
         self.rank = rank
         self.pid = os.getpid()
         self._generation = _forks
-        self.folder = out_dir / FOLDER
-        self.path = self.folder / journal_name(rank, self.pid)
+        self.folder = _layout.journal_folder(out_dir)
+        self.path = self.folder / _layout.journal_name(rank, self.pid)
         self.max_bytes = max_bytes
         self._stats = stats
         self._fd = -1
@@ -154,7 +147,7 @@ class Journal:
     def _rotate(self) -> None:
         os.close(self._fd)
         self._fd = -1
-        os.replace(self.path, self.folder / journal_name(self.rank, self.pid, 1))
+        os.replace(self.path, self.folder / _layout.journal_name(self.rank, self.pid, 1))
         self._open()
 
     def close(self) -> None:

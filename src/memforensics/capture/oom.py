@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from memforensics._errors import BackendError
+from memforensics._units import parse_size
 from memforensics.backends._protocol import DeviceBackend
 
 OomHandler = Callable[[int, int, int, int], None]
@@ -30,18 +31,6 @@ _OOM_TEXTS = (
     "el0004",  # CANN's error code for a failed device allocation
     "failed to allocate memory",  # CANN's text beside EL0004
 )
-_UNITS = {
-    "b": 1,
-    "bytes": 1,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-}
 
 
 class OomRegistry:
@@ -168,10 +157,10 @@ def allocation_bytes_from_message(message: str) -> int | None:
     match = _SIZE_RE.search(message)
     if not match:
         return None
-    unit = _UNITS.get(match["unit"].lower())
-    if unit is None:
+    try:
+        return parse_size(f"{match['num']} {match['unit']}")
+    except ValueError:  # "Tried to allocate 1.2.3 GiB": not a size after all
         return None
-    return int(float(match["num"]) * unit)
 
 
 def python_stack(skip_prefix: str | None = None) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memforensics._layout import window_folder
+
 
 @dataclass(frozen=True, slots=True)
 class Window:
@@ -25,9 +27,7 @@ class Window:
     @property
     def name(self) -> str:
         """Folder name: ``step12`` for a one-step window, ``steps4-7`` for several."""
-        if self.first_step == self.last_step:
-            return f"step{self.first_step}"
-        return f"steps{self.first_step}-{self.last_step}"
+        return window_folder(self.first_step, self.last_step)
 
 
 class WindowSchedule:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from memforensics._units import format_bytes
 from memforensics.backends._select import create_backend
+from memforensics.capture.atomic import write_file_atomic
 from memforensics.capture.log import reset_logging
 
 _SCRIPT = Path(__file__).parents[1] / "examples" / "demo_train.py"
@@ -35,7 +36,7 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     """Run the leaky training script on ``device``; return its RESULT dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
     script = out_dir / "demo_train.py"
-    shutil.copyfile(_SCRIPT, script)
+    write_file_atomic(script, _SCRIPT.read_bytes())
     keys = ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT", "MEMFORENSICS_LOG_LEVEL")
     saved = {k: os.environ.get(k) for k in keys}
     os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
@@ -60,8 +61,8 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     return result
 
 
-def _mib(value: Any) -> str:
-    return f"{value / (1 << 20):,.1f} MiB" if isinstance(value, int) else "unknown"
+def _size(value: Any) -> str:
+    return format_bytes(value) if isinstance(value, int) else "unknown"
 
 
 def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
@@ -81,10 +82,10 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
             continue
         lines.append(f"  sidecar: {sidecar}")
         lines.append(
-            f"  requested {_mib(oom.get('requested_bytes'))} (the allocator asked the device for "
-            f"{_mib(oom.get('allocation_bytes'))}), device free "
-            f"{_mib(oom.get('device_free_bytes'))} of "
-            f"{_mib(oom.get('device_total_bytes'))}"
+            f"  requested {_size(oom.get('requested_bytes'))} (the allocator asked the device for "
+            f"{_size(oom.get('allocation_bytes'))}), device free "
+            f"{_size(oom.get('device_free_bytes'))} of "
+            f"{_size(oom.get('device_total_bytes'))}"
         )
     if ooms:
         lines.append(f"next: memforensics summary {ooms[0]}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from memforensics.analysis import format_bytes
+from memforensics._units import format_bytes
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends._torch import CLEAR_KEYWORD, HISTORY_KEYWORDS, TorchAllocatorBackend
 from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable

@@ -1,10 +1,11 @@
 """Synthetic journals with known truth: a run of many ranks, one of which leaks and fails.
 
-Lines are made by the runtime's own ``format_line``, so they are byte for byte what a training
-process writes. Every rank holds ``base`` bytes plus a little noise; the leaking rank also keeps
-``leak_per_line`` more bytes at each line, until it runs out of memory at its last line. The
-damage a real run suffers can be added on request: ranks that never wrote a line, torn last
-lines, a bad line, and restarts (a second process for a rank, or the same pid appending again).
+Lines are made by the journal's own ``format_line`` and files named by ``_layout``, so they are
+byte for byte what a training process writes. Every rank holds ``base`` bytes plus a little
+noise; the leaking rank also keeps ``leak_per_line`` more bytes at each line, until it runs out
+of memory at its last line. The damage a real run suffers can be added on request: ranks that
+never wrote a line, torn last lines, a bad line, and restarts (a second process for a rank, or
+the same pid appending again).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memforensics.capture.journal import FOLDER, format_line, journal_name
+from memforensics._layout import journal_folder, journal_name
+from memforensics.capture.journal import format_line
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -64,7 +66,7 @@ def write_journals(
     second pid whose lines repeat the last ten steps; ranks in ``same_pid_restart`` append that
     second run to the same file (steps go back). ``torn`` ranks end with half a line.
     """
-    folder = root / FOLDER
+    folder = journal_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     skip, torn_set = set(missing), set(torn)
@@ -149,8 +151,3 @@ def _oom_line(rank: int, index: int, every: int, held: int, limit: int, leak: in
         "device_limit_bytes": limit,
     }
     return format_line("oom", index * every, rank, stats, START + index * 10.0 + 5.0)
-
-
-def journal_pid(rank: int) -> int:
-    """The pid ``write_journals`` gives ``rank``'s first process."""
-    return 1000 + rank

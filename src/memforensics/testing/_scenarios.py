@@ -1,8 +1,9 @@
 """Synthetic dumps on disk and the scenarios the analysis must get right.
 
-Split from :mod:`memforensics.testing._synthetic`, which builds snapshots; this module writes
-them as memforensics does (pickle plus JSON sidecar) and names the cases with known answers:
-:func:`fragmented`, :func:`exhausted`, :func:`growth_pair` and :func:`write_run_folder`.
+:mod:`memforensics.testing._synthetic` builds snapshots; this module writes them as
+memforensics does (pickle plus JSON sidecar, named as :mod:`memforensics._layout` names them)
+and names the cases with known answers: :func:`fragmented`, :func:`exhausted`,
+:func:`growth_pair` and :func:`write_run_folder`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memforensics._layout import sidecar_path
 from memforensics.testing._synthetic import (
     CACHE,
     INACTIVE,
@@ -89,9 +91,8 @@ def write_dump(
     data = pickle.dumps(snapshot, protocol=protocol)
     path.write_bytes(gzip.compress(data) if gz else data)
     if sidecar is not None:
-        name = path.name.removesuffix(".gz").removesuffix(".pickle").removesuffix(".pkl")
         side = dict(sidecar, snapshot_file=path.name, snapshot_bytes=path.stat().st_size)
-        path.with_name(f"{name}.json").write_text(json.dumps(side, indent=1))
+        sidecar_path(path).write_text(json.dumps(side, indent=1))
     return path
 
 

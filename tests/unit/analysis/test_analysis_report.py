@@ -126,8 +126,8 @@ def test_every_empty_state_says_why() -> None:
 
 
 def test_several_devices_get_a_section_each() -> None:
-    """A dump whose segments and traces cover devices 0 and 1 has one part per device, the
-    OOM's device first, each with its own bytes."""
+    """A dump without an OOM whose segments and traces cover devices 0 and 1 has one part per
+    device, in device order as ``summary`` lists them, each with its own bytes."""
     builder = SnapshotBuilder()
     builder.segment(Block(MiB(4)))
     snapshot = builder.build()
@@ -138,12 +138,12 @@ def test_several_devices_get_a_section_each() -> None:
     snapshot["device_traces"] = [snapshot["device_traces"][0], second["device_traces"][1]]
     html = render_report([dump_from_snapshot(snapshot, sidecar={"device_index": 1})])
     devices = _document(html)["dumps"][0]["devices"]
-    assert [d["label"] for d in devices] == ["device 1 (the dump's device)", "device 0"]
+    assert [d["label"] for d in devices] == ["device 0", "device 1"]
     reserved = []
     for index in range(2):
         rows = _sections(html, device=index)["facts"]["data"]["rows"]
         reserved.append(dict((row[0], row[1][1]) for row in rows)["reserved"])
-    assert reserved == [MiB(10), MiB(4)]
+    assert reserved == [MiB(4), MiB(10)]
 
 
 def test_a_new_section_is_one_builder(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import memforensics
+from memforensics._layout import journal_name
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.capture.config import JOURNAL_EVERY, build_config
-from memforensics.capture.journal import KEYS, MAX_OOM_LINES, Journal, journal_name
+from memforensics.capture.journal import KEYS, MAX_OOM_LINES, Journal
 
 MiB = 1 << 20
 

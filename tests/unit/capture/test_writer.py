@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memforensics import _layout
 from memforensics.capture import atomic as _writer
 
 
@@ -101,7 +102,7 @@ def _plant(out_dir: Path, rank: int, host: str, pid: int, folder: str = "steps0-
     temp = out_dir / folder / f".rank{rank}_pid{pid}.pickle.tmp-{host}-{pid}-{token}"
     temp.parent.mkdir(parents=True, exist_ok=True)
     temp.write_bytes(b"partial")
-    inflight = _writer.inflight_folder(out_dir, rank)
+    inflight = _layout.inflight_folder(out_dir, rank)
     inflight.mkdir(parents=True, exist_ok=True)
     (inflight / f".{host}-{pid}-{token}").symlink_to(f"{folder}/{temp.name}")
     return temp
@@ -122,7 +123,7 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     assert live.exists()
     assert foreign.exists()
     assert other_rank.exists()
-    assert sorted(os.listdir(_writer.inflight_folder(tmp_path, 0))) == sorted(
+    assert sorted(os.listdir(_layout.inflight_folder(tmp_path, 0))) == sorted(
         [f".{host}-{os.getpid()}-abcd1234", ".otherhost-" + f"{dead_pid}-abcd1234"]
     )
 
@@ -155,7 +156,7 @@ def test_install_time_cleanup_lists_only_the_ranks_own_folder(
     monkeypatch.setattr(Path, "rglob", lambda *a, **k: pytest.fail("rglob over out_dir"))
     monkeypatch.setattr(Path, "iterdir", lambda *a, **k: pytest.fail("iterdir over out_dir"))
     assert _writer.clean_stale_temp_files(tmp_path, 3) == [stale]
-    assert listed == [os.fspath(_writer.inflight_folder(tmp_path, 3))]
+    assert listed == [os.fspath(_layout.inflight_folder(tmp_path, 3))]
 
 
 @pytest.mark.parametrize(
@@ -173,7 +174,7 @@ def test_a_planted_registration_removes_nothing_else(tmp_path: Path, target: str
     outside = tmp_path / "outside" / f".x.pickle.tmp-{host}-{pid}-abcd1234"
     outside.parent.mkdir()
     outside.write_bytes(b"not ours")
-    inflight = _writer.inflight_folder(out, 0)
+    inflight = _layout.inflight_folder(out, 0)
     inflight.mkdir(parents=True)
     link = inflight / f".{host}-{pid}-abcd1234"
     link.symlink_to(target.format(host=host, pid=pid))
@@ -223,3 +224,52 @@ def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:
     assert theirs.snapshot.exists()
     _writer.remove_dump_folder(tmp_path, "steps0-1", 1, 11)
     assert not (tmp_path / "steps0-1").exists()
+
+
+def test_write_file_atomic_refuses_a_symlink_planted_at_its_temp_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A symlink waiting at the temporary name is never followed: the write fails, the link's
+    target keeps its bytes and no page appears."""
+    monkeypatch.setattr("memforensics.capture.atomic.secrets.token_hex", lambda _n: "feedbeef")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    page = tmp_path / "report.html"
+    temp = f".{page.name}.tmp-{_writer._hostname()}-{os.getpid()}-feedbeef"
+    (tmp_path / temp).symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        _writer.write_file_atomic(page, b"<html>")
+    assert victim.read_text() == "precious"
+    assert not page.exists()
+
+
+def test_write_file_atomic_replaces_a_symlink_at_the_final_name(tmp_path: Path) -> None:
+    """A symlink at the page's own name is replaced by the page; its target is untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    page = tmp_path / "report.html"
+    page.symlink_to(victim)
+    _writer.write_file_atomic(page, b"<html>")
+    assert (page.is_symlink(), page.read_bytes(), victim.read_text()) == (
+        False,
+        b"<html>",
+        "precious",
+    )
+
+
+def test_write_file_atomic_failure_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails before its rename (disk full at fsync) leaves neither the target, a
+    temporary file, nor a changed older page."""
+    page = tmp_path / "report.html"
+    page.write_bytes(b"old page")
+
+    def full(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        _writer.write_file_atomic(page, b"new page")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+    assert page.read_bytes() == b"old page"

@@ -9,20 +9,14 @@ file names memforensics writes (``steps4-7/rank0_pid12.pickle``,
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
+from memforensics._layout import sidecar_path as sidecar_path  # noqa: PLC0414 - public here too
 from memforensics.analysis.dump.model import as_int
-
-_WINDOW_RE = re.compile(r"^steps?(\d+)(?:-(\d+))?$")
-_RANK_RE = re.compile(r"(?:^|_)rank(\d+)(?:_|$)")
-_STEP_RE = re.compile(r"_step(\d+)(?:_|$)")
-_TIME_RE = re.compile(r"_(\d{8}-\d{6}-\d{6})$")
-SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pkl", ".pkl.gz")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,24 +60,9 @@ class DumpMeta:
     sidecar: dict[str, Any] = field(default_factory=dict)
 
 
-def snapshot_stem(path: Path) -> str | None:
-    """``rank0_pid1`` for ``rank0_pid1.pickle`` / ``.pickle.gz``; None if not a snapshot name."""
-    name = path.name
-    for suffix in SNAPSHOT_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return None
-
-
-def sidecar_path(path: Path) -> Path:
-    """The sidecar beside a snapshot: ``x.pickle`` and ``x.pickle.gz`` both map to ``x.json``."""
-    stem = snapshot_stem(path) or path.stem
-    return path.with_name(f"{stem}.json")
-
-
 def read_sidecar(path: Path) -> dict[str, Any] | None:
     """The sidecar object beside ``path``; None if absent; SnapshotLoadError if unreadable."""
-    side = sidecar_path(path)
+    side = _layout.sidecar_path(path)
     try:
         text = side.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -127,35 +106,16 @@ def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
 
 
 def _from_path(path: Path) -> DumpMeta:
-    stem = snapshot_stem(path) or path.stem
+    """What the folder and file name say (see :mod:`memforensics._layout`)."""
     folder = path.parent.name
-    kind: str | None = None
-    steps: tuple[int, int] | None = None
-    window = _WINDOW_RE.match(folder)
-    if window:
-        first = int(window.group(1))
-        steps = (first, int(window.group(2) or first))
-        kind = "window"
-    elif folder in ("oom", "manual"):
-        kind = folder
-    rank = _RANK_RE.search(stem)
-    step = _STEP_RE.search(stem)
-    stamp = _TIME_RE.search(stem)
+    named = _layout.parse_stem(_layout.snapshot_stem(path.name) or path.stem)
     return DumpMeta(
-        kind=kind,
-        rank=int(rank.group(1)) if rank else None,
-        step=int(step.group(1)) if step else None,
-        steps=steps,
-        created_at=_stamp_to_iso(stamp.group(1)) if stamp else None,
+        kind=_layout.folder_kind(folder),
+        rank=named.rank,
+        step=named.step,
+        steps=_layout.parse_window_folder(folder),
+        created_at=named.created_at.isoformat() if named.created_at else None,
     )
-
-
-def _stamp_to_iso(stamp: str) -> str | None:
-    try:
-        moment = datetime.strptime(stamp, "%Y%m%d-%H%M%S-%f").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    return moment.isoformat()
 
 
 def _steps(value: object) -> tuple[int, int] | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from itertools import islice
 from math import isnan
 from operator import itemgetter, le, mul
 
-_NAME = re.compile(r"^rank(\d+)_pid(\d+)(?:\.(\d+))?\.jsonl$")
+from memforensics import _layout
+
 MISSING = -(1 << 63)
 """Stands for null in the integer columns (arrays hold no None)."""
 
@@ -50,21 +50,13 @@ class JournalFile:
     generation: int  # 1: the rotated, older file; 0: the current one
 
 
-def parse_name(name: str) -> tuple[int, int, int] | None:
-    """``(rank, pid, generation)`` of a journal file name, or None for anything else."""
-    match = _NAME.match(name)
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
 def list_journals(folder: str) -> list[JournalFile]:
     """Every journal file in ``folder`` (one ``scandir``; a missing folder gives none)."""
     found: list[JournalFile] = []
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
-                parsed = parse_name(entry.name)
+                parsed = _layout.parse_journal_name(entry.name)
                 if parsed is not None:
                     found.append(JournalFile(entry.path, *parsed))
     except OSError:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar, snapshot_stem
+from memforensics._layout import snapshot_stem
+from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ class DumpEntry:
     @property
     def external_bytes(self) -> int | None:
         """OOM dumps: device memory outside PyTorch's allocator then (limit - free - reserved),
-        from the sidecar's observer figures and allocator statistics (#12)."""
+        from the sidecar's observer figures and allocator statistics."""
         return external_from_sidecar(self.meta.sidecar)
 
 
@@ -79,17 +81,19 @@ class RunListing:
 
 
 def external_from_sidecar(sidecar: dict[str, Any]) -> int | None:
-    """``device_total - device_free - reserved`` of a sidecar's ``oom`` object, else None."""
+    """The memory outside PyTorch at a sidecar's OOM (its ``oom`` object), else None."""
     oom = sidecar.get("oom")
     if not isinstance(oom, dict):
         return None
     stats = oom.get("allocator")
     reserved = stats.get("reserved_bytes.all.current") if isinstance(stats, dict) else None
-    figures = (oom.get("device_total_bytes"), oom.get("device_free_bytes"), reserved)
-    if not all(type(value) is int for value in figures):
-        return None
-    total, free, held = (int(str(value)) for value in figures)
-    return max(total - free - held, 0)
+    total, free = oom.get("device_total_bytes"), oom.get("device_free_bytes")
+    return outside_pytorch_bytes(_int(total), _int(free), _int(reserved))
+
+
+def _int(value: object) -> int | None:
+    """``value`` if it is an int (JSON true is not a size), else None."""
+    return value if type(value) is int else None
 
 
 def list_dumps(root: str | Path) -> RunListing:
@@ -107,7 +111,7 @@ def _snapshot_files(folder: Path) -> list[Path]:
     for directory, _dirs, files in os.walk(folder, onerror=None):
         for name in files:
             path = Path(directory, name)
-            if not name.startswith(".") and snapshot_stem(path) is not None and path.is_file():
+            if not name.startswith(".") and snapshot_stem(name) is not None and path.is_file():
                 found.append(path)
     return found
 

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from memforensics.analysis.dump.meta import SNAPSHOT_SUFFIXES
+from memforensics import _layout
 from memforensics.analysis.folder.journals import JournalFile, list_journals
-
-JOURNAL_FOLDER = "journal"
-_RANK_STEP = re.compile(r"^rank(\d+)_pid\d+(?:_step(\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +51,7 @@ def scan_run(root: str) -> RunFiles:
         found.errors.append(f"{root}: {exc.strerror or exc}")
         folders = []
     for folder in folders:
-        if folder.name == JOURNAL_FOLDER:
+        if folder.name == _layout.JOURNAL_FOLDER:
             journal_files.extend(list_journals(folder.path))
         elif not folder.name.startswith("."):
             _scan_dump_folder(folder.path, folder.name, found)
@@ -73,16 +69,17 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue  # temporaries of a writer still at work, or killed
-                if entry.name.endswith(".json"):
-                    sidecars.append(entry.name[:-5])
-                for suffix in SNAPSHOT_SUFFIXES:
-                    if entry.name.endswith(suffix):
-                        snapshots[entry.name[: -len(suffix)]] = entry.name
+                if entry.name.endswith(_layout.SIDECAR_SUFFIX):
+                    sidecars.append(entry.name[: -len(_layout.SIDECAR_SUFFIX)])
+                stem = _layout.snapshot_stem(entry.name)
+                if stem is not None:
+                    snapshots[stem] = entry.name
     except OSError as exc:
         found.errors.append(f"{name}: {exc.strerror or exc}")
         return
     for stem, file_name in sorted(snapshots.items()):
-        sidecar = _read_json(os.path.join(path, stem + ".json")) if stem in sidecars else None
+        side = os.path.join(path, _layout.sidecar_name(stem))
+        sidecar = _read_json(side) if stem in sidecars else None
         found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
         world = sidecar.get("world_size") if sidecar else None
         if type(world) is int and world > 0:
@@ -99,24 +96,21 @@ def _read_json(path: str) -> dict[str, object] | None:
 
 
 def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None) -> DumpRecord:
+    """A dump in a folder of no known kind counts as a window (it has no OOM to mark)."""
     side = sidecar or {}
-    named = _RANK_STEP.match(stem)
+    named = _layout.parse_stem(stem)
     kind = side.get("kind")
     if not isinstance(kind, str):
-        kind = folder if folder in ("oom", "manual") else "window"
+        kind = _layout.folder_kind(folder) or _layout.WINDOW
     rank = side.get("rank")
     step = side.get("step")
     return DumpRecord(
         path=path,
         kind=kind,
-        rank=rank if type(rank) is int else (int(named.group(1)) if named else None),
-        step=step if type(step) is int else (_int(named.group(2)) if named else None),
+        rank=rank if type(rank) is int else named.rank,
+        step=step if type(step) is int else named.step,
         time=_timestamp(side.get("created_at")),
     )
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text else None
 
 
 def _timestamp(value: object) -> float | None:

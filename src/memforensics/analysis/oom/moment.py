@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics._units import outside_pytorch_bytes
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
 from memforensics.analysis.dump.load import Dump
 from memforensics.analysis.dump.model import INACTIVE, as_int
@@ -49,10 +50,7 @@ class OomMoment:
     @property
     def external_bytes(self) -> int | None:
         """Memory on the device PyTorch's allocator does not own: limit - free - reserved."""
-        if None in (self.limit_bytes, self.device_free_bytes, self.reserved_bytes):
-            return None
-        limit, free = self.limit_bytes or 0, self.device_free_bytes or 0
-        return max(limit - free - (self.reserved_bytes or 0), 0)
+        return outside_pytorch_bytes(self.limit_bytes, self.device_free_bytes, self.reserved_bytes)
 
     @property
     def headroom_bytes(self) -> int | None:

@@ -14,7 +14,6 @@ and base64-encoded. 2,048 ranks x 1,000 lines come to about 3.5 MB.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import statistics
 from bisect import bisect_left
@@ -30,6 +29,7 @@ from memforensics._version import __version__
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal
 from memforensics.analysis.folder.overview import Overview
 from memforensics.analysis.folder.text import overview_text
+from memforensics.analysis.report.html import json_in_script
 
 CELL_BUDGET = 600_000
 MAX_COLUMNS = 1_000
@@ -57,7 +57,7 @@ class Grid:
 def render_overview(view: Overview, *, link_base: Path | None = None) -> str:
     """The whole HTML document; dump links are relative to ``link_base`` (the page's folder)."""
     data = overview_data(view, link_base=link_base)
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json_in_script(data)
     summary = escape(overview_text(view).split("\n\n")[0])
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

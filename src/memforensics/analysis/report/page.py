@@ -10,9 +10,8 @@ never parsed as markup.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
 from importlib import resources
@@ -21,8 +20,8 @@ from typing import Any
 from memforensics._version import __version__
 from memforensics.analysis.compare.leaks import Leaks, LeakTracker
 from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import normalize_segments
 from memforensics.analysis.report import sections as _report_sections
+from memforensics.analysis.report.html import json_in_script
 from memforensics.analysis.report.sections import (
     DumpContext,
     Section,
@@ -47,38 +46,6 @@ RUN_SECTIONS: list[RunSectionBuilder] = [
 ]
 
 
-def device_views(dump: Dump) -> list[Dump]:
-    """One view per device the file holds, the dump's own (the OOM's) device first.
-
-    A process driving several devices writes one snapshot whose segments carry ``device`` and
-    whose ``device_traces`` is indexed by device; each view is that device's segments and trace.
-    The sidecar's OOM facts belong to the failing device only.
-    """
-    raw: object = dump.snapshot
-    if not isinstance(raw, dict):  # e.g. memory_snapshot()'s bare segment list
-        return [dump]
-    traces = raw.get("device_traces")
-    traces = traces if isinstance(traces, list) else []
-    segments = normalize_segments(dump.snapshot, dump.name)
-    devices = {s.device for s in segments if s.device is not None}
-    devices |= {index for index, trace in enumerate(traces) if isinstance(trace, list) and trace}
-    if len(devices) <= 1:
-        return [dump]
-    views = [dump]
-    for device in sorted(devices - {dump.device}):
-        trace = traces[device] if device < len(traces) and isinstance(traces[device], list) else []
-        views.append(
-            replace(
-                dump,
-                segments=tuple(s for s in segments if s.device == device),
-                trace=trace,
-                device=device,
-                meta=replace(dump.meta, oom=None, kind=None),
-            )
-        )
-    return views
-
-
 @dataclass
 class ReportBuilder:
     """Add dumps one at a time, then render; unreadable files are recorded, not fatal."""
@@ -92,7 +59,7 @@ class ReportBuilder:
     def add(self, dump: Dump) -> None:
         """Build every section of every device of ``dump``; keep only their data."""
         index = len(self.dumps)
-        views = device_views(dump)
+        views = dump.device_views()  # the devices ``summary`` explains, in its order
         devices = []
         for number, view in enumerate(views):
             summary = summarize(view, top=self.top)
@@ -103,15 +70,18 @@ class ReportBuilder:
                 filled=summary.filled,
                 key=f"d{index}-{number}",
                 top=self.top,
-                oom_device=number == 0,
+                oom_device=len(views) == 1,  # several views: no OOM is recorded
             )
             builders = _report_sections.DUMP_SECTIONS  # looked up now: extensions append to it
             sections = [section for build in builders if (section := build(ctx)) is not None]
             label = "device ?" if view.device is None else f"device {view.device}"
-            if len(views) > 1:
-                label += " (the dump's device)" if number == 0 else ""
             devices.append(
-                {"key": ctx.key, "label": label, "sections": [s.to_dict() for s in sections]}
+                {
+                    "key": ctx.key,
+                    "device": view.device,
+                    "label": label,
+                    "sections": [s.to_dict() for s in sections],
+                }
             )
         if self.folder:
             self._leaks.add(dump)
@@ -147,18 +117,6 @@ def _asset(name: str) -> str:
     )
 
 
-def _json_in_script(document: dict[str, Any]) -> str:
-    """JSON safe inside ``<script>``: no ``</`` can close the element, no line separators."""
-    text = json.dumps(document, separators=(",", ":"), allow_nan=False)
-    return (
-        text.replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
-
-
 def page(document: dict[str, Any]) -> str:
     """The HTML shell with the assets and the document inlined."""
     count = len(document["dumps"])
@@ -173,7 +131,7 @@ def page(document: dict[str, Any]) -> str:
         "<noscript><p>This report draws its charts with inline JavaScript; allow scripts for "
         "this local file to see them.</p></noscript><main id='mf-root'></main>"
         '<svg id="mf-svg-namespace" width="0" height="0" aria-hidden="true"></svg>'
-        f'<script type="application/json" id="mf-data">{_json_in_script(document)}</script>'
+        f'<script type="application/json" id="mf-data">{json_in_script(document)}</script>'
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )
 

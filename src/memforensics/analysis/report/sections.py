@@ -15,6 +15,7 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare.leaks import Leaks
+from memforensics.analysis.dump.devices import devices_text
 from memforensics.analysis.filled.kinds import KINDS
 from memforensics.analysis.filled.peak import CallNode
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
@@ -56,7 +57,7 @@ def facts_section(ctx: DumpContext) -> Section:
     rows = [
         ["kind", ["text", s.kind or "unknown: no sidecar and not in a memforensics folder"]],
         ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
-        ["device", ["text", "unknown" if s.device is None else str(s.device)]],
+        ["device", ["text", _device_text(s)]],
         ["step / window", ["text", _window_text(s)]],
         ["reserved", ["bytes", s.reserved_bytes]],
         ["allocated", ["bytes", s.allocated_bytes]],
@@ -72,6 +73,16 @@ def facts_section(ctx: DumpContext) -> Section:
         ["history truncated", ["text", truncated]],
     ]
     return Section("facts", "Summary and OOM", "facts", {"rows": rows, "warnings": s.warnings})
+
+
+def _device_text(s: Summary) -> str:
+    """The device explained; when the file holds several, why this one and what the others
+    hold (the same words as ``summary``'s device line)."""
+    if s.device is None:
+        return "unknown"
+    if len(s.devices) <= 1:
+        return str(s.device)
+    return f"{s.device} ({s.device_reason}) of {len(s.devices)}: {devices_text(s.devices)}"
 
 
 def _window_text(s: Summary) -> str:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._units import format_bytes
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
@@ -42,7 +43,7 @@ class OverviewCommand:
             out = Path(args.output)
             html = render_overview(view, link_base=out.resolve().parent)
             write_page(out, html)
-            note = f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB)"
+            note = f"wrote {out} ({format_bytes(len(html.encode()))})"
         text = (
             json.dumps(view.to_dict(), indent=2)
             if args.json

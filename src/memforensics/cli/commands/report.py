@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report.page import ReportBuilder
 from memforensics.cli._command import CommandError
@@ -60,7 +61,7 @@ class ReportCommand:
         write_page(out, html)
         bad = len(builder.unreadable)
         print(
-            f"wrote {out} ({len(builder.dumps)} dump(s), {len(html.encode()) / 1024:.0f} KiB"
+            f"wrote {out} ({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
             + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
             + ")"
         )

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memforensics._layout import journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.analysis.folder.journals import growth_per_1k
-from memforensics.capture.journal import format_line, journal_name
+from memforensics.capture.journal import format_line
 
 _values = st.one_of(
     st.none(),
