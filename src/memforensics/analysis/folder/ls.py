@@ -49,7 +49,7 @@ class DumpEntry:
     @property
     def external_bytes(self) -> int | None:
         """OOM dumps: device memory outside PyTorch's allocator then (limit - free - reserved),
-        from the sidecar's observer figures and allocator statistics (#12)."""
+        from the sidecar's observer figures and allocator statistics."""
         return external_from_sidecar(self.meta.sidecar)
 
 

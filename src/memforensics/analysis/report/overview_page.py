@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._version import __version__
-from memforensics.analysis.folder.journals import MISSING, ProcessJournal
-from memforensics.analysis.folder.overview import Overview
-from memforensics.analysis.folder.text import overview_text
+from memforensics.analysis.folder import MISSING, Overview, ProcessJournal, overview_text
 
 CELL_BUDGET = 600_000
 MAX_COLUMNS = 1_000

@@ -2,8 +2,9 @@
 
 The page is a shell, the package's own ``report.css`` and ``report.js`` inlined, and one JSON
 document with everything to draw (the way memray builds its HTML reports). The JSON is built by
-the section builders of ``_report_sections``, per dump and per device; dumps are added one at a
-time (:class:`ReportBuilder`), so a folder of large dumps needs the memory of one of them.
+the section builders of :mod:`~memforensics.analysis.report.sections`, per dump and per
+device; dumps are added one at a time (:class:`ReportBuilder`), so a folder of large dumps
+needs the memory of one of them.
 Every string from a snapshot reaches the page as JSON text and is shown with ``textContent``,
 never parsed as markup.
 """
@@ -11,7 +12,7 @@ never parsed as markup.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from html import escape
@@ -19,17 +20,16 @@ from importlib import resources
 from typing import Any
 
 from memforensics._version import __version__
-from memforensics.analysis.compare.leaks import Leaks, LeakTracker
-from memforensics.analysis.dump.load import Dump
+from memforensics.analysis.compare import Leaks, LeakTracker
+from memforensics.analysis.dump import Dump
 from memforensics.analysis.dump.model import normalize_segments
-from memforensics.analysis.report import sections as _report_sections
+from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
-    DumpContext,
-    Section,
+    DUMP_SECTIONS,
     leaks_section,
     unreadable_section,
 )
-from memforensics.analysis.summary.summarize import summarize
+from memforensics.analysis.summary import summarize
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ class ReportBuilder:
                 top=self.top,
                 oom_device=number == 0,
             )
-            builders = _report_sections.DUMP_SECTIONS  # looked up now: extensions append to it
-            sections = [section for build in builders if (section := build(ctx)) is not None]
+            # read per dump: a builder appended to DUMP_SECTIONS since import takes part
+            sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]
             label = "device ?" if view.device is None else f"device {view.device}"
             if len(views) > 1:
                 label += " (the dump's device)" if number == 0 else ""
@@ -176,15 +176,3 @@ def page(document: dict[str, Any]) -> str:
         f'<script type="application/json" id="mf-data">{_json_in_script(document)}</script>'
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )
-
-
-def render_report(
-    dumps: Iterable[Dump], *, top: int = 15, unreadable: Sequence[str] = (), folder: bool = False
-) -> str:
-    """The whole HTML document for ``dumps`` (no external reference of any kind)."""
-    builder = ReportBuilder(top=top, folder=folder)
-    for dump in dumps:
-        builder.add(dump)
-    for message in unreadable:
-        builder.add_unreadable(message)
-    return builder.html()

@@ -19,7 +19,8 @@ from memforensics.analysis import (
     site_of,
     summarize,
 )
-from memforensics.analysis.summary.text import diff_text, summary_text
+from memforensics.analysis.compare import diff_text
+from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 
 REAL = [
