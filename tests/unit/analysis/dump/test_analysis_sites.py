@@ -1,5 +1,5 @@
 """Sites and callers: blocks without a stack are named, and the user's own line shows beside a
-library site (issue #10, items 3 and 7)."""
+library site."""
 
 from __future__ import annotations
 

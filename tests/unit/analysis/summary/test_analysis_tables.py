@@ -1,5 +1,5 @@
 """Cut tables say what they hide, diff orders by the size of a change, and summary --json uses
-the sidecar's names for the sidecar's facts (issue #10, items 5 and 8)."""
+the sidecar's names for the sidecar's facts."""
 
 from __future__ import annotations
 
