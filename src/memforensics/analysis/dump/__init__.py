@@ -1,6 +1,6 @@
 """A dump as read from disk: safe loading, the snapshot model and its shapes, devices, frames."""
 
-from memforensics.analysis.dump.devices import DeviceUsage, context_lines
+from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
@@ -23,7 +23,13 @@ from memforensics.analysis.dump.model import (
     as_int,
 )
 from memforensics.analysis.dump.shapes import SnapshotShape
-from memforensics.analysis.dump.text import SITE_WIDTH, caller_line, hidden_rows, short_site
+from memforensics.analysis.dump.text import (
+    SITE_WIDTH,
+    caller_line,
+    context_lines,
+    hidden_rows,
+    short_site,
+)
 
 __all__ = [
     "ALLOCATED",
