@@ -27,6 +27,7 @@ from memforensics.analysis.dump.text import (
     SITE_WIDTH,
     caller_line,
     context_lines,
+    devices_text,
     hidden_rows,
     short_site,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "caller_line",
     "caller_of",
     "context_lines",
+    "devices_text",
     "dump_from_snapshot",
     "hidden_rows",
     "is_installed_file",
