@@ -81,10 +81,8 @@ def build(path: Path, events: int) -> None:
 def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; report the median."""
     from memforensics.analysis import load_dump
-    from memforensics.analysis.oom.history import state_before
-    from memforensics.analysis.oom.moment import recorded_settings
-    from memforensics.analysis.replay.replay import device_for
-    from memforensics.analysis.replay.run import run
+    from memforensics.analysis.oom import recorded_settings, state_before
+    from memforensics.analysis.replay import device_for, run
 
     times, extra = [], {}
     dump = load_dump(path) if mode == "replay" else None

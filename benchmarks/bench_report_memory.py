@@ -52,7 +52,7 @@ def _reset_peak() -> None:
 def child(mode: str, path: Path) -> tuple[int, int]:
     """Peak resident growth of ``mode`` on ``path`` (bytes) and the page size (report only)."""
     from memforensics.analysis import find_leaks, load_dump, summarize
-    from memforensics.analysis.report.page import ReportBuilder
+    from memforensics.analysis.report import ReportBuilder
 
     _reset_peak()
     before = _status("VmRSS")

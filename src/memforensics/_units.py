@@ -56,3 +56,10 @@ def format_bytes(count: int | None) -> str:
         if size >= scale:
             return f"{sign}{size / scale:.2f} {unit}"
     return f"{sign}{size} B"
+
+
+def format_signed_bytes(count: int | None) -> str:
+    """``+1.50 GiB``, ``-20.00 MiB``, ``0 B``: a change shows its direction; ``-`` for unknown."""
+    if count is None:
+        return "-"
+    return ("+" if count > 0 else "") + format_bytes(count)

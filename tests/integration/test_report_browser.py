@@ -52,7 +52,8 @@ def browser() -> Iterator[Any]:
 def _report(tmp_path: Path) -> Path:
     """A report of a sim OOM dump whose live memory moves between 200 and 244 MiB of 256."""
     import memforensics
-    from memforensics.analysis import list_dumps, load_dump, render_report
+    from memforensics.analysis import list_dumps, load_dump
+    from memforensics.analysis.report import ReportBuilder
     from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 
     device = reset_device(256 * MiB)
@@ -72,7 +73,9 @@ def _report(tmp_path: Path) -> Path:
     oom = list_dumps(tmp_path / "run").first_oom
     assert oom is not None
     out = tmp_path / "report.html"
-    out.write_text(render_report([load_dump(oom.path)]), encoding="utf-8")
+    builder = ReportBuilder()
+    builder.add(load_dump(oom.path))
+    out.write_text(builder.html(), encoding="utf-8")
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memforensics.analysis.filled.kinds import is_python_file
+from memforensics.analysis.filled import is_python_file
 from memforensics.backends.sim import SimDevice, SimTensor
 
 MiB = 1 << 20

@@ -1,30 +1,52 @@
-"""Read memory snapshots without torch: load, summarize, diff, list dumps, render a report."""
+"""Read memory snapshots without torch: load, summarize, diff, list dumps, render a report.
+
+Each capability is a package: ``dump`` (loading and the snapshot model), ``oom`` (the state at
+the OOM and the verdict), ``filled`` (what filled the device), ``summary``, ``compare`` (diff
+and leaks), ``replay``, ``folder`` (ls, journals, overview) and ``report`` (the HTML pages).
+"""
 
 from memforensics._units import format_bytes
-from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
-from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
-from memforensics.analysis.compare.leaks import Leaks, SiteTrend, find_leaks
-from memforensics.analysis.dump.devices import DeviceUsage
-from memforensics.analysis.dump.frames import (
+from memforensics.analysis.compare import (
+    DeviceDiff,
+    DeviceDiffs,
+    Diff,
+    Leaks,
+    LeakSuspect,
+    SiteGrowth,
+    SiteTrend,
+    diff_by_device,
+    diff_dumps,
+    find_leaks,
+)
+from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
+    DeviceUsage,
+    Dump,
+    DumpMeta,
+    OomRecord,
+    SnapshotShape,
     caller_of,
+    dump_from_snapshot,
     is_installed_file,
     is_library_file,
+    load_dump,
     parse_step,
+    read_snapshot_file,
+    sidecar_path,
     site_of,
 )
-from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord, sidecar_path
-from memforensics.analysis.dump.shapes import SnapshotShape
-from memforensics.analysis.dump.timeline import Timeline, memory_timeline
-from memforensics.analysis.filled.kinds import KINDS, KindBytes
-from memforensics.analysis.filled.peak import CallNode, Moment
-from memforensics.analysis.filled.what_filled import Filled, what_filled
-from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
-from memforensics.analysis.folder.overview import Overview, RankFacts, build_overview
-from memforensics.analysis.folder.text import overview_text
-from memforensics.analysis.oom.verdict import (
+from memforensics.analysis.filled import KINDS, CallNode, Filled, KindBytes, Moment, what_filled
+from memforensics.analysis.folder import (
+    DumpEntry,
+    Overview,
+    RankFacts,
+    RunListing,
+    build_overview,
+    list_dumps,
+    overview_text,
+)
+from memforensics.analysis.oom import (
     EXHAUSTED,
     EXTERNAL,
     FRAGMENTATION,
@@ -33,10 +55,9 @@ from memforensics.analysis.oom.verdict import (
     LowerBound,
     Verdict,
 )
-from memforensics.analysis.replay.replay import Replay, WhatIf, replay
-from memforensics.analysis.report.overview_page import render_overview
-from memforensics.analysis.report.page import render_report
-from memforensics.analysis.summary.summarize import SiteBytes, StepBytes, Summary, summarize
+from memforensics.analysis.replay import Replay, WhatIf, replay
+from memforensics.analysis.report import render_overview
+from memforensics.analysis.summary import SiteBytes, StepBytes, Summary, summarize
 
 __all__ = [
     "BEFORE_RECORDING",
@@ -72,7 +93,6 @@ __all__ = [
     "SnapshotShape",
     "StepBytes",
     "Summary",
-    "Timeline",
     "Verdict",
     "WhatIf",
     "build_overview",
@@ -86,12 +106,10 @@ __all__ = [
     "is_library_file",
     "list_dumps",
     "load_dump",
-    "memory_timeline",
     "overview_text",
     "parse_step",
     "read_snapshot_file",
     "render_overview",
-    "render_report",
     "replay",
     "sidecar_path",
     "site_of",

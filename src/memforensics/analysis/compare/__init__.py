@@ -1,1 +1,31 @@
-"""Comparing dumps: diff two of them, and leaks across a rank's windows."""
+"""Comparing dumps: diff two of them (by site, device and kind), and leaks across windows."""
+
+from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
+from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
+from memforensics.analysis.compare.kinds import kinds_change
+from memforensics.analysis.compare.leaks import Leaks, LeakTracker, SiteTrend, find_leaks
+from memforensics.analysis.compare.text import (
+    device_diffs_text,
+    diff_text,
+    kinds_change_lines,
+    leaks_text,
+)
+
+__all__ = [
+    "DeviceDiff",
+    "DeviceDiffs",
+    "Diff",
+    "LeakSuspect",
+    "LeakTracker",
+    "Leaks",
+    "SiteGrowth",
+    "SiteTrend",
+    "device_diffs_text",
+    "diff_by_device",
+    "diff_dumps",
+    "diff_text",
+    "find_leaks",
+    "kinds_change",
+    "kinds_change_lines",
+    "leaks_text",
+]

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.analysis.compare.diff import Diff, diff_dumps
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.summary.text import diff_text
+from memforensics.analysis.dump import Dump
 
 
 @dataclass(frozen=True)
@@ -68,16 +67,3 @@ def diff_by_device(before: Dump, after: Dump, *, device: int | None = None) -> D
 def _result(views: list[tuple[Dump, Dump]], unmatched: tuple[str, ...]) -> DeviceDiffs:
     pairs = tuple(DeviceDiff(b.device, a.device, diff_dumps(b, a)) for b, a in views)
     return DeviceDiffs(pairs, unmatched)
-
-
-def device_diffs_text(result: DeviceDiffs, top: int | None = 15) -> str:
-    """``diff``'s table per device pair, each under a ``device N → device M`` line when the
-    dumps cover several devices; unmatched devices last. ``top`` cuts each table (None: all)."""
-    if len(result.pairs) == 1 and not result.unmatched:
-        return diff_text(result.pairs[0].diff, top)
-    blocks = [
-        f"device {pair.before_device} → device {pair.after_device}\n{diff_text(pair.diff, top)}"
-        for pair in result.pairs
-    ]
-    blocks += [f"({note})" for note in result.unmatched]
-    return "\n\n".join(blocks)

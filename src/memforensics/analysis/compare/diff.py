@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.dump.frames import UNKNOWN_SITE, parse_step
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.summary.scan import live_sites, scan_trace
+from memforensics.analysis.dump import UNKNOWN_SITE, Dump, parse_step
+from memforensics.analysis.summary import live_sites, scan_trace
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis.dump.load import Dump, load_dump
-from memforensics.analysis.folder.ls import list_dumps
-from memforensics.analysis.summary.scan import live_blocks, scan_trace
+from memforensics.analysis.dump import Dump, load_dump
+from memforensics.analysis.folder import list_dumps
+from memforensics.analysis.summary import live_blocks, scan_trace
 
 MIN_WINDOWS = 3
 MIN_CONFIDENCE = 0.5

@@ -1,11 +1,76 @@
-"""Text for ``leaks``: per rank, each site's live bytes over its windows, suspects first."""
+"""``diff`` and ``leaks`` as text: what grew between two dumps, per device pair, the change per
+kind, and each rank's sites over its windows, suspects first."""
 
 from __future__ import annotations
 
-from memforensics._units import format_bytes as fmt
-from memforensics.analysis.compare.leaks import Leaks
+from typing import Any
 
-_SITE_WIDTH = 58
+from memforensics._units import format_bytes as fmt
+from memforensics._units import format_signed_bytes
+from memforensics.analysis.compare.devices import DeviceDiffs
+from memforensics.analysis.compare.diff import Diff
+from memforensics.analysis.compare.leaks import Leaks
+from memforensics.analysis.dump import caller_line, hidden_rows, short_site
+
+
+def diff_text(d: Diff, top: int | None = 15) -> str:
+    """The ``diff`` tables, each cut to ``top`` rows (None: every row), saying what they hide."""
+    lines = [
+        f"before {d.before}: {fmt(d.before_allocated_bytes)} allocated",
+        f"after  {d.after}: {fmt(d.after_allocated_bytes)} allocated",
+        f"total change {format_signed_bytes(d.total_delta_bytes)}",
+    ]
+    if d.growth:
+        shown = d.growth if top is None else d.growth[:top]
+        lines += ["", f"  {'change':>11} {'before':>11} {'after':>11}  site"]
+        for g in shown:
+            lines.append(
+                f"  {format_signed_bytes(g.delta_bytes):>11} {fmt(g.before_bytes):>11}"
+                f" {fmt(g.after_bytes):>11}  {short_site(g.site)}"
+            )
+            lines += caller_line(g.site, g.caller, 39)
+        rest = d.total_delta_bytes - sum(g.delta_bytes for g in shown)
+        lines += hidden_rows(
+            len(d.growth) - len(shown), "more site", f" (net {format_signed_bytes(rest)})"
+        )
+    if d.leak_suspects:
+        first = d.after_window[0] if d.after_window else "?"
+        suspects = d.leak_suspects if top is None else d.leak_suspects[:top]
+        lines += ["", f"  leak suspects: live in AFTER but allocated before step {first}"]
+        for s in suspects:
+            steps = ",".join(str(n) for n in s.steps[:8]) + ("…" if len(s.steps) > 8 else "")
+            lines.append(
+                f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  {short_site(s.site)}"
+            )
+            lines += caller_line(s.site, s.caller, len(lines[-1]) - len(short_site(s.site)))
+        lines += hidden_rows(len(d.leak_suspects) - len(suspects), "more suspect")
+    return "\n".join(lines)
+
+
+def device_diffs_text(result: DeviceDiffs, top: int | None = 15) -> str:
+    """``diff``'s table per device pair, each under a ``device N → device M`` line when the
+    dumps cover several devices; unmatched devices last. ``top`` cuts each table (None: all)."""
+    if len(result.pairs) == 1 and not result.unmatched:
+        return diff_text(result.pairs[0].diff, top)
+    blocks = [
+        f"device {pair.before_device} → device {pair.after_device}\n{diff_text(pair.diff, top)}"
+        for pair in result.pairs
+    ]
+    blocks += [f"({note})" for note in result.unmatched]
+    return "\n\n".join(blocks)
+
+
+def kinds_change_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The kinds part of ``diff``: before, after and change per kind (rows of ``kinds_change``)."""
+    if not rows:
+        return []
+    lines = ["", f"  {'kind':<17}{'before':>11} {'after':>11} {'change':>11}"]
+    for row in rows:
+        lines.append(
+            f"  {row['kind']:<17}{fmt(row['before_bytes']):>11} {fmt(row['after_bytes']):>11} "
+            f"{format_signed_bytes(row['delta_bytes']):>11}"
+        )
+    return lines
 
 
 def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
@@ -34,14 +99,10 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
             first = "-" if trend.first_step is None else str(trend.first_step)
             lines.append(
                 f"  {mark:2}{fmt(round(trend.growth_per_step)):>12} {first:>6} "
-                f"{trend.confidence:>5.2f}  {span:<27} {_short(trend.site)}"
+                f"{trend.confidence:>5.2f}  {span:<27} {short_site(trend.site)}"
             )
         if len(shown) < len(trends):
             lines.append(f"  … {len(trends) - len(shown)} more site(s) hidden (--all shows them)")
     for error in leaks.unreadable:
         lines.append(f"unreadable: {error}")
     return "\n".join(lines)
-
-
-def _short(site: str) -> str:
-    return site if len(site) <= _SITE_WIDTH else "…" + site[-(_SITE_WIDTH - 1) :]

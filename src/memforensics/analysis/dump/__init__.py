@@ -1,1 +1,66 @@
 """A dump as read from disk: safe loading, the snapshot model and its shapes, devices, frames."""
+
+from memforensics.analysis.dump.devices import DeviceUsage
+from memforensics.analysis.dump.frames import (
+    BEFORE_RECORDING,
+    UNKNOWN_SITE,
+    attribute,
+    caller_of,
+    is_installed_file,
+    is_library_file,
+    parse_step,
+    site_fast,
+    site_of,
+)
+from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord, sidecar_path
+from memforensics.analysis.dump.model import (
+    ALLOCATED,
+    INACTIVE,
+    PENDING_FREE,
+    Block,
+    Segment,
+    as_int,
+)
+from memforensics.analysis.dump.shapes import SnapshotShape
+from memforensics.analysis.dump.text import (
+    SITE_WIDTH,
+    caller_line,
+    context_lines,
+    devices_text,
+    hidden_rows,
+    short_site,
+)
+
+__all__ = [
+    "ALLOCATED",
+    "BEFORE_RECORDING",
+    "INACTIVE",
+    "PENDING_FREE",
+    "SITE_WIDTH",
+    "UNKNOWN_SITE",
+    "Block",
+    "DeviceUsage",
+    "Dump",
+    "DumpMeta",
+    "OomRecord",
+    "Segment",
+    "SnapshotShape",
+    "as_int",
+    "attribute",
+    "caller_line",
+    "caller_of",
+    "context_lines",
+    "devices_text",
+    "dump_from_snapshot",
+    "hidden_rows",
+    "is_installed_file",
+    "is_library_file",
+    "load_dump",
+    "parse_step",
+    "read_snapshot_file",
+    "short_site",
+    "sidecar_path",
+    "site_fast",
+    "site_of",
+]

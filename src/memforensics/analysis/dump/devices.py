@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.model import ALLOCATED, Segment
 
 
@@ -142,23 +141,3 @@ def choose_device(
     if hint is None or hint == chosen:
         return DeviceChoice(chosen, reason)
     return DeviceChoice(chosen, reason, (f"the sidecar says device {hint}, but {conflict}{why}",))
-
-
-def devices_text(usage: tuple[DeviceUsage, ...]) -> str:
-    """``0: 12.00 GiB reserved (OOM) · 1: 14.00 GiB reserved`` for the terminal."""
-    parts = [
-        f"{item.device}: {fmt(item.reserved_bytes)} reserved" + (" (OOM)" if item.oom else "")
-        for item in usage
-    ]
-    return " · ".join(parts)
-
-
-def context_lines(
-    usage: tuple[DeviceUsage, ...], device: int | None, reason: str, limits: tuple[str, ...]
-) -> list[str]:
-    """The summary table's lines on devices (when several) and on what the file cannot tell."""
-    lines: list[str] = []
-    if len(usage) > 1:
-        lines.append(f"  device       {device} ({reason}) of {len(usage)}: {devices_text(usage)}")
-    lines += [f"  cannot tell  {limit}" for limit in limits]
-    return lines

@@ -164,7 +164,7 @@ def dump_from_snapshot(
     warnings: list[str] | None = None,
 ) -> Dump:
     """Build a Dump from any shape PyTorch or torch_npu writes: a ``_snapshot()`` dict, or the
-    list of segments ``memory_snapshot()`` returns (see ``_shapes``), read on one device."""
+    list of segments ``memory_snapshot()`` returns (see ``dump.shapes``), read on one device."""
     source = str(path) if path is not None else "<snapshot>"
     raw_segments, traces, container = split_top_level(snapshot, source)
     everything = mark_workspace(segments_from_list(raw_segments, source), traces)

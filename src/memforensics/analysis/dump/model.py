@@ -16,8 +16,8 @@ from memforensics._errors import SnapshotLoadError
 ALLOCATED = "active_allocated"
 PENDING_FREE = "active_pending_free"
 INACTIVE = "inactive"
-# Not a PyTorch state: a block of torch_npu's workspace allocator (see ``_shapes``). Its memory is
-# reserved, but it is neither a tensor nor a hole the caching allocator could reuse.
+# Not a PyTorch state: a block of torch_npu's workspace allocator (see ``dump.shapes``). Its
+# memory is reserved, but it is neither a tensor nor a hole the caching allocator could reuse.
 NPU_WORKSPACE = "npu_workspace"
 
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memforensics.analysis.dump.frames import parse_step
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import ALLOCATED, PENDING_FREE
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, parse_step
 
 BEFORE = -1  # start of an allocation made before the trace begins
 _FREES = frozenset({"free_requested", "free_completed", "free"})

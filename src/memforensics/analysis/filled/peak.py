@@ -1,11 +1,12 @@
 """The peak: the moment of highest live memory in the trace, its kinds and its call tree.
 
-Live bytes at every trace position follow from the allocations' lifetimes (see
-``_lifetimes``): each ``alloc`` adds, each free subtracts, starting from what was live before
-the trace began. The highest point is the peak; an ``oom`` entry marks the OOM's moment. The
-call tree of what is live then is the answer to "what filled the device": frames outermost
-first, torch's own frames folded into one node under the user frame that called them (an
-engineer changes the caller, not ``torch/nn/modules/module.py``), C++ frames dropped.
+Live bytes at every trace position follow from the allocations' lifetimes
+(:mod:`~memforensics.analysis.filled.lifetimes`): each ``alloc`` adds, each free subtracts,
+starting from what was live before the trace began. The highest point is the peak; an ``oom``
+entry marks the OOM's moment. The call tree of what is live then is the answer to "what filled
+the device": frames outermost first, torch's own frames folded into one node under the user
+frame that called them (an engineer changes the caller, not ``torch/nn/modules/module.py``),
+C++ frames dropped.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump.frames import UNKNOWN_SITE, is_library_file, site_of
+from memforensics.analysis.dump import is_library_file
 from memforensics.analysis.filled.kinds import KindBytes, is_python_file, kinds_table
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
@@ -175,65 +175,3 @@ def _prune(node: CallNode, floor: int) -> None:
         node.children[merged.name] = merged
     for child in node.children.values():
         _prune(child, floor)
-
-
-def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
-    """The top of the tree as indented text: branches with at least ``share`` of the bytes."""
-    lines: list[str] = []
-    floor = root.bytes * share
-
-    def walk(node: CallNode, depth: int) -> None:
-        for child in node.sorted_children():
-            if len(lines) >= limit or child.bytes < floor:
-                return
-            chain = child  # a chain of single callers reads as its deepest frame
-            while chain.children and len(chain.children) == 1:
-                [only] = chain.children.values()
-                if only.bytes != chain.bytes:
-                    break
-                chain = only
-            name = chain.name if chain is child else f"… {chain.name}"
-            lines.append(f"{fmt(child.bytes):>11} {'  ' * depth}{_tail(name, 72 - 2 * depth)}")
-            walk(chain, depth + 1)
-
-    walk(root, 0)
-    return lines
-
-
-def _tail(text: str, width: int) -> str:
-    width = max(width, 24)
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
-
-
-_site_cache: dict[tuple[object, object, object], str | None] = {}
-
-
-def site_fast(frames: object) -> str:
-    """``site_of(frames)``, decided frame by frame with a cache per distinct frame.
-
-    A snapshot repeats a few thousand frames millions of times, each entry in its own list, so
-    a cache per list misses and a cache per (file, line, function) hits nearly always. The key
-    holds strings and ints only: no frame of an old dump stays alive because of it.
-    """
-    if not isinstance(frames, list):
-        return UNKNOWN_SITE
-    cache = _site_cache
-    for frame in frames:
-        if type(frame) is not dict:
-            continue
-        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
-        key = (
-            filename if type(filename) is str else None,
-            line if type(line) is int else None,
-            name if type(name) is str else None,
-        )
-        label = cache.get(key, "")
-        if label == "":
-            found = site_of([frame])
-            label = None if found == UNKNOWN_SITE else found
-            if len(cache) >= 200_000:
-                cache.clear()
-            cache[key] = label
-        if label is not None:
-            return label
-    return UNKNOWN_SITE

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump import short_site
 from memforensics.analysis.filled.kinds import KindBytes
-from memforensics.analysis.filled.peak import Moment, tree_lines
+from memforensics.analysis.filled.peak import CallNode, Moment
 from memforensics.analysis.filled.what_filled import Filled
+
+_MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it is indented
 
 
 def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
@@ -38,7 +39,7 @@ def moment_lines(found: Moment) -> list[str]:
 
 
 def filled_lines(filled: Filled | None) -> list[str]:
-    """What ``summary`` adds for issue 12: kinds now, the peak, the OOM moment."""
+    """What ``summary`` adds on what filled the device: kinds now, the peak, the OOM moment."""
     if filled is None:
         return []
     lines = kinds_lines(filled.kinds, "live memory by kind (from lifetimes; see docs/analysis.md)")
@@ -48,14 +49,25 @@ def filled_lines(filled: Filled | None) -> list[str]:
     return lines
 
 
-def kinds_change_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The kinds part of ``diff``: before, after and change per kind."""
-    if not rows:
-        return []
-    lines = ["", f"  {'kind':<17}{'before':>11} {'after':>11} {'change':>11}"]
-    for row in rows:
-        lines.append(
-            f"  {row['kind']:<17}{fmt(row['before_bytes']):>11} {fmt(row['after_bytes']):>11} "
-            f"{fmt(row['delta_bytes']):>11}"
-        )
+def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
+    """The top of the tree as indented text: branches with at least ``share`` of the bytes."""
+    lines: list[str] = []
+    floor = root.bytes * share
+
+    def walk(node: CallNode, depth: int) -> None:
+        for child in node.sorted_children():
+            if len(lines) >= limit or child.bytes < floor:
+                return
+            chain = child  # a chain of single callers reads as its deepest frame
+            while chain.children and len(chain.children) == 1:
+                [only] = chain.children.values()
+                if only.bytes != chain.bytes:
+                    break
+                chain = only
+            name = chain.name if chain is child else f"… {chain.name}"
+            name = short_site(name, max(72 - 2 * depth, _MIN_NAME))
+            lines.append(f"{fmt(child.bytes):>11} {'  ' * depth}{name}")
+            walk(chain, depth + 1)
+
+    walk(root, 0)
     return lines

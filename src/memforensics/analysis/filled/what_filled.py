@@ -1,7 +1,8 @@
 """What filled the device: kinds of the live memory, the peak and the OOM moment, in one pass.
 
 ``summary``, ``report`` and the benchmarks all ask the same questions of a dump; this runs the
-trace walk (``_lifetimes``) and the classifier (``_kinds``) once and hands back the answers.
+trace walk (:mod:`~memforensics.analysis.filled.lifetimes`) and the classifier
+(:mod:`~memforensics.analysis.filled.kinds`) once and hands back the answers.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.filled.kinds import KINDS, KindBytes, classify, kinds_table
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
 from memforensics.analysis.filled.lifetimes import Lifetimes, lifetimes
 from memforensics.analysis.filled.peak import Moment, moment, peak_position
 
@@ -41,19 +42,3 @@ def what_filled(dump: Dump) -> Filled:
     peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
     return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt)
-
-
-def kinds_change(before: Dump, after: Dump) -> list[dict[str, Any]]:
-    """Live bytes per kind at each dump's moment, and the change (for ``diff``)."""
-    old = {k.kind: k.bytes for k in what_filled(before).kinds}
-    new = {k.kind: k.bytes for k in what_filled(after).kinds}
-    return [
-        {
-            "kind": kind,
-            "before_bytes": old.get(kind, 0),
-            "after_bytes": new.get(kind, 0),
-            "delta_bytes": new.get(kind, 0) - old.get(kind, 0),
-        }
-        for kind in KINDS
-        if kind in old or kind in new
-    ]

@@ -1,1 +1,28 @@
 """A run folder: its dumps (ls), its journals, and the overview of every rank."""
+
+from memforensics.analysis.folder.journals import MISSING, ProcessJournal, growth_per_1k
+from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
+from memforensics.analysis.folder.outliers import Outlier
+from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, build_overview
+from memforensics.analysis.folder.peer import PeerComparison
+from memforensics.analysis.folder.ranks import Failure, RankFacts
+from memforensics.analysis.folder.text import ls_text, overview_text, rank_ranges
+
+__all__ = [
+    "MISSING",
+    "PARALLEL_FROM",
+    "DumpEntry",
+    "Failure",
+    "Outlier",
+    "Overview",
+    "PeerComparison",
+    "ProcessJournal",
+    "RankFacts",
+    "RunListing",
+    "build_overview",
+    "growth_per_1k",
+    "list_dumps",
+    "ls_text",
+    "overview_text",
+    "rank_ranges",
+]

@@ -5,7 +5,7 @@ that punishes a ``stat`` per file and a reader per line. So the folder is listed
 (``os.scandir``), each file is read whole and parsed with one ``json.loads`` of the lines joined
 into a JSON array (a per-line parse only when that fails, to find and skip the bad lines), and
 what comes back is a few ``array`` columns that pickle as bytes: cheap to send back from the
-worker processes ``_overview`` fans the files out to.
+worker processes ``overview`` fans the files out to.
 
 Nothing here raises on bad input: a torn last line (a process killed mid-write), a bad line in
 the middle, a file that vanished or cannot be read are counted and reported with the series.

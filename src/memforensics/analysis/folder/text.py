@@ -1,7 +1,8 @@
-"""``overview``'s text: the run's facts in a few lines, then the ranks worth a look.
+"""A run folder's text: ``ls``'s table of dumps, and ``overview``'s facts and ranks.
 
-For 2,048 ranks a table of every rank is noise; the ranks that failed, stand out, or serve as
-the healthy peer are the ones to read first (``--all`` prints them all).
+For 2,048 ranks a table of every rank is noise: ``overview`` prints the run's facts in a few
+lines, then the ranks that failed, stand out, or serve as the healthy peer (``--all`` prints
+them all).
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
-from memforensics._units import format_bytes
-from memforensics.analysis.folder.overview import Overview, RankFacts
-from memforensics.analysis.folder.peers import COMPARED
+from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.folder.ls import RunListing
+from memforensics.analysis.folder.overview import Overview
+from memforensics.analysis.folder.peer import COMPARED
+from memforensics.analysis.folder.ranks import RankFacts
 
 TOP = 5
 _LABELS = {
@@ -38,16 +41,15 @@ def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
     return ", ".join(text)
 
 
-def _signed(value: int | None, *, count: bool = False) -> str:
+def _change(value: int | None, *, count: bool) -> str:
+    """A difference to the peer: a count as ``+3``, bytes as ``+1.50 GiB``."""
     if value is None:
         return "-"
-    if count:
-        return f"{value:+,}"
-    return ("+" if value >= 0 else "") + format_bytes(value)
+    return f"{value:+,}" if count else format_signed_bytes(value)
 
 
 def _growth(value: float | None) -> str:
-    return "-" if value is None else _signed(round(value))
+    return "-" if value is None else format_signed_bytes(round(value))
 
 
 def _when(moment: float | None) -> str:
@@ -118,7 +120,7 @@ def _comparison(view: Overview) -> list[str]:
         return [] if view.first_oom is None else ["no healthy peer with a line at that step"]
     diffs = cmp.differences
     shown = ", ".join(
-        f"{_LABELS[key]} {_signed(diffs[key], count=key == 'alloc_retries')}" for key in COMPARED
+        f"{_LABELS[key]} {_change(diffs[key], count=key == 'alloc_retries')}" for key in COMPARED
     )
     at = f"step {cmp.step:,}" + ("" if cmp.peer_step == cmp.step else f" (peer: {cmp.peer_step:,})")
     return [f"rank {cmp.rank} vs healthiest peer rank {cmp.peer} at {at}: {shown}"]
@@ -198,3 +200,46 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
         "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
         for row in rows
     ]
+
+
+def ls_text(listing: RunListing) -> str:
+    """The ``ls`` table, oldest first, with the first OOM named on top."""
+    first = listing.first_oom
+    head = "no OOM dumps"
+    if first is not None:
+        head = (
+            f"first OOM: rank {first.meta.rank} step {first.meta.step}"
+            f" at {first.created_at}  {first.path}"
+        )
+    lines = [
+        head,
+        "",
+        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
+        " flags  path",
+    ]
+    for entry in listing.dumps:
+        meta = entry.meta
+        where = (
+            f"{meta.steps[0]}-{meta.steps[1]}"
+            if meta.steps
+            else ("-" if meta.step is None else str(meta.step))
+        )
+        flags = "".join(
+            (
+                "P" if meta.partial else "",
+                "T" if meta.truncated else "",
+                "" if meta.has_sidecar else "?",
+            )
+        )
+        lines.append(
+            f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
+            f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
+            f"  {entry.created_at or '-':<32} {flags or '-':<5}"
+            f"  {entry.path}"
+        )
+    lines.append("")
+    lines.append(
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
+        " external: memory outside PyTorch at an OOM"
+    )
+    return "\n".join(lines)

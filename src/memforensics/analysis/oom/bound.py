@@ -1,15 +1,81 @@
-"""The most bytes live at once, as a lower bound no allocator setting can go under.
+"""The lower bound: the least memory the workload needed, which no allocator setting undercuts.
 
-Split from :mod:`memforensics.analysis.oom.history`: where ``state_before`` rebuilds the whole
-layout at one point of the trace, this is one backward pass over the trace counting only live
-bytes (each block at its least possible size), which is what the proof of a verdict needs.
+Each block counts at its least possible size, its request rounded up to 512 bytes (no setting
+gives a request less). The most bytes ever live at once, so counted, plus the memory outside
+PyTorch at the OOM is what any allocator would have needed; above the limit, no setting could
+have fit and the OOM is proven exhaustion. One backward pass over the trace, counting live
+bytes only, finds that peak; the layout itself is never rebuilt.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from memforensics.allocator import K_MIN_BLOCK_SIZE
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import ALLOCATED, PENDING_FREE
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump
+from memforensics.analysis.oom.history import has_history
+from memforensics.analysis.oom.moment import FINAL, OomMoment
+
+
+@dataclass(frozen=True, slots=True)
+class LowerBound:
+    """The least memory the workload needed: most bytes ever live at once (least rounding),
+    plus the memory outside PyTorch at the OOM; proven exhausted when above the limit."""
+
+    peak_live_bytes: int
+    external_bytes: int
+    limit_bytes: int
+
+    @property
+    def needed_bytes(self) -> int:
+        """Peak live plus external."""
+        return self.peak_live_bytes + self.external_bytes
+
+    @property
+    def margin_bytes(self) -> int:
+        """How far the need exceeds the limit (negative: room that placement could use)."""
+        return self.needed_bytes - self.limit_bytes
+
+    @property
+    def proven(self) -> bool:
+        """No allocator setting could have fit."""
+        return self.margin_bytes > 0
+
+    def to_dict(self) -> dict[str, int | bool]:
+        """JSON-ready form."""
+        return {
+            "peak_live_bytes": self.peak_live_bytes,
+            "external_bytes": self.external_bytes,
+            "limit_bytes": self.limit_bytes,
+            "needed_bytes": self.needed_bytes,
+            "margin_bytes": self.margin_bytes,
+            "proven_exhausted": self.proven,
+        }
+
+
+def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
+    """Most bytes ever live at once (least rounding) plus the external memory at the OOM.
+
+    The peak runs over the recorded trace up to the OOM, the failed request included; without
+    history, over the live blocks at the OOM plus the request. None without a known limit.
+    """
+    external = moment.external_bytes
+    if moment.limit_bytes is None or external is None:
+        return None
+    peak = 0
+    if moment.source == FINAL or moment.index is None:
+        live = sum(
+            _least(block.requested_size)
+            for segment in dump.segments
+            for block in segment.blocks
+            if block.state in (ALLOCATED, PENDING_FREE)
+        )
+        peak = live + (_least(moment.requested_bytes) if moment.requested_bytes else 0)
+    if moment.index is not None and has_history(dump):
+        found = peak_live_bytes(dump, until=moment.index)
+        if found is not None:
+            peak = max(peak, found[0])
+    return LowerBound(peak, external, moment.limit_bytes)
 
 
 def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:

@@ -8,9 +8,6 @@ away: it is its request rounded as the allocator rounds, plus a tail too small t
 split off (at most 1 MiB in the large pool). Every event that contradicts the state it is
 undone against (a free of a block that is not live, a segment released twice) is counted: a
 trace that does not fit its own snapshot is not history the replay can trust.
-
-The state types live in :mod:`~memforensics.analysis.oom.state` and the live-bytes lower
-bound in :mod:`~memforensics.analysis.oom.bound`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -25,28 +22,13 @@ from memforensics.allocator import (
     AllocatorSettings,
     round_size,
 )
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import ALLOCATED, PENDING_FREE, as_int
-from memforensics.analysis.oom.bound import peak_live_bytes
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, as_int
 from memforensics.analysis.oom.state import AllocatorState, Held, LiveBlock, SegmentState
 
 SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
 """A tuple, not a set: a hostile trace's ``action`` may be unhashable."""
 _MAX_PROBLEMS = 5
-
-__all__ = [
-    "SEGMENT_ACTIONS",
-    "AllocatorState",
-    "LiveBlock",
-    "SegmentState",
-    "changes_after",
-    "oom_positions",
-    "peak_live_bytes",
-    "state_before",
-]
-
-
-"""A live block while the trace is undone: requested bytes, size if known, pending, stream."""
+_NOT_HISTORY = ("snapshot", "user_defined")  # a tuple: a hostile action may be unhashable
 
 
 class _Problems:
@@ -60,6 +42,11 @@ class _Problems:
         self.count += 1
         if len(self.messages) < _MAX_PROBLEMS:
             self.messages.append(message)
+
+
+def has_history(dump: Dump) -> bool:
+    """True when the trace records allocator events (not only ``snapshot`` markers)."""
+    return any(type(e) is dict and e.get("action") not in _NOT_HISTORY for e in dump.trace)
 
 
 def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> AllocatorState:

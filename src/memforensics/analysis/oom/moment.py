@@ -4,8 +4,8 @@ An OOM dump is taken inside the OOM observer, so its final state *is* the state 
 window dump that contains the OOM goes on recording: the exception unwinds, activations are
 freed, maybe the cache is emptied. Judging it on its final state judges the wrong moment; its
 state at the trace's ``oom`` entry is the final state with every later event undone
-(:mod:`._history`). When that cannot be done (a later event contradicts the state) the moment
-is unknown, and the verdict says so rather than guess.
+(:mod:`~memforensics.analysis.oom.history`). When that cannot be done (a later event
+contradicts the state) the moment is unknown, and the verdict says so rather than guess.
 
 Two sizes name the failed allocation and they differ: ``requested_bytes`` is the user's request
 rounded to the block size (the trace's ``oom`` entry: 5.02 MiB), ``allocation_bytes`` what the
@@ -21,9 +21,9 @@ from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import INACTIVE, as_int
-from memforensics.analysis.oom.history import AllocatorState, changes_after, state_before
+from memforensics.analysis.dump import INACTIVE, Dump, as_int
+from memforensics.analysis.oom.history import changes_after, state_before
+from memforensics.analysis.oom.state import AllocatorState
 
 FINAL = "final"  # the dump was taken at the OOM (or nothing changed after it)
 TRACE = "trace"  # the final state with the events after the ``oom`` entry undone

@@ -1,7 +1,7 @@
-"""The allocator state the history reconstructs: segments with the blocks live inside them.
+"""The allocator's state at one point of the trace: segments with the blocks live inside them.
 
-Split from :mod:`memforensics.analysis.oom.history` because the replay, the OOM moment and the
-blame read these types without undoing any trace themselves.
+:mod:`~memforensics.analysis.oom.history` builds it by undoing the trace; the OOM moment, the
+replay's start layout and the blame read it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class LiveBlock:
 
 
 Held = tuple[int, "int | None", bool, int]
+"""A live block while the trace is undone: requested bytes, size if known, pending, stream."""
 
 
 @dataclass(slots=True)

@@ -1,4 +1,8 @@
-"""The verdict: judged on the allocator state at the moment of the OOM.
+"""The verdict: judged on the allocator state at the moment of the OOM and the lower bound.
+
+:func:`verdict_at_oom` is the one question ``summary`` asks: it finds the state at the OOM
+(:mod:`~memforensics.analysis.oom.moment`), the lower bound
+(:mod:`~memforensics.analysis.oom.bound`), and judges them, in one pass over the trace at most.
 
 By the time PyTorch raises an OOM it has released every wholly free segment and retried, so what
 is left is holes inside partly used segments, the device's free memory (capped by the limit), and
@@ -23,8 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom.bound import LowerBound, lower_bound
+from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
-from memforensics.analysis.oom.moment import OomMoment
+from memforensics.analysis.oom.moment import OomMoment, oom_moment
 
 FRAGMENTATION = "fragmentation"
 EXHAUSTED = "exhausted"
@@ -51,42 +58,6 @@ class Verdict:
     def label(self) -> str:
         """``exhausted (proven)``, ``unknown (no history and no sidecar)``, or the name."""
         return f"{self.name} ({self.reason})" if self.reason else self.name
-
-
-@dataclass(frozen=True, slots=True)
-class LowerBound:
-    """The least memory the workload needed: most bytes ever live at once (least rounding),
-    plus the memory outside PyTorch at the OOM; proven exhausted when above the limit."""
-
-    peak_live_bytes: int
-    external_bytes: int
-    limit_bytes: int
-
-    @property
-    def needed_bytes(self) -> int:
-        """Peak live plus external."""
-        return self.peak_live_bytes + self.external_bytes
-
-    @property
-    def margin_bytes(self) -> int:
-        """How far the need exceeds the limit (negative: room that placement could use)."""
-        return self.needed_bytes - self.limit_bytes
-
-    @property
-    def proven(self) -> bool:
-        """No allocator setting could have fit."""
-        return self.margin_bytes > 0
-
-    def to_dict(self) -> dict[str, int | bool]:
-        """JSON-ready form."""
-        return {
-            "peak_live_bytes": self.peak_live_bytes,
-            "external_bytes": self.external_bytes,
-            "limit_bytes": self.limit_bytes,
-            "needed_bytes": self.needed_bytes,
-            "margin_bytes": self.margin_bytes,
-            "proven_exhausted": self.proven,
-        }
 
 
 def no_oom() -> Verdict:
@@ -179,3 +150,21 @@ def judge(
     advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
     advice += "checkpointing, or dropping references to tensors that are no longer needed."
     return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)
+
+
+def verdict_at_oom(
+    dump: Dump,
+    *,
+    requested: int | None,
+    top_sites: list[tuple[str, int]],
+    expandable: bool,
+) -> tuple[Verdict, OomMoment | None, LowerBound | None]:
+    """The summary's verdict, the state it was judged on, and the lower bound behind it."""
+    moment = oom_moment(dump, requested=requested)
+    if moment is None:
+        if not dump.meta.has_sidecar and not has_history(dump):
+            return unknown_no_evidence(), None, None
+        return no_oom(), None, None
+    bound = lower_bound(dump, moment)
+    verdict = judge(moment, bound=bound, top_sites=top_sites, expandable=expandable)
+    return verdict, moment, bound

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings
-from memforensics.analysis.dump.frames import UNKNOWN_SITE, parse_step, site_of
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.model import as_int
-from memforensics.analysis.oom.history import LiveBlock, SegmentState, changes_after, state_before
-from memforensics.analysis.oom.moment import OomMoment
+from memforensics.analysis.dump import UNKNOWN_SITE, Dump, as_int, parse_step, site_of
+from memforensics.analysis.oom import (
+    LiveBlock,
+    OomMoment,
+    SegmentState,
+    changes_after,
+    state_before,
+)
 
 Window = tuple[int, int, list[LiveBlock]]
 """A candidate window: how many live blocks, their bytes, the blocks."""

@@ -14,8 +14,8 @@ shows of the device:
 from __future__ import annotations
 
 from memforensics.allocator import NO_LIMIT, AllocatorSettings
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.oom.moment import OomMoment
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import OomMoment
 
 
 def lint(dump: Dump, settings: AllocatorSettings, moment: OomMoment | None) -> list[str]:

@@ -1,10 +1,9 @@
 """Questions the replay asks the allocator model without changing its state.
 
-Split from :mod:`memforensics.analysis.replay.run`: the trace records segment releases but not
-the ``empty_cache()`` calls that caused them, so the replay has to infer them by asking the model
-what it would have done (would a cached block serve this request? would a new segment fit?),
-and leaving it as it was; the hot loop's other helpers that look into or restore the model
-live here too.
+The trace records segment releases but not the ``empty_cache()`` calls that caused them, so
+the replay has to infer them by asking the model what it would have done (would a cached block
+serve this request? would a new segment fit?), and leaving it as it was. The replay's other
+helpers that look into or restore the model are here too.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 First the dump's trace is replayed under the settings it was recorded with, from the state
 recording started in, and the model's segment events are compared with the real ones
-(:mod:`._replay_run`). Only when that reproduces what happened (fidelity at least
-:data:`MIN_FIDELITY`, the OOM reproduced, the history complete and consistent) are the same
-requests replayed under other settings: a what-if from a model that cannot reproduce the
+(:mod:`~memforensics.analysis.replay.run`). Only when that reproduces what happened (fidelity
+at least :data:`MIN_FIDELITY`, the OOM reproduced, the history complete and consistent) are the
+same requests replayed under other settings: a what-if from a model that cannot reproduce the
 recorded run would be an opinion, not evidence.
 
 A trace that starts with live blocks (history is cleared when a step window opens) has lost how
@@ -20,11 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.allocator import AllocatorSettings, apply_assignment
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.oom.history import oom_positions, state_before
-from memforensics.analysis.oom.moment import OomMoment, oom_moment, recorded_settings
-from memforensics.analysis.oom.proof import has_history, lower_bound
-from memforensics.analysis.oom.verdict import LowerBound
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import (
+    LowerBound,
+    OomMoment,
+    has_history,
+    lower_bound,
+    oom_moment,
+    oom_positions,
+    recorded_settings,
+    state_before,
+)
 from memforensics.analysis.replay.blame import Pinner, pinners
 from memforensics.analysis.replay.lint import lint
 from memforensics.analysis.replay.run import Device, RunResult, run

@@ -20,8 +20,8 @@ from memforensics.allocator import (
     AllocatorSettings,
     DeviceCachingAllocator,
 )
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.oom.history import SEGMENT_ACTIONS, AllocatorState
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import SEGMENT_ACTIONS, AllocatorState
 from memforensics.analysis.replay.probe import RELEASES, emptied, largest_free, undo_malloc
 from memforensics.analysis.replay.start import STREAM_UNKNOWN, seed_start
 

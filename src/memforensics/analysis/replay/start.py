@@ -1,7 +1,7 @@
 """Put a dump's start state into the allocator model before a replay runs.
 
-Split from :mod:`memforensics.analysis.replay.run`, whose hot loop only feeds events: seeding is
-the one-off half. The self-check seeds the reconstructed layout block for block at the real
+Seeding happens once per run, before :mod:`~memforensics.analysis.replay.run`'s hot loop feeds
+the events. The self-check seeds the reconstructed layout block for block at the real
 addresses (expandable address spaces placed where the trace maps them); a what-if run allocates
 the blocks live at the start afresh under its own settings.
 """
@@ -9,7 +9,7 @@ the blocks live at the start afresh under its own settings.
 from __future__ import annotations
 
 from memforensics.allocator import Block, DeviceCachingAllocator, seed_expandable, seed_segment
-from memforensics.analysis.oom.history import AllocatorState
+from memforensics.analysis.oom import AllocatorState
 
 STREAM_UNKNOWN = -1  # a stream standing for "some other stream used this block"
 

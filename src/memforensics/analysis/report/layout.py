@@ -13,9 +13,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from memforensics.analysis.dump.model import PENDING_FREE, Segment
-from memforensics.analysis.filled.kinds import KINDS
-from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
+from memforensics.analysis.dump import PENDING_FREE, Segment
+from memforensics.analysis.filled import BEFORE, KINDS, Allocation, Lifetimes
 
 MAX_ROWS = 120
 MAX_RUNS = 32

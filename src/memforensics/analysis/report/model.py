@@ -1,7 +1,7 @@
 """The report's data model: a section, what its builder may read, and the generic table.
 
-Kept apart from the builders so that every builder module (and an extension adding, say, a
-replay table) imports the same three names without importing the others.
+Every builder module (and an extension adding, say, a table of its own) imports these names,
+and none of the builders.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.filled.what_filled import Filled
-from memforensics.analysis.summary.result import Summary
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.filled import Filled
+from memforensics.analysis.summary import Summary
 
 
 @dataclass(frozen=True)

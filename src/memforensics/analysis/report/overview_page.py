@@ -1,8 +1,8 @@
 """``overview -o overview.html``: one offline page, a ranks x steps heatmap of the whole run.
 
-Built the way the report pages are meant to be (memray's reporters): the JavaScript and CSS are
-real files beside this module (``overview_assets/``), inlined into the page, and the data is
-embedded once as JSON. No network, no library: a canvas draws the heatmap.
+Built the way the report page is (memray's reporters): the JavaScript and CSS are real files in
+the package (``assets/overview.js`` and ``overview.css``), inlined into the page, and the data
+is embedded once as JSON. No network, no library: a canvas draws the heatmap.
 
 The page stays small at any scale because steps are cut into columns: at most ``CELL_BUDGET``
 cells in all (about 290 columns for 2,048 ranks), each column a whole number of journal
@@ -26,9 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._version import __version__
-from memforensics.analysis.folder.journals import MISSING, ProcessJournal
-from memforensics.analysis.folder.overview import Overview
-from memforensics.analysis.folder.text import overview_text
+from memforensics.analysis.folder import MISSING, Overview, ProcessJournal, overview_text
 from memforensics.analysis.report.html import json_in_script
 
 CELL_BUDGET = 600_000

@@ -2,15 +2,16 @@
 
 The page is a shell, the package's own ``report.css`` and ``report.js`` inlined, and one JSON
 document with everything to draw (the way memray builds its HTML reports). The JSON is built by
-the section builders of ``_report_sections``, per dump and per device; dumps are added one at a
-time (:class:`ReportBuilder`), so a folder of large dumps needs the memory of one of them.
+the section builders of :mod:`~memforensics.analysis.report.sections`, per dump and per
+device; dumps are added one at a time (:class:`ReportBuilder`), so a folder of large dumps
+needs the memory of one of them.
 Every string from a snapshot reaches the page as JSON text and is shown with ``textContent``,
 never parsed as markup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
@@ -18,17 +19,16 @@ from importlib import resources
 from typing import Any
 
 from memforensics._version import __version__
-from memforensics.analysis.compare.leaks import Leaks, LeakTracker
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.report import sections as _report_sections
+from memforensics.analysis.compare import Leaks, LeakTracker
+from memforensics.analysis.dump import Dump
 from memforensics.analysis.report.html import json_in_script
+from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
-    DumpContext,
-    Section,
+    DUMP_SECTIONS,
     leaks_section,
     unreadable_section,
 )
-from memforensics.analysis.summary.summarize import summarize
+from memforensics.analysis.summary import summarize
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ class ReportBuilder:
                 top=self.top,
                 oom_device=len(views) == 1,  # several views: no OOM is recorded
             )
-            builders = _report_sections.DUMP_SECTIONS  # looked up now: extensions append to it
-            sections = [section for build in builders if (section := build(ctx)) is not None]
+            # read per dump: a builder appended to DUMP_SECTIONS since import takes part
+            sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]
             label = "device ?" if view.device is None else f"device {view.device}"
             devices.append(
                 {
@@ -134,15 +134,3 @@ def page(document: dict[str, Any]) -> str:
         f'<script type="application/json" id="mf-data">{json_in_script(document)}</script>'
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )
-
-
-def render_report(
-    dumps: Iterable[Dump], *, top: int = 15, unreadable: Sequence[str] = (), folder: bool = False
-) -> str:
-    """The whole HTML document for ``dumps`` (no external reference of any kind)."""
-    builder = ReportBuilder(top=top, folder=folder)
-    for dump in dumps:
-        builder.add(dump)
-    for message in unreadable:
-        builder.add_unreadable(message)
-    return builder.html()

@@ -7,6 +7,10 @@ leave it out). ``type`` says how the page draws it: ``verdict``, ``facts``, ``ti
 section by appending a builder to :data:`DUMP_SECTIONS` (or :data:`RUN_SECTIONS` for a whole
 folder) that returns a ``table``: no page code needed. Every section that can be empty says
 what is missing and why in ``empty``, never a bare "(unknown)".
+
+The replay section re-runs the trace once per allocator setting, so it is built only for an OOM
+dump, on the OOM's device; when the replay cannot reproduce what the real allocator did, it shows
+the replay's refusals instead of a table.
 """
 
 from __future__ import annotations
@@ -14,16 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.compare.leaks import Leaks
-from memforensics.analysis.dump.devices import devices_text
-from memforensics.analysis.filled.kinds import KINDS
-from memforensics.analysis.filled.peak import CallNode
+from memforensics.analysis.compare import Leaks
+from memforensics.analysis.dump import devices_text
+from memforensics.analysis.filled import KINDS, CallNode
+from memforensics.analysis.replay import replay
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
-from memforensics.analysis.report.replay_sections import oom_moment_section, replay_section
 from memforensics.analysis.report.timeline import segments_section, timeline_section
-from memforensics.analysis.summary.result import Summary
-
-__all__ = ["DUMP_SECTIONS", "DumpContext", "Section", "SectionBuilder", "table"]
+from memforensics.analysis.summary import Summary
 
 TREE_DEPTH = 24
 TREE_SHARE = 0.002
@@ -91,6 +92,71 @@ def _window_text(s: Summary) -> str:
     if s.step is not None:
         return f"step {s.step}"
     return "none: not a step-window dump (or no sidecar)"
+
+
+def oom_moment_section(ctx: DumpContext) -> Section | None:
+    """The figures the verdict was judged on: the request, the allocation, external memory."""
+    moment = ctx.summary.oom_state
+    if ctx.summary.oom is None or moment is None:
+        return None
+    unknown = moment.why_unknown or "not recorded in this dump"
+    figures: list[tuple[str, int | None]] = [
+        ("request (the user's, rounded to 512 B)", moment.requested_bytes),
+        ("allocation (what the allocator asked the driver for)", moment.allocation_bytes),
+        ("limit", moment.limit_bytes),
+        ("device free", moment.device_free_bytes),
+        ("reserved by PyTorch", moment.reserved_bytes),
+        ("outside PyTorch (limit - free - reserved)", moment.external_bytes),
+        ("largest free block", moment.largest_free_block_bytes),
+    ]
+    rows: list[list[Any]] = [["state judged", ["text", moment.source]]]
+    rows += [
+        [label, ["text", unknown] if value is None else ["bytes", value]]
+        for label, value in figures
+    ]
+    data = {"rows": rows, "warnings": []}
+    return Section("oom_moment", "At the moment of the OOM", "facts", data)
+
+
+def replay_section(ctx: DumpContext) -> Section | None:
+    """Would another allocator setting have avoided this OOM? (only for OOM dumps)."""
+    if ctx.summary.oom is None or not ctx.oom_device:
+        return None
+    result = replay(ctx.dump)
+    if not result.trusted:
+        return table(
+            "replay",
+            "What if: other allocator settings",
+            [],
+            [],
+            empty="The replay refuses to answer: " + "; ".join(result.refusals),
+        )
+    rows = [
+        [
+            row.conf or "(as recorded)",
+            "OOM" if row.oom else "fits",
+            row.peak_reserved_bytes,
+            row.fragmentation_at_peak_bytes,
+            row.first_failure_bytes,
+        ]
+        for row in result.what_if
+    ]
+    fidelity = "n/a" if result.fidelity is None else f"{result.fidelity:.0%}"
+    return table(
+        "replay",
+        "What if: other allocator settings",
+        [
+            ("setting", "text"),
+            ("outcome", "text"),
+            ("peak reserved", "bytes"),
+            ("fragmentation at peak", "bytes"),
+            ("first failing request", "bytes"),
+        ],
+        rows,
+        note=f"Replayed through memforensics' model of the caching allocator; it reproduced "
+        f"{fidelity} of the recorded segment events first (memforensics replay FILE for the "
+        "self-check, blame and lint).",
+    )
 
 
 def kinds_section(ctx: DumpContext) -> Section:

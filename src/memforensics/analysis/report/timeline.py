@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.filled.kinds import KINDS
-from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
-from memforensics.analysis.filled.peak import live_at, site_fast
+from memforensics.analysis.dump import site_fast
+from memforensics.analysis.filled import BEFORE, KINDS, Allocation, Lifetimes, live_at
 from memforensics.analysis.report.layout import layouts
 from memforensics.analysis.report.model import DumpContext, Section
 

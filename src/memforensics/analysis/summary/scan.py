@@ -1,22 +1,28 @@
-"""The two passes a summary makes: live blocks by site, then the trace backwards.
+"""The two passes over a dump that ``summary``, ``diff`` and ``leaks`` share.
 
-Split from :mod:`memforensics.analysis.summary.summarize` because diff and leaks make the same passes:
-one over segments and blocks (each live block with its site and caller, memoized per frames
+One over segments and blocks (each live block with its site and caller, memoized per frames
 list) and at most one backward pass over the trace that stops as soon as it has the last
 ``oom`` entry and the step of every live block.
 """
 
 from __future__ import annotations
 
-from memforensics.analysis.dump.frames import BEFORE_RECORDING, attribute, parse_step
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.dump.meta import OomRecord
-from memforensics.analysis.dump.model import ALLOCATED, INACTIVE, PENDING_FREE, Block, as_int
-from memforensics.analysis.summary.result import StepBytes
+from memforensics.analysis.dump import (
+    ALLOCATED,
+    BEFORE_RECORDING,
+    INACTIVE,
+    PENDING_FREE,
+    Block,
+    Dump,
+    OomRecord,
+    as_int,
+    attribute,
+    parse_step,
+)
 
 
 class Tally:
-    """Running totals over blocks, kept apart so ``summarize`` reads as the steps it takes."""
+    """Running totals over blocks: bytes by state, the largest free block, live bytes by site."""
 
     def __init__(self) -> None:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
@@ -124,18 +130,3 @@ def merge_oom(
         device_total_bytes=sidecar.device_total_bytes,
         source="sidecar",
     )
-
-
-def by_step(
-    live: list[tuple[Block, str, str]], steps: dict[int, int | None]
-) -> tuple[StepBytes, ...]:
-    """Live bytes per step; empty when no live block carries step metadata at all."""
-    totals: dict[int | None, list[int]] = {}
-    for block, _site, _caller in live:
-        entry = totals.setdefault(steps.get(block.address), [0, 0])
-        entry[0] += block.size
-        entry[1] += 1
-    if all(step is None for step in totals):
-        return ()
-    order = sorted(totals, key=lambda step: (step is None, step or 0))
-    return tuple(StepBytes(step, totals[step][0], totals[step][1]) for step in order)

@@ -1,38 +1,157 @@
 """``summary``: what filled the device, and whether the OOM was fragmentation or exhaustion.
 
-Everything here is one pass over segments and blocks plus at most one backward pass over the
-trace (stopping early when it can), so a summary costs little more than loading the file.
-Those passes live in :mod:`~memforensics.analysis.summary.scan`, the :class:`Summary` type in
-:mod:`~memforensics.analysis.summary.result`; both are re-exported here for code that still
-imports them from this module.
+:class:`Summary` and its rows are the facts, with their ``--json`` forms (field and key names
+are a contract that ``summary --json``, the report and the diff rely on, see docs/analysis.md);
+:func:`summarize` computes them. Everything is one pass over segments and blocks plus at most
+one backward pass over the trace (stopping early when it can), both in
+:mod:`~memforensics.analysis.summary.scan`, so a summary costs little more than loading the file.
 """
 
 from __future__ import annotations
 
-from memforensics.analysis.dump.frames import BEFORE_RECORDING
-from memforensics.analysis.dump.load import Dump
-from memforensics.analysis.filled.what_filled import what_filled
-from memforensics.analysis.oom.proof import verdict_at_oom
-from memforensics.analysis.summary.result import SiteBytes, StepBytes, Summary
-from memforensics.analysis.summary.scan import (
-    Tally,
-    by_step,
-    live_blocks,
-    live_sites,
-    merge_oom,
-    scan_trace,
-)
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = [
-    "SiteBytes",
-    "StepBytes",
-    "Summary",
-    "live_blocks",
-    "live_sites",
-    "merge_oom",
-    "scan_trace",
-    "summarize",
-]
+from memforensics.analysis.dump import (
+    BEFORE_RECORDING,
+    UNKNOWN_SITE,
+    Block,
+    DeviceUsage,
+    Dump,
+    OomRecord,
+    SnapshotShape,
+)
+from memforensics.analysis.filled import Filled, what_filled
+from memforensics.analysis.oom import LowerBound, OomMoment, Verdict, verdict_at_oom
+from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
+
+
+@dataclass(frozen=True, slots=True)
+class SiteBytes:
+    """Live bytes and block count of one allocation site, reached from one ``caller``.
+
+    ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
+    installed package and the standard library (the user's own line); see
+    :mod:`~memforensics.analysis.dump.frames`.
+    """
+
+    site: str
+    bytes: int
+    blocks: int
+    caller: str = UNKNOWN_SITE
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "site": self.site,
+            "caller": self.caller,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepBytes:
+    """Live bytes allocated during one step (``step`` None: no step metadata on those blocks)."""
+
+    step: int | None
+    bytes: int
+    blocks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"step": self.step, "bytes": self.bytes, "blocks": self.blocks}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The facts ``memforensics summary`` prints; ``to_dict`` gives the ``--json`` object."""
+
+    file: str
+    kind: str | None
+    rank: int | None
+    step: int | None
+    steps: tuple[int, int] | None
+    device_index: int | None
+    reserved_bytes: int
+    allocated_bytes: int
+    active_bytes: int
+    free_in_reserved_bytes: int
+    largest_free_block_bytes: int
+    segments: int
+    blocks: int
+    oom: OomRecord | None
+    verdict: Verdict
+    top_sites: tuple[SiteBytes, ...]
+    live_by_step: tuple[StepBytes, ...]
+    trace_entries: int
+    truncated: bool | None
+    warnings: tuple[str, ...]
+    device: str | None = None
+    site_count: int = 0
+    before_recording_bytes: int = 0
+    before_recording_blocks: int = 0
+    devices: tuple[DeviceUsage, ...] = ()
+    device_reason: str = ""
+    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    limits: tuple[str, ...] = ()
+    oom_state: OomMoment | None = None  # the state the verdict was judged on
+    lower_bound: LowerBound | None = None
+    filled: Filled | None = None  # kinds, peak and OOM moment
+
+    @property
+    def history_events(self) -> int:
+        """Old name of ``trace_entries`` (kept for readers written before the rename)."""
+        return self.trace_entries
+
+    @property
+    def history_truncated(self) -> bool | None:
+        """Old name of ``truncated`` (kept for readers written before the rename)."""
+        return self.truncated
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``summary --json`` object (key names are a contract; see docs/analysis.md).
+
+        A fact the sidecar also holds has the sidecar's key (``device`` is the device's name,
+        ``device_index`` its index, ``truncated``, ``trace_entries``).
+        """
+        return {
+            "file": self.file,
+            "kind": self.kind,
+            "rank": self.rank,
+            "step": self.step,
+            "steps": list(self.steps) if self.steps else None,
+            "device": self.device,
+            "device_index": self.device_index,
+            "reserved_bytes": self.reserved_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "active_bytes": self.active_bytes,
+            "free_in_reserved_bytes": self.free_in_reserved_bytes,
+            "largest_free_block_bytes": self.largest_free_block_bytes,
+            "segments": self.segments,
+            "blocks": self.blocks,
+            "oom": self.oom.to_dict() if self.oom else None,
+            "verdict": self.verdict.name,
+            "verdict_reason": self.verdict.reason,
+            "oom_state": self.oom_state.to_dict() if self.oom_state else None,
+            "external_bytes": self.oom_state.external_bytes if self.oom_state else None,
+            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
+            "explanation": self.verdict.explanation,
+            "advice": self.verdict.advice,
+            "top_sites": [site.to_dict() for site in self.top_sites],
+            "site_count": self.site_count,
+            "before_recording_bytes": self.before_recording_bytes,
+            "before_recording_blocks": self.before_recording_blocks,
+            "live_by_step": [step.to_dict() for step in self.live_by_step],
+            "trace_entries": self.trace_entries,
+            "truncated": self.truncated,
+            "warnings": list(self.warnings),
+            "devices": [item.to_dict() for item in self.devices],
+            "device_reason": self.device_reason,
+            "snapshot_shape": self.shape.to_dict(),
+            "limits": list(self.limits),
+            **(self.filled.to_dict() if self.filled else {}),
+        }
 
 
 def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
@@ -101,3 +220,18 @@ def _device_name(dump: Dump) -> str | None:
     """The sidecar's ``device`` (``"cuda"``, ``"npu"``, ``"sim"``); None without a sidecar."""
     name = dump.meta.sidecar.get("device")
     return name if isinstance(name, str) else None
+
+
+def by_step(
+    live: list[tuple[Block, str, str]], steps: dict[int, int | None]
+) -> tuple[StepBytes, ...]:
+    """Live bytes per step; empty when no live block carries step metadata at all."""
+    totals: dict[int | None, list[int]] = {}
+    for block, _site, _caller in live:
+        entry = totals.setdefault(steps.get(block.address), [0, 0])
+        entry[0] += block.size
+        entry[1] += 1
+    if all(step is None for step in totals):
+        return ()
+    order = sorted(totals, key=lambda step: (step is None, step or 0))
+    return tuple(StepBytes(step, totals[step][0], totals[step][1]) for step in order)

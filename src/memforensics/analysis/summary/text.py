@@ -1,40 +1,24 @@
-"""Plain-text renderings for the terminal: compact tables a tired person reads in ten seconds."""
+"""``summary``'s text: a compact table a tired person reads in ten seconds, then the sites,
+what the unrecorded rows are, what filled the device, and live bytes per step."""
 
 from __future__ import annotations
 
 import textwrap
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.compare.diff import Diff
-from memforensics.analysis.dump.devices import context_lines
-from memforensics.analysis.dump.frames import BEFORE_RECORDING, UNKNOWN_SITE
-from memforensics.analysis.filled.text import filled_lines
-from memforensics.analysis.folder.ls import RunListing
-from memforensics.analysis.summary.result import Summary
+from memforensics.analysis.dump import (
+    BEFORE_RECORDING,
+    UNKNOWN_SITE,
+    caller_line,
+    context_lines,
+    hidden_rows,
+    short_site,
+)
+from memforensics.analysis.filled import filled_lines
+from memforensics.analysis.summary.summarize import Summary
 
-_SITE_WIDTH = 64
 _WRAP = 100
-
-
-def short_site(site: str, width: int = _SITE_WIDTH) -> str:
-    """Keep the end of a long ``path:line function`` (file and function matter, the prefix not)."""
-    return site if len(site) <= width else "…" + site[-(width - 1) :]
-
-
-def _hidden(count: int, noun: str, detail: str = "") -> list[str]:
-    """The line under (or over) a cut table: how many rows it hides and how to see them."""
-    if count <= 0:
-        return []
-    plural = noun if count == 1 else noun + "s"
-    return [f"  … {count:,} {plural} not shown{detail}; --top N or --all shows them"]
-
-
-def _caller_line(site: str, caller: str, indent: int = 23) -> list[str]:
-    """``← caller ...`` under a row's site when the site is library code: the user's own line
-    that led there (``<unknown>``: none outside installed packages)."""
-    if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING):
-        return []
-    return [f"{'':>{indent}}← caller {short_site(caller, _SITE_WIDTH - 9)}"]
+_SITE_COLUMN = 23  # where the site column starts: under it goes the caller
 
 
 def summary_text(s: Summary, *, rows: int | None = 10) -> str:
@@ -56,7 +40,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         f"{fmt(s.largest_free_block_bytes)}",
     ]
     at = s.oom_state
-    if at is not None:  # the user's request and the allocator's rounded allocation differ (#10)
+    if at is not None:  # the user's request and the allocator's rounded allocation differ
         lines.append(
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
             f" (what the error message prints)  limit {fmt(at.limit_bytes)}"
@@ -81,7 +65,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     if s.live_by_step:
         shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]
-        lines += _hidden(len(s.live_by_step) - len(shown), "earlier step")
+        lines += hidden_rows(len(s.live_by_step) - len(shown), "earlier step")
         for item in shown:
             step = "-" if item.step is None else str(item.step)
             lines.append(f"  {step:>6} {fmt(item.bytes):>11} {item.blocks:>7,}")
@@ -94,12 +78,12 @@ def _site_table(s: Summary) -> list[str]:
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
         for t in s.top_sites:
             lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
-            lines += _caller_line(t.site, t.caller)
+            lines += caller_line(t.site, t.caller, _SITE_COLUMN)
     hidden = s.site_count - len(s.top_sites)
     if hidden > 0:
         rest = s.allocated_bytes - sum(t.bytes for t in s.top_sites)
         lines += [""] if not s.top_sites else []
-        lines += _hidden(hidden, "more site", f" ({fmt(rest)} in all)")
+        lines += hidden_rows(hidden, "more site", f" ({fmt(rest)} in all)")
     return lines
 
 
@@ -133,83 +117,3 @@ def _paragraph(text: str, *, blank: bool = True) -> list[str]:
     """A long sentence wrapped to the terminal's usual width, indented under the table."""
     wrapped = textwrap.wrap(text, width=_WRAP, initial_indent="  ", subsequent_indent="    ")
     return ([""] if blank else []) + wrapped
-
-
-def diff_text(d: Diff, top: int | None = 15) -> str:
-    """The ``diff`` tables, each cut to ``top`` rows (None: every row), saying what they hide."""
-    lines = [
-        f"before {d.before}: {fmt(d.before_allocated_bytes)} allocated",
-        f"after  {d.after}: {fmt(d.after_allocated_bytes)} allocated",
-        f"total change {_signed(d.total_delta_bytes)}",
-    ]
-    if d.growth:
-        shown = d.growth if top is None else d.growth[:top]
-        lines += ["", f"  {'change':>11} {'before':>11} {'after':>11}  site"]
-        for g in shown:
-            lines.append(
-                f"  {_signed(g.delta_bytes):>11} {fmt(g.before_bytes):>11}"
-                f" {fmt(g.after_bytes):>11}  {short_site(g.site)}"
-            )
-            lines += _caller_line(g.site, g.caller, indent=39)
-        rest = d.total_delta_bytes - sum(g.delta_bytes for g in shown)
-        lines += _hidden(len(d.growth) - len(shown), "more site", f" (net {_signed(rest)})")
-    if d.leak_suspects:
-        first = d.after_window[0] if d.after_window else "?"
-        suspects = d.leak_suspects if top is None else d.leak_suspects[:top]
-        lines += ["", f"  leak suspects: live in AFTER but allocated before step {first}"]
-        for s in suspects:
-            steps = ",".join(str(n) for n in s.steps[:8]) + ("…" if len(s.steps) > 8 else "")
-            lines.append(
-                f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  {short_site(s.site)}"
-            )
-            lines += _caller_line(s.site, s.caller, indent=len(lines[-1]) - len(short_site(s.site)))
-        lines += _hidden(len(d.leak_suspects) - len(suspects), "more suspect")
-    return "\n".join(lines)
-
-
-def _signed(count: int) -> str:
-    """``+1.50 GiB`` / ``-20.00 MiB`` / ``0 B``: a change shows its direction."""
-    return ("+" if count > 0 else "") + fmt(count)
-
-
-def ls_text(listing: RunListing) -> str:
-    """The ``ls`` table, oldest first, with the first OOM named on top."""
-    first = listing.first_oom
-    head = "no OOM dumps"
-    if first is not None:
-        head = (
-            f"first OOM: rank {first.meta.rank} step {first.meta.step}"
-            f" at {first.created_at}  {first.path}"
-        )
-    lines = [
-        head,
-        "",
-        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
-        " flags  path",
-    ]
-    for entry in listing.dumps:
-        meta = entry.meta
-        where = (
-            f"{meta.steps[0]}-{meta.steps[1]}"
-            if meta.steps
-            else ("-" if meta.step is None else str(meta.step))
-        )
-        flags = "".join(
-            (
-                "P" if meta.partial else "",
-                "T" if meta.truncated else "",
-                "" if meta.has_sidecar else "?",
-            )
-        )
-        lines.append(
-            f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
-            f" {fmt(entry.size_bytes):>11} {fmt(entry.external_bytes):>10}"
-            f"  {entry.created_at or '-':<32} {flags or '-':<5}"
-            f"  {entry.path}"
-        )
-    lines.append("")
-    lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
-        " external: memory outside PyTorch at an OOM"
-    )
-    return "\n".join(lines)

@@ -7,9 +7,12 @@ import json
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump
-from memforensics.analysis.compare.devices import device_diffs_text, diff_by_device
-from memforensics.analysis.filled.text import kinds_change_lines
-from memforensics.analysis.filled.what_filled import kinds_change
+from memforensics.analysis.compare import (
+    device_diffs_text,
+    diff_by_device,
+    kinds_change,
+    kinds_change_lines,
+)
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
 
@@ -39,7 +42,7 @@ class DiffCommand:
             result = diff_by_device(before, after, device=args.device)
             if args.device is not None:
                 before, after = before.on_device(args.device), after.on_device(args.device)
-            kinds = kinds_change(before, after)  # (#12) live bytes per kind, before and after
+            kinds = kinds_change(before, after)  # live bytes per kind, before and after
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
         if args.json:

@@ -8,7 +8,7 @@ import sys
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import find_leaks
-from memforensics.analysis.compare.text import leaks_text
+from memforensics.analysis.compare import leaks_text
 from memforensics.cli._command import CommandError
 
 

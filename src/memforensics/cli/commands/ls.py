@@ -7,7 +7,7 @@ import json
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import list_dumps
-from memforensics.analysis.summary.text import ls_text
+from memforensics.analysis.folder import ls_text
 from memforensics.cli._command import CommandError
 
 

@@ -9,7 +9,7 @@ import sys
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
 from memforensics.analysis import load_dump, replay
-from memforensics.analysis.replay.text import replay_text
+from memforensics.analysis.replay import replay_text
 from memforensics.cli._command import CommandError
 from memforensics.cli._sizes import byte_size
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
-from memforensics.analysis.report.page import ReportBuilder
+from memforensics.analysis.report import ReportBuilder
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump, summarize
-from memforensics.analysis.summary.text import summary_text
+from memforensics.analysis.summary import summary_text
 from memforensics.cli._command import CommandError
 from memforensics.cli._rows import add_row_flags, row_limit
 from memforensics.cli._sizes import byte_size

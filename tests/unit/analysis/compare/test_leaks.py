@@ -8,7 +8,7 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import find_leaks
-from memforensics.analysis.compare.text import leaks_text
+from memforensics.analysis.compare import leaks_text
 from memforensics.backends.sim import SimDevice, SimTensor, reset_device
 
 MiB = 1 << 20

@@ -68,7 +68,7 @@ def test_a_sidecar_that_agrees_gives_no_warning() -> None:
 
 
 def test_wrong_sidecar_index_does_not_lose_history(tmp_path: Path) -> None:
-    """Issue 9: a sidecar saying device 0 for a rank on device 3 still reads its 43 events."""
+    """A sidecar saying device 0 for a rank on device 3 still reads its 43 events."""
     case = wrong_sidecar_device(device=3, events=43)
     path = write_dump(tmp_path / "oom" / "rank3_pid9.pickle", case.snapshot, sidecar=case.sidecar)
     dump = load_dump(path)

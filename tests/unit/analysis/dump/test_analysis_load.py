@@ -161,7 +161,7 @@ def test_real_snapshots_load_and_add_up(name: str) -> None:
     assert summary.allocated_bytes == sum(s["allocated_size"] for s in raw["segments"])
     assert summary.active_bytes == sum(s["active_size"] for s in raw["segments"])
     assert summary.segments == len(raw["segments"])
-    # with history a trace without an oom entry proves no OOM; without history nothing says (#10)
+    # with history a trace without an oom entry proves no OOM; without history nothing says
     expected = "unknown" if "no-history" in name else "no-oom"
     assert summary.verdict.name == expected
     assert summary.trace_entries == len(raw["device_traces"][0])
@@ -179,7 +179,7 @@ def test_real_snapshots_load_and_add_up(name: str) -> None:
 def test_sidecar_request_and_allocation_are_never_mixed_up(
     oom: dict[str, int | None], user_request: int | None, allocation: int
 ) -> None:
-    """The allocator's 20 MiB allocation is never shown as the user's request (#9, #10)."""
+    """The allocator's 20 MiB allocation is never shown as the user's request."""
     sidecar = {"schema": 2 if "allocation_bytes" in oom else 1, "kind": "oom", "oom": oom}
     record = dump_from_snapshot(exhausted().snapshot, sidecar=sidecar).meta.oom
     assert record is not None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memforensics.analysis import dump_from_snapshot, summarize
-from memforensics.analysis.dump.model import ALLOCATED
+from memforensics.analysis.dump import ALLOCATED
 from memforensics.testing import (
     as_pytorch_1_13,
     as_pytorch_2_0,

@@ -14,10 +14,9 @@ from memforensics.analysis import (
     dump_from_snapshot,
     list_dumps,
     load_dump,
-    memory_timeline,
-    render_report,
     summarize,
 )
+from memforensics.analysis.report import ReportBuilder
 from memforensics.capture.atomic import write_snapshot
 from memforensics.testing import (
     TRAIN,
@@ -156,11 +155,18 @@ def test_early_npu_list_has_no_sites_and_says_so() -> None:
 
 
 def test_old_traces_are_plotted_by_event_number() -> None:
-    """No time_us (1.13): the timeline falls back to event numbers, and the limits say why."""
+    """No time_us (1.13): the report's timeline rows carry no time, so the page plots them by
+    event number, and the limits say why."""
     dump = dump_from_snapshot(as_pytorch_1_13(fragmented().snapshot))
-    line = memory_timeline(dump.trace, active_bytes=MiB(256), reserved_bytes=MiB(512))
-    assert line.x_is_time is False
-    assert line.events == len(dump.trace)
+    builder = ReportBuilder()
+    builder.add(dump)
+    sections = builder.document()["dumps"][0]["devices"][0]["sections"]
+    timeline = next(section["data"] for section in sections if section["id"] == "timeline")
+    rows = [row for level in timeline["levels"] for row in level]
+    assert rows
+    assert timeline["columns"][1] == "time_us"
+    assert all(row[1] is None for row in rows)
+    assert timeline["events"] == len(dump.trace)
     assert any("no time_us" in limit for limit in dump.limits)
 
 
@@ -239,7 +245,9 @@ def test_memforensics_writes_protocol_4_only(tmp_path: Path) -> None:
 def test_report_renders_every_shape(shape: str) -> None:
     """The HTML report renders each shape without failing and carries its verdict."""
     convert = SHAPES[shape][0]
-    html = render_report([dump_from_snapshot(convert(fragmented().snapshot))])
+    builder = ReportBuilder()
+    builder.add(dump_from_snapshot(convert(fragmented().snapshot)))
+    html = builder.html()
     assert "<!DOCTYPE html>" in html
     assert "no-oom" in html or "fragmentation" in html
 

@@ -1,5 +1,5 @@
 """Sites and callers: blocks without a stack are named, and the user's own line shows beside a
-library site (issue #10, items 3 and 7)."""
+library site."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from memforensics.analysis import (
     site_of,
     summarize,
 )
-from memforensics.analysis.summary.text import diff_text, summary_text
+from memforensics.analysis.compare import diff_text
+from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 
 REAL = [

@@ -12,8 +12,7 @@ from labelled_workload import TrainingLoop, engine_thread_frames
 
 import memforensics
 from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump
-from memforensics.analysis.filled.kinds import classify
-from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, lifetimes
+from memforensics.analysis.filled import BEFORE, Allocation, classify, lifetimes
 from memforensics.backends.sim import reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
 

@@ -10,9 +10,8 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump, summarize
-from memforensics.analysis.filled.peak import NO_FRAMES, CallNode
-from memforensics.analysis.filled.what_filled import what_filled
-from memforensics.analysis.summary.text import summary_text
+from memforensics.analysis.filled import NO_FRAMES, CallNode, what_filled
+from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
 

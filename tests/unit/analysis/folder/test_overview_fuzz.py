@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from memforensics._layout import journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
-from memforensics.analysis.folder.journals import growth_per_1k
+from memforensics.analysis.folder import growth_per_1k
 from memforensics.capture.journal import format_line
 
 _values = st.one_of(

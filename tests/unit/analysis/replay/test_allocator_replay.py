@@ -20,8 +20,8 @@ from memforensics.allocator import (
     segment_blocks,
 )
 from memforensics.analysis import dump_from_snapshot, list_dumps, replay, summarize
-from memforensics.analysis.oom.history import state_before
-from memforensics.analysis.replay.run import Device, run
+from memforensics.analysis.oom import state_before
+from memforensics.analysis.replay import Device, run
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
 
 MiB = 1 << 20

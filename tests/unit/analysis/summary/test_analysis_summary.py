@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memforensics.analysis import dump_from_snapshot, load_dump, site_of, summarize
-from memforensics.analysis.dump.frames import is_library_file, parse_step
+from memforensics.analysis.dump import is_library_file, parse_step
 from memforensics.testing import (
     CACHE,
     OPTIMIZER,

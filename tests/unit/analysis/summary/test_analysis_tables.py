@@ -1,5 +1,5 @@
 """Cut tables say what they hide, diff orders by the size of a change, and summary --json uses
-the sidecar's names for the sidecar's facts (issue #10, items 5 and 8)."""
+the sidecar's names for the sidecar's facts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 import memforensics
 from memforensics.analysis import diff_dumps, dump_from_snapshot, list_dumps, load_dump, summarize
-from memforensics.analysis.summary.text import diff_text, summary_text
+from memforensics.analysis.compare import diff_text
+from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder
 

@@ -9,13 +9,20 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, render_report
-from memforensics.analysis.report import sections
-from memforensics.analysis.report.page import ReportBuilder
-from memforensics.analysis.report.sections import Section, table
+import memforensics.analysis.report
+from memforensics.analysis import Dump, dump_from_snapshot
+from memforensics.analysis.report import DUMP_SECTIONS, DumpContext, ReportBuilder, Section, table
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, exhausted, fragmented
 
 _DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
+
+
+def render_report(dumps: list[Dump]) -> str:
+    """The page of ``dumps``, built the way ``memforensics report`` builds it."""
+    builder = ReportBuilder()
+    for dump in dumps:
+        builder.add(dump)
+    return builder.html()
 
 
 def _document(html: str) -> dict[str, Any]:
@@ -44,7 +51,7 @@ def test_report_is_offline_and_complete() -> None:
 
 def test_page_assets_are_package_files_inlined() -> None:
     """The page's JS and CSS are the package's static files, inlined verbatim."""
-    static = Path(sections.__file__).parent / "assets"
+    static = Path(memforensics.analysis.report.__file__).parent / "assets"
     html = render_report([dump_from_snapshot(fragmented().snapshot)])
     assert (static / "report.js").read_text() in html
     assert (static / "report.css").read_text() in html
@@ -146,15 +153,18 @@ def test_several_devices_get_a_section_each() -> None:
     assert reserved == [MiB(4), MiB(10)]
 
 
-def test_a_new_section_is_one_builder(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_section_is_one_builder() -> None:
     """Appending a builder that returns a table adds it to every device's part of the page."""
 
-    def replay(ctx: sections.DumpContext) -> Section:
+    def replay(ctx: DumpContext) -> Section:
         return table("replay", "What if", [("setting", "text")], [["expandable_segments"]])
 
-    monkeypatch.setattr(sections, "DUMP_SECTIONS", [*sections.DUMP_SECTIONS, replay])
-    builder = ReportBuilder()
-    builder.add(dump_from_snapshot(fragmented().snapshot))
+    DUMP_SECTIONS.append(replay)
+    try:
+        builder = ReportBuilder()
+        builder.add(dump_from_snapshot(fragmented().snapshot))
+    finally:
+        DUMP_SECTIONS.remove(replay)
     parts = builder.document()["dumps"][0]["devices"][0]["sections"]
     assert parts[-1]["id"] == "replay"
     assert parts[-1]["data"]["rows"] == [["expandable_segments"]]

@@ -1,0 +1,56 @@
+"""Words about a dump for the terminal: its sites, cut to a width, with the caller under a library
+site; the line under a table cut to its top rows; its devices and what the file cannot tell.
+``summary``, ``diff`` and ``leaks`` all print sites; they cut and annotate them here, so the same
+site reads the same in each."""
+
+from __future__ import annotations
+
+from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump.devices import DeviceUsage
+from memforensics.analysis.dump.frames import BEFORE_RECORDING, UNKNOWN_SITE
+
+SITE_WIDTH = 64
+"""Characters a site keeps in a table column."""
+_CALLER = "← caller "
+
+
+def short_site(site: str, width: int = SITE_WIDTH) -> str:
+    """Keep the end of a long ``path:line function`` (file and function matter, the prefix not)."""
+    return site if len(site) <= width else "…" + site[-(width - 1) :]
+
+
+def caller_line(site: str, caller: str, indent: int) -> list[str]:
+    """``← caller ...`` under a row's site when the site is library code: the user's own line
+    that led there (``<unknown>``: none outside installed packages). Indented by ``indent``, it
+    ends where the site above it can end."""
+    if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING):
+        return []
+    return [f"{'':>{indent}}{_CALLER}{short_site(caller, SITE_WIDTH - len(_CALLER))}"]
+
+
+def hidden_rows(count: int, noun: str, detail: str = "") -> list[str]:
+    """The line under (or over) a cut table: how many rows it hides and how to see them."""
+    if count <= 0:
+        return []
+    plural = noun if count == 1 else noun + "s"
+    return [f"  … {count:,} {plural} not shown{detail}; --top N or --all shows them"]
+
+
+def devices_text(usage: tuple[DeviceUsage, ...]) -> str:
+    """``0: 12.00 GiB reserved (OOM) · 1: 14.00 GiB reserved`` for the terminal."""
+    parts = [
+        f"{item.device}: {fmt(item.reserved_bytes)} reserved" + (" (OOM)" if item.oom else "")
+        for item in usage
+    ]
+    return " · ".join(parts)
+
+
+def context_lines(
+    usage: tuple[DeviceUsage, ...], device: int | None, reason: str, limits: tuple[str, ...]
+) -> list[str]:
+    """The summary table's lines on devices (when several) and on what the file cannot tell."""
+    lines: list[str] = []
+    if len(usage) > 1:
+        lines.append(f"  device       {device} ({reason}) of {len(usage)}: {devices_text(usage)}")
+    lines += [f"  cannot tell  {limit}" for limit in limits]
+    return lines
