@@ -38,7 +38,7 @@ from _common import Figure, figure, parse_args, ratio_of, report
 from _snapshots import PrebuiltBackend, churn, sim_snapshot
 
 import memforensics
-from memforensics.backends.sim import backend as sim
+from memforensics.backends import sim
 from memforensics.capture import atomic as _writer
 from memforensics.capture.config import build_config
 from memforensics.capture.facade import MemoryForensics
