@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from memforensics.backends.sim import backend as sim
+from memforensics.backends import sim
 
 
 def churn(device: sim.SimDevice, events: int, depth: int = 0) -> None:

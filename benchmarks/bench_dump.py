@@ -38,8 +38,8 @@ from _common import Figure, figure, parse_args, ratio_of, report
 from _snapshots import PrebuiltBackend, churn, sim_snapshot
 
 import memforensics
-from memforensics.backends.sim import backend as sim
-from memforensics.capture import atomic as _writer
+from memforensics.backends import sim
+from memforensics.capture import atomic
 from memforensics.capture.config import build_config
 from memforensics.capture.facade import MemoryForensics
 
@@ -66,7 +66,7 @@ def pickle_dump(snapshot: dict[str, Any], path: Path) -> Callable[[], float]:
         path.unlink(missing_ok=True)  # a fresh file each time, as a dump is
         start = time.perf_counter()
         with path.open("wb") as handle:
-            pickle.dump(snapshot, handle, protocol=_writer.PICKLE_PROTOCOL)
+            pickle.dump(snapshot, handle, protocol=atomic.PICKLE_PROTOCOL)
         return time.perf_counter() - start
 
     return run
@@ -108,12 +108,12 @@ def training_thread_rows(
 
         return run
 
-    thread_paths = _writer.window_paths(out / "thread", "step0", 0, os.getpid())
+    thread_paths = atomic.window_paths(out / "thread", "step0", 0, os.getpid())
 
     def with_thread() -> float:
         start = time.perf_counter()
         writer = threading.Thread(
-            target=_writer.write_dump, args=(thread_paths, snapshot, lambda size: {"bytes": size})
+            target=atomic.write_dump, args=(thread_paths, snapshot, lambda size: {"bytes": size})
         )
         writer.start()
         cpu_loop(n)
@@ -171,12 +171,12 @@ def training_thread_rows(
 def throughput_row(snapshot: dict[str, Any], out: Path, repeats: int) -> Figure:
     """Throughput of write_dump (atomic, fsync, sidecar) relative to pickle.dump."""
     reference = pickle_dump(snapshot, out / "plain.pickle")
-    paths = _writer.window_paths(out, "atomic", 0, os.getpid())
+    paths = atomic.window_paths(out, "atomic", 0, os.getpid())
 
-    def atomic() -> float:
-        return timed(lambda: _writer.write_dump(paths, snapshot, lambda size: {"bytes": size}))
+    def atomic_write() -> float:
+        return timed(lambda: atomic.write_dump(paths, snapshot, lambda size: {"bytes": size}))
 
-    value, ref, ratio = ratio_of(atomic, reference, repeats)
+    value, ref, ratio = ratio_of(atomic_write, reference, repeats)
     size = paths.snapshot.stat().st_size
     return figure(
         "dump throughput, atomic write with fsync",
@@ -235,7 +235,7 @@ def oom_rows(snapshot: dict[str, Any], events: int, out: Path, repeats: int) -> 
         start = time.perf_counter()
         taken = device.snapshot()
         with sim_ref_path.open("wb") as handle:
-            pickle.dump(taken, handle, protocol=_writer.PICKLE_PROTOCOL)
+            pickle.dump(taken, handle, protocol=atomic.PICKLE_PROTOCOL)
         return time.perf_counter() - start
 
     value, ref, ratio = ratio_of(oom, snapshot_and_pickle, repeats)

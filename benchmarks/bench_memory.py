@@ -51,7 +51,7 @@ def child(mode: str, steps: int, every: int) -> int:
     import pickle
 
     import memforensics
-    from memforensics.backends.sim import backend as sim
+    from memforensics.backends import sim
 
     device = sim.reset_device(1 << 34)
     per_step = EVENTS // every // 2

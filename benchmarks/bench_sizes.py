@@ -22,7 +22,7 @@ from pathlib import Path
 from _common import Figure, figure, parse_args, report
 from _snapshots import sim_snapshot
 
-from memforensics.capture import atomic as _writer
+from memforensics.capture import atomic
 
 
 def row(events: int, depth: int, out: Path) -> list[Figure]:
@@ -30,9 +30,9 @@ def row(events: int, depth: int, out: Path) -> list[Figure]:
     start = time.perf_counter()
     snapshot = sim_snapshot(events, depth)
     taken = time.perf_counter() - start
-    paths = _writer.window_paths(out, f"e{events}-d{depth}", 0, os.getpid())
+    paths = atomic.window_paths(out, f"e{events}-d{depth}", 0, os.getpid())
     start = time.perf_counter()
-    size = _writer.write_dump(paths, snapshot, lambda n: {"bytes": n})
+    size = atomic.write_dump(paths, snapshot, lambda n: {"bytes": n})
     written = time.perf_counter() - start
     del snapshot
     data = paths.snapshot.read_bytes()

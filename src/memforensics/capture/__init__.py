@@ -1,1 +1,1 @@
-"""What runs inside training: the facade, its configuration, recording, OOM capture, dumps and the journal."""
+"""What runs inside training: the facade, config, recording, OOM capture, dumps and the journal."""

@@ -12,14 +12,15 @@ with ``os._exit``, so it runs no atexit handler and flushes no inherited buffer.
 so ``WriteCosts`` forks only when the write it saves is clearly larger, learning both costs
 from what it observes. Below ``MIN_FORK_WEIGHT`` it never forks, whatever it learned: a small
 window's write time is mostly fixed costs (an fsync on a busy disk can take half a second for
-611 bytes), which say nothing about the per-entry cost and once made every later tiny window
-fork. A window under the floor is therefore always on disk when ``step()`` returns.
+611 bytes), which say nothing about the per-entry cost: learned from, they would make every
+later tiny window fork. A window under the floor is therefore always on disk when ``step()``
+returns.
 
-The parent drops its reference to the snapshot right after the fork, as
-an inline write would: keeping it until the child exits avoided copy-on-write faults but left it
-alive across the next window's allocations, which fragmented the heap and held 5-7 MiB of RSS
-for good (measured by bench_memory.py; freeing at once holds none and kept the training-thread
-cost within target, see docs/performance.md). A small reaper thread, blocked in ``waitpid``
+The parent drops its reference to the snapshot right after the fork, as an inline write would:
+keeping it until the child exits would spare copy-on-write faults but keep it alive across the
+next window's allocations, which fragments the heap and holds 5-7 MiB of RSS for good (measured
+by bench_memory.py; freeing at once holds none and keeps the training-thread cost within
+target, see docs/performance.md). A small reaper thread, blocked in ``waitpid``
 without the GIL, notices the child's exit; the outcome (retention, logging, ``dumps``) is
 applied on the training thread by the next ``poll``/``flush``.
 """
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from memforensics.capture import atomic as _writer
+from memforensics.capture import atomic
 
 FORK_SECONDS_PER_GIB = 0.015
 """Initial guess of fork() cost per GiB of resident memory, until one is measured (Linux on a
@@ -166,7 +167,7 @@ class BackgroundWriter:
 
     def submit(
         self,
-        paths: _writer.DumpPaths,
+        paths: atomic.DumpPaths,
         snapshot: Any,
         make_sidecar: Callable[[int], dict[str, Any]],
         on_done: Callable[[WriteResult], None],
@@ -254,7 +255,7 @@ def _read_report(fd: int, status: int | None) -> WriteResult:
 
 def _child_main(
     report_fd: int,
-    paths: _writer.DumpPaths,
+    paths: atomic.DumpPaths,
     snapshot: Any,
     make_sidecar: Callable[[int], dict[str, Any]],
 ) -> NoReturn:  # pragma: no cover - runs in the forked child; tests see its files and report
@@ -269,7 +270,7 @@ def _child_main(
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(signum, signal.SIG_DFL)
         start = time.perf_counter()
-        size = _writer.write_dump(paths, snapshot, make_sidecar)
+        size = atomic.write_dump(paths, snapshot, make_sidecar)
         report: dict[str, Any] = {
             "ok": True,
             "bytes": size,

@@ -1,10 +1,11 @@
-"""Taking and writing the three kinds of dump: window, OOM and manual.
+"""Taking and writing the three kinds of dump: window, OOM and manual; and window retention.
 
-Kept apart from the facade so the facade stays about lifecycle and steps, and so every path that
-touches the device or the disk lives in one place where each failure becomes a warning. Nothing
-here synchronizes the device: ``snapshot()`` and ``memory_stats()`` only read allocator state.
-Window dumps (the kind that may be written in the background) are in
-:mod:`memforensics.capture.window_dumps`; this module keeps the OOM and manual dumps and the writing.
+Every path that touches the device or the disk for a dump lives here, where each failure becomes
+a warning. Nothing here synchronizes the device: ``snapshot()`` and ``memory_stats()`` only read
+allocator state. OOM and manual dumps are written inline (the process may be about to die);
+a window dump is the one kind that may be serialized by a forked child while training goes on,
+so its outcome (the ``dump_written`` event, ``dumps``, ``keep_last`` retention) lands when the
+child is reaped.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memforensics.backends._protocol import DeviceBackend
-from memforensics.capture import atomic as _writer
-from memforensics.capture import background as _background
+from memforensics.capture import atomic, background
 from memforensics.capture.config import ForensicsConfig
 from memforensics.capture.log import guarded, safe_log, warn_once
 from memforensics.capture.oom import (
@@ -34,18 +34,20 @@ from memforensics.capture.sidecar import (
     requested_from_trace,
     trace_length,
 )
-from memforensics.capture.window import Window
-from memforensics.capture.window_dumps import WindowDumps, WriterMode
+from memforensics.capture.window import Window, windows_to_delete
+
+WriterMode = Literal["auto", "inline", "fork"]
+"""``config.writer`` (``"auto"``, ``"inline"``); ``"fork"`` forces a child (tests only)."""
 
 
-class Dumper(WindowDumps):
+class Dumper:
     """Writes one process's dumps under ``out_dir`` and applies window retention.
 
     OOM and manual dumps are written inline: the process may be about to die, and the caller
     wants the file. Window dumps are snapshotted inline (the snapshot is the state at that
     moment) and, with ``writer="auto"``, serialized by a forked child when the snapshot is
-    above ``_background.MIN_FORK_WEIGHT`` and that is predicted to cost the training thread less
-    (``_background.WriteCosts``); ``writer="inline"`` never forks. Retention and ``dumps``
+    above ``background.MIN_FORK_WEIGHT`` and that is predicted to cost the training thread less
+    (``background.WriteCosts``); ``writer="inline"`` never forks. Retention and ``dumps``
     follow each window once it has landed.
     """
 
@@ -66,7 +68,7 @@ class Dumper(WindowDumps):
         self._completed: list[Window] = []
         self._lock = threading.Lock()
         self.writer: WriterMode = config.writer
-        self._background = _background.BackgroundWriter()
+        self._background = background.BackgroundWriter()
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -74,31 +76,31 @@ class Dumper(WindowDumps):
 
     def _write(
         self,
-        paths: _writer.DumpPaths,
+        paths: atomic.DumpPaths,
         snapshot: Any,
         sidecar: Callable[[int], dict[str, Any]],
         **fields: Any,
     ) -> bool:
         start = time.perf_counter()
         try:
-            size = _writer.write_dump(paths, snapshot, sidecar)
+            size = atomic.write_dump(paths, snapshot, sidecar)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
             self._failed(paths, f"{type(exc).__name__}: {exc}", fields)
             return False
         self._background.costs.observed_write(
-            time.perf_counter() - start, _background.snapshot_weight(snapshot)
+            time.perf_counter() - start, background.snapshot_weight(snapshot)
         )
         self._landed(paths, size, fields)
         return True
 
-    def _landed(self, paths: _writer.DumpPaths, size: int, fields: dict[str, Any]) -> None:
+    def _landed(self, paths: atomic.DumpPaths, size: int, fields: dict[str, Any]) -> None:
         with self._lock:
             self.dumps.append(paths.snapshot)
         safe_log(
             "info", "dump_written", path=str(paths.snapshot), bytes=size, rank=self.rank, **fields
         )
 
-    def _failed(self, paths: _writer.DumpPaths, error: str, fields: dict[str, Any]) -> None:
+    def _failed(self, paths: atomic.DumpPaths, error: str, fields: dict[str, Any]) -> None:
         safe_log(
             "warning",
             "dump_failed",
@@ -119,6 +121,123 @@ class Dumper(WindowDumps):
         """The device current now: a rank may have switched since ``install()``."""
         return self.attempt("device_index_failed", self.backend.device_index)  # type: ignore[no-any-return]
 
+    # -- window --------------------------------------------------------------------------------
+    def _use_background(self, snapshot: Any) -> tuple[bool, int]:
+        """Whether to fork a writer for ``snapshot``, and its weight (for learning costs)."""
+        weight = background.snapshot_weight(snapshot)
+        if self.writer == "inline" or not background.fork_supported():
+            return False, weight
+        if self.writer == "fork":
+            return True, weight
+        if weight < background.MIN_FORK_WEIGHT:
+            return False, weight  # below the floor: never worth a fork, whatever was learned
+        return self._background.costs.prefer_fork(weight, background.resident_bytes()), weight
+
+    def window(self, window: Window, *, may_fork: bool = True) -> bool:
+        """Dump a completed (or partial) window; True when its files landed or are on their way.
+
+        With ``may_fork`` the write may go to a forked child; its outcome (retention, the
+        ``dump_written`` event, ``dumps``) is applied when the child is reaped: by the next
+        window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
+        """
+        self.flush()  # one window in flight at most, landed in order
+        paths = atomic.window_paths(self.out_dir, window.name, self.rank, self.context.pid)
+        snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
+        if snapshot is None:
+            return False
+        device_index = self.current_device()
+        entries = trace_length(snapshot)
+        truncated = entries is not None and entries >= self.config.max_entries
+        if truncated:
+            safe_log(
+                "warning",
+                "window_truncated",
+                window=window.name,
+                rank=self.rank,
+                max_entries=self.config.max_entries,
+                hint="raise max_entries to keep the whole window's history",
+            )
+
+        def sidecar(size: int) -> dict[str, Any]:
+            return build_sidecar(
+                self.context,
+                kind="window",
+                snapshot_file=paths.snapshot,
+                snapshot_bytes=size,
+                created_at=atomic.utc_now(),
+                device_index=device_index,
+                steps=(window.first_step, window.last_step),
+                step=window.last_step,
+                partial=window.partial,
+                truncated=truncated,
+                trace_entries=entries,
+            )
+
+        fields: dict[str, Any] = {"kind": "window", "window": window.name}
+        if may_fork:
+            fork, weight = self._use_background(snapshot)
+            if fork and self._submit(paths, snapshot, sidecar, window, fields, weight):
+                return True
+        if not self._write(paths, snapshot, sidecar, **fields):
+            return False
+        self._window_landed(window)
+        return True
+
+    def _submit(
+        self,
+        paths: atomic.DumpPaths,
+        snapshot: Any,
+        sidecar: Callable[[int], dict[str, Any]],
+        window: Window,
+        fields: dict[str, Any],
+        weight: int,
+    ) -> bool:
+        def done(result: background.WriteResult) -> None:
+            if result.ok:
+                self._landed(paths, result.size, fields)
+                self._window_landed(window)
+            else:
+                self._failed(paths, result.error, fields)
+
+        started = self.attempt(
+            "background_write_failed",
+            self._background.submit,
+            paths,
+            snapshot,
+            sidecar,
+            done,
+            weight,
+        )
+        if not started:
+            warn_once(
+                "background_write_unavailable",
+                "background_write_unavailable",
+                rank=self.rank,
+                reason="could not fork a writer; window dumps are written inline",
+            )
+        return started is True
+
+    def _window_landed(self, window: Window) -> None:
+        self._completed.append(window)
+        self._apply_retention()
+
+    def _apply_retention(self) -> None:
+        for old in windows_to_delete(self._completed, self.config.keep_last):
+            self.attempt(
+                "retention_failed",
+                atomic.remove_dump_folder,
+                self.out_dir,
+                old.name,
+                self.rank,
+                self.context.pid,
+            )
+            self._completed.remove(old)
+            gone = atomic.window_paths(self.out_dir, old.name, self.rank, self.context.pid)
+            gone_snapshot = gone.snapshot
+            with self._lock:
+                if gone_snapshot in self.dumps:
+                    self.dumps.remove(gone_snapshot)
+
     # -- OOM -----------------------------------------------------------------------------------
     def oom(
         self,
@@ -137,7 +256,7 @@ class Dumper(WindowDumps):
         ``allocation``, ``limit`` and ``free`` are the observer's arguments (or what the step()
         fallback found); the user's request comes from the snapshot's trace.
         """
-        now = _writer.utc_now()
+        now = atomic.utc_now()
         if stack is None:
             stack = self.attempt("oom_stack_failed", python_stack)
         stats = self.attempt("oom_stats_failed", self.backend.memory_stats)
@@ -200,7 +319,7 @@ class Dumper(WindowDumps):
         snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return None
-        now = _writer.utc_now()
+        now = atomic.utc_now()
         return self._event_dump("manual", snapshot, step, now, None, self.current_device())
 
     def _event_dump(
@@ -213,7 +332,7 @@ class Dumper(WindowDumps):
         device_index: int | None,
     ) -> Path | None:
         """Write an OOM or manual dump synchronously (the process may be about to die)."""
-        paths = _writer.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
+        paths = atomic.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
         entries = trace_length(snapshot)
 
         def sidecar(size: int) -> dict[str, Any]:

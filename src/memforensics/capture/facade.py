@@ -1,13 +1,16 @@
-"""``install()`` and ``MemoryForensics``: the one object a training script talks to.
+"""``install()``, ``MemoryForensics`` and its step contexts: what a training script talks to.
 
-It wires config, rank, backend, window schedule, OOM path and writer together, and holds the
-promise the whole library makes: after ``install()`` returns, nothing here raises into the
-training loop, blocks it on a device synchronize, or changes how it fails.
+The facade wires config, rank, backend, window schedule, history, journal, OOM capture and
+dumps together, and holds the promise the whole library makes: after ``install()`` returns,
+nothing here raises into the training loop, blocks it on a device synchronize, or changes how it
+fails. It holds a collaborator per job and calls it: a ``Dumper`` writes dumps, a
+``HistorySwitch`` sets what the allocator records, a ``JournalSchedule`` appends journal lines and
+an ``OomCapture`` turns an OOM into a dump.
 
-The per-step hot path lives in :mod:`memforensics.capture.step`; the facade's OOM hooks, history
-switching and journal hooks are mixins in :mod:`memforensics.capture.oom_hooks`,
-:mod:`memforensics.capture.history` and :mod:`memforensics.capture.journal_hooks`, so this module
-keeps install, manual dumps and close.
+``with mf.step(n):`` runs twice per training step, so the common case (no window opens or
+closes) is a handful of attribute reads and integer comparisons in ``begin_step`` and
+``end_step``, with everything prepared at install time (bound methods, or None when there is
+nothing to do). See docs/performance.md for what this costs.
 """
 
 from __future__ import annotations
@@ -17,30 +20,29 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from memforensics._errors import ConfigError
-from memforensics.backends._protocol import DeviceBackend, HistoryMode
+from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.none import NoneBackend
-from memforensics.capture import atomic as _writer
+from memforensics.capture import atomic
 from memforensics.capture.config import ForensicsConfig, blame_environment, build_config
 from memforensics.capture.dumps import Dumper
 from memforensics.capture.history import HistorySwitch
-from memforensics.capture.journal import NO_JOURNAL, Journal
-from memforensics.capture.journal_hooks import JournalHooks
+from memforensics.capture.journal import Journal, JournalSchedule
 from memforensics.capture.log import guarded, safe_log, warn_once
-from memforensics.capture.oom import REGISTRY, OomGuard
-from memforensics.capture.oom_hooks import OomHooks
+from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
+from memforensics.capture.oom_capture import OomCapture
 from memforensics.capture.rank import resolve_rank, resolve_world_size
 from memforensics.capture.sidecar import SidecarContext
-from memforensics.capture.step import NULL_STEP, StepContext
 from memforensics.capture.window import Window, WindowSchedule
 
 _install_lock = threading.RLock()
 _current: MemoryForensics | None = None
 
 
-class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
+class MemoryForensics:
     """The process-wide flight recorder; create it with ``memforensics.install()``."""
 
     def __init__(self, config: ForensicsConfig, *, backend: DeviceBackend | None = None) -> None:
@@ -57,7 +59,6 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
         self._depth = 0
         self._fired_at_enter = 0
         self._schedule: WindowSchedule | None = None
-        self._history: HistoryMode = None
         self._annotate = False
         self._begin_window: Callable[[int], bool] | None = None
         self._end_window: Callable[[], Window | None] | None = None
@@ -65,29 +66,34 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
         """The backend's metadata setter, bound once: None when steps are not annotated."""
         self._guard = OomGuard(config.max_oom_snapshots)
         self._pid = os.getpid()
-        self._journal: Journal | None = None
-        self._journal_next = NO_JOURNAL
-        """The next step number that writes a journal line: one comparison per step."""
         self._lock = threading.RLock()
         self.backend: DeviceBackend = NoneBackend()
+        self._journal = JournalSchedule(None, None, device=self.backend.name, rank=self.rank)
+        self._dumper: Dumper | None = None
+        self._history: HistorySwitch | None = None
+        self._oom: OomCapture | None = None
         if not self.capturing:
             return  # fully inert: no observer, no history, no files
         self._prepare_out_dir()
         self.backend = backend if backend is not None else _create_backend(config.device)
-        self._context = SidecarContext.collect(
+        context = SidecarContext.collect(
             rank=self.rank,
             world_size=self.world_size,
             device=self.backend.name,
             torch_version=self.backend.framework_version(),
         )
-        self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, self._context)
+        self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, context)
         if not self.backend.available():
             self._warn_unavailable()
             return
         self._device_ready = True
         if config.journal_every is not None:
-            self._journal = Journal(self.out_dir, self.rank, self.backend.journal_stats)
-            self._journal_next = 0
+            self._journal = JournalSchedule(
+                Journal(self.out_dir, self.rank, self.backend.journal_stats),
+                config.journal_every,
+                device=self.backend.name,
+                rank=self.rank,
+            )
         if config.records_windows(self.rank) and config.steps is not None:
             self._schedule = WindowSchedule(
                 config.steps,
@@ -97,28 +103,30 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
             )
             self._begin_window = self._schedule.begin
             self._end_window = self._schedule.end
-        self._start_history()
+        self._history = HistorySwitch(self.backend, config, self.rank)
+        self._history.start()
         self._annotate = (
             config.annotate_steps
             and self._try("annotate_unsupported", self.backend.set_step_metadata, "") is True
         )
         if self._annotate:
             self._tag = self.backend.set_step_metadata
+        self._oom = OomCapture(self.backend, self._dumper, self._journal, self._guard)
         if config.oom:
-            self._attach_observer()
+            self.oom_attached = self._oom.attach(self._on_oom_observer)
         atexit.register(self._at_exit)
 
     # -- install-time helpers ------------------------------------------------------------------
     def _prepare_out_dir(self) -> None:
         try:
-            _writer.check_writable(self.out_dir)
+            atomic.check_writable(self.out_dir)
         except OSError as exc:
             raise ConfigError(
                 f"memforensics: invalid config field 'out_dir': cannot create or write "
                 f"{str(self.out_dir)!r} ({exc.strerror or exc})",
                 field="out_dir",
             ) from None
-        removed = _writer.clean_stale_temp_files(self.out_dir, self.rank)
+        removed = atomic.clean_stale_temp_files(self.out_dir, self.rank)
         if removed:
             safe_log(
                 "info", "stale_temp_files_removed", count=len(removed), out_dir=str(self.out_dir)
@@ -144,11 +152,80 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
         return guarded(what, fn, *args, device=self.backend.name, rank=self.rank)
 
     # -- steps ---------------------------------------------------------------------------------
-    def step(self, step: int | None = None) -> Any:
+    def step(self, step: int | None = None) -> StepContext | NullStep:
         """Context manager around one training step; ``step`` defaults to the last one + 1."""
         if not self._device_ready or self.closed:
             return NULL_STEP  # an inert rank, or no device: nothing a step could capture
         return StepContext(self, step)
+
+    def begin_step(self, number: int | None) -> None:
+        """Start step ``number`` (None: the last one + 1): what entering ``step()`` does.
+
+        Never raises. A step entered inside another is ignored, with a warning.
+        """
+        try:
+            depth = self._depth + 1
+            self._depth = depth
+            if depth > 1:
+                self._nested_step()
+                return
+            last = self._last_step
+            if number is None:
+                number = 0 if last is None else last + 1
+            elif last is not None and number <= last:
+                number = self._step_not_increasing(number, last)
+            self._last_step = self.current_step = number
+            self._fired_at_enter = self._guard.fired
+            begin = self._begin_window
+            if begin is not None and begin(number):
+                self._window_opened()
+            tag = self._tag
+            if tag is not None:
+                tag(f"step={number}")
+        except Exception as exc:  # noqa: BLE001 - nothing raises into training
+            warn_once("step_enter_failed", "step_enter_failed", error=repr(exc))
+
+    def end_step(self, exc: BaseException | None) -> None:
+        """End the step begun last: what leaving ``step()`` does, ``exc`` being what left it.
+
+        Never raises, and never swallows ``exc``: an OOM error no observer saw is dumped here.
+        """
+        depth = self._depth
+        try:
+            if depth > 1:
+                return
+            if exc is not None and self._guard.fired == self._fired_at_enter and is_oom_error(exc):
+                self._oom_raised(exc)
+            end = self._end_window
+            if end is not None:
+                window = end()
+                if window is not None:
+                    self._window_ended(window)
+            if self.current_step >= self._journal.next_step:  # type: ignore[operator] # set by begin_step
+                self._journal.line("step", self.current_step)
+            tag = self._tag
+            if tag is not None:
+                tag("")
+        except Exception as error:  # noqa: BLE001
+            warn_once("step_exit_failed", "step_exit_failed", error=repr(error))
+        finally:
+            depth -= 1
+            if depth <= 0:
+                depth = 0
+                self.current_step = None
+            self._depth = depth
+
+    def _window_opened(self) -> None:
+        if self._history is not None:
+            self._history.open_window()
+
+    def _window_ended(self, window: Window) -> None:
+        """Dump the window that just ended, narrow history again, journal it."""
+        if self._dumper is not None:
+            self._dumper.window(window)
+        if self._history is not None:
+            self._history.close_window()
+        self._journal.line("window", self.current_step)
 
     def _nested_step(self) -> None:
         warn_once(
@@ -170,10 +247,22 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
         )
         return last + 1
 
+    # -- OOM -----------------------------------------------------------------------------------
+    def _on_oom_observer(self, device: int, allocation: int, limit: int, free: int) -> None:
+        """The registry calls this from inside the allocator's failing malloc, with the failing
+        device, the allocator's allocation size, the limit and the driver's free bytes."""
+        if self.closed or self._oom is None:
+            return
+        self._oom.observed(self.current_step, device, allocation, limit, free)
+
+    def _oom_raised(self, exc: BaseException) -> None:
+        if self._oom is not None:
+            self._oom.raised(exc, self.current_step)
+
     # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
-        if not self._device_ready or self.closed:
+        if not self._device_ready or self.closed or self._dumper is None:
             return None
         return self._dumper.manual(self.current_step)
 
@@ -181,7 +270,7 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
     def dumps(self) -> list[Path]:
         """Snapshot files this facade wrote, in the order they landed (retention removes the
         deleted ones). Waits for a window dump still being written in the background."""
-        dumper = getattr(self, "_dumper", None)
+        dumper = self._dumper
         if dumper is None:
             return []
         dumper.flush()
@@ -202,15 +291,15 @@ class MemoryForensics(OomHooks, HistorySwitch, JournalHooks):
             return  # inert, or a forked child (DataLoader worker): the device is not ours
         try:
             atexit.unregister(self._at_exit)
-            if self._schedule is not None:
-                window = self._schedule.close()
+            dumper = self._dumper
+            if dumper is not None:
+                window = self._schedule.close() if self._schedule is not None else None
                 if window is not None:
-                    self._dumper.window(window, background=False)
-            self._dumper.flush()  # evidence lands before the interpreter exits
-            self._journal_close()
+                    dumper.window(window, may_fork=False)
+                dumper.flush()  # evidence lands before the interpreter exits
+            self._journal.close(self._last_step)
             if self._history is not None:
-                self._record(None, clear=False)
-                self._history = None
+                self._history.stop()
             if self._annotate:
                 self._try("annotate_failed", self.backend.set_step_metadata, "")
             REGISTRY.clear_handler(self._on_oom_observer)
@@ -274,3 +363,40 @@ def current() -> MemoryForensics | None:
     """The live facade, if ``install()`` was called and it is not closed."""
     facade = _current
     return facade if facade is not None and not facade.closed else None
+
+
+class NullStep:
+    """The step context of a rank that captures nothing: as cheap as a context can be."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        return False
+
+
+NULL_STEP = NullStep()
+
+
+class StepContext:
+    """``with mf.step(n):`` for a capturing rank: ``begin_step`` on entry, ``end_step`` on exit."""
+
+    __slots__ = ("_facade", "_number")
+
+    def __init__(self, facade: MemoryForensics, number: int | None) -> None:
+        self._facade = facade
+        self._number = number
+
+    def __enter__(self) -> None:
+        self._facade.begin_step(self._number)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        self._facade.end_step(exc)
+        return False  # never swallow: the user's exception leaves unchanged

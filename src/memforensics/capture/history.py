@@ -1,61 +1,75 @@
-"""The facade's history switching: what the allocator records inside and outside windows.
+"""What the allocator records inside and outside step windows.
 
-Split from :mod:`memforensics.capture.facade`: a rank records ``oom_history`` between windows and full
-history (``"all"``, cleared) inside one, and every switch goes through the backend guarded, so a
-refusing backend costs a warning and never the training step.
+A rank records ``oom_history`` between windows (so an OOM dump still says who holds the memory)
+and full history (``"all"``, cleared) inside one (so a window's dump holds that window's events).
+Every switch goes through the backend guarded: a backend that refuses costs a warning, never the
+training step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from memforensics.backends._protocol import DeviceBackend, HistoryMode
 from memforensics.capture.config import ForensicsConfig
+from memforensics.capture.log import guarded
 
 
 class HistorySwitch:
-    """Mixin of :class:`~memforensics.capture.facade.MemoryForensics`: start, widen, narrow history."""
+    """Turns the backend's allocator history on, widens it for a window, narrows it after."""
 
-    config: ForensicsConfig
-    backend: DeviceBackend
-    _history: HistoryMode
-    _try: Callable[..., Any]
+    def __init__(self, backend: DeviceBackend, config: ForensicsConfig, rank: int) -> None:
+        self._backend = backend
+        self._config = config
+        self._rank = rank
+        wanted = config.oom_history
+        self._idle: HistoryMode = None if wanted == "off" else wanted
+        """The mode outside windows (``oom_history``; ``"off"`` is off)."""
+        self.mode: HistoryMode = None
+        """What the backend records now, as far as this switch knows (None: nothing)."""
 
-    def _start_history(self) -> None:
-        """Outside windows a rank records what ``oom_history`` says; a window opens with "all"."""
-        mode = self._idle_mode
+    def start(self) -> None:
+        """At install: record the mode outside windows, cleared of anything older."""
+        mode = self._idle
         if mode is not None and self._record(mode, clear=True):
-            self._history = mode
+            self.mode = mode
 
-    @property
-    def _idle_mode(self) -> HistoryMode:
-        """The history mode outside windows (``oom_history``; ``"off"`` is off)."""
-        wanted = self.config.oom_history
-        return None if wanted == "off" else wanted
-
-    def _window_history(self) -> None:
+    def open_window(self) -> None:
         """A window opens: full history, cleared so the dump holds this window's events."""
         if self._record("all", clear=True):
-            self._history = "all"
+            self.mode = "all"
 
-    def _idle_history(self) -> None:
+    def close_window(self) -> None:
         """A window was dumped: back to ``oom_history`` until the next one (or for good)."""
-        mode = self._idle_mode
-        if mode == self._history:
+        mode = self._idle
+        if mode == self.mode:
             return  # oom_history="all": keep recording, nothing to switch
         if self._record(mode, clear=False):
-            self._history = mode
+            self.mode = mode
+
+    def stop(self) -> None:
+        """At close: stop recording, if anything is recorded."""
+        if self.mode is not None:
+            self._record(None, clear=False)
+            self.mode = None
 
     def _record(self, mode: HistoryMode, *, clear: bool) -> bool:
-        return self._try("history_failed", self._record_now, mode, clear) is True
+        """Switch the backend to ``mode``; False (and a warning once) when it refuses."""
+        done = guarded(
+            "history_failed",
+            self._record_now,
+            mode,
+            clear,
+            device=self._backend.name,
+            rank=self._rank,
+        )
+        return done is True
 
     def _record_now(self, mode: HistoryMode, clear: bool) -> bool:
-        self.backend.record_history(
+        config = self._config
+        self._backend.record_history(
             mode,
-            max_entries=self.config.max_entries,
-            stacks=self.config.stacks,
+            max_entries=config.max_entries,
+            stacks=config.stacks,
             clear=clear,
-            context=self.config.context,
+            context=config.context,
         )
         return True

@@ -30,6 +30,7 @@ from pathlib import Path
 from memforensics import _layout
 from memforensics._units import outside_pytorch_bytes
 from memforensics.backends._stats import JOURNAL_STATS
+from memforensics.capture.log import guarded, warn_once
 
 MAX_FILE_BYTES = 4 << 20
 KEYS: tuple[str, ...] = ("time", "step", "rank", "event", *JOURNAL_STATS, "external_bytes")
@@ -40,7 +41,7 @@ MAX_OOM_LINES = 100
 """``oom`` lines per process at most: a retry loop that fails ten thousand times would otherwise
 rotate the history before the failure out of the journal (``ooms`` still counts every one)."""
 NO_JOURNAL = 1 << 62
-"""A step number no run reaches: the facade's next journal step when the journal is off."""
+"""A step number no run reaches: ``JournalSchedule.next_step`` when the journal is off."""
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 _OPEN_FLAGS |= getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is refused, not followed
 _FILE_MODE = 0o644
@@ -155,3 +156,44 @@ class Journal:
         fd, self._fd = self._fd, -2
         if fd >= 0 and self._generation == _forks:
             os.close(fd)
+
+
+class JournalSchedule:
+    """When this rank appends a journal line, and the appending, which never raises.
+
+    A ``step`` line every ``journal_every`` steps, on step numbers aligned to multiples of it so
+    every rank writes the same steps, plus a line at each window end, OOM and close. The step
+    loop reads ``next_step`` and compares: one comparison per step decides.
+    """
+
+    def __init__(
+        self, journal: Journal | None, every: int | None, *, device: str, rank: int
+    ) -> None:
+        self._journal = journal
+        self._every = every
+        self._device = device
+        self._rank = rank
+        self.next_step = NO_JOURNAL if journal is None else 0
+        """The next step number that writes a ``step`` line (``NO_JOURNAL``: none will)."""
+
+    def line(self, event: str, step: int | None, *, periodic: bool = True) -> None:
+        """Append an ``event`` line for ``step``, never raising; a periodic one sets the next."""
+        journal = self._journal
+        if journal is None:
+            return
+        try:
+            journal.write(event, step)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
+            warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
+        every = self._every
+        if periodic and every is not None and step is not None:
+            self.next_step = (step // every + 1) * every  # aligned: ranks share columns
+
+    def close(self, last_step: int | None) -> None:
+        """Append the ``close`` line (``last_step``: the last step run) and close the file."""
+        journal = self._journal
+        if journal is None:
+            return
+        self.line("close", last_step, periodic=False)
+        self.next_step = NO_JOURNAL
+        guarded("journal_failed", journal.close, device=self._device, rank=self._rank)

@@ -54,11 +54,6 @@ class OomRegistry:
             self._attached.add(key)
             return True
 
-    def is_attached(self, backend: DeviceBackend) -> bool:
-        """True when ``backend``'s hook already carries our observer."""
-        with self._lock:
-            return backend.oom_hook_key() in self._attached
-
     def set_handler(self, handler: OomHandler | None) -> None:
         """Route future OOMs to ``handler`` (None: observe nothing)."""
         self._handler = handler

@@ -79,11 +79,6 @@ class WindowSchedule:
         """True while a window is recording."""
         return self._current_first is not None
 
-    @property
-    def windows_opened(self) -> int:
-        """How many windows have opened so far."""
-        return self._opened
-
     def begin(self, step: int) -> bool:
         """Register the start of step ``step``; True when a window opens at this step."""
         call = self._calls

@@ -3,9 +3,9 @@
 Each check answers one question with ``pass``, ``warn`` or ``fail`` and a one-line reason, and
 none may crash the doctor: a check that raises is reported as failed with the error. The checks
 talk to the device only through the ``DeviceBackend`` Protocol and ``create_backend``, so the
-doctor runs (and says "not installed") where torch is absent. The checks that talk to the
-device are in :mod:`memforensics.doctor.device`; this module keeps the runner and the checks
-of the environment, the disk and the settings.
+doctor runs (and says "not installed") where torch is absent. ``Doctor`` asks the environment,
+the disk and the settings itself, and holds a ``DeviceChecks`` for the questions about the
+device.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ import platform
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics._errors import ConfigError
+from memforensics._units import format_bytes
 from memforensics._version import __version__
-from memforensics.analysis import format_bytes
-from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
 from memforensics.capture.config import build_config, config_from_env
-from memforensics.doctor.device import BackendFactory, DeviceChecks, Status
+from memforensics.doctor.device import BackendFactory, DeviceChecks
 from memforensics.doctor.probe import import_framework
+from memforensics.doctor.status import Check, Status
 
 LOW_SPACE_BYTES = 1 << 30
 """Below this much free space ``out_dir`` warns: one window dump can take hundreds of MiB."""
@@ -33,27 +32,8 @@ LOW_SPACE_BYTES = 1 << 30
 _ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
 
 
-@dataclass(frozen=True)
-class Check:
-    """The answer to one question: a name, a status and a one-line detail."""
-
-    name: str
-    status: Status
-    detail: str
-
-    def as_dict(self) -> dict[str, str]:
-        """``{name, status, detail}`` for ``--json``."""
-        return {"name": self.name, "status": self.status, "detail": self.detail}
-
-
-def overall(checks: list[Check]) -> Status:
-    """``fail`` if any check failed, else ``warn`` if any warned, else ``pass``."""
-    statuses = {check.status for check in checks}
-    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
-
-
-class Doctor(DeviceChecks):
-    """Runs every check for one ``device`` and ``out_dir``; ``checks()`` yields them in order."""
+class Doctor:
+    """Runs every check for one ``device`` and ``out_dir``; ``run()`` returns them in order."""
 
     def __init__(
         self, device: str, out_dir: Path, *, backend_factory: BackendFactory | None = None
@@ -62,24 +42,23 @@ class Doctor(DeviceChecks):
 
         self.device = device
         self.out_dir = out_dir.expanduser().resolve()
-        self._factory = backend_factory or create_backend
-        self.backend: DeviceBackend | None = None
-        self.usable = False
+        self._device_checks = DeviceChecks(device, backend_factory or create_backend)
 
     def run(self) -> list[Check]:
         """Every check, in order; one that raises is reported as a failure."""
         return list(self._checks())
 
     def _checks(self) -> Iterator[Check]:
+        device = self._device_checks
         for name, check in (
             ("memforensics", self.check_memforensics),
             ("config", self.check_config),
             ("torch", self.check_torch),
             ("torch_npu", self.check_torch_npu),
-            ("device", self.check_device),
-            ("oom_hook", self.check_oom_hook),
-            ("history_options", self.check_history_options),
-            ("history_frames", self.check_history_frames),
+            ("device", device.check_device),
+            ("oom_hook", device.check_oom_hook),
+            ("history_options", device.check_history_options),
+            ("history_frames", device.check_history_frames),
             ("out_dir", self.check_out_dir),
             ("allocator_conf", self.check_allocator_conf),
             ("oom_snapshot_enable", self.check_oom_snapshot_enable),

@@ -1,15 +1,14 @@
 """The doctor's device checks: which backend, does it see a device, does the OOM hook attach,
 which history options does this framework accept, and are Python frames really recorded?
 
-Split from :mod:`memforensics.doctor.checks`: these are the checks that touch the device (through the
-``DeviceBackend`` Protocol only, so they report rather than crash where torch is absent) and
-that run in order, each one leaving ``backend`` and ``usable`` for the next.
+They talk to the device only through the ``DeviceBackend`` Protocol, so they report rather than
+crash where torch is absent, and they run in order: the first picks the backend and finds out
+whether it is usable, and the later ones build on that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from memforensics._units import format_bytes
 from memforensics.backends._protocol import DeviceBackend
@@ -17,20 +16,23 @@ from memforensics.backends._torch import CLEAR_KEYWORD, HISTORY_KEYWORDS, TorchA
 from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
 from memforensics.capture.oom import REGISTRY
 from memforensics.doctor.probe import allocate_probe, is_probe_frame, unavailable_reason
+from memforensics.doctor.status import Status
 
-Status = Literal["pass", "warn", "fail"]
 BackendFactory = Callable[[str], DeviceBackend]
 
 PROBE_BYTES = 4096
 
 
 class DeviceChecks:
-    """The device methods of :class:`~memforensics.doctor.checks.Doctor` (which provides the state)."""
+    """The checks of one ``device``, in order: ``check_device`` first, as it picks the backend."""
 
-    device: str
-    backend: DeviceBackend | None
-    usable: bool
-    _factory: BackendFactory
+    def __init__(self, device: str, factory: BackendFactory) -> None:
+        self.device = device
+        self._factory = factory
+        self.backend: DeviceBackend | None = None
+        """The backend ``check_device`` picked (None before it ran)."""
+        self.usable = False
+        """True once ``check_device`` found the backend's device available."""
 
     def check_device(self) -> tuple[Status, str]:
         """Which backend ``install(device=...)`` would use, and whether it sees a device."""

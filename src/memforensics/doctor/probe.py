@@ -1,8 +1,8 @@
 """What ``memforensics doctor`` needs from the frameworks: imports, a reason, a probe.
 
-The doctor inspects torch and torch_npu themselves (versions, builds, a real allocation), and
-by the project's rule only the backends package touches a framework, so those few lazy
-imports live here rather than in the doctor.
+The doctor inspects torch and torch_npu themselves (versions, builds, a real allocation), which
+nothing else outside the backends does; those few lazy imports are gathered in this module so
+the checks themselves never import a framework.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torchfakes import GIB, NPU_SIGNATURES, oom_files, patch_device, signature_o
 import memforensics
 from memforensics.backends import _torch
 from memforensics.backends.cuda import CudaBackend
-from memforensics.doctor.checks import Doctor
+from memforensics.doctor import Doctor
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 

@@ -24,6 +24,7 @@ from memforensics.backends.sim import (
     reset_device,
 )
 from memforensics.backends.sim import backend as sim_module
+from memforensics.backends.sim import device as _sim_device
 from memforensics.backends.sim import format as _sim_format
 
 MiB = 1 << 20
@@ -374,7 +375,7 @@ def test_frames_are_the_callers_innermost_first_without_sim_frames() -> None:
     assert isinstance(alloc["frames"][0]["line"], int)
     freed = next(e for e in events if e["action"] == "free_requested")
     assert freed["frames"][0]["name"] == names[1]  # the del, not the finalizer machinery
-    sim_files = {sim_module.__file__, _sim_format.__file__}
+    sim_files = {sim_module.__file__, _sim_device.__file__, _sim_format.__file__}
     assert not {f["filename"] for e in events for f in e["frames"]} & sim_files
 
 

@@ -14,9 +14,8 @@ import pytest
 
 import memforensics
 from memforensics.backends.sim import reset_device
-from memforensics.capture import atomic as _writer
-from memforensics.capture import background as _background
-from memforensics.capture import config as _config
+from memforensics.capture import atomic, background
+from memforensics.capture.config import build_config
 
 MiB = 1 << 20
 
@@ -42,7 +41,7 @@ def _visible(root: Path) -> list[str]:
     return sorted(name for name in files if not name.startswith("journal/"))
 
 
-pytestmark = pytest.mark.skipif(not _background.fork_supported(), reason="forks only on Linux")
+pytestmark = pytest.mark.skipif(not background.fork_supported(), reason="forks only on Linux")
 
 
 def test_forked_window_lands_whole_and_is_listed(tmp_path: Path) -> None:
@@ -96,23 +95,23 @@ def test_failed_child_warns_and_lists_nothing(
 
 def test_killed_child_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A writer killed mid-write leaves no visible file and its signal is named in the warning."""
-    writer = _background.BackgroundWriter()
-    results: list[_background.WriteResult] = []
-    paths = _writer.window_paths(tmp_path, "step0", 0, os.getpid())
+    writer = background.BackgroundWriter()
+    results: list[background.WriteResult] = []
+    paths = atomic.window_paths(tmp_path, "step0", 0, os.getpid())
     assert writer.submit(paths, {"x": _Sleeper()}, lambda n: {}, results.append, 1)
     assert writer._child is not None
     os.kill(writer._child.pid, signal.SIGKILL)
     writer.flush()
-    assert results == [_background.WriteResult(False, error="writer process killed by signal 9")]
+    assert results == [background.WriteResult(False, error="writer process killed by signal 9")]
     assert not paths.snapshot.exists()
     assert not paths.sidecar.exists()
 
 
 def test_a_forked_copy_of_the_owner_neither_waits_nor_writes(tmp_path: Path) -> None:
     """In a process forked from the owner (a DataLoader worker) the writer does nothing."""
-    writer = _background.BackgroundWriter()
-    results: list[_background.WriteResult] = []
-    paths = _writer.window_paths(tmp_path, "step0", 0, os.getpid())
+    writer = background.BackgroundWriter()
+    results: list[background.WriteResult] = []
+    paths = atomic.window_paths(tmp_path, "step0", 0, os.getpid())
     assert writer.submit(paths, {"segments": []}, lambda n: {}, results.append, 1)
     child = writer._child
     owner = writer._owner
@@ -129,7 +128,7 @@ def test_a_forked_copy_of_the_owner_neither_waits_nor_writes(tmp_path: Path) -> 
 
 def test_costs_prefer_inline_for_small_writes_and_large_processes() -> None:
     """Forking is chosen only when the write it saves clearly outweighs the fork's cost."""
-    costs = _background.WriteCosts()
+    costs = background.WriteCosts()
     costs.write_seconds_per_entry = 1e-6
     costs.fork_seconds_per_byte = 0.01 / (1 << 30)  # 10 ms per GiB
     assert not costs.prefer_fork(1_000, 1 << 30)  # 1 ms of writing: stays inline
@@ -154,8 +153,8 @@ def test_tiny_windows_stay_synchronous(tmp_path: Path) -> None:
 def test_snapshot_weight_counts_trace_entries_and_blocks() -> None:
     """Weight is trace entries plus blocks, and 0 for a shape it does not know."""
     snapshot = {"segments": [{"blocks": [{}, {}]}], "device_traces": [[{}] * 3, []]}
-    assert _background.snapshot_weight(snapshot) == 5
-    assert _background.snapshot_weight(None) == 0
+    assert background.snapshot_weight(snapshot) == 5
+    assert background.snapshot_weight(None) == 0
 
 
 def test_forked_window_sidecar_names_the_training_process(tmp_path: Path) -> None:
@@ -177,13 +176,13 @@ def test_a_slow_fsync_never_makes_a_tiny_window_fork(tmp_path: Path) -> None:
     mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1)
     costs = mf._dumper._background.costs
     costs.observed_write(2.0, 3)  # 3 entries in 2 s: fixed costs, not a per-entry cost
-    assert costs.write_seconds_per_entry == _background.WRITE_SECONDS_PER_ENTRY
+    assert costs.write_seconds_per_entry == background.WRITE_SECONDS_PER_ENTRY
     costs.write_seconds_per_entry = 1.0  # even if a huge per-entry cost had been learned
     with mf.step(0):
         pass
     assert not mf._dumper._background.pending
     assert (tmp_path / "step0" / f"rank0_pid{os.getpid()}.pickle").is_file()
-    assert not costs.prefer_fork(_background.MIN_FORK_WEIGHT - 1, 0)
+    assert not costs.prefer_fork(background.MIN_FORK_WEIGHT - 1, 0)
 
 
 def test_writer_inline_never_forks(tmp_path: Path) -> None:
@@ -208,6 +207,6 @@ def test_writer_field_is_validated_and_read_from_the_environment(
     at install with the field named."""
     monkeypatch.setenv("MEMFORENSICS_WRITER", "inline")
     assert memforensics.ForensicsConfig().writer == "auto"
-    assert _config.build_config({}).writer == "inline"
+    assert build_config({}).writer == "inline"
     with pytest.raises(memforensics.ConfigError, match="writer"):
-        _config.build_config({"writer": "fork"})
+        build_config({"writer": "fork"})

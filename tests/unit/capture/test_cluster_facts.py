@@ -237,7 +237,7 @@ def test_step_fallback_recognises_cann_and_collective_oom(
 
 # -- 6 and 10. the doctor says what the runtime does ---------------------------------------------
 def _doctor_checks(out_dir: Path) -> dict[str, Any]:
-    from memforensics.doctor.checks import Doctor
+    from memforensics.doctor import Doctor
 
     return {check.name: check for check in Doctor("npu", out_dir).run()}
 

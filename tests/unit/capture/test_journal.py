@@ -131,7 +131,7 @@ def test_forked_child_never_writes(tmp_path: Path) -> None:
         try:
             with mf.step(1):
                 pass
-            mf._journal_line("step")
+            mf._journal.line("step", 1)
             mf.close()
         except BaseException:  # noqa: BLE001 - report through the exit status
             code = 1

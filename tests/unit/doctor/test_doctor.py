@@ -15,7 +15,7 @@ import pytest
 from memforensics.backends._protocol import HistoryMode
 from memforensics.backends.sim import SimBackend
 from memforensics.cli import main
-from memforensics.doctor.checks import Check, Doctor, overall
+from memforensics.doctor import Check, Doctor, overall
 from memforensics.testing import reset_device
 
 _ENV = (

@@ -1,8 +1,7 @@
 """The ``sim`` device: an in-process model of PyTorch's CUDA caching allocator."""
 
 from memforensics.backends.sim.backend import SimBackend, get_device, reset_device
-from memforensics.backends.sim.device import SimDevice
-from memforensics.backends.sim.tensor import SimOutOfMemoryError, SimTensor
+from memforensics.backends.sim.device import SimDevice, SimOutOfMemoryError, SimTensor
 
 __all__ = [
     "SimBackend",

@@ -7,10 +7,8 @@ past the budget retries after releasing the cache and then calls the OOM observe
 released before raising, and ``snapshot()`` returns exactly the dict
 ``torch.cuda.memory._snapshot()`` does. Plain Python: this module never imports torch.
 
-The device lives in :mod:`~memforensics.backends.sim.device`, its tensors in
-:mod:`~memforensics.backends.sim.tensor`, its stack capture in
-:mod:`~memforensics.backends.sim.stacks`; this module holds the process-wide device and the
-``DeviceBackend`` adapter over it, and re-exports the device's public names.
+This module holds the process-wide device and the ``DeviceBackend`` adapter over it; the
+device and its tensors are :mod:`~memforensics.backends.sim.device`.
 """
 
 from __future__ import annotations
@@ -23,16 +21,6 @@ from memforensics.allocator import AllocatorSettings
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 from memforensics.backends._stats import journal_stats_from
 from memforensics.backends.sim.device import SimDevice
-from memforensics.backends.sim.tensor import SimOutOfMemoryError, SimTensor
-
-__all__ = [
-    "SimBackend",
-    "SimDevice",
-    "SimOutOfMemoryError",
-    "SimTensor",
-    "get_device",
-    "reset_device",
-]
 
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 _default_lock = threading.Lock()

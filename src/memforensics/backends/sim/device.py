@@ -1,16 +1,17 @@
-"""The sim device itself: one simulated accelerator and the tensors it hands out.
+"""The sim device itself: one simulated accelerator, the tensors it hands out, and its OOM error.
 
-Split from :mod:`memforensics.backends.sim.backend`, which keeps the process-wide device and the
-``DeviceBackend`` adapter over it; this module is the device a test or demo can also build on
-its own (``SimDevice(total_bytes)``), driving :mod:`memforensics.allocator` under one lock.
-The tensors it hands out are in :mod:`~memforensics.backends.sim.tensor`. Plain Python: this
-module never imports torch.
+A test or demo can build a device on its own (``SimDevice(total_bytes)``); it drives
+:mod:`memforensics.allocator` under one lock. A ``SimTensor`` is an allocation's handle: freed
+explicitly, by garbage collection through ``weakref.finalize``, or later after
+``record_stream``, each by calling back into its device. Plain Python: this module never
+imports torch.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, ClassVar, Literal
 
@@ -20,7 +21,6 @@ from memforensics.backends.sim import format as fmt
 from memforensics.backends.sim.stacks import FREE_CPP as _FREE_CPP
 from memforensics.backends.sim.stacks import MALLOC_CPP as _MALLOC_CPP
 from memforensics.backends.sim.stacks import capture_stack as _capture_stack
-from memforensics.backends.sim.tensor import SimOutOfMemoryError, SimTensor
 
 
 def _format_size(nbytes: int) -> str:
@@ -31,6 +31,43 @@ def _format_size(nbytes: int) -> str:
         if nbytes <= limit:
             return f"{nbytes / divisor:.2f} {unit}"
     return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+class SimOutOfMemoryError(RuntimeError):
+    """The sim device's ``torch.OutOfMemoryError``: a ``RuntimeError`` with torch's wording."""
+
+
+class SimTensor:
+    """A device allocation; freed by ``free()`` or when garbage collected, like a tensor."""
+
+    __slots__ = ("__weakref__", "_block", "_device", "_finalizer", "address", "nbytes")
+
+    def __init__(self, device: SimDevice, block: Block | None, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.address = block.address if block is not None else 0
+        self._device = device
+        self._block = block
+        self._finalizer = weakref.finalize(self, device._collect, block)
+        self._finalizer.atexit = False
+
+    @property
+    def freed(self) -> bool:
+        """True once the memory went back to the allocator."""
+        return not self._finalizer.alive
+
+    def free(self) -> None:
+        """Return the memory now; later calls do nothing."""
+        if self._finalizer.detach() is not None:
+            self._device._release(self._block)
+
+    def record_stream(self, stream: int) -> None:
+        """Mark use on another stream: the free then completes later (``Tensor.record_stream``)."""
+        if self._block is not None and not self.freed:
+            self._device._record_stream(self._block, stream)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else "live"
+        return f"SimTensor(nbytes={self.nbytes}, address={self.address:#x}, {state})"
 
 
 class SimDevice:
@@ -283,5 +320,7 @@ class SimDevice:
         return f"SimDevice(total_bytes={self.total_bytes}, index={self.index}, settings={conf!r})"
 
 
-# Users and tracebacks know it by its public home (``memforensics.backends.sim``).
-SimDevice.__module__ = "memforensics.backends.sim"
+# Users and tracebacks know these by their public home (``memforensics.backends.sim``).
+SimDevice.__module__ = SimOutOfMemoryError.__module__ = SimTensor.__module__ = (
+    "memforensics.backends.sim"
+)

@@ -1,8 +1,8 @@
 """Stack capture for the ``sim`` device: the caller's Python frames, as torch records them.
 
-Split from :mod:`memforensics.backends.sim.backend` because it is the one hot path of a recording sim
-device (it runs on every allocation and free) and its caches are module state of their own:
-frames cached per code position, stacks interned. Plain Python: never imports torch.
+This is the one hot path of a recording sim device (it runs on every allocation and free), and
+its caches are module state of their own: frames cached per code position, stacks interned.
+Plain Python: never imports torch.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class DoctorCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run every check, print them, return 1 if any failed."""
-        from memforensics.doctor.checks import Doctor, overall
+        from memforensics.doctor import Doctor, overall
 
         env = _env_defaults()
         device = args.device or env.get("device", "auto")
