@@ -9,5 +9,3 @@
 
 This package imports none of them: each framework is imported only when its module is.
 """
-
-__all__: list[str] = []

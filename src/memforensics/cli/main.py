@@ -1,0 +1,82 @@
+"""The ``memforensics`` console script: ``main(argv) -> int`` over one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from memforensics._version import __version__
+from memforensics.cli._command import Command, CommandError
+from memforensics.cli.registry import all_commands
+
+__all__ = ["Command", "CommandError", "build_parser", "main"]
+
+# ``run`` hands stdout to the user's script, whose exceptions pass through unchanged (as under
+# python), so a closed pipe there is the script's business, not ours.
+_SCRIPT_COMMANDS = frozenset({"run"})
+
+
+def build_parser() -> tuple[
+    argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]
+]:
+    """Build the top-level parser and one subparser per registered command."""
+    parser = argparse.ArgumentParser(
+        prog="memforensics",
+        description="Explain PyTorch out-of-memory failures from memforensics dumps.",
+    )
+    parser.add_argument("--version", action="version", version=f"memforensics {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    table: dict[str, tuple[Command, argparse.ArgumentParser]] = {}
+    for command in all_commands():
+        doc = (type(command).__doc__ or "").strip()
+        summary = doc.splitlines()[0] if doc else command.name
+        child = sub.add_parser(command.name, help=summary, description=doc)
+        command.prepare_parser(child)
+        table[command.name] = (command, child)
+    return parser, table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the console script; return its exit status (2 for bad input, like argparse)."""
+    parser, table = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:  # --help, --version or a usage error: flush now, quietly if need be
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _pipe_closed()
+        raise
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    command, child = table[args.command]
+    try:
+        status = command.run(args, child)
+        if command.name not in _SCRIPT_COMMANDS:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except CommandError as exc:
+        print(f"memforensics {command.name}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        if command.name in _SCRIPT_COMMANDS:
+            raise
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout left (``| head``): stop quietly with status 0, as the reader got
+    all it wanted. stdout is pointed at /dev/null so the interpreter's final flush of what is
+    still buffered cannot fail again and print an ``Exception ignored`` message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0
