@@ -5,7 +5,7 @@ On a shared filesystem every rank of a 2,000-rank job calls ``install()`` agains
 in its in-flight folder alone. The subject is ``install()`` + ``uninstall()`` (sim device) with
 100,000 dump files from 1,000 ranks in 50 window folders already there; the reference is the
 same call into an empty ``out_dir``. Target: no slower than 1.5x the empty case. For scale,
-the last row times one walk of that tree (what every rank did at install before issue 9).
+the last row times one walk of that tree (what a rank would pay if install() listed out_dir).
 
     python benchmarks/bench_install.py [--json PATH] [--quick]
 """
@@ -82,7 +82,7 @@ def main() -> int:
                 populate_seconds=built,
             ),
             figure(
-                "  one walk of that out_dir (install before #9)",
+                "  one walk of that out_dir",
                 "install(), empty out_dir",
                 walked,
                 reference,

@@ -137,7 +137,7 @@ def line_cost(name: str, fake: FakeCuda, repeats: int, number: int, target: str)
     extra = value - ref
     return figure(
         name,
-        "20 µs budget (issue 13)",
+        "20 µs budget",
         extra,
         BUDGET_NS,
         "ns",

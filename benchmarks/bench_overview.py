@@ -3,7 +3,7 @@
 Builds a run folder of 2,048 synthetic journals x 1,000 lines (two million lines, written as a
 training process writes them; one rank leaks), then times ``build_overview`` plus its text
 (what ``memforensics overview DIR`` does) against one process reading every file and calling
-``json.loads`` on every line: issue 13's reference. The page for the same run is rendered and
+``json.loads`` on every line, the reference. The page for the same run is rendered and
 weighed against the 5 MB budget; with selenium and chromium present, the time it takes a
 headless browser to load and draw it is reported too (no target).
 
@@ -121,7 +121,7 @@ def main() -> int:
         figures.append(
             figure(
                 f"overview page, {ranks:,} ranks",
-                "5 MB budget (issue 13)",
+                "5 MB budget",
                 size,
                 PAGE_BUDGET,
                 "B",

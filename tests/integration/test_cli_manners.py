@@ -1,5 +1,5 @@
 """The console script as a shell user meets it: several files, cut tables, closed pipes, a clean
-checkout (issue #10, items 4, 5, 12 and 13)."""
+checkout."""
 
 from __future__ import annotations
 

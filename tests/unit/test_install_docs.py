@@ -1,4 +1,4 @@
-"""The install and test commands the docs give work as written (issue #10, items 14 to 16)."""
+"""The install and test commands the docs give work as written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Facts that hold on a real cluster (issue 9): sidecar truth, torch_npu's own rules, history.
+"""Facts that hold on a real cluster: sidecar truth, torch_npu's own rules, history.
 
 Driven through the real facade on the real CPU torch with the CUDA / torch_npu surface faked
 from the real signatures (torchfakes), for both devices where the behaviour is shared.

@@ -14,27 +14,27 @@ from typing import Any
 import pytest
 
 from memforensics import _layout
-from memforensics.capture import atomic as _writer
+from memforensics.capture import atomic
 
 
 def test_window_and_event_names_follow_design(tmp_path: Path) -> None:
     """Window files are rank{r}_pid{p}; OOM files add _step{n} and a UTC timestamp."""
-    paths = _writer.window_paths(tmp_path, "steps4-7", 3, 77)
+    paths = atomic.window_paths(tmp_path, "steps4-7", 3, 77)
     assert paths.snapshot == tmp_path / "steps4-7" / "rank3_pid77.pickle"
     assert paths.sidecar == tmp_path / "steps4-7" / "rank3_pid77.json"
     now = datetime(2026, 11, 30, 10, 11, 12, 123456, tzinfo=timezone.utc)
-    oom = _writer.event_paths(tmp_path, "oom", 3, 77, 12, now)
+    oom = atomic.event_paths(tmp_path, "oom", 3, 77, 12, now)
     assert oom.snapshot.name == "rank3_pid77_step12_20261130-101112-123456.pickle"
-    assert _writer.event_paths(tmp_path, "oom", 3, 77, None, now).snapshot.name == (
+    assert atomic.event_paths(tmp_path, "oom", 3, 77, None, now).snapshot.name == (
         "rank3_pid77_20261130-101112-123456.pickle"
     )
 
 
 def test_write_dump_round_trips_with_protocol_4(tmp_path: Path) -> None:
     """The snapshot is pickled with protocol 4 and the sidecar records its size."""
-    paths = _writer.window_paths(tmp_path, "step1", 0, 1)
+    paths = atomic.window_paths(tmp_path, "step1", 0, 1)
     snapshot = {"segments": [{"address": 1, "segment_pool_id": (0, 0)}], "device_traces": [[]]}
-    size = _writer.write_dump(paths, snapshot, lambda n: {"snapshot_bytes": n})
+    size = atomic.write_dump(paths, snapshot, lambda n: {"snapshot_bytes": n})
     data = paths.snapshot.read_bytes()
     assert data[:2] == b"\x80\x04"
     assert pickle.loads(data) == snapshot
@@ -44,21 +44,21 @@ def test_write_dump_round_trips_with_protocol_4(tmp_path: Path) -> None:
 
 def test_failed_pickle_leaves_nothing_behind(tmp_path: Path) -> None:
     """An unpicklable snapshot raises and leaves neither pickle, sidecar nor temp file."""
-    paths = _writer.window_paths(tmp_path, "step1", 0, 1)
+    paths = atomic.window_paths(tmp_path, "step1", 0, 1)
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
-        _writer.write_dump(paths, {"bad": lambda: None}, lambda n: {})
+        atomic.write_dump(paths, {"bad": lambda: None}, lambda n: {})
     assert list((tmp_path / "step1").iterdir()) == []
 
 
 def test_failed_sidecar_keeps_whole_snapshot_without_orphans(tmp_path: Path) -> None:
     """If the sidecar cannot be built, the whole pickle stays and no sidecar or temp appears."""
-    paths = _writer.window_paths(tmp_path, "step1", 0, 1)
+    paths = atomic.window_paths(tmp_path, "step1", 0, 1)
 
     def broken(_: int) -> dict[str, object]:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        _writer.write_dump(paths, {"segments": []}, broken)
+        atomic.write_dump(paths, {"segments": []}, broken)
     assert sorted(p.name for p in (tmp_path / "step1").iterdir()) == ["rank0_pid1.pickle"]
 
 
@@ -66,10 +66,10 @@ def test_planted_symlink_at_final_name_is_replaced_not_followed(tmp_path: Path) 
     """A symlink at the final name is replaced by the dump; its target is untouched."""
     target = tmp_path / "victim"
     target.write_text("precious")
-    paths = _writer.window_paths(tmp_path, "step1", 0, 1)
+    paths = atomic.window_paths(tmp_path, "step1", 0, 1)
     paths.snapshot.parent.mkdir()
     paths.snapshot.symlink_to(target)
-    _writer.write_snapshot(paths.snapshot, {"segments": []})
+    atomic.write_snapshot(paths.snapshot, {"segments": []})
     assert target.read_text() == "precious"
     assert not paths.snapshot.is_symlink()
 
@@ -79,7 +79,7 @@ def test_files_are_not_world_writable_even_with_umask_zero(tmp_path: Path) -> No
     old = os.umask(0)
     try:
         path = tmp_path / "a.pickle"
-        _writer.write_snapshot(path, {})
+        atomic.write_snapshot(path, {})
     finally:
         os.umask(old)
     assert not path.stat().st_mode & stat.S_IWOTH
@@ -112,12 +112,12 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     """This rank's registered temp files from a dead pid on this host go; a live pid's,
     a foreign host's and other ranks' stay."""
     dead_pid = _dead_pid()
-    host = _writer._hostname()
+    host = atomic._hostname()
     stale = _plant(tmp_path, 0, host, dead_pid)
     live = _plant(tmp_path, 0, host, os.getpid(), "steps2-3")
     foreign = _plant(tmp_path, 0, "otherhost", dead_pid, "steps4-5")
     other_rank = _plant(tmp_path, 1, host, dead_pid, "steps6-7")
-    removed = _writer.clean_stale_temp_files(tmp_path, 0)
+    removed = atomic.clean_stale_temp_files(tmp_path, 0)
     assert removed == [stale]
     assert not stale.exists()
     assert live.exists()
@@ -138,7 +138,7 @@ def test_install_time_cleanup_lists_only_the_ranks_own_folder(
         folder.mkdir()
         for rank in range(10):
             (folder / f"rank{rank}_pid1.pickle").write_bytes(b"x")
-    stale = _plant(tmp_path, 3, _writer._hostname(), _dead_pid())
+    stale = _plant(tmp_path, 3, atomic._hostname(), _dead_pid())
     listed: list[str] = []
     real_listdir, real_scandir = os.listdir, os.scandir
 
@@ -155,7 +155,7 @@ def test_install_time_cleanup_lists_only_the_ranks_own_folder(
     monkeypatch.setattr(os, "walk", lambda *a, **k: pytest.fail("os.walk over out_dir"))
     monkeypatch.setattr(Path, "rglob", lambda *a, **k: pytest.fail("rglob over out_dir"))
     monkeypatch.setattr(Path, "iterdir", lambda *a, **k: pytest.fail("iterdir over out_dir"))
-    assert _writer.clean_stale_temp_files(tmp_path, 3) == [stale]
+    assert atomic.clean_stale_temp_files(tmp_path, 3) == [stale]
     assert listed == [os.fspath(_layout.inflight_folder(tmp_path, 3))]
 
 
@@ -166,7 +166,7 @@ def test_install_time_cleanup_lists_only_the_ranks_own_folder(
 def test_a_planted_registration_removes_nothing_else(tmp_path: Path, target: str) -> None:
     """A registration pointing outside out_dir, or at a file that is not that process's temp
     file, is dropped without deleting its target."""
-    pid, host = _dead_pid(), _writer._hostname()
+    pid, host = _dead_pid(), atomic._hostname()
     out = tmp_path / "out"
     victim = out / "steps0-1" / "victim.pickle"
     victim.parent.mkdir(parents=True)
@@ -178,7 +178,7 @@ def test_a_planted_registration_removes_nothing_else(tmp_path: Path, target: str
     inflight.mkdir(parents=True)
     link = inflight / f".{host}-{pid}-abcd1234"
     link.symlink_to(target.format(host=host, pid=pid))
-    assert _writer.clean_stale_temp_files(out, 0) == []
+    assert atomic.clean_stale_temp_files(out, 0) == []
     assert victim.read_bytes() == b"evidence"
     assert outside.read_bytes() == b"not ours"
     assert not os.path.lexists(link)
@@ -187,7 +187,7 @@ def test_a_planted_registration_removes_nothing_else(tmp_path: Path, target: str
 def test_writes_register_and_unregister_their_temp_files(tmp_path: Path) -> None:
     """While a dump is written its temp file is registered in the rank's folder; once it has
     landed (or failed) nothing is left registered."""
-    paths = _writer.window_paths(tmp_path, "step0", 2, os.getpid())
+    paths = atomic.window_paths(tmp_path, "step0", 2, os.getpid())
     inflight = paths.inflight
     assert inflight is not None
     seen: list[str] = []
@@ -201,7 +201,7 @@ def test_writes_register_and_unregister_their_temp_files(tmp_path: Path) -> None
 
     old = os.umask(0)
     try:
-        _writer.write_dump(paths, {"x": Probe()}, lambda n: {})
+        atomic.write_dump(paths, {"x": Probe()}, lambda n: {})
     finally:
         os.umask(old)
     assert modes == [0o755, 0o755]  # never world-writable, even under umask 0
@@ -209,20 +209,20 @@ def test_writes_register_and_unregister_their_temp_files(tmp_path: Path) -> None
     assert seen[0].startswith(f"step0/.rank2_pid{os.getpid()}.pickle.tmp-")
     assert not inflight.parent.exists()  # the empty folders go: out_dir holds only dumps
     with pytest.raises((pickle.PicklingError, AttributeError)):
-        _writer.write_dump(paths, {"bad": lambda: None}, lambda n: {})
+        atomic.write_dump(paths, {"bad": lambda: None}, lambda n: {})
     assert sorted(os.listdir(tmp_path)) == ["step0"]
 
 
 def test_remove_dump_folder_keeps_other_ranks_files(tmp_path: Path) -> None:
     """Retention deletes only this rank's files; the folder goes once it is empty."""
-    mine = _writer.window_paths(tmp_path, "steps0-1", 0, 10)
-    theirs = _writer.window_paths(tmp_path, "steps0-1", 1, 11)
+    mine = atomic.window_paths(tmp_path, "steps0-1", 0, 10)
+    theirs = atomic.window_paths(tmp_path, "steps0-1", 1, 11)
     for paths in (mine, theirs):
-        _writer.write_dump(paths, {}, lambda n: {})
-    _writer.remove_dump_folder(tmp_path, "steps0-1", 0, 10)
+        atomic.write_dump(paths, {}, lambda n: {})
+    atomic.remove_dump_folder(tmp_path, "steps0-1", 0, 10)
     assert not mine.snapshot.exists()
     assert theirs.snapshot.exists()
-    _writer.remove_dump_folder(tmp_path, "steps0-1", 1, 11)
+    atomic.remove_dump_folder(tmp_path, "steps0-1", 1, 11)
     assert not (tmp_path / "steps0-1").exists()
 
 
@@ -235,10 +235,10 @@ def test_write_file_atomic_refuses_a_symlink_planted_at_its_temp_name(
     victim = tmp_path / "victim"
     victim.write_text("precious")
     page = tmp_path / "report.html"
-    temp = f".{page.name}.tmp-{_writer._hostname()}-{os.getpid()}-feedbeef"
+    temp = f".{page.name}.tmp-{atomic._hostname()}-{os.getpid()}-feedbeef"
     (tmp_path / temp).symlink_to(victim)
     with pytest.raises(FileExistsError):
-        _writer.write_file_atomic(page, b"<html>")
+        atomic.write_file_atomic(page, b"<html>")
     assert victim.read_text() == "precious"
     assert not page.exists()
 
@@ -249,7 +249,7 @@ def test_write_file_atomic_replaces_a_symlink_at_the_final_name(tmp_path: Path) 
     victim.write_text("precious")
     page = tmp_path / "report.html"
     page.symlink_to(victim)
-    _writer.write_file_atomic(page, b"<html>")
+    atomic.write_file_atomic(page, b"<html>")
     assert (page.is_symlink(), page.read_bytes(), victim.read_text()) == (
         False,
         b"<html>",
@@ -270,6 +270,6 @@ def test_write_file_atomic_failure_leaves_no_partial_file(
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError, match="No space"):
-        _writer.write_file_atomic(page, b"new page")
+        atomic.write_file_atomic(page, b"new page")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
     assert page.read_bytes() == b"old page"
