@@ -84,7 +84,7 @@ SIDECAR_KEYS = {
 }  # fmt: skip
 """Every key DESIGN.md lists for a sidecar."""
 SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries"}
-"""Keys the implementation adds beyond DESIGN.md's list (``truncated``: the ring buffer overflowed)."""
+"""Keys the implementation adds beyond DESIGN.md's list (``truncated``: the ring overflowed)."""
 OOM_KEYS = {
     "requested_bytes", "allocation_bytes", "device_total_bytes", "device_free_bytes", "stack",
     "allocator",
