@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pytest
 
-from memforensics.backends._protocol import HistoryMode
+from memforensics.backends import HistoryMode
 from memforensics.backends.sim import SimBackend
 from memforensics.cli import main
 from memforensics.doctor import Check, Doctor, overall

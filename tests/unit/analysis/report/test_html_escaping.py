@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from memforensics.analysis import build_overview, load_dump, render_overview
+from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.report.html import json_in_script
-from memforensics.analysis.report.page import ReportBuilder
 from memforensics.testing import (
     Block,
     MiB,
