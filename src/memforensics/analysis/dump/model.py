@@ -63,17 +63,6 @@ def _size(value: object, where: str, source: str) -> int:
     return size
 
 
-def normalize_segments(snapshot: object, source: str) -> tuple[Segment, ...]:
-    """Check the snapshot's top level and convert its segments; raise SnapshotLoadError if odd."""
-    if not isinstance(snapshot, dict):
-        kind = type(snapshot).__name__
-        raise SnapshotLoadError(f"{source}: not a memory snapshot (top level is a {kind})")
-    raw_segments = snapshot.get("segments")
-    if not isinstance(raw_segments, list):
-        raise SnapshotLoadError(f"{source}: not a memory snapshot (no 'segments' list)")
-    return segments_from_list(raw_segments, source)
-
-
 def segments_from_list(raw_segments: list[object], source: str) -> tuple[Segment, ...]:
     """Convert a list of segment dicts (a snapshot's ``segments``, or ``memory_snapshot()``)."""
     return tuple(_segment(raw, index, source) for index, raw in enumerate(raw_segments))
