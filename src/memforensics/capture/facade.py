@@ -65,6 +65,7 @@ class MemoryForensics:
         self._tag: Callable[[str], object] | None = None
         """The backend's metadata setter, bound once: None when steps are not annotated."""
         self._guard = OomGuard(config.max_oom_snapshots)
+        self._step_context = StepContext(self)
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self.backend: DeviceBackend = NoneBackend()
@@ -156,7 +157,9 @@ class MemoryForensics:
         """Context manager around one training step; ``step`` defaults to the last one + 1."""
         if not self._device_ready or self.closed:
             return NULL_STEP  # an inert rank, or no device: nothing a step could capture
-        return StepContext(self, step)
+        context = self._step_context
+        context.number = step
+        return context
 
     def begin_step(self, number: int | None) -> None:
         """Start step ``number`` (None: the last one + 1): what entering ``step()`` does.
@@ -381,16 +384,21 @@ NULL_STEP = NullStep()
 
 
 class StepContext:
-    """``with mf.step(n):`` for a capturing rank: ``begin_step`` on entry, ``end_step`` on exit."""
+    """``with mf.step(n):`` for a capturing rank: ``begin_step`` on entry, ``end_step`` on exit.
 
-    __slots__ = ("_facade", "_number")
+    A facade makes one and hands it out on every ``step()`` call with the step ``number`` set:
+    no object is built per training step. The number is read on entry, so a step entered inside
+    another (which the facade ignores, with a warning) cannot disturb the outer one.
+    """
 
-    def __init__(self, facade: MemoryForensics, number: int | None) -> None:
+    __slots__ = ("_facade", "number")
+
+    def __init__(self, facade: MemoryForensics) -> None:
         self._facade = facade
-        self._number = number
+        self.number: int | None = None
 
     def __enter__(self) -> None:
-        self._facade.begin_step(self._number)
+        self._facade.begin_step(self.number)
 
     def __exit__(
         self,
