@@ -38,10 +38,10 @@ from _common import Figure, figure, parse_args, ratio_of, report
 from _snapshots import PrebuiltBackend, churn, sim_snapshot
 
 import memforensics
+from memforensics import MemoryForensics
 from memforensics.backends import sim
 from memforensics.capture import atomic
 from memforensics.capture.config import build_config
-from memforensics.capture.facade import MemoryForensics
 
 
 def cpu_loop(n: int) -> int:
