@@ -1,5 +1,6 @@
 """A dump as read from disk: safe loading, the snapshot model and its shapes, devices, frames."""
 
+from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
@@ -13,7 +14,7 @@ from memforensics.analysis.dump.frames import (
     site_of,
 )
 from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord, sidecar_path
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,

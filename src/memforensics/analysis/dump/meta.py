@@ -15,7 +15,6 @@ from typing import Any
 
 from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
-from memforensics._layout import sidecar_path as sidecar_path  # noqa: PLC0414 - public here too
 from memforensics.analysis.dump.model import as_int
 
 
