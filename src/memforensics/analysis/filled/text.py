@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump import short_site
+from memforensics.analysis.dump import NATIVE_ONLY, native_note, short_site
 from memforensics.analysis.filled.kinds import KindBytes
 from memforensics.analysis.filled.peak import CallNode, Moment
 from memforensics.analysis.filled.what_filled import Filled
@@ -35,6 +35,7 @@ def moment_lines(found: Moment) -> list[str]:
     if tree:
         lines += ["", f"  call tree at the {found.name} (--json has all of it)"]
         lines += [f"  {line}" for line in tree]
+        lines += native_note([NATIVE_ONLY] if any(t.endswith(NATIVE_ONLY) for t in tree) else [])
     return lines
 
 

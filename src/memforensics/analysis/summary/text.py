@@ -8,6 +8,8 @@ import textwrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
+    NATIVE_ONLY,
+    NATIVE_ONLY_MEANING,
     UNKNOWN_SITE,
     caller_line,
     context_lines,
@@ -88,7 +90,8 @@ def _site_table(s: Summary) -> list[str]:
 
 
 def _unrecorded_note(s: Summary) -> list[str]:
-    """Say what ``<before recording>`` and ``<unknown>`` rows are, and how to get their sites."""
+    """Say what ``<before recording>``, ``<C++ only>`` and ``<unknown>`` rows are, and how to get
+    their sites."""
     lines: list[str] = []
     if s.before_recording_blocks:
         lines += _paragraph(
@@ -103,12 +106,19 @@ def _unrecorded_note(s: Summary) -> list[str]:
             " torch.cuda.memory._record_memory_history() first.",
             blank=False,
         )
+    native = [t for t in s.top_sites if t.site == NATIVE_ONLY]
+    if native:
+        count = sum(t.blocks for t in native)
+        lines += _paragraph(
+            f"{NATIVE_ONLY}: {count:,} live block{'' if count == 1 else 's'}"
+            f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}."
+        )
     unknown = [t for t in s.top_sites if t.site == UNKNOWN_SITE]
     if unknown:
         lines += _paragraph(
             f"{UNKNOWN_SITE}: {sum(t.blocks for t in unknown):,} live blocks"
-            f" ({fmt(sum(t.bytes for t in unknown))}) have stacks with no Python frame outside"
-            " torch (C++ only, such as autograd's backward thread or a library's workspace)."
+            f" ({fmt(sum(t.bytes for t in unknown))}) have stacks whose Python frames are all"
+            " inside torch."
         )
     return lines
 
