@@ -34,6 +34,7 @@ from memforensics.analysis.dump.text import (
     devices_text,
     hidden_rows,
     native_note,
+    origin_words,
     short_site,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "is_native_frame",
     "load_dump",
     "native_note",
+    "origin_words",
     "parse_step",
     "read_snapshot_file",
     "short_site",

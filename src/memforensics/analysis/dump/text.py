@@ -36,6 +36,15 @@ def caller_line(site: str, caller: str, indent: int) -> list[str]:
     return [f"{'':>{indent}}{_CALLER}{short_site(caller, SITE_WIDTH - len(_CALLER))}"]
 
 
+def origin_words(kind: str | None, rank: int | None, has_sidecar: bool) -> str:
+    """What a dump is, for a header: ``kind oom, rank 3``, or ``raw PyTorch snapshot, no
+    sidecar`` when nothing but the pickle says anything (never a bare ``?``)."""
+    if kind is None and rank is None and not has_sidecar:
+        return "raw PyTorch snapshot, no sidecar"
+    words = [f"kind {kind or 'unknown'}", f"rank {'unknown' if rank is None else rank}"]
+    return ", ".join(words) + ("" if has_sidecar else ", no sidecar")
+
+
 def native_note(sites: Iterable[str]) -> list[str]:
     """The line under a table that shows a ``<C++ only>`` row: what that row is."""
     if NATIVE_ONLY not in sites:

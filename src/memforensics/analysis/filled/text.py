@@ -12,7 +12,9 @@ _MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it i
 
 
 def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
-    """A kinds table: bytes, blocks, share and confidence per kind."""
+    """A kinds table: bytes, blocks, share and confidence per kind; one line when none is live."""
+    if not kinds:
+        return ["", f"  {title}: nothing live"]
     total = sum(kind.bytes for kind in kinds) or 1
     lines = [
         "",
@@ -43,6 +45,8 @@ def filled_lines(filled: Filled | None) -> list[str]:
     """What ``summary`` adds on what filled the device: kinds now, the peak, the OOM moment."""
     if filled is None:
         return []
+    if not filled.kinds and not filled.peak.live_bytes and filled.oom is None:
+        return ["", "  live memory by kind: nothing live, at the snapshot or in the trace"]
     lines = kinds_lines(filled.kinds, "live memory by kind (from lifetimes; see docs/analysis.md)")
     lines += moment_lines(filled.peak)
     if filled.oom is not None and filled.oom.position != filled.peak.position:

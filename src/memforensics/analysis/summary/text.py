@@ -14,6 +14,7 @@ from memforensics.analysis.dump import (
     caller_line,
     context_lines,
     hidden_rows,
+    origin_words,
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
@@ -26,12 +27,17 @@ _SITE_COLUMN = 23  # where the site column starts: under it goes the caller
 def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     """The ``summary`` table; ``rows`` caps the per-step table (None: every row). The site table
     is already cut by ``summarize(top=...)``; both say how many rows they hide."""
-    where = [f"kind {s.kind or '?'}", f"rank {'?' if s.rank is None else s.rank}"]
+    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.truncated]
+    truncated = {
+        None: "ring-buffer overflow unknown: the oldest events may be lost",
+        True: "TRUNCATED",
+        False: "complete",
+    }[s.truncated]
+    truncated = "none recorded" if not s.trace_entries else truncated
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {s.verdict.label.upper()}",
