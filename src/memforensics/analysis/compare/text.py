@@ -86,7 +86,7 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
     for rank, steps in leaks.windows.items():
         trends = [t for t in leaks.trends if t.rank == rank]
         suspects = sum(1 for t in trends if t.suspect)
-        label = "?" if rank is None else str(rank)
+        label = "unknown (no sidecar or rank in the file name)" if rank is None else str(rank)
         lines.append(
             f"rank {label}: {len(steps)} window(s) ending at step(s) "
             f"{', '.join(map(str, steps))}; {suspects} suspect(s)"
