@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import tempfile
@@ -159,3 +160,37 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
     # machine; anything else but the page's own load would.
     local = ("chrome:", "chrome-extension:", "devtools:", "data:", "about:")
     assert [url for url in requests if not url.startswith(local)] == [page.as_uri()]
+
+
+def _marker_labels(browser: Any) -> list[tuple[str, float, float]]:
+    """Text and horizontal extent of each marker label above the timeline."""
+    found: list[tuple[str, float, float]] = browser.execute_script(
+        "return [...document.querySelectorAll('svg.timeline text.tick')]"
+        ".filter(t => /peak|OOM/.test(t.textContent))"
+        ".map(t => { const b = t.getBBox(); return [t.textContent, b.x, b.x + b.width]; })"
+    )
+    return found
+
+
+def test_oom_and_peak_labels_never_overprint(browser: Any, tmp_path: Path) -> None:
+    """Where the OOM comes right at the peak, both are named and no marker label overlaps."""
+    from memforensics.analysis import dump_from_snapshot
+    from memforensics.analysis.report import ReportBuilder
+    from memforensics.testing import Block, SnapshotBuilder
+
+    snapshot = SnapshotBuilder()
+    snapshot.churn(3000)  # a long trace: the peak and the OOM next to it share a pixel
+    snapshot.segment(Block(60 * MiB), Block(4 * MiB, state="inactive"))
+    snapshot.oom(requested=8 * MiB, device_free=0)
+    builder = ReportBuilder()
+    builder.add(dump_from_snapshot(snapshot.build()))
+    page = tmp_path / "report.html"
+    page.write_text(builder.html(), encoding="utf-8")
+    browser.get(page.as_uri())
+    labels = _marker_labels(browser)
+    text = " ".join(label for label, _, _ in labels)
+    assert "peak" in text
+    assert "OOM" in text
+    ordered = sorted(labels, key=lambda item: item[1])
+    for (_, _, left_end), (_, right_start, _) in itertools.pairwise(ordered):
+        assert left_end <= right_start, ordered

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memforensics.analysis.filled import is_python_file
+from memforensics.analysis.dump import is_native_frame
 from memforensics.backends.sim import SimDevice, SimTensor
 
 MiB = 1 << 20
@@ -185,7 +185,11 @@ def engine_thread_frames(snapshot: dict[str, Any]) -> dict[str, Any]:
         if isinstance(frames, list) and any(
             isinstance(f, dict) and f.get("name") == "_engine_run_backward" for f in frames
         ):
-            return [f for f in frames if not is_python_file(str(f.get("filename", "")))]
+            return [
+                f
+                for f in frames
+                if is_native_frame(str(f.get("filename", "")), str(f.get("name", "")))
+            ]
         return frames
 
     for trace in snapshot["device_traces"]:

@@ -128,19 +128,73 @@ def _bash_lines(path: Path) -> list[str]:
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
+def _memforensics_installs(lines: list[str]) -> list[str]:
+    """Each ``pip install`` of memforensics in ``lines`` (``a && b`` counts as two commands)."""
+    commands = [part.strip() for line in lines for part in re.split(r"&&|;", line.split("#")[0])]
+    return [
+        command
+        for command in commands
+        if command.startswith("pip install")
+        and any(mark in f" {command}" for mark in ("memforensics", " .", " /", ".whl", "git"))
+    ]
+
+
+def _local_target(target: str) -> bool:
+    """A checkout (``.``, ``".[torch]"``), a local folder, or a wheel file: never a URL."""
+    target = target.strip("\"'")
+    if "://" in target or "git+" in target or "@" in target:
+        return False
+    return target.startswith((".", "/", "~")) or target.endswith(".whl")
+
+
+def install_problems(lines: list[str]) -> list[str]:
+    """The install commands among ``lines`` that name anything but a local source or wheel."""
+    problems = []
+    for command in _memforensics_installs(lines):
+        targets = [word for word in command.split()[2:] if not word.startswith("-")]
+        if not targets or not all(_local_target(target) for target in targets):
+            problems.append(command)
+    return problems
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/quickstart.md", "docs/guide.md"])
 def test_install_commands_work_before_release(page: str) -> None:
-    """Every `pip install` of memforensics in a page's commands installs from source or git."""
-    installs = [
-        line
-        for line in _bash_lines(ROOT / page)
-        if line.startswith("pip install") and ("memforensics" in line or " ." in line)
+    """Every `pip install` of memforensics in a page installs from a checkout, a local path or a
+    wheel built with `python -m build`: this project has no git repository to install from."""
+    lines = _bash_lines(ROOT / page)
+    assert _memforensics_installs(lines), f"{page} shows no install command"
+    assert install_problems(lines) == []
+    assert not any("git+" in line or "github.com" in line for line in lines), page
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'pip install "git+https://github.com/memforensics/memforensics.git"',
+        'pip install "memforensics @ git+https://github.com/memforensics/memforensics.git@main"',
+        "pip install memforensics",
+        "pip install . && pip install memforensics[torch]",
+    ],
+)
+def test_a_remote_install_line_fails_the_check(line: str) -> None:
+    """A git URL or a PyPI name that does not exist yet is caught as an install problem."""
+    assert install_problems([line]) == [line.rsplit("&& ", maxsplit=1)[-1]]
+
+
+def test_readme_opens_with_the_two_commands_that_work() -> None:
+    """README's first commands install from the checkout, run the demo, and run the tests."""
+    assert _bash_lines(ROOT / "README.md")[:2] == [
+        "pip install . && memforensics demo",
+        "pip install nox && nox -s tests",
     ]
-    assert installs, f"{page} shows no install command"
-    for line in installs:
-        targets = " ".join(line.split("#")[0].split()[2:])
-        from_source = targets.strip('"').startswith((".", "git+")) or "@ git+" in targets
-        assert from_source, line
+
+
+def test_pages_say_how_to_build_a_wheel() -> None:
+    """README and the guide show `python -m build` and installing the wheel it writes."""
+    for page in ("README.md", "docs/guide.md"):
+        lines = _bash_lines(ROOT / page)
+        assert any("python -m build" in line for line in lines), page
+        assert any(re.match(r"pip install dist/memforensics-\*\.whl", line) for line in lines)
 
 
 def test_quickstart_says_torchrun_needs_torch_before_using_it() -> None:

@@ -20,6 +20,7 @@ from memforensics.analysis.compare import (
 )
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
+    NATIVE_ONLY,
     UNKNOWN_SITE,
     DeviceUsage,
     Dump,
@@ -30,6 +31,7 @@ from memforensics.analysis.dump import (
     dump_from_snapshot,
     is_installed_file,
     is_library_file,
+    is_native_frame,
     load_dump,
     parse_step,
     read_snapshot_file,
@@ -65,6 +67,7 @@ __all__ = [
     "EXTERNAL",
     "FRAGMENTATION",
     "KINDS",
+    "NATIVE_ONLY",
     "NO_OOM",
     "UNKNOWN",
     "UNKNOWN_SITE",
@@ -104,6 +107,7 @@ __all__ = [
     "format_bytes",
     "is_installed_file",
     "is_library_file",
+    "is_native_frame",
     "list_dumps",
     "load_dump",
     "overview_text",

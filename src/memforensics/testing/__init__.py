@@ -32,18 +32,21 @@ from memforensics.testing._scenarios import (
     write_run_folder,
 )
 from memforensics.testing._synthetic import (
+    AUTOGRAD_THREAD,
     CACHE,
     OPTIMIZER,
     TRAIN,
     Block,
     GiB,
     MiB,
+    NativeStack,
     Site,
     SnapshotBuilder,
     SnapshotTruth,
 )
 
 __all__ = [
+    "AUTOGRAD_THREAD",
     "CACHE",
     "OPTIMIZER",
     "TRAIN",
@@ -52,6 +55,7 @@ __all__ = [
     "JournalTruth",
     "MiB",
     "MultiDeviceDump",
+    "NativeStack",
     "RunTruth",
     "SimBackend",
     "SimDevice",

@@ -59,6 +59,35 @@ class Site:
         ]
 
 
+@dataclass(frozen=True)
+class NativeStack:
+    """A stack with no Python frame, as ``stacks="all"`` records one: ``(file, name)`` pairs,
+    innermost first. Its site is ``<C++ only>`` (what ``str`` gives, for the truth's keys)."""
+
+    frames_: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        return "<C++ only>"
+
+    def frames(self) -> list[dict[str, Any]]:
+        """The frames as the snapshot holds them (line 0: the unwinder knows none)."""
+        return [{"filename": file, "line": 0, "name": name} for file, name in self.frames_]
+
+
+AUTOGRAD_THREAD = NativeStack(
+    (
+        ("CUDACachingAllocator.cpp", "c10::cuda::CUDACachingAllocator::Native::malloc"),
+        ("??", "at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)"),
+        ("??", "torch::autograd::Engine::evaluate_function(std::shared_ptr<GraphTask>&)"),
+        ("??", "torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)"),
+        ("thread48.o", "execute_native_thread_routine"),
+        ("??", "start_thread"),
+        ("clone3.S", "__clone3"),
+    )
+)
+"""Autograd's backward thread as a real ``stacks="all"`` dump records it: libstdc++'s
+``thread48.o`` and libc's ``clone3.S`` below the engine, not one Python frame."""
+
 TRAIN = Site("/work/model.py", 40, "forward")
 OPTIMIZER = Site("/work/optim.py", 12, "step")
 CACHE = Site("/work/kv_cache.py", 88, "append")
@@ -70,7 +99,7 @@ class Block:
 
     size: int
     state: str = ALLOCATED
-    site: Site | None = TRAIN
+    site: Site | NativeStack | None = TRAIN
     step: int | None = None
 
 
@@ -112,7 +141,13 @@ class SnapshotBuilder:
     _oom: tuple[int, int] | None = None
 
     def _event(
-        self, action: str, addr: int, size: int, site: Site | None, step: int | None, **extra: Any
+        self,
+        action: str,
+        addr: int,
+        size: int,
+        site: Site | NativeStack | None,
+        step: int | None,
+        **extra: Any,
     ) -> None:
         entry: dict[str, Any] = {
             "action": action,
@@ -178,7 +213,12 @@ class SnapshotBuilder:
         return raw
 
     def churn(
-        self, events: int, *, size: int = 512, site: Site | None = TRAIN, step: int | None = None
+        self,
+        events: int,
+        *,
+        size: int = 512,
+        site: Site | NativeStack | None = TRAIN,
+        step: int | None = None,
     ) -> None:
         """Add ``events`` trace entries of short-lived allocations (alloc, then both frees)."""
         address = self.base_address + self._next + (1 << 40)

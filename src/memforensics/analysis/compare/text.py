@@ -10,7 +10,7 @@ from memforensics._units import format_signed_bytes
 from memforensics.analysis.compare.devices import DeviceDiffs
 from memforensics.analysis.compare.diff import Diff
 from memforensics.analysis.compare.leaks import Leaks
-from memforensics.analysis.dump import caller_line, hidden_rows, short_site
+from memforensics.analysis.dump import caller_line, hidden_rows, native_note, short_site
 
 
 def diff_text(d: Diff, top: int | None = 15) -> str:
@@ -44,6 +44,8 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
             )
             lines += caller_line(s.site, s.caller, len(lines[-1]) - len(short_site(s.site)))
         lines += hidden_rows(len(d.leak_suspects) - len(suspects), "more suspect")
+    shown_sites = [g.site for g in d.growth[:top]] + [s.site for s in d.leak_suspects[:top]]
+    lines += native_note(shown_sites)
     return "\n".join(lines)
 
 
@@ -84,7 +86,7 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
     for rank, steps in leaks.windows.items():
         trends = [t for t in leaks.trends if t.rank == rank]
         suspects = sum(1 for t in trends if t.suspect)
-        label = "?" if rank is None else str(rank)
+        label = "unknown (no sidecar or rank in the file name)" if rank is None else str(rank)
         lines.append(
             f"rank {label}: {len(steps)} window(s) ending at step(s) "
             f"{', '.join(map(str, steps))}; {suspects} suspect(s)"
@@ -103,6 +105,7 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
             )
         if len(shown) < len(trends):
             lines.append(f"  … {len(trends) - len(shown)} more site(s) hidden (--all shows them)")
+        lines += native_note([trend.site for trend in shown])
     for error in leaks.unreadable:
         lines.append(f"unreadable: {error}")
     return "\n".join(lines)

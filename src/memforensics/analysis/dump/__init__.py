@@ -4,11 +4,13 @@ from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
+    NATIVE_ONLY,
     UNKNOWN_SITE,
     attribute,
     caller_of,
     is_installed_file,
     is_library_file,
+    is_native_frame,
     parse_step,
     site_fast,
     site_of,
@@ -25,11 +27,14 @@ from memforensics.analysis.dump.model import (
 )
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.text import (
+    NATIVE_ONLY_MEANING,
     SITE_WIDTH,
     caller_line,
     context_lines,
     devices_text,
     hidden_rows,
+    native_note,
+    origin_words,
     short_site,
 )
 
@@ -37,6 +42,8 @@ __all__ = [
     "ALLOCATED",
     "BEFORE_RECORDING",
     "INACTIVE",
+    "NATIVE_ONLY",
+    "NATIVE_ONLY_MEANING",
     "PENDING_FREE",
     "SITE_WIDTH",
     "UNKNOWN_SITE",
@@ -57,7 +64,10 @@ __all__ = [
     "hidden_rows",
     "is_installed_file",
     "is_library_file",
+    "is_native_frame",
     "load_dump",
+    "native_note",
+    "origin_words",
     "parse_step",
     "read_snapshot_file",
     "short_site",

@@ -10,10 +10,16 @@ engineer what to change, so a block gets two names:
   (``site-packages``, ``dist-packages``) and the standard library: the user's own line, which is
   what they can change (the notebook cell). For plain user code both are the same frame.
 
+Native frames are never sites: :func:`is_native_frame` is the one test every reader applies
+(sites, callers, the call trees, the phases of kinds). A stack recorded with ``stacks="all"`` holds
+C++ frames (``??``, ``CUDACachingAllocator.cpp``, ``c10::...``), libc's (``clone3.S``) and
+libstdc++'s (``thread48.o``); none is a line anyone can change.
+
 A block without any frames was allocated while the allocator recorded no history (before
-recording started, or while it was off): it is ``<before recording>``. ``<unknown>`` is kept for
-blocks whose frames exist but none qualifies (C++-only stacks, such as autograd's backward thread,
-or every frame inside installed packages for the caller).
+recording started, or while it was off): it is ``<before recording>``. A block whose frames are
+all native is ``<C++ only>``: made with no Python on the stack (autograd's backward thread, or a
+library's own workspace). ``<unknown>`` is kept for stacks with Python frames none of which
+qualifies (every Python frame inside torch; for the caller, every frame inside installed packages).
 """
 
 from __future__ import annotations
@@ -22,12 +28,17 @@ import re
 
 UNKNOWN_SITE = "<unknown>"
 BEFORE_RECORDING = "<before recording>"
+NATIVE_ONLY = "<C++ only>"
 
 # Folder names that mark library code when they are a package on the path.
 _LIBRARY_DIRS = frozenset({"torch", "torch_npu", "memforensics"})
 # A checkout of one of those projects keeps its own scripts in these; they are user code.
 _CHECKOUT_DIRS = frozenset({"tests", "test", "benchmarks", "examples", "scripts", "docs"})
-_NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hpp", ".so")
+# Object and assembly files, shared libraries and C/C++/CUDA sources (compared lower-cased, so
+# ``.S`` and ``.C`` count too); a shared library may carry a version (``libc.so.6``).
+_NATIVE_FILE_RE = re.compile(
+    r"\.(?:o|s|a|so(?:\.\d+)*|asm|c|cc|cp|cpp|cxx|c\+\+|cu|cuh|h|hh|hpp|hxx|h\+\+|inl|ipp|tcc)$"
+)
 _STEP_RE = re.compile(r"(?:^|[^A-Za-z0-9_])step\s*=\s*(-?\d+)")
 # Where pip, conda and distributions put packages; the standard library sits beside them.
 _INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
@@ -35,10 +46,37 @@ _STDLIB_RE = re.compile(r"(?:^|/)(?:lib|lib64)/(?:python|pypy)\d+(?:\.\d+)?t?/")
 
 _library_cache: dict[str, bool] = {}
 _installed_cache: dict[str, bool] = {}
+_native_cache: dict[tuple[str, str], bool] = {}
+
+
+def is_native_frame(filename: str, name: str) -> bool:
+    """True for a frame that is not Python code, and so never a site or a call-tree node.
+
+    Native means: no file or ``??`` (what the unwinder says without debug info), an object,
+    assembly or library file (``thread48.o``, ``clone3.S``, ``libc.so.6``), a C, C++ or CUDA
+    source or header, or a C++ qualified name (``c10::``, ``at::``, ``torch::``, any ``::``:
+    a Python function's name never holds one). ``<stdin>``, ``<string>`` and notebook cells
+    are Python.
+    """
+    key = (filename, name)
+    cached = _native_cache.get(key)
+    if cached is not None:
+        return cached
+    result = (
+        not filename
+        or filename == "??"
+        or _NATIVE_FILE_RE.search(filename.lower()) is not None
+        or "::" in name
+    )
+    if len(_native_cache) < 100_000:
+        _native_cache[key] = result
+    return result
 
 
 def is_library_file(filename: str) -> bool:
-    """True for torch, torch_npu and memforensics files (by path component) and native code.
+    """True for torch, torch_npu and memforensics Python files (by path component).
+
+    Native frames are :func:`is_native_frame`'s to judge (they need the frame's name too).
 
     ``/home/me/memforensics/tests/test_x.py`` is user code: a library folder name only counts
     when what follows it is not a checkout's own ``tests``/``examples``/... folder.
@@ -53,8 +91,6 @@ def is_library_file(filename: str) -> bool:
 
 
 def _classify(filename: str) -> bool:
-    if not filename or filename == "??" or filename.lower().endswith(_NATIVE_SUFFIXES):
-        return True
     parts = filename.replace("\\", "/").split("/")
     for index, part in enumerate(parts[:-1]):
         if part in _LIBRARY_DIRS and parts[index + 1] not in _CHECKOUT_DIRS:
@@ -90,23 +126,33 @@ def attribute(frames: object) -> tuple[str, str]:
     """``(site, caller)`` of a block's frames, in one pass (see the module docstring).
 
     ``frames`` is whatever the snapshot holds: ``None`` or an empty list means no stack was
-    recorded (``<before recording>``); anything else that yields no frame is ``<unknown>``.
+    recorded (``<before recording>``); native frames only is ``<C++ only>``; anything else
+    that yields no frame is ``<unknown>``.
     """
     if frames is None or (isinstance(frames, list) and not frames):
         return BEFORE_RECORDING, BEFORE_RECORDING
     if not isinstance(frames, list):
         return UNKNOWN_SITE, UNKNOWN_SITE
     site: str | None = None
+    native = python = False
     for frame in frames:
         if not isinstance(frame, dict):
             continue
-        filename = frame.get("filename")
-        if not isinstance(filename, str) or is_library_file(filename):
+        filename, name = frame.get("filename"), frame.get("name")
+        if not isinstance(filename, str):
+            continue
+        if is_native_frame(filename, name if isinstance(name, str) else ""):
+            native = True
+            continue
+        python = True
+        if is_library_file(filename):
             continue
         if site is None:
             site = _describe(frame, filename)
         if not is_installed_file(filename):
             return site, _describe(frame, filename)
+    if site is None and native and not python:
+        return NATIVE_ONLY, NATIVE_ONLY
     return site or UNKNOWN_SITE, UNKNOWN_SITE
 
 
@@ -120,13 +166,15 @@ def _describe(frame: dict[object, object], filename: str) -> str:
 
 def caller_of(frames: object) -> str:
     """``path:line function`` of the innermost frame outside torch, installed packages and the
-    standard library; ``<before recording>`` without frames, ``<unknown>`` if none qualifies."""
+    standard library; ``<before recording>`` without frames, ``<C++ only>`` with native frames
+    only, ``<unknown>`` if none qualifies."""
     return attribute(frames)[1]
 
 
 def site_of(frames: object) -> str:
     """``path:line function`` of the innermost frame outside torch (see the module docstring);
-    ``<before recording>`` without frames, ``<unknown>`` when frames exist but none qualifies."""
+    ``<before recording>`` without frames, ``<C++ only>`` with native frames only, ``<unknown>``
+    when Python frames exist but none qualifies."""
     return attribute(frames)[0]
 
 
@@ -138,7 +186,9 @@ def parse_step(metadata: object) -> int | None:
     return int(match.group(1)) if match else None
 
 
-_site_cache: dict[tuple[object, object, object], str | None] = {}
+_site_cache: dict[tuple[object, object, object], str] = {}
+# What one frame says when it is not a site: Python inside torch, native code, or not a frame.
+_LIBRARY, _NATIVE, _JUNK = "", "\0native", "\0junk"
 
 
 def site_fast(frames: object) -> str:
@@ -148,9 +198,12 @@ def site_fast(frames: object) -> str:
     a cache per list misses and a cache per (file, line, function) hits nearly always. The key
     holds strings and ints only: no frame of an old dump stays alive because of it.
     """
+    if frames is None or (isinstance(frames, list) and not frames):
+        return BEFORE_RECORDING
     if not isinstance(frames, list):
         return UNKNOWN_SITE
     cache = _site_cache
+    native = python = False
     for frame in frames:
         if type(frame) is not dict:
             continue
@@ -160,13 +213,28 @@ def site_fast(frames: object) -> str:
             line if type(line) is int else None,
             name if type(name) is str else None,
         )
-        label = cache.get(key, "")
-        if label == "":
-            found = site_of([frame])
-            label = None if found == UNKNOWN_SITE else found
+        label = cache.get(key)
+        if label is None:
+            label = _frame_site(frame)
             if len(cache) >= 200_000:
                 cache.clear()
             cache[key] = label
-        if label is not None:
+        if label == _NATIVE:
+            native = True
+        elif label == _LIBRARY:
+            python = True
+        elif label != _JUNK:
             return label
-    return UNKNOWN_SITE
+    return NATIVE_ONLY if native and not python else UNKNOWN_SITE
+
+
+def _frame_site(frame: dict[object, object]) -> str:
+    """One frame's site label, or what it is when it is none (see ``site_fast``)."""
+    filename, name = frame.get("filename"), frame.get("name")
+    if not isinstance(filename, str):
+        return _JUNK
+    if is_native_frame(filename, name if isinstance(name, str) else ""):
+        return _NATIVE
+    if is_library_file(filename):
+        return _LIBRARY
+    return _describe(frame, filename)

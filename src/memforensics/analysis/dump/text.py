@@ -5,12 +5,20 @@ site reads the same in each."""
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Iterable
+
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.devices import DeviceUsage
-from memforensics.analysis.dump.frames import BEFORE_RECORDING, UNKNOWN_SITE
+from memforensics.analysis.dump.frames import BEFORE_RECORDING, NATIVE_ONLY, UNKNOWN_SITE
 
 SITE_WIDTH = 64
 """Characters a site keeps in a table column."""
+NATIVE_ONLY_MEANING = (
+    "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
+    " library's own workspace (cuBLAS, cuDNN, NCCL)"
+)
+"""What a ``<C++ only>`` row is; every output that shows the label says this sentence."""
 _CALLER = "← caller "
 
 
@@ -23,9 +31,26 @@ def caller_line(site: str, caller: str, indent: int) -> list[str]:
     """``← caller ...`` under a row's site when the site is library code: the user's own line
     that led there (``<unknown>``: none outside installed packages). Indented by ``indent``, it
     ends where the site above it can end."""
-    if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING):
+    if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING, NATIVE_ONLY):
         return []
     return [f"{'':>{indent}}{_CALLER}{short_site(caller, SITE_WIDTH - len(_CALLER))}"]
+
+
+def origin_words(kind: str | None, rank: int | None, has_sidecar: bool) -> str:
+    """What a dump is, for a header: ``kind oom, rank 3``, or ``raw PyTorch snapshot, no
+    sidecar`` when nothing but the pickle says anything (never a bare ``?``)."""
+    if kind is None and rank is None and not has_sidecar:
+        return "raw PyTorch snapshot, no sidecar"
+    words = [f"kind {kind or 'unknown'}", f"rank {'unknown' if rank is None else rank}"]
+    return ", ".join(words) + ("" if has_sidecar else ", no sidecar")
+
+
+def native_note(sites: Iterable[str]) -> list[str]:
+    """The line under a table that shows a ``<C++ only>`` row: what that row is."""
+    if NATIVE_ONLY not in sites:
+        return []
+    text = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
+    return ["", *textwrap.wrap(text, width=100, initial_indent="  ", subsequent_indent="    ")]
 
 
 def hidden_rows(count: int, noun: str, detail: str = "") -> list[str]:

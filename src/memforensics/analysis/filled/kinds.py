@@ -26,6 +26,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.analysis.dump import is_native_frame
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
 PARAMETER = "parameter"
@@ -59,15 +60,6 @@ _OPTIMIZER_PATHS = (
 )
 _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "grad"})
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
-_NATIVE = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hpp", ".so")
-
-
-def is_python_file(filename: str) -> bool:
-    """A Python frame's file: C++ frames say ``??``, nothing, or a native source file.
-
-    Not only ``.py``: ``<stdin>``, ``<string>`` and notebook cells are Python too.
-    """
-    return bool(filename) and filename != "??" and not filename.lower().endswith(_NATIVE)
 
 
 def phase_of(frames: object) -> str:
@@ -111,8 +103,8 @@ def _frame_mark(filename: str, name: str) -> str:
     A snapshot repeats the same few thousand frames millions of times, so this runs once per
     distinct (file, function), not once per entry.
     """
-    filename = filename.replace("\\", "/")
-    if is_python_file(filename):
+    if not is_native_frame(filename, name):
+        filename = filename.replace("\\", "/")
         if name in _BACKWARD_PY and (
             "/torch/autograd/" in filename or filename.endswith("/torch/_tensor.py")
         ):

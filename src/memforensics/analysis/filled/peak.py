@@ -6,7 +6,9 @@ starting from what was live before the trace began. The highest point is the pea
 entry marks the OOM's moment. The call tree of what is live then is the answer to "what filled
 the device": frames outermost first, torch's own frames folded into one node under the user
 frame that called them (an engineer changes the caller, not ``torch/nn/modules/module.py``),
-C++ frames dropped.
+native frames dropped (:func:`~memforensics.analysis.dump.is_native_frame`). A stack without
+frames is one ``<before recording>`` node; one with native frames only, one ``<C++ only>`` node:
+the labels ``summary``'s sites use.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.dump import is_library_file
-from memforensics.analysis.filled.kinds import KindBytes, is_python_file, kinds_table
+from memforensics.analysis.dump import (
+    BEFORE_RECORDING,
+    NATIVE_ONLY,
+    is_library_file,
+    is_native_frame,
+)
+from memforensics.analysis.filled.kinds import KindBytes, kinds_table
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
-NO_FRAMES = "<allocated before recording: no frames>"
-ENGINE = "<no Python frames: autograd engine or C++ thread>"
 MAX_DEPTH = 48
 MIN_SHARE = 0.0005  # children under 0.05 % of the moment's bytes are merged into one node
 
@@ -119,14 +124,16 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
 def folded_path(frames: object) -> tuple[str, ...]:
     """Outermost-first node names for ``frames``: user frames kept, library runs folded."""
     if not isinstance(frames, list) or not frames:
-        return (NO_FRAMES,)
+        return (BEFORE_RECORDING,)
     path: list[str] = []
     folded: list[str] = []
     for frame in reversed(frames):  # outermost first
         if not isinstance(frame, dict):
             continue
         filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
-        if not isinstance(filename, str) or not is_python_file(filename):
+        if not isinstance(filename, str):
+            continue
+        if is_native_frame(filename, name if isinstance(name, str) else ""):
             continue
         label = f"{filename}:{line if isinstance(line, int) else '?'} {name}"
         if is_library_file(filename):
@@ -138,7 +145,7 @@ def folded_path(frames: object) -> tuple[str, ...]:
         path.append(label)
     if folded:
         path.append(_fold(folded))
-    return tuple(path[:MAX_DEPTH]) or (ENGINE,)
+    return tuple(path[:MAX_DEPTH]) or (NATIVE_ONLY,)
 
 
 def _fold(labels: list[str]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump import short_site
+from memforensics.analysis.dump import NATIVE_ONLY, native_note, short_site
 from memforensics.analysis.filled.kinds import KindBytes
 from memforensics.analysis.filled.peak import CallNode, Moment
 from memforensics.analysis.filled.what_filled import Filled
@@ -12,7 +12,9 @@ _MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it i
 
 
 def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
-    """A kinds table: bytes, blocks, share and confidence per kind."""
+    """A kinds table: bytes, blocks, share and confidence per kind; one line when none is live."""
+    if not kinds:
+        return ["", f"  {title}: nothing live"]
     total = sum(kind.bytes for kind in kinds) or 1
     lines = [
         "",
@@ -35,6 +37,7 @@ def moment_lines(found: Moment) -> list[str]:
     if tree:
         lines += ["", f"  call tree at the {found.name} (--json has all of it)"]
         lines += [f"  {line}" for line in tree]
+        lines += native_note([NATIVE_ONLY] if any(t.endswith(NATIVE_ONLY) for t in tree) else [])
     return lines
 
 
@@ -42,6 +45,8 @@ def filled_lines(filled: Filled | None) -> list[str]:
     """What ``summary`` adds on what filled the device: kinds now, the peak, the OOM moment."""
     if filled is None:
         return []
+    if not filled.kinds and not filled.peak.live_bytes and filled.oom is None:
+        return ["", "  live memory by kind: nothing live, at the snapshot or in the trace"]
     lines = kinds_lines(filled.kinds, "live memory by kind (from lifetimes; see docs/analysis.md)")
     lines += moment_lines(filled.peak)
     if filled.oom is not None and filled.oom.position != filled.peak.position:

@@ -202,10 +202,24 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
     ]
 
 
+def _no_oom_head(listing: RunListing) -> str:
+    """The head when no OOM dump is known: what ``ls`` saw, and what it did not open."""
+    unknown = sum(1 for entry in listing.dumps if entry.meta.kind is None)
+    known = len(listing.dumps) - unknown
+    if not unknown:
+        return f"no OOM dumps among {known} dump(s)" if known else "no dumps"
+    raw = (
+        f"{unknown} snapshot(s) of unknown kind (no sidecar), not opened (ls reads sidecars and"
+        " file names;"
+        " `memforensics summary FILE` tells whether one is an OOM)"
+    )
+    return f"no OOM dump among {known} of known kind; {raw}" if known else f"no OOM known: {raw}"
+
+
 def ls_text(listing: RunListing) -> str:
     """The ``ls`` table, oldest first, with the first OOM named on top."""
     first = listing.first_oom
-    head = "no OOM dumps"
+    head = _no_oom_head(listing)
     if first is not None:
         head = (
             f"first OOM: rank {first.meta.rank} step {first.meta.step}"

@@ -99,6 +99,7 @@ class Replay:
     what_if: tuple[WhatIf, ...]
     pinners: tuple[Pinner, ...]
     lint: tuple[str, ...]
+    history: bool = True  # False: the trace holds no allocator events, only the snapshot's state
 
     @property
     def trusted(self) -> bool:
@@ -139,6 +140,7 @@ class Replay:
             "avoided_by": list(self.avoided_by),
             "pinners": [pinner.to_dict() for pinner in self.pinners],
             "lint": list(self.lint),
+            "history": self.history,
         }
 
 
@@ -242,6 +244,7 @@ def replay(
         what_if=tuple(rows) if not refusals else tuple(rows[:1]),
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
+        history=has_history(dump),
     )
 
 

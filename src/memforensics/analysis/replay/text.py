@@ -9,12 +9,7 @@ from memforensics.analysis.replay.replay import Replay
 def replay_text(r: Replay) -> str:
     """Plain-text rendering of a :class:`Replay`."""
     lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
-    start = {
-        "empty": "an empty allocator",
-        "cached": "cached segments, no live blocks",
-        "live": f"{r.live_at_start_blocks:,} live blocks ({fmt(r.live_at_start_bytes)})",
-    }[r.start]
-    lines.append(f"  history      {r.trace_events:,} events, recording started with {start}")
+    lines.append(_history_line(r))
     fidelity = "n/a (no segment events)" if r.fidelity is None else f"{r.fidelity:.1%}"
     lines.append(
         f"  self-check   segment events reproduced {fidelity}"
@@ -46,13 +41,14 @@ def replay_text(r: Replay) -> str:
     for refusal in r.refusals:
         lines.append(f"  no what-if:  {refusal}")
     if r.what_if:
-        lines += ["", f"  {'setting':<46} {'OOM':<5} {'peak reserved':>13} {'frag@peak':>11}"]
+        width = max(len("setting"), *(len(row.name) for row in r.what_if))  # never cut a name
+        lines += ["", f"  {'setting':<{width}} {'OOM':<5} {'peak reserved':>13} {'frag@peak':>11}"]
         for row in r.what_if:
             failure = "-"
             if row.first_failure_index is not None:
                 failure = f"event {row.first_failure_index} ({fmt(row.first_failure_bytes)})"
             lines.append(
-                f"  {row.name[:46]:<46} {'yes' if row.oom else 'no':<5}"
+                f"  {row.name:<{width}} {'yes' if row.oom else 'no':<5}"
                 f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>11}"
                 f"  first failure: {failure}"
             )
@@ -77,6 +73,19 @@ def replay_text(r: Replay) -> str:
     for finding in r.lint:
         lines.append(f"  lint: {finding}")
     return "\n".join(lines)
+
+
+def _history_line(r: Replay) -> str:
+    """What recording started with; without history, what the snapshot alone holds."""
+    start = {
+        "empty": "an empty allocator",
+        "cached": "cached segments, no live blocks",
+        "live": f"{r.live_at_start_blocks:,} live blocks ({fmt(r.live_at_start_bytes)})",
+    }[r.start]
+    if r.history:
+        return f"  history      {r.trace_events:,} events, recording started with {start}"
+    held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start
+    return f"  history      none recorded; the snapshot alone holds {held}"
 
 
 def _age(age_us: int | None) -> str:

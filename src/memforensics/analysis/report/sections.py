@@ -19,7 +19,7 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
-from memforensics.analysis.dump import devices_text
+from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.replay import replay
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
@@ -28,6 +28,7 @@ from memforensics.analysis.summary import Summary
 
 TREE_DEPTH = 24
 TREE_SHARE = 0.002
+_NATIVE_NOTE = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
 
 
 def verdict_section(ctx: DumpContext) -> Section:
@@ -195,7 +196,10 @@ def tree_section(ctx: DumpContext) -> Section:
     peak = ctx.filled.peak
     root = _pruned(peak.tree, max(int(peak.tree.bytes * TREE_SHARE), 1), TREE_DEPTH)
     where = "the snapshot" if peak.name == "snapshot" else f"trace entry {peak.position:,}"
-    data = {"root": root, "moment": f"{peak.name} at {where}: {fmt(peak.live_bytes)} live"}
+    moment = f"{peak.name} at {where}: {fmt(peak.live_bytes)} live"
+    if any(child["name"] == NATIVE_ONLY for child in root["children"]):
+        moment += f". {_NATIVE_NOTE[:-1]}"
+    data = {"root": root, "moment": moment}
     empty = "Nothing was live at the peak." if not peak.tree.bytes else None
     return Section("tree", "Call tree at the peak", "tree", data, empty)
 
@@ -218,6 +222,7 @@ def sites_section(ctx: DumpContext) -> Section:
         [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
         [[site.site, site.bytes, site.blocks] for site in sites],
         empty="No live blocks at the snapshot.",
+        note=_NATIVE_NOTE if any(site.site == NATIVE_ONLY for site in sites) else None,
     )
 
 
@@ -277,6 +282,8 @@ def leaks_section(leaks: Leaks | None) -> Section:
     note = f"{len(leaks.suspects)} suspect(s)."
     if few:
         note += f" Fewer than 3 windows for rank(s) {few}: growth cannot be told from a one-off."
+    if any(t.site == NATIVE_ONLY for t in leaks.trends[:30]):
+        note += f" {_NATIVE_NOTE}"
     return table(
         "leaks",
         "Leaks across windows",

@@ -98,6 +98,7 @@ class Summary:
     oom_state: OomMoment | None = None  # the state the verdict was judged on
     lower_bound: LowerBound | None = None
     filled: Filled | None = None  # kinds, peak and OOM moment
+    has_sidecar: bool = False  # False: a raw PyTorch snapshot, or its sidecar is missing
 
     @property
     def history_events(self) -> int:
@@ -119,6 +120,7 @@ class Summary:
             "file": self.file,
             "kind": self.kind,
             "rank": self.rank,
+            "has_sidecar": self.has_sidecar,
             "step": self.step,
             "steps": list(self.steps) if self.steps else None,
             "device": self.device,
@@ -185,6 +187,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         file=dump.name,
         kind=dump.meta.kind,
         rank=dump.meta.rank,
+        has_sidecar=dump.meta.has_sidecar,
         step=dump.meta.step,
         steps=dump.meta.steps,
         device_index=dump.device,

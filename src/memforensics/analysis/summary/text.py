@@ -8,10 +8,13 @@ import textwrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
+    NATIVE_ONLY,
+    NATIVE_ONLY_MEANING,
     UNKNOWN_SITE,
     caller_line,
     context_lines,
     hidden_rows,
+    origin_words,
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
@@ -24,12 +27,17 @@ _SITE_COLUMN = 23  # where the site column starts: under it goes the caller
 def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     """The ``summary`` table; ``rows`` caps the per-step table (None: every row). The site table
     is already cut by ``summarize(top=...)``; both say how many rows they hide."""
-    where = [f"kind {s.kind or '?'}", f"rank {'?' if s.rank is None else s.rank}"]
+    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.truncated]
+    truncated = {
+        None: "ring-buffer overflow unknown: the oldest events may be lost",
+        True: "TRUNCATED",
+        False: "complete",
+    }[s.truncated]
+    truncated = "none recorded" if not s.trace_entries else truncated
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {s.verdict.label.upper()}",
@@ -88,7 +96,8 @@ def _site_table(s: Summary) -> list[str]:
 
 
 def _unrecorded_note(s: Summary) -> list[str]:
-    """Say what ``<before recording>`` and ``<unknown>`` rows are, and how to get their sites."""
+    """Say what ``<before recording>``, ``<C++ only>`` and ``<unknown>`` rows are, and how to get
+    their sites."""
     lines: list[str] = []
     if s.before_recording_blocks:
         lines += _paragraph(
@@ -103,12 +112,19 @@ def _unrecorded_note(s: Summary) -> list[str]:
             " torch.cuda.memory._record_memory_history() first.",
             blank=False,
         )
+    native = [t for t in s.top_sites if t.site == NATIVE_ONLY]
+    if native:
+        count = sum(t.blocks for t in native)
+        lines += _paragraph(
+            f"{NATIVE_ONLY}: {count:,} live block{'' if count == 1 else 's'}"
+            f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}."
+        )
     unknown = [t for t in s.top_sites if t.site == UNKNOWN_SITE]
     if unknown:
         lines += _paragraph(
             f"{UNKNOWN_SITE}: {sum(t.blocks for t in unknown):,} live blocks"
-            f" ({fmt(sum(t.bytes for t in unknown))}) have stacks with no Python frame outside"
-            " torch (C++ only, such as autograd's backward thread or a library's workspace)."
+            f" ({fmt(sum(t.bytes for t in unknown))}) have stacks whose Python frames are all"
+            " inside torch."
         )
     return lines
 

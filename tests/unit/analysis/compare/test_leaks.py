@@ -8,7 +8,7 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import find_leaks
-from memforensics.analysis.compare import leaks_text
+from memforensics.analysis.compare import Leaks, leaks_text
 from memforensics.backends.sim import SimDevice, SimTensor, reset_device
 
 MiB = 1 << 20
@@ -73,3 +73,10 @@ def test_a_one_off_growth_is_discounted(tmp_path: Path) -> None:
     assert trend.bytes == (0, MiB + 4096, MiB + 4096, MiB + 4096, MiB + 4096)
     assert not trend.suspect
     assert trend.confidence < 0.5
+
+
+def test_leaks_names_an_unknown_rank_in_words() -> None:
+    """Windows whose rank no sidecar or file name gives read 'rank unknown', never 'rank ?'."""
+    text = leaks_text(Leaks(root="run", windows={None: (3, 7)}, trends=()))
+    assert text.startswith("rank unknown (no sidecar or rank in the file name): 2 window(s)")
+    assert "rank ?" not in text

@@ -10,6 +10,7 @@ import pytest
 
 from memforensics.analysis import (
     BEFORE_RECORDING,
+    NATIVE_ONLY,
     UNKNOWN_SITE,
     caller_of,
     diff_dumps,
@@ -74,13 +75,13 @@ def test_no_note_when_every_block_has_a_stack() -> None:
     assert BEFORE_RECORDING not in summary_text(summary)
 
 
-def test_unknown_means_frames_without_a_python_frame() -> None:
-    """'<unknown>' stays for stacks that exist but hold only C++ or torch frames."""
+def test_cpp_only_means_frames_without_a_python_frame() -> None:
+    """'<C++ only>' names stacks that exist but hold no Python frame."""
     cpp_only = [
         {"filename": "??", "line": 0, "name": "torch::autograd::Engine::thread_main"},
         {"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "malloc"},
     ]
-    assert site_of(cpp_only) == UNKNOWN_SITE
+    assert site_of(cpp_only) == NATIVE_ONLY
     assert site_of([]) == site_of(None) == BEFORE_RECORDING
 
 

@@ -10,7 +10,8 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump, summarize
-from memforensics.analysis.filled import NO_FRAMES, CallNode, what_filled
+from memforensics.analysis.dump import BEFORE_RECORDING
+from memforensics.analysis.filled import CallNode, what_filled
 from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
@@ -92,4 +93,4 @@ def test_without_history_the_snapshot_is_the_moment() -> None:
     assert filled.peak.name == "snapshot"
     assert filled.peak.live_bytes == MiB(8)
     top = filled.peak.tree.sorted_children()[0]
-    assert (top.name, top.bytes) == (NO_FRAMES, MiB(6))
+    assert (top.name, top.bytes) == (BEFORE_RECORDING, MiB(6))

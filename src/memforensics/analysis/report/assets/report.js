@@ -320,11 +320,11 @@
       var reserved = rows.map(function (row) { return px(row[0]).toFixed(1) + "," + py(row[2]).toFixed(1); });
       group.appendChild(sv("polyline", { "points": reserved.join(" "), "fill": "none", "stroke": "#1d2430", "stroke-dasharray": "3 2", "stroke-width": 1 }));
       svgNode.appendChild(group);
-      data.markers.forEach(function (marker) {
-        if (marker.position < state.x0 || marker.position > state.x1) { return; }
-        var x = px(marker.position).toFixed(1);
-        svgNode.appendChild(sv("line", { "x1": x, "x2": x, "y1": PT, "y2": PT + plotH, "class": "marker " + (marker.label === "peak" ? "peak" : "oom") }));
-        svgNode.appendChild(sv("text", { "x": x, "y": PT - 4, "class": "tick", "text-anchor": "middle" }, marker.label));
+      markerLabels(data.markers, state, px).forEach(function (group) {
+        group.xs.forEach(function (x, i) {
+          svgNode.appendChild(sv("line", { "x1": x.toFixed(1), "x2": x.toFixed(1), "y1": PT, "y2": PT + plotH, "class": "marker " + (group.kinds[i] === "peak" ? "peak" : "oom") }));
+        });
+        svgNode.appendChild(sv("text", { "x": group.xs[0].toFixed(1), "y": PT - 4, "class": "tick marker-label", "text-anchor": "middle" }, group.text));
       });
       if (data.limit && data.limit <= y1) {
         svgNode.appendChild(sv("line", { "x1": PL, "x2": W - PR, "y1": py(data.limit).toFixed(1), "y2": py(data.limit).toFixed(1), "class": "limit" }));
@@ -419,6 +419,28 @@
     bySite.addEventListener("click", function () { state.mode = "site"; bySite.className = "on"; byKind.className = ""; draw(); });
     reset.addEventListener("click", function () { state.x0 = 0; state.x1 = Math.max(data.events, 1); draw(); });
     draw();
+  }
+
+  var MARKER_GAP = 44;  /* px: marker labels closer than this would overprint */
+
+  /* The visible markers grouped left to right: markers closer than MARKER_GAP share one
+   * label ("peak · OOM") at the first one's x, so coinciding labels never overprint. */
+  function markerLabels(markers, state, px) {
+    var shown = markers.filter(function (m) { return m.position >= state.x0 && m.position <= state.x1; })
+      .map(function (m) { return { x: px(m.position), label: m.label }; })
+      .sort(function (a, b) { return a.x - b.x; });
+    var groups = [];
+    shown.forEach(function (m) {
+      var last = groups[groups.length - 1];
+      if (!last || m.x - last.xs[last.xs.length - 1] >= MARKER_GAP) {
+        groups.push({ xs: [m.x], kinds: [m.label], text: m.label });
+        return;
+      }
+      last.xs.push(m.x);
+      last.kinds.push(m.label);
+      if (last.text.split(" · ").indexOf(m.label) < 0) { last.text += " · " + m.label; }
+    });
+    return groups;
   }
 
   function ticks(lo, hi) {

@@ -1,0 +1,58 @@
+"""The words of ``replay``: a dump without history says one coherent thing, and what-if rows
+keep their full setting names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memforensics.analysis import dump_from_snapshot, load_dump, replay
+from memforensics.analysis.replay import replay_text
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
+from memforensics.testing import TRAIN, Block, MiB, SnapshotBuilder
+
+REAL = Path("/work/shared/data/real-snapshots/cuda-llm-at-oom-no-history.pickle")
+
+
+def _no_history() -> dict[str, object]:
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(8), site=TRAIN), Block(MiB(4), site=TRAIN))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]
+    return snapshot
+
+
+def test_no_history_says_no_recording_started() -> None:
+    """Without history, replay never says 'recording started with N live blocks'."""
+    result = replay(dump_from_snapshot(_no_history()))
+    text = replay_text(result)
+    assert "recording started" not in text
+    assert "history      none recorded; the snapshot alone holds 2 live blocks" in text
+    assert result.to_dict()["history"] is False
+
+
+@pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
+def test_real_no_history_dump_says_one_thing() -> None:
+    """The real OOM dump without history: 'none recorded', and no what-if for that reason."""
+    text = replay_text(replay(load_dump(REAL)))
+    assert "recording started" not in text
+    assert "none recorded" in text
+    assert "no allocator history" in text
+
+
+def test_what_if_names_are_never_cut() -> None:
+    """Every what-if row shows its whole setting name, the longest combination included."""
+    device = SimDevice(MiB(48))
+    device.record_memory_history("all", max_entries=10_000)
+    device.empty(MiB(30)).free()
+    kept = device.empty(MiB(10))
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(MiB(24))
+    kept.free()
+    result = replay(dump_from_snapshot(device.snapshot()))
+    names = [row.name for row in result.what_if]
+    assert "expandable_segments=True, roundup_power2_divisions=4" in names
+    lines = replay_text(result).splitlines()
+    for name in names:
+        assert any(line.startswith(f"  {name} ") for line in lines), name
