@@ -45,7 +45,7 @@ class LowerBound:
         """No allocator setting could have fit."""
         return self.margin_bytes > 0
 
-    def to_dict(self) -> dict[str, int | bool]:
+    def to_dict(self) -> dict[str, int | bool | str]:
         """JSON-ready form."""
         return {
             "peak_live_bytes": self.peak_live_bytes,

@@ -169,7 +169,7 @@ def judged_moment_warning(dump: Dump, requested: int | None) -> str | None:
     index = last_oom_index(dump.trace)
     recorded = sidecar_sizes(dump)[0]
     if index is not None:
-        recorded = as_int(dump.trace[index].get("size")) or recorded  # type: ignore[union-attr]
+        recorded = as_int(dump.trace[index].get("size")) or recorded
     if recorded is not None and recorded != requested:
         where = f"trace entry {index:,}" if index is not None else "the snapshot, taken at it"
         return (

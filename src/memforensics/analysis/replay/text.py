@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.oom import CAPACITY, LowerBound, device_free_text
+from memforensics.analysis.oom import CAPACITY, DEVICE_FREE_UNKNOWN, LowerBound, device_free_text
 from memforensics.analysis.replay.replay import Replay
 
 
@@ -34,22 +34,7 @@ def replay_text(r: Replay) -> str:
             f" {fmt(o.limit_bytes)}, {device_free_text(o.device_free_bytes)}, outside PyTorch"
             f" {fmt(o.external_bytes)}"
         )
-    b = r.lower_bound
-    if b is not None:
-        verdict = (
-            f"exceeds it by {fmt(b.margin_bytes)}: no setting could have fit"
-            if b.proven
-            else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
-        )
-        lines.append(
-            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
-            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs {_against(b)}: {verdict}"
-        )
-    elif r.oom is not None:
-        lines.append(
-            "  lower bound  none: no limit recorded and device free unknown, so the capacity"
-            " the OOM met is not known"
-        )
+    lines += _bound_lines(r)
     for refusal in r.refusals:
         lines.append(f"  no what-if:  {refusal}")
     if r.what_if:
@@ -86,12 +71,38 @@ def replay_text(r: Replay) -> str:
     return "\n".join(lines)
 
 
+def _bound_lines(r: Replay) -> list[str]:
+    """The lower bound, against the limit or the capacity standing in for it; why none."""
+    b = r.lower_bound
+    if b is not None:
+        verdict = (
+            f"exceeds it by {fmt(b.margin_bytes)}: no setting could have fit"
+            if b.proven
+            else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
+        )
+        return [
+            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
+            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs {_against(b)}: {verdict}"
+        ]
+    if r.oom is None:
+        return []
+    missing = [
+        words
+        for value, words in (
+            (r.oom.limit_bytes, "no limit recorded"),
+            (r.oom.device_free_bytes, DEVICE_FREE_UNKNOWN),
+            (r.oom.reserved_bytes, "reserved at the OOM unknown"),
+        )
+        if value is None
+    ]
+    return [f"  lower bound  none: {', '.join(missing)}, so what the OOM could use is not known"]
+
+
 def _against(b: LowerBound) -> str:
     """What the bound is measured against, and where that figure came from."""
     if b.limit_source == CAPACITY:
         return (
-            f"capacity {fmt(b.limit_bytes)} = reserved + device free at the OOM; no limit"
-            " recorded"
+            f"capacity {fmt(b.limit_bytes)} = reserved + device free at the OOM; no limit recorded"
         )
     return f"limit {fmt(b.limit_bytes)}"
 

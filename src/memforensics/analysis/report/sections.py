@@ -89,7 +89,8 @@ def _headline_rows(s: Summary) -> list[list[Any]]:
             ["free inside reserved at the OOM", ["bytes", at.free_in_reserved_bytes]],
             ["largest free block at the OOM (its pool)", ["bytes", at.largest_free_block_bytes]],
         ]
-    return rows + [
+    return [
+        *rows,
         ["reserved" + after, ["bytes", s.reserved_bytes]],
         ["allocated" + after, ["bytes", s.allocated_bytes]],
         ["active (incl. pending frees)" + after, ["bytes", s.active_bytes]],

@@ -107,7 +107,9 @@ class Summary:
     oom_state: OomMoment | None = None  # the state the verdict was judged on
     lower_bound: LowerBound | None = None
     filled: Filled | None = None  # kinds, peak and OOM moment
-    oom_sites: tuple[SiteBytes, ...] = ()  # biggest sites live at the OOM, when it is not the snapshot
+    oom_sites: tuple[
+        SiteBytes, ...
+    ] = ()  # biggest sites live at the OOM, when it is not the snapshot
     oom_site_count: int = 0
     judged_note: str | None = None  # what --requested overrode and the moment judged (a warning)
 
@@ -206,7 +208,8 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
     filled = what_filled(dump)
     moment = oom_moment(dump, requested=requested)
-    oom_sites, oom_site_count = (), 0
+    oom_sites: tuple[SiteBytes, ...] = ()
+    oom_site_count = 0
     if moment is not None and moment.source == TRACE and filled.oom is not None:
         oom_sites, oom_site_count = _sites_at(filled, filled.oom.position, top)
     judged = oom_sites if oom_sites else top_sites

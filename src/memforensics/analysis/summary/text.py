@@ -97,7 +97,7 @@ def _oom_rows(s: Summary, at: OomMoment) -> list[str]:
 
 def _site_table(s: Summary) -> list[str]:
     lines: list[str] = []
-    if s.after_oom and s.oom_sites:
+    if s.after_oom and s.oom_sites and s.oom_state is not None:
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (live at the OOM)"]
         lines += _site_rows(s.oom_sites, s.oom_site_count, s.oom_state.allocated_bytes or 0)
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (after the OOM, at the snapshot)"]

@@ -127,7 +127,8 @@ def test_unknown_device_free_reads_in_words(tmp_path: Path) -> None:
     sections = report["dumps"][0]["devices"][0]["sections"]
     rows = [row for part in sections if part["id"] == "facts" for row in part["data"]["rows"]]
     device_free = [row for row in rows if row[0] == "device free at OOM"]
-    assert device_free and "device free unknown" in device_free[0][1][1]
+    assert device_free
+    assert "device free unknown" in device_free[0][1][1]
 
 
 def test_oom_moment_heads_a_dump_taken_after_unwinding() -> None:
