@@ -47,6 +47,7 @@ from memforensics.analysis.folder import (
     overview_text,
 )
 from memforensics.analysis.oom import (
+    COULD_SERVE,
     EXHAUSTED,
     EXTERNAL,
     FRAGMENTATION,
@@ -61,6 +62,7 @@ from memforensics.analysis.summary import SiteBytes, StepBytes, Summary, summari
 
 __all__ = [
     "BEFORE_RECORDING",
+    "COULD_SERVE",
     "EXHAUSTED",
     "EXTERNAL",
     "FRAGMENTATION",

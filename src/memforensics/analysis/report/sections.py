@@ -33,8 +33,15 @@ TREE_SHARE = 0.002
 
 def verdict_section(ctx: DumpContext) -> Section:
     """The answer first."""
-    verdict = ctx.summary.verdict
+    s = ctx.summary
+    verdict = s.verdict
     data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
+    if s.after_oom and s.oom_state is not None and s.oom_state.index is not None:
+        data["moment"] = (
+            f"judged at the OOM (trace entry {s.oom_state.index:,}), with"
+            f" {fmt(s.oom_state.allocated_bytes)} live; the snapshot was taken after the OOM"
+            f" (unwinding freed {fmt(s.unwound_bytes)})"
+        )
     return Section("verdict", "Verdict", "verdict", data)
 
 

@@ -167,6 +167,7 @@ def test_report_heads_an_unwound_dump_with_the_oom_moment() -> None:
     assert "at the OOM" in sections["sites"]["title"]
     assert sections["sites"]["data"]["rows"][0][1] == max(made.truth.oom_site_bytes.values())
     assert "sites_after_oom" in sections
+    assert "unwinding freed" in sections["verdict"]["data"]["moment"]
 
 
 def test_replay_bounds_against_capacity_without_a_limit() -> None:
