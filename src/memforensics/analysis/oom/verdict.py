@@ -139,11 +139,11 @@ def judge(
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
     fits = requested is not None and holes + headroom >= requested
     if fits and (moment.served is False or largest < (requested or 0)):
+        when = "In this state" if moment.assumed else "At the OOM"
         explanation = (
-            f"At the OOM {fmt(holes)} was free inside reserved segments"
+            f"{when} {fmt(holes)} was free inside reserved segments"
             f" ({_headroom_text(moment)}), enough for the {fmt(requested)} request,"
-            f" but the allocator could not use it: the largest free block of its pool and"
-            f" stream was {fmt(largest)}."
+            f" but {_unusable_text(largest, requested or 0)}."
         )
         advice = (
             "Expandable segments are already on: fragmentation remains, so lower the peak"
@@ -190,6 +190,17 @@ def judge(
     advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
     advice += "checkpointing, or dropping references to tensors that are no longer needed."
     return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)
+
+
+def _unusable_text(largest: int, requested: int) -> str:
+    """Why the free bytes did not serve the request, by the largest block of its pool."""
+    if largest < requested:
+        return f"the largest free block of its pool was only {fmt(largest)}"
+    return (
+        f"the allocator may not use its free blocks for it (the largest of its pool and stream is"
+        f" {fmt(largest)}): a request under max_split_size_mb never takes a cached block at or"
+        " above that size, and an expandable segment or a fresh segment had no room"
+    )
 
 
 def _headroom_text(moment: OomMoment) -> str:

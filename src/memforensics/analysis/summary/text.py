@@ -42,8 +42,9 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
             f" (what the error message prints)  limit {fmt(at.limit_bytes)}"
         )
+        label = "judged at " if at.assumed else "at the OOM "
         lines.append(
-            f"  at the OOM   {fmt(at.reserved_bytes):>12}   reserved ({at.source} state),"
+            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.source} state),"
             f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
         )
     elif s.oom is not None:
