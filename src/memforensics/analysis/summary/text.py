@@ -36,7 +36,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         f"  verdict      {s.verdict.label.upper()}",
     ]
     at = s.oom_state
-    lines += _headline_rows(s) if at is None or not s.after_oom else _oom_rows(s, at)
+    lines += _headline_rows(s) if at is None or not s.after_oom else _oom_rows(at)
     if at is not None:  # the user's request and the allocator's rounded allocation differ
         lines.append(
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
@@ -86,7 +86,7 @@ def _headline_rows(s: Summary) -> list[str]:
     ]
 
 
-def _oom_rows(s: Summary, at: OomMoment) -> list[str]:
+def _oom_rows(at: OomMoment) -> list[str]:
     """Reserved, allocated and free at the OOM, reconstructed from the trace."""
     return [
         f"  reserved     {fmt(at.reserved_bytes):>12}   at the OOM (trace entry {at.index:,})",
