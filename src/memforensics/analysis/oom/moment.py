@@ -52,11 +52,6 @@ class OomMoment:
     served: bool | None = None  # the allocator model serves the request in this state
 
     @property
-    def recorded(self) -> bool:
-        """True when the moment is a recorded OOM, not a state judged against a given request."""
-        return not self.assumed
-
-    @property
     def external_bytes(self) -> int | None:
         """Memory on the device PyTorch's allocator does not own: limit - free - reserved."""
         return outside_pytorch_bytes(self.limit_bytes, self.device_free_bytes, self.reserved_bytes)

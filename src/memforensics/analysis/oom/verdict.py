@@ -142,8 +142,8 @@ def judge(
         when = "In this state" if moment.assumed else "At the OOM"
         explanation = (
             f"{when} {fmt(holes)} was free inside reserved segments"
-            f" ({_headroom_text(moment)}), enough for the {fmt(requested)} request,"
-            f" but {_unusable_text(largest, requested or 0)}."
+            f" ({device_free_text(moment.headroom_bytes)}), enough for the"
+            f" {fmt(requested)} request, but {_unusable_text(largest, requested or 0)}."
         )
         advice = (
             "Expandable segments are already on: fragmentation remains, so lower the peak"
@@ -178,7 +178,8 @@ def judge(
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
         f" fills the device; the request for {wanted} exceeds the {fmt(holes)} free in"
-        f" reserved segments plus {_headroom_text(moment)}. Biggest sites: {sites}."
+        f" reserved segments plus {device_free_text(moment.headroom_bytes)}. Biggest sites:"
+        f" {sites}."
     )
     if bound is not None and proven:
         explanation += (
@@ -197,17 +198,10 @@ def _unusable_text(largest: int, requested: int) -> str:
     if largest < requested:
         return f"the largest free block of its pool was only {fmt(largest)}"
     return (
-        f"the allocator may not use its free blocks for it (the largest of its pool and stream is"
-        f" {fmt(largest)}): a request under max_split_size_mb never takes a cached block at or"
-        " above that size, and an expandable segment or a fresh segment had no room"
+        f"the allocator model, seeded with this state, serves it from none of them (the largest"
+        f" free block of its pool and stream is {fmt(largest)}, but a request under"
+        " max_split_size_mb never takes a cached block at or above that size)"
     )
-
-
-def _headroom_text(moment: OomMoment) -> str:
-    """The device memory the allocator could still reserve, in words."""
-    if moment.device_free_bytes is None:
-        return DEVICE_FREE_UNKNOWN
-    return f"{fmt(moment.headroom_bytes)} free on the device"
 
 
 def verdict_at_oom(
