@@ -49,6 +49,7 @@ from memforensics.analysis.folder import (
     overview_text,
 )
 from memforensics.analysis.oom import (
+    COULD_SERVE,
     EXHAUSTED,
     EXTERNAL,
     FRAGMENTATION,
@@ -63,6 +64,7 @@ from memforensics.analysis.summary import SiteBytes, StepBytes, Summary, summari
 
 __all__ = [
     "BEFORE_RECORDING",
+    "COULD_SERVE",
     "EXHAUSTED",
     "EXTERNAL",
     "FRAGMENTATION",

@@ -28,6 +28,7 @@ from memforensics.testing._scenarios import (
     fragmented,
     growth_pair,
     make_sidecar,
+    unwound_oom,
     write_dump,
     write_run_folder,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "npu_truth",
     "reset_device",
     "several_devices",
+    "unwound_oom",
     "write_dump",
     "write_journals",
     "write_run_folder",

@@ -24,6 +24,7 @@ from memforensics.testing._synthetic import (
     Block,
     GiB,
     MiB,
+    Site,
     SnapshotBuilder,
     SnapshotTruth,
 )
@@ -132,6 +133,36 @@ def exhausted(*, with_sidecar: bool = True) -> SyntheticDump:
     }
     sidecar = make_sidecar("oom", step=3, oom=oom) if with_sidecar else None
     return SyntheticDump(builder.build(), sidecar, builder.truth())
+
+
+UPDATE = Site("/work/gnn.py", 57, "update_nodes")
+RELU = Site("/work/gnn.py", 61, "relu")
+GATHER = Site("/work/gnn.py", 64, "gather")
+REPLICA = Site("/work/parallel.py", 90, "replicate")
+
+
+def unwound_oom() -> SyntheticDump:
+    """An OOM dump taken after the exception unwound: 78 GiB live at the OOM, 240 MiB after.
+
+    ``update_nodes`` (30 GiB), ``relu`` (24 GiB) and ``gather`` (24 GiB) were live when a 2 GiB
+    request met 512 MiB free on an 80 GiB device; the unwinding freed them before the snapshot,
+    which holds only ``replicate``'s 240 MiB. The truth's ``oom_*`` figures are those at the OOM.
+    """
+    builder = SnapshotBuilder()
+    builder.segment(Block(GiB(30), site=UPDATE, unwound=True))
+    builder.segment(Block(GiB(24), site=RELU, unwound=True))
+    builder.segment(Block(GiB(24), site=GATHER, unwound=True))
+    builder.segment(Block(MiB(240), site=REPLICA), Block(MiB(16), state=INACTIVE, site=None))
+    builder.oom(requested=GiB(2), device_free=MiB(512))
+    oom = {
+        "requested_bytes": GiB(2),
+        "device_free_bytes": MiB(512),
+        "device_total_bytes": GiB(80),
+        "stack": None,
+        "allocator": None,
+    }
+    sidecar = make_sidecar("oom", step=7, oom=oom)
+    return SyntheticDump(builder.build(), sidecar, builder.truth(device_total=GiB(80)))
 
 
 def growth_pair() -> tuple[SyntheticDump, SyntheticDump]:

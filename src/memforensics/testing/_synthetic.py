@@ -101,6 +101,12 @@ class Block:
     state: str = ALLOCATED
     site: Site | NativeStack | None = TRAIN
     step: int | None = None
+    unwound: bool = False  # live at the OOM, freed by the unwinding after it (inactive at the end)
+
+    @property
+    def final_state(self) -> str:
+        """The block's state in the snapshot (after any unwinding)."""
+        return INACTIVE if self.unwound else self.state
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ class SnapshotTruth:
     requested_bytes: int | None = None
     device_free_bytes: int | None = None
     verdict: str = "no-oom"
+    oom_allocated_bytes: int | None = None  # live at the OOM (before any unwinding)
+    oom_site_bytes: dict[str, int] = field(default_factory=dict)  # sites live at the OOM
 
 
 @dataclass
@@ -139,6 +147,7 @@ class SnapshotBuilder:
     _blocks: list[tuple[Block, int]] = field(default_factory=list)
     _next: int = 0
     _oom: tuple[int, int] | None = None
+    _unwound: list[tuple[Block, int]] = field(default_factory=list)
 
     def _event(
         self,
@@ -173,8 +182,8 @@ class SnapshotBuilder:
             raw_blocks.append(self._block(block, offset))
             self._blocks.append((block, offset))
             offset += block.size
-        allocated = sum(b.size for b in blocks if b.state == ALLOCATED)
-        active = sum(b.size for b in blocks if b.state != INACTIVE)
+        allocated = sum(b.size for b in blocks if b.final_state == ALLOCATED)
+        active = sum(b.size for b in blocks if b.final_state != INACTIVE)
         segment: dict[str, Any] = {
             "device": self.device,
             "address": address,
@@ -192,11 +201,11 @@ class SnapshotBuilder:
         return address
 
     def _block(self, block: Block, address: int) -> dict[str, Any]:
-        frames = block.site.frames() if block.site and block.state != INACTIVE else []
+        frames = block.site.frames() if block.site and block.final_state != INACTIVE else []
         raw: dict[str, Any] = {
             "size": block.size,
             "requested_size": block.size,
-            "state": block.state,
+            "state": block.final_state,
         }
         if self.legacy:
             raw["history"] = [{"addr": address, "real_size": block.size, "frames": frames}]
@@ -206,7 +215,9 @@ class SnapshotBuilder:
         if self.steps_on_blocks and block.step is not None:
             raw["user_metadata"] = f"step={block.step}"
         self._event("alloc", address, block.size, block.site, block.step)
-        if block.state != ALLOCATED:
+        if block.unwound:
+            self._unwound.append((block, address))
+        elif block.state != ALLOCATED:
             self._event("free_requested", address, block.size, block.site, block.step)
         if block.state == INACTIVE:
             self._event("free_completed", address, block.size, block.site, block.step)
@@ -227,9 +238,13 @@ class SnapshotBuilder:
             self._event(action, address + (index // 3) * size, size, site, step)
 
     def oom(self, *, requested: int, device_free: int) -> None:
-        """Record a failed allocation as the last trace entry (as the allocator does)."""
+        """Record a failed allocation (as the allocator does), then the unwinding: the frees of
+        every block marked ``unwound``, as the exception releases what the step held."""
         self._oom = (requested, device_free)
         self._event("oom", 0, requested, TRAIN, None, device_free=device_free)
+        for block, address in self._unwound:
+            self._event("free_requested", address, block.size, block.site, block.step)
+            self._event("free_completed", address, block.size, block.site, block.step)
 
     def build(self) -> dict[str, Any]:
         """The snapshot dict (share nothing with the builder: build it once per use)."""
@@ -245,26 +260,31 @@ class SnapshotBuilder:
     def truth(self, *, device_total: int | None = None) -> SnapshotTruth:
         """Totals of what was put in, and the verdict the OOM (if any) deserves."""
         sizes = {
-            state: [b.size for b, _ in self._blocks if b.state == state]
+            state: [b.size for b, _ in self._blocks if b.final_state == state]
             for state in (ALLOCATED, PENDING_FREE, INACTIVE)
         }
         site_bytes: dict[str, int] = {}
+        oom_site_bytes: dict[str, int] = {}
         step_bytes: dict[int | None, int] = {}
         for block, _ in self._blocks:
+            key = str(block.site) if block.site else "<before recording>"
             if block.state == ALLOCATED:
-                key = str(block.site) if block.site else "<before recording>"
+                oom_site_bytes[key] = oom_site_bytes.get(key, 0) + block.size
+            if block.final_state == ALLOCATED:
                 site_bytes[key] = site_bytes.get(key, 0) + block.size
                 step_bytes[block.step] = step_bytes.get(block.step, 0) + block.size
         reserved = sum(segment["total_size"] for segment in self._segments)
         free, largest = sum(sizes[INACTIVE]), max(sizes[INACTIVE], default=0)
-        verdict, requested, device_free = "no-oom", None, None
+        verdict, requested, device_free, oom_allocated = "no-oom", None, None, None
         if self._oom is not None:
             requested, device_free = self._oom
             headroom = device_free
             if device_total is not None:
                 headroom = min(headroom, max(device_total - reserved, 0))
-            fits = free + headroom >= requested
-            verdict = "fragmentation" if largest < requested and fits else "exhausted"
+            holes = [b.size for b, _ in self._blocks if b.state == INACTIVE]  # at the OOM
+            fits = sum(holes) + headroom >= requested
+            verdict = "fragmentation" if max(holes, default=0) < requested and fits else "exhausted"
+            oom_allocated = sum(b.size for b, _ in self._blocks if b.state == ALLOCATED)
         return SnapshotTruth(
             reserved_bytes=reserved,
             allocated_bytes=sum(sizes[ALLOCATED]),
@@ -278,4 +298,6 @@ class SnapshotBuilder:
             requested_bytes=requested,
             device_free_bytes=device_free,
             verdict=verdict,
+            oom_allocated_bytes=oom_allocated,
+            oom_site_bytes=oom_site_bytes if self._oom is not None else {},
         )

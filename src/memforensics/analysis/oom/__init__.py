@@ -1,6 +1,12 @@
 """The allocator at the OOM: the history undone to that moment, the lower bound, the verdict."""
 
-from memforensics.analysis.oom.bound import LowerBound, lower_bound, peak_live_bytes
+from memforensics.analysis.oom.bound import (
+    CAPACITY,
+    LIMIT,
+    LowerBound,
+    lower_bound,
+    peak_live_bytes,
+)
 from memforensics.analysis.oom.history import (
     SEGMENT_ACTIONS,
     changes_after,
@@ -8,25 +14,42 @@ from memforensics.analysis.oom.history import (
     oom_positions,
     state_before,
 )
-from memforensics.analysis.oom.moment import OomMoment, oom_moment, recorded_settings
+from memforensics.analysis.oom.moment import (
+    FINAL,
+    TRACE,
+    OomMoment,
+    judged_moment_warning,
+    oom_moment,
+    recorded_settings,
+)
+from memforensics.analysis.oom.serve import could_serve, seed_state
 from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
 from memforensics.analysis.oom.verdict import (
+    COULD_SERVE,
+    DEVICE_FREE_UNKNOWN,
     EXHAUSTED,
     EXTERNAL,
     FRAGMENTATION,
     NO_OOM,
     UNKNOWN,
     Verdict,
+    device_free_text,
     judge,
     verdict_at_oom,
 )
 
 __all__ = [
+    "CAPACITY",
+    "COULD_SERVE",
+    "DEVICE_FREE_UNKNOWN",
     "EXHAUSTED",
     "EXTERNAL",
+    "FINAL",
     "FRAGMENTATION",
+    "LIMIT",
     "NO_OOM",
     "SEGMENT_ACTIONS",
+    "TRACE",
     "UNKNOWN",
     "AllocatorState",
     "LiveBlock",
@@ -35,13 +58,17 @@ __all__ = [
     "SegmentState",
     "Verdict",
     "changes_after",
+    "could_serve",
+    "device_free_text",
     "has_history",
     "judge",
+    "judged_moment_warning",
     "lower_bound",
     "oom_moment",
     "oom_positions",
     "peak_live_bytes",
     "recorded_settings",
+    "seed_state",
     "state_before",
     "verdict_at_oom",
 ]

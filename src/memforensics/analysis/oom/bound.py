@@ -16,6 +16,9 @@ from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import FINAL, OomMoment
 
+LIMIT = "limit"  # the recorded limit (per-process limit, else the device's total)
+CAPACITY = "capacity"  # no limit recorded: reserved plus device free at the OOM stands for it
+
 
 @dataclass(frozen=True, slots=True)
 class LowerBound:
@@ -25,6 +28,7 @@ class LowerBound:
     peak_live_bytes: int
     external_bytes: int
     limit_bytes: int
+    limit_source: str = LIMIT  # LIMIT, or CAPACITY when no limit was recorded
 
     @property
     def needed_bytes(self) -> int:
@@ -41,7 +45,7 @@ class LowerBound:
         """No allocator setting could have fit."""
         return self.margin_bytes > 0
 
-    def to_dict(self) -> dict[str, int | bool]:
+    def to_dict(self) -> dict[str, int | bool | str]:
         """JSON-ready form."""
         return {
             "peak_live_bytes": self.peak_live_bytes,
@@ -50,6 +54,7 @@ class LowerBound:
             "needed_bytes": self.needed_bytes,
             "margin_bytes": self.margin_bytes,
             "proven_exhausted": self.proven,
+            "limit_source": self.limit_source,
         }
 
 
@@ -57,10 +62,15 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
     """Most bytes ever live at once (least rounding) plus the external memory at the OOM.
 
     The peak runs over the recorded trace up to the OOM, the failed request included; without
-    history, over the live blocks at the OOM plus the request. None without a known limit.
+    history, over the live blocks at the OOM plus the request. Without a recorded limit the
+    bound is against the capacity the allocator had at the OOM, reserved plus device free (no
+    memory outside PyTorch is then known, so none is counted). None when neither is known.
     """
     external = moment.external_bytes
-    if moment.limit_bytes is None or external is None:
+    limit, source = moment.limit_bytes, LIMIT
+    if limit is None and moment.reserved_bytes is not None and moment.device_free_bytes is not None:
+        limit, source, external = moment.reserved_bytes + moment.device_free_bytes, CAPACITY, 0
+    if limit is None or external is None:
         return None
     peak = 0
     if moment.source == FINAL or moment.index is None:
@@ -75,7 +85,7 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
         found = peak_live_bytes(dump, until=moment.index)
         if found is not None:
             peak = max(peak, found[0])
-    return LowerBound(peak, external, moment.limit_bytes)
+    return LowerBound(peak, external, limit, source)
 
 
 def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:

@@ -16,13 +16,15 @@ under ``requested_bytes``; schema 2 stores both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from memforensics._units import format_bytes as fmt
 from memforensics._units import outside_pytorch_bytes
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
 from memforensics.analysis.dump import INACTIVE, Dump, as_int
-from memforensics.analysis.oom.history import changes_after, state_before
+from memforensics.analysis.oom.history import changes_after, has_history, state_before
+from memforensics.analysis.oom.serve import could_serve
 from memforensics.analysis.oom.state import AllocatorState
 
 FINAL = "final"  # the dump was taken at the OOM (or nothing changed after it)
@@ -46,6 +48,8 @@ class OomMoment:
     largest_free_block_bytes: int | None
     stream: int
     why_unknown: str | None = None
+    assumed: bool = False  # the request is the user's (--requested), not the recorded OOM's
+    served: bool | None = None  # the allocator model serves the request in this state
 
     @property
     def external_bytes(self) -> int | None:
@@ -76,6 +80,8 @@ class OomMoment:
             "largest_free_block_bytes": self.largest_free_block_bytes,
             "external_bytes": self.external_bytes,
             "why_unknown": self.why_unknown,
+            "assumed": self.assumed,
+            "could_serve": self.served,
         }
 
 
@@ -125,6 +131,7 @@ def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
     entry: dict[str, Any] = dump.trace[index] if index is not None else {}
     stream = as_int(entry.get("stream")) or 0
     wanted = requested or as_int(entry.get("size")) or side_requested or allocation
+    assumed = requested is not None and index is None and dump.meta.kind != "oom"
     if device_free is None:
         device_free = as_int(entry.get("device_free"))
     settings = recorded_settings(dump)
@@ -137,8 +144,42 @@ def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
                 why_unknown="the events after the OOM contradict the final state: "
                 + "; ".join(state.problems[:2]),
             )  # fmt: skip
-        return _from_state(state, index, wanted, allocation, limit, device_free, stream)
-    return _from_final(dump, index, wanted, allocation, limit, device_free, stream)
+        found = _from_state(state, index, wanted, allocation, limit, device_free, stream)
+    else:
+        state = state_before(dump, len(dump.trace), settings)  # the final state, nothing undone
+        found = _from_final(dump, index, wanted, allocation, limit, device_free, stream)
+    served = None
+    if wanted is not None and not state.problem_count:
+        served = could_serve(
+            state, settings, wanted, stream, headroom=found.headroom_bytes, device_total=limit
+        )
+    return replace(found, assumed=assumed, served=served)
+
+
+def judged_moment_warning(dump: Dump, requested: int | None) -> str | None:
+    """What a given ``--requested`` overrides, and which moment it is judged at; None when it
+    overrides nothing (a snapshot that records no history and no OOM)."""
+    if requested is None:
+        return None
+    index = last_oom_index(dump.trace)
+    recorded = sidecar_sizes(dump)[0]
+    if index is not None:
+        recorded = as_int(dump.trace[index].get("size")) or recorded
+    if recorded is not None and recorded != requested:
+        where = f"trace entry {index:,}" if index is not None else "the snapshot, taken at it"
+        return (
+            f"--requested {fmt(requested)} replaces the {fmt(recorded)} request recorded at the"
+            f" OOM; the state judged is the one at that OOM ({where})"
+        )
+    if index is not None or dump.meta.kind == "oom":
+        return None
+    if has_history(dump):
+        return (
+            f"--requested {fmt(requested)} is judged against the snapshot's final state: the"
+            f" recorded history ({len(dump.trace):,} events) holds no OOM, so the moment judged"
+            " is when the snapshot was taken, not a recorded failure"
+        )
+    return None
 
 
 def _from_state(

@@ -17,6 +17,11 @@ plus the free device memory:
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
   could give the live blocks (requests rounded to 512 B) plus the external memory exceed the
   limit: no allocator setting could have fit.
+- ``could-serve``: the request was given by hand (``summary --requested``) for a state that
+  records no OOM of its own, and the allocator model, seeded with that state under the recorded
+  settings, serves it (a cached block of its pool and stream, or a fresh segment from the
+  device's free memory when that is known). Not an OOM verdict: the OOM happened at another
+  moment, when more was live.
 - ``unknown``: an OOM the dump cannot judge (no history and no sidecar to say whether or what
   failed, or a state at the OOM that cannot be reconstructed); ``reason`` says which.
 - ``no-oom``: nothing failed in this dump.
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.oom.bound import LowerBound, lower_bound
+from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
 from memforensics.analysis.oom.moment import OomMoment, oom_moment
@@ -38,6 +43,8 @@ EXHAUSTED = "exhausted"
 EXTERNAL = "external"
 UNKNOWN = "unknown"
 NO_OOM = "no-oom"
+COULD_SERVE = "could-serve"
+DEVICE_FREE_UNKNOWN = "device free unknown"
 EXTERNAL_SUSPECTS = (
     "NCCL/HCCL communicator buffers, the CUDA/CANN context, cuBLAS/cuDNN workspaces, "
     "another process on the same device"
@@ -77,6 +84,36 @@ def unknown_no_evidence() -> Verdict:
     )
 
 
+def device_free_text(device_free: int | None) -> str:
+    """``1.00 GiB free on the device``, or ``device free unknown`` (never a number for it)."""
+    return DEVICE_FREE_UNKNOWN if device_free is None else f"{fmt(device_free)} free on the device"
+
+
+def limit_text(bound: LowerBound) -> str:
+    """What the bound is measured against: the limit, or the capacity standing in for it."""
+    if bound.limit_source == CAPACITY:
+        return (
+            f"{fmt(bound.limit_bytes)} capacity (reserved + device free at the OOM; no limit"
+            " recorded)"
+        )
+    return f"{fmt(bound.limit_bytes)} limit"
+
+
+def could_serve_verdict(moment: OomMoment) -> Verdict:
+    """The given request fits the recorded state: this is not the state the OOM met."""
+    fresh = "" if moment.device_free_bytes is None else " or a fresh segment from free memory"
+    return Verdict(
+        COULD_SERVE,
+        f"This state could serve the request: the OOM happened at another moment. The"
+        f" allocator, seeded with this snapshot's {fmt(moment.reserved_bytes)} reserved"
+        f" ({fmt(moment.allocated_bytes)} allocated) under its recorded settings, serves"
+        f" {fmt(moment.requested_bytes)} from a cached block of its pool and stream{fresh}"
+        f" ({device_free_text(moment.device_free_bytes)}).",
+        "Judge a snapshot taken at the failure: the OOM dump memforensics writes, or"
+        " torch.cuda.memory._snapshot() called from the OOM handler.",
+    )
+
+
 def judge(
     moment: OomMoment,
     *,
@@ -93,16 +130,20 @@ def judge(
             "state at the OOM unknown",
         )
     requested = moment.requested_bytes
+    if moment.assumed and moment.served:
+        return could_serve_verdict(moment)
     headroom = moment.headroom_bytes or 0
     holes = moment.free_in_reserved_bytes or 0
     largest = moment.largest_free_block_bytes or 0
     external = moment.external_bytes
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
-    if requested is not None and holes + headroom >= requested and largest < requested:
+    fits = requested is not None and holes + headroom >= requested
+    if fits and (moment.served is False or largest < (requested or 0)):
+        when = "In this state" if moment.assumed else "At the OOM"
         explanation = (
-            f"At the OOM {fmt(holes)} was free inside reserved segments"
-            f" (+{fmt(headroom)} free on the device), enough for the {fmt(requested)} request,"
-            f" but the largest free block of its pool was only {fmt(largest)}."
+            f"{when} {fmt(holes)} was free inside reserved segments"
+            f" ({device_free_text(moment.headroom_bytes)}), enough for the"
+            f" {fmt(requested)} request, but {_unusable_text(largest, requested or 0)}."
         )
         advice = (
             "Expandable segments are already on: fragmentation remains, so lower the peak"
@@ -137,19 +178,30 @@ def judge(
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
         f" fills the device; the request for {wanted} exceeds the {fmt(holes)} free in"
-        f" reserved segments plus {fmt(moment.headroom_bytes)} free on the device. Biggest"
-        f" sites: {sites}."
+        f" reserved segments plus {device_free_text(moment.headroom_bytes)}. Biggest sites:"
+        f" {sites}."
     )
     if bound is not None and proven:
         explanation += (
             f" Proven: at least {fmt(bound.peak_live_bytes)} was live at once (each block at"
             f" its least size), plus {fmt(bound.external_bytes)} outside PyTorch, exceeds the"
-            f" {fmt(bound.limit_bytes)} limit by {fmt(bound.margin_bytes)}: no allocator"
+            f" {limit_text(bound)} by {fmt(bound.margin_bytes)}: no allocator"
             " setting could have fit."
         )
     advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
     advice += "checkpointing, or dropping references to tensors that are no longer needed."
     return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)
+
+
+def _unusable_text(largest: int, requested: int) -> str:
+    """Why the free bytes did not serve the request, by the largest block of its pool."""
+    if largest < requested:
+        return f"the largest free block of its pool was only {fmt(largest)}"
+    return (
+        f"the allocator model, seeded with this state, serves it from none of them (the largest"
+        f" free block of its pool and stream is {fmt(largest)}, but a request under"
+        " max_split_size_mb never takes a cached block at or above that size)"
+    )
 
 
 def verdict_at_oom(
@@ -158,9 +210,12 @@ def verdict_at_oom(
     requested: int | None,
     top_sites: list[tuple[str, int]],
     expandable: bool,
+    moment: OomMoment | None = None,
 ) -> tuple[Verdict, OomMoment | None, LowerBound | None]:
-    """The summary's verdict, the state it was judged on, and the lower bound behind it."""
-    moment = oom_moment(dump, requested=requested)
+    """The summary's verdict, the state it was judged on, and the lower bound behind it
+    (``moment``: the state at the OOM when the caller has found it already)."""
+    if moment is None:
+        moment = oom_moment(dump, requested=requested)
     if moment is None:
         if not dump.meta.has_sidecar and not has_history(dump):
             return unknown_no_evidence(), None, None

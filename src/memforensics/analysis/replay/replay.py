@@ -24,7 +24,9 @@ from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import (
     LowerBound,
     OomMoment,
+    Verdict,
     has_history,
+    judge,
     lower_bound,
     oom_moment,
     oom_positions,
@@ -100,6 +102,7 @@ class Replay:
     pinners: tuple[Pinner, ...]
     lint: tuple[str, ...]
     history: bool = True  # False: the trace holds no allocator events, only the snapshot's state
+    verdict: Verdict | None = None  # the same verdict summary gives (None: no OOM to judge)
 
     @property
     def trusted(self) -> bool:
@@ -136,6 +139,8 @@ class Replay:
             "refusals": list(self.refusals),
             "oom": self.oom.to_dict() if self.oom else None,
             "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
+            "verdict": self.verdict.name if self.verdict else None,
+            "verdict_reason": self.verdict.reason if self.verdict else None,
             "what_if": self.table_rows(),
             "avoided_by": list(self.avoided_by),
             "pinners": [pinner.to_dict() for pinner in self.pinners],
@@ -225,6 +230,12 @@ def replay(
             )
             rows.append(_row(name, settings, result, note))
     bound = lower_bound(dump, moment) if moment is not None else None
+    expandable = any(segment.is_expandable for segment in dump.segments)
+    verdict = (
+        judge(moment, bound=bound, top_sites=[], expandable=expandable)
+        if moment is not None
+        else None
+    )
     return Replay(
         file=dump.name,
         recorded_conf=recorded.to_conf(),
@@ -245,6 +256,7 @@ def replay(
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
         history=has_history(dump),
+        verdict=verdict,
     )
 
 

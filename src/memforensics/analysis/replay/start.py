@@ -8,8 +8,8 @@ the blocks live at the start afresh under its own settings.
 
 from __future__ import annotations
 
-from memforensics.allocator import Block, DeviceCachingAllocator, seed_expandable, seed_segment
-from memforensics.analysis.oom import AllocatorState
+from memforensics.allocator import Block, DeviceCachingAllocator
+from memforensics.analysis.oom import AllocatorState, seed_state
 
 STREAM_UNKNOWN = -1  # a stream standing for "some other stream used this block"
 
@@ -40,26 +40,18 @@ def seed_start(
     """
     by_addr: dict[int, Block] = {}
     if exact:
-        groups: dict[tuple[int, bool], list[tuple[int, int, list[tuple[int, int, int, bool]]]]] = {}
-        for segment in start.segments:
-            live = [(b.address, b.size or 0, b.requested, b.pending) for b in segment.blocks]
-            if segment.expandable:
-                key = (segment.stream, segment.is_small)
-                groups.setdefault(key, []).append((segment.address, segment.size, live))
-                continue
-            placed = seed_segment(
-                model, segment.address, segment.size, segment.stream, segment.is_small, live
-            )
-            by_addr.update((block.address, block) for block in placed)
         reach = model.device_total + model.device_total // 8
         large_page = model.settings.large_segment_size
-        mapped = _mapped_addresses(trace, large_page) if groups else {}
-        for (stream, is_small), ranges in sorted(groups.items()):
-            first = min(address for address, _size, _live in ranges)
-            below = [a for a in mapped.get((stream, is_small), []) if first - reach < a < first]
-            placed = seed_expandable(model, stream, is_small, ranges, min(below, default=None))
-            by_addr.update((block.address, block) for block in placed)
-        return by_addr
+        mapped: list[dict[tuple[int, bool], list[int]]] = []  # walked once, when needed
+
+        def base_of(stream: int, is_small: bool, first: int) -> int | None:
+            if not mapped:
+                mapped.append(_mapped_addresses(trace, large_page))
+            found = mapped[0].get((stream, is_small), [])
+            below = [a for a in found if first - reach < a < first]
+            return min(below, default=None)
+
+        return seed_state(model, start, base_of)
     for segment in start.segments:
         for held in segment.blocks:
             block = model.malloc(held.requested, segment.stream)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.oom import CAPACITY, DEVICE_FREE_UNKNOWN, LowerBound, device_free_text
 from memforensics.analysis.replay.replay import Replay
 
 
@@ -18,26 +19,17 @@ def replay_text(r: Replay) -> str:
     )
     if r.oom_reproduced is not None:
         lines.append(f"  OOM          {'reproduced' if r.oom_reproduced else 'NOT reproduced'}")
+    if r.verdict is not None:
+        lines.append(f"  verdict      {r.verdict.label.upper()} (as summary judges it)")
     if r.oom is not None:
         o = r.oom
         lines.append(
             f"  at the OOM   request {fmt(o.requested_bytes)} (allocation"
             f" {fmt(o.allocation_bytes)}), reserved {fmt(o.reserved_bytes)}, limit"
-            f" {fmt(o.limit_bytes)}, device free {fmt(o.device_free_bytes)}, outside PyTorch"
+            f" {fmt(o.limit_bytes)}, {device_free_text(o.device_free_bytes)}, outside PyTorch"
             f" {fmt(o.external_bytes)}"
         )
-    b = r.lower_bound
-    if b is not None:
-        verdict = (
-            f"EXHAUSTED (proven): exceeds the limit by {fmt(b.margin_bytes)}"
-            if b.proven
-            else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
-        )
-        lines.append(
-            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
-            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs limit {fmt(b.limit_bytes)}:"
-            f" {verdict}"
-        )
+    lines += _bound_lines(r)
     for refusal in r.refusals:
         lines.append(f"  no what-if:  {refusal}")
     if r.what_if:
@@ -86,6 +78,42 @@ def _history_line(r: Replay) -> str:
         return f"  history      {r.trace_events:,} events, recording started with {start}"
     held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start
     return f"  history      none recorded; the snapshot alone holds {held}"
+
+
+def _bound_lines(r: Replay) -> list[str]:
+    """The lower bound, against the limit or the capacity standing in for it; why none."""
+    b = r.lower_bound
+    if b is not None:
+        verdict = (
+            f"exceeds it by {fmt(b.margin_bytes)}: no setting could have fit"
+            if b.proven
+            else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
+        )
+        return [
+            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
+            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs {_against(b)}: {verdict}"
+        ]
+    if r.oom is None:
+        return []
+    missing = [
+        words
+        for value, words in (
+            (r.oom.limit_bytes, "no limit recorded"),
+            (r.oom.device_free_bytes, DEVICE_FREE_UNKNOWN),
+            (r.oom.reserved_bytes, "reserved at the OOM unknown"),
+        )
+        if value is None
+    ]
+    return [f"  lower bound  none: {', '.join(missing)}, so what the OOM could use is not known"]
+
+
+def _against(b: LowerBound) -> str:
+    """What the bound is measured against, and where that figure came from."""
+    if b.limit_source == CAPACITY:
+        return (
+            f"capacity {fmt(b.limit_bytes)} = reserved + device free at the OOM; no limit recorded"
+        )
+    return f"limit {fmt(b.limit_bytes)}"
 
 
 def _age(age_us: int | None) -> str:

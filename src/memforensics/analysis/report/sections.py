@@ -21,6 +21,7 @@ from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
 from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
+from memforensics.analysis.oom import DEVICE_FREE_UNKNOWN
 from memforensics.analysis.replay import replay
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis.report.timeline import segments_section, timeline_section
@@ -33,8 +34,15 @@ _NATIVE_NOTE = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
 
 def verdict_section(ctx: DumpContext) -> Section:
     """The answer first."""
-    verdict = ctx.summary.verdict
+    s = ctx.summary
+    verdict = s.verdict
     data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
+    if s.after_oom and s.oom_state is not None and s.oom_state.index is not None:
+        data["moment"] = (
+            f"judged at the OOM (trace entry {s.oom_state.index:,}), with"
+            f" {fmt(s.oom_state.allocated_bytes)} live; the snapshot was taken after the OOM"
+            f" (unwinding freed {fmt(s.unwound_bytes)})"
+        )
     return Section("verdict", "Verdict", "verdict", data)
 
 
@@ -50,6 +58,9 @@ def facts_section(ctx: DumpContext) -> Section:
             return ["text", no_oom]
         return ["bytes", value] if value is not None else ["text", missing]
 
+    device_free = oom_value(oom.device_free_bytes if oom else None)
+    if oom is not None and oom.device_free_bytes is None:
+        device_free = ["text", f"{DEVICE_FREE_UNKNOWN}: {missing}"]
     truncated = {
         None: "unknown: no sidecar says whether the ring buffer overflowed",
         True: "yes: the oldest entries were dropped (raise max_entries)",
@@ -61,20 +72,40 @@ def facts_section(ctx: DumpContext) -> Section:
         ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
         ["device", ["text", _device_text(s)]],
         ["step / window", ["text", _window_text(s)]],
-        ["reserved", ["bytes", s.reserved_bytes]],
-        ["allocated", ["bytes", s.allocated_bytes]],
-        ["active (incl. pending frees)", ["bytes", s.active_bytes]],
-        ["free inside reserved", ["bytes", s.free_in_reserved_bytes]],
-        ["largest free block", ["bytes", s.largest_free_block_bytes]],
-        ["segments / blocks", ["text", f"{s.segments:,} / {s.blocks:,}"]],
+        *_headline_rows(s),
         ["OOM request", oom_value(oom.requested_bytes if oom else None)],
         ["OOM allocation (error text)", oom_value(oom.allocation_bytes if oom else None)],
-        ["device free at OOM", oom_value(oom.device_free_bytes if oom else None)],
+        ["device free at OOM", device_free],
         ["device limit", oom_value(oom.device_total_bytes if oom else None)],
         ["history", ["text", f"{events:,} {'entry' if events == 1 else 'entries'}"]],
         ["history truncated", ["text", truncated]],
     ]
     return Section("facts", "Summary and OOM", "facts", {"rows": rows, "warnings": s.warnings})
+
+
+def _headline_rows(s: Summary) -> list[list[Any]]:
+    """Reserved, allocated and free: at the OOM first when the snapshot was taken after it
+    (the unwinding freed most of it), then at the snapshot, labelled as after the OOM."""
+    after = ""
+    rows: list[list[Any]] = []
+    at = s.oom_state
+    if s.after_oom and at is not None:
+        after = f" after the OOM (unwinding freed {fmt(s.unwound_bytes)})"
+        rows += [
+            ["reserved at the OOM", ["bytes", at.reserved_bytes]],
+            ["allocated at the OOM", ["bytes", at.allocated_bytes]],
+            ["free inside reserved at the OOM", ["bytes", at.free_in_reserved_bytes]],
+            ["largest free block at the OOM (its pool)", ["bytes", at.largest_free_block_bytes]],
+        ]
+    return [
+        *rows,
+        ["reserved" + after, ["bytes", s.reserved_bytes]],
+        ["allocated" + after, ["bytes", s.allocated_bytes]],
+        ["active (incl. pending frees)" + after, ["bytes", s.active_bytes]],
+        ["free inside reserved" + after, ["bytes", s.free_in_reserved_bytes]],
+        ["largest free block" + after, ["bytes", s.largest_free_block_bytes]],
+        ["segments / blocks" + after, ["text", f"{s.segments:,} / {s.blocks:,}"]],
+    ]
 
 
 def _device_text(s: Summary) -> str:
@@ -111,10 +142,9 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
         ("largest free block", moment.largest_free_block_bytes),
     ]
     rows: list[list[Any]] = [["state judged", ["text", moment.source]]]
-    rows += [
-        [label, ["text", unknown] if value is None else ["bytes", value]]
-        for label, value in figures
-    ]
+    for label, value in figures:
+        words = f"{DEVICE_FREE_UNKNOWN}: {unknown}" if label == "device free" else unknown
+        rows.append([label, ["text", words] if value is None else ["bytes", value]])
     data = {"rows": rows, "warnings": []}
     return Section("oom_moment", "At the moment of the OOM", "facts", data)
 
@@ -214,8 +244,18 @@ def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
 
 
 def sites_section(ctx: DumpContext) -> Section:
-    """The biggest sites at the snapshot."""
-    sites = ctx.summary.top_sites
+    """The biggest sites: live at the OOM when the snapshot was taken after it, else at the
+    snapshot."""
+    s = ctx.summary
+    if s.after_oom and s.oom_sites:
+        return table(
+            "sites",
+            "Biggest sites (live bytes at the OOM)",
+            [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
+            [[site.site, site.bytes, site.blocks] for site in s.oom_sites],
+            empty="No live blocks at the OOM.",
+        )
+    sites = s.top_sites
     return table(
         "sites",
         "Biggest sites (live bytes at the snapshot)",
@@ -223,6 +263,21 @@ def sites_section(ctx: DumpContext) -> Section:
         [[site.site, site.bytes, site.blocks] for site in sites],
         empty="No live blocks at the snapshot.",
         note=_NATIVE_NOTE if any(site.site == NATIVE_ONLY for site in sites) else None,
+    )
+
+
+def after_oom_sites_section(ctx: DumpContext) -> Section | None:
+    """The biggest sites at the snapshot, when it was taken after the OOM (second to those live
+    at the OOM)."""
+    s = ctx.summary
+    if not (s.after_oom and s.oom_sites):
+        return None
+    return table(
+        "sites_after_oom",
+        f"Biggest sites after the OOM (unwinding freed {fmt(s.unwound_bytes)}), at the snapshot",
+        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
+        [[site.site, site.bytes, site.blocks] for site in s.top_sites],
+        empty="No live blocks at the snapshot: the unwinding freed them all.",
     )
 
 
@@ -251,6 +306,7 @@ DUMP_SECTIONS: list[SectionBuilder] = [
     kinds_section,
     tree_section,
     sites_section,
+    after_oom_sites_section,
     steps_section,
 ]
 

@@ -20,9 +20,18 @@ from memforensics.analysis.dump import (
     Dump,
     OomRecord,
     SnapshotShape,
+    attribute,
 )
-from memforensics.analysis.filled import Filled, what_filled
-from memforensics.analysis.oom import LowerBound, OomMoment, Verdict, verdict_at_oom
+from memforensics.analysis.filled import Filled, live_at, what_filled
+from memforensics.analysis.oom import (
+    TRACE,
+    LowerBound,
+    OomMoment,
+    Verdict,
+    judged_moment_warning,
+    oom_moment,
+    verdict_at_oom,
+)
 from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
 
 
@@ -99,6 +108,24 @@ class Summary:
     lower_bound: LowerBound | None = None
     filled: Filled | None = None  # kinds, peak and OOM moment
     has_sidecar: bool = False  # False: a raw PyTorch snapshot, or its sidecar is missing
+    oom_sites: tuple[
+        SiteBytes, ...
+    ] = ()  # biggest sites live at the OOM, when it is not the snapshot
+    oom_site_count: int = 0
+    judged_note: str | None = None  # what --requested overrode and the moment judged (a warning)
+
+    @property
+    def after_oom(self) -> bool:
+        """True when the snapshot was taken after the OOM (the unwinding changed the state): the
+        headline is then the OOM's moment, reconstructed from the trace."""
+        return self.oom_state is not None and self.oom_state.source == TRACE
+
+    @property
+    def unwound_bytes(self) -> int | None:
+        """Allocated bytes the unwinding after the OOM freed (at the OOM less at the snapshot)."""
+        if not self.after_oom or self.oom_state is None or self.oom_state.allocated_bytes is None:
+            return None
+        return self.oom_state.allocated_bytes - self.allocated_bytes
 
     @property
     def history_events(self) -> int:
@@ -133,6 +160,10 @@ class Summary:
             "segments": self.segments,
             "blocks": self.blocks,
             "oom": self.oom.to_dict() if self.oom else None,
+            "headline": "oom" if self.after_oom else "snapshot",
+            "oom_top_sites": [site.to_dict() for site in self.oom_sites],
+            "oom_site_count": self.oom_site_count,
+            "unwound_bytes": self.unwound_bytes,
             "verdict": self.verdict.name,
             "verdict_reason": self.verdict.reason,
             "oom_state": self.oom_state.to_dict() if self.oom_state else None,
@@ -177,12 +208,21 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown
     )
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
+    filled = what_filled(dump)
+    moment = oom_moment(dump, requested=requested)
+    oom_sites: tuple[SiteBytes, ...] = ()
+    oom_site_count = 0
+    if moment is not None and moment.source == TRACE and filled.oom is not None:
+        oom_sites, oom_site_count = _sites_at(filled, filled.oom.position, top)
+    judged = oom_sites if oom_sites else top_sites
     verdict, moment, bound = verdict_at_oom(
         dump,
         requested=requested,
-        top_sites=[(site.site, site.bytes) for site in top_sites[:3]],
+        top_sites=[(site.site, site.bytes) for site in judged[:3]],
         expandable=any(segment.is_expandable for segment in dump.segments),
+        moment=moment,
     )
+    note = judged_moment_warning(dump, requested)
     return Summary(
         file=dump.name,
         kind=dump.meta.kind,
@@ -204,7 +244,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         live_by_step=by_step(tally.live, block_steps),
         trace_entries=len(dump.trace),
         truncated=dump.meta.truncated,
-        warnings=dump.warnings,
+        warnings=dump.warnings + ((note,) if note else ()),
         device=_device_name(dump),
         site_count=len(sites),
         before_recording_bytes=unrecorded[0],
@@ -215,8 +255,25 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         limits=dump.limits,
         oom_state=moment,
         lower_bound=bound,
-        filled=what_filled(dump),
+        filled=filled,
+        oom_sites=oom_sites,
+        oom_site_count=oom_site_count,
+        judged_note=note,
     )
+
+
+def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[SiteBytes, ...], int]:
+    """The biggest sites of what was live at trace ``position`` (from the lifetimes the kinds
+    and call tree read), and how many sites there were."""
+    sites: dict[tuple[str, str], list[int]] = {}
+    for found in live_at(filled.lifetimes, position):
+        entry = sites.setdefault(attribute(found.frames), [0, 0])
+        entry[0] += found.size
+        entry[1] += 1
+    ordered = sorted(sites.items(), key=lambda item: (-item[1][0], item[0]))
+    shown = ordered if top is None else ordered[: max(top, 0)]
+    rows = tuple(SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown)
+    return rows, len(ordered)
 
 
 def _device_name(dump: Dump) -> str | None:

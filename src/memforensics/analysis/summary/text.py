@@ -18,7 +18,8 @@ from memforensics.analysis.dump import (
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.summary.summarize import Summary
+from memforensics.analysis.oom import OomMoment, device_free_text
+from memforensics.analysis.summary.summarize import SiteBytes, Summary
 
 _WRAP = 100
 _SITE_COLUMN = 23  # where the site column starts: under it goes the caller
@@ -41,27 +42,29 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {s.verdict.label.upper()}",
-        f"  reserved     {fmt(s.reserved_bytes):>12}   segments {s.segments:,}"
-        f"  blocks {s.blocks:,}",
-        f"  allocated    {fmt(s.allocated_bytes):>12}   active {fmt(s.active_bytes)}",
-        f"  free inside  {fmt(s.free_in_reserved_bytes):>12}   largest free block "
-        f"{fmt(s.largest_free_block_bytes)}",
     ]
     at = s.oom_state
+    lines += _headline_rows(s) if at is None or not s.after_oom else _oom_rows(at)
     if at is not None:  # the user's request and the allocator's rounded allocation differ
         lines.append(
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
             f" (what the error message prints)  limit {fmt(at.limit_bytes)}"
         )
+        label = "judged at " if at.assumed else "at the OOM "
         lines.append(
-            f"  at the OOM   {fmt(at.reserved_bytes):>12}   reserved ({at.source} state), device"
-            f" free {fmt(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
+            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.source} state),"
+            f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
         )
     elif s.oom is not None:
         lines.append(
-            f"  OOM request  {fmt(s.oom.requested_bytes):>12}   device free "
-            f"{fmt(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
+            f"  OOM request  {fmt(s.oom.requested_bytes):>12}   "
+            f"{device_free_text(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
         )
+    if s.after_oom:
+        lines.append(f"  after the OOM (unwinding freed {fmt(s.unwound_bytes)}), at the snapshot:")
+        lines += _headline_rows(s)
+    if s.judged_note:
+        lines.append(f"  warning      {s.judged_note}")
     lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
     lines += ["", f"  {s.verdict.explanation}"]
@@ -80,17 +83,51 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     return "\n".join(lines)
 
 
+def _headline_rows(s: Summary) -> list[str]:
+    """Reserved, allocated and free at the snapshot."""
+    return [
+        f"  reserved     {fmt(s.reserved_bytes):>12}   segments {s.segments:,}"
+        f"  blocks {s.blocks:,}",
+        f"  allocated    {fmt(s.allocated_bytes):>12}   active {fmt(s.active_bytes)}",
+        f"  free inside  {fmt(s.free_in_reserved_bytes):>12}   largest free block "
+        f"{fmt(s.largest_free_block_bytes)}",
+    ]
+
+
+def _oom_rows(at: OomMoment) -> list[str]:
+    """Reserved, allocated and free at the OOM, reconstructed from the trace."""
+    return [
+        f"  reserved     {fmt(at.reserved_bytes):>12}   at the OOM (trace entry {at.index:,})",
+        f"  allocated    {fmt(at.allocated_bytes):>12}",
+        f"  free inside  {fmt(at.free_in_reserved_bytes):>12}   largest free block of its pool "
+        f"{fmt(at.largest_free_block_bytes)}",
+    ]
+
+
 def _site_table(s: Summary) -> list[str]:
     lines: list[str] = []
+    if s.after_oom and s.oom_sites and s.oom_state is not None:
+        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (live at the OOM)"]
+        lines += _site_rows(s.oom_sites, s.oom_site_count, s.oom_state.allocated_bytes or 0)
+        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (after the OOM, at the snapshot)"]
+        return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes)
     if s.top_sites:
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
-        for t in s.top_sites:
-            lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
-            lines += caller_line(t.site, t.caller, _SITE_COLUMN)
-    hidden = s.site_count - len(s.top_sites)
+    return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True)
+
+
+def _site_rows(
+    sites: tuple[SiteBytes, ...], count: int, total: int, *, blank: bool = False
+) -> list[str]:
+    """One row per site (with its caller), then how many sites are hidden."""
+    lines: list[str] = []
+    for t in sites:
+        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
+        lines += caller_line(t.site, t.caller, _SITE_COLUMN)
+    hidden = count - len(sites)
     if hidden > 0:
-        rest = s.allocated_bytes - sum(t.bytes for t in s.top_sites)
-        lines += [""] if not s.top_sites else []
+        rest = total - sum(t.bytes for t in sites)
+        lines += [""] if blank and not sites else []
         lines += hidden_rows(hidden, "more site", f" ({fmt(rest)} in all)")
     return lines
 

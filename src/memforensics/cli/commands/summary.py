@@ -44,7 +44,8 @@ class SummaryCommand:
             "--requested",
             type=byte_size,
             metavar="SIZE",
-            help="the failed request (2GiB), for a snapshot with neither history nor sidecar",
+            help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
+            " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

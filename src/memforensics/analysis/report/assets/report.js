@@ -55,6 +55,11 @@
     var box = el("div", { "class": "verdict " + (known ? data.name : "other") });
     box.appendChild(el("b", null, data.name));
     box.appendChild(document.createTextNode(" — " + data.explanation));
+    if (data.moment) {
+      box.appendChild(el("br"));
+      box.appendChild(el("b", null, "Moment: "));
+      box.appendChild(document.createTextNode(data.moment));
+    }
     if (data.advice) {
       box.appendChild(el("br"));
       box.appendChild(el("b", null, "What to do: "));
