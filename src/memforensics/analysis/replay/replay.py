@@ -33,11 +33,12 @@ from memforensics.analysis.oom import (
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
 from memforensics.analysis.replay.lint import lint
-from memforensics.analysis.replay.run import Device, RunResult, run
+from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
 
 MIN_FIDELITY = 0.99
-"""Below this share of reproduced segment events a what-if is refused: one decision in a hundred
-already differs, the size of the differences a what-if is asked to judge."""
+"""Below this share of reproduced segment events, or of blocks placed at their recorded address,
+a what-if is refused: one decision in a hundred already differs, the size of the differences a
+what-if is asked to judge."""
 _UNBOUNDED = 1 << 62
 STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("expandable_segments=True",),
@@ -106,6 +107,11 @@ class Replay:
         return not self.refusals
 
     @property
+    def placement_fidelity(self) -> float | None:
+        """Share of the recorded blocks the self-check placed at their address (None: none)."""
+        return placement_share(self.placements_same, self.placements_checked)
+
+    @property
     def avoided_by(self) -> tuple[str, ...]:
         """Names of the alternatives under which the OOM does not happen."""
         if self.oom is None:
@@ -130,6 +136,7 @@ class Replay:
             "segment_events_matched": self.segment_events_matched,
             "placements_checked": self.placements_checked,
             "placements_same": self.placements_same,
+            "placement_fidelity": self.placement_fidelity,
             "oom_reproduced": self.oom_reproduced,
             "trusted": self.trusted,
             "refusals": list(self.refusals),
@@ -194,6 +201,14 @@ def replay(
         refusals.append(
             f"the model reproduced only {fidelity:.1%} of the recorded segment events"
             f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
+        )
+    placed = exact.placement_fidelity
+    if placed is not None and placed < MIN_FIDELITY:
+        refusals.append(
+            f"the model placed only {placed:.1%} of the blocks at their recorded address"
+            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
+            f" the start layout or the settings differ from the recorded allocator's; first"
+            f" differences: {'; '.join(exact.misplaced)}"
         )
     reproduced: bool | None = None
     if moment is not None and moment.index is not None:
