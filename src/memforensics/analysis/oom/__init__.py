@@ -8,7 +8,13 @@ from memforensics.analysis.oom.history import (
     oom_positions,
     state_before,
 )
-from memforensics.analysis.oom.moment import OomMoment, oom_moment, recorded_settings
+from memforensics.analysis.oom.moment import (
+    OomMoment,
+    oom_moment,
+    recorded_settings,
+    settings_notes,
+    settings_read,
+)
 from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
 from memforensics.analysis.oom.verdict import (
     EXHAUSTED,
@@ -42,6 +48,8 @@ __all__ = [
     "oom_positions",
     "peak_live_bytes",
     "recorded_settings",
+    "settings_notes",
+    "settings_read",
     "state_before",
     "verdict_at_oom",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings, apply_assignment
+from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment, rules_for
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import (
     LowerBound,
@@ -29,10 +29,11 @@ from memforensics.analysis.oom import (
     oom_moment,
     oom_positions,
     recorded_settings,
+    settings_read,
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
-from memforensics.analysis.replay.lint import lint
+from memforensics.analysis.replay.lint import MEMORY_FRACTION, lint
 from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
 
 MIN_FIDELITY = 0.99
@@ -63,6 +64,7 @@ class WhatIf:
     first_failure_index: int | None
     first_failure_bytes: int | None
     note: str | None = None
+    requires: str | None = None  # what else the row's outcome needs beyond its conf
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
@@ -75,6 +77,7 @@ class WhatIf:
             "first_failure_index": self.first_failure_index,
             "first_failure_bytes": self.first_failure_bytes,
             "note": self.note,
+            "requires": self.requires,
         }
 
 
@@ -100,6 +103,8 @@ class Replay:
     what_if: tuple[WhatIf, ...]
     pinners: tuple[Pinner, ...]
     lint: tuple[str, ...]
+    settings_notes: tuple[str, ...] = ()  # recorded settings the model could not read
+    settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
 
     @property
     def trusted(self) -> bool:
@@ -146,6 +151,8 @@ class Replay:
             "avoided_by": list(self.avoided_by),
             "pinners": [pinner.to_dict() for pinner in self.pinners],
             "lint": list(self.lint),
+            "settings_notes": list(self.settings_notes),
+            "settings_rules": self.settings_rules,
         }
 
 
@@ -176,9 +183,11 @@ def replay(
     alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
     """
     recorded = recorded_settings(dump)
-    alternatives = _alternatives(recorded, sets)
+    read = settings_read(dump)
+    rules = read.rules if read is not None else rules_for(dump.meta.sidecar.get("torch_version"))
+    alternatives = _alternatives(recorded, sets, rules)
     moment = oom_moment(dump, requested=requested)
-    device = device_for(dump, moment)
+    device = _device_with_conf_fraction(device_for(dump, moment), recorded, moment)
     start = state_before(dump, 0, recorded)
     live_blocks = [block for segment in start.segments for block in segment.blocks]
     kind = "live" if live_blocks else ("cached" if start.segments else "empty")
@@ -228,15 +237,10 @@ def replay(
                 " matters"
             )
         for name, settings in alternatives:
-            result = run(
-                dump,
-                settings,
-                start,
-                _device_with_fraction(device, settings),
-                exact=False,
-                stop_at_oom=True,
-            )
-            rows.append(_row(name, settings, result, note))
+            row_device = _device_with_fraction(device, settings)
+            result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
+            needs = GC_NEEDS_FRACTION if row_device is not device else None
+            rows.append(_row(name, settings, result, note, needs))
     bound = lower_bound(dump, moment) if moment is not None else None
     return Replay(
         file=dump.name,
@@ -257,19 +261,49 @@ def replay(
         what_if=tuple(rows) if not refusals else tuple(rows[:1]),
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
+        settings_notes=tuple(read.notes()) if read is not None else (),
+        settings_rules=rules.label(),
     )
 
 
+def _device_with_conf_fraction(
+    device: Device, settings: AllocatorSettings, moment: OomMoment | None
+) -> Device:
+    """A ``per_process_memory_fraction`` in the conf string limits what may be reserved:
+    that share of the device's total, unless the OOM's figures already show a lower limit."""
+    fraction = settings.memory_fraction
+    if fraction is None or fraction >= 1.0 or moment is None or moment.limit_bytes is None:
+        return device  # a fraction of 1.0 sets no limit (``setMemoryFraction``)
+    if device.allowed is not None:  # the limit the OOM met is already the fraction's
+        return device
+    allowed = int(fraction * moment.limit_bytes)
+    return Device(device.capacity, min(allowed, device.capacity), device.total)
+
+
+GC_NEEDS_FRACTION = (
+    f"{MEMORY_FRACTION}: garbage collection acts only under one; this row assumes one at the"
+    " limit the OOM met"
+)
+"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
+
+
 def _device_with_fraction(device: Device, settings: AllocatorSettings) -> Device:
-    """Garbage collection acts only under a memory fraction: the row for it sets one at the
-    limit the OOM met (which changes nothing else)."""
+    """Garbage collection acts only under a memory fraction: without a recorded one, the row
+    for it sets one at the limit the OOM met (which changes nothing else) and says so
+    (:data:`GC_NEEDS_FRACTION`)."""
     gc = settings.garbage_collection_threshold > 0
     if gc and device.allowed is None and device.capacity < _UNBOUNDED:
         return Device(device.capacity, device.capacity, device.total)
     return device
 
 
-def _row(name: str, settings: AllocatorSettings, result: RunResult, note: str | None) -> WhatIf:
+def _row(
+    name: str,
+    settings: AllocatorSettings,
+    result: RunResult,
+    note: str | None,
+    requires: str | None = None,
+) -> WhatIf:
     return WhatIf(
         name=name,
         conf=settings.to_conf(),
@@ -279,11 +313,12 @@ def _row(name: str, settings: AllocatorSettings, result: RunResult, note: str | 
         first_failure_index=result.oom_index,
         first_failure_bytes=result.oom_request,
         note=note,
+        requires=requires,
     )
 
 
 def _alternatives(
-    recorded: AllocatorSettings, sets: list[str] | None
+    recorded: AllocatorSettings, sets: list[str] | None, rules: ConfRules
 ) -> list[tuple[str, AllocatorSettings]]:
     """The rows to run: the ``--set`` combination, else the standard alternatives that differ."""
     groups = [tuple(sets)] if sets else list(STANDARD_ALTERNATIVES)
@@ -292,7 +327,7 @@ def _alternatives(
     for group in groups:
         settings = recorded
         for assignment in group:
-            settings = apply_assignment(settings, assignment)
+            settings = apply_assignment(settings, assignment, rules)
         if settings not in seen or sets:
             seen.add(settings)
             found.append((", ".join(group), settings))

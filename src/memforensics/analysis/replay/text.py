@@ -9,6 +9,7 @@ from memforensics.analysis.replay.replay import Replay
 def replay_text(r: Replay) -> str:
     """Plain-text rendering of a :class:`Replay`."""
     lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
+    lines += [f"  settings     {note}" for note in r.settings_notes]
     start = {
         "empty": "an empty allocator",
         "cached": "cached segments, no live blocks",
@@ -56,6 +57,7 @@ def replay_text(r: Replay) -> str:
                 f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>11}"
                 f"  first failure: {failure}"
             )
+        lines += _requirements(r)
         if r.what_if and any(row.note for row in r.what_if):
             lines.append(
                 "  (blocks live when recording started are placed afresh in the rows"
@@ -77,6 +79,11 @@ def replay_text(r: Replay) -> str:
     for finding in r.lint:
         lines.append(f"  lint: {finding}")
     return "\n".join(lines)
+
+
+def _requirements(r: Replay) -> list[str]:
+    """One line per what-if row whose outcome needs more than its settings."""
+    return [f"  ({row.name} also needs {row.requires})" for row in r.what_if if row.requires]
 
 
 def _age(age_us: int | None) -> str:

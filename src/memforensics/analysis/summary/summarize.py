@@ -22,7 +22,13 @@ from memforensics.analysis.dump import (
     SnapshotShape,
 )
 from memforensics.analysis.filled import Filled, what_filled
-from memforensics.analysis.oom import LowerBound, OomMoment, Verdict, verdict_at_oom
+from memforensics.analysis.oom import (
+    LowerBound,
+    OomMoment,
+    Verdict,
+    settings_notes,
+    verdict_at_oom,
+)
 from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
 
 
@@ -201,7 +207,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         live_by_step=by_step(tally.live, block_steps),
         trace_entries=len(dump.trace),
         truncated=dump.meta.truncated,
-        warnings=dump.warnings,
+        warnings=dump.warnings + settings_notes(dump),
         device=_device_name(dump),
         site_count=len(sites),
         before_recording_bytes=unrecorded[0],
