@@ -38,9 +38,9 @@ class ConfRules:
     large_segment_key: bool  # ``large_segment_size_mb`` exists and bounds the split sizes
 
     def label(self) -> str:
-        """``torch 2.9``, or ``torch 2.13 rules (version unknown)``."""
+        """``torch 2.9``, or ``torch 2.13 rules, version unknown``."""
         if self.version is None:
-            return f"torch {NEWEST[0]}.{NEWEST[1]} rules (version unknown)"
+            return f"torch {NEWEST[0]}.{NEWEST[1]} rules, version unknown"
         return f"torch {self.version[0]}.{self.version[1]}"
 
 

@@ -237,7 +237,7 @@ def replay(
                 " matters"
             )
         for name, settings in alternatives:
-            row_device = _device_with_fraction(device, settings)
+            row_device = _device_with_fraction(device, settings, recorded)
             result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
             needs = GC_NEEDS_FRACTION if row_device is not device else None
             rows.append(_row(name, settings, result, note, needs))
@@ -281,17 +281,21 @@ def _device_with_conf_fraction(
 
 
 GC_NEEDS_FRACTION = (
-    f"{MEMORY_FRACTION}: garbage collection acts only under one; this row assumes one at the"
-    " limit the OOM met"
+    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
+    " the limit the OOM met"
 )
 """What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
 
 
-def _device_with_fraction(device: Device, settings: AllocatorSettings) -> Device:
-    """Garbage collection acts only under a memory fraction: without a recorded one, the row
-    for it sets one at the limit the OOM met (which changes nothing else) and says so
-    (:data:`GC_NEEDS_FRACTION`)."""
-    gc = settings.garbage_collection_threshold > 0
+def _device_with_fraction(
+    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
+) -> Device:
+    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
+    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
+    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
+    recorded device, where it did nothing."""
+    threshold = settings.garbage_collection_threshold
+    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
     if gc and device.allowed is None and device.capacity < _UNBOUNDED:
         return Device(device.capacity, device.capacity, device.total)
     return device

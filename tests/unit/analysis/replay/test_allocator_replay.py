@@ -388,8 +388,8 @@ def test_every_what_if_row_is_what_the_sim_does_under_it(
     assert result.trusted, result.refusals
     for row in result.what_if:
         sim = SimDevice(total, settings=row.conf)
-        if "garbage_collection_threshold" in row.conf:
-            sim.set_per_process_memory_fraction(1.0)  # the row sets a fraction at the limit
+        if row.requires:
+            sim.set_per_process_memory_fraction(1.0)  # the row assumes a fraction at the limit
         outcome = _until_first_oom(sim, ops[: failed_at + 1])
         assert row.oom == (outcome is not None), row.name
 

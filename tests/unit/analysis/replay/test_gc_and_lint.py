@@ -74,6 +74,15 @@ def test_the_gc_row_needs_nothing_more_when_a_fraction_was_recorded() -> None:
     assert _gc_row(result).requires is None
 
 
+def test_rows_keeping_the_recorded_threshold_assume_no_fraction() -> None:
+    """A recorded threshold without a fraction did nothing: only the row that changes it
+    assumes a fraction (and says so); the others run as the recorded device ran."""
+    result = replay(_fragmenting_oom("garbage_collection_threshold:0.5"))
+    assert result.trusted, result.refusals
+    needing = [row.name for row in result.what_if if row.requires]
+    assert needing == ["garbage_collection_threshold=0.8"]
+
+
 def test_lint_says_expandable_segments_split_oversize_blocks_for_large_requests() -> None:
     """The sim hands a free oversize block to a large request and splits off the rest; the
     lint finding says so instead of 'never split'."""
