@@ -333,15 +333,16 @@ class RecordedSettings:
         return found
 
 
-def from_snapshot(raw: object, torch_version: object = None) -> AllocatorSettings | None:
+def from_snapshot(raw: object, rules: ConfRules | None = None) -> AllocatorSettings | None:
     """Settings from a snapshot's ``allocator_settings``; None when absent or unreadable."""
-    recorded = read_snapshot_settings(raw, torch_version)
+    recorded = read_snapshot_settings(raw, rules)
     return recorded.settings if recorded is not None else None
 
 
-def read_snapshot_settings(raw: object, torch_version: object = None) -> RecordedSettings | None:
-    """A snapshot's ``allocator_settings`` read by the rules of ``torch_version`` (the
-    sidecar's); None when absent or unreadable.
+def read_snapshot_settings(raw: object, rules: ConfRules | None = None) -> RecordedSettings | None:
+    """A snapshot's ``allocator_settings`` read by ``rules`` (those of the torch that wrote it:
+    :func:`~._rules.rules_for` its ``torch_version``; default the newest); None when absent or
+    unreadable.
 
     The parsed fields win over the conf string (they are what the allocator used); the conf
     string fills what older PyTorch does not report (``max_non_split_rounding_mb``). A key the
@@ -349,7 +350,7 @@ def read_snapshot_settings(raw: object, torch_version: object = None) -> Recorde
     """
     if not isinstance(raw, Mapping):
         return None
-    rules = rules_for(torch_version)
+    rules = rules or rules_for(None)
     conf = raw.get("PYTORCH_CUDA_ALLOC_CONF")
     notes = ConfNotes()
     settings = AllocatorSettings()

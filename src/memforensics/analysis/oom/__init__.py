@@ -11,6 +11,7 @@ from memforensics.analysis.oom.history import (
 from memforensics.analysis.oom.moment import (
     OomMoment,
     oom_moment,
+    recorded_rules,
     recorded_settings,
     settings_notes,
     settings_read,
@@ -47,6 +48,7 @@ __all__ = [
     "oom_moment",
     "oom_positions",
     "peak_live_bytes",
+    "recorded_rules",
     "recorded_settings",
     "settings_notes",
     "settings_read",

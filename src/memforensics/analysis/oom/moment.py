@@ -23,8 +23,10 @@ from memforensics._units import outside_pytorch_bytes
 from memforensics.allocator import (
     K_SMALL_SIZE,
     AllocatorSettings,
+    ConfRules,
     RecordedSettings,
     read_snapshot_settings,
+    rules_for,
 )
 from memforensics.analysis.dump import INACTIVE, Dump, as_int
 from memforensics.analysis.oom.history import changes_after, state_before
@@ -94,8 +96,12 @@ def recorded_settings(dump: Dump) -> AllocatorSettings:
 def settings_read(dump: Dump) -> RecordedSettings | None:
     """The snapshot's ``allocator_settings`` with the keys the model set aside (None: the
     snapshot reports no settings)."""
-    raw = dump.snapshot.get("allocator_settings")
-    return read_snapshot_settings(raw, dump.meta.sidecar.get("torch_version"))
+    return read_snapshot_settings(dump.snapshot.get("allocator_settings"), recorded_rules(dump))
+
+
+def recorded_rules(dump: Dump) -> ConfRules:
+    """The conf rules of the torch that wrote the dump (its sidecar's ``torch_version``)."""
+    return rules_for(dump.meta.sidecar.get("torch_version"))
 
 
 def settings_notes(dump: Dump) -> tuple[str, ...]:

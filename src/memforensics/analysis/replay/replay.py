@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment, rules_for
+from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import (
     LowerBound,
@@ -28,6 +28,7 @@ from memforensics.analysis.oom import (
     lower_bound,
     oom_moment,
     oom_positions,
+    recorded_rules,
     recorded_settings,
     settings_read,
     state_before,
@@ -184,7 +185,7 @@ def replay(
     """
     recorded = recorded_settings(dump)
     read = settings_read(dump)
-    rules = read.rules if read is not None else rules_for(dump.meta.sidecar.get("torch_version"))
+    rules = recorded_rules(dump)
     alternatives = _alternatives(recorded, sets, rules)
     moment = oom_moment(dump, requested=requested)
     device = _device_with_conf_fraction(device_for(dump, moment), recorded, moment)

@@ -90,7 +90,7 @@ def test_an_unknown_key_keeps_every_known_setting_and_is_reported() -> None:
     """One key the model does not know never resets the others to their defaults."""
     raw = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,future_key:[1:2],"
            "max_split_size_mb:64,max_split_size_mb_typo:3"}  # fmt: skip
-    settings = from_snapshot(raw)
+    settings = from_snapshot(raw, rules_for(NEWEST))
     assert settings is not None
     assert settings.expandable_segments
     assert settings.max_split_size == 64 * MiB
