@@ -17,7 +17,6 @@ from memforensics.allocator._blocks import (
 )
 from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
 from memforensics.allocator._conf import (
-    ConfNotes,
     RecordedSettings,
     SettingsError,
     apply_assignment,
@@ -48,7 +47,6 @@ __all__ = [
     "AllocatorSettings",
     "Block",
     "BlockPool",
-    "ConfNotes",
     "ConfRules",
     "DeviceCachingAllocator",
     "ExpandableSegment",
