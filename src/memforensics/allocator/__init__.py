@@ -17,12 +17,15 @@ from memforensics.allocator._blocks import (
 )
 from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
 from memforensics.allocator._conf import (
+    RecordedSettings,
     SettingsError,
     apply_assignment,
     from_snapshot,
     parse_conf,
+    read_snapshot_settings,
 )
 from memforensics.allocator._expandable import ExpandableSegment
+from memforensics.allocator._rules import ConfRules, rules_for
 from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
 from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
 from memforensics.allocator._sizes import (
@@ -44,9 +47,11 @@ __all__ = [
     "AllocatorSettings",
     "Block",
     "BlockPool",
+    "ConfRules",
     "DeviceCachingAllocator",
     "ExpandableSegment",
     "OomInfo",
+    "RecordedSettings",
     "SeedBlock",
     "SettingsError",
     "Stat",
@@ -54,8 +59,10 @@ __all__ = [
     "from_snapshot",
     "get_allocation_size",
     "parse_conf",
+    "read_snapshot_settings",
     "round_size",
     "roundup_power2_next_division",
+    "rules_for",
     "seed_expandable",
     "seed_segment",
     "segment_blocks",

@@ -3,20 +3,23 @@
 A ``PYTORCH_CUDA_ALLOC_CONF`` string (Ascend: ``PYTORCH_NPU_ALLOC_CONF``) is lexed into tokens
 at ``,`` ``:`` ``[`` ``]`` with spaces dropped, then read key by key with the same limits and
 error wording PyTorch has (mirrors ``CUDAAllocatorConfig::lexArgs`` / ``parseArgs`` /
-``parseRoundUpPower2Divisions`` in ``c10/cuda/CUDAAllocatorConfig.cpp``). Pinned-memory and
-lock options are accepted and ignored, like an unknown ``backend`` would be by a model that
-only knows the native allocator. A snapshot's ``allocator_settings`` dict (what ``_snapshot()``
-reports) converts back into the same value, so a replay runs under exactly the settings the
-dump was taken with.
+``parseRoundUpPower2Divisions`` in ``c10/cuda/CUDAAllocatorConfig.cpp`` and, from 2.9,
+``c10/core/AllocatorConfig.cpp``), by the rules of the release that wrote the dump
+(:mod:`._rules`). Pinned-memory, lock and OOM-policy options are accepted and ignored, like an
+unknown ``backend`` would be by a model that only knows the native allocator. A snapshot's
+``allocator_settings`` dict (what ``_snapshot()`` reports) converts back into the same value,
+so a replay runs under exactly the settings the dump was taken with; a key the model does not
+know is reported, never a reason to drop the keys it does know.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from memforensics.allocator._blocks import K_LARGE_BUFFER
+from memforensics.allocator._blocks import K_LARGE_BUFFER, K_MIN_LARGE_ALLOC
+from memforensics.allocator._rules import ConfRules, rules_for
 from memforensics.allocator._settings import (
     NO_LIMIT,
     ROUNDUP_INTERVALS,
@@ -34,10 +37,17 @@ _IGNORED = frozenset(
         "pinned_num_register_threads",
         "pinned_reserve_segment_size_mb",
         "pinned_use_background_threads",
+        "pinned_max_round_threshold_mb",
+        "pinned_max_cached_size_mb",
+        "pinned_free_catch_all",
+        "throw_on_cudamalloc_oom",
         "graph_capture_record_stream_reuse",
         "expandable_segments_handle_type",
+        "expandable_segments_reserve",
+        "expandable_segments_reserve_by_class",
     }
 )
+"""Keys PyTorch accepts that do not decide placement: read past, their values unchecked."""
 
 
 class SettingsError(ValueError):
@@ -86,11 +96,14 @@ class _Tokens:
         return token
 
 
-def _megabytes(key: str, token: str) -> int:
-    """A ``*_mb`` value: must exceed 20 (kLargeBuffer in MiB), as PyTorch checks."""
+def _split_megabytes(key: str, token: str, minimum: int, rules: ConfRules) -> int:
+    """``max_split_size_mb`` / ``max_non_split_rounding_mb``: at least ``minimum`` bytes (the
+    large segment size, 20 MiB unless set) from 2.9 on, above 20 MiB before (:mod:`._rules`)."""
     number = _int(key, token)
-    if number <= K_LARGE_BUFFER // MiB:
-        raise SettingsError(f"CachingAllocator option {key} too small, must be > 20")
+    bound = minimum // MiB
+    if number < bound or (number == bound and not rules.split_minimum_inclusive):
+        relation = ">=" if rules.split_minimum_inclusive else ">"
+        raise SettingsError(f"CachingAllocator option {key} too small, must be {relation} {bound}")
     return number * MiB
 
 
@@ -107,36 +120,135 @@ def _bool(key: str, token: str) -> bool:
     return token == "True"
 
 
-def apply_tokens(settings: AllocatorSettings, tokens: list[str]) -> AllocatorSettings:
-    """Mirrors ``CUDAAllocatorConfig::parseArgs`` over the placement keys."""
+@dataclass
+class ConfNotes:
+    """What a lenient read set aside: keys the rules do not know, values they refuse."""
+
+    unknown: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+def apply_tokens(
+    settings: AllocatorSettings,
+    tokens: list[str],
+    rules: ConfRules | None = None,
+    notes: ConfNotes | None = None,
+) -> AllocatorSettings:
+    """Mirrors ``CUDAAllocatorConfig::parseArgs`` over the placement keys, by ``rules``
+    (default: the newest release's).
+
+    Without ``notes`` the first unknown key or bad value raises :class:`SettingsError`, as
+    PyTorch refuses to start; with ``notes`` it is recorded there and skipped, and every other
+    key still applies (a recorded conf string read by a model that knows fewer keys).
+    """
+    rules = rules or rules_for(None)
     cursor = _Tokens(tokens)
+    if rules.large_segment_key:  # 2.11+ reads the large segment size before the split sizes
+        try:
+            settings = _large_segment_first(settings, tokens, rules)
+        except SettingsError as error:
+            if notes is None:
+                raise
+            notes.refused.append(f"large_segment_size_mb: {error}")
     while cursor.i < len(tokens):
+        start = cursor.i
         key = tokens[cursor.i]
         cursor.i += 1
-        if key == "max_split_size_mb":
-            settings = replace(settings, max_split_size=_megabytes(key, cursor.value(key)))
-        elif key == "max_non_split_rounding_mb":
-            size = _megabytes(key, cursor.value(key))
-            settings = replace(settings, max_non_split_rounding_size=size)
-        elif key == "large_segment_size_mb":
-            size = _int(key, cursor.value(key)) * MiB
-            if size <= 0:
-                raise SettingsError("large_segment_size_mb must be positive")
-            settings = replace(settings, large_segment_size=size)
-        elif key == "garbage_collection_threshold":
-            settings = replace(settings, garbage_collection_threshold=_threshold(cursor.value(key)))
-        elif key == "roundup_power2_divisions":
-            divisions = _divisions(cursor, settings.roundup_power2_divisions)
-            settings = replace(settings, roundup_power2_divisions=divisions)
-        elif key == "expandable_segments":
-            settings = replace(settings, expandable_segments=_bool(key, cursor.value(key)))
-        elif key in _IGNORED:
-            cursor.value(key)
-        else:
-            raise SettingsError(f"Unrecognized CachingAllocator option: {key}")
+        try:
+            settings = _apply_key(settings, key, cursor, rules)
+        except SettingsError as error:
+            if notes is None:
+                raise
+            if str(error).startswith(_UNKNOWN):
+                notes.unknown.append(key)
+            else:
+                notes.refused.append(f"{key}: {error}")
+            cursor.i = _skip_value(tokens, start + 1)
         if cursor.i < len(tokens):
             cursor.expect(",")
     return settings
+
+
+_UNKNOWN = "Unrecognized key"
+
+
+def _apply_key(
+    settings: AllocatorSettings, key: str, cursor: _Tokens, rules: ConfRules
+) -> AllocatorSettings:
+    """One ``key:value`` read at the cursor (just past the key)."""
+    segment = settings.large_segment_size if rules.large_segment_key else K_LARGE_BUFFER
+    if key == "max_split_size_mb":
+        size = _split_megabytes(key, cursor.value(key), segment, rules)
+        return replace(settings, max_split_size=size)
+    if key == "max_non_split_rounding_mb":
+        size = _split_megabytes(key, cursor.value(key), segment, rules)
+        return replace(settings, max_non_split_rounding_size=size)
+    if key == "large_segment_size_mb" and rules.large_segment_key:
+        cursor.value(key)  # read before every other key (_large_segment_first)
+        return settings
+    if key == "garbage_collection_threshold":
+        return replace(settings, garbage_collection_threshold=_threshold(cursor.value(key)))
+    if key == "roundup_power2_divisions":
+        divisions = _divisions(cursor, settings.roundup_power2_divisions, rules)
+        return replace(settings, roundup_power2_divisions=divisions)
+    if key == "expandable_segments":
+        return replace(settings, expandable_segments=_bool(key, cursor.value(key)))
+    if key == "per_process_memory_fraction":
+        return replace(settings, memory_fraction=_fraction(cursor.value(key)))
+    if key in _IGNORED:
+        cursor.value(key)
+        return settings
+    raise SettingsError(f"{_UNKNOWN} '{key}' in CUDA allocator config ({rules.label()})")
+
+
+def _large_segment_first(
+    settings: AllocatorSettings, tokens: list[str], rules: ConfRules
+) -> AllocatorSettings:
+    """``large_segment_size_mb`` (``parseLargeSegmentSize``): more than 10 (kMinLargeAlloc in
+    MiB); ``max_non_split_rounding_mb`` defaults to it, the split sizes are bounded by it."""
+    for i, token in enumerate(tokens[:-2]):
+        after_comma = i == 0 or tokens[i - 1] == ","
+        if token == "large_segment_size_mb" and tokens[i + 1] == ":" and after_comma:
+            number = _int(token, tokens[i + 2])
+            if number <= K_MIN_LARGE_ALLOC // MiB:
+                raise SettingsError(
+                    f"CachingAllocator option large_segment_size_mb must be >"
+                    f" {K_MIN_LARGE_ALLOC // MiB} MB ({rules.label()})"
+                )
+            size = number * MiB
+            rounding = settings.max_non_split_rounding_size
+            if rounding == settings.large_segment_size:
+                rounding = size
+            settings = replace(
+                settings, large_segment_size=size, max_non_split_rounding_size=rounding
+            )
+    return settings
+
+
+def _skip_value(tokens: list[str], i: int) -> int:
+    """The index of the ``,`` ending the value that starts at ``i`` (brackets nest)."""
+    depth = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "[":
+            depth += 1
+        elif token == "]":
+            depth -= 1
+        elif token == "," and depth <= 0:
+            return i
+        i += 1
+    return i
+
+
+def _fraction(token: str) -> float:
+    """``per_process_memory_fraction``: a share of the device in ``[0, 1]``."""
+    try:
+        value = float(token)
+    except ValueError:
+        raise SettingsError(f"per_process_memory_fraction: {token!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise SettingsError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]")
+    return value
 
 
 def _threshold(token: str) -> float:
@@ -149,8 +261,12 @@ def _threshold(token: str) -> float:
     return value
 
 
-def _divisions(cursor: _Tokens, current: tuple[int, ...]) -> tuple[int, ...]:
-    """Mirrors ``parseRoundUpPower2Divisions``: one value for all, or ``[size:div,...,>:div]``."""
+def _divisions(cursor: _Tokens, current: tuple[int, ...], rules: ConfRules) -> tuple[int, ...]:
+    """Mirrors ``parseRoundUpPower2Divisions``: one value for all, or ``[size:div,...,>:div]``.
+
+    ``>`` fills from the interval after the last one named (2.10+), or from that interval
+    itself, overwriting it (up to 2.9; :mod:`._rules`).
+    """
     cursor.expect(":")
     tokens = cursor.tokens
     if cursor.i >= len(tokens):
@@ -170,8 +286,8 @@ def _divisions(cursor: _Tokens, current: tuple[int, ...]) -> tuple[int, ...]:
         number = _int("roundup_power2_divisions", cursor.value("roundup_power2_divisions"))
         if number != 0 and not _power_of_two(number):
             raise SettingsError("For roundups, the divisions has to be power of 2 or 0")
-        if interval == ">":  # from the interval after the last one named (PyTorch's own tests)
-            start = last_index + 1 if not first else 0
+        if interval == ">":
+            start = last_index + 1 if rules.divisions_after_last else last_index
             values[start:] = [number] * (ROUNDUP_INTERVALS - start)
         else:
             size_mb = _int("roundup_power2_divisions", interval)
@@ -189,26 +305,60 @@ def _divisions(cursor: _Tokens, current: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(values)
 
 
-def parse_conf(conf: str | None) -> AllocatorSettings:
+def parse_conf(conf: str | None, rules: ConfRules | None = None) -> AllocatorSettings:
     """Settings from a ``PYTORCH_CUDA_ALLOC_CONF`` string (None or empty: the defaults)."""
     if not conf:
         return AllocatorSettings()
-    return apply_tokens(AllocatorSettings(), lex(conf))
+    return apply_tokens(AllocatorSettings(), lex(conf), rules)
 
 
-def from_snapshot(raw: object) -> AllocatorSettings | None:
-    """Settings from a snapshot's ``allocator_settings``; None when absent or unreadable.
+@dataclass(frozen=True)
+class RecordedSettings:
+    """A snapshot's settings as the torch that wrote it read them, and what the model could
+    not: ``unknown`` keys and ``refused`` values (each kept out, every other key kept)."""
+
+    settings: AllocatorSettings
+    rules: ConfRules
+    unknown: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+
+    def notes(self) -> list[str]:
+        """One sentence per key the model set aside (empty when it read everything)."""
+        found = [
+            f"allocator setting {key!r} is unknown to this model ({self.rules.label()}):"
+            " ignored, the replay may differ where it matters"
+            for key in self.unknown
+        ]
+        found += [f"allocator setting refused ({self.rules.label()}): {r}" for r in self.refused]
+        return found
+
+
+def from_snapshot(raw: object, rules: ConfRules | None = None) -> AllocatorSettings | None:
+    """Settings from a snapshot's ``allocator_settings``; None when absent or unreadable."""
+    recorded = read_snapshot_settings(raw, rules)
+    return recorded.settings if recorded is not None else None
+
+
+def read_snapshot_settings(raw: object, rules: ConfRules | None = None) -> RecordedSettings | None:
+    """A snapshot's ``allocator_settings`` read by ``rules`` (those of the torch that wrote it:
+    :func:`~._rules.rules_for` its ``torch_version``; default the newest); None when absent or
+    unreadable.
 
     The parsed fields win over the conf string (they are what the allocator used); the conf
-    string fills what older PyTorch does not report (``max_non_split_rounding_mb``).
+    string fills what older PyTorch does not report (``max_non_split_rounding_mb``). A key the
+    model does not know, or a value it refuses, is set aside and reported; the rest is kept.
     """
     if not isinstance(raw, Mapping):
         return None
+    rules = rules or rules_for(None)
     conf = raw.get("PYTORCH_CUDA_ALLOC_CONF")
-    try:
-        settings = parse_conf(conf) if isinstance(conf, str) else AllocatorSettings()
-    except SettingsError:
-        settings = AllocatorSettings()
+    notes = ConfNotes()
+    settings = AllocatorSettings()
+    if isinstance(conf, str) and conf:
+        try:
+            settings = apply_tokens(settings, lex(conf), rules, notes)
+        except SettingsError as error:  # malformed beyond one key: the separators themselves
+            notes.refused.append(str(error))
     split = raw.get("max_split_size")
     if isinstance(split, int) and not isinstance(split, bool):
         settings = replace(settings, max_split_size=NO_LIMIT if split < 0 else split)
@@ -221,7 +371,7 @@ def from_snapshot(raw: object) -> AllocatorSettings | None:
     divisions = _snapshot_divisions(raw.get("roundup_power2_divisions"))
     if divisions is not None:
         settings = replace(settings, roundup_power2_divisions=divisions)
-    return settings
+    return RecordedSettings(settings, rules, tuple(notes.unknown), tuple(notes.refused))
 
 
 def _snapshot_divisions(raw: object) -> tuple[int, ...] | None:
@@ -238,11 +388,13 @@ def _snapshot_divisions(raw: object) -> tuple[int, ...] | None:
     return tuple(int(str(v)) for v in values)
 
 
-def apply_assignment(settings: AllocatorSettings, assignment: str) -> AllocatorSettings:
+def apply_assignment(
+    settings: AllocatorSettings, assignment: str, rules: ConfRules | None = None
+) -> AllocatorSettings:
     """``settings`` with a ``key=value`` (or ``key:value``) from ``--set`` applied."""
     key, sep, value = assignment.partition("=")
     if not sep:
         key, sep, value = assignment.partition(":")
     if not sep or not key.strip() or not value.strip():
         raise SettingsError(f"expected KEY=VALUE, got {assignment!r}")
-    return apply_tokens(settings, lex(f"{key.strip()}:{value.strip()}"))
+    return apply_tokens(settings, lex(f"{key.strip()}:{value.strip()}"), rules)

@@ -25,7 +25,9 @@ class AllocatorSettings:
     ``max_split_size`` is :data:`NO_LIMIT` unless set; ``roundup_power2_divisions`` holds one
     entry per power-of-two interval from 1 MiB (index 0) to 32 GiB and above (index 15);
     ``large_segment_size`` is the segment of a 1-10 MiB request (newer PyTorch's
-    ``large_segment_size_mb``; torch_npu calls its counterpart ``segment_size_mb``).
+    ``large_segment_size_mb``; torch_npu calls its counterpart ``segment_size_mb``);
+    ``memory_fraction`` is the conf key ``per_process_memory_fraction`` (None: not set), the
+    share of the device the process may reserve, as ``set_per_process_memory_fraction`` sets it.
     """
 
     max_split_size: int = NO_LIMIT
@@ -34,6 +36,7 @@ class AllocatorSettings:
     roundup_power2_divisions: tuple[int, ...] = field(default=(0,) * ROUNDUP_INTERVALS)
     expandable_segments: bool = False
     large_segment_size: int = K_LARGE_BUFFER
+    memory_fraction: float | None = None  # per_process_memory_fraction in the conf string
 
     def divisions(self, size: int) -> int:
         """Divisions for ``size`` (mirrors ``CUDAAllocatorConfig::roundup_power2_divisions``)."""
@@ -60,6 +63,8 @@ class AllocatorSettings:
             parts.append("expandable_segments:True")
         if self.large_segment_size != K_LARGE_BUFFER:
             parts.append(f"large_segment_size_mb:{self.large_segment_size // MiB}")
+        if self.memory_fraction is not None:
+            parts.append(f"per_process_memory_fraction:{self.memory_fraction!r}")
         return ",".join(parts)
 
     def to_snapshot(self) -> dict[str, Any]:

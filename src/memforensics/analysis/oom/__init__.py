@@ -20,7 +20,10 @@ from memforensics.analysis.oom.moment import (
     OomMoment,
     judged_moment_warning,
     oom_moment,
+    recorded_rules,
     recorded_settings,
+    settings_notes,
+    settings_read,
 )
 from memforensics.analysis.oom.serve import could_serve, seed_state
 from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
@@ -67,8 +70,11 @@ __all__ = [
     "oom_moment",
     "oom_positions",
     "peak_live_bytes",
+    "recorded_rules",
     "recorded_settings",
     "seed_state",
+    "settings_notes",
+    "settings_read",
     "state_before",
     "verdict_at_oom",
 ]

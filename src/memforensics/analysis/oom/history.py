@@ -5,9 +5,14 @@ from the final layout undoes each event: an ``alloc`` makes its block free again
 ``free_completed`` makes it live, a ``segment_alloc`` removes the segment, a ``segment_free``
 brings it back. What that cannot recover is the exact size of a block that was freed and merged
 away: it is its request rounded as the allocator rounds, plus a tail too small to have been
-split off (at most 1 MiB in the large pool). Every event that contradicts the state it is
-undone against (a free of a block that is not live, a segment released twice) is counted: a
-trace that does not fit its own snapshot is not history the replay can trust.
+split off (at most 1 MiB in the large pool), up to the next block it bordered. That border is
+the next live block or the segment's end, or closer: the lowest address the trace allocates
+inside that gap while the block is still held. An allocation takes the front of a free block,
+so the byte before it belonged to a live block, and with no other block in between that byte
+was the old block's (its free event gives only the request, never the block). Every event
+that contradicts the state it is undone against (a free of a block that is not live, a segment
+released twice) is counted: a trace that does not fit its own snapshot is not history the
+replay can trust.
 """
 
 from __future__ import annotations
@@ -95,7 +100,48 @@ def state_before(dump: Dump, index: int, settings: AllocatorSettings) -> Allocat
             )
         elif action in SEGMENT_ACTIONS:
             _undo_segment(entry, action, address, size, position, segments, problems)
-    return _assemble(segments, live, problems, settings)
+    unknown = any(held[1] is None for held in live.values())
+    borders = _Borders(trace, max(index, 0)) if unknown else None
+    return _assemble(segments, live, problems, settings, borders)
+
+
+class _Borders:
+    """Where a block live at a position ended, as the allocations made while it was held show.
+
+    Reads the trace from the position on: the first allocation at each address and the first
+    free of each block. A block freed at ``p`` ended at or before any address allocated before
+    ``p`` above it; with no live block in between, exactly at the lowest such address.
+    """
+
+    def __init__(self, trace: list[object], index: int) -> None:
+        first_alloc: dict[int, int] = {}
+        self.first_free: dict[int, int] = {}
+        for position in range(index, len(trace)):
+            entry = trace[position]
+            if type(entry) is not dict:
+                continue
+            address, action = entry.get("addr"), entry.get("action")
+            if type(address) is not int:
+                continue
+            if action == "alloc":
+                first_alloc.setdefault(address, position)
+            elif action in ("free_requested", "free_completed", "free"):
+                self.first_free.setdefault(address, position)
+        self.addresses = sorted(first_alloc)
+        self.positions = [first_alloc[address] for address in self.addresses]
+
+    def end(self, address: int, boundary: int) -> int:
+        """The lowest address in ``(address, boundary)`` allocated while the block at
+        ``address`` was held (before its first free), else ``boundary``."""
+        freed = self.first_free.get(address)
+        if freed is None:
+            return boundary
+        i = bisect_right(self.addresses, address)
+        while i < len(self.addresses) and self.addresses[i] < boundary:
+            if self.positions[i] < freed:
+                return self.addresses[i]
+            i += 1
+        return boundary
 
 
 def _undo_segment(
@@ -158,6 +204,7 @@ def _assemble(
     live: dict[int, Held],
     problems: _Problems,
     settings: AllocatorSettings,
+    borders: _Borders | None = None,
 ) -> AllocatorState:
     """Put live blocks into their segments and size the blocks whose size is not known."""
     states = [
@@ -175,20 +222,25 @@ def _assemble(
             continue
         states[i].blocks.append(block)
     for segment in states:
-        _size_blocks(segment, settings)
+        _size_blocks(segment, settings, borders)
     if stray:
         problems.add(f"{stray} live block(s) lie in no segment")
     return AllocatorState(tuple(states), tuple(problems.messages), problems.count, stray)
 
 
-def _size_blocks(segment: SegmentState, settings: AllocatorSettings) -> None:
-    """A block of unknown size is its rounded request, plus a tail too small to be split off."""
+def _size_blocks(
+    segment: SegmentState, settings: AllocatorSettings, borders: _Borders | None
+) -> None:
+    """A block of unknown size is its rounded request, plus a tail too small to be split off
+    (``should_split``'s rule) before the next border (:class:`_Borders`)."""
     blocks = segment.blocks
     for i, block in enumerate(blocks):
         if block.size is not None:
             continue
         size = round_size(settings, max(block.requested, 1))
         boundary = blocks[i + 1].address if i + 1 < len(blocks) else segment.end
+        if borders is not None and not segment.expandable:  # a mapped page may border it
+            boundary = borders.end(block.address, boundary)
         tail = boundary - block.address - size
         if segment.is_small or segment.expandable:
             keep_tail = 0 < tail < K_MIN_BLOCK_SIZE

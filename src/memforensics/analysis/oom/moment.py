@@ -21,7 +21,14 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics._units import outside_pytorch_bytes
-from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings, from_snapshot
+from memforensics.allocator import (
+    K_SMALL_SIZE,
+    AllocatorSettings,
+    ConfRules,
+    RecordedSettings,
+    read_snapshot_settings,
+    rules_for,
+)
 from memforensics.analysis.dump import INACTIVE, Dump, as_int
 from memforensics.analysis.oom.history import changes_after, has_history, state_before
 from memforensics.analysis.oom.serve import could_serve
@@ -86,8 +93,28 @@ class OomMoment:
 
 
 def recorded_settings(dump: Dump) -> AllocatorSettings:
-    """The settings the dump was taken under (defaults when it does not report them)."""
-    return from_snapshot(dump.snapshot.get("allocator_settings")) or AllocatorSettings()
+    """The settings the dump was taken under (defaults when it does not report them), read by
+    the rules of the torch that wrote it (the sidecar's ``torch_version``)."""
+    read = settings_read(dump)
+    return read.settings if read is not None else AllocatorSettings()
+
+
+def settings_read(dump: Dump) -> RecordedSettings | None:
+    """The snapshot's ``allocator_settings`` with the keys the model set aside (None: the
+    snapshot reports no settings)."""
+    return read_snapshot_settings(dump.snapshot.get("allocator_settings"), recorded_rules(dump))
+
+
+def recorded_rules(dump: Dump) -> ConfRules:
+    """The conf rules of the torch that wrote the dump (its sidecar's ``torch_version``)."""
+    return rules_for(dump.meta.sidecar.get("torch_version"))
+
+
+def settings_notes(dump: Dump) -> tuple[str, ...]:
+    """Sentences on the recorded settings the model could not read (unknown keys, refused
+    values); empty when it read them all."""
+    read = settings_read(dump)
+    return tuple(read.notes()) if read is not None else ()
 
 
 def last_oom_index(trace: list[object]) -> int | None:

@@ -3,12 +3,17 @@
 Each finding is a known trap, read from the snapshot's ``allocator_settings`` and what the dump
 shows of the device:
 
-- ``garbage_collection_threshold`` without a memory fraction: PyTorch only collects when
-  ``set_per_process_memory_fraction`` was called (``set_fraction`` in the allocator), so the
-  setting does nothing.
+- ``garbage_collection_threshold`` without a memory fraction: PyTorch collects only under a
+  per-process limit. Older releases set one on any ``set_per_process_memory_fraction`` call
+  (``set_fraction``); newer ones only for a fraction below 1.0 (``setMemoryFraction`` leaves
+  ``allowed_memory_maximum`` unset at 1.0), from that call or from the conf key
+  ``per_process_memory_fraction``. Without one the setting does nothing.
 - expandable segments already on while segments fragment: the usual advice does not apply.
-- ``max_split_size_mb`` together with expandable segments: oversize blocks are never split or
-  merged back, and reserved memory can grow without bound (PyTorch issue 193400).
+- ``max_split_size_mb`` together with expandable segments: ``get_free_block`` still keeps a free
+  block of ``max_split_size`` or more from any smaller request, while ``should_split`` ignores
+  ``max_split_size`` in expandable segments, so a large request is handed such a block and the
+  rest is split off. Freed oversize blocks sit idle for the smaller requests while the segment
+  maps more pages: reserved memory can grow without bound (PyTorch issue 123548).
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from memforensics.allocator import NO_LIMIT, AllocatorSettings
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import OomMoment
 
+MEMORY_FRACTION = (
+    "a memory fraction (torch.cuda.set_per_process_memory_fraction, below 1.0 in newer PyTorch,"
+    " or per_process_memory_fraction in the conf string)"
+)
+"""What garbage collection needs, in the words of every finding and what-if row."""
+
 
 def lint(dump: Dump, settings: AllocatorSettings, moment: OomMoment | None) -> list[str]:
     """Findings, one sentence each (empty when nothing is off)."""
@@ -24,22 +35,25 @@ def lint(dump: Dump, settings: AllocatorSettings, moment: OomMoment | None) -> l
     expandable = settings.expandable_segments or any(s.is_expandable for s in dump.segments)
     if settings.garbage_collection_threshold > 0:
         fraction = _fraction_set(moment)
+        if settings.memory_fraction is not None and settings.memory_fraction < 1.0:
+            fraction = True
         if fraction is False:
             found.append(
                 "garbage_collection_threshold is set but no memory fraction is (the OOM's limit"
-                " is the whole device): PyTorch only collects under"
-                " set_per_process_memory_fraction, so it has no effect"
+                f" is the whole device): PyTorch only collects under {MEMORY_FRACTION}, so it"
+                " has no effect"
             )
         elif fraction is None:
             found.append(
-                "garbage_collection_threshold acts only under set_per_process_memory_fraction;"
+                f"garbage_collection_threshold acts only under {MEMORY_FRACTION};"
                 " this dump cannot tell whether one was set"
             )
     if expandable and settings.max_split_size != NO_LIMIT:
         found.append(
-            "max_split_size_mb with expandable segments: oversize blocks are never split, and"
-            " reserved memory can grow without bound (PyTorch issue 193400); drop"
-            " max_split_size_mb"
+            "max_split_size_mb with expandable segments: a free block of max_split_size or more"
+            " is kept from every smaller request, yet a larger request takes it and the rest is"
+            " split off; freed oversize blocks sit idle while the segment grows, and reserved"
+            " memory can grow without bound (PyTorch issue 123548); drop max_split_size_mb"
         )
     if expandable and moment is not None:
         largest = moment.largest_free_block_bytes or 0

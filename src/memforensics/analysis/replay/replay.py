@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings, apply_assignment
+from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import (
     LowerBound,
@@ -30,16 +30,19 @@ from memforensics.analysis.oom import (
     lower_bound,
     oom_moment,
     oom_positions,
+    recorded_rules,
     recorded_settings,
+    settings_read,
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
-from memforensics.analysis.replay.lint import lint
-from memforensics.analysis.replay.run import Device, RunResult, run
+from memforensics.analysis.replay.lint import MEMORY_FRACTION, lint
+from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
 
 MIN_FIDELITY = 0.99
-"""Below this share of reproduced segment events a what-if is refused: one decision in a hundred
-already differs, the size of the differences a what-if is asked to judge."""
+"""Below this share of reproduced segment events, or of blocks placed at their recorded address,
+a what-if is refused: one decision in a hundred already differs, the size of the differences a
+what-if is asked to judge."""
 _UNBOUNDED = 1 << 62
 STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("expandable_segments=True",),
@@ -64,6 +67,7 @@ class WhatIf:
     first_failure_index: int | None
     first_failure_bytes: int | None
     note: str | None = None
+    requires: str | None = None  # what else the row's outcome needs beyond its conf
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
@@ -76,6 +80,7 @@ class WhatIf:
             "first_failure_index": self.first_failure_index,
             "first_failure_bytes": self.first_failure_bytes,
             "note": self.note,
+            "requires": self.requires,
         }
 
 
@@ -103,11 +108,18 @@ class Replay:
     lint: tuple[str, ...]
     history: bool = True  # False: the trace holds no allocator events, only the snapshot's state
     verdict: Verdict | None = None  # the same verdict summary gives (None: no OOM to judge)
+    settings_notes: tuple[str, ...] = ()  # recorded settings the model could not read
+    settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
 
     @property
     def trusted(self) -> bool:
         """True when the what-if answers stand on a reproduced run."""
         return not self.refusals
+
+    @property
+    def placement_fidelity(self) -> float | None:
+        """Share of the recorded blocks the self-check placed at their address (None: none)."""
+        return placement_share(self.placements_same, self.placements_checked)
 
     @property
     def avoided_by(self) -> tuple[str, ...]:
@@ -134,6 +146,7 @@ class Replay:
             "segment_events_matched": self.segment_events_matched,
             "placements_checked": self.placements_checked,
             "placements_same": self.placements_same,
+            "placement_fidelity": self.placement_fidelity,
             "oom_reproduced": self.oom_reproduced,
             "trusted": self.trusted,
             "refusals": list(self.refusals),
@@ -146,6 +159,8 @@ class Replay:
             "pinners": [pinner.to_dict() for pinner in self.pinners],
             "lint": list(self.lint),
             "history": self.history,
+            "settings_notes": list(self.settings_notes),
+            "settings_rules": self.settings_rules,
         }
 
 
@@ -176,9 +191,11 @@ def replay(
     alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
     """
     recorded = recorded_settings(dump)
-    alternatives = _alternatives(recorded, sets)
+    read = settings_read(dump)
+    rules = recorded_rules(dump)
+    alternatives = _alternatives(recorded, sets, rules)
     moment = oom_moment(dump, requested=requested)
-    device = device_for(dump, moment)
+    device = _device_with_conf_fraction(device_for(dump, moment), recorded, moment)
     start = state_before(dump, 0, recorded)
     live_blocks = [block for segment in start.segments for block in segment.blocks]
     kind = "live" if live_blocks else ("cached" if start.segments else "empty")
@@ -202,6 +219,14 @@ def replay(
             f"the model reproduced only {fidelity:.1%} of the recorded segment events"
             f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
         )
+    placed = exact.placement_fidelity
+    if placed is not None and placed < MIN_FIDELITY:
+        refusals.append(
+            f"the model placed only {placed:.1%} of the blocks at their recorded address"
+            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
+            f" the start layout or the settings differ from the recorded allocator's; first"
+            f" differences: {'; '.join(exact.misplaced)}"
+        )
     reproduced: bool | None = None
     if moment is not None and moment.index is not None:
         reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
@@ -220,15 +245,10 @@ def replay(
                 " matters"
             )
         for name, settings in alternatives:
-            result = run(
-                dump,
-                settings,
-                start,
-                _device_with_fraction(device, settings),
-                exact=False,
-                stop_at_oom=True,
-            )
-            rows.append(_row(name, settings, result, note))
+            row_device = _device_with_fraction(device, settings, recorded)
+            result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
+            needs = GC_NEEDS_FRACTION if row_device is not device else None
+            rows.append(_row(name, settings, result, note, needs))
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
@@ -257,19 +277,53 @@ def replay(
         lint=tuple(lint(dump, recorded, moment)),
         history=has_history(dump),
         verdict=verdict,
+        settings_notes=tuple(read.notes()) if read is not None else (),
+        settings_rules=rules.label(),
     )
 
 
-def _device_with_fraction(device: Device, settings: AllocatorSettings) -> Device:
-    """Garbage collection acts only under a memory fraction: the row for it sets one at the
-    limit the OOM met (which changes nothing else)."""
-    gc = settings.garbage_collection_threshold > 0
+def _device_with_conf_fraction(
+    device: Device, settings: AllocatorSettings, moment: OomMoment | None
+) -> Device:
+    """A ``per_process_memory_fraction`` in the conf string limits what may be reserved:
+    that share of the device's total, unless the OOM's figures already show a lower limit."""
+    fraction = settings.memory_fraction
+    if fraction is None or fraction >= 1.0 or moment is None or moment.limit_bytes is None:
+        return device  # a fraction of 1.0 sets no limit (``setMemoryFraction``)
+    if device.allowed is not None:  # the limit the OOM met is already the fraction's
+        return device
+    allowed = int(fraction * moment.limit_bytes)
+    return Device(device.capacity, min(allowed, device.capacity), device.total)
+
+
+GC_NEEDS_FRACTION = (
+    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
+    " the limit the OOM met"
+)
+"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
+
+
+def _device_with_fraction(
+    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
+) -> Device:
+    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
+    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
+    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
+    recorded device, where it did nothing."""
+    threshold = settings.garbage_collection_threshold
+    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
     if gc and device.allowed is None and device.capacity < _UNBOUNDED:
         return Device(device.capacity, device.capacity, device.total)
     return device
 
 
-def _row(name: str, settings: AllocatorSettings, result: RunResult, note: str | None) -> WhatIf:
+def _row(
+    name: str,
+    settings: AllocatorSettings,
+    result: RunResult,
+    note: str | None,
+    requires: str | None = None,
+) -> WhatIf:
     return WhatIf(
         name=name,
         conf=settings.to_conf(),
@@ -279,11 +333,12 @@ def _row(name: str, settings: AllocatorSettings, result: RunResult, note: str | 
         first_failure_index=result.oom_index,
         first_failure_bytes=result.oom_request,
         note=note,
+        requires=requires,
     )
 
 
 def _alternatives(
-    recorded: AllocatorSettings, sets: list[str] | None
+    recorded: AllocatorSettings, sets: list[str] | None, rules: ConfRules
 ) -> list[tuple[str, AllocatorSettings]]:
     """The rows to run: the ``--set`` combination, else the standard alternatives that differ."""
     groups = [tuple(sets)] if sets else list(STANDARD_ALTERNATIVES)
@@ -292,7 +347,7 @@ def _alternatives(
     for group in groups:
         settings = recorded
         for assignment in group:
-            settings = apply_assignment(settings, assignment)
+            settings = apply_assignment(settings, assignment, rules)
         if settings not in seen or sets:
             seen.add(settings)
             found.append((", ".join(group), settings))

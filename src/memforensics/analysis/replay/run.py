@@ -36,6 +36,11 @@ class Device:
     total: int
 
 
+def placement_share(same: int, checked: int) -> float | None:
+    """Share of the checked blocks placed at their recorded address (None: none checked)."""
+    return same / checked if checked else None
+
+
 @dataclass
 class RunResult:
     """What one replay did; counts of the self-check are zero for what-if runs."""
@@ -57,7 +62,13 @@ class RunResult:
     allocated_at_stop: int = 0
     largest_free_at_oom: int | None = None
     mismatches: list[str] = field(default_factory=list)
+    misplaced: list[str] = field(default_factory=list)  # the first blocks placed elsewhere
     model: DeviceCachingAllocator | None = None
+
+    @property
+    def placement_fidelity(self) -> float | None:
+        """Share of blocks placed at their recorded address (None when none was checked)."""
+        return placement_share(self.allocs_placed_same, self.allocs_checked)
 
     @property
     def fidelity(self) -> float | None:
@@ -158,6 +169,11 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                     result.allocs_checked += 1
                     if block.address == addr:
                         result.allocs_placed_same += 1
+                    elif len(result.misplaced) < 2:
+                        result.misplaced.append(
+                            f"event {index - 1}: {size:,} B placed at {block.address:#x},"
+                            f" recorded at {addr:#x}"
+                        )
                 if reserved_stat.current > peak:
                     peak = reserved_stat.current
                     result.fragmentation_at_peak = peak - allocated_stat.current

@@ -10,6 +10,7 @@ from memforensics.analysis.replay.replay import Replay
 def replay_text(r: Replay) -> str:
     """Plain-text rendering of a :class:`Replay`."""
     lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
+    lines += [f"  settings     {note}" for note in r.settings_notes]
     lines.append(_history_line(r))
     fidelity = "n/a (no segment events)" if r.fidelity is None else f"{r.fidelity:.1%}"
     lines.append(
@@ -44,6 +45,7 @@ def replay_text(r: Replay) -> str:
                 f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>11}"
                 f"  first failure: {failure}"
             )
+        lines += _requirements(r)
         if r.what_if and any(row.note for row in r.what_if):
             lines.append(
                 "  (blocks live when recording started are placed afresh in the rows"
@@ -114,6 +116,11 @@ def _against(b: LowerBound) -> str:
             f"capacity {fmt(b.limit_bytes)} = reserved + device free at the OOM; no limit recorded"
         )
     return f"limit {fmt(b.limit_bytes)}"
+
+
+def _requirements(r: Replay) -> list[str]:
+    """One line per what-if row whose outcome needs more than its settings."""
+    return [f"  ({row.name} also needs {row.requires})" for row in r.what_if if row.requires]
 
 
 def _age(age_us: int | None) -> str:

@@ -164,7 +164,8 @@ def replay_section(ctx: DumpContext) -> Section | None:
         )
     rows = [
         [
-            row.conf or "(as recorded)",
+            (row.conf or "(as recorded)")
+            + (f" (also needs {row.requires})" if row.requires else ""),
             "OOM" if row.oom else "fits",
             row.peak_reserved_bytes,
             row.fragmentation_at_peak_bytes,

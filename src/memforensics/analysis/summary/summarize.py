@@ -30,6 +30,7 @@ from memforensics.analysis.oom import (
     Verdict,
     judged_moment_warning,
     oom_moment,
+    settings_notes,
     verdict_at_oom,
 )
 from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
@@ -244,7 +245,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         live_by_step=by_step(tally.live, block_steps),
         trace_entries=len(dump.trace),
         truncated=dump.meta.truncated,
-        warnings=dump.warnings + ((note,) if note else ()),
+        warnings=dump.warnings + settings_notes(dump) + ((note,) if note else ()),
         device=_device_name(dump),
         site_count=len(sites),
         before_recording_bytes=unrecorded[0],

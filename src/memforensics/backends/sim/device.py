@@ -106,6 +106,9 @@ class SimDevice:
         self._observers: list[OomObserver] = []
         self._pending: deque[tuple[Block, fmt.Stack]] = deque()
         self._op_stack: fmt.Stack = ()
+        fraction = settings.memory_fraction
+        if fraction is not None and fraction < 1.0:  # the conf key, applied at start as torch does
+            self.set_per_process_memory_fraction(fraction)
 
     def empty(self, nbytes: int, *, stream: int = 0) -> SimTensor:
         """Allocate ``nbytes`` on ``stream``; ``SimOutOfMemoryError`` when the device is full."""

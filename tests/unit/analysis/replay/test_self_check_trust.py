@@ -1,0 +1,117 @@
+"""The replay's self-check: blocks live before recording keep their real size, and a replay
+that misplaces blocks refuses its what-if table."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from memforensics.allocator import AllocatorSettings
+from memforensics.analysis import dump_from_snapshot, replay
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import state_before
+from memforensics.analysis.replay import replay_text
+from memforensics.analysis.report import ReportBuilder
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
+
+MiB = 1 << 20
+_DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
+
+
+def _unsplit_block(device: SimDevice, *, gap: int) -> Any:
+    """A 4 MiB request served by a free block 983,040 B larger (a tail under 1 MiB is never
+    split off), whose right neighbour ``gap`` bytes later is freed before recording starts."""
+    first = device.empty(5_177_344)
+    neighbour = device.empty(gap) if gap else None
+    wall = device.empty(8 * MiB if not gap else 2 * MiB)
+    first.free()
+    held = device.empty(4 * MiB)
+    if neighbour is not None:
+        neighbour.free()
+    else:
+        wall.free()
+    return held, wall
+
+
+def _block_size(snapshot: dict[str, Any], address: int) -> int:
+    sizes = {b["address"]: b["size"] for s in snapshot["segments"] for b in s["blocks"]}
+    return int(sizes[address])
+
+
+def test_a_block_live_before_recording_ends_where_the_next_allocation_begins() -> None:
+    """The start state sizes a pre-recording block as the sim holds it, not from its free event."""
+    device = SimDevice(96 * MiB)
+    device.record_memory_history("all", max_entries=10_000)
+    held, _wall = _unsplit_block(device, gap=0)
+    real_size = _block_size(device.snapshot(), held.address)
+    assert real_size == 5_177_344
+    device.record_memory_history("all", max_entries=10_000, clear_history=True)
+    _after = device.empty(2 * MiB)  # lands right after the held block, at its real end
+    held.free()
+    _later = device.empty(3 * MiB)
+    dump = dump_from_snapshot(device.snapshot())
+    start = state_before(dump, 0, AllocatorSettings())
+    sizes = {b.address: b.size for s in start.segments for b in s.blocks}
+    assert sizes[held.address] == real_size
+    result = replay(dump)
+    assert result.placements_same == result.placements_checked == 2
+    assert result.trusted, result.refusals
+
+
+def _misplacing_oom(device: SimDevice) -> None:
+    """A pre-recording block whose real end no event shows; the 2 MiB request lands elsewhere
+    in the model, then a 30 MiB request runs out of memory."""
+    held, _wall = _unsplit_block(device, gap=3 * MiB // 2)
+    device.record_memory_history("all", max_entries=10_000, clear_history=True)
+    _after = device.empty(2 * MiB)
+    held.free()
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(30 * MiB)
+
+
+def _oom_dump(device: SimDevice, total: int) -> Dump:
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    return dump_from_snapshot(snapshot, sidecar=sidecar)
+
+
+def test_a_replay_that_misplaces_blocks_refuses_its_what_if() -> None:
+    """Under 99 % of blocks at their recorded address: no what-if rows, said in text and JSON."""
+    total = 40 * MiB
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    _misplacing_oom(device)
+    result = replay(_oom_dump(device, total))
+    assert result.placements_checked == 1
+    assert result.placements_same == 0
+    assert not result.trusted
+    assert [row.name for row in result.what_if] == ["as recorded"]
+    document = json.loads(json.dumps(result.to_dict()))
+    assert document["trusted"] is False
+    assert document["placement_fidelity"] == 0.0
+    assert any("placed only 0.0% of the blocks" in r for r in document["refusals"])
+    text = replay_text(result)
+    assert "no what-if:  the model placed only 0.0% of the blocks" in text
+    assert "avoided by" not in text
+
+
+def test_the_report_shows_the_placement_refusal() -> None:
+    """The report's what-if section gives the refusal instead of a table."""
+    total = 40 * MiB
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    _misplacing_oom(device)
+    builder = ReportBuilder()
+    builder.add(_oom_dump(device, total))
+    found = _DATA.search(builder.html())
+    assert found is not None
+    sections = json.loads(found[1])["dumps"][0]["devices"][0]["sections"]
+    section = next(part for part in sections if part["id"] == "replay")
+    assert section["data"]["rows"] == []
+    assert "placed only 0.0% of the blocks" in section["empty"]
