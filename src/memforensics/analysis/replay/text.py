@@ -12,12 +12,7 @@ def replay_text(r: Replay) -> str:
     lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
     lines += [f"  settings     {note}" for note in r.settings_notes]
     lines.append(_history_line(r))
-    fidelity = "n/a (no segment events)" if r.fidelity is None else f"{r.fidelity:.1%}"
-    lines.append(
-        f"  self-check   segment events reproduced {fidelity}"
-        f" ({r.segment_events_matched:,}/{r.segment_events:,}); block placements"
-        f" {r.placements_same:,}/{r.placements_checked:,} at the recorded address"
-    )
+    lines.append(_self_check_line(r))
     if r.oom_reproduced is not None:
         lines.append(f"  OOM          {'reproduced' if r.oom_reproduced else 'NOT reproduced'}")
     if r.verdict is not None:
@@ -80,6 +75,18 @@ def _history_line(r: Replay) -> str:
         return f"  history      {r.trace_events:,} events, recording started with {start}"
     held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start
     return f"  history      none recorded; the snapshot alone holds {held}"
+
+
+def _self_check_line(r: Replay) -> str:
+    """How well the model reproduced the recorded run; without history there is nothing to run."""
+    if not r.history:
+        return "  self-check   not run: no allocator events to replay"
+    fidelity = "n/a (no segment events)" if r.fidelity is None else f"{r.fidelity:.1%}"
+    return (
+        f"  self-check   segment events reproduced {fidelity}"
+        f" ({r.segment_events_matched:,}/{r.segment_events:,}); block placements"
+        f" {r.placements_same:,}/{r.placements_checked:,} at the recorded address"
+    )
 
 
 def _bound_lines(r: Replay) -> list[str]:

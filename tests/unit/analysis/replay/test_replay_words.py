@@ -32,6 +32,13 @@ def test_no_history_says_no_recording_started() -> None:
     assert result.to_dict()["history"] is False
 
 
+def test_no_history_says_the_self_check_did_not_run() -> None:
+    """Without history the self-check line says it did not run, not '0/0 reproduced'."""
+    text = replay_text(replay(dump_from_snapshot(_no_history())))
+    assert "self-check   not run: no allocator events to replay" in text
+    assert "0/0" not in text
+
+
 @pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
 def test_real_no_history_dump_says_one_thing() -> None:
     """The real OOM dump without history: 'none recorded', and no what-if for that reason."""
