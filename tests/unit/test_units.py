@@ -45,8 +45,9 @@ def test_parse_size_refuses_anything_else(text: str) -> None:
 
 @given(sizes)
 def test_printed_sizes_read_back_within_their_rounding(count: int) -> None:
-    """What ``format_bytes`` prints parses back to within the 0.5% its two decimals allow."""
-    assert abs(parse_size(format_bytes(count)) - count) <= count * 0.005
+    """What ``format_bytes`` prints parses back to within the half-hundredth of its unit that two
+    decimals allow (at most 0.5% of the size), plus the byte parsing to a whole count may drop."""
+    assert abs(parse_size(format_bytes(count)) - count) <= count * 0.005 + 1
 
 
 @given(sizes, st.sampled_from(["bytes", "KiB", "MiB", "GiB"]))
