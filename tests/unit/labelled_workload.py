@@ -56,12 +56,15 @@ class Workload:
 
     labels: list[str] = field(default_factory=list)
     live: dict[int, str] = field(default_factory=dict)  # address -> label of live tensors
-    sizes: dict[int, int] = field(default_factory=dict)  # address -> bytes of live tensors
-    peak_bytes: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)  # address -> block bytes of live tensors
+    requested: dict[int, int] = field(default_factory=dict)  # address -> bytes asked for
+    peak_bytes: int = 0  # the most block bytes live at once
+    peak_requested: int = 0  # the most requested bytes live at once
     peak_kinds: dict[str, int] = field(default_factory=dict)  # bytes per label at the peak
 
     def note_peak(self) -> None:
         """Remember the live bytes per label when they reach a new high."""
+        self.peak_requested = max(self.peak_requested, sum(self.requested.values()))
         total = sum(self.sizes.values())
         if total > self.peak_bytes:
             self.peak_bytes = total
@@ -100,7 +103,8 @@ class TrainingLoop:
         tensor = self.device.empty(nbytes)
         self.truth.labels.append(label)
         self.truth.live[tensor.address] = label
-        self.truth.sizes[tensor.address] = nbytes
+        self.truth.sizes[tensor.address] = tensor.block_size
+        self.truth.requested[tensor.address] = nbytes
         self.truth.note_peak()
         return tensor
 
@@ -108,6 +112,7 @@ class TrainingLoop:
         """Free and forget the truth of a live tensor."""
         self.truth.live.pop(tensor.address, None)
         self.truth.sizes.pop(tensor.address, None)
+        self.truth.requested.pop(tensor.address, None)
         tensor.free()
 
     def build_model(self) -> None:

@@ -66,12 +66,22 @@ CACHE = Site("/work/kv_cache.py", 88, "append")
 
 @dataclass(frozen=True)
 class Block:
-    """A block to place in a segment: size, allocator state, where and in which step it was made."""
+    """A block to place in a segment: size, allocator state, where and in which step it was made.
+
+    ``size`` is the block's (rounded) size; ``requested`` what the caller asked for, which the
+    trace's entries carry (None: the same as ``size``).
+    """
 
     size: int
     state: str = ALLOCATED
     site: Site | None = TRAIN
     step: int | None = None
+    requested: int | None = None
+
+    @property
+    def requested_size(self) -> int:
+        """What the caller asked for."""
+        return self.size if self.requested is None else self.requested
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ class SnapshotTruth:
     requested_bytes: int | None = None
     device_free_bytes: int | None = None
     verdict: str = "no-oom"
+    allocated_requested_bytes: int = 0  # what the callers of the allocated blocks asked for
 
 
 @dataclass
@@ -146,7 +157,7 @@ class SnapshotBuilder:
             "total_size": total,
             "allocated_size": allocated,
             "active_size": active,
-            "requested_size": allocated,
+            "requested_size": sum(b.requested_size for b in blocks if b.state == ALLOCATED),
             "stream": 0,
             "segment_type": segment_type,
             "blocks": raw_blocks,
@@ -160,21 +171,24 @@ class SnapshotBuilder:
         frames = block.site.frames() if block.site and block.state != INACTIVE else []
         raw: dict[str, Any] = {
             "size": block.size,
-            "requested_size": block.size,
+            "requested_size": block.requested_size,
             "state": block.state,
         }
         if self.legacy:
-            raw["history"] = [{"addr": address, "real_size": block.size, "frames": frames}]
+            raw["history"] = [
+                {"addr": address, "real_size": block.requested_size, "frames": frames}
+            ]
         else:
             raw["address"] = address
             raw["frames"] = frames
         if self.steps_on_blocks and block.step is not None:
             raw["user_metadata"] = f"step={block.step}"
-        self._event("alloc", address, block.size, block.site, block.step)
+        asked = block.requested_size
+        self._event("alloc", address, asked, block.site, block.step)
         if block.state != ALLOCATED:
-            self._event("free_requested", address, block.size, block.site, block.step)
+            self._event("free_requested", address, asked, block.site, block.step)
         if block.state == INACTIVE:
-            self._event("free_completed", address, block.size, block.site, block.step)
+            self._event("free_completed", address, asked, block.site, block.step)
         return raw
 
     def churn(
@@ -238,4 +252,7 @@ class SnapshotBuilder:
             requested_bytes=requested,
             device_free_bytes=device_free,
             verdict=verdict,
+            allocated_requested_bytes=sum(
+                b.requested_size for b, _ in self._blocks if b.state == ALLOCATED
+            ),
         )

@@ -24,6 +24,7 @@ from memforensics.analysis.dump.model import (
     as_int,
 )
 from memforensics.analysis.dump.shapes import SnapshotShape
+from memforensics.analysis.dump.sizes import block_size
 from memforensics.analysis.dump.text import (
     SITE_WIDTH,
     caller_line,
@@ -49,6 +50,7 @@ __all__ = [
     "SnapshotShape",
     "as_int",
     "attribute",
+    "block_size",
     "caller_line",
     "caller_of",
     "context_lines",

@@ -127,18 +127,24 @@ def _frame_mark(filename: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KindBytes:
-    """Live bytes of one kind at a moment, with the byte-weighted mean confidence."""
+    """Live bytes of one kind at a moment, with the byte-weighted mean confidence.
+
+    ``bytes`` are block bytes (what PyTorch's ``allocated`` counts); ``requested_bytes`` what
+    the callers asked for, to compare with tensor sizes.
+    """
 
     kind: str
     bytes: int
     blocks: int
     confidence: float
+    requested_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "kind": self.kind,
             "bytes": self.bytes,
+            "requested_bytes": self.requested_bytes,
             "blocks": self.blocks,
             "confidence": round(self.confidence, 3),
         }
@@ -148,12 +154,19 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
     """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order."""
     totals: dict[str, list[float]] = {}
     for found in allocations:
-        entry = totals.setdefault(found.kind, [0, 0, 0.0])
+        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.size * found.confidence
+        entry[3] += found.requested
     return tuple(
-        KindBytes(kind, int(totals[kind][0]), int(totals[kind][1]), _mean(totals[kind]))
+        KindBytes(
+            kind,
+            int(totals[kind][0]),
+            int(totals[kind][1]),
+            _mean(totals[kind]),
+            int(totals[kind][3]),
+        )
         for kind in KINDS
         if kind in totals
     )

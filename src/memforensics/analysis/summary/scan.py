@@ -75,8 +75,9 @@ def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
 def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
     """The trace's last ``oom`` entry, and the step of each live block (by address).
 
-    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address with
-    the same size (a live block cannot have been allocated over, so that entry is its own).
+    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address asking
+    for the block's requested size (trace entries carry requests, not block sizes; a live block
+    cannot have been allocated over, so that entry is its own).
     Walks the trace backwards and stops once both questions are answered.
     """
     steps: dict[int, int | None] = {}
@@ -86,7 +87,7 @@ def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[in
         if step is not None:
             steps[block.address] = step
         else:
-            wanted[block.address] = block.size
+            wanted[block.address] = block.requested_size
     oom: OomRecord | None = None
     for entry in reversed(dump.trace):
         if type(entry) is not dict:
