@@ -22,7 +22,8 @@ from memforensics.analysis.dump import (
 
 
 class Tally:
-    """Running totals over blocks: bytes by state, the largest free block, live bytes by site."""
+    """Running totals over blocks: bytes by state, the largest free block, live bytes by site
+    (per site: block bytes, blocks, requested bytes)."""
 
     def __init__(self) -> None:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
@@ -36,9 +37,10 @@ class Tally:
             self.allocated += block.size
             self.active += block.size
             site, caller = self.site(block)
-            entry = self.sites.setdefault((site, caller), [0, 0])
+            entry = self.sites.setdefault((site, caller), [0, 0, 0])
             entry[0] += block.size
             entry[1] += 1
+            entry[2] += block.requested_size
             self.live.append((block, site, caller))
         elif block.state == PENDING_FREE:
             self.active += block.size

@@ -39,6 +39,7 @@ class SiteBytes:
     bytes: int
     blocks: int
     caller: str = UNKNOWN_SITE
+    requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -46,6 +47,7 @@ class SiteBytes:
             "site": self.site,
             "caller": self.caller,
             "bytes": self.bytes,
+            "requested_bytes": self.requested_bytes,
             "blocks": self.blocks,
         }
 
@@ -172,9 +174,10 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
     top_sites = tuple(
-        SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown
+        SiteBytes(site, size, count, caller, asked)
+        for (site, caller), (size, count, asked) in shown
     )
-    unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
+    unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
     verdict, moment, bound = verdict_at_oom(
         dump,
         requested=requested,

@@ -128,3 +128,11 @@ def test_block_units_hold_on_real_snapshots(path: Path) -> None:
     assert sum(kind.bytes for kind in summary.filled.kinds) == summary.allocated_bytes
     assert summary.filled.peak.live_bytes >= summary.allocated_bytes
     assert summary.filled.peak.tree.bytes == summary.filled.peak.live_bytes
+
+
+def test_sites_report_requested_bytes_beside_block_bytes() -> None:
+    """``--json``'s top sites give block bytes and, beside them, what the site asked for."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(3), requested=MiB(2) + 7), Block(1024, requested=1000))
+    [site] = summarize(dump_from_snapshot(builder.build())).to_dict()["top_sites"]
+    assert (site["bytes"], site["requested_bytes"]) == (MiB(3) + 1024, MiB(2) + 1007)
