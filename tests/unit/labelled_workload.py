@@ -29,13 +29,15 @@ KiB = 1 << 10
 _RUNNER = "def {name}(run):\n    return run()\n"
 
 
-def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType]:
-    """``site-packages/torch/autograd/graph.py`` and ``torch/optim/adam.py`` stand-ins."""
+def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType, ModuleType]:
+    """``site-packages/torch/autograd/graph.py``, ``torch/optim/adam.py`` and
+    ``torch/nn/modules/module.py`` (``_apply``: ``model.to(device)``) stand-ins."""
     site = root / "lib" / "python3.12" / "site-packages" / "torch"
     files = {
         site / "autograd" / "graph.py": _RUNNER.format(name="_engine_run_backward"),
         site / "optim" / "adam.py": _RUNNER.format(name="_init_group")
         + _RUNNER.format(name="_single_tensor_adam"),
+        site / "nn" / "modules" / "module.py": _RUNNER.format(name="_apply"),
     }
     modules = []
     for path, text in files.items():
@@ -47,7 +49,7 @@ def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType]:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules.append(module)
-    return modules[0], modules[1]
+    return modules[0], modules[1], modules[2]
 
 
 @dataclass
@@ -87,7 +89,7 @@ class TrainingLoop:
         seed: int = 0,
     ) -> None:
         self.device = device
-        self.autograd, self.adam = torch_shaped_modules(root)
+        self.autograd, self.adam, self.module = torch_shaped_modules(root)
         self.rng = random.Random(seed)
         self.layers = layers
         self.micro_batches = micro_batches
@@ -116,9 +118,10 @@ class TrainingLoop:
         tensor.free()
 
     def build_model(self) -> None:
-        """Parameters, before any step."""
+        """Parameters, before any step, moved to the device as ``model.to(device)`` does."""
         for _ in range(self.layers):
-            self.params.append(self.alloc("parameter", self.rng.randint(1, 6) * MiB))
+            size = self.rng.randint(1, 6) * MiB
+            self.params.append(self.module._apply(lambda n=size: self.alloc("parameter", n)))
 
     def step(self, number: int, tag: Callable[[str], None]) -> None:
         """One optimizer step: zero_grad, micro-batches of forward and backward, Adam."""
