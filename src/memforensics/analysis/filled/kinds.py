@@ -16,8 +16,15 @@ framework shares, and an allocation's kind follows from where in that shape it s
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
   at all was allocated before recording began.
 
+A parameter needs evidence besides its lifetime: a frame that builds, moves or loads a model,
+or many blocks of one size; a frame naming a cache or a workspace (a KV cache, cuBLAS's
+workspace) rules it out, and without either the block is ``unknown``. An allocation freed after
+an ``oom`` entry (the unwinding of the failed step) is judged as the trace stood at that OOM:
+the free the OOM caused says nothing about its role.
+
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
-rule had to guess (an allocation the trace never saw freed, no frames, no step tags).
+rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
+after an OOM, a parameter known only by its size).
 """
 
 from __future__ import annotations

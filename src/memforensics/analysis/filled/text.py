@@ -42,7 +42,9 @@ def filled_lines(filled: Filled | None) -> list[str]:
     """What ``summary`` adds on what filled the device: kinds now, the peak, the OOM moment."""
     if filled is None:
         return []
-    lines = kinds_lines(filled.kinds, "live memory by kind (from lifetimes; see docs/analysis.md)")
+    lines = kinds_lines(
+        filled.kinds, "live memory by kind, adding up to allocated (see docs/analysis.md)"
+    )
     lines += moment_lines(filled.peak)
     if filled.oom is not None and filled.oom.position != filled.peak.position:
         lines += moment_lines(filled.oom)

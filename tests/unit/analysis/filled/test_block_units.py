@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from memforensics.analysis import dump_from_snapshot, load_dump, summarize
 from memforensics.analysis.filled import lifetimes, what_filled
+from memforensics.analysis.summary import summary_text
 from memforensics.testing import Block, MiB, SnapshotBuilder
 
 REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
@@ -52,6 +53,8 @@ def test_kinds_report_requested_bytes_beside_block_bytes() -> None:
         builder.truth().allocated_requested_bytes
     )
     assert data["kinds_total"] == "allocated_bytes"
+    text = summary_text(summarize(dump_from_snapshot(builder.build())))
+    assert "live memory by kind, adding up to allocated" in text
 
 
 def test_peak_is_never_below_the_snapshots_allocated_bytes() -> None:
