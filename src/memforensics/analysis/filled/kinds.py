@@ -30,7 +30,6 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_right
-from copy import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,7 +206,8 @@ class _Shape:
 
     def at_oom(self, position: int) -> _Shape:
         """The same trace seen from its ``oom`` entry at ``position``: what was known then."""
-        view = copy(self)
+        view = _Shape.__new__(_Shape)
+        view.__dict__.update(self.__dict__)  # the same phase lists, seen up to the OOM
         view.horizon, view.length = position, position + 1
         return view
 

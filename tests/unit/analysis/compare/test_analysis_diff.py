@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memforensics.analysis import Dump, diff_dumps, dump_from_snapshot, load_dump
 from memforensics.analysis.compare import kinds_change
@@ -85,3 +87,32 @@ def test_kinds_sites_and_total_agree_on_real_snapshots() -> None:
     before, after = load_dump(REAL[0]), load_dump(REAL[-1])
     total, sites, kinds = _agreeing(before, after)
     assert total == sites == kinds
+
+
+_BLOCKS = st.lists(
+    st.builds(
+        lambda size, slack, state: Block(
+            size * 512, requested=max(size * 512 - slack, 1), state=state
+        ),
+        st.integers(1, 20_000),
+        st.integers(0, 511),
+        st.sampled_from(["active_allocated", "active_pending_free", "inactive"]),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_BLOCKS, min_size=1, max_size=3), st.lists(_BLOCKS, min_size=1, max_size=3))
+def test_kinds_sites_and_total_agree_on_any_pair(
+    old: list[list[Block]], new: list[list[Block]]
+) -> None:
+    """For any two dumps the builder can make, the three figures of diff are one."""
+    builders = [SnapshotBuilder(), SnapshotBuilder()]
+    for builder, segments in zip(builders, (old, new), strict=True):
+        for blocks in segments:
+            builder.segment(*blocks)
+    change = builders[1].truth().allocated_bytes - builders[0].truth().allocated_bytes
+    dumps = [dump_from_snapshot(builder.build()) for builder in builders]
+    assert _agreeing(*dumps) == (change, change, change)
