@@ -11,7 +11,9 @@ Sizes are block sizes (:func:`~memforensics.analysis.dump.block_size`), the unit
 snapshot's ``allocated`` figure; the caller's request is kept beside it. An allocation counts
 as live from its ``alloc`` until its free is *requested*, as PyTorch's ``allocated_bytes``
 counter does: a block freed but still awaiting another stream (``active_pending_free``) is no
-longer allocated. So the allocations live at the snapshot are exactly its allocated blocks.
+longer allocated. So the allocations live at the snapshot are exactly its allocated blocks: a
+traced allocation whose free went unrecorded (history switched off meanwhile) and whose block
+the snapshot no longer holds counts until the trace's last entry.
 """
 
 from __future__ import annotations
@@ -158,6 +160,9 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
     for found in open_.values():
         found.end = length
     held = _add_untraced_blocks(dump, open_, allocations, length)
+    for found in open_.values():
+        if id(found) not in held:  # freed while history was off: gone by the snapshot
+            found.end = max(length - 1, found.start)
     _to_block_sizes(allocations, held, recorded_settings(dump))
     traced = any(found is not None for found in by_event)
     return Lifetimes(allocations, length, by_event, segment_events, ooms, traced)

@@ -139,3 +139,18 @@ def test_sites_report_requested_bytes_beside_block_bytes() -> None:
     builder.segment(Block(MiB(3), requested=MiB(2) + 7), Block(1024, requested=1000))
     [site] = summarize(dump_from_snapshot(builder.build())).to_dict()["top_sites"]
     assert (site["bytes"], site["requested_bytes"]) == (MiB(3) + 1024, MiB(2) + 1007)
+
+
+def test_an_alloc_whose_free_went_unrecorded_is_not_live_at_the_snapshot() -> None:
+    """History switched off between an ``alloc`` and its free: the block is gone from the
+    snapshot, so it is not in the kinds, which still add up to allocated."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(4)), Block(MiB(60), state=FREE))
+    snapshot = builder.build()
+    trace = snapshot["device_traces"][0]
+    ghost = dict(trace[-1], action="alloc", addr=trace[-1]["addr"] + MiB(8), size=MiB(8))
+    trace.insert(1, ghost)  # allocated, then freed while nothing was recorded
+    summary = summarize(dump_from_snapshot(snapshot))
+    assert summary.filled is not None
+    assert sum(kind.bytes for kind in summary.filled.kinds) == builder.truth().allocated_bytes
+    assert summary.filled.peak.live_bytes >= summary.allocated_bytes
