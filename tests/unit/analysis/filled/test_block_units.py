@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from memforensics.analysis import dump_from_snapshot, load_dump, summarize
 from memforensics.analysis.filled import lifetimes, what_filled
+from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import Block, MiB, SnapshotBuilder
 
@@ -154,3 +155,11 @@ def test_an_alloc_whose_free_went_unrecorded_is_not_live_at_the_snapshot() -> No
     assert summary.filled is not None
     assert sum(kind.bytes for kind in summary.filled.kinds) == builder.truth().allocated_bytes
     assert summary.filled.peak.live_bytes >= summary.allocated_bytes
+
+
+def test_report_says_what_the_kinds_add_up_to() -> None:
+    """The report's kinds table says it counts block bytes that add up to allocated."""
+    builder = _rounded_dump()
+    report = ReportBuilder()
+    report.add(dump_from_snapshot(builder.build()))
+    assert "block bytes, adding up to allocated at the snapshot" in report.html()
