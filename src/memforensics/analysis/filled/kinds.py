@@ -268,7 +268,7 @@ def classify(lt: Lifetimes) -> None:
             found.kind, found.confidence = _forward(found, end, view)
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
-        if oom is not None:
+        if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
     _need_parameter_evidence(lt.allocations)
 

@@ -95,3 +95,18 @@ def test_one_big_block_from_a_script_is_not_confidently_a_parameter() -> None:
     [moved] = _state_only((Block(MiB(24), site=MODEL_TO),))
     assert moved.kind == "parameter"
     assert max(a.confidence for a in layers) < moved.confidence
+
+
+def test_a_block_from_before_recording_freed_by_the_unwinding_stays_certain() -> None:
+    """Made before recording and freed after the OOM: 'before_recording' is a fact, not a guess
+    the OOM could spoil, so its confidence stays 1."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(8), state="inactive"), Block(MiB(12), state="inactive"))
+    snapshot = builder.build()
+    trace = snapshot["device_traces"][0]
+    trace[:] = [entry for entry in trace if entry["action"] != "alloc" or entry["size"] != MiB(8)]
+    trace.insert(1, {"action": "oom", "addr": 0, "size": MiB(64), "stream": 0, "frames": []})
+    found = lifetimes(dump_from_snapshot(snapshot))
+    classify(found)
+    [old] = [a for a in found.allocations if a.requested == MiB(8)]
+    assert (old.kind, old.confidence) == ("before_recording", 1.0)
