@@ -3,8 +3,8 @@
 A trace's ``alloc`` and free entries carry the caller's request; segments and blocks carry the
 rounded block size, which is what occupies the device and what PyTorch's ``allocated_bytes``
 counter counts. Kinds, the peak, the timeline and ``diff`` all count blocks, so a trace
-allocation is counted at its block's size: the snapshot's own block where the allocation is
-still live there, else the allocator model's ``round_size`` under the recorded settings.
+allocation is counted at its block's size: the snapshot's own block where the snapshot still
+holds it, else the allocator model's ``round_size`` under the recorded settings.
 
 Rounding is a floor, not always the block: the allocator hands over a free block without
 splitting it when the remainder would be too small to keep (at most 1 MiB in the large pool, or

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memforensics.allocator import AllocatorSettings
-from memforensics.analysis.dump import ALLOCATED, Dump, block_size, parse_step
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, block_size, parse_step
 from memforensics.analysis.oom import recorded_settings
 
 BEFORE = -1  # start of an allocation made before the trace begins
@@ -159,7 +159,7 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             ooms.append(index)
     for found in open_.values():
         found.end = length
-    held = _add_untraced_blocks(dump, open_, allocations, length)
+    held = _add_untraced_blocks(dump, open_, pending, allocations, length)
     for found in open_.values():
         if id(found) not in held:  # freed while history was off: gone by the snapshot
             found.end = max(length - 1, found.start)
@@ -178,18 +178,26 @@ def _to_block_sizes(
 
 
 def _add_untraced_blocks(
-    dump: Dump, open_: dict[int, Allocation], allocations: list[Allocation], length: int
+    dump: Dump,
+    open_: dict[int, Allocation],
+    pending: dict[int, Allocation],
+    allocations: list[Allocation],
+    length: int,
 ) -> set[int]:
     """Give traced allocations still live at the snapshot their block's size; add allocated
     blocks without an ``alloc`` in the trace (made before it), with the block's own frames and
     step tag (recorded even in ``"state"`` mode).
 
-    Blocks awaiting their free are not allocated. Returns the ``id`` of every allocation whose
-    size is the snapshot's own block.
+    Blocks awaiting their free are not allocated, but a traced one still gives its allocation
+    its size. Returns the ``id`` of every allocation whose size is the snapshot's own block.
     """
     held: set[int] = set()
     for segment in dump.segments:
         for block in segment.blocks:
+            if block.state == PENDING_FREE and block.address in pending:
+                freed = pending[block.address]
+                freed.size = block.size
+                held.add(id(freed))
             if block.state != ALLOCATED:
                 continue
             found = open_.get(block.address)
