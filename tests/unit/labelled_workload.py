@@ -29,13 +29,15 @@ KiB = 1 << 10
 _RUNNER = "def {name}(run):\n    return run()\n"
 
 
-def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType]:
-    """``site-packages/torch/autograd/graph.py`` and ``torch/optim/adam.py`` stand-ins."""
+def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType, ModuleType]:
+    """``site-packages/torch/autograd/graph.py``, ``torch/optim/adam.py`` and
+    ``torch/nn/modules/module.py`` (``_apply``: ``model.to(device)``) stand-ins."""
     site = root / "lib" / "python3.12" / "site-packages" / "torch"
     files = {
         site / "autograd" / "graph.py": _RUNNER.format(name="_engine_run_backward"),
         site / "optim" / "adam.py": _RUNNER.format(name="_init_group")
         + _RUNNER.format(name="_single_tensor_adam"),
+        site / "nn" / "modules" / "module.py": _RUNNER.format(name="_apply"),
     }
     modules = []
     for path, text in files.items():
@@ -47,7 +49,7 @@ def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType]:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules.append(module)
-    return modules[0], modules[1]
+    return modules[0], modules[1], modules[2]
 
 
 @dataclass
@@ -56,12 +58,15 @@ class Workload:
 
     labels: list[str] = field(default_factory=list)
     live: dict[int, str] = field(default_factory=dict)  # address -> label of live tensors
-    sizes: dict[int, int] = field(default_factory=dict)  # address -> bytes of live tensors
-    peak_bytes: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)  # address -> block bytes of live tensors
+    requested: dict[int, int] = field(default_factory=dict)  # address -> bytes asked for
+    peak_bytes: int = 0  # the most block bytes live at once
+    peak_requested: int = 0  # the most requested bytes live at once
     peak_kinds: dict[str, int] = field(default_factory=dict)  # bytes per label at the peak
 
     def note_peak(self) -> None:
         """Remember the live bytes per label when they reach a new high."""
+        self.peak_requested = max(self.peak_requested, sum(self.requested.values()))
         total = sum(self.sizes.values())
         if total > self.peak_bytes:
             self.peak_bytes = total
@@ -84,7 +89,7 @@ class TrainingLoop:
         seed: int = 0,
     ) -> None:
         self.device = device
-        self.autograd, self.adam = torch_shaped_modules(root)
+        self.autograd, self.adam, self.module = torch_shaped_modules(root)
         self.rng = random.Random(seed)
         self.layers = layers
         self.micro_batches = micro_batches
@@ -100,7 +105,8 @@ class TrainingLoop:
         tensor = self.device.empty(nbytes)
         self.truth.labels.append(label)
         self.truth.live[tensor.address] = label
-        self.truth.sizes[tensor.address] = nbytes
+        self.truth.sizes[tensor.address] = tensor.block_size
+        self.truth.requested[tensor.address] = nbytes
         self.truth.note_peak()
         return tensor
 
@@ -108,12 +114,14 @@ class TrainingLoop:
         """Free and forget the truth of a live tensor."""
         self.truth.live.pop(tensor.address, None)
         self.truth.sizes.pop(tensor.address, None)
+        self.truth.requested.pop(tensor.address, None)
         tensor.free()
 
     def build_model(self) -> None:
-        """Parameters, before any step."""
+        """Parameters, before any step, moved to the device as ``model.to(device)`` does."""
         for _ in range(self.layers):
-            self.params.append(self.alloc("parameter", self.rng.randint(1, 6) * MiB))
+            size = self.rng.randint(1, 6) * MiB
+            self.params.append(self.module._apply(lambda n=size: self.alloc("parameter", n)))
 
     def step(self, number: int, tag: Callable[[str], None]) -> None:
         """One optimizer step: zero_grad, micro-batches of forward and backward, Adam."""

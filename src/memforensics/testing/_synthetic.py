@@ -95,18 +95,28 @@ CACHE = Site("/work/kv_cache.py", 88, "append")
 
 @dataclass(frozen=True)
 class Block:
-    """A block to place in a segment: size, allocator state, where and in which step it was made."""
+    """A block to place in a segment: size, allocator state, where and in which step it was made.
+
+    ``size`` is the block's (rounded) size; ``requested`` what the caller asked for, which the
+    trace's entries carry (None: the same as ``size``).
+    """
 
     size: int
     state: str = ALLOCATED
     site: Site | NativeStack | None = TRAIN
     step: int | None = None
     unwound: bool = False  # live at the OOM, freed by the unwinding after it (inactive at the end)
+    requested: int | None = None
 
     @property
     def final_state(self) -> str:
         """The block's state in the snapshot (after any unwinding)."""
         return INACTIVE if self.unwound else self.state
+
+    @property
+    def requested_size(self) -> int:
+        """What the caller asked for."""
+        return self.size if self.requested is None else self.requested
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class SnapshotTruth:
     verdict: str = "no-oom"
     oom_allocated_bytes: int | None = None  # live at the OOM (before any unwinding)
     oom_site_bytes: dict[str, int] = field(default_factory=dict)  # sites live at the OOM
+    allocated_requested_bytes: int = 0  # what the callers of the allocated blocks asked for
 
 
 @dataclass
@@ -190,7 +201,7 @@ class SnapshotBuilder:
             "total_size": total,
             "allocated_size": allocated,
             "active_size": active,
-            "requested_size": allocated,
+            "requested_size": sum(b.requested_size for b in blocks if b.state == ALLOCATED),
             "stream": 0,
             "segment_type": segment_type,
             "blocks": raw_blocks,
@@ -204,23 +215,26 @@ class SnapshotBuilder:
         frames = block.site.frames() if block.site and block.final_state != INACTIVE else []
         raw: dict[str, Any] = {
             "size": block.size,
-            "requested_size": block.size,
+            "requested_size": block.requested_size,
             "state": block.final_state,
         }
         if self.legacy:
-            raw["history"] = [{"addr": address, "real_size": block.size, "frames": frames}]
+            raw["history"] = [
+                {"addr": address, "real_size": block.requested_size, "frames": frames}
+            ]
         else:
             raw["address"] = address
             raw["frames"] = frames
         if self.steps_on_blocks and block.step is not None:
             raw["user_metadata"] = f"step={block.step}"
-        self._event("alloc", address, block.size, block.site, block.step)
+        asked = block.requested_size
+        self._event("alloc", address, asked, block.site, block.step)
         if block.unwound:
             self._unwound.append((block, address))
         elif block.state != ALLOCATED:
-            self._event("free_requested", address, block.size, block.site, block.step)
+            self._event("free_requested", address, asked, block.site, block.step)
         if block.state == INACTIVE:
-            self._event("free_completed", address, block.size, block.site, block.step)
+            self._event("free_completed", address, asked, block.site, block.step)
         return raw
 
     def churn(
@@ -243,8 +257,8 @@ class SnapshotBuilder:
         self._oom = (requested, device_free)
         self._event("oom", 0, requested, TRAIN, None, device_free=device_free)
         for block, address in self._unwound:
-            self._event("free_requested", address, block.size, block.site, block.step)
-            self._event("free_completed", address, block.size, block.site, block.step)
+            self._event("free_requested", address, block.requested_size, block.site, block.step)
+            self._event("free_completed", address, block.requested_size, block.site, block.step)
 
     def build(self) -> dict[str, Any]:
         """The snapshot dict (share nothing with the builder: build it once per use)."""
@@ -300,4 +314,7 @@ class SnapshotBuilder:
             verdict=verdict,
             oom_allocated_bytes=oom_allocated,
             oom_site_bytes=oom_site_bytes if self._oom is not None else {},
+            allocated_requested_bytes=sum(
+                b.requested_size for b, _ in self._blocks if b.state == ALLOCATED
+            ),
         )

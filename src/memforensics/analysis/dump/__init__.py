@@ -26,6 +26,7 @@ from memforensics.analysis.dump.model import (
     as_int,
 )
 from memforensics.analysis.dump.shapes import SnapshotShape
+from memforensics.analysis.dump.sizes import block_size
 from memforensics.analysis.dump.text import (
     NATIVE_ONLY_MEANING,
     SITE_WIDTH,
@@ -56,6 +57,7 @@ __all__ = [
     "SnapshotShape",
     "as_int",
     "attribute",
+    "block_size",
     "caller_line",
     "caller_of",
     "context_lines",

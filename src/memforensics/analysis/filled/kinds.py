@@ -16,8 +16,15 @@ framework shares, and an allocation's kind follows from where in that shape it s
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
   at all was allocated before recording began.
 
+A parameter needs evidence besides its lifetime: a frame that builds, moves or loads a model,
+or many blocks of one size; a frame naming a cache or a workspace (a KV cache, cuBLAS's
+workspace) rules it out, and without either the block is ``unknown``. An allocation freed after
+an ``oom`` entry (the unwinding of the failed step) is judged as the trace stood at that OOM:
+the free the OOM caused says nothing about its role.
+
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
-rule had to guess (an allocation the trace never saw freed, no frames, no step tags).
+rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
+after an OOM, a parameter known only by its size).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import is_native_frame
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
@@ -119,18 +127,24 @@ def _frame_mark(filename: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KindBytes:
-    """Live bytes of one kind at a moment, with the byte-weighted mean confidence."""
+    """Live bytes of one kind at a moment, with the byte-weighted mean confidence.
+
+    ``bytes`` are block bytes (what PyTorch's ``allocated`` counts); ``requested_bytes`` what
+    the callers asked for, to compare with tensor sizes.
+    """
 
     kind: str
     bytes: int
     blocks: int
     confidence: float
+    requested_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "kind": self.kind,
             "bytes": self.bytes,
+            "requested_bytes": self.requested_bytes,
             "blocks": self.blocks,
             "confidence": round(self.confidence, 3),
         }
@@ -140,12 +154,19 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
     """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order."""
     totals: dict[str, list[float]] = {}
     for found in allocations:
-        entry = totals.setdefault(found.kind, [0, 0, 0.0])
+        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.size * found.confidence
+        entry[3] += found.requested
     return tuple(
-        KindBytes(kind, int(totals[kind][0]), int(totals[kind][1]), _mean(totals[kind]))
+        KindBytes(
+            kind,
+            int(totals[kind][0]),
+            int(totals[kind][1]),
+            _mean(totals[kind]),
+            int(totals[kind][3]),
+        )
         for kind in KINDS
         if kind in totals
     )
@@ -156,7 +177,11 @@ def _mean(entry: list[float]) -> float:
 
 
 class _Shape:
-    """Where each phase starts in the trace, and the step structure, for the lifetime rules."""
+    """Where each phase starts in the trace, and the step structure, for the lifetime rules.
+
+    ``horizon``: a view of the trace as it stood at an ``oom`` entry (nothing after it is
+    seen); None for the whole trace.
+    """
 
     def __init__(self, lt: Lifetimes, phases: dict[int, str]) -> None:
         traced = [a for a in lt.allocations if a.start != BEFORE]
@@ -169,11 +194,21 @@ class _Shape:
         self.first_step = min(steps) if steps else None
         self.last_step = max(steps) if steps else None
         self.length = lt.length
+        self.horizon: int | None = None
 
-    @staticmethod
-    def after(starts: list[int], position: int) -> int | None:
+    def at_oom(self, position: int) -> _Shape:
+        """The same trace seen from its ``oom`` entry at ``position``: what was known then."""
+        view = _Shape.__new__(_Shape)
+        view.__dict__.update(self.__dict__)  # the same phase lists, seen up to the OOM
+        view.horizon, view.length = position, position + 1
+        return view
+
+    def after(self, starts: list[int], position: int) -> int | None:
+        """The first start after ``position`` (within the horizon), or None."""
         index = bisect_right(starts, position)
-        return starts[index] if index < len(starts) else None
+        if index >= len(starts) or (self.horizon is not None and starts[index] > self.horizon):
+            return None
+        return starts[index]
 
     def outside_steps(self, found: Allocation) -> bool:
         """Made outside every step: no step tag while the trace has them (or before the first)."""
@@ -181,42 +216,136 @@ class _Shape:
             return False
         return found.step is None or found.step < self.first_step
 
-    def outlives_step(self, found: Allocation) -> bool:
+    def outlives_step(self, found: Allocation, end: int) -> bool:
         """Still live after the step that made it (or, without step tags, into the next pass)."""
-        if found.end >= self.length:
+        if end >= self.length:
             return True
         if self.has_steps and found.step is not None and found.free_step is not None:
             return found.free_step > found.step
-        return self.after(self.forward, found.start) is not None and (
-            (self.after(self.forward, found.start) or 0) < found.end
-        )
+        following = self.after(self.forward, found.start)
+        return following is not None and following < end
+
+
+UNWOUND = 0.7  # confidence kept by a block judged at the OOM, its own free unseen
 
 
 def classify(lt: Lifetimes) -> None:
-    """Set ``kind`` and ``confidence`` on every allocation of ``lt`` (see the module docstring)."""
+    """Set ``kind`` and ``confidence`` on every allocation of ``lt`` (see the module docstring).
+
+    An allocation freed after an ``oom`` entry (the unwinding of the failed step, mostly) is
+    judged as the trace stood at that OOM, as if still live, at lower confidence: a free the
+    OOM caused says nothing about the block's role.
+    """
     phases = {id(a): phase_of(a.frames) for a in lt.allocations}
     guessed = {key for key, phase in phases.items() if phase == NO_FRAMES}
     if guessed:
         fallback = _phases_from_peaks(lt)
         phases.update((key, fallback[key]) for key in guessed if key in fallback)
     shape = _Shape(lt, phases)
+    views: dict[int, _Shape] = {}
     for found in lt.allocations:
+        view, end = shape, found.end
+        oom = _oom_before_free(lt.oom_positions, found, lt.length)
+        if oom is not None:
+            view = views.get(oom) or views.setdefault(oom, shape.at_oom(oom))
+            end = view.length
         phase = phases[id(found)]
         if found.start == BEFORE:
-            found.kind, found.confidence = _untraced(found, phase, shape)
+            found.kind, found.confidence = _untraced(found, end, phase, view)
         elif phase == BACKWARD:
-            found.kind, found.confidence = _backward(found, shape)
+            found.kind, found.confidence = _backward(found, end, view)
         elif phase == OPTIMIZER:
-            found.kind, found.confidence = _optimizer(found, shape)
+            found.kind, found.confidence = _optimizer(found, end, view)
         else:
-            found.kind, found.confidence = _forward(found, shape)
+            found.kind, found.confidence = _forward(found, end, view)
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
+        if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
+            found.confidence *= UNWOUND
+    _need_parameter_evidence(lt.allocations)
 
 
-def _untraced(found: Allocation, phase: str, shape: _Shape) -> tuple[str, float]:
+_NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
+_PARAMETER_NAMES = frozenset(
+    {
+        "_apply",
+        "to",
+        "cuda",
+        "npu",
+        "to_empty",
+        "load_state_dict",
+        "_load_from_state_dict",
+        "_load_state_dict_into_model",
+        "from_pretrained",
+        "load_checkpoint",
+        "reset_parameters",
+        "init_weight",
+        "init_weights",
+        "_init_weights",
+        "__init__",
+    }
+)
+_PARAMETER_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
+_SIMILAR = 4  # this many held blocks of one size look like a model's layers
+
+
+def _need_parameter_evidence(allocations: list[Allocation]) -> None:
+    """A block held since set-up is a parameter only with evidence; else it is ``unknown``.
+
+    Evidence: a frame that builds, moves or loads a model (a module's ``__init__``, ``_apply``,
+    ``to``/``cuda``, ``load_state_dict``, ``from_pretrained``, ``torch/nn/init.py``...), or
+    enough blocks of the same size above the 512-byte minimum that every scalar gets (a
+    model's layers; lower confidence). A frame that names a
+    cache or a workspace (a KV cache, cuBLAS's workspace) rules it out, as does having neither.
+    """
+    held = [found for found in allocations if found.kind == PARAMETER]
+    sizes: dict[int, int] = {}
+    for found in held:
+        sizes[found.size] = sizes.get(found.size, 0) + 1
+    for found in held:
+        evidence = _parameter_evidence(found.frames)
+        if evidence is None:
+            found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
+        elif not evidence:
+            if sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE:
+                found.confidence *= 0.75
+            else:
+                found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
+
+
+def _parameter_evidence(frames: object) -> bool | None:
+    """True: a frame builds, moves or loads a model; None: a frame names a cache or workspace;
+    False: the frames say neither."""
+    if not isinstance(frames, list):
+        return False
+    found = False
+    for frame in frames:
+        if type(frame) is not dict:
+            continue
+        filename, name = frame.get("filename"), frame.get("name")
+        filename = filename.replace("\\", "/") if type(filename) is str else ""
+        name = name if type(name) is str else ""
+        words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
+        if any(word in words for word in _NOT_PARAMETER_WORDS):
+            return None
+        found = found or name in _PARAMETER_NAMES or filename.endswith(_PARAMETER_FILES)
+    return found
+
+
+def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | None:
+    """The first ``oom`` entry after the allocation's start when it was freed after that OOM
+    (not when it is merely live at the snapshot); else None."""
+    if not ooms or found.end >= length:
+        return None
+    index = bisect_right(ooms, found.start)
+    if index >= len(ooms) or ooms[index] >= found.end:
+        return None
+    return ooms[index]
+
+
+def _untraced(found: Allocation, end: int, phase: str, shape: _Shape) -> tuple[str, float]:
     """Made before the trace: only its own frames and step tag can tell."""
-    if not found.frames or found.end < shape.length:
+    if not found.frames or end < shape.length:
         return BEFORE_RECORDING, 1.0
     if phase == OPTIMIZER:
         return OPTIMIZER_STATE, 0.8
@@ -229,34 +358,34 @@ def _untraced(found: Allocation, phase: str, shape: _Shape) -> tuple[str, float]
     return UNKNOWN, 0.3  # a forward allocation kept from an earlier step: a cache or a leak
 
 
-def _forward(found: Allocation, shape: _Shape) -> tuple[str, float]:
+def _forward(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:
     backward = shape.after(shape.backward, found.start)
-    if found.end < shape.length and not (
+    if end < shape.length and not (
         shape.has_steps
         and found.free_step is not None
         and found.step is not None
         and found.free_step > found.step
     ):
-        if backward is not None and found.end > backward:
+        if backward is not None and end > backward:
             return ACTIVATION, 0.9
         return TEMPORARY, 0.9
     if shape.outside_steps(found) or (backward is not None and not shape.has_steps):
-        return PARAMETER, 0.7 if found.end >= shape.length else 0.4
-    if backward is None and found.end >= shape.length:
+        return PARAMETER, 0.7 if end >= shape.length else 0.4
+    if backward is None and end >= shape.length:
         return ACTIVATION, 0.6  # live when the trace ends before any backward: at an OOM
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
 
 
-def _backward(found: Allocation, shape: _Shape) -> tuple[str, float]:
+def _backward(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:
     ends = shape.after(shape.not_backward, found.start)  # the backward pass ends here
-    if found.end < shape.length and (ends is None or found.end < ends):
+    if end < shape.length and (ends is None or end < ends):
         return TEMPORARY, 0.85
-    return GRADIENT, 0.85 if found.end < shape.length or ends is not None else 0.6
+    return GRADIENT, 0.85 if end < shape.length or ends is not None else 0.6
 
 
-def _optimizer(found: Allocation, shape: _Shape) -> tuple[str, float]:
-    if shape.outlives_step(found):
-        last = shape.has_steps and found.step == shape.last_step and found.end >= shape.length
+def _optimizer(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:
+    if shape.outlives_step(found, end):
+        last = shape.has_steps and found.step == shape.last_step and end >= shape.length
         return OPTIMIZER_STATE, 0.6 if last else 0.9
     return TEMPORARY, 0.9
 

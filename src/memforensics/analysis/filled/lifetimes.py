@@ -6,13 +6,23 @@ each with a start and an end in trace positions. Allocations made before recordi
 up too: as frees with no ``alloc`` (start ``-1``), or as live blocks the trace never mentions.
 Kinds, the peak, the timeline and the segment layout at a moment all read this one list, so a
 million-event trace is walked once.
+
+Sizes are block sizes (:func:`~memforensics.analysis.dump.block_size`), the unit of the
+snapshot's ``allocated`` figure; the caller's request is kept beside it. An allocation counts
+as live from its ``alloc`` until its free is *requested*, as PyTorch's ``allocated_bytes``
+counter does: a block freed but still awaiting another stream (``active_pending_free``) is no
+longer allocated. So the allocations live at the snapshot are exactly its allocated blocks: a
+traced allocation whose free went unrecorded (history switched off meanwhile) and whose block
+the snapshot no longer holds counts until the trace's last entry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, parse_step
+from memforensics.allocator import AllocatorSettings
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, block_size, parse_step
+from memforensics.analysis.oom import recorded_settings
 
 BEFORE = -1  # start of an allocation made before the trace begins
 _FREES = frozenset({"free_requested", "free_completed", "free"})
@@ -23,7 +33,9 @@ class Allocation:
     """One allocation: trace positions of its start and end, its size, frames and step tags.
 
     ``start`` is ``-1`` when it was made before the trace; ``end`` is the trace length when it
-    is still live at the snapshot. ``kind`` and ``confidence`` are filled by the classifier.
+    is still live at the snapshot, else the position of its (requested) free. ``size`` is its
+    block's size, ``requested`` what the caller asked for. ``kind`` and ``confidence`` are
+    filled by the classifier.
     """
 
     __slots__ = (
@@ -33,16 +45,20 @@ class Allocation:
         "frames",
         "free_step",
         "kind",
+        "requested",
         "size",
         "start",
         "step",
     )
 
-    def __init__(self, start: int, addr: int, size: int, frames: object, step: int | None) -> None:
+    def __init__(
+        self, start: int, addr: int, size: int, frames: object, step: int | None, requested: int
+    ) -> None:
         self.start = start
         self.end = -1
         self.addr = addr
         self.size = size
+        self.requested = requested
         self.frames = frames
         self.step = step
         self.free_step: int | None = None
@@ -85,7 +101,10 @@ def _step(metadata: object) -> int | None:
 
 
 def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop over the trace
-    """Pair allocs with frees over ``dump.trace``, then add live blocks the trace never saw."""
+    """Pair allocs with frees over ``dump.trace``, then add live blocks the trace never saw.
+
+    Sizes become block sizes once the walk knows which allocations the snapshot still holds.
+    """
     trace = dump.trace
     length = len(trace)
     by_event: list[Allocation | None] = [None] * length
@@ -108,9 +127,8 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             size = get("size")
             meta = get("user_metadata")
             step = None if meta is None else _step(meta)
-            found = Allocation(
-                index, addr, size if type(size) is int and size > 0 else 0, get("frames"), step
-            )
+            size = size if type(size) is int and size > 0 else 0
+            found = Allocation(index, addr, size, get("frames"), step, size)
             stale = open_.pop(addr, None)  # a missed free (ring buffer): end it here
             if stale is not None:
                 stale.end = index
@@ -119,22 +137,20 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             by_event[index] = found
         elif action in _FREES:
             freed: Allocation | None = open_.pop(addr, None)
-            if freed is None and action != "free_requested":
-                freed = pending.pop(addr, None)
+            if freed is None and action == "free_completed" and addr in pending:
+                del pending[addr]
+                continue  # its free was requested earlier: it stopped being allocated then
             if freed is None:  # made before the trace began: only its free is recorded
                 size = get("size")
-                freed = Allocation(BEFORE, addr, size if type(size) is int else 0, None, None)
+                size = size if type(size) is int and size > 0 else 0
+                freed = Allocation(BEFORE, addr, size, None, None, size)
                 allocations.append(freed)
-            found = freed
-            if found.end < 0 or action != "free_requested":
-                if found.end >= 0 and by_event[found.end] is found:
-                    by_event[found.end] = None  # the completed free supersedes the request
-                found.end = index
-                meta = get("user_metadata")
-                found.free_step = None if meta is None else _step(meta)
-                by_event[index] = found
+            freed.end = index
+            meta = get("user_metadata")
+            freed.free_step = None if meta is None else _step(meta)
+            by_event[index] = freed
             if action == "free_requested":
-                pending[addr] = found
+                pending[addr] = freed
         elif action in _SEGMENTS:
             size = get("size")
             sign = 1 if action in ("segment_alloc", "segment_map") else -1
@@ -143,27 +159,63 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             ooms.append(index)
     for found in open_.values():
         found.end = length
-    _add_untraced_blocks(dump, open_, allocations, length)
+    held = _add_untraced_blocks(dump, open_, pending, allocations, length)
+    for found in open_.values():
+        if id(found) not in held:  # freed while history was off: gone by the snapshot
+            found.end = max(length - 1, found.start)
+    _to_block_sizes(allocations, held, recorded_settings(dump))
     traced = any(found is not None for found in by_event)
     return Lifetimes(allocations, length, by_event, segment_events, ooms, traced)
 
 
-def _add_untraced_blocks(
-    dump: Dump, open_: dict[int, Allocation], allocations: list[Allocation], length: int
+def _to_block_sizes(
+    allocations: list[Allocation], held: set[int], settings: AllocatorSettings
 ) -> None:
-    """Live blocks without an ``alloc`` in the trace were made before it: add them from the
-    snapshot, with the block's own frames and step tag (recorded even in ``"state"`` mode)."""
+    """Count every allocation whose block the snapshot does not hold at its rounded size."""
+    for found in allocations:
+        if id(found) not in held:
+            found.size = block_size(settings, found.requested)
+
+
+def _add_untraced_blocks(
+    dump: Dump,
+    open_: dict[int, Allocation],
+    pending: dict[int, Allocation],
+    allocations: list[Allocation],
+    length: int,
+) -> set[int]:
+    """Give traced allocations still live at the snapshot their block's size; add allocated
+    blocks without an ``alloc`` in the trace (made before it), with the block's own frames and
+    step tag (recorded even in ``"state"`` mode).
+
+    Blocks awaiting their free are not allocated, but a traced one still gives its allocation
+    its size. Returns the ``id`` of every allocation whose size is the snapshot's own block.
+    """
+    held: set[int] = set()
     for segment in dump.segments:
         for block in segment.blocks:
-            if block.state not in (ALLOCATED, PENDING_FREE):
+            if block.state == PENDING_FREE and block.address in pending:
+                freed = pending[block.address]
+                freed.size = block.size
+                held.add(id(freed))
+            if block.state != ALLOCATED:
                 continue
             found = open_.get(block.address)
             if found is not None:
+                found.size = block.size
+                held.add(id(found))
                 if not found.frames and block.frames:
                     found.frames = block.frames
                 continue
             extra = Allocation(
-                BEFORE, block.address, block.size, block.frames, _step(block.user_metadata)
+                BEFORE,
+                block.address,
+                block.size,
+                block.frames,
+                _step(block.user_metadata),
+                block.requested_size,
             )
             extra.end = length
             allocations.append(extra)
+            held.add(id(extra))
+    return held

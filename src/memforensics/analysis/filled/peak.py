@@ -68,9 +68,10 @@ class Moment:
     name: str
     position: int  # trace position (the state after that entry); the trace length = snapshot
     time_us: int | None
-    live_bytes: int
+    live_bytes: int  # block bytes, as PyTorch's allocated counter counts them
     kinds: tuple[KindBytes, ...]
     tree: CallNode
+    live_requested_bytes: int = 0  # what the callers of those blocks asked for
 
     def to_dict(self) -> dict[str, Any]:
         """The ``peak`` / ``oom_moment`` objects of ``summary --json``."""
@@ -79,20 +80,33 @@ class Moment:
             "position": self.position,
             "time_us": self.time_us,
             "live_bytes": self.live_bytes,
+            "live_requested_bytes": self.live_requested_bytes,
             "kinds": [kind.to_dict() for kind in self.kinds],
             "tree": self.tree.to_dict(),
         }
 
 
 def peak_position(lt: Lifetimes) -> int:
-    """Trace position of the highest live bytes (first on ties); the snapshot without a trace."""
-    live = sum(a.size for a in lt.allocations if a.start == BEFORE)
-    best, where = live, lt.length
-    for index, found in enumerate(lt.by_event):
-        if found is None:
-            continue
-        live += found.size if found.start == index else -found.size
-        if live > best or where == lt.length:
+    """Trace position of the highest live bytes (first on ties); the snapshot without a trace.
+
+    Live bytes are block sizes, counted as PyTorch's ``allocated_bytes`` counts them, so the
+    walk ends on the snapshot's own allocated bytes and the peak is never below them.
+    """
+    if not lt.has_trace:
+        return lt.length
+    change = [0] * (lt.length + 1)
+    live = 0
+    for found in lt.allocations:
+        if found.start == BEFORE:
+            live += found.size
+        else:
+            change[found.start] += found.size
+        if found.end < lt.length:
+            change[max(found.end, 0)] -= found.size
+    best, where = -1, lt.length
+    for index in range(lt.length):
+        live += change[index]
+        if live > best:
             best, where = live, index
     return where
 
@@ -118,6 +132,7 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
         live_bytes=sum(a.size for a in live),
         kinds=kinds_table(live),
         tree=call_tree(live),
+        live_requested_bytes=sum(a.requested for a in live),
     )
 
 

@@ -47,7 +47,9 @@ def filled_lines(filled: Filled | None) -> list[str]:
         return []
     if not filled.kinds and not filled.peak.live_bytes and filled.oom is None:
         return ["", "  live memory by kind: nothing live, at the snapshot or in the trace"]
-    lines = kinds_lines(filled.kinds, "live memory by kind (from lifetimes; see docs/analysis.md)")
+    lines = kinds_lines(
+        filled.kinds, "live memory by kind, adding up to allocated (see docs/analysis.md)"
+    )
     lines += moment_lines(filled.peak)
     if filled.oom is not None and filled.oom.position != filled.peak.position:
         lines += moment_lines(filled.oom)

@@ -15,6 +15,8 @@ from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
 from memforensics.analysis.filled.lifetimes import Lifetimes, lifetimes
 from memforensics.analysis.filled.peak import Moment, moment, peak_position
 
+KINDS_TOTAL = "allocated_bytes"  # the kinds add up to this figure of the snapshot
+
 
 @dataclass(frozen=True)
 class Filled:
@@ -26,9 +28,13 @@ class Filled:
     lifetimes: Lifetimes
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``kinds``, ``peak`` and ``oom_moment`` keys of ``summary --json``."""
+        """The ``kinds``, ``kinds_total``, ``peak`` and ``oom_moment`` keys of ``summary --json``.
+
+        ``kinds_total`` names the figure the kinds add up to: ``allocated_bytes``.
+        """
         return {
             "kinds": [kind.to_dict() for kind in self.kinds],
+            "kinds_total": KINDS_TOTAL,
             "peak": self.peak.to_dict(),
             "oom_moment": self.oom.to_dict() if self.oom else None,
         }

@@ -25,9 +25,8 @@ from memforensics.allocator import (
     K_SMALL_SIZE,
     NO_LIMIT,
     AllocatorSettings,
-    round_size,
 )
-from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, as_int
+from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, as_int, block_size
 from memforensics.analysis.oom.state import AllocatorState, Held, LiveBlock, SegmentState
 
 SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
@@ -237,7 +236,7 @@ def _size_blocks(
     for i, block in enumerate(blocks):
         if block.size is not None:
             continue
-        size = round_size(settings, max(block.requested, 1))
+        size = block_size(settings, max(block.requested, 1))
         boundary = blocks[i + 1].address if i + 1 < len(blocks) else segment.end
         if borders is not None and not segment.expandable:  # a mapped page may border it
             boundary = borders.end(block.address, boundary)

@@ -218,7 +218,8 @@ def kinds_section(ctx: DumpContext) -> Section:
         ],
         rows,
         empty="No live memory at the peak or the snapshot.",
-        note="From lifetimes and frames, no hooks: see docs/analysis.md, 'Kinds of memory'.",
+        note="From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "
+        "snapshot: see docs/analysis.md, 'Kinds of memory'.",
     )
 
 

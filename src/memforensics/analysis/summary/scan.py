@@ -22,7 +22,8 @@ from memforensics.analysis.dump import (
 
 
 class Tally:
-    """Running totals over blocks: bytes by state, the largest free block, live bytes by site."""
+    """Running totals over blocks: bytes by state, the largest free block, live bytes by site
+    (per site: block bytes, blocks, requested bytes)."""
 
     def __init__(self) -> None:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
@@ -36,9 +37,10 @@ class Tally:
             self.allocated += block.size
             self.active += block.size
             site, caller = self.site(block)
-            entry = self.sites.setdefault((site, caller), [0, 0])
+            entry = self.sites.setdefault((site, caller), [0, 0, 0])
             entry[0] += block.size
             entry[1] += 1
+            entry[2] += block.requested_size
             self.live.append((block, site, caller))
         elif block.state == PENDING_FREE:
             self.active += block.size
@@ -75,8 +77,9 @@ def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
 def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
     """The trace's last ``oom`` entry, and the step of each live block (by address).
 
-    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address with
-    the same size (a live block cannot have been allocated over, so that entry is its own).
+    A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address asking
+    for the block's requested size (trace entries carry requests, not block sizes; a live block
+    cannot have been allocated over, so that entry is its own).
     Walks the trace backwards and stops once both questions are answered.
     """
     steps: dict[int, int | None] = {}
@@ -86,7 +89,7 @@ def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[in
         if step is not None:
             steps[block.address] = step
         else:
-            wanted[block.address] = block.size
+            wanted[block.address] = block.requested_size
     oom: OomRecord | None = None
     for entry in reversed(dump.trace):
         if type(entry) is not dict:

@@ -49,6 +49,7 @@ class SiteBytes:
     bytes: int
     blocks: int
     caller: str = UNKNOWN_SITE
+    requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -56,6 +57,7 @@ class SiteBytes:
             "site": self.site,
             "caller": self.caller,
             "bytes": self.bytes,
+            "requested_bytes": self.requested_bytes,
             "blocks": self.blocks,
         }
 
@@ -206,9 +208,10 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
     top_sites = tuple(
-        SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown
+        SiteBytes(site, size, count, caller, asked)
+        for (site, caller), (size, count, asked) in shown
     )
-    unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0])
+    unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
     filled = what_filled(dump)
     moment = oom_moment(dump, requested=requested)
     oom_sites: tuple[SiteBytes, ...] = ()
@@ -268,12 +271,16 @@ def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[Sit
     and call tree read), and how many sites there were."""
     sites: dict[tuple[str, str], list[int]] = {}
     for found in live_at(filled.lifetimes, position):
-        entry = sites.setdefault(attribute(found.frames), [0, 0])
+        entry = sites.setdefault(attribute(found.frames), [0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
+        entry[2] += found.requested
     ordered = sorted(sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = ordered if top is None else ordered[: max(top, 0)]
-    rows = tuple(SiteBytes(site, size, count, caller) for (site, caller), (size, count) in shown)
+    rows = tuple(
+        SiteBytes(site, size, count, caller, asked)
+        for (site, caller), (size, count, asked) in shown
+    )
     return rows, len(ordered)
 
 

@@ -51,6 +51,12 @@ class SimTensor:
         self._finalizer.atexit = False
 
     @property
+    def block_size(self) -> int:
+        """Bytes of the block the allocator handed over: the request rounded, plus any remainder
+        too small to split off (what PyTorch's ``allocated_bytes`` counts)."""
+        return self._block.size if self._block is not None else 0
+
+    @property
     def freed(self) -> bool:
         """True once the memory went back to the allocator."""
         return not self._finalizer.alive

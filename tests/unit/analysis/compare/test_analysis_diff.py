@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memforensics.analysis import diff_dumps, dump_from_snapshot, load_dump
-from memforensics.testing import CACHE, MiB, growth_pair
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memforensics.analysis import Dump, diff_dumps, dump_from_snapshot, load_dump
+from memforensics.analysis.compare import kinds_change
+from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, growth_pair
+
+REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
+REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
 
 
 def test_growth_and_leak_suspects(tmp_path: Path) -> None:
@@ -48,3 +56,63 @@ def test_shrinking_site_has_negative_delta() -> None:
     result = diff_dumps(dump_from_snapshot(after.snapshot), dump_from_snapshot(before.snapshot))
     assert [g.delta_bytes for g in result.growth] == [-MiB(1536)]
     assert result.total_delta_bytes == -MiB(1536)
+
+
+def _agreeing(before: Dump, after: Dump) -> tuple[int, int, int]:
+    """diff's total, the sum of its site changes and the sum of its kind changes."""
+    result = diff_dumps(before, after)
+    kinds = kinds_change(before, after)
+    return (
+        result.total_delta_bytes,
+        sum(row.delta_bytes for row in result.growth),
+        sum(row["delta_bytes"] for row in kinds),
+    )
+
+
+def test_kinds_sites_and_total_agree_when_requests_are_not_block_sizes() -> None:
+    """Block bytes everywhere: the kinds' change, the sites' change and the total are one
+    figure, the builder's own change of allocated bytes."""
+    old, new = SnapshotBuilder(), SnapshotBuilder()
+    old.segment(Block(1024, requested=1000, step=1), Block(MiB(2) - 1024, state="inactive"))
+    new.segment(Block(1024, requested=1000, step=1), Block(MiB(2) - 1024, state="inactive"))
+    new.segment(Block(MiB(3), requested=MiB(2) + 7, step=5), Block(MiB(1), requested=4097))
+    change = new.truth().allocated_bytes - old.truth().allocated_bytes
+    before, after = dump_from_snapshot(old.build()), dump_from_snapshot(new.build())
+    assert _agreeing(before, after) == (change, change, change)
+
+
+@pytest.mark.skipif(len(REAL) < 2, reason="the real snapshots are not beside the repo")
+def test_kinds_sites_and_total_agree_on_real_snapshots() -> None:
+    """Between two real snapshots, diff's kinds, sites and total agree to the byte."""
+    before, after = load_dump(REAL[0]), load_dump(REAL[-1])
+    total, sites, kinds = _agreeing(before, after)
+    assert total == sites == kinds
+
+
+_BLOCKS = st.lists(
+    st.builds(
+        lambda size, slack, state: Block(
+            size * 512, requested=max(size * 512 - slack, 1), state=state
+        ),
+        st.integers(1, 20_000),
+        st.integers(0, 511),
+        st.sampled_from(["active_allocated", "active_pending_free", "inactive"]),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_BLOCKS, min_size=1, max_size=3), st.lists(_BLOCKS, min_size=1, max_size=3))
+def test_kinds_sites_and_total_agree_on_any_pair(
+    old: list[list[Block]], new: list[list[Block]]
+) -> None:
+    """For any two dumps the builder can make, the three figures of diff are one."""
+    builders = [SnapshotBuilder(), SnapshotBuilder()]
+    for builder, segments in zip(builders, (old, new), strict=True):
+        for blocks in segments:
+            builder.segment(*blocks)
+    change = builders[1].truth().allocated_bytes - builders[0].truth().allocated_bytes
+    dumps = [dump_from_snapshot(builder.build()) for builder in builders]
+    assert _agreeing(*dumps) == (change, change, change)

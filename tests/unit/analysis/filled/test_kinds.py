@@ -138,10 +138,16 @@ def test_no_frames_anywhere_falls_back_on_the_peak(tmp_path: Path) -> None:
 
 def test_a_tensor_kept_from_an_earlier_step_is_not_a_parameter(tmp_path: Path) -> None:
     """In a window dump, a forward tensor tagged with an earlier step (a kept metric: the
-    demo's leak) is 'unknown', while the untagged one made before training is a parameter."""
+    demo's leak) is 'unknown', while the untagged one a model made before training is a
+    parameter."""
     device = reset_device(GiB)
     mf = memforensics.install(device="sim", out_dir=str(tmp_path), steps=1, every=3)
-    weights = device.empty(MiB(8))
+
+    class Model:
+        def __init__(self) -> None:
+            self.weights = device.empty(MiB(8))
+
+    weights = Model().weights
     kept = []
     for number in range(4):
         with mf.step(number):

@@ -51,7 +51,13 @@ def test_fragmentation_verdict(tmp_path: Path, legacy: bool) -> None:
     }
     assert "expandable_segments:True" in str(data["advice"])
     assert data["top_sites"] == [
-        {"site": str(TRAIN), "caller": str(TRAIN), "bytes": MiB(256), "blocks": 32}
+        {
+            "site": str(TRAIN),
+            "caller": str(TRAIN),
+            "bytes": MiB(256),
+            "requested_bytes": MiB(256),
+            "blocks": 32,
+        }
     ]
 
 
