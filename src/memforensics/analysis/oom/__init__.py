@@ -9,7 +9,14 @@ from memforensics.analysis.oom.history import (
     state_before,
 )
 from memforensics.analysis.oom.moment import OomMoment, oom_moment, recorded_settings
+from memforensics.analysis.oom.risk import AtRisk, at_risk
 from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
+from memforensics.analysis.oom.text import (
+    at_risk_headline,
+    at_risk_lines,
+    fragmentation_text,
+    headroom_text,
+)
 from memforensics.analysis.oom.verdict import (
     EXHAUSTED,
     EXTERNAL,
@@ -29,13 +36,19 @@ __all__ = [
     "SEGMENT_ACTIONS",
     "UNKNOWN",
     "AllocatorState",
+    "AtRisk",
     "LiveBlock",
     "LowerBound",
     "OomMoment",
     "SegmentState",
     "Verdict",
+    "at_risk",
+    "at_risk_headline",
+    "at_risk_lines",
     "changes_after",
+    "fragmentation_text",
     "has_history",
+    "headroom_text",
     "judge",
     "lower_bound",
     "oom_moment",

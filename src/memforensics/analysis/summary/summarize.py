@@ -22,7 +22,14 @@ from memforensics.analysis.dump import (
     SnapshotShape,
 )
 from memforensics.analysis.filled import Filled, what_filled
-from memforensics.analysis.oom import LowerBound, OomMoment, Verdict, verdict_at_oom
+from memforensics.analysis.oom import (
+    AtRisk,
+    LowerBound,
+    OomMoment,
+    Verdict,
+    at_risk,
+    verdict_at_oom,
+)
 from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
 
 
@@ -98,6 +105,7 @@ class Summary:
     oom_state: OomMoment | None = None  # the state the verdict was judged on
     lower_bound: LowerBound | None = None
     filled: Filled | None = None  # kinds, peak and OOM moment
+    at_risk: AtRisk | None = None  # a near-OOM dump: how close the rank was
 
     @property
     def history_events(self) -> int:
@@ -150,6 +158,7 @@ class Summary:
             "device_reason": self.device_reason,
             "snapshot_shape": self.shape.to_dict(),
             "limits": list(self.limits),
+            "at_risk": self.at_risk.to_dict() if self.at_risk else None,
             **(self.filled.to_dict() if self.filled else {}),
         }
 
@@ -213,6 +222,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         oom_state=moment,
         lower_bound=bound,
         filled=what_filled(dump),
+        at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
     )
 
 

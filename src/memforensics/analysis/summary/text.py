@@ -15,6 +15,7 @@ from memforensics.analysis.dump import (
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
+from memforensics.analysis.oom import at_risk_lines
 from memforensics.analysis.summary.summarize import Summary
 
 _WRAP = 100
@@ -32,7 +33,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     truncated = {None: "unknown", True: "TRUNCATED", False: "complete"}[s.truncated]
     lines = [
         f"{s.file}  ({', '.join(where)})",
-        f"  verdict      {s.verdict.label.upper()}",
+        f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
         f"  reserved     {fmt(s.reserved_bytes):>12}   segments {s.segments:,}"
         f"  blocks {s.blocks:,}",
         f"  allocated    {fmt(s.allocated_bytes):>12}   active {fmt(s.active_bytes)}",
@@ -56,6 +57,8 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         )
     lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
+    if s.at_risk is not None:
+        lines += ["", *at_risk_lines(s.at_risk)]
     lines += ["", f"  {s.verdict.explanation}"]
     if s.verdict.advice:
         lines.append(f"  → {s.verdict.advice}")
