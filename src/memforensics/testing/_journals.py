@@ -59,12 +59,15 @@ def write_journals(
     restarted: Iterable[int] = (),
     same_pid_restart: Iterable[int] = (),
     seed: int = 0,
+    jitter: int = 0,
 ) -> JournalTruth:
     """Write ``journal/rank{R}_pid{P}.jsonl`` for every rank not in ``missing``.
 
     Healthy ranks differ by at most 64 MiB (noise from ``seed``). Ranks in ``restarted`` get a
     second pid whose lines repeat the last ten steps; ranks in ``same_pid_restart`` append that
     second run to the same file (steps go back). ``torn`` ranks end with half a line.
+    ``jitter`` adds up to that many bytes of per-line noise to every rank's allocated bytes
+    (a steady rank then wobbles around its level without drifting).
     """
     folder = journal_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,9 @@ def write_journals(
         pid = 1000 + rank
         noise = rng.randrange(0, 64) * MIB
         held[rank] = base + noise
-        chunks = [_line(rank, i, every, base + noise, limit, rank == leak_rank, leak_per_line)
+        wobble = [rng.randrange(0, jitter + 1) if jitter else 0 for _ in range(lines)]
+        chunks = [_line(rank, i, every, base + noise + wobble[i], limit, rank == leak_rank,
+                        leak_per_line)
                   for i in range(lines)]  # fmt: skip
         if rank == leak_rank:  # the OOM line comes first; the step's own line at its end
             chunks.insert(-1, _oom_line(rank, lines - 1, every, base + noise, limit, leak_per_line))

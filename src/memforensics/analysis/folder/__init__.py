@@ -1,5 +1,6 @@
 """A run folder: its dumps (ls), its journals, and the overview of every rank."""
 
+from memforensics.analysis.folder.forecast import Forecast, forecast_line
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal, growth_per_1k
 from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis.folder.outliers import Outlier
@@ -13,6 +14,7 @@ __all__ = [
     "PARALLEL_FROM",
     "DumpEntry",
     "Failure",
+    "Forecast",
     "Outlier",
     "Overview",
     "PeerComparison",
@@ -20,6 +22,7 @@ __all__ = [
     "RankFacts",
     "RunListing",
     "build_overview",
+    "forecast_line",
     "growth_per_1k",
     "list_dumps",
     "ls_text",

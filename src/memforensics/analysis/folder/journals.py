@@ -36,6 +36,7 @@ COLUMNS = (
     "ooms",
     "device_free_bytes",
     "external_bytes",
+    "device_limit_bytes",
 )
 _EVENT_CODES = {"step": "s", "window": "w", "oom": "o", "close": "c"}
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import Overview
 from memforensics.analysis.folder.peer import COMPARED
@@ -66,6 +67,7 @@ def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
     lines = [_head(view), _failures(view)]
     lines += _outliers(view)
     lines += _comparison(view)
+    lines += forecast_lines(view.forecasts)
     lines += _problems(view)
     lines.append("")
     lines += _table(view, view.ranks if all_ranks else _worth_a_look(view))
@@ -114,6 +116,26 @@ def _outliers(view: Overview) -> list[str]:
     return ["stand out: " + "; ".join(parts) + more]
 
 
+def forecast_sentence(item: Forecast) -> str:
+    """``rank 23 reaches its 80.00 GiB limit near step 3,900, at +10.00 MiB a step; last seen
+    at step 998``."""
+    return (
+        f"rank {item.rank} reaches its {format_bytes(item.limit_bytes)} limit near step"
+        f" {item.step:,}, at {format_signed_bytes(round(item.growth_per_step))} a step;"
+        f" last seen at step {item.last_step:,} (confidence {item.confidence:.2f})"
+    )
+
+
+def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
+    """The overview's forecast: the soonest ranks to run out, or why none is forecast."""
+    if not forecasts:
+        return ["forecast: none (no rank's live + outside-PyTorch bytes climb a steady line)"]
+    lines = [f"forecast: {forecast_sentence(item)}" for item in forecasts[:TOP]]
+    if len(forecasts) > TOP:
+        lines.append(f"forecast: +{len(forecasts) - TOP} more ranks drift upward")
+    return lines
+
+
 def _comparison(view: Overview) -> list[str]:
     cmp = view.comparison
     if cmp is None:
@@ -153,6 +175,7 @@ def _problems(view: Overview) -> list[str]:
 def _worth_a_look(view: Overview) -> list[RankFacts]:
     wanted: list[int] = [f.rank for f in view.failures[:TOP]]
     wanted += [o.rank for o in view.outliers[:TOP]]
+    wanted += [f.rank for f in view.forecasts[:TOP]]
     if view.comparison is not None:
         wanted.append(view.comparison.peer)
     by_peak = sorted(
@@ -172,7 +195,8 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
     if not ranks:
         return ["no rank left a journal line or a dump"]
     header = ("rank", "peak reserved", "last reserved", "retries", "external",
-              "reserved/1k steps", "allocated/1k steps", "OOM at step")  # fmt: skip
+              "reserved/1k steps", "allocated/1k steps", "OOM at step",
+              "forecast step")  # fmt: skip
     rows = [header]
     for r in ranks:
         oom = (
@@ -188,6 +212,7 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
                 _growth(r.reserved_growth_per_1k_steps),
                 _growth(r.allocated_growth_per_1k_steps),
                 oom,
+                "-" if r.forecast is None else f"{r.forecast.step:,}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -214,7 +239,7 @@ def ls_text(listing: RunListing) -> str:
     lines = [
         head,
         "",
-        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
+        f"{'kind':<8} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
         " flags  path",
     ]
     for entry in listing.dumps:
@@ -232,7 +257,7 @@ def ls_text(listing: RunListing) -> str:
             )
         )
         lines.append(
-            f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
+            f"{meta.kind or '?':<8} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
             f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
             f"  {entry.created_at or '-':<32} {flags or '-':<5}"
             f"  {entry.path}"
