@@ -7,20 +7,33 @@ from memforensics.analysis.folder.outliers import Outlier
 from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, build_overview
 from memforensics.analysis.folder.peer import PeerComparison
 from memforensics.analysis.folder.ranks import Failure, RankFacts
-from memforensics.analysis.folder.text import ls_text, overview_text, rank_ranges
+from memforensics.analysis.folder.text import (
+    WATCH_COLUMNS,
+    ls_text,
+    overview_text,
+    rank_ranges,
+    watch_cells,
+    watch_header,
+    watch_text,
+)
+from memforensics.analysis.folder.watch import JournalWatch, WatchRow, WatchView
 
 __all__ = [
     "MISSING",
     "PARALLEL_FROM",
+    "WATCH_COLUMNS",
     "DumpEntry",
     "Failure",
     "Forecast",
+    "JournalWatch",
     "Outlier",
     "Overview",
     "PeerComparison",
     "ProcessJournal",
     "RankFacts",
     "RunListing",
+    "WatchRow",
+    "WatchView",
     "build_overview",
     "forecast_line",
     "growth_per_1k",
@@ -28,4 +41,7 @@ __all__ = [
     "ls_text",
     "overview_text",
     "rank_ranges",
+    "watch_cells",
+    "watch_header",
+    "watch_text",
 ]

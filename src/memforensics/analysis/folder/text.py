@@ -16,6 +16,7 @@ from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import Overview
 from memforensics.analysis.folder.peer import COMPARED
 from memforensics.analysis.folder.ranks import RankFacts
+from memforensics.analysis.folder.watch import WatchRow, WatchView
 
 TOP = 5
 _LABELS = {
@@ -268,3 +269,61 @@ def ls_text(listing: RunListing) -> str:
         " external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
+
+
+WATCH_COLUMNS = (
+    "rank", "step", "allocated", "reserved", "peak", "headroom", "retries", "OOMs", "forecast",
+)  # fmt: skip
+"""``watch``'s columns, in order; :func:`watch_cells` gives a row's cells."""
+
+
+def watch_header(view: WatchView) -> str:
+    """``16 ranks · allocated 1.20 TiB · reserved 1.30 TiB · 1 failed · first OOM: rank 13 at
+    step 31, <time>``."""
+    first = view.first_oom
+    oom = "no OOM yet"
+    if first is not None:
+        step = "outside a step" if first.step is None else f"step {first.step:,}"
+        oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
+    torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
+    return (
+        f"{view.ranks:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
+        f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
+    )
+
+
+def watch_cells(row: WatchRow) -> tuple[str, ...]:
+    """One row's cells under :data:`WATCH_COLUMNS`."""
+    if row.failed:
+        forecast = "failed" + ("" if row.failed_step is None else f" at {row.failed_step:,}")
+    elif row.forecast is not None:
+        forecast = (
+            f"step {row.forecast.step:,} "
+            f"({format_signed_bytes(round(row.forecast.growth_per_step))}/step)"
+        )
+    else:
+        forecast = "-"
+    return (
+        str(row.rank),
+        "-" if row.step is None else f"{row.step:,}",
+        format_bytes(row.allocated_bytes),
+        format_bytes(row.reserved_bytes),
+        format_bytes(row.peak_reserved_bytes),
+        format_bytes(row.headroom_bytes),
+        "-" if row.alloc_retries is None else f"{row.alloc_retries:,}",
+        f"{row.ooms:,}",
+        forecast,
+    )
+
+
+def watch_text(view: WatchView) -> str:
+    """The plain table (``watch --once`` into a pipe or file): header, then aligned rows."""
+    rows = [WATCH_COLUMNS, *(watch_cells(row) for row in view.rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(WATCH_COLUMNS))]
+    table = [
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    if not view.rows:
+        table = ["no journal lines yet"]
+    return "\n".join([watch_header(view), "", *table])
