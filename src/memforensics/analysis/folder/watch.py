@@ -147,10 +147,7 @@ class JournalWatch:
     """Follows a run folder's journals, reading only what each file gained since last time."""
 
     def __init__(self, root: str | Path) -> None:
-        folder = Path(root)
-        if folder.name != _layout.JOURNAL_FOLDER and (folder / _layout.JOURNAL_FOLDER).is_dir():
-            folder = _layout.journal_folder(folder)
-        self.folder = folder
+        self.root = Path(root)
         self._tails: dict[str, _Tail] = {}
         self._processes: dict[tuple[int, int], _Process] = {}
         self._torn: set[str] = set()
@@ -159,18 +156,27 @@ class JournalWatch:
 
     def poll(self) -> int:
         """Read what every current journal file gained; the number of new lines."""
+        folder = self.folder
         try:
-            with os.scandir(self.folder) as entries:
+            with os.scandir(folder) as entries:
                 names = [e.name for e in entries]
         except OSError:
-            return 0
+            return 0  # the job has not written its first line yet
         lines = 0
         for name in names:
             parsed = _layout.parse_journal_name(name)
             if parsed is None or parsed[2] != 0:
                 continue  # rotated generations hold older lines, read before they rotated
-            lines += self._read(os.path.join(self.folder, name), parsed[0], parsed[1])
+            lines += self._read(os.path.join(folder, name), parsed[0], parsed[1])
         return lines
+
+    @property
+    def folder(self) -> Path:
+        """The journal folder: ``root`` itself when it is one, else ``root/journal`` (which a
+        starting job may not have created yet)."""
+        if self.root.name == _layout.JOURNAL_FOLDER:
+            return self.root
+        return _layout.journal_folder(self.root)
 
     def _read(self, path: str, rank: int, pid: int) -> int:
         tail = self._tails.setdefault(path, _Tail())
