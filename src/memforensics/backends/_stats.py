@@ -56,11 +56,7 @@ def journal_stats_from(
 def pressure_from_nested(stats: Mapping[str, Any]) -> tuple[int, int] | None:
     """``(num_alloc_retries, reserved_bytes.all.current)`` of ``memory_stats_as_nested_dict()``;
     None when the allocator reports neither (an uninitialized device gives an empty dict)."""
-    reserved = stats.get("reserved_bytes")
-    retries = stats.get("num_alloc_retries")
-    if not isinstance(reserved, Mapping) or retries is None:
+    try:
+        return int(stats["num_alloc_retries"]), int(stats["reserved_bytes"]["all"]["current"])
+    except (KeyError, TypeError, ValueError):
         return None
-    current = reserved.get("all", {}).get("current")
-    if current is None:
-        return None
-    return int(retries), int(current)

@@ -81,6 +81,7 @@ class TorchAllocatorBackend:
         self._history_params: tuple[str, ...] | None = None
         self._history_known = False
         self._metadata_fn: Any = None
+        self._nested_fn: Any = None
 
     # -- where the framework keeps things (overridden per device) ------------------------------
     def device_module(self) -> ModuleType:
@@ -233,10 +234,12 @@ class TorchAllocatorBackend:
         """Retries and reserved bytes from ``memory_stats_as_nested_dict()``.
 
         ``memory_stats()`` builds that same nested dict and then flattens and sorts it; the
-        near-OOM check needs two values, so it reads the nested one.
+        near-OOM check needs two values, so it reads the nested one, looked up once and kept.
         """
-        stats = self.device_module().memory_stats_as_nested_dict()
-        return pressure_from_nested(stats)
+        fn = self._nested_fn
+        if fn is None:
+            fn = self._nested_fn = self.device_module().memory_stats_as_nested_dict
+        return pressure_from_nested(fn())
 
     def set_step_metadata(self, text: str) -> bool:
         """``_set_memory_metadata(text)`` where this framework version has it.

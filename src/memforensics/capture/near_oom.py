@@ -7,9 +7,11 @@ failure); and reserved plus outside-PyTorch bytes creep up to the limit. At the 
 one; the first ``max_near_oom_snapshots`` times it did, a ``near-oom`` dump records why.
 
 A check costs one ``allocator_pressure()`` call (``memory_stats_as_nested_dict()`` on CUDA and
-NPU), plus one ``mem_get_info()`` when reserved bytes alone are below the fraction (the driver's
-free bytes are then needed to count the memory outside PyTorch). Neither synchronizes the
-device. Nothing here raises into training.
+NPU). The memory outside PyTorch needs the driver's free bytes (``mem_get_info()``), read on
+every ``OUTSIDE_EVERY``-th check and whenever reserved plus the outside bytes last read reach
+the fraction: outside memory (contexts, NCCL buffers) moves slowly, and the fraction is judged
+on fresh figures before a dump is taken. Neither call synchronizes the device. Nothing here
+raises into training.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from memforensics.backends._protocol import DeviceBackend
 from memforensics.capture.dumps import Dumper
 from memforensics.capture.log import safe_log, warn_once
 
+OUTSIDE_EVERY = 10
+"""Checks between two reads of the driver's free bytes while memory is far from the fraction."""
 NEVER = 1 << 62
 """``next_step`` of a check that will never run (near-OOM off, no dumps allowed)."""
 
@@ -84,6 +88,8 @@ class NearOomCheck:
         self._retries = 0
         self._limit: int | None = None
         self._over = False
+        self._outside = 0
+        self._checks = 0
         self._ooms_seen = 0
         self.taken = 0
         """Near-OOM dumps this process has written."""
@@ -141,20 +147,25 @@ class NearOomCheck:
             return None
         threshold = self._fraction * limit
         free: int | None = None
+        self._checks += 1
         if reserved >= threshold:
             used = reserved
             what = "reserved"
         else:
-            info = self._backend.mem_get_info()
-            if info is None:
-                return None
-            free = info[0]
-            used = reserved + (outside_pytorch_bytes(limit, free, reserved) or 0)
+            if reserved + self._outside >= threshold or self._checks % OUTSIDE_EVERY == 1:
+                info = self._backend.mem_get_info()
+                if info is None:
+                    return None
+                free = info[0]
+                self._outside = outside_pytorch_bytes(limit, free, reserved) or 0
+            used = reserved + self._outside
             what = "reserved + outside PyTorch"
         near = used >= threshold
         rising, self._over = near and not self._over, near
         if not rising or oom_since:
             return None
+        if free is None:
+            free = self._free_and_limit()[0]  # the dump's figures: read once, when it fires
         share = used / limit * 100
         reason = f"{what} {share:.0f} % of the limit at step {step}"
         return Tightness("fraction", reason, before, retries, reserved, limit, free)

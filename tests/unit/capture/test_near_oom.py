@@ -121,3 +121,20 @@ def test_cuda_and_npu_read_retries_from_the_nested_stats(fake: Any, install: Any
     near = _sidecars(Path(mf.out_dir), "near-oom")
     assert [(s["step"], s["reason"]) for s in near] == [(2, "alloc_retries 0 → 3 at step 2")]
     assert alloc.called("memory_stats") == [((None,), {})]  # once, for the dump's figures
+
+
+def test_outside_pytorch_memory_counts_toward_the_fraction(fake: Any, install: Any) -> None:
+    """1 GiB reserved, 0.25 GiB free on a 16 GiB device: the rest is outside PyTorch, and
+    reserved plus outside (98 %) crosses the fraction; the reason says so."""
+    gib = 1 << 30
+    alloc = fake(
+        free=gib // 4,
+        stats_value={"num_alloc_retries": 0, "reserved_bytes.all.current": gib},
+    )
+    mf = install(near_oom_every=1, journal_every=None)
+    with mf.step(0):
+        pass
+    (near,) = _sidecars(Path(mf.out_dir), "near-oom")
+    assert near["reason"] == "reserved + outside PyTorch 98 % of the limit at step 0"
+    assert near["near_oom"]["outside_pytorch_bytes"] == alloc.total - gib // 4 - gib
+    assert len(alloc.called("mem_get_info")) >= 1
