@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.analysis import render_overview
 from memforensics.analysis.folder import build_overview, forecast_line, overview_text
 from memforensics.testing import write_journals
 
@@ -34,6 +35,15 @@ def test_synthetic_journals_forecast_the_known_slope_within_ten_percent(tmp_path
     ranks = build_overview(tmp_path, workers=1).to_dict()["ranks"]
     assert [r["forecast"] is not None for r in ranks] == [r["rank"] == 3 for r in ranks]
     assert "rank 3 reaches its 80.00 GiB limit near step" in overview_text(view)
+
+
+def test_the_page_carries_the_forecast(tmp_path: Path) -> None:
+    """The overview page states the forecast in its facts and holds it in the rank's data."""
+    write_journals(tmp_path, ranks=4, lines=40, every=10, leak_rank=1, leak_per_line=64 * MIB)
+    view = build_overview(tmp_path, workers=1)
+    page = render_overview(view)
+    assert "forecast: rank 1 reaches its 80.00 GiB limit near step" in page
+    assert '"forecast":{"step":' in page.replace(" ", "")
 
 
 @pytest.mark.parametrize("seed", range(40))
