@@ -136,3 +136,36 @@ def test_watch_follows_a_running_multi_process_job(tmp_path: Path) -> None:
         if live.poll() is None:
             live.kill()
         live.communicate(timeout=60)
+
+
+def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """In a terminal watch draws rich's live table (the drifting rank in it) and Ctrl-C ends it
+    with status 0."""
+    import os
+    import pty
+
+    write_journals(
+        tmp_path, ranks=3, lines=40, every=10, leak_rank=1, leak_per_line=128 * MiB,
+        leak_fails=False,
+    )  # fmt: skip
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [_script(), "watch", str(tmp_path), "--interval", "0.05"],
+        stdin=child, stdout=child, stderr=child, close_fds=True,
+        env={**os.environ, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(child)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"/step)" not in seen and time.monotonic() < deadline:
+            seen += os.read(main, 65536)
+        assert b"3 ranks" in seen
+        assert b"/step)" in seen  # the drifting rank's forecast cell
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
