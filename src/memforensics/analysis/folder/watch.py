@@ -181,20 +181,16 @@ class JournalWatch:
     def _read(self, path: str, rank: int, pid: int) -> int:
         tail = self._tails.setdefault(path, _Tail())
         try:
-            fd = os.open(path, os.O_RDONLY)
+            with open(path, "rb", buffering=0) as handle:
+                info = os.fstat(handle.fileno())
+                if info.st_ino != tail.inode or info.st_size < tail.offset:
+                    tail.inode, tail.offset = info.st_ino, 0  # new or rotated: from the start
+                if info.st_size == tail.offset:
+                    return 0
+                handle.seek(tail.offset)
+                data = handle.read(info.st_size - tail.offset)
         except OSError:
             return 0
-        try:
-            info = os.fstat(fd)
-            if info.st_ino != tail.inode or info.st_size < tail.offset:
-                tail.inode, tail.offset = info.st_ino, 0  # new or rotated: from the start
-            if info.st_size == tail.offset:
-                return 0
-            data = os.pread(fd, info.st_size - tail.offset, tail.offset)
-        except OSError:
-            return 0
-        finally:
-            os.close(fd)
         self.bytes_read += len(data)
         end = data.rfind(b"\n") + 1
         if end < len(data):
