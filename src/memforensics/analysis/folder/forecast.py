@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from memforensics.analysis.folder.journals import MISSING, ProcessJournal
-
 WINDOW = 32
 """Journal points the fit uses: the newest ones (older drift may have stopped)."""
 MIN_POINTS = 8
@@ -133,22 +131,28 @@ def forecast_line(
     )
 
 
-def forecast_journal(journal: ProcessJournal) -> Forecast | None:
-    """The forecast of one process's journal: allocated plus external bytes against its limit.
+def forecast_columns(
+    rank: int,
+    steps: Sequence[int],
+    allocated: Sequence[int],
+    external: Sequence[int],
+    limits: Sequence[int],
+    missing: int,
+) -> Forecast | None:
+    """The forecast of one process's journal columns: allocated plus external bytes against its
+    newest limit; ``missing`` marks a null in the columns.
 
-    Lines without a limit or without figures are left out; outside-PyTorch bytes count as 0
-    where unknown (the line then underestimates, and the forecast comes later, not sooner).
+    Lines without a step or allocated bytes are left out; outside-PyTorch bytes count as 0 where
+    unknown (the line then underestimates, and the forecast comes later, not sooner).
     """
-    allocated = journal.columns["allocated_bytes"]
-    external = journal.columns["external_bytes"]
-    limits = [v for v in journal.columns["device_limit_bytes"] if v != MISSING]
-    if not limits:
+    known = [v for v in limits if v != missing]
+    if not known:
         return None
-    steps: list[int] = []
+    xs: list[int] = []
     used: list[int] = []
-    for step, live, outside in zip(journal.steps, allocated, external, strict=True):
-        if MISSING in (step, live):
+    for step, live, outside in zip(steps, allocated, external, strict=True):
+        if missing in (step, live):
             continue
-        steps.append(step)
-        used.append(live + (outside if outside != MISSING else 0))
-    return forecast_line(journal.rank, steps, used, limits[-1])
+        xs.append(step)
+        used.append(live + (outside if outside != missing else 0))
+    return forecast_line(rank, xs[-2 * WINDOW :], used[-2 * WINDOW :], known[-1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.folder.forecast import Forecast, forecast_journal
+from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal
 from memforensics.analysis.folder.scan import DumpRecord
 
@@ -93,7 +93,7 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
         failure=_failure(rank, journals, dumps),
         closed=bool(newest is not None and newest.events.endswith("c")),
         dumps=tuple(sorted(d.path for d in dumps)),
-        forecast=forecast_journal(newest) if newest is not None else None,
+        forecast=newest.forecast if newest is not None else None,
     )
 
 

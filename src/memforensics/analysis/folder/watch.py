@@ -240,7 +240,8 @@ class JournalWatch:
 
 
 def _int(value: object) -> int | None:
-    return value if type(value) is int else None
+    """An int a journal writes (int64), else None: a hostile line cannot overflow the fit."""
+    return value if type(value) is int and -(1 << 63) < value < (1 << 63) else None
 
 
 def _apply(process: _Process, line: dict[str, Any]) -> None:
