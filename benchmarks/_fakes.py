@@ -20,6 +20,10 @@ class FakeCuda:
     def __init__(self, snapshot: dict[str, Any] | None = None) -> None:
         self.snapshot_value = snapshot or {"segments": [], "device_traces": [[]]}
         self.metadata = ""
+        self.nested: dict[str, Any] = {
+            "num_alloc_retries": 0,
+            "reserved_bytes": {"all": {"current": 2 * GIB}},
+        }
         self.observers: list[Callable[[int, int, int, int], None]] = []
 
     def is_available(self) -> bool:
@@ -37,8 +41,14 @@ class FakeCuda:
     def memory_stats(self, device: Any = None) -> dict[str, Any]:
         return {"allocated_bytes.all.current": 0, "num_ooms": 0}
 
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
+        return self.nested  # torch's own is one C++ call building this dict (and more keys)
+
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         return GIB, 16 * GIB
+
+    def get_per_process_memory_fraction(self, device: Any = None) -> float:
+        return 1.0
 
     def record_memory_history(
         self,
@@ -74,6 +84,8 @@ def fake_cuda(fake: FakeCuda) -> Iterator[FakeCuda]:
         (torch.cuda, "synchronize", fake.synchronize),
         (torch.cuda, "memory_stats", fake.memory_stats),
         (torch.cuda, "mem_get_info", fake.mem_get_info),
+        (torch.cuda, "get_per_process_memory_fraction", fake.get_per_process_memory_fraction),
+        (torch.cuda, "memory_stats_as_nested_dict", fake.memory_stats_as_nested_dict),
         (torch.cuda.memory, "_record_memory_history", fake.record_memory_history),
         (torch.cuda.memory, "_snapshot", fake.take_snapshot),
         (torch.cuda.memory, "_set_memory_metadata", fake.set_memory_metadata),

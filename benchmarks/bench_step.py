@@ -6,6 +6,10 @@ backends ``none``, ``sim`` and a faked CUDA surface on the real CPU torch (steps
 ``_set_memory_metadata`` on enter and exit), and for a rank outside ``ranks``. Windows are
 configured (``steps=4``) but open only after 10**12 steps, so every timed step is a plain one.
 
+The near-OOM check is measured on the faked CUDA surface against the same facade with
+``near_oom=False``: steps that never check (``near_oom_every`` past the run) must cost what a
+step without the check costs, and a step that checks (``near_oom_every=1``) at most 20 µs more.
+
     python benchmarks/bench_step.py [--json PATH] [--quick]
 """
 
@@ -71,6 +75,59 @@ def measure(
     ), ref
 
 
+def paired(
+    repeats: int, number: int, subject: dict[str, Any], reference: dict[str, Any]
+) -> tuple[float, float, float]:
+    """step() on two live facades built from ``subject`` and ``reference``, interleaved: median
+    ns of each and the median ratio. Built directly (``install()`` keeps one per process)."""
+    from memforensics.capture.config import build_config
+
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+        mf = memforensics.MemoryForensics(build_config({**subject, "out_dir": one}))
+        ref = memforensics.MemoryForensics(build_config({**reference, "out_dir": two}))
+        try:
+            stmt = "with mf.step(next(c)):\n    pass"
+            timer_s = per_op_ns(stmt, {"mf": mf, "c": itertools.count()}, number)
+            timer_r = per_op_ns(stmt, {"mf": ref, "c": itertools.count()}, number)
+            timer_s()
+            timer_r()
+            return ratio_of(timer_s, timer_r, repeats)
+        finally:
+            mf.close()
+            ref.close()
+
+
+def near_oom_figures(repeats: int, number: int, window: dict[str, Any]) -> list[Figure]:
+    """The near-OOM rows (inside ``fake_cuda``): a step that never checks, one that always does."""
+    base = {"device": "cuda", "journal_every": None, **window}
+    off = {**base, "near_oom": False}
+    never, off_ns, ratio = paired(repeats, number, {**base, "near_oom_every": NEVER}, off)
+    rows = [
+        figure(
+            "step(), faked cuda, near-OOM on, no check due",
+            "the same with near_oom=False",
+            never,
+            off_ns,
+            "ns",
+            ratio=ratio,
+            target="<= 1.1",
+        )
+    ]
+    every, off_ns, _ = paired(repeats, number, {**base, "near_oom_every": 1}, off)
+    cost = max(every - off_ns, 0.0)
+    rows.append(
+        figure(
+            "near-OOM check (near_oom_every=1) over near_oom=False",
+            "20 µs budget",
+            cost,
+            20_000.0,
+            "ns",
+            target="<= 1",
+        )
+    )
+    return rows
+
+
 def main() -> int:
     """Measure every row and print the table."""
     args = parse_args(__doc__)
@@ -91,6 +148,7 @@ def main() -> int:
         figures.append(
             measure("step(), faked cuda", "<= 5", repeats, number, device="cuda", **window)[0]
         )
+        figures += near_oom_figures(repeats, number, window)
     figures.append(
         measure(
             "step(), rank outside ranks", "<= 3", repeats, number, device="sim", rank=0, ranks=[1]

@@ -6,6 +6,7 @@
       steps4-7/rank0_pid1234.pickle  + rank0_pid1234.json     a window of several steps
       step12/rank0_pid1234.pickle    + .json                  a window of one step
       oom/rank3_pid77_step12_20261130-101112-123456.pickle + .json   (no _stepN outside steps)
+      near-oom/rank3_pid77_step9_20261130-101102-000001.pickle + .json  (the allocator thrashed)
       manual/rank0_pid1_20261130-101500-000000.pickle + .json
       journal/rank3_pid77.jsonl      + rank3_pid77.1.jsonl (the rotated, older lines)
       .inflight/rank3/               temporary names of writes in flight (gone when empty)
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-EVENT_KINDS = ("oom", "manual")
+NEAR_OOM = "near-oom"
+"""The kind (and folder) of a dump taken when memory got tight but nothing failed yet."""
+EVENT_KINDS = ("oom", NEAR_OOM, "manual")
 """Dumps taken at a moment rather than over a window: each kind has a folder of that name."""
 WINDOW = "window"
 """The sidecar kind of a window dump (its folder is named after its steps)."""

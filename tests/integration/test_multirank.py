@@ -19,6 +19,9 @@ pytest.importorskip("torch.distributed")
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
+LEAK_STEP_BYTES = 2 << 20
+"""What the leaking rank keeps each step (scripts/multirank_worker.py)."""
+
 _NAME = re.compile(
     r"^rank(?P<rank>\d+)_pid(?P<pid>\d+)(_step(?P<step>\d+))?(_[\d-]+)?\.(pickle|json)$"
 )
@@ -195,7 +198,8 @@ def _cli_json(*args: str | Path) -> dict[str, Any]:
 @pytest.mark.stress
 def test_sixteen_ranks_journal_names_the_leaking_rank(tmp_path: Path) -> None:
     """16 gloo ranks journal every step; one leaks until the sim OOMs: overview names it first
-    OOM and outlier, and its difference from the healthiest peer is the leaked bytes."""
+    OOM, outlier and the one rank forecast to run out, and its difference from the healthiest
+    peer is the leaked bytes."""
     world, out, results = 16, tmp_path / "run", tmp_path / "results"
     results.mkdir()
     env = {
@@ -226,6 +230,10 @@ def test_sixteen_ranks_journal_names_the_leaking_rank(tmp_path: Path) -> None:
     assert cmp["differences"]["allocated_bytes"] == leak["leaked_bytes"]
     assert view["problems"]["ranks_missing"] == []
     assert view["problems"]["not_closed"] == []
+    forecast = view["forecasts"][0]  # the soonest to run out: the leaking rank
+    assert forecast["rank"] == leak_rank
+    assert forecast["growth_per_step"] == pytest.approx(LEAK_STEP_BYTES, rel=0.10)
+    assert [r["rank"] for r in view["ranks"] if r["forecast"] is not None] == [leak_rank]
     page = tmp_path / "overview.html"
     proc = subprocess.run(
         [sys.executable, "-m", "memforensics", "overview", str(out), "-o", str(page)],

@@ -113,3 +113,24 @@ def test_caching_allocator_is_one_class_with_pytorchs_names() -> None:
     )  # fmt: skip
     for name in decisions:
         assert name in vars(DeviceCachingAllocator), name
+
+
+def test_training_and_analysis_never_import_rich() -> None:
+    """rich is the watch command's alone: importing memforensics, install() with a near-OOM
+    check, the analysis and the CLI's parser load no rich module beyond what structlog itself
+    loads when rich is installed (its dev renderer probes ``import rich``)."""
+    code = (
+        "import tempfile, memforensics, memforensics.analysis\n"
+        "from memforensics.cli.main import build_parser\n"
+        "build_parser()\n"
+        "mf = memforensics.install(device='sim', out_dir=tempfile.mkdtemp(), near_oom_every=1)\n"
+        "with mf.step(0):\n    pass\n"
+        "mf.close()\n"
+    )
+
+    def rich(modules: set[str]) -> set[str]:
+        return {m for m in modules if m == "rich" or m.startswith("rich.")}
+
+    ours = rich(_modules_after(code)) - rich(_modules_after("import structlog"))
+    assert ours == set()
+    assert "rich.live" not in _modules_after(code)  # what watch draws with

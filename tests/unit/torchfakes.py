@@ -49,6 +49,7 @@ NPU_SIGNATURES: dict[str, tuple[tuple[str, Any, Any], ...]] = {
     "npu.synchronize": (("device", _PK, None),),
     "npu.mem_get_info": (("device", _PK, None),),
     "npu.memory_stats": (("device", _PK, None),),
+    "npu.memory_stats_as_nested_dict": (("device", _PK, None),),
     "npu.get_per_process_memory_fraction": (("device", _PK, None),),
     "npu.memory._record_memory_history": (
         ("enabled", _PK, "all"),
@@ -253,6 +254,18 @@ class FakeAllocator:
         self._call("memory_stats", device)
         return dict(self.stats_value)
 
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
+        """``stats_value`` nested as torch nests it: ``a.b.c`` becomes ``{a: {b: {c: ...}}}``."""
+        self._call("memory_stats_as_nested_dict", device)
+        nested: dict[str, Any] = {}
+        for key, value in self.stats_value.items():
+            *path, last = key.split(".")
+            level = nested
+            for part in path:
+                level = level.setdefault(part, {})
+            level[last] = value
+        return nested
+
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         self._call("mem_get_info", device)
         return self.free, self.total
@@ -321,7 +334,7 @@ def _bound_to(real: Any, fake: Callable[..., Any]) -> Callable[..., Any]:
 
 CUDA_PATCHED = (
     "is_available", "init", "current_device", "set_device", "synchronize", "memory_stats",
-    "mem_get_info", "get_per_process_memory_fraction",
+    "memory_stats_as_nested_dict", "mem_get_info", "get_per_process_memory_fraction",
 )  # fmt: skip
 """``torch.cuda`` names the fake stands behind (each bound to the real signature)."""
 

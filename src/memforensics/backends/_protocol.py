@@ -93,6 +93,14 @@ class DeviceBackend(Protocol):
         """Allocator statistics (``torch.cuda.memory_stats()``), plain JSON-able values."""
         ...
 
+    def allocator_pressure(self) -> tuple[int, int] | None:
+        """``(num_alloc_retries, reserved bytes now)``: the near-OOM check's two figures.
+
+        Read the cheapest way the framework allows (``memory_stats_as_nested_dict()``: no key
+        flattening, no sorting, no device synchronize); None when unknown.
+        """
+        ...
+
     def set_step_metadata(self, text: str) -> bool:
         """Tag subsequent allocations with ``text`` (e.g. ``"step=12"``); False if unsupported."""
         ...

@@ -51,3 +51,12 @@ def journal_stats_from(
     else:
         out["device_free_bytes"], out["device_limit_bytes"] = info
     return out
+
+
+def pressure_from_nested(stats: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(num_alloc_retries, reserved_bytes.all.current)`` of ``memory_stats_as_nested_dict()``;
+    None when the allocator reports neither (an uninitialized device gives an empty dict)."""
+    try:
+        return int(stats["num_alloc_retries"]), int(stats["reserved_bytes"]["all"]["current"])
+    except (KeyError, TypeError, ValueError):
+        return None

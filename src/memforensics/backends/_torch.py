@@ -17,9 +17,15 @@ from typing import Any, Literal
 
 from memforensics._errors import BackendError
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
-from memforensics.backends._stats import journal_stats_from
+from memforensics.backends._stats import journal_stats_from, pressure_from_nested
 
-DEVICE_CALLS = ("is_available", "current_device", "mem_get_info", "memory_stats")
+DEVICE_CALLS = (
+    "is_available",
+    "current_device",
+    "mem_get_info",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+)
 """Called on ``torch.cuda`` / ``torch_npu.npu``."""
 OPTIONAL_DEVICE_CALLS = ("get_per_process_memory_fraction",)
 """Called on the device module where the framework version has them."""
@@ -75,6 +81,7 @@ class TorchAllocatorBackend:
         self._history_params: tuple[str, ...] | None = None
         self._history_known = False
         self._metadata_fn: Any = None
+        self._nested_fn: Any = None
 
     # -- where the framework keeps things (overridden per device) ------------------------------
     def device_module(self) -> ModuleType:
@@ -222,6 +229,17 @@ class TorchAllocatorBackend:
     def memory_stats(self) -> dict[str, Any]:
         """``memory_stats()`` as a plain dict."""
         return dict(self.device_module().memory_stats())
+
+    def allocator_pressure(self) -> tuple[int, int] | None:
+        """Retries and reserved bytes from ``memory_stats_as_nested_dict()``.
+
+        ``memory_stats()`` builds that same nested dict and then flattens and sorts it; the
+        near-OOM check needs two values, so it reads the nested one, looked up once and kept.
+        """
+        fn = self._nested_fn
+        if fn is None:
+            fn = self._nested_fn = self.device_module().memory_stats_as_nested_dict
+        return pressure_from_nested(fn())
 
     def set_step_metadata(self, text: str) -> bool:
         """``_set_memory_metadata(text)`` where this framework version has it.

@@ -57,6 +57,10 @@ class NoneBackend:
         """No statistics."""
         return {}
 
+    def allocator_pressure(self) -> tuple[int, int] | None:
+        """Unknown."""
+        return None
+
     def set_step_metadata(self, text: str) -> bool:
         """Unsupported."""
         return False

@@ -24,6 +24,11 @@ JOURNAL_EVERY = 100
 ``memory_stats()`` (docs/performance.md): one per 100 steps is under a microsecond a step, and
 100,000 steps of 2,048 ranks make 2,048 files of about 370 KB."""
 
+NEAR_OOM_EVERY = 10
+"""Default near-OOM check interval. A check reads two allocator figures (and the driver's free
+bytes when the fraction rule needs them), a few microseconds on the faked CUDA surface: one
+step in ten checks, so the average step pays well under a microsecond (docs/performance.md)."""
+
 RankSelection = Literal["all"] | tuple[int, ...]
 DeviceName = Literal["auto", "cuda", "npu", "none", "sim"]
 
@@ -54,6 +59,14 @@ class ForensicsConfig(BaseModel):
     writer: Literal["auto", "inline"] = "auto"
     """Window dumps: a forked child above a size floor (``"auto"``), or always inline."""
     journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1)
+    near_oom: bool = True
+    """Take a near-OOM dump when the allocator retries or reserved + outside nears the limit."""
+    near_oom_fraction: float = Field(default=0.95, gt=0.0, le=1.0)
+    """(reserved + outside PyTorch) / limit that counts as near."""
+    near_oom_every: int = Field(default=NEAR_OOM_EVERY, ge=1)
+    """Check every N steps (at the end of steps that are multiples of N)."""
+    max_near_oom_snapshots: int = Field(default=2, ge=0)
+    """Near-OOM dumps per process at most."""
 
     @field_validator("ranks", "window_ranks", mode="before")
     @classmethod
@@ -108,8 +121,15 @@ class ForensicsConfig(BaseModel):
 
 FIELDS: tuple[str, ...] = tuple(ForensicsConfig.model_fields)
 _OPTIONAL_INT = {"rank", "steps", "every", "max_windows", "keep_last", "journal_every"}
-_INT = {"skip_first", "max_entries", "max_oom_snapshots"}
-_BOOL = {"oom", "annotate_steps"}
+_INT = {
+    "skip_first",
+    "max_entries",
+    "max_oom_snapshots",
+    "near_oom_every",
+    "max_near_oom_snapshots",
+}
+_FLOAT = {"near_oom_fraction"}
+_BOOL = {"oom", "annotate_steps", "near_oom"}
 _RANKS = {"ranks", "window_ranks"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -127,6 +147,8 @@ def parse_env_value(field: str, raw: str) -> Any:
         return None
     if field in _OPTIONAL_INT or field in _INT:
         return int(text)
+    if field in _FLOAT:
+        return float(text)
     if field in _BOOL:
         if text.lower() in _TRUE:
             return True

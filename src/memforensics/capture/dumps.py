@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from memforensics._layout import NEAR_OOM
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.capture import atomic, background
 from memforensics.capture.config import ForensicsConfig
@@ -313,6 +314,25 @@ class Dumper:
             stack=self.attempt("oom_stack_failed", exception_stack, exc),
         )
 
+    # -- near-OOM ------------------------------------------------------------------------------
+    def near_oom(
+        self, step: int | None, record: Callable[[float, dict[str, Any] | None], dict[str, Any]]
+    ) -> Path | None:
+        """A snapshot of a moment memory got tight (kind ``"near-oom"``), written inline.
+
+        ``record`` builds the sidecar's ``near_oom`` object (why, and the figures) from the
+        configured fraction and the allocator statistics read here.
+        """
+        stats = self.attempt("near_oom_stats_failed", self.backend.memory_stats)
+        snapshot = self.attempt("near_oom_snapshot_failed", self.backend.snapshot)
+        if snapshot is None:
+            return None
+        near = record(self.config.near_oom_fraction, stats)
+        now = atomic.utc_now()
+        return self._event_dump(
+            NEAR_OOM, snapshot, step, now, None, self.current_device(), near_oom=near
+        )
+
     # -- manual --------------------------------------------------------------------------------
     def manual(self, step: int | None) -> Path | None:
         """A snapshot on request (``mf.dump()``), kind ``"manual"``."""
@@ -330,8 +350,10 @@ class Dumper:
         now: datetime,
         oom: dict[str, Any] | None,
         device_index: int | None,
+        near_oom: dict[str, Any] | None = None,
     ) -> Path | None:
-        """Write an OOM or manual dump synchronously (the process may be about to die)."""
+        """Write an OOM, near-OOM or manual dump synchronously (the process may be about to
+        die)."""
         paths = atomic.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
         entries = trace_length(snapshot)
 
@@ -347,6 +369,7 @@ class Dumper:
                 trace_entries=entries,
                 truncated=entries is not None and entries >= self.config.max_entries,
                 oom=oom,
+                near_oom=near_oom,
             )
 
         return (

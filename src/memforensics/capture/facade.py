@@ -32,6 +32,7 @@ from memforensics.capture.dumps import Dumper
 from memforensics.capture.history import HistorySwitch
 from memforensics.capture.journal import Journal, JournalSchedule
 from memforensics.capture.log import guarded, safe_log, warn_once
+from memforensics.capture.near_oom import NearOomCheck
 from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
 from memforensics.capture.oom_capture import OomCapture
 from memforensics.capture.rank import resolve_rank, resolve_world_size
@@ -73,6 +74,7 @@ class MemoryForensics:
         self._dumper: Dumper | None = None
         self._history: HistorySwitch | None = None
         self._oom: OomCapture | None = None
+        self._near = _near_oom_check(config, self.backend, None)
         if not self.capturing:
             return  # fully inert: no observer, no history, no files
         self._prepare_out_dir()
@@ -104,6 +106,11 @@ class MemoryForensics:
             )
             self._begin_window = self._schedule.begin
             self._end_window = self._schedule.end
+        self._start_capture(config, self._dumper)
+        atexit.register(self._at_exit)
+
+    def _start_capture(self, config: ForensicsConfig, dumper: Dumper) -> None:
+        """Start history, step tags, the OOM observer and the near-OOM check."""
         self._history = HistorySwitch(self.backend, config, self.rank)
         self._history.start()
         self._annotate = (
@@ -112,10 +119,11 @@ class MemoryForensics:
         )
         if self._annotate:
             self._tag = self.backend.set_step_metadata
-        self._oom = OomCapture(self.backend, self._dumper, self._journal, self._guard)
+        self._oom = OomCapture(self.backend, dumper, self._journal, self._guard)
+        self._near = _near_oom_check(config, self.backend, dumper)
+        self._near.start()
         if config.oom:
             self.oom_attached = self._oom.attach(self._on_oom_observer)
-        atexit.register(self._at_exit)
 
     # -- install-time helpers ------------------------------------------------------------------
     def _prepare_out_dir(self) -> None:
@@ -206,6 +214,8 @@ class MemoryForensics:
                     self._window_ended(window)
             if self.current_step >= self._journal.next_step:  # type: ignore[operator] # set by begin_step
                 self._journal.line("step", self.current_step)
+            if self.current_step >= self._near.next_step:  # type: ignore[operator] # set by begin_step
+                self._near.check(self.current_step, self._guard.fired)  # type: ignore[arg-type]
             tag = self._tag
             if tag is not None:
                 tag("")
@@ -324,6 +334,20 @@ class MemoryForensics:
             f"<MemoryForensics rank={self.rank} device={self.backend.name} {state} "
             f"out_dir={str(self.out_dir)!r}>"
         )
+
+
+def _near_oom_check(
+    config: ForensicsConfig, backend: DeviceBackend, dumper: Dumper | None
+) -> NearOomCheck:
+    """The near-OOM check of a facade: one that never runs without a dumper."""
+    return NearOomCheck(
+        backend,
+        dumper,
+        enabled=config.near_oom,
+        every=config.near_oom_every,
+        fraction=config.near_oom_fraction,
+        max_snapshots=config.max_near_oom_snapshots,
+    )
 
 
 def _create_backend(device: str) -> DeviceBackend:

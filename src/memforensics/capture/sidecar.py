@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memforensics._layout import NEAR_OOM
 from memforensics._version import __version__
 
 SCHEMA_VERSION = 2
@@ -65,8 +66,10 @@ def build_sidecar(
     truncated: bool | None = None,
     trace_entries: int | None = None,
     oom: dict[str, Any] | None = None,
+    near_oom: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One sidecar object with every contract key present."""
+    """One sidecar object with every contract key present; a near-OOM one says why
+    (``reason``) and carries its figures (``near_oom``)."""
     sidecar: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "kind": kind,
@@ -89,6 +92,9 @@ def build_sidecar(
     }
     if kind == "oom":
         sidecar["oom"] = oom_record(**(oom or {}))
+    elif kind == NEAR_OOM:
+        sidecar["reason"] = (near_oom or {}).get("reason")
+        sidecar["near_oom"] = near_oom
     return sidecar
 
 

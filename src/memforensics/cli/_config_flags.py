@@ -38,6 +38,10 @@ _HELP = {
     "journal_every": "append a journal line every N steps ('none' turns the journal off)",
     "context": "stacks recorded with history: 'alloc' (allocations) or 'all' (frees too)",
     "writer": "window dumps: 'auto' (forked child for large ones) or 'inline'",
+    "near_oom": "take a near-OOM dump when the allocator retries or memory nears the limit",
+    "near_oom_fraction": "(reserved + outside PyTorch) / limit that counts as near",
+    "near_oom_every": "check for a near-OOM every N steps",
+    "max_near_oom_snapshots": "near-OOM dumps per process at most",
 }
 
 

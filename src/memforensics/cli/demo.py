@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memforensics._layout import NEAR_OOM, parse_window_folder
 from memforensics._units import format_bytes
 from memforensics.backends._select import create_backend
 from memforensics.capture.atomic import write_file_atomic
@@ -69,8 +70,9 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
     """Human lines about what the demo wrote."""
     lines = [f"trained {result.get('steps', '?')} steps, then: {result.get('error', 'no OOM')}"]
     dumps = [Path(p) for p in result.get("dumps", [])]
-    windows = sorted({p.parent.name for p in dumps if p.parent.name != "oom"})
+    windows = sorted({p.parent.name for p in dumps if parse_window_folder(p.parent.name)})
     lines.append(f"step windows kept in {out_dir}: {', '.join(windows) or 'none'}")
+    lines += [f"near-OOM snapshot: {p}" for p in dumps if p.parent.name == NEAR_OOM]
     ooms = [p for p in dumps if p.parent.name == "oom"]
     for path in ooms:
         lines.append(f"OOM snapshot: {path}")

@@ -19,6 +19,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("replay", "ReplayCommand"),
     ("leaks", "LeaksCommand"),
     ("overview", "OverviewCommand"),
+    ("watch", "WatchCommand"),
     ("report", "ReportCommand"),
     ("run", "RunCommand"),
     ("doctor", "DoctorCommand"),

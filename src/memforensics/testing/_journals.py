@@ -59,19 +59,24 @@ def write_journals(
     restarted: Iterable[int] = (),
     same_pid_restart: Iterable[int] = (),
     seed: int = 0,
+    jitter: int = 0,
+    leak_fails: bool = True,
 ) -> JournalTruth:
     """Write ``journal/rank{R}_pid{P}.jsonl`` for every rank not in ``missing``.
 
     Healthy ranks differ by at most 64 MiB (noise from ``seed``). Ranks in ``restarted`` get a
     second pid whose lines repeat the last ten steps; ranks in ``same_pid_restart`` append that
     second run to the same file (steps go back). ``torn`` ranks end with half a line.
+    ``jitter`` adds up to that many bytes of per-line noise to every rank's allocated bytes
+    (a steady rank then wobbles around its level without drifting). With ``leak_fails`` False
+    the leaking rank is still running: it drifts but has no OOM line yet.
     """
     folder = journal_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     skip, torn_set = set(missing), set(torn)
     again, same = set(restarted), set(same_pid_restart)
-    oom_step = (lines - 1) * every if leak_rank is not None else None
+    oom_step = (lines - 1) * every if leak_rank is not None and leak_fails else None
     held: dict[int, int] = {}
     for rank in range(ranks):
         if rank in skip:
@@ -79,9 +84,11 @@ def write_journals(
         pid = 1000 + rank
         noise = rng.randrange(0, 64) * MIB
         held[rank] = base + noise
-        chunks = [_line(rank, i, every, base + noise, limit, rank == leak_rank, leak_per_line)
+        wobble = [rng.randrange(0, jitter + 1) if jitter else 0 for _ in range(lines)]
+        chunks = [_line(rank, i, every, base + noise + wobble[i], limit, rank == leak_rank,
+                        leak_per_line)
                   for i in range(lines)]  # fmt: skip
-        if rank == leak_rank:  # the OOM line comes first; the step's own line at its end
+        if rank == leak_rank and leak_fails:  # the OOM line first; the step's own line at its end
             chunks.insert(-1, _oom_line(rank, lines - 1, every, base + noise, limit, leak_per_line))
         second = [_line(rank, i, every, base + noise, limit, False, 0, restart=True)
                   for i in range(max(lines - 10, 0), lines)]  # fmt: skip

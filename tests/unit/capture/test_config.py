@@ -70,6 +70,10 @@ def test_every_field_has_an_environment_variable() -> None:
         "MEMFORENSICS_JOURNAL_EVERY": "none",
         "MEMFORENSICS_CONTEXT": "all",
         "MEMFORENSICS_WRITER": "inline",
+        "MEMFORENSICS_NEAR_OOM": "off",
+        "MEMFORENSICS_NEAR_OOM_FRACTION": "0.9",
+        "MEMFORENSICS_NEAR_OOM_EVERY": "5",
+        "MEMFORENSICS_MAX_NEAR_OOM_SNAPSHOTS": "4",
     }
     assert set(env) == {env_var(f) for f in FIELDS}
     config = build_config({}, env)
@@ -93,6 +97,10 @@ def test_every_field_has_an_environment_variable() -> None:
         journal_every=None,
         context="all",
         writer="inline",
+        near_oom=False,
+        near_oom_fraction=0.9,
+        near_oom_every=5,
+        max_near_oom_snapshots=4,
     )
 
 

@@ -1,28 +1,47 @@
 """A run folder: its dumps (ls), its journals, and the overview of every rank."""
 
+from memforensics.analysis.folder.forecast import Forecast, forecast_line
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal, growth_per_1k
 from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis.folder.outliers import Outlier
 from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, build_overview
 from memforensics.analysis.folder.peer import PeerComparison
 from memforensics.analysis.folder.ranks import Failure, RankFacts
-from memforensics.analysis.folder.text import ls_text, overview_text, rank_ranges
+from memforensics.analysis.folder.text import (
+    WATCH_COLUMNS,
+    ls_text,
+    overview_text,
+    rank_ranges,
+    watch_cells,
+    watch_header,
+    watch_text,
+)
+from memforensics.analysis.folder.watch import JournalWatch, WatchRow, WatchView
 
 __all__ = [
     "MISSING",
     "PARALLEL_FROM",
+    "WATCH_COLUMNS",
     "DumpEntry",
     "Failure",
+    "Forecast",
+    "JournalWatch",
     "Outlier",
     "Overview",
     "PeerComparison",
     "ProcessJournal",
     "RankFacts",
     "RunListing",
+    "WatchRow",
+    "WatchView",
     "build_overview",
+    "forecast_line",
     "growth_per_1k",
     "list_dumps",
     "ls_text",
     "overview_text",
     "rank_ranges",
+    "watch_cells",
+    "watch_header",
+    "watch_text",
 ]

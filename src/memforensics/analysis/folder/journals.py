@@ -23,6 +23,7 @@ from math import isnan
 from operator import itemgetter, le, mul
 
 from memforensics import _layout
+from memforensics.analysis.folder.forecast import Forecast, forecast_columns
 
 MISSING = -(1 << 63)
 """Stands for null in the integer columns (arrays hold no None)."""
@@ -36,6 +37,7 @@ COLUMNS = (
     "ooms",
     "device_free_bytes",
     "external_bytes",
+    "device_limit_bytes",
 )
 _EVENT_CODES = {"step": "s", "window": "w", "oom": "o", "close": "c"}
 
@@ -84,6 +86,9 @@ class ProcessJournal:
     bad_lines: int = 0
     torn_last_line: bool = False
     errors: list[str] = field(default_factory=list)
+    forecast: Forecast | None = None
+    """When this process's live plus outside-PyTorch bytes reach its limit (computed where the
+    file is read, in the worker, like ``growth``)."""
 
     @property
     def lines(self) -> int:
@@ -126,6 +131,15 @@ def read_process(files: list[JournalFile]) -> list[ProcessJournal]:
     for part in parts:
         for column in TREND_COLUMNS:
             part.growth[column] = growth_per_1k(part.steps, part.columns[column])
+        columns = part.columns
+        part.forecast = forecast_columns(
+            part.rank,
+            part.steps,
+            columns["allocated_bytes"],
+            columns["external_bytes"],
+            columns["device_limit_bytes"],
+            MISSING,
+        )
     return parts
 
 

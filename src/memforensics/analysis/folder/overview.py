@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import JournalFile, ProcessJournal, read_processes
 from memforensics.analysis.folder.outliers import Outlier, find_outliers
 from memforensics.analysis.folder.peer import PeerComparison, compare_with_peer
@@ -58,6 +59,12 @@ class Overview:
         lasts = [r.last_step for r in self.ranks if r.last_step is not None]
         return (min(firsts), max(lasts)) if firsts and lasts else None
 
+    @property
+    def forecasts(self) -> tuple[Forecast, ...]:
+        """Every rank's forecast, soonest first."""
+        found = [r.forecast for r in self.ranks if r.forecast is not None]
+        return tuple(sorted(found, key=lambda f: (f.step, f.rank)))
+
     def rank(self, number: int) -> RankFacts | None:
         """The facts of rank ``number``, if it left anything."""
         return next((r for r in self.ranks if r.rank == number), None)
@@ -75,6 +82,7 @@ class Overview:
             "outliers": [o.to_dict() for o in self.outliers],
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
             "problems": self.problems,
+            "forecasts": [{"rank": f.rank, **f.to_dict()} for f in self.forecasts],
             "ranks": [r.to_dict() for r in self.ranks],
         }
 

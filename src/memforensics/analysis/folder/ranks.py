@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal
 from memforensics.analysis.folder.scan import DumpRecord
 
@@ -46,6 +47,8 @@ class RankFacts:
     failure: Failure | None
     closed: bool
     dumps: tuple[str, ...]
+    forecast: Forecast | None = None
+    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (one element of ``overview --json``'s ``ranks``)."""
@@ -65,6 +68,7 @@ class RankFacts:
             "oom": None if self.failure is None else self.failure.to_dict(),
             "closed": self.closed,
             "dumps": list(self.dumps),
+            "forecast": None if self.forecast is None else self.forecast.to_dict(),
         }
 
 
@@ -89,6 +93,7 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
         failure=_failure(rank, journals, dumps),
         closed=bool(newest is not None and newest.events.endswith("c")),
         dumps=tuple(sorted(d.path for d in dumps)),
+        forecast=newest.forecast if newest is not None else None,
     )
 
 

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import Overview
 from memforensics.analysis.folder.peer import COMPARED
 from memforensics.analysis.folder.ranks import RankFacts
+from memforensics.analysis.folder.watch import WatchRow, WatchView
 
 TOP = 5
 _LABELS = {
@@ -66,6 +68,7 @@ def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
     lines = [_head(view), _failures(view)]
     lines += _outliers(view)
     lines += _comparison(view)
+    lines += forecast_lines(view.forecasts)
     lines += _problems(view)
     lines.append("")
     lines += _table(view, view.ranks if all_ranks else _worth_a_look(view))
@@ -114,6 +117,26 @@ def _outliers(view: Overview) -> list[str]:
     return ["stand out: " + "; ".join(parts) + more]
 
 
+def forecast_sentence(item: Forecast) -> str:
+    """``rank 23 reaches its 80.00 GiB limit near step 3,900, at +10.00 MiB a step; last seen
+    at step 998``."""
+    return (
+        f"rank {item.rank} reaches its {format_bytes(item.limit_bytes)} limit near step"
+        f" {item.step:,}, at {format_signed_bytes(round(item.growth_per_step))} a step;"
+        f" last seen at step {item.last_step:,} (confidence {item.confidence:.2f})"
+    )
+
+
+def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
+    """The overview's forecast: the soonest ranks to run out, or why none is forecast."""
+    if not forecasts:
+        return ["forecast: none (no rank's live + outside-PyTorch bytes climb a steady line)"]
+    lines = [f"forecast: {forecast_sentence(item)}" for item in forecasts[:TOP]]
+    if len(forecasts) > TOP:
+        lines.append(f"forecast: +{len(forecasts) - TOP} more ranks drift upward")
+    return lines
+
+
 def _comparison(view: Overview) -> list[str]:
     cmp = view.comparison
     if cmp is None:
@@ -153,6 +176,7 @@ def _problems(view: Overview) -> list[str]:
 def _worth_a_look(view: Overview) -> list[RankFacts]:
     wanted: list[int] = [f.rank for f in view.failures[:TOP]]
     wanted += [o.rank for o in view.outliers[:TOP]]
+    wanted += [f.rank for f in view.forecasts[:TOP]]
     if view.comparison is not None:
         wanted.append(view.comparison.peer)
     by_peak = sorted(
@@ -172,7 +196,8 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
     if not ranks:
         return ["no rank left a journal line or a dump"]
     header = ("rank", "peak reserved", "last reserved", "retries", "external",
-              "reserved/1k steps", "allocated/1k steps", "OOM at step")  # fmt: skip
+              "reserved/1k steps", "allocated/1k steps", "OOM at step",
+              "forecast step")  # fmt: skip
     rows = [header]
     for r in ranks:
         oom = (
@@ -188,6 +213,7 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
                 _growth(r.reserved_growth_per_1k_steps),
                 _growth(r.allocated_growth_per_1k_steps),
                 oom,
+                "-" if r.forecast is None else f"{r.forecast.step:,}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -228,7 +254,7 @@ def ls_text(listing: RunListing) -> str:
     lines = [
         head,
         "",
-        f"{'kind':<7} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
+        f"{'kind':<8} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
         " flags  path",
     ]
     for entry in listing.dumps:
@@ -246,7 +272,7 @@ def ls_text(listing: RunListing) -> str:
             )
         )
         lines.append(
-            f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
+            f"{meta.kind or '?':<8} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
             f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
             f"  {entry.created_at or '-':<32} {flags or '-':<5}"
             f"  {entry.path}"
@@ -257,3 +283,61 @@ def ls_text(listing: RunListing) -> str:
         " external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
+
+
+WATCH_COLUMNS = (
+    "rank", "step", "allocated", "reserved", "peak", "headroom", "retries", "OOMs", "forecast",
+)  # fmt: skip
+"""``watch``'s columns, in order; :func:`watch_cells` gives a row's cells."""
+
+
+def watch_header(view: WatchView) -> str:
+    """``16 ranks · allocated 1.20 TiB · reserved 1.30 TiB · 1 failed · first OOM: rank 13 at
+    step 31, <time>``."""
+    first = view.first_oom
+    oom = "no OOM yet"
+    if first is not None:
+        step = "outside a step" if first.step is None else f"step {first.step:,}"
+        oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
+    torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
+    return (
+        f"{view.ranks:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
+        f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
+    )
+
+
+def watch_cells(row: WatchRow) -> tuple[str, ...]:
+    """One row's cells under :data:`WATCH_COLUMNS`."""
+    if row.failed:
+        forecast = "failed" + ("" if row.failed_step is None else f" at {row.failed_step:,}")
+    elif row.forecast is not None:
+        forecast = (
+            f"step {row.forecast.step:,} "
+            f"({format_signed_bytes(round(row.forecast.growth_per_step))}/step)"
+        )
+    else:
+        forecast = "-"
+    return (
+        str(row.rank),
+        "-" if row.step is None else f"{row.step:,}",
+        format_bytes(row.allocated_bytes),
+        format_bytes(row.reserved_bytes),
+        format_bytes(row.peak_reserved_bytes),
+        format_bytes(row.headroom_bytes),
+        "-" if row.alloc_retries is None else f"{row.alloc_retries:,}",
+        f"{row.ooms:,}",
+        forecast,
+    )
+
+
+def watch_text(view: WatchView) -> str:
+    """The plain table (``watch --once`` into a pipe or file): header, then aligned rows."""
+    rows = [WATCH_COLUMNS, *(watch_cells(row) for row in view.rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(WATCH_COLUMNS))]
+    table = [
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    if not view.rows:
+        table = ["no journal lines yet"]
+    return "\n".join([watch_header(view), "", *table])

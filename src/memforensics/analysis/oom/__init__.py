@@ -25,8 +25,15 @@ from memforensics.analysis.oom.moment import (
     settings_notes,
     settings_read,
 )
+from memforensics.analysis.oom.risk import AtRisk, at_risk
 from memforensics.analysis.oom.serve import could_serve, seed_state
 from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
+from memforensics.analysis.oom.text import (
+    at_risk_headline,
+    at_risk_lines,
+    fragmentation_text,
+    headroom_text,
+)
 from memforensics.analysis.oom.verdict import (
     COULD_SERVE,
     DEVICE_FREE_UNKNOWN,
@@ -55,15 +62,21 @@ __all__ = [
     "TRACE",
     "UNKNOWN",
     "AllocatorState",
+    "AtRisk",
     "LiveBlock",
     "LowerBound",
     "OomMoment",
     "SegmentState",
     "Verdict",
+    "at_risk",
+    "at_risk_headline",
+    "at_risk_lines",
     "changes_after",
     "could_serve",
     "device_free_text",
+    "fragmentation_text",
     "has_history",
+    "headroom_text",
     "judge",
     "judged_moment_warning",
     "lower_bound",

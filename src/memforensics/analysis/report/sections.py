@@ -24,6 +24,7 @@ from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import DEVICE_FREE_UNKNOWN
 from memforensics.analysis.replay import replay
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
+from memforensics.analysis.report.risk import at_risk_section
 from memforensics.analysis.report.timeline import segments_section, timeline_section
 from memforensics.analysis.summary import Summary
 
@@ -300,6 +301,7 @@ def steps_section(ctx: DumpContext) -> Section:
 
 DUMP_SECTIONS: list[SectionBuilder] = [
     verdict_section,
+    at_risk_section,
     facts_section,
     oom_moment_section,
     replay_section,

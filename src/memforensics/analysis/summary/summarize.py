@@ -25,9 +25,11 @@ from memforensics.analysis.dump import (
 from memforensics.analysis.filled import Filled, live_at, what_filled
 from memforensics.analysis.oom import (
     TRACE,
+    AtRisk,
     LowerBound,
     OomMoment,
     Verdict,
+    at_risk,
     judged_moment_warning,
     oom_moment,
     settings_notes,
@@ -116,6 +118,7 @@ class Summary:
     ] = ()  # biggest sites live at the OOM, when it is not the snapshot
     oom_site_count: int = 0
     judged_note: str | None = None  # what --requested overrode and the moment judged (a warning)
+    at_risk: AtRisk | None = None  # a near-OOM dump: how close the rank was
 
     @property
     def after_oom(self) -> bool:
@@ -186,6 +189,7 @@ class Summary:
             "device_reason": self.device_reason,
             "snapshot_shape": self.shape.to_dict(),
             "limits": list(self.limits),
+            "at_risk": self.at_risk.to_dict() if self.at_risk else None,
             **(self.filled.to_dict() if self.filled else {}),
         }
 
@@ -263,6 +267,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         oom_sites=oom_sites,
         oom_site_count=oom_site_count,
         judged_note=note,
+        at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
     )
 
 

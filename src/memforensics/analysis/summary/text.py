@@ -18,7 +18,7 @@ from memforensics.analysis.dump import (
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.oom import OomMoment, device_free_text
+from memforensics.analysis.oom import OomMoment, at_risk_lines, device_free_text
 from memforensics.analysis.summary.summarize import SiteBytes, Summary
 
 _WRAP = 100
@@ -41,7 +41,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     truncated = "none recorded" if not s.trace_entries else truncated
     lines = [
         f"{s.file}  ({', '.join(where)})",
-        f"  verdict      {s.verdict.label.upper()}",
+        f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
     ]
     at = s.oom_state
     lines += _headline_rows(s) if at is None or not s.after_oom else _oom_rows(at)
@@ -67,6 +67,8 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         lines.append(f"  warning      {s.judged_note}")
     lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
+    if s.at_risk is not None:
+        lines += ["", *at_risk_lines(s.at_risk)]
     lines += ["", f"  {s.verdict.explanation}"]
     if s.verdict.advice:
         lines.append(f"  → {s.verdict.advice}")

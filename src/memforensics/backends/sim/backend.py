@@ -119,6 +119,10 @@ class SimBackend:
         """The current device's allocator statistics."""
         return dict(get_device().memory_stats())
 
+    def allocator_pressure(self) -> tuple[int, int] | None:
+        """The current device's retries and reserved bytes, read directly (no stats dict)."""
+        return get_device().allocator_pressure()
+
     def set_step_metadata(self, text: str) -> bool:
         """Tag later allocations with ``text``; the sim device always supports it.
 

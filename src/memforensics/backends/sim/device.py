@@ -306,6 +306,13 @@ class SimDevice:
             self._drain_pending()
             return fmt.memory_stats(self._allocator)
 
+    def allocator_pressure(self) -> tuple[int, int]:
+        """``(num_alloc_retries, reserved bytes)``: what ``memory_stats_as_nested_dict()``'s
+        ``num_alloc_retries`` and ``reserved_bytes.all.current`` say, without building it."""
+        with self._lock:
+            self._drain_pending()
+            return self._allocator.num_alloc_retries, self._allocator.reserved_bytes.current
+
     def mem_get_info(self) -> tuple[int, int]:
         """``(free, total)`` bytes of the device, like ``torch.cuda.mem_get_info``."""
         return self.total_bytes - self.reserved_bytes, self.total_bytes

@@ -204,6 +204,9 @@
       ["reserved growth / 1k steps", facts.reserved_growth_per_1k_steps === null ? "-" :
         fmtBytes(facts.reserved_growth_per_1k_steps)],
       ["OOM", facts.oom ? "step " + facts.oom.step : "none"],
+      ["forecast", facts.forecast ? "limit near step " + facts.forecast.step.toLocaleString("en") + ", " +
+        fmtBytes(Math.round(facts.forecast.growth_per_step)) + " a step (confidence " +
+        facts.forecast.confidence.toFixed(2) + ")" : "none"],
       ["processes (pids)", facts.pids.join(", ") || "-"],
       ["journal lines", String(facts.lines)]];
     pairs.forEach(function (p) {

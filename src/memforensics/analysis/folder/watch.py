@@ -1,0 +1,303 @@
+"""``watch``'s figures: every rank of a running job, from the new bytes of each journal.
+
+:class:`JournalWatch` keeps, per journal file, the byte offset read so far and, per process,
+the figures of its newest line and the points its forecast needs. Each :meth:`~JournalWatch.poll`
+lists the journal folder once and reads only what each file gained since, so a job of
+thousands of ranks costs a ``scandir`` plus one ``open``/``fstat`` per file per refresh, and
+parsing only the new lines. A line still being written (no newline yet) is left for the next
+poll; a file that shrank or was replaced (rotation) is read again from its start.
+:meth:`~JournalWatch.view` turns the state into rows, most urgent first. No rich here: the
+command renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memforensics import _layout
+from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
+
+_KEEP = 2 * WINDOW
+"""Points kept per process for its forecast (the fit uses the newest ``WINDOW``)."""
+
+
+@dataclass(slots=True)
+class _Tail:
+    """How far one journal file has been read."""
+
+    inode: int = -1
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class _Process:
+    """One process's newest figures, its failure and its recent points."""
+
+    rank: int
+    pid: int
+    time: float = 0.0
+    step: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    peak_reserved: int | None = None
+    retries: int | None = None
+    ooms: int = 0
+    external: int | None = None
+    limit: int | None = None
+    first_oom: tuple[float, int | None] | None = None
+    closed: bool = False
+    points: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=_KEEP))
+    forecast: Forecast | None = None
+    stale: bool = False
+    """New points arrived since the forecast was computed."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRow:
+    """One rank as ``watch`` shows it (its newest process's figures)."""
+
+    rank: int
+    step: int | None
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    peak_reserved_bytes: int | None
+    headroom_bytes: int | None
+    """``limit - reserved - outside PyTorch`` on the newest line: what is left to reserve."""
+    alloc_retries: int | None
+    ooms: int
+    failed_step: int | None
+    failed: bool
+    forecast: Forecast | None
+    closed: bool
+
+    def urgency(self) -> tuple[int, float, float, int]:
+        """Sort key, most urgent first: failed ranks (earliest step first), then ranks with a
+        forecast (fewest steps left), then the rest by least headroom."""
+        if self.failed:
+            return (0, float(self.failed_step or 0), 0.0, self.rank)
+        steps_left = float(self.forecast.steps_left) if self.forecast else float("inf")
+        headroom = float(self.headroom_bytes) if self.headroom_bytes is not None else float("inf")
+        return (1, steps_left, headroom, self.rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one element of ``watch --once --json``'s ``ranks``)."""
+        return {
+            "rank": self.rank,
+            "step": self.step,
+            "allocated_bytes": self.allocated_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "alloc_retries": self.alloc_retries,
+            "ooms": self.ooms,
+            "failed": self.failed,
+            "failed_step": self.failed_step,
+            "closed": self.closed,
+            "forecast": None if self.forecast is None else self.forecast.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FirstOom:
+    """The earliest OOM any journal line records."""
+
+    rank: int
+    step: int | None
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"rank": self.rank, "step": self.step, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchView:
+    """What one refresh shows: the totals, the first OOM and the rows, most urgent first."""
+
+    ranks: int
+    allocated_bytes: int
+    reserved_bytes: int
+    failed_ranks: int
+    ooms: int
+    first_oom: FirstOom | None
+    rows: tuple[WatchRow, ...]
+    torn_lines: int
+    """Files whose last line is still being written (left for the next poll)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``watch --once --json`` object."""
+        return {
+            "ranks_seen": self.ranks,
+            "allocated_bytes": self.allocated_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "failed_ranks": self.failed_ranks,
+            "ooms": self.ooms,
+            "first_oom": None if self.first_oom is None else self.first_oom.to_dict(),
+            "torn_lines": self.torn_lines,
+            "ranks": [row.to_dict() for row in self.rows],
+        }
+
+
+class JournalWatch:
+    """Follows a run folder's journals, reading only what each file gained since last time."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._tails: dict[str, _Tail] = {}
+        self._processes: dict[tuple[int, int], _Process] = {}
+        self._torn: set[str] = set()
+        self.bytes_read = 0
+        """Bytes read from journal files so far (new bytes only: what the offsets save)."""
+
+    def poll(self) -> int:
+        """Read what every current journal file gained; the number of new lines."""
+        folder = self.folder
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries]
+        except OSError:
+            return 0  # the job has not written its first line yet
+        lines = 0
+        for name in names:
+            parsed = _layout.parse_journal_name(name)
+            if parsed is None or parsed[2] != 0:
+                continue  # rotated generations hold older lines, read before they rotated
+            lines += self._read(os.path.join(folder, name), parsed[0], parsed[1])
+        return lines
+
+    @property
+    def folder(self) -> Path:
+        """The journal folder: ``root`` itself when it is one, else ``root/journal`` (which a
+        starting job may not have created yet)."""
+        if self.root.name == _layout.JOURNAL_FOLDER:
+            return self.root
+        return _layout.journal_folder(self.root)
+
+    def _read(self, path: str, rank: int, pid: int) -> int:
+        tail = self._tails.setdefault(path, _Tail())
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                info = os.fstat(handle.fileno())
+                if info.st_ino != tail.inode or info.st_size < tail.offset:
+                    tail.inode, tail.offset = info.st_ino, 0  # new or rotated: from the start
+                if info.st_size == tail.offset:
+                    return 0
+                handle.seek(tail.offset)
+                data = handle.read(info.st_size - tail.offset)
+        except OSError:
+            return 0
+        self.bytes_read += len(data)
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            self._torn.add(path)  # still being written: read again once it is whole
+        else:
+            self._torn.discard(path)
+        tail.offset += end
+        process = self._processes.setdefault((rank, pid), _Process(rank, pid))
+        count = 0
+        for raw in data[:end].split(b"\n")[:-1]:
+            try:
+                line = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if type(line) is dict:
+                _apply(process, line)
+                count += 1
+        return count
+
+    def view(self) -> WatchView:
+        """Rows for every rank (its newest process), most urgent first, with the totals."""
+        newest: dict[int, _Process] = {}
+        failures: list[FirstOom] = []
+        for process in self._processes.values():
+            if process.stale:
+                process.forecast = _forecast(process)
+                process.stale = False
+            if process.first_oom is not None:
+                when, step = process.first_oom
+                failures.append(FirstOom(process.rank, step, when))
+            best = newest.get(process.rank)
+            if best is None or process.time > best.time:
+                newest[process.rank] = process
+        failed = {f.rank: f for f in sorted(failures, key=lambda f: -f.time)}
+        rows = sorted((_row(p, failed.get(p.rank)) for p in newest.values()), key=WatchRow.urgency)
+        first = min(failures, key=lambda f: (f.time, f.rank)) if failures else None
+        return WatchView(
+            ranks=len(rows),
+            allocated_bytes=sum(r.allocated_bytes or 0 for r in rows),
+            reserved_bytes=sum(r.reserved_bytes or 0 for r in rows),
+            failed_ranks=len(failed),
+            ooms=sum(p.ooms for p in newest.values()),
+            first_oom=first,
+            rows=tuple(rows),
+            torn_lines=len(self._torn),
+        )
+
+
+def _int(value: object) -> int | None:
+    """An int a journal writes (int64), else None: a hostile line cannot overflow the fit."""
+    return value if type(value) is int and -(1 << 63) < value < (1 << 63) else None
+
+
+def _apply(process: _Process, line: dict[str, Any]) -> None:
+    """Fold one journal line into its process's figures."""
+    when = line.get("time")
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        process.time = float(when)
+    step = _int(line.get("step"))
+    process.step = step if step is not None else process.step
+    event = line.get("event")
+    if event == "oom" and process.first_oom is None:
+        process.first_oom = (process.time, step)
+    if event == "close":
+        process.closed = True
+    for name, key in (
+        ("allocated", "allocated_bytes"),
+        ("reserved", "reserved_bytes"),
+        ("peak_reserved", "peak_reserved_bytes"),
+        ("retries", "alloc_retries"),
+        ("external", "external_bytes"),
+        ("limit", "device_limit_bytes"),
+    ):
+        value = _int(line.get(key))
+        if value is not None:
+            setattr(process, name, value)
+    ooms = _int(line.get("ooms"))
+    process.ooms = max(process.ooms, ooms or 0, 1 if event == "oom" else 0)  # a monotonic count
+    allocated = _int(line.get("allocated_bytes"))
+    if step is not None and allocated is not None:
+        process.points.append((step, allocated + (_int(line.get("external_bytes")) or 0)))
+        process.stale = True
+
+
+def _forecast(process: _Process) -> Forecast | None:
+    if process.limit is None or process.first_oom is not None:
+        return None
+    steps = [step for step, _ in process.points]
+    used = [value for _, value in process.points]
+    return forecast_line(process.rank, steps, used, process.limit)
+
+
+def _row(process: _Process, failure: FirstOom | None) -> WatchRow:
+    headroom = None
+    if process.limit is not None and process.reserved is not None:
+        headroom = max(process.limit - process.reserved - (process.external or 0), 0)
+    return WatchRow(
+        rank=process.rank,
+        step=process.step,
+        allocated_bytes=process.allocated,
+        reserved_bytes=process.reserved,
+        peak_reserved_bytes=process.peak_reserved,
+        headroom_bytes=headroom,
+        alloc_retries=process.retries,
+        ooms=process.ooms,
+        failed_step=None if failure is None else failure.step,
+        failed=failure is not None,
+        forecast=process.forecast,
+        closed=process.closed,
+    )

@@ -1,0 +1,136 @@
+"""``memforensics watch DIR [--interval S] [--once] [--json]``: a running job's ranks, live.
+
+The figures come from :class:`memforensics.analysis.folder.JournalWatch` (new journal bytes
+only, torn last lines left for the next refresh); this module only draws them. rich is
+imported here, inside ``run``, and nowhere else: neither ``import memforensics`` nor a training
+process ever loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memforensics.analysis.folder import (
+    WATCH_COLUMNS,
+    JournalWatch,
+    WatchView,
+    watch_cells,
+    watch_header,
+    watch_text,
+)
+from memforensics.cli._command import CommandError
+
+_CHROME = 7
+"""Terminal lines the live view needs besides its rows (header, borders, column titles)."""
+
+
+class WatchCommand:
+    """Watch a running job's journals: one row per rank, most urgent first (Ctrl-C ends it)."""
+
+    name = "watch"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """DIR, --interval, --once, --json, --rows."""
+        parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir) or its journal/")
+        parser.add_argument(
+            "--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes"
+        )
+        parser.add_argument("--once", action="store_true", help="print the table once and exit")
+        parser.add_argument("--json", action="store_true", help="with --once: one JSON object")
+        parser.add_argument(
+            "--rows", type=int, metavar="N", help="rows shown (default: what fits; --once: all)"
+        )
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """Poll and draw until Ctrl-C, or once."""
+        if args.interval <= 0:
+            parser.error("argument --interval: must be above 0")
+        if args.rows is not None and args.rows < 1:
+            parser.error("argument --rows: must be at least 1")
+        if args.json and not args.once:
+            parser.error("argument --json: needs --once")
+        if not Path(args.dir).is_dir():
+            raise CommandError(f"{args.dir}: not a folder")
+        watch = JournalWatch(args.dir)
+        try:
+            if args.once:
+                watch.poll()
+                _print_once(watch.view(), args)
+            else:
+                _live(watch, args)
+        except KeyboardInterrupt:
+            return 0  # Ctrl-C is how a watch ends
+        except BrokenPipeError:  # `| head`: stop quietly, as a Unix tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _shown(view: WatchView, rows: int | None) -> WatchView:
+    if rows is None or len(view.rows) <= rows:
+        return view
+    return WatchView(
+        view.ranks,
+        view.allocated_bytes,
+        view.reserved_bytes,
+        view.failed_ranks,
+        view.ooms,
+        view.first_oom,
+        view.rows[:rows],
+        view.torn_lines,
+    )
+
+
+def _print_once(view: WatchView, args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps(view.to_dict(), indent=2))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(_table(_shown(view, args.rows)))
+    else:
+        print(watch_text(_shown(view, args.rows)))
+    sys.stdout.flush()
+
+
+def _table(view: WatchView) -> Any:
+    """The rich Table of ``view``: the header as its title, failed ranks in red."""
+    from rich.table import Table
+
+    table = Table(title=watch_header(view), title_justify="left", expand=False)
+    for column in WATCH_COLUMNS:
+        table.add_column(column, justify="left" if column == "forecast" else "right")
+    for row in view.rows:
+        style = "bold red" if row.failed else ("yellow" if row.forecast is not None else None)
+        table.add_row(*watch_cells(row), style=style)
+    if not view.rows:
+        table.caption = "no journal lines yet"
+    return table
+
+
+def _live(watch: JournalWatch, args: argparse.Namespace) -> None:
+    """Refresh every ``--interval`` seconds; a plain table per refresh when not a terminal."""
+    if not sys.stdout.isatty():
+        while True:
+            watch.poll()
+            print(watch_text(_shown(watch.view(), args.rows)), end="\n\n", flush=True)
+            time.sleep(args.interval)
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+
+    def frame() -> Any:
+        watch.poll()
+        rows = args.rows or max(console.size.height - _CHROME, 1)
+        return _table(_shown(watch.view(), rows))
+
+    with Live(frame(), console=console, auto_refresh=False, transient=False) as live:
+        while True:
+            time.sleep(args.interval)
+            live.update(frame(), refresh=True)

@@ -1,0 +1,171 @@
+"""``memforensics watch`` as a user runs it: the real console script, and a job still writing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import pytest
+from evidence import SCRIPTS
+
+from memforensics.analysis.folder import JournalWatch
+from memforensics.testing import write_journals
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+LEAK_RANK = 2
+RANKS = 4
+ROUNDS = 3
+STEPS = 12
+
+
+def _script() -> str:
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    assert script is not None, "the memforensics console script is not installed"
+    return script
+
+
+def test_watch_once_puts_the_drifting_rank_first(tmp_path: Path) -> None:
+    """watch --once (plain table into a pipe) lists the drifting, still running rank first."""
+    write_journals(
+        tmp_path, ranks=8, lines=40, every=10, leak_rank=6, leak_per_line=128 * MiB,
+        jitter=64 * MiB, leak_fails=False,
+    )  # fmt: skip
+    proc = subprocess.run(
+        [_script(), "watch", str(tmp_path), "--once"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("8 ranks · ")
+    assert lines[2].split()[0] == "rank"
+    assert lines[3].split()[0] == "6"
+    assert "/step)" in lines[3]
+    assert len(lines) == 3 + 8
+    data = json.loads(
+        subprocess.run(
+            [_script(), "watch", str(tmp_path), "--once", "--json"],
+            capture_output=True, text=True, timeout=120, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert data["ranks"][0]["rank"] == 6
+    assert data["ranks"][0]["forecast"]["step"] > data["ranks"][0]["step"]
+
+
+def _send(writers: list[subprocess.Popen[str]], text: str) -> None:
+    for writer in writers:
+        assert writer.stdin is not None
+        writer.stdin.write(text)
+        writer.stdin.flush()
+
+
+def _reply(writer: subprocess.Popen[str]) -> str:
+    assert writer.stdout is not None
+    return writer.stdout.readline().strip()
+
+
+def _block_with(stream: IO[str], want: list[str], deadline: float) -> list[str]:
+    """Read the live output's blocks (blank-line separated: a header, then a table) until a
+    table's first row starts with the cells ``want``; that table and the header before it."""
+    header = ""
+    block: list[str] = []
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        if line.strip():
+            block.append(line.rstrip("\n"))
+            continue
+        if len(block) > 1 and block[0].split()[0] == "rank":
+            if block[1].split()[: len(want)] == want:
+                return [header, *block]
+        else:
+            header = block[0] if block else header
+        block = []
+    raise AssertionError(f"watch never showed {want!r}")
+
+
+def test_watch_follows_a_running_multi_process_job(tmp_path: Path) -> None:
+    """While four training processes append journal lines, the reader sees exactly the steps
+    each finished, the live command keeps drawing, and Ctrl-C ends it with status 0."""
+    out = tmp_path / "run"
+    writer = [sys.executable, str(SCRIPTS / "watch_writer.py"), str(out)]
+    writers = [
+        subprocess.Popen(
+            [*writer, str(rank), str(MiB if rank == LEAK_RANK else 0)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(RANKS)
+    ]
+    live = subprocess.Popen(
+        [_script(), "watch", str(out), "--interval", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        watch = JournalWatch(out)
+        for round_ in range(1, ROUNDS + 1):
+            _send(writers, f"{STEPS}\n")
+            last = round_ * STEPS - 1
+            assert [_reply(w) for w in writers] == [f"ok {last}"] * RANKS
+            watch.poll()
+            view = watch.view()
+            assert sorted(row.rank for row in view.rows) == list(range(RANKS))
+            assert {row.step for row in view.rows} == {last}
+        assert view.rows[0].rank == LEAK_RANK
+        assert view.rows[0].forecast is not None
+        assert live.stdout is not None
+        final = f"{ROUNDS * STEPS - 1:,}"
+        block = _block_with(live.stdout, [str(LEAK_RANK), final], time.monotonic() + 120)
+        assert block[0].startswith(f"{RANKS} ranks · ")
+        assert len(block) == 2 + RANKS
+        live.send_signal(signal.SIGINT)
+        assert live.wait(timeout=60) == 0
+    finally:
+        _send(writers, "\n")
+        for writer in writers:
+            writer.communicate(timeout=60)
+        if live.poll() is None:
+            live.kill()
+        live.communicate(timeout=60)
+
+
+def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """In a terminal watch draws rich's live table (the drifting rank in it) and Ctrl-C ends it
+    with status 0."""
+    import os
+    import pty
+
+    write_journals(
+        tmp_path, ranks=3, lines=40, every=10, leak_rank=1, leak_per_line=128 * MiB,
+        leak_fails=False,
+    )  # fmt: skip
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [_script(), "watch", str(tmp_path), "--interval", "0.05"],
+        stdin=child, stdout=child, stderr=child, close_fds=True,
+        env={**os.environ, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(child)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"/step)" not in seen and time.monotonic() < deadline:
+            seen += os.read(main, 65536)
+        assert b"3 ranks" in seen
+        assert b"/step)" in seen  # the drifting rank's forecast cell
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
