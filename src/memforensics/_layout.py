@@ -35,6 +35,10 @@ SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pkl", ".pkl.gz")
 SIDECAR_SUFFIX = ".json"
 JOURNAL_SUFFIX = ".jsonl"
 
+RANK_LIMIT = 1 << 31
+"""Ranks and world sizes are below this (a C ``int``, as torch.distributed and launchers keep
+them): ``install()`` refuses larger ones, and readers report a larger claim as absurd."""
+
 _WINDOW_RE = re.compile(r"^steps?(\d+)(?:-(\d+))?$")
 _RANK_RE = re.compile(r"(?:^|_)rank(\d+)(?:_|$)")
 _PID_RE = re.compile(r"(?:^|_)pid(\d+)(?:_|$)")

@@ -132,7 +132,11 @@ def _problems(view: Overview) -> list[str]:
     if p["ranks_without_journal"]:
         parts.append(f"no journal from rank(s) {rank_ranges(p['ranks_without_journal'])}")
     if p["ranks_missing"]:
-        parts.append(f"nothing at all from rank(s) {rank_ranges(p['ranks_missing'])}")
+        listed, count = p["ranks_missing"], p["ranks_missing_count"]
+        more = f" (+{count - len(listed):,} more)" if count > len(listed) else ""
+        parts.append(f"nothing at all from rank(s) {rank_ranges(listed)}{more}")
+    if p["absurd_claims"]:
+        parts.append(f"ignored as absurd: {'; '.join(p['absurd_claims'][:TOP])}")
     if p["torn_last_lines"]:
         parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p['torn_last_lines'])}")
     if p["bad_lines"]:

@@ -119,8 +119,7 @@ def overview_data(view: Overview, *, link_base: Path | None = None) -> dict[str,
 
 def _row_ranks(view: Overview) -> list[int]:
     seen = {r.rank for r in view.ranks}
-    if view.world_size:
-        seen |= set(range(view.world_size))  # a rank that left nothing gets an empty row
+    seen |= set(view.problems["ranks_missing"])  # a rank that left nothing gets an empty row
     return sorted(seen)
 
 
