@@ -15,10 +15,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from itertools import islice
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
