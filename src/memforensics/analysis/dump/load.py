@@ -5,16 +5,27 @@ only dicts, lists, tuples, strings and numbers, and none of those needs ``find_c
 unpickler only calls it for GLOBAL-style opcodes, so refusing every call there makes loading
 safe while it stays as fast as plain ``pickle.load``. Every failure becomes one
 :class:`~memforensics.SnapshotLoadError` naming the file, never a traceback.
+
+Two things ``find_class`` alone does not cover. The extension opcodes (``EXT1``/``EXT2``/
+``EXT4``) are served from :mod:`copyreg`'s process-wide cache without ``find_class`` once any
+unpickler of the process resolved that code, so wherever that cache holds anything the file's
+opcodes are checked first and any extension is refused (snapshots never use one). And a pickle
+may reference one object millions of times (a memo bomb): a few bytes each in the file, a full
+object each for every analysis. :func:`check_expansion` refuses a file whose entries and frames
+are out of proportion to its size (``MAX_EXPANSION``, raised with ``MEMFORENSICS_MAX_EXPANSION``).
 """
 
 from __future__ import annotations
 
+import copyreg
 import gzip
+import os
 import pickle
+import pickletools
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
@@ -29,6 +40,17 @@ from memforensics.analysis.dump.shapes import (
 )
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+MAX_EXPANSION = 4.0
+"""How many times its own size a snapshot may cost as objects: each trace entry, segment and
+block counts ``ENTRY_BYTES``, each frame reference ``FRAME_BYTES`` (the least a distinct entry
+and a memoized frame take in a pickle). Real snapshots cost under 1; a memo bomb costs far more.
+``MEMFORENSICS_MAX_EXPANSION`` sets another bound (a number; ``inf`` turns the check off)."""
+EXPANSION_VARIABLE = "MEMFORENSICS_MAX_EXPANSION"
+ENTRY_BYTES = 16
+FRAME_BYTES = 2
+_EXTENSION_OPCODES = frozenset({"EXT1", "EXT2", "EXT4"})
 
 
 class _Refused(pickle.UnpicklingError):
@@ -119,7 +141,14 @@ def read_snapshot_file(path: Path) -> object:
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")
             else:
                 raw.seek(0)
-            return _RestrictedUnpickler(stream).load()
+            if copyreg._extension_cache:  # type: ignore[attr-defined]
+                _refuse_extensions(stream)
+                stream.seek(0)
+            snapshot = _RestrictedUnpickler(stream).load()
+            check_expansion(path, snapshot, stream.tell())
+            return snapshot
+    except SnapshotLoadError:
+        raise
     except FileNotFoundError:
         raise SnapshotLoadError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -136,6 +165,74 @@ def read_snapshot_file(path: Path) -> object:
         raise SnapshotLoadError(f"{path}: cannot read ({_one_line(exc)})") from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file: one line
         raise SnapshotLoadError(f"{path}: not a readable snapshot ({_one_line(exc)})") from None
+
+
+def _refuse_extensions(stream: IO[bytes] | gzip.GzipFile) -> None:
+    """Raise ``_Refused`` if the pickle uses an extension code (the cache would skip
+    ``find_class``); a pass over the opcodes, taken only when the cache is not empty."""
+    for opcode, argument, _ in pickletools.genops(cast(IO[bytes], stream)):
+        if opcode.name in _EXTENSION_OPCODES:
+            raise _Refused(f"extension code {argument}")
+        if opcode.name == "STOP":
+            return
+
+
+def max_expansion() -> float:
+    """The bound in force: ``MEMFORENSICS_MAX_EXPANSION`` when it is a positive number."""
+    text = os.environ.get(EXPANSION_VARIABLE, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return MAX_EXPANSION
+    return value if value > 0 else MAX_EXPANSION
+
+
+def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
+    """Refuse ``snapshot`` if it holds more entries and frames than ``file_bytes`` of pickle can
+    hold without referencing the same objects again and again (see ``MAX_EXPANSION``).
+
+    Entries are counted with ``len`` first, so the frame count that follows walks no more
+    entries than the bound allows.
+    """
+    bound = max_expansion() * max(file_bytes, 1)
+    lists = _entry_lists(snapshot)
+    entries = sum(len(items) for items in lists)
+    cost = ENTRY_BYTES * entries
+    if cost <= bound:
+        blocks = [
+            b
+            for items in lists
+            for seg in items
+            if isinstance(seg, dict)
+            for b in _list(seg.get("blocks"))
+        ]
+        cost += ENTRY_BYTES * len(blocks)
+        if cost <= bound:
+            frames = sum(
+                len(_list(e.get("frames"))) for items in lists for e in items if isinstance(e, dict)
+            )
+            frames += sum(len(_list(b.get("frames"))) for b in blocks if isinstance(b, dict))
+            cost += FRAME_BYTES * frames
+    if cost > bound:
+        raise SnapshotLoadError(
+            f"{path}: refused to load: it expands to {cost / max(file_bytes, 1):,.0f} times its"
+            f" {file_bytes:,} bytes (entries and frames referenced over and over), above the"
+            f" bound of {max_expansion():g}; set {EXPANSION_VARIABLE} to a larger number to read it"
+        )
+
+
+def _entry_lists(snapshot: object) -> list[list[Any]]:
+    """The segment list and each device's trace, whatever else the top level holds."""
+    if isinstance(snapshot, list):
+        return [snapshot]
+    if not isinstance(snapshot, dict):
+        return []
+    traces = _list(snapshot.get("device_traces"))
+    return [_list(snapshot.get("segments"))] + [_list(t) for t in traces]
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _one_line(exc: BaseException) -> str:
