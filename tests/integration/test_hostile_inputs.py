@@ -82,3 +82,75 @@ def test_memo_bomb_reads_when_the_bound_is_lifted(tmp_path: Path) -> None:
     _memo_bomb(path, 20_000)
     assert _run("summary", str(path)).returncode == 2
     assert _run("summary", str(path), env={"MEMFORENSICS_MAX_EXPANSION": "inf"}).returncode == 0
+
+
+# -- terminal escapes ------------------------------------------------------------------------
+
+_ESC = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b]0;owned\x07"
+_BIDI = "\u202egnp.txt\u2066"
+
+
+def _poison(value: object) -> object:
+    """Every frame's file and function name carries an OSC 52, a screen clear and bidi controls."""
+    if isinstance(value, dict):
+        poisoned = {key: _poison(item) for key, item in value.items()}
+        for key in ("filename", "name"):
+            if isinstance(poisoned.get(key), str):
+                poisoned[key] = f"{_ESC}{poisoned[key]}{_BIDI}"
+        return poisoned
+    if isinstance(value, list):
+        return [_poison(item) for item in value]
+    return value
+
+
+def _hostile_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """A run folder whose dumps, file names and sidecar strings all carry terminal controls."""
+    from memforensics.testing import make_sidecar, write_journals
+
+    root = tmp_path / "run"
+    write_journals(root, ranks=2, lines=5)
+    window = root / "steps0-3"
+    window.mkdir()
+    snapshot = _poison(exhausted().snapshot)
+    paths = []
+    for index in range(2):
+        path = window / f"rank{index}_pid{index + 1}{_ESC}{_BIDI}.pickle"
+        path.write_bytes(pickle.dumps(snapshot, protocol=4))
+        sidecar = make_sidecar(rank=index, hostname=_ESC + _BIDI, kind="window", steps=[0, 3])
+        path.with_suffix(".json").write_text(__import__("json").dumps(sidecar))
+        paths.append(path)
+    return root, paths[0]
+
+
+def _assert_inert(done: subprocess.CompletedProcess[bytes]) -> None:
+    shown = done.stdout + done.stderr
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown[-800:]
+    assert "\u202e".encode() not in shown and "\u2066".encode() not in shown
+
+
+@pytest.mark.integration
+def test_no_terminal_control_from_hostile_files_reaches_the_terminal(tmp_path: Path) -> None:
+    """Frames, file names, sidecar strings and refused module names with ESC/OSC and bidi
+    controls: no ESC, BEL or bidi byte reaches stdout or stderr of any reading command."""
+    root, dump = _hostile_folder(tmp_path)
+    other = dump.parent / dump.name.replace("rank0_pid1", "rank1_pid2")
+    module = f"{_ESC}os".encode()
+    refused = tmp_path / f"evil{_ESC}.pickle"
+    refused.write_bytes(b"\x80\x04c" + module + b"\nsystem\n(S'true'\ntR.")
+    runs = [
+        ("summary", str(dump)),
+        ("summary", "--json", str(dump)),
+        ("replay", str(dump)),
+        ("diff", str(dump), str(other)),
+        ("leaks", str(root)),
+        ("ls", str(root)),
+        ("overview", str(root)),
+        ("summary", str(refused)),
+        ("replay", str(refused)),
+    ]
+    for argv in runs:
+        done = _run(*argv)
+        _assert_inert(done)
+        assert done.returncode in (0, 1, 2), (argv, done.stderr[-800:])
+    printed = _run("summary", str(dump)).stdout.decode()
+    assert "\\x1b]52" in printed and "\\u202e" in printed  # shown escaped, not dropped

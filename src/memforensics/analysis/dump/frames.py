@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from memforensics._text import printable
+
 UNKNOWN_SITE = "<unknown>"
 BEFORE_RECORDING = "<before recording>"
 
@@ -115,7 +117,7 @@ def _describe(frame: dict[object, object], filename: str) -> str:
     name = frame.get("name")
     line_text = str(line) if isinstance(line, int) else "?"
     name_text = name if isinstance(name, str) else "?"
-    return f"{filename}:{line_text} {name_text}"
+    return f"{printable(filename)}:{line_text} {printable(name_text)}"
 
 
 def caller_of(frames: object) -> str:

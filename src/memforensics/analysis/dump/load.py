@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._text import printable
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
@@ -91,7 +92,7 @@ class Dump:
     @property
     def name(self) -> str:
         """How to refer to this dump in messages."""
-        return str(self.path) if self.path is not None else "<snapshot>"
+        return printable(str(self.path)) if self.path is not None else "<snapshot>"
 
     @property
     def limits(self) -> tuple[str, ...]:
@@ -133,6 +134,7 @@ class Dump:
 
 def read_snapshot_file(path: Path) -> object:
     """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
+    shown = printable(str(path))
     try:
         with path.open("rb") as raw:
             stream: IO[bytes] | gzip.GzipFile = raw
@@ -150,21 +152,22 @@ def read_snapshot_file(path: Path) -> object:
     except SnapshotLoadError:
         raise
     except FileNotFoundError:
-        raise SnapshotLoadError(f"{path}: no such file") from None
+        raise SnapshotLoadError(f"{shown}: no such file") from None
     except IsADirectoryError:
-        raise SnapshotLoadError(f"{path}: is a folder, not a snapshot file") from None
+        raise SnapshotLoadError(f"{shown}: is a folder, not a snapshot file") from None
     except _Refused as exc:
         raise SnapshotLoadError(
-            f"{path}: refused to load: it asks to import {exc}; a snapshot holds only plain data"
+            f"{shown}: refused to load: it asks to import {printable(str(exc))};"
+            " a snapshot holds only plain data"
         ) from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise SnapshotLoadError(f"{path}: truncated or corrupt ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: truncated or corrupt ({_one_line(exc)})") from None
     except MemoryError:
-        raise SnapshotLoadError(f"{path}: too large to load into memory here") from None
+        raise SnapshotLoadError(f"{shown}: too large to load into memory here") from None
     except OSError as exc:
-        raise SnapshotLoadError(f"{path}: cannot read ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: cannot read ({_one_line(exc)})") from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file: one line
-        raise SnapshotLoadError(f"{path}: not a readable snapshot ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: not a readable snapshot ({_one_line(exc)})") from None
 
 
 def _refuse_extensions(stream: IO[bytes] | gzip.GzipFile) -> None:
@@ -214,8 +217,9 @@ def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
             frames += sum(len(_list(b.get("frames"))) for b in blocks if isinstance(b, dict))
             cost += FRAME_BYTES * frames
     if cost > bound:
+        times = cost / max(file_bytes, 1)
         raise SnapshotLoadError(
-            f"{path}: refused to load: it expands to {cost / max(file_bytes, 1):,.0f} times its"
+            f"{printable(str(path))}: refused to load: it expands to {times:,.0f} times its"
             f" {file_bytes:,} bytes (entries and frames referenced over and over), above the"
             f" bound of {max_expansion():g}; set {EXPANSION_VARIABLE} to a larger number to read it"
         )
@@ -236,7 +240,7 @@ def _list(value: object) -> list[Any]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:120]
+    text = printable(" ".join(str(exc).split()), 120)
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
@@ -262,7 +266,7 @@ def dump_from_snapshot(
 ) -> Dump:
     """Build a Dump from any shape PyTorch or torch_npu writes: a ``_snapshot()`` dict, or the
     list of segments ``memory_snapshot()`` returns (see ``dump.shapes``), read on one device."""
-    source = str(path) if path is not None else "<snapshot>"
+    source = printable(str(path)) if path is not None else "<snapshot>"
     raw_segments, traces, container = split_top_level(snapshot, source)
     everything = mark_workspace(segments_from_list(raw_segments, source), traces)
     meta = dump_meta(path, sidecar)

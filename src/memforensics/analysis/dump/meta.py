@@ -15,6 +15,7 @@ from typing import Any
 
 from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
+from memforensics._text import printable
 from memforensics.analysis.dump.model import as_int
 
 
@@ -74,7 +75,23 @@ def read_sidecar(path: Path) -> dict[str, Any] | None:
         raise SnapshotLoadError(f"{side}: sidecar is not valid JSON") from None
     if not isinstance(data, dict):
         raise SnapshotLoadError(f"{side}: sidecar is not a JSON object")
-    return data
+    return printable_strings(data)
+
+
+def printable_strings(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every string in it (keys too, at any depth) made printable: a sidecar is
+    whatever the file says, and its hostname or stack reaches a terminal and a page."""
+    return {printable(str(key)): _printable_value(value) for key, value in data.items()}
+
+
+def _printable_value(value: object) -> object:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return printable_strings(value)
+    if isinstance(value, list):
+        return [_printable_value(item) for item in value]
+    return value
 
 
 def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
+from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import Overview
@@ -213,7 +214,7 @@ def ls_text(listing: RunListing) -> str:
     if first is not None:
         head = (
             f"first OOM: rank {first.meta.rank} step {first.meta.step}"
-            f" at {first.created_at}  {first.path}"
+            f" at {first.created_at}  {printable(str(first.path))}"
         )
     lines = [
         head,
@@ -239,7 +240,7 @@ def ls_text(listing: RunListing) -> str:
             f"{meta.kind or '?':<7} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
             f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
             f"  {entry.created_at or '-':<32} {flags or '-':<5}"
-            f"  {entry.path}"
+            f"  {printable(str(entry.path))}"
         )
     lines.append("")
     lines.append(
