@@ -157,3 +157,50 @@ def test_no_terminal_control_from_hostile_files_reaches_the_terminal(tmp_path: P
     printed = _run("summary", str(dump)).stdout.decode()
     assert "\\x1b]52" in printed
     assert "\\u202e" in printed
+
+
+# -- special files -----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_fifos_and_device_links_never_hang_or_exhaust_a_reader(tmp_path: Path) -> None:
+    """FIFOs named like a pickle, a sidecar and a journal, and a sidecar and a journal linked to
+    /dev/zero: ls, overview and summary finish, and name what they could not read."""
+    from memforensics.testing import write_journals
+
+    root = tmp_path / "run"
+    write_journals(root, ranks=2, lines=5)
+    oom = root / "oom"
+    oom.mkdir()
+    exhausted().write(oom / "rank0_pid1.pickle")
+    (oom / "rank0_pid1.json").unlink()
+    os.mkfifo(oom / "rank0_pid1.json")
+    os.mkfifo(oom / "rank1_pid2.pickle")
+    exhausted().write(oom / "rank2_pid3.pickle")
+    (oom / "rank2_pid3.json").unlink()
+    (oom / "rank2_pid3.json").symlink_to("/dev/zero")
+    os.mkfifo(root / "journal" / "rank5_pid9.jsonl")
+    (root / "journal" / "rank6_pid9.jsonl").symlink_to("/dev/zero")
+    runs = [
+        ("ls", str(root)),
+        ("overview", str(root)),
+        ("overview", "--json", str(root)),
+        ("summary", str(oom / "rank0_pid1.pickle")),
+        ("summary", str(oom / "rank2_pid3.pickle")),
+        ("summary", str(oom / "rank1_pid2.pickle")),
+    ]
+    for argv in runs:
+        done = subprocess.run(
+            [sys.executable, "-m", "memforensics", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode in (0, 2), (argv, done.stderr[-800:])
+        assert "Traceback" not in done.stderr
+    overview = _run("overview", str(root)).stdout.decode()
+    assert "not a regular file" in overview
+    refused = _run("summary", str(oom / "rank1_pid2.pickle"))
+    assert refused.returncode == 2
+    assert b"not a regular file" in refused.stderr

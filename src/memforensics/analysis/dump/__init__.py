@@ -2,6 +2,7 @@
 
 from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
+from memforensics.analysis.dump.files import open_regular, read_regular
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
@@ -14,7 +15,7 @@ from memforensics.analysis.dump.frames import (
     site_of,
 )
 from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord, read_sidecar_file
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -58,7 +59,10 @@ __all__ = [
     "is_installed_file",
     "is_library_file",
     "load_dump",
+    "open_regular",
     "parse_step",
+    "read_regular",
+    "read_sidecar_file",
     "read_snapshot_file",
     "short_site",
     "sidecar_path",

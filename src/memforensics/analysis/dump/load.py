@@ -30,6 +30,7 @@ from typing import IO, Any, cast
 from memforensics._errors import SnapshotLoadError
 from memforensics._text import printable
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
+from memforensics.analysis.dump.files import open_regular
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
 from memforensics.analysis.dump.shapes import (
@@ -136,7 +137,7 @@ def read_snapshot_file(path: Path) -> object:
     """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
     shown = printable(str(path))
     try:
-        with path.open("rb") as raw:
+        with open_regular(path) as raw:
             stream: IO[bytes] | gzip.GzipFile = raw
             if raw.read(2) == _GZIP_MAGIC:
                 raw.seek(0)

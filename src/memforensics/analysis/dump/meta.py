@@ -16,7 +16,11 @@ from typing import Any
 from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics._text import printable
+from memforensics.analysis.dump.files import read_regular
 from memforensics.analysis.dump.model import as_int
+
+SIDECAR_LIMIT = 4 << 20
+"""Bytes a sidecar may have (ours are a few KiB, an OOM's stack included); more is no sidecar."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +66,26 @@ class DumpMeta:
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
     """The sidecar object beside ``path``; None if absent; SnapshotLoadError if unreadable."""
-    side = _layout.sidecar_path(path)
+    return read_sidecar_file(_layout.sidecar_path(path))
+
+
+def read_sidecar_file(side: Path) -> dict[str, Any] | None:
+    """The sidecar object in ``side`` (a regular file of at most ``SIDECAR_LIMIT`` bytes, its
+    strings made printable); None if absent; SnapshotLoadError if unreadable."""
+    shown = printable(str(side))
     try:
-        text = side.read_text(encoding="utf-8")
+        text = read_regular(side, SIDECAR_LIMIT).decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotLoadError(f"{side}: cannot read sidecar ({exc.__class__.__name__})") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise SnapshotLoadError(f"{shown}: cannot read sidecar ({reason})") from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        raise SnapshotLoadError(f"{side}: sidecar is not valid JSON") from None
+        raise SnapshotLoadError(f"{shown}: sidecar is not valid JSON") from None
     if not isinstance(data, dict):
-        raise SnapshotLoadError(f"{side}: sidecar is not a JSON object")
+        raise SnapshotLoadError(f"{shown}: sidecar is not a JSON object")
     return printable_strings(data)
 
 

@@ -8,13 +8,15 @@ sidecars, small JSON files, are the only other thing read.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 
 from memforensics import _layout
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.dump import read_sidecar_file
 from memforensics.analysis.folder.journals import JournalFile, list_journals
 
 
@@ -84,7 +86,7 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
         return
     for stem, file_name in sorted(snapshots.items()):
         side = os.path.join(path, _layout.sidecar_name(stem))
-        sidecar = _read_json(side) if stem in sidecars else None
+        sidecar = _read_sidecar(side, found) if stem in sidecars else None
         found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
         world = sidecar.get("world_size") if sidecar else None
         if type(world) is int and world >= _layout.RANK_LIMIT:
@@ -93,13 +95,13 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
             found.world_size = max(found.world_size or 0, world)
 
 
-def _read_json(path: str) -> dict[str, object] | None:
+def _read_sidecar(path: str, found: RunFiles) -> dict[str, object] | None:
+    """The sidecar at ``path`` by the one sidecar reader; an unreadable one is a problem."""
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError, RecursionError):
+        return read_sidecar_file(Path(path))
+    except SnapshotLoadError as exc:
+        found.errors.append(str(exc))
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None) -> DumpRecord:
