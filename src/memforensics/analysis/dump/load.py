@@ -212,11 +212,11 @@ def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
         ]
         cost += ENTRY_BYTES * len(blocks)
         if cost <= bound:
-            frames = sum(
-                len(_list(e.get("frames"))) for items in lists for e in items if isinstance(e, dict)
-            )
-            frames += sum(len(_list(b.get("frames"))) for b in blocks if isinstance(b, dict))
+            dicts = [e for items in lists for e in items if type(e) is dict]
+            dicts += [b for b in blocks if type(b) is dict]
+            frames = sum(len(_list(e.get("frames"))) for e in dicts)
             cost += FRAME_BYTES * frames
+            _refuse_wide_numbers(path, dicts)
     if cost > bound:
         times = cost / max(file_bytes, 1)
         raise SnapshotLoadError(
@@ -224,6 +224,22 @@ def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
             f" {file_bytes:,} bytes (entries and frames referenced over and over), above the"
             f" bound of {max_expansion():g}; set {EXPANSION_VARIABLE} to a larger number to read it"
         )
+
+
+_NUMBERS = ("size", "addr", "address", "total_size", "requested_size", "time_us", "stream")
+
+
+def _refuse_wide_numbers(path: Path, entries: list[dict[Any, Any]]) -> None:
+    """Refuse a file whose entries hold an integer no allocator writes (beyond 64 bits): every
+    figure built from it would be meaningless, and some cannot even be printed."""
+    for entry in entries:
+        for key in _NUMBERS:
+            value = entry.get(key)
+            if type(value) is int and not -(1 << 63) <= value < (1 << 64):
+                raise SnapshotLoadError(
+                    f"{printable(str(path))}: not a memory snapshot (a {key} of"
+                    f" {value.bit_length():,} bits; an allocator's fit in 64)"
+                )
 
 
 def _entry_lists(snapshot: object) -> list[list[Any]]:

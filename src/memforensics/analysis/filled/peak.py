@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.dump import is_library_file
+from memforensics.analysis.dump import frame_text, is_library_file
 from memforensics.analysis.filled.kinds import KindBytes, is_python_file, kinds_table
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
@@ -125,10 +125,10 @@ def folded_path(frames: object) -> tuple[str, ...]:
     for frame in reversed(frames):  # outermost first
         if not isinstance(frame, dict):
             continue
-        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        filename = frame.get("filename")
         if not isinstance(filename, str) or not is_python_file(filename):
             continue
-        label = f"{filename}:{line if isinstance(line, int) else '?'} {name}"
+        label = frame_text(frame)
         if is_library_file(filename):
             folded.append(label)
             continue
