@@ -204,3 +204,29 @@ def test_fifos_and_device_links_never_hang_or_exhaust_a_reader(tmp_path: Path) -
     refused = _run("summary", str(oom / "rank1_pid2.pickle"))
     assert refused.returncode == 2
     assert b"not a regular file" in refused.stderr
+
+
+# -- pages written where someone planted links -----------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["report", "overview"])
+def test_page_output_never_follows_a_planted_symlink(tmp_path: Path, command: str) -> None:
+    """report -o / overview -o onto a symlink: the link is replaced by the page, its target
+    untouched, and no temporary file is left beside it."""
+    from memforensics.testing import write_journals
+
+    root = tmp_path / "run"
+    write_journals(root, ranks=2, lines=3)
+    dump = exhausted().write(root / "oom" / "rank0_pid1.pickle")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "page.html"
+    out.symlink_to(victim)
+    target = str(dump) if command == "report" else str(root)
+    done = _run(command, target, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink()
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "run", "victim"]
