@@ -180,9 +180,18 @@ def write_file_atomic(path: Path, data: bytes) -> None:
 def write_dump(
     paths: DumpPaths, snapshot: Any, make_sidecar: Callable[[int], dict[str, Any]]
 ) -> int:
-    """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes."""
+    """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes.
+
+    Complete or absent: when the sidecar cannot be written (a full disk), the snapshot it would
+    describe is removed again, so no dump is left that ``mf.dumps`` and the log do not name.
+    """
     size = write_snapshot(paths.snapshot, snapshot, paths.inflight)
-    write_sidecar(paths.sidecar, make_sidecar(size), paths.inflight)
+    try:
+        write_sidecar(paths.sidecar, make_sidecar(size), paths.inflight)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(paths.snapshot)
+        raise
     return size
 
 

@@ -8,8 +8,9 @@ structlog's JSON output and of every log shipper, read afterwards by ``memforens
 Promises, in the order a reader relies on them:
 
 * **Whole lines.** The file is opened ``O_APPEND`` and each line goes out in one ``os.write()``,
-  so a line is never interleaved with another; a process killed mid-write leaves at most a torn
-  last line, which readers skip.
+  so a line is never interleaved with another. A short write (a full disk) is cut back with
+  ``ftruncate`` to where the line began, so the file never ends in half a line; only a process
+  killed inside its one ``write()`` can leave a torn last line, which readers skip.
 * **Cheap.** Only ``memory_stats()`` and ``mem_get_info()`` (neither synchronizes the device; the
   allocator's peak counters are read, never reset), one ``json.dumps`` and one ``write``: a few
   microseconds (docs/performance.md). The file opens lazily on the first line.
@@ -22,6 +23,7 @@ Promises, in the order a reader relies on them:
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -134,8 +136,9 @@ class Journal:
         elif self._size + len(data) > self.max_bytes:
             self._rotate()
         written = os.write(self._fd, data)
-        if written < len(data):  # disk full mid-line: end it, so the next line stays whole
-            os.write(self._fd, b"\n")
+        if written < len(data):  # disk full mid-line: take the part back, never leave it torn
+            os.ftruncate(self._fd, self._size)
+            raise OSError(errno.ENOSPC, f"journal line cut short ({written} of {len(data)} bytes)")
         self._size += len(data)
         self.lines += 1
         return True

@@ -50,8 +50,8 @@ def test_failed_pickle_leaves_nothing_behind(tmp_path: Path) -> None:
     assert list((tmp_path / "step1").iterdir()) == []
 
 
-def test_failed_sidecar_keeps_whole_snapshot_without_orphans(tmp_path: Path) -> None:
-    """If the sidecar cannot be built, the whole pickle stays and no sidecar or temp appears."""
+def test_failed_sidecar_removes_its_snapshot_without_orphans(tmp_path: Path) -> None:
+    """If the sidecar cannot be built, the pickle goes again and no sidecar or temp appears."""
     paths = atomic.window_paths(tmp_path, "step1", 0, 1)
 
     def broken(_: int) -> dict[str, object]:
@@ -59,7 +59,7 @@ def test_failed_sidecar_keeps_whole_snapshot_without_orphans(tmp_path: Path) -> 
 
     with pytest.raises(RuntimeError):
         atomic.write_dump(paths, {"segments": []}, broken)
-    assert sorted(p.name for p in (tmp_path / "step1").iterdir()) == ["rank0_pid1.pickle"]
+    assert sorted(p.name for p in (tmp_path / "step1").iterdir()) == []
 
 
 def test_planted_symlink_at_final_name_is_replaced_not_followed(tmp_path: Path) -> None:
