@@ -67,3 +67,50 @@ def test_a_sidecar_that_cannot_be_written_takes_its_snapshot_with_it(
         write_dump(paths, {"segments": []}, lambda size: {"snapshot_bytes": size})
     assert not paths.snapshot.exists()
     assert list(paths.snapshot.parent.iterdir()) == []
+
+
+_ABSURD = [
+    ({"rank": 10**240}, {}, "rank", "2147483648"),
+    ({}, {"RANK": "7" * 300}, "RANK", "2,147,483,647"),
+    ({}, {"RANK": "-1"}, "RANK", "from 0"),
+    ({}, {"WORLD_SIZE": "999999999999"}, "WORLD_SIZE", "2,147,483,647"),
+    ({"ranks": [2**40]}, {}, "ranks", "2,147,483,647"),
+    ({"max_entries": 10**30}, {}, "max_entries", "physical memory"),
+    ({"steps": 10**30}, {}, "steps", "4611686018427387904"),
+    ({"journal_every": 10**30}, {}, "journal_every", "4611686018427387904"),
+    ({"out_dir": "/tmp/a\0b"}, {}, "out_dir", "NUL"),
+    ({"out_dir": "/tmp/" + "d/" * 2000}, {}, "out_dir", "PATH_MAX"),
+    ({"out_dir": "/tmp/" + "n" * 300}, {}, "out_dir", "NAME_MAX"),
+]
+
+
+@pytest.mark.parametrize(
+    ("keywords", "environ", "named", "bound"),
+    _ABSURD,
+    ids=[a[2] + str(i) for i, a in enumerate(_ABSURD)],
+)
+def test_absurd_facts_fail_install_naming_field_and_bound(
+    keywords: dict[str, Any],
+    environ: dict[str, str],
+    named: str,
+    bound: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Ranks past 2^31, negative env ranks, counts of 10^30, NUL and overlong out_dirs: each is a
+    ConfigError at install() naming the field (or variable) and the bound."""
+    import memforensics
+    from memforensics import ConfigError
+
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    keywords = {"out_dir": str(tmp_path / "out"), **keywords}
+    with pytest.raises(ConfigError) as caught:
+        memforensics.install(device="sim", **keywords)
+    memforensics.uninstall()
+    message = str(caught.value)
+    assert named in message
+    assert bound in message
+    assert len(message.splitlines()) == 1
