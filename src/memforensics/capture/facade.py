@@ -127,6 +127,15 @@ class MemoryForensics:
                 f"{str(self.out_dir)!r} ({exc.strerror or exc})",
                 field="out_dir",
             ) from None
+        unsafe = atomic.unsafe_folders(self.out_dir)
+        if unsafe:
+            warn_once(
+                "out_dir_unsafe",
+                "out_dir_unsafe",
+                folders="; ".join(unsafe),
+                advice="another user could replace a dump here: use a private out_dir (mode 0700,"
+                " or umask 077) under a folder only you and root can write (docs/guide.md)",
+            )
         removed = atomic.clean_stale_temp_files(self.out_dir, self.rank)
         if removed:
             safe_log(

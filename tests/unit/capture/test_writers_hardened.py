@@ -114,3 +114,52 @@ def test_absurd_facts_fail_install_naming_field_and_bound(
     assert named in message
     assert bound in message
     assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_folder_others_can_write_is_warned_about_at_install(
+    tmp_path: Path, mode: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """out_dir inside a folder group- or world-writable without the sticky bit: a warning at
+    install() names that folder; a private folder (0700) and a sticky one (1777) give none."""
+    import memforensics
+    from memforensics.capture.log import reset_logging
+
+    shared, private, sticky = tmp_path / "shared", tmp_path / "private", tmp_path / "sticky"
+    for folder, bits in ((shared, mode), (private, 0o700), (sticky, 0o1777)):
+        folder.mkdir()
+        folder.chmod(bits)
+    tmp_path.chmod(0o700)
+    for folder in (shared, private, sticky):
+        reset_logging()
+        memforensics.install(device="sim", out_dir=str(folder / "out"))
+        memforensics.uninstall()
+        err = capsys.readouterr().err
+        warned = [line for line in err.splitlines() if "out_dir_unsafe" in line]
+        if folder is shared:
+            assert len(warned) == 1
+            assert str(shared) in warned[0]
+            assert "no sticky bit" in warned[0]
+        else:
+            assert warned == []
+    reset_logging()
+
+
+def test_a_folder_owned_by_another_user_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder owned by a uid that is neither this process's nor root's is listed."""
+    import os
+
+    from memforensics.capture.atomic import unsafe_folders
+
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o755)
+    tmp_path.chmod(0o700)
+    if os.geteuid() == 0:
+        os.chown(folder, 4242, -1)  # root's job in a folder another user made
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: folder.stat().st_uid + 1)
+    listed = unsafe_folders(folder)
+    assert listed[0].startswith(f"{folder} (")
+    assert "owned by uid" in listed[0]
