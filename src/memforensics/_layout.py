@@ -45,7 +45,7 @@ _PID_RE = re.compile(r"(?:^|_)pid(\d+)(?:_|$)")
 _STEP_RE = re.compile(r"_step(\d+)(?:_|$)")
 _TIME_RE = re.compile(r"_(\d{8}-\d{6}-\d{6})$")
 _TIME_FORMAT = "%Y%m%d-%H%M%S-%f"
-_JOURNAL_RE = re.compile(r"^rank(\d+)_pid(\d+)(?:\.(\d+))?\.jsonl$")
+_JOURNAL_RE = re.compile(r"^rank(\d+)_pid(\d+)(?:_[0-9a-f]+)?(?:\.(\d+))?\.jsonl$")
 
 
 # -- window folders -----------------------------------------------------------------------------
@@ -162,10 +162,13 @@ def journal_folder(out_dir: Path) -> Path:
     return out_dir / JOURNAL_FOLDER
 
 
-def journal_name(rank: int, pid: int, generation: int = 0) -> str:
-    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation."""
+def journal_name(rank: int, pid: int, generation: int = 0, token: str = "") -> str:
+    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation;
+    ``rank3_pid77_<token>.jsonl`` when another live process of that rank has that pid too (two
+    containers with python as pid 1): the token keeps their lines apart."""
     middle = f".{generation}" if generation else ""
-    return f"rank{rank}_pid{pid}{middle}{JOURNAL_SUFFIX}"
+    tagged = f"_{token}" if token else ""
+    return f"rank{rank}_pid{pid}{tagged}{middle}{JOURNAL_SUFFIX}"
 
 
 def parse_journal_name(name: str) -> tuple[int, int, int] | None:

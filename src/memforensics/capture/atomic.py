@@ -148,7 +148,7 @@ def _atomic_file(final: Path, inflight: Path | None = None) -> Iterator[IO[bytes
         fd = os.open(tmp, flags, _FILE_MODE)
         try:
             with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
-                _try_lock(handle.fileno())  # held until the file is renamed: never stale
+                try_lock(handle.fileno())  # held until the file is renamed: never stale
                 yield handle
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -216,7 +216,7 @@ def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int) -> None:
         paths.snapshot.parent.rmdir()  # only succeeds once every rank's files are gone
 
 
-def _try_lock(fd: int) -> bool:
+def try_lock(fd: int) -> bool:
     """Take an exclusive ``flock`` on ``fd`` without waiting; False if another holds one. A
     platform or file system without ``flock`` counts as taken: the age alone decides there."""
     try:
@@ -244,7 +244,7 @@ def _remove_if_stale(temp: Path) -> bool:
     except OSError:
         return False
     try:
-        if not _old(os.fstat(fd).st_mtime) or not _try_lock(fd):
+        if not _old(os.fstat(fd).st_mtime) or not try_lock(fd):
             return False
         os.unlink(temp)
         return True

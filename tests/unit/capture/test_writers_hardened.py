@@ -163,3 +163,27 @@ def test_a_folder_owned_by_another_user_is_named(
     listed = unsafe_folders(folder)
     assert listed[0].startswith(f"{folder} (")
     assert "owned by uid" in listed[0]
+
+
+def test_two_live_processes_with_one_rank_and_pid_never_share_a_journal(tmp_path: Path) -> None:
+    """Two writers of rank 0 with the same pid (containers with python as pid 1): the second
+    finds the journal locked and writes its own tagged file; overview reads both, whole."""
+    from memforensics.analysis import build_overview
+    from memforensics.capture.journal import Journal
+
+    first = Journal(tmp_path, 0, lambda: {"reserved_bytes": 1})
+    second = Journal(tmp_path, 0, lambda: {"reserved_bytes": 2})
+    for step in range(3):
+        first.write("step", step)
+        second.write("step", step)
+    first.close()
+    second.close()
+    assert first.path != second.path
+    assert second.token
+    for journal, reserved in ((first, 1), (second, 2)):
+        lines = journal.path.read_text().splitlines()
+        assert len(lines) == 3
+        assert all(f'"reserved_bytes":{reserved},' in line for line in lines)
+    view = build_overview(tmp_path, workers=1)
+    assert sum(j.lines for j in view.journals) == 6
+    assert view.problems["torn_last_lines"] == []
