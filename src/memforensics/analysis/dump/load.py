@@ -23,7 +23,12 @@ import os
 import pickle
 import pickletools
 import zlib
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import repeat
+from operator import is_not
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -226,15 +231,21 @@ def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
         )
 
 
+_IS_VALUE = partial(is_not, None)
 _NUMBERS = ("size", "addr", "address", "total_size", "requested_size", "time_us", "stream")
 
 
 def _refuse_wide_numbers(path: Path, entries: list[dict[Any, Any]]) -> None:
     """Refuse a file whose entries hold an integer no allocator writes (beyond 64 bits): every
     figure built from it would be meaningless, and some cannot even be printed."""
-    for entry in entries:
-        for key in _NUMBERS:
-            value = entry.get(key)
+    for key in _NUMBERS:
+        present = cast(Iterable[int], filter(_IS_VALUE, map(dict.get, entries, repeat(key))))
+        try:
+            array("q", present)  # in C: every value an int within 64 bits, the usual case
+            continue
+        except (TypeError, OverflowError):
+            pass
+        for value in map(dict.get, entries, repeat(key)):  # the careful pass: a float is fine
             if type(value) is int and not -(1 << 63) <= value < (1 << 64):
                 raise SnapshotLoadError(
                     f"{printable(str(path))}: not a memory snapshot (a {key} of"
