@@ -89,15 +89,21 @@ def parse_timestamp(stamp: str) -> datetime | None:
         return None
 
 
-def window_stem(rank: int, pid: int) -> str:
-    """``rank0_pid1234``: a window folder holds one dump per process."""
-    return f"rank{rank}_pid{pid}"
+def window_stem(rank: int, pid: int, token: str = "") -> str:
+    """``rank0_pid1234``: a window folder holds one dump per process; ``rank0_pid1234_<token>``
+    for a process that shares its rank and pid with another live one (see ``journal_name``)."""
+    return f"rank{rank}_pid{pid}{_tag(token)}"
 
 
-def event_stem(rank: int, pid: int, step: int | None, now: datetime) -> str:
-    """``rank3_pid77_step12_20261130-101112-123456`` (no ``_stepN`` outside steps)."""
+def event_stem(rank: int, pid: int, step: int | None, now: datetime, token: str = "") -> str:
+    """``rank3_pid77_step12_20261130-101112-123456`` (no ``_stepN`` outside steps; the token,
+    if any, right after the pid)."""
     step_part = f"_step{step}" if step is not None else ""
-    return f"rank{rank}_pid{pid}{step_part}_{timestamp(now)}"
+    return f"rank{rank}_pid{pid}{_tag(token)}{step_part}_{timestamp(now)}"
+
+
+def _tag(token: str) -> str:
+    return f"_{token}" if token else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +150,16 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(sidecar_name(snapshot_stem(path.name) or path.stem))
 
 
-def window_snapshot(out_dir: Path, folder: str, rank: int, pid: int) -> Path:
+def window_snapshot(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> Path:
     """``<out_dir>/steps4-7/rank0_pid1234.pickle``."""
-    return out_dir / folder / f"{window_stem(rank, pid)}{SNAPSHOT_SUFFIX}"
+    return out_dir / folder / f"{window_stem(rank, pid, token)}{SNAPSHOT_SUFFIX}"
 
 
 def event_snapshot(
-    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
+    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime, token: str = ""
 ) -> Path:
     """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle``."""
-    return out_dir / kind / f"{event_stem(rank, pid, step, now)}{SNAPSHOT_SUFFIX}"
+    return out_dir / kind / f"{event_stem(rank, pid, step, now, token)}{SNAPSHOT_SUFFIX}"
 
 
 # -- journals -----------------------------------------------------------------------------------
@@ -167,8 +173,7 @@ def journal_name(rank: int, pid: int, generation: int = 0, token: str = "") -> s
     ``rank3_pid77_<token>.jsonl`` when another live process of that rank has that pid too (two
     containers with python as pid 1): the token keeps their lines apart."""
     middle = f".{generation}" if generation else ""
-    tagged = f"_{token}" if token else ""
-    return f"rank{rank}_pid{pid}{tagged}{middle}{JOURNAL_SUFFIX}"
+    return f"rank{rank}_pid{pid}{_tag(token)}{middle}{JOURNAL_SUFFIX}"
 
 
 def parse_journal_name(name: str) -> tuple[int, int, int] | None:

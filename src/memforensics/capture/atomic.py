@@ -72,17 +72,23 @@ def _dump_paths(out_dir: Path, snapshot: Path, rank: int) -> DumpPaths:
     return DumpPaths(snapshot, _layout.sidecar_path(snapshot), inflight)
 
 
-def window_paths(out_dir: Path, folder: str, rank: int, pid: int) -> DumpPaths:
-    """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json``."""
-    return _dump_paths(out_dir, _layout.window_snapshot(out_dir, folder, rank, pid), rank)
+def window_paths(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> DumpPaths:
+    """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json`` (``token``: see ``_layout``)."""
+    return _dump_paths(out_dir, _layout.window_snapshot(out_dir, folder, rank, pid, token), rank)
 
 
 def event_paths(
-    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
+    out_dir: Path,
+    kind: str,
+    rank: int,
+    pid: int,
+    step: int | None,
+    now: datetime,
+    token: str = "",
 ) -> DumpPaths:
     """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle`` and ``.json`` (no ``_stepN`` outside
     steps)."""
-    snapshot = _layout.event_snapshot(out_dir, kind, rank, pid, step, now)
+    snapshot = _layout.event_snapshot(out_dir, kind, rank, pid, step, now, token)
     return _dump_paths(out_dir, snapshot, rank)
 
 
@@ -206,9 +212,9 @@ def write_dump(
     return size
 
 
-def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int) -> None:
+def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> None:
     """Delete this process's files of one window (other ranks delete their own)."""
-    paths = window_paths(out_dir, folder, rank, pid)
+    paths = window_paths(out_dir, folder, rank, pid, token)
     for path in (paths.sidecar, paths.snapshot):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -90,7 +90,7 @@ class MemoryForensics:
         self._device_ready = True
         if config.journal_every is not None:
             self._journal = JournalSchedule(
-                Journal(self.out_dir, self.rank, self.backend.journal_stats),
+                self._dumper.named_by(Journal(self.out_dir, self.rank, self.backend.journal_stats)),
                 config.journal_every,
                 device=self.backend.name,
                 rank=self.rank,

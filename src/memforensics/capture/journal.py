@@ -150,6 +150,17 @@ class Journal:
         self.lines += 1
         return True
 
+    def identity(self) -> str:
+        """The token this process's names carry ("" unless another live process holds the
+        journal of this rank and pid): opens the journal now if no line did yet, so the first
+        dump is already named apart. Never raises: a journal that cannot open says ""."""
+        if self._fd == -1 and self._generation == _forks:
+            try:
+                self._open()
+            except OSError:
+                return self.token
+        return self.token
+
     def _open(self) -> None:
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         fd = os.open(self.path, _OPEN_FLAGS, _FILE_MODE)

@@ -187,3 +187,48 @@ def test_two_live_processes_with_one_rank_and_pid_never_share_a_journal(tmp_path
     view = build_overview(tmp_path, workers=1)
     assert sum(j.lines for j in view.journals) == 6
     assert view.problems["torn_last_lines"] == []
+
+
+def test_a_second_process_with_one_rank_and_pid_names_its_dumps_apart(tmp_path: Path) -> None:
+    """Another live process holds this rank and pid's journal (a container with the same pid):
+    this process's windows, OOM dump and journal carry a token, the other's files stay whole,
+    and retention removes this process's own tagged windows only."""
+    import fcntl
+    import os
+
+    import memforensics
+    from memforensics._layout import journal_name
+    from memforensics.backends.sim import SimOutOfMemoryError, reset_device
+
+    pid = os.getpid()
+    out = tmp_path / "out"
+    theirs_journal = out / "journal" / journal_name(0, pid)
+    theirs_journal.parent.mkdir(parents=True)
+    theirs_window = out / "step0" / f"rank0_pid{pid}.pickle"
+    theirs_window.parent.mkdir()
+    theirs_window.write_bytes(b"their window")
+    device = reset_device(total_bytes=32 << 20)
+    with theirs_journal.open("ab") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        mf = memforensics.install(
+            device="sim", out_dir=str(out), rank=0, steps=1, keep_last=1, journal_every=1
+        )
+        for step in range(3):
+            with mf.step(step):
+                device.empty(1 << 20).free()
+        try:
+            with mf.step(3):
+                device.empty(1 << 40)
+        except SimOutOfMemoryError:
+            pass
+        dumps = list(mf.dumps)
+        memforensics.uninstall()
+    assert theirs_window.read_bytes() == b"their window"
+    assert theirs_journal.read_bytes() == b""
+    names = sorted(p.relative_to(out).as_posix() for p in dumps)
+    assert names
+    assert all(f"rank0_pid{pid}_" in name for name in names)
+    assert not (out / "step1").exists()  # our tagged window, removed by retention
+    ours = [p.name for p in (out / "journal").iterdir() if p != theirs_journal]
+    assert len(ours) == 1
+    assert ours[0].startswith(f"rank0_pid{pid}_")
