@@ -38,13 +38,17 @@ SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pkl", ".pkl.gz")
 SIDECAR_SUFFIX = ".json"
 JOURNAL_SUFFIX = ".jsonl"
 
+RANK_LIMIT = 1 << 31
+"""Ranks and world sizes are below this (a C ``int``, as torch.distributed and launchers keep
+them): ``install()`` refuses larger ones, and readers report a larger claim as absurd."""
+
 _WINDOW_RE = re.compile(r"^steps?(\d+)(?:-(\d+))?$")
 _RANK_RE = re.compile(r"(?:^|_)rank(\d+)(?:_|$)")
 _PID_RE = re.compile(r"(?:^|_)pid(\d+)(?:_|$)")
 _STEP_RE = re.compile(r"_step(\d+)(?:_|$)")
 _TIME_RE = re.compile(r"_(\d{8}-\d{6}-\d{6})$")
 _TIME_FORMAT = "%Y%m%d-%H%M%S-%f"
-_JOURNAL_RE = re.compile(r"^rank(\d+)_pid(\d+)(?:\.(\d+))?\.jsonl$")
+_JOURNAL_RE = re.compile(r"^rank(\d+)_pid(\d+)(?:_[0-9a-f]+)?(?:\.(\d+))?\.jsonl$")
 
 
 # -- window folders -----------------------------------------------------------------------------
@@ -88,15 +92,21 @@ def parse_timestamp(stamp: str) -> datetime | None:
         return None
 
 
-def window_stem(rank: int, pid: int) -> str:
-    """``rank0_pid1234``: a window folder holds one dump per process."""
-    return f"rank{rank}_pid{pid}"
+def window_stem(rank: int, pid: int, token: str = "") -> str:
+    """``rank0_pid1234``: a window folder holds one dump per process; ``rank0_pid1234_<token>``
+    for a process that shares its rank and pid with another live one (see ``journal_name``)."""
+    return f"rank{rank}_pid{pid}{_tag(token)}"
 
 
-def event_stem(rank: int, pid: int, step: int | None, now: datetime) -> str:
-    """``rank3_pid77_step12_20261130-101112-123456`` (no ``_stepN`` outside steps)."""
+def event_stem(rank: int, pid: int, step: int | None, now: datetime, token: str = "") -> str:
+    """``rank3_pid77_step12_20261130-101112-123456`` (no ``_stepN`` outside steps; the token,
+    if any, right after the pid)."""
     step_part = f"_step{step}" if step is not None else ""
-    return f"rank{rank}_pid{pid}{step_part}_{timestamp(now)}"
+    return f"rank{rank}_pid{pid}{_tag(token)}{step_part}_{timestamp(now)}"
+
+
+def _tag(token: str) -> str:
+    return f"_{token}" if token else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,16 +153,16 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(sidecar_name(snapshot_stem(path.name) or path.stem))
 
 
-def window_snapshot(out_dir: Path, folder: str, rank: int, pid: int) -> Path:
+def window_snapshot(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> Path:
     """``<out_dir>/steps4-7/rank0_pid1234.pickle``."""
-    return out_dir / folder / f"{window_stem(rank, pid)}{SNAPSHOT_SUFFIX}"
+    return out_dir / folder / f"{window_stem(rank, pid, token)}{SNAPSHOT_SUFFIX}"
 
 
 def event_snapshot(
-    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
+    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime, token: str = ""
 ) -> Path:
     """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle``."""
-    return out_dir / kind / f"{event_stem(rank, pid, step, now)}{SNAPSHOT_SUFFIX}"
+    return out_dir / kind / f"{event_stem(rank, pid, step, now, token)}{SNAPSHOT_SUFFIX}"
 
 
 # -- journals -----------------------------------------------------------------------------------
@@ -161,10 +171,12 @@ def journal_folder(out_dir: Path) -> Path:
     return out_dir / JOURNAL_FOLDER
 
 
-def journal_name(rank: int, pid: int, generation: int = 0) -> str:
-    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation."""
+def journal_name(rank: int, pid: int, generation: int = 0, token: str = "") -> str:
+    """``rank3_pid77.jsonl``, or ``rank3_pid77.1.jsonl`` for the rotated generation;
+    ``rank3_pid77_<token>.jsonl`` when another live process of that rank has that pid too (two
+    containers with python as pid 1): the token keeps their lines apart."""
     middle = f".{generation}" if generation else ""
-    return f"rank{rank}_pid{pid}{middle}{JOURNAL_SUFFIX}"
+    return f"rank{rank}_pid{pid}{_tag(token)}{middle}{JOURNAL_SUFFIX}"
 
 
 def parse_journal_name(name: str) -> tuple[int, int, int] | None:

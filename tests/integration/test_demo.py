@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.examples import demo_train
+
 pytestmark = pytest.mark.integration
 
 
@@ -41,7 +43,7 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
     windows = sorted(p.name for p in out.iterdir() if p.name.startswith("steps"))
     assert windows[0] == "steps0-1"
     assert len(windows) == 3  # the first window and the newest two (keep_last=2)
-    assert (out / "demo_train.py").is_file()
+    assert not list(out.rglob("*.py"))  # nothing is copied into the folder, let alone run
     summary = subprocess.run(
         [sys.executable, "-m", "memforensics", "summary", "--json", str(oom)],
         capture_output=True,
@@ -52,7 +54,9 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
     facts = json.loads(summary.stdout)
     assert facts["verdict"] in {"fragmentation", "exhausted"}
     assert facts["top_sites"][0]["site"].endswith("keep_metrics")
-    assert str(out / "demo_train.py") in facts["top_sites"][0]["site"]
+    packaged = Path(demo_train.__file__).resolve()
+    assert str(packaged) in facts["top_sites"][0]["site"]  # the packaged module ran, not a copy
+    assert f"ran {packaged}" in proc.stdout
 
 
 def test_demo_auto_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:

@@ -103,7 +103,13 @@ def _kill_rounds(tmp_path: Path, rounds: int, events: int, max_delay: float) -> 
         stats["mid_write"] += bool(left)
         assert all(f"-{proc.pid}-" in p.name for p in left)
         stats["snapshots_checked"] += check_evidence(out)
-        memforensics.install(device="sim", out_dir=str(out))  # the next run on that folder
+        memforensics.install(device="sim", out_dir=str(out))  # at once: too fresh to be stale
+        memforensics.uninstall()
+        assert temp_files(out) == left
+        old = time.time() - memforensics.capture.atomic.STALE_AFTER_S - 60
+        for temp in left:
+            os.utime(temp, (old, old))
+        memforensics.install(device="sim", out_dir=str(out))  # the next run, an hour on
         memforensics.uninstall()
         assert temp_files(out) == []
         stats["temp_files_cleaned"] += len(left)

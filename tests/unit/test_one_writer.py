@@ -38,10 +38,19 @@ def _writes(tree: ast.AST) -> list[str]:
         if (
             name in _WRITE_CALLS | _TEMP_CALLS
             or (name == "open" and writes_mode)
-            or (name == "open" and text.startswith("os.open(") and "os.devnull" not in text)
+            or (name == "open" and text.startswith("os.open(") and _os_open_writes(text))
         ):
             found.append(f"{node.lineno}: {text}")
     return found
+
+
+def _os_open_writes(text: str) -> bool:
+    """An ``os.open`` writes unless it opens /dev/null or reads only (``O_RDONLY`` and no flag
+    that writes or creates)."""
+    if "os.devnull" in text:
+        return False
+    writing = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC")
+    return "O_RDONLY" not in text or any(flag in text for flag in writing)
 
 
 def test_no_module_writes_a_file_but_the_atomic_writer() -> None:
@@ -69,9 +78,11 @@ def test_the_check_sees_the_ways_a_file_is_written() -> None:
             "tempfile.mkstemp()",
             "open('a')",
             "os.open(os.devnull, os.O_WRONLY)",
+            "os.open('a', os.O_RDONLY | os.O_NONBLOCK)",
+            "os.open('a', os.O_RDONLY | os.O_CREAT)",
         ]
     )
-    assert [line.split(":")[0] for line in _writes(ast.parse(source))] == list("123456")
+    assert [line.split(":")[0] for line in _writes(ast.parse(source))] == [*"123456", "10"]
 
 
 def test_report_page_failure_is_one_line(

@@ -360,10 +360,10 @@ def read_snapshot_settings(raw: object, rules: ConfRules | None = None) -> Recor
         except SettingsError as error:  # malformed beyond one key: the separators themselves
             notes.refused.append(str(error))
     split = raw.get("max_split_size")
-    if isinstance(split, int) and not isinstance(split, bool):
+    if isinstance(split, int) and not isinstance(split, bool) and split < _WIDEST:
         settings = replace(settings, max_split_size=NO_LIMIT if split < 0 else split)
     threshold = raw.get("garbage_collection_threshold")
-    if isinstance(threshold, int | float) and not isinstance(threshold, bool):
+    if isinstance(threshold, int | float) and not isinstance(threshold, bool) and 0 < threshold < 1:
         settings = replace(settings, garbage_collection_threshold=float(threshold))
     expandable = raw.get("expandable_segments")
     if isinstance(expandable, bool):
@@ -374,18 +374,26 @@ def read_snapshot_settings(raw: object, rules: ConfRules | None = None) -> Recor
     return RecordedSettings(settings, rules, tuple(notes.unknown), tuple(notes.refused))
 
 
+_WIDEST = 1 << 64
+"""A setting read from a snapshot is a C++ size_t or narrower: a wider number is ignored."""
+
+
 def _snapshot_divisions(raw: object) -> tuple[int, ...] | None:
     """``roundup_power2_divisions`` as a dict ``{"1": 0, ...}`` (newer) or list (older)."""
     values: list[object]
     if isinstance(raw, Mapping):
-        values = [raw[key] for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else 0)]
+        if not all(str(key).isascii() and str(key).isdigit() and len(str(key)) < 5 for key in raw):
+            return None  # "²" is a digit to isdigit(), not to int()
+        values = [raw[key] for key in sorted(raw, key=lambda k: int(str(k)))]
     elif isinstance(raw, list):
         values = list(raw)
     else:
         return None
-    if len(values) != ROUNDUP_INTERVALS or not all(type(v) is int and v >= 0 for v in values):
+    if len(values) != ROUNDUP_INTERVALS or not all(
+        type(v) is int and 0 <= v < _WIDEST for v in values
+    ):
         return None
-    return tuple(int(str(v)) for v in values)
+    return tuple(int(v) for v in values)  # type: ignore[call-overload]
 
 
 def apply_assignment(

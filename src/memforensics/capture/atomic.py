@@ -6,6 +6,11 @@ renamed into place. Readers therefore never see a truncated pickle, and a sideca
 once the pickle it describes is whole. Names carry rank and pid so thousands of ranks can share
 one folder on a shared filesystem.
 
+Each temporary file is held under an exclusive ``flock`` from its creation to its rename, and
+its name carries a random token besides host and pid. A temporary file is stale, and removed,
+only when it is older than ``STALE_AFTER_S`` and nobody holds its lock: pids say nothing across
+pid namespaces (two containers of one host, python as pid 1 in each), so no pid is consulted.
+
 A kill -9 mid-write leaves a temporary file behind. To find it again without walking ``out_dir``
 (on a shared filesystem, 2,000 ranks each listing a tree of 100,000 files at ``install()`` is a
 metadata storm), each write first registers its temporary name as a symlink in the rank's own
@@ -24,6 +29,8 @@ import pickle
 import re
 import secrets
 import socket
+import stat
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,6 +45,9 @@ PICKLE_PROTOCOL = 4
 _FILE_MODE = 0o644  # further reduced by the umask; never group- or world-writable by default
 _DIR_MODE = 0o755  # the same for the folders dumps land in: nobody else may swap a dump
 _TMP_MARK = ".tmp-"
+STALE_AFTER_S = 3600.0
+"""A temporary file untouched for an hour and unlocked is a dead writer's: a live one holds its
+``flock`` until the rename, and writes (updating the time) far more often than hourly."""
 _TMP_RE = re.compile(r"^\..+\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 _LINK_RE = re.compile(r"^\.(?P<host>[^-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 
@@ -62,17 +72,23 @@ def _dump_paths(out_dir: Path, snapshot: Path, rank: int) -> DumpPaths:
     return DumpPaths(snapshot, _layout.sidecar_path(snapshot), inflight)
 
 
-def window_paths(out_dir: Path, folder: str, rank: int, pid: int) -> DumpPaths:
-    """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json``."""
-    return _dump_paths(out_dir, _layout.window_snapshot(out_dir, folder, rank, pid), rank)
+def window_paths(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> DumpPaths:
+    """``<out_dir>/steps4-7/rank0_pid1234.pickle`` and ``.json`` (``token``: see ``_layout``)."""
+    return _dump_paths(out_dir, _layout.window_snapshot(out_dir, folder, rank, pid, token), rank)
 
 
 def event_paths(
-    out_dir: Path, kind: str, rank: int, pid: int, step: int | None, now: datetime
+    out_dir: Path,
+    kind: str,
+    rank: int,
+    pid: int,
+    step: int | None,
+    now: datetime,
+    token: str = "",
 ) -> DumpPaths:
     """``<out_dir>/oom/rank3_pid77_step12_<time>.pickle`` and ``.json`` (no ``_stepN`` outside
     steps)."""
-    snapshot = _layout.event_snapshot(out_dir, kind, rank, pid, step, now)
+    snapshot = _layout.event_snapshot(out_dir, kind, rank, pid, step, now, token)
     return _dump_paths(out_dir, snapshot, rank)
 
 
@@ -138,10 +154,11 @@ def _atomic_file(final: Path, inflight: Path | None = None) -> Iterator[IO[bytes
         fd = os.open(tmp, flags, _FILE_MODE)
         try:
             with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
+                try_lock(handle.fileno())  # held until the file is renamed: never stale
                 yield handle
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, final)
+                os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -180,15 +197,24 @@ def write_file_atomic(path: Path, data: bytes) -> None:
 def write_dump(
     paths: DumpPaths, snapshot: Any, make_sidecar: Callable[[int], dict[str, Any]]
 ) -> int:
-    """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes."""
+    """Write snapshot then sidecar; ``make_sidecar`` receives the snapshot's size in bytes.
+
+    Complete or absent: when the sidecar cannot be written (a full disk), the snapshot it would
+    describe is removed again, so no dump is left that ``mf.dumps`` and the log do not name.
+    """
     size = write_snapshot(paths.snapshot, snapshot, paths.inflight)
-    write_sidecar(paths.sidecar, make_sidecar(size), paths.inflight)
+    try:
+        write_sidecar(paths.sidecar, make_sidecar(size), paths.inflight)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(paths.snapshot)
+        raise
     return size
 
 
-def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int) -> None:
+def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int, token: str = "") -> None:
     """Delete this process's files of one window (other ranks delete their own)."""
-    paths = window_paths(out_dir, folder, rank, pid)
+    paths = window_paths(out_dir, folder, rank, pid, token)
     for path in (paths.sidecar, paths.snapshot):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -196,24 +222,53 @@ def remove_dump_folder(out_dir: Path, folder: str, rank: int, pid: int) -> None:
         paths.snapshot.parent.rmdir()  # only succeeds once every rank's files are gone
 
 
-def _pid_alive(pid: int) -> bool:
+def try_lock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting; False if another holds one. A
+    platform or file system without ``flock`` counts as taken: the age alone decides there."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        import fcntl
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return False
-    except PermissionError:
+    except OSError:
         return True
     return True
 
 
+def _old(when: float) -> bool:
+    return time.time() - when > STALE_AFTER_S
+
+
+def _remove_if_stale(temp: Path) -> bool:
+    """Unlink ``temp`` if it is older than ``STALE_AFTER_S`` and unlocked (checked and removed
+    under its lock, so a writer cannot be mid-way); True when it went."""
+    try:
+        fd = os.open(temp, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if not _old(os.fstat(fd).st_mtime) or not try_lock(fd):
+            return False
+        os.unlink(temp)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def clean_stale_temp_files(out_dir: Path, rank: int) -> list[Path]:
-    """Remove the temp files rank ``rank``'s dead processes on this host left (a kill -9
+    """Remove the temp files rank ``rank``'s dead writers on this host left (a kill -9
     mid-write), found in its in-flight folder alone: nothing else in ``out_dir`` is listed.
 
-    Only registrations naming this host and a pid that no longer runs are touched, so a live
-    writer on this or another node of a shared filesystem is never disturbed. A registration
-    is trusted only as far as it names a temporary file of that same process inside
-    ``out_dir``: a planted link can make this remove nothing else.
+    A temp file goes only when it is provably stale: older than ``STALE_AFTER_S`` and not
+    locked (a live writer holds its ``flock`` to the end), so a writer in another container of
+    this host, whose pid means nothing here, is never disturbed; other hosts' files are never
+    touched. A registration is trusted only as far as it names a temporary file of that same
+    writer inside ``out_dir``: a planted link can make this remove nothing else.
     """
     removed: list[Path] = []
     inflight = _layout.inflight_folder(out_dir, rank)
@@ -224,15 +279,19 @@ def clean_stale_temp_files(out_dir: Path, rank: int) -> list[Path]:
     host = _hostname()
     for name in names:
         link_match = _LINK_RE.match(name)
-        if not link_match or link_match["host"] != host or _pid_alive(int(link_match["pid"])):
+        if not link_match or link_match["host"] != host:
             continue
         link = inflight / name
         with contextlib.suppress(OSError):
             temp = _registered_temp(out_dir, link, link_match)
-            if temp is not None and os.path.lexists(temp):
-                os.unlink(temp)
-                removed.append(temp)
-            _unregister(link)
+            if temp is None:
+                _unregister(link)  # planted, or not a temp file's: never a writer's
+            elif os.path.lexists(temp):
+                if _remove_if_stale(temp):
+                    removed.append(temp)
+                    _unregister(link)
+            elif _old(os.lstat(link).st_mtime):
+                _unregister(link)  # its writer is long gone, its file renamed or never made
     return removed
 
 
@@ -253,6 +312,34 @@ def _registered_temp(out_dir: Path, link: Path, link_match: re.Match[str]) -> Pa
     if os.path.realpath(temp.parent) != os.path.join(os.path.realpath(out_dir), *parts[:-1]):
         return None  # a folder on the way was swapped for a symlink: not ours to follow
     return temp
+
+
+def unsafe_folders(out_dir: Path) -> list[str]:
+    """``out_dir`` and each folder above it that lets another user swap a dump: writable by
+    group or others without the sticky bit (anyone may rename files there), or owned by a user
+    other than this process's and root (the owner may). Each as ``path (why)``; a folder
+    memforensics created itself is private by its mode and never listed."""
+    me = os.geteuid()
+    found = []
+    folder = out_dir
+    while True:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            break
+        reasons = []
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            reasons.append(
+                f"mode {stat.S_IMODE(info.st_mode):o}, writable by others, no sticky bit"
+            )
+        if info.st_uid not in (me, 0):
+            reasons.append(f"owned by uid {info.st_uid}")
+        if reasons:
+            found.append(f"{folder} ({'; '.join(reasons)})")
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    return found
 
 
 def check_writable(out_dir: Path) -> None:

@@ -16,6 +16,42 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from memforensics._errors import ConfigError
+from memforensics._layout import RANK_LIMIT
+
+STEP_LIMIT = 1 << 62
+"""Step counts (``steps``, ``every``, ``skip_first``, ``journal_every``) stay below this: step
+numbers are 64-bit in journals and PyTorch's metadata, and 2^62 marks "never" in the schedule."""
+HISTORY_ENTRY_BYTES = 64
+"""The least one allocator history entry costs in memory (PyTorch's ``TraceEntry`` without its
+stack): ``max_entries`` beyond physical memory / this could never be held."""
+NAME_ROOM = 128
+"""Characters the longest path memforensics adds below ``out_dir`` may take
+(``near-oom/rank…_pid…_step…_<time>.pickle`` and its temporary name)."""
+
+
+def history_entry_limit() -> int:
+    """``max_entries`` must stay below this: physical memory / ``HISTORY_ENTRY_BYTES``."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        memory = 1 << 40  # no sysconf: a terabyte
+    return max(memory // HISTORY_ENTRY_BYTES, 1)
+
+
+def path_limits(path: str) -> tuple[int, int]:
+    """``(PATH_MAX, NAME_MAX)`` of the file system ``path`` lands on, asked of its nearest
+    existing folder (4,096 and 255 where ``pathconf`` cannot tell)."""
+    probe = os.path.abspath(path)
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    limits = []
+    for name, default in (("PC_PATH_MAX", 4096), ("PC_NAME_MAX", 255)):
+        try:
+            limits.append(os.pathconf(probe, name))
+        except (AttributeError, OSError, ValueError):
+            limits.append(default)
+    return limits[0], limits[1]
+
 
 ENV_PREFIX = "MEMFORENSICS_"
 
@@ -38,12 +74,12 @@ class ForensicsConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    rank: int | None = Field(default=None, ge=0)
+    rank: int | None = Field(default=None, ge=0, lt=RANK_LIMIT)
     ranks: RankSelection = "all"
     window_ranks: RankSelection = (0,)
-    steps: int | None = Field(default=None, ge=1)
-    every: int | None = Field(default=None, ge=1)
-    skip_first: int = Field(default=0, ge=0)
+    steps: int | None = Field(default=None, ge=1, lt=STEP_LIMIT)
+    every: int | None = Field(default=None, ge=1, lt=STEP_LIMIT)
+    skip_first: int = Field(default=0, ge=0, lt=STEP_LIMIT)
     max_windows: int | None = Field(default=None, ge=1)
     keep_last: int | None = Field(default=2, ge=0)
     out_dir: str = "memforensics"
@@ -58,14 +94,14 @@ class ForensicsConfig(BaseModel):
     """Stacks recorded with history: of allocations only, or of frees too (docs/guide.md)."""
     writer: Literal["auto", "inline"] = "auto"
     """Window dumps: a forked child above a size floor (``"auto"``), or always inline."""
-    journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1)
+    journal_every: int | None = Field(default=JOURNAL_EVERY, ge=1, lt=STEP_LIMIT)
     near_oom: bool = True
     """Take a near-OOM dump when the allocator retries or reserved + outside nears the limit."""
     near_oom_fraction: float = Field(default=0.95, gt=0.0, le=1.0)
     """(reserved + outside PyTorch) / limit that counts as near."""
-    near_oom_every: int = Field(default=NEAR_OOM_EVERY, ge=1)
+    near_oom_every: int = Field(default=NEAR_OOM_EVERY, ge=1, lt=STEP_LIMIT)
     """Check every N steps (at the end of steps that are multiples of N)."""
-    max_near_oom_snapshots: int = Field(default=2, ge=0)
+    max_near_oom_snapshots: int = Field(default=2, ge=0, lt=STEP_LIMIT)
     """Near-OOM dumps per process at most."""
 
     @field_validator("ranks", "window_ranks", mode="before")
@@ -83,8 +119,18 @@ class ForensicsConfig(BaseModel):
     @field_validator("ranks", "window_ranks")
     @classmethod
     def _ranks_non_negative(cls, value: RankSelection) -> RankSelection:
-        if value != "all" and any(r < 0 for r in value):
-            raise ValueError("ranks must be 'all' or non-negative integers")
+        if value != "all" and any(r < 0 or r >= RANK_LIMIT for r in value):
+            raise ValueError(f"ranks must be 'all' or integers from 0 to {RANK_LIMIT - 1:,}")
+        return value
+
+    @field_validator("max_entries")
+    @classmethod
+    def _entries_fit_in_memory(cls, value: int) -> int:
+        limit = history_entry_limit()
+        if value >= limit:
+            raise ValueError(
+                f"must be below {limit:,} (physical memory / {HISTORY_ENTRY_BYTES} bytes an entry)"
+            )
         return value
 
     @field_validator("out_dir", mode="before")
@@ -97,6 +143,18 @@ class ForensicsConfig(BaseModel):
     def _out_dir_not_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("out_dir must not be empty")
+        if "\0" in value:
+            raise ValueError("out_dir must not contain a NUL character")
+        path_max, name_max = path_limits(value)
+        full = os.path.abspath(os.path.expanduser(value))
+        if len(os.fsencode(full)) + NAME_ROOM >= path_max:
+            raise ValueError(
+                f"out_dir is {len(os.fsencode(full)):,} bytes long; with the {NAME_ROOM} bytes of"
+                f" names below it, it must stay under PATH_MAX ({path_max:,})"
+            )
+        longest = max((len(os.fsencode(part)) for part in full.split(os.sep)), default=0)
+        if longest > name_max:
+            raise ValueError(f"out_dir has a name of {longest:,} bytes, over NAME_MAX ({name_max})")
         return value
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ from memforensics._layout import NEAR_OOM
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.capture import atomic, background
 from memforensics.capture.config import ForensicsConfig
+from memforensics.capture.journal import Journal
 from memforensics.capture.log import guarded, safe_log, warn_once
 from memforensics.capture.oom import (
     allocation_bytes_from_message,
@@ -70,6 +71,15 @@ class Dumper:
         self._lock = threading.Lock()
         self.writer: WriterMode = config.writer
         self._background = background.BackgroundWriter()
+        self.name_token: Callable[[], str] = _no_token
+        """The token this process's file names carry: the journal's, set when another live
+        process shares its rank and pid (see ``Journal.identity``); empty otherwise."""
+        self._window_tokens: dict[str, str] = {}
+
+    def named_by(self, journal: Journal) -> Journal:
+        """Name dumps apart as ``journal`` does (its token); return ``journal``."""
+        self.name_token = journal.identity
+        return journal
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -142,7 +152,8 @@ class Dumper:
         window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
         """
         self.flush()  # one window in flight at most, landed in order
-        paths = atomic.window_paths(self.out_dir, window.name, self.rank, self.context.pid)
+        token = self._window_tokens[window.name] = self.name_token()
+        paths = atomic.window_paths(self.out_dir, window.name, self.rank, self.context.pid, token)
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return False
@@ -224,6 +235,7 @@ class Dumper:
 
     def _apply_retention(self) -> None:
         for old in windows_to_delete(self._completed, self.config.keep_last):
+            token = self._window_tokens.pop(old.name, "")
             self.attempt(
                 "retention_failed",
                 atomic.remove_dump_folder,
@@ -231,9 +243,10 @@ class Dumper:
                 old.name,
                 self.rank,
                 self.context.pid,
+                token,
             )
             self._completed.remove(old)
-            gone = atomic.window_paths(self.out_dir, old.name, self.rank, self.context.pid)
+            gone = atomic.window_paths(self.out_dir, old.name, self.rank, self.context.pid, token)
             gone_snapshot = gone.snapshot
             with self._lock:
                 if gone_snapshot in self.dumps:
@@ -354,7 +367,10 @@ class Dumper:
     ) -> Path | None:
         """Write an OOM, near-OOM or manual dump synchronously (the process may be about to
         die)."""
-        paths = atomic.event_paths(self.out_dir, kind, self.rank, self.context.pid, step, now)
+        token = self.name_token()
+        paths = atomic.event_paths(
+            self.out_dir, kind, self.rank, self.context.pid, step, now, token
+        )
         entries = trace_length(snapshot)
 
         def sidecar(size: int) -> dict[str, Any]:
@@ -394,3 +410,7 @@ def exception_stack(exc: BaseException) -> list[dict[str, Any]]:
     ):
         outer = outer[:-1]  # the frame holding the ``with`` appears in both
     return outer + inner
+
+
+def _no_token() -> str:
+    return ""

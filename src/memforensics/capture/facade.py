@@ -92,7 +92,7 @@ class MemoryForensics:
         self._device_ready = True
         if config.journal_every is not None:
             self._journal = JournalSchedule(
-                Journal(self.out_dir, self.rank, self.backend.journal_stats),
+                self._dumper.named_by(Journal(self.out_dir, self.rank, self.backend.journal_stats)),
                 config.journal_every,
                 device=self.backend.name,
                 rank=self.rank,
@@ -135,6 +135,15 @@ class MemoryForensics:
                 f"{str(self.out_dir)!r} ({exc.strerror or exc})",
                 field="out_dir",
             ) from None
+        unsafe = atomic.unsafe_folders(self.out_dir)
+        if unsafe:
+            warn_once(
+                "out_dir_unsafe",
+                "out_dir_unsafe",
+                folders="; ".join(unsafe),
+                advice="another user could replace a dump here: use a private out_dir (mode 0700,"
+                " or umask 077) under a folder only you and root can write (docs/guide.md)",
+            )
         removed = atomic.clean_stale_temp_files(self.out_dir, self.rank)
         if removed:
             safe_log(

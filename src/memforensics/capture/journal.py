@@ -8,8 +8,9 @@ structlog's JSON output and of every log shipper, read afterwards by ``memforens
 Promises, in the order a reader relies on them:
 
 * **Whole lines.** The file is opened ``O_APPEND`` and each line goes out in one ``os.write()``,
-  so a line is never interleaved with another; a process killed mid-write leaves at most a torn
-  last line, which readers skip.
+  so a line is never interleaved with another. A short write (a full disk) is cut back with
+  ``ftruncate`` to where the line began, so the file never ends in half a line; only a process
+  killed inside its one ``write()`` can leave a torn last line, which readers skip.
 * **Cheap.** Only ``memory_stats()`` and ``mem_get_info()`` (neither synchronizes the device; the
   allocator's peak counters are read, never reset), one ``json.dumps`` and one ``write``: a few
   microseconds (docs/performance.md). The file opens lazily on the first line.
@@ -18,11 +19,16 @@ Promises, in the order a reader relies on them:
   process, the newest lines kept, since the lines before a failure matter most.
 * **Owned.** Only the process that opened it writes: a forked child (a DataLoader worker, the
   window writer) inherits the descriptor but never uses it. The training process never reads it.
+  The writer holds an ``flock`` on its file; a process that finds the file of its rank and pid
+  locked (another container of the host with the same pid) writes ``rank{R}_pid{P}_<token>.jsonl``
+  instead, so two processes never share one journal.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +36,7 @@ from pathlib import Path
 from memforensics import _layout
 from memforensics._units import outside_pytorch_bytes
 from memforensics.backends._stats import JOURNAL_STATS
+from memforensics.capture.atomic import try_lock as _try_lock
 from memforensics.capture.log import guarded, warn_once
 
 MAX_FILE_BYTES = 4 << 20
@@ -116,6 +123,8 @@ class Journal:
         self._stats = stats
         self._fd = -1
         self._size = 0
+        self.token = ""
+        """Set when another live process held this rank and pid's journal (see ``_open``)."""
         self.lines = 0
         self.oom_lines = 0
 
@@ -134,21 +143,41 @@ class Journal:
         elif self._size + len(data) > self.max_bytes:
             self._rotate()
         written = os.write(self._fd, data)
-        if written < len(data):  # disk full mid-line: end it, so the next line stays whole
-            os.write(self._fd, b"\n")
+        if written < len(data):  # disk full mid-line: take the part back, never leave it torn
+            os.ftruncate(self._fd, self._size)
+            raise OSError(errno.ENOSPC, f"journal line cut short ({written} of {len(data)} bytes)")
         self._size += len(data)
         self.lines += 1
         return True
 
+    def identity(self) -> str:
+        """The token this process's names carry ("" unless another live process holds the
+        journal of this rank and pid): opens the journal now if no line did yet, so the first
+        dump is already named apart. Never raises: a journal that cannot open says ""."""
+        if self._fd == -1 and self._generation == _forks:
+            try:
+                self._open()
+            except OSError:
+                return self.token
+        return self.token
+
     def _open(self) -> None:
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self._fd = os.open(self.path, _OPEN_FLAGS, _FILE_MODE)
+        fd = os.open(self.path, _OPEN_FLAGS, _FILE_MODE)
+        if not _try_lock(fd) and not self.token:  # a live process with our rank and pid
+            os.close(fd)
+            self.token = secrets.token_hex(3)
+            self.path = self.folder / _layout.journal_name(self.rank, self.pid, 0, self.token)
+            fd = os.open(self.path, _OPEN_FLAGS, _FILE_MODE)
+            _try_lock(fd)
+        self._fd = fd
         self._size = os.fstat(self._fd).st_size  # a reused pid appends to its old file
 
     def _rotate(self) -> None:
         os.close(self._fd)
         self._fd = -1
-        os.replace(self.path, self.folder / _layout.journal_name(self.rank, self.pid, 1))
+        rotated = _layout.journal_name(self.rank, self.pid, 1, self.token)
+        os.replace(self.path, self.folder / rotated)
         self._open()
 
     def close(self) -> None:

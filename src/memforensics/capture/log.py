@@ -19,6 +19,8 @@ from typing import Any
 
 import structlog
 
+from memforensics._text import printable
+
 _LOGGER_NAME = "memforensics"
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -60,7 +62,8 @@ def get_logger() -> Any:
 def safe_log(level: str, event: str, **fields: Any) -> None:
     """Log without ever raising: a broken logging setup must not break training."""
     with contextlib.suppress(Exception):  # a broken logger must not break training
-        getattr(get_logger(), level)(event, **fields)
+        shown = {key: printable(v) if isinstance(v, str) else v for key, v in fields.items()}
+        getattr(get_logger(), level)(event, **shown)
 
 
 def guarded(what: str, fn: Callable[..., Any], *args: Any, **context: Any) -> Any:

@@ -10,6 +10,9 @@ import os
 import sys
 from typing import Any
 
+from memforensics._errors import ConfigError
+from memforensics._layout import RANK_LIMIT
+
 
 def _initialized_dist() -> Any:
     dist = sys.modules.get("torch.distributed")
@@ -21,11 +24,21 @@ def _initialized_dist() -> Any:
     return None
 
 
-def _env_int(name: str) -> int | None:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
+def _env_int(name: str, lowest: int) -> int | None:
+    """``$name`` as an int from ``lowest`` to below ``RANK_LIMIT``; None when unset or empty;
+    ``ConfigError`` naming the variable and the bound for anything else (``RANK=-1`` is no
+    rank 0, and a 300-digit rank is no rank)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
         return None
+    value = int(text) if text.isascii() and text.lstrip("-").isdigit() and len(text) < 20 else None
+    if value is None or not lowest <= value < RANK_LIMIT:
+        raise ConfigError(
+            f"memforensics: environment variable {name}={text[:40]!r} is invalid: expected an"
+            f" integer from {lowest} to {RANK_LIMIT - 1:,}",
+            field="rank" if name == "RANK" else None,
+        )
+    return value
 
 
 def resolve_rank(explicit: int | None) -> int:
@@ -38,8 +51,8 @@ def resolve_rank(explicit: int | None) -> int:
             return int(dist.get_rank())
         except Exception:  # noqa: BLE001
             pass
-    env = _env_int("RANK")
-    return env if env is not None and env >= 0 else 0
+    env = _env_int("RANK", 0)
+    return env if env is not None else 0
 
 
 def resolve_world_size() -> int | None:
@@ -50,4 +63,4 @@ def resolve_world_size() -> int | None:
             return int(dist.get_world_size())
         except Exception:  # noqa: BLE001
             pass
-    return _env_int("WORLD_SIZE")
+    return _env_int("WORLD_SIZE", 1)

@@ -1,12 +1,14 @@
 """``memforensics demo``: show the whole product in ten seconds on any machine.
 
-It copies the demo training script into the output folder, runs it in this interpreter (so its
-frames are the user-visible ``demo_train.py``), then prints what was written: the step windows,
-the OOM dump and the figures in its sidecar.
+It runs the packaged training script, ``memforensics.examples.demo_train``, in this interpreter
+(never a copy: a copy in a folder another user can write could be swapped before it runs), then
+prints what was written: the step windows, the OOM dump and the figures in its sidecar, and
+where the script it ran can be read.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
@@ -17,10 +19,9 @@ from typing import Any
 from memforensics._layout import NEAR_OOM, parse_window_folder
 from memforensics._units import format_bytes
 from memforensics.backends._select import create_backend
-from memforensics.capture.atomic import write_file_atomic
 from memforensics.capture.log import reset_logging
 
-_SCRIPT = Path(__file__).parents[1] / "examples" / "demo_train.py"
+DEMO_MODULE = "memforensics.examples.demo_train"
 
 
 def pick_device(requested: str) -> tuple[str, str | None]:
@@ -36,8 +37,6 @@ def pick_device(requested: str) -> tuple[str, str | None]:
 def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     """Run the leaky training script on ``device``; return its RESULT dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    script = out_dir / "demo_train.py"
-    write_file_atomic(script, _SCRIPT.read_bytes())
     keys = ("MEMFORENSICS_DEMO_DEVICE", "MEMFORENSICS_DEMO_OUT", "MEMFORENSICS_LOG_LEVEL")
     saved = {k: os.environ.get(k) for k in keys}
     os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
@@ -48,8 +47,8 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     reset_logging()
     argv = sys.argv
     try:
-        sys.argv = [str(script)]
-        namespace = runpy.run_path(str(script), run_name="__main__")
+        sys.argv = [script_path()]
+        namespace = runpy.run_module(DEMO_MODULE, run_name="__main__", alter_sys=True)
     finally:
         sys.argv = argv
         for key, value in saved.items():
@@ -62,13 +61,22 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     return result
 
 
+def script_path() -> str:
+    """Where the packaged demo script is, to read (the demo runs it from there)."""
+    spec = importlib.util.find_spec(DEMO_MODULE)
+    return str(spec.origin) if spec is not None and spec.origin else DEMO_MODULE
+
+
 def _size(value: Any) -> str:
     return format_bytes(value) if isinstance(value, int) else "unknown"
 
 
 def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
     """Human lines about what the demo wrote."""
-    lines = [f"trained {result.get('steps', '?')} steps, then: {result.get('error', 'no OOM')}"]
+    lines = [
+        f"ran {script_path()}",
+        f"trained {result.get('steps', '?')} steps, then: {result.get('error', 'no OOM')}",
+    ]
     dumps = [Path(p) for p in result.get("dumps", [])]
     windows = sorted({p.parent.name for p in dumps if parse_window_folder(p.parent.name)})
     lines.append(f"step windows kept in {out_dir}: {', '.join(windows) or 'none'}")

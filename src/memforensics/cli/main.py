@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from memforensics._version import __version__
 from memforensics.cli._command import Command, CommandError
+from memforensics.cli._safe_stream import safe_output
 from memforensics.cli.registry import all_commands
 
 __all__ = ["Command", "CommandError", "build_parser", "main"]
@@ -53,6 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     command, child = table[args.command]
+    if command.name in _SCRIPT_COMMANDS:
+        return _run(command, args, child)
+    with safe_output():
+        return _run(command, args, child)
+
+
+def _run(command: Command, args: argparse.Namespace, child: argparse.ArgumentParser) -> int:
     try:
         status = command.run(args, child)
         if command.name not in _SCRIPT_COMMANDS:
@@ -63,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except MemoryError:
+        print(f"memforensics {command.name}: out of memory", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         if command.name in _SCRIPT_COMMANDS:
             raise

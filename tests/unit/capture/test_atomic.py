@@ -7,6 +7,7 @@ import pickle
 import stat
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,8 @@ def test_failed_pickle_leaves_nothing_behind(tmp_path: Path) -> None:
     assert list((tmp_path / "step1").iterdir()) == []
 
 
-def test_failed_sidecar_keeps_whole_snapshot_without_orphans(tmp_path: Path) -> None:
-    """If the sidecar cannot be built, the whole pickle stays and no sidecar or temp appears."""
+def test_failed_sidecar_removes_its_snapshot_without_orphans(tmp_path: Path) -> None:
+    """If the sidecar cannot be built, the pickle goes again and no sidecar or temp appears."""
     paths = atomic.window_paths(tmp_path, "step1", 0, 1)
 
     def broken(_: int) -> dict[str, object]:
@@ -59,7 +60,7 @@ def test_failed_sidecar_keeps_whole_snapshot_without_orphans(tmp_path: Path) -> 
 
     with pytest.raises(RuntimeError):
         atomic.write_dump(paths, {"segments": []}, broken)
-    assert sorted(p.name for p in (tmp_path / "step1").iterdir()) == ["rank0_pid1.pickle"]
+    assert sorted(p.name for p in (tmp_path / "step1").iterdir()) == []
 
 
 def test_planted_symlink_at_final_name_is_replaced_not_followed(tmp_path: Path) -> None:
@@ -96,36 +97,70 @@ def _dead_pid() -> int:
     return int(dead.stdout)
 
 
-def _plant(out_dir: Path, rank: int, host: str, pid: int, folder: str = "steps0-1") -> Path:
-    """A temp file as a writer killed mid-write leaves it, registered for ``rank``."""
+def _plant(
+    out_dir: Path, rank: int, host: str, pid: int, folder: str = "steps0-1", *, aged: bool = True
+) -> Path:
+    """A temp file as a writer killed mid-write leaves it, registered for ``rank``; ``aged``:
+    last written longer than ``STALE_AFTER_S`` ago."""
     token = "abcd1234"
     temp = out_dir / folder / f".rank{rank}_pid{pid}.pickle.tmp-{host}-{pid}-{token}"
     temp.parent.mkdir(parents=True, exist_ok=True)
     temp.write_bytes(b"partial")
+    if aged:
+        old = time.time() - atomic.STALE_AFTER_S - 60
+        os.utime(temp, (old, old))
     inflight = _layout.inflight_folder(out_dir, rank)
     inflight.mkdir(parents=True, exist_ok=True)
     (inflight / f".{host}-{pid}-{token}").symlink_to(f"{folder}/{temp.name}")
     return temp
 
 
-def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
-    """This rank's registered temp files from a dead pid on this host go; a live pid's,
-    a foreign host's and other ranks' stay."""
+def test_only_old_unlocked_temp_files_are_removed(tmp_path: Path) -> None:
+    """This rank's registered temp file, old and unlocked, goes; a fresh one (a writer in
+    another pid namespace, whose pid is dead here), an old one under a writer's lock, a
+    foreign host's and other ranks' stay."""
+    import fcntl
+
     dead_pid = _dead_pid()
     host = atomic._hostname()
     stale = _plant(tmp_path, 0, host, dead_pid)
-    live = _plant(tmp_path, 0, host, os.getpid(), "steps2-3")
+    fresh = _plant(tmp_path, 0, host, dead_pid + 1, "steps2-3", aged=False)
+    locked = _plant(tmp_path, 0, host, dead_pid + 2, "steps8-9")
     foreign = _plant(tmp_path, 0, "otherhost", dead_pid, "steps4-5")
     other_rank = _plant(tmp_path, 1, host, dead_pid, "steps6-7")
-    removed = atomic.clean_stale_temp_files(tmp_path, 0)
+    with locked.open("rb") as holder:
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        removed = atomic.clean_stale_temp_files(tmp_path, 0)
     assert removed == [stale]
     assert not stale.exists()
-    assert live.exists()
-    assert foreign.exists()
-    assert other_rank.exists()
+    for kept in (fresh, locked, foreign, other_rank):
+        assert kept.exists()
     assert sorted(os.listdir(_layout.inflight_folder(tmp_path, 0))) == sorted(
-        [f".{host}-{os.getpid()}-abcd1234", ".otherhost-" + f"{dead_pid}-abcd1234"]
+        [
+            f".{host}-{dead_pid + 1}-abcd1234",
+            f".{host}-{dead_pid + 2}-abcd1234",
+            f".otherhost-{dead_pid}-abcd1234",
+        ]
     )
+
+
+def test_a_writer_holds_its_temp_file_locked_until_the_rename(tmp_path: Path) -> None:
+    """While a dump is written its temp file is locked: cleanup could not take it even if old."""
+    import fcntl
+
+    paths = atomic.window_paths(tmp_path, "step1", 0, 1)
+    seen: list[bool] = []
+    with atomic._atomic_file(paths.snapshot) as handle:
+        handle.write(b"x")
+        (temp,) = [p for p in paths.snapshot.parent.iterdir() if p.name.startswith(".")]
+        with temp.open("rb") as probe:
+            try:
+                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append(False)
+            except BlockingIOError:
+                seen.append(True)
+    assert seen == [True]
+    assert paths.snapshot.read_bytes() == b"x"
 
 
 def test_install_time_cleanup_lists_only_the_ranks_own_folder(

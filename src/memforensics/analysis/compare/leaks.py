@@ -124,7 +124,8 @@ class LeakTracker:
                 series = tuple(by_step[step].get(site, 0) for step in steps)
                 first = self.first_steps.get((rank, site))
                 if first is None:
-                    first = next(s for s, b in zip(steps, series, strict=True) if b)
+                    # the first window holding any of it; a site of zero-byte blocks: the first
+                    first = next((s for s, b in zip(steps, series, strict=True) if b), steps[0])
                 trends.append(_trend(rank, site, steps, series, first))
         trends.sort(key=lambda t: (not t.suspect, -t.confidence * t.growth_per_step, t.site))
         return Leaks(root, windows, tuple(trends), tuple(unreadable))

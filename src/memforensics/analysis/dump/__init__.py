@@ -2,12 +2,14 @@
 
 from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
+from memforensics.analysis.dump.files import open_regular, read_regular
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
     UNKNOWN_SITE,
     attribute,
     caller_of,
+    frame_text,
     is_installed_file,
     is_library_file,
     is_native_frame,
@@ -16,7 +18,7 @@ from memforensics.analysis.dump.frames import (
     site_of,
 )
 from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord
+from memforensics.analysis.dump.meta import DumpMeta, OomRecord, read_sidecar_file
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -63,14 +65,18 @@ __all__ = [
     "context_lines",
     "devices_text",
     "dump_from_snapshot",
+    "frame_text",
     "hidden_rows",
     "is_installed_file",
     "is_library_file",
     "is_native_frame",
     "load_dump",
     "native_note",
+    "open_regular",
     "origin_words",
     "parse_step",
+    "read_regular",
+    "read_sidecar_file",
     "read_snapshot_file",
     "short_site",
     "sidecar_path",

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import re
 
+from memforensics._text import printable
+from memforensics.analysis.dump.model import WIDEST
+
 UNKNOWN_SITE = "<unknown>"
 BEFORE_RECORDING = "<before recording>"
 NATIVE_ONLY = "<C++ only>"
@@ -159,9 +162,18 @@ def attribute(frames: object) -> tuple[str, str]:
 def _describe(frame: dict[object, object], filename: str) -> str:
     line = frame.get("line")
     name = frame.get("name")
-    line_text = str(line) if isinstance(line, int) else "?"
+    line_text = str(line) if type(line) is int and abs(line) < WIDEST else "?"
     name_text = name if isinstance(name, str) else "?"
-    return f"{filename}:{line_text} {name_text}"
+    return f"{printable(filename)}:{line_text} {printable(name_text)}"
+
+
+def frame_text(frame: object) -> str:
+    """``path:line function`` of any frame a snapshot holds, printable (``?`` for what is not
+    a string or a line number): the one way a frame is written, in a site and in a stack."""
+    if not isinstance(frame, dict):
+        return "?:? ?"
+    filename = frame.get("filename")
+    return _describe(frame, filename if isinstance(filename, str) else "?")
 
 
 def caller_of(frames: object) -> str:

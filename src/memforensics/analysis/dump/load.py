@@ -5,19 +5,37 @@ only dicts, lists, tuples, strings and numbers, and none of those needs ``find_c
 unpickler only calls it for GLOBAL-style opcodes, so refusing every call there makes loading
 safe while it stays as fast as plain ``pickle.load``. Every failure becomes one
 :class:`~memforensics.SnapshotLoadError` naming the file, never a traceback.
+
+Two things ``find_class`` alone does not cover. The extension opcodes (``EXT1``/``EXT2``/
+``EXT4``) are served from :mod:`copyreg`'s process-wide cache without ``find_class`` once any
+unpickler of the process resolved that code, so wherever that cache holds anything the file's
+opcodes are checked first and any extension is refused (snapshots never use one). And a pickle
+may reference one object millions of times (a memo bomb): a few bytes each in the file, a full
+object each for every analysis. :func:`check_expansion` refuses a file whose entries and frames
+are out of proportion to its size (``MAX_EXPANSION``, raised with ``MEMFORENSICS_MAX_EXPANSION``).
 """
 
 from __future__ import annotations
 
+import copyreg
 import gzip
+import os
 import pickle
+import pickletools
 import zlib
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import repeat
+from operator import is_not
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._text import printable
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
+from memforensics.analysis.dump.files import open_regular
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
 from memforensics.analysis.dump.shapes import (
@@ -29,6 +47,17 @@ from memforensics.analysis.dump.shapes import (
 )
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+MAX_EXPANSION = 4.0
+"""How many times its own size a snapshot may cost as objects: each trace entry, segment and
+block counts ``ENTRY_BYTES``, each frame reference ``FRAME_BYTES`` (the least a distinct entry
+and a memoized frame take in a pickle). Real snapshots cost under 1; a memo bomb costs far more.
+``MEMFORENSICS_MAX_EXPANSION`` sets another bound (a number; ``inf`` turns the check off)."""
+EXPANSION_VARIABLE = "MEMFORENSICS_MAX_EXPANSION"
+ENTRY_BYTES = 16
+FRAME_BYTES = 2
+_EXTENSION_OPCODES = frozenset({"EXT1", "EXT2", "EXT4"})
 
 
 class _Refused(pickle.UnpicklingError):
@@ -69,7 +98,7 @@ class Dump:
     @property
     def name(self) -> str:
         """How to refer to this dump in messages."""
-        return str(self.path) if self.path is not None else "<snapshot>"
+        return printable(str(self.path)) if self.path is not None else "<snapshot>"
 
     @property
     def limits(self) -> tuple[str, ...]:
@@ -111,35 +140,135 @@ class Dump:
 
 def read_snapshot_file(path: Path) -> object:
     """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
+    shown = printable(str(path))
     try:
-        with path.open("rb") as raw:
+        with open_regular(path) as raw:
             stream: IO[bytes] | gzip.GzipFile = raw
             if raw.read(2) == _GZIP_MAGIC:
                 raw.seek(0)
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")
             else:
                 raw.seek(0)
-            return _RestrictedUnpickler(stream).load()
+            if copyreg._extension_cache:  # type: ignore[attr-defined]
+                _refuse_extensions(stream)
+                stream.seek(0)
+            snapshot = _RestrictedUnpickler(stream).load()
+            check_expansion(path, snapshot, stream.tell())
+            return snapshot
+    except SnapshotLoadError:
+        raise
     except FileNotFoundError:
-        raise SnapshotLoadError(f"{path}: no such file") from None
+        raise SnapshotLoadError(f"{shown}: no such file") from None
     except IsADirectoryError:
-        raise SnapshotLoadError(f"{path}: is a folder, not a snapshot file") from None
+        raise SnapshotLoadError(f"{shown}: is a folder, not a snapshot file") from None
     except _Refused as exc:
         raise SnapshotLoadError(
-            f"{path}: refused to load: it asks to import {exc}; a snapshot holds only plain data"
+            f"{shown}: refused to load: it asks to import {printable(str(exc))};"
+            " a snapshot holds only plain data"
         ) from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise SnapshotLoadError(f"{path}: truncated or corrupt ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: truncated or corrupt ({_one_line(exc)})") from None
     except MemoryError:
-        raise SnapshotLoadError(f"{path}: too large to load into memory here") from None
+        raise SnapshotLoadError(f"{shown}: too large to load into memory here") from None
     except OSError as exc:
-        raise SnapshotLoadError(f"{path}: cannot read ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: cannot read ({_one_line(exc)})") from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file: one line
-        raise SnapshotLoadError(f"{path}: not a readable snapshot ({_one_line(exc)})") from None
+        raise SnapshotLoadError(f"{shown}: not a readable snapshot ({_one_line(exc)})") from None
+
+
+def _refuse_extensions(stream: IO[bytes] | gzip.GzipFile) -> None:
+    """Raise ``_Refused`` if the pickle uses an extension code (the cache would skip
+    ``find_class``); a pass over the opcodes, taken only when the cache is not empty."""
+    for opcode, argument, _ in pickletools.genops(cast(IO[bytes], stream)):
+        if opcode.name in _EXTENSION_OPCODES:
+            raise _Refused(f"extension code {argument}")
+        if opcode.name == "STOP":
+            return
+
+
+def max_expansion() -> float:
+    """The bound in force: ``MEMFORENSICS_MAX_EXPANSION`` when it is a positive number."""
+    text = os.environ.get(EXPANSION_VARIABLE, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return MAX_EXPANSION
+    return value if value > 0 else MAX_EXPANSION
+
+
+def check_expansion(path: Path, snapshot: object, file_bytes: int) -> None:
+    """Refuse ``snapshot`` if it holds more entries and frames than ``file_bytes`` of pickle can
+    hold without referencing the same objects again and again (see ``MAX_EXPANSION``).
+
+    Entries are counted with ``len`` first, so the frame count that follows walks no more
+    entries than the bound allows.
+    """
+    bound = max_expansion() * max(file_bytes, 1)
+    lists = _entry_lists(snapshot)
+    entries = sum(len(items) for items in lists)
+    cost = ENTRY_BYTES * entries
+    if cost <= bound:
+        blocks = [
+            b
+            for items in lists
+            for seg in items
+            if isinstance(seg, dict)
+            for b in _list(seg.get("blocks"))
+        ]
+        cost += ENTRY_BYTES * len(blocks)
+        if cost <= bound:
+            dicts = [e for items in lists for e in items if type(e) is dict]
+            dicts += [b for b in blocks if type(b) is dict]
+            frames = sum(len(_list(e.get("frames"))) for e in dicts)
+            cost += FRAME_BYTES * frames
+            _refuse_wide_numbers(path, dicts)
+    if cost > bound:
+        times = cost / max(file_bytes, 1)
+        raise SnapshotLoadError(
+            f"{printable(str(path))}: refused to load: it expands to {times:,.0f} times its"
+            f" {file_bytes:,} bytes (entries and frames referenced over and over), above the"
+            f" bound of {max_expansion():g}; set {EXPANSION_VARIABLE} to a larger number to read it"
+        )
+
+
+_IS_VALUE = partial(is_not, None)
+_NUMBERS = ("size", "addr", "address", "total_size", "requested_size", "time_us", "stream")
+
+
+def _refuse_wide_numbers(path: Path, entries: list[dict[Any, Any]]) -> None:
+    """Refuse a file whose entries hold an integer no allocator writes (beyond 64 bits): every
+    figure built from it would be meaningless, and some cannot even be printed."""
+    for key in _NUMBERS:
+        present = cast(Iterable[int], filter(_IS_VALUE, map(dict.get, entries, repeat(key))))
+        try:
+            array("q", present)  # in C: every value an int within 64 bits, the usual case
+            continue
+        except (TypeError, OverflowError):
+            pass
+        for value in map(dict.get, entries, repeat(key)):  # the careful pass: a float is fine
+            if type(value) is int and not -(1 << 63) <= value < (1 << 64):
+                raise SnapshotLoadError(
+                    f"{printable(str(path))}: not a memory snapshot (a {key} of"
+                    f" {value.bit_length():,} bits; an allocator's fit in 64)"
+                )
+
+
+def _entry_lists(snapshot: object) -> list[list[Any]]:
+    """The segment list and each device's trace, whatever else the top level holds."""
+    if isinstance(snapshot, list):
+        return [snapshot]
+    if not isinstance(snapshot, dict):
+        return []
+    traces = _list(snapshot.get("device_traces"))
+    return [_list(snapshot.get("segments"))] + [_list(t) for t in traces]
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:120]
+    text = printable(" ".join(str(exc).split()), 120)
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
@@ -165,7 +294,7 @@ def dump_from_snapshot(
 ) -> Dump:
     """Build a Dump from any shape PyTorch or torch_npu writes: a ``_snapshot()`` dict, or the
     list of segments ``memory_snapshot()`` returns (see ``dump.shapes``), read on one device."""
-    source = str(path) if path is not None else "<snapshot>"
+    source = printable(str(path)) if path is not None else "<snapshot>"
     raw_segments, traces, container = split_top_level(snapshot, source)
     everything = mark_workspace(segments_from_list(raw_segments, source), traces)
     meta = dump_meta(path, sidecar)

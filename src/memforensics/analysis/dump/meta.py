@@ -15,7 +15,12 @@ from typing import Any
 
 from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
+from memforensics._text import printable
+from memforensics.analysis.dump.files import read_regular
 from memforensics.analysis.dump.model import as_int
+
+SIDECAR_LIMIT = 4 << 20
+"""Bytes a sidecar may have (ours are a few KiB, an OOM's stack included); more is no sidecar."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +66,43 @@ class DumpMeta:
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
     """The sidecar object beside ``path``; None if absent; SnapshotLoadError if unreadable."""
-    side = _layout.sidecar_path(path)
+    return read_sidecar_file(_layout.sidecar_path(path))
+
+
+def read_sidecar_file(side: Path) -> dict[str, Any] | None:
+    """The sidecar object in ``side`` (a regular file of at most ``SIDECAR_LIMIT`` bytes, its
+    strings made printable); None if absent; SnapshotLoadError if unreadable."""
+    shown = printable(str(side))
     try:
-        text = side.read_text(encoding="utf-8")
+        text = read_regular(side, SIDECAR_LIMIT).decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotLoadError(f"{side}: cannot read sidecar ({exc.__class__.__name__})") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise SnapshotLoadError(f"{shown}: cannot read sidecar ({reason})") from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        raise SnapshotLoadError(f"{side}: sidecar is not valid JSON") from None
+        raise SnapshotLoadError(f"{shown}: sidecar is not valid JSON") from None
     if not isinstance(data, dict):
-        raise SnapshotLoadError(f"{side}: sidecar is not a JSON object")
-    return data
+        raise SnapshotLoadError(f"{shown}: sidecar is not a JSON object")
+    return printable_strings(data)
+
+
+def printable_strings(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every string in it (keys too, at any depth) made printable: a sidecar is
+    whatever the file says, and its hostname or stack reaches a terminal and a page."""
+    return {printable(str(key)): _printable_value(value) for key, value in data.items()}
+
+
+def _printable_value(value: object) -> object:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return printable_strings(value)
+    if isinstance(value, list):
+        return [_printable_value(item) for item in value]
+    return value
 
 
 def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:

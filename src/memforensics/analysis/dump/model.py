@@ -51,15 +51,23 @@ class Segment:
         return sum(block.size for block in self.blocks if block.state == INACTIVE)
 
 
+WIDEST = 1 << 64
+"""Integers a snapshot's numbers can hold (sizes, addresses, lines are 64-bit at most): a
+wider one is no number the allocator wrote, and some could not even be printed."""
+
+
 def as_int(value: object) -> int | None:
-    """``value`` when it is a real int (not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """``value`` when it is a real int (not a bool) within 64 bits, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and -WIDEST < value < WIDEST:
+        return value
+    return None
 
 
 def _size(value: object, where: str, source: str) -> int:
     size = as_int(value)
     if size is None or size < 0:
-        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is {value!r:.40})")
+        shown = "a number past 64 bits" if isinstance(value, int) else f"{value!r:.40}"
+        raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is {shown})")
     return size
 
 

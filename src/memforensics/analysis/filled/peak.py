@@ -19,6 +19,7 @@ from typing import Any
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
+    frame_text,
     is_library_file,
     is_native_frame,
 )
@@ -145,12 +146,12 @@ def folded_path(frames: object) -> tuple[str, ...]:
     for frame in reversed(frames):  # outermost first
         if not isinstance(frame, dict):
             continue
-        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        filename, name = frame.get("filename"), frame.get("name")
         if not isinstance(filename, str):
             continue
         if is_native_frame(filename, name if isinstance(name, str) else ""):
             continue
-        label = f"{filename}:{line if isinstance(line, int) else '?'} {name}"
+        label = frame_text(frame)
         if is_library_file(filename):
             folded.append(label)
             continue

@@ -23,7 +23,12 @@ from math import isnan
 from operator import itemgetter, le, mul
 
 from memforensics import _layout
+from memforensics.analysis.dump import read_regular
 from memforensics.analysis.folder.forecast import Forecast, forecast_columns
+
+READ_LIMIT = 64 << 20
+"""Bytes read of one journal file at most: the writer rotates at 4 MiB, so a larger file is
+not one (a link to ``/dev/zero``, a planted giant) and is reported as unreadable."""
 
 MISSING = -(1 << 63)
 """Stands for null in the integer columns (arrays hold no None)."""
@@ -187,8 +192,7 @@ def growth_per_1k(steps: Sequence[int], values: Sequence[int]) -> float | None:
 
 def _read_rows(path: str, journal: ProcessJournal) -> list[dict[str, object]]:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_regular(path, READ_LIMIT)
     except OSError as exc:
         journal.errors.append(f"{os.path.basename(path)}: {exc.strerror or exc}")
         return []

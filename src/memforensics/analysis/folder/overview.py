@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ from memforensics.analysis.folder.outliers import Outlier, find_outliers
 from memforensics.analysis.folder.peer import PeerComparison, compare_with_peer
 from memforensics.analysis.folder.ranks import Failure, RankFacts, rank_facts
 from memforensics.analysis.folder.scan import DumpRecord, scan_run
+
+MISSING_LISTED = 1_000
+"""At most this many ranks that left nothing are listed (``ranks_missing_count`` has them all):
+a world size is a claim from a file, and listing costs memory in proportion to it."""
 
 PARALLEL_FROM = 64
 """Fewer journal files than this are read in-process: starting workers would cost more."""
@@ -118,6 +123,7 @@ def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
         comparison = compare_with_peer(failures[0], by_rank, ranks, outlier_ranks)
     world = files.world_size or (max(by_rank) + 1 if by_rank else None)
     problems = _problems(ranks, by_rank, world, files.errors)
+    problems["absurd_claims"] = files.absurd
     return Overview(folder, ranks, world, failures, outliers, comparison, problems, tuple(journals))
 
 
@@ -151,10 +157,12 @@ def _problems(
 ) -> dict[str, Any]:
     seen = [r.rank for r in ranks]
     journals = [j for group in by_rank.values() for j in group]
-    missing = sorted(set(range(world)) - set(seen)) if world else []
+    present = set(seen)
+    missing = list(islice((r for r in range(world or 0) if r not in present), MISSING_LISTED))
     return {
-        "ranks_without_journal": sorted(set(seen) - set(by_rank)),
+        "ranks_without_journal": sorted(present - set(by_rank)),
         "ranks_missing": missing,
+        "ranks_missing_count": max(0, (world or 0) - sum(1 for r in present if r < (world or 0))),
         "restarts": {
             str(r): [j.pid for j in group] for r, group in by_rank.items() if len(group) > 1
         },

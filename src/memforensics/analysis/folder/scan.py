@@ -8,13 +8,15 @@ sidecars, small JSON files, are the only other thing read.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 
 from memforensics import _layout
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.dump import read_sidecar_file
 from memforensics.analysis.folder.journals import JournalFile, list_journals
 
 
@@ -37,6 +39,8 @@ class RunFiles:
     dumps: list[DumpRecord] = field(default_factory=list)
     world_size: int | None = None
     errors: list[str] = field(default_factory=list)
+    absurd: list[str] = field(default_factory=list)
+    """Claims no run can make (a world size or rank of 2^31 or more), ignored, for ``problems``."""
 
 
 def scan_run(root: str) -> RunFiles:
@@ -56,6 +60,9 @@ def scan_run(root: str) -> RunFiles:
         elif not folder.name.startswith("."):
             _scan_dump_folder(folder.path, folder.name, found)
     for item in journal_files:
+        if item.rank >= _layout.RANK_LIMIT:
+            found.absurd.append(f"{os.path.basename(item.path)}: rank above {_layout.RANK_LIMIT:,}")
+            continue
         groups[(item.rank, item.pid)].append(item)
     found.journals = dict(groups)
     return found
@@ -79,20 +86,22 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
         return
     for stem, file_name in sorted(snapshots.items()):
         side = os.path.join(path, _layout.sidecar_name(stem))
-        sidecar = _read_json(side) if stem in sidecars else None
+        sidecar = _read_sidecar(side, found) if stem in sidecars else None
         found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
         world = sidecar.get("world_size") if sidecar else None
-        if type(world) is int and world > 0:
+        if type(world) is int and world >= _layout.RANK_LIMIT:
+            found.absurd.append(f"{name}/{file_name}: world_size above {_layout.RANK_LIMIT:,}")
+        elif type(world) is int and world > 0:
             found.world_size = max(found.world_size or 0, world)
 
 
-def _read_json(path: str) -> dict[str, object] | None:
+def _read_sidecar(path: str, found: RunFiles) -> dict[str, object] | None:
+    """The sidecar at ``path`` by the one sidecar reader; an unreadable one is a problem."""
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError, RecursionError):
+        return read_sidecar_file(Path(path))
+    except SnapshotLoadError as exc:
+        found.errors.append(str(exc))
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None) -> DumpRecord:
@@ -107,10 +116,15 @@ def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None
     return DumpRecord(
         path=path,
         kind=kind,
-        rank=rank if type(rank) is int else named.rank,
+        rank=_plausible(rank if type(rank) is int else named.rank),
         step=step if type(step) is int else named.step,
         time=_timestamp(side.get("created_at")),
     )
+
+
+def _plausible(rank: int | None) -> int | None:
+    """A rank a run can have, else None (the dump is listed, not placed)."""
+    return rank if rank is not None and 0 <= rank < _layout.RANK_LIMIT else None
 
 
 def _timestamp(value: object) -> float | None:

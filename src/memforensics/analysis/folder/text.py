@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
+from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
@@ -155,7 +156,11 @@ def _problems(view: Overview) -> list[str]:
     if p["ranks_without_journal"]:
         parts.append(f"no journal from rank(s) {rank_ranges(p['ranks_without_journal'])}")
     if p["ranks_missing"]:
-        parts.append(f"nothing at all from rank(s) {rank_ranges(p['ranks_missing'])}")
+        listed, count = p["ranks_missing"], p["ranks_missing_count"]
+        more = f" (+{count - len(listed):,} more)" if count > len(listed) else ""
+        parts.append(f"nothing at all from rank(s) {rank_ranges(listed)}{more}")
+    if p["absurd_claims"]:
+        parts.append(f"ignored as absurd: {'; '.join(p['absurd_claims'][:TOP])}")
     if p["torn_last_lines"]:
         parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p['torn_last_lines'])}")
     if p["bad_lines"]:
@@ -249,7 +254,7 @@ def ls_text(listing: RunListing) -> str:
     if first is not None:
         head = (
             f"first OOM: rank {first.meta.rank} step {first.meta.step}"
-            f" at {first.created_at}  {first.path}"
+            f" at {first.created_at}  {printable(str(first.path))}"
         )
     lines = [
         head,
@@ -275,7 +280,7 @@ def ls_text(listing: RunListing) -> str:
             f"{meta.kind or '?':<8} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
             f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
             f"  {entry.created_at or '-':<32} {flags or '-':<5}"
-            f"  {entry.path}"
+            f"  {printable(str(entry.path))}"
         )
     lines.append("")
     lines.append(

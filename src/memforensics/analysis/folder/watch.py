@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from memforensics import _layout
+from memforensics.analysis.dump import open_regular
 from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
+from memforensics.analysis.folder.journals import READ_LIMIT
 
 _KEEP = 2 * WINDOW
 """Points kept per process for its forecast (the fit uses the newest ``WINDOW``)."""
@@ -181,14 +183,14 @@ class JournalWatch:
     def _read(self, path: str, rank: int, pid: int) -> int:
         tail = self._tails.setdefault(path, _Tail())
         try:
-            with open(path, "rb", buffering=0) as handle:
+            with open_regular(path) as handle:  # a FIFO or a device link is never read
                 info = os.fstat(handle.fileno())
                 if info.st_ino != tail.inode or info.st_size < tail.offset:
                     tail.inode, tail.offset = info.st_ino, 0  # new or rotated: from the start
                 if info.st_size == tail.offset:
                     return 0
                 handle.seek(tail.offset)
-                data = handle.read(info.st_size - tail.offset)
+                data = handle.read(min(info.st_size - tail.offset, READ_LIMIT))
         except OSError:
             return 0
         self.bytes_read += len(data)

@@ -14,7 +14,6 @@ and base64-encoded. 2,048 ranks x 1,000 lines come to about 3.5 MB.
 from __future__ import annotations
 
 import base64
-import os
 import statistics
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from typing import Any
 
 from memforensics._version import __version__
 from memforensics.analysis.folder import MISSING, Overview, ProcessJournal, overview_text
-from memforensics.analysis.report.html import json_in_script
+from memforensics.analysis.report.html import content_security_policy, json_in_script, relative_link
 
 CELL_BUDGET = 600_000
 MAX_COLUMNS = 1_000
@@ -57,15 +56,17 @@ def render_overview(view: Overview, *, link_base: Path | None = None) -> str:
     data = overview_data(view, link_base=link_base)
     payload = json_in_script(data)
     summary = escape(overview_text(view).split("\n\n")[0])
+    script, style = _asset("overview.js"), _asset("overview.css")
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>memforensics overview</title><style>{_asset('overview.css')}</style></head>"
+        f"{content_security_policy(script, style)}"
+        f"<title>memforensics overview</title><style>{style}</style></head>"
         f"<body><h1>memforensics overview</h1><p class='muted'>{escape(str(view.root))} · "
         f"memforensics {escape(__version__)}</p><pre class='facts'>{summary}</pre>"
         '<div id="controls"></div><div id="map"></div><div id="rank"></div>'
         f'<script type="application/json" id="overview-data">{payload}</script>'
-        f"<script>{_asset('overview.js')}</script></body></html>\n"
+        f"<script>{script}</script></body></html>\n"
     )
 
 
@@ -109,7 +110,11 @@ def overview_data(view: Overview, *, link_base: Path | None = None) -> dict[str,
         "facts": {
             str(rank): {
                 **facts[rank].to_dict(),
-                "dumps": [_link(view.root, path, base) for path in facts[rank].dumps],
+                "dumps": [
+                    link
+                    for path in facts[rank].dumps
+                    if (link := relative_link((view.root / path).resolve(), base)) is not None
+                ],
             }
             for rank in rows
             if rank in facts
@@ -119,8 +124,7 @@ def overview_data(view: Overview, *, link_base: Path | None = None) -> dict[str,
 
 def _row_ranks(view: Overview) -> list[int]:
     seen = {r.rank for r in view.ranks}
-    if view.world_size:
-        seen |= set(range(view.world_size))  # a rank that left nothing gets an empty row
+    seen |= set(view.problems["ranks_missing"])  # a rank that left nothing gets an empty row
     return sorted(seen)
 
 
@@ -168,11 +172,3 @@ def _quantize(values: list[int], low: int, top: int) -> str:
     scale = 254 / (top - low) if top > low else 0.0
     data = bytes(0 if v == MISSING else 1 + round((v - low) * scale) for v in values)
     return base64.b64encode(data).decode("ascii")
-
-
-def _link(root: Path, path: str, base: Path) -> str:
-    target = (root / path).resolve()
-    try:
-        return Path(os.path.relpath(target, base)).as_posix()
-    except ValueError:  # another drive on Windows: no relative path exists
-        return target.as_uri()

@@ -21,7 +21,7 @@ from typing import Any
 from memforensics._version import __version__
 from memforensics.analysis.compare import Leaks, LeakTracker
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.report.html import json_in_script
+from memforensics.analysis.report.html import content_security_policy, json_in_script
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
     DUMP_SECTIONS,
@@ -120,17 +120,17 @@ def _asset(name: str) -> str:
 def page(document: dict[str, Any]) -> str:
     """The HTML shell with the assets and the document inlined."""
     count = len(document["dumps"])
+    script, style = _asset("report.js"), _asset("report.css")
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "script-src 'unsafe-inline'; style-src 'unsafe-inline'\">"
-        f"<title>memforensics report</title><style>{_asset('report.css')}</style></head><body>"
+        f"{content_security_policy(script, style)}"
+        f"<title>memforensics report</title><style>{style}</style></head><body>"
         f"<h1>memforensics report</h1><p class='muted' id='mf-meta'>{count} dump(s) · "
         f"memforensics {escape(__version__)}</p>"
         "<noscript><p>This report draws its charts with inline JavaScript; allow scripts for "
         "this local file to see them.</p></noscript><main id='mf-root'></main>"
         '<svg id="mf-svg-namespace" width="0" height="0" aria-hidden="true"></svg>'
         f'<script type="application/json" id="mf-data">{json_in_script(document)}</script>'
-        f"<script>{_asset('report.js')}</script></body></html>\n"
+        f"<script>{script}</script></body></html>\n"
     )

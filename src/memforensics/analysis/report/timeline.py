@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.dump import site_fast
+from memforensics.analysis.dump import frame_text, site_fast
 from memforensics.analysis.filled import BEFORE, KINDS, Allocation, Lifetimes, live_at
 from memforensics.analysis.report.layout import layouts
 from memforensics.analysis.report.model import DumpContext, Section
@@ -212,8 +212,7 @@ def _stack_lines(frames: object) -> list[str]:
     lines = []
     for frame in frames:
         if isinstance(frame, dict):
-            name, line = frame.get("name"), frame.get("line")
-            lines.append(f"{frame.get('filename')}:{line} {name}")
+            lines.append(frame_text(frame))
         if len(lines) >= STACK_LINES:
             lines.append(f"… {len(frames) - STACK_LINES} more frames")
             break

@@ -136,7 +136,7 @@ def test_reads_no_pickle_and_stats_no_file(tmp_path: Path, monkeypatch: pytest.M
             (tmp_path / name / f"rank{rank}_pid{1000 + rank}.pickle").write_bytes(b"x")
     stats: list[str] = []
     opened: list[str] = []
-    real_stat, real_open = os.stat, builtins.open
+    real_stat, real_open, real_os_open = os.stat, builtins.open, os.open
 
     def counting_stat(path: Any, *args: Any, **kwargs: Any) -> Any:
         stats.append(str(path))
@@ -146,8 +146,13 @@ def test_reads_no_pickle_and_stats_no_file(tmp_path: Path, monkeypatch: pytest.M
         opened.append(str(path))
         return real_open(path, *args, **kwargs)
 
+    def watching_os_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(str(path))
+        return real_os_open(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "stat", counting_stat)
     monkeypatch.setattr(builtins, "open", watching_open)
+    monkeypatch.setattr(os, "open", watching_os_open)
     view = build_overview(tmp_path, workers=1)
     monkeypatch.undo()
     assert len(view.ranks) == 8

@@ -88,3 +88,14 @@ def test_rows_put_failed_then_drifting_then_least_headroom_first(tmp_path: Path)
     assert view.first_oom is not None
     assert view.first_oom.rank == 2
     assert watch_text(view).splitlines()[0].startswith("6 ranks · allocated ")
+
+
+def test_a_fifo_named_like_a_journal_never_blocks_a_poll(tmp_path: Path) -> None:
+    """A FIFO where a journal should be is skipped: the poll returns and still reads the rest."""
+    folder = journal_folder(tmp_path)
+    folder.mkdir()
+    os.mkfifo(folder / journal_name(1, 9))
+    (folder / journal_name(0, 7)).write_bytes(_line(0, 40 * GIB))
+    watch = JournalWatch(tmp_path)
+    assert watch.poll() == 1
+    assert [row.rank for row in watch.view().rows] == [0]

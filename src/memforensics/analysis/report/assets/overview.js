@@ -43,7 +43,10 @@
   }
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    Object.keys(attrs || {}).forEach(function (k) {
+      // styles through the CSSOM: the page's CSP allows no inline style attribute
+      if (k === "style") { node.style.cssText = attrs[k]; } else { node.setAttribute(k, attrs[k]); }
+    });
     if (text !== undefined) node.textContent = text;
     return node;
   }
@@ -216,8 +219,10 @@
     });
     panel.appendChild(table);
     var keys = el("p", {"class": "muted"});
-    keys.innerHTML = '<span class="key" style="background:#3b6fb6"></span>reserved' +
-      '<span class="key" style="background:#e08a2c"></span>allocated (largest per column)';
+    keys.appendChild(el("span", {"class": "key", style: "background:#3b6fb6"}));
+    keys.appendChild(document.createTextNode("reserved"));
+    keys.appendChild(el("span", {"class": "key", style: "background:#e08a2c"}));
+    keys.appendChild(document.createTextNode("allocated (largest per column)"));
     panel.appendChild(keys);
     var holder = el("div");
     holder.innerHTML = curve(row);

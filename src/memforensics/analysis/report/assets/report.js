@@ -31,7 +31,11 @@
 
   function setAttrs(node, attrs) {
     if (!attrs) { return; }
-    Object.keys(attrs).forEach(function (key) { node.setAttribute(key, String(attrs[key])); });
+    Object.keys(attrs).forEach(function (key) {
+      // styles through the CSSOM: the page's CSP allows no inline style attribute
+      if (key === "style") { node.style.cssText = String(attrs[key]); }
+      else { node.setAttribute(key, String(attrs[key])); }
+    });
   }
 
   function fmtBytes(count) {
