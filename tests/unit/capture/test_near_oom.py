@@ -107,6 +107,7 @@ def test_cap_and_switches(tmp_path: Path) -> None:
         assert len(_sidecars(out, "near-oom")) == expected, config
 
 
+@pytest.mark.torch
 def test_cuda_and_npu_read_retries_from_the_nested_stats(fake: Any, install: Any) -> None:
     """On CUDA and NPU a rising num_alloc_retries takes a near-OOM dump, read through
     memory_stats_as_nested_dict (never memory_stats) on check steps only, with no synchronize."""
@@ -123,6 +124,7 @@ def test_cuda_and_npu_read_retries_from_the_nested_stats(fake: Any, install: Any
     assert alloc.called("memory_stats") == [((None,), {})]  # once, for the dump's figures
 
 
+@pytest.mark.torch
 def test_outside_pytorch_memory_counts_toward_the_fraction(fake: Any, install: Any) -> None:
     """1 GiB reserved, 0.25 GiB free on a 16 GiB device: the rest is outside PyTorch, and
     reserved plus outside (98 %) crosses the fraction; the reason says so."""
