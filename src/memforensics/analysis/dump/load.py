@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
 from memforensics.analysis.dump.shapes import (
@@ -119,7 +120,8 @@ def read_snapshot_file(path: Path) -> object:
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")
             else:
                 raw.seek(0)
-            return _RestrictedUnpickler(stream).load()
+            with paused_gc():  # see gc_pause: the collector costs more than the unpickling
+                return _RestrictedUnpickler(stream).load()
     except FileNotFoundError:
         raise SnapshotLoadError(f"{path}: no such file") from None
     except IsADirectoryError:

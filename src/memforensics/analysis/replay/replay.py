@@ -21,6 +21,7 @@ from typing import Any
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.oom import (
     LowerBound,
     OomMoment,
@@ -179,6 +180,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
     return Device(_UNBOUNDED, None, _UNBOUNDED)
 
 
+@paused_gc()
 def replay(
     dump: Dump,
     *,

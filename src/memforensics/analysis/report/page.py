@@ -21,6 +21,7 @@ from typing import Any
 from memforensics._version import __version__
 from memforensics.analysis.compare import Leaks, LeakTracker
 from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.report.html import json_in_script
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
@@ -56,6 +57,7 @@ class ReportBuilder:
     unreadable: list[str] = field(default_factory=list)
     _leaks: LeakTracker = field(default_factory=LeakTracker)
 
+    @paused_gc()
     def add(self, dump: Dump) -> None:
         """Build every section of every device of ``dump``; keep only their data."""
         index = len(self.dumps)

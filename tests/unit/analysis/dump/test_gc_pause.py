@@ -1,0 +1,63 @@
+"""The cyclic collector is held off while a dump is read, and resumed as it was."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memforensics.analysis.dump.gc_pause import paused_gc
+from memforensics.analysis.dump.load import read_snapshot_file
+from memforensics.testing import exhausted, write_dump
+
+
+@pytest.fixture(autouse=True)
+def _collector_on() -> Iterator[None]:
+    gc.enable()
+    yield
+    gc.enable()
+
+
+def test_the_collector_is_off_inside_and_on_after() -> None:
+    """Inside paused_gc the collector is disabled; leaving it enables it again."""
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_nesting_resumes_only_at_the_outermost() -> None:
+    """An inner pause does not resume the collector the outer one still holds off."""
+    with paused_gc():
+        with paused_gc():
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_by_the_caller_stays_disabled() -> None:
+    """A caller who turned the collector off finds it off afterwards, even after an error."""
+    gc.disable()
+    with pytest.raises(ValueError), paused_gc():
+        raise ValueError
+    assert not gc.isenabled()
+
+
+def test_loading_a_dump_unpickles_with_the_collector_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_snapshot_file runs the unpickler with the collector held off."""
+    seen: list[bool] = []
+    real_loads = read_snapshot_file.__globals__["_RestrictedUnpickler"].load
+
+    def load(self: object) -> object:
+        seen.append(gc.isenabled())
+        return real_loads(self)
+
+    monkeypatch.setattr(read_snapshot_file.__globals__["_RestrictedUnpickler"], "load", load)
+    path = tmp_path / "d.pickle"
+    write_dump(path, exhausted().snapshot)
+    read_snapshot_file(path)
+    assert seen == [False]
+    assert gc.isenabled()
