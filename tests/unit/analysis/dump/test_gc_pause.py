@@ -39,8 +39,8 @@ def test_nesting_resumes_only_at_the_outermost() -> None:
 def test_a_collector_disabled_by_the_caller_stays_disabled() -> None:
     """A caller who turned the collector off finds it off afterwards, even after an error."""
     gc.disable()
-    with pytest.raises(ValueError), paused_gc():
-        raise ValueError
+    with pytest.raises(ValueError, match="inside"), paused_gc():
+        raise ValueError("inside")
     assert not gc.isenabled()
 
 
