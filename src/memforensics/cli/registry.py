@@ -20,6 +20,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("leaks", "LeaksCommand"),
     ("overview", "OverviewCommand"),
     ("report", "ReportCommand"),
+    ("cache", "CacheCommand"),
     ("run", "RunCommand"),
     ("doctor", "DoctorCommand"),
     ("demo", "DemoCommand"),

@@ -17,6 +17,7 @@ from memforensics.analysis.dump.frames import (
 )
 from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
 from memforensics.analysis.dump.meta import DumpMeta, OomRecord
+from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -42,19 +43,21 @@ from memforensics.analysis.dump.text import (
 __all__ = [
     "ALLOCATED",
     "BEFORE_RECORDING",
-    "INACTIVE",
-    "NATIVE_ONLY",
-    "NATIVE_ONLY_MEANING",
-    "PENDING_FREE",
-    "SITE_WIDTH",
-    "UNKNOWN_SITE",
     "Block",
+    "BytesRead",
+    "CountingReader",
     "DeviceUsage",
     "Dump",
     "DumpMeta",
+    "INACTIVE",
+    "NATIVE_ONLY",
+    "NATIVE_ONLY_MEANING",
     "OomRecord",
+    "PENDING_FREE",
+    "SITE_WIDTH",
     "Segment",
     "SnapshotShape",
+    "UNKNOWN_SITE",
     "as_int",
     "attribute",
     "block_size",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import pickle
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +22,7 @@ from memforensics.analysis.dump.devices import DeviceUsage, choose_device, devic
 from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
+from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import (
     SnapshotShape,
     mark_workspace,
@@ -30,6 +32,9 @@ from memforensics.analysis.dump.shapes import (
 )
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+SnapshotReader = Callable[[Path], object]
+"""Reads a snapshot file into its plain-data object (SnapshotLoadError when it cannot)."""
 
 
 class _Refused(pickle.UnpicklingError):
@@ -110,10 +115,14 @@ class Dump:
         return tuple(self.on_device(device, reason=reason) for device in with_memory)
 
 
-def read_snapshot_file(path: Path) -> object:
-    """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
+def read_snapshot_file(path: Path, on_read: BytesRead | None = None) -> object:
+    """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler.
+
+    ``on_read`` hears the running count of the file's bytes read (compressed ones for gzip).
+    """
     try:
-        with path.open("rb") as raw:
+        with path.open("rb") as file:
+            raw: IO[bytes] = file if on_read is None else CountingReader(file, on_read)  # type: ignore[assignment]
             stream: IO[bytes] | gzip.GzipFile = raw
             if raw.read(2) == _GZIP_MAGIC:
                 raw.seek(0)
@@ -145,10 +154,14 @@ def _one_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
-def load_dump(path: str | Path) -> Dump:
-    """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable."""
+def load_dump(path: str | Path, *, reader: SnapshotReader | None = None) -> Dump:
+    """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable.
+
+    ``reader`` turns the file into its snapshot object (default :func:`read_snapshot_file`;
+    the analysis cache passes one that reads its index of the file instead).
+    """
     file = Path(path)
-    snapshot = read_snapshot_file(file)
+    snapshot = (reader or read_snapshot_file)(file)
     warnings: list[str] = []
     try:
         sidecar = read_sidecar(file)
