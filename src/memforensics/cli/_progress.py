@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._units import format_bytes
-from memforensics.analysis.dump import BytesRead
+from memforensics.analysis import read_snapshot_file
+from memforensics.analysis.dump import BytesRead, SnapshotReader
 
 
 class Progress:
@@ -73,6 +74,11 @@ class Progress:
                 bar.update(task, completed=done, description=f"{name}  {format_bytes(done)}{whole}")
 
         return on_read
+
+    def reader(self, path: Path) -> SnapshotReader:
+        """How to read ``path``'s snapshot, counting its bytes on the bar when it is shown."""
+        on_read = self.reading(path)
+        return lambda file: read_snapshot_file(file, on_read)
 
     def phase(self, name: str) -> None:
         """Name the analysis step now running (a spinner-like bar without a total)."""

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,27 +89,30 @@ class AnswerCache:
         """Whether answers are read and written (a folder given, and no failure yet)."""
         return self.folder is not None and self.warning is None
 
-    def lookup(self, path: Path, question: str) -> str | None:
-        """The stored answer to ``question`` about ``path``, or None (missing, stale, damaged)."""
-        entry = self._entry(path, question)
-        if entry is None:
+    def lookup(self, paths: Sequence[Path], question: str) -> str | None:
+        """The stored answer to ``question`` about ``paths`` (one dump, or the dumps compared),
+        or None when there is none, or it is stale or damaged."""
+        found = self._entry(paths, question)
+        if found is None:
             return None
+        entry, key = found
         try:
             raw = entry.read_bytes()
         except OSError:
             return None
-        answer = _checked(raw, self._keys[path], question)
+        answer = _checked(raw, key, question)
         if answer is not None:
             with contextlib.suppress(OSError):
                 os.utime(entry)  # last use, for eviction
         return answer
 
-    def store(self, path: Path, question: str, answer: str) -> None:
+    def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
-        entry = self._entry(path, question)
-        if entry is None or self.folder is None:
+        found = self._entry(paths, question)
+        if found is None or self.folder is None:
             return
-        body = json.dumps({"file": self._keys[path], "question": question, "answer": answer})
+        entry, key = found
+        body = json.dumps({"file": key, "question": question, "answer": answer})
         payload = body.encode("utf-8")
         head = f"{_MAGIC} {hashlib.blake2b(payload).hexdigest()}\n".encode()
         try:
@@ -157,17 +161,22 @@ class AnswerCache:
         entries = self._listing()
         return CacheInfo(folder, len(entries), sum(s for _, s, _ in entries), self.max_bytes)
 
-    def _entry(self, path: Path, question: str) -> Path | None:
+    def _entry(self, paths: Sequence[Path], question: str) -> tuple[Path, str] | None:
+        """The entry file for ``question`` about ``paths``, and the files' joint key."""
         if not self.enabled or self.folder is None:
             return None
-        key = self._keys.get(path)
-        if key is None:
-            try:
-                key = self._keys[path] = file_key(path)
-            except OSError:
-                return None  # the load reports an unreadable dump in its own words
-        name = hashlib.blake2b(f"{key}\n{question}".encode(), digest_size=20).hexdigest()
-        return self.folder / f"{name}{_SUFFIX}"
+        keys = []
+        for path in paths:
+            key = self._keys.get(path)
+            if key is None:
+                try:
+                    key = self._keys[path] = file_key(path)
+                except OSError:
+                    return None  # the load reports an unreadable dump in its own words
+            keys.append(key)
+        joint = ",".join(keys)
+        name = hashlib.blake2b(f"{joint}\n{question}".encode(), digest_size=20).hexdigest()
+        return self.folder / f"{name}{_SUFFIX}", joint
 
     def _listing(self, *, temporaries: bool = False) -> list[tuple[int, int, Path]]:
         """``(last use ns, size, path)`` of each entry file in the folder."""

@@ -15,9 +15,14 @@ from memforensics.analysis.dump.frames import (
     site_fast,
     site_of,
 )
-from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
+from memforensics.analysis.dump.load import (
+    Dump,
+    SnapshotReader,
+    dump_from_snapshot,
+    load_dump,
+    read_snapshot_file,
+)
 from memforensics.analysis.dump.meta import DumpMeta, OomRecord
-from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -26,6 +31,7 @@ from memforensics.analysis.dump.model import (
     Segment,
     as_int,
 )
+from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.sizes import block_size
 from memforensics.analysis.dump.text import (
@@ -57,6 +63,7 @@ __all__ = [
     "DumpMeta",
     "OomRecord",
     "Segment",
+    "SnapshotReader",
     "SnapshotShape",
     "as_int",
     "attribute",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import load_dump, read_snapshot_file, summarize
+from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.summary import summary_text
 from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
 from memforensics.cli._command import CommandError
@@ -60,9 +60,8 @@ class _Section:
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
     """Load, summarize and render one file (run in a worker process with ``--jobs``)."""
     path = Path(name)
-    on_read = progress.reading(path) if progress is not None else None
     try:
-        dump = load_dump(path, reader=lambda file: read_snapshot_file(file, on_read))
+        dump = load_dump(path, reader=progress.reader(path) if progress is not None else None)
         views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
     except SnapshotLoadError as exc:
         return _Section(error=str(exc))
@@ -124,7 +123,7 @@ class SummaryCommand:
         question = ask.question()
         sections: dict[int, _Section] = {}
         for index, name in enumerate(args.files):
-            stored = cache.lookup(Path(name), question)
+            stored = cache.lookup([Path(name)], question)
             section = _Section.from_json(stored) if stored is not None else None
             if section is not None:
                 sections[index] = section
@@ -143,7 +142,7 @@ class SummaryCommand:
                         done()
         for index in todo:
             if sections[index].error is None:
-                cache.store(Path(args.files[index]), question, sections[index].to_json())
+                cache.store([Path(args.files[index])], question, sections[index].to_json())
         warn_cache(cache, self.name)
         return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
 
