@@ -11,7 +11,7 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
-from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
+from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
@@ -30,7 +30,7 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
-        add_analysis_flags(parser)
+        add_analysis_flags(parser, jobs=True)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
@@ -38,6 +38,7 @@ class ReportCommand:
         Exit 0 when every file was read, 1 when some were not, 2 when none was. The page for
         the same dumps and --top comes from the cache when it holds one.
         """
+        jobs = job_count(args, parser)
         builder = ReportBuilder(top=max(args.top, 0))
         paths: list[Path] = []
         for name in args.files:
@@ -55,16 +56,20 @@ class ReportCommand:
 
         def compute() -> Answer:
             warned: list[str] = []
-            for path in paths:
+            if jobs > 1 and len(paths) > 1:
+                builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
+            for index, path in enumerate(paths if jobs == 1 or len(paths) <= 1 else ()):
                 try:
                     dump = load_dump(path, reader=progress.reader(path))
                 except SnapshotLoadError as exc:
                     builder.add_unreadable(str(exc))
                     continue
                 progress.phase(f"analysing {path.name}")
-                warned += [f"memforensics report: warning: {dump.name}: {w}" for w in dump.warnings]
-                builder.add(dump)
+                builder.add(dump, index=index)
                 del dump
+            for entry in builder.dumps:
+                name = entry["name"]
+                warned += [f"memforensics report: warning: {name}: {w}" for w in entry["warnings"]]
             if not builder.dumps:  # one line, as every command reports a bad input
                 raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
             progress.phase("rendering the page")
