@@ -57,4 +57,3 @@ def warn_cache(cache: AnswerCache, command: str) -> None:
     """Print the cache's one warning (a folder it could not use), if it has one."""
     if cache.warning is not None:
         print(f"memforensics {command}: warning: {cache.warning}", file=sys.stderr)
-        cache.warning = cache.warning  # printed once: the cache stays off for this run

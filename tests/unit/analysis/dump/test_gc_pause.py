@@ -61,3 +61,14 @@ def test_loading_a_dump_unpickles_with_the_collector_off(
     read_snapshot_file(path)
     assert seen == [False]
     assert gc.isenabled()
+
+
+def test_the_bytes_read_while_loading_are_counted_up_to_the_file_size(tmp_path: Path) -> None:
+    """read_snapshot_file reports a running count of bytes read that ends at the file's size."""
+    path = tmp_path / "d.pickle"
+    write_dump(path, exhausted().snapshot)
+    seen: list[int] = []
+    read_snapshot_file(path, seen.append)
+    assert seen
+    assert seen == sorted(seen)
+    assert seen[-1] == path.stat().st_size
