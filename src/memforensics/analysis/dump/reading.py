@@ -14,7 +14,8 @@ BytesRead = Callable[[int], None]
 
 
 class CountingReader:
-    """Wraps a binary file; calls ``on_read(total)`` after each read."""
+    """Wraps a binary file; calls ``on_read(total)`` after each read, ``total`` being the
+    position reached (so bytes read again after a rewind are not counted twice)."""
 
     def __init__(self, raw: IO[bytes], on_read: BytesRead) -> None:
         self._raw = raw
@@ -42,8 +43,9 @@ class CountingReader:
         return peek(size) if peek is not None else b""
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        """Move the position (gzip rewinds after sniffing its header)."""
-        return self._raw.seek(offset, whence)
+        """Move the position (the loader rewinds after sniffing for gzip): the count follows."""
+        self.total = self._raw.seek(offset, whence)
+        return self.total
 
     def tell(self) -> int:
         """The position in the file."""
