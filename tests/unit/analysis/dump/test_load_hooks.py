@@ -1,4 +1,4 @@
-"""The cyclic collector is held off while a dump is read, and resumed as it was."""
+"""Loading a dump: the cyclic collector held off and resumed as it was; bytes read counted."""
 
 from __future__ import annotations
 
