@@ -236,7 +236,12 @@ def replay(
             refusals.append("the model does not fail where the recorded allocator failed")
     rows: list[WhatIf] = []
     if has_history(dump) and not start.problem_count:
-        baseline = run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+        # Stopping at the first OOM changes nothing when the exact run met none and the trace
+        # records none: that run is the baseline, step for step.
+        no_oom = exact.oom_index is None and (moment is None or moment.index is None)
+        baseline = (
+            exact if no_oom else run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+        )
         rows.append(_row("as recorded", recorded, baseline, None))
         calibration = run(dump, recorded, start, device, exact=False, stop_at_oom=True)
         note = "live blocks at the start placed afresh" if kind == "live" else None
@@ -246,7 +251,7 @@ def replay(
                 " the recorded settings they give a different result, so their lost history"
                 " matters"
             )
-        for name, settings in alternatives:
+        for name, settings in alternatives if not refusals else ():  # refused: only row one shows
             row_device = _device_with_fraction(device, settings, recorded)
             result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
             needs = GC_NEEDS_FRACTION if row_device is not device else None
