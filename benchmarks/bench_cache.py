@@ -86,6 +86,20 @@ def _child(*args: str | Path) -> dict[str, float]:
     return figures
 
 
+def _interleaved(path: Path, mode: str, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """``pickle.load`` and ``mode`` of ``path``, alternated repeat by repeat, each in a fresh
+    interpreter (a busy moment of the shared machine hits both alike); medians."""
+    runs: dict[str, list[dict[str, float]]] = {"pickle": [], mode: []}
+    for _ in range(repeats):
+        for name, found in runs.items():
+            found.append(_child("--measure", name, "--file", path, "--repeats", "1"))
+    medians = {
+        name: {key: statistics.median(run[key] for run in found) for key in found[0]}
+        for name, found in runs.items()
+    }
+    return medians["pickle"], medians[mode]
+
+
 def _cli_seconds(*args: str | Path) -> float:
     """Wall time of one run of the console script (its output discarded)."""
     script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
@@ -130,11 +144,8 @@ def main() -> int:
         real, model = tmp / "real.pickle", tmp / "model.pickle"
         _child("--build", "real", "--file", real, "--events", args.events)
         _child("--build", "model", "--file", model, "--events", args.events)
-        rounds = ["--repeats", str(args.repeats)]
-        plain = _child("--measure", "pickle", "--file", real, *rounds)
-        summary = _child("--measure", "summary", "--file", real, *rounds)
-        plain_model = _child("--measure", "pickle", "--file", model, *rounds)
-        replayed = _child("--measure", "replay", "--file", model, *rounds)
+        plain, summary = _interleaved(real, "summary", args.repeats)
+        plain_model, replayed = _interleaved(model, "replay", args.repeats)
         first, second = _looks(real, tmp, args.repeats, "summary")
         first_model, other = _looks(model, tmp, args.repeats, "replay")
     figures = {
