@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.testing import GiB, exhausted, fragmented, growth_pair, write_run_folder
+from memforensics.testing import (
+    GiB,
+    exhausted,
+    fragmented,
+    growth_pair,
+    write_dump,
+    write_run_folder,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -250,3 +257,19 @@ def _document(html: str) -> object:
     start = html.index('"generated"')
     end = html.index('"version"', start)
     return html[:start] + html[end:]
+
+
+def test_a_sidecar_written_after_the_first_look_is_read(tmp_path: Path) -> None:
+    """The sidecar is part of the dump's identity: one that appears later is not ignored."""
+    synthetic = exhausted()
+    path = tmp_path / "rank0_pid1_step12_20261130-101112-000001.pickle"
+    write_dump(path, synthetic.snapshot)
+    cache = tmp_path / "cache"
+    first = json.loads(_cli("summary", "--json", path, "--cache-dir", cache).stdout)
+    assert first["has_sidecar"] is False
+    assert synthetic.sidecar is not None
+    side = dict(synthetic.sidecar, snapshot_file=path.name, snapshot_bytes=path.stat().st_size)
+    path.with_suffix(".json").write_text(json.dumps(side))  # the dump itself untouched
+    again = _cli("summary", "--json", path, "--cache-dir", cache)
+    assert json.loads(again.stdout)["has_sidecar"] is True
+    assert again.stdout == _cli("summary", "--json", path, "--no-cache").stdout

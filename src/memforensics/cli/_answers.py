@@ -35,7 +35,10 @@ class Answer:
     @classmethod
     def from_json(cls, text: str) -> Answer | None:
         """An answer read back from the cache; None when the text is not one."""
-        body = json.loads(text)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None
         if not isinstance(body, dict):
             return None
         stdout, stderr, status = body.get("stdout"), body.get("stderr"), body.get("status")

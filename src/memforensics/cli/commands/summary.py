@@ -51,7 +51,10 @@ class _Section:
     @classmethod
     def from_json(cls, text: str) -> _Section | None:
         """A section read back from the cache; None when it is not one."""
-        body = json.loads(text)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None
         if not isinstance(body, dict) or not isinstance(body.get("stderr"), list):
             return None
         return cls(body.get("data"), body.get("text"), tuple(map(str, body["stderr"])))
