@@ -3,7 +3,9 @@
 Shown only when stderr is a terminal and ``--quiet`` was not given: pipes, CI logs and files
 get nothing, and stdout is never touched. rich is imported here only, by the console script,
 never by code that runs inside training; it draws a transient bar (bytes read while loading,
-then the named analysis phase) that disappears when the command prints its answer.
+then the named analysis phase, or the dumps done with ``--jobs``) that disappears when the
+command prints its answer. It is redrawn as the work advances, not by a timer thread, so the
+process pools of ``--jobs`` never fork while a drawing thread holds a lock.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Progress:
             TimeElapsedColumn(),
             console=Console(stderr=True),
             transient=True,
+            auto_refresh=False,  # no drawing thread: the pools that --jobs starts fork safely
         )
 
     @property
@@ -72,6 +75,7 @@ class Progress:
                 shown[0] = done
                 whole = f" / {format_bytes(total)}" if total else ""
                 bar.update(task, completed=done, description=f"{name}  {format_bytes(done)}{whole}")
+                bar.refresh()
 
         return on_read
 
@@ -91,9 +95,15 @@ class Progress:
             return lambda: None
         self._start("dumps analysed", total)
         bar, task = self._bar, self._task
-        return lambda: bar.advance(task, 1)
+
+        def done() -> None:
+            bar.advance(task, 1)
+            bar.refresh()
+
+        return done
 
     def _start(self, description: str, total: int | None) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
         self._task = self._bar.add_task(description, total=total)
+        self._bar.refresh()
