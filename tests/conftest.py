@@ -12,6 +12,15 @@ import memforensics.capture.oom
 
 
 @pytest.fixture(autouse=True)
+def _own_analysis_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test (and the console scripts it starts) caches analysis answers in its own fresh
+    folder, never the user's ~/.cache, and never sees another test's answers."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
+@pytest.fixture(autouse=True)
 def _reset_global_state() -> Iterator[None]:
     """Uninstall, forget OOM routes and reset logging around each test."""
     memforensics.capture.log.reset_logging()

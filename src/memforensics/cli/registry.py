@@ -21,6 +21,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("overview", "OverviewCommand"),
     ("watch", "WatchCommand"),
     ("report", "ReportCommand"),
+    ("cache", "CacheCommand"),
     ("run", "RunCommand"),
     ("doctor", "DoctorCommand"),
     ("demo", "DemoCommand"),

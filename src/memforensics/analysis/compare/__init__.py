@@ -3,7 +3,14 @@
 from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
 from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
 from memforensics.analysis.compare.kinds import kinds_change
-from memforensics.analysis.compare.leaks import Leaks, LeakTracker, SiteTrend, find_leaks
+from memforensics.analysis.compare.leaks import (
+    Leaks,
+    LeakTracker,
+    SiteTrend,
+    WindowTotals,
+    find_leaks,
+    window_totals,
+)
 from memforensics.analysis.compare.text import (
     device_diffs_text,
     diff_text,
@@ -20,6 +27,7 @@ __all__ = [
     "Leaks",
     "SiteGrowth",
     "SiteTrend",
+    "WindowTotals",
     "device_diffs_text",
     "diff_by_device",
     "diff_dumps",
@@ -28,4 +36,5 @@ __all__ = [
     "kinds_change",
     "kinds_change_lines",
     "leaks_text",
+    "window_totals",
 ]

@@ -17,7 +17,9 @@ the memory of one of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -95,21 +97,18 @@ class LeakTracker:
 
     def add(self, dump: Dump) -> bool:
         """Record ``dump`` if it is a window dump with known steps; True if it was used."""
-        steps = dump.meta.steps
-        if dump.meta.kind != "window" or steps is None:
+        totals = window_totals(dump)
+        if totals is None:
             return False
-        live = live_blocks(dump)
-        _oom, block_steps = scan_trace(dump, [block for block, _ in live])
-        totals: dict[str, int] = {}
-        rank = dump.meta.rank
-        for block, site in live:
-            totals[site] = totals.get(site, 0) + block.requested_size
-            step = block_steps.get(block.address)
-            if step is not None:
-                key = (rank, site)
-                self.first_steps[key] = min(self.first_steps.get(key, step), step)
-        self.points.setdefault(rank, {})[steps[1]] = totals
+        self.add_totals(totals)
         return True
+
+    def add_totals(self, window: WindowTotals) -> None:
+        """Record one window's totals (fed in the windows' order: steps are merged by min)."""
+        for site, step in window.first_steps.items():
+            key = (window.rank, site)
+            self.first_steps[key] = min(self.first_steps.get(key, step), step)
+        self.points.setdefault(window.rank, {})[window.step] = window.totals
 
     def result(self, root: str, unreadable: Iterable[str] = ()) -> Leaks:
         """Fit every site of every rank; suspects first."""
@@ -163,19 +162,67 @@ def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
     return slope, r2
 
 
-def find_leaks(root: str | Path) -> Leaks:
-    """Read every window dump under ``root`` (one at a time) and fit each site's trend."""
+@dataclass(frozen=True)
+class WindowTotals:
+    """What one window dump adds to the fit: live requested bytes per site at its last step,
+    and the first step each site's live blocks were made at (small, so a worker can send it)."""
+
+    rank: int | None
+    step: int
+    totals: dict[str, int]
+    first_steps: dict[str, int]
+
+
+def window_totals(dump: Dump) -> WindowTotals | None:
+    """``dump``'s totals, or None when it is not a window dump with known steps."""
+    steps = dump.meta.steps
+    if dump.meta.kind != "window" or steps is None:
+        return None
+    live = live_blocks(dump)
+    _oom, block_steps = scan_trace(dump, [block for block, _ in live])
+    totals: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for block, site in live:
+        totals[site] = totals.get(site, 0) + block.requested_size
+        step = block_steps.get(block.address)
+        if step is not None:
+            first[site] = min(first.get(site, step), step)
+    return WindowTotals(dump.meta.rank, steps[1], totals, first)
+
+
+def _read_window(path: Path) -> WindowTotals | str | None:
+    """One window dump's totals, or the one-line reason it could not be read."""
+    try:
+        return window_totals(load_dump(path))
+    except SnapshotLoadError as exc:
+        return str(exc)
+
+
+def find_leaks(root: str | Path, *, jobs: int = 1) -> Leaks:
+    """Read every window dump under ``root`` and fit each site's trend.
+
+    ``jobs`` > 1 reads that many dumps at once, each in its own process (so at most ``jobs``
+    dumps are in memory together); the windows are fed to the fit in the listing's order.
+    """
     listing = list_dumps(root)
+    paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
     tracker = LeakTracker()
     unreadable: list[str] = []
-    for entry in listing.dumps:
-        if entry.meta.kind != "window":
-            continue
-        try:
-            dump = load_dump(entry.path)
-        except SnapshotLoadError as exc:
-            unreadable.append(str(exc))
-            continue
-        tracker.add(dump)
-        del dump
+    with _workers(jobs, len(paths)) as pool:
+        results = pool.map(_read_window, paths) if pool is not None else map(_read_window, paths)
+        for found in results:
+            if isinstance(found, str):
+                unreadable.append(found)
+            elif found is not None:
+                tracker.add_totals(found)
     return tracker.result(str(listing.root), unreadable)
+
+
+@contextmanager
+def _workers(jobs: int, tasks: int) -> Iterator[ProcessPoolExecutor | None]:
+    """A process pool of up to ``jobs`` workers, or None to work in this process."""
+    if jobs <= 1 or tasks <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, tasks)) as pool:
+        yield pool

@@ -17,7 +17,13 @@ from memforensics.analysis.dump.frames import (
     site_fast,
     site_of,
 )
-from memforensics.analysis.dump.load import Dump, dump_from_snapshot, load_dump, read_snapshot_file
+from memforensics.analysis.dump.load import (
+    Dump,
+    SnapshotReader,
+    dump_from_snapshot,
+    load_dump,
+    read_snapshot_file,
+)
 from memforensics.analysis.dump.meta import DumpMeta, OomRecord, read_sidecar_file
 from memforensics.analysis.dump.model import (
     ALLOCATED,
@@ -27,6 +33,7 @@ from memforensics.analysis.dump.model import (
     Segment,
     as_int,
 )
+from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.sizes import block_size
 from memforensics.analysis.dump.text import (
@@ -51,11 +58,14 @@ __all__ = [
     "SITE_WIDTH",
     "UNKNOWN_SITE",
     "Block",
+    "BytesRead",
+    "CountingReader",
     "DeviceUsage",
     "Dump",
     "DumpMeta",
     "OomRecord",
     "Segment",
+    "SnapshotReader",
     "SnapshotShape",
     "as_int",
     "attribute",

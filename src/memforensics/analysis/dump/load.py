@@ -24,7 +24,7 @@ import pickle
 import pickletools
 import zlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
@@ -36,8 +36,10 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._text import printable
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis.dump.files import open_regular
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
+from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import (
     SnapshotShape,
     mark_workspace,
@@ -47,6 +49,9 @@ from memforensics.analysis.dump.shapes import (
 )
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+SnapshotReader = Callable[[Path], object]
+"""Reads a snapshot file into its plain-data object (SnapshotLoadError when it cannot)."""
 
 
 MAX_EXPANSION = 4.0
@@ -138,11 +143,15 @@ class Dump:
         return tuple(self.on_device(device, reason=reason) for device in with_memory)
 
 
-def read_snapshot_file(path: Path) -> object:
-    """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler."""
+def read_snapshot_file(path: Path, on_read: BytesRead | None = None) -> object:
+    """Unpickle ``path`` (``.pickle`` or gzip-compressed) with the restricted unpickler.
+
+    ``on_read`` hears the running count of the file's bytes read (compressed ones for gzip).
+    """
     shown = printable(str(path))
     try:
-        with open_regular(path) as raw:
+        with open_regular(path) as file:
+            raw: IO[bytes] = file if on_read is None else CountingReader(file, on_read)  # type: ignore[assignment]
             stream: IO[bytes] | gzip.GzipFile = raw
             if raw.read(2) == _GZIP_MAGIC:
                 raw.seek(0)
@@ -152,7 +161,8 @@ def read_snapshot_file(path: Path) -> object:
             if copyreg._extension_cache:  # type: ignore[attr-defined]
                 _refuse_extensions(stream)
                 stream.seek(0)
-            snapshot = _RestrictedUnpickler(stream).load()
+            with paused_gc():  # see gc_pause: the collector costs more than the unpickling
+                snapshot = _RestrictedUnpickler(stream).load()
             check_expansion(path, snapshot, stream.tell())
             return snapshot
     except SnapshotLoadError:
@@ -272,10 +282,14 @@ def _one_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
-def load_dump(path: str | Path) -> Dump:
-    """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable."""
+def load_dump(path: str | Path, *, reader: SnapshotReader | None = None) -> Dump:
+    """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable.
+
+    ``reader`` turns the file into its snapshot object (default :func:`read_snapshot_file`;
+    the analysis cache passes one that reads its index of the file instead).
+    """
     file = Path(path)
-    snapshot = read_snapshot_file(file)
+    snapshot = (reader or read_snapshot_file)(file)
     warnings: list[str] = []
     try:
         sidecar = read_sidecar(file)

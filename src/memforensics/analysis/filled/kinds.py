@@ -70,15 +70,22 @@ _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "g
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
 
 
-def phase_of(frames: object) -> str:
+def phase_of(frames: object, stacks: dict[tuple[int, ...], str] | None = None) -> str:
     """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key.
 
-    Nothing is cached per frames list: in a real snapshot each entry has its own list (over
-    shared frame dicts), so such a cache would miss and only pin old dumps in memory.
+    In a real snapshot each entry has its own frames list over shared frame dicts, so a stack
+    is known by the identities of its frame dicts: ``stacks`` (held by the caller only while
+    the dump is alive, so no identity is reused) keeps one answer per distinct stack.
     """
     if not isinstance(frames, list):
         return NO_FRAMES
-    return _phase(frames)
+    if stacks is None:
+        return _phase(frames)
+    key = tuple(map(id, frames))
+    phase = stacks.get(key)
+    if phase is None:
+        phase = stacks[key] = _phase(frames)
+    return phase
 
 
 _PYTHON, _NATIVE_FRAME = "python", "native"
@@ -236,7 +243,8 @@ def classify(lt: Lifetimes) -> None:
     judged as the trace stood at that OOM, as if still live, at lower confidence: a free the
     OOM caused says nothing about the block's role.
     """
-    phases = {id(a): phase_of(a.frames) for a in lt.allocations}
+    stacks: dict[tuple[int, ...], str] = {}
+    phases = {id(a): phase_of(a.frames, stacks) for a in lt.allocations}
     guessed = {key for key, phase in phases.items() if phase == NO_FRAMES}
     if guessed:
         fallback = _phases_from_peaks(lt)

@@ -171,10 +171,18 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
 def _to_block_sizes(
     allocations: list[Allocation], held: set[int], settings: AllocatorSettings
 ) -> None:
-    """Count every allocation whose block the snapshot does not hold at its rounded size."""
+    """Count every allocation whose block the snapshot does not hold at its rounded size.
+
+    A trace repeats a few hundred distinct request sizes, so each is rounded once.
+    """
+    rounded: dict[int, int] = {}
     for found in allocations:
         if id(found) not in held:
-            found.size = block_size(settings, found.requested)
+            requested = found.requested
+            size = rounded.get(requested)
+            if size is None:
+                size = rounded[requested] = block_size(settings, requested)
+            found.size = size
 
 
 def _add_untraced_blocks(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
 from memforensics.analysis.filled.lifetimes import Lifetimes, lifetimes
 from memforensics.analysis.filled.peak import Moment, moment, peak_position
@@ -40,6 +41,7 @@ class Filled:
         }
 
 
+@paused_gc()
 def what_filled(dump: Dump) -> Filled:
     """Classify every allocation of ``dump`` and find its peak and OOM moments."""
     lt = lifetimes(dump)

@@ -30,6 +30,7 @@ plus the free device memory:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import Dump
@@ -210,11 +211,12 @@ def verdict_at_oom(
     requested: int | None,
     top_sites: list[tuple[str, int]],
     expandable: bool,
-    moment: OomMoment | None = None,
+    moment: OomMoment | Literal["find"] | None = "find",
 ) -> tuple[Verdict, OomMoment | None, LowerBound | None]:
     """The summary's verdict, the state it was judged on, and the lower bound behind it
-    (``moment``: the state at the OOM when the caller has found it already)."""
-    if moment is None:
+    (``moment``: the state at the OOM when the caller has looked for it already, None when it
+    found none; by default it is looked for here)."""
+    if moment == "find":
         moment = oom_moment(dump, requested=requested)
     if moment is None:
         if not dump.meta.has_sidecar and not has_history(dump):

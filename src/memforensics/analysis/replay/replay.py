@@ -21,6 +21,7 @@ from typing import Any
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.oom import (
     LowerBound,
     OomMoment,
@@ -179,6 +180,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
     return Device(_UNBOUNDED, None, _UNBOUNDED)
 
 
+@paused_gc()
 def replay(
     dump: Dump,
     *,
@@ -234,7 +236,12 @@ def replay(
             refusals.append("the model does not fail where the recorded allocator failed")
     rows: list[WhatIf] = []
     if has_history(dump) and not start.problem_count:
-        baseline = run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+        # Stopping at the first OOM changes nothing when the exact run met none and the trace
+        # records none: that run is the baseline, step for step.
+        no_oom = exact.oom_index is None and (moment is None or moment.index is None)
+        baseline = (
+            exact if no_oom else run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+        )
         rows.append(_row("as recorded", recorded, baseline, None))
         calibration = run(dump, recorded, start, device, exact=False, stop_at_oom=True)
         note = "live blocks at the start placed afresh" if kind == "live" else None
@@ -244,7 +251,7 @@ def replay(
                 " the recorded settings they give a different result, so their lost history"
                 " matters"
             )
-        for name, settings in alternatives:
+        for name, settings in alternatives if not refusals else ():  # refused: only row one shows
             row_device = _device_with_fraction(device, settings, recorded)
             result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
             needs = GC_NEEDS_FRACTION if row_device is not device else None

@@ -11,16 +11,20 @@ never parsed as markup.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from memforensics._errors import SnapshotLoadError
 from memforensics._version import __version__
-from memforensics.analysis.compare import Leaks, LeakTracker
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.compare import Leaks, LeakTracker, WindowTotals, window_totals
+from memforensics.analysis.dump import Dump, load_dump
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.report.html import content_security_policy, json_in_script
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
@@ -56,36 +60,33 @@ class ReportBuilder:
     unreadable: list[str] = field(default_factory=list)
     _leaks: LeakTracker = field(default_factory=LeakTracker)
 
-    def add(self, dump: Dump) -> None:
-        """Build every section of every device of ``dump``; keep only their data."""
-        index = len(self.dumps)
-        views = dump.device_views()  # the devices ``summary`` explains, in its order
-        devices = []
-        for number, view in enumerate(views):
-            summary = summarize(view, top=self.top)
-            assert summary.filled is not None  # summarize always classifies
-            ctx = DumpContext(
-                dump=view,
-                summary=summary,
-                filled=summary.filled,
-                key=f"d{index}-{number}",
-                top=self.top,
-                oom_device=len(views) == 1,  # several views: no OOM is recorded
-            )
-            # read per dump: a builder appended to DUMP_SECTIONS since import takes part
-            sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]
-            label = "device ?" if view.device is None else f"device {view.device}"
-            devices.append(
-                {
-                    "key": ctx.key,
-                    "device": view.device,
-                    "label": label,
-                    "sections": [s.to_dict() for s in sections],
-                }
-            )
-        if self.folder:
-            self._leaks.add(dump)
-        self.dumps.append({"name": dump.name, "devices": devices, "warnings": list(dump.warnings)})
+    def add(self, dump: Dump, *, index: int | None = None) -> None:
+        """Build every section of every device of ``dump``; keep only their data.
+
+        ``index`` (default: the dumps added so far) names the dump's elements in the page.
+        """
+        number = len(self.dumps) if index is None else index
+        self.add_entry(*dump_entry(dump, number, self.top, folder=self.folder))
+
+    def add_entry(self, entry: dict[str, Any], window: WindowTotals | None) -> None:
+        """Keep one dump's built sections (and its window totals, for the leak section)."""
+        if window is not None:
+            self._leaks.add_totals(window)
+        self.dumps.append(entry)
+
+    def add_files(
+        self, paths: Sequence[Path], *, jobs: int, done: Callable[[], object] = lambda: None
+    ) -> None:
+        """Load and build each of ``paths`` in up to ``jobs`` processes (at most ``jobs`` dumps
+        in memory at once), kept in the order given, exactly as adding them one by one."""
+        tasks = [(path, index, self.top, self.folder) for index, path in enumerate(paths)]
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
+            for found in pool.map(_file_entry, tasks):
+                if isinstance(found, str):
+                    self.add_unreadable(found)
+                else:
+                    self.add_entry(*found)
+                done()
 
     def add_unreadable(self, message: str) -> None:
         """Record a file that could not be loaded (shown in the page)."""
@@ -134,3 +135,49 @@ def page(document: dict[str, Any]) -> str:
         f'<script type="application/json" id="mf-data">{json_in_script(document)}</script>'
         f"<script>{script}</script></body></html>\n"
     )
+
+
+@paused_gc()
+def dump_entry(
+    dump: Dump, index: int, top: int, *, folder: bool
+) -> tuple[dict[str, Any], WindowTotals | None]:
+    """One dump's part of the page (every section of every device it explains), and its
+    window totals when the page covers a run folder."""
+    views = dump.device_views()  # the devices ``summary`` explains, in its order
+    devices = []
+    for number, view in enumerate(views):
+        summary = summarize(view, top=top)
+        assert summary.filled is not None  # summarize always classifies
+        ctx = DumpContext(
+            dump=view,
+            summary=summary,
+            filled=summary.filled,
+            key=f"d{index}-{number}",
+            top=top,
+            oom_device=len(views) == 1,  # several views: no OOM is recorded
+        )
+        # read per dump: a builder appended to DUMP_SECTIONS since import takes part
+        sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]
+        label = "device ?" if view.device is None else f"device {view.device}"
+        devices.append(
+            {
+                "key": ctx.key,
+                "device": view.device,
+                "label": label,
+                "sections": [s.to_dict() for s in sections],
+            }
+        )
+    window = window_totals(dump) if folder else None
+    return {"name": dump.name, "devices": devices, "warnings": list(dump.warnings)}, window
+
+
+def _file_entry(
+    task: tuple[Path, int, int, bool],
+) -> tuple[dict[str, Any], WindowTotals | None] | str:
+    """A worker's job: load one file and build its entry, or say why it could not be read."""
+    path, index, top, folder = task
+    try:
+        dump = load_dump(path)
+    except SnapshotLoadError as exc:
+        return str(exc)
+    return dump_entry(dump, index, top, folder=folder)

@@ -22,6 +22,7 @@ from memforensics.analysis.dump import (
     SnapshotShape,
     attribute,
 )
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.filled import Filled, live_at, what_filled
 from memforensics.analysis.oom import (
     TRACE,
@@ -194,6 +195,7 @@ class Summary:
         }
 
 
+@paused_gc()
 def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
     """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites (None: every site),
     live bytes per step. A site row is one (site, caller) pair.

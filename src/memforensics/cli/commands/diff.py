@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import load_dump
+from memforensics.analysis import Dump, load_dump
 from memforensics.analysis.compare import (
     device_diffs_text,
     diff_by_device,
     kinds_change,
     kinds_change_lines,
 )
+from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
+from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
+from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 
 
@@ -33,20 +37,34 @@ class DiffCommand:
         parser.add_argument(
             "--device", type=int, metavar="N", help="compare only device N of both dumps"
         )
+        add_analysis_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load both, compare, print."""
+        """Load both, compare, print (or print the cached answer)."""
         top = row_limit(args, parser)
-        try:
-            before, after = load_dump(args.before), load_dump(args.after)
-            result = diff_by_device(before, after, device=args.device)
-            if args.device is not None:
-                before, after = before.on_device(args.device), after.on_device(args.device)
-            kinds = kinds_change(before, after)  # live bytes per kind, before and after
-        except SnapshotLoadError as exc:
-            raise CommandError(str(exc)) from None
-        if args.json:
-            print(json.dumps({**result.to_dict(), "kinds": kinds}, indent=2))
-        else:
-            print("\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)]))
-        return 0
+        paths = [Path(args.before), Path(args.after)]
+        question = f"diff {json.dumps([top, args.device, args.json])}"
+        progress = Progress(quiet=args.quiet)
+
+        def load(path: Path) -> Dump:
+            return load_dump(path, reader=progress.reader(path))
+
+        def compute() -> Answer:
+            try:
+                before, after = load(paths[0]), load(paths[1])
+                progress.phase("comparing")
+                result = diff_by_device(before, after, device=args.device)
+                if args.device is not None:
+                    before, after = before.on_device(args.device), after.on_device(args.device)
+                kinds = kinds_change(before, after)  # live bytes per kind, before and after
+            except SnapshotLoadError as exc:
+                raise CommandError(str(exc)) from None
+            if args.json:
+                return Answer(json.dumps({**result.to_dict(), "kinds": kinds}, indent=2))
+            return Answer("\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)]))
+
+        cache = open_cache(args)
+        with progress.running():
+            answer = answered(cache, paths, question, compute)
+        warn_cache(cache, self.name)
+        return print_answer(answer)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import find_leaks
+from memforensics.analysis import find_leaks, list_dumps
 from memforensics.analysis.compare import leaks_text
+from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
+from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
+from memforensics.cli._progress import Progress
 
 
 class LeaksCommand:
@@ -23,19 +25,36 @@ class LeaksCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--top", type=int, default=10, metavar="N", help="sites per rank")
         parser.add_argument("--all", action="store_true", help="every site, not the top N")
+        add_analysis_flags(parser, jobs=True)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Read the windows, fit, print; exit 1 when some dump could not be read."""
         if args.top < 0:
             parser.error("--top must be 0 or more")
+        jobs = job_count(args, parser)
+        top = None if args.all else args.top
         try:
-            leaks = find_leaks(args.dir)
+            listing = list_dumps(args.dir)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
-        for error in leaks.unreadable:
-            print(f"memforensics leaks: skipped: {error}", file=sys.stderr)
-        if leaks.unreadable and not leaks.windows:
-            raise CommandError("no window dump could be read")
-        top = None if args.all else args.top
-        print(json.dumps(leaks.to_dict(), indent=2) if args.json else leaks_text(leaks, top))
-        return 1 if leaks.unreadable else 0
+        paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
+        question = f"leaks {json.dumps([str(listing.root), top, args.json])}"
+        progress = Progress(quiet=args.quiet)
+
+        def compute() -> Answer:
+            progress.phase(f"reading {len(paths)} window dumps")
+            try:
+                leaks = find_leaks(args.dir, jobs=jobs)
+            except SnapshotLoadError as exc:
+                raise CommandError(str(exc)) from None
+            skipped = tuple(f"memforensics leaks: skipped: {e}" for e in leaks.unreadable)
+            if leaks.unreadable and not leaks.windows:
+                raise CommandError("no window dump could be read")
+            out = json.dumps(leaks.to_dict(), indent=2) if args.json else leaks_text(leaks, top)
+            return Answer(out, skipped, 1 if leaks.unreadable else 0)
+
+        cache = open_cache(args)
+        with progress.running():
+            answer = answered(cache, paths, question, compute)
+        warn_cache(cache, self.name)
+        return print_answer(answer)

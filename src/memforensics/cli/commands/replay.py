@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
 from memforensics.analysis import load_dump, replay
 from memforensics.analysis.replay import replay_text
+from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
+from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
+from memforensics.cli._progress import Progress
 from memforensics.cli._sizes import byte_size
 
 
@@ -39,18 +42,30 @@ class ReplayCommand:
             help="the failed request (2GiB) when the dump records neither history nor sidecar",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_analysis_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load, replay, print."""
-        try:
-            dump = load_dump(args.file)
-        except SnapshotLoadError as exc:
-            raise CommandError(str(exc)) from None
-        for warning in dump.warnings:
-            print(f"memforensics replay: warning: {warning}", file=sys.stderr)
-        try:
-            result = replay(dump, sets=args.sets or None, requested=args.requested)
-        except SettingsError as exc:
-            raise CommandError(f"--set: {exc}") from None
-        print(json.dumps(result.to_dict(), indent=2) if args.json else replay_text(result))
-        return 0
+        """Load, replay, print (or print the cached answer)."""
+        path = Path(args.file)
+        question = f"replay {json.dumps([args.sets, args.requested, args.json])}"
+        progress = Progress(quiet=args.quiet)
+
+        def compute() -> Answer:
+            try:
+                dump = load_dump(path, reader=progress.reader(path))
+            except SnapshotLoadError as exc:
+                raise CommandError(str(exc)) from None
+            progress.phase(f"replaying {path.name}")
+            try:
+                result = replay(dump, sets=args.sets or None, requested=args.requested)
+            except SettingsError as exc:
+                raise CommandError(f"--set: {exc}") from None
+            out = json.dumps(result.to_dict(), indent=2) if args.json else replay_text(result)
+            warnings = tuple(f"memforensics replay: warning: {w}" for w in dump.warnings)
+            return Answer(out, warnings)
+
+        cache = open_cache(args)
+        with progress.running():
+            answer = answered(cache, [path], question, compute)
+        warn_cache(cache, self.name)
+        return print_answer(answer)

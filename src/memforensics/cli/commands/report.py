@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import json
+from dataclasses import replace
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
+from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
+from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
+from memforensics.cli._progress import Progress
 
 
 class ReportCommand:
@@ -26,43 +30,63 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
+        add_analysis_flags(parser, jobs=True)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
 
-        Exit 0 when every file was read, 1 when some were not, 2 when none was.
+        Exit 0 when every file was read, 1 when some were not, 2 when none was. The page for
+        the same dumps and --top comes from the cache when it holds one.
         """
+        jobs = job_count(args, parser)
         builder = ReportBuilder(top=max(args.top, 0))
+        paths: list[Path] = []
         for name in args.files:
-            paths = [Path(name)]
-            if paths[0].is_dir():
+            found = [Path(name)]
+            if found[0].is_dir():
                 builder.folder = True
                 try:
-                    paths = [entry.path for entry in list_dumps(paths[0]).dumps]
+                    found = [entry.path for entry in list_dumps(found[0]).dumps]
                 except SnapshotLoadError as exc:
                     builder.add_unreadable(str(exc))
                     continue
-            for path in paths:
+            paths.extend(found)
+        question = f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
+        progress = Progress(quiet=args.quiet)
+
+        def compute() -> Answer:
+            warned: list[str] = []
+            if jobs > 1 and len(paths) > 1:
+                builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
+            for index, path in enumerate(paths if jobs == 1 or len(paths) <= 1 else ()):
                 try:
-                    dump = load_dump(path)
+                    dump = load_dump(path, reader=progress.reader(path))
                 except SnapshotLoadError as exc:
                     builder.add_unreadable(str(exc))
                     continue
-                for warning in dump.warnings:
-                    print(f"memforensics report: warning: {dump.name}: {warning}", file=sys.stderr)
-                builder.add(dump)
+                progress.phase(f"analysing {path.name}")
+                builder.add(dump, index=index)
                 del dump
-        if not builder.dumps:  # one line, as every command reports a bad input
-            raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
-        for message in builder.unreadable:
-            print(f"memforensics report: skipped: {message}", file=sys.stderr)
-        html = builder.html()
+            for entry in builder.dumps:
+                name = entry["name"]
+                warned += [f"memforensics report: warning: {name}: {w}" for w in entry["warnings"]]
+            if not builder.dumps:  # one line, as every command reports a bad input
+                raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
+            progress.phase("rendering the page")
+            html = builder.html()
+            bad = len(builder.unreadable)
+            skipped = tuple(f"memforensics report: skipped: {m}" for m in builder.unreadable)
+            said = (
+                f"({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
+                + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
+                + ")"
+            )
+            return Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)
+
+        cache = open_cache(args)
+        with progress.running():
+            answer = answered(cache, paths, question, compute)
+        warn_cache(cache, self.name)
         out = Path(args.output)
-        write_page(out, html)
-        bad = len(builder.unreadable)
-        print(
-            f"wrote {out} ({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
-            + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
-            + ")"
-        )
-        return 1 if bad else 0
+        write_page(out, answer.page or "")
+        return print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))

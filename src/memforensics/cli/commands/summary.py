@@ -5,14 +5,81 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.summary import summary_text
+from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
 from memforensics.cli._command import CommandError
+from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 from memforensics.cli._sizes import byte_size
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What to compute for each file (the arguments an answer depends on)."""
+
+    json: bool
+    top: int | None
+    device: int | None
+    requested: int | None
+    several: bool
+
+    def question(self) -> str:
+        """The cache's name for this question about one file."""
+        return f"summary {json.dumps([self.json, self.top, self.device, self.requested])}"
+
+
+@dataclass(frozen=True)
+class _Section:
+    """One file's answer: its JSON object or its text, and the lines for stderr."""
+
+    data: dict[str, Any] | None = None
+    text: str | None = None
+    stderr: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> str:
+        """The section as cache text."""
+        return json.dumps({"data": self.data, "text": self.text, "stderr": list(self.stderr)})
+
+    @classmethod
+    def from_json(cls, text: str) -> _Section | None:
+        """A section read back from the cache; None when it is not one."""
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("stderr"), list):
+            return None
+        return cls(body.get("data"), body.get("text"), tuple(map(str, body["stderr"])))
+
+
+def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
+    """Load, summarize and render one file (run in a worker process with ``--jobs``)."""
+    path = Path(name)
+    try:
+        dump = load_dump(path, reader=progress.reader(path) if progress is not None else None)
+        views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
+    except SnapshotLoadError as exc:
+        return _Section(error=str(exc))
+    if progress is not None:
+        progress.phase(f"summarizing {path.name}")
+    prefix = f"{dump.name}: " if ask.several else ""
+    warnings = dump.warnings if ask.device is None else views[0].warnings
+    stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
+    summaries = [summarize(view, top=ask.top, requested=ask.requested) for view in views]
+    if ask.json:
+        data = summaries[0].to_dict()
+        data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
+        return _Section(data=data, stderr=stderr)
+    text = "\n\n".join(summary_text(summary, rows=ask.top) for summary in summaries)
+    return _Section(text=text, stderr=stderr)
 
 
 class SummaryCommand:
@@ -21,12 +88,13 @@ class SummaryCommand:
     Several files (a glob that matched a retry loop's dumps) get one section each, and --json
     prints a list of objects; one file prints one object. An unreadable file is reported on
     stderr and skipped: the exit status is 1 when any file was bad, 2 when none was readable.
+    Several files are read by up to --jobs processes at once, printed in the order given.
     """
 
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE..., --json, --top, --all, --device, --requested."""
+        """FILE..., --json, --top, --all, --device, --requested, the cache, --quiet, --jobs."""
         parser.add_argument(
             "files", metavar="FILE", nargs="+", help="snapshots (.pickle, .pkl, or either .gz)"
         )
@@ -47,39 +115,61 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
+        add_analysis_flags(parser, jobs=True)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load, summarize and print each file in turn (each device it explains)."""
-        top = row_limit(args, parser)
+        """Answer each file (from the cache, in this process, or in a pool), print in order."""
         several = len(args.files) > 1
-        results: list[dict[str, Any]] = []
-        bad = sections = 0
-        for name in args.files:
-            try:
-                dump = load_dump(name)
-                views = (
-                    dump.device_views() if args.device is None else (dump.on_device(args.device),)
-                )
-            except SnapshotLoadError as exc:
-                if not several:
-                    raise CommandError(str(exc)) from None
-                print(f"memforensics summary: {exc}", file=sys.stderr)
-                bad += 1
-                continue
-            prefix = f"{dump.name}: " if several else ""
-            for warning in dump.warnings if args.device is None else views[0].warnings:
-                print(f"memforensics summary: warning: {prefix}{warning}", file=sys.stderr)
-            summaries = [summarize(view, top=top, requested=args.requested) for view in views]
-            if args.json:
-                data = summaries[0].to_dict()
-                data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
-                results.append(data)
+        ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, several)
+        jobs = job_count(args, parser)
+        cache = open_cache(args)
+        question = ask.question()
+        sections: dict[int, _Section] = {}
+        for index, name in enumerate(args.files):
+            stored = cache.lookup([Path(name)], question)
+            section = _Section.from_json(stored) if stored is not None else None
+            if section is not None:
+                sections[index] = section
+        todo = [index for index in range(len(args.files)) if index not in sections]
+        progress = Progress(quiet=args.quiet)
+        with progress.running():
+            if jobs == 1 or len(todo) <= 1:
+                for index in todo:
+                    sections[index] = _section(args.files[index], ask, progress)
             else:
-                text = "\n\n".join(summary_text(summary, rows=top) for summary in summaries)
-                print(("\n" if sections else "") + text)
-                sections += 1
-        if args.json and (results or not several):
-            print(json.dumps(results if several else results[0], indent=2))
-        if bad == len(args.files):
-            raise CommandError(f"none of the {bad} files could be read")
-        return 1 if bad else 0
+                done = progress.files(len(todo))
+                with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+                    futures = {i: pool.submit(_section, args.files[i], ask) for i in todo}
+                    for index, future in futures.items():
+                        sections[index] = future.result()
+                        done()
+        for index in todo:
+            if sections[index].error is None:
+                cache.store([Path(args.files[index])], question, sections[index].to_json())
+        warn_cache(cache, self.name)
+        return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
+
+
+def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
+    """Print each section in the order given; the exit status (as documented above)."""
+    results: list[dict[str, Any]] = []
+    bad = shown = 0
+    for section in sections:
+        if section.error is not None:
+            if not ask.several:
+                raise CommandError(section.error)
+            print(f"memforensics summary: {section.error}", file=sys.stderr)
+            bad += 1
+            continue
+        for line in section.stderr:
+            print(line, file=sys.stderr)
+        if section.data is not None:
+            results.append(section.data)
+        elif section.text is not None:
+            print(("\n" if shown else "") + section.text)
+            shown += 1
+    if ask.json and (results or not ask.several):
+        print(json.dumps(results if ask.several else results[0], indent=2))
+    if bad == len(files):
+        raise CommandError(f"none of the {bad} files could be read")
+    return 1 if bad else 0

@@ -115,3 +115,58 @@ def test_the_report_shows_the_placement_refusal() -> None:
     section = next(part for part in sections if part["id"] == "replay")
     assert section["data"]["rows"] == []
     assert "placed only 0.0% of the blocks" in section["empty"]
+
+
+def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record each replay run's ``stop_at_oom`` (the replay's model passes over the trace)."""
+    import importlib
+
+    module = importlib.import_module("memforensics.analysis.replay.replay")
+
+    calls: list[bool] = []
+    real_run = module.run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(bool(kwargs.get("stop_at_oom")))
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run", counted)
+    return calls
+
+
+def test_a_refused_replay_runs_no_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that refuses its what-if table spends no pass on the rows it will not show."""
+    total = 40 * MiB
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    _misplacing_oom(device)
+    calls = _counting_runs(monkeypatch)
+    result = replay(_oom_dump(device, total))
+    assert result.refusals
+    assert len(calls) == 3  # the self-check, the baseline, the calibration
+
+
+def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No OOM recorded or met: the self-check's pass serves as the "as recorded" row, which
+    matches a pass that stops at the first OOM."""
+    device = SimDevice(96 * MiB)
+    device.record_memory_history("all", max_entries=10_000)
+    kept = [device.empty(size * MiB) for size in (3, 5, 7)]
+    kept[1].free()
+    _more = device.empty(2 * MiB)
+    dump = dump_from_snapshot(device.snapshot())
+    calls = _counting_runs(monkeypatch)
+    result = replay(dump)
+    assert result.trusted, result.refusals
+    assert len(calls) == len(result.what_if) + 1  # one pass per row, and the calibration
+    monkeypatch.undo()
+    from memforensics.analysis.oom import recorded_settings
+    from memforensics.analysis.replay import device_for, run
+
+    settings = recorded_settings(dump)
+    stopped = run(
+        dump, settings, state_before(dump, 0, settings), device_for(dump, None),
+        exact=True, stop_at_oom=True,
+    )  # fmt: skip
+    assert result.what_if[0].peak_reserved_bytes == stopped.peak_reserved
+    assert result.what_if[0].oom is (stopped.oom_index is not None)

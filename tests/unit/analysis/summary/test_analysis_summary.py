@@ -161,3 +161,29 @@ def test_parse_step() -> None:
     assert parse_step("mystep=3") is None
     assert parse_step(None) is None
     assert parse_step(5) is None
+
+
+def test_a_dump_without_an_oom_is_searched_for_one_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """summarize looks for the OOM's moment once, also when there is none (a trace walk each)."""
+    import importlib
+
+    from memforensics.analysis import dump_from_snapshot, summarize
+    from memforensics.testing import Block, MiB, SnapshotBuilder
+
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(20)), Block(MiB(2), state="inactive", site=None))
+    builder.churn(50, size=4096, step=1)
+    dump = dump_from_snapshot(builder.build())
+    calls: list[int] = []
+    for name in ("memforensics.analysis.summary.summarize", "memforensics.analysis.oom.verdict"):
+        module = importlib.import_module(name)
+        real = module.oom_moment
+
+        def counted(*args: object, _real: object = real, **kwargs: object) -> object:
+            calls.append(1)
+            return _real(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "oom_moment", counted)
+    summary = summarize(dump)
+    assert summary.oom is None
+    assert len(calls) == 1

@@ -1,0 +1,70 @@
+"""A command's whole answer (stdout, stderr lines, exit status, a page to write), kept in the
+analysis cache so the same command on the same dumps prints it again without reading them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memforensics.analysis.cache import AnswerCache
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a command prints (and, for ``report``, the page it writes)."""
+
+    stdout: str
+    stderr: tuple[str, ...] = ()
+    status: int = 0
+    page: str | None = None
+
+    def to_json(self) -> str:
+        """The answer as cache text."""
+        return json.dumps(
+            {
+                "stdout": self.stdout,
+                "stderr": list(self.stderr),
+                "status": self.status,
+                "page": self.page,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Answer | None:
+        """An answer read back from the cache; None when the text is not one."""
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        stdout, stderr, status = body.get("stdout"), body.get("stderr"), body.get("status")
+        page = body.get("page")
+        if not isinstance(stdout, str) or not isinstance(stderr, list):
+            return None
+        if type(status) is not int or not (page is None or isinstance(page, str)):
+            return None
+        return cls(stdout, tuple(map(str, stderr)), status, page)
+
+
+def answered(
+    cache: AnswerCache, paths: Sequence[Path], question: str, compute: Callable[[], Answer]
+) -> Answer:
+    """The cached answer to ``question`` about ``paths``, else ``compute()``'s (then kept)."""
+    stored = cache.lookup(paths, question)
+    answer = Answer.from_json(stored) if stored is not None else None
+    if answer is None:
+        answer = compute()
+        cache.store(paths, question, answer.to_json())
+    return answer
+
+
+def print_answer(answer: Answer) -> int:
+    """Print the answer's stderr lines, then its stdout; return its exit status."""
+    for line in answer.stderr:
+        print(line, file=sys.stderr)
+    print(answer.stdout)
+    return answer.status

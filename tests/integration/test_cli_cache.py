@@ -1,0 +1,275 @@
+"""The real console script with the analysis cache: same answers, never stale, never trusted
+without a check, never an error when its folder is unusable, and gone with ``cache clear``."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memforensics.testing import (
+    GiB,
+    exhausted,
+    fragmented,
+    growth_pair,
+    write_dump,
+    write_run_folder,
+)
+
+pytestmark = pytest.mark.integration
+
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-snapshots"
+REQUESTED = GiB(1)
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "memforensics"]
+    return subprocess.run(
+        [*command, *map(str, args)], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.entry")) if folder.is_dir() else []
+
+
+def _oom_dump(path: Path, requested: int) -> Path:
+    """An exhausted dump whose only record of the request is its trace's ``oom`` entry."""
+    synthetic = exhausted(with_sidecar=False)
+    synthetic.snapshot["device_traces"][0][-1]["size"] = requested
+    return synthetic.write(path)
+
+
+def _requested(proc: subprocess.CompletedProcess[str]) -> int:
+    assert proc.returncode == 0, proc.stderr
+    value: int = json.loads(proc.stdout)["oom"]["requested_bytes"]
+    return value
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["summary", "--json"], ["summary"], ["replay", "--json"], ["replay"]],
+)
+def test_a_cached_answer_is_the_uncached_one(tmp_path: Path, command: list[str]) -> None:
+    """The first and the second (cached) look print exactly what --no-cache prints."""
+    dump = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    plain = _cli(*command, dump, "--no-cache")
+    first = _cli(*command, dump, "--cache-dir", cache)
+    assert _entries(cache)
+    second = _cli(*command, dump, "--cache-dir", cache)
+    assert plain.returncode == first.returncode == second.returncode == 0, plain.stderr
+    assert plain.stdout == first.stdout == second.stdout
+    assert plain.stderr == first.stderr == second.stderr
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.pickle")))
+def test_real_snapshots_answer_the_same_from_the_cache(tmp_path: Path, name: str) -> None:
+    """summary, replay and diff --json on real snapshots: cached equals uncached, byte for byte."""
+    path, other = REAL / name, REAL / "cuda-cnn-stacks-all.pickle"
+    cache = tmp_path / "cache"
+    for command in (["summary", "--json", path], ["replay", "--json", path]) + (
+        (["diff", "--json", other, path],) if path != other else ()
+    ):
+        plain = _cli(*command, "--no-cache")
+        _cli(*command, "--cache-dir", cache)
+        cached = _cli(*command, "--cache-dir", cache)
+        assert plain.stdout == cached.stdout, command
+        assert plain.returncode == cached.returncode
+
+
+def test_a_rewritten_dump_with_its_size_and_mtime_restored_is_not_served_stale(
+    tmp_path: Path,
+) -> None:
+    """Rewriting a dump in place (same inode, size, mtime) gives the new file's answer."""
+    path = _oom_dump(tmp_path / "d.pickle", REQUESTED)
+    cache = tmp_path / "cache"
+    assert _requested(_cli("summary", "--json", path, "--cache-dir", cache)) == REQUESTED
+    info = path.stat()
+    changed = _oom_dump(tmp_path / "other.pickle", REQUESTED + 4096).read_bytes()
+    assert len(changed) == info.st_size  # the same size, by construction
+    with path.open("r+b") as handle:
+        handle.write(changed)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert path.stat().st_mtime_ns == info.st_mtime_ns
+    assert path.stat().st_ino == info.st_ino
+    assert _requested(_cli("summary", "--json", path, "--cache-dir", cache)) == REQUESTED + 4096
+
+
+def test_touching_a_dump_rebuilds_its_entry(tmp_path: Path) -> None:
+    """A new modification time is a new file to the cache: a second entry is written."""
+    path = _oom_dump(tmp_path / "d.pickle", REQUESTED)
+    cache = tmp_path / "cache"
+    _cli("summary", "--json", path, "--cache-dir", cache)
+    assert len(_entries(cache)) == 1
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+    assert _requested(_cli("summary", "--json", path, "--cache-dir", cache)) == REQUESTED
+    assert len(_entries(cache)) == 2
+
+
+def _damage(entry: Path, how: str) -> None:
+    data = entry.read_bytes()
+    if how == "truncated":
+        entry.write_bytes(data[: len(data) // 2])
+    elif how == "flipped":
+        flipped = bytearray(data)
+        flipped[-10] ^= 0x01
+        entry.write_bytes(bytes(flipped))
+    elif how == "garbage":
+        entry.write_bytes(os.urandom(len(data)))
+    elif how == "pickle":  # a pickle that would run code if anything unpickled it
+        entry.write_bytes(pickle.dumps(_Boom(), protocol=4))
+    else:  # a well-formed entry about another file
+        entry.write_bytes(data.replace(b'"file": "', b'"file": "0', 1))
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("touch /tmp/memforensics-cache-was-unpickled",))
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "garbage", "pickle", "foreign"])
+def test_a_damaged_entry_is_ignored_and_replaced(tmp_path: Path, how: str) -> None:
+    """Truncated, flipped, garbage, pickled or foreign entries: the right answer, a sound entry."""
+    path = _oom_dump(tmp_path / "d.pickle", REQUESTED)
+    cache = tmp_path / "cache"
+    plain = _cli("summary", "--json", path, "--no-cache")
+    _cli("summary", "--json", path, "--cache-dir", cache)
+    (entry,) = _entries(cache)
+    sound = entry.read_bytes()
+    _damage(entry, how)
+    again = _cli("summary", "--json", path, "--cache-dir", cache)
+    assert again.stdout == plain.stdout
+    assert again.returncode == 0
+    assert entry.read_bytes() == sound  # replaced by the recomputed answer
+    assert not Path("/tmp/memforensics-cache-was-unpickled").exists()
+
+
+def test_an_unusable_cache_folder_warns_once_and_answers(tmp_path: Path) -> None:
+    """A cache folder that cannot be created (a file is in its way): one warning, the answer."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    dumps = [fragmented().write(tmp_path / f"{n}.pickle") for n in "ab"]
+    plain = _cli("summary", *dumps, "--json", "--no-cache")
+    proc = _cli("summary", *dumps, "--json", "--cache-dir", blocker / "cache")
+    assert proc.stdout == plain.stdout
+    assert proc.returncode == 0
+    assert proc.stderr.count("warning: cannot write the cache") == 1, proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_cache_folder_warns_once_and_answers(tmp_path: Path) -> None:
+    """A read-only cache folder: one warning, the same answer as without a cache."""
+    path = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o555)
+    try:
+        proc = _cli("replay", "--json", path, "--cache-dir", cache)
+    finally:
+        cache.chmod(0o755)
+    assert proc.stdout == _cli("replay", "--json", path, "--no-cache").stdout
+    assert proc.stderr.count("warning: cannot write the cache") == 1
+
+
+def test_no_cache_writes_nothing(tmp_path: Path) -> None:
+    """--no-cache neither creates the cache folder nor writes the default one."""
+    path = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    default = Path(os.environ["XDG_CACHE_HOME"]) / "memforensics"
+    for command in (
+        ["summary", path],
+        ["replay", path],
+        ["report", path, "-o", tmp_path / "r.html"],
+    ):
+        assert _cli(*command, "--no-cache", "--cache-dir", cache).returncode == 0
+        assert _cli(*command, "--no-cache").returncode == 0
+    assert not cache.exists()
+    assert not default.exists()
+
+
+def test_cache_info_counts_and_clear_empties(tmp_path: Path) -> None:
+    """cache info counts the entries the commands wrote; cache clear removes every one."""
+    dump = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    _cli("summary", dump, "--cache-dir", cache)
+    _cli("replay", dump, "--cache-dir", cache)
+    info = json.loads(_cli("cache", "info", "--json", "--cache-dir", cache).stdout)
+    assert info["entries"] == 2 == len(_entries(cache))
+    assert info["bytes"] == sum(entry.stat().st_size for entry in _entries(cache))
+    cleared = json.loads(_cli("cache", "clear", "--json", "--cache-dir", cache).stdout)
+    assert cleared["removed"] == 2
+    assert _entries(cache) == []
+
+
+def test_the_default_cache_lives_under_xdg_cache_home(tmp_path: Path) -> None:
+    """Without --cache-dir, answers go to $XDG_CACHE_HOME/memforensics."""
+    dump = fragmented().write(tmp_path / "f.pickle")
+    _cli("summary", dump)
+    assert _entries(Path(os.environ["XDG_CACHE_HOME"]) / "memforensics")
+
+
+def test_several_dumps_in_a_pool_answer_as_one_process_does(tmp_path: Path) -> None:
+    """summary a b c --jobs 2 prints what --jobs 1 prints, in the order given."""
+    before, after = growth_pair()
+    dumps = [
+        after.write(tmp_path / "a.pickle"),
+        fragmented().write(tmp_path / "b.pickle"),
+        before.write(tmp_path / "c.pickle"),
+    ]
+    serial = _cli("summary", *dumps, "--json", "--jobs", "1", "--no-cache")
+    pooled = _cli("summary", *dumps, "--json", "--jobs", "2", "--no-cache")
+    assert serial.returncode == pooled.returncode == 0, pooled.stderr
+    assert pooled.stdout == serial.stdout
+    assert [item["file"] for item in json.loads(pooled.stdout)] == [str(d) for d in dumps]
+    text = _cli("summary", *dumps, "--jobs", "2", "--no-cache")
+    assert text.stdout == _cli("summary", *dumps, "--jobs", "1", "--no-cache").stdout
+
+
+def test_leaks_and_report_over_a_folder_agree_across_jobs(tmp_path: Path) -> None:
+    """leaks DIR and report DIR with --jobs 2 give what --jobs 1 gives (page bar its time)."""
+    write_run_folder(tmp_path / "run", world_size=3)
+    run = tmp_path / "run"
+    serial = _cli("leaks", run, "--json", "--jobs", "1", "--no-cache")
+    pooled = _cli("leaks", run, "--json", "--jobs", "2", "--no-cache")
+    assert pooled.stdout == serial.stdout
+    assert pooled.returncode == serial.returncode
+    pages = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"r{jobs}.html"
+        proc = _cli("report", run, "-o", out, "--jobs", jobs, "--no-cache")
+        assert proc.returncode in (0, 1), proc.stderr
+        pages.append(json.dumps(_document(out.read_text())))
+    assert pages[0] == pages[1]
+
+
+def _document(html: str) -> object:
+    """The page's embedded data without its generation time."""
+    start = html.index('"generated"')
+    end = html.index('"version"', start)
+    return html[:start] + html[end:]
+
+
+def test_a_sidecar_written_after_the_first_look_is_read(tmp_path: Path) -> None:
+    """The sidecar is part of the dump's identity: one that appears later is not ignored."""
+    synthetic = exhausted()
+    path = tmp_path / "rank0_pid1_step12_20261130-101112-000001.pickle"
+    write_dump(path, synthetic.snapshot)
+    cache = tmp_path / "cache"
+    first = json.loads(_cli("summary", "--json", path, "--cache-dir", cache).stdout)
+    assert first["has_sidecar"] is False
+    assert synthetic.sidecar is not None
+    side = dict(synthetic.sidecar, snapshot_file=path.name, snapshot_bytes=path.stat().st_size)
+    path.with_suffix(".json").write_text(json.dumps(side))  # the dump itself untouched
+    again = _cli("summary", "--json", path, "--cache-dir", cache)
+    assert json.loads(again.stdout)["has_sidecar"] is True
+    assert again.stdout == _cli("summary", "--json", path, "--no-cache").stdout
