@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from memforensics.allocator._blocks import K_SMALL_BUFFER, Block, BlockPool
+from memforensics.allocator._blocks import K_ROUND_LARGE, K_SMALL_BUFFER, Block, BlockPool
 from memforensics.allocator._caching import DeviceCachingAllocator
 from memforensics.allocator._expandable import ExpandableSegment
 
@@ -29,6 +29,7 @@ def seed_segment(
     """Add one ``cudaMalloc`` segment holding ``live`` blocks; the gaps become free blocks."""
     pool = model.small_blocks if is_small else model.large_blocks
     blocks = _carve(model, pool, address, size, stream, live, None)
+    _claim(model, address + size)
     model.total_allocated_memory += size
     model.segment.increase(1)
     model.reserved_bytes.increase(size)
@@ -74,11 +75,19 @@ def seed_expandable(
         model.reserved_bytes.increase(size)
         cursor = start + size
     end = base + segment.size()
+    _claim(model, end)
     if end > cursor:
         chain.append(_unmapped(pool, stream, cursor, end - cursor, segment))
     for before, after in pairwise(chain):
         before.next, after.prev = after, before
     return live_blocks
+
+
+def _claim(model: DeviceCachingAllocator, end: int) -> None:
+    """Keep the model's own next segment address past a seeded range: a segment the model
+    places itself must never land on one the recording already holds."""
+    if end > model.next_address:
+        model.next_address = -(-end // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
 def _unmapped(

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from memforensics.allocator import AllocatorSettings
+from memforensics.allocator import (
+    BASE_ADDRESS,
+    AllocatorSettings,
+    DeviceCachingAllocator,
+    seed_segment,
+)
 from memforensics.analysis import dump_from_snapshot, replay
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import state_before
@@ -170,3 +175,14 @@ def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.Monke
     )  # fmt: skip
     assert result.what_if[0].peak_reserved_bytes == stopped.peak_reserved
     assert result.what_if[0].oom is (stopped.oom_index is not None)
+
+
+def test_a_segment_the_model_places_never_lands_on_a_seeded_one() -> None:
+    """A recording whose segments sit where the model starts placing its own: a segment the
+    model must place itself goes past them, never onto a live block (two blocks at one address
+    break every later free)."""
+    model = DeviceCachingAllocator(AllocatorSettings(), capacity=1 << 30)
+    seed_segment(model, BASE_ADDRESS, 20 << 20, 0, False, [(BASE_ADDRESS, 2 << 20, 2 << 20, False)])
+    block = model.malloc(65536, 0)
+    assert block is not None
+    assert not BASE_ADDRESS <= block.address < BASE_ADDRESS + (20 << 20)
