@@ -17,6 +17,7 @@ from pathlib import Path
 
 from memforensics._layout import sidecar_path
 from memforensics._version import __version__
+from memforensics.analysis.dump import SIDECAR_LIMIT, open_regular, read_regular
 
 FORMAT = 1
 """The layout of cache entries; raised whenever an entry's contents change meaning."""
@@ -25,13 +26,13 @@ _ENDS = 64 * 1024
 
 def file_key(path: Path) -> str:
     """The identity of the dump ``path`` and its sidecar, as a hex digest (OSError if the dump
-    cannot be read)."""
+    cannot be read or is not a regular file)."""
     digest = hashlib.blake2b(digest_size=20)
     try:
-        digest.update(b"sidecar:" + sidecar_path(path).read_bytes())
+        digest.update(b"sidecar:" + read_regular(sidecar_path(path), SIDECAR_LIMIT))
     except OSError:
         digest.update(b"no sidecar")  # read_sidecar says what it makes of an unreadable one
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:  # a FIFO or a device is refused, never waited on
         info = os.fstat(handle.fileno())
         digest.update(
             f"{__version__}|{FORMAT}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}|".encode()

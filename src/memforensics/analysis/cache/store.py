@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.analysis.cache.identity import FORMAT, file_key
+from memforensics.analysis.dump import read_regular
 
 MAX_BYTES_ENV = "MEMFORENSICS_CACHE_MAX_BYTES"
 _DEFAULT_CAP = 2 * 1024**3
 _SUFFIX = ".entry"
+ENTRY_LIMIT = 256 << 20
+"""Bytes read of one entry at most: an answer is tens of KiB, a report page a few MiB."""
 _MAGIC = f"memforensics-cache {FORMAT}"
 
 
@@ -97,7 +100,7 @@ class AnswerCache:
             return None
         entry, key = found
         try:
-            raw = entry.read_bytes()
+            raw = read_regular(entry, ENTRY_LIMIT)
         except OSError:
             return None
         answer = _checked(raw, key, question)

@@ -24,7 +24,7 @@ from memforensics.analysis.dump.load import (
     load_dump,
     read_snapshot_file,
 )
-from memforensics.analysis.dump.meta import DumpMeta, OomRecord, read_sidecar_file
+from memforensics.analysis.dump.meta import SIDECAR_LIMIT, DumpMeta, OomRecord, read_sidecar_file
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -55,6 +55,7 @@ __all__ = [
     "NATIVE_ONLY",
     "NATIVE_ONLY_MEANING",
     "PENDING_FREE",
+    "SIDECAR_LIMIT",
     "SITE_WIDTH",
     "UNKNOWN_SITE",
     "Block",
