@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +33,30 @@ class Figure:
     target: str = ""
     passed: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def peak_rss() -> int:
+    """Peak resident bytes of this process (VmHWM: unlike ru_maxrss it is not inherited on exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def timed_in_process(run: Callable[[], object], repeats: int) -> dict[str, float]:
+    """Run ``run`` ``repeats`` times here: the median seconds and how far the peak resident
+    bytes grew (what one result costs; each is dropped before the next run)."""
+    base = peak_rss()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - start)
+        del result
+    return {"seconds": statistics.median(times), "peak_bytes": float(peak_rss() - base)}
 
 
 def parse_args(doc: str | None, **extra: Any) -> argparse.Namespace:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import timed_in_process
 
 
 def build(path: Path, events: int) -> None:
@@ -38,29 +37,13 @@ def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; report the median and peak RSS growth."""
     from memforensics.analysis import load_dump, summarize
 
-    base = _peak_rss()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    def run() -> object:
         if mode == "pickle":
             with path.open("rb") as handle:
-                result: object = pickle.load(handle)
-        else:
-            result = summarize(load_dump(path))
-        times.append(time.perf_counter() - start)
-        del result
-    return {"seconds": statistics.median(times), "peak_bytes": float(_peak_rss() - base)}
+                return pickle.load(handle)
+        return summarize(load_dump(path))
 
-
-def _peak_rss() -> int:
-    """Peak resident bytes of this process (VmHWM: unlike ru_maxrss it is not inherited on exec)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return timed_in_process(run, repeats)
 
 
 def _child(path: Path, mode: str, count: int) -> dict[str, float]:

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import timed_in_process
+
 HERE = Path(__file__).resolve().parent
 TARGETS = {
     "summary_over_pickle": 1.3,
@@ -56,27 +58,15 @@ def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; the median and the peak RSS growth."""
     from memforensics.analysis import load_dump, replay, summarize
 
-    base = _peak_rss()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    def run() -> object:
         if mode == "pickle":
             with path.open("rb") as handle:
-                result: object = pickle.load(handle)
-        elif mode == "summary":
-            result = summarize(load_dump(path))
-        else:
-            result = replay(load_dump(path))
-        times.append(time.perf_counter() - start)
-        del result
-    return {"seconds": statistics.median(times), "peak_bytes": float(_peak_rss() - base)}
+                return pickle.load(handle)
+        if mode == "summary":
+            return summarize(load_dump(path))
+        return replay(load_dump(path))
 
-
-def _peak_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return timed_in_process(run, repeats)
 
 
 def _child(*args: str | Path) -> dict[str, float]:
