@@ -303,7 +303,7 @@ def load_dump(path: str | Path, *, reader: SnapshotReader | None = None) -> Dump
     """Load a snapshot file and its sidecar (if any); raise SnapshotLoadError if unusable.
 
     ``reader`` turns the file into its snapshot object (default :func:`read_snapshot_file`;
-    the analysis cache passes one that reads its index of the file instead).
+    the CLI passes one that also reports the bytes read, for its progress display).
     """
     file = Path(path)
     snapshot = (reader or read_snapshot_file)(file)
