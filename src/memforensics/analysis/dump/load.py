@@ -26,9 +26,8 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from functools import cached_property
 from itertools import repeat
-from operator import is_not
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -255,7 +254,6 @@ def _frame_count(entries: list[dict[Any, Any]]) -> int:
         return sum(len(_list(e.get("frames"))) for e in entries)
 
 
-_IS_VALUE = partial(is_not, None)
 _TRACE_NUMBERS = ("size", "addr", "time_us", "stream")  # what the analysis reads of an event
 _LAYOUT_NUMBERS = ("size", "address", "total_size", "requested_size", "stream")
 
@@ -265,7 +263,8 @@ def _refuse_wide_numbers(path: Path, entries: list[dict[Any, Any]], keys: tuple[
     one of ``keys``: every figure built from it would be meaningless, and some cannot even be
     printed."""
     for key in keys:
-        present = cast(Iterable[int], filter(_IS_VALUE, map(dict.get, entries, repeat(key))))
+        # Falsy values (None, 0) are never wide: dropped in C without a call per value.
+        present = cast(Iterable[int], filter(None, map(dict.get, entries, repeat(key))))
         try:
             array("q", present)  # in C: every value an int within 64 bits, the usual case
             continue
