@@ -8,6 +8,8 @@ end to end). Then, in fresh interpreters, median of ``--repeats``:
 * ``summary / pickle.load``: ``load_dump`` + ``summarize`` of the real-shaped dump against plain
   ``pickle.load`` of the same file (target 1.3), and their peak memory (target 1.5);
 * ``replay / pickle.load``: ``load_dump`` + ``replay`` of the model-written dump (target 2.5);
+* ``cli first summary / pickle.load``: the console script's first ``summary --json`` (interpreter,
+  imports, the cache's hashing and the printing included; reported, no target);
 * ``second look / first summary``: the console script's ``summary --json`` on the real-shaped
   dump run again with the cache warm, against its first run with the cache empty (target 0.25);
 * ``replay after summary / first summary``: a different command on a dump the cache has seen
@@ -146,6 +148,7 @@ def main() -> int:
         "summary_peak_over_pickle_peak": summary["peak_bytes"] / plain["peak_bytes"],
         "replay_over_pickle": replayed["seconds"] / plain_model["seconds"],
         "cli_first_summary_s": first,
+        "cli_first_summary_over_pickle": first / plain["seconds"],
         "cli_second_summary_s": second,
         "second_look_over_first_summary": second / first,
         "replay_after_summary_over_first_summary": other / first_model,

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from memforensics._version import __version__
+from memforensics.analysis.dump import paused_gc
 from memforensics.cli._command import Command, CommandError
 from memforensics.cli._safe_stream import safe_output
 from memforensics.cli.registry import all_commands
@@ -17,6 +19,12 @@ __all__ = ["Command", "CommandError", "build_parser", "main"]
 # ``run`` hands stdout to the user's script, whose exceptions pass through unchanged (as under
 # python), so a closed pipe there is the script's business, not ours.
 _SCRIPT_COMMANDS = frozenset({"run"})
+# Commands that read dumps end when their answer is printed, and what they read (millions of
+# dicts and lists) holds no cycles: the collector's passes over it would cost a third of the
+# command and free nothing, so it is held off until the command ends. Reference counting frees
+# each dump when its answer is done. Not for ``run`` (the user's training) nor ``watch`` (it
+# runs for hours).
+_READERS = frozenset({"diff", "leaks", "ls", "overview", "replay", "report", "summary"})
 
 
 def build_parser() -> tuple[
@@ -56,7 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, child = table[args.command]
     if command.name in _SCRIPT_COMMANDS:
         return _run(command, args, child)
-    with safe_output():
+    collector: AbstractContextManager[None] = (
+        paused_gc() if command.name in _READERS else nullcontext()
+    )
+    with safe_output(), collector:
         return _run(command, args, child)
 
 

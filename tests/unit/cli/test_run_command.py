@@ -303,3 +303,25 @@ def test_no_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
         _run("--steps", "2")
     assert excinfo.value.code == 2
     assert "a script or -m MODULE is required" in capsys.readouterr().err
+
+
+def test_the_users_script_runs_with_the_collector_on(
+    tmp_path: Path, payload: types.SimpleNamespace
+) -> None:
+    """The reading commands hold the cyclic collector off; a script under `run` never sees that."""
+    script = _script(tmp_path, "import gc, mf_payload\nmf_payload.enabled = gc.isenabled()\n")
+    assert _run(script) == 0
+    assert payload.enabled is True
+
+
+def test_a_reading_command_gives_the_collector_back(tmp_path: Path) -> None:
+    """`summary` holds the collector off while it reads, and turns it on again when done."""
+    import gc
+
+    from memforensics.testing import fragmented
+
+    dump = tmp_path / "rank0.pickle"
+    fragmented().write(dump)
+    assert gc.isenabled()
+    assert main(["summary", "--no-cache", "--quiet", str(dump)]) == 0
+    assert gc.isenabled()

@@ -17,6 +17,7 @@ from memforensics.analysis.dump.frames import (
     site_fast,
     site_of,
 )
+from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.load import (
     Dump,
     SnapshotReader,
@@ -86,6 +87,7 @@ __all__ = [
     "open_regular",
     "origin_words",
     "parse_step",
+    "paused_gc",
     "read_regular",
     "read_sidecar_file",
     "read_snapshot_file",

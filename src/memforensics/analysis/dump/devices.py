@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.analysis.dump.model import ALLOCATED, Segment
+from memforensics.analysis.dump.ooms import oom_positions
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +57,18 @@ class DeviceChoice:
 
 
 def _last_oom(trace: list[Any]) -> tuple[int, int] | None:
-    """(time_us or -1, index) of the trace's last ``oom`` entry, scanning from the end."""
-    for index in range(len(trace) - 1, -1, -1):
-        entry = trace[index]
-        if type(entry) is dict and entry.get("action") == "oom":
-            stamp = entry.get("time_us")
-            return (stamp if type(stamp) is int else -1, index)
-    return None
+    """(time_us or -1, index) of the trace's last ``oom`` entry."""
+    found = oom_positions(trace)
+    if not found:
+        return None
+    stamp = trace[found[-1]].get("time_us")
+    return (stamp if type(stamp) is int else -1, found[-1])
 
 
 def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tuple[DeviceUsage, ...]:
     """Every device with a segment or a non-empty trace, in device order.
 
-    Looking for an OOM walks each trace backwards once, stopping at the last ``oom`` entry
-    (which an OOM dump has at its very end).
+    Looking for an OOM reads each trace's actions once (:mod:`~memforensics.analysis.dump.ooms`).
     """
     totals: dict[int, list[int]] = {}
     for segment in segments:

@@ -70,22 +70,11 @@ _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "g
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
 
 
-def phase_of(frames: object, stacks: dict[tuple[int, ...], str] | None = None) -> str:
-    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key.
-
-    In a real snapshot each entry has its own frames list over shared frame dicts, so a stack
-    is known by the identities of its frame dicts: ``stacks`` (held by the caller only while
-    the dump is alive, so no identity is reused) keeps one answer per distinct stack.
-    """
+def phase_of(frames: object) -> str:
+    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key."""
     if not isinstance(frames, list):
         return NO_FRAMES
-    if stacks is None:
-        return _phase(frames)
-    key = tuple(map(id, frames))
-    phase = stacks.get(key)
-    if phase is None:
-        phase = stacks[key] = _phase(frames)
-    return phase
+    return _phase(frames)
 
 
 _PYTHON, _NATIVE_FRAME = "python", "native"
@@ -190,11 +179,11 @@ class _Shape:
     seen); None for the whole trace.
     """
 
-    def __init__(self, lt: Lifetimes, phases: dict[int, str]) -> None:
+    def __init__(self, lt: Lifetimes) -> None:
         traced = [a for a in lt.allocations if a.start != BEFORE]
-        self.backward = sorted(a.start for a in traced if phases[id(a)] == BACKWARD)
-        self.forward = sorted(a.start for a in traced if phases[id(a)] == FORWARD)
-        self.not_backward = sorted(a.start for a in traced if phases[id(a)] != BACKWARD)
+        self.backward = sorted(a.start for a in traced if a.phase == BACKWARD)
+        self.forward = sorted(a.start for a in traced if a.phase == FORWARD)
+        self.not_backward = sorted(a.start for a in traced if a.phase != BACKWARD)
         steps = [a.step for a in traced if a.step is not None]
         self.has_steps = bool(steps)
         self.any_tags = any(a.step is not None for a in lt.allocations)
@@ -243,13 +232,8 @@ def classify(lt: Lifetimes) -> None:
     judged as the trace stood at that OOM, as if still live, at lower confidence: a free the
     OOM caused says nothing about the block's role.
     """
-    stacks: dict[tuple[int, ...], str] = {}
-    phases = {id(a): phase_of(a.frames, stacks) for a in lt.allocations}
-    guessed = {key for key, phase in phases.items() if phase == NO_FRAMES}
-    if guessed:
-        fallback = _phases_from_peaks(lt)
-        phases.update((key, fallback[key]) for key in guessed if key in fallback)
-    shape = _Shape(lt, phases)
+    guessed = _assign_phases(lt)
+    shape = _Shape(lt)
     views: dict[int, _Shape] = {}
     for found in lt.allocations:
         view, end = shape, found.end
@@ -257,7 +241,7 @@ def classify(lt: Lifetimes) -> None:
         if oom is not None:
             view = views.get(oom) or views.setdefault(oom, shape.at_oom(oom))
             end = view.length
-        phase = phases[id(found)]
+        phase = found.phase
         if found.start == BEFORE:
             found.kind, found.confidence = _untraced(found, end, phase, view)
         elif phase == BACKWARD:
@@ -271,6 +255,27 @@ def classify(lt: Lifetimes) -> None:
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
     _need_parameter_evidence(lt.allocations)
+
+
+def _assign_phases(lt: Lifetimes) -> set[int]:
+    """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
+    frames list per stack); returns the ``id`` of those whose phase is a guess (no frames)."""
+    by_stack: dict[int, str] = {}
+    guessed: set[int] = set()
+    for found in lt.allocations:
+        frames = found.frames
+        phase = by_stack.get(id(frames))
+        if phase is None:
+            phase = by_stack[id(frames)] = phase_of(frames)
+        found.phase = phase
+        if phase == NO_FRAMES:
+            guessed.add(id(found))
+    if guessed:
+        fallback = _phases_from_peaks(lt)
+        for found in lt.allocations:
+            if id(found) in guessed and id(found) in fallback:
+                found.phase = fallback[id(found)]
+    return guessed
 
 
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
@@ -310,8 +315,13 @@ def _need_parameter_evidence(allocations: list[Allocation]) -> None:
     sizes: dict[int, int] = {}
     for found in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
+    by_stack: dict[int, bool | None] = {}
     for found in held:
-        evidence = _parameter_evidence(found.frames)
+        key = id(found.frames)
+        if key in by_stack:
+            evidence = by_stack[key]
+        else:
+            evidence = by_stack[key] = _parameter_evidence(found.frames)
         if evidence is None:
             found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
         elif not evidence:

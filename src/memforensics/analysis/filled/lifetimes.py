@@ -18,10 +18,13 @@ the snapshot no longer holds counts until the trace's last entry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memforensics.allocator import AllocatorSettings
 from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, block_size, parse_step
+from memforensics.analysis.dump.ooms import trace_actions
+from memforensics.analysis.dump.stacks import Stacks
 from memforensics.analysis.oom import recorded_settings
 
 BEFORE = -1  # start of an allocation made before the trace begins
@@ -34,8 +37,10 @@ class Allocation:
 
     ``start`` is ``-1`` when it was made before the trace; ``end`` is the trace length when it
     is still live at the snapshot, else the position of its (requested) free. ``size`` is its
-    block's size, ``requested`` what the caller asked for. ``kind`` and ``confidence`` are
-    filled by the classifier.
+    block's size, ``requested`` what the caller asked for. Equal stacks share one ``frames``
+    list (:class:`~memforensics.analysis.dump.stacks.Stacks`), so whatever is read from a stack
+    can be kept by its identity. ``kind``, ``phase`` and ``confidence`` are filled by the
+    classifier.
     """
 
     __slots__ = (
@@ -45,6 +50,7 @@ class Allocation:
         "frames",
         "free_step",
         "kind",
+        "phase",
         "requested",
         "size",
         "start",
@@ -63,6 +69,7 @@ class Allocation:
         self.step = step
         self.free_step: int | None = None
         self.kind = "unknown"
+        self.phase = "none"
         self.confidence = 0.0
 
     def live_at(self, moment: int) -> bool:
@@ -112,30 +119,31 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
     open_: dict[int, Allocation] = {}
     pending: dict[int, Allocation] = {}
     segment_events: list[tuple[int, int, int, int]] = []
-    ooms: list[int] = []
-    for index, entry in enumerate(trace):
-        if type(entry) is not dict:
-            continue
-        get = entry.get
-        action = get("action")
-        if type(action) is not str:  # a hostile file may put anything here
-            continue
-        addr = get("addr")
-        if type(addr) is not int:
-            addr = 0
+    canonical = Stacks().canonical  # equal stacks share one list: judged once downstream
+    for index, action in enumerate(trace_actions(trace)):  # read in C; None: no dict
         if action == "alloc":
+            get = trace[index].get
+            addr = get("addr")
+            if type(addr) is not int:
+                addr = 0
             size = get("size")
             meta = get("user_metadata")
             step = None if meta is None else _step(meta)
             size = size if type(size) is int and size > 0 else 0
-            found = Allocation(index, addr, size, get("frames"), step, size)
+            found = Allocation(index, addr, size, canonical(get("frames")), step, size)
             stale = open_.pop(addr, None)  # a missed free (ring buffer): end it here
             if stale is not None:
                 stale.end = index
             open_[addr] = found
             allocations.append(found)
             by_event[index] = found
+        elif type(action) is not str:  # no entry, or a hostile file's action
+            continue
         elif action in _FREES:
+            get = trace[index].get
+            addr = get("addr")
+            if type(addr) is not int:
+                addr = 0
             freed: Allocation | None = open_.pop(addr, None)
             if freed is None and action == "free_completed" and addr in pending:
                 del pending[addr]
@@ -152,14 +160,16 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             if action == "free_requested":
                 pending[addr] = freed
         elif action in _SEGMENTS:
-            size = get("size")
+            get = trace[index].get
+            addr, size = get("addr"), get("size")
             sign = 1 if action in ("segment_alloc", "segment_map") else -1
-            segment_events.append((index, sign, addr, size if type(size) is int else 0))
-        elif action == "oom":
-            ooms.append(index)
+            segment_events.append(
+                (index, sign, addr if type(addr) is int else 0, size if type(size) is int else 0)
+            )
+    ooms = list(dump.oom_positions)
     for found in open_.values():
         found.end = length
-    held = _add_untraced_blocks(dump, open_, pending, allocations, length)
+    held = _add_untraced_blocks(dump, open_, pending, allocations, length, canonical)
     for found in open_.values():
         if id(found) not in held:  # freed while history was off: gone by the snapshot
             found.end = max(length - 1, found.start)
@@ -191,6 +201,7 @@ def _add_untraced_blocks(
     pending: dict[int, Allocation],
     allocations: list[Allocation],
     length: int,
+    canonical: Callable[[object], object],
 ) -> set[int]:
     """Give traced allocations still live at the snapshot their block's size; add allocated
     blocks without an ``alloc`` in the trace (made before it), with the block's own frames and
@@ -213,13 +224,13 @@ def _add_untraced_blocks(
                 found.size = block.size
                 held.add(id(found))
                 if not found.frames and block.frames:
-                    found.frames = block.frames
+                    found.frames = canonical(block.frames)
                 continue
             extra = Allocation(
                 BEFORE,
                 block.address,
                 block.size,
-                block.frames,
+                canonical(block.frames),
                 _step(block.user_metadata),
                 block.requested_size,
             )

@@ -14,6 +14,7 @@ the labels ``summary``'s sites use.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from memforensics.analysis.dump import (
@@ -96,20 +97,16 @@ def peak_position(lt: Lifetimes) -> int:
     if not lt.has_trace:
         return lt.length
     change = [0] * (lt.length + 1)
-    live = 0
     for found in lt.allocations:
         if found.start == BEFORE:
-            live += found.size
+            change[0] += found.size
         else:
             change[found.start] += found.size
         if found.end < lt.length:
             change[max(found.end, 0)] -= found.size
-    best, where = -1, lt.length
-    for index in range(lt.length):
-        live += change[index]
-        if live > best:
-            best, where = live, index
-    return where
+    live = list(accumulate(change[: lt.length]))  # live bytes right after each position
+    best = max(live, default=-1)
+    return live.index(best) if best > -1 else lt.length
 
 
 def live_at(lt: Lifetimes, position: int) -> list[Allocation]:
@@ -173,11 +170,15 @@ def _fold(labels: list[str]) -> str:
 def call_tree(live: list[Allocation]) -> CallNode:
     """The call tree of ``live``, tiny branches merged so a hostile dump stays bounded."""
     root = CallNode("all live memory")
+    paths: dict[int, tuple[str, ...]] = {}  # one path per distinct stack (see dump.stacks)
     for found in live:
         node = root
         node.bytes += found.size
         node.blocks += 1
-        for name in folded_path(found.frames):
+        path = paths.get(id(found.frames))
+        if path is None:
+            path = paths[id(found.frames)] = folded_path(found.frames)
+        for name in path:
             node = node.child(name)
             node.bytes += found.size
             node.blocks += 1

@@ -1,5 +1,6 @@
 """The allocator at the OOM: the history undone to that moment, the lower bound, the verdict."""
 
+from memforensics.analysis.dump.ooms import oom_positions
 from memforensics.analysis.oom.bound import (
     CAPACITY,
     LIMIT,
@@ -11,7 +12,6 @@ from memforensics.analysis.oom.history import (
     SEGMENT_ACTIONS,
     changes_after,
     has_history,
-    oom_positions,
     state_before,
 )
 from memforensics.analysis.oom.moment import (

@@ -251,11 +251,6 @@ def _size_blocks(
         block.size = size + tail if keep_tail else min(size, room)
 
 
-def oom_positions(trace: list[object]) -> list[int]:
-    """Indices of the trace's ``oom`` entries."""
-    return [i for i, e in enumerate(trace) if type(e) is dict and e.get("action") == "oom"]
-
-
 def changes_after(trace: list[object], index: int) -> bool:
     """True when an event after ``index`` changed the allocator state (not just snapshots)."""
     for entry in trace[index + 1 :]:

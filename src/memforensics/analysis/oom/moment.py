@@ -117,15 +117,6 @@ def settings_notes(dump: Dump) -> tuple[str, ...]:
     return tuple(read.notes()) if read is not None else ()
 
 
-def last_oom_index(trace: list[object]) -> int | None:
-    """Index of the trace's last ``oom`` entry (the one an OOM dump was taken at)."""
-    for index in range(len(trace) - 1, -1, -1):
-        entry = trace[index]
-        if type(entry) is dict and entry.get("action") == "oom":
-            return index
-    return None
-
-
 def sidecar_sizes(dump: Dump) -> tuple[int | None, int | None, int | None, int | None]:
     """``(requested, allocation, limit, device_free)`` from the sidecar's ``oom`` object."""
     side = dump.meta.sidecar.get("oom")
@@ -151,7 +142,7 @@ def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
     snapshot that records neither history nor a sidecar; its final state is then taken as the
     state at the OOM (``_snapshot()`` called from an OOM handler).
     """
-    index = last_oom_index(dump.trace)
+    index = dump.oom_positions[-1] if dump.oom_positions else None
     side_requested, allocation, limit, device_free = sidecar_sizes(dump)
     if index is None and dump.meta.kind != "oom" and requested is None:
         return None
@@ -188,7 +179,7 @@ def judged_moment_warning(dump: Dump, requested: int | None) -> str | None:
     overrides nothing (a snapshot that records no history and no OOM)."""
     if requested is None:
         return None
-    index = last_oom_index(dump.trace)
+    index = dump.oom_positions[-1] if dump.oom_positions else None
     recorded = sidecar_sizes(dump)[0]
     if index is not None:
         recorded = as_int(dump.trace[index].get("size")) or recorded

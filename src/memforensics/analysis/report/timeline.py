@@ -26,9 +26,17 @@ OTHER = "other sites"
 
 
 def site_index(allocations: list[Allocation], top: list[str]) -> dict[int, int]:
-    """Index into ``top`` (or ``len(top)`` for the rest) per allocation id."""
+    """Index into ``top`` (or ``len(top)`` for the rest) per allocation id; each distinct
+    stack's site is found once (lifetimes shares one frames list per stack)."""
     where = {site: index for index, site in enumerate(top)}
-    return {id(item): where.get(site_fast(item.frames), len(top)) for item in allocations}
+    by_stack: dict[int, int] = {}
+    found: dict[int, int] = {}
+    for item in allocations:
+        index = by_stack.get(id(item.frames))
+        if index is None:
+            index = by_stack[id(item.frames)] = where.get(site_fast(item.frames), len(top))
+        found[id(item)] = index
+    return found
 
 
 def _bands(count: int, moments: list[int]) -> list[tuple[int, int]]:

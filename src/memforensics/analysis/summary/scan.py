@@ -1,11 +1,16 @@
 """The two passes over a dump that ``summary``, ``diff`` and ``leaks`` share.
 
 One over segments and blocks (each live block with its site and caller, memoized per frames
-list) and at most one backward pass over the trace that stops as soon as it has the last
-``oom`` entry and the step of every live block.
+list) and one over the trace for the step of every live block: the last event at a live
+block's address is normally its own ``alloc``, so a map from address to last position (built
+in C) answers most blocks, and a backward walk, stopping once it has answered them all, only
+the rest. The last ``oom`` entry is the dump's own (:attr:`Dump.oom_positions`).
 """
 
 from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
 
 from memforensics.analysis.dump import (
     ALLOCATED,
@@ -80,7 +85,6 @@ def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[in
     A block's step is its own ``user_metadata``; else the latest ``alloc`` at its address asking
     for the block's requested size (trace entries carry requests, not block sizes; a live block
     cannot have been allocated over, so that entry is its own).
-    Walks the trace backwards and stops once both questions are answered.
     """
     steps: dict[int, int | None] = {}
     wanted: dict[int, int] = {}
@@ -90,27 +94,57 @@ def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[in
             steps[block.address] = step
         else:
             wanted[block.address] = block.requested_size
+    trace = dump.trace
+    if wanted:
+        _steps_from_last_events(trace, wanted, steps)
+    if wanted:
+        _steps_walking_back(trace, wanted, steps)
     oom: OomRecord | None = None
-    for entry in reversed(dump.trace):
-        if type(entry) is not dict:
-            continue
-        action = entry.get("action")
-        if action == "alloc" and wanted:
-            address = entry.get("addr")
-            if type(address) is int and address in wanted:
-                size = wanted.pop(address)
-                if entry.get("size") in (size, None):
-                    steps[address] = parse_step(entry.get("user_metadata"))
-        elif action == "oom" and oom is None:
-            oom = OomRecord(
-                requested_bytes=as_int(entry.get("size")),
-                device_free_bytes=as_int(entry.get("device_free")),
-                device_total_bytes=None,
-                source="trace",
-            )
-        if oom is not None and not wanted:
-            break
+    if dump.oom_positions:
+        entry = trace[dump.oom_positions[-1]]
+        oom = OomRecord(
+            requested_bytes=as_int(entry.get("size")),
+            device_free_bytes=as_int(entry.get("device_free")),
+            device_total_bytes=None,
+            source="trace",
+        )
     return oom, steps
+
+
+def _steps_from_last_events(
+    trace: list[Any], wanted: dict[int, int], steps: dict[int, int | None]
+) -> None:
+    """Answer (and drop from ``wanted``) every block whose address's last event is its alloc,
+    and drop every block whose address the trace never mentions (made before it)."""
+    try:
+        last = dict(zip(map(dict.get, trace, repeat("addr")), range(len(trace)), strict=True))
+    except TypeError:  # an entry that is no dict (or an unhashable address): walk instead
+        return
+    for address in list(wanted):
+        position = last.get(address)
+        if position is None:
+            del wanted[address]
+            continue
+        entry = trace[position]
+        if entry.get("action") == "alloc" and entry.get("size") in (wanted[address], None):
+            steps[address] = parse_step(entry.get("user_metadata"))
+            del wanted[address]
+
+
+def _steps_walking_back(
+    trace: list[Any], wanted: dict[int, int], steps: dict[int, int | None]
+) -> None:
+    """The latest matching ``alloc`` of each address still in ``wanted``, walking back."""
+    for entry in reversed(trace):
+        if type(entry) is not dict or entry.get("action") != "alloc":
+            continue
+        address = entry.get("addr")
+        if type(address) is int and address in wanted:
+            size = wanted.pop(address)
+            if entry.get("size") in (size, None):
+                steps[address] = parse_step(entry.get("user_metadata"))
+            if not wanted:
+                return
 
 
 def merge_oom(

@@ -210,18 +210,3 @@ def test_a_bare_segment_list_is_a_low_confidence_guess() -> None:
     assert listed.filled is not None
     assert listed.filled.kinds
     assert all(kind.confidence < 0.5 for kind in listed.filled.kinds)
-
-
-def test_a_stack_is_judged_once_per_distinct_frame_dicts() -> None:
-    """Entries with their own frames lists over the same frame dicts share one phase answer,
-    and a list over other dicts gets its own."""
-    from memforensics.analysis.filled.kinds import BACKWARD, FORWARD, phase_of
-
-    model = {"filename": "/work/model.py", "line": 3, "name": "forward"}
-    engine = {"filename": "??", "line": 0, "name": "torch::autograd::Engine::thread_main()"}
-    stacks: dict[tuple[int, ...], str] = {}
-    assert phase_of([model], stacks) == FORWARD
-    assert phase_of([model], stacks) == FORWARD
-    assert phase_of([engine], stacks) == BACKWARD
-    assert len(stacks) == 2
-    assert phase_of([dict(model)], None) == phase_of([model], stacks)
