@@ -1,14 +1,23 @@
-"""Shared test set-up: every test starts and ends with no facade, observer route or warnings."""
+"""Shared test set-up: every test starts and ends with no facade, observer route or warnings,
+and Hypothesis judges examples on what they compute, never on how long they took."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import memforensics
 import memforensics.capture.log
 import memforensics.capture.oom
+
+# Hypothesis' default 200 ms deadline and its too-slow health check measure wall-clock time: on a
+# loaded CI machine a descheduled example fails them (or is reported Flaky) whatever it computes.
+settings.register_profile(
+    "memforensics", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("memforensics")
 
 
 @pytest.fixture(autouse=True)

@@ -212,19 +212,23 @@ def test_bad_flag_and_missing_script_are_one_line_errors(tmp_path: Path) -> None
 @pytest.mark.torch
 def test_under_torchrun_every_rank_dumps_its_own_oom(tmp_path: Path) -> None:
     """`torchrun --nproc_per_node 2 -m memforensics run train.py` gives each rank its own OOM
-    dump, named by the rank torchrun assigned."""
+    dump, named by the rank torchrun assigned, and each rank's script gets its arguments."""
     torchrun = shutil.which("torchrun", path=str(_BIN))
     if torchrun is None:
         pytest.skip("torchrun is not on this interpreter's PATH")
+    # Each rank reports in its own file, not on the stdout all ranks share: under
+    # PYTHONUNBUFFERED (set by many CI images) one print() is several write()s, and two ranks
+    # interleave them whenever one is preempted mid-print.
     script = _script(
         tmp_path,
         """
-        import os, sys
+        import json, os, sys
         from memforensics.testing import get_device, SimOutOfMemoryError
         try:
             get_device().empty(1 << 40)
         except SimOutOfMemoryError:
-            print("rank", os.environ["RANK"], "args", sys.argv[1:])
+            with open(f"seen-rank{os.environ['RANK']}.json", "x") as handle:
+                json.dump(sys.argv[1:], handle)
         """,
     )
     proc = subprocess.run(
@@ -233,9 +237,10 @@ def test_under_torchrun_every_rank_dumps_its_own_oom(tmp_path: Path) -> None:
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(proc.stdout.split("\n")[:2]) == [
-        "rank 0 args ['--lr', '3e-4']",
-        "rank 1 args ['--lr', '3e-4']",
-    ]
+    seen = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("seen-rank*.json")}
+    assert seen == {
+        "seen-rank0.json": ["--lr", "3e-4"],
+        "seen-rank1.json": ["--lr", "3e-4"],
+    }
     names = sorted(path.name.split("_")[0] for path in (tmp_path / "out" / "oom").glob("*.pickle"))
     assert names == ["rank0", "rank1"]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from evidence import SCRIPTS
@@ -30,6 +32,19 @@ def _script() -> str:
     script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
     assert script is not None, "the memforensics console script is not installed"
     return script
+
+
+def _interruptible(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+    """Start ``command`` with Ctrl-C (SIGINT) at its default, as a terminal's foreground job has
+    it, however this test process was started. A background job of a non-interactive shell
+    (``nox -s tests &`` in a script, some CI runners) starts with SIGINT ignored, and an ignored
+    signal stays ignored across ``exec``: the watch would never see the Ctrl-C the test sends.
+    A handled signal is reset to the default by ``exec``, so one is handled while starting."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, **options)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_watch_once_puts_the_drifting_rank_first(tmp_path: Path) -> None:
@@ -106,7 +121,7 @@ def test_watch_follows_a_running_multi_process_job(tmp_path: Path) -> None:
         )
         for rank in range(RANKS)
     ]
-    live = subprocess.Popen(
+    live = _interruptible(
         [_script(), "watch", str(out), "--interval", "0.05"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -128,7 +143,8 @@ def test_watch_follows_a_running_multi_process_job(tmp_path: Path) -> None:
         assert block[0].startswith(f"{RANKS} ranks · ")
         assert len(block) == 2 + RANKS
         live.send_signal(signal.SIGINT)
-        assert live.wait(timeout=60) == 0
+        live.communicate(timeout=60)  # keeps reading: a watch blocked on a full pipe can exit
+        assert live.returncode == 0
     finally:
         _send(writers, "\n")
         for writer in writers:
@@ -138,10 +154,22 @@ def test_watch_follows_a_running_multi_process_job(tmp_path: Path) -> None:
         live.communicate(timeout=60)
 
 
+def _drain(terminal: int, deadline: float) -> None:
+    """Read the pseudo-terminal until every process holding its other end has closed it (or
+    until ``deadline``): a process writing to a terminal nobody reads blocks, and never exits."""
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([terminal], [], [], left)[0]:
+            return
+        try:
+            if not os.read(terminal, 65536):
+                return
+        except OSError:  # EIO: the other end is closed
+            return
+
+
 def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     """In a terminal watch draws rich's live table (the drifting rank in it) and Ctrl-C ends it
     with status 0."""
-    import os
     import pty
 
     write_journals(
@@ -149,7 +177,7 @@ def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None
         leak_fails=False,
     )  # fmt: skip
     main, child = pty.openpty()
-    proc = subprocess.Popen(
+    proc = _interruptible(
         [_script(), "watch", str(tmp_path), "--interval", "0.05"],
         stdin=child, stdout=child, stderr=child, close_fds=True,
         env={**os.environ, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"},
@@ -163,6 +191,7 @@ def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None
         assert b"3 ranks" in seen
         assert b"/step)" in seen  # the drifting rank's forecast cell
         proc.send_signal(signal.SIGINT)
+        _drain(main, time.monotonic() + 60)  # its last frame needs a reader to reach the screen
         assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
