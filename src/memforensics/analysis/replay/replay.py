@@ -37,6 +37,7 @@ from memforensics.analysis.oom import (
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
+from memforensics.analysis.replay.events import decode
 from memforensics.analysis.replay.lint import MEMORY_FRACTION, lint
 from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
 
@@ -214,7 +215,8 @@ def replay(
             "the history ring buffer overflowed: the events that shaped the starting layout are"
             " lost (raise max_entries)"
         )
-    exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False)
+    events = decode(dump.trace)  # read once; every run below walks these tuples
+    exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
     fidelity = exact.fidelity
     if fidelity is not None and fidelity < MIN_FIDELITY:
         refusals.append(
@@ -236,24 +238,26 @@ def replay(
             refusals.append("the model does not fail where the recorded allocator failed")
     rows: list[WhatIf] = []
     if has_history(dump) and not start.problem_count:
-        # Stopping at the first OOM changes nothing when the exact run met none and the trace
-        # records none: that run is the baseline, step for step.
-        no_oom = exact.oom_index is None and (moment is None or moment.index is None)
-        baseline = (
-            exact if no_oom else run(dump, recorded, start, device, exact=True, stop_at_oom=True)
-        )
+        # The exact run noted what it would have reported had it stopped at the first OOM:
+        # that is the baseline, step for step, without a second run.
+        baseline = exact.at_first_stop or exact
         rows.append(_row("as recorded", recorded, baseline, None))
-        calibration = run(dump, recorded, start, device, exact=False, stop_at_oom=True)
         note = "live blocks at the start placed afresh" if kind == "live" else None
-        if kind != "empty" and (calibration.oom_index is None) != (baseline.oom_index is None):
-            refusals.append(
-                "the blocks live when recording started decide the outcome: placed afresh under"
-                " the recorded settings they give a different result, so their lost history"
-                " matters"
+        if kind != "empty":  # the calibration matters only with blocks live or cached at start
+            calibration = run(
+                dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
             )
+            if (calibration.oom_index is None) != (baseline.oom_index is None):
+                refusals.append(
+                    "the blocks live when recording started decide the outcome: placed afresh"
+                    " under the recorded settings they give a different result, so their lost"
+                    " history matters"
+                )
         for name, settings in alternatives if not refusals else ():  # refused: only row one shows
             row_device = _device_with_fraction(device, settings, recorded)
-            result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
+            result = run(
+                dump, settings, start, row_device, exact=False, stop_at_oom=True, events=events
+            )
             needs = GC_NEEDS_FRACTION if row_device is not device else None
             rows.append(_row(name, settings, result, note, needs))
     bound = lower_bound(dump, moment) if moment is not None else None

@@ -148,12 +148,12 @@ def test_a_refused_replay_runs_no_alternative(monkeypatch: pytest.MonkeyPatch) -
     calls = _counting_runs(monkeypatch)
     result = replay(_oom_dump(device, total))
     assert result.refusals
-    assert len(calls) == 3  # the self-check, the baseline, the calibration
+    assert len(calls) == 2  # the self-check (which gives the baseline) and the calibration
 
 
 def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No OOM recorded or met: the self-check's pass serves as the "as recorded" row, which
-    matches a pass that stops at the first OOM."""
+    """No OOM recorded or met, nothing live at the start: the self-check's pass serves as the
+    "as recorded" row (matching a pass that stops at the first OOM) and no calibration runs."""
     device = SimDevice(96 * MiB)
     device.record_memory_history("all", max_entries=10_000)
     kept = [device.empty(size * MiB) for size in (3, 5, 7)]
@@ -163,7 +163,8 @@ def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.Monke
     calls = _counting_runs(monkeypatch)
     result = replay(dump)
     assert result.trusted, result.refusals
-    assert len(calls) == len(result.what_if) + 1  # one pass per row, and the calibration
+    assert result.start == "empty"
+    assert len(calls) == len(result.what_if)  # one pass per row
     monkeypatch.undo()
     from memforensics.analysis.oom import recorded_settings
     from memforensics.analysis.replay import device_for, run

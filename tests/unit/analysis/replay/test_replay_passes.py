@@ -1,0 +1,114 @@
+"""The replay's passes over the trace: figures one pass notes for another equal that pass's own."""
+
+from __future__ import annotations
+
+import contextlib
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memforensics.allocator import parse_conf
+from memforensics.analysis import dump_from_snapshot
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import state_before
+from memforensics.analysis.replay import Device, RunResult, run
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
+
+MiB = 1 << 20
+CONFS = ["", "expandable_segments:True", "max_split_size_mb:24", "garbage_collection_threshold:0.6"]
+SIZES = st.one_of(st.integers(1, MiB), st.integers(MiB + 1, 12 * MiB), st.just(20 * MiB))
+OPS = st.lists(
+    st.tuples(st.sampled_from(["alloc", "alloc", "free", "retry", "stream", "empty"]), SIZES,
+              st.integers(0, 1), st.integers(0, 10_000)),
+    min_size=3,
+    max_size=50,
+)  # fmt: skip
+STOP_FIGURES = (
+    "oom_index",
+    "oom_request",
+    "stopped_at",
+    "events",
+    "peak_reserved",
+    "peak_allocated",
+    "fragmentation_at_peak",
+    "reserved_at_stop",
+    "allocated_at_stop",
+    "largest_free_at_oom",
+)
+
+
+def _drive(device: SimDevice, ops: list[tuple[str, int, int, int]], live: list[SimTensor]) -> None:
+    """A workload that meets OOMs and, on ``retry``, frees a tensor and asks again."""
+    for op, size, stream, pick in ops:
+        if op in ("alloc", "retry"):
+            try:
+                live.append(device.empty(size, stream=stream))
+            except SimOutOfMemoryError:
+                if op == "retry" and live:
+                    live.pop(pick % len(live)).free()
+                    with contextlib.suppress(SimOutOfMemoryError):
+                        live.append(device.empty(size, stream=stream))
+        elif op == "free" and live:
+            live.pop(pick % len(live)).free()
+        elif op == "stream" and live:
+            live[pick % len(live)].record_stream(1 - stream)
+        elif op == "empty":
+            device.empty_cache()
+
+
+def _figures(result: RunResult) -> dict[str, object]:
+    return {name: getattr(result, name) for name in STOP_FIGURES}
+
+
+def _dump(
+    conf: str, before: list[tuple[str, int, int, int]], ops: list[tuple[str, int, int, int]]
+) -> Dump:
+    device = SimDevice(48 * MiB, settings=conf)
+    live: list[SimTensor] = []
+    _drive(device, before, live)  # live (or cached) when recording starts
+    device.record_memory_history("all", max_entries=100_000)
+    _drive(device, ops, live)
+    return dump_from_snapshot(device.snapshot())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conf=st.sampled_from(CONFS), before=st.lists(st.tuples(st.just("alloc"), SIZES,
+       st.integers(0, 1), st.integers(0, 10)), max_size=6), ops=OPS)  # fmt: skip
+def test_the_self_check_notes_what_a_run_stopping_at_the_first_oom_reports(
+    conf: str, before: list[tuple[str, int, int, int]], ops: list[tuple[str, int, int, int]]
+) -> None:
+    """The full self-check's note of its first OOM (or, with none, the run itself) gives the
+    figures of a separate run that stops there, with OOMs, retries and live blocks at start."""
+    dump = _dump(conf, before, ops)
+    recorded = parse_conf(conf)
+    start = state_before(dump, 0, recorded)
+    device = Device(48 * MiB, None, 48 * MiB)
+    full = run(dump, recorded, start, device, exact=True, stop_at_oom=False)
+    stopped = run(dump, recorded, start, device, exact=True, stop_at_oom=True)
+    assert _figures(full.at_first_stop or full) == _figures(stopped)
+    assert (full.at_first_stop is None) is (stopped.stopped_at is None)
+
+
+def test_a_dump_with_a_retried_oom_is_noted_at_its_first_failure() -> None:
+    """A program that retries after an OOM: the note is taken at the first recorded failure,
+    not the retry, and the full run goes on to the trace's end."""
+    device = SimDevice(48 * MiB)
+    device.record_memory_history("all", max_entries=100_000)
+    held = [device.empty(20 * MiB), device.empty(20 * MiB)]
+    oom_at = len(device.snapshot()["device_traces"][0])
+    with contextlib.suppress(SimOutOfMemoryError):
+        device.empty(30 * MiB)
+    held.pop().free()
+    with contextlib.suppress(SimOutOfMemoryError):
+        device.empty(30 * MiB)  # fails again: the cached 20 MiB is released, 28 MiB is too little
+    dump = dump_from_snapshot(device.snapshot())
+    actions = [entry["action"] for entry in dump.trace]
+    assert actions.count("oom") == 2
+    recorded = parse_conf("")
+    start = state_before(dump, 0, recorded)
+    full = run(dump, recorded, start, Device(48 * MiB, None, 48 * MiB), exact=True,
+               stop_at_oom=False)  # fmt: skip
+    assert full.at_first_stop is not None
+    assert full.at_first_stop.stopped_at == actions.index("oom") >= oom_at
+    assert full.at_first_stop.oom_request == 30 * MiB
+    assert full.events == len(dump.trace)
