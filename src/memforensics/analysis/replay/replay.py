@@ -38,14 +38,14 @@ from memforensics.analysis.oom import (
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
 from memforensics.analysis.replay.events import decode
-from memforensics.analysis.replay.lint import MEMORY_FRACTION, lint
-from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
+from memforensics.analysis.replay.lint import lint
+from memforensics.analysis.replay.run import UNBOUNDED, Device, placement_share, run
+from memforensics.analysis.replay.what_if import WhatIf, row, what_if_rows
 
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
 a what-if is refused: one decision in a hundred already differs, the size of the differences a
 what-if is asked to judge."""
-_UNBOUNDED = 1 << 62
 STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("expandable_segments=True",),
     ("max_split_size_mb=64",),
@@ -55,35 +55,6 @@ STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("roundup_power2_divisions=4",),
     ("expandable_segments=True", "roundup_power2_divisions=4"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class WhatIf:
-    """One row of the what-if table."""
-
-    name: str
-    conf: str
-    oom: bool
-    peak_reserved_bytes: int
-    fragmentation_at_peak_bytes: int
-    first_failure_index: int | None
-    first_failure_bytes: int | None
-    note: str | None = None
-    requires: str | None = None  # what else the row's outcome needs beyond its conf
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
-        return {
-            "name": self.name,
-            "conf": self.conf,
-            "oom": self.oom,
-            "peak_reserved_bytes": self.peak_reserved_bytes,
-            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
-            "first_failure_index": self.first_failure_index,
-            "first_failure_bytes": self.first_failure_bytes,
-            "note": self.note,
-            "requires": self.requires,
-        }
 
 
 @dataclass(frozen=True)
@@ -178,7 +149,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
         if limit is not None and limit < capacity:
             return Device(capacity, limit, limit)
         return Device(capacity, None, limit or capacity)
-    return Device(_UNBOUNDED, None, _UNBOUNDED)
+    return Device(UNBOUNDED, None, UNBOUNDED)
 
 
 @paused_gc()
@@ -187,11 +158,13 @@ def replay(
     *,
     sets: list[str] | None = None,
     requested: int | None = None,
+    jobs: int = 1,
 ) -> Replay:
     """Self-check, lower bound, what-if table, pinners and lint for one dump.
 
     ``sets``: ``key=value`` settings for one alternative row (with none, the standard
     alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
+    ``jobs``: how many what-if rows may run at once, each in a forked worker process.
     """
     recorded = recorded_settings(dump)
     read = settings_read(dump)
@@ -241,7 +214,7 @@ def replay(
         # The exact run noted what it would have reported had it stopped at the first OOM:
         # that is the baseline, step for step, without a second run.
         baseline = exact.at_first_stop or exact
-        rows.append(_row("as recorded", recorded, baseline, None))
+        rows.append(row("as recorded", recorded, baseline, None))
         note = "live blocks at the start placed afresh" if kind == "live" else None
         if kind != "empty":  # the calibration matters only with blocks live or cached at start
             calibration = run(
@@ -253,13 +226,10 @@ def replay(
                     " under the recorded settings they give a different result, so their lost"
                     " history matters"
                 )
-        for name, settings in alternatives if not refusals else ():  # refused: only row one shows
-            row_device = _device_with_fraction(device, settings, recorded)
-            result = run(
-                dump, settings, start, row_device, exact=False, stop_at_oom=True, events=events
+        if not refusals:  # refused: only row one shows
+            rows += what_if_rows(
+                dump, events, start, device, recorded, alternatives, note=note, jobs=jobs
             )
-            needs = GC_NEEDS_FRACTION if row_device is not device else None
-            rows.append(_row(name, settings, result, note, needs))
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
@@ -305,47 +275,6 @@ def _device_with_conf_fraction(
         return device
     allowed = int(fraction * moment.limit_bytes)
     return Device(device.capacity, min(allowed, device.capacity), device.total)
-
-
-GC_NEEDS_FRACTION = (
-    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
-    " the limit the OOM met"
-)
-"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
-
-
-def _device_with_fraction(
-    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
-) -> Device:
-    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
-    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
-    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
-    recorded device, where it did nothing."""
-    threshold = settings.garbage_collection_threshold
-    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
-    if gc and device.allowed is None and device.capacity < _UNBOUNDED:
-        return Device(device.capacity, device.capacity, device.total)
-    return device
-
-
-def _row(
-    name: str,
-    settings: AllocatorSettings,
-    result: RunResult,
-    note: str | None,
-    requires: str | None = None,
-) -> WhatIf:
-    return WhatIf(
-        name=name,
-        conf=settings.to_conf(),
-        oom=result.oom_index is not None,
-        peak_reserved_bytes=result.peak_reserved,
-        fragmentation_at_peak_bytes=result.fragmentation_at_peak,
-        first_failure_index=result.oom_index,
-        first_failure_bytes=result.oom_request,
-        note=note,
-        requires=requires,
-    )
 
 
 def _alternatives(

@@ -35,6 +35,9 @@ from memforensics.analysis.replay.events import (
 from memforensics.analysis.replay.probe import RELEASES, emptied, largest_free, undo_malloc
 from memforensics.analysis.replay.start import STREAM_UNKNOWN, seed_start
 
+UNBOUNDED = 1 << 62
+"""Capacity of a device that never runs out (no OOM to size it from)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Device:

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics.allocator import parse_conf
-from memforensics.analysis import dump_from_snapshot
+from memforensics.analysis import dump_from_snapshot, replay
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import Device, RunResult, run
@@ -112,3 +112,29 @@ def test_a_dump_with_a_retried_oom_is_noted_at_its_first_failure() -> None:
     assert full.at_first_stop.stopped_at == actions.index("oom") >= oom_at
     assert full.at_first_stop.oom_request == 30 * MiB
     assert full.events == len(dump.trace)
+
+
+def test_rows_run_in_worker_processes_give_the_rows_run_here() -> None:
+    """The what-if table from forked workers equals the one computed in this process, row for
+    row and in order (the OOM as recorded, rows that avoid it, a GC row needing a fraction)."""
+    total = 48 * MiB
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=100_000)
+    with contextlib.suppress(SimOutOfMemoryError):
+        device.empty(30 * MiB).free()
+        kept = device.empty(10 * MiB)
+        device.empty(24 * MiB)  # the 30 MiB segment is split by the kept block: no room
+        kept.free()
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    dump = dump_from_snapshot(snapshot, sidecar=sidecar)
+    here = replay(dump, jobs=1)
+    forked = replay(dump, jobs=3)
+    assert here.trusted, here.refusals
+    assert here.what_if[0].oom
+    assert here.avoided_by
+    assert any(row.requires for row in here.what_if)
+    assert forked.to_dict() == here.to_dict()

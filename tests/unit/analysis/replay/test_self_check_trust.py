@@ -123,19 +123,20 @@ def test_the_report_shows_the_placement_refusal() -> None:
 
 
 def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record each replay run's ``stop_at_oom`` (the replay's model passes over the trace)."""
+    """Record each replay run's ``stop_at_oom`` (the replay's model passes over the trace, the
+    self-check's and the what-if rows')."""
     import importlib
 
-    module = importlib.import_module("memforensics.analysis.replay.replay")
-
     calls: list[bool] = []
-    real_run = module.run
+    for name in ("replay", "what_if"):
+        module = importlib.import_module(f"memforensics.analysis.replay.{name}")
+        real_run = module.run
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(bool(kwargs.get("stop_at_oom")))
-        return real_run(*args, **kwargs)
+        def counted(*args: Any, real_run: Any = real_run, **kwargs: Any) -> Any:
+            calls.append(bool(kwargs.get("stop_at_oom")))
+            return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(module, "run", counted)
+        monkeypatch.setattr(module, "run", counted)
     return calls
 
 

@@ -1,0 +1,154 @@
+"""The what-if rows: the same requests replayed under other settings, in worker processes
+when the caller allows several.
+
+Each row is one pass of the model over the whole trace and no row reads another's result, so
+with ``jobs`` above 1 (and ``fork`` available in a process with one thread) the rows run in
+that many forked workers. A forked worker shares the parent's dump and decoded trace
+copy-on-write; what it copies is the pages its own reference counting touches (see
+docs/performance.md for the measured cost).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from memforensics.allocator import AllocatorSettings
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import AllocatorState
+from memforensics.analysis.replay.events import Event
+from memforensics.analysis.replay.lint import MEMORY_FRACTION
+from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, run
+
+GC_NEEDS_FRACTION = (
+    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
+    " the limit the OOM met"
+)
+"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """One row of the what-if table."""
+
+    name: str
+    conf: str
+    oom: bool
+    peak_reserved_bytes: int
+    fragmentation_at_peak_bytes: int
+    first_failure_index: int | None
+    first_failure_bytes: int | None
+    note: str | None = None
+    requires: str | None = None  # what else the row's outcome needs beyond its conf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
+        return {
+            "name": self.name,
+            "conf": self.conf,
+            "oom": self.oom,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
+            "first_failure_index": self.first_failure_index,
+            "first_failure_bytes": self.first_failure_bytes,
+            "note": self.note,
+            "requires": self.requires,
+        }
+
+
+def row(
+    name: str,
+    settings: AllocatorSettings,
+    result: RunResult,
+    note: str | None,
+    requires: str | None = None,
+) -> WhatIf:
+    """The table row of one run."""
+    return WhatIf(
+        name=name,
+        conf=settings.to_conf(),
+        oom=result.oom_index is not None,
+        peak_reserved_bytes=result.peak_reserved,
+        fragmentation_at_peak_bytes=result.fragmentation_at_peak,
+        first_failure_index=result.oom_index,
+        first_failure_bytes=result.oom_request,
+        note=note,
+        requires=requires,
+    )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What every row's run reads: one dump, its decoded trace, the start and the device."""
+
+    dump: Dump
+    events: list[Event]
+    start: AllocatorState
+    device: Device
+    recorded: AllocatorSettings
+    note: str | None
+
+    def run(self, alternative: tuple[str, AllocatorSettings]) -> WhatIf:
+        """Replay the trace under one alternative, stopping at its first OOM."""
+        name, settings = alternative
+        device = _device_with_fraction(self.device, settings, self.recorded)
+        result = run(
+            self.dump, settings, self.start, device, exact=False, stop_at_oom=True,
+            events=self.events,
+        )  # fmt: skip
+        needs = GC_NEEDS_FRACTION if device is not self.device else None
+        return row(name, settings, result, self.note, needs)
+
+
+_forked: list[_Rows] = []  # what forked workers inherit: set only while a pool runs
+
+
+def _run_forked(alternative: tuple[str, AllocatorSettings]) -> WhatIf:
+    return _forked[0].run(alternative)
+
+
+def what_if_rows(
+    dump: Dump,
+    events: list[Event],
+    start: AllocatorState,
+    device: Device,
+    recorded: AllocatorSettings,
+    alternatives: list[tuple[str, AllocatorSettings]],
+    *,
+    note: str | None,
+    jobs: int = 1,
+) -> list[WhatIf]:
+    """One row per alternative, in order; up to ``jobs`` rows at once in forked workers."""
+    rows = _Rows(dump, events, start, device, recorded, note)
+    workers = min(jobs, len(alternatives))
+    if workers <= 1 or not _fork_is_safe():
+        return [rows.run(alternative) for alternative in alternatives]
+    _forked.append(rows)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            return list(pool.map(_run_forked, alternatives))
+    finally:
+        _forked.clear()
+
+
+def _fork_is_safe() -> bool:
+    """fork copies only the calling thread: safe with one thread, where the platform has it."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def _device_with_fraction(
+    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
+) -> Device:
+    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
+    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
+    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
+    recorded device, where it did nothing."""
+    threshold = settings.garbage_collection_threshold
+    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
+    if gc and device.allowed is None and device.capacity < UNBOUNDED:
+        return Device(device.capacity, device.capacity, device.total)
+    return device
