@@ -1,6 +1,10 @@
 """The what-if rows: the same requests replayed under other settings, in worker processes
 when the caller allows several.
 
+Rows whose settings cannot decide differently on this trace share one run
+(:func:`~memforensics.allocator.deciding_settings`: a GC threshold without a memory fraction,
+a ``max_split_size`` above every block the run can make).
+
 Each row is one pass of the model over the whole trace and no row reads another's result, so
 with ``jobs`` above 1 (and ``fork`` available in a process with one thread) the rows run in
 that many forked workers. A forked worker shares the parent's dump and decoded trace
@@ -13,13 +17,13 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings
+from memforensics.allocator import AllocatorSettings, deciding_settings
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import AllocatorState
-from memforensics.analysis.replay.events import Event
+from memforensics.analysis.replay.events import REQUESTS, Event
 from memforensics.analysis.replay.lint import MEMORY_FRACTION
 from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, run
 
@@ -91,23 +95,22 @@ class _Rows:
     recorded: AllocatorSettings
     note: str | None
 
-    def run(self, alternative: tuple[str, AllocatorSettings]) -> WhatIf:
-        """Replay the trace under one alternative, stopping at its first OOM."""
-        name, settings = alternative
-        device = _device_with_fraction(self.device, settings, self.recorded)
+    def run(self, task: tuple[AllocatorSettings, Device]) -> WhatIf:
+        """Replay the trace under one alternative on its device, stopping at its first OOM
+        (the row's name and conf are left for the caller)."""
+        settings, device = task
         result = run(
             self.dump, settings, self.start, device, exact=False, stop_at_oom=True,
             events=self.events,
         )  # fmt: skip
-        needs = GC_NEEDS_FRACTION if device is not self.device else None
-        return row(name, settings, result, self.note, needs)
+        return row("", settings, result, self.note)
 
 
 _forked: list[_Rows] = []  # what forked workers inherit: set only while a pool runs
 
 
-def _run_forked(alternative: tuple[str, AllocatorSettings]) -> WhatIf:
-    return _forked[0].run(alternative)
+def _run_forked(task: tuple[AllocatorSettings, Device]) -> WhatIf:
+    return _forked[0].run(task)
 
 
 def what_if_rows(
@@ -121,18 +124,51 @@ def what_if_rows(
     note: str | None,
     jobs: int = 1,
 ) -> list[WhatIf]:
-    """One row per alternative, in order; up to ``jobs`` rows at once in forked workers."""
+    """One row per alternative, in order; up to ``jobs`` runs at once in forked workers.
+
+    Rows whose settings decide alike on this trace (:func:`deciding_settings`) on the same
+    device share one run.
+    """
     rows = _Rows(dump, events, start, device, recorded, note)
-    workers = min(jobs, len(alternatives))
+    largest = _largest_request(events, start)
+    first: dict[tuple[AllocatorSettings, Device], int] = {}
+    tasks: list[tuple[AllocatorSettings, Device]] = []
+    found: list[tuple[int, str | None]] = []  # per row: the task that answers it, its needs
+    for _name, settings in alternatives:
+        row_device = _device_with_fraction(device, settings, recorded)
+        fraction = row_device.allowed is not None
+        key = (deciding_settings(settings, fraction=fraction, largest_request=largest), row_device)
+        if key not in first:
+            first[key] = len(tasks)
+            tasks.append((settings, row_device))
+        found.append((first[key], GC_NEEDS_FRACTION if row_device is not device else None))
+    answers = _run_all(rows, tasks, jobs)
+    return [
+        replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
+        for (name, settings), (task, needs) in zip(alternatives, found, strict=True)
+    ]
+
+
+def _run_all(rows: _Rows, tasks: list[tuple[AllocatorSettings, Device]], jobs: int) -> list[WhatIf]:
+    """Each task's row, in order: here, or in up to ``jobs`` forked workers."""
+    workers = min(jobs, len(tasks))
     if workers <= 1 or not _fork_is_safe():
-        return [rows.run(alternative) for alternative in alternatives]
+        return [rows.run(task) for task in tasks]
     _forked.append(rows)
     try:
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(_run_forked, alternatives))
+            return list(pool.map(_run_forked, tasks))
     finally:
         _forked.clear()
+
+
+def _largest_request(events: list[Event], start: AllocatorState) -> int:
+    """The most bytes any request of a what-if run asks for: the trace's requests and the
+    blocks live at the start (allocated afresh)."""
+    asked = (event[2] for event in events if event[0] in REQUESTS and event[2] is not None)
+    held = (block.requested for segment in start.segments for block in segment.blocks)
+    return max(max(asked, default=0), max(held, default=0))
 
 
 def _fork_is_safe() -> bool:

@@ -138,3 +138,46 @@ def test_rows_run_in_worker_processes_give_the_rows_run_here() -> None:
     assert here.avoided_by
     assert any(row.requires for row in here.what_if)
     assert forked.to_dict() == here.to_dict()
+
+
+BIG_SIZES = st.one_of(SIZES, st.integers(12 * MiB, 400 * MiB))
+BIG_OPS = st.lists(
+    st.tuples(st.sampled_from(["alloc", "alloc", "free", "retry", "empty"]), BIG_SIZES,
+              st.integers(0, 1), st.integers(0, 10_000)),
+    min_size=3,
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    conf=st.sampled_from(["", "max_split_size_mb:24", "garbage_collection_threshold:0.6"]),
+    ops=BIG_OPS,
+    oom=st.booleans(),
+    fraction=st.booleans(),
+)
+def test_every_row_of_the_table_is_what_its_setting_alone_gives(
+    conf: str, ops: list[tuple[str, int, int, int]], oom: bool, fraction: bool
+) -> None:
+    """Rows that share one run (their settings cannot decide differently on the trace) show
+    what a replay of each row's settings alone shows: requests below and above the
+    ``max_split_size_mb`` rows, bounded and unbounded devices, with and without a fraction."""
+    total = 1024 * MiB
+    device = SimDevice(total, settings=conf)
+    if fraction:
+        device.set_per_process_memory_fraction(0.75)
+    device.record_memory_history("all", max_entries=100_000)
+    _drive(device, ops, [])
+    snapshot = device.snapshot()
+    failures = [e for e in snapshot["device_traces"][0] if e["action"] == "oom"]
+    sidecar = None
+    if oom and failures:  # the OOM's figures bound the device, as a dump written at an OOM does
+        limit = int(0.75 * total) if fraction else total  # a fraction's limit bounds the device
+        sidecar = {"schema": 2, "kind": "oom", "oom": {
+            "requested_bytes": failures[-1]["size"], "allocation_bytes": None,
+            "device_total_bytes": limit, "device_free_bytes": failures[-1]["device_free"]}}  # fmt: skip
+    dump = dump_from_snapshot(snapshot, sidecar=sidecar)
+    table = replay(dump)
+    for row in table.what_if[1:]:
+        alone = replay(dump, sets=row.name.split(", "))
+        assert alone.what_if[1] == row, row.name
