@@ -173,9 +173,10 @@ def test_every_row_of_the_table_is_what_its_setting_alone_gives(
     sidecar = None
     if oom and failures:  # the OOM's figures bound the device, as a dump written at an OOM does
         limit = int(0.75 * total) if fraction else total  # a fraction's limit bounds the device
+        free = failures[-1]["device_free"]
         sidecar = {"schema": 2, "kind": "oom", "oom": {
             "requested_bytes": failures[-1]["size"], "allocation_bytes": None,
-            "device_total_bytes": limit, "device_free_bytes": failures[-1]["device_free"]}}  # fmt: skip
+            "device_total_bytes": limit, "device_free_bytes": free}}  # fmt: skip
     dump = dump_from_snapshot(snapshot, sidecar=sidecar)
     table = replay(dump)
     for row in table.what_if[1:]:
