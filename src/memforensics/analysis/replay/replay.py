@@ -16,6 +16,7 @@ refused.
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,8 @@ from memforensics.analysis.oom import (
 from memforensics.analysis.replay.blame import Pinner, pinners
 from memforensics.analysis.replay.events import decode
 from memforensics.analysis.replay.lint import lint
-from memforensics.analysis.replay.run import UNBOUNDED, Device, placement_share, run
-from memforensics.analysis.replay.what_if import WhatIf, row, what_if_rows
+from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, placement_share, run
+from memforensics.analysis.replay.what_if import WhatIf, plan_rows, row
 
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
@@ -189,47 +190,40 @@ def replay(
             " lost (raise max_entries)"
         )
     events = decode(dump.trace)  # read once; every run below walks these tuples
-    exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
-    fidelity = exact.fidelity
-    if fidelity is not None and fidelity < MIN_FIDELITY:
-        refusals.append(
-            f"the model reproduced only {fidelity:.1%} of the recorded segment events"
-            f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
-        )
-    placed = exact.placement_fidelity
-    if placed is not None and placed < MIN_FIDELITY:
-        refusals.append(
-            f"the model placed only {placed:.1%} of the blocks at their recorded address"
-            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
-            f" the start layout or the settings differ from the recorded allocator's; first"
-            f" differences: {'; '.join(exact.misplaced)}"
-        )
-    reproduced: bool | None = None
-    if moment is not None and moment.index is not None:
-        reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
-        if not reproduced:
-            refusals.append("the model does not fail where the recorded allocator failed")
-    rows: list[WhatIf] = []
-    if has_history(dump) and not start.problem_count:
-        # The exact run noted what it would have reported had it stopped at the first OOM:
-        # that is the baseline, step for step, without a second run.
-        baseline = exact.at_first_stop or exact
-        rows.append(row("as recorded", recorded, baseline, None))
-        note = "live blocks at the start placed afresh" if kind == "live" else None
-        if kind != "empty":  # the calibration matters only with blocks live or cached at start
-            calibration = run(
-                dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
-            )
-            if (calibration.oom_index is None) != (baseline.oom_index is None):
-                refusals.append(
-                    "the blocks live when recording started decide the outcome: placed afresh"
-                    " under the recorded settings they give a different result, so their lost"
-                    " history matters"
+    tabled = has_history(dump) and not start.problem_count
+    note = "live blocks at the start placed afresh" if kind == "live" else None
+    planned = plan_rows(
+        dump, events, start, device, recorded, alternatives if tabled else [], note=note,
+        jobs=jobs,
+    )  # fmt: skip
+    if not refusals:  # with jobs, the rows start now in workers while the self-check runs here
+        planned.start()
+    with closing(planned):
+        exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
+        refusals += _self_check_refusals(exact)
+        reproduced: bool | None = None
+        if moment is not None and moment.index is not None:
+            reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
+            if not reproduced:
+                refusals.append("the model does not fail where the recorded allocator failed")
+        rows: list[WhatIf] = []
+        if tabled:
+            # The exact run noted what it would have reported had it stopped at the first OOM:
+            # that is the baseline, step for step, without a second run.
+            baseline = exact.at_first_stop or exact
+            rows.append(row("as recorded", recorded, baseline, None))
+            if kind != "empty":  # the calibration matters only with blocks live or cached
+                calibration = run(
+                    dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
                 )
-        if not refusals:  # refused: only row one shows
-            rows += what_if_rows(
-                dump, events, start, device, recorded, alternatives, note=note, jobs=jobs
-            )
+                if (calibration.oom_index is None) != (baseline.oom_index is None):
+                    refusals.append(
+                        "the blocks live when recording started decide the outcome: placed"
+                        " afresh under the recorded settings they give a different result, so"
+                        " their lost history matters"
+                    )
+            if not refusals:  # refused: only row one shows
+                rows += planned.rows()
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
@@ -244,7 +238,7 @@ def replay(
         live_at_start_blocks=len(live_blocks),
         live_at_start_bytes=sum(block.size or 0 for block in live_blocks),
         trace_events=len(dump.trace),
-        fidelity=fidelity,
+        fidelity=exact.fidelity,
         segment_events=exact.real_segment_events,
         segment_events_matched=exact.matched_segment_events,
         placements_checked=exact.allocs_checked,
@@ -261,6 +255,26 @@ def replay(
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
     )
+
+
+def _self_check_refusals(exact: RunResult) -> list[str]:
+    """Why the self-check does not reproduce the recorded run closely enough for a what-if."""
+    refusals: list[str] = []
+    fidelity = exact.fidelity
+    if fidelity is not None and fidelity < MIN_FIDELITY:
+        refusals.append(
+            f"the model reproduced only {fidelity:.1%} of the recorded segment events"
+            f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
+        )
+    placed = exact.placement_fidelity
+    if placed is not None and placed < MIN_FIDELITY:
+        refusals.append(
+            f"the model placed only {placed:.1%} of the blocks at their recorded address"
+            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
+            f" the start layout or the settings differ from the recorded allocator's; first"
+            f" differences: {'; '.join(exact.misplaced)}"
+        )
+    return refusals
 
 
 def _device_with_conf_fraction(

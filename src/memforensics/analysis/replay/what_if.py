@@ -15,8 +15,8 @@ docs/performance.md for the measured cost).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -106,14 +106,84 @@ class _Rows:
         return row("", settings, result, self.note)
 
 
-_forked: list[_Rows] = []  # what forked workers inherit: set only while a pool runs
+_forked: list[_Rows] = []  # what forked workers inherit: set only while a pool starts
 
 
 def _run_forked(task: tuple[AllocatorSettings, Device]) -> WhatIf:
     return _forked[0].run(task)
 
 
-def what_if_rows(
+class WhatIfRows:
+    """The what-if rows of one replay: planned, then run here or started early in workers.
+
+    Rows whose settings decide alike on this trace (:func:`deciding_settings`) on the same
+    device share one run. With ``jobs`` above 1 (and ``fork`` safe) :meth:`start` forks the
+    workers and hands them every run at once, so they work while the caller runs its
+    self-check; :meth:`close` ends them, whether their rows were asked for or not.
+    """
+
+    def __init__(
+        self,
+        rows: _Rows,
+        alternatives: list[tuple[str, AllocatorSettings]],
+        jobs: int,
+    ) -> None:
+        self._rows = rows
+        self._alternatives = alternatives
+        self._tasks: list[tuple[AllocatorSettings, Device]] = []
+        self._found: list[tuple[int, str | None]] = []  # per row: the run answering it, needs
+        self._jobs = jobs
+        self._pool: multiprocessing.pool.Pool | None = None
+        self._pending: multiprocessing.pool.MapResult[WhatIf] | None = None
+        largest = _largest_request(rows.events, rows.start)
+        first: dict[tuple[AllocatorSettings, Device], int] = {}
+        for _name, settings in alternatives:
+            device = _device_with_fraction(rows.device, settings, rows.recorded)
+            fraction = device.allowed is not None
+            key = (deciding_settings(settings, fraction=fraction, largest_request=largest), device)
+            if key not in first:
+                first[key] = len(self._tasks)
+                self._tasks.append((settings, device))
+            needs = GC_NEEDS_FRACTION if device is not rows.device else None
+            self._found.append((first[key], needs))
+
+    @property
+    def runs(self) -> int:
+        """Passes over the trace the rows need (rows that decide alike share one)."""
+        return len(self._tasks)
+
+    def start(self) -> None:
+        """Fork up to ``jobs`` workers and give them every run (nothing when one job)."""
+        workers = min(self._jobs, len(self._tasks))
+        if workers <= 1 or self._pool is not None or not _fork_is_safe():
+            return
+        _forked.append(self._rows)
+        try:
+            self._pool = multiprocessing.get_context("fork").Pool(workers)
+        finally:
+            _forked.clear()
+        self._pending = self._pool.map_async(_run_forked, self._tasks, chunksize=1)
+
+    def rows(self) -> list[WhatIf]:
+        """One row per alternative, in order."""
+        if self._pending is not None:
+            answers = self._pending.get()
+        else:
+            answers = [self._rows.run(task) for task in self._tasks]
+        return [
+            replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
+            for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
+        ]
+
+    def close(self) -> None:
+        """End the workers (a refused table's runs are not waited for)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = self._pending = None
+
+
+def plan_rows(
     dump: Dump,
     events: list[Event],
     start: AllocatorState,
@@ -123,44 +193,10 @@ def what_if_rows(
     *,
     note: str | None,
     jobs: int = 1,
-) -> list[WhatIf]:
-    """One row per alternative, in order; up to ``jobs`` runs at once in forked workers.
-
-    Rows whose settings decide alike on this trace (:func:`deciding_settings`) on the same
-    device share one run.
-    """
-    rows = _Rows(dump, events, start, device, recorded, note)
-    largest = _largest_request(events, start)
-    first: dict[tuple[AllocatorSettings, Device], int] = {}
-    tasks: list[tuple[AllocatorSettings, Device]] = []
-    found: list[tuple[int, str | None]] = []  # per row: the task that answers it, its needs
-    for _name, settings in alternatives:
-        row_device = _device_with_fraction(device, settings, recorded)
-        fraction = row_device.allowed is not None
-        key = (deciding_settings(settings, fraction=fraction, largest_request=largest), row_device)
-        if key not in first:
-            first[key] = len(tasks)
-            tasks.append((settings, row_device))
-        found.append((first[key], GC_NEEDS_FRACTION if row_device is not device else None))
-    answers = _run_all(rows, tasks, jobs)
-    return [
-        replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
-        for (name, settings), (task, needs) in zip(alternatives, found, strict=True)
-    ]
-
-
-def _run_all(rows: _Rows, tasks: list[tuple[AllocatorSettings, Device]], jobs: int) -> list[WhatIf]:
-    """Each task's row, in order: here, or in up to ``jobs`` forked workers."""
-    workers = min(jobs, len(tasks))
-    if workers <= 1 or not _fork_is_safe():
-        return [rows.run(task) for task in tasks]
-    _forked.append(rows)
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(_run_forked, tasks))
-    finally:
-        _forked.clear()
+) -> WhatIfRows:
+    """The rows for ``alternatives``: each replays the trace from ``start``, stopping at its
+    first OOM; up to ``jobs`` runs at once in forked workers once started."""
+    return WhatIfRows(_Rows(dump, events, start, device, recorded, note), alternatives, jobs)
 
 
 def _largest_request(events: list[Event], start: AllocatorState) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -182,3 +183,27 @@ def test_every_row_of_the_table_is_what_its_setting_alone_gives(
     for row in table.what_if[1:]:
         alone = replay(dump, sets=row.name.split(", "))
         assert alone.what_if[1] == row, row.name
+
+
+def test_a_refused_table_ends_the_rows_started_in_workers() -> None:
+    """Rows started in workers before the self-check refuses the table: the answer is the
+    one computed in this process, and no worker outlives the replay."""
+    device = SimDevice(40 * MiB)
+    device.record_memory_history("all", max_entries=100_000)
+    first = device.empty(5_177_344)
+    neighbour = device.empty(3 * MiB // 2)
+    _wall = device.empty(2 * MiB)
+    first.free()
+    held = device.empty(4 * MiB)  # served by the freed block, its real end unknown later
+    neighbour.free()
+    device.record_memory_history("all", max_entries=100_000, clear_history=True)
+    _after = device.empty(2 * MiB)  # the model places it elsewhere: the table is refused
+    held.free()
+    with contextlib.suppress(SimOutOfMemoryError):
+        device.empty(30 * MiB)
+    dump = dump_from_snapshot(device.snapshot())
+    here = replay(dump, jobs=1)
+    forked = replay(dump, jobs=4)
+    assert any("placed only" in reason for reason in here.refusals)
+    assert forked.to_dict() == here.to_dict()
+    assert multiprocessing.active_children() == []
