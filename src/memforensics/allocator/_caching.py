@@ -94,7 +94,9 @@ class DeviceCachingAllocator:
         if self.pending and self.auto_events:
             self.process_events()
         if self._plain_rounding:  # round_size without roundup_power2_divisions, inlined
-            size = max(-(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE, K_MIN_BLOCK_SIZE)
+            size = -(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+            if size < K_MIN_BLOCK_SIZE:  # noqa: PLR1730 - max() costs a call on every request
+                size = K_MIN_BLOCK_SIZE
         else:
             size = self.round_size(orig_size)
         pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks

@@ -165,7 +165,8 @@ def replay(
 
     ``sets``: ``key=value`` settings for one alternative row (with none, the standard
     alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
-    ``jobs``: how many what-if rows may run at once, each in a forked worker process.
+    ``jobs``: how many processes replay what-if rows at once (this one and ``jobs - 1``
+    forked workers, started before the self-check).
     """
     recorded = recorded_settings(dump)
     read = settings_read(dump)

@@ -6,18 +6,20 @@ Rows whose settings cannot decide differently on this trace share one run
 a ``max_split_size`` above every block the run can make).
 
 Each row is one pass of the model over the whole trace and no row reads another's result, so
-with ``jobs`` above 1 (and ``fork`` available in a process with one thread) the rows run in
-that many forked workers. A forked worker shares the parent's dump and decoded trace
-copy-on-write; what it copies is the pages its own reference counting touches (see
-docs/performance.md for the measured cost).
+with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
+forked workers and the calling process share the rows' runs. A forked worker shares the
+parent's dump and decoded trace copy-on-write; what it copies is the pages its own reference
+counting touches (see docs/analysis.md, ``replay``, for the measured cost).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-import multiprocessing.pool
 import threading
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from memforensics.allocator import AllocatorSettings, deciding_settings
@@ -84,6 +86,10 @@ def row(
     )
 
 
+Task = tuple[AllocatorSettings, Device]
+"""One run: the settings and the device it replays on."""
+
+
 @dataclass(frozen=True)
 class _Rows:
     """What every row's run reads: one dump, its decoded trace, the start and the device."""
@@ -95,7 +101,7 @@ class _Rows:
     recorded: AllocatorSettings
     note: str | None
 
-    def run(self, task: tuple[AllocatorSettings, Device]) -> WhatIf:
+    def run(self, task: Task) -> WhatIf:
         """Replay the trace under one alternative on its device, stopping at its first OOM
         (the row's name and conf are left for the caller)."""
         settings, device = task
@@ -106,20 +112,17 @@ class _Rows:
         return row("", settings, result, self.note)
 
 
-_forked: list[_Rows] = []  # what forked workers inherit: set only while a pool starts
-
-
-def _run_forked(task: tuple[AllocatorSettings, Device]) -> WhatIf:
-    return _forked[0].run(task)
+_forked: list[tuple[_Rows, list[Task], Any]] = []  # inherited by forked workers (while starting)
 
 
 class WhatIfRows:
     """The what-if rows of one replay: planned, then run here or started early in workers.
 
     Rows whose settings decide alike on this trace (:func:`deciding_settings`) on the same
-    device share one run. With ``jobs`` above 1 (and ``fork`` safe) :meth:`start` forks the
-    workers and hands them every run at once, so they work while the caller runs its
-    self-check; :meth:`close` ends them, whether their rows were asked for or not.
+    device share one run. With ``jobs`` above 1 (and ``fork`` safe) :meth:`start` forks
+    ``jobs - 1`` workers that take runs one at a time while the caller runs its self-check;
+    :meth:`rows` then takes what is left here too (so ``jobs`` processes work at once), and
+    :meth:`close` ends the workers, whether their rows were asked for or not.
     """
 
     def __init__(
@@ -130,13 +133,13 @@ class WhatIfRows:
     ) -> None:
         self._rows = rows
         self._alternatives = alternatives
-        self._tasks: list[tuple[AllocatorSettings, Device]] = []
+        self._tasks: list[Task] = []
         self._found: list[tuple[int, str | None]] = []  # per row: the run answering it, needs
         self._jobs = jobs
-        self._pool: multiprocessing.pool.Pool | None = None
-        self._pending: multiprocessing.pool.MapResult[WhatIf] | None = None
+        self._workers: list[tuple[BaseProcess, Connection]] = []
+        self._next: Any = None  # the index of the next run to take, shared with the workers
         largest = _largest_request(rows.events, rows.start)
-        first: dict[tuple[AllocatorSettings, Device], int] = {}
+        first: dict[Task, int] = {}
         for _name, settings in alternatives:
             device = _device_with_fraction(rows.device, settings, rows.recorded)
             fraction = device.allowed is not None
@@ -153,23 +156,37 @@ class WhatIfRows:
         return len(self._tasks)
 
     def start(self) -> None:
-        """Fork up to ``jobs`` workers and give them every run (nothing when one job)."""
-        workers = min(self._jobs, len(self._tasks))
-        if workers <= 1 or self._pool is not None or not _fork_is_safe():
+        """Fork ``jobs - 1`` workers (at most one per run) that start taking runs now."""
+        workers = min(self._jobs - 1, len(self._tasks))
+        if workers < 1 or self._next is not None or not _fork_is_safe():
             return
-        _forked.append(self._rows)
+        context = multiprocessing.get_context("fork")
+        self._next = context.Value("q", 0)
+        _forked.append((self._rows, self._tasks, self._next))
         try:
-            self._pool = multiprocessing.get_context("fork").Pool(workers)
+            for _ in range(workers):
+                reader, writer = context.Pipe(duplex=False)
+                worker = context.Process(target=_work_forked, args=(writer,), daemon=True)
+                worker.start()
+                writer.close()
+                self._workers.append((worker, reader))
         finally:
             _forked.clear()
-        self._pending = self._pool.map_async(_run_forked, self._tasks, chunksize=1)
 
     def rows(self) -> list[WhatIf]:
         """One row per alternative, in order."""
-        if self._pending is not None:
-            answers = self._pending.get()
-        else:
+        if self._next is None:
             answers = [self._rows.run(task) for task in self._tasks]
+        else:
+            taken = dict(_work(self._rows, self._tasks, self._next))  # what no worker took yet
+            for _worker, reader in self._workers:
+                with contextlib.suppress(EOFError, OSError):  # a worker that died sends nothing
+                    taken.update(reader.recv())
+            # A run a failed worker took is run here (where its error, if any, is raised).
+            answers = [
+                taken[index] if index in taken else self._rows.run(task)
+                for index, task in enumerate(self._tasks)
+            ]
         return [
             replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
             for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
@@ -177,10 +194,35 @@ class WhatIfRows:
 
     def close(self) -> None:
         """End the workers (a refused table's runs are not waited for)."""
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = self._pending = None
+        for worker, reader in self._workers:
+            if worker.is_alive():
+                worker.kill()
+            worker.join()
+            reader.close()
+        self._workers, self._next = [], None
+
+
+def _work_forked(writer: Connection) -> None:
+    """A worker: runs taken one at a time until none is left, sent back as (index, row)."""
+    rows, tasks, next_index = _forked[0]
+    try:
+        done = _work(rows, tasks, next_index)
+    except Exception:  # noqa: BLE001 - the caller reruns what is missing and raises it there
+        done = []
+    writer.send(done)
+    writer.close()
+
+
+def _work(rows: _Rows, tasks: list[Task], next_index: Any) -> list[tuple[int, WhatIf]]:
+    """Take the next run not yet taken by any process, run it, repeat; (index, row) pairs."""
+    done: list[tuple[int, WhatIf]] = []
+    while True:
+        with next_index.get_lock():
+            index = next_index.value
+            next_index.value = index + 1
+        if index >= len(tasks):
+            return done
+        done.append((index, rows.run(tasks[index])))
 
 
 def plan_rows(

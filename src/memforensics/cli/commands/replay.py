@@ -53,8 +53,8 @@ class ReplayCommand:
             type=int,
             default=os.cpu_count() or 1,
             metavar="N",
-            help="what-if rows replayed at once, each in a forked process sharing the loaded"
-            " dump (default: the CPU count; 1 works in this process)",
+            help="processes replaying what-if rows at once: this one and N-1 forked workers"
+            " sharing the loaded dump (default: the CPU count; 1 works in this process)",
         )
         add_analysis_flags(parser)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -206,4 +208,27 @@ def test_a_refused_table_ends_the_rows_started_in_workers() -> None:
     forked = replay(dump, jobs=4)
     assert any("placed only" in reason for reason in here.refusals)
     assert forked.to_dict() == here.to_dict()
+    assert multiprocessing.active_children() == []
+
+
+def test_a_self_check_that_raises_ends_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error in the self-check while rows run in workers reaches the caller, and no worker
+    outlives the replay."""
+    import importlib
+
+    module = importlib.import_module("memforensics.analysis.replay.replay")
+    real_run = module.run
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("exact"):
+            raise RuntimeError("the self-check broke")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run", failing)
+    device = SimDevice(48 * MiB)
+    device.record_memory_history("all", max_entries=100_000)
+    kept = [device.empty(size * MiB) for size in (3, 5, 7, 12)]
+    kept[1].free()
+    with pytest.raises(RuntimeError, match="the self-check broke"):
+        replay(dump_from_snapshot(device.snapshot()), jobs=3)
     assert multiprocessing.active_children() == []
