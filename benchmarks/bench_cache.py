@@ -7,7 +7,8 @@ end to end). Then, in fresh interpreters, median of ``--repeats``:
 
 * ``summary / pickle.load``: ``load_dump`` + ``summarize`` of the real-shaped dump against plain
   ``pickle.load`` of the same file (target 1.3), and their peak memory (target 1.5);
-* ``replay / pickle.load``: ``load_dump`` + ``replay`` of the model-written dump (target 2.5);
+* ``replay / pickle.load``: ``load_dump`` + ``replay`` of the model-written dump with the
+  CLI's default ``--jobs`` (the CPU count) (target 2.5);
 * ``cli first summary / pickle.load``: the console script's first ``summary --json`` (interpreter,
   imports, the cache's hashing and the printing included; reported, no target);
 * ``second look / first summary``: the console script's ``summary --json`` on the real-shaped
@@ -15,13 +16,16 @@ end to end). Then, in fresh interpreters, median of ``--repeats``:
 * ``replay after summary / first summary``: a different command on a dump the cache has seen
   (the model-written one; reported, no target: the cache keeps answers, so it reads the dump).
 
-    python benchmarks/bench_cache.py [--json PATH] [--events N] [--repeats R]
+    python benchmarks/bench_cache.py [--json PATH] [--events N] [--repeats R] [--only replay]
+
+``--only replay`` measures the replay figure alone (``--model FILE``: on that dump, not a new one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import shutil
 import statistics
@@ -66,7 +70,7 @@ def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
                 return pickle.load(handle)
         if mode == "summary":
             return summarize(load_dump(path))
-        return replay(load_dump(path))
+        return replay(load_dump(path), jobs=os.cpu_count() or 1)  # the CLI's default --jobs
 
     return timed_in_process(run, repeats)
 
@@ -112,12 +116,31 @@ def _looks(path: Path, tmp: Path, repeats: int, then: str) -> tuple[float, float
     return statistics.median(first), statistics.median(after)
 
 
+def _replay_only(args: argparse.Namespace) -> int:
+    """The replay figure alone, on ``--model`` or on a model-written dump built here."""
+    with tempfile.TemporaryDirectory() as name:
+        model = args.model or Path(name) / "model.pickle"
+        if args.model is None:
+            _child("--build", "model", "--file", model, "--events", args.events)
+        plain, replayed = _interleaved(model, "replay", args.repeats)
+    ratio = replayed["seconds"] / plain["seconds"]
+    figures = {"pickle_load_s": plain["seconds"], "replay_s": replayed["seconds"],
+               "replay_over_pickle": ratio}  # fmt: skip
+    for key, value in figures.items():
+        print(f"{key:<42}{value:>12.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 1 if ratio > TARGETS["replay_over_pickle"] else 0
+
+
 def main() -> int:
     """Build, measure, print a table, write --json; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", choices=["replay"], help="measure only this figure")
+    parser.add_argument("--model", type=Path, help="with --only replay: this model-written dump")
     parser.add_argument("--build", choices=["real", "model"], help=argparse.SUPPRESS)
     parser.add_argument(
         "--measure", choices=["pickle", "summary", "replay"], help=argparse.SUPPRESS
@@ -131,6 +154,8 @@ def main() -> int:
     if args.measure:
         print(json.dumps(measure(args.file, args.measure, args.repeats)))
         return 0
+    if args.only == "replay":
+        return _replay_only(args)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         real, model = tmp / "real.pickle", tmp / "model.pickle"

@@ -113,3 +113,18 @@ def test_replay_set_and_errors(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1
     assert "too small" in bad.stderr
+
+
+def test_replay_jobs_prints_the_same_table_as_one_process(tmp_path: Path) -> None:
+    """replay --jobs 3 (rows in forked workers) prints what --jobs 1 prints, text and JSON;
+    --jobs 0 is a usage error."""
+    oom, _steps = _demo(tmp_path / "demo")
+    for extra in ((), ("--json",)):
+        one = _cli("replay", oom, "--no-cache", "--jobs", "1", *extra)
+        three = _cli("replay", oom, "--no-cache", "--jobs", "3", *extra)
+        assert one.returncode == three.returncode == 0, one.stderr + three.stderr
+        assert three.stdout == one.stdout
+    assert len(json.loads(one.stdout)["what_if"]) > 1  # the last pair compared was --json
+    refused = _cli("replay", oom, "--no-cache", "--jobs", "0")
+    assert refused.returncode == 2
+    assert "--jobs must be 1 or more" in refused.stderr

@@ -25,6 +25,7 @@ from memforensics.allocator._conf import (
     read_snapshot_settings,
 )
 from memforensics.allocator._expandable import ExpandableSegment
+from memforensics.allocator._inert import deciding_settings, largest_block
 from memforensics.allocator._rules import ConfRules, rules_for
 from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
 from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
@@ -56,8 +57,10 @@ __all__ = [
     "SettingsError",
     "Stat",
     "apply_assignment",
+    "deciding_settings",
     "from_snapshot",
     "get_allocation_size",
+    "largest_block",
     "parse_conf",
     "read_snapshot_settings",
     "round_size",

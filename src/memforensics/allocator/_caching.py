@@ -94,7 +94,9 @@ class DeviceCachingAllocator:
         if self.pending and self.auto_events:
             self.process_events()
         if self._plain_rounding:  # round_size without roundup_power2_divisions, inlined
-            size = max(-(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE, K_MIN_BLOCK_SIZE)
+            size = -(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+            if size < K_MIN_BLOCK_SIZE:  # noqa: PLR1730 - max() costs a call on every request
+                size = K_MIN_BLOCK_SIZE
         else:
             size = self.round_size(orig_size)
         pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
@@ -167,11 +169,11 @@ class DeviceCachingAllocator:
         settings = self.settings
         if self.allowed is not None and settings.garbage_collection_threshold > 0.0:
             pool.get_free_blocks_call_count += 1
-        keys = pool.keys
+        keys, blocks = pool.keys, pool.blocks
         i = bisect_left(keys, (stream, size, 0))
         if i == len(keys) or keys[i][0] != stream:
             return None
-        block = pool.blocks[keys[i][2]]
+        block = blocks[keys[i][2]]
         if block.expandable is not None:
             if settings.expandable_segments:
                 j = i + 1
@@ -179,23 +181,25 @@ class DeviceCachingAllocator:
                     block.expandable is not None
                     and j < len(keys)
                     and keys[j][0] == stream
-                    and _expandable_size(pool.blocks[keys[j][2]]) < _expandable_size(block)
+                    and _expandable_size(blocks[keys[j][2]]) < _expandable_size(block)
                 ):
-                    block = pool.blocks[keys[j][2]]
+                    block = blocks[keys[j][2]]
+                    i = j
                     j += 1
             else:
                 i += 1
-                while i < len(keys) and keys[i][0] == stream and pool.blocks[keys[i][2]].expandable:
+                while i < len(keys) and keys[i][0] == stream and blocks[keys[i][2]].expandable:
                     i += 1
                 if i == len(keys) or keys[i][0] != stream:
                     return None
-                block = pool.blocks[keys[i][2]]
+                block = blocks[keys[i][2]]
         max_split = settings.max_split_size
         if size < max_split and block.size >= max_split:
             return None  # do not return an oversized block for a smaller request
         if size >= max_split and block.size >= size + settings.max_non_split_rounding_size:
             return None  # an oversized block may be rounded up only so far
-        pool.erase(block)
+        del keys[i]  # pool.erase(block), its key's index known
+        del blocks[block.address]
         return block
 
     def should_split(self, block: Block, size: int) -> bool:
@@ -229,17 +233,32 @@ class DeviceCachingAllocator:
         block.context = context
         self.active_blocks[block.address] = block
         size = block.size
-        for stat, amount in (
-            (self.allocation, 1),
-            (self.allocated_bytes, size),
-            (self.active, 1),
-            (self.active_bytes, size),
-            (self.requested_bytes, orig_size),
-        ):  # increase_stat, inlined: this runs on every allocation
-            stat.current += amount
-            stat.allocated += amount
-            if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
-                stat.peak = stat.current
+        # increase_stat on each stat, unrolled: this runs on every allocation
+        stat = self.allocation
+        stat.current += 1
+        stat.allocated += 1
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
+        stat = self.allocated_bytes
+        stat.current += size
+        stat.allocated += size
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
+        stat = self.active
+        stat.current += 1
+        stat.allocated += 1
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
+        stat = self.active_bytes
+        stat.current += size
+        stat.allocated += size
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
+        stat = self.requested_bytes
+        stat.current += orig_size
+        stat.allocated += orig_size
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
         if self.trace_blocks:
             self.on_trace("alloc", block.address, orig_size, block.stream)
         return block
@@ -404,16 +423,23 @@ class DeviceCachingAllocator:
         block.context = None
         original_size, requested = block.size, block.requested_size
         pool = block.pool
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
+        neighbour = block.prev
+        if neighbour is not None and not neighbour.allocated:  # else try_merge_blocks does nothing
+            self.try_merge_blocks(block, neighbour, pool)
+        neighbour = block.next
+        if neighbour is not None and not neighbour.allocated:
+            self.try_merge_blocks(block, neighbour, pool)
         pool.insert_into_blocks(block)
-        for stat, amount in (
-            (self.active, 1),
-            (self.active_bytes, original_size),
-            (self.requested_bytes, requested),
-        ):  # decrease_stat, inlined: this runs on every free
-            stat.current -= amount
-            stat.freed += amount
+        # decrease_stat on each stat, unrolled: this runs on every free
+        stat = self.active
+        stat.current -= 1
+        stat.freed += 1
+        stat = self.active_bytes
+        stat.current -= original_size
+        stat.freed += original_size
+        stat = self.requested_bytes
+        stat.current -= requested
+        stat.freed += requested
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Mirrors ``try_merge_blocks``: absorb ``src`` into ``dst``; the bytes absorbed."""

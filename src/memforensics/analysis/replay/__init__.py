@@ -1,9 +1,10 @@
 """The allocator replay: self-check the model on a dump, then what-if under other settings."""
 
 from memforensics.analysis.replay.blame import Pinner
-from memforensics.analysis.replay.replay import Replay, WhatIf, device_for, replay
+from memforensics.analysis.replay.replay import Replay, device_for, replay
 from memforensics.analysis.replay.run import Device, RunResult, run
 from memforensics.analysis.replay.text import replay_text
+from memforensics.analysis.replay.what_if import WhatIf
 
 __all__ = [
     "Device",

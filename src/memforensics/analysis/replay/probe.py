@@ -9,12 +9,17 @@ helpers that look into or restore the model are here too.
 from __future__ import annotations
 
 from memforensics.allocator import Block, DeviceCachingAllocator
+from memforensics.analysis.replay.events import OOM, REQUESTS
 
 RELEASES = ("segment_free", "segment_unmap")
 
 
 def emptied(
-    model: DeviceCachingAllocator, real: list[tuple[str, int, int]], entry: dict[str, object]
+    model: DeviceCachingAllocator,
+    real: list[tuple[str, int, int]],
+    code: int,
+    size: int | None,
+    stream: int,
 ) -> bool:
     """Were the recorded releases before this event an ``empty_cache()`` call?
 
@@ -25,12 +30,10 @@ def emptied(
     the same state). Before an ``alloc``'s new segment they are its retry only when the device
     had no room for that segment.
     """
-    size, stream = entry.get("size"), entry.get("stream")
-    action = entry.get("action")
-    request = action in ("alloc", "oom") and type(size) is int
-    if request and _cached_block_fits(model, int(str(size)), stream):
+    request = size if code in REQUESTS else None  # the requested bytes (None: no request)
+    if request is not None and _cached_block_fits(model, request, stream):
         return True
-    if action == "oom":
+    if code == OOM:
         return False
     if all(event[0] in RELEASES for event in real):
         return True
@@ -43,9 +46,9 @@ def emptied(
             if not block.is_split() and block.expandable is None
         }
         return whole <= freed
-    if not request:
+    if request is None:
         return False
-    rounded = model.round_size(int(str(size)))
+    rounded = model.round_size(request)
     total = model.total_allocated_memory
     settings = model.settings
     threshold = settings.garbage_collection_threshold
@@ -58,12 +61,12 @@ def emptied(
     return total + need <= model.capacity
 
 
-def _cached_block_fits(model: DeviceCachingAllocator, size: int, stream: object) -> bool:
+def _cached_block_fits(model: DeviceCachingAllocator, size: int, stream: int) -> bool:
     """Would ``get_free_block`` serve this request now? (The model's state is left as it was.)"""
     rounded = model.round_size(size)
     pool = model.small_blocks if rounded <= (1 << 20) else model.large_blocks
     calls = pool.get_free_blocks_call_count
-    block = model.get_free_block(rounded, stream if type(stream) is int else 0, pool)
+    block = model.get_free_block(rounded, stream, pool)
     pool.get_free_blocks_call_count = calls
     if block is None:
         return False

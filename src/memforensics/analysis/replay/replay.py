@@ -16,6 +16,7 @@ refused.
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +38,15 @@ from memforensics.analysis.oom import (
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
-from memforensics.analysis.replay.lint import MEMORY_FRACTION, lint
-from memforensics.analysis.replay.run import Device, RunResult, placement_share, run
+from memforensics.analysis.replay.events import decode
+from memforensics.analysis.replay.lint import lint
+from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, placement_share, run
+from memforensics.analysis.replay.what_if import WhatIf, plan_rows, row
 
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
 a what-if is refused: one decision in a hundred already differs, the size of the differences a
 what-if is asked to judge."""
-_UNBOUNDED = 1 << 62
 STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("expandable_segments=True",),
     ("max_split_size_mb=64",),
@@ -54,35 +56,6 @@ STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
     ("roundup_power2_divisions=4",),
     ("expandable_segments=True", "roundup_power2_divisions=4"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class WhatIf:
-    """One row of the what-if table."""
-
-    name: str
-    conf: str
-    oom: bool
-    peak_reserved_bytes: int
-    fragmentation_at_peak_bytes: int
-    first_failure_index: int | None
-    first_failure_bytes: int | None
-    note: str | None = None
-    requires: str | None = None  # what else the row's outcome needs beyond its conf
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
-        return {
-            "name": self.name,
-            "conf": self.conf,
-            "oom": self.oom,
-            "peak_reserved_bytes": self.peak_reserved_bytes,
-            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
-            "first_failure_index": self.first_failure_index,
-            "first_failure_bytes": self.first_failure_bytes,
-            "note": self.note,
-            "requires": self.requires,
-        }
 
 
 @dataclass(frozen=True)
@@ -177,7 +150,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
         if limit is not None and limit < capacity:
             return Device(capacity, limit, limit)
         return Device(capacity, None, limit or capacity)
-    return Device(_UNBOUNDED, None, _UNBOUNDED)
+    return Device(UNBOUNDED, None, UNBOUNDED)
 
 
 @paused_gc()
@@ -186,11 +159,14 @@ def replay(
     *,
     sets: list[str] | None = None,
     requested: int | None = None,
+    jobs: int = 1,
 ) -> Replay:
     """Self-check, lower bound, what-if table, pinners and lint for one dump.
 
     ``sets``: ``key=value`` settings for one alternative row (with none, the standard
     alternatives); raises :class:`~memforensics.allocator.SettingsError` for a bad one.
+    ``jobs``: how many processes replay what-if rows at once (this one and ``jobs - 1``
+    forked workers, started before the self-check).
     """
     recorded = recorded_settings(dump)
     read = settings_read(dump)
@@ -214,48 +190,41 @@ def replay(
             "the history ring buffer overflowed: the events that shaped the starting layout are"
             " lost (raise max_entries)"
         )
-    exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False)
-    fidelity = exact.fidelity
-    if fidelity is not None and fidelity < MIN_FIDELITY:
-        refusals.append(
-            f"the model reproduced only {fidelity:.1%} of the recorded segment events"
-            f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
-        )
-    placed = exact.placement_fidelity
-    if placed is not None and placed < MIN_FIDELITY:
-        refusals.append(
-            f"the model placed only {placed:.1%} of the blocks at their recorded address"
-            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
-            f" the start layout or the settings differ from the recorded allocator's; first"
-            f" differences: {'; '.join(exact.misplaced)}"
-        )
-    reproduced: bool | None = None
-    if moment is not None and moment.index is not None:
-        reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
-        if not reproduced:
-            refusals.append("the model does not fail where the recorded allocator failed")
-    rows: list[WhatIf] = []
-    if has_history(dump) and not start.problem_count:
-        # Stopping at the first OOM changes nothing when the exact run met none and the trace
-        # records none: that run is the baseline, step for step.
-        no_oom = exact.oom_index is None and (moment is None or moment.index is None)
-        baseline = (
-            exact if no_oom else run(dump, recorded, start, device, exact=True, stop_at_oom=True)
-        )
-        rows.append(_row("as recorded", recorded, baseline, None))
-        calibration = run(dump, recorded, start, device, exact=False, stop_at_oom=True)
-        note = "live blocks at the start placed afresh" if kind == "live" else None
-        if kind != "empty" and (calibration.oom_index is None) != (baseline.oom_index is None):
-            refusals.append(
-                "the blocks live when recording started decide the outcome: placed afresh under"
-                " the recorded settings they give a different result, so their lost history"
-                " matters"
-            )
-        for name, settings in alternatives if not refusals else ():  # refused: only row one shows
-            row_device = _device_with_fraction(device, settings, recorded)
-            result = run(dump, settings, start, row_device, exact=False, stop_at_oom=True)
-            needs = GC_NEEDS_FRACTION if row_device is not device else None
-            rows.append(_row(name, settings, result, note, needs))
+    events = decode(dump.trace)  # read once; every run below walks these tuples
+    tabled = has_history(dump) and not start.problem_count
+    note = "live blocks at the start placed afresh" if kind == "live" else None
+    planned = plan_rows(
+        dump, events, start, device, recorded, alternatives if tabled else [], note=note,
+        jobs=jobs,
+    )  # fmt: skip
+    if not refusals:  # with jobs, the rows start now in workers while the self-check runs here
+        planned.start()
+    with closing(planned):
+        exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
+        refusals += _self_check_refusals(exact)
+        reproduced: bool | None = None
+        if moment is not None and moment.index is not None:
+            reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
+            if not reproduced:
+                refusals.append("the model does not fail where the recorded allocator failed")
+        rows: list[WhatIf] = []
+        if tabled:
+            # The exact run noted what it would have reported had it stopped at the first OOM:
+            # that is the baseline, step for step, without a second run.
+            baseline = exact.at_first_stop or exact
+            rows.append(row("as recorded", recorded, baseline, None))
+            if kind != "empty":  # the calibration matters only with blocks live or cached
+                calibration = run(
+                    dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
+                )
+                if (calibration.oom_index is None) != (baseline.oom_index is None):
+                    refusals.append(
+                        "the blocks live when recording started decide the outcome: placed"
+                        " afresh under the recorded settings they give a different result, so"
+                        " their lost history matters"
+                    )
+            if not refusals:  # refused: only row one shows
+                rows += planned.rows()
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
@@ -270,7 +239,7 @@ def replay(
         live_at_start_blocks=len(live_blocks),
         live_at_start_bytes=sum(block.size or 0 for block in live_blocks),
         trace_events=len(dump.trace),
-        fidelity=fidelity,
+        fidelity=exact.fidelity,
         segment_events=exact.real_segment_events,
         segment_events_matched=exact.matched_segment_events,
         placements_checked=exact.allocs_checked,
@@ -289,6 +258,26 @@ def replay(
     )
 
 
+def _self_check_refusals(exact: RunResult) -> list[str]:
+    """Why the self-check does not reproduce the recorded run closely enough for a what-if."""
+    refusals: list[str] = []
+    fidelity = exact.fidelity
+    if fidelity is not None and fidelity < MIN_FIDELITY:
+        refusals.append(
+            f"the model reproduced only {fidelity:.1%} of the recorded segment events"
+            f" (needs {MIN_FIDELITY:.0%}); first differences: {'; '.join(exact.mismatches[:2])}"
+        )
+    placed = exact.placement_fidelity
+    if placed is not None and placed < MIN_FIDELITY:
+        refusals.append(
+            f"the model placed only {placed:.1%} of the blocks at their recorded address"
+            f" ({exact.allocs_placed_same:,}/{exact.allocs_checked:,}, needs {MIN_FIDELITY:.0%}):"
+            f" the start layout or the settings differ from the recorded allocator's; first"
+            f" differences: {'; '.join(exact.misplaced)}"
+        )
+    return refusals
+
+
 def _device_with_conf_fraction(
     device: Device, settings: AllocatorSettings, moment: OomMoment | None
 ) -> Device:
@@ -301,47 +290,6 @@ def _device_with_conf_fraction(
         return device
     allowed = int(fraction * moment.limit_bytes)
     return Device(device.capacity, min(allowed, device.capacity), device.total)
-
-
-GC_NEEDS_FRACTION = (
-    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
-    " the limit the OOM met"
-)
-"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
-
-
-def _device_with_fraction(
-    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
-) -> Device:
-    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
-    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
-    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
-    recorded device, where it did nothing."""
-    threshold = settings.garbage_collection_threshold
-    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
-    if gc and device.allowed is None and device.capacity < _UNBOUNDED:
-        return Device(device.capacity, device.capacity, device.total)
-    return device
-
-
-def _row(
-    name: str,
-    settings: AllocatorSettings,
-    result: RunResult,
-    note: str | None,
-    requires: str | None = None,
-) -> WhatIf:
-    return WhatIf(
-        name=name,
-        conf=settings.to_conf(),
-        oom=result.oom_index is not None,
-        peak_reserved_bytes=result.peak_reserved,
-        fragmentation_at_peak_bytes=result.fragmentation_at_peak,
-        first_failure_index=result.oom_index,
-        first_failure_bytes=result.oom_request,
-        note=note,
-        requires=requires,
-    )
 
 
 def _alternatives(

@@ -22,8 +22,21 @@ from memforensics.allocator import (
 )
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import SEGMENT_ACTIONS, AllocatorState
+from memforensics.analysis.replay.events import (
+    ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    OOM,
+    SEGMENT,
+    Event,
+    decode,
+)
 from memforensics.analysis.replay.probe import RELEASES, emptied, largest_free, undo_malloc
 from memforensics.analysis.replay.start import STREAM_UNKNOWN, seed_start
+
+UNBOUNDED = 1 << 62
+"""Capacity of a device that never runs out (no OOM to size it from)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,7 @@ class RunResult:
     mismatches: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)  # the first blocks placed elsewhere
     model: DeviceCachingAllocator | None = None
+    at_first_stop: RunResult | None = None  # run without stop_at_oom: what one with it reports
 
     @property
     def placement_fidelity(self) -> float | None:
@@ -85,13 +99,17 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     *,
     exact: bool,
     stop_at_oom: bool,
+    events: list[Event] | None = None,
 ) -> RunResult:
     """Replay ``dump``'s trace from ``start`` under ``settings``.
 
     ``exact``: seed the start layout block for block and reuse the real segment addresses (the
     self-check); else allocate the blocks live at the start afresh, in address order, under
     ``settings`` (what-if). ``stop_at_oom``: stop at the first request the model cannot serve
-    or at the trace's first ``oom`` entry, whichever comes first.
+    or at the trace's first ``oom`` entry, whichever comes first; without it the result's
+    :attr:`~RunResult.at_first_stop` holds what such a run would report. ``events``: the
+    trace as :func:`~memforensics.analysis.replay.events.decode` reads it (runs over one dump
+    share one).
     """
     result = RunResult(settings)
     real: list[tuple[str, int, int]] = []
@@ -124,45 +142,40 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     result.model = model
     by_addr = seed_start(model, start, exact, dump.trace)
     made.clear()
-    trace = dump.trace
-    count = len(trace)
+    if events is None:
+        events = decode(dump.trace)
     reserved_stat, allocated_stat = model.reserved_bytes, model.allocated_bytes
     peak = reserved_stat.current
     result.fragmentation_at_peak = peak - allocated_stat.current
     malloc, free = model.malloc, model.free
-    index = 0
-    while index < count:
-        entry = trace[index]
-        index += 1
-        if type(entry) is not dict:
+    watch = not stop_at_oom  # note the first stop a stop_at_oom run would make
+    consumed = len(dump.trace)
+    for code, addr, size, stream, position, extra in events:
+        if code == SEGMENT:
+            real.append((extra, addr, size))  # type: ignore[arg-type]
             continue
-        action = entry.get("action")
-        if action in SEGMENT_ACTIONS:
-            addr, size = entry.get("addr"), entry.get("size")
-            if type(addr) is int and type(size) is int:
-                real.append((action, addr, size))
-            continue
-        if real and real[0][0] in RELEASES and emptied(model, real, entry):
+        if real and real[0][0] in RELEASES and emptied(model, real, code, size, stream):
             model.empty_cache()  # releases no request explains: the program emptied the cache
             cut = next((i for i, event in enumerate(real) if event[0] not in RELEASES), len(real))
             rest = real[cut:]
             del real[cut:]
             _compare(result, real, made, exact)
             real.extend(rest)
-        addr = entry.get("addr")
-        if action == "alloc":
-            size = entry.get("size")
-            if type(size) is not int or type(addr) is not int:
+        if code == ALLOC:
+            if size is None or addr is None:
                 continue
-            stream = entry.get("stream")
-            block = malloc(size, stream if type(stream) is int else 0)
+            block = malloc(size, stream)
             if block is None:
-                result.oom_index = index - 1
+                result.oom_index = position
                 result.oom_request = model.last_oom.size if model.last_oom else None
                 result.largest_free_at_oom = largest_free(model, size, stream)
                 if stop_at_oom:
-                    result.stopped_at = index - 1
+                    result.stopped_at = position
+                    consumed = position + 1
                     break
+                if watch:
+                    watch = False
+                    result.at_first_stop = _stopped(result, model, peak, position)
             else:
                 by_addr[addr] = block
                 if exact:
@@ -171,51 +184,46 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                         result.allocs_placed_same += 1
                     elif len(result.misplaced) < 2:
                         result.misplaced.append(
-                            f"event {index - 1}: {size:,} B placed at {block.address:#x},"
+                            f"event {position}: {size:,} B placed at {block.address:#x},"
                             f" recorded at {addr:#x}"
                         )
                 if reserved_stat.current > peak:
                     peak = reserved_stat.current
                     result.fragmentation_at_peak = peak - allocated_stat.current
-        elif action in ("free_requested", "free"):
-            block = by_addr.get(addr) if type(addr) is int else None
+        elif code in (FREE_REQUESTED, FREE):
+            block = by_addr.get(addr) if addr is not None else None
             if block is None or not block.allocated:
                 continue
-            if action == "free_requested" and not _completes_next(trace, index, addr):
+            if code == FREE_REQUESTED and not extra:
                 model.record_stream(block, STREAM_UNKNOWN)
             free(block)
             if block.event_count == 0:
                 del by_addr[addr]  # type: ignore[arg-type]
-        elif action == "free_completed":
-            block = by_addr.pop(addr, None) if type(addr) is int else None
+        elif code == FREE_COMPLETED:
+            block = by_addr.pop(addr, None) if addr is not None else None
             if block is not None and block.event_count > 0:
                 model.complete_free(block)
-        elif action == "oom":
-            if stop_at_oom and result.oom_index is None:
-                result.stopped_at = index - 1
-                size = entry.get("size")
-                if type(size) is int:
-                    stream = entry.get("stream")
-                    block = malloc(size, stream if type(stream) is int else 0)
-                    if block is None:
-                        result.oom_index, result.oom_request = index - 1, size
-                        result.largest_free_at_oom = largest_free(model, size, stream)
-                    else:
-                        undo_malloc(model, block)
-                break
-            size = entry.get("size")
-            if type(size) is int:
-                stream = entry.get("stream")
-                block = malloc(size, stream if type(stream) is int else 0)
+        elif code == OOM:
+            first = result.oom_index is None  # a stop_at_oom run never gets past its first
+            if size is not None:
+                block = malloc(size, stream)
                 if block is None:
-                    if result.oom_index is None:
-                        result.oom_index, result.oom_request = index - 1, size
+                    if first:
+                        result.oom_index, result.oom_request = position, size
                         result.largest_free_at_oom = largest_free(model, size, stream)
                 else:
-                    result.mismatches.append(
-                        f"event {index - 1}: the model served the failed request"
-                    )
+                    if not stop_at_oom:
+                        result.mismatches.append(
+                            f"event {position}: the model served the failed request"
+                        )
                     undo_malloc(model, block)
+            if stop_at_oom:
+                result.stopped_at = position
+                consumed = position + 1
+                break
+            if watch:
+                watch = False
+                result.at_first_stop = _stopped(result, model, peak, position)
         else:
             continue
         if real or made:
@@ -224,12 +232,33 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         model.empty_cache()
     if real or made:
         _compare(result, real, made, exact)
-    result.events = index
+    result.events = consumed
     result.peak_reserved = max(reserved_stat.peak, peak)
     result.peak_allocated = allocated_stat.peak
     result.reserved_at_stop = reserved_stat.current
     result.allocated_at_stop = allocated_stat.current
     return result
+
+
+def _stopped(
+    result: RunResult, model: DeviceCachingAllocator, peak: int, position: int
+) -> RunResult:
+    """What a ``stop_at_oom`` run reports when it stops at ``position`` (the model as it is
+    now): its OOM, peaks and stop figures; its self-check counts are not kept."""
+    reserved, allocated = model.reserved_bytes, model.allocated_bytes
+    return RunResult(
+        result.settings,
+        events=position + 1,
+        oom_index=result.oom_index,
+        oom_request=result.oom_request,
+        stopped_at=position,
+        peak_reserved=max(reserved.peak, peak),
+        peak_allocated=allocated.peak,
+        fragmentation_at_peak=result.fragmentation_at_peak,
+        reserved_at_stop=reserved.current,
+        allocated_at_stop=allocated.current,
+        largest_free_at_oom=result.largest_free_at_oom,
+    )
 
 
 def _compare(
@@ -248,15 +277,3 @@ def _compare(
             result.mismatches.append(f"real {real[:3]} vs model {made[:3]}")
     real.clear()
     made.clear()
-
-
-def _completes_next(trace: list[object], index: int, addr: object) -> bool:
-    """True when the next event completes this free (no other stream held the block)."""
-    if index >= len(trace):
-        return False  # the snapshot was taken before the free completed
-    entry = trace[index]
-    return (
-        type(entry) is dict
-        and entry.get("action") == "free_completed"
-        and entry.get("addr") == addr
-    )

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
 from memforensics.analysis import load_dump, replay
 from memforensics.analysis.replay import replay_text
-from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
+from memforensics.cli._analysis_flags import (
+    add_analysis_flags,
+    job_count,
+    open_cache,
+    warn_cache,
+)
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
@@ -23,7 +29,7 @@ class ReplayCommand:
     name = "replay"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE, --set KEY=VALUE (repeatable), --requested SIZE, --json."""
+        """FILE, --set KEY=VALUE (repeatable), --requested SIZE, --json, --jobs N."""
         parser.add_argument("file", metavar="FILE", help="snapshot (.pickle or .pickle.gz)")
         parser.add_argument(
             "--set",
@@ -42,11 +48,20 @@ class ReplayCommand:
             help="the failed request (2GiB) when the dump records neither history nor sidecar",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument(
+            "--jobs",
+            type=int,
+            default=os.cpu_count() or 1,
+            metavar="N",
+            help="processes replaying what-if rows at once: this one and N-1 forked workers"
+            " sharing the loaded dump (default: the CPU count; 1 works in this process)",
+        )
         add_analysis_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load, replay, print (or print the cached answer)."""
         path = Path(args.file)
+        jobs = job_count(args, parser)
         question = f"replay {json.dumps([args.sets, args.requested, args.json])}"
         progress = Progress(quiet=args.quiet)
 
@@ -57,7 +72,7 @@ class ReplayCommand:
                 raise CommandError(str(exc)) from None
             progress.phase(f"replaying {path.name}")
             try:
-                result = replay(dump, sets=args.sets or None, requested=args.requested)
+                result = replay(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
             except SettingsError as exc:
                 raise CommandError(f"--set: {exc}") from None
             out = json.dumps(result.to_dict(), indent=2) if args.json else replay_text(result)

@@ -123,19 +123,20 @@ def test_the_report_shows_the_placement_refusal() -> None:
 
 
 def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record each replay run's ``stop_at_oom`` (the replay's model passes over the trace)."""
+    """Record each replay run's ``stop_at_oom`` (the replay's model passes over the trace, the
+    self-check's and the what-if rows')."""
     import importlib
 
-    module = importlib.import_module("memforensics.analysis.replay.replay")
-
     calls: list[bool] = []
-    real_run = module.run
+    for name in ("replay", "what_if"):
+        module = importlib.import_module(f"memforensics.analysis.replay.{name}")
+        real_run = module.run
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(bool(kwargs.get("stop_at_oom")))
-        return real_run(*args, **kwargs)
+        def counted(*args: Any, real_run: Any = real_run, **kwargs: Any) -> Any:
+            calls.append(bool(kwargs.get("stop_at_oom")))
+            return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(module, "run", counted)
+        monkeypatch.setattr(module, "run", counted)
     return calls
 
 
@@ -148,12 +149,12 @@ def test_a_refused_replay_runs_no_alternative(monkeypatch: pytest.MonkeyPatch) -
     calls = _counting_runs(monkeypatch)
     result = replay(_oom_dump(device, total))
     assert result.refusals
-    assert len(calls) == 3  # the self-check, the baseline, the calibration
+    assert len(calls) == 2  # the self-check (which gives the baseline) and the calibration
 
 
 def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No OOM recorded or met: the self-check's pass serves as the "as recorded" row, which
-    matches a pass that stops at the first OOM."""
+    """No OOM recorded or met, nothing live at the start: the self-check's pass serves as the
+    "as recorded" row (matching a pass that stops at the first OOM) and no calibration runs."""
     device = SimDevice(96 * MiB)
     device.record_memory_history("all", max_entries=10_000)
     kept = [device.empty(size * MiB) for size in (3, 5, 7)]
@@ -163,7 +164,10 @@ def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.Monke
     calls = _counting_runs(monkeypatch)
     result = replay(dump)
     assert result.trusted, result.refusals
-    assert len(calls) == len(result.what_if) + 1  # one pass per row, and the calibration
+    assert result.start == "empty"
+    assert calls[0] is False  # the self-check runs to the end of the trace
+    assert all(calls[1:])  # every other pass is a what-if row's: no baseline, no calibration
+    assert len(calls) <= len(result.what_if)  # at most one pass per row
     monkeypatch.undo()
     from memforensics.analysis.oom import recorded_settings
     from memforensics.analysis.replay import device_for, run

@@ -1,0 +1,268 @@
+"""The what-if rows: the same requests replayed under other settings, in worker processes
+when the caller allows several.
+
+Rows whose settings cannot decide differently on this trace share one run
+(:func:`~memforensics.allocator.deciding_settings`: a GC threshold without a memory fraction,
+a ``max_split_size`` above every block the run can make).
+
+Each row is one pass of the model over the whole trace and no row reads another's result, so
+with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
+forked workers and the calling process share the rows' runs. A forked worker shares the
+parent's dump and decoded trace copy-on-write; what it copies is the pages its own reference
+counting touches (see docs/analysis.md, ``replay``, for the measured cost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import threading
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from memforensics.allocator import AllocatorSettings, deciding_settings
+from memforensics.analysis.dump import Dump
+from memforensics.analysis.oom import AllocatorState
+from memforensics.analysis.replay.events import REQUESTS, Event
+from memforensics.analysis.replay.lint import MEMORY_FRACTION
+from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, run
+
+GC_NEEDS_FRACTION = (
+    f"{MEMORY_FRACTION}, without which garbage collection does nothing; this row assumes one at"
+    " the limit the OOM met"
+)
+"""What a ``garbage_collection_threshold`` row needs when the recorded run set no fraction."""
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """One row of the what-if table."""
+
+    name: str
+    conf: str
+    oom: bool
+    peak_reserved_bytes: int
+    fragmentation_at_peak_bytes: int
+    first_failure_index: int | None
+    first_failure_bytes: int | None
+    note: str | None = None
+    requires: str | None = None  # what else the row's outcome needs beyond its conf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
+        return {
+            "name": self.name,
+            "conf": self.conf,
+            "oom": self.oom,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
+            "first_failure_index": self.first_failure_index,
+            "first_failure_bytes": self.first_failure_bytes,
+            "note": self.note,
+            "requires": self.requires,
+        }
+
+
+def row(
+    name: str,
+    settings: AllocatorSettings,
+    result: RunResult,
+    note: str | None,
+    requires: str | None = None,
+) -> WhatIf:
+    """The table row of one run."""
+    return WhatIf(
+        name=name,
+        conf=settings.to_conf(),
+        oom=result.oom_index is not None,
+        peak_reserved_bytes=result.peak_reserved,
+        fragmentation_at_peak_bytes=result.fragmentation_at_peak,
+        first_failure_index=result.oom_index,
+        first_failure_bytes=result.oom_request,
+        note=note,
+        requires=requires,
+    )
+
+
+Task = tuple[AllocatorSettings, Device]
+"""One run: the settings and the device it replays on."""
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What every row's run reads: one dump, its decoded trace, the start and the device."""
+
+    dump: Dump
+    events: list[Event]
+    start: AllocatorState
+    device: Device
+    recorded: AllocatorSettings
+    note: str | None
+
+    def run(self, task: Task) -> WhatIf:
+        """Replay the trace under one alternative on its device, stopping at its first OOM
+        (the row's name and conf are left for the caller)."""
+        settings, device = task
+        result = run(
+            self.dump, settings, self.start, device, exact=False, stop_at_oom=True,
+            events=self.events,
+        )  # fmt: skip
+        return row("", settings, result, self.note)
+
+
+_forked: list[tuple[_Rows, list[Task], Any]] = []  # inherited by forked workers (while starting)
+
+
+class WhatIfRows:
+    """The what-if rows of one replay: planned, then run here or started early in workers.
+
+    Rows whose settings decide alike on this trace (:func:`deciding_settings`) on the same
+    device share one run. With ``jobs`` above 1 (and ``fork`` safe) :meth:`start` forks
+    ``jobs - 1`` workers that take runs one at a time while the caller runs its self-check;
+    :meth:`rows` then takes what is left here too (so ``jobs`` processes work at once), and
+    :meth:`close` ends the workers, whether their rows were asked for or not.
+    """
+
+    def __init__(
+        self,
+        rows: _Rows,
+        alternatives: list[tuple[str, AllocatorSettings]],
+        jobs: int,
+    ) -> None:
+        self._rows = rows
+        self._alternatives = alternatives
+        self._tasks: list[Task] = []
+        self._found: list[tuple[int, str | None]] = []  # per row: the run answering it, needs
+        self._jobs = jobs
+        self._workers: list[tuple[BaseProcess, Connection]] = []
+        self._next: Any = None  # the index of the next run to take, shared with the workers
+        largest = _largest_request(rows.events, rows.start)
+        first: dict[Task, int] = {}
+        for _name, settings in alternatives:
+            device = _device_with_fraction(rows.device, settings, rows.recorded)
+            fraction = device.allowed is not None
+            key = (deciding_settings(settings, fraction=fraction, largest_request=largest), device)
+            if key not in first:
+                first[key] = len(self._tasks)
+                self._tasks.append((settings, device))
+            needs = GC_NEEDS_FRACTION if device is not rows.device else None
+            self._found.append((first[key], needs))
+
+    @property
+    def runs(self) -> int:
+        """Passes over the trace the rows need (rows that decide alike share one)."""
+        return len(self._tasks)
+
+    def start(self) -> None:
+        """Fork ``jobs - 1`` workers (at most one per run) that start taking runs now."""
+        workers = min(self._jobs - 1, len(self._tasks))
+        if workers < 1 or self._next is not None or not _fork_is_safe():
+            return
+        context = multiprocessing.get_context("fork")
+        self._next = context.Value("q", 0)
+        _forked.append((self._rows, self._tasks, self._next))
+        try:
+            for _ in range(workers):
+                reader, writer = context.Pipe(duplex=False)
+                worker = context.Process(target=_work_forked, args=(writer,), daemon=True)
+                worker.start()
+                writer.close()
+                self._workers.append((worker, reader))
+        finally:
+            _forked.clear()
+
+    def rows(self) -> list[WhatIf]:
+        """One row per alternative, in order."""
+        if self._next is None:
+            answers = [self._rows.run(task) for task in self._tasks]
+        else:
+            taken = dict(_work(self._rows, self._tasks, self._next))  # what no worker took yet
+            for _worker, reader in self._workers:
+                with contextlib.suppress(EOFError, OSError):  # a worker that died sends nothing
+                    taken.update(reader.recv())
+            # A run a failed worker took is run here (where its error, if any, is raised).
+            answers = [
+                taken[index] if index in taken else self._rows.run(task)
+                for index, task in enumerate(self._tasks)
+            ]
+        return [
+            replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
+            for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
+        ]
+
+    def close(self) -> None:
+        """End the workers (a refused table's runs are not waited for)."""
+        for worker, reader in self._workers:
+            if worker.is_alive():
+                worker.kill()
+            worker.join()
+            reader.close()
+        self._workers, self._next = [], None
+
+
+def _work_forked(writer: Connection) -> None:
+    """A worker: runs taken one at a time until none is left, sent back as (index, row)."""
+    rows, tasks, next_index = _forked[0]
+    try:
+        done = _work(rows, tasks, next_index)
+    except Exception:  # noqa: BLE001 - the caller reruns what is missing and raises it there
+        done = []
+    writer.send(done)
+    writer.close()
+
+
+def _work(rows: _Rows, tasks: list[Task], next_index: Any) -> list[tuple[int, WhatIf]]:
+    """Take the next run not yet taken by any process, run it, repeat; (index, row) pairs."""
+    done: list[tuple[int, WhatIf]] = []
+    while True:
+        with next_index.get_lock():
+            index = next_index.value
+            next_index.value = index + 1
+        if index >= len(tasks):
+            return done
+        done.append((index, rows.run(tasks[index])))
+
+
+def plan_rows(
+    dump: Dump,
+    events: list[Event],
+    start: AllocatorState,
+    device: Device,
+    recorded: AllocatorSettings,
+    alternatives: list[tuple[str, AllocatorSettings]],
+    *,
+    note: str | None,
+    jobs: int = 1,
+) -> WhatIfRows:
+    """The rows for ``alternatives``: each replays the trace from ``start``, stopping at its
+    first OOM; up to ``jobs`` runs at once in forked workers once started."""
+    return WhatIfRows(_Rows(dump, events, start, device, recorded, note), alternatives, jobs)
+
+
+def _largest_request(events: list[Event], start: AllocatorState) -> int:
+    """The most bytes any request of a what-if run asks for: the trace's requests and the
+    blocks live at the start (allocated afresh)."""
+    asked = (event[2] for event in events if event[0] in REQUESTS and event[2] is not None)
+    held = (block.requested for segment in start.segments for block in segment.blocks)
+    return max(max(asked, default=0), max(held, default=0))
+
+
+def _fork_is_safe() -> bool:
+    """fork copies only the calling thread: safe with one thread, where the platform has it."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def _device_with_fraction(
+    device: Device, settings: AllocatorSettings, recorded: AllocatorSettings
+) -> Device:
+    """Garbage collection acts only under a memory fraction: without a recorded one, a row that
+    sets a threshold of its own gets one at the limit the OOM met (which changes nothing else)
+    and says so (:data:`GC_NEEDS_FRACTION`); rows keeping the recorded threshold keep the
+    recorded device, where it did nothing."""
+    threshold = settings.garbage_collection_threshold
+    gc = threshold > 0 and threshold != recorded.garbage_collection_threshold
+    if gc and device.allowed is None and device.capacity < UNBOUNDED:
+        return Device(device.capacity, device.capacity, device.total)
+    return device
