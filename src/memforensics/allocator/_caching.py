@@ -80,6 +80,7 @@ class DeviceCachingAllocator:
         self.expandable_segments: list[ExpandableSegment] = []
         self.total_allocated_memory = 0
         self.next_address = BASE_ADDRESS
+        self.chosen_ranges: list[tuple[int, int]] = []  # segments placed where address_of said
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
@@ -296,10 +297,17 @@ class DeviceCachingAllocator:
     def _new_address(self, size: int, *, expandable: bool) -> int:
         """Where the device puts a new segment: the hook's choice, else the next free range."""
         chosen = self.address_of(size, expandable) if self.address_of is not None else None
+        span = -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
         if chosen is not None:
+            self.chosen_ranges.append((chosen, chosen + span))
             return chosen
-        address = self.next_address
-        self.next_address += -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+        address, moved = self.next_address, True
+        while moved:  # never over a range the hook handed out
+            moved = False
+            for start, end in self.chosen_ranges:
+                if start < address + span and address < end:
+                    address, moved = end, True
+        self.next_address = address + span
         return address
 
     # -- expandable segments: map pages on demand, unmap the whole free ones

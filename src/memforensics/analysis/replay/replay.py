@@ -200,7 +200,15 @@ def replay(
     if not refusals:  # with jobs, the rows start now in workers while the self-check runs here
         planned.start()
     with closing(planned):
-        exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
+        try:
+            exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
+        except (KeyError, IndexError) as exc:  # the model's own books disagree: no evidence
+            exact, tabled = RunResult(recorded), False
+            refusals.append(
+                f"the allocator model lost track of its blocks while following the trace"
+                f" ({type(exc).__name__} in the model): its self-check and what-if are no"
+                " evidence (a defect of memforensics' model; please report it with the dump)"
+            )
         refusals += _self_check_refusals(exact)
         reproduced: bool | None = None
         if moment is not None and moment.index is not None:
