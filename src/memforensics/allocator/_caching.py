@@ -80,7 +80,7 @@ class DeviceCachingAllocator:
         self.expandable_segments: list[ExpandableSegment] = []
         self.total_allocated_memory = 0
         self.next_address = BASE_ADDRESS
-        self.chosen_ranges: list[tuple[int, int]] = []  # segments placed where address_of said
+        self.segments_held: dict[int, int] = {}  # address -> size of each cudaMalloc segment
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
@@ -289,26 +289,35 @@ class DeviceCachingAllocator:
         block.segment_context = context
         self.total_allocated_memory += alloc_size
         self.segment.increase(1)
+        self.segments_held[address] = alloc_size
         self.reserved_bytes.increase(alloc_size)
         self.num_device_alloc += 1
         self.on_trace("segment_alloc", address, alloc_size, stream)
         return block
 
     def _new_address(self, size: int, *, expandable: bool) -> int:
-        """Where the device puts a new segment: the hook's choice, else the next free range."""
-        chosen = self.address_of(size, expandable) if self.address_of is not None else None
+        """Where the device puts a new segment: the hook's choice, else the next free range;
+        never over a segment or address space the model holds (the device would not)."""
         span = -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
-        if chosen is not None:
-            self.chosen_ranges.append((chosen, chosen + span))
+        chosen = self.address_of(size, expandable) if self.address_of is not None else None
+        if chosen is not None and self._held_until(chosen, span) is None:
             return chosen
-        address, moved = self.next_address, True
-        while moved:  # never over a range the hook handed out
-            moved = False
-            for start, end in self.chosen_ranges:
-                if start < address + span and address < end:
-                    address, moved = end, True
+        address = self.next_address
+        while (end := self._held_until(address, span)) is not None:
+            address = -(-end // K_ROUND_LARGE) * K_ROUND_LARGE
         self.next_address = address + span
         return address
+
+    def _held_until(self, address: int, span: int) -> int | None:
+        """The end of a segment or address space the model holds that ``span`` bytes at
+        ``address`` would overlap; None when they are free."""
+        for start, size in self.segments_held.items():
+            if start < address + span and address < start + size:
+                return start + size
+        for space in self.expandable_segments:
+            if space.address < address + span and address < space.address + space.size():
+                return space.address + space.size()
+        return None
 
     # -- expandable segments: map pages on demand, unmap the whole free ones
 
@@ -553,6 +562,7 @@ class DeviceCachingAllocator:
         self.on_trace("segment_free", block.address, block.size, block.stream)
         self.total_allocated_memory -= block.size
         self.segment.decrease(1)
+        self.segments_held.pop(block.address, None)
         self.reserved_bytes.decrease(block.size)
         block.pool.erase(block)
 

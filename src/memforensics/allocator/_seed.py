@@ -32,6 +32,7 @@ def seed_segment(
     _claim(model, address + size)
     model.total_allocated_memory += size
     model.segment.increase(1)
+    model.segments_held[address] = size
     model.reserved_bytes.increase(size)
     return [block for block in blocks if block.allocated or block.event_count]
 

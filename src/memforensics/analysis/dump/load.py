@@ -38,7 +38,7 @@ from memforensics.analysis.dump.files import open_regular
 from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
 from memforensics.analysis.dump.model import Segment, as_int, segments_from_list
-from memforensics.analysis.dump.ooms import oom_positions
+from memforensics.analysis.dump.ooms import oom_positions, trace_actions
 from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import (
     SnapshotShape,
@@ -106,9 +106,14 @@ class Dump:
         return printable(str(self.path)) if self.path is not None else "<snapshot>"
 
     @cached_property
+    def actions(self) -> list[object]:
+        """Each trace entry's ``action`` (None for an entry that is no dict), read once."""
+        return trace_actions(self.trace)
+
+    @cached_property
     def oom_positions(self) -> tuple[int, ...]:
         """Positions of the trace's ``oom`` entries, oldest first (read once per dump)."""
-        return oom_positions(self.trace)
+        return oom_positions(self.trace, self.actions)
 
     @property
     def limits(self) -> tuple[str, ...]:

@@ -19,9 +19,11 @@ def trace_actions(trace: list[Any]) -> list[object]:
         return [entry.get("action") if type(entry) is dict else None for entry in trace]
 
 
-def oom_positions(trace: list[Any]) -> tuple[int, ...]:
-    """Indices of the trace's ``oom`` entries, oldest first."""
-    actions = trace_actions(trace)
+def oom_positions(trace: list[Any], actions: list[object] | None = None) -> tuple[int, ...]:
+    """Indices of the trace's ``oom`` entries, oldest first (``actions``: the trace's, when
+    already read)."""
+    if actions is None:
+        actions = trace_actions(trace)
     found: list[int] = []
     start = 0
     while True:

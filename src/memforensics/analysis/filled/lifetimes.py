@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from memforensics.allocator import AllocatorSettings
 from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, block_size, parse_step
-from memforensics.analysis.dump.ooms import trace_actions
 from memforensics.analysis.dump.stacks import Stacks
 from memforensics.analysis.oom import recorded_settings
 
@@ -120,7 +119,7 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
     pending: dict[int, Allocation] = {}
     segment_events: list[tuple[int, int, int, int]] = []
     canonical = Stacks().canonical  # equal stacks share one list: judged once downstream
-    for index, action in enumerate(trace_actions(trace)):  # read in C; None: no dict
+    for index, action in enumerate(dump.actions):  # read in C once; None: no dict
         if action == "alloc":
             get = trace[index].get
             addr = get("addr")

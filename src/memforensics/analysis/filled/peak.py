@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import indexOf
 from typing import Any
 
 from memforensics.analysis.dump import (
@@ -104,9 +105,9 @@ def peak_position(lt: Lifetimes) -> int:
             change[found.start] += found.size
         if found.end < lt.length:
             change[max(found.end, 0)] -= found.size
-    live = list(accumulate(change[: lt.length]))  # live bytes right after each position
-    best = max(live, default=-1)
-    return live.index(best) if best > -1 else lt.length
+    del change[lt.length :]
+    best = max(accumulate(change), default=-1)  # live bytes right after each position
+    return indexOf(accumulate(change), best) if best > -1 else lt.length  # the first such
 
 
 def live_at(lt: Lifetimes, position: int) -> list[Allocation]:

@@ -115,30 +115,20 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     real: list[tuple[str, int, int]] = []
     made: list[tuple[str, int, int]] = []
 
-    held: set[int] = set()  # addresses of the segments the model holds now
-
     def on_trace(action: str, addr: int, size: int, stream: int) -> None:
         if action in SEGMENT_ACTIONS:
             made.append((action, addr, size))
-            if action == "segment_alloc":
-                held.add(addr)
-            elif action == "segment_free":
-                held.discard(addr)
 
     def address_of(size: int, expandable: bool) -> int | None:
-        """A recorded segment's address for the model's new one; never one the model holds
-        (a request the real allocator failed, served by the model, may meet a recorded
+        """A recorded segment's address for the model's new one (the model refuses one it
+        holds: a request the real allocator failed, served by the model, may meet a recorded
         address the model already uses)."""
         if not exact:
             return None
         wanted = "segment_map" if expandable else "segment_alloc"
         taken = {event[1] for event in made}
         for action, addr, event_size in real:
-            if action != wanted or addr in taken or addr in held:
-                continue
-            if expandable and _inside_expandable(model, addr):
-                continue
-            if expandable or event_size == size:
+            if action == wanted and addr not in taken and (expandable or event_size == size):
                 return addr
         return None
 
@@ -271,14 +261,6 @@ def _stopped(
         reserved_at_stop=reserved.current,
         allocated_at_stop=allocated.current,
         largest_free_at_oom=result.largest_free_at_oom,
-    )
-
-
-def _inside_expandable(model: DeviceCachingAllocator, address: int) -> bool:
-    """True when ``address`` lies in an address space the model reserved already."""
-    return any(
-        segment.address <= address < segment.address + segment.size()
-        for segment in model.expandable_segments
     )
 
 

@@ -2,14 +2,15 @@
 
 One over segments and blocks (each live block with its site and caller, memoized per frames
 list) and one over the trace for the step of every live block: the last event at a live
-block's address is normally its own ``alloc``, so a map from address to last position (built
-in C) answers most blocks, and a backward walk, stopping once it has answered them all, only
-the rest. The last ``oom`` entry is the dump's own (:attr:`Dump.oom_positions`).
+block's address is normally its own ``alloc``, so the last position of each such address
+(the events at those addresses picked out in C) answers most blocks, and a backward walk,
+stopping once it has answered them all, only the rest. The last ``oom`` entry is the dump's
+own (:attr:`Dump.oom_positions`).
 """
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 from memforensics.analysis.dump import (
@@ -117,9 +118,11 @@ def _steps_from_last_events(
     """Answer (and drop from ``wanted``) every block whose address's last event is its alloc,
     and drop every block whose address the trace never mentions (made before it)."""
     try:
-        last = dict(zip(map(dict.get, trace, repeat("addr")), range(len(trace)), strict=True))
+        addresses = list(map(dict.get, trace, repeat("addr")))
+        hits = list(compress(range(len(addresses)), map(wanted.__contains__, addresses)))
     except TypeError:  # an entry that is no dict (or an unhashable address): walk instead
         return
+    last = {addresses[position]: position for position in hits}  # events at wanted addresses
     for address in list(wanted):
         position = last.get(address)
         if position is None:
