@@ -10,9 +10,15 @@ from pathlib import Path
 
 from memforensics.analysis.cache import AnswerCache, default_cache_dir
 
+DUMPS_AT_ONCE = (
+    "dumps analysed at once, each in its own process (default: the CPU count; at most N dumps"
+    " are in memory at a time; 1 works in this process)"
+)
 
-def add_analysis_flags(parser: argparse.ArgumentParser, *, jobs: bool = False) -> None:
-    """Add ``--cache-dir``, ``--no-cache``, ``--quiet`` and (with ``jobs``) ``--jobs N``."""
+
+def add_analysis_flags(parser: argparse.ArgumentParser, *, jobs: str | None = None) -> None:
+    """Add ``--cache-dir``, ``--no-cache``, ``--quiet`` and, when ``jobs`` says what the
+    processes do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count)."""
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -26,15 +32,8 @@ def add_analysis_flags(parser: argparse.ArgumentParser, *, jobs: bool = False) -
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (shown on a terminal)"
     )
-    if jobs:
-        parser.add_argument(
-            "--jobs",
-            type=int,
-            default=os.cpu_count() or 1,
-            metavar="N",
-            help="dumps analysed at once, each in its own process (default: the CPU count;"
-            " at most N dumps are in memory at a time; 1 works in this process)",
-        )
+    if jobs is not None:
+        parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help=jobs)
 
 
 def open_cache(args: argparse.Namespace) -> AnswerCache:

@@ -8,7 +8,13 @@ import json
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import find_leaks, list_dumps
 from memforensics.analysis.compare import leaks_text
-from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
+from memforensics.cli._analysis_flags import (
+    DUMPS_AT_ONCE,
+    add_analysis_flags,
+    job_count,
+    open_cache,
+    warn_cache,
+)
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
@@ -25,7 +31,7 @@ class LeaksCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--top", type=int, default=10, metavar="N", help="sites per rank")
         parser.add_argument("--all", action="store_true", help="every site, not the top N")
-        add_analysis_flags(parser, jobs=True)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Read the windows, fit, print; exit 1 when some dump could not be read."""

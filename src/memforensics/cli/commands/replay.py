@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
@@ -48,15 +47,11 @@ class ReplayCommand:
             help="the failed request (2GiB) when the dump records neither history nor sidecar",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
-        parser.add_argument(
-            "--jobs",
-            type=int,
-            default=os.cpu_count() or 1,
-            metavar="N",
-            help="processes replaying what-if rows at once: this one and N-1 forked workers"
+        add_analysis_flags(
+            parser,
+            jobs="processes replaying what-if rows at once: this one and N-1 forked workers"
             " sharing the loaded dump (default: the CPU count; 1 works in this process)",
         )
-        add_analysis_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load, replay, print (or print the cached answer)."""

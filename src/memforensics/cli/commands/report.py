@@ -11,7 +11,13 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
-from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
+from memforensics.cli._analysis_flags import (
+    DUMPS_AT_ONCE,
+    add_analysis_flags,
+    job_count,
+    open_cache,
+    warn_cache,
+)
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
@@ -30,7 +36,7 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
-        add_analysis_flags(parser, jobs=True)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.

@@ -13,7 +13,13 @@ from typing import Any
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.summary import summary_text
-from memforensics.cli._analysis_flags import add_analysis_flags, job_count, open_cache, warn_cache
+from memforensics.cli._analysis_flags import (
+    DUMPS_AT_ONCE,
+    add_analysis_flags,
+    job_count,
+    open_cache,
+    warn_cache,
+)
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
@@ -115,7 +121,7 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
-        add_analysis_flags(parser, jobs=True)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
