@@ -141,6 +141,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         address_of=address_of,
         auto_events=False,
         trace_blocks=False,
+        all_stats=False,  # a run reads allocated and reserved bytes only
     )
     result.model = model
     by_addr = seed_start(model, start, exact, dump.trace)

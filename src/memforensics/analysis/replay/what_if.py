@@ -3,7 +3,11 @@ when the caller allows several.
 
 Rows whose settings cannot decide differently on this trace share one run
 (:func:`~memforensics.allocator.deciding_settings`: a GC threshold without a memory fraction,
-a ``max_split_size`` above every block the run can make).
+a ``max_split_size`` above every block the run can make). A row that decides as the recorded
+settings do, on the recorded device, is answered by the run the replay already made under them
+(the self-check's note of its first stop, or the calibration when blocks were live or cached at
+the start): it costs no pass of its own, and shows the figures of the "as recorded" run it
+equals.
 
 Each row is one pass of the model over the whole trace and no row reads another's result, so
 with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
@@ -112,6 +116,9 @@ class _Rows:
         return row("", settings, result, self.note)
 
 
+AS_RECORDED = -1
+"""The run answering a row that decides as the recorded settings do: the caller's own."""
+
 _forked: list[tuple[_Rows, list[Task], Any]] = []  # inherited by forked workers (while starting)
 
 
@@ -139,7 +146,9 @@ class WhatIfRows:
         self._workers: list[tuple[BaseProcess, Connection]] = []
         self._next: Any = None  # the index of the next run to take, shared with the workers
         largest = _largest_request(rows.events, rows.start)
-        first: dict[Task, int] = {}
+        fraction = rows.device.allowed is not None
+        recorded = deciding_settings(rows.recorded, fraction=fraction, largest_request=largest)
+        first: dict[Task, int] = {(recorded, rows.device): AS_RECORDED}
         for _name, settings in alternatives:
             device = _device_with_fraction(rows.device, settings, rows.recorded)
             fraction = device.allowed is not None
@@ -173,8 +182,9 @@ class WhatIfRows:
         finally:
             _forked.clear()
 
-    def rows(self) -> list[WhatIf]:
-        """One row per alternative, in order."""
+    def rows(self, as_recorded: RunResult) -> list[WhatIf]:
+        """One row per alternative, in order; ``as_recorded`` answers the rows that decide as
+        the recorded settings do (the replay's own run under them, stopped at its first OOM)."""
         if self._next is None:
             answers = [self._rows.run(task) for task in self._tasks]
         else:
@@ -187,8 +197,14 @@ class WhatIfRows:
                 taken[index] if index in taken else self._rows.run(task)
                 for index, task in enumerate(self._tasks)
             ]
+        recorded = row("", self._rows.recorded, as_recorded, self._rows.note)
         return [
-            replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
+            replace(
+                answers[task] if task != AS_RECORDED else recorded,
+                name=name,
+                conf=settings.to_conf(),
+                requires=needs,
+            )
             for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
         ]
 
