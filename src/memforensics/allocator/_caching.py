@@ -87,6 +87,7 @@ class DeviceCachingAllocator:
         self.total_allocated_memory = 0
         self.next_address = BASE_ADDRESS
         self.segments_held: dict[int, int] = {}  # address -> size of each cudaMalloc segment
+        self.held_top = 0  # no segment or address space the model has held ends above this
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
@@ -306,7 +307,7 @@ class DeviceCachingAllocator:
         block.segment_context = context
         self.total_allocated_memory += alloc_size
         self.segment.increase(1)
-        self.segments_held[address] = alloc_size
+        self.hold_segment(address, alloc_size)
         self.reserved_bytes.increase(alloc_size)
         self.num_device_alloc += 1
         self.on_trace("segment_alloc", address, alloc_size, stream)
@@ -325,9 +326,21 @@ class DeviceCachingAllocator:
         self.next_address = address + span
         return address
 
+    def hold_segment(self, address: int, size: int) -> None:
+        """Note a ``cudaMalloc`` segment the model now holds (no new one goes over it)."""
+        self.segments_held[address] = size
+        self.held_top = max(self.held_top, address + size)
+
+    def hold_address_space(self, segment: ExpandableSegment) -> None:
+        """Note an expandable segment's reserved address space (no new one goes over it)."""
+        self.expandable_segments.append(segment)
+        self.held_top = max(self.held_top, segment.address + segment.size())
+
     def _held_until(self, address: int, span: int) -> int | None:
         """The end of a segment or address space the model holds that ``span`` bytes at
         ``address`` would overlap; None when they are free."""
+        if address >= self.held_top:  # the model's own next range: above all it ever held
+            return None
         for start, size in self.segments_held.items():
             if start < address + span and address < start + size:
                 return start + size
@@ -355,7 +368,7 @@ class DeviceCachingAllocator:
         pages = -(-space // page)
         address = self._new_address(pages * page, expandable=True)
         segment = ExpandableSegment(address, stream, page, pages * page)
-        self.expandable_segments.append(segment)
+        self.hold_address_space(segment)
         candidate = Block(stream, segment.size(), pool, address)
         candidate.mapped = False
         candidate.expandable = segment
