@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings, deciding_settings
+from memforensics.allocator import NO_LIMIT, AllocatorSettings, deciding_settings
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import AllocatorState
 from memforensics.analysis.replay.events import REQUESTS, Event
@@ -140,24 +140,28 @@ class WhatIfRows:
     ) -> None:
         self._rows = rows
         self._alternatives = alternatives
-        self._tasks: list[Task] = []
-        self._found: list[tuple[int, str | None]] = []  # per row: the run answering it, needs
         self._jobs = jobs
         self._workers: list[tuple[BaseProcess, Connection]] = []
         self._next: Any = None  # the index of the next run to take, shared with the workers
         largest = _largest_request(rows.events, rows.start)
         fraction = rows.device.allowed is not None
         recorded = deciding_settings(rows.recorded, fraction=fraction, largest_request=largest)
-        first: dict[Task, int] = {(recorded, rows.device): AS_RECORDED}
+        as_recorded = (recorded, rows.device)
+        runs: dict[Task, Task] = {}  # what a run decides by -> the run (its first row's)
+        asked: list[tuple[Task, str | None]] = []  # per row: what it decides by, what it needs
         for _name, settings in alternatives:
             device = _device_with_fraction(rows.device, settings, rows.recorded)
             fraction = device.allowed is not None
             key = (deciding_settings(settings, fraction=fraction, largest_request=largest), device)
-            if key not in first:
-                first[key] = len(self._tasks)
-                self._tasks.append((settings, device))
-            needs = GC_NEEDS_FRACTION if device is not rows.device else None
-            self._found.append((first[key], needs))
+            if key != as_recorded:
+                runs.setdefault(key, (settings, device))
+            asked.append((key, GC_NEEDS_FRACTION if device is not rows.device else None))
+        # The costliest runs are taken first, so that the last to finish is a short one.
+        ordered = sorted(runs, key=lambda key: -_cost(key[0]))
+        index = {key: position for position, key in enumerate(ordered)}
+        index[as_recorded] = AS_RECORDED
+        self._tasks: list[Task] = [runs[key] for key in ordered]
+        self._found = [(index[key], needs) for key, needs in asked]  # per row: its run, needs
 
     @property
     def runs(self) -> int:
@@ -263,6 +267,14 @@ def _largest_request(events: list[Event], start: AllocatorState) -> int:
     asked = (event[2] for event in events if event[0] in REQUESTS and event[2] is not None)
     held = (block.requested for segment in start.segments for block in segment.blocks)
     return max(max(asked, default=0), max(held, default=0))
+
+
+def _cost(settings: AllocatorSettings) -> int:
+    """A rank of how long a run under ``settings`` takes (only the order runs are taken in
+    depends on it): power-of-two rounding works on every request, expandable segments map and
+    unmap pages, a split limit releases and remakes segments."""
+    rounding = 2 if any(settings.roundup_power2_divisions) else 0
+    return rounding + settings.expandable_segments + (settings.max_split_size != NO_LIMIT)
 
 
 def _fork_is_safe() -> bool:
