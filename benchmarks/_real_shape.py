@@ -41,6 +41,12 @@ def _frame_pool(rng: random.Random, size: int) -> list[dict[str, Any]]:
     return pool
 
 
+def stack_templates(rng: random.Random, count: int = 400) -> list[list[Any]]:
+    """``count`` code paths over a pool of 3,000 shared frame dicts, real-shaped in depth; an
+    entry takes ``list(template)``, its own list over the shared dicts, as PyTorch writes it."""
+    return _templates(rng, _frame_pool(rng, 3000), count)
+
+
 def _templates(rng: random.Random, pool: list[dict[str, Any]], count: int) -> list[list[Any]]:
     entry = {"filename": "/work/train.py", "line": 1, "name": "<module>"}
     found = []
@@ -53,8 +59,7 @@ def _templates(rng: random.Random, pool: list[dict[str, Any]], count: int) -> li
 def real_shaped(events: int, *, seed: int = 0, segments: int = 400) -> dict[str, Any]:
     """A snapshot dict with ``events`` trace entries and ``segments`` segments, real-shaped."""
     rng = random.Random(seed)
-    pool = _frame_pool(rng, 3000)
-    templates = _templates(rng, pool, 400)
+    templates = stack_templates(rng)
     trace: list[dict[str, Any]] = []
     base, clock = 0x7F00_0000_0000, 1_764_000_000_000_000
     live: list[tuple[int, int]] = []

@@ -32,6 +32,7 @@ from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
 from memforensics.allocator._sizes import get_allocation_size, round_size
 from memforensics.allocator._stats import OomInfo, Stat
 
+_ROUNDED_KEPT = 1 << 16  # distinct request sizes whose rounding one allocator remembers
 BASE_ADDRESS = 0x7F0000000000  # looks like the device addresses real CUDA snapshots show
 TraceHook = Callable[[str, int, int, int], None]
 """Told ``(action, addr, size, stream)`` for every trace entry PyTorch would record
@@ -63,6 +64,7 @@ class DeviceCachingAllocator:
         address_of: AddressHook | None = None,
         auto_events: bool = True,
         trace_blocks: bool = True,
+        all_stats: bool = True,
     ) -> None:
         self.settings = settings
         self.capacity = capacity
@@ -72,7 +74,11 @@ class DeviceCachingAllocator:
         self.address_of = address_of
         self.auto_events = auto_events
         self.trace_blocks = trace_blocks  # False: only segment and oom events reach on_trace
+        # False: of the per-block stats only allocated_bytes is kept (a replay reads no other;
+        # the four it skips cost a fifth of each malloc/free); segment stats are always kept
+        self.all_stats = all_stats
         self._plain_rounding = not any(settings.roundup_power2_divisions)
+        self._rounded: dict[int, int] = {}  # round_size per request size (settings are fixed)
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
         self.active_blocks: dict[int, Block] = {}
@@ -81,6 +87,7 @@ class DeviceCachingAllocator:
         self.total_allocated_memory = 0
         self.next_address = BASE_ADDRESS
         self.segments_held: dict[int, int] = {}  # address -> size of each cudaMalloc segment
+        self.held_top = 0  # no segment or address space the model has held ends above this
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
@@ -98,8 +105,12 @@ class DeviceCachingAllocator:
             size = -(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
             if size < K_MIN_BLOCK_SIZE:  # noqa: PLR1730 - max() costs a call on every request
                 size = K_MIN_BLOCK_SIZE
-        else:
-            size = self.round_size(orig_size)
+        else:  # requests repeat their sizes: each is rounded once (up to _ROUNDED_KEPT)
+            size = self._rounded.get(orig_size, 0)
+            if not size:
+                size = self.round_size(orig_size)
+                if len(self._rounded) < _ROUNDED_KEPT:
+                    self._rounded[orig_size] = size
         pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
         block = self.get_free_block(size, stream, pool)
         alloc_size = 0
@@ -125,11 +136,13 @@ class DeviceCachingAllocator:
     def free(self, block: Block) -> None:
         """Mirrors ``free``: deferred while other streams use the block, else ``free_block``."""
         block.allocated = False
-        allocation, allocated = self.allocation, self.allocated_bytes  # decrease_stat, inlined
-        allocation.current -= 1
-        allocation.freed += 1
+        allocated = self.allocated_bytes  # decrease_stat, inlined
         allocated.current -= block.size
         allocated.freed += block.size
+        if self.all_stats:
+            allocation = self.allocation
+            allocation.current -= 1
+            allocation.freed += 1
         if self.trace_blocks:
             self.on_trace("free_requested", block.address, block.requested_size, block.stream)
         if block.stream_uses:
@@ -235,14 +248,22 @@ class DeviceCachingAllocator:
         self.active_blocks[block.address] = block
         size = block.size
         # increase_stat on each stat, unrolled: this runs on every allocation
-        stat = self.allocation
-        stat.current += 1
-        stat.allocated += 1
-        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
-            stat.peak = stat.current
         stat = self.allocated_bytes
         stat.current += size
         stat.allocated += size
+        if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+            stat.peak = stat.current
+        if self.all_stats:
+            self._count_allocation(size, orig_size)
+        if self.trace_blocks:
+            self.on_trace("alloc", block.address, orig_size, block.stream)
+        return block
+
+    def _count_allocation(self, size: int, orig_size: int) -> None:
+        """``increase_stat`` on the allocation count, active and requested stats."""
+        stat = self.allocation
+        stat.current += 1
+        stat.allocated += 1
         if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
             stat.peak = stat.current
         stat = self.active
@@ -260,9 +281,6 @@ class DeviceCachingAllocator:
         stat.allocated += orig_size
         if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
             stat.peak = stat.current
-        if self.trace_blocks:
-            self.on_trace("alloc", block.address, orig_size, block.stream)
-        return block
 
     # -- getting memory from the device and giving it back
 
@@ -289,7 +307,7 @@ class DeviceCachingAllocator:
         block.segment_context = context
         self.total_allocated_memory += alloc_size
         self.segment.increase(1)
-        self.segments_held[address] = alloc_size
+        self.hold_segment(address, alloc_size)
         self.reserved_bytes.increase(alloc_size)
         self.num_device_alloc += 1
         self.on_trace("segment_alloc", address, alloc_size, stream)
@@ -308,9 +326,21 @@ class DeviceCachingAllocator:
         self.next_address = address + span
         return address
 
+    def hold_segment(self, address: int, size: int) -> None:
+        """Note a ``cudaMalloc`` segment the model now holds (no new one goes over it)."""
+        self.segments_held[address] = size
+        self.held_top = max(self.held_top, address + size)
+
+    def hold_address_space(self, segment: ExpandableSegment) -> None:
+        """Note an expandable segment's reserved address space (no new one goes over it)."""
+        self.expandable_segments.append(segment)
+        self.held_top = max(self.held_top, segment.address + segment.size())
+
     def _held_until(self, address: int, span: int) -> int | None:
         """The end of a segment or address space the model holds that ``span`` bytes at
         ``address`` would overlap; None when they are free."""
+        if address >= self.held_top:  # the model's own next range: above all it ever held
+            return None
         for start, size in self.segments_held.items():
             if start < address + span and address < start + size:
                 return start + size
@@ -338,7 +368,7 @@ class DeviceCachingAllocator:
         pages = -(-space // page)
         address = self._new_address(pages * page, expandable=True)
         segment = ExpandableSegment(address, stream, page, pages * page)
-        self.expandable_segments.append(segment)
+        self.hold_address_space(segment)
         candidate = Block(stream, segment.size(), pool, address)
         candidate.mapped = False
         candidate.expandable = segment
@@ -447,6 +477,8 @@ class DeviceCachingAllocator:
         if neighbour is not None and not neighbour.allocated:
             self.try_merge_blocks(block, neighbour, pool)
         pool.insert_into_blocks(block)
+        if not self.all_stats:
+            return
         # decrease_stat on each stat, unrolled: this runs on every free
         stat = self.active
         stat.current -= 1

@@ -32,7 +32,7 @@ def seed_segment(
     _claim(model, address + size)
     model.total_allocated_memory += size
     model.segment.increase(1)
-    model.segments_held[address] = size
+    model.hold_segment(address, size)
     model.reserved_bytes.increase(size)
     return [block for block in blocks if block.allocated or block.event_count]
 
@@ -61,7 +61,7 @@ def seed_expandable(
     last_end = ordered[-1][0] + ordered[-1][1]
     space = max(space, last_end - base)
     segment = ExpandableSegment(base, stream, page, space)
-    model.expandable_segments.append(segment)
+    model.hold_address_space(segment)
     chain: list[Block] = []
     cursor = base
     live_blocks: list[Block] = []

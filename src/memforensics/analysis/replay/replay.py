@@ -219,7 +219,7 @@ def replay(
         if tabled:
             # The exact run noted what it would have reported had it stopped at the first OOM:
             # that is the baseline, step for step, without a second run.
-            baseline = exact.at_first_stop or exact
+            baseline = calibration = exact.at_first_stop or exact
             rows.append(row("as recorded", recorded, baseline, None))
             if kind != "empty":  # the calibration matters only with blocks live or cached
                 calibration = run(
@@ -232,7 +232,7 @@ def replay(
                         " their lost history matters"
                     )
             if not refusals:  # refused: only row one shows
-                rows += planned.rows()
+                rows += planned.rows(calibration)  # placed as the other rows place them
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (

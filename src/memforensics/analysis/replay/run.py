@@ -141,6 +141,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         address_of=address_of,
         auto_events=False,
         trace_blocks=False,
+        all_stats=False,  # a run reads allocated and reserved bytes only
     )
     result.model = model
     by_addr = seed_start(model, start, exact, dump.trace)
@@ -153,7 +154,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     malloc, free = model.malloc, model.free
     watch = not stop_at_oom  # note the first stop a stop_at_oom run would make
     consumed = len(dump.trace)
-    for code, addr, size, stream, position, extra in events:
+    walk = iter(events)
+    for code, addr, size, stream, position, extra in walk:
         if code == SEGMENT:
             real.append((extra, addr, size))  # type: ignore[arg-type]
             continue
@@ -202,6 +204,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
             free(block)
             if block.event_count == 0:
                 del by_addr[addr]  # type: ignore[arg-type]
+                if extra:  # the next event completes this free: nothing is left for it to do
+                    next(walk, None)
         elif code == FREE_COMPLETED:
             block = by_addr.pop(addr, None) if addr is not None else None
             if block is not None and block.event_count > 0:

@@ -3,7 +3,11 @@ when the caller allows several.
 
 Rows whose settings cannot decide differently on this trace share one run
 (:func:`~memforensics.allocator.deciding_settings`: a GC threshold without a memory fraction,
-a ``max_split_size`` above every block the run can make).
+a ``max_split_size`` above every block the run can make). A row that decides as the recorded
+settings do, on the recorded device, is answered by the run the replay already made under them
+(the self-check's note of its first stop, or the calibration when blocks were live or cached at
+the start): it costs no pass of its own, and shows the figures of the "as recorded" run it
+equals.
 
 Each row is one pass of the model over the whole trace and no row reads another's result, so
 with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
@@ -22,7 +26,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from memforensics.allocator import AllocatorSettings, deciding_settings
+from memforensics.allocator import NO_LIMIT, AllocatorSettings, deciding_settings
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import AllocatorState
 from memforensics.analysis.replay.events import REQUESTS, Event
@@ -112,6 +116,9 @@ class _Rows:
         return row("", settings, result, self.note)
 
 
+AS_RECORDED = -1
+"""The run answering a row that decides as the recorded settings do: the caller's own."""
+
 _forked: list[tuple[_Rows, list[Task], Any]] = []  # inherited by forked workers (while starting)
 
 
@@ -133,22 +140,28 @@ class WhatIfRows:
     ) -> None:
         self._rows = rows
         self._alternatives = alternatives
-        self._tasks: list[Task] = []
-        self._found: list[tuple[int, str | None]] = []  # per row: the run answering it, needs
         self._jobs = jobs
         self._workers: list[tuple[BaseProcess, Connection]] = []
         self._next: Any = None  # the index of the next run to take, shared with the workers
         largest = _largest_request(rows.events, rows.start)
-        first: dict[Task, int] = {}
+        fraction = rows.device.allowed is not None
+        recorded = deciding_settings(rows.recorded, fraction=fraction, largest_request=largest)
+        as_recorded = (recorded, rows.device)
+        runs: dict[Task, Task] = {}  # what a run decides by -> the run (its first row's)
+        asked: list[tuple[Task, str | None]] = []  # per row: what it decides by, what it needs
         for _name, settings in alternatives:
             device = _device_with_fraction(rows.device, settings, rows.recorded)
             fraction = device.allowed is not None
             key = (deciding_settings(settings, fraction=fraction, largest_request=largest), device)
-            if key not in first:
-                first[key] = len(self._tasks)
-                self._tasks.append((settings, device))
-            needs = GC_NEEDS_FRACTION if device is not rows.device else None
-            self._found.append((first[key], needs))
+            if key != as_recorded:
+                runs.setdefault(key, (settings, device))
+            asked.append((key, GC_NEEDS_FRACTION if device is not rows.device else None))
+        # The costliest runs are taken first, so that the last to finish is a short one.
+        ordered = sorted(runs, key=lambda key: -_cost(key[0]))
+        index = {key: position for position, key in enumerate(ordered)}
+        index[as_recorded] = AS_RECORDED
+        self._tasks: list[Task] = [runs[key] for key in ordered]
+        self._found = [(index[key], needs) for key, needs in asked]  # per row: its run, needs
 
     @property
     def runs(self) -> int:
@@ -173,8 +186,9 @@ class WhatIfRows:
         finally:
             _forked.clear()
 
-    def rows(self) -> list[WhatIf]:
-        """One row per alternative, in order."""
+    def rows(self, as_recorded: RunResult) -> list[WhatIf]:
+        """One row per alternative, in order; ``as_recorded`` answers the rows that decide as
+        the recorded settings do (the replay's own run under them, stopped at its first OOM)."""
         if self._next is None:
             answers = [self._rows.run(task) for task in self._tasks]
         else:
@@ -187,8 +201,14 @@ class WhatIfRows:
                 taken[index] if index in taken else self._rows.run(task)
                 for index, task in enumerate(self._tasks)
             ]
+        recorded = row("", self._rows.recorded, as_recorded, self._rows.note)
         return [
-            replace(answers[task], name=name, conf=settings.to_conf(), requires=needs)
+            replace(
+                answers[task] if task != AS_RECORDED else recorded,
+                name=name,
+                conf=settings.to_conf(),
+                requires=needs,
+            )
             for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
         ]
 
@@ -247,6 +267,14 @@ def _largest_request(events: list[Event], start: AllocatorState) -> int:
     asked = (event[2] for event in events if event[0] in REQUESTS and event[2] is not None)
     held = (block.requested for segment in start.segments for block in segment.blocks)
     return max(max(asked, default=0), max(held, default=0))
+
+
+def _cost(settings: AllocatorSettings) -> int:
+    """A rank of how long a run under ``settings`` takes (only the order runs are taken in
+    depends on it): power-of-two rounding works on every request, expandable segments map and
+    unmap pages, a split limit releases and remakes segments."""
+    rounding = 2 if any(settings.roundup_power2_divisions) else 0
+    return rounding + settings.expandable_segments + (settings.max_split_size != NO_LIMIT)
 
 
 def _fork_is_safe() -> bool:

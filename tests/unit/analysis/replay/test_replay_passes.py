@@ -232,3 +232,48 @@ def test_a_self_check_that_raises_ends_the_workers(monkeypatch: pytest.MonkeyPat
     with pytest.raises(RuntimeError, match="the self-check broke"):
         replay(dump_from_snapshot(device.snapshot()), jobs=3)
     assert multiprocessing.active_children() == []
+
+
+def test_rows_deciding_as_recorded_take_the_recorded_run_and_cost_no_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows that cannot decide differently from the recorded settings on this trace (max split
+    sizes above every block, the largest request being 40 MiB; a GC threshold without a
+    fraction) show the "as recorded" figures, and the replay makes no pass for them: one
+    self-check plus one per row that can decide differently."""
+    import importlib
+
+    what_if = importlib.import_module("memforensics.analysis.replay.what_if")
+    replay_module = importlib.import_module("memforensics.analysis.replay.replay")
+    passes: list[str] = []
+    real_run = replay_module.run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        passes.append(args[1].to_conf() if len(args) > 1 else "")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "run", counted)
+    monkeypatch.setattr(what_if, "run", counted)
+    device = SimDevice(256 * MiB)
+    device.record_memory_history("all", max_entries=100_000)
+    held = [device.empty(size * MiB) for size in (3, 30, 5, 40, 7)]
+    held[1].free()
+    held[3].free()
+    device.empty(20 * MiB)
+    result = replay(dump_from_snapshot(device.snapshot()), jobs=1)
+    assert result.trusted, result.refusals
+    recorded = result.what_if[0]
+    same = [
+        row
+        for row in result.what_if
+        if row.name.startswith(("max_split_size_mb=", "garbage_collection_threshold="))
+    ]
+    assert len(same) == 4
+    for row in same:
+        assert (row.oom, row.peak_reserved_bytes, row.fragmentation_at_peak_bytes) == (
+            recorded.oom,
+            recorded.peak_reserved_bytes,
+            recorded.fragmentation_at_peak_bytes,
+        ), row.name
+    deciding = len(result.what_if) - 1 - len(same)
+    assert len(passes) == 1 + deciding, passes
