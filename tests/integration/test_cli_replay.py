@@ -128,3 +128,38 @@ def test_replay_jobs_prints_the_same_table_as_one_process(tmp_path: Path) -> Non
     refused = _cli("replay", oom, "--no-cache", "--jobs", "0")
     assert refused.returncode == 2
     assert "--jobs must be 1 or more" in refused.stderr
+
+
+def test_report_of_one_dump_replays_with_its_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """report FILE --jobs 3 gives the OOM's replay 3 processes, as replay --jobs 3 does, and
+    writes the page --jobs 1 writes (bar its time)."""
+    import importlib
+
+    from memforensics.cli.main import main
+
+    oom, _steps = _demo(tmp_path / "demo")
+    sections = importlib.import_module("memforensics.analysis.report.sections")
+    real = sections.replay
+    asked: list[object] = []
+
+    def spy(dump: object, **kwargs: object) -> object:
+        asked.append(kwargs.get("jobs"))
+        return real(dump, **kwargs)
+
+    monkeypatch.setattr(sections, "replay", spy)
+    pages = []
+    for jobs in ("1", "3"):
+        out = tmp_path / f"report{jobs}.html"
+        assert main(["report", str(oom), "-o", str(out), "--jobs", jobs, "--no-cache", "-q"]) == 0
+        pages.append(_document(out.read_text()))
+    assert asked == [1, 3]
+    assert pages[0] == pages[1]
+    assert "What if: other allocator settings" in pages[1]
+
+
+def _document(html: str) -> str:
+    """The page without its generation time."""
+    start = html.index('"generated"')
+    return html[:start] + html[html.index('"version"', start) :]

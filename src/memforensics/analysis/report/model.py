@@ -47,6 +47,7 @@ class DumpContext:
     top: int
     oom_device: bool
     cache: dict[str, Any] = field(default_factory=dict)
+    replay_jobs: int = 1  # processes the replay section may use (see ``replay(jobs=)``)
 
 
 SectionBuilder = Callable[[DumpContext], Section | None]

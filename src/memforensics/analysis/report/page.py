@@ -56,6 +56,7 @@ class ReportBuilder:
 
     top: int = 15
     folder: bool = False  # True: leak trends over the window dumps become a section
+    replay_jobs: int = 1  # processes each added dump's replay may use (``add``, not ``add_files``)
     dumps: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     _leaks: LeakTracker = field(default_factory=LeakTracker)
@@ -66,7 +67,8 @@ class ReportBuilder:
         ``index`` (default: the dumps added so far) names the dump's elements in the page.
         """
         number = len(self.dumps) if index is None else index
-        self.add_entry(*dump_entry(dump, number, self.top, folder=self.folder))
+        entry = dump_entry(dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs)
+        self.add_entry(*entry)
 
     def add_entry(self, entry: dict[str, Any], window: WindowTotals | None) -> None:
         """Keep one dump's built sections (and its window totals, for the leak section)."""
@@ -139,10 +141,11 @@ def page(document: dict[str, Any]) -> str:
 
 @paused_gc()
 def dump_entry(
-    dump: Dump, index: int, top: int, *, folder: bool
+    dump: Dump, index: int, top: int, *, folder: bool, replay_jobs: int = 1
 ) -> tuple[dict[str, Any], WindowTotals | None]:
     """One dump's part of the page (every section of every device it explains), and its
-    window totals when the page covers a run folder."""
+    window totals when the page covers a run folder; its replay runs in ``replay_jobs``
+    processes."""
     views = dump.device_views()  # the devices ``summary`` explains, in its order
     devices = []
     for number, view in enumerate(views):
@@ -155,6 +158,7 @@ def dump_entry(
             key=f"d{index}-{number}",
             top=top,
             oom_device=len(views) == 1,  # several views: no OOM is recorded
+            replay_jobs=replay_jobs,
         )
         # read per dump: a builder appended to DUMP_SECTIONS since import takes part
         sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]

@@ -154,7 +154,7 @@ def replay_section(ctx: DumpContext) -> Section | None:
     """Would another allocator setting have avoided this OOM? (only for OOM dumps)."""
     if ctx.summary.oom is None or not ctx.oom_device:
         return None
-    result = replay(ctx.dump)
+    result = replay(ctx.dump, jobs=ctx.replay_jobs)
     if not result.trusted:
         return table(
             "replay",

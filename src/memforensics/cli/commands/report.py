@@ -23,6 +23,8 @@ from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
 
+REPLAY_OF_ONE = "; with one dump, the processes replaying its what-if rows (see replay --jobs)"
+
 
 class ReportCommand:
     """Write one self-contained HTML report (opens with no network) for dumps or run folders."""
@@ -36,7 +38,7 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
-        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
@@ -57,6 +59,7 @@ class ReportCommand:
                     builder.add_unreadable(str(exc))
                     continue
             paths.extend(found)
+        builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
         question = f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
         progress = Progress(quiet=args.quiet)
 
