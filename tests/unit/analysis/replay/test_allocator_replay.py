@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pickle
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from sim_workloads import drive
 
 from memforensics.allocator import (
     AllocatorSettings,
@@ -48,23 +48,6 @@ OPS = st.lists(
 )  # fmt: skip
 
 
-def _run_workload(
-    device: SimDevice, ops: list[tuple[str, int, int, int]], live: list[SimTensor] | None = None
-) -> None:
-    """Drive the sim with a random workload; OOMs are caught, as a retrying program would."""
-    live = [] if live is None else live
-    for op, size, stream, pick in ops:
-        if op == "alloc":
-            with contextlib.suppress(SimOutOfMemoryError):
-                live.append(device.empty(size, stream=stream))
-        elif op == "free" and live:
-            live.pop(pick % len(live)).free()
-        elif op == "stream" and live:
-            live[pick % len(live)].record_stream(1 - stream)
-        elif op == "empty":
-            device.empty_cache()
-
-
 Layout = list[tuple[int, int, list[tuple[int, int, bool]]]]
 
 
@@ -94,7 +77,7 @@ def test_replay_of_sim_dumps_reproduces_every_segment_event(
     if fraction:
         device.set_per_process_memory_fraction(0.75)
     device.record_memory_history("all", max_entries=100_000)
-    _run_workload(device, ops)
+    drive(device, ops)
     snapshot = device.snapshot()
     dump = dump_from_snapshot(snapshot)
     recorded = parse_conf(conf)
@@ -404,9 +387,9 @@ def test_window_dumps_replay_exactly_from_their_reconstructed_start(
     device.record_memory_history("all", max_entries=100_000)
     split = int(len(ops) * cut)
     held: list[SimTensor] = []  # tensors live across the cut: live blocks at the window start
-    _run_workload(device, ops[:split], held)
+    drive(device, ops[:split], held)
     device.record_memory_history("all", max_entries=100_000, clear_history=True)
-    _run_workload(device, ops[split:], held)
+    drive(device, ops[split:], held)
     snapshot = device.snapshot()
     dump = dump_from_snapshot(snapshot)
     recorded = parse_conf(conf)

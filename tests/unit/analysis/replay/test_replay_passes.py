@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_workloads import drive
 
 from memforensics.allocator import parse_conf
 from memforensics.analysis import dump_from_snapshot, replay
@@ -40,25 +41,6 @@ STOP_FIGURES = (
 )
 
 
-def _drive(device: SimDevice, ops: list[tuple[str, int, int, int]], live: list[SimTensor]) -> None:
-    """A workload that meets OOMs and, on ``retry``, frees a tensor and asks again."""
-    for op, size, stream, pick in ops:
-        if op in ("alloc", "retry"):
-            try:
-                live.append(device.empty(size, stream=stream))
-            except SimOutOfMemoryError:
-                if op == "retry" and live:
-                    live.pop(pick % len(live)).free()
-                    with contextlib.suppress(SimOutOfMemoryError):
-                        live.append(device.empty(size, stream=stream))
-        elif op == "free" and live:
-            live.pop(pick % len(live)).free()
-        elif op == "stream" and live:
-            live[pick % len(live)].record_stream(1 - stream)
-        elif op == "empty":
-            device.empty_cache()
-
-
 def _figures(result: RunResult) -> dict[str, object]:
     return {name: getattr(result, name) for name in STOP_FIGURES}
 
@@ -68,9 +50,9 @@ def _dump(
 ) -> Dump:
     device = SimDevice(48 * MiB, settings=conf)
     live: list[SimTensor] = []
-    _drive(device, before, live)  # live (or cached) when recording starts
+    drive(device, before, live)  # live (or cached) when recording starts
     device.record_memory_history("all", max_entries=100_000)
-    _drive(device, ops, live)
+    drive(device, ops, live)
     return dump_from_snapshot(device.snapshot())
 
 
@@ -170,7 +152,7 @@ def test_every_row_of_the_table_is_what_its_setting_alone_gives(
     if fraction:
         device.set_per_process_memory_fraction(0.75)
     device.record_memory_history("all", max_entries=100_000)
-    _drive(device, ops, [])
+    drive(device, ops, [])
     snapshot = device.snapshot()
     failures = [e for e in snapshot["device_traces"][0] if e["action"] == "oom"]
     sidecar = None
