@@ -105,15 +105,16 @@ def test_a_rewritten_dump_with_its_size_and_mtime_restored_is_not_served_stale(
 
 
 def test_touching_a_dump_rebuilds_its_entry(tmp_path: Path) -> None:
-    """A new modification time is a new file to the cache: a second entry is written."""
+    """A new modification time is a new file to the cache: new entries are written (one per
+    rendering of the answer, text and JSON)."""
     path = _oom_dump(tmp_path / "d.pickle", REQUESTED)
     cache = tmp_path / "cache"
     _cli("summary", "--json", path, "--cache-dir", cache)
-    assert len(_entries(cache)) == 1
+    assert len(_entries(cache)) == 2
     info = path.stat()
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
     assert _requested(_cli("summary", "--json", path, "--cache-dir", cache)) == REQUESTED
-    assert len(_entries(cache)) == 2
+    assert len(_entries(cache)) == 4
 
 
 def _damage(entry: Path, how: str) -> None:
@@ -144,13 +145,14 @@ def test_a_damaged_entry_is_ignored_and_replaced(tmp_path: Path, how: str) -> No
     cache = tmp_path / "cache"
     plain = _cli("summary", "--json", path, "--no-cache")
     _cli("summary", "--json", path, "--cache-dir", cache)
-    (entry,) = _entries(cache)
-    sound = entry.read_bytes()
-    _damage(entry, how)
+    entries = _entries(cache)  # the JSON and the text of one summary
+    sound = [entry.read_bytes() for entry in entries]
+    for entry in entries:
+        _damage(entry, how)
     again = _cli("summary", "--json", path, "--cache-dir", cache)
     assert again.stdout == plain.stdout
     assert again.returncode == 0
-    assert entry.read_bytes() == sound  # replaced by the recomputed answer
+    assert [entry.read_bytes() for entry in entries] == sound  # replaced, recomputed
     assert not Path("/tmp/memforensics-cache-was-unpickled").exists()
 
 
@@ -204,10 +206,10 @@ def test_cache_info_counts_and_clear_empties(tmp_path: Path) -> None:
     _cli("summary", dump, "--cache-dir", cache)
     _cli("replay", dump, "--cache-dir", cache)
     info = json.loads(_cli("cache", "info", "--json", "--cache-dir", cache).stdout)
-    assert info["entries"] == 2 == len(_entries(cache))
+    assert info["entries"] == 4 == len(_entries(cache))  # each answer in text and in JSON
     assert info["bytes"] == sum(entry.stat().st_size for entry in _entries(cache))
     cleared = json.loads(_cli("cache", "clear", "--json", "--cache-dir", cache).stdout)
-    assert cleared["removed"] == 2
+    assert cleared["removed"] == 4
     assert _entries(cache) == []
 
 

@@ -1,5 +1,6 @@
 """A command's whole answer (stdout, stderr lines, exit status, a page to write), kept in the
-analysis cache so the same command on the same dumps prints it again without reading them."""
+analysis cache so the same command on the same dumps prints it again without reading them (in
+text or in JSON, whichever was asked first)."""
 
 from __future__ import annotations
 
@@ -51,14 +52,24 @@ class Answer:
 
 
 def answered(
-    cache: AnswerCache, paths: Sequence[Path], question: str, compute: Callable[[], Answer]
+    cache: AnswerCache,
+    paths: Sequence[Path],
+    question: str,
+    compute: Callable[[], dict[str, Answer]],
 ) -> Answer:
-    """The cached answer to ``question`` about ``paths``, else ``compute()``'s (then kept)."""
+    """The cached answer to ``question`` about ``paths``, else ``compute()``'s.
+
+    ``compute`` returns every answer one computation gives, by question (the text and the JSON
+    of one result: rendering the other costs nothing once the dumps are read), ``question``
+    among them; each is kept, so the other rendering of the same result is a second look too.
+    """
     stored = cache.lookup(paths, question)
     answer = Answer.from_json(stored) if stored is not None else None
     if answer is None:
-        answer = compute()
-        cache.store(paths, question, answer.to_json())
+        computed = compute()
+        for asked, found in computed.items():
+            cache.store(paths, asked, found.to_json())
+        answer = computed[question]
     return answer
 
 

@@ -19,7 +19,7 @@ from memforensics._layout import sidecar_path
 from memforensics._version import __version__
 from memforensics.analysis.dump import SIDECAR_LIMIT, open_regular, read_regular
 
-FORMAT = 1
+FORMAT = 2  # 2: a summary entry holds both renderings of its result
 """The layout of cache entries; raised whenever an entry's contents change meaning."""
 _ENDS = 64 * 1024
 

@@ -43,13 +43,16 @@ class DiffCommand:
         """Load both, compare, print (or print the cached answer)."""
         top = row_limit(args, parser)
         paths = [Path(args.before), Path(args.after)]
-        question = f"diff {json.dumps([top, args.device, args.json])}"
+
+        def question_for(as_json: bool) -> str:
+            return f"diff {json.dumps([top, args.device, as_json])}"
+
         progress = Progress(quiet=args.quiet)
 
         def load(path: Path) -> Dump:
             return load_dump(path, reader=progress.reader(path))
 
-        def compute() -> Answer:
+        def compute() -> dict[str, Answer]:
             try:
                 before, after = load(paths[0]), load(paths[1])
                 progress.phase("comparing")
@@ -59,12 +62,16 @@ class DiffCommand:
                 kinds = kinds_change(before, after)  # live bytes per kind, before and after
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
-            if args.json:
-                return Answer(json.dumps({**result.to_dict(), "kinds": kinds}, indent=2))
-            return Answer("\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)]))
+            text = "\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)])
+            return {
+                question_for(True): Answer(
+                    json.dumps({**result.to_dict(), "kinds": kinds}, indent=2)
+                ),
+                question_for(False): Answer(text),
+            }
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question, compute)
+            answer = answered(cache, paths, question_for(args.json), compute)
         warn_cache(cache, self.name)
         return print_answer(answer)

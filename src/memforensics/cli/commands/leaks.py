@@ -44,10 +44,13 @@ class LeaksCommand:
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
         paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
-        question = f"leaks {json.dumps([str(listing.root), top, args.json])}"
+
+        def question_for(as_json: bool) -> str:
+            return f"leaks {json.dumps([str(listing.root), top, as_json])}"
+
         progress = Progress(quiet=args.quiet)
 
-        def compute() -> Answer:
+        def compute() -> dict[str, Answer]:
             progress.phase(f"reading {len(paths)} window dumps")
             try:
                 leaks = find_leaks(args.dir, jobs=jobs)
@@ -56,11 +59,14 @@ class LeaksCommand:
             skipped = tuple(f"memforensics leaks: skipped: {e}" for e in leaks.unreadable)
             if leaks.unreadable and not leaks.windows:
                 raise CommandError("no window dump could be read")
-            out = json.dumps(leaks.to_dict(), indent=2) if args.json else leaks_text(leaks, top)
-            return Answer(out, skipped, 1 if leaks.unreadable else 0)
+            status = 1 if leaks.unreadable else 0
+            return {
+                question_for(True): Answer(json.dumps(leaks.to_dict(), indent=2), skipped, status),
+                question_for(False): Answer(leaks_text(leaks, top), skipped, status),
+            }
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question, compute)
+            answer = answered(cache, paths, question_for(args.json), compute)
         warn_cache(cache, self.name)
         return print_answer(answer)

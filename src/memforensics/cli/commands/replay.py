@@ -57,10 +57,13 @@ class ReplayCommand:
         """Load, replay, print (or print the cached answer)."""
         path = Path(args.file)
         jobs = job_count(args, parser)
-        question = f"replay {json.dumps([args.sets, args.requested, args.json])}"
+
+        def question_for(as_json: bool) -> str:
+            return f"replay {json.dumps([args.sets, args.requested, as_json])}"
+
         progress = Progress(quiet=args.quiet)
 
-        def compute() -> Answer:
+        def compute() -> dict[str, Answer]:
             try:
                 dump = load_dump(path, reader=progress.reader(path))
             except SnapshotLoadError as exc:
@@ -70,12 +73,14 @@ class ReplayCommand:
                 result = replay(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
             except SettingsError as exc:
                 raise CommandError(f"--set: {exc}") from None
-            out = json.dumps(result.to_dict(), indent=2) if args.json else replay_text(result)
             warnings = tuple(f"memforensics replay: warning: {w}" for w in dump.warnings)
-            return Answer(out, warnings)
+            return {
+                question_for(True): Answer(json.dumps(result.to_dict(), indent=2), warnings),
+                question_for(False): Answer(replay_text(result), warnings),
+            }
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, [path], question, compute)
+            answer = answered(cache, [path], question_for(args.json), compute)
         warn_cache(cache, self.name)
         return print_answer(answer)

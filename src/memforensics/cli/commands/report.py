@@ -63,7 +63,7 @@ class ReportCommand:
         question = f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
         progress = Progress(quiet=args.quiet)
 
-        def compute() -> Answer:
+        def compute() -> dict[str, Answer]:
             warned: list[str] = []
             if jobs > 1 and len(paths) > 1:
                 builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
@@ -90,7 +90,7 @@ class ReportCommand:
                 + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
                 + ")"
             )
-            return Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)
+            return {question: Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)}
 
         cache = open_cache(args)
         with progress.running():

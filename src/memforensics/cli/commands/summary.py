@@ -36,14 +36,17 @@ class _Ask:
     requested: int | None
     several: bool
 
-    def question(self) -> str:
-        """The cache's name for this question about one file."""
-        return f"summary {json.dumps([self.json, self.top, self.device, self.requested])}"
+    def question(self, *, as_json: bool | None = None) -> str:
+        """The cache's name for this question about one file (``as_json``: in the other
+        rendering, which one computation answers too)."""
+        rendering = self.json if as_json is None else as_json
+        return f"summary {json.dumps([rendering, self.top, self.device, self.requested])}"
 
 
 @dataclass(frozen=True)
 class _Section:
-    """One file's answer: its JSON object or its text, and the lines for stderr."""
+    """One file's answer: its JSON object and its text (both rendered, either printed), and
+    the lines for stderr."""
 
     data: dict[str, Any] | None = None
     text: str | None = None
@@ -80,12 +83,10 @@ def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section
     warnings = dump.warnings if ask.device is None else views[0].warnings
     stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
     summaries = [summarize(view, top=ask.top, requested=ask.requested) for view in views]
-    if ask.json:
-        data = summaries[0].to_dict()
-        data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
-        return _Section(data=data, stderr=stderr)
+    data = summaries[0].to_dict()
+    data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
     text = "\n\n".join(summary_text(summary, rows=ask.top) for summary in summaries)
-    return _Section(text=text, stderr=stderr)
+    return _Section(data=data, text=text, stderr=stderr)
 
 
 class SummaryCommand:
@@ -134,7 +135,7 @@ class SummaryCommand:
         for index, name in enumerate(args.files):
             stored = cache.lookup([Path(name)], question)
             section = _Section.from_json(stored) if stored is not None else None
-            if section is not None:
+            if section is not None and (section.data if ask.json else section.text) is not None:
                 sections[index] = section
         todo = [index for index in range(len(args.files)) if index not in sections]
         progress = Progress(quiet=args.quiet)
@@ -149,9 +150,11 @@ class SummaryCommand:
                     for index, future in futures.items():
                         sections[index] = future.result()
                         done()
-        for index in todo:
+        for index in todo:  # kept for both renderings: the other is a second look too
             if sections[index].error is None:
-                cache.store([Path(args.files[index])], question, sections[index].to_json())
+                for as_json in (True, False):
+                    asked = ask.question(as_json=as_json)
+                    cache.store([Path(args.files[index])], asked, sections[index].to_json())
         warn_cache(cache, self.name)
         return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
 
@@ -169,9 +172,9 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
             continue
         for line in section.stderr:
             print(line, file=sys.stderr)
-        if section.data is not None:
+        if ask.json and section.data is not None:
             results.append(section.data)
-        elif section.text is not None:
+        elif not ask.json and section.text is not None:
             print(("\n" if shown else "") + section.text)
             shown += 1
     if ask.json and (results or not ask.several):
