@@ -61,13 +61,23 @@ class ReportBuilder:
     unreadable: list[str] = field(default_factory=list)
     _leaks: LeakTracker = field(default_factory=LeakTracker)
 
-    def add(self, dump: Dump, *, index: int | None = None) -> None:
+    def add(
+        self,
+        dump: Dump,
+        *,
+        index: int | None = None,
+        replay_of: Callable[[Dump], dict[str, Any]] | None = None,
+    ) -> None:
         """Build every section of every device of ``dump``; keep only their data.
 
-        ``index`` (default: the dumps added so far) names the dump's elements in the page.
+        ``index`` (default: the dumps added so far) names the dump's elements in the page;
+        ``replay_of`` gives the dump's ``replay --json`` object (a kept one) instead of a replay.
         """
         number = len(self.dumps) if index is None else index
-        entry = dump_entry(dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs)
+        entry = dump_entry(
+            dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs,
+            replay_of=replay_of,
+        )  # fmt: skip
         self.add_entry(*entry)
 
     def add_entry(self, entry: dict[str, Any], window: WindowTotals | None) -> None:
@@ -141,11 +151,17 @@ def page(document: dict[str, Any]) -> str:
 
 @paused_gc()
 def dump_entry(
-    dump: Dump, index: int, top: int, *, folder: bool, replay_jobs: int = 1
+    dump: Dump,
+    index: int,
+    top: int,
+    *,
+    folder: bool,
+    replay_jobs: int = 1,
+    replay_of: Callable[[Dump], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], WindowTotals | None]:
     """One dump's part of the page (every section of every device it explains), and its
     window totals when the page covers a run folder; its replay runs in ``replay_jobs``
-    processes."""
+    processes, unless ``replay_of`` gives its ``replay --json`` object."""
     views = dump.device_views()  # the devices ``summary`` explains, in its order
     devices = []
     for number, view in enumerate(views):
@@ -159,6 +175,7 @@ def dump_entry(
             top=top,
             oom_device=len(views) == 1,  # several views: no OOM is recorded
             replay_jobs=replay_jobs,
+            replay_of=replay_of,
         )
         # read per dump: a builder appended to DUMP_SECTIONS since import takes part
         sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]

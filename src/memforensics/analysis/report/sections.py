@@ -151,30 +151,37 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
 
 
 def replay_section(ctx: DumpContext) -> Section | None:
-    """Would another allocator setting have avoided this OOM? (only for OOM dumps)."""
+    """Would another allocator setting have avoided this OOM? (only for OOM dumps).
+
+    Built from the replay's ``--json`` object, which the caller may have kept from an earlier
+    ``replay`` of the same file (``ctx.replay_of``) instead of replaying the trace again.
+    """
     if ctx.summary.oom is None or not ctx.oom_device:
         return None
-    result = replay(ctx.dump, jobs=ctx.replay_jobs)
-    if not result.trusted:
+    if ctx.replay_of is not None:
+        result = ctx.replay_of(ctx.dump)
+    else:
+        result = replay(ctx.dump, jobs=ctx.replay_jobs).to_dict()
+    if not result["trusted"]:
         return table(
             "replay",
             "What if: other allocator settings",
             [],
             [],
-            empty="The replay refuses to answer: " + "; ".join(result.refusals),
+            empty="The replay refuses to answer: " + "; ".join(result["refusals"]),
         )
     rows = [
         [
-            (row.conf or "(as recorded)")
-            + (f" (also needs {row.requires})" if row.requires else ""),
-            "OOM" if row.oom else "fits",
-            row.peak_reserved_bytes,
-            row.fragmentation_at_peak_bytes,
-            row.first_failure_bytes,
+            (row["conf"] or "(as recorded)")
+            + (f" (also needs {row['requires']})" if row["requires"] else ""),
+            "OOM" if row["oom"] else "fits",
+            row["peak_reserved_bytes"],
+            row["fragmentation_at_peak_bytes"],
+            row["first_failure_bytes"],
         ]
-        for row in result.what_if
+        for row in result["what_if"]
     ]
-    fidelity = "n/a" if result.fidelity is None else f"{result.fidelity:.0%}"
+    fidelity = "n/a" if result["fidelity"] is None else f"{result['fidelity']:.0%}"
     return table(
         "replay",
         "What if: other allocator settings",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
 from memforensics.analysis import load_dump, replay
-from memforensics.analysis.replay import replay_text
 from memforensics.cli._analysis_flags import (
     add_analysis_flags,
     job_count,
@@ -19,6 +17,7 @@ from memforensics.cli._analysis_flags import (
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
+from memforensics.cli._replay_answers import replay_answers, replay_question
 from memforensics.cli._sizes import byte_size
 
 
@@ -58,9 +57,6 @@ class ReplayCommand:
         path = Path(args.file)
         jobs = job_count(args, parser)
 
-        def question_for(as_json: bool) -> str:
-            return f"replay {json.dumps([args.sets, args.requested, as_json])}"
-
         progress = Progress(quiet=args.quiet)
 
         def compute() -> dict[str, Answer]:
@@ -73,14 +69,11 @@ class ReplayCommand:
                 result = replay(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
             except SettingsError as exc:
                 raise CommandError(f"--set: {exc}") from None
-            warnings = tuple(f"memforensics replay: warning: {w}" for w in dump.warnings)
-            return {
-                question_for(True): Answer(json.dumps(result.to_dict(), indent=2), warnings),
-                question_for(False): Answer(replay_text(result), warnings),
-            }
+            return replay_answers(result, dump, args.sets, args.requested)
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, [path], question_for(args.json), compute)
+            question = replay_question(args.sets, args.requested, args.json)
+            answer = answered(cache, [path], question, compute)
         warn_cache(cache, self.name)
         return print_answer(answer)

@@ -22,6 +22,7 @@ from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
+from memforensics.cli._replay_answers import kept_replay
 
 REPLAY_OF_ONE = "; with one dump, the processes replaying its what-if rows (see replay --jobs)"
 
@@ -74,7 +75,8 @@ class ReportCommand:
                     builder.add_unreadable(str(exc))
                     continue
                 progress.phase(f"analysing {path.name}")
-                builder.add(dump, index=index)
+                kept = kept_replay(cache, path, jobs=builder.replay_jobs)
+                builder.add(dump, index=index, replay_of=kept)
                 del dump
             for entry in builder.dumps:
                 name = entry["name"]
