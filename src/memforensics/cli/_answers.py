@@ -1,6 +1,6 @@
 """A command's whole answer (stdout, stderr lines, exit status, a page to write), kept in the
-analysis cache so the same command on the same dumps prints it again without reading them (in
-text or in JSON, whichever was asked first)."""
+analysis cache so the same command on the same dumps prints it again without reading them, in
+text or in JSON: one computation keeps both renderings."""
 
 from __future__ import annotations
 

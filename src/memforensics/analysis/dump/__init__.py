@@ -37,6 +37,7 @@ from memforensics.analysis.dump.model import (
 from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.sizes import block_size
+from memforensics.analysis.dump.stacks import Stacks, per_stack
 from memforensics.analysis.dump.text import (
     NATIVE_ONLY_MEANING,
     SITE_WIDTH,
@@ -69,6 +70,7 @@ __all__ = [
     "Segment",
     "SnapshotReader",
     "SnapshotShape",
+    "Stacks",
     "as_int",
     "attribute",
     "block_size",
@@ -88,6 +90,7 @@ __all__ = [
     "origin_words",
     "parse_step",
     "paused_gc",
+    "per_stack",
     "read_regular",
     "read_sidecar_file",
     "read_snapshot_file",

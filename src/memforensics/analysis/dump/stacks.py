@@ -14,9 +14,11 @@ back on the tuple of frame identities, which costs more but never grows quadrati
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _BUCKET = 8  # lists compared per innermost frame before the tuple key takes over
+_Answer = TypeVar("_Answer")
 
 
 class Stacks:
@@ -51,3 +53,21 @@ class Stacks:
             bucket.append(frames)
             return frames
         return self._by_ids.setdefault(tuple(map(id, frames)), frames)
+
+
+def per_stack(judge: Callable[[Any], _Answer]) -> Callable[[Any], _Answer]:
+    """``judge``, asked once per distinct frames list and answered from memory after that.
+
+    Keyed by the list's identity: meant for the lists :class:`Stacks` hands out (equal stacks
+    share one), while whatever holds them is alive, so no identity is reused meanwhile.
+    """
+    answers: dict[int, _Answer] = {}
+
+    def answer(frames: Any) -> _Answer:
+        key = id(frames)
+        if key in answers:
+            return answers[key]
+        found = answers[key] = judge(frames)
+        return found
+
+    return answer

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
-from memforensics.analysis.dump import is_native_frame
+from memforensics.analysis.dump import is_native_frame, per_stack
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
 
 PARAMETER = "parameter"
@@ -260,15 +260,11 @@ def classify(lt: Lifetimes) -> None:
 def _assign_phases(lt: Lifetimes) -> set[int]:
     """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
     frames list per stack); returns the ``id`` of those whose phase is a guess (no frames)."""
-    by_stack: dict[int, str] = {}
+    phase_of_stack = per_stack(phase_of)
     guessed: set[int] = set()
     for found in lt.allocations:
-        frames = found.frames
-        phase = by_stack.get(id(frames))
-        if phase is None:
-            phase = by_stack[id(frames)] = phase_of(frames)
-        found.phase = phase
-        if phase == NO_FRAMES:
+        found.phase = phase_of_stack(found.frames)
+        if found.phase == NO_FRAMES:
             guessed.add(id(found))
     if guessed:
         fallback = _phases_from_peaks(lt)
@@ -315,13 +311,9 @@ def _need_parameter_evidence(allocations: list[Allocation]) -> None:
     sizes: dict[int, int] = {}
     for found in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
-    by_stack: dict[int, bool | None] = {}
+    evidence_of = per_stack(_parameter_evidence)
     for found in held:
-        key = id(found.frames)
-        if key in by_stack:
-            evidence = by_stack[key]
-        else:
-            evidence = by_stack[key] = _parameter_evidence(found.frames)
+        evidence = evidence_of(found.frames)
         if evidence is None:
             found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
         elif not evidence:

@@ -22,8 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memforensics.allocator import AllocatorSettings
-from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump, block_size, parse_step
-from memforensics.analysis.dump.stacks import Stacks
+from memforensics.analysis.dump import (
+    ALLOCATED,
+    PENDING_FREE,
+    Dump,
+    Stacks,
+    block_size,
+    parse_step,
+)
 from memforensics.analysis.oom import recorded_settings
 
 BEFORE = -1  # start of an allocation made before the trace begins

@@ -24,6 +24,7 @@ from memforensics.analysis.dump import (
     frame_text,
     is_library_file,
     is_native_frame,
+    per_stack,
 )
 from memforensics.analysis.filled.kinds import KindBytes, kinds_table
 from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
@@ -171,15 +172,12 @@ def _fold(labels: list[str]) -> str:
 def call_tree(live: list[Allocation]) -> CallNode:
     """The call tree of ``live``, tiny branches merged so a hostile dump stays bounded."""
     root = CallNode("all live memory")
-    paths: dict[int, tuple[str, ...]] = {}  # one path per distinct stack (see dump.stacks)
+    path_of = per_stack(folded_path)
     for found in live:
         node = root
         node.bytes += found.size
         node.blocks += 1
-        path = paths.get(id(found.frames))
-        if path is None:
-            path = paths[id(found.frames)] = folded_path(found.frames)
-        for name in path:
+        for name in path_of(found.frames):
             node = node.child(name)
             node.bytes += found.size
             node.blocks += 1

@@ -31,7 +31,6 @@ from memforensics.analysis.oom import (
     judge,
     lower_bound,
     oom_moment,
-    oom_positions,
     recorded_rules,
     recorded_settings,
     settings_read,
@@ -212,7 +211,7 @@ def replay(
         refusals += _self_check_refusals(exact)
         reproduced: bool | None = None
         if moment is not None and moment.index is not None:
-            reproduced = exact.oom_index == oom_positions(dump.trace)[0]  # the first of any retries
+            reproduced = exact.oom_index == dump.oom_positions[0]  # the first of any retries
             if not reproduced:
                 refusals.append("the model does not fail where the recorded allocator failed")
         rows: list[WhatIf] = []

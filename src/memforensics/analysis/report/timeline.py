@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.dump import frame_text, site_fast
+from memforensics.analysis.dump import frame_text, per_stack, site_fast
 from memforensics.analysis.filled import BEFORE, KINDS, Allocation, Lifetimes, live_at
 from memforensics.analysis.report.layout import layouts
 from memforensics.analysis.report.model import DumpContext, Section
@@ -29,14 +29,8 @@ def site_index(allocations: list[Allocation], top: list[str]) -> dict[int, int]:
     """Index into ``top`` (or ``len(top)`` for the rest) per allocation id; each distinct
     stack's site is found once (lifetimes shares one frames list per stack)."""
     where = {site: index for index, site in enumerate(top)}
-    by_stack: dict[int, int] = {}
-    found: dict[int, int] = {}
-    for item in allocations:
-        index = by_stack.get(id(item.frames))
-        if index is None:
-            index = by_stack[id(item.frames)] = where.get(site_fast(item.frames), len(top))
-        found[id(item)] = index
-    return found
+    index_of = per_stack(lambda frames: where.get(site_fast(frames), len(top)))
+    return {id(item): index_of(item.frames) for item in allocations}
 
 
 def _bands(count: int, moments: list[int]) -> list[tuple[int, int]]:

@@ -56,7 +56,7 @@ class ReplayCommand:
         """Load, replay, print (or print the cached answer)."""
         path = Path(args.file)
         jobs = job_count(args, parser)
-
+        question = replay_question(args.sets, args.requested, args.json)
         progress = Progress(quiet=args.quiet)
 
         def compute() -> dict[str, Answer]:
@@ -73,7 +73,6 @@ class ReplayCommand:
 
         cache = open_cache(args)
         with progress.running():
-            question = replay_question(args.sets, args.requested, args.json)
             answer = answered(cache, [path], question, compute)
         warn_cache(cache, self.name)
         return print_answer(answer)

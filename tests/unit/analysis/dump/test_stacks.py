@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.dump.stacks import Stacks
+from memforensics.analysis.dump import Stacks, per_stack
 
 
 def _frame(name: str, line: int = 1) -> dict[str, Any]:
@@ -58,3 +58,21 @@ def test_what_is_no_stack_is_returned_as_it_is() -> None:
     assert stacks.canonical([head, first])[1] is first  # type: ignore[index]
     odd = [head, second]
     assert stacks.canonical(odd) is odd
+
+
+def test_a_stack_is_judged_once_however_many_entries_carry_it() -> None:
+    """per_stack over interned lists asks its judge once per distinct stack and gives every
+    entry that stack's answer."""
+    frame_a, frame_b = {"filename": "a.py", "line": 1}, {"filename": "b.py", "line": 2}
+    stacks = Stacks()
+    entries = [stacks.canonical([frame_a, frame_b]) for _ in range(5)]
+    entries += [stacks.canonical([frame_b]) for _ in range(3)]
+    asked: list[object] = []
+
+    def judge(frames: list[dict[str, object]]) -> int:
+        asked.append(frames)
+        return len(frames)
+
+    depth_of = per_stack(judge)
+    assert [depth_of(frames) for frames in entries] == [2] * 5 + [1] * 3
+    assert len(asked) == 2
