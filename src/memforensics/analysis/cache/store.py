@@ -21,10 +21,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memforensics.analysis.cache import working
 from memforensics.analysis.cache.identity import FORMAT, file_key
 from memforensics.analysis.dump import read_regular
 
@@ -86,6 +87,7 @@ class AnswerCache:
         ) or 0
         self.warning: str | None = None
         self._keys: dict[Path, str] = {}
+        self._claimed: set[str] = set()
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +110,41 @@ class AnswerCache:
             with contextlib.suppress(OSError):
                 os.utime(entry)  # last use, for eviction
         return answer
+
+    def lookup_settled(
+        self, paths: Sequence[Path], question: str, on_wait: Callable[[], None] = lambda: None
+    ) -> str | None:
+        """:meth:`lookup`, and on a miss, once a look-ahead in another process that will answer
+        ``question`` about ``paths`` has finished (``on_wait()`` is called if one is at work),
+        :meth:`lookup` again."""
+        found = self.lookup(paths, question)
+        if found is not None or self.folder is None:
+            return found
+        keys = [key for key in self._file_keys(paths) if key not in self._claimed]
+        if not keys:
+            return None
+        working.await_answer(self.folder, keys, question, on_wait)
+        return self.lookup(paths, question)
+
+    def claim(self, paths: Sequence[Path], questions: Sequence[str]) -> list[int] | None:
+        """Mark ``paths`` as being worked on by this process (and any child it forks, which
+        inherits the returned lock descriptors) until it has kept its answers to
+        ``questions`` about each; None when another process is at it already or the cache
+        cannot hold locks. A command asking one of ``questions`` waits for the claim to end."""
+        if not self.enabled or self.folder is None or not working.can_claim():
+            return None
+        keys = self._file_keys(paths)
+        if len(keys) != len(paths):
+            return None
+        held = working.claim(self.folder, keys, questions)
+        if held is not None:
+            self._claimed.update(keys)
+        return held
+
+    def release(self, handles: list[int]) -> None:
+        """Close this process's descriptors of a :meth:`claim` (a forked child holding its own
+        keeps the claim until it exits)."""
+        working.release(handles)
 
     def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
@@ -156,6 +193,9 @@ class AnswerCache:
                 removed += not entry.name.startswith(".tmp-")
             except OSError:
                 pass
+        if self.folder is not None:  # a lock's holder keeps its descriptor: removing is safe
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.folder / working.FOLDER)
         return removed
 
     def info(self) -> CacheInfo:
@@ -164,10 +204,9 @@ class AnswerCache:
         entries = self._listing()
         return CacheInfo(folder, len(entries), sum(s for _, s, _ in entries), self.max_bytes)
 
-    def _entry(self, paths: Sequence[Path], question: str) -> tuple[Path, str] | None:
-        """The entry file for ``question`` about ``paths``, and the files' joint key."""
-        if not self.enabled or self.folder is None:
-            return None
+    def _file_keys(self, paths: Sequence[Path]) -> list[str]:
+        """Each readable path's :func:`file_key`, computed once per path (unreadable: left out,
+        the load reports an unreadable dump in its own words)."""
         keys = []
         for path in paths:
             key = self._keys.get(path)
@@ -175,8 +214,17 @@ class AnswerCache:
                 try:
                     key = self._keys[path] = file_key(path)
                 except OSError:
-                    return None  # the load reports an unreadable dump in its own words
+                    continue
             keys.append(key)
+        return keys
+
+    def _entry(self, paths: Sequence[Path], question: str) -> tuple[Path, str] | None:
+        """The entry file for ``question`` about ``paths``, and the files' joint key."""
+        if not self.enabled or self.folder is None:
+            return None
+        keys = self._file_keys(paths)
+        if len(keys) != len(paths):
+            return None
         joint = ",".join(keys)
         name = hashlib.blake2b(f"{joint}\n{question}".encode(), digest_size=20).hexdigest()
         return self.folder / f"{name}{_SUFFIX}", joint

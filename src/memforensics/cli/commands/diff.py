@@ -17,6 +17,7 @@ from memforensics.analysis.compare import (
 from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
+from memforensics.cli._look_ahead import look_ahead
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 
@@ -37,7 +38,7 @@ class DiffCommand:
         parser.add_argument(
             "--device", type=int, metavar="N", help="compare only device N of both dumps"
         )
-        add_analysis_flags(parser)
+        add_analysis_flags(parser, look_ahead=True)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load both, compare, print (or print the cached answer)."""
@@ -48,9 +49,11 @@ class DiffCommand:
             return f"diff {json.dumps([top, args.device, as_json])}"
 
         progress = Progress(quiet=args.quiet)
+        loaded: dict[Path, Dump] = {}  # the dumps read here, for the look-ahead
 
         def load(path: Path) -> Dump:
-            return load_dump(path, reader=progress.reader(path))
+            dump = loaded[path] = load_dump(path, reader=progress.reader(path))
+            return dump
 
         def compute() -> dict[str, Answer]:
             try:
@@ -72,6 +75,8 @@ class DiffCommand:
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute)
+            answer = answered(cache, paths, question_for(args.json), compute, progress.awaiting)
         warn_cache(cache, self.name)
-        return print_answer(answer)
+        status = print_answer(answer)
+        look_ahead(args, cache, loaded)
+        return status

@@ -67,6 +67,6 @@ class LeaksCommand:
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute)
+            answer = answered(cache, paths, question_for(args.json), compute, progress.awaiting)
         warn_cache(cache, self.name)
         return print_answer(answer)
