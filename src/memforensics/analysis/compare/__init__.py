@@ -4,11 +4,14 @@ from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_
 from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
 from memforensics.analysis.compare.kinds import kinds_change
 from memforensics.analysis.compare.leaks import (
+    WINDOW_FACT,
     Leaks,
     LeakTracker,
     SiteTrend,
     WindowTotals,
     find_leaks,
+    keep_window,
+    kept_window,
     window_totals,
 )
 from memforensics.analysis.compare.text import (
@@ -19,6 +22,7 @@ from memforensics.analysis.compare.text import (
 )
 
 __all__ = [
+    "WINDOW_FACT",
     "DeviceDiff",
     "DeviceDiffs",
     "Diff",
@@ -33,6 +37,8 @@ __all__ = [
     "diff_dumps",
     "diff_text",
     "find_leaks",
+    "keep_window",
+    "kept_window",
     "kinds_change",
     "kinds_change_lines",
     "leaks_text",
