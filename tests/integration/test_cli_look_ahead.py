@@ -112,6 +112,22 @@ def test_diff_looks_ahead_at_both_dumps(
     assert [_printed(capsys, ["replay", str(p), *cache]) for p in (before, after)] == expected
 
 
+def test_a_look_ahead_at_each_dump_answers_diff_without_reading_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary --look-ahead of two dumps keeps what diff reads of each: diff of the two, either
+    way round, reads neither and prints what --no-cache prints."""
+    before = fragmented().write(tmp_path / "a.pickle")
+    after = exhausted().write(tmp_path / "b.pickle")
+    cache = ["--cache-dir", str(tmp_path / "cache"), "-q"]
+    for dump in (before, after):
+        assert _cli("summary", dump, *cache, "--look-ahead").returncode == 0
+    asks = [["diff", str(before), str(after)], ["diff", str(after), str(before), "--json"]]
+    expected = [_printed(capsys, [*ask, "--no-cache"]) for ask in asks]
+    _blind(monkeypatch)
+    assert [_printed(capsys, [*ask, *cache]) for ask in asks] == expected
+
+
 def test_a_pipe_gets_no_look_ahead_and_a_terminal_does(tmp_path: Path) -> None:
     """By default: piped, summary leaves no answer but its own; on a terminal, the replay's
     answer is kept too (waited for through the claim, not by sleeping)."""
@@ -173,19 +189,10 @@ class _Gate:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("file")
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
+    def questions_ahead(self) -> list[str]:
         return ["gate"]
 
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
         self.pid.write_text(f"{os.getpid()}\n")  # blocks until the test reads
         self.go.read_bytes()  # blocks until the test opens and closes its end
 

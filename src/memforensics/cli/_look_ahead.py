@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 
 from memforensics.analysis import Dump
 from memforensics.analysis.cache import AnswerCache
+from memforensics.cli._command import Command
 from memforensics.cli.registry import all_commands
 
 _NICENESS = 10
@@ -46,26 +47,13 @@ class AnswersAhead(Protocol):
 
     name: str
 
-    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """Add the command's arguments (the look-ahead asks with their defaults)."""
+    def questions_ahead(self) -> list[str]:
+        """The cache's names of what :meth:`answer_ahead` keeps about a dump."""
         ...
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
-        """The cache's names of the answers :meth:`answer_ahead` keeps for ``args``."""
-        ...
-
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
-        """Keep in ``cache`` the answers ``args`` ask about ``dump`` (read from ``path``),
-        unless it holds them already."""
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep in ``cache`` what the command with its default flags answers about ``dump``
+        (read from ``path``), or reads of it, unless the cache holds it already."""
         ...
 
 
@@ -74,9 +62,11 @@ def look_ahead(args: argparse.Namespace, cache: AnswerCache, loaded: Mapping[Pat
     (``--look-ahead``, or by default on a terminal); returns at once either way."""
     if not loaded or not _wanted(args, cache):
         return
-    followers: list[AnswersAhead] = [c for c in all_commands() if isinstance(c, AnswersAhead)]
-    first = next(iter(loaded))
-    questions = [q for c in followers for q in c.questions_ahead(*_defaults(c, first))]
+    try:
+        followers: list[AnswersAhead] = [c for c in all_commands() if isinstance(c, AnswersAhead)]
+        questions = [question for command in followers for question in command.questions_ahead()]
+    except Exception:  # noqa: BLE001 - the command's answer is printed; the rest is a bonus
+        return
     claim = cache.claim(list(loaded), questions)
     if claim is None:  # another process is at it, or the cache cannot hold locks
         return
@@ -116,21 +106,20 @@ def _work_detached(
         for path, dump in loaded.items():
             for command in followers:
                 with contextlib.suppress(Exception):
-                    args, parser = _defaults(command, path)
-                    command.answer_ahead(args, parser, path, dump, cache)
+                    command.answer_ahead(path, dump, cache)
     finally:
         os._exit(0)
 
 
-def _defaults(
-    command: AnswersAhead, path: Path
+def default_args(
+    command: Command, *positional: str
 ) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
-    """The command's arguments for ``path`` with every flag at its default (``--jobs``: the
-    CPU count, as the command would run; the look-ahead's low priority leaves the CPUs to
-    whatever else runs), quiet and without a look-ahead of its own."""
+    """``command``'s arguments with every flag at its default (``--jobs``: the CPU count, as the
+    command would run; the look-ahead's low priority leaves the CPUs to whatever else runs),
+    quiet and without a look-ahead of its own; and its parser."""
     parser = argparse.ArgumentParser(prog=f"memforensics {command.name}")
     command.prepare_parser(parser)
-    args = parser.parse_args([str(path)])
+    args = parser.parse_args(list(positional))
     args.quiet, args.look_ahead = True, False
     return args, parser
 

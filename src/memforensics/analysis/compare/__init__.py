@@ -1,7 +1,7 @@
 """Comparing dumps: diff two of them (by site, device and kind), and leaks across windows."""
 
 from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
-from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps
+from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps, diff_sides
 from memforensics.analysis.compare.kinds import kinds_change
 from memforensics.analysis.compare.leaks import (
     WINDOW_FACT,
@@ -14,6 +14,7 @@ from memforensics.analysis.compare.leaks import (
     kept_window,
     window_totals,
 )
+from memforensics.analysis.compare.sides import SIDES_FACT, DiffSide, DumpSides, LiveRow, diff_side
 from memforensics.analysis.compare.text import (
     device_diffs_text,
     diff_text,
@@ -22,19 +23,25 @@ from memforensics.analysis.compare.text import (
 )
 
 __all__ = [
+    "SIDES_FACT",
     "WINDOW_FACT",
     "DeviceDiff",
     "DeviceDiffs",
     "Diff",
+    "DiffSide",
+    "DumpSides",
     "LeakSuspect",
     "LeakTracker",
     "Leaks",
+    "LiveRow",
     "SiteGrowth",
     "SiteTrend",
     "WindowTotals",
     "device_diffs_text",
     "diff_by_device",
     "diff_dumps",
+    "diff_side",
+    "diff_sides",
     "diff_text",
     "find_leaks",
     "keep_window",

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump
+from memforensics.analysis.cache import AnswerCache
 from memforensics.analysis.compare import (
+    SIDES_FACT,
+    DumpSides,
     device_diffs_text,
     diff_by_device,
     kinds_change,
@@ -40,6 +43,19 @@ class DiffCommand:
         )
         add_analysis_flags(parser, look_ahead=True)
 
+    def questions_ahead(self) -> list[str]:
+        """What ``diff`` reads of a dump: its views (:class:`DumpSides`)."""
+        return [SIDES_FACT]
+
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep the views of ``dump`` a ``diff`` without ``--device`` compares (the whole file,
+        or each device of a file holding several), unless the cache holds them."""
+        sides = DumpSides.kept_or_read(path, cache, lambda: dump, lambda: None)
+        for device in (None,) if len(sides.held) <= 1 else sides.held:
+            sides.side(device)
+        sides.kinds()
+        sides.keep(path, cache)
+
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load both, compare, print (or print the cached answer)."""
         top = row_limit(args, parser)
@@ -51,20 +67,23 @@ class DiffCommand:
         progress = Progress(quiet=args.quiet)
         loaded: dict[Path, Dump] = {}  # the dumps read here, for the look-ahead
 
-        def load(path: Path) -> Dump:
-            dump = loaded[path] = load_dump(path, reader=progress.reader(path))
-            return dump
+        def sides(path: Path) -> DumpSides:
+            def load() -> Dump:
+                dump = loaded[path] = load_dump(path, reader=progress.reader(path))
+                progress.phase("comparing")
+                return dump
+
+            return DumpSides.kept_or_read(path, cache, load, progress.awaiting)
 
         def compute() -> dict[str, Answer]:
+            before, after = sides(paths[0]), sides(paths[1])  # each read only if not kept
             try:
-                before, after = load(paths[0]), load(paths[1])
-                progress.phase("comparing")
                 result = diff_by_device(before, after, device=args.device)
-                if args.device is not None:
-                    before, after = before.on_device(args.device), after.on_device(args.device)
-                kinds = kinds_change(before, after)  # live bytes per kind, before and after
+                kinds = kinds_change(before, after, args.device)  # live bytes per kind
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
+            for path, side in zip(paths, (before, after), strict=True):
+                side.keep(path, cache)
             text = "\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)])
             return {
                 question_for(True): Answer(

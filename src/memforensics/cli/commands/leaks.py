@@ -41,20 +41,11 @@ class LeaksCommand:
         parser.add_argument("--all", action="store_true", help="every site, not the top N")
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
+    def questions_ahead(self) -> list[str]:
         """The window's totals: what ``leaks`` reads of each window dump."""
         return [WINDOW_FACT]
 
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
         """Keep ``dump``'s window totals, unless the cache holds them."""
         if not kept_window(cache, path)[0]:
             keep_window(cache, path, window_totals(dump))

@@ -17,7 +17,7 @@ from memforensics.cli._analysis_flags import (
 )
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
-from memforensics.cli._look_ahead import look_ahead
+from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._progress import Progress
 from memforensics.cli._replay_answers import replay_answers, replay_question
 from memforensics.cli._sizes import byte_size
@@ -55,21 +55,14 @@ class ReplayCommand:
             " sharing the loaded dump (default: the CPU count; 1 works in this process)",
         )
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
-        """Both renderings of the replay ``args`` ask for."""
+    def questions_ahead(self) -> list[str]:
+        """Both renderings of ``replay FILE``."""
+        args, _ = default_args(self, "FILE")
         return [replay_question(args.sets, args.requested, as_json) for as_json in (True, False)]
 
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
-        """Keep the replay of ``dump`` that ``args`` ask for, unless the cache holds it."""
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep ``replay FILE``'s answer about ``dump``, unless the cache holds it."""
+        args, parser = default_args(self, str(path))
         question = replay_question(args.sets, args.requested, args.json)
         answered(cache, [path], question, lambda: _answers(args, dump, job_count(args, parser)))
 

@@ -21,7 +21,7 @@ from memforensics.cli._analysis_flags import (
 )
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
-from memforensics.cli._look_ahead import look_ahead
+from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
 from memforensics.cli._replay_answers import kept_replay
@@ -43,22 +43,15 @@ class ReportCommand:
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE, look_ahead=True)
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
-        """The page of one dump with ``args``' flags."""
+    def questions_ahead(self) -> list[str]:
+        """The page ``report FILE`` writes."""
+        args, _ = default_args(self, "FILE")
         return [_question(args, ReportBuilder(top=max(args.top, 0)))]
 
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
-        """Keep the page ``report FILE`` (with ``args``' flags) writes for ``dump``, unless
-        the cache holds it; its replay comes from the cache when it holds one."""
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep the page ``report FILE`` writes for ``dump``, unless the cache holds it; its
+        replay comes from the cache when it holds one."""
+        args, parser = default_args(self, str(path))
         builder = ReportBuilder(top=max(args.top, 0))
         builder.replay_jobs = job_count(args, parser)
 

@@ -22,7 +22,7 @@ from memforensics.cli._analysis_flags import (
     warn_cache,
 )
 from memforensics.cli._command import CommandError
-from memforensics.cli._look_ahead import look_ahead
+from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 from memforensics.cli._sizes import byte_size
@@ -145,25 +145,20 @@ class SummaryCommand:
         )
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)
 
-    def questions_ahead(
-        self, args: argparse.Namespace, parser: argparse.ArgumentParser
-    ) -> list[str]:
-        """Both renderings of the summary ``args`` ask for."""
-        ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, False)
+    def questions_ahead(self) -> list[str]:
+        """Both renderings of ``summary FILE``."""
+        ask = self._default_ask()
         return [ask.question(as_json=True), ask.question(as_json=False)]
 
-    def answer_ahead(
-        self,
-        args: argparse.Namespace,
-        parser: argparse.ArgumentParser,
-        path: Path,
-        dump: Dump,
-        cache: AnswerCache,
-    ) -> None:
-        """Keep the summary of ``dump`` that ``args`` ask for, unless the cache holds it."""
-        ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, False)
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep ``summary FILE``'s answer about ``dump``, unless the cache holds it."""
+        ask = self._default_ask()
         if cache.lookup([path], ask.question()) is None:
             _keep(cache, path, ask, _answer(dump, ask))
+
+    def _default_ask(self) -> _Ask:
+        args, parser = default_args(self, "FILE")
+        return _Ask(args.json, row_limit(args, parser), args.device, args.requested, False)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
