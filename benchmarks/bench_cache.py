@@ -54,7 +54,6 @@ TARGETS = {
     "later_diff_over_first_summary": 0.25,
     "later_leaks_over_first_summary": 0.25,
 }
-REPLAY_JSON = "replay [null, null, true]"  # the cache's name of ``replay FILE --json``
 
 
 def build(kind: str, path: Path, events: int) -> None:
@@ -129,12 +128,21 @@ def _looks(path: Path, tmp: Path, repeats: int, then: str) -> tuple[float, float
     return statistics.median(first), statistics.median(after)
 
 
-def _settled(cache: Path, path: Path) -> float:
-    """Seconds until the look-ahead working on ``path`` in ``cache`` has finished."""
-    from memforensics.analysis.cache import AnswerCache
+def _settled_all(cache: Path) -> float:
+    """Seconds until no look-ahead holds a claim in ``cache`` (it removes its lock file before
+    releasing it)."""
+    import fcntl
 
     start = time.perf_counter()
-    AnswerCache(cache).lookup_settled([path], REPLAY_JSON)
+    for lock in (cache / "working").glob("*.lock"):
+        try:
+            handle = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        finally:
+            os.close(handle)
     return time.perf_counter() - start
 
 
@@ -150,18 +158,19 @@ def _looks_ahead(model: Path, window: Path, tmp: Path, repeats: int) -> dict[str
     for round_ in range(repeats):
         cache = ["--cache-dir", tmp / f"ahead-{round_}", "-q"]
         note("first", _cli_seconds("summary", model, *cache, "--look-ahead"))
-        note("look_ahead", _settled(cache[1], model))
+        note("look_ahead", _settled_all(cache[1]))
         note("replay", _cli_seconds("replay", "--json", model, *cache))
         note("report", _cli_seconds("report", model, "-o", tmp / "report.html", *cache))
         note("summary", _cli_seconds("summary", model, *cache))
         note("diff", _cli_seconds("diff", model, model, *cache))
         note("first_window", _cli_seconds("summary", window, *cache, "--look-ahead"))
-        _settled(cache[1], window)
+        _settled_all(cache[1])
         note("leaks", _cli_seconds("leaks", window.parents[1], *cache))
     for round_ in range(repeats):
         cache = ["--cache-dir", tmp / f"right-after-{round_}", "-q"]
         _cli_seconds("summary", model, *cache, "--look-ahead")
         note("right_after", _cli_seconds("replay", "--json", model, *cache))
+        _settled_all(cache[1])  # the look-ahead's last answers, so the fresh run is alone
         note("fresh", _cli_seconds("replay", "--json", model, "--no-cache", "-q"))
     medians = {key: statistics.median(found) for key, found in times.items()}
     figures = {f"later_{key}_over_first_summary": medians[key] / medians["first"]

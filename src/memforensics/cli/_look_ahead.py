@@ -39,6 +39,7 @@ from memforensics.cli._command import Command
 from memforensics.cli.registry import all_commands
 
 _NICENESS = 10
+_ORDER = ("summary", "replay", "report")
 
 
 @runtime_checkable
@@ -63,7 +64,8 @@ def look_ahead(args: argparse.Namespace, cache: AnswerCache, loaded: Mapping[Pat
     if not loaded or not _wanted(args, cache):
         return
     try:
-        followers: list[AnswersAhead] = [c for c in all_commands() if isinstance(c, AnswersAhead)]
+        found: list[AnswersAhead] = [c for c in all_commands() if isinstance(c, AnswersAhead)]
+        followers = sorted(found, key=_likely_next)
         questions = [question for command in followers for question in command.questions_ahead()]
     except Exception:  # noqa: BLE001 - the command's answer is printed; the rest is a bonus
         return
@@ -82,6 +84,13 @@ def look_ahead(args: argparse.Namespace, cache: AnswerCache, loaded: Mapping[Pat
     cache.release(claim)  # the child's descriptors keep the claim until it is done
     with contextlib.suppress(OSError):
         os.waitpid(pid, 0)  # the first child exits as soon as it has forked the worker
+
+
+def _likely_next(command: AnswersAhead) -> int:
+    """The order the look-ahead answers in: what a user most often asks next about the same
+    dump first (the other rendering of a summary, its replay, its report), then what ``diff``
+    and ``leaks`` read of it."""
+    return _ORDER.index(command.name) if command.name in _ORDER else len(_ORDER)
 
 
 def _wanted(args: argparse.Namespace, cache: AnswerCache) -> bool:
@@ -107,6 +116,7 @@ def _work_detached(
             for command in followers:
                 with contextlib.suppress(Exception):
                     command.answer_ahead(path, dump, cache)
+        cache.finish(claim)
     finally:
         os._exit(0)
 

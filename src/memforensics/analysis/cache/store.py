@@ -146,6 +146,17 @@ class AnswerCache:
         keeps the claim until it exits)."""
         working.release(handles)
 
+    def finish(self, handles: list[int]) -> None:
+        """End this process's :meth:`claim` for good: its lock files are removed (so the
+        folder does not grow with every dump looked at), then released. A command already
+        waiting on one wakes and reads the answers; one arriving later finds no claim."""
+        if self.folder is not None:
+            for key in self._claimed:
+                with contextlib.suppress(OSError):
+                    working.lock_path(self.folder, key).unlink()
+        self._claimed.clear()
+        working.release(handles)
+
     def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
         found = self._entry(paths, question)

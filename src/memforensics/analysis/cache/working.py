@@ -2,11 +2,13 @@
 
 A command that has read a dump may leave the answers other commands would give about it to a
 background process (the CLI's look-ahead). That process holds an exclusive ``flock`` on
-``working/<file key>.lock`` while it works; a command that misses the cache waits for the lock
-before reading the dump itself, and is then served what the look-ahead stored instead of doing
-the same work a second time. The kernel releases a ``flock`` when its holder exits, however it
-exits, so a look-ahead that crashed or was killed never leaves a command waiting, and a lock
-file left behind holds nothing. Where ``flock`` is missing (not POSIX), nobody works ahead.
+``working/<file key>.lock``, which names the answers it will keep, while it works; a command
+that misses the cache on one of those answers waits for the lock before reading the dump
+itself, and is then served what the look-ahead stored instead of doing the same work a second
+time. The look-ahead removes its lock file when done. The kernel releases a ``flock`` when its
+holder exits, however it exits, so a look-ahead that crashed or was killed never leaves a
+command waiting, and the lock file it left behind holds nothing (``cache clear`` removes it).
+Where ``flock`` is missing (not POSIX), nobody works ahead.
 """
 
 from __future__ import annotations
