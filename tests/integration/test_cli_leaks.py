@@ -143,3 +143,33 @@ def test_a_look_ahead_at_each_window_answers_leaks_without_reading_them(
     _blind_leaks(monkeypatch)
     later = ["leaks", str(run), "--cache-dir", str(folder), "--jobs", "1"]
     assert _printed(capsys, later) == expected
+
+
+def test_kept_totals_of_the_wrong_shape_are_worked_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A window's kept totals with a sound checksum but a foreign shape (bytes as text) are
+    not trusted: that window is read again, and leaks prints what --no-cache prints."""
+    from memforensics.analysis.cache import AnswerCache
+    from memforensics.analysis.compare import WINDOW_FACT
+    from memforensics.analysis.compare import leaks as module
+
+    run = _run(tmp_path)
+    capsys.readouterr()  # the run's own log lines
+    folder = tmp_path / "cache"
+    windows = sorted(run.rglob("*.pickle"))
+    broken = '{"window": {"rank": 0, "step": 7, "totals": {"x": "many"}, "first_steps": {}}}'
+    for window in windows:
+        AnswerCache(folder).store([window], WINDOW_FACT, broken)
+    expected = _printed(capsys, ["leaks", str(run), "--no-cache", "--jobs", "1"])
+    read: list[str] = []
+    real = module.load_dump
+
+    def counted(path: Path, **kwargs: object) -> object:
+        read.append(Path(path).name)
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "load_dump", counted)
+    later = ["leaks", str(run), "--cache-dir", str(folder), "--jobs", "1"]
+    assert _printed(capsys, later) == expected
+    assert len(read) == len(windows)

@@ -11,10 +11,11 @@ the loaded dump copy-on-write, leaves the terminal's session, points its standar
 lowers its priority and keeps each answer in the cache as the commands themselves would, with
 their own code and default flags.
 
-The dumps are claimed in the cache (a lock per dump naming the answers it will keep, taken
-before the fork, so a command run right after this one sees it) until the child is done; a
-command that misses the cache on one of those answers waits for the claim and then reads what
-the look-ahead kept; any other question (``--top 30``, ``--set ...``) does not wait. A
+Each answer the child will keep is claimed in the cache (a lock per dump and answer, taken
+before the fork, so a command run right after this one sees it) until the child has kept it; a
+command that misses the cache on one of those answers waits for its claim and then reads what
+the look-ahead kept; any other question (``--top 30``, ``--set ...``) does not wait. The child
+answers what a user most often asks next first. A
 look-ahead never changes what a command prints or its exit status, and anything that goes
 wrong in it is dropped: the command that needs the answer then works it out itself.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from memforensics.analysis import Dump
-from memforensics.analysis.cache import AnswerCache
+from memforensics.analysis.cache import AnswerCache, Claim
 from memforensics.cli._command import Command
 from memforensics.cli.registry import all_commands
 
@@ -65,11 +66,10 @@ def look_ahead(args: argparse.Namespace, cache: AnswerCache, loaded: Mapping[Pat
         return
     try:
         found: list[AnswersAhead] = [c for c in all_commands() if isinstance(c, AnswersAhead)]
-        followers = sorted(found, key=_likely_next)
-        questions = [question for command in followers for question in command.questions_ahead()]
+        followers = [(c, c.questions_ahead()) for c in sorted(found, key=_likely_next)]
     except Exception:  # noqa: BLE001 - the command's answer is printed; the rest is a bonus
         return
-    claim = cache.claim(list(loaded), questions)
+    claim = cache.claim(list(loaded), [q for _, asked in followers for q in asked])
     if claim is None:  # another process is at it, or the cache cannot hold locks
         return
     try:
@@ -77,11 +77,11 @@ def look_ahead(args: argparse.Namespace, cache: AnswerCache, loaded: Mapping[Pat
         sys.stderr.flush()
         pid = os.fork()
     except (OSError, ValueError):
-        cache.release(claim)
+        claim.close()
         return
     if pid == 0:
         _work_detached(cache, loaded, followers, claim)
-    cache.release(claim)  # the child's descriptors keep the claim until it is done
+    claim.close()  # the child's descriptors keep the claim until it is done
     with contextlib.suppress(OSError):
         os.waitpid(pid, 0)  # the first child exits as soon as it has forked the worker
 
@@ -101,22 +101,27 @@ def _wanted(args: argparse.Namespace, cache: AnswerCache) -> bool:
 
 
 def _work_detached(
-    cache: AnswerCache, loaded: Mapping[Path, Dump], followers: list[AnswersAhead], claim: list[int]
+    cache: AnswerCache,
+    loaded: Mapping[Path, Dump],
+    followers: list[tuple[AnswersAhead, list[str]]],
+    claim: Claim,
 ) -> None:
     """In the first child: start a new session, fork the worker and exit; the worker (whose
-    parent is then init, so nobody waits for it) answers and exits. Never returns."""
+    parent is then init, so nobody waits for it) answers, letting go of each answer's claim as
+    soon as it is kept, and exits. Never returns."""
     try:
         os.setsid()
         if os.fork() != 0:
             os._exit(0)
-        _let_go_of_descriptors(keep=claim)
+        _let_go_of_descriptors(keep=list(claim.handles.values()))
         with contextlib.suppress(OSError):
             os.nice(_NICENESS)
         for path, dump in loaded.items():
-            for command in followers:
+            for command, asked in followers:
                 with contextlib.suppress(Exception):
                     command.answer_ahead(path, dump, cache)
-        cache.finish(claim)
+                cache.finish([path], asked)
+        claim.finish_all()
     finally:
         os._exit(0)
 

@@ -87,7 +87,7 @@ class AnswerCache:
         ) or 0
         self.warning: str | None = None
         self._keys: dict[Path, str] = {}
-        self._claimed: set[str] = set()
+        self._claim: working.Claim | None = None
 
     @property
     def enabled(self) -> bool:
@@ -115,47 +115,38 @@ class AnswerCache:
         self, paths: Sequence[Path], question: str, on_wait: Callable[[], None] = lambda: None
     ) -> str | None:
         """:meth:`lookup`, and on a miss, once a look-ahead in another process that will answer
-        ``question`` about ``paths`` has finished (``on_wait()`` is called if one is at work),
-        :meth:`lookup` again."""
+        ``question`` about ``paths`` has kept its answer (``on_wait()`` is called if one is at
+        work), :meth:`lookup` again."""
         found = self.lookup(paths, question)
         if found is not None or self.folder is None:
             return found
-        keys = [key for key in self._file_keys(paths) if key not in self._claimed]
-        if not keys:
+        keys = self._file_keys(paths)
+        waited = [
+            key for key in keys if self._claim is None or not self._claim.holds(key, question)
+        ]
+        if not waited:
             return None
-        working.await_answer(self.folder, keys, question, on_wait)
+        working.await_answer(self.folder, waited, question, on_wait)
         return self.lookup(paths, question)
 
-    def claim(self, paths: Sequence[Path], questions: Sequence[str]) -> list[int] | None:
-        """Mark ``paths`` as being worked on by this process (and any child it forks, which
-        inherits the returned lock descriptors) until it has kept its answers to
-        ``questions`` about each; None when another process is at it already or the cache
-        cannot hold locks. A command asking one of ``questions`` waits for the claim to end."""
+    def claim(self, paths: Sequence[Path], questions: Sequence[str]) -> working.Claim | None:
+        """Mark ``questions`` about ``paths`` as being answered by this process (and any child
+        it forks, which inherits the claim's lock descriptors) until :meth:`finish` lets go of
+        each; None when another process is at it already or the cache cannot hold locks. A
+        command asking one of ``questions`` waits for that answer's lock."""
         if not self.enabled or self.folder is None or not working.can_claim():
             return None
         keys = self._file_keys(paths)
         if len(keys) != len(paths):
             return None
-        held = working.claim(self.folder, keys, questions)
-        if held is not None:
-            self._claimed.update(keys)
-        return held
+        self._claim = working.claim(self.folder, keys, questions)
+        return self._claim
 
-    def release(self, handles: list[int]) -> None:
-        """Close this process's descriptors of a :meth:`claim` (a forked child holding its own
-        keeps the claim until it exits)."""
-        working.release(handles)
-
-    def finish(self, handles: list[int]) -> None:
-        """End this process's :meth:`claim` for good: its lock files are removed (so the
-        folder does not grow with every dump looked at), then released. A command already
-        waiting on one wakes and reads the answers; one arriving later finds no claim."""
-        if self.folder is not None:
-            for key in self._claimed:
-                with contextlib.suppress(OSError):
-                    working.lock_path(self.folder, key).unlink()
-        self._claimed.clear()
-        working.release(handles)
+    def finish(self, paths: Sequence[Path], questions: Sequence[str]) -> None:
+        """Let go of this process's claim on ``questions`` about ``paths``: their answers are
+        kept (or will not be); a command waiting for one wakes and reads it."""
+        if self._claim is not None:
+            self._claim.finish(self._file_keys(paths), questions)
 
     def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
