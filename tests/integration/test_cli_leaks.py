@@ -92,3 +92,84 @@ def test_diff_shows_kinds(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     kinds = {row["kind"]: row for row in json.loads(proc.stdout)["kinds"]}
     assert sum(row["delta_bytes"] for row in kinds.values()) == 6 * 2 * MiB  # six more leaked
+
+
+def _blind_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on leaks cannot read a window dump: whatever it prints came from the cache."""
+    from memforensics.analysis.compare import leaks as module
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("leaks read a dump")
+
+    monkeypatch.setattr(module, "load_dump", refuse)
+
+
+def _printed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    from memforensics.cli.main import main
+
+    status = main(argv)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_leaks_keeps_each_windows_totals_for_the_next_question(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After one leaks over a folder, leaks with another --top reads none of its windows and
+    prints what --no-cache prints."""
+    run = _run(tmp_path)
+    capsys.readouterr()  # the run's own log lines
+    cache = ["--cache-dir", str(tmp_path / "cache"), "--jobs", "1", "-q"]
+    assert _printed(capsys, ["leaks", str(run), *cache])[0] == 0
+    expected = _printed(capsys, ["leaks", str(run), "--top", "1", "--no-cache", "--jobs", "1"])
+    _blind_leaks(monkeypatch)
+    assert _printed(capsys, ["leaks", str(run), "--top", "1", *cache]) == expected
+
+
+def test_a_look_ahead_at_each_window_answers_leaks_without_reading_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary --look-ahead of every window dump keeps its totals: leaks over the folder then
+    reads no dump, and prints what --no-cache prints."""
+    run = _run(tmp_path)
+    capsys.readouterr()  # the run's own log lines
+    folder = tmp_path / "cache"
+    windows = sorted(run.rglob("*.pickle"))
+    assert len(windows) == 4
+    for window in windows:
+        looked = _cli("summary", window, "--cache-dir", folder, "-q", "--look-ahead")
+        assert looked.returncode == 0, looked.stderr
+    expected = _printed(capsys, ["leaks", str(run), "--no-cache", "--jobs", "1"])
+    _blind_leaks(monkeypatch)
+    later = ["leaks", str(run), "--cache-dir", str(folder), "--jobs", "1"]
+    assert _printed(capsys, later) == expected
+
+
+def test_kept_totals_of_the_wrong_shape_are_worked_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A window's kept totals with a sound checksum but a foreign shape (bytes as text) are
+    not trusted: that window is read again, and leaks prints what --no-cache prints."""
+    from memforensics.analysis.cache import AnswerCache
+    from memforensics.analysis.compare import WINDOW_FACT
+    from memforensics.analysis.compare import leaks as module
+
+    run = _run(tmp_path)
+    capsys.readouterr()  # the run's own log lines
+    folder = tmp_path / "cache"
+    windows = sorted(run.rglob("*.pickle"))
+    broken = '{"window": {"rank": 0, "step": 7, "totals": {"x": "many"}, "first_steps": {}}}'
+    for window in windows:
+        AnswerCache(folder).store([window], WINDOW_FACT, broken)
+    expected = _printed(capsys, ["leaks", str(run), "--no-cache", "--jobs", "1"])
+    read: list[str] = []
+    real = module.load_dump
+
+    def counted(path: Path, **kwargs: object) -> object:
+        read.append(Path(path).name)
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "load_dump", counted)
+    later = ["leaks", str(run), "--cache-dir", str(folder), "--jobs", "1"]
+    assert _printed(capsys, later) == expected
+    assert len(read) == len(windows)

@@ -16,9 +16,12 @@ DUMPS_AT_ONCE = (
 )
 
 
-def add_analysis_flags(parser: argparse.ArgumentParser, *, jobs: str | None = None) -> None:
-    """Add ``--cache-dir``, ``--no-cache``, ``--quiet`` and, when ``jobs`` says what the
-    processes do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count)."""
+def add_analysis_flags(
+    parser: argparse.ArgumentParser, *, jobs: str | None = None, look_ahead: bool = False
+) -> None:
+    """Add ``--cache-dir``, ``--no-cache``, ``--quiet``; when ``jobs`` says what the processes
+    do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count); with
+    ``look_ahead``, ``--look-ahead``/``--no-look-ahead`` (default: on a terminal)."""
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -32,6 +35,15 @@ def add_analysis_flags(parser: argparse.ArgumentParser, *, jobs: str | None = No
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (shown on a terminal)"
     )
+    if look_ahead:
+        parser.add_argument(
+            "--look-ahead",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="once the answer is printed, work out in the background, at low priority,"
+            " what summary, replay and report would answer about the dump it read, so those"
+            " commands answer at once (default: on when stderr is a terminal; needs the cache)",
+        )
     if jobs is not None:
         parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help=jobs)
 

@@ -56,14 +56,16 @@ def answered(
     paths: Sequence[Path],
     question: str,
     compute: Callable[[], dict[str, Answer]],
+    on_wait: Callable[[], None] = lambda: None,
 ) -> Answer:
     """The cached answer to ``question`` about ``paths``, else ``compute()``'s.
 
     ``compute`` returns every answer one computation gives, by question (the text and the JSON
     of one result: rendering the other costs nothing once the dumps are read), ``question``
     among them; each is kept, so the other rendering of the same result is a second look too.
+    A look-ahead working on ``paths`` is waited for (``on_wait()`` says so) before computing.
     """
-    stored = cache.lookup(paths, question)
+    stored = cache.lookup_settled(paths, question, on_wait)
     answer = Answer.from_json(stored) if stored is not None else None
     if answer is None:
         computed = compute()

@@ -8,12 +8,14 @@ from memforensics.analysis.cache.store import (
     default_cache_dir,
     default_max_bytes,
 )
+from memforensics.analysis.cache.working import Claim
 
 __all__ = [
     "FORMAT",
     "MAX_BYTES_ENV",
     "AnswerCache",
     "CacheInfo",
+    "Claim",
     "default_cache_dir",
     "default_max_bytes",
     "file_key",

@@ -21,10 +21,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memforensics.analysis.cache import working
 from memforensics.analysis.cache.identity import FORMAT, file_key
 from memforensics.analysis.dump import read_regular
 
@@ -86,6 +87,7 @@ class AnswerCache:
         ) or 0
         self.warning: str | None = None
         self._keys: dict[Path, str] = {}
+        self._claim: working.Claim | None = None
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +110,43 @@ class AnswerCache:
             with contextlib.suppress(OSError):
                 os.utime(entry)  # last use, for eviction
         return answer
+
+    def lookup_settled(
+        self, paths: Sequence[Path], question: str, on_wait: Callable[[], None] = lambda: None
+    ) -> str | None:
+        """:meth:`lookup`, and on a miss, once a look-ahead in another process that will answer
+        ``question`` about ``paths`` has kept its answer (``on_wait()`` is called if one is at
+        work), :meth:`lookup` again."""
+        found = self.lookup(paths, question)
+        if found is not None or self.folder is None:
+            return found
+        keys = self._file_keys(paths)
+        waited = [
+            key for key in keys if self._claim is None or not self._claim.holds(key, question)
+        ]
+        if not waited:
+            return None
+        working.await_answer(self.folder, waited, question, on_wait)
+        return self.lookup(paths, question)
+
+    def claim(self, paths: Sequence[Path], questions: Sequence[str]) -> working.Claim | None:
+        """Mark ``questions`` about ``paths`` as being answered by this process (and any child
+        it forks, which inherits the claim's lock descriptors) until :meth:`finish` lets go of
+        each; None when another process is at it already or the cache cannot hold locks. A
+        command asking one of ``questions`` waits for that answer's lock."""
+        if not self.enabled or self.folder is None or not working.can_claim():
+            return None
+        keys = self._file_keys(paths)
+        if len(keys) != len(paths):
+            return None
+        self._claim = working.claim(self.folder, keys, questions)
+        return self._claim
+
+    def finish(self, paths: Sequence[Path], questions: Sequence[str]) -> None:
+        """Let go of this process's claim on ``questions`` about ``paths``: their answers are
+        kept (or will not be); a command waiting for one wakes and reads it."""
+        if self._claim is not None:
+            self._claim.finish(self._file_keys(paths), questions)
 
     def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
@@ -156,6 +195,9 @@ class AnswerCache:
                 removed += not entry.name.startswith(".tmp-")
             except OSError:
                 pass
+        if self.folder is not None:  # a lock's holder keeps its descriptor: removing is safe
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.folder / working.FOLDER)
         return removed
 
     def info(self) -> CacheInfo:
@@ -164,10 +206,9 @@ class AnswerCache:
         entries = self._listing()
         return CacheInfo(folder, len(entries), sum(s for _, s, _ in entries), self.max_bytes)
 
-    def _entry(self, paths: Sequence[Path], question: str) -> tuple[Path, str] | None:
-        """The entry file for ``question`` about ``paths``, and the files' joint key."""
-        if not self.enabled or self.folder is None:
-            return None
+    def _file_keys(self, paths: Sequence[Path]) -> list[str]:
+        """Each readable path's :func:`file_key`, computed once per path (unreadable: left out,
+        the load reports an unreadable dump in its own words)."""
         keys = []
         for path in paths:
             key = self._keys.get(path)
@@ -175,8 +216,17 @@ class AnswerCache:
                 try:
                     key = self._keys[path] = file_key(path)
                 except OSError:
-                    return None  # the load reports an unreadable dump in its own words
+                    continue
             keys.append(key)
+        return keys
+
+    def _entry(self, paths: Sequence[Path], question: str) -> tuple[Path, str] | None:
+        """The entry file for ``question`` about ``paths``, and the files' joint key."""
+        if not self.enabled or self.folder is None:
+            return None
+        keys = self._file_keys(paths)
+        if len(keys) != len(paths):
+            return None
         joint = ",".join(keys)
         name = hashlib.blake2b(f"{joint}\n{question}".encode(), digest_size=20).hexdigest()
         return self.folder / f"{name}{_SUFFIX}", joint

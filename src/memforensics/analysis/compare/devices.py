@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.compare.diff import Diff, diff_dumps
+from memforensics.analysis.compare.diff import Diff, diff_sides
+from memforensics.analysis.compare.sides import DiffSide, DumpSides
 from memforensics.analysis.dump import Dump
 
 
@@ -46,24 +47,27 @@ class DeviceDiffs:
         return data
 
 
-def diff_by_device(before: Dump, after: Dump, *, device: int | None = None) -> DeviceDiffs:
-    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both)."""
+def diff_by_device(
+    before: Dump | DumpSides, after: Dump | DumpSides, *, device: int | None = None
+) -> DeviceDiffs:
+    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both).
+
+    Either side may be a dump or its :class:`DumpSides` (views kept in the cache)."""
+    old = before if isinstance(before, DumpSides) else DumpSides.of(before)
+    new = after if isinstance(after, DumpSides) else DumpSides.of(after)
     if device is not None:
-        views = [(before.on_device(device), after.on_device(device))]
-        return _result(views, ())
-    if len(before.devices) <= 1 and len(after.devices) <= 1:
-        return _result([(before, after)], ())
-    before_held = {item.device for item in before.devices}
-    after_held = {item.device for item in after.devices}
-    common = sorted(before_held & after_held, key=lambda d: (d != after.device, d))
+        return _result([(old.side(device), new.side(device))], ())
+    if len(old.held) <= 1 and len(new.held) <= 1:
+        return _result([(old.side(), new.side())], ())
+    before_held, after_held = set(old.held), set(new.held)
+    common = sorted(before_held & after_held, key=lambda d: (d != new.device, d))
     sides = (("BEFORE", before_held - after_held), ("AFTER", after_held - before_held))
     unmatched = tuple(f"device {d} only in {side}" for side, only in sides for d in sorted(only))
     if not common:
-        return _result([(before, after)], unmatched)
-    views = [(before.on_device(d, reason="same device"), after.on_device(d)) for d in common]
-    return _result(views, unmatched)
+        return _result([(old.side(), new.side())], unmatched)
+    return _result([(old.side(d), new.side(d)) for d in common], unmatched)
 
 
-def _result(views: list[tuple[Dump, Dump]], unmatched: tuple[str, ...]) -> DeviceDiffs:
-    pairs = tuple(DeviceDiff(b.device, a.device, diff_dumps(b, a)) for b, a in views)
+def _result(views: list[tuple[DiffSide, DiffSide]], unmatched: tuple[str, ...]) -> DeviceDiffs:
+    pairs = tuple(DeviceDiff(b.device, a.device, diff_sides(b, a)) for b, a in views)
     return DeviceDiffs(pairs, unmatched)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.dump import UNKNOWN_SITE, Dump, parse_step
-from memforensics.analysis.summary import live_sites, scan_trace
+from memforensics.analysis.compare.sides import DiffSide, LiveRow, diff_side
+from memforensics.analysis.dump import UNKNOWN_SITE, Dump
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +95,15 @@ class Diff:
 def diff_dumps(before: Dump, after: Dump) -> Diff:
     """Compare live bytes per (site, caller); largest change first (growth or release alike);
     sites that did not change are left out."""
-    before_live = live_sites(before)
-    after_live = live_sites(after)
+    return diff_sides(diff_side(before), diff_side(after))
+
+
+def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
+    """:func:`diff_dumps` of two views already reduced to what ``diff`` reads of them."""
     totals: dict[tuple[str, str], list[int]] = {}
-    for index, live in enumerate((before_live, after_live)):
-        for block, site, caller in live:
-            totals.setdefault((site, caller), [0, 0])[index] += block.size
+    for index, side in enumerate((before, after)):
+        for row in side.live:
+            totals.setdefault((row.site, row.caller), [0, 0])[index] += row.size
     growth = sorted(
         (
             SiteGrowth(site, old, new, new - old, caller)
@@ -109,21 +112,16 @@ def diff_dumps(before: Dump, after: Dump) -> Diff:
         ),
         key=lambda item: (-abs(item.delta_bytes), -item.delta_bytes, item.site, item.caller),
     )
-    _, before_steps = scan_trace(before, [block for block, _, _ in before_live])
-    _, after_steps = scan_trace(after, [block for block, _, _ in after_live])
-    window = _window(after)
+    window = after.window
     suspects: tuple[LeakSuspect, ...] = ()
     if window is not None:
-        steady = {
-            (block.address, block.size, before_steps.get(block.address))
-            for block, _, _ in before_live
-        }
-        suspects = _suspects(after_live, after_steps, window[0], steady)
+        steady = {(row.address, row.size, row.step) for row in before.live}
+        suspects = _suspects(after.live, window[0], steady)
     return Diff(
         before=before.name,
         after=after.name,
-        before_allocated_bytes=sum(block.size for block, _, _ in before_live),
-        after_allocated_bytes=sum(block.size for block, _, _ in after_live),
+        before_allocated_bytes=before.allocated_bytes,
+        after_allocated_bytes=after.allocated_bytes,
         growth=tuple(growth),
         after_window=window,
         leak_suspects=suspects,
@@ -131,38 +129,18 @@ def diff_dumps(before: Dump, after: Dump) -> Diff:
 
 
 def _suspects(
-    live: list[tuple[Any, str, str]],
-    steps: dict[int, int | None],
-    first_step: int,
-    steady: set[tuple[int, int, int | None]],
+    live: tuple[LiveRow, ...], first_step: int, steady: set[tuple[int, int, int | None]]
 ) -> tuple[LeakSuspect, ...]:
     grouped: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
-    for block, site, caller in live:
-        step = steps.get(block.address)
-        if step is None or step >= first_step or (block.address, block.size, step) in steady:
+    for row in live:
+        step = row.step
+        if step is None or step >= first_step or (row.address, row.size, step) in steady:
             continue
-        size, count, seen = grouped.get((site, caller), (0, 0, set()))
+        size, count, seen = grouped.get((row.site, row.caller), (0, 0, set()))
         seen.add(step)
-        grouped[(site, caller)] = (size + block.size, count + 1, seen)
+        grouped[(row.site, row.caller)] = (size + row.size, count + 1, seen)
     ordered = sorted(grouped.items(), key=lambda item: (-item[1][0], item[0]))
     return tuple(
         LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
         for (site, caller), (size, count, seen) in ordered
     )
-
-
-def _window(dump: Dump) -> tuple[int, int] | None:
-    """AFTER's steps: from its sidecar or path; else the steps its history recorded, since
-    history is cleared when a window opens."""
-    if dump.meta.steps is not None:
-        return dump.meta.steps
-    if dump.meta.step is not None:
-        return (dump.meta.step, dump.meta.step)
-    seen = [
-        step
-        for entry in dump.trace
-        if type(entry) is dict and entry.get("action") == "alloc"
-        for step in (parse_step(entry.get("user_metadata")),)
-        if step is not None
-    ]
-    return (min(seen), max(seen)) if seen else None

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from memforensics.analysis.compare.sides import DumpSides
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.filled import KINDS, what_filled
+from memforensics.analysis.filled import KINDS
 
 
-def kinds_change(before: Dump, after: Dump) -> list[dict[str, Any]]:
-    """Live bytes per kind at each dump's moment, and the change (for ``diff``)."""
-    old = {k.kind: k.bytes for k in what_filled(before).kinds}
-    new = {k.kind: k.bytes for k in what_filled(after).kinds}
+def kinds_change(
+    before: Dump | DumpSides, after: Dump | DumpSides, device: int | None = None
+) -> list[dict[str, Any]]:
+    """Live bytes per kind at each dump's moment (on ``device``, else the whole file), and
+    the change (for ``diff``)."""
+    old = (before if isinstance(before, DumpSides) else DumpSides.of(before)).kinds(device)
+    new = (after if isinstance(after, DumpSides) else DumpSides.of(after)).kinds(device)
     return [
         {
             "kind": kind,

@@ -23,6 +23,7 @@ from memforensics.analysis.dump.load import (
     SnapshotReader,
     dump_from_snapshot,
     load_dump,
+    missing_device,
     read_snapshot_file,
 )
 from memforensics.analysis.dump.meta import SIDECAR_LIMIT, DumpMeta, OomRecord, read_sidecar_file
@@ -85,6 +86,7 @@ __all__ = [
     "is_library_file",
     "is_native_frame",
     "load_dump",
+    "missing_device",
     "native_note",
     "open_regular",
     "origin_words",

@@ -24,7 +24,7 @@ import pickle
 import pickletools
 import zlib
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import repeat
@@ -125,10 +125,7 @@ class Dump:
         """The same file read on ``device``; SnapshotLoadError if the file holds nothing there."""
         held = [item.device for item in self.devices]
         if device not in held:
-            listed = ", ".join(map(str, held)) or "none"
-            raise SnapshotLoadError(
-                f"{self.name}: no device {device} in this dump (devices held: {listed})"
-            )
+            raise missing_device(self.name, device, held)
         everything = self.segments if self.all_segments is None else self.all_segments
         traces = self.snapshot.get("device_traces", [])
         trace = trace_of(traces, device) if isinstance(traces, list) else []
@@ -151,6 +148,12 @@ class Dump:
             return (self,)
         reason = "each device with memory: no OOM recorded"
         return tuple(self.on_device(device, reason=reason) for device in with_memory)
+
+
+def missing_device(name: str, device: int, held: Sequence[int]) -> SnapshotLoadError:
+    """The error for a device the dump ``name`` holds nothing on (``held``: those it does)."""
+    listed = ", ".join(map(str, held)) or "none"
+    return SnapshotLoadError(f"{name}: no device {device} in this dump (devices held: {listed})")
 
 
 def read_snapshot_file(path: Path, on_read: BytesRead | None = None) -> object:

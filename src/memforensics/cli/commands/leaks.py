@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import find_leaks, list_dumps
-from memforensics.analysis.compare import leaks_text
+from memforensics.analysis import Dump, find_leaks, list_dumps
+from memforensics.analysis.cache import AnswerCache
+from memforensics.analysis.compare import (
+    WINDOW_FACT,
+    keep_window,
+    kept_window,
+    leaks_text,
+    window_totals,
+)
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -33,6 +41,15 @@ class LeaksCommand:
         parser.add_argument("--all", action="store_true", help="every site, not the top N")
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
+    def questions_ahead(self) -> list[str]:
+        """The window's totals: what ``leaks`` reads of each window dump."""
+        return [WINDOW_FACT]
+
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep ``dump``'s window totals, unless the cache holds them."""
+        if not kept_window(cache, path)[0]:
+            keep_window(cache, path, window_totals(dump))
+
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Read the windows, fit, print; exit 1 when some dump could not be read."""
         if args.top < 0:
@@ -53,7 +70,7 @@ class LeaksCommand:
         def compute() -> dict[str, Answer]:
             progress.phase(f"reading {len(paths)} window dumps")
             try:
-                leaks = find_leaks(args.dir, jobs=jobs)
+                leaks = find_leaks(args.dir, jobs=jobs, cache=cache)
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
             skipped = tuple(f"memforensics leaks: skipped: {e}" for e in leaks.unreadable)
@@ -67,6 +84,6 @@ class LeaksCommand:
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute)
+            answer = answered(cache, paths, question_for(args.json), compute, progress.awaiting)
         warn_cache(cache, self.name)
         return print_answer(answer)

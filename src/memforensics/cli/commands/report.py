@@ -9,7 +9,8 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
-from memforensics.analysis import list_dumps, load_dump
+from memforensics.analysis import Dump, list_dumps, load_dump
+from memforensics.analysis.cache import AnswerCache
 from memforensics.analysis.report import ReportBuilder
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
@@ -20,6 +21,7 @@ from memforensics.cli._analysis_flags import (
 )
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
+from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
 from memforensics.cli._replay_answers import kept_replay
@@ -39,7 +41,25 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
-        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE, look_ahead=True)
+
+    def questions_ahead(self) -> list[str]:
+        """The page ``report FILE`` writes."""
+        args, _ = default_args(self, "FILE")
+        return [_question(args, ReportBuilder(top=max(args.top, 0)))]
+
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep the page ``report FILE`` writes for ``dump``, unless the cache holds it; its
+        replay comes from the cache when it holds one."""
+        args, parser = default_args(self, str(path))
+        builder = ReportBuilder(top=max(args.top, 0))
+        builder.replay_jobs = job_count(args, parser)
+
+        def compute() -> dict[str, Answer]:
+            builder.add(dump, index=0, replay_of=kept_replay(cache, path, jobs=builder.replay_jobs))
+            return {_question(args, builder): _page(builder)}
+
+        answered(cache, [path], _question(args, builder), compute)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
@@ -61,11 +81,11 @@ class ReportCommand:
                     continue
             paths.extend(found)
         builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
-        question = f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
+        question = _question(args, builder)
         progress = Progress(quiet=args.quiet)
+        loaded: dict[Path, Dump] = {}  # the one dump read here, for the look-ahead
 
         def compute() -> dict[str, Answer]:
-            warned: list[str] = []
             if jobs > 1 and len(paths) > 1:
                 builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
             for index, path in enumerate(paths if jobs == 1 or len(paths) <= 1 else ()):
@@ -77,27 +97,43 @@ class ReportCommand:
                 progress.phase(f"analysing {path.name}")
                 kept = kept_replay(cache, path, jobs=builder.replay_jobs)
                 builder.add(dump, index=index, replay_of=kept)
+                if len(paths) == 1 and not builder.folder:
+                    loaded[path] = dump
                 del dump
-            for entry in builder.dumps:
-                name = entry["name"]
-                warned += [f"memforensics report: warning: {name}: {w}" for w in entry["warnings"]]
-            if not builder.dumps:  # one line, as every command reports a bad input
-                raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
             progress.phase("rendering the page")
-            html = builder.html()
-            bad = len(builder.unreadable)
-            skipped = tuple(f"memforensics report: skipped: {m}" for m in builder.unreadable)
-            said = (
-                f"({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
-                + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
-                + ")"
-            )
-            return {question: Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)}
+            return {question: _page(builder)}
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question, compute)
+            answer = answered(cache, paths, question, compute, progress.awaiting)
         warn_cache(cache, self.name)
         out = Path(args.output)
         write_page(out, answer.page or "")
-        return print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
+        status = print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
+        look_ahead(args, cache, loaded)
+        return status
+
+
+def _question(args: argparse.Namespace, builder: ReportBuilder) -> str:
+    """The cache's name for the page of these dumps with ``args``' flags."""
+    return f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
+
+
+def _page(builder: ReportBuilder) -> Answer:
+    """The page of the dumps added to ``builder``, and what the command says about it."""
+    warned = [
+        f"memforensics report: warning: {entry['name']}: {warning}"
+        for entry in builder.dumps
+        for warning in entry["warnings"]
+    ]
+    if not builder.dumps:  # one line, as every command reports a bad input
+        raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
+    html = builder.html()
+    bad = len(builder.unreadable)
+    skipped = tuple(f"memforensics report: skipped: {m}" for m in builder.unreadable)
+    said = (
+        f"({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
+        + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
+        + ")"
+    )
+    return Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import load_dump, summarize
+from memforensics.analysis import Dump, load_dump, summarize
+from memforensics.analysis.cache import AnswerCache
 from memforensics.analysis.summary import summary_text
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
@@ -21,6 +22,7 @@ from memforensics.cli._analysis_flags import (
     warn_cache,
 )
 from memforensics.cli._command import CommandError
+from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 from memforensics.cli._sizes import byte_size
@@ -71,14 +73,26 @@ class _Section:
 
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
     """Load, summarize and render one file (run in a worker process with ``--jobs``)."""
-    path = Path(name)
+    loaded = _load(Path(name), progress)
+    return loaded if isinstance(loaded, _Section) else _answer(loaded, ask, progress)
+
+
+def _load(path: Path, progress: Progress | None) -> Dump | _Section:
+    """The dump at ``path``, or a section saying why it could not be read."""
     try:
-        dump = load_dump(path, reader=progress.reader(path) if progress is not None else None)
+        return load_dump(path, reader=progress.reader(path) if progress is not None else None)
+    except SnapshotLoadError as exc:
+        return _Section(error=str(exc))
+
+
+def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section:
+    """Summarize and render a loaded dump."""
+    try:
         views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
     except SnapshotLoadError as exc:
         return _Section(error=str(exc))
     if progress is not None:
-        progress.phase(f"summarizing {path.name}")
+        progress.phase(f"summarizing {dump.name}")
     prefix = f"{dump.name}: " if ask.several else ""
     warnings = dump.warnings if ask.device is None else views[0].warnings
     stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
@@ -87,6 +101,13 @@ def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section
     data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
     text = "\n\n".join(summary_text(summary, rows=ask.top) for summary in summaries)
     return _Section(data=data, text=text, stderr=stderr)
+
+
+def _keep(cache: AnswerCache, path: Path, ask: _Ask, section: _Section) -> None:
+    """Keep a section for both renderings: the other is a second look too."""
+    if section.error is None:
+        for as_json in (True, False):
+            cache.store([path], ask.question(as_json=as_json), section.to_json())
 
 
 class SummaryCommand:
@@ -122,7 +143,22 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
-        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)
+
+    def questions_ahead(self) -> list[str]:
+        """Both renderings of ``summary FILE``."""
+        ask = self._default_ask()
+        return [ask.question(as_json=True), ask.question(as_json=False)]
+
+    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
+        """Keep ``summary FILE``'s answer about ``dump``, unless the cache holds it."""
+        ask = self._default_ask()
+        if cache.lookup([path], ask.question()) is None:
+            _keep(cache, path, ask, _answer(dump, ask))
+
+    def _default_ask(self) -> _Ask:
+        args, parser = default_args(self, "FILE")
+        return _Ask(args.json, row_limit(args, parser), args.device, args.requested, False)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
@@ -132,15 +168,23 @@ class SummaryCommand:
         cache = open_cache(args)
         question = ask.question()
         sections: dict[int, _Section] = {}
+        progress = Progress(quiet=args.quiet)
         for index, name in enumerate(args.files):
-            stored = cache.lookup([Path(name)], question)
+            stored = cache.lookup_settled([Path(name)], question, progress.awaiting)
             section = _Section.from_json(stored) if stored is not None else None
             if section is not None and (section.data if ask.json else section.text) is not None:
                 sections[index] = section
         todo = [index for index in range(len(args.files)) if index not in sections]
-        progress = Progress(quiet=args.quiet)
+        loaded: dict[Path, Dump] = {}  # the one dump read here, for the look-ahead
         with progress.running():
-            if jobs == 1 or len(todo) <= 1:
+            if len(todo) == 1 and not several:
+                path = Path(args.files[todo[0]])
+                found = _load(path, progress)
+                if isinstance(found, Dump):
+                    loaded[path] = found
+                    found = _answer(found, ask, progress)
+                sections[todo[0]] = found
+            elif jobs == 1 or len(todo) <= 1:
                 for index in todo:
                     sections[index] = _section(args.files[index], ask, progress)
             else:
@@ -150,13 +194,12 @@ class SummaryCommand:
                     for index, future in futures.items():
                         sections[index] = future.result()
                         done()
-        for index in todo:  # kept for both renderings: the other is a second look too
-            if sections[index].error is None:
-                for as_json in (True, False):
-                    asked = ask.question(as_json=as_json)
-                    cache.store([Path(args.files[index])], asked, sections[index].to_json())
+        for index in todo:
+            _keep(cache, Path(args.files[index]), ask, sections[index])
         warn_cache(cache, self.name)
-        return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
+        status = _print(args.files, [sections[i] for i in range(len(args.files))], ask)
+        look_ahead(args, cache, loaded)
+        return status
 
 
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
