@@ -6,7 +6,6 @@ will not give."""
 from __future__ import annotations
 
 import argparse
-import fcntl
 import importlib
 import os
 import pty
@@ -266,22 +265,8 @@ def test_the_look_ahead_holds_no_stream_and_blocks_only_its_own_questions(
     asking.join(timeout=300)
     assert later == [0]
     assert capsys.readouterr().out == expected
-    _until_released(folder)
+    AnswerCache(folder).settle()
     assert not list((folder / "working").glob("*.lock"))  # the look-ahead cleaned up
-
-
-def _until_released(folder: Path) -> None:
-    """Return once no look-ahead holds a claim in ``folder`` (it removes its lock file before
-    releasing it, so a lock acquired here means the file is gone)."""
-    for lock in (folder / "working").glob("*.lock"):
-        try:
-            handle = os.open(lock, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH)
-        finally:
-            os.close(handle)
 
 
 def test_a_killed_look_ahead_leaves_no_one_waiting(

@@ -148,6 +148,12 @@ class AnswerCache:
         if self._claim is not None:
             self._claim.finish(self._file_keys(paths), questions)
 
+    def settle(self) -> None:
+        """Return once no look-ahead is working on any dump in this cache (all its answers are
+        kept, or it has gone)."""
+        if self.folder is not None:
+            working.await_all(self.folder)
+
     def store(self, paths: Sequence[Path], question: str, answer: str) -> None:
         """Keep ``answer``; a folder that cannot be written turns the cache off, with a warning."""
         found = self._entry(paths, question)

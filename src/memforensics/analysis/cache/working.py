@@ -131,3 +131,21 @@ def await_answer(
             pass
         finally:
             os.close(handle)
+
+
+def await_all(folder: Path) -> None:
+    """Return once no process holds any claim in ``folder`` (a holder removes each lock file
+    before releasing it, so a lock acquired here is one no longer wanted)."""
+    if sys.platform == "win32":
+        return
+    for lock in sorted((folder / FOLDER).glob(f"*{_SUFFIX}")):
+        try:
+            handle = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)

@@ -111,7 +111,11 @@ class DumpSides:
 
     @classmethod
     def kept_or_read(
-        cls, path: Path, cache: AnswerCache, load: Callable[[], Dump], on_wait: Callable[[], None]
+        cls,
+        path: Path,
+        cache: AnswerCache,
+        load: Callable[[], Dump],
+        on_wait: Callable[[], None] = lambda: None,
     ) -> DumpSides:
         """The views of the dump at ``path`` that the cache holds (waiting for a look-ahead
         that will keep them), the rest from ``load()`` when asked for."""
@@ -121,19 +125,22 @@ class DumpSides:
     @property
     def held(self) -> tuple[int, ...]:
         """The devices the file holds memory or history on, in its order."""
-        if "held" not in self._kept:
-            self._kept["held"] = [item.device for item in self.dump().devices]
-            self._kept["device"] = self.dump().device
-            self.added = True
-        held: list[int] = self._kept["held"]
+        held: list[int] = self._devices()["held"]
         return tuple(held)
 
     @property
     def device(self) -> int | None:
         """The device the file is read on by default (its OOM's, else its first)."""
-        self.held  # noqa: B018 - known together with the held devices
-        device: int | None = self._kept["device"]
+        device: int | None = self._devices()["device"]
         return device
+
+    def _devices(self) -> dict[str, Any]:
+        """The kept facts, with the file's devices (``held``, ``device``) in them."""
+        if "held" not in self._kept:
+            self._kept["held"] = [item.device for item in self.dump().devices]
+            self._kept["device"] = self.dump().device
+            self.added = True
+        return self._kept
 
     def side(self, device: int | None = None) -> DiffSide:
         """The view of ``device`` (None: the whole file); SnapshotLoadError when the file holds

@@ -50,7 +50,7 @@ class DiffCommand:
     def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
         """Keep the views of ``dump`` a ``diff`` without ``--device`` compares (the whole file,
         or each device of a file holding several), unless the cache holds them."""
-        sides = DumpSides.kept_or_read(path, cache, lambda: dump, lambda: None)
+        sides = DumpSides.kept_or_read(path, cache, lambda: dump)
         for device in (None,) if len(sides.held) <= 1 else sides.held:
             sides.side(device)
         sides.kinds()

@@ -46,8 +46,9 @@ class LeaksCommand:
         return [WINDOW_FACT]
 
     def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
-        """Keep ``dump``'s window totals, unless the cache holds them."""
-        if not kept_window(cache, path)[0]:
+        """Keep a window dump's totals, unless the cache holds them (``leaks`` reads no other
+        kind of dump)."""
+        if dump.meta.kind == "window" and not kept_window(cache, path)[0]:
             keep_window(cache, path, window_totals(dump))
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -92,7 +92,7 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
     except SnapshotLoadError as exc:
         return _Section(error=str(exc))
     if progress is not None:
-        progress.phase(f"summarizing {dump.name}")
+        progress.phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
     prefix = f"{dump.name}: " if ask.several else ""
     warnings = dump.warnings if ask.device is None else views[0].warnings
     stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
