@@ -3,7 +3,7 @@
 A rank that keeps a little more memory every step fails at a step one can see coming. The
 forecast fits the last ``WINDOW`` journal points of live bytes (``allocated_bytes``) plus the
 memory outside PyTorch (``external_bytes``) against the step, and says at which step the line
-reaches the rank's limit (``device_limit_bytes``).
+reaches the rank's limit (``device_total_bytes``).
 
 Three guards keep it from crying wolf:
 
