@@ -88,4 +88,4 @@ class PrebuiltBackend:
         return None
 
     def journal_stats(self) -> dict[str, int | None]:
-        return {"ooms": 1, "device_free_bytes": 1 << 30, "device_limit_bytes": 16 << 30}
+        return {"ooms": 1, "device_free_bytes": 1 << 30, "device_total_bytes": 16 << 30}

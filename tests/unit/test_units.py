@@ -71,7 +71,7 @@ def test_outside_pytorch_is_never_negative(
 
 
 def _journal_external(limit: int, free: int, reserved: int) -> int | None:
-    stats = {"device_limit_bytes": limit, "device_free_bytes": free, "reserved_bytes": reserved}
+    stats = {"device_total_bytes": limit, "device_free_bytes": free, "reserved_bytes": reserved}
     line = json.loads(format_line("oom", 3, 0, dict(stats), 1.0))
     assert list(line) == list(KEYS)
     value: int | None = line["external_bytes"]

@@ -222,12 +222,16 @@ class FakeAllocator:
         return [kwargs for _, kwargs in self.called("_record_memory_history")]
 
     def fire_oom(
-        self, allocation: int = 2 * GIB, device: int = 0, limit: int | None = None
+        self,
+        allocation_bytes: int = 2 * GIB,
+        device: int = 0,
+        device_total_bytes: int | None = None,
     ) -> None:
         """What the caching allocator does on a failed malloc: call every observer with the
         failing device, the allocation size, the limit (the total unless given) and free bytes."""
+        total = self.total if device_total_bytes is None else device_total_bytes
         for observer in list(self.observers):
-            observer(device, allocation, self.total if limit is None else limit, self.free)
+            observer(device, allocation_bytes, total, self.free)
 
     # -- the framework surface -----------------------------------------------------------------
     def is_available(self) -> bool:

@@ -18,14 +18,13 @@ class ExpandableSegment:
     can still give (``cuMemCreate`` failing is an OOM).
     """
 
-    __slots__ = ("address", "mapped_bytes", "max_pages", "page_size", "stream")
+    __slots__ = ("address", "max_pages", "page_size", "stream")
 
     def __init__(self, address: int, stream: int, page_size: int, address_space: int) -> None:
         self.address = address
         self.stream = stream
         self.page_size = page_size
         self.max_pages = -(-address_space // page_size)
-        self.mapped_bytes = 0  # the blocks' ``mapped`` flags are the state; this the total
 
     def size(self) -> int:
         """Bytes of address space (``ExpandableSegment::size``)."""
@@ -49,7 +48,6 @@ class ExpandableSegment:
         mapped = (end - begin) * self.page_size
         if mapped == 0 or mapped > available:
             return 0
-        self.mapped_bytes += mapped
         return mapped
 
     def unmap(self, address: int, size: int) -> tuple[int, int]:
@@ -60,5 +58,4 @@ class ExpandableSegment:
             return address, 0
         start = self.address + begin * self.page_size
         unmapped = (end - begin) * self.page_size
-        self.mapped_bytes -= unmapped
         return start, unmapped

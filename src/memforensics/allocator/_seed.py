@@ -71,7 +71,6 @@ def seed_expandable(
         carved = _carve(model, pool, start, size, stream, live, segment)
         chain.extend(carved)
         live_blocks.extend(b for b in carved if b.allocated or b.event_count)
-        segment.mapped_bytes += size
         model.total_allocated_memory += size
         model.reserved_bytes.increase(size)
         cursor = start + size

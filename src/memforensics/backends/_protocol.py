@@ -11,15 +11,17 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 OomObserver = Callable[[int, int, int, int], None]
-"""Called by the allocator on OOM as ``observer(device, allocation_bytes, limit_bytes, free)``.
+"""Called by the allocator on OOM as
+``observer(device, allocation_bytes, device_total_bytes, device_free_bytes)``.
 
 This is the exact signature both ``torch._C._cuda_attach_out_of_memory_observer`` and torch_npu's
 ``_npu_attach_out_of_memory_observer`` use. ``device`` is the device the failing allocation was
 on; ``allocation_bytes`` the size the allocator tried to get from the driver after rounding (2 MiB
 for requests up to 1 MiB, 20 MiB below 10 MiB, else rounded up to 2 MiB), which is also what the
-error text's "Tried to allocate" prints, not the user's request; ``limit_bytes`` the per-process
-limit when a memory fraction is set, else the device total; ``free`` the driver's free bytes
-after the allocator already released its cache.
+error text's "Tried to allocate" prints, not the user's request; ``device_total_bytes`` the
+per-process limit when a memory fraction is set, else the device total; ``device_free_bytes`` the
+driver's free bytes after the allocator already released its cache. These names are kept from
+here to the journal, the sidecar and every JSON answer.
 """
 
 HistoryMode = Literal["all", "state"] | None

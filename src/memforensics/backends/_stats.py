@@ -19,7 +19,7 @@ JOURNAL_STATS: tuple[str, ...] = (
     "alloc_retries",
     "ooms",
     "device_free_bytes",
-    "device_limit_bytes",
+    "device_total_bytes",
 )
 """The keys ``DeviceBackend.journal_stats()`` returns, each an int or None."""
 
@@ -47,9 +47,9 @@ def journal_stats_from(
     get = (stats or EMPTY_STATS).get
     out: dict[str, int | None] = {key: get(name) for key, name in _FROM_STATS}
     if info is None:
-        out["device_free_bytes"] = out["device_limit_bytes"] = None
+        out["device_free_bytes"] = out["device_total_bytes"] = None
     else:
-        out["device_free_bytes"], out["device_limit_bytes"] = info
+        out["device_free_bytes"], out["device_total_bytes"] = info
     return out
 
 

@@ -257,9 +257,9 @@ class Dumper:
         self,
         *,
         step: int | None,
-        allocation: int | None,
-        limit: int | None,
-        free: int | None,
+        allocation_bytes: int | None,
+        device_total_bytes: int | None,
+        device_free_bytes: int | None,
         device_index: int | None,
         source: str,
         error: str | None = None,
@@ -267,8 +267,9 @@ class Dumper:
     ) -> None:
         """Log the structured ERROR event first, then snapshot and write with a full sidecar.
 
-        ``allocation``, ``limit`` and ``free`` are the observer's arguments (or what the step()
-        fallback found); the user's request comes from the snapshot's trace.
+        ``allocation_bytes``, ``device_total_bytes`` and ``device_free_bytes`` are the
+        observer's arguments (or what the step() fallback found); the user's request comes from
+        the snapshot's trace.
         """
         now = atomic.utc_now()
         if stack is None:
@@ -279,9 +280,9 @@ class Dumper:
             "out_of_memory",
             device=self.backend.name,
             device_index=device_index,
-            allocation_bytes=allocation,
-            device_total_bytes=limit,
-            device_free_bytes=free,
+            allocation_bytes=allocation_bytes,
+            device_total_bytes=device_total_bytes,
+            device_free_bytes=device_free_bytes,
             rank=self.rank,
             step=step,
             source=source,
@@ -291,9 +292,9 @@ class Dumper:
             return
         oom = {
             "requested_bytes": requested_from_trace(snapshot, device_index),
-            "allocation_bytes": allocation,
-            "device_total_bytes": limit,
-            "device_free_bytes": free,
+            "allocation_bytes": allocation_bytes,
+            "device_total_bytes": device_total_bytes,
+            "device_free_bytes": device_free_bytes,
             "stack": stack,
             "allocator": stats,
             "source": source,
@@ -318,9 +319,9 @@ class Dumper:
         device_index = device_from_message(message)
         self.oom(
             step=step,
-            allocation=allocation_bytes_from_message(message),
-            limit=limit,
-            free=free,
+            allocation_bytes=allocation_bytes_from_message(message),
+            device_total_bytes=limit,
+            device_free_bytes=free,
             device_index=device_index if device_index is not None else self.current_device(),
             source="exception",
             error=message[:4000],

@@ -270,12 +270,16 @@ class MemoryForensics:
         return last + 1
 
     # -- OOM -----------------------------------------------------------------------------------
-    def _on_oom_observer(self, device: int, allocation: int, limit: int, free: int) -> None:
+    def _on_oom_observer(
+        self, device: int, allocation_bytes: int, device_total_bytes: int, device_free_bytes: int
+    ) -> None:
         """The registry calls this from inside the allocator's failing malloc, with the failing
         device, the allocator's allocation size, the limit and the driver's free bytes."""
         if self.closed or self._oom is None:
             return
-        self._oom.observed(self.current_step, device, allocation, limit, free)
+        self._oom.observed(
+            self.current_step, device, allocation_bytes, device_total_bytes, device_free_bytes
+        )
 
     def _oom_raised(self, exc: BaseException) -> None:
         if self._oom is not None:

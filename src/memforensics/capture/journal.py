@@ -30,7 +30,7 @@ import errno
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from memforensics import _layout
@@ -40,8 +40,20 @@ from memforensics.capture.atomic import try_lock as _try_lock
 from memforensics.capture.log import guarded, warn_once
 
 MAX_FILE_BYTES = 4 << 20
-KEYS: tuple[str, ...] = ("time", "step", "rank", "event", *JOURNAL_STATS, "external_bytes")
-"""Every line has exactly these keys, in this order; unknown values are null."""
+KEYS: tuple[str, ...] = (
+    "time",
+    "step",
+    "rank",
+    "event",
+    *JOURNAL_STATS,
+    "external_bytes",
+    "allocation_bytes",
+)
+"""Every line has exactly these keys, in this order; unknown values are null.
+
+``allocation_bytes`` is set only on an ``oom`` line the observer wrote; that line's
+``device_total_bytes`` and ``device_free_bytes`` are then the observer's figures too, the same
+ones the OOM dump's sidecar carries."""
 
 EVENTS = ("step", "window", "oom", "close")
 MAX_OOM_LINES = 100
@@ -59,11 +71,19 @@ _TEMPLATE = (
     + ",".join(f'"{key}":%s' for key in KEYS[4:])
     + "}\n"
 )
-_FREE, _LIMIT, _RESERVED = (JOURNAL_STATS.index(key) for key in (*KEYS[-3:-1], "reserved_bytes"))
+_FREE, _TOTAL, _RESERVED = (
+    JOURNAL_STATS.index(key)
+    for key in ("device_free_bytes", "device_total_bytes", "reserved_bytes")
+)
 
 
 def format_line(
-    event: str, step: int | None, rank: int, stats: dict[str, int | None], now: float
+    event: str,
+    step: int | None,
+    rank: int,
+    stats: Mapping[str, int | None],
+    now: float,
+    allocation_bytes: int | None = None,
 ) -> bytes:
     """One journal line, newline included, keys in ``KEYS`` order.
 
@@ -74,9 +94,10 @@ def format_line(
         raise ValueError(f"unknown journal event {event!r}")
     get = stats.get
     values = [get(key) for key in JOURNAL_STATS]
-    free, limit, reserved = values[_FREE], values[_LIMIT], values[_RESERVED]
+    free, total, reserved = values[_FREE], values[_TOTAL], values[_RESERVED]
     # external: device memory outside PyTorch's allocator (contexts, NCCL/HCCL, other processes)
-    values.append(outside_pytorch_bytes(limit, free, reserved))
+    values.append(outside_pytorch_bytes(total, free, reserved))
+    values.append(allocation_bytes)
     text = _TEMPLATE % (
         float(now),
         "null" if step is None else int(step),
@@ -128,16 +149,24 @@ class Journal:
         self.lines = 0
         self.oom_lines = 0
 
-    def write(self, event: str, step: int | None) -> bool:
+    def write(
+        self, event: str, step: int | None, observed: Mapping[str, int] | None = None
+    ) -> bool:
         """Append one line of current figures; False in a forked child, once closed, or past
-        ``MAX_OOM_LINES`` OOM lines."""
+        ``MAX_OOM_LINES`` OOM lines. ``observed``: the OOM observer's figures (``allocation_bytes``,
+        ``device_total_bytes``, ``device_free_bytes``), which replace the ones read now."""
         if self._generation != _forks or self._fd == -2:
             return False
         if event == "oom":
             self.oom_lines += 1
             if self.oom_lines > MAX_OOM_LINES:
                 return False
-        data = format_line(event, step, self.rank, self._stats(), time.time())
+        stats = self._stats()
+        allocation_bytes = None
+        if observed is not None:
+            stats = {**stats, **observed}
+            allocation_bytes = observed.get("allocation_bytes")
+        data = format_line(event, step, self.rank, stats, time.time(), allocation_bytes)
         if self._fd < 0:
             self._open()
         elif self._size + len(data) > self.max_bytes:
@@ -205,13 +234,21 @@ class JournalSchedule:
         self.next_step = NO_JOURNAL if journal is None else 0
         """The next step number that writes a ``step`` line (``NO_JOURNAL``: none will)."""
 
-    def line(self, event: str, step: int | None, *, periodic: bool = True) -> None:
-        """Append an ``event`` line for ``step``, never raising; a periodic one sets the next."""
+    def line(
+        self,
+        event: str,
+        step: int | None,
+        *,
+        periodic: bool = True,
+        observed: Mapping[str, int] | None = None,
+    ) -> None:
+        """Append an ``event`` line for ``step``, never raising; a periodic one sets the next.
+        ``observed``: the OOM observer's figures, written in place of the current ones."""
         journal = self._journal
         if journal is None:
             return
         try:
-            journal.write(event, step)
+            journal.write(event, step, observed)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
             warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
         every = self._every

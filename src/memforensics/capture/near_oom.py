@@ -41,8 +41,8 @@ class Tightness:
     retries_before: int
     retries: int
     reserved_bytes: int
-    limit_bytes: int | None
-    free_bytes: int | None
+    device_total_bytes: int | None
+    device_free_bytes: int | None
 
     def record(self, fraction: float, allocator: dict[str, Any] | None) -> dict[str, Any]:
         """The sidecar's ``near_oom`` object."""
@@ -52,10 +52,10 @@ class Tightness:
             "alloc_retries_before": self.retries_before,
             "alloc_retries": self.retries,
             "reserved_bytes": self.reserved_bytes,
-            "device_total_bytes": self.limit_bytes,
-            "device_free_bytes": self.free_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "device_free_bytes": self.device_free_bytes,
             "outside_pytorch_bytes": outside_pytorch_bytes(
-                self.limit_bytes, self.free_bytes, self.reserved_bytes
+                self.device_total_bytes, self.device_free_bytes, self.reserved_bytes
             ),
             "fraction": fraction,
             "allocator": allocator,
@@ -196,7 +196,7 @@ class NearOomCheck:
             step=step,
             rank=dumper.rank,
             reserved_bytes=found.reserved_bytes,
-            device_total_bytes=found.limit_bytes,
+            device_total_bytes=found.device_total_bytes,
         )
         if dumper.near_oom(step, found.record) is not None:
             self.taken += 1

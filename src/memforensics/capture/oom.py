@@ -67,14 +67,16 @@ class OomRegistry:
             if self._handler == handler:
                 self._handler = None
 
-    def dispatch(self, device: int, requested: int, total: int, free: int) -> None:
+    def dispatch(
+        self, device: int, allocation_bytes: int, device_total_bytes: int, device_free_bytes: int
+    ) -> None:
         """The observer the framework calls; it never raises."""
         handler = self._handler
         if handler is None:
             return
         # Anything escaping here would replace the user's OOM error, so nothing may.
         with contextlib.suppress(BaseException):
-            handler(device, requested, total, free)
+            handler(device, allocation_bytes, device_total_bytes, device_free_bytes)
 
     def forget(self) -> None:
         """Forget attachments (tests only: a real framework keeps observers forever)."""

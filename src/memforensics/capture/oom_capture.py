@@ -51,19 +51,29 @@ class OomCapture:
         return attached
 
     def observed(
-        self, step: int | None, device: int, allocation: int, limit: int, free: int
+        self,
+        step: int | None,
+        device: int,
+        allocation_bytes: int,
+        device_total_bytes: int,
+        device_free_bytes: int,
     ) -> None:
         """The observer saw an OOM on ``device``: the allocator's allocation size, the limit and
         the driver's free bytes, from inside the failing malloc."""
-        self._journal.line("oom", step, periodic=False)
+        observed = {
+            "allocation_bytes": allocation_bytes,
+            "device_total_bytes": device_total_bytes,
+            "device_free_bytes": device_free_bytes,
+        }
+        self._journal.line("oom", step, periodic=False, observed=observed)
         if not self._guard.admit():
             return
         try:
             self._dumper.oom(
                 step=step,
-                allocation=allocation,
-                limit=limit,
-                free=free,
+                allocation_bytes=allocation_bytes,
+                device_total_bytes=device_total_bytes,
+                device_free_bytes=device_free_bytes,
                 device_index=device,
                 source="observer",
             )

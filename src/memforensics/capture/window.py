@@ -47,7 +47,6 @@ class WindowSchedule:
         "_max_windows",
         "_next_open",
         "_opened",
-        "_skip_first",
         "_steps",
     )
 
@@ -65,7 +64,6 @@ class WindowSchedule:
             raise ValueError("every must be >= steps")
         self._steps = steps
         self._every = every if every is not None else steps
-        self._skip_first = skip_first
         self._max_windows = max_windows
         self._calls = 0
         self._opened = 0

@@ -138,7 +138,7 @@ def _line(
         "alloc_retries": index // 10 if leaking else 0,
         "ooms": 0,
         "device_free_bytes": limit - reserved - GIB,
-        "device_limit_bytes": limit,
+        "device_total_bytes": limit,
     }
     when = START + index * 10.0 + rank * 0.001 + (100_000.0 if restart else 0.0)
     return format_line("step", index * every, rank, stats, when)
@@ -155,6 +155,6 @@ def _oom_line(rank: int, index: int, every: int, held: int, limit: int, leak: in
         "alloc_retries": index // 10 + 1,
         "ooms": 1,
         "device_free_bytes": limit - allocated - 3 * GIB,
-        "device_limit_bytes": limit,
+        "device_total_bytes": limit,
     }
     return format_line("oom", index * every, rank, stats, START + index * 10.0 + 5.0)

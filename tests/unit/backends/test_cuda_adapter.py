@@ -365,7 +365,7 @@ def test_oom_observer_writes_dump_without_sync(
     alloc = fake(total=80 * GIB, free=512 << 20)
     mf = install()
     with mf.step(12):
-        alloc.fire_oom(allocation=3 * GIB)
+        alloc.fire_oom(allocation_bytes=3 * GIB)
     assert alloc.synchronized == 0
     (snapshot,) = oom_files(out_dir)
     assert re.fullmatch(rf"rank0_pid{os.getpid()}_step12_{TIME}\.pickle", snapshot.name)
@@ -592,7 +592,7 @@ def test_sidecar_keys_are_the_contract(
     alloc = fake()
     mf = install(steps=1)
     with mf.step(0):
-        alloc.fire_oom(allocation=GIB)
+        alloc.fire_oom(allocation_bytes=GIB)
     pid = os.getpid()
     window = read_sidecar(out_dir / "step0" / f"rank0_pid{pid}.pickle")
     (oom_snapshot,) = oom_files(out_dir)

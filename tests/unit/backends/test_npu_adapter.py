@@ -95,7 +95,7 @@ def test_never_calls_torch_npu_dump_snapshot(npu: FakeAllocator, out_dir: Path) 
 def test_sidecar_records_npu_and_torch_npu_version(npu: FakeAllocator, out_dir: Path) -> None:
     """Sidecars say ``device: "npu"`` and carry both torch's and torch_npu's versions."""
     install(out_dir)
-    npu.fire_oom(allocation=1 << 30)
+    npu.fire_oom(allocation_bytes=1 << 30)
     (snapshot,) = oom_files(out_dir)
     sidecar = read_sidecar(snapshot)
     assert (sidecar["device"], sidecar["device_index"]) == ("npu", 0)

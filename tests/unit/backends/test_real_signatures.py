@@ -73,7 +73,7 @@ def test_driving_every_path_calls_only_real_names(
     for step in range(2):
         with mf.step(step):
             pass
-    alloc.fire_oom(allocation=GIB, device=0)
+    alloc.fire_oom(allocation_bytes=GIB, device=0)
     with pytest.raises(torch.OutOfMemoryError), mf.step(2):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
     assert mf.dump() is not None

@@ -93,7 +93,7 @@ def test_sidecar_separates_the_request_from_the_allocation(
     snapshot["device_traces"][2].append(oom_entry(size=1_536 * MiB, device_free=300 * MiB))
     alloc = fake(snapshot_value=snapshot, total=80 * GIB)
     install()
-    alloc.fire_oom(allocation=1_536 * MiB + 2 * MiB, device=2, limit=40 * GIB)
+    alloc.fire_oom(allocation_bytes=1_536 * MiB + 2 * MiB, device=2, device_total_bytes=40 * GIB)
     (path,) = oom_files(out_dir)
     sidecar = read_sidecar(path)
     assert sidecar["schema"] == 2
@@ -107,7 +107,7 @@ def test_request_is_null_without_an_oom_entry(fake: Fake, install: Install, out_
     """Without history there is no oom entry: requested_bytes is null, never a guess."""
     alloc = fake()
     install(oom_history="off")
-    alloc.fire_oom(allocation=20 * MiB)
+    alloc.fire_oom(allocation_bytes=20 * MiB)
     oom = read_sidecar(oom_files(out_dir)[0])["oom"]
     assert (oom["requested_bytes"], oom["allocation_bytes"]) == (None, 20 * MiB)
 

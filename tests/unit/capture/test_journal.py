@@ -75,7 +75,7 @@ def test_figures_are_the_allocators_and_peaks_are_never_reset(tmp_path: Path) ->
     assert step1["active_bytes"] == 5 * MiB
     assert step1["peak_allocated_bytes"] == 25 * MiB  # the spike, still the peak a step later
     assert step0["peak_allocated_bytes"] == 25 * MiB
-    assert step1["device_limit_bytes"] == 64 * MiB
+    assert step1["device_total_bytes"] == 64 * MiB
     assert step1["device_free_bytes"] == 64 * MiB - reserved
     assert step1["external_bytes"] == 0  # the sim has nothing outside its allocator
     assert device.memory_stats()["allocated_bytes.all.peak"] == 25 * MiB

@@ -52,7 +52,7 @@ def test_journal_reads_stats_and_free_memory_only(
         "alloc_retries": 3,
         "ooms": 1,
         "device_free_bytes": 3 * GIB,
-        "device_limit_bytes": 16 * GIB,
+        "device_total_bytes": 16 * GIB,
         "external_bytes": 16 * GIB - 3 * GIB - 6 * GIB,
     }
 
@@ -70,4 +70,4 @@ def test_a_failing_stats_call_leaves_nulls_not_a_lost_line(
     line = json.loads(path.read_text().splitlines()[0])
     assert line["reserved_bytes"] is None
     assert line["external_bytes"] is None
-    assert line["device_limit_bytes"] == alloc.total
+    assert line["device_total_bytes"] == alloc.total

@@ -45,11 +45,6 @@ class Segment:
     is_expandable: bool
     blocks: tuple[Block, ...]
 
-    @property
-    def free_bytes(self) -> int:
-        """Bytes of this segment in inactive blocks (holes the allocator can reuse)."""
-        return sum(block.size for block in self.blocks if block.state == INACTIVE)
-
 
 WIDEST = 1 << 64
 """Integers a snapshot's numbers can hold (sizes, addresses, lines are 64-bit at most): a

@@ -3,7 +3,7 @@
 A rank that keeps a little more memory every step fails at a step one can see coming. The
 forecast fits the last ``WINDOW`` journal points of live bytes (``allocated_bytes``) plus the
 memory outside PyTorch (``external_bytes``) against the step, and says at which step the line
-reaches the rank's limit (``device_limit_bytes``).
+reaches the rank's limit (``device_total_bytes``).
 
 Three guards keep it from crying wolf:
 
@@ -45,12 +45,12 @@ class Forecast:
 
     rank: int
     step: int
-    """The step at which the fitted line reaches ``limit_bytes``."""
+    """The step at which the fitted line reaches ``device_total_bytes``."""
     growth_per_step: float
     """Bytes the line gains per step."""
     confidence: float
     """0..1: how far the trend stands above the noise, times how well the halves agree."""
-    limit_bytes: int
+    device_total_bytes: int
     last_step: int
     """The newest step the journal shows."""
     last_bytes: int
@@ -68,7 +68,7 @@ class Forecast:
             "step": self.step,
             "growth_per_step": self.growth_per_step,
             "confidence": self.confidence,
-            "limit_bytes": self.limit_bytes,
+            "device_total_bytes": self.device_total_bytes,
             "last_step": self.last_step,
             "last_bytes": self.last_bytes,
             "steps_left": self.steps_left,
@@ -124,7 +124,7 @@ def forecast_line(
         step=int(reach),
         growth_per_step=slope,
         confidence=round(confidence, 3),
-        limit_bytes=limit,
+        device_total_bytes=limit,
         last_step=last,
         last_bytes=int(on_line),
         points=n,

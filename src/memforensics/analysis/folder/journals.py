@@ -42,9 +42,18 @@ COLUMNS = (
     "ooms",
     "device_free_bytes",
     "external_bytes",
-    "device_limit_bytes",
+    "device_total_bytes",
 )
 _EVENT_CODES = {"step": "s", "window": "w", "oom": "o", "close": "c"}
+_OLD_TOTAL_KEY, _TOTAL_KEY = b'"device_limit_bytes"', b'"device_total_bytes"'
+
+
+def upgrade_keys(data: bytes) -> bytes:
+    """Journal text with 0.1's key names replaced by today's: 0.1 wrote ``device_total_bytes``
+    as ``device_limit_bytes`` (the same length, so byte offsets stay true)."""
+    if _OLD_TOTAL_KEY not in data:
+        return data
+    return data.replace(_OLD_TOTAL_KEY, _TOTAL_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +151,7 @@ def read_process(files: list[JournalFile]) -> list[ProcessJournal]:
             part.steps,
             columns["allocated_bytes"],
             columns["external_bytes"],
-            columns["device_limit_bytes"],
+            columns["device_total_bytes"],
             MISSING,
         )
     return parts
@@ -202,6 +211,7 @@ def _read_rows(path: str, journal: ProcessJournal) -> list[dict[str, object]]:
         data = data[:end]
     if not data:
         return []
+    data = upgrade_keys(data)
     try:
         text = data.decode("utf-8")
         rows: list[dict[str, object]] = json.loads("[" + text[:-1].replace("\n", ",") + "]")

@@ -122,7 +122,7 @@ def forecast_sentence(item: Forecast) -> str:
     """``rank 23 reaches its 80.00 GiB limit near step 3,900, at +10.00 MiB a step; last seen
     at step 998``."""
     return (
-        f"rank {item.rank} reaches its {format_bytes(item.limit_bytes)} limit near step"
+        f"rank {item.rank} reaches its {format_bytes(item.device_total_bytes)} limit near step"
         f" {item.step:,}, at {format_signed_bytes(round(item.growth_per_step))} a step;"
         f" last seen at step {item.last_step:,} (confidence {item.confidence:.2f})"
     )

@@ -22,7 +22,7 @@ from typing import Any
 from memforensics import _layout
 from memforensics.analysis.dump import open_regular
 from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
-from memforensics.analysis.folder.journals import READ_LIMIT
+from memforensics.analysis.folder.journals import READ_LIMIT, upgrade_keys
 
 _KEEP = 2 * WINDOW
 """Points kept per process for its forecast (the fit uses the newest ``WINDOW``)."""
@@ -202,7 +202,7 @@ class JournalWatch:
         tail.offset += end
         process = self._processes.setdefault((rank, pid), _Process(rank, pid))
         count = 0
-        for raw in data[:end].split(b"\n")[:-1]:
+        for raw in upgrade_keys(data[:end]).split(b"\n")[:-1]:
             try:
                 line = json.loads(raw)
             except (ValueError, RecursionError):
@@ -264,7 +264,7 @@ def _apply(process: _Process, line: dict[str, Any]) -> None:
         ("peak_reserved", "peak_reserved_bytes"),
         ("retries", "alloc_retries"),
         ("external", "external_bytes"),
-        ("limit", "device_limit_bytes"),
+        ("limit", "device_total_bytes"),
     ):
         value = _int(line.get(key))
         if value is not None:

@@ -67,7 +67,7 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
     memory outside PyTorch is then known, so none is counted). None when neither is known.
     """
     external = moment.external_bytes
-    limit, source = moment.limit_bytes, LIMIT
+    limit, source = moment.device_total_bytes, LIMIT
     if limit is None and moment.reserved_bytes is not None and moment.device_free_bytes is not None:
         limit, source, external = moment.reserved_bytes + moment.device_free_bytes, CAPACITY, 0
     if limit is None or external is None:

@@ -224,7 +224,7 @@ def _assemble(
         _size_blocks(segment, settings, borders)
     if stray:
         problems.add(f"{stray} live block(s) lie in no segment")
-    return AllocatorState(tuple(states), tuple(problems.messages), problems.count, stray)
+    return AllocatorState(tuple(states), tuple(problems.messages), problems.count)
 
 
 def _size_blocks(

@@ -47,7 +47,7 @@ class OomMoment:
     index: int | None  # the trace's ``oom`` entry
     requested_bytes: int | None
     allocation_bytes: int | None
-    limit_bytes: int | None
+    device_total_bytes: int | None
     device_free_bytes: int | None
     reserved_bytes: int | None
     allocated_bytes: int | None
@@ -61,16 +61,18 @@ class OomMoment:
     @property
     def external_bytes(self) -> int | None:
         """Memory on the device PyTorch's allocator does not own: limit - free - reserved."""
-        return outside_pytorch_bytes(self.limit_bytes, self.device_free_bytes, self.reserved_bytes)
+        return outside_pytorch_bytes(
+            self.device_total_bytes, self.device_free_bytes, self.reserved_bytes
+        )
 
     @property
     def headroom_bytes(self) -> int | None:
         """Device memory the allocator could still reserve: free, capped by the limit."""
         if self.device_free_bytes is None:
             return None
-        if self.limit_bytes is None or self.reserved_bytes is None:
+        if self.device_total_bytes is None or self.reserved_bytes is None:
             return self.device_free_bytes
-        return max(min(self.device_free_bytes, self.limit_bytes - self.reserved_bytes), 0)
+        return max(min(self.device_free_bytes, self.device_total_bytes - self.reserved_bytes), 0)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``summary --json``'s ``oom_state``)."""
@@ -79,7 +81,7 @@ class OomMoment:
             "trace_index": self.index,
             "requested_bytes": self.requested_bytes,
             "allocation_bytes": self.allocation_bytes,
-            "limit_bytes": self.limit_bytes,
+            "device_total_bytes": self.device_total_bytes,
             "device_free_bytes": self.device_free_bytes,
             "reserved_bytes": self.reserved_bytes,
             "allocated_bytes": self.allocated_bytes,

@@ -34,7 +34,7 @@ class AtRisk:
     free_in_reserved_bytes: int
     """Reserved but unallocated bytes: what fragmentation can strand."""
     largest_free_block_bytes: int
-    limit_bytes: int | None
+    device_total_bytes: int | None
     outside_pytorch_bytes: int | None
     headroom_bytes: int | None
     """``limit - reserved - outside PyTorch``: what the allocator could still get."""
@@ -57,7 +57,7 @@ class AtRisk:
             "free_in_reserved_bytes": self.free_in_reserved_bytes,
             "largest_free_block_bytes": self.largest_free_block_bytes,
             "fragmentation": self.fragmentation,
-            "device_total_bytes": self.limit_bytes,
+            "device_total_bytes": self.device_total_bytes,
             "outside_pytorch_bytes": self.outside_pytorch_bytes,
             "headroom_bytes": self.headroom_bytes,
         }
@@ -86,7 +86,7 @@ def at_risk(dump: Dump, *, free_in_reserved: int, largest_free_block: int) -> At
         reserved_bytes=reserved,
         free_in_reserved_bytes=free_in_reserved,
         largest_free_block_bytes=largest_free_block,
-        limit_bytes=limit,
+        device_total_bytes=limit,
         outside_pytorch_bytes=outside,
         headroom_bytes=headroom,
     )

@@ -48,7 +48,6 @@ class AllocatorState:
     segments: tuple[SegmentState, ...]
     problems: tuple[str, ...]
     problem_count: int
-    stray_blocks: int  # live blocks that lie in no segment
 
     @property
     def reserved(self) -> int:

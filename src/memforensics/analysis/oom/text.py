@@ -29,11 +29,11 @@ def fragmentation_text(risk: AtRisk) -> str:
 
 def headroom_text(risk: AtRisk) -> str:
     """``56.00 MiB of the 256.00 MiB limit (outside PyTorch 0 B)``, or why it is unknown."""
-    if risk.headroom_bytes is None or risk.limit_bytes is None:
+    if risk.headroom_bytes is None or risk.device_total_bytes is None:
         return "unknown: the sidecar records no limit"
     outside = fmt(risk.outside_pytorch_bytes)
     return (
-        f"{fmt(risk.headroom_bytes)} of the {fmt(risk.limit_bytes)} limit"
+        f"{fmt(risk.headroom_bytes)} of the {fmt(risk.device_total_bytes)} limit"
         f" (outside PyTorch {outside})"
     )
 

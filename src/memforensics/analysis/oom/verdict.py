@@ -164,7 +164,7 @@ def judge(
     ):
         explanation = (
             f"{fmt(external)} of the device is held outside PyTorch's allocator (limit"
-            f" {fmt(moment.limit_bytes)} - free {fmt(moment.device_free_bytes)} - reserved"
+            f" {fmt(moment.device_total_bytes)} - free {fmt(moment.device_free_bytes)} - reserved"
             f" {fmt(moment.reserved_bytes)}); without it the {fmt(requested)} request would"
             f" have fit. Usual suspects: {EXTERNAL_SUSPECTS}."
         )

@@ -70,11 +70,11 @@ def lint(dump: Dump, settings: AllocatorSettings, moment: OomMoment | None) -> l
 def _fraction_set(moment: OomMoment | None) -> bool | None:
     """True/False when the OOM's figures tell whether a memory fraction limited the process."""
     if moment is None or None in (
-        moment.limit_bytes,
+        moment.device_total_bytes,
         moment.device_free_bytes,
         moment.reserved_bytes,
     ):
         return None
-    assert moment.limit_bytes is not None
+    assert moment.device_total_bytes is not None
     reachable = (moment.device_free_bytes or 0) + (moment.reserved_bytes or 0)
-    return moment.limit_bytes < reachable
+    return moment.device_total_bytes < reachable

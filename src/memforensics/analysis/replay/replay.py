@@ -145,7 +145,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
         and moment.device_free_bytes is not None
     ):
         capacity = moment.reserved_bytes + moment.device_free_bytes
-        limit = moment.limit_bytes
+        limit = moment.device_total_bytes
         if limit is not None and limit < capacity:
             return Device(capacity, limit, limit)
         return Device(capacity, None, limit or capacity)
@@ -291,11 +291,11 @@ def _device_with_conf_fraction(
     """A ``per_process_memory_fraction`` in the conf string limits what may be reserved:
     that share of the device's total, unless the OOM's figures already show a lower limit."""
     fraction = settings.memory_fraction
-    if fraction is None or fraction >= 1.0 or moment is None or moment.limit_bytes is None:
+    if fraction is None or fraction >= 1.0 or moment is None or moment.device_total_bytes is None:
         return device  # a fraction of 1.0 sets no limit (``setMemoryFraction``)
     if device.allowed is not None:  # the limit the OOM met is already the fraction's
         return device
-    allowed = int(fraction * moment.limit_bytes)
+    allowed = int(fraction * moment.device_total_bytes)
     return Device(device.capacity, min(allowed, device.capacity), device.total)
 
 

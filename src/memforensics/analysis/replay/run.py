@@ -69,10 +69,7 @@ class RunResult:
     oom_request: int | None = None  # its rounded size
     stopped_at: int | None = None
     peak_reserved: int = 0
-    peak_allocated: int = 0
     fragmentation_at_peak: int = 0  # reserved minus allocated when reserved peaked
-    reserved_at_stop: int = 0
-    allocated_at_stop: int = 0
     largest_free_at_oom: int | None = None
     mismatches: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)  # the first blocks placed elsewhere
@@ -241,9 +238,6 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         _compare(result, real, made, exact)
     result.events = consumed
     result.peak_reserved = max(reserved_stat.peak, peak)
-    result.peak_allocated = allocated_stat.peak
-    result.reserved_at_stop = reserved_stat.current
-    result.allocated_at_stop = allocated_stat.current
     return result
 
 
@@ -251,19 +245,15 @@ def _stopped(
     result: RunResult, model: DeviceCachingAllocator, peak: int, position: int
 ) -> RunResult:
     """What a ``stop_at_oom`` run reports when it stops at ``position`` (the model as it is
-    now): its OOM, peaks and stop figures; its self-check counts are not kept."""
-    reserved, allocated = model.reserved_bytes, model.allocated_bytes
+    now): its OOM and peak; its self-check counts are not kept."""
     return RunResult(
         result.settings,
         events=position + 1,
         oom_index=result.oom_index,
         oom_request=result.oom_request,
         stopped_at=position,
-        peak_reserved=max(reserved.peak, peak),
-        peak_allocated=allocated.peak,
+        peak_reserved=max(model.reserved_bytes.peak, peak),
         fragmentation_at_peak=result.fragmentation_at_peak,
-        reserved_at_stop=reserved.current,
-        allocated_at_stop=allocated.current,
         largest_free_at_oom=result.largest_free_at_oom,
     )
 

@@ -22,8 +22,8 @@ def replay_text(r: Replay) -> str:
         lines.append(
             f"  at the OOM   request {fmt(o.requested_bytes)} (allocation"
             f" {fmt(o.allocation_bytes)}), reserved {fmt(o.reserved_bytes)}, limit"
-            f" {fmt(o.limit_bytes)}, {device_free_text(o.device_free_bytes)}, outside PyTorch"
-            f" {fmt(o.external_bytes)}"
+            f" {fmt(o.device_total_bytes)}, {device_free_text(o.device_free_bytes)}, outside"
+            f" PyTorch {fmt(o.external_bytes)}"
         )
     lines += _bound_lines(r)
     for refusal in r.refusals:
@@ -107,7 +107,7 @@ def _bound_lines(r: Replay) -> list[str]:
     missing = [
         words
         for value, words in (
-            (r.oom.limit_bytes, "no limit recorded"),
+            (r.oom.device_total_bytes, "no limit recorded"),
             (r.oom.device_free_bytes, DEVICE_FREE_UNKNOWN),
             (r.oom.reserved_bytes, "reserved at the OOM unknown"),
         )

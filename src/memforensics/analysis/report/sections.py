@@ -136,7 +136,7 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
     figures: list[tuple[str, int | None]] = [
         ("request (the user's, rounded to 512 B)", moment.requested_bytes),
         ("allocation (what the allocator asked the driver for)", moment.allocation_bytes),
-        ("limit", moment.limit_bytes),
+        ("limit", moment.device_total_bytes),
         ("device free", moment.device_free_bytes),
         ("reserved by PyTorch", moment.reserved_bytes),
         ("outside PyTorch (limit - free - reserved)", moment.external_bytes),

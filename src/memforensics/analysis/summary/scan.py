@@ -169,4 +169,5 @@ def merge_oom(
         else trace.device_free_bytes,
         device_total_bytes=sidecar.device_total_bytes,
         source="sidecar",
+        allocation_bytes=sidecar.allocation_bytes,
     )

@@ -48,7 +48,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
     if at is not None:  # the user's request and the allocator's rounded allocation differ
         lines.append(
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
-            f" (what the error message prints)  limit {fmt(at.limit_bytes)}"
+            f" (what the error message prints)  limit {fmt(at.device_total_bytes)}"
         )
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(

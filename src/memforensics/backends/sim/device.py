@@ -139,24 +139,25 @@ class SimDevice:
     ) -> tuple[SimOutOfMemoryError, list[OomObserver], tuple[int, int, int, int]]:
         """What to tell observers and raise once the lock is released (the model traced it).
 
-        Like torch, observers and the message get ``alloc_size`` (what the allocator asked the
-        device for: a whole segment), the trace event the rounded block size; the limit is the
-        memory fraction's when one is set.
+        Like torch, observers and the message get the allocation size (the model's
+        ``alloc_size``: what the allocator asked the device for, a whole segment), the trace event
+        the rounded block size; the limit is the memory fraction's when one is set.
         """
         allocator = self._allocator
         oom = allocator.last_oom
         assert oom is not None  # malloc returned None: it recorded the OOM
-        alloc_size, free = oom.alloc_size, oom.device_free
+        allocation_bytes, device_free_bytes = oom.alloc_size, oom.device_free
         reserved, allocated = allocator.reserved_bytes.current, allocator.allocated_bytes.current
-        limit = allocator.allowed if allocator.allowed is not None else self.total_bytes
+        allowed = allocator.allowed
+        device_total_bytes = allowed if allowed is not None else self.total_bytes
         message = (
-            f"SIM out of memory. Tried to allocate {_format_size(alloc_size)}. "
+            f"SIM out of memory. Tried to allocate {_format_size(allocation_bytes)}. "
             f"Device {self.index} has a total capacity of {_format_size(self.total_bytes)} "
-            f"of which {_format_size(free)} is free. Of the allocated memory "
+            f"of which {_format_size(device_free_bytes)} is free. Of the allocated memory "
             f"{_format_size(allocated)} is allocated by PyTorch, and "
             f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated."
         )
-        args = (self.index, alloc_size, limit, free)
+        args = (self.index, allocation_bytes, device_total_bytes, device_free_bytes)
         return SimOutOfMemoryError(message), list(self._observers), args
 
     def _release(self, block: Block | None) -> None:
@@ -249,7 +250,8 @@ class SimDevice:
         self._metadata = text
 
     def attach_out_of_memory_observer(self, observer: OomObserver) -> None:
-        """Call ``observer(device, requested, total, free)`` on every OOM; there is no detach."""
+        """Call ``observer(device, allocation_bytes, device_total_bytes, device_free_bytes)`` on
+        every OOM; there is no detach."""
         with self._lock:
             self._observers.append(observer)
 

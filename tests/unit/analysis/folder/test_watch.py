@@ -22,7 +22,7 @@ def _line(step: int, allocated: int, *, event: str = "step", rank: int = 0) -> b
         "alloc_retries": 0,
         "ooms": 1 if event == "oom" else 0,
         "device_free_bytes": 80 * GIB - allocated - GIB,
-        "device_limit_bytes": 80 * GIB,
+        "device_total_bytes": 80 * GIB,
     }
     return format_line(event, step, rank, stats, 1_796_000_000.0 + step)
 

@@ -33,10 +33,7 @@ STOP_FIGURES = (
     "stopped_at",
     "events",
     "peak_reserved",
-    "peak_allocated",
     "fragmentation_at_peak",
-    "reserved_at_stop",
-    "allocated_at_stop",
     "largest_free_at_oom",
 )
 
