@@ -155,7 +155,7 @@ def _closed_pipe_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[
         ["ls", "{run}"],
         ["ls", "--json", "{run}"],
         ["report", "{dump}", "-o", "{out}"],
-        ["doctor", "--device", "sim", "--out", "{out_dir}"],
+        ["doctor", "--device", "sim", "--out-dir", "{out_dir}"],
         ["--help"],
     ],
 )
@@ -193,3 +193,101 @@ def test_demo_folder_is_ignored_by_git() -> None:
         check=False,
     )
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["summary", "x.pickle"],
+        ["diff", "a.pickle", "b.pickle"],
+        ["replay", "x.pickle"],
+        ["report", "x.pickle"],
+        ["ls", "."],
+        ["leaks", "."],
+        ["overview", "."],
+        ["watch", "."],
+        ["cache", "info"],
+        ["doctor"],
+        ["demo"],
+        ["run", "--bogus-flag", "train.py"],
+    ],
+)
+def test_a_bad_flag_prints_that_subcommands_usage(tmp_path: Path, argv: list[str]) -> None:
+    """An unknown flag is reported with the usage of the subcommand it was given to, status 2."""
+    args = argv if "--bogus-flag" in argv else [*argv, "--bogus-flag"]
+    proc = subprocess.run(
+        [*_command(), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith(f"usage: memforensics {argv[0]} ")
+    assert lines[-1] == f"memforensics {argv[0]}: error: unrecognized arguments: --bogus-flag"
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("ls", "no dumps"),
+        ("leaks", "no dumps"),
+        ("report", "no dumps"),
+        ("overview", "no journals or sidecars"),
+    ],
+)
+def test_a_folder_with_nothing_to_read_exits_2_in_one_line(
+    tmp_path: Path, command: str, said: str
+) -> None:
+    """ls, leaks, report and overview of an empty folder: one line on stderr, nothing on
+    stdout, nothing written, exit status 2."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(
+        [*_command(), command, str(empty)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"memforensics {command}: {said} under {empty}"]
+    assert proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no page written
+
+
+def test_new_spellings_replace_the_old_in_help() -> None:
+    """--out-dir DIR for folders and --jobs N for processes; the old spellings are not shown."""
+    shown = {name: _cli(name, "--help").stdout for name in ("demo", "doctor", "overview")}
+    assert "--out-dir DIR" in shown["demo"]
+    assert "--out-dir DIR" in shown["doctor"]
+    assert "--jobs N" in shown["overview"]
+    for text in shown.values():
+        assert "--out " not in text
+        assert "--out\n" not in text
+        assert "--workers" not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "warning"),
+    [
+        (
+            ["doctor", "--device", "sim", "--json", "--out", "{dir}", "--out", "{dir}"],
+            "memforensics doctor: warning: --out is deprecated; use --out-dir",
+        ),
+        (
+            ["overview", "--json", "--workers", "1", "--workers", "1", "{run}"],
+            "memforensics overview: warning: --workers is deprecated; use --jobs",
+        ),
+    ],
+)
+def test_old_spellings_still_work_and_warn_once(
+    tmp_path: Path, argv: list[str], warning: str
+) -> None:
+    """An old spelling, given twice, still sets its option, with one deprecation line on stderr."""
+    run = tmp_path / "run"
+    write_run_folder(run, world_size=3)
+    values = {"dir": tmp_path / "mf", "run": run}
+    proc = _cli(*(part.format(**values) for part in argv))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [warning]
+    data = json.loads(proc.stdout)
+    if argv[0] == "doctor":
+        assert data["out_dir"] == str(tmp_path / "mf")
+    else:
+        assert data["ranks_seen"] == 3

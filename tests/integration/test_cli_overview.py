@@ -59,13 +59,13 @@ def test_json_and_html_together(tmp_path: Path) -> None:
 
 
 def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
-    """A missing folder and a bad --workers: one line on stderr, exit status 2."""
+    """A missing folder and a bad --jobs: one line on stderr, exit status 2."""
     proc = _cli("overview", tmp_path / "nowhere")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"memforensics overview: {tmp_path / 'nowhere'}: not a folder"
     ]
-    assert _cli("overview", tmp_path, "--workers", "0").returncode == 2
+    assert _cli("overview", tmp_path, "--jobs", "0").returncode == 2
 
 
 def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:

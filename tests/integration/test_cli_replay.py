@@ -38,7 +38,7 @@ def _cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Com
 
 def _demo(out: Path, conf: str = "") -> tuple[Path, int]:
     env = {"PYTORCH_CUDA_ALLOC_CONF": conf}
-    proc = _cli("demo", "--device", "sim", "--out", out, env=env)
+    proc = _cli("demo", "--device", "sim", "--out-dir", out, env=env)
     assert proc.returncode == 0, proc.stderr
     steps = int(re.search(r"trained (\d+) steps", proc.stdout).group(1))  # type: ignore[union-attr]
     return sorted((out / "oom").glob("*.pickle"))[0], steps

@@ -190,6 +190,8 @@ def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None
             seen += os.read(main, 65536)
         assert b"3 ranks" in seen
         assert b"/step)" in seen  # the drifting rank's forecast cell
+        assert b"\x1b[" in seen  # rich's own control sequences reach the terminal as bytes
+        assert b"\\x1b" not in seen
         proc.send_signal(signal.SIGINT)
         _drain(main, time.monotonic() + 60)  # its last frame needs a reader to reach the screen
         assert proc.wait(timeout=60) == 0
@@ -198,3 +200,38 @@ def test_live_table_in_a_terminal_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None
             proc.kill()
             proc.wait()
         os.close(main)
+
+
+def test_watch_once_on_a_terminal_styles_with_real_control_sequences(tmp_path: Path) -> None:
+    """watch --once on a terminal draws rich's table with real ESC bytes (the failed rank in
+    red), never their escaped spelling; into a pipe it writes no ESC at all."""
+    import pty
+
+    write_journals(tmp_path, ranks=3, lines=10, every=5, leak_rank=1, leak_per_line=128 * MiB)
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "LINES": "40", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [_script(), "watch", str(tmp_path), "--once"],
+        stdout=child, stderr=child, env=env, close_fds=True,
+    )  # fmt: skip
+    os.close(child)
+    seen = bytearray()
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: every writer closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=120) == 0
+    os.close(main)
+    assert b"3 ranks" in seen
+    assert b"\x1b[1;31m" in seen  # the failed rank's bold red
+    assert b"\\x1b" not in seen
+    piped = subprocess.run(
+        [_script(), "watch", str(tmp_path), "--once"],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert b"\x1b" not in piped.stdout + piped.stderr

@@ -28,7 +28,7 @@ def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> None:
     """The sim demo exits 0, keeps step windows, and writes an OOM dump whose cause is readable."""
     out = tmp_path / "demo"
-    proc = _demo("--device", "sim", "--out", str(out), cwd=tmp_path)
+    proc = _demo("--device", "sim", "--out-dir", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "event='out_of_memory'" in proc.stderr
     [oom] = sorted((out / "oom").glob("*.pickle"))
@@ -65,7 +65,7 @@ def test_demo_auto_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:
 
     if create_backend("auto").name != "none":
         pytest.skip("this machine has an accelerator: auto would use it")
-    proc = _demo("--out", str(tmp_path / "auto"), cwd=tmp_path)
+    proc = _demo("--out-dir", str(tmp_path / "auto"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "running on the simulated 'sim' device" in proc.stdout
 
@@ -78,7 +78,7 @@ def test_demo_on_missing_cuda_is_a_one_line_error(tmp_path: Path) -> None:
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the demo would really run")
-    proc = _demo("--device", "cuda", "--out", str(tmp_path / "cuda"), cwd=tmp_path)
+    proc = _demo("--device", "cuda", "--out-dir", str(tmp_path / "cuda"), cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "memforensics demo: --device cuda: no such device is available here"

@@ -3,12 +3,21 @@
 A subcommand is a class: its name is the subcommand, its docstring's first line the help, and
 ``run`` returns the exit status. Errors meant for the user are raised as ``CommandError`` and
 printed as one line on stderr, never as a traceback.
+
+Every command spells a flag the same way: ``--out-dir DIR`` for a folder it writes,
+``-o/--output FILE`` for a file, ``--jobs N`` for processes. An old spelling stays accepted,
+hidden and warned about, through :func:`add_old_spelling`.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Protocol
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from memforensics._text import printable
 
 
 class CommandError(Exception):
@@ -31,3 +40,45 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Do the work; return the process exit status."""
         ...
+
+
+def nothing_to_read(folder: str | Path, what: str = "dumps") -> str:
+    """What every command says of a folder that holds nothing it reads (``what``: ``dumps``,
+    ``journals or sidecars``); raised as a :class:`CommandError`, it exits 2 like any bad
+    input."""
+    return f"no {what} under {printable(str(folder))}"
+
+
+class _OldSpelling(argparse.Action):
+    """A hidden old spelling of an option: stores into the new one's ``dest`` and warns, once
+    per invocation however often it is given, that it is deprecated."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kw)
+        self.new = new
+        self.warned = False
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if not self.warned:
+            self.warned = True
+            print(
+                f"{parser.prog}: warning: {option_string} is deprecated; use {self.new}",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
+
+
+def add_old_spelling(
+    parser: argparse.ArgumentParser, old: str, new: str, *, dest: str, type: Any = None
+) -> None:
+    """Accept ``old`` (kept through 0.2.x) for the option ``new`` already added with ``dest``
+    and ``type``: hidden from the help, a one-line warning on stderr when used."""
+    parser.add_argument(
+        old, dest=dest, type=type, default=argparse.SUPPRESS, action=_OldSpelling, new=new
+    )

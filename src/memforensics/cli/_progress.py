@@ -5,7 +5,9 @@ get nothing, and stdout is never touched. rich is imported here only, by the con
 never by code that runs inside training; it draws a transient bar (bytes read while loading,
 then the named analysis phase, or the dumps done with ``--jobs``) that disappears when the
 command prints its answer. It is redrawn as the work advances, not by a timer thread, so the
-process pools of ``--jobs`` never fork while a drawing thread holds a lock.
+process pools of ``--jobs`` never fork while a drawing thread holds a lock. rich writes to the
+real stderr, past the CLI's escaping, so that its erases work: every description (they name
+the file being read) is made printable here, as rich is given it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from memforensics._text import printable
 from memforensics._units import format_bytes
 from memforensics.analysis import read_snapshot_file
 from memforensics.analysis.dump import BytesRead, SnapshotReader
+from memforensics.cli._safe_stream import unescaped
 
 
 class Progress:
@@ -34,10 +38,10 @@ class Progress:
         from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=Console(file=unescaped(sys.stderr)),
             transient=True,
             auto_refresh=False,  # no drawing thread: the pools that --jobs starts fork safely
         )
@@ -64,7 +68,7 @@ class Progress:
             total = path.stat().st_size
         except OSError:
             total = None
-        name = f"reading {path.name}"
+        name = f"reading {printable(path.name)}"
         self._start(name, total)
         bar, task = self._bar, self._task
         step = max((total or 0) // 200, 1 << 20)
@@ -109,5 +113,5 @@ class Progress:
     def _start(self, description: str, total: int | None) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
-        self._task = self._bar.add_task(description, total=total)
+        self._task = self._bar.add_task(printable(description), total=total)
         self._bar.refresh()

@@ -4,6 +4,9 @@ control character in it (newlines and tabs apart), however the text was built.
 Words from a dump are made printable where they enter (:func:`memforensics._text.printable`);
 this catches what any path missed, so a hostile frame or file name can never send ``ESC`` (a
 retitle, a cleared screen, OSC 52 to the clipboard) to the user's terminal.
+
+rich is the one writer let past it (:func:`unescaped`): its cursor moves and erases must reach
+the terminal as they are, so what it draws is made printable before rich is given it.
 """
 
 from __future__ import annotations
@@ -40,3 +43,10 @@ def safe_output() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+def unescaped(stream: TextIO) -> TextIO:
+    """The stream under ``stream``'s escaping, for rich's Console: its control sequences (hide
+    the cursor, erase a line) must reach the terminal, so every word it is given from a dump or
+    a file name must already be :func:`~memforensics._text.printable`."""
+    return stream._inner if isinstance(stream, SafeStream) else stream

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the console script; return its exit status (2 for bad input, like argparse)."""
     parser, table = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, table, argv)
     except SystemExit:  # --help, --version or a usage error: flush now, quietly if need be
         try:
             sys.stdout.flush()
@@ -69,6 +69,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with safe_output(), collector:
         return _run(command, args, child)
+
+
+def _parse(
+    parser: argparse.ArgumentParser,
+    table: dict[str, tuple[Command, argparse.ArgumentParser]],
+    argv: Sequence[str] | None,
+) -> argparse.Namespace:
+    """``argv`` parsed; an unknown argument is reported with the usage of the subcommand it was
+    given to (argparse's own parse_args would show the top-level usage), exit status 2."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        child = table[args.command][1] if args.command is not None else parser
+        child.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def _run(command: Command, args: argparse.Namespace, child: argparse.ArgumentParser) -> int:

@@ -50,7 +50,7 @@ def _json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, d
 
 def test_sim_passes_every_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """On the sim device every check passes and the exit status is 0."""
-    code, report = _json(capsys, "--device", "sim", "--out", tmp_path)
+    code, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path)
     assert code == 0
     assert report["status"] == "pass", report
     assert {check["status"] for check in report["checks"]} == {"pass"}
@@ -58,7 +58,7 @@ def test_sim_passes_every_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--json prints status, device, out_dir and a list of {name, status, detail}."""
-    _, report = _json(capsys, "--device", "sim", "--out", tmp_path)
+    _, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path)
     assert set(report) == {"status", "device", "out_dir", "checks"}
     assert report["device"] == "sim"
     assert report["out_dir"] == str(tmp_path)
@@ -86,7 +86,7 @@ def test_human_output_one_line_per_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The human report has a header, one line per check and a result line."""
-    assert main(["doctor", "--device", "sim", "--out", str(tmp_path)]) == 0
+    assert main(["doctor", "--device", "sim", "--out-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"memforensics doctor: device sim, out_dir {tmp_path}"
     assert len(lines) == 13
@@ -122,7 +122,7 @@ def test_without_torch_says_not_installed(
 ) -> None:
     """With torch absent, sim still passes and the torch check says "not installed"."""
     monkeypatch.setitem(sys.modules, "torch", None)
-    code, report = _json(capsys, "--device", "sim", "--out", tmp_path)
+    code, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path)
     torch = next(check for check in report["checks"] if check["name"] == "torch")
     assert code == 0
     assert torch == {
@@ -147,7 +147,7 @@ def test_cuda_on_cpu_torch_fails_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On a CPU-only torch, --device cuda fails with "CPU-only build" and exit status 1."""
-    code, report = _json(capsys, "--device", "cuda", "--out", tmp_path)
+    code, report = _json(capsys, "--device", "cuda", "--out-dir", tmp_path)
     checks = {check["name"]: check for check in report["checks"]}
     assert code == 1
     assert report["status"] == "fail"
@@ -177,7 +177,7 @@ def test_out_dir_not_created_and_reported(tmp_path: Path) -> None:
 def test_out_dir_under_a_file_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An out_dir that cannot be a directory fails the check and the exit status is 1."""
     (tmp_path / "file").write_text("")
-    code, report = _json(capsys, "--device", "sim", "--out", tmp_path / "file" / "sub")
+    code, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path / "file" / "sub")
     check = next(check for check in report["checks"] if check["name"] == "out_dir")
     assert code == 1
     assert check["status"] == "fail"
@@ -233,7 +233,7 @@ def test_invalid_env_config_fails(
 ) -> None:
     """A MEMFORENSICS_* value install() would reject fails the config check (exit status 1)."""
     monkeypatch.setenv("MEMFORENSICS_STEPS", "zero")
-    code, report = _json(capsys, "--device", "sim", "--out", tmp_path)
+    code, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path)
     check = next(check for check in report["checks"] if check["name"] == "config")
     assert code == 1
     assert check["status"] == "fail"

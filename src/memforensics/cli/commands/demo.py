@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, add_old_spelling
 
 
 class DemoCommand:
@@ -18,7 +18,7 @@ class DemoCommand:
     name = "demo"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """``--device`` and ``--out``."""
+        """``--device`` and ``--out-dir`` (``--out``, deprecated)."""
         parser.add_argument(
             "--device",
             choices=["auto", "cuda", "npu", "sim"],
@@ -26,11 +26,13 @@ class DemoCommand:
             help="where to train (default: auto, falling back to sim)",
         )
         parser.add_argument(
-            "--out",
+            "--out-dir",
             type=Path,
             default=Path("memforensics-demo"),
+            metavar="DIR",
             help="output folder (default: ./memforensics-demo)",
         )
+        add_old_spelling(parser, "--out", "--out-dir", dest="out_dir", type=Path)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run the demo and print what it wrote."""
@@ -44,7 +46,7 @@ class DemoCommand:
 
             if not create_backend(device).available():
                 raise CommandError(f"--device {device}: no such device is available here")
-        result = run_demo(device, args.out.resolve())
-        for line in describe(result, args.out.resolve()):
+        result = run_demo(device, args.out_dir.resolve())
+        for line in describe(result, args.out_dir.resolve()):
             print(line)
         return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from memforensics._errors import ConfigError
 from memforensics.capture.config import ForensicsConfig, config_from_env
+from memforensics.cli._command import add_old_spelling
 
 _DEVICES = ("auto", "cuda", "npu", "none", "sim")
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -18,14 +19,14 @@ class DoctorCommand:
     """Check this node before a long job: framework, device, OOM hook, history, disk, settings.
 
     Each check passes, warns or fails with a one-line reason; the exit status is 1 if any check
-    fails. --device and --out default to what install() would use here (MEMFORENSICS_DEVICE,
+    fails. --device and --out-dir default to what install() would use here (MEMFORENSICS_DEVICE,
     MEMFORENSICS_OUT_DIR, else auto and ./memforensics).
     """
 
     name = "doctor"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """``--device``, ``--out`` and ``--json``."""
+        """``--device``, ``--out-dir`` (``--out``, deprecated) and ``--json``."""
         parser.add_argument(
             "--device",
             choices=_DEVICES,
@@ -33,11 +34,13 @@ class DoctorCommand:
             help="the device to check (default: $MEMFORENSICS_DEVICE, else auto)",
         )
         parser.add_argument(
-            "--out",
+            "--out-dir",
             type=Path,
             default=None,
+            metavar="DIR",
             help="the out_dir to check (default: $MEMFORENSICS_OUT_DIR, else ./memforensics)",
         )
+        add_old_spelling(parser, "--out", "--out-dir", dest="out_dir", type=Path)
         parser.add_argument(
             "--json", action="store_true", help="print {status, device, out_dir, checks} as JSON"
         )
@@ -48,7 +51,7 @@ class DoctorCommand:
 
         env = _env_defaults()
         device = args.device or env.get("device", "auto")
-        out_dir = args.out if args.out is not None else Path(env.get("out_dir", "memforensics"))
+        out_dir = args.out_dir or Path(env.get("out_dir", "memforensics"))
         doctor = Doctor(device, out_dir)
         checks = doctor.run()
         status = overall(checks)

@@ -24,7 +24,7 @@ from memforensics.cli._analysis_flags import (
     warn_cache,
 )
 from memforensics.cli._answers import Answer, answered, print_answer
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._progress import Progress
 
 
@@ -52,7 +52,8 @@ class LeaksCommand:
             keep_window(cache, path, window_totals(dump))
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Read the windows, fit, print; exit 1 when some dump could not be read."""
+        """Read the windows, fit, print; exit 1 when some dump could not be read, 2 when the
+        folder holds none."""
         if args.top < 0:
             parser.error("--top must be 0 or more")
         jobs = job_count(args, parser)
@@ -61,6 +62,8 @@ class LeaksCommand:
             listing = list_dumps(args.dir)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
+        if not listing.dumps:
+            raise CommandError(nothing_to_read(args.dir))
         paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
 
         def question_for(as_json: bool) -> str:

@@ -8,7 +8,7 @@ import json
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import list_dumps
 from memforensics.analysis.folder import ls_text
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, nothing_to_read
 
 
 class LsCommand:
@@ -22,10 +22,12 @@ class LsCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """List and print."""
+        """List and print; exit 2 when the folder holds no dump."""
         try:
             listing = list_dumps(args.dir)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
+        if not listing.dumps:
+            raise CommandError(nothing_to_read(args.dir))
         print(json.dumps(listing.to_dict(), indent=2) if args.json else ls_text(listing))
         return 0

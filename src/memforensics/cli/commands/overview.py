@@ -11,7 +11,7 @@ from pathlib import Path
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import build_overview, overview_text, render_overview
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
 from memforensics.cli._output import write_page
 
 
@@ -21,23 +21,26 @@ class OverviewCommand:
     name = "overview"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """DIR, -o, --json, --all, --workers."""
+        """DIR, -o, --json, --all, --jobs (``--workers``, deprecated)."""
         parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir) or its journal/")
         parser.add_argument("-o", "--output", metavar="HTML", help="also write this HTML page")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--all", action="store_true", help="list every rank, not a few")
         parser.add_argument(
-            "--workers", type=int, metavar="N", help="processes reading journals (default: CPUs)"
+            "--jobs", type=int, metavar="N", help="processes reading journals (default: the CPUs)"
         )
+        add_old_spelling(parser, "--workers", "--jobs", dest="jobs", type=int)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Read, then print (and write the page)."""
-        if args.workers is not None and args.workers < 1:
-            parser.error("argument --workers: must be at least 1")
+        if args.jobs is not None and args.jobs < 1:
+            parser.error("argument --jobs: must be at least 1")
         try:
-            view = build_overview(args.dir, workers=args.workers)
+            view = build_overview(args.dir, workers=args.jobs)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
+        if not view.ranks and not view.journals and not view.problems["unreadable"]:
+            raise CommandError(nothing_to_read(args.dir, "journals or sidecars"))
         note = ""
         if args.output:
             out = Path(args.output)

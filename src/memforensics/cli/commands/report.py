@@ -20,7 +20,7 @@ from memforensics.cli._analysis_flags import (
     warn_cache,
 )
 from memforensics.cli._answers import Answer, answered, print_answer
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
@@ -79,6 +79,8 @@ class ReportCommand:
                 except SnapshotLoadError as exc:
                     builder.add_unreadable(str(exc))
                     continue
+                if not found:
+                    builder.add_unreadable(nothing_to_read(name))
             paths.extend(found)
         builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
         question = _question(args, builder)

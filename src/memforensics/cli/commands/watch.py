@@ -3,7 +3,8 @@
 The figures come from :class:`memforensics.analysis.folder.JournalWatch` (new journal bytes
 only, torn last lines left for the next refresh); this module only draws them. rich is
 imported here, inside ``run``, and nowhere else: neither ``import memforensics`` nor a training
-process ever loads it.
+process ever loads it. rich draws on the real stdout, past the CLI's escaping, so that its
+cursor moves work; every cell it is given is printable text, never markup.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memforensics._text import printable
 from memforensics.analysis.folder import (
     WATCH_COLUMNS,
     JournalWatch,
@@ -25,6 +27,7 @@ from memforensics.analysis.folder import (
     watch_text,
 )
 from memforensics.cli._command import CommandError
+from memforensics.cli._safe_stream import unescaped
 
 _CHROME = 7
 """Terminal lines the live view needs besides its rows (header, borders, column titles)."""
@@ -92,7 +95,7 @@ def _print_once(view: WatchView, args: argparse.Namespace) -> None:
     elif sys.stdout.isatty():
         from rich.console import Console
 
-        Console().print(_table(_shown(view, args.rows)))
+        Console(file=unescaped(sys.stdout)).print(_table(_shown(view, args.rows)))
     else:
         print(watch_text(_shown(view, args.rows)))
     sys.stdout.flush()
@@ -101,13 +104,14 @@ def _print_once(view: WatchView, args: argparse.Namespace) -> None:
 def _table(view: WatchView) -> Any:
     """The rich Table of ``view``: the header as its title, failed ranks in red."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=watch_header(view), title_justify="left", expand=False)
+    table = Table(title=Text(printable(watch_header(view))), title_justify="left", expand=False)
     for column in WATCH_COLUMNS:
         table.add_column(column, justify="left" if column == "forecast" else "right")
     for row in view.rows:
         style = "bold red" if row.failed else ("yellow" if row.forecast is not None else None)
-        table.add_row(*watch_cells(row), style=style)
+        table.add_row(*(Text(printable(cell)) for cell in watch_cells(row)), style=style)
     if not view.rows:
         table.caption = "no journal lines yet"
     return table
@@ -123,7 +127,7 @@ def _live(watch: JournalWatch, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    console = Console(file=unescaped(sys.stdout))
 
     def frame() -> Any:
         watch.poll()
