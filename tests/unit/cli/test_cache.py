@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
-
-import pytest
-
 import shutil
 import stat
 from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 
 from memforensics.cli._cache import (
     MAX_BYTES_ENV,
@@ -172,7 +171,8 @@ def test_a_folder_others_can_write_is_not_used(tmp_path: Path, mode: int) -> Non
     folder.chmod(mode)
     cache = ResultCache(folder, code="c1")
     assert cache.result(Figure, [path], "q", lambda: Figure("a", 1)) == Figure("a", 1)
-    assert cache.warning is not None and "another user could plant answers" in cache.warning
+    assert cache.warning is not None
+    assert "another user could plant answers" in cache.warning
     assert not cache.enabled
     assert list(folder.iterdir()) == []
 
@@ -186,7 +186,8 @@ def test_a_folder_another_user_owns_is_not_used(tmp_path: Path) -> None:
     os.chown(folder, 65534, 65534)
     cache = ResultCache(folder, code="c1")
     cache.keep([path], "q", Figure("a", 1))
-    assert cache.warning is not None and "owned by uid 65534" in cache.warning
+    assert cache.warning is not None
+    assert "owned by uid 65534" in cache.warning
     assert list(folder.iterdir()) == []
 
 
