@@ -163,10 +163,3 @@ def _document(html: str) -> str:
     """The page without its generation time."""
     start = html.index('"generated"')
     return html[:start] + html[html.index('"version"', start) :]
-
-
-def _refuse(why: str) -> object:
-    def refuse(*args: object, **kwargs: object) -> object:
-        raise AssertionError(why)
-
-    return refuse
