@@ -1,4 +1,4 @@
-"""A first look, a second look and a different look at 1,000,000-entry dumps.
+"""A first look and a second look at 1,000,000-entry dumps.
 
 Builds two dumps: a real-shaped one (``_real_shape.real_shaped``: each entry with its own frames
 list over shared frame dicts, as PyTorch writes them) and one whose trace the allocator model
@@ -13,13 +13,6 @@ end to end). Then, in fresh interpreters, median of ``--repeats``:
   imports, the cache's hashing and the printing included; reported, no target);
 * ``second look / first summary``: the console script's ``summary --json`` on the real-shaped
   dump run again with the cache warm, against its first run with the cache empty (target 0.25);
-* ``later X / first summary``: a different command on a dump the cache has seen, once the
-  look-ahead the first ``summary --look-ahead`` left behind has finished (target 0.25 each):
-  ``replay --json``, ``report``, ``summary`` (text) and ``diff`` of the model-written dump,
-  ``leaks`` of a run folder holding the real-shaped dump as a window (its own first look);
-  ``look_ahead_s`` is how long the look-ahead worked after the first summary returned (no
-  target), and ``replay right after / fresh replay`` a ``replay --json`` started the moment the
-  first summary returned (it waits for the look-ahead) against a ``--no-cache`` one (no target).
 
     python benchmarks/bench_cache.py [--json PATH] [--events N] [--repeats R] [--only replay]
 
@@ -48,11 +41,6 @@ TARGETS = {
     "summary_peak_over_pickle_peak": 1.5,
     "replay_over_pickle": 2.5,
     "second_look_over_first_summary": 0.25,
-    "later_replay_over_first_summary": 0.25,
-    "later_report_over_first_summary": 0.25,
-    "later_summary_over_first_summary": 0.25,
-    "later_diff_over_first_summary": 0.25,
-    "later_leaks_over_first_summary": 0.25,
 }
 
 
@@ -128,64 +116,6 @@ def _looks(path: Path, tmp: Path, repeats: int, then: str) -> tuple[float, float
     return statistics.median(first), statistics.median(after)
 
 
-def _settled_all(cache: Path) -> float:
-    """Seconds until no look-ahead works in ``cache``."""
-    from memforensics.analysis.cache import AnswerCache
-
-    start = time.perf_counter()
-    AnswerCache(cache).settle()
-    return time.perf_counter() - start
-
-
-def _looks_ahead(model: Path, window: Path, tmp: Path, repeats: int) -> dict[str, float]:
-    """Per round, with a fresh cache: the first ``summary --look-ahead`` of each dump, the
-    look-ahead's remaining time, then each later command; medians. Then, per round, a replay
-    started right after a first summary, and a fresh one."""
-    times: dict[str, list[float]] = {}
-
-    def note(key: str, seconds: float) -> None:
-        times.setdefault(key, []).append(seconds)
-
-    for round_ in range(repeats):
-        cache = ["--cache-dir", tmp / f"ahead-{round_}", "-q"]
-        note("first", _cli_seconds("summary", model, *cache, "--look-ahead"))
-        note("look_ahead", _settled_all(cache[1]))
-        note("replay", _cli_seconds("replay", "--json", model, *cache))
-        note("report", _cli_seconds("report", model, "-o", tmp / "report.html", *cache))
-        note("summary", _cli_seconds("summary", model, *cache))
-        note("diff", _cli_seconds("diff", model, model, *cache))
-        note("first_window", _cli_seconds("summary", window, *cache, "--look-ahead"))
-        _settled_all(cache[1])
-        note("leaks", _cli_seconds("leaks", window.parents[1], *cache))
-    for round_ in range(repeats):
-        cache = ["--cache-dir", tmp / f"right-after-{round_}", "-q"]
-        _cli_seconds("summary", model, *cache, "--look-ahead")
-        note("right_after", _cli_seconds("replay", "--json", model, *cache))
-        _settled_all(cache[1])  # the look-ahead's last answers, so the fresh run is alone
-        note("fresh", _cli_seconds("replay", "--json", model, "--no-cache", "-q"))
-    medians = {key: statistics.median(found) for key, found in times.items()}
-    figures = {f"later_{key}_over_first_summary": medians[key] / medians["first"]
-               for key in ("replay", "report", "summary", "diff")}  # fmt: skip
-    figures["later_leaks_over_first_summary"] = medians["leaks"] / medians["first_window"]
-    figures["look_ahead_s"] = medians["look_ahead"]
-    figures["replay_right_after_over_fresh_replay"] = medians["right_after"] / medians["fresh"]
-    return figures
-
-
-def _window_copy(real: Path, tmp: Path) -> Path:
-    """The real-shaped dump as rank 0's window of steps 0-3 in a run folder (a hard link, with a
-    window sidecar: a file of its own to the cache)."""
-    from memforensics._layout import sidecar_path
-    from memforensics.testing import make_sidecar
-
-    window = tmp / "run" / "steps0-3" / "rank0_pid1.pickle"
-    window.parent.mkdir(parents=True)
-    os.link(real, window)
-    sidecar = make_sidecar("window", steps=[0, 3], pid=1)
-    sidecar_path(window).write_text(json.dumps(sidecar))
-    return window
-
-
 def _replay_only(args: argparse.Namespace) -> int:
     """The replay figure alone, on ``--model`` or on a model-written dump built here."""
     with tempfile.TemporaryDirectory() as name:
@@ -234,7 +164,6 @@ def main() -> int:
         plain, summary = _interleaved(real, "summary", args.repeats)
         plain_model, replayed = _interleaved(model, "replay", args.repeats)
         first, second = _looks(real, tmp, args.repeats, "summary")
-        ahead = _looks_ahead(model, _window_copy(real, tmp), tmp, args.repeats)
     figures = {
         "events": args.events,
         "pickle_load_s": plain["seconds"],
@@ -246,7 +175,6 @@ def main() -> int:
         "cli_first_summary_over_pickle": first / plain["seconds"],
         "cli_second_summary_s": second,
         "second_look_over_first_summary": second / first,
-        **ahead,
     }
     missed = [key for key, target in TARGETS.items() if figures[key] > target]
     for key, value in figures.items():

@@ -1,8 +1,10 @@
-"""The real console script with the analysis cache: same answers, never stale, never trusted
-without a check, never an error when its folder is unusable, and gone with ``cache clear``."""
+"""The real console script with the result cache: same answers, never stale (a changed dump or
+changed code), never trusted without a check, never from a folder another user could write,
+never an error when its folder is unusable, and gone with ``cache clear``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -130,7 +132,7 @@ def _damage(entry: Path, how: str) -> None:
     elif how == "pickle":  # a pickle that would run code if anything unpickled it
         entry.write_bytes(pickle.dumps(_Boom(), protocol=4))
     else:  # a well-formed entry about another file
-        entry.write_bytes(data.replace(b'"file": "', b'"file": "0', 1))
+        entry.write_bytes(data.replace(b'"key": "', b'"key": "0', 1))
 
 
 class _Boom:
@@ -275,3 +277,138 @@ def test_a_sidecar_written_after_the_first_look_is_read(tmp_path: Path) -> None:
     again = _cli("summary", "--json", path, "--cache-dir", cache)
     assert json.loads(again.stdout)["has_sidecar"] is True
     assert again.stdout == _cli("summary", "--json", path, "--no-cache").stdout
+
+
+def test_an_answer_kept_by_other_code_is_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the package's files change (its code key), the same command on the same dump
+    reads the dump again instead of printing the old code's answer."""
+    from memforensics.cli import _cache
+    from memforensics.cli.commands import summary as command
+    from memforensics.cli.main import main
+
+    path = fragmented().write(tmp_path / "f.pickle")
+    argv = ["summary", str(path), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    read: list[str] = []
+    real = command.load_dump
+
+    def counted(file: Path, **kwargs: object) -> object:
+        read.append(Path(file).name)
+        return real(file, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(command, "load_dump", counted)
+    monkeypatch.setattr(_cache, "code_key", lambda: "code before the fix")
+    assert main(argv) == 0
+    assert main(argv) == 0
+    assert read == ["f.pickle"]  # the second look was served
+    monkeypatch.setattr(_cache, "code_key", lambda: "code after the fix")
+    assert main(argv) == 0
+    assert read == ["f.pickle", "f.pickle"]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("unsafe", ["mode 777", "group-writable", "another owner"])
+def test_an_unsafe_cache_folder_is_refused_with_one_warning(tmp_path: Path, unsafe: str) -> None:
+    """A cache folder others can write, or another user owns: one warning, the uncached
+    answer, and nothing written there."""
+    if unsafe == "another owner" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    path = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    if unsafe == "mode 777":
+        cache.chmod(0o777)
+    elif unsafe == "group-writable":
+        cache.chmod(0o770)
+    else:
+        os.chown(cache, 65534, 65534)
+    plain = _cli("summary", "--json", path, "--no-cache")
+    for _ in range(2):
+        proc = _cli("summary", "--json", path, "--cache-dir", cache)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == plain.stdout
+        assert proc.stderr.count("warning: not using the cache") == 1, proc.stderr
+    assert _entries(cache) == []
+
+
+def _tampered(entry: Path) -> bytes:
+    """A sound entry (checksum right) saying something the command never computed."""
+    head, _, payload = entry.read_bytes().partition(b"\n")
+    body = json.loads(payload)
+    body["result"]["text"] = "TAMPERED"
+    body["result"]["data"] = {"tampered": True}
+    new = json.dumps(body).encode()
+    magic = head.decode().rsplit(" ", 1)[0]
+    return f"{magic} {hashlib.blake2b(new).hexdigest()}\n".encode() + new
+
+
+def test_a_symlink_at_an_entry_name_is_not_followed(tmp_path: Path) -> None:
+    """An entry name that is a symlink to a sound, planted entry is not followed: the command
+    prints its own answer and the link's target is untouched (the same bytes in a regular file
+    of the user's would be served, which is what makes this a test)."""
+    path = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    _cli("summary", "--json", path, "--cache-dir", cache)
+    plain = _cli("summary", "--json", path, "--no-cache")
+    planted = {entry: _tampered(entry) for entry in _entries(cache)}
+    for entry, data in planted.items():
+        entry.write_bytes(data)
+    served = _cli("summary", "--json", path, "--cache-dir", cache)
+    assert "tampered" in served.stdout  # a regular entry is served, as designed
+    for entry, data in planted.items():
+        target = tmp_path / f"elsewhere-{entry.name}"
+        target.write_bytes(data)
+        entry.unlink()
+        entry.symlink_to(target)
+    proc = _cli("summary", "--json", path, "--cache-dir", cache)
+    assert proc.stdout == plain.stdout
+    for entry, data in planted.items():
+        assert (tmp_path / f"elsewhere-{entry.name}").read_bytes() == data
+        assert not entry.is_symlink()
+
+
+def test_a_fifo_at_an_entry_name_is_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO where an entry belongs: the command answers at once (no hang) and writes a
+    regular entry in its place."""
+    path = fragmented().write(tmp_path / "f.pickle")
+    cache = tmp_path / "cache"
+    _cli("summary", path, "--cache-dir", cache)
+    entries = _entries(cache)
+    for entry in entries:
+        entry.unlink()
+        os.mkfifo(entry)
+    proc = _cli("summary", path, "--cache-dir", cache)  # _cli's timeout fails a hang
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == _cli("summary", path, "--no-cache").stdout
+    assert all(entry.is_file() for entry in entries)
+
+
+@pytest.mark.parametrize("command", [["summary", "--json"], ["summary"], ["replay", "--json"]])
+def test_a_second_path_to_the_same_dump_gets_its_own_name(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A hard link to a dump already answered prints its own file name, not the first
+    path's: the answer is the one --no-cache prints for that path."""
+    path = fragmented().write(tmp_path / "f.pickle")
+    link = tmp_path / "linked.pickle"
+    os.link(path, link)
+    cache = tmp_path / "cache"
+    assert _cli(*command, path, "--cache-dir", cache).returncode == 0
+    proc = _cli(*command, link, "--cache-dir", cache)
+    assert proc.stdout == _cli(*command, link, "--no-cache").stdout
+    assert "linked.pickle" in proc.stdout
+    assert "f.pickle" not in proc.stdout
+
+
+def test_diff_through_a_second_path_names_the_path_given(tmp_path: Path) -> None:
+    """diff's kept sides are per file, yet a hard link to a compared dump is named as given."""
+    before, after = growth_pair()
+    a, b = before.write(tmp_path / "a.pickle"), after.write(tmp_path / "b.pickle")
+    link = tmp_path / "other-name.pickle"
+    os.link(a, link)
+    cache = tmp_path / "cache"
+    assert _cli("diff", "--json", a, b, "--cache-dir", cache).returncode == 0
+    proc = _cli("diff", "--json", link, b, "--cache-dir", cache)
+    assert proc.stdout == _cli("diff", "--json", link, b, "--no-cache").stdout
+    assert "other-name.pickle" in proc.stdout

@@ -126,41 +126,22 @@ def test_leaks_keeps_each_windows_totals_for_the_next_question(
     assert _printed(capsys, ["leaks", str(run), "--top", "1", *cache]) == expected
 
 
-def test_a_look_ahead_at_each_window_answers_leaks_without_reading_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """summary --look-ahead of every window dump keeps its totals: leaks over the folder then
-    reads no dump, and prints what --no-cache prints."""
-    run = _run(tmp_path)
-    capsys.readouterr()  # the run's own log lines
-    folder = tmp_path / "cache"
-    windows = sorted(run.rglob("*.pickle"))
-    assert len(windows) == 4
-    for window in windows:
-        looked = _cli("summary", window, "--cache-dir", folder, "-q", "--look-ahead")
-        assert looked.returncode == 0, looked.stderr
-    expected = _printed(capsys, ["leaks", str(run), "--no-cache", "--jobs", "1"])
-    _blind_leaks(monkeypatch)
-    later = ["leaks", str(run), "--cache-dir", str(folder), "--jobs", "1"]
-    assert _printed(capsys, later) == expected
-
-
 def test_kept_totals_of_the_wrong_shape_are_worked_out_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A window's kept totals with a sound checksum but a foreign shape (bytes as text) are
     not trusted: that window is read again, and leaks prints what --no-cache prints."""
-    from memforensics.analysis.cache import AnswerCache
-    from memforensics.analysis.compare import WINDOW_FACT
     from memforensics.analysis.compare import leaks as module
+    from memforensics.cli._cache import ResultCache
+    from memforensics.cli.commands.leaks import _WINDOW
 
     run = _run(tmp_path)
     capsys.readouterr()  # the run's own log lines
     folder = tmp_path / "cache"
     windows = sorted(run.rglob("*.pickle"))
-    broken = '{"window": {"rank": 0, "step": 7, "totals": {"x": "many"}, "first_steps": {}}}'
+    broken = {"rank": 0, "step": 7, "totals": {"x": "many"}, "first_steps": {}}
     for window in windows:
-        AnswerCache(folder).store([window], WINDOW_FACT, broken)
+        ResultCache(folder).keep([window], _WINDOW, broken)
     expected = _printed(capsys, ["leaks", str(run), "--no-cache", "--jobs", "1"])
     read: list[str] = []
     real = module.load_dump

@@ -140,7 +140,7 @@ def test_report_of_one_dump_replays_with_its_jobs(
     from memforensics.cli.main import main
 
     oom, _steps = _demo(tmp_path / "demo")
-    shared = importlib.import_module("memforensics.cli._replay_answers")
+    shared = importlib.import_module("memforensics.analysis.report.sections")
     real = shared.replay
     asked: list[object] = []
 
@@ -163,54 +163,3 @@ def _document(html: str) -> str:
     """The page without its generation time."""
     start = html.index('"generated"')
     return html[:start] + html[html.index('"version"', start) :]
-
-
-def test_report_and_replay_share_one_replay_of_a_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """replay FILE then report FILE: the page takes the kept replay (the trace is not replayed
-    again) and is the page --no-cache writes; report FILE then replay FILE (text and --json):
-    both come from the cache, as --no-cache prints them."""
-    import importlib
-
-    from memforensics.cli.main import main
-
-    oom, _steps = _demo(tmp_path / "demo")
-    shared = importlib.import_module("memforensics.cli._replay_answers")
-    replay_command = importlib.import_module("memforensics.cli.commands.replay")
-    real_replay, real_load = shared.replay, replay_command.load_dump
-
-    def printed(*argv: str) -> tuple[int, str, str]:
-        status = main([*argv, "-q"])
-        out = capsys.readouterr()
-        return status, out.out, out.err
-
-    def page(out: Path, *flags: str) -> str:
-        assert main(["report", str(oom), "-o", str(out), "-q", *flags]) == 0
-        capsys.readouterr()
-        return _document(out.read_text())
-
-    uncached_page = page(tmp_path / "plain.html", "--no-cache")
-    uncached = {
-        flags: printed("replay", str(oom), *flags, "--no-cache") for flags in [(), ("--json",)]
-    }
-
-    first = ["--cache-dir", str(tmp_path / "first")]  # replay, then report
-    printed("replay", str(oom), *first)
-    monkeypatch.setattr(shared, "replay", _refuse("the report replayed the trace again"))
-    assert page(tmp_path / "after-replay.html", *first) == uncached_page
-
-    monkeypatch.setattr(shared, "replay", real_replay)
-    then = ["--cache-dir", str(tmp_path / "then")]  # report, then replay
-    assert page(tmp_path / "first.html", *then) == uncached_page
-    monkeypatch.setattr(replay_command, "load_dump", _refuse("replay read the dump"))
-    for flags, expected in uncached.items():
-        assert printed("replay", str(oom), *flags, *then) == expected
-    monkeypatch.setattr(replay_command, "load_dump", real_load)
-
-
-def _refuse(why: str) -> object:
-    def refuse(*args: object, **kwargs: object) -> object:
-        raise AssertionError(why)
-
-    return refuse

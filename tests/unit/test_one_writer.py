@@ -15,8 +15,7 @@ WRITER = "capture/atomic.py"
 ALLOWED = {
     "capture/journal.py": "the journal appends whole lines with O_APPEND, one write() each",
     "doctor/checks.py": "probes writability with an unnamed temporary file that never appears",
-    "analysis/cache/store.py": "its own folder only, never a run's: temp file + os.replace",
-    "analysis/cache/working.py": "empty lock files in its own folder, one per dump and answer",
+    "cli/_cache.py": "its own folder only, never a run's: temp file + os.replace",
 }
 """Files that may write by other means, and why."""
 EXEMPT_FOLDERS = ("testing/",)

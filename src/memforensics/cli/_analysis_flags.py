@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from memforensics.analysis.cache import AnswerCache, default_cache_dir
+from memforensics.cli._cache import ResultCache, default_cache_dir
 
 DUMPS_AT_ONCE = (
     "dumps analysed at once, each in its own process (default: the CPU count; at most N dumps"
@@ -21,7 +23,7 @@ def add_analysis_flags(
 ) -> None:
     """Add ``--cache-dir``, ``--no-cache``, ``--quiet``; when ``jobs`` says what the processes
     do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count); with
-    ``look_ahead``, ``--look-ahead``/``--no-look-ahead`` (default: on a terminal)."""
+    ``look_ahead``, the retired ``--look-ahead``/``--no-look-ahead`` (hidden; a warning)."""
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -37,23 +39,37 @@ def add_analysis_flags(
     )
     if look_ahead:
         parser.add_argument(
-            "--look-ahead",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="once the answer is printed, work out in the background, at low priority,"
-            " what summary, replay and report would answer about the dump it read, so those"
-            " commands answer at once (default: on when stderr is a terminal; needs the cache)",
+            "--look-ahead", "--no-look-ahead", action=_Retired, nargs=0, help=argparse.SUPPRESS
         )
     if jobs is not None:
         parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help=jobs)
 
 
-def open_cache(args: argparse.Namespace) -> AnswerCache:
+class _Retired(argparse.Action):
+    """A flag of 0.1 that no longer does anything: accepted, with one warning."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if not getattr(namespace, "_warned_retired", False):
+            namespace._warned_retired = True
+            print(
+                f"{parser.prog}: warning: {option_string} does nothing any more (no command"
+                " works in the background after it returns) and will be removed",
+                file=sys.stderr,
+            )
+
+
+def open_cache(args: argparse.Namespace) -> ResultCache:
     """The cache the flags ask for (a disabled one with ``--no-cache``)."""
     if args.no_cache:
-        return AnswerCache(None)
+        return ResultCache(None)
     folder: Path = args.cache_dir if args.cache_dir is not None else default_cache_dir()
-    return AnswerCache(folder)
+    return ResultCache(folder)
 
 
 def job_count(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -64,7 +80,7 @@ def job_count(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return jobs
 
 
-def warn_cache(cache: AnswerCache, command: str) -> None:
+def warn_cache(cache: ResultCache, command: str) -> None:
     """Print the cache's one warning (a folder it could not use), if it has one."""
     if cache.warning is not None:
         print(f"memforensics {command}: warning: {cache.warning}", file=sys.stderr)

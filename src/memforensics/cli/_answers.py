@@ -1,16 +1,15 @@
 """A command's whole answer (stdout, stderr lines, exit status, a page to write), kept in the
-analysis cache so the same command on the same dumps prints it again without reading them, in
-text or in JSON: one computation keeps both renderings."""
+CLI's result cache so the same command on the same dumps prints it again without reading them,
+in text or in JSON: one computation keeps both renderings."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memforensics.analysis.cache import AnswerCache
+from memforensics.cli._cache import ResultCache
 
 
 @dataclass(frozen=True)
@@ -22,57 +21,26 @@ class Answer:
     status: int = 0
     page: str | None = None
 
-    def to_json(self) -> str:
-        """The answer as cache text."""
-        return json.dumps(
-            {
-                "stdout": self.stdout,
-                "stderr": list(self.stderr),
-                "status": self.status,
-                "page": self.page,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Answer | None:
-        """An answer read back from the cache; None when the text is not one."""
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(body, dict):
-            return None
-        stdout, stderr, status = body.get("stdout"), body.get("stderr"), body.get("status")
-        page = body.get("page")
-        if not isinstance(stdout, str) or not isinstance(stderr, list):
-            return None
-        if type(status) is not int or not (page is None or isinstance(page, str)):
-            return None
-        return cls(stdout, tuple(map(str, stderr)), status, page)
-
 
 def answered(
-    cache: AnswerCache,
+    cache: ResultCache,
     paths: Sequence[Path],
     question: str,
     compute: Callable[[], dict[str, Answer]],
-    on_wait: Callable[[], None] = lambda: None,
 ) -> Answer:
-    """The cached answer to ``question`` about ``paths``, else ``compute()``'s.
+    """The kept answer to ``question`` about ``paths``, else ``compute()``'s.
 
     ``compute`` returns every answer one computation gives, by question (the text and the JSON
     of one result: rendering the other costs nothing once the dumps are read), ``question``
     among them; each is kept, so the other rendering of the same result is a second look too.
-    A look-ahead working on ``paths`` is waited for (``on_wait()`` says so) before computing.
     """
-    stored = cache.lookup_settled(paths, question, on_wait)
-    answer = Answer.from_json(stored) if stored is not None else None
-    if answer is None:
+    found = cache.lookup(Answer, paths, question)
+    if found is None:
         computed = compute()
-        for asked, found in computed.items():
-            cache.store(paths, asked, found.to_json())
-        answer = computed[question]
-    return answer
+        for asked, answer in computed.items():
+            cache.keep(paths, asked, answer)
+        found = computed[question]
+    return found
 
 
 def print_answer(answer: Answer) -> int:

@@ -93,10 +93,6 @@ class Progress:
         if self._bar is not None:
             self._start(name, None)
 
-    def awaiting(self) -> None:
-        """Say that the command waits for a look-ahead (``--look-ahead``) working on its dumps."""
-        self.phase("waiting for the answers being worked out in the background")
-
     def files(self, total: int) -> Any:
         """Count dumps done out of ``total`` (for a pool of workers); returns a ``done()``."""
         if self._bar is None:

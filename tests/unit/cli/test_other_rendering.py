@@ -32,7 +32,7 @@ def _unreadable(monkeypatch: pytest.MonkeyPatch, command: str, name: str) -> Non
 @pytest.mark.parametrize(
     ("command", "reader"),
     [("summary", "load_dump"), ("replay", "load_dump"), ("diff", "load_dump"),
-     ("leaks", "find_leaks")],
+     ("leaks", "read_windows")],
 )  # fmt: skip
 def test_the_other_rendering_comes_from_the_cache(
     tmp_path: Path,

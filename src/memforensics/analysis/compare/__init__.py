@@ -1,20 +1,20 @@
 """Comparing dumps: diff two of them (by site, device and kind), and leaks across windows."""
 
-from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device
+from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device, sides_of
 from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps, diff_sides
 from memforensics.analysis.compare.kinds import kinds_change
 from memforensics.analysis.compare.leaks import (
-    WINDOW_FACT,
     Leaks,
     LeakTracker,
     SiteTrend,
     WindowTotals,
     find_leaks,
-    keep_window,
-    kept_window,
+    fit_windows,
+    read_windows,
+    window_paths,
     window_totals,
 )
-from memforensics.analysis.compare.sides import SIDES_FACT, DiffSide, DumpSides, LiveRow, diff_side
+from memforensics.analysis.compare.sides import DiffSide, LiveRow, SideOf, diff_side, live_side
 from memforensics.analysis.compare.text import (
     device_diffs_text,
     diff_text,
@@ -23,17 +23,15 @@ from memforensics.analysis.compare.text import (
 )
 
 __all__ = [
-    "SIDES_FACT",
-    "WINDOW_FACT",
     "DeviceDiff",
     "DeviceDiffs",
     "Diff",
     "DiffSide",
-    "DumpSides",
     "LeakSuspect",
     "LeakTracker",
     "Leaks",
     "LiveRow",
+    "SideOf",
     "SiteGrowth",
     "SiteTrend",
     "WindowTotals",
@@ -44,10 +42,13 @@ __all__ = [
     "diff_sides",
     "diff_text",
     "find_leaks",
-    "keep_window",
-    "kept_window",
+    "fit_windows",
     "kinds_change",
     "kinds_change_lines",
     "leaks_text",
+    "live_side",
+    "read_windows",
+    "sides_of",
+    "window_paths",
     "window_totals",
 ]

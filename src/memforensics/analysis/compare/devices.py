@@ -8,11 +8,12 @@ device present on one side only is named rather than silently dropped.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from memforensics.analysis.compare.diff import Diff, diff_sides
-from memforensics.analysis.compare.sides import DiffSide, DumpSides
+from memforensics.analysis.compare.sides import DiffSide, SideOf, diff_side
 from memforensics.analysis.dump import Dump
 
 
@@ -47,25 +48,32 @@ class DeviceDiffs:
         return data
 
 
+def sides_of(dump: Dump | SideOf) -> SideOf:
+    """``dump``'s sides by device, each worked out once: a dump's from :func:`diff_side`, a
+    caller's own (kept ones, say) as they are."""
+    side: SideOf = functools.partial(diff_side, dump) if isinstance(dump, Dump) else dump
+    return functools.cache(side)
+
+
 def diff_by_device(
-    before: Dump | DumpSides, after: Dump | DumpSides, *, device: int | None = None
+    before: Dump | SideOf, after: Dump | SideOf, *, device: int | None = None
 ) -> DeviceDiffs:
     """Compare ``before`` with ``after`` device by device (``device``: only that one, in both).
 
-    Either side may be a dump or its :class:`DumpSides` (views kept in the cache)."""
-    old = before if isinstance(before, DumpSides) else DumpSides.of(before)
-    new = after if isinstance(after, DumpSides) else DumpSides.of(after)
+    Either side may be a dump or a function giving its :class:`DiffSide` by device."""
+    old, new = sides_of(before), sides_of(after)
     if device is not None:
-        return _result([(old.side(device), new.side(device))], ())
-    if len(old.held) <= 1 and len(new.held) <= 1:
-        return _result([(old.side(), new.side())], ())
-    before_held, after_held = set(old.held), set(new.held)
-    common = sorted(before_held & after_held, key=lambda d: (d != new.device, d))
+        return _result([(old(device), new(device))], ())
+    old_whole, new_whole = old(None), new(None)
+    if len(old_whole.held) <= 1 and len(new_whole.held) <= 1:
+        return _result([(old_whole, new_whole)], ())
+    before_held, after_held = set(old_whole.held), set(new_whole.held)
+    common = sorted(before_held & after_held, key=lambda d: (d != new_whole.device, d))
     sides = (("BEFORE", before_held - after_held), ("AFTER", after_held - before_held))
     unmatched = tuple(f"device {d} only in {side}" for side, only in sides for d in sorted(only))
     if not common:
-        return _result([(old.side(), new.side())], unmatched)
-    return _result([(old.side(d), new.side(d)) for d in common], unmatched)
+        return _result([(old_whole, new_whole)], unmatched)
+    return _result([(old(d), new(d)) for d in common], unmatched)
 
 
 def _result(views: list[tuple[DiffSide, DiffSide]], unmatched: tuple[str, ...]) -> DeviceDiffs:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.analysis.compare.sides import DiffSide, LiveRow, diff_side
+from memforensics.analysis.compare.sides import DiffSide, LiveRow, live_side
 from memforensics.analysis.dump import UNKNOWN_SITE, Dump
 
 
@@ -95,7 +95,7 @@ class Diff:
 def diff_dumps(before: Dump, after: Dump) -> Diff:
     """Compare live bytes per (site, caller); largest change first (growth or release alike);
     sites that did not change are left out."""
-    return diff_sides(diff_side(before), diff_side(after))
+    return diff_sides(live_side(before), live_side(after))
 
 
 def diff_sides(before: DiffSide, after: DiffSide) -> Diff:

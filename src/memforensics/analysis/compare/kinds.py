@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.compare.sides import DumpSides
+from memforensics.analysis.compare.devices import sides_of
+from memforensics.analysis.compare.sides import SideOf
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.filled import KINDS
 
 
 def kinds_change(
-    before: Dump | DumpSides, after: Dump | DumpSides, device: int | None = None
+    before: Dump | SideOf, after: Dump | SideOf, device: int | None = None
 ) -> list[dict[str, Any]]:
     """Live bytes per kind at each dump's moment (on ``device``, else the whole file), and
-    the change (for ``diff``)."""
-    old = (before if isinstance(before, DumpSides) else DumpSides.of(before)).kinds(device)
-    new = (after if isinstance(after, DumpSides) else DumpSides.of(after)).kinds(device)
+    the change (for ``diff``); either side a dump or a function giving its sides."""
+    old = sides_of(before)(device).kinds
+    new = sides_of(after)(device).kinds
     return [
         {
             "kind": kind,

@@ -11,26 +11,23 @@ grew over the last three or more windows with a confidence of at least one half 
 Bytes are the *requested* sizes: what the program holds, not how the allocator rounded or
 placed it (a block split differently in one window must not look like growth).
 
-Dumps are loaded one at a time and reduced to per-site totals, so a folder of large dumps needs
-the memory of one of them. Given the analysis cache, each dump's totals are kept there as a
-fact about that file: a later ``leaks`` (another ``--top``, a folder with one more window) reads
-only the windows it has not seen, and the CLI's look-ahead keeps them for any window dump
-another command has read.
+Dumps are loaded one at a time and reduced to per-site totals (:func:`window_totals`, a pure
+function of one dump whose result is a plain value), so a folder of large dumps needs the memory
+of one of them, and a caller may keep each dump's totals (the CLI caches them per file) so a
+later ``leaks`` over a grown folder reads only the windows it has not seen.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis.cache import AnswerCache
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.folder import list_dumps
 from memforensics.analysis.summary import live_blocks, scan_trace
@@ -177,62 +174,6 @@ class WindowTotals:
     totals: dict[str, int]
     first_steps: dict[str, int]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The totals as JSON, for the cache."""
-        return {
-            "rank": self.rank,
-            "step": self.step,
-            "totals": self.totals,
-            "first_steps": self.first_steps,
-        }
-
-    @classmethod
-    def from_dict(cls, body: Any) -> WindowTotals | None:
-        """Totals read back from the cache; None when ``body`` is not a sound copy."""
-        if not isinstance(body, dict):
-            return None
-        rank, step = body.get("rank"), body.get("step")
-        totals, first = body.get("totals"), body.get("first_steps")
-        if not (rank is None or type(rank) is int) or type(step) is not int:
-            return None
-        if not (_counts(totals) and _counts(first)):
-            return None
-        return cls(rank, step, totals, first)
-
-
-def _counts(value: Any) -> TypeGuard[dict[str, int]]:
-    """Whether ``value`` is a dict of site to int, as the totals hold."""
-    return isinstance(value, dict) and all(
-        isinstance(site, str) and type(count) is int for site, count in value.items()
-    )
-
-
-WINDOW_FACT = "leaks window-totals"
-"""The cache's name for one dump's :class:`WindowTotals` (``{"window": null}``: not a window
-dump with known steps)."""
-
-
-def kept_window(cache: AnswerCache, path: Path) -> tuple[bool, WindowTotals | None]:
-    """Whether the cache holds a sound copy of ``path``'s totals, and the totals (None: it is
-    not a window dump with known steps)."""
-    stored = cache.lookup_settled([path], WINDOW_FACT)
-    try:
-        body = json.loads(stored) if stored is not None else None
-    except ValueError:
-        body = None
-    if not isinstance(body, dict) or "window" not in body:
-        return False, None
-    if body["window"] is None:
-        return True, None
-    found = WindowTotals.from_dict(body["window"])
-    return found is not None, found
-
-
-def keep_window(cache: AnswerCache, path: Path, totals: WindowTotals | None) -> None:
-    """Keep ``path``'s totals (or that it has none) as a fact about the file."""
-    window = totals.to_dict() if totals is not None else None
-    cache.store([path], WINDOW_FACT, json.dumps({"window": window}))
-
 
 def window_totals(dump: Dump) -> WindowTotals | None:
     """``dump``'s totals, or None when it is not a window dump with known steps."""
@@ -259,38 +200,40 @@ def _read_window(path: Path) -> WindowTotals | str | None:
         return str(exc)
 
 
-def find_leaks(root: str | Path, *, jobs: int = 1, cache: AnswerCache | None = None) -> Leaks:
-    """Read every window dump under ``root`` and fit each site's trend.
-
-    ``jobs`` > 1 reads that many dumps at once, each in its own process (so at most ``jobs``
-    dumps are in memory together); the windows are fed to the fit in the listing's order.
-    With ``cache``, a dump whose totals it holds is not read, and the totals of each dump read
-    are kept.
-    """
+def find_leaks(root: str | Path, *, jobs: int = 1) -> Leaks:
+    """Read every window dump under ``root`` (:func:`window_paths`) and fit each site's trend
+    (``jobs``: as :func:`read_windows`)."""
     listing = list_dumps(root)
-    paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
-    cache = cache if cache is not None else AnswerCache(None)
-    found: dict[Path, WindowTotals | str | None] = {}
-    for path in paths:
-        known, kept = kept_window(cache, path)
-        if known:
-            found[path] = kept
-    todo = [path for path in paths if path not in found]
-    with _workers(jobs, len(todo)) as pool:
-        results = pool.map(_read_window, todo) if pool is not None else map(_read_window, todo)
-        for path, result in zip(todo, results, strict=True):
-            found[path] = result
-            if not isinstance(result, str):
-                keep_window(cache, path, result)
+    paths = window_paths(listing.root)
+    return fit_windows(str(listing.root), read_windows(paths, jobs=jobs))
+
+
+def window_paths(root: str | Path) -> list[Path]:
+    """The window dumps under ``root``, in the listing's order."""
+    return [entry.path for entry in list_dumps(root).dumps if entry.meta.kind == "window"]
+
+
+def read_windows(paths: Sequence[Path], *, jobs: int = 1) -> list[WindowTotals | str | None]:
+    """Each dump's totals (None: not a window dump with known steps), or the one-line reason
+    it could not be read, in the order given. ``jobs`` > 1 reads that many dumps at once, each
+    in its own process (so at most ``jobs`` dumps are in memory together); the pool is joined
+    before this returns."""
+    with _workers(jobs, len(paths)) as pool:
+        results = pool.map(_read_window, paths) if pool is not None else map(_read_window, paths)
+        return list(results)
+
+
+def fit_windows(root: str, found: Iterable[WindowTotals | str | None]) -> Leaks:
+    """Each site's trend over the windows' totals, fed in the order given (a reason a dump
+    could not be read is listed as unreadable)."""
     tracker = LeakTracker()
     unreadable: list[str] = []
-    for path in paths:
-        result = found[path]
+    for result in found:
         if isinstance(result, str):
             unreadable.append(result)
         elif result is not None:
             tracker.add_totals(result)
-    return tracker.result(str(listing.root), unreadable)
+    return tracker.result(root, unreadable)
 
 
 @contextmanager

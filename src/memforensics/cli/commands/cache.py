@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from memforensics._units import format_bytes
-from memforensics.analysis.cache import MAX_BYTES_ENV, AnswerCache, default_cache_dir
+from memforensics.analysis.schema import to_json
+from memforensics.cli._cache import MAX_BYTES_ENV, ResultCache, default_cache_dir
 
 
 class CacheCommand:
@@ -28,7 +29,7 @@ class CacheCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Report or clear; a missing folder is an empty cache."""
-        cache = AnswerCache(args.cache_dir or default_cache_dir())
+        cache = ResultCache(args.cache_dir or default_cache_dir())
         if args.action == "clear":
             removed = cache.clear()
             print(
@@ -39,7 +40,7 @@ class CacheCommand:
             return 0
         info = cache.info()
         if args.json:
-            print(json.dumps(info.to_dict(), indent=2))
+            print(json.dumps(to_json(info), indent=2))
         else:
             print(
                 f"{info.folder}: {info.entries} entr{'y' if info.entries == 1 else 'ies'},"

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import Dump, find_leaks, list_dumps
-from memforensics.analysis.cache import AnswerCache
+from memforensics.analysis import list_dumps
 from memforensics.analysis.compare import (
-    WINDOW_FACT,
-    keep_window,
-    kept_window,
+    Leaks,
+    WindowTotals,
+    fit_windows,
     leaks_text,
-    window_totals,
+    read_windows,
+    window_paths,
 )
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
@@ -24,6 +24,7 @@ from memforensics.cli._analysis_flags import (
     warn_cache,
 )
 from memforensics.cli._answers import Answer, answered, print_answer
+from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._progress import Progress
 
@@ -41,16 +42,6 @@ class LeaksCommand:
         parser.add_argument("--all", action="store_true", help="every site, not the top N")
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE)
 
-    def questions_ahead(self) -> list[str]:
-        """The window's totals: what ``leaks`` reads of each window dump."""
-        return [WINDOW_FACT]
-
-    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
-        """Keep a window dump's totals, unless the cache holds them (``leaks`` reads no other
-        kind of dump)."""
-        if dump.meta.kind == "window" and not kept_window(cache, path)[0]:
-            keep_window(cache, path, window_totals(dump))
-
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Read the windows, fit, print; exit 1 when some dump could not be read, 2 when the
         folder holds none."""
@@ -64,17 +55,17 @@ class LeaksCommand:
             raise CommandError(str(exc)) from None
         if not listing.dumps:
             raise CommandError(nothing_to_read(args.dir))
-        paths = [entry.path for entry in listing.dumps if entry.meta.kind == "window"]
+        paths = window_paths(listing.root)
 
         def question_for(as_json: bool) -> str:
-            return f"leaks {json.dumps([str(listing.root), top, as_json])}"
+            return f"leaks {json.dumps([args.dir, str(listing.root), top, as_json])}"
 
         progress = Progress(quiet=args.quiet)
 
         def compute() -> dict[str, Answer]:
             progress.phase(f"reading {len(paths)} window dumps")
             try:
-                leaks = find_leaks(args.dir, jobs=jobs, cache=cache)
+                leaks = _kept_leaks(cache, str(listing.root), paths, jobs)
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
             skipped = tuple(f"memforensics leaks: skipped: {e}" for e in leaks.unreadable)
@@ -88,6 +79,26 @@ class LeaksCommand:
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute, progress.awaiting)
+            answer = answered(cache, paths, question_for(args.json), compute)
         warn_cache(cache, self.name)
         return print_answer(answer)
+
+
+_WINDOW = "leaks window-totals"
+"""The cache's name for one window dump's :class:`WindowTotals`."""
+
+
+def _kept_leaks(cache: ResultCache, root: str, paths: list[Path], jobs: int) -> Leaks:
+    """The trends over ``paths``: each window's totals the cache's, else read (in ``jobs``
+    processes) and kept; a dump without known steps is read again each time."""
+    found: dict[Path, WindowTotals | str | None] = {}
+    for path in paths:
+        kept = cache.lookup(WindowTotals, [path], _WINDOW)
+        if kept is not None:
+            found[path] = kept
+    todo = [path for path in paths if path not in found]
+    for path, result in zip(todo, read_windows(todo, jobs=jobs), strict=True):
+        found[path] = result
+        if isinstance(result, WindowTotals):
+            cache.keep([path], _WINDOW, result)
+    return fit_windows(root, [found[path] for path in paths])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
 from memforensics.analysis import Dump, load_dump, replay
-from memforensics.analysis.cache import AnswerCache
+from memforensics.analysis.replay import replay_text
 from memforensics.cli._analysis_flags import (
     add_analysis_flags,
     job_count,
@@ -17,9 +18,7 @@ from memforensics.cli._analysis_flags import (
 )
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError
-from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._progress import Progress
-from memforensics.cli._replay_answers import replay_answers, replay_question
 from memforensics.cli._sizes import byte_size
 
 
@@ -50,33 +49,21 @@ class ReplayCommand:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         add_analysis_flags(
             parser,
-            look_ahead=True,
+            look_ahead=True,  # the retired flags
             jobs="processes replaying what-if rows at once: this one and N-1 forked workers"
             " sharing the loaded dump (default: the CPU count; 1 works in this process)",
         )
-
-    def questions_ahead(self) -> list[str]:
-        """Both renderings of ``replay FILE``."""
-        args, _ = default_args(self, "FILE")
-        return [replay_question(args.sets, args.requested, as_json) for as_json in (True, False)]
-
-    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
-        """Keep ``replay FILE``'s answer about ``dump``, unless the cache holds it."""
-        args, parser = default_args(self, str(path))
-        question = replay_question(args.sets, args.requested, args.json)
-        answered(cache, [path], question, lambda: _answers(args, dump, job_count(args, parser)))
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load, replay, print (or print the cached answer)."""
         path = Path(args.file)
         jobs = job_count(args, parser)
-        question = replay_question(args.sets, args.requested, args.json)
+        question = _question(args, args.json)
         progress = Progress(quiet=args.quiet)
-        loaded: dict[Path, Dump] = {}  # the dump read here, for the look-ahead
 
         def compute() -> dict[str, Answer]:
             try:
-                dump = loaded[path] = load_dump(path, reader=progress.reader(path))
+                dump = load_dump(path, reader=progress.reader(path))
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
             progress.phase(f"replaying {path.name}")
@@ -84,11 +71,15 @@ class ReplayCommand:
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, [path], question, compute, progress.awaiting)
+            answer = answered(cache, [path], question, compute)
         warn_cache(cache, self.name)
-        status = print_answer(answer)
-        look_ahead(args, cache, loaded)
-        return status
+        return print_answer(answer)
+
+
+def _question(args: argparse.Namespace, as_json: bool) -> str:
+    """The cache's name for a ``replay`` answer about one file (the file's name as given is
+    printed in it; no ``--set`` and an empty one alike)."""
+    return f"replay {json.dumps([args.file, args.sets or None, args.requested, as_json])}"
 
 
 def _answers(args: argparse.Namespace, dump: Dump, jobs: int) -> dict[str, Answer]:
@@ -97,4 +88,8 @@ def _answers(args: argparse.Namespace, dump: Dump, jobs: int) -> dict[str, Answe
         result = replay(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
     except SettingsError as exc:
         raise CommandError(f"--set: {exc}") from None
-    return replay_answers(result, dump, args.sets, args.requested)
+    warnings = tuple(f"memforensics replay: warning: {w}" for w in dump.warnings)
+    return {
+        _question(args, True): Answer(json.dumps(result.to_dict(), indent=2), warnings),
+        _question(args, False): Answer(replay_text(result), warnings),
+    }

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
-from memforensics.analysis import Dump, list_dumps, load_dump
-from memforensics.analysis.cache import AnswerCache
+from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
@@ -21,10 +20,8 @@ from memforensics.cli._analysis_flags import (
 )
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._command import CommandError, nothing_to_read
-from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
-from memforensics.cli._replay_answers import kept_replay
 
 REPLAY_OF_ONE = "; with one dump, the processes replaying its what-if rows (see replay --jobs)"
 
@@ -42,24 +39,6 @@ class ReportCommand:
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE, look_ahead=True)
-
-    def questions_ahead(self) -> list[str]:
-        """The page ``report FILE`` writes."""
-        args, _ = default_args(self, "FILE")
-        return [_question(args, ReportBuilder(top=max(args.top, 0)))]
-
-    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
-        """Keep the page ``report FILE`` writes for ``dump``, unless the cache holds it; its
-        replay comes from the cache when it holds one."""
-        args, parser = default_args(self, str(path))
-        builder = ReportBuilder(top=max(args.top, 0))
-        builder.replay_jobs = job_count(args, parser)
-
-        def compute() -> dict[str, Answer]:
-            builder.add(dump, index=0, replay_of=kept_replay(cache, path, jobs=builder.replay_jobs))
-            return {_question(args, builder): _page(builder)}
-
-        answered(cache, [path], _question(args, builder), compute)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
@@ -83,9 +62,8 @@ class ReportCommand:
                     builder.add_unreadable(nothing_to_read(name))
             paths.extend(found)
         builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
-        question = _question(args, builder)
+        question = _question(args, builder, paths)
         progress = Progress(quiet=args.quiet)
-        loaded: dict[Path, Dump] = {}  # the one dump read here, for the look-ahead
 
         def compute() -> dict[str, Answer]:
             if jobs > 1 and len(paths) > 1:
@@ -97,28 +75,25 @@ class ReportCommand:
                     builder.add_unreadable(str(exc))
                     continue
                 progress.phase(f"analysing {path.name}")
-                kept = kept_replay(cache, path, jobs=builder.replay_jobs)
-                builder.add(dump, index=index, replay_of=kept)
-                if len(paths) == 1 and not builder.folder:
-                    loaded[path] = dump
+                builder.add(dump, index=index)
                 del dump
             progress.phase("rendering the page")
             return {question: _page(builder)}
 
         cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question, compute, progress.awaiting)
+            answer = answered(cache, paths, question, compute)
         warn_cache(cache, self.name)
         out = Path(args.output)
         write_page(out, answer.page or "")
-        status = print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
-        look_ahead(args, cache, loaded)
-        return status
+        return print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
 
 
-def _question(args: argparse.Namespace, builder: ReportBuilder) -> str:
-    """The cache's name for the page of these dumps with ``args``' flags."""
-    return f"report {json.dumps([args.top, builder.folder, builder.unreadable])}"
+def _question(args: argparse.Namespace, builder: ReportBuilder, paths: list[Path]) -> str:
+    """The cache's name for the page of these dumps (by the names given: the page shows them)
+    with ``args``' flags."""
+    names = [str(path) for path in paths]
+    return f"report {json.dumps([names, args.top, builder.folder, builder.unreadable])}"
 
 
 def _page(builder: ReportBuilder) -> Answer:

@@ -12,7 +12,6 @@ from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
-from memforensics.analysis.cache import AnswerCache
 from memforensics.analysis.summary import summary_text
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
@@ -21,8 +20,8 @@ from memforensics.cli._analysis_flags import (
     open_cache,
     warn_cache,
 )
+from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError
-from memforensics.cli._look_ahead import default_args, look_ahead
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
 from memforensics.cli._sizes import byte_size
@@ -38,11 +37,13 @@ class _Ask:
     requested: int | None
     several: bool
 
-    def question(self, *, as_json: bool | None = None) -> str:
-        """The cache's name for this question about one file (``as_json``: in the other
-        rendering, which one computation answers too)."""
+    def question(self, name: str, *, as_json: bool | None = None) -> str:
+        """The cache's name for this question about the file named ``name`` as given (the
+        answer prints it); ``as_json``: in the other rendering, which one computation answers
+        too."""
         rendering = self.json if as_json is None else as_json
-        return f"summary {json.dumps([rendering, self.top, self.device, self.requested])}"
+        asked = [name, rendering, self.top, self.device, self.requested, self.several]
+        return f"summary {json.dumps(asked)}"
 
 
 @dataclass(frozen=True)
@@ -54,21 +55,6 @@ class _Section:
     text: str | None = None
     stderr: tuple[str, ...] = ()
     error: str | None = None
-
-    def to_json(self) -> str:
-        """The section as cache text."""
-        return json.dumps({"data": self.data, "text": self.text, "stderr": list(self.stderr)})
-
-    @classmethod
-    def from_json(cls, text: str) -> _Section | None:
-        """A section read back from the cache; None when it is not one."""
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(body, dict) or not isinstance(body.get("stderr"), list):
-            return None
-        return cls(body.get("data"), body.get("text"), tuple(map(str, body["stderr"])))
 
 
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
@@ -103,11 +89,11 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
     return _Section(data=data, text=text, stderr=stderr)
 
 
-def _keep(cache: AnswerCache, path: Path, ask: _Ask, section: _Section) -> None:
+def _keep(cache: ResultCache, name: str, ask: _Ask, section: _Section) -> None:
     """Keep a section for both renderings: the other is a second look too."""
     if section.error is None:
         for as_json in (True, False):
-            cache.store([path], ask.question(as_json=as_json), section.to_json())
+            cache.keep([Path(name)], ask.question(name, as_json=as_json), section)
 
 
 class SummaryCommand:
@@ -143,22 +129,7 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
-        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)
-
-    def questions_ahead(self) -> list[str]:
-        """Both renderings of ``summary FILE``."""
-        ask = self._default_ask()
-        return [ask.question(as_json=True), ask.question(as_json=False)]
-
-    def answer_ahead(self, path: Path, dump: Dump, cache: AnswerCache) -> None:
-        """Keep ``summary FILE``'s answer about ``dump``, unless the cache holds it."""
-        ask = self._default_ask()
-        if cache.lookup([path], ask.question()) is None:
-            _keep(cache, path, ask, _answer(dump, ask))
-
-    def _default_ask(self) -> _Ask:
-        args, parser = default_args(self, "FILE")
-        return _Ask(args.json, row_limit(args, parser), args.device, args.requested, False)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)  # the retired flags
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
@@ -166,22 +137,17 @@ class SummaryCommand:
         ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, several)
         jobs = job_count(args, parser)
         cache = open_cache(args)
-        question = ask.question()
         sections: dict[int, _Section] = {}
         progress = Progress(quiet=args.quiet)
         for index, name in enumerate(args.files):
-            stored = cache.lookup_settled([Path(name)], question, progress.awaiting)
-            section = _Section.from_json(stored) if stored is not None else None
+            section = cache.lookup(_Section, [Path(name)], ask.question(name))
             if section is not None and (section.data if ask.json else section.text) is not None:
                 sections[index] = section
         todo = [index for index in range(len(args.files)) if index not in sections]
-        loaded: dict[Path, Dump] = {}  # the one dump read here, for the look-ahead
         with progress.running():
             if len(todo) == 1 and not several:
-                path = Path(args.files[todo[0]])
-                found = _load(path, progress)
+                found = _load(Path(args.files[todo[0]]), progress)
                 if isinstance(found, Dump):
-                    loaded[path] = found
                     found = _answer(found, ask, progress)
                 sections[todo[0]] = found
             elif jobs == 1 or len(todo) <= 1:
@@ -195,11 +161,9 @@ class SummaryCommand:
                         sections[index] = future.result()
                         done()
         for index in todo:
-            _keep(cache, Path(args.files[index]), ask, sections[index])
+            _keep(cache, args.files[index], ask, sections[index])
         warn_cache(cache, self.name)
-        status = _print(args.files, [sections[i] for i in range(len(args.files))], ask)
-        look_ahead(args, cache, loaded)
-        return status
+        return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
 
 
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:

@@ -1,5 +1,6 @@
-"""What diff reads of a dump is kept as a fact about its file: a later diff with that dump on
-either side reads only what the cache does not hold, and prints what an uncached run prints."""
+"""What diff reads of a dump (its sides, a pure function of the dump) is kept by the CLI's
+cache: a later diff with that dump on either side reads only what the cache does not hold,
+and prints what an uncached run prints."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.cache import AnswerCache
-from memforensics.analysis.compare import SIDES_FACT
+from memforensics.cli._cache import ResultCache
 from memforensics.cli.commands import diff as diff_command
 from memforensics.cli.main import main
 from memforensics.testing import exhausted, fragmented, growth_pair, several_devices, write_dump
@@ -51,7 +51,8 @@ def _dumps(tmp_path: Path) -> dict[str, Path]:
         (["a", "b"], ["b", "a", "--json"], []),  # both sides kept, the other way round
         (["a", "b"], ["a", "c"], ["c.pickle"]),  # a new partner: only it is read
         (["a", "b"], ["a", "b", "--top", "1"], []),  # another question, the same views
-        (["c", "m"], ["c", "m", "--device", "0"], ["c.pickle", "m.pickle"]),  # views not kept
+        (["c", "m"], ["c", "m", "--device", "0"], []),  # the first kept device 0's sides
+        (["a", "b", "--device", "0"], ["a", "b"], ["a.pickle", "b.pickle"]),  # whole: not kept
         (["c", "m", "--device", "0"], ["m", "c", "--device", "0", "--json"], []),
     ],
 )
@@ -85,10 +86,8 @@ def test_kept_views_of_the_wrong_shape_are_worked_out_again(
     trusted: the dump is read again and the answer is the uncached one."""
     dumps = _dumps(tmp_path)
     folder = tmp_path / "cache"
-    AnswerCache(folder).store(
-        [dumps["a"]],
-        SIDES_FACT,
-        '{"held": [0], "device": 0, "views": {"whole": {"live": [[1, 2]]}}}',
+    ResultCache(folder).keep(
+        [dumps["a"]], "diff side null", {"name": "a", "device": 0, "live": [[1, 2]]}
     )
     argv = ["diff", str(dumps["a"]), str(dumps["b"]), "-q"]
     expected = _printed(capsys, [*argv, "--no-cache"])
