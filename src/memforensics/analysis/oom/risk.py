@@ -10,13 +10,14 @@ from the snapshot's own segments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memforensics import _layout
 from memforensics._units import outside_pytorch_bytes
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.dump.model import as_int
+from memforensics.analysis.schema import json_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ class AtRisk:
     free_in_reserved_bytes: int
     """Reserved but unallocated bytes: what fragmentation can strand."""
     largest_free_block_bytes: int
-    limit_bytes: int | None
+    limit_bytes: int | None = field(metadata=json_key("device_total_bytes"))
     outside_pytorch_bytes: int | None
     headroom_bytes: int | None
     """``limit - reserved - outside PyTorch``: what the allocator could still get."""
@@ -46,21 +47,6 @@ class AtRisk:
         if self.free_in_reserved_bytes <= 0:
             return None
         return 1.0 - self.largest_free_block_bytes / self.free_in_reserved_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``at_risk`` object of ``summary --json`` (see docs/analysis.md)."""
-        return {
-            "reason": self.reason,
-            "trigger": self.trigger,
-            "alloc_retries": self.alloc_retries,
-            "reserved_bytes": self.reserved_bytes,
-            "free_in_reserved_bytes": self.free_in_reserved_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "fragmentation": self.fragmentation,
-            "device_total_bytes": self.limit_bytes,
-            "outside_pytorch_bytes": self.outside_pytorch_bytes,
-            "headroom_bytes": self.headroom_bytes,
-        }
 
 
 def at_risk(dump: Dump, *, free_in_reserved: int, largest_free_block: int) -> AtRisk | None:
