@@ -143,7 +143,7 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
         ("outside PyTorch (limit - free - reserved)", moment.external_bytes),
         ("largest free block", moment.largest_free_block_bytes),
     ]
-    rows: list[list[Any]] = [["state judged", ["text", moment.source]]]
+    rows: list[list[Any]] = [["state judged", ["text", moment.state]]]
     for label, value in figures:
         words = f"{DEVICE_FREE_UNKNOWN}: {unknown}" if label == "device free" else unknown
         rows.append([label, ["text", words] if value is None else ["bytes", value]])

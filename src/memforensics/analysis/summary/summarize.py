@@ -78,7 +78,7 @@ SCHEMA = 2
 bumps it)."""
 
 RECORDED = "recorded"
-"""An :class:`Oom`'s ``source`` when only the record of the failure is known (a sidecar's
+"""An :class:`Oom`'s ``state`` when only the record of the failure is known (a sidecar's
 ``oom`` object): the state at it was not judged."""
 
 
@@ -87,7 +87,7 @@ class Oom:
     """The OOM, once: what failed and who recorded it, the allocator state it was judged on,
     and what was live then.
 
-    ``source`` says which state the figures describe: ``final`` (the dump was taken at the
+    ``state`` says which state the figures describe: ``final`` (the dump was taken at the
     OOM), ``trace`` (the final state with the events after the trace's ``oom`` entry undone),
     ``unknown`` (``why_unknown`` says why), or ``recorded`` (only the sidecar's record is
     known). ``origin`` is who recorded the failure (``sidecar`` or ``trace``; None when only
@@ -96,7 +96,7 @@ class Oom:
     when the snapshot was taken after the OOM.
     """
 
-    source: str
+    state: str
     origin: str | None
     trace_index: int | None
     requested_bytes: int | None
@@ -123,7 +123,7 @@ class Oom:
     @property
     def judged(self) -> bool:
         """True when the figures describe a judged state (not only the sidecar's record)."""
-        return self.source != RECORDED
+        return self.state != RECORDED
 
     def live(self) -> Moment | None:
         """What was live at the trace's ``oom`` entry, as the peak's moment is told."""
@@ -191,7 +191,7 @@ class Summary:
     def after_oom(self) -> bool:
         """True when the snapshot was taken after the OOM (the unwinding changed the state): the
         headline is then the OOM's moment, reconstructed from the trace."""
-        return self.oom is not None and self.oom.source == TRACE
+        return self.oom is not None and self.oom.state == TRACE
 
 
 @paused_gc()
@@ -234,7 +234,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     note = judged_moment_warning(dump, requested)
     found = _oom(oom, moment, filled.oom, oom_sites, oom_site_count)
     unwound = None
-    if found is not None and found.source == TRACE and found.allocated_bytes is not None:
+    if found is not None and found.state == TRACE and found.allocated_bytes is not None:
         unwound = found.allocated_bytes - tally.allocated
     return Summary(
         file=dump.name,
@@ -296,7 +296,7 @@ def _oom(
             None, None, None, None,
         )  # fmt: skip
     return Oom(
-        source=moment.source,
+        state=moment.source,
         origin=origin,
         trace_index=moment.index,
         requested_bytes=moment.requested_bytes,

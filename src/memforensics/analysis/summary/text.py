@@ -58,7 +58,7 @@ def _one_device(s: Summary, rows: int | None) -> str:
         )
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(
-            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.source} state),"
+            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.state} state),"
             f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
         )
     elif s.oom is not None:
