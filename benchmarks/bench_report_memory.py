@@ -53,6 +53,7 @@ def child(mode: str, path: Path) -> tuple[int, int]:
     """Peak resident growth of ``mode`` on ``path`` (bytes) and the page size (report only)."""
     from memforensics.analysis import find_leaks, load_dump, summarize
     from memforensics.analysis.report import ReportBuilder
+    from memforensics.analysis.schema import to_json
 
     _reset_peak()
     before = _status("VmRSS")
@@ -60,7 +61,7 @@ def child(mode: str, path: Path) -> tuple[int, int]:
         with path.open("rb") as handle:
             kept: object = pickle.load(handle)
     elif mode == "summary":
-        kept = summarize(load_dump(path)).to_dict()
+        kept = to_json(summarize(load_dump(path)))
     elif mode == "leaks":
         kept = find_leaks(path.parent.parent)
     else:

@@ -234,7 +234,7 @@ def test_several_dumps_in_a_pool_answer_as_one_process_does(tmp_path: Path) -> N
     pooled = _cli("summary", *dumps, "--json", "--jobs", "2", "--no-cache")
     assert serial.returncode == pooled.returncode == 0, pooled.stderr
     assert pooled.stdout == serial.stdout
-    assert [item["file"] for item in json.loads(pooled.stdout)] == [str(d) for d in dumps]
+    assert [item["file"] for item in json.loads(pooled.stdout)["dumps"]] == [str(d) for d in dumps]
     text = _cli("summary", *dumps, "--jobs", "2", "--no-cache")
     assert text.stdout == _cli("summary", *dumps, "--jobs", "1", "--no-cache").stdout
 

@@ -56,12 +56,16 @@ def test_summary_of_several_files_prints_one_section_each(tmp_path: Path) -> Non
     assert "EXHAUSTED" in proc.stdout
 
 
-def test_summary_json_is_a_list_for_several_files_and_an_object_for_one(tmp_path: Path) -> None:
-    """--json prints a list in argument order for several files, one object for one file."""
+def test_summary_json_lists_several_files_under_dumps_and_prints_one_object_for_one(
+    tmp_path: Path,
+) -> None:
+    """--json prints the files' objects under ``dumps`` in argument order, one for one file."""
     first, second = _two_dumps(tmp_path)
-    several = json.loads(_cli("summary", "--json", first, second).stdout)
+    document = json.loads(_cli("summary", "--json", first, second).stdout)
+    assert next(iter(document)) == "schema"
+    several = document["dumps"]
     assert [item["file"] for item in several] == [str(first), str(second)]
-    assert [item["verdict"] for item in several] == ["fragmentation", "exhausted"]
+    assert [item["verdict"]["name"] for item in several] == ["fragmentation", "exhausted"]
     one = json.loads(_cli("summary", "--json", first).stdout)
     assert isinstance(one, dict)
     assert one["file"] == str(first)
@@ -74,7 +78,7 @@ def test_summary_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
     bad.write_bytes(first.read_bytes()[:100])
     proc = _cli("summary", "--json", first, bad, second)
     assert proc.returncode == 1
-    assert [item["file"] for item in json.loads(proc.stdout)] == [str(first), str(second)]
+    assert [item["file"] for item in json.loads(proc.stdout)["dumps"]] == [str(first), str(second)]
     [line] = proc.stderr.splitlines()
     assert line.startswith(f"memforensics summary: {bad}: ")
     assert "Traceback" not in proc.stderr

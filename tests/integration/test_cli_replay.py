@@ -73,10 +73,10 @@ def test_quickstart_leak_is_proven_exhausted(tmp_path: Path) -> None:
     assert run.returncode != 0  # the leak ends in an OOM
     [oom] = sorted((out / "oom").glob("*.pickle"))
     summary = json.loads(_cli("summary", oom, "--json").stdout)
-    assert (summary["verdict"], summary["verdict_reason"]) == ("exhausted", "proven")
+    assert (summary["verdict"]["name"], summary["verdict"]["reason"]) == ("exhausted", "proven")
     bound = summary["lower_bound"]
     assert bound["needed_bytes"] > bound["limit_bytes"] == 1 << 30
-    assert summary["external_bytes"] == 0
+    assert summary["oom"]["external_bytes"] == 0
     replay = json.loads(_cli("replay", oom, "--json").stdout)
     assert replay["lower_bound"]["proven_exhausted"] is True
 
@@ -86,10 +86,11 @@ def test_summary_without_history_or_sidecar_is_unknown_until_told_the_request() 
     """No history, no sidecar: unknown; with --requested the user's failed request is judged."""
     path = REAL / "cuda-llm-at-oom-no-history.pickle"
     data = json.loads(_cli("summary", path, "--json").stdout)
-    assert (data["verdict"], data["verdict_reason"]) == ("unknown", "no history and no sidecar")
+    verdict = (data["verdict"]["name"], data["verdict"]["reason"])
+    assert verdict == ("unknown", "no history and no sidecar")
     told = json.loads(_cli("summary", path, "--json", "--requested", "2GiB").stdout)
-    assert told["verdict"] == "exhausted"
-    assert told["oom_state"]["requested_bytes"] == 2 << 30
+    assert told["verdict"]["name"] == "exhausted"
+    assert told["oom"]["requested_bytes"] == 2 << 30
     bad = _cli("summary", path, "--requested", "lots")
     assert bad.returncode == 2
 

@@ -52,7 +52,7 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
         check=True,
     )
     facts = json.loads(summary.stdout)
-    assert facts["verdict"] in {"fragmentation", "exhausted"}
+    assert facts["verdict"]["name"] in {"fragmentation", "exhausted"}
     assert facts["top_sites"][0]["site"].endswith("keep_metrics")
     packaged = Path(demo_train.__file__).resolve()
     assert str(packaged) in facts["top_sites"][0]["site"]  # the packaged module ran, not a copy

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from memforensics.analysis.schema import to_json
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
@@ -162,7 +164,7 @@ def test_a_step_that_raises_is_recorded_with_its_error(tmp_path: Path) -> None:
 
     run_step(step, ctx, 5.0, body)
     assert (step.status, step.error) == ("error", "RuntimeError: no OOM after 12 steps")
-    assert json.dumps(step.to_dict())  # the report stays JSON
+    assert json.dumps(to_json(step))  # the report stays JSON
 
 
 class BoundTorchCuda:

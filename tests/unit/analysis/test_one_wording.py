@@ -64,8 +64,7 @@ def test_the_caller_line_reads_the_same_under_summary_and_diff() -> None:
 
 def test_the_call_tree_cuts_a_long_frame_as_the_tables_do() -> None:
     """A frame name too long for its indent is cut the way a table cuts a site."""
-    root = CallNode("all", MiB(8), 1)
-    root.child(str(LIBRARY) * 2).bytes = MiB(8)
+    root = CallNode("all", MiB(8), 1, (CallNode(str(LIBRARY) * 2, MiB(8), 1),))
     [line] = tree_lines(root)
     assert line.endswith(short_site(str(LIBRARY) * 2, 72))
 

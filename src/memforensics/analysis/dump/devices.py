@@ -17,34 +17,24 @@ says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memforensics.analysis.dump.model import ALLOCATED, Segment
 from memforensics.analysis.dump.ooms import oom_positions
+from memforensics.analysis.schema import json_key
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
     """One device of a dump: what it reserved and holds, and whether its trace has an OOM."""
 
-    device: int
+    device: int = field(metadata=json_key("device_index"))
     reserved_bytes: int
     allocated_bytes: int
     segments: int
-    history_events: int
+    history_events: int = field(metadata=json_key("trace_entries"))
     oom: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``devices`` in ``summary --json``)."""
-        return {
-            "device_index": self.device,
-            "reserved_bytes": self.reserved_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "segments": self.segments,
-            "trace_entries": self.history_events,
-            "oom": self.oom,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,16 +35,6 @@ class OomRecord:
     """What the allocator tried to get from the driver (sidecar schema 2; the size PyTorch's
     error text prints). Schema 1 wrote that size as ``requested_bytes``."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the ``oom`` key of ``summary --json``). The sidecar's ``source``
-        means who saw the OOM, so where these facts came from is ``origin`` here."""
-        return {
-            "requested_bytes": self.requested_bytes,
-            "device_free_bytes": self.device_free_bytes,
-            "device_total_bytes": self.device_total_bytes,
-            "origin": self.source,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class DumpMeta:

@@ -22,12 +22,13 @@ This module only *reads* the shape; figures stay computed from what is present, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.model import ALLOCATED, NPU_WORKSPACE, Segment, as_int
+from memforensics.analysis.schema import NOT_IN_JSON
 
 SNAPSHOT = "snapshot"
 SEGMENT_LIST = "segment-list"
@@ -42,15 +43,7 @@ class SnapshotShape:
     container: str = SNAPSHOT
     producer: str = "PyTorch 2.1 or newer"
     missing: tuple[str, ...] = ()
-    limits: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``snapshot_shape`` in ``summary --json``; limits are apart)."""
-        return {
-            "container": self.container,
-            "producer": self.producer,
-            "missing": list(self.missing),
-        }
+    limits: tuple[str, ...] = field(default=(), metadata=NOT_IN_JSON)  # the summary's ``limits``
 
 
 def split_top_level(snapshot: object, source: str) -> tuple[list[Any], list[list[Any]], str]:

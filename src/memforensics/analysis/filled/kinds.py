@@ -135,16 +135,6 @@ class KindBytes:
     confidence: float
     requested_bytes: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "kind": self.kind,
-            "bytes": self.bytes,
-            "requested_bytes": self.requested_bytes,
-            "blocks": self.blocks,
-            "confidence": round(self.confidence, 3),
-        }
-
 
 def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
     """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order."""

@@ -33,36 +33,43 @@ MAX_DEPTH = 48
 MIN_SHARE = 0.0005  # children under 0.05 % of the moment's bytes are merged into one node
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallNode:
-    """A frame of the call tree with the live bytes and blocks under it."""
+    """A frame of the call tree with the live bytes and blocks under it; ``children`` biggest
+    first."""
 
     name: str
     bytes: int = 0
     blocks: int = 0
-    children: dict[str, CallNode] | None = None
+    children: tuple[CallNode, ...] = ()
 
-    def child(self, name: str) -> CallNode:
+    def sorted_children(self) -> list[CallNode]:
+        """Children, biggest first."""
+        return list(self.children)
+
+
+@dataclass
+class _Growing:
+    """A call tree node while the live allocations are added to it."""
+
+    name: str
+    bytes: int = 0
+    blocks: int = 0
+    children: dict[str, _Growing] | None = None
+
+    def child(self, name: str) -> _Growing:
         """The child named ``name``, created empty if new."""
         if self.children is None:
             self.children = {}
         found = self.children.get(name)
         if found is None:
-            found = self.children[name] = CallNode(name)
+            found = self.children[name] = _Growing(name)
         return found
 
-    def sorted_children(self) -> list[CallNode]:
-        """Children, biggest first."""
-        return sorted((self.children or {}).values(), key=lambda n: (-n.bytes, n.name))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: ``name``, ``bytes``, ``blocks``, ``children`` (biggest first)."""
-        return {
-            "name": self.name,
-            "bytes": self.bytes,
-            "blocks": self.blocks,
-            "children": [child.to_dict() for child in self.sorted_children()],
-        }
+    def done(self) -> CallNode:
+        """The finished node, children biggest first."""
+        ordered = sorted((self.children or {}).values(), key=lambda n: (-n.bytes, n.name))
+        return CallNode(self.name, self.bytes, self.blocks, tuple(c.done() for c in ordered))
 
 
 @dataclass(frozen=True)
@@ -76,18 +83,6 @@ class Moment:
     kinds: tuple[KindBytes, ...]
     tree: CallNode
     live_requested_bytes: int = 0  # what the callers of those blocks asked for
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``peak`` / ``oom_moment`` objects of ``summary --json``."""
-        return {
-            "name": self.name,
-            "position": self.position,
-            "time_us": self.time_us,
-            "live_bytes": self.live_bytes,
-            "live_requested_bytes": self.live_requested_bytes,
-            "kinds": [kind.to_dict() for kind in self.kinds],
-            "tree": self.tree.to_dict(),
-        }
 
 
 def peak_position(lt: Lifetimes) -> int:
@@ -171,7 +166,7 @@ def _fold(labels: list[str]) -> str:
 
 def call_tree(live: list[Allocation]) -> CallNode:
     """The call tree of ``live``, tiny branches merged so a hostile dump stays bounded."""
-    root = CallNode("all live memory")
+    root = _Growing("all live memory")
     path_of = per_stack(folded_path)
     for found in live:
         node = root
@@ -182,15 +177,15 @@ def call_tree(live: list[Allocation]) -> CallNode:
             node.bytes += found.size
             node.blocks += 1
     _prune(root, max(int(root.bytes * MIN_SHARE), 1))
-    return root
+    return root.done()
 
 
-def _prune(node: CallNode, floor: int) -> None:
+def _prune(node: _Growing, floor: int) -> None:
     if not node.children:
         return
     small = [child for child in node.children.values() if child.bytes < floor]
     if len(small) > 1:
-        merged = CallNode(f"<{len(small)} smaller callers>")
+        merged = _Growing(f"<{len(small)} smaller callers>")
         for child in small:
             merged.bytes += child.bytes
             merged.blocks += child.blocks

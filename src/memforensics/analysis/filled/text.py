@@ -6,7 +6,6 @@ from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import NATIVE_ONLY, native_note, short_site
 from memforensics.analysis.filled.kinds import KindBytes
 from memforensics.analysis.filled.peak import CallNode, Moment
-from memforensics.analysis.filled.what_filled import Filled
 
 _MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it is indented
 
@@ -41,18 +40,19 @@ def moment_lines(found: Moment) -> list[str]:
     return lines
 
 
-def filled_lines(filled: Filled | None) -> list[str]:
-    """What ``summary`` adds on what filled the device: kinds now, the peak, the OOM moment."""
-    if filled is None:
+def filled_lines(
+    kinds: tuple[KindBytes, ...], peak: Moment | None, oom: Moment | None
+) -> list[str]:
+    """What ``summary`` adds on what filled the device: ``kinds`` now, the ``peak``, the
+    ``oom``'s moment (nothing without a peak: the dump was not classified)."""
+    if peak is None:
         return []
-    if not filled.kinds and not filled.peak.live_bytes and filled.oom is None:
+    if not kinds and not peak.live_bytes and oom is None:
         return ["", "  live memory by kind: nothing live, at the snapshot or in the trace"]
-    lines = kinds_lines(
-        filled.kinds, "live memory by kind, adding up to allocated (see docs/analysis.md)"
-    )
-    lines += moment_lines(filled.peak)
-    if filled.oom is not None and filled.oom.position != filled.peak.position:
-        lines += moment_lines(filled.oom)
+    lines = kinds_lines(kinds, "live memory by kind, adding up to allocated (see docs/analysis.md)")
+    lines += moment_lines(peak)
+    if oom is not None and oom.position != peak.position:
+        lines += moment_lines(oom)
     return lines
 
 
@@ -66,8 +66,8 @@ def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[
             if len(lines) >= limit or child.bytes < floor:
                 return
             chain = child  # a chain of single callers reads as its deepest frame
-            while chain.children and len(chain.children) == 1:
-                [only] = chain.children.values()
+            while len(chain.children) == 1:
+                [only] = chain.children
                 if only.bytes != chain.bytes:
                     break
                 chain = only

@@ -8,7 +8,6 @@ trace walk (:mod:`~memforensics.analysis.filled.lifetimes`) and the classifier
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.dump.gc_pause import paused_gc
@@ -27,18 +26,6 @@ class Filled:
     peak: Moment
     oom: Moment | None
     lifetimes: Lifetimes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``kinds``, ``kinds_total``, ``peak`` and ``oom_moment`` keys of ``summary --json``.
-
-        ``kinds_total`` names the figure the kinds add up to: ``allocated_bytes``.
-        """
-        return {
-            "kinds": [kind.to_dict() for kind in self.kinds],
-            "kinds_total": KINDS_TOTAL,
-            "peak": self.peak.to_dict(),
-            "oom_moment": self.oom.to_dict() if self.oom else None,
-        }
 
 
 @paused_gc()

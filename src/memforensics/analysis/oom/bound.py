@@ -9,12 +9,13 @@ bytes only, finds that peak; the layout itself is never rebuilt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import ALLOCATED, PENDING_FREE, Dump
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import FINAL, OomMoment
+from memforensics.analysis.schema import json_key
 
 LIMIT = "limit"  # the recorded limit (per-process limit, else the device's total)
 CAPACITY = "capacity"  # no limit recorded: reserved plus device free at the OOM stands for it
@@ -28,34 +29,19 @@ class LowerBound:
     peak_live_bytes: int
     external_bytes: int
     limit_bytes: int
-    limit_source: str = LIMIT  # LIMIT, or CAPACITY when no limit was recorded
+    limit_source: str  # LIMIT, or CAPACITY when no limit was recorded
+    needed_bytes: int
+    """Peak live plus external."""
+    margin_bytes: int
+    """How far the need exceeds the limit (negative: room that placement could use)."""
+    proven: bool = field(metadata=json_key("proven_exhausted"))
+    """No allocator setting could have fit."""
 
-    @property
-    def needed_bytes(self) -> int:
-        """Peak live plus external."""
-        return self.peak_live_bytes + self.external_bytes
-
-    @property
-    def margin_bytes(self) -> int:
-        """How far the need exceeds the limit (negative: room that placement could use)."""
-        return self.needed_bytes - self.limit_bytes
-
-    @property
-    def proven(self) -> bool:
-        """No allocator setting could have fit."""
-        return self.margin_bytes > 0
-
-    def to_dict(self) -> dict[str, int | bool | str]:
-        """JSON-ready form."""
-        return {
-            "peak_live_bytes": self.peak_live_bytes,
-            "external_bytes": self.external_bytes,
-            "limit_bytes": self.limit_bytes,
-            "needed_bytes": self.needed_bytes,
-            "margin_bytes": self.margin_bytes,
-            "proven_exhausted": self.proven,
-            "limit_source": self.limit_source,
-        }
+    @classmethod
+    def of(cls, peak_live: int, external: int, limit: int, source: str = LIMIT) -> LowerBound:
+        """The bound of ``peak_live`` plus ``external`` bytes against ``limit``."""
+        needed = peak_live + external
+        return cls(peak_live, external, limit, source, needed, needed - limit, needed > limit)
 
 
 def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
@@ -85,7 +71,7 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
         found = peak_live_bytes(dump, until=moment.index)
         if found is not None:
             peak = max(peak, found[0])
-    return LowerBound(peak, external, limit, source)
+    return LowerBound.of(peak, external, limit, source)
 
 
 def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ under ``requested_bytes``; schema 2 stores both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memforensics._units import format_bytes as fmt
@@ -33,6 +33,7 @@ from memforensics.analysis.dump import INACTIVE, Dump, as_int
 from memforensics.analysis.oom.history import changes_after, has_history, state_before
 from memforensics.analysis.oom.serve import could_serve
 from memforensics.analysis.oom.state import AllocatorState
+from memforensics.analysis.schema import json_key
 
 FINAL = "final"  # the dump was taken at the OOM (or nothing changed after it)
 TRACE = "trace"  # the final state with the events after the ``oom`` entry undone
@@ -44,7 +45,7 @@ class OomMoment:
     """Facts at the failed request; any figure may be None when the dump does not say."""
 
     source: str  # FINAL, TRACE or UNKNOWN
-    index: int | None  # the trace's ``oom`` entry
+    index: int | None = field(metadata=json_key("trace_index"))  # the trace's ``oom`` entry
     requested_bytes: int | None
     allocation_bytes: int | None
     device_total_bytes: int | None
@@ -56,7 +57,8 @@ class OomMoment:
     stream: int
     why_unknown: str | None = None
     assumed: bool = False  # the request is the user's (--requested), not the recorded OOM's
-    served: bool | None = None  # the allocator model serves the request in this state
+    served: bool | None = field(default=None, metadata=json_key("could_serve"))
+    """The allocator model serves the request in this state."""
 
     @property
     def external_bytes(self) -> int | None:
@@ -73,25 +75,6 @@ class OomMoment:
         if self.device_total_bytes is None or self.reserved_bytes is None:
             return self.device_free_bytes
         return max(min(self.device_free_bytes, self.device_total_bytes - self.reserved_bytes), 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``summary --json``'s ``oom_state``)."""
-        return {
-            "source": self.source,
-            "trace_index": self.index,
-            "requested_bytes": self.requested_bytes,
-            "allocation_bytes": self.allocation_bytes,
-            "device_total_bytes": self.device_total_bytes,
-            "device_free_bytes": self.device_free_bytes,
-            "reserved_bytes": self.reserved_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "free_in_reserved_bytes": self.free_in_reserved_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "external_bytes": self.external_bytes,
-            "why_unknown": self.why_unknown,
-            "assumed": self.assumed,
-            "could_serve": self.served,
-        }
 
 
 def recorded_settings(dump: Dump) -> AllocatorSettings:

@@ -47,21 +47,6 @@ class AtRisk:
             return None
         return 1.0 - self.largest_free_block_bytes / self.free_in_reserved_bytes
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``at_risk`` object of ``summary --json`` (see docs/analysis.md)."""
-        return {
-            "reason": self.reason,
-            "trigger": self.trigger,
-            "alloc_retries": self.alloc_retries,
-            "reserved_bytes": self.reserved_bytes,
-            "free_in_reserved_bytes": self.free_in_reserved_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "fragmentation": self.fragmentation,
-            "device_total_bytes": self.device_total_bytes,
-            "outside_pytorch_bytes": self.outside_pytorch_bytes,
-            "headroom_bytes": self.headroom_bytes,
-        }
-
 
 def at_risk(dump: Dump, *, free_in_reserved: int, largest_free_block: int) -> AtRisk | None:
     """What a near-OOM dump says about its rank; None for every other kind of dump."""

@@ -10,7 +10,6 @@ before the OOM they were allocated) say which tensors they are and why they were
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from memforensics.allocator import K_SMALL_SIZE, AllocatorSettings
 from memforensics.analysis.dump import UNKNOWN_SITE, Dump, as_int, parse_step, site_of
@@ -35,16 +34,6 @@ class Pinner:
     site: str
     step: int | None
     age_us: int | None  # None: allocated before history recording started
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "address": self.address,
-            "size": self.size,
-            "site": self.site,
-            "step": self.step,
-            "age_us": self.age_us,
-        }
 
 
 def pinners(dump: Dump, moment: OomMoment | None, settings: AllocatorSettings) -> list[Pinner]:

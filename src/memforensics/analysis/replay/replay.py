@@ -41,6 +41,11 @@ from memforensics.analysis.replay.events import decode
 from memforensics.analysis.replay.lint import lint
 from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, placement_share, run
 from memforensics.analysis.replay.what_if import WhatIf, plan_rows, row
+from memforensics.analysis.schema import document
+
+SCHEMA = 2
+"""``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
+bumps it)."""
 
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
@@ -59,7 +64,8 @@ STANDARD_ALTERNATIVES: tuple[tuple[str, ...], ...] = (
 
 @dataclass(frozen=True)
 class Replay:
-    """What ``memforensics replay`` prints; ``to_dict`` gives the ``--json`` object."""
+    """What ``memforensics replay`` prints; its ``--json`` object is derived from the fields
+    (:func:`~memforensics.analysis.schema.document`, see docs/json.md)."""
 
     file: str
     recorded_conf: str
@@ -84,57 +90,16 @@ class Replay:
     settings_notes: tuple[str, ...] = ()  # recorded settings the model could not read
     settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
 
-    @property
-    def trusted(self) -> bool:
-        """True when the what-if answers stand on a reproduced run."""
-        return not self.refusals
-
-    @property
-    def placement_fidelity(self) -> float | None:
-        """Share of the recorded blocks the self-check placed at their address (None: none)."""
-        return placement_share(self.placements_same, self.placements_checked)
-
-    @property
-    def avoided_by(self) -> tuple[str, ...]:
-        """Names of the alternatives under which the OOM does not happen."""
-        if self.oom is None:
-            return ()
-        return tuple(row.name for row in self.what_if[1:] if not row.oom)
-
-    def table_rows(self) -> list[dict[str, Any]]:
-        """The what-if table as plain rows (for the HTML report)."""
-        return [row.to_dict() for row in self.what_if]
+    trusted: bool = False
+    """True when the what-if answers stand on a reproduced run (no refusals)."""
+    placement_fidelity: float | None = None
+    """Share of the recorded blocks the self-check placed at their address (None: none)."""
+    avoided_by: tuple[str, ...] = ()
+    """Names of the alternatives under which the OOM does not happen."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``replay --json`` object (key names are a contract; see docs/analysis.md)."""
-        return {
-            "file": self.file,
-            "recorded_conf": self.recorded_conf,
-            "start": self.start,
-            "live_at_start_blocks": self.live_at_start_blocks,
-            "live_at_start_bytes": self.live_at_start_bytes,
-            "trace_events": self.trace_events,
-            "fidelity": self.fidelity,
-            "segment_events": self.segment_events,
-            "segment_events_matched": self.segment_events_matched,
-            "placements_checked": self.placements_checked,
-            "placements_same": self.placements_same,
-            "placement_fidelity": self.placement_fidelity,
-            "oom_reproduced": self.oom_reproduced,
-            "trusted": self.trusted,
-            "refusals": list(self.refusals),
-            "oom": self.oom.to_dict() if self.oom else None,
-            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
-            "verdict": self.verdict.name if self.verdict else None,
-            "verdict_reason": self.verdict.reason if self.verdict else None,
-            "what_if": self.table_rows(),
-            "avoided_by": list(self.avoided_by),
-            "pinners": [pinner.to_dict() for pinner in self.pinners],
-            "lint": list(self.lint),
-            "history": self.history,
-            "settings_notes": list(self.settings_notes),
-            "settings_rules": self.settings_rules,
-        }
+        """``document(self, SCHEMA)``, for the answer cache's caller that still asks for it."""
+        return document(self, SCHEMA)
 
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
@@ -239,6 +204,7 @@ def replay(
         if moment is not None
         else None
     )
+    what_if = tuple(rows) if not refusals else tuple(rows[:1])
     return Replay(
         file=dump.name,
         recorded_conf=recorded.to_conf(),
@@ -255,13 +221,16 @@ def replay(
         refusals=tuple(refusals),
         oom=moment,
         lower_bound=bound,
-        what_if=tuple(rows) if not refusals else tuple(rows[:1]),
+        what_if=what_if,
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
         history=has_history(dump),
         verdict=verdict,
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
+        trusted=not refusals,
+        placement_fidelity=placement_share(exact.allocs_placed_same, exact.allocs_checked),
+        avoided_by=tuple(r.name for r in what_if[1:] if not r.oom) if moment is not None else (),
     )
 
 

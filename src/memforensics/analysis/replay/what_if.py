@@ -54,20 +54,6 @@ class WhatIf:
     note: str | None = None
     requires: str | None = None  # what else the row's outcome needs beyond its conf
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``replay --json``'s ``what_if``)."""
-        return {
-            "name": self.name,
-            "conf": self.conf,
-            "oom": self.oom,
-            "peak_reserved_bytes": self.peak_reserved_bytes,
-            "fragmentation_at_peak_bytes": self.fragmentation_at_peak_bytes,
-            "first_failure_index": self.first_failure_index,
-            "first_failure_bytes": self.first_failure_bytes,
-            "note": self.note,
-            "requires": self.requires,
-        }
-
 
 def row(
     name: str,

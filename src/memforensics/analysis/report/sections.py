@@ -26,6 +26,7 @@ from memforensics.analysis.replay import replay
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis.report.risk import at_risk_section
 from memforensics.analysis.report.timeline import segments_section, timeline_section
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import Summary
 
 TREE_DEPTH = 24
@@ -38,10 +39,10 @@ def verdict_section(ctx: DumpContext) -> Section:
     s = ctx.summary
     verdict = s.verdict
     data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
-    if s.after_oom and s.oom_state is not None and s.oom_state.index is not None:
+    if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
         data["moment"] = (
-            f"judged at the OOM (trace entry {s.oom_state.index:,}), with"
-            f" {fmt(s.oom_state.allocated_bytes)} live; the snapshot was taken after the OOM"
+            f"judged at the OOM (trace entry {s.oom.trace_index:,}), with"
+            f" {fmt(s.oom.allocated_bytes)} live; the snapshot was taken after the OOM"
             f" (unwinding freed {fmt(s.unwound_bytes)})"
         )
     return Section("verdict", "Verdict", "verdict", data)
@@ -66,8 +67,8 @@ def facts_section(ctx: DumpContext) -> Section:
         None: "unknown: no sidecar says whether the ring buffer overflowed",
         True: "yes: the oldest entries were dropped (raise max_entries)",
         False: "no",
-    }[s.history_truncated]
-    events = s.history_events
+    }[s.truncated]
+    events = s.trace_entries
     rows = [
         ["kind", ["text", s.kind or "unknown: no sidecar and not in a memforensics folder"]],
         ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
@@ -89,7 +90,7 @@ def _headline_rows(s: Summary) -> list[list[Any]]:
     (the unwinding freed most of it), then at the snapshot, labelled as after the OOM."""
     after = ""
     rows: list[list[Any]] = []
-    at = s.oom_state
+    at = s.oom
     if s.after_oom and at is not None:
         after = f" after the OOM (unwinding freed {fmt(s.unwound_bytes)})"
         rows += [
@@ -129,8 +130,8 @@ def _window_text(s: Summary) -> str:
 
 def oom_moment_section(ctx: DumpContext) -> Section | None:
     """The figures the verdict was judged on: the request, the allocation, external memory."""
-    moment = ctx.summary.oom_state
-    if ctx.summary.oom is None or moment is None:
+    moment = ctx.summary.oom
+    if moment is None or not moment.judged:
         return None
     unknown = moment.why_unknown or "not recorded in this dump"
     figures: list[tuple[str, int | None]] = [
@@ -142,7 +143,7 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
         ("outside PyTorch (limit - free - reserved)", moment.external_bytes),
         ("largest free block", moment.largest_free_block_bytes),
     ]
-    rows: list[list[Any]] = [["state judged", ["text", moment.source]]]
+    rows: list[list[Any]] = [["state judged", ["text", moment.state]]]
     for label, value in figures:
         words = f"{DEVICE_FREE_UNKNOWN}: {unknown}" if label == "device free" else unknown
         rows.append([label, ["text", words] if value is None else ["bytes", value]])
@@ -161,7 +162,7 @@ def replay_section(ctx: DumpContext) -> Section | None:
     if ctx.replay_of is not None:
         result = ctx.replay_of(ctx.dump)
     else:
-        result = replay(ctx.dump, jobs=ctx.replay_jobs).to_dict()
+        result = to_json(replay(ctx.dump, jobs=ctx.replay_jobs))
     if not result["trusted"]:
         return table(
             "replay",
@@ -257,12 +258,12 @@ def sites_section(ctx: DumpContext) -> Section:
     """The biggest sites: live at the OOM when the snapshot was taken after it, else at the
     snapshot."""
     s = ctx.summary
-    if s.after_oom and s.oom_sites:
+    if s.after_oom and s.oom is not None and s.oom.top_sites:
         return table(
             "sites",
             "Biggest sites (live bytes at the OOM)",
             [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-            [[site.site, site.bytes, site.blocks] for site in s.oom_sites],
+            [[site.site, site.bytes, site.blocks] for site in s.oom.top_sites],
             empty="No live blocks at the OOM.",
         )
     sites = s.top_sites
@@ -280,7 +281,7 @@ def after_oom_sites_section(ctx: DumpContext) -> Section | None:
     """The biggest sites at the snapshot, when it was taken after the OOM (second to those live
     at the OOM)."""
     s = ctx.summary
-    if not (s.after_oom and s.oom_sites):
+    if not (s.after_oom and s.oom is not None and s.oom.top_sites):
         return None
     return table(
         "sites_after_oom",

@@ -1,10 +1,21 @@
 """The summary of one dump: what filled the device and the verdict, with its words."""
 
 from memforensics.analysis.summary.scan import live_blocks, live_sites, scan_trace
-from memforensics.analysis.summary.summarize import SiteBytes, StepBytes, Summary, summarize
+from memforensics.analysis.summary.summarize import (
+    RECORDED,
+    SCHEMA,
+    Oom,
+    SiteBytes,
+    StepBytes,
+    Summary,
+    summarize,
+)
 from memforensics.analysis.summary.text import summary_text
 
 __all__ = [
+    "RECORDED",
+    "SCHEMA",
+    "Oom",
     "SiteBytes",
     "StepBytes",
     "Summary",

@@ -10,8 +10,8 @@ one backward pass over the trace (stopping early when it can), both in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from memforensics._units import outside_pytorch_bytes
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     UNKNOWN_SITE,
@@ -23,7 +23,15 @@ from memforensics.analysis.dump import (
     attribute,
 )
 from memforensics.analysis.dump.gc_pause import paused_gc
-from memforensics.analysis.filled import Filled, live_at, what_filled
+from memforensics.analysis.filled import (
+    CallNode,
+    Filled,
+    KindBytes,
+    Moment,
+    live_at,
+    what_filled,
+)
+from memforensics.analysis.filled.what_filled import KINDS_TOTAL
 from memforensics.analysis.oom import (
     TRACE,
     AtRisk,
@@ -36,6 +44,7 @@ from memforensics.analysis.oom import (
     settings_notes,
     verdict_at_oom,
 )
+from memforensics.analysis.schema import NOT_IN_JSON, json_key
 from memforensics.analysis.summary.scan import Tally, merge_oom, scan_trace
 
 
@@ -54,16 +63,6 @@ class SiteBytes:
     caller: str = UNKNOWN_SITE
     requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "site": self.site,
-            "caller": self.caller,
-            "bytes": self.bytes,
-            "requested_bytes": self.requested_bytes,
-            "blocks": self.blocks,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class StepBytes:
@@ -73,14 +72,77 @@ class StepBytes:
     bytes: int
     blocks: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"step": self.step, "bytes": self.bytes, "blocks": self.blocks}
+
+SCHEMA = 2
+"""``summary --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
+bumps it)."""
+
+RECORDED = "recorded"
+"""An :class:`Oom`'s ``state`` when only the record of the failure is known (a sidecar's
+``oom`` object): the state at it was not judged."""
+
+
+@dataclass(frozen=True)
+class Oom:
+    """The OOM, once: what failed and who recorded it, the allocator state it was judged on,
+    and what was live then.
+
+    ``state`` says which state the figures describe: ``final`` (the dump was taken at the
+    OOM), ``trace`` (the final state with the events after the trace's ``oom`` entry undone),
+    ``unknown`` (``why_unknown`` says why), or ``recorded`` (only the sidecar's record is
+    known). ``origin`` is who recorded the failure (``sidecar`` or ``trace``; None when only
+    ``--requested`` names it). ``time_us`` to ``tree`` describe what was live at the trace's
+    ``oom`` entry (None and empty without one); ``top_sites`` are the biggest sites live then,
+    when the snapshot was taken after the OOM.
+    """
+
+    state: str
+    origin: str | None
+    trace_index: int | None
+    requested_bytes: int | None
+    allocation_bytes: int | None
+    device_total_bytes: int | None
+    device_free_bytes: int | None
+    external_bytes: int | None
+    reserved_bytes: int | None
+    allocated_bytes: int | None
+    free_in_reserved_bytes: int | None
+    largest_free_block_bytes: int | None
+    stream: int | None = None
+    why_unknown: str | None = None
+    assumed: bool = False
+    could_serve: bool | None = None
+    time_us: int | None = None
+    live_bytes: int | None = None
+    live_requested_bytes: int | None = None
+    kinds: tuple[KindBytes, ...] = ()
+    tree: CallNode | None = None
+    top_sites: tuple[SiteBytes, ...] = ()
+    site_count: int = 0
+
+    @property
+    def judged(self) -> bool:
+        """True when the figures describe a judged state (not only the sidecar's record)."""
+        return self.state != RECORDED
+
+    def live(self) -> Moment | None:
+        """What was live at the trace's ``oom`` entry, as the peak's moment is told."""
+        if self.live_bytes is None or self.trace_index is None or self.tree is None:
+            return None
+        return Moment(
+            "oom", self.trace_index, self.time_us, self.live_bytes, self.kinds, self.tree,
+            self.live_requested_bytes or 0,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Summary:
-    """The facts ``memforensics summary`` prints; ``to_dict`` gives the ``--json`` object."""
+    """The facts ``memforensics summary`` prints; its ``--json`` object is derived from the
+    fields (:func:`~memforensics.analysis.schema.document`, see docs/json.md).
+
+    A fact the sidecar also holds has the sidecar's key (``device`` is the device's name,
+    ``device_index`` its index, ``truncated``, ``trace_entries``).
+    """
 
     file: str
     kind: str | None
@@ -95,7 +157,7 @@ class Summary:
     largest_free_block_bytes: int
     segments: int
     blocks: int
-    oom: OomRecord | None
+    oom: Oom | None
     verdict: Verdict
     top_sites: tuple[SiteBytes, ...]
     live_by_step: tuple[StepBytes, ...]
@@ -108,91 +170,28 @@ class Summary:
     before_recording_blocks: int = 0
     devices: tuple[DeviceUsage, ...] = ()
     device_reason: str = ""
-    shape: SnapshotShape = field(default_factory=SnapshotShape)
+    shape: SnapshotShape = field(default_factory=SnapshotShape, metadata=json_key("snapshot_shape"))
     limits: tuple[str, ...] = ()
-    oom_state: OomMoment | None = None  # the state the verdict was judged on
     lower_bound: LowerBound | None = None
-    filled: Filled | None = None  # kinds, peak and OOM moment
     has_sidecar: bool = False  # False: a raw PyTorch snapshot, or its sidecar is missing
-    oom_sites: tuple[
-        SiteBytes, ...
-    ] = ()  # biggest sites live at the OOM, when it is not the snapshot
-    oom_site_count: int = 0
+    unwound_bytes: int | None = None
+    """Allocated bytes the unwinding after the OOM freed (at the OOM less at the snapshot)."""
     judged_note: str | None = None  # what --requested overrode and the moment judged (a warning)
     at_risk: AtRisk | None = None  # a near-OOM dump: how close the rank was
+    kinds: tuple[KindBytes, ...] = ()
+    kinds_total: str = KINDS_TOTAL  # the figure the kinds add up to
+    peak: Moment | None = None
+    other_devices: tuple[Summary, ...] = ()
+    """The file's other devices with memory (``summary``'s answer about one file holds each
+    device it explains: the OOM's, else every device with memory, this one first)."""
+    filled: Filled | None = field(default=None, metadata=NOT_IN_JSON)
+    """The classified lifetimes behind ``kinds``, ``peak`` and the OOM's (for the report)."""
 
     @property
     def after_oom(self) -> bool:
         """True when the snapshot was taken after the OOM (the unwinding changed the state): the
         headline is then the OOM's moment, reconstructed from the trace."""
-        return self.oom_state is not None and self.oom_state.source == TRACE
-
-    @property
-    def unwound_bytes(self) -> int | None:
-        """Allocated bytes the unwinding after the OOM freed (at the OOM less at the snapshot)."""
-        if not self.after_oom or self.oom_state is None or self.oom_state.allocated_bytes is None:
-            return None
-        return self.oom_state.allocated_bytes - self.allocated_bytes
-
-    @property
-    def history_events(self) -> int:
-        """Old name of ``trace_entries`` (kept for readers written before the rename)."""
-        return self.trace_entries
-
-    @property
-    def history_truncated(self) -> bool | None:
-        """Old name of ``truncated`` (kept for readers written before the rename)."""
-        return self.truncated
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``summary --json`` object (key names are a contract; see docs/analysis.md).
-
-        A fact the sidecar also holds has the sidecar's key (``device`` is the device's name,
-        ``device_index`` its index, ``truncated``, ``trace_entries``).
-        """
-        return {
-            "file": self.file,
-            "kind": self.kind,
-            "rank": self.rank,
-            "has_sidecar": self.has_sidecar,
-            "step": self.step,
-            "steps": list(self.steps) if self.steps else None,
-            "device": self.device,
-            "device_index": self.device_index,
-            "reserved_bytes": self.reserved_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "active_bytes": self.active_bytes,
-            "free_in_reserved_bytes": self.free_in_reserved_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "segments": self.segments,
-            "blocks": self.blocks,
-            "oom": self.oom.to_dict() if self.oom else None,
-            "headline": "oom" if self.after_oom else "snapshot",
-            "oom_top_sites": [site.to_dict() for site in self.oom_sites],
-            "oom_site_count": self.oom_site_count,
-            "unwound_bytes": self.unwound_bytes,
-            "verdict": self.verdict.name,
-            "verdict_reason": self.verdict.reason,
-            "oom_state": self.oom_state.to_dict() if self.oom_state else None,
-            "external_bytes": self.oom_state.external_bytes if self.oom_state else None,
-            "lower_bound": self.lower_bound.to_dict() if self.lower_bound else None,
-            "explanation": self.verdict.explanation,
-            "advice": self.verdict.advice,
-            "top_sites": [site.to_dict() for site in self.top_sites],
-            "site_count": self.site_count,
-            "before_recording_bytes": self.before_recording_bytes,
-            "before_recording_blocks": self.before_recording_blocks,
-            "live_by_step": [step.to_dict() for step in self.live_by_step],
-            "trace_entries": self.trace_entries,
-            "truncated": self.truncated,
-            "warnings": list(self.warnings),
-            "devices": [item.to_dict() for item in self.devices],
-            "device_reason": self.device_reason,
-            "snapshot_shape": self.shape.to_dict(),
-            "limits": list(self.limits),
-            "at_risk": self.at_risk.to_dict() if self.at_risk else None,
-            **(self.filled.to_dict() if self.filled else {}),
-        }
+        return self.oom is not None and self.oom.state == TRACE
 
 
 @paused_gc()
@@ -233,6 +232,10 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         moment=moment,
     )
     note = judged_moment_warning(dump, requested)
+    found = _oom(oom, moment, filled.oom, oom_sites, oom_site_count)
+    unwound = None
+    if found is not None and found.state == TRACE and found.allocated_bytes is not None:
+        unwound = found.allocated_bytes - tally.allocated
     return Summary(
         file=dump.name,
         kind=dump.meta.kind,
@@ -248,7 +251,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         largest_free_block_bytes=tally.largest,
         segments=len(dump.segments),
         blocks=tally.blocks,
-        oom=oom,
+        oom=found,
         verdict=verdict,
         top_sites=top_sites,
         live_by_step=by_step(tally.live, block_steps),
@@ -263,13 +266,59 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         device_reason=dump.device_reason,
         shape=dump.shape,
         limits=dump.limits,
-        oom_state=moment,
         lower_bound=bound,
-        filled=filled,
-        oom_sites=oom_sites,
-        oom_site_count=oom_site_count,
+        unwound_bytes=unwound,
         judged_note=note,
         at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
+        kinds=filled.kinds,
+        peak=filled.peak,
+        filled=filled,
+    )
+
+
+def _oom(
+    record: OomRecord | None,
+    moment: OomMoment | None,
+    live: Moment | None,
+    sites: tuple[SiteBytes, ...],
+    site_count: int,
+) -> Oom | None:
+    """The one OOM object: the judged moment's figures, who recorded the failure, and what
+    was live at it; only the record when no moment was judged."""
+    origin = record.source if record is not None else None
+    if moment is None:
+        if record is None:
+            return None
+        return Oom(
+            RECORDED, origin, None, record.requested_bytes, record.allocation_bytes,
+            record.device_total_bytes, record.device_free_bytes,
+            outside_pytorch_bytes(record.device_total_bytes, record.device_free_bytes, None),
+            None, None, None, None,
+        )  # fmt: skip
+    return Oom(
+        state=moment.source,
+        origin=origin,
+        trace_index=moment.index,
+        requested_bytes=moment.requested_bytes,
+        allocation_bytes=moment.allocation_bytes,
+        device_total_bytes=moment.device_total_bytes,
+        device_free_bytes=moment.device_free_bytes,
+        external_bytes=moment.external_bytes,
+        reserved_bytes=moment.reserved_bytes,
+        allocated_bytes=moment.allocated_bytes,
+        free_in_reserved_bytes=moment.free_in_reserved_bytes,
+        largest_free_block_bytes=moment.largest_free_block_bytes,
+        stream=moment.stream,
+        why_unknown=moment.why_unknown,
+        assumed=moment.assumed,
+        could_serve=moment.served,
+        time_us=live.time_us if live is not None else None,
+        live_bytes=live.live_bytes if live is not None else None,
+        live_requested_bytes=live.live_requested_bytes if live is not None else None,
+        kinds=live.kinds if live is not None else (),
+        tree=live.tree if live is not None else None,
+        top_sites=sites,
+        site_count=site_count,
     )
 
 

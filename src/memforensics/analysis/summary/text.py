@@ -18,16 +18,22 @@ from memforensics.analysis.dump import (
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.oom import OomMoment, at_risk_lines, device_free_text
-from memforensics.analysis.summary.summarize import SiteBytes, Summary
+from memforensics.analysis.oom import at_risk_lines, device_free_text
+from memforensics.analysis.summary.summarize import Oom, SiteBytes, Summary
 
 _WRAP = 100
 _SITE_COLUMN = 23  # where the site column starts: under it goes the caller
 
 
 def summary_text(s: Summary, *, rows: int | None = 10) -> str:
-    """The ``summary`` table; ``rows`` caps the per-step table (None: every row). The site table
-    is already cut by ``summarize(top=...)``; both say how many rows they hide."""
+    """The ``summary`` table of ``s``, then of each of its ``other_devices``; ``rows`` caps the
+    per-step table (None: every row). The site table is already cut by
+    ``summarize(top=...)``; both say how many rows they hide."""
+    return "\n\n".join(_one_device(item, rows) for item in (s, *s.other_devices))
+
+
+def _one_device(s: Summary, rows: int | None) -> str:
+    """The table of one device."""
     where = [origin_words(s.kind, s.rank, s.has_sidecar)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
@@ -43,7 +49,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
     ]
-    at = s.oom_state
+    at = s.oom if s.oom is not None and s.oom.judged else None
     lines += _headline_rows(s) if at is None or not s.after_oom else _oom_rows(at)
     if at is not None:  # the user's request and the allocator's rounded allocation differ
         lines.append(
@@ -52,7 +58,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         )
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(
-            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.source} state),"
+            f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.state} state),"
             f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
         )
     elif s.oom is not None:
@@ -74,7 +80,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
         lines.append(f"  → {s.verdict.advice}")
     lines += _site_table(s)
     lines += _unrecorded_note(s)
-    lines += filled_lines(s.filled)
+    lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None)
     if s.live_by_step:
         shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]
@@ -96,10 +102,11 @@ def _headline_rows(s: Summary) -> list[str]:
     ]
 
 
-def _oom_rows(at: OomMoment) -> list[str]:
+def _oom_rows(at: Oom) -> list[str]:
     """Reserved, allocated and free at the OOM, reconstructed from the trace."""
     return [
-        f"  reserved     {fmt(at.reserved_bytes):>12}   at the OOM (trace entry {at.index:,})",
+        f"  reserved     {fmt(at.reserved_bytes):>12}   at the OOM"
+        f" (trace entry {at.trace_index:,})",
         f"  allocated    {fmt(at.allocated_bytes):>12}",
         f"  free inside  {fmt(at.free_in_reserved_bytes):>12}   largest free block of its pool "
         f"{fmt(at.largest_free_block_bytes)}",
@@ -108,9 +115,9 @@ def _oom_rows(at: OomMoment) -> list[str]:
 
 def _site_table(s: Summary) -> list[str]:
     lines: list[str] = []
-    if s.after_oom and s.oom_sites and s.oom_state is not None:
+    if s.after_oom and s.oom is not None and s.oom.top_sites:
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (live at the OOM)"]
-        lines += _site_rows(s.oom_sites, s.oom_site_count, s.oom_state.allocated_bytes or 0)
+        lines += _site_rows(s.oom.top_sites, s.oom.site_count, s.oom.allocated_bytes or 0)
         lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (after the OOM, at the snapshot)"]
         return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes)
     if s.top_sites:

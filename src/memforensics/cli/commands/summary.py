@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
-from memforensics.analysis.summary import summary_text
+from memforensics.analysis.schema import document
+from memforensics.analysis.summary import SCHEMA, summary_text
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -83,9 +84,9 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
     warnings = dump.warnings if ask.device is None else views[0].warnings
     stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
     summaries = [summarize(view, top=ask.top, requested=ask.requested) for view in views]
-    data = summaries[0].to_dict()
-    data["other_devices"] = [summary.to_dict() for summary in summaries[1:]]
-    text = "\n\n".join(summary_text(summary, rows=ask.top) for summary in summaries)
+    answer = replace(summaries[0], other_devices=tuple(summaries[1:]))
+    data = document(answer, SCHEMA)
+    text = summary_text(answer, rows=ask.top)
     return _Section(data=data, text=text, stderr=stderr)
 
 
@@ -166,6 +167,11 @@ class SummaryCommand:
         return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
 
 
+def _body(data: dict[str, Any]) -> dict[str, Any]:
+    """One dump's object inside the several-file document (its ``schema`` is the list's)."""
+    return {key: value for key, value in data.items() if key != "schema"}
+
+
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     """Print each section in the order given; the exit status (as documented above)."""
     results: list[dict[str, Any]] = []
@@ -185,7 +191,8 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
             print(("\n" if shown else "") + section.text)
             shown += 1
     if ask.json and (results or not ask.several):
-        print(json.dumps(results if ask.several else results[0], indent=2))
+        several = {"schema": SCHEMA, "dumps": [_body(data) for data in results]}
+        print(json.dumps(several if ask.several else results[0], indent=2))
     if bad == len(files):
         raise CommandError(f"none of the {bad} files could be read")
     return 1 if bad else 0

@@ -8,6 +8,7 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics.analysis import diff_by_device, dump_from_snapshot, load_dump, summarize
+from memforensics.analysis.schema import to_json
 from memforensics.testing import Block as B
 from memforensics.testing import (
     GiB,
@@ -41,7 +42,7 @@ def test_the_oom_device_is_read_even_when_the_sidecar_says_0() -> None:
     summary = summarize(dump)
     assert summary.device_index == 1
     for key in _FIGURES:
-        assert summary.to_dict()[key] == getattr(multi.truths[1], key), key
+        assert to_json(summary)[key] == getattr(multi.truths[1], key), key
     assert summary.verdict.name == multi.truths[1].verdict == "exhausted"
     assert any("sidecar says device 0" in warning for warning in dump.warnings)
     assert dump.device_views() == (dump,)
@@ -75,7 +76,7 @@ def test_wrong_sidecar_index_does_not_lose_history(tmp_path: Path) -> None:
     summary = summarize(dump)
     assert dump.device == 3
     assert [(item.device, item.oom) for item in dump.devices] == [(3, True)]
-    assert summary.history_events == 43
+    assert summary.trace_entries == 43
     assert summary.oom is not None
     assert summary.oom.requested_bytes == MiB(512)
     assert summary.reserved_bytes == case.truths[3].reserved_bytes
@@ -88,7 +89,7 @@ def test_without_an_oom_each_device_with_memory_is_a_view() -> None:
     views = dump_from_snapshot(multi.snapshot).device_views()
     assert [view.device for view in views] == [0, 1, 2]
     for view in views:
-        data = summarize(view).to_dict()
+        data = to_json(summarize(view))
         for key in _FIGURES:
             assert data[key] == getattr(multi.truths[view.device], key), (view.device, key)
 

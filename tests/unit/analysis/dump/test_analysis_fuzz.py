@@ -17,6 +17,7 @@ from memforensics.analysis import (
     summarize,
 )
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 
 _scalars = st.one_of(
     st.none(),
@@ -156,12 +157,12 @@ def test_malformed_structures_never_crash(snapshot: Any, sidecar: Any) -> None:
     if dump is None:
         assert "\n" not in message
         return
-    json.dumps(summarize(dump).to_dict())
-    json.dumps(diff_dumps(dump, dump).to_dict())
+    json.dumps(to_json(summarize(dump)))
+    json.dumps(to_json(diff_dumps(dump, dump)))
     for view in dump.device_views():
-        json.dumps(summarize(view).to_dict())
-    json.dumps(diff_by_device(dump, dump).to_dict())
-    json.dumps(replay(dump).to_dict())  # the allocator replay too
+        json.dumps(to_json(summarize(view)))
+    json.dumps(to_json(diff_by_device(dump, dump)))
+    json.dumps(to_json(replay(dump)))  # the allocator replay too
     builder = ReportBuilder()
     builder.add(dump)
     assert builder.html().startswith("<!DOCTYPE html>")

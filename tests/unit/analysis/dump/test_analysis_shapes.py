@@ -17,6 +17,7 @@ from memforensics.analysis import (
     summarize,
 )
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.capture.atomic import write_snapshot
 from memforensics.testing import (
     TRAIN,
@@ -97,7 +98,7 @@ def test_each_shape_gives_the_truth_figures(tmp_path: Path, shape: str) -> None:
     truth = npu_truth(synthetic.truth) if is_npu else synthetic.truth
     path = write_dump(tmp_path / "snap.pickle", convert(synthetic.snapshot))
     dump = load_dump(path)
-    data = summarize(dump).to_dict()
+    data = to_json(summarize(dump))
     for key in _FIGURES:
         assert data[key] == getattr(truth, key), key
     assert dump.shape.container == container
@@ -140,10 +141,10 @@ def test_segment_list_says_what_it_cannot_tell() -> None:
     """A memory_snapshot() list has no trace: no OOM, no history, and a limit says why."""
     summary = summarize(dump_from_snapshot(as_segment_list(fragmented().snapshot)))
     assert summary.oom is None
-    assert summary.history_events == 0
+    assert summary.trace_entries == 0
     assert summary.live_by_step == ()
     assert any("no allocator history" in limit for limit in summary.limits)
-    assert summary.to_dict()["snapshot_shape"]["container"] == "segment-list"
+    assert to_json(summary)["snapshot_shape"]["container"] == "segment-list"
 
 
 def test_early_npu_list_has_no_sites_and_says_so() -> None:
@@ -230,7 +231,7 @@ def test_protocol_5_pickle_reads_like_protocol_4(tmp_path: Path) -> None:
         tmp_path / "b" / "x.pickle", synthetic.snapshot, sidecar=synthetic.sidecar, protocol=5
     )
     assert five.read_bytes()[:2] == b"\x80\x05"
-    left, right = summarize(load_dump(four)).to_dict(), summarize(load_dump(five)).to_dict()
+    left, right = to_json(summarize(load_dump(four))), to_json(summarize(load_dump(five)))
     assert left | {"file": ""} == right | {"file": ""}
 
 

@@ -21,6 +21,7 @@ from memforensics.analysis import (
     summarize,
 )
 from memforensics.analysis.compare import diff_text
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 
@@ -53,7 +54,7 @@ def test_blocks_without_frames_are_before_recording() -> None:
     rows = {site.site: (site.bytes, site.blocks) for site in summary.top_sites}
     assert rows[BEFORE_RECORDING] == (builder.truth().site_bytes[BEFORE_RECORDING], 2)
     assert (summary.before_recording_bytes, summary.before_recording_blocks) == (MiB(10), 2)
-    data = summary.to_dict()
+    data = to_json(summary)
     assert (data["before_recording_bytes"], data["before_recording_blocks"]) == (MiB(10), 2)
     assert UNKNOWN_SITE not in rows
 
@@ -144,7 +145,7 @@ def test_caller_is_the_users_line_below_a_library_site() -> None:
     first, second = summary.top_sites
     assert (first.site, first.caller, first.bytes) == (str(LIBRARY), ENTRY, MiB(64))
     assert (second.site, second.caller) == (str(TRAIN), str(TRAIN))
-    assert summary.to_dict()["top_sites"][0]["caller"] == ENTRY
+    assert to_json(summary)["top_sites"][0]["caller"] == ENTRY
     assert caller_of(LIBRARY.frames()) == ENTRY
 
 
@@ -177,5 +178,5 @@ def test_diff_rows_carry_the_caller() -> None:
     result = diff_dumps(dump_from_snapshot(before.build()), dump_from_snapshot(after.build()))
     [growth] = result.growth
     assert (growth.site, growth.caller, growth.delta_bytes) == (str(LIBRARY), ENTRY, MiB(30))
-    assert result.to_dict()["growth"][0]["caller"] == ENTRY
+    assert to_json(result)["growth"][0]["caller"] == ENTRY
     assert f"← caller {ENTRY}" in diff_text(result)

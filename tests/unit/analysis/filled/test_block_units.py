@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from memforensics.analysis import dump_from_snapshot, load_dump, summarize
 from memforensics.analysis.filled import lifetimes, what_filled
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import Block, MiB, SnapshotBuilder
 
@@ -49,7 +50,7 @@ def test_kinds_sum_to_allocated_block_bytes() -> None:
 def test_kinds_report_requested_bytes_beside_block_bytes() -> None:
     """``--json``'s kinds give what the callers asked for beside the block bytes."""
     builder = _rounded_dump()
-    data = summarize(dump_from_snapshot(builder.build())).to_dict()
+    data = to_json(summarize(dump_from_snapshot(builder.build())))
     assert sum(k["requested_bytes"] for k in data["kinds"]) == (
         builder.truth().allocated_requested_bytes
     )
@@ -94,7 +95,7 @@ def test_a_freed_request_counts_at_its_rounded_block() -> None:
     assert freed.size == 1536
     pending = SnapshotBuilder()
     pending.segment(Block(MiB(3), requested=MiB(2) + 7, state=PENDING))
-    data = summarize(dump_from_snapshot(pending.build())).to_dict()
+    data = to_json(summarize(dump_from_snapshot(pending.build())))
     assert data["kinds"] == []
     assert data["peak"]["live_bytes"] == MiB(3)  # its block, from the snapshot
 
@@ -139,7 +140,7 @@ def test_sites_report_requested_bytes_beside_block_bytes() -> None:
     """``--json``'s top sites give block bytes and, beside them, what the site asked for."""
     builder = SnapshotBuilder()
     builder.segment(Block(MiB(3), requested=MiB(2) + 7), Block(1024, requested=1000))
-    [site] = summarize(dump_from_snapshot(builder.build())).to_dict()["top_sites"]
+    [site] = to_json(summarize(dump_from_snapshot(builder.build())))["top_sites"]
     assert (site["bytes"], site["requested_bytes"]) == (MiB(3) + 1024, MiB(2) + 1007)
 
 

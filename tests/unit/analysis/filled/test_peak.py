@@ -12,6 +12,7 @@ import memforensics
 from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump, summarize
 from memforensics.analysis.dump import BEFORE_RECORDING
 from memforensics.analysis.filled import CallNode, what_filled
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
@@ -22,13 +23,11 @@ GiB = 1 << 30
 def _leaves(node: CallNode) -> list[CallNode]:
     if not node.children:
         return [node]
-    return [leaf for child in node.children.values() for leaf in _leaves(child)]
+    return [leaf for child in node.children for leaf in _leaves(child)]
 
 
 def _names(node: CallNode) -> list[str]:
-    return [node.name] + [
-        name for child in (node.children or {}).values() for name in _names(child)
-    ]
+    return [node.name] + [name for child in node.children for name in _names(child)]
 
 
 def test_peak_bytes_kinds_and_tree_match_the_truth(tmp_path: Path) -> None:
@@ -76,9 +75,9 @@ def test_summary_shows_kinds_and_tree_and_json_has_all(tmp_path: Path) -> None:
     text = summary_text(summary)
     assert "live memory by kind" in text
     assert "call tree at the peak" in text
-    data = json.loads(json.dumps(summary.to_dict()))
+    data = json.loads(json.dumps(to_json(summary)))
     assert data["peak"]["live_bytes"] == MiB(30)
-    assert data["oom_moment"]["live_bytes"] == MiB(30)
+    assert data["oom"]["live_bytes"] == MiB(30)
     assert [k["kind"] for k in data["kinds"]] == ["activation"]  # live at an OOM in forward
 
     def depth(node: dict[str, object]) -> int:

@@ -11,6 +11,7 @@ import memforensics
 from memforensics.analysis import load_dump
 from memforensics.analysis.oom import NO_OOM
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summarize, summary_text
 from memforensics.backends.sim import reset_device
 
@@ -52,7 +53,7 @@ def test_summary_says_at_risk_with_retries_fragmentation_and_headroom(
     from a near-OOM dump, and gives no OOM verdict."""
     path, truth = near_oom_dump
     summary = summarize(load_dump(path))
-    risk = summary.to_dict()["at_risk"]
+    risk = to_json(summary)["at_risk"]
     assert risk["alloc_retries"] == truth["retries"] == 1
     assert risk["reserved_bytes"] == truth["reserved"]
     assert risk["free_in_reserved_bytes"] == truth["reserved"] - truth["allocated"]

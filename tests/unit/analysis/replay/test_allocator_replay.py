@@ -178,12 +178,12 @@ def test_window_dump_is_judged_at_the_oom_not_at_its_end() -> None:
     window = dump_from_snapshot(device.snapshot(), sidecar={"schema": 2, "kind": "window"})
     later = summarize(window)
     assert later.reserved_bytes == 0
-    assert later.oom_state is not None
-    assert later.oom_state.source == "trace"
-    assert at_oom.oom_state is not None
-    assert at_oom.oom_state.source == "final"
+    assert later.oom is not None
+    assert later.oom.state == "trace"
+    assert at_oom.oom is not None
+    assert at_oom.oom.state == "final"
     for name in ("reserved_bytes", "allocated_bytes", "largest_free_block_bytes"):
-        assert getattr(later.oom_state, name) == getattr(at_oom.oom_state, name), name
+        assert getattr(later.oom, name) == getattr(at_oom.oom, name), name
     assert later.verdict.name == at_oom.verdict.name == "fragmentation"
 
 
@@ -198,8 +198,8 @@ def test_external_memory_gets_its_own_verdict() -> None:
         "device_total_bytes": 4 * total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
     summary = summarize(dump_from_snapshot(snapshot, sidecar=sidecar))
     assert summary.verdict.name == "external"
-    assert summary.oom_state is not None
-    assert summary.oom_state.external_bytes == 4 * total - total
+    assert summary.oom is not None
+    assert summary.oom.external_bytes == 4 * total - total
 
 
 def test_settings_parse_as_pytorch_parses_them() -> None:

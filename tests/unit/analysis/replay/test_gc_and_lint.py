@@ -12,6 +12,7 @@ from memforensics.analysis import dump_from_snapshot, replay
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
 
 MiB = 1 << 20
@@ -52,7 +53,7 @@ def test_the_gc_row_says_it_also_needs_a_memory_fraction() -> None:
     assert row.requires is not None
     assert "per_process_memory_fraction" in row.requires
     assert "set_per_process_memory_fraction" in row.requires
-    document = json.loads(json.dumps(result.to_dict()))
+    document = json.loads(json.dumps(to_json(result)))
     rows = {r["name"]: r for r in document["what_if"]}
     assert rows[row.name]["requires"] == row.requires
     assert rows["expandable_segments=True"]["requires"] is None

@@ -9,6 +9,7 @@ import pytest
 
 from memforensics.analysis import dump_from_snapshot, load_dump, replay
 from memforensics.analysis.replay import replay_text
+from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
 from memforensics.testing import TRAIN, Block, MiB, SnapshotBuilder
 
@@ -29,7 +30,7 @@ def test_no_history_says_no_recording_started() -> None:
     text = replay_text(result)
     assert "recording started" not in text
     assert "history      none recorded; the snapshot alone holds 2 live blocks" in text
-    assert result.to_dict()["history"] is False
+    assert to_json(result)["history"] is False
 
 
 def test_no_history_says_the_self_check_did_not_run() -> None:

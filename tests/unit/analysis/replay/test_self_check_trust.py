@@ -20,6 +20,7 @@ from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
 
 MiB = 1 << 20
@@ -97,7 +98,7 @@ def test_a_replay_that_misplaces_blocks_refuses_its_what_if() -> None:
     assert result.placements_same == 0
     assert not result.trusted
     assert [row.name for row in result.what_if] == ["as recorded"]
-    document = json.loads(json.dumps(result.to_dict()))
+    document = json.loads(json.dumps(to_json(result)))
     assert document["trusted"] is False
     assert document["placement_fidelity"] == 0.0
     assert any("placed only 0.0% of the blocks" in r for r in document["refusals"])

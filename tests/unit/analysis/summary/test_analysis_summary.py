@@ -8,6 +8,7 @@ import pytest
 
 from memforensics.analysis import dump_from_snapshot, load_dump, site_of, summarize
 from memforensics.analysis.dump import is_library_file, parse_step
+from memforensics.analysis.schema import to_json
 from memforensics.testing import (
     CACHE,
     OPTIMIZER,
@@ -40,16 +41,13 @@ def test_fragmentation_verdict(tmp_path: Path, legacy: bool) -> None:
     """Half-empty striped segments with a 32 MiB request: fragmentation, with the advice."""
     synthetic = fragmented(legacy=legacy)
     summary = summarize(load_dump(synthetic.write(tmp_path / "oom" / "rank0_pid1.pickle")))
-    data = summary.to_dict()
+    data = to_json(summary)
     _check_truth(data, synthetic.truth)
-    assert data["verdict"] == synthetic.truth.verdict == "fragmentation"
-    assert data["oom"] == {
-        "requested_bytes": MiB(32),
-        "device_free_bytes": 0,
-        "device_total_bytes": GiB(80),
-        "origin": "sidecar",
-    }
-    assert "expandable_segments:True" in str(data["advice"])
+    assert data["verdict"]["name"] == synthetic.truth.verdict == "fragmentation"
+    oom = data["oom"]
+    assert (oom["requested_bytes"], oom["device_free_bytes"]) == (MiB(32), 0)
+    assert (oom["device_total_bytes"], oom["origin"]) == (GiB(80), "sidecar")
+    assert "expandable_segments:True" in str(data["verdict"]["advice"])
     assert data["top_sites"] == [
         {
             "site": str(TRAIN),
@@ -65,7 +63,7 @@ def test_exhausted_verdict_names_biggest_sites() -> None:
     """Live memory filling the device is 'exhausted' and the explanation names the top site."""
     synthetic = exhausted()
     summary = summarize(dump_from_snapshot(synthetic.snapshot, sidecar=synthetic.sidecar))
-    _check_truth(summary.to_dict(), synthetic.truth)
+    _check_truth(to_json(summary), synthetic.truth)
     assert summary.verdict.name == synthetic.truth.verdict == "exhausted"
     assert str(TRAIN) in summary.verdict.explanation
     assert [site.site for site in summary.top_sites] == [str(TRAIN), str(OPTIMIZER), str(CACHE)]
@@ -76,7 +74,7 @@ def test_oom_from_trace_without_sidecar() -> None:
     synthetic = exhausted(with_sidecar=False)
     summary = summarize(dump_from_snapshot(synthetic.snapshot))
     assert summary.oom is not None
-    assert summary.oom.source == "trace"
+    assert summary.oom.origin == "trace"
     assert summary.oom.requested_bytes == GiB(1)
     assert summary.oom.device_free_bytes == MiB(32)
     assert summary.verdict.name == "exhausted"

@@ -12,6 +12,7 @@ import pytest
 import memforensics
 from memforensics.analysis import diff_dumps, dump_from_snapshot, list_dumps, load_dump, summarize
 from memforensics.analysis.compare import diff_text
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder
@@ -30,7 +31,7 @@ def test_summary_site_table_says_how_many_rows_it_hides() -> None:
     """Top 3 of 14 sites: the text says 11 more sites (66 MiB) are not shown."""
     summary = summarize(dump_from_snapshot(_many_sites().build()), top=3)
     assert summary.site_count == 14
-    assert summary.to_dict()["site_count"] == 14
+    assert to_json(summary)["site_count"] == 14
     hidden = sum(range(1, 12))
     text = summary_text(summary)
     assert f"… 11 more sites not shown ({hidden}.00 MiB in all)" in text
@@ -96,7 +97,7 @@ def test_summary_json_uses_the_sidecars_names(tmp_path: Path) -> None:
     """Every summary --json key the sidecar also has holds the sidecar's value for it."""
     path = _sim_oom_dump(tmp_path)
     sidecar = json.loads(path.with_suffix(".json").read_text())
-    data = summarize(load_dump(path)).to_dict()
+    data = to_json(summarize(load_dump(path)))
     shared = data.keys() & sidecar.keys()
     assert {"kind", "rank", "step", "device", "device_index", "truncated"} <= shared
     assert {"trace_entries"} <= shared

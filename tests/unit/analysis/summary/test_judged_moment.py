@@ -12,6 +12,7 @@ import pytest
 from memforensics.analysis import Dump, dump_from_snapshot, load_dump, replay, summarize
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import (
     CACHE,
@@ -69,7 +70,7 @@ def test_request_the_recorded_state_serves_is_not_an_oom_verdict() -> None:
     assert "this state could serve the request: the oom happened at another moment" in (
         summary.verdict.explanation.lower()
     )
-    assert summary.to_dict()["oom_state"]["could_serve"] is True
+    assert to_json(summary)["oom"]["could_serve"] is True
     assert "EXHAUSTED" not in summary_text(summary)
 
 
@@ -80,7 +81,7 @@ def test_oversize_hole_does_not_serve_a_request_under_max_split_size() -> None:
     summary = summarize(dump_from_snapshot(snapshot), requested=MiB(100))
     assert largest >= MiB(100)
     assert summary.verdict.name == "fragmentation"
-    assert summary.to_dict()["oom_state"]["could_serve"] is False
+    assert to_json(summary)["oom"]["could_serve"] is False
 
 
 def test_hole_on_another_stream_does_not_serve_the_request() -> None:
@@ -88,7 +89,7 @@ def test_hole_on_another_stream_does_not_serve_the_request() -> None:
     snapshot, _largest = _kv_cache_state(free_stream=7)
     summary = summarize(dump_from_snapshot(snapshot), requested=MiB(200))
     assert summary.verdict.name != "could-serve"
-    assert summary.to_dict()["oom_state"]["could_serve"] is False
+    assert to_json(summary)["oom"]["could_serve"] is False
 
 
 def test_requested_over_a_recorded_history_warns_and_names_the_moment() -> None:
@@ -97,7 +98,7 @@ def test_requested_over_a_recorded_history_warns_and_names_the_moment() -> None:
     builder.segment(Block(GiB(1), site=TRAIN), Block(MiB(64), state=INACTIVE, site=None))
     builder.churn(30)
     summary = summarize(dump_from_snapshot(builder.build()), requested=MiB(300))
-    warnings = summary.to_dict()["warnings"]
+    warnings = to_json(summary)["warnings"]
     assert any("--requested" in w and "final state" in w for w in warnings)
     assert "warning" in summary_text(summary)
     assert "final state" in summary_text(summary)
@@ -107,7 +108,7 @@ def test_requested_over_a_recorded_oom_says_what_it_replaces() -> None:
     """--requested on a dump that records its OOM says which recorded request it replaces."""
     dump = exhausted()
     summary = summarize(dump_from_snapshot(dump.snapshot, sidecar=dump.sidecar), requested=MiB(3))
-    assert any("replaces" in w for w in summary.to_dict()["warnings"])
+    assert any("replaces" in w for w in to_json(summary)["warnings"])
 
 
 def test_unknown_device_free_reads_in_words(tmp_path: Path) -> None:
@@ -137,13 +138,13 @@ def test_oom_moment_heads_a_dump_taken_after_unwinding() -> None:
     made = unwound_oom()
     truth = made.truth
     summary = summarize(dump_from_snapshot(made.snapshot, sidecar=made.sidecar))
-    data = summary.to_dict()
+    data = to_json(summary)
     assert truth.oom_allocated_bytes is not None
-    assert data["headline"] == "oom"
-    assert data["oom_state"]["allocated_bytes"] == truth.oom_allocated_bytes
+    assert data["oom"]["state"] == "trace"  # the headline is the OOM's moment
+    assert data["oom"]["allocated_bytes"] == truth.oom_allocated_bytes
     assert data["allocated_bytes"] == truth.allocated_bytes
     assert data["unwound_bytes"] == truth.oom_allocated_bytes - truth.allocated_bytes
-    found = {row["site"]: row["bytes"] for row in data["oom_top_sites"]}
+    found = {row["site"]: row["bytes"] for row in data["oom"]["top_sites"]}
     assert found == truth.oom_site_bytes
     biggest = max(truth.oom_site_bytes, key=truth.oom_site_bytes.__getitem__)
     smallest = min(truth.oom_site_bytes, key=truth.oom_site_bytes.__getitem__)
@@ -181,8 +182,8 @@ def test_replay_bounds_against_capacity_without_a_limit() -> None:
     assert bound is not None
     assert made.truth.device_free_bytes is not None
     assert bound.limit_bytes == made.truth.reserved_bytes + made.truth.device_free_bytes
-    assert result.to_dict()["lower_bound"]["limit_source"] == "capacity"
-    assert result.to_dict()["verdict"] == summary.verdict.name == made.truth.verdict
+    assert to_json(result)["lower_bound"]["limit_source"] == "capacity"
+    assert to_json(result)["verdict"]["name"] == summary.verdict.name == made.truth.verdict
     text = replay_text(result)
     assert "capacity" in text
     assert "no limit recorded" in text
@@ -195,5 +196,5 @@ def test_replay_gives_summarys_verdict_on_a_real_oom_without_history() -> None:
     dump = load_dump(NO_HISTORY)
     result = replay(dump, requested=MiB(200))
     summary = summarize(dump, requested=MiB(200))
-    assert result.to_dict()["verdict"] == summary.verdict.name
+    assert to_json(result)["verdict"]["name"] == summary.verdict.name
     assert summary.verdict.label.upper() in replay_text(result)

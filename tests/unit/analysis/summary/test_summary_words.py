@@ -7,6 +7,7 @@ from pathlib import Path
 
 from memforensics.analysis import dump_from_snapshot, list_dumps, summarize
 from memforensics.analysis.folder import ls_text
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, SnapshotBuilder, make_sidecar, write_dump
 
@@ -29,7 +30,7 @@ def test_sidecar_header_keeps_kind_and_rank() -> None:
     sidecar = make_sidecar("window", rank=3, steps=[4, 7])
     summary = summarize(dump_from_snapshot(_raw().build(), sidecar=sidecar))
     assert "(kind window, rank 3, steps 4-7)" in summary_text(summary).splitlines()[0]
-    assert summary.to_dict()["has_sidecar"] is True
+    assert to_json(summary)["has_sidecar"] is True
 
 
 def test_unknown_truncation_says_what_is_unknown() -> None:
