@@ -60,7 +60,7 @@ def build(kind: str, path: Path, events: int) -> None:
 
 def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; the median and the peak RSS growth."""
-    from memforensics.analysis import load_dump, replay, summarize
+    from memforensics.analysis import load_dump, replay_dump, summarize
 
     def run() -> object:
         if mode == "pickle":
@@ -70,7 +70,7 @@ def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
             dump = load_dump(path)
             return dump, summarize(dump)
         dump = load_dump(path)  # kept past the clock too
-        return dump, replay(dump, jobs=os.cpu_count() or 1)  # the CLI's default --jobs
+        return dump, replay_dump(dump, jobs=os.cpu_count() or 1)  # the CLI's default --jobs
 
     return timed_in_process(run, repeats)
 

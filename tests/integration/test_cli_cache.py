@@ -107,16 +107,16 @@ def test_a_rewritten_dump_with_its_size_and_mtime_restored_is_not_served_stale(
 
 
 def test_touching_a_dump_rebuilds_its_entry(tmp_path: Path) -> None:
-    """A new modification time is a new file to the cache: new entries are written (one per
-    rendering of the answer, text and JSON)."""
+    """A new modification time is a new file to the cache: a new entry is written (one per
+    result: its text and its JSON are rendered from it)."""
     path = _oom_dump(tmp_path / "d.pickle", REQUESTED)
     cache = tmp_path / "cache"
     _cli("summary", "--json", path, "--cache-dir", cache)
-    assert len(_entries(cache)) == 2
+    assert len(_entries(cache)) == 1
     info = path.stat()
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
     assert _requested(_cli("summary", "--json", path, "--cache-dir", cache)) == REQUESTED
-    assert len(_entries(cache)) == 4
+    assert len(_entries(cache)) == 2
 
 
 def _damage(entry: Path, how: str) -> None:
@@ -208,10 +208,10 @@ def test_cache_info_counts_and_clear_empties(tmp_path: Path) -> None:
     _cli("summary", dump, "--cache-dir", cache)
     _cli("replay", dump, "--cache-dir", cache)
     info = json.loads(_cli("cache", "info", "--json", "--cache-dir", cache).stdout)
-    assert info["entries"] == 4 == len(_entries(cache))  # each answer in text and in JSON
+    assert info["entries"] == 2 == len(_entries(cache))  # one result each, either rendering
     assert info["bytes"] == sum(entry.stat().st_size for entry in _entries(cache))
     cleared = json.loads(_cli("cache", "clear", "--json", "--cache-dir", cache).stdout)
-    assert cleared["removed"] == 4
+    assert cleared["removed"] == 2
     assert _entries(cache) == []
 
 
@@ -336,8 +336,7 @@ def _tampered(entry: Path) -> bytes:
     """A sound entry (checksum right) saying something the command never computed."""
     head, _, payload = entry.read_bytes().partition(b"\n")
     body = json.loads(payload)
-    body["result"]["text"] = "TAMPERED"
-    body["result"]["data"] = {"tampered": True}
+    body["result"]["summary"]["device_reason"] = "tampered"
     new = json.dumps(body).encode()
     magic = head.decode().rsplit(" ", 1)[0]
     return f"{magic} {hashlib.blake2b(new).hexdigest()}\n".encode() + new
@@ -412,3 +411,28 @@ def test_diff_through_a_second_path_names_the_path_given(tmp_path: Path) -> None
     proc = _cli("diff", "--json", link, b, "--cache-dir", cache)
     assert proc.stdout == _cli("diff", "--json", link, b, "--no-cache").stdout
     assert "other-name.pickle" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["summary", "replay"])
+def test_a_kept_result_is_named_afresh_by_each_path(tmp_path: Path, command: str) -> None:
+    """A hard link in another run folder is answered from the one kept result (no second
+    entry), with its own name, rank and steps read from its path, as --no-cache answers it."""
+    first = tmp_path / "steps4-7"
+    second = tmp_path / "steps8-11"
+    first.mkdir()
+    second.mkdir()
+    path = write_dump(first / "rank3_pid77.pickle", fragmented().snapshot)  # no sidecar
+    link = second / "rank5_pid78.pickle"
+    os.link(path, link)
+    cache = tmp_path / "cache"
+    assert _cli(command, "--json", path, "--cache-dir", cache).returncode == 0
+    assert len(_entries(cache)) == 1
+    served = _cli(command, "--json", link, "--cache-dir", cache)
+    assert len(_entries(cache)) == 1  # the link was answered from the kept result
+    assert served.stdout == _cli(command, "--json", link, "--no-cache").stdout
+    answer = json.loads(served.stdout)
+    assert answer["file"] == str(link)
+    if command == "summary":
+        assert (answer["rank"], answer["steps"]) == (5, [8, 11])
+    entry = _entries(cache)[0].read_text()
+    assert "rank3_pid77" not in entry and "steps4-7" not in entry  # no name is kept

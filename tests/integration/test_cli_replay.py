@@ -142,14 +142,14 @@ def test_report_of_one_dump_replays_with_its_jobs(
 
     oom, _steps = _demo(tmp_path / "demo")
     shared = importlib.import_module("memforensics.analysis.report.sections")
-    real = shared.replay
+    real = shared.replay_dump
     asked: list[object] = []
 
     def spy(dump: object, **kwargs: object) -> object:
         asked.append(kwargs.get("jobs"))
         return real(dump, **kwargs)
 
-    monkeypatch.setattr(shared, "replay", spy)
+    monkeypatch.setattr(shared, "replay_dump", spy)
     pages = []
     for jobs in ("1", "3"):
         out = tmp_path / f"report{jobs}.html"

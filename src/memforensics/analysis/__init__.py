@@ -58,7 +58,7 @@ from memforensics.analysis.oom import (
     LowerBound,
     Verdict,
 )
-from memforensics.analysis.replay import Replay, WhatIf, replay
+from memforensics.analysis.replay import Replay, WhatIf, replay_dump
 from memforensics.analysis.report import render_overview
 from memforensics.analysis.summary import SiteBytes, StepBytes, Summary, summarize
 
@@ -116,7 +116,7 @@ __all__ = [
     "parse_step",
     "read_snapshot_file",
     "render_overview",
-    "replay",
+    "replay_dump",
     "sidecar_path",
     "site_of",
     "summarize",

@@ -19,20 +19,29 @@ DUMPS_AT_ONCE = (
 
 
 def add_analysis_flags(
-    parser: argparse.ArgumentParser, *, jobs: str | None = None, look_ahead: bool = False
+    parser: argparse.ArgumentParser,
+    *,
+    jobs: str | None = None,
+    look_ahead: bool = False,
+    cache: bool = True,
 ) -> None:
     """Add ``--cache-dir``, ``--no-cache``, ``--quiet``; when ``jobs`` says what the processes
     do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count); with
-    ``look_ahead``, the retired ``--look-ahead``/``--no-look-ahead`` (hidden; a warning)."""
+    ``look_ahead``, the retired ``--look-ahead``/``--no-look-ahead`` (hidden; a warning).
+    A command that keeps nothing (``cache=False``) still accepts the cache flags, hidden."""
     parser.add_argument(
         "--cache-dir",
         type=Path,
         metavar="DIR",
         help="where answers about dumps are kept (default $XDG_CACHE_HOME/memforensics,"
-        " else ~/.cache/memforensics)",
+        " else ~/.cache/memforensics)"
+        if cache
+        else argparse.SUPPRESS,
     )
     parser.add_argument(
-        "--no-cache", action="store_true", help="neither read nor write the analysis cache"
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write the analysis cache" if cache else argparse.SUPPRESS,
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (shown on a terminal)"

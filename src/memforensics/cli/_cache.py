@@ -23,6 +23,7 @@ Analysis never imports this module: it exposes pure functions, and the commands 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -36,8 +37,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import memforensics
+from memforensics._errors import SnapshotLoadError
 from memforensics._layout import sidecar_path
-from memforensics.analysis.dump import SIDECAR_LIMIT, open_regular, read_regular
+from memforensics._text import printable
+from memforensics.analysis.dump import (
+    SIDECAR_LIMIT,
+    dump_meta,
+    open_regular,
+    read_regular,
+    read_sidecar_file,
+)
 from memforensics.analysis.schema import SchemaError, from_json, to_json
 from memforensics.capture.atomic import unsafe_folders
 
@@ -109,6 +118,49 @@ def file_key(path: Path) -> str:
             handle.seek(max(info.st_size - _ENDS, _ENDS))
             digest.update(handle.read(_ENDS))
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Named:
+    """What an answer says that the path given decides, not the file's bytes: the file's name as
+    given, and the kind, rank and steps its folder and name say (a sidecar says them too, and
+    its content is part of the file's key). A kept result holds none of them (:data:`UNNAMED`);
+    they are applied afresh to each answer, so a hard link or another path to a dump names
+    itself."""
+
+    file: str
+    kind: str | None
+    rank: int | None
+    step: int | None
+    steps: tuple[int, int] | None
+
+
+UNNAMED = Named("", None, None, None, None)
+
+
+def named_by(path: Path) -> Named | None:
+    """What ``path`` names; None when its sidecar cannot be read (the load's warning then names
+    the path, so such a dump is answered afresh, never from the cache)."""
+    try:
+        sidecar = read_sidecar_file(sidecar_path(path))
+    except SnapshotLoadError:
+        return None
+    meta = dump_meta(path, sidecar)
+    return Named(printable(str(path)), meta.kind, meta.rank, meta.step, meta.steps)
+
+
+def renamed(value: T, name: Named) -> T:
+    """``value`` (a result dataclass) with the fields :class:`Named` holds set to ``name``'s,
+    in it and in the results of its own type it holds (a summary's other devices)."""
+    own = {spec.name for spec in dataclasses.fields(value)}  # type: ignore[arg-type]
+    changes: dict[str, Any] = {
+        key: item for key, item in dataclasses.asdict(name).items() if key in own
+    }
+    for spec in dataclasses.fields(value):  # type: ignore[arg-type]
+        held = getattr(value, spec.name)
+        if isinstance(held, tuple) and held and all(type(item) is type(value) for item in held):
+            changes[spec.name] = tuple(renamed(item, name) for item in held)
+    return dataclasses.replace(value, **changes)  # type: ignore[type-var]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 
 from memforensics.analysis import dump_from_snapshot, load_dump
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.replay import Replay, replay, replay_text
+from memforensics.analysis.replay import Replay, replay_dump, replay_text
 from memforensics.analysis.schema import document, from_json, to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summarize, summary_text
 from memforensics.testing import (
@@ -51,7 +51,7 @@ def _summary_round_trip(dump: Dump, requested: int | None = None) -> None:
 
 
 def _replay_round_trip(dump: Dump) -> None:
-    result = replay(dump)
+    result = replay_dump(dump)
     back = from_json(Replay, _through_text(result))
     assert replay_text(back) == replay_text(result)
 

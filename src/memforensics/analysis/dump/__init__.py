@@ -26,7 +26,13 @@ from memforensics.analysis.dump.load import (
     missing_device,
     read_snapshot_file,
 )
-from memforensics.analysis.dump.meta import SIDECAR_LIMIT, DumpMeta, OomRecord, read_sidecar_file
+from memforensics.analysis.dump.meta import (
+    SIDECAR_LIMIT,
+    DumpMeta,
+    OomRecord,
+    dump_meta,
+    read_sidecar_file,
+)
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -80,6 +86,7 @@ __all__ = [
     "context_lines",
     "devices_text",
     "dump_from_snapshot",
+    "dump_meta",
     "frame_text",
     "hidden_rows",
     "is_installed_file",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
@@ -41,7 +40,6 @@ from memforensics.analysis.replay.events import decode
 from memforensics.analysis.replay.lint import lint
 from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, placement_share, run
 from memforensics.analysis.replay.what_if import WhatIf, plan_rows, row
-from memforensics.analysis.schema import document
 
 SCHEMA = 2
 """``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
@@ -97,10 +95,6 @@ class Replay:
     avoided_by: tuple[str, ...] = ()
     """Names of the alternatives under which the OOM does not happen."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """``document(self, SCHEMA)``, for the answer cache's caller that still asks for it."""
-        return document(self, SCHEMA)
-
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
     """The device the replay runs on: at an OOM, what the allocator could still reserve then."""
@@ -118,7 +112,7 @@ def device_for(dump: Dump, moment: OomMoment | None) -> Device:
 
 
 @paused_gc()
-def replay(
+def replay_dump(
     dump: Dump,
     *,
     sets: list[str] | None = None,

@@ -48,8 +48,6 @@ class DumpContext:
     oom_device: bool
     cache: dict[str, Any] = field(default_factory=dict)
     replay_jobs: int = 1  # processes the replay section may use (see ``replay(jobs=)``)
-    # the dump's ``replay --json`` object from the caller (a cached one); None: replay it here
-    replay_of: Callable[[Dump], dict[str, Any]] | None = None
 
 
 SectionBuilder = Callable[[DumpContext], Section | None]

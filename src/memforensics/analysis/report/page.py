@@ -66,17 +66,14 @@ class ReportBuilder:
         dump: Dump,
         *,
         index: int | None = None,
-        replay_of: Callable[[Dump], dict[str, Any]] | None = None,
     ) -> None:
         """Build every section of every device of ``dump``; keep only their data.
 
-        ``index`` (default: the dumps added so far) names the dump's elements in the page;
-        ``replay_of`` gives the dump's ``replay --json`` object (a kept one) instead of a replay.
+        ``index`` (default: the dumps added so far) names the dump's elements in the page.
         """
         number = len(self.dumps) if index is None else index
         entry = dump_entry(
-            dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs,
-            replay_of=replay_of,
+            dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs
         )  # fmt: skip
         self.add_entry(*entry)
 
@@ -157,11 +154,10 @@ def dump_entry(
     *,
     folder: bool,
     replay_jobs: int = 1,
-    replay_of: Callable[[Dump], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], WindowTotals | None]:
     """One dump's part of the page (every section of every device it explains), and its
     window totals when the page covers a run folder; its replay runs in ``replay_jobs``
-    processes, unless ``replay_of`` gives its ``replay --json`` object."""
+    processes."""
     views = dump.device_views()  # the devices ``summary`` explains, in its order
     devices = []
     for number, view in enumerate(views):
@@ -175,7 +171,6 @@ def dump_entry(
             top=top,
             oom_device=len(views) == 1,  # several views: no OOM is recorded
             replay_jobs=replay_jobs,
-            replay_of=replay_of,
         )
         # read per dump: a builder appended to DUMP_SECTIONS since import takes part
         sections = [section for build in DUMP_SECTIONS if (section := build(ctx)) is not None]

@@ -22,7 +22,7 @@ from memforensics.analysis.compare import Leaks
 from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import DEVICE_FREE_UNKNOWN
-from memforensics.analysis.replay import replay
+from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis.report.risk import at_risk_section
 from memforensics.analysis.report.timeline import segments_section, timeline_section
@@ -152,17 +152,11 @@ def oom_moment_section(ctx: DumpContext) -> Section | None:
 
 
 def replay_section(ctx: DumpContext) -> Section | None:
-    """Would another allocator setting have avoided this OOM? (only for OOM dumps).
-
-    Built from the replay's ``--json`` object, which the caller may have kept from an earlier
-    ``replay`` of the same file (``ctx.replay_of``) instead of replaying the trace again.
-    """
+    """Would another allocator setting have avoided this OOM? (only for OOM dumps), from the
+    replay's JSON object, the same ``replay --json`` prints."""
     if ctx.summary.oom is None or not ctx.oom_device:
         return None
-    if ctx.replay_of is not None:
-        result = ctx.replay_of(ctx.dump)
-    else:
-        result = to_json(replay(ctx.dump, jobs=ctx.replay_jobs))
+    result = to_json(replay_dump(ctx.dump, jobs=ctx.replay_jobs))
     if not result["trusted"]:
         return table(
             "replay",

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.allocator import SettingsError
-from memforensics.analysis import Dump, load_dump, replay
-from memforensics.analysis.replay import replay_text
+from memforensics.analysis import Dump, load_dump, replay_dump
+from memforensics.analysis.replay import SCHEMA, Replay, replay_text
+from memforensics.analysis.schema import document
 from memforensics.cli._analysis_flags import (
     add_analysis_flags,
     job_count,
     open_cache,
     warn_cache,
 )
-from memforensics.cli._answers import Answer, answered, print_answer
+from memforensics.cli._cache import UNNAMED, named_by, renamed
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
 from memforensics.cli._sizes import byte_size
@@ -55,41 +58,55 @@ class ReplayCommand:
         )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load, replay, print (or print the cached answer)."""
+        """Load, replay, print (or print the kept result)."""
         path = Path(args.file)
         jobs = job_count(args, parser)
-        question = _question(args, args.json)
         progress = Progress(quiet=args.quiet)
-
-        def compute() -> dict[str, Answer]:
-            try:
-                dump = load_dump(path, reader=progress.reader(path))
-            except SnapshotLoadError as exc:
-                raise CommandError(str(exc)) from None
-            progress.phase(f"replaying {path.name}")
-            return _answers(args, dump, jobs)
-
         cache = open_cache(args)
-        with progress.running():
-            answer = answered(cache, [path], question, compute)
+        name = named_by(path) if cache.enabled else None
+        kept = None if name is None else cache.lookup(_Kept, [path], _question(args))
+        if kept is None:
+            with progress.running():
+                try:
+                    dump = load_dump(path, reader=progress.reader(path))
+                except SnapshotLoadError as exc:
+                    raise CommandError(str(exc)) from None
+                progress.phase(f"replaying {path.name}")
+                kept = _replayed(args, dump, jobs)
+            if name is not None:
+                cache.keep(
+                    [path], _question(args), replace(kept, replay=renamed(kept.replay, UNNAMED))
+                )
+        if name is not None:
+            kept = replace(kept, replay=renamed(kept.replay, name))
         warn_cache(cache, self.name)
-        return print_answer(answer)
+        for warning in kept.warnings:
+            print(f"memforensics replay: warning: {warning}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(document(kept.replay, SCHEMA), indent=2))
+        else:
+            print(replay_text(kept.replay))
+        return 0
 
 
-def _question(args: argparse.Namespace, as_json: bool) -> str:
-    """The cache's name for a ``replay`` answer about one file (the file's name as given is
-    printed in it; no ``--set`` and an empty one alike)."""
-    return f"replay {json.dumps([args.file, args.sets or None, args.requested, as_json])}"
+@dataclass(frozen=True)
+class _Kept:
+    """A replay as the cache keeps it: the result and the dump's warnings for stderr."""
+
+    replay: Replay
+    warnings: tuple[str, ...] = ()
 
 
-def _answers(args: argparse.Namespace, dump: Dump, jobs: int) -> dict[str, Answer]:
-    """Replay ``dump`` as ``args`` ask, in ``jobs`` processes; the answers by question."""
+def _question(args: argparse.Namespace) -> str:
+    """The cache's name for a ``replay`` of one file: what changes the result (no ``--set``
+    and an empty one alike; the rendering and the file's name are applied afresh)."""
+    return f"replay {json.dumps([args.sets or None, args.requested])}"
+
+
+def _replayed(args: argparse.Namespace, dump: Dump, jobs: int) -> _Kept:
+    """Replay ``dump`` as ``args`` ask, in ``jobs`` processes."""
     try:
-        result = replay(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
+        result = replay_dump(dump, sets=args.sets or None, requested=args.requested, jobs=jobs)
     except SettingsError as exc:
         raise CommandError(f"--set: {exc}") from None
-    warnings = tuple(f"memforensics replay: warning: {w}" for w in dump.warnings)
-    return {
-        _question(args, True): Answer(json.dumps(result.to_dict(), indent=2), warnings),
-        _question(args, False): Answer(replay_text(result), warnings),
-    }
+    return _Kept(result, dump.warnings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,10 +14,8 @@ from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
     job_count,
-    open_cache,
-    warn_cache,
 )
-from memforensics.cli._answers import Answer, answered, print_answer
+from memforensics.cli._answers import Answer, print_answer
 from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
@@ -38,13 +35,13 @@ class ReportCommand:
         )
         parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
         parser.add_argument("--top", type=int, default=15, metavar="N", help="sites to list")
-        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE, look_ahead=True)
+        add_analysis_flags(parser, jobs=DUMPS_AT_ONCE + REPLAY_OF_ONE, look_ahead=True, cache=False)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Load each dump in turn (a bad one is listed, not fatal), render, write atomically.
 
-        Exit 0 when every file was read, 1 when some were not, 2 when none was. The page for
-        the same dumps and --top comes from the cache when it holds one.
+        Exit 0 when every file was read, 1 when some were not, 2 when none was. The page is
+        made afresh each time: it names the files as given, and the cache keeps no names.
         """
         jobs = job_count(args, parser)
         builder = ReportBuilder(top=max(args.top, 0))
@@ -62,10 +59,9 @@ class ReportCommand:
                     builder.add_unreadable(nothing_to_read(name))
             paths.extend(found)
         builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
-        question = _question(args, builder, paths)
         progress = Progress(quiet=args.quiet)
 
-        def compute() -> dict[str, Answer]:
+        def compute() -> Answer:
             if jobs > 1 and len(paths) > 1:
                 builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
             for index, path in enumerate(paths if jobs == 1 or len(paths) <= 1 else ()):
@@ -78,22 +74,13 @@ class ReportCommand:
                 builder.add(dump, index=index)
                 del dump
             progress.phase("rendering the page")
-            return {question: _page(builder)}
+            return _page(builder)
 
-        cache = open_cache(args)
         with progress.running():
-            answer = answered(cache, paths, question, compute)
-        warn_cache(cache, self.name)
+            answer = compute()
         out = Path(args.output)
         write_page(out, answer.page or "")
         return print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
-
-
-def _question(args: argparse.Namespace, builder: ReportBuilder, paths: list[Path]) -> str:
-    """The cache's name for the page of these dumps (by the names given: the page shows them)
-    with ``args``' flags."""
-    names = [str(path) for path in paths]
-    return f"report {json.dumps([names, args.top, builder.folder, builder.unreadable])}"
 
 
 def _page(builder: ReportBuilder) -> Answer:

@@ -12,8 +12,8 @@ from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
-from memforensics.analysis.schema import document
-from memforensics.analysis.summary import SCHEMA, summary_text
+from memforensics.analysis.schema import to_json
+from memforensics.analysis.summary import SCHEMA, Summary, summary_text
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -21,7 +21,7 @@ from memforensics.cli._analysis_flags import (
     open_cache,
     warn_cache,
 )
-from memforensics.cli._cache import ResultCache
+from memforensics.cli._cache import UNNAMED, named_by, renamed
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
@@ -38,28 +38,31 @@ class _Ask:
     requested: int | None
     several: bool
 
-    def question(self, name: str, *, as_json: bool | None = None) -> str:
-        """The cache's name for this question about the file named ``name`` as given (the
-        answer prints it); ``as_json``: in the other rendering, which one computation answers
-        too."""
-        rendering = self.json if as_json is None else as_json
-        asked = [name, rendering, self.top, self.device, self.requested, self.several]
-        return f"summary {json.dumps(asked)}"
+    def question(self) -> str:
+        """The cache's name for this question about one file: what changes the result (the
+        rendering, the file's name and whether it is one of several are applied afresh)."""
+        return f"summary {json.dumps([self.top, self.device, self.requested])}"
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """One file's result as the cache keeps it: the summary (of each device) and the dump's
+    warnings for stderr."""
+
+    summary: Summary
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class _Section:
-    """One file's answer: its JSON object and its text (both rendered, either printed), and
-    the lines for stderr."""
+    """One file's answer, or why it has none."""
 
-    data: dict[str, Any] | None = None
-    text: str | None = None
-    stderr: tuple[str, ...] = ()
+    kept: _Kept | None = None
     error: str | None = None
 
 
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
-    """Load, summarize and render one file (run in a worker process with ``--jobs``)."""
+    """Load and summarize one file (run in a worker process with ``--jobs``)."""
     loaded = _load(Path(name), progress)
     return loaded if isinstance(loaded, _Section) else _answer(loaded, ask, progress)
 
@@ -73,28 +76,19 @@ def _load(path: Path, progress: Progress | None) -> Dump | _Section:
 
 
 def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section:
-    """Summarize and render a loaded dump."""
+    """Summarize a loaded dump: the first device's summary holds the others'."""
     try:
         views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
     except SnapshotLoadError as exc:
         return _Section(error=str(exc))
     if progress is not None:
         progress.phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
-    prefix = f"{dump.name}: " if ask.several else ""
     warnings = dump.warnings if ask.device is None else views[0].warnings
-    stderr = tuple(f"memforensics summary: warning: {prefix}{w}" for w in warnings)
-    summaries = [summarize(view, top=ask.top, requested=ask.requested) for view in views]
-    answer = replace(summaries[0], other_devices=tuple(summaries[1:]))
-    data = document(answer, SCHEMA)
-    text = summary_text(answer, rows=ask.top)
-    return _Section(data=data, text=text, stderr=stderr)
-
-
-def _keep(cache: ResultCache, name: str, ask: _Ask, section: _Section) -> None:
-    """Keep a section for both renderings: the other is a second look too."""
-    if section.error is None:
-        for as_json in (True, False):
-            cache.keep([Path(name)], ask.question(name, as_json=as_json), section)
+    summaries = [  # the lifetimes behind ``filled`` are the report's; the text never reads them
+        replace(summarize(view, top=ask.top, requested=ask.requested), filled=None)
+        for view in views
+    ]
+    return _Section(_Kept(replace(summaries[0], other_devices=tuple(summaries[1:])), warnings))
 
 
 class SummaryCommand:
@@ -140,10 +134,13 @@ class SummaryCommand:
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
         progress = Progress(quiet=args.quiet)
+        names = [named_by(Path(name)) if cache.enabled else None for name in args.files]
         for index, name in enumerate(args.files):
-            section = cache.lookup(_Section, [Path(name)], ask.question(name))
-            if section is not None and (section.data if ask.json else section.text) is not None:
-                sections[index] = section
+            kept = (
+                None if names[index] is None else cache.lookup(_Kept, [Path(name)], ask.question())
+            )
+            if kept is not None:
+                sections[index] = _Section(kept)
         todo = [index for index in range(len(args.files)) if index not in sections]
         with progress.running():
             if len(todo) == 1 and not several:
@@ -162,14 +159,16 @@ class SummaryCommand:
                         sections[index] = future.result()
                         done()
         for index in todo:
-            _keep(cache, args.files[index], ask, sections[index])
+            kept = sections[index].kept
+            if kept is not None and names[index] is not None:
+                unnamed = replace(kept, summary=renamed(kept.summary, UNNAMED))
+                cache.keep([Path(args.files[index])], ask.question(), unnamed)
         warn_cache(cache, self.name)
+        for index, name in enumerate(names):
+            kept = sections[index].kept
+            if kept is not None and name is not None:
+                sections[index] = _Section(replace(kept, summary=renamed(kept.summary, name)))
         return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
-
-
-def _body(data: dict[str, Any]) -> dict[str, Any]:
-    """One dump's object inside the several-file document (its ``schema`` is the list's)."""
-    return {key: value for key, value in data.items() if key != "schema"}
 
 
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
@@ -177,22 +176,24 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     results: list[dict[str, Any]] = []
     bad = shown = 0
     for section in sections:
-        if section.error is not None:
+        if section.kept is None:
             if not ask.several:
-                raise CommandError(section.error)
+                raise CommandError(section.error or "no answer")
             print(f"memforensics summary: {section.error}", file=sys.stderr)
             bad += 1
             continue
-        for line in section.stderr:
-            print(line, file=sys.stderr)
-        if ask.json and section.data is not None:
-            results.append(section.data)
-        elif not ask.json and section.text is not None:
-            print(("\n" if shown else "") + section.text)
+        summary = section.kept.summary
+        prefix = f"{summary.file}: " if ask.several else ""
+        for warning in section.kept.warnings:
+            print(f"memforensics summary: warning: {prefix}{warning}", file=sys.stderr)
+        if ask.json:
+            results.append(to_json(summary))
+        else:
+            print(("\n" if shown else "") + summary_text(summary, rows=ask.top))
             shown += 1
     if ask.json and (results or not ask.several):
-        several = {"schema": SCHEMA, "dumps": [_body(data) for data in results]}
-        print(json.dumps(several if ask.several else results[0], indent=2))
+        body = {"dumps": results} if ask.several else results[0]
+        print(json.dumps({"schema": SCHEMA, **body}, indent=2))
     if bad == len(files):
         raise CommandError(f"none of the {bad} files could be read")
     return 1 if bad else 0

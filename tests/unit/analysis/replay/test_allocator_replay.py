@@ -19,7 +19,7 @@ from memforensics.allocator import (
     roundup_power2_next_division,
     segment_blocks,
 )
-from memforensics.analysis import dump_from_snapshot, list_dumps, replay, summarize
+from memforensics.analysis import dump_from_snapshot, list_dumps, replay_dump, summarize
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import Device, run
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
@@ -127,7 +127,7 @@ def test_what_if_predicts_the_sim_under_the_other_setting() -> None:
     total = 48 * MiB
     device, failed = _run_sim("", _fragmenting, total)
     assert failed
-    result = replay(_oom_dump(device, total))
+    result = replay_dump(_oom_dump(device, total))
     assert result.trusted, result.refusals
     assert result.oom_reproduced is True
     rows = {row.name: row.oom for row in result.what_if}
@@ -151,7 +151,7 @@ def test_exhaustion_is_proven_and_no_setting_avoids_it() -> None:
     device, failed = _run_sim("", _exhausting, total)
     assert failed
     dump = _oom_dump(device, total)
-    result = replay(dump)
+    result = replay_dump(dump)
     assert result.lower_bound is not None
     assert result.lower_bound.proven
     assert result.lower_bound.margin_bytes == 50 * MiB + 30 * MiB - total
@@ -292,7 +292,7 @@ def test_pinners_are_the_tensors_whose_free_lets_the_request_fit() -> None:
     sidecar = {"schema": 2, "kind": "oom", "oom": {
         "requested_bytes": oom["size"], "allocation_bytes": 12 * MiB,
         "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
-    result = replay(dump_from_snapshot(snapshot, sidecar=sidecar))
+    result = replay_dump(dump_from_snapshot(snapshot, sidecar=sidecar))
     blamed = {pinner.address for pinner in result.pinners}
     assert 0 < len(blamed) < len(kept)
     assert all("test_allocator_replay.py" in pinner.site for pinner in result.pinners)
@@ -307,13 +307,13 @@ def test_lint_flags_settings_that_cannot_work() -> None:
     total = 48 * MiB
     device, failed = _run_sim("garbage_collection_threshold:0.5", _exhausting, 64 * MiB)
     assert failed
-    findings = replay(_oom_dump(device, 64 * MiB)).lint
+    findings = replay_dump(_oom_dump(device, 64 * MiB)).lint
     assert any("no memory fraction" in finding for finding in findings)
     device, _failed = _run_sim("expandable_segments:True,max_split_size_mb:64", _fragmenting, total)
-    findings = replay(dump_from_snapshot(device.snapshot())).lint
+    findings = replay_dump(dump_from_snapshot(device.snapshot())).lint
     assert any("123548" in finding for finding in findings)
     device, _failed = _run_sim("", _fragmenting, total)
-    assert replay(_oom_dump(device, total)).lint == ()
+    assert replay_dump(_oom_dump(device, total)).lint == ()
 
 
 def test_contradicting_history_makes_the_state_at_the_oom_unknown() -> None:
@@ -328,7 +328,7 @@ def test_contradicting_history_makes_the_state_at_the_oom_unknown() -> None:
     dump = dump_from_snapshot(snapshot, sidecar={"schema": 2, "kind": "window"})
     verdict = summarize(dump).verdict
     assert (verdict.name, verdict.reason) == ("unknown", "state at the OOM unknown")
-    result = replay(dump)
+    result = replay_dump(dump)
     assert not result.trusted
     assert len(result.what_if) <= 1
 
@@ -367,7 +367,7 @@ def test_every_what_if_row_is_what_the_sim_does_under_it(
     sidecar = {"schema": 2, "kind": "oom", "oom": {
         "requested_bytes": oom["size"], "allocation_bytes": None,
         "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
-    result = replay(dump_from_snapshot(taken[0], sidecar=sidecar))
+    result = replay_dump(dump_from_snapshot(taken[0], sidecar=sidecar))
     assert result.trusted, result.refusals
     for row in result.what_if:
         sim = SimDevice(total, settings=row.conf)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, replay
+from memforensics.analysis import dump_from_snapshot, replay_dump
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
@@ -47,7 +47,7 @@ def _gc_row(result: Any) -> Any:
 def test_the_gc_row_says_it_also_needs_a_memory_fraction() -> None:
     """Without a recorded fraction the GC row names the fraction it assumes: text, JSON, report."""
     dump = _fragmenting_oom()
-    result = replay(dump)
+    result = replay_dump(dump)
     assert result.trusted, result.refusals
     row = _gc_row(result)
     assert row.requires is not None
@@ -71,14 +71,14 @@ def test_the_gc_row_says_it_also_needs_a_memory_fraction() -> None:
 
 def test_the_gc_row_needs_nothing_more_when_a_fraction_was_recorded() -> None:
     """With a recorded fraction the GC row adds no limit and asks for nothing."""
-    result = replay(_fragmenting_oom(fraction=0.9))
+    result = replay_dump(_fragmenting_oom(fraction=0.9))
     assert _gc_row(result).requires is None
 
 
 def test_rows_keeping_the_recorded_threshold_assume_no_fraction() -> None:
     """A recorded threshold without a fraction did nothing: only the row that changes it
     assumes a fraction (and says so); the others run as the recorded device ran."""
-    result = replay(_fragmenting_oom("garbage_collection_threshold:0.5"))
+    result = replay_dump(_fragmenting_oom("garbage_collection_threshold:0.5"))
     assert result.trusted, result.refusals
     needing = [row.name for row in result.what_if if row.requires]
     assert needing == ["garbage_collection_threshold=0.8"]
@@ -97,7 +97,7 @@ def test_lint_says_expandable_segments_split_oversize_blocks_for_large_requests(
     snapshot = device.snapshot()
     blocks = {b["address"]: b for s in snapshot["segments"] for b in s["blocks"]}
     assert blocks[address + 30 * MiB]["state"] == "inactive"  # the rest was split off
-    findings = replay(dump_from_snapshot(snapshot)).lint
+    findings = replay_dump(dump_from_snapshot(snapshot)).lint
     split = [finding for finding in findings if "max_split_size_mb with expandable" in finding]
     assert split
     assert "never split" not in split[0]
@@ -107,7 +107,7 @@ def test_lint_says_expandable_segments_split_oversize_blocks_for_large_requests(
 
 def test_lint_names_every_way_to_set_the_fraction_gc_needs() -> None:
     """The GC finding names the call and the conf key; a conf fraction below 1.0 silences it."""
-    findings = replay(_fragmenting_oom("garbage_collection_threshold:0.5")).lint
+    findings = replay_dump(_fragmenting_oom("garbage_collection_threshold:0.5")).lint
     gc = [finding for finding in findings if "garbage_collection_threshold" in finding]
     assert gc
     assert "per_process_memory_fraction in the conf string" in gc[0]
@@ -116,5 +116,5 @@ def test_lint_names_every_way_to_set_the_fraction_gc_needs() -> None:
     device = SimDevice(48 * MiB, settings=conf)
     device.record_memory_history("all", max_entries=1_000)
     device.empty(4 * MiB).free()
-    quiet = replay(dump_from_snapshot(device.snapshot())).lint
+    quiet = replay_dump(dump_from_snapshot(device.snapshot())).lint
     assert not [finding for finding in quiet if "garbage_collection_threshold" in finding]

@@ -15,7 +15,7 @@ from memforensics.allocator import (
     DeviceCachingAllocator,
     seed_segment,
 )
-from memforensics.analysis import dump_from_snapshot, replay
+from memforensics.analysis import dump_from_snapshot, replay_dump
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import replay_text
@@ -62,7 +62,7 @@ def test_a_block_live_before_recording_ends_where_the_next_allocation_begins() -
     start = state_before(dump, 0, AllocatorSettings())
     sizes = {b.address: b.size for s in start.segments for b in s.blocks}
     assert sizes[held.address] == real_size
-    result = replay(dump)
+    result = replay_dump(dump)
     assert result.placements_same == result.placements_checked == 2
     assert result.trusted, result.refusals
 
@@ -93,7 +93,7 @@ def test_a_replay_that_misplaces_blocks_refuses_its_what_if() -> None:
     device = SimDevice(total)
     device.record_memory_history("all", max_entries=10_000)
     _misplacing_oom(device)
-    result = replay(_oom_dump(device, total))
+    result = replay_dump(_oom_dump(device, total))
     assert result.placements_checked == 1
     assert result.placements_same == 0
     assert not result.trusted
@@ -148,7 +148,7 @@ def test_a_refused_replay_runs_no_alternative(monkeypatch: pytest.MonkeyPatch) -
     device.record_memory_history("all", max_entries=10_000)
     _misplacing_oom(device)
     calls = _counting_runs(monkeypatch)
-    result = replay(_oom_dump(device, total))
+    result = replay_dump(_oom_dump(device, total))
     assert result.refusals
     assert len(calls) == 2  # the self-check (which gives the baseline) and the calibration
 
@@ -163,7 +163,7 @@ def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.Monke
     _more = device.empty(2 * MiB)
     dump = dump_from_snapshot(device.snapshot())
     calls = _counting_runs(monkeypatch)
-    result = replay(dump)
+    result = replay_dump(dump)
     assert result.trusted, result.refusals
     assert result.start == "empty"
     assert calls[0] is False  # the self-check runs to the end of the trace

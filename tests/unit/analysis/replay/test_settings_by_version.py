@@ -18,7 +18,7 @@ from memforensics.allocator import (
     read_snapshot_settings,
     rules_for,
 )
-from memforensics.analysis import dump_from_snapshot, replay, summarize
+from memforensics.analysis import dump_from_snapshot, replay_dump, summarize
 from memforensics.analysis.oom import recorded_settings
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.schema import to_json
@@ -121,7 +121,7 @@ def test_the_sidecar_torch_version_decides_how_the_dump_is_read() -> None:
 def test_replay_and_summary_report_the_keys_the_model_set_aside() -> None:
     """Unknown recorded keys appear in replay's text and JSON and in the summary's warnings."""
     dump = _dump("expandable_segments:True,future_key:7", "2.13.0")
-    result = replay(dump)
+    result = replay_dump(dump)
     assert recorded_settings(dump).expandable_segments
     document = to_json(result)
     assert document["settings_rules"] == "torch 2.13"
@@ -144,6 +144,6 @@ def test_a_conf_fraction_is_the_limit_the_replay_runs_under() -> None:
     sidecar = {"schema": 2, "kind": "oom", "torch_version": NEWEST, "oom": {
         "requested_bytes": oom["size"], "allocation_bytes": None,
         "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
-    result = replay(dump_from_snapshot(snapshot, sidecar=sidecar))
+    result = replay_dump(dump_from_snapshot(snapshot, sidecar=sidecar))
     assert result.oom_reproduced is True, result.refusals
     assert len(held) == 3

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import Dump, dump_from_snapshot, load_dump, replay, summarize
+from memforensics.analysis import Dump, dump_from_snapshot, load_dump, replay_dump, summarize
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
@@ -117,7 +117,7 @@ def test_unknown_device_free_reads_in_words(tmp_path: Path) -> None:
     dump = dump_from_snapshot(snapshot)
     summary = summarize(dump, requested=GiB(1))
     text = summary_text(summary)
-    replayed = replay_text(replay(dump, requested=GiB(1)))
+    replayed = replay_text(replay_dump(dump, requested=GiB(1)))
     for words in (text, replayed, summary.verdict.explanation):
         assert "device free unknown" in words
         assert "+0 B free" not in words
@@ -176,7 +176,7 @@ def test_replay_bounds_against_capacity_without_a_limit() -> None:
     OOM, says so, and its verdict word is summary's."""
     made = exhausted()
     dump = dump_from_snapshot(made.snapshot, sidecar=made.sidecar)
-    result = replay(dump)
+    result = replay_dump(dump)
     summary = summarize(dump)
     bound = result.lower_bound
     assert bound is not None
@@ -194,7 +194,7 @@ def test_replay_bounds_against_capacity_without_a_limit() -> None:
 def test_replay_gives_summarys_verdict_on_a_real_oom_without_history() -> None:
     """On a real OOM snapshot without history or limit, replay says summary's verdict word."""
     dump = load_dump(NO_HISTORY)
-    result = replay(dump, requested=MiB(200))
+    result = replay_dump(dump, requested=MiB(200))
     summary = summarize(dump, requested=MiB(200))
     assert to_json(result)["verdict"]["name"] == summary.verdict.name
     assert summary.verdict.label.upper() in replay_text(result)
