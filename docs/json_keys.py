@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from memforensics.analysis.compare import DIFF_SCHEMA, LEAKS_SCHEMA, Diff, Leaks
 from memforensics.analysis.replay import Replay
 from memforensics.analysis.replay.replay import SCHEMA as REPLAY_SCHEMA
 from memforensics.analysis.schema import json_keys
@@ -26,6 +27,22 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         " the one-file object without its `schema`.",
     ),
     ("replay", Replay, REPLAY_SCHEMA, "One object."),
+    (
+        "diff",
+        Diff,
+        DIFF_SCHEMA,
+        "One object: the first device pair's comparison (the only one for single-device dumps"
+        " or `--device`), the other pairs in `other_devices`, each the same object with empty"
+        " `other_devices`, `unmatched_devices` and `kinds`. `kinds` compares the whole files"
+        " (with `--device`, that device).",
+    ),
+    (
+        "leaks",
+        Leaks,
+        LEAKS_SCHEMA,
+        "One object. `sites` holds every site of every rank, suspects first; count the"
+        " suspects with `sites[].suspect`.",
+    ),
 )
 
 HEAD = """# JSON answers

@@ -7,8 +7,6 @@ and leaks), ``replay``, ``folder`` (ls, journals, overview) and ``report`` (the 
 
 from memforensics._units import format_bytes
 from memforensics.analysis.compare import (
-    DeviceDiff,
-    DeviceDiffs,
     Diff,
     Leaks,
     LeakSuspect,
@@ -74,8 +72,6 @@ __all__ = [
     "UNKNOWN",
     "UNKNOWN_SITE",
     "CallNode",
-    "DeviceDiff",
-    "DeviceDiffs",
     "DeviceUsage",
     "Diff",
     "Dump",

@@ -1,11 +1,20 @@
 """Comparing dumps: diff two of them (by site, device and kind), and leaks across windows."""
 
-from memforensics.analysis.compare.devices import DeviceDiff, DeviceDiffs, diff_by_device, sides_of
-from memforensics.analysis.compare.diff import Diff, LeakSuspect, SiteGrowth, diff_dumps, diff_sides
-from memforensics.analysis.compare.kinds import kinds_change
+from memforensics.analysis.compare.devices import diff_by_device, sides_of
+from memforensics.analysis.compare.diff import (
+    DIFF_SCHEMA,
+    Diff,
+    LeakSuspect,
+    SiteGrowth,
+    diff_dumps,
+    diff_sides,
+)
+from memforensics.analysis.compare.kinds import KindChange, kinds_change
 from memforensics.analysis.compare.leaks import (
+    LEAKS_SCHEMA,
     Leaks,
     LeakTracker,
+    RankWindows,
     SiteTrend,
     WindowTotals,
     find_leaks,
@@ -23,14 +32,16 @@ from memforensics.analysis.compare.text import (
 )
 
 __all__ = [
-    "DeviceDiff",
-    "DeviceDiffs",
+    "DIFF_SCHEMA",
+    "LEAKS_SCHEMA",
     "Diff",
     "DiffSide",
+    "KindChange",
     "LeakSuspect",
     "LeakTracker",
     "Leaks",
     "LiveRow",
+    "RankWindows",
     "SideOf",
     "SiteGrowth",
     "SiteTrend",

@@ -9,43 +9,12 @@ device present on one side only is named rather than silently dropped.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
 
 from memforensics.analysis.compare.diff import Diff, diff_sides
+from memforensics.analysis.compare.kinds import KindChange, kinds_change
 from memforensics.analysis.compare.sides import DiffSide, SideOf, diff_side
 from memforensics.analysis.dump import Dump
-
-
-@dataclass(frozen=True)
-class DeviceDiff:
-    """One comparison: ``before_device`` of BEFORE against ``after_device`` of AFTER."""
-
-    before_device: int | None
-    after_device: int | None
-    diff: Diff
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``diff --json`` object with the two device numbers added."""
-        data = self.diff.to_dict()
-        data["before_device_index"] = self.before_device
-        data["after_device_index"] = self.after_device
-        return data
-
-
-@dataclass(frozen=True)
-class DeviceDiffs:
-    """Every device-to-device comparison of two dumps, and devices only one of them holds."""
-
-    pairs: tuple[DeviceDiff, ...]
-    unmatched: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The first pair's object, with the other pairs and the unmatched devices beside it."""
-        data = self.pairs[0].to_dict()
-        data["other_devices"] = [pair.to_dict() for pair in self.pairs[1:]]
-        data["unmatched_devices"] = list(self.unmatched)
-        return data
 
 
 def sides_of(dump: Dump | SideOf) -> SideOf:
@@ -57,25 +26,32 @@ def sides_of(dump: Dump | SideOf) -> SideOf:
 
 def diff_by_device(
     before: Dump | SideOf, after: Dump | SideOf, *, device: int | None = None
-) -> DeviceDiffs:
-    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both).
+) -> Diff:
+    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both):
+    the first pair's :class:`Diff` holding the other pairs, the devices only one side holds,
+    and the live bytes per kind (on ``device``, else of the whole files).
 
     Either side may be a dump or a function giving its :class:`DiffSide` by device."""
     old, new = sides_of(before), sides_of(after)
+    kinds = kinds_change(old(device), new(device))
     if device is not None:
-        return _result([(old(device), new(device))], ())
+        return _result([(old(device), new(device))], (), kinds)
     old_whole, new_whole = old(None), new(None)
     if len(old_whole.held) <= 1 and len(new_whole.held) <= 1:
-        return _result([(old_whole, new_whole)], ())
+        return _result([(old_whole, new_whole)], (), kinds)
     before_held, after_held = set(old_whole.held), set(new_whole.held)
     common = sorted(before_held & after_held, key=lambda d: (d != new_whole.device, d))
     sides = (("BEFORE", before_held - after_held), ("AFTER", after_held - before_held))
     unmatched = tuple(f"device {d} only in {side}" for side, only in sides for d in sorted(only))
     if not common:
-        return _result([(old_whole, new_whole)], unmatched)
-    return _result([(old(d), new(d)) for d in common], unmatched)
+        return _result([(old_whole, new_whole)], unmatched, kinds)
+    return _result([(old(d), new(d)) for d in common], unmatched, kinds)
 
 
-def _result(views: list[tuple[DiffSide, DiffSide]], unmatched: tuple[str, ...]) -> DeviceDiffs:
-    pairs = tuple(DeviceDiff(b.device, a.device, diff_sides(b, a)) for b, a in views)
-    return DeviceDiffs(pairs, unmatched)
+def _result(
+    views: list[tuple[DiffSide, DiffSide]],
+    unmatched: tuple[str, ...],
+    kinds: tuple[KindChange, ...],
+) -> Diff:
+    first, *others = (diff_sides(b, a) for b, a in views)
+    return replace(first, other_devices=tuple(others), unmatched_devices=unmatched, kinds=kinds)

@@ -13,10 +13,14 @@ so a big release shows up beside a big growth instead of at the bottom.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from memforensics.analysis.compare.kinds import KindChange
 from memforensics.analysis.compare.sides import DiffSide, LiveRow, live_side
 from memforensics.analysis.dump import UNKNOWN_SITE, Dump
+
+DIFF_SCHEMA = 2
+"""``diff --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
+bumps it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,16 +33,6 @@ class SiteGrowth:
     delta_bytes: int
     caller: str = UNKNOWN_SITE
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "site": self.site,
-            "caller": self.caller,
-            "before_bytes": self.before_bytes,
-            "after_bytes": self.after_bytes,
-            "delta_bytes": self.delta_bytes,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class LeakSuspect:
@@ -50,46 +44,31 @@ class LeakSuspect:
     steps: tuple[int, ...]
     caller: str = UNKNOWN_SITE
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "site": self.site,
-            "caller": self.caller,
-            "bytes": self.bytes,
-            "blocks": self.blocks,
-            "steps": list(self.steps),
-        }
-
 
 @dataclass(frozen=True)
 class Diff:
-    """What ``memforensics diff`` prints; ``to_dict`` gives the ``--json`` object."""
+    """What ``memforensics diff`` prints; its ``--json`` object is derived from the fields
+    (:func:`~memforensics.analysis.schema.document`, see docs/json.md).
+
+    One comparison, ``before_device_index`` of BEFORE against ``after_device_index`` of AFTER.
+    ``diff``'s answer about two files is the first device pair's, holding the other pairs in
+    ``other_devices`` (each with empty ``other_devices``, ``unmatched_devices`` and ``kinds``),
+    the devices only one file holds, and the live bytes per kind of the files compared.
+    """
 
     before: str
     after: str
     before_allocated_bytes: int
     after_allocated_bytes: int
+    total_delta_bytes: int  # after_allocated_bytes - before_allocated_bytes
     growth: tuple[SiteGrowth, ...]
     after_window: tuple[int, int] | None
     leak_suspects: tuple[LeakSuspect, ...]
-
-    @property
-    def total_delta_bytes(self) -> int:
-        """Change of allocated bytes from BEFORE to AFTER."""
-        return self.after_allocated_bytes - self.before_allocated_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``diff --json`` object (key names are a contract; see docs/analysis.md)."""
-        return {
-            "before": self.before,
-            "after": self.after,
-            "before_allocated_bytes": self.before_allocated_bytes,
-            "after_allocated_bytes": self.after_allocated_bytes,
-            "total_delta_bytes": self.total_delta_bytes,
-            "growth": [item.to_dict() for item in self.growth],
-            "after_window": list(self.after_window) if self.after_window else None,
-            "leak_suspects": [item.to_dict() for item in self.leak_suspects],
-        }
+    before_device_index: int | None = None
+    after_device_index: int | None = None
+    other_devices: tuple[Diff, ...] = ()
+    unmatched_devices: tuple[str, ...] = ()  # "device 2 only in AFTER"
+    kinds: tuple[KindChange, ...] = ()
 
 
 def diff_dumps(before: Dump, after: Dump) -> Diff:
@@ -117,14 +96,18 @@ def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
     if window is not None:
         steady = {(row.address, row.size, row.step) for row in before.live}
         suspects = _suspects(after.live, window[0], steady)
+    old_bytes, new_bytes = before.allocated_bytes, after.allocated_bytes
     return Diff(
         before=before.name,
         after=after.name,
-        before_allocated_bytes=before.allocated_bytes,
-        after_allocated_bytes=after.allocated_bytes,
+        before_allocated_bytes=old_bytes,
+        after_allocated_bytes=new_bytes,
+        total_delta_bytes=new_bytes - old_bytes,
         growth=tuple(growth),
         after_window=window,
         leak_suspects=suspects,
+        before_device_index=before.device,
+        after_device_index=after.device,
     )
 
 

@@ -6,28 +6,28 @@ kinds are compared at each dump's snapshot, the same moment the site rows compar
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from memforensics.analysis.compare.devices import sides_of
-from memforensics.analysis.compare.sides import SideOf
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.compare.sides import DiffSide
 from memforensics.analysis.filled import KINDS
 
 
-def kinds_change(
-    before: Dump | SideOf, after: Dump | SideOf, device: int | None = None
-) -> list[dict[str, Any]]:
-    """Live bytes per kind at each dump's moment (on ``device``, else the whole file), and
-    the change (for ``diff``); either side a dump or a function giving its sides."""
-    old = sides_of(before)(device).kinds
-    new = sides_of(after)(device).kinds
-    return [
-        {
-            "kind": kind,
-            "before_bytes": old.get(kind, 0),
-            "after_bytes": new.get(kind, 0),
-            "delta_bytes": new.get(kind, 0) - old.get(kind, 0),
-        }
+@dataclass(frozen=True, slots=True)
+class KindChange:
+    """Live bytes of one kind of memory in both dumps, and the change."""
+
+    kind: str
+    before_bytes: int
+    after_bytes: int
+    delta_bytes: int
+
+
+def kinds_change(before: DiffSide, after: DiffSide) -> tuple[KindChange, ...]:
+    """Live bytes per kind at each side's moment, and the change (for ``diff``), in the
+    kinds' order; kinds neither side holds are left out."""
+    old, new = before.kinds, after.kinds
+    return tuple(
+        KindChange(kind, old.get(kind, 0), new.get(kind, 0), new.get(kind, 0) - old.get(kind, 0))
         for kind in KINDS
         if kind in old or kind in new
-    ]
+    )

@@ -25,15 +25,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.folder import list_dumps
+from memforensics.analysis.schema import json_key
 from memforensics.analysis.summary import live_blocks, scan_trace
 
 MIN_WINDOWS = 3
 MIN_CONFIDENCE = 0.5
+
+LEAKS_SCHEMA = 2
+"""``leaks --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
+bumps it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,50 +48,35 @@ class SiteTrend:
     site: str
     steps: tuple[int, ...]  # the last step of each window: where the bytes were measured
     bytes: tuple[int, ...]
-    growth_per_step: float
+    growth_per_step: float = field(metadata=json_key("growth_per_step_bytes"))  # bytes a step
     first_step: int | None
     confidence: float
     suspect: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        """One element of ``leaks --json``'s ``sites``."""
-        return {
-            "rank": self.rank,
-            "site": self.site,
-            "steps": list(self.steps),
-            "bytes": list(self.bytes),
-            "growth_per_step_bytes": round(self.growth_per_step),
-            "first_step": self.first_step,
-            "confidence": round(self.confidence, 3),
-            "suspect": self.suspect,
-        }
+
+@dataclass(frozen=True, slots=True)
+class RankWindows:
+    """The window dumps read of one rank: the last step of each, in order."""
+
+    rank: int | None
+    steps: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Leaks:
-    """Trends for every site of every rank with window dumps; unreadable files listed apart."""
+    """What ``memforensics leaks`` prints: trends for every site of every rank with window
+    dumps, suspects first; unreadable files listed apart. Its ``--json`` object is derived from
+    the fields (:func:`~memforensics.analysis.schema.document`, see docs/json.md)."""
 
     root: str
-    windows: dict[int | None, tuple[int, ...]]  # rank -> last step of each window read
-    trends: tuple[SiteTrend, ...]
+    windows: tuple[RankWindows, ...]
+    trends: tuple[SiteTrend, ...] = field(metadata=json_key("sites"))
     unreadable: tuple[str, ...] = ()
 
     @property
     def suspects(self) -> tuple[SiteTrend, ...]:
         """The trends flagged as suspects, most confident and fastest growing first."""
         return tuple(trend for trend in self.trends if trend.suspect)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``leaks --json`` object."""
-        return {
-            "root": self.root,
-            "windows": [
-                {"rank": rank, "steps": list(steps)} for rank, steps in self.windows.items()
-            ],
-            "suspects": len(self.suspects),
-            "sites": [trend.to_dict() for trend in self.trends],
-            "unreadable": list(self.unreadable),
-        }
 
 
 @dataclass
@@ -115,11 +104,11 @@ class LeakTracker:
     def result(self, root: str, unreadable: Iterable[str] = ()) -> Leaks:
         """Fit every site of every rank; suspects first."""
         trends: list[SiteTrend] = []
-        windows: dict[int | None, tuple[int, ...]] = {}
+        windows: list[RankWindows] = []
         for rank in sorted(self.points, key=lambda r: (r is None, r or 0)):
             by_step = self.points[rank]
             steps = tuple(sorted(by_step))
-            windows[rank] = steps
+            windows.append(RankWindows(rank, steps))
             sites = {site for totals in by_step.values() for site in totals}
             for site in sites:
                 series = tuple(by_step[step].get(site, 0) for step in steps)
@@ -129,7 +118,7 @@ class LeakTracker:
                     first = next((s for s, b in zip(steps, series, strict=True) if b), steps[0])
                 trends.append(_trend(rank, site, steps, series, first))
         trends.sort(key=lambda t: (not t.suspect, -t.confidence * t.growth_per_step, t.site))
-        return Leaks(root, windows, tuple(trends), tuple(unreadable))
+        return Leaks(root, tuple(windows), tuple(trends), tuple(unreadable))
 
 
 def _trend(

@@ -3,18 +3,19 @@ kind, and each rank's sites over its windows, suspects first."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from memforensics._units import format_bytes as fmt
 from memforensics._units import format_signed_bytes
-from memforensics.analysis.compare.devices import DeviceDiffs
 from memforensics.analysis.compare.diff import Diff
+from memforensics.analysis.compare.kinds import KindChange
 from memforensics.analysis.compare.leaks import Leaks
 from memforensics.analysis.dump import caller_line, hidden_rows, native_note, short_site
 
 
 def diff_text(d: Diff, top: int | None = 15) -> str:
-    """The ``diff`` tables, each cut to ``top`` rows (None: every row), saying what they hide."""
+    """The ``diff`` tables of one device pair, each cut to ``top`` rows (None: every row),
+    saying what they hide."""
     lines = [
         f"before {d.before}: {fmt(d.before_allocated_bytes)} allocated",
         f"after  {d.after}: {fmt(d.after_allocated_bytes)} allocated",
@@ -49,28 +50,33 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
     return "\n".join(lines)
 
 
-def device_diffs_text(result: DeviceDiffs, top: int | None = 15) -> str:
-    """``diff``'s table per device pair, each under a ``device N → device M`` line when the
-    dumps cover several devices; unmatched devices last. ``top`` cuts each table (None: all)."""
-    if len(result.pairs) == 1 and not result.unmatched:
-        return diff_text(result.pairs[0].diff, top)
-    blocks = [
-        f"device {pair.before_device} → device {pair.after_device}\n{diff_text(pair.diff, top)}"
-        for pair in result.pairs
-    ]
-    blocks += [f"({note})" for note in result.unmatched]
-    return "\n\n".join(blocks)
+def device_diffs_text(result: Diff, top: int | None = 15) -> str:
+    """``diff``'s answer: the table per device pair, each under a ``device N → device M`` line
+    when the dumps cover several devices, unmatched devices, then the change per kind. ``top``
+    cuts each table (None: all)."""
+    pairs = (result, *result.other_devices)
+    if len(pairs) == 1 and not result.unmatched_devices:
+        tables = diff_text(result, top)
+    else:
+        blocks = [
+            f"device {pair.before_device_index} → device {pair.after_device_index}\n"
+            f"{diff_text(pair, top)}"
+            for pair in pairs
+        ]
+        blocks += [f"({note})" for note in result.unmatched_devices]
+        tables = "\n\n".join(blocks)
+    return "\n".join([tables, *kinds_change_lines(result.kinds)])
 
 
-def kinds_change_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The kinds part of ``diff``: before, after and change per kind (rows of ``kinds_change``)."""
+def kinds_change_lines(rows: Sequence[KindChange]) -> list[str]:
+    """The kinds part of ``diff``: before, after and change per kind."""
     if not rows:
         return []
     lines = ["", f"  {'kind':<17}{'before':>11} {'after':>11} {'change':>11}"]
     for row in rows:
         lines.append(
-            f"  {row['kind']:<17}{fmt(row['before_bytes']):>11} {fmt(row['after_bytes']):>11} "
-            f"{format_signed_bytes(row['delta_bytes']):>11}"
+            f"  {row.kind:<17}{fmt(row.before_bytes):>11} {fmt(row.after_bytes):>11} "
+            f"{format_signed_bytes(row.delta_bytes):>11}"
         )
     return lines
 
@@ -83,7 +89,8 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
             "install(steps=N), and keep_last=None or a few windows kept)"
         )
     lines = []
-    for rank, steps in leaks.windows.items():
+    for window in leaks.windows:
+        rank, steps = window.rank, window.steps
         trends = [t for t in leaks.trends if t.rank == rank]
         suspects = sum(1 for t in trends if t.suspect)
         label = "unknown (no sidecar or rank in the file name)" if rank is None else str(rank)

@@ -340,7 +340,7 @@ def leaks_section(leaks: Leaks | None) -> Section:
         ]
         for t in leaks.trends[:30]
     ]
-    few = [rank for rank, steps in leaks.windows.items() if len(steps) < 3]
+    few = [window.rank for window in leaks.windows if len(window.steps) < 3]
     note = f"{len(leaks.suspects)} suspect(s)."
     if few:
         note += f" Fewer than 3 windows for rank(s) {few}: growth cannot be told from a one-off."

@@ -12,14 +12,14 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._text import printable
 from memforensics.analysis import Dump, load_dump
 from memforensics.analysis.compare import (
+    DIFF_SCHEMA,
     DiffSide,
     SideOf,
     device_diffs_text,
     diff_by_device,
     diff_side,
-    kinds_change,
-    kinds_change_lines,
 )
+from memforensics.analysis.schema import document
 from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
 from memforensics.cli._answers import Answer, answered, print_answer
 from memforensics.cli._cache import ResultCache
@@ -61,15 +61,11 @@ class DiffCommand:
             before, after = (_kept_sides(cache, path, progress) for path in paths)
             try:
                 result = diff_by_device(before, after, device=args.device)
-                kinds = kinds_change(before, after, args.device)  # live bytes per kind
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
-            text = "\n".join([device_diffs_text(result, top), *kinds_change_lines(kinds)])
             return {
-                question_for(True): Answer(
-                    json.dumps({**result.to_dict(), "kinds": kinds}, indent=2)
-                ),
-                question_for(False): Answer(text),
+                question_for(True): Answer(json.dumps(document(result, DIFF_SCHEMA), indent=2)),
+                question_for(False): Answer(device_diffs_text(result, top)),
             }
 
         with progress.running():

@@ -9,6 +9,7 @@ from pathlib import Path
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import list_dumps
 from memforensics.analysis.compare import (
+    LEAKS_SCHEMA,
     Leaks,
     WindowTotals,
     fit_windows,
@@ -16,6 +17,7 @@ from memforensics.analysis.compare import (
     read_windows,
     window_paths,
 )
+from memforensics.analysis.schema import document
 from memforensics.cli._analysis_flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -72,8 +74,9 @@ class LeaksCommand:
             if leaks.unreadable and not leaks.windows:
                 raise CommandError("no window dump could be read")
             status = 1 if leaks.unreadable else 0
+            data = json.dumps(document(leaks, LEAKS_SCHEMA), indent=2)
             return {
-                question_for(True): Answer(json.dumps(leaks.to_dict(), indent=2), skipped, status),
+                question_for(True): Answer(data, skipped, status),
                 question_for(False): Answer(leaks_text(leaks, top), skipped, status),
             }
 

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics.analysis import Dump, diff_dumps, dump_from_snapshot, load_dump
-from memforensics.analysis.compare import kinds_change
+from memforensics.analysis.compare import diff_side, kinds_change
+from memforensics.analysis.schema import to_json
 from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, growth_pair
 
 REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
@@ -23,15 +24,15 @@ def test_growth_and_leak_suspects(tmp_path: Path) -> None:
         load_dump(before.write(tmp_path / "steps4-7" / "rank0_pid1.pickle")),
         load_dump(after.write(tmp_path / "steps100-103" / "rank0_pid1.pickle")),
     )
-    data = result.to_dict()
+    data = to_json(result)
     assert data["total_delta_bytes"] == after.truth.allocated_bytes - before.truth.allocated_bytes
     assert data["growth"] == [
         {
             "site": str(CACHE),
-            "caller": str(CACHE),
             "before_bytes": MiB(64),
             "after_bytes": MiB(1600),
             "delta_bytes": MiB(1536),
+            "caller": str(CACHE),
         }
     ]
     assert data["after_window"] == [100, 103]
@@ -61,11 +62,11 @@ def test_shrinking_site_has_negative_delta() -> None:
 def _agreeing(before: Dump, after: Dump) -> tuple[int, int, int]:
     """diff's total, the sum of its site changes and the sum of its kind changes."""
     result = diff_dumps(before, after)
-    kinds = kinds_change(before, after)
+    kinds = kinds_change(diff_side(before), diff_side(after))
     return (
         result.total_delta_bytes,
         sum(row.delta_bytes for row in result.growth),
-        sum(row["delta_bytes"] for row in kinds),
+        sum(row.delta_bytes for row in kinds),
     )
 
 

@@ -8,7 +8,7 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import find_leaks
-from memforensics.analysis.compare import Leaks, leaks_text
+from memforensics.analysis.compare import Leaks, RankWindows, leaks_text
 from memforensics.backends.sim import SimDevice, SimTensor, reset_device
 
 MiB = 1 << 20
@@ -40,7 +40,7 @@ def test_the_leak_is_the_only_suspect(tmp_path: Path) -> None:
     """One site grows by one tensor a step: it is the only suspect, with the right growth per
     step and first step; parameters, Adam state and gradients stay below suspicion."""
     leaks = find_leaks(_train(tmp_path, leak_every=1))
-    assert leaks.windows == {0: (0, 2, 4, 6, 8)}
+    assert leaks.windows == (RankWindows(0, (0, 2, 4, 6, 8)),)
     [suspect] = leaks.suspects
     assert suspect.site.endswith(" _leak")
     assert suspect.growth_per_step == MiB + 4096
@@ -77,6 +77,6 @@ def test_a_one_off_growth_is_discounted(tmp_path: Path) -> None:
 
 def test_leaks_names_an_unknown_rank_in_words() -> None:
     """Windows whose rank no sidecar or file name gives read 'rank unknown', never 'rank ?'."""
-    text = leaks_text(Leaks(root="run", windows={None: (3, 7)}, trends=()))
+    text = leaks_text(Leaks(root="run", windows=(RankWindows(None, (3, 7)),), trends=()))
     assert text.startswith("rank unknown (no sidecar or rank in the file name): 2 window(s)")
     assert "rank ?" not in text

@@ -124,10 +124,11 @@ def test_diff_compares_device_to_device() -> None:
     extra.segment(B(MiB(256)))
     grown.snapshot["segments"] += extra.build()["segments"]
     result = diff_by_device(dump_from_snapshot(before.snapshot), dump_from_snapshot(grown.snapshot))
-    deltas = {pair.after_device: pair.diff.total_delta_bytes for pair in result.pairs}
+    pairs = (result, *result.other_devices)
+    deltas = {pair.after_device_index: pair.total_delta_bytes for pair in pairs}
     assert deltas == {0: 0, 1: 0, 2: MiB(256)}
-    assert all(pair.before_device == pair.after_device for pair in result.pairs)
-    assert result.unmatched == ()
+    assert all(pair.before_device_index == pair.after_device_index for pair in pairs)
+    assert result.unmatched_devices == ()
 
 
 def test_diff_names_devices_only_one_side_has() -> None:
@@ -136,12 +137,12 @@ def test_diff_names_devices_only_one_side_has() -> None:
     before.segment(B(GiB(1)))
     multi = several_devices(oom_device=None, sidecar_device=None)
     result = diff_by_device(dump_from_snapshot(before.build()), dump_from_snapshot(multi.snapshot))
-    assert [pair.after_device for pair in result.pairs] == [0]
-    assert result.unmatched == ("device 1 only in AFTER", "device 2 only in AFTER")
+    assert (result.after_device_index, result.other_devices) == (0, ())
+    assert result.unmatched_devices == ("device 1 only in AFTER", "device 2 only in AFTER")
     only = diff_by_device(
         dump_from_snapshot(multi.snapshot), dump_from_snapshot(multi.snapshot), device=1
     )
-    assert [(p.before_device, p.after_device) for p in only.pairs] == [(1, 1)]
+    assert (only.before_device_index, only.after_device_index, only.other_devices) == (1, 1, ())
 
 
 def test_single_device_dumps_compare_across_indexes() -> None:
@@ -150,8 +151,8 @@ def test_single_device_dumps_compare_across_indexes() -> None:
     left.segment(B(MiB(64)))
     right.segment(B(MiB(96)))
     result = diff_by_device(dump_from_snapshot(left.build()), dump_from_snapshot(right.build()))
-    assert [(p.before_device, p.after_device) for p in result.pairs] == [(3, 5)]
-    assert result.pairs[0].diff.total_delta_bytes == MiB(32)
+    assert (result.before_device_index, result.after_device_index) == (3, 5)
+    assert (result.total_delta_bytes, result.other_devices) == (MiB(32), ())
 
 
 def test_the_latest_oom_wins_when_two_devices_failed() -> None:
