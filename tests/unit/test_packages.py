@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,13 @@ def test_each_init_only_reexports_with_one_sorted_all(name: str) -> None:
     assert set(exported) == set(imported)
     module = importlib.import_module(name)
     assert all(hasattr(module, item) for item in exported)
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_no_exported_name_shadows_a_module_of_the_package(name: str) -> None:
+    """``package.part`` is the module ``package/part.py`` (or the subpackage), never a function
+    the package exports under the same name: ``import package.part.x`` then works."""
+    package = importlib.import_module(name)
+    for part in pkgutil.iter_modules(package.__path__):
+        found = getattr(package, part.name, None)
+        assert found is None or inspect.ismodule(found), f"{name}.{part.name} is shadowed"

@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics._text import printable
 from memforensics.analysis import Dump, load_dump
 from memforensics.analysis.compare import (
     DIFF_SCHEMA,
@@ -21,8 +20,7 @@ from memforensics.analysis.compare import (
 )
 from memforensics.analysis.schema import document
 from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
-from memforensics.cli._answers import Answer, answered, print_answer
-from memforensics.cli._cache import ResultCache
+from memforensics.cli._cache import UNNAMED, ResultCache, named_by
 from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
 from memforensics.cli._rows import add_row_flags, row_limit
@@ -47,37 +45,31 @@ class DiffCommand:
         add_analysis_flags(parser, look_ahead=True)  # the retired flags
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Load both, compare, print (or print the cached answer)."""
+        """Take both dumps' sides (kept, or read once), compare, print."""
         top = row_limit(args, parser)
         paths = [Path(args.before), Path(args.after)]
-
-        def question_for(as_json: bool) -> str:
-            return f"diff {json.dumps([args.before, args.after, top, args.device, as_json])}"
-
         progress = Progress(quiet=args.quiet)
         cache = open_cache(args)
-
-        def compute() -> dict[str, Answer]:
+        with progress.running():
             before, after = (_kept_sides(cache, path, progress) for path in paths)
             try:
                 result = diff_by_device(before, after, device=args.device)
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
-            return {
-                question_for(True): Answer(json.dumps(document(result, DIFF_SCHEMA), indent=2)),
-                question_for(False): Answer(device_diffs_text(result, top)),
-            }
-
-        with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute)
         warn_cache(cache, self.name)
-        return print_answer(answer)
+        if args.json:
+            print(json.dumps(document(result, DIFF_SCHEMA), indent=2))
+        else:
+            print(device_diffs_text(result, top))
+        return 0
 
 
 def _kept_sides(cache: ResultCache, path: Path, progress: Progress) -> SideOf:
-    """The dump at ``path``'s sides by device: each the cache's (named as given this time),
-    else worked out from the dump, read once, when first needed, and kept."""
+    """The dump at ``path``'s sides by device: each the cache's, else worked out from the dump,
+    read once, when first needed, and kept without its name, which is the path's each time.
+    The steps its folder and name say decide its window, so they are part of the question."""
     read: list[Dump] = []
+    named = named_by(path) if cache.enabled else None
 
     def dump() -> Dump:
         if not read:
@@ -87,8 +79,13 @@ def _kept_sides(cache: ResultCache, path: Path, progress: Progress) -> SideOf:
 
     @functools.cache
     def side(device: int | None) -> DiffSide:
-        question = f"diff side {json.dumps(device)}"
-        found = cache.result(DiffSide, [path], question, lambda: diff_side(dump(), device))
-        return replace(found, name=printable(str(path)))
+        if named is None:
+            return diff_side(dump(), device)
+        question = f"diff side {json.dumps([device, named.step, named.steps])}"
+        found = cache.lookup(DiffSide, [path], question)
+        if found is None:
+            found = diff_side(dump(), device)
+            cache.keep([path], question, replace(found, name=UNNAMED.file))
+        return replace(found, name=named.file)
 
     return side

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
@@ -25,8 +26,7 @@ from memforensics.cli._analysis_flags import (
     open_cache,
     warn_cache,
 )
-from memforensics.cli._answers import Answer, answered, print_answer
-from memforensics.cli._cache import ResultCache
+from memforensics.cli._cache import ResultCache, named_by
 from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._progress import Progress
 
@@ -59,49 +59,47 @@ class LeaksCommand:
             raise CommandError(nothing_to_read(args.dir))
         paths = window_paths(listing.root)
 
-        def question_for(as_json: bool) -> str:
-            return f"leaks {json.dumps([args.dir, str(listing.root), top, as_json])}"
-
         progress = Progress(quiet=args.quiet)
-
-        def compute() -> dict[str, Answer]:
+        cache = open_cache(args)
+        with progress.running():
             progress.phase(f"reading {len(paths)} window dumps")
             try:
                 leaks = _kept_leaks(cache, str(listing.root), paths, jobs)
             except SnapshotLoadError as exc:
                 raise CommandError(str(exc)) from None
-            skipped = tuple(f"memforensics leaks: skipped: {e}" for e in leaks.unreadable)
-            if leaks.unreadable and not leaks.windows:
-                raise CommandError("no window dump could be read")
-            status = 1 if leaks.unreadable else 0
-            data = json.dumps(document(leaks, LEAKS_SCHEMA), indent=2)
-            return {
-                question_for(True): Answer(data, skipped, status),
-                question_for(False): Answer(leaks_text(leaks, top), skipped, status),
-            }
-
-        cache = open_cache(args)
-        with progress.running():
-            answer = answered(cache, paths, question_for(args.json), compute)
         warn_cache(cache, self.name)
-        return print_answer(answer)
+        if leaks.unreadable and not leaks.windows:
+            raise CommandError("no window dump could be read")
+        for error in leaks.unreadable:
+            print(f"memforensics leaks: skipped: {error}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(document(leaks, LEAKS_SCHEMA), indent=2))
+        else:
+            print(leaks_text(leaks, top))
+        return 1 if leaks.unreadable else 0
 
 
 _WINDOW = "leaks window-totals"
-"""The cache's name for one window dump's :class:`WindowTotals`."""
+"""The cache's name for one window dump's :class:`WindowTotals`, followed by the kind, rank and
+steps its folder and name say (they decide its totals' rank and step)."""
 
 
 def _kept_leaks(cache: ResultCache, root: str, paths: list[Path], jobs: int) -> Leaks:
     """The trends over ``paths``: each window's totals the cache's, else read (in ``jobs``
     processes) and kept; a dump without known steps is read again each time."""
     found: dict[Path, WindowTotals | str | None] = {}
+    questions: dict[Path, str] = {}
     for path in paths:
-        kept = cache.lookup(WindowTotals, [path], _WINDOW)
+        named = named_by(path) if cache.enabled else None
+        if named is None:
+            continue
+        questions[path] = f"{_WINDOW} {json.dumps([named.kind, named.rank, named.steps])}"
+        kept = cache.lookup(WindowTotals, [path], questions[path])
         if kept is not None:
             found[path] = kept
     todo = [path for path in paths if path not in found]
     for path, result in zip(todo, read_windows(todo, jobs=jobs), strict=True):
         found[path] = result
-        if isinstance(result, WindowTotals):
-            cache.keep([path], _WINDOW, result)
+        if isinstance(result, WindowTotals) and path in questions:
+            cache.keep([path], questions[path], result)
     return fit_windows(root, [found[path] for path in paths])

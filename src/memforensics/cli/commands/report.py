@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
@@ -15,7 +16,6 @@ from memforensics.cli._analysis_flags import (
     add_analysis_flags,
     job_count,
 )
-from memforensics.cli._answers import Answer, print_answer
 from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
@@ -61,7 +61,7 @@ class ReportCommand:
         builder.replay_jobs = jobs if len(paths) == 1 else 1  # several: one process per dump
         progress = Progress(quiet=args.quiet)
 
-        def compute() -> Answer:
+        def compute() -> _Page:
             if jobs > 1 and len(paths) > 1:
                 builder.add_files(paths, jobs=jobs, done=progress.files(len(paths)))
             for index, path in enumerate(paths if jobs == 1 or len(paths) <= 1 else ()):
@@ -79,11 +79,24 @@ class ReportCommand:
         with progress.running():
             answer = compute()
         out = Path(args.output)
-        write_page(out, answer.page or "")
-        return print_answer(replace(answer, stdout=f"wrote {out} {answer.stdout}"))
+        write_page(out, answer.html)
+        for line in answer.stderr:
+            print(line, file=sys.stderr)
+        print(f"wrote {out} {answer.said}")
+        return answer.status
 
 
-def _page(builder: ReportBuilder) -> Answer:
+@dataclass(frozen=True)
+class _Page:
+    """The page, what the command says about it, its warnings and its exit status."""
+
+    html: str
+    said: str
+    stderr: tuple[str, ...]
+    status: int
+
+
+def _page(builder: ReportBuilder) -> _Page:
     """The page of the dumps added to ``builder``, and what the command says about it."""
     warned = [
         f"memforensics report: warning: {entry['name']}: {warning}"
@@ -100,4 +113,4 @@ def _page(builder: ReportBuilder) -> Answer:
         + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")
         + ")"
     )
-    return Answer(said, tuple(warned) + skipped, 1 if bad else 0, html)
+    return _Page(html, said, tuple(warned) + skipped, 1 if bad else 0)
