@@ -86,9 +86,7 @@ def test_window_dump_kinds_are_the_live_truth(tmp_path: Path) -> None:
         with mf.step(number):
             train.step(number, lambda _text: None)  # the facade tags steps itself
     mf.close()
-    [window] = [
-        entry for entry in list_dumps(tmp_path / "run").dumps if entry.kind == "window"
-    ]
+    [window] = [entry for entry in list_dumps(tmp_path / "run").dumps if entry.kind == "window"]
     found = lifetimes(load_dump(window.path))
     classify(found)
     live = {a.addr: a for a in found.at_snapshot()}
