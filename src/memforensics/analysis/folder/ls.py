@@ -80,8 +80,8 @@ def list_dumps(root: str | Path) -> RunListing:
         raise SnapshotLoadError(f"{folder}: not a folder")
     entries = [_entry(path) for path in _snapshot_files(folder)]
     entries.sort(key=_order)
-    ooms = [entry for entry in entries if entry.kind == "oom"]
-    return RunListing(folder, tuple(entries), min(ooms, key=_order, default=None))
+    first_oom = next((entry for entry in entries if entry.kind == "oom"), None)  # sorted by time
+    return RunListing(folder, tuple(entries), first_oom)
 
 
 def _snapshot_files(folder: Path) -> list[Path]:
