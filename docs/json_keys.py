@@ -10,11 +10,23 @@ import sys
 from pathlib import Path
 
 from memforensics.analysis.compare import DIFF_SCHEMA, LEAKS_SCHEMA, Diff, Leaks
+from memforensics.analysis.folder import (
+    LS_SCHEMA,
+    OVERVIEW_SCHEMA,
+    WATCH_SCHEMA,
+    Overview,
+    RunListing,
+    WatchView,
+)
 from memforensics.analysis.replay import Replay
 from memforensics.analysis.replay.replay import SCHEMA as REPLAY_SCHEMA
 from memforensics.analysis.schema import json_keys
 from memforensics.analysis.summary import SCHEMA as SUMMARY_SCHEMA
 from memforensics.analysis.summary import Summary
+from memforensics.cli._cache import SCHEMA as CACHE_SCHEMA
+from memforensics.cli._cache import CacheCleared, CacheInfo
+from memforensics.doctor import SCHEMA as DOCTOR_SCHEMA
+from memforensics.doctor import DoctorReport
 
 PAGE = Path(__file__).with_name("json.md")
 
@@ -43,6 +55,30 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         "One object. `sites` holds every site of every rank, suspects first; count the"
         " suspects with `sites[].suspect`.",
     ),
+    (
+        "ls",
+        RunListing,
+        LS_SCHEMA,
+        "One object: every dump, oldest first; `first_oom` is the earliest OOM dump (one of"
+        " `dumps`) or null.",
+    ),
+    (
+        "overview",
+        Overview,
+        OVERVIEW_SCHEMA,
+        "One object. `first_oom` is the first of `failures`; `forecasts` holds every rank's"
+        " `forecast`, soonest first. `problems.restarts` is keyed by rank (a string).",
+    ),
+    (
+        "watch --once",
+        WatchView,
+        WATCH_SCHEMA,
+        "One object for one refresh; `ranks` holds every rank, most urgent first (`--rows`"
+        " trims only the table).",
+    ),
+    ("cache info", CacheInfo, CACHE_SCHEMA, "One object."),
+    ("cache clear", CacheCleared, CACHE_SCHEMA, "One object."),
+    ("doctor", DoctorReport, DOCTOR_SCHEMA, "One object; `checks` in the order they ran."),
 )
 
 HEAD = """# JSON answers
@@ -64,8 +100,13 @@ def page() -> str:
     for name, kind, schema, shape in COMMANDS:
         parts.append(f"\n## `{name} --json` (schema {schema}, `{kind.__name__}`)\n\n{shape}\n")
         parts.append("\n| key | type |\n| --- | --- |\n")
-        parts.extend(f"| `{path}` | {words} |\n" for path, words in json_keys(kind))
+        parts.extend(f"| `{path}` | {_cell(words)} |\n" for path, words in json_keys(kind))
     return "".join(parts)
+
+
+def _cell(text: str) -> str:
+    """``text`` inside a table cell: its ``|`` (a choice of strings) escaped."""
+    return text.replace("|", "\\|")
 
 
 def main() -> int:

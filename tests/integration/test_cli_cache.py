@@ -208,10 +208,11 @@ def test_cache_info_counts_and_clear_empties(tmp_path: Path) -> None:
     _cli("summary", dump, "--cache-dir", cache)
     _cli("replay", dump, "--cache-dir", cache)
     info = json.loads(_cli("cache", "info", "--json", "--cache-dir", cache).stdout)
+    assert next(iter(info)) == "schema"
     assert info["entries"] == 2 == len(_entries(cache))  # one result each, either rendering
     assert info["bytes"] == sum(entry.stat().st_size for entry in _entries(cache))
     cleared = json.loads(_cli("cache", "clear", "--json", "--cache-dir", cache).stdout)
-    assert cleared["removed"] == 2
+    assert (cleared["schema"], cleared["removed"]) == (2, 2)
     assert _entries(cache) == []
 
 
@@ -435,4 +436,5 @@ def test_a_kept_result_is_named_afresh_by_each_path(tmp_path: Path, command: str
     if command == "summary":
         assert (answer["rank"], answer["steps"]) == (5, [8, 11])
     entry = _entries(cache)[0].read_text()
-    assert "rank3_pid77" not in entry and "steps4-7" not in entry  # no name is kept
+    assert "rank3_pid77" not in entry  # no name is kept
+    assert "steps4-7" not in entry

@@ -99,7 +99,7 @@ def test_every_reader_agrees_on_what_the_writer_wrote(
         journal.write("step", 0)
         journal.close()
 
-        listed = {entry.path.relative_to(out): entry.meta for entry in list_dumps(out).dumps}
+        listed = {entry.path.relative_to(out): entry for entry in list_dumps(out).dumps}
         scanned = {Path(record.path): record for record in scan_run(str(out)).dumps}
         for paths, kind, at in ((window, "window", None), (event, "oom", step)):
             where = paths.snapshot.relative_to(out)

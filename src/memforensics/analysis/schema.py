@@ -262,6 +262,8 @@ def _describe(hint: Any) -> str:
         return "object"
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return " | ".join(f'"{member.value}"' for member in hint)
+    if isinstance(hint, type) and issubclass(hint, PurePath):
+        return "string"
     return {
         int: "integer",
         float: "number",

@@ -120,6 +120,11 @@ def file_key(path: Path) -> str:
     return digest.hexdigest()
 
 
+SCHEMA = 2
+"""``cache info --json``'s and ``cache clear --json``'s ``schema`` (docs/json.md: adding keys
+keeps it; renaming or removing one bumps it)."""
+
+
 @dataclass(frozen=True)
 class Named:
     """What an answer says that the path given decides, not the file's bytes: the file's name as
@@ -171,6 +176,14 @@ class CacheInfo:
     entries: int
     bytes: int
     max_bytes: int
+
+
+@dataclass(frozen=True)
+class CacheCleared:
+    """Which cache folder was emptied, and how many entries went."""
+
+    folder: Path
+    removed: int
 
 
 class ResultCache:
@@ -265,8 +278,8 @@ class ResultCache:
             except OSError:
                 pass
 
-    def clear(self) -> int:
-        """Remove every entry (and stray temporary files); return how many entries went."""
+    def clear(self) -> CacheCleared:
+        """Remove every entry (and stray temporary files); say how many entries went."""
         removed = 0
         for _, _, entry in self._listing(temporaries=True):
             try:
@@ -274,7 +287,7 @@ class ResultCache:
                 removed += not entry.name.startswith(_TEMP)
             except OSError:
                 pass
-        return removed
+        return CacheCleared(self.folder or default_cache_dir(), removed)
 
     def info(self) -> CacheInfo:
         """Entries and bytes held now."""

@@ -24,7 +24,7 @@ from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
 from memforensics.capture.config import build_config, config_from_env
 from memforensics.doctor.device import BackendFactory, DeviceChecks
 from memforensics.doctor.probe import import_framework
-from memforensics.doctor.status import Check, Status
+from memforensics.doctor.status import Check, DoctorReport, Status, overall
 
 LOW_SPACE_BYTES = 1 << 30
 """Below this much free space ``out_dir`` warns: one window dump can take hundreds of MiB."""
@@ -47,6 +47,11 @@ class Doctor:
     def run(self) -> list[Check]:
         """Every check, in order; one that raises is reported as a failure."""
         return list(self._checks())
+
+    def report(self) -> DoctorReport:
+        """Every check (:meth:`run`) and the verdict over them."""
+        checks = self.run()
+        return DoctorReport(overall(checks), self.device, self.out_dir, tuple(checks))
 
     def _checks(self) -> Iterator[Check]:
         device = self._device_checks

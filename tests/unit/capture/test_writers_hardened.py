@@ -186,7 +186,7 @@ def test_two_live_processes_with_one_rank_and_pid_never_share_a_journal(tmp_path
         assert all(f'"reserved_bytes":{reserved},' in line for line in lines)
     view = build_overview(tmp_path, workers=1)
     assert sum(j.lines for j in view.journals) == 6
-    assert view.problems["torn_last_lines"] == []
+    assert view.problems.torn_last_lines == ()
 
 
 def test_a_second_process_with_one_rank_and_pid_names_its_dumps_apart(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ before use; bounded; never an error; an unsafe folder, a symlink or a FIFO never
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import stat
@@ -12,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.analysis.schema import document, from_json
 from memforensics.cli._cache import (
     MAX_BYTES_ENV,
+    SCHEMA,
+    CacheCleared,
+    CacheInfo,
     ResultCache,
     code_hash,
     default_max_bytes,
@@ -45,6 +50,20 @@ def test_an_answer_comes_back_for_the_same_file_and_question(tmp_path: Path) -> 
     assert cache.lookup(Figure, [path], "replay []") is None
     other = _dump(tmp_path, "e.pickle", b"another one")
     assert cache.lookup(Figure, [other], "summary []") is None
+
+
+def test_info_and_clear_read_back_from_their_json(tmp_path: Path) -> None:
+    """cache info's and cache clear's answers come back equal from their printed JSON."""
+    cache = ResultCache(tmp_path / "cache", max_bytes=1 << 20, code="c1")
+    cache.keep([_dump(tmp_path)], "summary []", Figure("a", 5))
+    info = cache.info()
+    assert info.entries == 1
+    printed = json.loads(json.dumps(document(info, SCHEMA)))
+    assert list(printed)[:2] == ["schema", "folder"]
+    assert from_json(CacheInfo, printed) == info
+    cleared = cache.clear()
+    assert cleared == CacheCleared(tmp_path / "cache", 1)
+    assert from_json(CacheCleared, json.loads(json.dumps(document(cleared, SCHEMA)))) == cleared
 
 
 def test_the_key_changes_with_the_middle_of_a_small_file_and_with_its_tail(tmp_path: Path) -> None:

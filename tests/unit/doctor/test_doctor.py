@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 import pytest
 
+from memforensics.analysis.schema import document, from_json
 from memforensics.backends import HistoryMode
 from memforensics.backends.sim import SimBackend
 from memforensics.cli import main
-from memforensics.doctor import Check, Doctor, overall
+from memforensics.doctor import SCHEMA, Check, Doctor, DoctorReport, doctor_text, overall
 from memforensics.testing import reset_device
 
 _ENV = (
@@ -56,10 +57,21 @@ def test_sim_passes_every_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert {check["status"] for check in report["checks"]} == {"pass"}
 
 
+def test_the_report_reads_back_from_its_json(tmp_path: Path) -> None:
+    """The doctor's report, read back from its printed JSON, prints the same text."""
+    report = Doctor("sim", tmp_path / "missing" / "out").report()
+    back = from_json(DoctorReport, json.loads(json.dumps(document(report, SCHEMA))))
+    assert back == report
+    assert doctor_text(back) == doctor_text(report)
+    assert doctor_text(report).startswith("memforensics doctor: device sim, out_dir ")
+
+
 def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--json prints status, device, out_dir and a list of {name, status, detail}."""
+    """--json prints schema (first), status, device, out_dir and a list of {name, status,
+    detail}."""
     _, report = _json(capsys, "--device", "sim", "--out-dir", tmp_path)
-    assert set(report) == {"status", "device", "out_dir", "checks"}
+    assert list(report) == ["schema", "status", "device", "out_dir", "checks"]
+    assert report["schema"] == 2
     assert report["device"] == "sim"
     assert report["out_dir"] == str(tmp_path)
     names = [check["name"] for check in report["checks"]]

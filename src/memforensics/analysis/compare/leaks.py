@@ -199,7 +199,7 @@ def find_leaks(root: str | Path, *, jobs: int = 1) -> Leaks:
 
 def window_paths(root: str | Path) -> list[Path]:
     """The window dumps under ``root``, in the listing's order."""
-    return [entry.path for entry in list_dumps(root).dumps if entry.meta.kind == "window"]
+    return [entry.path for entry in list_dumps(root).dumps if entry.kind == "window"]
 
 
 def read_windows(paths: Sequence[Path], *, jobs: int = 1) -> list[WindowTotals | str | None]:

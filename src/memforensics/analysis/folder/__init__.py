@@ -2,9 +2,11 @@
 
 from memforensics.analysis.folder.forecast import Forecast, forecast_line
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal, growth_per_1k
+from memforensics.analysis.folder.ls import SCHEMA as LS_SCHEMA
 from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
 from memforensics.analysis.folder.outliers import Outlier
-from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, build_overview
+from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, Problems, build_overview
+from memforensics.analysis.folder.overview import SCHEMA as OVERVIEW_SCHEMA
 from memforensics.analysis.folder.peer import PeerComparison
 from memforensics.analysis.folder.ranks import Failure, RankFacts
 from memforensics.analysis.folder.text import (
@@ -16,19 +18,25 @@ from memforensics.analysis.folder.text import (
     watch_header,
     watch_text,
 )
-from memforensics.analysis.folder.watch import JournalWatch, WatchRow, WatchView
+from memforensics.analysis.folder.watch import SCHEMA as WATCH_SCHEMA
+from memforensics.analysis.folder.watch import FirstOom, JournalWatch, WatchRow, WatchView
 
 __all__ = [
+    "LS_SCHEMA",
     "MISSING",
+    "OVERVIEW_SCHEMA",
     "PARALLEL_FROM",
     "WATCH_COLUMNS",
+    "WATCH_SCHEMA",
     "DumpEntry",
     "Failure",
+    "FirstOom",
     "Forecast",
     "JournalWatch",
     "Outlier",
     "Overview",
     "PeerComparison",
+    "Problems",
     "ProcessJournal",
     "RankFacts",
     "RunListing",

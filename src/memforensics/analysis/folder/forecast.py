@@ -27,7 +27,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 WINDOW = 32
 """Journal points the fit uses: the newest ones (older drift may have stopped)."""
@@ -55,25 +54,9 @@ class Forecast:
     """The newest step the journal shows."""
     last_bytes: int
     """Live plus outside-PyTorch bytes on the fitted line at ``last_step``."""
+    steps_left: int
+    """Steps from the last one seen to the forecast step."""
     points: int
-
-    @property
-    def steps_left(self) -> int:
-        """Steps from the last one seen to the forecast step."""
-        return max(self.step - self.last_step, 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``forecast`` of a rank in ``overview --json``)."""
-        return {
-            "step": self.step,
-            "growth_per_step": self.growth_per_step,
-            "confidence": self.confidence,
-            "device_total_bytes": self.device_total_bytes,
-            "last_step": self.last_step,
-            "last_bytes": self.last_bytes,
-            "steps_left": self.steps_left,
-            "points": self.points,
-        }
 
 
 def theil_sen(xs: Sequence[int], ys: Sequence[float]) -> float | None:
@@ -127,6 +110,7 @@ def forecast_line(
         device_total_bytes=limit,
         last_step=last,
         last_bytes=int(on_line),
+        steps_left=max(int(reach) - last, 0),
         points=n,
     )
 

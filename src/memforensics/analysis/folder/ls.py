@@ -17,67 +17,44 @@ from typing import Any
 from memforensics._errors import SnapshotLoadError
 from memforensics._layout import snapshot_stem
 from memforensics._units import outside_pytorch_bytes
-from memforensics.analysis.dump.meta import DumpMeta, dump_meta, read_sidecar
+from memforensics.analysis.dump.meta import dump_meta, read_sidecar
+
+SCHEMA = 2
+"""``ls --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
+bumps it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DumpEntry:
-    """One dump file in a run folder."""
+    """One dump file in a run folder: what its sidecar (else its path) says, and its size.
+
+    ``external_bytes`` (OOM dumps): device memory outside PyTorch's allocator then
+    (limit - free - reserved), from the sidecar's observer figures and allocator statistics.
+    """
 
     path: Path
-    meta: DumpMeta
-    size_bytes: int
+    kind: str | None
+    rank: int | None
+    step: int | None
+    steps: tuple[int, int] | None
+    device_index: int | None
+    snapshot_bytes: int  # the file's size, under the sidecar's name for it
     created_at: str | None
+    partial: bool | None
+    truncated: bool | None
+    has_sidecar: bool
     sidecar_error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``ls --json``'s ``dumps``)."""
-        return {
-            "path": str(self.path),
-            "kind": self.meta.kind,
-            "rank": self.meta.rank,
-            "step": self.meta.step,
-            "steps": list(self.meta.steps) if self.meta.steps else None,
-            "device_index": self.meta.device_index,
-            "snapshot_bytes": self.size_bytes,  # the sidecar's name for the file's size
-            "created_at": self.created_at,
-            "partial": self.meta.partial,
-            "truncated": self.meta.truncated,
-            "sidecar": self.meta.has_sidecar,
-            "sidecar_error": self.sidecar_error,
-            "external_bytes": self.external_bytes,
-        }
-
-    @property
-    def external_bytes(self) -> int | None:
-        """OOM dumps: device memory outside PyTorch's allocator then (limit - free - reserved),
-        from the sidecar's observer figures and allocator statistics."""
-        return external_from_sidecar(self.meta.sidecar)
+    external_bytes: int | None
 
 
 @dataclass(frozen=True)
 class RunListing:
-    """All dumps under a folder, oldest first, and the earliest OOM."""
+    """All dumps under a folder, oldest first, and the earliest OOM among them (by sidecar
+    time, else file-name time, else mtime)."""
 
     root: Path
     dumps: tuple[DumpEntry, ...]
-
-    @property
-    def first_oom(self) -> DumpEntry | None:
-        """The OOM dump with the earliest time (sidecar time, else file-name time, else mtime)."""
-        ooms = [entry for entry in self.dumps if entry.meta.kind == "oom"]
-        return min(ooms, key=_order, default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``ls --json`` object."""
-        first = self.first_oom
-        return {
-            "root": str(self.root),
-            "dumps": [entry.to_dict() for entry in self.dumps],
-            "first_oom": None
-            if first is None
-            else {"rank": first.meta.rank, "step": first.meta.step, "path": str(first.path)},
-        }
+    first_oom: DumpEntry | None
 
 
 def external_from_sidecar(sidecar: dict[str, Any]) -> int | None:
@@ -103,7 +80,8 @@ def list_dumps(root: str | Path) -> RunListing:
         raise SnapshotLoadError(f"{folder}: not a folder")
     entries = [_entry(path) for path in _snapshot_files(folder)]
     entries.sort(key=_order)
-    return RunListing(folder, tuple(entries))
+    first_oom = next((entry for entry in entries if entry.kind == "oom"), None)  # sorted by time
+    return RunListing(folder, tuple(entries), first_oom)
 
 
 def _snapshot_files(folder: Path) -> list[Path]:
@@ -128,8 +106,21 @@ def _entry(path: Path) -> DumpEntry:
         size, mtime = stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc)
     except OSError:
         size, mtime = 0, None
-    created = meta.created_at or (mtime.isoformat() if mtime else None)
-    return DumpEntry(path, meta, size, created, error)
+    return DumpEntry(
+        path=path,
+        kind=meta.kind,
+        rank=meta.rank,
+        step=meta.step,
+        steps=meta.steps,
+        device_index=meta.device_index,
+        snapshot_bytes=size,
+        created_at=meta.created_at or (mtime.isoformat() if mtime else None),
+        partial=meta.partial,
+        truncated=meta.truncated,
+        has_sidecar=meta.has_sidecar,
+        sidecar_error=error,
+        external_bytes=external_from_sidecar(meta.sidecar),
+    )
 
 
 def _order(entry: DumpEntry) -> tuple[float, int, str]:
@@ -143,5 +134,5 @@ def _order(entry: DumpEntry) -> tuple[float, int, str]:
             moment = parsed.timestamp()
         except ValueError:
             pass
-    rank = entry.meta.rank if entry.meta.rank is not None else 1 << 62
+    rank = entry.rank if entry.rank is not None else 1 << 62
     return (moment, rank, str(entry.path))

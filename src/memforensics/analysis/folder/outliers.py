@@ -19,7 +19,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memforensics.analysis.folder.ranks import RankFacts
 
@@ -38,16 +37,6 @@ class Outlier:
     value: float
     median: float
     threshold: float  # the allowed distance from the median
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "rank": self.rank,
-            "figure": self.figure,
-            "value": self.value,
-            "median": self.median,
-            "threshold": self.threshold,
-        }
 
 
 def find_outliers(ranks: Sequence[RankFacts]) -> list[Outlier]:

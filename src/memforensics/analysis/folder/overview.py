@@ -15,12 +15,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.folder.forecast import Forecast
@@ -29,6 +28,7 @@ from memforensics.analysis.folder.outliers import Outlier, find_outliers
 from memforensics.analysis.folder.peer import PeerComparison, compare_with_peer
 from memforensics.analysis.folder.ranks import Failure, RankFacts, rank_facts
 from memforensics.analysis.folder.scan import DumpRecord, scan_run
+from memforensics.analysis.schema import NOT_IN_JSON
 
 MISSING_LISTED = 1_000
 """At most this many ranks that left nothing are listed (``ranks_missing_count`` has them all):
@@ -39,57 +39,60 @@ PARALLEL_FROM = 64
 _BATCH = 32
 
 
+SCHEMA = 2
+"""``overview --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing
+one bumps it)."""
+
+
+@dataclass(frozen=True)
+class Problems:
+    """What the folder lacked or held badly; none of it stops the overview."""
+
+    ranks_without_journal: tuple[int, ...]
+    """Ranks with dumps but no journal."""
+    ranks_missing: tuple[int, ...]
+    """Ranks below the world size that left nothing (at most ``MISSING_LISTED``)."""
+    ranks_missing_count: int
+    """All of them."""
+    restarts: dict[int, tuple[int, ...]]
+    """Rank -> the pids of its processes, for ranks with more than one."""
+    torn_last_lines: tuple[int, ...]
+    """Ranks whose journal ends in a line cut short (skipped)."""
+    bad_lines: int
+    """Journal lines that could not be read."""
+    not_closed: tuple[int, ...]
+    """Ranks whose newest process wrote no close line (killed, hung or running)."""
+    unreadable: tuple[str, ...]
+    """Why each unreadable file could not be read."""
+    absurd_claims: tuple[str, ...]
+    """Claims from files ignored as absurd (a world size of a billion)."""
+
+
 @dataclass(frozen=True)
 class Overview:
-    """Everything ``overview`` says about a run folder."""
+    """Everything ``overview`` says about a run folder.
+
+    ``first_oom`` is the earliest out-of-memory of the run (``failures``' first), ``steps``
+    the first and last step any journal covers, ``forecasts`` every rank's forecast, soonest
+    first; ``journals`` (not in the JSON) are what the page draws.
+    """
 
     root: Path
-    ranks: tuple[RankFacts, ...]
     world_size: int | None
+    ranks_seen: int
+    steps: tuple[int, int] | None
+    first_oom: Failure | None
     failures: tuple[Failure, ...]
     outliers: tuple[Outlier, ...]
     comparison: PeerComparison | None
-    problems: dict[str, Any]
-    journals: tuple[ProcessJournal, ...] = field(repr=False)
-
-    @property
-    def first_oom(self) -> Failure | None:
-        """The earliest out-of-memory of the run."""
-        return self.failures[0] if self.failures else None
-
-    @property
-    def steps(self) -> tuple[int, int] | None:
-        """The first and last step any journal covers."""
-        firsts = [r.first_step for r in self.ranks if r.first_step is not None]
-        lasts = [r.last_step for r in self.ranks if r.last_step is not None]
-        return (min(firsts), max(lasts)) if firsts and lasts else None
-
-    @property
-    def forecasts(self) -> tuple[Forecast, ...]:
-        """Every rank's forecast, soonest first."""
-        found = [r.forecast for r in self.ranks if r.forecast is not None]
-        return tuple(sorted(found, key=lambda f: (f.step, f.rank)))
+    problems: Problems
+    forecasts: tuple[Forecast, ...]
+    ranks: tuple[RankFacts, ...]
+    journals: tuple[ProcessJournal, ...] = field(default=(), repr=False, metadata=NOT_IN_JSON)
 
     def rank(self, number: int) -> RankFacts | None:
         """The facts of rank ``number``, if it left anything."""
         return next((r for r in self.ranks if r.rank == number), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``overview --json`` object."""
-        first = self.first_oom
-        return {
-            "root": str(self.root),
-            "world_size": self.world_size,
-            "ranks_seen": len(self.ranks),
-            "steps": list(self.steps) if self.steps else None,
-            "first_oom": None if first is None else first.to_dict(),
-            "failures": [f.to_dict() for f in self.failures],
-            "outliers": [o.to_dict() for o in self.outliers],
-            "comparison": None if self.comparison is None else self.comparison.to_dict(),
-            "problems": self.problems,
-            "forecasts": [{"rank": f.rank, **f.to_dict()} for f in self.forecasts],
-            "ranks": [r.to_dict() for r in self.ranks],
-        }
 
 
 def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
@@ -122,9 +125,28 @@ def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
     if failures:
         comparison = compare_with_peer(failures[0], by_rank, ranks, outlier_ranks)
     world = files.world_size or (max(by_rank) + 1 if by_rank else None)
-    problems = _problems(ranks, by_rank, world, files.errors)
-    problems["absurd_claims"] = files.absurd
-    return Overview(folder, ranks, world, failures, outliers, comparison, problems, tuple(journals))
+    forecasts = [r.forecast for r in ranks if r.forecast is not None]
+    return Overview(
+        root=folder,
+        world_size=world,
+        ranks_seen=len(ranks),
+        steps=_steps(ranks),
+        first_oom=failures[0] if failures else None,
+        failures=failures,
+        outliers=outliers,
+        comparison=comparison,
+        problems=_problems(ranks, by_rank, world, files.errors, files.absurd),
+        forecasts=tuple(sorted(forecasts, key=lambda f: (f.step, f.rank))),
+        ranks=ranks,
+        journals=tuple(journals),
+    )
+
+
+def _steps(ranks: Sequence[RankFacts]) -> tuple[int, int] | None:
+    """The first and last step any journal covers."""
+    firsts = [r.first_step for r in ranks if r.first_step is not None]
+    lasts = [r.last_step for r in ranks if r.last_step is not None]
+    return (min(firsts), max(lasts)) if firsts and lasts else None
 
 
 def read_all(groups: list[list[JournalFile]], workers: int | None) -> list[ProcessJournal]:
@@ -154,22 +176,22 @@ def _problems(
     by_rank: dict[int, list[ProcessJournal]],
     world: int | None,
     errors: list[str],
-) -> dict[str, Any]:
+    absurd: list[str],
+) -> Problems:
     seen = [r.rank for r in ranks]
     journals = [j for group in by_rank.values() for j in group]
     present = set(seen)
-    missing = list(islice((r for r in range(world or 0) if r not in present), MISSING_LISTED))
-    return {
-        "ranks_without_journal": sorted(present - set(by_rank)),
-        "ranks_missing": missing,
-        "ranks_missing_count": max(0, (world or 0) - sum(1 for r in present if r < (world or 0))),
-        "restarts": {
-            str(r): [j.pid for j in group] for r, group in by_rank.items() if len(group) > 1
-        },
-        "torn_last_lines": sorted({j.rank for j in journals if j.torn_last_line}),
-        "bad_lines": sum(j.bad_lines for j in journals),
-        "not_closed": sorted(
-            r for r, group in by_rank.items() if not group[-1].events.endswith("c")
+    missing = islice((r for r in range(world or 0) if r not in present), MISSING_LISTED)
+    return Problems(
+        ranks_without_journal=tuple(sorted(present - set(by_rank))),
+        ranks_missing=tuple(missing),
+        ranks_missing_count=max(0, (world or 0) - sum(1 for r in present if r < (world or 0))),
+        restarts={r: tuple(j.pid for j in group) for r, group in by_rank.items() if len(group) > 1},
+        torn_last_lines=tuple(sorted({j.rank for j in journals if j.torn_last_line})),
+        bad_lines=sum(j.bad_lines for j in journals),
+        not_closed=tuple(
+            sorted(r for r, group in by_rank.items() if not group[-1].events.endswith("c"))
         ),
-        "unreadable": errors + [e for j in journals for e in j.errors],
-    }
+        unreadable=tuple(errors + [e for j in journals for e in j.errors]),
+        absurd_claims=tuple(absurd),
+    )

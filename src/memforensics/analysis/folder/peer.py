@@ -10,7 +10,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal
 from memforensics.analysis.folder.ranks import Failure, RankFacts
@@ -35,28 +34,8 @@ class PeerComparison:
     peer_step: int
     failing: dict[str, int | None]
     healthy: dict[str, int | None]
-
-    @property
-    def differences(self) -> dict[str, int | None]:
-        """failing - healthy, per figure (None where either is unknown)."""
-        return {
-            key: None
-            if self.failing[key] is None or self.healthy[key] is None
-            else self.failing[key] - self.healthy[key]  # type: ignore[operator]
-            for key in COMPARED
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "rank": self.rank,
-            "peer": self.peer,
-            "step": self.step,
-            "peer_step": self.peer_step,
-            "failing": self.failing,
-            "healthy": self.healthy,
-            "differences": self.differences,
-        }
+    differences: dict[str, int | None]
+    """failing - healthy, per figure (None where either is unknown)."""
 
 
 def compare_with_peer(
@@ -93,7 +72,27 @@ def compare_with_peer(
             best = (key[0], key[1], line[0], line[1])
     if best is None:
         return None
-    return PeerComparison(failure.rank, best[1], at_step, best[2], failing_figures, best[3])
+    healthy = best[3]
+    return PeerComparison(
+        rank=failure.rank,
+        peer=best[1],
+        step=at_step,
+        peer_step=best[2],
+        failing=failing_figures,
+        healthy=healthy,
+        differences=_differences(failing_figures, healthy),
+    )
+
+
+def _differences(
+    failing: Mapping[str, int | None], healthy: Mapping[str, int | None]
+) -> dict[str, int | None]:
+    """failing - healthy, per figure (None where either is unknown)."""
+    found: dict[str, int | None] = {}
+    for key in COMPARED:
+        mine, theirs = failing[key], healthy[key]
+        found[key] = None if mine is None or theirs is None else mine - theirs
+    return found
 
 
 def _last_step(journal: ProcessJournal) -> int | None:

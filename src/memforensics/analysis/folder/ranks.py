@@ -6,12 +6,12 @@ first line, and the newest process's last figures are the rank's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal
 from memforensics.analysis.folder.scan import DumpRecord
+from memforensics.analysis.schema import json_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,10 +22,6 @@ class Failure:
     step: int | None
     time: float | None
     source: str  # "journal" or "sidecar"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"rank": self.rank, "step": self.step, "time": self.time, "source": self.source}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,32 +40,11 @@ class RankFacts:
     external_bytes: int | None
     reserved_growth_per_1k_steps: float | None
     allocated_growth_per_1k_steps: float | None
-    failure: Failure | None
+    failure: Failure | None = field(metadata=json_key("oom"))
     closed: bool
     dumps: tuple[str, ...]
     forecast: Forecast | None = None
     """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``overview --json``'s ``ranks``)."""
-        return {
-            "rank": self.rank,
-            "pids": list(self.pids),
-            "lines": self.lines,
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "peak_reserved_bytes": self.peak_reserved_bytes,
-            "last_reserved_bytes": self.last_reserved_bytes,
-            "last_allocated_bytes": self.last_allocated_bytes,
-            "alloc_retries": self.alloc_retries,
-            "external_bytes": self.external_bytes,
-            "reserved_growth_per_1k_steps": self.reserved_growth_per_1k_steps,
-            "allocated_growth_per_1k_steps": self.allocated_growth_per_1k_steps,
-            "oom": None if self.failure is None else self.failure.to_dict(),
-            "closed": self.closed,
-            "dumps": list(self.dumps),
-            "forecast": None if self.forecast is None else self.forecast.to_dict(),
-        }
 
 
 def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> RankFacts:

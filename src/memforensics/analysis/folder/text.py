@@ -153,28 +153,28 @@ def _comparison(view: Overview) -> list[str]:
 def _problems(view: Overview) -> list[str]:
     p = view.problems
     parts = []
-    if p["ranks_without_journal"]:
-        parts.append(f"no journal from rank(s) {rank_ranges(p['ranks_without_journal'])}")
-    if p["ranks_missing"]:
-        listed, count = p["ranks_missing"], p["ranks_missing_count"]
+    if p.ranks_without_journal:
+        parts.append(f"no journal from rank(s) {rank_ranges(p.ranks_without_journal)}")
+    if p.ranks_missing:
+        listed, count = p.ranks_missing, p.ranks_missing_count
         more = f" (+{count - len(listed):,} more)" if count > len(listed) else ""
         parts.append(f"nothing at all from rank(s) {rank_ranges(listed)}{more}")
-    if p["absurd_claims"]:
-        parts.append(f"ignored as absurd: {'; '.join(p['absurd_claims'][:TOP])}")
-    if p["torn_last_lines"]:
-        parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p['torn_last_lines'])}")
-    if p["bad_lines"]:
-        parts.append(f"{p['bad_lines']:,} unreadable line(s) skipped")
-    for rank, pids in list(p["restarts"].items())[:TOP]:
+    if p.absurd_claims:
+        parts.append(f"ignored as absurd: {'; '.join(p.absurd_claims[:TOP])}")
+    if p.torn_last_lines:
+        parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p.torn_last_lines)}")
+    if p.bad_lines:
+        parts.append(f"{p.bad_lines:,} unreadable line(s) skipped")
+    for rank, pids in list(p.restarts.items())[:TOP]:
         parts.append(f"rank {rank} restarted (pids {', '.join(str(x) for x in pids)})")
-    if len(p["restarts"]) > TOP:
-        parts.append(f"+{len(p['restarts']) - TOP} more restarted ranks")
-    if p["not_closed"]:
+    if len(p.restarts) > TOP:
+        parts.append(f"+{len(p.restarts) - TOP} more restarted ranks")
+    if p.not_closed:
         parts.append(
-            f"no close line (killed, hung or running): rank(s) {rank_ranges(p['not_closed'])}"
+            f"no close line (killed, hung or running): rank(s) {rank_ranges(p.not_closed)}"
         )
-    if p["unreadable"]:
-        parts.append(f"{len(p['unreadable'])} file(s) unreadable: {p['unreadable'][0]}")
+    if p.unreadable:
+        parts.append(f"{len(p.unreadable)} file(s) unreadable: {p.unreadable[0]}")
     return ["problems: " + "; ".join(parts)] if parts else ["problems: none"]
 
 
@@ -235,7 +235,7 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
 
 def _no_oom_head(listing: RunListing) -> str:
     """The head when no OOM dump is known: what ``ls`` saw, and what it did not open."""
-    unknown = sum(1 for entry in listing.dumps if entry.meta.kind is None)
+    unknown = sum(1 for entry in listing.dumps if entry.kind is None)
     known = len(listing.dumps) - unknown
     if not unknown:
         return f"no OOM dumps among {known} dump(s)" if known else "no dumps"
@@ -253,7 +253,7 @@ def ls_text(listing: RunListing) -> str:
     head = _no_oom_head(listing)
     if first is not None:
         head = (
-            f"first OOM: rank {first.meta.rank} step {first.meta.step}"
+            f"first OOM: rank {first.rank} step {first.step}"
             f" at {first.created_at}  {printable(str(first.path))}"
         )
     lines = [
@@ -263,22 +263,21 @@ def ls_text(listing: RunListing) -> str:
         " flags  path",
     ]
     for entry in listing.dumps:
-        meta = entry.meta
         where = (
-            f"{meta.steps[0]}-{meta.steps[1]}"
-            if meta.steps
-            else ("-" if meta.step is None else str(meta.step))
+            f"{entry.steps[0]}-{entry.steps[1]}"
+            if entry.steps
+            else ("-" if entry.step is None else str(entry.step))
         )
         flags = "".join(
             (
-                "P" if meta.partial else "",
-                "T" if meta.truncated else "",
-                "" if meta.has_sidecar else "?",
+                "P" if entry.partial else "",
+                "T" if entry.truncated else "",
+                "" if entry.has_sidecar else "?",
             )
         )
         lines.append(
-            f"{meta.kind or '?':<8} {'-' if meta.rank is None else meta.rank:>5} {where:>11}"
-            f" {format_bytes(entry.size_bytes):>11} {format_bytes(entry.external_bytes):>10}"
+            f"{entry.kind or '?':<8} {'-' if entry.rank is None else entry.rank:>5} {where:>11}"
+            f" {format_bytes(entry.snapshot_bytes):>11} {format_bytes(entry.external_bytes):>10}"
             f"  {entry.created_at or '-':<32} {flags or '-':<5}"
             f"  {printable(str(entry.path))}"
         )
@@ -306,7 +305,7 @@ def watch_header(view: WatchView) -> str:
         oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
     torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
     return (
-        f"{view.ranks:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
+        f"{view.ranks_seen:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
         f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
     )
 

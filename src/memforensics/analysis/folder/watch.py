@@ -23,6 +23,11 @@ from memforensics import _layout
 from memforensics.analysis.dump import open_regular
 from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
 from memforensics.analysis.folder.journals import READ_LIMIT, upgrade_keys
+from memforensics.analysis.schema import json_key
+
+SCHEMA = 2
+"""``watch --once --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or
+removing one bumps it)."""
 
 _KEEP = 2 * WINDOW
 """Points kept per process for its forecast (the fit uses the newest ``WINDOW``)."""
@@ -72,10 +77,10 @@ class WatchRow:
     """``limit - reserved - outside PyTorch`` on the newest line: what is left to reserve."""
     alloc_retries: int | None
     ooms: int
-    failed_step: int | None
     failed: bool
-    forecast: Forecast | None
+    failed_step: int | None
     closed: bool
+    forecast: Forecast | None
 
     def urgency(self) -> tuple[int, float, float, int]:
         """Sort key, most urgent first: failed ranks (earliest step first), then ranks with a
@@ -86,23 +91,6 @@ class WatchRow:
         headroom = float(self.headroom_bytes) if self.headroom_bytes is not None else float("inf")
         return (1, steps_left, headroom, self.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one element of ``watch --once --json``'s ``ranks``)."""
-        return {
-            "rank": self.rank,
-            "step": self.step,
-            "allocated_bytes": self.allocated_bytes,
-            "reserved_bytes": self.reserved_bytes,
-            "peak_reserved_bytes": self.peak_reserved_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "alloc_retries": self.alloc_retries,
-            "ooms": self.ooms,
-            "failed": self.failed,
-            "failed_step": self.failed_step,
-            "closed": self.closed,
-            "forecast": None if self.forecast is None else self.forecast.to_dict(),
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class FirstOom:
@@ -112,37 +100,20 @@ class FirstOom:
     step: int | None
     time: float
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"rank": self.rank, "step": self.step, "time": self.time}
-
 
 @dataclass(frozen=True, slots=True)
 class WatchView:
     """What one refresh shows: the totals, the first OOM and the rows, most urgent first."""
 
-    ranks: int
+    ranks_seen: int
     allocated_bytes: int
     reserved_bytes: int
     failed_ranks: int
     ooms: int
     first_oom: FirstOom | None
-    rows: tuple[WatchRow, ...]
     torn_lines: int
     """Files whose last line is still being written (left for the next poll)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``watch --once --json`` object."""
-        return {
-            "ranks_seen": self.ranks,
-            "allocated_bytes": self.allocated_bytes,
-            "reserved_bytes": self.reserved_bytes,
-            "failed_ranks": self.failed_ranks,
-            "ooms": self.ooms,
-            "first_oom": None if self.first_oom is None else self.first_oom.to_dict(),
-            "torn_lines": self.torn_lines,
-            "ranks": [row.to_dict() for row in self.rows],
-        }
+    rows: tuple[WatchRow, ...] = field(metadata=json_key("ranks"))
 
 
 class JournalWatch:
@@ -230,14 +201,14 @@ class JournalWatch:
         rows = sorted((_row(p, failed.get(p.rank)) for p in newest.values()), key=WatchRow.urgency)
         first = min(failures, key=lambda f: (f.time, f.rank)) if failures else None
         return WatchView(
-            ranks=len(rows),
+            ranks_seen=len(rows),
             allocated_bytes=sum(r.allocated_bytes or 0 for r in rows),
             reserved_bytes=sum(r.reserved_bytes or 0 for r in rows),
             failed_ranks=len(failed),
             ooms=sum(p.ooms for p in newest.values()),
             first_oom=first,
-            rows=tuple(rows),
             torn_lines=len(self._torn),
+            rows=tuple(rows),
         )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from memforensics._version import __version__
 from memforensics.analysis.folder import MISSING, Overview, ProcessJournal, overview_text
 from memforensics.analysis.report.html import content_security_policy, json_in_script, relative_link
+from memforensics.analysis.schema import to_json
 
 CELL_BUDGET = 600_000
 MAX_COLUMNS = 1_000
@@ -109,7 +110,7 @@ def overview_data(view: Overview, *, link_base: Path | None = None) -> dict[str,
         "peer": None if view.comparison is None else view.comparison.peer,
         "facts": {
             str(rank): {
-                **facts[rank].to_dict(),
+                **to_json(facts[rank]),
                 "dumps": [
                     link
                     for path in facts[rank].dumps
@@ -124,7 +125,7 @@ def overview_data(view: Overview, *, link_base: Path | None = None) -> dict[str,
 
 def _row_ranks(view: Overview) -> list[int]:
     seen = {r.rank for r in view.ranks}
-    seen |= set(view.problems["ranks_missing"])  # a rank that left nothing gets an empty row
+    seen |= set(view.problems.ranks_missing)  # a rank that left nothing gets an empty row
     return sorted(seen)
 
 

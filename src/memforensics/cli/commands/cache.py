@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from memforensics._units import format_bytes
-from memforensics.analysis.schema import to_json
-from memforensics.cli._cache import MAX_BYTES_ENV, ResultCache, default_cache_dir
+from memforensics.analysis.schema import document
+from memforensics.cli._cache import MAX_BYTES_ENV, SCHEMA, ResultCache, default_cache_dir
 
 
 class CacheCommand:
@@ -31,16 +31,17 @@ class CacheCommand:
         """Report or clear; a missing folder is an empty cache."""
         cache = ResultCache(args.cache_dir or default_cache_dir())
         if args.action == "clear":
-            removed = cache.clear()
+            cleared = cache.clear()
+            removed = cleared.removed
             print(
-                json.dumps({"folder": str(cache.folder), "removed": removed})
+                json.dumps(document(cleared, SCHEMA))
                 if args.json
-                else f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cache.folder}"
+                else f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cleared.folder}"
             )
             return 0
         info = cache.info()
         if args.json:
-            print(json.dumps(to_json(info), indent=2))
+            print(json.dumps(document(info, SCHEMA), indent=2))
         else:
             print(
                 f"{info.folder}: {info.entries} entr{'y' if info.entries == 1 else 'ies'},"

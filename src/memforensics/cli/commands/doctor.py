@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._errors import ConfigError
+from memforensics.analysis.schema import document
 from memforensics.capture.config import ForensicsConfig, config_from_env
 from memforensics.cli._command import add_old_spelling
 
 _DEVICES = ("auto", "cuda", "npu", "none", "sim")
-_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 
 class DoctorCommand:
@@ -42,37 +42,21 @@ class DoctorCommand:
         )
         add_old_spelling(parser, "--out", "--out-dir", dest="out_dir", type=Path)
         parser.add_argument(
-            "--json", action="store_true", help="print {status, device, out_dir, checks} as JSON"
+            "--json",
+            action="store_true",
+            help="print {schema, status, device, out_dir, checks} as JSON",
         )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Run every check, print them, return 1 if any failed."""
-        from memforensics.doctor import Doctor, overall
+        from memforensics.doctor import SCHEMA, Doctor, doctor_text
 
         env = _env_defaults()
         device = args.device or env.get("device", "auto")
         out_dir = args.out_dir or Path(env.get("out_dir", "memforensics"))
-        doctor = Doctor(device, out_dir)
-        checks = doctor.run()
-        status = overall(checks)
-        if args.json:
-            report = {
-                "status": status,
-                "device": device,
-                "out_dir": str(doctor.out_dir),
-                "checks": [check.as_dict() for check in checks],
-            }
-            print(json.dumps(report, indent=2))
-        else:
-            print(f"memforensics doctor: device {device}, out_dir {doctor.out_dir}")
-            width = max(len(check.name) for check in checks)
-            for check in checks:
-                print(f"  {_MARK[check.status]}  {check.name:<{width}}  {check.detail}")
-            failed = sum(check.status == "fail" for check in checks)
-            warned = sum(check.status == "warn" for check in checks)
-            noun = "warning" if warned == 1 else "warnings"
-            print(f"result: {status} ({failed} failed, {warned} {noun}, {len(checks)} checks)")
-        return 1 if status == "fail" else 0
+        report = Doctor(device, out_dir).report()
+        print(json.dumps(document(report, SCHEMA), indent=2) if args.json else doctor_text(report))
+        return 1 if report.status == "fail" else 0
 
 
 def _env_defaults() -> dict[str, Any]:

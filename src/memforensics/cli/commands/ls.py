@@ -7,7 +7,8 @@ import json
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import list_dumps
-from memforensics.analysis.folder import ls_text
+from memforensics.analysis.folder import LS_SCHEMA, ls_text
+from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, nothing_to_read
 
 
@@ -29,5 +30,5 @@ class LsCommand:
             raise CommandError(str(exc)) from None
         if not listing.dumps:
             raise CommandError(nothing_to_read(args.dir))
-        print(json.dumps(listing.to_dict(), indent=2) if args.json else ls_text(listing))
+        print(json.dumps(document(listing, LS_SCHEMA), indent=2) if args.json else ls_text(listing))
         return 0

@@ -11,6 +11,8 @@ from pathlib import Path
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import build_overview, overview_text, render_overview
+from memforensics.analysis.folder import OVERVIEW_SCHEMA
+from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
 from memforensics.cli._output import write_page
 
@@ -39,7 +41,7 @@ class OverviewCommand:
             view = build_overview(args.dir, workers=args.jobs)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
-        if not view.ranks and not view.journals and not view.problems["unreadable"]:
+        if not view.ranks and not view.journals and not view.problems.unreadable:
             raise CommandError(nothing_to_read(args.dir, "journals or sidecars"))
         note = ""
         if args.output:
@@ -48,7 +50,7 @@ class OverviewCommand:
             write_page(out, html)
             note = f"wrote {out} ({format_bytes(len(html.encode()))})"
         text = (
-            json.dumps(view.to_dict(), indent=2)
+            json.dumps(document(view, OVERVIEW_SCHEMA), indent=2)
             if args.json
             else overview_text(view, all_ranks=args.all)
         )

@@ -14,18 +14,21 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memforensics._text import printable
 from memforensics.analysis.folder import (
     WATCH_COLUMNS,
+    WATCH_SCHEMA,
     JournalWatch,
     WatchView,
     watch_cells,
     watch_header,
     watch_text,
 )
+from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError
 from memforensics.cli._safe_stream import unescaped
 
@@ -77,21 +80,12 @@ class WatchCommand:
 def _shown(view: WatchView, rows: int | None) -> WatchView:
     if rows is None or len(view.rows) <= rows:
         return view
-    return WatchView(
-        view.ranks,
-        view.allocated_bytes,
-        view.reserved_bytes,
-        view.failed_ranks,
-        view.ooms,
-        view.first_oom,
-        view.rows[:rows],
-        view.torn_lines,
-    )
+    return replace(view, rows=view.rows[:rows])
 
 
 def _print_once(view: WatchView, args: argparse.Namespace) -> None:
     if args.json:
-        print(json.dumps(view.to_dict(), indent=2))
+        print(json.dumps(document(view, WATCH_SCHEMA), indent=2))
     elif sys.stdout.isatty():
         from rich.console import Console
 

@@ -86,9 +86,7 @@ def test_window_dump_kinds_are_the_live_truth(tmp_path: Path) -> None:
         with mf.step(number):
             train.step(number, lambda _text: None)  # the facade tags steps itself
     mf.close()
-    [window] = [
-        entry for entry in list_dumps(tmp_path / "run").dumps if entry.meta.kind == "window"
-    ]
+    [window] = [entry for entry in list_dumps(tmp_path / "run").dumps if entry.kind == "window"]
     found = lifetimes(load_dump(window.path))
     classify(found)
     live = {a.addr: a for a in found.at_snapshot()}
@@ -153,7 +151,7 @@ def test_a_tensor_kept_from_an_earlier_step_is_not_a_parameter(tmp_path: Path) -
         with mf.step(number):
             kept.append(device.empty(MiB(1)))
     mf.close()
-    [window] = [e for e in list_dumps(tmp_path).dumps if e.meta.steps == (3, 3)]
+    [window] = [e for e in list_dumps(tmp_path).dumps if e.steps == (3, 3)]
     found = lifetimes(load_dump(window.path))
     classify(found)
     kinds = {a.addr: a.kind for a in found.at_snapshot()}

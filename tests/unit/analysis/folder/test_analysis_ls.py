@@ -8,6 +8,7 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics.analysis import list_dumps
+from memforensics.analysis.schema import to_json
 from memforensics.testing import write_run_folder
 
 
@@ -16,27 +17,32 @@ def test_run_folder_listing(tmp_path: Path) -> None:
     truth = write_run_folder(tmp_path, world_size=5)
     listing = list_dumps(tmp_path)
     assert len(listing.dumps) == truth.dumps
-    kinds = sorted(entry.meta.kind or "?" for entry in listing.dumps)
+    kinds = sorted(entry.kind or "?" for entry in listing.dumps)
     assert kinds == ["manual", "manual", "oom", "oom", "oom", "oom", "window"]
-    window = next(entry for entry in listing.dumps if entry.meta.kind == "window")
-    assert window.meta.steps == (4, 7)
-    assert window.meta.rank == 0
+    window = next(entry for entry in listing.dumps if entry.kind == "window")
+    assert window.steps == (4, 7)
+    assert window.rank == 0
 
 
 def test_first_oom_is_earliest_by_sidecar_time(tmp_path: Path) -> None:
     """The highest rank failed first in the synthetic run, and ls says so."""
     truth = write_run_folder(tmp_path, world_size=8)
-    first = list_dumps(tmp_path).to_dict()["first_oom"]
-    assert first == {"rank": truth.first_oom_rank, "step": 12, "path": str(truth.first_oom_path)}
+    first = to_json(list_dumps(tmp_path))["first_oom"]
+    assert (first["rank"], first["step"], first["path"]) == (
+        truth.first_oom_rank,
+        12,
+        str(truth.first_oom_path),
+    )
+    assert first["kind"] == "oom"
 
 
 def test_dump_without_sidecar_is_placed_by_its_name(tmp_path: Path) -> None:
     """A gz dump without sidecar still has kind (folder), rank and time (file name)."""
     write_run_folder(tmp_path)
     entry = next(e for e in list_dumps(tmp_path).dumps if e.path.name.endswith(".gz"))
-    assert entry.meta.has_sidecar is False
-    assert entry.meta.kind == "manual"
-    assert entry.meta.rank == 0
+    assert entry.has_sidecar is False
+    assert entry.kind == "manual"
+    assert entry.rank == 0
     assert entry.created_at == "2026-11-30T10:15:00+00:00"
 
 

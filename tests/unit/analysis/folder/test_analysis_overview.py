@@ -16,6 +16,7 @@ from memforensics._layout import journal_name
 from memforensics.analysis import build_overview, overview_text, render_overview
 from memforensics.analysis.folder import PARALLEL_FROM, rank_ranges
 from memforensics.analysis.report import overview_data
+from memforensics.analysis.schema import to_json
 from memforensics.capture.journal import Journal, format_line
 from memforensics.testing import make_sidecar, write_journals
 
@@ -75,10 +76,10 @@ def test_damage_is_reported_never_raised(tmp_path: Path) -> None:
     )
     view = build_overview(tmp_path, workers=1)
     problems = view.problems
-    assert problems["ranks_missing"] == [9]
-    assert problems["torn_last_lines"] == [2]
-    assert problems["bad_lines"] == 0  # a torn last line is expected, not an error
-    assert problems["restarts"] == {"4": [1004, 51004], "6": [1006, 1006]}
+    assert problems.ranks_missing == (9,)
+    assert problems.torn_last_lines == (2,)
+    assert problems.bad_lines == 0  # a torn last line is expected, not an error
+    assert problems.restarts == {4: (1004, 51004), 6: (1006, 1006)}
     rank2, rank4, rank6 = view.rank(2), view.rank(4), view.rank(6)
     assert rank2 is not None
     assert rank4 is not None
@@ -101,7 +102,7 @@ def test_bad_lines_in_the_middle_are_skipped_and_counted(tmp_path: Path) -> None
     huge = b'{"time": 1.0, "step": %d, "reserved_bytes": %d}\n' % (2**70, 2**65)
     path.write_bytes(b"".join([*good[:4], *odd, huge, *good[4:]]))
     view = build_overview(tmp_path, workers=1)
-    assert view.problems["bad_lines"] == 4  # the huge line is read, its figures unknown
+    assert view.problems.bad_lines == 4  # the huge line is read, its figures unknown
     rank1 = view.rank(1)
     assert rank1 is not None
     assert rank1.lines == 11
@@ -117,8 +118,8 @@ def test_sidecars_place_ranks_without_journal_and_their_oom(tmp_path: Path) -> N
     (oom / "rank6_pid9_step300_20261130-101112-000001.json").write_text(json.dumps(sidecar))
     view = build_overview(tmp_path, workers=1)
     assert view.world_size == 8
-    assert view.problems["ranks_without_journal"] == [6]
-    assert view.problems["ranks_missing"] == [4, 5, 7]
+    assert view.problems.ranks_without_journal == (6,)
+    assert view.problems.ranks_missing == (4, 5, 7)
     first = view.first_oom
     assert first is not None
     assert (first.rank, first.step, first.source) == (6, 300, "sidecar")
@@ -164,8 +165,8 @@ def test_reads_no_pickle_and_stats_no_file(tmp_path: Path, monkeypatch: pytest.M
 def test_worker_processes_give_the_same_answer(tmp_path: Path) -> None:
     """Enough files to fan out to worker processes: the result equals the in-process one."""
     write_journals(tmp_path, ranks=PARALLEL_FROM + 8, lines=6, leak_rank=3, torn=[7])
-    serial = build_overview(tmp_path, workers=1).to_dict()
-    parallel = build_overview(tmp_path, workers=2).to_dict()
+    serial = to_json(build_overview(tmp_path, workers=1))
+    parallel = to_json(build_overview(tmp_path, workers=2))
     assert parallel == serial
     assert serial["first_oom"]["rank"] == 3
 
@@ -259,4 +260,4 @@ def test_a_rotated_journal_is_read_oldest_file_first(tmp_path: Path) -> None:
     kept = sum(len(p.read_bytes().splitlines()) for p in (tmp_path / "journal").iterdir())
     assert (rank.rank, rank.pids, rank.lines, rank.last_step) == (3, (journal.pid,), kept, 59)
     assert rank.first_step == 60 - kept
-    assert view.problems["restarts"] == {}
+    assert view.problems.restarts == {}

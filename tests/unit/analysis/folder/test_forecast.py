@@ -9,6 +9,7 @@ import pytest
 
 from memforensics.analysis import render_overview
 from memforensics.analysis.folder import build_overview, forecast_line, overview_text
+from memforensics.analysis.schema import to_json
 from memforensics.testing import write_journals
 
 GIB = 1 << 30
@@ -32,7 +33,7 @@ def test_synthetic_journals_forecast_the_known_slope_within_ten_percent(tmp_path
     crossing = (80 * GIB - level) / truth.leak_per_line * truth.every
     assert item.step == pytest.approx(crossing, rel=0.10)
     assert 0.0 < item.confidence <= 1.0
-    ranks = build_overview(tmp_path, workers=1).to_dict()["ranks"]
+    ranks = to_json(build_overview(tmp_path, workers=1))["ranks"]
     assert [r["forecast"] is not None for r in ranks] == [r["rank"] == 3 for r in ranks]
     assert "rank 3 reaches its 80.00 GiB limit near step" in overview_text(view)
 
@@ -43,7 +44,7 @@ def test_the_page_carries_the_forecast(tmp_path: Path) -> None:
     view = build_overview(tmp_path, workers=1)
     page = render_overview(view)
     assert "forecast: rank 1 reaches its 80.00 GiB limit near step" in page
-    assert '"forecast":{"step":' in page.replace(" ", "")
+    assert '"forecast":{"rank":1,"step":' in page.replace(" ", "")
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -17,8 +17,8 @@ from memforensics.analysis import build_overview, overview_text, render_overview
 view = build_overview(sys.argv[1], workers=1)
 overview_text(view)
 render_overview(view)
-print(view.problems["ranks_missing_count"], len(view.problems["ranks_missing"]))
-print(len(view.problems["absurd_claims"]))
+print(view.problems.ranks_missing_count, len(view.problems.ranks_missing))
+print(len(view.problems.absurd_claims))
 """
 
 

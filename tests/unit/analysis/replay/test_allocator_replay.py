@@ -22,6 +22,7 @@ from memforensics.allocator import (
 from memforensics.analysis import dump_from_snapshot, list_dumps, replay_dump, summarize
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import Device, run
+from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
 
 MiB = 1 << 20
@@ -265,7 +266,7 @@ def test_ls_shows_memory_outside_pytorch_for_oom_dumps(tmp_path: Path) -> None:
     oom = {"device_total_bytes": 80 * MiB, "device_free_bytes": 10 * MiB, "allocator": stats}
     (oom_dir / "rank0_pid1.json").write_text(json.dumps({"schema": 2, "kind": "oom", "oom": oom}))
     (window_dir / "rank0_pid1.json").write_text(json.dumps({"schema": 2, "kind": "window"}))
-    listing = list_dumps(tmp_path).to_dict()
+    listing = to_json(list_dumps(tmp_path))
     external = {Path(d["path"]).parent.name: d["external_bytes"] for d in listing["dumps"]}
     assert external == {"oom": 30 * MiB, "steps0-1": None}
 

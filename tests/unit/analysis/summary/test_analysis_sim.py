@@ -30,8 +30,8 @@ def test_sim_oom_dump_is_explained(tmp_path: Path) -> None:
     listing = list_dumps(tmp_path)
     first = listing.first_oom
     assert first is not None
-    assert first.meta.rank == 0
-    assert first.meta.step == 0
+    assert first.rank == 0
+    assert first.step == 0
     summary = summarize(load_dump(first.path))
     assert summary.oom is not None
     assert summary.oom.requested_bytes == 20 * MiB

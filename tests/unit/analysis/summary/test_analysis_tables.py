@@ -113,7 +113,7 @@ def test_ls_json_uses_the_sidecars_names(tmp_path: Path) -> None:
     """Every ls --json key of a dump that the sidecar also has holds the sidecar's value."""
     path = _sim_oom_dump(tmp_path)
     sidecar = json.loads(path.with_suffix(".json").read_text())
-    [entry] = [e.to_dict() for e in list_dumps(tmp_path).dumps if e.path == path]
+    [entry] = [to_json(e) for e in list_dumps(tmp_path).dumps if e.path == path]
     shared = entry.keys() & sidecar.keys()
     assert "snapshot_bytes" in shared
     for key in shared:
