@@ -25,16 +25,6 @@ class Section:
     data: Any = None
     empty: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the page reads."""
-        return {
-            "id": self.id,
-            "title": self.title,
-            "type": self.type,
-            "data": self.data,
-            "empty": self.empty,
-        }
-
 
 @dataclass(frozen=True)
 class DumpContext:

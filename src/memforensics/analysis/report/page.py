@@ -32,6 +32,7 @@ from memforensics.analysis.report.sections import (
     leaks_section,
     unreadable_section,
 )
+from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summarize
 
 
@@ -105,7 +106,7 @@ class ReportBuilder:
         """The JSON the page renders."""
         leaks = self._leaks.result("", self.unreadable) if self.folder else None
         run = RunContext(leaks, self.unreadable)
-        sections = [s.to_dict() for build in RUN_SECTIONS if (s := build(run)) is not None]
+        sections = [to_json(s) for build in RUN_SECTIONS if (s := build(run)) is not None]
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         return {
             "generated": stamp,
@@ -180,7 +181,7 @@ def dump_entry(
                 "key": ctx.key,
                 "device": view.device,
                 "label": label,
-                "sections": [s.to_dict() for s in sections],
+                "sections": [to_json(s) for s in sections],
             }
         )
     window = window_totals(dump) if folder else None

@@ -98,7 +98,7 @@ def _kept_leaks(cache: ResultCache, root: str, paths: list[Path], jobs: int) -> 
         if kept is not None:
             found[path] = kept
     todo = [path for path in paths if path not in found]
-    for path, result in zip(todo, read_windows(todo, jobs=jobs), strict=True):
+    for path, result in zip(todo, read_windows(todo, jobs=jobs) if todo else [], strict=True):
         found[path] = result
         if isinstance(result, WindowTotals) and path in questions:
             cache.keep([path], questions[path], result)
