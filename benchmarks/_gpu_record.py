@@ -221,7 +221,7 @@ def has_field(name: str) -> bool:
 
 def has_command(name: str) -> bool:
     """True when the ``memforensics`` CLI of the version under test has the command ``name``."""
-    from memforensics.cli.registry import all_commands
+    from memforensics.cli._command import all_commands
 
     return any(command.name == name for command in all_commands())
 

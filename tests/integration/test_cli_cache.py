@@ -286,8 +286,8 @@ def test_an_answer_kept_by_other_code_is_not_served(
     """After the package's files change (its code key), the same command on the same dump
     reads the dump again instead of printing the old code's answer."""
     from memforensics.cli import _cache
+    from memforensics.cli._main import main
     from memforensics.cli.commands import summary as command
-    from memforensics.cli.main import main
 
     path = fragmented().write(tmp_path / "f.pickle")
     argv = ["summary", str(path), "--cache-dir", str(tmp_path / "cache"), "-q"]

@@ -105,7 +105,7 @@ def _blind_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _printed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
-    from memforensics.cli.main import main
+    from memforensics.cli._main import main
 
     status = main(argv)
     out = capsys.readouterr()

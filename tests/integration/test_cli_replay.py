@@ -138,7 +138,7 @@ def test_report_of_one_dump_replays_with_its_jobs(
     writes the page --jobs 1 writes (bar its time)."""
     import importlib
 
-    from memforensics.cli.main import main
+    from memforensics.cli._main import main
 
     oom, _steps = _demo(tmp_path / "demo")
     shared = importlib.import_module("memforensics.analysis.report.sections")

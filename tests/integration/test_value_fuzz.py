@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memforensics.cli.main import main
+from memforensics.cli._main import main
 from memforensics.testing import exhausted, make_sidecar
 
 _HUGE = 10**5000  # past int -> str's 4,300-digit limit

@@ -123,7 +123,7 @@ def test_training_and_analysis_never_import_rich() -> None:
     loads when rich is installed (its dev renderer probes ``import rich``)."""
     code = (
         "import tempfile, memforensics, memforensics.analysis\n"
-        "from memforensics.cli.main import build_parser\n"
+        "from memforensics.cli._main import build_parser\n"
         "build_parser()\n"
         "mf = memforensics.install(device='sim', out_dir=tempfile.mkdtemp(), near_oom_every=1)\n"
         "with mf.step(0):\n    pass\n"

@@ -14,7 +14,7 @@ from memforensics import _layout
 from memforensics.analysis import list_dumps
 from memforensics.analysis.dump.meta import dump_meta
 from memforensics.analysis.folder.journals import list_journals
-from memforensics.analysis.folder.scan import scan_run
+from memforensics.analysis.folder.ls import scan_run
 from memforensics.capture import atomic
 from memforensics.capture.journal import Journal
 from memforensics.capture.window import Window

@@ -10,7 +10,7 @@ import pytest
 import memforensics
 from memforensics.analysis.dump.meta import OomRecord
 from memforensics.analysis.folder.journals import list_journals, read_process
-from memforensics.analysis.summary.scan import merge_oom
+from memforensics.analysis.summary.summary import merge_oom
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.cli import main
 
@@ -22,7 +22,7 @@ def test_a_sim_oom_carries_the_observer_figures_under_one_name_everywhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The observer's allocation, limit and free bytes reappear, equal and under the same keys,
-    in the sidecar's ``oom``, the journal's ``oom`` line and ``summary --json``'s ``oom_state``."""
+    in the sidecar's ``oom``, the journal's ``oom`` line and ``summary --json``'s ``oom``."""
     device = reset_device(total_bytes=32 * MiB)
     device.set_per_process_memory_fraction(0.75)  # the limit (24 MiB) is not the total
     seen: list[tuple[int, int, int, int]] = []
@@ -47,7 +47,7 @@ def test_a_sim_oom_carries_the_observer_figures_under_one_name_everywhere(
         if json.loads(text)["event"] == "oom"
     ]
     assert main(["summary", str(dump), "--json"]) == 0
-    state = json.loads(capsys.readouterr().out)["oom_state"]
+    state = json.loads(capsys.readouterr().out)["oom"]
 
     for figures in (sidecar, line, state):
         assert {name: figures[name] for name in NAMES} == observed

@@ -13,28 +13,30 @@ from memforensics.allocator._blocks import (
     K_SMALL_SIZE,
     Block,
     BlockPool,
+    ExpandableSegment,
     segment_blocks,
 )
-from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator
+from memforensics.allocator._caching import BASE_ADDRESS, DeviceCachingAllocator, OomInfo, Stat
 from memforensics.allocator._conf import (
+    ConfRules,
     RecordedSettings,
     SettingsError,
     apply_assignment,
     from_snapshot,
     parse_conf,
     read_snapshot_settings,
+    rules_for,
 )
-from memforensics.allocator._expandable import ExpandableSegment
-from memforensics.allocator._inert import deciding_settings, largest_block
-from memforensics.allocator._rules import ConfRules, rules_for
 from memforensics.allocator._seed import SeedBlock, seed_expandable, seed_segment
-from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
-from memforensics.allocator._sizes import (
+from memforensics.allocator._settings import (
+    NO_LIMIT,
+    AllocatorSettings,
+    deciding_settings,
     get_allocation_size,
+    largest_block,
     round_size,
     roundup_power2_next_division,
 )
-from memforensics.allocator._stats import OomInfo, Stat
 
 __all__ = [
     "BASE_ADDRESS",

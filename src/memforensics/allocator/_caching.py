@@ -10,7 +10,7 @@ i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_m
 limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
 
 The allocator holds its pools (:class:`~memforensics.allocator._blocks.BlockPool`) and, under
-``expandable_segments:True``, one :class:`~memforensics.allocator._expandable.ExpandableSegment`
+``expandable_segments:True``, one :class:`~memforensics.allocator._blocks.ExpandableSegment`
 per reserved address space; the blocks and the decisions are its own, as in PyTorch.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from memforensics.allocator._blocks import (
     K_MIN_BLOCK_SIZE,
@@ -26,11 +27,47 @@ from memforensics.allocator._blocks import (
     K_SMALL_SIZE,
     Block,
     BlockPool,
+    ExpandableSegment,
 )
-from memforensics.allocator._expandable import ExpandableSegment
-from memforensics.allocator._settings import NO_LIMIT, AllocatorSettings
-from memforensics.allocator._sizes import get_allocation_size, round_size
-from memforensics.allocator._stats import OomInfo, Stat
+from memforensics.allocator._settings import (
+    NO_LIMIT,
+    AllocatorSettings,
+    get_allocation_size,
+    round_size,
+)
+
+# The allocator's statistics and the record of its last failure (``struct Stat``).
+
+
+class Stat:
+    """Mirrors ``struct Stat``: current, peak, and cumulative allocated / freed."""
+
+    __slots__ = ("allocated", "current", "freed", "peak")
+
+    def __init__(self) -> None:
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def increase(self, amount: int) -> None:
+        """Mirrors ``increase_stat``."""
+        self.current += amount
+        self.allocated += amount
+        if self.current > self.peak:  # noqa: PLR1730  # max() costs a call on every allocation
+            self.peak = self.current
+
+    def decrease(self, amount: int) -> None:
+        """Mirrors ``decrease_stat``."""
+        self.current -= amount
+        self.freed += amount
+
+
+@dataclass(frozen=True, slots=True)
+class OomInfo:
+    """The last failed request: rounded size, what was asked of the device, device free."""
+
+    size: int
+    alloc_size: int
+    device_free: int
+
 
 _ROUNDED_KEPT = 1 << 16  # distinct request sizes whose rounding one allocator remembers
 BASE_ADDRESS = 0x7F0000000000  # looks like the device addresses real CUDA snapshots show

@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from memforensics.allocator._blocks import K_ROUND_LARGE, K_SMALL_BUFFER, Block, BlockPool
+from memforensics.allocator._blocks import (
+    K_ROUND_LARGE,
+    K_SMALL_BUFFER,
+    Block,
+    BlockPool,
+    ExpandableSegment,
+)
 from memforensics.allocator._caching import DeviceCachingAllocator
-from memforensics.allocator._expandable import ExpandableSegment
 
 SeedBlock = tuple[int, int, int, bool]
 """A live block to place: ``(address, size, requested, pending)``."""

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from memforensics._errors import BackendError
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
-from memforensics.backends._stats import EMPTY_STATS
+from memforensics.backends._torch import EMPTY_STATS
 
 
 class NoneBackend:

@@ -27,17 +27,21 @@ from memforensics._errors import ConfigError
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.none import NoneBackend
 from memforensics.capture import atomic
-from memforensics.capture.config import ForensicsConfig, blame_environment, build_config
+from memforensics.capture.config import (
+    ForensicsConfig,
+    blame_environment,
+    build_config,
+    resolve_rank,
+    resolve_world_size,
+)
 from memforensics.capture.dumps import Dumper
-from memforensics.capture.history import HistorySwitch
 from memforensics.capture.journal import Journal, JournalSchedule
 from memforensics.capture.log import guarded, safe_log, warn_once
 from memforensics.capture.near_oom import NearOomCheck
 from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
 from memforensics.capture.oom_capture import OomCapture
-from memforensics.capture.rank import resolve_rank, resolve_world_size
 from memforensics.capture.sidecar import SidecarContext
-from memforensics.capture.window import Window, WindowSchedule
+from memforensics.capture.window import HistorySwitch, Window, WindowSchedule
 
 _install_lock = threading.RLock()
 _current: MemoryForensics | None = None

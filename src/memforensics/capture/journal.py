@@ -35,7 +35,7 @@ from pathlib import Path
 
 from memforensics import _layout
 from memforensics._units import outside_pytorch_bytes
-from memforensics.backends._stats import JOURNAL_STATS
+from memforensics.backends._torch import JOURNAL_STATS
 from memforensics.capture.atomic import try_lock as _try_lock
 from memforensics.capture.log import guarded, warn_once
 

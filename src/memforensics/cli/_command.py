@@ -12,6 +12,7 @@ hidden and warned about, through :func:`add_old_spelling`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,3 +83,35 @@ def add_old_spelling(
     parser.add_argument(
         old, dest=dest, type=type, default=argparse.SUPPRESS, action=_OldSpelling, new=new
     )
+
+
+# Registry of subcommands (one small module each in ``commands/``), imported lazily at parser
+# build time.
+#
+# Keeping the list here (rather than discovering modules) makes the CLI's surface explicit and
+# keeps ``import memforensics`` free of every command's dependencies.
+
+# (module, class) in the order ``memforensics --help`` lists them.
+_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("summary", "SummaryCommand"),
+    ("diff", "DiffCommand"),
+    ("ls", "LsCommand"),
+    ("replay", "ReplayCommand"),
+    ("leaks", "LeaksCommand"),
+    ("overview", "OverviewCommand"),
+    ("watch", "WatchCommand"),
+    ("report", "ReportCommand"),
+    ("cache", "CacheCommand"),
+    ("run", "RunCommand"),
+    ("doctor", "DoctorCommand"),
+    ("demo", "DemoCommand"),
+)
+
+
+def all_commands() -> list[Command]:
+    """Instantiate every registered subcommand."""
+    commands: list[Command] = []
+    for module_name, class_name in _COMMANDS:
+        module = importlib.import_module(f"memforensics.cli.commands.{module_name}")
+        commands.append(getattr(module, class_name)())
+    return commands

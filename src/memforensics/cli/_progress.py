@@ -22,7 +22,7 @@ from memforensics._text import printable
 from memforensics._units import format_bytes
 from memforensics.analysis import read_snapshot_file
 from memforensics.analysis.dump import BytesRead, SnapshotReader
-from memforensics.cli._safe_stream import unescaped
+from memforensics.cli._output import unescaped
 
 
 class Progress:

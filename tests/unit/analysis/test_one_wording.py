@@ -9,7 +9,7 @@ import pytest
 
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis import diff_dumps, dump_from_snapshot, summarize
-from memforensics.analysis.compare import Leaks, SiteTrend, diff_text, leaks_text
+from memforensics.analysis.compare import Leaks, RankWindows, SiteTrend, diff_text, leaks_text
 from memforensics.analysis.dump import SITE_WIDTH, short_site
 from memforensics.analysis.filled import CallNode, tree_lines
 from memforensics.analysis.folder import build_overview, overview_text
@@ -33,7 +33,7 @@ def _texts() -> dict[str, str]:
     return {
         "summary": summary_text(summarize(new)),
         "diff": diff_text(diff_dumps(old, new)),
-        "leaks": leaks_text(Leaks("run", {0: (1, 3, 5)}, (trend,))),
+        "leaks": leaks_text(Leaks("run", (RankWindows(0, (1, 3, 5)),), (trend,))),
     }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from memforensics.backends import DeviceBackend, HistoryMode
 from memforensics.capture.config import build_config
-from memforensics.capture.history import HistorySwitch
+from memforensics.capture.window import HistorySwitch
 
 
 class _Recorder:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from memforensics.cli._cache import ResultCache
+from memforensics.cli._main import main
 from memforensics.cli.commands import diff as diff_command
-from memforensics.cli.main import main
 from memforensics.testing import exhausted, fragmented, growth_pair, several_devices, write_dump
 
 

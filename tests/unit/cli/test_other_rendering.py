@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.cli.main import main
+from memforensics.cli._main import main
 from memforensics.testing import exhausted, fragmented, write_run_folder
 
 

@@ -16,7 +16,7 @@ import pytest
 import memforensics.capture.facade
 from memforensics.capture.config import FIELDS
 from memforensics.cli import build_parser, main
-from memforensics.cli._config_flags import flag_name
+from memforensics.cli._flags import flag_name
 from memforensics.testing import SimOutOfMemoryError, reset_device
 
 

@@ -1,15 +1,22 @@
 """Comparing dumps: diff two of them (by site, device and kind), and leaks across windows."""
 
-from memforensics.analysis.compare.devices import diff_by_device, sides_of
 from memforensics.analysis.compare.diff import (
     DIFF_SCHEMA,
     Diff,
+    DiffSide,
+    KindChange,
     LeakSuspect,
+    LiveRow,
+    SideOf,
     SiteGrowth,
+    diff_by_device,
     diff_dumps,
+    diff_side,
     diff_sides,
+    kinds_change,
+    live_side,
+    sides_of,
 )
-from memforensics.analysis.compare.kinds import KindChange, kinds_change
 from memforensics.analysis.compare.leaks import (
     LEAKS_SCHEMA,
     Leaks,
@@ -23,7 +30,6 @@ from memforensics.analysis.compare.leaks import (
     window_paths,
     window_totals,
 )
-from memforensics.analysis.compare.sides import DiffSide, LiveRow, SideOf, diff_side, live_side
 from memforensics.analysis.compare.text import (
     device_diffs_text,
     diff_text,

@@ -12,11 +12,123 @@ so a big release shows up beside a big growth instead of at the bottom.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from memforensics.analysis.compare.kinds import KindChange
-from memforensics.analysis.compare.sides import DiffSide, LiveRow, live_side
-from memforensics.analysis.dump import UNKNOWN_SITE, Dump
+from memforensics.analysis.dump import UNKNOWN_SITE, Dump, parse_step
+from memforensics.analysis.filled import KINDS, what_filled
+from memforensics.analysis.summary import live_sites, scan_trace
+
+# What ``diff`` reads of one dump: a side of the comparison.
+#
+# ``diff`` compares two dumps by their live blocks (address, size, site, caller and the step each
+# was made in), the window of steps the later one covers and the live bytes per kind, device by
+# device when a file holds several. That is a few thousand rows where the dump is millions of
+# trace entries: :func:`diff_side` is a pure function of one dump and a device, and its result a
+# plain value, so a caller may keep it (the CLI caches it per file) and compare it with any
+# partner later without reading the dump again.
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRow:
+    """One live block as ``diff`` sees it."""
+
+    address: int
+    size: int
+    site: str
+    caller: str
+    step: int | None
+
+
+@dataclass(frozen=True)
+class DiffSide:
+    """One view of a dump, as ``diff`` compares it: its live blocks and the steps it covers;
+    from :func:`diff_side`, also the devices the file holds memory or history on and the live
+    bytes per kind."""
+
+    name: str
+    device: int | None
+    live: tuple[LiveRow, ...]
+    window: tuple[int, int] | None
+    held: tuple[int, ...] = ()
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of the live blocks."""
+        return sum(row.size for row in self.live)
+
+
+SideOf = Callable[[int | None], DiffSide]
+"""One dump's side of a comparison, by device (None: the whole file)."""
+
+
+def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
+    """The side of ``dump`` on ``device`` (None: the whole file): its live rows and window, the
+    file's devices and the live bytes per kind; SnapshotLoadError when the file holds nothing
+    on ``device``."""
+    view = dump if device is None else dump.on_device(device, reason="same device")
+    live = live_side(view)
+    kinds = {k.kind: k.bytes for k in what_filled(view).kinds}
+    held = tuple(item.device for item in dump.devices)
+    return DiffSide(live.name, live.device, live.live, live.window, held, kinds)
+
+
+def live_side(view: Dump) -> DiffSide:
+    """``view``'s live blocks with their sites and steps, and its window of steps."""
+    live = live_sites(view)
+    _, steps = scan_trace(view, [block for block, _, _ in live])
+    rows = tuple(
+        LiveRow(block.address, block.size, site, caller, steps.get(block.address))
+        for block, site, caller in live
+    )
+    return DiffSide(view.name, view.device, rows, _window(view))
+
+
+def _window(dump: Dump) -> tuple[int, int] | None:
+    """The dump's steps: from its sidecar or path; else the steps its history recorded, since
+    history is cleared when a window opens."""
+    if dump.meta.steps is not None:
+        return dump.meta.steps
+    if dump.meta.step is not None:
+        return (dump.meta.step, dump.meta.step)
+    seen = [
+        step
+        for entry in dump.trace
+        if type(entry) is dict and entry.get("action") == "alloc"
+        for step in (parse_step(entry.get("user_metadata")),)
+        if step is not None
+    ]
+    return (min(seen), max(seen)) if seen else None
+
+
+# ``diff`` by kind: live bytes per kind of memory in each dump, and the change.
+#
+# Each dump is classified on its own (:func:`~memforensics.analysis.filled.peak`); the
+# kinds are compared at each dump's snapshot, the same moment the site rows compare.
+
+
+@dataclass(frozen=True, slots=True)
+class KindChange:
+    """Live bytes of one kind of memory in both dumps, and the change."""
+
+    kind: str
+    before_bytes: int
+    after_bytes: int
+    delta_bytes: int
+
+
+def kinds_change(before: DiffSide, after: DiffSide) -> tuple[KindChange, ...]:
+    """Live bytes per kind at each side's moment, and the change (for ``diff``), in the
+    kinds' order; kinds neither side holds are left out."""
+    old, new = before.kinds, after.kinds
+    return tuple(
+        KindChange(kind, old.get(kind, 0), new.get(kind, 0), new.get(kind, 0) - old.get(kind, 0))
+        for kind in KINDS
+        if kind in old or kind in new
+    )
+
 
 DIFF_SCHEMA = 2
 """``diff --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
@@ -127,3 +239,51 @@ def _suspects(
         LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
         for (site, caller), (size, count, seen) in ordered
     )
+
+
+# ``diff`` device to device: growth on device 1 is compared with device 1, never with device 0.
+#
+# Two single-device dumps are compared as they are, whatever their device numbers (a rank may
+# run on ``cuda:3`` in one job and ``cuda:5`` in the next). When either dump covers several
+# devices, each device present in both is compared with itself, the default device first, and a
+# device present on one side only is named rather than silently dropped.
+
+
+def sides_of(dump: Dump | SideOf) -> SideOf:
+    """``dump``'s sides by device, each worked out once: a dump's from :func:`diff_side`, a
+    caller's own (kept ones, say) as they are."""
+    side: SideOf = functools.partial(diff_side, dump) if isinstance(dump, Dump) else dump
+    return functools.cache(side)
+
+
+def diff_by_device(
+    before: Dump | SideOf, after: Dump | SideOf, *, device: int | None = None
+) -> Diff:
+    """Compare ``before`` with ``after`` device by device (``device``: only that one, in both):
+    the first pair's :class:`Diff` holding the other pairs, the devices only one side holds,
+    and the live bytes per kind (on ``device``, else of the whole files).
+
+    Either side may be a dump or a function giving its :class:`DiffSide` by device."""
+    old, new = sides_of(before), sides_of(after)
+    kinds = kinds_change(old(device), new(device))
+    if device is not None:
+        return _result([(old(device), new(device))], (), kinds)
+    old_whole, new_whole = old(None), new(None)
+    if len(old_whole.held) <= 1 and len(new_whole.held) <= 1:
+        return _result([(old_whole, new_whole)], (), kinds)
+    before_held, after_held = set(old_whole.held), set(new_whole.held)
+    common = sorted(before_held & after_held, key=lambda d: (d != new_whole.device, d))
+    sides = (("BEFORE", before_held - after_held), ("AFTER", after_held - before_held))
+    unmatched = tuple(f"device {d} only in {side}" for side, only in sides for d in sorted(only))
+    if not common:
+        return _result([(old_whole, new_whole)], unmatched, kinds)
+    return _result([(old(d), new(d)) for d in common], unmatched, kinds)
+
+
+def _result(
+    views: list[tuple[DiffSide, DiffSide]],
+    unmatched: tuple[str, ...],
+    kinds: tuple[KindChange, ...],
+) -> Diff:
+    first, *others = (diff_sides(b, a) for b, a in views)
+    return replace(first, other_devices=tuple(others), unmatched_devices=unmatched, kinds=kinds)

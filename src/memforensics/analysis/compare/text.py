@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 from memforensics._units import format_bytes as fmt
 from memforensics._units import format_signed_bytes
-from memforensics.analysis.compare.diff import Diff
-from memforensics.analysis.compare.kinds import KindChange
+from memforensics.analysis.compare.diff import Diff, KindChange
 from memforensics.analysis.compare.leaks import Leaks
 from memforensics.analysis.dump import caller_line, hidden_rows, native_note, short_site
 

@@ -2,11 +2,12 @@
 
 from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
-from memforensics.analysis.dump.files import open_regular, read_regular
+from memforensics.analysis.dump.files import BytesRead, CountingReader, open_regular, read_regular
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
     UNKNOWN_SITE,
+    Stacks,
     attribute,
     caller_of,
     frame_text,
@@ -14,16 +15,17 @@ from memforensics.analysis.dump.frames import (
     is_library_file,
     is_native_frame,
     parse_step,
+    per_stack,
     site_fast,
     site_of,
 )
-from memforensics.analysis.dump.gc_pause import paused_gc
 from memforensics.analysis.dump.load import (
     Dump,
     SnapshotReader,
     dump_from_snapshot,
     load_dump,
     missing_device,
+    paused_gc,
     read_snapshot_file,
 )
 from memforensics.analysis.dump.meta import (
@@ -40,11 +42,9 @@ from memforensics.analysis.dump.model import (
     Block,
     Segment,
     as_int,
+    block_size,
 )
-from memforensics.analysis.dump.reading import BytesRead, CountingReader
 from memforensics.analysis.dump.shapes import SnapshotShape
-from memforensics.analysis.dump.sizes import block_size
-from memforensics.analysis.dump.stacks import Stacks, per_stack
 from memforensics.analysis.dump.text import (
     NATIVE_ONLY_MEANING,
     SITE_WIDTH,

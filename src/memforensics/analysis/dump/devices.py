@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memforensics.analysis.dump.meta import oom_positions
 from memforensics.analysis.dump.model import ALLOCATED, Segment
-from memforensics.analysis.dump.ooms import oom_positions
 from memforensics.analysis.schema import json_key
 
 
@@ -58,7 +58,7 @@ def _last_oom(trace: list[Any]) -> tuple[int, int] | None:
 def device_usage(segments: tuple[Segment, ...], traces: list[list[Any]]) -> tuple[DeviceUsage, ...]:
     """Every device with a segment or a non-empty trace, in device order.
 
-    Looking for an OOM reads each trace's actions once (:mod:`~memforensics.analysis.dump.ooms`).
+    Looking for an OOM reads each trace's actions once (:mod:`~memforensics.analysis.dump.meta`).
     """
     totals: dict[int, list[int]] = {}
     for segment in segments:

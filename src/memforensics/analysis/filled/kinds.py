@@ -35,7 +35,7 @@ from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import is_native_frame, per_stack
-from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
+from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 
 PARAMETER = "parameter"
 OPTIMIZER_STATE = "optimizer_state"

@@ -1,7 +1,7 @@
 """The peak: the moment of highest live memory in the trace, its kinds and its call tree.
 
 Live bytes at every trace position follow from the allocations' lifetimes
-(:mod:`~memforensics.analysis.filled.lifetimes`): each ``alloc`` adds, each free subtracts,
+(:mod:`~memforensics.analysis.filled.lifetime`): each ``alloc`` adds, each free subtracts,
 starting from what was live before the trace began. The highest point is the peak; an ``oom``
 entry marks the OOM's moment. The call tree of what is live then is the answer to "what filled
 the device": frames outermost first, torch's own frames folded into one node under the user
@@ -21,13 +21,15 @@ from typing import Any
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
+    Dump,
     frame_text,
     is_library_file,
     is_native_frame,
     per_stack,
 )
-from memforensics.analysis.filled.kinds import KindBytes, kinds_table
-from memforensics.analysis.filled.lifetimes import BEFORE, Allocation, Lifetimes
+from memforensics.analysis.dump.load import paused_gc
+from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
+from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes, lifetimes
 
 MAX_DEPTH = 48
 MIN_SHARE = 0.0005  # children under 0.05 % of the moment's bytes are merged into one node
@@ -193,3 +195,33 @@ def _prune(node: _Growing, floor: int) -> None:
         node.children[merged.name] = merged
     for child in node.children.values():
         _prune(child, floor)
+
+
+# What filled the device: kinds of the live memory, the peak and the OOM moment, in one pass.
+#
+# ``summary``, ``report`` and the benchmarks all ask the same questions of a dump; this runs the
+# trace walk (:mod:`~memforensics.analysis.filled.lifetime`) and the classifier
+# (:mod:`~memforensics.analysis.filled.kinds`) once and hands back the answers.
+
+KINDS_TOTAL = "allocated_bytes"  # the kinds add up to this figure of the snapshot
+
+
+@dataclass(frozen=True)
+class Filled:
+    """Kinds at the snapshot's moment, the peak, and the OOM's moment when the trace has one."""
+
+    kinds: tuple[KindBytes, ...]
+    peak: Moment
+    oom: Moment | None
+    lifetimes: Lifetimes
+
+
+@paused_gc()
+def what_filled(dump: Dump) -> Filled:
+    """Classify every allocation of ``dump`` and find its peak and OOM moments."""
+    lt = lifetimes(dump)
+    classify(lt)
+    position = peak_position(lt)
+    peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
+    oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
+    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt)

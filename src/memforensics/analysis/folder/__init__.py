@@ -4,11 +4,17 @@ from memforensics.analysis.folder.forecast import Forecast, forecast_line
 from memforensics.analysis.folder.journals import MISSING, ProcessJournal, growth_per_1k
 from memforensics.analysis.folder.ls import SCHEMA as LS_SCHEMA
 from memforensics.analysis.folder.ls import DumpEntry, RunListing, list_dumps
-from memforensics.analysis.folder.outliers import Outlier
-from memforensics.analysis.folder.overview import PARALLEL_FROM, Overview, Problems, build_overview
+from memforensics.analysis.folder.overview import (
+    PARALLEL_FROM,
+    Failure,
+    Outlier,
+    Overview,
+    PeerComparison,
+    Problems,
+    RankFacts,
+    build_overview,
+)
 from memforensics.analysis.folder.overview import SCHEMA as OVERVIEW_SCHEMA
-from memforensics.analysis.folder.peer import PeerComparison
-from memforensics.analysis.folder.ranks import Failure, RankFacts
 from memforensics.analysis.folder.text import (
     WATCH_COLUMNS,
     ls_text,

@@ -9,15 +9,146 @@ half-written temporaries and dumps without a sidecar are tolerated.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics._layout import snapshot_stem
 from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.dump import read_sidecar_file
 from memforensics.analysis.dump.meta import dump_meta, read_sidecar
+from memforensics.analysis.folder.journals import JournalFile, list_journals
+
+# One pass over a run folder for ``overview``: journal files and dump sidecars, no pickle.
+#
+# A run folder on a shared file system holds thousands of files; a ``stat`` each is what makes
+# tools crawl there. So every folder is listed exactly once with ``os.scandir`` (whose entries
+# know file from folder without a ``stat`` on Linux), journal files are only named, and the
+# sidecars, small JSON files, are the only other thing read.
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRecord:
+    """One dump as its sidecar (else its name) tells it: enough to link to and to place."""
+
+    path: str  # relative to the run folder, "/"-separated
+    kind: str | None
+    rank: int | None
+    step: int | None
+    time: float | None  # Unix seconds, from the sidecar's created_at
+
+
+@dataclass
+class RunFiles:
+    """What the listing found: journal files grouped per process, dumps, and a world size."""
+
+    journals: dict[tuple[int, int], list[JournalFile]] = field(default_factory=dict)
+    dumps: list[DumpRecord] = field(default_factory=list)
+    world_size: int | None = None
+    errors: list[str] = field(default_factory=list)
+    absurd: list[str] = field(default_factory=list)
+    """Claims no run can make (a world size or rank of 2^31 or more), ignored, for ``problems``."""
+
+
+def scan_run(root: str) -> RunFiles:
+    """List ``root`` (and each subfolder once); read the sidecars. Never raises on content."""
+    found = RunFiles()
+    groups: dict[tuple[int, int], list[JournalFile]] = defaultdict(list)
+    journal_files = list_journals(root)  # a journal folder given directly
+    try:
+        with os.scandir(root) as entries:
+            folders = [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError as exc:
+        found.errors.append(f"{root}: {exc.strerror or exc}")
+        folders = []
+    for folder in folders:
+        if folder.name == _layout.JOURNAL_FOLDER:
+            journal_files.extend(list_journals(folder.path))
+        elif not folder.name.startswith("."):
+            _scan_dump_folder(folder.path, folder.name, found)
+    for item in journal_files:
+        if item.rank >= _layout.RANK_LIMIT:
+            found.absurd.append(f"{os.path.basename(item.path)}: rank above {_layout.RANK_LIMIT:,}")
+            continue
+        groups[(item.rank, item.pid)].append(item)
+    found.journals = dict(groups)
+    return found
+
+
+def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
+    snapshots: dict[str, str] = {}
+    sidecars: list[str] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # temporaries of a writer still at work, or killed
+                if entry.name.endswith(_layout.SIDECAR_SUFFIX):
+                    sidecars.append(entry.name[: -len(_layout.SIDECAR_SUFFIX)])
+                stem = _layout.snapshot_stem(entry.name)
+                if stem is not None:
+                    snapshots[stem] = entry.name
+    except OSError as exc:
+        found.errors.append(f"{name}: {exc.strerror or exc}")
+        return
+    for stem, file_name in sorted(snapshots.items()):
+        side = os.path.join(path, _layout.sidecar_name(stem))
+        sidecar = _read_sidecar(side, found) if stem in sidecars else None
+        found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
+        world = sidecar.get("world_size") if sidecar else None
+        if type(world) is int and world >= _layout.RANK_LIMIT:
+            found.absurd.append(f"{name}/{file_name}: world_size above {_layout.RANK_LIMIT:,}")
+        elif type(world) is int and world > 0:
+            found.world_size = max(found.world_size or 0, world)
+
+
+def _read_sidecar(path: str, found: RunFiles) -> dict[str, object] | None:
+    """The sidecar at ``path`` by the one sidecar reader; an unreadable one is a problem."""
+    try:
+        return read_sidecar_file(Path(path))
+    except SnapshotLoadError as exc:
+        found.errors.append(str(exc))
+        return None
+
+
+def _record(path: str, folder: str, stem: str, sidecar: dict[str, object] | None) -> DumpRecord:
+    """A dump in a folder of no known kind counts as a window (it has no OOM to mark)."""
+    side = sidecar or {}
+    named = _layout.parse_stem(stem)
+    kind = side.get("kind")
+    if not isinstance(kind, str):
+        kind = _layout.folder_kind(folder) or _layout.WINDOW
+    rank = side.get("rank")
+    step = side.get("step")
+    return DumpRecord(
+        path=path,
+        kind=kind,
+        rank=_plausible(rank if type(rank) is int else named.rank),
+        step=step if type(step) is int else named.step,
+        time=_timestamp(side.get("created_at")),
+    )
+
+
+def _plausible(rank: int | None) -> int | None:
+    """A rank a run can have, else None (the dump is listed, not placed)."""
+    return rank if rank is not None and 0 <= rank < _layout.RANK_LIMIT else None
+
+
+def _timestamp(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
 
 SCHEMA = 2
 """``ls --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import statistics
 import threading
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
@@ -23,12 +25,281 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.folder.forecast import Forecast
-from memforensics.analysis.folder.journals import JournalFile, ProcessJournal, read_processes
-from memforensics.analysis.folder.outliers import Outlier, find_outliers
-from memforensics.analysis.folder.peer import PeerComparison, compare_with_peer
-from memforensics.analysis.folder.ranks import Failure, RankFacts, rank_facts
-from memforensics.analysis.folder.scan import DumpRecord, scan_run
-from memforensics.analysis.schema import NOT_IN_JSON
+from memforensics.analysis.folder.journals import (
+    MISSING,
+    JournalFile,
+    ProcessJournal,
+    read_processes,
+)
+from memforensics.analysis.folder.ls import DumpRecord, scan_run
+from memforensics.analysis.schema import NOT_IN_JSON, json_key
+
+# One rank over the whole run: its journals' figures and dumps, and its first OOM.
+#
+# A rank may have left several processes (a restart): their journals are read in order of their
+# first line, and the newest process's last figures are the rank's.
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A rank's first out-of-memory: when, at which step, and what says so."""
+
+    rank: int
+    step: int | None
+    time: float | None
+    source: str  # "journal" or "sidecar"
+
+
+@dataclass(frozen=True, slots=True)
+class RankFacts:
+    """One rank over the whole run (all its processes, the newest last)."""
+
+    rank: int
+    pids: tuple[int, ...]
+    lines: int
+    first_step: int | None
+    last_step: int | None
+    peak_reserved_bytes: int | None
+    last_reserved_bytes: int | None
+    last_allocated_bytes: int | None
+    alloc_retries: int | None
+    external_bytes: int | None
+    reserved_growth_per_1k_steps: float | None
+    allocated_growth_per_1k_steps: float | None
+    failure: Failure | None = field(metadata=json_key("oom"))
+    closed: bool
+    dumps: tuple[str, ...]
+    forecast: Forecast | None = None
+    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward."""
+
+
+def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> RankFacts:
+    """The facts of ``rank`` from its journals (oldest process first) and its dumps."""
+    newest = journals[-1] if journals else None
+    steps = [s for j in journals for s in (j.steps[:1] + j.steps[-1:]) if s != MISSING]
+    peaks = [j.peak_reserved for j in journals if j.peak_reserved is not None]
+    return RankFacts(
+        rank=rank,
+        pids=tuple(j.pid for j in journals),
+        lines=sum(j.lines for j in journals),
+        first_step=min(steps) if steps else None,
+        last_step=max(steps) if steps else None,
+        peak_reserved_bytes=max(peaks) if peaks else None,
+        last_reserved_bytes=_last(journals, "reserved_bytes"),
+        last_allocated_bytes=_last(journals, "allocated_bytes"),
+        alloc_retries=_last(journals, "alloc_retries"),
+        external_bytes=_last(journals, "external_bytes"),
+        reserved_growth_per_1k_steps=newest.growth.get("reserved_bytes") if newest else None,
+        allocated_growth_per_1k_steps=newest.growth.get("allocated_bytes") if newest else None,
+        failure=_failure(rank, journals, dumps),
+        closed=bool(newest is not None and newest.events.endswith("c")),
+        dumps=tuple(sorted(d.path for d in dumps)),
+        forecast=newest.forecast if newest is not None else None,
+    )
+
+
+def _last(journals: list[ProcessJournal], column: str) -> int | None:
+    for journal in reversed(journals):
+        value = journal.last(column)
+        if value is not None:
+            return value
+    return None
+
+
+def _failure(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> Failure | None:
+    """The rank's earliest OOM, from its journal lines and its OOM dumps' sidecars."""
+    found: list[Failure] = []
+    for journal in journals:
+        index = journal.events.find("o")
+        if index >= 0:
+            step = None if index in journal.stepless else journal.steps[index]
+            found.append(Failure(rank, step, journal.times[index], "journal"))
+    for dump in dumps:
+        if dump.kind == "oom":
+            found.append(Failure(rank, dump.step, dump.time, "sidecar"))
+    timed = [f for f in found if f.time is not None]
+    if timed:
+        return min(timed, key=lambda f: f.time or 0.0)
+    return found[0] if found else None
+
+
+# Which ranks stand out from the others in a run.
+#
+# Outliers use the median and the median absolute deviation (MAD), which one bad rank cannot
+# drag along the way it drags a mean and a standard deviation. For peak reserved bytes and for
+# reserved growth per 1,000 steps, a rank stands out when
+#
+#     |value - median| > max(OUTLIER_Z / 0.6745 * MAD, floor)
+#
+# ``OUTLIER_Z`` is 3.5, Iglewicz and Hoaglin's cut for the modified z-score. The floor keeps a
+# symmetric job, where every healthy rank reports the same bytes and the MAD is 0, from flagging a
+# one-byte difference: ``max(1 MiB, 5 % of the median peak reserved)`` for peak reserved, and for
+# growth the slope that would add that many bytes over the steps the ranks cover (so a one-step
+# dip in a 40-step run is no trend, and 2 MiB a step is). At least three ranks are needed to
+# speak of "the others".
+
+OUTLIER_Z = 3.5
+MAD_TO_Z = 0.6745
+MIN_FLOOR = 1 << 20
+FLOOR_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Outlier:
+    """One rank standing out on one figure."""
+
+    rank: int
+    figure: str  # "peak_reserved_bytes" or "reserved_growth_per_1k_steps"
+    value: float
+    median: float
+    threshold: float  # the allowed distance from the median
+
+
+def find_outliers(ranks: Sequence[RankFacts]) -> list[Outlier]:
+    """Ranks far from the others (rule in the module docstring), farthest first."""
+    peaks = {
+        r.rank: float(r.peak_reserved_bytes) for r in ranks if r.peak_reserved_bytes is not None
+    }
+    growth = {
+        r.rank: r.reserved_growth_per_1k_steps
+        for r in ranks
+        if r.reserved_growth_per_1k_steps is not None
+    }
+    if len(peaks) < 3:
+        return []
+    floor = max(MIN_FLOOR, FLOOR_SHARE * abs(statistics.median(peaks.values())))
+    found = _outliers("peak_reserved_bytes", peaks, floor)
+    spans = [
+        r.last_step - r.first_step
+        for r in ranks
+        if r.first_step is not None and r.last_step is not None
+    ]
+    span = max(statistics.median(spans), 1) if spans else 1
+    if len(growth) >= 3:
+        found += _outliers("reserved_growth_per_1k_steps", growth, floor * 1000 / span)
+    found.sort(key=lambda o: (-abs(o.value - o.median) / o.threshold, o.rank))
+    return found
+
+
+def _outliers(figure: str, values: Mapping[int, float], floor: float) -> list[Outlier]:
+    median = statistics.median(values.values())
+    mad = statistics.median(abs(v - median) for v in values.values())
+    threshold = max(OUTLIER_Z / MAD_TO_Z * mad, floor)
+    return [
+        Outlier(rank, figure, value, median, threshold)
+        for rank, value in values.items()
+        if abs(value - median) > threshold
+    ]
+
+
+# How the failing rank differs from a healthy peer at the same step, figure by figure.
+#
+# Both ranks are read at one journal line each, at the same step, so the difference is what the
+# failing rank held that a rank doing the same work did not: bytes allocated or reserved, retries,
+# memory outside PyTorch.
+
+COMPARED = (
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "alloc_retries",
+    "external_bytes",
+    "device_free_bytes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerComparison:
+    """The failing rank against the healthiest peer, line against line at one step."""
+
+    rank: int
+    peer: int
+    step: int
+    peer_step: int
+    failing: dict[str, int | None]
+    healthy: dict[str, int | None]
+    differences: dict[str, int | None]
+    """failing - healthy, per figure (None where either is unknown)."""
+
+
+def compare_with_peer(
+    failure: Failure,
+    journals: Mapping[int, list[ProcessJournal]],
+    ranks: Sequence[RankFacts],
+    outliers: set[int],
+) -> PeerComparison | None:
+    """Compare at the failing rank's last journal line at or before its OOM step.
+
+    That line, not the OOM line, because every rank writes one at the same steps (the journal
+    is aligned to multiples of ``journal_every``) while the OOM line is the failing rank's
+    alone. The healthiest peer is the rank that never ran out of memory, is no outlier, and
+    had the least reserved at that step (ties: the lowest rank).
+    """
+    own = journals.get(failure.rank)
+    if not own:
+        return None
+    step = failure.step if failure.step is not None else _last_step(own[-1])
+    failing = _line_at(own, step, skip_oom=True) if step is not None else None
+    if failing is None:
+        return None
+    at_step, failing_figures = failing
+    best: tuple[int, int, int, dict[str, int | None]] | None = None
+    for facts in ranks:
+        if facts.failure is not None or facts.rank in outliers or facts.rank == failure.rank:
+            continue
+        line = _line_at(journals.get(facts.rank, []), at_step, skip_oom=True)
+        if line is None:
+            continue
+        reserved = line[1]["reserved_bytes"]
+        key = (reserved if reserved is not None else 1 << 62, facts.rank)
+        if best is None or key < best[:2]:
+            best = (key[0], key[1], line[0], line[1])
+    if best is None:
+        return None
+    healthy = best[3]
+    return PeerComparison(
+        rank=failure.rank,
+        peer=best[1],
+        step=at_step,
+        peer_step=best[2],
+        failing=failing_figures,
+        healthy=healthy,
+        differences=_differences(failing_figures, healthy),
+    )
+
+
+def _differences(
+    failing: Mapping[str, int | None], healthy: Mapping[str, int | None]
+) -> dict[str, int | None]:
+    """failing - healthy, per figure (None where either is unknown)."""
+    found: dict[str, int | None] = {}
+    for key in COMPARED:
+        mine, theirs = failing[key], healthy[key]
+        found[key] = None if mine is None or theirs is None else mine - theirs
+    return found
+
+
+def _last_step(journal: ProcessJournal) -> int | None:
+    steps = [s for s in journal.steps if s != MISSING]
+    return steps[-1] if steps else None
+
+
+def _line_at(
+    journals: Sequence[ProcessJournal], step: int, *, skip_oom: bool
+) -> tuple[int, dict[str, int | None]] | None:
+    """The newest line with a step at or before ``step`` (newest process first)."""
+    for journal in reversed(journals):
+        index = bisect_right(journal.steps, step) - 1  # steps never decrease within a process
+        while index >= 0 and skip_oom and journal.events[index] == "o":
+            index -= 1
+        if index >= 0 and journal.steps[index] != MISSING:
+            figures = {
+                key: None if journal.columns[key][index] == MISSING else journal.columns[key][index]
+                for key in COMPARED
+            }
+            return journal.steps[index], figures
+    return None
+
 
 MISSING_LISTED = 1_000
 """At most this many ranks that left nothing are listed (``ranks_missing_count`` has them all):

@@ -14,9 +14,7 @@ from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
-from memforensics.analysis.folder.overview import Overview
-from memforensics.analysis.folder.peer import COMPARED
-from memforensics.analysis.folder.ranks import RankFacts
+from memforensics.analysis.folder.overview import COMPARED, Overview, RankFacts
 from memforensics.analysis.folder.watch import WatchRow, WatchView
 
 TOP = 5

@@ -1,6 +1,6 @@
 """The allocator at the OOM: the history undone to that moment, the lower bound, the verdict."""
 
-from memforensics.analysis.dump.ooms import oom_positions
+from memforensics.analysis.dump.meta import oom_positions
 from memforensics.analysis.oom.bound import (
     CAPACITY,
     LIMIT,
@@ -10,6 +10,9 @@ from memforensics.analysis.oom.bound import (
 )
 from memforensics.analysis.oom.history import (
     SEGMENT_ACTIONS,
+    AllocatorState,
+    LiveBlock,
+    SegmentState,
     changes_after,
     has_history,
     state_before,
@@ -18,16 +21,16 @@ from memforensics.analysis.oom.moment import (
     FINAL,
     TRACE,
     OomMoment,
+    could_serve,
     judged_moment_warning,
     oom_moment,
     recorded_rules,
     recorded_settings,
+    seed_state,
     settings_notes,
     settings_read,
 )
 from memforensics.analysis.oom.risk import AtRisk, at_risk
-from memforensics.analysis.oom.serve import could_serve, seed_state
-from memforensics.analysis.oom.state import AllocatorState, LiveBlock, SegmentState
 from memforensics.analysis.oom.text import (
     at_risk_headline,
     at_risk_lines,

@@ -2,7 +2,7 @@
 
 from memforensics.analysis.replay.blame import Pinner
 from memforensics.analysis.replay.replay import SCHEMA, Replay, device_for, replay_dump
-from memforensics.analysis.replay.run import Device, RunResult, run
+from memforensics.analysis.replay.runner import Device, RunResult, run
 from memforensics.analysis.replay.text import replay_text
 from memforensics.analysis.replay.what_if import WhatIf
 

@@ -2,7 +2,7 @@
 
 First the dump's trace is replayed under the settings it was recorded with, from the state
 recording started in, and the model's segment events are compared with the real ones
-(:mod:`~memforensics.analysis.replay.run`). Only when that reproduces what happened (fidelity
+(:mod:`~memforensics.analysis.replay.runner`). Only when that reproduces what happened (fidelity
 at least :data:`MIN_FIDELITY`, the OOM reproduced, the history complete and consistent) are the
 same requests replayed under other settings: a what-if from a model that cannot reproduce the
 recorded run would be an opinion, not evidence.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.dump.gc_pause import paused_gc
+from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.oom import (
     LowerBound,
     OomMoment,
@@ -36,10 +36,15 @@ from memforensics.analysis.oom import (
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
-from memforensics.analysis.replay.events import decode
-from memforensics.analysis.replay.lint import lint
-from memforensics.analysis.replay.run import UNBOUNDED, Device, RunResult, placement_share, run
-from memforensics.analysis.replay.what_if import WhatIf, plan_rows, row
+from memforensics.analysis.replay.runner import (
+    UNBOUNDED,
+    Device,
+    RunResult,
+    decode,
+    placement_share,
+    run,
+)
+from memforensics.analysis.replay.what_if import WhatIf, lint, plan_rows, row
 
 SCHEMA = 2
 """``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one

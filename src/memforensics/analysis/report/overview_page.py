@@ -26,7 +26,7 @@ from typing import Any
 
 from memforensics._version import __version__
 from memforensics.analysis.folder import MISSING, Overview, ProcessJournal, overview_text
-from memforensics.analysis.report.html import content_security_policy, json_in_script, relative_link
+from memforensics.analysis.report.page import content_security_policy, json_in_script, relative_link
 from memforensics.analysis.schema import to_json
 
 CELL_BUDGET = 600_000

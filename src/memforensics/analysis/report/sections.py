@@ -21,13 +21,40 @@ from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
 from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
-from memforensics.analysis.oom import DEVICE_FREE_UNKNOWN
+from memforensics.analysis.oom import (
+    DEVICE_FREE_UNKNOWN,
+    at_risk_headline,
+    fragmentation_text,
+    headroom_text,
+)
 from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
-from memforensics.analysis.report.risk import at_risk_section
 from memforensics.analysis.report.timeline import segments_section, timeline_section
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import Summary
+
+# The report's section for a near-OOM dump: at risk, with fragmentation and headroom then.
+
+
+def at_risk_section(ctx: DumpContext) -> Section | None:
+    """Why a near-OOM snapshot was taken and how close the rank was; None for other dumps."""
+    risk = ctx.summary.at_risk
+    if risk is None:
+        return None
+    rows = [
+        ["at risk", at_risk_headline(risk)],
+        ["why", risk.reason or "not recorded (no sidecar reason)"],
+        ["fragmentation", fragmentation_text(risk)],
+        ["headroom", headroom_text(risk)],
+    ]
+    return table(
+        "at-risk",
+        "At risk (near-OOM snapshot)",
+        [("", "text"), ("", "text")],
+        rows,
+        note="No OOM happened: this is the state before one, not an OOM verdict.",
+    )
+
 
 TREE_DEPTH = 24
 TREE_SHARE = 0.002

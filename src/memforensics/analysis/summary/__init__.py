@@ -1,13 +1,15 @@
 """The summary of one dump: what filled the device and the verdict, with its words."""
 
-from memforensics.analysis.summary.scan import live_blocks, live_sites, scan_trace
-from memforensics.analysis.summary.summarize import (
+from memforensics.analysis.summary.summary import (
     RECORDED,
     SCHEMA,
     Oom,
     SiteBytes,
     StepBytes,
     Summary,
+    live_blocks,
+    live_sites,
+    scan_trace,
     summarize,
 )
 from memforensics.analysis.summary.text import summary_text

@@ -19,7 +19,7 @@ from memforensics.analysis.dump import (
 )
 from memforensics.analysis.filled import filled_lines
 from memforensics.analysis.oom import at_risk_lines, device_free_text
-from memforensics.analysis.summary.summarize import Oom, SiteBytes, Summary
+from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
 _WRAP = 100
 _SITE_COLUMN = 23  # where the site column starts: under it goes the caller

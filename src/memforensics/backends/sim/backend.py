@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from memforensics.allocator import AllocatorSettings
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
-from memforensics.backends._stats import journal_stats_from
+from memforensics.backends._torch import journal_stats_from
 from memforensics.backends.sim.device import SimDevice
 
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"

@@ -18,9 +18,9 @@ from typing import Any, ClassVar, Literal
 from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, parse_conf
 from memforensics.backends._protocol import HistoryContext, HistoryMode, OomObserver
 from memforensics.backends.sim import format as fmt
-from memforensics.backends.sim.stacks import FREE_CPP as _FREE_CPP
-from memforensics.backends.sim.stacks import MALLOC_CPP as _MALLOC_CPP
-from memforensics.backends.sim.stacks import capture_stack as _capture_stack
+from memforensics.backends.sim.format import FREE_CPP as _FREE_CPP
+from memforensics.backends.sim.format import MALLOC_CPP as _MALLOC_CPP
+from memforensics.backends.sim.format import capture_stack as _capture_stack
 
 
 def _format_size(nbytes: int) -> str:

@@ -19,11 +19,16 @@ from memforensics.analysis.compare import (
     diff_side,
 )
 from memforensics.analysis.schema import document
-from memforensics.cli._analysis_flags import add_analysis_flags, open_cache, warn_cache
 from memforensics.cli._cache import UNNAMED, ResultCache, named_by
 from memforensics.cli._command import CommandError
+from memforensics.cli._flags import (
+    add_analysis_flags,
+    add_row_flags,
+    open_cache,
+    row_limit,
+    warn_cache,
+)
 from memforensics.cli._progress import Progress
-from memforensics.cli._rows import add_row_flags, row_limit
 
 
 class DiffCommand:

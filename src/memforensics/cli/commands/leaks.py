@@ -19,15 +19,15 @@ from memforensics.analysis.compare import (
     window_paths,
 )
 from memforensics.analysis.schema import document
-from memforensics.cli._analysis_flags import (
+from memforensics.cli._cache import ResultCache, named_by
+from memforensics.cli._command import CommandError, nothing_to_read
+from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
     job_count,
     open_cache,
     warn_cache,
 )
-from memforensics.cli._cache import ResultCache, named_by
-from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._progress import Progress
 
 

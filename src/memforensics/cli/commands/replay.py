@@ -13,16 +13,16 @@ from memforensics.allocator import SettingsError
 from memforensics.analysis import Dump, load_dump, replay_dump
 from memforensics.analysis.replay import SCHEMA, Replay, replay_text
 from memforensics.analysis.schema import document
-from memforensics.cli._analysis_flags import (
+from memforensics.cli._cache import UNNAMED, named_by, renamed
+from memforensics.cli._command import CommandError
+from memforensics.cli._flags import (
     add_analysis_flags,
+    byte_size,
     job_count,
     open_cache,
     warn_cache,
 )
-from memforensics.cli._cache import UNNAMED, named_by, renamed
-from memforensics.cli._command import CommandError
 from memforensics.cli._progress import Progress
-from memforensics.cli._sizes import byte_size
 
 
 class ReplayCommand:

@@ -11,12 +11,12 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
-from memforensics.cli._analysis_flags import (
+from memforensics.cli._command import CommandError, nothing_to_read
+from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
     job_count,
 )
-from memforensics.cli._command import CommandError, nothing_to_read
 from memforensics.cli._output import write_page
 from memforensics.cli._progress import Progress
 

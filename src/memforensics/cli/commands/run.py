@@ -8,7 +8,7 @@ from memforensics._errors import ConfigError
 from memforensics.capture.facade import install, uninstall
 from memforensics.capture.log import safe_log
 from memforensics.cli._command import CommandError
-from memforensics.cli._config_flags import add_config_flags, config_keywords, passed_flags
+from memforensics.cli._flags import add_config_flags, config_keywords, passed_flags
 from memforensics.cli.target import Target, TargetError, check_target, exported_config, run_target
 
 _USAGE = "memforensics run [-h] [config flags] (-m MODULE | SCRIPT) [ARGS ...]"

@@ -14,18 +14,19 @@ from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summary_text
-from memforensics.cli._analysis_flags import (
-    DUMPS_AT_ONCE,
-    add_analysis_flags,
-    job_count,
-    open_cache,
-    warn_cache,
-)
 from memforensics.cli._cache import UNNAMED, named_by, renamed
 from memforensics.cli._command import CommandError
+from memforensics.cli._flags import (
+    DUMPS_AT_ONCE,
+    add_analysis_flags,
+    add_row_flags,
+    byte_size,
+    job_count,
+    open_cache,
+    row_limit,
+    warn_cache,
+)
 from memforensics.cli._progress import Progress
-from memforensics.cli._rows import add_row_flags, row_limit
-from memforensics.cli._sizes import byte_size
 
 
 @dataclass(frozen=True)

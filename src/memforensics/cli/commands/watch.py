@@ -30,7 +30,7 @@ from memforensics.analysis.folder import (
 )
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError
-from memforensics.cli._safe_stream import unescaped
+from memforensics.cli._output import unescaped
 
 _CHROME = 7
 """Terminal lines the live view needs besides its rows (header, borders, column titles)."""

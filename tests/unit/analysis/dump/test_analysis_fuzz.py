@@ -13,7 +13,7 @@ from memforensics.analysis import (
     diff_by_device,
     diff_dumps,
     dump_from_snapshot,
-    replay,
+    replay_dump,
     summarize,
 )
 from memforensics.analysis.report import ReportBuilder
@@ -162,7 +162,7 @@ def test_malformed_structures_never_crash(snapshot: Any, sidecar: Any) -> None:
     for view in dump.device_views():
         json.dumps(to_json(summarize(view)))
     json.dumps(to_json(diff_by_device(dump, dump)))
-    json.dumps(to_json(replay(dump)))  # the allocator replay too
+    json.dumps(to_json(replay_dump(dump)))  # the allocator replay too
     builder = ReportBuilder()
     builder.add(dump)
     assert builder.html().startswith("<!DOCTYPE html>")

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.dump.gc_pause import paused_gc
-from memforensics.analysis.dump.load import read_snapshot_file
+from memforensics.analysis.dump.load import paused_gc, read_snapshot_file
 from memforensics.testing import exhausted, write_dump
 
 

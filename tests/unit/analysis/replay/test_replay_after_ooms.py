@@ -10,10 +10,10 @@ from itertools import pairwise
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, replay
+from memforensics.analysis import dump_from_snapshot, replay_dump
 from memforensics.analysis.oom import recorded_settings, state_before
 from memforensics.analysis.replay.replay import device_for
-from memforensics.analysis.replay.run import run
+from memforensics.analysis.replay.runner import run
 from memforensics.testing import SimDevice, SimOutOfMemoryError
 
 MiB = 1 << 20
@@ -74,7 +74,7 @@ def test_a_run_that_goes_on_after_ooms_replays_without_error(seed: int) -> None:
     segment of its own is: the self-check follows the run to its end, never a KeyError."""
     device = _keeps_going_after_ooms(seed, live_at_start=seed % 2 == 1)
     dump = dump_from_snapshot(device.snapshot())
-    result = replay(dump, jobs=1)
+    result = replay_dump(dump, jobs=1)
     assert not any("lost track" in refusal for refusal in result.refusals)
     assert result.placements_same <= result.placements_checked
     settings = recorded_settings(dump)
@@ -93,6 +93,6 @@ def test_a_model_that_loses_track_refuses_in_words(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(module, "run", broken)
     dump = dump_from_snapshot(_keeps_going_after_ooms(0, live_at_start=False).snapshot())
-    result = replay(dump, jobs=1)
+    result = replay_dump(dump, jobs=1)
     assert any("lost track of its blocks" in refusal for refusal in result.refusals)
     assert result.what_if == ()

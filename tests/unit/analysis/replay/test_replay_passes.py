@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sim_workloads import drive
 
 from memforensics.allocator import parse_conf
-from memforensics.analysis import dump_from_snapshot, replay
+from memforensics.analysis import dump_from_snapshot, replay_dump
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import Device, RunResult, run
@@ -114,8 +114,8 @@ def test_rows_run_in_worker_processes_give_the_rows_run_here() -> None:
         "requested_bytes": oom["size"], "allocation_bytes": None,
         "device_total_bytes": total, "device_free_bytes": oom["device_free"]}}  # fmt: skip
     dump = dump_from_snapshot(snapshot, sidecar=sidecar)
-    here = replay(dump, jobs=1)
-    forked = replay(dump, jobs=3)
+    here = replay_dump(dump, jobs=1)
+    forked = replay_dump(dump, jobs=3)
     assert here.trusted, here.refusals
     assert here.what_if[0].oom
     assert here.avoided_by
@@ -161,9 +161,9 @@ def test_every_row_of_the_table_is_what_its_setting_alone_gives(
             "requested_bytes": failures[-1]["size"], "allocation_bytes": None,
             "device_total_bytes": limit, "device_free_bytes": free}}  # fmt: skip
     dump = dump_from_snapshot(snapshot, sidecar=sidecar)
-    table = replay(dump)
+    table = replay_dump(dump)
     for row in table.what_if[1:]:
-        alone = replay(dump, sets=row.name.split(", "))
+        alone = replay_dump(dump, sets=row.name.split(", "))
         assert alone.what_if[1] == row, row.name
 
 
@@ -184,8 +184,8 @@ def test_a_refused_table_ends_the_rows_started_in_workers() -> None:
     with contextlib.suppress(SimOutOfMemoryError):
         device.empty(30 * MiB)
     dump = dump_from_snapshot(device.snapshot())
-    here = replay(dump, jobs=1)
-    forked = replay(dump, jobs=4)
+    here = replay_dump(dump, jobs=1)
+    forked = replay_dump(dump, jobs=4)
     assert any("placed only" in reason for reason in here.refusals)
     assert to_json(forked) == to_json(here)
     assert multiprocessing.active_children() == []
@@ -210,7 +210,7 @@ def test_a_self_check_that_raises_ends_the_workers(monkeypatch: pytest.MonkeyPat
     kept = [device.empty(size * MiB) for size in (3, 5, 7, 12)]
     kept[1].free()
     with pytest.raises(RuntimeError, match="the self-check broke"):
-        replay(dump_from_snapshot(device.snapshot()), jobs=3)
+        replay_dump(dump_from_snapshot(device.snapshot()), jobs=3)
     assert multiprocessing.active_children() == []
 
 
@@ -240,7 +240,7 @@ def test_rows_deciding_as_recorded_take_the_recorded_run_and_cost_no_pass(
     held[1].free()
     held[3].free()
     device.empty(20 * MiB)
-    result = replay(dump_from_snapshot(device.snapshot()), jobs=1)
+    result = replay_dump(dump_from_snapshot(device.snapshot()), jobs=1)
     assert result.trusted, result.refusals
     recorded = result.what_if[0]
     same = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, load_dump, replay
+from memforensics.analysis import dump_from_snapshot, load_dump, replay_dump
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
@@ -26,7 +26,7 @@ def _no_history() -> dict[str, object]:
 
 def test_no_history_says_no_recording_started() -> None:
     """Without history, replay never says 'recording started with N live blocks'."""
-    result = replay(dump_from_snapshot(_no_history()))
+    result = replay_dump(dump_from_snapshot(_no_history()))
     text = replay_text(result)
     assert "recording started" not in text
     assert "history      none recorded; the snapshot alone holds 2 live blocks" in text
@@ -35,7 +35,7 @@ def test_no_history_says_no_recording_started() -> None:
 
 def test_no_history_says_the_self_check_did_not_run() -> None:
     """Without history the self-check line says it did not run, not '0/0 reproduced'."""
-    text = replay_text(replay(dump_from_snapshot(_no_history())))
+    text = replay_text(replay_dump(dump_from_snapshot(_no_history())))
     assert "self-check   not run: no allocator events to replay" in text
     assert "0/0" not in text
 
@@ -43,7 +43,7 @@ def test_no_history_says_the_self_check_did_not_run() -> None:
 @pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
 def test_real_no_history_dump_says_one_thing() -> None:
     """The real OOM dump without history: 'none recorded', and no what-if for that reason."""
-    text = replay_text(replay(load_dump(REAL)))
+    text = replay_text(replay_dump(load_dump(REAL)))
     assert "recording started" not in text
     assert "none recorded" in text
     assert "no allocator history" in text
@@ -58,7 +58,7 @@ def test_what_if_names_are_never_cut() -> None:
     with pytest.raises(SimOutOfMemoryError):
         device.empty(MiB(24))
     kept.free()
-    result = replay(dump_from_snapshot(device.snapshot()))
+    result = replay_dump(dump_from_snapshot(device.snapshot()))
     names = [row.name for row in result.what_if]
     assert "expandable_segments=True, roundup_power2_divisions=4" in names
     lines = replay_text(result).splitlines()

@@ -1,7 +1,7 @@
 """Allocator settings read as the PyTorch release that wrote the dump reads them.
 
 Expected values are PyTorch's own parser rules (c10/cuda/CUDAAllocatorConfig.cpp,
-c10/core/AllocatorConfig.cpp) per release, as memforensics.allocator._rules cites them.
+c10/core/AllocatorConfig.cpp) per release, as memforensics.allocator._conf cites them.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from memforensics._text import printable
 from memforensics.analysis import build_overview, load_dump, render_overview
 from memforensics.analysis.report import ReportBuilder
-from memforensics.analysis.report.html import json_in_script
+from memforensics.analysis.report.page import json_in_script
 from memforensics.testing import (
     Block,
     MiB,

@@ -173,7 +173,7 @@ def test_a_dump_without_an_oom_is_searched_for_one_once(monkeypatch: pytest.Monk
     builder.churn(50, size=4096, step=1)
     dump = dump_from_snapshot(builder.build())
     calls: list[int] = []
-    for name in ("memforensics.analysis.summary.summarize", "memforensics.analysis.oom.verdict"):
+    for name in ("memforensics.analysis.summary.summary", "memforensics.analysis.oom.verdict"):
         module = importlib.import_module(name)
         real = module.oom_moment
 

@@ -10,9 +10,8 @@ from contextlib import AbstractContextManager, nullcontext
 
 from memforensics._version import __version__
 from memforensics.analysis.dump import paused_gc
-from memforensics.cli._command import Command, CommandError
-from memforensics.cli._safe_stream import safe_output
-from memforensics.cli.registry import all_commands
+from memforensics.cli._command import Command, CommandError, all_commands
+from memforensics.cli._output import safe_output
 
 __all__ = ["Command", "CommandError", "build_parser", "main"]
 

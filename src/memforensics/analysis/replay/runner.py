@@ -7,8 +7,8 @@ addresses) the model should do what the real allocator did: every ``segment_allo
 trace recorded around the same request, and every block address with the real one. Run under
 other settings, the same requests show whether and where memory would have run out.
 
-Seeding the start state lives in :mod:`~memforensics.analysis.replay.start`, the model probes
-(was that release an ``empty_cache()``?) in :mod:`~memforensics.analysis.replay.probe`.
+Seeding the start state lives in :mod:`~memforensics.analysis.replay.runner`, the model probes
+(was that release an ``empty_cache()``?) in :mod:`~memforensics.analysis.replay.runner`.
 """
 
 from __future__ import annotations
@@ -18,22 +18,237 @@ from dataclasses import dataclass, field
 
 from memforensics.allocator import (
     AllocatorSettings,
+    Block,
     DeviceCachingAllocator,
 )
 from memforensics.analysis.dump import Dump
-from memforensics.analysis.oom import SEGMENT_ACTIONS, AllocatorState
-from memforensics.analysis.replay.events import (
-    ALLOC,
-    FREE,
-    FREE_COMPLETED,
-    FREE_REQUESTED,
-    OOM,
-    SEGMENT,
-    Event,
-    decode,
-)
-from memforensics.analysis.replay.probe import RELEASES, emptied, largest_free, undo_malloc
-from memforensics.analysis.replay.start import STREAM_UNKNOWN, seed_start
+from memforensics.analysis.oom import SEGMENT_ACTIONS, AllocatorState, seed_state
+
+# A dump's trace decoded once into the plain tuples every replay run feeds the model.
+#
+# The self-check and each what-if row walk the same trace; reading a million dicts with
+# ``dict.get`` in every run costs more than the model itself. :func:`decode` reads each entry
+# once and keeps what a run looks at, with the checks the runs make (an ``int`` address, an
+# ``int`` size, the stream an ``int`` else 0) already applied, so every run decides exactly as
+# if it had read the dicts itself.
+
+SEGMENT, ALLOC, FREE_REQUESTED, FREE, FREE_COMPLETED, OOM, OTHER = range(7)
+"""Event codes: a recorded segment event, the request actions, and any other dict entry (it
+still marks where an ``empty_cache()`` may have happened)."""
+REQUESTS = (ALLOC, OOM)
+"""Codes of the entries that ask for memory."""
+
+_CODES = {
+    "alloc": ALLOC,
+    "free_requested": FREE_REQUESTED,
+    "free": FREE,
+    "free_completed": FREE_COMPLETED,
+    "oom": OOM,
+}
+Event = tuple[int, int | None, int | None, int, int, object]
+"""``(code, addr, size, stream, position, extra)``: ``addr`` and ``size`` the entry's when they
+are ``int`` (else None), ``stream`` the entry's when ``int`` (else 0), ``position`` the index
+in the trace; ``extra`` the action name of a segment event, and for ``free_requested`` whether
+the next entry completes that free (no other stream held the block)."""
+
+
+def decode(trace: list[object]) -> list[Event]:
+    """The trace's dict entries as :data:`Event` tuples, in order.
+
+    Entries that are not dicts, and segment events without an ``int`` address and size, are
+    left out: a run skips them without looking further.
+    """
+    events: list[Event] = []
+    append = events.append
+    count = len(trace)
+    for position, entry in enumerate(trace):
+        if type(entry) is not dict:
+            continue
+        action = entry.get("action")
+        addr, size = entry.get("addr"), entry.get("size")
+        if type(addr) is not int:
+            addr = None
+        if type(size) is not int:
+            size = None
+        if action in SEGMENT_ACTIONS:
+            if addr is not None and size is not None:
+                append((SEGMENT, addr, size, 0, position, action))
+            continue
+        stream = entry.get("stream")
+        if type(stream) is not int:
+            stream = 0
+        code = _CODES.get(action, OTHER) if isinstance(action, str) else OTHER
+        extra: object = None
+        if code == FREE_REQUESTED and addr is not None:
+            extra = _completes(trace, position + 1, count, addr)
+        append((code, addr, size, stream, position, extra))
+    return events
+
+
+def _completes(trace: list[object], position: int, count: int, addr: int) -> bool:
+    """True when the entry at ``position`` completes the free of ``addr`` (False past the end:
+    the snapshot was taken before the free completed)."""
+    if position >= count:
+        return False
+    entry = trace[position]
+    return (
+        type(entry) is dict
+        and entry.get("action") == "free_completed"
+        and entry.get("addr") == addr
+    )
+
+
+# Put a dump's start state into the allocator model before a replay runs.
+#
+# Seeding happens once per run, before :mod:`~memforensics.analysis.replay.runner`'s hot loop feeds
+# the events. The self-check seeds the reconstructed layout block for block at the real
+# addresses (expandable address spaces placed where the trace maps them); a what-if run allocates
+# the blocks live at the start afresh under its own settings.
+
+STREAM_UNKNOWN = -1  # a stream standing for "some other stream used this block"
+
+
+def _mapped_addresses(trace: list[object], large_page: int) -> dict[tuple[int, bool], list[int]]:
+    """Addresses the trace maps or unmaps, by (stream, small pool): where expandable segments
+    may begin. A range that is not a whole number of large pages is the small pool's."""
+    found: dict[tuple[int, bool], list[int]] = {}
+    for entry in trace:
+        if type(entry) is dict and entry.get("action") in ("segment_map", "segment_unmap"):
+            address, stream, size = entry.get("addr"), entry.get("stream"), entry.get("size")
+            if type(address) is int and type(size) is int:
+                key = (stream if type(stream) is int else 0, size % large_page != 0)
+                found.setdefault(key, []).append(address)
+    return found
+
+
+def seed_start(
+    model: DeviceCachingAllocator,
+    start: AllocatorState,
+    exact: bool,
+    trace: list[object],
+) -> dict[int, Block]:
+    """Put the start state into the model; real address -> model block for live blocks.
+
+    An expandable segment's address space begins at the lowest address the trace maps below
+    its first range (within one address space's reach), else at that range.
+    """
+    by_addr: dict[int, Block] = {}
+    if exact:
+        reach = model.device_total + model.device_total // 8
+        large_page = model.settings.large_segment_size
+        mapped: list[dict[tuple[int, bool], list[int]]] = []  # walked once, when needed
+
+        def base_of(stream: int, is_small: bool, first: int) -> int | None:
+            if not mapped:
+                mapped.append(_mapped_addresses(trace, large_page))
+            found = mapped[0].get((stream, is_small), [])
+            below = [a for a in found if first - reach < a < first]
+            return min(below, default=None)
+
+        return seed_state(model, start, base_of)
+    for segment in start.segments:
+        for held in segment.blocks:
+            block = model.malloc(held.requested, segment.stream)
+            if block is None:
+                continue
+            by_addr[held.address] = block
+            if held.pending:
+                model.record_stream(block, STREAM_UNKNOWN)
+                model.free(block)
+    return by_addr
+
+
+# Questions the replay asks the allocator model without changing its state.
+#
+# The trace records segment releases but not the ``empty_cache()`` calls that caused them, so
+# the replay has to infer them by asking the model what it would have done (would a cached block
+# serve this request? would a new segment fit?), and leaving it as it was. The replay's other
+# helpers that look into or restore the model are here too.
+
+RELEASES = ("segment_free", "segment_unmap")
+
+
+def emptied(
+    model: DeviceCachingAllocator,
+    real: list[tuple[str, int, int]],
+    code: int,
+    size: int | None,
+    stream: int,
+) -> bool:
+    """Were the recorded releases before this event an ``empty_cache()`` call?
+
+    A request's own retry releases cached blocks only when no cached block serves it, so if
+    one would (the model checks without changing its state) the releases came first. Before a
+    failed request they are otherwise its retry; before anything else, releases alone are
+    ``empty_cache()``, and so is a release of every wholly free segment (then both orders give
+    the same state). Before an ``alloc``'s new segment they are its retry only when the device
+    had no room for that segment.
+    """
+    request = size if code in REQUESTS else None  # the requested bytes (None: no request)
+    if request is not None and _cached_block_fits(model, request, stream):
+        return True
+    if code == OOM:
+        return False
+    if all(event[0] in RELEASES for event in real):
+        return True
+    freed = {event[1] for event in real if event[0] == "segment_free"}
+    if freed and not any(event[0] == "segment_unmap" for event in real):
+        whole = {
+            block.address
+            for pool in (model.small_blocks, model.large_blocks)
+            for block in pool.blocks.values()
+            if not block.is_split() and block.expandable is None
+        }
+        return whole <= freed
+    if request is None:
+        return False
+    rounded = model.round_size(request)
+    total = model.total_allocated_memory
+    settings = model.settings
+    threshold = settings.garbage_collection_threshold
+    if model.allowed is not None and threshold > 0.0 and total > threshold * model.allowed:
+        return False  # the releases were the garbage collection before a new segment
+    alloc_size = model.get_allocation_size(rounded)
+    if model.allowed is not None and total + alloc_size > model.allowed:
+        return False
+    need = rounded if settings.expandable_segments else alloc_size
+    return total + need <= model.capacity
+
+
+def _cached_block_fits(model: DeviceCachingAllocator, size: int, stream: int) -> bool:
+    """Would ``get_free_block`` serve this request now? (The model's state is left as it was.)"""
+    rounded = model.round_size(size)
+    pool = model.small_blocks if rounded <= (1 << 20) else model.large_blocks
+    calls = pool.get_free_blocks_call_count
+    block = model.get_free_block(rounded, stream, pool)
+    pool.get_free_blocks_call_count = calls
+    if block is None:
+        return False
+    base = block.gc_count_base
+    pool.insert_into_blocks(block)
+    block.gc_count_base = base
+    return True
+
+
+def undo_malloc(model: DeviceCachingAllocator, block: Block) -> None:
+    """Give back a block the model served where the real allocator failed."""
+    hook = model.on_trace
+    model.on_trace = _silent
+    model.free(block)
+    model.on_trace = hook
+
+
+def _silent(action: str, addr: int, size: int, stream: int) -> None:
+    """A trace hook that records nothing."""
+
+
+def largest_free(model: DeviceCachingAllocator, size: int, stream: object) -> int:
+    """Largest free block of the failing request's pool and stream."""
+    pool = model.small_blocks if size <= (1 << 20) else model.large_blocks
+    wanted = stream if type(stream) is int else 0
+    sizes = [key[1] for key in pool.keys if key[0] == wanted]
+    return max(sizes, default=0)
+
 
 UNBOUNDED = 1 << 62
 """Capacity of a device that never runs out (no OOM to size it from)."""
@@ -105,7 +320,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     ``settings`` (what-if). ``stop_at_oom``: stop at the first request the model cannot serve
     or at the trace's first ``oom`` entry, whichever comes first; without it the result's
     :attr:`~RunResult.at_first_stop` holds what such a run would report. ``events``: the
-    trace as :func:`~memforensics.analysis.replay.events.decode` reads it (runs over one dump
+    trace as :func:`~memforensics.analysis.replay.runner.decode` reads it (runs over one dump
     share one).
     """
     result = RunResult(settings)

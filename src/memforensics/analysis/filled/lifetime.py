@@ -43,7 +43,7 @@ class Allocation:
     ``start`` is ``-1`` when it was made before the trace; ``end`` is the trace length when it
     is still live at the snapshot, else the position of its (requested) free. ``size`` is its
     block's size, ``requested`` what the caller asked for. Equal stacks share one ``frames``
-    list (:class:`~memforensics.analysis.dump.stacks.Stacks`), so whatever is read from a stack
+    list (:class:`~memforensics.analysis.dump.frames.Stacks`), so whatever is read from a stack
     can be kept by its identity. ``kind``, ``phase`` and ``confidence`` are filled by the
     classifier.
     """
