@@ -25,7 +25,7 @@ def oom_files(out: Path) -> list[Path]:
 
 def trace_oom_size(path: Path, device: int) -> int | None:
     """``size`` of the last ``oom`` entry in the dump's trace of ``device`` (safe loader)."""
-    from memforensics.analysis import read_snapshot_file
+    from memforensics.analysis.dump import read_snapshot_file
 
     snapshot: Any = read_snapshot_file(path)
     traces = snapshot.get("device_traces") or []

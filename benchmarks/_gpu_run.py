@@ -25,7 +25,7 @@ FIRST_STEP = 10
 
 def window_events(path: Path, device: int) -> list[dict[str, Any]]:
     """The trace of ``device`` in a window dump (safe loader)."""
-    from memforensics.analysis import read_snapshot_file
+    from memforensics.analysis.dump import read_snapshot_file
 
     snapshot: Any = read_snapshot_file(path)
     traces = snapshot.get("device_traces") or []

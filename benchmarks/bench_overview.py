@@ -23,7 +23,9 @@ from pathlib import Path
 
 from _common import Figure, figure, parse_args, ratio_of, report
 
-from memforensics.analysis import build_overview, overview_text, render_overview
+from memforensics.analysis import build_overview
+from memforensics.analysis.folder import overview_text
+from memforensics.analysis.report import render_overview
 from memforensics.testing import write_journals
 
 PAGE_BUDGET = 5_000_000

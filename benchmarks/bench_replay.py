@@ -84,7 +84,8 @@ def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; report the median."""
     from memforensics.analysis import load_dump
     from memforensics.analysis.oom import recorded_settings, state_before
-    from memforensics.analysis.replay import device_for, run
+    from memforensics.analysis.replay.replay import device_for
+    from memforensics.analysis.replay.runner import run
 
     times, extra = [], {}
     dump = load_dump(path) if mode == "replay" else None

@@ -26,7 +26,7 @@ from memforensics.analysis.summary import Summary
 from memforensics.cli._cache import SCHEMA as CACHE_SCHEMA
 from memforensics.cli._cache import CacheCleared, CacheInfo
 from memforensics.doctor import SCHEMA as DOCTOR_SCHEMA
-from memforensics.doctor import DoctorReport
+from memforensics.doctor.checks import DoctorReport
 
 PAGE = Path(__file__).with_name("json.md")
 

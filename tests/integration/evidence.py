@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memforensics.analysis import read_snapshot_file
+from memforensics.analysis.dump import read_snapshot_file
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TMP_MARK = ".tmp-"

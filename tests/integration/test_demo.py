@@ -61,7 +61,7 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
 
 def test_demo_auto_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:
     """Without an accelerator, `--device auto` runs on sim and says it does."""
-    from memforensics.backends import create_backend
+    from memforensics.backends._select import create_backend
 
     if create_backend("auto").name != "none":
         pytest.skip("this machine has an accelerator: auto would use it")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import build_overview, render_overview
+from memforensics.analysis import build_overview
+from memforensics.analysis.report import render_overview
 from memforensics.testing import write_journals
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]

@@ -174,7 +174,7 @@ def _marker_labels(browser: Any) -> list[tuple[str, float, float]]:
 
 def test_oom_and_peak_labels_never_overprint(browser: Any, tmp_path: Path) -> None:
     """Where the OOM comes right at the peak, both are named and no marker label overlaps."""
-    from memforensics.analysis import dump_from_snapshot
+    from memforensics.analysis.dump import dump_from_snapshot
     from memforensics.analysis.report import ReportBuilder
     from memforensics.testing import Block, SnapshotBuilder
 

@@ -20,8 +20,7 @@ from typing import Any
 
 from memforensics._text import printable
 from memforensics._units import format_bytes
-from memforensics.analysis import read_snapshot_file
-from memforensics.analysis.dump import BytesRead, SnapshotReader
+from memforensics.analysis.dump import BytesRead, SnapshotReader, read_snapshot_file
 from memforensics.cli._output import unescaped
 
 

@@ -1,13 +1,5 @@
 """The self-check a user runs on a training node before a long job."""
 
-from memforensics.doctor.checks import (
-    SCHEMA,
-    Check,
-    Doctor,
-    DoctorReport,
-    Status,
-    doctor_text,
-    overall,
-)
+from memforensics.doctor.checks import SCHEMA, Doctor, doctor_text
 
-__all__ = ["SCHEMA", "Check", "Doctor", "DoctorReport", "Status", "doctor_text", "overall"]
+__all__ = ["SCHEMA", "Doctor", "doctor_text"]

@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from memforensics._units import format_bytes, format_signed_bytes
-from memforensics.analysis import diff_dumps, dump_from_snapshot, summarize
-from memforensics.analysis.compare import Leaks, RankWindows, SiteTrend, diff_text, leaks_text
-from memforensics.analysis.dump import SITE_WIDTH, short_site
-from memforensics.analysis.filled import CallNode, tree_lines
+from memforensics.analysis import diff_dumps, summarize
+from memforensics.analysis.compare import Leaks, leaks_text
+from memforensics.analysis.compare.leaks import RankWindows, SiteTrend
+from memforensics.analysis.compare.text import diff_text
+from memforensics.analysis.dump import dump_from_snapshot, short_site
+from memforensics.analysis.dump.text import SITE_WIDTH
+from memforensics.analysis.filled import CallNode
+from memforensics.analysis.filled.text import tree_lines
 from memforensics.analysis.folder import build_overview, overview_text
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, write_journals

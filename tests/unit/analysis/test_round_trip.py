@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, load_dump
-from memforensics.analysis.dump import Dump
+from memforensics.analysis import load_dump
+from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.replay import Replay, replay_dump, replay_text
 from memforensics.analysis.schema import document, from_json, to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summarize, summary_text

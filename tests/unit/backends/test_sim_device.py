@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memforensics.backends import DeviceBackend
+from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.sim import (
     SimBackend,
     SimDevice,

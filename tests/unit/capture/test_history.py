@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from memforensics.backends import DeviceBackend, HistoryMode
+from memforensics.backends._protocol import DeviceBackend, HistoryMode
 from memforensics.capture.config import build_config
 from memforensics.capture.window import HistorySwitch
 

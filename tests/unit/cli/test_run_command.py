@@ -15,8 +15,9 @@ import pytest
 
 import memforensics.capture.facade
 from memforensics.capture.config import FIELDS
-from memforensics.cli import build_parser, main
+from memforensics.cli import main
 from memforensics.cli._flags import flag_name
+from memforensics.cli._main import build_parser
 from memforensics.testing import SimOutOfMemoryError, reset_device
 
 

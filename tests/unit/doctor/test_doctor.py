@@ -13,10 +13,11 @@ from typing import Any, Literal
 import pytest
 
 from memforensics.analysis.schema import document, from_json
-from memforensics.backends import HistoryMode
+from memforensics.backends._protocol import HistoryMode
 from memforensics.backends.sim import SimBackend
 from memforensics.cli import main
-from memforensics.doctor import SCHEMA, Check, Doctor, DoctorReport, doctor_text, overall
+from memforensics.doctor import SCHEMA, Doctor, doctor_text
+from memforensics.doctor.checks import Check, DoctorReport, overall
 from memforensics.testing import reset_device
 
 _ENV = (

@@ -1,17 +1,14 @@
 """A dump as read from disk: safe loading, the snapshot model and its shapes, devices, frames."""
 
-from memforensics._layout import sidecar_path
 from memforensics.analysis.dump.devices import DeviceUsage
-from memforensics.analysis.dump.files import BytesRead, CountingReader, open_regular, read_regular
+from memforensics.analysis.dump.files import BytesRead, open_regular, read_regular
 from memforensics.analysis.dump.frames import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
     UNKNOWN_SITE,
     Stacks,
     attribute,
-    caller_of,
     frame_text,
-    is_installed_file,
     is_library_file,
     is_native_frame,
     parse_step,
@@ -24,17 +21,10 @@ from memforensics.analysis.dump.load import (
     SnapshotReader,
     dump_from_snapshot,
     load_dump,
-    missing_device,
     paused_gc,
     read_snapshot_file,
 )
-from memforensics.analysis.dump.meta import (
-    SIDECAR_LIMIT,
-    DumpMeta,
-    OomRecord,
-    dump_meta,
-    read_sidecar_file,
-)
+from memforensics.analysis.dump.meta import SIDECAR_LIMIT, OomRecord, dump_meta, read_sidecar_file
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -47,7 +37,6 @@ from memforensics.analysis.dump.model import (
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.text import (
     NATIVE_ONLY_MEANING,
-    SITE_WIDTH,
     caller_line,
     context_lines,
     devices_text,
@@ -65,14 +54,11 @@ __all__ = [
     "NATIVE_ONLY_MEANING",
     "PENDING_FREE",
     "SIDECAR_LIMIT",
-    "SITE_WIDTH",
     "UNKNOWN_SITE",
     "Block",
     "BytesRead",
-    "CountingReader",
     "DeviceUsage",
     "Dump",
-    "DumpMeta",
     "OomRecord",
     "Segment",
     "SnapshotReader",
@@ -82,18 +68,15 @@ __all__ = [
     "attribute",
     "block_size",
     "caller_line",
-    "caller_of",
     "context_lines",
     "devices_text",
     "dump_from_snapshot",
     "dump_meta",
     "frame_text",
     "hidden_rows",
-    "is_installed_file",
     "is_library_file",
     "is_native_frame",
     "load_dump",
-    "missing_device",
     "native_note",
     "open_regular",
     "origin_words",
@@ -104,7 +87,6 @@ __all__ = [
     "read_sidecar_file",
     "read_snapshot_file",
     "short_site",
-    "sidecar_path",
     "site_fast",
     "site_of",
 ]

@@ -1,13 +1,6 @@
 """The allocator at the OOM: the history undone to that moment, the lower bound, the verdict."""
 
-from memforensics.analysis.dump.meta import oom_positions
-from memforensics.analysis.oom.bound import (
-    CAPACITY,
-    LIMIT,
-    LowerBound,
-    lower_bound,
-    peak_live_bytes,
-)
+from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import (
     SEGMENT_ACTIONS,
     AllocatorState,
@@ -18,10 +11,8 @@ from memforensics.analysis.oom.history import (
     state_before,
 )
 from memforensics.analysis.oom.moment import (
-    FINAL,
     TRACE,
     OomMoment,
-    could_serve,
     judged_moment_warning,
     oom_moment,
     recorded_rules,
@@ -38,13 +29,7 @@ from memforensics.analysis.oom.text import (
     headroom_text,
 )
 from memforensics.analysis.oom.verdict import (
-    COULD_SERVE,
     DEVICE_FREE_UNKNOWN,
-    EXHAUSTED,
-    EXTERNAL,
-    FRAGMENTATION,
-    NO_OOM,
-    UNKNOWN,
     Verdict,
     device_free_text,
     judge,
@@ -53,17 +38,9 @@ from memforensics.analysis.oom.verdict import (
 
 __all__ = [
     "CAPACITY",
-    "COULD_SERVE",
     "DEVICE_FREE_UNKNOWN",
-    "EXHAUSTED",
-    "EXTERNAL",
-    "FINAL",
-    "FRAGMENTATION",
-    "LIMIT",
-    "NO_OOM",
     "SEGMENT_ACTIONS",
     "TRACE",
-    "UNKNOWN",
     "AllocatorState",
     "AtRisk",
     "LiveBlock",
@@ -75,7 +52,6 @@ __all__ = [
     "at_risk_headline",
     "at_risk_lines",
     "changes_after",
-    "could_serve",
     "device_free_text",
     "fragmentation_text",
     "has_history",
@@ -84,8 +60,6 @@ __all__ = [
     "judged_moment_warning",
     "lower_bound",
     "oom_moment",
-    "oom_positions",
-    "peak_live_bytes",
     "recorded_rules",
     "recorded_settings",
     "seed_state",

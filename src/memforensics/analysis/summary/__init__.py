@@ -1,11 +1,7 @@
 """The summary of one dump: what filled the device and the verdict, with its words."""
 
 from memforensics.analysis.summary.summary import (
-    RECORDED,
     SCHEMA,
-    Oom,
-    SiteBytes,
-    StepBytes,
     Summary,
     live_blocks,
     live_sites,
@@ -15,11 +11,7 @@ from memforensics.analysis.summary.summary import (
 from memforensics.analysis.summary.text import summary_text
 
 __all__ = [
-    "RECORDED",
     "SCHEMA",
-    "Oom",
-    "SiteBytes",
-    "StepBytes",
     "Summary",
     "live_blocks",
     "live_sites",

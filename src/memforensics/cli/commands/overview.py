@@ -10,8 +10,9 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
-from memforensics.analysis import build_overview, overview_text, render_overview
-from memforensics.analysis.folder import OVERVIEW_SCHEMA
+from memforensics.analysis import build_overview
+from memforensics.analysis.folder import OVERVIEW_SCHEMA, overview_text
+from memforensics.analysis.report import render_overview
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
 from memforensics.cli._output import write_page

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memforensics.analysis import Dump, diff_dumps, dump_from_snapshot, load_dump
-from memforensics.analysis.compare import diff_side, kinds_change
+from memforensics.analysis import Dump, diff_dumps, load_dump
+from memforensics.analysis.compare import diff_side
+from memforensics.analysis.compare.diff import kinds_change
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.schema import to_json
 from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, growth_pair
 

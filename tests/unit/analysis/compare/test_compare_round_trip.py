@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, load_dump
+from memforensics.analysis import load_dump
 from memforensics.analysis.compare import (
     DIFF_SCHEMA,
     LEAKS_SCHEMA,
@@ -21,7 +21,7 @@ from memforensics.analysis.compare import (
     find_leaks,
     leaks_text,
 )
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.schema import document, from_json, to_json
 from memforensics.testing import (
     CACHE,

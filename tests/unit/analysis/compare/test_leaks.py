@@ -8,7 +8,8 @@ from labelled_workload import TrainingLoop
 
 import memforensics
 from memforensics.analysis import find_leaks
-from memforensics.analysis.compare import Leaks, RankWindows, leaks_text
+from memforensics.analysis.compare import Leaks, leaks_text
+from memforensics.analysis.compare.leaks import RankWindows
 from memforensics.backends.sim import SimDevice, SimTensor, reset_device
 
 MiB = 1 << 20

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import diff_by_device, dump_from_snapshot, load_dump, summarize
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.compare import diff_by_device
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.schema import to_json
 from memforensics.testing import Block as B
 from memforensics.testing import (

@@ -9,13 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import (
-    diff_by_device,
-    diff_dumps,
-    dump_from_snapshot,
-    replay_dump,
-    summarize,
-)
+from memforensics.analysis import diff_dumps, replay_dump, summarize
+from memforensics.analysis.compare import diff_by_device
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
 

@@ -12,13 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import (
-    dump_from_snapshot,
-    load_dump,
-    read_snapshot_file,
-    sidecar_path,
-    summarize,
-)
+from memforensics._layout import sidecar_path
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot, read_snapshot_file
 from memforensics.analysis.schema import to_json
 from memforensics.testing import exhausted, fragmented, write_dump
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, summarize
-from memforensics.analysis.dump import ALLOCATED
+from memforensics.analysis import summarize
+from memforensics.analysis.dump import ALLOCATED, dump_from_snapshot
 from memforensics.testing import (
     as_pytorch_1_13,
     as_pytorch_2_0,

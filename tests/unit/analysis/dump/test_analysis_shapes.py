@@ -10,12 +10,8 @@ from typing import Any
 import pytest
 
 from memforensics import SnapshotLoadError
-from memforensics.analysis import (
-    dump_from_snapshot,
-    list_dumps,
-    load_dump,
-    summarize,
-)
+from memforensics.analysis import list_dumps, load_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
 from memforensics.capture.atomic import write_snapshot

@@ -8,19 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import (
+from memforensics.analysis import diff_dumps, load_dump, summarize
+from memforensics.analysis.compare.text import diff_text
+from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
     UNKNOWN_SITE,
-    caller_of,
-    diff_dumps,
     dump_from_snapshot,
-    is_installed_file,
-    load_dump,
     site_of,
-    summarize,
 )
-from memforensics.analysis.compare import diff_text
+from memforensics.analysis.dump.frames import caller_of, is_installed_file
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder

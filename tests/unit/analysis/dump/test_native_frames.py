@@ -10,19 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import (
+from memforensics.analysis import diff_dumps, load_dump, summarize
+from memforensics.analysis.compare.text import diff_text
+from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
+    NATIVE_ONLY_MEANING,
     UNKNOWN_SITE,
-    diff_dumps,
     dump_from_snapshot,
     is_native_frame,
-    load_dump,
+    site_fast,
     site_of,
-    summarize,
 )
-from memforensics.analysis.compare import diff_text
-from memforensics.analysis.dump import NATIVE_ONLY_MEANING, site_fast
 from memforensics.analysis.filled import what_filled
 from memforensics.analysis.filled.kinds import BACKWARD, FORWARD, phase_of
 from memforensics.analysis.report import ReportBuilder

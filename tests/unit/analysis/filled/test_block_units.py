@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memforensics.analysis import dump_from_snapshot, load_dump, summarize
-from memforensics.analysis.filled import lifetimes, what_filled
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.filled import what_filled
+from memforensics.analysis.filled.lifetime import lifetimes
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text

@@ -11,8 +11,11 @@ import pytest
 from labelled_workload import TrainingLoop, engine_thread_frames
 
 import memforensics
-from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump
-from memforensics.analysis.filled import BEFORE, Allocation, classify, lifetimes
+from memforensics.analysis import list_dumps, load_dump
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.filled import BEFORE, Allocation
+from memforensics.analysis.filled.kinds import classify
+from memforensics.analysis.filled.lifetime import lifetimes
 from memforensics.backends.sim import reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
 

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from labelled_workload import TrainingLoop
 
-from memforensics.analysis import dump_from_snapshot
-from memforensics.analysis.filled import Allocation, classify, lifetimes
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.filled import Allocation
+from memforensics.analysis.filled.kinds import classify
+from memforensics.analysis.filled.lifetime import lifetimes
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder
 

@@ -9,8 +9,8 @@ import pytest
 from labelled_workload import TrainingLoop
 
 import memforensics
-from memforensics.analysis import dump_from_snapshot, list_dumps, load_dump, summarize
-from memforensics.analysis.dump import BEFORE_RECORDING
+from memforensics.analysis import list_dumps, load_dump, summarize
+from memforensics.analysis.dump import BEFORE_RECORDING, dump_from_snapshot
 from memforensics.analysis.filled import CallNode, what_filled
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text

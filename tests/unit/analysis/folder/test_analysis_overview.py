@@ -13,9 +13,12 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics._layout import journal_name
-from memforensics.analysis import build_overview, overview_text, render_overview
-from memforensics.analysis.folder import PARALLEL_FROM, rank_ranges
-from memforensics.analysis.report import overview_data
+from memforensics.analysis import build_overview
+from memforensics.analysis.folder import overview_text
+from memforensics.analysis.folder.overview import PARALLEL_FROM
+from memforensics.analysis.folder.text import rank_ranges
+from memforensics.analysis.report import render_overview
+from memforensics.analysis.report.overview_page import overview_data
 from memforensics.analysis.schema import to_json
 from memforensics.capture.journal import Journal, format_line
 from memforensics.testing import make_sidecar, write_journals

@@ -24,7 +24,7 @@ from memforensics.analysis.folder import (
     overview_text,
     watch_text,
 )
-from memforensics.analysis.report import overview_data
+from memforensics.analysis.report.overview_page import overview_data
 from memforensics.analysis.schema import document, from_json
 from memforensics.testing import write_journals, write_run_folder
 

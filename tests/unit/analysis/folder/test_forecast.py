@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import render_overview
-from memforensics.analysis.folder import build_overview, forecast_line, overview_text
+from memforensics.analysis.folder import build_overview, overview_text
+from memforensics.analysis.folder.forecast import forecast_line
+from memforensics.analysis.report import render_overview
 from memforensics.analysis.schema import to_json
 from memforensics.testing import write_journals
 

@@ -13,7 +13,8 @@ from memforensics.testing import make_sidecar, write_journals
 _LIMITED = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
-from memforensics.analysis import build_overview, overview_text, render_overview
+from memforensics.analysis.folder import build_overview, overview_text
+from memforensics.analysis.report import render_overview
 view = build_overview(sys.argv[1], workers=1)
 overview_text(view)
 render_overview(view)

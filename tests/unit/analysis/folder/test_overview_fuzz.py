@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics._layout import journal_name
-from memforensics.analysis import build_overview, overview_text, render_overview
-from memforensics.analysis.folder import growth_per_1k
+from memforensics.analysis import build_overview
+from memforensics.analysis.folder import overview_text
+from memforensics.analysis.folder.journals import growth_per_1k
+from memforensics.analysis.report import render_overview
 from memforensics.capture.journal import format_line
 
 _values = st.one_of(

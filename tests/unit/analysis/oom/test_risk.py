@@ -9,7 +9,7 @@ import pytest
 
 import memforensics
 from memforensics.analysis import load_dump
-from memforensics.analysis.oom import NO_OOM
+from memforensics.analysis.oom.verdict import NO_OOM
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summarize, summary_text

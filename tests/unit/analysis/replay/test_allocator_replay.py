@@ -19,9 +19,10 @@ from memforensics.allocator import (
     roundup_power2_next_division,
     segment_blocks,
 )
-from memforensics.analysis import dump_from_snapshot, list_dumps, replay_dump, summarize
+from memforensics.analysis import list_dumps, replay_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.oom import state_before
-from memforensics.analysis.replay import Device, run
+from memforensics.analysis.replay.runner import Device, run
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
 

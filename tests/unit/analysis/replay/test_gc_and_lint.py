@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, replay_dump
-from memforensics.analysis.dump import Dump
+from memforensics.analysis import replay_dump
+from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json

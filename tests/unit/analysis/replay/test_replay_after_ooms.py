@@ -10,7 +10,8 @@ from itertools import pairwise
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, replay_dump
+from memforensics.analysis import replay_dump
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.oom import recorded_settings, state_before
 from memforensics.analysis.replay.replay import device_for
 from memforensics.analysis.replay.runner import run

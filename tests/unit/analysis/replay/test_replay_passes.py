@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from sim_workloads import drive
 
 from memforensics.allocator import parse_conf
-from memforensics.analysis import dump_from_snapshot, replay_dump
-from memforensics.analysis.dump import Dump
+from memforensics.analysis import replay_dump
+from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.oom import state_before
-from memforensics.analysis.replay import Device, RunResult, run
+from memforensics.analysis.replay.runner import Device, RunResult, run
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
 

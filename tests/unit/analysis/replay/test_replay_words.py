@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, load_dump, replay_dump
+from memforensics.analysis import load_dump, replay_dump
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError

@@ -15,8 +15,8 @@ from memforensics.allocator import (
     DeviceCachingAllocator,
     seed_segment,
 )
-from memforensics.analysis import dump_from_snapshot, replay_dump
-from memforensics.analysis.dump import Dump
+from memforensics.analysis import replay_dump
+from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.oom import state_before
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
@@ -171,7 +171,8 @@ def test_without_an_oom_the_self_check_is_the_baseline(monkeypatch: pytest.Monke
     assert len(calls) <= len(result.what_if)  # at most one pass per row
     monkeypatch.undo()
     from memforensics.analysis.oom import recorded_settings
-    from memforensics.analysis.replay import device_for, run
+    from memforensics.analysis.replay.replay import device_for
+    from memforensics.analysis.replay.runner import run
 
     settings = recorded_settings(dump)
     stopped = run(

@@ -18,7 +18,8 @@ from memforensics.allocator import (
     read_snapshot_settings,
     rules_for,
 )
-from memforensics.analysis import dump_from_snapshot, replay_dump, summarize
+from memforensics.analysis import replay_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.oom import recorded_settings
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.schema import to_json

@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 import memforensics.analysis.report
-from memforensics.analysis import Dump, dump_from_snapshot
-from memforensics.analysis.report import DUMP_SECTIONS, DumpContext, ReportBuilder, Section, table
+from memforensics.analysis import Dump
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.report.model import DumpContext, Section, table
+from memforensics.analysis.report.sections import DUMP_SECTIONS
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, exhausted, fragmented
 
 _DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)

@@ -12,8 +12,8 @@ from urllib.parse import quote
 import pytest
 
 from memforensics._text import printable
-from memforensics.analysis import build_overview, load_dump, render_overview
-from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis import build_overview, load_dump
+from memforensics.analysis.report import ReportBuilder, render_overview
 from memforensics.analysis.report.page import json_in_script
 from memforensics.testing import (
     Block,

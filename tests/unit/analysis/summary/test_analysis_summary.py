@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis import dump_from_snapshot, load_dump, site_of, summarize
-from memforensics.analysis.dump import is_library_file, parse_step
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot, is_library_file, parse_step, site_of
 from memforensics.analysis.schema import to_json
 from memforensics.testing import (
     CACHE,
@@ -165,7 +165,8 @@ def test_a_dump_without_an_oom_is_searched_for_one_once(monkeypatch: pytest.Monk
     """summarize looks for the OOM's moment once, also when there is none (a trace walk each)."""
     import importlib
 
-    from memforensics.analysis import dump_from_snapshot, summarize
+    from memforensics.analysis import summarize
+    from memforensics.analysis.dump import dump_from_snapshot
     from memforensics.testing import Block, MiB, SnapshotBuilder
 
     builder = SnapshotBuilder()

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 import memforensics
-from memforensics.analysis import diff_dumps, dump_from_snapshot, list_dumps, load_dump, summarize
-from memforensics.analysis.compare import diff_text
+from memforensics.analysis import diff_dumps, list_dumps, load_dump, summarize
+from memforensics.analysis.compare.text import diff_text
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from memforensics.analysis import Dump, dump_from_snapshot, load_dump, replay_dump, summarize
+from memforensics.analysis import Dump, load_dump, replay_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memforensics.analysis import dump_from_snapshot, list_dumps, summarize
+from memforensics.analysis import list_dumps, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.folder import ls_text
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
