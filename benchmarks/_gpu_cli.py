@@ -26,6 +26,15 @@ def summary_json(ctx: Context, path: Path) -> tuple[dict[str, Any] | None, dict[
     return (parsed if isinstance(parsed, dict) else None), proc
 
 
+def verdict_name(summary: dict[str, Any] | None) -> str | None:
+    """The verdict word of a ``summary --json`` object: ``verdict.name`` (schema 2), or the
+    ``verdict`` string of the 0.1 answers."""
+    verdict = summary.get("verdict") if summary else None
+    if isinstance(verdict, dict):
+        verdict = verdict.get("name")
+    return verdict if isinstance(verdict, str) else None
+
+
 def replay_outcomes(parsed: Any) -> dict[str, bool] | None:
     """``{settings label: runs out of memory}`` from a ``replay --json`` object, if readable."""
     rows: Any = parsed if isinstance(parsed, list) else None
@@ -114,7 +123,7 @@ def step_analysis(step: Step, ctx: Context) -> None:
             continue
         parsed, proc = summary_json(ctx, path)
         timings["summary"].append(proc["seconds"])
-        verdict = parsed.get("verdict") if parsed else None
+        verdict = verdict_name(parsed)
         good = parsed is not None and (dump["kind"] != "oom" or verdict not in (None, "no-oom"))
         step.check(f"summary {name}", good, actual=verdict, detail=proc["stderr"].strip()[-100:])
         if replay and dump["kind"] == "oom":

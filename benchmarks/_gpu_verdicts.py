@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _gpu_cli import judge_replay, summary_json
+from _gpu_cli import judge_replay, summary_json, verdict_name
 from _gpu_oom import check_oom_sizes, compare_with_witnesses, oom_files
 from _gpu_record import Context, Step, has_command, prefixed, run_python
 from _gpu_rig import MiB, Rig
@@ -114,8 +114,13 @@ def step_verdicts(step: Step, ctx: Context) -> None:
                 step, result["device"], sidecar, result["error"], info, result["limits"], figure
             )
             summary, _ = summary_json(ctx, paths[0])
-            verdict = summary.get("verdict") if summary else None
-            step.figures[f"{name}_explanation"] = summary.get("explanation") if summary else None
+            verdict = verdict_name(summary)
+            said = summary.get("verdict") if summary else None
+            step.figures[f"{name}_explanation"] = (
+                said.get("explanation")
+                if isinstance(said, dict)
+                else (summary or {}).get("explanation")
+            )
             step.check(
                 "summary verdict",
                 isinstance(verdict, str) and verdict.startswith(expected),
