@@ -104,13 +104,19 @@ def _commands(tmp_path: Path) -> dict[str, list[str | Path]]:
         "diff": ["diff", a, b, *cache],
         "leaks": ["leaks", run, "--jobs", "2", *cache],
         "look-ahead": ["summary", dump, "--look-ahead", *cache],
+        "ls": ["ls", run],
+        "overview": ["overview", run, "--jobs", "2", "-o", tmp_path / "overview.html"],
+        "watch": ["watch", run, "--once"],
+        "cache": ["cache", "info", *cache],
+        "demo": ["demo", "--device", "sim", "--out-dir", tmp_path / "demo"],
     }
 
 
 @pytest.mark.parametrize("where", ["pipe", "terminal"])
 def test_no_process_of_a_command_is_left_once_it_returns(tmp_path: Path, where: str) -> None:
-    """summary, replay, report, diff and leaks (pools of --jobs 2 included, asked to look
-    ahead or not): when the command has returned, no process carrying its marker remains."""
+    """Every command that reads or writes and returns (pools of --jobs 2 included, asked to look
+    ahead or not, the demo's training with its forked window writer): when the command has
+    returned, no process carrying its marker remains."""
     run = _in_a_pipe if where == "pipe" else _on_a_terminal
     for name, args in _commands(tmp_path).items():
         for _ in range(2):  # a first look, then one answered from the cache
