@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from evidence import poisoned
 
 from memforensics.testing import exhausted, fragmented
 
@@ -101,25 +102,12 @@ _ESC = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07"
 _BIDI = "\u202e"
 
 
-def _poison(value: object) -> object:
-    """Every frame's file and function name carries an OSC 52, a retitle and a bidi control."""
-    if isinstance(value, dict):
-        poisoned = {key: _poison(item) for key, item in value.items()}
-        for key in ("filename", "name"):
-            if isinstance(poisoned.get(key), str):
-                poisoned[key] = f"{_ESC}{poisoned[key]}{_BIDI}"
-        return poisoned
-    if isinstance(value, list):
-        return [_poison(item) for item in value]
-    return value
-
-
 def test_hostile_names_reach_a_terminal_escaped_beside_real_progress(tmp_path: Path) -> None:
     """A file name and frames carrying OSC sequences and bidi controls: with stdout and stderr on
     a terminal, the bar still erases itself with real ESC bytes while every hostile control
     arrives spelled out, never as the byte."""
     dump = tmp_path / f"evil{_ESC}{_BIDI}.pickle"
-    dump.write_bytes(pickle.dumps(_poison(exhausted().snapshot), protocol=4))
+    dump.write_bytes(pickle.dumps(poisoned(exhausted().snapshot, _ESC, _BIDI), protocol=4))
     _, terminal, status = _on_terminal("summary", dump, "--no-cache", stdout_too=True)
     assert status == 0, terminal[-800:]
     assert b"\x1b[2K" in terminal

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from evidence import poisoned
 
 from memforensics.testing import exhausted
 
@@ -90,19 +91,6 @@ _ESC = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b]0;owned\x07"
 _BIDI = "\u202egnp.txt\u2066"
 
 
-def _poison(value: object) -> object:
-    """Every frame's file and function name carries an OSC 52, a screen clear and bidi controls."""
-    if isinstance(value, dict):
-        poisoned = {key: _poison(item) for key, item in value.items()}
-        for key in ("filename", "name"):
-            if isinstance(poisoned.get(key), str):
-                poisoned[key] = f"{_ESC}{poisoned[key]}{_BIDI}"
-        return poisoned
-    if isinstance(value, list):
-        return [_poison(item) for item in value]
-    return value
-
-
 def _hostile_folder(tmp_path: Path) -> tuple[Path, Path]:
     """A run folder whose dumps, file names and sidecar strings all carry terminal controls."""
     from memforensics.testing import make_sidecar, write_journals
@@ -111,7 +99,7 @@ def _hostile_folder(tmp_path: Path) -> tuple[Path, Path]:
     write_journals(root, ranks=2, lines=5)
     window = root / "steps0-3"
     window.mkdir()
-    snapshot = _poison(exhausted().snapshot)
+    snapshot = poisoned(exhausted().snapshot, _ESC, _BIDI)
     paths = []
     for index in range(2):
         path = window / f"rank{index}_pid{index + 1}{_ESC}{_BIDI}.pickle"
