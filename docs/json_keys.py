@@ -18,8 +18,8 @@ from memforensics.analysis.folder import (
     RunListing,
     WatchView,
 )
+from memforensics.analysis.replay import SCHEMA as REPLAY_SCHEMA
 from memforensics.analysis.replay import Replay
-from memforensics.analysis.replay.replay import SCHEMA as REPLAY_SCHEMA
 from memforensics.analysis.schema import json_keys
 from memforensics.analysis.summary import SCHEMA as SUMMARY_SCHEMA
 from memforensics.analysis.summary import Summary

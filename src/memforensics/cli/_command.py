@@ -51,12 +51,22 @@ def nothing_to_read(folder: str | Path, what: str = "dumps") -> str:
 
 
 class _OldSpelling(argparse.Action):
-    """A hidden old spelling of an option: stores into the new one's ``dest`` and warns, once
-    per invocation however often it is given, that it is deprecated."""
+    """A hidden spelling of 0.1: warns once per invocation however often it is given, then
+    stores into the new option's ``dest``, or does nothing when the flag is retired (``new``
+    None, ``why`` it no longer does anything)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kw: Any) -> None:
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        new: str | None,
+        why: str = "",
+        **kw: Any,
+    ) -> None:
         super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kw)
         self.new = new
+        self.why = why
         self.warned = False
 
     def __call__(
@@ -68,11 +78,14 @@ class _OldSpelling(argparse.Action):
     ) -> None:
         if not self.warned:
             self.warned = True
-            print(
-                f"{parser.prog}: warning: {option_string} is deprecated; use {self.new}",
-                file=sys.stderr,
+            said = (
+                f"is deprecated; use {self.new}"
+                if self.new is not None
+                else f"does nothing any more ({self.why}) and will be removed"
             )
-        setattr(namespace, self.dest, values)
+            print(f"{parser.prog}: warning: {option_string} {said}", file=sys.stderr)
+        if self.new is not None:
+            setattr(namespace, self.dest, values)
 
 
 def add_old_spelling(
@@ -83,6 +96,15 @@ def add_old_spelling(
     parser.add_argument(
         old, dest=dest, type=type, default=argparse.SUPPRESS, action=_OldSpelling, new=new
     )
+
+
+def add_retired_flags(parser: argparse.ArgumentParser, *flags: str, why: str) -> None:
+    """Accept ``flags`` of 0.1 that no longer do anything (through 0.2.x): hidden, one warning
+    saying ``why``, no effect."""
+    parser.add_argument(
+        *flags, dest="_retired", nargs=0, default=argparse.SUPPRESS, action=_OldSpelling,
+        new=None, why=why,
+    )  # fmt: skip
 
 
 # Registry of subcommands (one small module each in ``commands/``), imported lazily at parser

@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from memforensics._units import parse_size
 from memforensics.capture.config import FIELDS, ForensicsConfig, env_var, parse_env_value
 from memforensics.cli._cache import ResultCache, default_cache_dir
+from memforensics.cli._command import add_retired_flags
 
 DUMPS_AT_ONCE = (
     "dumps analysed at once, each in its own process (default: the CPU count; at most N dumps"
@@ -50,30 +51,14 @@ def add_analysis_flags(
         "-q", "--quiet", action="store_true", help="no progress on stderr (shown on a terminal)"
     )
     if look_ahead:
-        parser.add_argument(
-            "--look-ahead", "--no-look-ahead", action=_Retired, nargs=0, help=argparse.SUPPRESS
+        add_retired_flags(
+            parser,
+            "--look-ahead",
+            "--no-look-ahead",
+            why="no command works in the background after it returns",
         )
     if jobs is not None:
         parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help=jobs)
-
-
-class _Retired(argparse.Action):
-    """A flag of 0.1 that no longer does anything: accepted, with one warning."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        if not getattr(namespace, "_warned_retired", False):
-            namespace._warned_retired = True
-            print(
-                f"{parser.prog}: warning: {option_string} does nothing any more (no command"
-                " works in the background after it returns) and will be removed",
-                file=sys.stderr,
-            )
 
 
 def open_cache(args: argparse.Namespace) -> ResultCache:

@@ -18,6 +18,19 @@ from typing import Any
 import memforensics.allocator
 from memforensics.allocator import Block, DeviceCachingAllocator, segment_blocks
 
+Frame = tuple[str, int, str]
+"""One Python frame as ``(filename, line, name)``: immutable so stacks can be shared."""
+Stack = tuple[Frame, ...]
+"""Frames innermost first, as torch stores them."""
+Context = tuple[Stack, str]
+"""What the sim keeps on a block: the allocation's stack and its ``user_metadata``."""
+Entry = tuple[str, int, int, int, int, Stack, str, "int | None"]
+"""A trace event: action, addr, size, stream, time_us, stack, user_metadata, device_free."""
+FrameLists = Callable[[Stack], list[dict[str, Any]]]
+"""Turns a stored stack into the snapshot's list of frame dicts."""
+_NO_CONTEXT: Context = ((), "")
+
+
 # Stack capture for the ``sim`` device: the caller's Python frames, as torch records them.
 #
 # This is the one hot path of a recording sim device (it runs on every allocation and free), and
@@ -88,19 +101,6 @@ def _frame_of(code: CodeType, lasti: int, line: int | None) -> Frame:
         _frame_codes.append(code)
         _frame_cache[id(code) * 1048576 + lasti] = found
     return found
-
-
-Frame = tuple[str, int, str]
-"""One Python frame as ``(filename, line, name)``: immutable so stacks can be shared."""
-Stack = tuple[Frame, ...]
-"""Frames innermost first, as torch stores them."""
-Context = tuple[Stack, str]
-"""What the sim keeps on a block: the allocation's stack and its ``user_metadata``."""
-Entry = tuple[str, int, int, int, int, Stack, str, "int | None"]
-"""A trace event: action, addr, size, stream, time_us, stack, user_metadata, device_free."""
-FrameLists = Callable[[Stack], list[dict[str, Any]]]
-"""Turns a stored stack into the snapshot's list of frame dicts."""
-_NO_CONTEXT: Context = ((), "")
 
 
 def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
