@@ -1,4 +1,5 @@
-"""Kinds of memory from lifetimes: parameters, optimizer state, gradients, activations, temporaries.
+"""Kinds of memory from lifetimes and frames: parameters, optimizer state, gradients, activations,
+KV caches, workspaces, temporaries.
 
 No hooks are needed, so old dumps can be classified too. A training step has a shape every
 framework shares, and an allocation's kind follows from where in that shape it starts and ends:
@@ -16,11 +17,17 @@ framework shares, and an allocation's kind follows from where in that shape it s
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
   at all was allocated before recording began.
 
-A parameter needs evidence besides its lifetime: a frame that builds, moves or loads a model,
-or many blocks of one size; a frame naming a cache or a workspace (a KV cache, cuBLAS's
-workspace) rules it out, and without either the block is ``unknown``. An allocation freed after
-an ``oom`` entry (the unwinding of the failed step) is judged as the trace stood at that OOM:
-the free the OOM caused says nothing about its role.
+Some code makes memory of one kind only, and its frames say so before the lifetime is asked
+(:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
+inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
+gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
+``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
+lifetime says. A parameter by lifetime needs that evidence, or many blocks of one size made
+outside any forward the trace saw; a frame naming a cache or a workspace rules it out, and
+without either the block is ``unknown``.
+
+An allocation freed after an ``oom`` entry (the unwinding of the failed step) is judged as the
+trace stood at that OOM: the free the OOM caused says nothing about its role.
 
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
@@ -331,7 +338,8 @@ def _need_parameter_evidence(
         if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
             continue
         alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE
-        if alike and (role == roles.NOTHING or (role == roles.IN_FORWARD and found.start == BEFORE)):
+        untraced_forward = role == roles.IN_FORWARD and found.start == BEFORE
+        if alike and (role == roles.NOTHING or untraced_forward):
             found.confidence *= 0.75
         else:
             found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)

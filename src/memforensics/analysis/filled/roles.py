@@ -83,7 +83,7 @@ def frame_role(filename: str, name: str) -> str:
     return found
 
 
-def _judge_frame(filename: str, name: str) -> str:  # noqa: PLR0911 - one answer per role
+def _judge_frame(filename: str, name: str) -> str:
     lowered = name.lower()
     if any(word in lowered for word in _WORKSPACE_NAMES):
         return WORKSPACE
@@ -152,4 +152,3 @@ def buffer_kinds(lines: set[int]) -> dict[int, str]:
     """
     first = min(lines) if len(lines) >= 2 else None
     return {line: "parameter" if line == first else "gradient" for line in lines}
-

@@ -80,7 +80,8 @@ class Trace:
                          "state": "active_allocated", "frames": frames}]}
             for addr, (size, frames) in self.live.items()
         ]  # fmt: skip
-        found = lifetimes(dump_from_snapshot({"segments": segments, "device_traces": [self.events]}))
+        snapshot = {"segments": segments, "device_traces": [self.events]}
+        found = lifetimes(dump_from_snapshot(snapshot))
         classify(found)
         return {a.addr: a for a in found.allocations}
 
