@@ -171,6 +171,17 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
     )
 
 
+def main_kind(bytes_by_kind: dict[str, int]) -> str:
+    """The kind holding the most of some bytes (a tie: the first in :data:`KINDS`); ``unknown``
+    for none. A site row names it, so a user sees at once what its bytes are."""
+    best, most = UNKNOWN, -1
+    for kind in KINDS:
+        size = bytes_by_kind.get(kind, -1)
+        if size > most:
+            best, most = kind, size
+    return best
+
+
 def _mean(entry: list[float]) -> float:
     return entry[2] / entry[0] if entry[0] else 0.0
 

@@ -9,7 +9,7 @@ say so plainly:
   gradient or an activation.
 * **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
-  ``cache_utils.py``, any function that names a KV cache): sized up front, held to the end.
+  ``cache_utils.py``, any file or function that names a KV cache): sized up front, held.
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
@@ -87,7 +87,8 @@ def _judge_frame(filename: str, name: str) -> str:
     lowered = name.lower()
     if any(word in lowered for word in _WORKSPACE_NAMES):
         return WORKSPACE
-    if filename.endswith(_KV_FILES) or any(word in lowered for word in _KV_NAMES):
+    words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
+    if filename.endswith(_KV_FILES) or any(word in words for word in _KV_NAMES):
         return KV_CACHE
     if filename.endswith("/param_and_grad_buffer.py") and name == "__init__":
         return MEGATRON_BUFFER
@@ -97,7 +98,6 @@ def _judge_frame(filename: str, name: str) -> str:
         return REPLICA
     if name in _FORWARD_NAMES:
         return IN_FORWARD
-    words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
     if any(word in words for word in _NOT_PARAMETER_WORDS):
         return NOT_PARAMETER
     if name in _BUILD_NAMES or filename.endswith(_BUILD_FILES):
