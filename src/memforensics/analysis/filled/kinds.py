@@ -250,13 +250,17 @@ def classify(lt: Lifetimes) -> None:
     shape = _Shape(lt)
     views: dict[int, _Shape] = {}
     role_of = per_stack(roles.stack_role)
-    by_frames = _kinds_by_frames(lt.allocations, role_of)
+    buffers: list[tuple[Allocation, int]] = []
     for found in lt.allocations:
         role = role_of(found.frames)
-        fixed = by_frames(role)
-        if fixed is not None:
-            found.kind, found.confidence = fixed
-            continue
+        if role[0] != roles.NOTHING:
+            fixed = _BY_FRAMES.get(role[0])
+            if fixed is not None:
+                found.kind, found.confidence = fixed
+                continue
+            if role[0] == roles.MEGATRON_BUFFER:
+                buffers.append((found, role[1]))
+                continue
         view, end = shape, found.end
         oom = _oom_before_free(lt.oom_positions, found, lt.length)
         if oom is not None:
@@ -275,6 +279,8 @@ def classify(lt: Lifetimes) -> None:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
+    if buffers:
+        _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, role_of)
 
 
@@ -297,8 +303,8 @@ def _assign_phases(lt: Lifetimes) -> set[int]:
 
 _SIMILAR = 4  # this many held blocks of one size look like a model's layers
 
-# Confidence of a kind the frames alone give (roles.py): the code that made the block does
-# nothing else.
+# Kinds the frames alone give (roles.py), and their confidence: the code that made the block
+# does nothing else.
 _BY_FRAMES = {
     roles.WORKSPACE: (WORKSPACE, 0.95),
     roles.KV_CACHE: (KV_CACHE, 0.9),
@@ -307,25 +313,12 @@ _BY_FRAMES = {
 _BUFFER_CONFIDENCE = 0.9
 
 
-def _kinds_by_frames(
-    allocations: list[Allocation], role_of: Callable[[object], tuple[str, int]]
-) -> Callable[[tuple[str, int]], tuple[str, float] | None]:
-    """The kind a stack's role gives whatever the lifetime (None: ask the lifetime); Megatron's
-    buffer lines are told apart once over the whole dump."""
-    lines = {
-        line
-        for found in allocations
-        for role, line in (role_of(found.frames),)
-        if role == roles.MEGATRON_BUFFER
-    }
-    buffers = roles.buffer_kinds(lines)
-
-    def kind_of(role: tuple[str, int]) -> tuple[str, float] | None:
-        if role[0] == roles.MEGATRON_BUFFER:
-            return buffers[role[1]], _BUFFER_CONFIDENCE
-        return _BY_FRAMES.get(role[0])
-
-    return kind_of
+def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
+    """Megatron's buffers, each with the line that allocated it: parameters or gradients by
+    which of ``param_and_grad_buffer.py``'s lines made them (:func:`roles.buffer_kinds`)."""
+    kind_of_line = roles.buffer_kinds({line for _, line in buffers})
+    for found, line in buffers:
+        found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
 
 
 def _need_parameter_evidence(
