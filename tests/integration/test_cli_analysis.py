@@ -44,7 +44,14 @@ def test_summary_json_contract(tmp_path: Path) -> None:
     assert data["oom"]["requested_bytes"] == MiB(32)
     assert data["oom"]["device_free_bytes"] == 0
     assert data["verdict"]["name"] == "fragmentation"
-    assert data["top_sites"][0].keys() == {"site", "caller", "bytes", "requested_bytes", "blocks"}
+    assert data["top_sites"][0].keys() == {
+        "site",
+        "caller",
+        "bytes",
+        "requested_bytes",
+        "blocks",
+        "kind",
+    }
 
 
 def test_summary_human_table(tmp_path: Path) -> None:

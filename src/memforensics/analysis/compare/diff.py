@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from memforensics.analysis.dump import UNKNOWN_SITE, Dump, parse_step
-from memforensics.analysis.filled import KINDS, what_filled
+from memforensics.analysis.filled import KINDS, main_kind, what_filled
+from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
 from memforensics.analysis.summary import live_sites, scan_trace
 
 # What ``diff`` reads of one dump: a side of the comparison.
@@ -32,13 +33,14 @@ from memforensics.analysis.summary import live_sites, scan_trace
 
 @dataclass(frozen=True, slots=True)
 class LiveRow:
-    """One live block as ``diff`` sees it."""
+    """One live block as ``diff`` sees it, with the kind of its memory."""
 
     address: int
     size: int
     site: str
     caller: str
     step: int | None
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -69,18 +71,29 @@ def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
     file's devices and the live bytes per kind; SnapshotLoadError when the file holds nothing
     on ``device``."""
     view = dump if device is None else dump.on_device(device, reason="same device")
-    live = live_side(view)
-    kinds = {k.kind: k.bytes for k in what_filled(view).kinds}
+    filled = what_filled(view)
+    live = live_side(view, filled.kind_of_blocks())
+    kinds = {k.kind: k.bytes for k in filled.kinds}
     held = tuple(item.device for item in dump.devices)
     return DiffSide(live.name, live.device, live.live, live.window, held, kinds)
 
 
-def live_side(view: Dump) -> DiffSide:
-    """``view``'s live blocks with their sites and steps, and its window of steps."""
+def live_side(view: Dump, kind_of_block: dict[int, str] | None = None) -> DiffSide:
+    """``view``'s live blocks with their sites, steps and kinds (``kind_of_block``, by address;
+    None: classify ``view`` for them), and its window of steps."""
+    if kind_of_block is None:
+        kind_of_block = what_filled(view).kind_of_blocks()
     live = live_sites(view)
     _, steps = scan_trace(view, [block for block, _, _ in live])
     rows = tuple(
-        LiveRow(block.address, block.size, site, caller, steps.get(block.address))
+        LiveRow(
+            block.address,
+            block.size,
+            site,
+            caller,
+            steps.get(block.address),
+            kind_of_block.get(block.address, UNKNOWN_KIND),
+        )
         for block, site, caller in live
     )
     return DiffSide(view.name, view.device, rows, _window(view))
@@ -137,24 +150,28 @@ bumps it)."""
 
 @dataclass(frozen=True, slots=True)
 class SiteGrowth:
-    """Live bytes of one site (reached from one caller) in both dumps."""
+    """Live bytes of one site (reached from one caller) in both dumps; ``kind``: the kind of
+    most of its bytes in AFTER (in BEFORE when AFTER holds none)."""
 
     site: str
     before_bytes: int
     after_bytes: int
     delta_bytes: int
     caller: str = UNKNOWN_SITE
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
 class LeakSuspect:
-    """Live bytes in AFTER, from one site, allocated in steps before AFTER's window."""
+    """Live bytes in AFTER, from one site, allocated in steps before AFTER's window, and the
+    kind of most of them."""
 
     site: str
     bytes: int
     blocks: int
     steps: tuple[int, ...]
     caller: str = UNKNOWN_SITE
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -192,12 +209,23 @@ def diff_dumps(before: Dump, after: Dump) -> Diff:
 def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
     """:func:`diff_dumps` of two views already reduced to what ``diff`` reads of them."""
     totals: dict[tuple[str, str], list[int]] = {}
+    kinds: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
     for index, side in enumerate((before, after)):
         for row in side.live:
-            totals.setdefault((row.site, row.caller), [0, 0])[index] += row.size
+            key = (row.site, row.caller)
+            totals.setdefault(key, [0, 0])[index] += row.size
+            by_kind = kinds[index].setdefault(key, {})
+            by_kind[row.kind] = by_kind.get(row.kind, 0) + row.size
     growth = sorted(
         (
-            SiteGrowth(site, old, new, new - old, caller)
+            SiteGrowth(
+                site,
+                old,
+                new,
+                new - old,
+                caller,
+                main_kind(kinds[1].get((site, caller)) or kinds[0][site, caller]),
+            )
             for (site, caller), (old, new) in totals.items()
             if new != old
         ),
@@ -227,16 +255,20 @@ def _suspects(
     live: tuple[LiveRow, ...], first_step: int, steady: set[tuple[int, int, int | None]]
 ) -> tuple[LeakSuspect, ...]:
     grouped: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
+    kinds: dict[tuple[str, str], dict[str, int]] = {}
     for row in live:
         step = row.step
         if step is None or step >= first_step or (row.address, row.size, step) in steady:
             continue
-        size, count, seen = grouped.get((row.site, row.caller), (0, 0, set()))
+        key = (row.site, row.caller)
+        size, count, seen = grouped.get(key, (0, 0, set()))
         seen.add(step)
-        grouped[(row.site, row.caller)] = (size + row.size, count + 1, seen)
+        grouped[key] = (size + row.size, count + 1, seen)
+        by_kind = kinds.setdefault(key, {})
+        by_kind[row.kind] = by_kind.get(row.kind, 0) + row.size
     ordered = sorted(grouped.items(), key=lambda item: (-item[1][0], item[0]))
     return tuple(
-        LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
+        LeakSuspect(site, size, count, tuple(sorted(seen)), caller, main_kind(kinds[site, caller]))
         for (site, caller), (size, count, seen) in ordered
     )
 

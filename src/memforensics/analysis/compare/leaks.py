@@ -28,6 +28,8 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
+from memforensics.analysis.filled import main_kind, what_filled
+from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
 from memforensics.analysis.folder import list_dumps
 from memforensics.analysis.schema import json_key
 from memforensics.analysis.summary import live_blocks, scan_trace
@@ -42,7 +44,8 @@ bumps it)."""
 
 @dataclass(frozen=True, slots=True)
 class SiteTrend:
-    """One site's live bytes at the end of each window of one rank, and its growth."""
+    """One site's live bytes at the end of each window of one rank, and its growth; ``kind``:
+    the kind of most of its bytes in the last window holding any."""
 
     rank: int | None
     site: str
@@ -52,6 +55,7 @@ class SiteTrend:
     first_step: int | None
     confidence: float
     suspect: bool
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,7 @@ class LeakTracker:
 
     points: dict[int | None, dict[int, dict[str, int]]] = field(default_factory=dict)
     first_steps: dict[tuple[int | None, str], int] = field(default_factory=dict)
+    kinds: dict[int | None, dict[int, dict[str, str]]] = field(default_factory=dict)
 
     def add(self, dump: Dump) -> bool:
         """Record ``dump`` if it is a window dump with known steps; True if it was used."""
@@ -100,6 +105,7 @@ class LeakTracker:
             key = (window.rank, site)
             self.first_steps[key] = min(self.first_steps.get(key, step), step)
         self.points.setdefault(window.rank, {})[window.step] = window.totals
+        self.kinds.setdefault(window.rank, {})[window.step] = window.kinds
 
     def result(self, root: str, unreadable: Iterable[str] = ()) -> Leaks:
         """Fit every site of every rank; suspects first."""
@@ -116,13 +122,23 @@ class LeakTracker:
                 if first is None:
                     # the first window holding any of it; a site of zero-byte blocks: the first
                     first = next((s for s, b in zip(steps, series, strict=True) if b), steps[0])
-                trends.append(_trend(rank, site, steps, series, first))
+                kinds = self.kinds.get(rank, {})
+                kind = next(
+                    (kinds[step][site] for step in reversed(steps) if site in kinds.get(step, {})),
+                    UNKNOWN_KIND,
+                )
+                trends.append(_trend(rank, site, steps, series, first, kind))
         trends.sort(key=lambda t: (not t.suspect, -t.confidence * t.growth_per_step, t.site))
         return Leaks(root, tuple(windows), tuple(trends), tuple(unreadable))
 
 
 def _trend(
-    rank: int | None, site: str, steps: tuple[int, ...], series: tuple[int, ...], first: int
+    rank: int | None,
+    site: str,
+    steps: tuple[int, ...],
+    series: tuple[int, ...],
+    first: int,
+    kind: str,
 ) -> SiteTrend:
     slope, r2 = _fit(steps, series)
     deltas = [b - a for a, b in pairwise(series)]
@@ -134,7 +150,7 @@ def _trend(
             break
         run += 1
     suspect = run + 1 >= MIN_WINDOWS and confidence >= MIN_CONFIDENCE
-    return SiteTrend(rank, site, steps, series, slope, first, confidence, suspect)
+    return SiteTrend(rank, site, steps, series, slope, first, confidence, suspect, kind)
 
 
 def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
@@ -156,29 +172,42 @@ def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
 @dataclass(frozen=True)
 class WindowTotals:
     """What one window dump adds to the fit: live requested bytes per site at its last step,
-    and the first step each site's live blocks were made at (small, so a worker can send it)."""
+    the first step each site's live blocks were made at, and the kind of most of each site's
+    bytes (small, so a worker can send it)."""
 
     rank: int | None
     step: int
     totals: dict[str, int]
     first_steps: dict[str, int]
+    kinds: dict[str, str] = field(default_factory=dict)
 
 
-def window_totals(dump: Dump) -> WindowTotals | None:
-    """``dump``'s totals, or None when it is not a window dump with known steps."""
+def window_totals(dump: Dump, kind_of_block: dict[int, str] | None = None) -> WindowTotals | None:
+    """``dump``'s totals, or None when it is not a window dump with known steps.
+
+    ``kind_of_block``: the kind of each live block by address, when the caller has classified
+    the dump already (None: classified here).
+    """
     steps = dump.meta.steps
     if dump.meta.kind != "window" or steps is None:
         return None
+    if kind_of_block is None:
+        kind_of_block = what_filled(dump).kind_of_blocks()
     live = live_blocks(dump)
     _oom, block_steps = scan_trace(dump, [block for block, _ in live])
     totals: dict[str, int] = {}
     first: dict[str, int] = {}
+    by_kind: dict[str, dict[str, int]] = {}
     for block, site in live:
         totals[site] = totals.get(site, 0) + block.requested_size
         step = block_steps.get(block.address)
         if step is not None:
             first[site] = min(first.get(site, step), step)
-    return WindowTotals(dump.meta.rank, steps[1], totals, first)
+        kinds = by_kind.setdefault(site, {})
+        kind = kind_of_block.get(block.address, UNKNOWN_KIND)
+        kinds[kind] = kinds.get(kind, 0) + block.size
+    found = {site: main_kind(kinds) for site, kinds in by_kind.items()}
+    return WindowTotals(dump.meta.rank, steps[1], totals, first, found)
 
 
 def _read_window(path: Path) -> WindowTotals | str | None:

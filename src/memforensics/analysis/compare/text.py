@@ -9,7 +9,13 @@ from memforensics._units import format_bytes as fmt
 from memforensics._units import format_signed_bytes
 from memforensics.analysis.compare.diff import Diff, KindChange
 from memforensics.analysis.compare.leaks import Leaks
-from memforensics.analysis.dump import caller_line, hidden_rows, native_note, short_site
+from memforensics.analysis.dump import (
+    KIND_WIDTH,
+    caller_line,
+    hidden_rows,
+    kind_and_site,
+    native_note,
+)
 
 
 def diff_text(d: Diff, top: int | None = 15) -> str:
@@ -22,13 +28,14 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
     ]
     if d.growth:
         shown = d.growth if top is None else d.growth[:top]
-        lines += ["", f"  {'change':>11} {'before':>11} {'after':>11}  site"]
+        header = f"  {'change':>11} {'before':>11} {'after':>11}  {'kind':<{KIND_WIDTH}} site"
+        lines += ["", header]
         for g in shown:
             lines.append(
                 f"  {format_signed_bytes(g.delta_bytes):>11} {fmt(g.before_bytes):>11}"
-                f" {fmt(g.after_bytes):>11}  {short_site(g.site)}"
+                f" {fmt(g.after_bytes):>11}  {kind_and_site(g.kind, g.site)}"
             )
-            lines += caller_line(g.site, g.caller, 39)
+            lines += caller_line(g.site, g.caller, 39, kinded=True)
         rest = d.total_delta_bytes - sum(g.delta_bytes for g in shown)
         lines += hidden_rows(
             len(d.growth) - len(shown), "more site", f" (net {format_signed_bytes(rest)})"
@@ -39,10 +46,9 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
         lines += ["", f"  leak suspects: live in AFTER but allocated before step {first}"]
         for s in suspects:
             steps = ",".join(str(n) for n in s.steps[:8]) + ("…" if len(s.steps) > 8 else "")
-            lines.append(
-                f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  {short_site(s.site)}"
-            )
-            lines += caller_line(s.site, s.caller, len(lines[-1]) - len(short_site(s.site)))
+            row = f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  "
+            lines.append(row + kind_and_site(s.kind, s.site))
+            lines += caller_line(s.site, s.caller, len(row), kinded=True)
         lines += hidden_rows(len(d.leak_suspects) - len(suspects), "more suspect")
     shown_sites = [g.site for g in d.growth[:top]] + [s.site for s in d.leak_suspects[:top]]
     lines += native_note(shown_sites)
@@ -99,7 +105,10 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
         )
         if len(steps) < 3:
             lines.append("  fewer than 3 windows: growth cannot be told from a one-off yet")
-        lines.append(f"  {'':2}{'growth/step':>12} {'first':>6} {'conf':>5}  {'bytes':<27} site")
+        lines.append(
+            f"  {'':2}{'growth/step':>12} {'first':>6} {'conf':>5}  {'bytes':<27} "
+            f"{'kind':<{KIND_WIDTH}} site"
+        )
         shown = trends if top is None else trends[:top]
         for trend in shown:
             mark = "!!" if trend.suspect else ""
@@ -107,7 +116,7 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
             first = "-" if trend.first_step is None else str(trend.first_step)
             lines.append(
                 f"  {mark:2}{fmt(round(trend.growth_per_step)):>12} {first:>6} "
-                f"{trend.confidence:>5.2f}  {span:<27} {short_site(trend.site)}"
+                f"{trend.confidence:>5.2f}  {span:<27} {kind_and_site(trend.kind, trend.site)}"
             )
         if len(shown) < len(trends):
             lines.append(f"  … {len(trends) - len(shown)} more site(s) hidden (--all shows them)")

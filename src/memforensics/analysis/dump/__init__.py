@@ -36,11 +36,13 @@ from memforensics.analysis.dump.model import (
 )
 from memforensics.analysis.dump.shapes import SnapshotShape
 from memforensics.analysis.dump.text import (
+    KIND_WIDTH,
     NATIVE_ONLY_MEANING,
     caller_line,
     context_lines,
     devices_text,
     hidden_rows,
+    kind_and_site,
     native_note,
     origin_words,
     short_site,
@@ -50,6 +52,7 @@ __all__ = [
     "ALLOCATED",
     "BEFORE_RECORDING",
     "INACTIVE",
+    "KIND_WIDTH",
     "NATIVE_ONLY",
     "NATIVE_ONLY_MEANING",
     "PENDING_FREE",
@@ -76,6 +79,7 @@ __all__ = [
     "hidden_rows",
     "is_library_file",
     "is_native_frame",
+    "kind_and_site",
     "load_dump",
     "native_note",
     "open_regular",

@@ -14,6 +14,9 @@ from memforensics.analysis.dump.frames import BEFORE_RECORDING, NATIVE_ONLY, UNK
 
 SITE_WIDTH = 64
 """Characters a site keeps in a table column."""
+KIND_WIDTH = 16
+"""Characters of a site row's kind column (``before_recording``, the longest kind)."""
+_KINDED_SITE = SITE_WIDTH - KIND_WIDTH - 1
 NATIVE_ONLY_MEANING = (
     "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
     " library's own workspace (cuBLAS, cuDNN, NCCL)"
@@ -27,13 +30,24 @@ def short_site(site: str, width: int = SITE_WIDTH) -> str:
     return site if len(site) <= width else "…" + site[-(width - 1) :]
 
 
-def caller_line(site: str, caller: str, indent: int) -> list[str]:
+def kind_and_site(kind: str, site: str) -> str:
+    """A site row's last two columns: the kind of its bytes, then the site, cut so that the
+    two take the width a site alone would."""
+    return f"{kind:<{KIND_WIDTH}} {short_site(site, _KINDED_SITE)}"
+
+
+def caller_line(site: str, caller: str, indent: int, *, kinded: bool = False) -> list[str]:
     """``← caller ...`` under a row's site when the site is library code: the user's own line
-    that led there (``<unknown>``: none outside installed packages). Indented by ``indent``, it
+    that led there (``<unknown>``: none outside installed packages). Indented by ``indent``
+    (``kinded``: the row's kind column starts there, and the caller goes under the site), it
     ends where the site above it can end."""
     if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING, NATIVE_ONLY):
         return []
-    return [f"{'':>{indent}}{_CALLER}{short_site(caller, SITE_WIDTH - len(_CALLER))}"]
+    if kinded:
+        indent, width = indent + KIND_WIDTH + 1, _KINDED_SITE
+    else:
+        width = SITE_WIDTH
+    return [f"{'':>{indent}}{_CALLER}{short_site(caller, width - len(_CALLER))}"]
 
 
 def origin_words(kind: str | None, rank: int | None, has_sidecar: bool) -> str:

@@ -1,6 +1,6 @@
 """What filled the device: lifetimes, kinds of memory, the peak and its call tree."""
 
-from memforensics.analysis.filled.kinds import KINDS, KindBytes
+from memforensics.analysis.filled.kinds import KINDS, KindBytes, main_kind
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 from memforensics.analysis.filled.peak import CallNode, Filled, Moment, live_at, what_filled
 from memforensics.analysis.filled.text import filled_lines
@@ -16,5 +16,6 @@ __all__ = [
     "Moment",
     "filled_lines",
     "live_at",
+    "main_kind",
     "what_filled",
 ]

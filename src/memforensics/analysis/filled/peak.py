@@ -215,6 +215,10 @@ class Filled:
     oom: Moment | None
     lifetimes: Lifetimes
 
+    def kind_of_blocks(self) -> dict[int, str]:
+        """The kind of each block allocated at the snapshot, by its address."""
+        return {found.addr: found.kind for found in self.lifetimes.at_snapshot()}
+
 
 @paused_gc()
 def what_filled(dump: Dump) -> Filled:

@@ -35,6 +35,7 @@ from memforensics.analysis.filled import (
     KindBytes,
     Moment,
     live_at,
+    main_kind,
     what_filled,
 )
 from memforensics.analysis.filled.peak import KINDS_TOTAL
@@ -214,7 +215,8 @@ class SiteBytes:
 
     ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
     installed package and the standard library (the user's own line); see
-    :mod:`~memforensics.analysis.dump.frames`.
+    :mod:`~memforensics.analysis.dump.frames`. ``kind`` is the kind of memory holding most of
+    its bytes (docs/analysis.md, "Kinds of memory").
     """
 
     site: str
@@ -222,6 +224,7 @@ class SiteBytes:
     blocks: int
     caller: str = UNKNOWN_SITE
     requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,12 +375,13 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
+    filled = what_filled(dump)
+    kinds = site_kinds(tally.live, filled.kind_of_blocks(), {key for key, _ in shown})
     top_sites = tuple(
-        SiteBytes(site, size, count, caller, asked)
+        SiteBytes(site, size, count, caller, asked, kinds[site, caller])
         for (site, caller), (size, count, asked) in shown
     )
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
-    filled = what_filled(dump)
     moment = oom_moment(dump, requested=requested)
     oom_sites: tuple[SiteBytes, ...] = ()
     oom_site_count = 0
@@ -486,18 +490,40 @@ def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[Sit
     """The biggest sites of what was live at trace ``position`` (from the lifetimes the kinds
     and call tree read), and how many sites there were."""
     sites: dict[tuple[str, str], list[int]] = {}
+    kinds: dict[tuple[str, str], dict[str, int]] = {}
     for found in live_at(filled.lifetimes, position):
-        entry = sites.setdefault(attribute(found.frames), [0, 0, 0])
+        key = attribute(found.frames)
+        entry = sites.setdefault(key, [0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.requested
+        by_kind = kinds.setdefault(key, {})
+        by_kind[found.kind] = by_kind.get(found.kind, 0) + found.size
     ordered = sorted(sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = ordered if top is None else ordered[: max(top, 0)]
     rows = tuple(
-        SiteBytes(site, size, count, caller, asked)
+        SiteBytes(site, size, count, caller, asked, main_kind(kinds[site, caller]))
         for (site, caller), (size, count, asked) in shown
     )
     return rows, len(ordered)
+
+
+def site_kinds(
+    live: list[tuple[Block, str, str]],
+    kind_of_block: dict[int, str],
+    wanted: set[tuple[str, str]] | None = None,
+) -> dict[tuple[str, str], str]:
+    """The main kind of each (site, caller)'s live blocks (only the ``wanted`` ones; None:
+    every one), from the kind of each block by its address."""
+    bytes_by: dict[tuple[str, str], dict[str, int]] = {}
+    for block, site, caller in live:
+        key = (site, caller)
+        if wanted is not None and key not in wanted:
+            continue
+        kinds = bytes_by.setdefault(key, {})
+        kind = kind_of_block.get(block.address, "unknown")
+        kinds[kind] = kinds.get(kind, 0) + block.size
+    return {key: main_kind(kinds) for key, kinds in bytes_by.items()}
 
 
 def _device_name(dump: Dump) -> str | None:

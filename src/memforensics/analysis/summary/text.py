@@ -8,21 +8,23 @@ import textwrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
+    KIND_WIDTH,
     NATIVE_ONLY,
     NATIVE_ONLY_MEANING,
     UNKNOWN_SITE,
     caller_line,
     context_lines,
     hidden_rows,
+    kind_and_site,
     origin_words,
-    short_site,
 )
 from memforensics.analysis.filled import filled_lines
 from memforensics.analysis.oom import at_risk_lines, device_free_text
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
 _WRAP = 100
-_SITE_COLUMN = 23  # where the site column starts: under it goes the caller
+_SITE_COLUMN = 23  # where the kind column starts; the caller goes under the site after it
+_SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 
 
 def summary_text(s: Summary, *, rows: int | None = 10) -> str:
@@ -116,12 +118,12 @@ def _oom_rows(at: Oom) -> list[str]:
 def _site_table(s: Summary) -> list[str]:
     lines: list[str] = []
     if s.after_oom and s.oom is not None and s.oom.top_sites:
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (live at the OOM)"]
+        lines += ["", f"{_SITE_HEADER} (live at the OOM)"]
         lines += _site_rows(s.oom.top_sites, s.oom.site_count, s.oom.allocated_bytes or 0)
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (after the OOM, at the snapshot)"]
+        lines += ["", f"{_SITE_HEADER} (after the OOM, at the snapshot)"]
         return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes)
     if s.top_sites:
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
+        lines += ["", _SITE_HEADER]
     return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True)
 
 
@@ -131,8 +133,8 @@ def _site_rows(
     """One row per site (with its caller), then how many sites are hidden."""
     lines: list[str] = []
     for t in sites:
-        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
-        lines += caller_line(t.site, t.caller, _SITE_COLUMN)
+        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site)}")
+        lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True)
     hidden = count - len(sites)
     if hidden > 0:
         rest = total - sum(t.bytes for t in sites)

@@ -20,7 +20,8 @@ REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
 
 
 def test_growth_and_leak_suspects(tmp_path: Path) -> None:
-    """The KV cache grows by 96 x 16 MiB; its 92 blocks from steps 8..99 are the suspects."""
+    """The KV cache grows by 96 x 16 MiB; its 92 blocks from steps 8..99 are the suspects; its
+    rows say it is a KV cache (its file says so)."""
     before, after = growth_pair()
     result = diff_dumps(
         load_dump(before.write(tmp_path / "steps4-7" / "rank0_pid1.pickle")),
@@ -35,6 +36,7 @@ def test_growth_and_leak_suspects(tmp_path: Path) -> None:
             "after_bytes": MiB(1600),
             "delta_bytes": MiB(1536),
             "caller": str(CACHE),
+            "kind": "kv_cache",
         }
     ]
     assert data["after_window"] == [100, 103]
@@ -43,6 +45,7 @@ def test_growth_and_leak_suspects(tmp_path: Path) -> None:
     assert suspect.blocks == 92
     assert suspect.steps == tuple(range(8, 100))
     assert suspect.bytes == 92 * MiB(16)
+    assert suspect.kind == "kv_cache"
 
 
 def test_window_from_trace_without_sidecar() -> None:

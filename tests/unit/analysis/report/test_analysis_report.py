@@ -95,7 +95,7 @@ def test_identical_segments_are_grouped_and_holes_come_first() -> None:
     """3,000 segments of 7 shapes become 7 rows with counts, those with the most free first."""
     builder = SnapshotBuilder()
     for index in range(3000):
-        builder.segment(Block(MiB(2)), Block(MiB(index % 7 + 1), state="inactive", site=None))
+        builder.segment(Block(MiB(2)), Block(MiB(index % 7 + 1), state="inactive"))
     html = render_report([dump_from_snapshot(builder.build())])
     [snapshot] = [
         layout
