@@ -11,7 +11,9 @@ OUT_OF_SCOPE_DISTRIBUTED = (
 )
 
 
-def plan_text(result: PlanResult, snapshots: list[str], verdict: str | None) -> str:
+def plan_text(
+    result: PlanResult, snapshots: list[str], verdict: dict[str, str] | None
+) -> str:
     """The plan as a few lines: the figures, whether it fits, and where the snapshots are."""
     conf = result.allocator_conf or "default allocator settings"
     lines = [
@@ -26,7 +28,9 @@ def plan_text(result: PlanResult, snapshots: list[str], verdict: str | None) -> 
     if result.oom_message is not None:
         lines.append(f"Does not fit: predicted OOM. {result.oom_message.split('. If ')[0]}.")
         if verdict:
-            lines.append(f"  {verdict}")
+            lines.append(f"  verdict: {verdict['label']}. {verdict['explanation']}")
+            if verdict["advice"]:
+                lines.append(f"  → {verdict['advice']}")
     elif result.fits:
         lines.append(
             f"Fits: {needed} with the CUDA context ({context}) of "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -123,7 +124,8 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     if conf is not None:
         os.environ[_CONF_ENV] = conf
     try:
-        result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
     except BaseException as exc:  # the script failed for another reason: show it, exit 2
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -219,16 +221,18 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             write_sidecar(side, found)
 
 
-def _verdict(snapshots: list[str]) -> str | None:
-    """The summary's verdict of the predicted OOM dump, when capture wrote one."""
+def _verdict(snapshots: list[str]) -> dict[str, str] | None:
+    """The summary's verdict on the predicted OOM dump, when capture wrote one."""
     from memforensics.analysis import load_dump, summarize
 
     for path in snapshots:
-        if "oom" in Path(path).parts[-2:-1] or "/oom/" in path:
-            summary = summarize(load_dump(Path(path)))
-            verdict = getattr(summary, "verdict", None)
-            text = getattr(verdict, "text", None) or getattr(verdict, "headline", None)
-            return str(text) if text else str(verdict) if verdict is not None else None
+        if Path(path).parent.name == "oom":
+            verdict = summarize(load_dump(Path(path))).verdict
+            return {
+                "label": verdict.label,
+                "explanation": verdict.explanation,
+                "advice": verdict.advice or "",
+            }
     return None
 
 

@@ -1,0 +1,123 @@
+"""The real ``memforensics plan`` console command on small scripts of our own: what it prints,
+the files it leaves, its exit status, and a predicted OOM's dump."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MiB = 1 << 20
+
+
+def _plan(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
+    env["PYTHONPATH"] = str(SRC)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", "plan", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def _script(folder: Path, body: str, name: str = "train.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+LEAK = """
+import torch
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(256, 1024, device="cuda")
+kept = []
+for step in range(int(__import__("sys").argv[1])):
+    out = model(x)
+    kept.append(out)  # the leak: every step's output stays referenced
+    out.sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("trained")
+"""
+
+
+def test_a_run_that_fits_exits_0_and_prints_one_json_object(tmp_path: Path) -> None:
+    """--json prints one object (the script's own output goes to stderr), exit 0, and the final
+    snapshot it names exists with a sidecar marking it predicted."""
+    _script(tmp_path, LEAK)
+    done = _plan(tmp_path, "--json", "train.py", "2")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["fits"] is True
+    assert "trained" in done.stderr
+    # 4 weights of 4 MiB, their grads and two Adam states: at least 16 MiB each kind
+    assert doc["peak_allocated_bytes"] >= 4 * 16 * MiB
+    assert doc["peak_reserved_bytes"] >= doc["peak_allocated_bytes"]
+    snapshot = Path(tmp_path, doc["snapshots"][0])
+    assert snapshot.is_file()
+    sidecar = json.loads(snapshot.with_suffix(".json").read_text())
+    assert sidecar["predicted"]["device_total_bytes"] == 80 << 30
+    assert sidecar["predicted"]["capability"] == "9.0"
+
+
+def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
+    """The leaked outputs (1 MiB each) raise the predicted peak by about a MiB per extra step."""
+    _script(tmp_path, LEAK)
+    few = json.loads(_plan(tmp_path, "--json", "train.py", "2").stdout)
+    many = json.loads(_plan(tmp_path, "--json", "train.py", "12").stdout)
+    grown = many["peak_allocated_bytes"] - few["peak_allocated_bytes"]
+    assert 10 * MiB <= grown <= 11 * MiB
+
+
+def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path) -> None:
+    """Under a small --device-memory the leak runs out: exit 1, PyTorch's message, and an OOM
+    dump whose sidecar is predicted and whose figures show the request could not fit."""
+    _script(tmp_path, LEAK)
+    done = _plan(tmp_path, "--device-memory", "640MiB", "--context-memory", "128MiB",
+                 "train.py", "1000")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "CUDA out of memory. Tried to allocate" in done.stdout
+    dumps = sorted((tmp_path / "memforensics-plan" / "oom").glob("*.pickle"))
+    assert len(dumps) == 1
+    sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
+    assert sidecar["predicted"]["device_total_bytes"] == 640 * MiB
+    oom = sidecar["oom"]
+    assert oom["device_total_bytes"] == 640 * MiB
+    snapshot = pickle.loads(dumps[0].read_bytes())
+    reserved = sum(s["total_size"] for s in snapshot["segments"])
+    assert reserved + 128 * MiB + oom["allocation_bytes"] > 640 * MiB
+    assert oom["device_free_bytes"] == 640 * MiB - 128 * MiB - reserved
+
+
+def test_a_failing_script_exits_2_with_its_traceback(tmp_path: Path) -> None:
+    """A script that raises something other than an OOM: exit 2, its traceback on stderr."""
+    _script(tmp_path, "raise ValueError('the script broke')\n")
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 2
+    assert "ValueError: the script broke" in done.stderr
+
+
+def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
+    """A capability that is not MAJOR.MINOR, or no script, exits 2 with one line."""
+    _script(tmp_path, "pass\n")
+    assert _plan(tmp_path, "--device-capability", "nine", "train.py").returncode == 2
+    assert _plan(tmp_path).returncode == 2
+    assert _plan(tmp_path, "missing.py").returncode == 2
+
+
+def test_a_module_runs_with_dash_m(tmp_path: Path) -> None:
+    """-m MODULE plans a module found from the working folder, with its arguments."""
+    _script(tmp_path, LEAK, name="trainmod.py")
+    done = _plan(tmp_path, "--json", "-m", "trainmod", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fits"] is True
