@@ -121,3 +121,46 @@ def test_a_module_runs_with_dash_m(tmp_path: Path) -> None:
     done = _plan(tmp_path, "--json", "-m", "trainmod", "1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["fits"] is True
+
+
+READS = """
+import torch
+x = torch.randn(1000, 100, device="cuda")
+loss = (x * 2).sum()
+print(f"loss {loss.item()} {loss:.3f} {x.tolist()[0][0]}")
+kept = x[x > 0]
+print(tuple(kept.shape), tuple(torch.nonzero(x).shape))
+double = torch.compile(lambda t: t * 2)
+print(tuple(double(x).shape))
+"""
+
+
+def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_where(
+    tmp_path: Path,
+) -> None:
+    """Values read as zeros, masks select every element (the upper bound), torch.compile runs
+    eagerly: the run fits, and each difference is said once with the script's file and line."""
+    _script(tmp_path, READS)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "loss 0.0 0.000 0.0" in done.stdout
+    assert "(100000,) (100000, 2)" in done.stdout
+    assert "(1000, 100)" in done.stdout
+    script = str(tmp_path / "train.py")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert len(lines) == 3
+    assert f"zeros in a plan (first at {script}:5)" in lines[0]
+    assert f"upper bound in a plan (first at {script}:6)" in lines[1]
+    assert "compiled graph's memory differs" in lines[2]
+    assert f"{script}:8" in lines[2]
+
+
+def test_distributed_collectives_are_out_of_scope_in_one_line(tmp_path: Path) -> None:
+    """init_process_group under a plan: exit 2 and one line saying why, no traceback."""
+    _script(tmp_path, "import torch.distributed as dist\ndist.init_process_group('nccl')\n")
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        line for line in done.stderr.strip().splitlines() if "out of scope" in line
+    ]
+    assert "Traceback" not in done.stderr

@@ -7,11 +7,14 @@ re-made in Python) and every storage's allocation and free driven through
 
 from memforensics.plan.device import DeviceSpec, PlannedDevice
 from memforensics.plan.runner import PlanResult, device_spec, planned_device, run_planned
+from memforensics.plan.values import OutOfScope, PlannedRunWarning
 
 __all__ = [
     "DeviceSpec",
+    "OutOfScope",
     "PlanResult",
     "PlannedDevice",
+    "PlannedRunWarning",
     "device_spec",
     "planned_device",
     "run_planned",

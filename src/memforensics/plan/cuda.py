@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from memforensics.plan import values
 from memforensics.plan.device import PlannedDevice
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
@@ -167,7 +168,15 @@ def _patches(device: PlannedDevice, written: SnapshotWritten) -> dict[tuple[Any,
         (cuda, "get_per_process_memory_fraction"): lambda device=None: planned.fraction,
         (torch._C, "_cuda_attach_out_of_memory_observer"): planned.attach_oom_observer,
         (torch, "set_default_device"): _default_device(torch.set_default_device),
+        (torch, "compile"): values.eager_compile(values.Notes()),
     }
+    import torch.fx.experimental._config as fx_config
+
+    # a boolean mask's index takes every element: the upper bound (the plan warns where)
+    found[(fx_config, "meta_nonzero_assume_all_nonzero")] = True
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and hasattr(distributed, "init_process_group"):
+        found[(distributed, "init_process_group")] = values.no_process_group
     for module in (cuda, memory):
         found.update(
             {

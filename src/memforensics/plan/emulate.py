@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +24,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from memforensics.plan import values
 from memforensics.plan.device import PlannedDevice
+from memforensics.plan.values import Notes
 
 _META = torch.device("meta")
 _MATMUL = frozenset(
@@ -40,6 +41,15 @@ _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
+_INDEX = torch.ops.aten.index.Tensor
+
+
+def _masked(args: tuple[Any, ...]) -> bool:
+    """Whether an ``index`` call selects by a boolean mask (a data-dependent shape)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+
+
 _TORCH = os.path.dirname(torch.__file__)
 _MACHINERY = (
     os.path.join(_TORCH, "_dynamo", "eval_frame.py"),
@@ -85,31 +95,34 @@ def _on_meta(device: Any) -> Any:
     return _META if is_cuda_device(device) else device
 
 
-class Notes:
-    """What the plan noticed and says once each: the first place a value was read, and so on."""
-
-    def __init__(self) -> None:
-        self.said: dict[str, str] = {}
-
-    def once(self, key: str, message: str) -> None:
-        """Warn ``message`` the first time ``key`` is seen."""
-        if key not in self.said:
-            self.said[key] = message
-            warnings.warn(message, PlannedRunWarning, stacklevel=4)
-
-
-class PlannedRunWarning(UserWarning):
-    """A place where the planned run differs from the real one (a value read, a compiled graph)."""
+def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a ``.to(...)`` call copies to the CPU."""
+    for found in (*args[1:], kwargs.get("device")):
+        if isinstance(found, str) and found.split(":")[0] == "cpu":
+            return True
+        if isinstance(found, torch.device) and found.type == "cpu":
+            return True
+    return False
 
 
 class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped here
     """Sends ``"cuda"`` to ``meta`` and re-makes CUDA's own choices above the dispatcher."""
 
-    def __init__(self) -> None:
+    def __init__(self, notes: Notes) -> None:
         super().__init__()
+        self.notes = notes
         self._to = torch.Tensor.to
         self._cuda = torch.Tensor.cuda
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
+        self._reads: dict[Any, Callable[..., Any]] = {
+            torch.Tensor.item: values.item,
+            torch.Tensor.tolist: values.tolist,
+            torch.Tensor.__repr__: values.text,
+            torch.Tensor.__str__: values.text,
+            torch.Tensor.__format__: values.formatted,
+            torch.Tensor.cpu: values.to_host,
+            torch.Tensor.numpy: values.to_numpy,
+        }
 
     def __torch_function__(
         self,
@@ -123,7 +136,17 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             kwargs["device"] = _on_meta(kwargs["device"])
         if func is self._cuda:
             return args[0].to(_META, **{k: v for k, v in kwargs.items() if k != "device"})
+        read = self._reads.get(func)
+        if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            return read(self.notes, *args, **kwargs)
         if func is self._to:
+            if (
+                args
+                and isinstance(args[0], torch.Tensor)
+                and args[0].is_meta
+                and _to_host(args, kwargs)
+            ):
+                return values.to_host(self.notes, args[0]).to(*args[1:], **kwargs)
             args = tuple(_on_meta(a) for a in args)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
@@ -133,8 +156,17 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
 class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
     """Every new storage on ``meta`` gets a block of the planned device for its lifetime."""
 
-    def __init__(self, device: PlannedDevice, workspace_bytes: int, oom: type[Exception]) -> None:
+    def __init__(
+        self, device: PlannedDevice, workspace_bytes: int, oom: type[Exception], notes: Notes
+    ) -> None:
         super().__init__()
+        self.notes = notes
+        self._answers: dict[Any, Callable[..., Any]] = {
+            torch.ops.aten._local_scalar_dense.default: values.scalar,
+            torch.ops.aten.nonzero.default: values.nonzero,
+            torch.ops.aten.masked_select.default: values.masked_select,
+            torch.ops.aten._unique2.default: values.unique,
+        }
         self.device = device
         self.workspace_bytes = workspace_bytes
         self._oom = oom
@@ -157,7 +189,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif func in _IN_PLACE_ON_CUDA:
                 reused = self._reusable(args, step, earlier=False)
-        out = func(*args, **(kwargs or {}))
+        if func is _INDEX and _masked(args):
+            self.notes.once("bound", values.BOUND)
+        answer = self._answers.get(func)
+        if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            out = answer(self.notes, *args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
         self.device.backward = step is not None
         if isinstance(out, torch.Tensor):
             if out.is_meta:
@@ -246,8 +284,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 def emulated_modes(device: PlannedDevice, workspace_bytes: int) -> Iterator[StorageMode]:
     """Both modes pushed: the function mode above, the storage tracking under it."""
     device.skip_files(_MACHINERY)
-    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError)
-    with DeviceMode(), storage:
+    notes = Notes()
+    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
+    with DeviceMode(notes), storage:
         yield storage
 
 

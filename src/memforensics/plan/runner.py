@@ -80,7 +80,7 @@ def run_planned(
     CLI installs and closes capture there). Exceptions other than a predicted OOM propagate."""
     import torch
 
-    from memforensics.plan.emulate import PlannedRunWarning
+    from memforensics.plan.values import PlannedRunWarning
 
     snapshots: list[str] = []
 

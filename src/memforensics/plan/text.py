@@ -11,9 +11,7 @@ OUT_OF_SCOPE_DISTRIBUTED = (
 )
 
 
-def plan_text(
-    result: PlanResult, snapshots: list[str], verdict: dict[str, str] | None
-) -> str:
+def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] | None) -> str:
     """The plan as a few lines: the figures, whether it fits, and where the snapshots are."""
     conf = result.allocator_conf or "default allocator settings"
     lines = [

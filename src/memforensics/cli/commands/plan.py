@@ -108,7 +108,7 @@ class PlanCommand:
 def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print."""
     from memforensics.capture.facade import install, uninstall
-    from memforensics.plan import run_planned
+    from memforensics.plan import OutOfScope, run_planned
 
     def run() -> None:
         try:
@@ -126,6 +126,9 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
+    except OutOfScope as exc:
+        print(f"memforensics plan: {exc}", file=sys.stderr)
+        return 2
     except BaseException as exc:  # the script failed for another reason: show it, exit 2
         if isinstance(exc, KeyboardInterrupt):
             raise
