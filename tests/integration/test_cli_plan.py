@@ -164,3 +164,27 @@ def test_distributed_collectives_are_out_of_scope_in_one_line(tmp_path: Path) ->
         line for line in done.stderr.strip().splitlines() if "out of scope" in line
     ]
     assert "Traceback" not in done.stderr
+
+
+TRANSFORMER = Path(__file__).parent / "scripts" / "plan_transformer.py"
+
+
+def test_a_transformer_with_adamw_and_bf16_autocast_plans_as_cuda_runs_it(tmp_path: Path) -> None:
+    """autocast("cuda") casts as on a GPU (bf16 logits, float32 loss, bf16 weight copies), the
+    attention takes flash attention (no B·H·S² scores), AdamW takes CUDA's foreach path, and
+    what stays allocated is the weights, AdamW's two states, the logits and the workspaces."""
+    done = _plan(tmp_path, "--device-capability", "8.0", str(TRANSFORMER))
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["logits_dtype"] == "torch.bfloat16"
+    assert facts["loss_dtype"] == "torch.float32"
+    snapshot = pickle.loads((tmp_path / "tf.pickle").read_bytes())
+    trace = snapshot["device_traces"][0]
+    sizes = {e["size"] for e in trace if e["action"] == "alloc"}
+    assert set(facts["weight_bf16_bytes"]) <= sizes
+    assert not sizes & set(facts["scores_bytes"])
+    frames = {f["name"] for e in trace for f in e["frames"]}
+    assert "_multi_tensor_adam" in frames
+    workspaces = 2 * 8_519_680
+    floor = 3 * facts["param_bytes"] + workspaces + facts["logits_bytes"]
+    assert floor <= facts["allocated"] <= floor + 2 * MiB

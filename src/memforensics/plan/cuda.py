@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import values
+from memforensics.plan import choices, values
 from memforensics.plan.device import PlannedDevice
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
@@ -73,7 +73,9 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _patches(device: PlannedDevice, written: SnapshotWritten) -> dict[tuple[Any, str], Any]:
+def _patches(
+    device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
+) -> dict[tuple[Any, str], Any]:
     """Every attribute the run replaces, by (object, name)."""
     spec = device.spec
     props = _Props(spec.name, spec.total_bytes, *spec.capability)
@@ -172,6 +174,15 @@ def _patches(device: PlannedDevice, written: SnapshotWritten) -> dict[tuple[Any,
     }
     import torch.fx.experimental._config as fx_config
 
+    original_clear = torch.clear_autocast_cache
+
+    def clear_autocast_cache() -> None:
+        clear_autocast()
+        original_clear()
+
+    found[(torch, "clear_autocast_cache")] = clear_autocast_cache
+    found.update(choices.foreach_patches())
+
     # a boolean mask's index takes every element: the upper bound (the plan warns where)
     found[(fx_config, "meta_nonzero_assume_all_nonzero")] = True
     distributed = getattr(torch, "distributed", None)
@@ -218,11 +229,13 @@ def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
 
 
 @contextlib.contextmanager
-def patched_cuda(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
+def patched_cuda(
+    device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
+) -> Iterator[None]:
     """``torch.cuda`` answers for ``device`` inside; every attribute is put back after."""
     import torch._dynamo  # noqa: F401  # it indexes torch.cuda's functions once: before the patches
 
-    patches = _patches(device, written)
+    patches = _patches(device, written, clear_autocast)
     missing = object()
     saved = {key: getattr(key[0], key[1], missing) for key in patches}
     for (owner, name), value in patches.items():

@@ -24,7 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import values
+from memforensics.plan import choices, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -108,12 +108,17 @@ def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped here
     """Sends ``"cuda"`` to ``meta`` and re-makes CUDA's own choices above the dispatcher."""
 
-    def __init__(self, notes: Notes) -> None:
+    def __init__(
+        self, notes: Notes, capability: tuple[int, int], autocast: choices.Autocast
+    ) -> None:
         super().__init__()
         self.notes = notes
+        self.capability = capability
+        self.autocast = autocast
         self._to = torch.Tensor.to
         self._cuda = torch.Tensor.cuda
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
+        self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
         self._reads: dict[Any, Callable[..., Any]] = {
             torch.Tensor.item: values.item,
             torch.Tensor.tolist: values.tolist,
@@ -139,7 +144,12 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         read = self._reads.get(func)
         if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             return read(self.notes, *args, **kwargs)
-        if func is self._to:
+        name = getattr(func, "__name__", "")
+        if name in self._cast:
+            args, kwargs = self._autocast(name, args, kwargs)
+            if name == choices.SDPA_NAME:
+                return choices.attention(self.capability, *args, **kwargs)
+        elif func is self._to:
             if (
                 args
                 and isinstance(args[0], torch.Tensor)
@@ -151,6 +161,14 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
         return func(*args, **kwargs)
+
+    def _autocast(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        policy = self.autocast.policy(name)
+        if policy is None:
+            return args, kwargs
+        return self.autocast.cast(policy, args, kwargs)
 
 
 class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
@@ -281,13 +299,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
 
 @contextmanager
-def emulated_modes(device: PlannedDevice, workspace_bytes: int) -> Iterator[StorageMode]:
+def emulated_modes(
+    device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast
+) -> Iterator[None]:
     """Both modes pushed: the function mode above, the storage tracking under it."""
     device.skip_files(_MACHINERY)
     notes = Notes()
     storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
-    with DeviceMode(notes), storage:
-        yield storage
+    functions = DeviceMode(notes, device.spec.capability, autocast)
+    with functions, storage:
+        yield
 
 
 def workspace_bytes_for(capability: tuple[int, int]) -> int:

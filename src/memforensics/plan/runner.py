@@ -57,13 +57,15 @@ def planned_device(
     spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None]
 ) -> Iterator[PlannedDevice]:
     """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
+    from memforensics.plan.choices import Autocast
     from memforensics.plan.cuda import patched_cuda
     from memforensics.plan.emulate import emulated_modes, workspace_bytes_for
 
     device = PlannedDevice(spec)
+    autocast = Autocast()
     with (
-        patched_cuda(device, on_snapshot),
-        emulated_modes(device, workspace_bytes_for(spec.capability)),
+        patched_cuda(device, on_snapshot, autocast.clear),
+        emulated_modes(device, workspace_bytes_for(spec.capability), autocast),
     ):
         yield device
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -120,6 +121,7 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     def before() -> None:
         install(out_dir=str(out_dir))
 
+    started = time.time()
     saved_conf = os.environ.get(_CONF_ENV)
     if conf is not None:
         os.environ[_CONF_ENV] = conf
@@ -140,7 +142,10 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
         else:
             os.environ[_CONF_ENV] = saved_conf
     snapshots = list(result.script_snapshots)
-    snapshots += [str(p) for p in sorted(out_dir.glob("**/*.pickle"))] if out_dir.is_dir() else []
+    if out_dir.is_dir():  # what capture wrote during this run (not an earlier run's files)
+        snapshots += [
+            str(p) for p in sorted(out_dir.glob("**/*.pickle")) if p.stat().st_mtime >= started
+        ]
     if not snapshots:
         final = out_dir / "planned.pickle"
         _writer(spec)(str(final), device.snapshot())
