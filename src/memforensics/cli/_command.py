@@ -125,6 +125,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("report", "ReportCommand"),
     ("cache", "CacheCommand"),
     ("run", "RunCommand"),
+    ("plan", "PlanCommand"),
     ("doctor", "DoctorCommand"),
     ("demo", "DemoCommand"),
 )

@@ -1,0 +1,274 @@
+"""``memforensics plan``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from memforensics._units import parse_size
+from memforensics.cli._command import CommandError
+from memforensics.cli.target import Target, TargetError, check_target, run_target
+
+_USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
+_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+class PlanCommand:
+    """Predict a script's GPU memory on the CPU: peak, reserved, segments, and whether it fits.
+
+    The script runs unchanged in this process with CUDA emulated: tensors on "cuda" are
+    shape-only stand-ins and every storage goes through memforensics' model of PyTorch's caching
+    allocator. Snapshots the script dumps are the predicted ones, at the script's own paths; a
+    predicted OOM leaves an OOM dump under --out-dir. Exit status: 0 fits, 1 does not fit or runs
+    out, 2 usage error or the script failed.
+    """
+
+    name = "plan"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """``-m MODULE ...`` or ``SCRIPT ...`` and the planned device."""
+        parser.usage = _USAGE
+        parser.allow_abbrev = False
+        parser.add_argument(
+            "-m",
+            dest="module",
+            nargs=argparse.REMAINDER,
+            metavar="MODULE",
+            help="run a library module as a script, like python -m",
+        )
+        parser.add_argument(
+            "script",
+            nargs=argparse.REMAINDER,
+            metavar="SCRIPT ARGS",
+            help="the script to plan and its arguments, passed on untouched",
+        )
+        parser.add_argument(
+            "--device-memory",
+            default="80GiB",
+            metavar="SIZE",
+            help="memory of the planned device (default: 80GiB)",
+        )
+        parser.add_argument(
+            "--device-capability",
+            default="9.0",
+            metavar="MAJOR.MINOR",
+            help="compute capability of the planned device (default: 9.0)",
+        )
+        parser.add_argument(
+            "--context-memory",
+            default="512MiB",
+            metavar="SIZE",
+            help="memory the CUDA context takes outside PyTorch (default: 512MiB)",
+        )
+        parser.add_argument(
+            "--alloc-conf",
+            default=None,
+            metavar="CONF",
+            help="PYTORCH_CUDA_ALLOC_CONF for the planned allocator (default: the environment's)",
+        )
+        parser.add_argument(
+            "--out-dir",
+            default="memforensics-plan",
+            metavar="DIR",
+            help="where OOM dumps and the final snapshot go (default: memforensics-plan/)",
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
+        from memforensics.allocator import SettingsError, parse_conf
+        from memforensics.plan import device_spec
+
+        target = _target(args, parser)
+        conf = args.alloc_conf if args.alloc_conf is not None else os.environ.get(_CONF_ENV)
+        try:
+            settings = parse_conf(conf)
+            spec = device_spec(
+                _size(args.device_memory, "--device-memory"),
+                _capability(args.device_capability),
+                _size(args.context_memory, "--context-memory"),
+                settings,
+            )
+        except (SettingsError, ValueError) as exc:
+            raise CommandError(f"plan: {exc}") from None
+        try:
+            check_target(target)
+        except TargetError as exc:
+            raise CommandError(str(exc), exc.exit_code) from None
+        return _plan(target, spec, Path(args.out_dir), conf, as_json=args.json)
+
+
+def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
+    """Run the target planned, capture as ``run`` does, write sidecars and print."""
+    from memforensics.capture.facade import install, uninstall
+    from memforensics.plan import OutOfScope, run_planned
+
+    def run() -> None:
+        try:
+            run_target(target)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise
+
+    def before() -> None:
+        install(out_dir=str(out_dir))
+
+    started = time.time()
+    saved_conf = os.environ.get(_CONF_ENV)
+    if conf is not None:
+        os.environ[_CONF_ENV] = conf
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
+    except OutOfScope as exc:
+        print(f"memforensics plan: {exc}", file=sys.stderr)
+        return 2
+    except BaseException as exc:  # the script failed for another reason: show it, exit 2
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        return 2
+    finally:
+        if saved_conf is None:
+            os.environ.pop(_CONF_ENV, None)
+        else:
+            os.environ[_CONF_ENV] = saved_conf
+    snapshots = list(result.script_snapshots)
+    if out_dir.is_dir():  # what capture wrote during this run (not an earlier run's files)
+        snapshots += [
+            str(p) for p in sorted(out_dir.glob("**/*.pickle")) if p.stat().st_mtime >= started
+        ]
+    if not snapshots:
+        final = out_dir / "planned.pickle"
+        _writer(spec)(str(final), device.snapshot())
+        snapshots.append(str(final))
+    _mark_predicted(snapshots, spec)
+    verdict = _verdict(snapshots) if result.oom_message is not None else None
+    if as_json:
+        doc = asdict(result) | {
+            "snapshots": snapshots,
+            "verdict": verdict,
+            "needed_bytes": result.needed_bytes,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        from memforensics.plan.text import plan_text
+
+        print(plan_text(result, snapshots, verdict))
+    for line in dict.fromkeys(result.warnings):
+        print(f"memforensics plan: {line}", file=sys.stderr)
+    return 0 if result.fits else 1
+
+
+def predicted_record(spec: Any) -> dict[str, Any]:
+    """What every sidecar of a planned run says: predicted, and on which device."""
+    major, minor = spec.capability
+    return {
+        "device_total_bytes": spec.total_bytes,
+        "capability": f"{major}.{minor}",
+        "context_bytes": spec.context_bytes,
+        "allocator_settings": spec.settings.to_conf(),
+    }
+
+
+def _writer(spec: Any) -> Any:
+    """Writes a snapshot the run dumps (the script's own path) and its predicted sidecar."""
+    from memforensics._layout import sidecar_path
+    from memforensics.capture.atomic import utc_now, write_sidecar, write_snapshot
+    from memforensics.capture.sidecar import SidecarContext, build_sidecar
+
+    def write(path: str, snapshot: dict[str, Any]) -> None:
+        final = Path(path)
+        if final.parent != Path(""):
+            final.parent.mkdir(parents=True, exist_ok=True)
+        size = write_snapshot(final, snapshot)
+        context = SidecarContext.collect(
+            rank=0, world_size=None, device="cuda", torch_version=_torch_version()
+        )
+        sidecar = build_sidecar(
+            context,
+            kind="manual",
+            snapshot_file=final,
+            snapshot_bytes=size,
+            created_at=utc_now(),
+            device_index=0,
+        )
+        sidecar["predicted"] = predicted_record(spec)
+        write_sidecar(sidecar_path(final), sidecar)
+
+    return write
+
+
+def _torch_version() -> str | None:
+    import torch
+
+    return str(torch.__version__)
+
+
+def _mark_predicted(snapshots: list[str], spec: Any) -> None:
+    """Every sidecar of the run says ``predicted``, with the planned device."""
+    from memforensics._layout import sidecar_path
+    from memforensics.capture.atomic import write_sidecar
+
+    for path in snapshots:
+        side = sidecar_path(Path(path))
+        try:
+            found = json.loads(side.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and "predicted" not in found:
+            found["predicted"] = predicted_record(spec)
+            write_sidecar(side, found)
+
+
+def _verdict(snapshots: list[str]) -> dict[str, str] | None:
+    """The summary's verdict on the predicted OOM dump, when capture wrote one."""
+    from memforensics.analysis import load_dump, summarize
+
+    for path in snapshots:
+        if Path(path).parent.name == "oom":
+            verdict = summarize(load_dump(Path(path))).verdict
+            return {
+                "label": verdict.label,
+                "explanation": verdict.explanation,
+                "advice": verdict.advice or "",
+            }
+    return None
+
+
+def _size(text: str, flag: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise CommandError(f"plan: {flag}: {exc}") from None
+
+
+def _capability(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(part) for part in text.split("."))
+    except ValueError:
+        raise CommandError(f"plan: --device-capability must be MAJOR.MINOR, got {text!r}") from None
+    return major, minor
+
+
+def _target(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Target:
+    """Split the command line into the script or module and its arguments."""
+    rest: list[str] = list(args.script or [])
+    if args.module is not None:
+        if not args.module:
+            parser.error("argument -m: expected a module name")
+        name, *module_args = args.module
+        return Target("module", name, (*module_args, *rest))
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if not rest:
+        parser.error("a script or -m MODULE is required")
+    return Target("script", rest[0], tuple(rest[1:]))
