@@ -87,7 +87,7 @@ def _flatten(value: object, accept: Callable[[object], object | None], what: str
         return [found]
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ConfigError(
-            f"memforensics: {what} must be a {_WHAT[what]}, or an iterable of them; "
+            f"memforensics: {what} must be {_WHAT[what]}, or an iterable of them; "
             f"got {type(value).__name__}",
             field=what,
         )
@@ -98,8 +98,8 @@ def _flatten(value: object, accept: Callable[[object], object | None], what: str
 
 
 _WHAT = {
-    "model": "module (named_parameters and named_buffers, as torch.nn.Module has)",
-    "optimizer": "optimizer (param_groups and state, as torch.optim.Optimizer has)",
+    "model": "a module (named_parameters and named_buffers, as torch.nn.Module has)",
+    "optimizer": "an optimizer (param_groups and state, as torch.optim.Optimizer has)",
 }
 
 
