@@ -99,3 +99,13 @@ def test_a_dtensor_parameter_records_its_local_shard() -> None:
         assert _walked(model) == [_row("parameter", "weight", local)]
     finally:
         dist.destroy_process_group()
+
+
+def test_a_cuda_dump_leaves_cpu_tensors_out() -> None:
+    """Walking for an accelerator's dump skips CPU tensors (Adam's step counts, a CPU model)."""
+    model, optimizer = _trained()
+    tracker = Tracker()
+    tracker.add(model, optimizer)
+    found = tracker.tensors("cuda")
+    assert found is not None
+    assert found.entries == []

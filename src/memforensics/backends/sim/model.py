@@ -2,13 +2,14 @@
 
 Tests and demos that track a model (``install(model=..., optimizer=...)``) need one whose
 tensors sit in sim allocations: a :class:`SimArray` is a tensor as torch shows it (a view of a
-storage: ``untyped_storage().data_ptr()``, ``storage_offset()``, ``element_size()``,
-``numel()``, ``device.type``), a :class:`SimModule` has ``named_parameters`` /
-``named_buffers`` and allocates its gradients in ``backward()``, and :class:`SimAdam` has
-``param_groups`` / ``state`` and allocates ``exp_avg`` and ``exp_avg_sq`` on its first
-``step()``. Every allocation is a real one on a :class:`~memforensics.backends.sim.SimDevice`,
-so its address is a block of the device's snapshot. Elements are bytes (``element_size()`` is
-1). Plain Python: this module never imports torch.
+storage: ``data_ptr()``, ``untyped_storage().data_ptr()``, ``storage_offset()``,
+``itemsize``, ``numel()``, ``get_device()``, ``device.type``), a :class:`SimModule` has
+``named_parameters`` / ``named_buffers`` and allocates its gradients in ``backward()``, and
+:class:`SimAdam` has ``param_groups`` / ``state`` and allocates ``exp_avg`` and
+``exp_avg_sq`` on its first ``step()``. Every allocation is a real one on a
+:class:`~memforensics.backends.sim.SimDevice`, so its address is a block of the device's
+snapshot. Elements are bytes (``itemsize`` is 1). Plain Python: this module never imports
+torch.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ class SimArray:
     def block_size(self) -> int:
         """Bytes of the allocator block holding the storage."""
         return self._base.block_size
+
+    def data_ptr(self) -> int:
+        """The address of the first element: the storage's plus the offset."""
+        return self._base.address + self.offset
+
+    def get_device(self) -> int:
+        """The sim device's index (torch: -1 for a CPU tensor, the index otherwise)."""
+        return self.device.index
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element: 1."""
+        return 1
 
     def untyped_storage(self) -> SimStorage:
         """The storage: its address is the allocator block's."""
