@@ -11,7 +11,7 @@ theirs by device type, so the walk here records every tensor, the most it can do
   those tensors once, the least any walk could do;
 * the same walk plus the JSON the sidecar writes of it (``indent=2``, as ``capture/atomic.py``);
 * a model with 10,000 parameters against the 1,000-parameter one: the walk is O(tensors), so
-  about 10× (the target leaves room for caches and the collector, which 50,000 fresh entries
+  about 10 times (the target leaves room for caches and the collector, which 50,000 fresh entries
   wake).
 
     python benchmarks/bench_track.py [--json PATH] [--quick]

@@ -400,20 +400,24 @@ def install(*, model: object = None, optimizer: object = None, **config: Any) ->
     The same configuration returns the live facade; a different one closes it first. A process
     attaches at most one OOM observer per device hook, ever. ``model`` and ``optimizer`` (a
     module or an optimizer, or iterables of them) are not configuration: they are tracked by
-    the facade returned (``MemoryForensics.track``), whichever it is.
+    the facade returned (``MemoryForensics.track``), whichever it is; a facade that replaces
+    another keeps tracking what the old one tracked.
     """
     global _current  # noqa: PLW0603 - the process-wide facade is the design
     validated = build_config(config)
     Tracker().add(model, optimizer)  # a wrong argument fails before anything is replaced
     with _install_lock:
         if _current is None or _current.closed or _current.config != validated:
+            kept: tuple[list[Any], list[Any]] = ([], [])
             if _current is not None:
+                kept = _current.tracked  # the process's models outlive a configuration
                 _current.close()
                 _current = None
             try:
                 _current = MemoryForensics(validated)
             except ConfigError as exc:
                 raise blame_environment(exc, explicit=config) from None
+            _current.track(model=kept[0], optimizer=kept[1])
         return _current.track(model=model, optimizer=optimizer)
 
 

@@ -113,6 +113,16 @@ def test_install_again_with_the_same_config_tracks_the_new_model(tmp_path: Path)
     assert names == {"a.weight", "b.weight"}
 
 
+def test_a_new_configuration_keeps_tracking_the_model(tmp_path: Path) -> None:
+    """install() with another config replaces the facade; the new one still tracks the model."""
+    device = reset_device(total_bytes=64 * MiB)
+    model = SimModule(device, {"w": MiB})
+    first = memforensics.install(device="sim", out_dir=str(tmp_path / "a"), model=model)
+    second = memforensics.install(device="sim", out_dir=str(tmp_path / "b"))
+    assert second is not first
+    assert second.tracked == ([model], [])
+
+
 def test_tracking_never_keeps_a_model_alive(tmp_path: Path) -> None:
     """A tracked model dropped by the user is collected, and the next dump tracks nothing."""
     device = reset_device(total_bytes=64 * MiB)
