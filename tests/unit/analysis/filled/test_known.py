@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,25 @@ def test_an_unknown_kind_or_a_freed_address_labels_nothing(tmp_path: Path) -> No
     assert filled.known is not None
     assert (filled.known.tensors, filled.known.matched, filled.known.bytes) == (2, 0, 0)
     assert all(k.known_bytes == 0 for k in filled.kinds)
+
+
+def test_the_report_shows_the_bytes_from_the_process(tmp_path: Path) -> None:
+    """The report's kinds table gains a column of the bytes the process told, per kind."""
+    from memforensics.analysis.report import ReportBuilder
+
+    mf, _, _ = _train(tmp_path)
+    dump = load_dump(mf.dumps[-1])
+    builder = ReportBuilder()
+    builder.add(dump)
+    html = builder.html()
+    document = json.loads(html.split('id="mf-data">', 1)[1].split("</script>", 1)[0])
+    [kinds] = [
+        part for part in document["dumps"][0]["devices"][0]["sections"] if part.get("id") == "kinds"
+    ]
+    labels = [column["label"] for column in kinds["data"]["columns"]]
+    assert labels[-1] == "from the process at the snapshot"
+    told = {row[0]: row[-1] for row in kinds["data"]["rows"]}
+    now = {k.kind: k.known_bytes for k in what_filled(dump).kinds}
+    assert told == {kind: now.get(kind, 0) for kind in told}  # kinds only at the peak: 0
+    assert told["optimizer_state"] > 0
+    assert told["unknown"] == 0
