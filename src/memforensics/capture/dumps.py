@@ -36,6 +36,7 @@ from memforensics.capture.sidecar import (
     requested_from_trace,
     trace_length,
 )
+from memforensics.capture.track import TrackedTensors, Tracker
 from memforensics.capture.window import Window, windows_to_delete
 
 WriterMode = Literal["auto", "inline", "fork"]
@@ -75,11 +76,24 @@ class Dumper:
         """The token this process's file names carry: the journal's, set when another live
         process shares its rank and pid (see ``Journal.identity``); empty otherwise."""
         self._window_tokens: dict[str, str] = {}
+        self._tracker: Tracker | None = None
 
     def named_by(self, journal: Journal) -> Journal:
         """Name dumps apart as ``journal`` does (its token); return ``journal``."""
         self.name_token = journal.identity
         return journal
+
+    def tracking(self, tracker: Tracker) -> None:
+        """Record ``tracker``'s tensors in every sidecar from now on (``tensors``)."""
+        self._tracker = tracker
+
+    def tracked_tensors(self) -> TrackedTensors | None:
+        """The tracked tensors on this backend's device, read now (right after a snapshot, so
+        their addresses are the snapshot's); None when nothing is tracked or the walk failed."""
+        tracker = self._tracker
+        if tracker is None:
+            return None
+        return self.attempt("tensors_failed", tracker.tensors, self.backend.name)  # type: ignore[no-any-return]
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -157,6 +171,7 @@ class Dumper:
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return False
+        tensors = self.tracked_tensors()
         device_index = self.current_device()
         entries = trace_length(snapshot)
         truncated = entries is not None and entries >= self.config.max_entries
@@ -183,6 +198,7 @@ class Dumper:
                 partial=window.partial,
                 truncated=truncated,
                 trace_entries=entries,
+                tensors=tensors,
             )
 
         fields: dict[str, Any] = {"kind": "window", "window": window.name}
@@ -367,7 +383,8 @@ class Dumper:
         near_oom: dict[str, Any] | None = None,
     ) -> Path | None:
         """Write an OOM, near-OOM or manual dump synchronously (the process may be about to
-        die)."""
+        die), with the tracked tensors read now, right after its snapshot was taken."""
+        tensors = self.tracked_tensors()
         token = self.name_token()
         paths = atomic.event_paths(
             self.out_dir, kind, self.rank, self.context.pid, step, now, token
@@ -387,6 +404,7 @@ class Dumper:
                 truncated=entries is not None and entries >= self.config.max_entries,
                 oom=oom,
                 near_oom=near_oom,
+                tensors=tensors,
             )
 
         return (

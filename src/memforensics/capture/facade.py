@@ -4,8 +4,9 @@ The facade wires config, rank, backend, window schedule, history, journal, OOM c
 dumps together, and holds the promise the whole library makes: after ``install()`` returns,
 nothing here raises into the training loop, blocks it on a device synchronize, or changes how it
 fails. It holds a collaborator per job and calls it: a ``Dumper`` writes dumps, a
-``HistorySwitch`` sets what the allocator records, a ``JournalSchedule`` appends journal lines and
-an ``OomCapture`` turns an OOM into a dump.
+``HistorySwitch`` sets what the allocator records, a ``JournalSchedule`` appends journal lines,
+an ``OomCapture`` turns an OOM into a dump and a ``Tracker`` holds the models and optimizers
+whose tensors each dump's sidecar lists.
 
 ``with mf.step(n):`` runs twice per training step, so the common case (no window opens or
 closes) is a handful of attribute reads and integer comparisons in ``begin_step`` and
@@ -41,6 +42,7 @@ from memforensics.capture.near_oom import NearOomCheck
 from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
 from memforensics.capture.oom_capture import OomCapture
 from memforensics.capture.sidecar import SidecarContext
+from memforensics.capture.track import Tracker
 from memforensics.capture.window import HistorySwitch, Window, WindowSchedule
 
 _install_lock = threading.RLock()
@@ -79,6 +81,7 @@ class MemoryForensics:
         self._history: HistorySwitch | None = None
         self._oom: OomCapture | None = None
         self._near = _near_oom_check(config, self.backend, None)
+        self._tracker = Tracker()
         if not self.capturing:
             return  # fully inert: no observer, no history, no files
         self._prepare_out_dir()
@@ -90,6 +93,7 @@ class MemoryForensics:
             torch_version=self.backend.framework_version(),
         )
         self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, context)
+        self._dumper.tracking(self._tracker)
         if not self.backend.available():
             self._warn_unavailable()
             return
@@ -289,6 +293,23 @@ class MemoryForensics:
         if self._oom is not None:
             self._oom.raised(exc, self.current_step)
 
+    # -- tracked models and optimizers ---------------------------------------------------------
+    def track(self, *, model: object = None, optimizer: object = None) -> MemoryForensics:
+        """Record the tensors of ``model`` and ``optimizer`` in every later dump's sidecar.
+
+        Each takes a module or an optimizer, or any iterable of them; they are held by weak
+        reference (tracking never keeps a model alive) and add to what is tracked already.
+        Walked only when a dump is written. Raises ConfigError for anything else; returns
+        ``self``.
+        """
+        self._tracker.add(model, optimizer)
+        return self
+
+    @property
+    def tracked(self) -> tuple[list[Any], list[Any]]:
+        """The tracked modules and optimizers still alive."""
+        return self._tracker.modules, self._tracker.optimizers
+
     # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
@@ -373,25 +394,31 @@ def _create_backend(device: str) -> DeviceBackend:
     return create_backend(device)
 
 
-def install(**config: Any) -> MemoryForensics:
+def install(*, model: object = None, optimizer: object = None, **config: Any) -> MemoryForensics:
     """Validate ``config`` (ForensicsConfig fields, over ``MEMFORENSICS_*`` env vars) and start.
 
     The same configuration returns the live facade; a different one closes it first. A process
-    attaches at most one OOM observer per device hook, ever.
+    attaches at most one OOM observer per device hook, ever. ``model`` and ``optimizer`` (a
+    module or an optimizer, or iterables of them) are not configuration: they are tracked by
+    the facade returned (``MemoryForensics.track``), whichever it is; a facade that replaces
+    another keeps tracking what the old one tracked.
     """
     global _current  # noqa: PLW0603 - the process-wide facade is the design
     validated = build_config(config)
+    Tracker().add(model, optimizer)  # a wrong argument fails before anything is replaced
     with _install_lock:
-        if _current is not None and not _current.closed and _current.config == validated:
-            return _current
-        if _current is not None:
-            _current.close()
-            _current = None
-        try:
-            _current = MemoryForensics(validated)
-        except ConfigError as exc:
-            raise blame_environment(exc, explicit=config) from None
-        return _current
+        if _current is None or _current.closed or _current.config != validated:
+            kept: tuple[list[Any], list[Any]] = ([], [])
+            if _current is not None:
+                kept = _current.tracked  # the process's models outlive a configuration
+                _current.close()
+                _current = None
+            try:
+                _current = MemoryForensics(validated)
+            except ConfigError as exc:
+                raise blame_environment(exc, explicit=config) from None
+            _current.track(model=kept[0], optimizer=kept[1])
+        return _current.track(model=model, optimizer=optimizer)
 
 
 def uninstall() -> None:

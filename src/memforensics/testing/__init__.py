@@ -2,8 +2,11 @@
 simulated ``sim`` device (a caching allocator in pure Python) for tests without an accelerator."""
 
 from memforensics.backends.sim import (
+    SimAdam,
+    SimArray,
     SimBackend,
     SimDevice,
+    SimModule,
     SimOutOfMemoryError,
     SimTensor,
     get_device,
@@ -58,8 +61,11 @@ __all__ = [
     "MultiDeviceDump",
     "NativeStack",
     "RunTruth",
+    "SimAdam",
+    "SimArray",
     "SimBackend",
     "SimDevice",
+    "SimModule",
     "SimOutOfMemoryError",
     "SimTensor",
     "Site",

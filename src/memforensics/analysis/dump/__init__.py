@@ -24,7 +24,13 @@ from memforensics.analysis.dump.load import (
     paused_gc,
     read_snapshot_file,
 )
-from memforensics.analysis.dump.meta import SIDECAR_LIMIT, OomRecord, dump_meta, read_sidecar_file
+from memforensics.analysis.dump.meta import (
+    SIDECAR_LIMIT,
+    OomRecord,
+    TrackedTensor,
+    dump_meta,
+    read_sidecar_file,
+)
 from memforensics.analysis.dump.model import (
     ALLOCATED,
     INACTIVE,
@@ -67,6 +73,7 @@ __all__ = [
     "SnapshotReader",
     "SnapshotShape",
     "Stacks",
+    "TrackedTensor",
     "as_int",
     "attribute",
     "block_size",

@@ -47,6 +47,7 @@ from memforensics.analysis.filled import roles
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 
 PARAMETER = "parameter"
+BUFFER = "buffer"
 OPTIMIZER_STATE = "optimizer_state"
 GRADIENT = "gradient"
 ACTIVATION = "activation"
@@ -57,6 +58,7 @@ BEFORE_RECORDING = "before_recording"
 UNKNOWN = "unknown"
 KINDS = (
     PARAMETER,
+    BUFFER,
     OPTIMIZER_STATE,
     GRADIENT,
     ACTIVATION,
@@ -139,7 +141,8 @@ class KindBytes:
     """Live bytes of one kind at a moment, with the byte-weighted mean confidence.
 
     ``bytes`` are block bytes (what PyTorch's ``allocated`` counts); ``requested_bytes`` what
-    the callers asked for, to compare with tensor sizes.
+    the callers asked for, to compare with tensor sizes; ``known_bytes`` the part of ``bytes``
+    the process told (the sidecar's tracked tensors), the rest being inferred.
     """
 
     kind: str
@@ -147,13 +150,21 @@ class KindBytes:
     blocks: int
     confidence: float
     requested_bytes: int = 0
+    known_bytes: int = 0
 
 
 def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
-    """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order."""
+    """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order.
+
+    A block the process labelled (``known``) counts its bytes under each of its kinds, at
+    confidence 1, and as a block of its main kind (the first).
+    """
     totals: dict[str, list[float]] = {}
     for found in allocations:
-        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0])
+        if found.known is not None:
+            _add_known(totals, found)
+            continue
+        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.size * found.confidence
@@ -165,6 +176,7 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
             int(totals[kind][1]),
             _mean(totals[kind]),
             int(totals[kind][3]),
+            int(totals[kind][4]),
         )
         for kind in KINDS
         if kind in totals
@@ -180,6 +192,17 @@ def main_kind(bytes_by_kind: dict[str, int]) -> str:
         if size > most:
             best, most = kind, size
     return best
+
+
+def _add_known(totals: dict[str, list[float]], found: Allocation) -> None:
+    """Count a block the process labelled: its bytes split by kind, all of them known."""
+    for index, (kind, size) in enumerate(found.known or ()):
+        entry = totals.setdefault(kind, [0, 0, 0.0, 0, 0])
+        entry[0] += size
+        entry[1] += index == 0
+        entry[2] += size
+        entry[3] += found.requested * size // (found.size or 1)
+        entry[4] += size
 
 
 def _mean(entry: list[float]) -> float:

@@ -45,7 +45,8 @@ class Allocation:
     block's size, ``requested`` what the caller asked for. Equal stacks share one ``frames``
     list (:class:`~memforensics.analysis.dump.frames.Stacks`), so whatever is read from a stack
     can be kept by its identity. ``kind``, ``phase`` and ``confidence`` are filled by the
-    classifier.
+    classifier; ``known``, the block's bytes by kind as the process told them (``(kind,
+    bytes)`` pairs adding up to ``size``), by :mod:`~memforensics.analysis.filled.known`.
     """
 
     __slots__ = (
@@ -55,6 +56,7 @@ class Allocation:
         "frames",
         "free_step",
         "kind",
+        "known",
         "phase",
         "requested",
         "size",
@@ -76,6 +78,7 @@ class Allocation:
         self.kind = "unknown"
         self.phase = "none"
         self.confidence = 0.0
+        self.known: tuple[tuple[str, int], ...] | None = None
 
     def live_at(self, moment: int) -> bool:
         """True if allocated at or before trace position ``moment`` and not yet freed after it."""

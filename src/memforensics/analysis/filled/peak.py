@@ -29,6 +29,7 @@ from memforensics.analysis.dump import (
 )
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
+from memforensics.analysis.filled.known import Known, label_known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes, lifetimes
 
 MAX_DEPTH = 48
@@ -208,12 +209,14 @@ KINDS_TOTAL = "allocated_bytes"  # the kinds add up to this figure of the snapsh
 
 @dataclass(frozen=True)
 class Filled:
-    """Kinds at the snapshot's moment, the peak, and the OOM's moment when the trace has one."""
+    """Kinds at the snapshot's moment, the peak, and the OOM's moment when the trace has one;
+    ``known``: what the process's tracked tensors labelled (None when the dump lists none)."""
 
     kinds: tuple[KindBytes, ...]
     peak: Moment
     oom: Moment | None
     lifetimes: Lifetimes
+    known: Known | None = None
 
     def kind_of_blocks(self) -> dict[int, str]:
         """The kind of each block allocated at the snapshot, by its address."""
@@ -222,10 +225,14 @@ class Filled:
 
 @paused_gc()
 def what_filled(dump: Dump) -> Filled:
-    """Classify every allocation of ``dump`` and find its peak and OOM moments."""
+    """Classify every allocation of ``dump`` and find its peak and OOM moments.
+
+    The kinds the process told (the sidecar's tracked tensors) take precedence over inference.
+    """
     lt = lifetimes(dump)
     classify(lt)
+    known = label_known(lt, dump.meta.tensors)
     position = peak_position(lt)
     peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
-    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt)
+    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known)

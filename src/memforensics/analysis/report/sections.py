@@ -222,34 +222,49 @@ def replay_section(ctx: DumpContext) -> Section | None:
 
 
 def kinds_section(ctx: DumpContext) -> Section:
-    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence."""
+    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence, and
+    the bytes the process told (tracked tensors) when the dump lists any."""
     peak = {k.kind: k for k in ctx.filled.peak.kinds}
     now = {k.kind: k for k in ctx.filled.kinds}
+    known = ctx.filled.known is not None
     rows = []
     for kind in KINDS:
         if kind in peak or kind in now:
             confidence = (now.get(kind) or peak[kind]).confidence
-            rows.append(
-                [
-                    kind,
-                    peak[kind].bytes if kind in peak else 0,
-                    now[kind].bytes if kind in now else 0,
-                    round(confidence, 2),
-                ]
-            )
+            row: list[object] = [
+                kind,
+                peak[kind].bytes if kind in peak else 0,
+                now[kind].bytes if kind in now else 0,
+                round(confidence, 2),
+            ]
+            if known:
+                row.append(now[kind].known_bytes if kind in now else 0)
+            rows.append(row)
+    columns = [
+        ("kind", "text"),
+        ("at the peak", "bytes"),
+        ("at the snapshot", "bytes"),
+        ("confidence", "number"),
+    ]
+    note = (
+        "From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "
+        "snapshot: see docs/analysis.md, 'Kinds of memory'."
+    )
+    if known:
+        columns.append(("from the process at the snapshot", "bytes"))
+        note = (
+            "Blocks holding the tensors the process tracked (its model and optimizer) carry "
+            "their kind from the process; the rest is inferred from lifetimes and frames. Block "
+            "bytes, adding up to allocated at the snapshot: see docs/analysis.md, 'Kinds known "
+            "from the process'."
+        )
     return table(
         "kinds",
         "Kinds of memory",
-        [
-            ("kind", "text"),
-            ("at the peak", "bytes"),
-            ("at the snapshot", "bytes"),
-            ("confidence", "number"),
-        ],
+        columns,
         rows,
         empty="No live memory at the peak or the snapshot.",
-        note="From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "
-        "snapshot: see docs/analysis.md, 'Kinds of memory'.",
+        note=note,
     )
 
 

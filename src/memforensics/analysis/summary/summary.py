@@ -33,6 +33,7 @@ from memforensics.analysis.filled import (
     CallNode,
     Filled,
     KindBytes,
+    Known,
     Moment,
     live_at,
     main_kind,
@@ -344,6 +345,9 @@ class Summary:
     kinds: tuple[KindBytes, ...] = ()
     kinds_total: str = KINDS_TOTAL  # the figure the kinds add up to
     peak: Moment | None = None
+    known: Known | None = None
+    """What the process's tracked tensors labelled (the kinds' ``known_bytes``); None when the
+    sidecar lists no tracked tensors."""
     other_devices: tuple[Summary, ...] = ()
     """The file's other devices with memory (``summary``'s answer about one file holds each
     device it explains: the OOM's, else every device with memory, this one first)."""
@@ -436,6 +440,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
         kinds=filled.kinds,
         peak=filled.peak,
+        known=filled.known,
         filled=filled,
     )
 

@@ -82,7 +82,7 @@ def _one_device(s: Summary, rows: int | None) -> str:
         lines.append(f"  → {s.verdict.advice}")
     lines += _site_table(s)
     lines += _unrecorded_note(s)
-    lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None)
+    lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None, s.known)
     if s.live_by_step:
         shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]

@@ -9,7 +9,7 @@
   var KIND_COLORS = {
     parameter: "#3b6fb6", optimizer_state: "#7a4fb0", gradient: "#d9822b",
     activation: "#2f9e6e", kv_cache: "#c93c3c", workspace: "#17a2b8",
-    temporary: "#c9b037", before_recording: "#8a94a6",
+    temporary: "#c9b037", before_recording: "#8a94a6", buffer: "#6fa8dc",
     unknown: "#c7ccd6", "pending free": "#e7c65b"
   };
   var SITE_COLORS = ["#3b6fb6", "#d9822b", "#2f9e6e", "#c93c3c", "#7a4fb0", "#8c564b",
