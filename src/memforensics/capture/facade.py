@@ -356,10 +356,10 @@ class MemoryForensics:
         """Whether this process captures, why not, and whether ``out_dir`` took files at the
         last attempt. Reading it touches neither the device nor the disk."""
         inert = None
-        if self.closed:
-            inert = "closed"
-        elif self._worker is not None:
+        if self._worker is not None:
             inert = self._worker
+        elif self.closed:
+            inert = "closed"
         elif not self.capturing:
             inert = "rank not selected"
         elif not self._device_ready:
@@ -419,9 +419,9 @@ def install(**config: Any) -> MemoryForensics:
     validated = build_config(config)
     with _install_lock:
         live = _current
-        if live is not None and not live.closed and live.config == validated and live._owned():
-            return live
         worker = _worker_reason(config, live)
+        if _still_current(live, validated, worker):
+            return live  # type: ignore[return-value] # _still_current checked it
         if live is not None:
             live.close()
             _current = None
@@ -432,6 +432,16 @@ def install(**config: Any) -> MemoryForensics:
         if worker is None:
             mark_installer()
         return _current
+
+
+def _still_current(
+    live: MemoryForensics | None, validated: ForensicsConfig, worker: str | None
+) -> bool:
+    """The live facade answers ``install()`` again: same config, built by this process, and
+    still right about being a worker (a worker that became a rank installs afresh)."""
+    if live is None or live.closed or live.config != validated or not live._owned():
+        return False
+    return (live._worker is None) == (worker is None)
 
 
 def _worker_reason(explicit: dict[str, Any], live: MemoryForensics | None) -> str | None:

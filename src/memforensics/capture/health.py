@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,22 +127,35 @@ class OutDir:
 def worker_of_installer(*, explicit_rank: bool, inherited: object = None) -> str | None:
     """Why this process must not capture, or None when it may.
 
-    A process that ``install()`` must leave inert is a child of a process that installed
-    memforensics: its ``multiprocessing`` parent's pid is the one in ``INSTALLER_ENV``
-    (spawn, forkserver, fork), or it holds a facade a plain ``os.fork()`` copied from its parent
-    (``inherited``: the live facade's pid, when that is not ours). It still captures when it
-    names its rank (``explicit_rank``) or when ``torch.distributed`` is initialised: then it is
-    a rank ``mp.spawn`` started, not a worker.
+    A process ``install()`` leaves inert is a child of a process that installed memforensics:
+    its ``multiprocessing`` parent's pid is the one in ``INSTALLER_ENV`` (spawn, forkserver,
+    fork, after the child started); or it is re-importing the training script as
+    ``__mp_main__`` (a spawn or forkserver child before it knows its parent, or the forkserver
+    itself) under another process's marker; or it holds a facade a plain ``os.fork()`` copied
+    from its parent (``inherited``: that facade's pid, when it is not ours). It still captures
+    when it names its rank (``explicit_rank``) or when ``torch.distributed`` is initialised:
+    then it is a rank ``mp.spawn`` started, not a worker.
     """
     if explicit_rank or distributed_initialized():
         return None
-    parent = multiprocessing.parent_process()
     marker = os.environ.get(INSTALLER_ENV, "")
-    if parent is not None and parent.pid is not None and marker == str(parent.pid):
-        return f"a worker process of pid {parent.pid}, which installed memforensics"
+    if marker and marker != str(os.getpid()):
+        parent = multiprocessing.parent_process()
+        if parent is not None and marker == str(parent.pid):
+            return f"a worker process of pid {marker}, which installed memforensics"
+        if _reimporting_main():
+            return f"a worker process of pid {marker}, which installed memforensics"
     if isinstance(inherited, int) and inherited != os.getpid():
         return f"a forked child of pid {inherited}, which installed memforensics"
     return None
+
+
+def _reimporting_main() -> bool:
+    """True while ``multiprocessing`` runs the training script as ``__mp_main__`` (a spawn or
+    forkserver child, or the forkserver, importing it): ``__mp_main__`` is then a module of its
+    own, where otherwise ``multiprocessing`` makes it another name for ``__main__``."""
+    reimported = sys.modules.get("__mp_main__")
+    return reimported is not None and reimported is not sys.modules.get("__main__")
 
 
 def mark_installer() -> None:

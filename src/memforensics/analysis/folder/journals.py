@@ -110,6 +110,13 @@ class ProcessJournal:
         return len(self.times)
 
     @property
+    def ran_steps(self) -> bool:
+        """True when the process wrote a step or window line: it trained. A journal of only
+        ``close`` (and ``oom``) lines is a process that ran no step, such as a worker an older
+        release let write one: never a restart of its rank."""
+        return "s" in self.events or "w" in self.events
+
+    @property
     def peak_reserved(self) -> int | None:
         """The allocator's peak reserved bytes (its own peak, else the largest value seen)."""
         for name in ("peak_reserved_bytes", "reserved_bytes"):
