@@ -330,7 +330,8 @@ class Problems:
     torn_last_lines: tuple[int, ...]
     """Ranks whose journal ends in a line cut short (skipped)."""
     bad_lines: int
-    """Journal lines that could not be read."""
+    """Journal lines skipped: unreadable, or refused by ``journals.readable_line`` (a negative
+    or non-finite time or figure)."""
     not_closed: tuple[int, ...]
     """Ranks whose newest process wrote no close line (killed, hung or running)."""
     unreadable: tuple[str, ...]

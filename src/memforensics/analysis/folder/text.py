@@ -162,7 +162,7 @@ def _problems(view: Overview) -> list[str]:
     if p.torn_last_lines:
         parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p.torn_last_lines)}")
     if p.bad_lines:
-        parts.append(f"{p.bad_lines:,} unreadable line(s) skipped")
+        parts.append(skipped_lines_text(p.bad_lines))
     for rank, pids in list(p.restarts.items())[:TOP]:
         parts.append(f"rank {rank} restarted (pids {', '.join(str(x) for x in pids)})")
     if len(p.restarts) > TOP:
@@ -302,10 +302,17 @@ def watch_header(view: WatchView) -> str:
         step = "outside a step" if first.step is None else f"step {first.step:,}"
         oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
     torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
+    skipped = f" · {skipped_lines_text(view.skipped_lines)}" if view.skipped_lines else ""
     return (
         f"{view.ranks_seen:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
         f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
+        f"{skipped}"
     )
+
+
+def skipped_lines_text(count: int) -> str:
+    """How every journal reader says it skipped lines (``journals.readable_line``'s rule)."""
+    return f"{count:,} journal line(s) skipped (unreadable, or a negative or non-finite figure)"
 
 
 def watch_cells(row: WatchRow) -> tuple[str, ...]:
