@@ -235,6 +235,9 @@ def _no_oom_head(listing: RunListing) -> str:
     """The head when no OOM dump is known: what ``ls`` saw, and what it did not open."""
     unknown = sum(1 for entry in listing.dumps if entry.kind is None)
     known = len(listing.dumps) - unknown
+    empty = sum(1 for entry in listing.dumps if entry.empty and entry.kind == "oom")
+    if empty:
+        return f"no OOM dumps among {known} dump(s); {empty} empty OOM file(s) (0 bytes) ignored"
     if not unknown:
         return f"no OOM dumps among {known} dump(s)" if known else "no dumps"
     raw = (
@@ -271,6 +274,7 @@ def ls_text(listing: RunListing) -> str:
                 "P" if entry.partial else "",
                 "T" if entry.truncated else "",
                 "" if entry.has_sidecar else "?",
+                "E" if entry.empty else "",
             )
         )
         lines.append(
@@ -281,8 +285,8 @@ def ls_text(listing: RunListing) -> str:
         )
     lines.append("")
     lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
-        " external: memory outside PyTorch at an OOM"
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
+        " E empty (0 bytes, no OOM); external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
 
