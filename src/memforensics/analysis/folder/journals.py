@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from math import isfinite, isnan
 from operator import itemgetter, le, mul
+from pathlib import Path
 from typing import Any, TypeGuard
 
 from memforensics import _layout
@@ -332,6 +333,16 @@ def _int64(value: object) -> int:
     if type(value) is int and MISSING < value < (1 << 63):
         return value
     return MISSING
+
+
+def read_run_journals(root: str) -> list[ProcessJournal]:
+    """Every process's journal under ``root`` (a run folder, or its journal folder itself),
+    read in this process: for a command that wants the journals alone, without ``overview``'s
+    sidecars and worker processes."""
+    groups: dict[tuple[int, int], list[JournalFile]] = {}
+    for item in list_journals(root) + list_journals(str(_layout.journal_folder(Path(root)))):
+        groups.setdefault((item.rank, item.pid), []).append(item)
+    return read_processes(list(groups.values()))
 
 
 def read_processes(groups: list[list[JournalFile]]) -> list[ProcessJournal]:
