@@ -106,7 +106,7 @@ class OutDir:
             error=self.blocked,
             rank=self.rank,
             reason="the disk takes no files: capture writes nothing until it does, and tries"
-            " again at each dump; training goes on",
+            " again at each dump or journal line; training goes on",
         )
 
     def _settle(self) -> None:
@@ -141,9 +141,7 @@ def worker_of_installer(*, explicit_rank: bool, inherited: object = None) -> str
     marker = os.environ.get(INSTALLER_ENV, "")
     if marker and marker != str(os.getpid()):
         parent = multiprocessing.parent_process()
-        if parent is not None and marker == str(parent.pid):
-            return f"a worker process of pid {marker}, which installed memforensics"
-        if _reimporting_main():
+        if (parent is not None and marker == str(parent.pid)) or _reimporting_main():
             return f"a worker process of pid {marker}, which installed memforensics"
     if isinstance(inherited, int) and inherited != os.getpid():
         return f"a forked child of pid {inherited}, which installed memforensics"
