@@ -61,7 +61,11 @@ class Dumper:
         rank: int,
         backend: DeviceBackend,
         context: SidecarContext,
+        *,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
+        """``ready``: asked before each dump whether ``out_dir`` takes files now (it may try the
+        disk again); a dump it refuses is skipped whole, snapshot included."""
         self.config = config
         self.out_dir = out_dir
         self.rank = rank
@@ -77,6 +81,14 @@ class Dumper:
         process shares its rank and pid (see ``Journal.identity``); empty otherwise."""
         self._window_tokens: dict[str, str] = {}
         self._tracker: Tracker | None = None
+        self._ready = ready if ready is not None else _always
+
+    def disk_ready(self, kind: str) -> bool:
+        """Whether a ``kind`` dump may be written now; a refused one is logged at debug."""
+        if self._ready():
+            return True
+        safe_log("debug", "dump_skipped", kind=kind, rank=self.rank, reason="out_dir unwritable")
+        return False
 
     def named_by(self, journal: Journal) -> Journal:
         """Name dumps apart as ``journal`` does (its token); return ``journal``."""
@@ -166,6 +178,8 @@ class Dumper:
         window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
         """
         self.flush()  # one window in flight at most, landed in order
+        if not self.disk_ready("window"):
+            return False
         token = self._window_tokens[window.name] = self.name_token()
         paths = atomic.window_paths(self.out_dir, window.name, self.rank, self.context.pid, token)
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
@@ -303,6 +317,8 @@ class Dumper:
             step=step,
             source=source,
         )
+        if not self.disk_ready("oom"):
+            return
         snapshot = self.attempt("oom_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return
@@ -353,6 +369,8 @@ class Dumper:
         ``record`` builds the sidecar's ``near_oom`` object (why, and the figures) from the
         configured fraction and the allocator statistics read here.
         """
+        if not self.disk_ready(NEAR_OOM):
+            return None
         stats = self.attempt("near_oom_stats_failed", self.backend.memory_stats)
         snapshot = self.attempt("near_oom_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
@@ -366,6 +384,8 @@ class Dumper:
     # -- manual --------------------------------------------------------------------------------
     def manual(self, step: int | None) -> Path | None:
         """A snapshot on request (``mf.dump()``), kind ``"manual"``."""
+        if not self.disk_ready("manual"):
+            return None
         snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return None
@@ -433,3 +453,7 @@ def exception_stack(exc: BaseException) -> list[dict[str, Any]]:
 
 def _no_token() -> str:
     return ""
+
+
+def _always() -> bool:
+    return True

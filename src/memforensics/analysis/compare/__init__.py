@@ -11,6 +11,7 @@ from memforensics.analysis.compare.diff import (
 )
 from memforensics.analysis.compare.leaks import (
     LEAKS_SCHEMA,
+    JournalTrend,
     Leaks,
     LeakTracker,
     WindowTotals,
@@ -27,6 +28,7 @@ __all__ = [
     "LEAKS_SCHEMA",
     "Diff",
     "DiffSide",
+    "JournalTrend",
     "LeakTracker",
     "Leaks",
     "SideOf",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.filled import main_kind, what_filled
 from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
-from memforensics.analysis.folder import list_dumps
+from memforensics.analysis.folder import MISSING, ProcessJournal, list_dumps, read_run_journals
 from memforensics.analysis.schema import json_key
 from memforensics.analysis.summary import live_blocks, scan_trace
 
@@ -66,6 +66,16 @@ class RankWindows:
     steps: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class JournalTrend:
+    """One rank's live bytes over the whole run, from its journal: the trend between and
+    beyond the windows (its newest process, over the steps its lines cover)."""
+
+    rank: int
+    steps: tuple[int, int] | None
+    growth_per_1k_steps: float | None = field(metadata=json_key("allocated_growth_per_1k_steps"))
+
+
 @dataclass(frozen=True)
 class Leaks:
     """What ``memforensics leaks`` prints: trends for every site of every rank with window
@@ -76,6 +86,10 @@ class Leaks:
     windows: tuple[RankWindows, ...]
     trends: tuple[SiteTrend, ...] = field(metadata=json_key("sites"))
     unreadable: tuple[str, ...] = ()
+    journal: tuple[JournalTrend, ...] = ()
+    """Each rank's trend from its journal, fastest growing first (empty without journals)."""
+    journal_skipped_lines: int = 0
+    """Journal lines skipped by the rule every journal reader applies (``readable_line``)."""
 
     @property
     def suspects(self) -> tuple[SiteTrend, ...]:
@@ -251,7 +265,29 @@ def fit_windows(root: str, found: Iterable[WindowTotals | str | None]) -> Leaks:
             unreadable.append(result)
         elif result is not None:
             tracker.add_totals(result)
-    return tracker.result(root, unreadable)
+    leaks = tracker.result(root, unreadable)
+    trends, skipped = journal_trends(root)
+    return replace(leaks, journal=trends, journal_skipped_lines=skipped)
+
+
+def journal_trends(root: str) -> tuple[tuple[JournalTrend, ...], int]:
+    """Each rank's allocated-bytes trend from the run's journals (its newest process that ran
+    steps), fastest growing first, and how many journal lines were skipped."""
+    journals = read_run_journals(root)
+    newest: dict[int, ProcessJournal] = {}
+    for journal in journals:
+        if not journal.ran_steps:
+            continue
+        held = newest.get(journal.rank)
+        if held is None or journal.times[0] > held.times[0]:
+            newest[journal.rank] = journal
+    trends = []
+    for rank, journal in newest.items():
+        steps = [step for step in journal.steps if step != MISSING]
+        span = (steps[0], steps[-1]) if steps else None
+        trends.append(JournalTrend(rank, span, journal.growth.get("allocated_bytes")))
+    trends.sort(key=lambda t: (-(t.growth_per_1k_steps or 0.0), t.rank))
+    return tuple(trends), sum(journal.bad_lines for journal in journals)
 
 
 @contextmanager

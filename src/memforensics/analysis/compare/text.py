@@ -16,6 +16,7 @@ from memforensics.analysis.dump import (
     kind_and_site,
     native_note,
 )
+from memforensics.analysis.folder import skipped_lines_text
 
 
 def diff_text(d: Diff, top: int | None = 15) -> str:
@@ -89,10 +90,11 @@ def kinds_change_lines(rows: Sequence[KindChange]) -> list[str]:
 def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
     """The ``leaks`` table; ``top`` None shows every site."""
     if not leaks.windows:
-        return (
+        none = (
             f"{leaks.root}: no window dumps to compare (leaks needs step windows: "
             "install(steps=N), and keep_last=None or a few windows kept)"
         )
+        return "\n".join([none, *_journal_lines(leaks)])
     lines = []
     for window in leaks.windows:
         rank, steps = window.rank, window.steps
@@ -121,6 +123,29 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
         if len(shown) < len(trends):
             lines.append(f"  … {len(trends) - len(shown)} more site(s) hidden (--all shows them)")
         lines += native_note([trend.site for trend in shown])
-    for error in leaks.unreadable:
-        lines.append(f"unreadable: {error}")
+    lines += [f"unreadable: {error}" for error in leaks.unreadable[:LISTED]]
+    if len(leaks.unreadable) > LISTED:
+        lines.append(f"unreadable: {len(leaks.unreadable) - LISTED:,} more file(s)")
+    lines += _journal_lines(leaks)
     return "\n".join(lines)
+
+
+LISTED = 10
+"""Unreadable files and journal trends the text names at most; the rest are counted."""
+
+
+def _journal_lines(leaks: Leaks) -> list[str]:
+    """The journals' whole-run trends (fastest growing ranks) and their skipped lines."""
+    lines = []
+    if leaks.journal:
+        lines.append("journal, allocated bytes over the whole run (fastest growing first):")
+    for trend in leaks.journal[:LISTED]:
+        growth = trend.growth_per_1k_steps
+        shown = "-" if growth is None else f"{format_signed_bytes(round(growth))}/1k steps"
+        span = "" if trend.steps is None else f" over steps {trend.steps[0]}-{trend.steps[1]}"
+        lines.append(f"  rank {trend.rank}: {shown}{span}")
+    if len(leaks.journal) > LISTED:
+        lines.append(f"  … {len(leaks.journal) - LISTED:,} more rank(s) (--json has them)")
+    if leaks.journal_skipped_lines:
+        lines.append(skipped_lines_text(leaks.journal_skipped_lines))
+    return lines

@@ -330,7 +330,8 @@ class Problems:
     torn_last_lines: tuple[int, ...]
     """Ranks whose journal ends in a line cut short (skipped)."""
     bad_lines: int
-    """Journal lines that could not be read."""
+    """Journal lines skipped: unreadable, or refused by ``journals.readable_line`` (a negative
+    or non-finite time or figure)."""
     not_closed: tuple[int, ...]
     """Ranks whose newest process wrote no close line (killed, hung or running)."""
     unreadable: tuple[str, ...]
@@ -374,7 +375,7 @@ def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
     files = scan_run(str(folder))
     journals = read_all(list(files.journals.values()), workers)
     by_rank: dict[int, list[ProcessJournal]] = {}
-    for journal in sorted(journals, key=_first_time):
+    for journal in sorted(journals, key=_process_order):
         by_rank.setdefault(journal.rank, []).append(journal)
     dumps: dict[int, list[DumpRecord]] = {}
     for dump in files.dumps:
@@ -438,8 +439,16 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _first_time(journal: ProcessJournal) -> tuple[float, int]:
-    return (journal.times[0] if journal.times else float("inf"), journal.pid)
+def _process_order(journal: ProcessJournal) -> tuple[bool, float, int]:
+    """A rank's processes in the order they ran, those that ran no step first: the newest
+    process, whose figures are the rank's, is always one that trained."""
+    return (journal.ran_steps, journal.times[0] if journal.times else float("inf"), journal.pid)
+
+
+def _restarts(by_rank: dict[int, list[ProcessJournal]]) -> dict[int, tuple[int, ...]]:
+    """Rank -> the pids of its processes that ran steps, for ranks with more than one."""
+    found = {r: tuple(j.pid for j in group if j.ran_steps) for r, group in by_rank.items()}
+    return {rank: pids for rank, pids in found.items() if len(pids) > 1}
 
 
 def _problems(
@@ -457,7 +466,7 @@ def _problems(
         ranks_without_journal=tuple(sorted(present - set(by_rank))),
         ranks_missing=tuple(missing),
         ranks_missing_count=max(0, (world or 0) - sum(1 for r in present if r < (world or 0))),
-        restarts={r: tuple(j.pid for j in group) for r, group in by_rank.items() if len(group) > 1},
+        restarts=_restarts(by_rank),
         torn_last_lines=tuple(sorted({j.rank for j in journals if j.torn_last_line})),
         bad_lines=sum(j.bad_lines for j in journals),
         not_closed=tuple(

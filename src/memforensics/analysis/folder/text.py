@@ -162,7 +162,7 @@ def _problems(view: Overview) -> list[str]:
     if p.torn_last_lines:
         parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p.torn_last_lines)}")
     if p.bad_lines:
-        parts.append(f"{p.bad_lines:,} unreadable line(s) skipped")
+        parts.append(skipped_lines_text(p.bad_lines))
     for rank, pids in list(p.restarts.items())[:TOP]:
         parts.append(f"rank {rank} restarted (pids {', '.join(str(x) for x in pids)})")
     if len(p.restarts) > TOP:
@@ -235,6 +235,9 @@ def _no_oom_head(listing: RunListing) -> str:
     """The head when no OOM dump is known: what ``ls`` saw, and what it did not open."""
     unknown = sum(1 for entry in listing.dumps if entry.kind is None)
     known = len(listing.dumps) - unknown
+    empty = sum(1 for entry in listing.dumps if entry.empty and entry.kind == "oom")
+    if empty:
+        return f"no OOM dumps among {known} dump(s); {empty} empty OOM file(s) (0 bytes) ignored"
     if not unknown:
         return f"no OOM dumps among {known} dump(s)" if known else "no dumps"
     raw = (
@@ -271,6 +274,7 @@ def ls_text(listing: RunListing) -> str:
                 "P" if entry.partial else "",
                 "T" if entry.truncated else "",
                 "" if entry.has_sidecar else "?",
+                "E" if entry.empty else "",
             )
         )
         lines.append(
@@ -281,8 +285,8 @@ def ls_text(listing: RunListing) -> str:
         )
     lines.append("")
     lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
-        " external: memory outside PyTorch at an OOM"
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
+        " E empty (0 bytes, no OOM); external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
 
@@ -302,10 +306,17 @@ def watch_header(view: WatchView) -> str:
         step = "outside a step" if first.step is None else f"step {first.step:,}"
         oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
     torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
+    skipped = f" · {skipped_lines_text(view.skipped_lines)}" if view.skipped_lines else ""
     return (
         f"{view.ranks_seen:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
         f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
+        f"{skipped}"
     )
+
+
+def skipped_lines_text(count: int) -> str:
+    """How every journal reader says it skipped lines (``journals.readable_line``'s rule)."""
+    return f"{count:,} journal line(s) skipped (unreadable, or a negative or non-finite figure)"
 
 
 def watch_cells(row: WatchRow) -> tuple[str, ...]:

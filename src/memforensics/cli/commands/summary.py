@@ -15,7 +15,7 @@ from memforensics.analysis import Dump, load_dump, summarize
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summary_text
 from memforensics.cli._cache import UNNAMED, named_by, renamed
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, skipped_lines
 from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -175,13 +175,13 @@ class SummaryCommand:
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     """Print each section in the order given; the exit status (as documented above)."""
     results: list[dict[str, Any]] = []
-    bad = shown = 0
+    shown = 0
+    errors: list[str] = []
     for section in sections:
         if section.kept is None:
             if not ask.several:
                 raise CommandError(section.error or "no answer")
-            print(f"memforensics summary: {section.error}", file=sys.stderr)
-            bad += 1
+            errors.append(section.error or "no answer")
             continue
         summary = section.kept.summary
         prefix = f"{summary.file}: " if ask.several else ""
@@ -195,6 +195,8 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     if ask.json and (results or not ask.several):
         body = {"dumps": results} if ask.several else results[0]
         print(json.dumps({"schema": SCHEMA, **body}, indent=2))
-    if bad == len(files):
-        raise CommandError(f"none of the {bad} files could be read")
-    return 1 if bad else 0
+    for line in skipped_lines("summary", errors, label=""):
+        print(line, file=sys.stderr)
+    if len(errors) == len(files):
+        raise CommandError(f"none of the {len(errors):,} files could be read")
+    return 1 if errors else 0

@@ -65,3 +65,33 @@ def test_empty_folder_has_no_first_oom(tmp_path: Path) -> None:
     listing = list_dumps(tmp_path)
     assert listing.dumps == ()
     assert listing.first_oom is None
+
+
+def test_an_empty_dump_file_is_empty_never_the_first_oom(tmp_path: Path) -> None:
+    """0-byte OOM files, one with a sidecar and one without, earlier than every real OOM:
+    ls and overview name the real first OOM and call the empty ones empty."""
+    import json
+
+    from memforensics.analysis import build_overview
+    from memforensics.analysis.folder import ls_text, overview_text
+    from memforensics.testing import make_sidecar
+
+    truth = write_run_folder(tmp_path, world_size=8)
+    oom = tmp_path / "oom"
+    early = "2026-11-30T00:00:00+00:00"
+    (oom / "rank6_pid9_step1_20261130-000000-000000.pickle").write_bytes(b"")
+    (oom / "rank6_pid9_step1_20261130-000000-000000.json").write_text(
+        json.dumps(make_sidecar("oom", rank=6, step=1, created_at=early))
+    )
+    (oom / "rank5_pid9_step1_20261130-000000-000001.pickle").write_bytes(b"")
+    listing = list_dumps(tmp_path)
+    assert listing.first_oom is not None
+    assert listing.first_oom.path == truth.first_oom_path
+    empty = [e for e in listing.dumps if e.empty]
+    assert len(empty) == 2
+    assert "E empty" in ls_text(listing)
+    overview = build_overview(tmp_path, workers=1)
+    assert overview.first_oom is not None
+    assert overview.first_oom.rank == truth.first_oom_rank
+    assert all(f.step != 1 for f in overview.failures)  # the empty files' step
+    assert "empty (0 bytes)" in overview_text(overview)

@@ -264,3 +264,20 @@ def test_a_rotated_journal_is_read_oldest_file_first(tmp_path: Path) -> None:
     assert (rank.rank, rank.pids, rank.lines, rank.last_step) == (3, (journal.pid,), kept, 59)
     assert rank.first_step == 60 - kept
     assert view.problems.restarts == {}
+
+
+def test_journals_without_step_lines_are_never_a_restart(tmp_path: Path) -> None:
+    """Workers' journals of one close line each (newer than the training process's) name no
+    restart, and the rank's last figures stay the training process's, not the workers' zeros."""
+    write_journals(tmp_path, ranks=2, lines=20, leak_rank=None)
+    folder = tmp_path / "journal"
+    for pid in (7001, 7002):
+        line = format_line("close", None, 0, {"reserved_bytes": 0}, 2_000_000_000.0 + pid)
+        (folder / journal_name(0, pid)).write_bytes(line)
+    view = build_overview(tmp_path, workers=1)
+    assert view.problems.restarts == {}
+    rank0 = view.rank(0)
+    assert rank0 is not None
+    assert rank0.last_reserved_bytes is not None
+    assert rank0.last_reserved_bytes > GiB
+    assert "restarted" not in overview_text(view)
