@@ -50,6 +50,15 @@ SCHEMA = 2
 """``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
 bumps it)."""
 
+AS_RECORDED = "as recorded"
+"""The first what-if row: the recorded settings, from the recorded start layout."""
+BASELINES = {
+    "live": "recorded settings, live blocks placed afresh",
+    "cached": "recorded settings, cached segments dropped",
+}
+"""The baseline row's name by how recording started: what every setting's row does to the
+start layout, under the recorded settings."""
+
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
 a what-if is refused: one decision in a hundred already differs, the size of the differences a
@@ -99,6 +108,10 @@ class Replay:
     """Share of the recorded blocks the self-check placed at their address (None: none)."""
     avoided_by: tuple[str, ...] = ()
     """Names of the alternatives under which the OOM does not happen."""
+    baseline: str = AS_RECORDED
+    """The row every setting's ``change_bytes`` is measured against: ``as recorded``, or, when
+    recording started with blocks live or cached, the recorded settings with those placed
+    afresh (as every setting's row places them)."""
 
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
@@ -173,6 +186,11 @@ def replay_dump(
                 " evidence (a defect of memforensics' model; please report it with the dump)"
             )
         refusals += _self_check_refusals(exact)
+        if tabled and not _verified(exact):
+            refusals.append(
+                "the self-check verified nothing: the trace holds no allocation to place and no"
+                " segment event to compare, so a what-if would rest on no evidence"
+            )
         reproduced: bool | None = None
         if moment is not None and moment.index is not None:
             reproduced = exact.oom_index == dump.oom_positions[0]  # the first of any retries
@@ -183,11 +201,12 @@ def replay_dump(
             # The exact run noted what it would have reported had it stopped at the first OOM:
             # that is the baseline, step for step, without a second run.
             baseline = calibration = exact.at_first_stop or exact
-            rows.append(row("as recorded", recorded, baseline, None))
+            rows.append(row(AS_RECORDED, recorded, baseline, None))
             if kind != "empty":  # the calibration matters only with blocks live or cached
                 calibration = run(
                     dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
                 )
+                rows.append(row(BASELINES[kind], recorded, calibration, note))
                 if (calibration.oom_index is None) != (baseline.oom_index is None):
                     refusals.append(
                         "the blocks live when recording started decide the outcome: placed"
@@ -229,8 +248,18 @@ def replay_dump(
         settings_rules=rules.label(),
         trusted=not refusals,
         placement_fidelity=placement_share(exact.allocs_placed_same, exact.allocs_checked),
-        avoided_by=tuple(r.name for r in what_if[1:] if not r.oom) if moment is not None else (),
+        avoided_by=tuple(
+            r.name for r in what_if if r.change_bytes is not None and not r.oom and not r.no_effect
+        )
+        if moment is not None
+        else (),
+        baseline=BASELINES.get(kind, AS_RECORDED),
     )
+
+
+def _verified(exact: RunResult) -> bool:
+    """Did the self-check compare anything: a block placement or a segment event?"""
+    return bool(exact.allocs_checked or exact.real_segment_events or exact.model_segment_events)
 
 
 def _self_check_refusals(exact: RunResult) -> list[str]:
