@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump import NOTHING_ALLOCATED, ONE_EVENT, Dump
 from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
@@ -73,15 +73,35 @@ def no_oom() -> Verdict:
     return Verdict(NO_OOM, "No out-of-memory error is recorded in this dump.", None)
 
 
-def unknown_no_evidence() -> Verdict:
+def unknown_no_evidence(nothing_allocated: bool = False) -> Verdict:
     """No history and no sidecar: nothing says whether, or what, failed."""
+    held = (
+        "Nothing was allocated when this snapshot was taken, and it"
+        if nothing_allocated
+        else ("This snapshot")
+    )
     return Verdict(
         UNKNOWN,
-        "This snapshot has no allocator history and no sidecar, so nothing records whether an"
+        f"{held} records no allocator event and has no sidecar, so nothing records whether an"
         " allocation failed or what it asked for.",
         "If it was taken at an OOM, give the failed request from the error message:"
         " memforensics summary FILE --requested 2GiB.",
         "no history and no sidecar",
+    )
+
+
+def one_event_verdict() -> Verdict:
+    """The trace holds one event: it cannot show that nothing failed."""
+    return Verdict(
+        UNKNOWN,
+        "The trace holds one event: too short to rule out an OOM (the legacy"
+        " torch.cuda.memory._record_memory_history(True) keeps one entry), so nothing here"
+        " says whether an allocation failed.",
+        "Record a history that keeps events: torch.cuda.memory._record_memory_history("
+        "max_entries=100000), or memforensics.install(), which records one. If this snapshot"
+        " was taken at an OOM, give the failed request: memforensics summary FILE"
+        " --requested 2GiB.",
+        "one-event trace",
     )
 
 
@@ -220,7 +240,9 @@ def verdict_at_oom(
         moment = oom_moment(dump, requested=requested)
     if moment is None:
         if not dump.meta.has_sidecar and not has_history(dump):
-            return unknown_no_evidence(), None, None
+            return unknown_no_evidence(dump.shape.history == NOTHING_ALLOCATED), None, None
+        if dump.shape.history == ONE_EVENT and dump.meta.kind != "oom":
+            return one_event_verdict(), None, None
         return no_oom(), None, None
     bound = lower_bound(dump, moment)
     verdict = judge(moment, bound=bound, top_sites=top_sites, expandable=expandable)

@@ -20,9 +20,10 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump import NO_HISTORY, NOTHING_ALLOCATED, STACKS_ONLY, TRACE, Dump
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.oom import (
+    AllocatorState,
     LowerBound,
     OomMoment,
     Verdict,
@@ -98,6 +99,7 @@ class Replay:
     pinners: tuple[Pinner, ...]
     lint: tuple[str, ...]
     history: bool = True  # False: the trace holds no allocator events, only the snapshot's state
+    recorded: str = TRACE  # what the dump records of the history (SnapshotShape.history)
     verdict: Verdict | None = None  # the same verdict summary gives (None: no OOM to judge)
     settings_notes: tuple[str, ...] = ()  # recorded settings the model could not read
     settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
@@ -153,19 +155,7 @@ def replay_dump(
     start = state_before(dump, 0, recorded)
     live_blocks = [block for segment in start.segments for block in segment.blocks]
     kind = "live" if live_blocks else ("cached" if start.segments else "empty")
-    refusals: list[str] = []
-    if not has_history(dump):
-        refusals.append("the dump records no allocator history (record_memory_history was off)")
-    if start.problem_count:
-        refusals.append(
-            f"the history contradicts the snapshot ({start.problem_count} events):"
-            f" {start.problems[0]}"
-        )
-    if _overflowed(dump):
-        refusals.append(
-            "the history ring buffer overflowed: the events that shaped the starting layout are"
-            " lost (raise max_entries)"
-        )
+    refusals = _history_refusals(dump, start)
     events = decode(dump.trace)  # read once; every run below walks these tuples
     tabled = has_history(dump) and not start.problem_count
     note = "live blocks at the start placed afresh" if kind == "live" else None
@@ -243,6 +233,7 @@ def replay_dump(
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
         history=has_history(dump),
+        recorded=dump.shape.history,
         verdict=verdict,
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
@@ -255,6 +246,33 @@ def replay_dump(
         else (),
         baseline=BASELINES.get(kind, AS_RECORDED),
     )
+
+
+_NO_TRACE = {
+    NO_HISTORY: "the dump records no allocator history (record_memory_history was off)",
+    STACKS_ONLY: "the dump records stacks but no trace of allocator events (history recorded"
+    " as state only, or by PyTorch 2.0 per block): there are no events to replay",
+    NOTHING_ALLOCATED: "nothing allocated: the snapshot holds no segment and no event",
+}
+"""Why a dump without allocator events has no what-if, by what it records instead."""
+
+
+def _history_refusals(dump: Dump, start: AllocatorState) -> list[str]:
+    """Why the history cannot carry a what-if: none, contradicting the snapshot, overflowed."""
+    refusals: list[str] = []
+    if not has_history(dump):
+        refusals.append(_NO_TRACE.get(dump.shape.history, _NO_TRACE[NO_HISTORY]))
+    if start.problem_count:
+        refusals.append(
+            f"the history contradicts the snapshot ({start.problem_count} events):"
+            f" {start.problems[0]}"
+        )
+    if _overflowed(dump):
+        refusals.append(
+            "the history ring buffer overflowed: the events that shaped the starting layout are"
+            " lost (raise max_entries)"
+        )
+    return refusals
 
 
 def _verified(exact: RunResult) -> bool:

@@ -405,8 +405,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                             f"event {position}: {size:,} B placed at {block.address:#x},"
                             f" recorded at {addr:#x}"
                         )
-                if reserved_stat.current > peak:
-                    peak = reserved_stat.current
+                peak = max(peak, reserved_stat.current)
                 if allocated_stat.current > top:
                     top = allocated_stat.current
                     result.fragmentation_at_peak = reserved_stat.current - top

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump import NOTHING_ALLOCATED, STACKS_ONLY
 from memforensics.analysis.oom import CAPACITY, DEVICE_FREE_UNKNOWN, LowerBound, device_free_text
 from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
@@ -65,7 +66,7 @@ def _table(r: Replay) -> list[str]:
             change = ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
         if row.first_failure_index is not None:
             failure = f"event {row.first_failure_index:,} ({fmt(row.first_failure_bytes)})"
-            change = f"{change}, first failure: {failure}" if change else f"first failure: {failure}"
+            change = ", ".join(part for part in (change, f"first failure: {failure}") if part)
         lines.append(
             f"  {row.name:<{width}} {'yes' if row.oom else 'no':<5}"
             f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>12}"
@@ -96,8 +97,11 @@ def _history_line(r: Replay) -> str:
     }[r.start]
     if r.history:
         return f"  history      {r.trace_events:,} events, recording started with {start}"
+    if r.recorded == NOTHING_ALLOCATED:
+        return "  history      none: nothing allocated"
     held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start
-    return f"  history      none recorded; the snapshot alone holds {held}"
+    what = "stacks recorded, no trace" if r.recorded == STACKS_ONLY else "none recorded"
+    return f"  history      {what}; the snapshot alone holds {held}"
 
 
 def _self_check_line(r: Replay) -> str:

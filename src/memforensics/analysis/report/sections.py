@@ -194,8 +194,7 @@ def replay_section(ctx: DumpContext) -> Section | None:
         )
     rows = [
         [
-            _what_if_label(row)
-            + (f" (also needs {row['requires']})" if row["requires"] else ""),
+            _what_if_label(row) + (f" (also needs {row['requires']})" if row["requires"] else ""),
             f"no effect on this dump ({row['no_effect']})"
             if row["no_effect"]
             else "OOM"

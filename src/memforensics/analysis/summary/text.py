@@ -14,6 +14,7 @@ from memforensics.analysis.dump import (
     caller_line,
     context_lines,
     hidden_rows,
+    history_words,
     origin_words,
     short_site,
 )
@@ -39,12 +40,6 @@ def _one_device(s: Summary, rows: int | None) -> str:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {
-        None: "ring-buffer overflow unknown: the oldest events may be lost",
-        True: "TRUNCATED",
-        False: "complete",
-    }[s.truncated]
-    truncated = "none recorded" if not s.trace_entries else truncated
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
@@ -71,7 +66,8 @@ def _one_device(s: Summary, rows: int | None) -> str:
         lines += _headline_rows(s)
     if s.judged_note:
         lines.append(f"  warning      {s.judged_note}")
-    lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
+    history = history_words(s.shape.history, s.trace_entries, s.truncated, s.live_at_start)
+    lines.append(f"  history      {history}")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
     if s.at_risk is not None:
         lines += ["", *at_risk_lines(s.at_risk)]

@@ -61,14 +61,17 @@ def test_a_setting_that_cannot_act_says_no_effect_and_why() -> None:
     result = replay_dump(_segment_churn())
     rows = {row.name: row for row in result.what_if}
     gc = rows["garbage_collection_threshold=0.8"]
-    assert gc.no_effect is not None and "memory fraction" in gc.no_effect
+    assert gc.no_effect is not None
+    assert "memory fraction" in gc.no_effect
     big = rows["max_split_size_mb=1024"]
-    assert big.no_effect is not None and "max_split_size" in big.no_effect
+    assert big.no_effect is not None
+    assert "max_split_size" in big.no_effect
     assert rows["expandable_segments=True"].no_effect is None
     lines = replay_text(result).splitlines()
     gc_line = next(line for line in lines if line.startswith("  garbage_collection_threshold"))
     assert "no effect on this dump (garbage collection acts only under a memory fraction" in gc_line
-    assert "GiB" not in gc_line and "MiB" not in gc_line
+    assert "GiB" not in gc_line
+    assert "MiB" not in gc_line
 
 
 def test_free_at_peak_is_read_at_the_allocated_peak() -> None:
@@ -113,5 +116,6 @@ def test_a_self_check_that_checked_nothing_refuses_the_table() -> None:
     assert any("verified nothing" in refusal for refusal in result.refusals)
     assert len(result.what_if) == 1
     text = replay_text(result)
-    assert "n/a" not in text and "(0/0)" not in text
+    assert "n/a" not in text
+    assert "(0/0)" not in text
     assert "no segment allocated or released to compare; no block placement to compare" in text
