@@ -33,6 +33,10 @@ from memforensics.analysis.schema import NOT_IN_JSON
 SNAPSHOT = "snapshot"
 SEGMENT_LIST = "segment-list"
 
+PYTORCH_2_0 = "PyTorch 2.0"
+PYTORCH_1_13 = "PyTorch 1.13 or older"
+EARLY_NPU = "torch_npu (early: no streams)"
+
 TRACE = "trace"
 ONE_EVENT = "one event"
 STACKS_ONLY = "stacks, no trace"
@@ -56,6 +60,11 @@ class SnapshotShape:
     missing: tuple[str, ...] = ()
     history: str = TRACE  # TRACE, ONE_EVENT, STACKS_ONLY, NO_HISTORY or NOTHING_ALLOCATED
     limits: tuple[str, ...] = field(default=(), metadata=NOT_IN_JSON)  # the summary's ``limits``
+
+    @property
+    def predates_expandable(self) -> bool:
+        """Written by a release before expandable segments (PyTorch and torch_npu 2.1)."""
+        return self.producer in (PYTORCH_2_0, PYTORCH_1_13, EARLY_NPU)
 
 
 def split_top_level(snapshot: object, source: str) -> tuple[list[Any], list[list[Any]], str]:
@@ -149,9 +158,9 @@ def read_shape(
     found = _scan(raw_segments, traces)
     npu = device_family == "npu" or bool(found.workspace) or not found.streams
     if npu:
-        producer = "torch_npu" if found.streams else "torch_npu (early: no streams)"
+        producer = "torch_npu" if found.streams else EARLY_NPU
     elif found.legacy_blocks:
-        producer = "PyTorch 2.0" if found.requested else "PyTorch 1.13 or older"
+        producer = PYTORCH_2_0 if found.requested else PYTORCH_1_13
     else:
         producer = "PyTorch 2.1 or newer"
     keys = snapshot if isinstance(snapshot, dict) else {}

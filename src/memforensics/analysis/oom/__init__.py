@@ -13,6 +13,7 @@ from memforensics.analysis.oom.history import (
 from memforensics.analysis.oom.moment import (
     TRACE,
     OomMoment,
+    ServeRoute,
     judged_moment_warning,
     oom_moment,
     recorded_rules,
@@ -33,6 +34,7 @@ from memforensics.analysis.oom.verdict import (
     Verdict,
     device_free_text,
     judge,
+    needed_text,
     verdict_at_oom,
 )
 
@@ -47,6 +49,7 @@ __all__ = [
     "LowerBound",
     "OomMoment",
     "SegmentState",
+    "ServeRoute",
     "Verdict",
     "at_risk",
     "at_risk_headline",
@@ -59,6 +62,7 @@ __all__ = [
     "judge",
     "judged_moment_warning",
     "lower_bound",
+    "needed_text",
     "oom_moment",
     "recorded_rules",
     "recorded_settings",

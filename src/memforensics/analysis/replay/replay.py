@@ -208,7 +208,14 @@ def replay_dump(
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
-        judge(moment, bound=bound, top_sites=[], expandable=expandable)
+        judge(
+            moment,
+            bound=bound,
+            top_sites=[],
+            expandable=expandable,
+            history=has_history(dump),
+            predates_expandable=dump.shape.predates_expandable,
+        )
         if moment is not None
         else None
     )

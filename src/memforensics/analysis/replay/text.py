@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import NOTHING_ALLOCATED, STACKS_ONLY
-from memforensics.analysis.oom import CAPACITY, DEVICE_FREE_UNKNOWN, LowerBound, device_free_text
+from memforensics.analysis.oom import (
+    CAPACITY,
+    DEVICE_FREE_UNKNOWN,
+    LowerBound,
+    device_free_text,
+    needed_text,
+)
 from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
 
@@ -134,10 +140,7 @@ def _bound_lines(r: Replay) -> list[str]:
             if b.proven
             else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
         )
-        return [
-            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
-            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs {_against(b)}: {verdict}"
-        ]
+        return [f"  lower bound  {needed_text(b)} vs {_against(b)}: {verdict}"]
     if r.oom is None:
         return []
     missing = [
