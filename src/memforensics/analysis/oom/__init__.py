@@ -35,6 +35,7 @@ from memforensics.analysis.oom.verdict import (
     device_free_text,
     judge,
     needed_text,
+    outside_text,
     verdict_at_oom,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "lower_bound",
     "needed_text",
     "oom_moment",
+    "outside_text",
     "recorded_rules",
     "recorded_settings",
     "seed_state",

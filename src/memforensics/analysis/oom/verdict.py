@@ -91,6 +91,11 @@ def unknown_no_evidence(nothing_allocated: bool = False) -> Verdict:
     )
 
 
+def outside_text(external: int | None) -> str:
+    """``outside PyTorch 1.00 GiB``, or ``outside PyTorch unknown`` (never a dash for it)."""
+    return "outside PyTorch unknown" if external is None else f"outside PyTorch {fmt(external)}"
+
+
 def one_event_verdict() -> Verdict:
     """The trace holds one event: it cannot show that nothing failed."""
     return Verdict(

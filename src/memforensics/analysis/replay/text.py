@@ -10,6 +10,7 @@ from memforensics.analysis.oom import (
     LowerBound,
     device_free_text,
     needed_text,
+    outside_text,
 )
 from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
@@ -29,8 +30,8 @@ def replay_text(r: Replay) -> str:
         lines.append(
             f"  at the OOM   request {fmt(o.requested_bytes)} (allocation"
             f" {fmt(o.allocation_bytes)}), reserved {fmt(o.reserved_bytes)}, limit"
-            f" {fmt(o.device_total_bytes)}, {device_free_text(o.device_free_bytes)}, outside"
-            f" PyTorch {fmt(o.external_bytes)}"
+            f" {fmt(o.device_total_bytes)}, {device_free_text(o.device_free_bytes)},"
+            f" {outside_text(o.external_bytes)}"
         )
     lines += _bound_lines(r)
     for refusal in r.refusals:

@@ -19,7 +19,7 @@ from memforensics.analysis.dump import (
     short_site,
 )
 from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.oom import at_risk_lines, device_free_text
+from memforensics.analysis.oom import at_risk_lines, device_free_text, outside_text
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
 _WRAP = 100
@@ -54,7 +54,7 @@ def _one_device(s: Summary, rows: int | None) -> str:
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(
             f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.state} state),"
-            f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
+            f" {device_free_text(at.device_free_bytes)}, {outside_text(at.external_bytes)}"
         )
     elif s.oom is not None:
         lines.append(

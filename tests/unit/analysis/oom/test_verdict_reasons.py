@@ -176,3 +176,14 @@ def test_the_allocation_follows_pytorch_rules_when_not_recorded() -> None:
     assert summary.oom is not None
     assert summary.oom.allocation_bytes == MiB(20)
     assert "allocation 20.00 MiB" in summary_text(summary)
+
+
+def test_unknown_outside_memory_reads_unknown() -> None:
+    """No limit recorded: 'outside PyTorch unknown' in summary and replay, never a dash."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(GiB(2), site=TRAIN), Block(MiB(32), state=INACTIVE, site=None))
+    builder.oom(requested=GiB(1), device_free=MiB(32))
+    dump = dump_from_snapshot(builder.build(), sidecar=make_sidecar("oom", schema=2))
+    for text in (summary_text(summarize(dump)), replay_text(replay_dump(dump))):
+        assert "outside PyTorch unknown" in text
+        assert "outside PyTorch -" not in text

@@ -24,8 +24,8 @@ def _segment_churn() -> Dump:
     is emptied after each round: segments are made and released over and over."""
     rng = random.Random(3)
     device = SimDevice(4096 * MiB)
-    live = [device.empty(rng.choice([MiB // 2, 3 * MiB, 7 * MiB, 12 * MiB])) for _ in range(195)]
-    for tensor in live[::3]:
+    live = [device.empty(rng.choice([MiB // 2, 3 * MiB, 7 * MiB, 12 * MiB])) for _ in range(260)]
+    for tensor in live[::4]:  # holes between the 195 kept
         tensor.free()
     device.record_memory_history("all", max_entries=100_000)
     for _ in range(6):
@@ -41,7 +41,7 @@ def test_a_trace_starting_with_live_blocks_shows_its_baseline_row() -> None:
     setting's change is its peak reserved minus that row's, not the recorded run's."""
     result = replay_dump(_segment_churn())
     assert result.trusted, result.refusals
-    assert result.live_at_start_blocks == 130
+    assert result.live_at_start_blocks == 195
     names = [row.name for row in result.what_if]
     assert names[:2] == ["as recorded", BASELINE]
     assert result.baseline == BASELINE
@@ -119,3 +119,24 @@ def test_a_self_check_that_checked_nothing_refuses_the_table() -> None:
     assert "n/a" not in text
     assert "(0/0)" not in text
     assert "no segment allocated or released to compare; no block placement to compare" in text
+
+
+def test_one_pinner_reads_as_one_tensor() -> None:
+    """One tensor pinning the hole reads 'freeing this tensor', never 'these 1 tensor(s)'."""
+    device = SimDevice(48 * MiB)
+    device.record_memory_history("all", max_entries=10_000)
+    device.empty(30 * MiB).free()
+    kept = device.empty(10 * MiB)
+    with pytest.raises(SimOutOfMemoryError):
+        device.empty(24 * MiB)
+    snapshot = device.snapshot()
+    del kept
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    sidecar = {"schema": 2, "kind": "oom", "oom": {
+        "requested_bytes": oom["size"], "allocation_bytes": None,
+        "device_total_bytes": 48 * MiB, "device_free_bytes": oom["device_free"]}}  # fmt: skip
+    result = replay_dump(dump_from_snapshot(snapshot, sidecar=sidecar))
+    assert len(result.pinners) == 1
+    text = replay_text(result)
+    assert "freeing this tensor (10.00 MiB) lets the request fit:" in text
+    assert "tensor(s)" not in text
