@@ -20,7 +20,14 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
-from memforensics.analysis.dump import NO_HISTORY, NOTHING_ALLOCATED, STACKS_ONLY, TRACE, Dump
+from memforensics.analysis.dump import (
+    NO_HISTORY,
+    NOTHING_ALLOCATED,
+    ONE_EVENT,
+    STACKS_ONLY,
+    TRACE,
+    Dump,
+)
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.oom import (
     AllocatorState,
@@ -269,6 +276,11 @@ def _history_refusals(dump: Dump, start: AllocatorState) -> list[str]:
     refusals: list[str] = []
     if not has_history(dump):
         refusals.append(_NO_TRACE.get(dump.shape.history, _NO_TRACE[NO_HISTORY]))
+    elif dump.shape.history == ONE_EVENT:
+        refusals.append(
+            "the trace holds one event (the legacy _record_memory_history(True) keeps one):"
+            " too short to replay or to rule out an OOM"
+        )
     if start.problem_count:
         refusals.append(
             f"the history contradicts the snapshot ({start.problem_count} events):"

@@ -103,7 +103,8 @@ def _history_line(r: Replay) -> str:
         "live": f"{r.live_at_start_blocks:,} live blocks ({fmt(r.live_at_start_bytes)})",
     }[r.start]
     if r.history:
-        return f"  history      {r.trace_events:,} events, recording started with {start}"
+        events = "1 event" if r.trace_events == 1 else f"{r.trace_events:,} events"
+        return f"  history      {events}, recording started with {start}"
     if r.recorded == NOTHING_ALLOCATED:
         return "  history      none: nothing allocated"
     held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start

@@ -140,3 +140,18 @@ def test_one_pinner_reads_as_one_tensor() -> None:
     text = replay_text(result)
     assert "freeing this tensor (10.00 MiB) lets the request fit:" in text
     assert "tensor(s)" not in text
+
+
+def test_a_one_event_trace_is_not_replayed() -> None:
+    """The legacy one-entry trace: replay refuses it, and shows no what-if beyond the first row."""
+    device = SimDevice(64 * MiB)
+    device.record_memory_history("all", max_entries=10_000)
+    device.empty(8 * MiB)
+    snapshot = device.snapshot()
+    trace = snapshot["device_traces"][0]
+    snapshot["device_traces"][0] = [e for e in trace if e["action"] == "alloc"][-1:]
+    result = replay_dump(dump_from_snapshot(snapshot))
+    assert not result.trusted
+    assert any("holds one event" in refusal for refusal in result.refusals)
+    assert len(result.what_if) <= 1
+    assert "history      1 event, " in replay_text(result)
