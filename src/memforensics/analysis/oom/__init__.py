@@ -36,6 +36,7 @@ from memforensics.analysis.oom.verdict import (
     judge,
     needed_text,
     outside_text,
+    replayable,
     verdict_at_oom,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "outside_text",
     "recorded_rules",
     "recorded_settings",
+    "replayable",
     "seed_state",
     "settings_notes",
     "settings_read",

@@ -91,6 +91,11 @@ def unknown_no_evidence(nothing_allocated: bool = False) -> Verdict:
     )
 
 
+def replayable(dump: Dump) -> bool:
+    """Has the dump a trace ``replay`` can run (more than the one event of the legacy call)?"""
+    return has_history(dump) and dump.shape.history != ONE_EVENT
+
+
 def outside_text(external: int | None) -> str:
     """``outside PyTorch 1.00 GiB``, or ``outside PyTorch unknown`` (never a dash for it)."""
     return "outside PyTorch unknown" if external is None else f"outside PyTorch {fmt(external)}"
@@ -369,7 +374,7 @@ def verdict_at_oom(
         bound=bound,
         top_sites=top_sites,
         expandable=expandable,
-        history=has_history(dump),
+        history=replayable(dump),
         predates_expandable=dump.shape.predates_expandable,
     )
     return verdict, moment, bound

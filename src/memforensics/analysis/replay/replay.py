@@ -40,6 +40,7 @@ from memforensics.analysis.oom import (
     oom_moment,
     recorded_rules,
     recorded_settings,
+    replayable,
     settings_read,
     state_before,
 )
@@ -220,7 +221,7 @@ def replay_dump(
             bound=bound,
             top_sites=[],
             expandable=expandable,
-            history=has_history(dump),
+            history=replayable(dump),
             predates_expandable=dump.shape.predates_expandable,
         )
         if moment is not None
