@@ -187,3 +187,16 @@ def test_unknown_outside_memory_reads_unknown() -> None:
     for text in (summary_text(summarize(dump)), replay_text(replay_dump(dump))):
         assert "outside PyTorch unknown" in text
         assert "outside PyTorch -" not in text
+
+
+def test_no_replay_pointer_for_a_trace_replay_refuses() -> None:
+    """A one-event trace judged fragmented with --requested: the advice does not send the
+    user to a replay that refuses such a trace."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(8), site=TRAIN), Block(MiB(2), state=INACTIVE, site=None))
+    builder.segment(Block(MiB(8), site=TRAIN), Block(MiB(2), state=INACTIVE, site=None))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [snapshot["device_traces"][0][-1:]]
+    verdict = summarize(dump_from_snapshot(snapshot), requested=MiB(3)).verdict
+    assert verdict.name == "fragmentation"
+    assert "replay" not in (verdict.advice or "")
