@@ -174,21 +174,26 @@ def could_serve_verdict(moment: OomMoment) -> Verdict:
 
 
 def nothing_reserved_verdict(moment: OomMoment) -> Verdict:
-    """A request failed while PyTorch held nothing: its memory cannot be the cause."""
+    """A request failed while PyTorch held nothing: its memory cannot be the cause. Either
+    the request alone exceeds the recorded limit, or memory outside PyTorch (or a device or
+    limit smaller than the request, where none is recorded) left no room."""
     limit = moment.device_total_bytes
-    smaller = (
-        f" The limit, {fmt(limit)}, is smaller than the request."
-        if limit is not None
-        and moment.requested_bytes is not None
-        and limit < moment.requested_bytes
-        else ""
-    )
+    requested = moment.requested_bytes
+    if limit is not None and requested is not None and limit < requested:
+        return Verdict(
+            EXHAUSTED,
+            f"PyTorch's allocator held nothing (0 B reserved): the {fmt(requested)} request"
+            f" alone exceeds the {fmt(limit)} limit, so no allocator setting could serve it.",
+            "Split the allocation (smaller batches or sequences, sharding), or run on a device"
+            " or under a memory fraction with room for it.",
+            "request over the limit",
+        )
     return Verdict(
         EXTERNAL,
         f"PyTorch's allocator held nothing (0 B reserved), so its live or cached memory cannot"
-        f" have stopped the {fmt(moment.requested_bytes)} request: memory outside PyTorch"
-        f" filled the device, or the device or its limit is smaller than the request"
-        f" ({device_free_text(moment.device_free_bytes)}).{smaller} Usual suspects:"
+        f" have stopped the {fmt(requested)} request: memory outside PyTorch filled the"
+        f" device, or the device or its limit is smaller than the request"
+        f" ({device_free_text(moment.device_free_bytes)}). Usual suspects:"
         f" {EXTERNAL_SUSPECTS}.",
         "Check torch.cuda.mem_get_info() and nvidia-smi (npu-smi) for other processes, the"
         " device's size, and any set_per_process_memory_fraction limit.",

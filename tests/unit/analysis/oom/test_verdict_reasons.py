@@ -200,3 +200,16 @@ def test_no_replay_pointer_for_a_trace_replay_refuses() -> None:
     verdict = summarize(dump_from_snapshot(snapshot), requested=MiB(3)).verdict
     assert verdict.name == "fragmentation"
     assert "replay" not in (verdict.advice or "")
+
+
+def test_a_request_over_the_limit_with_nothing_reserved_says_so() -> None:
+    """Nothing reserved and a request over the recorded limit: the request alone does not fit,
+    said without 'live memory fills the device'."""
+    oom = {"requested_bytes": GiB(2), "device_free_bytes": GiB(1), "device_total_bytes": GiB(1)}
+    dump = dump_from_snapshot(
+        {"segments": [], "device_traces": [[]]}, sidecar=make_sidecar("oom", schema=2, oom=oom)
+    )
+    verdict = summarize(dump).verdict
+    assert verdict.reason == "request over the limit"
+    assert "alone exceeds the 1.00 GiB limit" in verdict.explanation
+    assert "fills the device" not in verdict.explanation
