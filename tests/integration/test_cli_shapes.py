@@ -77,7 +77,7 @@ def test_summary_names_every_device_and_reads_the_oom_one(tmp_path: Path) -> Non
     path = write_dump(tmp_path / "oom" / "rank0_pid1.pickle", multi.snapshot, sidecar=multi.sidecar)
     proc = _cli("summary", path)
     assert proc.returncode == 0, proc.stderr
-    assert "device       1 (the OOM's device" in proc.stdout
+    assert "device       1 of 3, the OOM's device" in proc.stdout
     assert "2: 1.50 GiB reserved" in proc.stdout
     assert "sidecar says device 0" in proc.stderr
     data = json.loads(_cli("summary", path, "--json", "--device", "2").stdout)

@@ -40,7 +40,14 @@ from memforensics.analysis.dump.model import (
     as_int,
     block_size,
 )
-from memforensics.analysis.dump.shapes import SnapshotShape
+from memforensics.analysis.dump.shapes import (
+    NO_HISTORY,
+    NOTHING_ALLOCATED,
+    ONE_EVENT,
+    STACKS_ONLY,
+    TRACE,
+    SnapshotShape,
+)
 from memforensics.analysis.dump.text import (
     KIND_WIDTH,
     NATIVE_ONLY_MEANING,
@@ -48,6 +55,7 @@ from memforensics.analysis.dump.text import (
     context_lines,
     devices_text,
     hidden_rows,
+    history_words,
     kind_and_site,
     native_note,
     origin_words,
@@ -61,8 +69,13 @@ __all__ = [
     "KIND_WIDTH",
     "NATIVE_ONLY",
     "NATIVE_ONLY_MEANING",
+    "NOTHING_ALLOCATED",
+    "NO_HISTORY",
+    "ONE_EVENT",
     "PENDING_FREE",
     "SIDECAR_LIMIT",
+    "STACKS_ONLY",
+    "TRACE",
     "UNKNOWN_SITE",
     "Block",
     "BytesRead",
@@ -84,6 +97,7 @@ __all__ = [
     "dump_meta",
     "frame_text",
     "hidden_rows",
+    "history_words",
     "is_library_file",
     "is_native_frame",
     "kind_and_site",

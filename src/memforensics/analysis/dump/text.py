@@ -11,6 +11,12 @@ from collections.abc import Iterable
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import BEFORE_RECORDING, NATIVE_ONLY, UNKNOWN_SITE
+from memforensics.analysis.dump.shapes import (
+    NO_HISTORY,
+    NOTHING_ALLOCATED,
+    ONE_EVENT,
+    STACKS_ONLY,
+)
 
 SITE_WIDTH = 64
 """Characters a site keeps in a table column."""
@@ -84,12 +90,35 @@ def devices_text(usage: tuple[DeviceUsage, ...]) -> str:
     return " · ".join(parts)
 
 
+def history_words(history: str, events: int, truncated: bool | None, live_at_start: bool) -> str:
+    """``43 events (complete)``, or what the file records instead of a trace: ``history`` is
+    :attr:`~memforensics.analysis.dump.SnapshotShape.history`; ``truncated`` the sidecar's
+    flag (None: not recorded); ``live_at_start``: blocks were live when recording started."""
+    if history == NOTHING_ALLOCATED:
+        return "none: nothing allocated"
+    if history == STACKS_ONLY:
+        return "stacks recorded, no trace"
+    if history == NO_HISTORY or not events:
+        return "none recorded"
+    if history == ONE_EVENT:
+        return "1 event: too short to rule out an OOM"
+    if truncated is True:
+        state = "TRUNCATED"
+    elif truncated is False:
+        state = "complete"
+    elif live_at_start:
+        state = "blocks were live when it started; older events may have been dropped"
+    else:
+        state = "starts with nothing live"
+    return f"{events:,} events ({state})"
+
+
 def context_lines(
     usage: tuple[DeviceUsage, ...], device: int | None, reason: str, limits: tuple[str, ...]
 ) -> list[str]:
     """The summary table's lines on devices (when several) and on what the file cannot tell."""
     lines: list[str] = []
     if len(usage) > 1:
-        lines.append(f"  device       {device} ({reason}) of {len(usage)}: {devices_text(usage)}")
+        lines.append(f"  device       {device} of {len(usage)}, {reason}; {devices_text(usage)}")
     lines += [f"  cannot tell  {limit}" for limit in limits]
     return lines

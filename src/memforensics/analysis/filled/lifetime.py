@@ -96,6 +96,11 @@ class Lifetimes:
     oom_positions: list[int] = field(default_factory=list)
     has_trace: bool = False
 
+    @property
+    def live_at_start(self) -> bool:
+        """Was any block live when recording started (allocated before the trace begins)?"""
+        return any(found.start == BEFORE for found in self.allocations)
+
     def at_snapshot(self) -> list[Allocation]:
         """Allocations live at the snapshot's moment."""
         return [a for a in self.allocations if a.end >= self.length]

@@ -21,6 +21,7 @@ from typing import Any
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
+    ONE_EVENT,
     Dump,
     frame_text,
     is_library_file,
@@ -232,7 +233,8 @@ def what_filled(dump: Dump) -> Filled:
     lt = lifetimes(dump)
     classify(lt)
     known = label_known(lt, dump.meta.tensors)
-    position = peak_position(lt)
-    peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
+    traced = lt.has_trace and dump.shape.history != ONE_EVENT  # one event shows no peak
+    position = peak_position(lt) if traced else lt.length
+    peak = moment(lt, "peak" if traced else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
     return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known)

@@ -194,9 +194,12 @@ def replay_section(ctx: DumpContext) -> Section | None:
         )
     rows = [
         [
-            (row["conf"] or "(as recorded)")
-            + (f" (also needs {row['requires']})" if row["requires"] else ""),
-            "OOM" if row["oom"] else "fits",
+            _what_if_label(row) + (f" (also needs {row['requires']})" if row["requires"] else ""),
+            f"no effect on this dump ({row['no_effect']})"
+            if row["no_effect"]
+            else "OOM"
+            if row["oom"]
+            else "fits",
             row["peak_reserved_bytes"],
             row["fragmentation_at_peak_bytes"],
             row["first_failure_bytes"],
@@ -211,7 +214,7 @@ def replay_section(ctx: DumpContext) -> Section | None:
             ("setting", "text"),
             ("outcome", "text"),
             ("peak reserved", "bytes"),
-            ("fragmentation at peak", "bytes"),
+            ("free inside reserved at the peak", "bytes"),
             ("first failing request", "bytes"),
         ],
         rows,
@@ -219,6 +222,13 @@ def replay_section(ctx: DumpContext) -> Section | None:
         f"{fidelity} of the recorded segment events first (memforensics replay FILE for the "
         "self-check, blame and lint).",
     )
+
+
+def _what_if_label(row: dict[str, Any]) -> str:
+    """A what-if row's setting: its conf string; the baseline row by its name."""
+    if row["change_bytes"] is None and row["name"] != "as recorded":
+        return str(row["name"])
+    return str(row["conf"] or "(as recorded)")
 
 
 def kinds_section(ctx: DumpContext) -> Section:

@@ -351,6 +351,7 @@ class Summary:
     other_devices: tuple[Summary, ...] = ()
     """The file's other devices with memory (``summary``'s answer about one file holds each
     device it explains: the OOM's, else every device with memory, this one first)."""
+    live_at_start: bool = False  # blocks were live when the trace began (allocated before it)
     filled: Filled | None = field(default=None, metadata=NOT_IN_JSON)
     """The classified lifetimes behind ``kinds``, ``peak`` and the OOM's (for the report)."""
 
@@ -442,6 +443,7 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         peak=filled.peak,
         known=filled.known,
         filled=filled,
+        live_at_start=filled.lifetimes.live_at_start,
     )
 
 

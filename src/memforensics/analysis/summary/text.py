@@ -15,11 +15,12 @@ from memforensics.analysis.dump import (
     caller_line,
     context_lines,
     hidden_rows,
+    history_words,
     kind_and_site,
     origin_words,
 )
 from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.oom import at_risk_lines, device_free_text
+from memforensics.analysis.oom import at_risk_lines, device_free_text, outside_text
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
 _WRAP = 100
@@ -41,12 +42,6 @@ def _one_device(s: Summary, rows: int | None) -> str:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {
-        None: "ring-buffer overflow unknown: the oldest events may be lost",
-        True: "TRUNCATED",
-        False: "complete",
-    }[s.truncated]
-    truncated = "none recorded" if not s.trace_entries else truncated
     lines = [
         f"{s.file}  ({', '.join(where)})",
         f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
@@ -61,7 +56,7 @@ def _one_device(s: Summary, rows: int | None) -> str:
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(
             f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.state} state),"
-            f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
+            f" {device_free_text(at.device_free_bytes)}, {outside_text(at.external_bytes)}"
         )
     elif s.oom is not None:
         lines.append(
@@ -73,7 +68,8 @@ def _one_device(s: Summary, rows: int | None) -> str:
         lines += _headline_rows(s)
     if s.judged_note:
         lines.append(f"  warning      {s.judged_note}")
-    lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
+    history = history_words(s.shape.history, s.trace_entries, s.truncated, s.live_at_start)
+    lines.append(f"  history      {history}")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
     if s.at_risk is not None:
         lines += ["", *at_risk_lines(s.at_risk)]

@@ -255,7 +255,7 @@ def test_report_renders_every_shape(shape: str) -> None:
     [
         ("cuda-cnn-stacks-all.pickle", "PyTorch 2.1 or newer", "allocator settings"),
         ("cuda-transformer-forward.pickle", "PyTorch 2.1 or newer", None),
-        ("cuda-llm-at-oom-no-history.pickle", "PyTorch 2.0", "history was not recorded"),
+        ("cuda-llm-at-oom-no-history.pickle", "PyTorch 2.0", "stacks recorded, no trace"),
     ],
 )
 def test_real_snapshots_name_their_shape(name: str, producer: str, limit: str | None) -> None:

@@ -365,6 +365,7 @@ def test_every_what_if_row_is_what_the_sim_does_under_it(
     failed_at = _until_first_oom(device, ops)
     assume(failed_at is not None)
     assert failed_at is not None
+    assume(any(op == "alloc" for op, *_rest in ops[:failed_at]))  # a placement to self-check
     oom = next(e for e in reversed(taken[0]["device_traces"][0]) if e["action"] == "oom")
     sidecar = {"schema": 2, "kind": "oom", "oom": {
         "requested_bytes": oom["size"], "allocation_bytes": None,

@@ -30,7 +30,7 @@ def test_no_history_says_no_recording_started() -> None:
     result = replay_dump(dump_from_snapshot(_no_history()))
     text = replay_text(result)
     assert "recording started" not in text
-    assert "history      none recorded; the snapshot alone holds 2 live blocks" in text
+    assert "history      stacks recorded, no trace; the snapshot alone holds 2 live blocks" in text
     assert to_json(result)["history"] is False
 
 
@@ -43,11 +43,13 @@ def test_no_history_says_the_self_check_did_not_run() -> None:
 
 @pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
 def test_real_no_history_dump_says_one_thing() -> None:
-    """The real OOM dump without history: 'none recorded', and no what-if for that reason."""
+    """The real torch 2.0 OOM dump keeps stacks per block but no trace: it says so, and no
+    what-if for that reason (never 'record_memory_history was off')."""
     text = replay_text(replay_dump(load_dump(REAL)))
     assert "recording started" not in text
-    assert "none recorded" in text
-    assert "no allocator history" in text
+    assert "stacks recorded, no trace" in text
+    assert "no trace of allocator events" in text
+    assert "record_memory_history was off" not in text
 
 
 def test_what_if_names_are_never_cut() -> None:
