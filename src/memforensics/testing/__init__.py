@@ -24,6 +24,7 @@ from memforensics.testing._journals import JournalTruth, write_journals
 from memforensics.testing._scenarios import (
     RunTruth,
     SyntheticDump,
+    context_pair,
     exhausted,
     fragmented,
     growth_pair,
@@ -71,6 +72,7 @@ __all__ = [
     "as_segment_list",
     "as_torch_npu",
     "as_torch_npu_early",
+    "context_pair",
     "exhausted",
     "fragmented",
     "get_device",
