@@ -121,9 +121,7 @@ class Lifetimes:
         """Segments right after trace position ``position``: ``segments_now`` with every later
         ``segment_alloc``/``segment_free`` undone (mapping pages into an expandable segment
         makes no new segment)."""
-        later = sum(
-            e.sign for e in self.segment_events if e.position > position and not e.mapping
-        )
+        later = sum(e.sign for e in self.segment_events if e.position > position and not e.mapping)
         return segments_now - later
 
 

@@ -129,7 +129,8 @@ def test_context_pair_compares_the_peaks_first() -> None:
     result = diff_dumps(dump_from_snapshot(before.snapshot), dump_from_snapshot(after.snapshot))
     assert result.total_delta_bytes == 168 * 1024
     peaks = result.peaks
-    assert peaks is not None and peaks.traced
+    assert peaks is not None
+    assert peaks.traced
     assert (peaks.before_live_bytes, peaks.after_live_bytes) == (
         MiB(256) + MiB(138) + 1024,
         MiB(256) + MiB(584) + 1024 + 168 * 1024,
@@ -143,7 +144,8 @@ def test_context_pair_compares_the_peaks_first() -> None:
     assert sum(k.delta_bytes for k in peaks.kinds) == peaks.delta_bytes
     first = device_diffs_text(result).splitlines()[0]
     assert first.startswith("What grew most: the peak, +446.16 MiB live")
-    assert "attention" in first and "the final states differ by +168.00 KiB" in first
+    assert "attention" in first
+    assert "the final states differ by +168.00 KiB" in first
     data = to_json(result)
     assert data["peaks"]["after_reserved_bytes"] == after.truth.reserved_bytes
     assert data["after_reserved_bytes"] == after.truth.reserved_bytes
@@ -157,7 +159,8 @@ def test_a_side_without_trace_compares_only_its_peak_figures() -> None:
     untraced = replace(untraced, trace=[])
     result = diff_dumps(untraced, dump_from_snapshot(after.snapshot))
     assert result.peaks is not None
-    assert not result.peaks.before_traced and result.peaks.after_traced
+    assert not result.peaks.before_traced
+    assert result.peaks.after_traced
     assert result.peaks.before_live_bytes == before.truth.allocated_bytes
     assert result.peaks.growth == ()
     assert "BEFORE has no allocator trace" in device_diffs_text(result)

@@ -77,10 +77,12 @@ def test_diff_of_peaks_round_trips() -> None:
     before, after = context_pair()
     old, new = dump_from_snapshot(before.snapshot), dump_from_snapshot(after.snapshot)
     result = diff_by_device(old, new)
-    assert result.peaks is not None and result.peaks.growth
+    assert result.peaks is not None
+    assert result.peaks.growth
     _diff_round_trip(result)
     untraced = diff_by_device(replace(old, trace=[]), new)
-    assert untraced.peaks is not None and not untraced.peaks.traced
+    assert untraced.peaks is not None
+    assert not untraced.peaks.traced
     _diff_round_trip(untraced)
 
 
