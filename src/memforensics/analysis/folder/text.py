@@ -129,7 +129,10 @@ def forecast_sentence(item: Forecast) -> str:
 def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
     """The overview's forecast: the soonest ranks to run out, or why none is forecast."""
     if not forecasts:
-        return ["forecast: none (no rank's live + outside-PyTorch bytes climb a steady line)"]
+        return [
+            "forecast: none (no rank that has not run out climbs a steady line of live +"
+            " outside-PyTorch bytes)"
+        ]
     lines = [f"forecast: {forecast_sentence(item)}" for item in forecasts[:TOP]]
     if len(forecasts) > TOP:
         lines.append(f"forecast: +{len(forecasts) - TOP} more ranks drift upward")
