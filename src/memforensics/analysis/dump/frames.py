@@ -164,6 +164,21 @@ def is_library_file(filename: str) -> bool:
     return result
 
 
+_RUNPY_RE = re.compile(r"(?:^|/)runpy\.py$")
+
+
+def is_framework_file(filename: str) -> bool:
+    """True for the frames between a user's lines that are nobody's to change: torch's,
+    torch_npu's and memforensics' own (:func:`is_library_file`), ``runpy`` (how ``python -m``
+    and ``memforensics run`` start a script) and the ``memforensics`` console script."""
+    if is_library_file(filename):
+        return True
+    path = filename.replace("\\", "/")
+    if filename == "<frozen runpy>" or (_RUNPY_RE.search(path) and is_installed_file(path)):
+        return True
+    return path.endswith("/bin/memforensics")
+
+
 def _classify(filename: str) -> bool:
     parts = filename.replace("\\", "/").split("/")
     for index, part in enumerate(parts[:-1]):
