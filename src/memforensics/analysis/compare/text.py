@@ -46,7 +46,9 @@ def _top_site(growth: Sequence[SiteGrowth]) -> str:
 def diff_text(d: Diff, top: int | None = 15) -> str:
     """The ``diff`` tables of one device pair: the peaks, then the final states, each table
     cut to ``top`` rows (None: every row), saying what they hide."""
-    lines = [] if d.peaks is None else [*peak_lines(d.peaks, top), "", "At the end:"]
+    lines = []
+    if d.peaks is not None:
+        lines = [*peak_lines(d.peaks, top, d.growth), "", "At the end:"]
     lines += [
         f"before {d.before}: {_final(d.before_allocated_bytes, d.before_reserved_bytes)}",
         f"after  {d.after}: {_final(d.after_allocated_bytes, d.after_reserved_bytes)}",
@@ -76,9 +78,10 @@ def _final(allocated: int, reserved: int | None) -> str:
     return f"{fmt(allocated)} allocated{kept}"
 
 
-def peak_lines(p: PeakChange, top: int | None) -> list[str]:
+def peak_lines(p: PeakChange, top: int | None, at_end: Sequence[SiteGrowth] = ()) -> list[str]:
     """Each side's peak (live, reserved and segments then), the change, and with a trace on
-    both sides the change per site and per kind at the peaks."""
+    both sides the change per site and per kind at the peaks; a site table the same as the
+    end's (``at_end``: the peaks are the final states) is said, not printed twice."""
     lines = [
         "At the peaks:",
         f"before {_peak(p.before_live_bytes, p.before_reserved_bytes, p.before_segments)}",
@@ -93,6 +96,9 @@ def peak_lines(p: PeakChange, top: int | None) -> list[str]:
             f"  ({' and '.join(sides)} {'has' if len(sides) == 1 else 'have'} no allocator "
             "trace, so the peak there is the snapshot itself; sites are compared at the end)"
         )
+        return lines
+    if p.growth and tuple(p.growth) == tuple(at_end):
+        lines.append("  (the sites changed as at the end, below)")
         return lines
     lines += _growth_lines(p.growth, p.delta_bytes, top)
     lines += kinds_change_lines(p.kinds)

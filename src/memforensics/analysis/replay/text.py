@@ -53,7 +53,7 @@ def replay_text(r: Replay) -> str:
         total = sum(p.size for p in r.pinners)
         lines += [
             "",
-            f"  freeing these {len(r.pinners)} tensor(s) ({fmt(total)}) lets the request fit:",
+            f"  freeing {_these_tensors(len(r.pinners))} ({fmt(total)}) lets the request fit:",
         ]
         for p in r.pinners[:10]:
             age = _age(p.age_us)
@@ -135,3 +135,7 @@ def _age(age_us: int | None) -> str:
     if age_us is None:
         return "before recording"
     return f"{age_us / 1e6:.3f} s" if age_us >= 1_000_000 else f"{age_us / 1e3:.3f} ms"
+
+
+def _these_tensors(count: int) -> str:
+    return "this tensor" if count == 1 else f"these {count:,} tensors"
