@@ -173,10 +173,16 @@ class MemoryForensics:
     def _warn_unavailable(self) -> None:
         if self.config.device == "none":
             return  # asked for nothing, gets nothing: not worth a warning
+        dry_run = (
+            "device='sim' (memforensics run --device sim) makes a dry run on a simulated device"
+        )
         if self.config.device == "auto":
-            reason = "no CUDA or NPU device found; memforensics will capture nothing"
+            reason = f"no CUDA or NPU device found; memforensics will capture nothing; {dry_run}"
         else:
-            reason = f"device {self.config.device!r} is not available; nothing will be captured"
+            reason = (
+                f"device {self.config.device!r} is not available; nothing will be captured;"
+                f" {dry_run}"
+            )
         warn_once(
             f"unavailable:{self.config.device}",
             "device_unavailable",

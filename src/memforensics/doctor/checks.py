@@ -164,13 +164,20 @@ class DeviceChecks:
         """True once ``check_device`` found the backend's device available."""
 
     def check_device(self) -> tuple[Status, str]:
-        """Which backend ``install(device=...)`` would use, and whether it sees a device."""
+        """Which backend ``install(device=...)`` would use, and whether it sees a device.
+
+        No accelerator where one was looked for fails, so ``doctor || exit 1`` keeps a job
+        from starting where ``install()`` would capture nothing; ``device='none'`` asked for
+        exactly that and only warns."""
         backend = self._factory(self.device)
         self.backend = backend
         if backend.name == "none":
             if self.device == "none":
                 return "warn", "device 'none': install() would capture nothing"
-            return "warn", "auto found no CUDA or NPU device: install() would capture nothing"
+            return "fail", (
+                "auto found no CUDA or NPU device: install() would capture nothing "
+                "(--device sim checks a dry run, --device none a run without capture)"
+            )
         if not backend.available():
             return "fail", unavailable_reason(backend)
         self.usable = True

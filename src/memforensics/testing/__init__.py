@@ -27,6 +27,7 @@ from memforensics.testing._journals import JournalTruth, write_journals
 from memforensics.testing._scenarios import (
     RunTruth,
     SyntheticDump,
+    context_pair,
     exhausted,
     fragmented,
     growth_pair,
@@ -77,6 +78,7 @@ __all__ = [
     "as_segment_list",
     "as_torch_npu",
     "as_torch_npu_early",
+    "context_pair",
     "exhausted",
     "fragmented",
     "get_device",

@@ -70,7 +70,8 @@ class RankFacts:
     closed: bool
     dumps: tuple[str, ...]
     forecast: Forecast | None = None
-    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward."""
+    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward; None
+    for a rank that ran out already (its limit is behind it, not ahead)."""
 
 
 def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> RankFacts:
@@ -78,6 +79,7 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
     newest = journals[-1] if journals else None
     steps = [s for j in journals for s in (j.steps[:1] + j.steps[-1:]) if s != MISSING]
     peaks = [j.peak_reserved for j in journals if j.peak_reserved is not None]
+    failure = _failure(rank, journals, dumps)
     return RankFacts(
         rank=rank,
         pids=tuple(j.pid for j in journals),
@@ -91,10 +93,10 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
         external_bytes=_last(journals, "external_bytes"),
         reserved_growth_per_1k_steps=newest.growth.get("reserved_bytes") if newest else None,
         allocated_growth_per_1k_steps=newest.growth.get("allocated_bytes") if newest else None,
-        failure=_failure(rank, journals, dumps),
+        failure=failure,
         closed=bool(newest is not None and newest.events.endswith("c")),
         dumps=tuple(sorted(d.path for d in dumps)),
-        forecast=newest.forecast if newest is not None else None,
+        forecast=newest.forecast if newest is not None and failure is None else None,
     )
 
 

@@ -85,25 +85,32 @@ def _head(view: Overview) -> str:
     )
 
 
+def at_step(step: int | None) -> str:
+    """Where in training an OOM happened: ``at step 25``, or outside every ``step()`` block."""
+    return "outside any step" if step is None else f"at step {step:,}"
+
+
 def _failures(view: Overview) -> str:
     first = view.first_oom
     if first is None:
         return "no OOM: no journal line or dump records one"
-    step = "outside a step" if first.step is None else f"step {first.step:,}"
+    where = f"first OOM: rank {first.rank} {at_step(first.step)}, {_when(first.time)}"
     order = [f.rank for f in view.failures]
     if len(order) == 1:
-        return f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; no other rank failed"
+        return f"{where}; no other rank failed"
     shown = ", ".join(str(r) for r in order[: TOP * 2])
     more = f" (+{len(order) - TOP * 2} more)" if len(order) > TOP * 2 else ""
-    return (
-        f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; "
-        f"{len(order):,} ranks failed, in this order: {shown}{more}"
-    )
+    return f"{where}; {len(order):,} ranks failed, in this order: {shown}{more}"
 
 
 def _outliers(view: Overview) -> list[str]:
     if not view.outliers:
-        return ["stand out: none (median/MAD rule, see docs/analysis.md)"]
+        if len(view.ranks) < 3:
+            return ["stand out: not judged (fewer than 3 ranks to compare)"]
+        return [
+            "stand out: none (no rank's peak reserved or reserved growth is far from the"
+            " other ranks' median)"
+        ]
     parts = []
     for item in view.outliers[:TOP]:
         if item.figure == "peak_reserved_bytes":
@@ -129,7 +136,10 @@ def forecast_sentence(item: Forecast) -> str:
 def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
     """The overview's forecast: the soonest ranks to run out, or why none is forecast."""
     if not forecasts:
-        return ["forecast: none (no rank's live + outside-PyTorch bytes climb a steady line)"]
+        return [
+            "forecast: none (no rank that has not run out climbs a steady line of live +"
+            " outside-PyTorch bytes)"
+        ]
     lines = [f"forecast: {forecast_sentence(item)}" for item in forecasts[:TOP]]
     if len(forecasts) > TOP:
         lines.append(f"forecast: +{len(forecasts) - TOP} more ranks drift upward")
@@ -138,8 +148,20 @@ def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
 
 def _comparison(view: Overview) -> list[str]:
     cmp = view.comparison
+    first = view.first_oom
     if cmp is None:
-        return [] if view.first_oom is None else ["no healthy peer with a line at that step"]
+        if first is None:
+            return []
+        failed = view.rank(first.rank)
+        if failed is None or not failed.lines:
+            return [
+                f"no comparison with a healthy rank: rank {first.rank} wrote no journal line"
+                " before its OOM"
+            ]
+        return [
+            f"no comparison with a healthy rank: no rank that neither failed nor stands out"
+            f" wrote a journal line at rank {first.rank}'s last step before its OOM"
+        ]
     diffs = cmp.differences
     shown = ", ".join(
         f"{_LABELS[key]} {_change(diffs[key], count=key == 'alloc_retries')}" for key in COMPARED
@@ -253,8 +275,9 @@ def ls_text(listing: RunListing) -> str:
     first = listing.first_oom
     head = _no_oom_head(listing)
     if first is not None:
+        step = "outside any step" if first.step is None else f"step {first.step}"
         head = (
-            f"first OOM: rank {first.rank} step {first.step}"
+            f"first OOM: rank {first.rank} {step}"
             f" at {first.created_at}  {printable(str(first.path))}"
         )
     lines = [
@@ -303,8 +326,7 @@ def watch_header(view: WatchView) -> str:
     first = view.first_oom
     oom = "no OOM yet"
     if first is not None:
-        step = "outside a step" if first.step is None else f"step {first.step:,}"
-        oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
+        oom = f"first OOM: rank {first.rank} {at_step(first.step)}, {_when(first.time)}"
     torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
     skipped = f" · {skipped_lines_text(view.skipped_lines)}" if view.skipped_lines else ""
     return (

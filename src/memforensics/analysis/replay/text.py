@@ -43,8 +43,10 @@ def replay_text(r: Replay) -> str:
         lines.append(f"  → avoided by: {avoided}")
     if r.pinners:
         total = sum(p.size for p in r.pinners)
-        these = "this tensor" if len(r.pinners) == 1 else f"these {len(r.pinners):,} tensors"
-        lines += ["", f"  freeing {these} ({fmt(total)}) lets the request fit:"]
+        lines += [
+            "",
+            f"  freeing {_these_tensors(len(r.pinners))} ({fmt(total)}) lets the request fit:",
+        ]
         for p in r.pinners[:10]:
             age = _age(p.age_us)
             step = "-" if p.step is None else str(p.step)
@@ -176,3 +178,7 @@ def _age(age_us: int | None) -> str:
     if age_us is None:
         return "before recording"
     return f"{age_us / 1e6:.3f} s" if age_us >= 1_000_000 else f"{age_us / 1e3:.3f} ms"
+
+
+def _these_tensors(count: int) -> str:
+    return "this tensor" if count == 1 else f"these {count:,} tensors"

@@ -80,7 +80,7 @@ def facts_section(ctx: DumpContext) -> Section:
     s = ctx.summary
     oom = s.oom
     no_oom = "no OOM recorded in this dump"
-    missing = "not recorded (no sidecar field and no oom entry in the trace)"
+    missing = _missing(s)
 
     def oom_value(value: int | None) -> list[Any]:
         if oom is None:
@@ -112,6 +112,15 @@ def facts_section(ctx: DumpContext) -> Section:
     return Section("facts", "Summary and OOM", "facts", {"rows": rows, "warnings": s.warnings})
 
 
+def _missing(s: Summary) -> str:
+    """Why an OOM figure is unknown, from what this dump holds: a sidecar that leaves it
+    empty, a trace ``oom`` entry that does not carry it, or neither."""
+    sidecar = "the sidecar leaves it empty" if s.has_sidecar else "no sidecar"
+    traced = s.oom is not None and s.oom.trace_index is not None
+    trace = "the trace's oom entry does not carry it" if traced else "no oom entry in the trace"
+    return f"not recorded ({sidecar}; {trace})"
+
+
 def _headline_rows(s: Summary) -> list[list[Any]]:
     """Reserved, allocated and free: at the OOM first when the snapshot was taken after it
     (the unwinding freed most of it), then at the snapshot, labelled as after the OOM."""
@@ -140,11 +149,14 @@ def _headline_rows(s: Summary) -> list[list[Any]]:
 def _device_text(s: Summary) -> str:
     """The device explained; when the file holds several, why this one and what the others
     hold (the same words as ``summary``'s device line)."""
-    if s.device is None:
-        return "unknown"
+    name = s.device
+    if name is None:
+        if s.device_index is None:
+            return "unknown: no sidecar names it and the snapshot holds no segment or trace"
+        name = f"device {s.device_index}"
     if len(s.devices) <= 1:
-        return str(s.device)
-    return f"{s.device} ({s.device_reason}) of {len(s.devices)}: {devices_text(s.devices)}"
+        return name
+    return f"{name} ({s.device_reason}) of {len(s.devices)}: {devices_text(s.devices)}"
 
 
 def _window_text(s: Summary) -> str:
@@ -282,8 +294,10 @@ def tree_section(ctx: DumpContext) -> Section:
     """The peak's call tree (icicle), pruned to what a page can show."""
     peak = ctx.filled.peak
     root = _pruned(peak.tree, max(int(peak.tree.bytes * TREE_SHARE), 1), TREE_DEPTH)
-    where = "the snapshot" if peak.name == "snapshot" else f"trace entry {peak.position:,}"
-    moment = f"{peak.name} at {where}: {fmt(peak.live_bytes)} live"
+    if peak.name == "snapshot":
+        moment = f"At the snapshot (no trace to find a peak in): {fmt(peak.live_bytes)} live"
+    else:
+        moment = f"{peak.name} at trace entry {peak.position:,}: {fmt(peak.live_bytes)} live"
     if any(child["name"] == NATIVE_ONLY for child in root["children"]):
         moment += f". {_NATIVE_NOTE[:-1]}"
     data = {"root": root, "moment": moment}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics.analysis import Dump, diff_dumps, load_dump
-from memforensics.analysis.compare import diff_side
+from memforensics.analysis.compare import device_diffs_text, diff_side
 from memforensics.analysis.compare.diff import kinds_change
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.schema import to_json
-from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, growth_pair
+from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, context_pair, growth_pair
 
 REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
 REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
@@ -122,3 +123,47 @@ def test_kinds_sites_and_total_agree_on_any_pair(
     change = builders[1].truth().allocated_bytes - builders[0].truth().allocated_bytes
     dumps = [dump_from_snapshot(builder.build()) for builder in builders]
     assert _agreeing(*dumps) == (change, change, change)
+
+
+def test_context_pair_compares_the_peaks_first() -> None:
+    """One model at context 100 and 200: diff leads with the peak's growth (446 MiB of
+    activations, reserved with them), not the 168 KiB by which the final states differ."""
+    before, after = context_pair()
+    result = diff_dumps(dump_from_snapshot(before.snapshot), dump_from_snapshot(after.snapshot))
+    assert result.total_delta_bytes == 168 * 1024
+    peaks = result.peaks
+    assert peaks is not None
+    assert peaks.traced
+    assert (peaks.before_live_bytes, peaks.after_live_bytes) == (
+        MiB(256) + MiB(138) + 1024,
+        MiB(256) + MiB(584) + 1024 + 168 * 1024,
+    )
+    assert peaks.reserved_delta_bytes == MiB(446)
+    assert (peaks.before_segments, peaks.after_segments) == (3, 3)
+    assert [(g.site, g.delta_bytes) for g in peaks.growth] == [
+        ("/work/model.py:71 attention", MiB(446)),
+        ("/work/model.py:30 position_ids", 168 * 1024),
+    ]
+    assert sum(k.delta_bytes for k in peaks.kinds) == peaks.delta_bytes
+    first = device_diffs_text(result).splitlines()[0]
+    assert first.startswith("What grew most: the peak, +446.16 MiB live")
+    assert "attention" in first
+    assert "the final states differ by +168.00 KiB" in first
+    data = to_json(result)
+    assert data["peaks"]["after_reserved_bytes"] == after.truth.reserved_bytes
+    assert data["after_reserved_bytes"] == after.truth.reserved_bytes
+
+
+def test_a_side_without_trace_compares_only_its_peak_figures() -> None:
+    """A dump without history has its snapshot for a peak: the peaks' figures are compared,
+    their sites are not, and the text says why."""
+    before, after = context_pair()
+    untraced = dump_from_snapshot(before.snapshot)
+    untraced = replace(untraced, trace=[])
+    result = diff_dumps(untraced, dump_from_snapshot(after.snapshot))
+    assert result.peaks is not None
+    assert not result.peaks.before_traced
+    assert result.peaks.after_traced
+    assert result.peaks.before_live_bytes == before.truth.allocated_bytes
+    assert result.peaks.growth == ()
+    assert "BEFORE has no allocator trace" in device_diffs_text(result)

@@ -167,6 +167,19 @@ def test_caller_unknown_when_every_frame_is_installed() -> None:
     assert caller_of(frames) == UNKNOWN_SITE
 
 
+def test_the_memforensics_console_script_is_never_a_caller() -> None:
+    """An installed script run by `memforensics run` or the demo: the console script below it is
+    memforensics' own frame, not the user's line, so it is never named as the caller."""
+    sp = "/venv/lib/python3.12/site-packages"
+    frames = [
+        {"filename": f"{sp}/memforensics/examples/demo_train.py", "line": 57, "name": "keep"},
+        {"filename": f"{sp}/memforensics/cli/_main.py", "line": 60, "name": "main"},
+        {"filename": "/venv/bin/memforensics", "line": 8, "name": "<module>"},
+    ]
+    assert site_of(frames) == f"{sp}/memforensics/examples/demo_train.py:57 keep"
+    assert caller_of(frames) == UNKNOWN_SITE
+
+
 def test_diff_rows_carry_the_caller() -> None:
     """diff's growth rows name the caller too, in JSON and under the site in text."""
     before, after = SnapshotBuilder(), SnapshotBuilder()
