@@ -312,7 +312,7 @@ def _ordered(
                     new - old,
                     caller,
                     main_kind(kinds[1].get((site, caller)) or kinds[0][site, caller]),
-                )  # fmt: skip
+                )
                 for (site, caller), (old, new) in totals.items()
                 if new != old
             ),
