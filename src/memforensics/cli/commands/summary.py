@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ class _Ask:
     device: int | None
     requested: int | None
     several: bool
+    verbose: bool = False
 
     def question(self) -> str:
         """The cache's name for this question about one file: what changes the result (the
@@ -125,12 +127,20 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="print everything: every cause with its fixes, what evidence is missing, each"
+            " moment's kinds and call tree, live bytes per step (default: one screen)",
+        )
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)  # the retired flags
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
         several = len(args.files) > 1
-        ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, several)
+        ask = _Ask(
+            args.json, row_limit(args, parser), args.device, args.requested, several, args.verbose
+        )
         jobs = job_count(args, parser)
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
@@ -176,6 +186,7 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     """Print each section in the order given; the exit status (as documented above)."""
     results: list[dict[str, Any]] = []
     bad = shown = 0
+    width = shutil.get_terminal_size((80, 24)).columns  # COLUMNS, the terminal, or 80 in a pipe
     for section in sections:
         if section.kept is None:
             if not ask.several:
@@ -190,7 +201,8 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
         if ask.json:
             results.append(to_json(summary))
         else:
-            print(("\n" if shown else "") + summary_text(summary, rows=ask.top))
+            text = summary_text(summary, rows=ask.top, width=width, verbose=ask.verbose)
+            print(("\n" if shown else "") + text)
             shown += 1
     if ask.json and (results or not ask.several):
         body = {"dumps": results} if ask.several else results[0]
