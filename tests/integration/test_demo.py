@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +59,39 @@ def test_demo_on_sim_writes_windows_and_an_explainable_oom(tmp_path: Path) -> No
     packaged = Path(demo_train.__file__).resolve()
     assert str(packaged) in facts["top_sites"][0]["site"]  # the packaged module ran, not a copy
     assert f"ran {packaged}" in proc.stdout
+
+
+def test_demo_headline_names_the_leak_and_points_at_leaks(tmp_path: Path) -> None:
+    """The demo's OOM summary names keep_metrics' growth as the cause, ahead of the allocator's
+    category; fragmentation comes only after it, with the replay's proof; next: names leaks."""
+    out = tmp_path / "demo"
+    proc = _demo("--device", "sim", "--out-dir", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"next: memforensics leaks {out}" in proc.stdout
+    [oom] = sorted((out / "oom").glob("*.pickle"))
+    run = [sys.executable, "-m", "memforensics", "summary", "--no-cache", str(oom)]
+    facts = json.loads(subprocess.run([*run, "--json"], **_CLI).stdout)
+    causes = [cause["name"] for cause in facts["diagnosis"]["causes"]]
+    assert causes[0] == "growth"
+    top = facts["diagnosis"]["causes"][0]
+    assert top["sites"][0].endswith("keep_metrics")
+    assert top["sufficient"] is True
+    assert top["first_step"] == 0
+    if "fragmentation" in causes:
+        assert causes.index("fragmentation") > 0
+        assert "replayed with expandable_segments the request is served" in " ".join(
+            cause["evidence"] for cause in facts["diagnosis"]["causes"]
+        )
+    text = subprocess.run(run, **_CLI, env={**os.environ, "COLUMNS": "100"}).stdout
+    lines = text.splitlines()
+    assert lines[1].startswith("  cause        growth: demo_train.py:")
+    assert "keep_metrics holds" in lines[1]
+    verdict = next(index for index, line in enumerate(lines) if line.startswith("  verdict"))
+    assert verdict > 1  # the allocator's category stands beneath the cause
+    assert "removing it frees" in " ".join(text.split())
+
+
+_CLI: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 120, "check": True}
 
 
 def test_demo_auto_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:

@@ -139,7 +139,9 @@ class Evidence:
     untagged); ``kinds`` are the kinds at the judged moment (the OOM's, else the peak's);
     ``sites`` the biggest sites then; ``pending`` bytes and sites of blocks freed on one stream
     and awaiting another; ``headroom_bytes`` what the device could still give (a near-OOM
-    dump's); ``device_total_bytes`` the limit; ``trends`` the run folder's window trends.
+    dump's); ``device_total_bytes`` the limit; ``at_risk`` whether it is a near-OOM dump;
+    ``trends`` the run folder's window trends of this rank (``trends_read``: they were looked
+    for); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
     """
 
     live: Sequence[tuple[str, int, int | None]] = ()
@@ -150,6 +152,7 @@ class Evidence:
     pending_sites: Sequence[tuple[str, int]] = ()
     headroom_bytes: int | None = None
     device_total_bytes: int | None = None
+    at_risk: bool = False
     has_history: bool = False
     trends: Sequence[Trend] = ()
     trends_read: bool = False
@@ -205,22 +208,25 @@ def diagnose(
         )
         if found is not None
     ]
-    if moment is not None and not evidence.has_history and not evidence.kinds_known:
+    pressure = moment is not None or evidence.at_risk
+    if not pressure:  # nothing failed or neared the limit: only growth is a cause of anything
+        causes = [cause for cause in causes if cause.name == GROWTH]
+    if pressure and not evidence.has_history and not evidence.kinds_known:
         missing.append(text.MISSING_HISTORY)
     ranked = tuple(sorted(causes, key=_rank))
     return Diagnosis(
         causes=ranked,
-        headline=_headline(ranked[0] if ranked else None, needed, moment),
+        headline=_headline(ranked[0] if ranked else None, needed, pressure),
         requested_bytes=moment.requested_bytes if moment is not None else None,
         needed_bytes=needed,
         missing=tuple(missing),
     )
 
 
-def _headline(top: Cause | None, needed: int | None, moment: OomMoment | None) -> str:
+def _headline(top: Cause | None, needed: int | None, pressure: bool) -> str:
     """The top cause and its smallest sufficient fix, in one sentence."""
     if top is None:
-        return text.no_cause(moment is not None, needed)
+        return text.no_cause(pressure, needed)
     fix = top.fix
     return text.headline(
         top.name, top.evidence, top.freed_bytes, top.sufficient, needed,

@@ -245,9 +245,9 @@ def headline(
 ) -> str:
     """``growth: <evidence>; removing it frees X, the request needed Y → <fix>``."""
     words = f"{CAUSE_NAMES[name]}: {evidence}"
-    if sufficient and freed is not None and needed is not None:
+    if sufficient and freed is not None and needed:
         words += f"; removing it frees {fmt(freed)}, the request needed {fmt(needed)}"
-    elif sufficient is False and needed is not None:
+    elif sufficient is False and needed:
         words += f"; no single cause frees the {fmt(needed)} the request needed"
     return words + (f" → {fix}" if fix else "")
 
@@ -255,7 +255,7 @@ def headline(
 def no_cause(failed: bool, needed: int | None) -> str:
     """No cause found."""
     if not failed:
-        return "no cause of memory pressure found in this dump"
+        return "none: nothing failed in this dump and no site grows step after step"
     if needed == 0:
         return "this state serves the request: the OOM happened at another moment"
     return "no cause found in this dump's evidence (see what is missing below)"

@@ -432,6 +432,7 @@ def summarize(
         pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
         headroom_bytes=risk.headroom_bytes if risk is not None else None,
         device_total_bytes=_device_total(moment, risk),
+        at_risk=risk is not None,
         has_history=has_history(dump),
         trends=trends or (),
         trends_read=trends is not None,

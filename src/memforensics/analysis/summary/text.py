@@ -150,7 +150,8 @@ def _verdict_line(s: Summary) -> str:
     if s.at_risk is not None:
         return "AT RISK (no OOM yet)"
     first = s.verdict.explanation.split(". ")[0].rstrip(".")
-    return f"{s.verdict.label.upper()} (allocator): {first}"
+    reason = f" ({s.verdict.reason})" if s.verdict.reason else ""
+    return f"{s.verdict.name.upper()}{reason}: {first}"
 
 
 def _figures(s: Summary) -> list[str]:

@@ -102,6 +102,8 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
         )
     if ooms:
         lines.append(f"next: memforensics summary {ooms[0]}")
+    if windows:
+        lines.append(f"next: memforensics leaks {out_dir}")
     return lines
 
 
