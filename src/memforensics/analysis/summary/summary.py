@@ -8,12 +8,14 @@ can), so a summary costs little more than loading the file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from collections.abc import Sequence
 from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose
+from memforensics.analysis.diagnosis.diagnosis import Trend
 from memforensics.analysis.dump import (
     ALLOCATED,
     BEFORE_RECORDING,
@@ -29,8 +31,6 @@ from memforensics.analysis.dump import (
     attribute,
     parse_step,
 )
-from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose
-from memforensics.analysis.diagnosis.diagnosis import Trend
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.filled import (
     CallNode,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.diagnosis import CAUSE_NAMES, Diagnosis
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
@@ -23,7 +24,6 @@ from memforensics.analysis.dump import (
     origin_words,
     short_site,
 )
-from memforensics.analysis.diagnosis import CAUSE_NAMES, Diagnosis
 from memforensics.analysis.filled import filled_lines
 from memforensics.analysis.filled.text import kinds_lines, tree_lines
 from memforensics.analysis.oom import at_risk_headline, at_risk_lines, device_free_text
@@ -88,7 +88,9 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
         for fix in cause.fixes:
             freed = "" if fix.bytes is None else f" (frees {fmt(fix.bytes)})"
             enough = " enough" if fix.sufficient else ""
-            lines += _label(f"fix {cause.name}"[: _LABEL - 3], f"{fix.action}{freed}{enough}", width)
+            lines += _label(
+                f"fix {cause.name}"[: _LABEL - 3], f"{fix.action}{freed}{enough}", width
+            )
     for note in d.missing:
         lines += _label("missing", note, width)
     return lines
