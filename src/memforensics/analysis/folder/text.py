@@ -7,6 +7,8 @@ them all).
 
 from __future__ import annotations
 
+import textwrap
+
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
@@ -65,6 +67,7 @@ def _when(moment: float | None) -> str:
 def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
     """The whole text output."""
     lines = [_head(view), _failures(view)]
+    lines += _cause(view)
     lines += _outliers(view)
     lines += _comparison(view)
     lines += forecast_lines(view.forecasts)
@@ -98,6 +101,19 @@ def _failures(view: Overview) -> str:
     return (
         f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; "
         f"{len(order):,} ranks failed, in this order: {shown}{more}"
+    )
+
+
+def _cause(view: Overview) -> list[str]:
+    """The first failing rank's top cause and fix (summary's headline for its OOM dump)."""
+    diagnosis = view.first_oom_diagnosis
+    if diagnosis is None or view.first_oom is None:
+        return []
+    return textwrap.wrap(
+        f"cause: {diagnosis.headline}",
+        width=100,
+        subsequent_indent="  ",
+        break_on_hyphens=False,
     )
 
 
