@@ -34,8 +34,8 @@ from memforensics.analysis.folder.journals import (
     read_processes,
 )
 from memforensics.analysis.folder.ls import DumpRecord, scan_run
-from memforensics.analysis.summary import summarize
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
+from memforensics.analysis.summary import summarize
 
 # One rank over the whole run: its journals' figures and dumps, and its first OOM.
 #

@@ -8,7 +8,6 @@ them all).
 from __future__ import annotations
 
 import textwrap
-
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 

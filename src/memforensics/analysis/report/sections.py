@@ -19,8 +19,8 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
-from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.diagnosis import CAUSE_NAMES
+from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import (
     DEVICE_FREE_UNKNOWN,
