@@ -16,9 +16,11 @@ from memforensics.analysis.compare.leaks import (
     WindowTotals,
     find_leaks,
     fit_windows,
+    rank_trends,
     read_windows,
     window_paths,
     window_totals,
+    windows_beside,
 )
 from memforensics.analysis.compare.text import device_diffs_text, leaks_text
 
@@ -38,7 +40,9 @@ __all__ = [
     "find_leaks",
     "fit_windows",
     "leaks_text",
+    "rank_trends",
     "read_windows",
     "window_paths",
     "window_totals",
+    "windows_beside",
 ]

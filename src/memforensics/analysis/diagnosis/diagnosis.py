@@ -7,8 +7,9 @@ sharding would spread. :func:`diagnose` looks for each cause only on evidence in
 sidecar or its run folder, and ranks them:
 
 1. the causes whose removal alone would have let the failed request succeed come first
-   ("removing it frees X, the request needed Y"); among them, growth before fragmentation (a
-   leak keeps growing into whatever fragmentation's fix frees);
+   ("removing it frees X, the request needed Y"); among them growth first (while it grows, any
+   other fix only postpones the OOM by a few steps) and fragmentation last (a growth fills the
+   room its fix frees);
 2. then by bytes.
 
 What the request needed (:func:`needed_bytes`) is the size the allocator asked the device for
@@ -235,10 +236,13 @@ def _headline(top: Cause | None, needed: int | None, pressure: bool) -> str:
 
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
-    """Sufficient causes first (growth before fragmentation among them), then by bytes."""
-    order = 0 if cause.sufficient else 1
-    fragmentation_last = 1 if cause.name == FRAGMENTATION else 0
-    return order, fragmentation_last if cause.sufficient else 0, -cause.bytes
+    """Sufficient causes first: among them growth first (while it grows, any other fix only
+    postpones the OOM) and fragmentation last (its fix buys room a growth then fills); then by
+    bytes."""
+    if not cause.sufficient:
+        return 1, 0, -cause.bytes
+    tier = 0 if cause.name == GROWTH else 2 if cause.name == FRAGMENTATION else 1
+    return 0, tier, -cause.bytes
 
 
 def _enough(freed: int | None, needed: int | None) -> bool | None:

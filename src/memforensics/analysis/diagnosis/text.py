@@ -41,7 +41,7 @@ def growth_evidence(
     site: str, held: int, rate: int, first: int, windows: int, steps_left: int | None
 ) -> str:
     """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.72 MiB a step since step 0``."""
-    where = f" over {windows} window dumps" if windows else ""
+    where = f"; it rose across {windows} window dumps" if windows else ""
     left = ""
     if steps_left is not None:
         left = f"; at that rate the headroom lasts about {steps_left:,} more steps"

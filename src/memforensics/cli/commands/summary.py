@@ -13,6 +13,7 @@ from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
+from memforensics.analysis.compare import rank_trends, windows_beside
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summary_text
 from memforensics.cli._cache import UNNAMED, named_by, renamed
@@ -67,7 +68,9 @@ class _Section:
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
     """Load and summarize one file (run in a worker process with ``--jobs``)."""
     loaded = _load(Path(name), progress)
-    return loaded if isinstance(loaded, _Section) else _answer(loaded, ask, progress)
+    if isinstance(loaded, _Section):
+        return loaded
+    return _answer(loaded, ask, progress, windows_beside(Path(name)))
 
 
 def _load(path: Path, progress: Progress | None) -> Dump | _Section:
@@ -78,8 +81,14 @@ def _load(path: Path, progress: Progress | None) -> Dump | _Section:
         return _Section(error=str(exc))
 
 
-def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section:
-    """Summarize a loaded dump: the first device's summary holds the others'."""
+def _answer(
+    dump: Dump,
+    ask: _Ask,
+    progress: Progress | None = None,
+    windows: list[Path] | None = None,
+) -> _Section:
+    """Summarize a loaded dump: the first device's summary holds the others'. ``windows``: the
+    window dumps of its run folder (growth across windows; None: it lies in no run folder)."""
     try:
         views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
     except SnapshotLoadError as exc:
@@ -87,8 +96,13 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
     if progress is not None:
         progress.phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
     warnings = dump.warnings if ask.device is None else views[0].warnings
+    trends = None
+    if windows is not None and dump.meta.has_sidecar:
+        if progress is not None and windows:
+            progress.phase(f"reading {len(windows)} window dumps beside it")
+        trends = rank_trends(windows, dump.meta.rank)
     summaries = [  # the lifetimes behind ``filled`` are the report's; the text never reads them
-        replace(summarize(view, top=ask.top, requested=ask.requested), filled=None)
+        replace(summarize(view, top=ask.top, requested=ask.requested, trends=trends), filled=None)
         for view in views
     ]
     return _Section(_Kept(replace(summaries[0], other_devices=tuple(summaries[1:])), warnings))
@@ -146,9 +160,11 @@ class SummaryCommand:
         sections: dict[int, _Section] = {}
         progress = Progress(quiet=args.quiet)
         names = [named_by(Path(name)) if cache.enabled else None for name in args.files]
-        for index, name in enumerate(args.files):
+        beside = [windows_beside(Path(name)) for name in args.files]
+        keyed = [[Path(name), *(beside[i] or [])] for i, name in enumerate(args.files)]
+        for index in range(len(args.files)):
             kept = (
-                None if names[index] is None else cache.lookup(_Kept, [Path(name)], ask.question())
+                None if names[index] is None else cache.lookup(_Kept, keyed[index], ask.question())
             )
             if kept is not None:
                 sections[index] = _Section(kept)
@@ -157,7 +173,7 @@ class SummaryCommand:
             if len(todo) == 1 and not several:
                 found = _load(Path(args.files[todo[0]]), progress)
                 if isinstance(found, Dump):
-                    found = _answer(found, ask, progress)
+                    found = _answer(found, ask, progress, beside[todo[0]])
                 sections[todo[0]] = found
             elif jobs == 1 or len(todo) <= 1:
                 for index in todo:
@@ -173,7 +189,7 @@ class SummaryCommand:
             kept = sections[index].kept
             if kept is not None and names[index] is not None:
                 unnamed = replace(kept, summary=renamed(kept.summary, UNNAMED))
-                cache.keep([Path(args.files[index])], ask.question(), unnamed)
+                cache.keep(keyed[index], ask.question(), unnamed)
         warn_cache(cache, self.name)
         for index, name in enumerate(names):
             kept = sections[index].kept

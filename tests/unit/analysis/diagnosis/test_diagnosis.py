@@ -4,9 +4,11 @@ let the request succeed, then by bytes; the headline is the top cause and its fi
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
-from memforensics.analysis import summarize
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.compare import rank_trends, windows_beside
 from memforensics.analysis.diagnosis import Evidence, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.filled import KindBytes
@@ -22,6 +24,7 @@ from memforensics.testing import (
     SnapshotBuilder,
     fragmented,
     make_sidecar,
+    write_dump,
 )
 
 LEAK = Site("/work/train.py", 57, "keep_metrics")
@@ -256,3 +259,35 @@ def test_summary_json_carries_the_causes() -> None:
     assert {"name", "bytes", "sufficient", "evidence", "fixes"} <= set(causes[0])
     assert data["diagnosis"]["headline"]
     assert data["verdict"]["name"] == "fragmentation"  # the allocator's category stays
+
+
+def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> None:
+    """An OOM dump without step tags: the run folder's windows show a site growing 16 MiB a
+    step from step 4, and that is the diagnosis's growth (the leaks fit, not a second one),
+    ranked above activations that are bigger and would also have made room."""
+    for last in (7, 11, 15):
+        builder = SnapshotBuilder()
+        builder.segment(Block(MiB(256), site=TRAIN))
+        builder.segment(*[Block(MiB(16), site=LEAK, step=step) for step in range(4, last + 1)])
+        sidecar = make_sidecar("window", steps=[last - 3, last])
+        write_dump(tmp_path / f"steps{last - 3}-{last}" / "rank0_pid1.pickle", builder.build(),
+                   sidecar=sidecar)  # fmt: skip
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(256), site=TRAIN), *[Block(MiB(16), site=LEAK)] * 13)
+    builder.oom(requested=MiB(64), device_free=0)
+    oom = {"requested_bytes": MiB(64), "device_free_bytes": 0, "device_total_bytes": MiB(464)}
+    path = tmp_path / "oom" / "rank0_pid1_step16_20261130-101112-000001.pickle"
+    write_dump(path, builder.build(), sidecar=make_sidecar("oom", step=16, oom=oom))
+    windows = windows_beside(path)
+    assert windows is not None
+    assert len(windows) == 3
+    summary = summarize(load_dump(path), trends=rank_trends(windows, 0))
+    assert summary.diagnosis is not None
+    growth = summary.diagnosis.causes[0]
+    assert (growth.name, growth.rate_bytes_per_step, growth.first_step) == ("growth", MiB(16), 4)
+    assert "rose across 3 window dumps" in growth.evidence
+    activations = summary.diagnosis.causes[1]
+    assert activations.name == "activations"
+    assert activations.sufficient
+    assert activations.bytes > growth.bytes
+    assert windows_beside(tmp_path / "loose.pickle") is None  # no run folder: no windows read
