@@ -82,14 +82,18 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
             words = f"{CAUSE_NAMES[cause.name]}: {cause.evidence}"
             lines.append(_cut(f"  {label:<{_LABEL - 2}}{words}", width))
         return lines
-    for cause in rest:
-        lines += _label("also", f"{CAUSE_NAMES[cause.name]}: {cause.evidence}", width)
-    for cause in d.causes:
+    for index, cause in enumerate(d.causes):
+        label = "causes" if index == 0 else ""
+        lines += _label(label, f"{index + 1}. {CAUSE_NAMES[cause.name]}: {cause.evidence}", width)
         for fix in cause.fixes:
-            freed = "" if fix.bytes is None else f" (frees {fmt(fix.bytes)})"
-            enough = " enough" if fix.sufficient else ""
-            lines += _label(
-                f"fix {cause.name}"[: _LABEL - 3], f"{fix.action}{freed}{enough}", width
+            freed = "" if fix.bytes is None else f", frees {fmt(fix.bytes)}"
+            enough = ", enough for the request" if fix.sufficient else ""
+            lines += textwrap.wrap(
+                f"fix: {fix.action}{freed}{enough}",
+                width=max(width, _LABEL + 20),
+                initial_indent=" " * (_LABEL + 3),
+                subsequent_indent=" " * (_LABEL + 8),
+                break_on_hyphens=False,
             )
     for note in d.missing:
         lines += _label("missing", note, width)
