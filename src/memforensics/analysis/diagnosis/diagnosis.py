@@ -54,6 +54,8 @@ MIN_GROWTH_STEPS = 3
 """A site grows when its live blocks were made in at least this many steps ..."""
 MIN_GROWTH_COVER = 0.5
 """... covering at least this share of the steps from its first to its last."""
+MIN_KIND_CONFIDENCE = 0.5
+"""Kinds inferred with less confidence than this are no evidence of a cause."""
 EXPANDABLE_SINCE = (2, 1)
 """The first torch release with ``expandable_segments`` in ``PYTORCH_CUDA_ALLOC_CONF``."""
 
@@ -194,6 +196,9 @@ def diagnose(
     """The ranked causes of ``dump``'s OOM (or of its state, without one); see the module."""
     needed = needed_bytes(moment)
     missing: list[str] = []
+    if not evidence.kinds_known:
+        kept = tuple(k for k in evidence.kinds if k.confidence >= MIN_KIND_CONFIDENCE)
+        evidence = replace(evidence, kinds=kept)
     growth = _growth(evidence, needed, missing)
     rate = growth.rate_bytes_per_step if growth is not None else None
     causes = [

@@ -58,14 +58,11 @@ def growth_fix(site: str) -> str:
 
 # a preallocated cache
 
-_KNOBS = {
-    "vllm": "vLLM's KV cache, sized by gpu_memory_utilization (in verl:"
-    " actor_rollout_ref.rollout.gpu_memory_utilization)",
-    "sglang": "SGLang's KV cache pool, sized by mem_fraction_static",
-    "megatron": "Megatron's contiguous parameter and gradient buffers (param_and_grad_buffer),"
-    " sized by the model's parameters on this rank",
-    "deepspeed": "DeepSpeed's contiguous buffers, sized by reduce_bucket_size /"
-    " allgather_bucket_size and contiguous_gradients",
+_CACHES = {
+    "vllm": "vLLM's KV cache",
+    "sglang": "SGLang's KV cache pool",
+    "megatron": "Megatron's contiguous parameter and gradient buffers",
+    "deepspeed": "DeepSpeed's contiguous buffers",
 }
 
 
@@ -73,7 +70,7 @@ def cache_evidence(framework: str, held: int, sites: Sequence[str], total: int |
     """What holds the cache, how much, and of what device."""
     share = f" ({held / total:.0%} of the {fmt(total)} device)" if total else ""
     where = f" at {_site(sites[0])}" if sites else ""
-    return f"{_KNOBS[framework]} holds {fmt(held)}{share}{where}"
+    return f"{_CACHES[framework]}{where} holds {fmt(held)}{share}"
 
 
 def cache_fixes(
@@ -84,7 +81,7 @@ def cache_fixes(
     if framework == "vllm":
         step = f" by {max(needed / total, 0.01):.2f}" if needed and total else ""
         return [
-            (f"lower gpu_memory_utilization{step} (in verl:"
+            (f"lower gpu_memory_utilization{step} (verl:"
              " actor_rollout_ref.rollout.gpu_memory_utilization)", freed),
             ("free the cache engine while the actor trains (verl:"
              " actor_rollout_ref.rollout.free_cache_engine=True)", held),
@@ -93,10 +90,12 @@ def cache_fixes(
         return [("lower mem_fraction_static", freed)]
     if framework == "megatron":
         return [
-            ("spread the model over more ranks (a larger tensor or pipeline parallel size);"
-             " --use-distributed-optimizer shards the optimizer state beside it", None),
+            ("the buffers are sized by this rank's parameters: spread the model over more ranks"
+             " (a larger tensor or pipeline parallel size)", None),
         ]  # fmt: skip
-    return [("lower reduce_bucket_size / allgather_bucket_size", None)]
+    return [
+        ("lower reduce_bucket_size / allgather_bucket_size, or contiguous_gradients=false", None)
+    ]
 
 
 # static memory
@@ -258,4 +257,4 @@ def no_cause(failed: bool, needed: int | None) -> str:
         return "none: nothing failed in this dump and no site grows step after step"
     if needed == 0:
         return "this state serves the request: the OOM happened at another moment"
-    return "no cause found in this dump's evidence (see what is missing below)"
+    return "no cause found on this dump's evidence (--verbose names what is missing)"

@@ -291,3 +291,13 @@ def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> No
     assert activations.sufficient
     assert activations.bytes > growth.bytes
     assert windows_beside(tmp_path / "loose.pickle") is None  # no run folder: no windows read
+
+
+def test_a_kind_guessed_with_low_confidence_is_no_evidence() -> None:
+    """Parameters inferred at confidence 0.3 (by block sizes alone) name no static cause; the
+    headline says no cause was found instead of guessing one."""
+    kinds = (KindBytes("parameter", GiB(6), 32, 0.3),)
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=Evidence(kinds=kinds))
+    assert found.causes == ()
+    assert found.headline.startswith("no cause found")
+    assert any("no allocator history" in note for note in found.missing)
