@@ -194,7 +194,8 @@ def diagnose(
     expandable_serves: ExpandableServes | None = None,
 ) -> Diagnosis:
     """The ranked causes of ``dump``'s OOM (or of its state, without one); see the module."""
-    needed = needed_bytes(moment)
+    served = needed_bytes(moment) == 0  # a --requested request the recorded state serves
+    needed = None if served else needed_bytes(moment)
     missing: list[str] = []
     if not evidence.kinds_known:
         kept = tuple(k for k in evidence.kinds if k.confidence >= MIN_KIND_CONFIDENCE)
@@ -220,11 +221,14 @@ def diagnose(
     if pressure and not evidence.has_history and not evidence.kinds_known:
         missing.append(text.MISSING_HISTORY)
     ranked = tuple(sorted(causes, key=_rank))
+    headline = _headline(ranked[0] if ranked else None, needed, pressure)
+    if served:
+        headline = text.served(headline if ranked else None)
     return Diagnosis(
         causes=ranked,
-        headline=_headline(ranked[0] if ranked else None, needed, pressure),
+        headline=headline,
         requested_bytes=moment.requested_bytes if moment is not None else None,
-        needed_bytes=needed,
+        needed_bytes=0 if served else needed,
         missing=tuple(missing),
     )
 
@@ -232,7 +236,7 @@ def diagnose(
 def _headline(top: Cause | None, needed: int | None, pressure: bool) -> str:
     """The top cause and its smallest sufficient fix, in one sentence."""
     if top is None:
-        return text.no_cause(pressure, needed)
+        return text.no_cause(pressure)
     fix = top.fix
     return text.headline(
         top.name, top.evidence, top.freed_bytes, top.sufficient, needed,

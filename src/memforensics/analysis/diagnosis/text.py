@@ -251,10 +251,14 @@ def headline(
     return words + (f" → {fix}" if fix else "")
 
 
-def no_cause(failed: bool, needed: int | None) -> str:
+def served(top: str | None) -> str:
+    """A ``--requested`` request the recorded state serves: the OOM met another state."""
+    words = "this state serves the request: the OOM happened at another moment, with more live"
+    return words + (f"; the most memory here: {top}" if top else "")
+
+
+def no_cause(failed: bool) -> str:
     """No cause found."""
     if not failed:
         return "none: nothing failed in this dump and no site grows step after step"
-    if needed == 0:
-        return "this state serves the request: the OOM happened at another moment"
     return "no cause found on this dump's evidence (--verbose names what is missing)"

@@ -301,3 +301,17 @@ def test_a_kind_guessed_with_low_confidence_is_no_evidence() -> None:
     assert found.causes == ()
     assert found.headline.startswith("no cause found")
     assert any("no allocator history" in note for note in found.missing)
+
+
+def test_a_request_the_state_serves_is_no_failure_to_explain() -> None:
+    """--requested 64 MiB against a state with a free 512 MiB block: the headline says the
+    state serves it, and no cause claims it would have been needed."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(512), site=LEAK), Block(MiB(512), state="inactive", site=None))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]
+    summary = summarize(dump_from_snapshot(snapshot), requested=MiB(64))
+    assert summary.diagnosis is not None
+    assert summary.diagnosis.needed_bytes == 0
+    assert summary.diagnosis.headline.startswith("this state serves the request")
+    assert all(cause.sufficient is None for cause in summary.diagnosis.causes)
