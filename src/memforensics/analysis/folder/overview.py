@@ -24,6 +24,8 @@ from itertools import islice
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.diagnosis import Diagnosis
+from memforensics.analysis.dump import load_dump
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import (
     MISSING,
@@ -33,6 +35,7 @@ from memforensics.analysis.folder.journals import (
 )
 from memforensics.analysis.folder.ls import DumpRecord, scan_run
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
+from memforensics.analysis.summary import summarize
 
 # One rank over the whole run: its journals' figures and dumps, and its first OOM.
 #
@@ -363,14 +366,21 @@ class Overview:
     forecasts: tuple[Forecast, ...]
     ranks: tuple[RankFacts, ...]
     journals: tuple[ProcessJournal, ...] = field(default=(), repr=False, metadata=NOT_IN_JSON)
+    first_oom_diagnosis: Diagnosis | None = None
+    """The first failing rank's causes, from its OOM dump (``summary``'s own diagnosis); None
+    without such a dump, or when it could not be read."""
 
     def rank(self, number: int) -> RankFacts | None:
         """The facts of rank ``number``, if it left anything."""
         return next((r for r in self.ranks if r.rank == number), None)
 
 
-def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
-    """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs)."""
+def build_overview(
+    root: str | Path, *, workers: int | None = None, diagnose: bool = False
+) -> Overview:
+    """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs).
+    No snapshot is opened, unless ``diagnose``: then the first failing rank's earliest OOM dump
+    is read for its causes (one dump, however many ranks)."""
     folder = Path(root)
     if not folder.is_dir():
         raise SnapshotLoadError(f"{folder}: not a folder")
@@ -413,7 +423,24 @@ def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
         forecasts=tuple(sorted(forecasts, key=lambda f: (f.step, f.rank))),
         ranks=ranks,
         journals=tuple(journals),
+        first_oom_diagnosis=_first_diagnosis(folder, failures, dumps) if diagnose else None,
     )
+
+
+def _first_diagnosis(
+    folder: Path, failures: Sequence[Failure], dumps: Mapping[int, list[DumpRecord]]
+) -> Diagnosis | None:
+    """The diagnosis of the first failing rank's earliest OOM dump (None: none readable)."""
+    if not failures:
+        return None
+    ooms = [d for d in dumps.get(failures[0].rank, []) if d.kind == "oom"]
+    if not ooms:
+        return None
+    first = min(ooms, key=lambda d: (d.time if d.time is not None else float("inf"), d.path))
+    try:
+        return summarize(load_dump(folder / first.path), top=3).diagnosis
+    except SnapshotLoadError:
+        return None
 
 
 def _steps(ranks: Sequence[RankFacts]) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ them all).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
@@ -65,6 +66,7 @@ def _when(moment: float | None) -> str:
 def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
     """The whole text output."""
     lines = [_head(view), _failures(view)]
+    lines += _cause(view)
     lines += _outliers(view)
     lines += _comparison(view)
     lines += forecast_lines(view.forecasts)
@@ -101,6 +103,19 @@ def _failures(view: Overview) -> str:
     shown = ", ".join(str(r) for r in order[: TOP * 2])
     more = f" (+{len(order) - TOP * 2} more)" if len(order) > TOP * 2 else ""
     return f"{where}; {len(order):,} ranks failed, in this order: {shown}{more}"
+
+
+def _cause(view: Overview) -> list[str]:
+    """The first failing rank's top cause and fix (summary's headline for its OOM dump)."""
+    diagnosis = view.first_oom_diagnosis
+    if diagnosis is None or view.first_oom is None:
+        return []
+    return textwrap.wrap(
+        f"cause: {diagnosis.headline}",
+        width=100,
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+    )
 
 
 def _outliers(view: Overview) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
+from memforensics.analysis.diagnosis import CAUSE_NAMES
 from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import (
@@ -62,10 +63,24 @@ _NATIVE_NOTE = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
 
 
 def verdict_section(ctx: DumpContext) -> Section:
-    """The answer first."""
+    """The answer first: the diagnosis's headline (the top cause and its fix), the other
+    causes, then the allocator's verdict beneath it."""
     s = ctx.summary
     verdict = s.verdict
-    data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
+    data: dict[str, Any] = {
+        "name": verdict.name,
+        "explanation": verdict.explanation,
+        "advice": verdict.advice,
+    }
+    diagnosis = s.diagnosis
+    if diagnosis is not None:
+        data["cause"] = diagnosis.headline
+        data["causes"] = [
+            f"{CAUSE_NAMES[cause.name]}: {cause.evidence}" for cause in diagnosis.causes[1:]
+        ]
+        data["missing"] = list(diagnosis.missing)
+        if diagnosis.causes:
+            data["advice"] = None  # the headline carries the top cause's fix
     if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
         data["moment"] = (
             f"judged at the OOM (trace entry {s.oom.trace_index:,}), with"

@@ -8,11 +8,14 @@ can), so a summary costs little more than loading the file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose
+from memforensics.analysis.diagnosis.diagnosis import Trend
 from memforensics.analysis.dump import (
     ALLOCATED,
     BEFORE_RECORDING,
@@ -47,11 +50,13 @@ from memforensics.analysis.oom import (
     OomMoment,
     Verdict,
     at_risk,
+    has_history,
     judged_moment_warning,
     oom_moment,
     settings_notes,
     verdict_at_oom,
 )
+from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
 
 # The two passes over a dump that ``summary``, ``diff`` and ``leaks`` share.
@@ -72,6 +77,7 @@ class Tally:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
         self.sites: dict[tuple[str, str], list[int]] = {}
         self.live: list[tuple[Block, str, str]] = []
+        self.pending: dict[str, int] = {}
         self._site_cache: dict[int, tuple[str, str]] = {}
 
     def add(self, block: Block) -> None:
@@ -87,6 +93,8 @@ class Tally:
             self.live.append((block, site, caller))
         elif block.state == PENDING_FREE:
             self.active += block.size
+            site = self.site(block)[0]
+            self.pending[site] = self.pending.get(site, 0) + block.size
         elif block.state == INACTIVE:
             self.free += block.size
             self.largest = max(self.largest, block.size)
@@ -352,6 +360,8 @@ class Summary:
     """The file's other devices with memory (``summary``'s answer about one file holds each
     device it explains: the OOM's, else every device with memory, this one first)."""
     live_at_start: bool = False  # blocks were live when the trace began (allocated before it)
+    diagnosis: Diagnosis | None = None
+    """The ranked causes and the headline (None only in a summary read from an older cache)."""
     filled: Filled | None = field(default=None, metadata=NOT_IN_JSON)
     """The classified lifetimes behind ``kinds``, ``peak`` and the OOM's (for the report)."""
 
@@ -363,12 +373,21 @@ class Summary:
 
 
 @paused_gc()
-def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
-    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites (None: every site),
-    live bytes per step. A site row is one (site, caller) pair.
+def summarize(
+    dump: Dump,
+    *,
+    top: int | None = 10,
+    requested: int | None = None,
+    trends: Sequence[Trend] | None = None,
+    replay: bool = True,
+) -> Summary:
+    """Summarize one dump: totals, OOM, verdict, the diagnosis, the ``top`` biggest sites
+    (None: every site), live bytes per step. A site row is one (site, caller) pair.
 
     ``requested``: the failed request in bytes, for a snapshot that records neither history
-    nor a sidecar (it is then judged as taken at that OOM).
+    nor a sidecar (it is then judged as taken at that OOM). ``trends``: the run folder's
+    window trends of this rank (``leaks``), for growth across windows (None: not read).
+    ``replay``: ask the replay whether ``expandable_segments`` serves a fragmented request.
     """
     tally = Tally()
     reserved = 0
@@ -405,6 +424,35 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     unwound = None
     if found is not None and found.state == TRACE and found.allocated_bytes is not None:
         unwound = found.allocated_bytes - tally.allocated
+    risk = at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest)
+    judged_kinds = (
+        filled.oom.kinds
+        if moment is not None and filled.oom is not None
+        else filled.kinds
+        if moment is not None
+        else filled.peak.kinds
+    )
+    evidence = Evidence(
+        live=[(site, block.size, block_steps.get(block.address)) for block, site, _ in tally.live],
+        kinds=judged_kinds,
+        kinds_known=bool(dump.meta.sidecar.get("tensors")),
+        sites=_by_site(sites),
+        pending_bytes=tally.active - tally.allocated,
+        pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
+        headroom_bytes=risk.headroom_bytes if risk is not None else None,
+        device_total_bytes=_device_total(moment, risk),
+        at_risk=risk is not None,
+        has_history=has_history(dump),
+        trends=trends or (),
+        trends_read=trends is not None,
+    )
+    diagnosis = diagnose(
+        dump,
+        moment=moment,
+        verdict=verdict,
+        evidence=evidence,
+        expandable_serves=(lambda: _expandable_serves(dump, requested)) if replay else None,
+    )
     return Summary(
         file=dump.name,
         kind=dump.meta.kind,
@@ -438,13 +486,41 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         lower_bound=bound,
         unwound_bytes=unwound,
         judged_note=note,
-        at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
+        at_risk=risk,
         kinds=filled.kinds,
         peak=filled.peak,
         known=filled.known,
+        diagnosis=diagnosis,
         filled=filled,
         live_at_start=filled.lifetimes.live_at_start,
     )
+
+
+def _by_site(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, int]]:
+    """Live bytes per site (callers merged), biggest first."""
+    merged: dict[str, int] = {}
+    for (site, _caller), (size, _count, _asked) in sites:
+        merged[site] = merged.get(site, 0) + size
+    return sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _device_total(moment: OomMoment | None, risk: AtRisk | None) -> int | None:
+    """The limit the rank ran under, from the OOM's figures or the near-OOM's."""
+    if moment is not None and moment.device_total_bytes is not None:
+        return moment.device_total_bytes
+    return risk.device_total_bytes if risk is not None else None
+
+
+def _expandable_serves(dump: Dump, requested: int | None) -> tuple[bool | None, str | None]:
+    """Whether the replay, under ``expandable_segments``, serves the failed request: True,
+    False, or None with the replay's reason when it refuses to say."""
+    result = replay_dump(dump, sets=["expandable_segments=True"], requested=requested)
+    if not result.trusted:
+        return None, result.refusals[0] if result.refusals else None
+    rows = result.what_if[1:]
+    if not rows:
+        return None, "the replay ran no expandable_segments row"
+    return not rows[0].oom, None
 
 
 def _oom(

@@ -103,7 +103,9 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
         )
     if ooms:
         lines.append(f"next: memforensics summary {ooms[0]}")
-    elif "error" in result:
+    if windows:
+        lines.append(f"next: memforensics leaks {out_dir}")
+    if not ooms and "error" in result:
         lines.append(
             "no OOM snapshot was written: run again with MEMFORENSICS_LOG_LEVEL=WARNING to see why"
         )

@@ -13,7 +13,7 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics._layout import journal_name
-from memforensics.analysis import build_overview
+from memforensics.analysis import build_overview, load_dump, summarize
 from memforensics.analysis.folder import overview_text
 from memforensics.analysis.folder.overview import PARALLEL_FROM
 from memforensics.analysis.folder.text import rank_ranges
@@ -21,7 +21,7 @@ from memforensics.analysis.report import render_overview
 from memforensics.analysis.report.overview_page import overview_data
 from memforensics.analysis.schema import to_json
 from memforensics.capture.journal import Journal, format_line
-from memforensics.testing import make_sidecar, write_journals
+from memforensics.testing import make_sidecar, write_journals, write_run_folder
 
 GiB = 1 << 30
 
@@ -281,3 +281,19 @@ def test_journals_without_step_lines_are_never_a_restart(tmp_path: Path) -> None
     assert rank0.last_reserved_bytes is not None
     assert rank0.last_reserved_bytes > GiB
     assert "restarted" not in overview_text(view)
+
+
+def test_first_failing_rank_carries_summarys_diagnosis(tmp_path: Path) -> None:
+    """overview names the first failing rank's cause with summary's own headline for that
+    rank's OOM dump (one diagnosis everywhere), and prints it under the first-OOM line."""
+    truth = write_run_folder(tmp_path, world_size=3)
+    view = build_overview(tmp_path, workers=1, diagnose=True)
+    assert view.first_oom is not None
+    assert view.first_oom.rank == truth.first_oom_rank
+    [dump] = (tmp_path / "oom").glob(f"rank{truth.first_oom_rank}_*.pickle")
+    expected = summarize(load_dump(dump)).diagnosis
+    assert expected is not None
+    assert view.first_oom_diagnosis == expected
+    lines = overview_text(view).splitlines()
+    assert lines[2] == f"cause: {expected.headline}"[: len(lines[2])]
+    assert build_overview(tmp_path, workers=1).first_oom_diagnosis is None  # no pickle opened

@@ -153,7 +153,8 @@ def test_oom_moment_heads_a_dump_taken_after_unwinding() -> None:
     assert biggest in sites
     assert smallest not in sites
     assert summary.verdict.name == truth.verdict
-    text = summary_text(summary)
+    assert "unwinding freed" in summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert text.index("site (live at the OOM)") < text.index("site (after the OOM")
     assert "unwinding freed" in text
 

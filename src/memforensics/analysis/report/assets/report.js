@@ -58,6 +58,22 @@
     var data = section.data;
     var known = ["fragmentation", "exhausted", "no-oom"].indexOf(data.name) >= 0;
     var box = el("div", { "class": "verdict " + (known ? data.name : "other") });
+    if (data.cause) {
+      box.appendChild(el("b", null, "Cause: "));
+      box.appendChild(document.createTextNode(data.cause));
+      (data.causes || []).forEach(function (line) {
+        box.appendChild(el("br"));
+        box.appendChild(el("b", null, "Also: "));
+        box.appendChild(document.createTextNode(line));
+      });
+      (data.missing || []).forEach(function (line) {
+        box.appendChild(el("br"));
+        box.appendChild(el("b", null, "Missing: "));
+        box.appendChild(document.createTextNode(line));
+      });
+      box.appendChild(el("br"));
+      box.appendChild(el("b", null, "Allocator: "));
+    }
     box.appendChild(el("b", null, data.name));
     box.appendChild(document.createTextNode(" — " + data.explanation));
     if (data.moment) {
