@@ -161,7 +161,7 @@ def test_the_summary_says_which_bytes_are_known(tmp_path: Path) -> None:
     """summary's text names the bytes from the process and its JSON carries known_bytes."""
     mf, _, _ = _train(tmp_path)
     summary = summarize(load_dump(mf.dumps[-1]))
-    text = summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert "from the process" in text
     assert "the rest is inferred" in text
     assert summary.known is not None

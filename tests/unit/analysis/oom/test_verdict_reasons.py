@@ -184,7 +184,7 @@ def test_unknown_outside_memory_reads_unknown() -> None:
     builder.segment(Block(GiB(2), site=TRAIN), Block(MiB(32), state=INACTIVE, site=None))
     builder.oom(requested=GiB(1), device_free=MiB(32))
     dump = dump_from_snapshot(builder.build(), sidecar=make_sidecar("oom", schema=2))
-    for text in (summary_text(summarize(dump)), replay_text(replay_dump(dump))):
+    for text in (summary_text(summarize(dump), verbose=True), replay_text(replay_dump(dump))):
         assert "outside PyTorch unknown" in text
         assert "outside PyTorch -" not in text
 

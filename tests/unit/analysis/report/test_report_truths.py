@@ -9,6 +9,7 @@ from typing import Any
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.filled import what_filled
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.summary import summarize
 from memforensics.testing import (
     TRAIN,
     Block,
@@ -97,14 +98,17 @@ def test_device_known_from_the_snapshot_is_named() -> None:
 
 def test_an_oom_figure_left_empty_by_the_sidecar_says_so() -> None:
     """A sidecar whose oom leaves the allocation empty, and a trace with an oom entry: the row
-    says exactly that, never that there is no sidecar field and no oom entry."""
+    gives the size PyTorch's rules give for the request, as summary does, never that there is
+    no sidecar field and no oom entry."""
     snapshot = _expandable_oom()
     sidecar = make_sidecar("oom", oom={"device_total_bytes": GiB(8), "allocation_bytes": None})
+    dump = dump_from_snapshot(snapshot, sidecar=sidecar)
     report = ReportBuilder()
-    report.add(dump_from_snapshot(snapshot, sidecar=sidecar))
+    report.add(dump)
     html = report.html()
     rows = dict((row[0], row[1][1]) for row in _sections(html)["facts"]["data"]["rows"])
-    assert rows["OOM allocation (error text)"] == (
-        "not recorded (the sidecar leaves it empty; the trace's oom entry does not carry it)"
-    )
+    oom = summarize(dump).oom
+    assert oom is not None
+    assert oom.allocation_bytes is not None
+    assert rows["OOM allocation (error text)"] == oom.allocation_bytes
     assert "no sidecar field" not in str(_document(html))

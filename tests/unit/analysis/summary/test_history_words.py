@@ -39,7 +39,7 @@ def test_a_one_event_trace_rules_out_nothing_and_shows_no_peak() -> None:
     summary = summarize(dump_from_snapshot(snapshot))
     assert summary.verdict.name == "unknown"
     assert summary.verdict.reason == "one-event trace"
-    text = summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert "NO-OOM" not in text
     assert "The trace holds one event: too short to rule out an OOM" in text
     assert "1 event: too short to rule out an OOM" in _history_line(text)
@@ -54,7 +54,7 @@ def test_blocks_with_stacks_and_no_trace_say_stacks_recorded() -> None:
     snapshot = _built()
     snapshot["device_traces"] = [[]]
     summary = summarize(dump_from_snapshot(snapshot))
-    text = summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert "history was not recorded" not in text
     assert "stacks recorded, no trace" in _history_line(text)
     assert any(limit.startswith("stacks recorded, no trace") for limit in summary.limits)
@@ -65,7 +65,7 @@ def test_a_torch_2_0_block_history_counts_as_stacks_recorded() -> None:
     """PyTorch 2.0 keeps each block's stack under ``history``: stacks recorded, no trace."""
     snapshot = as_pytorch_2_0(_built())
     snapshot["device_traces"] = [[]]
-    text = summary_text(summarize(dump_from_snapshot(snapshot)))
+    text = summary_text(summarize(dump_from_snapshot(snapshot)), verbose=True)
     assert "history was not recorded" not in text
     assert "stacks recorded, no trace" in _history_line(text)
 
@@ -75,7 +75,7 @@ def test_a_trace_without_time_from_a_newer_shape_names_no_old_release() -> None:
     snapshot = _built()
     for entry in snapshot["device_traces"][0]:
         del entry["time_us"]
-    text = summary_text(summarize(dump_from_snapshot(snapshot)))
+    text = summary_text(summarize(dump_from_snapshot(snapshot)), verbose=True)
     assert "trace entries carry no time_us: memory over time" in text
     assert "before 2.1" not in text
 
@@ -83,7 +83,7 @@ def test_a_trace_without_time_from_a_newer_shape_names_no_old_release() -> None:
 def test_the_device_line_reads_without_nested_brackets() -> None:
     """Three devices, the OOM on device 1: one plain clause says why that device."""
     built = several_devices(oom_device=1, sidecar_device=None)
-    text = summary_text(summarize(dump_from_snapshot(built.snapshot)))
+    text = summary_text(summarize(dump_from_snapshot(built.snapshot)), verbose=True)
     [line] = [line for line in text.splitlines() if line.startswith("  device ")]
     assert line.startswith("  device       1 of 3, the OOM's device: its trace records the OOM;")
     assert "((" not in line

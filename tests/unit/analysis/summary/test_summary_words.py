@@ -51,7 +51,9 @@ def test_unknown_truncation_says_what_is_unknown() -> None:
 
 def test_empty_dump_prints_no_header_only_kind_tables() -> None:
     """A dump with nothing in it gets one line about kinds, no table headers without rows."""
-    text = summary_text(summarize(dump_from_snapshot({"segments": [], "device_traces": [[]]})))
+    text = summary_text(
+        summarize(dump_from_snapshot({"segments": [], "device_traces": [[]]})), verbose=True
+    )
     assert "confidence" not in text
     assert "live memory by kind: nothing live" in text
     assert "history      none: nothing allocated" in text
