@@ -8,22 +8,28 @@ By the time PyTorch raises an OOM it has released every wholly free segment and 
 is left is holes inside partly used segments, the device's free memory (capped by the limit), and
 memory on the device that PyTorch's allocator does not own (``limit - device free - reserved``:
 NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). With ``free`` the holes
-plus the free device memory:
+of the request's own pool and stream (the small pool never serves a request over 1 MiB) plus
+the free device memory:
 
 - ``fragmentation``: ``free`` covers the request, yet no single hole or fresh segment could hold
   it: the bytes exist but not in one piece. Placement (expandable segments) can fix it.
 - ``external``: ``free`` falls short, but would cover the request if the memory outside PyTorch
-  were not there: that memory, not PyTorch's live or cached bytes, left no room.
+  were not there: that memory, not PyTorch's live or cached bytes, left no room. Also
+  ``external (nothing reserved)``: PyTorch held nothing, so only memory outside it, or a device
+  or limit smaller than the request, can have stopped it.
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
-  could give the live blocks (requests rounded to 512 B) plus the external memory exceed the
-  limit: no allocator setting could have fit.
+  could give the live blocks (requests rounded to 512 B), the request and the external memory
+  exceed the limit: no allocator setting could have fit. ``request over the limit``: nothing
+  reserved, and the request alone exceeds the recorded limit.
 - ``could-serve``: the request was given by hand (``summary --requested``) for a state that
   records no OOM of its own, and the allocator model, seeded with that state under the recorded
-  settings, serves it (a cached block of its pool and stream, or a fresh segment from the
-  device's free memory when that is known). Not an OOM verdict: the OOM happened at another
-  moment, when more was live.
+  settings, serves it; the explanation names the route (a cached block of its pool and stream,
+  or waiting for pending cross-stream frees, releasing cached segments and a new segment from
+  the device's free memory) and what it rests on. Not an OOM verdict: the OOM happened at
+  another moment, when more was live.
 - ``unknown``: an OOM the dump cannot judge (no history and no sidecar to say whether or what
-  failed, or a state at the OOM that cannot be reconstructed); ``reason`` says which.
+  failed, a trace of one event, a state at the OOM that cannot be reconstructed, or a
+  ``--requested`` no cached block serves while device free is unknown); ``reason`` says which.
 - ``no-oom``: nothing failed in this dump.
 """
 

@@ -9,9 +9,10 @@ recorded run would be an opinion, not evidence.
 
 A trace that starts with live blocks (history is cleared when a step window opens) has lost how
 they were placed. Under another setting they are allocated afresh, in address order, at the
-start; the same is done under the recorded settings ("calibration") and when that changes
-whether the OOM happens, the layout before recording decided the outcome and the what-if is
-refused.
+start; the same is done under the recorded settings ("calibration", shown as the baseline row
+every setting is measured against) and when that changes whether the OOM happens, the layout
+before recording decided the outcome and the what-if is refused. A self-check that compared
+nothing (no block placed, no segment event) is refused as one that failed.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ Rows whose settings cannot decide differently on this trace share one run
 a ``max_split_size`` above every block the run can make). A row that decides as the recorded
 settings do, on the recorded device, is answered by the run the replay already made under them
 (the self-check's note of its first stop, or the calibration when blocks were live or cached at
-the start): it costs no pass of its own, and shows the figures of the "as recorded" run it
-equals.
+the start): it costs no pass of its own, and reads "no effect on this dump" with the rule that
+makes it so (:func:`no_effect_reason`). Every other row gives its peak reserved against that
+run, the baseline.
 
 Each row is one pass of the model over the whole trace and no row reads another's result, so
 with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
