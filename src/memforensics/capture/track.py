@@ -6,10 +6,10 @@ keeps a model alive, and reads them only when a dump is written: at each window,
 and manual dump the sidecar's ``tensors`` lists every tracked tensor on the dumped device, one
 entry per tensor:
 
-``address``  the tensor's storage's address (``untyped_storage().data_ptr()``): the allocator
-             block that holds it
+``address``  the tensor's storage's address (what ``untyped_storage().data_ptr()`` returns,
+             read as ``data_ptr()`` less the offset): the allocator block that holds it
 ``offset``   bytes from the storage's start to the tensor's first element
-``bytes``    the tensor's own bytes (``numel() * element_size()``)
+``bytes``    the tensor's own bytes (``numel() * itemsize``)
 ``kind``     ``parameter``, ``gradient``, ``optimizer_state`` or ``buffer``
 ``name``     the parameter's qualified name (``layers.0.weight``), its gradient's with ``.grad``,
              an optimizer state's with its key (``layers.0.weight.exp_avg``)
@@ -39,8 +39,7 @@ PARAMETER = "parameter"
 GRADIENT = "gradient"
 OPTIMIZER_STATE = "optimizer_state"
 BUFFER = "buffer"
-TENSOR_KINDS = (PARAMETER, GRADIENT, OPTIMIZER_STATE, BUFFER)
-"""The kinds a sidecar's ``tensors`` entry may carry: the words analysis uses for them."""
+"""The kinds a sidecar's ``tensors`` entry carries: the words analysis uses for them."""
 
 MAX_TENSORS = 10_000
 """Entries one sidecar holds at most: under 3 MiB of JSON with names at their longest, within
