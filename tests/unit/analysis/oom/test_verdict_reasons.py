@@ -26,7 +26,13 @@ from memforensics.testing import (
 )
 
 INACTIVE = "inactive"
-REAL_LLM = Path("/work/shared/data/real-snapshots/cuda-llm-at-oom-no-history.pickle")
+REAL_LLM = (
+    Path(__file__).resolve().parents[4].parent
+    / "shared"
+    / "data"
+    / "real-snapshots"
+    / "cuda-llm-at-oom-no-history.pickle"
+)
 
 
 def _pending_cross_stream() -> dict[str, Any]:
