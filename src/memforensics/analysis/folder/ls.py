@@ -100,7 +100,7 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
         side = os.path.join(path, _layout.sidecar_name(stem))
         sidecar = _read_sidecar(side, found) if stem in sidecars else None
         record = _record(f"{name}/{file_name}", name, stem, sidecar)
-        if record.kind == "oom" and _is_empty(os.path.join(path, file_name)):
+        if record.kind == "oom" and _is_empty(os.path.join(path, file_name), sidecar):
             found.errors.append(f"{record.path}: empty (0 bytes), not counted as an OOM")
             record = dataclasses.replace(record, kind=EMPTY)
         found.dumps.append(record)
@@ -115,8 +115,13 @@ EMPTY = "empty"
 """The kind a 0-byte dump file gets: it holds no snapshot, so it is no OOM."""
 
 
-def _is_empty(path: str) -> bool:
-    """A file of 0 bytes (one ``stat``, made only for OOM dumps: a handful per run)."""
+def _is_empty(path: str, sidecar: dict[str, object] | None) -> bool:
+    """An OOM dump of 0 bytes: as its sidecar's ``snapshot_bytes`` says (written after the
+    whole pickle), else as a ``stat`` says, the one ``stat`` the scan makes, for an OOM dump
+    without a sidecar (a writer killed between the two, or a file from elsewhere)."""
+    size = sidecar.get("snapshot_bytes") if sidecar is not None else None
+    if type(size) is int and size > 0:
+        return False
     try:
         return os.stat(path).st_size == 0
     except OSError:
