@@ -132,13 +132,14 @@ def _screen(s: Summary, width: int) -> list[str]:
     elif s.peak is not None:
         kind_table = ["  live memory by kind: nothing live"]
     tree = tree_lines(moment.tree, limit=14) if moment is not None and moment.live_bytes else []
-    sites = _site_rows(s.top_sites, s.site_count, s.allocated_bytes, callers=False)
     tree_min = min(len(tree), 3) + (1 if tree else 0)
-    site_rows = min(len(sites), max(_MIN_SITES, room - 2 - len(kind_table) - tree_min))
+    fit = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
+    shown = s.top_sites if len(s.top_sites) < fit else s.top_sites[: fit - 1]
+    sites = _site_rows(shown, s.site_count, s.allocated_bytes, callers=False)
     body: list[str] = []
     if sites:
         body += ["", f"{_SITE_HEADER} (at the snapshot)"]
-        body += sites[:site_rows]
+        body += sites
     if len(body) + len(kind_table) <= room:
         body += kind_table
     tree_room = room - len(body) - 1

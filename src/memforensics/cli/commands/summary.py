@@ -217,7 +217,8 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
         if ask.json:
             results.append(to_json(summary))
         else:
-            text = summary_text(summary, rows=ask.top, width=width, verbose=ask.verbose)
+            verbose = ask.verbose or ask.top is None  # --all: every row of everything
+            text = summary_text(summary, rows=ask.top, width=width, verbose=verbose)
             print(("\n" if shown else "") + text)
             shown += 1
     if ask.json and (results or not ask.several):
