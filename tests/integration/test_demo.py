@@ -97,6 +97,23 @@ def test_demo_headline_names_the_leak_and_points_at_leaks(tmp_path: Path) -> Non
         assert all(len(line) <= 100 for line in words), text
 
 
+def test_demo_tracks_its_model_so_its_kinds_are_known(tmp_path: Path) -> None:
+    """The demo tracks its model and optimizer: the OOM sidecar lists their tensors, and summary
+    labels their bytes from the process (known, at confidence 1.0), not by inference."""
+    out = tmp_path / "demo"
+    proc = _demo("--device", "sim", "--out-dir", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [oom] = sorted((out / "oom").glob("*.pickle"))
+    tensors = json.loads(oom.with_suffix(".json").read_text())["tensors"]
+    assert tensors, "the OOM sidecar lists no tracked tensors"
+    assert {"parameter", "gradient", "optimizer_state"} <= {entry["kind"] for entry in tensors}
+    kinds = {row["kind"]: row for row in json.loads(_summary(str(oom), "--json"))["kinds"]}
+    for kind in ("parameter", "gradient", "optimizer_state"):
+        assert kinds[kind]["known_bytes"] == kinds[kind]["bytes"] > 0
+        assert kinds[kind]["confidence"] == 1.0
+    assert kinds["unknown"]["known_bytes"] == 0  # the leak is still not claimed as known
+
+
 def _summary(*args: str) -> str:
     """``memforensics summary --no-cache ARGS`` at 100 columns: its stdout."""
     return subprocess.run(
