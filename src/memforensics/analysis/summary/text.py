@@ -24,7 +24,7 @@ from memforensics.analysis.dump import (
     origin_words,
     short_site,
 )
-from memforensics.analysis.filled import filled_lines
+from memforensics.analysis.filled import Moment, filled_lines
 from memforensics.analysis.filled.text import kinds_lines, tree_lines
 from memforensics.analysis.oom import at_risk_headline, at_risk_lines, device_free_text
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
@@ -109,10 +109,7 @@ def _screen(s: Summary, width: int) -> list[str]:
     if s.at_risk is not None:
         head.append(_cut(f"  {'':<{_LABEL - 2}}{at_risk_headline(s.at_risk)}", width))
     head += _figures(s)
-    head += [_cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)},"
-                  f" allocated {fmt(other.allocated_bytes)} (--device {other.device_index}"
-                  " or --verbose explains it)", width)
-             for other in s.other_devices]  # fmt: skip
+    head += _other_devices(s, width)
     moment = s.oom.live() if s.oom is not None and s.oom.live() is not None else s.peak
     title = _moment_title(moment)
     tail = _native(s, width)
@@ -138,6 +135,23 @@ def _screen(s: Summary, width: int) -> list[str]:
         body.append(f"  call tree {title} (--verbose for more)")
         body += [f"  {line}" for line in tree[:tree_room]]
     return head + body[: max(room, 0)] + tail
+
+
+_OTHER_DEVICES = 3  # other devices listed one line each; more are counted
+
+
+def _other_devices(s: Summary, width: int) -> list[str]:
+    """One line per other device with memory (the first few, then how many more)."""
+    others = s.other_devices
+    shown = others if len(others) <= _OTHER_DEVICES else others[: _OTHER_DEVICES - 1]
+    lines = [
+        _cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)}, allocated"
+             f" {fmt(other.allocated_bytes)} (--device {other.device_index} explains it)", width)
+        for other in shown
+    ]  # fmt: skip
+    if len(shown) < len(others):
+        lines.append(f"  … {len(others) - len(shown)} more devices with memory (--verbose)")
+    return lines
 
 
 def _where(s: Summary) -> str:
@@ -205,13 +219,11 @@ def _truncated(s: Summary) -> str:
     }[s.truncated]
 
 
-def _moment_title(moment: object) -> str:
-    """``at the oom (trace entry 42)``, ``at the peak (...)``, ``at the snapshot``."""
-    name = getattr(moment, "name", "snapshot")
-    position = getattr(moment, "position", None)
-    if name == "snapshot" or position is None:
+def _moment_title(moment: Moment | None) -> str:
+    """``at the oom, trace entry 42``, ``at the peak, trace entry 7``, ``at the snapshot``."""
+    if moment is None or moment.name == "snapshot":
         return "at the snapshot"
-    return f"at the {name}, trace entry {position:,}"
+    return f"at the {moment.name}, trace entry {moment.position:,}"
 
 
 def _native(s: Summary, width: int) -> list[str]:
