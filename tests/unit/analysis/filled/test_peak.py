@@ -72,7 +72,7 @@ def test_summary_shows_kinds_and_tree_and_json_has_all(tmp_path: Path) -> None:
     oom = list_dumps(tmp_path).first_oom
     assert oom is not None
     summary = summarize(load_dump(oom.path))
-    text = summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert "live memory by kind" in text
     assert "call tree at the peak" in text
     data = json.loads(json.dumps(to_json(summary)))
