@@ -40,15 +40,21 @@ _HEADLINE = 4  # lines the headline keeps by default
 
 
 def summary_text(
-    s: Summary, *, rows: int | None = 10, width: int = WIDTH, verbose: bool = False
+    s: Summary,
+    *,
+    rows: int | None = 10,
+    width: int = WIDTH,
+    verbose: bool = False,
+    fit: bool = True,
 ) -> str:
     """The ``summary`` text of ``s``: one screen by default, everything with ``verbose``
     (then each of its ``other_devices`` in full too); ``rows`` caps the per-step table (None:
     every row). The site table is already cut by ``summarize(top=...)``; both say how many
-    rows they hide."""
+    rows they hide. ``fit``: cut the site rows to the screen (False: the user asked for a
+    number of rows, so every row ``summarize`` kept is shown)."""
     if verbose:
         return "\n\n".join(_one_device(item, rows, width) for item in (s, *s.other_devices))
-    return "\n".join(_screen(s, width))
+    return "\n".join(_screen(s, width, fit=fit))
 
 
 def _label(label: str, text: str, width: int) -> list[str]:
@@ -100,7 +106,7 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
     return lines
 
 
-def _screen(s: Summary, width: int) -> list[str]:
+def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
     """One file on one screen: the causes, the verdict, the figures, the top sites, one kind
     table, one call tree, each cut to what is left of :data:`SCREEN` lines."""
     head = [f"{s.file}  ({_where(s)})"]
@@ -124,6 +130,9 @@ def _screen(s: Summary, width: int) -> list[str]:
     sites = _site_rows(s.top_sites, s.site_count, s.allocated_bytes, callers=False)
     tree_min = min(len(tree), 3) + (1 if tree else 0)
     site_rows = min(len(sites), max(_MIN_SITES, room - 2 - len(kind_table) - tree_min))
+    if not fit:
+        site_rows = len(sites)
+        room = max(room, 2 + site_rows + len(kind_table) + tree_min)
     body: list[str] = []
     if sites:
         body += ["", f"  {'live bytes':>11} {'blocks':>7}  site (at the snapshot)"]
@@ -206,7 +215,7 @@ def _figures(s: Summary) -> list[str]:
     if s.judged_note:
         lines.append(f"  warning      {s.judged_note}")
     lines.append(f"  history      {s.trace_entries:>12,} events ({_truncated(s)})")
-    return lines
+    return lines + context_lines(s.devices, s.device_index, s.device_reason, s.limits)
 
 
 def _truncated(s: Summary) -> str:
