@@ -91,11 +91,14 @@ def test_summary_names_every_device_and_reads_the_oom_one(tmp_path: Path) -> Non
 
 
 def test_summary_without_oom_explains_each_device(tmp_path: Path) -> None:
-    """No OOM: one summary per device with memory (JSON: the rest under other_devices)."""
+    """No OOM: one summary per device with memory, each in full with --verbose, the others one
+    line each on the default screen (JSON: the rest under other_devices)."""
     multi = several_devices(oom_device=None, sidecar_device=None)
     path = write_dump(tmp_path / "dp.pkl", multi.snapshot)
-    text = _cli("summary", path).stdout
+    text = _cli("summary", path, "--verbose").stdout
     assert text.count("verdict      NO-OOM") == 3
+    screen = _cli("summary", path).stdout
+    assert screen.count("explains it)") == 2
     data = json.loads(_cli("summary", path, "--json").stdout)
     devices = [data["device_index"]] + [o["device_index"] for o in data["other_devices"]]
     assert devices == [0, 1, 2]

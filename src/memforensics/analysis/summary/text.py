@@ -26,7 +26,7 @@ from memforensics.analysis.dump import (
     kind_and_site,
     origin_words,
 )
-from memforensics.analysis.filled import filled_lines
+from memforensics.analysis.filled import Moment, filled_lines
 from memforensics.analysis.filled.text import kinds_lines, tree_lines
 from memforensics.analysis.oom import (
     at_risk_headline,
@@ -48,15 +48,21 @@ _HEADLINE = 4  # lines the headline keeps by default
 
 
 def summary_text(
-    s: Summary, *, rows: int | None = 10, width: int = WIDTH, verbose: bool = False
+    s: Summary,
+    *,
+    rows: int | None = 10,
+    width: int = WIDTH,
+    verbose: bool = False,
+    fit: bool = True,
 ) -> str:
     """The ``summary`` text of ``s``: one screen by default, everything with ``verbose``
     (then each of its ``other_devices`` in full too); ``rows`` caps the per-step table (None:
     every row). The site table is already cut by ``summarize(top=...)``; both say how many
-    rows they hide."""
+    rows they hide. ``fit``: cut the site rows to the screen (False: the user asked for a
+    number of rows, so every row ``summarize`` kept is shown)."""
     if verbose:
         return "\n\n".join(_one_device(item, rows, width) for item in (s, *s.other_devices))
-    return "\n".join(_screen(s, width))
+    return "\n".join(_screen(s, width, fit=fit))
 
 
 def _label(label: str, text: str, width: int) -> list[str]:
@@ -108,7 +114,7 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
     return lines
 
 
-def _screen(s: Summary, width: int) -> list[str]:
+def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
     """One file on one screen: the causes, the verdict, the figures, the top sites, one kind
     table, one call tree, each cut to what is left of :data:`SCREEN` lines."""
     head = [f"{s.file}  ({_where(s)})"]
@@ -117,10 +123,7 @@ def _screen(s: Summary, width: int) -> list[str]:
     if s.at_risk is not None:
         head.append(_cut(f"  {'':<{_LABEL - 2}}{at_risk_headline(s.at_risk)}", width))
     head += _figures(s)
-    head += [_cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)},"
-                  f" allocated {fmt(other.allocated_bytes)} (--device {other.device_index}"
-                  " or --verbose explains it)", width)
-             for other in s.other_devices]  # fmt: skip
+    head += _other_devices(s, width)
     moment = s.oom.live() if s.oom is not None and s.oom.live() is not None else s.peak
     title = _moment_title(moment)
     tail = _native(s, width)
@@ -133,9 +136,12 @@ def _screen(s: Summary, width: int) -> list[str]:
         kind_table = ["  live memory by kind: nothing live"]
     tree = tree_lines(moment.tree, limit=14) if moment is not None and moment.live_bytes else []
     tree_min = min(len(tree), 3) + (1 if tree else 0)
-    fit = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
-    shown = s.top_sites if len(s.top_sites) < fit else s.top_sites[: fit - 1]
+    fit_rows = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
+    cut = fit and len(s.top_sites) >= fit_rows  # then the last row says how many are hidden
+    shown = s.top_sites[: fit_rows - 1] if cut else s.top_sites
     sites = _site_rows(shown, s.site_count, s.allocated_bytes, callers=False)
+    if not fit:
+        room = max(room, 2 + len(sites) + len(kind_table) + tree_min)
     body: list[str] = []
     if sites:
         body += ["", f"{_SITE_HEADER} (at the snapshot)"]
@@ -147,6 +153,23 @@ def _screen(s: Summary, width: int) -> list[str]:
         body.append(f"  call tree {title} (--verbose for more)")
         body += [f"  {line}" for line in tree[:tree_room]]
     return head + body[: max(room, 0)] + tail
+
+
+_OTHER_DEVICES = 3  # other devices listed one line each; more are counted
+
+
+def _other_devices(s: Summary, width: int) -> list[str]:
+    """One line per other device with memory (the first few, then how many more)."""
+    others = s.other_devices
+    shown = others if len(others) <= _OTHER_DEVICES else others[: _OTHER_DEVICES - 1]
+    lines = [
+        _cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)}, allocated"
+             f" {fmt(other.allocated_bytes)} (--device {other.device_index} explains it)", width)
+        for other in shown
+    ]  # fmt: skip
+    if len(shown) < len(others):
+        lines.append(f"  … {len(others) - len(shown)} more devices with memory (--verbose)")
+    return lines
 
 
 def _where(s: Summary) -> str:
@@ -201,20 +224,18 @@ def _figures(s: Summary) -> list[str]:
     if s.judged_note:
         lines.append(f"  warning      {s.judged_note}")
     lines.append(f"  history      {_history(s)}")
-    return lines
+    return lines + context_lines(s.devices, s.device_index, s.device_reason, s.limits)
 
 
 def _history(s: Summary) -> str:
     return history_words(s.shape.history, s.trace_entries, s.truncated, s.live_at_start)
 
 
-def _moment_title(moment: object) -> str:
-    """``at the oom (trace entry 42)``, ``at the peak (...)``, ``at the snapshot``."""
-    name = getattr(moment, "name", "snapshot")
-    position = getattr(moment, "position", None)
-    if name == "snapshot" or position is None:
+def _moment_title(moment: Moment | None) -> str:
+    """``at the oom, trace entry 42``, ``at the peak, trace entry 7``, ``at the snapshot``."""
+    if moment is None or moment.name == "snapshot":
         return "at the snapshot"
-    return f"at the {name}, trace entry {position:,}"
+    return f"at the {moment.name}, trace entry {moment.position:,}"
 
 
 def _native(s: Summary, width: int) -> list[str]:

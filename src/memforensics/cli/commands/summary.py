@@ -30,6 +30,8 @@ from memforensics.cli._flags import (
 )
 from memforensics.cli._progress import Progress
 
+_DEFAULT_ROWS = 10
+
 
 @dataclass(frozen=True)
 class _Ask:
@@ -41,6 +43,7 @@ class _Ask:
     requested: int | None
     several: bool
     verbose: bool = False
+    fit: bool = True  # no --top or --all given: the site rows are cut to one screen
 
     def question(self) -> str:
         """The cache's name for this question about one file: what changes the result (the
@@ -127,7 +130,7 @@ class SummaryCommand:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON object (a list for several files)"
         )
-        add_row_flags(parser, default=10)
+        add_row_flags(parser, default=_DEFAULT_ROWS)
         parser.add_argument(
             "--device",
             type=int,
@@ -152,9 +155,9 @@ class SummaryCommand:
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
         several = len(args.files) > 1
-        ask = _Ask(
-            args.json, row_limit(args, parser), args.device, args.requested, several, args.verbose
-        )
+        top = row_limit(args, parser)
+        fit = not args.all and top == _DEFAULT_ROWS
+        ask = _Ask(args.json, top, args.device, args.requested, several, args.verbose, fit)
         jobs = job_count(args, parser)
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
@@ -217,8 +220,9 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
         if ask.json:
             results.append(to_json(summary))
         else:
-            verbose = ask.verbose or ask.top is None  # --all: every row of everything
-            text = summary_text(summary, rows=ask.top, width=width, verbose=verbose)
+            text = summary_text(
+                summary, rows=ask.top, width=width, verbose=ask.verbose, fit=ask.fit
+            )
             print(("\n" if shown else "") + text)
             shown += 1
     if ask.json and (results or not ask.several):

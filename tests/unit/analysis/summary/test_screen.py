@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.summary import summary_text
+from memforensics.testing import several_devices
 
 REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
 SNAPSHOTS = sorted(REAL.glob("*.pickle"))
@@ -41,3 +44,15 @@ def test_verbose_prints_what_the_screen_leaves_out() -> None:
     assert len(full.splitlines()) > len(short.splitlines())
     assert "live memory by kind, adding up to allocated" in full
     assert "live memory by kind, adding up to allocated" not in short
+
+
+def test_a_file_of_several_devices_fits_the_screen() -> None:
+    """Three devices and no OOM: the first device in full, the others one line each."""
+    made = several_devices(oom_device=None)
+    views = dump_from_snapshot(made.snapshot, sidecar=made.sidecar).device_views()
+    first, *others = (summarize(view) for view in views)
+    summary = replace(first, other_devices=tuple(others))  # as the command puts them together
+    assert len(summary.other_devices) == 2
+    lines = summary_text(summary, width=100).splitlines()
+    assert len(lines) <= 25
+    assert sum(line.startswith("  device ") and "explains it" in line for line in lines) == 2
