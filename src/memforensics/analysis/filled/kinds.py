@@ -37,7 +37,6 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,13 +268,11 @@ def classify(lt: Lifetimes) -> None:
     judged as the trace stood at that OOM, as if still live, at lower confidence: a free the
     OOM caused says nothing about the block's role.
     """
-    guessed = _assign_phases(lt)
+    guessed, found_roles = _assign_phases(lt)
     shape = _Shape(lt)
     views: dict[int, _Shape] = {}
-    role_of = per_stack(roles.stack_role)
     buffers: list[tuple[Allocation, int]] = []
-    for found in lt.allocations:
-        role = role_of(found.frames)
+    for found, role in zip(lt.allocations, found_roles, strict=True):
         if role[0] != roles.NOTHING:
             fixed = _BY_FRAMES.get(role[0])
             if fixed is not None:
@@ -304,16 +301,19 @@ def classify(lt: Lifetimes) -> None:
             found.confidence *= UNWOUND
     if buffers:
         _split_buffers(buffers)
-    _need_parameter_evidence(lt.allocations, role_of)
+    _need_parameter_evidence(lt.allocations, found_roles)
 
 
-def _assign_phases(lt: Lifetimes) -> set[int]:
+def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
-    frames list per stack); returns the ``id`` of those whose phase is a guess (no frames)."""
-    phase_of_stack = per_stack(phase_of)
+    frames list per stack); returns the ``id`` of those whose phase is a guess (no frames), and
+    each allocation's role (:func:`roles.stack_role`), in the allocations' order."""
+    facts_of_stack = per_stack(_stack_facts)
     guessed: set[int] = set()
+    found_roles: list[tuple[str, int]] = []
     for found in lt.allocations:
-        found.phase = phase_of_stack(found.frames)
+        found.phase, role = facts_of_stack(found.frames)
+        found_roles.append(role)
         if found.phase == NO_FRAMES:
             guessed.add(id(found))
     if guessed:
@@ -321,7 +321,12 @@ def _assign_phases(lt: Lifetimes) -> set[int]:
         for found in lt.allocations:
             if id(found) in guessed and id(found) in fallback:
                 found.phase = fallback[id(found)]
-    return guessed
+    return guessed, found_roles
+
+
+def _stack_facts(frames: object) -> tuple[str, tuple[str, int]]:
+    """A stack's phase and its role, in one look per distinct stack."""
+    return phase_of(frames), roles.stack_role(frames)
 
 
 _SIMILAR = 4  # this many held blocks of one size look like a model's layers
@@ -345,7 +350,7 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
 
 
 def _need_parameter_evidence(
-    allocations: list[Allocation], role_of: Callable[[object], tuple[str, int]]
+    allocations: list[Allocation], found_roles: list[tuple[str, int]]
 ) -> None:
     """A block held since set-up is a parameter only with evidence; else it is ``unknown``.
 
@@ -356,12 +361,15 @@ def _need_parameter_evidence(
     states and attention maps come in equal sizes too). A frame that names a cache or a
     workspace rules it out, as does having neither.
     """
-    held = [found for found in allocations if found.kind == PARAMETER]
+    held = [
+        (found, role[0])
+        for found, role in zip(allocations, found_roles, strict=True)
+        if found.kind == PARAMETER
+    ]
     sizes: dict[int, int] = {}
-    for found in held:
+    for found, _ in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
-    for found in held:
-        role = role_of(found.frames)[0]
+    for found, role in held:
         if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
             continue
         alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE

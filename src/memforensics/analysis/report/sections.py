@@ -32,7 +32,7 @@ from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis.report.timeline import segments_section, timeline_section
 from memforensics.analysis.schema import to_json
-from memforensics.analysis.summary import Summary
+from memforensics.analysis.summary import SiteBytes, Summary
 
 # The report's section for a near-OOM dump: at risk, with fragmentation and headroom then.
 
@@ -329,6 +329,14 @@ def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
     }
 
 
+_SITE_COLUMNS = [("site", "site"), ("bytes", "bytes"), ("blocks", "number"), ("kind", "text")]
+
+
+def _site_row(site: SiteBytes) -> list[Any]:
+    """One site row: the site, its live bytes and blocks, the kind of most of its bytes."""
+    return [site.site, site.bytes, site.blocks, site.kind]
+
+
 def sites_section(ctx: DumpContext) -> Section:
     """The biggest sites: live at the OOM when the snapshot was taken after it, else at the
     snapshot."""
@@ -337,16 +345,16 @@ def sites_section(ctx: DumpContext) -> Section:
         return table(
             "sites",
             "Biggest sites (live bytes at the OOM)",
-            [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-            [[site.site, site.bytes, site.blocks] for site in s.oom.top_sites],
+            _SITE_COLUMNS,
+            [_site_row(site) for site in s.oom.top_sites],
             empty="No live blocks at the OOM.",
         )
     sites = s.top_sites
     return table(
         "sites",
         "Biggest sites (live bytes at the snapshot)",
-        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-        [[site.site, site.bytes, site.blocks] for site in sites],
+        _SITE_COLUMNS,
+        [_site_row(site) for site in sites],
         empty="No live blocks at the snapshot.",
         note=_NATIVE_NOTE if any(site.site == NATIVE_ONLY for site in sites) else None,
     )
@@ -361,8 +369,8 @@ def after_oom_sites_section(ctx: DumpContext) -> Section | None:
     return table(
         "sites_after_oom",
         f"Biggest sites after the OOM (unwinding freed {fmt(s.unwound_bytes)}), at the snapshot",
-        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-        [[site.site, site.bytes, site.blocks] for site in s.top_sites],
+        _SITE_COLUMNS,
+        [_site_row(site) for site in s.top_sites],
         empty="No live blocks at the snapshot: the unwinding freed them all.",
     )
 
@@ -413,6 +421,7 @@ def leaks_section(leaks: Leaks | None) -> Section:
         [
             "-" if t.rank is None else str(t.rank),
             t.site,
+            t.kind,
             round(t.growth_per_step),
             "-" if t.first_step is None else str(t.first_step),
             t.bytes[-1],
@@ -433,6 +442,7 @@ def leaks_section(leaks: Leaks | None) -> Section:
         [
             ("rank", "text"),
             ("site", "site"),
+            ("kind", "text"),
             ("growth/step", "bytes"),
             ("first step", "text"),
             ("last window", "bytes"),
