@@ -188,3 +188,39 @@ def test_a_transformer_with_adamw_and_bf16_autocast_plans_as_cuda_runs_it(tmp_pa
     workspaces = 2 * 8_519_680
     floor = 3 * facts["param_bytes"] + workspaces + facts["logits_bytes"]
     assert floor <= facts["allocated"] <= floor + 2 * MiB
+
+
+BATCHES = """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=1)
+parser.add_argument("--steps", type=int, default=2)
+args = parser.parse_args()
+for _ in range(args.steps):
+    acts = [torch.empty(args.batch_size, 1 << 20, device="cuda") for _ in range(3)]
+    del acts
+"""
+
+
+def test_vary_finds_the_largest_batch_that_fits_as_each_run_alone_does(tmp_path: Path) -> None:
+    """--vary batch-size plans each value in its own process: every row matches planning that
+    value alone, and the largest value that fits is the largest whose lone run fits."""
+    _script(tmp_path, BATCHES)
+    device = ("--device-memory", "1GiB", "--context-memory", "512MiB")
+    done = _plan(tmp_path, *device, "--json", "--jobs", "2", "--vary", "batch-size=16,48",
+                 "train.py", "--batch-size", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    alone = {}
+    for value in ("16", "48"):
+        one = _plan(tmp_path, *device, "--json", "train.py", "--batch-size", value)
+        alone[value] = json.loads(one.stdout)
+    for row in doc["rows"]:
+        lone = alone[row["value"]]
+        assert row["fits"] == lone["fits"]
+        assert row["peak_reserved_bytes"] == lone["peak_reserved_bytes"]
+        assert row["peak_allocated_bytes"] == lone["peak_allocated_bytes"]
+    fitting = [int(v) for v, lone in alone.items() if lone["fits"]]
+    assert doc["largest"] == str(max(fitting))
+    assert doc["largest_expandable"] is not None
