@@ -84,6 +84,8 @@ class DumpMeta:
     oom: OomRecord | None = None
     has_sidecar: bool = False
     sidecar: dict[str, Any] = field(default_factory=dict)
+    predicted: bool = False
+    """Written by ``memforensics plan``: a prediction on the CPU, not a GPU's record."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -151,6 +153,7 @@ def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
         oom=_oom(sidecar.get("oom")),
         has_sidecar=True,
         sidecar=sidecar,
+        predicted=isinstance(sidecar.get("predicted"), dict),
     )
 
 

@@ -34,7 +34,7 @@ def summary_text(s: Summary, *, rows: int | None = 10) -> str:
 
 def _one_device(s: Summary, rows: int | None) -> str:
     """The table of one device."""
-    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
+    where = [origin_words(s.kind, s.rank, s.has_sidecar, s.predicted)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
