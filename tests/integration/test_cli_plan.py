@@ -224,3 +224,38 @@ def test_vary_finds_the_largest_batch_that_fits_as_each_run_alone_does(tmp_path:
     fitting = [int(v) for v, lone in alone.items() if lone["fits"]]
     assert doc["largest"] == str(max(fitting))
     assert doc["largest_expandable"] is not None
+
+
+MOVE = """
+import json, weakref
+import torch
+model = torch.nn.Linear(1024, 1024)
+weight = model.weight
+cpu_storage = weakref.ref(weight.untyped_storage())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model.to("cuda")
+big = torch.empty(1 << 30, device="cuda")  # 4 GiB: never on the host
+print(json.dumps({
+    "same_parameter": model.weight is weight and opt.param_groups[0]["params"][0] is weight,
+    "cpu_storage_released": cpu_storage() is None,
+    "weight_on_host": weight.untyped_storage().device.type == "cpu",
+    "big_on_host": big.untyped_storage().device.type == "cpu",
+    "allocated": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_a_model_moved_keeps_its_parameters_and_releases_their_cpu_storage(
+    tmp_path: Path,
+) -> None:
+    """.to("cuda") keeps each parameter's identity (the optimizer's too) and frees its CPU
+    storage; a tensor made on "cuda" never has host memory, only the model's block."""
+    _script(tmp_path, MOVE)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["same_parameter"] is True
+    assert facts["cpu_storage_released"] is True
+    assert facts["weight_on_host"] is False
+    assert facts["big_on_host"] is False
+    assert facts["allocated"] >= (1 << 32) + 1024 * 1024 * 4

@@ -191,6 +191,10 @@ def _patches(
         original_clear()
 
     found[(torch, "clear_autocast_cache")] = clear_autocast_cache
+    # a module moved to the device keeps its parameters (an optimizer built before the move
+    # steps them) and releases their CPU storage: CPU and meta tensors cannot share .data, so
+    # the move swaps each parameter's contents, as PyTorch's swap-on-conversion does
+    found[(torch.__future__, "get_swap_module_params_on_conversion")] = lambda: True
     found.update(choices.foreach_patches())
 
     # a boolean mask's index takes every element: the upper bound (the plan warns where)

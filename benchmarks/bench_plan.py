@@ -1,0 +1,93 @@
+"""What does ``memforensics plan`` cost on the shared ``small-lm-forward-backward`` workload?
+
+The subject is the whole planned run of the course's script (the 12-layer, d 768 LM at batch 32,
+ctx 256: five warm-up steps and one recorded step, forward and backward), measured as the CPU
+seconds of its process (user + system: a loaded shared machine stretches wall time, not CPU).
+The reference is the CPU cost of the same interpreter importing what the script imports (torch,
+einops, einx, jaxtyping, pandas): what any run of the script pays first. Targets: the whole run
+within 30 s and the recorded step within 5 s (the script times that step itself); host memory
+within the reference's RSS plus the model's parameters on the CPU (built there, then moved: the
+move must release them, and nothing the script puts on "cuda" may be materialised).
+
+    python benchmarks/bench_plan.py [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import figure, parse_args, report
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT.parent / "shared" / "data" / "real-workloads" / "small-lm-forward-backward"
+SCRIPT = WORKLOAD / "code" / "cs336_systems" / "benchmarking_script.py"
+IMPORTS = "import torch, einops, einx, jaxtyping, pandas"
+PARAMETERS = 10_000 * 768 * 2 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768
+
+
+def child(command: list[str], cwd: Path) -> tuple[float, int, str]:
+    """CPU seconds, peak RSS (bytes) and stdout of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = dict(os.environ)
+    code = WORKLOAD / "code"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(code / "cs336-basics"), str(code)])
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, after.ru_maxrss * 1024, done.stdout
+
+
+def main() -> int:
+    """One reference run, then the planned run (one each with --quick, else the best of 3)."""
+    args = parse_args(__doc__)
+    repeats = 1 if args.quick else 3
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        reference, reference_rss, _ = min(
+            child([sys.executable, "-c", IMPORTS], cwd) for _ in range(repeats)
+        )
+        runs = []
+        for _ in range(repeats):
+            command = [
+                sys.executable,
+                "-m",
+                "memforensics",
+                "plan",
+                "--device-capability",
+                "8.0",
+                str(SCRIPT),
+            ]
+            runs.append(child(command, cwd))
+        cpu, rss, stdout = min(runs)
+    timings = [float(x) for x in re.findall(r"^(\d+\.\d+)$", stdout, re.MULTILINE)]
+    step = timings[-1] if timings else float("nan")
+    host = reference_rss + PARAMETERS * 4
+    figures = [
+        figure(
+            "whole script planned, CPU",
+            "30 s budget",
+            cpu,
+            30.0,
+            "s",
+            target="<= 1",
+            reference_cpu=reference,
+        ),
+        figure("of which the fixed start (imports), CPU", "whole run", reference, cpu, "s"),
+        figure(
+            "recorded step (the script's own timer)", "5 s budget", step, 5.0, "s", target="<= 1"
+        ),
+        figure(
+            "peak host RSS", "imports' RSS + parameters on the CPU", rss, host, "B", target="<= 1.1"
+        ),
+    ]
+    return report("memforensics plan on small-lm-forward-backward", figures, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
