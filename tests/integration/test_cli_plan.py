@@ -259,3 +259,34 @@ def test_a_model_moved_keeps_its_parameters_and_releases_their_cpu_storage(
     assert facts["weight_on_host"] is False
     assert facts["big_on_host"] is False
     assert facts["allocated"] >= (1 << 32) + 1024 * 1024 * 4
+
+
+INSTALLED = """
+import memforensics, torch
+mf = memforensics.install(out_dir="mine", steps=2)
+print("backend", mf.backend.name, "observer", mf.oom_attached, flush=True)
+model = torch.nn.Linear(1024, 1024).cuda()
+kept = []
+for step in range(100000):
+    with mf.step(step):
+        kept.append(model(torch.randn(256, 1024, device="cuda")))
+"""
+
+
+def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_path: Path) -> None:
+    """memforensics.install() in a planned script takes the real cuda adapter, attaches its OOM
+    observer to the planned device, writes its step window and the predicted OOM dump into its
+    own out_dir, each with a predicted sidecar."""
+    _script(tmp_path, INSTALLED)
+    done = _plan(tmp_path, "--device-memory", "1GiB", "train.py")
+    assert done.returncode == 1, done.stderr
+    assert "backend cuda observer True" in done.stdout
+    ooms = sorted((tmp_path / "mine" / "oom").glob("*.pickle"))
+    assert len(ooms) == 1
+    windows = sorted((tmp_path / "mine").glob("steps*/*.pickle"))
+    assert windows
+    for dump in (*ooms, *windows):
+        sidecar = json.loads(dump.with_suffix(".json").read_text())
+        assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
+    oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
+    assert oom["device_total_bytes"] == 1 << 30

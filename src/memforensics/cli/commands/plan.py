@@ -121,8 +121,10 @@ class PlanCommand:
 
 def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print."""
-    from memforensics.capture.facade import install, uninstall
+    from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import OutOfScope, run_planned
+
+    folders = [out_dir]  # where capture writes: plan's, and the script's own install()
 
     def run() -> None:
         try:
@@ -134,13 +136,19 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     def before() -> None:
         install(out_dir=str(out_dir))
 
+    def after() -> None:
+        live = current()
+        if live is not None and live.out_dir not in folders:
+            folders.append(live.out_dir)
+        uninstall()
+
     started = time.time()
     saved_conf = os.environ.get(_CONF_ENV)
     if conf is not None:
         os.environ[_CONF_ENV] = conf
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
+            result, device = run_planned(spec, run, _writer(spec), before=before, after=after)
     except OutOfScope as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
@@ -154,13 +162,20 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
             os.environ.pop(_CONF_ENV, None)
         else:
             os.environ[_CONF_ENV] = saved_conf
+    return _answer(result, device, spec, folders, started, as_json=as_json)
+
+
+def _answer(
+    result: Any, device: Any, spec: Any, folders: list[Path], started: float, *, as_json: bool
+) -> int:
+    """Mark and name the snapshots the run wrote, print the plan; 0 fits, 1 does not."""
     snapshots = list(result.script_snapshots)
-    if out_dir.is_dir():  # what capture wrote during this run (not an earlier run's files)
-        snapshots += [
-            str(p) for p in sorted(out_dir.glob("**/*.pickle")) if p.stat().st_mtime >= started
-        ]
+    for folder in folders:  # what capture wrote during this run (not an earlier run's files)
+        if folder.is_dir():
+            found = sorted(p for p in folder.glob("**/*.pickle") if p.stat().st_mtime >= started)
+            snapshots += [str(p) for p in found]
     if not snapshots:
-        final = out_dir / "planned.pickle"
+        final = folders[0] / "planned.pickle"
         _writer(spec)(str(final), device.snapshot())
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
