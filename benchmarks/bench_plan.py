@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -36,15 +35,21 @@ BUILD = (
 
 
 def child(command: list[str], cwd: Path) -> tuple[float, int, str]:
-    """CPU seconds, peak RSS (bytes) and stdout of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """CPU seconds, peak RSS (bytes) and stdout of one child process (its own rusage)."""
     env = dict(os.environ)
     code = WORKLOAD / "code"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(code / "cs336-basics"), str(code)])
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, after.ru_maxrss * 1024, done.stdout
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=out, stderr=subprocess.DEVNULL, text=True
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise subprocess.CalledProcessError(process.returncode, command)
+        out.seek(0)
+        stdout = out.read()
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, stdout
 
 
 def main() -> int:
