@@ -188,3 +188,105 @@ def test_a_transformer_with_adamw_and_bf16_autocast_plans_as_cuda_runs_it(tmp_pa
     workspaces = 2 * 8_519_680
     floor = 3 * facts["param_bytes"] + workspaces + facts["logits_bytes"]
     assert floor <= facts["allocated"] <= floor + 2 * MiB
+
+
+BATCHES = """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=1)
+parser.add_argument("--steps", type=int, default=2)
+args = parser.parse_args()
+for _ in range(args.steps):
+    acts = [torch.empty(args.batch_size, 1 << 20, device="cuda") for _ in range(3)]
+    del acts
+"""
+
+
+def test_vary_finds_the_largest_batch_that_fits_as_each_run_alone_does(tmp_path: Path) -> None:
+    """--vary batch-size plans each value in its own process: every row matches planning that
+    value alone, and the largest value that fits is the largest whose lone run fits."""
+    _script(tmp_path, BATCHES)
+    device = ("--device-memory", "1GiB", "--context-memory", "512MiB")
+    done = _plan(tmp_path, *device, "--json", "--jobs", "2", "--vary", "batch-size=16,48",
+                 "train.py", "--batch-size", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    alone = {}
+    for value in ("16", "48"):
+        one = _plan(tmp_path, *device, "--json", "train.py", "--batch-size", value)
+        alone[value] = json.loads(one.stdout)
+    for row in doc["rows"]:
+        lone = alone[row["value"]]
+        assert row["fits"] == lone["fits"]
+        assert row["peak_reserved_bytes"] == lone["peak_reserved_bytes"]
+        assert row["peak_allocated_bytes"] == lone["peak_allocated_bytes"]
+    fitting = [int(v) for v, lone in alone.items() if lone["fits"]]
+    assert doc["largest"] == str(max(fitting))
+    assert doc["largest_expandable"] is not None
+
+
+MOVE = """
+import json, weakref
+import torch
+model = torch.nn.Linear(1024, 1024)
+weight = model.weight
+cpu_storage = weakref.ref(weight.untyped_storage())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model.to("cuda")
+big = torch.empty(1 << 30, device="cuda")  # 4 GiB: never on the host
+print(json.dumps({
+    "same_parameter": model.weight is weight and opt.param_groups[0]["params"][0] is weight,
+    "cpu_storage_released": cpu_storage() is None,
+    "weight_on_host": weight.untyped_storage().device.type == "cpu",
+    "big_on_host": big.untyped_storage().device.type == "cpu",
+    "allocated": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_a_model_moved_keeps_its_parameters_and_releases_their_cpu_storage(
+    tmp_path: Path,
+) -> None:
+    """.to("cuda") keeps each parameter's identity (the optimizer's too) and frees its CPU
+    storage; a tensor made on "cuda" never has host memory, only the model's block."""
+    _script(tmp_path, MOVE)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["same_parameter"] is True
+    assert facts["cpu_storage_released"] is True
+    assert facts["weight_on_host"] is False
+    assert facts["big_on_host"] is False
+    assert facts["allocated"] >= (1 << 32) + 1024 * 1024 * 4
+
+
+INSTALLED = """
+import memforensics, torch
+mf = memforensics.install(out_dir="mine", steps=2)
+print("backend", mf.backend.name, "observer", mf.oom_attached, flush=True)
+model = torch.nn.Linear(1024, 1024).cuda()
+kept = []
+for step in range(100000):
+    with mf.step(step):
+        kept.append(model(torch.randn(256, 1024, device="cuda")))
+"""
+
+
+def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_path: Path) -> None:
+    """memforensics.install() in a planned script takes the real cuda adapter, attaches its OOM
+    observer to the planned device, writes its step window and the predicted OOM dump into its
+    own out_dir, each with a predicted sidecar."""
+    _script(tmp_path, INSTALLED)
+    done = _plan(tmp_path, "--device-memory", "1GiB", "train.py")
+    assert done.returncode == 1, done.stderr
+    assert "backend cuda observer True" in done.stdout
+    ooms = sorted((tmp_path / "mine" / "oom").glob("*.pickle"))
+    assert len(ooms) == 1
+    windows = sorted((tmp_path / "mine").glob("steps*/*.pickle"))
+    assert windows
+    for dump in (*ooms, *windows):
+        sidecar = json.loads(dump.with_suffix(".json").read_text())
+        assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
+    oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
+    assert oom["device_total_bytes"] == 1 << 30

@@ -5,9 +5,8 @@ re-made in Python) and every storage's allocation and free driven through
 :mod:`memforensics.allocator`. Imports torch lazily: ``import memforensics.plan`` stays light.
 """
 
-from memforensics.plan.device import DeviceSpec, PlannedDevice
+from memforensics.plan.device import DeviceSpec, OutOfScope, PlannedDevice, PlannedRunWarning
 from memforensics.plan.runner import PlanResult, device_spec, planned_device, run_planned
-from memforensics.plan.values import OutOfScope, PlannedRunWarning
 
 __all__ = [
     "DeviceSpec",

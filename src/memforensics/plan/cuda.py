@@ -73,6 +73,16 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _noop() -> Callable[..., None]:
+    """A fresh no-op for one name: torch._dynamo, if the script imports it, indexes
+    ``torch.cuda``'s functions and refuses one object under names it treats differently."""
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    return nothing
+
+
 def _patches(
     device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
 ) -> dict[tuple[Any, str], Any]:
@@ -134,35 +144,35 @@ def _patches(
     found: dict[tuple[Any, str], Any] = {
         (cuda, "is_available"): lambda: True,
         (cuda, "is_initialized"): lambda: True,
-        (cuda, "_lazy_init"): _nothing,
-        (cuda, "init"): _nothing,
+        (cuda, "_lazy_init"): _noop(),
+        (cuda, "init"): _noop(),
         (cuda, "device_count"): lambda: 1,
         (cuda, "current_device"): lambda: 0,
-        (cuda, "set_device"): _nothing,
+        (cuda, "set_device"): _noop(),
         (cuda, "get_device_name"): lambda device=None: spec.name,
         (cuda, "get_device_capability"): capability,
         (cuda, "get_device_properties"): lambda device=None: props,
         (cuda, "is_bf16_supported"): lambda including_emulation=True: spec.capability >= (8, 0),
-        (cuda, "synchronize"): _nothing,
-        (cuda, "ipc_collect"): _nothing,
-        (cuda, "manual_seed"): _nothing,
-        (cuda, "manual_seed_all"): _nothing,
-        (cuda, "seed"): _nothing,
-        (cuda, "seed_all"): _nothing,
+        (cuda, "synchronize"): _noop(),
+        (cuda, "ipc_collect"): _noop(),
+        (cuda, "manual_seed"): _noop(),
+        (cuda, "manual_seed_all"): _noop(),
+        (cuda, "seed"): _noop(),
+        (cuda, "seed_all"): _noop(),
         (cuda, "initial_seed"): lambda: 0,
         (cuda, "get_rng_state"): lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
         (cuda, "get_rng_state_all"): lambda: [torch.zeros(16, dtype=torch.uint8)],
-        (cuda, "set_rng_state"): _nothing,
-        (cuda, "set_rng_state_all"): _nothing,
+        (cuda, "set_rng_state"): _noop(),
+        (cuda, "set_rng_state_all"): _noop(),
         (cuda, "Stream"): _Stream,
         (cuda, "Event"): _Stream,
         (cuda, "current_stream"): lambda device=None: _Stream(),
         (cuda, "default_stream"): lambda device=None: _Stream(),
         (cuda, "stream"): lambda stream=None: contextlib.nullcontext(),
-        (cuda, "set_stream"): _nothing,
+        (cuda, "set_stream"): _noop(),
         (cuda.nvtx, "range_push"): lambda msg: 0,
         (cuda.nvtx, "range_pop"): lambda: 0,
-        (cuda.nvtx, "mark"): _nothing,
+        (cuda.nvtx, "mark"): _noop(),
         (cuda.nvtx, "range"): lambda msg, *a, **k: contextlib.nullcontext(),
         (cuda, "set_per_process_memory_fraction"): lambda f, device=None: (
             planned.set_memory_fraction(f)
@@ -181,6 +191,10 @@ def _patches(
         original_clear()
 
     found[(torch, "clear_autocast_cache")] = clear_autocast_cache
+    # a module moved to the device keeps its parameters (an optimizer built before the move
+    # steps them) and releases their CPU storage: CPU and meta tensors cannot share .data, so
+    # the move swaps each parameter's contents, as PyTorch's swap-on-conversion does
+    found[(torch.__future__, "get_swap_module_params_on_conversion")] = lambda: True
     found.update(choices.foreach_patches())
 
     # a boolean mask's index takes every element: the upper bound (the plan warns where)
@@ -202,7 +216,7 @@ def _patches(
                 (module, "reset_peak_memory_stats"): lambda device=None: planned.reset_peaks(),
                 (module, "reset_max_memory_allocated"): lambda device=None: planned.reset_peaks(),
                 (module, "reset_max_memory_cached"): lambda device=None: planned.reset_peaks(),
-                (module, "reset_accumulated_memory_stats"): _nothing,
+                (module, "reset_accumulated_memory_stats"): _noop(),
                 (module, "empty_cache"): planned.empty_cache,
                 (module, "mem_get_info"): lambda device=None: planned.mem_get_info(),
                 (module, "memory_summary"): lambda *a, **k: "memforensics planned device",
@@ -233,8 +247,6 @@ def patched_cuda(
     device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
 ) -> Iterator[None]:
     """``torch.cuda`` answers for ``device`` inside; every attribute is put back after."""
-    import torch._dynamo  # noqa: F401  # it indexes torch.cuda's functions once: before the patches
-
     patches = _patches(device, written, clear_autocast)
     missing = object()
     saved = {key: getattr(key[0], key[1], missing) for key in patches}

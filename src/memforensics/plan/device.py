@@ -29,6 +29,14 @@ OomObserver = Callable[[int, int, int, int], None]
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+class PlannedRunWarning(UserWarning):
+    """A place where the planned run differs from the real one (a value read, a compiled graph)."""
+
+
+class OutOfScope(RuntimeError):
+    """The script needs what the plan does not model (distributed collectives)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
     """What the plan emulates: the device's size and capability, the CUDA context's share, and

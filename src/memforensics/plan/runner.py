@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from memforensics.allocator import AllocatorSettings
-from memforensics.plan.device import DeviceSpec, PlannedDevice
+from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,6 @@ def run_planned(
     """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
     CLI installs and closes capture there). Exceptions other than a predicted OOM propagate."""
     import torch
-
-    from memforensics.plan.values import PlannedRunWarning
 
     snapshots: list[str] = []
 

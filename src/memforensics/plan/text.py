@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memforensics._units import format_bytes
 from memforensics.plan.runner import PlanResult
+from memforensics.plan.vary import VaryRow
 
 OUT_OF_SCOPE_DISTRIBUTED = (
     "memforensics plan: distributed collectives are out of scope for now: the plan models one "
@@ -41,4 +42,34 @@ def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] 
         )
     for path in snapshots:
         lines.append(f"Predicted snapshot: {path}")
+    return "\n".join(lines)
+
+
+def vary_text(name: str, rows: list[VaryRow], best: str | None, best_expandable: str | None) -> str:
+    """One row per value, then the largest value that fits, as given and with expandable
+    segments."""
+
+    def size(value: int | None) -> str:
+        return format_bytes(value) if value is not None else "-"
+
+    def yes(value: bool | None) -> str:
+        return {True: "yes", False: "no", None: "failed"}[value]
+
+    width = max(len(name), *(len(r.value) for r in rows))
+    lines = [
+        f"  {name:<{width}}  {'peak allocated':>14}  {'peak reserved':>14}  fits  "
+        "fits with expandable_segments"
+    ]
+    for r in rows:
+        lines.append(
+            f"  {r.value:<{width}}  {size(r.peak_allocated_bytes):>14}  "
+            f"{size(r.peak_reserved_bytes):>14}  {yes(r.fits):<4}  {yes(r.fits_expandable)}"
+        )
+        if r.error:
+            lines.append(f"    {r.error}")
+    lines.append(f"Largest {name} that fits: {best if best is not None else 'none'}")
+    lines.append(
+        f"Largest {name} that fits with expandable_segments:True: "
+        f"{best_expandable if best_expandable is not None else 'none'}"
+    )
     return "\n".join(lines)

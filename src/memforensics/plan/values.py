@@ -16,17 +16,11 @@ from typing import Any
 
 import torch
 
+from memforensics.plan.device import OutOfScope, PlannedRunWarning
+
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
-
-
-class PlannedRunWarning(UserWarning):
-    """A place where the planned run differs from the real one (a value read, a compiled graph)."""
-
-
-class OutOfScope(RuntimeError):
-    """The script needs what the plan does not model (distributed collectives)."""
 
 
 DISTRIBUTED = (

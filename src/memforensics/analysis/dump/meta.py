@@ -99,6 +99,8 @@ class DumpMeta:
     tensors: tuple[TrackedTensor, ...] | None = None
     """The tracked tensors the sidecar lists; None when it lists none (nothing was tracked,
     or a sidecar from before ``tensors``)."""
+    predicted: bool = False
+    """Written by ``memforensics plan``: a prediction on the CPU, not a GPU's record."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -167,6 +169,7 @@ def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
         has_sidecar=True,
         sidecar=sidecar,
         tensors=_tensors(sidecar.get("tensors")),
+        predicted=isinstance(sidecar.get("predicted"), dict),
     )
 
 

@@ -56,13 +56,21 @@ def caller_line(site: str, caller: str, indent: int, *, kinded: bool = False) ->
     return [f"{'':>{indent}}{_CALLER}{short_site(caller, width - len(_CALLER))}"]
 
 
-def origin_words(kind: str | None, rank: int | None, has_sidecar: bool) -> str:
+def origin_words(
+    kind: str | None, rank: int | None, has_sidecar: bool, predicted: bool = False
+) -> str:
     """What a dump is, for a header: ``kind oom, rank 3``, or ``raw PyTorch snapshot, no
-    sidecar`` when nothing but the pickle says anything (never a bare ``?``)."""
+    sidecar`` when nothing but the pickle says anything (never a bare ``?``); a dump
+    ``memforensics plan`` wrote says it is predicted."""
     if kind is None and rank is None and not has_sidecar:
         return "raw PyTorch snapshot, no sidecar"
     words = [f"kind {kind or 'unknown'}", f"rank {'unknown' if rank is None else rank}"]
+    if predicted:
+        words.append(PREDICTED)
     return ", ".join(words) + ("" if has_sidecar else ", no sidecar")
+
+
+PREDICTED = "predicted by memforensics plan, not measured on a GPU"
 
 
 def native_note(sites: Iterable[str]) -> list[str]:

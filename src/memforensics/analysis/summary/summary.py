@@ -340,6 +340,7 @@ class Summary:
     site_count: int = 0
     before_recording_bytes: int = 0
     before_recording_blocks: int = 0
+    predicted: bool = False  # written by memforensics plan: a prediction, not a GPU's record
     devices: tuple[DeviceUsage, ...] = ()
     device_reason: str = ""
     shape: SnapshotShape = field(default_factory=SnapshotShape, metadata=json_key("snapshot_shape"))
@@ -458,6 +459,7 @@ def summarize(
         kind=dump.meta.kind,
         rank=dump.meta.rank,
         has_sidecar=dump.meta.has_sidecar,
+        predicted=dump.meta.predicted,
         step=dump.meta.step,
         steps=dump.meta.steps,
         device_index=dump.device,

@@ -254,7 +254,7 @@ def _native(s: Summary, width: int) -> list[str]:
 
 def _one_device(s: Summary, rows: int | None, width: int = WIDTH) -> str:
     """The table of one device."""
-    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
+    where = [origin_words(s.kind, s.rank, s.has_sidecar, s.predicted)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:

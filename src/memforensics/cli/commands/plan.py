@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -81,6 +82,16 @@ class PlanCommand:
             help="where OOM dumps and the final snapshot go (default: memforensics-plan/)",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument(
+            "--vary",
+            default=None,
+            metavar="NAME=V1,V2,...",
+            help="plan the script once per value of its own option --NAME, each in its own "
+            "process, and print the largest value that fits",
+        )
+        parser.add_argument(
+            "--jobs", type=int, default=1, metavar="N", help="with --vary: values planned at once"
+        )
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
@@ -103,13 +114,17 @@ class PlanCommand:
             check_target(target)
         except TargetError as exc:
             raise CommandError(str(exc), exc.exit_code) from None
+        if args.vary is not None:
+            return _vary(args, target, conf)
         return _plan(target, spec, Path(args.out_dir), conf, as_json=args.json)
 
 
 def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print."""
-    from memforensics.capture.facade import install, uninstall
+    from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import OutOfScope, run_planned
+
+    folders = [out_dir]  # where capture writes: plan's, and the script's own install()
 
     def run() -> None:
         try:
@@ -121,13 +136,19 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     def before() -> None:
         install(out_dir=str(out_dir))
 
+    def after() -> None:
+        live = current()
+        if live is not None and live.out_dir not in folders:
+            folders.append(live.out_dir)
+        uninstall()
+
     started = time.time()
     saved_conf = os.environ.get(_CONF_ENV)
     if conf is not None:
         os.environ[_CONF_ENV] = conf
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            result, device = run_planned(spec, run, _writer(spec), before=before, after=uninstall)
+            result, device = run_planned(spec, run, _writer(spec), before=before, after=after)
     except OutOfScope as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
@@ -141,13 +162,20 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
             os.environ.pop(_CONF_ENV, None)
         else:
             os.environ[_CONF_ENV] = saved_conf
+    return _answer(result, device, spec, folders, started, as_json=as_json)
+
+
+def _answer(
+    result: Any, device: Any, spec: Any, folders: list[Path], started: float, *, as_json: bool
+) -> int:
+    """Mark and name the snapshots the run wrote, print the plan; 0 fits, 1 does not."""
     snapshots = list(result.script_snapshots)
-    if out_dir.is_dir():  # what capture wrote during this run (not an earlier run's files)
-        snapshots += [
-            str(p) for p in sorted(out_dir.glob("**/*.pickle")) if p.stat().st_mtime >= started
-        ]
+    for folder in folders:  # what capture wrote during this run (not an earlier run's files)
+        if folder.is_dir():
+            found = sorted(p for p in folder.glob("**/*.pickle") if p.stat().st_mtime >= started)
+            snapshots += [str(p) for p in found]
     if not snapshots:
-        final = out_dir / "planned.pickle"
+        final = folders[0] / "planned.pickle"
         _writer(spec)(str(final), device.snapshot())
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
@@ -166,6 +194,77 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     for line in dict.fromkeys(result.warnings):
         print(f"memforensics plan: {line}", file=sys.stderr)
     return 0 if result.fits else 1
+
+
+def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
+    """Plan each value in its own process, --jobs at a time, as given and with expandable
+    segments; print the rows and the largest value that fits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memforensics.plan.text import vary_text
+    from memforensics.plan.vary import Vary, VaryRow, largest, with_expandable
+
+    try:
+        vary = Vary.parse(args.vary)
+    except ValueError as exc:
+        raise CommandError(f"plan: {exc}") from None
+    if args.jobs < 1:
+        raise CommandError("plan: --jobs must be at least 1")
+    out_dir = Path(args.out_dir)
+
+    def one(value: str, expandable: bool) -> dict[str, Any] | str:
+        planned = Target(target.kind, target.name, vary.args(target.args, value))
+        chosen = with_expandable(conf) if expandable else (conf or "")
+        folder = out_dir / f"{vary.name}-{value}{'-expandable' if expandable else ''}"
+        command = [
+            sys.executable, "-m", "memforensics", "plan", "--json",
+            "--device-memory", args.device_memory, "--device-capability", args.device_capability,
+            "--context-memory", args.context_memory, "--alloc-conf", chosen,
+            "--out-dir", str(folder),
+            *(("-m", planned.name) if planned.kind == "module" else (planned.name,)),
+            *planned.args,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode in (0, 1):
+            try:
+                found: dict[str, Any] = json.loads(done.stdout)
+                return found
+            except ValueError:
+                pass
+        tail = done.stderr.strip().splitlines()
+        return tail[-1] if tail else f"exit status {done.returncode}"
+
+    jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        answers = list(pool.map(lambda job: one(*job), jobs))
+    rows = []
+    for i, value in enumerate(vary.values):
+        plain, grown = answers[2 * i], answers[2 * i + 1]
+        if isinstance(plain, str):
+            rows.append(VaryRow(value, None, None, None, None, plain))
+            continue
+        rows.append(
+            VaryRow(
+                value,
+                plain["peak_allocated_bytes"],
+                plain["peak_reserved_bytes"],
+                bool(plain["fits"]),
+                bool(grown["fits"]) if isinstance(grown, dict) else None,
+            )
+        )
+    best = largest(rows, expandable=False)
+    best_expandable = largest(rows, expandable=True)
+    if args.json:
+        doc = {
+            "name": vary.name,
+            "rows": [asdict(r) for r in rows],
+            "largest": best,
+            "largest_expandable": best_expandable,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(vary_text(vary.name, rows, best, best_expandable))
+    return 0 if best is not None else 1
 
 
 def predicted_record(spec: Any) -> dict[str, Any]:
