@@ -21,9 +21,10 @@ Then what decides between a parameter and the rest:
 * **in a forward**: a frame of a module's forward (``forward``, ``Module._call_impl``): a block
   made there is never a parameter by the "many blocks of one size" rule.
 * **a name that rules a parameter out**: a cache, a workspace, cuBLAS or cuDNN.
-* **builds a model**: a module's ``__init__``, ``reset_parameters``, ``Module._apply`` (``.to``,
-  ``.cuda``), ``load_state_dict``, ``from_pretrained``, ``torch/nn/init.py``...: a block made
-  there and held is a parameter, whatever its lifetime looks like.
+* **builds a model**: a module's ``__init__`` (with no forward on the stack),
+  ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
+  ``from_pretrained``, ``torch/nn/init.py``...: a block made there and held is a parameter,
+  whatever its lifetime looks like.
 
 A snapshot repeats a few thousand frames millions of times: each distinct (file, function) is
 judged once (:func:`frame_role`), each distinct stack once (the caller's ``per_stack``).
@@ -39,6 +40,7 @@ IN_FORWARD = "in_forward"
 NOT_PARAMETER = "not_parameter"
 BUILDS = "builds"
 NOTHING = ""
+_CONSTRUCTOR = "constructor"  # a frame's ``__init__``: builds, unless a forward is on the stack
 
 # The stronger role wins when a stack holds several (a replica is made inside a forward).
 _RANK = {WORKSPACE: 0, KV_CACHE: 1, MEGATRON_BUFFER: 2, REPLICA: 3, NOTHING: 4}
@@ -64,7 +66,6 @@ _BUILD_NAMES = frozenset(
         "init_weight",
         "init_weights",
         "_init_weights",
-        "__init__",
     }
 )
 _BUILD_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
@@ -102,6 +103,8 @@ def _judge_frame(filename: str, name: str) -> str:
         return NOT_PARAMETER
     if name in _BUILD_NAMES or filename.endswith(_BUILD_FILES):
         return BUILDS
+    if name == "__init__":
+        return _CONSTRUCTOR
     return NOTHING
 
 
@@ -109,15 +112,17 @@ def stack_role(frames: object) -> tuple[str, int]:
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
     apart by it); ``("", 0)`` without frames.
 
-    A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is. Between
-    a forward and a frame that builds a model, the outer one is the context the block was made
-    in (a model built inside a forward is an object of that forward; a forward inside
-    ``Module._apply`` is no forward pass); a name that rules a parameter out beats building.
+    A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is. Any
+    forward on the stack beats an ``__init__`` (an object built inside a forward is that
+    forward's; a script that trains inside a constructor still runs forwards). Between a forward
+    and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
+    outer one is the context the block was made in. A name that rules a parameter out beats
+    building.
     """
     if not isinstance(frames, list):
         return NOTHING, 0
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
-    context, ruled_out = NOTHING, False
+    context, ruled_out, constructed = NOTHING, False, False
     for frame in frames:  # innermost first
         if type(frame) is not dict:
             continue
@@ -127,6 +132,8 @@ def stack_role(frames: object) -> tuple[str, int]:
         )
         if role in (IN_FORWARD, BUILDS):
             context = role
+        elif role == _CONSTRUCTOR:
+            constructed = True
         elif role == NOT_PARAMETER:
             ruled_out = True
         elif role != NOTHING and _RANK[role] < rank:
@@ -137,6 +144,8 @@ def stack_role(frames: object) -> tuple[str, int]:
                 break
     if strong != NOTHING:
         return strong, line
+    if context == NOTHING and constructed:
+        context = BUILDS
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0
     return context, 0

@@ -360,3 +360,26 @@ def test_real_snapshots_constructors_and_workspaces(name: str) -> None:
     scratch = [a for a in found.allocations if _says(a.frames, "Workspace")]
     assert all(a.kind != "activation" for a in built)
     assert all(a.kind == "workspace" for a in scratch)
+
+
+def test_a_constructor_around_or_inside_a_forward_is_the_forwards() -> None:
+    """A script that trains inside a class's __init__, and an object a forward builds (its own
+    __init__): their blocks are the forward's (activations), never parameters; a model moved by
+    Module._apply stays parameters."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    outer = [
+        MALLOC,
+        py("/home/me/model.py", 57, "forward"),
+        CALL,
+        py("/home/me/experiment.py", 30, "__init__"),
+        py("/home/me/run.py", 5, "main"),
+    ]
+    inner = [MALLOC, py("/home/me/noise.py", 12, "__init__"), *outer[1:]]
+    activations = [trace.alloc(6 * MiB, outer), trace.alloc(7 * MiB, inner)]
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in activations:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in activations} == {"activation"}
+    assert {found[a].kind for a in weights} == {"parameter"}
