@@ -174,7 +174,7 @@ def _other_devices(s: Summary, width: int) -> list[str]:
 
 def _where(s: Summary) -> str:
     """``kind oom, rank 0, step 25``."""
-    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
+    where = [origin_words(s.kind, s.rank, s.has_sidecar, s.predicted)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
