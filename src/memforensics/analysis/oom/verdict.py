@@ -281,6 +281,18 @@ def judge(
     largest = moment.largest_free_block_bytes or 0
     external = moment.external_bytes
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
+    wanted = fmt(requested) if requested is not None else "an unknown amount"
+    if moment.assumed and moment.headroom_bytes is None:
+        return Verdict(
+            UNKNOWN,
+            f"No cached block of its pool and stream serves the {wanted} request"
+            f" ({fmt(usable)} free there, largest block {fmt(largest)}), and with"
+            f" {DEVICE_FREE_UNKNOWN} whether a new segment would have fit, and so whether the"
+            f" device was full, cannot be told. Biggest sites: {sites}.",
+            "Give the device's free memory at the failure, or judge the OOM dump memforensics"
+            " writes (its sidecar records it).",
+            "device free unknown",
+        )
     fits = requested is not None and usable + headroom >= requested
     if fits and (moment.served is False or largest < (requested or 0)):
         when = "In this state" if moment.assumed else "At the OOM"
@@ -312,18 +324,6 @@ def judge(
             " or lower set_per_process_memory_fraction so the limit leaves room for it."
         )
         return Verdict(EXTERNAL, explanation, advice)
-    wanted = fmt(requested) if requested is not None else "an unknown amount"
-    if moment.assumed and moment.headroom_bytes is None:
-        return Verdict(
-            UNKNOWN,
-            f"No cached block of its pool and stream serves the {wanted} request"
-            f" ({fmt(usable)} free there, largest block {fmt(largest)}), and with"
-            f" {DEVICE_FREE_UNKNOWN} whether a new segment would have fit, and so whether the"
-            f" device was full, cannot be told. Biggest sites: {sites}.",
-            "Give the device's free memory at the failure, or judge the OOM dump memforensics"
-            " writes (its sidecar records it).",
-            "device free unknown",
-        )
     proven = bound is not None and bound.proven
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
