@@ -89,6 +89,7 @@ class DiffSide:
     reserved_bytes: int = 0
     segments: int = 0
     peak: SidePeak | None = None
+    predicted: bool = False  # written by memforensics plan: a prediction, not a GPU's record
 
     @property
     def allocated_bytes(self) -> int:
@@ -113,7 +114,7 @@ def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
     peak = side_peak(filled, reserved, len(view.segments))
     return DiffSide(
         live.name, live.device, live.live, live.window, held, kinds, reserved,
-        len(view.segments), peak,
+        len(view.segments), peak, live.predicted,
     )  # fmt: skip
 
 
@@ -156,7 +157,7 @@ def live_side(view: Dump, kind_of_block: dict[int, str] | None = None) -> DiffSi
         )
         for block, site, caller in live
     )
-    return DiffSide(view.name, view.device, rows, _window(view))
+    return DiffSide(view.name, view.device, rows, _window(view), predicted=view.meta.predicted)
 
 
 def _window(dump: Dump) -> tuple[int, int] | None:
@@ -352,6 +353,8 @@ class Diff:
     before_segments: int | None = None
     after_segments: int | None = None
     peaks: PeakChange | None = None
+    before_predicted: bool = False  # BEFORE was written by memforensics plan, not measured
+    after_predicted: bool = False
 
 
 def diff_dumps(before: Dump, after: Dump) -> Diff:
@@ -398,6 +401,8 @@ def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
         before_segments=before.segments if whole else None,
         after_segments=after.segments if whole else None,
         peaks=peaks,
+        before_predicted=before.predicted,
+        after_predicted=after.predicted,
     )
 
 

@@ -11,6 +11,7 @@ from memforensics.analysis.compare.diff import Diff, KindChange, PeakChange, Sit
 from memforensics.analysis.compare.leaks import Leaks
 from memforensics.analysis.dump import (
     KIND_WIDTH,
+    PREDICTED,
     caller_line,
     hidden_rows,
     kind_and_site,
@@ -44,6 +45,11 @@ def grew_most(d: Diff) -> str:
     )
 
 
+def _predicted(predicted: bool) -> str:
+    """After a file's name: that ``memforensics plan`` wrote it, where it did."""
+    return f" ({PREDICTED})" if predicted else ""
+
+
 def _top_site(growth: Sequence[SiteGrowth]) -> str:
     if not growth:
         return ""
@@ -58,8 +64,10 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
     if d.peaks is not None:
         lines = [*peak_lines(d.peaks, top, d.growth), "", "At the end:"]
     lines += [
-        f"before {d.before}: {_final(d.before_allocated_bytes, d.before_reserved_bytes)}",
-        f"after  {d.after}: {_final(d.after_allocated_bytes, d.after_reserved_bytes)}",
+        f"before {d.before}{_predicted(d.before_predicted)}:"
+        f" {_final(d.before_allocated_bytes, d.before_reserved_bytes)}",
+        f"after  {d.after}{_predicted(d.after_predicted)}:"
+        f" {_final(d.after_allocated_bytes, d.after_reserved_bytes)}",
         f"total change {format_signed_bytes(d.total_delta_bytes)}",
     ]
     lines += _growth_lines(d.growth, d.total_delta_bytes, top)

@@ -52,6 +52,7 @@ from memforensics.analysis.dump.shapes import (
 from memforensics.analysis.dump.text import (
     KIND_WIDTH,
     NATIVE_ONLY_MEANING,
+    PREDICTED,
     caller_line,
     context_lines,
     devices_text,
@@ -74,6 +75,7 @@ __all__ = [
     "NO_HISTORY",
     "ONE_EVENT",
     "PENDING_FREE",
+    "PREDICTED",
     "SIDECAR_LIMIT",
     "STACKS_ONLY",
     "TRACE",

@@ -201,6 +201,8 @@ class DumpEntry:
     empty: bool = False
     """A file of 0 bytes: a writer that never wrote (not memforensics', whose files appear
     whole), or a disk that was full. No OOM, whatever its name or sidecar say."""
+    predicted: bool = False
+    """Its sidecar says ``memforensics plan`` wrote it: a prediction, not a GPU's record."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,7 @@ def _entry(path: Path) -> DumpEntry:
         sidecar_error=error,
         external_bytes=external_from_sidecar(meta.sidecar),
         empty=size == 0,
+        predicted=meta.predicted,
     )
 
 

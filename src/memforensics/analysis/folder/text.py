@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.dump import PREDICTED
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import COMPARED, Overview, RankFacts
@@ -294,6 +295,7 @@ def ls_text(listing: RunListing) -> str:
         head = (
             f"first OOM: rank {first.rank} {step}"
             f" at {first.created_at}  {printable(str(first.path))}"
+            + (f" ({PREDICTED})" if first.predicted else "")
         )
     lines = [
         head,
@@ -313,6 +315,7 @@ def ls_text(listing: RunListing) -> str:
                 "T" if entry.truncated else "",
                 "" if entry.has_sidecar else "?",
                 "E" if entry.empty else "",
+                "~" if entry.predicted else "",
             )
         )
         lines.append(
@@ -324,7 +327,7 @@ def ls_text(listing: RunListing) -> str:
     lines.append("")
     lines.append(
         f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
-        " E empty (0 bytes, no OOM); external: memory outside PyTorch at an OOM"
+        f" E empty (0 bytes, no OOM), ~ {PREDICTED}; external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
 

@@ -123,6 +123,8 @@ class Replay:
     """The row every setting's ``change_bytes`` is measured against: ``as recorded``, or, when
     recording started with blocks live or cached, the recorded settings with those placed
     afresh (as every setting's row places them)."""
+    predicted: bool = False
+    """True when ``memforensics plan`` wrote the dump: a prediction, not a GPU's record."""
 
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
@@ -261,6 +263,7 @@ def replay_dump(
         if moment is not None
         else (),
         baseline=BASELINES.get(kind, AS_RECORDED),
+        predicted=dump.meta.predicted,
     )
 
 

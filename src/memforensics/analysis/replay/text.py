@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump import NOTHING_ALLOCATED, STACKS_ONLY
+from memforensics.analysis.dump import NOTHING_ALLOCATED, PREDICTED, STACKS_ONLY
 from memforensics.analysis.oom import (
     CAPACITY,
     DEVICE_FREE_UNKNOWN,
@@ -17,7 +17,8 @@ from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
 def replay_text(r: Replay) -> str:
     """Plain-text rendering of a :class:`Replay`."""
-    lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
+    predicted = f", {PREDICTED}" if r.predicted else ""
+    lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'}{predicted})"]
     lines += [f"  settings     {note}" for note in r.settings_notes]
     lines.append(_history_line(r))
     lines.append(_self_check_line(r))

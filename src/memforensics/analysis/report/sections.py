@@ -20,7 +20,7 @@ from typing import Any
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
 from memforensics.analysis.diagnosis import CAUSE_NAMES
-from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
+from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, PREDICTED, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import (
     DEVICE_FREE_UNKNOWN,
@@ -113,6 +113,7 @@ def facts_section(ctx: DumpContext) -> Section:
     events = s.trace_entries
     rows = [
         ["kind", ["text", s.kind or "unknown: no sidecar and not in a memforensics folder"]],
+        *([["origin", ["text", PREDICTED]]] if s.predicted else []),
         ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
         ["device", ["text", _device_text(s)]],
         ["step / window", ["text", _window_text(s)]],

@@ -10,11 +10,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memforensics.analysis import Dump, diff_dumps, load_dump
-from memforensics.analysis.compare import device_diffs_text, diff_side
+from memforensics.analysis.compare import DiffSide, device_diffs_text, diff_side
 from memforensics.analysis.compare.diff import kinds_change
-from memforensics.analysis.dump import dump_from_snapshot
-from memforensics.analysis.schema import to_json
-from memforensics.testing import CACHE, Block, MiB, SnapshotBuilder, context_pair, growth_pair
+from memforensics.analysis.compare.text import diff_text
+from memforensics.analysis.dump import PREDICTED, dump_from_snapshot
+from memforensics.analysis.schema import from_json, to_json
+from memforensics.testing import (
+    CACHE,
+    Block,
+    MiB,
+    SnapshotBuilder,
+    context_pair,
+    growth_pair,
+    make_sidecar,
+    write_dump,
+)
 
 REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
 REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
@@ -167,3 +177,22 @@ def test_a_side_without_trace_compares_only_its_peak_figures() -> None:
     assert result.peaks.before_live_bytes == before.truth.allocated_bytes
     assert result.peaks.growth == ()
     assert "BEFORE has no allocator trace" in device_diffs_text(result)
+
+
+def test_a_predicted_side_says_it_is_predicted(tmp_path: Path) -> None:
+    """A dump ``memforensics plan`` wrote is named predicted on its side, in text and JSON, and
+    its side keeps that through the cache's JSON."""
+    before, after = growth_pair()
+    predicted = {"device_total_bytes": 80 << 30, "capability": "9.0", "context_bytes": 0}
+    old = write_dump(tmp_path / "b.pickle", before.snapshot, sidecar=make_sidecar("window"))
+    new = write_dump(
+        tmp_path / "a.pickle", after.snapshot, sidecar=make_sidecar("window", predicted=predicted)
+    )
+    side = diff_side(load_dump(new))
+    assert from_json(DiffSide, to_json(side)).predicted is True
+    result = diff_dumps(load_dump(old), load_dump(new))
+    assert (result.before_predicted, result.after_predicted) == (False, True)
+    named = [line for line in diff_text(result).splitlines() if str(tmp_path) in line]
+    before_line, after_line = named
+    assert PREDICTED not in before_line
+    assert PREDICTED in after_line

@@ -95,3 +95,30 @@ def test_an_empty_dump_file_is_empty_never_the_first_oom(tmp_path: Path) -> None
     assert overview.first_oom.rank == truth.first_oom_rank
     assert all(f.step != 1 for f in overview.failures)  # the empty files' step
     assert "empty (0 bytes)" in overview_text(overview)
+
+
+def test_a_predicted_dump_is_flagged(tmp_path: Path) -> None:
+    """A dump ``memforensics plan`` wrote is flagged ``~`` and ``predicted`` in JSON; the first
+    OOM line says predicted; a measured dump beside it is not flagged."""
+    from memforensics.analysis.dump import PREDICTED
+    from memforensics.analysis.folder import ls_text
+    from memforensics.testing import fragmented, make_sidecar, write_dump
+
+    record = {"device_total_bytes": 80 << 30, "capability": "9.0", "context_bytes": 0}
+    snapshot = fragmented().snapshot
+    planned = write_dump(
+        tmp_path / "oom" / "rank0_pid1.pickle",
+        snapshot,
+        sidecar=make_sidecar("oom", predicted=record),
+    )
+    write_dump(tmp_path / "manual" / "rank0_pid2.pickle", snapshot, sidecar=make_sidecar("manual"))
+    listing = list_dumps(tmp_path)
+    flags = {entry.kind: to_json(entry)["predicted"] for entry in listing.dumps}
+    assert flags == {"oom": True, "manual": False}
+    head, _, _, *rows = ls_text(listing).splitlines()
+    assert PREDICTED in head
+    row = {line.split()[0]: line for line in rows[:2]}
+    assert " ~ " in row["oom"]
+    assert " ~ " not in row["manual"]
+    assert listing.first_oom is not None
+    assert listing.first_oom.path == planned

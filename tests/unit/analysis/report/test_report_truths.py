@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.dump import PREDICTED, dump_from_snapshot
 from memforensics.analysis.filled import what_filled
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.summary import summarize
@@ -112,3 +112,19 @@ def test_an_oom_figure_left_empty_by_the_sidecar_says_so() -> None:
     assert oom.allocation_bytes is not None
     assert rows["OOM allocation (error text)"] == oom.allocation_bytes
     assert "no sidecar field" not in str(_document(html))
+
+
+def test_a_predicted_dump_says_so_in_its_facts() -> None:
+    """A dump ``memforensics plan`` wrote has a facts row saying predicted; a measured one none."""
+    predicted = {"device_total_bytes": GiB(8), "capability": "9.0", "context_bytes": 0}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, sidecar in (
+        ("predicted", make_sidecar("oom", predicted=predicted)),
+        ("measured", make_sidecar("oom")),
+    ):
+        report = ReportBuilder()
+        report.add(dump_from_snapshot(_expandable_oom(), sidecar=sidecar))
+        facts = _sections(report.html())["facts"]["data"]["rows"]
+        rows[name] = dict((row[0], row[1][1]) for row in facts)
+    assert rows["predicted"]["origin"] == PREDICTED
+    assert "origin" not in rows["measured"]
