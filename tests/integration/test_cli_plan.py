@@ -89,6 +89,8 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     assert "CUDA out of memory. Tried to allocate" in done.stdout
     dumps = sorted((tmp_path / "memforensics-plan" / "oom").glob("*.pickle"))
     assert len(dumps) == 1
+    named = [line for line in done.stdout.splitlines() if line.startswith("Predicted snapshot:")]
+    assert len(named) == 1  # named once, though the run saw it by two paths
     sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
     assert sidecar["predicted"]["device_total_bytes"] == 640 * MiB
     oom = sidecar["oom"]

@@ -174,6 +174,10 @@ def _answer(
         if folder.is_dir():
             found = sorted(p for p in folder.glob("**/*.pickle") if p.stat().st_mtime >= started)
             snapshots += [str(p) for p in found]
+    by_path: dict[str, str] = {}  # the script's own dump and capture's may name one file twice
+    for path in snapshots:
+        by_path.setdefault(os.path.abspath(path), path)
+    snapshots = list(by_path.values())
     if not snapshots:
         final = folders[0] / "planned.pickle"
         _writer(spec)(str(final), device.snapshot())
