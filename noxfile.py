@@ -33,7 +33,7 @@ def install_torch(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit and integration tests, with the real CPU torch installed."""
     install_torch(session)
-    session.install("-e", ".", *TEST_DEPS)
+    session.install("-e", ".[test]")
     session.run("pytest", "tests", *session.posargs)
 
 

@@ -41,25 +41,40 @@ def _frame_pool(rng: random.Random, size: int) -> list[dict[str, Any]]:
     return pool
 
 
-def stack_templates(rng: random.Random, count: int = 400) -> list[list[Any]]:
-    """``count`` code paths over a pool of 3,000 shared frame dicts, real-shaped in depth; an
-    entry takes ``list(template)``, its own list over the shared dicts, as PyTorch writes it."""
-    return _templates(rng, _frame_pool(rng, 3000), count)
+SHORT = (8, 40)
+"""Frames per stack of the short-stack variant (``stacks="python"`` without C++ frames)."""
 
 
-def _templates(rng: random.Random, pool: list[dict[str, Any]], count: int) -> list[list[Any]]:
+def stack_templates(
+    rng: random.Random, count: int = 400, *, depths: tuple[int, int] | None = None
+) -> list[list[Any]]:
+    """``count`` code paths over a pool of 3,000 shared frame dicts, real-shaped in depth (or
+    uniform in ``depths``); an entry takes ``list(template)``, its own list over the shared
+    dicts, as PyTorch writes it."""
+    return _templates(rng, _frame_pool(rng, 3000), count, depths)
+
+
+def _templates(
+    rng: random.Random, pool: list[dict[str, Any]], count: int, depths: tuple[int, int] | None
+) -> list[list[Any]]:
     entry = {"filename": "/work/train.py", "line": 1, "name": "<module>"}
     found = []
     for _ in range(count):
-        depth = max(8, int(rng.lognormvariate(3.3, 0.45)))  # median ~27, long tail to ~90
+        if depths is None:
+            depth = max(8, int(rng.lognormvariate(3.3, 0.45)))  # median ~27, long tail to ~90
+        else:
+            depth = rng.randint(*depths)
         found.append([rng.choice(pool) for _ in range(depth - 1)] + [entry])
     return found
 
 
-def real_shaped(events: int, *, seed: int = 0, segments: int = 400) -> dict[str, Any]:
-    """A snapshot dict with ``events`` trace entries and ``segments`` segments, real-shaped."""
+def real_shaped(
+    events: int, *, seed: int = 0, segments: int = 400, depths: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """A snapshot dict with ``events`` trace entries and ``segments`` segments, real-shaped
+    (``depths``: every stack between these many frames, e.g. :data:`SHORT`)."""
     rng = random.Random(seed)
-    templates = stack_templates(rng)
+    templates = stack_templates(rng, depths=depths)
     trace: list[dict[str, Any]] = []
     base, clock = 0x7F00_0000_0000, 1_764_000_000_000_000
     live: list[tuple[int, int]] = []

@@ -6,7 +6,8 @@ itself wrote (``bench_replay.build``, so every free matches an allocation and re
 end to end). Then, in fresh interpreters, median of ``--repeats``:
 
 * ``summary / pickle.load``: ``load_dump`` + ``summarize`` of the real-shaped dump against plain
-  ``pickle.load`` of the same file (target 1.3), and their peak memory (target 1.5);
+  ``pickle.load`` of the same file (target 1.3), and their peak memory (target 1.5); the same
+  on a dump of as many entries whose stacks are short (8 to 40 frames, ``short``: target 1.3);
 * ``replay / pickle.load``: ``load_dump`` + ``replay`` of the model-written dump with the
   CLI's default ``--jobs`` (the CPU count) (target 2.5);
 * ``cli first summary / pickle.load``: the console script's first ``summary --json`` (interpreter,
@@ -14,9 +15,11 @@ end to end). Then, in fresh interpreters, median of ``--repeats``:
 * ``second look / first summary``: the console script's ``summary --json`` on the real-shaped
   dump run again with the cache warm, against its first run with the cache empty (target 0.25);
 
-    python benchmarks/bench_cache.py [--json PATH] [--events N] [--repeats R] [--only replay]
+    python benchmarks/bench_cache.py [--json PATH] [--events N] [--repeats R]
+        [--only replay|summary]
 
-``--only replay`` measures the replay figure alone (``--model FILE``: on that dump, not a new one).
+``--only replay`` measures the replay figure alone (``--model FILE``: on that dump, not a new one);
+``--only summary`` the two summary ratios alone.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from _common import timed_in_process
 HERE = Path(__file__).resolve().parent
 TARGETS = {
     "summary_over_pickle": 1.3,
+    "short_summary_over_pickle": 1.3,
     "summary_peak_over_pickle_peak": 1.5,
     "replay_over_pickle": 2.5,
     "second_look_over_first_summary": 0.25,
@@ -45,13 +49,15 @@ TARGETS = {
 
 
 def build(kind: str, path: Path, events: int) -> None:
-    """Write the real-shaped (``real``) or the model-written (``model``) dump."""
+    """Write the real-shaped (``real``), the short-stack (``short``) or the model-written
+    (``model``) dump."""
     sys.path.insert(0, str(HERE))
-    if kind == "real":
-        from _real_shape import real_shaped
+    if kind in ("real", "short"):
+        from _real_shape import SHORT, real_shaped
 
+        depths = SHORT if kind == "short" else None
         with path.open("wb") as handle:
-            pickle.dump(real_shaped(events), handle, protocol=4)
+            pickle.dump(real_shaped(events, depths=depths), handle, protocol=4)
     else:
         from bench_replay import build as model_build
 
@@ -133,15 +139,37 @@ def _replay_only(args: argparse.Namespace) -> int:
     return 1 if ratio > TARGETS["replay_over_pickle"] else 0
 
 
+def _summary_only(args: argparse.Namespace) -> int:
+    """The two summary ratios alone: the real-shaped and the short-stack dump."""
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as name:
+        for kind, key in (("real", "summary_over_pickle"), ("short", "short_summary_over_pickle")):
+            path = Path(name) / f"{kind}.pickle"
+            _child("--build", kind, "--file", path, "--events", args.events)
+            plain, summary = _interleaved(path, "summary", args.repeats)
+            figures[f"{kind}_pickle_load_s"] = plain["seconds"]
+            figures[f"{kind}_summary_s"] = summary["seconds"]
+            figures[key] = summary["seconds"] / plain["seconds"]
+    for key, value in figures.items():
+        target = f"   (target <= {TARGETS[key]})" if key in TARGETS else ""
+        print(f"{key:<42}{value:>12.3f}{target}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    missed = [key for key in figures if key in TARGETS and figures[key] > TARGETS[key]]
+    return 1 if missed else 0
+
+
 def main() -> int:
     """Build, measure, print a table, write --json; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=["replay"], help="measure only this figure")
+    parser.add_argument(
+        "--only", choices=["replay", "summary"], help="measure only this figure (or these)"
+    )
     parser.add_argument("--model", type=Path, help="with --only replay: this model-written dump")
-    parser.add_argument("--build", choices=["real", "model"], help=argparse.SUPPRESS)
+    parser.add_argument("--build", choices=["real", "short", "model"], help=argparse.SUPPRESS)
     parser.add_argument(
         "--measure", choices=["pickle", "summary", "replay"], help=argparse.SUPPRESS
     )
@@ -156,12 +184,17 @@ def main() -> int:
         return 0
     if args.only == "replay":
         return _replay_only(args)
+    if args.only == "summary":
+        return _summary_only(args)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         real, model = tmp / "real.pickle", tmp / "model.pickle"
+        short = tmp / "short.pickle"
         _child("--build", "real", "--file", real, "--events", args.events)
+        _child("--build", "short", "--file", short, "--events", args.events)
         _child("--build", "model", "--file", model, "--events", args.events)
         plain, summary = _interleaved(real, "summary", args.repeats)
+        plain_short, summary_short = _interleaved(short, "summary", args.repeats)
         plain_model, replayed = _interleaved(model, "replay", args.repeats)
         first, second = _looks(real, tmp, args.repeats, "summary")
     figures = {
@@ -170,6 +203,7 @@ def main() -> int:
         "summary_s": summary["seconds"],
         "summary_over_pickle": summary["seconds"] / plain["seconds"],
         "summary_peak_over_pickle_peak": summary["peak_bytes"] / plain["peak_bytes"],
+        "short_summary_over_pickle": summary_short["seconds"] / plain_short["seconds"],
         "replay_over_pickle": replayed["seconds"] / plain_model["seconds"],
         "cli_first_summary_s": first,
         "cli_first_summary_over_pickle": first / plain["seconds"],

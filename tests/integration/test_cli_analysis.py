@@ -44,17 +44,29 @@ def test_summary_json_contract(tmp_path: Path) -> None:
     assert data["oom"]["requested_bytes"] == MiB(32)
     assert data["oom"]["device_free_bytes"] == 0
     assert data["verdict"]["name"] == "fragmentation"
-    assert data["top_sites"][0].keys() == {"site", "caller", "bytes", "requested_bytes", "blocks"}
+    assert data["top_sites"][0].keys() == {
+        "site",
+        "caller",
+        "bytes",
+        "requested_bytes",
+        "blocks",
+        "kind",
+    }
 
 
 def test_summary_human_table(tmp_path: Path) -> None:
-    """The human summary names the verdict, sizes in MiB and the expandable_segments advice."""
+    """The human summary names the cause, the verdict beneath it and sizes in MiB; --verbose
+    adds the verdict's expandable_segments advice, which the replay could not prove here."""
     path = fragmented().write(tmp_path / "x.pickle")
     proc = _cli("summary", path)
     assert proc.returncode == 0, proc.stderr
-    assert "FRAGMENTATION" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("  cause        memory outside PyTorch: 79.50 GiB")
+    assert any(line.startswith("  verdict      FRAGMENTATION") for line in lines)
     assert "256.00 MiB" in proc.stdout
-    assert "expandable_segments:True" in proc.stdout
+    assert "expandable_segments:True" not in proc.stdout
+    verbose = _cli("summary", path, "--verbose")
+    assert "expandable_segments:True" in verbose.stdout
 
 
 def test_diff_json(tmp_path: Path) -> None:

@@ -59,7 +59,15 @@ def _on_terminal(*args: str | Path, stdout_too: bool = False) -> tuple[str, byte
 
 
 def _in_pipe(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_command(*args), capture_output=True, text=True, timeout=300, check=False)
+    """The command piped, at the terminal's width (summary wraps to ``COLUMNS``)."""
+    return subprocess.run(
+        _command(*args),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "120"},
+    )
 
 
 @pytest.mark.parametrize("command", ["summary", "replay"])

@@ -120,6 +120,25 @@ def test_uncaught_exception_prints_pythons_traceback(tmp_path: Path) -> None:
     assert "memforensics run:" not in proc.stderr
 
 
+@pytest.mark.torch
+def test_without_an_accelerator_run_says_once_that_nothing_is_captured(tmp_path: Path) -> None:
+    """On a torch that sees no GPU, run says once on stderr that nothing will be captured and
+    how to make a dry run, and the script still runs."""
+    pytest.importorskip("torch")
+    from memforensics.backends._select import create_backend
+
+    if create_backend("auto").name != "none":
+        pytest.skip("this machine has an accelerator: auto would use it")
+    script = _script(tmp_path, "print('trained')\n")
+    proc = _run(script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n"
+    said = [line for line in proc.stderr.splitlines() if "capture nothing" in line]
+    assert len(said) == 1
+    assert "--device sim" in said[0]
+    assert "dry run" in said[0]
+
+
 def test_oom_in_a_script_without_steps_is_dumped(tmp_path: Path) -> None:
     """A sim OOM in a script that never calls mf.step() exits 1 with the OOM's traceback and
     leaves an oom/ dump whose sidecar names the failing line."""

@@ -77,7 +77,7 @@ def test_summary_names_every_device_and_reads_the_oom_one(tmp_path: Path) -> Non
     path = write_dump(tmp_path / "oom" / "rank0_pid1.pickle", multi.snapshot, sidecar=multi.sidecar)
     proc = _cli("summary", path)
     assert proc.returncode == 0, proc.stderr
-    assert "device       1 (the OOM's device" in proc.stdout
+    assert "device       1 of 3, the OOM's device" in proc.stdout
     assert "2: 1.50 GiB reserved" in proc.stdout
     assert "sidecar says device 0" in proc.stderr
     data = json.loads(_cli("summary", path, "--json", "--device", "2").stdout)
@@ -91,11 +91,14 @@ def test_summary_names_every_device_and_reads_the_oom_one(tmp_path: Path) -> Non
 
 
 def test_summary_without_oom_explains_each_device(tmp_path: Path) -> None:
-    """No OOM: one summary per device with memory (JSON: the rest under other_devices)."""
+    """No OOM: one summary per device with memory, each in full with --verbose, the others one
+    line each on the default screen (JSON: the rest under other_devices)."""
     multi = several_devices(oom_device=None, sidecar_device=None)
     path = write_dump(tmp_path / "dp.pkl", multi.snapshot)
-    text = _cli("summary", path).stdout
+    text = _cli("summary", path, "--verbose").stdout
     assert text.count("verdict      NO-OOM") == 3
+    screen = _cli("summary", path).stdout
+    assert screen.count("explains it)") == 2
     data = json.loads(_cli("summary", path, "--json").stdout)
     devices = [data["device_index"]] + [o["device_index"] for o in data["other_devices"]]
     assert devices == [0, 1, 2]

@@ -106,7 +106,7 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
         "return [...document.querySelectorAll('svg.timeline text.tick')].map(t => t.textContent)"
     )
     assert any(label.startswith("device limit") for label in labels)
-    assert "0 B" not in labels  # the y axis shows the 200-244 MiB movement, not 0-256 MiB
+    assert "0 B" in labels  # stacked bands stand on 0: each band's height is its size
 
     overlay = browser.find_element(By.CSS_SELECTOR, "svg.timeline rect.overlay")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", overlay)
@@ -194,3 +194,73 @@ def test_oom_and_peak_labels_never_overprint(browser: Any, tmp_path: Path) -> No
     ordered = sorted(labels, key=lambda item: item[1])
     for (_, _, left_end), (_, right_start, _) in itertools.pairwise(ordered):
         assert left_end <= right_start, ordered
+
+
+def _page(browser: Any, tmp_path: Path, snapshot: dict[str, Any], name: str) -> None:
+    """Open the report of ``snapshot`` and check the page drew without a console error."""
+    from memforensics.analysis.dump import dump_from_snapshot
+    from memforensics.analysis.report import ReportBuilder
+
+    builder = ReportBuilder()
+    builder.add(dump_from_snapshot(snapshot))
+    page = tmp_path / f"{name}.html"
+    page.write_text(builder.html(), encoding="utf-8")
+    browser.get(page.as_uri())
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    assert errors == []
+
+
+def test_memory_that_barely_moves_is_drawn_as_lines(browser: Any, tmp_path: Path) -> None:
+    """2 GiB held from before recording and a few MiB of churn: from 0 the movement would be
+    invisible, so the total and reserved are lines on an axis near them, and no band is
+    stacked on a cut axis."""
+    from selenium.webdriver.common.by import By
+
+    from memforensics.testing import Block, SnapshotBuilder
+
+    snapshot = SnapshotBuilder()
+    snapshot.segment(Block(2048 * MiB, site=None))
+    snapshot.segment(*(Block(2 * MiB, state="inactive") for _ in range(8)))
+    built = snapshot.build()
+    del built["device_traces"][0][:2]  # the 2 GiB segment and block came before recording
+    _page(browser, tmp_path, built, "flat")
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline polyline.live")
+    assert not browser.find_elements(By.CSS_SELECTOR, "svg.timeline polygon")
+    note = browser.find_element(By.CSS_SELECTOR, "[data-section=timeline] p.note").text
+    assert "too little to see from 0" in note
+
+
+def test_tables_and_icicle_fit_the_page(browser: Any, tmp_path: Path) -> None:
+    """No table runs past the page (the what-if table's long settings wrap), and a call tree
+    of one big caller and forty slivers draws no frame narrower than a few pixels: the
+    slivers are one node, which opens them when clicked."""
+    from selenium.webdriver.common.by import By
+
+    from memforensics.testing import Block, Site, SnapshotBuilder
+
+    browser.set_window_size(900, 1800)
+    try:
+        page = _report(tmp_path)
+        browser.get(page.as_uri())
+        overflow = browser.execute_script(
+            "const right = document.getElementById('mf-root').getBoundingClientRect().right;"
+            "return [...document.querySelectorAll('table')]"
+            ".map(t => t.getBoundingClientRect().right - right).filter(d => d > 0.5)"
+        )
+        assert overflow == []
+    finally:
+        browser.set_window_size(1280, 1800)
+    snapshot = SnapshotBuilder()
+    small = [Block(8 * MiB, site=Site("/work/net.py", 100 + n, f"layer{n}")) for n in range(40)]
+    snapshot.segment(Block(2000 * MiB), *small)
+    _page(browser, tmp_path, snapshot.build(), "slivers")
+    widths = browser.execute_script(
+        "return [...document.querySelectorAll('.icicle .bar')]"
+        ".map(b => b.getBoundingClientRect().width)"
+    )
+    assert min(widths) >= 4
+    [merged] = browser.find_elements(By.XPATH, "//div[@class='bar'][contains(., 'smaller frames')]")
+    assert merged.text.startswith("<40 smaller frames>")
+    merged.click()
+    shown = browser.find_elements(By.CSS_SELECTOR, ".icicle .bar")
+    assert len(shown) > 40

@@ -1,4 +1,5 @@
-"""A training loop on the sim device that labels every allocation with its true kind.
+"""A training loop and an inference server on the sim device that label every allocation with
+its true kind.
 
 The truth for the kinds classifier: parameters made before the first step, activations kept by
 forward and freed by backward, temporaries, gradients (the first micro-batch's persist; later
@@ -8,6 +9,10 @@ run under files laid out like torch's own (``torch/autograd/graph.py``'s
 ``_engine_run_backward``, ``torch/optim/adam.py``), so the frames in the dump have the shape a
 real CPU/GPU dump has; :func:`engine_thread_frames` then strips backward's Python frames, as
 CUDA and NPU dumps record them (the autograd engine runs on a device thread).
+
+:class:`InferenceLoop` serves a model instead: weights made by module constructors, a KV cache
+sized up front (``vllm/worker/cache_engine.py``'s ``_allocate_kv_cache``), cuBLAS's workspace,
+and decode steps whose tensors die within each forward, until a last forward still under way.
 """
 
 from __future__ import annotations
@@ -29,6 +34,21 @@ KiB = 1 << 10
 _RUNNER = "def {name}(run):\n    return run()\n"
 
 
+def _runner_modules(files: dict[Path, str]) -> list[ModuleType]:
+    """Import each file (written first) as a module of its own."""
+    modules = []
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(f"labelled_{path.stem}_{len(text)}", path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return modules
+
+
 def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType, ModuleType]:
     """``site-packages/torch/autograd/graph.py``, ``torch/optim/adam.py`` and
     ``torch/nn/modules/module.py`` (``_apply``: ``model.to(device)``) stand-ins."""
@@ -39,16 +59,7 @@ def torch_shaped_modules(root: Path) -> tuple[ModuleType, ModuleType, ModuleType
         + _RUNNER.format(name="_single_tensor_adam"),
         site / "nn" / "modules" / "module.py": _RUNNER.format(name="_apply"),
     }
-    modules = []
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        spec = importlib.util.spec_from_file_location(f"labelled_{path.parent.name}", path)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules.append(module)
+    modules = _runner_modules(files)
     return modules[0], modules[1], modules[2]
 
 
@@ -75,7 +86,31 @@ class Workload:
                 self.peak_kinds[label] = self.peak_kinds.get(label, 0) + self.sizes[address]
 
 
-class TrainingLoop:
+class Labelling:
+    """Allocates and frees on the sim device, keeping the truth of every tensor's kind."""
+
+    device: SimDevice
+    truth: Workload
+
+    def alloc(self, label: str, nbytes: int) -> SimTensor:
+        """Allocate and record the truth."""
+        tensor = self.device.empty(nbytes)
+        self.truth.labels.append(label)
+        self.truth.live[tensor.address] = label
+        self.truth.sizes[tensor.address] = tensor.block_size
+        self.truth.requested[tensor.address] = nbytes
+        self.truth.note_peak()
+        return tensor
+
+    def free(self, tensor: SimTensor) -> None:
+        """Free and forget the truth of a live tensor."""
+        self.truth.live.pop(tensor.address, None)
+        self.truth.sizes.pop(tensor.address, None)
+        self.truth.requested.pop(tensor.address, None)
+        tensor.free()
+
+
+class TrainingLoop(Labelling):
     """A small model with ``layers`` layers trained with Adam on the sim device."""
 
     def __init__(
@@ -99,23 +134,6 @@ class TrainingLoop:
         self.grads: list[SimTensor | None] = [None] * layers
         self.state: list[SimTensor] = []
         self._kept: list[tuple[SimTensor, str]] = []
-
-    def alloc(self, label: str, nbytes: int) -> SimTensor:
-        """Allocate and record the truth."""
-        tensor = self.device.empty(nbytes)
-        self.truth.labels.append(label)
-        self.truth.live[tensor.address] = label
-        self.truth.sizes[tensor.address] = tensor.block_size
-        self.truth.requested[tensor.address] = nbytes
-        self.truth.note_peak()
-        return tensor
-
-    def free(self, tensor: SimTensor) -> None:
-        """Free and forget the truth of a live tensor."""
-        self.truth.live.pop(tensor.address, None)
-        self.truth.sizes.pop(tensor.address, None)
-        self.truth.requested.pop(tensor.address, None)
-        tensor.free()
 
     def build_model(self) -> None:
         """Parameters, before any step, moved to the device as ``model.to(device)`` does."""
@@ -184,6 +202,58 @@ class TrainingLoop:
             if grad is not None:
                 self.free(grad)
                 self.grads[layer] = None
+
+
+class InferenceLoop(Labelling):
+    """A model with ``layers`` layers served on the sim device (no backward, no optimizer)."""
+
+    def __init__(self, device: SimDevice, root: Path, *, layers: int = 6, seed: int = 0) -> None:
+        site = root / "lib" / "python3.12" / "site-packages"
+        self.linear, self.cache_engine, self.blas = _runner_modules(
+            {
+                site / "torch" / "nn" / "modules" / "linear.py": _RUNNER.format(name="__init__"),
+                site / "vllm" / "worker" / "cache_engine.py": _RUNNER.format(
+                    name="_allocate_kv_cache"
+                ),
+                site / "torch" / "cuda" / "blas.py": _RUNNER.format(name="getNewWorkspace"),
+            }
+        )
+        self.device = device
+        self.rng = random.Random(seed)
+        self.layers = layers
+        self.truth = Workload()
+        self.workspace: SimTensor | None = None
+        self.held: list[SimTensor] = []  # weights, cache, the last step's outputs
+
+    def build(self, cache_blocks: int = 8) -> None:
+        """Weights from each layer's constructor, then the KV cache in equal blocks."""
+        for _ in range(self.layers):
+            size = self.rng.randint(1, 6) * MiB
+            self.held.append(self.linear.__init__(lambda n=size: self.alloc("parameter", n)))
+        for _ in range(cache_blocks):
+            self.held.append(
+                self.cache_engine._allocate_kv_cache(lambda: self.alloc("kv_cache", 16 * MiB))
+            )
+
+    def forward(self, *, last: bool = False) -> None:
+        """One decode step: each layer's scratch and output die within the step; the ``last``
+        step is still under way at the dump, its outputs live (activations)."""
+        kept = []
+        for _ in range(self.layers):
+            if self.workspace is None:  # cuBLAS makes its workspace at the first matmul
+                self.workspace = self.blas.getNewWorkspace(
+                    lambda: self.alloc("workspace", 8_519_680)
+                )
+            scratch = self.alloc("temporary", self.rng.randint(64, 512) * KiB)
+            kept.append(
+                self.alloc("activation" if last else "temporary", self.rng.randint(1, 4) * MiB)
+            )
+            self.free(scratch)
+        if last:
+            self.held += kept
+        else:
+            for tensor in kept:
+                self.free(tensor)
 
 
 def engine_thread_frames(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -81,11 +81,12 @@ torch_npu's implementation still has."""
 SIDECAR_KEYS = {
     "schema", "kind", "rank", "world_size", "hostname", "pid", "device", "device_index",
     "steps", "step", "created_at", "snapshot_file", "snapshot_bytes", "torch_version",
-    "memforensics_version", "partial",
+    "memforensics_version", "partial", "tensors",
 }  # fmt: skip
 """Every key DESIGN.md lists for a sidecar."""
-SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries"}
-"""Keys the implementation adds beyond DESIGN.md's list (``truncated``: the ring overflowed)."""
+SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries", "tensors_dropped"}
+"""Keys the implementation adds beyond DESIGN.md's list (``truncated``: the ring overflowed;
+``tensors_dropped``: tracked tensors past the bound)."""
 OOM_KEYS = {
     "requested_bytes", "allocation_bytes", "device_total_bytes", "device_free_bytes", "stack",
     "allocator",

@@ -35,6 +35,11 @@ def _initialized_dist() -> Any:
     return None
 
 
+def distributed_initialized() -> bool:
+    """True when the application initialised ``torch.distributed`` (never imports torch)."""
+    return _initialized_dist() is not None
+
+
 def _env_int(name: str, lowest: int) -> int | None:
     """``$name`` as an int from ``lowest`` to below ``RANK_LIMIT``; None when unset or empty;
     ``ConfigError`` naming the variable and the bound for anything else (``RANK=-1`` is no

@@ -36,6 +36,7 @@ from memforensics.capture.sidecar import (
     requested_from_trace,
     trace_length,
 )
+from memforensics.capture.track import TrackedTensors, Tracker
 from memforensics.capture.window import Window, windows_to_delete
 
 WriterMode = Literal["auto", "inline", "fork"]
@@ -60,7 +61,11 @@ class Dumper:
         rank: int,
         backend: DeviceBackend,
         context: SidecarContext,
+        *,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
+        """``ready``: asked before each dump whether ``out_dir`` takes files now (it may try the
+        disk again); a dump it refuses is skipped whole, snapshot included."""
         self.config = config
         self.out_dir = out_dir
         self.rank = rank
@@ -75,11 +80,32 @@ class Dumper:
         """The token this process's file names carry: the journal's, set when another live
         process shares its rank and pid (see ``Journal.identity``); empty otherwise."""
         self._window_tokens: dict[str, str] = {}
+        self._tracker: Tracker | None = None
+        self._ready = ready if ready is not None else _always
+
+    def disk_ready(self, kind: str) -> bool:
+        """Whether a ``kind`` dump may be written now; a refused one is logged at debug."""
+        if self._ready():
+            return True
+        safe_log("debug", "dump_skipped", kind=kind, rank=self.rank, reason="out_dir unwritable")
+        return False
 
     def named_by(self, journal: Journal) -> Journal:
         """Name dumps apart as ``journal`` does (its token); return ``journal``."""
         self.name_token = journal.identity
         return journal
+
+    def tracking(self, tracker: Tracker) -> None:
+        """Record ``tracker``'s tensors in every sidecar from now on (``tensors``)."""
+        self._tracker = tracker
+
+    def tracked_tensors(self) -> TrackedTensors | None:
+        """The tracked tensors on this backend's device, read now (right after a snapshot, so
+        their addresses are the snapshot's); None when nothing is tracked or the walk failed."""
+        tracker = self._tracker
+        if tracker is None:
+            return None
+        return self.attempt("tensors_failed", tracker.tensors, self.backend.name)  # type: ignore[no-any-return]
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -152,11 +178,14 @@ class Dumper:
         window dump, ``flush()``, or the facade's ``dumps`` and ``close()``.
         """
         self.flush()  # one window in flight at most, landed in order
+        if not self.disk_ready("window"):
+            return False
         token = self._window_tokens[window.name] = self.name_token()
         paths = atomic.window_paths(self.out_dir, window.name, self.rank, self.context.pid, token)
         snapshot = self.attempt("window_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return False
+        tensors = self.tracked_tensors()
         device_index = self.current_device()
         entries = trace_length(snapshot)
         truncated = entries is not None and entries >= self.config.max_entries
@@ -183,6 +212,7 @@ class Dumper:
                 partial=window.partial,
                 truncated=truncated,
                 trace_entries=entries,
+                tensors=tensors,
             )
 
         fields: dict[str, Any] = {"kind": "window", "window": window.name}
@@ -287,6 +317,8 @@ class Dumper:
             step=step,
             source=source,
         )
+        if not self.disk_ready("oom"):
+            return
         snapshot = self.attempt("oom_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return
@@ -337,6 +369,8 @@ class Dumper:
         ``record`` builds the sidecar's ``near_oom`` object (why, and the figures) from the
         configured fraction and the allocator statistics read here.
         """
+        if not self.disk_ready(NEAR_OOM):
+            return None
         stats = self.attempt("near_oom_stats_failed", self.backend.memory_stats)
         snapshot = self.attempt("near_oom_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
@@ -350,6 +384,8 @@ class Dumper:
     # -- manual --------------------------------------------------------------------------------
     def manual(self, step: int | None) -> Path | None:
         """A snapshot on request (``mf.dump()``), kind ``"manual"``."""
+        if not self.disk_ready("manual"):
+            return None
         snapshot = self.attempt("manual_snapshot_failed", self.backend.snapshot)
         if snapshot is None:
             return None
@@ -367,7 +403,8 @@ class Dumper:
         near_oom: dict[str, Any] | None = None,
     ) -> Path | None:
         """Write an OOM, near-OOM or manual dump synchronously (the process may be about to
-        die)."""
+        die), with the tracked tensors read now, right after its snapshot was taken."""
+        tensors = self.tracked_tensors()
         token = self.name_token()
         paths = atomic.event_paths(
             self.out_dir, kind, self.rank, self.context.pid, step, now, token
@@ -387,6 +424,7 @@ class Dumper:
                 truncated=entries is not None and entries >= self.config.max_entries,
                 oom=oom,
                 near_oom=near_oom,
+                tensors=tensors,
             )
 
         return (
@@ -415,3 +453,7 @@ def exception_stack(exc: BaseException) -> list[dict[str, Any]]:
 
 def _no_token() -> str:
     return ""
+
+
+def _always() -> bool:
+    return True

@@ -4,8 +4,9 @@ The facade wires config, rank, backend, window schedule, history, journal, OOM c
 dumps together, and holds the promise the whole library makes: after ``install()`` returns,
 nothing here raises into the training loop, blocks it on a device synchronize, or changes how it
 fails. It holds a collaborator per job and calls it: a ``Dumper`` writes dumps, a
-``HistorySwitch`` sets what the allocator records, a ``JournalSchedule`` appends journal lines and
-an ``OomCapture`` turns an OOM into a dump.
+``HistorySwitch`` sets what the allocator records, a ``JournalSchedule`` appends journal lines,
+an ``OomCapture`` turns an OOM into a dump and a ``Tracker`` holds the models and optimizers
+whose tensors each dump's sidecar lists.
 
 ``with mf.step(n):`` runs twice per training step, so the common case (no window opens or
 closes) is a handful of attribute reads and integer comparisons in ``begin_step`` and
@@ -26,7 +27,6 @@ from typing import Any, Literal
 from memforensics._errors import ConfigError
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends.none import NoneBackend
-from memforensics.capture import atomic
 from memforensics.capture.config import (
     ForensicsConfig,
     blame_environment,
@@ -35,12 +35,20 @@ from memforensics.capture.config import (
     resolve_world_size,
 )
 from memforensics.capture.dumps import Dumper
+from memforensics.capture.health import (
+    CaptureStatus,
+    OutDir,
+    mark_installer,
+    unmark_installer,
+    worker_of_installer,
+)
 from memforensics.capture.journal import Journal, JournalSchedule
 from memforensics.capture.log import guarded, safe_log, warn_once
 from memforensics.capture.near_oom import NearOomCheck
 from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
 from memforensics.capture.oom_capture import OomCapture
 from memforensics.capture.sidecar import SidecarContext
+from memforensics.capture.track import Tracker
 from memforensics.capture.window import HistorySwitch, Window, WindowSchedule
 
 _install_lock = threading.RLock()
@@ -50,12 +58,21 @@ _current: MemoryForensics | None = None
 class MemoryForensics:
     """The process-wide flight recorder; create it with ``memforensics.install()``."""
 
-    def __init__(self, config: ForensicsConfig, *, backend: DeviceBackend | None = None) -> None:
+    def __init__(
+        self,
+        config: ForensicsConfig,
+        *,
+        backend: DeviceBackend | None = None,
+        worker: str | None = None,
+    ) -> None:
+        """``worker``: why this process is a worker of the training process (then it is inert);
+        ``install()`` decides it (``health.worker_of_installer``)."""
         self.config = config
         self.rank = resolve_rank(config.rank)
         self.world_size = resolve_world_size()
         self.out_dir = Path(config.out_dir).expanduser().resolve()
-        self.capturing = config.captures(self.rank)
+        self._worker = worker
+        self.capturing = worker is None and config.captures(self.rank)
         self.closed = False
         self.oom_attached = False
         self._device_ready = False  # set once the backend proved available at install
@@ -79,7 +96,10 @@ class MemoryForensics:
         self._history: HistorySwitch | None = None
         self._oom: OomCapture | None = None
         self._near = _near_oom_check(config, self.backend, None)
+        self._tracker = Tracker()
+        self._out = OutDir(self.out_dir, self.rank)
         if not self.capturing:
+            self._log_worker()
             return  # fully inert: no observer, no history, no files
         self._prepare_out_dir()
         self.backend = backend if backend is not None else _create_backend(config.device)
@@ -89,7 +109,10 @@ class MemoryForensics:
             device=self.backend.name,
             torch_version=self.backend.framework_version(),
         )
-        self._dumper = Dumper(config, self.out_dir, self.rank, self.backend, context)
+        self._dumper = Dumper(
+            config, self.out_dir, self.rank, self.backend, context, ready=self._out.ready
+        )
+        self._dumper.tracking(self._tracker)
         if not self.backend.available():
             self._warn_unavailable()
             return
@@ -100,6 +123,7 @@ class MemoryForensics:
                 config.journal_every,
                 device=self.backend.name,
                 rank=self.rank,
+                ready=self._out.ready,
             )
         if config.records_windows(self.rank) and config.steps is not None:
             self._schedule = WindowSchedule(
@@ -131,36 +155,34 @@ class MemoryForensics:
 
     # -- install-time helpers ------------------------------------------------------------------
     def _prepare_out_dir(self) -> None:
+        """A path the user may not write is a config error; a disk that takes no files
+        (full, over quota, read-only) only pauses capture (``health.OutDir``)."""
         try:
-            atomic.check_writable(self.out_dir)
+            self._out.prepare()
         except OSError as exc:
             raise ConfigError(
                 f"memforensics: invalid config field 'out_dir': cannot create or write "
                 f"{str(self.out_dir)!r} ({exc.strerror or exc})",
                 field="out_dir",
             ) from None
-        unsafe = atomic.unsafe_folders(self.out_dir)
-        if unsafe:
-            warn_once(
-                "out_dir_unsafe",
-                "out_dir_unsafe",
-                folders="; ".join(unsafe),
-                advice="another user could replace a dump here: use a private out_dir (mode 0700,"
-                " or umask 077) under a folder only you and root can write (docs/guide.md)",
-            )
-        removed = atomic.clean_stale_temp_files(self.out_dir, self.rank)
-        if removed:
-            safe_log(
-                "info", "stale_temp_files_removed", count=len(removed), out_dir=str(self.out_dir)
-            )
+
+    def _log_worker(self) -> None:
+        if self._worker is not None:
+            safe_log("debug", "inert_worker", reason=self._worker, pid=os.getpid())
 
     def _warn_unavailable(self) -> None:
         if self.config.device == "none":
             return  # asked for nothing, gets nothing: not worth a warning
+        dry_run = (
+            "device='sim' (memforensics run --device sim) makes a dry run on a simulated device"
+        )
         if self.config.device == "auto":
-            reason = "no CUDA or NPU device found; memforensics will capture nothing"
+            reason = f"no CUDA or NPU device found; memforensics will capture nothing; {dry_run}"
         else:
-            reason = f"device {self.config.device!r} is not available; nothing will be captured"
+            reason = (
+                f"device {self.config.device!r} is not available; nothing will be captured;"
+                f" {dry_run}"
+            )
         warn_once(
             f"unavailable:{self.config.device}",
             "device_unavailable",
@@ -289,6 +311,23 @@ class MemoryForensics:
         if self._oom is not None:
             self._oom.raised(exc, self.current_step)
 
+    # -- tracked models and optimizers ---------------------------------------------------------
+    def track(self, *, model: object = None, optimizer: object = None) -> MemoryForensics:
+        """Record the tensors of ``model`` and ``optimizer`` in every later dump's sidecar.
+
+        Each takes a module or an optimizer, or any iterable of them; they are held by weak
+        reference (tracking never keeps a model alive) and add to what is tracked already.
+        Walked only when a dump is written. Raises ConfigError for anything else; returns
+        ``self``.
+        """
+        self._tracker.add(model, optimizer)
+        return self
+
+    @property
+    def tracked(self) -> tuple[list[Any], list[Any]]:
+        """The tracked modules and optimizers still alive."""
+        return self._tracker.modules, self._tracker.optimizers
+
     # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
         """Write a snapshot now (sidecar kind ``"manual"``); the path, or None if nothing."""
@@ -339,6 +378,30 @@ class MemoryForensics:
     def _at_exit(self) -> None:
         self.close()
 
+    @property
+    def status(self) -> CaptureStatus:
+        """Whether this process captures, why not, and whether ``out_dir`` took files at the
+        last attempt. Reading it touches neither the device nor the disk."""
+        inert = None
+        if self._worker is not None:
+            inert = self._worker
+        elif self.closed:
+            inert = "closed"
+        elif not self.capturing:
+            inert = "rank not selected"
+        elif not self._device_ready:
+            inert = "device unavailable"
+        return CaptureStatus(
+            capturing=inert is None,
+            inert=inert,
+            out_dir=self.out_dir,
+            out_dir_error=self._out.blocked,
+        )
+
+    def _owned(self) -> bool:
+        """True in the process that built this facade (not in a child that inherited it)."""
+        return os.getpid() == self._pid
+
     def __enter__(self) -> MemoryForensics:
         return self
 
@@ -373,25 +436,52 @@ def _create_backend(device: str) -> DeviceBackend:
     return create_backend(device)
 
 
-def install(**config: Any) -> MemoryForensics:
+def install(*, model: object = None, optimizer: object = None, **config: Any) -> MemoryForensics:
     """Validate ``config`` (ForensicsConfig fields, over ``MEMFORENSICS_*`` env vars) and start.
 
     The same configuration returns the live facade; a different one closes it first. A process
-    attaches at most one OOM observer per device hook, ever.
+    attaches at most one OOM observer per device hook, ever. ``model`` and ``optimizer`` (a
+    module or an optimizer, or iterables of them) are not configuration: they are tracked by
+    the facade returned (``MemoryForensics.track``), whichever it is; a facade that replaces
+    another keeps tracking what the old one tracked.
     """
     global _current  # noqa: PLW0603 - the process-wide facade is the design
     validated = build_config(config)
+    Tracker().add(model, optimizer)  # a wrong argument fails before anything is replaced
     with _install_lock:
-        if _current is not None and not _current.closed and _current.config == validated:
-            return _current
-        if _current is not None:
-            _current.close()
+        live = _current
+        worker = _worker_reason(config, live)
+        if _still_current(live, validated, worker):
+            return live.track(model=model, optimizer=optimizer)  # type: ignore[union-attr] # _still_current checked it
+        kept: tuple[list[Any], list[Any]] = ([], [])
+        if live is not None:
+            kept = live.tracked  # the process's models outlive a configuration
+            live.close()
             _current = None
         try:
-            _current = MemoryForensics(validated)
+            _current = MemoryForensics(validated, worker=worker)
         except ConfigError as exc:
             raise blame_environment(exc, explicit=config) from None
-        return _current
+        if worker is None:
+            mark_installer()
+        _current.track(model=kept[0], optimizer=kept[1])
+        return _current.track(model=model, optimizer=optimizer)
+
+
+def _still_current(
+    live: MemoryForensics | None, validated: ForensicsConfig, worker: str | None
+) -> bool:
+    """The live facade answers ``install()`` again: same config, built by this process, and
+    still right about being a worker (a worker that became a rank installs afresh)."""
+    if live is None or live.closed or live.config != validated or not live._owned():
+        return False
+    return (live._worker is None) == (worker is None)
+
+
+def _worker_reason(explicit: dict[str, Any], live: MemoryForensics | None) -> str | None:
+    """Why this process is a worker of one that installed memforensics (None: it is not)."""
+    inherited = live._pid if live is not None else None
+    return worker_of_installer(explicit_rank=explicit.get("rank") is not None, inherited=inherited)
 
 
 def uninstall() -> None:
@@ -401,6 +491,7 @@ def uninstall() -> None:
         if _current is not None:
             _current.close()
             _current = None
+        unmark_installer()
 
 
 def current() -> MemoryForensics | None:

@@ -225,9 +225,18 @@ class JournalSchedule:
     """
 
     def __init__(
-        self, journal: Journal | None, every: int | None, *, device: str, rank: int
+        self,
+        journal: Journal | None,
+        every: int | None,
+        *,
+        device: str,
+        rank: int,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
+        """``ready``: asked before each line whether ``out_dir`` takes files now (it may try
+        the disk again); a line it refuses is not written."""
         self._journal = journal
+        self._ready = ready
         self._every = every
         self._device = device
         self._rank = rank
@@ -247,8 +256,10 @@ class JournalSchedule:
         journal = self._journal
         if journal is None:
             return
+        ready = self._ready
         try:
-            journal.write(event, step, observed)
+            if ready is None or ready():
+                journal.write(event, step, observed)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop training
             warn_once(f"journal_failed:{type(exc).__name__}", "journal_failed", error=repr(exc))
         every = self._every

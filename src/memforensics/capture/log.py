@@ -3,8 +3,11 @@
 If the application configured structlog, memforensics events go through that configuration, so
 they land wherever the team's other events land. Otherwise they are rendered as one line each
 on stderr (never stdout, which training scripts often pipe as data), at INFO and above, or at
-the level named by ``MEMFORENSICS_LOG_LEVEL``. ``warn_once`` exists because a warning repeated
-every step is noise that hides the one that matters.
+the level named by ``MEMFORENSICS_LOG_LEVEL``: as ``key=value`` pairs with a timestamp where
+stderr is a file or a pipe (what log shippers parse), and as a sentence where a person reads
+it on a terminal (``memforensics error: out of memory (device sim, allocation 20.00 MiB, ...)``).
+``warn_once`` exists because a warning repeated every step is noise that hides the one that
+matters.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import structlog
 
 from memforensics._text import printable
+from memforensics._units import format_bytes
 
 _LOGGER_NAME = "memforensics"
 _warned: set[str] = set()
@@ -33,17 +37,54 @@ def _level() -> int:
     return level if isinstance(level, int) else logging.INFO
 
 
+def _on_terminal() -> bool:
+    """True when stderr is a terminal a person reads."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
+
+
+def human_line(_logger: object, _method: str, event: dict[str, Any]) -> str:
+    """One event as a sentence: ``memforensics warning: device unavailable: <reason> (device
+    auto, rank 0)``; sizes (``*_bytes``) as sizes, unknown fields left out, no timestamp."""
+    fields = {key: value for key, value in event.items() if value is not None}
+    level = fields.pop("level", "info")
+    name = str(fields.pop("event", "")).replace("_", " ")
+    for quiet in ("logger", "timestamp"):
+        fields.pop(quiet, None)
+    reason = fields.pop("reason", None) or fields.pop("error", None)
+    head = f"memforensics {level}: {name}" + (f": {reason}" if reason else "")
+    rest = ", ".join(f"{_words(key)} {_shown(key, value)}" for key, value in fields.items())
+    return head + (f" ({rest})" if rest else "")
+
+
+def _words(key: str) -> str:
+    return key.removesuffix("_bytes").replace("_", " ")
+
+
+def _shown(key: str, value: object) -> str:
+    if key.endswith("_bytes") and type(value) is int:
+        return format_bytes(value)
+    return str(value)
+
+
 def _stderr_logger() -> Any:
-    """A private logger for when the application has not configured structlog itself."""
-    return structlog.wrap_logger(
-        structlog.PrintLogger(sys.stderr),
-        processors=[
-            structlog.processors.add_log_level,
+    """A private logger for when the application has not configured structlog itself: a
+    sentence per event on a terminal, ``key=value`` pairs with a timestamp elsewhere."""
+    processors: list[Any] = [structlog.processors.add_log_level]
+    if _on_terminal():
+        processors.append(human_line)
+    else:
+        processors += [
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.KeyValueRenderer(
                 key_order=["timestamp", "level", "logger", "event"], drop_missing=True
             ),
-        ],
+        ]
+    return structlog.wrap_logger(
+        structlog.PrintLogger(sys.stderr),
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_level()),
     ).bind(logger=_LOGGER_NAME)
 

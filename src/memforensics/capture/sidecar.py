@@ -10,6 +10,11 @@ Schema 2 (this version): ``pid`` is always the training process's, ``device_inde
 dump, and ``oom`` separates ``requested_bytes`` (the user's request, from the trace) from
 ``allocation_bytes`` (what the allocator asked the driver for). Schema 1 wrote the observer's
 allocation size as ``requested_bytes``.
+
+``tensors`` (added within schema 2: readers that do not know it ignore it) lists the tracked
+models' and optimizers' tensors when the process told capture about them
+(:mod:`~memforensics.capture.track`), null otherwise; ``tensors_dropped`` counts those past the
+bound.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from memforensics._layout import NEAR_OOM
 from memforensics._version import __version__
+from memforensics.capture.track import TrackedTensors
 
 SCHEMA_VERSION = 2
 
@@ -67,9 +73,11 @@ def build_sidecar(
     trace_entries: int | None = None,
     oom: dict[str, Any] | None = None,
     near_oom: dict[str, Any] | None = None,
+    tensors: TrackedTensors | None = None,
 ) -> dict[str, Any]:
     """One sidecar object with every contract key present; a near-OOM one says why
-    (``reason``) and carries its figures (``near_oom``)."""
+    (``reason``) and carries its figures (``near_oom``); ``tensors``: the tracked tensors read
+    at the snapshot, None when nothing is tracked."""
     sidecar: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "kind": kind,
@@ -89,6 +97,8 @@ def build_sidecar(
         "partial": partial,
         "truncated": truncated,
         "trace_entries": trace_entries,
+        "tensors": tensors.entries if tensors is not None else None,
+        "tensors_dropped": tensors.dropped if tensors is not None else None,
     }
     if kind == "oom":
         sidecar["oom"] = oom_record(**(oom or {}))

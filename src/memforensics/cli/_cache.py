@@ -180,10 +180,14 @@ class CacheInfo:
 
 @dataclass(frozen=True)
 class CacheCleared:
-    """Which cache folder was emptied, and how many entries went."""
+    """Which cache folder was emptied, how many entries went, and how many stayed and why."""
 
     folder: Path
     removed: int
+    kept: int = 0
+    """Entries that could not be removed (a read-only folder, a file system error)."""
+    reason: str | None = None
+    """Why the first of them stayed, as the system said it."""
 
 
 class ResultCache:
@@ -280,14 +284,18 @@ class ResultCache:
 
     def clear(self) -> CacheCleared:
         """Remove every entry (and stray temporary files); say how many entries went."""
-        removed = 0
+        removed = kept = 0
+        reason: str | None = None
         for _, _, entry in self._listing(temporaries=True):
             try:
                 entry.unlink()
                 removed += not entry.name.startswith(_TEMP)
-            except OSError:
-                pass
-        return CacheCleared(self.folder or default_cache_dir(), removed)
+            except FileNotFoundError:
+                continue  # another command cleared it first: gone, as asked
+            except OSError as exc:
+                kept += not entry.name.startswith(_TEMP)
+                reason = reason or f"{entry.name}: {exc.strerror or exc}"
+        return CacheCleared(self.folder or default_cache_dir(), removed, kept, reason)
 
     def info(self) -> CacheInfo:
         """Entries and bytes held now."""

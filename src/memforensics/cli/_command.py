@@ -50,6 +50,34 @@ def nothing_to_read(folder: str | Path, what: str = "dumps") -> str:
     return f"no {what} under {printable(str(folder))}"
 
 
+SKIPPED_LISTED = 10
+"""Files a command names when it skips many; the rest it counts. 10,000 unreadable files
+are one count, not a megabyte of stderr."""
+
+
+def skipped_lines(command: str, messages: Sequence[str], label: str = "skipped: ") -> list[str]:
+    """What every command prints to stderr about the files it skipped: one line for each of
+    the first ``SKIPPED_LISTED``, then one that counts the rest."""
+    lines = [f"memforensics {command}: {label}{m}" for m in messages[:SKIPPED_LISTED]]
+    if len(messages) > SKIPPED_LISTED:
+        lines.append(
+            f"memforensics {command}: skipped {len(messages) - SKIPPED_LISTED:,} more"
+            f" file(s), {len(messages):,} in all"
+        )
+    return lines
+
+
+def none_readable(messages: Sequence[str], default: str) -> str:
+    """The one line of a command that could read none of its files (``default`` when it was
+    given none): each reason for a few, the first ``SKIPPED_LISTED`` and a count for many."""
+    if len(messages) <= 1:
+        return messages[0] if messages else default
+    shown = "; ".join(messages[:SKIPPED_LISTED])
+    more = len(messages) - SKIPPED_LISTED
+    tail = f"; and {more:,} more" if more > 0 else ""
+    return f"none of the {len(messages):,} files could be read: {shown}{tail}"
+
+
 class _OldSpelling(argparse.Action):
     """A hidden spelling of 0.1: warns once per invocation however often it is given, then
     stores into the new option's ``dest``, or does nothing when the flag is retired (``new``
@@ -125,6 +153,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("report", "ReportCommand"),
     ("cache", "CacheCommand"),
     ("run", "RunCommand"),
+    ("plan", "PlanCommand"),
     ("doctor", "DoctorCommand"),
     ("demo", "DemoCommand"),
 )

@@ -15,7 +15,6 @@ import importlib.util
 import os
 import platform
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,9 @@ from memforensics._version import __version__
 from memforensics.backends._protocol import DeviceBackend
 from memforensics.backends._torch import CLEAR_KEYWORD, HISTORY_KEYWORDS, TorchAllocatorBackend
 from memforensics.backends.npu import OOM_SNAPSHOT_ENABLE, oom_snapshot_enable
+from memforensics.capture import atomic
 from memforensics.capture.config import build_config, config_from_env
+from memforensics.capture.health import describe, is_disk_condition
 from memforensics.capture.oom import REGISTRY
 
 # What one check answers (``pass``, ``warn`` or ``fail`` with a one-line reason), the verdict
@@ -163,13 +164,20 @@ class DeviceChecks:
         """True once ``check_device`` found the backend's device available."""
 
     def check_device(self) -> tuple[Status, str]:
-        """Which backend ``install(device=...)`` would use, and whether it sees a device."""
+        """Which backend ``install(device=...)`` would use, and whether it sees a device.
+
+        No accelerator where one was looked for fails, so ``doctor || exit 1`` keeps a job
+        from starting where ``install()`` would capture nothing; ``device='none'`` asked for
+        exactly that and only warns."""
         backend = self._factory(self.device)
         self.backend = backend
         if backend.name == "none":
             if self.device == "none":
                 return "warn", "device 'none': install() would capture nothing"
-            return "warn", "auto found no CUDA or NPU device: install() would capture nothing"
+            return "fail", (
+                "auto found no CUDA or NPU device: install() would capture nothing "
+                "(--device sim checks a dry run, --device none a run without capture)"
+            )
         if not backend.available():
             return "fail", unavailable_reason(backend)
         self.usable = True
@@ -369,9 +377,14 @@ class Doctor:
         if not existing.is_dir():
             return "fail", f"{path}: {existing} is not a directory"
         try:
-            with tempfile.TemporaryFile(dir=existing):
-                pass
+            atomic.check_writable(existing)  # the probe install() makes
         except OSError as exc:
+            if is_disk_condition(exc):
+                return "warn", (
+                    f"{path}: cannot write in {existing} ({describe(exc)}); install() will warn"
+                    " and capture will write nothing until the disk takes files again;"
+                    " training goes on"
+                )
             return "fail", f"{path}: cannot write in {existing} ({exc.strerror or exc})"
         usage = shutil.disk_usage(existing)
         created = "" if existing == path else " (will be created)"

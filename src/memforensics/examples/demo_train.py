@@ -3,7 +3,9 @@
 The demo copies this file into its output folder as ``demo_train.py`` and runs it from there, so
 the frames in the dumps point at a script the user can open, exactly like their own code would.
 On CUDA / NPU it trains a real model under a per-process memory cap so it fails in seconds; on
-the ``sim`` device it drives the simulated caching allocator the same way.
+the ``sim`` device it drives the simulated caching allocator the same way, with a sim model and
+Adam. Either way it tracks its model and optimizer (``mf.track``), so the dumps label their
+parameters, gradients and optimizer state as known, not guessed.
 """
 
 from __future__ import annotations
@@ -19,23 +21,30 @@ RESULT: dict[str, Any] = {}
 
 
 def leak_until_oom_sim(mf: memforensics.MemoryForensics) -> int:
-    """Simulated training: parameters, activations, and a metrics list that never shrinks."""
-    from memforensics.backends.sim import SimOutOfMemoryError, get_device
+    """Simulated training: a tracked model and Adam, activations, and a metrics list that never
+    shrinks."""
+    from memforensics.backends.sim import SimAdam, SimModule, SimOutOfMemoryError, get_device
 
     device = get_device()
-    parameters = [device.empty(16 * MiB) for _ in range(4)]
+    shapes = {"embed.weight": 4, "layers.0.weight": 3, "layers.1.weight": 3, "head.weight": 4}
+    model = SimModule(device, {name: mib * MiB for name, mib in shapes.items()})
+    optimizer = SimAdam(model.parameters(), device)
+    mf.track(model=model, optimizer=optimizer)  # their kinds are known, not guessed
     history = []  # the leak: per-step "metrics" kept on the device
+    # Gradients are zeroed in place (torch's ``zero_grad(set_to_none=False)``), which on the sim
+    # device changes nothing: their blocks stay from the first backward on.
     step = 0
     try:
         while step < 10_000:
             with mf.step(step):
                 activations = forward(device)
                 backward(device, activations)
+                model.backward()
+                optimizer.step()
                 history.append(keep_metrics(device, step))
             step += 1
     except SimOutOfMemoryError as exc:
         RESULT["error"] = str(exc).splitlines()[0]
-    del parameters
     return step
 
 
@@ -74,6 +83,7 @@ def leak_until_oom_torch(mf: memforensics.MemoryForensics, device_name: str, cap
         torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048)
     ).to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    mf.track(model=model, optimizer=optimizer)  # their kinds are known, not guessed
     kept = []  # the leak: activations kept for "debugging", never released
     step = 0
     try:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memforensics._errors import ConfigError
 from memforensics.capture.config import ForensicsConfig, build_config
 from memforensics.capture.facade import MemoryForensics, install
+from memforensics.capture.log import warn_once
 
 
 def missing_extra_error(
@@ -51,6 +53,17 @@ class StepHolder:
         """Install (or pick up the identical live) facade."""
         self.facade = install(**self.options)
         return self.facade
+
+    def track(self, model: object = None, optimizer: object = None) -> None:
+        """Track the framework's model and optimizers; what cannot be tracked (a wrapper of
+        another shape) is left out with a warning: tracking never stops training."""
+        if self.facade is None:
+            return
+        for keyword, value in (("model", model), ("optimizer", optimizer)):
+            try:
+                self.facade.track(**{keyword: value})
+            except ConfigError as exc:
+                warn_once(f"track:{keyword}", "track_skipped", reason=str(exc))
 
     def begin(self, number: int | None) -> None:
         """Enter ``mf.step(number)``."""

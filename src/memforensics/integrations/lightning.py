@@ -9,7 +9,9 @@ trainer = L.Trainer(callbacks=[MemoryForensicsCallback(steps=4, out_dir="memfore
 
 - ``setup`` installs forensics (the callback's keywords are ``install()``'s; a
   ``ForensicsConfig`` may be passed as ``config=``), so every rank installs in its own process
-  after Lightning has set up the process group.
+  after Lightning has set up the process group. It tracks the ``LightningModule``, and
+  ``on_fit_start`` adds ``trainer.optimizers`` (configured by then), so every dump's sidecar
+  lists their parameters, gradients, optimizer state and buffers (``tensors``).
 - ``on_train_batch_start`` / ``on_train_batch_end`` enter and exit ``mf.step(n)``, where ``n`` is
   the training batch index across epochs (Lightning's ``total_batch_idx``, restored on resume).
   It is not ``trainer.global_step``: with ``accumulate_grad_batches=k`` that repeats for ``k``
@@ -61,8 +63,13 @@ class MemoryForensicsCallback(pl.Callback):  # type: ignore[misc,unused-ignore] 
         return self._holder.facade
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Install forensics in this process."""
+        """Install forensics in this process and track the module."""
         self._holder.install()
+        self._holder.track(model=pl_module)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Track the module (as the strategy wrapped it) and the optimizers it configured."""
+        self._holder.track(model=pl_module, optimizer=list(getattr(trainer, "optimizers", ())))
 
     def on_train_batch_start(
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int

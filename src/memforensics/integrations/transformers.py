@@ -8,7 +8,9 @@ trainer = Trainer(..., callbacks=[MemoryForensicsCallback(steps=4)])
 ```
 
 - ``on_train_begin`` installs forensics (the callback's keywords are ``install()``'s; a
-  ``ForensicsConfig`` may be passed as ``config=``).
+  ``ForensicsConfig`` may be passed as ``config=``) and tracks the ``model`` and ``optimizer``
+  the Trainer hands its callbacks, so every dump's sidecar lists their parameters, gradients,
+  optimizer state and buffers (``tensors``).
 - ``on_step_begin`` / ``on_step_end`` enter and exit ``mf.step(n)``. The Trainer's step is one
   optimizer step: with ``gradient_accumulation_steps=k`` it spans all ``k`` micro-batches and the
   optimizer update. ``n`` is ``state.global_step + 1``, the number the Trainer logs and names
@@ -57,8 +59,9 @@ class MemoryForensicsCallback(TrainerCallback):  # type: ignore[misc,unused-igno
         return self._holder.facade
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Install forensics in this process."""
+        """Install forensics in this process; track the Trainer's model and optimizer."""
         self._holder.install()
+        self._holder.track(model=kwargs.get("model"), optimizer=kwargs.get("optimizer"))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Enter the step about to run (``global_step + 1``)."""

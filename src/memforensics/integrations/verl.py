@@ -28,6 +28,11 @@ any key not mapped here is ignored, with a debug log line; ``IGNORED`` lists the
 why. The values of mapped keys are still validated: a wrong ``stacks`` or a negative
 ``trace_alloc_max_entries`` fails at install. ``MEMFORENSICS_*`` variables apply underneath, and
 keyword overrides (any ``ForensicsConfig`` field) win over both.
+
+The profiler mapping holds no model: a worker that builds one passes it, as to ``install()``,
+so that each dump lists its tensors (``install_from_verl(profiler_config,
+model=self.actor_module_fsdp, optimizer=self.actor_optimizer)`` in an FSDP actor worker; a
+DTensor parameter is recorded by its local shard, FSDP1's flat parameters one entry each).
 """
 
 from __future__ import annotations
@@ -117,6 +122,9 @@ def config_from_verl(config: Mapping[str, Any], **overrides: Any) -> ForensicsCo
     return build_config({**verl_options(config), **overrides})
 
 
-def install_from_verl(config: Mapping[str, Any], **overrides: Any) -> MemoryForensics:
-    """``install()`` with the configuration a verl-style mapping stands for."""
-    return install(**{**verl_options(config), **overrides})
+def install_from_verl(
+    config: Mapping[str, Any], *, model: object = None, optimizer: object = None, **overrides: Any
+) -> MemoryForensics:
+    """``install()`` with the configuration a verl-style mapping stands for, tracking ``model``
+    and ``optimizer`` (the worker's modules and optimizers, which the mapping cannot reach)."""
+    return install(**{**verl_options(config), **overrides}, model=model, optimizer=optimizer)

@@ -2,8 +2,11 @@
 simulated ``sim`` device (a caching allocator in pure Python) for tests without an accelerator."""
 
 from memforensics.backends.sim import (
+    SimAdam,
+    SimArray,
     SimBackend,
     SimDevice,
+    SimModule,
     SimOutOfMemoryError,
     SimTensor,
     get_device,
@@ -24,6 +27,7 @@ from memforensics.testing._journals import JournalTruth, write_journals
 from memforensics.testing._scenarios import (
     RunTruth,
     SyntheticDump,
+    context_pair,
     exhausted,
     fragmented,
     growth_pair,
@@ -58,8 +62,11 @@ __all__ = [
     "MultiDeviceDump",
     "NativeStack",
     "RunTruth",
+    "SimAdam",
+    "SimArray",
     "SimBackend",
     "SimDevice",
+    "SimModule",
     "SimOutOfMemoryError",
     "SimTensor",
     "Site",
@@ -71,6 +78,7 @@ __all__ = [
     "as_segment_list",
     "as_torch_npu",
     "as_torch_npu_early",
+    "context_pair",
     "exhausted",
     "fragmented",
     "get_device",

@@ -3,7 +3,7 @@
 :mod:`memforensics.testing._synthetic` builds snapshots; this module writes them as
 memforensics does (pickle plus JSON sidecar, named as :mod:`memforensics._layout` names them)
 and names the cases with known answers: :func:`fragmented`, :func:`exhausted`,
-:func:`growth_pair` and :func:`write_run_folder`.
+:func:`growth_pair`, :func:`context_pair` and :func:`write_run_folder`.
 """
 
 from __future__ import annotations
@@ -183,6 +183,31 @@ def growth_pair() -> tuple[SyntheticDump, SyntheticDump]:
         return SyntheticDump(builder.build(), sidecar, builder.truth())
 
     return build((4, 7), range(4, 8)), build((100, 103), range(4, 104))
+
+
+ATTENTION = Site("/work/model.py", 71, "attention")
+POSITIONS = Site("/work/model.py", 30, "position_ids")
+
+
+def context_pair() -> tuple[SyntheticDump, SyntheticDump]:
+    """The same model at context 100 and at context 200: the peaks differ, the ends barely.
+
+    Known truth: 256 MiB of weights (TRAIN) in both. At the peak, ATTENTION holds 138 MiB of
+    activations at context 100 and 584 MiB at 200, each in a segment of its own, freed by the
+    step's end and kept cached. At the end only a 168 KiB position-id block (POSITIONS) more
+    is live in AFTER: peaks 394 MiB → 840 MiB, final states +168 KiB.
+    """
+
+    def build(activations: int, positions: int) -> SyntheticDump:
+        builder = SnapshotBuilder()
+        builder.segment(Block(MiB(256), site=TRAIN))
+        small = MiB(2) - positions
+        builder.segment(Block(positions, site=POSITIONS), Block(small, state=INACTIVE, site=None))
+        builder.segment(*(Block(MiB(2), site=ATTENTION, unwound=True) for _ in range(activations)))
+        builder.release()
+        return SyntheticDump(builder.build(), make_sidecar("window", steps=[0, 0]), builder.truth())
+
+    return build(69, 512 * 2), build(292, 512 * 2 + 168 * 1024)
 
 
 @dataclass(frozen=True)

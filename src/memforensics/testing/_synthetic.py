@@ -105,7 +105,7 @@ class Block:
     state: str = ALLOCATED
     site: Site | NativeStack | None = TRAIN
     step: int | None = None
-    unwound: bool = False  # live at the OOM, freed by the unwinding after it (inactive at the end)
+    unwound: bool = False  # live at the OOM (or until release()), freed after (inactive at the end)
     requested: int | None = None
 
     @property
@@ -259,6 +259,14 @@ class SnapshotBuilder:
         for block, address in self._unwound:
             self._event("free_requested", address, block.requested_size, block.site, block.step)
             self._event("free_completed", address, block.requested_size, block.site, block.step)
+
+    def release(self) -> None:
+        """Free every block marked ``unwound``, as the end of a step frees its activations
+        (the same frees :meth:`oom` records after its failed allocation, without one)."""
+        for block, address in self._unwound:
+            self._event("free_requested", address, block.requested_size, block.site, block.step)
+            self._event("free_completed", address, block.requested_size, block.site, block.step)
+        self._unwound.clear()
 
     def build(self) -> dict[str, Any]:
         """The snapshot dict (share nothing with the builder: build it once per use)."""

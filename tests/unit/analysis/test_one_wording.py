@@ -13,8 +13,8 @@ from memforensics.analysis.compare import Leaks, leaks_text
 from memforensics.analysis.compare.leaks import RankWindows, SiteTrend
 from memforensics.analysis.compare.text import diff_text
 from memforensics.analysis.dump import dump_from_snapshot, short_site
-from memforensics.analysis.dump.text import SITE_WIDTH
-from memforensics.analysis.filled import CallNode
+from memforensics.analysis.dump.text import KIND_WIDTH, SITE_WIDTH
+from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.filled.text import tree_lines
 from memforensics.analysis.folder import build_overview, overview_text
 from memforensics.analysis.summary import summary_text
@@ -35,23 +35,25 @@ def _texts() -> dict[str, str]:
     old, new = dump_from_snapshot(before.build()), dump_from_snapshot(after.build())
     trend = SiteTrend(0, str(LIBRARY), (1, 3, 5), (MiB(2), MiB(4), MiB(6)), MiB(1), 0, 1.0, True)
     return {
-        "summary": summary_text(summarize(new)),
+        "summary": summary_text(summarize(new), verbose=True),
         "diff": diff_text(diff_dumps(old, new)),
         "leaks": leaks_text(Leaks("run", (RankWindows(0, (1, 3, 5)),), (trend,))),
     }
 
 
 def test_summary_diff_and_leaks_cut_a_long_site_the_same_way() -> None:
-    """Each table ends a row with the same cut of the site: its last SITE_WIDTH characters."""
+    """Each table ends a row with the kind of its bytes and the same cut of the site: the two
+    take SITE_WIDTH characters, as a site alone would."""
     site = str(LIBRARY)
-    assert len(site) > SITE_WIDTH
-    cut = short_site(site)
-    assert len(cut) == SITE_WIDTH
-    assert cut.endswith(site[-(SITE_WIDTH - 1) :])
+    room = SITE_WIDTH - KIND_WIDTH - 1
+    assert len(site) > room
+    cut = short_site(site, room)
+    assert cut.endswith(site[-(room - 1) :])
     for name, text in _texts().items():
         rows = [line for line in text.splitlines() if MARK in line and "caller" not in line]
         assert rows, name
         assert all(row.endswith(cut) for row in rows), name
+        assert all(row[-SITE_WIDTH:-room].strip() in KINDS for row in rows), name
         assert site not in text, name
 
 

@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from memforensics.cli._cache import (
     default_max_bytes,
     file_key,
 )
+from memforensics.cli._main import main
 
 
 @dataclass(frozen=True)
@@ -261,3 +264,53 @@ def test_two_copies_of_the_same_files_hash_alike(tmp_path: Path) -> None:
     (one / "a.py").write_text("x = 1\n")
     shutil.copytree(one, two)
     assert code_hash(one) == code_hash(two)
+
+
+def _read_only(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``folder`` refuse removals: a read-only remount where this machine allows it,
+    else an EROFS from ``unlink`` itself, the call that meets it."""
+    if os.geteuid() == 0 and shutil.which("mount"):
+        bind = ["mount", "--bind", str(folder), str(folder)]
+        if subprocess.run(bind, capture_output=True, check=False).returncode == 0:
+            remount = ["mount", "-o", "remount,bind,ro", str(folder)]
+            if subprocess.run(remount, capture_output=True, check=False).returncode == 0:
+                _UNMOUNT.append(folder)
+                return
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+    real = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self.parent == folder:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+
+
+_UNMOUNT: list[Path] = []
+
+
+@pytest.fixture
+def unmount() -> Iterator[None]:
+    """Take back the read-only mounts a test made."""
+    yield
+    while _UNMOUNT:
+        subprocess.run(["umount", "-l", str(_UNMOUNT.pop())], check=False)
+
+
+@pytest.mark.usefixtures("unmount")
+def test_clear_that_removes_nothing_exits_1_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cache clear on a read-only cache: both entries stay, exit 1, and stderr says why."""
+    folder = tmp_path / "cache"
+    cache = ResultCache(folder, max_bytes=1 << 20, code="c1")
+    cache.keep([_dump(tmp_path)], "summary []", Figure("a", 5))
+    cache.keep([_dump(tmp_path, "e.pickle", b"other")], "summary []", Figure("b", 6))
+    _read_only(folder, monkeypatch)
+    code = main(["cache", "clear", "--cache-dir", str(folder)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "2 entries could not be removed" in captured.err
+    assert "Read-only file system" in captured.err
+    assert cache.info().entries == 2

@@ -11,7 +11,14 @@ import pytest
 from memforensics.cli._cache import ResultCache
 from memforensics.cli._main import main
 from memforensics.cli.commands import diff as diff_command
-from memforensics.testing import exhausted, fragmented, growth_pair, several_devices, write_dump
+from memforensics.testing import (
+    context_pair,
+    exhausted,
+    fragmented,
+    growth_pair,
+    several_devices,
+    write_dump,
+)
 
 
 def _printed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
@@ -36,7 +43,10 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _dumps(tmp_path: Path) -> dict[str, Path]:
     before, after = growth_pair()
     multi = several_devices()
+    short, long = context_pair()
     return {
+        "s": short.write(tmp_path / "s.pickle"),
+        "l": long.write(tmp_path / "l.pickle"),
         "a": before.write(tmp_path / "a.pickle"),
         "b": after.write(tmp_path / "b.pickle"),
         "c": exhausted().write(tmp_path / "c.pickle"),
@@ -54,6 +64,8 @@ def _dumps(tmp_path: Path) -> dict[str, Path]:
         (["c", "m"], ["c", "m", "--device", "0"], []),  # the first kept device 0's sides
         (["a", "b", "--device", "0"], ["a", "b"], ["a.pickle", "b.pickle"]),  # whole: not kept
         (["c", "m", "--device", "0"], ["m", "c", "--device", "0", "--json"], []),
+        (["s", "l"], ["l", "s", "--json"], []),  # the peaks are kept with the sides
+        (["s", "l"], ["s", "l"], []),
     ],
 )
 def test_a_later_diff_reads_only_the_views_the_cache_lacks(

@@ -170,13 +170,34 @@ def test_cuda_on_cpu_torch_fails_clearly(
     assert "max_entries" in checks["history_options"]["detail"]
 
 
-def test_auto_without_device_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto with no accelerator warns that install() would capture nothing, and does not fail."""
+def test_auto_without_device_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """auto with no accelerator fails (install() would capture nothing) and exits 1, so
+    ``doctor || exit 1`` stops the job; the line names the dry run."""
     monkeypatch.setitem(sys.modules, "torch", None)
     checks = _checks("auto", tmp_path)
-    assert checks["device"].status == "warn"
+    assert checks["device"].status == "fail"
     assert "capture nothing" in checks["device"].detail
-    assert overall(list(checks.values())) == "warn"
+    assert "--device sim" in checks["device"].detail
+    assert overall(list(checks.values())) == "fail"
+    code, report = _json(capsys, "--out-dir", tmp_path)
+    assert code == 1
+    assert report["status"] == "fail"
+
+
+@pytest.mark.parametrize("device", ["none", "sim"])
+def test_asking_for_no_accelerator_exits_0(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    device: str,
+) -> None:
+    """--device none or sim asked for a run without an accelerator: no failure, exit 0."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    code, report = _json(capsys, "--device", device, "--out-dir", tmp_path)
+    assert code == 0
+    assert report["status"] in {"pass", "warn"}
 
 
 def test_out_dir_not_created_and_reported(tmp_path: Path) -> None:

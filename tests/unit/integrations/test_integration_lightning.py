@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from memforensics.capture.facade import current
 from memforensics.testing import SimOutOfMemoryError, get_device, reset_device
 
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not under test, and matched
@@ -40,9 +41,12 @@ def _module(fail_at: int | None = None) -> Any:
             self.kept: list[Any] = []
             self.error: BaseException | None = None
             self.batches = 0
+            self.tracked: Any = None
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             self.batches += 1
+            facade = current()
+            self.tracked = facade.tracked if facade is not None else None
             self.kept.append(get_device().empty(1 << 20))
             if fail_at is not None and self.batches == fail_at + 1:
                 try:
@@ -133,6 +137,23 @@ def test_oom_in_training_step_is_dumped_and_propagates(tmp_path: Path) -> None:
     assert sidecars["oom"]["oom"]["requested_bytes"] >= 1 << 40
     assert sidecars["steps0-2"]["partial"] is True
     assert callback.forensics is None
+
+
+@pytest.mark.extras
+@pytest.mark.torch
+@_quiet
+def test_the_module_and_its_optimizers_are_tracked(tmp_path: Path) -> None:
+    """While training, the facade tracks the LightningModule and trainer.optimizers, so each
+    sidecar lists tensors (none on the sim device: this module's are on the CPU)."""
+    module = _module()
+    callback = _callback(steps=2, device="sim", out_dir=str(tmp_path))
+    trainer = _trainer(callback)
+    trainer.fit(module)
+    modules, optimizers = module.tracked
+    assert modules == [module]
+    assert optimizers == list(trainer.optimizers)
+    assert len(optimizers) == 1
+    assert all(sidecar["tensors"] == [] for sidecar in _sidecars(tmp_path).values())
 
 
 @pytest.mark.extras

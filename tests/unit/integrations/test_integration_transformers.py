@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memforensics.capture.facade import current
 from memforensics.testing import SimOutOfMemoryError, get_device, reset_device
 
 
@@ -34,9 +35,12 @@ def _model(fail_at: int | None = None) -> Any:
             self.kept: list[Any] = []
             self.error: BaseException | None = None
             self.calls = 0
+            self.tracked: Any = None
 
         def forward(self, x: Any, labels: Any) -> dict[str, Any]:
             self.calls += 1
+            facade = current()
+            self.tracked = facade.tracked if facade is not None else None
             self.kept.append(get_device().empty(1 << 20))
             if fail_at is not None and self.calls == fail_at:
                 try:
@@ -105,6 +109,24 @@ def test_a_step_spans_all_accumulated_micro_batches(tmp_path: Path) -> None:
     trace = pickle.loads(dump.read_bytes())["device_traces"][0]
     sizes = [event["size"] for event in trace if event["action"] == "alloc"]
     assert sizes.count(1 << 20) == 2
+
+
+@pytest.mark.extras
+@pytest.mark.torch
+def test_the_model_and_optimizer_are_tracked(tmp_path: Path) -> None:
+    """While training, the facade tracks the Trainer's model and its optimizer (unwrapped from
+    accelerate's), so each sidecar lists tensors (none on the sim device: these are on the CPU)."""
+    out = tmp_path / "mf"
+    model = _model()
+    callback = _callback(steps=2, device="sim", out_dir=str(out))
+    trainer = _trainer(tmp_path, model, callback, max_steps=2)
+    trainer.train()
+    modules, optimizers = model.tracked
+    assert modules == [model]
+    assert len(optimizers) == 1
+    inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    assert optimizers[0] in (trainer.optimizer, inner)
+    assert all(sidecar["tensors"] == [] for sidecar in _sidecars(out).values())
 
 
 @pytest.mark.extras

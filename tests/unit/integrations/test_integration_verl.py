@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from memforensics.integrations.verl import (
     install_from_verl,
     verl_options,
 )
-from memforensics.testing import get_device, reset_device
+from memforensics.testing import SimAdam, SimModule, get_device, reset_device
 
 
 @pytest.fixture(autouse=True)
@@ -211,3 +212,28 @@ def test_install_overrides_win_over_mapped_options(tmp_path: Path) -> None:
         device="sim",
     )
     assert (mf.config.out_dir, mf.config.steps) == (str(tmp_path), 2)
+
+
+def test_install_from_verl_tracks_the_workers_model(tmp_path: Path) -> None:
+    """model= and optimizer= pass through to install(): each window lists their tensors."""
+    device = get_device()
+    actor = SimModule(device, {"actor.weight": 1 << 20})
+    optimizer = SimAdam(actor.parameters(), device)
+    mf = install_from_verl(
+        {"memory_snapshot_num_steps": 1, "save_path": str(tmp_path)},
+        device="sim",
+        model=actor,
+        optimizer=optimizer,
+    )
+    assert mf.tracked == ([actor], [optimizer])
+    with mf.step(0):
+        actor.backward()
+        optimizer.step()
+    sidecar = json.loads(mf.dumps[0].with_suffix(".json").read_text())
+    names = sorted(entry["name"] for entry in sidecar["tensors"])
+    assert names == [
+        "actor.weight",
+        "actor.weight.exp_avg",
+        "actor.weight.exp_avg_sq",
+        "actor.weight.grad",
+    ]

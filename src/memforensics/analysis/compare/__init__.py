@@ -11,14 +11,17 @@ from memforensics.analysis.compare.diff import (
 )
 from memforensics.analysis.compare.leaks import (
     LEAKS_SCHEMA,
+    JournalTrend,
     Leaks,
     LeakTracker,
     WindowTotals,
     find_leaks,
     fit_windows,
+    rank_trends,
     read_windows,
     window_paths,
     window_totals,
+    windows_beside,
 )
 from memforensics.analysis.compare.text import device_diffs_text, leaks_text
 
@@ -27,6 +30,7 @@ __all__ = [
     "LEAKS_SCHEMA",
     "Diff",
     "DiffSide",
+    "JournalTrend",
     "LeakTracker",
     "Leaks",
     "SideOf",
@@ -38,7 +42,9 @@ __all__ = [
     "find_leaks",
     "fit_windows",
     "leaks_text",
+    "rank_trends",
     "read_windows",
     "window_paths",
     "window_totals",
+    "windows_beside",
 ]

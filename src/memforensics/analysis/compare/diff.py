@@ -1,4 +1,11 @@
-"""``diff``: which sites grew between two dumps, and which live blocks look leaked.
+"""``diff``: which sites grew between two dumps, at their peaks and at their ends, and which
+live blocks look leaked.
+
+Two runs of one model that differ in a setting (context 100 and 200, say) end in nearly the
+same state: the activations that made the difference are freed by then. So the peaks are
+compared first (each side's highest live bytes, and reserved bytes and segments at that
+moment, and with a trace on both sides the change per site and per kind at the peaks), then the
+final states.
 
 Comparing two windows of the same run (say steps 4-7 and 100-103) by live bytes per site shows
 where memory went. With step metadata it can say more: a block still alive in the later window
@@ -16,8 +23,9 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from memforensics.analysis.dump import UNKNOWN_SITE, Dump, parse_step
-from memforensics.analysis.filled import KINDS, what_filled
+from memforensics.analysis.dump import UNKNOWN_SITE, Dump, attribute, parse_step, per_stack
+from memforensics.analysis.filled import KINDS, Filled, live_at, main_kind, what_filled
+from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
 from memforensics.analysis.summary import live_sites, scan_trace
 
 # What ``diff`` reads of one dump: a side of the comparison.
@@ -32,20 +40,45 @@ from memforensics.analysis.summary import live_sites, scan_trace
 
 @dataclass(frozen=True, slots=True)
 class LiveRow:
-    """One live block as ``diff`` sees it."""
+    """One live block as ``diff`` sees it, with the kind of its memory."""
 
     address: int
     size: int
     site: str
     caller: str
     step: int | None
+    kind: str = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRow:
+    """Live bytes of one (site, caller) pair at a moment."""
+
+    site: str
+    caller: str
+    bytes: int
+    kind: str = UNKNOWN_KIND
+
+
+@dataclass(frozen=True)
+class SidePeak:
+    """One side's highest moment of live memory: its live bytes, the reserved bytes and
+    segments then, and (``traced``) the live bytes per site and per kind then. Without a trace
+    the snapshot's own moment stands in and ``traced`` is False."""
+
+    live_bytes: int
+    reserved_bytes: int
+    segments: int
+    traced: bool
+    sites: tuple[SiteRow, ...] = ()
+    kinds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class DiffSide:
     """One view of a dump, as ``diff`` compares it: its live blocks and the steps it covers;
-    from :func:`diff_side`, also the devices the file holds memory or history on and the live
-    bytes per kind."""
+    from :func:`diff_side`, also the devices the file holds memory or history on, the live
+    bytes per kind, its reserved bytes and segments, and its peak."""
 
     name: str
     device: int | None
@@ -53,6 +86,10 @@ class DiffSide:
     window: tuple[int, int] | None
     held: tuple[int, ...] = ()
     kinds: dict[str, int] = field(default_factory=dict)
+    reserved_bytes: int = 0
+    segments: int = 0
+    peak: SidePeak | None = None
+    predicted: bool = False  # written by memforensics plan: a prediction, not a GPU's record
 
     @property
     def allocated_bytes(self) -> int:
@@ -69,21 +106,58 @@ def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
     file's devices and the live bytes per kind; SnapshotLoadError when the file holds nothing
     on ``device``."""
     view = dump if device is None else dump.on_device(device, reason="same device")
-    live = live_side(view)
-    kinds = {k.kind: k.bytes for k in what_filled(view).kinds}
+    filled = what_filled(view)
+    live = live_side(view, filled.kind_of_blocks())
+    kinds = {k.kind: k.bytes for k in filled.kinds}
     held = tuple(item.device for item in dump.devices)
-    return DiffSide(live.name, live.device, live.live, live.window, held, kinds)
+    reserved = sum(segment.total_size for segment in view.segments)
+    peak = side_peak(filled, reserved, len(view.segments))
+    return DiffSide(
+        live.name, live.device, live.live, live.window, held, kinds, reserved,
+        len(view.segments), peak, live.predicted,
+    )  # fmt: skip
 
 
-def live_side(view: Dump) -> DiffSide:
-    """``view``'s live blocks with their sites and steps, and its window of steps."""
+def side_peak(filled: Filled, reserved_now: int, segments_now: int) -> SidePeak:
+    """The peak of ``filled`` as ``diff`` compares it: live, reserved and segments then, and
+    with a trace the live bytes per (site, caller) and per kind then."""
+    lt, peak = filled.lifetimes, filled.peak
+    reserved = lt.reserved_at(peak.position, reserved_now)
+    segments = lt.segments_at(peak.position, segments_now)
+    if not lt.has_trace:
+        return SidePeak(peak.live_bytes, reserved, segments, traced=False)
+    site_of = per_stack(attribute)
+    totals: dict[tuple[str, str], dict[str, int]] = {}
+    for found in live_at(lt, peak.position):
+        by_kind = totals.setdefault(site_of(found.frames), {})
+        by_kind[found.kind] = by_kind.get(found.kind, 0) + found.size
+    sites = tuple(
+        SiteRow(site, caller, sum(by_kind.values()), main_kind(by_kind))
+        for (site, caller), by_kind in sorted(totals.items())
+    )
+    kinds = {k.kind: k.bytes for k in peak.kinds}
+    return SidePeak(peak.live_bytes, reserved, segments, True, sites, kinds)
+
+
+def live_side(view: Dump, kind_of_block: dict[int, str] | None = None) -> DiffSide:
+    """``view``'s live blocks with their sites, steps and kinds (``kind_of_block``, by address;
+    None: classify ``view`` for them), and its window of steps."""
+    if kind_of_block is None:
+        kind_of_block = what_filled(view).kind_of_blocks()
     live = live_sites(view)
     _, steps = scan_trace(view, [block for block, _, _ in live])
     rows = tuple(
-        LiveRow(block.address, block.size, site, caller, steps.get(block.address))
+        LiveRow(
+            block.address,
+            block.size,
+            site,
+            caller,
+            steps.get(block.address),
+            kind_of_block.get(block.address, UNKNOWN_KIND),
+        )
         for block, site, caller in live
     )
-    return DiffSide(view.name, view.device, rows, _window(view))
+    return DiffSide(view.name, view.device, rows, _window(view), predicted=view.meta.predicted)
 
 
 def _window(dump: Dump) -> tuple[int, int] | None:
@@ -122,7 +196,10 @@ class KindChange:
 def kinds_change(before: DiffSide, after: DiffSide) -> tuple[KindChange, ...]:
     """Live bytes per kind at each side's moment, and the change (for ``diff``), in the
     kinds' order; kinds neither side holds are left out."""
-    old, new = before.kinds, after.kinds
+    return _kinds(before.kinds, after.kinds)
+
+
+def _kinds(old: dict[str, int], new: dict[str, int]) -> tuple[KindChange, ...]:
     return tuple(
         KindChange(kind, old.get(kind, 0), new.get(kind, 0), new.get(kind, 0) - old.get(kind, 0))
         for kind in KINDS
@@ -137,24 +214,112 @@ bumps it)."""
 
 @dataclass(frozen=True, slots=True)
 class SiteGrowth:
-    """Live bytes of one site (reached from one caller) in both dumps."""
+    """Live bytes of one site (reached from one caller) in both dumps; ``kind``: the kind of
+    most of its bytes in AFTER (in BEFORE when AFTER holds none)."""
 
     site: str
     before_bytes: int
     after_bytes: int
     delta_bytes: int
     caller: str = UNKNOWN_SITE
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
 class LeakSuspect:
-    """Live bytes in AFTER, from one site, allocated in steps before AFTER's window."""
+    """Live bytes in AFTER, from one site, allocated in steps before AFTER's window, and the
+    kind of most of them."""
 
     site: str
     bytes: int
     blocks: int
     steps: tuple[int, ...]
     caller: str = UNKNOWN_SITE
+    kind: str = "unknown"
+
+
+@dataclass(frozen=True)
+class PeakChange:
+    """The two sides' peaks: live bytes at each, reserved bytes and segments then, and when
+    both sides have a trace (``traced``), the change per site and per kind at the peaks."""
+
+    before_live_bytes: int
+    after_live_bytes: int
+    delta_bytes: int  # after_live_bytes - before_live_bytes
+    before_reserved_bytes: int
+    after_reserved_bytes: int
+    before_segments: int
+    after_segments: int
+    before_traced: bool
+    after_traced: bool
+    growth: tuple[SiteGrowth, ...] = ()
+    kinds: tuple[KindChange, ...] = ()
+
+    @property
+    def traced(self) -> bool:
+        """True when both peaks were found in a trace (so sites and kinds are compared)."""
+        return self.before_traced and self.after_traced
+
+    @property
+    def reserved_delta_bytes(self) -> int:
+        """Reserved bytes at AFTER's peak less at BEFORE's."""
+        return self.after_reserved_bytes - self.before_reserved_bytes
+
+
+def peak_change(before: SidePeak, after: SidePeak) -> PeakChange:
+    """Compare two peaks; sites and kinds only when both were found in a trace."""
+    traced = before.traced and after.traced
+    growth: tuple[SiteGrowth, ...] = ()
+    kinds: tuple[KindChange, ...] = ()
+    if traced:
+        totals: dict[tuple[str, str], list[int]] = {}
+        kinds_of: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
+        for index, peak in enumerate((before, after)):
+            for row in peak.sites:
+                key = (row.site, row.caller)
+                totals.setdefault(key, [0, 0])[index] += row.bytes
+                by_kind = kinds_of[index].setdefault(key, {})
+                by_kind[row.kind] = by_kind.get(row.kind, 0) + row.bytes
+        growth = _ordered(totals, kinds_of)
+        kinds = _kinds(before.kinds, after.kinds)
+    return PeakChange(
+        before_live_bytes=before.live_bytes,
+        after_live_bytes=after.live_bytes,
+        delta_bytes=after.live_bytes - before.live_bytes,
+        before_reserved_bytes=before.reserved_bytes,
+        after_reserved_bytes=after.reserved_bytes,
+        before_segments=before.segments,
+        after_segments=after.segments,
+        before_traced=before.traced,
+        after_traced=after.traced,
+        growth=growth,
+        kinds=kinds,
+    )
+
+
+def _ordered(
+    totals: dict[tuple[str, str], list[int]],
+    kinds: list[dict[tuple[str, str], dict[str, int]]],
+) -> tuple[SiteGrowth, ...]:
+    """Sites that changed, the largest change first (growth or release alike), each with the
+    kind of most of its bytes in AFTER (in BEFORE when AFTER holds none)."""
+    return tuple(
+        sorted(
+            (
+                SiteGrowth(
+                    site,
+                    old,
+                    new,
+                    new - old,
+                    caller,
+                    main_kind(kinds[1].get((site, caller)) or kinds[0][site, caller]),
+                )
+                for (site, caller), (old, new) in totals.items()
+                if new != old
+            ),
+            key=lambda item: (-abs(item.delta_bytes), -item.delta_bytes, item.site, item.caller),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -166,6 +331,8 @@ class Diff:
     ``diff``'s answer about two files is the first device pair's, holding the other pairs in
     ``other_devices`` (each with empty ``other_devices``, ``unmatched_devices`` and ``kinds``),
     the devices only one file holds, and the live bytes per kind of the files compared.
+    ``peaks`` compares the two sides' peaks (None where a side was not read whole, as
+    :func:`diff_dumps` reads it); the other figures are the final states'.
     """
 
     before: str
@@ -181,28 +348,37 @@ class Diff:
     other_devices: tuple[Diff, ...] = ()
     unmatched_devices: tuple[str, ...] = ()  # "device 2 only in AFTER"
     kinds: tuple[KindChange, ...] = ()
+    before_reserved_bytes: int | None = None
+    after_reserved_bytes: int | None = None
+    before_segments: int | None = None
+    after_segments: int | None = None
+    peaks: PeakChange | None = None
+    before_predicted: bool = False  # BEFORE was written by memforensics plan, not measured
+    after_predicted: bool = False
 
 
 def diff_dumps(before: Dump, after: Dump) -> Diff:
     """Compare live bytes per (site, caller); largest change first (growth or release alike);
-    sites that did not change are left out."""
-    return diff_sides(live_side(before), live_side(after))
+    sites that did not change are left out. The peaks and reserved bytes too
+    (:func:`diff_by_device` compares device by device)."""
+    return diff_sides(diff_side(before), diff_side(after))
 
 
 def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
     """:func:`diff_dumps` of two views already reduced to what ``diff`` reads of them."""
     totals: dict[tuple[str, str], list[int]] = {}
+    kinds: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
     for index, side in enumerate((before, after)):
         for row in side.live:
-            totals.setdefault((row.site, row.caller), [0, 0])[index] += row.size
-    growth = sorted(
-        (
-            SiteGrowth(site, old, new, new - old, caller)
-            for (site, caller), (old, new) in totals.items()
-            if new != old
-        ),
-        key=lambda item: (-abs(item.delta_bytes), -item.delta_bytes, item.site, item.caller),
-    )
+            key = (row.site, row.caller)
+            totals.setdefault(key, [0, 0])[index] += row.size
+            by_kind = kinds[index].setdefault(key, {})
+            by_kind[row.kind] = by_kind.get(row.kind, 0) + row.size
+    growth = _ordered(totals, kinds)
+    whole = before.peak is not None and after.peak is not None
+    peaks = None
+    if before.peak is not None and after.peak is not None:
+        peaks = peak_change(before.peak, after.peak)
     window = after.window
     suspects: tuple[LeakSuspect, ...] = ()
     if window is not None:
@@ -220,6 +396,13 @@ def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
         leak_suspects=suspects,
         before_device_index=before.device,
         after_device_index=after.device,
+        before_reserved_bytes=before.reserved_bytes if whole else None,
+        after_reserved_bytes=after.reserved_bytes if whole else None,
+        before_segments=before.segments if whole else None,
+        after_segments=after.segments if whole else None,
+        peaks=peaks,
+        before_predicted=before.predicted,
+        after_predicted=after.predicted,
     )
 
 
@@ -227,16 +410,20 @@ def _suspects(
     live: tuple[LiveRow, ...], first_step: int, steady: set[tuple[int, int, int | None]]
 ) -> tuple[LeakSuspect, ...]:
     grouped: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
+    kinds: dict[tuple[str, str], dict[str, int]] = {}
     for row in live:
         step = row.step
         if step is None or step >= first_step or (row.address, row.size, step) in steady:
             continue
-        size, count, seen = grouped.get((row.site, row.caller), (0, 0, set()))
+        key = (row.site, row.caller)
+        size, count, seen = grouped.get(key, (0, 0, set()))
         seen.add(step)
-        grouped[(row.site, row.caller)] = (size + row.size, count + 1, seen)
+        grouped[key] = (size + row.size, count + 1, seen)
+        by_kind = kinds.setdefault(key, {})
+        by_kind[row.kind] = by_kind.get(row.kind, 0) + row.size
     ordered = sorted(grouped.items(), key=lambda item: (-item[1][0], item[0]))
     return tuple(
-        LeakSuspect(site, size, count, tuple(sorted(seen)), caller)
+        LeakSuspect(site, size, count, tuple(sorted(seen)), caller, main_kind(kinds[site, caller]))
         for (site, caller), (size, count, seen) in ordered
     )
 

@@ -22,13 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 
+from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
-from memforensics.analysis.folder import list_dumps
+from memforensics.analysis.filled import main_kind, what_filled
+from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
+from memforensics.analysis.folder import MISSING, ProcessJournal, list_dumps, read_run_journals
 from memforensics.analysis.schema import json_key
 from memforensics.analysis.summary import live_blocks, scan_trace
 
@@ -42,7 +45,8 @@ bumps it)."""
 
 @dataclass(frozen=True, slots=True)
 class SiteTrend:
-    """One site's live bytes at the end of each window of one rank, and its growth."""
+    """One site's live bytes at the end of each window of one rank, and its growth; ``kind``:
+    the kind of most of its bytes in the last window holding any."""
 
     rank: int | None
     site: str
@@ -52,6 +56,7 @@ class SiteTrend:
     first_step: int | None
     confidence: float
     suspect: bool
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,16 @@ class RankWindows:
 
     rank: int | None
     steps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalTrend:
+    """One rank's live bytes over the whole run, from its journal: the trend between and
+    beyond the windows (its newest process, over the steps its lines cover)."""
+
+    rank: int
+    steps: tuple[int, int] | None
+    growth_per_1k_steps: float | None = field(metadata=json_key("allocated_growth_per_1k_steps"))
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,10 @@ class Leaks:
     windows: tuple[RankWindows, ...]
     trends: tuple[SiteTrend, ...] = field(metadata=json_key("sites"))
     unreadable: tuple[str, ...] = ()
+    journal: tuple[JournalTrend, ...] = ()
+    """Each rank's trend from its journal, fastest growing first (empty without journals)."""
+    journal_skipped_lines: int = 0
+    """Journal lines skipped by the rule every journal reader applies (``readable_line``)."""
 
     @property
     def suspects(self) -> tuple[SiteTrend, ...]:
@@ -85,6 +104,7 @@ class LeakTracker:
 
     points: dict[int | None, dict[int, dict[str, int]]] = field(default_factory=dict)
     first_steps: dict[tuple[int | None, str], int] = field(default_factory=dict)
+    kinds: dict[int | None, dict[int, dict[str, str]]] = field(default_factory=dict)
 
     def add(self, dump: Dump) -> bool:
         """Record ``dump`` if it is a window dump with known steps; True if it was used."""
@@ -100,6 +120,7 @@ class LeakTracker:
             key = (window.rank, site)
             self.first_steps[key] = min(self.first_steps.get(key, step), step)
         self.points.setdefault(window.rank, {})[window.step] = window.totals
+        self.kinds.setdefault(window.rank, {})[window.step] = window.kinds
 
     def result(self, root: str, unreadable: Iterable[str] = ()) -> Leaks:
         """Fit every site of every rank; suspects first."""
@@ -116,13 +137,23 @@ class LeakTracker:
                 if first is None:
                     # the first window holding any of it; a site of zero-byte blocks: the first
                     first = next((s for s, b in zip(steps, series, strict=True) if b), steps[0])
-                trends.append(_trend(rank, site, steps, series, first))
+                kinds = self.kinds.get(rank, {})
+                kind = next(
+                    (kinds[step][site] for step in reversed(steps) if site in kinds.get(step, {})),
+                    UNKNOWN_KIND,
+                )
+                trends.append(_trend(rank, site, steps, series, first, kind))
         trends.sort(key=lambda t: (not t.suspect, -t.confidence * t.growth_per_step, t.site))
         return Leaks(root, tuple(windows), tuple(trends), tuple(unreadable))
 
 
 def _trend(
-    rank: int | None, site: str, steps: tuple[int, ...], series: tuple[int, ...], first: int
+    rank: int | None,
+    site: str,
+    steps: tuple[int, ...],
+    series: tuple[int, ...],
+    first: int,
+    kind: str,
 ) -> SiteTrend:
     slope, r2 = _fit(steps, series)
     deltas = [b - a for a, b in pairwise(series)]
@@ -134,7 +165,7 @@ def _trend(
             break
         run += 1
     suspect = run + 1 >= MIN_WINDOWS and confidence >= MIN_CONFIDENCE
-    return SiteTrend(rank, site, steps, series, slope, first, confidence, suspect)
+    return SiteTrend(rank, site, steps, series, slope, first, confidence, suspect, kind)
 
 
 def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
@@ -156,29 +187,42 @@ def _fit(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[float, float]:
 @dataclass(frozen=True)
 class WindowTotals:
     """What one window dump adds to the fit: live requested bytes per site at its last step,
-    and the first step each site's live blocks were made at (small, so a worker can send it)."""
+    the first step each site's live blocks were made at, and the kind of most of each site's
+    bytes (small, so a worker can send it)."""
 
     rank: int | None
     step: int
     totals: dict[str, int]
     first_steps: dict[str, int]
+    kinds: dict[str, str] = field(default_factory=dict)
 
 
-def window_totals(dump: Dump) -> WindowTotals | None:
-    """``dump``'s totals, or None when it is not a window dump with known steps."""
+def window_totals(dump: Dump, kind_of_block: dict[int, str] | None = None) -> WindowTotals | None:
+    """``dump``'s totals, or None when it is not a window dump with known steps.
+
+    ``kind_of_block``: the kind of each live block by address, when the caller has classified
+    the dump already (None: classified here).
+    """
     steps = dump.meta.steps
     if dump.meta.kind != "window" or steps is None:
         return None
+    if kind_of_block is None:
+        kind_of_block = what_filled(dump).kind_of_blocks()
     live = live_blocks(dump)
     _oom, block_steps = scan_trace(dump, [block for block, _ in live])
     totals: dict[str, int] = {}
     first: dict[str, int] = {}
+    by_kind: dict[str, dict[str, int]] = {}
     for block, site in live:
         totals[site] = totals.get(site, 0) + block.requested_size
         step = block_steps.get(block.address)
         if step is not None:
             first[site] = min(first.get(site, step), step)
-    return WindowTotals(dump.meta.rank, steps[1], totals, first)
+        kinds = by_kind.setdefault(site, {})
+        kind = kind_of_block.get(block.address, UNKNOWN_KIND)
+        kinds[kind] = kinds.get(kind, 0) + block.size
+    found = {site: main_kind(kinds) for site, kinds in by_kind.items()}
+    return WindowTotals(dump.meta.rank, steps[1], totals, first, found)
 
 
 def _read_window(path: Path) -> WindowTotals | str | None:
@@ -195,6 +239,25 @@ def find_leaks(root: str | Path, *, jobs: int = 1) -> Leaks:
     listing = list_dumps(root)
     paths = window_paths(listing.root)
     return fit_windows(str(listing.root), read_windows(paths, jobs=jobs))
+
+
+def windows_beside(path: Path) -> list[Path] | None:
+    """The window dumps of the run folder ``path`` lies in (its folder a window, ``oom`` or
+    ``near-oom`` folder of a run); None when it lies in no run folder."""
+    if _layout.folder_kind(path.parent.name) is None:
+        return None
+    try:
+        return window_paths(path.parent.parent)
+    except SnapshotLoadError:
+        return None
+
+
+def rank_trends(paths: Sequence[Path], rank: int | None) -> tuple[SiteTrend, ...]:
+    """Each site's trend over the window dumps ``paths`` of ``rank`` (``summary``'s growth
+    across windows); unreadable windows are left out."""
+    found = [result for result in read_windows(paths) if isinstance(result, WindowTotals)]
+    leaks = fit_windows("", [result for result in found if result.rank == rank])
+    return leaks.trends
 
 
 def window_paths(root: str | Path) -> list[Path]:
@@ -222,7 +285,29 @@ def fit_windows(root: str, found: Iterable[WindowTotals | str | None]) -> Leaks:
             unreadable.append(result)
         elif result is not None:
             tracker.add_totals(result)
-    return tracker.result(root, unreadable)
+    leaks = tracker.result(root, unreadable)
+    trends, skipped = journal_trends(root)
+    return replace(leaks, journal=trends, journal_skipped_lines=skipped)
+
+
+def journal_trends(root: str) -> tuple[tuple[JournalTrend, ...], int]:
+    """Each rank's allocated-bytes trend from the run's journals (its newest process that ran
+    steps), fastest growing first, and how many journal lines were skipped."""
+    journals = read_run_journals(root)
+    newest: dict[int, ProcessJournal] = {}
+    for journal in journals:
+        if not journal.ran_steps:
+            continue
+        held = newest.get(journal.rank)
+        if held is None or journal.times[0] > held.times[0]:
+            newest[journal.rank] = journal
+    trends = []
+    for rank, journal in newest.items():
+        steps = [step for step in journal.steps if step != MISSING]
+        span = (steps[0], steps[-1]) if steps else None
+        trends.append(JournalTrend(rank, span, journal.growth.get("allocated_bytes")))
+    trends.sort(key=lambda t: (-(t.growth_per_1k_steps or 0.0), t.rank))
+    return tuple(trends), sum(journal.bad_lines for journal in journals)
 
 
 @contextmanager

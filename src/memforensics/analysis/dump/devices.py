@@ -117,7 +117,7 @@ def choose_device(
                 held[device].reserved_bytes,
             ),
         )
-        reason = "the OOM's device (its trace records the oom)"
+        reason = "the OOM's device: its trace records the OOM"
         conflict = f"the trace records the OOM on device {chosen}"
     elif hint is not None and hint in held:
         return DeviceChoice(hint, "the device the sidecar names")

@@ -148,7 +148,8 @@ def is_native_frame(filename: str, name: str) -> bool:
 
 
 def is_library_file(filename: str) -> bool:
-    """True for torch, torch_npu and memforensics Python files (by path component).
+    """True for torch, torch_npu and memforensics Python files (by path component), and the
+    ``memforensics`` console script.
 
     Native frames are :func:`is_native_frame`'s to judge (they need the frame's name too).
 
@@ -164,8 +165,23 @@ def is_library_file(filename: str) -> bool:
     return result
 
 
+_RUNPY_RE = re.compile(r"(?:^|/)runpy\.py$")
+
+
+def is_framework_file(filename: str) -> bool:
+    """True for the frames between a user's lines that are nobody's to change: torch's,
+    torch_npu's and memforensics' own, its console script included (:func:`is_library_file`),
+    and ``runpy`` (how ``python -m`` and ``memforensics run`` start a script)."""
+    if is_library_file(filename):
+        return True
+    path = filename.replace("\\", "/")
+    return filename == "<frozen runpy>" or bool(_RUNPY_RE.search(path) and is_installed_file(path))
+
+
 def _classify(filename: str) -> bool:
     parts = filename.replace("\\", "/").split("/")
+    if parts[-2:] == ["bin", "memforensics"]:  # the console script
+        return True
     for index, part in enumerate(parts[:-1]):
         if part in _LIBRARY_DIRS and parts[index + 1] not in _CHECKOUT_DIRS:
             return True

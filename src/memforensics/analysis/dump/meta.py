@@ -69,6 +69,18 @@ class OomRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TrackedTensor:
+    """One tensor the training process tracked (the sidecar's ``tensors``): its storage's
+    ``address``, its ``offset`` in it and its ``bytes``, its ``kind`` and ``name``."""
+
+    address: int
+    offset: int
+    bytes: int
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class DumpMeta:
     """Facts about one dump file; every field may be None when neither source knows it."""
 
@@ -84,6 +96,11 @@ class DumpMeta:
     oom: OomRecord | None = None
     has_sidecar: bool = False
     sidecar: dict[str, Any] = field(default_factory=dict)
+    tensors: tuple[TrackedTensor, ...] | None = None
+    """The tracked tensors the sidecar lists; None when it lists none (nothing was tracked,
+    or a sidecar from before ``tensors``)."""
+    predicted: bool = False
+    """Written by ``memforensics plan``: a prediction on the CPU, not a GPU's record."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -151,6 +168,8 @@ def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
         oom=_oom(sidecar.get("oom")),
         has_sidecar=True,
         sidecar=sidecar,
+        tensors=_tensors(sidecar.get("tensors")),
+        predicted=isinstance(sidecar.get("predicted"), dict),
     )
 
 
@@ -177,6 +196,32 @@ def _steps(value: object) -> tuple[int, int] | None:
 
 def _flag(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def _tensors(value: object) -> tuple[TrackedTensor, ...] | None:
+    """The sidecar's ``tensors``: each well-formed entry (positive address and bytes, an offset
+    of at least 0, a kind and a name); None when the key is absent or not a list."""
+    if not isinstance(value, list):
+        return None
+    found: list[TrackedTensor] = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            continue
+        address, offset = as_int(entry.get("address")), as_int(entry.get("offset"))
+        size, kind, name = as_int(entry.get("bytes")), entry.get("kind"), entry.get("name")
+        if (
+            address is not None
+            and address > 0
+            and offset is not None
+            and offset >= 0
+            and size is not None
+            and size > 0
+            and isinstance(kind, str)
+        ):
+            found.append(
+                TrackedTensor(address, offset, size, kind, name if isinstance(name, str) else "")
+            )
+    return tuple(found)
 
 
 def _oom(value: object) -> OomRecord | None:

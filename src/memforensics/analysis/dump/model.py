@@ -90,9 +90,18 @@ def as_int(value: object) -> int | None:
 def _size(value: object, where: str, source: str) -> int:
     size = as_int(value)
     if size is None or size < 0:
-        shown = "a number past 64 bits" if isinstance(value, int) else f"{value!r:.40}"
+        shown = _odd_number(value)
         raise SnapshotLoadError(f"{source}: not a memory snapshot ({where} is {shown})")
     return size
+
+
+def _odd_number(value: object) -> str:
+    """How a size that is no size is named in the one-line refusal."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{value!r:.40}"
+    if -WIDEST < value < 0:
+        return "negative"
+    return "a number past 64 bits"
 
 
 def segments_from_list(raw_segments: list[object], source: str) -> tuple[Segment, ...]:

@@ -32,6 +32,21 @@ from memforensics.analysis.schema import NOT_IN_JSON
 
 SNAPSHOT = "snapshot"
 SEGMENT_LIST = "segment-list"
+
+PYTORCH_2_0 = "PyTorch 2.0"
+PYTORCH_1_13 = "PyTorch 1.13 or older"
+EARLY_NPU = "torch_npu (early: no streams)"
+
+TRACE = "trace"
+ONE_EVENT = "one event"
+STACKS_ONLY = "stacks, no trace"
+NO_HISTORY = "none"
+NOTHING_ALLOCATED = "nothing allocated"
+"""What a file records of the allocator's history (:attr:`SnapshotShape.history`): a trace of
+events; a trace of one event (the legacy ``_record_memory_history(True)`` keeps one entry), too
+short to rule anything out; no trace but live blocks that carry their stacks
+(``_record_memory_history(enabled="state")``, or a PyTorch 2.0 block's ``history``); nothing
+at all; or nothing allocated and nothing recorded (an empty snapshot)."""
 _SCAN_ENTRIES = 2000  # workspace entries are prepended, and time_us is on every entry or none
 
 
@@ -43,7 +58,13 @@ class SnapshotShape:
     container: str = SNAPSHOT
     producer: str = "PyTorch 2.1 or newer"
     missing: tuple[str, ...] = ()
+    history: str = TRACE  # TRACE, ONE_EVENT, STACKS_ONLY, NO_HISTORY or NOTHING_ALLOCATED
     limits: tuple[str, ...] = field(default=(), metadata=NOT_IN_JSON)  # the summary's ``limits``
+
+    @property
+    def predates_expandable(self) -> bool:
+        """Written by a release before expandable segments (PyTorch and torch_npu 2.1)."""
+        return self.producer in (PYTORCH_2_0, PYTORCH_1_13, EARLY_NPU)
 
 
 def split_top_level(snapshot: object, source: str) -> tuple[list[Any], list[list[Any]], str]:
@@ -74,11 +95,14 @@ class _Evidence:
     streams: bool = True
     timed: bool | None = None
     recorded: bool = False
+    events: int = 0  # history events (not ``snapshot`` markers) seen, counted up to 2
+    segments: bool = False
     workspace: frozenset[int] = frozenset()
 
 
 def _scan(raw_segments: list[Any], traces: list[list[Any]]) -> _Evidence:
     found = _Evidence()
+    found.segments = bool(raw_segments)
     for raw in raw_segments:
         if isinstance(raw, dict):
             found.streams = found.streams and "stream" in raw
@@ -115,8 +139,10 @@ def _scan_traces(traces: list[list[Any]], found: _Evidence) -> None:
                     workspace.add(address)
             elif action != "snapshot":
                 found.recorded = True
-            if found.timed is None:
-                found.timed = "time_us" in entry
+                found.events += found.events < 2
+                if found.timed is None:  # markers may lack it where events carry it
+                    found.timed = "time_us" in entry
+        found.events += 2 * (len(trace) > _SCAN_ENTRIES)  # more than one, whatever they are
     found.workspace = frozenset(workspace)
 
 
@@ -132,9 +158,9 @@ def read_shape(
     found = _scan(raw_segments, traces)
     npu = device_family == "npu" or bool(found.workspace) or not found.streams
     if npu:
-        producer = "torch_npu" if found.streams else "torch_npu (early: no streams)"
+        producer = "torch_npu" if found.streams else EARLY_NPU
     elif found.legacy_blocks:
-        producer = "PyTorch 2.0" if found.requested else "PyTorch 1.13 or older"
+        producer = PYTORCH_2_0 if found.requested else PYTORCH_1_13
     else:
         producer = "PyTorch 2.1 or newer"
     keys = snapshot if isinstance(snapshot, dict) else {}
@@ -151,7 +177,16 @@ def read_shape(
         if absent
     ]
     limits = tuple(_limits(container, found, keys))
-    return SnapshotShape(container, producer, tuple(missing), limits)
+    return SnapshotShape(container, producer, tuple(missing), _history(found), limits)
+
+
+def _history(found: _Evidence) -> str:
+    """What the file records of the allocator's history (see :data:`TRACE`)."""
+    if found.recorded:
+        return ONE_EVENT if found.events == 1 else TRACE
+    if found.stacks:
+        return STACKS_ONLY
+    return NO_HISTORY if found.segments else NOTHING_ALLOCATED
 
 
 def _limits(container: str, found: _Evidence, keys: dict[str, Any]) -> list[str]:
@@ -162,19 +197,37 @@ def _limits(container: str, found: _Evidence, keys: dict[str, Any]) -> list[str]
             " the OOM request, memory over time, the step of each live block and leak suspects"
             " cannot be known from it"
         )
+    elif not found.segments and not found.recorded:
+        limits.append(
+            "nothing allocated: the snapshot holds no segment and its trace no event, so there"
+            " is nothing to explain (was it taken on another device, or before any allocation?)"
+        )
+    elif not found.recorded and found.stacks:
+        limits.append(
+            "stacks recorded, no trace: live blocks carry the stacks that allocated them, but no"
+            " event was kept, so the OOM request, memory over time and the step of each live"
+            " block cannot be known from it"
+        )
     elif not found.recorded:
         limits.append(
             "allocator history was not recorded when this snapshot was taken: the OOM request,"
             " memory over time and the step of each live block cannot be known from it"
+        )
+    elif found.events == 1:
+        limits.append(
+            "the trace holds one event (the legacy _record_memory_history(True) keeps one):"
+            " too short to rule out an OOM or to find the peak"
         )
     if found.allocated and not found.stacks:
         limits.append(
             "no block carries a stack (stacks were not recorded): every site is <before recording>"
         )
     if found.timed is False:
+        old = found.legacy_blocks or not found.streams
+        who = " (PyTorch before 2.1, or torch_npu)" if old else ""
         limits.append(
-            "trace entries carry no time_us (PyTorch before 2.1, or torch_npu):"
-            " memory over time is drawn by event number, not seconds"
+            f"trace entries carry no time_us{who}: memory over time is drawn by event number,"
+            " not seconds"
         )
     if not found.requested and not found.history_real_size and found.allocated:
         limits.append(

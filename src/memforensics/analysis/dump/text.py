@@ -11,9 +11,18 @@ from collections.abc import Iterable
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import BEFORE_RECORDING, NATIVE_ONLY, UNKNOWN_SITE
+from memforensics.analysis.dump.shapes import (
+    NO_HISTORY,
+    NOTHING_ALLOCATED,
+    ONE_EVENT,
+    STACKS_ONLY,
+)
 
 SITE_WIDTH = 64
 """Characters a site keeps in a table column."""
+KIND_WIDTH = 16
+"""Characters of a site row's kind column (``before_recording``, the longest kind)."""
+_KINDED_SITE = SITE_WIDTH - KIND_WIDTH - 1
 NATIVE_ONLY_MEANING = (
     "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
     " library's own workspace (cuBLAS, cuDNN, NCCL)"
@@ -27,22 +36,41 @@ def short_site(site: str, width: int = SITE_WIDTH) -> str:
     return site if len(site) <= width else "…" + site[-(width - 1) :]
 
 
-def caller_line(site: str, caller: str, indent: int) -> list[str]:
+def kind_and_site(kind: str, site: str) -> str:
+    """A site row's last two columns: the kind of its bytes, then the site, cut so that the
+    two take the width a site alone would."""
+    return f"{kind:<{KIND_WIDTH}} {short_site(site, _KINDED_SITE)}"
+
+
+def caller_line(site: str, caller: str, indent: int, *, kinded: bool = False) -> list[str]:
     """``← caller ...`` under a row's site when the site is library code: the user's own line
-    that led there (``<unknown>``: none outside installed packages). Indented by ``indent``, it
+    that led there (``<unknown>``: none outside installed packages). Indented by ``indent``
+    (``kinded``: the row's kind column starts there, and the caller goes under the site), it
     ends where the site above it can end."""
     if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING, NATIVE_ONLY):
         return []
-    return [f"{'':>{indent}}{_CALLER}{short_site(caller, SITE_WIDTH - len(_CALLER))}"]
+    if kinded:
+        indent, width = indent + KIND_WIDTH + 1, _KINDED_SITE
+    else:
+        width = SITE_WIDTH
+    return [f"{'':>{indent}}{_CALLER}{short_site(caller, width - len(_CALLER))}"]
 
 
-def origin_words(kind: str | None, rank: int | None, has_sidecar: bool) -> str:
+def origin_words(
+    kind: str | None, rank: int | None, has_sidecar: bool, predicted: bool = False
+) -> str:
     """What a dump is, for a header: ``kind oom, rank 3``, or ``raw PyTorch snapshot, no
-    sidecar`` when nothing but the pickle says anything (never a bare ``?``)."""
+    sidecar`` when nothing but the pickle says anything (never a bare ``?``); a dump
+    ``memforensics plan`` wrote says it is predicted."""
     if kind is None and rank is None and not has_sidecar:
         return "raw PyTorch snapshot, no sidecar"
     words = [f"kind {kind or 'unknown'}", f"rank {'unknown' if rank is None else rank}"]
+    if predicted:
+        words.append(PREDICTED)
     return ", ".join(words) + ("" if has_sidecar else ", no sidecar")
+
+
+PREDICTED = "predicted by memforensics plan, not measured on a GPU"
 
 
 def native_note(sites: Iterable[str]) -> list[str]:
@@ -70,12 +98,35 @@ def devices_text(usage: tuple[DeviceUsage, ...]) -> str:
     return " · ".join(parts)
 
 
+def history_words(history: str, events: int, truncated: bool | None, live_at_start: bool) -> str:
+    """``43 events (complete)``, or what the file records instead of a trace: ``history`` is
+    :attr:`~memforensics.analysis.dump.SnapshotShape.history`; ``truncated`` the sidecar's
+    flag (None: not recorded); ``live_at_start``: blocks were live when recording started."""
+    if history == NOTHING_ALLOCATED:
+        return "none: nothing allocated"
+    if history == STACKS_ONLY:
+        return "stacks recorded, no trace"
+    if history == NO_HISTORY or not events:
+        return "none recorded"
+    if history == ONE_EVENT:
+        return "1 event: too short to rule out an OOM"
+    if truncated is True:
+        state = "TRUNCATED"
+    elif truncated is False:
+        state = "complete"
+    elif live_at_start:
+        state = "blocks were live when it started; older events may have been dropped"
+    else:
+        state = "starts with nothing live"
+    return f"{events:,} events ({state})"
+
+
 def context_lines(
     usage: tuple[DeviceUsage, ...], device: int | None, reason: str, limits: tuple[str, ...]
 ) -> list[str]:
     """The summary table's lines on devices (when several) and on what the file cannot tell."""
     lines: list[str] = []
     if len(usage) > 1:
-        lines.append(f"  device       {device} ({reason}) of {len(usage)}: {devices_text(usage)}")
+        lines.append(f"  device       {device} of {len(usage)}, {reason}; {devices_text(usage)}")
     lines += [f"  cannot tell  {limit}" for limit in limits]
     return lines

@@ -1,6 +1,7 @@
 """What filled the device: lifetimes, kinds of memory, the peak and its call tree."""
 
-from memforensics.analysis.filled.kinds import KINDS, KindBytes
+from memforensics.analysis.filled.kinds import KINDS, KindBytes, main_kind
+from memforensics.analysis.filled.known import Known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 from memforensics.analysis.filled.peak import CallNode, Filled, Moment, live_at, what_filled
 from memforensics.analysis.filled.text import filled_lines
@@ -12,9 +13,11 @@ __all__ = [
     "CallNode",
     "Filled",
     "KindBytes",
+    "Known",
     "Lifetimes",
     "Moment",
     "filled_lines",
     "live_at",
+    "main_kind",
     "what_filled",
 ]

@@ -1,4 +1,5 @@
-"""Kinds of memory from lifetimes: parameters, optimizer state, gradients, activations, temporaries.
+"""Kinds of memory from lifetimes and frames: parameters, optimizer state, gradients, activations,
+KV caches, workspaces, temporaries.
 
 No hooks are needed, so old dumps can be classified too. A training step has a shape every
 framework shares, and an allocation's kind follows from where in that shape it starts and ends:
@@ -16,11 +17,17 @@ framework shares, and an allocation's kind follows from where in that shape it s
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
   at all was allocated before recording began.
 
-A parameter needs evidence besides its lifetime: a frame that builds, moves or loads a model,
-or many blocks of one size; a frame naming a cache or a workspace (a KV cache, cuBLAS's
-workspace) rules it out, and without either the block is ``unknown``. An allocation freed after
-an ``oom`` entry (the unwinding of the failed step) is judged as the trace stood at that OOM:
-the free the OOM caused says nothing about its role.
+Some code makes memory of one kind only, and its frames say so before the lifetime is asked
+(:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
+inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
+gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
+``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
+lifetime says. A parameter by lifetime needs that evidence, or many blocks of one size made
+outside any forward the trace saw; a frame naming a cache or a workspace rules it out, and
+without either the block is ``unknown``.
+
+An allocation freed after an ``oom`` entry (the unwinding of the failed step) is judged as the
+trace stood at that OOM: the free the OOM caused says nothing about its role.
 
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
@@ -35,20 +42,27 @@ from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import is_native_frame, per_stack
+from memforensics.analysis.filled import roles
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 
 PARAMETER = "parameter"
+BUFFER = "buffer"
 OPTIMIZER_STATE = "optimizer_state"
 GRADIENT = "gradient"
 ACTIVATION = "activation"
+KV_CACHE = "kv_cache"
+WORKSPACE = "workspace"
 TEMPORARY = "temporary"
 BEFORE_RECORDING = "before_recording"
 UNKNOWN = "unknown"
 KINDS = (
     PARAMETER,
+    BUFFER,
     OPTIMIZER_STATE,
     GRADIENT,
     ACTIVATION,
+    KV_CACHE,
+    WORKSPACE,
     TEMPORARY,
     BEFORE_RECORDING,
     UNKNOWN,
@@ -126,7 +140,8 @@ class KindBytes:
     """Live bytes of one kind at a moment, with the byte-weighted mean confidence.
 
     ``bytes`` are block bytes (what PyTorch's ``allocated`` counts); ``requested_bytes`` what
-    the callers asked for, to compare with tensor sizes.
+    the callers asked for, to compare with tensor sizes; ``known_bytes`` the part of ``bytes``
+    the process told (the sidecar's tracked tensors), the rest being inferred.
     """
 
     kind: str
@@ -134,13 +149,21 @@ class KindBytes:
     blocks: int
     confidence: float
     requested_bytes: int = 0
+    known_bytes: int = 0
 
 
 def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
-    """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order."""
+    """Bytes per kind over ``allocations`` (already classified), in :data:`KINDS` order.
+
+    A block the process labelled (``known``) counts its bytes under each of its kinds, at
+    confidence 1, and as a block of its main kind (the first).
+    """
     totals: dict[str, list[float]] = {}
     for found in allocations:
-        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0])
+        if found.known is not None:
+            _add_known(totals, found)
+            continue
+        entry = totals.setdefault(found.kind, [0, 0, 0.0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.size * found.confidence
@@ -152,10 +175,33 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
             int(totals[kind][1]),
             _mean(totals[kind]),
             int(totals[kind][3]),
+            int(totals[kind][4]),
         )
         for kind in KINDS
         if kind in totals
     )
+
+
+def main_kind(bytes_by_kind: dict[str, int]) -> str:
+    """The kind holding the most of some bytes (a tie: the first in :data:`KINDS`); ``unknown``
+    for none. A site row names it, so a user sees at once what its bytes are."""
+    best, most = UNKNOWN, -1
+    for kind in KINDS:
+        size = bytes_by_kind.get(kind, -1)
+        if size > most:
+            best, most = kind, size
+    return best
+
+
+def _add_known(totals: dict[str, list[float]], found: Allocation) -> None:
+    """Count a block the process labelled: its bytes split by kind, all of them known."""
+    for index, (kind, size) in enumerate(found.known or ()):
+        entry = totals.setdefault(kind, [0, 0, 0.0, 0, 0])
+        entry[0] += size
+        entry[1] += index == 0
+        entry[2] += size
+        entry[3] += found.requested * size // (found.size or 1)
+        entry[4] += size
 
 
 def _mean(entry: list[float]) -> float:
@@ -222,10 +268,19 @@ def classify(lt: Lifetimes) -> None:
     judged as the trace stood at that OOM, as if still live, at lower confidence: a free the
     OOM caused says nothing about the block's role.
     """
-    guessed = _assign_phases(lt)
+    guessed, found_roles = _assign_phases(lt)
     shape = _Shape(lt)
     views: dict[int, _Shape] = {}
-    for found in lt.allocations:
+    buffers: list[tuple[Allocation, int]] = []
+    for found, role in zip(lt.allocations, found_roles, strict=True):
+        if role[0] != roles.NOTHING:
+            fixed = _BY_FRAMES.get(role[0])
+            if fixed is not None:
+                found.kind, found.confidence = fixed
+                continue
+            if role[0] == roles.MEGATRON_BUFFER:
+                buffers.append((found, role[1]))
+                continue
         view, end = shape, found.end
         oom = _oom_before_free(lt.oom_positions, found, lt.length)
         if oom is not None:
@@ -233,27 +288,32 @@ def classify(lt: Lifetimes) -> None:
             end = view.length
         phase = found.phase
         if found.start == BEFORE:
-            found.kind, found.confidence = _untraced(found, end, phase, view)
+            found.kind, found.confidence = _untraced(found, end, phase, view, role[0])
         elif phase == BACKWARD:
             found.kind, found.confidence = _backward(found, end, view)
         elif phase == OPTIMIZER:
             found.kind, found.confidence = _optimizer(found, end, view)
         else:
-            found.kind, found.confidence = _forward(found, end, view)
+            found.kind, found.confidence = _forward(found, end, view, role[0])
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
-    _need_parameter_evidence(lt.allocations)
+    if buffers:
+        _split_buffers(buffers)
+    _need_parameter_evidence(lt.allocations, found_roles)
 
 
-def _assign_phases(lt: Lifetimes) -> set[int]:
+def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
-    frames list per stack); returns the ``id`` of those whose phase is a guess (no frames)."""
-    phase_of_stack = per_stack(phase_of)
+    frames list per stack); returns the ``id`` of those whose phase is a guess (no frames), and
+    each allocation's role (:func:`roles.stack_role`), in the allocations' order."""
+    facts_of_stack = per_stack(_stack_facts)
     guessed: set[int] = set()
+    found_roles: list[tuple[str, int]] = []
     for found in lt.allocations:
-        found.phase = phase_of_stack(found.frames)
+        found.phase, role = facts_of_stack(found.frames)
+        found_roles.append(role)
         if found.phase == NO_FRAMES:
             guessed.add(id(found))
     if guessed:
@@ -261,75 +321,63 @@ def _assign_phases(lt: Lifetimes) -> set[int]:
         for found in lt.allocations:
             if id(found) in guessed and id(found) in fallback:
                 found.phase = fallback[id(found)]
-    return guessed
+    return guessed, found_roles
 
 
-_NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
-_PARAMETER_NAMES = frozenset(
-    {
-        "_apply",
-        "to",
-        "cuda",
-        "npu",
-        "to_empty",
-        "load_state_dict",
-        "_load_from_state_dict",
-        "_load_state_dict_into_model",
-        "from_pretrained",
-        "load_checkpoint",
-        "reset_parameters",
-        "init_weight",
-        "init_weights",
-        "_init_weights",
-        "__init__",
-    }
-)
-_PARAMETER_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
+def _stack_facts(frames: object) -> tuple[str, tuple[str, int]]:
+    """A stack's phase and its role, in one look per distinct stack."""
+    return phase_of(frames), roles.stack_role(frames)
+
+
 _SIMILAR = 4  # this many held blocks of one size look like a model's layers
 
+# Kinds the frames alone give (roles.py), and their confidence: the code that made the block
+# does nothing else.
+_BY_FRAMES = {
+    roles.WORKSPACE: (WORKSPACE, 0.95),
+    roles.KV_CACHE: (KV_CACHE, 0.9),
+    roles.REPLICA: (PARAMETER, 0.85),
+}
+_BUFFER_CONFIDENCE = 0.9
 
-def _need_parameter_evidence(allocations: list[Allocation]) -> None:
+
+def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
+    """Megatron's buffers, each with the line that allocated it: parameters or gradients by
+    which of ``param_and_grad_buffer.py``'s lines made them (:func:`roles.buffer_kinds`)."""
+    kind_of_line = roles.buffer_kinds({line for _, line in buffers})
+    for found, line in buffers:
+        found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
+
+
+def _need_parameter_evidence(
+    allocations: list[Allocation], found_roles: list[tuple[str, int]]
+) -> None:
     """A block held since set-up is a parameter only with evidence; else it is ``unknown``.
 
     Evidence: a frame that builds, moves or loads a model (a module's ``__init__``, ``_apply``,
     ``to``/``cuda``, ``load_state_dict``, ``from_pretrained``, ``torch/nn/init.py``...), or
     enough blocks of the same size above the 512-byte minimum that every scalar gets (a
-    model's layers; lower confidence). A frame that names a
-    cache or a workspace (a KV cache, cuBLAS's workspace) rules it out, as does having neither.
+    model's layers; lower confidence), unless the trace saw it made in a forward (hidden
+    states and attention maps come in equal sizes too). A frame that names a cache or a
+    workspace rules it out, as does having neither.
     """
-    held = [found for found in allocations if found.kind == PARAMETER]
+    held = [
+        (found, role[0])
+        for found, role in zip(allocations, found_roles, strict=True)
+        if found.kind == PARAMETER
+    ]
     sizes: dict[int, int] = {}
-    for found in held:
+    for found, _ in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
-    evidence_of = per_stack(_parameter_evidence)
-    for found in held:
-        evidence = evidence_of(found.frames)
-        if evidence is None:
-            found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
-        elif not evidence:
-            if sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE:
-                found.confidence *= 0.75
-            else:
-                found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
-
-
-def _parameter_evidence(frames: object) -> bool | None:
-    """True: a frame builds, moves or loads a model; None: a frame names a cache or workspace;
-    False: the frames say neither."""
-    if not isinstance(frames, list):
-        return False
-    found = False
-    for frame in frames:
-        if type(frame) is not dict:
+    for found, role in held:
+        if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
             continue
-        filename, name = frame.get("filename"), frame.get("name")
-        filename = filename.replace("\\", "/") if type(filename) is str else ""
-        name = name if type(name) is str else ""
-        words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
-        if any(word in words for word in _NOT_PARAMETER_WORDS):
-            return None
-        found = found or name in _PARAMETER_NAMES or filename.endswith(_PARAMETER_FILES)
-    return found
+        alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE
+        untraced_forward = role == roles.IN_FORWARD and found.start == BEFORE
+        if alike and (role == roles.NOTHING or untraced_forward):
+            found.confidence *= 0.75
+        else:
+            found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
 
 
 def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | None:
@@ -343,7 +391,9 @@ def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | N
     return ooms[index]
 
 
-def _untraced(found: Allocation, end: int, phase: str, shape: _Shape) -> tuple[str, float]:
+def _untraced(
+    found: Allocation, end: int, phase: str, shape: _Shape, role: str
+) -> tuple[str, float]:
     """Made before the trace: only its own frames and step tag can tell."""
     if not found.frames or end < shape.length:
         return BEFORE_RECORDING, 1.0
@@ -355,11 +405,16 @@ def _untraced(found: Allocation, end: int, phase: str, shape: _Shape) -> tuple[s
         # Without a trace and without any step tag (a bare memory_snapshot() list), nothing says
         # the block outlived a step or was made outside one: a guess from frames alone.
         return PARAMETER, 0.8 if shape.length or shape.any_tags else 0.4
+    if role == roles.BUILDS:  # a model built or loaded inside a step, and still held
+        return PARAMETER, 0.7
     return UNKNOWN, 0.3  # a forward allocation kept from an earlier step: a cache or a leak
 
 
-def _forward(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:
+def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str, float]:
+    """A forward allocation by its lifetime; a frame that builds a model (``role``) makes a
+    held one a parameter, and one made in a forward is never a parameter by its lifetime."""
     backward = shape.after(shape.backward, found.start)
+    builds = role == roles.BUILDS
     if end < shape.length and not (
         shape.has_steps
         and found.free_step is not None
@@ -367,13 +422,25 @@ def _forward(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:
         and found.free_step > found.step
     ):
         if backward is not None and end > backward:
-            return ACTIVATION, 0.9
+            return (PARAMETER, 0.8) if builds else (ACTIVATION, 0.9)
         return TEMPORARY, 0.9
-    if shape.outside_steps(found) or (backward is not None and not shape.has_steps):
+    if role != roles.IN_FORWARD and (
+        shape.outside_steps(found) or (backward is not None and not shape.has_steps)
+    ):
         return PARAMETER, 0.7 if end >= shape.length else 0.4
+    if builds:
+        return PARAMETER, 0.8
     if backward is None and end >= shape.length:
         return ACTIVATION, 0.6  # live when the trace ends before any backward: at an OOM
+    if role == roles.IN_FORWARD and end >= shape.length and _in_last_backward(backward, shape):
+        return ACTIVATION, 0.6  # its backward began, no forward since: the trace ends in it
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
+
+
+def _in_last_backward(backward: int | None, shape: _Shape) -> bool:
+    """True when the backward pass starting at ``backward`` is the trace's last pass: no
+    forward allocation follows it."""
+    return backward is not None and shape.after(shape.forward, backward) is None
 
 
 def _backward(found: Allocation, end: int, shape: _Shape) -> tuple[str, float]:

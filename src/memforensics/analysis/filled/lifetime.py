@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memforensics.allocator import AllocatorSettings
 from memforensics.analysis.dump import (
@@ -35,6 +36,19 @@ from memforensics.analysis.oom import recorded_settings
 BEFORE = -1  # start of an allocation made before the trace begins
 _FREES = frozenset({"free_requested", "free_completed", "free"})
 _SEGMENTS = frozenset({"segment_alloc", "segment_map", "segment_free", "segment_unmap"})
+_MAPPINGS = frozenset({"segment_map", "segment_unmap"})
+
+
+class SegmentEvent(NamedTuple):
+    """A ``segment_*`` entry of the trace: ``sign`` +1 when memory was reserved, -1 when
+    released; ``mapping`` for an expandable segment's ``segment_map``/``segment_unmap``, which
+    grow or shrink a segment rather than make or end one."""
+
+    position: int
+    sign: int
+    addr: int
+    size: int
+    mapping: bool = False
 
 
 class Allocation:
@@ -45,7 +59,8 @@ class Allocation:
     block's size, ``requested`` what the caller asked for. Equal stacks share one ``frames``
     list (:class:`~memforensics.analysis.dump.frames.Stacks`), so whatever is read from a stack
     can be kept by its identity. ``kind``, ``phase`` and ``confidence`` are filled by the
-    classifier.
+    classifier; ``known``, the block's bytes by kind as the process told them (``(kind,
+    bytes)`` pairs adding up to ``size``), by :mod:`~memforensics.analysis.filled.known`.
     """
 
     __slots__ = (
@@ -55,6 +70,7 @@ class Allocation:
         "frames",
         "free_step",
         "kind",
+        "known",
         "phase",
         "requested",
         "size",
@@ -76,6 +92,7 @@ class Allocation:
         self.kind = "unknown"
         self.phase = "none"
         self.confidence = 0.0
+        self.known: tuple[tuple[str, int], ...] | None = None
 
     def live_at(self, moment: int) -> bool:
         """True if allocated at or before trace position ``moment`` and not yet freed after it."""
@@ -89,13 +106,31 @@ class Lifetimes:
     allocations: list[Allocation]
     length: int  # trace length: the snapshot's own moment
     by_event: list[Allocation | None]  # the allocation each trace position starts or ends
-    segment_events: list[tuple[int, int, int, int]] = field(default_factory=list)
+    segment_events: list[SegmentEvent] = field(default_factory=list)
     oom_positions: list[int] = field(default_factory=list)
     has_trace: bool = False
+
+    @property
+    def live_at_start(self) -> bool:
+        """Was any block live when recording started (allocated before the trace begins)?"""
+        return any(found.start == BEFORE for found in self.allocations)
 
     def at_snapshot(self) -> list[Allocation]:
         """Allocations live at the snapshot's moment."""
         return [a for a in self.allocations if a.end >= self.length]
+
+    def reserved_at(self, position: int, reserved_now: int) -> int:
+        """Reserved bytes right after trace position ``position``: ``reserved_now`` (the
+        snapshot's) with every later ``segment_*`` entry undone."""
+        later = sum(e.sign * e.size for e in self.segment_events if e.position > position)
+        return reserved_now - later
+
+    def segments_at(self, position: int, segments_now: int) -> int:
+        """Segments right after trace position ``position``: ``segments_now`` with every later
+        ``segment_alloc``/``segment_free`` undone (mapping pages into an expandable segment
+        makes no new segment)."""
+        later = sum(e.sign for e in self.segment_events if e.position > position and not e.mapping)
+        return segments_now - later
 
 
 _step_cache: dict[str, int | None] = {}
@@ -123,7 +158,7 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
     allocations: list[Allocation] = []
     open_: dict[int, Allocation] = {}
     pending: dict[int, Allocation] = {}
-    segment_events: list[tuple[int, int, int, int]] = []
+    segment_events: list[SegmentEvent] = []
     canonical = Stacks().canonical  # equal stacks share one list: judged once downstream
     for index, action in enumerate(dump.actions):  # read in C once; None: no dict
         if action == "alloc":
@@ -169,7 +204,13 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
             addr, size = get("addr"), get("size")
             sign = 1 if action in ("segment_alloc", "segment_map") else -1
             segment_events.append(
-                (index, sign, addr if type(addr) is int else 0, size if type(size) is int else 0)
+                SegmentEvent(
+                    index,
+                    sign,
+                    addr if type(addr) is int else 0,
+                    size if type(size) is int else 0,
+                    action in _MAPPINGS,
+                )
             )
     ooms = list(dump.oom_positions)
     for found in open_.values():

@@ -4,11 +4,15 @@ Live bytes at every trace position follow from the allocations' lifetimes
 (:mod:`~memforensics.analysis.filled.lifetime`): each ``alloc`` adds, each free subtracts,
 starting from what was live before the trace began. The highest point is the peak; an ``oom``
 entry marks the OOM's moment. The call tree of what is live then is the answer to "what filled
-the device": frames outermost first, torch's own frames folded into one node under the user
-frame that called them (an engineer changes the caller, not ``torch/nn/modules/module.py``),
-native frames dropped (:func:`~memforensics.analysis.dump.is_native_frame`). A stack without
-frames is one ``<before recording>`` node; one with native frames only, one ``<C++ only>`` node:
-the labels ``summary``'s sites use.
+the device": the user's own frames, outermost first. Framework frames
+(:func:`~memforensics.analysis.dump.is_framework_file`: torch's, memforensics' own, runpy's)
+are never a level of their own between two of the user's lines, since an engineer changes the
+caller, not ``torch/nn/modules/module.py``; those inside the user's innermost line become one
+leaf named by the innermost of them (the op that allocated: ``linear.py:125 forward (+2
+library frames)``). Native frames are dropped
+(:func:`~memforensics.analysis.dump.is_native_frame`). A stack without frames is one
+``<before recording>`` node; one with native frames only, one ``<C++ only>`` node: the labels
+``summary``'s sites use.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ from typing import Any
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     NATIVE_ONLY,
+    ONE_EVENT,
     Dump,
     frame_text,
-    is_library_file,
+    is_framework_file,
     is_native_frame,
     per_stack,
 )
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
+from memforensics.analysis.filled.known import Known, label_known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes, lifetimes
 
 MAX_DEPTH = 48
@@ -134,11 +140,12 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
 
 
 def folded_path(frames: object) -> tuple[str, ...]:
-    """Outermost-first node names for ``frames``: user frames kept, library runs folded."""
+    """Outermost-first node names for ``frames``: the user's frames, then one leaf for the
+    framework frames inside the innermost of them (all of them, when there is no user frame)."""
     if not isinstance(frames, list) or not frames:
         return (BEFORE_RECORDING,)
     path: list[str] = []
-    folded: list[str] = []
+    inside: list[str] = []  # framework frames since the last user frame, outermost first
     for frame in reversed(frames):  # outermost first
         if not isinstance(frame, dict):
             continue
@@ -147,23 +154,21 @@ def folded_path(frames: object) -> tuple[str, ...]:
             continue
         if is_native_frame(filename, name if isinstance(name, str) else ""):
             continue
-        label = frame_text(frame)
-        if is_library_file(filename):
-            folded.append(label)
+        if is_framework_file(filename):
+            inside.append(frame_text(frame))
             continue
-        if folded:
-            path.append(_fold(folded))
-            folded = []
-        path.append(label)
-    if folded:
-        path.append(_fold(folded))
+        inside = []  # plumbing between two of the user's lines: no level of its own
+        path.append(frame_text(frame))
+    if inside:
+        path.append(_leaf(inside))
     return tuple(path[:MAX_DEPTH]) or (NATIVE_ONLY,)
 
 
-def _fold(labels: list[str]) -> str:
+def _leaf(labels: list[str]) -> str:
+    """The innermost framework frame, and how many more it stands for."""
     if len(labels) == 1:
         return labels[0]
-    return f"{labels[0]} (+{len(labels) - 1} torch frames)"
+    return f"{labels[-1]} (+{len(labels) - 1} library frames)"
 
 
 def call_tree(live: list[Allocation]) -> CallNode:
@@ -208,20 +213,31 @@ KINDS_TOTAL = "allocated_bytes"  # the kinds add up to this figure of the snapsh
 
 @dataclass(frozen=True)
 class Filled:
-    """Kinds at the snapshot's moment, the peak, and the OOM's moment when the trace has one."""
+    """Kinds at the snapshot's moment, the peak, and the OOM's moment when the trace has one;
+    ``known``: what the process's tracked tensors labelled (None when the dump lists none)."""
 
     kinds: tuple[KindBytes, ...]
     peak: Moment
     oom: Moment | None
     lifetimes: Lifetimes
+    known: Known | None = None
+
+    def kind_of_blocks(self) -> dict[int, str]:
+        """The kind of each block allocated at the snapshot, by its address."""
+        return {found.addr: found.kind for found in self.lifetimes.at_snapshot()}
 
 
 @paused_gc()
 def what_filled(dump: Dump) -> Filled:
-    """Classify every allocation of ``dump`` and find its peak and OOM moments."""
+    """Classify every allocation of ``dump`` and find its peak and OOM moments.
+
+    The kinds the process told (the sidecar's tracked tensors) take precedence over inference.
+    """
     lt = lifetimes(dump)
     classify(lt)
-    position = peak_position(lt)
-    peak = moment(lt, "peak" if lt.has_trace else "snapshot", position, dump.trace)
+    known = label_known(lt, dump.meta.tensors)
+    traced = lt.has_trace and dump.shape.history != ONE_EVENT  # one event shows no peak
+    position = peak_position(lt) if traced else lt.length
+    peak = moment(lt, "peak" if traced else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
-    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt)
+    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known)

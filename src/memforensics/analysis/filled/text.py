@@ -5,27 +5,51 @@ from __future__ import annotations
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import NATIVE_ONLY, native_note, short_site
 from memforensics.analysis.filled.kinds import KindBytes
+from memforensics.analysis.filled.known import Known
 from memforensics.analysis.filled.peak import CallNode, Moment
 
 _MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it is indented
 
 
 def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
-    """A kinds table: bytes, blocks, share and confidence per kind; one line when none is live."""
+    """A kinds table: bytes, blocks, share and confidence per kind; one line when none is live.
+
+    When the process told some kinds (tracked tensors), a column says how many of each kind's
+    bytes are known from the process; the rest of them are inferred.
+    """
     if not kinds:
         return ["", f"  {title}: nothing live"]
     total = sum(kind.bytes for kind in kinds) or 1
+    known = any(kind.known_bytes for kind in kinds)
     lines = [
         "",
         f"  {title}",
-        f"  {'kind':<17}{'bytes':>11} {'blocks':>7} {'share':>6}  confidence",
+        f"  {'kind':<17}{'bytes':>11} {'blocks':>7} {'share':>6}  confidence"
+        + (f"  {'from the process':>16}" if known else ""),
     ]
     for kind in kinds:
         lines.append(
             f"  {kind.kind:<17}{fmt(kind.bytes):>11} {kind.blocks:>7,} "
             f"{100 * kind.bytes / total:>5.1f}%  {kind.confidence:.2f}"
+            + (f"        {_known_cell(kind):>16}" if known else "")
         )
     return lines
+
+
+def _known_cell(kind: KindBytes) -> str:
+    return fmt(kind.known_bytes) if kind.known_bytes else "-"
+
+
+def known_lines(known: Known | None, kinds: tuple[KindBytes, ...]) -> list[str]:
+    """What the process told: known bytes against all, and how many tracked tensors matched."""
+    if known is None:
+        return []
+    total = sum(kind.bytes for kind in kinds)
+    return [
+        f"  from the process: {fmt(known.bytes)} of {fmt(total)} in {known.blocks:,} blocks "
+        "holding tracked tensors; the rest is inferred",
+        f"  ({known.matched:,} of {known.tensors:,} tracked tensors lie in live blocks)",
+    ]
 
 
 def moment_lines(found: Moment) -> list[str]:
@@ -41,15 +65,20 @@ def moment_lines(found: Moment) -> list[str]:
 
 
 def filled_lines(
-    kinds: tuple[KindBytes, ...], peak: Moment | None, oom: Moment | None
+    kinds: tuple[KindBytes, ...],
+    peak: Moment | None,
+    oom: Moment | None,
+    known: Known | None = None,
 ) -> list[str]:
-    """What ``summary`` adds on what filled the device: ``kinds`` now, the ``peak``, the
-    ``oom``'s moment (nothing without a peak: the dump was not classified)."""
+    """What ``summary`` adds on what filled the device: ``kinds`` now (and what of them the
+    process told: ``known``), the ``peak``, the ``oom``'s moment (nothing without a peak: the
+    dump was not classified)."""
     if peak is None:
         return []
     if not kinds and not peak.live_bytes and oom is None:
         return ["", "  live memory by kind: nothing live, at the snapshot or in the trace"]
     lines = kinds_lines(kinds, "live memory by kind, adding up to allocated (see docs/analysis.md)")
+    lines += known_lines(known, kinds)
     lines += moment_lines(peak)
     if oom is not None and oom.position != peak.position:
         lines += moment_lines(oom)

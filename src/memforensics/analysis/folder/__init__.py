@@ -1,6 +1,6 @@
 """A run folder: its dumps (ls), its journals, and the overview of every rank."""
 
-from memforensics.analysis.folder.journals import MISSING, ProcessJournal
+from memforensics.analysis.folder.journals import MISSING, ProcessJournal, read_run_journals
 from memforensics.analysis.folder.ls import SCHEMA as LS_SCHEMA
 from memforensics.analysis.folder.ls import RunListing, list_dumps
 from memforensics.analysis.folder.overview import SCHEMA as OVERVIEW_SCHEMA
@@ -9,6 +9,7 @@ from memforensics.analysis.folder.text import (
     WATCH_COLUMNS,
     ls_text,
     overview_text,
+    skipped_lines_text,
     watch_cells,
     watch_header,
     watch_text,
@@ -31,6 +32,8 @@ __all__ = [
     "list_dumps",
     "ls_text",
     "overview_text",
+    "read_run_journals",
+    "skipped_lines_text",
     "watch_cells",
     "watch_header",
     "watch_text",

@@ -19,8 +19,10 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from math import isnan
+from math import isfinite, isnan
 from operator import itemgetter, le, mul
+from pathlib import Path
+from typing import Any, TypeGuard
 
 from memforensics import _layout
 from memforensics.analysis.dump import read_regular
@@ -108,6 +110,13 @@ class ProcessJournal:
     def lines(self) -> int:
         """Lines read."""
         return len(self.times)
+
+    @property
+    def ran_steps(self) -> bool:
+        """True when the process wrote a step or window line: it trained. A journal of only
+        ``close`` (and ``oom``) lines is a process that ran no step, such as a worker an older
+        release let write one: never a restart of its rank."""
+        return "s" in self.events or "w" in self.events
 
     @property
     def peak_reserved(self) -> int | None:
@@ -247,10 +256,12 @@ def _append(journal: ProcessJournal, rows: list[dict[str, object]], events: list
         if not table:
             return
         times = array("d", table[0])
-        if any(map(isnan, times)) or min(times) < -TIME_LIMIT or max(times) > TIME_LIMIT:
+        if any(map(isnan, times)) or min(times) < 0 or max(times) > TIME_LIMIT:
             raise TypeError("a time out of range")
         steps = array("q", table[1])
         columns = [array("q", column) for column in table[3:]]
+        if min(steps) < 0 or min(map(min, columns)) < 0:
+            raise TypeError("a negative figure")
         codes = "".join([_EVENT_CODES.get(event, "?") for event in table[2]])
     except (KeyError, TypeError, OverflowError):
         _append_carefully(journal, rows, events)
@@ -265,12 +276,12 @@ def _append(journal: ProcessJournal, rows: list[dict[str, object]], events: list
 def _append_carefully(
     journal: ProcessJournal, rows: list[dict[str, object]], events: list[str]
 ) -> None:
-    """Row by row: drops what is not an object with a time, nulls become ``MISSING``."""
-    good = [row for row in rows if type(row) is dict and _time_ok(row.get("time"))]
+    """Row by row: drops what :func:`readable_line` refuses, nulls become ``MISSING``."""
+    good = [row for row in rows if readable_line(row)]
     journal.bad_lines += len(rows) - len(good)
     if not good:
         return
-    journal.times.extend([float(row["time"]) for row in good])  # type: ignore[arg-type]
+    journal.times.extend([float(row["time"]) for row in good])
     steps = [_int64(row.get("step")) for row in good]
     if MISSING in steps:  # an OOM outside a step: the last step
         base = len(journal.steps)
@@ -289,9 +300,32 @@ def _append_carefully(
 TIME_LIMIT = 1e13
 """Larger Unix times are no times (year 318,857): such lines are skipped as unreadable."""
 
+FIGURES = ("step", *COLUMNS, "allocation_bytes")
+"""A line's numbers besides its time: none of them is ever negative or non-finite."""
 
-def _time_ok(value: object) -> bool:
-    return type(value) in (float, int) and -TIME_LIMIT <= value <= TIME_LIMIT  # type: ignore[operator]
+
+def readable_line(row: object) -> TypeGuard[dict[str, Any]]:
+    """Whether a journal line is read: an object whose time is a finite Unix time (0 to
+    ``TIME_LIMIT``) and whose figures are none of them negative or non-finite.
+
+    The one rule every journal reader applies (``overview``, ``watch``): a NaN time or a
+    ``-5`` byte count is no line a writer made, and read as one it would make a rank fail, or
+    hold negative memory. A figure of another type (a string) reads as null, as null always did.
+    """
+    if type(row) is not dict:
+        return False
+    when = row.get("time")
+    if not isinstance(when, float | int) or isinstance(when, bool):
+        return False
+    if not 0 <= when <= TIME_LIMIT:
+        return False  # NaN fails the comparison too
+    for key in FIGURES:
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, float | int):
+            continue  # null, or a type that reads as null
+        if value < 0 or (isinstance(value, float) and not isfinite(value)):
+            return False
+    return True
 
 
 def _int64(value: object) -> int:
@@ -299,6 +333,16 @@ def _int64(value: object) -> int:
     if type(value) is int and MISSING < value < (1 << 63):
         return value
     return MISSING
+
+
+def read_run_journals(root: str) -> list[ProcessJournal]:
+    """Every process's journal under ``root`` (a run folder, or its journal folder itself),
+    read in this process: for a command that wants the journals alone, without ``overview``'s
+    sidecars and worker processes."""
+    groups: dict[tuple[int, int], list[JournalFile]] = {}
+    for item in list_journals(root) + list_journals(str(_layout.journal_folder(Path(root)))):
+        groups.setdefault((item.rank, item.pid), []).append(item)
+    return read_processes(list(groups.values()))
 
 
 def read_processes(groups: list[list[JournalFile]]) -> list[ProcessJournal]:

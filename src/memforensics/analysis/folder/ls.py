@@ -8,6 +8,7 @@ half-written temporaries and dumps without a sidecar are tolerated.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -98,12 +99,33 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
     for stem, file_name in sorted(snapshots.items()):
         side = os.path.join(path, _layout.sidecar_name(stem))
         sidecar = _read_sidecar(side, found) if stem in sidecars else None
-        found.dumps.append(_record(f"{name}/{file_name}", name, stem, sidecar))
+        record = _record(f"{name}/{file_name}", name, stem, sidecar)
+        if record.kind == "oom" and _is_empty(os.path.join(path, file_name), sidecar):
+            found.errors.append(f"{record.path}: empty (0 bytes), not counted as an OOM")
+            record = dataclasses.replace(record, kind=EMPTY)
+        found.dumps.append(record)
         world = sidecar.get("world_size") if sidecar else None
         if type(world) is int and world >= _layout.RANK_LIMIT:
             found.absurd.append(f"{name}/{file_name}: world_size above {_layout.RANK_LIMIT:,}")
         elif type(world) is int and world > 0:
             found.world_size = max(found.world_size or 0, world)
+
+
+EMPTY = "empty"
+"""The kind a 0-byte dump file gets: it holds no snapshot, so it is no OOM."""
+
+
+def _is_empty(path: str, sidecar: dict[str, object] | None) -> bool:
+    """An OOM dump of 0 bytes: as its sidecar's ``snapshot_bytes`` says (written after the
+    whole pickle), else as a ``stat`` says, the one ``stat`` the scan makes, for an OOM dump
+    without a sidecar (a writer killed between the two, or a file from elsewhere)."""
+    size = sidecar.get("snapshot_bytes") if sidecar is not None else None
+    if type(size) is int and size > 0:
+        return False
+    try:
+        return os.stat(path).st_size == 0
+    except OSError:
+        return False
 
 
 def _read_sidecar(path: str, found: RunFiles) -> dict[str, object] | None:
@@ -176,6 +198,11 @@ class DumpEntry:
     has_sidecar: bool
     sidecar_error: str | None
     external_bytes: int | None
+    empty: bool = False
+    """A file of 0 bytes: a writer that never wrote (not memforensics', whose files appear
+    whole), or a disk that was full. No OOM, whatever its name or sidecar say."""
+    predicted: bool = False
+    """Its sidecar says ``memforensics plan`` wrote it: a prediction, not a GPU's record."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +238,7 @@ def list_dumps(root: str | Path) -> RunListing:
         raise SnapshotLoadError(f"{folder}: not a folder")
     entries = [_entry(path) for path in _snapshot_files(folder)]
     entries.sort(key=_order)
-    first_oom = next((entry for entry in entries if entry.kind == "oom"), None)  # sorted by time
+    first_oom = next((e for e in entries if e.kind == "oom" and not e.empty), None)  # by time
     return RunListing(folder, tuple(entries), first_oom)
 
 
@@ -236,7 +263,7 @@ def _entry(path: Path) -> DumpEntry:
         stat = path.stat()
         size, mtime = stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc)
     except OSError:
-        size, mtime = 0, None
+        size, mtime = -1, None
     return DumpEntry(
         path=path,
         kind=meta.kind,
@@ -244,13 +271,15 @@ def _entry(path: Path) -> DumpEntry:
         step=meta.step,
         steps=meta.steps,
         device_index=meta.device_index,
-        snapshot_bytes=size,
+        snapshot_bytes=max(size, 0),
         created_at=meta.created_at or (mtime.isoformat() if mtime else None),
         partial=meta.partial,
         truncated=meta.truncated,
         has_sidecar=meta.has_sidecar,
         sidecar_error=error,
         external_bytes=external_from_sidecar(meta.sidecar),
+        empty=size == 0,
+        predicted=meta.predicted,
     )
 
 

@@ -24,6 +24,8 @@ from itertools import islice
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.diagnosis import Diagnosis
+from memforensics.analysis.dump import load_dump
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import (
     MISSING,
@@ -33,6 +35,7 @@ from memforensics.analysis.folder.journals import (
 )
 from memforensics.analysis.folder.ls import DumpRecord, scan_run
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
+from memforensics.analysis.summary import summarize
 
 # One rank over the whole run: its journals' figures and dumps, and its first OOM.
 #
@@ -70,7 +73,8 @@ class RankFacts:
     closed: bool
     dumps: tuple[str, ...]
     forecast: Forecast | None = None
-    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward."""
+    """When live plus outside-PyTorch bytes reach the limit, if the rank drifts upward; None
+    for a rank that ran out already (its limit is behind it, not ahead)."""
 
 
 def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord]) -> RankFacts:
@@ -78,6 +82,7 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
     newest = journals[-1] if journals else None
     steps = [s for j in journals for s in (j.steps[:1] + j.steps[-1:]) if s != MISSING]
     peaks = [j.peak_reserved for j in journals if j.peak_reserved is not None]
+    failure = _failure(rank, journals, dumps)
     return RankFacts(
         rank=rank,
         pids=tuple(j.pid for j in journals),
@@ -91,10 +96,10 @@ def rank_facts(rank: int, journals: list[ProcessJournal], dumps: list[DumpRecord
         external_bytes=_last(journals, "external_bytes"),
         reserved_growth_per_1k_steps=newest.growth.get("reserved_bytes") if newest else None,
         allocated_growth_per_1k_steps=newest.growth.get("allocated_bytes") if newest else None,
-        failure=_failure(rank, journals, dumps),
+        failure=failure,
         closed=bool(newest is not None and newest.events.endswith("c")),
         dumps=tuple(sorted(d.path for d in dumps)),
-        forecast=newest.forecast if newest is not None else None,
+        forecast=newest.forecast if newest is not None and failure is None else None,
     )
 
 
@@ -330,7 +335,8 @@ class Problems:
     torn_last_lines: tuple[int, ...]
     """Ranks whose journal ends in a line cut short (skipped)."""
     bad_lines: int
-    """Journal lines that could not be read."""
+    """Journal lines skipped: unreadable, or refused by ``journals.readable_line`` (a negative
+    or non-finite time or figure)."""
     not_closed: tuple[int, ...]
     """Ranks whose newest process wrote no close line (killed, hung or running)."""
     unreadable: tuple[str, ...]
@@ -360,21 +366,28 @@ class Overview:
     forecasts: tuple[Forecast, ...]
     ranks: tuple[RankFacts, ...]
     journals: tuple[ProcessJournal, ...] = field(default=(), repr=False, metadata=NOT_IN_JSON)
+    first_oom_diagnosis: Diagnosis | None = None
+    """The first failing rank's causes, from its OOM dump (``summary``'s own diagnosis); None
+    without such a dump, or when it could not be read."""
 
     def rank(self, number: int) -> RankFacts | None:
         """The facts of rank ``number``, if it left anything."""
         return next((r for r in self.ranks if r.rank == number), None)
 
 
-def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
-    """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs)."""
+def build_overview(
+    root: str | Path, *, workers: int | None = None, diagnose: bool = False
+) -> Overview:
+    """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs).
+    No snapshot is opened, unless ``diagnose``: then the first failing rank's earliest OOM dump
+    is read for its causes (one dump, however many ranks)."""
     folder = Path(root)
     if not folder.is_dir():
         raise SnapshotLoadError(f"{folder}: not a folder")
     files = scan_run(str(folder))
     journals = read_all(list(files.journals.values()), workers)
     by_rank: dict[int, list[ProcessJournal]] = {}
-    for journal in sorted(journals, key=_first_time):
+    for journal in sorted(journals, key=_process_order):
         by_rank.setdefault(journal.rank, []).append(journal)
     dumps: dict[int, list[DumpRecord]] = {}
     for dump in files.dumps:
@@ -410,7 +423,24 @@ def build_overview(root: str | Path, *, workers: int | None = None) -> Overview:
         forecasts=tuple(sorted(forecasts, key=lambda f: (f.step, f.rank))),
         ranks=ranks,
         journals=tuple(journals),
+        first_oom_diagnosis=_first_diagnosis(folder, failures, dumps) if diagnose else None,
     )
+
+
+def _first_diagnosis(
+    folder: Path, failures: Sequence[Failure], dumps: Mapping[int, list[DumpRecord]]
+) -> Diagnosis | None:
+    """The diagnosis of the first failing rank's earliest OOM dump (None: none readable)."""
+    if not failures:
+        return None
+    ooms = [d for d in dumps.get(failures[0].rank, []) if d.kind == "oom"]
+    if not ooms:
+        return None
+    first = min(ooms, key=lambda d: (d.time if d.time is not None else float("inf"), d.path))
+    try:
+        return summarize(load_dump(folder / first.path), top=3).diagnosis
+    except SnapshotLoadError:
+        return None
 
 
 def _steps(ranks: Sequence[RankFacts]) -> tuple[int, int] | None:
@@ -438,8 +468,16 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _first_time(journal: ProcessJournal) -> tuple[float, int]:
-    return (journal.times[0] if journal.times else float("inf"), journal.pid)
+def _process_order(journal: ProcessJournal) -> tuple[bool, float, int]:
+    """A rank's processes in the order they ran, those that ran no step first: the newest
+    process, whose figures are the rank's, is always one that trained."""
+    return (journal.ran_steps, journal.times[0] if journal.times else float("inf"), journal.pid)
+
+
+def _restarts(by_rank: dict[int, list[ProcessJournal]]) -> dict[int, tuple[int, ...]]:
+    """Rank -> the pids of its processes that ran steps, for ranks with more than one."""
+    found = {r: tuple(j.pid for j in group if j.ran_steps) for r, group in by_rank.items()}
+    return {rank: pids for rank, pids in found.items() if len(pids) > 1}
 
 
 def _problems(
@@ -457,7 +495,7 @@ def _problems(
         ranks_without_journal=tuple(sorted(present - set(by_rank))),
         ranks_missing=tuple(missing),
         ranks_missing_count=max(0, (world or 0) - sum(1 for r in present if r < (world or 0))),
-        restarts={r: tuple(j.pid for j in group) for r, group in by_rank.items() if len(group) > 1},
+        restarts=_restarts(by_rank),
         torn_last_lines=tuple(sorted({j.rank for j in journals if j.torn_last_line})),
         bad_lines=sum(j.bad_lines for j in journals),
         not_closed=tuple(

@@ -7,11 +7,13 @@ them all).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.dump import PREDICTED
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
 from memforensics.analysis.folder.overview import COMPARED, Overview, RankFacts
@@ -65,6 +67,7 @@ def _when(moment: float | None) -> str:
 def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
     """The whole text output."""
     lines = [_head(view), _failures(view)]
+    lines += _cause(view)
     lines += _outliers(view)
     lines += _comparison(view)
     lines += forecast_lines(view.forecasts)
@@ -85,25 +88,45 @@ def _head(view: Overview) -> str:
     )
 
 
+def at_step(step: int | None) -> str:
+    """Where in training an OOM happened: ``at step 25``, or outside every ``step()`` block."""
+    return "outside any step" if step is None else f"at step {step:,}"
+
+
 def _failures(view: Overview) -> str:
     first = view.first_oom
     if first is None:
         return "no OOM: no journal line or dump records one"
-    step = "outside a step" if first.step is None else f"step {first.step:,}"
+    where = f"first OOM: rank {first.rank} {at_step(first.step)}, {_when(first.time)}"
     order = [f.rank for f in view.failures]
     if len(order) == 1:
-        return f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; no other rank failed"
+        return f"{where}; no other rank failed"
     shown = ", ".join(str(r) for r in order[: TOP * 2])
     more = f" (+{len(order) - TOP * 2} more)" if len(order) > TOP * 2 else ""
-    return (
-        f"first OOM: rank {first.rank} at {step}, {_when(first.time)}; "
-        f"{len(order):,} ranks failed, in this order: {shown}{more}"
+    return f"{where}; {len(order):,} ranks failed, in this order: {shown}{more}"
+
+
+def _cause(view: Overview) -> list[str]:
+    """The first failing rank's top cause and fix (summary's headline for its OOM dump)."""
+    diagnosis = view.first_oom_diagnosis
+    if diagnosis is None or view.first_oom is None:
+        return []
+    return textwrap.wrap(
+        f"cause: {diagnosis.headline}",
+        width=100,
+        subsequent_indent="  ",
+        break_on_hyphens=False,
     )
 
 
 def _outliers(view: Overview) -> list[str]:
     if not view.outliers:
-        return ["stand out: none (median/MAD rule, see docs/analysis.md)"]
+        if len(view.ranks) < 3:
+            return ["stand out: not judged (fewer than 3 ranks to compare)"]
+        return [
+            "stand out: none (no rank's peak reserved or reserved growth is far from the"
+            " other ranks' median)"
+        ]
     parts = []
     for item in view.outliers[:TOP]:
         if item.figure == "peak_reserved_bytes":
@@ -129,7 +152,10 @@ def forecast_sentence(item: Forecast) -> str:
 def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
     """The overview's forecast: the soonest ranks to run out, or why none is forecast."""
     if not forecasts:
-        return ["forecast: none (no rank's live + outside-PyTorch bytes climb a steady line)"]
+        return [
+            "forecast: none (no rank that has not run out climbs a steady line of live +"
+            " outside-PyTorch bytes)"
+        ]
     lines = [f"forecast: {forecast_sentence(item)}" for item in forecasts[:TOP]]
     if len(forecasts) > TOP:
         lines.append(f"forecast: +{len(forecasts) - TOP} more ranks drift upward")
@@ -138,8 +164,20 @@ def forecast_lines(forecasts: Sequence[Forecast]) -> list[str]:
 
 def _comparison(view: Overview) -> list[str]:
     cmp = view.comparison
+    first = view.first_oom
     if cmp is None:
-        return [] if view.first_oom is None else ["no healthy peer with a line at that step"]
+        if first is None:
+            return []
+        failed = view.rank(first.rank)
+        if failed is None or not failed.lines:
+            return [
+                f"no comparison with a healthy rank: rank {first.rank} wrote no journal line"
+                " before its OOM"
+            ]
+        return [
+            f"no comparison with a healthy rank: no rank that neither failed nor stands out"
+            f" wrote a journal line at rank {first.rank}'s last step before its OOM"
+        ]
     diffs = cmp.differences
     shown = ", ".join(
         f"{_LABELS[key]} {_change(diffs[key], count=key == 'alloc_retries')}" for key in COMPARED
@@ -162,7 +200,7 @@ def _problems(view: Overview) -> list[str]:
     if p.torn_last_lines:
         parts.append(f"torn last line (skipped): rank(s) {rank_ranges(p.torn_last_lines)}")
     if p.bad_lines:
-        parts.append(f"{p.bad_lines:,} unreadable line(s) skipped")
+        parts.append(skipped_lines_text(p.bad_lines))
     for rank, pids in list(p.restarts.items())[:TOP]:
         parts.append(f"rank {rank} restarted (pids {', '.join(str(x) for x in pids)})")
     if len(p.restarts) > TOP:
@@ -235,6 +273,9 @@ def _no_oom_head(listing: RunListing) -> str:
     """The head when no OOM dump is known: what ``ls`` saw, and what it did not open."""
     unknown = sum(1 for entry in listing.dumps if entry.kind is None)
     known = len(listing.dumps) - unknown
+    empty = sum(1 for entry in listing.dumps if entry.empty and entry.kind == "oom")
+    if empty:
+        return f"no OOM dumps among {known} dump(s); {empty} empty OOM file(s) (0 bytes) ignored"
     if not unknown:
         return f"no OOM dumps among {known} dump(s)" if known else "no dumps"
     raw = (
@@ -250,9 +291,11 @@ def ls_text(listing: RunListing) -> str:
     first = listing.first_oom
     head = _no_oom_head(listing)
     if first is not None:
+        step = "outside any step" if first.step is None else f"step {first.step}"
         head = (
-            f"first OOM: rank {first.rank} step {first.step}"
+            f"first OOM: rank {first.rank} {step}"
             f" at {first.created_at}  {printable(str(first.path))}"
+            + (f" ({PREDICTED})" if first.predicted else "")
         )
     lines = [
         head,
@@ -271,6 +314,8 @@ def ls_text(listing: RunListing) -> str:
                 "P" if entry.partial else "",
                 "T" if entry.truncated else "",
                 "" if entry.has_sidecar else "?",
+                "E" if entry.empty else "",
+                "~" if entry.predicted else "",
             )
         )
         lines.append(
@@ -281,8 +326,8 @@ def ls_text(listing: RunListing) -> str:
         )
     lines.append("")
     lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar;"
-        " external: memory outside PyTorch at an OOM"
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
+        f" E empty (0 bytes, no OOM), ~ {PREDICTED}; external: memory outside PyTorch at an OOM"
     )
     return "\n".join(lines)
 
@@ -299,13 +344,19 @@ def watch_header(view: WatchView) -> str:
     first = view.first_oom
     oom = "no OOM yet"
     if first is not None:
-        step = "outside a step" if first.step is None else f"step {first.step:,}"
-        oom = f"first OOM: rank {first.rank} at {step}, {_when(first.time)}"
+        oom = f"first OOM: rank {first.rank} {at_step(first.step)}, {_when(first.time)}"
     torn = f" · {view.torn_lines} line(s) still being written" if view.torn_lines else ""
+    skipped = f" · {skipped_lines_text(view.skipped_lines)}" if view.skipped_lines else ""
     return (
         f"{view.ranks_seen:,} ranks · allocated {format_bytes(view.allocated_bytes)} · reserved "
         f"{format_bytes(view.reserved_bytes)} · {view.failed_ranks:,} failed · {oom}{torn}"
+        f"{skipped}"
     )
+
+
+def skipped_lines_text(count: int) -> str:
+    """How every journal reader says it skipped lines (``journals.readable_line``'s rule)."""
+    return f"{count:,} journal line(s) skipped (unreadable, or a negative or non-finite figure)"
 
 
 def watch_cells(row: WatchRow) -> tuple[str, ...]:

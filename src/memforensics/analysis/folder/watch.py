@@ -4,8 +4,11 @@
 the figures of its newest line and the points its forecast needs. Each :meth:`~JournalWatch.poll`
 lists the journal folder once and reads only what each file gained since, so a job of
 thousands of ranks costs a ``scandir`` plus one ``open``/``fstat`` per file per refresh, and
-parsing only the new lines. A line still being written (no newline yet) is left for the next
-poll; a file that shrank or was replaced (rotation) is read again from its start.
+parsing only the new lines. A read takes at most ``READ_CHUNK`` bytes of a file per poll, and
+each byte once: a line still being written (no newline yet) is kept, up to ``MAX_LINE`` bytes,
+until its end arrives; a longer one is no journal line and is skipped to its newline. A file
+that shrank or was replaced (rotation) is read again from its start. Lines
+:func:`~memforensics.analysis.folder.journals.readable_line` refuses are skipped and counted.
 :meth:`~JournalWatch.view` turns the state into rows, most urgent first. No rich here: the
 command renders.
 """
@@ -22,7 +25,7 @@ from typing import Any
 from memforensics import _layout
 from memforensics.analysis.dump import open_regular
 from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
-from memforensics.analysis.folder.journals import READ_LIMIT, upgrade_keys
+from memforensics.analysis.folder.journals import readable_line, upgrade_keys
 from memforensics.analysis.schema import json_key
 
 SCHEMA = 2
@@ -32,13 +35,22 @@ removing one bumps it)."""
 _KEEP = 2 * WINDOW
 """Points kept per process for its forecast (the fit uses the newest ``WINDOW``)."""
 
+READ_CHUNK = 1 << 20
+"""Bytes read of one journal file per poll at most (a journal line is about 400 bytes; the
+writer rotates at 4 MiB): a file that grew more is caught up over the next polls."""
+MAX_LINE = 64 << 10
+"""A line still without its newline past this many bytes is no journal line: skipped."""
+
 
 @dataclass(slots=True)
 class _Tail:
-    """How far one journal file has been read."""
+    """How far one journal file has been read, and the start of a line not yet whole."""
 
     inode: int = -1
     offset: int = 0
+    pending: bytes = b""
+    discarding: bool = False
+    """Inside a line over ``MAX_LINE``: what comes up to its newline is dropped."""
 
 
 @dataclass(slots=True)
@@ -113,6 +125,8 @@ class WatchView:
     first_oom: FirstOom | None
     torn_lines: int
     """Files whose last line is still being written (left for the next poll)."""
+    skipped_lines: int
+    """Lines skipped: unreadable, over ``MAX_LINE``, or refused by ``readable_line``."""
     rows: tuple[WatchRow, ...] = field(metadata=json_key("ranks"))
 
 
@@ -126,6 +140,7 @@ class JournalWatch:
         self._torn: set[str] = set()
         self.bytes_read = 0
         """Bytes read from journal files so far (new bytes only: what the offsets save)."""
+        self.skipped_lines = 0
 
     def poll(self) -> int:
         """Read what every current journal file gained; the number of new lines."""
@@ -157,31 +172,50 @@ class JournalWatch:
             with open_regular(path) as handle:  # a FIFO or a device link is never read
                 info = os.fstat(handle.fileno())
                 if info.st_ino != tail.inode or info.st_size < tail.offset:
-                    tail.inode, tail.offset = info.st_ino, 0  # new or rotated: from the start
+                    self._tails[path] = tail = _Tail(info.st_ino)  # new or rotated: from the start
                 if info.st_size == tail.offset:
                     return 0
                 handle.seek(tail.offset)
-                data = handle.read(min(info.st_size - tail.offset, READ_LIMIT))
+                data = handle.read(min(info.st_size - tail.offset, READ_CHUNK))
         except OSError:
             return 0
         self.bytes_read += len(data)
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
-            self._torn.add(path)  # still being written: read again once it is whole
+        tail.offset += len(data)
+        whole = self._whole_lines(tail, data)
+        if tail.pending or tail.discarding:
+            self._torn.add(path)  # still being written: the rest comes with the next polls
         else:
             self._torn.discard(path)
-        tail.offset += end
         process = self._processes.setdefault((rank, pid), _Process(rank, pid))
         count = 0
-        for raw in upgrade_keys(data[:end]).split(b"\n")[:-1]:
+        for raw in upgrade_keys(whole).split(b"\n")[:-1]:
             try:
                 line = json.loads(raw)
             except (ValueError, RecursionError):
-                continue
-            if type(line) is dict:
+                line = None
+            if readable_line(line):
                 _apply(process, line)
                 count += 1
+            else:
+                self.skipped_lines += 1
         return count
+
+    def _whole_lines(self, tail: _Tail, data: bytes) -> bytes:
+        """The whole lines ``data`` completes (newline ended); keep the rest in ``tail``."""
+        if tail.discarding:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return b""
+            data, tail.discarding = data[cut + 1 :], False
+        else:
+            data = tail.pending + data
+        end = data.rfind(b"\n") + 1
+        rest = data[end:]
+        if len(rest) > MAX_LINE:
+            self.skipped_lines += 1
+            tail.discarding, rest = True, b""
+        tail.pending = rest
+        return data[:end]
 
     def view(self) -> WatchView:
         """Rows for every rank (its newest process), most urgent first, with the totals."""
@@ -208,6 +242,7 @@ class JournalWatch:
             ooms=sum(p.ooms for p in newest.values()),
             first_oom=first,
             torn_lines=len(self._torn),
+            skipped_lines=self.skipped_lines,
             rows=tuple(rows),
         )
 

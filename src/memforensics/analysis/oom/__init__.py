@@ -13,6 +13,7 @@ from memforensics.analysis.oom.history import (
 from memforensics.analysis.oom.moment import (
     TRACE,
     OomMoment,
+    ServeRoute,
     judged_moment_warning,
     oom_moment,
     recorded_rules,
@@ -33,6 +34,9 @@ from memforensics.analysis.oom.verdict import (
     Verdict,
     device_free_text,
     judge,
+    needed_text,
+    outside_text,
+    replayable,
     verdict_at_oom,
 )
 
@@ -47,6 +51,7 @@ __all__ = [
     "LowerBound",
     "OomMoment",
     "SegmentState",
+    "ServeRoute",
     "Verdict",
     "at_risk",
     "at_risk_headline",
@@ -59,9 +64,12 @@ __all__ = [
     "judge",
     "judged_moment_warning",
     "lower_bound",
+    "needed_text",
     "oom_moment",
+    "outside_text",
     "recorded_rules",
     "recorded_settings",
+    "replayable",
     "seed_state",
     "settings_notes",
     "settings_read",

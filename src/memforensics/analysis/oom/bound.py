@@ -27,21 +27,29 @@ class LowerBound:
     plus the memory outside PyTorch at the OOM; proven exhausted when above the limit."""
 
     peak_live_bytes: int
+    """The most bytes live at once (each block at its least size), the request not counted."""
     external_bytes: int
     limit_bytes: int
     limit_source: str  # LIMIT, or CAPACITY when no limit was recorded
     needed_bytes: int
-    """Peak live plus external."""
+    """Peak live plus the request made at that peak plus external."""
     margin_bytes: int
     """How far the need exceeds the limit (negative: room that placement could use)."""
     proven: bool = field(metadata=json_key("proven_exhausted"))
     """No allocator setting could have fit."""
+    request_bytes: int = 0
+    """The failed request at its least size, when the peak is at it (0: the peak is elsewhere)."""
 
     @classmethod
-    def of(cls, peak_live: int, external: int, limit: int, source: str = LIMIT) -> LowerBound:
-        """The bound of ``peak_live`` plus ``external`` bytes against ``limit``."""
-        needed = peak_live + external
-        return cls(peak_live, external, limit, source, needed, needed - limit, needed > limit)
+    def of(
+        cls, peak_live: int, external: int, limit: int, source: str = LIMIT, request: int = 0
+    ) -> LowerBound:
+        """The bound of ``peak_live`` plus ``request`` plus ``external`` bytes against
+        ``limit``."""
+        needed = peak_live + request + external
+        return cls(
+            peak_live, external, limit, source, needed, needed - limit, needed > limit, request
+        )
 
 
 def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
@@ -58,7 +66,7 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
         limit, source, external = moment.reserved_bytes + moment.device_free_bytes, CAPACITY, 0
     if limit is None or external is None:
         return None
-    peak = 0
+    peak, request = 0, 0  # live bytes at the peak, and the request made there
     if moment.source == FINAL or moment.index is None:
         live = sum(
             _least(block.requested_size)
@@ -66,18 +74,19 @@ def lower_bound(dump: Dump, moment: OomMoment) -> LowerBound | None:
             for block in segment.blocks
             if block.state in (ALLOCATED, PENDING_FREE)
         )
-        peak = live + (_least(moment.requested_bytes) if moment.requested_bytes else 0)
+        peak, request = live, _least(moment.requested_bytes) if moment.requested_bytes else 0
     if moment.index is not None and has_history(dump):
         found = peak_live_bytes(dump, until=moment.index)
-        if found is not None:
-            peak = max(peak, found[0])
-    return LowerBound.of(peak, external, limit, source)
+        if found is not None and found[0] + found[2] > peak + request:
+            peak, request = found[0], found[2]
+    return LowerBound.of(peak, external, limit, source, request)
 
 
-def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | None:
-    """The most bytes live at once up to trace index ``until`` (the failing request counted at
-    an ``oom`` entry), each block at its least possible size (its request rounded to 512 bytes,
-    which no setting undercuts); and the index where that peak was reached.
+def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int, int] | None:
+    """The most bytes needed at once up to trace index ``until``, each block at its least
+    possible size (its request rounded to 512 bytes, which no setting undercuts): the bytes
+    live then, the index where that peak was reached, and the failing request's least size
+    when the peak is at an ``oom`` entry (else 0; live plus it is what was needed).
 
     One backward pass from the final blocks: before an ``alloc`` its block was not live, before
     a ``free_completed`` it was. Blocks freed but still waiting for other streams count as live.
@@ -92,6 +101,7 @@ def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | N
     trace = dump.trace
     stop = len(trace) - 1 if until is None else min(until, len(trace) - 1)
     peak, where = (running, len(trace) - 1) if until is None else (0, -1)
+    asked = 0  # the failing request counted in ``peak`` (at an ``oom`` entry)
     for position in range(len(trace) - 1, -1, -1):
         entry = trace[position]
         if type(entry) is not dict:
@@ -99,7 +109,7 @@ def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | N
         action = entry.get("action")
         size = entry.get("size")
         if position <= stop and running > peak:
-            peak, where = running, position
+            peak, where, asked = running, position, 0
         if action == "alloc":
             address = entry.get("addr")
             least = live.pop(address, None) if type(address) is int else None
@@ -119,10 +129,10 @@ def peak_live_bytes(dump: Dump, until: int | None = None) -> tuple[int, int] | N
             and type(size) is int
             and running + _least(size) > peak
         ):
-            peak, where = running + _least(size), position
+            peak, where, asked = running + _least(size), position, _least(size)
     if running > peak:
-        peak, where = running, -1
-    return peak, where
+        peak, where, asked = running, -1, 0
+    return peak - asked, where, asked
 
 
 def _least(requested: int) -> int:

@@ -29,7 +29,9 @@ from memforensics.allocator import (
     ConfRules,
     DeviceCachingAllocator,
     RecordedSettings,
+    get_allocation_size,
     read_snapshot_settings,
+    round_size,
     rules_for,
     seed_expandable,
     seed_segment,
@@ -86,6 +88,21 @@ def seed_state(
     return by_addr
 
 
+@dataclass(frozen=True, slots=True)
+class ServeRoute:
+    """How the allocator model served a request: what it had to do first. All zero: a cached
+    block of the request's pool and stream served it."""
+
+    waited_for_bytes: int = 0
+    """Blocks freed on one stream and waiting for another's events, freed by waiting for them
+    (``synchronize_and_free_events``): the route assumes those events complete."""
+    released_segments: int = 0
+    released_bytes: int = 0
+    """Cached segments given back to the device (``release_cached_blocks``) before a new one."""
+    new_segment_bytes: int = 0
+    """The new segment (``cudaMalloc``) or mapped pages that served it."""
+
+
 def could_serve(
     state: AllocatorState,
     settings: AllocatorSettings,
@@ -94,20 +111,40 @@ def could_serve(
     *,
     headroom: int | None,
     device_total: int | None,
-) -> bool:
-    """True when the allocator, in ``state`` under ``settings``, serves ``requested`` bytes on
-    ``stream``: from a cached block, or a fresh segment out of ``headroom`` (the device memory
-    it could still reserve; None: unknown, so no fresh segment is counted on)."""
+) -> ServeRoute | None:
+    """How the allocator, in ``state`` under ``settings``, serves ``requested`` bytes on
+    ``stream`` (None: it does not): from a cached block, or after waiting for pending frees,
+    releasing cached segments and making a new one out of ``headroom`` (the device memory it
+    could still reserve; None: unknown, so only released memory is counted on)."""
     capacity = state.reserved + (headroom or 0)
+    made: list[tuple[str, int]] = []
+
+    def on_trace(action: str, addr: int, size: int, stream: int) -> None:
+        made.append((action, size))
+
     model = DeviceCachingAllocator(
         settings,
         capacity=capacity,
         device_total=device_total if device_total is not None else capacity,
         auto_events=False,
         trace_blocks=False,
+        on_trace=on_trace,
     )
     seed_state(model, state)
-    return model.malloc(requested, stream) is not None
+    made.clear()
+    pending = sum(block.size for block in model.pending)
+    syncs = model.num_sync_all_streams
+    if model.malloc(requested, stream) is None:
+        return None
+    released = [size for action, size in made if action in ("segment_free", "segment_unmap")]
+    return ServeRoute(
+        waited_for_bytes=pending if model.num_sync_all_streams > syncs else 0,
+        released_segments=len(released),
+        released_bytes=sum(released),
+        new_segment_bytes=sum(
+            size for action, size in made if action in ("segment_alloc", "segment_map")
+        ),
+    )
 
 
 FINAL = "final"  # the dump was taken at the OOM (or nothing changed after it)
@@ -134,6 +171,12 @@ class OomMoment:
     assumed: bool = False  # the request is the user's (--requested), not the recorded OOM's
     served: bool | None = field(default=None, metadata=json_key("could_serve"))
     """The allocator model serves the request in this state."""
+    free_in_pool_bytes: int | None = None
+    """Free inside reserved segments of the request's pool and stream: the only free bytes
+    that can serve it (the small pool never serves a request over 1 MiB, nor the large pool
+    one up to it)."""
+    route: ServeRoute | None = None
+    """How the model served it, when it did."""
 
     @property
     def external_bytes(self) -> int | None:
@@ -226,12 +269,22 @@ def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
     else:
         state = state_before(dump, len(dump.trace), settings)  # the final state, nothing undone
         found = _from_final(dump, index, wanted, allocation, limit, device_free, stream)
-    served = None
+    route = None
     if wanted is not None and not state.problem_count:
-        served = could_serve(
+        route = could_serve(
             state, settings, wanted, stream, headroom=found.headroom_bytes, device_total=limit
         )
-    return replace(found, assumed=assumed, served=served)
+    served = None if wanted is None or state.problem_count else route is not None
+    if allocation is None and wanted is not None:
+        allocation = _allocation_of(settings, wanted)
+    return replace(found, assumed=assumed, served=served, route=route, allocation_bytes=allocation)
+
+
+def _allocation_of(settings: AllocatorSettings, requested: int) -> int:
+    """What PyTorch's error text prints for a request no cached block served: ``malloc``'s
+    ``get_allocation_size`` of the rounded request (under expandable segments too, where only
+    the pages the block needs are then mapped)."""
+    return get_allocation_size(settings, round_size(settings, requested))
 
 
 def judged_moment_warning(dump: Dump, requested: int | None) -> str | None:
@@ -280,7 +333,7 @@ def _from_state(
     return OomMoment(
         TRACE, index, requested, allocation, limit, device_free,
         state.reserved, state.allocated, sum(size for _s, _a, size in runs),
-        max(pool_runs, default=0), stream,
+        max(pool_runs, default=0), stream, free_in_pool_bytes=sum(pool_runs),
     )  # fmt: skip
 
 
@@ -295,7 +348,7 @@ def _from_final(
 ) -> OomMoment:
     """The moment from the final state (the dump was taken at the OOM)."""
     small = requested is not None and requested <= K_SMALL_SIZE
-    reserved = allocated = free = largest = 0
+    reserved = allocated = free = largest = in_pool = 0
     for segment in dump.segments:
         reserved += segment.total_size
         same_pool = (segment.segment_type == "small") == small and (segment.stream or 0) == stream
@@ -304,9 +357,10 @@ def _from_final(
                 free += block.size
                 if same_pool:
                     largest = max(largest, block.size)
+                    in_pool += block.size
             elif block.state == "active_allocated":
                 allocated += block.size
     return OomMoment(
         FINAL, index, requested, allocation, limit, device_free,
-        reserved, allocated, free, largest, stream,
+        reserved, allocated, free, largest, stream, free_in_pool_bytes=in_pool,
     )  # fmt: skip

@@ -8,22 +8,28 @@ By the time PyTorch raises an OOM it has released every wholly free segment and 
 is left is holes inside partly used segments, the device's free memory (capped by the limit), and
 memory on the device that PyTorch's allocator does not own (``limit - device free - reserved``:
 NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). With ``free`` the holes
-plus the free device memory:
+of the request's own pool and stream (the small pool never serves a request over 1 MiB) plus
+the free device memory:
 
 - ``fragmentation``: ``free`` covers the request, yet no single hole or fresh segment could hold
   it: the bytes exist but not in one piece. Placement (expandable segments) can fix it.
 - ``external``: ``free`` falls short, but would cover the request if the memory outside PyTorch
-  were not there: that memory, not PyTorch's live or cached bytes, left no room.
+  were not there: that memory, not PyTorch's live or cached bytes, left no room. Also
+  ``external (nothing reserved)``: PyTorch held nothing, so only memory outside it, or a device
+  or limit smaller than the request, can have stopped it.
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
-  could give the live blocks (requests rounded to 512 B) plus the external memory exceed the
-  limit: no allocator setting could have fit.
+  could give the live blocks (requests rounded to 512 B), the request and the external memory
+  exceed the limit: no allocator setting could have fit. ``request over the limit``: nothing
+  reserved, and the request alone exceeds the recorded limit.
 - ``could-serve``: the request was given by hand (``summary --requested``) for a state that
   records no OOM of its own, and the allocator model, seeded with that state under the recorded
-  settings, serves it (a cached block of its pool and stream, or a fresh segment from the
-  device's free memory when that is known). Not an OOM verdict: the OOM happened at another
-  moment, when more was live.
+  settings, serves it; the explanation names the route (a cached block of its pool and stream,
+  or waiting for pending cross-stream frees, releasing cached segments and a new segment from
+  the device's free memory) and what it rests on. Not an OOM verdict: the OOM happened at
+  another moment, when more was live.
 - ``unknown``: an OOM the dump cannot judge (no history and no sidecar to say whether or what
-  failed, or a state at the OOM that cannot be reconstructed); ``reason`` says which.
+  failed, a trace of one event, a state at the OOM that cannot be reconstructed, or a
+  ``--requested`` no cached block serves while device free is unknown); ``reason`` says which.
 - ``no-oom``: nothing failed in this dump.
 """
 
@@ -33,11 +39,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.dump import Dump
+from memforensics.allocator import K_SMALL_SIZE
+from memforensics.analysis.dump import NOTHING_ALLOCATED, ONE_EVENT, Dump
 from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
-from memforensics.analysis.oom.moment import OomMoment, oom_moment
+from memforensics.analysis.oom.moment import OomMoment, ServeRoute, oom_moment
 
 FRAGMENTATION = "fragmentation"
 EXHAUSTED = "exhausted"
@@ -73,15 +80,45 @@ def no_oom() -> Verdict:
     return Verdict(NO_OOM, "No out-of-memory error is recorded in this dump.", None)
 
 
-def unknown_no_evidence() -> Verdict:
+def unknown_no_evidence(nothing_allocated: bool = False) -> Verdict:
     """No history and no sidecar: nothing says whether, or what, failed."""
+    held = (
+        "Nothing was allocated when this snapshot was taken, and it"
+        if nothing_allocated
+        else ("This snapshot")
+    )
     return Verdict(
         UNKNOWN,
-        "This snapshot has no allocator history and no sidecar, so nothing records whether an"
+        f"{held} records no allocator event and has no sidecar, so nothing records whether an"
         " allocation failed or what it asked for.",
         "If it was taken at an OOM, give the failed request from the error message:"
         " memforensics summary FILE --requested 2GiB.",
         "no history and no sidecar",
+    )
+
+
+def replayable(dump: Dump) -> bool:
+    """Has the dump a trace ``replay`` can run (more than the one event of the legacy call)?"""
+    return has_history(dump) and dump.shape.history != ONE_EVENT
+
+
+def outside_text(external: int | None) -> str:
+    """``outside PyTorch 1.00 GiB``, or ``outside PyTorch unknown`` (never a dash for it)."""
+    return "outside PyTorch unknown" if external is None else f"outside PyTorch {fmt(external)}"
+
+
+def one_event_verdict() -> Verdict:
+    """The trace holds one event: it cannot show that nothing failed."""
+    return Verdict(
+        UNKNOWN,
+        "The trace holds one event: too short to rule out an OOM (the legacy"
+        " torch.cuda.memory._record_memory_history(True) keeps one entry), so nothing here"
+        " says whether an allocation failed.",
+        "Record a history that keeps events: torch.cuda.memory._record_memory_history("
+        "max_entries=100000), or memforensics.install(), which records one. If this snapshot"
+        " was taken at an OOM, give the failed request: memforensics summary FILE"
+        " --requested 2GiB.",
+        "one-event trace",
     )
 
 
@@ -101,17 +138,116 @@ def limit_text(bound: LowerBound) -> str:
 
 
 def could_serve_verdict(moment: OomMoment) -> Verdict:
-    """The given request fits the recorded state: this is not the state the OOM met."""
-    fresh = "" if moment.device_free_bytes is None else " or a fresh segment from free memory"
+    """The given request fits the recorded state: this is not the state the OOM met. Names
+    the route the allocator model took and what that route assumes."""
+    route = moment.route or ServeRoute()
+    steps: list[str] = []
+    assumes: list[str] = []
+    if route.waited_for_bytes:
+        steps.append(
+            f"waiting for {fmt(route.waited_for_bytes)} of pending cross-stream frees"
+            " (blocks freed on one stream while another still used them)"
+        )
+        assumes.append("that the other streams' events complete")
+    if route.released_segments:
+        plural = "segment" if route.released_segments == 1 else "segments"
+        steps.append(
+            f"releasing {route.released_segments:,} cached {plural} ({fmt(route.released_bytes)})"
+        )
+    if route.new_segment_bytes:
+        steps.append(f"a new cudaMalloc of {fmt(route.new_segment_bytes)}")
+        assumes.append(
+            "that the released memory is free for it"
+            if moment.device_free_bytes is None
+            else f"the {device_free_text(moment.device_free_bytes)} recorded"
+        )
+    how = (
+        "from a cached block of its pool and stream"
+        if not steps
+        else "only after " + ", then ".join(steps)
+    )
+    rests = f" This rests on {' and '.join(assumes)}." if assumes else ""
     return Verdict(
         COULD_SERVE,
         f"This state could serve the request: the OOM happened at another moment. The"
         f" allocator, seeded with this snapshot's {fmt(moment.reserved_bytes)} reserved"
         f" ({fmt(moment.allocated_bytes)} allocated) under its recorded settings, serves"
-        f" {fmt(moment.requested_bytes)} from a cached block of its pool and stream{fresh}"
-        f" ({device_free_text(moment.device_free_bytes)}).",
+        f" {fmt(moment.requested_bytes)} {how} ({device_free_text(moment.device_free_bytes)})."
+        f"{rests}",
         "Judge a snapshot taken at the failure: the OOM dump memforensics writes, or"
         " torch.cuda.memory._snapshot() called from the OOM handler.",
+    )
+
+
+def nothing_reserved_verdict(moment: OomMoment) -> Verdict:
+    """A request failed while PyTorch held nothing: its memory cannot be the cause. Either
+    the request alone exceeds the recorded limit, or memory outside PyTorch (or a device or
+    limit smaller than the request, where none is recorded) left no room."""
+    limit = moment.device_total_bytes
+    requested = moment.requested_bytes
+    if limit is not None and requested is not None and limit < requested:
+        return Verdict(
+            EXHAUSTED,
+            f"PyTorch's allocator held nothing (0 B reserved): the {fmt(requested)} request"
+            f" alone exceeds the {fmt(limit)} limit, so no allocator setting could serve it.",
+            "Split the allocation (smaller batches or sequences, sharding), or run on a device"
+            " or under a memory fraction with room for it.",
+            "request over the limit",
+        )
+    return Verdict(
+        EXTERNAL,
+        f"PyTorch's allocator held nothing (0 B reserved), so its live or cached memory cannot"
+        f" have stopped the {fmt(requested)} request: memory outside PyTorch filled the"
+        f" device, or the device or its limit is smaller than the request"
+        f" ({device_free_text(moment.device_free_bytes)}). Usual suspects:"
+        f" {EXTERNAL_SUSPECTS}.",
+        "Check torch.cuda.mem_get_info() and nvidia-smi (npu-smi) for other processes, the"
+        " device's size, and any set_per_process_memory_fraction limit.",
+        "nothing reserved",
+    )
+
+
+def _fragmentation_advice(*, expandable: bool, predates: bool, history: bool) -> str:
+    """What to do about pieces: expandable segments where the release has them; replay only
+    where the dump can be replayed."""
+    check = " memforensics replay FILE checks it offline." if history else ""
+    if expandable:
+        where = " (memforensics replay FILE lists them)" if history else ""
+        return (
+            "Expandable segments are already on: fragmentation remains, so lower the peak"
+            f" or release long-lived tensors that pin partly used segments{where}."
+        )
+    if predates:
+        return (
+            "This PyTorch predates expandable segments (2.1): lower the peak or release"
+            " long-lived tensors that pin partly used segments; on 2.1 or newer,"
+            " PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow."
+        )
+    return (
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (on Ascend:"
+        " PYTORCH_NPU_ALLOC_CONF=expandable_segments:True) so segments can grow instead"
+        " of needing one contiguous free block" + (";" + check if history else ".")
+    )
+
+
+def needed_text(bound: LowerBound) -> str:
+    """``78.29 GiB live + the 4.94 GiB request = 83.23 GiB needed``: the live bytes never
+    count the request, and memory outside PyTorch is named only where it is known."""
+    terms = [f"{fmt(bound.peak_live_bytes)} live"]
+    if bound.request_bytes:
+        terms.append(f"the {fmt(bound.request_bytes)} request")
+    if bound.limit_source != CAPACITY:
+        terms.append(f"{fmt(bound.external_bytes)} outside PyTorch")
+    if len(terms) == 1:
+        return f"{terms[0]} needed"
+    return f"{' + '.join(terms)} = {fmt(bound.needed_bytes)} needed"
+
+
+def proof_text(bound: LowerBound) -> str:
+    """Why no allocator setting could have fit: what was needed at once against the limit."""
+    return (
+        f"at the peak, each block at its least size, {needed_text(bound)}, over the"
+        f" {limit_text(bound)} by {fmt(bound.margin_bytes)}: no allocator setting could have fit"
     )
 
 
@@ -121,8 +257,12 @@ def judge(
     bound: LowerBound | None,
     top_sites: list[tuple[str, int]],
     expandable: bool,
+    history: bool = True,
+    predates_expandable: bool = False,
 ) -> Verdict:
-    """Decide the verdict from the state at the OOM (see the module docstring)."""
+    """Decide the verdict from the state at the OOM (see the module docstring); ``history``:
+    the dump can be replayed; ``predates_expandable``: written by a release without
+    expandable segments."""
     if moment.source == UNKNOWN_STATE:
         return Verdict(
             UNKNOWN,
@@ -133,34 +273,44 @@ def judge(
     requested = moment.requested_bytes
     if moment.assumed and moment.served:
         return could_serve_verdict(moment)
+    if requested is not None and moment.reserved_bytes == 0 and not moment.served:
+        return nothing_reserved_verdict(moment)
     headroom = moment.headroom_bytes or 0
     holes = moment.free_in_reserved_bytes or 0
+    usable = holes if moment.free_in_pool_bytes is None else moment.free_in_pool_bytes
     largest = moment.largest_free_block_bytes or 0
     external = moment.external_bytes
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
-    fits = requested is not None and holes + headroom >= requested
+    wanted = fmt(requested) if requested is not None else "an unknown amount"
+    if moment.assumed and moment.headroom_bytes is None:
+        return Verdict(
+            UNKNOWN,
+            f"No cached block of its pool and stream serves the {wanted} request"
+            f" ({fmt(usable)} free there, largest block {fmt(largest)}), and with"
+            f" {DEVICE_FREE_UNKNOWN} whether a new segment would have fit, and so whether the"
+            f" device was full, cannot be told. Biggest sites: {sites}.",
+            "Give the device's free memory at the failure, or judge the OOM dump memforensics"
+            " writes (its sidecar records it).",
+            "device free unknown",
+        )
+    fits = requested is not None and usable + headroom >= requested
     if fits and (moment.served is False or largest < (requested or 0)):
         when = "In this state" if moment.assumed else "At the OOM"
         explanation = (
-            f"{when} {fmt(holes)} was free inside reserved segments"
+            f"{when} {fmt(usable)} was free inside reserved segments of its pool and stream"
             f" ({device_free_text(moment.headroom_bytes)}), enough for the"
             f" {fmt(requested)} request, but {_unusable_text(largest, requested or 0)}."
+            f"{_elsewhere_text(holes - usable, requested or 0)}"
         )
-        advice = (
-            "Expandable segments are already on: fragmentation remains, so lower the peak"
-            " or release long-lived tensors that pin partly used segments"
-            " (memforensics replay FILE lists them)."
-            if expandable
-            else "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (on Ascend:"
-            " PYTORCH_NPU_ALLOC_CONF=expandable_segments:True) so segments can grow instead"
-            " of needing one contiguous free block; memforensics replay FILE checks it offline."
+        advice = _fragmentation_advice(
+            expandable=expandable, predates=predates_expandable, history=history
         )
         return Verdict(FRAGMENTATION, explanation, advice)
     if (
         requested is not None
         and external is not None
         and external > 0
-        and holes + headroom + external >= requested
+        and usable + headroom + external >= requested
     ):
         explanation = (
             f"{fmt(external)} of the device is held outside PyTorch's allocator (limit"
@@ -174,24 +324,29 @@ def judge(
             " or lower set_per_process_memory_fraction so the limit leaves room for it."
         )
         return Verdict(EXTERNAL, explanation, advice)
-    wanted = fmt(requested) if requested is not None else "an unknown amount"
     proven = bound is not None and bound.proven
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
-        f" fills the device; the request for {wanted} exceeds the {fmt(holes)} free in"
-        f" reserved segments plus {device_free_text(moment.headroom_bytes)}. Biggest sites:"
-        f" {sites}."
+        f" fills the device; the request for {wanted} exceeds the {fmt(usable)} free in"
+        f" reserved segments of its pool plus {device_free_text(moment.headroom_bytes)}."
+        f" Biggest sites: {sites}."
     )
     if bound is not None and proven:
-        explanation += (
-            f" Proven: at least {fmt(bound.peak_live_bytes)} was live at once (each block at"
-            f" its least size), plus {fmt(bound.external_bytes)} outside PyTorch, exceeds the"
-            f" {limit_text(bound)} by {fmt(bound.margin_bytes)}: no allocator"
-            " setting could have fit."
-        )
+        explanation += f" Proven: {proof_text(bound)}."
     advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
     advice += "checkpointing, or dropping references to tensors that are no longer needed."
     return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)
+
+
+def _elsewhere_text(other: int, requested: int) -> str:
+    """The free bytes the request's pool and stream cannot use, and why (empty: none)."""
+    if other <= 0:
+        return ""
+    if requested > K_SMALL_SIZE:
+        why = "the small pool never serves a request over 1 MiB, nor another stream's blocks"
+    else:
+        why = "a request up to 1 MiB takes only the small pool, and only its own stream's"
+    return f" The other {fmt(other)} free cannot serve it: {why}."
 
 
 def _unusable_text(largest: int, requested: int) -> str:
@@ -220,8 +375,17 @@ def verdict_at_oom(
         moment = oom_moment(dump, requested=requested)
     if moment is None:
         if not dump.meta.has_sidecar and not has_history(dump):
-            return unknown_no_evidence(), None, None
+            return unknown_no_evidence(dump.shape.history == NOTHING_ALLOCATED), None, None
+        if dump.shape.history == ONE_EVENT and dump.meta.kind != "oom":
+            return one_event_verdict(), None, None
         return no_oom(), None, None
     bound = lower_bound(dump, moment)
-    verdict = judge(moment, bound=bound, top_sites=top_sites, expandable=expandable)
+    verdict = judge(
+        moment,
+        bound=bound,
+        top_sites=top_sites,
+        expandable=expandable,
+        history=replayable(dump),
+        predates_expandable=dump.shape.predates_expandable,
+    )
     return verdict, moment, bound

@@ -9,9 +9,10 @@ recorded run would be an opinion, not evidence.
 
 A trace that starts with live blocks (history is cleared when a step window opens) has lost how
 they were placed. Under another setting they are allocated afresh, in address order, at the
-start; the same is done under the recorded settings ("calibration") and when that changes
-whether the OOM happens, the layout before recording decided the outcome and the what-if is
-refused.
+start; the same is done under the recorded settings ("calibration", shown as the baseline row
+every setting is measured against) and when that changes whether the OOM happens, the layout
+before recording decided the outcome and the what-if is refused. A self-check that compared
+nothing (no block placed, no segment event) is refused as one that failed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
-from memforensics.analysis.dump import Dump
+from memforensics.analysis.dump import (
+    NO_HISTORY,
+    NOTHING_ALLOCATED,
+    ONE_EVENT,
+    STACKS_ONLY,
+    TRACE,
+    Dump,
+)
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.oom import (
+    AllocatorState,
     LowerBound,
     OomMoment,
     Verdict,
@@ -32,6 +41,7 @@ from memforensics.analysis.oom import (
     oom_moment,
     recorded_rules,
     recorded_settings,
+    replayable,
     settings_read,
     state_before,
 )
@@ -49,6 +59,15 @@ from memforensics.analysis.replay.what_if import WhatIf, lint, plan_rows, row
 SCHEMA = 2
 """``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
 bumps it)."""
+
+AS_RECORDED = "as recorded"
+"""The first what-if row: the recorded settings, from the recorded start layout."""
+BASELINES = {
+    "live": "recorded settings, live blocks placed afresh",
+    "cached": "recorded settings, cached segments dropped",
+}
+"""The baseline row's name by how recording started: what every setting's row does to the
+start layout, under the recorded settings."""
 
 MIN_FIDELITY = 0.99
 """Below this share of reproduced segment events, or of blocks placed at their recorded address,
@@ -89,6 +108,7 @@ class Replay:
     pinners: tuple[Pinner, ...]
     lint: tuple[str, ...]
     history: bool = True  # False: the trace holds no allocator events, only the snapshot's state
+    recorded: str = TRACE  # what the dump records of the history (SnapshotShape.history)
     verdict: Verdict | None = None  # the same verdict summary gives (None: no OOM to judge)
     settings_notes: tuple[str, ...] = ()  # recorded settings the model could not read
     settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
@@ -99,6 +119,12 @@ class Replay:
     """Share of the recorded blocks the self-check placed at their address (None: none)."""
     avoided_by: tuple[str, ...] = ()
     """Names of the alternatives under which the OOM does not happen."""
+    baseline: str = AS_RECORDED
+    """The row every setting's ``change_bytes`` is measured against: ``as recorded``, or, when
+    recording started with blocks live or cached, the recorded settings with those placed
+    afresh (as every setting's row places them)."""
+    predicted: bool = False
+    """True when ``memforensics plan`` wrote the dump: a prediction, not a GPU's record."""
 
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
@@ -140,19 +166,7 @@ def replay_dump(
     start = state_before(dump, 0, recorded)
     live_blocks = [block for segment in start.segments for block in segment.blocks]
     kind = "live" if live_blocks else ("cached" if start.segments else "empty")
-    refusals: list[str] = []
-    if not has_history(dump):
-        refusals.append("the dump records no allocator history (record_memory_history was off)")
-    if start.problem_count:
-        refusals.append(
-            f"the history contradicts the snapshot ({start.problem_count} events):"
-            f" {start.problems[0]}"
-        )
-    if _overflowed(dump):
-        refusals.append(
-            "the history ring buffer overflowed: the events that shaped the starting layout are"
-            " lost (raise max_entries)"
-        )
+    refusals = _history_refusals(dump, start)
     events = decode(dump.trace)  # read once; every run below walks these tuples
     tabled = has_history(dump) and not start.problem_count
     note = "live blocks at the start placed afresh" if kind == "live" else None
@@ -173,6 +187,11 @@ def replay_dump(
                 " evidence (a defect of memforensics' model; please report it with the dump)"
             )
         refusals += _self_check_refusals(exact)
+        if tabled and not _verified(exact):
+            refusals.append(
+                "the self-check verified nothing: the trace holds no allocation to place and no"
+                " segment event to compare, so a what-if would rest on no evidence"
+            )
         reproduced: bool | None = None
         if moment is not None and moment.index is not None:
             reproduced = exact.oom_index == dump.oom_positions[0]  # the first of any retries
@@ -183,11 +202,12 @@ def replay_dump(
             # The exact run noted what it would have reported had it stopped at the first OOM:
             # that is the baseline, step for step, without a second run.
             baseline = calibration = exact.at_first_stop or exact
-            rows.append(row("as recorded", recorded, baseline, None))
+            rows.append(row(AS_RECORDED, recorded, baseline, None))
             if kind != "empty":  # the calibration matters only with blocks live or cached
                 calibration = run(
                     dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
                 )
+                rows.append(row(BASELINES[kind], recorded, calibration, note))
                 if (calibration.oom_index is None) != (baseline.oom_index is None):
                     refusals.append(
                         "the blocks live when recording started decide the outcome: placed"
@@ -199,7 +219,14 @@ def replay_dump(
     bound = lower_bound(dump, moment) if moment is not None else None
     expandable = any(segment.is_expandable for segment in dump.segments)
     verdict = (
-        judge(moment, bound=bound, top_sites=[], expandable=expandable)
+        judge(
+            moment,
+            bound=bound,
+            top_sites=[],
+            expandable=expandable,
+            history=replayable(dump),
+            predates_expandable=dump.shape.predates_expandable,
+        )
         if moment is not None
         else None
     )
@@ -224,13 +251,57 @@ def replay_dump(
         pinners=tuple(pinners(dump, moment, recorded)),
         lint=tuple(lint(dump, recorded, moment)),
         history=has_history(dump),
+        recorded=dump.shape.history,
         verdict=verdict,
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
         trusted=not refusals,
         placement_fidelity=placement_share(exact.allocs_placed_same, exact.allocs_checked),
-        avoided_by=tuple(r.name for r in what_if[1:] if not r.oom) if moment is not None else (),
+        avoided_by=tuple(
+            r.name for r in what_if if r.change_bytes is not None and not r.oom and not r.no_effect
+        )
+        if moment is not None
+        else (),
+        baseline=BASELINES.get(kind, AS_RECORDED),
+        predicted=dump.meta.predicted,
     )
+
+
+_NO_TRACE = {
+    NO_HISTORY: "the dump records no allocator history (record_memory_history was off)",
+    STACKS_ONLY: "the dump records stacks but no trace of allocator events (history recorded"
+    " as state only, or by PyTorch 2.0 per block): there are no events to replay",
+    NOTHING_ALLOCATED: "nothing allocated: the snapshot holds no segment and no event",
+}
+"""Why a dump without allocator events has no what-if, by what it records instead."""
+
+
+def _history_refusals(dump: Dump, start: AllocatorState) -> list[str]:
+    """Why the history cannot carry a what-if: none, contradicting the snapshot, overflowed."""
+    refusals: list[str] = []
+    if not has_history(dump):
+        refusals.append(_NO_TRACE.get(dump.shape.history, _NO_TRACE[NO_HISTORY]))
+    elif dump.shape.history == ONE_EVENT:
+        refusals.append(
+            "the trace holds one event (the legacy _record_memory_history(True) keeps one):"
+            " too short to replay or to rule out an OOM"
+        )
+    if start.problem_count:
+        refusals.append(
+            f"the history contradicts the snapshot ({start.problem_count} events):"
+            f" {start.problems[0]}"
+        )
+    if _overflowed(dump):
+        refusals.append(
+            "the history ring buffer overflowed: the events that shaped the starting layout are"
+            " lost (raise max_entries)"
+        )
+    return refusals
+
+
+def _verified(exact: RunResult) -> bool:
+    """Did the self-check compare anything: a block placement or a segment event?"""
+    return bool(exact.allocs_checked or exact.real_segment_events or exact.model_segment_events)
 
 
 def _self_check_refusals(exact: RunResult) -> list[str]:

@@ -284,7 +284,7 @@ class RunResult:
     oom_request: int | None = None  # its rounded size
     stopped_at: int | None = None
     peak_reserved: int = 0
-    fragmentation_at_peak: int = 0  # reserved minus allocated when reserved peaked
+    fragmentation_at_peak: int = 0  # free inside reserved when allocated bytes peaked
     largest_free_at_oom: int | None = None
     mismatches: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)  # the first blocks placed elsewhere
@@ -362,7 +362,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
         events = decode(dump.trace)
     reserved_stat, allocated_stat = model.reserved_bytes, model.allocated_bytes
     peak = reserved_stat.current
-    result.fragmentation_at_peak = peak - allocated_stat.current
+    top = allocated_stat.current  # the allocated peak so far, where free-at-peak is read
+    result.fragmentation_at_peak = peak - top
     malloc, free = model.malloc, model.free
     watch = not stop_at_oom  # note the first stop a stop_at_oom run would make
     consumed = len(dump.trace)
@@ -404,9 +405,10 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                             f"event {position}: {size:,} B placed at {block.address:#x},"
                             f" recorded at {addr:#x}"
                         )
-                if reserved_stat.current > peak:
-                    peak = reserved_stat.current
-                    result.fragmentation_at_peak = peak - allocated_stat.current
+                peak = max(peak, reserved_stat.current)
+                if allocated_stat.current > top:
+                    top = allocated_stat.current
+                    result.fragmentation_at_peak = reserved_stat.current - top
         elif code in (FREE_REQUESTED, FREE):
             block = by_addr.get(addr) if addr is not None else None
             if block is None or not block.allocated:

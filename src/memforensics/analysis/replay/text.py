@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.oom import CAPACITY, DEVICE_FREE_UNKNOWN, LowerBound, device_free_text
-from memforensics.analysis.replay.replay import Replay
+from memforensics.analysis.dump import NOTHING_ALLOCATED, PREDICTED, STACKS_ONLY
+from memforensics.analysis.oom import (
+    CAPACITY,
+    DEVICE_FREE_UNKNOWN,
+    LowerBound,
+    device_free_text,
+    needed_text,
+    outside_text,
+)
+from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
 
 def replay_text(r: Replay) -> str:
     """Plain-text rendering of a :class:`Replay`."""
-    lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'})"]
+    predicted = f", {PREDICTED}" if r.predicted else ""
+    lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'}{predicted})"]
     lines += [f"  settings     {note}" for note in r.settings_notes]
     lines.append(_history_line(r))
     lines.append(_self_check_line(r))
@@ -22,38 +31,22 @@ def replay_text(r: Replay) -> str:
         lines.append(
             f"  at the OOM   request {fmt(o.requested_bytes)} (allocation"
             f" {fmt(o.allocation_bytes)}), reserved {fmt(o.reserved_bytes)}, limit"
-            f" {fmt(o.device_total_bytes)}, {device_free_text(o.device_free_bytes)}, outside"
-            f" PyTorch {fmt(o.external_bytes)}"
+            f" {fmt(o.device_total_bytes)}, {device_free_text(o.device_free_bytes)},"
+            f" {outside_text(o.external_bytes)}"
         )
     lines += _bound_lines(r)
     for refusal in r.refusals:
         lines.append(f"  no what-if:  {refusal}")
     if r.what_if:
-        width = max(len("setting"), *(len(row.name) for row in r.what_if))  # never cut a name
-        lines += ["", f"  {'setting':<{width}} {'OOM':<5} {'peak reserved':>13} {'frag@peak':>11}"]
-        for row in r.what_if:
-            failure = "-"
-            if row.first_failure_index is not None:
-                failure = f"event {row.first_failure_index} ({fmt(row.first_failure_bytes)})"
-            lines.append(
-                f"  {row.name:<{width}} {'yes' if row.oom else 'no':<5}"
-                f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>11}"
-                f"  first failure: {failure}"
-            )
-        lines += _requirements(r)
-        if r.what_if and any(row.note for row in r.what_if):
-            lines.append(
-                "  (blocks live when recording started are placed afresh in the rows"
-                " after the first)"
-            )
-    if r.oom is not None and r.trusted and r.what_if:
+        lines += ["", *_table(r)]
+    if r.oom is not None and r.trusted and len(r.what_if) > 1:
         avoided = ", ".join(r.avoided_by) or "none of these settings"
         lines.append(f"  → avoided by: {avoided}")
     if r.pinners:
         total = sum(p.size for p in r.pinners)
         lines += [
             "",
-            f"  freeing these {len(r.pinners)} tensor(s) ({fmt(total)}) lets the request fit:",
+            f"  freeing {_these_tensors(len(r.pinners))} ({fmt(total)}) lets the request fit:",
         ]
         for p in r.pinners[:10]:
             age = _age(p.age_us)
@@ -64,6 +57,47 @@ def replay_text(r: Replay) -> str:
     return "\n".join(lines)
 
 
+def _table(r: Replay) -> list[str]:
+    """The what-if rows: the recorded run, the baseline, then each setting against it."""
+    width = max(len("setting"), *(len(row.name) for row in r.what_if))  # never cut a name
+    lines = [
+        f"  {'setting':<{width}} {'OOM':<5} {'peak reserved':>13} {'free at peak':>12}"
+        "  against the baseline"
+    ]
+    for row in r.what_if:
+        if row.no_effect:
+            lines.append(f"  {row.name:<{width}} no effect on this dump ({row.no_effect})")
+            continue
+        if row.change_bytes is None:
+            change = "(the baseline)" if row.name == r.baseline else ""
+        elif row.change_bytes == 0:
+            change = "no change"
+        else:
+            change = ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
+        if row.first_failure_index is not None:
+            failure = f"event {row.first_failure_index:,} ({fmt(row.first_failure_bytes)})"
+            change = ", ".join(part for part in (change, f"first failure: {failure}") if part)
+        lines.append(
+            f"  {row.name:<{width}} {'yes' if row.oom else 'no':<5}"
+            f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>12}"
+            f"  {change}".rstrip()
+        )
+    lines += _requirements(r)
+    if len(r.what_if) == 1:  # refused: the recorded run alone
+        return lines
+    lines.append(
+        "  (free at peak: free inside reserved when allocated bytes peaked; peak reserved is"
+        " compared with the baseline)"
+    )
+    if r.baseline != AS_RECORDED:
+        lines.append(
+            f"  (the baseline, {r.baseline}, places the blocks live or cached when recording"
+            " started as every setting's row does: the rows differ from it by their setting"
+            " alone)"
+        )
+    return lines
+
+
 def _history_line(r: Replay) -> str:
     """What recording started with; without history, what the snapshot alone holds."""
     start = {
@@ -72,21 +106,34 @@ def _history_line(r: Replay) -> str:
         "live": f"{r.live_at_start_blocks:,} live blocks ({fmt(r.live_at_start_bytes)})",
     }[r.start]
     if r.history:
-        return f"  history      {r.trace_events:,} events, recording started with {start}"
+        events = "1 event" if r.trace_events == 1 else f"{r.trace_events:,} events"
+        return f"  history      {events}, recording started with {start}"
+    if r.recorded == NOTHING_ALLOCATED:
+        return "  history      none: nothing allocated"
     held = start if r.start == "live" else "no live blocks"  # the snapshot's, not a start
-    return f"  history      none recorded; the snapshot alone holds {held}"
+    what = "stacks recorded, no trace" if r.recorded == STACKS_ONLY else "none recorded"
+    return f"  history      {what}; the snapshot alone holds {held}"
 
 
 def _self_check_line(r: Replay) -> str:
     """How well the model reproduced the recorded run; without history there is nothing to run."""
     if not r.history:
         return "  self-check   not run: no allocator events to replay"
-    fidelity = "n/a (no segment events)" if r.fidelity is None else f"{r.fidelity:.1%}"
-    return (
-        f"  self-check   segment events reproduced {fidelity}"
-        f" ({r.segment_events_matched:,}/{r.segment_events:,}); block placements"
-        f" {r.placements_same:,}/{r.placements_checked:,} at the recorded address"
-    )
+    if r.fidelity is None:
+        segments = "no segment allocated or released to compare"
+    else:
+        segments = (
+            f"segment events reproduced {r.fidelity:.1%}"
+            f" ({r.segment_events_matched:,}/{r.segment_events:,})"
+        )
+    if r.placements_checked:
+        placed = (
+            f"block placements {r.placements_same:,}/{r.placements_checked:,} at the recorded"
+            " address"
+        )
+    else:
+        placed = "no block placement to compare"
+    return f"  self-check   {segments}; {placed}"
 
 
 def _bound_lines(r: Replay) -> list[str]:
@@ -98,10 +145,7 @@ def _bound_lines(r: Replay) -> list[str]:
             if b.proven
             else f"fits by {fmt(-b.margin_bytes)}: avoidable by placement"
         )
-        return [
-            f"  lower bound  peak live {fmt(b.peak_live_bytes)} + outside"
-            f" {fmt(b.external_bytes)} = {fmt(b.needed_bytes)} vs {_against(b)}: {verdict}"
-        ]
+        return [f"  lower bound  {needed_text(b)} vs {_against(b)}: {verdict}"]
     if r.oom is None:
         return []
     missing = [
@@ -135,3 +179,7 @@ def _age(age_us: int | None) -> str:
     if age_us is None:
         return "before recording"
     return f"{age_us / 1e6:.3f} s" if age_us >= 1_000_000 else f"{age_us / 1e3:.3f} ms"
+
+
+def _these_tensors(count: int) -> str:
+    return "this tensor" if count == 1 else f"these {count:,} tensors"

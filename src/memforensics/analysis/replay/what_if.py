@@ -6,8 +6,9 @@ Rows whose settings cannot decide differently on this trace share one run
 a ``max_split_size`` above every block the run can make). A row that decides as the recorded
 settings do, on the recorded device, is answered by the run the replay already made under them
 (the self-check's note of its first stop, or the calibration when blocks were live or cached at
-the start): it costs no pass of its own, and shows the figures of the "as recorded" run it
-equals.
+the start): it costs no pass of its own, and reads "no effect on this dump" with the rule that
+makes it so (:func:`no_effect_reason`). Every other row gives its peak reserved against that
+run, the baseline.
 
 Each row is one pass of the model over the whole trace and no row reads another's result, so
 with ``jobs`` above 1 (and ``fork`` available in a process with one thread) ``jobs - 1``
@@ -26,7 +27,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from memforensics.allocator import NO_LIMIT, AllocatorSettings, deciding_settings
+from memforensics._units import format_bytes as fmt
+from memforensics.allocator import NO_LIMIT, AllocatorSettings, deciding_settings, largest_block
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import AllocatorState, OomMoment
 from memforensics.analysis.replay.runner import REQUESTS, UNBOUNDED, Device, Event, RunResult, run
@@ -115,17 +117,23 @@ GC_NEEDS_FRACTION = (
 
 @dataclass(frozen=True, slots=True)
 class WhatIf:
-    """One row of the what-if table."""
+    """One row of the what-if table: the recorded run, the baseline, or one setting."""
 
     name: str
     conf: str
     oom: bool
     peak_reserved_bytes: int
     fragmentation_at_peak_bytes: int
+    """Free inside reserved when allocated bytes peaked (the first such moment)."""
     first_failure_index: int | None
     first_failure_bytes: int | None
     note: str | None = None
     requires: str | None = None  # what else the row's outcome needs beyond its conf
+    change_bytes: int | None = None
+    """Peak reserved against the baseline row's (None: this row is the recorded run or the
+    baseline itself)."""
+    no_effect: str | None = None
+    """Why the setting cannot change any decision of the model on this trace (None: it can)."""
 
 
 def row(
@@ -208,6 +216,7 @@ class WhatIfRows:
         as_recorded = (recorded, rows.device)
         runs: dict[Task, Task] = {}  # what a run decides by -> the run (its first row's)
         asked: list[tuple[Task, str | None]] = []  # per row: what it decides by, what it needs
+        self._no_effect: list[str | None] = []
         for _name, settings in alternatives:
             device = _device_with_fraction(rows.device, settings, rows.recorded)
             fraction = device.allowed is not None
@@ -215,6 +224,11 @@ class WhatIfRows:
             if key != as_recorded:
                 runs.setdefault(key, (settings, device))
             asked.append((key, GC_NEEDS_FRACTION if device is not rows.device else None))
+            self._no_effect.append(
+                no_effect_reason(settings, rows.recorded, fraction=fraction, largest=largest)
+                if key == as_recorded
+                else None
+            )
         # The costliest runs are taken first, so that the last to finish is a short one.
         ordered = sorted(runs, key=lambda key: -_cost(key[0]))
         index = {key: position for position, key in enumerate(ordered)}
@@ -247,7 +261,8 @@ class WhatIfRows:
 
     def rows(self, as_recorded: RunResult) -> list[WhatIf]:
         """One row per alternative, in order; ``as_recorded`` answers the rows that decide as
-        the recorded settings do (the replay's own run under them, stopped at its first OOM)."""
+        the recorded settings do (the replay's own run under them, stopped at its first OOM)
+        and is the baseline each row's ``change_bytes`` is measured against."""
         if self._next is None:
             answers = [self._rows.run(task) for task in self._tasks]
         else:
@@ -261,14 +276,18 @@ class WhatIfRows:
                 for index, task in enumerate(self._tasks)
             ]
         recorded = row("", self._rows.recorded, as_recorded, self._rows.note)
+        found = zip(self._alternatives, self._found, self._no_effect, strict=True)
         return [
             replace(
-                answers[task] if task != AS_RECORDED else recorded,
+                answer,
                 name=name,
                 conf=settings.to_conf(),
                 requires=needs,
+                change_bytes=answer.peak_reserved_bytes - as_recorded.peak_reserved,
+                no_effect=why,
             )
-            for (name, settings), (task, needs) in zip(self._alternatives, self._found, strict=True)
+            for (name, settings), (task, needs), why in found
+            for answer in [answers[task] if task != AS_RECORDED else recorded]
         ]
 
     def close(self) -> None:
@@ -318,6 +337,25 @@ def plan_rows(
     """The rows for ``alternatives``: each replays the trace from ``start``, stopping at its
     first OOM; up to ``jobs`` runs at once in forked workers once started."""
     return WhatIfRows(_Rows(dump, events, start, device, recorded, note), alternatives, jobs)
+
+
+def no_effect_reason(
+    settings: AllocatorSettings, recorded: AllocatorSettings, *, fraction: bool, largest: int
+) -> str:
+    """Why ``settings`` decide as ``recorded`` do on a trace whose largest request is
+    ``largest`` bytes, by the rules :func:`deciding_settings` applies (``fraction``: a memory
+    fraction limits the run)."""
+    why: list[str] = []
+    threshold = settings.garbage_collection_threshold
+    if threshold != recorded.garbage_collection_threshold and not fraction:
+        why.append("garbage collection acts only under a memory fraction, and none limits this run")
+    if settings.max_split_size != recorded.max_split_size:
+        biggest = largest_block(settings, largest)
+        why.append(
+            "no request here makes a block as large as max_split_size: the largest any can"
+            f" make is {fmt(biggest)}"
+        )
+    return "; ".join(why) or "it decides as the recorded settings do"
 
 
 def _largest_request(events: list[Event], start: AllocatorState) -> int:

@@ -53,21 +53,58 @@ def layouts(
 def _segments_at(
     lt: Lifetimes, now: dict[int, int], wanted: list[int]
 ) -> dict[int, dict[int, int]]:
-    """Segments (address -> size) at each wanted position, undoing later segment entries."""
+    """Segments (address -> size) at each wanted position, undoing later segment entries.
+
+    An expandable segment is reported as one segment per mapped range, so undoing a
+    ``segment_map`` takes its range out of the segment holding it (an empty one is gone), and
+    undoing a ``segment_unmap`` puts it back, joined to the ranges beside it.
+    """
     current = dict(now)
     events = lt.segment_events
     index = len(events)
     found: dict[int, dict[int, int]] = {}
     for position in reversed(wanted):
-        while index > 0 and events[index - 1][0] > position:
+        while index > 0 and events[index - 1].position > position:
             index -= 1
-            _, sign, addr, size = events[index]
-            if sign > 0:
-                current.pop(addr, None)
+            event = events[index]
+            if event.mapping and event.sign > 0:
+                _take_range(current, event.addr, event.size)
+            elif event.mapping:
+                _put_range(current, event.addr, event.size)
+            elif event.sign > 0:
+                current.pop(event.addr, None)
             else:
-                current[addr] = size
+                current[event.addr] = event.size
         found[position] = dict(current)
     return found
+
+
+def _take_range(ranges: dict[int, int], addr: int, size: int) -> None:
+    """Remove ``[addr, addr + size)`` from the mapped range that holds it."""
+    starts = sorted(ranges)
+    index = bisect_right(starts, addr) - 1
+    if index < 0:
+        return
+    start = starts[index]
+    end = start + ranges[start]
+    if addr >= end:
+        return
+    del ranges[start]
+    if addr > start:
+        ranges[start] = addr - start
+    if addr + size < end:
+        ranges[addr + size] = end - addr - size
+
+
+def _put_range(ranges: dict[int, int], addr: int, size: int) -> None:
+    """Add ``[addr, addr + size)`` as mapped, joined to a range ending at ``addr`` and one
+    starting where it ends."""
+    after = ranges.pop(addr + size, 0)
+    before = next((s for s, length in ranges.items() if s + length == addr), None)
+    if before is not None:
+        ranges[before] += size + after
+    else:
+        ranges[addr] = size + after
 
 
 def _place(segments: dict[int, int], live: list[Allocation], kind_of: dict[str, int]) -> list[Row]:

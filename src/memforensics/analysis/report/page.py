@@ -218,9 +218,12 @@ def dump_entry(
     processes."""
     views = dump.device_views()  # the devices ``summary`` explains, in its order
     devices = []
+    known: dict[int, str] | None = None  # the kind of each live block, for the window totals
     for number, view in enumerate(views):
         summary = summarize(view, top=top)
         assert summary.filled is not None  # summarize always classifies
+        if folder and len(views) == 1:  # the view is the whole dump
+            known = summary.filled.kind_of_blocks()
         ctx = DumpContext(
             dump=view,
             summary=summary,
@@ -241,7 +244,7 @@ def dump_entry(
                 "sections": [to_json(s) for s in sections],
             }
         )
-    window = window_totals(dump) if folder else None
+    window = window_totals(dump, known) if folder else None
     return {"name": dump.name, "devices": devices, "warnings": list(dump.warnings)}, window
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
-from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, devices_text
+from memforensics.analysis.diagnosis import CAUSE_NAMES
+from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, PREDICTED, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import (
     DEVICE_FREE_UNKNOWN,
@@ -31,7 +32,7 @@ from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.report.model import DumpContext, Section, SectionBuilder, table
 from memforensics.analysis.report.timeline import segments_section, timeline_section
 from memforensics.analysis.schema import to_json
-from memforensics.analysis.summary import Summary
+from memforensics.analysis.summary import SiteBytes, Summary
 
 # The report's section for a near-OOM dump: at risk, with fragmentation and headroom then.
 
@@ -62,10 +63,24 @@ _NATIVE_NOTE = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
 
 
 def verdict_section(ctx: DumpContext) -> Section:
-    """The answer first."""
+    """The answer first: the diagnosis's headline (the top cause and its fix), the other
+    causes, then the allocator's verdict beneath it."""
     s = ctx.summary
     verdict = s.verdict
-    data = {"name": verdict.name, "explanation": verdict.explanation, "advice": verdict.advice}
+    data: dict[str, Any] = {
+        "name": verdict.name,
+        "explanation": verdict.explanation,
+        "advice": verdict.advice,
+    }
+    diagnosis = s.diagnosis
+    if diagnosis is not None:
+        data["cause"] = diagnosis.headline
+        data["causes"] = [
+            f"{CAUSE_NAMES[cause.name]}: {cause.evidence}" for cause in diagnosis.causes[1:]
+        ]
+        data["missing"] = list(diagnosis.missing)
+        if diagnosis.causes:
+            data["advice"] = None  # the headline carries the top cause's fix
     if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
         data["moment"] = (
             f"judged at the OOM (trace entry {s.oom.trace_index:,}), with"
@@ -80,7 +95,7 @@ def facts_section(ctx: DumpContext) -> Section:
     s = ctx.summary
     oom = s.oom
     no_oom = "no OOM recorded in this dump"
-    missing = "not recorded (no sidecar field and no oom entry in the trace)"
+    missing = _missing(s)
 
     def oom_value(value: int | None) -> list[Any]:
         if oom is None:
@@ -98,6 +113,7 @@ def facts_section(ctx: DumpContext) -> Section:
     events = s.trace_entries
     rows = [
         ["kind", ["text", s.kind or "unknown: no sidecar and not in a memforensics folder"]],
+        *([["origin", ["text", PREDICTED]]] if s.predicted else []),
         ["rank", ["text", "unknown (no sidecar)" if s.rank is None else str(s.rank)]],
         ["device", ["text", _device_text(s)]],
         ["step / window", ["text", _window_text(s)]],
@@ -110,6 +126,15 @@ def facts_section(ctx: DumpContext) -> Section:
         ["history truncated", ["text", truncated]],
     ]
     return Section("facts", "Summary and OOM", "facts", {"rows": rows, "warnings": s.warnings})
+
+
+def _missing(s: Summary) -> str:
+    """Why an OOM figure is unknown, from what this dump holds: a sidecar that leaves it
+    empty, a trace ``oom`` entry that does not carry it, or neither."""
+    sidecar = "the sidecar leaves it empty" if s.has_sidecar else "no sidecar"
+    traced = s.oom is not None and s.oom.trace_index is not None
+    trace = "the trace's oom entry does not carry it" if traced else "no oom entry in the trace"
+    return f"not recorded ({sidecar}; {trace})"
 
 
 def _headline_rows(s: Summary) -> list[list[Any]]:
@@ -140,11 +165,14 @@ def _headline_rows(s: Summary) -> list[list[Any]]:
 def _device_text(s: Summary) -> str:
     """The device explained; when the file holds several, why this one and what the others
     hold (the same words as ``summary``'s device line)."""
-    if s.device is None:
-        return "unknown"
+    name = s.device
+    if name is None:
+        if s.device_index is None:
+            return "unknown: no sidecar names it and the snapshot holds no segment or trace"
+        name = f"device {s.device_index}"
     if len(s.devices) <= 1:
-        return str(s.device)
-    return f"{s.device} ({s.device_reason}) of {len(s.devices)}: {devices_text(s.devices)}"
+        return name
+    return f"{name} ({s.device_reason}) of {len(s.devices)}: {devices_text(s.devices)}"
 
 
 def _window_text(s: Summary) -> str:
@@ -194,9 +222,12 @@ def replay_section(ctx: DumpContext) -> Section | None:
         )
     rows = [
         [
-            (row["conf"] or "(as recorded)")
-            + (f" (also needs {row['requires']})" if row["requires"] else ""),
-            "OOM" if row["oom"] else "fits",
+            _what_if_label(row) + (f" (also needs {row['requires']})" if row["requires"] else ""),
+            f"no effect on this dump ({row['no_effect']})"
+            if row["no_effect"]
+            else "OOM"
+            if row["oom"]
+            else "fits",
             row["peak_reserved_bytes"],
             row["fragmentation_at_peak_bytes"],
             row["first_failure_bytes"],
@@ -211,7 +242,7 @@ def replay_section(ctx: DumpContext) -> Section | None:
             ("setting", "text"),
             ("outcome", "text"),
             ("peak reserved", "bytes"),
-            ("fragmentation at peak", "bytes"),
+            ("free inside reserved at the peak", "bytes"),
             ("first failing request", "bytes"),
         ],
         rows,
@@ -221,35 +252,57 @@ def replay_section(ctx: DumpContext) -> Section | None:
     )
 
 
+def _what_if_label(row: dict[str, Any]) -> str:
+    """A what-if row's setting: its conf string; the baseline row by its name."""
+    if row["change_bytes"] is None and row["name"] != "as recorded":
+        return str(row["name"])
+    return str(row["conf"] or "(as recorded)")
+
+
 def kinds_section(ctx: DumpContext) -> Section:
-    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence."""
+    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence, and
+    the bytes the process told (tracked tensors) when the dump lists any."""
     peak = {k.kind: k for k in ctx.filled.peak.kinds}
     now = {k.kind: k for k in ctx.filled.kinds}
+    known = ctx.filled.known is not None
     rows = []
     for kind in KINDS:
         if kind in peak or kind in now:
             confidence = (now.get(kind) or peak[kind]).confidence
-            rows.append(
-                [
-                    kind,
-                    peak[kind].bytes if kind in peak else 0,
-                    now[kind].bytes if kind in now else 0,
-                    round(confidence, 2),
-                ]
-            )
+            row: list[object] = [
+                kind,
+                peak[kind].bytes if kind in peak else 0,
+                now[kind].bytes if kind in now else 0,
+                round(confidence, 2),
+            ]
+            if known:
+                row.append(now[kind].known_bytes if kind in now else 0)
+            rows.append(row)
+    columns = [
+        ("kind", "text"),
+        ("at the peak", "bytes"),
+        ("at the snapshot", "bytes"),
+        ("confidence", "number"),
+    ]
+    note = (
+        "From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "
+        "snapshot: see docs/analysis.md, 'Kinds of memory'."
+    )
+    if known:
+        columns.append(("from the process at the snapshot", "bytes"))
+        note = (
+            "Blocks holding the tensors the process tracked (its model and optimizer) carry "
+            "their kind from the process; the rest is inferred from lifetimes and frames. Block "
+            "bytes, adding up to allocated at the snapshot: see docs/analysis.md, 'Kinds known "
+            "from the process'."
+        )
     return table(
         "kinds",
         "Kinds of memory",
-        [
-            ("kind", "text"),
-            ("at the peak", "bytes"),
-            ("at the snapshot", "bytes"),
-            ("confidence", "number"),
-        ],
+        columns,
         rows,
         empty="No live memory at the peak or the snapshot.",
-        note="From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "
-        "snapshot: see docs/analysis.md, 'Kinds of memory'.",
+        note=note,
     )
 
 
@@ -257,8 +310,10 @@ def tree_section(ctx: DumpContext) -> Section:
     """The peak's call tree (icicle), pruned to what a page can show."""
     peak = ctx.filled.peak
     root = _pruned(peak.tree, max(int(peak.tree.bytes * TREE_SHARE), 1), TREE_DEPTH)
-    where = "the snapshot" if peak.name == "snapshot" else f"trace entry {peak.position:,}"
-    moment = f"{peak.name} at {where}: {fmt(peak.live_bytes)} live"
+    if peak.name == "snapshot":
+        moment = f"At the snapshot (no trace to find a peak in): {fmt(peak.live_bytes)} live"
+    else:
+        moment = f"{peak.name} at trace entry {peak.position:,}: {fmt(peak.live_bytes)} live"
     if any(child["name"] == NATIVE_ONLY for child in root["children"]):
         moment += f". {_NATIVE_NOTE[:-1]}"
     data = {"root": root, "moment": moment}
@@ -275,6 +330,14 @@ def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
     }
 
 
+_SITE_COLUMNS = [("site", "site"), ("bytes", "bytes"), ("blocks", "number"), ("kind", "text")]
+
+
+def _site_row(site: SiteBytes) -> list[Any]:
+    """One site row: the site, its live bytes and blocks, the kind of most of its bytes."""
+    return [site.site, site.bytes, site.blocks, site.kind]
+
+
 def sites_section(ctx: DumpContext) -> Section:
     """The biggest sites: live at the OOM when the snapshot was taken after it, else at the
     snapshot."""
@@ -283,16 +346,16 @@ def sites_section(ctx: DumpContext) -> Section:
         return table(
             "sites",
             "Biggest sites (live bytes at the OOM)",
-            [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-            [[site.site, site.bytes, site.blocks] for site in s.oom.top_sites],
+            _SITE_COLUMNS,
+            [_site_row(site) for site in s.oom.top_sites],
             empty="No live blocks at the OOM.",
         )
     sites = s.top_sites
     return table(
         "sites",
         "Biggest sites (live bytes at the snapshot)",
-        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-        [[site.site, site.bytes, site.blocks] for site in sites],
+        _SITE_COLUMNS,
+        [_site_row(site) for site in sites],
         empty="No live blocks at the snapshot.",
         note=_NATIVE_NOTE if any(site.site == NATIVE_ONLY for site in sites) else None,
     )
@@ -307,8 +370,8 @@ def after_oom_sites_section(ctx: DumpContext) -> Section | None:
     return table(
         "sites_after_oom",
         f"Biggest sites after the OOM (unwinding freed {fmt(s.unwound_bytes)}), at the snapshot",
-        [("site", "site"), ("bytes", "bytes"), ("blocks", "number")],
-        [[site.site, site.bytes, site.blocks] for site in s.top_sites],
+        _SITE_COLUMNS,
+        [_site_row(site) for site in s.top_sites],
         empty="No live blocks at the snapshot: the unwinding freed them all.",
     )
 
@@ -359,6 +422,7 @@ def leaks_section(leaks: Leaks | None) -> Section:
         [
             "-" if t.rank is None else str(t.rank),
             t.site,
+            t.kind,
             round(t.growth_per_step),
             "-" if t.first_step is None else str(t.first_step),
             t.bytes[-1],
@@ -379,6 +443,7 @@ def leaks_section(leaks: Leaks | None) -> Section:
         [
             ("rank", "text"),
             ("site", "site"),
+            ("kind", "text"),
             ("growth/step", "bytes"),
             ("first step", "text"),
             ("last window", "bytes"),

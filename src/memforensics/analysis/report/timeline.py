@@ -68,8 +68,8 @@ def timeline_levels(
         if item.start == BEFORE:
             kinds[kind_of[item.kind]] += item.size
             by_site[sites[id(item)]] += item.size
-    reserved = reserved_now - sum(sign * size for _, sign, _, size in lt.segment_events)
-    segment_at = {position: sign * size for position, sign, _, size in lt.segment_events}
+    reserved = lt.reserved_at(-1, reserved_now)
+    segment_at = _segment_changes(lt)
     count = lt.length
     buckets = max(1, min(FINEST, count))
     best: list[list[int | None] | None] = [None] * buckets
@@ -119,6 +119,14 @@ def timeline_levels(
         ],
         "events": count,
     }
+
+
+def _segment_changes(lt: Lifetimes) -> dict[int, int]:
+    """Reserved bytes each trace position with ``segment_*`` entries adds (or takes away)."""
+    found: dict[int, int] = {}
+    for event in lt.segment_events:
+        found[event.position] = found.get(event.position, 0) + event.sign * event.size
+    return found
 
 
 def _time(trace: list[Any], position: int) -> int | None:

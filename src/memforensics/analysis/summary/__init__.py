@@ -2,6 +2,7 @@
 
 from memforensics.analysis.summary.summary import (
     SCHEMA,
+    SiteBytes,
     Summary,
     live_blocks,
     live_sites,
@@ -12,6 +13,7 @@ from memforensics.analysis.summary.text import summary_text
 
 __all__ = [
     "SCHEMA",
+    "SiteBytes",
     "Summary",
     "live_blocks",
     "live_sites",

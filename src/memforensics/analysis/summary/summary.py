@@ -8,11 +8,14 @@ can), so a summary costs little more than loading the file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose
+from memforensics.analysis.diagnosis.diagnosis import Trend
 from memforensics.analysis.dump import (
     ALLOCATED,
     BEFORE_RECORDING,
@@ -33,8 +36,10 @@ from memforensics.analysis.filled import (
     CallNode,
     Filled,
     KindBytes,
+    Known,
     Moment,
     live_at,
+    main_kind,
     what_filled,
 )
 from memforensics.analysis.filled.peak import KINDS_TOTAL
@@ -45,11 +50,13 @@ from memforensics.analysis.oom import (
     OomMoment,
     Verdict,
     at_risk,
+    has_history,
     judged_moment_warning,
     oom_moment,
     settings_notes,
     verdict_at_oom,
 )
+from memforensics.analysis.replay import replay_dump
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
 
 # The two passes over a dump that ``summary``, ``diff`` and ``leaks`` share.
@@ -70,6 +77,7 @@ class Tally:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
         self.sites: dict[tuple[str, str], list[int]] = {}
         self.live: list[tuple[Block, str, str]] = []
+        self.pending: dict[str, int] = {}
         self._site_cache: dict[int, tuple[str, str]] = {}
 
     def add(self, block: Block) -> None:
@@ -85,6 +93,8 @@ class Tally:
             self.live.append((block, site, caller))
         elif block.state == PENDING_FREE:
             self.active += block.size
+            site = self.site(block)[0]
+            self.pending[site] = self.pending.get(site, 0) + block.size
         elif block.state == INACTIVE:
             self.free += block.size
             self.largest = max(self.largest, block.size)
@@ -214,7 +224,8 @@ class SiteBytes:
 
     ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
     installed package and the standard library (the user's own line); see
-    :mod:`~memforensics.analysis.dump.frames`.
+    :mod:`~memforensics.analysis.dump.frames`. ``kind`` is the kind of memory holding most of
+    its bytes (docs/analysis.md, "Kinds of memory").
     """
 
     site: str
@@ -222,6 +233,7 @@ class SiteBytes:
     blocks: int
     caller: str = UNKNOWN_SITE
     requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
+    kind: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +340,7 @@ class Summary:
     site_count: int = 0
     before_recording_bytes: int = 0
     before_recording_blocks: int = 0
+    predicted: bool = False  # written by memforensics plan: a prediction, not a GPU's record
     devices: tuple[DeviceUsage, ...] = ()
     device_reason: str = ""
     shape: SnapshotShape = field(default_factory=SnapshotShape, metadata=json_key("snapshot_shape"))
@@ -341,9 +354,15 @@ class Summary:
     kinds: tuple[KindBytes, ...] = ()
     kinds_total: str = KINDS_TOTAL  # the figure the kinds add up to
     peak: Moment | None = None
+    known: Known | None = None
+    """What the process's tracked tensors labelled (the kinds' ``known_bytes``); None when the
+    sidecar lists no tracked tensors."""
     other_devices: tuple[Summary, ...] = ()
     """The file's other devices with memory (``summary``'s answer about one file holds each
     device it explains: the OOM's, else every device with memory, this one first)."""
+    live_at_start: bool = False  # blocks were live when the trace began (allocated before it)
+    diagnosis: Diagnosis | None = None
+    """The ranked causes and the headline (None only in a summary read from an older cache)."""
     filled: Filled | None = field(default=None, metadata=NOT_IN_JSON)
     """The classified lifetimes behind ``kinds``, ``peak`` and the OOM's (for the report)."""
 
@@ -355,12 +374,21 @@ class Summary:
 
 
 @paused_gc()
-def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None) -> Summary:
-    """Summarize one dump: totals, OOM, verdict, the ``top`` biggest sites (None: every site),
-    live bytes per step. A site row is one (site, caller) pair.
+def summarize(
+    dump: Dump,
+    *,
+    top: int | None = 10,
+    requested: int | None = None,
+    trends: Sequence[Trend] | None = None,
+    replay: bool = True,
+) -> Summary:
+    """Summarize one dump: totals, OOM, verdict, the diagnosis, the ``top`` biggest sites
+    (None: every site), live bytes per step. A site row is one (site, caller) pair.
 
     ``requested``: the failed request in bytes, for a snapshot that records neither history
-    nor a sidecar (it is then judged as taken at that OOM).
+    nor a sidecar (it is then judged as taken at that OOM). ``trends``: the run folder's
+    window trends of this rank (``leaks``), for growth across windows (None: not read).
+    ``replay``: ask the replay whether ``expandable_segments`` serves a fragmented request.
     """
     tally = Tally()
     reserved = 0
@@ -372,12 +400,13 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
+    filled = what_filled(dump)
+    kinds = site_kinds(tally.live, filled.kind_of_blocks(), {key for key, _ in shown})
     top_sites = tuple(
-        SiteBytes(site, size, count, caller, asked)
+        SiteBytes(site, size, count, caller, asked, kinds[site, caller])
         for (site, caller), (size, count, asked) in shown
     )
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
-    filled = what_filled(dump)
     moment = oom_moment(dump, requested=requested)
     oom_sites: tuple[SiteBytes, ...] = ()
     oom_site_count = 0
@@ -396,11 +425,41 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
     unwound = None
     if found is not None and found.state == TRACE and found.allocated_bytes is not None:
         unwound = found.allocated_bytes - tally.allocated
+    risk = at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest)
+    judged_kinds = (
+        filled.oom.kinds
+        if moment is not None and filled.oom is not None
+        else filled.kinds
+        if moment is not None
+        else filled.peak.kinds
+    )
+    evidence = Evidence(
+        live=[(site, block.size, block_steps.get(block.address)) for block, site, _ in tally.live],
+        kinds=judged_kinds,
+        kinds_known=bool(dump.meta.sidecar.get("tensors")),
+        sites=_by_site(sites),
+        pending_bytes=tally.active - tally.allocated,
+        pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
+        headroom_bytes=risk.headroom_bytes if risk is not None else None,
+        device_total_bytes=_device_total(moment, risk),
+        at_risk=risk is not None,
+        has_history=has_history(dump),
+        trends=trends or (),
+        trends_read=trends is not None,
+    )
+    diagnosis = diagnose(
+        dump,
+        moment=moment,
+        verdict=verdict,
+        evidence=evidence,
+        expandable_serves=(lambda: _expandable_serves(dump, requested)) if replay else None,
+    )
     return Summary(
         file=dump.name,
         kind=dump.meta.kind,
         rank=dump.meta.rank,
         has_sidecar=dump.meta.has_sidecar,
+        predicted=dump.meta.predicted,
         step=dump.meta.step,
         steps=dump.meta.steps,
         device_index=dump.device,
@@ -429,11 +488,41 @@ def summarize(dump: Dump, *, top: int | None = 10, requested: int | None = None)
         lower_bound=bound,
         unwound_bytes=unwound,
         judged_note=note,
-        at_risk=at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest),
+        at_risk=risk,
         kinds=filled.kinds,
         peak=filled.peak,
+        known=filled.known,
+        diagnosis=diagnosis,
         filled=filled,
+        live_at_start=filled.lifetimes.live_at_start,
     )
+
+
+def _by_site(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, int]]:
+    """Live bytes per site (callers merged), biggest first."""
+    merged: dict[str, int] = {}
+    for (site, _caller), (size, _count, _asked) in sites:
+        merged[site] = merged.get(site, 0) + size
+    return sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _device_total(moment: OomMoment | None, risk: AtRisk | None) -> int | None:
+    """The limit the rank ran under, from the OOM's figures or the near-OOM's."""
+    if moment is not None and moment.device_total_bytes is not None:
+        return moment.device_total_bytes
+    return risk.device_total_bytes if risk is not None else None
+
+
+def _expandable_serves(dump: Dump, requested: int | None) -> tuple[bool | None, str | None]:
+    """Whether the replay, under ``expandable_segments``, serves the failed request: True,
+    False, or None with the replay's reason when it refuses to say."""
+    result = replay_dump(dump, sets=["expandable_segments=True"], requested=requested)
+    if not result.trusted:
+        return None, result.refusals[0] if result.refusals else None
+    rows = result.what_if[1:]
+    if not rows:
+        return None, "the replay ran no expandable_segments row"
+    return not rows[0].oom, None
 
 
 def _oom(
@@ -486,18 +575,40 @@ def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[Sit
     """The biggest sites of what was live at trace ``position`` (from the lifetimes the kinds
     and call tree read), and how many sites there were."""
     sites: dict[tuple[str, str], list[int]] = {}
+    kinds: dict[tuple[str, str], dict[str, int]] = {}
     for found in live_at(filled.lifetimes, position):
-        entry = sites.setdefault(attribute(found.frames), [0, 0, 0])
+        key = attribute(found.frames)
+        entry = sites.setdefault(key, [0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.requested
+        by_kind = kinds.setdefault(key, {})
+        by_kind[found.kind] = by_kind.get(found.kind, 0) + found.size
     ordered = sorted(sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = ordered if top is None else ordered[: max(top, 0)]
     rows = tuple(
-        SiteBytes(site, size, count, caller, asked)
+        SiteBytes(site, size, count, caller, asked, main_kind(kinds[site, caller]))
         for (site, caller), (size, count, asked) in shown
     )
     return rows, len(ordered)
+
+
+def site_kinds(
+    live: list[tuple[Block, str, str]],
+    kind_of_block: dict[int, str],
+    wanted: set[tuple[str, str]] | None = None,
+) -> dict[tuple[str, str], str]:
+    """The main kind of each (site, caller)'s live blocks (only the ``wanted`` ones; None:
+    every one), from the kind of each block by its address."""
+    bytes_by: dict[tuple[str, str], dict[str, int]] = {}
+    for block, site, caller in live:
+        key = (site, caller)
+        if wanted is not None and key not in wanted:
+            continue
+        kinds = bytes_by.setdefault(key, {})
+        kind = kind_of_block.get(block.address, "unknown")
+        kinds[kind] = kinds.get(kind, 0) + block.size
+    return {key: main_kind(kinds) for key, kinds in bytes_by.items()}
 
 
 def _device_name(dump: Dump) -> str | None:

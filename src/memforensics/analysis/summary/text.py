@@ -1,52 +1,267 @@
-"""``summary``'s text: a compact table a tired person reads in ten seconds, then the sites,
-what the unrecorded rows are, what filled the device, and live bytes per step."""
+"""``summary``'s text: the diagnosis first, then a compact table a tired person reads in ten
+seconds, the sites, what filled the device.
+
+By default it fits a screen (:data:`SCREEN` lines): the top cause and at most two more on one
+line each, the verdict, the figures, the top sites, one kind table and one call tree.
+``verbose`` prints everything: every cause with its evidence and fixes, what evidence is
+missing, each moment's kinds and call tree, live bytes per step. Paragraphs wrap to ``width``.
+"""
 
 from __future__ import annotations
 
 import textwrap
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.diagnosis import CAUSE_NAMES, Diagnosis
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
+    KIND_WIDTH,
     NATIVE_ONLY,
     NATIVE_ONLY_MEANING,
     UNKNOWN_SITE,
     caller_line,
     context_lines,
     hidden_rows,
+    history_words,
+    kind_and_site,
     origin_words,
-    short_site,
 )
-from memforensics.analysis.filled import filled_lines
-from memforensics.analysis.oom import at_risk_lines, device_free_text
+from memforensics.analysis.filled import Moment, filled_lines
+from memforensics.analysis.filled.text import kinds_lines, tree_lines
+from memforensics.analysis.oom import (
+    at_risk_headline,
+    at_risk_lines,
+    device_free_text,
+    outside_text,
+)
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
-_WRAP = 100
-_SITE_COLUMN = 23  # where the site column starts: under it goes the caller
+WIDTH = 80
+"""Paragraphs wrap here unless the caller gives the terminal's width."""
+SCREEN = 25
+"""The default text of one file fits in this many lines."""
+_SITE_COLUMN = 23  # where the kind column starts; the caller goes under the site after it
+_SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
+_LABEL = 15  # where a labelled row's text starts
+_MIN_SITES = 3
+_HEADLINE = 4  # lines the headline keeps by default
 
 
-def summary_text(s: Summary, *, rows: int | None = 10) -> str:
-    """The ``summary`` table of ``s``, then of each of its ``other_devices``; ``rows`` caps the
-    per-step table (None: every row). The site table is already cut by
-    ``summarize(top=...)``; both say how many rows they hide."""
-    return "\n\n".join(_one_device(item, rows) for item in (s, *s.other_devices))
+def summary_text(
+    s: Summary,
+    *,
+    rows: int | None = 10,
+    width: int = WIDTH,
+    verbose: bool = False,
+    fit: bool = True,
+) -> str:
+    """The ``summary`` text of ``s``: one screen by default, everything with ``verbose``
+    (then each of its ``other_devices`` in full too); ``rows`` caps the per-step table (None:
+    every row). The site table is already cut by ``summarize(top=...)``; both say how many
+    rows they hide. ``fit``: cut the site rows to the screen (False: the user asked for a
+    number of rows, so every row ``summarize`` kept is shown)."""
+    if verbose:
+        return "\n\n".join(_one_device(item, rows, width) for item in (s, *s.other_devices))
+    return "\n".join(_screen(s, width, fit=fit))
 
 
-def _one_device(s: Summary, rows: int | None) -> str:
-    """The table of one device."""
-    where = [origin_words(s.kind, s.rank, s.has_sidecar)]
+def _label(label: str, text: str, width: int) -> list[str]:
+    """``  label        text`` wrapped to ``width`` under its text column."""
+    return textwrap.wrap(
+        text,
+        width=max(width, _LABEL + 20),
+        initial_indent=f"  {label:<{_LABEL - 2}}",
+        subsequent_indent=" " * _LABEL,
+        break_on_hyphens=False,
+    ) or [f"  {label}"]
+
+
+def _cut(line: str, width: int) -> str:
+    """One line, cut to ``width`` with an ellipsis."""
+    return line if len(line) <= width else line[: max(width - 1, 1)] + "…"
+
+
+def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[str]:
+    """The headline (wrapped); then at most two more causes on one line each, or (verbose)
+    every cause with its evidence and fixes and what evidence is missing."""
+    if d is None:
+        return []
+    lines = _label("cause", d.headline, width)
+    rest = d.causes[1:]
+    if not verbose:
+        if len(lines) > _HEADLINE:
+            lines = [*lines[: _HEADLINE - 1], _cut(lines[_HEADLINE - 1] + " …", width)]
+        for index, cause in enumerate(rest[:2]):
+            label = "also" if index == 0 else ""
+            words = f"{CAUSE_NAMES[cause.name]}: {cause.evidence}"
+            lines.append(_cut(f"  {label:<{_LABEL - 2}}{words}", width))
+        return lines
+    for index, cause in enumerate(d.causes):
+        label = "causes" if index == 0 else ""
+        lines += _label(label, f"{index + 1}. {CAUSE_NAMES[cause.name]}: {cause.evidence}", width)
+        for fix in cause.fixes:
+            freed = "" if fix.bytes is None else f", frees {fmt(fix.bytes)}"
+            enough = ", enough for the request" if fix.sufficient else ""
+            lines += textwrap.wrap(
+                f"fix: {fix.action}{freed}{enough}",
+                width=max(width, _LABEL + 20),
+                initial_indent=" " * (_LABEL + 3),
+                subsequent_indent=" " * (_LABEL + 8),
+                break_on_hyphens=False,
+            )
+    for note in d.missing:
+        lines += _label("missing", note, width)
+    return lines
+
+
+def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
+    """One file on one screen: the causes, the verdict, the figures, the top sites, one kind
+    table, one call tree, each cut to what is left of :data:`SCREEN` lines."""
+    head = [f"{s.file}  ({_where(s)})"]
+    head += diagnosis_lines(s.diagnosis, width, verbose=False)
+    head.append(_cut(f"  {'verdict':<{_LABEL - 2}}{_verdict_line(s)}", width))
+    if s.at_risk is not None:
+        head.append(_cut(f"  {'':<{_LABEL - 2}}{at_risk_headline(s.at_risk)}", width))
+    head += _figures(s)
+    head += _other_devices(s, width)
+    moment = s.oom.live() if s.oom is not None and s.oom.live() is not None else s.peak
+    title = _moment_title(moment)
+    tail = _native(s, width)
+    room = SCREEN - len(head) - len(tail)
+    kind_table: list[str] = []
+    if moment is not None and moment.kinds:
+        kind_table = kinds_lines(moment.kinds, "")[2:]  # the column header and the rows
+        kind_table[0] += f"  {title}"
+    elif s.peak is not None:
+        kind_table = ["  live memory by kind: nothing live"]
+    tree = tree_lines(moment.tree, limit=14) if moment is not None and moment.live_bytes else []
+    tree_min = min(len(tree), 3) + (1 if tree else 0)
+    fit_rows = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
+    cut = fit and len(s.top_sites) >= fit_rows  # then the last row says how many are hidden
+    shown = s.top_sites[: fit_rows - 1] if cut else s.top_sites
+    sites = _site_rows(shown, s.site_count, s.allocated_bytes, callers=False)
+    if not fit:
+        room = max(room, 2 + len(sites) + len(kind_table) + tree_min)
+    body: list[str] = []
+    if sites:
+        body += ["", f"{_SITE_HEADER} (at the snapshot)"]
+        body += sites
+    if len(body) + len(kind_table) <= room:
+        body += kind_table
+    tree_room = room - len(body) - 1
+    if tree and tree_room >= 1:
+        body.append(f"  call tree {title} (--verbose for more)")
+        body += [f"  {line}" for line in tree[:tree_room]]
+    return head + body[: max(room, 0)] + tail
+
+
+_OTHER_DEVICES = 3  # other devices listed one line each; more are counted
+
+
+def _other_devices(s: Summary, width: int) -> list[str]:
+    """One line per other device with memory (the first few, then how many more)."""
+    others = s.other_devices
+    shown = others if len(others) <= _OTHER_DEVICES else others[: _OTHER_DEVICES - 1]
+    lines = [
+        _cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)}, allocated"
+             f" {fmt(other.allocated_bytes)} (--device {other.device_index} explains it)", width)
+        for other in shown
+    ]  # fmt: skip
+    if len(shown) < len(others):
+        lines.append(f"  … {len(others) - len(shown)} more devices with memory (--verbose)")
+    return lines
+
+
+def _where(s: Summary) -> str:
+    """``kind oom, rank 0, step 25``."""
+    where = [origin_words(s.kind, s.rank, s.has_sidecar, s.predicted)]
     if s.steps:
         where.append(f"steps {s.steps[0]}-{s.steps[1]}")
     elif s.step is not None:
         where.append(f"step {s.step}")
-    truncated = {
-        None: "ring-buffer overflow unknown: the oldest events may be lost",
-        True: "TRUNCATED",
-        False: "complete",
-    }[s.truncated]
-    truncated = "none recorded" if not s.trace_entries else truncated
+    return ", ".join(where)
+
+
+def _verdict_line(s: Summary) -> str:
+    """The allocator's category, under the cause: ``FRAGMENTATION (allocator): <first
+    sentence>``."""
+    if s.at_risk is not None:
+        return "AT RISK (no OOM yet)"
+    first = s.verdict.explanation.split(". ")[0].rstrip(".")
+    reason = f" ({s.verdict.reason})" if s.verdict.reason else ""
+    return f"{s.verdict.name.upper()}{reason}: {first}"
+
+
+def _figures(s: Summary) -> list[str]:
+    """Reserved, allocated and free (at the OOM when the snapshot came after it), the OOM's
+    request and the device, the history."""
+    at = s.oom if s.oom is not None and s.oom.judged else None
+    if at is not None and s.after_oom:
+        lines = [
+            f"  reserved     {fmt(at.reserved_bytes):>12}   allocated {fmt(at.allocated_bytes)}"
+            f"   at the OOM (trace entry {at.trace_index:,}; unwinding freed"
+            f" {fmt(s.unwound_bytes)} after it)",
+            f"  free inside  {fmt(at.free_in_reserved_bytes):>12}   largest free block of its"
+            f" pool {fmt(at.largest_free_block_bytes)}",
+        ]
+    else:
+        lines = [
+            f"  reserved     {fmt(s.reserved_bytes):>12}   allocated {fmt(s.allocated_bytes)}"
+            f"   active {fmt(s.active_bytes)}   segments {s.segments:,}",
+            f"  free inside  {fmt(s.free_in_reserved_bytes):>12}   largest free block"
+            f" {fmt(s.largest_free_block_bytes)}",
+        ]
+    if at is not None:
+        lines.append(
+            f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
+            f"  limit {fmt(at.device_total_bytes)}, {device_free_text(at.device_free_bytes)}"
+        )
+    elif s.oom is not None:
+        lines.append(
+            f"  OOM request  {fmt(s.oom.requested_bytes):>12}   "
+            f"{device_free_text(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
+        )
+    if s.judged_note:
+        lines.append(f"  warning      {s.judged_note}")
+    lines.append(f"  history      {_history(s)}")
+    return lines + context_lines(s.devices, s.device_index, s.device_reason, s.limits)
+
+
+def _history(s: Summary) -> str:
+    return history_words(s.shape.history, s.trace_entries, s.truncated, s.live_at_start)
+
+
+def _moment_title(moment: Moment | None) -> str:
+    """``at the oom, trace entry 42``, ``at the peak, trace entry 7``, ``at the snapshot``."""
+    if moment is None or moment.name == "snapshot":
+        return "at the snapshot"
+    return f"at the {moment.name}, trace entry {moment.position:,}"
+
+
+def _native(s: Summary, width: int) -> list[str]:
+    """The ``<C++ only>`` note, once, when a shown row is one."""
+    native = [t for t in s.top_sites if t.site == NATIVE_ONLY]
+    if not native:
+        return []
+    count = sum(t.blocks for t in native)
+    return _paragraph(
+        f"{NATIVE_ONLY}: {count:,} live block{'' if count == 1 else 's'}"
+        f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}.",
+        blank=False,
+        width=width,
+    )
+
+
+def _one_device(s: Summary, rows: int | None, width: int = WIDTH) -> str:
+    """The table of one device."""
+    where = [origin_words(s.kind, s.rank, s.has_sidecar, s.predicted)]
+    if s.steps:
+        where.append(f"steps {s.steps[0]}-{s.steps[1]}")
+    elif s.step is not None:
+        where.append(f"step {s.step}")
     lines = [
         f"{s.file}  ({', '.join(where)})",
+        *diagnosis_lines(s.diagnosis, width, verbose=True),
         f"  verdict      {'AT RISK (no OOM yet)' if s.at_risk else s.verdict.label.upper()}",
     ]
     at = s.oom if s.oom is not None and s.oom.judged else None
@@ -59,7 +274,7 @@ def _one_device(s: Summary, rows: int | None) -> str:
         label = "judged at " if at.assumed else "at the OOM "
         lines.append(
             f"  {label:<12} {fmt(at.reserved_bytes):>12}   reserved ({at.state} state),"
-            f" {device_free_text(at.device_free_bytes)}, outside PyTorch {fmt(at.external_bytes)}"
+            f" {device_free_text(at.device_free_bytes)}, {outside_text(at.external_bytes)}"
         )
     elif s.oom is not None:
         lines.append(
@@ -71,16 +286,16 @@ def _one_device(s: Summary, rows: int | None) -> str:
         lines += _headline_rows(s)
     if s.judged_note:
         lines.append(f"  warning      {s.judged_note}")
-    lines.append(f"  history      {s.trace_entries:>12,} events ({truncated})")
+    lines.append(f"  history      {_history(s)}")
     lines += context_lines(s.devices, s.device_index, s.device_reason, s.limits)
     if s.at_risk is not None:
         lines += ["", *at_risk_lines(s.at_risk)]
-    lines += ["", f"  {s.verdict.explanation}"]
+    lines += _paragraph(s.verdict.explanation, width=width)
     if s.verdict.advice:
-        lines.append(f"  → {s.verdict.advice}")
+        lines += _paragraph(f"→ {s.verdict.advice}", blank=False, width=width)
     lines += _site_table(s)
-    lines += _unrecorded_note(s)
-    lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None)
+    lines += _unrecorded_note(s, width)
+    lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None, s.known)
     if s.live_by_step:
         shown = s.live_by_step if rows is None else s.live_by_step[-rows:] if rows else ()
         lines += ["", f"  {'step':>6} {'live bytes':>11} {'blocks':>7}"]
@@ -116,23 +331,29 @@ def _oom_rows(at: Oom) -> list[str]:
 def _site_table(s: Summary) -> list[str]:
     lines: list[str] = []
     if s.after_oom and s.oom is not None and s.oom.top_sites:
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (live at the OOM)"]
+        lines += ["", f"{_SITE_HEADER} (live at the OOM)"]
         lines += _site_rows(s.oom.top_sites, s.oom.site_count, s.oom.allocated_bytes or 0)
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site (after the OOM, at the snapshot)"]
+        lines += ["", f"{_SITE_HEADER} (after the OOM, at the snapshot)"]
         return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes)
     if s.top_sites:
-        lines += ["", f"  {'live bytes':>11} {'blocks':>7}  site"]
+        lines += ["", _SITE_HEADER]
     return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True)
 
 
 def _site_rows(
-    sites: tuple[SiteBytes, ...], count: int, total: int, *, blank: bool = False
+    sites: tuple[SiteBytes, ...],
+    count: int,
+    total: int,
+    *,
+    blank: bool = False,
+    callers: bool = True,
 ) -> list[str]:
     """One row per site (with its caller), then how many sites are hidden."""
     lines: list[str] = []
     for t in sites:
-        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {short_site(t.site)}")
-        lines += caller_line(t.site, t.caller, _SITE_COLUMN)
+        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site)}")
+        if callers:
+            lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True)
     hidden = count - len(sites)
     if hidden > 0:
         rest = total - sum(t.bytes for t in sites)
@@ -141,7 +362,7 @@ def _site_rows(
     return lines
 
 
-def _unrecorded_note(s: Summary) -> list[str]:
+def _unrecorded_note(s: Summary, width: int) -> list[str]:
     """Say what ``<before recording>``, ``<C++ only>`` and ``<unknown>`` rows are, and how to get
     their sites."""
     lines: list[str] = []
@@ -149,7 +370,8 @@ def _unrecorded_note(s: Summary) -> list[str]:
         lines += _paragraph(
             f"{BEFORE_RECORDING}: {s.before_recording_blocks:,} live blocks"
             f" ({fmt(s.before_recording_bytes)}) have no stack: they were allocated before"
-            " allocator history recording started (or while it was off)."
+            " allocator history recording started (or while it was off).",
+            width=width,
         )
         lines += _paragraph(
             "→ To see their sites, start recording earlier: call memforensics.install() before"
@@ -157,25 +379,31 @@ def _unrecorded_note(s: Summary) -> list[str]:
             ' ("state" or "all"); with PyTorch alone, call'
             " torch.cuda.memory._record_memory_history() first.",
             blank=False,
+            width=width,
         )
     native = [t for t in s.top_sites if t.site == NATIVE_ONLY]
     if native:
         count = sum(t.blocks for t in native)
         lines += _paragraph(
             f"{NATIVE_ONLY}: {count:,} live block{'' if count == 1 else 's'}"
-            f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}."
+            f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}.",
+            width=width,
         )
     unknown = [t for t in s.top_sites if t.site == UNKNOWN_SITE]
     if unknown:
         lines += _paragraph(
             f"{UNKNOWN_SITE}: {sum(t.blocks for t in unknown):,} live blocks"
             f" ({fmt(sum(t.bytes for t in unknown))}) have stacks whose Python frames are all"
-            " inside torch."
+            " inside torch.",
+            width=width,
         )
     return lines
 
 
-def _paragraph(text: str, *, blank: bool = True) -> list[str]:
-    """A long sentence wrapped to the terminal's usual width, indented under the table."""
-    wrapped = textwrap.wrap(text, width=_WRAP, initial_indent="  ", subsequent_indent="    ")
+def _paragraph(text: str, *, blank: bool = True, width: int = WIDTH) -> list[str]:
+    """A long sentence wrapped to ``width``, indented under the table."""
+    wrapped = textwrap.wrap(
+        text, width=max(width, 40), initial_indent="  ", subsequent_indent="    ",
+        break_on_hyphens=False,
+    )  # fmt: skip
     return ([""] if blank else []) + wrapped

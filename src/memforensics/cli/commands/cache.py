@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from memforensics._units import format_bytes
@@ -31,14 +32,7 @@ class CacheCommand:
         """Report or clear; a missing folder is an empty cache."""
         cache = ResultCache(args.cache_dir or default_cache_dir())
         if args.action == "clear":
-            cleared = cache.clear()
-            removed = cleared.removed
-            print(
-                json.dumps(document(cleared, SCHEMA))
-                if args.json
-                else f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cleared.folder}"
-            )
-            return 0
+            return _clear(cache, as_json=args.json)
         info = cache.info()
         if args.json:
             print(json.dumps(document(info, SCHEMA), indent=2))
@@ -49,3 +43,23 @@ class CacheCommand:
                 f" (least recently used evicted first; set {MAX_BYTES_ENV} to change)"
             )
         return 0
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def _clear(cache: ResultCache, *, as_json: bool) -> int:
+    """Empty the cache; exit 1 (saying why) when an entry that should have gone stayed."""
+    cleared = cache.clear()
+    if as_json:
+        print(json.dumps(document(cleared, SCHEMA)))
+    else:
+        print(f"removed {_entries(cleared.removed)} from {cleared.folder}")
+    if not cleared.kept:
+        return 0
+    print(
+        f"memforensics cache: {_entries(cleared.kept)} could not be removed ({cleared.reason})",
+        file=sys.stderr,
+    )
+    return 1

@@ -44,9 +44,10 @@ def run_demo(device: str, out_dir: Path) -> dict[str, Any]:
     saved = {k: os.environ.get(k) for k in keys}
     os.environ["MEMFORENSICS_DEMO_DEVICE"] = device
     os.environ["MEMFORENSICS_DEMO_OUT"] = str(out_dir)
-    # One line per window dump would bury the summary printed below; the structured ERROR event
-    # of the OOM itself still shows. An explicit MEMFORENSICS_LOG_LEVEL wins.
-    os.environ.setdefault("MEMFORENSICS_LOG_LEVEL", "WARNING")
+    # The demo says what happened in its own words below (the OOM, each dump, or that no OOM
+    # dump was written), so the library's event lines would only repeat it in another form.
+    # An explicit MEMFORENSICS_LOG_LEVEL wins.
+    os.environ.setdefault("MEMFORENSICS_LOG_LEVEL", "CRITICAL")
     reset_logging()
     argv = sys.argv
     try:
@@ -102,6 +103,12 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
         )
     if ooms:
         lines.append(f"next: memforensics summary {ooms[0]}")
+    if windows:
+        lines.append(f"next: memforensics leaks {out_dir}")
+    if not ooms and "error" in result:
+        lines.append(
+            "no OOM snapshot was written: run again with MEMFORENSICS_LOG_LEVEL=WARNING to see why"
+        )
     return lines
 
 

@@ -20,7 +20,12 @@ from memforensics.analysis.compare import (
 )
 from memforensics.analysis.schema import document
 from memforensics.cli._cache import ResultCache, named_by
-from memforensics.cli._command import CommandError, nothing_to_read
+from memforensics.cli._command import (
+    CommandError,
+    none_readable,
+    nothing_to_read,
+    skipped_lines,
+)
 from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -69,9 +74,10 @@ class LeaksCommand:
                 raise CommandError(str(exc)) from None
         warn_cache(cache, self.name)
         if leaks.unreadable and not leaks.windows:
-            raise CommandError("no window dump could be read")
-        for error in leaks.unreadable:
-            print(f"memforensics leaks: skipped: {error}", file=sys.stderr)
+            reasons = none_readable(leaks.unreadable, "")
+            raise CommandError(f"no window dump could be read ({reasons})")
+        for line in skipped_lines(self.name, leaks.unreadable):
+            print(line, file=sys.stderr)
         if args.json:
             print(json.dumps(document(leaks, LEAKS_SCHEMA), indent=2))
         else:

@@ -39,7 +39,7 @@ class OverviewCommand:
         if args.jobs is not None and args.jobs < 1:
             parser.error("argument --jobs: must be at least 1")
         try:
-            view = build_overview(args.dir, workers=args.jobs)
+            view = build_overview(args.dir, workers=args.jobs, diagnose=True)
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
         if not view.ranks and not view.journals and not view.problems.unreadable:

@@ -11,7 +11,12 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._units import format_bytes
 from memforensics.analysis import list_dumps, load_dump
 from memforensics.analysis.report import ReportBuilder
-from memforensics.cli._command import CommandError, nothing_to_read
+from memforensics.cli._command import (
+    CommandError,
+    none_readable,
+    nothing_to_read,
+    skipped_lines,
+)
 from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -104,10 +109,10 @@ def _page(builder: ReportBuilder) -> _Page:
         for warning in entry["warnings"]
     ]
     if not builder.dumps:  # one line, as every command reports a bad input
-        raise CommandError("; ".join(builder.unreadable) or "no snapshot files found")
+        raise CommandError(none_readable(builder.unreadable, "no snapshot files found"))
     html = builder.html()
     bad = len(builder.unreadable)
-    skipped = tuple(f"memforensics report: skipped: {m}" for m in builder.unreadable)
+    skipped = tuple(skipped_lines("report", builder.unreadable))
     said = (
         f"({len(builder.dumps)} dump(s), {format_bytes(len(html.encode()))}"
         + (f"; {bad} unreadable file(s) skipped, listed in the page" if bad else "")

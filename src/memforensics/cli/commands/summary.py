@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -12,10 +13,11 @@ from typing import Any
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis import Dump, load_dump, summarize
+from memforensics.analysis.compare import rank_trends, windows_beside
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import SCHEMA, Summary, summary_text
 from memforensics.cli._cache import UNNAMED, named_by, renamed
-from memforensics.cli._command import CommandError
+from memforensics.cli._command import CommandError, skipped_lines
 from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -28,6 +30,8 @@ from memforensics.cli._flags import (
 )
 from memforensics.cli._progress import Progress
 
+_DEFAULT_ROWS = 10
+
 
 @dataclass(frozen=True)
 class _Ask:
@@ -38,6 +42,8 @@ class _Ask:
     device: int | None
     requested: int | None
     several: bool
+    verbose: bool = False
+    fit: bool = True  # no --top or --all given: the site rows are cut to one screen
 
     def question(self) -> str:
         """The cache's name for this question about one file: what changes the result (the
@@ -65,7 +71,9 @@ class _Section:
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
     """Load and summarize one file (run in a worker process with ``--jobs``)."""
     loaded = _load(Path(name), progress)
-    return loaded if isinstance(loaded, _Section) else _answer(loaded, ask, progress)
+    if isinstance(loaded, _Section):
+        return loaded
+    return _answer(loaded, ask, progress, windows_beside(Path(name)))
 
 
 def _load(path: Path, progress: Progress | None) -> Dump | _Section:
@@ -76,8 +84,14 @@ def _load(path: Path, progress: Progress | None) -> Dump | _Section:
         return _Section(error=str(exc))
 
 
-def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section:
-    """Summarize a loaded dump: the first device's summary holds the others'."""
+def _answer(
+    dump: Dump,
+    ask: _Ask,
+    progress: Progress | None = None,
+    windows: list[Path] | None = None,
+) -> _Section:
+    """Summarize a loaded dump: the first device's summary holds the others'. ``windows``: the
+    window dumps of its run folder (growth across windows; None: it lies in no run folder)."""
     try:
         views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
     except SnapshotLoadError as exc:
@@ -85,8 +99,13 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
     if progress is not None:
         progress.phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
     warnings = dump.warnings if ask.device is None else views[0].warnings
+    trends = None
+    if windows is not None and dump.meta.has_sidecar:
+        if progress is not None and windows:
+            progress.phase(f"reading {len(windows)} window dumps beside it")
+        trends = rank_trends(windows, dump.meta.rank)
     summaries = [  # the lifetimes behind ``filled`` are the report's; the text never reads them
-        replace(summarize(view, top=ask.top, requested=ask.requested), filled=None)
+        replace(summarize(view, top=ask.top, requested=ask.requested, trends=trends), filled=None)
         for view in views
     ]
     return _Section(_Kept(replace(summaries[0], other_devices=tuple(summaries[1:])), warnings))
@@ -111,7 +130,7 @@ class SummaryCommand:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON object (a list for several files)"
         )
-        add_row_flags(parser, default=10)
+        add_row_flags(parser, default=_DEFAULT_ROWS)
         parser.add_argument(
             "--device",
             type=int,
@@ -125,20 +144,30 @@ class SummaryCommand:
             help="the failed request (2GiB), for a snapshot that records no OOM (its final state"
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="print everything: every cause with its fixes, what evidence is missing, each"
+            " moment's kinds and call tree, live bytes per step (default: one screen)",
+        )
         add_analysis_flags(parser, jobs=DUMPS_AT_ONCE, look_ahead=True)  # the retired flags
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
         several = len(args.files) > 1
-        ask = _Ask(args.json, row_limit(args, parser), args.device, args.requested, several)
+        top = row_limit(args, parser)
+        fit = not args.all and top == _DEFAULT_ROWS
+        ask = _Ask(args.json, top, args.device, args.requested, several, args.verbose, fit)
         jobs = job_count(args, parser)
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
         progress = Progress(quiet=args.quiet)
         names = [named_by(Path(name)) if cache.enabled else None for name in args.files]
-        for index, name in enumerate(args.files):
+        beside = [windows_beside(Path(name)) for name in args.files]
+        keyed = [[Path(name), *(beside[i] or [])] for i, name in enumerate(args.files)]
+        for index in range(len(args.files)):
             kept = (
-                None if names[index] is None else cache.lookup(_Kept, [Path(name)], ask.question())
+                None if names[index] is None else cache.lookup(_Kept, keyed[index], ask.question())
             )
             if kept is not None:
                 sections[index] = _Section(kept)
@@ -147,7 +176,7 @@ class SummaryCommand:
             if len(todo) == 1 and not several:
                 found = _load(Path(args.files[todo[0]]), progress)
                 if isinstance(found, Dump):
-                    found = _answer(found, ask, progress)
+                    found = _answer(found, ask, progress, beside[todo[0]])
                 sections[todo[0]] = found
             elif jobs == 1 or len(todo) <= 1:
                 for index in todo:
@@ -163,7 +192,7 @@ class SummaryCommand:
             kept = sections[index].kept
             if kept is not None and names[index] is not None:
                 unnamed = replace(kept, summary=renamed(kept.summary, UNNAMED))
-                cache.keep([Path(args.files[index])], ask.question(), unnamed)
+                cache.keep(keyed[index], ask.question(), unnamed)
         warn_cache(cache, self.name)
         for index, name in enumerate(names):
             kept = sections[index].kept
@@ -175,13 +204,14 @@ class SummaryCommand:
 def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     """Print each section in the order given; the exit status (as documented above)."""
     results: list[dict[str, Any]] = []
-    bad = shown = 0
+    shown = 0
+    errors: list[str] = []
+    width = shutil.get_terminal_size((80, 24)).columns  # COLUMNS, the terminal, or 80 in a pipe
     for section in sections:
         if section.kept is None:
             if not ask.several:
                 raise CommandError(section.error or "no answer")
-            print(f"memforensics summary: {section.error}", file=sys.stderr)
-            bad += 1
+            errors.append(section.error or "no answer")
             continue
         summary = section.kept.summary
         prefix = f"{summary.file}: " if ask.several else ""
@@ -190,11 +220,16 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
         if ask.json:
             results.append(to_json(summary))
         else:
-            print(("\n" if shown else "") + summary_text(summary, rows=ask.top))
+            text = summary_text(
+                summary, rows=ask.top, width=width, verbose=ask.verbose, fit=ask.fit
+            )
+            print(("\n" if shown else "") + text)
             shown += 1
     if ask.json and (results or not ask.several):
         body = {"dumps": results} if ask.several else results[0]
         print(json.dumps({"schema": SCHEMA, **body}, indent=2))
-    if bad == len(files):
-        raise CommandError(f"none of the {bad} files could be read")
-    return 1 if bad else 0
+    for line in skipped_lines("summary", errors, label=""):
+        print(line, file=sys.stderr)
+    if len(errors) == len(files):
+        raise CommandError(f"none of the {len(errors):,} files could be read")
+    return 1 if errors else 0

@@ -29,6 +29,7 @@ from memforensics.testing import (
     Block,
     MiB,
     SnapshotBuilder,
+    context_pair,
     growth_pair,
     make_sidecar,
     several_devices,
@@ -69,6 +70,20 @@ def test_diff_of_a_growth_pair_round_trips(tmp_path: Path) -> None:
         assert result.kinds
         _diff_round_trip(result)
     assert diff_by_device(old, new).leak_suspects
+
+
+def test_diff_of_peaks_round_trips() -> None:
+    """Two dumps whose peaks differ, one without a trace too: the peaks read back from JSON."""
+    before, after = context_pair()
+    old, new = dump_from_snapshot(before.snapshot), dump_from_snapshot(after.snapshot)
+    result = diff_by_device(old, new)
+    assert result.peaks is not None
+    assert result.peaks.growth
+    _diff_round_trip(result)
+    untraced = diff_by_device(replace(old, trace=[]), new)
+    assert untraced.peaks is not None
+    assert not untraced.peaks.traced
+    _diff_round_trip(untraced)
 
 
 def test_diff_of_several_devices_round_trips() -> None:

@@ -81,3 +81,40 @@ def test_leaks_names_an_unknown_rank_in_words() -> None:
     text = leaks_text(Leaks(root="run", windows=(RankWindows(None, (3, 7)),), trends=()))
     assert text.startswith("rank unknown (no sidecar or rank in the file name): 2 window(s)")
     assert "rank ?" not in text
+
+
+def test_watch_overview_and_leaks_skip_the_same_odd_journal_lines(tmp_path: Path) -> None:
+    """A journal growing 1 MiB a step with a NaN-time line and a negative-figure line: all three
+    readers skip the same two lines and say so; leaks' whole-run trend ignores them."""
+    from memforensics._layout import journal_folder, journal_name
+    from memforensics.analysis import build_overview
+    from memforensics.analysis.folder import JournalWatch, overview_text, watch_text
+    from memforensics.capture.journal import format_line
+
+    folder = journal_folder(tmp_path)
+    folder.mkdir()
+    lines = [
+        format_line("step", step, 0, {"allocated_bytes": step * MiB}, 1_796_000_000.0 + step)
+        for step in range(0, 100, 10)
+    ]
+    nan = format_line("oom", 25, 0, {"allocated_bytes": 1}, 1.0).replace(b":1.0,", b":NaN,")
+    assert b'"time":NaN' in nan
+    lines.insert(3, nan)
+    lines.insert(6, format_line("step", 55, 0, {"allocated_bytes": 0}, 1_796_000_055.0))
+    lines[6] = lines[6].replace(b'"allocated_bytes":0', b'"allocated_bytes":-5')
+    (folder / journal_name(0, 7)).write_bytes(b"".join(lines))
+    said = "2 journal line(s) skipped"
+
+    leaks = find_leaks(tmp_path)
+    [trend] = leaks.journal
+    assert (trend.rank, trend.steps) == (0, (0, 90))
+    assert trend.growth_per_1k_steps == 1000 * MiB
+    assert leaks.journal_skipped_lines == 2
+    assert said in leaks_text(leaks)
+    overview = build_overview(tmp_path, workers=1)
+    assert overview.problems.bad_lines == 2
+    assert said in overview_text(overview)
+    watch = JournalWatch(tmp_path)
+    watch.poll()
+    assert watch.view().skipped_lines == 2
+    assert said in watch_text(watch.view())

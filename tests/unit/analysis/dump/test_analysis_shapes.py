@@ -255,7 +255,7 @@ def test_report_renders_every_shape(shape: str) -> None:
     [
         ("cuda-cnn-stacks-all.pickle", "PyTorch 2.1 or newer", "allocator settings"),
         ("cuda-transformer-forward.pickle", "PyTorch 2.1 or newer", None),
-        ("cuda-llm-at-oom-no-history.pickle", "PyTorch 2.0", "history was not recorded"),
+        ("cuda-llm-at-oom-no-history.pickle", "PyTorch 2.0", "stacks recorded, no trace"),
     ],
 )
 def test_real_snapshots_name_their_shape(name: str, producer: str, limit: str | None) -> None:
@@ -285,3 +285,14 @@ def test_sites_survive_in_the_segment_list() -> None:
     summary = summarize(dump_from_snapshot(as_segment_list(synthetic.snapshot)))
     assert {s.site: s.bytes for s in summary.top_sites} == synthetic.truth.site_bytes
     assert summary.top_sites[0].site == str(TRAIN)
+
+
+@pytest.mark.parametrize(
+    ("size", "named"), [(-4096, "negative"), (1 << 70, "a number past 64 bits")]
+)
+def test_a_size_no_allocator_reports_is_named_for_what_it_is(size: int, named: str) -> None:
+    """A negative block size is refused as "negative", a 70-bit one as past 64 bits."""
+    snapshot = exhausted().snapshot
+    snapshot["segments"][0]["blocks"][0]["size"] = size
+    with pytest.raises(SnapshotLoadError, match=rf"blocks\[0\]\.size is {named}\)"):
+        dump_from_snapshot(snapshot)

@@ -57,8 +57,8 @@ def test_blocks_without_frames_are_before_recording() -> None:
 
 
 def test_text_explains_before_recording_and_how_to_capture() -> None:
-    """The summary text says what the row is and to start recording earlier."""
-    text = summary_text(summarize(dump_from_snapshot(_unrecorded_pair().build())))
+    """The verbose summary text says what the row is and to start recording earlier."""
+    text = summary_text(summarize(dump_from_snapshot(_unrecorded_pair().build())), verbose=True)
     assert "<before recording>: 2 live blocks (10.00 MiB) have no stack" in text
     assert "start recording earlier" in " ".join(text.split())
     assert "memforensics.install()" in text
@@ -147,10 +147,10 @@ def test_caller_is_the_users_line_below_a_library_site() -> None:
 
 
 def test_text_shows_the_caller_under_a_library_site() -> None:
-    """The summary table prints '← caller' under a library site only."""
+    """The verbose summary table prints '← caller' under a library site only."""
     builder = SnapshotBuilder()
     builder.segment(Block(MiB(64), site=LIBRARY), Block(MiB(16), site=TRAIN))
-    lines = summary_text(summarize(dump_from_snapshot(builder.build()))).splitlines()
+    lines = summary_text(summarize(dump_from_snapshot(builder.build())), verbose=True).splitlines()
     at = next(index for index, line in enumerate(lines) if "modeling_llama.py:300" in line)
     assert lines[at + 1].strip() == f"← caller {ENTRY}"
     assert sum("← caller" in line for line in lines) == 1
@@ -164,6 +164,19 @@ def test_caller_unknown_when_every_frame_is_installed() -> None:
         {"filename": "/sp/lib/python3.11/runpy.py", "line": 88, "name": "_run_code"},
     ]
     assert site_of(frames) == "/sp/lib/python3.11/site-packages/vllm/worker.py:9 run"
+    assert caller_of(frames) == UNKNOWN_SITE
+
+
+def test_the_memforensics_console_script_is_never_a_caller() -> None:
+    """An installed script run by `memforensics run` or the demo: the console script below it is
+    memforensics' own frame, not the user's line, so it is never named as the caller."""
+    sp = "/venv/lib/python3.12/site-packages"
+    frames = [
+        {"filename": f"{sp}/memforensics/examples/demo_train.py", "line": 57, "name": "keep"},
+        {"filename": f"{sp}/memforensics/cli/_main.py", "line": 60, "name": "main"},
+        {"filename": "/venv/bin/memforensics", "line": 8, "name": "<module>"},
+    ]
+    assert site_of(frames) == f"{sp}/memforensics/examples/demo_train.py:57 keep"
     assert caller_of(frames) == UNKNOWN_SITE
 
 

@@ -57,7 +57,7 @@ def test_kinds_report_requested_bytes_beside_block_bytes() -> None:
         builder.truth().allocated_requested_bytes
     )
     assert data["kinds_total"] == "allocated_bytes"
-    text = summary_text(summarize(dump_from_snapshot(builder.build())))
+    text = summary_text(summarize(dump_from_snapshot(builder.build())), verbose=True)
     assert "live memory by kind, adding up to allocated" in text
 
 

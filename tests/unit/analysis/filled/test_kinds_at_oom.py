@@ -60,21 +60,20 @@ def _state_only(*segments: tuple[Block, ...]) -> list[Allocation]:
     return found.allocations
 
 
-def test_a_kv_cache_held_since_setup_is_not_a_parameter() -> None:
-    """A vLLM KV cache (32 same-sized blocks from cache_engine.py) is 'unknown' at low
-    confidence, while weights moved by Module._apply stay parameters."""
+def test_a_kv_cache_held_since_setup_is_a_kv_cache() -> None:
+    """A vLLM KV cache (32 same-sized blocks from cache_engine.py) is a KV cache, not
+    parameters, while weights moved by Module._apply stay parameters."""
     allocations = _state_only(
         tuple(Block(MiB(64), site=KV_CACHE) for _ in range(32)),
         tuple(Block(MiB(10), site=MODEL_TO) for _ in range(3)),
     )
     kinds = {(a.size, a.kind) for a in allocations}
-    assert kinds == {(MiB(64), "unknown"), (MiB(10), "parameter")}
-    cache = max(a.confidence for a in allocations if a.kind == "unknown")
-    assert cache <= 0.3 < min(a.confidence for a in allocations if a.kind == "parameter")
+    assert kinds == {(MiB(64), "kv_cache"), (MiB(10), "parameter")}
 
 
-def test_a_cublas_workspace_is_not_a_parameter() -> None:
-    """One block allocated under cuBLAS's workspace (C++ frames) in a forward is 'unknown'."""
+def test_a_cublas_workspace_is_a_workspace() -> None:
+    """One block allocated under cuBLASLt's workspace (C++ frames) in a forward is a
+    workspace, not a parameter."""
     builder = SnapshotBuilder()
     builder.segment(Block(MiB(32), site=SCRIPT))
     snapshot = builder.build()
@@ -84,7 +83,7 @@ def test_a_cublas_workspace_is_not_a_parameter() -> None:
     found_all = lifetimes(dump_from_snapshot(snapshot))
     classify(found_all)
     [found] = found_all.allocations
-    assert (found.kind, found.confidence) == ("unknown", 0.3)
+    assert found.kind == "workspace"
 
 
 def test_one_big_block_from_a_script_is_not_confidently_a_parameter() -> None:

@@ -72,7 +72,7 @@ def test_summary_shows_kinds_and_tree_and_json_has_all(tmp_path: Path) -> None:
     oom = list_dumps(tmp_path).first_oom
     assert oom is not None
     summary = summarize(load_dump(oom.path))
-    text = summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert "live memory by kind" in text
     assert "call tree at the peak" in text
     data = json.loads(json.dumps(to_json(summary)))
@@ -99,3 +99,64 @@ def test_without_history_the_snapshot_is_the_moment() -> None:
     assert filled.peak.live_bytes == MiB(8)
     top = filled.peak.tree.sorted_children()[0]
     assert (top.name, top.bytes) == (BEFORE_RECORDING, MiB(6))
+
+
+_SITE = "/venv/lib/python3.12/site-packages"
+
+
+def _frame(filename: str, line: int, name: str) -> dict[str, object]:
+    return {"filename": filename, "line": line, "name": name}
+
+
+def test_framework_frames_are_never_a_level_between_user_lines() -> None:
+    """A stack as `memforensics run` leaves it (runpy and memforensics' CLI outside, torch's
+    module call between two user lines, a torch op inside): the tree is the user's path, then
+    one leaf named by the op, and no `_wrapped_call_impl` or runpy level."""
+    module = f"{_SITE}/torch/nn/modules/module.py"
+    frames = [  # innermost first, as PyTorch records them
+        _frame("??", 0, "c10::cuda::CUDACachingAllocator::malloc"),
+        _frame(f"{_SITE}/torch/nn/functional.py", 2482, "batch_norm"),
+        _frame(f"{_SITE}/torch/nn/modules/batchnorm.py", 193, "forward"),
+        _frame(module, 1750, "_call_impl"),
+        _frame(module, 1739, "_wrapped_call_impl"),
+        _frame("/work/model.py", 40, "forward"),
+        _frame(module, 1750, "_call_impl"),
+        _frame(module, 1739, "_wrapped_call_impl"),
+        _frame("/work/train.py", 12, "step"),
+        _frame("<frozen runpy>", 88, "_run_code"),
+        _frame(f"{_SITE}/memforensics/cli/target.py", 80, "run_target"),
+        _frame(f"{_SITE}/memforensics/cli/commands/run.py", 70, "run"),
+        _frame(f"{_SITE}/memforensics/cli/_main.py", 60, "main"),
+        _frame("/venv/bin/memforensics", 8, "<module>"),
+        _frame("/usr/lib/python3.12/runpy.py", 198, "_run_module_as_main"),
+    ]
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(8)))
+    snapshot = builder.build()
+    for entry in snapshot["device_traces"][0]:
+        entry["frames"] = frames
+    for block in snapshot["segments"][0]["blocks"]:
+        block["frames"] = frames
+    tree = what_filled(dump_from_snapshot(snapshot)).peak.tree
+    names = _names(tree)[1:]
+    assert names == [
+        "/work/train.py:12 step",
+        "/work/model.py:40 forward",
+        f"{_SITE}/torch/nn/functional.py:2482 batch_norm (+3 library frames)",
+    ]
+
+
+def test_a_stack_of_framework_frames_only_is_one_node_named_by_the_innermost() -> None:
+    """With no user frame at all, the stack is one node: its innermost framework frame."""
+    frames = [
+        _frame(f"{_SITE}/torch/optim/adam.py", 111, "_init_group"),
+        _frame(f"{_SITE}/torch/optim/optimizer.py", 480, "wrapper"),
+        _frame("<frozen runpy>", 88, "_run_code"),
+    ]
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(8)))
+    snapshot = builder.build()
+    for entry in snapshot["device_traces"][0]:
+        entry["frames"] = frames
+    tree = what_filled(dump_from_snapshot(snapshot)).peak.tree
+    assert _names(tree)[1:] == [f"{_SITE}/torch/optim/adam.py:111 _init_group (+2 library frames)"]

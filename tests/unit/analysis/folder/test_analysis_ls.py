@@ -65,3 +65,60 @@ def test_empty_folder_has_no_first_oom(tmp_path: Path) -> None:
     listing = list_dumps(tmp_path)
     assert listing.dumps == ()
     assert listing.first_oom is None
+
+
+def test_an_empty_dump_file_is_empty_never_the_first_oom(tmp_path: Path) -> None:
+    """0-byte OOM files, one with a sidecar and one without, earlier than every real OOM:
+    ls and overview name the real first OOM and call the empty ones empty."""
+    import json
+
+    from memforensics.analysis import build_overview
+    from memforensics.analysis.folder import ls_text, overview_text
+    from memforensics.testing import make_sidecar
+
+    truth = write_run_folder(tmp_path, world_size=8)
+    oom = tmp_path / "oom"
+    early = "2026-11-30T00:00:00+00:00"
+    (oom / "rank6_pid9_step1_20261130-000000-000000.pickle").write_bytes(b"")
+    (oom / "rank6_pid9_step1_20261130-000000-000000.json").write_text(
+        json.dumps(make_sidecar("oom", rank=6, step=1, created_at=early))
+    )
+    (oom / "rank5_pid9_step1_20261130-000000-000001.pickle").write_bytes(b"")
+    listing = list_dumps(tmp_path)
+    assert listing.first_oom is not None
+    assert listing.first_oom.path == truth.first_oom_path
+    empty = [e for e in listing.dumps if e.empty]
+    assert len(empty) == 2
+    assert "E empty" in ls_text(listing)
+    overview = build_overview(tmp_path, workers=1)
+    assert overview.first_oom is not None
+    assert overview.first_oom.rank == truth.first_oom_rank
+    assert all(f.step != 1 for f in overview.failures)  # the empty files' step
+    assert "empty (0 bytes)" in overview_text(overview)
+
+
+def test_a_predicted_dump_is_flagged(tmp_path: Path) -> None:
+    """A dump ``memforensics plan`` wrote is flagged ``~`` and ``predicted`` in JSON; the first
+    OOM line says predicted; a measured dump beside it is not flagged."""
+    from memforensics.analysis.dump import PREDICTED
+    from memforensics.analysis.folder import ls_text
+    from memforensics.testing import fragmented, make_sidecar, write_dump
+
+    record = {"device_total_bytes": 80 << 30, "capability": "9.0", "context_bytes": 0}
+    snapshot = fragmented().snapshot
+    planned = write_dump(
+        tmp_path / "oom" / "rank0_pid1.pickle",
+        snapshot,
+        sidecar=make_sidecar("oom", predicted=record),
+    )
+    write_dump(tmp_path / "manual" / "rank0_pid2.pickle", snapshot, sidecar=make_sidecar("manual"))
+    listing = list_dumps(tmp_path)
+    flags = {entry.kind: to_json(entry)["predicted"] for entry in listing.dumps}
+    assert flags == {"oom": True, "manual": False}
+    head, _, _, *rows = ls_text(listing).splitlines()
+    assert PREDICTED in head
+    row = {line.split()[0]: line for line in rows[:2]}
+    assert " ~ " in row["oom"]
+    assert " ~ " not in row["manual"]
+    assert listing.first_oom is not None
+    assert listing.first_oom.path == planned

@@ -13,7 +13,7 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics._layout import journal_name
-from memforensics.analysis import build_overview
+from memforensics.analysis import build_overview, load_dump, summarize
 from memforensics.analysis.folder import overview_text
 from memforensics.analysis.folder.overview import PARALLEL_FROM
 from memforensics.analysis.folder.text import rank_ranges
@@ -21,7 +21,7 @@ from memforensics.analysis.report import render_overview
 from memforensics.analysis.report.overview_page import overview_data
 from memforensics.analysis.schema import to_json
 from memforensics.capture.journal import Journal, format_line
-from memforensics.testing import make_sidecar, write_journals
+from memforensics.testing import make_sidecar, write_journals, write_run_folder
 
 GiB = 1 << 30
 
@@ -132,7 +132,8 @@ def test_sidecars_place_ranks_without_journal_and_their_oom(tmp_path: Path) -> N
 
 
 def test_reads_no_pickle_and_stats_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One listing per folder: no os.stat per file, and no snapshot is ever opened."""
+    """One listing per folder: no os.stat per file (but for an OOM dump without a sidecar,
+    to tell an empty file from an OOM), and no snapshot is ever opened."""
     write_journals(tmp_path, ranks=8, lines=5)
     for name in ("steps0-3", "oom"):
         (tmp_path / name).mkdir()
@@ -160,7 +161,9 @@ def test_reads_no_pickle_and_stats_no_file(tmp_path: Path, monkeypatch: pytest.M
     view = build_overview(tmp_path, workers=1)
     monkeypatch.undo()
     assert len(view.ranks) == 8
-    assert len(stats) <= 1  # the root's is_dir() check
+    sidecarless_ooms = [p for p in stats if os.path.basename(os.path.dirname(p)) == "oom"]
+    assert len(sidecarless_ooms) == 8
+    assert len(stats) - len(sidecarless_ooms) <= 1  # the root's is_dir() check
     assert not [p for p in opened if p.endswith(".pickle")]
     assert len([p for p in opened if p.endswith(".jsonl")]) == 8
 
@@ -264,3 +267,36 @@ def test_a_rotated_journal_is_read_oldest_file_first(tmp_path: Path) -> None:
     assert (rank.rank, rank.pids, rank.lines, rank.last_step) == (3, (journal.pid,), kept, 59)
     assert rank.first_step == 60 - kept
     assert view.problems.restarts == {}
+
+
+def test_journals_without_step_lines_are_never_a_restart(tmp_path: Path) -> None:
+    """Workers' journals of one close line each (newer than the training process's) name no
+    restart, and the rank's last figures stay the training process's, not the workers' zeros."""
+    write_journals(tmp_path, ranks=2, lines=20, leak_rank=None)
+    folder = tmp_path / "journal"
+    for pid in (7001, 7002):
+        line = format_line("close", None, 0, {"reserved_bytes": 0}, 2_000_000_000.0 + pid)
+        (folder / journal_name(0, pid)).write_bytes(line)
+    view = build_overview(tmp_path, workers=1)
+    assert view.problems.restarts == {}
+    rank0 = view.rank(0)
+    assert rank0 is not None
+    assert rank0.last_reserved_bytes is not None
+    assert rank0.last_reserved_bytes > GiB
+    assert "restarted" not in overview_text(view)
+
+
+def test_first_failing_rank_carries_summarys_diagnosis(tmp_path: Path) -> None:
+    """overview names the first failing rank's cause with summary's own headline for that
+    rank's OOM dump (one diagnosis everywhere), and prints it under the first-OOM line."""
+    truth = write_run_folder(tmp_path, world_size=3)
+    view = build_overview(tmp_path, workers=1, diagnose=True)
+    assert view.first_oom is not None
+    assert view.first_oom.rank == truth.first_oom_rank
+    [dump] = (tmp_path / "oom").glob(f"rank{truth.first_oom_rank}_*.pickle")
+    expected = summarize(load_dump(dump)).diagnosis
+    assert expected is not None
+    assert view.first_oom_diagnosis == expected
+    lines = overview_text(view).splitlines()
+    assert lines[2] == f"cause: {expected.headline}"[: len(lines[2])]
+    assert build_overview(tmp_path, workers=1).first_oom_diagnosis is None  # no pickle opened

@@ -22,7 +22,7 @@ def test_synthetic_journals_forecast_the_known_slope_within_ten_percent(tmp_path
     workload's own; steady ranks wobbling by 256 MiB a line get no forecast."""
     truth = write_journals(
         tmp_path, ranks=8, lines=60, every=10, leak_rank=3, leak_per_line=64 * MIB,
-        jitter=256 * MIB, base=40 * GIB, limit=80 * GIB,
+        jitter=256 * MIB, base=40 * GIB, limit=80 * GIB, leak_fails=False,
     )  # fmt: skip
     view = build_overview(tmp_path, workers=1)
     assert [f.rank for f in view.forecasts] == [3]
@@ -41,11 +41,30 @@ def test_synthetic_journals_forecast_the_known_slope_within_ten_percent(tmp_path
 
 def test_the_page_carries_the_forecast(tmp_path: Path) -> None:
     """The overview page states the forecast in its facts and holds it in the rank's data."""
-    write_journals(tmp_path, ranks=4, lines=40, every=10, leak_rank=1, leak_per_line=64 * MIB)
+    write_journals(
+        tmp_path, ranks=4, lines=40, every=10, leak_rank=1, leak_per_line=64 * MIB,
+        leak_fails=False,
+    )  # fmt: skip
     view = build_overview(tmp_path, workers=1)
     page = render_overview(view)
     assert "forecast: rank 1 reaches its 80.00 GiB limit near step" in page
     assert '"forecast":{"rank":1,"step":' in page.replace(" ", "")
+
+
+def test_a_rank_that_ran_out_gets_no_forecast(tmp_path: Path) -> None:
+    """The leaking rank failed at its last step: it is named as the first OOM and given no
+    forecast, since the limit it would reach is behind it."""
+    truth = write_journals(tmp_path, ranks=4, lines=40, every=10, leak_rank=1)
+    view = build_overview(tmp_path, workers=1)
+    assert view.first_oom is not None
+    assert (view.first_oom.rank, view.first_oom.step) == (1, truth.oom_step)
+    assert view.forecasts == ()
+    rank = view.rank(1)
+    assert rank is not None
+    assert rank.forecast is None
+    text = overview_text(view)
+    assert "reaches its" not in text
+    assert "forecast: none (no rank that has not run out" in text
 
 
 @pytest.mark.parametrize("seed", range(40))

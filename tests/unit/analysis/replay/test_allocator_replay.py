@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from memforensics.allocator import (
 from memforensics.analysis import list_dumps, replay_dump, summarize
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.oom import state_before
+from memforensics.analysis.replay import replay_text
 from memforensics.analysis.replay.runner import Device, run
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor
@@ -273,7 +275,8 @@ def test_ls_shows_memory_outside_pytorch_for_oom_dumps(tmp_path: Path) -> None:
 
 
 def test_pinners_are_the_tensors_whose_free_lets_the_request_fit() -> None:
-    """Freeing the blamed tensors on the sim makes the failed request succeed; others do not."""
+    """Freeing the blamed tensors on the sim makes the failed request succeed; others do not;
+    the text counts them in words ('this tensor', 'these 2 tensors')."""
     total = 48 * MiB
 
     def workload(device: SimDevice) -> tuple[list[SimTensor], list[SimTensor]]:
@@ -302,6 +305,11 @@ def test_pinners_are_the_tensors_whose_free_lets_the_request_fit() -> None:
         if tensor.address in blamed:
             tensor.free()
     device.empty(12 * MiB)  # fits now, without freeing the tensors not blamed
+    one = replay_text(replace(result, pinners=result.pinners[:1]))
+    two = replay_text(replace(result, pinners=result.pinners[:1] * 2))
+    assert "freeing this tensor (" in one
+    assert "freeing these 2 tensors (" in two
+    assert "tensor(s)" not in one + two
 
 
 def test_lint_flags_settings_that_cannot_work() -> None:
@@ -365,6 +373,7 @@ def test_every_what_if_row_is_what_the_sim_does_under_it(
     failed_at = _until_first_oom(device, ops)
     assume(failed_at is not None)
     assert failed_at is not None
+    assume(any(op == "alloc" for op, *_rest in ops[:failed_at]))  # a placement to self-check
     oom = next(e for e in reversed(taken[0]["device_traces"][0]) if e["action"] == "oom")
     sidecar = {"schema": 2, "kind": "oom", "oom": {
         "requested_bytes": oom["size"], "allocation_bytes": None,

@@ -8,11 +8,19 @@ from pathlib import Path
 import pytest
 
 from memforensics.analysis import load_dump, replay_dump
-from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.dump import PREDICTED, dump_from_snapshot
 from memforensics.analysis.replay import replay_text
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
-from memforensics.testing import TRAIN, Block, MiB, SnapshotBuilder
+from memforensics.testing import (
+    TRAIN,
+    Block,
+    MiB,
+    SnapshotBuilder,
+    fragmented,
+    make_sidecar,
+    write_dump,
+)
 
 REAL = Path("/work/shared/data/real-snapshots/cuda-llm-at-oom-no-history.pickle")
 
@@ -30,7 +38,7 @@ def test_no_history_says_no_recording_started() -> None:
     result = replay_dump(dump_from_snapshot(_no_history()))
     text = replay_text(result)
     assert "recording started" not in text
-    assert "history      none recorded; the snapshot alone holds 2 live blocks" in text
+    assert "history      stacks recorded, no trace; the snapshot alone holds 2 live blocks" in text
     assert to_json(result)["history"] is False
 
 
@@ -43,11 +51,13 @@ def test_no_history_says_the_self_check_did_not_run() -> None:
 
 @pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
 def test_real_no_history_dump_says_one_thing() -> None:
-    """The real OOM dump without history: 'none recorded', and no what-if for that reason."""
+    """The real torch 2.0 OOM dump keeps stacks per block but no trace: it says so, and no
+    what-if for that reason (never 'record_memory_history was off')."""
     text = replay_text(replay_dump(load_dump(REAL)))
     assert "recording started" not in text
-    assert "none recorded" in text
-    assert "no allocator history" in text
+    assert "stacks recorded, no trace" in text
+    assert "no trace of allocator events" in text
+    assert "record_memory_history was off" not in text
 
 
 def test_what_if_names_are_never_cut() -> None:
@@ -65,3 +75,18 @@ def test_what_if_names_are_never_cut() -> None:
     lines = replay_text(result).splitlines()
     for name in names:
         assert any(line.startswith(f"  {name} ") for line in lines), name
+
+
+def test_a_predicted_dump_says_it_is_predicted(tmp_path: Path) -> None:
+    """A dump ``memforensics plan`` wrote says predicted in replay's header and JSON."""
+    predicted = {"device_total_bytes": 80 << 30, "capability": "9.0", "context_bytes": 0}
+    path = write_dump(
+        tmp_path / "oom.pickle",
+        fragmented().snapshot,
+        sidecar=make_sidecar("oom", predicted=predicted),
+    )
+    result = replay_dump(load_dump(path))
+    assert to_json(result)["predicted"] is True
+    assert PREDICTED in replay_text(result).splitlines()[0]
+    measured = write_dump(tmp_path / "m.pickle", fragmented().snapshot, sidecar=make_sidecar("oom"))
+    assert PREDICTED not in replay_text(replay_dump(load_dump(measured)))

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import memforensics.analysis.report
-from memforensics.analysis import Dump
+from memforensics.analysis import Dump, summarize
+from memforensics.analysis.diagnosis import CAUSE_NAMES
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.report.model import DumpContext, Section, table
@@ -49,7 +50,7 @@ def test_report_is_offline_and_complete() -> None:
     found = _sections(html)
     assert set(found) >= {"verdict", "facts", "timeline", "segments", "kinds", "tree", "sites"}
     assert found["verdict"]["data"]["name"] == "fragmentation"
-    assert "expandable_segments:True" in found["verdict"]["data"]["advice"]
+    assert found["verdict"]["data"]["cause"].startswith("memory outside PyTorch: 79.50 GiB")
 
 
 def test_page_assets_are_package_files_inlined() -> None:
@@ -95,7 +96,7 @@ def test_identical_segments_are_grouped_and_holes_come_first() -> None:
     """3,000 segments of 7 shapes become 7 rows with counts, those with the most free first."""
     builder = SnapshotBuilder()
     for index in range(3000):
-        builder.segment(Block(MiB(2)), Block(MiB(index % 7 + 1), state="inactive", site=None))
+        builder.segment(Block(MiB(2)), Block(MiB(index % 7 + 1), state="inactive"))
     html = render_report([dump_from_snapshot(builder.build())])
     [snapshot] = [
         layout
@@ -235,3 +236,18 @@ def test_a_dump_without_oom_has_no_replay_section() -> None:
     assert parts["verdict"]["data"]["name"] == "no-oom"
     assert "replay" not in parts
     assert "oom_moment" not in parts
+
+
+def test_report_headline_is_the_diagnosis_with_the_verdict_beneath() -> None:
+    """The report's headline box leads with summary's own diagnosis headline (one diagnosis
+    everywhere), and keeps the allocator's verdict as its category."""
+    synthetic = fragmented()
+    dump = dump_from_snapshot(synthetic.snapshot, sidecar=synthetic.sidecar)
+    verdict = _sections(render_report([dump]))["verdict"]["data"]
+    diagnosis = summarize(dump).diagnosis
+    assert diagnosis is not None
+    assert verdict["cause"] == diagnosis.headline
+    assert verdict["causes"] == [
+        f"{CAUSE_NAMES[c.name]}: {c.evidence}" for c in diagnosis.causes[1:]
+    ]
+    assert verdict["name"] == "fragmentation"

@@ -43,7 +43,7 @@ def test_summary_step_table_says_how_many_rows_it_hides() -> None:
     """14 step rows cut to the last 5: the text says 9 earlier steps are hidden, and shows 13."""
     summary = summarize(dump_from_snapshot(_many_sites().build()))
     assert len(summary.live_by_step) == 14
-    text = summary_text(summary, rows=5)
+    text = summary_text(summary, rows=5, verbose=True)
     assert "… 9 earlier steps not shown" in text
     step_rows = [line.split() for line in text.splitlines()[-5:]]
     assert [row[0] for row in step_rows] == ["9", "10", "11", "12", "13"]
@@ -52,7 +52,7 @@ def test_summary_step_table_says_how_many_rows_it_hides() -> None:
 def test_summary_all_rows_hides_nothing() -> None:
     """top=None and rows=None print every site and step row, with no 'not shown' line."""
     summary = summarize(dump_from_snapshot(_many_sites().build()), top=None)
-    text = summary_text(summary, rows=None)
+    text = summary_text(summary, rows=None, verbose=True)
     assert len(summary.top_sites) == 14
     assert all(f"/work/layer{index}.py" in text for index in range(14))
     assert "not shown" not in text

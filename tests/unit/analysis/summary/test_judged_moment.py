@@ -77,9 +77,14 @@ def test_request_the_recorded_state_serves_is_not_an_oom_verdict() -> None:
 
 def test_oversize_hole_does_not_serve_a_request_under_max_split_size() -> None:
     """Under max_split_size_mb:128 a 100 MiB request cannot take a hole of 128 MiB or more,
-    as PyTorch's get_free_block refuses it: the bytes are free but unusable, fragmentation."""
+    as PyTorch's get_free_block refuses it: with the device full, the bytes are free but
+    unusable, fragmentation."""
     snapshot, largest = _kv_cache_state(max_split_mb=128)
-    summary = summarize(dump_from_snapshot(snapshot), requested=MiB(100))
+    reserved = sum(segment["total_size"] for segment in snapshot["segments"])
+    full = make_sidecar(
+        "oom", schema=2, oom={"device_free_bytes": 0, "device_total_bytes": reserved}
+    )
+    summary = summarize(dump_from_snapshot(snapshot, sidecar=full), requested=MiB(100))
     assert largest >= MiB(100)
     assert summary.verdict.name == "fragmentation"
     assert to_json(summary)["oom"]["could_serve"] is False
@@ -153,7 +158,8 @@ def test_oom_moment_heads_a_dump_taken_after_unwinding() -> None:
     assert biggest in sites
     assert smallest not in sites
     assert summary.verdict.name == truth.verdict
-    text = summary_text(summary)
+    assert "unwinding freed" in summary_text(summary)
+    text = summary_text(summary, verbose=True)
     assert text.index("site (live at the OOM)") < text.index("site (after the OOM")
     assert "unwinding freed" in text
 

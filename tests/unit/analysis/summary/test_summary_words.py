@@ -35,19 +35,30 @@ def test_sidecar_header_keeps_kind_and_rank() -> None:
 
 
 def test_unknown_truncation_says_what_is_unknown() -> None:
-    """Without a sidecar the history line says the ring buffer may have lost its oldest events."""
+    """Without a sidecar, a trace that starts with nothing live says so; one that starts with
+    blocks live says older events may have been dropped; neither says 'ring-buffer'."""
     text = summary_text(summarize(dump_from_snapshot(_raw().build())))
     [line] = [line for line in text.splitlines() if line.strip().startswith("history")]
     assert "(unknown)" not in line
-    assert "ring-buffer overflow unknown: the oldest events may be lost" in line
+    assert "ring-buffer" not in line
+    assert "events (starts with nothing live)" in line
+    snapshot = _raw().build()
+    snapshot["device_traces"] = [snapshot["device_traces"][0][2:]]  # the live block's alloc dropped
+    text = summary_text(summarize(dump_from_snapshot(snapshot)))
+    [line] = [line for line in text.splitlines() if line.strip().startswith("history")]
+    assert "blocks were live when it started; older events may have been dropped" in line
 
 
 def test_empty_dump_prints_no_header_only_kind_tables() -> None:
     """A dump with nothing in it gets one line about kinds, no table headers without rows."""
-    text = summary_text(summarize(dump_from_snapshot({"segments": [], "device_traces": [[]]})))
+    text = summary_text(
+        summarize(dump_from_snapshot({"segments": [], "device_traces": [[]]})), verbose=True
+    )
     assert "confidence" not in text
     assert "live memory by kind: nothing live" in text
-    assert "history                 0 events (none recorded)" in text
+    assert "history      none: nothing allocated" in text
+    assert "history was not recorded" not in text
+    assert "nothing allocated: the snapshot holds no segment" in text
 
 
 def test_ls_of_raw_pickles_says_it_did_not_open_them(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@
   var SVGNS = document.getElementById("mf-svg-namespace").namespaceURI;
   var KIND_COLORS = {
     parameter: "#3b6fb6", optimizer_state: "#7a4fb0", gradient: "#d9822b",
-    activation: "#2f9e6e", temporary: "#c9b037", before_recording: "#8a94a6",
+    activation: "#2f9e6e", kv_cache: "#c93c3c", workspace: "#17a2b8",
+    temporary: "#c9b037", before_recording: "#8a94a6", buffer: "#6fa8dc",
     unknown: "#c7ccd6", "pending free": "#e7c65b"
   };
   var SITE_COLORS = ["#3b6fb6", "#d9822b", "#2f9e6e", "#c93c3c", "#7a4fb0", "#8c564b",
@@ -57,6 +58,22 @@
     var data = section.data;
     var known = ["fragmentation", "exhausted", "no-oom"].indexOf(data.name) >= 0;
     var box = el("div", { "class": "verdict " + (known ? data.name : "other") });
+    if (data.cause) {
+      box.appendChild(el("b", null, "Cause: "));
+      box.appendChild(document.createTextNode(data.cause));
+      (data.causes || []).forEach(function (line) {
+        box.appendChild(el("br"));
+        box.appendChild(el("b", null, "Also: "));
+        box.appendChild(document.createTextNode(line));
+      });
+      (data.missing || []).forEach(function (line) {
+        box.appendChild(el("br"));
+        box.appendChild(el("b", null, "Missing: "));
+        box.appendChild(document.createTextNode(line));
+      });
+      box.appendChild(el("br"));
+      box.appendChild(el("b", null, "Allocator: "));
+    }
     box.appendChild(el("b", null, data.name));
     box.appendChild(document.createTextNode(" — " + data.explanation));
     if (data.moment) {
@@ -127,26 +144,43 @@
     parent.appendChild(holder);
     function show(root) {
       holder.textContent = "";
-      holder.appendChild(iceNode(root, root.bytes || 1, 0, show));
+      holder.appendChild(iceNode(root, root.bytes || 1, 0, show, root.bytes || 1));
     }
     back.addEventListener("click", function () { show(data.root); });
     show(data.root);
   }
 
-  function iceNode(node, parentBytes, depth, show) {
+  function iceNode(node, parentBytes, depth, show, rootBytes) {
     var box = el("div", { "class": "ice" });
     box.style.width = Math.max(100 * node.bytes / parentBytes, 0.5) + "%";
     var label = node.name + " · " + fmtBytes(node.bytes);
     var bar = el("div", { "class": "bar", "title": label }, label);
     bar.style.background = depth % 2 ? "#d4e1f3" : "#e3ecf8";
-    bar.addEventListener("click", function () { show(node); });
+    bar.addEventListener("click", function () {
+      show(node.merged ? { name: node.name, bytes: node.bytes, children: node.merged } : node);
+    });
     box.appendChild(bar);
     if (node.children && node.children.length) {
       var kids = el("div", { "class": "kids" });
-      node.children.forEach(function (child) { kids.appendChild(iceNode(child, node.bytes || 1, depth + 1, show)); });
+      readable(node.children, rootBytes).forEach(function (child) {
+        kids.appendChild(iceNode(child, node.bytes || 1, depth + 1, show, rootBytes));
+      });
       box.appendChild(kids);
     }
     return box;
+  }
+
+  var SLIVER = 0.01;  /* of the tree shown: narrower frames (under ~9 px) are merged into one */
+
+  /* Children as drawn: those narrower than SLIVER of the shown tree become one node naming
+   * how many they are (click it to see them), so no frame is an unreadable sliver. */
+  function readable(children, rootBytes) {
+    var wide = [], thin = [];
+    children.forEach(function (child) { (child.bytes < SLIVER * rootBytes ? thin : wide).push(child); });
+    if (thin.length < 2) { return children; }
+    var bytes = thin.reduce(function (sum, child) { return sum + child.bytes; }, 0);
+    wide.push({ name: "<" + thin.length + " smaller frames>", bytes: bytes, children: [], merged: thin });
+    return wide;
   }
 
   /* ---------- segments at a moment ---------- */
@@ -212,6 +246,8 @@
   /* ---------- timeline ---------- */
 
   var W = 900, H = 290, PL = 82, PR = 12, PT = 16, PB = 34;
+  var LINES_BELOW = 0.05;  /* movement under this share of the top: lines, not stacked bands */
+  var LIVE_COLOR = "#3b6fb6";
 
   function renderTimeline(section, parent) {
     var data = section.data;
@@ -284,15 +320,26 @@
       var list = all.filter(function (band) {  /* only what holds memory here: no empty keys */
         return rows.some(function (row) { return row[band.index] > 0; });
       });
-      list.forEach(function (band) {
-        legend.appendChild(el("span", { "class": "key", "style": "background:" + color(band, all.indexOf(band)) }));
-        legend.appendChild(document.createTextNode(band.name.length > 60 ? "…" + band.name.slice(-59) : band.name));
+      var lo = Infinity, hi = 0, liveLo = Infinity, liveHi = 0;
+      rows.forEach(function (row) {
+        lo = Math.min(lo, row[3], row[2]); hi = Math.max(hi, row[3], row[2]);
+        liveLo = Math.min(liveLo, row[3]); liveHi = Math.max(liveHi, row[3]);
       });
-      var lo = Infinity, hi = 0;
-      rows.forEach(function (row) { lo = Math.min(lo, row[3]); hi = Math.max(hi, row[3], row[2]); });
-      var movement = hi - lo;
-      var y0 = movement < 0.4 * hi ? Math.max(lo - 0.15 * Math.max(movement, hi * 0.02), 0) : 0;
+      /* Stacked bands stand on 0, or a band's visible part would pass for its size. Where the
+       * movement would be too thin to see from 0, the total and reserved are drawn as lines on
+       * an axis that starts near them instead, and no band is stacked. */
+      var lines = hi > 0 && hi - lo < LINES_BELOW * hi;
+      var y0 = lines ? Math.max(lo - 0.15 * Math.max(hi - lo, hi * 0.02), 0) : 0;
       var y1 = hi + 0.05 * Math.max(hi - y0, 1);
+      if (lines) {
+        legend.appendChild(el("span", { "class": "key", "style": "background:" + LIVE_COLOR }));
+        legend.appendChild(document.createTextNode("live (all " + (state.mode === "kind" ? "kinds" : "sites") + ")"));
+      } else {
+        list.forEach(function (band) {
+          legend.appendChild(el("span", { "class": "key", "style": "background:" + color(band, all.indexOf(band)) }));
+          legend.appendChild(document.createTextNode(band.name.length > 60 ? "…" + band.name.slice(-59) : band.name));
+        });
+      }
       var limitNote = "";
       if (data.limit) {
         if (data.limit <= y1 * 1.3) { y1 = Math.max(y1, data.limit * 1.02); }
@@ -306,12 +353,12 @@
       svgNode.appendChild(clip);
       ticks(y0, y1).forEach(function (tick) {
         svgNode.appendChild(sv("line", { "x1": PL, "x2": W - PR, "y1": py(tick).toFixed(1), "y2": py(tick).toFixed(1), "class": "grid" }));
-        svgNode.appendChild(sv("text", { "x": PL - 6, "y": (py(tick) + 4).toFixed(1), "class": "tick", "text-anchor": "end" }, fmtBytes(tick)));
+        svgNode.appendChild(sv("text", { "x": PL - 6, "y": (py(tick) + 4).toFixed(1), "class": "tick", "text-anchor": "end" }, tickText(tick, y1 - y0)));
       });
       var cumulative = rows.map(function () { return 0; });
       var group = sv("g", { "clip-path": "url(#" + section.id + "-clip)" });
       var xs = rows.map(function (row, i) { return i + 1 < rows.length ? rows[i + 1][0] : state.x1; });
-      list.forEach(function (band) {
+      (lines ? [] : list).forEach(function (band) {
         var upper = rows.map(function (row, i) { return cumulative[i] + row[band.index]; });
         var points = [];
         rows.forEach(function (row, i) {  /* a step chart: a level holds until the next point */
@@ -326,6 +373,14 @@
         group.appendChild(path);
         cumulative = upper;
       });
+      if (lines) {
+        var live = [];
+        rows.forEach(function (row, i) {
+          live.push(px(row[0]).toFixed(1) + "," + py(row[3]).toFixed(1));
+          live.push(px(xs[i]).toFixed(1) + "," + py(row[3]).toFixed(1));
+        });
+        group.appendChild(sv("polyline", { "points": live.join(" "), "fill": "none", "stroke": LIVE_COLOR, "stroke-width": 1.5, "class": "live" }));
+      }
       var reserved = rows.map(function (row) { return px(row[0]).toFixed(1) + "," + py(row[2]).toFixed(1); });
       group.appendChild(sv("polyline", { "points": reserved.join(" "), "fill": "none", "stroke": "#1d2430", "stroke-dasharray": "3 2", "stroke-width": 1 }));
       svgNode.appendChild(group);
@@ -348,11 +403,14 @@
       svgNode.appendChild(sv("text", { "x": PL + plotW / 2, "y": H - 8, "class": "tick", "text-anchor": "middle" }, "trace entry (allocator event number)"));
       var overlay = sv("rect", { "x": PL, "y": PT, "width": plotW, "height": plotH, "fill": "transparent", "class": "overlay" });
       svgNode.appendChild(overlay);
-      note.textContent = "Stacked live bytes " + (state.mode === "kind" ? "by kind" : "by site (biggest at the peak)") +
-        "; dashed line: reserved. " + (y0 > 0 ? "The y axis starts at " + fmtBytes(y0) + " to show the movement. " : "") +
+      var what = state.mode === "kind" ? "by kind" : "by site (biggest at the peak)";
+      note.textContent = (lines
+        ? "Live bytes move by " + fmtBytes(liveHi - liveLo) + " of " + fmtBytes(liveHi) + ", too little to see from 0: solid line live, dashed line reserved, the y axis from " +
+          fmtBytes(y0) + ". "
+        : "Stacked live bytes " + what + ", from 0; dashed line: reserved. ") +
         data.events.toLocaleString() + (data.events === 1 ? " trace entry" : " trace entries") + ", each point the highest moment of its bucket." + limitNote +
-        " Hover for a band's stack, click to see the segments then, drag to zoom.";
-      drawn = { rows: rows, list: list, px: px, py: py, y0: y0, y1: y1, plotW: plotW, plotH: plotH };
+        (lines ? " Hover for the bytes " + what : " Hover for a band's stack") + ", click to see the segments then, drag to zoom.";
+      drawn = { rows: rows, list: list, px: px, py: py, y0: y0, y1: y1, plotW: plotW, plotH: plotH, lines: lines };
     }
 
     function toData(event) {
@@ -389,6 +447,12 @@
         when += ", " + ((row[1] - data.levels[0][0][1]) / 1e6).toFixed(3) + " s";
       }
       tooltip.appendChild(el("div", null, when + " · " + fmtBytes(row[3]) + " live · " + fmtBytes(row[2]) + " reserved"));
+      if (drawn.lines) {  /* no band under the pointer: each one's bytes then */
+        drawn.list.forEach(function (each) {
+          if (row[each.index] > 0) { tooltip.appendChild(el("div", null, each.name + ": " + fmtBytes(row[each.index]))); }
+        });
+        band = null;
+      }
       if (band) {
         tooltip.appendChild(el("b", { "class": "band" }, band.name + ": " + fmtBytes(row[band.index])));
         var site = state.mode === "kind" ? data.kind_site[band.name] : band.name;
@@ -450,6 +514,15 @@
       if (last.text.split(" · ").indexOf(m.label) < 0) { last.text += " · " + m.label; }
     });
     return groups;
+  }
+
+  /* A tick's label, in MiB where the axis spans too little for GiB with two decimals to
+   * tell its ticks apart. */
+  function tickText(value, span) {
+    if (value >= 1073741824 && span < 256 * 1048576) {
+      return (value / 1048576).toLocaleString(undefined, { maximumFractionDigits: 1 }) + " MiB";
+    }
+    return fmtBytes(value);
   }
 
   function ticks(lo, hi) {

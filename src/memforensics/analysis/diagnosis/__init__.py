@@ -1,0 +1,27 @@
+"""The diagnosis: an OOM's causes, ranked, each with its bytes, evidence and fix."""
+
+from memforensics.analysis.diagnosis.diagnosis import (
+    CAUSES,
+    Cause,
+    Diagnosis,
+    Evidence,
+    Fix,
+    cache_framework,
+    diagnose,
+    has_expandable,
+    needed_bytes,
+)
+from memforensics.analysis.diagnosis.text import CAUSE_NAMES
+
+__all__ = [
+    "CAUSES",
+    "CAUSE_NAMES",
+    "Cause",
+    "Diagnosis",
+    "Evidence",
+    "Fix",
+    "cache_framework",
+    "diagnose",
+    "has_expandable",
+    "needed_bytes",
+]

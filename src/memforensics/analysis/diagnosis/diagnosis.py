@@ -1,0 +1,507 @@
+"""One diagnosis: the causes of an OOM (or of a rank at risk), ranked, each with its evidence.
+
+The verdict (:mod:`~memforensics.analysis.oom.verdict`) names the allocator's category of
+failure: fragmentation, exhaustion, memory outside PyTorch. A user acts on the *cause*: a site
+whose live bytes grow every step, a KV cache sized to most of the device, optimizer state that
+sharding would spread. :func:`diagnose` looks for each cause only on evidence in the dump, its
+sidecar or its run folder, and ranks them:
+
+1. the causes whose removal alone would have let the failed request succeed come first
+   ("removing it frees X, the request needed Y"); among them growth first (while it grows, any
+   other fix only postpones the OOM by a few steps) and fragmentation last (a growth fills the
+   room its fix frees);
+2. then by bytes.
+
+What the request needed (:func:`needed_bytes`) is the size the allocator asked the device for
+(``allocation_bytes``: a whole segment) less what the device could still give (the headroom),
+or nothing when the allocator model served the request in the recorded state. A cause is
+*sufficient* when what its removal (or its best fix) frees covers that.
+
+Where evidence is missing, :attr:`Diagnosis.missing` says what and how to get it; a cause is
+never guessed. Every fix is one the dump's torch release has.
+
+``summary`` computes the diagnosis once; its text, ``--json``, the report's headline and
+``overview``'s failing rank all read that one object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from memforensics.analysis.diagnosis import text
+from memforensics.analysis.dump import Dump, as_int
+from memforensics.analysis.filled import KindBytes
+from memforensics.analysis.oom import OomMoment, Verdict, recorded_rules
+
+GROWTH = "growth"
+STATIC = "static"
+ACTIVATIONS = "activations"
+CACHE = "cache"
+OUTSIDE = "outside"
+PENDING_FREES = "pending_frees"
+FRAGMENTATION = "fragmentation"
+CAUSES = (GROWTH, STATIC, ACTIVATIONS, CACHE, OUTSIDE, PENDING_FREES, FRAGMENTATION)
+"""Every cause :func:`diagnose` can name (a :class:`Cause`'s ``name``)."""
+
+# Kind names of the kinds table (analysis/filled/kinds.py).
+_PARAMETER, _GRADIENT, _OPTIMIZER = "parameter", "gradient", "optimizer_state"
+_ACTIVATION, _KV_CACHE = "activation", "kv_cache"
+
+MIN_GROWTH_STEPS = 3
+"""A site grows when its live blocks were made in at least this many steps ..."""
+MIN_GROWTH_COVER = 0.5
+"""... covering at least this share of the steps from its first to its last."""
+MIN_KIND_CONFIDENCE = 0.5
+"""Kinds inferred with less confidence than this are no evidence of a cause."""
+EXPANDABLE_SINCE = (2, 1)
+"""The first torch release with ``expandable_segments`` in ``PYTORCH_CUDA_ALLOC_CONF``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """One way to remove (part of) a cause, and the bytes it frees (None: not known)."""
+
+    action: str
+    bytes: int | None
+    sufficient: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One cause: what it holds, what removing it frees, the evidence, the fixes.
+
+    ``sufficient``: removing it alone (by its best fix) would have let the failed request
+    succeed; None without a failed request. ``sites`` are the allocation sites behind it.
+    ``rate_bytes_per_step``, ``first_step`` and ``steps_left`` are growth's (``steps_left``:
+    steps until the headroom is gone, at that rate).
+    """
+
+    name: str
+    bytes: int
+    freed_bytes: int | None
+    sufficient: bool | None
+    evidence: str
+    fixes: tuple[Fix, ...]
+    sites: tuple[str, ...] = ()
+    rate_bytes_per_step: int | None = None
+    first_step: int | None = None
+    steps_left: int | None = None
+
+    @property
+    def fix(self) -> Fix | None:
+        """The smallest sufficient fix (the first, in order of effort, that frees enough), else
+        the first fix."""
+        for found in self.fixes:
+            if found.sufficient:
+                return found
+        return self.fixes[0] if self.fixes else None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The ranked causes, the headline (top cause and its smallest sufficient fix), what the
+    failed request needed, and what evidence is missing and how to get it."""
+
+    causes: tuple[Cause, ...]
+    headline: str
+    requested_bytes: int | None = None
+    needed_bytes: int | None = None
+    missing: tuple[str, ...] = ()
+
+    @property
+    def top(self) -> Cause | None:
+        """The top-ranked cause, None when none was found."""
+        return self.causes[0] if self.causes else None
+
+
+class Trend(Protocol):
+    """A site's live bytes over a rank's window dumps (``leaks``' ``SiteTrend``)."""
+
+    @property
+    def site(self) -> str: ...
+    @property
+    def steps(self) -> tuple[int, ...]: ...
+    @property
+    def bytes(self) -> tuple[int, ...]: ...
+    @property
+    def growth_per_step(self) -> float: ...
+    @property
+    def first_step(self) -> int | None: ...
+    @property
+    def suspect(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What :func:`diagnose` reads besides the dump, computed by ``summary``'s one pass.
+
+    ``live`` holds ``(site, block bytes, step)`` per live block at the snapshot (step None:
+    untagged); ``kinds`` are the kinds at the judged moment (the OOM's, else the peak's);
+    ``sites`` the biggest sites then; ``pending`` bytes and sites of blocks freed on one stream
+    and awaiting another; ``headroom_bytes`` what the device could still give (a near-OOM
+    dump's); ``device_total_bytes`` the limit; ``at_risk`` whether it is a near-OOM dump;
+    ``trends`` the run folder's window trends of this rank (``trends_read``: they were looked
+    for); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
+    """
+
+    live: Sequence[tuple[str, int, int | None]] = ()
+    kinds: tuple[KindBytes, ...] = ()
+    kinds_known: bool = False
+    sites: Sequence[tuple[str, int]] = ()
+    pending_bytes: int = 0
+    pending_sites: Sequence[tuple[str, int]] = ()
+    headroom_bytes: int | None = None
+    device_total_bytes: int | None = None
+    at_risk: bool = False
+    has_history: bool = False
+    trends: Sequence[Trend] = ()
+    trends_read: bool = False
+
+
+ExpandableServes = Callable[[], "tuple[bool | None, str | None]"]
+"""Asks the replay whether ``expandable_segments`` serves the request: ``(served, why not
+known)``; called only when the verdict is fragmentation."""
+
+
+def needed_bytes(moment: OomMoment | None) -> int | None:
+    """What the failed request lacked: the allocation (a fresh segment) less the headroom; 0
+    when the request was given by hand (``--requested``) and the allocator model serves it in
+    the recorded state; None without a request."""
+    if moment is None or moment.requested_bytes is None:
+        return None
+    if moment.served and moment.assumed:
+        return 0
+    size = max(moment.allocation_bytes or 0, moment.requested_bytes)
+    return max(size - (moment.headroom_bytes or 0), 0)
+
+
+def has_expandable(dump: Dump) -> bool:
+    """True when the dump's torch release has ``expandable_segments`` (unknown release: the
+    newest rules, which have it)."""
+    version = recorded_rules(dump).version
+    return version is None or version >= EXPANDABLE_SINCE
+
+
+def diagnose(
+    dump: Dump,
+    *,
+    moment: OomMoment | None,
+    verdict: Verdict,
+    evidence: Evidence,
+    expandable_serves: ExpandableServes | None = None,
+) -> Diagnosis:
+    """The ranked causes of ``dump``'s OOM (or of its state, without one); see the module."""
+    served = needed_bytes(moment) == 0  # a --requested request the recorded state serves
+    needed = None if served else needed_bytes(moment)
+    missing: list[str] = []
+    if not evidence.kinds_known:
+        kept = tuple(k for k in evidence.kinds if k.confidence >= MIN_KIND_CONFIDENCE)
+        evidence = replace(evidence, kinds=kept)
+    growth = _growth(evidence, needed, missing)
+    rate = growth.rate_bytes_per_step if growth is not None else None
+    causes = [
+        found
+        for found in (
+            growth,
+            _cache(evidence, needed, moment),
+            _static(dump, evidence, needed),
+            _activations(evidence, needed),
+            _outside(moment, needed, missing),
+            _pending(evidence, needed),
+            _fragmentation(dump, moment, verdict, rate, expandable_serves, missing),
+        )
+        if found is not None
+    ]
+    pressure = moment is not None or evidence.at_risk
+    if not pressure:  # nothing failed or neared the limit: only growth is a cause of anything
+        causes = [cause for cause in causes if cause.name == GROWTH]
+    if pressure and not evidence.has_history and not evidence.kinds_known:
+        missing.append(text.MISSING_HISTORY)
+    ranked = tuple(sorted(causes, key=_rank))
+    headline = _headline(ranked[0] if ranked else None, needed, pressure)
+    if served:
+        headline = text.served(headline if ranked else None)
+    return Diagnosis(
+        causes=ranked,
+        headline=headline,
+        requested_bytes=moment.requested_bytes if moment is not None else None,
+        needed_bytes=0 if served else needed,
+        missing=tuple(missing),
+    )
+
+
+def _headline(top: Cause | None, needed: int | None, pressure: bool) -> str:
+    """The top cause and its smallest sufficient fix, in one sentence."""
+    if top is None:
+        return text.no_cause(pressure)
+    fix = top.fix
+    return text.headline(
+        top.name, top.evidence, top.freed_bytes, top.sufficient, needed,
+        fix.action if fix is not None else None,
+    )  # fmt: skip
+
+
+def _rank(cause: Cause) -> tuple[int, int, int]:
+    """Sufficient causes first: among them growth first (while it grows, any other fix only
+    postpones the OOM) and fragmentation last (its fix buys room a growth then fills); then by
+    bytes."""
+    if not cause.sufficient:
+        return 1, 0, -cause.bytes
+    tier = 0 if cause.name == GROWTH else 2 if cause.name == FRAGMENTATION else 1
+    return 0, tier, -cause.bytes
+
+
+def _enough(freed: int | None, needed: int | None) -> bool | None:
+    """Whether ``freed`` bytes cover ``needed`` (None when either is unknown)."""
+    if needed is None or freed is None:
+        return None
+    return freed >= needed
+
+
+def _fixes(options: Sequence[tuple[str, int | None]], needed: int | None) -> tuple[Fix, ...]:
+    """Fixes in order of effort, each marked sufficient when it frees what was needed."""
+    return tuple(Fix(action, freed, _enough(freed, needed)) for action, freed in options)
+
+
+def _cause(
+    name: str,
+    size: int,
+    evidence: str,
+    fixes: tuple[Fix, ...],
+    needed: int | None,
+    sites: tuple[str, ...] = (),
+) -> Cause:
+    """A cause whose removal frees what its best fix frees."""
+    known = [fix.bytes for fix in fixes if fix.bytes is not None]
+    freed = max(known) if known else None
+    return Cause(name, size, freed, _enough(freed, needed), evidence, fixes, sites)
+
+
+# growth ------------------------------------------------------------------------------------
+
+
+def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause | None:
+    """The fastest-growing site: its live blocks made step after step in this dump's trace,
+    or its bytes rising over the run folder's window dumps."""
+    by_site: dict[str, dict[int, int]] = {}
+    tagged = False
+    for site, size, step in evidence.live:
+        if step is None:
+            continue
+        tagged = True
+        steps = by_site.setdefault(site, {})
+        steps[step] = steps.get(step, 0) + size
+    best: tuple[int, str, int, int, int] | None = None  # (rate, site, bytes, first, last)
+    for site, steps in by_site.items():
+        first, last = min(steps), max(steps)
+        span = last - first + 1
+        if len(steps) < MIN_GROWTH_STEPS or len(steps) < MIN_GROWTH_COVER * span:
+            continue
+        held = sum(steps.values())
+        rate = held // span
+        if best is None or (rate, held) > (best[0], best[2]):
+            best = (rate, site, held, first, last)
+    trend = _fastest_trend(evidence.trends)
+    if best is None and trend is None:
+        if not tagged and evidence.has_history and not evidence.trends_read:
+            missing.append(text.MISSING_STEPS)
+        return None
+    if best is None and trend is not None:
+        rate = int(trend.growth_per_step)
+        site, held = trend.site, trend.bytes[-1]
+        first = trend.first_step if trend.first_step is not None else trend.steps[0]
+        windows = len(trend.steps)
+    else:
+        assert best is not None
+        rate, site, held, first, _last = best
+        windows = 0
+        if trend is not None and trend.site == site:
+            windows = len(trend.steps)
+    left = None
+    if needed is None and evidence.headroom_bytes is not None and rate > 0:
+        left = evidence.headroom_bytes // rate
+    fixes = _fixes([(text.growth_fix(site), held)], needed)
+    found = _cause(
+        GROWTH, held, text.growth_evidence(site, held, rate, first, windows, left), fixes, needed,
+        (site,),
+    )  # fmt: skip
+    return replace(found, rate_bytes_per_step=rate, first_step=first, steps_left=left)
+
+
+def _fastest_trend(trends: Sequence[Trend]) -> Trend | None:
+    """The suspect growing fastest (``leaks``' suspects)."""
+    suspects = [trend for trend in trends if trend.suspect and trend.growth_per_step > 0]
+    return max(suspects, key=lambda t: t.growth_per_step, default=None)
+
+
+# a preallocated cache ----------------------------------------------------------------------
+
+_CACHE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("vllm", re.compile(r"_allocate_kv_cache|/vllm/.*cache_engine|cache_engine\.py")),
+    ("sglang", re.compile(r"/sglang/.*(memory_pool|mem_cache)")),
+    ("megatron", re.compile(r"param_and_grad_buffer")),
+    ("deepspeed", re.compile(r"/deepspeed/.*(contiguous|flatten)|contiguous_gradients")),
+)
+"""Frames of the preallocated caches whose size a knob sets, by framework."""
+
+
+def cache_framework(site: str) -> str | None:
+    """``vllm``, ``sglang``, ``megatron`` or ``deepspeed`` when ``site`` is one of their
+    preallocated caches or contiguous buffers; None otherwise."""
+    for name, pattern in _CACHE_RULES:
+        if pattern.search(site):
+            return name
+    return None
+
+
+def _cache(evidence: Evidence, needed: int | None, moment: OomMoment | None) -> Cause | None:
+    """The preallocated caches and contiguous buffers among the biggest sites (or the
+    ``kv_cache`` kind), with the knob that sizes them."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for site, size in evidence.sites:
+        framework = cache_framework(site)
+        if framework is not None:
+            found.setdefault(framework, []).append((site, size))
+    kv_kind = sum(k.bytes for k in evidence.kinds if k.kind == _KV_CACHE)
+    if not found and not kv_kind:
+        return None
+    if found:
+        framework = max(found, key=lambda name: sum(size for _s, size in found[name]))
+        rows = found[framework]
+        held = sum(size for _s, size in rows)
+        sites = tuple(site for site, _size in rows)
+    else:
+        framework, held, sites = "vllm", kv_kind, ()
+    total = moment.device_total_bytes if moment is not None else evidence.device_total_bytes
+    options = text.cache_fixes(framework, held, needed, total)
+    return _cause(
+        CACHE, held, text.cache_evidence(framework, held, sites, total),
+        _fixes(options, needed), needed, sites,
+    )  # fmt: skip
+
+
+# static memory -----------------------------------------------------------------------------
+
+
+def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
+    """Parameters, gradients and optimizer state against the device, with what sharding,
+    lower-precision optimizer state and offload free."""
+    by_kind = {k.kind: k.bytes for k in evidence.kinds}
+    params = by_kind.get(_PARAMETER, 0)
+    grads = by_kind.get(_GRADIENT, 0)
+    optim = by_kind.get(_OPTIMIZER, 0)
+    held = params + grads + optim
+    if not held:
+        return None
+    ranks = as_int(dump.meta.sidecar.get("world_size"))
+    options: list[tuple[str, int | None]] = []
+    if optim:
+        options.append((text.LOW_PRECISION_OPTIMIZER, optim * 3 // 4))
+    if ranks is not None and ranks > 1:
+        options.append((text.shard_optimizer(ranks), (optim + grads) * (ranks - 1) // ranks))
+        options.append((text.shard_all(ranks), held * (ranks - 1) // ranks))
+    else:
+        options.append((text.SHARD_MORE_RANKS, None))
+    if optim:
+        options.append((text.OFFLOAD_OPTIMIZER, optim))
+    total = evidence.device_total_bytes
+    return _cause(
+        STATIC, held, text.static_evidence(params, grads, optim, total, evidence.kinds_known),
+        _fixes(options, needed), needed,
+    )  # fmt: skip
+
+
+# activations at the peak --------------------------------------------------------------------
+
+
+def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
+    """Activations live at the judged moment, with what a smaller micro-batch or sequence
+    and activation checkpointing free."""
+    held = sum(k.bytes for k in evidence.kinds if k.kind == _ACTIVATION)
+    if not held:
+        return None
+    options: list[tuple[str, int | None]] = [
+        (text.HALF_BATCH, held // 2),
+        (text.HALF_SEQUENCE, held // 2),
+        (text.CHECKPOINTING, None),
+    ]
+    return _cause(
+        ACTIVATIONS, held, text.activations_evidence(held, evidence.kinds_known),
+        _fixes(options, needed), needed,
+    )  # fmt: skip
+
+
+# memory outside PyTorch, pending frees -----------------------------------------------------
+
+
+def _outside(moment: OomMoment | None, needed: int | None, missing: list[str]) -> Cause | None:
+    """Device memory PyTorch's allocator does not own (limit - device free - reserved)."""
+    if moment is None:
+        return None
+    external = moment.external_bytes
+    if external is None:
+        if moment.requested_bytes is not None and not moment.served:
+            missing.append(text.MISSING_DEVICE_FREE)
+        return None
+    if external <= 0:
+        return None
+    return _cause(
+        OUTSIDE, external, text.outside_evidence(moment, external),
+        _fixes([(text.OUTSIDE_FIX, external)], needed), needed,
+    )  # fmt: skip
+
+
+def _pending(evidence: Evidence, needed: int | None) -> Cause | None:
+    """Blocks freed on one stream and awaiting another's events (``record_stream``)."""
+    if evidence.pending_bytes <= 0:
+        return None
+    sites = tuple(site for site, _size in evidence.pending_sites[:3])
+    return _cause(
+        PENDING_FREES, evidence.pending_bytes,
+        text.pending_evidence(evidence.pending_bytes, evidence.pending_sites[:3]),
+        _fixes([(text.PENDING_FIX, evidence.pending_bytes)], needed), needed, sites,
+    )  # fmt: skip
+
+
+# fragmentation -----------------------------------------------------------------------------
+
+
+def _fragmentation(
+    dump: Dump,
+    moment: OomMoment | None,
+    verdict: Verdict,
+    growth_rate: int | None,
+    expandable_serves: ExpandableServes | None,
+    missing: list[str],
+) -> Cause | None:
+    """Enough free inside reserved but no block for the request: a cause only where the
+    replay shows that ``expandable_segments`` would have served the request (with growth:
+    about how many more steps the freed holes buy at its rate)."""
+    if moment is None or verdict.name != FRAGMENTATION:
+        return None
+    holes = moment.free_in_reserved_bytes or 0
+    expandable_on = any(segment.is_expandable for segment in dump.segments)
+    if expandable_on:
+        missing.append(text.FRAGMENTED_EXPANDABLE_ON)
+        return None
+    if not has_expandable(dump):
+        missing.append(text.NO_EXPANDABLE_RELEASE)
+        return None
+    if expandable_serves is None:
+        missing.append(text.missing_replay(None))
+        return None
+    served, why = expandable_serves()
+    if served is None:
+        missing.append(text.missing_replay(why))
+        return None
+    if not served:
+        missing.append(text.EXPANDABLE_DOES_NOT_SERVE)
+        return None
+    bought = holes // growth_rate if growth_rate else None
+    return Cause(
+        FRAGMENTATION, holes, holes, True, text.fragmentation_evidence(moment, holes, bought),
+        (Fix(text.EXPANDABLE_FIX, holes, True),),
+    )  # fmt: skip

@@ -1,0 +1,264 @@
+"""The diagnosis's words: each cause's evidence and fixes, the headline, what is missing.
+
+Functions take figures, not the result types, so :mod:`~memforensics.analysis.diagnosis.diagnosis`
+can call them while it builds its causes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from memforensics._units import format_bytes as fmt
+from memforensics.analysis.dump import short_site
+from memforensics.analysis.oom import OomMoment, device_free_text
+
+_SITE = 60  # the width a site keeps in a sentence
+_FOLDERS = re.compile(r"^[^ ]*/(?=[^/ ]+:\d+ )")  # the folders before ``file.py:12 name``
+
+CAUSE_NAMES = {
+    "growth": "growth",
+    "static": "static memory",
+    "activations": "activations",
+    "cache": "a preallocated cache",
+    "outside": "memory outside PyTorch",
+    "pending_frees": "pending frees",
+    "fragmentation": "fragmentation",
+}
+"""How a cause is called in a sentence."""
+
+
+def _site(site: str) -> str:
+    """``demo_train.py:57 keep_metrics``: a site in a sentence keeps its file, line and
+    function (the table beside it has the path)."""
+    return short_site(_FOLDERS.sub("", site), _SITE)
+
+
+# growth
+
+
+def growth_evidence(
+    site: str, held: int, rate: int, first: int, windows: int, steps_left: int | None
+) -> str:
+    """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.72 MiB a step since step 0``."""
+    where = f"; it rose across {windows} window dumps" if windows else ""
+    left = ""
+    if steps_left is not None:
+        left = f"; at that rate the headroom lasts about {steps_left:,} more steps"
+    return (
+        f"{_site(site)} holds {fmt(held)}, growing {fmt(rate)} a step since step {first}"
+        f"{where}{left}"
+    )
+
+
+def growth_fix(site: str) -> str:
+    """Stop the site keeping a tensor per step."""
+    return f"stop {_site(site)} keeping a tensor every step (drop it, or keep .item())"
+
+
+# a preallocated cache
+
+_CACHES = {
+    "vllm": "vLLM's KV cache",
+    "sglang": "SGLang's KV cache pool",
+    "megatron": "Megatron's contiguous parameter and gradient buffers",
+    "deepspeed": "DeepSpeed's contiguous buffers",
+}
+
+
+def cache_evidence(framework: str, held: int, sites: Sequence[str], total: int | None) -> str:
+    """What holds the cache, how much, and of what device."""
+    share = f" ({held / total:.0%} of the {fmt(total)} device)" if total else ""
+    where = f" at {_site(sites[0])}" if sites else ""
+    return f"{_CACHES[framework]}{where} holds {fmt(held)}{share}"
+
+
+def cache_fixes(
+    framework: str, held: int, needed: int | None, total: int | None
+) -> list[tuple[str, int | None]]:
+    """The knob that sizes the cache, with the bytes lowering it frees."""
+    freed = min(needed, held) if needed else None
+    if framework == "vllm":
+        step = f" by {max(needed / total, 0.01):.2f}" if needed and total else ""
+        return [
+            (f"lower gpu_memory_utilization{step} (verl:"
+             " actor_rollout_ref.rollout.gpu_memory_utilization)", freed),
+            ("free the cache engine while the actor trains (verl:"
+             " actor_rollout_ref.rollout.free_cache_engine=True)", held),
+        ]  # fmt: skip
+    if framework == "sglang":
+        return [("lower mem_fraction_static", freed)]
+    if framework == "megatron":
+        return [
+            ("the buffers are sized by this rank's parameters: spread the model over more ranks"
+             " (a larger tensor or pipeline parallel size)", None),
+        ]  # fmt: skip
+    return [
+        ("lower reduce_bucket_size / allgather_bucket_size, or contiguous_gradients=false", None)
+    ]
+
+
+# static memory
+
+LOW_PRECISION_OPTIMIZER = "keep optimizer state in 8 bits (bitsandbytes' Adam8bit)"
+SHARD_MORE_RANKS = (
+    "shard parameters, gradients and optimizer state across ranks (FSDP, ZeRO-3): over N"
+    " ranks each keeps 1/N"
+)
+OFFLOAD_OPTIMIZER = "offload optimizer state to the CPU (ZeRO-Offload, FSDP's CPUOffload)"
+
+
+def shard_optimizer(ranks: int) -> str:
+    """ZeRO-1/2 over the job's ranks."""
+    return f"shard optimizer state and gradients over the {ranks} ranks (ZeRO-2)"
+
+
+def shard_all(ranks: int) -> str:
+    """FSDP / ZeRO-3 over the job's ranks."""
+    return f"shard parameters too over the {ranks} ranks (FSDP, ZeRO-3)"
+
+
+def static_evidence(params: int, grads: int, optim: int, total: int | None, known: bool) -> str:
+    """Parameters, gradients and optimizer state, and their share of the device."""
+    share = f", {(params + grads + optim) / total:.0%} of the {fmt(total)} device" if total else ""
+    how = "" if known else " (kinds inferred)"
+    return (
+        f"parameters {fmt(params)}, gradients {fmt(grads)}, optimizer state {fmt(optim)}"
+        f"{share}{how}"
+    )
+
+
+# activations
+
+HALF_BATCH = "halve the micro-batch (activations scale with it)"
+HALF_SEQUENCE = "halve the sequence length (activations scale at least with it)"
+CHECKPOINTING = "activation checkpointing (keeps only each checkpointed block's inputs)"
+
+
+def activations_evidence(held: int, known: bool) -> str:
+    """Activations live at the moment judged."""
+    how = "" if known else " (kinds inferred)"
+    return f"{fmt(held)} live at the moment judged{how}"
+
+
+# outside PyTorch, pending frees
+
+OUTSIDE_FIX = (
+    "find who holds it: NCCL_BUFFSIZE or fewer communicators, torch.cuda.mem_get_info() around"
+    " init_process_group, nvidia-smi for other processes"
+)
+PENDING_FIX = (
+    "free on the stream that uses the tensor, or synchronize before allocating again"
+    " (NCCL: TORCH_NCCL_AVOID_RECORD_STREAMS=1)"
+)
+
+
+def outside_evidence(moment: OomMoment, external: int) -> str:
+    """limit - device free - reserved."""
+    return (
+        f"{fmt(external)} of the device is not PyTorch's (limit {fmt(moment.device_total_bytes)}"
+        f" - {device_free_text(moment.device_free_bytes)} - reserved"
+        f" {fmt(moment.reserved_bytes)}): NCCL, the CUDA context or another process"
+    )
+
+
+def pending_evidence(pending: int, sites: Sequence[tuple[str, int]]) -> str:
+    """Active less allocated: freed on one stream, awaiting another's events."""
+    where = ", ".join(f"{_site(site)} ({fmt(size)})" for site, size in sites)
+    return (
+        f"{fmt(pending)} freed on one stream still awaits another stream's events"
+        f" (record_stream){': ' + where if where else ''}"
+    )
+
+
+# fragmentation
+
+EXPANDABLE_FIX = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+
+def fragmentation_evidence(moment: OomMoment, holes: int, steps_bought: int | None) -> str:
+    """Free inside reserved but in pieces; the replay serves the request with expandable
+    segments; with growth, about how many steps that buys."""
+    bought = ""
+    if steps_bought is not None:
+        bought = f"; at the growth's rate that buys about {steps_bought:,} more steps"
+    return (
+        f"{fmt(holes)} was free inside reserved segments but the largest free block was"
+        f" {fmt(moment.largest_free_block_bytes)}; replayed with expandable_segments the"
+        f" request is served{bought}"
+    )
+
+
+FRAGMENTED_EXPANDABLE_ON = (
+    "fragmentation remains with expandable_segments already on: memforensics replay FILE"
+    " lists the tensors that pin partly used segments"
+)
+NO_EXPANDABLE_RELEASE = (
+    "the free memory was in pieces, but this dump's torch predates expandable_segments"
+    " (2.1): only a newer torch or a lower peak helps"
+)
+EXPANDABLE_DOES_NOT_SERVE = (
+    "the free memory was in pieces, but replayed with expandable_segments the request still"
+    " fails: that setting is no fix here"
+)
+
+
+def missing_replay(why: str | None) -> str:
+    """Fragmentation without the replay's answer."""
+    because = f" ({why})" if why else ""
+    return (
+        "the free memory was in pieces, but whether expandable_segments would serve the request"
+        f" is unproven{because}: memforensics replay FILE asks"
+    )
+
+
+# what is missing
+
+MISSING_HISTORY = (
+    "no allocator history and no kinds from the process: growth and kinds cannot be seen;"
+    " call memforensics.install(steps=N, model=..., optimizer=...) before the model reaches"
+    " the device"
+)
+MISSING_STEPS = (
+    "no live block carries a step: growth step after step cannot be seen; memforensics.step()"
+    " tags allocations with their step, and window dumps (install(steps=N)) show growth across"
+    " steps"
+)
+MISSING_DEVICE_FREE = (
+    "memory outside PyTorch is unknown: the device's free bytes at the failure were not"
+    " recorded (memforensics' OOM observer records them in the sidecar; with PyTorch alone,"
+    " torch.cuda.mem_get_info() at the failure)"
+)
+
+
+# the headline
+
+
+def headline(
+    name: str,
+    evidence: str,
+    freed: int | None,
+    sufficient: bool | None,
+    needed: int | None,
+    fix: str | None,
+) -> str:
+    """``growth: <evidence>; removing it frees X, the request needed Y → <fix>``."""
+    words = f"{CAUSE_NAMES[name]}: {evidence}"
+    if sufficient and freed is not None and needed:
+        words += f"; removing it frees {fmt(freed)}, the request needed {fmt(needed)}"
+    elif sufficient is False and needed:
+        words += f"; no single cause frees the {fmt(needed)} the request needed"
+    return words + (f" → {fix}" if fix else "")
+
+
+def served(top: str | None) -> str:
+    """A ``--requested`` request the recorded state serves: the OOM met another state."""
+    words = "this state serves the request: the OOM happened at another moment, with more live"
+    return words + (f"; the most memory here: {top}" if top else "")
+
+
+def no_cause(failed: bool) -> str:
+    """No cause found."""
+    if not failed:
+        return "none: nothing failed in this dump and no site grows step after step"
+    return "no cause found on this dump's evidence (--verbose names what is missing)"

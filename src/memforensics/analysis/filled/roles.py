@@ -1,0 +1,163 @@
+"""What a block's own frames say about its kind, before its lifetime is asked.
+
+Some code allocates memory of one kind only, however long the block lives, and its frames
+say so plainly:
+
+* **workspace**: cuBLAS, cuBLASLt and cuDNN scratch space (``at::cuda::getNewWorkspace()``,
+  ``at::cuda::getCurrentCUDABlasHandle()``, any function that names a workspace). PyTorch keeps
+  one per handle and stream for the life of the process, so a lifetime rule would call it a
+  gradient or an activation.
+* **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
+  ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
+  ``cache_utils.py``, any file or function that names a KV cache): sized up front, held.
+* **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
+  ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
+* **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
+  buffer (with the distributed optimizer only) and then the gradient buffer, on two lines of
+  the same function. Which line is which is told per dump by :func:`buffer_kinds`.
+
+Then what decides between a parameter and the rest:
+
+* **in a forward**: a frame of a module's forward (``forward``, ``Module._call_impl``): a block
+  made there is never a parameter by the "many blocks of one size" rule.
+* **a name that rules a parameter out**: a cache, a workspace, cuBLAS or cuDNN.
+* **builds a model**: a module's ``__init__`` (with no forward on the stack),
+  ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
+  ``from_pretrained``, ``torch/nn/init.py``...: a block made there and held is a parameter,
+  whatever its lifetime looks like.
+
+A snapshot repeats a few thousand frames millions of times: each distinct (file, function) is
+judged once (:func:`frame_role`), each distinct stack once (the caller's ``per_stack``).
+"""
+
+from __future__ import annotations
+
+WORKSPACE = "workspace"
+KV_CACHE = "kv_cache"
+REPLICA = "replica"
+MEGATRON_BUFFER = "megatron_buffer"
+IN_FORWARD = "in_forward"
+NOT_PARAMETER = "not_parameter"
+BUILDS = "builds"
+NOTHING = ""
+_CONSTRUCTOR = "constructor"  # a frame's ``__init__``: builds, unless a forward is on the stack
+
+# The stronger role wins when a stack holds several (a replica is made inside a forward).
+_RANK = {WORKSPACE: 0, KV_CACHE: 1, MEGATRON_BUFFER: 2, REPLICA: 3, NOTHING: 4}
+
+_WORKSPACE_NAMES = ("workspace", "getcurrentcudablashandle", "getcurrentcudablaslthandle")
+_KV_NAMES = ("kv_cache", "kvcache", "kv_pool")
+_KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
+_FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
+_NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
+_BUILD_NAMES = frozenset(
+    {
+        "_apply",
+        "to",
+        "cuda",
+        "npu",
+        "to_empty",
+        "load_state_dict",
+        "_load_from_state_dict",
+        "_load_state_dict_into_model",
+        "from_pretrained",
+        "load_checkpoint",
+        "reset_parameters",
+        "init_weight",
+        "init_weights",
+        "_init_weights",
+    }
+)
+_BUILD_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
+
+_role_cache: dict[tuple[str, str], str] = {}
+
+
+def frame_role(filename: str, name: str) -> str:
+    """The role one frame gives its allocation (see the module docstring), or ``""``."""
+    key = (filename, name)
+    found = _role_cache.get(key)
+    if found is None:
+        if len(_role_cache) >= 200_000:
+            _role_cache.clear()
+        found = _role_cache[key] = _judge_frame(filename.replace("\\", "/"), name)
+    return found
+
+
+def _judge_frame(filename: str, name: str) -> str:
+    lowered = name.lower()
+    if any(word in lowered for word in _WORKSPACE_NAMES):
+        return WORKSPACE
+    words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
+    if filename.endswith(_KV_FILES) or any(word in words for word in _KV_NAMES):
+        return KV_CACHE
+    if filename.endswith("/param_and_grad_buffer.py") and name == "__init__":
+        return MEGATRON_BUFFER
+    if filename.endswith("/torch/nn/parallel/replicate.py") or (
+        filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
+    ):
+        return REPLICA
+    if name in _FORWARD_NAMES:
+        return IN_FORWARD
+    if any(word in words for word in _NOT_PARAMETER_WORDS):
+        return NOT_PARAMETER
+    if name in _BUILD_NAMES or filename.endswith(_BUILD_FILES):
+        return BUILDS
+    if name == "__init__":
+        return _CONSTRUCTOR
+    return NOTHING
+
+
+def stack_role(frames: object) -> tuple[str, int]:
+    """What a stack says, and the line of the frame that said it (Megatron's buffers are told
+    apart by it); ``("", 0)`` without frames.
+
+    A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is. Any
+    forward on the stack beats an ``__init__`` (an object built inside a forward is that
+    forward's; a script that trains inside a constructor still runs forwards). Between a forward
+    and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
+    outer one is the context the block was made in. A name that rules a parameter out beats
+    building.
+    """
+    if not isinstance(frames, list):
+        return NOTHING, 0
+    strong, line, rank = NOTHING, 0, _RANK[NOTHING]
+    context, ruled_out, constructed = NOTHING, False, False
+    for frame in frames:  # innermost first
+        if type(frame) is not dict:
+            continue
+        filename, name = frame.get("filename"), frame.get("name")
+        role = frame_role(
+            filename if type(filename) is str else "", name if type(name) is str else ""
+        )
+        if role in (IN_FORWARD, BUILDS):
+            context = role
+        elif role == _CONSTRUCTOR:
+            constructed = True
+        elif role == NOT_PARAMETER:
+            ruled_out = True
+        elif role != NOTHING and _RANK[role] < rank:
+            strong, rank = role, _RANK[role]
+            found = frame.get("line")
+            line = found if type(found) is int else 0
+            if rank == 0:
+                break
+    if strong != NOTHING:
+        return strong, line
+    if context == NOTHING and constructed:
+        context = BUILDS
+    if ruled_out and context != IN_FORWARD:
+        return NOT_PARAMETER, 0
+    return context, 0
+
+
+def buffer_kinds(lines: set[int]) -> dict[int, str]:
+    """Which of Megatron's buffers each ``param_and_grad_buffer.py`` line allocates.
+
+    ``_ParamAndGradBuffer.__init__`` allocates ``param_data`` (only with the distributed
+    optimizer) before ``grad_data``, in that order in its source: with two lines, the first
+    is the parameter buffer and the other the gradient buffer; with one, there is only the
+    gradient buffer (or the one buffer both share).
+    """
+    first = min(lines) if len(lines) >= 2 else None
+    return {line: "parameter" if line == first else "gradient" for line in lines}

@@ -1,0 +1,201 @@
+"""CUDA's own choices, re-made in Python where the CPU build would choose otherwise and the bytes
+differ: autocast's cast lists and cast cache, the attention kernel, the optimizers' ``foreach``.
+
+autocast works in the dispatcher on CUDA tensors only, so on stand-ins it would do nothing; here
+the functions of its lists cast their inputs above autograd, as autocast does, and the casts of
+leaf tensors that require grad (the weights) are kept until the outermost autocast region ends,
+as its cast cache keeps them. The functions are those of PyTorch's CUDA autocast op reference,
+at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
+lower-precision op).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # torch's own spelling
+
+_T = torch.Tensor
+
+
+LOWER = frozenset(
+    (
+        "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "addbmm", "baddbmm",
+        "addmv", "addr", "mv", "chain_matmul", "multi_dot", "linear", "conv1d", "conv2d",
+        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu", "einsum",
+        "scaled_dot_product_attention",
+    )
+)  # fmt: skip
+"""Run in the autocast dtype (float16 or bfloat16), by the name the script calls."""
+
+FLOAT32 = frozenset(
+    (
+        "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+        "reciprocal", "rsqrt", "sinh", "tan", "pow", "__pow__", "__rpow__", "__rtruediv__",
+        "softmax", "log_softmax", "softmin", "softplus", "cumprod", "cumsum", "dist", "pdist",
+        "cdist", "renorm", "prod", "sum", "norm", "normalize", "layer_norm", "group_norm",
+        "cosine_similarity", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+        "smooth_l1_loss", "kl_div", "binary_cross_entropy_with_logits", "poisson_nll_loss",
+        "cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss",
+        "multilabel_margin_loss", "multi_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+    )
+)  # fmt: skip
+"""Run in float32."""
+
+WIDEST = frozenset(
+    (
+        "addcdiv", "addcmul", "atan2", "cross", "dot", "tensordot", "cat", "stack", "index_put",
+        "scatter_add", "bilinear", "grid_sample",
+    )
+)  # fmt: skip
+"""Run in the widest floating type of their inputs."""
+
+
+class Autocast:
+    """autocast("cuda") for stand-ins: the casts of its lists and its cast cache."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+
+    def clear(self) -> None:
+        """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
+        self._cache.clear()
+
+    def policy(self, name: str) -> torch.dtype | bool | None:
+        """The dtype function ``name`` runs in under autocast now; True: the widest; None:
+        unchanged."""
+        if name in LOWER:
+            if torch.is_autocast_enabled("cuda"):
+                return torch.get_autocast_dtype("cuda")
+        elif name in FLOAT32:
+            if torch.is_autocast_enabled("cuda"):
+                return torch.float32
+        elif name in WIDEST and torch.is_autocast_enabled("cuda"):
+            return True
+        return None
+
+    def cast(
+        self, policy: torch.dtype | bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``args`` and ``kwargs`` with their eligible tensors cast as autocast would."""
+        if policy is True:
+            found = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
+            if not found:
+                return args, kwargs
+            dtype = found[0]
+            for other in found[1:]:
+                dtype = torch.promote_types(dtype, other)
+        else:
+            assert isinstance(policy, torch.dtype)
+            dtype = policy
+        lower = dtype in (torch.float16, torch.bfloat16)
+        cache = lower and torch.is_autocast_cache_enabled()
+
+        def one(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return self._cast(value, dtype, cache=cache)
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+                return type(value)(self._cast(v, dtype, cache=cache) for v in value)
+            return value
+
+        return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+    def _cast(self, tensor: torch.Tensor, dtype: torch.dtype, *, cache: bool) -> torch.Tensor:
+        if not tensor.is_meta or not tensor.is_floating_point() or tensor.dtype == dtype:
+            return tensor
+        if tensor.dtype == torch.float64:
+            return tensor  # autocast leaves float64 alone
+        if not (cache and tensor.is_leaf and tensor.requires_grad):
+            return tensor.to(dtype)
+        held = self._cache.get(id(tensor))
+        if held is not None and held[0]() is tensor and held[1].dtype == dtype:
+            return held[1]
+        cast = tensor.to(dtype)
+        self._cache[id(tensor)] = (weakref.ref(tensor), cast)
+        return cast
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+SDPA = F.scaled_dot_product_attention
+SDPA_NAME = "scaled_dot_product_attention"
+
+
+def attention(
+    capability: tuple[int, int],
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``scaled_dot_product_attention`` through the kernel CUDA picks: flash attention (half
+    precision, no mask, head size a multiple of 8 up to 256, capability 8.0 or later), else
+    memory-efficient attention (head size a multiple of 8), else the math path (which holds the
+    B·H·S² scores)."""
+    head = query.shape[-1]
+    same_heads = query.dim() == 4 and key.shape[-3] == query.shape[-3]
+    half = query.dtype in (torch.float16, torch.bfloat16)
+    aligned = head % 8 == 0 and value.shape[-1] == head
+    if (
+        same_heads
+        and half
+        and aligned
+        and head <= 256
+        and attn_mask is None
+        and capability >= (8, 0)
+    ):
+        out = torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale
+        )
+        return out[0]
+    if same_heads and aligned and query.dtype != torch.float64 and capability >= (5, 0):
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        bias = attn_mask
+        if bias is not None and bias.dtype == torch.bool:
+            bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill(~bias, float("-inf"))
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, grad, dropout_p, is_causal, scale=scale
+        )
+        return out[0]
+    return SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                enable_gqa=enable_gqa)  # fmt: skip
+
+
+FOREACH_DEVICES = ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")
+
+
+def foreach_patches() -> dict[tuple[Any, str], Any]:
+    """The optimizers see stand-ins as CUDA tensors when choosing ``foreach``/``fused``: CUDA
+    defaults to ``foreach``."""
+    import torch.utils._foreach_utils as foreach_utils
+    from torch.optim import optimizer
+
+    found: dict[tuple[Any, str], Any] = {}
+    for owner in (optimizer, foreach_utils):
+        for name in FOREACH_DEVICES:
+            original = getattr(owner, name, None)
+            if original is not None:
+                found[(owner, name)] = _with_meta(original)
+    return found
+
+
+def _with_meta(original: Callable[[], list[str]]) -> Callable[[], list[str]]:
+    def devices() -> list[str]:
+        return [*original(), "meta"]
+
+    return devices

@@ -1,0 +1,334 @@
+"""The planned device: one emulated CUDA device whose memory is the caching allocator model.
+
+Every storage the script puts on the device becomes a block of
+:class:`memforensics.allocator.DeviceCachingAllocator`, allocated and freed at the moment
+PyTorch would, with the Python stack ``stacks="python"`` records. The device answers
+``torch.cuda``'s memory statistics and writes snapshots in ``torch.cuda.memory._snapshot()``'s
+format, so every memforensics command reads them as it reads a real GPU's. Plain Python: this
+module never imports torch (the error it raises on OOM is handed in).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import Any
+
+from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator
+from memforensics.backends.sim import format as fmt
+
+OomObserver = Callable[[int, int, int, int], None]
+"""``(device, allocation_bytes, device_total_bytes, device_free_bytes)``, as torch calls it."""
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class PlannedRunWarning(UserWarning):
+    """A place where the planned run differs from the real one (a value read, a compiled graph)."""
+
+
+class OutOfScope(RuntimeError):
+    """The script needs what the plan does not model (distributed collectives)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """What the plan emulates: the device's size and capability, the CUDA context's share, and
+    the allocator's settings."""
+
+    total_bytes: int
+    capability: tuple[int, int]
+    context_bytes: int
+    settings: AllocatorSettings
+
+    @property
+    def name(self) -> str:
+        """The name ``get_device_name()`` answers: it says the device is planned."""
+        major, minor = self.capability
+        return f"memforensics planned device (sm_{major}{minor})"
+
+    @property
+    def usable_bytes(self) -> int:
+        """What ``cudaMalloc`` can hand the allocator: the device less the CUDA context."""
+        return max(self.total_bytes - self.context_bytes, 0)
+
+
+def _format_size(nbytes: int) -> str:
+    """Bytes as torch's ``format_size`` prints them in its OOM message."""
+    if nbytes <= 1024:
+        return f"{nbytes} bytes"
+    for limit, divisor, unit in ((1 << 20, 1 << 10, "KiB"), (1 << 30, 1 << 20, "MiB")):
+        if nbytes <= limit:
+            return f"{nbytes / divisor:.2f} {unit}"
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+class _StackCapture:
+    """The caller's Python frames, innermost first, without the plan's own or torch's dispatch
+    machinery (which a real run never shows): frames cached per code position, stacks interned."""
+
+    _LIMIT = 1 << 16
+
+    def __init__(self, skipped_prefixes: tuple[str, ...]) -> None:
+        self.skipped = skipped_prefixes
+        self._frames: dict[tuple[CodeType, int], fmt.Frame | None] = {}
+        self._stacks: dict[fmt.Stack, fmt.Stack] = {}
+
+    def __call__(self) -> fmt.Stack:
+        frames: list[fmt.Frame] = []
+        frame: FrameType | None = sys._getframe(2)
+        cache = self._frames
+        while frame is not None:
+            key = (frame.f_code, frame.f_lasti)
+            found = cache.get(key, ())
+            if found == ():
+                filename = frame.f_code.co_filename
+                skip = filename.startswith(self.skipped)
+                found = None if skip else (filename, frame.f_lineno or 0, frame.f_code.co_name)
+                if len(cache) >= self._LIMIT:
+                    cache.clear()
+                cache[key] = found
+            if found is not None:
+                frames.append(found)  # type: ignore[arg-type]
+            frame = frame.f_back
+        stack = tuple(frames)
+        if len(self._stacks) >= self._LIMIT:
+            self._stacks.clear()
+        return self._stacks.setdefault(stack, stack)
+
+
+class PlannedDevice:
+    """Device 0 of the plan: the allocator model, its history, its OOM observers.
+
+    Frees arrive from storage finalizers, which the garbage collector may run in the middle of
+    any operation; they are queued while the device is busy and applied before the next one.
+    """
+
+    def __init__(self, spec: DeviceSpec, *, skipped_prefixes: tuple[str, ...] = ()) -> None:
+        self.spec = spec
+        self.index = 0
+        self._allocator = DeviceCachingAllocator(
+            spec.settings,
+            capacity=spec.usable_bytes,
+            device_total=spec.total_bytes,
+            on_trace=self._on_trace,
+        )
+        if spec.settings.memory_fraction is not None and spec.settings.memory_fraction < 1.0:
+            self.set_memory_fraction(spec.settings.memory_fraction)
+        self._stack = _StackCapture((_HERE, *skipped_prefixes))
+        self.backward = False  # allocations on autograd's device thread have no Python frames
+        self._lock = threading.RLock()
+        self._busy = False
+        self._pending: deque[Block] = deque()
+        self._trace: deque[fmt.Entry] = deque(maxlen=1)
+        self._recording: str | None = None
+        self._free_stacks = False
+        self._op_stack: fmt.Stack = ()
+        self._metadata = ""
+        self._observers: list[OomObserver] = []
+        self.fraction = 1.0
+        self.peak_reserved = 0
+        self.oom_count = 0
+
+    def skip_files(self, files: tuple[str, ...]) -> None:
+        """Leave ``files`` (the emulation's own machinery) out of every recorded stack."""
+        self._stack = _StackCapture((*self._stack.skipped, *files))
+
+    # -- allocation and free, as the storages come and go
+
+    def malloc(self, nbytes: int, stream: int = 0) -> Block | None:
+        """A block for ``nbytes`` (None when the model cannot serve it: the caller raises)."""
+        stack = self._stack() if self._recording and not self.backward else ()
+        with self._lock:
+            self._busy = True
+            try:
+                self._drain()
+                self._op_stack = stack
+                block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
+                reserved = self._allocator.reserved_bytes.current
+                self.peak_reserved = max(self.peak_reserved, reserved)
+                return block
+            finally:
+                self._busy = False
+
+    def free(self, block: Block) -> None:
+        """Return ``block``; queued when the device is in the middle of another operation."""
+        self._pending.append(block)
+        if self._busy:
+            return
+        with self._lock:
+            self._busy = True
+            try:
+                if self._free_stacks and self._recording and not self.backward:
+                    self._op_stack = self._stack()
+                self._drain()
+            finally:
+                self._busy = False
+
+    def _drain(self) -> None:
+        while self._pending:
+            self._allocator.free(self._pending.popleft())
+
+    def oom_report(self) -> tuple[str, tuple[int, int, int, int]]:
+        """PyTorch's OOM message for the last failed request, and the observers' arguments."""
+        allocator = self._allocator
+        oom = allocator.last_oom
+        assert oom is not None
+        self.oom_count += 1
+        reserved = allocator.reserved_bytes.current
+        allocated = allocator.allocated_bytes.current
+        total = self.spec.total_bytes
+        in_use = total - oom.device_free
+        message = (
+            f"CUDA out of memory. Tried to allocate {_format_size(oom.alloc_size)}. "
+            f"GPU {self.index} has a total capacity of {_format_size(total)} of which "
+            f"{_format_size(oom.device_free)} is free. Including non-PyTorch memory, this "
+            f"process has {_format_size(in_use)} memory in use. Of the allocated memory "
+            f"{_format_size(allocated)} is allocated by PyTorch, and "
+            f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated. If "
+            "reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+            "documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+        allowed = allocator.allowed
+        args = (
+            self.index,
+            oom.alloc_size,
+            allowed if allowed is not None else total,
+            oom.device_free,
+        )
+        return message, args
+
+    def observers(self) -> list[OomObserver]:
+        """The attached OOM observers, in attach order."""
+        return list(self._observers)
+
+    def attach_oom_observer(self, observer: OomObserver) -> None:
+        """``torch._C._cuda_attach_out_of_memory_observer``: there is no detach."""
+        self._observers.append(observer)
+
+    # -- what torch.cuda answers
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache``."""
+        with self._lock:
+            self._drain()
+            self._allocator.empty_cache()
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """``set_per_process_memory_fraction``: caps the allocator at that share of the device."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        self._allocator.allowed = int(fraction * self.spec.total_bytes)
+        self.fraction = fraction
+
+    def stats(self) -> dict[str, int]:
+        """``torch.cuda.memory_stats()``'s flat keys."""
+        with self._lock:
+            self._drain()
+            return fmt.memory_stats(self._allocator)
+
+    def reset_peaks(self) -> None:
+        """``reset_peak_memory_stats``: every peak back to its current value."""
+        with self._lock:
+            self._drain()
+            a = self._allocator
+            for stat in (
+                a.allocation,
+                a.allocated_bytes,
+                a.active,
+                a.active_bytes,
+                a.requested_bytes,
+                a.reserved_bytes,
+                a.segment,
+            ):
+                stat.peak = stat.current
+
+    def figure(self, name: str, field: str) -> int:
+        """One statistic: ``allocated_bytes``/``reserved_bytes``, ``current``/``peak``."""
+        with self._lock:
+            self._drain()
+            stat = getattr(self._allocator, name)
+            return int(getattr(stat, field))
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """``(free, total)``: the device less the context and what the allocator reserved."""
+        reserved = self.figure("reserved_bytes", "current")
+        return max(self.spec.usable_bytes - reserved, 0), self.spec.total_bytes
+
+    def segments(self) -> int:
+        """Segments the allocator holds now."""
+        return self.figure("segment", "current")
+
+    # -- history and snapshots
+
+    def record_history(
+        self,
+        enabled: str | None,
+        *,
+        max_entries: int,
+        context: str | None,
+        stacks: str,
+        clear: bool,
+    ) -> None:
+        """``_record_memory_history``: ``"all"`` traces, ``"state"`` only keeps blocks' stacks."""
+        del stacks  # the plan has Python frames only (C++ frames would be its own)
+        with self._lock:
+            self._drain()
+            keep = () if enabled is None or clear else self._trace
+            self._trace = deque(keep, maxlen=max(1, max_entries))
+            self._recording = enabled
+            self._free_stacks = enabled is not None and context == "all"
+
+    def set_metadata(self, text: str) -> None:
+        """``_set_memory_metadata``: tags later allocations."""
+        self._metadata = text
+
+    def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
+        if self._recording == "all":
+            device_free = None
+            if action == "oom":
+                addr, device_free = 0, addr
+            entry = (
+                action,
+                addr,
+                size,
+                stream,
+                time.time_ns() // 1000,
+                self._op_stack,
+                self._metadata,
+                device_free,
+            )
+            self._trace.append(entry)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them."""
+        frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}
+        frame_lists: dict[int, tuple[fmt.Stack, list[dict[str, Any]]]] = {}
+
+        def frames(stack: fmt.Stack) -> list[dict[str, Any]]:
+            found = frame_lists.get(id(stack))
+            if found is None:
+                dicts = [frame_dicts.setdefault(f, fmt.frame_dict(f)) for f in stack]
+                found = frame_lists[id(stack)] = (stack, dicts)
+            return found[1]
+
+        with self._lock:
+            self._drain()
+            heads = self._allocator.segment_heads()
+            segments = [fmt.segment_dict(head, self.index, frames) for head in heads]
+            entries = list(self._trace)
+        settings = self.spec.settings.to_snapshot()
+        return {
+            "segments": segments,
+            "device_traces": [[fmt.entry_dict(entry, frames) for entry in entries]],
+            "allocator_settings": settings,
+            "external_annotations": [],
+        }

@@ -1,0 +1,322 @@
+"""CUDA emulated on the CPU build of torch: stand-in tensors on ``meta``, storages on the model.
+
+Two torch modes do the work, both pushed for the whole run. :class:`DeviceMode` (a
+``TorchFunctionMode``) sends what the script puts on ``"cuda"`` to ``meta`` instead (factory
+calls with a device, ``.to()``, ``.cuda()``, modules moved with ``.to()``) and re-makes the
+choices CUDA would make where the CPU build makes others. :class:`StorageMode` (a
+``TorchDispatchMode``) sees every storage an operator creates and hands it to the
+:class:`~memforensics.plan.device.PlannedDevice`, whose block lives as long as the storage does
+(a ``weakref.finalize`` on it). cuBLAS's workspace is allocated on the first matrix multiply of
+each thread; backward counts as autograd's own device thread, as on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from memforensics.plan import choices, values
+from memforensics.plan.device import PlannedDevice
+from memforensics.plan.values import Notes
+
+_META = torch.device("meta")
+_MATMUL = frozenset(
+    getattr(torch.ops.aten, name).default
+    for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_int_mm")
+    if hasattr(getattr(torch.ops.aten, name), "default")
+)
+_OLD_WORKSPACE = ":4096:2:16:8"  # cuBLAS's default before compute capability 9.0
+_NEW_WORKSPACE = ":4096:8"  # from 9.0 (Hopper)
+_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+_BACKWARD = "autograd"
+_ADD = torch.ops.aten.add.Tensor
+_ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
+_current_node = torch._C._current_autograd_node
+_INDEX = torch.ops.aten.index.Tensor
+
+
+def _masked(args: tuple[Any, ...]) -> bool:
+    """Whether an ``index`` call selects by a boolean mask (a data-dependent shape)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+
+
+_TORCH = os.path.dirname(torch.__file__)
+_MACHINERY = (
+    os.path.join(_TORCH, "_dynamo", "eval_frame.py"),
+    os.path.join(_TORCH, "_compile.py"),
+    os.path.join(_TORCH, "utils", "_python_dispatch.py"),
+    os.path.join(_TORCH, "overrides.py"),
+    weakref.__file__,
+)
+"""Files of the modes' own machinery: a real run's stacks never show them."""
+_IN_PLACE_ON_CUDA = frozenset(
+    op.default
+    for op in (
+        torch.ops.aten.scatter_add,
+        torch.ops.aten.index_add,
+        torch.ops.aten.index_put,
+        torch.ops.aten.masked_scatter,
+    )
+)
+
+
+def cublas_workspace_bytes(capability: tuple[int, int], config: str | None) -> int:
+    """cuBLAS's workspace for one handle: ``CUBLAS_WORKSPACE_CONFIG``'s ``:KiB:count`` pairs
+    summed, else its default for the capability (8,519,680 B before 9.0, 32 MiB from 9.0)."""
+    text = config if config else (_NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE)
+    pairs = re.findall(r":(\d+):(\d+)", text)
+    if not pairs:
+        text = _NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE
+        pairs = re.findall(r":(\d+):(\d+)", text)
+    return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
+
+
+def is_cuda_device(device: Any) -> bool:
+    """True for what the script means as the CUDA device: ``"cuda"``, ``"cuda:0"``,
+    ``torch.device("cuda")``."""
+    if isinstance(device, torch.device):
+        return bool(device.type == "cuda")
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    return False
+
+
+def _on_meta(device: Any) -> Any:
+    return _META if is_cuda_device(device) else device
+
+
+def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a ``.to(...)`` call copies to the CPU."""
+    for found in (*args[1:], kwargs.get("device")):
+        if isinstance(found, str) and found.split(":")[0] == "cpu":
+            return True
+        if isinstance(found, torch.device) and found.type == "cpu":
+            return True
+    return False
+
+
+class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped here
+    """Sends ``"cuda"`` to ``meta`` and re-makes CUDA's own choices above the dispatcher."""
+
+    def __init__(
+        self, notes: Notes, capability: tuple[int, int], autocast: choices.Autocast
+    ) -> None:
+        super().__init__()
+        self.notes = notes
+        self.capability = capability
+        self.autocast = autocast
+        self._to = torch.Tensor.to
+        self._cuda = torch.Tensor.cuda
+        self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
+        self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
+        self._reads: dict[Any, Callable[..., Any]] = {
+            torch.Tensor.item: values.item,
+            torch.Tensor.tolist: values.tolist,
+            torch.Tensor.__repr__: values.text,
+            torch.Tensor.__str__: values.text,
+            torch.Tensor.__format__: values.formatted,
+            torch.Tensor.cpu: values.to_host,
+            torch.Tensor.numpy: values.to_numpy,
+        }
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if "device" in kwargs:
+            kwargs["device"] = _on_meta(kwargs["device"])
+        if func is self._cuda:
+            return args[0].to(_META, **{k: v for k, v in kwargs.items() if k != "device"})
+        read = self._reads.get(func)
+        if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            return read(self.notes, *args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in self._cast:
+            args, kwargs = self._autocast(name, args, kwargs)
+            if name == choices.SDPA_NAME:
+                return choices.attention(self.capability, *args, **kwargs)
+        elif func is self._to:
+            if (
+                args
+                and isinstance(args[0], torch.Tensor)
+                and args[0].is_meta
+                and _to_host(args, kwargs)
+            ):
+                return values.to_host(self.notes, args[0]).to(*args[1:], **kwargs)
+            args = tuple(_on_meta(a) for a in args)
+        elif func in self._pin:
+            return args[0] if func is self._pin[0] else False
+        return func(*args, **kwargs)
+
+    def _autocast(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        policy = self.autocast.policy(name)
+        if policy is None:
+            return args, kwargs
+        return self.autocast.cast(policy, args, kwargs)
+
+
+class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
+    """Every new storage on ``meta`` gets a block of the planned device for its lifetime."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Not wrapped for torch.compile (a plan runs compiled code eagerly): no import of
+        torch._dynamo, and one call less on every operator."""
+        return False
+
+    def __init__(
+        self, device: PlannedDevice, workspace_bytes: int, oom: type[Exception], notes: Notes
+    ) -> None:
+        super().__init__()
+        self.notes = notes
+        self._answers: dict[Any, Callable[..., Any]] = {
+            torch.ops.aten._local_scalar_dense.default: values.scalar,
+            torch.ops.aten.nonzero.default: values.nonzero,
+            torch.ops.aten.masked_select.default: values.masked_select,
+            torch.ops.aten._unique2.default: values.unique,
+        }
+        self.device = device
+        self.workspace_bytes = workspace_bytes
+        self._oom = oom
+        self._live: dict[int, Any] = {}  # storage id -> (block, nbytes)
+        self._workspaces: dict[object, Any] = {}
+        self._matmul = _MATMUL
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        node = _current_node()
+        step = (node._sequence_nr(), node.name()) if node is not None else None
+        reused = None
+        if step is not None:
+            if func is _ADD and not kwargs:
+                reused = self._reusable(args, step, earlier=True)
+            elif func in _IN_PLACE_ON_CUDA:
+                reused = self._reusable(args, step, earlier=False)
+        if func is _INDEX and _masked(args):
+            self.notes.once("bound", values.BOUND)
+        answer = self._answers.get(func)
+        if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            out = answer(self.notes, *args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
+        self.device.backward = step is not None
+        if isinstance(out, torch.Tensor):
+            if out.is_meta:
+                self._track(out, step, reused)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, torch.Tensor) and item.is_meta:
+                    self._track(item, step, None)
+        if func in self._matmul:
+            self._workspace(step is not None)
+        return out
+
+    def _reusable(self, args: tuple[Any, ...], step: object, *, earlier: bool) -> Any:
+        """The storage a backward operation writes into in place on CUDA, where the CPU build
+        under a dispatch mode works out of place (autograd's "is it a tensor subclass?" tests).
+
+        ``earlier``: autograd adding a second gradient into the first, which it does in place
+        when it holds the only reference to the first, produced by an earlier node. Otherwise a
+        backward formula filling a buffer it has just made (``new_zeros().scatter_add_()``).
+        """
+        if len(args) < 2:
+            return None
+        first, second = args[0], args[1]
+        if not isinstance(first, torch.Tensor) or not first.is_meta:
+            return None
+        if earlier and not (
+            isinstance(second, torch.Tensor)
+            and first.shape == second.shape
+            and first.dtype == second.dtype
+        ):
+            return None
+        if not first.is_contiguous():
+            return None
+        storage = first.untyped_storage()
+        held = self._live.get(storage._cdata)
+        if held is None or held[0] is None or (held[2] == step) == earlier:
+            return None
+        if torch._C._storage_Use_Count(storage._cdata) != _ONLY_OWNER:
+            return None
+        return storage._cdata
+
+    def _track(self, tensor: torch.Tensor, step: object, reused: Any) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        held = self._live.get(key)
+        if held is not None:
+            if held[1] == nbytes:
+                return
+            self.device.free(held[0])  # resized: CUDA reallocates
+        if nbytes == 0:
+            self._live[key] = (None, 0, step)
+            weakref.finalize(storage, self._live.pop, key, None)
+            return
+        old = self._live.get(reused) if reused is not None else None
+        if old is not None and old[1] == nbytes:
+            self._live[reused] = (None, old[1], old[2])  # its block now belongs to the sum
+            block = old[0]
+        else:
+            block = self._malloc(nbytes)
+        self._live[key] = (block, nbytes, step)
+        if held is None:
+            weakref.finalize(storage, self._release, key)
+
+    def _release(self, key: int) -> None:
+        held = self._live.pop(key, None)
+        if held is not None and held[0] is not None:
+            self.device.free(held[0])
+
+    def _malloc(self, nbytes: int) -> Any:
+        block = self.device.malloc(nbytes)
+        if block is None:
+            message, observed = self.device.oom_report()
+            for observer in self.device.observers():
+                observer(*observed)
+            raise self._oom(message)
+        return block
+
+    def _workspace(self, backward: bool) -> None:
+        key: object = _BACKWARD if backward else threading.get_ident()
+        if key not in self._workspaces and self.workspace_bytes:
+            self._workspaces[key] = self._malloc(self.workspace_bytes)
+
+
+@contextmanager
+def emulated_modes(
+    device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast
+) -> Iterator[None]:
+    """Both modes pushed: the function mode above, the storage tracking under it."""
+    device.skip_files(_MACHINERY)
+    notes = Notes()
+    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
+    functions = DeviceMode(notes, device.spec.capability, autocast)
+    with functions, storage:
+        yield
+
+
+def workspace_bytes_for(capability: tuple[int, int]) -> int:
+    """The workspace the planned device's cuBLAS takes per thread, the environment included."""
+    return cublas_workspace_bytes(capability, os.environ.get(_WORKSPACE_ENV))

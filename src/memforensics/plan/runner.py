@@ -1,0 +1,125 @@
+"""One planned run: the script under the emulated device, and what the allocator model saw.
+
+The caller hands in how to run the script (the CLI runs it as python would) and what to do with
+each snapshot the script dumps itself; this module builds the device, pushes the emulation,
+runs, and returns a :class:`PlanResult`. A predicted OOM is the script's own
+``torch.cuda.OutOfMemoryError``: it ends the run and is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from memforensics.allocator import AllocatorSettings
+from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What the planned device went through: its peaks, its segments, whether the run fit."""
+
+    device_name: str
+    device_bytes: int
+    capability: str
+    context_bytes: int
+    allocator_conf: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_segments: int
+    segments: int
+    fits: bool
+    oom_message: str | None
+    script_snapshots: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def needed_bytes(self) -> int:
+        """Peak reserved plus the CUDA context: what the device must hold."""
+        return self.peak_reserved_bytes + self.context_bytes
+
+
+def device_spec(
+    total_bytes: int, capability: tuple[int, int], context_bytes: int, settings: AllocatorSettings
+) -> DeviceSpec:
+    """The planned device (validated: a context larger than the device leaves it nothing)."""
+    if total_bytes <= 0:
+        raise ValueError(f"the device memory must be positive, got {total_bytes}")
+    if context_bytes < 0:
+        raise ValueError(f"the context memory cannot be negative, got {context_bytes}")
+    return DeviceSpec(total_bytes, capability, context_bytes, settings)
+
+
+@contextmanager
+def planned_device(
+    spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None]
+) -> Iterator[PlannedDevice]:
+    """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
+    from memforensics.plan.choices import Autocast
+    from memforensics.plan.cuda import patched_cuda
+    from memforensics.plan.emulate import emulated_modes, workspace_bytes_for
+
+    device = PlannedDevice(spec)
+    autocast = Autocast()
+    with (
+        patched_cuda(device, on_snapshot, autocast.clear),
+        emulated_modes(device, workspace_bytes_for(spec.capability), autocast),
+    ):
+        yield device
+
+
+def run_planned(
+    spec: DeviceSpec,
+    run: Callable[[], None],
+    on_snapshot: Callable[[str, dict[str, object]], None],
+    *,
+    before: Callable[[], None] | None = None,
+    after: Callable[[], None] | None = None,
+) -> tuple[PlanResult, PlannedDevice]:
+    """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
+    CLI installs and closes capture there). Exceptions other than a predicted OOM propagate."""
+    import torch
+
+    snapshots: list[str] = []
+
+    def written(path: str, snapshot: dict[str, object]) -> None:
+        snapshots.append(path)
+        on_snapshot(path, snapshot)
+
+    oom: str | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlannedRunWarning)
+        with planned_device(spec, written) as device:
+            if before is not None:
+                before()
+            try:
+                run()
+            except torch.cuda.OutOfMemoryError as exc:
+                oom = str(exc)
+            finally:
+                if after is not None:
+                    after()
+    said = tuple(str(w.message) for w in caught if issubclass(w.category, PlannedRunWarning))
+    for w in caught:
+        if not issubclass(w.category, PlannedRunWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    peak_reserved = device.figure("reserved_bytes", "peak")
+    result = PlanResult(
+        device_name=spec.name,
+        device_bytes=spec.total_bytes,
+        capability=f"{spec.capability[0]}.{spec.capability[1]}",
+        context_bytes=spec.context_bytes,
+        allocator_conf=spec.settings.to_conf(),
+        peak_allocated_bytes=device.figure("allocated_bytes", "peak"),
+        peak_reserved_bytes=max(peak_reserved, device.peak_reserved),
+        peak_segments=device.figure("segment", "peak"),
+        segments=device.segments(),
+        fits=oom is None
+        and max(peak_reserved, device.peak_reserved) + spec.context_bytes <= spec.total_bytes,
+        oom_message=oom,
+        script_snapshots=tuple(snapshots),
+        warnings=said,
+    )
+    return result, device

@@ -1,0 +1,294 @@
+"""The real ``memforensics plan`` console command on small scripts of our own: what it prints,
+the files it leaves, its exit status, and a predicted OOM's dump."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MiB = 1 << 20
+
+
+def _plan(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
+    env["PYTHONPATH"] = str(SRC)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", "plan", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def _script(folder: Path, body: str, name: str = "train.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+LEAK = """
+import torch
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(256, 1024, device="cuda")
+kept = []
+for step in range(int(__import__("sys").argv[1])):
+    out = model(x)
+    kept.append(out)  # the leak: every step's output stays referenced
+    out.sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("trained")
+"""
+
+
+def test_a_run_that_fits_exits_0_and_prints_one_json_object(tmp_path: Path) -> None:
+    """--json prints one object (the script's own output goes to stderr), exit 0, and the final
+    snapshot it names exists with a sidecar marking it predicted."""
+    _script(tmp_path, LEAK)
+    done = _plan(tmp_path, "--json", "train.py", "2")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["fits"] is True
+    assert "trained" in done.stderr
+    # 4 weights of 4 MiB, their grads and two Adam states: at least 16 MiB each kind
+    assert doc["peak_allocated_bytes"] >= 4 * 16 * MiB
+    assert doc["peak_reserved_bytes"] >= doc["peak_allocated_bytes"]
+    snapshot = Path(tmp_path, doc["snapshots"][0])
+    assert snapshot.is_file()
+    sidecar = json.loads(snapshot.with_suffix(".json").read_text())
+    assert sidecar["predicted"]["device_total_bytes"] == 80 << 30
+    assert sidecar["predicted"]["capability"] == "9.0"
+
+
+def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
+    """The leaked outputs (1 MiB each) raise the predicted peak by about a MiB per extra step."""
+    _script(tmp_path, LEAK)
+    few = json.loads(_plan(tmp_path, "--json", "train.py", "2").stdout)
+    many = json.loads(_plan(tmp_path, "--json", "train.py", "12").stdout)
+    grown = many["peak_allocated_bytes"] - few["peak_allocated_bytes"]
+    assert 10 * MiB <= grown <= 11 * MiB
+
+
+def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path) -> None:
+    """Under a small --device-memory the leak runs out: exit 1, PyTorch's message, and an OOM
+    dump whose sidecar is predicted and whose figures show the request could not fit."""
+    _script(tmp_path, LEAK)
+    done = _plan(tmp_path, "--device-memory", "640MiB", "--context-memory", "128MiB",
+                 "train.py", "1000")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "CUDA out of memory. Tried to allocate" in done.stdout
+    dumps = sorted((tmp_path / "memforensics-plan" / "oom").glob("*.pickle"))
+    assert len(dumps) == 1
+    named = [line for line in done.stdout.splitlines() if line.startswith("Predicted snapshot:")]
+    assert len(named) == 1  # named once, though the run saw it by two paths
+    sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
+    assert sidecar["predicted"]["device_total_bytes"] == 640 * MiB
+    oom = sidecar["oom"]
+    assert oom["device_total_bytes"] == 640 * MiB
+    snapshot = pickle.loads(dumps[0].read_bytes())
+    reserved = sum(s["total_size"] for s in snapshot["segments"])
+    assert reserved + 128 * MiB + oom["allocation_bytes"] > 640 * MiB
+    assert oom["device_free_bytes"] == 640 * MiB - 128 * MiB - reserved
+
+
+def test_a_failing_script_exits_2_with_its_traceback(tmp_path: Path) -> None:
+    """A script that raises something other than an OOM: exit 2, its traceback on stderr."""
+    _script(tmp_path, "raise ValueError('the script broke')\n")
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 2
+    assert "ValueError: the script broke" in done.stderr
+
+
+def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
+    """A capability that is not MAJOR.MINOR, or no script, exits 2 with one line."""
+    _script(tmp_path, "pass\n")
+    assert _plan(tmp_path, "--device-capability", "nine", "train.py").returncode == 2
+    assert _plan(tmp_path).returncode == 2
+    assert _plan(tmp_path, "missing.py").returncode == 2
+
+
+def test_a_module_runs_with_dash_m(tmp_path: Path) -> None:
+    """-m MODULE plans a module found from the working folder, with its arguments."""
+    _script(tmp_path, LEAK, name="trainmod.py")
+    done = _plan(tmp_path, "--json", "-m", "trainmod", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fits"] is True
+
+
+READS = """
+import torch
+x = torch.randn(1000, 100, device="cuda")
+loss = (x * 2).sum()
+print(f"loss {loss.item()} {loss:.3f} {x.tolist()[0][0]}")
+kept = x[x > 0]
+print(tuple(kept.shape), tuple(torch.nonzero(x).shape))
+double = torch.compile(lambda t: t * 2)
+print(tuple(double(x).shape))
+"""
+
+
+def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_where(
+    tmp_path: Path,
+) -> None:
+    """Values read as zeros, masks select every element (the upper bound), torch.compile runs
+    eagerly: the run fits, and each difference is said once with the script's file and line."""
+    _script(tmp_path, READS)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "loss 0.0 0.000 0.0" in done.stdout
+    assert "(100000,) (100000, 2)" in done.stdout
+    assert "(1000, 100)" in done.stdout
+    script = str(tmp_path / "train.py")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert len(lines) == 3
+    assert f"zeros in a plan (first at {script}:5)" in lines[0]
+    assert f"upper bound in a plan (first at {script}:6)" in lines[1]
+    assert "compiled graph's memory differs" in lines[2]
+    assert f"{script}:8" in lines[2]
+
+
+def test_distributed_collectives_are_out_of_scope_in_one_line(tmp_path: Path) -> None:
+    """init_process_group under a plan: exit 2 and one line saying why, no traceback."""
+    _script(tmp_path, "import torch.distributed as dist\ndist.init_process_group('nccl')\n")
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        line for line in done.stderr.strip().splitlines() if "out of scope" in line
+    ]
+    assert "Traceback" not in done.stderr
+
+
+TRANSFORMER = Path(__file__).parent / "scripts" / "plan_transformer.py"
+
+
+def test_a_transformer_with_adamw_and_bf16_autocast_plans_as_cuda_runs_it(tmp_path: Path) -> None:
+    """autocast("cuda") casts as on a GPU (bf16 logits, float32 loss, bf16 weight copies), the
+    attention takes flash attention (no B·H·S² scores), AdamW takes CUDA's foreach path, and
+    what stays allocated is the weights, AdamW's two states, the logits and the workspaces."""
+    done = _plan(tmp_path, "--device-capability", "8.0", str(TRANSFORMER))
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["logits_dtype"] == "torch.bfloat16"
+    assert facts["loss_dtype"] == "torch.float32"
+    snapshot = pickle.loads((tmp_path / "tf.pickle").read_bytes())
+    trace = snapshot["device_traces"][0]
+    sizes = {e["size"] for e in trace if e["action"] == "alloc"}
+    assert set(facts["weight_bf16_bytes"]) <= sizes
+    assert not sizes & set(facts["scores_bytes"])
+    frames = {f["name"] for e in trace for f in e["frames"]}
+    assert "_multi_tensor_adam" in frames
+    workspaces = 2 * 8_519_680
+    floor = 3 * facts["param_bytes"] + workspaces + facts["logits_bytes"]
+    assert floor <= facts["allocated"] <= floor + 2 * MiB
+
+
+BATCHES = """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=1)
+parser.add_argument("--steps", type=int, default=2)
+args = parser.parse_args()
+for _ in range(args.steps):
+    acts = [torch.empty(args.batch_size, 1 << 20, device="cuda") for _ in range(3)]
+    del acts
+"""
+
+
+def test_vary_finds_the_largest_batch_that_fits_as_each_run_alone_does(tmp_path: Path) -> None:
+    """--vary batch-size plans each value in its own process: every row matches planning that
+    value alone, and the largest value that fits is the largest whose lone run fits."""
+    _script(tmp_path, BATCHES)
+    device = ("--device-memory", "1GiB", "--context-memory", "512MiB")
+    done = _plan(tmp_path, *device, "--json", "--jobs", "2", "--vary", "batch-size=16,48",
+                 "train.py", "--batch-size", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    alone = {}
+    for value in ("16", "48"):
+        one = _plan(tmp_path, *device, "--json", "train.py", "--batch-size", value)
+        alone[value] = json.loads(one.stdout)
+    for row in doc["rows"]:
+        lone = alone[row["value"]]
+        assert row["fits"] == lone["fits"]
+        assert row["peak_reserved_bytes"] == lone["peak_reserved_bytes"]
+        assert row["peak_allocated_bytes"] == lone["peak_allocated_bytes"]
+    fitting = [int(v) for v, lone in alone.items() if lone["fits"]]
+    assert doc["largest"] == str(max(fitting))
+    assert doc["largest_expandable"] is not None
+
+
+MOVE = """
+import json, weakref
+import torch
+model = torch.nn.Linear(1024, 1024)
+weight = model.weight
+cpu_storage = weakref.ref(weight.untyped_storage())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model.to("cuda")
+big = torch.empty(1 << 30, device="cuda")  # 4 GiB: never on the host
+print(json.dumps({
+    "same_parameter": model.weight is weight and opt.param_groups[0]["params"][0] is weight,
+    "cpu_storage_released": cpu_storage() is None,
+    "weight_on_host": weight.untyped_storage().device.type == "cpu",
+    "big_on_host": big.untyped_storage().device.type == "cpu",
+    "allocated": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_a_model_moved_keeps_its_parameters_and_releases_their_cpu_storage(
+    tmp_path: Path,
+) -> None:
+    """.to("cuda") keeps each parameter's identity (the optimizer's too) and frees its CPU
+    storage; a tensor made on "cuda" never has host memory, only the model's block."""
+    _script(tmp_path, MOVE)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["same_parameter"] is True
+    assert facts["cpu_storage_released"] is True
+    assert facts["weight_on_host"] is False
+    assert facts["big_on_host"] is False
+    assert facts["allocated"] >= (1 << 32) + 1024 * 1024 * 4
+
+
+INSTALLED = """
+import memforensics, torch
+mf = memforensics.install(out_dir="mine", steps=2)
+print("backend", mf.backend.name, "observer", mf.oom_attached, flush=True)
+model = torch.nn.Linear(1024, 1024).cuda()
+kept = []
+for step in range(100000):
+    with mf.step(step):
+        kept.append(model(torch.randn(256, 1024, device="cuda")))
+"""
+
+
+def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_path: Path) -> None:
+    """memforensics.install() in a planned script takes the real cuda adapter, attaches its OOM
+    observer to the planned device, writes its step window and the predicted OOM dump into its
+    own out_dir, each with a predicted sidecar."""
+    _script(tmp_path, INSTALLED)
+    done = _plan(tmp_path, "--device-memory", "1GiB", "train.py")
+    assert done.returncode == 1, done.stderr
+    assert "backend cuda observer True" in done.stdout
+    ooms = sorted((tmp_path / "mine" / "oom").glob("*.pickle"))
+    assert len(ooms) == 1
+    windows = sorted((tmp_path / "mine").glob("steps*/*.pickle"))
+    assert windows
+    for dump in (*ooms, *windows):
+        sidecar = json.loads(dump.with_suffix(".json").read_text())
+        assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
+    oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
+    assert oom["device_total_bytes"] == 1 << 30

@@ -1,0 +1,317 @@
+"""The diagnosis: each cause found on its evidence only, ranked by whether it alone would have
+let the request succeed, then by bytes; the headline is the top cause and its fix."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from memforensics.analysis import load_dump, summarize
+from memforensics.analysis.compare import rank_trends, windows_beside
+from memforensics.analysis.diagnosis import Evidence, diagnose
+from memforensics.analysis.dump import Dump, dump_from_snapshot
+from memforensics.analysis.filled import KindBytes
+from memforensics.analysis.oom import OomMoment, Verdict
+from memforensics.analysis.schema import to_json
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
+from memforensics.testing import (
+    TRAIN,
+    Block,
+    GiB,
+    MiB,
+    Site,
+    SnapshotBuilder,
+    fragmented,
+    make_sidecar,
+    write_dump,
+)
+
+LEAK = Site("/work/train.py", 57, "keep_metrics")
+KV = Site(
+    "/venv/lib/python3.12/site-packages/vllm/worker/cache_engine.py", 83, "_allocate_kv_cache"
+)
+EXHAUSTED = Verdict("exhausted", "Live memory fills the device.", None)
+PENDING = "active_pending_free"
+
+
+def _moment(**figures: Any) -> OomMoment:
+    """A judged OOM moment: a 64 MiB request on an 8 GiB device, 8 GiB reserved, 0 B free."""
+    values: dict[str, Any] = {
+        "source": "final",
+        "index": None,
+        "requested_bytes": MiB(64),
+        "allocation_bytes": MiB(64),
+        "device_total_bytes": GiB(8),
+        "device_free_bytes": 0,
+        "reserved_bytes": GiB(8),
+        "allocated_bytes": GiB(8),
+        "free_in_reserved_bytes": 0,
+        "largest_free_block_bytes": 0,
+        "stream": 0,
+    }
+    values.update(figures)
+    return OomMoment(**values)
+
+
+def _dump(**sidecar: Any) -> Dump:
+    """An empty dump with a sidecar (for the release and the world size)."""
+    return dump_from_snapshot(
+        {"segments": [], "device_traces": [[]]}, sidecar=make_sidecar("oom", **sidecar)
+    )
+
+
+def _kinds(**sizes: int) -> tuple[KindBytes, ...]:
+    return tuple(KindBytes(kind, size, 1, 0.9) for kind, size in sizes.items())
+
+
+def test_growth_alone_frees_the_request_and_heads_the_diagnosis() -> None:
+    """A site that kept a block every step is the cause: its rate, its first step, and
+    'removing it frees X, the request needed Y', ahead of a bigger cause that would not."""
+    leak = [(str(LEAK), MiB(8), step) for step in range(3, 13)]  # 80 MiB over steps 3..12
+    evidence = Evidence(
+        live=[*leak, (str(TRAIN), GiB(1), None)],
+        kinds=_kinds(parameter=GiB(6)),
+        device_total_bytes=GiB(8),
+        has_history=True,
+    )
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=evidence)
+    top = found.causes[0]
+    assert (top.name, top.bytes, top.rate_bytes_per_step, top.first_step) == (
+        "growth", MiB(80), MiB(8), 3,
+    )  # fmt: skip
+    assert top.sufficient is True
+    assert found.needed_bytes == MiB(64)
+    assert [cause.name for cause in found.causes] == ["growth", "static"]
+    assert found.headline.startswith("growth: train.py:57 keep_metrics holds 80.00 MiB")
+    assert "removing it frees 80.00 MiB, the request needed 64.00 MiB" in found.headline
+
+
+def test_one_step_of_blocks_is_no_growth() -> None:
+    """Blocks made in one step (activations of the failing step) are not growth."""
+    evidence = Evidence(live=[(str(LEAK), MiB(8), 7)] * 10, has_history=True)
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=evidence)
+    assert "growth" not in [cause.name for cause in found.causes]
+
+
+def test_sufficient_cause_ranks_above_a_bigger_insufficient_one() -> None:
+    """Memory outside PyTorch that would have made room ranks above static memory that is
+    bigger but whose fixes free too little (one rank: nothing to shard over)."""
+    moment = _moment(reserved_bytes=GiB(7), allocated_bytes=GiB(7))  # 1 GiB outside
+    evidence = Evidence(kinds=_kinds(parameter=GiB(5)), has_history=True)
+    found = diagnose(_dump(), moment=moment, verdict=EXHAUSTED, evidence=evidence)
+    assert [cause.name for cause in found.causes] == ["outside", "static"]
+    assert found.causes[0].bytes == GiB(1)
+    assert found.causes[0].sufficient is True
+    assert found.causes[1].sufficient is None  # sharding's bytes are unknown on one rank
+
+
+def test_static_memory_names_sharding_precision_and_offload_with_bytes() -> None:
+    """Optimizer state over 4 ranks: 8-bit state, ZeRO-2 and FSDP each with what they free,
+    and the headline takes the least of them that frees enough."""
+    evidence = Evidence(
+        kinds=_kinds(parameter=GiB(1), gradient=GiB(1), optimizer_state=GiB(2)),
+        has_history=True,
+    )
+    moment = _moment(requested_bytes=GiB(1), allocation_bytes=GiB(1))
+    found = diagnose(_dump(world_size=4), moment=moment, verdict=EXHAUSTED, evidence=evidence)
+    [static] = found.causes
+    freed = {fix.action.split(" (")[0]: fix.bytes for fix in static.fixes}
+    assert list(freed.values()) == [GiB(1.5), GiB(2.25), GiB(3), GiB(2)]
+    assert static.fix is not None
+    assert "8 bits" in static.fix.action
+    assert static.fix.sufficient is True
+    assert "8 bits" in found.headline
+
+
+def test_activations_name_batch_sequence_and_checkpointing() -> None:
+    """Activations at the OOM: halving the micro-batch frees half of them."""
+    evidence = Evidence(kinds=_kinds(activation=GiB(2)), has_history=True)
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=evidence)
+    [cause] = found.causes
+    assert cause.name == "activations"
+    assert [fix.bytes for fix in cause.fixes] == [GiB(1), GiB(1), None]
+    assert "micro-batch" in found.headline
+    assert "checkpointing" in cause.fixes[2].action
+
+
+def test_vllm_kv_cache_names_gpu_memory_utilization_and_verl() -> None:
+    """A state-only dump whose biggest site is vLLM's _allocate_kv_cache, judged with
+    --requested: the cause is the cache, and the fix names the knob that sizes it."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(GiB(6), site=KV), Block(GiB(1), site=TRAIN))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]  # state only, as enabled="state" records it
+    summary = summarize(dump_from_snapshot(snapshot), requested=MiB(1200))
+    assert summary.diagnosis is not None
+    top = summary.diagnosis.causes[0]
+    assert top.name == "cache"
+    assert top.bytes == GiB(6)
+    assert top.sufficient is True
+    actions = " ".join(fix.action for fix in top.fixes)
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in actions
+    assert "free_cache_engine" in actions
+    assert "gpu_memory_utilization" in summary.diagnosis.headline
+    assert any("outside PyTorch is unknown" in note for note in summary.diagnosis.missing)
+
+
+def test_pending_frees_are_named_with_their_sites() -> None:
+    """Blocks freed on one stream and awaiting another: active minus allocated, by site."""
+    builder = SnapshotBuilder()
+    builder.segment(
+        Block(MiB(512), site=TRAIN), Block(MiB(96), state=PENDING, site=LEAK),
+        Block(MiB(32), state=PENDING, site=TRAIN),
+    )  # fmt: skip
+    builder.oom(requested=MiB(100), device_free=0)
+    oom = {"requested_bytes": MiB(100), "device_free_bytes": 0, "device_total_bytes": MiB(640)}
+    summary = summarize(dump_from_snapshot(builder.build(), sidecar=make_sidecar("oom", oom=oom)))
+    assert summary.diagnosis is not None
+    pending = next(c for c in summary.diagnosis.causes if c.name == "pending_frees")
+    assert pending.bytes == MiB(128) == summary.active_bytes - summary.allocated_bytes
+    assert pending.sites == (str(LEAK), str(TRAIN))
+    assert "record_stream" in pending.evidence
+
+
+def _fragmented_on_sim(torch_version: str = "2.13.0") -> Dump:
+    """A sim OOM: a long-lived 10 MiB tensor splits a cached 30 MiB segment, and a 24 MiB
+    request after it finds 20 MiB free in that segment and 8 MiB on the 48 MiB device."""
+    total = 48 * MiB(1)
+    device = SimDevice(total)
+    device.record_memory_history("all", max_entries=10_000)
+    device.empty(MiB(30)).free()
+    _kept = device.empty(MiB(10))
+    with contextlib.suppress(SimOutOfMemoryError):
+        device.empty(MiB(24))
+    snapshot = device.snapshot()
+    oom = next(e for e in reversed(snapshot["device_traces"][0]) if e["action"] == "oom")
+    figures = {"requested_bytes": oom["size"], "allocation_bytes": None,
+               "device_total_bytes": total, "device_free_bytes": oom["device_free"]}  # fmt: skip
+    sidecar = make_sidecar("oom", schema=2, torch_version=torch_version, oom=figures)
+    return dump_from_snapshot(snapshot, sidecar=sidecar)
+
+
+def test_fragmentation_is_a_cause_where_the_replay_serves_the_request() -> None:
+    """Free memory in pieces, and the replay under expandable segments serves the request:
+    fragmentation is a sufficient cause whose fix is expandable_segments."""
+    summary = summarize(_fragmented_on_sim())
+    assert summary.verdict.name == "fragmentation"
+    assert summary.diagnosis is not None
+    frag = next(c for c in summary.diagnosis.causes if c.name == "fragmentation")
+    assert frag.sufficient is True
+    assert summary.oom is not None
+    assert frag.bytes == summary.oom.free_in_reserved_bytes == MiB(20)
+    assert "expandable_segments:True" in frag.fixes[0].action
+    assert "replayed with expandable_segments the request is served" in frag.evidence
+
+
+def test_unproven_fragmentation_is_missing_evidence_not_a_cause() -> None:
+    """Where the replay refuses (a trace the allocator cannot reproduce), fragmentation is
+    named as unproven, with the replay's reason, never advised as the fix."""
+    made = fragmented()
+    summary = summarize(dump_from_snapshot(made.snapshot, sidecar=made.sidecar))
+    assert summary.verdict.name == "fragmentation"
+    assert summary.diagnosis is not None
+    assert "fragmentation" not in [c.name for c in summary.diagnosis.causes]
+    assert any("is unproven (the model reproduced" in m for m in summary.diagnosis.missing)
+
+
+def test_no_expandable_segments_advice_before_the_release_that_has_it() -> None:
+    """A torch 2.0 dump is never told to set expandable_segments: fragmentation is named as
+    missing a fix in its release instead of as a cause."""
+    summary = summarize(_fragmented_on_sim("2.0.1"))
+    assert summary.verdict.name == "fragmentation"
+    assert summary.diagnosis is not None
+    assert "fragmentation" not in [c.name for c in summary.diagnosis.causes]
+    assert "expandable_segments" not in summary.diagnosis.headline
+    assert any("predates expandable_segments" in m for m in summary.diagnosis.missing)
+
+
+def test_nothing_failed_names_no_cause_but_growth() -> None:
+    """A window dump without an OOM or a near-OOM: static memory is no cause of anything."""
+    evidence = Evidence(kinds=_kinds(parameter=GiB(6), activation=GiB(1)), has_history=True)
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    assert found.causes == ()
+    assert found.headline.startswith("none: nothing failed")
+
+
+def test_near_oom_growth_says_how_many_steps_of_headroom_are_left() -> None:
+    """At risk with 100 MiB of headroom and a site growing 10 MiB a step: about 10 steps."""
+    evidence = Evidence(
+        live=[(str(LEAK), MiB(10), step) for step in range(5)],
+        headroom_bytes=MiB(100),
+        at_risk=True,
+        has_history=True,
+    )
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    [growth] = found.causes
+    assert growth.steps_left == 10
+    assert growth.sufficient is None
+    assert "about 10 more steps" in found.headline
+
+
+def test_summary_json_carries_the_causes() -> None:
+    """summary --json holds the diagnosis as a list of causes with bytes, evidence and fixes."""
+    data = to_json(summarize(_fragmented_on_sim()))
+    causes = data["diagnosis"]["causes"]
+    assert causes
+    assert {"name", "bytes", "sufficient", "evidence", "fixes"} <= set(causes[0])
+    assert data["diagnosis"]["headline"]
+    assert data["verdict"]["name"] == "fragmentation"  # the allocator's category stays
+
+
+def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> None:
+    """An OOM dump without step tags: the run folder's windows show a site growing 16 MiB a
+    step from step 4, and that is the diagnosis's growth (the leaks fit, not a second one),
+    ranked above activations that are bigger and would also have made room."""
+    for last in (7, 11, 15):
+        builder = SnapshotBuilder()
+        builder.segment(Block(MiB(256), site=TRAIN))
+        builder.segment(*[Block(MiB(16), site=LEAK, step=step) for step in range(4, last + 1)])
+        sidecar = make_sidecar("window", steps=[last - 3, last])
+        write_dump(tmp_path / f"steps{last - 3}-{last}" / "rank0_pid1.pickle", builder.build(),
+                   sidecar=sidecar)  # fmt: skip
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(256), site=TRAIN), *[Block(MiB(16), site=LEAK)] * 13)
+    builder.oom(requested=MiB(64), device_free=0)
+    oom = {"requested_bytes": MiB(64), "device_free_bytes": 0, "device_total_bytes": MiB(464)}
+    path = tmp_path / "oom" / "rank0_pid1_step16_20261130-101112-000001.pickle"
+    write_dump(path, builder.build(), sidecar=make_sidecar("oom", step=16, oom=oom))
+    windows = windows_beside(path)
+    assert windows is not None
+    assert len(windows) == 3
+    summary = summarize(load_dump(path), trends=rank_trends(windows, 0))
+    assert summary.diagnosis is not None
+    growth = summary.diagnosis.causes[0]
+    assert (growth.name, growth.rate_bytes_per_step, growth.first_step) == ("growth", MiB(16), 4)
+    assert "rose across 3 window dumps" in growth.evidence
+    activations = summary.diagnosis.causes[1]
+    assert activations.name == "activations"
+    assert activations.sufficient
+    assert activations.bytes > growth.bytes
+    assert windows_beside(tmp_path / "loose.pickle") is None  # no run folder: no windows read
+
+
+def test_a_kind_guessed_with_low_confidence_is_no_evidence() -> None:
+    """Parameters inferred at confidence 0.3 (by block sizes alone) name no static cause; the
+    headline says no cause was found instead of guessing one."""
+    kinds = (KindBytes("parameter", GiB(6), 32, 0.3),)
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=Evidence(kinds=kinds))
+    assert found.causes == ()
+    assert found.headline.startswith("no cause found")
+    assert any("no allocator history" in note for note in found.missing)
+
+
+def test_a_request_the_state_serves_is_no_failure_to_explain() -> None:
+    """--requested 64 MiB against a state with a free 512 MiB block: the headline says the
+    state serves it, and no cause claims it would have been needed."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(512), site=LEAK), Block(MiB(512), state="inactive", site=None))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]
+    summary = summarize(dump_from_snapshot(snapshot), requested=MiB(64))
+    assert summary.diagnosis is not None
+    assert summary.diagnosis.needed_bytes == 0
+    assert summary.diagnosis.headline.startswith("this state serves the request")
+    assert all(cause.sufficient is None for cause in summary.diagnosis.causes)

@@ -1,0 +1,385 @@
+"""Kinds the frames give, whatever the lifetime: parameters built or moved, workspaces, KV
+caches, DataParallel's replicas, Megatron's buffers; and forward blocks never parameters by size.
+
+Each dump here has the shape of a real one that was misread (the real files stay outside the
+repository): the allocations, their frames, their order and what is live at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memforensics.analysis import load_dump
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics.analysis.filled import Allocation
+from memforensics.analysis.filled.kinds import classify
+from memforensics.analysis.filled.lifetime import lifetimes
+
+MiB = 1 << 20
+SP = "/venv/lib/python3.11/site-packages"
+Frame = dict[str, Any]
+
+
+def py(filename: str, line: int, name: str) -> Frame:
+    """A Python frame."""
+    return {"filename": filename, "line": line, "name": name}
+
+
+def cpp(name: str) -> Frame:
+    """A C++ frame as the unwinder records one without debug info."""
+    return {"filename": "??", "line": 0, "name": name}
+
+
+MALLOC = cpp("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc")
+ENGINE = [
+    MALLOC,
+    cpp("at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)"),
+    cpp("torch::autograd::Engine::evaluate_function(std::shared_ptr<GraphTask>&)"),
+    cpp("torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)"),
+]
+CALL = py(f"{SP}/torch/nn/modules/module.py", 1747, "_call_impl")
+
+
+class Trace:
+    """A dump written event by event: allocations and frees in order, one segment per block
+    still live at the end (what the kinds read is the trace and the live blocks' frames)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.live: dict[int, tuple[int, list[Frame]]] = {}
+        self.next = 0x7F00_0000_0000
+
+    def alloc(self, size: int, frames: list[Frame]) -> int:
+        """Allocate ``size`` bytes from ``frames`` (innermost first); its address."""
+        addr, self.next = self.next, self.next + (-(-size // (2 * MiB)) + 1) * 2 * MiB
+        self._event("alloc", addr, size, frames)
+        self.live[addr] = (size, frames)
+        return addr
+
+    def free(self, addr: int) -> None:
+        """Free a live allocation."""
+        size, frames = self.live.pop(addr)
+        self._event("free_requested", addr, size, frames)
+        self._event("free_completed", addr, size, frames)
+
+    def _event(self, action: str, addr: int, size: int, frames: list[Frame]) -> None:
+        self.events.append(
+            {"action": action, "addr": addr, "size": size, "stream": 0, "frames": frames,
+             "time_us": 1_000 + len(self.events)}
+        )  # fmt: skip
+
+    def classified(self) -> dict[int, Allocation]:
+        """Every allocation of the dump by address (the last one at each), classified."""
+        segments = [
+            {"device": 0, "address": addr, "total_size": size, "allocated_size": size,
+             "active_size": size, "requested_size": size, "stream": 0, "segment_type": "large",
+             "blocks": [{"address": addr, "size": size, "requested_size": size,
+                         "state": "active_allocated", "frames": frames}]}
+            for addr, (size, frames) in self.live.items()
+        ]  # fmt: skip
+        snapshot = {"segments": segments, "device_traces": [self.events]}
+        found = lifetimes(dump_from_snapshot(snapshot))
+        classify(found)
+        return {a.addr: a for a in found.allocations}
+
+
+def _model(trace: Trace, frames: list[Frame], count: int = 3) -> list[int]:
+    return [trace.alloc((4 + index) * MiB, frames) for index in range(count)]
+
+
+def _forward(trace: Trace, count: int = 3) -> list[int]:
+    stack = [MALLOC, py("/home/me/model.py", 57, "forward"), CALL, py("/home/me/run.py", 9, "main")]
+    return [trace.alloc((6 + index) * MiB, stack) for index in range(count)]
+
+
+BUILDERS = {
+    "module constructor": [
+        MALLOC,
+        py("/home/me/cs336/linear.py", 19, "__init__"),
+        py("/home/me/cs336/model.py", 40, "__init__"),
+        py("/home/me/run.py", 5, "main"),
+    ],
+    "reset_parameters": [
+        MALLOC,
+        py(f"{SP}/torch/nn/init.py", 459, "kaiming_uniform_"),
+        py(f"{SP}/torch/nn/modules/linear.py", 116, "reset_parameters"),
+        py("/home/me/run.py", 5, "main"),
+    ],
+    "Module._apply / .to": [
+        MALLOC,
+        py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
+        py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"),
+        py(f"{SP}/torch/nn/modules/module.py", 1340, "to"),
+        py("/home/me/fl/client.py", 77, "reset_model"),
+    ],
+    "from_pretrained": [
+        MALLOC,
+        py(f"{SP}/transformers/modeling_utils.py", 4100, "_load_state_dict_into_meta_model"),
+        py(f"{SP}/transformers/modeling_utils.py", 3900, "from_pretrained"),
+        py("/home/me/run.py", 5, "main"),
+    ],
+    "load_state_dict": [
+        MALLOC,
+        py(f"{SP}/torch/nn/modules/module.py", 2100, "_load_from_state_dict"),
+        py(f"{SP}/torch/nn/modules/module.py", 2200, "load_state_dict"),
+        py("/home/me/run.py", 5, "main"),
+    ],
+}
+
+
+@pytest.mark.parametrize("builder", list(BUILDERS))
+def test_a_block_a_model_builder_made_is_a_parameter_at_a_forward_dump(builder: str) -> None:
+    """A forward-only dump (no backward after anything): what a module's constructor,
+    reset_parameters, Module._apply, from_pretrained or load_state_dict made is a parameter,
+    not an activation; the forward's own blocks stay activations."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS[builder])
+    outputs = _forward(trace)
+    found = trace.classified()
+    assert {found[a].kind for a in weights} == {"parameter"}
+    assert {found[a].kind for a in outputs} == {"activation"}
+
+
+def test_a_constructor_block_freed_after_backward_is_a_parameter() -> None:
+    """A model built inside the trace and dropped after a training pass (a federated round):
+    its blocks outlived a backward, yet they are parameters, not activations."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["module constructor"])
+    outputs = _forward(trace)
+    for index in range(3):
+        trace.free(trace.alloc(MiB, ENGINE))
+        trace.free(outputs[index])
+    for addr in weights:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in weights} == {"parameter"}
+    assert {found[a].kind for a in outputs} == {"activation"}
+
+
+FORWARD_STACKS = {
+    "LLM hidden states": [
+        MALLOC,
+        py(f"{SP}/torch/nn/functional.py", 2264, "embedding"),
+        py(f"{SP}/transformers/models/llama/modeling_llama.py", 920, "forward"),
+        CALL,
+        py("/home/me/finetune.py", 88, "train"),
+    ],
+    "diffusers attention maps": [
+        MALLOC,
+        py(f"{SP}/diffusers/models/attention_processor.py", 1230, "__call__"),
+        py(f"{SP}/diffusers/models/attention_processor.py", 490, "forward"),
+        CALL,
+        py(f"{SP}/diffusers/models/unets/unet_2d_condition.py", 1200, "forward"),
+        py("/home/me/train_dreambooth.py", 900, "main"),
+    ],
+}
+
+
+@pytest.mark.parametrize("stack", list(FORWARD_STACKS))
+def test_same_sized_forward_blocks_are_never_parameters(stack: str) -> None:
+    """No step tags, a backward under way at the end: eight equal blocks the trace saw made
+    in a forward are activations, not parameters by the "many blocks of one size" rule, while
+    the model built before them stays parameters."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["module constructor"])
+    hidden = [trace.alloc(16 * MiB, FORWARD_STACKS[stack]) for _ in range(8)]
+    trace.free(trace.alloc(MiB, ENGINE))
+    trace.alloc(2 * MiB, ENGINE)  # the backward is still running when the dump is taken
+    found = trace.classified()
+    assert {found[a].kind for a in hidden} == {"activation"}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def test_same_sized_forward_blocks_kept_across_passes_are_not_parameters() -> None:
+    """Equal forward blocks the trace saw made, held through a backward and into the next
+    forward (a kept tensor, a cache): 'unknown', never parameters by their sizes."""
+    trace = Trace()
+    kept = [trace.alloc(16 * MiB, FORWARD_STACKS["LLM hidden states"]) for _ in range(8)]
+    trace.free(trace.alloc(MiB, ENGINE))
+    _forward(trace)
+    found = trace.classified()
+    assert {found[a].kind for a in kept} == {"unknown"}
+
+
+CUBLAS = [
+    MALLOC,
+    cpp("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)"),
+    cpp("at::cuda::getNewWorkspace()"),
+    cpp("at::cuda::getCurrentCUDABlasHandle()"),
+    cpp("void at::cuda::blas::gemm<float>(char, char, long, long, long, float, float const*)"),
+]
+WORKSPACES = {
+    "cuBLAS": CUBLAS,
+    "cuBLASLt": [MALLOC, cpp("at::cuda::getCUDABlasLtWorkspace()"), cpp("at::cuda::blas::gemm")],
+    "cuDNN": [
+        MALLOC,
+        cpp("c10::cuda::CUDACachingAllocator::raw_alloc(unsigned long)"),
+        cpp("at::native::(anonymous namespace)::Workspace::Workspace(unsigned long)"),
+        cpp("at::native::raw_cudnn_convolution_forward_out_32bit(at::Tensor const&)"),
+    ],
+}
+
+
+@pytest.mark.parametrize("library", list(WORKSPACES))
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_a_library_workspace_is_a_workspace(library: str, phase: str) -> None:
+    """The 8,519,680-byte block cuBLAS (or cuBLASLt, or cuDNN) makes for its handle, first in
+    a forward or on the autograd thread, is a workspace: never a gradient nor an activation."""
+    trace = Trace()
+    _model(trace, BUILDERS["module constructor"])
+    outputs = _forward(trace)
+    stack = WORKSPACES[library]
+    if phase == "backward":
+        stack = stack + ENGINE[1:]
+        trace.free(trace.alloc(MiB, ENGINE))
+    else:
+        stack = [*stack, py("/home/me/model.py", 57, "forward"), CALL]
+    workspace = trace.alloc(8_519_680, stack)
+    for addr in outputs:
+        trace.free(addr)
+    found = trace.classified()
+    assert (found[workspace].kind, found[workspace].confidence) == ("workspace", 0.95)
+
+
+def test_dataparallel_replicas_are_parameters() -> None:
+    """DataParallel copies the model to each GPU inside its forward (replicate.py →
+    comm.py broadcast_coalesced) and drops the copies after backward: they are parameters."""
+    trace = Trace()
+    replicate = [
+        MALLOC,
+        py(f"{SP}/torch/nn/parallel/comm.py", 66, "broadcast_coalesced"),
+        py(f"{SP}/torch/nn/parallel/_functions.py", 22, "forward"),
+        py(f"{SP}/torch/nn/parallel/replicate.py", 126, "_broadcast_coalesced_reshape"),
+        py(f"{SP}/torch/nn/parallel/replicate.py", 130, "replicate"),
+        py(f"{SP}/torch/nn/parallel/data_parallel.py", 187, "replicate"),
+        py(f"{SP}/torch/nn/parallel/data_parallel.py", 180, "forward"),
+        CALL,
+        py("/home/me/train.py", 50, "main"),
+    ]
+    replicas = [trace.alloc(40 * MiB, replicate) for _ in range(6)]
+    outputs = _forward(trace)
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in outputs + replicas:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in replicas} == {"parameter"}
+    assert {found[a].kind for a in outputs} == {"activation"}
+
+
+KV_CACHES = {
+    "vLLM": [
+        MALLOC,
+        py(f"{SP}/vllm/worker/cache_engine.py", 83, "_allocate_kv_cache"),
+        py(f"{SP}/vllm/worker/cache_engine.py", 66, "__init__"),
+        py(f"{SP}/vllm/worker/worker.py", 300, "_init_cache_engine"),
+        py(f"{SP}/verl/workers/rollout/vllm_rollout/vllm_rollout.py", 120, "__init__"),
+    ],
+    "SGLang": [
+        MALLOC,
+        py(f"{SP}/sglang/srt/mem_cache/memory_pool.py", 310, "_create_buffers"),
+        py(f"{SP}/sglang/srt/mem_cache/memory_pool.py", 280, "__init__"),
+        py(f"{SP}/sglang/srt/model_executor/model_runner.py", 900, "init_memory_pool"),
+    ],
+}
+
+
+@pytest.mark.parametrize("engine", list(KV_CACHES))
+def test_a_kv_cache_is_a_kv_cache(engine: str) -> None:
+    """vLLM's cache engine and SGLang's KV pool, allocated during the trace and held: a KV
+    cache, neither a parameter nor an activation (their frames hold ``__init__``)."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    cache = [trace.alloc(512 * MiB, KV_CACHES[engine]) for _ in range(4)]
+    _forward(trace)
+    found = trace.classified()
+    assert {found[a].kind for a in cache} == {"kv_cache"}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def _megatron(line: int) -> list[Frame]:
+    return [
+        MALLOC,
+        py(f"{SP}/megatron/core/distributed/param_and_grad_buffer.py", line, "__init__"),
+        py(f"{SP}/megatron/core/distributed/distributed_data_parallel.py", 160, "_allocate"),
+        py(f"{SP}/megatron/core/distributed/distributed_data_parallel.py", 200, "__init__"),
+        py(f"{SP}/megatron/training/training.py", 500, "get_model"),
+    ]
+
+
+@pytest.mark.parametrize(("param_line", "grad_line"), [(586, 592), (301, 309)])
+def test_megatron_buffers_split_into_parameters_and_gradients(
+    param_line: int, grad_line: int
+) -> None:
+    """With the distributed optimizer, _ParamAndGradBuffer allocates the parameter buffer and
+    then, on a later line, the gradient buffer (twice its bytes: fp32 beside bf16): the first
+    line's blocks are parameters, the second's gradients, whatever the line numbers."""
+    trace = Trace()
+    params, grads = [], []
+    for _ in range(2):
+        params.append(trace.alloc(471 * MiB, _megatron(param_line)))
+        grads.append(trace.alloc(942 * MiB, _megatron(grad_line)))
+    _forward(trace)
+    found = trace.classified()
+    assert {found[a].kind for a in params} == {"parameter"}
+    assert {found[a].kind for a in grads} == {"gradient"}
+
+
+def test_megatron_without_the_distributed_optimizer_has_a_gradient_buffer_only() -> None:
+    """Without the distributed optimizer only grad_data is allocated: one line, gradients."""
+    trace = Trace()
+    grads = [trace.alloc(942 * MiB, _megatron(592)) for _ in range(2)]
+    _forward(trace)
+    found = trace.classified()
+    assert {found[a].kind for a in grads} == {"gradient"}
+
+
+REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
+
+
+def _says(frames: object, word: str) -> bool:
+    return isinstance(frames, list) and any(
+        isinstance(f, dict) and word in str(f.get("name", "")) for f in frames
+    )
+
+
+@pytest.mark.skipif(not REAL_DIR.is_dir(), reason="the real snapshots are not beside the repo")
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL_DIR.glob("*.pickle")))
+def test_real_snapshots_constructors_and_workspaces(name: str) -> None:
+    """On each real snapshot: no block a constructor made outside a forward is an activation,
+    and no block made under a workspace frame is a gradient."""
+    found = lifetimes(load_dump(REAL_DIR / name))
+    classify(found)
+    built = [
+        a
+        for a in found.allocations
+        if _says(a.frames, "__init__") and not _says(a.frames, "forward")
+    ]
+    scratch = [a for a in found.allocations if _says(a.frames, "Workspace")]
+    assert all(a.kind != "activation" for a in built)
+    assert all(a.kind == "workspace" for a in scratch)
+
+
+def test_a_constructor_around_or_inside_a_forward_is_the_forwards() -> None:
+    """A script that trains inside a class's __init__, and an object a forward builds (its own
+    __init__): their blocks are the forward's (activations), never parameters; a model moved by
+    Module._apply stays parameters."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    outer = [
+        MALLOC,
+        py("/home/me/model.py", 57, "forward"),
+        CALL,
+        py("/home/me/experiment.py", 30, "__init__"),
+        py("/home/me/run.py", 5, "main"),
+    ]
+    inner = [MALLOC, py("/home/me/noise.py", 12, "__init__"), *outer[1:]]
+    activations = [trace.alloc(6 * MiB, outer), trace.alloc(7 * MiB, inner)]
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in activations:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in activations} == {"activation"}
+    assert {found[a].kind for a in weights} == {"parameter"}
