@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.analysis import load_dump, summarize
+
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -91,6 +93,9 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     assert len(dumps) == 1
     named = [line for line in done.stdout.splitlines() if line.startswith("Predicted snapshot:")]
     assert len(named) == 1  # named once, though the run saw it by two paths
+    diagnosis = summarize(load_dump(dumps[0])).diagnosis
+    assert diagnosis is not None
+    assert f"  cause: {diagnosis.headline}" in done.stdout.splitlines()  # summary's own cause
     sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
     assert sidecar["predicted"]["device_total_bytes"] == 640 * MiB
     oom = sidecar["oom"]
