@@ -106,6 +106,41 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     assert oom["device_free_bytes"] == 640 * MiB - 128 * MiB - reserved
 
 
+TRACKED_LEAK = """
+import sys
+import memforensics, torch
+mf = memforensics.install(steps=2, every=4, keep_last=None)
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(256, 1024, device="cuda")
+kept = []
+for step in range(int(sys.argv[1])):
+    with mf.step(step):
+        out = model(x)
+        kept.append(out * 2)  # the leak: a tensor of every step stays referenced
+        out.sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_predicted_oom_names_the_leak_as_its_cause(tmp_path: Path) -> None:
+    """A script that records steps and tracks its model runs into a small planned device: the
+    predicted OOM's cause, in plan's output and in summary of its dump, is the leaking line's
+    growth."""
+    _script(tmp_path, TRACKED_LEAK)
+    done = _plan(tmp_path, "--device-memory", "704MiB", "--context-memory", "128MiB",
+                 "train.py", "1000")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    [dump] = (tmp_path / "memforensics" / "oom").glob("*.pickle")
+    summary = summarize(load_dump(dump))
+    assert summary.diagnosis is not None
+    top = summary.diagnosis.causes[0]
+    assert top.name == "growth"
+    assert any("train.py:12" in site for site in top.sites)
+    assert f"  cause: {summary.diagnosis.headline}" in done.stdout.splitlines()
+
+
 def test_a_failing_script_exits_2_with_its_traceback(tmp_path: Path) -> None:
     """A script that raises something other than an OOM: exit 2, its traceback on stderr."""
     _script(tmp_path, "raise ValueError('the script broke')\n")
