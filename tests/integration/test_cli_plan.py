@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.analysis import load_dump, summarize
+
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -91,6 +93,9 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     assert len(dumps) == 1
     named = [line for line in done.stdout.splitlines() if line.startswith("Predicted snapshot:")]
     assert len(named) == 1  # named once, though the run saw it by two paths
+    diagnosis = summarize(load_dump(dumps[0])).diagnosis
+    assert diagnosis is not None
+    assert f"  cause: {diagnosis.headline}" in done.stdout.splitlines()  # summary's own cause
     sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
     assert sidecar["predicted"]["device_total_bytes"] == 640 * MiB
     oom = sidecar["oom"]
@@ -99,6 +104,41 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     reserved = sum(s["total_size"] for s in snapshot["segments"])
     assert reserved + 128 * MiB + oom["allocation_bytes"] > 640 * MiB
     assert oom["device_free_bytes"] == 640 * MiB - 128 * MiB - reserved
+
+
+TRACKED_LEAK = """
+import sys
+import memforensics, torch
+mf = memforensics.install(steps=2, every=4, keep_last=None)
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(256, 1024, device="cuda")
+kept = []
+for step in range(int(sys.argv[1])):
+    with mf.step(step):
+        out = model(x)
+        kept.append(out * 2)  # the leak: a tensor of every step stays referenced
+        out.sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_predicted_oom_names_the_leak_as_its_cause(tmp_path: Path) -> None:
+    """A script that records steps and tracks its model runs into a small planned device: the
+    predicted OOM's cause, in plan's output and in summary of its dump, is the leaking line's
+    growth."""
+    _script(tmp_path, TRACKED_LEAK)
+    done = _plan(tmp_path, "--device-memory", "704MiB", "--context-memory", "128MiB",
+                 "train.py", "1000")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    [dump] = (tmp_path / "memforensics" / "oom").glob("*.pickle")
+    summary = summarize(load_dump(dump))
+    assert summary.diagnosis is not None
+    top = summary.diagnosis.causes[0]
+    assert top.name == "growth"
+    assert any("train.py:12" in site for site in top.sites)
+    assert f"  cause: {summary.diagnosis.headline}" in done.stdout.splitlines()
 
 
 def test_a_failing_script_exits_2_with_its_traceback(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] 
     if result.oom_message is not None:
         lines.append(f"Does not fit: predicted OOM. {result.oom_message.split('. If ')[0]}.")
         if verdict:
+            if verdict.get("cause"):
+                lines.append(f"  cause: {verdict['cause']}")
             lines.append(f"  verdict: {verdict['label']}. {verdict['explanation']}")
             if verdict["advice"]:
                 lines.append(f"  → {verdict['advice']}")

@@ -333,13 +333,16 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
 
 
 def _verdict(snapshots: list[str]) -> dict[str, str] | None:
-    """The summary's verdict on the predicted OOM dump, when capture wrote one."""
+    """The summary's diagnosis and verdict on the predicted OOM dump, when capture wrote one:
+    the same cause ``summary`` names for it."""
     from memforensics.analysis import load_dump, summarize
 
     for path in snapshots:
         if Path(path).parent.name == "oom":
-            verdict = summarize(load_dump(Path(path))).verdict
+            summary = summarize(load_dump(Path(path)))
+            verdict = summary.verdict
             return {
+                "cause": summary.diagnosis.headline if summary.diagnosis is not None else "",
                 "label": verdict.label,
                 "explanation": verdict.explanation,
                 "advice": verdict.advice or "",
