@@ -8,6 +8,7 @@ put back afterwards, so the runner can also be driven in-process (the tests do).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import os
@@ -151,3 +152,18 @@ def run_target(target: Target) -> None:
         except BaseException as exc:
             exc.with_traceback(_script_frames(exc.__traceback__))
             raise
+
+
+def target_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Target:
+    """Split ``run``'s or ``plan``'s command line into the script or module and its arguments."""
+    rest: list[str] = list(args.script or [])
+    if args.module is not None:
+        if not args.module:
+            parser.error("argument -m: expected a module name")
+        name, *module_args = args.module
+        return Target("module", name, (*module_args, *rest))
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if not rest:
+        parser.error("a script or -m MODULE is required")
+    return Target("script", rest[0], tuple(rest[1:]))

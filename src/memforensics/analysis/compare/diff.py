@@ -272,15 +272,10 @@ def peak_change(before: SidePeak, after: SidePeak) -> PeakChange:
     growth: tuple[SiteGrowth, ...] = ()
     kinds: tuple[KindChange, ...] = ()
     if traced:
-        totals: dict[tuple[str, str], list[int]] = {}
-        kinds_of: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
-        for index, peak in enumerate((before, after)):
-            for row in peak.sites:
-                key = (row.site, row.caller)
-                totals.setdefault(key, [0, 0])[index] += row.bytes
-                by_kind = kinds_of[index].setdefault(key, {})
-                by_kind[row.kind] = by_kind.get(row.kind, 0) + row.bytes
-        growth = _ordered(totals, kinds_of)
+        growth = _growth(
+            [(row.site, row.caller, row.kind, row.bytes) for row in before.sites],
+            [(row.site, row.caller, row.kind, row.bytes) for row in after.sites],
+        )
         kinds = _kinds(before.kinds, after.kinds)
     return PeakChange(
         before_live_bytes=before.live_bytes,
@@ -297,12 +292,19 @@ def peak_change(before: SidePeak, after: SidePeak) -> PeakChange:
     )
 
 
-def _ordered(
-    totals: dict[tuple[str, str], list[int]],
-    kinds: list[dict[tuple[str, str], dict[str, int]]],
+def _growth(
+    before: list[tuple[str, str, str, int]], after: list[tuple[str, str, str, int]]
 ) -> tuple[SiteGrowth, ...]:
-    """Sites that changed, the largest change first (growth or release alike), each with the
+    """Live bytes per (site, caller) on both sides, from ``(site, caller, kind, bytes)`` rows:
+    the sites that changed, the largest change first (growth or release alike), each with the
     kind of most of its bytes in AFTER (in BEFORE when AFTER holds none)."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    kinds: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
+    for index, rows in enumerate((before, after)):
+        for site, caller, kind, size in rows:
+            totals.setdefault((site, caller), [0, 0])[index] += size
+            by_kind = kinds[index].setdefault((site, caller), {})
+            by_kind[kind] = by_kind.get(kind, 0) + size
     return tuple(
         sorted(
             (
@@ -366,15 +368,10 @@ def diff_dumps(before: Dump, after: Dump) -> Diff:
 
 def diff_sides(before: DiffSide, after: DiffSide) -> Diff:
     """:func:`diff_dumps` of two views already reduced to what ``diff`` reads of them."""
-    totals: dict[tuple[str, str], list[int]] = {}
-    kinds: list[dict[tuple[str, str], dict[str, int]]] = [{}, {}]
-    for index, side in enumerate((before, after)):
-        for row in side.live:
-            key = (row.site, row.caller)
-            totals.setdefault(key, [0, 0])[index] += row.size
-            by_kind = kinds[index].setdefault(key, {})
-            by_kind[row.kind] = by_kind.get(row.kind, 0) + row.size
-    growth = _ordered(totals, kinds)
+    growth = _growth(
+        [(row.site, row.caller, row.kind, row.size) for row in before.live],
+        [(row.site, row.caller, row.kind, row.size) for row in after.live],
+    )
     whole = before.peak is not None and after.peak is not None
     peaks = None
     if before.peak is not None and after.peak is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from memforensics._units import parse_size
 from memforensics.cli._command import CommandError
-from memforensics.cli.target import Target, TargetError, check_target, run_target
+from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
@@ -98,7 +98,7 @@ class PlanCommand:
         from memforensics.allocator import SettingsError, parse_conf
         from memforensics.plan import device_spec
 
-        target = _target(args, parser)
+        target = target_from_args(args, parser)
         conf = args.alloc_conf if args.alloc_conf is not None else os.environ.get(_CONF_ENV)
         try:
             settings = parse_conf(conf)
@@ -363,18 +363,3 @@ def _capability(text: str) -> tuple[int, int]:
     except ValueError:
         raise CommandError(f"plan: --device-capability must be MAJOR.MINOR, got {text!r}") from None
     return major, minor
-
-
-def _target(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Target:
-    """Split the command line into the script or module and its arguments."""
-    rest: list[str] = list(args.script or [])
-    if args.module is not None:
-        if not args.module:
-            parser.error("argument -m: expected a module name")
-        name, *module_args = args.module
-        return Target("module", name, (*module_args, *rest))
-    if rest and rest[0] == "--":
-        rest = rest[1:]
-    if not rest:
-        parser.error("a script or -m MODULE is required")
-    return Target("script", rest[0], tuple(rest[1:]))

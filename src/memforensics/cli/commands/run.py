@@ -9,7 +9,13 @@ from memforensics.capture.facade import install, uninstall
 from memforensics.capture.log import safe_log
 from memforensics.cli._command import CommandError
 from memforensics.cli._flags import add_config_flags, config_keywords, passed_flags
-from memforensics.cli.target import Target, TargetError, check_target, exported_config, run_target
+from memforensics.cli.target import (
+    TargetError,
+    check_target,
+    exported_config,
+    run_target,
+    target_from_args,
+)
 
 _USAGE = "memforensics run [-h] [config flags] (-m MODULE | SCRIPT) [ARGS ...]"
 
@@ -50,7 +56,7 @@ class RunCommand:
         """Install, run the target, close; the target's SystemExit and exceptions propagate."""
         raw = passed_flags(args)
         keywords = config_keywords(raw, parser)
-        target = _target(args, parser)
+        target = target_from_args(args, parser)
         try:
             check_target(target)
             with exported_config(raw):
@@ -79,18 +85,3 @@ class RunCommand:
         except TargetError as exc:
             raise CommandError(str(exc), exc.exit_code) from None
         return 0
-
-
-def _target(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Target:
-    """Split the command line into the script or module and its arguments."""
-    rest: list[str] = list(args.script or [])
-    if args.module is not None:
-        if not args.module:
-            parser.error("argument -m: expected a module name")
-        name, *module_args = args.module
-        return Target("module", name, (*module_args, *rest))
-    if rest and rest[0] == "--":
-        rest = rest[1:]
-    if not rest:
-        parser.error("a script or -m MODULE is required")
-    return Target("script", rest[0], tuple(rest[1:]))
