@@ -24,7 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import choices, values
+from memforensics.plan import choices, standins, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -284,6 +284,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is None:
             weakref.finalize(storage, self._release, key)
 
+    def address(self, key: int) -> int | None:
+        """Where the block of the storage ``key`` (its ``_cdata``) starts; 0 for an empty one,
+        None for a storage that is not on the planned device."""
+        held = self._live.get(key)
+        if held is None:
+            return None
+        return int(held[0].address) if held[0] is not None else 0
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:
@@ -313,7 +321,7 @@ def emulated_modes(
     notes = Notes()
     storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
     functions = DeviceMode(notes, device.spec.capability, autocast)
-    with functions, storage:
+    with functions, storage, standins.answering(storage.address):
         yield
 
 
