@@ -183,6 +183,11 @@ def _patches(
         (torch, "compile"): values.eager_compile(values.Notes()),
     }
     import torch.fx.experimental._config as fx_config
+    from torch.utils import checkpoint
+
+    # activation checkpointing replays the forward under the autocast state of the device its
+    # inputs are on: a stand-in's is CUDA's, not meta's (which would recompute in float32)
+    found[(checkpoint, "_infer_device_type")] = _cuda_for_meta(checkpoint._infer_device_type)
 
     original_clear = torch.clear_autocast_cache
 
@@ -231,6 +236,14 @@ def _patches(
         }
     )
     return found
+
+
+def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
+    def device_type(*args: Any) -> str:
+        found = original(*args)
+        return "cuda" if found == "meta" else found
+
+    return device_type
 
 
 def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:

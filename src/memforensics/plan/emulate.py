@@ -313,6 +313,30 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
 
 @contextmanager
+def _engine_under(mode: DeviceMode) -> Iterator[None]:
+    """The autograd engine runs with ``mode`` pushed: ``backward()`` is itself a function the
+    mode handles, and torch pops a mode while it handles a call, so without this the Python that
+    backward runs (hooks, a custom Function's backward, activation checkpointing's recompute)
+    would run without the emulation: no autocast, a real "cuda" device."""
+    from torch import autograd
+    from torch.overrides import _get_current_function_mode_stack
+
+    original = autograd._engine_run_backward
+
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        if mode in _get_current_function_mode_stack():
+            return original(*args, **kwargs)
+        with mode:
+            return original(*args, **kwargs)
+
+    autograd._engine_run_backward = run_backward
+    try:
+        yield
+    finally:
+        autograd._engine_run_backward = original
+
+
+@contextmanager
 def emulated_modes(
     device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast
 ) -> Iterator[None]:
@@ -321,7 +345,7 @@ def emulated_modes(
     notes = Notes()
     storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
     functions = DeviceMode(notes, device.spec.capability, autocast)
-    with functions, storage, standins.answering(storage.address):
+    with functions, storage, standins.answering(storage.address), _engine_under(functions):
         yield
 
 
