@@ -130,3 +130,33 @@ def test_generation_under_inference_mode_grows_with_the_sequence(tmp_path: Path)
     assert _facts(short)["length"] == 17
     assert _facts(long)["length"] == 257
     assert _facts(long)["peak"] > _facts(short)["peak"]
+
+
+LOAD = """
+import json, torch
+state = torch.load("state.pt", map_location="cuda")
+print(json.dumps({
+    "allocated": torch.cuda.memory_allocated(),
+    "shapes": {k: list(v.shape) for k, v in state.items()},
+    "shared": state["weight"].data_ptr() == state["first_rows"].data_ptr(),
+}))
+"""
+
+
+def test_a_checkpoint_loaded_onto_cuda_is_on_the_planned_device(tmp_path: Path) -> None:
+    """torch.load(map_location="cuda") restores each saved storage once onto the planned device:
+    a view saved beside its base shares its block, as on a GPU."""
+    import torch
+
+    weight = torch.zeros(1024, 1024)
+    torch.save(
+        {"weight": weight, "first_rows": weight[:16], "bias": torch.zeros(1024)},
+        tmp_path / "state.pt",
+    )
+    script(tmp_path, LOAD)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["shapes"] == {"weight": [1024, 1024], "first_rows": [16, 1024], "bias": [1024]}
+    assert facts["shared"] is True
+    assert facts["allocated"] == 1024 * 1024 * 4 + 1024 * 4

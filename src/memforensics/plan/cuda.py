@@ -188,6 +188,9 @@ def _patches(
     # activation checkpointing replays the forward under the autocast state of the device its
     # inputs are on: a stand-in's is CUDA's, not meta's (which would recompute in float32)
     found[(checkpoint, "_infer_device_type")] = _cuda_for_meta(checkpoint._infer_device_type)
+    # torch.load(map_location="cuda") and a checkpoint saved on a GPU restore each storage with
+    # Storage.to(device=cuda), which would allocate a real CUDA storage
+    found[(torch.storage, "_to")] = _storage_to(torch.storage._to)
 
     original_clear = torch.clear_autocast_cache
 
@@ -236,6 +239,15 @@ def _patches(
         }
     )
     return found
+
+
+def _storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
+    def to(storage: Any, device: Any, non_blocking: bool = False) -> Any:
+        if torch.device(device).type == "cuda" and storage.device.type != "meta":
+            return torch.empty(storage.nbytes(), dtype=torch.uint8, device="cuda").untyped_storage()
+        return original(storage, device, non_blocking)
+
+    return to
 
 
 def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
