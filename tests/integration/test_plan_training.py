@@ -160,3 +160,29 @@ def test_a_checkpoint_loaded_onto_cuda_is_on_the_planned_device(tmp_path: Path) 
     assert facts["shapes"] == {"weight": [1024, 1024], "first_rows": [16, 1024], "bias": [1024]}
     assert facts["shared"] is True
     assert facts["allocated"] == 1024 * 1024 * 4 + 1024 * 4
+
+
+ONE_DEVICE = """
+import json, torch
+peaks = []
+with torch.cuda.device(0):
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    for wrapped in (model, torch.nn.DataParallel(model)):
+        torch.cuda.reset_peak_memory_stats()
+        wrapped(x).sum().backward()
+        peaks.append(torch.cuda.max_memory_allocated())
+        model.zero_grad(set_to_none=True)
+print(json.dumps({"plain": peaks[0], "data_parallel": peaks[1]}))
+"""
+
+
+def test_a_device_context_and_one_device_data_parallel_plan_as_on_one_gpu(tmp_path: Path) -> None:
+    """torch.cuda.device(0) as a context, and DataParallel over the one device, run under plan;
+    DataParallel's step peaks where the bare module's does (its scatter to one device copies
+    nothing)."""
+    script(tmp_path, ONE_DEVICE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["data_parallel"] == facts["plain"]

@@ -149,6 +149,8 @@ def _patches(
         (cuda, "device_count"): lambda: 1,
         (cuda, "current_device"): lambda: 0,
         (cuda, "set_device"): _noop(),
+        (cuda, "_exchange_device"): lambda device: 0,  # torch.cuda.device(n) as a context
+        (cuda, "_maybe_exchange_device"): lambda device: 0,
         (cuda, "get_device_name"): lambda device=None: spec.name,
         (cuda, "get_device_capability"): capability,
         (cuda, "get_device_properties"): lambda device=None: props,
@@ -191,6 +193,9 @@ def _patches(
     # torch.load(map_location="cuda") and a checkpoint saved on a GPU restore each storage with
     # Storage.to(device=cuda), which would allocate a real CUDA storage
     found[(torch.storage, "_to")] = _storage_to(torch.storage._to)
+    # DataParallel over the one planned device calls its module on the inputs as they are (its
+    # scatter to one device copies nothing); its own check would find the stand-ins on meta
+    found[(torch.nn.DataParallel, "forward")] = _one_device_forward
 
     original_clear = torch.clear_autocast_cache
 
@@ -239,6 +244,10 @@ def _patches(
         }
     )
     return found
+
+
+def _one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
+    return self.module(*inputs, **kwargs)
 
 
 def _storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
