@@ -186,3 +186,27 @@ def test_a_device_context_and_one_device_data_parallel_plan_as_on_one_gpu(tmp_pa
     assert done.returncode == 0, done.stderr
     facts = _facts(done)
     assert facts["data_parallel"] == facts["plain"]
+
+
+GENERATOR = """
+import json, torch
+g = torch.Generator(device="cuda")
+g.manual_seed(0)
+noise = torch.randn(1024, 1024, device="cuda", generator=g)
+order = torch.randperm(4096, device="cuda", generator=g)
+print(json.dumps({
+    "allocated": torch.cuda.memory_allocated(),
+    "generators": all(isinstance(x, torch.Generator) for x in (g, torch.default_generator)),
+}))
+"""
+
+
+def test_a_cuda_generator_draws_stand_ins(tmp_path: Path) -> None:
+    """torch.Generator(device="cuda"), which the CPU build cannot make, seeds the draws of
+    stand-ins under plan; every generator is still a torch.Generator."""
+    script(tmp_path, GENERATOR)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["generators"] is True
+    assert facts["allocated"] == 1024 * 1024 * 4 + 4096 * 8

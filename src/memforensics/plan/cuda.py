@@ -196,6 +196,7 @@ def _patches(
     # DataParallel over the one planned device calls its module on the inputs as they are (its
     # scatter to one device copies nothing); its own check would find the stand-ins on meta
     found[(torch.nn.DataParallel, "forward")] = _one_device_forward
+    found[(torch, "Generator")] = _generator_class()
 
     original_clear = torch.clear_autocast_cache
 
@@ -244,6 +245,28 @@ def _patches(
         }
     )
     return found
+
+
+def _generator_class() -> type:
+    """``torch.Generator`` whose ``device="cuda"`` is a CPU generator: the CPU build has no CUDA
+    generator, and a stand-in's random values are never drawn. Any generator passes
+    ``isinstance`` as before."""
+    original = torch.Generator
+
+    class Planned(type(original)):  # type: ignore[misc]  # torch's metaclass is untyped
+        def __instancecheck__(cls, instance: object) -> bool:
+            return isinstance(instance, original)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, original)
+
+    class Generator(original, metaclass=Planned):  # type: ignore[misc, valid-type]
+        def __new__(cls, device: Any = "cpu") -> Any:
+            if torch.device(device).type == "cuda":
+                device = "cpu"
+            return original(device=device)
+
+    return Generator
 
 
 def _one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
