@@ -210,3 +210,32 @@ def test_a_cuda_generator_draws_stand_ins(tmp_path: Path) -> None:
     facts = _facts(done)
     assert facts["generators"] is True
     assert facts["allocated"] == 1024 * 1024 * 4 + 4096 * 8
+
+
+LAYERS = """
+import json, torch
+lstm = torch.nn.LSTM(128, 256, num_layers=2, batch_first=True).cuda()
+out, _ = lstm(torch.randn(4, 32, 128, device="cuda"))
+out.sum().backward()
+encoder = torch.nn.TransformerEncoder(
+    torch.nn.TransformerEncoderLayer(256, 4, batch_first=True), 2, enable_nested_tensor=True
+).cuda().eval()
+padding = torch.zeros(2, 16, dtype=torch.bool, device="cuda")
+with torch.inference_mode():
+    encoded = encoder(torch.randn(2, 16, 256, device="cuda"), src_key_padding_mask=padding)
+conv = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3), torch.nn.BatchNorm2d(64)).cuda()
+conv(torch.randn(8, 3, 64, 64, device="cuda")).mean().backward()
+print(json.dumps({"encoded": list(encoded.shape), "lstm": list(out.shape)}))
+"""
+
+
+def test_recurrent_convolutional_and_inference_encoder_layers_plan(tmp_path: Path) -> None:
+    """An LSTM trained, a convolution with batch norm trained, and a TransformerEncoder run
+    with a padding mask under inference_mode all plan to the end with their shapes (the
+    encoder's fused fast path, which reads the mask's values, is left for the regular one)."""
+    script(tmp_path, LAYERS)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["encoded"] == [2, 16, 256]
+    assert facts["lstm"] == [4, 32, 256]

@@ -197,6 +197,9 @@ def _patches(
     # scatter to one device copies nothing); its own check would find the stand-ins on meta
     found[(torch.nn.DataParallel, "forward")] = _one_device_forward
     found[(torch, "Generator")] = _generator_class()
+    # the fused inference path of nn.TransformerEncoder / MultiheadAttention checks its padding
+    # mask's values and builds nested tensors, neither of which a stand-in has: the regular path
+    found[(torch.backends.mha, "get_fastpath_enabled")] = lambda: False
 
     original_clear = torch.clear_autocast_cache
 
