@@ -332,3 +332,95 @@ def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_pa
         assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
     oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
     assert oom["device_total_bytes"] == 1 << 30
+
+
+META_INIT = """
+import json, sys
+import torch
+how = sys.argv[1]
+layers = lambda: torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+if how == "cuda":
+    model = layers().to("cuda")
+    before = 0
+else:
+    with torch.device("meta"):
+        model = layers()
+    before = torch.cuda.memory_allocated()
+    model.to_empty(device="cuda")
+x = torch.randn(64, 1024, device="cuda")
+model(x).sum().backward()
+print(json.dumps({"before": before, "device": str(model[0].weight.device)}))
+"""
+
+
+def test_a_model_built_on_meta_then_to_empty_plans_as_one_built_on_cuda(tmp_path: Path) -> None:
+    """A model built under torch.device("meta") holds nothing on the device until to_empty puts
+    it there; then the run's peak allocated and reserved are those of building it on cuda."""
+    _script(tmp_path, META_INIT)
+    planned = {}
+    for how in ("meta", "cuda"):
+        done = _plan(tmp_path, "--json", "train.py", how)
+        assert done.returncode == 0, done.stderr
+        facts = json.loads(done.stderr.strip().splitlines()[-1])
+        planned[how] = (json.loads(done.stdout), facts)
+    (meta, meta_facts), (cuda, _) = planned["meta"], planned["cuda"]
+    assert meta_facts == {"before": 0, "device": "cuda:0"}
+    assert meta["peak_allocated_bytes"] == cuda["peak_allocated_bytes"]
+    assert meta["peak_reserved_bytes"] == cuda["peak_reserved_bytes"]
+    assert cuda["peak_allocated_bytes"] >= 8 * 4 * MiB * 2  # weights and their gradients
+
+
+GHOSTS = """
+import json
+import torch
+
+def empty_weights(build):
+    # what accelerate's init_empty_weights does: each parameter sent to meta as it registers
+    register = torch.nn.Module.register_parameter
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            kept = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(
+                kept.to(torch.device("meta")), requires_grad=param.requires_grad)
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        return build()
+    finally:
+        torch.nn.Module.register_parameter = register
+
+facts = {}
+model = empty_weights(lambda: torch.nn.Linear(4096, 4096))
+torch.set_default_device("meta")
+other = torch.nn.Linear(4096, 4096)
+torch.set_default_device(None)
+made = torch.empty(4096, 4096, device="meta")
+derived = (made @ made.t()).relu()[:10].contiguous()
+facts["ghosts"] = torch.cuda.memory_allocated()
+facts["ghost_device"] = str(model.weight.device)
+# what accelerate's set_module_tensor_to_device does with a loaded value
+loaded = torch.nn.Linear(4096, 4096).state_dict()
+for name, value in loaded.items():
+    model._parameters[name] = torch.nn.Parameter(value.to("cuda"))
+facts["loaded"] = torch.cuda.memory_allocated()
+facts["loaded_device"] = str(model.weight.device)
+model.to("meta")
+facts["sent_back"] = torch.cuda.memory_allocated()
+print(json.dumps(facts))
+"""
+
+
+def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> None:
+    """Tensors the script puts on meta (init_empty_weights' way, set_default_device("meta"), a
+    device="meta" factory and what is computed from them) leave memory_allocated at 0 and
+    answer meta; a value loaded onto cuda is counted, and sending it back to meta frees it."""
+    _script(tmp_path, GHOSTS)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    weight = 4096 * 4096 * 4
+    assert facts["ghosts"] == 0
+    assert facts["ghost_device"] == "meta"
+    assert weight <= facts["loaded"] < weight + MiB  # the weight and its bias
+    assert facts["loaded_device"] == "cuda:0"
+    assert facts["sent_back"] == 0
