@@ -406,6 +406,11 @@ facts["loaded"] = torch.cuda.memory_allocated()
 facts["loaded_device"] = str(model.weight.device)
 model.to("meta")
 facts["sent_back"] = torch.cuda.memory_allocated()
+torch.set_default_device("cuda")
+on_cuda = torch.empty(1024, 1024)
+on_meta = torch.empty(1024, 1024, device="meta")
+torch.set_default_device(None)
+facts["default_cuda"] = torch.cuda.memory_allocated()
 print(json.dumps(facts))
 """
 
@@ -413,7 +418,8 @@ print(json.dumps(facts))
 def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> None:
     """Tensors the script puts on meta (init_empty_weights' way, set_default_device("meta"), a
     device="meta" factory and what is computed from them) leave memory_allocated at 0 and
-    answer meta; a value loaded onto cuda is counted, and sending it back to meta frees it."""
+    answer meta; a value loaded onto cuda is counted, sending it back to meta frees it, and
+    set_default_device("cuda") still makes stand-ins."""
     _script(tmp_path, GHOSTS)
     done = _plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
@@ -424,3 +430,35 @@ def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> 
     assert weight <= facts["loaded"] < weight + MiB  # the weight and its bias
     assert facts["loaded_device"] == "cuda:0"
     assert facts["sent_back"] == 0
+    assert facts["default_cuda"] == 4 * MiB
+
+
+HAND_PICKLED = """
+import pickle
+import torch
+torch.cuda.memory._record_memory_history(max_entries=1000)
+x = torch.randn(1024, 1024, device="cuda")
+y = (x @ x).relu()
+with open("mem_snapshot.pickle", "wb") as f:
+    pickle.dump(torch.cuda.memory._snapshot(), f)
+"""
+
+
+def test_a_snapshot_the_script_pickles_itself_is_summarised_as_predicted(tmp_path: Path) -> None:
+    """A _snapshot() the script pickles by hand has no sidecar, yet memforensics summary and ls
+    say it is predicted."""
+    _script(tmp_path, HAND_PICKLED)
+    assert _plan(tmp_path, "train.py").returncode == 0
+    assert not (tmp_path / "mem_snapshot.json").exists()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    summary = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", "mem_snapshot.pickle"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert json.loads(summary.stdout)["predicted"] is True
+    listing = subprocess.run(
+        [sys.executable, "-m", "memforensics", "ls", "--json", "."],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    flags = {Path(d["path"]).name: d["predicted"] for d in json.loads(listing.stdout)["dumps"]}
+    assert flags["mem_snapshot.pickle"] is True
