@@ -364,7 +364,7 @@ def test_a_model_built_on_meta_then_to_empty_plans_as_one_built_on_cuda(tmp_path
         facts = json.loads(done.stderr.strip().splitlines()[-1])
         planned[how] = (json.loads(done.stdout), facts)
     (meta, meta_facts), (cuda, _) = planned["meta"], planned["cuda"]
-    assert meta_facts == {"before": 0, "device": "cuda:0"}
+    assert meta_facts == {"before": 0, "device": "meta:0"}  # a stand-in's, not the script's meta
     assert meta["peak_allocated_bytes"] == cuda["peak_allocated_bytes"]
     assert meta["peak_reserved_bytes"] == cuda["peak_reserved_bytes"]
     assert cuda["peak_allocated_bytes"] >= 8 * 4 * MiB * 2  # weights and their gradients
@@ -428,7 +428,7 @@ def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> 
     assert facts["ghosts"] == 0
     assert facts["ghost_device"] == "meta"
     assert weight <= facts["loaded"] < weight + MiB  # the weight and its bias
-    assert facts["loaded_device"] == "cuda:0"
+    assert facts["loaded_device"] == "meta:0"
     assert facts["sent_back"] == 0
     assert facts["default_cuda"] == 4 * MiB
 

@@ -98,25 +98,35 @@ def is_cuda_device(device: Any) -> bool:
     return False
 
 
-def _on_meta(device: Any) -> Any:
-    return _META if is_cuda_device(device) else device
+_STANDIN_INDEX = 0
+STANDIN_DEVICE = torch.device("meta", _STANDIN_INDEX)
+"""What a stand-in answers for ``.device``: ``meta`` (torch's own Python branches on the type, and
+``meta`` has no CUDA-only kernels), device 0 as ``get_device()`` says. The index tells it from the
+script's own ``meta`` (which has none), so ``device=x.device`` makes another stand-in."""
 
 
 def _named(device: Any) -> bool | None:
     """Where a device the script names puts a tensor: True on ``meta`` (a ghost), False on the
-    planned device (a stand-in), None elsewhere."""
-    if isinstance(device, str):
-        kind = device.split(":")[0]
-    elif isinstance(device, torch.device):
-        kind = device.type
+    planned device (``"cuda"``, or a stand-in's own device: a stand-in), None elsewhere."""
+    if isinstance(device, torch.device):
+        kind, index = device.type, device.index
+    elif isinstance(device, str):
+        kind, _, number = device.partition(":")
+        index = int(number) if number.isdigit() else None
     else:
         return None
-    return True if kind == "meta" else False if kind == "cuda" else None
+    if kind == "meta":
+        return bool(index != _STANDIN_INDEX)
+    return False if kind == "cuda" else None
+
+
+def _on_meta(device: Any) -> Any:
+    """The device a stand-in is really made on, for one the script names."""
+    return _META if _named(device) is False else device
 
 
 _NO_DATA = "Cannot copy out of meta tensor; no data!"
 """PyTorch's error for a ``meta`` tensor moved to a device with data."""
-_CUDA = torch.device("cuda", 0)
 
 
 class Ghosts:
@@ -200,8 +210,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             torch.Tensor.__format__: functools.partial(values.formatted, notes),
             torch.Tensor.cpu: functools.partial(values.to_host, notes),
             torch.Tensor.numpy: functools.partial(values.to_numpy, notes),
-            torch.Tensor.device.__get__: lambda tensor: _CUDA,
-            torch.Tensor.is_cuda.__get__: lambda tensor: True,
+            torch.Tensor.device.__get__: lambda tensor: STANDIN_DEVICE,
         }
         """What a stand-in answers in place of its ``meta`` self (a ghost answers as ``meta``)."""
 
