@@ -98,33 +98,44 @@ def is_cuda_device(device: Any) -> bool:
     return False
 
 
-_STANDIN_INDEX = 0
-STANDIN_DEVICE = torch.device("meta", _STANDIN_INDEX)
-"""What a stand-in answers for ``.device``: ``meta`` (torch's own Python branches on the type, and
-``meta`` has no CUDA-only kernels), device 0 as ``get_device()`` says. The index tells it from the
-script's own ``meta`` (which has none), so ``device=x.device`` makes another stand-in."""
+GHOST_DEVICE = torch.device("meta")
+"""The ``meta`` the script names itself, one object: ``torch.device("meta")`` made by the script,
+and the ``.device`` of its own meta tensors, answer it. A stand-in's ``.device`` is ``meta`` too
+(torch's own Python branches on the type, and ``meta`` has no CUDA-only kernels), but another
+object, so ``device=x.device`` makes another stand-in. The two compare equal, as before."""
 
 
 def _named(device: Any) -> bool | None:
-    """Where a device the script names puts a tensor: True on ``meta`` (a ghost), False on the
-    planned device (``"cuda"``, or a stand-in's own device: a stand-in), None elsewhere."""
+    """Where a device the script names puts a tensor: True on its own ``meta`` (a ghost), False
+    on the planned device (``"cuda"``, or the ``meta`` read off a stand-in: a stand-in), None
+    elsewhere."""
+    if device is GHOST_DEVICE:
+        return True
     if isinstance(device, torch.device):
-        kind, index = device.type, device.index
-    elif isinstance(device, str):
-        kind, _, number = device.partition(":")
-        index = int(number) if number.isdigit() else None
-    else:
-        return None
-    if kind == "meta":
-        return bool(index != _STANDIN_INDEX)
-    return False if kind == "cuda" else None
+        kind = device.type
+        return False if kind in ("cuda", "meta") else None
+    if isinstance(device, str):
+        kind = device.split(":")[0]
+        return True if kind == "meta" else False if kind == "cuda" else None
+    return None
 
 
 def _on_meta(device: Any) -> Any:
     """The device a stand-in is really made on, for one the script names."""
-    return _META if _named(device) is False else device
+    return _META if is_cuda_device(device) else device
 
 
+def _made_device(args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
+    """``torch.device(...)`` called by the script: its own ``meta`` is :data:`GHOST_DEVICE`,
+    unless it copies a stand-in's device."""
+    made = torch.device(*args, **kwargs)
+    first = args[0] if args else kwargs.get("type")
+    if made == GHOST_DEVICE and (isinstance(first, str) or first is GHOST_DEVICE):
+        return GHOST_DEVICE
+    return made
+
+
+_PARSE_TO = torch._C._nn._parse_to
 _NO_DATA = "Cannot copy out of meta tensor; no data!"
 """PyTorch's error for a ``meta`` tensor moved to a device with data."""
 
@@ -198,10 +209,10 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.autocast = autocast
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         self._to = torch.Tensor.to
-        self._cuda = torch.Tensor.cuda
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
         self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
         self._constructors = _default._device_constructors()
+        self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
             torch.Tensor.item: functools.partial(values.item, notes),
             torch.Tensor.tolist: functools.partial(values.tolist, notes),
@@ -210,9 +221,16 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             torch.Tensor.__format__: functools.partial(values.formatted, notes),
             torch.Tensor.cpu: functools.partial(values.to_host, notes),
             torch.Tensor.numpy: functools.partial(values.to_numpy, notes),
-            torch.Tensor.device.__get__: lambda tensor: STANDIN_DEVICE,
+            self._device_of: self._device_of,  # meta's own, but not GHOST_DEVICE
         }
         """What a stand-in answers in place of its ``meta`` self (a ghost answers as ``meta``)."""
+        self._moves: dict[Any, Callable[..., Any]] = {
+            torch.Tensor.to: self._move,
+            torch.Tensor.cuda: self._to_device,
+            torch.device: _made_device,
+            _PARSE_TO: self._parse_to,
+        }
+        """Calls that name where a tensor goes: ``(args, kwargs, placing)``."""
 
     def __torch_function__(
         self,
@@ -229,35 +247,43 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if "device" in kwargs:
             placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])
-        if func is self._cuda:
-            return self._to_device(args[0], **{k: v for k, v in kwargs.items() if k != "device"})
+        move = self._moves.get(func)
+        if move is not None:
+            return move(args, kwargs, placing)
         read = self._reads.get(func)
-        if (
-            read is not None
-            and args
-            and isinstance(args[0], torch.Tensor)
-            and args[0].is_meta
-            and not self.ghosts.holds(args[0])
-        ):
-            return read(*args, **kwargs)
+        if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            if not self.ghosts.holds(args[0]):
+                return read(*args, **kwargs)
+            if read is self._device_of:
+                return GHOST_DEVICE
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
             if name == choices.SDPA_NAME:
                 return choices.attention(self.capability, *args, **kwargs)
-        elif func is self._to:
-            return self._move(args, kwargs, placing)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
         if placing is None:
             return func(*args, **kwargs)
         return self.ghosts.placed(placing, func, *args, **kwargs)
 
-    def _to_device(self, tensor: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """``tensor`` on the planned device: a stand-in (a ghost has no data to copy)."""
+    def _to_device(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None
+    ) -> torch.Tensor:
+        """``Tensor.cuda``: a stand-in (a ghost has no data to copy)."""
+        tensor = args[0]
         if self.ghosts.holds(tensor):
             raise NotImplementedError(_NO_DATA)
-        return self.ghosts.placed(False, tensor.to, _META, **kwargs)
+        rest = {k: v for k, v in kwargs.items() if k != "device"}
+        return self.ghosts.placed(False, tensor.to, _META, **rest)
+
+    def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
+        """``Module.to``'s reading of its arguments: the script's own ``meta`` stays
+        :data:`GHOST_DEVICE`, so the module's tensors go there as ghosts."""
+        parsed = _PARSE_TO(*args, **kwargs)
+        if placing or self._destination(args):
+            return (GHOST_DEVICE, *parsed[1:])
+        return parsed
 
     def _move(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Tensor.to``: to the host reads zeros; to ``"cuda"`` a stand-in; to ``meta`` a
