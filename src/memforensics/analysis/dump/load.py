@@ -232,7 +232,7 @@ def read_snapshot_file(path: Path, on_read: BytesRead | None = None) -> object:
         raise SnapshotLoadError(f"{shown}: not a readable snapshot ({_one_line(exc)})") from None
 
 
-_HEAD_BYTES = 4096
+_HEAD_BYTES = 512
 _STRINGS = frozenset(("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"))
 _DICTS = frozenset(("EMPTY_DICT", "DICT"))
 _BOOKKEEPING = frozenset(("PROTO", "FRAME", "MARK", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"))
