@@ -332,3 +332,135 @@ def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_pa
         assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
     oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
     assert oom["device_total_bytes"] == 1 << 30
+
+
+META_INIT = """
+import json, sys
+import torch
+how = sys.argv[1]
+layers = lambda: torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+if how == "cuda":
+    model = layers().to("cuda")
+    before = 0
+else:
+    with torch.device("meta"):
+        model = layers()
+    before = torch.cuda.memory_allocated()
+    model.to_empty(device="cuda")
+x = torch.randn(64, 1024, device="cuda")
+model(x).sum().backward()
+print(json.dumps({"before": before}))
+"""
+
+
+def test_a_model_built_on_meta_then_to_empty_plans_as_one_built_on_cuda(tmp_path: Path) -> None:
+    """A model built under torch.device("meta") holds nothing on the device until to_empty puts
+    it there; then the run's peak allocated and reserved are those of building it on cuda."""
+    _script(tmp_path, META_INIT)
+    planned = {}
+    for how in ("meta", "cuda"):
+        done = _plan(tmp_path, "--json", "train.py", how)
+        assert done.returncode == 0, done.stderr
+        facts = json.loads(done.stderr.strip().splitlines()[-1])
+        planned[how] = (json.loads(done.stdout), facts)
+    (meta, meta_facts), (cuda, _) = planned["meta"], planned["cuda"]
+    assert meta_facts == {"before": 0}
+    assert meta["peak_allocated_bytes"] == cuda["peak_allocated_bytes"]
+    assert meta["peak_reserved_bytes"] == cuda["peak_reserved_bytes"]
+    assert cuda["peak_allocated_bytes"] >= 8 * 4 * MiB * 2  # weights and their gradients
+
+
+GHOSTS = """
+import json
+import torch
+
+def empty_weights(build):
+    # what accelerate's init_empty_weights does: each parameter sent to meta as it registers
+    register = torch.nn.Module.register_parameter
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            kept = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(
+                kept.to(torch.device("meta")), requires_grad=param.requires_grad)
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        return build()
+    finally:
+        torch.nn.Module.register_parameter = register
+
+facts = {}
+model = empty_weights(lambda: torch.nn.Linear(4096, 4096))
+torch.set_default_device("meta")
+other = torch.nn.Linear(4096, 4096)
+torch.set_default_device(None)
+made = torch.empty(4096, 4096, device="meta")
+derived = (made @ made.t()).relu()[:10].contiguous()
+alike = torch.empty(1024, 1024, device=model.weight.device)
+facts["ghosts"] = torch.cuda.memory_allocated()
+# what accelerate's set_module_tensor_to_device does with a loaded value
+loaded = torch.nn.Linear(4096, 4096).state_dict()
+for name, value in loaded.items():
+    model._parameters[name] = torch.nn.Parameter(value.to("cuda"))
+facts["loaded"] = torch.cuda.memory_allocated()
+beside = torch.empty(1024, 1024, device=model.weight.device)
+facts["beside"] = torch.cuda.memory_allocated() - facts["loaded"]
+del beside
+model.to("meta")
+facts["sent_back"] = torch.cuda.memory_allocated()
+torch.set_default_device("cuda")
+on_cuda = torch.empty(1024, 1024)
+on_meta = torch.empty(1024, 1024, device="meta")
+torch.set_default_device(None)
+facts["default_cuda"] = torch.cuda.memory_allocated()
+print(json.dumps(facts))
+"""
+
+
+def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> None:
+    """Tensors the script puts on meta (init_empty_weights' way, set_default_device("meta"), a
+    device="meta" factory, what is computed from them, and a factory given one's .device)
+    leave memory_allocated at 0; a value loaded onto cuda is counted, as is a factory given its
+    .device; sending it back to meta frees it; set_default_device("cuda") still makes
+    stand-ins."""
+    _script(tmp_path, GHOSTS)
+    done = _plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    weight = 4096 * 4096 * 4
+    assert facts["ghosts"] == 0
+    assert weight <= facts["loaded"] < weight + MiB  # the weight and its bias
+    assert facts["beside"] == 4 * MiB
+    assert facts["sent_back"] == 0
+    assert facts["default_cuda"] == 4 * MiB
+
+
+HAND_PICKLED = """
+import pickle
+import torch
+torch.cuda.memory._record_memory_history(max_entries=1000)
+x = torch.randn(1024, 1024, device="cuda")
+y = (x @ x).relu()
+with open("mem_snapshot.pickle", "wb") as f:
+    pickle.dump(torch.cuda.memory._snapshot(), f)
+"""
+
+
+def test_a_snapshot_the_script_pickles_itself_is_summarised_as_predicted(tmp_path: Path) -> None:
+    """A _snapshot() the script pickles by hand has no sidecar, yet memforensics summary and ls
+    say it is predicted."""
+    _script(tmp_path, HAND_PICKLED)
+    assert _plan(tmp_path, "train.py").returncode == 0
+    assert not (tmp_path / "mem_snapshot.json").exists()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    summary = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", "mem_snapshot.pickle"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert json.loads(summary.stdout)["predicted"] is True
+    listing = subprocess.run(
+        [sys.executable, "-m", "memforensics", "ls", "--json", "."],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    flags = {Path(d["path"]).name: d["predicted"] for d in json.loads(listing.stdout)["dumps"]}
+    assert flags["mem_snapshot.pickle"] is True

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._device
 
 from memforensics.plan import choices, values
 from memforensics.plan.device import PlannedDevice
@@ -294,10 +295,16 @@ def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
 
 
 def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``set_default_device``: ``"cuda"`` makes stand-ins on ``meta``. The default still names
+    the device the script asked for, so a factory call tells it from the script's own
+    ``meta``."""
+
     def set_default_device(device: Any) -> None:
         if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda":
-            device = "meta"
-        original(device)
+            original("meta")
+            torch.utils._device.CURRENT_DEVICE = torch.device(device)
+        else:
+            original(device)
 
     return set_default_device
 
