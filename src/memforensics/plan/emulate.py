@@ -247,9 +247,9 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if "device" in kwargs:
             placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])
-        move = self._moves.get(func)
-        if move is not None:
-            return move(args, kwargs, placing)
+        mover = self._moves.get(func)
+        if mover is not None:
+            return mover(args, kwargs, placing)
         read = self._reads.get(func)
         if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             if not self.ghosts.holds(args[0]):
