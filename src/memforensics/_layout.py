@@ -36,6 +36,13 @@ SNAPSHOT_SUFFIX = ".pickle"
 SNAPSHOT_SUFFIXES = (".pickle", ".pickle.gz", ".pkl", ".pkl.gz")
 """What a snapshot file may end with: ours, compressed copies, and hand-named dumps."""
 SIDECAR_SUFFIX = ".json"
+PREDICTED = "predicted"
+"""The sidecar key, and (as :data:`PREDICTED_KEY`) the snapshot's, of a dump ``plan`` wrote:
+the planned device's facts."""
+PREDICTED_KEY = "memforensics_predicted"
+"""The first top-level key of every snapshot ``plan`` records, holding what a sidecar's
+:data:`PREDICTED` holds: a ``_snapshot()`` the script pickles itself still says it is a
+prediction. PyTorch's own readers index only the keys they know."""
 JOURNAL_SUFFIX = ".jsonl"
 
 RANK_LIMIT = 1 << 31

@@ -8,10 +8,10 @@ import os
 import pickle
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from planned import plan, script
 
 from memforensics.analysis import load_dump, summarize
 
@@ -19,22 +19,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MiB = 1 << 20
-
-
-def _plan(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
-    env["PYTHONPATH"] = str(SRC)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    return subprocess.run(
-        [sys.executable, "-m", "memforensics", "plan", *args],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-
-
-def _script(folder: Path, body: str, name: str = "train.py") -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(body))
-    return path
 
 
 LEAK = """
@@ -56,8 +40,8 @@ print("trained")
 def test_a_run_that_fits_exits_0_and_prints_one_json_object(tmp_path: Path) -> None:
     """--json prints one object (the script's own output goes to stderr), exit 0, and the final
     snapshot it names exists with a sidecar marking it predicted."""
-    _script(tmp_path, LEAK)
-    done = _plan(tmp_path, "--json", "train.py", "2")
+    script(tmp_path, LEAK)
+    done = plan(tmp_path, "--json", "train.py", "2")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["fits"] is True
@@ -74,9 +58,9 @@ def test_a_run_that_fits_exits_0_and_prints_one_json_object(tmp_path: Path) -> N
 
 def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
     """The leaked outputs (1 MiB each) raise the predicted peak by about a MiB per extra step."""
-    _script(tmp_path, LEAK)
-    few = json.loads(_plan(tmp_path, "--json", "train.py", "2").stdout)
-    many = json.loads(_plan(tmp_path, "--json", "train.py", "12").stdout)
+    script(tmp_path, LEAK)
+    few = json.loads(plan(tmp_path, "--json", "train.py", "2").stdout)
+    many = json.loads(plan(tmp_path, "--json", "train.py", "12").stdout)
     grown = many["peak_allocated_bytes"] - few["peak_allocated_bytes"]
     assert 10 * MiB <= grown <= 11 * MiB
 
@@ -84,8 +68,8 @@ def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
 def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path) -> None:
     """Under a small --device-memory the leak runs out: exit 1, PyTorch's message, and an OOM
     dump whose sidecar is predicted and whose figures show the request could not fit."""
-    _script(tmp_path, LEAK)
-    done = _plan(tmp_path, "--device-memory", "640MiB", "--context-memory", "128MiB",
+    script(tmp_path, LEAK)
+    done = plan(tmp_path, "--device-memory", "640MiB", "--context-memory", "128MiB",
                  "train.py", "1000")  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "CUDA out of memory. Tried to allocate" in done.stdout
@@ -128,8 +112,8 @@ def test_a_predicted_oom_names_the_leak_as_its_cause(tmp_path: Path) -> None:
     """A script that records steps and tracks its model runs into a small planned device: the
     predicted OOM's cause, in plan's output and in summary of its dump, is the leaking line's
     growth."""
-    _script(tmp_path, TRACKED_LEAK)
-    done = _plan(tmp_path, "--device-memory", "704MiB", "--context-memory", "128MiB",
+    script(tmp_path, TRACKED_LEAK)
+    done = plan(tmp_path, "--device-memory", "704MiB", "--context-memory", "128MiB",
                  "train.py", "1000")  # fmt: skip
     assert done.returncode == 1, done.stderr
     [dump] = (tmp_path / "memforensics" / "oom").glob("*.pickle")
@@ -143,24 +127,24 @@ def test_a_predicted_oom_names_the_leak_as_its_cause(tmp_path: Path) -> None:
 
 def test_a_failing_script_exits_2_with_its_traceback(tmp_path: Path) -> None:
     """A script that raises something other than an OOM: exit 2, its traceback on stderr."""
-    _script(tmp_path, "raise ValueError('the script broke')\n")
-    done = _plan(tmp_path, "train.py")
+    script(tmp_path, "raise ValueError('the script broke')\n")
+    done = plan(tmp_path, "train.py")
     assert done.returncode == 2
     assert "ValueError: the script broke" in done.stderr
 
 
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     """A capability that is not MAJOR.MINOR, or no script, exits 2 with one line."""
-    _script(tmp_path, "pass\n")
-    assert _plan(tmp_path, "--device-capability", "nine", "train.py").returncode == 2
-    assert _plan(tmp_path).returncode == 2
-    assert _plan(tmp_path, "missing.py").returncode == 2
+    script(tmp_path, "pass\n")
+    assert plan(tmp_path, "--device-capability", "nine", "train.py").returncode == 2
+    assert plan(tmp_path).returncode == 2
+    assert plan(tmp_path, "missing.py").returncode == 2
 
 
 def test_a_module_runs_with_dash_m(tmp_path: Path) -> None:
     """-m MODULE plans a module found from the working folder, with its arguments."""
-    _script(tmp_path, LEAK, name="trainmod.py")
-    done = _plan(tmp_path, "--json", "-m", "trainmod", "1")
+    script(tmp_path, LEAK, name="trainmod.py")
+    done = plan(tmp_path, "--json", "-m", "trainmod", "1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["fits"] is True
 
@@ -182,25 +166,25 @@ def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_wher
 ) -> None:
     """Values read as zeros, masks select every element (the upper bound), torch.compile runs
     eagerly: the run fits, and each difference is said once with the script's file and line."""
-    _script(tmp_path, READS)
-    done = _plan(tmp_path, "train.py")
+    script(tmp_path, READS)
+    done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert "loss 0.0 0.000 0.0" in done.stdout
     assert "(100000,) (100000, 2)" in done.stdout
     assert "(1000, 100)" in done.stdout
-    script = str(tmp_path / "train.py")
+    path = str(tmp_path / "train.py")
     lines = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
     assert len(lines) == 3
-    assert f"zeros in a plan (first at {script}:5)" in lines[0]
-    assert f"upper bound in a plan (first at {script}:6)" in lines[1]
+    assert f"zeros in a plan (first at {path}:5)" in lines[0]
+    assert f"upper bound in a plan (first at {path}:6)" in lines[1]
     assert "compiled graph's memory differs" in lines[2]
-    assert f"{script}:8" in lines[2]
+    assert f"{path}:8" in lines[2]
 
 
 def test_distributed_collectives_are_out_of_scope_in_one_line(tmp_path: Path) -> None:
     """init_process_group under a plan: exit 2 and one line saying why, no traceback."""
-    _script(tmp_path, "import torch.distributed as dist\ndist.init_process_group('nccl')\n")
-    done = _plan(tmp_path, "train.py")
+    script(tmp_path, "import torch.distributed as dist\ndist.init_process_group('nccl')\n")
+    done = plan(tmp_path, "train.py")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         line for line in done.stderr.strip().splitlines() if "out of scope" in line
@@ -215,7 +199,7 @@ def test_a_transformer_with_adamw_and_bf16_autocast_plans_as_cuda_runs_it(tmp_pa
     """autocast("cuda") casts as on a GPU (bf16 logits, float32 loss, bf16 weight copies), the
     attention takes flash attention (no B·H·S² scores), AdamW takes CUDA's foreach path, and
     what stays allocated is the weights, AdamW's two states, the logits and the workspaces."""
-    done = _plan(tmp_path, "--device-capability", "8.0", str(TRANSFORMER))
+    done = plan(tmp_path, "--device-capability", "8.0", str(TRANSFORMER))
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout.splitlines()[0])
     assert facts["logits_dtype"] == "torch.bfloat16"
@@ -248,15 +232,15 @@ for _ in range(args.steps):
 def test_vary_finds_the_largest_batch_that_fits_as_each_run_alone_does(tmp_path: Path) -> None:
     """--vary batch-size plans each value in its own process: every row matches planning that
     value alone, and the largest value that fits is the largest whose lone run fits."""
-    _script(tmp_path, BATCHES)
+    script(tmp_path, BATCHES)
     device = ("--device-memory", "1GiB", "--context-memory", "512MiB")
-    done = _plan(tmp_path, *device, "--json", "--jobs", "2", "--vary", "batch-size=16,48",
+    done = plan(tmp_path, *device, "--json", "--jobs", "2", "--vary", "batch-size=16,48",
                  "train.py", "--batch-size", "4")  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     alone = {}
     for value in ("16", "48"):
-        one = _plan(tmp_path, *device, "--json", "train.py", "--batch-size", value)
+        one = plan(tmp_path, *device, "--json", "train.py", "--batch-size", value)
         alone[value] = json.loads(one.stdout)
     for row in doc["rows"]:
         lone = alone[row["value"]]
@@ -292,8 +276,8 @@ def test_a_model_moved_keeps_its_parameters_and_releases_their_cpu_storage(
 ) -> None:
     """.to("cuda") keeps each parameter's identity (the optimizer's too) and frees its CPU
     storage; a tensor made on "cuda" never has host memory, only the model's block."""
-    _script(tmp_path, MOVE)
-    done = _plan(tmp_path, "train.py")
+    script(tmp_path, MOVE)
+    done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout.splitlines()[0])
     assert facts["same_parameter"] is True
@@ -319,8 +303,8 @@ def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_pa
     """memforensics.install() in a planned script takes the real cuda adapter, attaches its OOM
     observer to the planned device, writes its step window and the predicted OOM dump into its
     own out_dir, each with a predicted sidecar."""
-    _script(tmp_path, INSTALLED)
-    done = _plan(tmp_path, "--device-memory", "1GiB", "train.py")
+    script(tmp_path, INSTALLED)
+    done = plan(tmp_path, "--device-memory", "1GiB", "train.py")
     assert done.returncode == 1, done.stderr
     assert "backend cuda observer True" in done.stdout
     ooms = sorted((tmp_path / "mine" / "oom").glob("*.pickle"))
@@ -332,3 +316,135 @@ def test_install_inside_the_script_captures_through_the_real_cuda_adapter(tmp_pa
         assert sidecar["predicted"]["device_total_bytes"] == 1 << 30
     oom = json.loads(ooms[0].with_suffix(".json").read_text())["oom"]
     assert oom["device_total_bytes"] == 1 << 30
+
+
+META_INIT = """
+import json, sys
+import torch
+how = sys.argv[1]
+layers = lambda: torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+if how == "cuda":
+    model = layers().to("cuda")
+    before = 0
+else:
+    with torch.device("meta"):
+        model = layers()
+    before = torch.cuda.memory_allocated()
+    model.to_empty(device="cuda")
+x = torch.randn(64, 1024, device="cuda")
+model(x).sum().backward()
+print(json.dumps({"before": before}))
+"""
+
+
+def test_a_model_built_on_meta_then_to_empty_plans_as_one_built_on_cuda(tmp_path: Path) -> None:
+    """A model built under torch.device("meta") holds nothing on the device until to_empty puts
+    it there; then the run's peak allocated and reserved are those of building it on cuda."""
+    script(tmp_path, META_INIT)
+    planned = {}
+    for how in ("meta", "cuda"):
+        done = plan(tmp_path, "--json", "train.py", how)
+        assert done.returncode == 0, done.stderr
+        facts = json.loads(done.stderr.strip().splitlines()[-1])
+        planned[how] = (json.loads(done.stdout), facts)
+    (meta, meta_facts), (cuda, _) = planned["meta"], planned["cuda"]
+    assert meta_facts == {"before": 0}
+    assert meta["peak_allocated_bytes"] == cuda["peak_allocated_bytes"]
+    assert meta["peak_reserved_bytes"] == cuda["peak_reserved_bytes"]
+    assert cuda["peak_allocated_bytes"] >= 8 * 4 * MiB * 2  # weights and their gradients
+
+
+GHOSTS = """
+import json
+import torch
+
+def empty_weights(build):
+    # what accelerate's init_empty_weights does: each parameter sent to meta as it registers
+    register = torch.nn.Module.register_parameter
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            kept = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(
+                kept.to(torch.device("meta")), requires_grad=param.requires_grad)
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        return build()
+    finally:
+        torch.nn.Module.register_parameter = register
+
+facts = {}
+model = empty_weights(lambda: torch.nn.Linear(4096, 4096))
+torch.set_default_device("meta")
+other = torch.nn.Linear(4096, 4096)
+torch.set_default_device(None)
+made = torch.empty(4096, 4096, device="meta")
+derived = (made @ made.t()).relu()[:10].contiguous()
+alike = torch.empty(1024, 1024, device=model.weight.device)
+facts["ghosts"] = torch.cuda.memory_allocated()
+# what accelerate's set_module_tensor_to_device does with a loaded value
+loaded = torch.nn.Linear(4096, 4096).state_dict()
+for name, value in loaded.items():
+    model._parameters[name] = torch.nn.Parameter(value.to("cuda"))
+facts["loaded"] = torch.cuda.memory_allocated()
+beside = torch.empty(1024, 1024, device=model.weight.device)
+facts["beside"] = torch.cuda.memory_allocated() - facts["loaded"]
+del beside
+model.to("meta")
+facts["sent_back"] = torch.cuda.memory_allocated()
+torch.set_default_device("cuda")
+on_cuda = torch.empty(1024, 1024)
+on_meta = torch.empty(1024, 1024, device="meta")
+torch.set_default_device(None)
+facts["default_cuda"] = torch.cuda.memory_allocated()
+print(json.dumps(facts))
+"""
+
+
+def test_meta_tensors_the_script_makes_hold_no_device_memory(tmp_path: Path) -> None:
+    """Tensors the script puts on meta (init_empty_weights' way, set_default_device("meta"), a
+    device="meta" factory, what is computed from them, and a factory given one's .device)
+    leave memory_allocated at 0; a value loaded onto cuda is counted, as is a factory given its
+    .device; sending it back to meta frees it; set_default_device("cuda") still makes
+    stand-ins."""
+    script(tmp_path, GHOSTS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    weight = 4096 * 4096 * 4
+    assert facts["ghosts"] == 0
+    assert weight <= facts["loaded"] < weight + MiB  # the weight and its bias
+    assert facts["beside"] == 4 * MiB
+    assert facts["sent_back"] == 0
+    assert facts["default_cuda"] == 4 * MiB
+
+
+HAND_PICKLED = """
+import pickle
+import torch
+torch.cuda.memory._record_memory_history(max_entries=1000)
+x = torch.randn(1024, 1024, device="cuda")
+y = (x @ x).relu()
+with open("mem_snapshot.pickle", "wb") as f:
+    pickle.dump(torch.cuda.memory._snapshot(), f)
+"""
+
+
+def test_a_snapshot_the_script_pickles_itself_is_summarised_as_predicted(tmp_path: Path) -> None:
+    """A _snapshot() the script pickles by hand has no sidecar, yet memforensics summary and ls
+    say it is predicted."""
+    script(tmp_path, HAND_PICKLED)
+    assert plan(tmp_path, "train.py").returncode == 0
+    assert not (tmp_path / "mem_snapshot.json").exists()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    summary = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", "mem_snapshot.pickle"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert json.loads(summary.stdout)["predicted"] is True
+    listing = subprocess.run(
+        [sys.executable, "-m", "memforensics", "ls", "--json", "."],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    flags = {Path(d["path"]).name: d["predicted"] for d in json.loads(listing.stdout)["dumps"]}
+    assert flags["mem_snapshot.pickle"] is True

@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
+from memforensics._layout import PREDICTED_KEY
 from memforensics.allocator import parse_conf, round_size
+from memforensics.analysis import summarize
+from memforensics.analysis.dump import dump_from_snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -149,9 +152,15 @@ def test_predicted_segments_are_within_fifteen_percent(planned: Planned) -> None
 
 
 def test_the_plan_says_it_fits_and_marks_what_it_wrote(planned: Planned) -> None:
-    """Each run fits 80 GiB; the script's own dump has a sidecar saying it is predicted, on a
-    capability 8.0 device (the attention script pickles its snapshot itself: no sidecar)."""
+    """Each run fits 80 GiB; what the script wrote says it is predicted, on a capability 8.0
+    device: the snapshot itself (the attention script pickles ``_snapshot()`` by hand, with no
+    sidecar), the sidecar where ``_dump_snapshot`` wrote one, and so the summary of it."""
     assert "Fits:" in planned.process.stdout
+    marks = [planned.snapshot[PREDICTED_KEY]]
     if planned.sidecar:
-        assert planned.sidecar["predicted"]["capability"] == "8.0"
-        assert planned.sidecar["predicted"]["device_total_bytes"] == 80 << 30
+        marks.append(planned.sidecar["predicted"])
+    for mark in marks:
+        assert mark["capability"] == "8.0"
+        assert mark["device_total_bytes"] == 80 << 30
+    dump = dump_from_snapshot(planned.snapshot, sidecar=planned.sidecar or None)
+    assert summarize(dump).predicted is True

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._device
 
 from memforensics.plan import choices, values
 from memforensics.plan.device import PlannedDevice
@@ -149,6 +150,8 @@ def _patches(
         (cuda, "device_count"): lambda: 1,
         (cuda, "current_device"): lambda: 0,
         (cuda, "set_device"): _noop(),
+        (cuda, "_exchange_device"): lambda device: 0,  # torch.cuda.device(n) as a context
+        (cuda, "_maybe_exchange_device"): lambda device: 0,
         (cuda, "get_device_name"): lambda device=None: spec.name,
         (cuda, "get_device_capability"): capability,
         (cuda, "get_device_properties"): lambda device=None: props,
@@ -183,6 +186,21 @@ def _patches(
         (torch, "compile"): values.eager_compile(values.Notes()),
     }
     import torch.fx.experimental._config as fx_config
+    from torch.utils import checkpoint
+
+    # activation checkpointing replays the forward under the autocast state of the device its
+    # inputs are on: a stand-in's is CUDA's, not meta's (which would recompute in float32)
+    found[(checkpoint, "_infer_device_type")] = _cuda_for_meta(checkpoint._infer_device_type)
+    # torch.load(map_location="cuda") and a checkpoint saved on a GPU restore each storage with
+    # Storage.to(device=cuda), which would allocate a real CUDA storage
+    found[(torch.storage, "_to")] = _storage_to(torch.storage._to)
+    # DataParallel over the one planned device calls its module on the inputs as they are (its
+    # scatter to one device copies nothing); its own check would find the stand-ins on meta
+    found[(torch.nn.DataParallel, "forward")] = _one_device_forward
+    found[(torch, "Generator")] = _generator_class()
+    # the fused inference path of nn.TransformerEncoder / MultiheadAttention checks its padding
+    # mask's values and builds nested tensors, neither of which a stand-in has: the regular path
+    found[(torch.backends.mha, "get_fastpath_enabled")] = lambda: False
 
     original_clear = torch.clear_autocast_cache
 
@@ -233,11 +251,60 @@ def _patches(
     return found
 
 
+def _generator_class() -> type:
+    """``torch.Generator`` whose ``device="cuda"`` is a CPU generator: the CPU build has no CUDA
+    generator, and a stand-in's random values are never drawn. Any generator passes
+    ``isinstance`` as before."""
+    original = torch.Generator
+
+    class Planned(type(original)):  # type: ignore[misc]  # torch's metaclass is untyped
+        def __instancecheck__(cls, instance: object) -> bool:
+            return isinstance(instance, original)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, original)
+
+    class Generator(original, metaclass=Planned):  # type: ignore[misc, valid-type]
+        def __new__(cls, device: Any = "cpu") -> Any:
+            if torch.device(device).type == "cuda":
+                device = "cpu"
+            return original(device=device)
+
+    return Generator
+
+
+def _one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
+    return self.module(*inputs, **kwargs)
+
+
+def _storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
+    def to(storage: Any, device: Any, non_blocking: bool = False) -> Any:
+        if torch.device(device).type == "cuda" and storage.device.type != "meta":
+            return torch.empty(storage.nbytes(), dtype=torch.uint8, device="cuda").untyped_storage()
+        return original(storage, device, non_blocking)
+
+    return to
+
+
+def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
+    def device_type(*args: Any) -> str:
+        found = original(*args)
+        return "cuda" if found == "meta" else found
+
+    return device_type
+
+
 def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``set_default_device``: ``"cuda"`` makes stand-ins on ``meta``. The default still names
+    the device the script asked for, so a factory call tells it from the script's own
+    ``meta``."""
+
     def set_default_device(device: Any) -> None:
         if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda":
-            device = "meta"
-        original(device)
+            original("meta")
+            torch.utils._device.CURRENT_DEVICE = torch.device(device)
+        else:
+            original(device)
 
     return set_default_device
 

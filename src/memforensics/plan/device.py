@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
+from memforensics._layout import PREDICTED_KEY
 from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator
 from memforensics.backends.sim import format as fmt
 
@@ -57,6 +58,17 @@ class DeviceSpec:
     def usable_bytes(self) -> int:
         """What ``cudaMalloc`` can hand the allocator: the device less the CUDA context."""
         return max(self.total_bytes - self.context_bytes, 0)
+
+    def predicted_record(self) -> dict[str, Any]:
+        """What marks every snapshot of the plan as predicted (its sidecar's ``predicted``, the
+        snapshot's own :data:`~memforensics._layout.PREDICTED_KEY`): the planned device."""
+        major, minor = self.capability
+        return {
+            "device_total_bytes": self.total_bytes,
+            "capability": f"{major}.{minor}",
+            "context_bytes": self.context_bytes,
+            "allocator_settings": self.settings.to_conf(),
+        }
 
 
 def _format_size(nbytes: int) -> str:
@@ -309,7 +321,8 @@ class PlannedDevice:
             self._trace.append(entry)
 
     def snapshot(self) -> dict[str, Any]:
-        """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them."""
+        """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them,
+        marked predicted by one more key, so a copy the script pickles itself says so too."""
         frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}
         frame_lists: dict[int, tuple[fmt.Stack, list[dict[str, Any]]]] = {}
 
@@ -327,6 +340,7 @@ class PlannedDevice:
             entries = list(self._trace)
         settings = self.spec.settings.to_snapshot()
         return {
+            PREDICTED_KEY: self.spec.predicted_record(),  # first: a reader of the head finds it
             "segments": segments,
             "device_traces": [[fmt.entry_dict(entry, frames) for entry in entries]],
             "allocator_settings": settings,

@@ -8,10 +8,16 @@ choices CUDA would make where the CPU build makes others. :class:`StorageMode` (
 :class:`~memforensics.plan.device.PlannedDevice`, whose block lives as long as the storage does
 (a ``weakref.finalize`` on it). cuBLAS's workspace is allocated on the first matrix multiply of
 each thread; backward counts as autograd's own device thread, as on a GPU.
+
+Both are ``meta`` underneath, but only a stand-in is on the planned device: what the script puts
+on ``meta`` itself (a model built under ``torch.device("meta")`` before ``to_empty``) is a
+:class:`Ghosts` storage, with no block. The device a call names decides; without one, an
+operator's outputs are ghosts when one of its inputs is.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -22,9 +28,10 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import choices, values
+from memforensics.plan import choices, standins, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -91,8 +98,89 @@ def is_cuda_device(device: Any) -> bool:
     return False
 
 
+GHOST_DEVICE = torch.device("meta")
+"""The ``meta`` the script names itself, one object: ``torch.device("meta")`` made by the script,
+and the ``.device`` of its own meta tensors, answer it. A stand-in's ``.device`` is ``meta`` too
+(torch's own Python branches on the type, and ``meta`` has no CUDA-only kernels), but another
+object, so ``device=x.device`` makes another stand-in. The two compare equal, as before."""
+
+
+def _named(device: Any) -> bool | None:
+    """Where a device the script names puts a tensor: True on its own ``meta`` (a ghost), False
+    on the planned device (``"cuda"``, or the ``meta`` read off a stand-in: a stand-in), None
+    elsewhere."""
+    if device is GHOST_DEVICE:
+        return True
+    if isinstance(device, torch.device):
+        kind = device.type
+        return False if kind in ("cuda", "meta") else None
+    if isinstance(device, str):
+        kind = device.split(":")[0]
+        return True if kind == "meta" else False if kind == "cuda" else None
+    return None
+
+
 def _on_meta(device: Any) -> Any:
+    """The device a stand-in is really made on, for one the script names."""
     return _META if is_cuda_device(device) else device
+
+
+def _made_device(args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
+    """``torch.device(...)`` called by the script: its own ``meta`` is :data:`GHOST_DEVICE`,
+    unless it copies a stand-in's device."""
+    made = torch.device(*args, **kwargs)
+    first = args[0] if args else kwargs.get("type")
+    if made == GHOST_DEVICE and (isinstance(first, str) or first is GHOST_DEVICE):
+        return GHOST_DEVICE
+    return made
+
+
+_PARSE_TO = torch._C._nn._parse_to
+_NO_DATA = "Cannot copy out of meta tensor; no data!"
+"""PyTorch's error for a ``meta`` tensor moved to a device with data."""
+
+
+class Ghosts:
+    """The script's own ``meta`` storages: never on the planned device (a real GPU has no
+    memory for them either), until the script gives them some (``to_empty``).
+
+    ``placing`` is where the call running now puts its outputs, from the device it names
+    (True: ``meta``, False: ``"cuda"``); None lets each operator's inputs decide.
+    """
+
+    def __init__(self) -> None:
+        self.keys: set[int] = set()
+        self.placing: bool | None = None
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is a view of a ghost storage."""
+        return bool(self.keys) and tensor.untyped_storage()._cdata in self.keys
+
+    def among(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+        """Whether an operator's tensor inputs include a ghost (its outputs are ghosts then)."""
+        keys = self.keys
+        for value in (*args, *(kwargs or {}).values()):
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, torch.Tensor) and item.untyped_storage()._cdata in keys:
+                        return True
+            elif isinstance(value, torch.Tensor) and value.untyped_storage()._cdata in keys:
+                return True
+        return False
+
+    def add(self, storage: Any) -> None:
+        """``storage`` is a ghost for its lifetime."""
+        key = storage._cdata
+        self.keys.add(key)
+        weakref.finalize(storage, self.keys.discard, key)
+
+    def placed(self, placing: bool, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``func`` run with its outputs placed as the device it names says."""
+        outer, self.placing = self.placing, placing
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.placing = outer
 
 
 def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -109,25 +197,40 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     """Sends ``"cuda"`` to ``meta`` and re-makes CUDA's own choices above the dispatcher."""
 
     def __init__(
-        self, notes: Notes, capability: tuple[int, int], autocast: choices.Autocast
+        self,
+        notes: Notes,
+        capability: tuple[int, int],
+        autocast: choices.Autocast,
+        ghosts: Ghosts | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
         self.capability = capability
         self.autocast = autocast
+        self.ghosts = ghosts if ghosts is not None else Ghosts()
         self._to = torch.Tensor.to
-        self._cuda = torch.Tensor.cuda
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
         self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
+        self._constructors = _default._device_constructors()
+        self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
-            torch.Tensor.item: values.item,
-            torch.Tensor.tolist: values.tolist,
-            torch.Tensor.__repr__: values.text,
-            torch.Tensor.__str__: values.text,
-            torch.Tensor.__format__: values.formatted,
-            torch.Tensor.cpu: values.to_host,
-            torch.Tensor.numpy: values.to_numpy,
+            torch.Tensor.item: functools.partial(values.item, notes),
+            torch.Tensor.tolist: functools.partial(values.tolist, notes),
+            torch.Tensor.__repr__: functools.partial(values.text, notes),
+            torch.Tensor.__str__: functools.partial(values.text, notes),
+            torch.Tensor.__format__: functools.partial(values.formatted, notes),
+            torch.Tensor.cpu: functools.partial(values.to_host, notes),
+            torch.Tensor.numpy: functools.partial(values.to_numpy, notes),
+            self._device_of: self._device_of,  # meta's own, but not GHOST_DEVICE
         }
+        """What a stand-in answers in place of its ``meta`` self (a ghost answers as ``meta``)."""
+        self._moves: dict[Any, Callable[..., Any]] = {
+            torch.Tensor.to: self._move,
+            torch.Tensor.cuda: self._to_device,
+            torch.device: _made_device,
+            _PARSE_TO: self._parse_to,
+        }
+        """Calls that name where a tensor goes: ``(args, kwargs, placing)``."""
 
     def __torch_function__(
         self,
@@ -137,30 +240,77 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        placing = None
+        current = _default.CURRENT_DEVICE  # set_default_device's, which this mode sits above
+        if current is not None and kwargs.get("device") is None and func in self._constructors:
+            kwargs["device"] = current
         if "device" in kwargs:
+            placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])
-        if func is self._cuda:
-            return args[0].to(_META, **{k: v for k, v in kwargs.items() if k != "device"})
+        mover = self._moves.get(func)
+        if mover is not None:
+            return mover(args, kwargs, placing)
         read = self._reads.get(func)
         if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
-            return read(self.notes, *args, **kwargs)
+            if not self.ghosts.holds(args[0]):
+                return read(*args, **kwargs)
+            if read is self._device_of:
+                return GHOST_DEVICE
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
             if name == choices.SDPA_NAME:
                 return choices.attention(self.capability, *args, **kwargs)
-        elif func is self._to:
-            if (
-                args
-                and isinstance(args[0], torch.Tensor)
-                and args[0].is_meta
-                and _to_host(args, kwargs)
-            ):
-                return values.to_host(self.notes, args[0]).to(*args[1:], **kwargs)
-            args = tuple(_on_meta(a) for a in args)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
-        return func(*args, **kwargs)
+        if placing is None:
+            return func(*args, **kwargs)
+        return self.ghosts.placed(placing, func, *args, **kwargs)
+
+    def _to_device(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None
+    ) -> torch.Tensor:
+        """``Tensor.cuda``: a stand-in (a ghost has no data to copy)."""
+        tensor = args[0]
+        if self.ghosts.holds(tensor):
+            raise NotImplementedError(_NO_DATA)
+        rest = {k: v for k, v in kwargs.items() if k != "device"}
+        return self.ghosts.placed(False, tensor.to, _META, **rest)
+
+    def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
+        """``Module.to``'s reading of its arguments: the script's own ``meta`` stays
+        :data:`GHOST_DEVICE`, so the module's tensors go there as ghosts."""
+        parsed = _PARSE_TO(*args, **kwargs)
+        if placing or self._destination(args):
+            return (GHOST_DEVICE, *parsed[1:])
+        return parsed
+
+    def _move(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
+        """``Tensor.to``: to the host reads zeros; to ``"cuda"`` a stand-in; to ``meta`` a
+        ghost, copied off the planned device as PyTorch copies it."""
+        tensor = args[0]
+        if placing is None:
+            placing = self._destination(args[1:])
+        if tensor.is_meta and not self.ghosts.holds(tensor):
+            if _to_host(args, kwargs):
+                return values.to_host(self.notes, tensor).to(*args[1:], **kwargs)
+            if placing is True and len(args) < 5 and "copy" not in kwargs:
+                kwargs["copy"] = True
+        elif placing is False and tensor.is_meta:
+            raise NotImplementedError(_NO_DATA)
+        args = tuple(_on_meta(a) for a in args)
+        if placing is None:
+            return self._to(*args, **kwargs)
+        return self.ghosts.placed(placing, self._to, *args, **kwargs)
+
+    def _destination(self, args: tuple[Any, ...]) -> bool | None:
+        """Where ``.to``'s positional device (or another tensor's) puts the tensor."""
+        if not args:
+            return None
+        first = args[0]
+        if isinstance(first, torch.Tensor):
+            return (not self.ghosts.holds(first)) if first.is_meta else None
+        return _named(first)
 
     def _autocast(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -181,10 +331,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return False
 
     def __init__(
-        self, device: PlannedDevice, workspace_bytes: int, oom: type[Exception], notes: Notes
+        self,
+        device: PlannedDevice,
+        workspace_bytes: int,
+        oom: type[Exception],
+        notes: Notes,
+        ghosts: Ghosts | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
+        self.ghosts = ghosts if ghosts is not None else Ghosts()
         self._answers: dict[Any, Callable[..., Any]] = {
             torch.ops.aten._local_scalar_dense.default: values.scalar,
             torch.ops.aten.nonzero.default: values.nonzero,
@@ -221,6 +377,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         else:
             out = func(*args, **(kwargs or {}))
         self.device.backward = step is not None
+        ghosts = self.ghosts
+        if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
+            return out
+        self._track_outputs(out, step, reused)
+        if func in self._matmul:
+            self._workspace(step is not None)
+        return out
+
+    def _track_outputs(self, out: Any, step: object, reused: Any) -> None:
         if isinstance(out, torch.Tensor):
             if out.is_meta:
                 self._track(out, step, reused)
@@ -228,9 +393,23 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             for item in out:
                 if isinstance(item, torch.Tensor) and item.is_meta:
                     self._track(item, step, None)
-        if func in self._matmul:
-            self._workspace(step is not None)
-        return out
+
+    def _haunt(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+        """Whether the operator's outputs are the script's own ``meta`` tensors (the device its
+        call names says so, or one of its inputs is one); their new storages become ghosts,
+        with no block."""
+        ghost = self.ghosts.placing
+        if ghost is None:
+            ghost = self.ghosts.among(args, kwargs)
+        if not ghost:
+            return False
+        for item in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(item, torch.Tensor) and item.is_meta:
+                storage = item.untyped_storage()
+                key = storage._cdata
+                if key not in self._live and key not in self.ghosts.keys:
+                    self.ghosts.add(storage)
+        return True
 
     def _reusable(self, args: tuple[Any, ...], step: object, *, earlier: bool) -> Any:
         """The storage a backward operation writes into in place on CUDA, where the CPU build
@@ -284,6 +463,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is None:
             weakref.finalize(storage, self._release, key)
 
+    def address(self, key: int) -> int | None:
+        """Where the block of the storage ``key`` (its ``_cdata``) starts; 0 for an empty one,
+        None for a storage that is not on the planned device."""
+        held = self._live.get(key)
+        if held is None:
+            return None
+        return int(held[0].address) if held[0] is not None else 0
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:
@@ -305,15 +492,40 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
 
 @contextmanager
+def _engine_under(mode: DeviceMode) -> Iterator[None]:
+    """The autograd engine runs with ``mode`` pushed: ``backward()`` is itself a function the
+    mode handles, and torch pops a mode while it handles a call, so without this the Python that
+    backward runs (hooks, a custom Function's backward, activation checkpointing's recompute)
+    would run without the emulation: no autocast, a real "cuda" device."""
+    from torch import autograd
+    from torch.overrides import _get_current_function_mode_stack
+
+    original = autograd._engine_run_backward
+
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        if mode in _get_current_function_mode_stack():
+            return original(*args, **kwargs)
+        with mode:
+            return original(*args, **kwargs)
+
+    autograd._engine_run_backward = run_backward
+    try:
+        yield
+    finally:
+        autograd._engine_run_backward = original
+
+
+@contextmanager
 def emulated_modes(
     device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast
 ) -> Iterator[None]:
     """Both modes pushed: the function mode above, the storage tracking under it."""
     device.skip_files(_MACHINERY)
     notes = Notes()
-    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes)
-    functions = DeviceMode(notes, device.spec.capability, autocast)
-    with functions, storage:
+    ghosts = Ghosts()
+    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes, ghosts)
+    functions = DeviceMode(notes, device.spec.capability, autocast, ghosts)
+    with functions, storage, standins.answering(storage.address), _engine_under(functions):
         yield
 
 

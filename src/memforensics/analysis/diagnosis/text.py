@@ -43,7 +43,9 @@ def growth_evidence(
     """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.72 MiB a step since step 0``."""
     where = f"; it rose across {windows} window dumps" if windows else ""
     left = ""
-    if steps_left is not None:
+    if steps_left == 0:
+        left = "; the headroom left is less than one step of it"
+    elif steps_left is not None:
         left = f"; at that rate the headroom lasts about {steps_left:,} more steps"
     return (
         f"{_site(site)} holds {fmt(held)}, growing {fmt(rate)} a step since step {first}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copyreg
 import gc
 import gzip
+import io
 import os
 import pickle
 import pickletools
@@ -34,12 +35,14 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._layout import PREDICTED_KEY
 from memforensics._text import printable
 from memforensics.analysis.dump.devices import DeviceUsage, choose_device, device_usage, trace_of
 from memforensics.analysis.dump.files import BytesRead, CountingReader, open_regular
 from memforensics.analysis.dump.meta import (
     DumpMeta,
     dump_meta,
+    marked_predicted,
     oom_positions,
     read_sidecar,
     trace_actions,
@@ -229,6 +232,47 @@ def read_snapshot_file(path: Path, on_read: BytesRead | None = None) -> object:
         raise SnapshotLoadError(f"{shown}: not a readable snapshot ({_one_line(exc)})") from None
 
 
+_HEAD_BYTES = 512
+_STRINGS = frozenset(("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"))
+_DICTS = frozenset(("EMPTY_DICT", "DICT"))
+_BOOKKEEPING = frozenset(("PROTO", "FRAME", "MARK", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"))
+
+
+def head_marked_predicted(path: Path) -> bool:
+    """Whether the snapshot file carries ``plan``'s mark, read from its first bytes only (a
+    listing does not unpickle every dump): its top-level dict opens with
+    :data:`~memforensics._layout.PREDICTED_KEY` holding a dict, as a planned ``_snapshot()``
+    is ordered. False for anything unreadable."""
+    try:
+        with open_regular(path) as file:
+            head = file.read(_HEAD_BYTES)
+            if head[:2] == _GZIP_MAGIC:
+                file.seek(0)
+                with gzip.GzipFile(fileobj=file, mode="rb") as stream:
+                    head = stream.read(_HEAD_BYTES)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return False
+    return _opens_with_mark(head)
+
+
+def _opens_with_mark(head: bytes) -> bool:
+    """The pickle's first opcodes, bookkeeping aside: a dict, the mark as its first key, a dict
+    as its value."""
+    seen: list[tuple[str, object]] = []
+    try:
+        for opcode, argument, _ in pickletools.genops(io.BytesIO(head)):
+            if opcode.name not in _BOOKKEEPING:
+                seen.append((opcode.name, argument))
+                if len(seen) == 3:
+                    break
+    except ValueError:  # the head ends mid-pickle, or is not a pickle
+        return False
+    if len(seen) < 3:
+        return False
+    (opened, _), (string, key), (value, _) = seen
+    return opened in _DICTS and string in _STRINGS and key == PREDICTED_KEY and value in _DICTS
+
+
 def _refuse_extensions(stream: IO[bytes] | gzip.GzipFile) -> None:
     """Raise ``_Refused`` if the pickle uses an extension code (the cache would skip
     ``find_class``); a pass over the opcodes, taken only when the cache is not empty."""
@@ -365,7 +409,7 @@ def dump_from_snapshot(
     source = printable(str(path)) if path is not None else "<snapshot>"
     raw_segments, traces, container = split_top_level(snapshot, source)
     everything = mark_workspace(segments_from_list(raw_segments, source), traces)
-    meta = dump_meta(path, sidecar)
+    meta = dump_meta(path, sidecar, marked=marked_predicted(snapshot))
     family = meta.sidecar.get("device") if meta.has_sidecar else None
     shape = read_shape(
         snapshot,

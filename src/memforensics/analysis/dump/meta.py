@@ -9,7 +9,7 @@ file names memforensics writes (``steps4-7/rank0_pid12.pickle``,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -144,11 +144,20 @@ def _printable_value(value: object) -> object:
     return value
 
 
-def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
-    """Combine the sidecar (preferred) with what the path says."""
+def marked_predicted(snapshot: object) -> bool:
+    """Whether a snapshot object carries ``plan``'s own mark (a ``_snapshot()`` of a planned
+    run, pickled by the script itself with no sidecar)."""
+    return isinstance(snapshot, dict) and isinstance(snapshot.get(_layout.PREDICTED_KEY), dict)
+
+
+def dump_meta(
+    path: Path | None, sidecar: dict[str, Any] | None, *, marked: bool = False
+) -> DumpMeta:
+    """Combine the sidecar (preferred) with what the path says. ``marked``: the snapshot itself
+    carries ``plan``'s mark, which says "predicted" as a sidecar's ``predicted`` does."""
     guess = _from_path(path) if path is not None else DumpMeta()
     if sidecar is None:
-        return guess
+        return replace(guess, predicted=marked) if marked else guess
     steps = _steps(sidecar.get("steps")) or guess.steps
     kind = sidecar.get("kind")
     created = sidecar.get("created_at")
@@ -169,7 +178,7 @@ def dump_meta(path: Path | None, sidecar: dict[str, Any] | None) -> DumpMeta:
         has_sidecar=True,
         sidecar=sidecar,
         tensors=_tensors(sidecar.get("tensors")),
-        predicted=isinstance(sidecar.get("predicted"), dict),
+        predicted=marked or isinstance(sidecar.get(_layout.PREDICTED), dict),
     )
 
 

@@ -63,7 +63,7 @@ def origin_words(
     sidecar`` when nothing but the pickle says anything (never a bare ``?``); a dump
     ``memforensics plan`` wrote says it is predicted."""
     if kind is None and rank is None and not has_sidecar:
-        return "raw PyTorch snapshot, no sidecar"
+        return "raw PyTorch snapshot, no sidecar" + (f", {PREDICTED}" if predicted else "")
     words = [f"kind {kind or 'unknown'}", f"rank {'unknown' if rank is None else rank}"]
     if predicted:
         words.append(PREDICTED)

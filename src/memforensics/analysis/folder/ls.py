@@ -21,6 +21,7 @@ from memforensics._errors import SnapshotLoadError
 from memforensics._layout import snapshot_stem
 from memforensics._units import outside_pytorch_bytes
 from memforensics.analysis.dump import read_sidecar_file
+from memforensics.analysis.dump.load import head_marked_predicted
 from memforensics.analysis.dump.meta import dump_meta, read_sidecar
 from memforensics.analysis.folder.journals import JournalFile, list_journals
 
@@ -258,7 +259,8 @@ def _entry(path: Path) -> DumpEntry:
         sidecar = read_sidecar(path)
     except SnapshotLoadError as exc:
         sidecar, error = None, str(exc)
-    meta = dump_meta(path, sidecar)
+    said = sidecar is not None and _layout.PREDICTED in sidecar
+    meta = dump_meta(path, sidecar, marked=not said and head_marked_predicted(path))
     try:
         stat = path.stat()
         size, mtime = stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc)

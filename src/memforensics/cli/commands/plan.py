@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
 from memforensics.cli._command import CommandError
 from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
@@ -271,17 +272,6 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
     return 0 if best is not None else 1
 
 
-def predicted_record(spec: Any) -> dict[str, Any]:
-    """What every sidecar of a planned run says: predicted, and on which device."""
-    major, minor = spec.capability
-    return {
-        "device_total_bytes": spec.total_bytes,
-        "capability": f"{major}.{minor}",
-        "context_bytes": spec.context_bytes,
-        "allocator_settings": spec.settings.to_conf(),
-    }
-
-
 def _writer(spec: Any) -> Any:
     """Writes a snapshot the run dumps (the script's own path) and its predicted sidecar."""
     from memforensics._layout import sidecar_path
@@ -304,7 +294,7 @@ def _writer(spec: Any) -> Any:
             created_at=utc_now(),
             device_index=0,
         )
-        sidecar["predicted"] = predicted_record(spec)
+        sidecar[PREDICTED] = spec.predicted_record()
         write_sidecar(sidecar_path(final), sidecar)
 
     return write
@@ -327,8 +317,8 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             found = json.loads(side.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(found, dict) and "predicted" not in found:
-            found["predicted"] = predicted_record(spec)
+        if isinstance(found, dict) and PREDICTED not in found:
+            found[PREDICTED] = spec.predicted_record()
             write_sidecar(side, found)
 
 

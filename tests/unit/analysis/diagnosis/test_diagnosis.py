@@ -251,6 +251,23 @@ def test_near_oom_growth_says_how_many_steps_of_headroom_are_left() -> None:
     assert "about 10 more steps" in found.headline
 
 
+def test_near_oom_growth_with_no_headroom_says_so_not_zero_steps() -> None:
+    """At risk with 4 MiB of headroom and a site growing 10 MiB a step: the next step does not
+    fit, said as less than one step of growth, never as "about 0 more steps"."""
+    evidence = Evidence(
+        live=[(str(LEAK), MiB(10), step) for step in range(5)],
+        headroom_bytes=MiB(4),
+        at_risk=True,
+        has_history=True,
+    )
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    [growth] = found.causes
+    assert growth.steps_left == 0
+    assert "the headroom left is less than one step of it" in found.headline
+    assert "0 more steps" not in found.headline
+
+
 def test_summary_json_carries_the_causes() -> None:
     """summary --json holds the diagnosis as a list of causes with bytes, evidence and fixes."""
     data = to_json(summarize(_fragmented_on_sim()))

@@ -1,4 +1,6 @@
-"""Kinds known from the process: a tracked sim model's blocks are labelled right, every byte."""
+"""Kinds known from the process, on the sim device: what is tracked and what is not, blocks holding
+several kinds, what summary and report say. Every byte of a real model and optimizer is checked
+under plan, in tests/integration/test_plan_capture.py."""
 
 from __future__ import annotations
 
@@ -84,38 +86,6 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-def _labelled_right(path: Path, truth: dict[int, str]) -> tuple[int, int, Any]:
-    """(bytes of tracked blocks labelled with their true kind from the process, bytes of
-    tracked blocks, the Filled)."""
-    filled = what_filled(load_dump(path))
-    live = [a for a in filled.lifetimes.at_snapshot() if a.addr in truth]
-    right = sum(
-        a.size
-        for a in live
-        if a.kind == truth[a.addr] and a.confidence == 1.0 and a.known == ((a.kind, a.size),)
-    )
-    return right, sum(a.size for a in live), filled
-
-
-def test_every_tracked_byte_is_labelled_right_at_the_oom_and_the_window(tmp_path: Path) -> None:
-    """100 % of the tracked blocks' bytes carry their true kind, from the process, in both dumps."""
-    mf, window_truth, oom_truth = _train(tmp_path)
-    window, oom = mf.dumps[0], mf.dumps[-1]
-    assert "oom" in oom.parts
-    assert "steps0-1" in window.parts
-    for path, truth in ((window, window_truth), (oom, oom_truth)):
-        right, tracked, filled = _labelled_right(path, truth)
-        assert tracked > 20 * MiB
-        assert right == tracked
-        assert filled.known.bytes == tracked
-        by_kind = {k.kind: k.known_bytes for k in filled.kinds if k.known_bytes}
-        sizes = {a.addr: a.size for a in filled.lifetimes.at_snapshot()}
-        expected: dict[str, int] = {}
-        for address, kind in truth.items():
-            expected[kind] = expected.get(kind, 0) + sizes[address]
-        assert by_kind == expected
 
 
 def test_what_is_not_tracked_is_still_inferred(tmp_path: Path) -> None:

@@ -1,0 +1,76 @@
+"""What a stand-in answers about its own memory: its block's address and device 0, as CUDA does.
+
+A stand-in is a ``meta`` tensor, and a ``meta`` tensor says ``data_ptr() == 0`` and
+``get_device() == -1``. A CUDA tensor says where its storage's block starts (plus its offset)
+and which device holds it. Both answers matter to real code: capture's tracker reads them to
+list the model's and optimizer's tensors in a sidecar (so a planned dump knows its kinds as a
+GPU dump does), and scripts tell storages apart by address (``safetensors``' shared-tensor
+check, de-duplicating tied weights by ``data_ptr()``), which all-zero addresses would merge.
+
+Only tensors whose storage the plan put on the device answer so; the script's own ``meta``
+tensors keep ``meta``'s answers. ``.device`` and ``.is_cuda`` stay ``meta``'s: torch's own Python
+branches on them to call CUDA-only kernels (cuDNN's RNN weights, fused attention) that the
+``meta`` device does not implement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+Address = Callable[[int], int | None]
+"""The start of the block holding a storage (by ``_cdata``); 0 for an empty storage on the
+device, None for a storage the plan does not hold."""
+
+
+def _patches(address: Address) -> dict[tuple[Any, str], Any]:
+    tensor_ptr = torch._C.TensorBase.data_ptr
+    tensor_device = torch._C.TensorBase.get_device
+    storage_ptr = torch._C.StorageBase.data_ptr
+
+    def data_ptr(self: torch.Tensor) -> int:
+        if self.is_meta:
+            start = address(self.untyped_storage()._cdata)
+            if start is not None:
+                return start + self.storage_offset() * self.itemsize if start else 0
+        return int(tensor_ptr(self))
+
+    def get_device(self: torch.Tensor) -> int:
+        if self.is_meta and address(self.untyped_storage()._cdata) is not None:
+            return 0
+        return int(tensor_device(self))
+
+    def untyped_data_ptr(self: torch.UntypedStorage) -> int:
+        if self.device.type == "meta":
+            start = address(self._cdata)
+            if start is not None:
+                return start
+        return int(storage_ptr(self))
+
+    return {
+        (torch.Tensor, "data_ptr"): data_ptr,
+        (torch.Tensor, "get_device"): get_device,
+        (torch.UntypedStorage, "data_ptr"): untyped_data_ptr,
+    }
+
+
+@contextmanager
+def answering(address: Address) -> Iterator[None]:
+    """Stand-ins answer ``data_ptr()`` and ``get_device()`` from ``address`` inside; torch's
+    own methods are back after."""
+    patches = _patches(address)
+    missing = object()
+    saved = {key: key[0].__dict__.get(key[1], missing) for key in patches}
+    for (owner, name), value in patches.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for (owner, name), value in saved.items():
+            if value is missing:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)

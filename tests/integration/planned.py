@@ -1,0 +1,30 @@
+"""Running the real ``memforensics plan`` console command on a script of a test's own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def plan(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m memforensics plan ARGS`` in ``folder``, with this checkout's package, no
+    memforensics or allocator settings from the caller's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
+    env["PYTHONPATH"] = str(SRC)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", "plan", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def script(folder: Path, body: str, name: str = "train.py") -> Path:
+    """``body`` (dedented) written to ``folder/name``."""
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path

@@ -1,0 +1,241 @@
+"""Training and inference idioms of real scripts, planned as CUDA runs them: activation
+checkpointing under autocast, a gradient scaler, a hand-written optimizer, generation under
+``inference_mode``. Each runs through the real ``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+
+CHECKPOINTED = """
+import json, sys
+import torch
+from torch.utils.checkpoint import checkpoint
+
+blocks = torch.nn.ModuleList(
+    torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024))
+    for _ in range(4)
+).cuda()
+opt = torch.optim.SGD(blocks.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+x = torch.randn(8192, 1024, device="cuda")
+for step in range(2):
+    with torch.autocast("cuda", dtype=torch.float16):
+        h = x
+        for block in blocks:
+            h = checkpoint(block, h, use_reentrant=False) if sys.argv[1] == "yes" else block(h)
+        loss = h.float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def _facts(done: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The JSON line the script printed (its output goes to stderr under --json)."""
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    return dict(json.loads(line))
+
+
+def test_activation_checkpointing_recomputes_under_cuda_autocast(tmp_path: Path) -> None:
+    """Checkpointed blocks under float16 autocast with a gradient scaler plan to the end (the
+    recompute casts as the forward did) and peak lower than the same blocks uncheckpointed."""
+    script(tmp_path, CHECKPOINTED)
+    with_ = plan(tmp_path, "--json", "train.py", "yes")
+    without = plan(tmp_path, "--json", "train.py", "no")
+    assert with_.returncode == 0, with_.stderr
+    assert without.returncode == 0, without.stderr
+    saved = _facts(without)["peak"] - _facts(with_)["peak"]
+    # an uncheckpointed block keeps its float16 hidden activations (8192 x 4096) for backward;
+    # a checkpointed one keeps only its input, and recomputes one block at a time
+    assert saved > 3 * 8192 * 4096 * 2
+
+
+HAND_WRITTEN = """
+import json
+from pathlib import Path
+import torch
+
+class Lion(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99)):
+        super().__init__(params, dict(lr=lr, betas=betas))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                b1, b2 = group["betas"]
+                update = state["exp_avg"].mul(b1).add(p.grad, alpha=1 - b1).sign_()
+                p.add_(update, alpha=-group["lr"])
+                state["exp_avg"].mul_(b2).add_(p.grad, alpha=1 - b2)
+
+model = torch.nn.Linear(1024, 1024, device="cuda", dtype=torch.bfloat16)
+opt = Lion(model.parameters())
+for step in range(3):
+    model(torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print(json.dumps({"allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_hand_written_optimizer_holds_its_state_and_nothing_else(tmp_path: Path) -> None:
+    """After three steps of a Python optimizer with one state per parameter, what stays allocated
+    is the bf16 weights, their state, and cuBLAS's two workspaces (forward and backward threads,
+    32 MiB each from capability 9.0): every temporary of the steps was freed."""
+    script(tmp_path, HAND_WRITTEN)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    weights = 1024 * 1024 * 2 + 1024 * 2
+    assert _facts(done)["allocated"] == 2 * weights + 2 * 32 * MiB
+
+
+GENERATE = """
+import json, sys
+import torch
+
+model = torch.nn.TransformerDecoderLayer(256, 4, batch_first=True).cuda().half().eval()
+memory = torch.randn(2, 16, 256, device="cuda", dtype=torch.half)
+with torch.inference_mode():
+    seq = torch.zeros(2, 1, 256, device="cuda", dtype=torch.half)
+    for _ in range(int(sys.argv[1])):
+        out = model(seq, memory)
+        seq = torch.cat([seq, out[:, -1:]], dim=1)
+print(json.dumps({"length": seq.shape[1], "peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def test_generation_under_inference_mode_grows_with_the_sequence(tmp_path: Path) -> None:
+    """A decoder generating under inference_mode plans to the end, with its sequence as long as
+    asked, and a longer generation needs a higher peak."""
+    script(tmp_path, GENERATE)
+    short, long = (plan(tmp_path, "--json", "train.py", n) for n in ("16", "256"))
+    assert short.returncode == 0, short.stderr
+    assert long.returncode == 0, long.stderr
+    assert _facts(short)["length"] == 17
+    assert _facts(long)["length"] == 257
+    assert _facts(long)["peak"] > _facts(short)["peak"]
+
+
+LOAD = """
+import json, torch
+state = torch.load("state.pt", map_location="cuda")
+print(json.dumps({
+    "allocated": torch.cuda.memory_allocated(),
+    "shapes": {k: list(v.shape) for k, v in state.items()},
+    "shared": state["weight"].data_ptr() == state["first_rows"].data_ptr(),
+}))
+"""
+
+
+def test_a_checkpoint_loaded_onto_cuda_is_on_the_planned_device(tmp_path: Path) -> None:
+    """torch.load(map_location="cuda") restores each saved storage once onto the planned device:
+    a view saved beside its base shares its block, as on a GPU."""
+    import torch
+
+    weight = torch.zeros(1024, 1024)
+    torch.save(
+        {"weight": weight, "first_rows": weight[:16], "bias": torch.zeros(1024)},
+        tmp_path / "state.pt",
+    )
+    script(tmp_path, LOAD)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["shapes"] == {"weight": [1024, 1024], "first_rows": [16, 1024], "bias": [1024]}
+    assert facts["shared"] is True
+    assert facts["allocated"] == 1024 * 1024 * 4 + 1024 * 4
+
+
+ONE_DEVICE = """
+import json, torch
+peaks = []
+with torch.cuda.device(0):
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    for wrapped in (model, torch.nn.DataParallel(model)):
+        torch.cuda.reset_peak_memory_stats()
+        wrapped(x).sum().backward()
+        peaks.append(torch.cuda.max_memory_allocated())
+        model.zero_grad(set_to_none=True)
+print(json.dumps({"plain": peaks[0], "data_parallel": peaks[1]}))
+"""
+
+
+def test_a_device_context_and_one_device_data_parallel_plan_as_on_one_gpu(tmp_path: Path) -> None:
+    """torch.cuda.device(0) as a context, and DataParallel over the one device, run under plan;
+    DataParallel's step peaks where the bare module's does (its scatter to one device copies
+    nothing)."""
+    script(tmp_path, ONE_DEVICE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["data_parallel"] == facts["plain"]
+
+
+GENERATOR = """
+import json, torch
+g = torch.Generator(device="cuda")
+g.manual_seed(0)
+noise = torch.randn(1024, 1024, device="cuda", generator=g)
+order = torch.randperm(4096, device="cuda", generator=g)
+print(json.dumps({
+    "allocated": torch.cuda.memory_allocated(),
+    "generators": all(isinstance(x, torch.Generator) for x in (g, torch.default_generator)),
+}))
+"""
+
+
+def test_a_cuda_generator_draws_stand_ins(tmp_path: Path) -> None:
+    """torch.Generator(device="cuda"), which the CPU build cannot make, seeds the draws of
+    stand-ins under plan; every generator is still a torch.Generator."""
+    script(tmp_path, GENERATOR)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["generators"] is True
+    assert facts["allocated"] == 1024 * 1024 * 4 + 4096 * 8
+
+
+LAYERS = """
+import json, torch
+lstm = torch.nn.LSTM(128, 256, num_layers=2, batch_first=True).cuda()
+out, _ = lstm(torch.randn(4, 32, 128, device="cuda"))
+out.sum().backward()
+encoder = torch.nn.TransformerEncoder(
+    torch.nn.TransformerEncoderLayer(256, 4, batch_first=True), 2, enable_nested_tensor=True
+).cuda().eval()
+padding = torch.zeros(2, 16, dtype=torch.bool, device="cuda")
+with torch.inference_mode():
+    encoded = encoder(torch.randn(2, 16, 256, device="cuda"), src_key_padding_mask=padding)
+conv = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3), torch.nn.BatchNorm2d(64)).cuda()
+conv(torch.randn(8, 3, 64, 64, device="cuda")).mean().backward()
+print(json.dumps({"encoded": list(encoded.shape), "lstm": list(out.shape)}))
+"""
+
+
+def test_recurrent_convolutional_and_inference_encoder_layers_plan(tmp_path: Path) -> None:
+    """An LSTM trained, a convolution with batch norm trained, and a TransformerEncoder run
+    with a padding mask under inference_mode all plan to the end with their shapes (the
+    encoder's fused fast path, which reads the mask's values, is left for the regular one)."""
+    script(tmp_path, LAYERS)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["encoded"] == [2, 16, 256]
+    assert facts["lstm"] == [4, 32, 256]
