@@ -239,3 +239,32 @@ def test_recurrent_convolutional_and_inference_encoder_layers_plan(tmp_path: Pat
     facts = _facts(done)
     assert facts["encoded"] == [2, 16, 256]
     assert facts["lstm"] == [4, 32, 256]
+
+
+DEFAULT_TYPE = """
+import json, torch
+torch.set_default_tensor_type(torch.cuda.HalfTensor)
+model = torch.nn.Linear(1024, 1024)
+on_device = torch.cuda.memory_allocated()
+torch.set_default_tensor_type(torch.FloatTensor)
+host = torch.empty(4)
+print(json.dumps({
+    "dtype": str(model.weight.dtype), "on_device": on_device,
+    "host": [str(host.dtype), host.device.type], "after": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_a_cuda_default_tensor_type_builds_the_model_on_the_planned_device(
+    tmp_path: Path,
+) -> None:
+    """set_default_tensor_type(torch.cuda.HalfTensor), as Meta's Llama reference builds its model,
+    puts float16 parameters on the planned device; a CPU type puts tensors back on the host."""
+    script(tmp_path, DEFAULT_TYPE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["dtype"] == "torch.float16"
+    assert facts["on_device"] == 1024 * 1024 * 2 + 1024 * 2
+    assert facts["host"] == ["torch.float32", "cpu"]
+    assert facts["after"] == facts["on_device"]

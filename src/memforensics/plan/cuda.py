@@ -183,6 +183,7 @@ def _patches(
         (cuda, "get_per_process_memory_fraction"): lambda device=None: planned.fraction,
         (torch._C, "_cuda_attach_out_of_memory_observer"): planned.attach_oom_observer,
         (torch, "set_default_device"): _default_device(torch.set_default_device),
+        (torch, "set_default_tensor_type"): _default_tensor_type(torch.set_default_tensor_type),
         (torch, "compile"): values.eager_compile(values.Notes()),
     }
     import torch.fx.experimental._config as fx_config
@@ -292,6 +293,25 @@ def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
         return "cuda" if found == "meta" else found
 
     return device_type
+
+
+def _default_tensor_type(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``set_default_tensor_type(torch.cuda.HalfTensor)`` (Meta's Llama reference builds its
+    model so): the type's dtype, and ``"cuda"`` as the default device. A CPU type puts the
+    default device back."""
+
+    def set_default_tensor_type(kind: Any) -> None:
+        found = torch._utils._import_dotted_name(kind) if isinstance(kind, str) else kind
+        cuda = getattr(found, "is_cuda", None)
+        if cuda:
+            torch.set_default_dtype(found.dtype)
+            torch.set_default_device("cuda")
+            return
+        if cuda is False and torch.utils._device.CURRENT_DEVICE is not None:
+            torch.set_default_device(None)
+        original(kind)
+
+    return set_default_tensor_type
 
 
 def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
