@@ -19,6 +19,7 @@ import torch.utils._device
 
 from memforensics.plan import choices, values
 from memforensics.plan.device import PlannedDevice
+from memforensics.plan.patches import replaced
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
 """Writes each snapshot the script dumps itself (``_dump_snapshot(path)``) at its path."""
@@ -334,16 +335,5 @@ def patched_cuda(
     device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
 ) -> Iterator[None]:
     """``torch.cuda`` answers for ``device`` inside; every attribute is put back after."""
-    patches = _patches(device, written, clear_autocast)
-    missing = object()
-    saved = {key: getattr(key[0], key[1], missing) for key in patches}
-    for (owner, name), value in patches.items():
-        setattr(owner, name, value)
-    try:
+    with replaced(_patches(device, written, clear_autocast)):
         yield
-    finally:
-        for (owner, name), value in saved.items():
-            if value is missing:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)

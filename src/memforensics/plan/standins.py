@@ -15,11 +15,13 @@ branches on them to call CUDA-only kernels (cuDNN's RNN weights, fused attention
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+
+from memforensics.plan.patches import replaced
 
 Address = Callable[[int], int | None]
 """The start of the block holding a storage (by ``_cdata``); 0 for an empty storage on the
@@ -57,20 +59,7 @@ def _patches(address: Address) -> dict[tuple[Any, str], Any]:
     }
 
 
-@contextmanager
-def answering(address: Address) -> Iterator[None]:
+def answering(address: Address) -> AbstractContextManager[None]:
     """Stand-ins answer ``data_ptr()`` and ``get_device()`` from ``address`` inside; torch's
     own methods are back after."""
-    patches = _patches(address)
-    missing = object()
-    saved = {key: key[0].__dict__.get(key[1], missing) for key in patches}
-    for (owner, name), value in patches.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for (owner, name), value in saved.items():
-            if value is missing:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
+    return replaced(_patches(address))
