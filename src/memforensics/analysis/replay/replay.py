@@ -140,6 +140,23 @@ class Replay:
     row's ``oom`` is null unless it failed where the recording did."""
 
 
+EXPANDABLE_ROW = "expandable_segments=True"
+"""The row that turns expandable segments on (``--set expandable_segments=True``)."""
+
+
+def avoids(result: Replay, name: str) -> tuple[bool | None, str | None]:
+    """Does the row ``name`` avoid the OOM: True when it is in ``avoided_by``, False when it
+    ran and is not, None with the reason when the replay cannot say (refused, untrusted, or
+    no such row). Every command that asks this reads this one answer."""
+    if not result.trusted:
+        check = result.baseline_check
+        why = result.refusals[0] if result.refusals else (check.why if check else None)
+        return None, why
+    if not any(row.name == name for row in result.what_if):
+        return None, f"the replay ran no {name} row"
+    return name in result.avoided_by, None
+
+
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
     """The device the replay runs on: at an OOM, what the allocator could still reserve then."""
     if (
