@@ -122,7 +122,9 @@ class WhatIf:
 
     name: str
     conf: str
-    oom: bool
+    oom: bool | None
+    """Whether the run failed; None when it did not fail on a device of unknown size (no
+    OOM is ruled out there: the row gives the peak it reached)."""
     peak_reserved_bytes: int
     fragmentation_at_peak_bytes: int
     """Free inside reserved when allocated bytes peaked (the first such moment)."""

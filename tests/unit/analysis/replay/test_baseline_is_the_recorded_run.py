@@ -14,7 +14,7 @@ import pytest
 from memforensics.analysis.dump import Dump, dump_from_snapshot, load_dump
 from memforensics.analysis.oom import AllocatorState, LiveBlock, SegmentState
 from memforensics.analysis.replay import replay_dump, replay_text
-
+from memforensics.analysis.replay.recorded import cache_releases, decode
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
 
