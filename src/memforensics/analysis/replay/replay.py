@@ -18,8 +18,9 @@ nothing (no block placed, no segment event) is refused as one that failed.
 from __future__ import annotations
 
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from memforensics._units import format_bytes as fmt
 from memforensics.allocator import AllocatorSettings, ConfRules, apply_assignment
 from memforensics.analysis.dump import (
     NO_HISTORY,
@@ -46,17 +47,24 @@ from memforensics.analysis.oom import (
     state_before,
 )
 from memforensics.analysis.replay.blame import Pinner, pinners
+from memforensics.analysis.replay.recorded import (
+    BaselineCheck,
+    Event,
+    cache_releases,
+    decode,
+    recorded_reserved,
+    within,
+)
 from memforensics.analysis.replay.runner import (
     UNBOUNDED,
     Device,
     RunResult,
-    decode,
     placement_share,
     run,
 )
 from memforensics.analysis.replay.what_if import WhatIf, lint, plan_rows, row
 
-SCHEMA = 2
+SCHEMA = 3
 """``replay --json``'s ``schema`` (docs/json.md: adding keys keeps it; renaming or removing one
 bumps it)."""
 
@@ -125,6 +133,28 @@ class Replay:
     afresh (as every setting's row places them)."""
     predicted: bool = False
     """True when ``memforensics plan`` wrote the dump: a prediction, not a GPU's record."""
+    baseline_check: BaselineCheck | None = None
+    """The baseline row against the recorded run (None: no table was run)."""
+    device_known: bool = True
+    """False when nothing records the device's size: no row can rule out an OOM, and each
+    row's ``oom`` is null unless it failed where the recording did."""
+
+
+EXPANDABLE_ROW = "expandable_segments=True"
+"""The row that turns expandable segments on (``--set expandable_segments=True``)."""
+
+
+def avoids(result: Replay, name: str) -> tuple[bool | None, str | None]:
+    """Does the row ``name`` avoid the OOM: True when it is in ``avoided_by``, False when it
+    ran and is not, None with the reason when the replay cannot say (refused, untrusted, or
+    no such row). Every command that asks this reads this one answer."""
+    if not result.trusted:
+        check = result.baseline_check
+        why = result.refusals[0] if result.refusals else (check.why if check else None)
+        return None, why
+    if not any(row.name == name for row in result.what_if):
+        return None, f"the replay ran no {name} row"
+    return name in result.avoided_by, None
 
 
 def device_for(dump: Dump, moment: OomMoment | None) -> Device:
@@ -168,17 +198,21 @@ def replay_dump(
     kind = "live" if live_blocks else ("cached" if start.segments else "empty")
     refusals = _history_refusals(dump, start)
     events = decode(dump.trace)  # read once; every run below walks these tuples
+    releases = cache_releases(events, start)  # where every run releases its whole cache
     tabled = has_history(dump) and not start.problem_count
     note = "live blocks at the start placed afresh" if kind == "live" else None
     planned = plan_rows(
         dump, events, start, device, recorded, alternatives if tabled else [], note=note,
-        jobs=jobs,
+        jobs=jobs, releases=releases,
     )  # fmt: skip
     if not refusals:  # with jobs, the rows start now in workers while the self-check runs here
         planned.start()
     with closing(planned):
         try:
-            exact = run(dump, recorded, start, device, exact=True, stop_at_oom=False, events=events)
+            exact = run(
+                dump, recorded, start, device, exact=True, stop_at_oom=False, events=events,
+                releases=releases,
+            )  # fmt: skip
         except (KeyError, IndexError) as exc:  # the model's own books disagree: no evidence
             exact, tabled = RunResult(recorded), False
             refusals.append(
@@ -198,6 +232,7 @@ def replay_dump(
             if not reproduced:
                 refusals.append("the model does not fail where the recorded allocator failed")
         rows: list[WhatIf] = []
+        check: BaselineCheck | None = None
         if tabled:
             # The exact run noted what it would have reported had it stopped at the first OOM:
             # that is the baseline, step for step, without a second run.
@@ -205,8 +240,9 @@ def replay_dump(
             rows.append(row(AS_RECORDED, recorded, baseline, None))
             if kind != "empty":  # the calibration matters only with blocks live or cached
                 calibration = run(
-                    dump, recorded, start, device, exact=False, stop_at_oom=True, events=events
-                )
+                    dump, recorded, start, device, exact=False, stop_at_oom=True, events=events,
+                    releases=releases,
+                )  # fmt: skip
                 rows.append(row(BASELINES[kind], recorded, calibration, note))
                 if (calibration.oom_index is None) != (baseline.oom_index is None):
                     refusals.append(
@@ -214,6 +250,7 @@ def replay_dump(
                         " afresh under the recorded settings they give a different result, so"
                         " their lost history matters"
                     )
+            check = _check_baseline(events, start, kind, exact, calibration, len(releases))
             if not refusals:  # refused: only row one shows
                 rows += planned.rows(calibration)  # placed as the other rows place them
     bound = lower_bound(dump, moment) if moment is not None else None
@@ -230,7 +267,8 @@ def replay_dump(
         if moment is not None
         else None
     )
-    what_if = tuple(rows) if not refusals else tuple(rows[:1])
+    device_known = device.capacity < UNBOUNDED
+    what_if = _sized(rows if not refusals else rows[:1], device_known=device_known)
     return Replay(
         file=dump.name,
         recorded_conf=recorded.to_conf(),
@@ -255,16 +293,88 @@ def replay_dump(
         verdict=verdict,
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
-        trusted=not refusals,
+        trusted=not refusals and (check is None or check.reproduced),
         placement_fidelity=placement_share(exact.allocs_placed_same, exact.allocs_checked),
         avoided_by=tuple(
-            r.name for r in what_if if r.change_bytes is not None and not r.oom and not r.no_effect
+            r.name
+            for r in what_if
+            if r.change_bytes is not None and r.oom is False and not r.no_effect
         )
         if moment is not None
         else (),
         baseline=BASELINES.get(kind, AS_RECORDED),
         predicted=dump.meta.predicted,
+        baseline_check=check,
+        device_known=device_known,
     )
+
+
+def _sized(rows: list[WhatIf], *, device_known: bool) -> tuple[WhatIf, ...]:
+    """The rows as the device's size lets them read: on a device of unknown size no run can
+    rule out an OOM, so a row that did not fail says nothing (``oom`` None) but its peak."""
+    if device_known:
+        return tuple(rows)
+    return tuple(r if r.oom else replace(r, oom=None) for r in rows)
+
+
+def _check_baseline(
+    events: list[Event],
+    start: AllocatorState,
+    kind: str,
+    exact: RunResult,
+    baseline: RunResult,
+    releases: int,
+) -> BaselineCheck:
+    """The baseline against the recording up to where the baseline stops: the same reserved
+    peak (within :data:`MIN_FIDELITY`), or where and why not. Its segment events are counted
+    beside the recording's; that they are the recording's own is the self-check's fidelity
+    (a baseline that places blocks afresh remakes the segments it dropped at the start)."""
+    made = baseline.segment_events_made
+    record = recorded_reserved(events, start, baseline.stopped_at)
+    reproduced = within(baseline.peak_reserved, record.peak_bytes, MIN_FIDELITY)
+    check = BaselineCheck(
+        recorded_peak_reserved_bytes=record.peak_bytes,
+        recorded_peak_index=record.peak_index,
+        baseline_peak_reserved_bytes=baseline.peak_reserved,
+        baseline_peak_index=baseline.peak_index,
+        recorded_segment_events=record.segment_events,
+        baseline_segment_events=made,
+        cache_releases=releases,
+        reproduced=reproduced,
+    )
+    if reproduced:
+        return check
+    where = baseline.diverged
+    return replace(
+        check,
+        diverged_at=where[0] if where else None,
+        diverged_reserved_bytes=where[1] if where else None,
+        diverged_recorded_bytes=where[2] if where else None,
+        why=_why_diverged(start, kind, exact),
+    )
+
+
+def _why_diverged(start: AllocatorState, kind: str, exact: RunResult) -> str:
+    """Why a baseline does not reproduce the recording, from how recording started."""
+    cached = [segment for segment in start.segments if not segment.blocks]
+    dropped = sum(segment.size for segment in cached)
+    reasons: list[str] = []
+    if kind != "empty" and dropped:
+        reasons.append(
+            f"it starts without the {fmt(dropped)} cached in {len(cached):,} unused"
+            " segments when recording began (every row drops them: under another setting"
+            " they would not be laid out so)"
+        )
+    if kind == "live":
+        blocks = sum(len(segment.blocks) for segment in start.segments)
+        reasons.append(
+            f"the {blocks:,} blocks live when recording began are placed afresh, not where"
+            " their lost history put them"
+        )
+    if not reasons:
+        first = f": {exact.mismatches[0]}" if exact.mismatches else ""
+        reasons.append(f"the allocator model decides unlike the recorded allocator{first}")
+    return "; ".join(reasons)
 
 
 _NO_TRACE = {

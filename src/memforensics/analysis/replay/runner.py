@@ -7,8 +7,9 @@ addresses) the model should do what the real allocator did: every ``segment_allo
 trace recorded around the same request, and every block address with the real one. Run under
 other settings, the same requests show whether and where memory would have run out.
 
-Seeding the start state lives in :mod:`~memforensics.analysis.replay.runner`, the model probes
-(was that release an ``empty_cache()``?) in :mod:`~memforensics.analysis.replay.runner`.
+The trace is decoded once (:mod:`~memforensics.analysis.replay.recorded`, which also reads
+where the recorded allocator released its whole cache); seeding the start state and the model
+probes (was that release an ``empty_cache()``?) are below.
 """
 
 from __future__ import annotations
@@ -23,80 +24,19 @@ from memforensics.allocator import (
 )
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import SEGMENT_ACTIONS, AllocatorState, seed_state
-
-# A dump's trace decoded once into the plain tuples every replay run feeds the model.
-#
-# The self-check and each what-if row walk the same trace; reading a million dicts with
-# ``dict.get`` in every run costs more than the model itself. :func:`decode` reads each entry
-# once and keeps what a run looks at, with the checks the runs make (an ``int`` address, an
-# ``int`` size, the stream an ``int`` else 0) already applied, so every run decides exactly as
-# if it had read the dicts itself.
-
-SEGMENT, ALLOC, FREE_REQUESTED, FREE, FREE_COMPLETED, OOM, OTHER = range(7)
-"""Event codes: a recorded segment event, the request actions, and any other dict entry (it
-still marks where an ``empty_cache()`` may have happened)."""
-REQUESTS = (ALLOC, OOM)
-"""Codes of the entries that ask for memory."""
-
-_CODES = {
-    "alloc": ALLOC,
-    "free_requested": FREE_REQUESTED,
-    "free": FREE,
-    "free_completed": FREE_COMPLETED,
-    "oom": OOM,
-}
-Event = tuple[int, int | None, int | None, int, int, object]
-"""``(code, addr, size, stream, position, extra)``: ``addr`` and ``size`` the entry's when they
-are ``int`` (else None), ``stream`` the entry's when ``int`` (else 0), ``position`` the index
-in the trace; ``extra`` the action name of a segment event, and for ``free_requested`` whether
-the next entry completes that free (no other stream held the block)."""
-
-
-def decode(trace: list[object]) -> list[Event]:
-    """The trace's dict entries as :data:`Event` tuples, in order.
-
-    Entries that are not dicts, and segment events without an ``int`` address and size, are
-    left out: a run skips them without looking further.
-    """
-    events: list[Event] = []
-    append = events.append
-    count = len(trace)
-    for position, entry in enumerate(trace):
-        if type(entry) is not dict:
-            continue
-        action = entry.get("action")
-        addr, size = entry.get("addr"), entry.get("size")
-        if type(addr) is not int:
-            addr = None
-        if type(size) is not int:
-            size = None
-        if action in SEGMENT_ACTIONS:
-            if addr is not None and size is not None:
-                append((SEGMENT, addr, size, 0, position, action))
-            continue
-        stream = entry.get("stream")
-        if type(stream) is not int:
-            stream = 0
-        code = _CODES.get(action, OTHER) if isinstance(action, str) else OTHER
-        extra: object = None
-        if code == FREE_REQUESTED and addr is not None:
-            extra = _completes(trace, position + 1, count, addr)
-        append((code, addr, size, stream, position, extra))
-    return events
-
-
-def _completes(trace: list[object], position: int, count: int, addr: int) -> bool:
-    """True when the entry at ``position`` completes the free of ``addr`` (False past the end:
-    the snapshot was taken before the free completed)."""
-    if position >= count:
-        return False
-    entry = trace[position]
-    return (
-        type(entry) is dict
-        and entry.get("action") == "free_completed"
-        and entry.get("addr") == addr
-    )
-
+from memforensics.analysis.replay.recorded import (
+    ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    GROWS,
+    OOM,
+    REQUESTS,
+    SEGMENT,
+    Event,
+    cache_releases,
+    decode,
+)
 
 # Put a dump's start state into the allocator model before a replay runs.
 #
@@ -174,32 +114,33 @@ def emptied(
     code: int,
     size: int | None,
     stream: int,
+    released_all: bool = False,
 ) -> bool:
-    """Were the recorded releases before this event an ``empty_cache()`` call?
+    """Should the model release its cache before this event, as the recorded releases did?
 
     A request's own retry releases cached blocks only when no cached block serves it, so if
-    one would (the model checks without changing its state) the releases came first. Before a
-    failed request they are otherwise its retry; before anything else, releases alone are
-    ``empty_cache()``, and so is a release of every wholly free segment (then both orders give
-    the same state). Before an ``alloc``'s new segment they are its retry only when the device
-    had no room for that segment.
+    one would (the model checks without changing its state) the releases came first. A release
+    of every cached segment (``released_all``, read from the recording by
+    :func:`~memforensics.analysis.replay.recorded.cache_releases`) is ``release_cached_blocks``:
+    the program's ``empty_cache()`` or a retry after a failed ``cudaMalloc``; every run
+    releases its cache there, whatever its settings and whether or not it knows the device's
+    size (then both orders give the same state). Before a failed request other releases are
+    its retry; before anything else, releases alone are ``empty_cache()``. A release of only
+    some segments before a request is the allocator's own (garbage collection, a split limit).
+    Releases of expandable pages before an ``alloc`` are its retry only when the device had no
+    room for the pages it maps.
     """
     request = size if code in REQUESTS else None  # the requested bytes (None: no request)
     if request is not None and _cached_block_fits(model, request, stream):
+        return True
+    if released_all:
         return True
     if code == OOM:
         return False
     if all(event[0] in RELEASES for event in real):
         return True
-    freed = {event[1] for event in real if event[0] == "segment_free"}
-    if freed and not any(event[0] == "segment_unmap" for event in real):
-        whole = {
-            block.address
-            for pool in (model.small_blocks, model.large_blocks)
-            for block in pool.blocks.values()
-            if not block.is_split() and block.expandable is None
-        }
-        return whole <= freed
+    if not any(event[0] == "segment_unmap" for event in real):
+        return False
     if request is None:
         return False
     rounded = model.round_size(request)
@@ -290,6 +231,11 @@ class RunResult:
     misplaced: list[str] = field(default_factory=list)  # the first blocks placed elsewhere
     model: DeviceCachingAllocator | None = None
     at_first_stop: RunResult | None = None  # run without stop_at_oom: what one with it reports
+    peak_index: int | None = None  # trace index of the request that reached the peak reserved
+    segment_events_made: int = 0  # segment events the model made, in every run
+    diverged: tuple[int, int, int] | None = None
+    """The first request after which the model's reserved bytes differ from the recording's:
+    ``(trace index, model's, recording's)``; None while they agree."""
 
     @property
     def placement_fidelity(self) -> float | None:
@@ -312,6 +258,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     exact: bool,
     stop_at_oom: bool,
     events: list[Event] | None = None,
+    releases: frozenset[int] | None = None,
 ) -> RunResult:
     """Replay ``dump``'s trace from ``start`` under ``settings``.
 
@@ -321,7 +268,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     or at the trace's first ``oom`` entry, whichever comes first; without it the result's
     :attr:`~RunResult.at_first_stop` holds what such a run would report. ``events``: the
     trace as :func:`~memforensics.analysis.replay.runner.decode` reads it (runs over one dump
-    share one).
+    share one). ``releases``: where the recorded allocator released its whole cache
+    (:func:`~memforensics.analysis.replay.recorded.cache_releases`, read when not given).
     """
     result = RunResult(settings)
     real: list[tuple[str, int, int]] = []
@@ -330,6 +278,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     def on_trace(action: str, addr: int, size: int, stream: int) -> None:
         if action in SEGMENT_ACTIONS:
             made.append((action, addr, size))
+            result.segment_events_made += 1
 
     def address_of(size: int, expandable: bool) -> int | None:
         """A recorded segment's address for the model's new one (the model refuses one it
@@ -358,8 +307,12 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     result.model = model
     by_addr = seed_start(model, start, exact, dump.trace)
     made.clear()
+    result.segment_events_made = 0
+    recorded = start.reserved  # the recording's reserved bytes, event by event
     if events is None:
         events = decode(dump.trace)
+    if releases is None:
+        releases = cache_releases(events, start)
     reserved_stat, allocated_stat = model.reserved_bytes, model.allocated_bytes
     peak = reserved_stat.current
     top = allocated_stat.current  # the allocated peak so far, where free-at-peak is read
@@ -371,8 +324,13 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     for code, addr, size, stream, position, extra in walk:
         if code == SEGMENT:
             real.append((extra, addr, size))  # type: ignore[arg-type]
+            recorded += size if extra in GROWS else -size  # type: ignore[operator]
             continue
-        if real and real[0][0] in RELEASES and emptied(model, real, code, size, stream):
+        if (
+            real
+            and real[0][0] in RELEASES
+            and emptied(model, real, code, size, stream, position in releases)
+        ):
             model.empty_cache()  # releases no request explains: the program emptied the cache
             cut = next((i for i, event in enumerate(real) if event[0] not in RELEASES), len(real))
             rest = real[cut:]
@@ -405,7 +363,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                             f"event {position}: {size:,} B placed at {block.address:#x},"
                             f" recorded at {addr:#x}"
                         )
-                peak = max(peak, reserved_stat.current)
+                if reserved_stat.current > peak:
+                    peak, result.peak_index = reserved_stat.current, position
                 if allocated_stat.current > top:
                     top = allocated_stat.current
                     result.fragmentation_at_peak = reserved_stat.current - top
@@ -447,6 +406,8 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
                 result.at_first_stop = _stopped(result, model, peak, position)
         else:
             continue
+        if result.diverged is None and reserved_stat.current != recorded:
+            result.diverged = (position, reserved_stat.current, recorded)
         if real or made:
             _compare(result, real, made, exact)
     if real and result.stopped_at is None and all(event[0] in RELEASES for event in real):
@@ -465,6 +426,9 @@ def _stopped(
     now): its OOM and peak; its self-check counts are not kept."""
     return RunResult(
         result.settings,
+        peak_index=result.peak_index,
+        segment_events_made=result.segment_events_made,
+        diverged=result.diverged,
         events=position + 1,
         oom_index=result.oom_index,
         oom_request=result.oom_request,

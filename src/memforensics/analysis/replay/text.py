@@ -22,6 +22,7 @@ def replay_text(r: Replay) -> str:
     lines += [f"  settings     {note}" for note in r.settings_notes]
     lines.append(_history_line(r))
     lines.append(_self_check_line(r))
+    lines += _baseline_lines(r)
     if r.oom_reproduced is not None:
         lines.append(f"  OOM          {'reproduced' if r.oom_reproduced else 'NOT reproduced'}")
     if r.verdict is not None:
@@ -78,11 +79,13 @@ def _table(r: Replay) -> list[str]:
             failure = f"event {row.first_failure_index:,} ({fmt(row.first_failure_bytes)})"
             change = ", ".join(part for part in (change, f"first failure: {failure}") if part)
         lines.append(
-            f"  {row.name:<{width}} {'yes' if row.oom else 'no':<5}"
+            f"  {row.name:<{width}} {_oom_cell(row.oom):<5}"
             f" {fmt(row.peak_reserved_bytes):>13} {fmt(row.fragmentation_at_peak_bytes):>12}"
             f"  {change}".rstrip()
         )
     lines += _requirements(r)
+    if not r.device_known:
+        lines.append(f"  ({UNKNOWN_DEVICE})")
     if len(r.what_if) == 1:  # refused: the recorded run alone
         return lines
     lines.append(
@@ -96,6 +99,58 @@ def _table(r: Replay) -> list[str]:
             " alone)"
         )
     return lines
+
+
+UNKNOWN_DEVICE = (
+    "OOM ?: nothing records the device's size, so no row can rule out an OOM; each gives"
+    " the peak it reached"
+)
+"""The table's note when no OOM, sidecar or journal tells the device's size."""
+
+
+def _oom_cell(oom: bool | None) -> str:
+    """The OOM column: yes, no (against a known device size) or ? (size unknown)."""
+    return "?" if oom is None else ("yes" if oom else "no")
+
+
+def _baseline_lines(r: Replay) -> list[str]:
+    """The baseline against the recorded run, before any what-if row: the same reserved peak,
+    or where and why it diverges."""
+    c = r.baseline_check
+    if c is None:
+        return []
+    releases = (
+        f"; {c.cache_releases:,} releases of the whole cache replayed as such"
+        if c.cache_releases
+        else ""
+    )
+    counts = (
+        f"{c.baseline_segment_events:,} segment events ({c.recorded_segment_events:,} recorded)"
+    )
+    if c.reproduced:
+        return [
+            f"  baseline     reproduces the recorded run: peak reserved"
+            f" {fmt(c.baseline_peak_reserved_bytes)} (recorded"
+            f" {fmt(c.recorded_peak_reserved_bytes)}); {counts}{releases}"
+        ]
+    where = (
+        f"; first apart after event {c.diverged_at:,} ({fmt(c.diverged_reserved_bytes)}"
+        f" against {fmt(c.diverged_recorded_bytes)} recorded)"
+        if c.diverged_at is not None
+        else ""
+    )
+    return [
+        f"  baseline     DIVERGES from the recorded run: peak reserved"
+        f" {fmt(c.baseline_peak_reserved_bytes)}{_at(c.baseline_peak_index)} against"
+        f" {fmt(c.recorded_peak_reserved_bytes)}{_at(c.recorded_peak_index)} recorded"
+        f"{where}; {counts}{releases}",
+        f"  why          {c.why}; every setting's change is measured against this baseline,"
+        " not against the recorded run, so none is trusted",
+    ]
+
+
+def _at(index: int | None) -> str:
+    return f" at event {index:,}" if index is not None else ""
 
 
 def _history_line(r: Replay) -> str:

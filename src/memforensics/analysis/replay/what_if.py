@@ -31,7 +31,8 @@ from memforensics._units import format_bytes as fmt
 from memforensics.allocator import NO_LIMIT, AllocatorSettings, deciding_settings, largest_block
 from memforensics.analysis.dump import Dump
 from memforensics.analysis.oom import AllocatorState, OomMoment
-from memforensics.analysis.replay.runner import REQUESTS, UNBOUNDED, Device, Event, RunResult, run
+from memforensics.analysis.replay.recorded import REQUESTS, Event
+from memforensics.analysis.replay.runner import UNBOUNDED, Device, RunResult, run
 
 # Config lint from the dump: allocator settings that cannot do what they are set for.
 #
@@ -121,7 +122,9 @@ class WhatIf:
 
     name: str
     conf: str
-    oom: bool
+    oom: bool | None
+    """Whether the run failed; None when it did not fail on a device of unknown size (no
+    OOM is ruled out there: the row gives the peak it reached)."""
     peak_reserved_bytes: int
     fragmentation_at_peak_bytes: int
     """Free inside reserved when allocated bytes peaked (the first such moment)."""
@@ -171,6 +174,7 @@ class _Rows:
     device: Device
     recorded: AllocatorSettings
     note: str | None
+    releases: frozenset[int]  # where the recording released its whole cache
 
     def run(self, task: Task) -> WhatIf:
         """Replay the trace under one alternative on its device, stopping at its first OOM
@@ -178,7 +182,7 @@ class _Rows:
         settings, device = task
         result = run(
             self.dump, settings, self.start, device, exact=False, stop_at_oom=True,
-            events=self.events,
+            events=self.events, releases=self.releases,
         )  # fmt: skip
         return row("", settings, result, self.note)
 
@@ -333,10 +337,13 @@ def plan_rows(
     *,
     note: str | None,
     jobs: int = 1,
+    releases: frozenset[int] = frozenset(),
 ) -> WhatIfRows:
     """The rows for ``alternatives``: each replays the trace from ``start``, stopping at its
-    first OOM; up to ``jobs`` runs at once in forked workers once started."""
-    return WhatIfRows(_Rows(dump, events, start, device, recorded, note), alternatives, jobs)
+    first OOM; up to ``jobs`` runs at once in forked workers once started; each releases its
+    whole cache where the recording did (``releases``)."""
+    rows = _Rows(dump, events, start, device, recorded, note, releases)
+    return WhatIfRows(rows, alternatives, jobs)
 
 
 def no_effect_reason(

@@ -56,7 +56,7 @@ from memforensics.analysis.oom import (
     settings_notes,
     verdict_at_oom,
 )
-from memforensics.analysis.replay import replay_dump
+from memforensics.analysis.replay import EXPANDABLE_ROW, avoids, replay_dump
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
 
 # The two passes over a dump that ``summary``, ``diff`` and ``leaks`` share.
@@ -515,14 +515,10 @@ def _device_total(moment: OomMoment | None, risk: AtRisk | None) -> int | None:
 
 def _expandable_serves(dump: Dump, requested: int | None) -> tuple[bool | None, str | None]:
     """Whether the replay, under ``expandable_segments``, serves the failed request: True,
-    False, or None with the replay's reason when it refuses to say."""
-    result = replay_dump(dump, sets=["expandable_segments=True"], requested=requested)
-    if not result.trusted:
-        return None, result.refusals[0] if result.refusals else None
-    rows = result.what_if[1:]
-    if not rows:
-        return None, "the replay ran no expandable_segments row"
-    return not rows[0].oom, None
+    False, or None with the replay's reason when it refuses to say. The answer is the
+    replay's own ``avoided_by``, as ``replay --set expandable_segments=True`` prints it."""
+    result = replay_dump(dump, sets=[EXPANDABLE_ROW], requested=requested)
+    return avoids(result, EXPANDABLE_ROW)
 
 
 def _oom(
