@@ -318,7 +318,7 @@ def classify(lt: Lifetimes) -> None:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
-            if found.end <= unwinding.get(oom, -1) and found.kind not in _STEP_KINDS:
+            if found.end < unwinding.get(oom, -1) and found.kind not in _STEP_KINDS:
                 found.kind = ACTIVATION if phase == FORWARD else TEMPORARY
     if buffers:
         _split_buffers(buffers)
