@@ -245,8 +245,12 @@ def diagnose(
             _outside(moment, needed, missing),
             _pending(evidence, needed),
             _fragmentation(
-                dump, moment, verdict, growth.rate_bytes_per_step if growth else None,
-                expandable_serves, missing,
+                dump,
+                moment,
+                verdict,
+                growth.rate_bytes_per_step if growth else None,
+                expandable_serves,
+                missing,
             ),
         )
         if found is not None

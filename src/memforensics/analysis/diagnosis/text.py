@@ -175,7 +175,9 @@ def activations_evidence(
     unwinding, or by inferred kinds."""
     where = _sites(sites)
     if unwound:
-        return f"the failing step's tensors, {fmt(held)} freed by unwinding right after the OOM{where}"
+        return (
+            f"the failing step's tensors, {fmt(held)} freed by unwinding right after the OOM{where}"
+        )
     how = ", inferred" if inferred else ""
     return f"activations {fmt(held)}{how}{where}"
 

@@ -75,9 +75,7 @@ def verdict_section(ctx: DumpContext) -> Section:
     diagnosis = s.diagnosis
     if diagnosis is not None:
         data["cause"] = diagnosis.headline
-        data["causes"] = [
-            cause_words(cause.name, cause.evidence) for cause in diagnosis.causes[1:]
-        ]
+        data["causes"] = [cause_words(cause.name, cause.evidence) for cause in diagnosis.causes[1:]]
         data["missing"] = list(diagnosis.missing)
         if diagnosis.causes:
             data["advice"] = None  # the headline carries the top cause's fix

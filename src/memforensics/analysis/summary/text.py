@@ -44,7 +44,7 @@ _SITE_COLUMN = 23  # where the kind column starts; the caller goes under the sit
 _SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 _LABEL = 15  # where a labelled row's text starts
 _MIN_SITES = 3
-_HEADLINE = 4  # lines the headline keeps by default
+_HEADLINE = 5  # lines the headline keeps by default: the cause and its fix, whole
 
 
 def summary_text(

@@ -251,7 +251,9 @@ def test_a_dump_without_an_oom_answers_its_peak() -> None:
         "peak 820.00 MiB at entry 1,156: activations 520.00 MiB, inferred"
         " (softmax.py:14 softmax 293.00 MiB, model.py:40 forward 227.00 MiB)"
     )
-    assert found.headline.endswith("→ activation checkpointing or half the micro-batch frees ≈ 260.00 MiB")
+    assert found.headline.endswith(
+        "→ activation checkpointing or half the micro-batch frees ≈ 260.00 MiB"
+    )
     assert found.causes[1].evidence.startswith("parameters 300.00 MiB (model.py:12 __init__)")
     assert found.moment == "peak"
 

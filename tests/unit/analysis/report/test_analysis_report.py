@@ -247,7 +247,5 @@ def test_report_headline_is_the_diagnosis_with_the_verdict_beneath() -> None:
     diagnosis = summarize(dump).diagnosis
     assert diagnosis is not None
     assert verdict["cause"] == diagnosis.headline
-    assert verdict["causes"] == [
-        cause_words(c.name, c.evidence) for c in diagnosis.causes[1:]
-    ]
+    assert verdict["causes"] == [cause_words(c.name, c.evidence) for c in diagnosis.causes[1:]]
     assert verdict["name"] == "fragmentation"
