@@ -306,14 +306,7 @@ def classify(lt: Lifetimes) -> None:
             view = views.get(oom) or views.setdefault(oom, shape.at_oom(oom))
             end = view.length
         phase = found.phase
-        if found.start == BEFORE:
-            found.kind, found.confidence = _untraced(found, end, phase, view, role[0])
-        elif phase == BACKWARD:
-            found.kind, found.confidence = _backward(found, end, view)
-        elif phase == OPTIMIZER:
-            found.kind, found.confidence = _optimizer(found, end, view)
-        else:
-            found.kind, found.confidence = _forward(found, end, view, role[0])
+        found.kind, found.confidence = _by_lifetime(found, end, view, role[0])
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
@@ -412,8 +405,8 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
     per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
     for found in lt.allocations:
         if found.kind in per_kind and found.size > K_MIN_BLOCK_SIZE:
-            counts = per_kind[found.kind]
-            counts[found.size] = counts.get(found.size, 0) + 1
+            seen = per_kind[found.kind]
+            seen[found.size] = seen.get(found.size, 0) + 1
     for kind_sizes in per_kind.values():
         for size, count in kind_sizes.items():
             sizes[size] = max(sizes.get(size, 0), count)
@@ -524,6 +517,17 @@ def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | N
     if index >= len(ooms) or ooms[index] >= found.end:
         return None
     return ooms[index]
+
+
+def _by_lifetime(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str, float]:
+    """The kind and confidence the lifetime rules give, by where the allocation was made."""
+    if found.start == BEFORE:
+        return _untraced(found, end, found.phase, shape, role)
+    if found.phase == BACKWARD:
+        return _backward(found, end, shape)
+    if found.phase == OPTIMIZER:
+        return _optimizer(found, end, shape)
+    return _forward(found, end, shape, role)
 
 
 def _untraced(

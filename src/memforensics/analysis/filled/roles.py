@@ -135,7 +135,7 @@ def _named_for_a_cache(filename: str, name: str) -> bool:
     return bool(words & _CACHE_WORDS) or "past_key_values" in name
 
 
-def stack_role(frames: object) -> tuple[str, int]:
+def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
     apart by it); ``("", 0)`` without frames.
 

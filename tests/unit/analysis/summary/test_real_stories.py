@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not SNAPSHOTS, reason="the real snapshots are no
 
 def _raw(path: Path) -> dict[str, Any]:
     with path.open("rb") as file:
-        raw: dict[str, Any] = pickle.load(file)  # noqa: S301 - the project's own test data
+        raw: dict[str, Any] = pickle.load(file)
     return raw
 
 
@@ -74,7 +74,8 @@ def test_every_real_dump_has_a_story_about_its_peak(path: Path) -> None:
         return
     size, entry = peak
     assert headline.startswith(f"peak {format_bytes(size)} at entry {entry:,}: ")
-    assert "→" in headline and "frees ≈" in headline
+    assert "→" in headline
+    assert "frees ≈" in headline
 
 
 def test_the_kept_warmup_graph_step_names_adamw_state() -> None:
