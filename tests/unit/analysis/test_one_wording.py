@@ -35,7 +35,8 @@ def _texts() -> dict[str, str]:
     old, new = dump_from_snapshot(before.build()), dump_from_snapshot(after.build())
     trend = SiteTrend(0, str(LIBRARY), (1, 3, 5), (MiB(2), MiB(4), MiB(6)), MiB(1), 0, 1.0, True)
     return {
-        "summary": summary_text(summarize(new), verbose=True),
+        # the tables, under the diagnosis (whose sentences name the site too)
+        "summary": summary_text(summarize(new), verbose=True).split("\n\n", 1)[1],
         "diff": diff_text(diff_dumps(old, new)),
         "leaks": leaks_text(Leaks("run", (RankWindows(0, (1, 3, 5)),), (trend,))),
     }

@@ -11,7 +11,7 @@ from memforensics.analysis.diagnosis.diagnosis import (
     has_expandable,
     needed_bytes,
 )
-from memforensics.analysis.diagnosis.text import CAUSE_NAMES
+from memforensics.analysis.diagnosis.text import CAUSE_NAMES, cause_words
 
 __all__ = [
     "CAUSES",
@@ -21,6 +21,7 @@ __all__ = [
     "Evidence",
     "Fix",
     "cache_framework",
+    "cause_words",
     "diagnose",
     "has_expandable",
     "needed_bytes",

@@ -1,4 +1,5 @@
-"""One diagnosis: the causes of an OOM (or of a rank at risk), ranked, each with its evidence.
+"""One diagnosis: the causes of an OOM (or of a rank at risk, or of a dump's peak), ranked, each
+with its evidence.
 
 The verdict (:mod:`~memforensics.analysis.oom.verdict`) names the allocator's category of
 failure: fragmentation, exhaustion, memory outside PyTorch. A user acts on the *cause*: a site
@@ -15,10 +16,23 @@ sidecar or its run folder, and ranks them:
 What the request needed (:func:`needed_bytes`) is the size the allocator asked the device for
 (``allocation_bytes``: a whole segment) less what the device could still give (the headroom),
 or nothing when the allocator model served the request in the recorded state. A cause is
-*sufficient* when what its removal (or its best fix) frees covers that.
+*sufficient* when what its removal (or its best fix) frees covers that. A cause that is not
+never heads the diagnosis while one that is exists; when none is, the headline says so.
+
+What the trace proves comes before what a classifier guesses: at an OOM whose trace shows the
+unwinding, the blocks it freed right after the failure are the failing step's tensors, named
+with their sites and bytes, whatever confidence their kinds have. A cause read from inferred
+kinds is still a cause; its evidence says the kinds were inferred, with its bytes and sites.
+A figure that is not known is left out, never printed as ``0 B``.
+
+A dump with no OOM and no pressure is diagnosed at its peak (or, without a trace, at the
+snapshot): the headline is what makes up that moment and the smallest change that cuts it,
+then the other parts (parameters, gradients, optimizer state, a cache and its knob, pending
+frees) with their bytes. ``none: ...`` is the headline only of an empty snapshot; a dump whose
+trace cannot show whether anything failed (none, or one event) says so.
 
 Where evidence is missing, :attr:`Diagnosis.missing` says what and how to get it; a cause is
-never guessed. Every fix is one the dump's torch release has.
+never invented. Every fix is one the dump's torch release has.
 
 ``summary`` computes the diagnosis once; its text, ``--json``, the report's headline and
 ``overview``'s failing rank all read that one object.
@@ -33,7 +47,7 @@ from typing import Protocol
 
 from memforensics.analysis.diagnosis import text
 from memforensics.analysis.dump import Dump, as_int
-from memforensics.analysis.filled import KindBytes
+from memforensics.analysis.filled import KindBytes, KindSite, Moment, Unwound
 from memforensics.analysis.oom import OomMoment, Verdict, recorded_rules
 
 GROWTH = "growth"
@@ -48,14 +62,14 @@ CAUSES = (GROWTH, STATIC, ACTIVATIONS, CACHE, OUTSIDE, PENDING_FREES, FRAGMENTAT
 
 # Kind names of the kinds table (analysis/filled/kinds.py).
 _PARAMETER, _GRADIENT, _OPTIMIZER = "parameter", "gradient", "optimizer_state"
-_ACTIVATION, _KV_CACHE = "activation", "kv_cache"
+_ACTIVATION, _TEMPORARY, _KV_CACHE = "activation", "temporary", "kv_cache"
+_UNATTRIBUTED = ("before_recording", "unknown")  # bytes whose kind nothing tells
+_UNKNOWN_VERDICT = "unknown"
 
 MIN_GROWTH_STEPS = 3
 """A site grows when its live blocks were made in at least this many steps ..."""
 MIN_GROWTH_COVER = 0.5
 """... covering at least this share of the steps from its first to its last."""
-MIN_KIND_CONFIDENCE = 0.5
-"""Kinds inferred with less confidence than this are no evidence of a cause."""
 EXPANDABLE_SINCE = (2, 1)
 """The first torch release with ``expandable_segments`` in ``PYTORCH_CUDA_ALLOC_CONF``."""
 
@@ -89,6 +103,9 @@ class Cause:
     rate_bytes_per_step: int | None = None
     first_step: int | None = None
     steps_left: int | None = None
+    inferred: bool = False
+    """The cause rests on kinds the classifier inferred (not told by the process, not proven
+    by the trace)."""
 
     @property
     def fix(self) -> Fix | None:
@@ -110,6 +127,8 @@ class Diagnosis:
     requested_bytes: int | None = None
     needed_bytes: int | None = None
     missing: tuple[str, ...] = ()
+    moment: str | None = None
+    """The moment judged: ``oom``, ``peak`` or ``snapshot`` (None: no moment was judged)."""
 
     @property
     def top(self) -> Cause | None:
@@ -145,6 +164,8 @@ class Evidence:
     dump's); ``device_total_bytes`` the limit; ``at_risk`` whether it is a near-OOM dump;
     ``trends`` the run folder's window trends of this rank (``trends_read``: they were looked
     for); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
+    ``moment`` is the judged moment (its bytes, position and each kind's sites); ``unwound``
+    what the unwinding freed right after the trace's ``oom`` entry.
     """
 
     live: Sequence[tuple[str, int, int | None]] = ()
@@ -159,6 +180,21 @@ class Evidence:
     has_history: bool = False
     trends: Sequence[Trend] = ()
     trends_read: bool = False
+    moment: Moment | None = None
+    unwound: Unwound | None = None
+
+    def sites_of(self, *kinds: str) -> tuple[KindSite, ...]:
+        """The judged moment's biggest sites of ``kinds``, biggest first (merged by site)."""
+        if self.moment is None:
+            return ()
+        merged: dict[str, list[int]] = {}
+        for found in self.moment.sites:
+            if found.kind in kinds:
+                entry = merged.setdefault(found.site, [0, 0])
+                entry[0] += found.bytes
+                entry[1] += found.blocks
+        ordered = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))
+        return tuple(KindSite(kinds[0], site, size, n) for site, (size, n) in ordered)
 
 
 ExpandableServes = Callable[[], "tuple[bool | None, str | None]"]
@@ -193,15 +229,12 @@ def diagnose(
     evidence: Evidence,
     expandable_serves: ExpandableServes | None = None,
 ) -> Diagnosis:
-    """The ranked causes of ``dump``'s OOM (or of its state, without one); see the module."""
+    """The ranked causes of ``dump``'s OOM (or of its peak, without one); see the module."""
     served = needed_bytes(moment) == 0  # a --requested request the recorded state serves
     needed = None if served else needed_bytes(moment)
     missing: list[str] = []
-    if not evidence.kinds_known:
-        kept = tuple(k for k in evidence.kinds if k.confidence >= MIN_KIND_CONFIDENCE)
-        evidence = replace(evidence, kinds=kept)
+    pressure = moment is not None or evidence.at_risk
     growth = _growth(evidence, needed, missing)
-    rate = growth.rate_bytes_per_step if growth is not None else None
     causes = [
         found
         for found in (
@@ -211,37 +244,74 @@ def diagnose(
             _activations(evidence, needed),
             _outside(moment, needed, missing),
             _pending(evidence, needed),
-            _fragmentation(dump, moment, verdict, rate, expandable_serves, missing),
+            _fragmentation(
+                dump,
+                moment,
+                verdict,
+                growth.rate_bytes_per_step if growth else None,
+                expandable_serves,
+                missing,
+            ),
         )
         if found is not None
     ]
-    pressure = moment is not None or evidence.at_risk
-    if not pressure:  # nothing failed or neared the limit: only growth is a cause of anything
-        causes = [cause for cause in causes if cause.name == GROWTH]
     if pressure and not evidence.has_history and not evidence.kinds_known:
         missing.append(text.MISSING_HISTORY)
-    ranked = tuple(sorted(causes, key=_rank))
-    headline = _headline(ranked[0] if ranked else None, needed, pressure)
-    if served:
-        headline = text.served(headline if ranked else None)
+    judged = evidence.moment.name if evidence.moment is not None else None
+    if pressure:
+        ranked = tuple(sorted(causes, key=_rank))
+        headline = _headline(ranked[0] if ranked else None, needed)
+        if served:
+            headline = text.served(headline if ranked else None)
+    else:
+        ranked = tuple(sorted(causes, key=_by_bytes))
+        headline = _peak_headline(ranked[0] if ranked else None, evidence, verdict)
     return Diagnosis(
         causes=ranked,
         headline=headline,
         requested_bytes=moment.requested_bytes if moment is not None else None,
         needed_bytes=0 if served else needed,
         missing=tuple(missing),
+        moment=judged,
     )
 
 
-def _headline(top: Cause | None, needed: int | None, pressure: bool) -> str:
+def _headline(top: Cause | None, needed: int | None) -> str:
     """The top cause and its smallest sufficient fix, in one sentence."""
     if top is None:
-        return text.no_cause(pressure)
+        return text.no_cause()
     fix = top.fix
     return text.headline(
         top.name, top.evidence, top.freed_bytes, top.sufficient, needed,
         fix.action if fix is not None else None,
     )  # fmt: skip
+
+
+def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> str:
+    """What makes up the judged moment (the peak, or the snapshot without a trace) and the
+    smallest change that cuts it; whether anything failed, when nothing can tell."""
+    unknown = verdict.reason if verdict.name == _UNKNOWN_VERDICT else None
+    at = evidence.moment
+    if at is None or (at.live_bytes == 0 and top is None):
+        return text.empty(unknown)
+    unattributed = sum(k.bytes for k in at.kinds if k.kind in _UNATTRIBUTED)
+    if top is None:
+        return text.peak_headline(
+            at.name, at.position, at.live_bytes, unattributed, None, None, unknown
+        )
+    fix = top.fix
+    action = None if fix is None else (fix.action, fix.bytes)
+    if top.name == ACTIVATIONS:
+        action = (text.CHECKPOINTING_OR_HALF, top.bytes // 2)
+    return text.peak_headline(
+        at.name, at.position, at.live_bytes, unattributed, (top.name, top.bytes, top.evidence),
+        action, unknown,
+    )  # fmt: skip
+
+
+def _by_bytes(cause: Cause) -> tuple[int, int]:
+    """Growth first (it fills whatever room any other fix frees), then by bytes."""
+    return (0 if cause.name == GROWTH else 1), -cause.bytes
 
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
@@ -368,19 +438,25 @@ def _cache(evidence: Evidence, needed: int | None, moment: OomMoment | None) -> 
     kv_kind = sum(k.bytes for k in evidence.kinds if k.kind == _KV_CACHE)
     if not found and not kv_kind:
         return None
+    inferred = False
     if found:
         framework = max(found, key=lambda name: sum(size for _s, size in found[name]))
         rows = found[framework]
         held = sum(size for _s, size in rows)
         sites = tuple(site for site, _size in rows)
     else:
-        framework, held, sites = "vllm", kv_kind, ()
+        kv_sites = evidence.sites_of(_KV_CACHE)
+        sites = tuple(found.site for found in kv_sites)
+        named = [cache_framework(site) for site in sites]
+        framework = next((name for name in named if name is not None), text.KV)
+        held, inferred = kv_kind, not evidence.kinds_known
     total = moment.device_total_bytes if moment is not None else evidence.device_total_bytes
     options = text.cache_fixes(framework, held, needed, total)
-    return _cause(
+    cause = _cause(
         CACHE, held, text.cache_evidence(framework, held, sites, total),
         _fixes(options, needed), needed, sites,
     )  # fmt: skip
+    return replace(cause, inferred=inferred)
 
 
 # static memory -----------------------------------------------------------------------------
@@ -388,7 +464,8 @@ def _cache(evidence: Evidence, needed: int | None, moment: OomMoment | None) -> 
 
 def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     """Parameters, gradients and optimizer state against the device, with what sharding,
-    lower-precision optimizer state and offload free."""
+    lower-precision optimizer state and offload free. A part the kinds do not show is not
+    known (unless the process told the kinds), so it is left out, never counted as 0 B."""
     by_kind = {k.kind: k.bytes for k in evidence.kinds}
     params = by_kind.get(_PARAMETER, 0)
     grads = by_kind.get(_GRADIENT, 0)
@@ -407,20 +484,43 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
         options.append((text.SHARD_MORE_RANKS, None))
     if optim:
         options.append((text.OFFLOAD_OPTIMIZER, optim))
+    known = evidence.kinds_known
+    parts = [
+        (name, size, evidence.sites_of(kind)[:1])
+        for name, kind, size in (
+            ("parameters", _PARAMETER, params),
+            ("gradients", _GRADIENT, grads),
+            ("optimizer state", _OPTIMIZER, optim),
+        )
+        if size or known
+    ]
     total = evidence.device_total_bytes
-    return _cause(
-        STATIC, held, text.static_evidence(params, grads, optim, total, evidence.kinds_known),
-        _fixes(options, needed), needed,
+    sites = tuple(found[0].site for _n, _s, found in parts if found)
+    cause = _cause(
+        STATIC, held, text.static_evidence(parts, held, total, known),
+        _fixes(options, needed), needed, sites,
     )  # fmt: skip
+    return replace(cause, inferred=not known)
 
 
-# activations at the peak --------------------------------------------------------------------
+# activations at the moment judged -------------------------------------------------------------
 
 
 def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
-    """Activations live at the judged moment, with what a smaller micro-batch or sequence
-    and activation checkpointing free."""
-    held = sum(k.bytes for k in evidence.kinds if k.kind == _ACTIVATION)
+    """What the forward and backward of the step hold at the judged moment (activations and
+    temporaries), with what a smaller micro-batch or sequence and activation checkpointing
+    free. At an OOM whose unwinding the trace shows, the blocks it freed are those tensors,
+    proven (no kind needs trusting); otherwise the kinds say, inferred unless told."""
+    unwound = evidence.unwound
+    if unwound is not None and unwound.bytes > 0:
+        held, proven = unwound.bytes, True
+        sites = tuple((found.site, found.bytes) for found in unwound.sites)
+    else:
+        held = sum(k.bytes for k in evidence.kinds if k.kind in (_ACTIVATION, _TEMPORARY))
+        proven = False  # no process tells its activations: the kinds inferred them
+        sites = tuple(
+            (found.site, found.bytes) for found in evidence.sites_of(_ACTIVATION, _TEMPORARY)
+        )
     if not held:
         return None
     options: list[tuple[str, int | None]] = [
@@ -428,9 +528,12 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
         (text.HALF_SEQUENCE, held // 2),
         (text.CHECKPOINTING, None),
     ]
-    return _cause(
-        ACTIVATIONS, held, text.activations_evidence(held, evidence.kinds_known),
-        _fixes(options, needed), needed,
+    fixes = _fixes(options, needed)
+    return Cause(
+        ACTIVATIONS, held, held, _enough(held, needed),
+        text.activations_evidence(held, sites, unwound=unwound is not None and proven,
+                                  inferred=not proven),
+        fixes, tuple(site for site, _size in sites[:3]), inferred=not proven,
     )  # fmt: skip
 
 
@@ -444,7 +547,8 @@ def _outside(moment: OomMoment | None, needed: int | None, missing: list[str]) -
     external = moment.external_bytes
     if external is None:
         if moment.requested_bytes is not None and not moment.served:
-            missing.append(text.MISSING_DEVICE_FREE)
+            known_free = moment.device_free_bytes is not None
+            missing.append(text.MISSING_DEVICE_TOTAL if known_free else text.MISSING_DEVICE_FREE)
         return None
     if external <= 0:
         return None

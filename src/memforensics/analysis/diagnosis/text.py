@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import short_site
+from memforensics.analysis.filled import KindSite
 from memforensics.analysis.oom import OomMoment, device_free_text
 
 _SITE = 60  # the width a site keeps in a sentence
+_LISTED = 40  # the width a site keeps in a list of sites with their bytes
 _FOLDERS = re.compile(r"^[^ ]*/(?=[^/ ]+:\d+ )")  # the folders before ``file.py:12 name``
 
 CAUSE_NAMES = {
@@ -26,6 +28,13 @@ CAUSE_NAMES = {
     "fragmentation": "fragmentation",
 }
 """How a cause is called in a sentence."""
+
+
+def cause_words(name: str, evidence: str) -> str:
+    """A cause in a sentence: its name, then its evidence (once, when the evidence already
+    starts with the name: ``activations 1.01 GiB, inferred (...)``)."""
+    called = CAUSE_NAMES[name]
+    return evidence if evidence.startswith(called) else f"{called}: {evidence}"
 
 
 def _site(site: str) -> str:
@@ -60,7 +69,11 @@ def growth_fix(site: str) -> str:
 
 # a preallocated cache
 
+KV = "kv"
+"""A KV cache no engine's frames name (a model's own, Hugging Face's ``cache_utils``)."""
+
 _CACHES = {
+    KV: "the KV cache",
     "vllm": "vLLM's KV cache",
     "sglang": "SGLang's KV cache pool",
     "megatron": "Megatron's contiguous parameter and gradient buffers",
@@ -90,6 +103,13 @@ def cache_fixes(
         ]  # fmt: skip
     if framework == "sglang":
         return [("lower mem_fraction_static", freed)]
+    if framework == KV:
+        return [
+            ("halve the batch or the tokens kept (max_new_tokens, max_length): the cache"
+             " scales with both", held // 2),
+            ("offload or quantize the cache (Hugging Face: generate(...,"
+             ' cache_implementation="offloaded" or "quantized"))', None),
+        ]  # fmt: skip
     if framework == "megatron":
         return [
             ("the buffers are sized by this rank's parameters: spread the model over more ranks"
@@ -120,27 +140,56 @@ def shard_all(ranks: int) -> str:
     return f"shard parameters too over the {ranks} ranks (FSDP, ZeRO-3)"
 
 
-def static_evidence(params: int, grads: int, optim: int, total: int | None, known: bool) -> str:
-    """Parameters, gradients and optimizer state, and their share of the device."""
-    share = f", {(params + grads + optim) / total:.0%} of the {fmt(total)} device" if total else ""
-    how = "" if known else " (kinds inferred)"
-    return (
-        f"parameters {fmt(params)}, gradients {fmt(grads)}, optimizer state {fmt(optim)}"
-        f"{share}{how}"
+def static_evidence(
+    parts: Sequence[tuple[str, int, Sequence[KindSite]]],
+    held: int,
+    total: int | None,
+    known: bool,
+) -> str:
+    """Parameters, gradients and optimizer state (each part shown, biggest first, with its
+    biggest site when inferred), and their share of the device; a part the kinds do not show
+    is left out unless the process told the kinds."""
+    share = f", {held / total:.0%} of the {fmt(total)} device" if total else ""
+    how = "" if known else ", inferred"
+    ordered = sorted(parts, key=lambda part: -part[1])
+    words = ", ".join(
+        f"{name} {fmt(size)}{f' ({_site(sites[0].site)})' if sites and not known else ''}"
+        for name, size, sites in ordered
     )
+    return f"{words}{how}{share}"
 
 
 # activations
 
-HALF_BATCH = "halve the micro-batch (activations scale with it)"
-HALF_SEQUENCE = "halve the sequence length (activations scale at least with it)"
+HALF_BATCH = "halve the micro-batch"
+HALF_SEQUENCE = "halve the sequence length"
 CHECKPOINTING = "activation checkpointing (keeps only each checkpointed block's inputs)"
+CHECKPOINTING_OR_HALF = "activation checkpointing or half the micro-batch"
+"""The peak's fix for activations: either cuts them by about half."""
 
 
-def activations_evidence(held: int, known: bool) -> str:
-    """Activations live at the moment judged."""
-    how = "" if known else " (kinds inferred)"
-    return f"{fmt(held)} live at the moment judged{how}"
+def activations_evidence(
+    held: int, sites: Sequence[tuple[str, int]], *, unwound: bool, inferred: bool
+) -> str:
+    """The step's tensors at the moment judged, with their biggest sites: proven by the
+    unwinding, or by inferred kinds."""
+    where = _sites(sites)
+    if unwound:
+        return (
+            f"the failing step's tensors, {fmt(held)} freed by unwinding right after the OOM{where}"
+        )
+    how = ", inferred" if inferred else ""
+    return f"activations {fmt(held)}{how}{where}"
+
+
+def _sites(sites: Sequence[tuple[str, int]], shown: int = 2) -> str:
+    """`` (softmax.py:14 softmax 293.00 MiB, …)``: the biggest sites with their bytes."""
+    if not sites:
+        return ""
+    words = ", ".join(
+        f"{short_site(_FOLDERS.sub('', site), _LISTED)} {fmt(size)}" for site, size in sites[:shown]
+    )
+    return f" ({words}{', …' if len(sites) > shown else ''})"
 
 
 # outside PyTorch, pending frees
@@ -217,9 +266,9 @@ def missing_replay(why: str | None) -> str:
 # what is missing
 
 MISSING_HISTORY = (
-    "no allocator history and no kinds from the process: growth and kinds cannot be seen;"
-    " call memforensics.install(steps=N, model=..., optimizer=...) before the model reaches"
-    " the device"
+    "no allocator history and no kinds from the process: growth cannot be seen, and kinds are"
+    " inferred from the live blocks' stacks alone; call memforensics.install(steps=N,"
+    " model=..., optimizer=...) before the model reaches the device"
 )
 MISSING_STEPS = (
     "no live block carries a step: growth step after step cannot be seen; memforensics.step()"
@@ -230,6 +279,11 @@ MISSING_DEVICE_FREE = (
     "memory outside PyTorch is unknown: the device's free bytes at the failure were not"
     " recorded (memforensics' OOM observer records them in the sidecar; with PyTorch alone,"
     " torch.cuda.mem_get_info() at the failure)"
+)
+MISSING_DEVICE_TOTAL = (
+    "memory outside PyTorch is unknown: the device's size (or the process's limit) was not"
+    " recorded, only its free bytes (memforensics' OOM observer records both in the sidecar;"
+    " --device-memory gives it by hand)"
 )
 
 
@@ -245,7 +299,7 @@ def headline(
     fix: str | None,
 ) -> str:
     """``growth: <evidence>; removing it frees X, the request needed Y → <fix>``."""
-    words = f"{CAUSE_NAMES[name]}: {evidence}"
+    words = cause_words(name, evidence)
     if sufficient and freed is not None and needed:
         words += f"; removing it frees {fmt(freed)}, the request needed {fmt(needed)}"
     elif sufficient is False and needed:
@@ -259,8 +313,48 @@ def served(top: str | None) -> str:
     return words + (f"; the most memory here: {top}" if top else "")
 
 
-def no_cause(failed: bool) -> str:
-    """No cause found."""
-    if not failed:
-        return "none: nothing failed in this dump and no site grows step after step"
+def no_cause() -> str:
+    """Something failed (or neared the limit) and no cause was found."""
     return "no cause found on this dump's evidence (--verbose names what is missing)"
+
+
+def failure_unknown(why: str) -> str:
+    """Nothing records whether anything failed: the headline says so first."""
+    return f"whether anything failed is unknown ({why})"
+
+
+def empty(unknown: str | None) -> str:
+    """A snapshot with nothing live and no allocation in its trace."""
+    if unknown:
+        return f"none: nothing is allocated in this snapshot; {failure_unknown(unknown)}"
+    return "none: nothing is allocated in this snapshot and its trace holds no allocation"
+
+
+def peak_headline(
+    name: str,
+    position: int,
+    live: int,
+    unattributed: int,
+    top: tuple[str, int, str] | None,
+    fix: tuple[str, int | None] | None,
+    unknown: str | None,
+) -> str:
+    """``peak 840.01 MiB at entry 1,156: activations 520.00 MiB (...) → <fix> frees ≈ 260.00
+    MiB``; at the snapshot without a trace, with why nothing tells whether anything failed;
+    with the bytes of no known kind when they outweigh the top part."""
+    if name == "snapshot":
+        words = f"at the snapshot {fmt(live)}"
+    else:
+        words = f"peak {fmt(live)} at entry {position:,}"
+    if unknown:
+        words = f"{failure_unknown(unknown)}; {words}"
+    if top is None:
+        return words + ": no part of it has a stack that tells its kind"
+    _cause, size, evidence = top
+    words += f": {evidence}"
+    if fix is not None:
+        action, freed = fix
+        words += f" → {action}" + (f" frees ≈ {fmt(freed)}" if freed else "")
+    if unattributed > size:
+        words += f"; {fmt(unattributed)} more has no stack that tells its kind"
+    return words

@@ -27,7 +27,21 @@ outside any forward the trace saw; a frame naming a cache or a workspace rules i
 without either the block is ``unknown``.
 
 An allocation freed after an ``oom`` entry (the unwinding of the failed step) is judged as the
-trace stood at that OOM: the free the OOM caused says nothing about its role.
+trace stood at that OOM: the free the OOM caused says nothing about its role. One the unwinding
+freed (its free comes after the OOM and before the next allocation) was the failing step's own:
+an activation, or a temporary when backward or the optimizer made it, never a parameter,
+optimizer state or ``unknown``.
+
+Three more things the trace proves before a lifetime rule guesses:
+
+* **a workspace by its size**: cuBLAS keeps one workspace per handle and stream, of a size
+  fixed by ``CUBLAS_WORKSPACE_CONFIG`` (8,519,680 bytes by default before Hopper, 32 MiB on
+  it); a block of that size first made under a matrix product (``linear``, ``matmul``,
+  ``mm``...), made once from that stack and never freed is that workspace;
+* **a block made in a forward is never a parameter** (:mod:`~memforensics.analysis.filled.roles`);
+* **per-parameter state**: blocks made outside any forward from one stack, one per parameter
+  (each as large as a parameter or gradient of the dump) and alive to the end, are what an
+  optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame to say so).
 
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
@@ -127,7 +141,7 @@ def _frame_mark(filename: str, name: str) -> str:
             "/torch/autograd/" in filename or filename.endswith("/torch/_tensor.py")
         ):
             return BACKWARD
-        if name != "zero_grad" and any(path in filename for path in _OPTIMIZER_PATHS):
+        if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
@@ -272,7 +286,12 @@ def classify(lt: Lifetimes) -> None:
     shape = _Shape(lt)
     views: dict[int, _Shape] = {}
     buffers: list[tuple[Allocation, int]] = []
+    workspaces = _workspaces(lt, found_roles)
+    unwinding = unwinding_ends(lt)
     for found, role in zip(lt.allocations, found_roles, strict=True):
+        if id(found) in workspaces:
+            found.kind, found.confidence = WORKSPACE, 0.8
+            continue
         if role[0] != roles.NOTHING:
             fixed = _BY_FRAMES.get(role[0])
             if fixed is not None:
@@ -287,21 +306,131 @@ def classify(lt: Lifetimes) -> None:
             view = views.get(oom) or views.setdefault(oom, shape.at_oom(oom))
             end = view.length
         phase = found.phase
-        if found.start == BEFORE:
-            found.kind, found.confidence = _untraced(found, end, phase, view, role[0])
-        elif phase == BACKWARD:
-            found.kind, found.confidence = _backward(found, end, view)
-        elif phase == OPTIMIZER:
-            found.kind, found.confidence = _optimizer(found, end, view)
-        else:
-            found.kind, found.confidence = _forward(found, end, view, role[0])
+        found.kind, found.confidence = _by_lifetime(found, end, view, role[0])
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
             found.confidence *= UNWOUND
+            if found.end < unwinding.get(oom, -1) and found.kind not in _STEP_KINDS:
+                found.kind = ACTIVATION if phase == FORWARD else TEMPORARY
     if buffers:
         _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, found_roles)
+    _per_parameter_state(lt, found_roles)
+
+
+_STEP_KINDS = frozenset({ACTIVATION, TEMPORARY, WORKSPACE, KV_CACHE, BEFORE_RECORDING})
+"""Kinds a block the unwinding freed keeps; any other is the failing step's activation or
+temporary."""
+
+
+def unwinding_ends(lt: Lifetimes) -> dict[int, int]:
+    """For each ``oom`` entry, the trace position where its unwinding ends: the next ``alloc``
+    after it (or the trace's end). A block freed between the two was freed by the exception
+    unwinding the failed step (or by the handler that caught it)."""
+    ends: dict[int, int] = {}
+    by_event = lt.by_event
+    for oom in lt.oom_positions:
+        position = oom + 1
+        while position < lt.length:
+            event = by_event[position]
+            if event is not None and event.start == position:
+                break
+            position += 1
+        ends[oom] = position
+    return ends
+
+
+WORKSPACE_SIZES = frozenset({8_519_680, 32 << 20})
+"""cuBLAS's workspace per handle and stream: ``CUBLAS_WORKSPACE_CONFIG``'s default
+``:4096:2:16:8`` (8,519,680 bytes) and, on Hopper, ``:4096:8`` (32 MiB)."""
+_MATMUL_NAMES = frozenset(
+    {"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "mv", "addmv",
+     "tensordot", "_linear", "scaled_dot_product_attention"}
+)  # fmt: skip
+
+
+def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
+    """The ``id`` of each allocation that is cuBLAS's workspace by its size and first use:
+    a :data:`WORKSPACE_SIZES` request under a matrix product, never freed, the only one of
+    that size its stack made."""
+    candidates: dict[tuple[int, int], list[Allocation]] = {}
+    first_matmul = per_stack(_under_matmul)
+    for found, role in zip(lt.allocations, found_roles, strict=True):
+        if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
+            continue
+        if first_matmul(found.frames):
+            candidates.setdefault((id(found.frames), found.requested), []).append(found)
+    return {
+        id(found)
+        for made in candidates.values()
+        if len(made) == 1
+        for found in made
+        if found.end >= lt.length
+    }
+
+
+_OPEN_ROLES = frozenset({roles.NOTHING, roles.IN_FORWARD, roles.NOT_PARAMETER})
+
+
+def _under_matmul(frames: object) -> bool:
+    """True when the innermost Python frames (two at most) are a matrix product's."""
+    if not isinstance(frames, list):
+        return False
+    seen = 0
+    for frame in frames:
+        if type(frame) is not dict:
+            continue
+        filename, name = frame.get("filename"), frame.get("name")
+        if type(filename) is not str or type(name) is not str:
+            continue
+        if is_native_frame(filename, name):
+            continue
+        if name in _MATMUL_NAMES or filename.endswith("/nn/modules/linear.py"):
+            return True
+        seen += 1
+        if seen == 2:
+            return False
+    return False
+
+
+_PER_PARAMETER_SHARE = 0.5  # a stack making state for at least half the parameters
+
+
+def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
+    """Blocks one stack made outside any forward, one per parameter (each the size of a
+    parameter or gradient of this dump) and alive to the end: an optimizer's per-parameter
+    state, whatever the lifetime rules called them."""
+    sizes: dict[int, int] = {}
+    per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
+    for found in lt.allocations:
+        if found.kind in per_kind and found.size > K_MIN_BLOCK_SIZE:
+            seen = per_kind[found.kind]
+            seen[found.size] = seen.get(found.size, 0) + 1
+    for kind_sizes in per_kind.values():
+        for size, count in kind_sizes.items():
+            sizes[size] = max(sizes.get(size, 0), count)
+    parameters = sum(sizes.values())
+    if parameters < 2:
+        return
+    groups: dict[int, list[Allocation]] = {}
+    for found, role in zip(lt.allocations, found_roles, strict=True):
+        if (
+            found.kind in (ACTIVATION, UNKNOWN)
+            and found.start != BEFORE
+            and found.end >= lt.length
+            and role[0] != roles.IN_FORWARD
+            and found.size in sizes
+        ):
+            groups.setdefault(id(found.frames), []).append(found)
+    for made in groups.values():
+        counts: dict[int, int] = {}
+        for found in made:
+            counts[found.size] = counts.get(found.size, 0) + 1
+        one_each = all(count <= sizes[size] for size, count in counts.items())
+        if one_each and len(made) >= max(2, _PER_PARAMETER_SHARE * parameters):
+            for found in made:
+                found.kind, found.confidence = OPTIMIZER_STATE, 0.6
 
 
 def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
@@ -357,9 +486,9 @@ def _need_parameter_evidence(
     Evidence: a frame that builds, moves or loads a model (a module's ``__init__``, ``_apply``,
     ``to``/``cuda``, ``load_state_dict``, ``from_pretrained``, ``torch/nn/init.py``...), or
     enough blocks of the same size above the 512-byte minimum that every scalar gets (a
-    model's layers; lower confidence), unless the trace saw it made in a forward (hidden
-    states and attention maps come in equal sizes too). A frame that names a cache or a
-    workspace rules it out, as does having neither.
+    model's layers; lower confidence), unless it was made in a forward (hidden states and
+    attention maps come in equal sizes too). A frame that names a cache or a workspace rules
+    it out, as does having neither.
     """
     held = [
         (found, role[0])
@@ -373,8 +502,7 @@ def _need_parameter_evidence(
         if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
             continue
         alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE
-        untraced_forward = role == roles.IN_FORWARD and found.start == BEFORE
-        if alike and (role == roles.NOTHING or untraced_forward):
+        if alike and role == roles.NOTHING:
             found.confidence *= 0.75
         else:
             found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
@@ -391,6 +519,17 @@ def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | N
     return ooms[index]
 
 
+def _by_lifetime(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str, float]:
+    """The kind and confidence the lifetime rules give, by where the allocation was made."""
+    if found.start == BEFORE:
+        return _untraced(found, end, found.phase, shape, role)
+    if found.phase == BACKWARD:
+        return _backward(found, end, shape)
+    if found.phase == OPTIMIZER:
+        return _optimizer(found, end, shape)
+    return _forward(found, end, shape, role)
+
+
 def _untraced(
     found: Allocation, end: int, phase: str, shape: _Shape, role: str
 ) -> tuple[str, float]:
@@ -401,6 +540,8 @@ def _untraced(
         return OPTIMIZER_STATE, 0.8
     if phase == BACKWARD:
         return GRADIENT, 0.6
+    if role == roles.IN_FORWARD:  # a forward's output, never a weight
+        return (UNKNOWN, 0.3) if shape.length > 1 else (ACTIVATION, 0.4)
     if found.step is None:  # made outside every step (model set-up) and still held
         # Without a trace and without any step tag (a bare memory_snapshot() list), nothing says
         # the block outlived a step or was made outside one: a guess from frames alone.

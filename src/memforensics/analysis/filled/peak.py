@@ -17,7 +17,7 @@ library frames)``). Native frames are dropped
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import indexOf
 from typing import Any
@@ -27,15 +27,17 @@ from memforensics.analysis.dump import (
     NATIVE_ONLY,
     ONE_EVENT,
     Dump,
+    attribute,
     frame_text,
     is_framework_file,
     is_native_frame,
     per_stack,
 )
 from memforensics.analysis.dump.load import paused_gc
-from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table
+from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table, unwinding_ends
 from memforensics.analysis.filled.known import Known, label_known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes, lifetimes
+from memforensics.analysis.schema import NOT_IN_JSON
 
 MAX_DEPTH = 48
 MIN_SHARE = 0.0005  # children under 0.05 % of the moment's bytes are merged into one node
@@ -80,6 +82,20 @@ class _Growing:
         return CallNode(self.name, self.bytes, self.blocks, tuple(c.done() for c in ordered))
 
 
+@dataclass(frozen=True, slots=True)
+class KindSite:
+    """Live bytes and blocks of one kind made at one site (the innermost frame outside torch)."""
+
+    kind: str
+    site: str
+    bytes: int
+    blocks: int
+
+
+SITES_PER_KIND = 5
+"""How many of each kind's biggest sites a moment keeps (the causes name them)."""
+
+
 @dataclass(frozen=True)
 class Moment:
     """One moment of the trace: ``peak`` or ``oom`` (or ``snapshot`` without history)."""
@@ -91,6 +107,18 @@ class Moment:
     kinds: tuple[KindBytes, ...]
     tree: CallNode
     live_requested_bytes: int = 0  # what the callers of those blocks asked for
+    sites: tuple[KindSite, ...] = field(default=(), metadata=NOT_IN_JSON)
+    """Each kind's biggest sites then, biggest first within a kind (what a cause names)."""
+
+
+@dataclass(frozen=True)
+class Unwound:
+    """What the unwinding of a failed step freed: the blocks live at the ``oom`` entry and freed
+    between it and the next allocation, their bytes and their biggest sites."""
+
+    bytes: int
+    blocks: int
+    sites: tuple[KindSite, ...]
 
 
 def peak_position(lt: Lifetimes) -> int:
@@ -136,6 +164,45 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
         kinds=kinds_table(live),
         tree=call_tree(live),
         live_requested_bytes=sum(a.requested for a in live),
+        sites=kind_sites(live),
+    )
+
+
+def kind_sites(live: list[Allocation], per_kind: int = SITES_PER_KIND) -> tuple[KindSite, ...]:
+    """The biggest sites of each kind among ``live`` (a labelled block counts under its main
+    kind), ``per_kind`` at most, each kind's biggest first."""
+    site_of = per_stack(attribute)
+    totals: dict[tuple[str, str], list[int]] = {}
+    for found in live:
+        entry = totals.setdefault((found.kind, site_of(found.frames)[0]), [0, 0])
+        entry[0] += found.size
+        entry[1] += 1
+    ordered = sorted(totals.items(), key=lambda item: (item[0][0], -item[1][0], item[0][1]))
+    kept: list[KindSite] = []
+    count: dict[str, int] = {}
+    for (kind, site), (size, blocks) in ordered:
+        if count.get(kind, 0) < per_kind:
+            count[kind] = count.get(kind, 0) + 1
+            kept.append(KindSite(kind, site, size, blocks))
+    return tuple(kept)
+
+
+def unwound_at(lt: Lifetimes, oom: int) -> Unwound:
+    """The blocks live at the ``oom`` entry at trace position ``oom`` that the unwinding freed
+    (:func:`~memforensics.analysis.filled.kinds.unwinding_ends`)."""
+    end = unwinding_ends(lt).get(oom, oom)
+    freed = [a for a in lt.allocations if a.start <= oom < a.end < end]
+    sites = kind_sites(freed, per_kind=len(freed))
+    merged: dict[str, list[int]] = {}
+    for found in sites:
+        entry = merged.setdefault(found.site, [0, 0])
+        entry[0] += found.bytes
+        entry[1] += found.blocks
+    by_site = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))
+    return Unwound(
+        sum(a.size for a in freed),
+        len(freed),
+        tuple(KindSite("", site, size, blocks) for site, (size, blocks) in by_site),
     )
 
 
@@ -221,6 +288,8 @@ class Filled:
     oom: Moment | None
     lifetimes: Lifetimes
     known: Known | None = None
+    unwound: Unwound | None = None
+    """What the unwinding after the trace's last ``oom`` entry freed (None without one)."""
 
     def kind_of_blocks(self) -> dict[int, str]:
         """The kind of each block allocated at the snapshot, by its address."""
@@ -240,4 +309,5 @@ def what_filled(dump: Dump) -> Filled:
     position = peak_position(lt) if traced else lt.length
     peak = moment(lt, "peak" if traced else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
-    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known)
+    unwound = unwound_at(lt, lt.oom_positions[-1]) if lt.oom_positions else None
+    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known, unwound)

@@ -9,7 +9,12 @@ say so plainly:
   gradient or an activation.
 * **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
-  ``cache_utils.py``, any file or function that names a KV cache): sized up front, held.
+  ``cache_utils.py``, any file or function that names a KV cache): sized up front, held. A
+  file or function of a model's code named for a cache (a ``cache``, ``kv`` or
+  ``past_key_values`` word: ``cache_utils.py``, ``update_cache``) makes one too when a forward or
+  ``generate`` is on the stack: keys and values kept across tokens. Outside those it only rules
+  a parameter out. torch's and the standard library's own files (``codecache.py``,
+  ``functools``' ``lru_cache``) name caches of code, not of tensors, and are not read so.
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
@@ -19,7 +24,7 @@ say so plainly:
 Then what decides between a parameter and the rest:
 
 * **in a forward**: a frame of a module's forward (``forward``, ``Module._call_impl``): a block
-  made there is never a parameter by the "many blocks of one size" rule.
+  made there is never a parameter (weights are built, moved or loaded, not computed).
 * **a name that rules a parameter out**: a cache, a workspace, cuBLAS or cuDNN.
 * **builds a model**: a module's ``__init__`` (with no forward on the stack),
   ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
@@ -32,12 +37,15 @@ judged once (:func:`frame_role`), each distinct stack once (the caller's ``per_s
 
 from __future__ import annotations
 
+import re
+
 WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
 REPLICA = "replica"
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
 NOT_PARAMETER = "not_parameter"
+_CACHE_NAMED = "cache_named"  # a cache's file or function: a KV cache inside a forward
 BUILDS = "builds"
 NOTHING = ""
 _CONSTRUCTOR = "constructor"  # a frame's ``__init__``: builds, unless a forward is on the stack
@@ -49,7 +57,13 @@ _WORKSPACE_NAMES = ("workspace", "getcurrentcudablashandle", "getcurrentcudablas
 _KV_NAMES = ("kv_cache", "kvcache", "kv_pool")
 _KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
+_GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
+_CACHE_WORDS = frozenset({"cache", "caches", "kv", "kvcache", "cached"})
+_WORDS = re.compile(r"[a-z0-9]+")
+_CODE_FILES = re.compile(r"(?:^|/)(?:torch|torch_npu|triton)/|(?:^|/)lib/python[0-9.]+t?/|^<")
+"""Files whose caches are of code or results, never of tensors: torch's (Inductor's
+``codecache.py``), Triton's and the standard library's (``functools``)."""
 _BUILD_NAMES = frozenset(
     {
         "_apply",
@@ -99,6 +113,8 @@ def _judge_frame(filename: str, name: str) -> str:
         return REPLICA
     if name in _FORWARD_NAMES:
         return IN_FORWARD
+    if _named_for_a_cache(filename, name):
+        return _CACHE_NAMED
     if any(word in words for word in _NOT_PARAMETER_WORDS):
         return NOT_PARAMETER
     if name in _BUILD_NAMES or filename.endswith(_BUILD_FILES):
@@ -108,7 +124,18 @@ def _judge_frame(filename: str, name: str) -> str:
     return NOTHING
 
 
-def stack_role(frames: object) -> tuple[str, int]:
+def _named_for_a_cache(filename: str, name: str) -> bool:
+    """A model's file or function named for a cache: ``cache_utils.py``, ``kv_store.py``,
+    ``update_cache``, ``_update_past_key_values`` (torch's and the standard library's files are
+    not a model's)."""
+    if _CODE_FILES.search(filename):
+        return False
+    stem = filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    words = set(_WORDS.findall(f"{stem} {name}".lower()))
+    return bool(words & _CACHE_WORDS) or "past_key_values" in name
+
+
+def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
     apart by it); ``("", 0)`` without frames.
 
@@ -117,12 +144,14 @@ def stack_role(frames: object) -> tuple[str, int]:
     forward's; a script that trains inside a constructor still runs forwards). Between a forward
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
     outer one is the context the block was made in. A name that rules a parameter out beats
-    building.
+    building. A cache's file or function with a forward or ``generate`` on the stack is a KV
+    cache.
     """
     if not isinstance(frames, list):
         return NOTHING, 0
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
     context, ruled_out, constructed = NOTHING, False, False
+    cache_named = forward = False
     for frame in frames:  # innermost first
         if type(frame) is not dict:
             continue
@@ -132,6 +161,11 @@ def stack_role(frames: object) -> tuple[str, int]:
         )
         if role in (IN_FORWARD, BUILDS):
             context = role
+            forward = forward or role == IN_FORWARD
+        elif role == _CACHE_NAMED:
+            cache_named = ruled_out = True
+        elif name == _GENERATE:
+            forward = True
         elif role == _CONSTRUCTOR:
             constructed = True
         elif role == NOT_PARAMETER:
@@ -144,6 +178,8 @@ def stack_role(frames: object) -> tuple[str, int]:
                 break
     if strong != NOTHING:
         return strong, line
+    if cache_named and forward:
+        return KV_CACHE, 0
     if context == NOTHING and constructed:
         context = BUILDS
     if ruled_out and context != IN_FORWARD:

@@ -19,7 +19,7 @@ from typing import Any
 
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.compare import Leaks
-from memforensics.analysis.diagnosis import CAUSE_NAMES
+from memforensics.analysis.diagnosis import cause_words
 from memforensics.analysis.dump import NATIVE_ONLY, NATIVE_ONLY_MEANING, PREDICTED, devices_text
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.oom import (
@@ -75,9 +75,7 @@ def verdict_section(ctx: DumpContext) -> Section:
     diagnosis = s.diagnosis
     if diagnosis is not None:
         data["cause"] = diagnosis.headline
-        data["causes"] = [
-            f"{CAUSE_NAMES[cause.name]}: {cause.evidence}" for cause in diagnosis.causes[1:]
-        ]
+        data["causes"] = [cause_words(cause.name, cause.evidence) for cause in diagnosis.causes[1:]]
         data["missing"] = list(diagnosis.missing)
         if diagnosis.causes:
             data["advice"] = None  # the headline carries the top cause's fix

@@ -38,6 +38,7 @@ from memforensics.analysis.filled import (
     KindBytes,
     Known,
     Moment,
+    kind_sites,
     live_at,
     main_kind,
     what_filled,
@@ -426,17 +427,13 @@ def summarize(
     if found is not None and found.state == TRACE and found.allocated_bytes is not None:
         unwound = found.allocated_bytes - tally.allocated
     risk = at_risk(dump, free_in_reserved=tally.free, largest_free_block=tally.largest)
-    judged_kinds = (
-        filled.oom.kinds
-        if moment is not None and filled.oom is not None
-        else filled.kinds
-        if moment is not None
-        else filled.peak.kinds
-    )
+    at = _judged_moment(filled, moment)
     evidence = Evidence(
         live=[(site, block.size, block_steps.get(block.address)) for block, site, _ in tally.live],
-        kinds=judged_kinds,
+        kinds=at.kinds,
         kinds_known=bool(dump.meta.sidecar.get("tensors")),
+        moment=at,
+        unwound=filled.unwound if at.name == "oom" else None,
         sites=_by_site(sites),
         pending_bytes=tally.active - tally.allocated,
         pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
@@ -496,6 +493,22 @@ def summarize(
         filled=filled,
         live_at_start=filled.lifetimes.live_at_start,
     )
+
+
+def _judged_moment(filled: Filled, moment: OomMoment | None) -> Moment:
+    """The moment the diagnosis reads: the trace's ``oom`` entry, else the snapshot when an OOM
+    (or ``--requested``) is judged on it, else the peak (the snapshot without a trace)."""
+    if moment is not None and filled.oom is not None:
+        return filled.oom
+    if moment is None:
+        return filled.peak
+    if filled.peak.name == "snapshot":
+        return filled.peak
+    live = filled.lifetimes.at_snapshot()
+    return Moment(
+        "snapshot", filled.lifetimes.length, None, sum(a.size for a in live), filled.kinds,
+        CallNode("all live memory"), sites=kind_sites(live),
+    )  # fmt: skip
 
 
 def _by_site(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, int]]:

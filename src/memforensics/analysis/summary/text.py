@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 
 from memforensics._units import format_bytes as fmt
-from memforensics.analysis.diagnosis import CAUSE_NAMES, Diagnosis
+from memforensics.analysis.diagnosis import Diagnosis, cause_words
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
     KIND_WIDTH,
@@ -44,7 +44,7 @@ _SITE_COLUMN = 23  # where the kind column starts; the caller goes under the sit
 _SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 _LABEL = 15  # where a labelled row's text starts
 _MIN_SITES = 3
-_HEADLINE = 4  # lines the headline keeps by default
+_HEADLINE = 5  # lines the headline keeps by default: the cause and its fix, whole
 
 
 def summary_text(
@@ -93,12 +93,12 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
             lines = [*lines[: _HEADLINE - 1], _cut(lines[_HEADLINE - 1] + " …", width)]
         for index, cause in enumerate(rest[:2]):
             label = "also" if index == 0 else ""
-            words = f"{CAUSE_NAMES[cause.name]}: {cause.evidence}"
+            words = cause_words(cause.name, cause.evidence)
             lines.append(_cut(f"  {label:<{_LABEL - 2}}{words}", width))
         return lines
     for index, cause in enumerate(d.causes):
         label = "causes" if index == 0 else ""
-        lines += _label(label, f"{index + 1}. {CAUSE_NAMES[cause.name]}: {cause.evidence}", width)
+        lines += _label(label, f"{index + 1}. {cause_words(cause.name, cause.evidence)}", width)
         for fix in cause.fixes:
             freed = "" if fix.bytes is None else f", frees {fmt(fix.bytes)}"
             enough = ", enough for the request" if fix.sufficient else ""
@@ -118,6 +118,8 @@ def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
     """One file on one screen: the causes, the verdict, the figures, the top sites, one kind
     table, one call tree, each cut to what is left of :data:`SCREEN` lines."""
     head = [f"{s.file}  ({_where(s)})"]
+    if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
+        head[0] += f"  judged at the OOM, trace entry {s.oom.trace_index:,}"
     head += diagnosis_lines(s.diagnosis, width, verbose=False)
     head.append(_cut(f"  {'verdict':<{_LABEL - 2}}{_verdict_line(s)}", width))
     if s.at_risk is not None:
@@ -137,14 +139,18 @@ def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
     tree = tree_lines(moment.tree, limit=14) if moment is not None and moment.live_bytes else []
     tree_min = min(len(tree), 3) + (1 if tree else 0)
     fit_rows = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
-    cut = fit and len(s.top_sites) >= fit_rows  # then the last row says how many are hidden
-    shown = s.top_sites[: fit_rows - 1] if cut else s.top_sites
-    sites = _site_rows(shown, s.site_count, s.allocated_bytes, callers=False)
+    rows, count, total, where = s.top_sites, s.site_count, s.allocated_bytes, "at the snapshot"
+    if s.after_oom and s.oom is not None and s.oom.top_sites:  # the moment judged: the OOM's
+        rows, count = s.oom.top_sites, s.oom.site_count
+        total, where = s.oom.allocated_bytes or 0, title
+    cut = fit and len(rows) >= fit_rows  # then the last row says how many are hidden
+    shown = rows[: fit_rows - 1] if cut else rows
+    sites = _site_rows(shown, count, total, callers=False)
     if not fit:
         room = max(room, 2 + len(sites) + len(kind_table) + tree_min)
     body: list[str] = []
     if sites:
-        body += ["", f"{_SITE_HEADER} (at the snapshot)"]
+        body += ["", f"{_SITE_HEADER} ({where})"]
         body += sites
     if len(body) + len(kind_table) <= room:
         body += kind_table
@@ -199,10 +205,11 @@ def _figures(s: Summary) -> list[str]:
     if at is not None and s.after_oom:
         lines = [
             f"  reserved     {fmt(at.reserved_bytes):>12}   allocated {fmt(at.allocated_bytes)}"
-            f"   at the OOM (trace entry {at.trace_index:,}; unwinding freed"
-            f" {fmt(s.unwound_bytes)} after it)",
+            "   at the OOM",
             f"  free inside  {fmt(at.free_in_reserved_bytes):>12}   largest free block of its"
             f" pool {fmt(at.largest_free_block_bytes)}",
+            f"  unwound      {fmt(s.allocated_bytes):>12}   allocated at the snapshot (unwinding"
+            f" freed {fmt(s.unwound_bytes)})",
         ]
     else:
         lines = [
@@ -214,7 +221,7 @@ def _figures(s: Summary) -> list[str]:
     if at is not None:
         lines.append(
             f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
-            f"  limit {fmt(at.device_total_bytes)}, {device_free_text(at.device_free_bytes)}"
+            f"  limit {_known(at.device_total_bytes)}, {device_free_text(at.device_free_bytes)}"
         )
     elif s.oom is not None:
         lines.append(
@@ -225,6 +232,11 @@ def _figures(s: Summary) -> list[str]:
         lines.append(f"  warning      {s.judged_note}")
     lines.append(f"  history      {_history(s)}")
     return lines + context_lines(s.devices, s.device_index, s.device_reason, s.limits)
+
+
+def _known(size: int | None) -> str:
+    """A size, or ``not known`` (never a dash, never ``0 B``)."""
+    return "not known" if size is None else fmt(size)
 
 
 def _history(s: Summary) -> str:

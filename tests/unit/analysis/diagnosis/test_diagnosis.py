@@ -11,7 +11,7 @@ from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.compare import rank_trends, windows_beside
 from memforensics.analysis.diagnosis import Evidence, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
-from memforensics.analysis.filled import KindBytes
+from memforensics.analysis.filled import CallNode, KindBytes, KindSite, Moment
 from memforensics.analysis.oom import OomMoment, Verdict
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
@@ -24,6 +24,7 @@ from memforensics.testing import (
     SnapshotBuilder,
     fragmented,
     make_sidecar,
+    unwound_oom,
     write_dump,
 )
 
@@ -226,13 +227,66 @@ def test_no_expandable_segments_advice_before_the_release_that_has_it() -> None:
     assert any("predates expandable_segments" in m for m in summary.diagnosis.missing)
 
 
-def test_nothing_failed_names_no_cause_but_growth() -> None:
-    """A window dump without an OOM or a near-OOM: static memory is no cause of anything."""
-    evidence = Evidence(kinds=_kinds(parameter=GiB(6), activation=GiB(1)), has_history=True)
+def _peak(live: int, position: int, *kinds: KindBytes, sites: tuple[KindSite, ...] = ()) -> Moment:
+    """A peak moment of ``live`` bytes at trace ``position``."""
+    return Moment("peak", position, None, live, kinds, CallNode("all live memory"), sites=sites)
+
+
+def test_a_dump_without_an_oom_answers_its_peak() -> None:
+    """A window dump without an OOM: the headline is the peak, its biggest part with its sites
+    and bytes, and the change that cuts it by about half; parameters follow with their bytes."""
+    kinds = (KindBytes("parameter", MiB(300), 8, 0.8), KindBytes("activation", MiB(520), 40, 0.9))
+    sites = (
+        KindSite("activation", "/work/softmax.py:14 softmax", MiB(293), 10),
+        KindSite("activation", "/work/model.py:40 forward", MiB(227), 30),
+        KindSite("parameter", "/work/model.py:12 __init__", MiB(300), 8),
+    )
+    evidence = Evidence(
+        kinds=kinds, has_history=True, moment=_peak(MiB(820), 1156, *kinds, sites=sites)
+    )
     verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
     found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
-    assert found.causes == ()
-    assert found.headline.startswith("none: nothing failed")
+    assert [cause.name for cause in found.causes] == ["activations", "static"]
+    assert found.headline.startswith(
+        "peak 820.00 MiB at entry 1,156: activations 520.00 MiB, inferred"
+        " (softmax.py:14 softmax 293.00 MiB, model.py:40 forward 227.00 MiB)"
+    )
+    assert found.headline.endswith(
+        "→ activation checkpointing or half the micro-batch frees ≈ 260.00 MiB"
+    )
+    assert found.causes[1].evidence.startswith("parameters 300.00 MiB (model.py:12 __init__)")
+    assert found.moment == "peak"
+
+
+def test_only_an_empty_snapshot_has_none_for_a_headline() -> None:
+    """Nothing live and nothing in the trace: ``none: ...``; a traceless dump that holds memory
+    says instead that whether anything failed is unknown, and what fills it."""
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    empty = Evidence(moment=_peak(0, 0))
+    assert diagnose(_dump(), moment=None, verdict=verdict, evidence=empty).headline.startswith(
+        "none: nothing is allocated"
+    )
+    unknown = Verdict("unknown", "No event.", None, "no history and no sidecar")
+    kinds = (KindBytes("parameter", GiB(6), 32, 0.8),)
+    at = Moment("snapshot", 0, None, GiB(6), kinds, CallNode("all live memory"))
+    held = Evidence(kinds=kinds, moment=at)
+    found = diagnose(_dump(), moment=None, verdict=unknown, evidence=held)
+    assert found.headline.startswith(
+        "whether anything failed is unknown (no history and no sidecar); at the snapshot 6.00 GiB:"
+        " parameters 6.00 GiB, inferred"
+    )
+    assert "nothing failed" not in found.headline
+
+
+def test_an_unknown_figure_is_left_out_never_zero() -> None:
+    """Inferred parameters without gradients or optimizer state: the evidence names the
+    parameters and prints no ``0 B`` for the parts nothing showed."""
+    evidence = Evidence(kinds=_kinds(parameter=MiB(240)), has_history=True)
+    found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=evidence)
+    [static] = found.causes
+    assert "0 B" not in static.evidence
+    assert "gradients" not in static.evidence
+    assert static.inferred
 
 
 def test_near_oom_growth_says_how_many_steps_of_headroom_are_left() -> None:
@@ -310,14 +364,33 @@ def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> No
     assert windows_beside(tmp_path / "loose.pickle") is None  # no run folder: no windows read
 
 
-def test_a_kind_guessed_with_low_confidence_is_no_evidence() -> None:
-    """Parameters inferred at confidence 0.3 (by block sizes alone) name no static cause; the
-    headline says no cause was found instead of guessing one."""
+def test_a_kind_guessed_with_low_confidence_is_still_a_cause_marked_inferred() -> None:
+    """Parameters inferred at confidence 0.3 are a cause all the same, said to be inferred,
+    with their bytes; what is missing names the history."""
     kinds = (KindBytes("parameter", GiB(6), 32, 0.3),)
     found = diagnose(_dump(), moment=_moment(), verdict=EXHAUSTED, evidence=Evidence(kinds=kinds))
-    assert found.causes == ()
-    assert found.headline.startswith("no cause found")
+    [static] = found.causes
+    assert (static.name, static.bytes, static.inferred) == ("static", GiB(6), True)
+    assert "parameters 6.00 GiB, inferred" in found.headline
     assert any("no allocator history" in note for note in found.missing)
+
+
+def test_the_unwound_step_heads_an_oom_taken_after_unwinding() -> None:
+    """An OOM dumped after the exception unwound, without a sidecar: the blocks the unwinding
+    freed are the failing step's tensors, named with their lines and bytes, and removing them
+    frees what the request needed; the site rows are those at the OOM."""
+    made = unwound_oom()
+    summary = summarize(dump_from_snapshot(made.snapshot))
+    assert summary.diagnosis is not None
+    top = summary.diagnosis.causes[0]
+    assert (top.name, top.bytes, top.sufficient, top.inferred) == (
+        "activations", GiB(78), True, False,
+    )  # fmt: skip
+    headline = summary.diagnosis.headline
+    assert "gnn.py:57 update_nodes 30.00 GiB, gnn.py:61 relu 24.00 GiB" in headline
+    assert "removing it frees 78.00 GiB, the request needed 1.50 GiB" in headline
+    assert summary.oom is not None
+    assert {site.site: site.bytes for site in summary.oom.top_sites} == made.truth.oom_site_bytes
 
 
 def test_a_request_the_state_serves_is_no_failure_to_explain() -> None:

@@ -48,13 +48,18 @@ def test_blocks_freed_by_the_unwinding_are_judged_at_the_oom(tmp_path: Path) -> 
     assert max(a.confidence for a in unwound) < min(a.confidence for a in seen)
 
 
-def _state_only(*segments: tuple[Block, ...]) -> list[Allocation]:
-    """A dump with blocks and their frames but no trace (``oom_history="state"``)."""
+def _state_only(*segments: tuple[Block, ...], plain: bool = False) -> list[Allocation]:
+    """A dump with blocks and their frames but no trace (``oom_history="state"``); ``plain``:
+    the script's frame made them directly, with no module's forward inside it."""
     builder = SnapshotBuilder()
     for blocks in segments:
         builder.segment(*blocks)
     snapshot = builder.build()
     snapshot["device_traces"] = [[]]
+    if plain:
+        for segment in snapshot["segments"]:
+            for block in segment["blocks"]:
+                block["frames"] = [f for f in block["frames"] if f["name"] != "forward"]
     found = lifetimes(dump_from_snapshot(snapshot))
     classify(found)
     return found.allocations
@@ -89,9 +94,9 @@ def test_a_cublas_workspace_is_a_workspace() -> None:
 def test_one_big_block_from_a_script_is_not_confidently_a_parameter() -> None:
     """A single huge block held since set-up, made by a plain script frame, is 'unknown'; many
     same-sized ones are parameters, at lower confidence than with a frame that builds a model."""
-    [single] = _state_only((Block(GiB, site=SCRIPT),))
+    [single] = _state_only((Block(GiB, site=SCRIPT),), plain=True)
     assert single.kind == "unknown"
-    layers = _state_only(tuple(Block(MiB(24), site=SCRIPT) for _ in range(8)))
+    layers = _state_only(tuple(Block(MiB(24), site=SCRIPT) for _ in range(8)), plain=True)
     assert {a.kind for a in layers} == {"parameter"}
     [moved] = _state_only((Block(MiB(24), site=MODEL_TO),))
     assert moved.kind == "parameter"
@@ -111,3 +116,10 @@ def test_a_block_from_before_recording_freed_by_the_unwinding_stays_certain() ->
     classify(found)
     [old] = [a for a in found.allocations if a.requested == MiB(8)]
     assert (old.kind, old.confidence) == ("before_recording", 1.0)
+
+
+def test_blocks_made_in_a_forward_are_never_parameters() -> None:
+    """Eight equal blocks held since before the trace, made under a module's forward (attention
+    maps of a UNet, hidden states): not parameters, however many share a size."""
+    maps = _state_only(tuple(Block(MiB(24), site=SCRIPT) for _ in range(8)))
+    assert {a.kind for a in maps} == {"activation"}

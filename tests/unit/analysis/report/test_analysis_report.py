@@ -11,7 +11,7 @@ import pytest
 
 import memforensics.analysis.report
 from memforensics.analysis import Dump, summarize
-from memforensics.analysis.diagnosis import CAUSE_NAMES
+from memforensics.analysis.diagnosis import cause_words
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.report.model import DumpContext, Section, table
@@ -247,7 +247,5 @@ def test_report_headline_is_the_diagnosis_with_the_verdict_beneath() -> None:
     diagnosis = summarize(dump).diagnosis
     assert diagnosis is not None
     assert verdict["cause"] == diagnosis.headline
-    assert verdict["causes"] == [
-        f"{CAUSE_NAMES[c.name]}: {c.evidence}" for c in diagnosis.causes[1:]
-    ]
+    assert verdict["causes"] == [cause_words(c.name, c.evidence) for c in diagnosis.causes[1:]]
     assert verdict["name"] == "fragmentation"
