@@ -63,7 +63,8 @@ def _type_checking_imports(node: ast.stmt) -> dict[str, str] | None:
         return None
     found = {}
     for child in node.body:
-        assert isinstance(child, ast.ImportFrom) and child.module, "only imports under it"
+        assert isinstance(child, ast.ImportFrom), "only imports under TYPE_CHECKING"
+        assert child.module
         found.update({alias.asname or alias.name: child.module for alias in child.names})
     return found
 
