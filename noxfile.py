@@ -89,6 +89,14 @@ def frameworks(session: nox.Session) -> None:
 
 
 @nox.session
+def newcomer(session: nox.Session) -> None:
+    """README's first command as a new user meets it: a clone of HEAD in a temporary folder, a
+    fresh virtual environment, ``pip install .`` and ``memforensics demo`` (pip's index only)."""
+    session.install("-e", ".", *TEST_DEPS)
+    session.run("pytest", "tests/integration/test_newcomer.py", "-m", "newcomer", *session.posargs)
+
+
+@nox.session
 def stress(session: nox.Session) -> None:
     """Heavy fault-injection variants (kills, OOM storms, 16 ranks); prints the figures reached."""
     install_torch(session)

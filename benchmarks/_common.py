@@ -19,6 +19,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+SHARED_DATA_ENV = "MEMFORENSICS_SHARED_DATA"
+
+
+def shared_data() -> Path:
+    """The folder of the shared real data (real snapshots, real workloads), found as the tests
+    find it (``tests/shared_data.py``): ``$MEMFORENSICS_SHARED_DATA`` (relative to the checkout),
+    else ``../shared/data`` beside the checkout. It may be absent."""
+    checkout = Path(__file__).resolve().parents[1]
+    named = os.environ.get(SHARED_DATA_ENV)
+    return checkout / named if named else checkout.parent / "shared" / "data"
+
 
 @dataclass
 class Figure:

@@ -22,10 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import figure, parse_args, report
+from _common import figure, parse_args, report, shared_data
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOAD = ROOT.parent / "shared" / "data" / "real-workloads" / "small-lm-forward-backward"
+WORKLOAD = shared_data() / "real-workloads" / "small-lm-forward-backward"
 SCRIPT = WORKLOAD / "code" / "cs336_systems" / "benchmarking_script.py"
 IMPORTS = "import torch, einops, einx, jaxtyping, pandas"
 BUILD = (

@@ -4,7 +4,7 @@ On real-shaped dumps (``_real_shape``: deep stacks, shared frame dicts, the real
 ``--events`` trace entries, each mode runs in a fresh interpreter that first imports the
 analysis package, then records its resident memory, does the work, and reports the growth of
 its peak resident memory. ``pickle.load`` of the same file is the reference. The real
-snapshots in ../shared/data/real-snapshots are measured the same way when present.
+snapshots (``_common.shared_data()``) are measured the same way when present.
 
 Every structure the analysis adds is linear in the trace (one small object per allocation, one
 pointer per entry) or bounded (timeline buckets, layouts, tables), so the ratio measured here
@@ -27,10 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import figure, parse_args, report
+from _common import figure, parse_args, report, shared_data
 
 HERE = Path(__file__).resolve().parent
-REAL = HERE.parent.parent / "shared" / "data" / "real-snapshots"
+REAL = shared_data() / "real-snapshots"
 MODES = ("pickle", "summary", "leaks", "report")
 
 

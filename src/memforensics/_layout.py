@@ -19,7 +19,9 @@ makes parses back to the facts it was made from.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -198,3 +200,31 @@ def parse_journal_name(name: str) -> tuple[int, int, int] | None:
 def inflight_folder(out_dir: Path, rank: int) -> Path:
     """``<out_dir>/.inflight/rank<R>``: where rank R registers the temporary files it writes."""
     return out_dir / INFLIGHT_FOLDER / f"rank{rank}"
+
+
+def unsafe_folders(out_dir: Path) -> list[str]:
+    """``out_dir`` and each folder above it that lets another user swap a dump: writable by
+    group or others without the sticky bit (anyone may rename files there), or owned by a user
+    other than this process's and root (the owner may). Each as ``path (why)``; a folder
+    memforensics created itself is private by its mode and never listed."""
+    me = os.geteuid()
+    found = []
+    folder = out_dir
+    while True:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            break
+        reasons = []
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            reasons.append(
+                f"mode {stat.S_IMODE(info.st_mode):o}, writable by others, no sticky bit"
+            )
+        if info.st_uid not in (me, 0):
+            reasons.append(f"owned by uid {info.st_uid}")
+        if reasons:
+            found.append(f"{folder} ({'; '.join(reasons)})")
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    return found

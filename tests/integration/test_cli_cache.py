@@ -23,10 +23,10 @@ from memforensics.testing import (
     write_dump,
     write_run_folder,
 )
+from shared_data import REAL_SNAPSHOTS, real_params, real_snapshots
 
 pytestmark = pytest.mark.integration
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-snapshots"
 REQUESTED = GiB(1)
 
 
@@ -72,11 +72,10 @@ def test_a_cached_answer_is_the_uncached_one(tmp_path: Path, command: list[str])
     assert plain.stderr == first.stderr == second.stderr
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
-@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.pickle")))
+@pytest.mark.parametrize("name", real_params(path.name for path in real_snapshots()))
 def test_real_snapshots_answer_the_same_from_the_cache(tmp_path: Path, name: str) -> None:
     """summary, replay and diff --json on real snapshots: cached equals uncached, byte for byte."""
-    path, other = REAL / name, REAL / "cuda-cnn-stacks-all.pickle"
+    path, other = REAL_SNAPSHOTS / name, REAL_SNAPSHOTS / "cuda-cnn-stacks-all.pickle"
     cache = tmp_path / "cache"
     for command in (["summary", "--json", path], ["replay", "--json", path]) + (
         (["diff", "--json", other, path],) if path != other else ()

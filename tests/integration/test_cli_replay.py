@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
+
 pytestmark = pytest.mark.integration
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-snapshots"
 LEAK = """\
 from memforensics.testing import get_device
 
@@ -81,10 +82,10 @@ def test_quickstart_leak_is_proven_exhausted(tmp_path: Path) -> None:
     assert replay["lower_bound"]["proven_exhausted"] is True
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
+@needs_shared_data
 def test_summary_without_history_or_sidecar_is_unknown_until_told_the_request() -> None:
     """No history, no sidecar: unknown; with --requested the user's failed request is judged."""
-    path = REAL / "cuda-llm-at-oom-no-history.pickle"
+    path = REAL_SNAPSHOTS / "cuda-llm-at-oom-no-history.pickle"
     data = json.loads(_cli("summary", path, "--json").stdout)
     verdict = (data["verdict"]["name"], data["verdict"]["reason"])
     assert verdict == ("unknown", "no history and no sidecar")
@@ -96,11 +97,11 @@ def test_summary_without_history_or_sidecar_is_unknown_until_told_the_request() 
     assert bad.returncode == 2
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real GPU snapshots are not on this machine")
+@needs_shared_data
 @pytest.mark.parametrize("name", ["cuda-cnn-stacks-all.pickle", "cuda-transformer-forward.pickle"])
 def test_real_snapshots_replay_exactly(name: str) -> None:
     """The model reproduces every segment event and block address of real CUDA runs."""
-    data = json.loads(_cli("replay", REAL / name, "--json").stdout)
+    data = json.loads(_cli("replay", REAL_SNAPSHOTS / name, "--json").stdout)
     assert data["fidelity"] == 1.0
     assert data["segment_events"] == data["segment_events_matched"] > 0
     assert data["placements_same"] == data["placements_checked"] > 0

@@ -22,10 +22,11 @@ from memforensics._layout import PREDICTED_KEY
 from memforensics.allocator import parse_conf, round_size
 from memforensics.analysis import summarize
 from memforensics.analysis.dump import dump_from_snapshot
+from shared_data import PRESENT, REAL_WORKLOADS, REASON
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
-WORKLOADS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-workloads"
+WORKLOADS = REAL_WORKLOADS
 SCRIPTS = {
     "attention-forward-backward": ("trace_peak_memory.py", (), "mem_snapshot.pickle"),
     "small-lm-inference": ("benchmark.py", ("--mode", "forward"), "memory_snapshot.pickle"),
@@ -117,8 +118,8 @@ def _plan(name: str, folder: Path) -> Planned:
 @pytest.fixture(scope="module", params=sorted(SCRIPTS))
 def planned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Planned:
     """Each workload planned once for the module, from its own temporary folder."""
-    if not WORKLOADS.is_dir():
-        pytest.skip(f"the shared real workloads are not at {WORKLOADS}")
+    if not PRESENT:
+        pytest.skip(REASON)
     pytest.importorskip("einops")
     name: str = request.param
     return _plan(name, tmp_path_factory.mktemp(name))

@@ -28,9 +28,9 @@ from memforensics.analysis import load_dump
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.capture.config import FIELDS, build_config, env_var
 from memforensics.testing import exhausted, fragmented
+from shared_data import real_snapshots
 
 MiB = 1 << 20
-REAL_DIR = Path("/work/shared/data/real-snapshots")
 
 # -- planted links, FIFOs and folders ------------------------------------------------------------
 
@@ -361,8 +361,7 @@ def _seeds() -> list[bytes]:
         pickle.dumps(fragmented().snapshot, protocol=4),
         pickle.dumps(exhausted().snapshot, protocol=4),
     ]
-    if REAL_DIR.is_dir():  # only this part is skipped where the real snapshots are absent
-        seeds += [p.read_bytes() for p in sorted(REAL_DIR.glob("*.pickle"))]
+    seeds += [path.read_bytes() for path in real_snapshots()]  # none where they are absent
     return seeds
 
 

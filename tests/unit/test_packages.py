@@ -1,5 +1,5 @@
 """Every package of memforensics keeps its shape: an ``__init__`` holds a docstring, imports and
-one sorted ``__all__`` of exactly what it imports, and nothing else.
+one sorted ``__all__`` of exactly what it imports (some on first use), and nothing else.
 
 The import rules between packages (no cycles, the layers, analysis without capture or torch, the
 CLI on public analysis names) are import-linter's contract in ``nox -s lint``, not tests here."""
@@ -49,16 +49,48 @@ def _sort_key(name: str) -> tuple[int, str]:
     return (1 if name[0].isupper() else 2), name
 
 
+def _lazy_table(node: ast.stmt) -> dict[str, str] | None:
+    """The ``_LAZY = {name: module}`` table of a package that loads names on first use."""
+    if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["_LAZY"]:
+        table: dict[str, str] = ast.literal_eval(node.value)
+        return table
+    return None
+
+
+def _type_checking_imports(node: ast.stmt) -> dict[str, str] | None:
+    """``if TYPE_CHECKING:`` imports, each name with its module (what ``_LAZY`` must say)."""
+    if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"):
+        return None
+    found = {}
+    for child in node.body:
+        assert isinstance(child, ast.ImportFrom), "only imports under TYPE_CHECKING"
+        assert child.module
+        found.update({alias.asname or alias.name: child.module for alias in child.names})
+    return found
+
+
 @pytest.mark.parametrize("name", PACKAGES)
 def test_each_init_only_reexports_with_one_sorted_all(name: str) -> None:
     """An ``__init__`` holds a docstring, imports and one ``__all__``: the names it imports,
-    sorted, each one there (a docstring alone is a package with nothing public of its own)."""
+    sorted, each one there (a docstring alone is a package with nothing public of its own).
+    Names it loads on first use are imported under ``if TYPE_CHECKING:`` and listed, each with
+    that same module, in its ``_LAZY`` table, which its ``__getattr__`` and ``__dir__`` read."""
     tree = ast.parse(MODULES[name].read_text("utf-8"))
     imported: list[str] = []
     exported: list[str] | None = None
+    lazy: dict[str, str] = {}
+    typed: dict[str, str] = {}
     for index, node in enumerate(tree.body):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom) and node.module == "typing":
+            assert [alias.name for alias in node.names] == ["TYPE_CHECKING"]
+        elif isinstance(node, ast.ImportFrom):
             imported += [alias.asname or alias.name for alias in node.names]
+        elif (found := _type_checking_imports(node)) is not None:
+            typed.update(found)
+        elif (table := _lazy_table(node)) is not None:
+            lazy.update(table)
+        elif isinstance(node, ast.FunctionDef):
+            assert node.name in {"__getattr__", "__dir__"}, f"{name}: more than re-exports"
         elif isinstance(node, ast.Assign) and exported is None:
             [target] = node.targets
             assert isinstance(target, ast.Name)
@@ -67,6 +99,8 @@ def test_each_init_only_reexports_with_one_sorted_all(name: str) -> None:
         else:
             assert index == 0, f"{name}: more than re-exports"
             assert isinstance(node, ast.Expr), f"{name}: more than re-exports"
+    assert lazy == typed, f"{name}: _LAZY and the TYPE_CHECKING imports disagree"
+    imported += list(lazy)
     if exported is None:
         assert not imported, f"{name}: imports without an __all__"
         return
@@ -74,6 +108,7 @@ def test_each_init_only_reexports_with_one_sorted_all(name: str) -> None:
     assert set(exported) == set(imported)
     module = importlib.import_module(name)
     assert all(hasattr(module, item) for item in exported)
+    assert set(exported) <= set(dir(module))
 
 
 @pytest.mark.parametrize("name", PACKAGES)

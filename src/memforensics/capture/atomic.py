@@ -29,7 +29,6 @@ import pickle
 import re
 import secrets
 import socket
-import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -312,34 +311,6 @@ def _registered_temp(out_dir: Path, link: Path, link_match: re.Match[str]) -> Pa
     if os.path.realpath(temp.parent) != os.path.join(os.path.realpath(out_dir), *parts[:-1]):
         return None  # a folder on the way was swapped for a symlink: not ours to follow
     return temp
-
-
-def unsafe_folders(out_dir: Path) -> list[str]:
-    """``out_dir`` and each folder above it that lets another user swap a dump: writable by
-    group or others without the sticky bit (anyone may rename files there), or owned by a user
-    other than this process's and root (the owner may). Each as ``path (why)``; a folder
-    memforensics created itself is private by its mode and never listed."""
-    me = os.geteuid()
-    found = []
-    folder = out_dir
-    while True:
-        try:
-            info = os.stat(folder)
-        except OSError:
-            break
-        reasons = []
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            reasons.append(
-                f"mode {stat.S_IMODE(info.st_mode):o}, writable by others, no sticky bit"
-            )
-        if info.st_uid not in (me, 0):
-            reasons.append(f"owned by uid {info.st_uid}")
-        if reasons:
-            found.append(f"{folder} ({'; '.join(reasons)})")
-        if folder.parent == folder:
-            break
-        folder = folder.parent
-    return found
 
 
 def check_writable(out_dir: Path) -> None:

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from memforensics import _layout
 from memforensics.capture import atomic
 from memforensics.capture.config import distributed_initialized
 from memforensics.capture.log import safe_log, warn_once
@@ -110,7 +111,7 @@ class OutDir:
         )
 
     def _settle(self) -> None:
-        unsafe = atomic.unsafe_folders(self.path)
+        unsafe = _layout.unsafe_folders(self.path)
         if unsafe:
             warn_once(
                 "out_dir_unsafe",

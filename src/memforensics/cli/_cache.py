@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import memforensics
 from memforensics._errors import SnapshotLoadError
-from memforensics._layout import sidecar_path
+from memforensics._layout import sidecar_path, unsafe_folders
 from memforensics._text import printable
 from memforensics.analysis.dump import (
     SIDECAR_LIMIT,
@@ -48,7 +48,6 @@ from memforensics.analysis.dump import (
     read_sidecar_file,
 )
 from memforensics.analysis.schema import SchemaError, from_json, to_json
-from memforensics.capture.atomic import unsafe_folders
 
 T = TypeVar("T")
 

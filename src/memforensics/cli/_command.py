@@ -16,7 +16,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from memforensics._text import printable
 
@@ -135,34 +135,84 @@ def add_retired_flags(parser: argparse.ArgumentParser, *flags: str, why: str) ->
     )  # fmt: skip
 
 
-# Registry of subcommands (one small module each in ``commands/``), imported lazily at parser
-# build time.
-#
-# Keeping the list here (rather than discovering modules) makes the CLI's surface explicit and
-# keeps ``import memforensics`` free of every command's dependencies.
+class Registered(NamedTuple):
+    """A subcommand as ``--help`` lists it, known without importing its module."""
 
-# (module, class) in the order ``memforensics --help`` lists them.
-_COMMANDS: tuple[tuple[str, str], ...] = (
-    ("summary", "SummaryCommand"),
-    ("diff", "DiffCommand"),
-    ("ls", "LsCommand"),
-    ("replay", "ReplayCommand"),
-    ("leaks", "LeaksCommand"),
-    ("overview", "OverviewCommand"),
-    ("watch", "WatchCommand"),
-    ("report", "ReportCommand"),
-    ("cache", "CacheCommand"),
-    ("run", "RunCommand"),
-    ("plan", "PlanCommand"),
-    ("doctor", "DoctorCommand"),
-    ("demo", "DemoCommand"),
-)
+    cls: str
+    """Its class, in the module ``memforensics.cli.commands.<name>``."""
+    summary: str
+    """The first line of the class's docstring (a test keeps the two equal)."""
+
+
+# Registry of subcommands, one small module each in ``commands/``, in the order
+# ``memforensics --help`` lists them. Keeping the list here (rather than discovering modules)
+# makes the CLI's surface explicit, and the one-line summaries let ``--help`` answer without
+# importing any command: a command's module (and what it needs: the analysis, capture, rich)
+# is imported only when that command runs or its own ``--help`` is asked for.
+COMMANDS: dict[str, Registered] = {
+    "summary": Registered(
+        "SummaryCommand",
+        "Explain dumps: reserved/allocated bytes, the OOM, a verdict and the biggest sites.",
+    ),
+    "diff": Registered(
+        "DiffCommand",
+        "Compare two dumps: change of live bytes per site, largest first, and leak suspects.",
+    ),
+    "ls": Registered(
+        "LsCommand",
+        "List the dumps under a run folder (all ranks), oldest first, naming the first OOM.",
+    ),
+    "replay": Registered(
+        "ReplayCommand",
+        "Replay a dump through the allocator model: self-check, proven bound, what-if table.",
+    ),
+    "leaks": Registered(
+        "LeaksCommand",
+        "Find leaks across a run's window dumps: per rank, per site, growth per step.",
+    ),
+    "overview": Registered(
+        "OverviewCommand",
+        "The whole run from every rank's journal: first OOM, ranks that stand out, a healthy peer.",
+    ),
+    "watch": Registered(
+        "WatchCommand",
+        "Watch a running job's journals: one row per rank, most urgent first (Ctrl-C ends it).",
+    ),
+    "report": Registered(
+        "ReportCommand",
+        "Write one self-contained HTML report (opens with no network) for dumps or run folders.",
+    ),
+    "cache": Registered(
+        "CacheCommand",
+        "Show (info) or empty (clear) the cache of answers about dumps that analysis commands"
+        " keep.",
+    ),
+    "run": Registered(
+        "RunCommand",
+        "Run a training script or module with forensics installed, as python would run it.",
+    ),
+    "plan": Registered(
+        "PlanCommand",
+        "Predict a script's GPU memory on the CPU: peak, reserved, segments, and whether it fits.",
+    ),
+    "doctor": Registered(
+        "DoctorCommand",
+        "Check this node before a long job: framework, device, OOM hook, history, disk, settings.",
+    ),
+    "demo": Registered(
+        "DemoCommand",
+        "Run a small leaky training loop into OOM with forensics on, and show what it captured.",
+    ),
+}
+
+
+def load_command(name: str) -> Command:
+    """The registered subcommand ``name``, its module imported now."""
+    module = importlib.import_module(f"memforensics.cli.commands.{name}")
+    command: Command = getattr(module, COMMANDS[name].cls)()
+    return command
 
 
 def all_commands() -> list[Command]:
-    """Instantiate every registered subcommand."""
-    commands: list[Command] = []
-    for module_name, class_name in _COMMANDS:
-        module = importlib.import_module(f"memforensics.cli.commands.{module_name}")
-        commands.append(getattr(module, class_name)())
-    return commands
+    """Instantiate every registered subcommand (importing every command's module)."""
+    return [load_command(name) for name in COMMANDS]

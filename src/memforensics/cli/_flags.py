@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._units import parse_size
-from memforensics.capture.config import FIELDS, ForensicsConfig, env_var, parse_env_value
 from memforensics.cli._cache import ResultCache, default_cache_dir
 from memforensics.cli._command import add_retired_flags
 
@@ -181,6 +180,8 @@ def _default_text(value: Any) -> str:
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """Add one ``--<field>`` flag per ``ForensicsConfig`` field; unset flags stay absent."""
+    from memforensics.capture.config import ForensicsConfig, env_var  # pydantic: `run` only
+
     group = parser.add_argument_group(
         "forensics configuration",
         "One flag per ForensicsConfig field. A flag takes the same text as its MEMFORENSICS_* "
@@ -199,6 +200,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def passed_flags(args: argparse.Namespace) -> dict[str, str]:
     """The raw text of each config flag the user passed, by field name."""
+    from memforensics.capture.config import FIELDS
+
     values = vars(args)
     return {
         field: values[_DEST_PREFIX + field] for field in FIELDS if _DEST_PREFIX + field in values
@@ -207,6 +210,8 @@ def passed_flags(args: argparse.Namespace) -> dict[str, str]:
 
 def config_keywords(raw: Mapping[str, str], parser: argparse.ArgumentParser) -> dict[str, Any]:
     """Parse passed flags into ``install()`` keywords; a bad value is an argparse error (exit 2)."""
+    from memforensics.capture.config import parse_env_value
+
     keywords: dict[str, Any] = {}
     for field, text in raw.items():
         try:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from memforensics._version import __version__
-from memforensics.analysis.dump import paused_gc
-from memforensics.cli._command import Command, CommandError, all_commands
+from memforensics.cli._command import COMMANDS, Command, CommandError, load_command
 from memforensics.cli._output import safe_output
 
 __all__ = ["Command", "CommandError", "build_parser", "main"]
@@ -26,29 +25,46 @@ _SCRIPT_COMMANDS = frozenset({"run"})
 _READERS = frozenset({"diff", "leaks", "ls", "overview", "replay", "report", "summary"})
 
 
-def build_parser() -> tuple[
-    argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]
-]:
-    """Build the top-level parser and one subparser per registered command."""
+def build_parser(
+    commands: Iterable[str] | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]]:
+    """Build the top-level parser, listing every registered command, and a full subparser for
+    each of ``commands`` (default: all of them). Only those commands' modules are imported:
+    the listing comes from the registry's one-line summaries."""
     parser = argparse.ArgumentParser(
         prog="memforensics",
         description="Explain PyTorch out-of-memory failures from memforensics dumps.",
     )
     parser.add_argument("--version", action="version", version=f"memforensics {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = set(COMMANDS if commands is None else commands)
     table: dict[str, tuple[Command, argparse.ArgumentParser]] = {}
-    for command in all_commands():
-        doc = (type(command).__doc__ or "").strip()
-        summary = doc.splitlines()[0] if doc else command.name
-        child = sub.add_parser(command.name, help=summary, description=doc)
-        command.prepare_parser(child)
-        table[command.name] = (command, child)
+    for name, registered in COMMANDS.items():
+        child = sub.add_parser(name, help=registered.summary, description=registered.summary)
+        if name in wanted:
+            command = load_command(name)
+            child.description = (type(command).__doc__ or "").strip() or registered.summary
+            command.prepare_parser(child)
+            table[name] = (command, child)
     return parser, table
+
+
+def _command_named(argv: Sequence[str]) -> list[str]:
+    """The command ``argv`` names, as a list of one (none when it names no registered one): the
+    first argument that is not an option, as the top-level options take no values."""
+    for arg in argv:
+        if arg == "--":
+            break
+        if not arg.startswith("-"):
+            return [arg] if arg in COMMANDS else []
+    return []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the console script; return its exit status (2 for bad input, like argparse)."""
-    parser, table = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser, table = build_parser(_command_named(argv))
     try:
         args = _parse(parser, table, argv)
     except SystemExit:  # --help, --version or a usage error: flush now, quietly if need be
@@ -63,9 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, child = table[args.command]
     if command.name in _SCRIPT_COMMANDS:
         return _run(command, args, child)
-    collector: AbstractContextManager[None] = (
-        paused_gc() if command.name in _READERS else nullcontext()
-    )
+    collector: AbstractContextManager[None] = nullcontext()
+    if command.name in _READERS:  # their modules imported the analysis already
+        from memforensics.analysis.dump import paused_gc
+
+        collector = paused_gc()
     with safe_output(), collector:
         return _run(command, args, child)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memforensics._text import terminal_safe
-from memforensics.capture.atomic import write_file_atomic
 from memforensics.cli._command import CommandError
 
 # The CLI's last line of defence: whatever a command prints reaches the terminal without a
@@ -62,6 +61,8 @@ def unescaped(stream: TextIO) -> TextIO:
 
 def write_page(out: Path, html: str) -> None:
     """Write ``html`` to ``out`` atomically; a failure is one ``CommandError`` line."""
+    from memforensics.capture.atomic import write_file_atomic  # only commands that write pages
+
     try:
         write_file_atomic(out, html.encode("utf-8"))
     except OSError as exc:

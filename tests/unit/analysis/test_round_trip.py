@@ -21,9 +21,8 @@ from memforensics.testing import (
     wrong_sidecar_device,
 )
 from memforensics.testing._historical import MultiDeviceDump
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
 
-REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "real-snapshots"
-REAL_FILES = sorted(REAL.glob("*.pickle")) if REAL.is_dir() else []
 SYNTHETIC = {
     "fragmented": fragmented,
     "exhausted": exhausted,
@@ -73,7 +72,7 @@ def test_summary_of_several_devices_round_trips(made: MultiDeviceDump) -> None:
     _summary_round_trip(dump_from_snapshot(made.snapshot, sidecar=made.sidecar))
 
 
-@pytest.mark.parametrize("path", REAL_FILES, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", real_params(real_snapshots()), ids=lambda path: path.stem)
 def test_summary_of_a_real_snapshot_round_trips(path: Path) -> None:
     """A real PyTorch snapshot's summary, read back from its JSON, prints the same text."""
     _summary_round_trip(load_dump(path))
@@ -85,12 +84,13 @@ def test_replay_of_a_synthetic_dump_round_trips(name: str, tmp_path: Path) -> No
     _replay_round_trip(_synthetic(name, tmp_path))
 
 
-@pytest.mark.parametrize("path", REAL_FILES, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", real_params(real_snapshots()), ids=lambda path: path.stem)
 def test_replay_of_a_real_snapshot_round_trips(path: Path) -> None:
     """A real PyTorch snapshot's replay, read back from its JSON, prints the same text."""
     _replay_round_trip(load_dump(path))
 
 
+@needs_shared_data
 def test_the_real_snapshots_are_there() -> None:
     """The round trips above ran on the real snapshots, not on an empty list."""
-    assert REAL_FILES, f"no real snapshots under {REAL}"
+    assert real_snapshots(), f"no real snapshots under {REAL_SNAPSHOTS}"

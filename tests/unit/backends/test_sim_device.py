@@ -7,7 +7,6 @@ import io
 import pickle
 import random
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,12 +25,9 @@ from memforensics.backends.sim import (
 from memforensics.backends.sim import backend as sim_module
 from memforensics.backends.sim import device as _sim_device
 from memforensics.backends.sim import format as _sim_format
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 MiB = 1 << 20
-REAL_SNAPSHOT_NAME = "real-snapshots/cuda-transformer-forward.pickle"
-REAL_SNAPSHOT_CANDIDATES = [
-    root / "shared" / "data" / REAL_SNAPSHOT_NAME for root in Path(__file__).resolve().parents[3:5]
-]
 
 
 @pytest.fixture(autouse=True)
@@ -446,12 +442,10 @@ def test_snapshot_round_trips_through_protocol_4_and_a_restricted_unpickler() ->
     assert loaded == snapshot
 
 
+@needs_shared_data
 def test_snapshot_keys_match_a_real_torch_snapshot() -> None:
     """Top-level, segment, block, trace and settings keys are those real PyTorch writes."""
-    found = [path for path in REAL_SNAPSHOT_CANDIDATES if path.exists()]
-    if not found:
-        pytest.skip("real snapshot data not present")
-    with found[0].open("rb") as handle:
+    with (REAL_SNAPSHOTS / "cuda-transformer-forward.pickle").open("rb") as handle:
         real = pickle.load(handle)
     ours = busy_device().snapshot()
     assert set(ours) == set(real)

@@ -151,7 +151,7 @@ def test_a_folder_owned_by_another_user_is_named(
     """A folder owned by a uid that is neither this process's nor root's is listed."""
     import os
 
-    from memforensics.capture.atomic import unsafe_folders
+    from memforensics._layout import unsafe_folders
 
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o755)

@@ -6,7 +6,6 @@ import argparse
 import json
 import shutil
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -182,6 +181,8 @@ class SummaryCommand:
                 for index in todo:
                     sections[index] = _section(args.files[index], ask, progress)
             else:
+                from concurrent.futures import ProcessPoolExecutor  # several files only
+
                 done = progress.files(len(todo))
                 with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
                     futures = {i: pool.submit(_section, args.files[i], ask) for i in todo}

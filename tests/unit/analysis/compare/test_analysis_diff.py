@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,9 +24,7 @@ from memforensics.testing import (
     make_sidecar,
     write_dump,
 )
-
-REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
+from shared_data import needs_shared_data, real_snapshots
 
 
 def test_growth_and_leak_suspects(tmp_path: Path) -> None:
@@ -98,10 +95,11 @@ def test_kinds_sites_and_total_agree_when_requests_are_not_block_sizes() -> None
     assert _agreeing(before, after) == (change, change, change)
 
 
-@pytest.mark.skipif(len(REAL) < 2, reason="the real snapshots are not beside the repo")
+@needs_shared_data
 def test_kinds_sites_and_total_agree_on_real_snapshots() -> None:
     """Between two real snapshots, diff's kinds, sites and total agree to the byte."""
-    before, after = load_dump(REAL[0]), load_dump(REAL[-1])
+    first, *_, last = real_snapshots()
+    before, after = load_dump(first), load_dump(last)
     total, sites, kinds = _agreeing(before, after)
     assert total == sites == kinds
 

@@ -35,9 +35,7 @@ from memforensics.testing import (
     several_devices,
     write_dump,
 )
-
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-REAL_FILES = sorted(REAL.glob("*.pickle")) if REAL.is_dir() else []
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
 
 
 def _through_text(value: object) -> object:
@@ -105,7 +103,7 @@ def test_diff_of_several_devices_round_trips() -> None:
 
 @pytest.mark.parametrize(
     ("before", "after"),
-    list(itertools.product(REAL_FILES, repeat=2)),
+    real_params(itertools.product(real_snapshots(), repeat=2), width=2),
     ids=lambda path: path.stem,
 )
 def test_diff_of_real_snapshots_round_trips(before: Path, after: Path) -> None:
@@ -145,14 +143,14 @@ def _as_window(dump: Dump, step: int, rank: int | None) -> Dump:
     return replace(dump, meta=replace(dump.meta, kind="window", steps=(step, step), rank=rank))
 
 
-@pytest.mark.skipif(not REAL_FILES, reason="the real snapshots are not beside the repo")
+@needs_shared_data
 def test_leaks_of_real_snapshots_round_trips() -> None:
     """The real snapshots taken as windows of two ranks: every site's trend reads back."""
     tracker = LeakTracker()
-    for step, path in enumerate(REAL_FILES):
+    for step, path in enumerate(real_snapshots()):
         dump = load_dump(path)
         for rank in (0, None):
             assert tracker.add(_as_window(dump, step, rank))
-    result = tracker.result(str(REAL))
+    result = tracker.result(str(REAL_SNAPSHOTS))
     assert len(result.windows) == 2
     _leaks_round_trip(result)

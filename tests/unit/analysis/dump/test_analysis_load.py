@@ -17,12 +17,7 @@ from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.dump import dump_from_snapshot, read_snapshot_file
 from memforensics.analysis.schema import to_json
 from memforensics.testing import exhausted, fragmented, write_dump
-
-REAL = [
-    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
-    Path("/work/shared/data/real-snapshots"),
-]
-REAL_DIR = next((path for path in REAL if path.is_dir()), None)
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 
 class _Hostile:
@@ -139,7 +134,7 @@ def test_broken_sidecar_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     assert any("not valid JSON" in warning for warning in dump.warnings)
 
 
-@pytest.mark.skipif(REAL_DIR is None, reason="real GPU snapshots are not on this machine")
+@needs_shared_data
 @pytest.mark.parametrize(
     "name",
     [
@@ -150,8 +145,7 @@ def test_broken_sidecar_is_a_warning_not_a_failure(tmp_path: Path) -> None:
 )
 def test_real_snapshots_load_and_add_up(name: str) -> None:
     """Real PyTorch snapshots (three formats) load; block totals match the segments' own fields."""
-    assert REAL_DIR is not None
-    path = REAL_DIR / name
+    path = REAL_SNAPSHOTS / name
     raw = pickle.loads(path.read_bytes())
     summary = summarize(load_dump(path))
     assert summary.reserved_bytes == sum(s["total_size"] for s in raw["segments"])

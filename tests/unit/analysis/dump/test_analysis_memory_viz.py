@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +19,12 @@ from memforensics.testing import (
     exhausted,
     fragmented,
 )
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 viz = pytest.importorskip("torch.cuda._memory_viz")  # collected, then deselected, without torch
 
 pytestmark = pytest.mark.torch
 
-REAL = [
-    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
-    Path("/work/shared/data/real-snapshots"),
-]
-REAL_DIR = next((path for path in REAL if path.is_dir()), None)
 REAL_NAMES = [
     "cuda-cnn-stacks-all.pickle",
     "cuda-transformer-forward.pickle",
@@ -86,10 +81,9 @@ def test_memory_viz_trace_reads_every_built_trace(shape: str) -> None:
     assert "raise OutOfMemoryError" in text
 
 
-@pytest.mark.skipif(REAL_DIR is None, reason="real GPU snapshots are not on this machine")
+@needs_shared_data
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_segsum_agrees_on_real_snapshots(name: str) -> None:
     """On real GPU snapshots, reserved and requested totals match PyTorch's segsum."""
-    assert REAL_DIR is not None
-    snapshot = pickle.loads((REAL_DIR / name).read_bytes())
+    snapshot = pickle.loads((REAL_SNAPSHOTS / name).read_bytes())
     assert _segsum_totals(snapshot) == _ours(snapshot)

@@ -28,12 +28,7 @@ from memforensics.testing import (
     npu_truth,
     write_dump,
 )
-
-REAL = [
-    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
-    Path("/work/shared/data/real-snapshots"),
-]
-REAL_DIR = next((path for path in REAL if path.is_dir()), None)
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 _FIGURES = (
     "reserved_bytes",
@@ -249,7 +244,7 @@ def test_report_renders_every_shape(shape: str) -> None:
     assert "no-oom" in html or "fragmentation" in html
 
 
-@pytest.mark.skipif(REAL_DIR is None, reason="real GPU snapshots are not on this machine")
+@needs_shared_data
 @pytest.mark.parametrize(
     ("name", "producer", "limit"),
     [
@@ -260,11 +255,10 @@ def test_report_renders_every_shape(shape: str) -> None:
 )
 def test_real_snapshots_name_their_shape(name: str, producer: str, limit: str | None) -> None:
     """Real snapshots are placed in the right release, and their limits are the true ones."""
-    assert REAL_DIR is not None
-    dump = load_dump(REAL_DIR / name)
+    dump = load_dump(REAL_SNAPSHOTS / name)
     assert dump.shape.producer == producer
     assert dump.devices[0].reserved_bytes == sum(
-        s["total_size"] for s in pickle.loads((REAL_DIR / name).read_bytes())["segments"]
+        s["total_size"] for s in pickle.loads((REAL_SNAPSHOTS / name).read_bytes())["segments"]
     )
     if limit is None:
         assert dump.limits == ()

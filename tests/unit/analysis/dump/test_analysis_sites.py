@@ -4,7 +4,6 @@ library site."""
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import pytest
 
@@ -21,19 +20,14 @@ from memforensics.analysis.dump.frames import caller_of, is_installed_file
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
-
-REAL = [
-    Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots",
-    Path("/work/shared/data/real-snapshots"),
-]
-REAL_DIR = next((path for path in REAL if path.is_dir()), None)
-needs_real = pytest.mark.skipif(REAL_DIR is None, reason="shared/data/real-snapshots not here")
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 # A Hugging Face model line, reached from the user's script (Site.frames() puts
 # /work/train.py:1 <module> outside it, and a torch frame inside it).
 LIBRARY = Site(
     "/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", 300, "forward"
 )
+
 ENTRY = "/work/train.py:1 <module>"
 
 
@@ -83,11 +77,10 @@ def test_cpp_only_means_frames_without_a_python_frame() -> None:
     assert site_of([]) == site_of(None) == BEFORE_RECORDING
 
 
-@needs_real
+@needs_shared_data
 def test_real_transformer_snapshot_names_its_unrecorded_blocks() -> None:
     """On the real transformer snapshot the 12.82 GiB without frames is '<before recording>'."""
-    assert REAL_DIR is not None
-    path = REAL_DIR / "cuda-transformer-forward.pickle"
+    path = REAL_SNAPSHOTS / "cuda-transformer-forward.pickle"
     raw = pickle.loads(path.read_bytes())
     blocks = [
         block

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pickle
 import re
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,9 @@ from memforensics.analysis.filled.kinds import BACKWARD, FORWARD, phase_of
 from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import AUTOGRAD_THREAD, TRAIN, Block, GiB, SnapshotBuilder
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
-REAL = Path("/work/shared/data/real-snapshots/cuda-cnn-stacks-all.pickle")
+REAL = REAL_SNAPSHOTS / "cuda-cnn-stacks-all.pickle"
 _DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
 
 
@@ -142,7 +142,7 @@ def test_python_frames_inside_torch_only_stay_unknown() -> None:
     assert site_of([]) == site_fast([]) == site_of(None) == BEFORE_RECORDING
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
+@needs_shared_data
 def test_real_stacks_all_dump_has_no_native_site() -> None:
     """On a real stacks='all' dump every site is a Python line or a label, and the sites that are
     C++ only are exactly the live blocks whose frames hold no Python file."""

@@ -16,9 +16,7 @@ from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import Block, MiB, SnapshotBuilder
-
-REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-REAL = sorted(REAL_DIR.glob("*.pickle")) if REAL_DIR.is_dir() else []
+from shared_data import real_params, real_snapshots
 
 PENDING, FREE = "active_pending_free", "inactive"
 
@@ -127,8 +125,7 @@ def test_block_units_hold_on_any_synthetic_dump(segments: list[list[Block]]) -> 
     assert summary.filled.peak.live_bytes >= truth.allocated_bytes
 
 
-@pytest.mark.skipif(not REAL, reason="the real snapshots are not beside the repo")
-@pytest.mark.parametrize("path", REAL, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", real_params(real_snapshots()), ids=lambda path: path.stem)
 def test_block_units_hold_on_real_snapshots(path: Path) -> None:
     """On each real snapshot: kinds sum to allocated; the peak is at least allocated."""
     summary = summarize(load_dump(path))

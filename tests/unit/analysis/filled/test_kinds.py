@@ -18,6 +18,7 @@ from memforensics.analysis.filled.kinds import classify
 from memforensics.analysis.filled.lifetime import lifetimes
 from memforensics.backends.sim import reset_device
 from memforensics.testing import Block, MiB, SnapshotBuilder
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 GiB = 1 << 30
 
@@ -190,16 +191,13 @@ def test_cpp_frames_do_not_confuse_the_phases(tmp_path: Path) -> None:
     assert accuracy >= 0.95, wrong.most_common(4)
 
 
-REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-
-
-@pytest.mark.skipif(not REAL_DIR.is_dir(), reason="the real snapshots are not beside the repo")
+@needs_shared_data
 def test_real_cnn_snapshot_kinds_agree_with_its_own_frames() -> None:
     """On the real CNN snapshot: live blocks without frames and without an alloc entry are
     exactly the 'before_recording' bytes; what is called optimizer state was allocated under
     torch/optim; and backward's frame-less allocations are never called activations (its
     cuBLAS workspace is a workspace, the rest gradients or temporaries)."""
-    dump = load_dump(REAL_DIR / "cuda-cnn-stacks-all.pickle")
+    dump = load_dump(REAL_SNAPSHOTS / "cuda-cnn-stacks-all.pickle")
     found = lifetimes(dump)
     classify(found)
     traced = {a["addr"] for a in dump.trace if a.get("action") == "alloc"}

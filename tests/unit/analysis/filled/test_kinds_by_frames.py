@@ -7,7 +7,6 @@ repository): the allocations, their frames, their order and what is live at the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.filled import Allocation
 from memforensics.analysis.filled.kinds import classify
 from memforensics.analysis.filled.lifetime import lifetimes
+from shared_data import REAL_SNAPSHOTS, real_params, real_snapshots
 
 MiB = 1 << 20
 SP = "/venv/lib/python3.11/site-packages"
@@ -336,21 +336,17 @@ def test_megatron_without_the_distributed_optimizer_has_a_gradient_buffer_only()
     assert {found[a].kind for a in grads} == {"gradient"}
 
 
-REAL_DIR = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-
-
 def _says(frames: object, word: str) -> bool:
     return isinstance(frames, list) and any(
         isinstance(f, dict) and word in str(f.get("name", "")) for f in frames
     )
 
 
-@pytest.mark.skipif(not REAL_DIR.is_dir(), reason="the real snapshots are not beside the repo")
-@pytest.mark.parametrize("name", sorted(p.name for p in REAL_DIR.glob("*.pickle")))
+@pytest.mark.parametrize("name", real_params(path.name for path in real_snapshots()))
 def test_real_snapshots_constructors_and_workspaces(name: str) -> None:
     """On each real snapshot: no block a constructor made outside a forward is an activation,
     and no block made under a workspace frame is a gradient."""
-    found = lifetimes(load_dump(REAL_DIR / name))
+    found = lifetimes(load_dump(REAL_SNAPSHOTS / name))
     classify(found)
     built = [
         a

@@ -27,8 +27,7 @@ from memforensics.analysis.folder import (
 from memforensics.analysis.report.overview_page import overview_data
 from memforensics.analysis.schema import document, from_json
 from memforensics.testing import write_journals, write_run_folder
-
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 
 def _printed(result: object, schema: int) -> dict[str, Any]:
@@ -62,11 +61,10 @@ def test_ls_of_a_run_folder_round_trips(world_size: int, tmp_path: Path) -> None
     assert listing.first_oom is not None
 
 
+@needs_shared_data
 def test_ls_of_the_real_snapshots_round_trips() -> None:
     """The real snapshots folder, read in place (no sidecars), reads back the same."""
-    if not REAL.is_dir():
-        pytest.skip(f"no real snapshots under {REAL}")
-    listing = _ls_round_trip(REAL)
+    listing = _ls_round_trip(REAL_SNAPSHOTS)
     assert listing.dumps
 
 

@@ -5,10 +5,7 @@ live."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.dump import dump_from_snapshot
@@ -24,15 +21,10 @@ from memforensics.testing import (
     SnapshotBuilder,
     make_sidecar,
 )
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 INACTIVE = "inactive"
-REAL_LLM = (
-    Path(__file__).resolve().parents[4].parent
-    / "shared"
-    / "data"
-    / "real-snapshots"
-    / "cuda-llm-at-oom-no-history.pickle"
-)
+REAL_LLM = REAL_SNAPSHOTS / "cuda-llm-at-oom-no-history.pickle"
 
 
 def _pending_cross_stream() -> dict[str, Any]:
@@ -112,7 +104,7 @@ def test_device_free_unknown_establishes_no_exhaustion() -> None:
     assert "fills the device" not in summary.verdict.explanation
 
 
-@pytest.mark.skipif(not REAL_LLM.is_file(), reason="shared/data/real-snapshots not here")
+@needs_shared_data
 def test_a_torch_2_0_dump_is_not_told_to_use_what_it_lacks() -> None:
     """The torch 2.0 LLM OOM asked for 2 MiB: only the large pool's 3.23 MiB is counted, no
     cached block serves it, and with device free unknown neither fragmentation nor exhaustion

@@ -21,8 +21,9 @@ from memforensics.testing import (
     make_sidecar,
     write_dump,
 )
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
-REAL = Path("/work/shared/data/real-snapshots/cuda-llm-at-oom-no-history.pickle")
+REAL = REAL_SNAPSHOTS / "cuda-llm-at-oom-no-history.pickle"
 
 
 def _no_history() -> dict[str, object]:
@@ -49,7 +50,7 @@ def test_no_history_says_the_self_check_did_not_run() -> None:
     assert "0/0" not in text
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="shared/data/real-snapshots not here")
+@needs_shared_data
 def test_real_no_history_dump_says_one_thing() -> None:
     """The real torch 2.0 OOM dump keeps stacks per block but no trace: it says so, and no
     what-if for that reason (never 'record_memory_history was off')."""

@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from memforensics.analysis import Dump, load_dump, replay_dump, summarize
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.replay import replay_text
@@ -26,9 +24,9 @@ from memforensics.testing import (
     make_sidecar,
     unwound_oom,
 )
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-NO_HISTORY = REAL / "cuda-llm-at-oom-no-history.pickle"
+NO_HISTORY = REAL_SNAPSHOTS / "cuda-llm-at-oom-no-history.pickle"
 _DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
 INACTIVE = "inactive"
 
@@ -197,7 +195,7 @@ def test_replay_bounds_against_capacity_without_a_limit() -> None:
     assert summary.verdict.label.upper() in text
 
 
-@pytest.mark.skipif(not NO_HISTORY.exists(), reason="the real snapshots are not checked out")
+@needs_shared_data
 def test_replay_gives_summarys_verdict_on_a_real_oom_without_history() -> None:
     """On a real OOM snapshot without history or limit, replay says summary's verdict word."""
     dump = load_dump(NO_HISTORY)

@@ -11,17 +11,16 @@ from memforensics.analysis import load_dump, summarize
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import several_devices
-
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-SNAPSHOTS = sorted(REAL.glob("*.pickle"))
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
 
 
+@needs_shared_data
 def test_the_real_snapshots_are_there() -> None:
     """The shared real snapshots are read in place; none may silently go missing."""
-    assert len(SNAPSHOTS) >= 3
+    assert len(real_snapshots()) >= 3
 
 
-@pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", real_params(real_snapshots()), ids=lambda path: path.name)
 @pytest.mark.parametrize("requested", [None, 2 << 30])
 def test_default_text_fits_25_lines_at_100_columns(path: Path, requested: int | None) -> None:
     """Every real snapshot (and judged with --requested) prints at most 25 lines, each
@@ -37,9 +36,10 @@ def test_default_text_fits_25_lines_at_100_columns(path: Path, requested: int | 
     assert all(len(line) <= 100 for line in wrapped), text
 
 
+@needs_shared_data
 def test_verbose_prints_what_the_screen_leaves_out() -> None:
     """--verbose keeps the per-moment kind tables and each cause's fixes."""
-    summary = summarize(load_dump(REAL / "cuda-cnn-stacks-all.pickle"))
+    summary = summarize(load_dump(REAL_SNAPSHOTS / "cuda-cnn-stacks-all.pickle"))
     short, full = summary_text(summary, width=100), summary_text(summary, width=100, verbose=True)
     assert len(full.splitlines()) > len(short.splitlines())
     assert "live memory by kind, adding up to allocated" in full
