@@ -30,6 +30,7 @@ from memforensics._version import __version__
 from memforensics.analysis.compare import Leaks, LeakTracker, WindowTotals, window_totals
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.dump.load import paused_gc
+from memforensics.analysis.explain import explain
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
     DUMP_SECTIONS,
@@ -37,7 +38,6 @@ from memforensics.analysis.report.sections import (
     unreadable_section,
 )
 from memforensics.analysis.schema import to_json
-from memforensics.analysis.summary import summarize
 
 # Data embedded in an HTML page: the one escaping rule both pages (report, overview) use.
 #
@@ -216,11 +216,11 @@ def dump_entry(
     """One dump's part of the page (every section of every device it explains), and its
     window totals when the page covers a run folder; its replay runs in ``replay_jobs``
     processes."""
-    views = dump.device_views()  # the devices ``summary`` explains, in its order
+    views = dump.device_views()  # the devices ``explain`` explains, in its order
+    told = explain(dump, top=top)  # the story every command tells of this dump
     devices = []
     known: dict[int, str] | None = None  # the kind of each live block, for the window totals
-    for number, view in enumerate(views):
-        summary = summarize(view, top=top)
+    for number, (view, summary) in enumerate(zip(views, (told, *told.other_devices), strict=True)):
         assert summary.filled is not None  # summarize always classifies
         if folder and len(views) == 1:  # the view is the whole dump
             known = summary.filled.kind_of_blocks()
