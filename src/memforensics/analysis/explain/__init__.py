@@ -2,9 +2,10 @@
 
 from memforensics.analysis.explain.explain import (
     Phase,
+    WindowReader,
     evidence_files,
     explain,
     window_dumps_beside,
 )
 
-__all__ = ["Phase", "evidence_files", "explain", "window_dumps_beside"]
+__all__ = ["Phase", "WindowReader", "evidence_files", "explain", "window_dumps_beside"]

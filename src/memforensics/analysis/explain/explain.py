@@ -26,6 +26,9 @@ from memforensics.analysis.summary import Summary, summarize
 
 Phase = Callable[[str], object]
 """Told what :func:`explain` does next (``reading 3 window dumps beside it``), for a display."""
+WindowReader = Callable[[Sequence[Path]], Sequence[WindowTotals | str | None]]
+"""Reads window dumps into their per-site totals (``compare.read_windows``, or a caller's that
+remembers them: a report of a run folder explains every dump of a rank from the same windows)."""
 
 
 def explain(
@@ -36,6 +39,7 @@ def explain(
     device: int | None = None,
     replay: bool = True,
     phase: Phase | None = None,
+    windows: WindowReader = read_windows,
 ) -> Summary:
     """The summary of a dump, with its diagnosis, from the dump and the evidence beside it.
 
@@ -43,16 +47,17 @@ def explain(
     ``device``: the device to explain (SnapshotLoadError when the file holds nothing there);
     None explains what ``summary`` does by default (:meth:`Dump.device_views`): the first
     device's summary holds the others', in that order, in ``other_devices``. ``top``,
-    ``requested`` and ``replay`` are :func:`~memforensics.analysis.summary.summarize`'s.
+    ``requested`` and ``replay`` are :func:`~memforensics.analysis.summary.summarize`'s;
+    ``windows`` reads the window dumps beside it (:data:`WindowReader`).
     """
     dump = source if isinstance(source, Dump) else load_dump(source)
     views = dump.device_views() if device is None else (dump.on_device(device),)
-    windows = window_dumps_beside(dump.path, dump.meta) if dump.path is not None else None
+    beside = window_dumps_beside(dump.path, dump.meta) if dump.path is not None else None
     trends = None
-    if windows is not None:
-        if phase is not None and windows:
-            phase(f"reading {len(windows)} window dumps beside it")
-        totals = [item for item in read_windows(windows) if isinstance(item, WindowTotals)]
+    if beside is not None:
+        if phase is not None and beside:
+            phase(f"reading {len(beside)} window dumps beside it")
+        totals = [item for item in windows(beside) if isinstance(item, WindowTotals)]
         trends = fit_windows("", [item for item in totals if item.rank == dump.meta.rank]).trends
     if phase is not None:
         phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memforensics.analysis import explain, load_dump, summarize
+import pytest
+
+from memforensics.analysis import Dump, explain, load_dump, summarize
+from memforensics.analysis.compare import leaks
 from memforensics.analysis.explain import evidence_files
+from memforensics.analysis.report import ReportBuilder
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, make_sidecar, write_dump
 
 LEAK = Site("/work/train.py", 30, "remember")
@@ -68,3 +72,31 @@ def test_a_dump_in_no_run_folder_reads_nothing_beside_it(tmp_path: Path) -> None
     assert told.diagnosis == summarize(load_dump(loose)).diagnosis
     assert told.diagnosis is not None
     assert "growth" not in [cause.name for cause in told.diagnosis.causes]
+
+
+def test_a_folder_report_reads_each_window_dump_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report of a run folder explains each of its dumps from the windows of its rank, and
+    reads each window dump for that once, not once per dump explained; its headline is the
+    growth explain names."""
+    windows = _windows(tmp_path, 0, LEAK)
+    oom = _oom(tmp_path, 0)
+    read: list[Path] = []
+
+    def counted(path: Path) -> Dump:
+        read.append(Path(path))
+        return load_dump(path)
+
+    monkeypatch.setattr(leaks, "load_dump", counted)
+    builder = ReportBuilder(folder=True)
+    for path in [*windows, oom]:
+        builder.add(load_dump(path))
+    assert sorted(read) == sorted(windows)
+    document = builder.document()
+    sections = document["dumps"][-1]["devices"][0]["sections"]
+    [cause] = [s["data"]["cause"] for s in sections if "cause" in s["data"]]
+    diagnosis = explain(oom).diagnosis
+    assert diagnosis is not None
+    assert cause == diagnosis.headline
+    assert cause.startswith("growth: ")
