@@ -2,8 +2,9 @@
 
 Builds a synthetic snapshot file (``memforensics.testing.SnapshotBuilder``: a few hundred
 segments, ``--events`` trace entries with 4-frame stacks, an OOM at the end), then times, in
-fresh interpreters, plain ``pickle.load`` of the file and ``load_dump`` + ``summarize`` of the
-same file (median of ``--repeats``), and their peak memory. Reports time and memory ratios.
+fresh interpreters, plain ``pickle.load`` of the file and ``load_dump`` + ``explain`` of the
+same file (what ``summary`` runs; the file lies in no run folder, so nothing beside it is read),
+median of ``--repeats``, and their peak memory. Reports time and memory ratios.
 
     python benchmarks/bench_analysis.py [--json PATH] [--events N] [--repeats R]
 """
@@ -35,13 +36,13 @@ def build(path: Path, events: int) -> None:
 
 def measure(path: Path, mode: str, repeats: int) -> dict[str, float]:
     """Child process: time ``mode`` ``repeats`` times; report the median and peak RSS growth."""
-    from memforensics.analysis import load_dump, summarize
+    from memforensics.analysis import explain, load_dump
 
     def run() -> object:
         if mode == "pickle":
             with path.open("rb") as handle:
                 return pickle.load(handle)
-        return summarize(load_dump(path))
+        return explain(load_dump(path))
 
     return timed_in_process(run, repeats)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from planned import plan, script
 
-from memforensics.analysis import load_dump, summarize
+from memforensics.analysis import explain
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -77,7 +77,7 @@ def test_a_predicted_oom_exits_1_and_leaves_a_predicted_oom_dump(tmp_path: Path)
     assert len(dumps) == 1
     named = [line for line in done.stdout.splitlines() if line.startswith("Predicted snapshot:")]
     assert len(named) == 1  # named once, though the run saw it by two paths
-    diagnosis = summarize(load_dump(dumps[0])).diagnosis
+    diagnosis = explain(dumps[0]).diagnosis
     assert diagnosis is not None
     assert f"  cause: {diagnosis.headline}" in done.stdout.splitlines()  # summary's own cause
     sidecar = json.loads(dumps[0].with_suffix(".json").read_text())
@@ -117,7 +117,7 @@ def test_a_predicted_oom_names_the_leak_as_its_cause(tmp_path: Path) -> None:
                  "train.py", "1000")  # fmt: skip
     assert done.returncode == 1, done.stderr
     [dump] = (tmp_path / "memforensics" / "oom").glob("*.pickle")
-    summary = summarize(load_dump(dump))
+    summary = explain(dump)  # what `summary` of the dump prints: the dump and its windows
     assert summary.diagnosis is not None
     top = summary.diagnosis.causes[0]
     assert top.name == "growth"

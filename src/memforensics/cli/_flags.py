@@ -32,20 +32,7 @@ def add_analysis_flags(
     do (e.g. :data:`DUMPS_AT_ONCE`), ``--jobs N`` (default: the CPU count); with
     ``look_ahead``, the retired ``--look-ahead``/``--no-look-ahead`` (hidden; a warning).
     A command that keeps nothing (``cache=False``) still accepts the cache flags, hidden."""
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="where answers about dumps are kept (default $XDG_CACHE_HOME/memforensics,"
-        " else ~/.cache/memforensics)"
-        if cache
-        else argparse.SUPPRESS,
-    )
-    parser.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="neither read nor write the analysis cache" if cache else argparse.SUPPRESS,
-    )
+    add_cache_flags(parser, shown=cache)
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (shown on a terminal)"
     )
@@ -58,6 +45,24 @@ def add_analysis_flags(
         )
     if jobs is not None:
         parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help=jobs)
+
+
+def add_cache_flags(parser: argparse.ArgumentParser, *, shown: bool = True) -> None:
+    """Add ``--cache-dir`` and ``--no-cache`` (hidden unless ``shown``)."""
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="where answers about dumps are kept (default $XDG_CACHE_HOME/memforensics,"
+        " else ~/.cache/memforensics)"
+        if shown
+        else argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write the analysis cache" if shown else argparse.SUPPRESS,
+    )
 
 
 def open_cache(args: argparse.Namespace) -> ResultCache:

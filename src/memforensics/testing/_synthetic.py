@@ -41,21 +41,24 @@ class Site:
     filename: str
     line: int
     function: str
+    inside: tuple[tuple[str, int, str], ...] = (
+        ("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125, "forward"),
+    )
+    """The torch or library frames this line calls into, innermost first (file, line, name)."""
+    outside: tuple[tuple[str, int, str], ...] = (("/work/train.py", 1, "<module>"),)
+    """The frames that call this line, innermost first (file, line, name)."""
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.line} {self.function}"
 
     def frames(self) -> list[dict[str, Any]]:
-        """Innermost first: torch internals, a C++ frame, this site, then the script's entry."""
+        """Innermost first: a C++ frame, torch internals, this site, then its callers."""
+        native = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"}
         return [
-            {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"},
-            {
-                "filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
-                "line": 125,
-                "name": "forward",
-            },
+            native,
+            *({"filename": file, "line": line, "name": name} for file, line, name in self.inside),
             {"filename": self.filename, "line": self.line, "name": self.function},
-            {"filename": "/work/train.py", "line": 1, "name": "<module>"},
+            *({"filename": file, "line": line, "name": name} for file, line, name in self.outside),
         ]
 
 

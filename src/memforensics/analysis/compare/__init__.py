@@ -17,11 +17,9 @@ from memforensics.analysis.compare.leaks import (
     WindowTotals,
     find_leaks,
     fit_windows,
-    rank_trends,
     read_windows,
     window_paths,
     window_totals,
-    windows_beside,
 )
 from memforensics.analysis.compare.text import device_diffs_text, leaks_text
 
@@ -42,9 +40,7 @@ __all__ = [
     "find_leaks",
     "fit_windows",
     "leaks_text",
-    "rank_trends",
     "read_windows",
     "window_paths",
     "window_totals",
-    "windows_beside",
 ]

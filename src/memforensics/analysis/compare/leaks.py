@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 
-from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.filled import main_kind, what_filled
@@ -239,25 +238,6 @@ def find_leaks(root: str | Path, *, jobs: int = 1) -> Leaks:
     listing = list_dumps(root)
     paths = window_paths(listing.root)
     return fit_windows(str(listing.root), read_windows(paths, jobs=jobs))
-
-
-def windows_beside(path: Path) -> list[Path] | None:
-    """The window dumps of the run folder ``path`` lies in (its folder a window, ``oom`` or
-    ``near-oom`` folder of a run); None when it lies in no run folder."""
-    if _layout.folder_kind(path.parent.name) is None:
-        return None
-    try:
-        return window_paths(path.parent.parent)
-    except SnapshotLoadError:
-        return None
-
-
-def rank_trends(paths: Sequence[Path], rank: int | None) -> tuple[SiteTrend, ...]:
-    """Each site's trend over the window dumps ``paths`` of ``rank`` (``summary``'s growth
-    across windows); unreadable windows are left out."""
-    found = [result for result in read_windows(paths) if isinstance(result, WindowTotals)]
-    leaks = fit_windows("", [result for result in found if result.rank == rank])
-    return leaks.trends
 
 
 def window_paths(root: str | Path) -> list[Path]:

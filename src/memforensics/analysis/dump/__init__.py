@@ -27,6 +27,7 @@ from memforensics.analysis.dump.load import (
 )
 from memforensics.analysis.dump.meta import (
     SIDECAR_LIMIT,
+    DumpMeta,
     OomRecord,
     TrackedTensor,
     dump_meta,
@@ -84,6 +85,7 @@ __all__ = [
     "BytesRead",
     "DeviceUsage",
     "Dump",
+    "DumpMeta",
     "OomRecord",
     "Segment",
     "SnapshotReader",

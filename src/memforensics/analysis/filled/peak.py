@@ -9,7 +9,9 @@ the device": the user's own frames, outermost first. Framework frames
 are never a level of their own between two of the user's lines, since an engineer changes the
 caller, not ``torch/nn/modules/module.py``; those inside the user's innermost line become one
 leaf named by the innermost of them (the op that allocated: ``linear.py:125 forward (+2
-library frames)``). Native frames are dropped
+library frames)``), marked :attr:`CallNode.library`: the text and the page fold it into the
+user's line above it (:meth:`CallNode.shown_children`), so that line, not the op, is what a
+reader sees holding the bytes. Native frames are dropped
 (:func:`~memforensics.analysis.dump.is_native_frame`). A stack without frames is one
 ``<before recording>`` node; one with native frames only, one ``<C++ only>`` node: the labels
 ``summary``'s sites use.
@@ -52,10 +54,22 @@ class CallNode:
     bytes: int = 0
     blocks: int = 0
     children: tuple[CallNode, ...] = ()
+    library: bool = False
+    """The torch or library frames inside the user's line above this node (the op it
+    called): read as part of that line, never as a level of its own."""
 
     def sorted_children(self) -> list[CallNode]:
         """Children, biggest first."""
         return list(self.children)
+
+    def shown_children(self) -> list[CallNode]:
+        """Children as a reader sees them, biggest first: the library frames inside this line
+        (:attr:`library`) are folded into it, their bytes this line's own."""
+        return [child for child in self.children if not child.library]
+
+    def folded(self) -> list[CallNode]:
+        """The library frames folded into this line (:meth:`shown_children` leaves out)."""
+        return [child for child in self.children if child.library]
 
 
 @dataclass
@@ -66,6 +80,7 @@ class _Growing:
     bytes: int = 0
     blocks: int = 0
     children: dict[str, _Growing] | None = None
+    library: bool = False
 
     def child(self, name: str) -> _Growing:
         """The child named ``name``, created empty if new."""
@@ -79,7 +94,8 @@ class _Growing:
     def done(self) -> CallNode:
         """The finished node, children biggest first."""
         ordered = sorted((self.children or {}).values(), key=lambda n: (-n.bytes, n.name))
-        return CallNode(self.name, self.bytes, self.blocks, tuple(c.done() for c in ordered))
+        children = tuple(c.done() for c in ordered)
+        return CallNode(self.name, self.bytes, self.blocks, children, self.library)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +222,12 @@ def unwound_at(lt: Lifetimes, oom: int) -> Unwound:
     )
 
 
-def folded_path(frames: object) -> tuple[str, ...]:
+def folded_path(frames: object) -> tuple[tuple[str, ...], bool]:
     """Outermost-first node names for ``frames``: the user's frames, then one leaf for the
-    framework frames inside the innermost of them (all of them, when there is no user frame)."""
+    framework frames inside the innermost of them (all of them, when there is no user frame);
+    and whether that leaf is library frames inside a user's line (:attr:`CallNode.library`)."""
     if not isinstance(frames, list) or not frames:
-        return (BEFORE_RECORDING,)
+        return (BEFORE_RECORDING,), False
     path: list[str] = []
     inside: list[str] = []  # framework frames since the last user frame, outermost first
     for frame in reversed(frames):  # outermost first
@@ -226,9 +243,10 @@ def folded_path(frames: object) -> tuple[str, ...]:
             continue
         inside = []  # plumbing between two of the user's lines: no level of its own
         path.append(frame_text(frame))
+    library = bool(inside and path) and len(path) < MAX_DEPTH
     if inside:
         path.append(_leaf(inside))
-    return tuple(path[:MAX_DEPTH]) or (NATIVE_ONLY,)
+    return tuple(path[:MAX_DEPTH]) or (NATIVE_ONLY,), library
 
 
 def _leaf(labels: list[str]) -> str:
@@ -246,10 +264,12 @@ def call_tree(live: list[Allocation]) -> CallNode:
         node = root
         node.bytes += found.size
         node.blocks += 1
-        for name in path_of(found.frames):
+        names, library = path_of(found.frames)
+        for name in names:
             node = node.child(name)
             node.bytes += found.size
             node.blocks += 1
+        node.library = node.library or library
     _prune(root, max(int(root.bytes * MIN_SHARE), 1))
     return root.done()
 

@@ -86,17 +86,18 @@ def filled_lines(
 
 
 def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
-    """The top of the tree as indented text: branches with at least ``share`` of the bytes."""
+    """The top of the tree as indented text: branches with at least ``share`` of the bytes,
+    each a user's line (the torch op inside it folded into it: its bytes are the line's)."""
     lines: list[str] = []
     floor = root.bytes * share
 
     def walk(node: CallNode, depth: int) -> None:
-        for child in node.sorted_children():
+        for child in node.shown_children():
             if len(lines) >= limit or child.bytes < floor:
                 return
-            chain = child  # a chain of single callers reads as its deepest frame
-            while len(chain.children) == 1:
-                [only] = chain.children
+            chain = child  # a chain of single callers reads as its deepest user's line
+            while len(shown := chain.shown_children()) == 1:
+                [only] = shown
                 if only.bytes != chain.bytes:
                     break
                 chain = only

@@ -7,6 +7,7 @@ from memforensics.analysis.folder.overview import SCHEMA as OVERVIEW_SCHEMA
 from memforensics.analysis.folder.overview import Overview, build_overview
 from memforensics.analysis.folder.text import (
     WATCH_COLUMNS,
+    cause_lines,
     ls_text,
     overview_text,
     skipped_lines_text,
@@ -29,6 +30,7 @@ __all__ = [
     "RunListing",
     "WatchView",
     "build_overview",
+    "cause_lines",
     "list_dumps",
     "ls_text",
     "overview_text",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +21,7 @@ from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics._layout import snapshot_stem
 from memforensics._units import outside_pytorch_bytes
+from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import read_sidecar_file
 from memforensics.analysis.dump.load import head_marked_predicted
 from memforensics.analysis.dump.meta import dump_meta, read_sidecar
@@ -110,6 +112,29 @@ def _scan_dump_folder(path: str, name: str, found: RunFiles) -> None:
             found.absurd.append(f"{name}/{file_name}: world_size above {_layout.RANK_LIMIT:,}")
         elif type(world) is int and world > 0:
             found.world_size = max(found.world_size or 0, world)
+
+
+Diagnose = Callable[[Path], "Diagnosis | None"]
+"""What a dump's story says is its cause (``explain(path).diagnosis``), passed in by the caller
+(the CLI answers from its cache): ``overview`` and ``watch`` tell the story every command
+tells of a failed rank's dump."""
+
+
+def oom_dumps(root: str | Path) -> list[DumpRecord]:
+    """The dumps of the run's ``oom`` folder, as :func:`scan_run` records them (a 0-byte file
+    is no OOM): what ``watch`` lists to find a failed rank's dump, without scanning the run."""
+    found = RunFiles()
+    _scan_dump_folder(os.path.join(root, "oom"), "oom", found)
+    return found.dumps
+
+
+def first_oom_dump(dumps: Iterable[DumpRecord], rank: int) -> DumpRecord | None:
+    """The earliest OOM dump of ``rank`` (by its sidecar's time, unknown last, then path): the
+    one whose story ``overview`` and ``watch`` tell for a failed rank."""
+    ooms = [d for d in dumps if d.kind == "oom" and d.rank == rank]
+    return min(
+        ooms, key=lambda d: (d.time if d.time is not None else float("inf"), d.path), default=None
+    )
 
 
 EMPTY = "empty"

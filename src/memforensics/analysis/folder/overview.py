@@ -25,7 +25,6 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.diagnosis import Diagnosis
-from memforensics.analysis.dump import load_dump
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.journals import (
     MISSING,
@@ -33,9 +32,8 @@ from memforensics.analysis.folder.journals import (
     ProcessJournal,
     read_processes,
 )
-from memforensics.analysis.folder.ls import DumpRecord, scan_run
+from memforensics.analysis.folder.ls import Diagnose, DumpRecord, first_oom_dump, scan_run
 from memforensics.analysis.schema import NOT_IN_JSON, json_key
-from memforensics.analysis.summary import summarize
 
 # One rank over the whole run: its journals' figures and dumps, and its first OOM.
 #
@@ -376,11 +374,11 @@ class Overview:
 
 
 def build_overview(
-    root: str | Path, *, workers: int | None = None, diagnose: bool = False
+    root: str | Path, *, workers: int | None = None, diagnose: Diagnose | None = None
 ) -> Overview:
     """Read every journal and sidecar under ``root``; ``workers`` processes (None: the CPUs).
-    No snapshot is opened, unless ``diagnose``: then the first failing rank's earliest OOM dump
-    is read for its causes (one dump, however many ranks)."""
+    No snapshot is opened, unless ``diagnose`` is given: then it is asked the causes of the
+    first failing rank's earliest OOM dump (one dump, however many ranks)."""
     folder = Path(root)
     if not folder.is_dir():
         raise SnapshotLoadError(f"{folder}: not a folder")
@@ -423,22 +421,24 @@ def build_overview(
         forecasts=tuple(sorted(forecasts, key=lambda f: (f.step, f.rank))),
         ranks=ranks,
         journals=tuple(journals),
-        first_oom_diagnosis=_first_diagnosis(folder, failures, dumps) if diagnose else None,
+        first_oom_diagnosis=_first_diagnosis(folder, failures, dumps, diagnose),
     )
 
 
 def _first_diagnosis(
-    folder: Path, failures: Sequence[Failure], dumps: Mapping[int, list[DumpRecord]]
+    folder: Path,
+    failures: Sequence[Failure],
+    dumps: Mapping[int, list[DumpRecord]],
+    diagnose: Diagnose | None,
 ) -> Diagnosis | None:
     """The diagnosis of the first failing rank's earliest OOM dump (None: none readable)."""
-    if not failures:
+    if not failures or diagnose is None:
         return None
-    ooms = [d for d in dumps.get(failures[0].rank, []) if d.kind == "oom"]
-    if not ooms:
+    first = first_oom_dump(dumps.get(failures[0].rank, []), failures[0].rank)
+    if first is None:
         return None
-    first = min(ooms, key=lambda d: (d.time if d.time is not None else float("inf"), d.path))
     try:
-        return summarize(load_dump(folder / first.path), top=3).diagnosis
+        return diagnose(folder / first.path)
     except SnapshotLoadError:
         return None
 

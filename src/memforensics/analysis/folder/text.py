@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from memforensics._text import printable
 from memforensics._units import format_bytes, format_signed_bytes
+from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import PREDICTED
 from memforensics.analysis.folder.forecast import Forecast
 from memforensics.analysis.folder.ls import RunListing
@@ -108,8 +109,13 @@ def _failures(view: Overview) -> str:
 
 def _cause(view: Overview) -> list[str]:
     """The first failing rank's top cause and fix (summary's headline for its OOM dump)."""
-    diagnosis = view.first_oom_diagnosis
-    if diagnosis is None or view.first_oom is None:
+    return cause_lines(view.first_oom_diagnosis if view.first_oom is not None else None)
+
+
+def cause_lines(diagnosis: Diagnosis | None) -> list[str]:
+    """``cause: <headline>`` of the first failed rank's OOM dump, wrapped (none without one):
+    the headline ``summary`` prints for that dump, in ``overview`` and ``watch`` alike."""
+    if diagnosis is None:
         return []
     return textwrap.wrap(
         f"cause: {diagnosis.headline}",
@@ -393,4 +399,4 @@ def watch_text(view: WatchView) -> str:
     ]
     if not view.rows:
         table = ["no journal lines yet"]
-    return "\n".join([watch_header(view), "", *table])
+    return "\n".join([watch_header(view), *cause_lines(view.first_oom_diagnosis), "", *table])

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from memforensics import _layout
+from memforensics._errors import SnapshotLoadError
+from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import open_regular
 from memforensics.analysis.folder.forecast import WINDOW, Forecast, forecast_line
 from memforensics.analysis.folder.journals import readable_line, upgrade_keys
+from memforensics.analysis.folder.ls import Diagnose, first_oom_dump, oom_dumps
 from memforensics.analysis.schema import json_key
 
 SCHEMA = 2
@@ -128,13 +131,23 @@ class WatchView:
     skipped_lines: int
     """Lines skipped: unreadable, over ``MAX_LINE``, or refused by ``readable_line``."""
     rows: tuple[WatchRow, ...] = field(metadata=json_key("ranks"))
+    first_oom_diagnosis: Diagnosis | None = None
+    """The first failed rank's causes, from its earliest OOM dump (the story ``summary`` tells
+    of it); None before that dump is written, or when no ``diagnose`` was given."""
 
 
 class JournalWatch:
-    """Follows a run folder's journals, reading only what each file gained since last time."""
+    """Follows a run folder's journals, reading only what each file gained since last time.
 
-    def __init__(self, root: str | Path) -> None:
+    ``diagnose``: asked the causes of the first failed rank's earliest OOM dump, once it is
+    written (and once more when its sidecar arrives after it); None: no dump is ever opened.
+    """
+
+    def __init__(self, root: str | Path, *, diagnose: Diagnose | None = None) -> None:
         self.root = Path(root)
+        self.diagnose = diagnose
+        self._story: tuple[Path, bool, Diagnosis | None] | None = None
+        """The dump last diagnosed, whether its sidecar was there, and its diagnosis."""
         self._tails: dict[str, _Tail] = {}
         self._processes: dict[tuple[int, int], _Process] = {}
         self._torn: set[str] = set()
@@ -165,6 +178,31 @@ class JournalWatch:
         if self.root.name == _layout.JOURNAL_FOLDER:
             return self.root
         return _layout.journal_folder(self.root)
+
+    @property
+    def run_folder(self) -> Path:
+        """The run folder (``root``, or the folder above it when ``root`` is its journal)."""
+        return self.root.parent if self.root.name == _layout.JOURNAL_FOLDER else self.root
+
+    def _diagnosis(self, rank: int) -> Diagnosis | None:
+        """The causes of ``rank``'s earliest OOM dump, asked once it exists and again only
+        when its sidecar arrives after it (a dump is written before its sidecar)."""
+        if self.diagnose is None:
+            return None
+        if self._story is not None and self._story[1]:
+            return self._story[2]
+        record = first_oom_dump(oom_dumps(self.run_folder), rank)
+        if record is None:
+            return None
+        path = self.run_folder / record.path
+        sidecar = _layout.sidecar_path(path).exists()
+        if self._story is None or self._story[0] != path or sidecar:
+            try:
+                self._story = (path, sidecar, self.diagnose(path))
+            except SnapshotLoadError:
+                self._story = None  # still being written, or unreadable: asked again next time
+                return None
+        return self._story[2]
 
     def _read(self, path: str, rank: int, pid: int) -> int:
         tail = self._tails.setdefault(path, _Tail())
@@ -235,6 +273,7 @@ class JournalWatch:
         rows = sorted((_row(p, failed.get(p.rank)) for p in newest.values()), key=WatchRow.urgency)
         first = min(failures, key=lambda f: (f.time, f.rank)) if failures else None
         return WatchView(
+            first_oom_diagnosis=self._diagnosis(first.rank) if first is not None else None,
             ranks_seen=len(rows),
             allocated_bytes=sum(r.allocated_bytes or 0 for r in rows),
             reserved_bytes=sum(r.reserved_bytes or 0 for r in rows),

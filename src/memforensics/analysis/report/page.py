@@ -27,9 +27,16 @@ from urllib.parse import quote
 
 from memforensics._errors import SnapshotLoadError
 from memforensics._version import __version__
-from memforensics.analysis.compare import Leaks, LeakTracker, WindowTotals, window_totals
+from memforensics.analysis.compare import (
+    Leaks,
+    LeakTracker,
+    WindowTotals,
+    read_windows,
+    window_totals,
+)
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.dump.load import paused_gc
+from memforensics.analysis.explain import WindowReader, explain
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
     DUMP_SECTIONS,
@@ -37,7 +44,6 @@ from memforensics.analysis.report.sections import (
     unreadable_section,
 )
 from memforensics.analysis.schema import to_json
-from memforensics.analysis.summary import summarize
 
 # Data embedded in an HTML page: the one escaping rule both pages (report, overview) use.
 #
@@ -118,6 +124,16 @@ class ReportBuilder:
     dumps: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     _leaks: LeakTracker = field(default_factory=LeakTracker)
+    _windows: dict[Path, WindowTotals | str | None] = field(default_factory=dict)
+    """Window dumps read to explain the dumps added, by path: every dump of a rank is explained
+    from the same windows, each read once."""
+
+    def read_window_dumps(self, paths: Sequence[Path]) -> list[WindowTotals | str | None]:
+        """Each window dump's totals, read once per page (an ``explain`` window reader)."""
+        for path in paths:
+            if path not in self._windows:
+                self._windows[path] = read_windows([path])[0]
+        return [self._windows[path] for path in paths]
 
     def add(
         self,
@@ -131,7 +147,8 @@ class ReportBuilder:
         """
         number = len(self.dumps) if index is None else index
         entry = dump_entry(
-            dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs
+            dump, number, self.top, folder=self.folder, replay_jobs=self.replay_jobs,
+            windows=self.read_window_dumps,
         )  # fmt: skip
         self.add_entry(*entry)
 
@@ -212,15 +229,16 @@ def dump_entry(
     *,
     folder: bool,
     replay_jobs: int = 1,
+    windows: WindowReader = read_windows,
 ) -> tuple[dict[str, Any], WindowTotals | None]:
     """One dump's part of the page (every section of every device it explains), and its
     window totals when the page covers a run folder; its replay runs in ``replay_jobs``
-    processes."""
-    views = dump.device_views()  # the devices ``summary`` explains, in its order
+    processes, and ``windows`` reads the window dumps beside it."""
+    views = dump.device_views()  # the devices ``explain`` explains, in its order
+    told = explain(dump, top=top, windows=windows)  # the story every command tells of it
     devices = []
     known: dict[int, str] | None = None  # the kind of each live block, for the window totals
-    for number, view in enumerate(views):
-        summary = summarize(view, top=top)
+    for number, (view, summary) in enumerate(zip(views, (told, *told.other_devices), strict=True)):
         assert summary.filled is not None  # summarize always classifies
         if folder and len(views) == 1:  # the view is the whole dump
             known = summary.filled.kind_of_blocks()

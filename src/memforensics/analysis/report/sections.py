@@ -320,10 +320,13 @@ def tree_section(ctx: DumpContext) -> Section:
 
 
 def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
-    children = [c for c in node.sorted_children() if c.bytes >= floor] if depth > 0 else []
+    """A node as the icicle draws it: the user's lines, each holding the torch or library
+    frames inside it (named in ``calls``, never a box of their own), tiny ones left out."""
+    children = [c for c in node.shown_children() if c.bytes >= floor] if depth > 0 else []
     return {
         "name": node.name,
         "bytes": node.bytes,
+        "calls": [child.name for child in node.folded()],
         "children": [_pruned(child, floor, depth - 1) for child in children],
     }
 

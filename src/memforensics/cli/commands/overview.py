@@ -15,6 +15,8 @@ from memforensics.analysis.folder import OVERVIEW_SCHEMA, overview_text
 from memforensics.analysis.report import render_overview
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
+from memforensics.cli._explained import explained
+from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
 from memforensics.cli._output import write_page
 
 
@@ -24,7 +26,7 @@ class OverviewCommand:
     name = "overview"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """DIR, -o, --json, --all, --jobs (``--workers``, deprecated)."""
+        """DIR, -o, --json, --all, --jobs (``--workers``, deprecated), the cache."""
         parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir) or its journal/")
         parser.add_argument("-o", "--output", metavar="HTML", help="also write this HTML page")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -33,15 +35,21 @@ class OverviewCommand:
             "--jobs", type=int, metavar="N", help="processes reading journals (default: the CPUs)"
         )
         add_old_spelling(parser, "--workers", "--jobs", dest="jobs", type=int)
+        add_cache_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-        """Read, then print (and write the page)."""
+        """Read (the first OOM dump's story as ``summary`` tells it), then print (and write
+        the page)."""
         if args.jobs is not None and args.jobs < 1:
             parser.error("argument --jobs: must be at least 1")
+        cache = open_cache(args)
         try:
-            view = build_overview(args.dir, workers=args.jobs, diagnose=True)
+            view = build_overview(
+                args.dir, workers=args.jobs, diagnose=lambda path: explained(cache, path).diagnosis
+            )
         except SnapshotLoadError as exc:
             raise CommandError(str(exc)) from None
+        warn_cache(cache, self.name)
         if not view.ranks and not view.journals and not view.problems.unreadable:
             raise CommandError(nothing_to_read(args.dir, "journals or sidecars"))
         note = ""

@@ -16,7 +16,9 @@ from typing import Any
 
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
+from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError
+from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
 from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
@@ -93,6 +95,7 @@ class PlanCommand:
         parser.add_argument(
             "--jobs", type=int, default=1, metavar="N", help="with --vary: values planned at once"
         )
+        add_cache_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
@@ -117,11 +120,23 @@ class PlanCommand:
             raise CommandError(str(exc), exc.exit_code) from None
         if args.vary is not None:
             return _vary(args, target, conf)
-        return _plan(target, spec, Path(args.out_dir), conf, as_json=args.json)
+        cache = open_cache(args)
+        status = _plan(target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache)
+        warn_cache(cache, self.name)
+        return status
 
 
-def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
-    """Run the target planned, capture as ``run`` does, write sidecars and print."""
+def _plan(
+    target: Target,
+    spec: Any,
+    out_dir: Path,
+    conf: str | None,
+    *,
+    as_json: bool,
+    cache: ResultCache,
+) -> int:
+    """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
+    dump's story explained as ``summary`` explains it, and kept in ``cache``)."""
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import OutOfScope, run_planned
 
@@ -163,11 +178,18 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
             os.environ.pop(_CONF_ENV, None)
         else:
             os.environ[_CONF_ENV] = saved_conf
-    return _answer(result, device, spec, folders, started, as_json=as_json)
+    return _answer(result, device, spec, folders, started, as_json=as_json, cache=cache)
 
 
 def _answer(
-    result: Any, device: Any, spec: Any, folders: list[Path], started: float, *, as_json: bool
+    result: Any,
+    device: Any,
+    spec: Any,
+    folders: list[Path],
+    started: float,
+    *,
+    as_json: bool,
+    cache: ResultCache,
 ) -> int:
     """Mark and name the snapshots the run wrote, print the plan; 0 fits, 1 does not."""
     snapshots = list(result.script_snapshots)
@@ -184,7 +206,7 @@ def _answer(
         _writer(spec)(str(final), device.snapshot())
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
-    verdict = _verdict(snapshots) if result.oom_message is not None else None
+    verdict = _verdict(snapshots, cache) if result.oom_message is not None else None
     if as_json:
         doc = asdict(result) | {
             "snapshots": snapshots,
@@ -322,14 +344,14 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             write_sidecar(side, found)
 
 
-def _verdict(snapshots: list[str]) -> dict[str, str] | None:
-    """The summary's diagnosis and verdict on the predicted OOM dump, when capture wrote one:
-    the same cause ``summary`` names for it."""
-    from memforensics.analysis import load_dump, summarize
+def _verdict(snapshots: list[str], cache: ResultCache) -> dict[str, str] | None:
+    """The diagnosis and verdict of the predicted OOM dump, when capture wrote one: the story
+    ``summary`` tells of it (kept in ``cache``, so ``summary`` of that dump reads it back)."""
+    from memforensics.cli._explained import explained
 
     for path in snapshots:
         if Path(path).parent.name == "oom":
-            summary = summarize(load_dump(Path(path)))
+            summary = explained(cache, Path(path))
             verdict = summary.verdict
             return {
                 "cause": summary.diagnosis.headline if summary.diagnosis is not None else "",

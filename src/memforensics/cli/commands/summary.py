@@ -6,17 +6,16 @@ import argparse
 import json
 import shutil
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memforensics._errors import SnapshotLoadError
-from memforensics.analysis import Dump, load_dump, summarize
-from memforensics.analysis.compare import rank_trends, windows_beside
+from memforensics.analysis import Dump, explain, load_dump
 from memforensics.analysis.schema import to_json
-from memforensics.analysis.summary import SCHEMA, Summary, summary_text
-from memforensics.cli._cache import UNNAMED, named_by, renamed
+from memforensics.analysis.summary import SCHEMA, summary_text
 from memforensics.cli._command import CommandError, skipped_lines
+from memforensics.cli._explained import DEFAULT_TOP, Kept, keep, kept, lean, question
 from memforensics.cli._flags import (
     DUMPS_AT_ONCE,
     add_analysis_flags,
@@ -28,8 +27,6 @@ from memforensics.cli._flags import (
     warn_cache,
 )
 from memforensics.cli._progress import Progress
-
-_DEFAULT_ROWS = 10
 
 
 @dataclass(frozen=True)
@@ -45,34 +42,25 @@ class _Ask:
     fit: bool = True  # no --top or --all given: the site rows are cut to one screen
 
     def question(self) -> str:
-        """The cache's name for this question about one file: what changes the result (the
-        rendering, the file's name and whether it is one of several are applied afresh)."""
-        return f"summary {json.dumps([self.top, self.device, self.requested])}"
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """One file's result as the cache keeps it: the summary (of each device) and the dump's
-    warnings for stderr."""
-
-    summary: Summary
-    warnings: tuple[str, ...] = ()
+        """The cache's name for this question about one file (whether it is one of several,
+        and the rendering, are applied afresh)."""
+        return question(self.top, self.device, self.requested)
 
 
 @dataclass(frozen=True)
 class _Section:
     """One file's answer, or why it has none."""
 
-    kept: _Kept | None = None
+    kept: Kept | None = None
     error: str | None = None
 
 
 def _section(name: str, ask: _Ask, progress: Progress | None = None) -> _Section:
-    """Load and summarize one file (run in a worker process with ``--jobs``)."""
+    """Load and explain one file (run in a worker process with ``--jobs``)."""
     loaded = _load(Path(name), progress)
     if isinstance(loaded, _Section):
         return loaded
-    return _answer(loaded, ask, progress, windows_beside(Path(name)))
+    return _answer(loaded, ask, progress)
 
 
 def _load(path: Path, progress: Progress | None) -> Dump | _Section:
@@ -83,31 +71,21 @@ def _load(path: Path, progress: Progress | None) -> Dump | _Section:
         return _Section(error=str(exc))
 
 
-def _answer(
-    dump: Dump,
-    ask: _Ask,
-    progress: Progress | None = None,
-    windows: list[Path] | None = None,
-) -> _Section:
-    """Summarize a loaded dump: the first device's summary holds the others'. ``windows``: the
-    window dumps of its run folder (growth across windows; None: it lies in no run folder)."""
+def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section:
+    """The story :func:`~memforensics.analysis.explain` tells of a loaded dump (the first
+    device's summary holds the others'), and the dump's warnings for stderr."""
     try:
-        views = dump.device_views() if ask.device is None else (dump.on_device(ask.device),)
+        summary = explain(
+            dump,
+            top=ask.top,
+            requested=ask.requested,
+            device=ask.device,
+            phase=progress.phase if progress is not None else None,
+        )
+        warnings = dump.warnings if ask.device is None else dump.on_device(ask.device).warnings
     except SnapshotLoadError as exc:
         return _Section(error=str(exc))
-    if progress is not None:
-        progress.phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
-    warnings = dump.warnings if ask.device is None else views[0].warnings
-    trends = None
-    if windows is not None and dump.meta.has_sidecar:
-        if progress is not None and windows:
-            progress.phase(f"reading {len(windows)} window dumps beside it")
-        trends = rank_trends(windows, dump.meta.rank)
-    summaries = [  # the lifetimes behind ``filled`` are the report's; the text never reads them
-        replace(summarize(view, top=ask.top, requested=ask.requested, trends=trends), filled=None)
-        for view in views
-    ]
-    return _Section(_Kept(replace(summaries[0], other_devices=tuple(summaries[1:])), warnings))
+    return _Section(Kept(lean(summary), warnings))
 
 
 class SummaryCommand:
@@ -129,7 +107,7 @@ class SummaryCommand:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON object (a list for several files)"
         )
-        add_row_flags(parser, default=_DEFAULT_ROWS)
+        add_row_flags(parser, default=DEFAULT_TOP)
         parser.add_argument(
             "--device",
             type=int,
@@ -155,28 +133,22 @@ class SummaryCommand:
         """Answer each file (from the cache, in this process, or in a pool), print in order."""
         several = len(args.files) > 1
         top = row_limit(args, parser)
-        fit = not args.all and top == _DEFAULT_ROWS
+        fit = not args.all and top == DEFAULT_TOP
         ask = _Ask(args.json, top, args.device, args.requested, several, args.verbose, fit)
         jobs = job_count(args, parser)
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
         progress = Progress(quiet=args.quiet)
-        names = [named_by(Path(name)) if cache.enabled else None for name in args.files]
-        beside = [windows_beside(Path(name)) for name in args.files]
-        keyed = [[Path(name), *(beside[i] or [])] for i, name in enumerate(args.files)]
-        for index in range(len(args.files)):
-            kept = (
-                None if names[index] is None else cache.lookup(_Kept, keyed[index], ask.question())
-            )
-            if kept is not None:
-                sections[index] = _Section(kept)
+        for index, name in enumerate(args.files):
+            found = kept(cache, Path(name), ask.question())
+            if found is not None:
+                sections[index] = _Section(found)
         todo = [index for index in range(len(args.files)) if index not in sections]
         with progress.running():
             if len(todo) == 1 and not several:
-                found = _load(Path(args.files[todo[0]]), progress)
-                if isinstance(found, Dump):
-                    found = _answer(found, ask, progress, beside[todo[0]])
-                sections[todo[0]] = found
+                loaded = _load(Path(args.files[todo[0]]), progress)
+                answered = _answer(loaded, ask, progress) if isinstance(loaded, Dump) else loaded
+                sections[todo[0]] = answered
             elif jobs == 1 or len(todo) <= 1:
                 for index in todo:
                     sections[index] = _section(args.files[index], ask, progress)
@@ -190,15 +162,10 @@ class SummaryCommand:
                         sections[index] = future.result()
                         done()
         for index in todo:
-            kept = sections[index].kept
-            if kept is not None and names[index] is not None:
-                unnamed = replace(kept, summary=renamed(kept.summary, UNNAMED))
-                cache.keep(keyed[index], ask.question(), unnamed)
+            answer = sections[index].kept
+            if answer is not None:
+                keep(cache, Path(args.files[index]), ask.question(), answer)
         warn_cache(cache, self.name)
-        for index, name in enumerate(names):
-            kept = sections[index].kept
-            if kept is not None and name is not None:
-                sections[index] = _Section(replace(kept, summary=renamed(kept.summary, name)))
         return _print(args.files, [sections[i] for i in range(len(args.files))], ask)
 
 

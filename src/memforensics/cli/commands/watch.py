@@ -24,12 +24,15 @@ from memforensics.analysis.folder import (
     WATCH_SCHEMA,
     JournalWatch,
     WatchView,
+    cause_lines,
     watch_cells,
     watch_header,
     watch_text,
 )
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError
+from memforensics.cli._explained import explained
+from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
 from memforensics.cli._output import unescaped
 
 _CHROME = 7
@@ -42,7 +45,7 @@ class WatchCommand:
     name = "watch"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """DIR, --interval, --once, --json, --rows."""
+        """DIR, --interval, --once, --json, --rows, the cache."""
         parser.add_argument("dir", metavar="DIR", help="run folder (the out_dir) or its journal/")
         parser.add_argument(
             "--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes"
@@ -52,6 +55,7 @@ class WatchCommand:
         parser.add_argument(
             "--rows", type=int, metavar="N", help="rows shown (default: what fits; --once: all)"
         )
+        add_cache_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Poll and draw until Ctrl-C, or once."""
@@ -63,7 +67,8 @@ class WatchCommand:
             parser.error("argument --json: needs --once")
         if not Path(args.dir).is_dir():
             raise CommandError(f"{args.dir}: not a folder")
-        watch = JournalWatch(args.dir)
+        cache = open_cache(args)  # the first OOM dump's story, as ``summary`` tells it
+        watch = JournalWatch(args.dir, diagnose=lambda path: explained(cache, path).diagnosis)
         try:
             if args.once:
                 watch.poll()
@@ -74,6 +79,8 @@ class WatchCommand:
             return 0  # Ctrl-C is how a watch ends
         except BrokenPipeError:  # `| head`: stop quietly, as a Unix tool does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        finally:
+            warn_cache(cache, self.name)
         return 0
 
 
@@ -106,6 +113,10 @@ def _table(view: WatchView) -> Any:
     for row in view.rows:
         style = "bold red" if row.failed else ("yellow" if row.forecast is not None else None)
         table.add_row(*(Text(printable(cell)) for cell in watch_cells(row)), style=style)
+    cause = cause_lines(view.first_oom_diagnosis)
+    if cause:
+        table.caption = Text(printable(" ".join(line.strip() for line in cause)))
+        table.caption_justify = "left"
     if not view.rows:
         table.caption = "no journal lines yet"
     return table

@@ -7,10 +7,10 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from memforensics.analysis import load_dump, summarize
-from memforensics.analysis.compare import rank_trends, windows_beside
+from memforensics.analysis import summarize
 from memforensics.analysis.diagnosis import Evidence, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
+from memforensics.analysis.explain import evidence_files, explain
 from memforensics.analysis.filled import CallNode, KindBytes, KindSite, Moment
 from memforensics.analysis.oom import OomMoment, Verdict
 from memforensics.analysis.schema import to_json
@@ -349,10 +349,8 @@ def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> No
     oom = {"requested_bytes": MiB(64), "device_free_bytes": 0, "device_total_bytes": MiB(464)}
     path = tmp_path / "oom" / "rank0_pid1_step16_20261130-101112-000001.pickle"
     write_dump(path, builder.build(), sidecar=make_sidecar("oom", step=16, oom=oom))
-    windows = windows_beside(path)
-    assert windows is not None
-    assert len(windows) == 3
-    summary = summarize(load_dump(path), trends=rank_trends(windows, 0))
+    assert len(evidence_files(path)) == 4  # the dump and the 3 windows of its rank
+    summary = explain(path)
     assert summary.diagnosis is not None
     growth = summary.diagnosis.causes[0]
     assert (growth.name, growth.rate_bytes_per_step, growth.first_step) == ("growth", MiB(16), 4)
@@ -361,7 +359,8 @@ def test_growth_across_the_window_dumps_beside_an_oom_dump(tmp_path: Path) -> No
     assert activations.name == "activations"
     assert activations.sufficient
     assert activations.bytes > growth.bytes
-    assert windows_beside(tmp_path / "loose.pickle") is None  # no run folder: no windows read
+    loose = tmp_path / "loose.pickle"
+    assert evidence_files(loose) == (loose,)  # no run folder: no windows read
 
 
 def test_a_kind_guessed_with_low_confidence_is_still_a_cause_marked_inferred() -> None:

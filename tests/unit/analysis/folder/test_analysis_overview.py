@@ -13,7 +13,8 @@ import pytest
 
 from memforensics import SnapshotLoadError
 from memforensics._layout import journal_name
-from memforensics.analysis import build_overview, load_dump, summarize
+from memforensics.analysis import build_overview, explain
+from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.folder import overview_text
 from memforensics.analysis.folder.overview import PARALLEL_FROM
 from memforensics.analysis.folder.text import rank_ranges
@@ -287,14 +288,22 @@ def test_journals_without_step_lines_are_never_a_restart(tmp_path: Path) -> None
 
 
 def test_first_failing_rank_carries_summarys_diagnosis(tmp_path: Path) -> None:
-    """overview names the first failing rank's cause with summary's own headline for that
-    rank's OOM dump (one diagnosis everywhere), and prints it under the first-OOM line."""
+    """overview asks the story of the first failing rank's OOM dump, and only of it, and
+    names its cause with explain's own headline (one diagnosis everywhere) under the
+    first-OOM line."""
     truth = write_run_folder(tmp_path, world_size=3)
-    view = build_overview(tmp_path, workers=1, diagnose=True)
+    asked: list[Path] = []
+
+    def diagnose(path: Path) -> Diagnosis | None:
+        asked.append(path)
+        return explain(path).diagnosis
+
+    view = build_overview(tmp_path, workers=1, diagnose=diagnose)
     assert view.first_oom is not None
     assert view.first_oom.rank == truth.first_oom_rank
     [dump] = (tmp_path / "oom").glob(f"rank{truth.first_oom_rank}_*.pickle")
-    expected = summarize(load_dump(dump)).diagnosis
+    assert asked == [dump]
+    expected = explain(dump).diagnosis
     assert expected is not None
     assert view.first_oom_diagnosis == expected
     lines = overview_text(view).splitlines()

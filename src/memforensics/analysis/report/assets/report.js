@@ -154,7 +154,8 @@
     var box = el("div", { "class": "ice" });
     box.style.width = Math.max(100 * node.bytes / parentBytes, 0.5) + "%";
     var label = node.name + " · " + fmtBytes(node.bytes);
-    var bar = el("div", { "class": "bar", "title": label }, label);
+    var calls = node.calls && node.calls.length ? "\ncalls " + node.calls.join("\ncalls ") : "";
+    var bar = el("div", { "class": "bar", "title": label + calls }, label);
     bar.style.background = depth % 2 ? "#d4e1f3" : "#e3ecf8";
     bar.addEventListener("click", function () {
       show(node.merged ? { name: node.name, bytes: node.bytes, children: node.merged } : node);

@@ -1,0 +1,119 @@
+"""One story per dump: summary, report, overview and watch name the same cause for one OOM
+dump (a sim run whose cache grows window after window), and the cache keys that answer by
+every window dump it read."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memforensics
+from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor, reset_device
+
+pytestmark = pytest.mark.integration
+MiB = 1 << 20
+GROWTH = "growth: "
+CACHE = "a preallocated cache: "
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "memforensics"]
+    return subprocess.run(
+        [*command, *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _allocate_kv_cache(device: SimDevice, cache: list[SimTensor]) -> None:
+    """A KV cache that is never trimmed: 8 MiB more every step (named as vLLM's is)."""
+    cache.append(device.empty(8 * MiB))
+
+
+def _train(mf: memforensics.MemoryForensics, device: SimDevice, cache: list[SimTensor]) -> None:
+    """Steps until the device is full: a 20 MiB activation, then the cache grows."""
+    for number in range(40):
+        with mf.step(number):
+            activation = device.empty(20 * MiB)
+            _allocate_kv_cache(device, cache)
+            activation.free()
+
+
+def _run(root: Path) -> Path:
+    """A window every other step, no step tags: the cache grows 8 MiB a step until a 20 MiB
+    activation no longer fits the 160 MiB device (the OOM at step 12)."""
+    device = reset_device(160 * MiB)
+    out = root / "run"
+    mf = memforensics.install(
+        device="sim", out_dir=str(out), steps=1, every=2, keep_last=None, annotate_steps=False,
+        journal_every=1,
+    )  # fmt: skip
+    weights = device.empty(16 * MiB)
+    cache: list[SimTensor] = []
+    with pytest.raises(SimOutOfMemoryError):
+        _train(mf, device, cache)
+    mf.close()
+    assert weights.nbytes
+    return out
+
+
+def _headline_of_report(dump: Path, out: Path) -> str:
+    proc = _cli("report", dump, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    found = re.search(r'id="mf-data">(.*?)</script>', out.read_text(), re.S)
+    assert found is not None
+    sections = json.loads(found.group(1))["dumps"][0]["devices"][0]["sections"]
+    causes = [s["data"]["cause"] for s in sections if "cause" in s.get("data", {})]
+    assert len(causes) == 1
+    return str(causes[0])
+
+
+def test_every_command_names_the_growth_of_one_oom_dump(tmp_path: Path) -> None:
+    """The OOM dump alone shows a big vLLM-named cache; its rank's window dumps show that cache
+    growing 8 MiB a step. summary, report, overview and watch each name that growth, the same
+    headline word for word."""
+    run = _run(tmp_path)
+    [dump] = (run / "oom").glob("*.pickle")
+    cache = tmp_path / "cache"
+    summary = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert summary.returncode == 0, summary.stderr
+    headline = json.loads(summary.stdout)["diagnosis"]["headline"]
+    assert headline.startswith(GROWTH)
+    assert "_allocate_kv_cache" in headline
+    assert "rose across 7 window dumps" in headline  # steps 0, 2, ..., 12: every window read
+    assert _headline_of_report(dump, tmp_path / "r.html") == headline
+    overview = _cli("overview", run, "--json", "--no-cache")
+    assert overview.returncode == 0, overview.stderr
+    assert json.loads(overview.stdout)["first_oom_diagnosis"]["headline"] == headline
+    watch = _cli("watch", run, "--once", "--json", "--cache-dir", cache)
+    assert watch.returncode == 0, watch.stderr
+    assert json.loads(watch.stdout)["first_oom_diagnosis"]["headline"] == headline
+    text = _cli("watch", run, "--once", "--no-cache")
+    assert f"cause: {headline}"[:60] in text.stdout
+
+
+def test_a_changed_window_dump_changes_the_kept_answer(tmp_path: Path) -> None:
+    """summary's kept answer is keyed by the window dumps it read: once the windows no longer
+    show growth (each overwritten with the first window's bytes), the same question about the
+    unchanged OOM dump is answered afresh, and names the cache, not growth."""
+    run = _run(tmp_path)
+    [dump] = (run / "oom").glob("*.pickle")
+    cache = tmp_path / "cache"
+    first = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert json.loads(first.stdout)["diagnosis"]["headline"].startswith(GROWTH)
+    again = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert again.stdout == first.stdout
+    assert len(list(cache.glob("*.entry"))) == 1
+    windows = sorted(run.glob("step*/*.pickle"))
+    assert len(windows) >= 3
+    for window in windows[1:]:
+        window.write_bytes(windows[0].read_bytes())
+    after = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout)["diagnosis"]["headline"].startswith(CACHE)
+    assert len(list(cache.glob("*.entry"))) == 2
