@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -41,14 +40,25 @@ _MATMUL = frozenset(
     for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_int_mm")
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
-_OLD_WORKSPACE = ":4096:2:16:8"  # cuBLAS's default before compute capability 9.0
-_NEW_WORKSPACE = ":4096:8"  # from 9.0 (Hopper)
-_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
+
+
+def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether an operator's tensor inputs include a ``meta`` one (a stand-in or the script's
+    own): CPU operators run as on the CPU."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                return True
+        elif isinstance(value, (list, tuple)) and any(
+            isinstance(v, torch.Tensor) and v.is_meta for v in value
+        ):
+            return True
+    return False
 
 
 def _masked(args: tuple[Any, ...]) -> bool:
@@ -75,17 +85,6 @@ _IN_PLACE_ON_CUDA = frozenset(
         torch.ops.aten.masked_scatter,
     )
 )
-
-
-def cublas_workspace_bytes(capability: tuple[int, int], config: str | None) -> int:
-    """cuBLAS's workspace for one handle: ``CUBLAS_WORKSPACE_CONFIG``'s ``:KiB:count`` pairs
-    summed, else its default for the capability (8,519,680 B before 9.0, 32 MiB from 9.0)."""
-    text = config if config else (_NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE)
-    pairs = re.findall(r":(\d+):(\d+)", text)
-    if not pairs:
-        text = _NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE
-        pairs = re.findall(r":(\d+):(\d+)", text)
-    return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
 
 
 def is_cuda_device(device: Any) -> bool:
@@ -259,7 +258,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
-            if name == choices.SDPA_NAME:
+            if name == choices.SDPA_NAME and _any_meta(args, kwargs):
                 return choices.attention(self.capability, *args, **kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
@@ -353,6 +352,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._live: dict[int, Any] = {}  # storage id -> (block, nbytes)
         self._workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
+        self._composite: dict[Any, bool] = {}
 
     def __torch_dispatch__(
         self,
@@ -361,6 +361,11 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if self._decomposes(func) and _any_meta(args, kwargs):
+            with self:  # its parts come back through this mode, as autograd would send them
+                out = func.decompose(*args, **(kwargs or {}))
+            if out is not NotImplemented:
+                return out
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         reused = None
@@ -381,9 +386,20 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
         self._track_outputs(out, step, reused)
-        if func in self._matmul:
+        if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
         return out
+
+    def _decomposes(self, func: Any) -> bool:
+        """Whether ``func`` is one of PyTorch's composite operators (``linear``, ``matmul``,
+        ``einsum``): with autograd on, autograd's key runs their implementation and this mode
+        sees the parts; with it off (``inference_mode``) the composite arrives here whole,
+        and its parts (the matrix multiplies, the copies they make) must still reach the
+        model, as they reach CUDA's allocator."""
+        found = self._composite.get(func)
+        if found is None:
+            found = self._composite[func] = bool(func._can_decompose())
+        return found
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:
         if isinstance(out, torch.Tensor):
@@ -527,8 +543,3 @@ def emulated_modes(
     functions = DeviceMode(notes, device.spec.capability, autocast, ghosts)
     with functions, storage, standins.answering(storage.address), _engine_under(functions):
         yield
-
-
-def workspace_bytes_for(capability: tuple[int, int]) -> int:
-    """The workspace the planned device's cuBLAS takes per thread, the environment included."""
-    return cublas_workspace_bytes(capability, os.environ.get(_WORKSPACE_ENV))
