@@ -134,3 +134,32 @@ def test_the_workspace_comes_with_the_first_cuda_matmul_at_the_installed_torchs_
     tensor = 256 * 256 * 4
     assert facts["after_cpu"] == tensor
     assert facts["after_cuda"] == 2 * tensor + workspace
+
+
+NORM_GRAD = """
+import torch
+torch.cuda.memory._record_memory_history(max_entries=100000)
+weight = torch.ones(768, device="cuda", requires_grad=True)
+x = torch.randn(32, 256, 768, device="cuda")
+(x * weight).sum().backward()  # the weight's gradient sums 8,192 rows into 768
+torch.cuda.memory._dump_snapshot("ops.pickle")
+"""
+
+
+def test_a_gradient_summed_over_the_batch_stages_as_the_real_gpu_did(tmp_path: Path) -> None:
+    """The reduction behind a norm weight's gradient takes, right after its 3,072-byte output,
+    the 50,331,648-byte staging buffer and 24 bytes of semaphores the real forward-backward
+    workload's GPU took for the same shape, and frees them, semaphores first."""
+    script(tmp_path, NORM_GRAD)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = pickle.loads((tmp_path / "ops.pickle").read_bytes())
+    blocks = ("alloc", "free_requested", "free_completed")
+    events = [(e["action"], e["size"]) for e in snapshot["device_traces"][0]]
+    events = [event for event in events if event[0] in blocks]
+    start = events.index(("alloc", 50_331_648))
+    assert events[start - 1] == ("alloc", 768 * 4)
+    assert events[start + 1 : start + 4] == [
+        ("alloc", 24), ("free_requested", 24), ("free_completed", 24),
+    ]  # fmt: skip
+    assert ("free_requested", 50_331_648) in events[start + 4 :]

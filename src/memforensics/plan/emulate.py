@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import choices, standins, values
+from memforensics.plan import choices, scratch, standins, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -45,6 +45,17 @@ _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
+_WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
+_SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
+_REDUCTIONS = _WHOLE | frozenset(
+    (
+        torch.ops.aten.sum.dim_IntList,
+        torch.ops.aten.mean.dim,
+        torch.ops.aten.amax.default,
+        torch.ops.aten.amin.default,
+    )
+)
+"""Reductions CUDA runs through ``gpu_reduce_kernel`` (``Reduce.cuh``)."""
 
 
 def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
@@ -348,6 +359,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         }
         self.device = device
         self.workspace_bytes = workspace_bytes
+        self.capability = device.spec.capability
         self._oom = oom
         self._live: dict[int, Any] = {}  # storage id -> (block, nbytes)
         self._workspaces: dict[object, Any] = {}
@@ -388,7 +400,36 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._track_outputs(out, step, reused)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
+        elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
+            self._staging(func, args)
         return out
+
+    def _staging(self, func: Any, args: tuple[Any, ...]) -> None:
+        """A reduction split across thread blocks takes a staging buffer and its semaphores
+        through the caching allocator for the kernel's length, and frees them in the reverse
+        order (``gpu_reduce_kernel``)."""
+        source = args[0]
+        if not isinstance(source, torch.Tensor) or source.dim() == 0:
+            return
+        dims = args[1] if len(args) > 1 and func not in _WHOLE else None
+        if isinstance(dims, int):
+            dims = [dims]
+        ndim = source.dim()
+        reduced = frozenset(d % ndim for d in dims) if dims else frozenset(range(ndim))
+        floating = source.is_floating_point()
+        acc = 8 if (source.dtype == torch.float64 or not floating) else 4
+        # sum loads 16-bit inputs eight at a time (ReduceSumProdKernel.cu), the others four
+        wide = func in _SUMS and source.element_size() == 2
+        found = scratch.staging_bytes(
+            tuple(source.shape), tuple(source.stride()), reduced, acc,
+            source.storage_offset(), self.capability, input_vec=8 if wide else 4,
+        )  # fmt: skip
+        if found is None:
+            return
+        buffer = self._malloc(found[0])
+        semaphores = self._malloc(found[1])
+        self.device.free(semaphores)
+        self.device.free(buffer)
 
     def _decomposes(self, func: Any) -> bool:
         """Whether ``func`` is one of PyTorch's composite operators (``linear``, ``matmul``,
