@@ -28,7 +28,7 @@ TRAIN = """
 import json, sys
 import memforensics, torch
 
-mf = memforensics.install(steps=2, max_windows=1, out_dir="dumps")
+mf = memforensics.install(steps=2, max_windows=1, out_dir="dumps", near_oom_every=1)
 torch.manual_seed(0)
 model = torch.nn.Sequential(
     torch.nn.Embedding(1000, 256),

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import choices, standins, values
+from memforensics.plan import choices, scratch, standins, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -41,14 +40,36 @@ _MATMUL = frozenset(
     for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_int_mm")
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
-_OLD_WORKSPACE = ":4096:2:16:8"  # cuBLAS's default before compute capability 9.0
-_NEW_WORKSPACE = ":4096:8"  # from 9.0 (Hopper)
-_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
+_WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
+_SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
+_REDUCTIONS = _WHOLE | frozenset(
+    (
+        torch.ops.aten.sum.dim_IntList,
+        torch.ops.aten.mean.dim,
+        torch.ops.aten.amax.default,
+        torch.ops.aten.amin.default,
+    )
+)
+"""Reductions CUDA runs through ``gpu_reduce_kernel`` (``Reduce.cuh``)."""
+
+
+def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether an operator's tensor inputs include a ``meta`` one (a stand-in or the script's
+    own): CPU operators run as on the CPU."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                return True
+        elif isinstance(value, (list, tuple)) and any(
+            isinstance(v, torch.Tensor) and v.is_meta for v in value
+        ):
+            return True
+    return False
 
 
 def _masked(args: tuple[Any, ...]) -> bool:
@@ -75,17 +96,6 @@ _IN_PLACE_ON_CUDA = frozenset(
         torch.ops.aten.masked_scatter,
     )
 )
-
-
-def cublas_workspace_bytes(capability: tuple[int, int], config: str | None) -> int:
-    """cuBLAS's workspace for one handle: ``CUBLAS_WORKSPACE_CONFIG``'s ``:KiB:count`` pairs
-    summed, else its default for the capability (8,519,680 B before 9.0, 32 MiB from 9.0)."""
-    text = config if config else (_NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE)
-    pairs = re.findall(r":(\d+):(\d+)", text)
-    if not pairs:
-        text = _NEW_WORKSPACE if capability >= (9, 0) else _OLD_WORKSPACE
-        pairs = re.findall(r":(\d+):(\d+)", text)
-    return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
 
 
 def is_cuda_device(device: Any) -> bool:
@@ -259,7 +269,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
-            if name == choices.SDPA_NAME:
+            if name == choices.SDPA_NAME and _any_meta(args, kwargs):
                 return choices.attention(self.capability, *args, **kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
@@ -349,10 +359,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         }
         self.device = device
         self.workspace_bytes = workspace_bytes
+        self.capability = device.spec.capability
         self._oom = oom
         self._live: dict[int, Any] = {}  # storage id -> (block, nbytes)
         self._workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
+        self._composite: dict[Any, bool] = {}
 
     def __torch_dispatch__(
         self,
@@ -361,6 +373,11 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if self._decomposes(func) and _any_meta(args, kwargs):
+            with self:  # its parts come back through this mode, as autograd would send them
+                out = func.decompose(*args, **(kwargs or {}))
+            if out is not NotImplemented:
+                return out
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         reused = None
@@ -381,9 +398,49 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
         self._track_outputs(out, step, reused)
-        if func in self._matmul:
+        if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
+        elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
+            self._staging(func, args)
         return out
+
+    def _staging(self, func: Any, args: tuple[Any, ...]) -> None:
+        """A reduction split across thread blocks takes a staging buffer and its semaphores
+        through the caching allocator for the kernel's length, and frees them in the reverse
+        order (``gpu_reduce_kernel``)."""
+        source = args[0]
+        if not isinstance(source, torch.Tensor) or source.dim() == 0:
+            return
+        dims = args[1] if len(args) > 1 and func not in _WHOLE else None
+        if isinstance(dims, int):
+            dims = [dims]
+        ndim = source.dim()
+        reduced = frozenset(d % ndim for d in dims) if dims else frozenset(range(ndim))
+        floating = source.is_floating_point()
+        acc = 8 if (source.dtype == torch.float64 or not floating) else 4
+        # sum loads 16-bit inputs eight at a time (ReduceSumProdKernel.cu), the others four
+        wide = func in _SUMS and source.element_size() == 2
+        found = scratch.staging_bytes(
+            tuple(source.shape), tuple(source.stride()), reduced, acc,
+            source.storage_offset(), self.capability, input_vec=8 if wide else 4,
+        )  # fmt: skip
+        if found is None:
+            return
+        buffer = self._malloc(found[0])
+        semaphores = self._malloc(found[1])
+        self.device.free(semaphores)
+        self.device.free(buffer)
+
+    def _decomposes(self, func: Any) -> bool:
+        """Whether ``func`` is one of PyTorch's composite operators (``linear``, ``matmul``,
+        ``einsum``): with autograd on, autograd's key runs their implementation and this mode
+        sees the parts; with it off (``inference_mode``) the composite arrives here whole,
+        and its parts (the matrix multiplies, the copies they make) must still reach the
+        model, as they reach CUDA's allocator."""
+        found = self._composite.get(func)
+        if found is None:
+            found = self._composite[func] = bool(func._can_decompose())
+        return found
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:
         if isinstance(out, torch.Tensor):
@@ -527,8 +584,3 @@ def emulated_modes(
     functions = DeviceMode(notes, device.spec.capability, autocast, ghosts)
     with functions, storage, standins.answering(storage.address), _engine_under(functions):
         yield
-
-
-def workspace_bytes_for(capability: tuple[int, int]) -> int:
-    """The workspace the planned device's cuBLAS takes per thread, the environment included."""
-    return cublas_workspace_bytes(capability, os.environ.get(_WORKSPACE_ENV))

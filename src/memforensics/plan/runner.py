@@ -59,7 +59,8 @@ def planned_device(
     """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
     from memforensics.plan.choices import Autocast
     from memforensics.plan.cuda import patched_cuda
-    from memforensics.plan.emulate import emulated_modes, workspace_bytes_for
+    from memforensics.plan.emulate import emulated_modes
+    from memforensics.plan.scratch import workspace_bytes_for
 
     device = PlannedDevice(spec)
     autocast = Autocast()

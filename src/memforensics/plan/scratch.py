@@ -1,0 +1,205 @@
+"""Scratch memory CUDA's libraries take through PyTorch's caching allocator, which the CPU build
+never asks for: cuBLAS's workspace, by the rules of the installed torch.
+
+Each rule reads beside the PyTorch source it mirrors; docs/plan.md quotes the lines.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+MiB = 1 << 20
+
+WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+_SMALL_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+"""``:4096:2:16:8``: 8,519,680 B, cuBLAS's default where torch does not choose 32 MiB."""
+_LARGE_WORKSPACE = 4096 * 8 * 1024
+"""``:4096:8``: 32 MiB."""
+_PAIRS = re.compile(r":([0-9]+):([0-9]+)")
+_BLACKWELL_FROM = (2, 12)
+"""The first torch whose default gives Blackwell (10.x, 12.x) the 32 MiB Hopper has; torch
+2.11 on a B200 and an RTX 50-series took 8,519,680 B."""
+
+
+def torch_release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version string (``"2.13.0+cpu"`` → ``(2, 13)``)."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def default_workspace_bytes(capability: tuple[int, int], release: tuple[int, int]) -> int:
+    """cuBLAS's workspace with no ``CUBLAS_WORKSPACE_CONFIG``: ``parseChosenWorkspaceSize``'s
+    default, 32 MiB for Hopper (and, from torch 2.12, Blackwell: majors 10 and 12), else
+    ``:4096:2:16:8``."""
+    major = capability[0]
+    large = (9, 10, 12) if release >= _BLACKWELL_FROM else (9,)
+    return _LARGE_WORKSPACE if major in large else _SMALL_WORKSPACE
+
+
+def cublas_workspace_bytes(
+    capability: tuple[int, int], config: str | None, release: tuple[int, int]
+) -> int:
+    """cuBLAS's workspace for one handle and stream (``getChosenWorkspaceSize``):
+    ``CUBLAS_WORKSPACE_CONFIG``'s ``:KiB:count`` pairs summed, else (unset, or nothing in it
+    parses) the default for the capability under torch ``release``."""
+    pairs = _PAIRS.findall(config) if config else []
+    if not pairs:
+        return default_workspace_bytes(capability, release)
+    return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
+
+
+def workspace_bytes_for(capability: tuple[int, int]) -> int:
+    """The workspace the planned device's cuBLAS takes per thread: the installed torch's rule,
+    the environment included. cuBLASLt shares it (``TORCH_CUBLASLT_UNIFIED_WORKSPACE``, on by
+    default), so it takes nothing more."""
+    import torch
+
+    release = torch_release(torch.__version__)
+    return cublas_workspace_bytes(capability, os.environ.get(WORKSPACE_ENV), release)
+
+
+# -- reductions' staging buffers (aten/src/ATen/native/cuda/Reduce.cuh)
+
+_WARP = 32
+_MIN_VALUES_PER_THREAD = 16
+_MAX_VALUES_PER_THREAD = 256
+_VT0 = 4
+_THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 7): 1536, (8, 9): 1536, (12, 0): 1536}
+"""``maxThreadsPerMultiProcessor`` where it is not 2,048."""
+_MULTIPROCESSORS = {(7, 0): 80, (7, 5): 40, (8, 0): 108, (8, 6): 84, (8, 9): 142, (9, 0): 132,
+                    (10, 0): 148, (12, 0): 170}  # fmt: skip
+"""``multiProcessorCount`` of the datacenter part of each capability (V100, T4, A100, A40,
+L40S, H100, B200, RTX 5090); 132 for one not listed."""
+
+
+def _last_pow2(n: int) -> int:
+    """``last_pow2``: the largest power of two not above ``n`` (at least 1)."""
+    return max(1, 1 << (max(n, 1).bit_length() - 1))
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def staging_bytes(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    reduced: frozenset[int],
+    acc_bytes: int,
+    offset: int,
+    capability: tuple[int, int],
+    *,
+    input_vec: int = 4,
+) -> tuple[int, int] | None:
+    """``(buffer, semaphores)`` bytes that ``gpu_reduce_kernel`` allocates when it splits one
+    reduction across thread blocks (``config.should_global_reduce()``), or None when it does not.
+
+    ``shape``/``strides`` (in elements) are the input's, ``reduced`` the dimensions reduced,
+    ``acc_bytes`` the accumulator's size (``arg_t``), ``offset`` the input's storage offset in
+    elements, ``input_vec`` the kernel's ``input_vec_size``. Mirrors ``setReduceConfig`` after
+    TensorIterator has put the reduced dimensions first and coalesced the rest.
+    """
+    dims = _iterator_dims(shape, strides, reduced)
+    numel = math.prod(shape)
+    if not dims or numel >= 1 << 31:
+        return None  # one value, or split into 32-bit sub-iterators (not modelled)
+    num_reduce = sum(1 for _, _, is_reduced in dims if is_reduced)
+    num_outputs = math.prod(size for size, _, is_reduced in dims if not is_reduced)
+    inputs_per_output = numel // num_outputs
+    on_fastest = num_reduce == len(dims) or dims[0][1] < dims[num_reduce][1]
+    if on_fastest:
+        orientation = (True, inputs_per_output, num_outputs, dims[0][1])
+    else:
+        orientation = (False, num_outputs, inputs_per_output, dims[num_reduce][1])
+    width, height, output_vec = _block_shape(dims, num_reduce, orientation, offset, input_vec)
+    threads = width * height
+    step_input, step_output = (width, 1) if on_fastest else (1, width)
+    split_y = False
+    if _div_up(inputs_per_output, step_input) >= height * _MIN_VALUES_PER_THREAD or (
+        _div_up(inputs_per_output, step_input) >= _MAX_VALUES_PER_THREAD
+    ):
+        step_input *= height
+        split_y = True
+    else:
+        step_output *= height
+    per_sm = _THREADS_PER_SM.get(capability, 2048) // threads
+    target = _MULTIPROCESSORS.get(capability, 132) * per_sm
+    grid = _div_up(num_outputs // output_vec, step_output)
+    values = _div_up(inputs_per_output, step_input)
+    if not (split_y and values >= _MAX_VALUES_PER_THREAD and grid <= target):
+        return None
+    ctas = max(
+        min(_div_up(target, grid), _div_up(values, _MIN_VALUES_PER_THREAD)),
+        _div_up(values, _MAX_VALUES_PER_THREAD),
+    )
+    if ctas <= 1:
+        return None
+    buffer = acc_bytes * num_outputs * ctas
+    if not on_fastest:  # no reduction across a block's lanes: one value per lane staged
+        buffer *= width * output_vec
+    return buffer, 4 * grid
+
+
+def _block_shape(
+    dims: list[tuple[int, int, bool]],
+    num_reduce: int,
+    orientation: tuple[bool, int, int, int],
+    offset: int,
+    input_vec: int,
+) -> tuple[int, int, int]:
+    """``(block_width, block_height, output_vec_size)``: the vectorisation ``setReduceConfig``
+    picks, then ``set_block_dimension``."""
+    on_fastest, dim0, dim1, fastest = orientation
+    output_vec = 1
+    if fastest == 1:
+        if on_fastest and dim0 > 128 and num_reduce == 1 and input_vec <= _VT0:
+            dim0 //= input_vec
+        elif not on_fastest:
+            output_vec = _output_vec_size(dims, num_reduce, offset)
+            dim0 //= output_vec
+    max_threads = 512 // output_vec
+    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    width = min(dim0_pow2, _WARP)
+    height = min(dim1_pow2, max_threads // width)
+    width = min(dim0_pow2, max_threads // height)
+    return width, height, output_vec
+
+
+def _iterator_dims(
+    shape: tuple[int, ...], strides: tuple[int, ...], reduced: frozenset[int]
+) -> list[tuple[int, int, bool]]:
+    """``(size, stride, reduced)`` per dimension, fastest first, as TensorIterator orders a
+    reduction's (``reorder_dimensions``: reduced dimensions first, then by the input's stride)
+    and coalesces them (``coalesce_dimensions``: neighbours of one kind whose strides chain)."""
+    dims = [
+        (size, stride, d in reduced)
+        for d, (size, stride) in enumerate(zip(shape, strides, strict=True))
+        if size != 1
+    ]
+    dims.sort(key=lambda dim: (not dim[2], dim[1]))
+    merged: list[tuple[int, int, bool]] = []
+    for size, stride, is_reduced in dims:
+        if merged:
+            last_size, last_stride, last_reduced = merged[-1]
+            if last_reduced == is_reduced and stride == last_stride * last_size:
+                merged[-1] = (last_size * size, last_stride, last_reduced)
+                continue
+        merged.append((size, stride, is_reduced))
+    return merged
+
+
+def _output_vec_size(dims: list[tuple[int, int, bool]], num_reduce: int, offset: int) -> int:
+    """``get_output_vec_size``: 4, halved until the input's start, the first output
+    dimension's size and every other dimension's stride divide by it."""
+    vec = 4
+    checks = [offset, dims[num_reduce][0]]
+    checks += [stride for i, (_, stride, _) in enumerate(dims) if i != num_reduce]
+    for value in checks:
+        while value % vec:
+            vec //= 2
+    return vec

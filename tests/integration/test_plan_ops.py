@@ -1,0 +1,165 @@
+"""Which operations reach the planned device, and what CUDA adds to them: composite operators
+under ``inference_mode`` reach it by their parts (with cuBLAS's workspace), CPU operators never
+reach it, and cuBLAS's workspace takes the installed torch's size. Each runs through the real
+``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+SMALL_WORKSPACE = 8_519_680
+
+COMPOSITES = """
+import json, sys
+import torch
+
+torch.cuda.memory._record_memory_history(max_entries=100000)
+model = torch.nn.Sequential(
+    torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)
+).cuda()
+x = torch.randn(4, 256, 512, device="cuda")
+with torch.inference_mode() if sys.argv[1] == "inference" else torch.no_grad():
+    y = model(x)
+    scores = torch.einsum("bsd,btd->bst", y, x)  # non-contiguous operands: einsum copies them
+    mixed = y.transpose(1, 2) @ x  # matmul of a transposed batch copies it as well
+    kept = scores.sum() + mixed.sum()
+torch.cuda.memory._dump_snapshot("ops.pickle")
+print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def _facts(done: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The JSON line the script printed (its output goes to stderr under --json)."""
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    return dict(json.loads(line))
+
+
+def _allocations(folder: Path) -> list[int]:
+    """The sizes of the planned trace's allocations, in order."""
+    snapshot = pickle.loads((folder / "ops.pickle").read_bytes())
+    return [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+
+
+def test_inference_mode_makes_what_no_grad_makes(tmp_path: Path) -> None:
+    """nn.Linear, einsum and matmul under inference_mode allocate what they do under no_grad,
+    in the same order, to the same peak: the copies these composites make and cuBLAS's
+    workspace included."""
+    script(tmp_path, COMPOSITES)
+    peaks, traces = {}, {}
+    for mode in ("no_grad", "inference"):
+        done = plan(tmp_path, "--json", "--device-capability", "8.0", "train.py", mode)
+        assert done.returncode == 0, done.stderr
+        peaks[mode] = _facts(done)["peak"]
+        traces[mode] = _allocations(tmp_path)
+    assert peaks["inference"] == peaks["no_grad"]
+    assert traces["inference"] == traces["no_grad"]
+    assert traces["inference"].count(SMALL_WORKSPACE) == 1
+    # beyond the weights, input and three outputs: the workspace and einsum's copies
+    outputs = 4 * 256 * (2048 + 512 + 256 + 512 + 512) * 4
+    weights = (512 * 2048 * 2 + 2048 + 512) * 4
+    assert peaks["inference"] >= weights + outputs + SMALL_WORKSPACE
+
+
+CPU_ONLY = """
+import json
+import torch
+a = torch.ones(512, 512)
+product = a @ a  # cuBLAS is not involved: nothing on the planned device
+q = torch.ones(2, 4, 128, 64)
+attended = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+with torch.inference_mode():
+    linear = torch.nn.Linear(64, 64)(q)
+print(json.dumps({
+    "sum": product.sum().item(), "attended": attended.mean().item(),
+    "linear_shape": list(linear.shape), "peak": torch.cuda.max_memory_allocated(),
+}))
+"""
+
+
+def test_a_script_that_never_touches_cuda_computes_on_the_cpu_and_plans_to_nothing(
+    tmp_path: Path,
+) -> None:
+    """CPU matmul, attention and an inference-mode linear give the CPU's values, put nothing on
+    the planned device (no workspace either), and fit a 256 MiB device."""
+    script(tmp_path, CPU_ONLY)
+    done = plan(tmp_path, "--json", "--device-memory", "256MiB", "--context-memory", "64MiB",
+                "train.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["sum"] == 512**3
+    assert facts["attended"] == 1.0
+    assert facts["linear_shape"] == [2, 4, 128, 64]
+    assert facts["peak"] == 0
+    doc = json.loads(done.stdout)
+    assert doc["peak_allocated_bytes"] == 0
+    assert doc["peak_reserved_bytes"] == 0
+    assert doc["fits"] is True
+
+
+MIXED = """
+import json
+import torch
+a = torch.randn(256, 256)
+b = a @ a
+x = torch.randn(256, 256, device="cuda")
+print(json.dumps({"after_cpu": torch.cuda.max_memory_allocated()}))
+y = x @ x
+print(json.dumps({"after_cuda": torch.cuda.max_memory_allocated()}), file=__import__("sys").stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("capability", "workspace"),
+    [("8.0", SMALL_WORKSPACE), ("9.0", 32 * MiB), ("10.0", 32 * MiB), ("12.0", 32 * MiB)],
+)
+def test_the_workspace_comes_with_the_first_cuda_matmul_at_the_installed_torchs_size(
+    tmp_path: Path, capability: str, workspace: int
+) -> None:
+    """A CPU matmul before any CUDA work charges nothing; the first matmul on CUDA takes the
+    workspace torch 2.13 takes for the capability (32 MiB for Hopper and Blackwell)."""
+    script(tmp_path, MIXED)
+    done = plan(tmp_path, "--json", "--device-capability", capability, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    facts = {key: value for line in lines for key, value in line.items()}
+    tensor = 256 * 256 * 4
+    assert facts["after_cpu"] == tensor
+    assert facts["after_cuda"] == 2 * tensor + workspace
+
+
+NORM_GRAD = """
+import torch
+torch.cuda.memory._record_memory_history(max_entries=100000)
+weight = torch.ones(768, device="cuda", requires_grad=True)
+x = torch.randn(32, 256, 768, device="cuda")
+(x * weight).sum().backward()  # the weight's gradient sums 8,192 rows into 768
+torch.cuda.memory._dump_snapshot("ops.pickle")
+"""
+
+
+def test_a_gradient_summed_over_the_batch_stages_as_the_real_gpu_did(tmp_path: Path) -> None:
+    """The reduction behind a norm weight's gradient takes, right after its 3,072-byte output,
+    the 50,331,648-byte staging buffer and 24 bytes of semaphores the real forward-backward
+    workload's GPU took for the same shape, and frees them, semaphores first."""
+    script(tmp_path, NORM_GRAD)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = pickle.loads((tmp_path / "ops.pickle").read_bytes())
+    blocks = ("alloc", "free_requested", "free_completed")
+    events = [(e["action"], e["size"]) for e in snapshot["device_traces"][0]]
+    events = [event for event in events if event[0] in blocks]
+    start = events.index(("alloc", 50_331_648))
+    assert events[start - 1] == ("alloc", 768 * 4)
+    assert events[start + 1 : start + 4] == [
+        ("alloc", 24), ("free_requested", 24), ("free_completed", 24),
+    ]  # fmt: skip
+    assert ("free_requested", 50_331_648) in events[start + 4 :]
