@@ -8,10 +8,10 @@ and leaks), ``replay``, ``folder`` (ls, journals, overview) and ``report`` (the 
 
 from memforensics.analysis.compare import Diff, Leaks, diff_dumps, find_leaks
 from memforensics.analysis.dump import Dump, load_dump
-from memforensics.analysis.explain import explain
 from memforensics.analysis.filled import Filled, what_filled
 from memforensics.analysis.folder import Overview, RunListing, build_overview, list_dumps
 from memforensics.analysis.replay import Replay, replay_dump
+from memforensics.analysis.story import explain
 from memforensics.analysis.summary import Summary, summarize
 
 __all__ = [

@@ -1,5 +1,5 @@
 """A dump's story as every command asks for it: :func:`memforensics.analysis.explain`, kept in
-the cache under every file it read (:func:`~memforensics.analysis.explain.evidence_files`).
+the cache under every file it read (:func:`~memforensics.analysis.story.evidence_files`).
 
 ``summary`` keeps its answers here, and ``overview``, ``watch`` and ``plan`` ask the same
 question of the dump they name, so a dump ``summary`` explained is answered from the same entry,
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memforensics.analysis import explain, load_dump
-from memforensics.analysis.explain import evidence_files
+from memforensics.analysis.story import evidence_files
 from memforensics.analysis.summary import Summary
 from memforensics.cli._cache import UNNAMED, ResultCache, named_by, renamed
 

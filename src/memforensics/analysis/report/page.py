@@ -36,7 +36,6 @@ from memforensics.analysis.compare import (
 )
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.dump.load import paused_gc
-from memforensics.analysis.explain import WindowReader, explain
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
     DUMP_SECTIONS,
@@ -44,6 +43,7 @@ from memforensics.analysis.report.sections import (
     unreadable_section,
 )
 from memforensics.analysis.schema import to_json
+from memforensics.analysis.story import WindowReader, explain
 
 # Data embedded in an HTML page: the one escaping rule both pages (report, overview) use.
 #

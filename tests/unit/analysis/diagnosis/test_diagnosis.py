@@ -10,10 +10,10 @@ from typing import Any
 from memforensics.analysis import summarize
 from memforensics.analysis.diagnosis import Evidence, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
-from memforensics.analysis.explain import evidence_files, explain
 from memforensics.analysis.filled import CallNode, KindBytes, KindSite, Moment
 from memforensics.analysis.oom import OomMoment, Verdict
 from memforensics.analysis.schema import to_json
+from memforensics.analysis.story import evidence_files, explain
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
 from memforensics.testing import (
     TRAIN,

@@ -1,6 +1,6 @@
 """One story per dump: its summary and diagnosis from the dump and what lies beside it."""
 
-from memforensics.analysis.explain.explain import (
+from memforensics.analysis.story.story import (
     Phase,
     WindowReader,
     evidence_files,

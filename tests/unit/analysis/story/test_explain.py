@@ -9,8 +9,8 @@ import pytest
 
 from memforensics.analysis import Dump, explain, load_dump, summarize
 from memforensics.analysis.compare import leaks
-from memforensics.analysis.explain import evidence_files
 from memforensics.analysis.report import ReportBuilder
+from memforensics.analysis.story import evidence_files
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, make_sidecar, write_dump
 
 LEAK = Site("/work/train.py", 30, "remember")
