@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class PlanCommand:
                 settings,
             )
         except (SettingsError, ValueError) as exc:
-            raise CommandError(f"plan: {exc}") from None
+            raise CommandError(str(exc)) from None
         try:
             check_target(target)
         except TargetError as exc:
@@ -123,16 +123,16 @@ class PlanCommand:
 def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json: bool) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print."""
     from memforensics.capture.facade import current, install, uninstall
-    from memforensics.plan import OutOfScope, run_planned
+    from memforensics.plan import MissingAttribute, OutOfScope, run_planned
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
+    exited: list[int] = []
 
     def run() -> None:
         try:
             run_target(target)
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                raise
+        except SystemExit as exc:  # the script's own exit: its status, as python gives it
+            exited.append(_exit_status(exc))
 
     def before() -> None:
         install(out_dir=str(out_dir))
@@ -150,7 +150,7 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             result, device = run_planned(spec, run, _writer(spec), before=before, after=after)
-    except OutOfScope as exc:
+    except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:  # the script failed for another reason: show it, exit 2
@@ -163,13 +163,25 @@ def _plan(target: Target, spec: Any, out_dir: Path, conf: str | None, *, as_json
             os.environ.pop(_CONF_ENV, None)
         else:
             os.environ[_CONF_ENV] = saved_conf
+    if exited and exited[0]:
+        result = replace(result, exit_status=exited[0])
     return _answer(result, device, spec, folders, started, as_json=as_json)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status python exits with for ``exc``: its code, 0 for None, 1 (the message on
+    stderr) for anything else."""
+    if exc.code is None or isinstance(exc.code, int):
+        return int(exc.code or 0)
+    print(exc.code, file=sys.stderr)
+    return 1
 
 
 def _answer(
     result: Any, device: Any, spec: Any, folders: list[Path], started: float, *, as_json: bool
 ) -> int:
-    """Mark and name the snapshots the run wrote, print the plan; 0 fits, 1 does not."""
+    """Mark and name the snapshots the run wrote, print the plan; the script's own exit status
+    when it gave one, else 0 fits, 1 does not."""
     snapshots = list(result.script_snapshots)
     for folder in folders:  # what capture wrote during this run (not an earlier run's files)
         if folder.is_dir():
@@ -185,19 +197,20 @@ def _answer(
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
     verdict = _verdict(snapshots) if result.oom_message is not None else None
+    result = replace(result, snapshots=tuple(snapshots), verdict=verdict)
     if as_json:
-        doc = asdict(result) | {
-            "snapshots": snapshots,
-            "verdict": verdict,
-            "needed_bytes": result.needed_bytes,
-        }
-        print(json.dumps(doc, indent=2))
+        from memforensics.analysis.schema import document
+        from memforensics.plan.runner import SCHEMA
+
+        print(json.dumps(document(result, SCHEMA), indent=2))
     else:
         from memforensics.plan.text import plan_text
 
-        print(plan_text(result, snapshots, verdict))
+        print(plan_text(result))
     for line in dict.fromkeys(result.warnings):
         print(f"memforensics plan: {line}", file=sys.stderr)
+    if result.exit_status:
+        return int(result.exit_status)
     return 0 if result.fits else 1
 
 
@@ -207,14 +220,21 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from memforensics.plan.text import vary_text
-    from memforensics.plan.vary import Vary, VaryRow, largest, with_expandable
+    from memforensics.plan.vary import (
+        SCHEMA,
+        Vary,
+        VaryAnswer,
+        VaryRow,
+        largest,
+        with_expandable,
+    )
 
     try:
         vary = Vary.parse(args.vary)
     except ValueError as exc:
-        raise CommandError(f"plan: {exc}") from None
+        raise CommandError(str(exc)) from None
     if args.jobs < 1:
-        raise CommandError("plan: --jobs must be at least 1")
+        raise CommandError("--jobs must be at least 1")
     out_dir = Path(args.out_dir)
 
     def one(value: str, expandable: bool) -> dict[str, Any] | str:
@@ -255,21 +275,20 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
                 plain["peak_reserved_bytes"],
                 bool(plain["fits"]),
                 bool(grown["fits"]) if isinstance(grown, dict) else None,
+                oom=plain["oom_message"] is not None,
+                oom_expandable=isinstance(grown, dict) and grown["oom_message"] is not None,
             )
         )
-    best = largest(rows, expandable=False)
-    best_expandable = largest(rows, expandable=True)
+    answer = VaryAnswer(
+        vary.name, tuple(rows), largest(rows, expandable=False), largest(rows, expandable=True)
+    )
     if args.json:
-        doc = {
-            "name": vary.name,
-            "rows": [asdict(r) for r in rows],
-            "largest": best,
-            "largest_expandable": best_expandable,
-        }
-        print(json.dumps(doc, indent=2))
+        from memforensics.analysis.schema import document
+
+        print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
-        print(vary_text(vary.name, rows, best, best_expandable))
-    return 0 if best is not None else 1
+        print(vary_text(answer))
+    return 0 if answer.largest is not None else 1
 
 
 def _writer(spec: Any) -> Any:
@@ -322,21 +341,22 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             write_sidecar(side, found)
 
 
-def _verdict(snapshots: list[str]) -> dict[str, str] | None:
+def _verdict(snapshots: list[str]) -> Any:
     """The summary's diagnosis and verdict on the predicted OOM dump, when capture wrote one:
     the same cause ``summary`` names for it."""
     from memforensics.analysis import load_dump, summarize
+    from memforensics.plan.runner import PlanVerdict
 
     for path in snapshots:
         if Path(path).parent.name == "oom":
             summary = summarize(load_dump(Path(path)))
             verdict = summary.verdict
-            return {
-                "cause": summary.diagnosis.headline if summary.diagnosis is not None else "",
-                "label": verdict.label,
-                "explanation": verdict.explanation,
-                "advice": verdict.advice or "",
-            }
+            return PlanVerdict(
+                cause=summary.diagnosis.headline if summary.diagnosis is not None else "",
+                label=verdict.label,
+                explanation=verdict.explanation,
+                advice=verdict.advice or "",
+            )
     return None
 
 
@@ -344,12 +364,14 @@ def _size(text: str, flag: str) -> int:
     try:
         return parse_size(text)
     except ValueError as exc:
-        raise CommandError(f"plan: {flag}: {exc}") from None
+        raise CommandError(f"{flag}: {exc}") from None
 
 
 def _capability(text: str) -> tuple[int, int]:
     try:
         major, minor = (int(part) for part in text.split("."))
     except ValueError:
-        raise CommandError(f"plan: --device-capability must be MAJOR.MINOR, got {text!r}") from None
+        major = minor = -1
+    if major < 1 or minor < 0:
+        raise CommandError(f"--device-capability must be MAJOR.MINOR, got {text!r}")
     return major, minor
