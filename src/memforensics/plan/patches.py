@@ -11,6 +11,7 @@ the device contexts on torch's function-mode stack.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,9 +38,12 @@ class Replacement:
     @property
     def where(self) -> str:
         """``torch.cuda.memory.memory_stats``: the attribute as a script would name it."""
-        owner = getattr(self.owner, "__module__", "") if isinstance(self.owner, type) else ""
-        label = getattr(self.owner, "__qualname__", None) or getattr(self.owner, "__name__", "?")
-        return f"{owner + '.' if owner else ''}{label}.{self.name}"
+        owner = self.owner
+        if isinstance(owner, types.ModuleType):
+            return f"{owner.__name__}.{self.name}"
+        if isinstance(owner, type):
+            return f"{owner.__module__}.{owner.__qualname__}.{self.name}"
+        return f"{type(owner).__name__}.{self.name}"
 
 
 class MissingAttribute(RuntimeError):

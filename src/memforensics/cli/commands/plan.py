@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
@@ -39,6 +40,7 @@ class PlanCommand:
         """``-m MODULE ...`` or ``SCRIPT ...`` and the planned device."""
         parser.usage = _USAGE
         parser.allow_abbrev = False
+        parser.error = _one_line(parser)  # type: ignore[method-assign]  # bad options: one line
         parser.add_argument(
             "-m",
             dest="module",
@@ -250,12 +252,11 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
             *planned.args,
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode in (0, 1):
-            try:
-                found: dict[str, Any] = json.loads(done.stdout)
-                return found
-            except ValueError:
-                pass
+        try:  # a plan's answer, whatever status the script itself exited with
+            found: dict[str, Any] = json.loads(done.stdout)
+            return found
+        except ValueError:
+            pass
         tail = done.stderr.strip().splitlines()
         return tail[-1] if tail else f"exit status {done.returncode}"
 
@@ -358,6 +359,15 @@ def _verdict(snapshots: list[str]) -> Any:
                 advice=verdict.advice or "",
             )
     return None
+
+
+def _one_line(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:
+    """argparse's error for ``parser`` as one line on stderr (no usage block), exit status 2."""
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: {message} (see --help)\n")
+
+    return error
 
 
 def _size(text: str, flag: str) -> int:
