@@ -27,6 +27,10 @@ from memforensics.cli._cache import SCHEMA as CACHE_SCHEMA
 from memforensics.cli._cache import CacheCleared, CacheInfo
 from memforensics.doctor import SCHEMA as DOCTOR_SCHEMA
 from memforensics.doctor.checks import DoctorReport
+from memforensics.plan.runner import SCHEMA as PLAN_SCHEMA
+from memforensics.plan.runner import PlanResult
+from memforensics.plan.vary import SCHEMA as VARY_SCHEMA
+from memforensics.plan.vary import VaryAnswer
 
 PAGE = Path(__file__).with_name("json.md")
 
@@ -79,6 +83,24 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
     ("cache info", CacheInfo, CACHE_SCHEMA, "One object."),
     ("cache clear", CacheCleared, CACHE_SCHEMA, "One object."),
     ("doctor", DoctorReport, DOCTOR_SCHEMA, "One object; `checks` in the order they ran."),
+    (
+        "plan",
+        PlanResult,
+        PLAN_SCHEMA,
+        "One object on stdout (the script's own output goes to stderr). `snapshots` lists every"
+        " predicted snapshot the run left; `verdict` is null unless the run ran out"
+        " (`oom_message`); `exit_status` is the script's own nonzero `sys.exit` status, else"
+        " null.",
+    ),
+    (
+        "plan --vary",
+        VaryAnswer,
+        VARY_SCHEMA,
+        "One object: a row per value in the order given. A row's peaks, `fits` and"
+        " `fits_expandable` are null where that run failed for another reason (`error`);"
+        " `oom` and `oom_expandable` say the run ran out, its peaks being those before the"
+        " failed request.",
+    ),
 )
 
 HEAD = """# JSON answers

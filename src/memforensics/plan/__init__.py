@@ -6,10 +6,12 @@ re-made in Python) and every storage's allocation and free driven through
 """
 
 from memforensics.plan.device import DeviceSpec, OutOfScope, PlannedDevice, PlannedRunWarning
+from memforensics.plan.patches import MissingAttribute
 from memforensics.plan.runner import PlanResult, device_spec, planned_device, run_planned
 
 __all__ = [
     "DeviceSpec",
+    "MissingAttribute",
     "OutOfScope",
     "PlanResult",
     "PlannedDevice",

@@ -179,22 +179,10 @@ def attention(
 FOREACH_DEVICES = ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")
 
 
-def foreach_patches() -> dict[tuple[Any, str], Any]:
-    """The optimizers see stand-ins as CUDA tensors when choosing ``foreach``/``fused``: CUDA
-    defaults to ``foreach``."""
-    import torch.utils._foreach_utils as foreach_utils
-    from torch.optim import optimizer
+def with_meta(original: Callable[[], list[str]]) -> Callable[[], list[str]]:
+    """The devices ``original`` names, and ``meta``: the optimizers see stand-ins as CUDA
+    tensors when choosing ``foreach``/``fused``, and CUDA defaults to ``foreach``."""
 
-    found: dict[tuple[Any, str], Any] = {}
-    for owner in (optimizer, foreach_utils):
-        for name in FOREACH_DEVICES:
-            original = getattr(owner, name, None)
-            if original is not None:
-                found[(owner, name)] = _with_meta(original)
-    return found
-
-
-def _with_meta(original: Callable[[], list[str]]) -> Callable[[], list[str]]:
     def devices() -> list[str]:
         return [*original(), "meta"]
 

@@ -1,15 +1,18 @@
-"""``torch.cuda`` answering for the planned device, patched for the run and put back after.
+"""What ``torch.cuda`` and ``torch.accelerator`` answer for the planned device: the stand-ins
+the emulation's table (:mod:`memforensics.plan.table`) puts in their place.
 
-Device queries describe the planned device; memory statistics, ``mem_get_info``,
-``empty_cache`` and the history calls (``_record_memory_history``, ``_snapshot``,
-``_dump_snapshot``) answer from the allocator model; synchronisation, streams, events, NVTX and
-the CUDA RNG are harmless no-ops. ``torch._C._cuda_attach_out_of_memory_observer`` attaches to
-the model, so ``memforensics.install()`` inside the script captures as on a GPU.
+Device queries describe the planned device; every memory function of ``torch.cuda.memory``
+answers from the allocator model (``memory_summary`` is PyTorch's own table over the model's
+statistics); the history calls (``_record_memory_history``, ``_snapshot``, ``_dump_snapshot``)
+record and write the predicted snapshot; synchronisation, streams, events, NVTX and the CUDA
+RNG are harmless no-ops. ``torch.accelerator`` reaches the same answers through the bindings it
+calls, so it names CUDA as the accelerator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +20,9 @@ from typing import Any
 import torch
 import torch.utils._device
 
-from memforensics.plan import choices, values
-from memforensics.plan.device import PlannedDevice
-from memforensics.plan.patches import replaced
+from memforensics.allocator import NO_LIMIT
+from memforensics.plan import values
+from memforensics.plan.device import OutOfScope, PlannedDevice
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
 """Writes each snapshot the script dumps itself (``_dump_snapshot(path)``) at its path."""
@@ -48,14 +51,14 @@ class _Props:
         )
 
 
-class _Stream:
+class Stream:
     """A stream or event that does nothing: the plan has one timeline."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.device = torch.device("cuda", 0)
         self.cuda_stream = 0
 
-    def __enter__(self) -> _Stream:
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -75,7 +78,7 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _noop() -> Callable[..., None]:
+def noop() -> Callable[..., None]:
     """A fresh no-op for one name: torch._dynamo, if the script imports it, indexes
     ``torch.cuda``'s functions and refuses one object under names it treats differently."""
 
@@ -85,32 +88,113 @@ def _noop() -> Callable[..., None]:
     return nothing
 
 
-def _patches(
-    device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
-) -> dict[tuple[Any, str], Any]:
-    """Every attribute the run replaces, by (object, name)."""
-    spec = device.spec
-    props = _Props(spec.name, spec.total_bytes, *spec.capability)
-    cuda, memory = torch.cuda, torch.cuda.memory
+class Nvtx:
+    """``torch.cuda.nvtx``'s binding on the planned device: ranges nest and are counted, nothing
+    is recorded. torch's own ``range`` (a context manager and a decorator), ``range_push`` /
+    ``range_pop``, ``mark`` and ``range_start`` / ``range_end`` run over it unchanged."""
 
-    def allocated(device_index: object = None) -> int:
-        return device.figure("allocated_bytes", "current")
+    def __init__(self) -> None:
+        self.depth = 0
+        self.started = 0
 
-    def max_allocated(device_index: object = None) -> int:
-        return device.figure("allocated_bytes", "peak")
+    def rangePushA(self, msg: str) -> int:  # the binding's own name
+        self.depth += 1
+        return self.depth - 1
 
-    def reserved(device_index: object = None) -> int:
-        return device.figure("reserved_bytes", "current")
+    def rangePop(self) -> int:  # the binding's own name
+        self.depth = max(self.depth - 1, 0)
+        return self.depth
 
-    def max_reserved(device_index: object = None) -> int:
-        return device.figure("reserved_bytes", "peak")
+    def markA(self, msg: str) -> None:  # the binding's own name
+        return None
 
-    def stats(device_index: object = None) -> dict[str, int]:
-        return device.stats()
+    def rangeStartA(self, msg: str) -> int:  # the binding's own name
+        self.started += 1
+        return self.started
 
-    def nested(device_index: object = None) -> dict[str, Any]:
+    def rangeEnd(self, range_id: int) -> None:  # the binding's own name
+        return None
+
+    def deviceRangeStart(self, msg: str, stream: int = 0) -> object:
+        return object()
+
+    def deviceRangeEnd(self, handle: object, stream: int = 0) -> None:
+        return None
+
+
+NOT_CACHING = (
+    "the caching allocator stays on in a plan: caching_allocator_enable(False) is not modelled"
+)
+PRIVATE_POOL = (
+    "a private memory pool is not modelled in a plan: its allocations are counted in the "
+    "device's own pool"
+)
+PLUGGABLE = "a pluggable allocator is out of scope: the plan models PyTorch's own caching allocator"
+
+
+class Answers:
+    """``torch.cuda``'s device queries and memory functions over the planned device.
+
+    ``malloc`` allocates a block or raises the predicted OOM as an operator's allocation does,
+    for ``caching_allocator_alloc``.
+    """
+
+    def __init__(
+        self,
+        device: PlannedDevice,
+        written: SnapshotWritten,
+        notes: values.Notes,
+        malloc: Callable[[int], Any],
+    ) -> None:
+        self.device = device
+        self.spec = device.spec
+        self.props = _Props(self.spec.name, self.spec.total_bytes, *self.spec.capability)
+        self.written = written
+        self.notes = notes
+        self.malloc = malloc
+        self.raw: dict[int, Any] = {}
+
+    # -- the device
+
+    def capability(self, device: object = None) -> tuple[int, int]:
+        return self.spec.capability
+
+    def properties(self, device: object = None) -> _Props:
+        return self.props
+
+    def name(self, device: object = None) -> str:
+        return self.spec.name
+
+    def bf16(self, including_emulation: bool = True) -> bool:
+        return self.spec.capability >= (8, 0)
+
+    # -- memory statistics
+
+    def allocated(self, device: object = None) -> int:
+        return self.device.figure("allocated_bytes", "current")
+
+    def max_allocated(self, device: object = None) -> int:
+        return self.device.figure("allocated_bytes", "peak")
+
+    def reserved(self, device: object = None) -> int:
+        return self.device.figure("reserved_bytes", "current")
+
+    def max_reserved(self, device: object = None) -> int:
+        return self.device.figure("reserved_bytes", "peak")
+
+    def stats(self, device: object = None) -> dict[str, int]:
+        """``memory_stats()``: the model's figures; the oversize counts too where every one is
+        0 (no ``max_split_size``: no block is oversize)."""
+        found = self.device.stats()
+        if self.spec.settings.max_split_size == NO_LIMIT:
+            for name in _OVERSIZE:
+                for field in ("current", "peak", "allocated", "freed"):
+                    found[f"{name}.{field}"] = 0
+        return dict(sorted(found.items()))
+
+    def nested(self, device: object = None) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, value in device.stats().items():
+        for key, value in self.stats().items():
             node = out
             *path, last = key.split(".")
             for part in path:
@@ -118,7 +202,92 @@ def _patches(
             node[last] = value
         return out
 
+    def summary(self, device: object = None, abbreviated: bool = False) -> str:
+        """PyTorch's own ``memory_summary`` table over the model's statistics, abbreviated (the
+        model keeps no per-pool figures), without the rows whose figures it does not keep:
+        non-releasable memory's peaks and totals, and oversize blocks where
+        ``max_split_size`` is set."""
+        stats = self.stats()
+        unknown = [label for key, label in _UNKEPT if f"{key}.peak" not in stats]
+        for key, _ in _UNKEPT:
+            for field in ("current", "peak", "allocated", "freed"):
+                stats.setdefault(f"{key}.{field}", 0)
+        lines = _torch_table(stats).splitlines()
+        kept = [
+            line
+            for i, line in enumerate(lines)
+            if not any(f" {label} " in text for label in unknown for text in lines[i : i + 2])
+        ]
+        return "\n".join(kept) + "\n"
+
+    def reset_peaks(self, device: object = None) -> None:
+        self.device.reset_peaks()
+
+    def nothing(self, device: object = None) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        self.device.empty_cache()
+
+    def mem_get_info(self, device: object = None) -> tuple[int, int]:
+        return self.device.mem_get_info()
+
+    def fraction(self, device: object = None) -> float:
+        return self.device.fraction
+
+    def set_fraction(self, fraction: float, device: object = None) -> None:
+        self.device.set_memory_fraction(fraction)
+
+    def host_stats(self) -> dict[str, Any]:
+        """Pinned host memory is not modelled: what torch answers before it pins any."""
+        return {}
+
+    def segments(self, mempool_id: object = None, include_traces: bool = True) -> list[Any]:
+        """``memory_snapshot()``: the segments of the predicted snapshot."""
+        found: list[Any] = self.device.snapshot()["segments"]
+        return found
+
+    def processes(self, device: object = None) -> str:
+        """``list_gpu_processes``: this process, holding what it reserved and its context."""
+        held = self.reserved() + self.spec.context_bytes
+        return f"GPU:0\nprocess {os.getpid():>10d} uses {held / MiB:>12.3f} MB GPU memory"
+
+    def backend(self) -> str:
+        return "native"
+
+    # -- raw allocations
+
+    def raw_alloc(self, size: int, device: object = None, stream: object = None) -> int:
+        """``caching_allocator_alloc``: a block of the model, by its address."""
+        block = self.malloc(int(size))
+        self.raw[int(block.address)] = block
+        return int(block.address)
+
+    def raw_delete(self, mem_ptr: int) -> None:
+        """``caching_allocator_delete``: the block at ``mem_ptr`` back to the model."""
+        block = self.raw.pop(int(mem_ptr), None)
+        if block is None:
+            raise RuntimeError("invalid device pointer: " + hex(int(mem_ptr)))
+        self.device.free(block)
+
+    def caching(self, value: bool = True) -> None:
+        if not value:
+            self.notes.once("caching", NOT_CACHING)
+
+    @contextlib.contextmanager
+    def caching_disabled(self) -> Iterator[None]:
+        self.caching(False)
+        yield
+
+    @contextlib.contextmanager
+    def pool_used(self, pool: object, device: object = None) -> Iterator[None]:
+        self.notes.once("pool", PRIVATE_POOL)
+        yield
+
+    # -- history and snapshots
+
     def record(
+        self,
         enabled: Any = "all",
         context: Any = "all",
         stacks: str = "all",
@@ -127,133 +296,82 @@ def _patches(
         clear_history: bool = False,
         **kwargs: Any,
     ) -> None:
+        """``_record_memory_history``, the old spelling (``enabled=True``) included."""
         mode: str | None = ("all" if enabled else None) if isinstance(enabled, bool) else enabled
-        planned.record_history(
+        self.device.record_history(
             mode, max_entries=max_entries, context=context, stacks=stacks, clear=clear_history
         )
 
-    planned = device
+    def snapshot(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.device.snapshot()
 
-    def snapshot(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return planned.snapshot()
+    def dump(self, filename: str = "dump_snapshot.pickle") -> None:
+        self.written(str(filename), self.device.snapshot())  # written at the script's path
 
-    def dump(filename: str = "dump_snapshot.pickle") -> None:
-        written(str(filename), planned.snapshot())  # the caller writes it, at the script's path
+    # -- torch.accelerator's bindings
 
-    def capability(device_index: object = None) -> tuple[int, int]:
-        return spec.capability
+    def accelerator(self) -> torch.device:
+        return torch.device("cuda")
 
-    found: dict[tuple[Any, str], Any] = {
-        (cuda, "is_available"): lambda: True,
-        (cuda, "is_initialized"): lambda: True,
-        (cuda, "_lazy_init"): _noop(),
-        (cuda, "init"): _noop(),
-        (cuda, "device_count"): lambda: 1,
-        (cuda, "current_device"): lambda: 0,
-        (cuda, "set_device"): _noop(),
-        (cuda, "_exchange_device"): lambda device: 0,  # torch.cuda.device(n) as a context
-        (cuda, "_maybe_exchange_device"): lambda device: 0,
-        (cuda, "get_device_name"): lambda device=None: spec.name,
-        (cuda, "get_device_capability"): capability,
-        (cuda, "get_device_properties"): lambda device=None: props,
-        (cuda, "is_bf16_supported"): lambda including_emulation=True: spec.capability >= (8, 0),
-        (cuda, "synchronize"): _noop(),
-        (cuda, "ipc_collect"): _noop(),
-        (cuda, "manual_seed"): _noop(),
-        (cuda, "manual_seed_all"): _noop(),
-        (cuda, "seed"): _noop(),
-        (cuda, "seed_all"): _noop(),
-        (cuda, "initial_seed"): lambda: 0,
-        (cuda, "get_rng_state"): lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
-        (cuda, "get_rng_state_all"): lambda: [torch.zeros(16, dtype=torch.uint8)],
-        (cuda, "set_rng_state"): _noop(),
-        (cuda, "set_rng_state_all"): _noop(),
-        (cuda, "Stream"): _Stream,
-        (cuda, "Event"): _Stream,
-        (cuda, "current_stream"): lambda device=None: _Stream(),
-        (cuda, "default_stream"): lambda device=None: _Stream(),
-        (cuda, "stream"): lambda stream=None: contextlib.nullcontext(),
-        (cuda, "set_stream"): _noop(),
-        (cuda.nvtx, "range_push"): lambda msg: 0,
-        (cuda.nvtx, "range_pop"): lambda: 0,
-        (cuda.nvtx, "mark"): _noop(),
-        (cuda.nvtx, "range"): lambda msg, *a, **k: contextlib.nullcontext(),
-        (cuda, "set_per_process_memory_fraction"): lambda f, device=None: (
-            planned.set_memory_fraction(f)
-        ),
-        (cuda, "get_per_process_memory_fraction"): lambda device=None: planned.fraction,
-        (torch._C, "_cuda_attach_out_of_memory_observer"): planned.attach_oom_observer,
-        (torch, "set_default_device"): _default_device(torch.set_default_device),
-        (torch, "set_default_tensor_type"): _default_tensor_type(torch.set_default_tensor_type),
-        (torch, "compile"): values.eager_compile(values.Notes()),
-    }
-    import torch.fx.experimental._config as fx_config
-    from torch.utils import checkpoint
+    def index(self, *args: Any) -> int:
+        return 0
 
-    # activation checkpointing replays the forward under the autocast state of the device its
-    # inputs are on: a stand-in's is CUDA's, not meta's (which would recompute in float32)
-    found[(checkpoint, "_infer_device_type")] = _cuda_for_meta(checkpoint._infer_device_type)
-    # torch.load(map_location="cuda") and a checkpoint saved on a GPU restore each storage with
-    # Storage.to(device=cuda), which would allocate a real CUDA storage
-    found[(torch.storage, "_to")] = _storage_to(torch.storage._to)
-    # DataParallel over the one planned device calls its module on the inputs as they are (its
-    # scatter to one device copies nothing); its own check would find the stand-ins on meta
-    found[(torch.nn.DataParallel, "forward")] = _one_device_forward
-    found[(torch, "Generator")] = _generator_class()
-    # the fused inference path of nn.TransformerEncoder / MultiheadAttention checks its padding
-    # mask's values and builds nested tensors, neither of which a stand-in has: the regular path
-    found[(torch.backends.mha, "get_fastpath_enabled")] = lambda: False
+    def device_stats(self, device_index: object = None) -> dict[str, Any]:
+        return self.nested()
 
-    original_clear = torch.clear_autocast_cache
-
-    def clear_autocast_cache() -> None:
-        clear_autocast()
-        original_clear()
-
-    found[(torch, "clear_autocast_cache")] = clear_autocast_cache
-    # a module moved to the device keeps its parameters (an optimizer built before the move
-    # steps them) and releases their CPU storage: CPU and meta tensors cannot share .data, so
-    # the move swaps each parameter's contents, as PyTorch's swap-on-conversion does
-    found[(torch.__future__, "get_swap_module_params_on_conversion")] = lambda: True
-    found.update(choices.foreach_patches())
-
-    # a boolean mask's index takes every element: the upper bound (the plan warns where)
-    found[(fx_config, "meta_nonzero_assume_all_nonzero")] = True
-    distributed = getattr(torch, "distributed", None)
-    if distributed is not None and hasattr(distributed, "init_process_group"):
-        found[(distributed, "init_process_group")] = values.no_process_group
-    for module in (cuda, memory):
-        found.update(
-            {
-                (module, "memory_allocated"): allocated,
-                (module, "max_memory_allocated"): max_allocated,
-                (module, "memory_reserved"): reserved,
-                (module, "max_memory_reserved"): max_reserved,
-                (module, "memory_cached"): reserved,
-                (module, "max_memory_cached"): max_reserved,
-                (module, "memory_stats"): stats,
-                (module, "memory_stats_as_nested_dict"): nested,
-                (module, "reset_peak_memory_stats"): lambda device=None: planned.reset_peaks(),
-                (module, "reset_max_memory_allocated"): lambda device=None: planned.reset_peaks(),
-                (module, "reset_max_memory_cached"): lambda device=None: planned.reset_peaks(),
-                (module, "reset_accumulated_memory_stats"): _noop(),
-                (module, "empty_cache"): planned.empty_cache,
-                (module, "mem_get_info"): lambda device=None: planned.mem_get_info(),
-                (module, "memory_summary"): lambda *a, **k: "memforensics planned device",
-            }
-        )
-    found.update(
-        {
-            (memory, "_record_memory_history"): record,
-            (memory, "_snapshot"): snapshot,
-            (memory, "_dump_snapshot"): dump,
-            (memory, "_set_memory_metadata"): planned.set_metadata,
-        }
-    )
-    return found
+    def initialized(self) -> bool:
+        return True
 
 
-def _generator_class() -> type:
+_OVERSIZE = ("oversize_allocations", "oversize_segments")
+_UNKEPT = (
+    ("inactive_split_bytes.all", "Non-releasable memory"),
+    ("inactive_split.all", "Non-releasable allocs"),
+    ("oversize_allocations", "Oversize allocations"),
+    ("oversize_segments", "Oversize GPU segments"),
+)
+"""Rows of torch's table by their statistic's key: left out where the model lacks the figures."""
+MiB = 1 << 20
+_SUMMARY = torch.cuda.memory.memory_summary
+
+
+def _torch_table(stats: dict[str, int]) -> str:
+    """``stats`` in PyTorch's own ``memory_summary`` table (abbreviated): torch's function,
+    reading ``stats`` where it reads ``memory_stats()``."""
+    memory = torch.cuda.memory
+    answering = memory.memory_stats
+    memory.memory_stats = lambda device=None: stats
+    try:
+        return str(_SUMMARY(0, abbreviated=True))
+    finally:
+        memory.memory_stats = answering
+
+
+class MemPool:
+    """``torch.cuda.MemPool`` in a plan: an id and a snapshot, no private pool (the plan counts
+    its allocations in the device's own pool)."""
+
+    made = 0
+
+    def __init__(self, allocator: object = None, use_on_oom: bool = False, no_split: bool = False):
+        MemPool.made += 1
+        self.id = (0, MemPool.made)
+        self.allocator = allocator
+
+    def use_count(self) -> int:
+        return 1
+
+    def snapshot(self, include_traces: bool = True) -> list[Any]:
+        segments: Callable[..., list[Any]] = torch.cuda.memory_snapshot  # the plan's answer
+        return segments(self.id)
+
+
+def pluggable(*args: Any, **kwargs: Any) -> None:
+    """``CUDAPluggableAllocator`` and ``change_current_allocator``: out of scope, in one line."""
+    raise OutOfScope(PLUGGABLE)
+
+
+def generator_class() -> type:
     """``torch.Generator`` whose ``device="cuda"`` is a CPU generator: the CPU build has no CUDA
     generator, and a stand-in's random values are never drawn. Any generator passes
     ``isinstance`` as before."""
@@ -275,11 +393,11 @@ def _generator_class() -> type:
     return Generator
 
 
-def _one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
+def one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
     return self.module(*inputs, **kwargs)
 
 
-def _storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
+def storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
     def to(storage: Any, device: Any, non_blocking: bool = False) -> Any:
         if torch.device(device).type == "cuda" and storage.device.type != "meta":
             return torch.empty(storage.nbytes(), dtype=torch.uint8, device="cuda").untyped_storage()
@@ -288,7 +406,7 @@ def _storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
     return to
 
 
-def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
+def cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
     def device_type(*args: Any) -> str:
         found = original(*args)
         return "cuda" if found == "meta" else found
@@ -296,7 +414,7 @@ def _cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
     return device_type
 
 
-def _default_tensor_type(original: Callable[[Any], None]) -> Callable[[Any], None]:
+def default_tensor_type(original: Callable[[Any], None]) -> Callable[[Any], None]:
     """``set_default_tensor_type(torch.cuda.HalfTensor)`` (Meta's Llama reference builds its
     model so): the type's dtype, and ``"cuda"`` as the default device. A CPU type puts the
     default device back."""
@@ -315,7 +433,7 @@ def _default_tensor_type(original: Callable[[Any], None]) -> Callable[[Any], Non
     return set_default_tensor_type
 
 
-def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
+def default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
     """``set_default_device``: ``"cuda"`` makes stand-ins on ``meta``. The default still names
     the device the script asked for, so a factory call tells it from the script's own
     ``meta``."""
@@ -328,12 +446,3 @@ def _default_device(original: Callable[[Any], None]) -> Callable[[Any], None]:
             original(device)
 
     return set_default_device
-
-
-@contextlib.contextmanager
-def patched_cuda(
-    device: PlannedDevice, written: SnapshotWritten, clear_autocast: Callable[[], None]
-) -> Iterator[None]:
-    """``torch.cuda`` answers for ``device`` inside; every attribute is put back after."""
-    with replaced(_patches(device, written, clear_autocast)):
-        yield

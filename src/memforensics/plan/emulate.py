@@ -21,8 +21,7 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memforensics.plan import choices, scratch, standins, values
+from memforensics.plan import choices, scratch, values
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -515,7 +514,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._live[reused] = (None, old[1], old[2])  # its block now belongs to the sum
             block = old[0]
         else:
-            block = self._malloc(nbytes)
+            block = self.malloc(nbytes)
         self._live[key] = (block, nbytes, step)
         if held is None:
             weakref.finalize(storage, self._release, key)
@@ -533,7 +532,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is not None and held[0] is not None:
             self.device.free(held[0])
 
-    def _malloc(self, nbytes: int) -> Any:
+    def malloc(self, nbytes: int) -> Any:
+        """A block of ``nbytes``; the predicted OOM, observers called, when none is left."""
         block = self.device.malloc(nbytes)
         if block is None:
             message, observed = self.device.oom_report()
@@ -545,19 +545,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def _workspace(self, backward: bool) -> None:
         key: object = _BACKWARD if backward else threading.get_ident()
         if key not in self._workspaces and self.workspace_bytes:
-            self._workspaces[key] = self._malloc(self.workspace_bytes)
+            self._workspaces[key] = self.malloc(self.workspace_bytes)
 
 
-@contextmanager
-def _engine_under(mode: DeviceMode) -> Iterator[None]:
-    """The autograd engine runs with ``mode`` pushed: ``backward()`` is itself a function the
+def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[..., Any]:
+    """The autograd engine run with ``mode`` pushed: ``backward()`` is itself a function the
     mode handles, and torch pops a mode while it handles a call, so without this the Python that
     backward runs (hooks, a custom Function's backward, activation checkpointing's recompute)
     would run without the emulation: no autocast, a real "cuda" device."""
-    from torch import autograd
     from torch.overrides import _get_current_function_mode_stack
-
-    original = autograd._engine_run_backward
 
     def run_backward(*args: Any, **kwargs: Any) -> Any:
         if mode in _get_current_function_mode_stack():
@@ -565,22 +561,16 @@ def _engine_under(mode: DeviceMode) -> Iterator[None]:
         with mode:
             return original(*args, **kwargs)
 
-    autograd._engine_run_backward = run_backward
-    try:
-        yield
-    finally:
-        autograd._engine_run_backward = original
+    return run_backward
 
 
-@contextmanager
-def emulated_modes(
-    device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast
-) -> Iterator[None]:
-    """Both modes pushed: the function mode above, the storage tracking under it."""
+def modes(
+    device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast, notes: Notes
+) -> tuple[DeviceMode, StorageMode]:
+    """The function mode (pushed first) and the storage tracking under it, sharing one record
+    of the script's own ``meta`` storages."""
     device.skip_files(_MACHINERY)
-    notes = Notes()
     ghosts = Ghosts()
     storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes, ghosts)
     functions = DeviceMode(notes, device.spec.capability, autocast, ghosts)
-    with functions, storage, standins.answering(storage.address), _engine_under(functions):
-        yield
+    return functions, storage

@@ -13,13 +13,30 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
 from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning
+
+SCHEMA = 1
+"""Version of ``plan --json``'s keys (docs/json.md): adding keys keeps it, renaming or removing
+one bumps it."""
+
+
+@dataclass(frozen=True)
+class PlanVerdict:
+    """A predicted OOM's dump as ``summary`` judges it: its cause and the allocator's verdict."""
+
+    cause: str
+    label: str
+    explanation: str
+    advice: str
 
 
 @dataclass(frozen=True)
 class PlanResult:
-    """What the planned device went through: its peaks, its segments, whether the run fit."""
+    """What the planned device went through: its peaks, its segments, whether the run fit; with
+    the snapshots it left, a predicted OOM's verdict, and the script's own exit status (None
+    when it ended without ``sys.exit``, or with status 0)."""
 
     device_name: str
     device_bytes: int
@@ -34,21 +51,29 @@ class PlanResult:
     oom_message: str | None
     script_snapshots: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    snapshots: tuple[str, ...] = ()
+    verdict: PlanVerdict | None = None
+    needed_bytes: int = field(init=False)
+    """Peak reserved plus the CUDA context: what the device must hold."""
+    exit_status: int | None = None
 
-    @property
-    def needed_bytes(self) -> int:
-        """Peak reserved plus the CUDA context: what the device must hold."""
-        return self.peak_reserved_bytes + self.context_bytes
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needed_bytes", self.peak_reserved_bytes + self.context_bytes)
 
 
 def device_spec(
     total_bytes: int, capability: tuple[int, int], context_bytes: int, settings: AllocatorSettings
 ) -> DeviceSpec:
-    """The planned device (validated: a context larger than the device leaves it nothing)."""
+    """The planned device (validated: a context as large as the device leaves it nothing)."""
     if total_bytes <= 0:
         raise ValueError(f"the device memory must be positive, got {total_bytes}")
     if context_bytes < 0:
         raise ValueError(f"the context memory cannot be negative, got {context_bytes}")
+    if context_bytes >= total_bytes:
+        raise ValueError(
+            f"--context-memory {format_bytes(context_bytes)} leaves nothing of "
+            f"--device-memory {format_bytes(total_bytes)}"
+        )
     return DeviceSpec(total_bytes, capability, context_bytes, settings)
 
 
@@ -56,18 +81,12 @@ def device_spec(
 def planned_device(
     spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None]
 ) -> Iterator[PlannedDevice]:
-    """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
-    from memforensics.plan.choices import Autocast
-    from memforensics.plan.cuda import patched_cuda
-    from memforensics.plan.emulate import emulated_modes
-    from memforensics.plan.scratch import workspace_bytes_for
+    """The emulation in place for ``spec`` (:func:`memforensics.plan.table.emulated`): torch as
+    it was after."""
+    from memforensics.plan.table import emulated
 
     device = PlannedDevice(spec)
-    autocast = Autocast()
-    with (
-        patched_cuda(device, on_snapshot, autocast.clear),
-        emulated_modes(device, workspace_bytes_for(spec.capability), autocast),
-    ):
+    with emulated(device, on_snapshot):
         yield device
 
 

@@ -16,19 +16,26 @@ branches on them to call CUDA-only kernels (cuDNN's RNN weights, fused attention
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Any
+from typing import NamedTuple
 
 import torch
-
-from memforensics.plan.patches import replaced
 
 Address = Callable[[int], int | None]
 """The start of the block holding a storage (by ``_cdata``); 0 for an empty storage on the
 device, None for a storage the plan does not hold."""
 
 
-def _patches(address: Address) -> dict[tuple[Any, str], Any]:
+class Methods(NamedTuple):
+    """``Tensor.data_ptr``, ``Tensor.get_device`` and ``UntypedStorage.data_ptr`` answering
+    from the planned device for its storages, as torch's own for every other."""
+
+    data_ptr: Callable[[torch.Tensor], int]
+    get_device: Callable[[torch.Tensor], int]
+    untyped_data_ptr: Callable[[torch.UntypedStorage], int]
+
+
+def methods(address: Address) -> Methods:
+    """The three methods over ``address``: torch's own for what the plan does not hold."""
     tensor_ptr = torch._C.TensorBase.data_ptr
     tensor_device = torch._C.TensorBase.get_device
     storage_ptr = torch._C.StorageBase.data_ptr
@@ -52,14 +59,4 @@ def _patches(address: Address) -> dict[tuple[Any, str], Any]:
                 return start
         return int(storage_ptr(self))
 
-    return {
-        (torch.Tensor, "data_ptr"): data_ptr,
-        (torch.Tensor, "get_device"): get_device,
-        (torch.UntypedStorage, "data_ptr"): untyped_data_ptr,
-    }
-
-
-def answering(address: Address) -> AbstractContextManager[None]:
-    """Stand-ins answer ``data_ptr()`` and ``get_device()`` from ``address`` inside; torch's
-    own methods are back after."""
-    return replaced(_patches(address))
+    return Methods(data_ptr, get_device, untyped_data_ptr)

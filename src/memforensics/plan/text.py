@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memforensics._units import format_bytes
 from memforensics.plan.runner import PlanResult
-from memforensics.plan.vary import VaryRow
+from memforensics.plan.vary import EXPANDABLE, VaryAnswer
 
 OUT_OF_SCOPE_DISTRIBUTED = (
     "memforensics plan: distributed collectives are out of scope for now: the plan models one "
@@ -12,7 +12,18 @@ OUT_OF_SCOPE_DISTRIBUTED = (
 )
 
 
-def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] | None) -> str:
+def _segments(result: PlanResult) -> str:
+    """The segments line: PyTorch's count, which expandable segments leave at 0 (they grow in
+    place rather than adding segments)."""
+    if EXPANDABLE in result.allocator_conf:
+        return (
+            "expandable: they grow in place, so PyTorch's segment count stays "
+            f"{result.segments} (the snapshot shows each one)"
+        )
+    return f"{result.segments} at the end, {result.peak_segments} at most"
+
+
+def plan_text(result: PlanResult) -> str:
     """The plan as a few lines: the figures, whether it fits, and where the snapshots are."""
     conf = result.allocator_conf or "default allocator settings"
     lines = [
@@ -20,18 +31,21 @@ def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] 
         f"{result.capability}, {conf} (predicted, not measured)",
         f"  peak allocated   {format_bytes(result.peak_allocated_bytes)}",
         f"  peak reserved    {format_bytes(result.peak_reserved_bytes)}",
-        f"  segments         {result.segments} at the end, {result.peak_segments} at most",
+        f"  segments         {_segments(result)}",
     ]
+    if result.exit_status:
+        lines.append(f"The script exited with status {result.exit_status}.")
     needed = format_bytes(result.needed_bytes)
     context = format_bytes(result.context_bytes)
     if result.oom_message is not None:
         lines.append(f"Does not fit: predicted OOM. {result.oom_message.split('. If ')[0]}.")
-        if verdict:
-            if verdict.get("cause"):
-                lines.append(f"  cause: {verdict['cause']}")
-            lines.append(f"  verdict: {verdict['label']}. {verdict['explanation']}")
-            if verdict["advice"]:
-                lines.append(f"  → {verdict['advice']}")
+        verdict = result.verdict
+        if verdict is not None:
+            if verdict.cause:
+                lines.append(f"  cause: {verdict.cause}")
+            lines.append(f"  verdict: {verdict.label}. {verdict.explanation}")
+            if verdict.advice:
+                lines.append(f"  → {verdict.advice}")
     elif result.fits:
         lines.append(
             f"Fits: {needed} with the CUDA context ({context}) of "
@@ -42,20 +56,22 @@ def plan_text(result: PlanResult, snapshots: list[str], verdict: dict[str, str] 
             f"Does not fit: {needed} with the CUDA context ({context}) is more than "
             f"{format_bytes(result.device_bytes)}."
         )
-    for path in snapshots:
+    for path in result.snapshots:
         lines.append(f"Predicted snapshot: {path}")
     return "\n".join(lines)
 
 
-def vary_text(name: str, rows: list[VaryRow], best: str | None, best_expandable: str | None) -> str:
-    """One row per value, then the largest value that fits, as given and with expandable
-    segments."""
+def vary_text(answer: VaryAnswer) -> str:
+    """One row per value (OOM where the run ran out), then the largest value that fits, as
+    given and with expandable segments."""
+    name, rows = answer.name, answer.rows
+    best, best_expandable = answer.largest, answer.largest_expandable
 
     def size(value: int | None) -> str:
         return format_bytes(value) if value is not None else "-"
 
-    def yes(value: bool | None) -> str:
-        return {True: "yes", False: "no", None: "failed"}[value]
+    def yes(value: bool | None, oom: bool) -> str:
+        return "OOM" if oom else {True: "yes", False: "no", None: "failed"}[value]
 
     width = max(len(name), *(len(r.value) for r in rows))
     lines = [
@@ -65,10 +81,13 @@ def vary_text(name: str, rows: list[VaryRow], best: str | None, best_expandable:
     for r in rows:
         lines.append(
             f"  {r.value:<{width}}  {size(r.peak_allocated_bytes):>14}  "
-            f"{size(r.peak_reserved_bytes):>14}  {yes(r.fits):<4}  {yes(r.fits_expandable)}"
+            f"{size(r.peak_reserved_bytes):>14}  {yes(r.fits, r.oom):<4}  "
+            f"{yes(r.fits_expandable, r.oom_expandable)}"
         )
         if r.error:
             lines.append(f"    {r.error}")
+    if any(r.oom or r.oom_expandable for r in rows):
+        lines.append("OOM: the run ran out there; its peaks are those before the failed request.")
     lines.append(f"Largest {name} that fits: {best if best is not None else 'none'}")
     lines.append(
         f"Largest {name} that fits with expandable_segments:True: "

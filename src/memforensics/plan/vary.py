@@ -46,7 +46,8 @@ class Vary:
 @dataclass(frozen=True)
 class VaryRow:
     """One value planned: its peaks and whether it fits, as given and with expandable segments
-    (None where the run failed for another reason)."""
+    (None where the run failed for another reason); ``oom``: the run ran out (its peaks are
+    those before the request that failed)."""
 
     value: str
     peak_allocated_bytes: int | None
@@ -54,6 +55,23 @@ class VaryRow:
     fits: bool | None
     fits_expandable: bool | None
     error: str | None = None
+    oom: bool = False
+    oom_expandable: bool = False
+
+
+SCHEMA = 1
+"""Version of ``plan --vary --json``'s keys (docs/json.md)."""
+
+
+@dataclass(frozen=True)
+class VaryAnswer:
+    """``--vary``'s answer: one row per value, and the largest value that fits, as given and
+    with expandable segments."""
+
+    name: str
+    rows: tuple[VaryRow, ...]
+    largest: str | None
+    largest_expandable: str | None
 
 
 def largest(rows: list[VaryRow], *, expandable: bool) -> str | None:

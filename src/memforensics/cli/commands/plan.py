@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
@@ -41,6 +42,7 @@ class PlanCommand:
         """``-m MODULE ...`` or ``SCRIPT ...`` and the planned device."""
         parser.usage = _USAGE
         parser.allow_abbrev = False
+        parser.error = _one_line(parser)  # type: ignore[method-assign]  # bad options: one line
         parser.add_argument(
             "-m",
             dest="module",
@@ -113,7 +115,7 @@ class PlanCommand:
                 settings,
             )
         except (SettingsError, ValueError) as exc:
-            raise CommandError(f"plan: {exc}") from None
+            raise CommandError(str(exc)) from None
         try:
             check_target(target)
         except TargetError as exc:
@@ -138,16 +140,16 @@ def _plan(
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
     dump's story explained as ``summary`` explains it, and kept in ``cache``)."""
     from memforensics.capture.facade import current, install, uninstall
-    from memforensics.plan import OutOfScope, run_planned
+    from memforensics.plan import MissingAttribute, OutOfScope, run_planned
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
+    exited: list[int] = []
 
     def run() -> None:
         try:
             run_target(target)
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                raise
+        except SystemExit as exc:  # the script's own exit: its status, as python gives it
+            exited.append(_exit_status(exc))
 
     def before() -> None:
         install(out_dir=str(out_dir))
@@ -165,7 +167,7 @@ def _plan(
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             result, device = run_planned(spec, run, _writer(spec), before=before, after=after)
-    except OutOfScope as exc:
+    except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:  # the script failed for another reason: show it, exit 2
@@ -178,7 +180,18 @@ def _plan(
             os.environ.pop(_CONF_ENV, None)
         else:
             os.environ[_CONF_ENV] = saved_conf
+    if exited and exited[0]:
+        result = replace(result, exit_status=exited[0])
     return _answer(result, device, spec, folders, started, as_json=as_json, cache=cache)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status python exits with for ``exc``: its code, 0 for None, 1 (the message on
+    stderr) for anything else."""
+    if exc.code is None or isinstance(exc.code, int):
+        return int(exc.code or 0)
+    print(exc.code, file=sys.stderr)
+    return 1
 
 
 def _answer(
@@ -191,7 +204,8 @@ def _answer(
     as_json: bool,
     cache: ResultCache,
 ) -> int:
-    """Mark and name the snapshots the run wrote, print the plan; 0 fits, 1 does not."""
+    """Mark and name the snapshots the run wrote, print the plan; the script's own exit status
+    when it gave one, else 0 fits, 1 does not."""
     snapshots = list(result.script_snapshots)
     for folder in folders:  # what capture wrote during this run (not an earlier run's files)
         if folder.is_dir():
@@ -207,19 +221,20 @@ def _answer(
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
     verdict = _verdict(snapshots, cache) if result.oom_message is not None else None
+    result = replace(result, snapshots=tuple(snapshots), verdict=verdict)
     if as_json:
-        doc = asdict(result) | {
-            "snapshots": snapshots,
-            "verdict": verdict,
-            "needed_bytes": result.needed_bytes,
-        }
-        print(json.dumps(doc, indent=2))
+        from memforensics.analysis.schema import document
+        from memforensics.plan.runner import SCHEMA
+
+        print(json.dumps(document(result, SCHEMA), indent=2))
     else:
         from memforensics.plan.text import plan_text
 
-        print(plan_text(result, snapshots, verdict))
+        print(plan_text(result))
     for line in dict.fromkeys(result.warnings):
         print(f"memforensics plan: {line}", file=sys.stderr)
+    if result.exit_status:
+        return int(result.exit_status)
     return 0 if result.fits else 1
 
 
@@ -229,14 +244,21 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from memforensics.plan.text import vary_text
-    from memforensics.plan.vary import Vary, VaryRow, largest, with_expandable
+    from memforensics.plan.vary import (
+        SCHEMA,
+        Vary,
+        VaryAnswer,
+        VaryRow,
+        largest,
+        with_expandable,
+    )
 
     try:
         vary = Vary.parse(args.vary)
     except ValueError as exc:
-        raise CommandError(f"plan: {exc}") from None
+        raise CommandError(str(exc)) from None
     if args.jobs < 1:
-        raise CommandError("plan: --jobs must be at least 1")
+        raise CommandError("--jobs must be at least 1")
     out_dir = Path(args.out_dir)
 
     def one(value: str, expandable: bool) -> dict[str, Any] | str:
@@ -252,12 +274,11 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
             *planned.args,
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode in (0, 1):
-            try:
-                found: dict[str, Any] = json.loads(done.stdout)
-                return found
-            except ValueError:
-                pass
+        try:  # a plan's answer, whatever status the script itself exited with
+            found: dict[str, Any] = json.loads(done.stdout)
+            return found
+        except ValueError:
+            pass
         tail = done.stderr.strip().splitlines()
         return tail[-1] if tail else f"exit status {done.returncode}"
 
@@ -277,21 +298,20 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
                 plain["peak_reserved_bytes"],
                 bool(plain["fits"]),
                 bool(grown["fits"]) if isinstance(grown, dict) else None,
+                oom=plain["oom_message"] is not None,
+                oom_expandable=isinstance(grown, dict) and grown["oom_message"] is not None,
             )
         )
-    best = largest(rows, expandable=False)
-    best_expandable = largest(rows, expandable=True)
+    answer = VaryAnswer(
+        vary.name, tuple(rows), largest(rows, expandable=False), largest(rows, expandable=True)
+    )
     if args.json:
-        doc = {
-            "name": vary.name,
-            "rows": [asdict(r) for r in rows],
-            "largest": best,
-            "largest_expandable": best_expandable,
-        }
-        print(json.dumps(doc, indent=2))
+        from memforensics.analysis.schema import document
+
+        print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
-        print(vary_text(vary.name, rows, best, best_expandable))
-    return 0 if best is not None else 1
+        print(vary_text(answer))
+    return 0 if answer.largest is not None else 1
 
 
 def _writer(spec: Any) -> Any:
@@ -344,34 +364,46 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             write_sidecar(side, found)
 
 
-def _verdict(snapshots: list[str], cache: ResultCache) -> dict[str, str] | None:
+def _verdict(snapshots: list[str], cache: ResultCache) -> Any:
     """The diagnosis and verdict of the predicted OOM dump, when capture wrote one: the story
     ``summary`` tells of it (kept in ``cache``, so ``summary`` of that dump reads it back)."""
     from memforensics.cli._explained import explained
+    from memforensics.plan.runner import PlanVerdict
 
     for path in snapshots:
         if Path(path).parent.name == "oom":
             summary = explained(cache, Path(path))
             verdict = summary.verdict
-            return {
-                "cause": summary.diagnosis.headline if summary.diagnosis is not None else "",
-                "label": verdict.label,
-                "explanation": verdict.explanation,
-                "advice": verdict.advice or "",
-            }
+            return PlanVerdict(
+                cause=summary.diagnosis.headline if summary.diagnosis is not None else "",
+                label=verdict.label,
+                explanation=verdict.explanation,
+                advice=verdict.advice or "",
+            )
     return None
+
+
+def _one_line(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:
+    """argparse's error for ``parser`` as one line on stderr (no usage block), exit status 2."""
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: {message} (see --help)\n")
+
+    return error
 
 
 def _size(text: str, flag: str) -> int:
     try:
         return parse_size(text)
     except ValueError as exc:
-        raise CommandError(f"plan: {flag}: {exc}") from None
+        raise CommandError(f"{flag}: {exc}") from None
 
 
 def _capability(text: str) -> tuple[int, int]:
     try:
         major, minor = (int(part) for part in text.split("."))
     except ValueError:
-        raise CommandError(f"plan: --device-capability must be MAJOR.MINOR, got {text!r}") from None
+        major = minor = -1
+    if major < 1 or minor < 0:
+        raise CommandError(f"--device-capability must be MAJOR.MINOR, got {text!r}")
     return major, minor

@@ -1,0 +1,340 @@
+"""The emulation as one table: each torch attribute a planned run replaces, its stand-in, and
+why; and :func:`emulated`, the one context manager that applies it, pushes the modes and puts
+torch back as it was.
+
+The stand-ins live with what they answer for: ``torch.cuda``'s and ``torch.accelerator``'s in
+:mod:`~memforensics.plan.cuda`, a stand-in's own methods in :mod:`~memforensics.plan.standins`,
+CUDA's choices in :mod:`~memforensics.plan.choices`, what values cannot say in
+:mod:`~memforensics.plan.values`, the modes in :mod:`~memforensics.plan.emulate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from memforensics.plan import choices, cuda, emulate, scratch, standins, values
+from memforensics.plan.cuda import Answers, SnapshotWritten
+from memforensics.plan.device import PlannedDevice
+from memforensics.plan.patches import Replacement, kept_state, replaced
+
+R = Replacement
+
+DEVICE = "the planned device is CUDA device 0, there and ready"
+NO_OP = "one timeline, no kernels: nothing to wait for, nothing to record"
+MODEL = "the allocator model answers it"
+
+
+def _found(owner: Any, name: str) -> Any:
+    """What a stand-in wraps; None where torch lacks it (the table then refuses to apply)."""
+    return getattr(owner, name, None)
+
+
+def _device_rows(answers: Answers) -> list[Replacement]:
+    """``torch.cuda``'s device queries, streams, NVTX and RNG."""
+    c = torch.cuda
+    return [
+        R(c, "is_available", lambda: True, DEVICE),
+        R(c, "is_initialized", lambda: True, DEVICE),
+        R(c, "_lazy_init", cuda.noop(), DEVICE),
+        R(c, "init", cuda.noop(), DEVICE),
+        R(c, "device_count", lambda: 1, DEVICE),
+        R(c, "current_device", lambda: 0, DEVICE),
+        R(c, "set_device", cuda.noop(), DEVICE),
+        R(c, "_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
+        R(c, "_maybe_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
+        R(c, "get_device_name", answers.name, "its name says the device is planned"),
+        R(c, "get_device_capability", answers.capability, "--device-capability"),
+        R(c, "get_device_properties", answers.properties, "--device-memory, --device-capability"),
+        R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
+        R(c, "synchronize", cuda.noop(), NO_OP),
+        R(c, "ipc_collect", cuda.noop(), NO_OP),
+        R(c, "manual_seed", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "manual_seed_all", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "seed", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "seed_all", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "initial_seed", lambda: 0, "a stand-in's values are never drawn"),
+        R(
+            c,
+            "get_rng_state",
+            lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+            "a stand-in's values are never drawn",
+        ),
+        R(
+            c,
+            "get_rng_state_all",
+            lambda: [torch.zeros(16, dtype=torch.uint8)],
+            "a stand-in's values are never drawn",
+        ),
+        R(c, "set_rng_state", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "set_rng_state_all", cuda.noop(), "a stand-in's values are never drawn"),
+        R(c, "Stream", cuda.Stream, NO_OP),
+        R(c, "Event", cuda.Stream, NO_OP),
+        R(c, "current_stream", lambda device=None: cuda.Stream(), NO_OP),
+        R(c, "default_stream", lambda device=None: cuda.Stream(), NO_OP),
+        R(c, "stream", lambda stream=None: cuda.Stream(), NO_OP),
+        R(c, "set_stream", cuda.noop(), NO_OP),
+        R(
+            c.nvtx,
+            "_nvtx",
+            cuda.Nvtx(),
+            "the CPU build's NVTX binding raises: torch's own range (a decorator too), "
+            "range_push/pop and mark run over one that records nothing",
+        ),
+        R(
+            torch._C,
+            "_cuda_attach_out_of_memory_observer",
+            answers.device.attach_oom_observer,
+            "memforensics.install() in the script observes the predicted OOM",
+            added=True,
+        ),
+    ]
+
+
+def _memory_rows(answers: Answers) -> list[Replacement]:
+    """Every memory function of ``torch.cuda.memory``, under both names a script calls it by."""
+    a = answers
+    functions: list[tuple[str, Any, str, bool]] = [
+        ("memory_allocated", a.allocated, MODEL, True),
+        ("max_memory_allocated", a.max_allocated, MODEL, True),
+        ("memory_reserved", a.reserved, MODEL, True),
+        ("max_memory_reserved", a.max_reserved, MODEL, True),
+        ("memory_cached", a.reserved, MODEL, True),
+        ("max_memory_cached", a.max_reserved, MODEL, True),
+        ("memory_stats", a.stats, MODEL, True),
+        ("memory_stats_as_nested_dict", a.nested, MODEL, True),
+        ("memory_summary", a.summary, "PyTorch's own table over the model's statistics", True),
+        ("memory_snapshot", a.segments, "the predicted snapshot's segments", True),
+        ("reset_peak_memory_stats", a.reset_peaks, MODEL, True),
+        ("reset_max_memory_allocated", a.reset_peaks, MODEL, True),
+        ("reset_max_memory_cached", a.reset_peaks, MODEL, True),
+        ("reset_accumulated_memory_stats", a.nothing, "the model keeps its totals", True),
+        ("empty_cache", a.empty_cache, MODEL, True),
+        ("mem_get_info", a.mem_get_info, "the device less the context and what is reserved", True),
+        ("get_per_process_memory_fraction", a.fraction, MODEL, True),
+        ("set_per_process_memory_fraction", a.set_fraction, MODEL, True),
+        ("caching_allocator_alloc", a.raw_alloc, "a block of the model, by its address", True),
+        ("caching_allocator_delete", a.raw_delete, "that block back to the model", True),
+        ("list_gpu_processes", a.processes, "this process, from the model", True),
+        ("get_allocator_backend", a.backend, "the model is the native caching allocator", True),
+        ("CUDAPluggableAllocator", cuda.pluggable, cuda.PLUGGABLE, True),
+        ("change_current_allocator", cuda.pluggable, cuda.PLUGGABLE, True),
+        ("caching_allocator_enable", a.caching, cuda.NOT_CACHING, False),
+        ("caching_allocator_disabled", a.caching_disabled, cuda.NOT_CACHING, False),
+        ("host_memory_stats", a.host_stats, "pinned host memory is not modelled", False),
+        (
+            "host_memory_stats_as_nested_dict",
+            a.host_stats,
+            "pinned host memory is not modelled",
+            False,
+        ),
+        (
+            "reset_accumulated_host_memory_stats",
+            a.nothing,
+            "pinned host memory is not modelled",
+            False,
+        ),
+        ("reset_peak_host_memory_stats", a.nothing, "pinned host memory is not modelled", False),
+        ("MemPool", cuda.MemPool, cuda.PRIVATE_POOL, False),
+        ("use_mem_pool", a.pool_used, cuda.PRIVATE_POOL, False),
+    ]
+    rows = [
+        R(module, name, value, why, needed)
+        for module in (torch.cuda, torch.cuda.memory)
+        for name, value, why, needed in functions
+    ]
+    memory = torch.cuda.memory
+    rows += [
+        R(memory, "_record_memory_history", a.record, "the model records the history"),
+        R(memory, "_snapshot", a.snapshot, "the predicted snapshot"),
+        R(memory, "_dump_snapshot", a.dump, "the predicted snapshot, at the script's path"),
+        R(memory, "_set_memory_metadata", a.device.set_metadata, "tags later allocations"),
+    ]
+    return rows
+
+
+def _accelerator_rows(answers: Answers) -> list[Replacement]:
+    """The bindings ``torch.accelerator`` calls: it names CUDA, device 0, and answers memory
+    from the model, so Accelerate and Hugging Face pick CUDA. (``get_device_capability`` is
+    left alone: torch caches its answer for the process.)"""
+    c, a = torch._C, answers
+    why = "torch.accelerator names the planned device"
+    return [
+        R(c, "_accelerator_getAccelerator", a.accelerator, why, needed=False),
+        R(c, "_accelerator_getDeviceIndex", a.index, why, needed=False),
+        R(c, "_accelerator_setDeviceIndex", a.index, why, needed=False),
+        R(c, "_accelerator_exchangeDevice", a.index, why, needed=False),
+        R(c, "_accelerator_maybeExchangeDevice", a.index, why, needed=False),
+        R(c, "_accelerator_getStream", lambda device=None: cuda.Stream(), NO_OP, needed=False),
+        R(c, "_accelerator_setStream", cuda.noop(), NO_OP, needed=False),
+        R(c, "_accelerator_synchronizeDevice", cuda.noop(), NO_OP, needed=False),
+        R(c, "_accelerator_isAllocatorInitialized", a.initialized, MODEL, needed=False),
+        R(c, "_accelerator_getDeviceStats", a.device_stats, MODEL, needed=False),
+        R(c, "_accelerator_emptyCache", a.empty_cache, MODEL, needed=False),
+        R(c, "_accelerator_resetAccumulatedStats", a.nothing, MODEL, needed=False),
+        R(c, "_accelerator_resetPeakStats", a.reset_peaks, MODEL, needed=False),
+        R(c, "_accelerator_getMemoryInfo", a.mem_get_info, MODEL, needed=False),
+        R(
+            c,
+            "_accelerator_emptyHostCache",
+            cuda.noop(),
+            "pinned host memory is not modelled",
+            needed=False,
+        ),
+    ]
+
+
+def _torch_rows(
+    functions: emulate.DeviceMode,
+    storage: emulate.StorageMode,
+    notes: values.Notes,
+    clear_autocast: Callable[[], None],
+) -> list[Replacement]:
+    """Torch's own functions whose CUDA behaviour the plan re-makes, and a stand-in's methods."""
+    import torch.fx.experimental._config as fx_config
+    import torch.utils._foreach_utils as foreach_utils
+    import torch.utils.data._utils.pin_memory as pinning
+    from torch import autograd
+    from torch.optim import optimizer
+    from torch.utils import checkpoint
+
+    original_clear = torch.clear_autocast_cache
+
+    def clear_autocast_cache() -> None:
+        clear_autocast()
+        original_clear()
+
+    methods = standins.methods(storage.address)
+    rows = [
+        R(
+            torch,
+            "set_default_device",
+            cuda.default_device(torch.set_default_device),
+            '"cuda" as the default device makes stand-ins',
+        ),
+        R(
+            torch,
+            "set_default_tensor_type",
+            cuda.default_tensor_type(torch.set_default_tensor_type),
+            "torch.cuda.HalfTensor: its dtype, and the planned device as the default",
+        ),
+        R(torch, "compile", values.eager_compile(notes), "compiled code runs eagerly"),
+        R(
+            torch,
+            "Generator",
+            cuda.generator_class(),
+            'device="cuda" is a CPU generator: a stand-in\'s values are never drawn',
+        ),
+        R(torch, "clear_autocast_cache", clear_autocast_cache, "the plan's autocast cache too"),
+        R(
+            autograd,
+            "_engine_run_backward",
+            emulate.backward_under(functions, _found(autograd, "_engine_run_backward")),
+            "the Python that backward runs (hooks, recomputes) runs under the emulation",
+        ),
+        R(
+            checkpoint,
+            "_infer_device_type",
+            cuda.cuda_for_meta(_found(checkpoint, "_infer_device_type")),
+            "checkpointing recomputes under CUDA's autocast state for a stand-in",
+        ),
+        R(
+            checkpoint.DefaultDeviceType,
+            "_default_device_type",
+            "cuda",
+            "checkpointing's default device is the accelerator's: CUDA",
+        ),
+        R(
+            torch.storage,
+            "_to",
+            cuda.storage_to(_found(torch.storage, "_to")),
+            'torch.load onto "cuda" restores each storage as a stand-in',
+        ),
+        R(
+            torch.nn.DataParallel,
+            "forward",
+            cuda.one_device_forward,
+            "over one device its scatter copies nothing",
+        ),
+        R(
+            torch.backends.mha,
+            "get_fastpath_enabled",
+            lambda: False,
+            "the fused inference path reads the padding mask's values",
+        ),
+        R(
+            torch.__future__,
+            "get_swap_module_params_on_conversion",
+            lambda: True,
+            "a module moved to the device keeps its parameters, frees their CPU storage",
+        ),
+        R(
+            fx_config,
+            "meta_nonzero_assume_all_nonzero",
+            True,
+            "a boolean mask's index takes its upper bound",
+        ),
+        R(
+            pinning,
+            "pin_memory",
+            lambda data, device=None: data,
+            "pinned host memory is not modelled: DataLoader's batches stay as they are",
+        ),
+        R(torch.Tensor, "data_ptr", methods.data_ptr, "a stand-in's address is its block's"),
+        R(torch.Tensor, "get_device", methods.get_device, "a stand-in is on device 0"),
+        R(
+            torch.UntypedStorage,
+            "data_ptr",
+            methods.untyped_data_ptr,
+            "a stand-in's storage's address is its block's",
+        ),
+    ]
+    for owner in (optimizer, foreach_utils):
+        for name in choices.FOREACH_DEVICES:
+            chooser = choices.with_meta(getattr(owner, name, list))
+            rows.append(R(owner, name, chooser, "optimizers take CUDA's foreach default"))
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available():
+        rows.append(
+            R(
+                distributed,
+                "init_process_group",
+                values.no_process_group,
+                "distributed collectives are out of scope",
+            )
+        )
+    return rows
+
+
+def table(
+    answers: Answers,
+    functions: emulate.DeviceMode,
+    storage: emulate.StorageMode,
+    notes: values.Notes,
+    clear_autocast: Callable[[], None],
+) -> list[Replacement]:
+    """Every attribute a planned run replaces, in the order it applies them."""
+    return [
+        *_device_rows(answers),
+        *_memory_rows(answers),
+        *_accelerator_rows(answers),
+        *_torch_rows(functions, storage, notes, clear_autocast),
+    ]
+
+
+@contextmanager
+def emulated(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
+    """CUDA emulated on ``device`` inside: the table applied and both modes pushed; after,
+    every attribute back and torch's defaults (dtype, default device, device contexts) as they
+    were before."""
+    autocast = choices.Autocast()
+    notes = values.Notes()
+    workspace = scratch.workspace_bytes_for(device.spec.capability)
+    functions, storage = emulate.modes(device, workspace, autocast, notes)
+    answers = Answers(device, written, notes, storage.malloc)
+    rows = table(answers, functions, storage, notes, autocast.clear)
+    with kept_state(), replaced(rows), functions, storage:
+        yield

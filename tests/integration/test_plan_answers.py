@@ -1,0 +1,278 @@
+"""What ``torch.cuda`` and ``torch.accelerator`` answer under the real ``memforensics plan``, and
+what plan answers around the run: the script's exit status, its JSON, its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from planned import SRC, plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+
+NVTX = """
+import torch
+
+@torch.cuda.nvtx.range("forward")
+def forward(x):
+    return x * 2
+
+with torch.cuda.nvtx.range("step {}", 1):
+    depth = torch.cuda.nvtx.range_push("inner")
+    torch.cuda.nvtx.mark("here")
+    x = torch.ones(1024, 1024, device="cuda")
+    y = forward(x)
+    torch.cuda.nvtx.range_pop()
+handle = torch.cuda.nvtx.range_start("across")
+torch.cuda.nvtx.range_end(handle)
+print("depth", depth, "allocated", torch.cuda.memory_allocated())
+"""
+
+
+def test_nvtx_ranges_as_decorator_context_and_calls_run_unchanged(tmp_path: Path) -> None:
+    """``@torch.cuda.nvtx.range(...)`` as a decorator, as a context, and the push/pop/mark and
+    start/end calls run under plan: exit 0, the nesting depth torch reports, the tensors
+    counted."""
+    script(tmp_path, NVTX)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert f"depth 1 allocated {8 * MiB}" in done.stdout  # x, and forward's result y
+
+
+MEMORY = """
+import json, sys
+import torch
+import torch.cuda.memory as memory
+from memforensics.plan import OutOfScope
+
+def disabled():
+    with memory.caching_allocator_disabled():
+        pass
+
+def pooled():
+    with memory.use_mem_pool(memory.MemPool()):
+        torch.empty(10, device="cuda")
+
+calls = {
+    "caching_allocator_alloc": lambda: memory.caching_allocator_delete(
+        memory.caching_allocator_alloc(1 << 20)),
+    "caching_allocator_delete": lambda: memory.caching_allocator_delete(
+        memory.caching_allocator_alloc(1 << 20)),
+    "caching_allocator_disabled": disabled,
+    "caching_allocator_enable": lambda: memory.caching_allocator_enable(True),
+    "get_per_process_memory_fraction": memory.get_per_process_memory_fraction,
+    "set_per_process_memory_fraction": lambda: memory.set_per_process_memory_fraction(1.0),
+    "CUDAPluggableAllocator": lambda: memory.CUDAPluggableAllocator("a.so", "alloc", "free"),
+    "change_current_allocator": lambda: memory.change_current_allocator(None),
+    "MemPool": lambda: memory.MemPool().id,
+    "use_mem_pool": pooled,
+}
+outcome = {}
+for name in memory.__all__:
+    call = calls.get(name, getattr(memory, name))
+    try:
+        call()
+        outcome[name] = "answered"
+    except OutOfScope as exc:
+        outcome[name] = "out of scope"
+    except Exception as exc:
+        outcome[name] = f"{type(exc).__name__}: {exc}"
+before = torch.cuda.memory_allocated()
+address = torch.cuda.caching_allocator_alloc(3 << 20)
+grown = torch.cuda.memory_allocated() - before
+torch.cuda.caching_allocator_delete(address)
+facts = {"grown": grown, "after": torch.cuda.memory_allocated() - before}
+print(json.dumps({"outcome": outcome, "facts": facts}))
+"""
+PLUGGABLE = {"CUDAPluggableAllocator", "change_current_allocator"}
+
+
+def test_every_memory_function_of_torch_cuda_memory_is_answered(tmp_path: Path) -> None:
+    """Each public name of the installed ``torch.cuda.memory`` answers under plan (a pluggable
+    allocator is out of scope, said so), where plain python on the CPU build fails on them;
+    ``caching_allocator_alloc`` takes a block of the model and its delete gives it back."""
+    script(tmp_path, MEMORY)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    outcome = found["outcome"]
+    expected = {name: "out of scope" if name in PLUGGABLE else "answered" for name in outcome}
+    assert outcome == expected
+    assert found["facts"] == {"grown": 3 * MiB, "after": 0}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    plain = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    unplanned = json.loads(plain.stdout.splitlines()[0])["outcome"] if plain.stdout else {}
+    assert plain.returncode != 0 or unplanned["reset_peak_host_memory_stats"] != "answered"
+
+
+SUMMARY = """
+import torch
+kept = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+gone = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
+del gone
+print(torch.cuda.memory_summary())
+"""
+
+
+def test_memory_summary_is_pytorchs_table_of_the_models_figures(tmp_path: Path) -> None:
+    """``memory_summary()`` prints PyTorch's own table with the model's figures: 3 MiB allocated
+    now, 8 MiB at the peak, 8 MiB allocated in all and 5 MiB freed, two allocations made."""
+    script(tmp_path, SUMMARY)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "PyTorch CUDA memory summary, device ID 0" in lines[1]
+    allocated = next(line for line in lines if line.startswith("| Allocated memory"))
+    assert allocated.split("|")[2:6] == ["   3072 KiB ", "   8192 KiB ", "   8192 KiB ",
+                                          "   5120 KiB "]  # fmt: skip
+    allocations = next(line for line in lines if line.startswith("| Allocations"))
+    assert [cell.strip() for cell in allocations.split("|")[2:6]] == ["1", "2", "2", "1"]
+
+
+ACCELERATOR = """
+import json
+import torch
+acc = torch.accelerator
+device = acc.current_accelerator()
+torch.accelerator.set_device_index(0)
+with torch.accelerator.device_index(0):
+    x = torch.empty(1 << 20, device=device)
+acc.synchronize()
+print(json.dumps({
+    "type": device.type,
+    "checked": acc.current_accelerator(check_available=True).type,
+    "count": acc.device_count(),
+    "available": acc.is_available(),
+    "index": acc.current_device_index(),
+    "allocated": acc.memory_allocated(),
+    "cuda_allocated": torch.cuda.memory_allocated(),
+    "reserved": acc.memory_reserved(),
+    "info": list(acc.get_memory_info()),
+    "cuda_info": list(torch.cuda.mem_get_info()),
+}))
+"""
+
+
+def test_torch_accelerator_names_the_planned_device(tmp_path: Path) -> None:
+    """``torch.accelerator`` says CUDA, one device, index 0, and answers memory from the model:
+    a tensor made on its device is counted as ``torch.cuda`` counts it."""
+    script(tmp_path, ACCELERATOR)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts["type"] == facts["checked"] == "cuda"
+    assert (facts["count"], facts["available"], facts["index"]) == (1, True, 0)
+    assert facts["allocated"] == facts["cuda_allocated"] == 4 * MiB
+    assert facts["reserved"] >= 4 * MiB
+    assert facts["info"] == facts["cuda_info"]
+
+
+EXITS = """
+import sys
+import torch
+x = torch.empty(1 << 20, device="cuda")
+sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else sys.argv[1])
+"""
+
+
+def test_the_scripts_exit_status_passes_through_with_the_figures(tmp_path: Path) -> None:
+    """``sys.exit(3)`` in the script: plan exits 3, prints the figures, no traceback; its JSON
+    says ``exit_status`` 3; ``sys.exit(0)`` is a run that fits; a message exits 1 and is
+    shown, as python shows it."""
+    script(tmp_path, EXITS)
+    done = plan(tmp_path, "train.py", "3")
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "peak allocated   4.00 MiB" in done.stdout
+    assert "The script exited with status 3." in done.stdout
+    as_json = plan(tmp_path, "--json", "train.py", "3")
+    assert as_json.returncode == 3
+    doc = json.loads(as_json.stdout)
+    assert (doc["exit_status"], doc["peak_allocated_bytes"]) == (3, 4 * MiB)
+    assert plan(tmp_path, "train.py", "0").returncode == 0
+    said = plan(tmp_path, "train.py", "stopped early")
+    assert said.returncode == 1
+    assert said.stderr.strip().splitlines()[0] == "stopped early"
+
+
+def test_plan_json_carries_its_schema_first(tmp_path: Path) -> None:
+    """``plan --json`` and ``plan --vary --json`` begin with ``"schema"``, the version
+    docs/json.md lists them under."""
+    script(tmp_path, "import torch\nx = torch.empty(8, device='cuda')\n")
+    doc = json.loads(plan(tmp_path, "--json", "train.py").stdout)
+    assert next(iter(doc)) == "schema"
+    page = (SRC.parent / "docs" / "json.md").read_text()
+    assert f"## `plan --json` (schema {doc['schema']}, `PlanResult`)" in page
+    script(tmp_path, "import argparse\nargparse.ArgumentParser().add_argument('--n')\n")
+    vary = json.loads(plan(tmp_path, "--json", "--vary", "n=1", "train.py").stdout)
+    assert next(iter(vary)) == "schema"
+    assert f"## `plan --vary --json` (schema {vary['schema']}, `VaryAnswer`)" in page
+
+
+GROW = """
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--n", type=int)
+kept = [torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        for _ in range(parser.parse_args().n)]
+"""
+
+
+def test_vary_marks_the_rows_that_ran_out(tmp_path: Path) -> None:
+    """A value whose run runs out is marked OOM in the text and ``oom`` in the JSON; one that
+    fits is not."""
+    script(tmp_path, GROW)
+    device = ("--device-memory", "1GiB", "--context-memory", "256MiB")
+    done = plan(tmp_path, *device, "--vary", "n=2,40", "train.py")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:3]}
+    assert rows["2"][-2:] == ["yes", "yes"]
+    assert rows["40"][-2:] == ["OOM", "OOM"]
+    doc = json.loads(plan(tmp_path, *device, "--json", "--vary", "n=2,40", "train.py").stdout)
+    oom = {row["value"]: (row["oom"], row["oom_expandable"]) for row in doc["rows"]}
+    assert oom == {"2": (False, False), "40": (True, True)}
+
+
+def test_expandable_segments_are_not_said_to_be_zero_segments(tmp_path: Path) -> None:
+    """With expandable segments PyTorch's segment count stays 0 while memory is reserved; the
+    text says why instead of "segments 0" beside the reserved figure."""
+    script(tmp_path, GROW)
+    done = plan(tmp_path, "--alloc-conf", "expandable_segments:True", "train.py", "--n", "3")
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "segments" in line)
+    assert "0 at the end" not in line
+    assert "expandable" in line
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (("--context-memory", "80GiB"), "--context-memory 80.00 GiB leaves nothing of"),
+        (("--device-memory", "abc"), "--device-memory: not a size"),
+        (("--device-capability", "-1.0"), "--device-capability must be MAJOR.MINOR"),
+        (("--jobs", "x"), "argument --jobs: invalid int value"),
+        (("--alloc-conf", "foo:1"), "Unrecognized key 'foo'"),
+        (("--bogus",), "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_options_get_one_line(tmp_path: Path, options: tuple[str, ...], says: str) -> None:
+    """A bad option exits 2 with one line on stderr, saying ``memforensics plan:`` once."""
+    script(tmp_path, "print('ran')\n")
+    done = plan(tmp_path, *options, "train.py")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("memforensics plan: ")
+    assert "plan: plan:" not in lines[0]
+    assert says in lines[0]
+    assert "ran" not in done.stdout

@@ -1,0 +1,115 @@
+"""The emulation's one table: every attribute it replaces is back after a planned run, torch's
+defaults too, and a torch lacking what it relies on is refused before anything changes."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
+
+from torch.overrides import _get_current_function_mode_stack  # noqa: E402
+
+from memforensics.allocator import parse_conf  # noqa: E402
+from memforensics.plan import MissingAttribute, PlannedDevice, device_spec, run_planned  # noqa: E402
+from memforensics.plan.cuda import Answers  # noqa: E402
+from memforensics.plan.emulate import modes  # noqa: E402
+from memforensics.plan.patches import Replacement, replaced  # noqa: E402
+from memforensics.plan.table import table  # noqa: E402
+from memforensics.plan.values import Notes  # noqa: E402
+
+pytestmark = [pytest.mark.torch]
+
+SPEC = device_spec(1 << 30, (9, 0), 128 << 20, parse_conf(None))
+
+
+def _rows() -> list[Replacement]:
+    """The table as a run would build it."""
+    device = PlannedDevice(SPEC)
+    notes = Notes()
+    from memforensics.plan.choices import Autocast
+
+    functions, storage = modes(device, 0, Autocast(), notes)
+    answers = Answers(device, lambda path, snapshot: None, notes, storage.malloc)
+    return table(answers, functions, storage, notes, lambda: None)
+
+
+def _attributes(rows: list[Replacement]) -> dict[tuple[int, str], Any]:
+    """What each row's attribute is now (a class's own, as the table puts it back)."""
+    found = {}
+    for row in rows:
+        own = vars(row.owner) if isinstance(row.owner, type) else None
+        value = own.get(row.name, "absent") if own is not None else getattr(row.owner, row.name,
+                                                                            "absent")  # fmt: skip
+        found[(id(row.owner), row.name)] = value
+    return found
+
+
+def _defaults_device() -> None:
+    torch.set_default_device("cuda")
+    torch.zeros(3)
+
+
+def _legacy_half() -> None:
+    torch.set_default_tensor_type(torch.cuda.HalfTensor)
+    torch.cuda.nvtx.range_push("left open")
+    torch.zeros(3)
+
+
+def _state() -> tuple[Any, ...]:
+    zeros = torch.zeros(3)
+    return (
+        zeros.device.type,
+        zeros.dtype,
+        torch.get_default_dtype(),
+        torch.get_default_device(),
+        list(_get_current_function_mode_stack()),
+        torch.utils._device.CURRENT_DEVICE,
+    )
+
+
+def test_two_planned_scripts_and_a_plain_one_leave_torch_as_it_was() -> None:
+    """After two planned runs (set_default_device("cuda"); set_default_tensor_type of a CUDA
+    half type) and plain code between them, every replaced attribute is torch's own again and
+    ``torch.zeros(3)`` is a CPU float32 tensor with no mode left on torch's stack."""
+    rows = _rows()
+    before_attributes = _attributes(rows)
+    before = _state()
+    assert before[:2] == ("cpu", torch.float32)
+    run_planned(SPEC, _defaults_device, lambda path, snapshot: None)
+    assert _state() == before
+    plain = torch.ones(2, 2) @ torch.ones(2, 2)  # plain code between the runs
+    assert plain.device.type == "cpu"
+    run_planned(SPEC, _legacy_half, lambda path, snapshot: None)
+    assert _state() == before
+    assert _attributes(rows) == before_attributes
+
+
+def test_a_missing_attribute_the_emulation_relies_on_is_refused_before_anything_changes() -> None:
+    """A needed row whose attribute the installed torch lacks raises MissingAttribute naming it,
+    and no other row is applied; it is never added."""
+    owner = types.SimpleNamespace(kept="torch's")
+    rows = [
+        Replacement(owner, "kept", "stand-in", "a row torch has"),
+        Replacement(owner, "renamed", "stand-in", "a row torch renamed"),
+    ]
+    with pytest.raises(MissingAttribute, match=r"SimpleNamespace\.renamed"), replaced(rows):
+        pass
+    assert owner.kept == "torch's"
+    assert not hasattr(owner, "renamed")
+
+
+def test_a_public_function_torch_lacks_is_left_absent_and_an_added_binding_is_removed() -> None:
+    """A public function only some torch releases have is not added where torch lacks it; a
+    binding marked ``added`` is set for the run and deleted after."""
+    owner = types.SimpleNamespace()
+    rows = [
+        Replacement(owner, "newer_function", "stand-in", "public, newer torch", needed=False),
+        Replacement(owner, "cuda_binding", "stand-in", "CUDA build only", added=True),
+    ]
+    with replaced(rows):
+        assert not hasattr(owner, "newer_function")
+        assert owner.cuda_binding == "stand-in"
+    assert not hasattr(owner, "cuda_binding")
