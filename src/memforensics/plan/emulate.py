@@ -425,8 +425,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         )  # fmt: skip
         if found is None:
             return
-        buffer = self._malloc(found[0])
-        semaphores = self._malloc(found[1])
+        buffer = self.malloc(found[0])
+        semaphores = self.malloc(found[1])
         self.device.free(semaphores)
         self.device.free(buffer)
 
