@@ -59,12 +59,15 @@ def planned_device(
     """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
     from memforensics.plan.choices import Autocast
     from memforensics.plan.cuda import patched_cuda
+    from memforensics.plan import profiler
     from memforensics.plan.emulate import emulated_modes, workspace_bytes_for
+    from memforensics.plan.patches import replaced
 
     device = PlannedDevice(spec)
     autocast = Autocast()
     with (
         patched_cuda(device, on_snapshot, autocast.clear),
+        replaced(profiler.patches(device)),
         emulated_modes(device, workspace_bytes_for(spec.capability), autocast),
     ):
         yield device
