@@ -22,6 +22,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import torch
+from torch._C._profiler import ProfilerState
 from torch.autograd import ProfilerActivity
 from torch.autograd import profiler as autograd_profiler
 from torch.profiler import _memory_profiler as memory_profiler
@@ -30,8 +32,8 @@ from torch.profiler import profiler as torch_profiler
 from memforensics.plan.device import PlannedDevice
 
 _DEVICE = "cuda:0"
-_KINETO = autograd_profiler.ProfilerState.KINETO
-_FALLBACK = autograd_profiler.ProfilerState.KINETO_GPU_FALLBACK
+_KINETO = ProfilerState.KINETO
+_FALLBACK = ProfilerState.KINETO_GPU_FALLBACK
 
 
 class _Timeline:
@@ -52,7 +54,7 @@ class _Recording:
     ``(time_ns, action, (key, version), bytes)`` entries."""
 
     def __init__(self, device: PlannedDevice) -> None:
-        key = memory_profiler.Key(memory_profiler.torch.device(_DEVICE))
+        key = memory_profiler.Key(torch.device(_DEVICE))
         self.entries: list[tuple[int, Any, Any, int]] = [
             (-1, memory_profiler.Action.PREEXISTING, (key, 0), size)
             for _, size in device.live_blocks()

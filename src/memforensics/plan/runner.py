@@ -57,9 +57,9 @@ def planned_device(
     spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None]
 ) -> Iterator[PlannedDevice]:
     """The emulation in place for ``spec``: ``torch.cuda`` patched, both modes pushed."""
+    from memforensics.plan import profiler
     from memforensics.plan.choices import Autocast
     from memforensics.plan.cuda import patched_cuda
-    from memforensics.plan import profiler
     from memforensics.plan.emulate import emulated_modes, workspace_bytes_for
     from memforensics.plan.patches import replaced
 
