@@ -23,8 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._C._profiler import ProfilerState
-from torch.autograd import ProfilerActivity
+from torch._C._profiler import ProfilerActivity, ProfilerState
 from torch.autograd import profiler as autograd_profiler
 from torch.profiler import _memory_profiler as memory_profiler
 from torch.profiler import profiler as torch_profiler
