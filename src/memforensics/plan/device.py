@@ -26,6 +26,9 @@ from memforensics.backends.sim import format as fmt
 
 OomObserver = Callable[[int, int, int, int], None]
 """``(device, allocation_bytes, device_total_bytes, device_free_bytes)``, as torch calls it."""
+BlockListener = Callable[[int, int, int], None]
+"""``(address, size, sign)``: a block of ``size`` bytes at ``address`` handed out (sign 1) or
+returned (sign -1), as PyTorch reports blocks to its profiler."""
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -144,6 +147,7 @@ class PlannedDevice:
         self._op_stack: fmt.Stack = ()
         self._metadata = ""
         self._observers: list[OomObserver] = []
+        self._listeners: list[BlockListener] = []
         self.fraction = 1.0
         self.peak_reserved = 0
         self.oom_count = 0
@@ -163,6 +167,9 @@ class PlannedDevice:
                 self._drain()
                 self._op_stack = stack
                 block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
+                if block is not None:
+                    for listener in self._listeners:
+                        listener(block.address, block.size, 1)
                 reserved = self._allocator.reserved_bytes.current
                 self.peak_reserved = max(self.peak_reserved, reserved)
                 return block
@@ -185,7 +192,10 @@ class PlannedDevice:
 
     def _drain(self) -> None:
         while self._pending:
-            self._allocator.free(self._pending.popleft())
+            block = self._pending.popleft()
+            for listener in self._listeners:
+                listener(block.address, block.size, -1)
+            self._allocator.free(block)
 
     def oom_report(self) -> tuple[str, tuple[int, int, int, int]]:
         """PyTorch's OOM message for the last failed request, and the observers' arguments."""
@@ -221,6 +231,26 @@ class PlannedDevice:
     def observers(self) -> list[OomObserver]:
         """The attached OOM observers, in attach order."""
         return list(self._observers)
+
+    def listen(self, listener: BlockListener) -> Callable[[], None]:
+        """Call ``listener`` for every block handed out and returned from now; the function
+        returned stops it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def live_blocks(self) -> list[tuple[int, int]]:
+        """``(address, size)`` of every block allocated now."""
+        with self._lock:
+            self._drain()
+            heads = self._allocator.segment_heads()
+        found: list[tuple[int, int]] = []
+        for head in heads:
+            block: Block | None = head
+            while block is not None:
+                if block.allocated:
+                    found.append((block.address, block.size))
+                block = block.next
+        return found
 
     def attach_oom_observer(self, observer: OomObserver) -> None:
         """``torch._C._cuda_attach_out_of_memory_observer``: there is no detach."""

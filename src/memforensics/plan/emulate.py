@@ -211,9 +211,11 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         capability: tuple[int, int],
         autocast: choices.Autocast,
         ghosts: Ghosts | None = None,
+        reads: values.Reads | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
+        self.reads = reads if reads is not None else values.Reads(notes)
         self.capability = capability
         self.autocast = autocast
         self.ghosts = ghosts if ghosts is not None else Ghosts()
@@ -223,13 +225,13 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self._constructors = _default._device_constructors()
         self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
-            torch.Tensor.item: functools.partial(values.item, notes),
-            torch.Tensor.tolist: functools.partial(values.tolist, notes),
-            torch.Tensor.__repr__: functools.partial(values.text, notes),
-            torch.Tensor.__str__: functools.partial(values.text, notes),
-            torch.Tensor.__format__: functools.partial(values.formatted, notes),
-            torch.Tensor.cpu: functools.partial(values.to_host, notes),
-            torch.Tensor.numpy: functools.partial(values.to_numpy, notes),
+            torch.Tensor.item: self.reads.item,
+            torch.Tensor.tolist: self.reads.tolist,
+            torch.Tensor.__repr__: self.reads.text,
+            torch.Tensor.__str__: self.reads.text,
+            torch.Tensor.__format__: self.reads.formatted,
+            torch.Tensor.cpu: self.reads.to_host,
+            torch.Tensor.numpy: self.reads.to_numpy,
             self._device_of: self._device_of,  # meta's own, but not GHOST_DEVICE
         }
         """What a stand-in answers in place of its ``meta`` self (a ghost answers as ``meta``)."""
@@ -238,6 +240,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             torch.Tensor.cuda: self._to_device,
             torch.device: _made_device,
             _PARSE_TO: self._parse_to,
+            torch.tensor: functools.partial(self._from_data, torch.tensor),
+            torch.as_tensor: functools.partial(self._from_data, torch.as_tensor),
         }
         """Calls that name where a tensor goes: ``(args, kwargs, placing)``."""
 
@@ -286,6 +290,26 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         rest = {k: v for k, v in kwargs.items() if k != "device"}
         return self.ghosts.placed(False, tensor.to, _META, **rest)
 
+    def _from_data(
+        self,
+        make: Callable[..., torch.Tensor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        placing: bool | None,
+    ) -> Any:
+        """``torch.tensor(data, device="cuda")``: made on the CPU and copied to the device, as
+        CUDA does; made on ``meta`` directly, the copy would be invisible to the storage mode
+        (no block, no values)."""
+        if placing is None:
+            return make(*args, **kwargs)
+        if placing or (args and isinstance(args[0], torch.Tensor)):
+            return self.ghosts.placed(placing, make, *args, **kwargs)
+        rest = {k: v for k, v in kwargs.items() if k not in ("device", "requires_grad")}
+        rest.pop("pin_memory", None)
+        made = make(*args, device="cpu", **rest)
+        out = self.ghosts.placed(False, made.to, _META)
+        return out.requires_grad_() if kwargs.get("requires_grad") else out
+
     def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Module.to``'s reading of its arguments: the script's own ``meta`` stays
         :data:`GHOST_DEVICE`, so the module's tensors go there as ghosts."""
@@ -302,7 +326,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             placing = self._destination(args[1:])
         if tensor.is_meta and not self.ghosts.holds(tensor):
             if _to_host(args, kwargs):
-                return values.to_host(self.notes, tensor).to(*args[1:], **kwargs)
+                return self.reads.to_host(tensor).to(*args[1:], **kwargs)
             if placing is True and len(args) < 5 and "copy" not in kwargs:
                 kwargs["copy"] = True
         elif placing is False and tensor.is_meta:
@@ -346,15 +370,17 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         oom: type[Exception],
         notes: Notes,
         ghosts: Ghosts | None = None,
+        reads: values.Reads | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
         self.ghosts = ghosts if ghosts is not None else Ghosts()
+        self.reads = reads if reads is not None else values.Reads(notes)
         self._answers: dict[Any, Callable[..., Any]] = {
-            torch.ops.aten._local_scalar_dense.default: values.scalar,
-            torch.ops.aten.nonzero.default: values.nonzero,
-            torch.ops.aten.masked_select.default: values.masked_select,
-            torch.ops.aten._unique2.default: values.unique,
+            torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
+            torch.ops.aten.nonzero.default: functools.partial(values.nonzero, notes),
+            torch.ops.aten.masked_select.default: functools.partial(values.masked_select, notes),
+            torch.ops.aten._unique2.default: functools.partial(values.unique, notes),
         }
         self.device = device
         self.workspace_bytes = workspace_bytes
@@ -389,7 +415,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.notes.once("bound", values.BOUND)
         answer = self._answers.get(func)
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
-            out = answer(self.notes, *args, **(kwargs or {}))
+            out = answer(*args, **(kwargs or {}))
         else:
             out = func(*args, **(kwargs or {}))
         self.device.backward = step is not None
@@ -397,6 +423,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
         self._track_outputs(out, step, reused)
+        self.reads.known.after(func, args, kwargs or {}, out)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
@@ -571,6 +598,9 @@ def modes(
     of the script's own ``meta`` storages."""
     device.skip_files(_MACHINERY)
     ghosts = Ghosts()
-    storage = StorageMode(device, workspace_bytes, torch.cuda.OutOfMemoryError, notes, ghosts)
-    functions = DeviceMode(notes, device.spec.capability, autocast, ghosts)
+    reads = values.Reads(notes)
+    storage = StorageMode(
+        device, workspace_bytes, torch.cuda.OutOfMemoryError, notes, ghosts, reads
+    )
+    functions = DeviceMode(notes, device.spec.capability, autocast, ghosts, reads)
     return functions, storage

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import choices, cuda, emulate, scratch, standins, values
+from memforensics.plan import choices, cuda, emulate, profiler, scratch, standins, values
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.patches import Replacement, kept_state, replaced
@@ -310,6 +310,7 @@ def _torch_rows(
 
 
 def table(
+    device: PlannedDevice,
     answers: Answers,
     functions: emulate.DeviceMode,
     storage: emulate.StorageMode,
@@ -322,6 +323,7 @@ def table(
         *_memory_rows(answers),
         *_accelerator_rows(answers),
         *_torch_rows(functions, storage, notes, clear_autocast),
+        *profiler.rows(device),
     ]
 
 
@@ -335,6 +337,6 @@ def emulated(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
     workspace = scratch.workspace_bytes_for(device.spec.capability)
     functions, storage = emulate.modes(device, workspace, autocast, notes)
     answers = Answers(device, written, notes, storage.malloc)
-    rows = table(answers, functions, storage, notes, autocast.clear)
+    rows = table(device, answers, functions, storage, notes, autocast.clear)
     with kept_state(), replaced(rows), functions, storage:
         yield

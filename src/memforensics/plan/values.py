@@ -1,5 +1,7 @@
-"""What a stand-in cannot know: its values. Where the script asks for them, the plan answers
-zeros, takes a data-dependent shape at its upper bound, and says once where it happened.
+"""What a stand-in cannot know: the values the script's own values do not decide. Where the
+script reads them, the plan answers zeros (and the values it knows where the script made them:
+:mod:`memforensics.plan.known`), takes a data-dependent shape at its upper bound, and says once
+where it happened.
 
 ``torch.compile`` runs eagerly (compiled memory differs, and the plan says so); distributed
 collectives are out of scope, which :class:`OutOfScope` says in one line.
@@ -17,6 +19,7 @@ from typing import Any
 import torch
 
 from memforensics.plan.device import OutOfScope, PlannedRunWarning
+from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,51 +61,65 @@ def _zeros_like(tensor: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=tensor.dtype).expand(tensor.shape)
 
 
-READ = "values read from the device are zeros in a plan"
+READ = (
+    "values read from the device that the script's own values do not decide are zeros in a "
+    "plan; a loop that ends on one (an end-of-sequence test, early stopping) runs to its own "
+    "bound"
+)
+KNOWN = (
+    "values read from the device are computed on the CPU where the script's own values decide "
+    "them (shapes, ranges, fills; a random draw is drawn again within its bounds)"
+)
 
 
-def item(notes: Notes, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    """``.item()`` of a stand-in: zero of its dtype."""
-    notes.once("read", READ)
-    return torch.zeros((), dtype=tensor.dtype).item()
+class Reads:
+    """What a stand-in answers when the script reads its values: the values the script's own
+    decide (:class:`~memforensics.plan.known.Known`), else zeros; each said once, with where."""
 
+    def __init__(self, notes: Notes, known: Known | None = None) -> None:
+        self.notes = notes
+        self.known = known if known is not None else Known()
 
-def tolist(notes: Notes, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    """``.tolist()`` of a stand-in: zeros of its shape."""
-    notes.once("read", READ)
-    return _zeros_like(tensor).tolist()
+    def values(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor``'s values on the CPU, known or zeros (a zero-stride view: no memory)."""
+        found = self.known.value(tensor)
+        if found is not None:
+            self.notes.once("known", KNOWN)
+            return found
+        self.notes.once("read", READ)
+        return _zeros_like(tensor)
 
+    def item(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``.item()`` of a stand-in."""
+        return self.values(tensor).item()
 
-def to_host(notes: Notes, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """``.cpu()``/``.numpy()``-bound copies of a stand-in: zeros on the CPU, allocated there
-    as the real copy would be."""
-    notes.once("read", READ)
-    return torch.zeros(tensor.shape, dtype=tensor.dtype)
+    def tolist(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``.tolist()`` of a stand-in."""
+        return self.values(tensor).tolist()
 
+    def to_host(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``.cpu()``/``.numpy()``-bound copies of a stand-in: allocated on the CPU as the real
+        copy would be."""
+        return self.values(tensor).clone(memory_format=torch.contiguous_format)
 
-def text(notes: Notes, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> str:
-    """How a stand-in prints: zeros, on the CUDA device the script put it on."""
-    notes.once("read", READ)
-    shown = repr(_zeros_like(tensor))
-    return shown[:-1] + ", device='cuda:0')" if shown.endswith(")") else shown
+    def text(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> str:
+        """How a stand-in prints: its values, on the CUDA device the script put it on."""
+        shown = repr(self.values(tensor))
+        return shown[:-1] + ", device='cuda:0')" if shown.endswith(")") else shown
 
+    def formatted(self, tensor: torch.Tensor, spec: str) -> str:
+        """``f"{t:.3f}"``: a scalar formatted, else the printed values."""
+        if tensor.dim() == 0:
+            return format(self.item(tensor), spec)
+        return self.text(tensor)
 
-def formatted(notes: Notes, tensor: torch.Tensor, spec: str) -> str:
-    """``f"{t:.3f}"``: a scalar's zero formatted, else the printed zeros."""
-    if tensor.dim() == 0:
-        return format(item(notes, tensor), spec)
-    return text(notes, tensor)
+    def to_numpy(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``.numpy()`` of a stand-in."""
+        return self.to_host(tensor).numpy()
 
-
-def to_numpy(notes: Notes, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    """``.numpy()`` of a stand-in: zeros."""
-    return to_host(notes, tensor).numpy()
-
-
-def scalar(notes: Notes, tensor: torch.Tensor) -> Any:
-    """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
-    notes.once("read", READ)
-    return torch.zeros((), dtype=tensor.dtype).item()
+    def scalar(self, tensor: torch.Tensor) -> Any:
+        """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
+        return self.values(tensor).item()
 
 
 BOUND = "a data-dependent shape takes its upper bound in a plan"

@@ -33,7 +33,7 @@ def _rows() -> list[Replacement]:
 
     functions, storage = modes(device, 0, Autocast(), notes)
     answers = Answers(device, lambda path, snapshot: None, notes, storage.malloc)
-    return table(answers, functions, storage, notes, lambda: None)
+    return table(device, answers, functions, storage, notes, lambda: None)
 
 
 def _attributes(rows: list[Replacement]) -> dict[tuple[int, str], Any]:

@@ -1,0 +1,205 @@
+"""The values a stand-in is known to hold: those the script's own values decide.
+
+A stand-in has no data, but much of what a script reads back from the device it made itself
+from what it knows: ``torch.tensor(x.shape[0], device="cuda")``, ``torch.arange(n)``,
+``torch.ones(batch)``, ``torch.full(..., is_done)``, a ``randint(low, high)``. For those, the
+plan keeps a CPU copy beside the stand-in and runs each operator on the copies too, so
+``.item()``, ``int()``, ``.tolist()`` and ``.cpu()`` give what the GPU would give (a random draw
+is drawn again on the CPU, from the plan's own generator, within the same bounds). Values the
+script's own values do not decide (a model's output, an argmax over it) stay unknown, and so
+does everything computed from them; reading one gives zeros.
+
+One exception keeps decoding loops honest: an ``or`` with a known all-true side is true, an
+``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
+``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an
+end-of-sequence token (unknown); with the rule, the maximum length ends it, and the unknown
+test reads as "not finished" before that.
+
+Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory a plan needs
+stays independent of the model's size, and an operator on large tensors costs one size check.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+LIMIT = 1 << 16
+"""Largest storage, in bytes, whose values are kept."""
+
+_CPU = torch.device("cpu")
+_OR = frozenset(
+    (
+        torch.ops.aten.bitwise_or.Tensor,
+        torch.ops.aten.logical_or.default,
+        torch.ops.aten.__or__.Tensor,
+    )
+)
+_AND = frozenset(
+    (
+        torch.ops.aten.bitwise_and.Tensor,
+        torch.ops.aten.logical_and.default,
+        torch.ops.aten.__and__.Tensor,
+    )
+)
+_UNKNOWN_FILL = frozenset(
+    (
+        torch.ops.aten.empty.memory_format,
+        torch.ops.aten.empty_strided.default,
+        torch.ops.aten.empty_like.default,
+        torch.ops.aten.new_empty.default,
+        torch.ops.aten.new_empty_strided.default,
+    )
+)
+"""Factories whose values are whatever the memory held: unknown on a GPU too."""
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors in an operator's arguments or outputs (one level of lists, as aten nests)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                yield item
+
+
+def _written(func: Any) -> tuple[int, ...]:
+    """Positions of the arguments ``func`` writes into (``Tensor(a!)`` in its schema)."""
+    return tuple(
+        i
+        for i, argument in enumerate(func._schema.arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    )
+
+
+class Known:
+    """CPU copies of the small stand-ins whose values the script's own values decide, by
+    storage, kept as long as the stand-in's storage lives."""
+
+    def __init__(self) -> None:
+        self._values: dict[int, torch.UntypedStorage] = {}
+        self._writes: dict[Any, tuple[int, ...]] = {}
+        self._rng = torch.Generator(device=_CPU)
+        self._rng.manual_seed(0)
+
+    def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s values on the CPU (a view of the kept copy), or None when unknown."""
+        if not tensor.is_meta:
+            return None
+        storage = tensor.untyped_storage()
+        kept = self._values.get(storage._cdata)
+        if kept is None or kept.nbytes() != storage.nbytes():
+            return None
+        return self._view(kept, tensor)
+
+    def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Account for one operator on the device: its outputs known when all its inputs are
+        (computed again on the CPU copies), forgotten when an unknown input wrote into them."""
+        outs = [t for t in _tensors(out) if t.is_meta]
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _written(func)
+        for i in writes:
+            if i < len(args):
+                outs.extend(t for t in _tensors(args[i]) if t.is_meta)
+        if not outs:
+            return
+        if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
+            if self._values:
+                self._forget(outs)
+        elif func in _UNKNOWN_FILL or not self._decided(func, args, kwargs, out):
+            self._forget(outs)
+
+    def _decided(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+        """Whether the outputs' values are known after ``func``: computed when every input is
+        known, or decided by an absorbing side of ``or``/``and``."""
+        inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
+        copies = [self.value(t) if t.is_meta else t for t in inputs]
+        if all(c is not None for c in copies):
+            return self._compute(func, args, kwargs, out)
+        if func in _OR or func in _AND:
+            return self._absorbed(func in _OR, copies, out)
+        return False
+
+    def _compute(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+        def on_cpu(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return self.value(value) if value.is_meta else value
+            if isinstance(value, (list, tuple)):
+                return type(value)(on_cpu(v) for v in value)
+            if isinstance(value, torch.device) and value.type == "meta":
+                return _CPU
+            return value
+
+        cpu_args = tuple(on_cpu(a) for a in args)
+        cpu_kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
+        try:
+            with torch.inference_mode(False):
+                if torch.Tag.nondeterministic_seeded in func.tags:
+                    result = self._drawn(func, cpu_args, cpu_kwargs)
+                else:
+                    result = func(*cpu_args, **cpu_kwargs)
+                outs, _ = tree_flatten(out)
+                results, _ = tree_flatten(result)
+                if len(outs) != len(results):
+                    return False
+                for made, computed in zip(outs, results, strict=True):
+                    if isinstance(made, torch.Tensor) and made.is_meta:
+                        self._keep(made, computed)
+        except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
+            return False
+        return True
+
+    def _drawn(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A random operator run on the plan's own CPU generator: the script's CPU draws are
+        what they would be without the plan."""
+        state = torch.get_rng_state()
+        torch.set_rng_state(self._rng.get_state())
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._rng.set_state(torch.get_rng_state())
+            torch.set_rng_state(state)
+
+    def _absorbed(self, either: bool, copies: list[torch.Tensor | None], out: Any) -> bool:
+        """``or`` with a known all-true input is all true; ``and`` with a known all-false input
+        is all false, of the output's shape."""
+        if not isinstance(out, torch.Tensor) or not out.is_meta:
+            return False
+        for copy in copies:
+            if copy is None or copy.shape != out.shape:
+                continue
+            if (either and bool(copy.all())) or (not either and not bool(copy.any())):
+                self._keep(out, torch.full(out.shape, either, dtype=out.dtype, device=_CPU))
+                return True
+        return False
+
+    def _keep(self, made: torch.Tensor, computed: Any) -> None:
+        """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
+        when the storage is new, the same one for an in-place write)."""
+        storage = made.untyped_storage()
+        key = storage._cdata
+        kept = self._values.get(key)
+        if kept is None:
+            kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
+            self._values[key] = kept
+            weakref.finalize(storage, self._values.pop, key, None)
+        if not isinstance(computed, torch.Tensor):
+            return
+        view = self._view(kept, made)
+        if view.data_ptr() != computed.data_ptr():
+            view.copy_(computed)
+
+    def _forget(self, outs: list[torch.Tensor]) -> None:
+        for tensor in outs:
+            self._values.pop(tensor.untyped_storage()._cdata, None)
+
+    @staticmethod
+    def _view(kept: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
+        view = torch.empty(0, dtype=like.dtype, device=_CPU)
+        return view.set_(kept, like.storage_offset(), like.size(), like.stride())

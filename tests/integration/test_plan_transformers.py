@@ -1,0 +1,74 @@
+"""Hugging Face under the real ``memforensics plan``: ``generate()`` ends at ``max_new_tokens``
+and ``Trainer`` trains on the planned device, on tiny models built from a config (no
+downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.extras]
+
+GENERATE = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000, n_positions=128,
+                    eos_token_id=0, bos_token_id=0, pad_token_id=0)
+model = GPT2LMHeadModel(config).cuda().eval()
+forwards = []
+model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+ids = torch.randint(1, 1000, (3, 10), device="cuda")
+with torch.no_grad():
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                         do_sample=False)
+print("generated", tuple(out.shape), len(forwards))
+"""
+
+
+def test_generate_runs_to_max_new_tokens(tmp_path: Path) -> None:
+    """generate() with end-of-sequence token 0 (which a value read as zero would be) makes one
+    forward per new token and returns max_new_tokens more positions: its stopping test reads
+    the maximum length the script set, and the model's own tokens never end it early."""
+    script(tmp_path, GENERATE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "generated (3, 16) 6" in done.stdout
+
+
+TRAINER = """
+import torch
+from torch.utils.data import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+class Tokens(Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        ids = torch.randint(0, 1000, (32,))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000,
+                                   n_positions=64))
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=3,
+                         report_to=[], save_strategy="no", disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=Tokens()).train()
+weights = sum(p.numel() * p.element_size() for p in model.parameters())
+print("trained on", args.device.type, "weights", weights)
+"""
+
+
+def test_trainer_trains_on_the_planned_device(tmp_path: Path) -> None:
+    """Trainer (through Accelerate) picks the planned CUDA device, trains three steps, and the
+    weights, gradients and AdamW's two states of the model are on the device at the peak."""
+    script(tmp_path, TRAINER)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "trained on cuda" in done.stderr
+    facts = json.loads(done.stdout)
+    weights = int(done.stderr.split("weights ")[1].split()[0])
+    assert facts["peak_allocated_bytes"] >= 4 * weights
