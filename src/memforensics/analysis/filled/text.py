@@ -85,8 +85,11 @@ def filled_lines(
     return lines
 
 
-def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
-    """The top of the tree as indented text: branches with at least ``share`` of the bytes."""
+def tree_lines(
+    root: CallNode, *, limit: int = 14, share: float = 0.05, width: int = 84
+) -> list[str]:
+    """The top of the tree as indented text: branches with at least ``share`` of the bytes,
+    each line in ``width`` columns."""
     lines: list[str] = []
     floor = root.bytes * share
 
@@ -101,7 +104,7 @@ def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[
                     break
                 chain = only
             name = chain.name if chain is child else f"… {chain.name}"
-            name = short_site(name, max(72 - 2 * depth, _MIN_NAME))
+            name = short_site(name, max(width - 12 - 2 * depth, _MIN_NAME))
             lines.append(f"{fmt(child.bytes):>11} {'  ' * depth}{name}")
             walk(chain, depth + 1)
 

@@ -15,7 +15,7 @@ from memforensics.analysis.folder import OVERVIEW_SCHEMA, overview_text
 from memforensics.analysis.report import render_overview
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
-from memforensics.cli._output import write_page
+from memforensics.cli._output import say, write_page
 
 
 class OverviewCommand:
@@ -56,7 +56,10 @@ class OverviewCommand:
             else overview_text(view, all_ranks=args.all)
         )
         try:
-            print(text)
+            if args.json:
+                print(text)
+            else:
+                say(text)
             if note:
                 print(note, file=sys.stderr if args.json else sys.stdout)
             sys.stdout.flush()

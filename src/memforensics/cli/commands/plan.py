@@ -17,6 +17,7 @@ from typing import Any
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
 from memforensics.cli._command import CommandError
+from memforensics.cli._output import say
 from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
@@ -195,7 +196,7 @@ def _answer(
     else:
         from memforensics.plan.text import plan_text
 
-        print(plan_text(result, snapshots, verdict))
+        say(plan_text(result, snapshots, verdict))
     for line in dict.fromkeys(result.warnings):
         print(f"memforensics plan: {line}", file=sys.stderr)
     return 0 if result.fits else 1
@@ -268,7 +269,7 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         }
         print(json.dumps(doc, indent=2))
     else:
-        print(vary_text(vary.name, rows, best, best_expandable))
+        say(vary_text(vary.name, rows, best, best_expandable))
     return 0 if best is not None else 1
 
 
