@@ -23,6 +23,8 @@ SITE_WIDTH = 64
 KIND_WIDTH = 16
 """Characters of a site row's kind column (``before_recording``, the longest kind)."""
 _MIN_SITE = 16  # a site keeps at least this much however narrow the screen
+_READABLE_SITE = 28  # a row leaving less room than this puts its site on the next line
+_SITE_INDENT = 6  # where such a site line starts
 NATIVE_ONLY_MEANING = (
     "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
     " library's own workspace (cuBLAS, cuDNN, NCCL)"
@@ -55,6 +57,26 @@ def caller_line(
         indent, width = indent + KIND_WIDTH + 1, width - KIND_WIDTH - 1
     room = max(width - len(_CALLER), _MIN_SITE)
     return [f"{'':>{indent}}{_CALLER}{short_site(caller, room)}"]
+
+
+def site_row(
+    row: str, kind: str, site: str, caller: str | None = None, *, width: int = SCREEN_WIDTH
+) -> list[str]:
+    """A table row that ends in the kind of its bytes and its site, in ``width`` columns: the
+    site keeps what room the row leaves (its end, behind ``…``); where the row leaves less than
+    a readable site, the site goes on the next line. ``caller``: the ``← caller`` line under a
+    library site."""
+    room = width - len(row) - KIND_WIDTH - 1
+    if room >= _READABLE_SITE:
+        lines = [row + kind_and_site(kind, site, room + KIND_WIDTH + 1)]
+        if caller is not None:
+            lines += caller_line(site, caller, len(row), kinded=True, width=room + KIND_WIDTH + 1)
+        return lines
+    room = width - _SITE_INDENT
+    lines = [(row + kind).rstrip(), f"{'':>{_SITE_INDENT}}{short_site(site, room)}"]
+    if caller is not None:
+        lines += caller_line(site, caller, _SITE_INDENT, width=room)
+    return lines
 
 
 def origin_words(

@@ -86,10 +86,10 @@ def filled_lines(
 
 
 def tree_lines(
-    root: CallNode, *, limit: int = 14, share: float = 0.05, width: int = 84
+    root: CallNode, *, limit: int = 14, share: float = 0.05, width: int = 78
 ) -> list[str]:
     """The top of the tree as indented text: branches with at least ``share`` of the bytes,
-    each line in ``width`` columns."""
+    each line in ``width`` columns (they are printed indented by two)."""
     lines: list[str] = []
     floor = root.bytes * share
 

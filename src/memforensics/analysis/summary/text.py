@@ -25,7 +25,7 @@ from memforensics.analysis.dump import (
     kind_and_site,
     origin_words,
 )
-from memforensics.analysis.filled import KindSite, Moment, filled_lines
+from memforensics.analysis.filled import Moment, filled_lines
 from memforensics.analysis.filled.text import kinds_lines, tree_lines
 from memforensics.analysis.oom import (
     at_risk_headline,
@@ -44,7 +44,6 @@ _GAP = "   "  # between the cells of a figures row
 _SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 _LABEL = 15  # where a labelled row's text starts
 _MIN_SITES = 3
-_HEADLINE = 5  # lines the headline keeps by default: the cause and its fix, whole
 
 
 def summary_text(
@@ -138,8 +137,6 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     if s.after_oom and s.oom is not None and s.oom.top_sites:  # the moment judged: the OOM's
         rows, count = s.oom.top_sites, s.oom.site_count
         total, where = s.oom.allocated_bytes or 0, title
-    elif s.oom is None and moment is not None and moment.name == "peak" and moment.sites:
-        rows, count, total, where = _peak_rows(moment.sites), -1, moment.live_bytes, title
     tree = (
         tree_lines(moment.tree, limit=14, width=width - 2)
         if moment is not None and moment.live_bytes
@@ -192,12 +189,6 @@ def _header(s: Summary, width: int) -> str:
     if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
         where += ", judged at the OOM"  # the site rows' title says its trace entry
     return shorten(s.file, max(width - len(where) - 4, 24)) + f"  ({where})"
-
-
-def _peak_rows(sites: tuple[KindSite, ...]) -> tuple[SiteBytes, ...]:
-    """The peak's biggest sites as site rows, biggest first."""
-    ranked = sorted(sites, key=lambda item: -item.bytes)
-    return tuple(SiteBytes(t.site, t.bytes, t.blocks, kind=t.kind) for t in ranked)
 
 
 _OTHER_DEVICES = 3  # other devices listed one line each; more are counted
@@ -258,7 +249,7 @@ def _figures(s: Summary, width: int) -> list[str]:
         lines += _cells(
             "unwound",
             fmt(s.allocated_bytes),
-            [f"allocated at the snapshot ({fmt(s.unwound_bytes)} freed)"],
+            [f"live after unwinding freed {fmt(s.unwound_bytes)}"],
             width,
         )
     else:
@@ -421,19 +412,16 @@ def _site_rows(
     callers: bool = True,
     width: int = WIDTH,
 ) -> list[str]:
-    """One row per site (with its caller), each in ``width``, then how many sites are hidden
-    (``count`` -1: not known, then only the bytes the hidden ones hold)."""
+    """One row per site (with its caller), each in ``width``, then how many sites are hidden."""
     lines: list[str] = []
     room = width - _SITE_COLUMN
     for t in sites:
         lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site, room)}")
         if callers:
             lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True, width=room)
-    rest = total - sum(t.bytes for t in sites)
-    if count < 0 and rest > 0:
-        lines.append(f"  … other sites hold {fmt(rest)} (--verbose shows the snapshot's sites)")
     hidden = count - len(sites)
     if hidden > 0:
+        rest = total - sum(t.bytes for t in sites)
         lines += [""] if blank and not sites else []
         lines += hidden_rows(hidden, "more site", f" ({fmt(rest)} in all)")
     return lines

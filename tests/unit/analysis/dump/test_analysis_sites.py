@@ -151,7 +151,11 @@ def test_text_shows_the_caller_under_a_library_site() -> None:
     builder = SnapshotBuilder()
     builder.segment(Block(MiB(64), site=LIBRARY), Block(MiB(16), site=TRAIN))
     lines = summary_text(summarize(dump_from_snapshot(builder.build())), verbose=True).splitlines()
-    at = next(index for index, line in enumerate(lines) if "modeling_llama.py:300" in line)
+    at = next(
+        index
+        for index, line in enumerate(lines)
+        if "modeling_llama.py:300" in line and line.lstrip().startswith("64.00 MiB")
+    )
     assert lines[at + 1].strip() == f"← caller {ENTRY}"
     assert sum("← caller" in line for line in lines) == 1
 
