@@ -142,7 +142,7 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
         if moment is not None and moment.live_bytes
         else []
     )
-    tree_min = 1 + min(len(tree), 3) if tree else 0
+    tree_min = 1 + min(len(tree), 2) if tree else 0
     sites_min = 1 + min(len(rows), _MIN_SITES) + (len(rows) > _MIN_SITES) if rows else 0
     kinds = _kinds_table(moment, title, width, s.peak is not None)
     if len(kinds) > 2 and sites_min + len(kinds) + tree_min > room:
