@@ -1,5 +1,13 @@
-"""Untrusted text made printable: the one rule for every string from a dump, sidecar, journal or
-file name before it reaches a terminal, a log or a page.
+"""Text for a terminal: untrusted strings made printable, and lines fitted to the screen's width.
+
+The width rules live here, for every command: a line keeps :data:`SCREEN_WIDTH` columns unless
+the caller gives the terminal's (``COLUMNS`` when set); a sentence wraps under the column where
+its text starts (:func:`wrap`, :func:`fit`); a path or site too long for its column keeps its
+end behind ``…`` (:func:`shorten`: the file and function matter, the prefix not); a line that
+must stay one line is cut at a word's end (:func:`cut`).
+
+Untrusted text: the one rule for every string from a dump, sidecar, journal or file name before
+it reaches a terminal, a log or a page.
 
 A frame's file name or a sidecar's hostname is whatever the file says. Raw, an ``ESC`` there
 would retitle the terminal, clear it, overprint a verdict or (OSC 52) write the clipboard, and a
@@ -12,6 +20,7 @@ defence over everything it prints: the same escapes, newlines and tabs kept.
 from __future__ import annotations
 
 import re
+import textwrap
 
 PRINT_LIMIT = 512
 """Characters an untrusted string keeps when it is shown (a path or a function name is far
@@ -39,3 +48,72 @@ def printable(text: str, limit: int = PRINT_LIMIT) -> str:
 def terminal_safe(text: str) -> str:
     """``text`` with every control but newline and tab escaped (nothing is cut)."""
     return _UNSAFE_IN_TERMINAL.sub(_escape, text)
+
+
+SCREEN_WIDTH = 80
+"""Columns a line of text keeps where nothing says the screen's width (a pipe, a file)."""
+_MIN_ROOM = 12  # a wrapped line keeps at least this much text beside its indent
+_FIGURE = re.compile(r"(\d) ((?:[KMGTP]i)?B\b)")  # ``24.63 MiB``: one word to the wrapping
+
+
+def shorten(path: str, width: int) -> str:
+    """``path`` (a file, a ``path:line function`` site) in ``width`` characters: its end kept
+    behind ``…`` when it is longer."""
+    if len(path) <= width:
+        return path
+    return "…" + path[len(path) - width + 1 :] if width > 1 else "…"
+
+
+def cut(line: str, width: int) -> str:
+    """One line in ``width`` characters, ending in ``…`` when cut, at a word's end when one lies
+    in the last third of the line (a row that must stay one row)."""
+    if len(line) <= width:
+        return line
+    room = max(width - 1, 1)
+    head = line[:room]
+    space = head.rstrip().rfind(" ")
+    if space > room * 2 // 3 and head[:space].strip():
+        head = head[:space].rstrip() + " "
+    return head + "…"
+
+
+def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """``text`` wrapped to ``width`` after ``first`` (later lines after ``rest``, by default as
+    many spaces), never at a hyphen; a word longer than a line (a path) is shortened."""
+    rest = " " * len(first) if rest is None else rest
+    room = max(width - max(len(first), len(rest)), _MIN_ROOM)
+    words = [shorten(word, room) for word in _FIGURE.sub("\\1\xa0\\2", text).split(" ")]
+    lines = textwrap.wrap(  # textwrap breaks at ASCII spaces only: a figure stays whole
+        " ".join(words),
+        width=max(width, len(rest) + _MIN_ROOM),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+    return [line.replace("\xa0", " ") for line in lines] or [first.rstrip()]
+
+
+def text_column(line: str) -> int:
+    """Where the text of ``line`` starts after its label (``  cannot tell  the note``): past
+    the first run of two spaces that follows a word, when it lies in the line's first half;
+    else the line's indent and two more (a sentence's next lines hang under its first)."""
+    indent = len(line) - len(line.lstrip(" "))
+    gap = re.search(r"\S {2,}(?=\S)", line[indent:])
+    if gap is not None and indent + gap.end() <= len(line) // 2:
+        return indent + gap.end()
+    return indent + 2
+
+
+def fit(text: str, width: int) -> str:
+    """Every line of ``text`` in ``width`` columns: a longer one wraps under its text column
+    (:func:`text_column`), a word too long for a line is shortened; short lines are kept as
+    they are."""
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        column = min(text_column(line), max(width - _MIN_ROOM, 0))
+        lines += wrap(line[column:].strip(), width, line[:column], " " * column)
+    return "\n".join(lines)

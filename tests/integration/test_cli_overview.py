@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,15 @@ def _command() -> list[str]:
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The command in a pipe, wide enough that a tmp path stays on one line (the 80-column
+    layout is tests/integration/test_cli_screen.py's)."""
     return subprocess.run(
-        [*_command(), *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+        [*_command(), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 

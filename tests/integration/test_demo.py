@@ -23,6 +23,7 @@ def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "COLUMNS": "300"},  # a tmp path on one line; 80 columns: test_cli_screen
     )
 
 

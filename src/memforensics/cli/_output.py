@@ -7,12 +7,13 @@ this only turns its failure into the one line a command prints.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from memforensics._text import terminal_safe
+from memforensics._text import SCREEN_WIDTH, fit, terminal_safe
 from memforensics.cli._command import CommandError
 
 # The CLI's last line of defence: whatever a command prints reaches the terminal without a
@@ -57,6 +58,19 @@ def unescaped(stream: TextIO) -> TextIO:
     the cursor, erase a line) must reach the terminal, so every word it is given from a dump or
     a file name must already be :func:`~memforensics._text.printable`."""
     return stream._inner if isinstance(stream, SafeStream) else stream
+
+
+def screen_width() -> int:
+    """The columns a command's text keeps: ``COLUMNS`` when set, else the terminal's, else
+    :data:`~memforensics._text.SCREEN_WIDTH` (a pipe, a file)."""
+    return shutil.get_terminal_size((SCREEN_WIDTH, 24)).columns
+
+
+def say(text: str, *, end: str = "\n", flush: bool = False, width: int | None = None) -> None:
+    """Print a command's text with every line in the screen's width (:func:`screen_width`):
+    each text module lays its lines out for the width it is given; this wraps any line that
+    still runs over (a sentence under its label, a long path shortened), the one rule for all."""
+    print(fit(text, screen_width() if width is None else width), end=end, flush=flush)
 
 
 def write_page(out: Path, html: str) -> None:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from memforensics._text import SCREEN_WIDTH
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis import diff_dumps, summarize
 from memforensics.analysis.compare import Leaks, leaks_text
 from memforensics.analysis.compare.leaks import RankWindows, SiteTrend
 from memforensics.analysis.compare.text import diff_text
 from memforensics.analysis.dump import dump_from_snapshot, short_site
-from memforensics.analysis.dump.text import KIND_WIDTH, SITE_WIDTH
 from memforensics.analysis.filled import KINDS, CallNode
 from memforensics.analysis.filled.text import tree_lines
 from memforensics.analysis.folder import build_overview, overview_text
@@ -43,19 +43,18 @@ def _texts() -> dict[str, str]:
 
 
 def test_summary_diff_and_leaks_cut_a_long_site_the_same_way() -> None:
-    """Each table ends a row with the kind of its bytes and the same cut of the site: the two
-    take SITE_WIDTH characters, as a site alone would."""
+    """Each table names the kind of a site's bytes, then the site's end behind "…" (the file and
+    function kept, the prefix dropped), every line in 80 columns."""
     site = str(LIBRARY)
-    room = SITE_WIDTH - KIND_WIDTH - 1
-    assert len(site) > room
-    cut = short_site(site, room)
-    assert cut.endswith(site[-(room - 1) :])
     for name, text in _texts().items():
-        tables = text.split("call tree")[0]  # the tree names the line too, with no kind column
-        rows = [line for line in tables.splitlines() if MARK in line and "caller" not in line]
-        assert rows, name
-        assert all(row.endswith(cut) for row in rows), name
-        assert all(row[-SITE_WIDTH:-room].strip() in KINDS for row in rows), name
+        assert all(len(line) <= SCREEN_WIDTH for line in text.splitlines()), name
+        lines = text.split("call tree")[0].splitlines()  # the tree names the line too, no kind
+        at = [i for i, line in enumerate(lines) if line.endswith(MARK) and "caller" not in line]
+        assert at, name
+        for i in at:
+            shown = lines[i][lines[i].rindex("…") :]
+            assert site.endswith(shown[1:]), (name, shown)
+            assert any(kind in f"{lines[i - 1]} {lines[i]}".split() for kind in KINDS), name
         assert site not in text, name
 
 
@@ -71,10 +70,12 @@ def test_the_caller_line_reads_the_same_under_summary_and_diff() -> None:
 
 
 def test_the_call_tree_cuts_a_long_frame_as_the_tables_do() -> None:
-    """A frame name too long for its indent is cut the way a table cuts a site."""
+    """A frame name too long for its indent is cut the way a table cuts a site, the line
+    (printed indented by two) in 80 columns."""
     root = CallNode("all", MiB(8), 1, (CallNode(str(LIBRARY) * 2, MiB(8), 1),))
     [line] = tree_lines(root)
-    assert line.endswith(short_site(str(LIBRARY) * 2, 72))
+    assert line.endswith(short_site(str(LIBRARY) * 2, 66))
+    assert len(line) == SCREEN_WIDTH - 2
 
 
 @pytest.mark.parametrize("count", [-(3 << 30), -1, 0, 1, 1 << 20, (5 << 30) + 7])

@@ -12,11 +12,10 @@ from memforensics.analysis.compare.leaks import Leaks
 from memforensics.analysis.dump import (
     KIND_WIDTH,
     PREDICTED,
-    caller_line,
     hidden_rows,
-    kind_and_site,
     native_note,
     short_site,
+    site_row,
 )
 from memforensics.analysis.folder import skipped_lines_text
 
@@ -78,8 +77,7 @@ def diff_text(d: Diff, top: int | None = 15) -> str:
         for s in suspects:
             steps = ",".join(str(n) for n in s.steps[:8]) + ("…" if len(s.steps) > 8 else "")
             row = f"  {fmt(s.bytes):>11} {s.blocks:>5,} blocks  steps {steps}  "
-            lines.append(row + kind_and_site(s.kind, s.site))
-            lines += caller_line(s.site, s.caller, len(row), kinded=True)
+            lines += site_row(row, s.kind, s.site, s.caller)
         lines += hidden_rows(len(d.leak_suspects) - len(suspects), "more suspect")
     shown_sites = [g.site for g in d.growth[:top]] + [s.site for s in d.leak_suspects[:top]]
     if d.peaks is not None:
@@ -139,11 +137,11 @@ def _growth_lines(growth: Sequence[SiteGrowth], total: int, top: int | None) -> 
     header = f"  {'change':>11} {'before':>11} {'after':>11}  {'kind':<{KIND_WIDTH}} site"
     lines = ["", header]
     for g in shown:
-        lines.append(
+        row = (
             f"  {format_signed_bytes(g.delta_bytes):>11} {fmt(g.before_bytes):>11}"
-            f" {fmt(g.after_bytes):>11}  {kind_and_site(g.kind, g.site)}"
+            f" {fmt(g.after_bytes):>11}  "
         )
-        lines += caller_line(g.site, g.caller, 39, kinded=True)
+        lines += site_row(row, g.kind, g.site, g.caller)
     rest = total - sum(g.delta_bytes for g in shown)
     lines += hidden_rows(
         len(growth) - len(shown), "more site", f" (net {format_signed_bytes(rest)})"
@@ -221,10 +219,9 @@ def leaks_text(leaks: Leaks, top: int | None = 10) -> str:
             mark = "!!" if trend.suspect else ""
             span = f"{fmt(trend.bytes[0])} → {fmt(trend.bytes[-1])}"
             first = "-" if trend.first_step is None else str(trend.first_step)
-            lines.append(
-                f"  {mark:2}{fmt(round(trend.growth_per_step)):>12} {first:>6} "
-                f"{trend.confidence:>5.2f}  {span:<27} {kind_and_site(trend.kind, trend.site)}"
-            )
+            row = f"  {mark:2}{fmt(round(trend.growth_per_step)):>12} {first:>6} "
+            row += f"{trend.confidence:>5.2f}  {span:<27} "
+            lines += site_row(row, trend.kind, trend.site)
         if len(shown) < len(trends):
             lines.append(f"  … {len(trends) - len(shown)} more site(s) hidden (--all shows them)")
         lines += native_note([trend.site for trend in shown])

@@ -63,6 +63,7 @@ from memforensics.analysis.dump.text import (
     native_note,
     origin_words,
     short_site,
+    site_row,
 )
 
 __all__ = [
@@ -120,4 +121,5 @@ __all__ = [
     "short_site",
     "site_fast",
     "site_of",
+    "site_row",
 ]

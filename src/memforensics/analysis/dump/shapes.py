@@ -90,7 +90,7 @@ class _Evidence:
     legacy_blocks: bool = False
     requested: bool = False
     history_real_size: bool = False
-    stacks: bool = False
+    stacks: bool = False  # a live block's or a trace event's stack has a frame
     allocated: bool = False
     streams: bool = True
     timed: bool | None = None
@@ -139,6 +139,7 @@ def _scan_traces(traces: list[list[Any]], found: _Evidence) -> None:
                     workspace.add(address)
             elif action != "snapshot":
                 found.recorded = True
+                found.stacks = found.stacks or bool(entry.get("frames"))
                 found.events += found.events < 2
                 if found.timed is None:  # markers may lack it where events carry it
                     found.timed = "time_us" in entry

@@ -5,9 +5,9 @@ site reads the same in each."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterable
 
+from memforensics._text import SCREEN_WIDTH, shorten, wrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump.devices import DeviceUsage
 from memforensics.analysis.dump.frames import BEFORE_RECORDING, NATIVE_ONLY, UNKNOWN_SITE
@@ -22,7 +22,9 @@ SITE_WIDTH = 64
 """Characters a site keeps in a table column."""
 KIND_WIDTH = 16
 """Characters of a site row's kind column (``before_recording``, the longest kind)."""
-_KINDED_SITE = SITE_WIDTH - KIND_WIDTH - 1
+_MIN_SITE = 16  # a site keeps at least this much however narrow the screen
+_READABLE_SITE = 28  # a row leaving less room than this puts its site on the next line
+_SITE_INDENT = 6  # where such a site line starts
 NATIVE_ONLY_MEANING = (
     "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
     " library's own workspace (cuBLAS, cuDNN, NCCL)"
@@ -33,27 +35,48 @@ _CALLER = "← caller "
 
 def short_site(site: str, width: int = SITE_WIDTH) -> str:
     """Keep the end of a long ``path:line function`` (file and function matter, the prefix not)."""
-    return site if len(site) <= width else "…" + site[-(width - 1) :]
+    return shorten(site, width)
 
 
-def kind_and_site(kind: str, site: str) -> str:
+def kind_and_site(kind: str, site: str, width: int = SITE_WIDTH) -> str:
     """A site row's last two columns: the kind of its bytes, then the site, cut so that the
-    two take the width a site alone would."""
-    return f"{kind:<{KIND_WIDTH}} {short_site(site, _KINDED_SITE)}"
+    two take ``width`` (by default the width a site alone takes)."""
+    return f"{kind:<{KIND_WIDTH}} {short_site(site, max(width - KIND_WIDTH - 1, _MIN_SITE))}"
 
 
-def caller_line(site: str, caller: str, indent: int, *, kinded: bool = False) -> list[str]:
+def caller_line(
+    site: str, caller: str, indent: int, *, kinded: bool = False, width: int = SITE_WIDTH
+) -> list[str]:
     """``← caller ...`` under a row's site when the site is library code: the user's own line
     that led there (``<unknown>``: none outside installed packages). Indented by ``indent``
     (``kinded``: the row's kind column starts there, and the caller goes under the site), it
-    ends where the site above it can end."""
+    ends where the site above it can end (``width``: what the site's columns take)."""
     if caller == site or site in (UNKNOWN_SITE, BEFORE_RECORDING, NATIVE_ONLY):
         return []
     if kinded:
-        indent, width = indent + KIND_WIDTH + 1, _KINDED_SITE
-    else:
-        width = SITE_WIDTH
-    return [f"{'':>{indent}}{_CALLER}{short_site(caller, width - len(_CALLER))}"]
+        indent, width = indent + KIND_WIDTH + 1, width - KIND_WIDTH - 1
+    room = max(width - len(_CALLER), _MIN_SITE)
+    return [f"{'':>{indent}}{_CALLER}{short_site(caller, room)}"]
+
+
+def site_row(
+    row: str, kind: str, site: str, caller: str | None = None, *, width: int = SCREEN_WIDTH
+) -> list[str]:
+    """A table row that ends in the kind of its bytes and its site, in ``width`` columns: the
+    site keeps what room the row leaves (its end, behind ``…``); where the row leaves less than
+    a readable site, the site goes on the next line. ``caller``: the ``← caller`` line under a
+    library site."""
+    room = width - len(row) - KIND_WIDTH - 1
+    if room >= _READABLE_SITE:
+        lines = [row + kind_and_site(kind, site, room + KIND_WIDTH + 1)]
+        if caller is not None:
+            lines += caller_line(site, caller, len(row), kinded=True, width=room + KIND_WIDTH + 1)
+        return lines
+    room = width - _SITE_INDENT
+    lines = [(row + kind).rstrip(), f"{'':>{_SITE_INDENT}}{short_site(site, room)}"]
+    if caller is not None:
+        lines += caller_line(site, caller, _SITE_INDENT, width=room)
+    return lines
 
 
 def origin_words(
@@ -78,7 +101,7 @@ def native_note(sites: Iterable[str]) -> list[str]:
     if NATIVE_ONLY not in sites:
         return []
     text = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."
-    return ["", *textwrap.wrap(text, width=100, initial_indent="  ", subsequent_indent="    ")]
+    return ["", *wrap(text, SCREEN_WIDTH, "  ", "    ")]
 
 
 def hidden_rows(count: int, noun: str, detail: str = "") -> list[str]:
@@ -98,10 +121,13 @@ def devices_text(usage: tuple[DeviceUsage, ...]) -> str:
     return " · ".join(parts)
 
 
-def history_words(history: str, events: int, truncated: bool | None, live_at_start: bool) -> str:
+def history_words(
+    history: str, events: int, truncated: bool | None, live_at_start: bool, *, brief: bool = False
+) -> str:
     """``43 events (complete)``, or what the file records instead of a trace: ``history`` is
     :attr:`~memforensics.analysis.dump.SnapshotShape.history`; ``truncated`` the sidecar's
-    flag (None: not recorded); ``live_at_start``: blocks were live when recording started."""
+    flag (None: not recorded); ``live_at_start``: blocks were live when recording started.
+    ``brief``: for one screen, without what may be missing."""
     if history == NOTHING_ALLOCATED:
         return "none: nothing allocated"
     if history == STACKS_ONLY:
@@ -115,7 +141,8 @@ def history_words(history: str, events: int, truncated: bool | None, live_at_sta
     elif truncated is False:
         state = "complete"
     elif live_at_start:
-        state = "blocks were live when it started; older events may have been dropped"
+        state = "blocks were live when it started"
+        state += "" if brief else "; older events may have been dropped"
     else:
         state = "starts with nothing live"
     return f"{events:,} events ({state})"

@@ -85,9 +85,12 @@ def filled_lines(
     return lines
 
 
-def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[str]:
+def tree_lines(
+    root: CallNode, *, limit: int = 14, share: float = 0.05, width: int = 78
+) -> list[str]:
     """The top of the tree as indented text: branches with at least ``share`` of the bytes,
-    each a user's line (the torch op inside it folded into it: its bytes are the line's)."""
+    each a user's line (the torch op inside it folded into it: its bytes are the line's), each
+    line in ``width`` columns (they are printed indented by two)."""
     lines: list[str] = []
     floor = root.bytes * share
 
@@ -102,7 +105,7 @@ def tree_lines(root: CallNode, *, limit: int = 14, share: float = 0.05) -> list[
                     break
                 chain = only
             name = chain.name if chain is child else f"… {chain.name}"
-            name = short_site(name, max(72 - 2 * depth, _MIN_NAME))
+            name = short_site(name, max(width - 12 - 2 * depth, _MIN_NAME))
             lines.append(f"{fmt(child.bytes):>11} {'  ' * depth}{name}")
             walk(chain, depth + 1)
 

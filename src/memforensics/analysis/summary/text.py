@@ -9,8 +9,7 @@ missing, each moment's kinds and call tree, live bytes per step. Paragraphs wrap
 
 from __future__ import annotations
 
-import textwrap
-
+from memforensics._text import SCREEN_WIDTH, cut, shorten, wrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.diagnosis import Diagnosis, cause_words
 from memforensics.analysis.dump import (
@@ -36,15 +35,15 @@ from memforensics.analysis.oom import (
 )
 from memforensics.analysis.summary.summary import Oom, SiteBytes, Summary
 
-WIDTH = 80
-"""Paragraphs wrap here unless the caller gives the terminal's width."""
+WIDTH = SCREEN_WIDTH
+"""Lines keep this width unless the caller gives the terminal's."""
 SCREEN = 25
 """The default text of one file fits in this many lines."""
 _SITE_COLUMN = 23  # where the kind column starts; the caller goes under the site after it
+_GAP = "   "  # between the cells of a figures row
 _SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 _LABEL = 15  # where a labelled row's text starts
 _MIN_SITES = 3
-_HEADLINE = 5  # lines the headline keeps by default: the cause and its fix, whole
 
 
 def summary_text(
@@ -67,18 +66,20 @@ def summary_text(
 
 def _label(label: str, text: str, width: int) -> list[str]:
     """``  label        text`` wrapped to ``width`` under its text column."""
-    return textwrap.wrap(
-        text,
-        width=max(width, _LABEL + 20),
-        initial_indent=f"  {label:<{_LABEL - 2}}",
-        subsequent_indent=" " * _LABEL,
-        break_on_hyphens=False,
-    ) or [f"  {label}"]
+    return wrap(text, width, f"  {label:<{_LABEL - 2}}", " " * _LABEL)
 
 
-def _cut(line: str, width: int) -> str:
-    """One line, cut to ``width`` with an ellipsis."""
-    return line if len(line) <= width else line[: max(width - 1, 1)] + "…"
+def _cells(label: str, first: str, cells: list[str], width: int) -> list[str]:
+    """A figures row: ``label``, ``first`` right-aligned under the figures column, then each
+    of ``cells`` on the same line while it fits ``width``, else on a line of its own under
+    the text column."""
+    lines = [f"  {label:<{_LABEL - 2}}{first:>12}"]
+    for cell in cells:
+        if len(lines[-1]) + len(_GAP) + len(cell) <= width:
+            lines[-1] += _GAP + cell
+        else:
+            lines += _label("", cell, width)
+    return lines
 
 
 def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[str]:
@@ -86,15 +87,13 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
     every cause with its evidence and fixes and what evidence is missing."""
     if d is None:
         return []
-    lines = _label("cause", d.headline, width)
+    lines = _label("cause", d.headline, width)  # whole: the cause and its fix are never cut
     rest = d.causes[1:]
     if not verbose:
-        if len(lines) > _HEADLINE:
-            lines = [*lines[: _HEADLINE - 1], _cut(lines[_HEADLINE - 1] + " …", width)]
         for index, cause in enumerate(rest[:2]):
             label = "also" if index == 0 else ""
             words = cause_words(cause.name, cause.evidence)
-            lines.append(_cut(f"  {label:<{_LABEL - 2}}{words}", width))
+            lines.append(cut(f"  {label:<{_LABEL - 2}}{words}", width))
         return lines
     for index, cause in enumerate(d.causes):
         label = "causes" if index == 0 else ""
@@ -102,12 +101,8 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
         for fix in cause.fixes:
             freed = "" if fix.bytes is None else f", frees {fmt(fix.bytes)}"
             enough = ", enough for the request" if fix.sufficient else ""
-            lines += textwrap.wrap(
-                f"fix: {fix.action}{freed}{enough}",
-                width=max(width, _LABEL + 20),
-                initial_indent=" " * (_LABEL + 3),
-                subsequent_indent=" " * (_LABEL + 8),
-                break_on_hyphens=False,
+            lines += wrap(
+                f"fix: {fix.action}{freed}{enough}", width, " " * (_LABEL + 3), " " * (_LABEL + 8)
             )
     for note in d.missing:
         lines += _label("missing", note, width)
@@ -115,50 +110,85 @@ def diagnosis_lines(d: Diagnosis | None, width: int, *, verbose: bool) -> list[s
 
 
 def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
-    """One file on one screen: the causes, the verdict, the figures, the top sites, one kind
-    table, one call tree, each cut to what is left of :data:`SCREEN` lines."""
-    head = [f"{s.file}  ({_where(s)})"]
-    if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
-        head[0] += f"  judged at the OOM, trace entry {s.oom.trace_index:,}"
+    """One file on one screen: the header, the cause and its fix (whole), up to two more causes,
+    the verdict sentence (whole), the figures, then the site rows of the moment judged, one kind
+    table and one call tree in what is left of :data:`SCREEN` lines."""
+    head = [_header(s, width)]
     head += diagnosis_lines(s.diagnosis, width, verbose=False)
-    head.append(_cut(f"  {'verdict':<{_LABEL - 2}}{_verdict_line(s)}", width))
+    head += _label("verdict", _verdict_line(s), width)
     if s.at_risk is not None:
-        head.append(_cut(f"  {'':<{_LABEL - 2}}{at_risk_headline(s.at_risk)}", width))
-    head += _figures(s)
+        head.append(cut(f"  {'':<{_LABEL - 2}}{at_risk_headline(s.at_risk)}", width))
+    head += _figures(s, width)
     head += _other_devices(s, width)
+    body = _body(s, SCREEN - len(head), width, fit=fit)
+    note = _native(body, width)
+    if note:
+        body = _body(s, SCREEN - len(head) - len(note), width, fit=fit)
+        note = _native(body, width)
+    return head + body + note
+
+
+def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
+    """The site rows of the moment judged, its kinds and its call tree in ``room`` lines: the
+    kind table shrinks to a sentence when its rows would crowd out the sites or the tree."""
     moment = s.oom.live() if s.oom is not None and s.oom.live() is not None else s.peak
     title = _moment_title(moment)
-    tail = _native(s, width)
-    room = SCREEN - len(head) - len(tail)
-    kind_table: list[str] = []
-    if moment is not None and moment.kinds:
-        kind_table = kinds_lines(moment.kinds, "")[2:]  # the column header and the rows
-        kind_table[0] += f"  {title}"
-    elif s.peak is not None:
-        kind_table = ["  live memory by kind: nothing live"]
-    tree = tree_lines(moment.tree, limit=14) if moment is not None and moment.live_bytes else []
-    tree_min = min(len(tree), 3) + (1 if tree else 0)
-    fit_rows = max(_MIN_SITES, room - 2 - len(kind_table) - tree_min)
     rows, count, total, where = s.top_sites, s.site_count, s.allocated_bytes, "at the snapshot"
     if s.after_oom and s.oom is not None and s.oom.top_sites:  # the moment judged: the OOM's
         rows, count = s.oom.top_sites, s.oom.site_count
         total, where = s.oom.allocated_bytes or 0, title
-    cut = fit and len(rows) >= fit_rows  # then the last row says how many are hidden
-    shown = rows[: fit_rows - 1] if cut else rows
-    sites = _site_rows(shown, count, total, callers=False)
+    tree = (
+        tree_lines(moment.tree, limit=14, width=width - 2)
+        if moment is not None and moment.live_bytes
+        else []
+    )
+    tree_min = 1 + min(len(tree), 2) if tree else 0
+    sites_min = 1 + min(len(rows), _MIN_SITES) + (len(rows) > _MIN_SITES) if rows else 0
+    kinds = _kinds_table(moment, title, width, s.peak is not None)
+    if len(kinds) > 2 and sites_min + len(kinds) + tree_min > room:
+        kinds = _kinds_sentence(moment, title, width)
+    fit_rows = max(_MIN_SITES, room - 1 - len(kinds) - tree_min)
+    cut_rows = fit and len(rows) > fit_rows  # then the last row says how many are hidden
+    shown = rows[: fit_rows - 1] if cut_rows else rows
+    sites = _site_rows(shown, count, total, callers=False, width=width)
     if not fit:
-        room = max(room, 2 + len(sites) + len(kind_table) + tree_min)
-    body: list[str] = []
-    if sites:
-        body += ["", f"{_SITE_HEADER} ({where})"]
-        body += sites
-    if len(body) + len(kind_table) <= room:
-        body += kind_table
+        room = max(room, 1 + len(sites) + len(kinds) + tree_min)
+    body = [f"{_SITE_HEADER} ({where})", *sites] if sites else []
+    if len(body) + len(kinds) <= room:
+        body += kinds
     tree_room = room - len(body) - 1
     if tree and tree_room >= 1:
         body.append(f"  call tree {title} (--verbose for more)")
         body += [f"  {line}" for line in tree[:tree_room]]
-    return head + body[: max(room, 0)] + tail
+    return body[: max(room, 0)]
+
+
+def _kinds_table(moment: Moment | None, title: str, width: int, classified: bool) -> list[str]:
+    """The kinds table of ``moment``, its title beside the column header when it fits."""
+    if moment is None or not moment.kinds:
+        return ["  live memory by kind: nothing live"] if classified else []
+    table = kinds_lines(moment.kinds, "")[2:]  # the column header and the rows
+    if len(table[0]) + 2 + len(title) <= width:
+        return [f"{table[0]}  {title}", *table[1:]]
+    return [f"  live memory by kind {title}", *table]
+
+
+def _kinds_sentence(moment: Moment | None, title: str, width: int) -> list[str]:
+    """The kinds of ``moment`` as one wrapped sentence, biggest first (short of room)."""
+    if moment is None:
+        return []
+    total = sum(kind.bytes for kind in moment.kinds) or 1
+    ranked = sorted(moment.kinds, key=lambda kind: -kind.bytes)
+    words = ", ".join(f"{k.kind} {fmt(k.bytes)} ({100 * k.bytes / total:.0f}%)" for k in ranked)
+    return _label("kinds", f"{title}: {words}", width)
+
+
+def _header(s: Summary, width: int) -> str:
+    """``FILE  (kind oom, rank 0, step 25)``: the file's path shortened so the line fits."""
+    where = _where(s)
+    if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
+        where += ", judged at the OOM"  # the site rows' title says its trace entry
+    return shorten(s.file, max(width - len(where) - 4, 24)) + f"  ({where})"
 
 
 _OTHER_DEVICES = 3  # other devices listed one line each; more are counted
@@ -169,7 +199,7 @@ def _other_devices(s: Summary, width: int) -> list[str]:
     others = s.other_devices
     shown = others if len(others) <= _OTHER_DEVICES else others[: _OTHER_DEVICES - 1]
     lines = [
-        _cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)}, allocated"
+        cut(f"  device {other.device_index}: reserved {fmt(other.reserved_bytes)}, allocated"
              f" {fmt(other.allocated_bytes)} (--device {other.device_index} explains it)", width)
         for other in shown
     ]  # fmt: skip
@@ -198,40 +228,64 @@ def _verdict_line(s: Summary) -> str:
     return f"{s.verdict.name.upper()}{reason}: {first}"
 
 
-def _figures(s: Summary) -> list[str]:
+def _figures(s: Summary, width: int) -> list[str]:
     """Reserved, allocated and free (at the OOM when the snapshot came after it), the OOM's
-    request and the device, the history."""
+    request and the device, the history; each row in ``width``. What the file cannot tell is
+    for ``--verbose``: the cause and the history line already say what changes the answer."""
     at = s.oom if s.oom is not None and s.oom.judged else None
     if at is not None and s.after_oom:
-        lines = [
-            f"  reserved     {fmt(at.reserved_bytes):>12}   allocated {fmt(at.allocated_bytes)}"
-            "   at the OOM",
-            f"  free inside  {fmt(at.free_in_reserved_bytes):>12}   largest free block of its"
-            f" pool {fmt(at.largest_free_block_bytes)}",
-            f"  unwound      {fmt(s.allocated_bytes):>12}   allocated at the snapshot (unwinding"
-            f" freed {fmt(s.unwound_bytes)})",
-        ]
+        lines = _cells(
+            "reserved",
+            fmt(at.reserved_bytes),
+            [f"allocated {fmt(at.allocated_bytes)} at the OOM"],
+            width,
+        )
+        lines += _cells(
+            "free inside",
+            fmt(at.free_in_reserved_bytes),
+            [f"largest free block of its pool {fmt(at.largest_free_block_bytes)}"],
+            width,
+        )
+        lines += _cells(
+            "unwound",
+            fmt(s.allocated_bytes),
+            [f"live after unwinding freed {fmt(s.unwound_bytes)}"],
+            width,
+        )
     else:
-        lines = [
-            f"  reserved     {fmt(s.reserved_bytes):>12}   allocated {fmt(s.allocated_bytes)}"
-            f"   active {fmt(s.active_bytes)}   segments {s.segments:,}",
-            f"  free inside  {fmt(s.free_in_reserved_bytes):>12}   largest free block"
-            f" {fmt(s.largest_free_block_bytes)}",
-        ]
+        lines = _cells(
+            "reserved",
+            fmt(s.reserved_bytes),
+            [f"allocated {fmt(s.allocated_bytes)}", f"active {fmt(s.active_bytes)}"],
+            width,
+        )
+        lines += _cells(
+            "free inside",
+            fmt(s.free_in_reserved_bytes),
+            [f"largest free block {fmt(s.largest_free_block_bytes)}", f"segments {s.segments:,}"],
+            width,
+        )
     if at is not None:
-        lines.append(
-            f"  OOM request  {fmt(at.requested_bytes):>12}   allocation {fmt(at.allocation_bytes)}"
-            f"  limit {_known(at.device_total_bytes)}, {device_free_text(at.device_free_bytes)}"
+        lines += _cells(
+            "OOM request",
+            fmt(at.requested_bytes),
+            [
+                f"allocation {fmt(at.allocation_bytes)}",
+                f"limit {_known(at.device_total_bytes)}, {device_free_text(at.device_free_bytes)}",
+            ],
+            width,
         )
     elif s.oom is not None:
-        lines.append(
-            f"  OOM request  {fmt(s.oom.requested_bytes):>12}   "
-            f"{device_free_text(s.oom.device_free_bytes)}  total {fmt(s.oom.device_total_bytes)}"
+        lines += _cells(
+            "OOM request",
+            fmt(s.oom.requested_bytes),
+            [device_free_text(s.oom.device_free_bytes), f"total {fmt(s.oom.device_total_bytes)}"],
+            width,
         )
     if s.judged_note:
-        lines.append(f"  warning      {s.judged_note}")
-    lines.append(f"  history      {_history(s)}")
-    return lines + context_lines(s.devices, s.device_index, s.device_reason, s.limits)
+        lines += _label("warning", s.judged_note, width)
+    lines += _label("history", _history(s, brief=True), width)
+    return lines + context_lines(s.devices, s.device_index, s.device_reason, ())
 
 
 def _known(size: int | None) -> str:
@@ -239,8 +293,10 @@ def _known(size: int | None) -> str:
     return "not known" if size is None else fmt(size)
 
 
-def _history(s: Summary) -> str:
-    return history_words(s.shape.history, s.trace_entries, s.truncated, s.live_at_start)
+def _history(s: Summary, *, brief: bool = False) -> str:
+    return history_words(
+        s.shape.history, s.trace_entries, s.truncated, s.live_at_start, brief=brief
+    )
 
 
 def _moment_title(moment: Moment | None) -> str:
@@ -250,18 +306,11 @@ def _moment_title(moment: Moment | None) -> str:
     return f"at the {moment.name}, trace entry {moment.position:,}"
 
 
-def _native(s: Summary, width: int) -> list[str]:
-    """The ``<C++ only>`` note, once, when a shown row is one."""
-    native = [t for t in s.top_sites if t.site == NATIVE_ONLY]
-    if not native:
+def _native(shown: list[str], width: int) -> list[str]:
+    """What a ``<C++ only>`` row is, once, when a shown line holds one."""
+    if not any(line.endswith(NATIVE_ONLY) for line in shown):
         return []
-    count = sum(t.blocks for t in native)
-    return _paragraph(
-        f"{NATIVE_ONLY}: {count:,} live block{'' if count == 1 else 's'}"
-        f" ({fmt(sum(t.bytes for t in native))}), {NATIVE_ONLY_MEANING}.",
-        blank=False,
-        width=width,
-    )
+    return _paragraph(f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}.", blank=False, width=width)
 
 
 def _one_device(s: Summary, rows: int | None, width: int = WIDTH) -> str:
@@ -305,7 +354,7 @@ def _one_device(s: Summary, rows: int | None, width: int = WIDTH) -> str:
     lines += _paragraph(s.verdict.explanation, width=width)
     if s.verdict.advice:
         lines += _paragraph(f"→ {s.verdict.advice}", blank=False, width=width)
-    lines += _site_table(s)
+    lines += _site_table(s, width)
     lines += _unrecorded_note(s, width)
     lines += filled_lines(s.kinds, s.peak, s.oom.live() if s.oom is not None else None, s.known)
     if s.live_by_step:
@@ -340,16 +389,18 @@ def _oom_rows(at: Oom) -> list[str]:
     ]
 
 
-def _site_table(s: Summary) -> list[str]:
+def _site_table(s: Summary, width: int) -> list[str]:
     lines: list[str] = []
     if s.after_oom and s.oom is not None and s.oom.top_sites:
         lines += ["", f"{_SITE_HEADER} (live at the OOM)"]
-        lines += _site_rows(s.oom.top_sites, s.oom.site_count, s.oom.allocated_bytes or 0)
+        lines += _site_rows(
+            s.oom.top_sites, s.oom.site_count, s.oom.allocated_bytes or 0, width=width
+        )
         lines += ["", f"{_SITE_HEADER} (after the OOM, at the snapshot)"]
-        return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes)
+        return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, width=width)
     if s.top_sites:
         lines += ["", _SITE_HEADER]
-    return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True)
+    return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True, width=width)
 
 
 def _site_rows(
@@ -359,13 +410,15 @@ def _site_rows(
     *,
     blank: bool = False,
     callers: bool = True,
+    width: int = WIDTH,
 ) -> list[str]:
-    """One row per site (with its caller), then how many sites are hidden."""
+    """One row per site (with its caller), each in ``width``, then how many sites are hidden."""
     lines: list[str] = []
+    room = width - _SITE_COLUMN
     for t in sites:
-        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site)}")
+        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site, room)}")
         if callers:
-            lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True)
+            lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True, width=room)
     hidden = count - len(sites)
     if hidden > 0:
         rest = total - sum(t.bytes for t in sites)
@@ -414,8 +467,4 @@ def _unrecorded_note(s: Summary, width: int) -> list[str]:
 
 def _paragraph(text: str, *, blank: bool = True, width: int = WIDTH) -> list[str]:
     """A long sentence wrapped to ``width``, indented under the table."""
-    wrapped = textwrap.wrap(
-        text, width=max(width, 40), initial_indent="  ", subsequent_indent="    ",
-        break_on_hyphens=False,
-    )  # fmt: skip
-    return ([""] if blank else []) + wrapped
+    return ([""] if blank else []) + wrap(text, max(width, 40), "  ", "    ")

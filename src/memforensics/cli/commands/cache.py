@@ -10,6 +10,7 @@ from pathlib import Path
 from memforensics._units import format_bytes
 from memforensics.analysis.schema import document
 from memforensics.cli._cache import MAX_BYTES_ENV, SCHEMA, ResultCache, default_cache_dir
+from memforensics.cli._output import say
 
 
 class CacheCommand:
@@ -37,7 +38,7 @@ class CacheCommand:
         if args.json:
             print(json.dumps(document(info, SCHEMA), indent=2))
         else:
-            print(
+            say(
                 f"{info.folder}: {info.entries} entr{'y' if info.entries == 1 else 'ies'},"
                 f" {format_bytes(info.bytes)} of at most {format_bytes(info.max_bytes)}"
                 f" (least recently used evicted first; set {MAX_BYTES_ENV} to change)"
@@ -55,7 +56,7 @@ def _clear(cache: ResultCache, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(document(cleared, SCHEMA)))
     else:
-        print(f"removed {_entries(cleared.removed)} from {cleared.folder}")
+        say(f"removed {_entries(cleared.removed)} from {cleared.folder}")
     if not cleared.kept:
         return 0
     print(

@@ -16,6 +16,7 @@ from memforensics._units import format_bytes
 from memforensics.backends._select import create_backend
 from memforensics.capture.log import reset_logging
 from memforensics.cli._command import CommandError, add_old_spelling
+from memforensics.cli._output import say
 
 # ``memforensics demo``: show the whole product in ten seconds on any machine.
 #
@@ -144,7 +145,7 @@ class DemoCommand:
 
         device, note = pick_device(args.device)
         if note:
-            print(note)
+            say(note)
         if device in {"cuda", "npu"}:
             from memforensics.backends._select import create_backend
 
@@ -152,5 +153,5 @@ class DemoCommand:
                 raise CommandError(f"--device {device}: no such device is available here")
         result = run_demo(device, args.out_dir.resolve())
         for line in describe(result, args.out_dir.resolve()):
-            print(line)
+            say(line)
         return 0

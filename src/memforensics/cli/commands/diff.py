@@ -28,6 +28,7 @@ from memforensics.cli._flags import (
     row_limit,
     warn_cache,
 )
+from memforensics.cli._output import say
 from memforensics.cli._progress import Progress
 
 
@@ -65,7 +66,7 @@ class DiffCommand:
         if args.json:
             print(json.dumps(document(result, DIFF_SCHEMA), indent=2))
         else:
-            print(device_diffs_text(result, top))
+            say(device_diffs_text(result, top))
         return 0
 
 

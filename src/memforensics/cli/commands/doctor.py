@@ -11,6 +11,7 @@ from memforensics._errors import ConfigError
 from memforensics.analysis.schema import document
 from memforensics.capture.config import ForensicsConfig, config_from_env
 from memforensics.cli._command import add_old_spelling
+from memforensics.cli._output import say
 
 _DEVICES = ("auto", "cuda", "npu", "none", "sim")
 
@@ -55,7 +56,10 @@ class DoctorCommand:
         device = args.device or env.get("device", "auto")
         out_dir = args.out_dir or Path(env.get("out_dir", "memforensics"))
         report = Doctor(device, out_dir).report()
-        print(json.dumps(document(report, SCHEMA), indent=2) if args.json else doctor_text(report))
+        if args.json:
+            print(json.dumps(document(report, SCHEMA), indent=2))
+        else:
+            say(doctor_text(report))
         return 1 if report.status == "fail" else 0
 
 

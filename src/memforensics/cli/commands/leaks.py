@@ -33,6 +33,7 @@ from memforensics.cli._flags import (
     open_cache,
     warn_cache,
 )
+from memforensics.cli._output import say
 from memforensics.cli._progress import Progress
 
 
@@ -81,7 +82,7 @@ class LeaksCommand:
         if args.json:
             print(json.dumps(document(leaks, LEAKS_SCHEMA), indent=2))
         else:
-            print(leaks_text(leaks, top))
+            say(leaks_text(leaks, top))
         return 1 if leaks.unreadable else 0
 
 

@@ -10,6 +10,7 @@ from memforensics.analysis import list_dumps
 from memforensics.analysis.folder import LS_SCHEMA, ls_text
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, nothing_to_read
+from memforensics.cli._output import say
 
 
 class LsCommand:
@@ -30,5 +31,8 @@ class LsCommand:
             raise CommandError(str(exc)) from None
         if not listing.dumps:
             raise CommandError(nothing_to_read(args.dir))
-        print(json.dumps(document(listing, LS_SCHEMA), indent=2) if args.json else ls_text(listing))
+        if args.json:
+            print(json.dumps(document(listing, LS_SCHEMA), indent=2))
+        else:
+            say(ls_text(listing))
         return 0

@@ -17,7 +17,7 @@ from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
 from memforensics.cli._explained import explained
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
-from memforensics.cli._output import write_page
+from memforensics.cli._output import say, write_page
 
 
 class OverviewCommand:
@@ -64,7 +64,10 @@ class OverviewCommand:
             else overview_text(view, all_ranks=args.all)
         )
         try:
-            print(text)
+            if args.json:
+                print(text)
+            else:
+                say(text)
             if note:
                 print(note, file=sys.stderr if args.json else sys.stdout)
             sys.stdout.flush()

@@ -20,6 +20,7 @@ from memforensics._units import parse_size
 from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
+from memforensics.cli._output import say
 from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
@@ -230,7 +231,7 @@ def _answer(
     else:
         from memforensics.plan.text import plan_text
 
-        print(plan_text(result))
+        say(plan_text(result))
     for line in dict.fromkeys(result.warnings):
         print(f"memforensics plan: {line}", file=sys.stderr)
     if result.exit_status:
@@ -310,7 +311,7 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
 
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
-        print(vary_text(answer))
+        say(vary_text(answer))
     return 0 if answer.largest is not None else 1
 
 

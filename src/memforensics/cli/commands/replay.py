@@ -22,6 +22,7 @@ from memforensics.cli._flags import (
     open_cache,
     warn_cache,
 )
+from memforensics.cli._output import say
 from memforensics.cli._progress import Progress
 
 
@@ -85,7 +86,7 @@ class ReplayCommand:
         if args.json:
             print(json.dumps(document(kept.replay, SCHEMA), indent=2))
         else:
-            print(replay_text(kept.replay))
+            say(replay_text(kept.replay))
         return 0
 
 

@@ -22,7 +22,7 @@ from memforensics.cli._flags import (
     add_analysis_flags,
     job_count,
 )
-from memforensics.cli._output import write_page
+from memforensics.cli._output import say, write_page
 from memforensics.cli._progress import Progress
 
 REPLAY_OF_ONE = "; with one dump, the processes replaying its what-if rows (see replay --jobs)"
@@ -87,7 +87,7 @@ class ReportCommand:
         write_page(out, answer.html)
         for line in answer.stderr:
             print(line, file=sys.stderr)
-        print(f"wrote {out} {answer.said}")
+        say(f"wrote {out} {answer.said}")
         return answer.status
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from memforensics.cli._flags import (
     row_limit,
     warn_cache,
 )
+from memforensics.cli._output import say, screen_width
 from memforensics.cli._progress import Progress
 
 
@@ -174,7 +174,7 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
     results: list[dict[str, Any]] = []
     shown = 0
     errors: list[str] = []
-    width = shutil.get_terminal_size((80, 24)).columns  # COLUMNS, the terminal, or 80 in a pipe
+    width = screen_width()
     for section in sections:
         if section.kept is None:
             if not ask.several:
@@ -191,7 +191,7 @@ def _print(files: list[str], sections: list[_Section], ask: _Ask) -> int:
             text = summary_text(
                 summary, rows=ask.top, width=width, verbose=ask.verbose, fit=ask.fit
             )
-            print(("\n" if shown else "") + text)
+            say(("\n" if shown else "") + text, width=width)
             shown += 1
     if ask.json and (results or not ask.several):
         body = {"dumps": results} if ask.several else results[0]

@@ -28,7 +28,7 @@ from memforensics.testing import (
     npu_truth,
     write_dump,
 )
-from shared_data import REAL_SNAPSHOTS, needs_shared_data
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_snapshots
 
 _FIGURES = (
     "reserved_bytes",
@@ -290,3 +290,45 @@ def test_a_size_no_allocator_reports_is_named_for_what_it_is(size: int, named: s
     snapshot["segments"][0]["blocks"][0]["size"] = size
     with pytest.raises(SnapshotLoadError, match=rf"blocks\[0\]\.size is {named}\)"):
         dump_from_snapshot(snapshot)
+
+
+_NO_STACK = "no block carries a stack"
+
+
+def _without_block_frames(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``snapshot`` with every live block's stack emptied (the trace keeps its own)."""
+    segments = [
+        {**segment, "blocks": [{**block, "frames": []} for block in segment["blocks"]]}
+        for segment in snapshot["segments"]
+    ]
+    return {**snapshot, "segments": segments}
+
+
+def test_stacks_in_the_trace_are_stacks() -> None:
+    """A trace whose allocations carry frames is never said to have no stacks, even when the
+    live blocks carry none; with no frame anywhere, it is."""
+    snapshot = _without_block_frames(exhausted().snapshot)
+    assert any(entry.get("frames") for trace in snapshot["device_traces"] for entry in trace)
+    assert not any(_NO_STACK in limit for limit in dump_from_snapshot(snapshot).limits)
+    bare = {
+        **snapshot,
+        "device_traces": [
+            [{**entry, "frames": []} for entry in trace] for trace in snapshot["device_traces"]
+        ],
+    }
+    assert any(_NO_STACK in limit for limit in dump_from_snapshot(bare).limits)
+
+
+@needs_shared_data
+def test_real_snapshots_say_no_stack_only_where_no_frame_is_recorded() -> None:
+    """On each real snapshot, "no block carries a stack" is said exactly where neither a live
+    block nor a trace event of the raw pickle holds a frame."""
+    for path in real_snapshots():
+        raw = pickle.loads(path.read_bytes())
+        blocks = [b for s in raw["segments"] for b in s.get("blocks", [])]
+        framed = any(b.get("frames") for b in blocks) or any(
+            (b.get("history") or [{}])[-1].get("frames") for b in blocks
+        )
+        framed = framed or any(e.get("frames") for t in raw.get("device_traces", []) for e in t)
+        said = any(_NO_STACK in limit for limit in load_dump(path).limits)
+        assert said == (not framed), path.name

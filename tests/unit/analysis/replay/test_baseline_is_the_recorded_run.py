@@ -6,7 +6,6 @@ baseline is trusted."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,11 @@ from memforensics.analysis.replay import replay_dump, replay_text
 from memforensics.analysis.replay.recorded import cache_releases, decode
 from memforensics.analysis.schema import to_json
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError
+from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 MiB = 1 << 20
 GROWS = ("segment_alloc", "segment_map")
-REAL = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "real-snapshots"
+REAL = REAL_SNAPSHOTS
 ELSEWHERE = 0x1000_0000_0000  # real GPUs put segments far from where the model starts
 
 
@@ -229,7 +229,7 @@ REAL_TRUTH = {
 }
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real-snapshots not here")
+@needs_shared_data
 @pytest.mark.parametrize("name", sorted(REAL_TRUTH))
 def test_on_real_snapshots_the_baseline_matches_the_recording_or_names_why(name: str) -> None:
     """On real GPU runs the recorded peak is the raw trace's; the baseline reaches it, or

@@ -12,10 +12,10 @@ import pytest
 
 from memforensics._units import format_bytes
 from memforensics.analysis import load_dump, summarize
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
 
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "real-snapshots"
-SNAPSHOTS = sorted(REAL.glob("*.pickle"))
-pytestmark = pytest.mark.skipif(not SNAPSHOTS, reason="the real snapshots are not here")
+REAL = REAL_SNAPSHOTS
+pytestmark = needs_shared_data
 
 
 def _raw(path: Path) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def _peak(raw: dict[str, Any]) -> tuple[int, int] | None:
     return best, after.index(best)
 
 
-@pytest.mark.parametrize("path", SNAPSHOTS, ids=[path.stem for path in SNAPSHOTS])
+@pytest.mark.parametrize("path", real_params(real_snapshots()), ids=lambda path: path.stem)
 def test_every_real_dump_has_a_story_about_its_peak(path: Path) -> None:
     """No real dump says ``nothing failed`` or ``none``; a traced one heads with its peak, at the
     entry and bytes the raw events give; a traceless one says whether anything failed is

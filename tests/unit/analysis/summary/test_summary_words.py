@@ -36,7 +36,8 @@ def test_sidecar_header_keeps_kind_and_rank() -> None:
 
 def test_unknown_truncation_says_what_is_unknown() -> None:
     """Without a sidecar, a trace that starts with nothing live says so; one that starts with
-    blocks live says older events may have been dropped; neither says 'ring-buffer'."""
+    blocks live says so, and --verbose that older events may have been dropped; neither says
+    'ring-buffer'."""
     text = summary_text(summarize(dump_from_snapshot(_raw().build())))
     [line] = [line for line in text.splitlines() if line.strip().startswith("history")]
     assert "(unknown)" not in line
@@ -44,8 +45,11 @@ def test_unknown_truncation_says_what_is_unknown() -> None:
     assert "events (starts with nothing live)" in line
     snapshot = _raw().build()
     snapshot["device_traces"] = [snapshot["device_traces"][0][2:]]  # the live block's alloc dropped
-    text = summary_text(summarize(dump_from_snapshot(snapshot)))
-    [line] = [line for line in text.splitlines() if line.strip().startswith("history")]
+    summary = summarize(dump_from_snapshot(snapshot))
+    [line] = [line for line in summary_text(summary).splitlines() if "history" in line]
+    assert line.endswith("events (blocks were live when it started)")
+    verbose = summary_text(summary, verbose=True)
+    [line] = [line for line in verbose.splitlines() if "history" in line]
     assert "blocks were live when it started; older events may have been dropped" in line
 
 

@@ -1,0 +1,156 @@
+"""Every command's default text fits the screen: each line in 80 columns in a pipe (COLUMNS
+when set), and summary's answer in 25 lines with its cause, fix and verdict sentence whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memforensics.testing import exhausted, fragmented, growth_pair, unwound_oom, write_run_folder
+from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
+
+pytestmark = pytest.mark.integration
+
+REAL_FILES = real_params(real_snapshots())
+WIDTHS = [None, 100]  # None: COLUMNS unset, stdout a pipe (80 columns)
+
+
+def _cli(*args: str | Path, columns: int | None, cache: Path) -> str:
+    """stdout of the real console script, in a pipe, with COLUMNS set or not."""
+    script = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "memforensics"]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["XDG_CACHE_HOME"] = str(cache)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    proc = subprocess.run(
+        [*command, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The demo's run folder, synthetic dumps and a synthetic run folder."""
+    root = tmp_path_factory.mktemp("screen")
+    demo = root / "demo"
+    _cli("demo", "--device", "sim", "--out-dir", demo, columns=None, cache=root / "cache")
+    made = {
+        "demo": demo,
+        "demo-oom": next((demo / "oom").glob("*.pickle")),
+        "demo-window": sorted(demo.glob("steps*/*.pickle"))[-1],
+        "run": root / "run",
+    }
+    write_run_folder(made["run"])
+    for name, synthetic in [("exhausted", exhausted()), ("fragmented", fragmented())]:
+        made[name] = synthetic.write(root / "single" / f"{name}.pickle")
+    made["unwound"] = unwound_oom().write(root / "single" / "unwound.pickle")
+    before, after = growth_pair()
+    made["before"] = before.write(root / "pair" / "before.pickle")
+    made["after"] = after.write(root / "pair" / "after.pickle")
+    return made
+
+
+def _fits(text: str, columns: int | None) -> None:
+    width = columns or 80
+    over = [line for line in text.splitlines() if len(line) > width]
+    assert not over, "\n".join(over)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _summary_holds_its_answer(path: Path, columns: int | None, cache: Path) -> None:
+    """summary's default text: at most 25 lines in the width, the header first, then the
+    whole cause and fix and the whole verdict sentence (read from its own JSON)."""
+    text = _cli("summary", path, columns=columns, cache=cache)
+    _fits(text, columns)
+    lines = text.splitlines()
+    assert len(lines) <= 25, text
+    assert lines[0].endswith(")"), lines[0]
+    assert path.name[-12:] in lines[0], lines[0]
+    answer = json.loads(_cli("summary", "--json", path, columns=columns, cache=cache))
+    if answer["diagnosis"] is not None:
+        assert _words(answer["diagnosis"]["headline"]) in _words(text), text
+    sentence = answer["verdict"]["explanation"].split(". ")[0].rstrip(".")
+    assert _words(sentence) in _words(text), text
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+@pytest.mark.parametrize(
+    "name", ["demo-oom", "demo-window", "exhausted", "fragmented", "unwound", "after"]
+)
+def test_summary_and_replay_fit_on_made_dumps(
+    dumps: dict[str, Path], name: str, columns: int | None, tmp_path: Path
+) -> None:
+    """On the demo's and synthetic dumps, summary keeps its answer whole in one screen and
+    replay's every line fits."""
+    _summary_holds_its_answer(dumps[name], columns, tmp_path)
+    _fits(_cli("replay", dumps[name], columns=columns, cache=tmp_path), columns)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+@pytest.mark.parametrize("path", REAL_FILES, ids=lambda path: path.stem)
+def test_summary_and_replay_fit_on_real_snapshots(
+    path: Path, columns: int | None, tmp_path: Path
+) -> None:
+    """On every real snapshot, summary keeps its answer whole in one screen and replay's
+    every line (its baseline and why lines too) fits."""
+    _summary_holds_its_answer(path, columns, tmp_path)
+    _fits(_cli("replay", path, columns=columns, cache=tmp_path), columns)
+
+
+@needs_shared_data
+def test_the_real_snapshots_are_there() -> None:
+    """The real snapshots above were read, not an empty list."""
+    assert len(real_snapshots()) >= 3
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_every_other_command_fits(
+    dumps: dict[str, Path], columns: int | None, tmp_path: Path
+) -> None:
+    """diff, ls, leaks, overview, watch in a pipe, doctor: every line in the width."""
+    windows = sorted(dumps["demo"].glob("steps*/*.pickle"))
+    runs: list[tuple[str | Path, ...]] = [
+        ("diff", windows[0], windows[-1]),
+        ("diff", dumps["before"], dumps["after"]),
+        ("ls", dumps["demo"]),
+        ("ls", dumps["run"]),
+        ("leaks", dumps["demo"]),
+        ("leaks", dumps["run"]),
+        ("overview", dumps["demo"]),
+        ("overview", dumps["run"]),
+        ("watch", "--once", dumps["demo"]),
+        ("doctor",),
+    ]
+    real = real_snapshots()
+    if len(real) >= 2:
+        runs.append(("diff", real[0], real[1]))
+        runs.append(("ls", REAL_SNAPSHOTS))
+    for args in runs:
+        text = _cli(*args, columns=columns, cache=tmp_path)
+        assert text.strip(), args
+        _fits(text, columns)
+
+
+def test_the_demo_s_last_lines_fit(tmp_path: Path) -> None:
+    """The demo's own lines (the OOM message, the files it wrote, what to run next) fit."""
+    text = _cli(
+        "demo", "--device", "sim", "--out-dir", tmp_path / "d", columns=None, cache=tmp_path
+    )
+    assert "next: memforensics summary" in _words(text)
+    _fits(text, None)
