@@ -192,9 +192,10 @@ def test_out_dir_under_a_file_is_still_a_config_error(tmp_path: Path) -> None:
 
 
 def test_doctor_warns_about_a_paused_disk_and_exits_zero(
-    disk: Disk, capsys: pytest.CaptureFixture[str]
+    disk: Disk, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """doctor on such a disk: a WARN line for out_dir that says training goes on; exit 0."""
+    monkeypatch.setenv("COLUMNS", "400")  # a screen wide enough for the tmp path on one line
     code = main(["doctor", "--device", "sim", "--out-dir", str(disk.root / "run")])
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if "out_dir" in line and "WARN" in line)

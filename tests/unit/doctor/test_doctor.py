@@ -96,9 +96,11 @@ def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_human_output_one_line_per_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The human report has a header, one line per check and a result line."""
+    """The human report has a header, one line per check and a result line (on a screen wide
+    enough for the tmp path)."""
+    monkeypatch.setenv("COLUMNS", "400")
     assert main(["doctor", "--device", "sim", "--out-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"memforensics doctor: device sim, out_dir {tmp_path}"
