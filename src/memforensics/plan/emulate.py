@@ -527,6 +527,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             return None
         return int(held[0].address) if held[0] is not None else 0
 
+    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """``Tensor.record_stream``: a stand-in's block is in use on ``stream`` too."""
+        held = self._live.get(tensor.untyped_storage()._cdata) if tensor.is_meta else None
+        if held is not None and held[0] is not None:
+            self.device.record_stream(held[0], int(getattr(stream, "cuda_stream", 0) or 0))
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:
@@ -534,7 +540,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
     def malloc(self, nbytes: int) -> Any:
         """A block of ``nbytes``; the predicted OOM, observers called, when none is left."""
-        block = self.device.malloc(nbytes)
+        block = self.device.malloc(nbytes, self.device.stream)
         if block is None:
             message, observed = self.device.oom_report()
             for observer in self.device.observers():

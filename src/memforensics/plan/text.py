@@ -6,11 +6,6 @@ from memforensics._units import format_bytes
 from memforensics.plan.runner import PlanResult
 from memforensics.plan.vary import EXPANDABLE, VaryAnswer
 
-OUT_OF_SCOPE_DISTRIBUTED = (
-    "memforensics plan: distributed collectives are out of scope for now: the plan models one "
-    "process on one device, and NCCL's own buffers are not counted"
-)
-
 
 def _segments(result: PlanResult) -> str:
     """The segments line: PyTorch's count, which expandable segments leave at 0 (they grow in

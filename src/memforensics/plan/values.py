@@ -1,8 +1,7 @@
 """What a stand-in cannot know: its values. Where the script asks for them, the plan answers
 zeros, takes a data-dependent shape at its upper bound, and says once where it happened.
 
-``torch.compile`` runs eagerly (compiled memory differs, and the plan says so); distributed
-collectives are out of scope, which :class:`OutOfScope` says in one line.
+``torch.compile`` runs eagerly (compiled memory differs, and the plan says so).
 """
 
 from __future__ import annotations
@@ -21,12 +20,6 @@ from memforensics.plan.device import OutOfScope, PlannedRunWarning
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
-
-
-DISTRIBUTED = (
-    "distributed collectives are out of scope: the plan models one process on one device "
-    "(run the script with a world size of 1, or plan one rank's share)"
-)
 
 
 def where() -> str:
@@ -151,8 +144,3 @@ def eager_compile(notes: Notes) -> Callable[..., Any]:
         return model
 
     return compile
-
-
-def no_process_group(*args: Any, **kwargs: Any) -> None:
-    """``init_process_group`` under a plan: out of scope, said in one line."""
-    raise OutOfScope(DISTRIBUTED)
