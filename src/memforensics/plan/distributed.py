@@ -242,3 +242,20 @@ def ddp_register(original: Callable[..., None]) -> Callable[..., None]:
         self._memforensics_hook = (hook, state)
 
     return register_comm_hook
+
+
+def fsdp_materialised(
+    holds: Callable[[Any], bool], original: Callable[[Any], None]
+) -> Callable[[Any], None]:
+    """FSDP2's check that no parameter is left on ``meta``: a stand-in is on the planned
+    device (its ``.device`` reads ``meta``); only the script's own ``meta`` parameters fail it,
+    with FSDP's message."""
+
+    def validate(self: Any) -> None:
+        for fsdp_param in self.fsdp_params:
+            sharded = fsdp_param.sharded_param
+            if holds(getattr(sharded, "_local_tensor", sharded)):
+                original(self)
+                return
+
+    return validate

@@ -174,6 +174,7 @@ def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replaceme
     why = "torch.accelerator names the planned device"
     return [
         R(c, "_accelerator_getAccelerator", a.accelerator, why, needed=False),
+        R(c, "_get_accelerator", a.accelerator, why + " (FSDP's default mesh)", needed=False),
         R(c, "_accelerator_getDeviceIndex", a.index, why, needed=False),
         R(c, "_accelerator_setDeviceIndex", a.index, why, needed=False),
         R(c, "_accelerator_exchangeDevice", a.index, why, needed=False),
@@ -306,13 +307,22 @@ def _torch_rows(
         for name in choices.FOREACH_DEVICES:
             chooser = choices.with_meta(getattr(owner, name, list))
             rows.append(R(owner, name, chooser, "optimizers take CUDA's foreach default"))
-    rows.append(
-        R(torch.Tensor, "record_stream", storage.record_stream, "the block is used on that stream")
-    )
+    rows += [
+        R(torch.Tensor, "record_stream", storage.record_stream, "the block is used on that stream"),
+        R(
+            torch.UntypedStorage,
+            "resize_",
+            storage.resized(torch.UntypedStorage.resize_),
+            "a storage resized on the device frees its block or takes a new one (FSDP's "
+            "unsharded parameters)",
+        ),
+    ]
     return rows
 
 
-def _distributed_rows(device: PlannedDevice) -> list[Replacement]:
+def _distributed_rows(
+    device: PlannedDevice, storage: emulate.StorageMode
+) -> list[Replacement]:
     """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
@@ -347,6 +357,18 @@ def _distributed_rows(device: PlannedDevice) -> list[Replacement]:
             "DDP's inputs: a stand-in is on its device already",
         ),
     ]
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    rows.append(
+        R(
+            FSDPParamGroup,
+            "_validate_no_meta_params",
+            distributed.fsdp_materialised(
+                storage.ghosts.holds, FSDPParamGroup._validate_no_meta_params
+            ),
+            "a stand-in is on the planned device; only the script's own meta is refused",
+        )
+    )
     ddp = torch.nn.parallel.DistributedDataParallel
     register = distributed.ddp_register(ddp.register_comm_hook)
     hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
@@ -372,7 +394,7 @@ def table(
         *_memory_rows(answers),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
-        *_distributed_rows(answers.device),
+        *_distributed_rows(answers.device, storage),
     ]
 
 
