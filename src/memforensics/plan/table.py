@@ -320,9 +320,7 @@ def _torch_rows(
     return rows
 
 
-def _distributed_rows(
-    device: PlannedDevice, storage: emulate.StorageMode
-) -> list[Replacement]:
+def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
     """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():

@@ -31,7 +31,9 @@ def ranks_text(answer: RanksAnswer) -> str:
     """One row per planned rank, then the first rank to run out and why."""
     lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
     for r in answer.rows:
-        allocated = format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
+        allocated = (
+            format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
+        )
         reserved = format_bytes(r.peak_reserved_bytes) if r.peak_reserved_bytes is not None else "-"
         fits = "OOM" if r.oom else {True: "yes", False: "no", None: "failed"}[r.fits]
         lines.append(f"  {r.rank:>5}  {allocated:>14}  {reserved:>14}  {fits}")

@@ -217,9 +217,7 @@ def _child(command: list[str]) -> dict[str, Any] | str:
     return tail[-1] if tail else f"exit status {done.returncode}"
 
 
-def _all_ranks(
-    args: argparse.Namespace, target: Target, conf: str | None, world: Any
-) -> int:
+def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world: Any) -> int:
     """Every rank planned in its own process, --jobs at a time; the table and the first rank
     to run out."""
     from concurrent.futures import ThreadPoolExecutor
