@@ -82,7 +82,7 @@ class World:
 
 def nccl_bytes(group_size: int, environ: Mapping[str, str] | None = None) -> int:
     """NCCL's own device buffers for one communicator of ``group_size`` ranks, outside
-    PyTorch's allocator: ``NCCL_BUFFSIZE`` × channels × ring peers (none for a group of one,
+    PyTorch's allocator: ``NCCL_BUFFSIZE`` x channels x ring peers (none for a group of one,
     which NCCL does not connect)."""
     if group_size < 2:
         return 0
@@ -213,7 +213,7 @@ def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
             return _done(buffer)
 
         if getattr(self, "reducer", None) is not None:
-            dist._register_comm_hook(self.reducer, None, reduce_bucket)
+            dist._register_comm_hook(self.reducer, None, reduce_bucket)  # type: ignore[attr-defined]
             self.reducer = _FirstBuckets(self.reducer)
 
     return __init__

@@ -71,7 +71,9 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     return False
 
 
-_is_wrapper = is_traceable_wrapper_subclass
+def _is_wrapper(tensor: object) -> bool:
+    """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``)."""
+    return bool(is_traceable_wrapper_subclass(tensor))
 
 
 def _masked(args: tuple[Any, ...]) -> bool:

@@ -325,9 +325,9 @@ def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> li
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return []
-    import torch.distributed.device_mesh as device_mesh
     import torch.distributed.distributed_c10d as c10d
     import torch.distributed.utils as dist_utils
+    from torch.distributed import device_mesh
 
     fake = distributed.fake_init(c10d.init_process_group)
     why = "the fake process group, with the planned rank and world size, whatever the backend"

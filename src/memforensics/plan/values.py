@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan.device import OutOfScope, PlannedRunWarning
+from memforensics.plan.device import PlannedRunWarning
 
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
