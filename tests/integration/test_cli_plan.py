@@ -181,15 +181,18 @@ def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_wher
     assert f"{path}:8" in lines[2]
 
 
-def test_distributed_collectives_are_out_of_scope_in_one_line(tmp_path: Path) -> None:
-    """init_process_group under a plan: exit 2 and one line saying why, no traceback."""
-    script(tmp_path, "import torch.distributed as dist\ndist.init_process_group('nccl')\n")
-    done = plan(tmp_path, "train.py")
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        line for line in done.stderr.strip().splitlines() if "out of scope" in line
-    ]
-    assert "Traceback" not in done.stderr
+def test_init_process_group_alone_plans_a_world_of_one(tmp_path: Path) -> None:
+    """init_process_group("nccl") with no world given: rank 0 of 1 on the fake group, no NCCL."""
+    script(
+        tmp_path,
+        "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+        "print(dist.get_rank(), dist.get_world_size(), dist.get_backend())\n",
+    )
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "0 1 fake" in done.stderr
+    answer = json.loads(done.stdout)
+    assert (answer["rank"], answer["world_size"], answer["nccl_bytes"]) == (0, 1, 0)
 
 
 TRANSFORMER = Path(__file__).parent / "scripts" / "plan_transformer.py"
