@@ -78,6 +78,80 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def stream_class(device: PlannedDevice) -> type:
+    """``torch.cuda.Stream`` on the planned device: each stream the script makes has its own
+    id, and allocations made while it is current (``with stream``, ``torch.cuda.stream(s)``,
+    ``set_stream``) are on it, so the allocator model keeps their blocks in that stream's pool
+    as PyTorch's does (FSDP's all-gather and reduce-scatter streams). Waits and events do
+    nothing: the plan has one timeline."""
+
+    class PlannedStream(Stream):
+        made = 0
+
+        def __init__(self, device_: Any = None, priority: int = 0, **kwargs: Any) -> None:
+            super().__init__()
+            stream_id = kwargs.get("stream_id")
+            if stream_id is None:
+                PlannedStream.made += 1
+                stream_id = PlannedStream.made
+            self.cuda_stream = int(stream_id)
+            self.stream_id = self.cuda_stream
+            self.priority = priority
+            self._outer: list[int] = []
+
+        def __enter__(self) -> PlannedStream:
+            self._outer.append(device.stream)
+            device.stream = self.cuda_stream
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            device.stream = self._outer.pop() if self._outer else 0
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Stream) and other.cuda_stream == self.cuda_stream
+
+        def __hash__(self) -> int:
+            return hash(self.cuda_stream)
+
+        def __repr__(self) -> str:
+            return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.cuda_stream:#x}>"
+
+    return PlannedStream
+
+
+class Streams:
+    """``torch.cuda``'s stream functions over the planned device's current stream."""
+
+    def __init__(self, device: PlannedDevice) -> None:
+        self.device = device
+        self.kind = stream_class(device)
+
+    def of(self, stream_id: int) -> Any:
+        return self.kind(stream_id=stream_id)
+
+    def current(self, device: object = None) -> Any:
+        return self.of(self.device.stream)
+
+    def default(self, device: object = None) -> Any:
+        return self.of(0)
+
+    def set(self, stream: Any) -> None:
+        self.device.stream = int(getattr(stream, "cuda_stream", 0) or 0)
+
+    @contextlib.contextmanager
+    def using(self, stream: Any = None) -> Iterator[Any]:
+        """``torch.cuda.stream(s)``: ``s`` current inside (None changes nothing)."""
+        if stream is None:
+            yield None
+            return
+        outer = self.device.stream
+        self.set(stream)
+        try:
+            yield stream
+        finally:
+            self.device.stream = outer
+
+
 def noop() -> Callable[..., None]:
     """A fresh no-op for one name: torch._dynamo, if the script imports it, indexes
     ``torch.cuda``'s functions and refuses one object under names it treats differently."""

@@ -151,6 +151,23 @@ class PlannedDevice:
         self.fraction = 1.0
         self.peak_reserved = 0
         self.oom_count = 0
+        self.stream = 0  # the current stream: what the script's allocations are made on
+        self.outside_bytes = 0  # NCCL's buffers: device memory outside PyTorch, not the context
+
+    def take_outside(self, nbytes: int) -> None:
+        """``nbytes`` of the device taken outside PyTorch's allocator (NCCL's buffers, at
+        communicator creation): ``cudaMalloc`` can hand the allocator that much less."""
+        if nbytes <= 0:
+            return
+        with self._lock:
+            self.outside_bytes += nbytes
+            self._allocator.capacity = max(self.spec.usable_bytes - self.outside_bytes, 0)
+
+    def record_stream(self, block: Block, stream: int) -> None:
+        """``Tensor.record_stream``: the block is in use on ``stream`` too; its free completes
+        once that stream's work is done (at the next allocation: the plan has one timeline)."""
+        with self._lock:
+            self._allocator.record_stream(block, stream)
 
     def skip_files(self, files: tuple[str, ...]) -> None:
         """Leave ``files`` (the emulation's own machinery) out of every recorded stack."""
@@ -301,9 +318,11 @@ class PlannedDevice:
             return int(getattr(stat, field))
 
     def mem_get_info(self) -> tuple[int, int]:
-        """``(free, total)``: the device less the context and what the allocator reserved."""
+        """``(free, total)``: the device less the context, NCCL's buffers and what the
+        allocator reserved."""
         reserved = self.figure("reserved_bytes", "current")
-        return max(self.spec.usable_bytes - reserved, 0), self.spec.total_bytes
+        free = self.spec.usable_bytes - self.outside_bytes - reserved
+        return max(free, 0), self.spec.total_bytes
 
     def segments(self) -> int:
         """Segments the allocator holds now."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from memforensics.plan import choices, scratch, values
 from memforensics.plan.device import PlannedDevice
@@ -69,6 +69,11 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
         ):
             return True
     return False
+
+
+def _is_wrapper(tensor: object) -> bool:
+    """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``)."""
+    return bool(is_traceable_wrapper_subclass(tensor))
 
 
 def _masked(args: tuple[Any, ...]) -> bool:
@@ -470,12 +475,27 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:
         if isinstance(out, torch.Tensor):
-            if out.is_meta:
+            if _is_wrapper(out):
+                self._track_inner(out, step)
+            elif out.is_meta:
                 self._track(out, step, reused)
         elif isinstance(out, (tuple, list)):
             for item in out:
-                if isinstance(item, torch.Tensor) and item.is_meta:
-                    self._track(item, step, None)
+                if isinstance(item, torch.Tensor):
+                    if _is_wrapper(item):
+                        self._track_inner(item, step)
+                    elif item.is_meta:
+                        self._track(item, step, None)
+
+    def _track_inner(self, wrapper: torch.Tensor, step: object) -> None:
+        """A tensor subclass that wraps others (a ``DTensor`` and its local shard): its own
+        storage holds nothing on a GPU; the tensors it wraps hold the memory. Their operators
+        run inside the subclass, below this mode, so their storages are taken here."""
+        names, _ = wrapper.__tensor_flatten__()  # type: ignore[attr-defined]
+        for name in names:
+            inner = getattr(wrapper, name)
+            if isinstance(inner, torch.Tensor):
+                self._track_outputs(inner, step, None)
 
     def _haunt(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
         """Whether the operator's outputs are the script's own ``meta`` tensors (the device its
@@ -554,6 +574,32 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             return None
         return int(held[0].address) if held[0] is not None else 0
 
+    def resized(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``UntypedStorage.resize_``, which never reaches a dispatch mode: a storage on the
+        planned device gives its block back at size 0 and takes a new one at its new size, as
+        CUDA's does (FSDP frees and re-allocates its unsharded parameters so)."""
+
+        def resize_(storage: Any, size: int) -> Any:
+            out = original(storage, size)
+            key = storage._cdata
+            held = self._live.get(key)
+            nbytes = storage.nbytes()
+            if held is not None and held[1] != nbytes:
+                if held[0] is not None:
+                    self.device.free(held[0])
+                self._live[key] = (None, 0, held[2])
+                if nbytes:
+                    self._live[key] = (self.malloc(nbytes), nbytes, held[2])
+            return out
+
+        return resize_
+
+    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """``Tensor.record_stream``: a stand-in's block is in use on ``stream`` too."""
+        held = self._live.get(tensor.untyped_storage()._cdata) if tensor.is_meta else None
+        if held is not None and held[0] is not None:
+            self.device.record_stream(held[0], int(getattr(stream, "cuda_stream", 0) or 0))
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:
@@ -561,7 +607,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
 
     def malloc(self, nbytes: int) -> Any:
         """A block of ``nbytes``; the predicted OOM, observers called, when none is left."""
-        block = self.device.malloc(nbytes)
+        block = self.device.malloc(nbytes, self.device.stream)
         if block is None:
             message, observed = self.device.oom_report()
             for observer in self.device.observers():

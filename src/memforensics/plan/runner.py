@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
 from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning
+from memforensics.plan.distributed import World
 
 SCHEMA = 1
 """Version of ``plan --json``'s keys (docs/json.md): adding keys keeps it, renaming or removing
@@ -54,11 +55,17 @@ class PlanResult:
     snapshots: tuple[str, ...] = ()
     verdict: PlanVerdict | None = None
     needed_bytes: int = field(init=False)
-    """Peak reserved plus the CUDA context: what the device must hold."""
+    """Peak reserved plus the CUDA context and NCCL's buffers: what the device must hold."""
     exit_status: int | None = None
+    rank: int = 0
+    world_size: int = 1
+    nccl_bytes: int = 0
+    """NCCL's buffers outside PyTorch, an allowance from NCCL's defaults (0 without a
+    process group of two or more ranks)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "needed_bytes", self.peak_reserved_bytes + self.context_bytes)
+        needed = self.peak_reserved_bytes + self.context_bytes + self.nccl_bytes
+        object.__setattr__(self, "needed_bytes", needed)
 
 
 def device_spec(
@@ -125,7 +132,9 @@ def run_planned(
     for w in caught:
         if not issubclass(w.category, PlannedRunWarning):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    peak_reserved = device.figure("reserved_bytes", "peak")
+    peak_reserved = max(device.figure("reserved_bytes", "peak"), device.peak_reserved)
+    world = World.from_env()
+    outside = spec.context_bytes + device.outside_bytes
     result = PlanResult(
         device_name=spec.name,
         device_bytes=spec.total_bytes,
@@ -133,13 +142,15 @@ def run_planned(
         context_bytes=spec.context_bytes,
         allocator_conf=spec.settings.to_conf(),
         peak_allocated_bytes=device.figure("allocated_bytes", "peak"),
-        peak_reserved_bytes=max(peak_reserved, device.peak_reserved),
+        peak_reserved_bytes=peak_reserved,
         peak_segments=device.figure("segment", "peak"),
         segments=device.segments(),
-        fits=oom is None
-        and max(peak_reserved, device.peak_reserved) + spec.context_bytes <= spec.total_bytes,
+        fits=oom is None and peak_reserved + outside <= spec.total_bytes,
         oom_message=oom,
         script_snapshots=tuple(snapshots),
         warnings=said,
+        rank=world.rank,
+        world_size=world.world_size,
+        nccl_bytes=device.outside_bytes,
     )
     return result, device

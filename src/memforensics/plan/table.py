@@ -16,7 +16,16 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import choices, cuda, emulate, profiler, scratch, standins, values
+from memforensics.plan import (
+    choices,
+    cuda,
+    distributed,
+    emulate,
+    profiler,
+    scratch,
+    standins,
+    values,
+)
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.patches import Replacement, kept_state, replaced
@@ -24,8 +33,16 @@ from memforensics.plan.patches import Replacement, kept_state, replaced
 R = Replacement
 
 DEVICE = "the planned device is CUDA device 0, there and ready"
+LOCAL = (
+    "a node of the planned job has a GPU per local rank; the planned rank's is its LOCAL_RANK "
+    "(one device in the allocator model)"
+)
 NO_OP = "one timeline, no kernels: nothing to wait for, nothing to record"
 MODEL = "the allocator model answers it"
+STREAMS = (
+    "each stream has its own id; what is allocated while one is current is on it, in the "
+    "allocator model's pool for that stream"
+)
 
 
 def _found(owner: Any, name: str) -> Any:
@@ -33,7 +50,9 @@ def _found(owner: Any, name: str) -> Any:
     return getattr(owner, name, None)
 
 
-def _device_rows(answers: Answers) -> list[Replacement]:
+def _device_rows(
+    answers: Answers, streams: cuda.Streams, world: distributed.World
+) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
     return [
@@ -41,8 +60,8 @@ def _device_rows(answers: Answers) -> list[Replacement]:
         R(c, "is_initialized", lambda: True, DEVICE),
         R(c, "_lazy_init", cuda.noop(), DEVICE),
         R(c, "init", cuda.noop(), DEVICE),
-        R(c, "device_count", lambda: 1, DEVICE),
-        R(c, "current_device", lambda: 0, DEVICE),
+        R(c, "device_count", lambda: world.local_world_size, LOCAL),
+        R(c, "current_device", lambda: world.local_rank, LOCAL),
         R(c, "set_device", cuda.noop(), DEVICE),
         R(c, "_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
         R(c, "_maybe_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
@@ -71,12 +90,12 @@ def _device_rows(answers: Answers) -> list[Replacement]:
         ),
         R(c, "set_rng_state", cuda.noop(), "a stand-in's values are never drawn"),
         R(c, "set_rng_state_all", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "Stream", cuda.Stream, NO_OP),
+        R(c, "Stream", streams.kind, STREAMS),
         R(c, "Event", cuda.Stream, NO_OP),
-        R(c, "current_stream", lambda device=None: cuda.Stream(), NO_OP),
-        R(c, "default_stream", lambda device=None: cuda.Stream(), NO_OP),
-        R(c, "stream", lambda stream=None: cuda.Stream(), NO_OP),
-        R(c, "set_stream", cuda.noop(), NO_OP),
+        R(c, "current_stream", streams.current, STREAMS),
+        R(c, "default_stream", streams.default, STREAMS),
+        R(c, "stream", streams.using, STREAMS),
+        R(c, "set_stream", streams.set, STREAMS),
         R(
             c.nvtx,
             "_nvtx",
@@ -156,7 +175,7 @@ def _memory_rows(answers: Answers) -> list[Replacement]:
     return rows
 
 
-def _accelerator_rows(answers: Answers) -> list[Replacement]:
+def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replacement]:
     """The bindings ``torch.accelerator`` calls: it names CUDA, device 0, and answers memory
     from the model, so Accelerate and Hugging Face pick CUDA. (``get_device_capability`` is
     left alone: torch caches its answer for the process.)"""
@@ -164,12 +183,13 @@ def _accelerator_rows(answers: Answers) -> list[Replacement]:
     why = "torch.accelerator names the planned device"
     return [
         R(c, "_accelerator_getAccelerator", a.accelerator, why, needed=False),
+        R(c, "_get_accelerator", a.accelerator, why + " (FSDP's default mesh)", needed=False),
         R(c, "_accelerator_getDeviceIndex", a.index, why, needed=False),
         R(c, "_accelerator_setDeviceIndex", a.index, why, needed=False),
         R(c, "_accelerator_exchangeDevice", a.index, why, needed=False),
         R(c, "_accelerator_maybeExchangeDevice", a.index, why, needed=False),
-        R(c, "_accelerator_getStream", lambda device=None: cuda.Stream(), NO_OP, needed=False),
-        R(c, "_accelerator_setStream", cuda.noop(), NO_OP, needed=False),
+        R(c, "_accelerator_getStream", streams.current, STREAMS, needed=False),
+        R(c, "_accelerator_setStream", streams.set, STREAMS, needed=False),
         R(c, "_accelerator_synchronizeDevice", cuda.noop(), NO_OP, needed=False),
         R(c, "_accelerator_isAllocatorInitialized", a.initialized, MODEL, needed=False),
         R(c, "_accelerator_getDeviceStats", a.device_stats, MODEL, needed=False),
@@ -296,16 +316,73 @@ def _torch_rows(
         for name in choices.FOREACH_DEVICES:
             chooser = choices.with_meta(getattr(owner, name, list))
             rows.append(R(owner, name, chooser, "optimizers take CUDA's foreach default"))
-    distributed = getattr(torch, "distributed", None)
-    if distributed is not None and distributed.is_available():
-        rows.append(
-            R(
-                distributed,
-                "init_process_group",
-                values.no_process_group,
-                "distributed collectives are out of scope",
-            )
+    rows += [
+        R(torch.Tensor, "record_stream", storage.record_stream, "the block is used on that stream"),
+        R(
+            torch.UntypedStorage,
+            "resize_",
+            storage.resized(torch.UntypedStorage.resize_),
+            "a storage resized on the device frees its block or takes a new one (FSDP's "
+            "unsharded parameters)",
+        ),
+    ]
+    return rows
+
+
+def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
+    """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return []
+    import torch.distributed.distributed_c10d as c10d
+    import torch.distributed.utils as dist_utils
+    from torch.distributed import device_mesh
+
+    fake = distributed.fake_init(c10d.init_process_group)
+    why = "the fake process group, with the planned rank and world size, whatever the backend"
+    rows = [
+        R(dist, "init_process_group", fake, why),
+        R(c10d, "init_process_group", fake, why),
+        R(device_mesh, "init_process_group", fake, why, needed=False),
+        R(
+            c10d,
+            "_new_process_group_helper",
+            distributed.counted_groups(c10d._new_process_group_helper, device.take_outside),
+            "each group of two or more ranks is an NCCL communicator: its buffers are an "
+            "allowance outside PyTorch",
+        ),
+        R(
+            dist,
+            "_verify_params_across_processes",
+            distributed.same_params,
+            "every rank runs the same program; the fake group gathers no shapes to compare",
+        ),
+        R(
+            dist_utils,
+            "_recursive_to",
+            distributed.moved_inputs(dist_utils._recursive_to),
+            "DDP's inputs: a stand-in is on its device already",
+        ),
+    ]
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    rows.append(
+        R(
+            FSDPParamGroup,
+            "_validate_no_meta_params",
+            distributed.fsdp_materialised(
+                storage.ghosts.holds, FSDPParamGroup._validate_no_meta_params
+            ),
+            "a stand-in is on the planned device; only the script's own meta is refused",
         )
+    )
+    ddp = torch.nn.parallel.DistributedDataParallel
+    register = distributed.ddp_register(ddp.register_comm_hook)
+    hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
+    rows += [
+        R(ddp, "register_comm_hook", register, hooked),
+        R(ddp, "__init__", distributed.ddp_init(ddp.__init__), hooked),
+    ]
     return rows
 
 
@@ -318,11 +395,14 @@ def table(
     clear_autocast: Callable[[], None],
 ) -> list[Replacement]:
     """Every attribute a planned run replaces, in the order it applies them."""
+    streams = cuda.Streams(answers.device)
+    world = distributed.World.from_env()
     return [
-        *_device_rows(answers),
+        *_device_rows(answers, streams, world),
         *_memory_rows(answers),
-        *_accelerator_rows(answers),
+        *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
+        *_distributed_rows(answers.device, storage),
         *profiler.rows(device),
     ]
 
@@ -339,4 +419,7 @@ def emulated(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(device, answers, functions, storage, notes, autocast.clear)
     with kept_state(), replaced(rows), functions, storage:
-        yield
+        try:
+            yield
+        finally:
+            distributed.close()

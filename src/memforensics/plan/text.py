@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from memforensics._units import format_bytes
+from memforensics.plan.ranks import RanksAnswer
 from memforensics.plan.runner import PlanResult
 from memforensics.plan.vary import EXPANDABLE, VaryAnswer
-
-OUT_OF_SCOPE_DISTRIBUTED = (
-    "memforensics plan: distributed collectives are out of scope for now: the plan models one "
-    "process on one device, and NCCL's own buffers are not counted"
-)
 
 
 def _segments(result: PlanResult) -> str:
@@ -23,20 +19,59 @@ def _segments(result: PlanResult) -> str:
     return f"{result.segments} at the end, {result.peak_segments} at most"
 
 
+def _outside(result: PlanResult) -> str:
+    """What the device holds outside PyTorch's allocator: the CUDA context, NCCL's buffers."""
+    context = f"the CUDA context ({format_bytes(result.context_bytes)})"
+    if result.nccl_bytes:
+        return f"{context} and NCCL's buffers ({format_bytes(result.nccl_bytes)})"
+    return context
+
+
+def ranks_text(answer: RanksAnswer) -> str:
+    """One row per planned rank, then the first rank to run out and why."""
+    lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
+    for r in answer.rows:
+        allocated = (
+            format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
+        )
+        reserved = format_bytes(r.peak_reserved_bytes) if r.peak_reserved_bytes is not None else "-"
+        fits = "OOM" if r.oom else {True: "yes", False: "no", None: "failed"}[r.fits]
+        lines.append(f"  {r.rank:>5}  {allocated:>14}  {reserved:>14}  {fits}")
+        if r.error:
+            lines.append(f"    {r.error}")
+    first = answer.first_out
+    if first is None:
+        lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
+    else:
+        lines.append(f"First rank to run out: {first.rank}: {first.cause}")
+    for row in answer.rows:
+        for path in row.snapshots:
+            lines.append(f"Predicted snapshot: {path}")
+    return "\n".join(lines)
+
+
 def plan_text(result: PlanResult) -> str:
     """The plan as a few lines: the figures, whether it fits, and where the snapshots are."""
     conf = result.allocator_conf or "default allocator settings"
     lines = [
         f"Planned on {result.device_name}: {format_bytes(result.device_bytes)}, capability "
         f"{result.capability}, {conf} (predicted, not measured)",
+    ]
+    if result.world_size > 1:
+        lines.append(f"  rank             {result.rank} of a world of {result.world_size}")
+    lines += [
         f"  peak allocated   {format_bytes(result.peak_allocated_bytes)}",
         f"  peak reserved    {format_bytes(result.peak_reserved_bytes)}",
         f"  segments         {_segments(result)}",
     ]
+    if result.nccl_bytes:
+        lines.append(
+            f"  NCCL buffers     {format_bytes(result.nccl_bytes)} outside PyTorch (an allowance "
+            "from NCCL's defaults: NCCL_BUFFSIZE x channels x ring peers, per communicator)"
+        )
     if result.exit_status:
         lines.append(f"The script exited with status {result.exit_status}.")
     needed = format_bytes(result.needed_bytes)
-    context = format_bytes(result.context_bytes)
     if result.oom_message is not None:
         lines.append(f"Does not fit: predicted OOM. {result.oom_message.split('. If ')[0]}.")
         verdict = result.verdict
@@ -48,12 +83,11 @@ def plan_text(result: PlanResult) -> str:
                 lines.append(f"  → {verdict.advice}")
     elif result.fits:
         lines.append(
-            f"Fits: {needed} with the CUDA context ({context}) of "
-            f"{format_bytes(result.device_bytes)}."
+            f"Fits: {needed} with {_outside(result)} of {format_bytes(result.device_bytes)}."
         )
     else:
         lines.append(
-            f"Does not fit: {needed} with the CUDA context ({context}) is more than "
+            f"Does not fit: {needed} with {_outside(result)} is more than "
             f"{format_bytes(result.device_bytes)}."
         )
     for path in result.snapshots:

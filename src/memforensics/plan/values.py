@@ -3,8 +3,7 @@ script reads them, the plan answers zeros (and the values it knows where the scr
 :mod:`memforensics.plan.known`), takes a data-dependent shape at its upper bound, and says once
 where it happened.
 
-``torch.compile`` runs eagerly (compiled memory differs, and the plan says so); distributed
-collectives are out of scope, which :class:`OutOfScope` says in one line.
+``torch.compile`` runs eagerly (compiled memory differs, and the plan says so).
 """
 
 from __future__ import annotations
@@ -18,18 +17,12 @@ from typing import Any
 
 import torch
 
-from memforensics.plan.device import OutOfScope, PlannedRunWarning
+from memforensics.plan.device import PlannedRunWarning
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
-
-
-DISTRIBUTED = (
-    "distributed collectives are out of scope: the plan models one process on one device "
-    "(run the script with a world size of 1, or plan one rank's share)"
-)
 
 
 def where() -> str:
@@ -168,8 +161,3 @@ def eager_compile(notes: Notes) -> Callable[..., Any]:
         return model
 
     return compile
-
-
-def no_process_group(*args: Any, **kwargs: Any) -> None:
-    """``init_process_group`` under a plan: out of scope, said in one line."""
-    raise OutOfScope(DISTRIBUTED)

@@ -96,7 +96,31 @@ class PlanCommand:
             "process, and print the largest value that fits",
         )
         parser.add_argument(
-            "--jobs", type=int, default=1, metavar="N", help="with --vary: values planned at once"
+            "--jobs",
+            type=int,
+            default=1,
+            metavar="N",
+            help="with --vary or --ranks all: plans run at once",
+        )
+        parser.add_argument(
+            "--nproc-per-node",
+            type=int,
+            default=None,
+            metavar="N",
+            help="plan one rank of a distributed job of N processes per node, on torch's fake "
+            "process group (torchrun's environment is set for the script)",
+        )
+        parser.add_argument(
+            "--nnodes", type=int, default=1, metavar="M", help="nodes of the job (default: 1)"
+        )
+        parser.add_argument(
+            "--rank", type=int, default=None, metavar="R", help="the rank to plan (default: 0)"
+        )
+        parser.add_argument(
+            "--ranks",
+            choices=("all",),
+            default=None,
+            help="all: plan every rank, each in its own process, and print a table",
         )
         add_cache_flags(parser)
 
@@ -121,12 +145,139 @@ class PlanCommand:
             check_target(target)
         except TargetError as exc:
             raise CommandError(str(exc), exc.exit_code) from None
+        world = _world(args)
         if args.vary is not None:
             return _vary(args, target, conf)
+        if args.ranks == "all":
+            return _all_ranks(args, target, conf, world)
         cache = open_cache(args)
-        status = _plan(target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache)
+        with _torchrun_env(world):
+            status = _plan(target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache)
         warn_cache(cache, self.name)
         return status
+
+
+def _world(args: argparse.Namespace) -> Any:
+    """The planned world from --nproc-per-node, --nnodes and --rank; None without them (the
+    environment's, torchrun's, then decides)."""
+    from memforensics.plan.distributed import World
+
+    if args.nproc_per_node is None:
+        if args.ranks is not None or args.rank is not None or args.nnodes != 1:
+            raise CommandError("--rank, --ranks and --nnodes need --nproc-per-node")
+        return None
+    if args.ranks is not None and args.rank is not None:
+        raise CommandError("--rank and --ranks all cannot be combined")
+    try:
+        return World.of(args.nproc_per_node, args.nnodes, args.rank or 0)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _torchrun_env(world: Any) -> Any:
+    """torchrun's variables for ``world`` set for the run (nothing changed for None), and put
+    back after."""
+    if world is None:
+        yield
+        return
+    names = world.env()
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _device_flags(args: argparse.Namespace, conf: str | None) -> list[str]:
+    """The planned device's options, as a child plan takes them."""
+    return [
+        "--device-memory", args.device_memory, "--device-capability", args.device_capability,
+        "--context-memory", args.context_memory, "--alloc-conf", conf or "",
+    ]  # fmt: skip
+
+
+def _target_argv(target: Target) -> list[str]:
+    return [*(("-m", target.name) if target.kind == "module" else (target.name,)), *target.args]
+
+
+def _child(command: list[str]) -> dict[str, Any] | str:
+    """A child plan's JSON answer, whatever status it exited with; else its last line."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        found: dict[str, Any] = json.loads(done.stdout)
+        return found
+    except ValueError:
+        pass
+    tail = done.stderr.strip().splitlines()
+    return tail[-1] if tail else f"exit status {done.returncode}"
+
+
+def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world: Any) -> int:
+    """Every rank planned in its own process, --jobs at a time; the table and the first rank
+    to run out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memforensics.plan.ranks import SCHEMA, RankRow, RanksAnswer, first_out
+    from memforensics.plan.text import ranks_text
+
+    if args.jobs < 1:
+        raise CommandError("--jobs must be at least 1")
+
+    def one(rank: int) -> dict[str, Any] | str:
+        return _child([
+            sys.executable, "-m", "memforensics", "plan", "--json", *_device_flags(args, conf),
+            "--out-dir", args.out_dir, "--nproc-per-node", str(args.nproc_per_node),
+            "--nnodes", str(args.nnodes), "--rank", str(rank), *_target_argv(target),
+        ])  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        answers = list(pool.map(one, range(world.world_size)))
+    rows = []
+    for rank, found in enumerate(answers):
+        if isinstance(found, str):
+            rows.append(RankRow(rank, None, None, None, error=found))
+            continue
+        rows.append(
+            RankRow(
+                rank,
+                found["peak_allocated_bytes"],
+                found["peak_reserved_bytes"],
+                bool(found["fits"]),
+                oom=found["oom_message"] is not None,
+                cause=_cause(found),
+                snapshots=tuple(found.get("snapshots") or ()),
+            )
+        )
+    answer = RanksAnswer(world.world_size, tuple(rows), first_out(rows))
+    if args.json:
+        from memforensics.analysis.schema import document
+
+        print(json.dumps(document(answer, SCHEMA), indent=2))
+    else:
+        print(ranks_text(answer))
+    return 0 if answer.first_out is None and all(r.fits for r in rows) else 1
+
+
+def _cause(found: dict[str, Any]) -> str | None:
+    """Why a rank's plan does not fit, in words: its OOM's cause, or what it needs."""
+    from memforensics._units import format_bytes
+
+    if found["fits"]:
+        return None
+    verdict = found.get("verdict") or {}
+    if found["oom_message"] is not None:
+        cause = verdict.get("cause") or found["oom_message"].split(". If ")[0]
+        return f"predicted OOM: {cause}"
+    return (
+        f"needs {format_bytes(found['needed_bytes'])} (peak reserved, the CUDA context and "
+        f"NCCL's buffers) of {format_bytes(found['device_bytes'])}"
+    )
 
 
 def _plan(
@@ -211,13 +362,16 @@ def _answer(
     for folder in folders:  # what capture wrote during this run (not an earlier run's files)
         if folder.is_dir():
             found = sorted(p for p in folder.glob("**/*.pickle") if p.stat().st_mtime >= started)
+            if result.world_size > 1:  # other ranks may be writing there: capture names ranks
+                found = [p for p in found if p.name.startswith(f"rank{result.rank}_")]
             snapshots += [str(p) for p in found]
     by_path: dict[str, str] = {}  # the script's own dump and capture's may name one file twice
     for path in snapshots:
         by_path.setdefault(os.path.abspath(path), path)
     snapshots = list(by_path.values())
     if not snapshots:
-        final = folders[0] / "planned.pickle"
+        name = f"rank{result.rank}_planned.pickle" if result.world_size > 1 else "planned.pickle"
+        final = folders[0] / name
         _writer(spec)(str(final), device.snapshot())
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
@@ -262,26 +416,22 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         raise CommandError("--jobs must be at least 1")
     out_dir = Path(args.out_dir)
 
+    world = _world_flags(args)
+
     def one(value: str, expandable: bool) -> dict[str, Any] | str:
-        planned = Target(target.kind, target.name, vary.args(target.args, value))
+        own = vary.name in _WORLD_FLAGS  # the plan's own option, not the script's
+        planned = target if own else Target(target.kind, target.name, vary.args(target.args, value))
         chosen = with_expandable(conf) if expandable else (conf or "")
         folder = out_dir / f"{vary.name}-{value}{'-expandable' if expandable else ''}"
+        flags = dict(world)
+        if own:
+            flags[f"--{vary.name}"] = value
         command = [
             sys.executable, "-m", "memforensics", "plan", "--json",
-            "--device-memory", args.device_memory, "--device-capability", args.device_capability,
-            "--context-memory", args.context_memory, "--alloc-conf", chosen,
-            "--out-dir", str(folder),
-            *(("-m", planned.name) if planned.kind == "module" else (planned.name,)),
-            *planned.args,
+            *_device_flags(args, chosen), "--out-dir", str(folder),
+            *(part for pair in flags.items() for part in pair), *_target_argv(planned),
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        try:  # a plan's answer, whatever status the script itself exited with
-            found: dict[str, Any] = json.loads(done.stdout)
-            return found
-        except ValueError:
-            pass
-        tail = done.stderr.strip().splitlines()
-        return tail[-1] if tail else f"exit status {done.returncode}"
+        return _child(command)
 
     jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -315,6 +465,18 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
     return 0 if answer.largest is not None else 1
 
 
+_WORLD_FLAGS = ("nproc-per-node", "nnodes", "rank")
+"""Options of the plan itself that ``--vary`` sets on the plan, not on the script."""
+
+
+def _world_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The world options given, as a child plan takes them."""
+    found = {"--nproc-per-node": args.nproc_per_node, "--nnodes": args.nnodes, "--rank": args.rank}
+    if args.nproc_per_node is None:
+        found.pop("--nproc-per-node")
+    return {k: str(v) for k, v in found.items() if v is not None}
+
+
 def _writer(spec: Any) -> Any:
     """Writes a snapshot the run dumps (the script's own path) and its predicted sidecar."""
     from memforensics._layout import sidecar_path
@@ -326,8 +488,14 @@ def _writer(spec: Any) -> Any:
         if final.parent != Path(""):
             final.parent.mkdir(parents=True, exist_ok=True)
         size = write_snapshot(final, snapshot)
+        from memforensics.plan.distributed import World
+
+        world = World.from_env()
         context = SidecarContext.collect(
-            rank=0, world_size=None, device="cuda", torch_version=_torch_version()
+            rank=world.rank,
+            world_size=world.world_size if world.world_size > 1 else None,
+            device="cuda",
+            torch_version=_torch_version(),
         )
         sidecar = build_sidecar(
             context,

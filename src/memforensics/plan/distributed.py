@@ -1,0 +1,261 @@
+"""One rank of a distributed job on the planned device: ``torch.distributed`` on torch's own fake
+process group, and NCCL's buffers outside PyTorch as an allowance.
+
+The rank and the world come from torchrun's environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), which ``plan --nproc-per-node`` sets for the script as
+torchrun would. ``init_process_group`` is answered by initialising the fake group
+(``torch.testing._internal.distributed.fake_pg``, backend ``"fake"``: collectives complete at
+once and return the tensors they were given, of the right shapes, without moving data) with that
+rank and world size, whatever backend and rendezvous the script asks for. What a collective
+allocates on the device is allocated by PyTorch's own Python (FSDP's all-gather output, DDP's
+buckets), so it reaches the allocator model as any storage does, on the stream current then.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+NCCL_BUFFSIZE = 4 << 20
+"""NCCL's documented default ``NCCL_BUFFSIZE``: 4,194,304 B per connection's buffer."""
+NCCL_CHANNELS = 32
+"""Channels assumed per communicator: NCCL's documented default ``NCCL_MAX_NCHANNELS`` (the
+number NCCL picks depends on the topology; ``NCCL_MIN_NCHANNELS``/``NCCL_MAX_NCHANNELS`` set it)."""
+RING_PEERS = 2
+"""A ring channel connects each rank to two peers: it receives from one and sends to the other."""
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """Where the planned rank sits: its global and local rank, the world's and the node's
+    size."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+    @classmethod
+    def of(cls, nproc_per_node: int, nnodes: int, rank: int) -> World:
+        """Rank ``rank`` of ``nnodes`` nodes of ``nproc_per_node`` processes (ValueError for a
+        rank outside the world)."""
+        if nproc_per_node < 1 or nnodes < 1:
+            raise ValueError("--nproc-per-node and --nnodes must be at least 1")
+        size = nproc_per_node * nnodes
+        if not 0 <= rank < size:
+            raise ValueError(f"--rank {rank} is outside a world of {size} ranks (0 to {size - 1})")
+        return cls(rank, size, rank % nproc_per_node, nproc_per_node)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> World:
+        """The world torchrun's variables describe; one rank of one when they are unset."""
+        env = os.environ if environ is None else environ
+
+        def number(name: str, default: int) -> int:
+            text = env.get(name, "").strip()
+            try:
+                return int(text) if text else default
+            except ValueError:
+                return default
+
+        size = max(number("WORLD_SIZE", 1), 1)
+        rank = min(max(number("RANK", 0), 0), size - 1)
+        local_size = max(number("LOCAL_WORLD_SIZE", size), 1)
+        local = min(max(number("LOCAL_RANK", rank % local_size), 0), local_size - 1)
+        return cls(rank, size, local, local_size)
+
+    def env(self) -> dict[str, str]:
+        """The variables torchrun sets for this rank."""
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.rank // self.local_world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "memforensics-plan",
+        }
+
+
+def nccl_bytes(group_size: int, environ: Mapping[str, str] | None = None) -> int:
+    """NCCL's own device buffers for one communicator of ``group_size`` ranks, outside
+    PyTorch's allocator: ``NCCL_BUFFSIZE`` x channels x ring peers (none for a group of one,
+    which NCCL does not connect)."""
+    if group_size < 2:
+        return 0
+    env = os.environ if environ is None else environ
+
+    def number(name: str, default: int) -> int:
+        try:
+            return max(int(env.get(name, "")), 1)
+        except ValueError:
+            return default
+
+    buffsize = number("NCCL_BUFFSIZE", NCCL_BUFFSIZE)
+    channels = number("NCCL_MIN_NCHANNELS", number("NCCL_MAX_NCHANNELS", NCCL_CHANNELS))
+    peers = min(group_size - 1, RING_PEERS)
+    return buffsize * channels * peers
+
+
+def fake_init(original: Callable[..., None]) -> Callable[..., None]:
+    """``init_process_group`` answered by the fake group with the planned rank and world size
+    (from torchrun's variables), whatever backend, rendezvous and world the script names."""
+
+    def init_process_group(
+        backend: Any = None,
+        init_method: Any = None,
+        timeout: Any = None,
+        world_size: int = -1,
+        rank: int = -1,
+        store: Any = None,
+        group_name: str = "",
+        pg_options: Any = None,
+        device_id: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        world = World.from_env()
+        options: dict[str, Any] = {"group_name": group_name} if group_name else {}
+        if timeout is not None:
+            options["timeout"] = timeout
+        original(
+            backend="fake",
+            store=FakeStore(),
+            rank=world.rank,
+            world_size=world.world_size,
+            **options,
+        )
+
+    return init_process_group
+
+
+def counted_groups(
+    original: Callable[..., Any], outside: Callable[[int], None]
+) -> Callable[..., Any]:
+    """``_new_process_group_helper``: each group of two or more ranks this rank belongs to is
+    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device."""
+
+    def new_group(group_size: int, group_rank: int, *args: Any, **kwargs: Any) -> Any:
+        made = original(group_size, group_rank, *args, **kwargs)
+        if group_rank >= 0:
+            outside(nccl_bytes(int(group_size)))
+        return made
+
+    return new_group
+
+
+def same_params(*args: Any, **kwargs: Any) -> None:
+    """``_verify_params_across_processes``: every rank runs the same program, and the fake group
+    gathers no shapes to compare."""
+    return None
+
+
+def moved_inputs(original: Callable[..., Any]) -> Callable[..., Any]:
+    """DDP's move of its inputs to its device: a stand-in is already there (its device reads
+    ``meta``, DDP's reads ``meta:0``), a CPU tensor is copied onto the planned device. The copy
+    runs on the current stream (DDP's side stream for it is not modelled)."""
+
+    def recursive_to(inputs: Any, target_device: Any, use_side_stream: bool) -> Any:
+        import torch
+
+        if getattr(target_device, "type", None) == "meta":
+            target_device = torch.device("cuda", target_device.index or 0)
+            use_side_stream = False
+        return original(inputs, target_device, use_side_stream)
+
+    return recursive_to
+
+
+def close() -> None:
+    """The fake group the script left initialised, destroyed: a later plan in this process
+    starts without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _done(value: Any) -> Any:
+    import torch
+
+    future: Any = torch.futures.Future()
+    future.set_result(value)
+    return future
+
+
+def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
+    """DDP built as usual, with the reduction of each gradient bucket done by a hook of the
+    plan's: the fake group's futures carry no tensors, which DDP's own reduction needs. The
+    hook all-reduces the bucket in place (no allocation, as with NCCL) and divides it by the
+    world size, as DDP's does; a hook the script registers runs inside it, for what it
+    allocates."""
+
+    import torch.distributed as dist
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._memforensics_hook = None
+        group = self.process_group
+
+        def reduce_bucket(state: object, bucket: Any) -> Any:
+
+            buffer = bucket.buffer()
+            script = self._memforensics_hook
+            if script is not None:
+                script[0](script[1], bucket)  # its own allocations; its futures carry nothing
+            else:
+                dist.all_reduce(buffer, group=group)
+                buffer.div_(dist.get_world_size(group))
+            return _done(buffer)
+
+        if getattr(self, "reducer", None) is not None:
+            dist._register_comm_hook(self.reducer, None, reduce_bucket)  # type: ignore[attr-defined]
+            self.reducer = _FirstBuckets(self.reducer)
+
+    return __init__
+
+
+class _FirstBuckets:
+    """DDP's reducer, keeping the buckets it was built with: the rebuild after the first
+    iteration broadcasts rank 0's order of ready gradients and reads it back, values the fake
+    group does not carry."""
+
+    def __init__(self, reducer: Any) -> None:
+        self._reducer = reducer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+
+def ddp_register(original: Callable[..., None]) -> Callable[..., None]:
+    """``DistributedDataParallel.register_comm_hook``: the script's hook is kept and run by the
+    plan's (DDP takes one hook per model)."""
+
+    def register_comm_hook(self: Any, state: object, hook: Callable[..., Any]) -> None:
+        self._memforensics_hook = (hook, state)
+
+    return register_comm_hook
+
+
+def fsdp_materialised(
+    holds: Callable[[Any], bool], original: Callable[[Any], None]
+) -> Callable[[Any], None]:
+    """FSDP2's check that no parameter is left on ``meta``: a stand-in is on the planned
+    device (its ``.device`` reads ``meta``); only the script's own ``meta`` parameters fail it,
+    with FSDP's message."""
+
+    def validate(self: Any) -> None:
+        for fsdp_param in self.fsdp_params:
+            sharded = fsdp_param.sharded_param
+            if holds(getattr(sharded, "_local_tensor", sharded)):
+                original(self)
+                return
+
+    return validate

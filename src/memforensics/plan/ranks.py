@@ -1,0 +1,45 @@
+"""``--ranks all``: every rank of a distributed job planned, each in its own process.
+
+Pure: the rows the CLI gathers from each rank's plan, and the answer: which rank runs out first
+and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA = 1
+"""Version of ``plan --ranks all --json``'s keys (docs/json.md)."""
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank planned: its peaks, whether it fits (None where its run failed for another
+    reason), ``oom`` when it ran out; ``cause``: why it does not fit, in words."""
+
+    rank: int
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    fits: bool | None
+    oom: bool = False
+    cause: str | None = None
+    error: str | None = None
+    snapshots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RanksAnswer:
+    """Every planned rank's row, and the first rank (lowest) that runs out or does not fit."""
+
+    world_size: int
+    rows: tuple[RankRow, ...]
+    first_out: RankRow | None
+
+
+def first_out(rows: list[RankRow]) -> RankRow | None:
+    """The lowest rank that runs out (a predicted OOM), else the lowest that does not fit."""
+    for wanted in (True, False):
+        for row in sorted(rows, key=lambda r: r.rank):
+            if row.fits is False and row.oom is wanted:
+                return row
+    return None

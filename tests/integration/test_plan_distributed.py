@@ -1,0 +1,124 @@
+"""``memforensics plan --nproc-per-node``: ranks of DDP and FSDP2 jobs planned on torch's fake
+process group, checked against the shard arithmetic and NCCL's default buffers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+NCCL_DEFAULT = 4 * MiB * 32 * 2  # NCCL_BUFFSIZE x channels x ring peers, one communicator
+
+DDP = """
+import json, os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("nccl")
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512))
+model = DDP(model.cuda(), device_ids=[local])
+opt = torch.optim.AdamW(model.parameters())
+for _ in range(2):
+    model(torch.randn(32, 512, device="cuda")).sum().backward()
+    opt.step()
+    opt.zero_grad()
+json.dump({"rank": dist.get_rank(), "world": dist.get_world_size()}, open(sys.argv[1], "w"))
+dist.destroy_process_group()
+"""
+
+FSDP2 = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("nccl")
+model = torch.nn.Sequential(torch.nn.Linear(1000, 1001), torch.nn.Linear(1001, 1000)).cuda()
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+sharded = torch.cuda.memory_allocated()
+model(torch.randn(16, 1000, device="cuda")).sum().backward()
+json.dump({"sharded": sharded}, open(sys.argv[1], "w"))
+"""
+
+
+def _shards(world: int) -> int:
+    """What FSDP2's shards of FSDP2 above hold on one rank: dim 0 padded to a multiple of the
+    world, 1/world of it per rank, each in a block rounded to 512 B."""
+    shapes = [(1001, 1000), (1001,), (1000, 1001), (1000,)]
+    total = 0
+    for shape in shapes:
+        rows = math.ceil(shape[0] / world)
+        nbytes = rows * math.prod(shape[1:]) * 4
+        total += -(-nbytes // 512) * 512
+    return total
+
+
+@pytest.mark.parametrize("world", [8, 64])
+def test_an_fsdp2_rank_holds_exactly_its_padded_shards(tmp_path: Path, world: int) -> None:
+    """After fully_shard, a rank's allocated memory is the padded 1/N of every parameter."""
+    script(tmp_path, FSDP2)
+    done = plan(tmp_path, "--json", "--nproc-per-node", str(world), "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert (answer["rank"], answer["world_size"]) == (0, world)
+    assert json.loads((tmp_path / "out.json").read_text())["sharded"] == _shards(world)
+
+
+@pytest.mark.parametrize("world", [8, 64])
+def test_a_ddp_rank_runs_unchanged_with_nccl_buffers_outside_pytorch(
+    tmp_path: Path, world: int
+) -> None:
+    """A DDP script sees the planned rank and world, and fits with one communicator's buffers."""
+    script(tmp_path, DDP)
+    done = plan(
+        tmp_path, "--json", "--nproc-per-node", str(world // 2), "--nnodes", "2", "--rank",
+        str(world - 1), "train.py", "out.json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"rank": world - 1, "world": world}
+    assert answer["nccl_bytes"] == NCCL_DEFAULT
+    assert answer["needed_bytes"] == (
+        answer["peak_reserved_bytes"] + answer["context_bytes"] + NCCL_DEFAULT
+    )
+    params = (512 * 2048 + 2048 + 2048 * 512 + 512) * 4
+    # parameters, their gradients, DDP's buckets and AdamW's two states at least
+    assert answer["peak_allocated_bytes"] >= 5 * params
+    assert Path(tmp_path, answer["snapshots"][0]).name == f"rank{world - 1}_planned.pickle"
+
+
+def test_every_rank_planned_names_the_first_to_run_out(tmp_path: Path) -> None:
+    """--ranks all plans each rank; on a device too small, rank 0 runs out first, NCCL named."""
+    script(tmp_path, DDP)
+    done = plan(
+        tmp_path, "--nproc-per-node", "2", "--ranks", "all", "--jobs", "2",
+        "--device-memory", "700MiB", "train.py", "out.json",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
+    assert all(line.split()[-1] == "OOM" for line in lines[1:3])
+    first = next(line for line in lines if line.startswith("First rank to run out"))
+    assert first.startswith("First rank to run out: 0: predicted OOM")
+    assert "NCCL" in first
+    assert sorted(
+        p.name.split("_")[0] for p in (tmp_path / "memforensics-plan/oom").glob("*.pickle")
+    ) == ["rank0", "rank1"]
+
+
+def test_vary_nproc_per_node_finds_the_smallest_world_that_fits(tmp_path: Path) -> None:
+    """--vary nproc-per-node plans each world size; FSDP2's shards shrink as the world grows."""
+    script(tmp_path, FSDP2)
+    done = plan(
+        tmp_path, "--json", "--vary", "nproc-per-node=8,64", "train.py", "out.json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [r["value"] for r in rows] == ["8", "64"]
+    assert rows[0]["peak_allocated_bytes"] > rows[1]["peak_allocated_bytes"]
