@@ -140,7 +140,7 @@ def _plan(
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
     dump's story explained as ``summary`` explains it, and kept in ``cache``)."""
     from memforensics.capture.facade import current, install, uninstall
-    from memforensics.plan import MissingAttribute, OutOfScope, run_planned
+    from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     exited: list[int] = []
@@ -152,7 +152,7 @@ def _plan(
             exited.append(_exit_status(exc))
 
     def before() -> None:
-        install(out_dir=str(out_dir))
+        install(out_dir=str(out_dir)).track(finder=live_models)
 
     def after() -> None:
         live = current()
