@@ -541,10 +541,11 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
 
 
 def _outside(moment: OomMoment | None, needed: int | None, missing: list[str]) -> Cause | None:
-    """Device memory PyTorch's allocator does not own (limit - device free - reserved)."""
+    """Device memory PyTorch's allocator does not own (limit - device free - reserved), less
+    the CUDA context the dump accounts for (a planned dump's: known, never a cause)."""
     if moment is None:
         return None
-    external = moment.external_bytes
+    external = moment.unaccounted_external_bytes
     if external is None:
         if moment.requested_bytes is not None and not moment.served:
             known_free = moment.device_free_bytes is not None

@@ -205,11 +205,12 @@ PENDING_FIX = (
 
 
 def outside_evidence(moment: OomMoment, external: int) -> str:
-    """limit - device free - reserved."""
+    """limit - device free - reserved (- the context the dump accounts for)."""
+    context = f" - the context {fmt(moment.context_bytes)}" if moment.context_bytes else ""
     return (
         f"{fmt(external)} of the device is not PyTorch's (limit {fmt(moment.device_total_bytes)}"
         f" - {device_free_text(moment.device_free_bytes)} - reserved"
-        f" {fmt(moment.reserved_bytes)}): NCCL, the CUDA context or another process"
+        f" {fmt(moment.reserved_bytes)}{context}): NCCL, the CUDA context or another process"
     )
 
 
