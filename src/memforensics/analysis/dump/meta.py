@@ -104,6 +104,9 @@ class DumpMeta:
     context_bytes: int | None = None
     """A planned dump's CUDA context (``plan --context-memory``): device memory outside
     PyTorch the dump accounts for. None for a GPU's dump, whose context is not recorded."""
+    oom_expandable: bool | None = None
+    """A planned OOM dump's: whether the plan's own run with ``expandable_segments:True`` ran
+    out too (None: no such run was made)."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -184,6 +187,9 @@ def dump_meta(
         tensors=_tensors(sidecar.get("tensors")),
         predicted=marked or isinstance(planned, dict),
         context_bytes=as_int(planned.get("context_bytes")) if isinstance(planned, dict) else None,
+        oom_expandable=_flag(planned.get(_layout.OOM_EXPANDABLE))
+        if isinstance(planned, dict)
+        else None,
     )
 
 

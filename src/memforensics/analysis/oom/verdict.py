@@ -8,16 +8,16 @@ By the time PyTorch raises an OOM it has released every wholly free segment and 
 is left is holes inside partly used segments, the device's free memory (capped by the limit), and
 memory on the device that PyTorch's allocator does not own (``limit - device free - reserved``:
 NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). A planned dump
-accounts for its CUDA context (``plan --context-memory``): that part is known, never a cause. With ``free`` the holes
-of the request's own pool and stream (the small pool never serves a request over 1 MiB) plus
-the free device memory:
+accounts for its CUDA context (``plan --context-memory``): that part is known, never a cause.
+With ``free`` the holes of the request's own pool and stream (the small pool never serves a
+request over 1 MiB) plus the free device memory:
 
 - ``fragmentation``: ``free`` covers the request, yet no single hole or fresh segment could hold
   it: the bytes exist but not in one piece. Placement (expandable segments) can fix it.
 - ``external``: ``free`` falls short, but would cover the request if the memory outside PyTorch
   (less a context the dump accounts for) were not there: that memory, not PyTorch's live or
-  cached bytes, left no room. Also ``external (nothing reserved)``: PyTorch held nothing, so only memory outside it, or a device
-  or limit smaller than the request, can have stopped it.
+  cached bytes, left no room. Also ``external (nothing reserved)``: PyTorch held nothing, so
+  only memory outside it, or a device or limit smaller than the request, can have stopped it.
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
   could give the live blocks (requests rounded to 512 B), the request and the external memory
   exceed the limit: no allocator setting could have fit. ``request over the limit``: nothing
@@ -74,6 +74,33 @@ class Verdict:
     def label(self) -> str:
         """``exhausted (proven)``, ``unknown (no history and no sidecar)``, or the name."""
         return f"{self.name} ({self.reason})" if self.reason else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandableAnswer:
+    """Whether ``expandable_segments:True`` would have avoided the OOM: ``served`` True or
+    False, None when not known (``why``). ``planned``: the plan's own run with that setting
+    answered (it ran the script again), not the replay of the dump's trace."""
+
+    served: bool | None
+    why: str | None = None
+    planned: bool = False
+
+
+def expandable_runs_out(verdict: Verdict, answer: ExpandableAnswer, *, history: bool) -> Verdict:
+    """A fragmentation verdict whose advice says expandable segments would not avoid the OOM
+    (``answer.served`` is False), instead of offering them."""
+    how = (
+        "the plan's own run with expandable_segments:True runs out too"
+        if answer.planned
+        else "replayed with expandable_segments:True, the request still fails"
+    )
+    where = " (memforensics replay FILE lists them)" if history else ""
+    advice = (
+        f"expandable_segments would also run out ({how}): lower the peak, or release"
+        f" long-lived tensors that pin partly used segments{where}."
+    )
+    return Verdict(verdict.name, verdict.explanation, advice, verdict.reason)
 
 
 def no_oom() -> Verdict:
