@@ -56,6 +56,9 @@ class PlanResult:
     needed_bytes: int = field(init=False)
     """Peak reserved plus the CUDA context: what the device must hold."""
     exit_status: int | None = None
+    oom_expandable: bool | None = None
+    """A predicted OOM judged fragmentation, planned again with ``expandable_segments:True``:
+    whether that run runs out too (None: not planned again)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "needed_bytes", self.peak_reserved_bytes + self.context_bytes)
