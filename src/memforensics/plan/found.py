@@ -25,9 +25,10 @@ def live_models() -> tuple[list[Any], list[Any]]:
     modules: list[Any] = []
     optimizers: list[Any] = []
     for found in gc.get_objects():
-        if isinstance(found, module_type):
+        kind = type(found)  # never ``__class__``: a deprecated object warns when asked it
+        if issubclass(kind, module_type):
             modules.append(found)
-        elif isinstance(found, optimizer_type):
+        elif issubclass(kind, optimizer_type):
             optimizers.append(found)
     held = {id(child) for module in modules for child in module.children()}
     return [module for module in modules if id(module) not in held], optimizers
