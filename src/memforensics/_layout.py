@@ -45,6 +45,9 @@ PREDICTED_KEY = "memforensics_predicted"
 """The first top-level key of every snapshot ``plan`` records, holding what a sidecar's
 :data:`PREDICTED` holds: a ``_snapshot()`` the script pickles itself still says it is a
 prediction. PyTorch's own readers index only the keys they know."""
+OOM_EXPANDABLE = "oom_expandable"
+"""The key, inside a planned OOM dump's :data:`PREDICTED` object, saying whether the plan's own
+run with ``expandable_segments:True`` ran out too (absent: no such run was made)."""
 JOURNAL_SUFFIX = ".jsonl"
 
 RANK_LIMIT = 1 << 31

@@ -48,7 +48,7 @@ from memforensics.capture.near_oom import NearOomCheck
 from memforensics.capture.oom import REGISTRY, OomGuard, is_oom_error
 from memforensics.capture.oom_capture import OomCapture
 from memforensics.capture.sidecar import SidecarContext
-from memforensics.capture.track import Tracker
+from memforensics.capture.track import Finder, Tracker
 from memforensics.capture.window import HistorySwitch, Window, WindowSchedule
 
 _install_lock = threading.RLock()
@@ -312,21 +312,31 @@ class MemoryForensics:
             self._oom.raised(exc, self.current_step)
 
     # -- tracked models and optimizers ---------------------------------------------------------
-    def track(self, *, model: object = None, optimizer: object = None) -> MemoryForensics:
+    def track(
+        self, *, model: object = None, optimizer: object = None, finder: Finder | None = None
+    ) -> MemoryForensics:
         """Record the tensors of ``model`` and ``optimizer`` in every later dump's sidecar.
 
         Each takes a module or an optimizer, or any iterable of them; they are held by weak
         reference (tracking never keeps a model alive) and add to what is tracked already.
-        Walked only when a dump is written. Raises ConfigError for anything else; returns
-        ``self``.
+        ``finder``: called at each dump, it returns ``(modules, optimizers)`` found alive then,
+        tracked for that dump too. Walked only when a dump is written. Raises ConfigError for
+        anything else; returns ``self``.
         """
         self._tracker.add(model, optimizer)
+        if finder is not None:
+            self._tracker.find_with(finder)
         return self
 
     @property
     def tracked(self) -> tuple[list[Any], list[Any]]:
         """The tracked modules and optimizers still alive."""
         return self._tracker.modules, self._tracker.optimizers
+
+    @property
+    def finders(self) -> list[Finder]:
+        """The finders given to :meth:`track`, in the order given."""
+        return list(self._tracker.finders)
 
     # -- manual dumps ------------------------------------------------------------------------------
     def dump(self) -> Path | None:
@@ -454,8 +464,10 @@ def install(*, model: object = None, optimizer: object = None, **config: Any) ->
         if _still_current(live, validated, worker):
             return live.track(model=model, optimizer=optimizer)  # type: ignore[union-attr] # _still_current checked it
         kept: tuple[list[Any], list[Any]] = ([], [])
+        finders: list[Finder] = []
         if live is not None:
             kept = live.tracked  # the process's models outlive a configuration
+            finders = live.finders
             live.close()
             _current = None
         try:
@@ -465,6 +477,8 @@ def install(*, model: object = None, optimizer: object = None, **config: Any) ->
         if worker is None:
             mark_installer()
         _current.track(model=kept[0], optimizer=kept[1])
+        for finder in finders:
+            _current.track(finder=finder)
         return _current.track(model=model, optimizer=optimizer)
 
 

@@ -1,8 +1,10 @@
 """What the process knows about its own memory: the tensors of the models and optimizers it tracks.
 
 ``install(model=..., optimizer=...)`` and ``mf.track(...)`` hand capture the modules and
-optimizers of a training run. Capture keeps only weak references to them, so tracking never
-keeps a model alive, and reads them only when a dump is written: at each window, OOM, near-OOM
+optimizers of a training run; ``mf.track(finder=...)`` hands it a callable that finds them when
+a dump is written (``memforensics plan`` finds every module and optimizer alive then). Capture
+keeps only weak references to them, so tracking never keeps a model alive, and reads them only
+when a dump is written: at each window, OOM, near-OOM
 and manual dump the sidecar's ``tensors`` lists every tracked tensor on the dumped device, one
 entry per tensor:
 
@@ -34,6 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics._errors import ConfigError
+
+Finder = Callable[[], "tuple[list[Any], list[Any]]"]
+"""Finds ``(modules, optimizers)`` alive now: called at each dump, its answer never kept."""
 
 PARAMETER = "parameter"
 GRADIENT = "gradient"
@@ -112,6 +117,7 @@ class Tracker:
     def __init__(self) -> None:
         self._modules: list[weakref.ref[Any]] = []
         self._optimizers: list[weakref.ref[Any]] = []
+        self.finders: list[Finder] = []
 
     def add(self, model: object = None, optimizer: object = None) -> None:
         """Track ``model`` (modules) and ``optimizer`` (optimizers): one each, or iterables of
@@ -132,6 +138,16 @@ class Tracker:
                         ) from None
                     alive.add(id(item))
 
+    def find_with(self, finder: Finder) -> None:
+        """Also walk what ``finder`` finds at each dump (once, however often it is given)."""
+        if not callable(finder):
+            raise ConfigError(
+                f"memforensics: finder must be callable, got {type(finder).__name__}",
+                field="finder",
+            )
+        if finder not in self.finders:
+            self.finders.append(finder)
+
     @property
     def modules(self) -> list[Any]:
         """The tracked modules still alive."""
@@ -148,9 +164,19 @@ class Tracker:
         (``"cuda"``, ``"npu"``, ``"sim"``) for tensors on an accelerator: a process drives one
         kind, and the snapshot's addresses tell its devices apart."""
         modules, optimizers = self.modules, self.optimizers
+        for finder in self.finders:
+            found_modules, found_optimizers = finder()
+            modules += _new(found_modules, modules)
+            optimizers += _new(found_optimizers, optimizers)
         if not modules and not optimizers:
             return None
         return bounded(walk(modules, optimizers, device_type))
+
+
+def _new(found: list[Any], known: list[Any]) -> list[Any]:
+    """What of ``found`` is not in ``known`` already (by identity)."""
+    seen = {id(item) for item in known}
+    return [item for item in found if id(item) not in seen]
 
 
 def _alive(refs: list[weakref.ref[Any]]) -> Iterator[Any]:

@@ -61,7 +61,10 @@ class StepHolder:
             return
         for keyword, value in (("model", model), ("optimizer", optimizer)):
             try:
-                self.facade.track(**{keyword: value})
+                if keyword == "model":
+                    self.facade.track(model=value)
+                else:
+                    self.facade.track(optimizer=value)
             except ConfigError as exc:
                 warn_once(f"track:{keyword}", "track_skipped", reason=str(exc))
 

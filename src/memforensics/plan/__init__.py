@@ -6,6 +6,7 @@ re-made in Python) and every storage's allocation and free driven through
 """
 
 from memforensics.plan.device import DeviceSpec, OutOfScope, PlannedDevice, PlannedRunWarning
+from memforensics.plan.found import live_models
 from memforensics.plan.patches import MissingAttribute
 from memforensics.plan.runner import PlanResult, device_spec, planned_device, run_planned
 
@@ -17,6 +18,7 @@ __all__ = [
     "PlannedDevice",
     "PlannedRunWarning",
     "device_spec",
+    "live_models",
     "planned_device",
     "run_planned",
 ]

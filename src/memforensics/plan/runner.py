@@ -62,6 +62,9 @@ class PlanResult:
     nccl_bytes: int = 0
     """NCCL's buffers outside PyTorch, an allowance from NCCL's defaults (0 without a
     process group of two or more ranks)."""
+    oom_expandable: bool | None = None
+    """A predicted OOM judged fragmentation, planned again with ``expandable_segments:True``:
+    whether that run runs out too (None: not planned again)."""
 
     def __post_init__(self) -> None:
         needed = self.peak_reserved_bytes + self.context_bytes + self.nccl_bytes

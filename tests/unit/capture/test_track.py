@@ -236,3 +236,31 @@ def test_a_long_name_keeps_its_end(tmp_path: Path) -> None:
     assert len(entry["name"]) == MAX_NAME
     assert entry["name"].endswith(".attn.weight")
     assert entry["name"].startswith("…")
+
+
+def test_a_finder_adds_what_it_finds_at_each_dump_and_survives_a_new_configuration(
+    tmp_path: Path,
+) -> None:
+    """track(finder=...) lists, in each later dump, the tensors of the models the finder
+    returns then (a model made after the call too), each once beside a tracked one, and an
+    install() with another configuration keeps the finder."""
+    device = reset_device(total_bytes=64 * MiB)
+    tracked = SimModule(device, {"a.weight": MiB})
+    found: list[SimModule] = [tracked]
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path / "a"), model=tracked)
+    mf.track(finder=lambda: (list(found), []))
+    found.append(SimModule(device, {"b.weight": 2 * MiB}))  # made after the call
+    names = [entry["name"] for entry in _sidecar(mf.dump())["tensors"]]  # type: ignore[arg-type]
+    assert sorted(names) == ["a.weight", "b.weight"]
+    second = memforensics.install(device="sim", out_dir=str(tmp_path / "b"))
+    found.append(SimModule(device, {"c.weight": MiB}))
+    names = [entry["name"] for entry in _sidecar(second.dump())["tensors"]]  # type: ignore[arg-type]
+    assert sorted(names) == ["a.weight", "b.weight", "c.weight"]
+
+
+def test_a_finder_that_is_not_callable_is_a_config_error(tmp_path: Path) -> None:
+    """track(finder="models") fails at the call, naming the argument."""
+    reset_device(total_bytes=64 * MiB)
+    mf = memforensics.install(device="sim", out_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="finder must be callable"):
+        mf.track(finder="models")  # type: ignore[arg-type]

@@ -48,7 +48,7 @@ from typing import Protocol
 from memforensics.analysis.diagnosis import text
 from memforensics.analysis.dump import Dump, as_int
 from memforensics.analysis.filled import KindBytes, KindSite, Moment, Unwound
-from memforensics.analysis.oom import OomMoment, Verdict, recorded_rules
+from memforensics.analysis.oom import ExpandableAnswer, OomMoment, Verdict, recorded_rules
 
 GROWTH = "growth"
 STATIC = "static"
@@ -197,9 +197,9 @@ class Evidence:
         return tuple(KindSite(kinds[0], site, size, n) for site, (size, n) in ordered)
 
 
-ExpandableServes = Callable[[], "tuple[bool | None, str | None]"]
-"""Asks the replay whether ``expandable_segments`` serves the request: ``(served, why not
-known)``; called only when the verdict is fragmentation."""
+ExpandableServes = Callable[[], ExpandableAnswer]
+"""Asks whether ``expandable_segments`` serves the request (the plan's own run with it, else
+the replay); called only when the verdict is fragmentation."""
 
 
 def needed_bytes(moment: OomMoment | None) -> int | None:
@@ -541,10 +541,11 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
 
 
 def _outside(moment: OomMoment | None, needed: int | None, missing: list[str]) -> Cause | None:
-    """Device memory PyTorch's allocator does not own (limit - device free - reserved)."""
+    """Device memory PyTorch's allocator does not own (limit - device free - reserved), less
+    the CUDA context the dump accounts for (a planned dump's: known, never a cause)."""
     if moment is None:
         return None
-    external = moment.external_bytes
+    external = moment.unaccounted_external_bytes
     if external is None:
         if moment.requested_bytes is not None and not moment.served:
             known_free = moment.device_free_bytes is not None
@@ -582,7 +583,8 @@ def _fragmentation(
     missing: list[str],
 ) -> Cause | None:
     """Enough free inside reserved but no block for the request: a cause only where the
-    replay shows that ``expandable_segments`` would have served the request (with growth:
+    plan's own run with ``expandable_segments``, or else the replay, shows that setting would
+    have served the request (with growth:
     about how many more steps the freed holes buy at its rate)."""
     if moment is None or verdict.name != FRAGMENTATION:
         return None
@@ -597,15 +599,18 @@ def _fragmentation(
     if expandable_serves is None:
         missing.append(text.missing_replay(None))
         return None
-    served, why = expandable_serves()
-    if served is None:
-        missing.append(text.missing_replay(why))
+    answer = expandable_serves()
+    if answer.served is None:
+        missing.append(text.missing_replay(answer.why))
         return None
-    if not served:
-        missing.append(text.EXPANDABLE_DOES_NOT_SERVE)
+    if not answer.served:
+        missing.append(
+            text.EXPANDABLE_PLANNED_RUNS_OUT if answer.planned else text.EXPANDABLE_DOES_NOT_SERVE
+        )
         return None
     bought = holes // growth_rate if growth_rate else None
     return Cause(
-        FRAGMENTATION, holes, holes, True, text.fragmentation_evidence(moment, holes, bought),
+        FRAGMENTATION, holes, holes, True,
+        text.fragmentation_evidence(moment, holes, bought, planned=answer.planned),
         (Fix(text.EXPANDABLE_FIX, holes, True),),
     )  # fmt: skip

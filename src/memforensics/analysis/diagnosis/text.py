@@ -205,11 +205,12 @@ PENDING_FIX = (
 
 
 def outside_evidence(moment: OomMoment, external: int) -> str:
-    """limit - device free - reserved."""
+    """limit - device free - reserved (- the context the dump accounts for)."""
+    context = f" - the context {fmt(moment.context_bytes)}" if moment.context_bytes else ""
     return (
         f"{fmt(external)} of the device is not PyTorch's (limit {fmt(moment.device_total_bytes)}"
         f" - {device_free_text(moment.device_free_bytes)} - reserved"
-        f" {fmt(moment.reserved_bytes)}): NCCL, the CUDA context or another process"
+        f" {fmt(moment.reserved_bytes)}{context}): NCCL, the CUDA context or another process"
     )
 
 
@@ -227,16 +228,23 @@ def pending_evidence(pending: int, sites: Sequence[tuple[str, int]]) -> str:
 EXPANDABLE_FIX = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
-def fragmentation_evidence(moment: OomMoment, holes: int, steps_bought: int | None) -> str:
-    """Free inside reserved but in pieces; the replay serves the request with expandable
-    segments; with growth, about how many steps that buys."""
+def fragmentation_evidence(
+    moment: OomMoment, holes: int, steps_bought: int | None, *, planned: bool = False
+) -> str:
+    """Free inside reserved but in pieces; with expandable segments the request is served (the
+    replay's answer, or the plan's own run with them fits); with growth, about how many steps
+    that buys."""
     bought = ""
     if steps_bought is not None:
         bought = f"; at the growth's rate that buys about {steps_bought:,} more steps"
+    served = (
+        "the plan's own run with expandable_segments:True fits"
+        if planned
+        else "replayed with expandable_segments the request is served"
+    )
     return (
         f"{fmt(holes)} was free inside reserved segments but the largest free block was"
-        f" {fmt(moment.largest_free_block_bytes)}; replayed with expandable_segments the"
-        f" request is served{bought}"
+        f" {fmt(moment.largest_free_block_bytes)}; {served}{bought}"
     )
 
 
@@ -251,6 +259,10 @@ NO_EXPANDABLE_RELEASE = (
 EXPANDABLE_DOES_NOT_SERVE = (
     "the free memory was in pieces, but replayed with expandable_segments the request still"
     " fails: that setting is no fix here"
+)
+EXPANDABLE_PLANNED_RUNS_OUT = (
+    "the free memory was in pieces, but expandable_segments would also run out: the plan's own"
+    " run with expandable_segments:True runs out too, so that setting is no fix here"
 )
 
 

@@ -101,6 +101,12 @@ class DumpMeta:
     or a sidecar from before ``tensors``)."""
     predicted: bool = False
     """Written by ``memforensics plan``: a prediction on the CPU, not a GPU's record."""
+    context_bytes: int | None = None
+    """A planned dump's CUDA context (``plan --context-memory``): device memory outside
+    PyTorch the dump accounts for. None for a GPU's dump, whose context is not recorded."""
+    oom_expandable: bool | None = None
+    """A planned OOM dump's: whether the plan's own run with ``expandable_segments:True`` ran
+    out too (None: no such run was made)."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -164,6 +170,7 @@ def dump_meta(
     hostname = sidecar.get("hostname")
     rank = as_int(sidecar.get("rank"))
     step = as_int(sidecar.get("step"))
+    planned = sidecar.get(_layout.PREDICTED)
     return DumpMeta(
         kind=kind if isinstance(kind, str) else guess.kind,
         rank=guess.rank if rank is None else rank,
@@ -178,7 +185,11 @@ def dump_meta(
         has_sidecar=True,
         sidecar=sidecar,
         tensors=_tensors(sidecar.get("tensors")),
-        predicted=marked or isinstance(sidecar.get(_layout.PREDICTED), dict),
+        predicted=marked or isinstance(planned, dict),
+        context_bytes=as_int(planned.get("context_bytes")) if isinstance(planned, dict) else None,
+        oom_expandable=_flag(planned.get(_layout.OOM_EXPANDABLE))
+        if isinstance(planned, dict)
+        else None,
     )
 
 

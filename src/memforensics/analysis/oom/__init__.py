@@ -31,8 +31,11 @@ from memforensics.analysis.oom.text import (
 )
 from memforensics.analysis.oom.verdict import (
     DEVICE_FREE_UNKNOWN,
+    FRAGMENTATION,
+    ExpandableAnswer,
     Verdict,
     device_free_text,
+    expandable_runs_out,
     judge,
     needed_text,
     outside_text,
@@ -43,10 +46,12 @@ from memforensics.analysis.oom.verdict import (
 __all__ = [
     "CAPACITY",
     "DEVICE_FREE_UNKNOWN",
+    "FRAGMENTATION",
     "SEGMENT_ACTIONS",
     "TRACE",
     "AllocatorState",
     "AtRisk",
+    "ExpandableAnswer",
     "LiveBlock",
     "LowerBound",
     "OomMoment",
@@ -58,6 +63,7 @@ __all__ = [
     "at_risk_lines",
     "changes_after",
     "device_free_text",
+    "expandable_runs_out",
     "fragmentation_text",
     "has_history",
     "headroom_text",

@@ -177,6 +177,9 @@ class OomMoment:
     one up to it)."""
     route: ServeRoute | None = None
     """How the model served it, when it did."""
+    context_bytes: int | None = None
+    """Of the memory outside PyTorch, the CUDA context the dump accounts for (a planned
+    dump's ``--context-memory``); None when the dump does not record it (a GPU's dump)."""
 
     @property
     def external_bytes(self) -> int | None:
@@ -184,6 +187,16 @@ class OomMoment:
         return outside_pytorch_bytes(
             self.device_total_bytes, self.device_free_bytes, self.reserved_bytes
         )
+
+    @property
+    def unaccounted_external_bytes(self) -> int | None:
+        """Memory outside PyTorch less the context the dump accounts for: what NCCL, another
+        process or the script's own allocations outside PyTorch can hold, and so what can be a
+        cause (all of it when the context is not recorded)."""
+        external = self.external_bytes
+        if external is None or self.context_bytes is None:
+            return external
+        return max(external - self.context_bytes, 0)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -277,7 +290,10 @@ def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
     served = None if wanted is None or state.problem_count else route is not None
     if allocation is None and wanted is not None:
         allocation = _allocation_of(settings, wanted)
-    return replace(found, assumed=assumed, served=served, route=route, allocation_bytes=allocation)
+    return replace(
+        found, assumed=assumed, served=served, route=route, allocation_bytes=allocation,
+        context_bytes=dump.meta.context_bytes,
+    )  # fmt: skip
 
 
 def _allocation_of(settings: AllocatorSettings, requested: int) -> int:

@@ -7,16 +7,17 @@
 By the time PyTorch raises an OOM it has released every wholly free segment and retried, so what
 is left is holes inside partly used segments, the device's free memory (capped by the limit), and
 memory on the device that PyTorch's allocator does not own (``limit - device free - reserved``:
-NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). With ``free`` the holes
-of the request's own pool and stream (the small pool never serves a request over 1 MiB) plus
-the free device memory:
+NCCL/HCCL buffers, the CUDA context, cuBLAS workspaces, other processes). A planned dump
+accounts for its CUDA context (``plan --context-memory``): that part is known, never a cause.
+With ``free`` the holes of the request's own pool and stream (the small pool never serves a
+request over 1 MiB) plus the free device memory:
 
 - ``fragmentation``: ``free`` covers the request, yet no single hole or fresh segment could hold
   it: the bytes exist but not in one piece. Placement (expandable segments) can fix it.
 - ``external``: ``free`` falls short, but would cover the request if the memory outside PyTorch
-  were not there: that memory, not PyTorch's live or cached bytes, left no room. Also
-  ``external (nothing reserved)``: PyTorch held nothing, so only memory outside it, or a device
-  or limit smaller than the request, can have stopped it.
+  (less a context the dump accounts for) were not there: that memory, not PyTorch's live or
+  cached bytes, left no room. Also ``external (nothing reserved)``: PyTorch held nothing, so
+  only memory outside it, or a device or limit smaller than the request, can have stopped it.
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
   could give the live blocks (requests rounded to 512 B), the request and the external memory
   exceed the limit: no allocator setting could have fit. ``request over the limit``: nothing
@@ -73,6 +74,33 @@ class Verdict:
     def label(self) -> str:
         """``exhausted (proven)``, ``unknown (no history and no sidecar)``, or the name."""
         return f"{self.name} ({self.reason})" if self.reason else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandableAnswer:
+    """Whether ``expandable_segments:True`` would have avoided the OOM: ``served`` True or
+    False, None when not known (``why``). ``planned``: the plan's own run with that setting
+    answered (it ran the script again), not the replay of the dump's trace."""
+
+    served: bool | None
+    why: str | None = None
+    planned: bool = False
+
+
+def expandable_runs_out(verdict: Verdict, answer: ExpandableAnswer, *, history: bool) -> Verdict:
+    """A fragmentation verdict whose advice says expandable segments would not avoid the OOM
+    (``answer.served`` is False), instead of offering them."""
+    how = (
+        "the plan's own run with expandable_segments:True runs out too"
+        if answer.planned
+        else "replayed with expandable_segments:True, the request still fails"
+    )
+    where = " (memforensics replay FILE lists them)" if history else ""
+    advice = (
+        f"expandable_segments would also run out ({how}): lower the peak, or release"
+        f" long-lived tensors that pin partly used segments{where}."
+    )
+    return Verdict(verdict.name, verdict.explanation, advice, verdict.reason)
 
 
 def no_oom() -> Verdict:
@@ -279,7 +307,7 @@ def judge(
     holes = moment.free_in_reserved_bytes or 0
     usable = holes if moment.free_in_pool_bytes is None else moment.free_in_pool_bytes
     largest = moment.largest_free_block_bytes or 0
-    external = moment.external_bytes
+    external = moment.unaccounted_external_bytes
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
     wanted = fmt(requested) if requested is not None else "an unknown amount"
     if moment.assumed and moment.headroom_bytes is None:
@@ -312,11 +340,12 @@ def judge(
         and external > 0
         and usable + headroom + external >= requested
     ):
+        context = f" - the context {fmt(moment.context_bytes)}" if moment.context_bytes else ""
         explanation = (
             f"{fmt(external)} of the device is held outside PyTorch's allocator (limit"
             f" {fmt(moment.device_total_bytes)} - free {fmt(moment.device_free_bytes)} - reserved"
-            f" {fmt(moment.reserved_bytes)}); without it the {fmt(requested)} request would"
-            f" have fit. Usual suspects: {EXTERNAL_SUSPECTS}."
+            f" {fmt(moment.reserved_bytes)}{context}); without it the {fmt(requested)} request"
+            f" would have fit. Usual suspects: {EXTERNAL_SUSPECTS}."
         )
         advice = (
             "Find who holds it: NCCL_BUFFSIZE / fewer communicators, torch.cuda.mem_get_info"
@@ -333,9 +362,25 @@ def judge(
     )
     if bound is not None and proven:
         explanation += f" Proven: {proof_text(bound)}."
+    explanation += context_text(moment)
     advice = "Hold less at the peak in those sites: smaller batches or sequences, activation "
     advice += "checkpointing, or dropping references to tensors that are no longer needed."
     return Verdict(EXHAUSTED, explanation, advice, "proven" if proven else None)
+
+
+def context_text(moment: OomMoment) -> str:
+    """`` The 512.00 MiB outside PyTorch is the CUDA context ...`` where the dump accounts for
+    the memory outside PyTorch by its context (a planned dump's), else empty."""
+    context, external = moment.context_bytes, moment.external_bytes
+    if not context or external is None or external <= 0:
+        return ""
+    what = f"The {fmt(external)} outside PyTorch is"
+    if moment.unaccounted_external_bytes:
+        what = f"Of the {fmt(external)} outside PyTorch, {fmt(context)} is"
+    return (
+        f" {what} the CUDA context the plan allows (--context-memory): every GPU run holds one,"
+        " so it is not a cause to remove."
+    )
 
 
 def _elsewhere_text(other: int, requested: int) -> str:

@@ -8,13 +8,13 @@ can), so a summary costs little more than loading the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
-from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose
+from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose, has_expandable
 from memforensics.analysis.diagnosis.diagnosis import Trend
 from memforensics.analysis.dump import (
     ALLOCATED,
@@ -45,15 +45,19 @@ from memforensics.analysis.filled import (
 )
 from memforensics.analysis.filled.peak import KINDS_TOTAL
 from memforensics.analysis.oom import (
+    FRAGMENTATION,
     TRACE,
     AtRisk,
+    ExpandableAnswer,
     LowerBound,
     OomMoment,
     Verdict,
     at_risk,
+    expandable_runs_out,
     has_history,
     judged_moment_warning,
     oom_moment,
+    replayable,
     settings_notes,
     verdict_at_oom,
 )
@@ -444,12 +448,14 @@ def summarize(
         trends=trends or (),
         trends_read=trends is not None,
     )
+    expandable_serves = _Once(lambda: expandable_answer(dump, requested, replay=replay))
+    verdict = _advised(dump, verdict, expandable_serves)
     diagnosis = diagnose(
         dump,
         moment=moment,
         verdict=verdict,
         evidence=evidence,
-        expandable_serves=(lambda: _expandable_serves(dump, requested)) if replay else None,
+        expandable_serves=expandable_serves,
     )
     return Summary(
         file=dump.name,
@@ -526,12 +532,49 @@ def _device_total(moment: OomMoment | None, risk: AtRisk | None) -> int | None:
     return risk.device_total_bytes if risk is not None else None
 
 
-def _expandable_serves(dump: Dump, requested: int | None) -> tuple[bool | None, str | None]:
-    """Whether the replay, under ``expandable_segments``, serves the failed request: True,
-    False, or None with the replay's reason when it refuses to say. The answer is the
-    replay's own ``avoided_by``, as ``replay --set expandable_segments=True`` prints it."""
+def expandable_answer(
+    dump: Dump, requested: int | None, *, replay: bool = True
+) -> ExpandableAnswer:
+    """Whether ``expandable_segments`` would have avoided the dump's OOM: the plan's own run
+    with that setting, for a planned dump that made one (it fit, or ran out too); else the
+    replay's own ``avoided_by``, as ``replay --set expandable_segments=True`` prints it (None
+    with the replay's reason when it refuses to say, or when ``replay`` is off)."""
+    ran_out = dump.meta.oom_expandable
+    if ran_out is not None and requested is None:
+        return ExpandableAnswer(not ran_out, planned=True)
+    if not replay:
+        return ExpandableAnswer(None)
     result = replay_dump(dump, sets=[EXPANDABLE_ROW], requested=requested)
-    return avoids(result, EXPANDABLE_ROW)
+    served, why = avoids(result, EXPANDABLE_ROW)
+    return ExpandableAnswer(served, why)
+
+
+class _Once:
+    """A question asked at most once: the verdict's advice and the diagnosis read one answer."""
+
+    def __init__(self, ask: Callable[[], ExpandableAnswer]) -> None:
+        self._ask = ask
+        self._answer: ExpandableAnswer | None = None
+
+    def __call__(self) -> ExpandableAnswer:
+        if self._answer is None:
+            self._answer = self._ask()
+        return self._answer
+
+
+def _advised(
+    dump: Dump, verdict: Verdict, expandable_serves: Callable[[], ExpandableAnswer]
+) -> Verdict:
+    """The verdict, its advice no longer offering expandable segments where they would not
+    avoid the OOM (a fragmentation verdict, the setting off, a release that has it)."""
+    if verdict.name != FRAGMENTATION or not has_expandable(dump):
+        return verdict
+    if any(segment.is_expandable for segment in dump.segments):
+        return verdict
+    answer = expandable_serves()
+    if answer.served is not False:
+        return verdict
+    return expandable_runs_out(verdict, answer, history=replayable(dump))
 
 
 def _oom(

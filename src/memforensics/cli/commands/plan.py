@@ -25,6 +25,9 @@ from memforensics.cli.target import Target, TargetError, check_target, run_targe
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+_RANKS_ENV = "MEMFORENSICS_RANKS"
+EXPANDABLE_FOLDER = "expandable"
+"""Under ``--out-dir``: the run that checks a fragmented OOM with expandable segments."""
 
 
 class PlanCommand:
@@ -122,6 +125,14 @@ class PlanCommand:
             default=None,
             help="all: plan every rank, each in its own process, and print a table",
         )
+        parser.add_argument(
+            "--no-expandable-check",
+            dest="expandable_check",
+            action="store_false",
+            help="when a predicted OOM is fragmentation, do not plan the script again with "
+            "expandable_segments:True to tell whether that setting avoids it",
+        )
+        parser.add_argument("--check-into", default=None, help=argparse.SUPPRESS)
         add_cache_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -151,8 +162,15 @@ class PlanCommand:
         if args.ranks == "all":
             return _all_ranks(args, target, conf, world)
         cache = open_cache(args)
+        into = Path(args.check_into) if args.check_into is not None else None
+        check = None
+        if args.expandable_check and into is None and not spec.settings.expandable_segments:
+            check = _expandable_check(args, target, conf)
         with _torchrun_env(world):
-            status = _plan(target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache)
+            status = _plan(
+                target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
+                check=check, into=into,
+            )  # fmt: skip
         warn_cache(cache, self.name)
         return status
 
@@ -288,11 +306,16 @@ def _plan(
     *,
     as_json: bool,
     cache: ResultCache,
+    check: Callable[[], bool | None] | None = None,
+    into: Path | None = None,
 ) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
-    dump's story explained as ``summary`` explains it, and kept in ``cache``)."""
+    dump's story explained as ``summary`` explains it, and kept in ``cache``). ``check``: plans
+    it again with expandable segments (whether that run runs out) for a fragmented OOM.
+    ``into``: this run is another plan's check: the script's own snapshots go into that
+    folder, and capture records nothing."""
     from memforensics.capture.facade import current, install, uninstall
-    from memforensics.plan import MissingAttribute, OutOfScope, run_planned
+    from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     exited: list[int] = []
@@ -304,7 +327,8 @@ def _plan(
             exited.append(_exit_status(exc))
 
     def before() -> None:
-        install(out_dir=str(out_dir))
+        if into is None:
+            install(out_dir=str(out_dir)).track(finder=live_models)
 
     def after() -> None:
         live = current()
@@ -318,7 +342,7 @@ def _plan(
         os.environ[_CONF_ENV] = conf
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            result, device = run_planned(spec, run, _writer(spec), before=before, after=after)
+            result, device = run_planned(spec, run, _writer(spec, into), before=before, after=after)
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
@@ -334,7 +358,12 @@ def _plan(
             os.environ[_CONF_ENV] = saved_conf
     if exited and exited[0]:
         result = replace(result, exit_status=exited[0])
-    return _answer(result, device, spec, folders, started, as_json=as_json, cache=cache)
+    if into is not None:
+        written = tuple(str(into / Path(path).name) for path in result.script_snapshots)
+        result = replace(result, script_snapshots=written)
+    return _answer(
+        result, device, spec, folders, started, as_json=as_json, cache=cache, check=check
+    )
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -355,6 +384,7 @@ def _answer(
     *,
     as_json: bool,
     cache: ResultCache,
+    check: Callable[[], bool | None] | None,
 ) -> int:
     """Mark and name the snapshots the run wrote, print the plan; the script's own exit status
     when it gave one, else 0 fits, 1 does not."""
@@ -375,8 +405,14 @@ def _answer(
         _writer(spec)(str(final), device.snapshot())
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
-    verdict = _verdict(snapshots, cache) if result.oom_message is not None else None
-    result = replace(result, snapshots=tuple(snapshots), verdict=verdict)
+    oom_dump = _oom_dump(snapshots) if result.oom_message is not None else None
+    ran_out = None
+    if oom_dump is not None and check is not None and _fragmented(oom_dump):
+        ran_out = check()
+        if ran_out is not None:
+            _record_expandable(oom_dump, ran_out)
+    verdict = _verdict(oom_dump, cache) if oom_dump is not None else None
+    result = replace(result, snapshots=tuple(snapshots), verdict=verdict, oom_expandable=ran_out)
     if as_json:
         from memforensics.analysis.schema import document
         from memforensics.plan.runner import SCHEMA
@@ -426,12 +462,8 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         flags = dict(world)
         if own:
             flags[f"--{vary.name}"] = value
-        command = [
-            sys.executable, "-m", "memforensics", "plan", "--json",
-            *_device_flags(args, chosen), "--out-dir", str(folder),
-            *(part for pair in flags.items() for part in pair), *_target_argv(planned),
-        ]  # fmt: skip
-        return _child(command)
+        # each value's row with expandable segments is its own run: no check inside it
+        return _planned_apart(args, planned, chosen, folder, "--no-expandable-check", *_argv(flags))
 
     jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -477,14 +509,92 @@ def _world_flags(args: argparse.Namespace) -> dict[str, str]:
     return {k: str(v) for k, v in found.items() if v is not None}
 
 
-def _writer(spec: Any) -> Any:
-    """Writes a snapshot the run dumps (the script's own path) and its predicted sidecar."""
+def _argv(flags: dict[str, str]) -> list[str]:
+    """Options as a child plan's command line takes them."""
+    return [part for pair in flags.items() for part in pair]
+
+
+def _planned_apart(
+    args: argparse.Namespace, target: Target, conf: str, out_dir: Path, *extra: str
+) -> dict[str, Any] | str:
+    """``plan --json`` of ``target`` in its own process (a plan changes the interpreter) on the
+    same planned device under ``conf``: its answer, or the last line it said when it gave none."""
+    command = [
+        sys.executable, "-m", "memforensics", "plan", "--json", *_device_flags(args, conf),
+        "--out-dir", str(out_dir), *extra, *_target_argv(target),
+    ]  # fmt: skip
+    return _child(command)
+
+
+def _expandable_check(
+    args: argparse.Namespace, target: Target, conf: str | None
+) -> Callable[[], bool | None]:
+    """Plans ``target`` again with ``expandable_segments:True`` (under ``--out-dir``'s
+    ``expandable/``, the script's own snapshots there too, capture off): whether it runs out
+    too; None when that run failed for another reason."""
+    from memforensics.plan.vary import with_expandable
+
+    def check() -> bool | None:
+        folder = Path(args.out_dir) / EXPANDABLE_FOLDER
+        saved = os.environ.get(_RANKS_ENV)
+        os.environ[_RANKS_ENV] = "[]"  # the script's own install() captures nothing there
+        try:
+            found = _planned_apart(
+                args, target, with_expandable(conf), folder, "--check-into", str(folder),
+                *_argv(_world_flags(args)),
+            )  # fmt: skip
+        finally:
+            if saved is None:
+                os.environ.pop(_RANKS_ENV, None)
+            else:
+                os.environ[_RANKS_ENV] = saved
+        if isinstance(found, str):
+            return None
+        return found.get("oom_message") is not None
+
+    return check
+
+
+def _oom_dump(snapshots: list[str]) -> Path | None:
+    """The OOM dump capture wrote (the first, when the script went on after one)."""
+    for path in snapshots:
+        if Path(path).parent.name == "oom":
+            return Path(path)
+    return None
+
+
+def _fragmented(path: Path) -> bool:
+    """Whether the allocator's verdict on the OOM dump is fragmentation (no replay asked)."""
+    from memforensics.analysis import explain
+
+    return bool(explain(path, replay=False).verdict.name == "fragmentation")
+
+
+def _record_expandable(path: Path, ran_out: bool) -> None:
+    """Write into the OOM dump's sidecar (its ``predicted`` object) whether the run with
+    expandable segments ran out too, so ``summary`` of the dump reads the same answer."""
+    from memforensics._layout import OOM_EXPANDABLE, sidecar_path
+    from memforensics.capture.atomic import write_sidecar
+
+    side = sidecar_path(path)
+    try:
+        found = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(found, dict) and isinstance(found.get(PREDICTED), dict):
+        found[PREDICTED][OOM_EXPANDABLE] = ran_out
+        write_sidecar(side, found)
+
+
+def _writer(spec: Any, into: Path | None = None) -> Any:
+    """Writes a snapshot the run dumps (the script's own path, or its name in ``into``) and
+    its predicted sidecar."""
     from memforensics._layout import sidecar_path
     from memforensics.capture.atomic import utc_now, write_sidecar, write_snapshot
     from memforensics.capture.sidecar import SidecarContext, build_sidecar
 
     def write(path: str, snapshot: dict[str, Any]) -> None:
-        final = Path(path)
+        final = Path(path) if into is None else into / Path(path).name
         if final.parent != Path(""):
             final.parent.mkdir(parents=True, exist_ok=True)
         size = write_snapshot(final, snapshot)
@@ -533,23 +643,20 @@ def _mark_predicted(snapshots: list[str], spec: Any) -> None:
             write_sidecar(side, found)
 
 
-def _verdict(snapshots: list[str], cache: ResultCache) -> Any:
-    """The diagnosis and verdict of the predicted OOM dump, when capture wrote one: the story
-    ``summary`` tells of it (kept in ``cache``, so ``summary`` of that dump reads it back)."""
+def _verdict(path: Path, cache: ResultCache) -> Any:
+    """The diagnosis and verdict of the predicted OOM dump: the story ``summary`` tells of it
+    (kept in ``cache``, so ``summary`` of that dump reads it back)."""
     from memforensics.cli._explained import explained
     from memforensics.plan.runner import PlanVerdict
 
-    for path in snapshots:
-        if Path(path).parent.name == "oom":
-            summary = explained(cache, Path(path))
-            verdict = summary.verdict
-            return PlanVerdict(
-                cause=summary.diagnosis.headline if summary.diagnosis is not None else "",
-                label=verdict.label,
-                explanation=verdict.explanation,
-                advice=verdict.advice or "",
-            )
-    return None
+    summary = explained(cache, path)
+    verdict = summary.verdict
+    return PlanVerdict(
+        cause=summary.diagnosis.headline if summary.diagnosis is not None else "",
+        label=verdict.label,
+        explanation=verdict.explanation,
+        advice=verdict.advice or "",
+    )
 
 
 def _one_line(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:
