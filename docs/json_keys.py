@@ -27,6 +27,8 @@ from memforensics.cli._cache import SCHEMA as CACHE_SCHEMA
 from memforensics.cli._cache import CacheCleared, CacheInfo
 from memforensics.doctor import SCHEMA as DOCTOR_SCHEMA
 from memforensics.doctor.checks import DoctorReport
+from memforensics.plan.ranks import SCHEMA as RANKS_SCHEMA
+from memforensics.plan.ranks import RanksAnswer
 from memforensics.plan.runner import SCHEMA as PLAN_SCHEMA
 from memforensics.plan.runner import PlanResult
 from memforensics.plan.vary import SCHEMA as VARY_SCHEMA
@@ -90,7 +92,18 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         "One object on stdout (the script's own output goes to stderr). `snapshots` lists every"
         " predicted snapshot the run left; `verdict` is null unless the run ran out"
         " (`oom_message`); `exit_status` is the script's own nonzero `sys.exit` status, else"
-        " null.",
+        " null. `rank` and `world_size` are the planned rank's (0 and 1 outside a distributed"
+        " job); `nccl_bytes` is NCCL's buffers outside PyTorch, an allowance counted in"
+        " `needed_bytes` and `fits`.",
+    ),
+    (
+        "plan --ranks all",
+        RanksAnswer,
+        RANKS_SCHEMA,
+        "One object: a row per rank, in rank order; `first_out` is the lowest rank that ran"
+        " out (else the lowest that does not fit), a copy of its row, or null when every rank"
+        " fits. A row's peaks and `fits` are null where that rank's run failed for another"
+        " reason (`error`).",
     ),
     (
         "plan --vary",
