@@ -213,7 +213,7 @@ def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
             return _done(buffer)
 
         if getattr(self, "reducer", None) is not None:
-            dist._register_comm_hook(self.reducer, None, reduce_bucket)  # type: ignore[attr-defined]
+            dist._register_comm_hook(self.reducer, None, reduce_bucket)  # type: ignore[attr-defined,unused-ignore]
             self.reducer = _FirstBuckets(self.reducer)
 
     return __init__

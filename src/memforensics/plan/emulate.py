@@ -491,7 +491,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """A tensor subclass that wraps others (a ``DTensor`` and its local shard): its own
         storage holds nothing on a GPU; the tensors it wraps hold the memory. Their operators
         run inside the subclass, below this mode, so their storages are taken here."""
-        names, _ = wrapper.__tensor_flatten__()  # type: ignore[attr-defined]
+        names, _ = wrapper.__tensor_flatten__()  # type: ignore[attr-defined,unused-ignore]
         for name in names:
             inner = getattr(wrapper, name)
             if isinstance(inner, torch.Tensor):

@@ -46,7 +46,7 @@ class PlanCommand:
         """``-m MODULE ...`` or ``SCRIPT ...`` and the planned device."""
         parser.usage = _USAGE
         parser.allow_abbrev = False
-        parser.error = _one_line(parser)  # type: ignore[method-assign]  # bad options: one line
+        setattr(parser, "error", _one_line(parser))  # noqa: B010  # bad options: one line
         parser.add_argument(
             "-m",
             dest="module",
