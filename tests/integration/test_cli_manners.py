@@ -111,15 +111,21 @@ def _many_sites(tmp_path: Path) -> Path:
     return write_dump(tmp_path / "many.pickle", builder.build())
 
 
+def _site_rows(text: str) -> int:
+    """The site table's rows (each with its kind; the headline and the call tree name the
+    layers too, without one)."""
+    return sum("/work/layer" in line and " activation " in line for line in text.splitlines())
+
+
 def test_summary_top_and_all(tmp_path: Path) -> None:
     """--top 4 shows 4 site rows and says 21 are hidden; --all shows all 25 and hides none."""
     path = _many_sites(tmp_path)
     cut = _cli("summary", path, "--top", "4")
     assert cut.returncode == 0, cut.stderr
-    assert sum("/work/layer" in line for line in cut.stdout.splitlines()) == 4
+    assert _site_rows(cut.stdout) == 4
     assert "… 21 more sites not shown" in cut.stdout
     full = _cli("summary", path, "--all")
-    assert sum("/work/layer" in line for line in full.stdout.splitlines()) == 25
+    assert _site_rows(full.stdout) == 25
     assert "not shown" not in full.stdout
     assert len(json.loads(_cli("summary", path, "--all", "--json").stdout)["top_sites"]) == 25
     both = _cli("summary", path, "--all", "--top", "3")

@@ -142,7 +142,8 @@ def test_no_terminal_control_from_hostile_files_reaches_the_terminal(tmp_path: P
         done = _run(*argv)
         _assert_inert(done)
         assert done.returncode in (0, 1, 2), (argv, done.stderr[-800:])
-    printed = _run("summary", str(dump)).stdout.decode()
+    wide = {"COLUMNS": "1000"}  # no path shortened: the escaped bytes are all on screen
+    printed = _run("summary", str(dump), env=wide).stdout.decode()
     assert "\\x1b]52" in printed
     assert "\\u202e" in printed
 

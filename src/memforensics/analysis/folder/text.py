@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
-from memforensics._text import printable
+from memforensics._text import SCREEN_WIDTH, printable
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import PREDICTED
@@ -389,14 +389,31 @@ def watch_cells(row: WatchRow) -> tuple[str, ...]:
     )
 
 
-def watch_text(view: WatchView) -> str:
-    """The plain table (``watch --once`` into a pipe or file): header, then aligned rows."""
+WATCH_NARROW_DROPS = ("peak", "retries", "allocated")
+"""Columns the plain table leaves out, in this order, until its rows fit the width."""
+
+
+def watch_text(view: WatchView, width: int = SCREEN_WIDTH) -> str:
+    """The plain table (``watch --once`` into a pipe or file): header, then aligned rows, one
+    line each; where they run over ``width``, the columns of :data:`WATCH_NARROW_DROPS` are left
+    out in turn (and the header says which), never the headroom or the forecast."""
     rows = [WATCH_COLUMNS, *(watch_cells(row) for row in view.rows)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(WATCH_COLUMNS))]
-    table = [
-        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+    kept = list(range(len(WATCH_COLUMNS)))
+    table = _aligned(rows, kept)
+    for name in WATCH_NARROW_DROPS:
+        if max(map(len, table)) <= width:
+            break
+        kept.remove(WATCH_COLUMNS.index(name))
+        table = _aligned(rows, kept)
+    left = [name for name in WATCH_COLUMNS if WATCH_COLUMNS.index(name) not in kept]
     if not view.rows:
         table = ["no journal lines yet"]
+    elif left:
+        table.append(f"(not shown in {width} columns: {', '.join(left)}; --json has them)")
     return "\n".join([watch_header(view), *cause_lines(view.first_oom_diagnosis), "", *table])
+
+
+def _aligned(rows: Sequence[tuple[str, ...]], kept: Sequence[int]) -> list[str]:
+    """``rows``' cells at the ``kept`` positions, each column right-aligned to its widest."""
+    widths = {i: max(len(row[i]) for row in rows) for i in kept}
+    return ["  ".join(row[i].rjust(widths[i]) for i in kept).rstrip() for row in rows]

@@ -33,7 +33,7 @@ from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError
 from memforensics.cli._explained import explained
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
-from memforensics.cli._output import say, unescaped
+from memforensics.cli._output import say, screen_width, unescaped
 
 _CHROME = 7
 """Terminal lines the live view needs besides its rows (header, borders, column titles)."""
@@ -98,7 +98,7 @@ def _print_once(view: WatchView, args: argparse.Namespace) -> None:
 
         Console(file=unescaped(sys.stdout)).print(_table(_shown(view, args.rows)))
     else:
-        say(watch_text(_shown(view, args.rows)))
+        say(watch_text(_shown(view, args.rows), screen_width()))
     sys.stdout.flush()
 
 
@@ -127,7 +127,7 @@ def _live(watch: JournalWatch, args: argparse.Namespace) -> None:
     if not sys.stdout.isatty():
         while True:
             watch.poll()
-            say(watch_text(_shown(watch.view(), args.rows)), end="\n\n", flush=True)
+            say(watch_text(_shown(watch.view(), args.rows), screen_width()), end="\n\n", flush=True)
             time.sleep(args.interval)
     from rich.console import Console
     from rich.live import Live
