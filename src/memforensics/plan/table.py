@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import choices, cuda, emulate, scratch, standins, values
+from memforensics.plan import choices, cuda, deferred, emulate, scratch, standins, values
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.patches import Replacement, kept_state, replaced
@@ -292,6 +292,17 @@ def _torch_rows(
             "a stand-in's storage's address is its block's",
         ),
     ]
+    init = torch.nn.init
+    rows += [
+        R(
+            init,
+            name,
+            storage.deferred.initialiser(getattr(init, name)),
+            "a CPU tensor built for a module records its initialiser until its values are read",
+            needed=False,
+        )
+        for name in deferred.INITIALISERS
+    ]
     for owner in (optimizer, foreach_utils):
         for name in choices.FOREACH_DEVICES:
             chooser = choices.with_meta(getattr(owner, name, list))
@@ -326,14 +337,17 @@ def table(
 
 
 @contextmanager
-def emulated(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
+def emulated(
+    device: PlannedDevice, written: SnapshotWritten, *, defer: bool = True
+) -> Iterator[None]:
     """CUDA emulated on ``device`` inside: the table applied and both modes pushed; after,
     every attribute back and torch's defaults (dtype, default device, device contexts) as they
-    were before."""
+    were before. ``defer``: large CPU tensors made while a module is built hold no host memory
+    until read (:mod:`~memforensics.plan.deferred`)."""
     autocast = choices.Autocast()
     notes = values.Notes()
     workspace = scratch.workspace_bytes_for(device.spec.capability)
-    functions, storage = emulate.modes(device, workspace, autocast, notes)
+    functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(answers, functions, storage, notes, autocast.clear)
     with kept_state(), replaced(rows), functions, storage:
