@@ -254,6 +254,12 @@ def _torch_rows(
             'torch.load onto "cuda" restores each storage as a stand-in',
         ),
         R(
+            torch.serialization,
+            "_load",
+            cuda.load_onto_device(_found(torch.serialization, "_load")),
+            'torch.load onto "cuda" reads no storage into host memory',
+        ),
+        R(
             torch.nn.DataParallel,
             "forward",
             cuda.one_device_forward,
