@@ -419,7 +419,7 @@ def load_onto_device(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.load``'s reading of a checkpoint: with ``map_location`` onto CUDA each storage is
     a stand-in made from its size (torch's own ``skip_data`` reading: no byte is read into host
     memory); with ``mmap=True`` the mapped file's pages are never touched by the move either."""
-    import torch.serialization as serialization
+    from torch import serialization
 
     def load(zip_file: Any, map_location: Any, *args: Any, **kwargs: Any) -> Any:
         state = serialization._serialization_tls
