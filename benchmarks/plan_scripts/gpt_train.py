@@ -15,8 +15,8 @@ import argparse
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class Linear(nn.Module):
@@ -59,7 +59,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         h = self.norm1(x)
-        q, k, v = (p(h).view(b, s, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        q, k, v = (
+            p(h).view(b, s, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v)
+        )
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o(attn.transpose(1, 2).reshape(b, s, d))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class Attention(nn.Module):
