@@ -24,6 +24,7 @@ generator differ from an unplanned run's.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 import weakref
@@ -95,6 +96,8 @@ _LIKE = frozenset(
     )
 )
 _VALUE_FROM_ARGS = frozenset((_aten.full.default, _aten.full_like.default))
+_COPIES = frozenset((_aten._to_copy.default, _aten.clone.default))
+"""Copies on the CPU of a deferred tensor, deferred in turn."""
 _RESIZES = frozenset(("resize_", "resize_as_", "_resize_output_", "set_"))
 _CPU = torch.device("cpu")
 
@@ -214,6 +217,7 @@ class Deferred:
         self.notes = notes
         self.enabled = enabled
         self.steps: dict[int, list[Step]] = {}
+        self._storages: dict[int, weakref.ref[torch.UntypedStorage]] = {}
         self._writes_self: dict[Any, bool] = {}
         self._random: dict[Any, bool] = {}
 
@@ -237,8 +241,26 @@ class Deferred:
         storage = tensor.untyped_storage()
         key = storage._cdata
         self.steps[key] = steps
-        weakref.finalize(storage, self.steps.pop, key, None)
+        self._storages[key] = weakref.ref(storage)
+        weakref.finalize(storage, self._forget, key)
         return tensor
+
+    def _forget(self, key: int) -> None:
+        self.steps.pop(key, None)
+        self._storages.pop(key, None)
+
+    def settle(self) -> None:
+        """At the end of the run: every deferred tensor something still holds (the caller of
+        an in-process plan) materialised, so it reads its values after the plan too. The
+        script's own objects are collected first; what it freed is never materialised."""
+        if not self.steps:
+            return
+        gc.collect()
+        for key, ref in list(self._storages.items()):
+            storage = ref()
+            steps = self.steps.pop(key, None)
+            if storage is not None and steps is not None:
+                replay(storage, steps)
 
     # -- made
 
@@ -304,16 +326,30 @@ class Deferred:
         if func.is_view or _touches_device(args, kwargs):
             return RUN
         first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and self.holds(first) and self._writes_only_self(func):
-            step = self._step(func, first, args[1:], kwargs, self._draws(func))
-            if step is not None:
-                self.steps[first.untyped_storage()._cdata].append(step)
-                return first
+        if isinstance(first, torch.Tensor) and self.holds(first):
+            if func in _COPIES and _on_cpu(kwargs.get("device")):
+                return self._copied(first, kwargs)
+            if self._writes_only_self(func):
+                step = self._step(func, first, args[1:], kwargs, self._draws(func))
+                if step is not None:
+                    self.steps[first.untyped_storage()._cdata].append(step)
+                    return first
+                if func is _aten.copy_.default and _whole(first):
+                    self.steps.pop(first.untyped_storage()._cdata, None)  # overwritten whole
         for value in (*args, *kwargs.values()):
             for item in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(item, torch.Tensor):
                     self.materialise(item)
         return RUN
+
+    def _copied(self, source: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+        """A CPU copy of a deferred tensor (``clone``, ``.to(torch.bfloat16)``, ``.half()``):
+        deferred too, its one step a copy of the source's values as they are now."""
+        options = {k: kwargs[k] for k in ("dtype", "memory_format") if kwargs.get(k) is not None}
+        made = _aten.empty_like.default(source, **options)
+        storage = source.untyped_storage()
+        snapshot = Snapshot(storage.nbytes(), tuple(self.steps[storage._cdata]), View.of(source))
+        return self._add(made, [Step(_aten.copy_.default, View.of(made), (snapshot,), {}, None)])
 
     def initialiser(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.nn.init``'s ``original``, recorded on a deferred tensor."""
@@ -403,6 +439,12 @@ class Deferred:
 
 
 _REFUSED = object()
+
+
+def _whole(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` covers its whole storage, every element once."""
+    nbytes = tensor.numel() * tensor.element_size()
+    return tensor.is_contiguous() and nbytes == tensor.untyped_storage().nbytes()
 
 
 def _numel(size: Any) -> int:

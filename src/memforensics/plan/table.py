@@ -356,5 +356,8 @@ def emulated(
     functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(answers, functions, storage, notes, autocast.clear)
-    with kept_state(), replaced(rows), functions, storage:
-        yield
+    try:
+        with kept_state(), replaced(rows), functions, storage:
+            yield
+    finally:
+        storage.deferred.settle()

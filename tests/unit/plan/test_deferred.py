@@ -105,9 +105,11 @@ def test_materialised_values_are_deterministic_under_the_scripts_seed() -> None:
 
 
 def _train() -> None:
-    """A model built on the CPU, moved, trained two steps with AdamW under bf16 autocast."""
+    """A model built on the CPU, part of it cast there to bfloat16, moved, trained two steps
+    with AdamW under bf16 autocast."""
     torch.manual_seed(0)
-    model = nn.Sequential(Built().linear, nn.GELU(), nn.Linear(512, 4096), nn.Linear(4096, 1024))
+    head = nn.Linear(4096, 1024).to(torch.bfloat16)
+    model = nn.Sequential(Built().linear, nn.GELU(), nn.Linear(512, 4096), head)
     model = model.to("cuda")
     optimizer = torch.optim.AdamW(model.parameters())
     x = torch.randn(64, 1024).to("cuda")
@@ -126,6 +128,24 @@ def test_the_predicted_figures_are_the_same_with_and_without_deferral() -> None:
     assert deferred.peak_allocated_bytes > 3 * 4096 * 1024 * 4  # the weights and AdamW's state
     assert deferred == outright
     assert deferred.warnings == ()
+
+
+def test_weights_loaded_into_a_cpu_model_are_the_checkpoints_own_without_a_warning() -> None:
+    """``load_state_dict`` from a CPU state dict before the move overwrites the deferred weights
+    whole: they read back as the checkpoint's values, and nothing is said."""
+    found: list[bool] = []
+
+    def run() -> None:
+        state = {"weight": torch.arange(1024 * 1024.0).view(1024, 1024), "bias": torch.ones(1024)}
+        model = nn.Linear(1024, 1024)
+        model.load_state_dict(state)
+        with torch.no_grad():
+            found.append(torch.equal(model.weight, state["weight"]))
+            found.append(torch.equal(model.bias, state["bias"]))
+
+    result = _planned(run)
+    assert found == [True, True]
+    assert result.warnings == ()
 
 
 def test_cpu_tensors_outside_a_module_are_made_as_python_makes_them() -> None:
