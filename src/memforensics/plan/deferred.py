@@ -15,11 +15,12 @@ record, since it belongs to the storage. Moving the tensor to the device reads n
 stand-in has no values), so the record dies with the CPU storage at the move.
 
 Anything else that reads the tensor's values on the CPU (an operator, ``tolist``, ``numpy``,
-pickling) *materialises* it first: the record replayed in place, with one warning naming the
-script's line. Random initialisers replay from a seed drawn, at the time of the call, from the
-generator they would have used, so the values are deterministic and follow the same
-distribution, but are not the numbers an unplanned run draws, and later draws from that
-generator differ from an unplanned run's.
+``torch.save``) *materialises* it first: the record replayed in place. Random initialisers
+replay from a seed drawn, at the time of the call, from the generator they would have used, so
+the values are deterministic and follow the same distribution, but are not the numbers an
+unplanned run draws (and later draws from that generator differ from an unplanned run's): the
+first such read is said once, naming the script's line. A record without random steps (a
+causal mask's ``torch.ones``, a buffer of zeros) replays to python's own values, silently.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ THRESHOLD_BYTES = 1 << 20
 """Smaller tensors are made as usual: what they hold does not grow with the model's width."""
 
 MATERIALISED = (
-    "a CPU tensor built for a module was read on the CPU, so it now holds host memory; its "
-    "random initial values are drawn anew (deterministic, not an unplanned run's numbers)"
+    "a CPU tensor built for a module with random initial values was read on the CPU: they are "
+    "drawn anew (deterministic under the script's seed, not an unplanned run's numbers), and "
+    "it now holds host memory"
 )
 
 INITIALISERS = (
@@ -134,6 +136,14 @@ class Step:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     seed: int | None
+
+    @property
+    def drawn(self) -> bool:
+        """Whether replaying draws random values (its own, or a snapshot's it copies)."""
+        return self.seed is not None or any(
+            isinstance(a, Snapshot) and any(s.drawn for s in a.steps)
+            for a in (*self.args, *self.kwargs.values())
+        )
 
     def run(self, storage: torch.UntypedStorage) -> None:
         kwargs = {name: _thawed(value) for name, value in self.kwargs.items()}
@@ -366,16 +376,34 @@ class Deferred:
         initialise.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature
         return initialise
 
+    def saved(self, original: Callable[[Any], str]) -> Callable[[Any], str]:
+        """``torch.serialization.location_tag``, which ``torch.save`` asks of every storage it
+        writes (by its raw bytes, out of any operator's sight): a deferred one is materialised
+        first."""
+
+        def location_tag(storage: Any) -> str:
+            if self.steps:
+                untyped = getattr(storage, "_untyped_storage", storage)
+                key = getattr(untyped, "_cdata", None)
+                if key in self.steps:
+                    self._materialise_storage(untyped, key)
+            return original(storage)
+
+        return location_tag
+
     def materialise(self, tensor: torch.Tensor) -> None:
         """``tensor``'s storage given its values (its steps replayed), said once."""
         if not self.steps or tensor.is_meta:
             return
         storage = tensor.untyped_storage()
-        steps = self.steps.pop(storage._cdata, None)
-        if steps is None:
-            return
-        self.notes.once("deferred", MATERIALISED)
-        replay(storage, steps)
+        self._materialise_storage(storage, storage._cdata)
+
+    def _materialise_storage(self, storage: torch.UntypedStorage, key: int) -> None:
+        steps = self.steps.pop(key, None)
+        if steps is not None:
+            if any(step.drawn for step in steps):  # else the values are python's own
+                self.notes.once("deferred", MATERIALISED)
+            replay(storage, steps)
 
     def _step(
         self,

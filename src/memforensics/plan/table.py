@@ -260,6 +260,12 @@ def _torch_rows(
             'torch.load onto "cuda" reads no storage into host memory',
         ),
         R(
+            torch.serialization,
+            "location_tag",
+            storage.deferred.saved(_found(torch.serialization, "location_tag")),
+            "torch.save writes a deferred CPU tensor's values, made first",
+        ),
+        R(
             torch.nn.DataParallel,
             "forward",
             cuda.one_device_forward,

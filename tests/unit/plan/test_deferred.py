@@ -51,16 +51,17 @@ def test_a_value_read_materialises_the_right_values_with_one_warning_naming_the_
     """A module kept on the CPU reads as if built outright: the ones are ones, the fill is 0.5,
     the truncated draws lie within their bounds with about their deviation, the padding row is
     zero, kaiming's bound holds, a copy scaled in place is 3 x a standard normal; one warning
-    names the test's line of the first read."""
+    names the test's line of the first read of drawn values (the ones and the fill read before
+    it are python's own values, said nothing of)."""
     found: dict[str, Any] = {}
 
     def run() -> None:
         torch.manual_seed(0)
         model = Built()
         with torch.no_grad():
-            first_read = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
             found["ones"] = float(model.ones.sum())
             found["full"] = float(model.full.mean())
+            first_read = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
             found["truncated"] = model.truncated.abs().max().item(), model.truncated.std().item()
             found["padding"] = float(model.embedding.weight[0].abs().sum())
             found["embedding_std"] = float(model.embedding.weight[1:].std())
@@ -146,6 +147,28 @@ def test_weights_loaded_into_a_cpu_model_are_the_checkpoints_own_without_a_warni
     result = _planned(run)
     assert found == [True, True]
     assert result.warnings == ()
+
+
+def test_torch_save_writes_the_materialised_values() -> None:
+    """``torch.save`` of a CPU model's state dict, which reads storages by their bytes, writes
+    the values the weights read as, not the untouched memory behind them."""
+    import io
+
+    found: list[bool] = []
+
+    def run() -> None:
+        torch.manual_seed(0)
+        model = nn.Linear(1024, 1024)
+        saved = io.BytesIO()
+        torch.save(model.state_dict(), saved)
+        saved.seek(0)
+        loaded = torch.load(saved)
+        with torch.no_grad():
+            found.append(torch.equal(loaded["weight"], model.weight))
+            found.append(0.017 < float(loaded["weight"].std()) < 0.019)  # 1 / sqrt(3 * 1024)
+
+    _planned(run)
+    assert found == [True, True]
 
 
 def test_cpu_tensors_outside_a_module_are_made_as_python_makes_them() -> None:
