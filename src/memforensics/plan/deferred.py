@@ -333,9 +333,13 @@ class Deferred:
         return self._written_or_read(func, args, kwargs)
 
     def _written_or_read(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if func.is_view or _touches_device(args, kwargs):
-            return RUN
         first = args[0] if args else None
+        if func.is_view:
+            return RUN
+        if _touches_device(args, kwargs):
+            if isinstance(first, torch.Tensor) and self._writes_only_self(func):
+                self.steps.pop(first.untyped_storage()._cdata, None)  # the device's values
+            return RUN
         if isinstance(first, torch.Tensor) and self.holds(first):
             if func in _COPIES and _on_cpu(kwargs.get("device")):
                 return self._copied(first, kwargs)
