@@ -101,7 +101,6 @@ _VALUE_FROM_ARGS = frozenset((_aten.full.default, _aten.full_like.default))
 _COPIES = frozenset((_aten._to_copy.default, _aten.clone.default))
 """Copies on the CPU of a deferred tensor, deferred in turn."""
 _RESIZES = frozenset(("resize_", "resize_as_", "_resize_output_", "set_"))
-_CPU = torch.device("cpu")
 
 RUN = object()
 """:meth:`Deferred.dispatch`'s answer for an operator that runs as usual."""
