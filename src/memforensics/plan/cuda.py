@@ -480,6 +480,34 @@ def storage_to(original: Callable[..., Any]) -> Callable[..., Any]:
     return to
 
 
+def _names_device(location: Any) -> bool:
+    """Whether ``torch.load``'s ``map_location`` sends every storage to CUDA."""
+    if isinstance(location, dict):
+        return bool(location) and all(_names_device(v) for v in location.values())
+    if isinstance(location, (str, torch.device)):
+        return torch.device(location).type == "cuda"
+    return False
+
+
+def load_onto_device(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.load``'s reading of a checkpoint: with ``map_location`` onto CUDA each storage is
+    a stand-in made from its size (torch's own ``skip_data`` reading: no byte is read into host
+    memory); with ``mmap=True`` the mapped file's pages are never touched by the move either."""
+    from torch import serialization
+
+    def load(zip_file: Any, map_location: Any, *args: Any, **kwargs: Any) -> Any:
+        state = serialization._serialization_tls
+        if not _names_device(map_location) or state.skip_data:
+            return original(zip_file, map_location, *args, **kwargs)
+        state.skip_data = True
+        try:
+            return original(zip_file, map_location, *args, **kwargs)
+        finally:
+            state.skip_data = False
+
+    return load
+
+
 def cuda_for_meta(original: Callable[..., str]) -> Callable[..., str]:
     def device_type(*args: Any) -> str:
         found = original(*args)

@@ -30,6 +30,7 @@ from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from memforensics.plan import choices, scratch, values
+from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
 
@@ -217,6 +218,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         autocast: choices.Autocast,
         ghosts: Ghosts | None = None,
         reads: values.Reads | None = None,
+        deferred: Deferred | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
@@ -224,6 +226,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.capability = capability
         self.autocast = autocast
         self.ghosts = ghosts if ghosts is not None else Ghosts()
+        self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._to = torch.Tensor.to
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
         self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
@@ -249,6 +252,17 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             torch.as_tensor: functools.partial(self._from_data, torch.as_tensor),
         }
         """Calls that name where a tensor goes: ``(args, kwargs, placing)``."""
+        self._raw_reads = frozenset(
+            (
+                torch.Tensor.tolist,
+                torch.Tensor.numpy,
+                torch.Tensor.__array__,
+                torch.Tensor.__dlpack__,
+                torch.Tensor.__reduce_ex__,
+            )
+        )
+        """Reads of a CPU tensor's memory that no operator sees: a deferred tensor is
+        materialised first."""
 
     def __torch_function__(
         self,
@@ -268,6 +282,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         mover = self._moves.get(func)
         if mover is not None:
             return mover(args, kwargs, placing)
+        if self.deferred.steps and func in self._raw_reads and isinstance(args[0], torch.Tensor):
+            self.deferred.materialise(args[0])
         read = self._reads.get(func)
         if read is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             if not self.ghosts.holds(args[0]):
@@ -376,11 +392,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         notes: Notes,
         ghosts: Ghosts | None = None,
         reads: values.Reads | None = None,
+        deferred: Deferred | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         self.reads = reads if reads is not None else values.Reads(notes)
+        self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._answers: dict[Any, Callable[..., Any]] = {
             torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
             torch.ops.aten.nonzero.default: functools.partial(values.nonzero, notes),
@@ -403,6 +421,11 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        deferred = self.deferred
+        if (func in FACTORIES or deferred.steps) and (
+            made := deferred.dispatch(func, args, kwargs)
+        ) is not RUN:
+            return made  # a deferred CPU tensor made, or written into
         if self._decomposes(func) and _any_meta(args, kwargs):
             with self:  # its parts come back through this mode, as autograd would send them
                 out = func.decompose(*args, **(kwargs or {}))
@@ -638,15 +661,21 @@ def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[.
 
 
 def modes(
-    device: PlannedDevice, workspace_bytes: int, autocast: choices.Autocast, notes: Notes
+    device: PlannedDevice,
+    workspace_bytes: int,
+    autocast: choices.Autocast,
+    notes: Notes,
+    *,
+    defer: bool = True,
 ) -> tuple[DeviceMode, StorageMode]:
     """The function mode (pushed first) and the storage tracking under it, sharing one record
-    of the script's own ``meta`` storages."""
+    of the script's own ``meta`` storages and one of the deferred CPU tensors (``defer``:
+    large CPU tensors made while a module is built are deferred)."""
     device.skip_files(_MACHINERY)
     ghosts = Ghosts()
     reads = values.Reads(notes)
-    storage = StorageMode(
-        device, workspace_bytes, torch.cuda.OutOfMemoryError, notes, ghosts, reads
-    )
-    functions = DeviceMode(notes, device.spec.capability, autocast, ghosts, reads)
+    deferred = Deferred(notes, enabled=defer)
+    oom = torch.cuda.OutOfMemoryError
+    storage = StorageMode(device, workspace_bytes, oom, notes, ghosts, reads, deferred)
+    functions = DeviceMode(notes, device.spec.capability, autocast, ghosts, reads, deferred)
     return functions, storage

@@ -89,14 +89,14 @@ def device_spec(
 
 @contextmanager
 def planned_device(
-    spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None]
+    spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None], *, defer: bool = True
 ) -> Iterator[PlannedDevice]:
     """The emulation in place for ``spec`` (:func:`memforensics.plan.table.emulated`): torch as
     it was after."""
     from memforensics.plan.table import emulated
 
     device = PlannedDevice(spec)
-    with emulated(device, on_snapshot):
+    with emulated(device, on_snapshot, defer=defer):
         yield device
 
 
@@ -107,9 +107,12 @@ def run_planned(
     *,
     before: Callable[[], None] | None = None,
     after: Callable[[], None] | None = None,
+    defer: bool = True,
 ) -> tuple[PlanResult, PlannedDevice]:
     """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
-    CLI installs and closes capture there). Exceptions other than a predicted OOM propagate."""
+    CLI installs and closes capture there). Exceptions other than a predicted OOM propagate.
+    ``defer``: large CPU tensors made while a module is built hold no host memory until read
+    (off, they are made and initialised as python would)."""
     import torch
 
     snapshots: list[str] = []
@@ -121,7 +124,7 @@ def run_planned(
     oom: str | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlannedRunWarning)
-        with planned_device(spec, written) as device:
+        with planned_device(spec, written, defer=defer) as device:
             if before is not None:
                 before()
             try:

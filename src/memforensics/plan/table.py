@@ -19,6 +19,7 @@ import torch
 from memforensics.plan import (
     choices,
     cuda,
+    deferred,
     distributed,
     emulate,
     profiler,
@@ -274,6 +275,18 @@ def _torch_rows(
             'torch.load onto "cuda" restores each storage as a stand-in',
         ),
         R(
+            torch.serialization,
+            "_load",
+            cuda.load_onto_device(_found(torch.serialization, "_load")),
+            'torch.load onto "cuda" reads no storage into host memory',
+        ),
+        R(
+            torch.serialization,
+            "location_tag",
+            storage.deferred.saved(_found(torch.serialization, "location_tag")),
+            "torch.save writes a deferred CPU tensor's values, made first",
+        ),
+        R(
             torch.nn.DataParallel,
             "forward",
             cuda.one_device_forward,
@@ -311,6 +324,17 @@ def _torch_rows(
             methods.untyped_data_ptr,
             "a stand-in's storage's address is its block's",
         ),
+    ]
+    init = torch.nn.init
+    rows += [
+        R(
+            init,
+            name,
+            storage.deferred.initialiser(getattr(init, name)),
+            "a CPU tensor built for a module records its initialiser until its values are read",
+            needed=False,
+        )
+        for name in deferred.INITIALISERS
     ]
     for owner in (optimizer, foreach_utils):
         for name in choices.FOREACH_DEVICES:
@@ -408,18 +432,24 @@ def table(
 
 
 @contextmanager
-def emulated(device: PlannedDevice, written: SnapshotWritten) -> Iterator[None]:
+def emulated(
+    device: PlannedDevice, written: SnapshotWritten, *, defer: bool = True
+) -> Iterator[None]:
     """CUDA emulated on ``device`` inside: the table applied and both modes pushed; after,
     every attribute back and torch's defaults (dtype, default device, device contexts) as they
-    were before."""
+    were before. ``defer``: large CPU tensors made while a module is built hold no host memory
+    until read (:mod:`~memforensics.plan.deferred`)."""
     autocast = choices.Autocast()
     notes = values.Notes()
     workspace = scratch.workspace_bytes_for(device.spec.capability)
-    functions, storage = emulate.modes(device, workspace, autocast, notes)
+    functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(device, answers, functions, storage, notes, autocast.clear)
-    with kept_state(), replaced(rows), functions, storage:
-        try:
-            yield
-        finally:
-            distributed.close()
+    try:
+        with kept_state(), replaced(rows), functions, storage:
+            try:
+                yield
+            finally:
+                distributed.close()
+    finally:
+        storage.deferred.settle()
