@@ -106,7 +106,7 @@ def test_summary_exits_2_when_no_file_is_readable(tmp_path: Path) -> None:
 
 def _many_sites(tmp_path: Path) -> Path:
     builder = SnapshotBuilder()
-    sites = [Site(f"/work/layer{index}.py", 1, "forward") for index in range(25)]
+    sites = [Site(f"/job/layer{index}.py", 1, "forward") for index in range(25)]
     builder.segment(*(Block(MiB(index + 1), site=site) for index, site in enumerate(sites)))
     return write_dump(tmp_path / "many.pickle", builder.build())
 
@@ -114,7 +114,7 @@ def _many_sites(tmp_path: Path) -> Path:
 def _site_rows(text: str) -> int:
     """The site table's rows (each with its kind; the headline and the call tree name the
     layers too, without one)."""
-    return sum("/work/layer" in line and " activation " in line for line in text.splitlines())
+    return sum("/job/layer" in line and " activation " in line for line in text.splitlines())
 
 
 def test_summary_top_and_all(tmp_path: Path) -> None:

@@ -251,7 +251,7 @@ def test_tables_and_icicle_fit_the_page(browser: Any, tmp_path: Path) -> None:
     finally:
         browser.set_window_size(1280, 1800)
     snapshot = SnapshotBuilder()
-    small = [Block(8 * MiB, site=Site("/work/net.py", 100 + n, f"layer{n}")) for n in range(40)]
+    small = [Block(8 * MiB, site=Site("/job/net.py", 100 + n, f"layer{n}")) for n in range(40)]
     snapshot.segment(Block(2000 * MiB), *small)
     _page(browser, tmp_path, snapshot.build(), "slivers")
     widths = browser.execute_script(

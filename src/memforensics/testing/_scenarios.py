@@ -135,10 +135,10 @@ def exhausted(*, with_sidecar: bool = True) -> SyntheticDump:
     return SyntheticDump(builder.build(), sidecar, builder.truth())
 
 
-UPDATE = Site("/work/gnn.py", 57, "update_nodes")
-RELU = Site("/work/gnn.py", 61, "relu")
-GATHER = Site("/work/gnn.py", 64, "gather")
-REPLICA = Site("/work/parallel.py", 90, "replicate")
+UPDATE = Site("/job/gnn.py", 57, "update_nodes")
+RELU = Site("/job/gnn.py", 61, "relu")
+GATHER = Site("/job/gnn.py", 64, "gather")
+REPLICA = Site("/job/parallel.py", 90, "replicate")
 
 
 def unwound_oom() -> SyntheticDump:
@@ -185,8 +185,8 @@ def growth_pair() -> tuple[SyntheticDump, SyntheticDump]:
     return build((4, 7), range(4, 8)), build((100, 103), range(4, 104))
 
 
-ATTENTION = Site("/work/model.py", 71, "attention")
-POSITIONS = Site("/work/model.py", 30, "position_ids")
+ATTENTION = Site("/job/model.py", 71, "attention")
+POSITIONS = Site("/job/model.py", 30, "position_ids")
 
 
 def context_pair() -> tuple[SyntheticDump, SyntheticDump]:

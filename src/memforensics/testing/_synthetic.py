@@ -45,7 +45,7 @@ class Site:
         ("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125, "forward"),
     )
     """The torch or library frames this line calls into, innermost first (file, line, name)."""
-    outside: tuple[tuple[str, int, str], ...] = (("/work/train.py", 1, "<module>"),)
+    outside: tuple[tuple[str, int, str], ...] = (("/job/train.py", 1, "<module>"),)
     """The frames that call this line, innermost first (file, line, name)."""
 
     def __str__(self) -> str:
@@ -91,9 +91,9 @@ AUTOGRAD_THREAD = NativeStack(
 """Autograd's backward thread as a real ``stacks="all"`` dump records it: libstdc++'s
 ``thread48.o`` and libc's ``clone3.S`` below the engine, not one Python frame."""
 
-TRAIN = Site("/work/model.py", 40, "forward")
-OPTIMIZER = Site("/work/optim.py", 12, "step")
-CACHE = Site("/work/kv_cache.py", 88, "append")
+TRAIN = Site("/job/model.py", 40, "forward")
+OPTIMIZER = Site("/job/optim.py", 12, "step")
+CACHE = Site("/job/kv_cache.py", 88, "append")
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,8 @@ def test_context_pair_compares_the_peaks_first() -> None:
     assert peaks.reserved_delta_bytes == MiB(446)
     assert (peaks.before_segments, peaks.after_segments) == (3, 3)
     assert [(g.site, g.delta_bytes) for g in peaks.growth] == [
-        ("/work/model.py:71 attention", MiB(446)),
-        ("/work/model.py:30 position_ids", 168 * 1024),
+        ("/job/model.py:71 attention", MiB(446)),
+        ("/job/model.py:30 position_ids", 168 * 1024),
     ]
     assert sum(k.delta_bytes for k in peaks.kinds) == peaks.delta_bytes
     first = device_diffs_text(result).splitlines()[0]

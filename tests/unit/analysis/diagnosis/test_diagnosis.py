@@ -28,7 +28,7 @@ from memforensics.testing import (
     write_dump,
 )
 
-LEAK = Site("/work/train.py", 57, "keep_metrics")
+LEAK = Site("/job/train.py", 57, "keep_metrics")
 KV = Site(
     "/venv/lib/python3.12/site-packages/vllm/worker/cache_engine.py", 83, "_allocate_kv_cache"
 )
@@ -237,9 +237,9 @@ def test_a_dump_without_an_oom_answers_its_peak() -> None:
     and bytes, and the change that cuts it by about half; parameters follow with their bytes."""
     kinds = (KindBytes("parameter", MiB(300), 8, 0.8), KindBytes("activation", MiB(520), 40, 0.9))
     sites = (
-        KindSite("activation", "/work/softmax.py:14 softmax", MiB(293), 10),
-        KindSite("activation", "/work/model.py:40 forward", MiB(227), 30),
-        KindSite("parameter", "/work/model.py:12 __init__", MiB(300), 8),
+        KindSite("activation", "/job/softmax.py:14 softmax", MiB(293), 10),
+        KindSite("activation", "/job/model.py:40 forward", MiB(227), 30),
+        KindSite("parameter", "/job/model.py:12 __init__", MiB(300), 8),
     )
     evidence = Evidence(
         kinds=kinds, has_history=True, moment=_peak(MiB(820), 1156, *kinds, sites=sites)

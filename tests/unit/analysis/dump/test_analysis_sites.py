@@ -23,12 +23,12 @@ from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
 from shared_data import REAL_SNAPSHOTS, needs_shared_data
 
 # A Hugging Face model line, reached from the user's script (Site.frames() puts
-# /work/train.py:1 <module> outside it, and a torch frame inside it).
+# /job/train.py:1 <module> outside it, and a torch frame inside it).
 LIBRARY = Site(
     "/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", 300, "forward"
 )
 
-ENTRY = "/work/train.py:1 <module>"
+ENTRY = "/job/train.py:1 <module>"
 
 
 def _unrecorded_pair() -> SnapshotBuilder:

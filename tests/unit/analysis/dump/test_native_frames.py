@@ -68,7 +68,7 @@ def test_native_frames_are_never_sites(filename: str, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "filename", ["/work/model.py", "<stdin>", "<ipython-input-3-1a2b>", "/opt/torch/nn/linear.py"]
+    "filename", ["/job/model.py", "<stdin>", "<ipython-input-3-1a2b>", "/opt/torch/nn/linear.py"]
 )
 def test_python_frames_are_not_native(filename: str) -> None:
     """Python files, the console and notebook cells are Python, inside torch or not."""

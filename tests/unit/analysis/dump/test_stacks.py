@@ -8,7 +8,7 @@ from memforensics.analysis.dump import Stacks, per_stack
 
 
 def _frame(name: str, line: int = 1) -> dict[str, Any]:
-    return {"filename": "/work/model.py", "line": line, "name": name}
+    return {"filename": "/job/model.py", "line": line, "name": name}
 
 
 def test_lists_over_the_same_frame_dicts_become_the_first_list() -> None:

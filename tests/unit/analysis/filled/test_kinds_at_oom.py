@@ -18,7 +18,7 @@ GiB = 1 << 30
 SITE_PACKAGES = "/venv/lib/python3.12/site-packages"
 KV_CACHE = Site(f"{SITE_PACKAGES}/vllm/worker/cache_engine.py", 96, "_allocate_kv_cache")
 MODEL_TO = Site(f"{SITE_PACKAGES}/torch/nn/modules/module.py", 1326, "_apply")
-SCRIPT = Site("/work/serve.py", 30, "main")
+SCRIPT = Site("/job/serve.py", 30, "main")
 
 
 def test_blocks_freed_by_the_unwinding_are_judged_at_the_oom(tmp_path: Path) -> None:

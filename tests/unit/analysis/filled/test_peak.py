@@ -119,10 +119,10 @@ def test_framework_frames_are_never_a_level_between_user_lines() -> None:
         _frame(f"{_SITE}/torch/nn/modules/batchnorm.py", 193, "forward"),
         _frame(module, 1750, "_call_impl"),
         _frame(module, 1739, "_wrapped_call_impl"),
-        _frame("/work/model.py", 40, "forward"),
+        _frame("/job/model.py", 40, "forward"),
         _frame(module, 1750, "_call_impl"),
         _frame(module, 1739, "_wrapped_call_impl"),
-        _frame("/work/train.py", 12, "step"),
+        _frame("/job/train.py", 12, "step"),
         _frame("<frozen runpy>", 88, "_run_code"),
         _frame(f"{_SITE}/memforensics/cli/target.py", 80, "run_target"),
         _frame(f"{_SITE}/memforensics/cli/commands/run.py", 70, "run"),
@@ -140,8 +140,8 @@ def test_framework_frames_are_never_a_level_between_user_lines() -> None:
     tree = what_filled(dump_from_snapshot(snapshot)).peak.tree
     names = _names(tree)[1:]
     assert names == [
-        "/work/train.py:12 step",
-        "/work/model.py:40 forward",
+        "/job/train.py:12 step",
+        "/job/model.py:40 forward",
         f"{_SITE}/torch/nn/functional.py:2482 batch_norm (+3 library frames)",
     ]
 

@@ -16,13 +16,13 @@ from memforensics.testing import Block, MiB, Site, SnapshotBuilder
 
 _TORCH = "/venv/lib/python3.12/site-packages/torch"
 _CALLERS = (
-    ("/work/model.py", 230, "forward"),
+    ("/job/model.py", 230, "forward"),
     (f"{_TORCH}/nn/modules/module.py", 1747, "_call_impl"),
-    ("/work/train.py", 50, "main"),
-    ("/work/train.py", 90, "<module>"),
+    ("/job/train.py", 50, "main"),
+    ("/job/train.py", 90, "<module>"),
 )
 CONV = Site(  # the user's conv line, inside it nn.Conv2d's forward and the op it calls
-    "/work/model.py",
+    "/job/model.py",
     198,
     "forward",
     inside=(
@@ -33,13 +33,13 @@ CONV = Site(  # the user's conv line, inside it nn.Conv2d's forward and the op i
     outside=_CALLERS,
 )
 RELU = Site(
-    "/work/model.py",
+    "/job/model.py",
     200,
     "forward",
     inside=((f"{_TORCH}/nn/functional.py", 1704, "relu"),),
     outside=_CALLERS,
 )
-LOADER = Site("/work/data.py", 12, "load", outside=(("/work/train.py", 40, "main"),))
+LOADER = Site("/job/data.py", 12, "load", outside=(("/job/train.py", 40, "main"),))
 
 
 def _snapshot() -> dict[str, Any]:
@@ -57,9 +57,9 @@ def test_the_text_tree_names_the_users_lines_not_the_torch_ops() -> None:
     text = summary_text(explain(dump_from_snapshot(_snapshot())))
     tree = text.split("call tree")[1].splitlines()[1:]
     rows = {re.sub(r"^[\s…]+", "", row.split(" MiB ", 1)[1]): row.split()[0] for row in tree}
-    assert rows["/work/model.py:198 forward"] == "300.00"
-    assert rows["/work/model.py:200 forward"] == "180.00"
-    assert rows["/work/data.py:12 load"] == "120.00"
+    assert rows["/job/model.py:198 forward"] == "300.00"
+    assert rows["/job/model.py:200 forward"] == "180.00"
+    assert rows["/job/data.py:12 load"] == "120.00"
     assert not any("conv.py" in row or "functional.py" in row for row in tree)
 
 
@@ -73,12 +73,12 @@ def test_the_json_tree_keeps_the_op_as_a_leaf_marked_library() -> None:
         node = stack.pop()
         nodes.append(node)
         stack.extend(node["children"])
-    [line] = [node for node in nodes if node["name"] == "/work/model.py:198 forward"]
+    [line] = [node for node in nodes if node["name"] == "/job/model.py:198 forward"]
     [op] = line["children"]
     assert op["library"] is True
     assert op["name"] == f"{_TORCH}/nn/modules/conv.py:549 _conv_forward (+2 library frames)"
     assert op["bytes"] == line["bytes"] == MiB(300)
-    assert not any(node["library"] for node in nodes if node["name"].startswith("/work/"))
+    assert not any(node["library"] for node in nodes if node["name"].startswith("/job/"))
 
 
 def test_the_report_icicle_draws_the_users_lines_holding_the_ops() -> None:
@@ -98,10 +98,10 @@ def test_the_report_icicle_draws_the_users_lines_holding_the_ops() -> None:
         boxes.append(box)
         stack.extend(box["children"])
     names = {box["name"]: box for box in boxes}
-    assert names["/work/model.py:198 forward"]["children"] == []
-    assert names["/work/model.py:198 forward"]["calls"] == [
+    assert names["/job/model.py:198 forward"]["children"] == []
+    assert names["/job/model.py:198 forward"]["calls"] == [
         f"{_TORCH}/nn/modules/conv.py:549 _conv_forward (+2 library frames)"
     ]
-    assert names["/work/model.py:200 forward"]["calls"] == [f"{_TORCH}/nn/functional.py:1704 relu"]
-    assert names["/work/model.py:200 forward"]["bytes"] == MiB(180)
+    assert names["/job/model.py:200 forward"]["calls"] == [f"{_TORCH}/nn/functional.py:1704 relu"]
+    assert names["/job/model.py:200 forward"]["bytes"] == MiB(180)
     assert not any(name.startswith(_TORCH) for name in names)

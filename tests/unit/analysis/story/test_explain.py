@@ -13,8 +13,8 @@ from memforensics.analysis.report import ReportBuilder
 from memforensics.analysis.story import evidence_files
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder, make_sidecar, write_dump
 
-LEAK = Site("/work/train.py", 30, "remember")
-TRAIN = Site("/work/model.py", 40, "forward")
+LEAK = Site("/job/train.py", 30, "remember")
+TRAIN = Site("/job/model.py", 40, "forward")
 OOM_NAME = "rank{rank}_pid1_step16_20261130-101112-000001.pickle"
 
 
@@ -47,7 +47,7 @@ def test_the_windows_of_its_own_rank_are_read_and_no_others(tmp_path: Path) -> N
     """Rank 0's OOM dump is explained from rank 0's windows (its leaking line grows), never
     from rank 1's, whose growth is at another line."""
     mine = _windows(tmp_path, 0, LEAK)
-    _windows(tmp_path, 1, Site("/work/other.py", 9, "elsewhere"))
+    _windows(tmp_path, 1, Site("/job/other.py", 9, "elsewhere"))
     path = _oom(tmp_path, 0)
     assert evidence_files(path) == (path, *mine)
     diagnosis = explain(path).diagnosis

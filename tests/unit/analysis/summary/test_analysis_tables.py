@@ -18,7 +18,7 @@ from memforensics.analysis.summary import summary_text
 from memforensics.backends.sim import SimOutOfMemoryError, reset_device
 from memforensics.testing import Block, MiB, Site, SnapshotBuilder
 
-SITES = [Site(f"/work/layer{index}.py", index + 1, "forward") for index in range(14)]
+SITES = [Site(f"/job/layer{index}.py", index + 1, "forward") for index in range(14)]
 
 
 def _many_sites() -> SnapshotBuilder:
@@ -54,7 +54,7 @@ def test_summary_all_rows_hides_nothing() -> None:
     summary = summarize(dump_from_snapshot(_many_sites().build()), top=None)
     text = summary_text(summary, rows=None, verbose=True)
     assert len(summary.top_sites) == 14
-    assert all(f"/work/layer{index}.py" in text for index in range(14))
+    assert all(f"/job/layer{index}.py" in text for index in range(14))
     assert "not shown" not in text
 
 
