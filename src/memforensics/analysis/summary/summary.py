@@ -359,6 +359,10 @@ class Summary:
     kinds: tuple[KindBytes, ...] = ()
     kinds_total: str = KINDS_TOTAL  # the figure the kinds add up to
     peak: Moment | None = None
+    peak_sites: tuple[SiteBytes, ...] = ()
+    """The biggest sites live at the peak, when the peak is the moment judged (no OOM judged,
+    and a trace to find the peak in); empty otherwise. ``top_sites`` are the snapshot's."""
+    peak_site_count: int = 0
     known: Known | None = None
     """What the process's tracked tensors labelled (the kinds' ``known_bytes``); None when the
     sidecar lists no tracked tensors."""
@@ -417,6 +421,10 @@ def summarize(
     oom_site_count = 0
     if moment is not None and moment.source == TRACE and filled.oom is not None:
         oom_sites, oom_site_count = _sites_at(filled, filled.oom.position, top)
+    peak_sites: tuple[SiteBytes, ...] = ()
+    peak_site_count = 0
+    if moment is None and filled.peak.name == "peak":  # the peak is the moment judged
+        peak_sites, peak_site_count = _sites_at(filled, filled.peak.position, top)
     judged = oom_sites if oom_sites else top_sites
     verdict, moment, bound = verdict_at_oom(
         dump,
@@ -494,6 +502,8 @@ def summarize(
         at_risk=risk,
         kinds=filled.kinds,
         peak=filled.peak,
+        peak_sites=peak_sites,
+        peak_site_count=peak_site_count,
         known=filled.known,
         diagnosis=diagnosis,
         filled=filled,
