@@ -48,7 +48,8 @@ def explain(
     ``device``: the device to explain (SnapshotLoadError when the file holds nothing there);
     None explains what ``summary`` does by default (:meth:`Dump.device_views`): the first
     device's summary holds the others', in that order, in ``other_devices``. ``top``,
-    ``requested``, ``device_memory`` and ``replay`` are :func:`~memforensics.analysis.summary.summarize`'s;
+    ``requested``, ``device_memory`` and ``replay`` are
+    :func:`~memforensics.analysis.summary.summarize`'s;
     ``windows`` reads the window dumps beside it (:data:`WindowReader`).
     """
     dump = source if isinstance(source, Dump) else load_dump(source)
