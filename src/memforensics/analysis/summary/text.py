@@ -419,7 +419,7 @@ def _site_table(s: Summary, width: int) -> list[str]:
         )
         lines += ["", f"{_SITE_HEADER} (after the OOM, at the snapshot)"]
         return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, width=width)
-    if s.peak_sites and s.peak is not None:
+    if s.peak_sites and s.peak is not None and _held(s.peak_sites) != _held(s.top_sites):
         lines += ["", f"{_SITE_HEADER} (live {_moment_title(s.peak)})"]
         lines += _site_rows(s.peak_sites, s.peak_site_count, s.peak.live_bytes, width=width)
         lines += ["", f"{_SITE_HEADER} (at the snapshot)"]
@@ -427,6 +427,11 @@ def _site_table(s: Summary, width: int) -> list[str]:
     if s.top_sites:
         lines += ["", _SITE_HEADER]
     return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True, width=width)
+
+
+def _held(sites: tuple[SiteBytes, ...]) -> list[tuple[str, str, int, int]]:
+    """What site rows hold (their kinds aside): two moments whose rows hold the same are one."""
+    return [(t.site, t.caller, t.bytes, t.blocks) for t in sites]
 
 
 def _site_rows(

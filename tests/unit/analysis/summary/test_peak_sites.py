@@ -78,3 +78,11 @@ def test_the_default_rows_are_those_that_hold_most_of_the_moment() -> None:
     assert len(shown) == 3
     assert sum(held[:3]) >= MOST * total > sum(held[:2])
     assert rows[-1].lstrip().startswith("… 8 more sites")
+
+
+def test_verbose_prints_the_peak_s_rows_and_the_snapshot_s(tmp_path: Path) -> None:
+    """--verbose keeps both tables where they differ: the peak's, then the snapshot's."""
+    text = summary_text(_after(tmp_path), verbose=True)
+    peak, snapshot = text.index("(live at the peak, trace entry"), text.index("(at the snapshot)")
+    assert peak < text.index(ATTENTION) < snapshot
+    assert ATTENTION not in text[snapshot:].split("\n\n")[0]
