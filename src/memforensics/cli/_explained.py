@@ -30,10 +30,15 @@ class Kept:
     warnings: tuple[str, ...] = ()
 
 
-def question(top: int | None, device: int | None, requested: int | None) -> str:
+def question(
+    top: int | None,
+    device: int | None,
+    requested: int | None,
+    device_memory: int | None = None,
+) -> str:
     """The cache's name for explaining one file with these arguments (what changes the
     answer; the rendering and the file's name are applied afresh)."""
-    return f"summary {json.dumps([top, device, requested])}"
+    return f"summary {json.dumps([top, device, requested, device_memory])}"
 
 
 def lean(summary: Summary) -> Summary:

@@ -261,8 +261,13 @@ def diagnose(
     if pressure:
         ranked = tuple(sorted(causes, key=_rank))
         headline = _headline(ranked[0] if ranked else None, needed)
-        if served:
-            headline = text.served(headline if ranked else None)
+        if served and moment is not None:
+            headline = text.served(
+                headline if ranked else None, moment.requested_bytes, moment.device_total_bytes
+            )
+        elif moment is not None and moment.assumed and moment.requested_bytes and needed:
+            lacks = text.does_not_fit(moment.requested_bytes, moment.device_total_bytes, needed)
+            headline = f"{lacks}; {headline}"
     else:
         ranked = tuple(sorted(causes, key=_by_bytes))
         headline = _peak_headline(ranked[0] if ranked else None, evidence, verdict)

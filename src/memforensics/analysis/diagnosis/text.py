@@ -319,10 +319,30 @@ def headline(
     return words + (f" → {fix}" if fix else "")
 
 
-def served(top: str | None) -> str:
-    """A ``--requested`` request the recorded state serves: the OOM met another state."""
-    words = "this state serves the request: the OOM happened at another moment, with more live"
+def _where(device_total: int | None) -> str:
+    """``on the 8.00 GiB device``, or what is counted when the device's size is not known."""
+    if device_total is not None:
+        return f"on the {fmt(device_total)} device"
+    return (
+        "in what is reserved (the device's size is not known: --device-memory SIZE gives it,"
+        " and counts what the device has left)"
+    )
+
+
+def served(top: str | None, requested: int | None = None, device_total: int | None = None) -> str:
+    """A ``--requested`` request the recorded state serves: it fits (an OOM of it met
+    another state, with more live)."""
+    words = "this state serves the request"
+    if requested is not None:
+        words += f": a request of {fmt(requested)} fits {_where(device_total)}"
     return words + (f"; the most memory here: {top}" if top else "")
+
+
+def does_not_fit(requested: int, device_total: int | None, needed: int) -> str:
+    """A ``--requested`` request the state does not serve, and what it lacks."""
+    return (
+        f"a request of {fmt(requested)} does not fit {_where(device_total)}: it lacks {fmt(needed)}"
+    )
 
 
 def no_cause() -> str:

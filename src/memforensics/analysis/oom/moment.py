@@ -200,9 +200,12 @@ class OomMoment:
 
     @property
     def headroom_bytes(self) -> int | None:
-        """Device memory the allocator could still reserve: free, capped by the limit."""
+        """Device memory the allocator could still reserve: free, capped by the limit; the
+        limit less reserved when only the limit is known (nothing outside PyTorch counted)."""
         if self.device_free_bytes is None:
-            return None
+            if self.device_total_bytes is None or self.reserved_bytes is None:
+                return None
+            return max(self.device_total_bytes - self.reserved_bytes, 0)
         if self.device_total_bytes is None or self.reserved_bytes is None:
             return self.device_free_bytes
         return max(min(self.device_free_bytes, self.device_total_bytes - self.reserved_bytes), 0)
@@ -251,15 +254,21 @@ def sidecar_sizes(dump: Dump) -> tuple[int | None, int | None, int | None, int |
     )
 
 
-def oom_moment(dump: Dump, *, requested: int | None = None) -> OomMoment | None:
+def oom_moment(
+    dump: Dump, *, requested: int | None = None, device_total: int | None = None
+) -> OomMoment | None:
     """The state at the dump's OOM; None when the dump records no OOM.
 
     ``requested``: the failed request as the user states it (``summary --requested``), for a
     snapshot that records neither history nor a sidecar; its final state is then taken as the
-    state at the OOM (``_snapshot()`` called from an OOM handler).
+    state at the OOM (``_snapshot()`` called from an OOM handler). ``device_total``: the
+    device's memory as the user states it (``summary --device-memory``), the limit where the
+    dump records none (a raw snapshot records no device size).
     """
     index = dump.oom_positions[-1] if dump.oom_positions else None
     side_requested, allocation, limit, device_free = sidecar_sizes(dump)
+    if limit is None:
+        limit = device_total
     if index is None and dump.meta.kind != "oom" and requested is None:
         return None
     entry: dict[str, Any] = dump.trace[index] if index is not None else {}

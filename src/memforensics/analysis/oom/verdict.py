@@ -412,12 +412,13 @@ def verdict_at_oom(
     top_sites: list[tuple[str, int]],
     expandable: bool,
     moment: OomMoment | Literal["find"] | None = "find",
+    device_total: int | None = None,
 ) -> tuple[Verdict, OomMoment | None, LowerBound | None]:
     """The summary's verdict, the state it was judged on, and the lower bound behind it
     (``moment``: the state at the OOM when the caller has looked for it already, None when it
     found none; by default it is looked for here)."""
     if moment == "find":
-        moment = oom_moment(dump, requested=requested)
+        moment = oom_moment(dump, requested=requested, device_total=device_total)
     if moment is None:
         if not dump.meta.has_sidecar and not has_history(dump):
             return unknown_no_evidence(dump.shape.history == NOTHING_ALLOCATED), None, None

@@ -36,6 +36,7 @@ def explain(
     *,
     top: int | None = 10,
     requested: int | None = None,
+    device_memory: int | None = None,
     device: int | None = None,
     replay: bool = True,
     phase: Phase | None = None,
@@ -47,7 +48,8 @@ def explain(
     ``device``: the device to explain (SnapshotLoadError when the file holds nothing there);
     None explains what ``summary`` does by default (:meth:`Dump.device_views`): the first
     device's summary holds the others', in that order, in ``other_devices``. ``top``,
-    ``requested`` and ``replay`` are :func:`~memforensics.analysis.summary.summarize`'s;
+    ``requested``, ``device_memory`` and ``replay`` are
+    :func:`~memforensics.analysis.summary.summarize`'s;
     ``windows`` reads the window dumps beside it (:data:`WindowReader`).
     """
     dump = source if isinstance(source, Dump) else load_dump(source)
@@ -62,7 +64,14 @@ def explain(
     if phase is not None:
         phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
     summaries = [
-        summarize(view, top=top, requested=requested, trends=trends, replay=replay)
+        summarize(
+            view,
+            top=top,
+            requested=requested,
+            trends=trends,
+            replay=replay,
+            device_memory=device_memory,
+        )
         for view in views
     ]
     return replace(summaries[0], other_devices=tuple(summaries[1:]))

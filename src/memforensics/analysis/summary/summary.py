@@ -359,6 +359,10 @@ class Summary:
     kinds: tuple[KindBytes, ...] = ()
     kinds_total: str = KINDS_TOTAL  # the figure the kinds add up to
     peak: Moment | None = None
+    peak_sites: tuple[SiteBytes, ...] = ()
+    """The biggest sites live at the peak, when the peak is the moment judged (no OOM judged,
+    and a trace to find the peak in); empty otherwise. ``top_sites`` are the snapshot's."""
+    peak_site_count: int = 0
     known: Known | None = None
     """What the process's tracked tensors labelled (the kinds' ``known_bytes``); None when the
     sidecar lists no tracked tensors."""
@@ -386,6 +390,7 @@ def summarize(
     requested: int | None = None,
     trends: Sequence[Trend] | None = None,
     replay: bool = True,
+    device_memory: int | None = None,
 ) -> Summary:
     """Summarize one dump: totals, OOM, verdict, the diagnosis, the ``top`` biggest sites
     (None: every site), live bytes per step. A site row is one (site, caller) pair.
@@ -394,6 +399,8 @@ def summarize(
     nor a sidecar (it is then judged as taken at that OOM). ``trends``: the run folder's
     window trends of this rank (``leaks``), for growth across windows (None: not read).
     ``replay``: ask the replay whether ``expandable_segments`` serves a fragmented request.
+    ``device_memory``: the device's memory in bytes, for a dump that records none (a raw
+    snapshot): whether ``requested`` fits, and the device the causes are weighed against.
     """
     tally = Tally()
     reserved = 0
@@ -412,11 +419,15 @@ def summarize(
         for (site, caller), (size, count, asked) in shown
     )
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
-    moment = oom_moment(dump, requested=requested)
+    moment = oom_moment(dump, requested=requested, device_total=device_memory)
     oom_sites: tuple[SiteBytes, ...] = ()
     oom_site_count = 0
     if moment is not None and moment.source == TRACE and filled.oom is not None:
         oom_sites, oom_site_count = _sites_at(filled, filled.oom.position, top)
+    peak_sites: tuple[SiteBytes, ...] = ()
+    peak_site_count = 0
+    if moment is None and filled.peak.name == "peak":  # the peak is the moment judged
+        peak_sites, peak_site_count = _sites_at(filled, filled.peak.position, top)
     judged = oom_sites if oom_sites else top_sites
     verdict, moment, bound = verdict_at_oom(
         dump,
@@ -442,7 +453,7 @@ def summarize(
         pending_bytes=tally.active - tally.allocated,
         pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
         headroom_bytes=risk.headroom_bytes if risk is not None else None,
-        device_total_bytes=_device_total(moment, risk),
+        device_total_bytes=_device_total(moment, risk, device_memory),
         at_risk=risk is not None,
         has_history=has_history(dump),
         trends=trends or (),
@@ -494,6 +505,8 @@ def summarize(
         at_risk=risk,
         kinds=filled.kinds,
         peak=filled.peak,
+        peak_sites=peak_sites,
+        peak_site_count=peak_site_count,
         known=filled.known,
         diagnosis=diagnosis,
         filled=filled,
@@ -525,11 +538,14 @@ def _by_site(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, 
     return sorted(merged.items(), key=lambda item: (-item[1], item[0]))
 
 
-def _device_total(moment: OomMoment | None, risk: AtRisk | None) -> int | None:
-    """The limit the rank ran under, from the OOM's figures or the near-OOM's."""
+def _device_total(moment: OomMoment | None, risk: AtRisk | None, given: int | None) -> int | None:
+    """The limit the rank ran under, from the OOM's figures or the near-OOM's, else the one
+    the user gave (``--device-memory``)."""
     if moment is not None and moment.device_total_bytes is not None:
         return moment.device_total_bytes
-    return risk.device_total_bytes if risk is not None else None
+    if risk is not None and risk.device_total_bytes is not None:
+        return risk.device_total_bytes
+    return given
 
 
 def expandable_answer(

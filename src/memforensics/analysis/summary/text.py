@@ -44,6 +44,8 @@ _GAP = "   "  # between the cells of a figures row
 _SITE_HEADER = f"  {'live bytes':>11} {'blocks':>7}  {'kind':<{KIND_WIDTH}} site"
 _LABEL = 15  # where a labelled row's text starts
 _MIN_SITES = 3
+MOST = 0.8
+"""The default site rows are the first that hold this share of the moment judged."""
 
 
 def summary_text(
@@ -137,6 +139,8 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     if s.after_oom and s.oom is not None and s.oom.top_sites:  # the moment judged: the OOM's
         rows, count = s.oom.top_sites, s.oom.site_count
         total, where = s.oom.allocated_bytes or 0, title
+    elif s.peak_sites and moment is s.peak and moment is not None:  # no OOM: the peak's
+        rows, count, total, where = s.peak_sites, s.peak_site_count, moment.live_bytes, title
     tree = (
         tree_lines(moment.tree, limit=14, width=width - 2)
         if moment is not None and moment.live_bytes
@@ -148,8 +152,7 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     if len(kinds) > 2 and sites_min + len(kinds) + tree_min > room:
         kinds = _kinds_sentence(moment, title, width)
     fit_rows = max(_MIN_SITES, room - 1 - len(kinds) - tree_min)
-    cut_rows = fit and len(rows) > fit_rows  # then the last row says how many are hidden
-    shown = rows[: fit_rows - 1] if cut_rows else rows
+    shown = _holding_most(rows, count, total, fit_rows) if fit else rows
     sites = _site_rows(shown, count, total, callers=False, width=width)
     if not fit:
         room = max(room, 1 + len(sites) + len(kinds) + tree_min)
@@ -161,6 +164,24 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
         body.append(f"  call tree {title} (--verbose for more)")
         body += [f"  {line}" for line in tree[:tree_room]]
     return body[: max(room, 0)]
+
+
+def _holding_most(
+    rows: tuple[SiteBytes, ...], count: int, total: int, room: int
+) -> tuple[SiteBytes, ...]:
+    """The first site rows that together hold :data:`MOST` of ``total`` (the moment's live
+    bytes), in ``room`` lines with the line that counts the rows left out."""
+    held = 0
+    needed = len(rows)
+    for index, row in enumerate(rows):
+        held += row.bytes
+        if held >= MOST * total:
+            needed = index + 1
+            break
+    shown = rows[: max(needed, 1)]
+    if len(shown) + (count > len(shown)) > room:
+        shown = rows[: max(room - 1, 1)]
+    return shown
 
 
 def _kinds_table(moment: Moment | None, title: str, width: int, classified: bool) -> list[str]:
@@ -398,9 +419,19 @@ def _site_table(s: Summary, width: int) -> list[str]:
         )
         lines += ["", f"{_SITE_HEADER} (after the OOM, at the snapshot)"]
         return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, width=width)
+    if s.peak_sites and s.peak is not None and _held(s.peak_sites) != _held(s.top_sites):
+        lines += ["", f"{_SITE_HEADER} (live {_moment_title(s.peak)})"]
+        lines += _site_rows(s.peak_sites, s.peak_site_count, s.peak.live_bytes, width=width)
+        lines += ["", f"{_SITE_HEADER} (at the snapshot)"]
+        return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, width=width)
     if s.top_sites:
         lines += ["", _SITE_HEADER]
     return lines + _site_rows(s.top_sites, s.site_count, s.allocated_bytes, blank=True, width=width)
+
+
+def _held(sites: tuple[SiteBytes, ...]) -> list[tuple[str, str, int, int]]:
+    """What site rows hold (their kinds aside): two moments whose rows hold the same are one."""
+    return [(t.site, t.caller, t.bytes, t.blocks) for t in sites]
 
 
 def _site_rows(

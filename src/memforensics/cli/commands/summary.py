@@ -40,11 +40,12 @@ class _Ask:
     several: bool
     verbose: bool = False
     fit: bool = True  # no --top or --all given: the site rows are cut to one screen
+    device_memory: int | None = None
 
     def question(self) -> str:
         """The cache's name for this question about one file (whether it is one of several,
         and the rendering, are applied afresh)."""
-        return question(self.top, self.device, self.requested)
+        return question(self.top, self.device, self.requested, self.device_memory)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def _answer(dump: Dump, ask: _Ask, progress: Progress | None = None) -> _Section
             dump,
             top=ask.top,
             requested=ask.requested,
+            device_memory=ask.device_memory,
             device=ask.device,
             phase=progress.phase if progress is not None else None,
         )
@@ -100,7 +102,8 @@ class SummaryCommand:
     name = "summary"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        """FILE..., --json, --top, --all, --device, --requested, the cache, --quiet, --jobs."""
+        """FILE..., --json, --top, --all, --device, --requested, --device-memory, the cache,
+        --quiet, --jobs."""
         parser.add_argument(
             "files", metavar="FILE", nargs="+", help="snapshots (.pickle, .pkl, or either .gz)"
         )
@@ -122,6 +125,13 @@ class SummaryCommand:
             " is judged); over a recorded OOM it replaces the recorded request (with a warning)",
         )
         parser.add_argument(
+            "--device-memory",
+            type=byte_size,
+            metavar="SIZE",
+            help="the device's memory (80GiB), for a dump that records none (a raw snapshot):"
+            " with --requested, whether that request fits and what frees it",
+        )
+        parser.add_argument(
             "--verbose",
             action="store_true",
             help="print everything: every cause with its fixes, what evidence is missing, each"
@@ -134,7 +144,10 @@ class SummaryCommand:
         several = len(args.files) > 1
         top = row_limit(args, parser)
         fit = not args.all and top == DEFAULT_TOP
-        ask = _Ask(args.json, top, args.device, args.requested, several, args.verbose, fit)
+        ask = _Ask(
+            args.json, top, args.device, args.requested, several, args.verbose, fit,
+            args.device_memory,
+        )  # fmt: skip
         jobs = job_count(args, parser)
         cache = open_cache(args)
         sections: dict[int, _Section] = {}
