@@ -19,8 +19,8 @@ from memforensics.testing._synthetic import Block, Site, SnapshotBuilder
 
 pytestmark = pytest.mark.integration
 
-ATTENTION = Site("/work/model.py", 71, "attention")
-WEIGHTS = Site("/work/model.py", 40, "forward")
+ATTENTION = Site("/job/model.py", 71, "attention")
+WEIGHTS = Site("/job/model.py", 40, "forward")
 
 
 def _cli(*args: str | Path, cache: Path) -> str:
@@ -99,5 +99,5 @@ def test_the_peak_s_site_rows_print_the_same_from_the_cache(tmp_path: Path) -> N
     lines = first.splitlines()
     header = next(index for index, line in enumerate(lines) if "live bytes" in line)
     assert "(at the peak, trace entry" in lines[header]
-    assert "/work/model.py:71 attention" in lines[header + 1]
+    assert "/job/model.py:71 attention" in lines[header + 1]
     assert "584.00 MiB" in lines[header + 1]

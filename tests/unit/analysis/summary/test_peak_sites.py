@@ -13,7 +13,7 @@ from memforensics.analysis.summary.text import MOST
 from memforensics.testing import GiB, MiB, context_pair, unwound_oom
 from memforensics.testing._synthetic import Block, Site, SnapshotBuilder
 
-ATTENTION = "/work/model.py:71 attention"  # context_pair's activations, freed by the step's end
+ATTENTION = "/job/model.py:71 attention"  # context_pair's activations, freed by the step's end
 
 
 def _after(tmp_path: Path) -> Summary:
@@ -69,7 +69,7 @@ def test_the_default_rows_are_those_that_hold_most_of_the_moment() -> None:
     builder = SnapshotBuilder()
     sizes = [GiB(5), GiB(2), GiB(1), *[GiB(0.25)] * 8]
     for index, size in enumerate(sizes):
-        builder.segment(Block(size, site=Site("/work/net.py", 10 + index, f"layer{index}")))
+        builder.segment(Block(size, site=Site("/job/net.py", 10 + index, f"layer{index}")))
     summary = summarize(dump_from_snapshot(builder.build()))
     _header, rows = _site_rows(summary_text(summary))
     shown = [row for row in rows if not row.lstrip().startswith("…")]
