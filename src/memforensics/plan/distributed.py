@@ -278,7 +278,6 @@ def fsdp1_materialised(
     return need
 
 
-
 def fsdp1_handle(original: Callable[[Any], Any]) -> Any:
     """``_FSDPDeviceHandle.from_device``: FSDP1's device handle for a stand-in's device (its
     type reads ``meta``) is ``torch.cuda``, as for the device it stands for."""

@@ -408,9 +408,7 @@ def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> li
         R(
             fsdp1,
             "_need_to_materialize_module",
-            distributed.fsdp1_materialised(
-                storage.ghosts.holds, fsdp1._need_to_materialize_module
-            ),
+            distributed.fsdp1_materialised(storage.ghosts.holds, fsdp1._need_to_materialize_module),
             fsdp1_why,
         ),
         R(
