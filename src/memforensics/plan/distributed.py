@@ -259,3 +259,34 @@ def fsdp_materialised(
                 return
 
     return validate
+
+
+def fsdp1_materialised(
+    holds: Callable[[Any], bool], original: Callable[..., tuple[bool, bool]]
+) -> Callable[..., tuple[bool, bool]]:
+    """FSDP1's question whether a module needs materialising from ``meta``: a stand-in is on
+    the planned device already (its ``.device`` reads ``meta``); only the script's own ``meta``
+    parameters and buffers are materialised, as FSDP does."""
+
+    def need(module: Any, *args: Any, **kwargs: Any) -> tuple[bool, bool]:
+        on_meta, deferred_init = original(module, *args, **kwargs)
+        if on_meta:
+            states = [*module.parameters(), *module.buffers()]
+            on_meta = any(t.is_meta and holds(t) for t in states)
+        return on_meta, deferred_init
+
+    return need
+
+
+def fsdp1_handle(original: Callable[[Any], Any]) -> Any:
+    """``_FSDPDeviceHandle.from_device``: FSDP1's device handle for a stand-in's device (its
+    type reads ``meta``) is ``torch.cuda``, as for the device it stands for."""
+
+    def from_device(cls: Any, device: Any) -> Any:
+        import torch
+
+        if getattr(device, "type", None) == "meta":
+            return torch.cuda
+        return original(device)
+
+    return classmethod(from_device)

@@ -400,6 +400,24 @@ def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> li
             "a stand-in is on the planned device; only the script's own meta is refused",
         )
     )
+    from torch.distributed.fsdp import _init_utils as fsdp1
+    from torch.distributed.fsdp._common_utils import _FSDPDeviceHandle
+
+    fsdp1_why = "a stand-in is on the planned device; only the script's own meta is materialised"
+    rows += [
+        R(
+            fsdp1,
+            "_need_to_materialize_module",
+            distributed.fsdp1_materialised(storage.ghosts.holds, fsdp1._need_to_materialize_module),
+            fsdp1_why,
+        ),
+        R(
+            _FSDPDeviceHandle,
+            "from_device",
+            distributed.fsdp1_handle(_FSDPDeviceHandle.from_device),
+            "FSDP1's device handle for a stand-in's device is torch.cuda's, as for CUDA's",
+        ),
+    ]
     ddp = torch.nn.parallel.DistributedDataParallel
     register = distributed.ddp_register(ddp.register_comm_hook)
     hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
