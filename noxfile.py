@@ -50,7 +50,7 @@ def tests_notorch(session: nox.Session) -> None:
         "pytest",
         "tests",
         "-m",
-        "not torch and not gpu and not stress and not extras and not frameworks",
+        "not torch and not gpu and not stress and not extras and not frameworks and not newcomer",
         *session.posargs,
     )
 

@@ -43,6 +43,9 @@ def test_a_fresh_clone_installs_and_runs_the_demo_into_its_oom(tmp_path: Path) -
     assert git is not None, "the newcomer test clones the repository: git is needed"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["COLUMNS"] = (
+        "1000"  # whole paths on their lines; tests/integration/test_cli_screen.py keeps 80
+    )
     clone, venv, work = tmp_path / "clone", tmp_path / "venv", tmp_path / "work"
     _run([git, "clone", "--quiet", "--no-hardlinks", CHECKOUT, clone], tmp_path, env)
     _run([sys.executable, "-m", "venv", venv], tmp_path, env)

@@ -485,7 +485,7 @@ def _names_device(location: Any) -> bool:
     if isinstance(location, dict):
         return bool(location) and all(_names_device(v) for v in location.values())
     if isinstance(location, (str, torch.device)):
-        return torch.device(location).type == "cuda"
+        return bool(torch.device(location).type == "cuda")
     return False
 
 

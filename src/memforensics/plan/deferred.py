@@ -160,7 +160,7 @@ class Snapshot:
     view: View
 
     def value(self) -> torch.Tensor:
-        storage = torch.UntypedStorage(self.nbytes)  # type: ignore[no-untyped-call]
+        storage = torch.UntypedStorage(self.nbytes)  # type: ignore[no-untyped-call,unused-ignore]
         replay(storage, self.steps)
         return self.view.on(storage)
 
@@ -475,7 +475,7 @@ _REFUSED = object()
 def _whole(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` covers its whole storage, every element once."""
     nbytes = tensor.numel() * tensor.element_size()
-    return tensor.is_contiguous() and nbytes == tensor.untyped_storage().nbytes()
+    return bool(tensor.is_contiguous() and nbytes == tensor.untyped_storage().nbytes())
 
 
 def _numel(size: Any) -> int:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import torch
-
 
 def live_models() -> tuple[list[Any], list[Any]]:
     """``(modules, optimizers)`` alive now: the outermost modules (those no other module holds
     as a submodule, so each parameter keeps its full name, ``layers.0.weight``) and every
     optimizer, each in the order the collector lists them."""
+    import torch  # lazily: ``import memforensics.plan`` never loads torch
+
     module_type, optimizer_type = torch.nn.Module, torch.optim.Optimizer
     modules: list[Any] = []
     optimizers: list[Any] = []
