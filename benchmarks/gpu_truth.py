@@ -4,7 +4,7 @@
                                    [--archive benchmarks/gpu] [--budget 480] [--fast]
                                    [--only STEP ...] [--keep-dumps DIR]
 
-Six steps, each with its own time limit inside one wall-clock budget; a step that fails records
+Seven steps, each with its own time limit inside one wall-clock budget; a step that fails records
 its error and the run goes on:
 
 1. ``oom``: a real OOM through the observer in a small transformer training loop under a memory
@@ -16,6 +16,10 @@ its error and the run goes on:
 4. ``cost``: step time with history off, ``state``, ``all`` (context alloc / all), stacks python.
 5. ``forked``: the forked window writer beside a live CUDA context.
 6. ``analysis``: ``summary``, ``report`` and ``replay`` on every dump written, through the CLI.
+7. ``plan_distributed``: ``memforensics plan --nproc-per-node 1`` of a DDP and an FSDP2 script
+   on the real device's memory and capability, against the same script run for real as one
+   NCCL rank: the second step's peak allocated within 1 %, peak reserved within 5 % (the dry
+   run plans only: the real side needs CUDA).
 
 Every figure goes into one JSON file (``--out``); a table is printed. Checks that need a
 memforensics feature the version under test lacks are recorded as skipped. The exit status is 1
@@ -40,6 +44,7 @@ from typing import Any
 from _gpu_cli import step_analysis
 from _gpu_fork import run_forked, step_forked
 from _gpu_oom import step_real_oom
+from _gpu_plan import step_plan_distributed
 from _gpu_record import FAIL, FAST, FULL, Context, Step, print_table, run_step
 from _gpu_rig import CudaRig, Rig, SimRig
 from _gpu_run import step_cost, step_windows
@@ -56,6 +61,12 @@ STEPS: tuple[tuple[str, str, float, StepBody], ...] = (
     ("cost", "recorder cost", 120.0, step_cost),
     ("forked", "forked writer with a live context", 120.0, step_forked),
     ("analysis", "CLI on the dumps written", 180.0, step_analysis),
+    (
+        "plan_distributed",
+        "plan of 1-GPU DDP and FSDP2 against the real run",
+        120.0,
+        step_plan_distributed,
+    ),
 )
 FAST_LIMIT_SCALE = 4.0
 """The dry run's step limits are this much longer: it proves code paths on a CI machine that

@@ -1,5 +1,5 @@
 """The real-GPU check (benchmarks/gpu_truth.py) dry-run on the sim device, so it cannot rot while
-it waits for a GPU: the same six steps, a real subprocess, the real CLI underneath."""
+it waits for a GPU: the same seven steps, a real subprocess, the real CLI underneath."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_truth.py"
-STEPS = ["oom", "verdicts", "windows", "cost", "forked", "analysis"]
+STEPS = ["oom", "verdicts", "windows", "cost", "forked", "analysis", "plan_distributed"]
 
 
 def dry_run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], Any]:
@@ -55,7 +55,7 @@ def checks_of(report: Any, status: str) -> list[str]:
 
 
 def test_dry_run_completes_every_step_with_no_wrong_answer(tmp_path: Path) -> None:
-    """All six steps run to the end on the sim, every judged fact holds, the JSON has figures."""
+    """All seven steps run to the end on the sim, every judged fact holds, the JSON has figures."""
     proc, report = dry_run(tmp_path, "--archive", str(tmp_path / "gpu"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [(s["key"], s["status"], s["error"]) for s in report["steps"]] == [
@@ -70,6 +70,12 @@ def test_dry_run_completes_every_step_with_no_wrong_answer(tmp_path: Path) -> No
     assert oom["free_minus_mem_get_info"] == 0  # the sim's free memory does not move
     assert {"history off", "state"} <= set(steps["cost"]["figures"]["rows"])
     assert any(p["forks"] > 0 for p in steps["forked"]["figures"]["passes"])
+    plan_rows = steps["plan_distributed"]["figures"]["rows"]
+    assert set(plan_rows) == {"ddp", "fsdp2"}
+    for row in plan_rows.values():  # the script's own second-step peaks, as plan answered them
+        assert 0 < row["planned"]["peak_allocated"] <= row["planned"]["peak_reserved"]
+        assert row["real"] == "skipped: the real run needs CUDA"
+    assert {"plan_distributed: ddp: plan against the real run"} <= set(checks_of(report, "skipped"))
     assert report["wrong_answers"] == 0
     assert "1 oom" in proc.stdout  # the table
     assert "0 wrong answer(s)" in proc.stdout
@@ -86,7 +92,7 @@ def test_a_library_that_captures_nothing_is_a_wrong_answer(tmp_path: Path) -> No
     assert "oom: observer attached" in failed
     assert "oom: seen by the observer" in failed
     assert report["wrong_answers"] >= 2
-    assert [s["status"] for s in report["steps"][1:]] == ["skipped: not selected"] * 5
+    assert [s["status"] for s in report["steps"][1:]] == ["skipped: not selected"] * 6
 
 
 def test_a_spent_budget_skips_steps_but_still_writes_the_report(tmp_path: Path) -> None:
@@ -95,5 +101,5 @@ def test_a_spent_budget_skips_steps_but_still_writes_the_report(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [(s["status"], s["error"]) for s in report["steps"]] == [
         ("skipped", "wall-clock budget spent")
-    ] * 6
+    ] * 7
     assert report["wrong_answers"] == 0
