@@ -1,6 +1,6 @@
 """One story per dump: summary, report, overview and watch name the same cause for one OOM
 dump (a sim run whose cache grows window after window), and the cache keys that answer by
-every window dump it read."""
+every window dump and journal it read."""
 
 from __future__ import annotations
 
@@ -15,6 +15,14 @@ import pytest
 
 import memforensics
 from memforensics.backends.sim import SimDevice, SimOutOfMemoryError, SimTensor, reset_device
+from memforensics.testing import (
+    Block,
+    Site,
+    SnapshotBuilder,
+    make_sidecar,
+    write_dump,
+    write_journals,
+)
 
 pytestmark = pytest.mark.integration
 MiB = 1 << 20
@@ -100,7 +108,8 @@ def test_every_command_names_the_growth_of_one_oom_dump(tmp_path: Path) -> None:
 def test_a_changed_window_dump_changes_the_kept_answer(tmp_path: Path) -> None:
     """summary's kept answer is keyed by the window dumps it read: once the windows no longer
     show growth (each overwritten with the first window's bytes), the same question about the
-    unchanged OOM dump is answered afresh, and names the cache, not growth."""
+    unchanged OOM dump is answered afresh: no site is named growing, only the journal's climb
+    (8 MiB a step, the cache's true rate)."""
     run = _run(tmp_path)
     [dump] = (run / "oom").glob("*.pickle")
     cache = tmp_path / "cache"
@@ -115,5 +124,40 @@ def test_a_changed_window_dump_changes_the_kept_answer(tmp_path: Path) -> None:
         window.write_bytes(windows[0].read_bytes())
     after = _cli("summary", dump, "--json", "--cache-dir", cache)
     assert after.returncode == 0, after.stderr
-    assert json.loads(after.stdout)["diagnosis"]["headline"].startswith(CACHE)
+    headline = json.loads(after.stdout)["diagnosis"]["headline"]
+    assert headline.startswith(f"{GROWTH}allocated grew ≈ 8.00 MiB a step")
+    assert "_allocate_kv_cache" not in headline
+    assert len(list(cache.glob("*.entry"))) == 2
+
+
+def test_a_changed_journal_changes_the_kept_answer(tmp_path: Path) -> None:
+    """summary's kept answer is keyed by the journal of the dump's process: while it climbs
+    16 MiB a step up to the OOM, growth is named from it; once it is rewritten flat, the same
+    question about the unchanged dump is answered afresh, without growth."""
+
+    def journals(leak_rank: int | None) -> None:
+        write_journals(
+            tmp_path, ranks=2, lines=14, every=1, base=64 * MiB, limit=4096 * MiB,
+            leak_rank=leak_rank, leak_per_line=16 * MiB,
+        )  # fmt: skip
+
+    builder = SnapshotBuilder()
+    builder.segment(Block(64 * MiB, site=Site("/job/model.py", 40, "forward")))
+    builder.segment(*[Block(16 * MiB, site=Site("/job/train.py", 30, "remember"))] * 13)
+    builder.oom(requested=64 * MiB, device_free=0)
+    oom = {"requested_bytes": 64 * MiB, "device_free_bytes": 0, "device_total_bytes": 272 * MiB}
+    dump = tmp_path / "oom" / "rank1_pid1001_step13_20261130-101112-000001.pickle"
+    sidecar = make_sidecar("oom", rank=1, pid=1001, step=13, oom=oom)
+    write_dump(dump, builder.build(), sidecar=sidecar)
+    journals(1)
+    cache = tmp_path / "cache"
+    first = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert first.returncode == 0, first.stderr
+    headline = json.loads(first.stdout)["diagnosis"]["headline"]
+    assert headline.startswith(GROWTH)
+    assert "journal" in headline
+    journals(None)
+    after = _cli("summary", dump, "--json", "--cache-dir", cache)
+    assert after.returncode == 0, after.stderr
+    assert not json.loads(after.stdout)["diagnosis"]["headline"].startswith(GROWTH)
     assert len(list(cache.glob("*.entry"))) == 2

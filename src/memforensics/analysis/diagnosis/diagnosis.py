@@ -153,6 +153,20 @@ class Trend(Protocol):
     def suspect(self) -> bool: ...
 
 
+class Climb(Protocol):
+    """Allocated bytes climbing steadily over steps in the journal of the dump's process (the
+    forecast's ``Line``)."""
+
+    @property
+    def growth_per_step(self) -> float: ...
+    @property
+    def first_step(self) -> int: ...
+    @property
+    def last_step(self) -> int: ...
+    @property
+    def points(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Evidence:
     """What :func:`diagnose` reads besides the dump, computed by ``summary``'s one pass.
@@ -163,7 +177,8 @@ class Evidence:
     and awaiting another; ``headroom_bytes`` what the device could still give (a near-OOM
     dump's); ``device_total_bytes`` the limit; ``at_risk`` whether it is a near-OOM dump;
     ``trends`` the run folder's window trends of this rank (``trends_read``: they were looked
-    for); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
+    for); ``climb`` the journal's allocated bytes climbing step after step (None: not read, or
+    flat); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
     ``moment`` is the judged moment (its bytes, position and each kind's sites); ``unwound``
     what the unwinding freed right after the trace's ``oom`` entry.
     """
@@ -180,6 +195,7 @@ class Evidence:
     has_history: bool = False
     trends: Sequence[Trend] = ()
     trends_read: bool = False
+    climb: Climb | None = None
     moment: Moment | None = None
     unwound: Unwound | None = None
 
@@ -360,7 +376,8 @@ def _cause(
 
 def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause | None:
     """The fastest-growing site: its live blocks made step after step in this dump's trace,
-    or its bytes rising over the run folder's window dumps."""
+    or its bytes rising over the run folder's window dumps; else, with no site to name, the
+    journal's allocated bytes climbing step after step."""
     by_site: dict[str, dict[int, int]] = {}
     tagged = False
     for site, size, step in evidence.live:
@@ -380,6 +397,8 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
         if best is None or (rate, held) > (best[0], best[2]):
             best = (rate, site, held, first, last)
     trend = _fastest_trend(evidence.trends)
+    if best is None and trend is None and evidence.climb is not None:
+        return _climb(evidence.climb, needed)
     if best is None and trend is None:
         if not tagged and evidence.has_history and not evidence.trends_read:
             missing.append(text.MISSING_STEPS)
@@ -404,6 +423,16 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
         (site,),
     )  # fmt: skip
     return replace(found, rate_bytes_per_step=rate, first_step=first, steps_left=left)
+
+
+def _climb(climb: Climb, needed: int | None) -> Cause:
+    """Growth the journal shows and no site names: the bytes the line gained over its steps,
+    which stopping the growth frees (as removing a growing site frees what it holds)."""
+    rate = int(climb.growth_per_step)
+    gained = int(climb.growth_per_step * (climb.last_step - climb.first_step))
+    evidence = text.climb_evidence(rate, climb.points, climb.first_step, climb.last_step)
+    found = _cause(GROWTH, gained, evidence, _fixes([(text.CLIMB_FIX, gained)], needed), needed)
+    return replace(found, rate_bytes_per_step=rate, first_step=climb.first_step)
 
 
 def _fastest_trend(trends: Sequence[Trend]) -> Trend | None:

@@ -62,6 +62,19 @@ def growth_evidence(
     )
 
 
+def climb_evidence(rate: int, points: int, first: int, last: int) -> str:
+    """``allocated grew ≈ 2.56 MiB a step from step 1,700 to step 4,900 (32 journal lines),
+    and no window dump names the site``."""
+    return (
+        f"allocated grew ≈ {fmt(rate)} a step from step {first:,} to step {last:,}"
+        f" ({points:,} journal lines), and no window dump names the site"
+    )
+
+
+CLIMB_FIX = "install(steps=N) window dumps name the site that grows"
+"""What names the site a journal's climb cannot."""
+
+
 def growth_fix(site: str) -> str:
     """Stop the site keeping a tensor per step."""
     return f"stop {_site(site)} keeping a tensor every step (drop it, or keep .item())"

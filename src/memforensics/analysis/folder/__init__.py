@@ -1,6 +1,13 @@
 """A run folder: its dumps (ls), its journals, and the overview of every rank."""
 
-from memforensics.analysis.folder.journals import MISSING, ProcessJournal, read_run_journals
+from memforensics.analysis.folder.forecast import Line, fit_line
+from memforensics.analysis.folder.journals import (
+    MISSING,
+    JournalFile,
+    ProcessJournal,
+    read_process,
+    read_run_journals,
+)
 from memforensics.analysis.folder.ls import SCHEMA as LS_SCHEMA
 from memforensics.analysis.folder.ls import RunListing, list_dumps
 from memforensics.analysis.folder.overview import SCHEMA as OVERVIEW_SCHEMA
@@ -24,16 +31,20 @@ __all__ = [
     "OVERVIEW_SCHEMA",
     "WATCH_COLUMNS",
     "WATCH_SCHEMA",
+    "JournalFile",
     "JournalWatch",
+    "Line",
     "Overview",
     "ProcessJournal",
     "RunListing",
     "WatchView",
     "build_overview",
     "cause_lines",
+    "fit_line",
     "list_dumps",
     "ls_text",
     "overview_text",
+    "read_process",
     "read_run_journals",
     "skipped_lines_text",
     "watch_cells",

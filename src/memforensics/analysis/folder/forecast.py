@@ -70,17 +70,33 @@ def theil_sen(xs: Sequence[int], ys: Sequence[float]) -> float | None:
     return median(slopes) if slopes else None
 
 
-def forecast_line(
-    rank: int, steps: Sequence[int], used: Sequence[int], limit: int
-) -> Forecast | None:
-    """The forecast for ``used`` bytes (live plus outside PyTorch) over ``steps``, or None when
-    there is no significant, steady upward line (see the module's guards)."""
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A significant, steady upward line through a column's journal points (the module's
+    guards): what it gains a step, over which steps, and how sure it is."""
+
+    growth_per_step: float
+    intercept: float
+    first_step: int
+    last_step: int
+    points: int
+    confidence: float
+    """0..1, as :class:`Forecast`'s."""
+
+    def at(self, step: int) -> float:
+        """The line's bytes at ``step``."""
+        return self.intercept + self.growth_per_step * step
+
+
+def fit_line(steps: Sequence[int], values: Sequence[int]) -> Line | None:
+    """The line through the newest ``WINDOW`` points of ``values`` over ``steps`` (a step's
+    last value wins), or None when there is no significant, steady upward line."""
     points: dict[int, int] = {}
-    for step, value in zip(steps, used, strict=True):
+    for step, value in zip(steps, values, strict=True):
         points[step] = value  # a step's last line wins (an OOM line, then its step line)
     xs = sorted(points)[-WINDOW:]
     n = len(xs)
-    if n < MIN_POINTS or limit <= 0:
+    if n < MIN_POINTS:
         return None
     ys = [float(points[x]) for x in xs]
     slope = theil_sen(xs, ys)
@@ -99,19 +115,30 @@ def forecast_line(
         return None
     agreement = min(first, second) / max(first, second)
     confidence = (1.0 - math.exp(-z / 10.0)) * agreement if z != math.inf else agreement
-    last = xs[-1]
-    on_line = intercept + slope * last
+    return Line(slope, intercept, xs[0], xs[-1], n, round(confidence, 3))
+
+
+def forecast_line(
+    rank: int, steps: Sequence[int], used: Sequence[int], limit: int
+) -> Forecast | None:
+    """The forecast for ``used`` bytes (live plus outside PyTorch) over ``steps``, or None when
+    there is no significant, steady upward line (see the module's guards)."""
+    line = fit_line(steps, used) if limit > 0 else None
+    if line is None:
+        return None
+    slope, last = line.growth_per_step, line.last_step
+    on_line = line.at(last)
     reach = last + max(math.ceil((limit - on_line) / slope), 0)
     return Forecast(
         rank=rank,
         step=int(reach),
         growth_per_step=slope,
-        confidence=round(confidence, 3),
+        confidence=line.confidence,
         device_total_bytes=limit,
         last_step=last,
         last_bytes=int(on_line),
         steps_left=max(int(reach) - last, 0),
-        points=n,
+        points=line.points,
     )
 
 

@@ -2,7 +2,9 @@
 
 A dump is explained from itself and from what lies beside it in its run folder: its sidecar
 (read with the dump), and the window dumps of its rank, whose per-site totals show a site
-growing window after window (the ``leaks`` fit). :func:`explain` gathers that evidence itself,
+growing window after window (the ``leaks`` fit), and the journal of its process (its rank and
+pid), whose allocated bytes climbing step after step show growth no window names (the
+forecast's fit). :func:`explain` gathers that evidence itself,
 so ``summary``, ``report``, ``overview``, ``plan`` and ``watch`` cannot tell two stories of one
 dump: each asks this one call and prints its answer. :func:`evidence_files` names every file
 the answer is read from, by the same rule, so a cache keys the answer by each of them.
@@ -22,6 +24,7 @@ from memforensics import _layout
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.compare import WindowTotals, fit_windows, read_windows
 from memforensics.analysis.dump import Dump, DumpMeta, dump_meta, load_dump, read_sidecar_file
+from memforensics.analysis.folder import MISSING, JournalFile, Line, fit_line, read_process
 from memforensics.analysis.summary import Summary, summarize
 
 Phase = Callable[[str], object]
@@ -61,6 +64,8 @@ def explain(
             phase(f"reading {len(beside)} window dumps beside it")
         totals = [item for item in windows(beside) if isinstance(item, WindowTotals)]
         trends = fit_windows("", [item for item in totals if item.rank == dump.meta.rank]).trends
+    journal = journal_beside(dump.path, dump.meta) if dump.path is not None else ()
+    climb = allocated_climb(journal) if journal else None
     if phase is not None:
         phase(f"summarizing {dump.path.name if dump.path is not None else dump.name}")
     summaries = [
@@ -69,6 +74,7 @@ def explain(
             top=top,
             requested=requested,
             trends=trends,
+            climb=climb,
             replay=replay,
             device_memory=device_memory,
         )
@@ -79,12 +85,48 @@ def explain(
 
 def evidence_files(path: Path) -> tuple[Path, ...]:
     """Every file :func:`explain` reads to explain the dump at ``path``: the dump itself (and
-    its sidecar beside it), then the window dumps of its rank in its run folder (and theirs)."""
+    its sidecar beside it), the window dumps of its rank in its run folder (and theirs), then
+    its process's journal files."""
     try:
         sidecar = read_sidecar_file(_layout.sidecar_path(path))
     except SnapshotLoadError:
         sidecar = None  # the load says so, and explains the dump without it
-    return (path, *(window_dumps_beside(path, dump_meta(path, sidecar)) or ()))
+    meta = dump_meta(path, sidecar)
+    journal = tuple(Path(file.path) for file in journal_beside(path, meta))
+    return (path, *(window_dumps_beside(path, meta) or ()), *journal)
+
+
+def journal_beside(path: Path, meta: DumpMeta) -> tuple[JournalFile, ...]:
+    """The journal files of the process that wrote the dump at ``path`` (its rank, and its pid
+    from the sidecar, else the file name), rotated generation first; none when ``path`` lies
+    in no run folder, its rank or pid is not known, or the process left no journal. Only that
+    process's files are looked at: another rank's or pid's journal says nothing of this dump."""
+    pid = meta.sidecar.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        pid = _layout.parse_stem(path.name).pid
+    if meta.rank is None or pid is None or _layout.folder_kind(path.parent.name) is None:
+        return ()
+    folder = _layout.journal_folder(path.parent.parent)
+    found = []
+    for generation in (1, 0):
+        file = folder / _layout.journal_name(meta.rank, pid, generation)
+        if file.is_file():
+            found.append(JournalFile(str(file), meta.rank, pid, generation))
+    return tuple(found)
+
+
+def allocated_climb(files: Sequence[JournalFile]) -> Line | None:
+    """The steady line of allocated bytes over steps in the newest run of ``files`` (a
+    restarted process's older run says nothing of the dump), or None when they do not climb
+    (the forecast's fit and guards); a torn or bad line is skipped, as every journal reader
+    skips it."""
+    journal = read_process(list(files))[-1]
+    points = [
+        (step, live)
+        for step, live in zip(journal.steps, journal.columns["allocated_bytes"], strict=True)
+        if MISSING not in (step, live)
+    ]
+    return fit_line([step for step, _ in points], [live for _, live in points])
 
 
 def window_dumps_beside(path: Path, meta: DumpMeta) -> tuple[Path, ...] | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from memforensics._units import outside_pytorch_bytes
 from memforensics.analysis.diagnosis import Diagnosis, Evidence, diagnose, has_expandable
-from memforensics.analysis.diagnosis.diagnosis import Trend
+from memforensics.analysis.diagnosis.diagnosis import Climb, Trend
 from memforensics.analysis.dump import (
     ALLOCATED,
     BEFORE_RECORDING,
@@ -389,6 +389,7 @@ def summarize(
     top: int | None = 10,
     requested: int | None = None,
     trends: Sequence[Trend] | None = None,
+    climb: Climb | None = None,
     replay: bool = True,
     device_memory: int | None = None,
 ) -> Summary:
@@ -398,6 +399,8 @@ def summarize(
     ``requested``: the failed request in bytes, for a snapshot that records neither history
     nor a sidecar (it is then judged as taken at that OOM). ``trends``: the run folder's
     window trends of this rank (``leaks``), for growth across windows (None: not read).
+    ``climb``: the line of allocated bytes over steps in the journal of the dump's process,
+    for growth no window names (None: not read, or it does not climb).
     ``replay``: ask the replay whether ``expandable_segments`` serves a fragmented request.
     ``device_memory``: the device's memory in bytes, for a dump that records none (a raw
     snapshot): whether ``requested`` fits, and the device the causes are weighed against.
@@ -458,6 +461,7 @@ def summarize(
         has_history=has_history(dump),
         trends=trends or (),
         trends_read=trends is not None,
+        climb=climb,
     )
     expandable_serves = _Once(lambda: expandable_answer(dump, requested, replay=replay))
     verdict = _advised(dump, verdict, expandable_serves)
