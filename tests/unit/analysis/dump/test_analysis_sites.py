@@ -101,7 +101,7 @@ def test_real_transformer_snapshot_names_its_unrecorded_blocks() -> None:
         "/usr/lib/python3.11/runpy.py",
         "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py",
         "/usr/lib/python3/dist-packages/numpy/core.py",
-        "/home/me/.venv/lib64/python3.12/threading.py",
+        "/users/me/.venv/lib64/python3.12/threading.py",
         "<frozen runpy>",
         "C:\\Python311\\Lib\\site-packages\\accelerate\\launch.py",
         "C:\\Python311\\Lib\\runpy.py",
@@ -115,9 +115,9 @@ def test_installed_and_stdlib_files(filename: str) -> None:
 @pytest.mark.parametrize(
     "filename",
     [
-        "/home/me/train.py",
+        "/users/me/train.py",
         "/tmp/ipykernel_4242/3391612290.py",
-        "/home/me/lib/models/mlp.py",
+        "/users/me/lib/models/mlp.py",
         "/scratch/run/python3.11/notes.py",
         "<ipython-input-3-1a2b3c>",
     ],

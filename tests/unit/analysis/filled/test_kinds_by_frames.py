@@ -91,41 +91,46 @@ def _model(trace: Trace, frames: list[Frame], count: int = 3) -> list[int]:
 
 
 def _forward(trace: Trace, count: int = 3) -> list[int]:
-    stack = [MALLOC, py("/home/me/model.py", 57, "forward"), CALL, py("/home/me/run.py", 9, "main")]
+    stack = [
+        MALLOC,
+        py("/users/me/model.py", 57, "forward"),
+        CALL,
+        py("/users/me/run.py", 9, "main"),
+    ]
     return [trace.alloc((6 + index) * MiB, stack) for index in range(count)]
 
 
 BUILDERS = {
     "module constructor": [
         MALLOC,
-        py("/home/me/cs336/linear.py", 19, "__init__"),
-        py("/home/me/cs336/model.py", 40, "__init__"),
-        py("/home/me/run.py", 5, "main"),
+        py("/users/me/cs336/linear.py", 19, "__init__"),
+        py("/users/me/cs336/model.py", 40, "__init__"),
+        py("/users/me/run.py", 5, "main"),
     ],
     "reset_parameters": [
         MALLOC,
         py(f"{SP}/torch/nn/init.py", 459, "kaiming_uniform_"),
         py(f"{SP}/torch/nn/modules/linear.py", 116, "reset_parameters"),
-        py("/home/me/run.py", 5, "main"),
+        py("/users/me/run.py", 5, "main"),
     ],
     "Module._apply / .to": [
         MALLOC,
         py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
         py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"),
         py(f"{SP}/torch/nn/modules/module.py", 1340, "to"),
-        py("/home/me/fl/client.py", 77, "reset_model"),
+        py("/users/me/fl/client.py", 77, "reset_model"),
     ],
     "from_pretrained": [
         MALLOC,
         py(f"{SP}/transformers/modeling_utils.py", 4100, "_load_state_dict_into_meta_model"),
         py(f"{SP}/transformers/modeling_utils.py", 3900, "from_pretrained"),
-        py("/home/me/run.py", 5, "main"),
+        py("/users/me/run.py", 5, "main"),
     ],
     "load_state_dict": [
         MALLOC,
         py(f"{SP}/torch/nn/modules/module.py", 2100, "_load_from_state_dict"),
         py(f"{SP}/torch/nn/modules/module.py", 2200, "load_state_dict"),
-        py("/home/me/run.py", 5, "main"),
+        py("/users/me/run.py", 5, "main"),
     ],
 }
 
@@ -165,7 +170,7 @@ FORWARD_STACKS = {
         py(f"{SP}/torch/nn/functional.py", 2264, "embedding"),
         py(f"{SP}/transformers/models/llama/modeling_llama.py", 920, "forward"),
         CALL,
-        py("/home/me/finetune.py", 88, "train"),
+        py("/users/me/finetune.py", 88, "train"),
     ],
     "diffusers attention maps": [
         MALLOC,
@@ -173,7 +178,7 @@ FORWARD_STACKS = {
         py(f"{SP}/diffusers/models/attention_processor.py", 490, "forward"),
         CALL,
         py(f"{SP}/diffusers/models/unets/unet_2d_condition.py", 1200, "forward"),
-        py("/home/me/train_dreambooth.py", 900, "main"),
+        py("/users/me/train_dreambooth.py", 900, "main"),
     ],
 }
 
@@ -236,7 +241,7 @@ def test_a_library_workspace_is_a_workspace(library: str, phase: str) -> None:
         stack = stack + ENGINE[1:]
         trace.free(trace.alloc(MiB, ENGINE))
     else:
-        stack = [*stack, py("/home/me/model.py", 57, "forward"), CALL]
+        stack = [*stack, py("/users/me/model.py", 57, "forward"), CALL]
     workspace = trace.alloc(8_519_680, stack)
     for addr in outputs:
         trace.free(addr)
@@ -257,7 +262,7 @@ def test_dataparallel_replicas_are_parameters() -> None:
         py(f"{SP}/torch/nn/parallel/data_parallel.py", 187, "replicate"),
         py(f"{SP}/torch/nn/parallel/data_parallel.py", 180, "forward"),
         CALL,
-        py("/home/me/train.py", 50, "main"),
+        py("/users/me/train.py", 50, "main"),
     ]
     replicas = [trace.alloc(40 * MiB, replicate) for _ in range(6)]
     outputs = _forward(trace)
@@ -366,12 +371,12 @@ def test_a_constructor_around_or_inside_a_forward_is_the_forwards() -> None:
     weights = _model(trace, BUILDERS["Module._apply / .to"])
     outer = [
         MALLOC,
-        py("/home/me/model.py", 57, "forward"),
+        py("/users/me/model.py", 57, "forward"),
         CALL,
-        py("/home/me/experiment.py", 30, "__init__"),
-        py("/home/me/run.py", 5, "main"),
+        py("/users/me/experiment.py", 30, "__init__"),
+        py("/users/me/run.py", 5, "main"),
     ]
-    inner = [MALLOC, py("/home/me/noise.py", 12, "__init__"), *outer[1:]]
+    inner = [MALLOC, py("/users/me/noise.py", 12, "__init__"), *outer[1:]]
     activations = [trace.alloc(6 * MiB, outer), trace.alloc(7 * MiB, inner)]
     trace.free(trace.alloc(MiB, ENGINE))
     for addr in activations:

@@ -137,9 +137,9 @@ def test_site_skips_library_and_native_frames() -> None:
         {"filename": "/sp/torch/nn/functional.py", "line": 9, "name": "linear"},
         {"filename": "/sp/torch_npu/utils.py", "line": 9, "name": "x"},
         {"filename": "/sp/memforensics/_facade.py", "line": 9, "name": "step"},
-        {"filename": "/home/me/train.py", "line": 7, "name": "loop"},
+        {"filename": "/users/me/train.py", "line": 7, "name": "loop"},
     ]
-    assert site_of(frames) == "/home/me/train.py:7 loop"
+    assert site_of(frames) == "/users/me/train.py:7 loop"
     assert site_of(frames[:5]) == "<unknown>"
     assert site_of("junk") == "<unknown>"
     assert site_of([1, {"filename": 3}]) == "<unknown>"
@@ -147,8 +147,8 @@ def test_site_skips_library_and_native_frames() -> None:
 
 def test_tests_folder_of_a_memforensics_checkout_is_user_code() -> None:
     """A checkout named memforensics keeps its tests/ as user code; its src/ stays library."""
-    assert not is_library_file("/home/me/memforensics/tests/unit/test_x.py")
-    assert is_library_file("/home/me/memforensics/src/memforensics/_oom.py")
+    assert not is_library_file("/users/me/memforensics/tests/unit/test_x.py")
+    assert is_library_file("/users/me/memforensics/src/memforensics/_oom.py")
     assert is_library_file("/tmp/torchinductor_me/ab/cabxyz.py")
     assert not is_library_file(__file__)
 
