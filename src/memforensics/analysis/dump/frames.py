@@ -153,8 +153,10 @@ def is_library_file(filename: str) -> bool:
 
     Native frames are :func:`is_native_frame`'s to judge (they need the frame's name too).
 
-    ``/home/me/memforensics/tests/test_x.py`` is user code: a library folder name only counts
-    when what follows it is not a checkout's own ``tests``/``examples``/... folder.
+    ``/home/me/memforensics/tests/test_x.py`` is user code: the innermost library folder name
+    only counts when what follows it is not a checkout's own ``tests``/``examples``/... folder
+    (so a checkout named for its package, ``memforensics/src/memforensics/examples/x.py``,
+    keeps its examples the user's).
     """
     cached = _library_cache.get(filename)
     if cached is not None:
@@ -182,12 +184,13 @@ def _classify(filename: str) -> bool:
     parts = filename.replace("\\", "/").split("/")
     if parts[-2:] == ["bin", "memforensics"]:  # the console script
         return True
+    innermost = None
     for index, part in enumerate(parts[:-1]):
-        if part in _LIBRARY_DIRS and parts[index + 1] not in _CHECKOUT_DIRS:
-            return True
+        if part in _LIBRARY_DIRS:
+            innermost = index
         if part.startswith("torchinductor_"):  # code torch.compile generated
             return True
-    return False
+    return innermost is not None and parts[innermost + 1] not in _CHECKOUT_DIRS
 
 
 def is_installed_file(filename: str) -> bool:

@@ -153,6 +153,17 @@ def test_tests_folder_of_a_memforensics_checkout_is_user_code() -> None:
     assert not is_library_file(__file__)
 
 
+def test_the_examples_of_a_checkout_named_for_its_package_are_user_code() -> None:
+    """An editable install from a clone named memforensics: the demo's own lines are the
+    user's (the leak it shows must be named), the package beside them stays library."""
+    checkout = "/users/me/memforensics/src/memforensics"
+    assert not is_library_file(f"{checkout}/examples/demo_train.py")
+    assert is_library_file(f"{checkout}/capture/facade.py")
+    assert is_library_file(
+        "/users/me/memforensics/.nox/tests/lib/python3.11/site-packages/torch/nn/x.py"
+    )
+
+
 def test_parse_step() -> None:
     """step=N is found in user_metadata strings; anything else gives None."""
     assert parse_step("step=12") == 12
