@@ -12,6 +12,7 @@ the real side is recorded as skipped.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -96,6 +97,9 @@ def step_plan_distributed(step: Step, ctx: Context) -> None:
     """Plan and run each strategy at world size 1; judge plan's peaks against the real ones."""
     if not has_command("plan"):
         step.skip("plan of a distributed job", "memforensics plan")
+        return
+    if importlib.util.find_spec("torch") is None:  # the core's own tests run without torch
+        step.checks.append(Check("plan of a distributed job", SKIPPED, "skipped: needs torch"))
         return
     total, capability = device_figures(ctx)
     step.figures["device"] = {"total_bytes": total, "capability": capability}
