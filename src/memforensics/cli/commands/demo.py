@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from memforensics._layout import NEAR_OOM, parse_window_folder
+from memforensics._text import SCREEN_WIDTH
 from memforensics._units import format_bytes
 from memforensics.backends._select import create_backend
 from memforensics.capture.log import reset_logging
 from memforensics.cli._command import CommandError, add_old_spelling
-from memforensics.cli._output import say
+from memforensics.cli._output import say, screen_width
 
 # ``memforensics demo``: show the whole product in ten seconds on any machine.
 #
@@ -76,8 +77,11 @@ def _size(value: Any) -> str:
     return format_bytes(value) if isinstance(value, int) else "unknown"
 
 
-def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
-    """Human lines about what the demo wrote."""
+def describe(
+    result: dict[str, Any], out_dir: Path, width: int = SCREEN_WIDTH
+) -> tuple[list[str], list[str]]:
+    """Human lines about what the demo wrote, and the ``next:`` commands to run, which stay
+    whole to copy (each continued over two lines where it runs past ``width``)."""
     lines = [
         f"ran {script_path()}",
         f"trained {result.get('steps', '?')} steps, then: {result.get('error', 'no OOM')}",
@@ -102,15 +106,30 @@ def describe(result: dict[str, Any], out_dir: Path) -> list[str]:
             f"{_size(oom.get('device_free_bytes'))} of "
             f"{_size(oom.get('device_total_bytes'))}"
         )
+    commands: list[str] = []
     if ooms:
-        lines.append(f"next: memforensics summary {ooms[0]}")
+        commands += _next("summary", ooms[0], width)
     if windows:
-        lines.append(f"next: memforensics leaks {out_dir}")
+        commands += _next("leaks", out_dir, width)
     if not ooms and "error" in result:
         lines.append(
             "no OOM snapshot was written: run again with MEMFORENSICS_LOG_LEVEL=WARNING to see why"
         )
-    return lines
+    return lines, commands
+
+
+def _next(command: str, path: Path, width: int) -> list[str]:
+    """``next: memforensics COMMAND PATH`` as a user copies it into the same shell: one line, or,
+    where that runs past ``width``, the command continued (``\\``) onto a line of its own for
+    the path, relative to the working folder when it lies inside it."""
+    line = f"next: memforensics {command} {path}"
+    if len(line) <= width:
+        return [line]
+    try:
+        shown = path.relative_to(Path.cwd())
+    except ValueError:
+        shown = path
+    return [f"next: memforensics {command} \\", f"  {shown}"]
 
 
 class DemoCommand:
@@ -152,6 +171,9 @@ class DemoCommand:
             if not create_backend(device).available():
                 raise CommandError(f"--device {device}: no such device is available here")
         result = run_demo(device, args.out_dir.resolve())
-        for line in describe(result, args.out_dir.resolve()):
+        lines, commands = describe(result, args.out_dir.resolve(), screen_width())
+        for line in lines:
             say(line)
+        for command in commands:
+            print(command)  # never shortened: a path with "…" in it cannot be run
         return 0
