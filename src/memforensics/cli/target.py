@@ -105,14 +105,11 @@ def python_like(target: Target) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def exported_config(raw: Mapping[str, str]) -> Iterator[None]:
-    """Export passed config flags as ``MEMFORENSICS_*`` variables while the script runs.
-
-    A script that calls ``memforensics.install()`` itself then builds the same configuration and
-    gets the facade ``run`` installed, instead of replacing it with one that lacks the flags.
-    """
-    saved = {env_var(field): os.environ.get(env_var(field)) for field in raw}
-    os.environ.update({env_var(field): text for field, text in raw.items()})
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` inside, and every one of them put back (or removed)
+    after: how a command hands a script what it must see while it runs."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -121,6 +118,15 @@ def exported_config(raw: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def exported_config(raw: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+    """Export passed config flags as ``MEMFORENSICS_*`` variables while the script runs.
+
+    A script that calls ``memforensics.install()`` itself then builds the same configuration and
+    gets the facade ``run`` installed, instead of replacing it with one that lacks the flags.
+    """
+    return environment({env_var(field): text for field, text in raw.items()})
 
 
 def _script_frames(tb: TracebackType | None) -> TracebackType | None:

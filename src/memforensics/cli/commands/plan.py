@@ -21,7 +21,14 @@ from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
 from memforensics.cli._output import say
-from memforensics.cli.target import Target, TargetError, check_target, run_target, target_from_args
+from memforensics.cli.target import (
+    Target,
+    TargetError,
+    check_target,
+    environment,
+    run_target,
+    target_from_args,
+)
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
@@ -192,24 +199,10 @@ def _world(args: argparse.Namespace) -> Any:
         raise CommandError(str(exc)) from None
 
 
-@contextlib.contextmanager
-def _torchrun_env(world: Any) -> Any:
+def _torchrun_env(world: Any) -> contextlib.AbstractContextManager[None]:
     """torchrun's variables for ``world`` set for the run (nothing changed for None), and put
     back after."""
-    if world is None:
-        yield
-        return
-    names = world.env()
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return contextlib.nullcontext() if world is None else environment(world.env())
 
 
 def _device_flags(args: argparse.Namespace, conf: str | None) -> list[str]:
@@ -337,11 +330,11 @@ def _plan(
         uninstall()
 
     started = time.time()
-    saved_conf = os.environ.get(_CONF_ENV)
-    if conf is not None:
-        os.environ[_CONF_ENV] = conf
     try:
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with (
+            environment({} if conf is None else {_CONF_ENV: conf}),
+            contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
+        ):
             result, device = run_planned(spec, run, _writer(spec, into), before=before, after=after)
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
@@ -351,11 +344,6 @@ def _plan(
             raise
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         return 2
-    finally:
-        if saved_conf is None:
-            os.environ.pop(_CONF_ENV, None)
-        else:
-            os.environ[_CONF_ENV] = saved_conf
     if exited and exited[0]:
         result = replace(result, exit_status=exited[0])
     if into is not None:
@@ -536,18 +524,11 @@ def _expandable_check(
 
     def check() -> bool | None:
         folder = Path(args.out_dir) / EXPANDABLE_FOLDER
-        saved = os.environ.get(_RANKS_ENV)
-        os.environ[_RANKS_ENV] = "[]"  # the script's own install() captures nothing there
-        try:
+        with environment({_RANKS_ENV: "[]"}):  # the script's own install() captures nothing
             found = _planned_apart(
                 args, target, with_expandable(conf), folder, "--check-into", str(folder),
                 *_argv(_world_flags(args)),
             )  # fmt: skip
-        finally:
-            if saved is None:
-                os.environ.pop(_RANKS_ENV, None)
-            else:
-                os.environ[_RANKS_ENV] = saved
         if isinstance(found, str):
             return None
         return found.get("oom_message") is not None
