@@ -2,6 +2,6 @@
 
 import sys
 
-from memforensics.cli import main
+from memforensics.cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -23,6 +23,7 @@ from memforensics.cli._flags import (
     warn_cache,
 )
 from memforensics.cli._output import say
+from memforensics.cli._process import leave_at_exit
 from memforensics.cli._progress import Progress
 
 
@@ -74,6 +75,7 @@ class ReplayCommand:
                     raise CommandError(str(exc)) from None
                 progress.phase(f"replaying {path.name}")
                 kept = _replayed(args, dump, jobs)
+                leave_at_exit(dump)
             if name is not None:
                 cache.keep(
                     [path], _question(args), replace(kept, replay=renamed(kept.replay, UNNAMED))

@@ -23,6 +23,7 @@ from memforensics.cli._flags import (
     job_count,
 )
 from memforensics.cli._output import say, write_page
+from memforensics.cli._process import leave_at_exit
 from memforensics.cli._progress import Progress
 
 REPLAY_OF_ONE = "; with one dump, the processes replaying its what-if rows (see replay --jobs)"
@@ -77,6 +78,8 @@ class ReportCommand:
                     continue
                 progress.phase(f"analysing {path.name}")
                 builder.add(dump, index=index)
+                if len(paths) == 1:
+                    leave_at_exit(dump)
                 del dump
             progress.phase("rendering the page")
             return _page(builder)

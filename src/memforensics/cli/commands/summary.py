@@ -26,6 +26,7 @@ from memforensics.cli._flags import (
     warn_cache,
 )
 from memforensics.cli._output import say, screen_width
+from memforensics.cli._process import leave_at_exit
 from memforensics.cli._progress import Progress
 
 
@@ -162,6 +163,7 @@ class SummaryCommand:
                 loaded = _load(Path(args.files[todo[0]]), progress)
                 answered = _answer(loaded, ask, progress) if isinstance(loaded, Dump) else loaded
                 sections[todo[0]] = answered
+                leave_at_exit(loaded)
             elif jobs == 1 or len(todo) <= 1:
                 for index in todo:
                     sections[index] = _section(args.files[index], ask, progress)
