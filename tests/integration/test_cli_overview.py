@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.testing import write_journals
+from memforensics.testing import write_journals, write_run_folder
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,19 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
         f"memforensics overview: {tmp_path / 'nowhere'}: not a folder"
     ]
     assert _cli("overview", tmp_path, "--jobs", "0").returncode == 2
+
+
+def test_a_dump_folder_of_a_run_names_its_run_folder(tmp_path: Path) -> None:
+    """overview of a run's oom/ folder, which holds a sidecar, never says it holds none: it
+    names the run folder to read instead, in one line, exit status 2."""
+    write_run_folder(tmp_path / "run")
+    proc = _cli("overview", tmp_path / "run" / "oom")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"memforensics overview: {tmp_path / 'run' / 'oom'} is a dump folder of the run"
+        f" {(tmp_path / 'run').resolve()}: overview reads the run folder (memforensics overview"
+        f" {(tmp_path / 'run').resolve()})"
+    ]
 
 
 def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
