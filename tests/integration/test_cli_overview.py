@@ -106,3 +106,15 @@ def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     assert first.startswith(b"run ")
     assert status == 0
     assert b"Traceback" not in error
+
+
+def test_a_folder_of_raw_snapshots_beside_other_json_holds_no_sidecar(tmp_path: Path) -> None:
+    """A folder of a raw snapshot and a JSON file that is not its sidecar (a truth.json) is
+    no run's dump folder: overview says it holds no journals or sidecars."""
+    (tmp_path / "snapshot.pickle").write_bytes(b"not read")
+    (tmp_path / "truth.json").write_text("{}")
+    proc = _cli("overview", tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"memforensics overview: no journals or sidecars under {tmp_path}"
+    ]

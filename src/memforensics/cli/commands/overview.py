@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
-from memforensics._layout import JOURNAL_FOLDER, SIDECAR_SUFFIX
+from memforensics._layout import JOURNAL_FOLDER, sidecar_path, snapshot_stem
 from memforensics._text import printable
 from memforensics._units import format_bytes
 from memforensics.analysis import build_overview
@@ -83,9 +83,18 @@ def _nothing_here(folder: Path) -> str:
     sidecars, or its parent the journals) is read from its run folder; anything else holds
     neither journals nor sidecars."""
     run = folder.resolve().parent
-    if (run / JOURNAL_FOLDER).is_dir() or any(folder.glob(f"*{SIDECAR_SUFFIX}")):
+    if (run / JOURNAL_FOLDER).is_dir() or _holds_a_sidecar(folder):
         return (
             f"{printable(str(folder))} is a dump folder of the run {printable(str(run))}:"
             f" overview reads the run folder (memforensics overview {printable(str(run))})"
         )
     return nothing_to_read(folder, "journals or sidecars")
+
+
+def _holds_a_sidecar(folder: Path) -> bool:
+    """Whether a snapshot in ``folder`` has its sidecar beside it (any other JSON is not one)."""
+    try:
+        snapshots = [p for p in folder.iterdir() if snapshot_stem(p.name) is not None]
+    except OSError:
+        return False
+    return any(sidecar_path(p).is_file() for p in snapshots)
