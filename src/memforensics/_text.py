@@ -108,12 +108,16 @@ def text_column(line: str) -> int:
 def fit(text: str, width: int) -> str:
     """Every line of ``text`` in ``width`` columns: a longer one wraps under its text column
     (:func:`text_column`), a word too long for a line is shortened; short lines are kept as
-    they are."""
+    they are. Every word stays whole: where the text column falls inside a word (a sentence
+    with no label), the line wraps from its indent and hangs under that column."""
     lines: list[str] = []
     for line in text.split("\n"):
         if len(line) <= width:
             lines.append(line)
             continue
         column = min(text_column(line), max(width - _MIN_ROOM, 0))
-        lines += wrap(line[column:].strip(), width, line[:column], " " * column)
+        head = line[:column]
+        if head.strip() and not head.endswith(" "):  # the column falls in the text, not after
+            head = line[: len(line) - len(line.lstrip(" "))]  # a label: wrap from the indent
+        lines += wrap(line[len(head) :].strip(), width, head, " " * column)
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.testing import write_journals
+from memforensics.testing import write_journals, write_run_folder
 
 pytestmark = pytest.mark.integration
 
@@ -76,6 +76,19 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert _cli("overview", tmp_path, "--jobs", "0").returncode == 2
 
 
+def test_a_dump_folder_of_a_run_names_its_run_folder(tmp_path: Path) -> None:
+    """overview of a run's oom/ folder, which holds a sidecar, never says it holds none: it
+    names the run folder to read instead, in one line, exit status 2."""
+    write_run_folder(tmp_path / "run")
+    proc = _cli("overview", tmp_path / "run" / "oom")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"memforensics overview: {tmp_path / 'run' / 'oom'} is a dump folder of the run"
+        f" {(tmp_path / 'run').resolve()}: overview reads the run folder (memforensics overview"
+        f" {(tmp_path / 'run').resolve()})"
+    ]
+
+
 def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     """`overview --all | head -1` on many ranks: no traceback, exit status 0."""
     write_journals(tmp_path, ranks=1000, lines=2, leak_rank=None)  # more than a pipe holds
@@ -93,3 +106,15 @@ def test_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     assert first.startswith(b"run ")
     assert status == 0
     assert b"Traceback" not in error
+
+
+def test_a_folder_of_raw_snapshots_beside_other_json_holds_no_sidecar(tmp_path: Path) -> None:
+    """A folder of a raw snapshot and a JSON file that is not its sidecar (a truth.json) is
+    no run's dump folder: overview says it holds no journals or sidecars."""
+    (tmp_path / "snapshot.pickle").write_bytes(b"not read")
+    (tmp_path / "truth.json").write_text("{}")
+    proc = _cli("overview", tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"memforensics overview: no journals or sidecars under {tmp_path}"
+    ]

@@ -75,7 +75,8 @@ def _words(text: str) -> str:
 
 def _summary_holds_its_answer(path: Path, columns: int | None, cache: Path) -> None:
     """summary's default text: at most 25 lines in the width, the header first, then the
-    whole cause and fix and the whole verdict sentence (read from its own JSON)."""
+    whole cause and fix and the whole verdict sentence (read from its own JSON), and below
+    them one kinds table and one call tree of at least one frame."""
     text = _cli("summary", path, columns=columns, cache=cache)
     _fits(text, columns)
     lines = text.splitlines()
@@ -87,6 +88,12 @@ def _summary_holds_its_answer(path: Path, columns: int | None, cache: Path) -> N
         assert _words(answer["diagnosis"]["headline"]) in _words(text), text
     sentence = answer["verdict"]["explanation"].split(". ")[0].rstrip(".")
     assert _words(sentence) in _words(text), text
+    titles = [n for n, line in enumerate(lines) if line.startswith("  call tree ")]
+    assert len(titles) == 1, text
+    assert len(lines) > titles[0] + 1, text
+    sentences = sum(line.startswith("  kinds ") for line in lines)
+    tables = sum(line.split()[:2] == ["kind", "bytes"] for line in lines)
+    assert sentences + tables == 1, text
 
 
 @pytest.mark.parametrize("columns", WIDTHS)

@@ -58,7 +58,7 @@ def test_the_step_that_unwound_is_the_cause_with_its_lines_and_bytes(tmp_path: P
     assert at_oom == {f"{_line(name)} update_nodes": size for name, size in step.items()} | {
         f"{_line('weights')} <listcomp>": WEIGHTS
     }
-    rows = text.split("(at the oom, trace entry")[1].splitlines()[1:4]
+    rows = text.split("(at the OOM, trace entry")[1].splitlines()[1:4]
     assert [row.split()[0:2] for row in rows] == [
         ["640.00", "MiB"],
         ["512.00", "MiB"],

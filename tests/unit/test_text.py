@@ -1,4 +1,5 @@
-"""Untrusted text made printable: controls escaped, long strings cut, everywhere it is shown."""
+"""Untrusted text made printable: controls escaped, long strings cut, everywhere it is shown;
+lines fitted to the screen's width with every word kept whole."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from memforensics._text import PRINT_LIMIT, printable, terminal_safe
+from memforensics._text import PRINT_LIMIT, fit, printable, terminal_safe
 from memforensics.capture.log import reset_logging, safe_log
 from memforensics.testing import exhausted
 
@@ -72,3 +75,31 @@ def test_a_huge_file_name_shared_by_every_frame_prints_little(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert len(done.stdout) < 64 * 1024
+
+
+_WORD = st.text(alphabet="abcdefghij.:()0123456789", min_size=1, max_size=10)
+
+
+@given(
+    indent=st.integers(0, 6),
+    words=st.lists(_WORD, min_size=1, max_size=40),
+    gaps=st.lists(st.sampled_from([" ", "  ", "      "]), min_size=40, max_size=40),
+    labelled=st.booleans(),
+    width=st.integers(40, 120),
+)
+def test_fit_keeps_every_word_whole_and_every_line_in_the_width(
+    indent: int, words: list[str], gaps: list[str], labelled: bool, width: int
+) -> None:
+    """A line fitted to the width keeps its words, in order and unjoined, in lines that fit,
+    whether or not a label's run of spaces sets its text column."""
+    gaps = gaps if labelled else [" "] * len(gaps)
+    line = " " * indent + "".join(word + gap for word, gap in zip(words, gaps, strict=False))
+    fitted = fit(line.rstrip(), width)
+    assert fitted.split() == line.split()
+    assert all(len(row) <= width for row in fitted.split("\n"))
+
+
+def test_fit_wraps_a_sentence_without_a_label_from_its_indent() -> None:
+    """A sentence with no label wraps at its words, never gluing its first two together."""
+    line = "  it rose across 3 window dumps; removing it frees 143.00 MiB, the request needed 4 MiB"
+    assert fit(line, 80).split("\n")[0].startswith("  it rose across")

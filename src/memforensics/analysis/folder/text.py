@@ -7,11 +7,10 @@ them all).
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
-from memforensics._text import SCREEN_WIDTH, printable
+from memforensics._text import SCREEN_WIDTH, printable, wrap
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import PREDICTED
@@ -65,10 +64,10 @@ def _when(moment: float | None) -> str:
         return "time unknown"
 
 
-def overview_text(view: Overview, *, all_ranks: bool = False) -> str:
-    """The whole text output."""
+def overview_text(view: Overview, *, all_ranks: bool = False, width: int = SCREEN_WIDTH) -> str:
+    """The whole text output, its cause wrapped to ``width``."""
     lines = [_head(view), _failures(view)]
-    lines += _cause(view)
+    lines += _cause(view, width)
     lines += _outliers(view)
     lines += _comparison(view)
     lines += forecast_lines(view.forecasts)
@@ -107,22 +106,18 @@ def _failures(view: Overview) -> str:
     return f"{where}; {len(order):,} ranks failed, in this order: {shown}{more}"
 
 
-def _cause(view: Overview) -> list[str]:
+def _cause(view: Overview, width: int) -> list[str]:
     """The first failing rank's top cause and fix (summary's headline for its OOM dump)."""
-    return cause_lines(view.first_oom_diagnosis if view.first_oom is not None else None)
+    return cause_lines(view.first_oom_diagnosis if view.first_oom is not None else None, width)
 
 
-def cause_lines(diagnosis: Diagnosis | None) -> list[str]:
-    """``cause: <headline>`` of the first failed rank's OOM dump, wrapped (none without one):
-    the headline ``summary`` prints for that dump, in ``overview`` and ``watch`` alike."""
+def cause_lines(diagnosis: Diagnosis | None, width: int = SCREEN_WIDTH) -> list[str]:
+    """``cause: <headline>`` of the first failed rank's OOM dump, wrapped to ``width`` (none
+    without one): the headline ``summary`` prints for that dump, in ``overview`` and ``watch``
+    alike."""
     if diagnosis is None:
         return []
-    return textwrap.wrap(
-        f"cause: {diagnosis.headline}",
-        width=100,
-        subsequent_indent="  ",
-        break_on_hyphens=False,
-    )
+    return wrap(f"cause: {diagnosis.headline}", width, "", "  ")
 
 
 def _outliers(view: Overview) -> list[str]:
@@ -410,7 +405,8 @@ def watch_text(view: WatchView, width: int = SCREEN_WIDTH) -> str:
         table = ["no journal lines yet"]
     elif left:
         table.append(f"(not shown in {width} columns: {', '.join(left)}; --json has them)")
-    return "\n".join([watch_header(view), *cause_lines(view.first_oom_diagnosis), "", *table])
+    cause = cause_lines(view.first_oom_diagnosis, width)
+    return "\n".join([watch_header(view), *cause, "", *table])
 
 
 def _aligned(rows: Sequence[tuple[str, ...]], kept: Sequence[int]) -> list[str]:

@@ -41,7 +41,7 @@ def replay_text(r: Replay) -> str:
     if r.what_if:
         lines += ["", *_table(r)]
     if r.oom is not None and r.trusted and len(r.what_if) > 1:
-        avoided = ", ".join(r.avoided_by) or "none of these settings"
+        avoided = "; ".join(r.avoided_by) or "none of these settings"  # a row may hold a ","
         lines.append(f"  → avoided by: {avoided}")
     if r.pinners:
         total = sum(p.size for p in r.pinners)
@@ -125,7 +125,9 @@ def _baseline_lines(r: Replay) -> list[str]:
         else ""
     )
     counts = (
-        f"{c.baseline_segment_events:,} segment events ({c.recorded_segment_events:,} recorded)"
+        f"{c.baseline_segment_events:,} segment"
+        f" event{'' if c.baseline_segment_events == 1 else 's'}"
+        f" ({c.recorded_segment_events:,} recorded)"
     )
     if c.reproduced:
         return [

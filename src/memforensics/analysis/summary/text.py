@@ -139,6 +139,8 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     if s.after_oom and s.oom is not None and s.oom.top_sites:  # the moment judged: the OOM's
         rows, count = s.oom.top_sites, s.oom.site_count
         total, where = s.oom.allocated_bytes or 0, title
+    elif moment is not None and moment.name == "oom":  # a snapshot taken at the OOM is its state
+        where = title
     elif s.peak_sites and moment is s.peak and moment is not None:  # no OOM: the peak's
         rows, count, total, where = s.peak_sites, s.peak_site_count, moment.live_bytes, title
     tree = (
@@ -150,8 +152,8 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     sites_min = 1 + min(len(rows), _MIN_SITES) + (len(rows) > _MIN_SITES) if rows else 0
     kinds = _kinds_table(moment, title, width, s.peak is not None)
     if len(kinds) > 2 and sites_min + len(kinds) + tree_min > room:
-        kinds = _kinds_sentence(moment, title, width)
-    fit_rows = max(_MIN_SITES, room - 1 - len(kinds) - tree_min)
+        kinds = _kinds_sentence(moment, "" if rows and where == title else title, width)
+    fit_rows = max(_MIN_SITES - 1, room - 1 - len(kinds) - tree_min)  # the tree stays
     shown = _holding_most(rows, count, total, fit_rows) if fit else rows
     sites = _site_rows(shown, count, total, callers=False, width=width)
     if not fit:
@@ -195,13 +197,21 @@ def _kinds_table(moment: Moment | None, title: str, width: int, classified: bool
 
 
 def _kinds_sentence(moment: Moment | None, title: str, width: int) -> list[str]:
-    """The kinds of ``moment`` as one wrapped sentence, biggest first (short of room)."""
+    """The kinds of ``moment`` as one wrapped sentence, biggest first (short of room); without
+    ``title`` when the site table above already names the moment, and without each kind's
+    share when that saves a line."""
     if moment is None:
         return []
     total = sum(kind.bytes for kind in moment.kinds) or 1
     ranked = sorted(moment.kinds, key=lambda kind: -kind.bytes)
-    words = ", ".join(f"{k.kind} {fmt(k.bytes)} ({100 * k.bytes / total:.0f}%)" for k in ranked)
-    return _label("kinds", f"{title}: {words}", width)
+    sentences = [
+        _label("kinds", f"{title}: {words}" if title else words, width)
+        for words in (
+            ", ".join(f"{k.kind} {fmt(k.bytes)} ({100 * k.bytes / total:.0f}%)" for k in ranked),
+            ", ".join(f"{k.kind} {fmt(k.bytes)}" for k in ranked),  # shares: --verbose
+        )
+    ]
+    return min(sentences, key=len)
 
 
 def _header(s: Summary, width: int) -> str:
@@ -321,10 +331,11 @@ def _history(s: Summary, *, brief: bool = False) -> str:
 
 
 def _moment_title(moment: Moment | None) -> str:
-    """``at the oom, trace entry 42``, ``at the peak, trace entry 7``, ``at the snapshot``."""
+    """``at the OOM, trace entry 42``, ``at the peak, trace entry 7``, ``at the snapshot``."""
     if moment is None or moment.name == "snapshot":
         return "at the snapshot"
-    return f"at the {moment.name}, trace entry {moment.position:,}"
+    name = "OOM" if moment.name == "oom" else moment.name
+    return f"at the {name}, trace entry {moment.position:,}"
 
 
 def _native(shown: list[str], width: int) -> list[str]:

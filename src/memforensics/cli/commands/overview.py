@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
+from memforensics._layout import JOURNAL_FOLDER, sidecar_path, snapshot_stem
+from memforensics._text import printable
 from memforensics._units import format_bytes
 from memforensics.analysis import build_overview
 from memforensics.analysis.folder import OVERVIEW_SCHEMA, overview_text
@@ -17,7 +19,7 @@ from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, add_old_spelling, nothing_to_read
 from memforensics.cli._explained import explained
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
-from memforensics.cli._output import say, write_page
+from memforensics.cli._output import say, screen_width, write_page
 
 
 class OverviewCommand:
@@ -51,7 +53,7 @@ class OverviewCommand:
             raise CommandError(str(exc)) from None
         warn_cache(cache, self.name)
         if not view.ranks and not view.journals and not view.problems.unreadable:
-            raise CommandError(nothing_to_read(args.dir, "journals or sidecars"))
+            raise CommandError(_nothing_here(Path(args.dir)))
         note = ""
         if args.output:
             out = Path(args.output)
@@ -61,7 +63,7 @@ class OverviewCommand:
         text = (
             json.dumps(document(view, OVERVIEW_SCHEMA), indent=2)
             if args.json
-            else overview_text(view, all_ranks=args.all)
+            else overview_text(view, all_ranks=args.all, width=screen_width())
         )
         try:
             if args.json:
@@ -74,3 +76,25 @@ class OverviewCommand:
         except BrokenPipeError:  # `| head`: stop quietly, as a Unix tool does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _nothing_here(folder: Path) -> str:
+    """Why ``folder`` gives no overview: a run's dump folder (``oom/``, ``steps4-7/``: it holds
+    sidecars, or its parent the journals) is read from its run folder; anything else holds
+    neither journals nor sidecars."""
+    run = folder.resolve().parent
+    if (run / JOURNAL_FOLDER).is_dir() or _holds_a_sidecar(folder):
+        return (
+            f"{printable(str(folder))} is a dump folder of the run {printable(str(run))}:"
+            f" overview reads the run folder (memforensics overview {printable(str(run))})"
+        )
+    return nothing_to_read(folder, "journals or sidecars")
+
+
+def _holds_a_sidecar(folder: Path) -> bool:
+    """Whether a snapshot in ``folder`` has its sidecar beside it (any other JSON is not one)."""
+    try:
+        snapshots = [p for p in folder.iterdir() if snapshot_stem(p.name) is not None]
+    except OSError:
+        return False
+    return any(sidecar_path(p).is_file() for p in snapshots)

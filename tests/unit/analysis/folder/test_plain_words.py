@@ -46,3 +46,19 @@ def test_empty_findings_say_why_without_jargon(tmp_path: Path) -> None:
     assert "stand out: none (no rank's peak reserved or reserved growth is far from" in text
     assert "no healthy peer with a line" not in text
     assert "rank 6 wrote no journal line before its OOM" in text
+
+
+def test_the_overview_s_cause_wraps_to_the_width_with_every_word(tmp_path: Path) -> None:
+    """The cause line of overview and watch is summary's headline, word for word, wrapped to
+    the width it is given (80 columns in a pipe), never to a wider one of its own."""
+    from memforensics.analysis import explain
+    from memforensics.analysis.folder import cause_lines
+    from memforensics.testing import exhausted
+
+    diagnosis = explain(exhausted().write(tmp_path / "oom.pickle"), replay=False).diagnosis
+    assert diagnosis is not None
+    for width in (60, 80):
+        lines = cause_lines(diagnosis, width)
+        assert all(len(line) <= width for line in lines), lines
+        assert " ".join(" ".join(lines).split()) == " ".join(f"cause: {diagnosis.headline}".split())
+        assert len(lines) > 1
