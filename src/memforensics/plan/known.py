@@ -7,7 +7,8 @@ plan keeps a CPU copy beside the stand-in and runs each operator on the copies t
 ``.item()``, ``int()``, ``.tolist()`` and ``.cpu()`` give what the GPU would give (a random draw
 is drawn again on the CPU, from the plan's own generator, within the same bounds). Values the
 script's own values do not decide (a model's output, an argmax over it) stay unknown, and so
-does everything computed from them; reading one gives zeros.
+does everything computed from them; reading one gives a made-up value
+(:class:`~memforensics.plan.values.Reads`).
 
 Unknown values are finite. A test of finiteness on one is known: ``isnan`` and ``isinf`` are
 all false, a comparison with an infinite number or NaN is decided, and a value equals itself
@@ -16,7 +17,7 @@ operators and ``all``/``any`` on such results are computed on one element. GradS
 unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
 step is skipped, as on a GPU run that does not diverge.
 
-One exception keeps decoding loops honest: an ``or`` with a known all-true side is true, an
+Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
 ``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
 ``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an
 end-of-sequence token (unknown); with the rule, the maximum length ends it, and the unknown
