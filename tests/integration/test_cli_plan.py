@@ -166,18 +166,19 @@ print(tuple(double(x).shape))
 def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_where(
     tmp_path: Path,
 ) -> None:
-    """Values read as zeros, masks select every element (the upper bound), torch.compile runs
-    eagerly: the run fits, and each difference is said once with the script's file and line."""
+    """Unknown floating-point values read as the made-up loss (10 before any training), masks
+    select every element (the upper bound), torch.compile runs eagerly: the run fits, and each
+    difference is said once with the script's file and line."""
     script(tmp_path, READS)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert "loss 0.0 0.000 0.0" in done.stdout
+    assert "loss 10.0 10.000 10.0" in done.stdout
     assert "(100000,) (100000, 2)" in done.stdout
     assert "(1000, 100)" in done.stdout
     path = str(tmp_path / "train.py")
     lines = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
     assert len(lines) == 3
-    assert "are zeros in a plan" in lines[0]
+    assert "are made up in a plan" in lines[0]
     assert f"(first at {path}:5)" in lines[0]
     assert f"upper bound in a plan (first at {path}:6)" in lines[1]
     assert "compiled graph's memory differs" in lines[2]

@@ -67,14 +67,14 @@ print("steps", steps)
 def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
     """generate()'s shape: a loop that stops when every sequence met the maximum length (a
     flag the script sets) or chose end-of-sequence (the model's value) runs exactly to the
-    maximum length, and the plan says once that unknown values read as zeros."""
+    maximum length, and the plan says once that unknown integers and flags read as zeros."""
     script(tmp_path, DECODE)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert "steps 7" in done.stdout
     said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
-    assert sum("are zeros in a plan" in line for line in said) == 1
-    assert any("runs to its own bound" in line for line in said)
+    assert sum("are made up in a plan" in line for line in said) == 1
+    assert any("integers, flags and what torch's own code reads are zeros" in line for line in said)
 
 
 PROFILED = """
@@ -109,3 +109,104 @@ def test_a_profiled_run_records_the_cpu_and_exports_the_planned_memory_timeline(
     assert len(times) == len(sizes) > 1
     assert max(sum(row) for row in sizes) == facts["peak_allocated_bytes"]
     assert (tmp_path / "snapshot.pickle").is_file()
+
+
+PATIENCE = """
+import math, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 10)).cuda().to(torch.bfloat16)
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+y = torch.randint(0, 10, (32,), device="cuda")
+best, bad, patience, min_delta, epochs, seen = math.inf, 0, 2, 0.01, 0, []
+for epoch in range(30):
+    epochs += 1
+    running = 0.0
+    for _ in range(3):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        running += loss.item()
+    with torch.no_grad():
+        val = sum(torch.nn.functional.cross_entropy(model(x), y).item() for _ in range(4)) / 4
+    seen.append(val)
+    print(f"epoch {epoch} train {running / 3:.3f} val {val:.4f} perplexity {math.exp(val):.1f}")
+    if val < best - min_delta:
+        best, bad = val, 0
+    else:
+        bad += 1
+        if bad >= patience:
+            break
+print("epochs", epochs, "range", min(seen), max(seen))
+"""
+
+
+def test_early_stopping_on_a_validation_loss_runs_to_its_epoch_limit(tmp_path: Path) -> None:
+    """A patience loop on a bfloat16 model's validation loss (min_delta 0.01, patience 2, the
+    training loss read every step) sees the loss improve at every evaluation and runs all 30
+    epochs, with every value read finite and its perplexity printable."""
+    script(tmp_path, PATIENCE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
+    _, epochs, _, low, high = last.split()
+    assert int(epochs) == 30
+    assert 1 < float(low) < float(high) <= 10
+
+
+GUARDED = """
+import torch
+model = torch.nn.Linear(4096, 4096).cuda()
+opt = torch.optim.Adam(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+x = torch.randn(8, 4096, device="cuda")
+taken = 0
+for _ in range(3):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+    if all(torch.isfinite(p.grad).all() for p in model.parameters()):
+        scaler.step(opt)
+        taken += 1
+    scaler.update()
+    opt.zero_grad(set_to_none=False)
+weights = sum(p.numel() * p.element_size() for p in model.parameters())
+print("taken", taken, "states", len(opt.state), "scale", scaler.get_scale(), "weights", weights)
+"""
+
+
+def test_a_step_guarded_by_gradscaler_and_a_finiteness_check_is_taken(tmp_path: Path) -> None:
+    """Unknown values are finite: GradScaler finds no overflow, clip_grad_norm_'s non-finite
+    check passes, the script's own isfinite test on large gradients passes, so every step is
+    taken, the scale stays its initial value, and Adam's two states are on the device at the
+    peak beside the weights and gradients."""
+    script(tmp_path, GUARDED)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "taken 3 states 2 scale 65536.0" in done.stderr
+    weights = int(done.stderr.split("weights ")[1].split()[0])
+    assert json.loads(done.stdout)["peak_allocated_bytes"] >= 4 * weights
+
+
+TORCH_READS = """
+import torch
+head = torch.nn.Linear(4096, 4096).cuda()
+loss = head(torch.randn(8, 4096, device="cuda")).pow(2).mean()
+plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(head.parameters()))
+plateau.step(loss)  # torch's own float(metrics)
+print("script", loss.item(), f"{loss:.1f}", "torch", plateau.best)
+"""
+
+
+def test_torch_s_own_code_reads_an_unknown_value_as_zero(tmp_path: Path) -> None:
+    """The same unknown loss reads as the made-up 10.0 in the script (as an item and
+    formatted) and as 0.0 where torch's own code reads it (ReduceLROnPlateau's ``float``, as
+    GradScaler reads its overflow flag): torch's tests of values keep their zero answer."""
+    script(tmp_path, TORCH_READS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "script 10.0 10.0 torch 0.0" in done.stdout

@@ -648,10 +648,12 @@ def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[.
     """The autograd engine run with ``mode`` pushed: ``backward()`` is itself a function the
     mode handles, and torch pops a mode while it handles a call, so without this the Python that
     backward runs (hooks, a custom Function's backward, activation checkpointing's recompute)
-    would run without the emulation: no autocast, a real "cuda" device."""
+    would run without the emulation: no autocast, a real "cuda" device. Each run counts as
+    training for the values reads make up (:class:`~memforensics.plan.values.Reads`)."""
     from torch.overrides import _get_current_function_mode_stack
 
     def run_backward(*args: Any, **kwargs: Any) -> Any:
+        mode.reads.backward()
         if mode in _get_current_function_mode_stack():
             return original(*args, **kwargs)
         with mode:

@@ -7,9 +7,17 @@ plan keeps a CPU copy beside the stand-in and runs each operator on the copies t
 ``.item()``, ``int()``, ``.tolist()`` and ``.cpu()`` give what the GPU would give (a random draw
 is drawn again on the CPU, from the plan's own generator, within the same bounds). Values the
 script's own values do not decide (a model's output, an argmax over it) stay unknown, and so
-does everything computed from them; reading one gives zeros.
+does everything computed from them; reading one gives a made-up value
+(:class:`~memforensics.plan.values.Reads`).
 
-One exception keeps decoding loops honest: an ``or`` with a known all-true side is true, an
+Unknown values are finite. A test of finiteness on one is known: ``isnan`` and ``isinf`` are
+all false, a comparison with an infinite number or NaN is decided, and a value equals itself
+(``isfinite``'s parts), at any size: a large result is kept as its one value, and elementwise
+operators and ``all``/``any`` on such results are computed on one element. GradScaler's
+unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
+step is skipped, as on a GPU run that does not diverge.
+
+Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
 ``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
 ``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an
 end-of-sequence token (unknown); with the rule, the maximum length ends it, and the unknown
@@ -21,6 +29,7 @@ stays independent of the model's size, and an operator on large tensors costs on
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -56,6 +65,24 @@ _UNKNOWN_FILL = frozenset(
     )
 )
 """Factories whose values are whatever the memory held: unknown on a GPU too."""
+_NEVER = frozenset(
+    (
+        torch.ops.aten.isnan.default,
+        torch.ops.aten.isinf.default,
+        torch.ops.aten.isposinf.default,
+        torch.ops.aten.isneginf.default,
+    )
+)
+"""Tests that a finite value never passes."""
+_SCALAR_TESTS = {torch.ops.aten.eq.Scalar: False, torch.ops.aten.ne.Scalar: True}
+"""Comparisons with a number: what a finite value gives against an infinite one or NaN."""
+_SELF_TESTS = {torch.ops.aten.eq.Tensor: True, torch.ops.aten.ne.Tensor: False}
+"""Comparisons of a value with itself (``isfinite``'s ``x == x``): what a finite value gives."""
+_WHOLE = {torch.ops.aten.all.default: True, torch.ops.aten.any.default: False}
+"""Reductions to one flag, and what they give for no elements."""
+_POINTWISE = torch.Tag.pointwise
+_UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
+"""GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -66,6 +93,11 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
         for item in value:
             if isinstance(item, torch.Tensor):
                 yield item
+
+
+def _infinite(rest: tuple[Any, ...]) -> bool:
+    """Whether a comparison's number is infinite or NaN (never equal to a finite value)."""
+    return bool(rest) and isinstance(rest[0], float) and not math.isfinite(rest[0])
 
 
 def _written(func: Any) -> tuple[int, ...]:
@@ -83,6 +115,7 @@ class Known:
 
     def __init__(self) -> None:
         self._values: dict[int, torch.UntypedStorage] = {}
+        self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -93,27 +126,104 @@ class Known:
             return None
         storage = tensor.untyped_storage()
         kept = self._values.get(storage._cdata)
-        if kept is None or kept.nbytes() != storage.nbytes():
+        if kept is None:
+            filled = self._filled.get(storage._cdata)
+            if filled is None or filled[1] != storage.nbytes():
+                return None
+            return torch.full((), filled[0], dtype=tensor.dtype, device=_CPU).expand(tensor.shape)
+        if kept.nbytes() != storage.nbytes():
             return None
         return self._view(kept, tensor)
 
     def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Account for one operator on the device: its outputs known when all its inputs are
         (computed again on the CPU copies), forgotten when an unknown input wrote into them."""
+        if self._finite(func, args, kwargs, out):
+            return
         outs = [t for t in _tensors(out) if t.is_meta]
         writes = self._writes.get(func)
         if writes is None:
             writes = self._writes[func] = _written(func)
         for i in writes:
-            if i < len(args):
+            if i < len(args) and not (func is _UNSCALE and i == 1):
                 outs.extend(t for t in _tensors(args[i]) if t.is_meta)
         if not outs:
             return
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
-            if self._values:
+            if self._values or self._filled:
                 self._forget(outs)
         elif func in _UNKNOWN_FILL or not self._decided(func, args, kwargs, out):
             self._forget(outs)
+
+    def _finite(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+        """Whether ``out`` is decided because unknown values are finite (a test of finiteness
+        on one), or is one value everywhere because its inputs are (an elementwise operator, or
+        ``all``/``any``, on such results); it is then kept."""
+        if not isinstance(out, torch.Tensor) or not out.is_meta or not args:
+            return False
+        first = args[0]
+        if not isinstance(first, torch.Tensor) or not first.is_meta:
+            return False
+        if self._filled:
+            whole = _WHOLE.get(func)
+            if whole is not None:
+                filled = self._filled.get(first.untyped_storage()._cdata)
+                if filled is None:
+                    return False
+                self._fill(out, filled[0] if first.numel() else whole)
+                return True
+            if _POINTWISE in func.tags and self._pointwise(func, args, kwargs, out):
+                return True
+        if func in _NEVER:
+            truth = False
+        elif func in _SCALAR_TESTS and _infinite(args[1:]):
+            truth = _SCALAR_TESTS[func]
+        elif func in _SELF_TESTS and len(args) > 1 and args[1] is first:
+            truth = _SELF_TESTS[func]
+        else:
+            return False
+        if self.value(first) is not None:
+            return False
+        self._fill(out, truth)
+        return True
+
+    def _pointwise(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor
+    ) -> bool:
+        """An elementwise operator whose tensor inputs each hold one value everywhere: its
+        output does too, computed on one element."""
+        if any(isinstance(value, torch.Tensor) for value in kwargs.values()):
+            return False
+        one: list[Any] = []
+        for arg in args:
+            if not isinstance(arg, torch.Tensor):
+                one.append(arg)
+                continue
+            filled = self._filled.get(arg.untyped_storage()._cdata) if arg.is_meta else None
+            if filled is None:
+                return False
+            one.append(torch.full((), filled[0], dtype=arg.dtype, device=_CPU))
+        try:
+            computed = func(*one, **kwargs)
+        except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
+            return False
+        if not isinstance(computed, torch.Tensor) or computed.dim() != 0:
+            return False
+        self._fill(out, computed.item())
+        return True
+
+    def _fill(self, made: torch.Tensor, flag: Any) -> None:
+        """``made`` holds ``flag`` everywhere: kept as a copy when small, else as the one value
+        (a tensor of flags the size of a model's gradients costs no host memory)."""
+        storage = made.untyped_storage()
+        if storage.nbytes() <= LIMIT:
+            self._keep(made, torch.full(made.shape, flag, dtype=made.dtype, device=_CPU))
+            return
+        key = storage._cdata
+        self._values.pop(key, None)
+        if key not in self._filled:
+            weakref.finalize(storage, self._filled.pop, key, None)
+        self._filled[key] = (flag, storage.nbytes())
 
     def _decided(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
         """Whether the outputs' values are known after ``func``: computed when every input is
@@ -184,6 +294,7 @@ class Known:
         when the storage is new, the same one for an in-place write)."""
         storage = made.untyped_storage()
         key = storage._cdata
+        self._filled.pop(key, None)
         kept = self._values.get(key)
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
@@ -197,7 +308,9 @@ class Known:
 
     def _forget(self, outs: list[torch.Tensor]) -> None:
         for tensor in outs:
-            self._values.pop(tensor.untyped_storage()._cdata, None)
+            key = tensor.untyped_storage()._cdata
+            self._values.pop(key, None)
+            self._filled.pop(key, None)
 
     @staticmethod
     def _view(kept: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:

@@ -72,25 +72,7 @@ def _device_rows(
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
         R(c, "synchronize", cuda.noop(), NO_OP),
         R(c, "ipc_collect", cuda.noop(), NO_OP),
-        R(c, "manual_seed", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "manual_seed_all", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "seed", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "seed_all", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "initial_seed", lambda: 0, "a stand-in's values are never drawn"),
-        R(
-            c,
-            "get_rng_state",
-            lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
-            "a stand-in's values are never drawn",
-        ),
-        R(
-            c,
-            "get_rng_state_all",
-            lambda: [torch.zeros(16, dtype=torch.uint8)],
-            "a stand-in's values are never drawn",
-        ),
-        R(c, "set_rng_state", cuda.noop(), "a stand-in's values are never drawn"),
-        R(c, "set_rng_state_all", cuda.noop(), "a stand-in's values are never drawn"),
+        *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
         R(c, "Event", cuda.Stream, NO_OP),
         R(c, "current_stream", streams.current, STREAMS),
@@ -111,6 +93,29 @@ def _device_rows(
             "memforensics.install() in the script observes the predicted OOM",
             added=True,
         ),
+    ]
+
+
+def _rng_rows() -> list[Replacement]:
+    """CUDA's random number generator, under both names a script or library calls it by
+    (``torch.cuda.get_rng_state`` and ``torch.cuda.random.get_rng_state``, which Hugging Face's
+    checkpoints save): a stand-in's values are never drawn."""
+    functions: list[tuple[str, Any]] = [
+        ("manual_seed", cuda.noop()),
+        ("manual_seed_all", cuda.noop()),
+        ("seed", cuda.noop()),
+        ("seed_all", cuda.noop()),
+        ("initial_seed", lambda: 0),
+        ("get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8)),
+        ("get_rng_state_all", lambda: [torch.zeros(16, dtype=torch.uint8)]),
+        ("set_rng_state", cuda.noop()),
+        ("set_rng_state_all", cuda.noop()),
+    ]
+    never = "a stand-in's values are never drawn"
+    return [
+        R(owner, name, value, never)
+        for owner in (torch.cuda, torch.cuda.random)
+        for name, value in functions
     ]
 
 

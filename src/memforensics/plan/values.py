@@ -1,7 +1,8 @@
 """What a stand-in cannot know: the values the script's own values do not decide. Where the
-script reads them, the plan answers zeros (and the values it knows where the script made them:
-:mod:`memforensics.plan.known`), takes a data-dependent shape at its upper bound, and says once
-where it happened.
+script reads them, the plan answers the values it knows where the script made them
+(:mod:`memforensics.plan.known`), else made-up values chosen so that loops ending on them run to
+their own bounds (:class:`Reads`); it takes a data-dependent shape at its upper bound, and says
+once where each happened.
 
 ``torch.compile`` runs eagerly (compiled memory differs, and the plan says so).
 """
@@ -23,6 +24,12 @@ from memforensics.plan.known import Known
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
+_PASSING = frozenset(
+    os.path.join(_TORCH, *name.split("/"))
+    for name in ("_tensor.py", "overrides.py", "_ops.py", "utils/_device.py")
+)
+"""torch's files that pass a read on to a stand-in (``Tensor.__format__``, ``__repr__``,
+``__array__``, ``handle_torch_function``, a device context) without being its reader."""
 
 
 def where() -> str:
@@ -49,15 +56,32 @@ class Notes:
             warnings.warn(f"{message} (first at {where()})", PlannedRunWarning, stacklevel=2)
 
 
-def _zeros_like(tensor: torch.Tensor) -> torch.Tensor:
-    """Zeros of ``tensor``'s shape and dtype on the CPU, with no memory behind the shape."""
-    return torch.zeros((), dtype=tensor.dtype).expand(tensor.shape)
+def read_by_torch() -> bool:
+    """Whether the code reading a stand-in's values is torch's own (GradScaler's overflow
+    test, a NaN check): the innermost frame that is not ours nor one that passes the read on."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_HERE) or name.startswith("<") or name in _PASSING):
+            return name.startswith(_TORCH)
+        frame = frame.f_back
+    return False
 
+
+def _filled(tensor: torch.Tensor, value: float, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` in ``tensor``'s shape on the CPU, with no memory behind the shape."""
+    return torch.full((), value, dtype=dtype).expand(tensor.shape)
+
+
+FALLING = 256
+"""How slowly a made-up floating-point value falls: ``1 + 9 * FALLING / (FALLING + n)`` after
+``n`` rounds of reads with training between them."""
 
 READ = (
-    "values read from the device that the script's own values do not decide are zeros in a "
-    "plan; a loop that ends on one (an end-of-sequence test, early stopping) runs to its own "
-    "bound"
+    "values read from the device that the script's own values do not decide are made up in a "
+    "plan: floating-point ones read by the script fall from 10 toward 1 as it trains (a loss "
+    "that keeps improving, so early stopping runs to its epoch limit); integers, flags and what "
+    "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
 )
 KNOWN = (
     "values read from the device are computed on the CPU where the script's own values decide "
@@ -67,28 +91,58 @@ KNOWN = (
 
 class Reads:
     """What a stand-in answers when the script reads its values: the values the script's own
-    decide (:class:`~memforensics.plan.known.Known`), else zeros; each said once, with where."""
+    decide (:class:`~memforensics.plan.known.Known`), else made-up ones; each said once, with
+    where.
+
+    A made-up value lets a loop that ends on values run to its own bound. An integer or a flag
+    reads as zero: a count of finished sequences stays zero, so decoding runs to its maximum
+    length. A floating-point value read by the script or a library reads as a loss that keeps
+    improving: ``1 + 9 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads
+    with a backward pass between them. Every read within one evaluation gives the same value,
+    and each evaluation after more training a lower one, by more than 0.01 for the first 200
+    rounds, so early stopping on a validation loss runs to its epoch limit; the value stays in
+    (1, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
+    reads stays zero (GradScaler's overflow flag, NaN tests), so no optimizer step is skipped.
+    """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
         self.notes = notes
         self.known = known if known is not None else Known()
+        self._passes = 0
+        self._read_after: int | None = None
+        self._rounds = 0
 
-    def values(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor``'s values on the CPU, known or zeros (a zero-stride view: no memory)."""
+    def backward(self) -> None:
+        """One backward pass ran: the next floating-point read starts a new round."""
+        self._passes += 1
+
+    def values(self, tensor: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """``tensor``'s values on the CPU, known or made up (a zero-stride view: no memory).
+        ``exact``: a made-up floating-point value in double precision, for Python numbers
+        (a half-precision rounding would make a falling loss stand still)."""
         found = self.known.value(tensor)
         if found is not None:
             self.notes.once("known", KNOWN)
             return found
         self.notes.once("read", READ)
-        return _zeros_like(tensor)
+        if not tensor.is_floating_point() or read_by_torch():
+            return _filled(tensor, 0, tensor.dtype)
+        return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
+
+    def _falling(self) -> float:
+        if self._read_after != self._passes:
+            if self._read_after is not None:
+                self._rounds += 1
+            self._read_after = self._passes
+        return 1 + 9 * FALLING / (FALLING + self._rounds)
 
     def item(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         """``.item()`` of a stand-in."""
-        return self.values(tensor).item()
+        return self.values(tensor, exact=True).item()
 
     def tolist(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         """``.tolist()`` of a stand-in."""
-        return self.values(tensor).tolist()
+        return self.values(tensor, exact=True).tolist()
 
     def to_host(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """``.cpu()``/``.numpy()``-bound copies of a stand-in: allocated on the CPU as the real
@@ -112,7 +166,7 @@ class Reads:
 
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
-        return self.values(tensor).item()
+        return self.values(tensor, exact=True).item()
 
 
 BOUND = "a data-dependent shape takes its upper bound in a plan"
