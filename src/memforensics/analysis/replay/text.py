@@ -114,8 +114,8 @@ def _oom_cell(oom: bool | None) -> str:
 
 
 def _baseline_lines(r: Replay) -> list[str]:
-    """The baseline against the recorded run, before any what-if row: the same reserved peak,
-    or where and why it diverges."""
+    """The baseline against the recorded run, before any what-if row: the same peak reserved
+    to the byte and the same segment events, or where and why it differs."""
     c = r.baseline_check
     if c is None:
         return []
@@ -127,13 +127,19 @@ def _baseline_lines(r: Replay) -> list[str]:
     counts = (
         f"{c.baseline_segment_events:,} segment"
         f" event{'' if c.baseline_segment_events == 1 else 's'}"
-        f" ({c.recorded_segment_events:,} recorded)"
     )
     if c.reproduced:
         return [
-            f"  baseline     reproduces the recorded run: peak reserved"
-            f" {fmt(c.baseline_peak_reserved_bytes)} (recorded"
-            f" {fmt(c.recorded_peak_reserved_bytes)}); {counts}{releases}"
+            f"  baseline     reproduces the recorded run: the same peak reserved to the byte"
+            f" ({fmt(c.recorded_peak_reserved_bytes)}) and the same {counts}{releases}"
+        ]
+    if c.peak_reproduced:
+        return [
+            f"  baseline     reaches the recorded peak reserved to the byte"
+            f" ({fmt(c.recorded_peak_reserved_bytes)}), with {counts} against"
+            f" {c.recorded_segment_events:,} recorded{releases}",
+            f"  why          {c.why}; the rows are measured against this baseline's peak, which"
+            " is the recording's",
         ]
     where = (
         f"; first apart after event {c.diverged_at:,} ({fmt(c.diverged_reserved_bytes)}"
@@ -145,10 +151,17 @@ def _baseline_lines(r: Replay) -> list[str]:
         f"  baseline     DIVERGES from the recorded run: peak reserved"
         f" {fmt(c.baseline_peak_reserved_bytes)}{_at(c.baseline_peak_index)} against"
         f" {fmt(c.recorded_peak_reserved_bytes)}{_at(c.recorded_peak_index)} recorded"
-        f"{where}; {counts}{releases}",
+        f" ({_gap(c.gap_bytes, c.recorded_peak_reserved_bytes)}){where}; {counts}"
+        f" ({c.recorded_segment_events:,} recorded){releases}",
         f"  why          {c.why}; every setting's change is measured against this baseline,"
         " not against the recorded run, so none is trusted",
     ]
+
+
+def _gap(gap: int, recorded: int) -> str:
+    """``88.00 MiB less, 0.65%``: how far the baseline's peak is from the recording's."""
+    share = f", {abs(gap) / recorded:.2%}" if recorded else ""
+    return f"{fmt(abs(gap))} {'less' if gap < 0 else 'more'}{share}"
 
 
 def _at(index: int | None) -> str:
