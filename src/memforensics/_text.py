@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable, Collection, Sequence
 
 PRINT_LIMIT = 512
 """Characters an untrusted string keeps when it is shown (a path or a function name is far
@@ -75,6 +76,70 @@ def cut(line: str, width: int) -> str:
     if space > room * 2 // 3 and head[:space].strip():
         head = head[:space].rstrip() + " "
     return head + "…"
+
+
+def table(
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    drops: Sequence[int] = (),
+    left: Collection[int] = (),
+    squeeze: int | None = None,
+    room: int = 30,
+    keep_start: bool = False,
+) -> tuple[list[str], list[int]]:
+    """``rows`` (the first the header) in aligned columns, two spaces apart, one line per row
+    in ``width`` where it can: the ``squeeze`` column (a path, a site) first gives up its start
+    behind ``…`` (:func:`shorten`; a name, ``keep_start``: its end, :func:`cut`), keeping
+    ``room`` characters at least; then the columns of
+    ``drops`` are left out in turn until every row fits. Columns in ``left`` are left-aligned,
+    the rest right-aligned. Returns the lines and the columns left out."""
+    kept = list(range(len(rows[0]))) if rows else []
+    gone: list[int] = []
+    short = cut if keep_start else shorten
+    lines = _squeezed(rows, kept, left, width, squeeze, room, short)
+    for column in drops:
+        if max(map(len, lines), default=0) <= width:
+            break
+        kept.remove(column)
+        gone.append(column)
+        lines = _squeezed(rows, kept, left, width, squeeze, room, short)
+    return lines, gone
+
+
+def _squeezed(
+    rows: Sequence[Sequence[str]],
+    kept: Sequence[int],
+    left: Collection[int],
+    width: int,
+    squeeze: int | None,
+    room: int,
+    short: Callable[[str, int], str],
+) -> list[str]:
+    """The aligned rows, the ``squeeze`` column shortened (to ``room`` at least) where the
+    rows run over ``width``."""
+    lines = _aligned(rows, kept, left)
+    over = max(map(len, lines), default=0) - width
+    if over <= 0 or squeeze is None or squeeze not in kept:
+        return lines
+    keep = max(max(len(row[squeeze]) for row in rows) - over, room)
+    cut_rows = [
+        [short(cell, keep) if i == squeeze else cell for i, cell in enumerate(row)] for row in rows
+    ]
+    return _aligned(cut_rows, kept, left)
+
+
+def _aligned(
+    rows: Sequence[Sequence[str]], kept: Sequence[int], left: Collection[int]
+) -> list[str]:
+    """The ``kept`` cells of ``rows``, each column as wide as its widest cell."""
+    widths = {i: max(len(row[i]) for row in rows) for i in kept}
+    return [
+        "  ".join(
+            row[i].ljust(widths[i]) if i in left else row[i].rjust(widths[i]) for i in kept
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:

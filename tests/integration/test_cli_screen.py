@@ -177,3 +177,41 @@ def test_the_demo_s_last_lines_fit_and_its_next_command_runs(tmp_path: Path) -> 
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert "keep_metrics" in ran.stdout.split("verdict")[0]  # the leak is the cause it names
+
+
+def _rows_after(text: str, header: str, count: int) -> list[str]:
+    """The ``count`` lines right after the line that starts (stripped) with ``header``."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(header))
+    return lines[at + 1 : at + 1 + count]
+
+
+def test_tables_keep_one_line_per_row_at_80_columns(dumps: dict[str, Path], tmp_path: Path) -> None:
+    """In a pipe at 80 columns, ls's dump table, overview's rank table and replay's what-if
+    table each keep one line per row: the line after each row is the next row (its dump's
+    kind, its rank, its setting), never the rest of a wrapped one, and every line fits."""
+    listing = json.loads(_cli("ls", dumps["demo"], "--json", columns=80, cache=tmp_path))
+    text = _cli("ls", dumps["demo"], columns=80, cache=tmp_path)
+    _fits(text, 80)
+    kinds = [entry["kind"] for entry in listing["dumps"]]
+    rows = _rows_after(text, "kind", len(kinds))
+    assert [row.split()[0] for row in rows] == kinds
+    paired = zip(listing["dumps"], rows, strict=True)
+    assert all(Path(entry["path"]).name[-12:] in row for entry, row in paired)
+
+    view = json.loads(_cli("overview", dumps["run"], "--json", "--all", columns=80, cache=tmp_path))
+    text = _cli("overview", dumps["run"], "--all", columns=80, cache=tmp_path)
+    _fits(text, 80)
+    ranks = [str(rank["rank"]) for rank in view["ranks"]]
+    assert [row.split()[0] for row in _rows_after(text, "rank", len(ranks))] == ranks
+
+    replayed = json.loads(_cli("replay", dumps["demo-oom"], "--json", columns=80, cache=tmp_path))
+    text = _cli("replay", dumps["demo-oom"], columns=80, cache=tmp_path)
+    _fits(text, 80)
+    names = [row["name"] for row in replayed["what_if"]]
+    rows = _rows_after(text, "setting", len(names))
+    assert len(names) > 2
+    for name, row in zip(names, rows, strict=True):
+        shown = "the baseline" if name == replayed["baseline"] else name
+        cell = row[2:].split("  ")[0].rstrip("…")
+        assert shown.startswith(cell), (name, row)

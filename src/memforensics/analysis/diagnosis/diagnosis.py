@@ -322,8 +322,9 @@ def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> s
         )
     fix = top.fix
     action = None if fix is None else (fix.action, fix.bytes)
-    if top.name == ACTIVATIONS:
-        action = (text.CHECKPOINTING_OR_HALF, top.bytes // 2)
+    if top.name == ACTIVATIONS:  # either cuts them by about half
+        saved = any(found.action == text.CHECKPOINTING for found in top.fixes)
+        action = (text.CHECKPOINTING_OR_HALF if saved else text.HALF_NO_BACKWARD, top.bytes // 2)
     return text.peak_headline(
         at.name, at.position, at.live_bytes, unattributed, (top.name, top.bytes, top.evidence),
         action, unknown,
@@ -542,16 +543,29 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
 
 def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     """What the forward and backward of the step hold at the judged moment (activations and
-    temporaries), with what a smaller micro-batch or sequence and activation checkpointing
-    free. At an OOM whose unwinding the trace shows, the blocks it freed are those tensors,
-    proven (no kind needs trusting); otherwise the kinds say, inferred unless told."""
+    temporaries), with what a smaller batch or sequence frees, and activation checkpointing
+    where something is saved for a backward. At an OOM whose unwinding the trace shows, the
+    blocks it freed are those tensors, proven (no kind needs trusting); otherwise the kinds
+    say, inferred unless told, and the evidence names them as the kinds table does.
+
+    Where the moment holds no ``activation`` (nothing is saved for a backward: an inference
+    forward, whose intermediates the kinds call ``temporary``), checkpointing frees nothing;
+    computing the biggest op in chunks does instead.
+    """
     unwound = evidence.unwound
     if unwound is not None and unwound.bytes > 0:
         held, proven = unwound.bytes, True
         sites = tuple((found.site, found.bytes) for found in unwound.sites)
+        parts: list[tuple[str, int]] = []
+        saved = True
     else:
-        held = sum(k.bytes for k in evidence.kinds if k.kind in (_ACTIVATION, _TEMPORARY))
+        by_kind = {k.kind: k.bytes for k in evidence.kinds}
+        parts = [
+            (kind, by_kind[kind]) for kind in (_ACTIVATION, _TEMPORARY) if by_kind.get(kind, 0)
+        ]
+        held = sum(size for _kind, size in parts)
         proven = False  # no process tells its activations: the kinds inferred them
+        saved = by_kind.get(_ACTIVATION, 0) > 0
         sites = tuple(
             (found.site, found.bytes) for found in evidence.sites_of(_ACTIVATION, _TEMPORARY)
         )
@@ -560,12 +574,15 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     options: list[tuple[str, int | None]] = [
         (text.HALF_BATCH, held // 2),
         (text.HALF_SEQUENCE, held // 2),
-        (text.CHECKPOINTING, None),
     ]
+    if saved:
+        options.append((text.CHECKPOINTING, None))
+    elif sites:
+        options.append((text.chunk_fix(sites[0][0]), sites[0][1] // 2))
     fixes = _fixes(options, needed)
     return Cause(
         ACTIVATIONS, held, held, _enough(held, needed),
-        text.activations_evidence(held, sites, unwound=unwound is not None and proven,
+        text.activations_evidence(held, sites, parts, unwound=unwound is not None and proven,
                                   inferred=not proven),
         fixes, tuple(site for site, _size in sites[:3]), inferred=not proven,
     )  # fmt: skip

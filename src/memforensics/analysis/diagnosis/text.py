@@ -32,9 +32,14 @@ CAUSE_NAMES = {
 
 def cause_words(name: str, evidence: str) -> str:
     """A cause in a sentence: its name, then its evidence (once, when the evidence already
-    starts with the name: ``activations 1.01 GiB, inferred (...)``)."""
+    starts with the name, or names the kinds it is made of: ``activations 1.01 GiB, inferred
+    (...)``, ``temporaries 228.35 MiB, inferred (...)``)."""
     called = CAUSE_NAMES[name]
-    return evidence if evidence.startswith(called) else f"{called}: {evidence}"
+    if evidence.startswith(called) or (
+        name == "activations" and evidence.startswith(tuple(_KIND_WORDS.values()))
+    ):
+        return evidence
+    return f"{called}: {evidence}"
 
 
 def _site(site: str) -> str:
@@ -178,21 +183,39 @@ HALF_BATCH = "halve the micro-batch"
 HALF_SEQUENCE = "halve the sequence length"
 CHECKPOINTING = "activation checkpointing (keeps only each checkpointed block's inputs)"
 CHECKPOINTING_OR_HALF = "activation checkpointing or half the micro-batch"
-"""The peak's fix for activations: either cuts them by about half."""
+"""The peak's fix for activations saved for a backward: either cuts them by about half."""
+HALF_NO_BACKWARD = "half the batch or the sequence"
+"""The peak's fix for a forward's intermediates that no backward will use (no ``activation``
+at the moment: checkpointing frees nothing there)."""
+_KIND_WORDS = {"activation": "activations", "temporary": "temporaries"}
+"""How a kind of the kinds table is called in a cause's evidence."""
+
+
+def chunk_fix(site: str) -> str:
+    """Compute the biggest op in two chunks (attention over halves of the queries...)."""
+    return f"compute {_site(site)} in chunks (attention: over blocks of queries)"
 
 
 def activations_evidence(
-    held: int, sites: Sequence[tuple[str, int]], *, unwound: bool, inferred: bool
+    held: int,
+    sites: Sequence[tuple[str, int]],
+    parts: Sequence[tuple[str, int]],
+    *,
+    unwound: bool,
+    inferred: bool,
 ) -> str:
     """The step's tensors at the moment judged, with their biggest sites: proven by the
-    unwinding, or by inferred kinds."""
+    unwinding, or by inferred kinds, each named as the kinds table names it (``temporaries
+    228.35 MiB``, ``activations 2.00 GiB and temporaries 1.00 GiB``), biggest first."""
     where = _sites(sites)
     if unwound:
         return (
             f"the failing step's tensors, {fmt(held)} freed by unwinding right after the OOM{where}"
         )
     how = ", inferred" if inferred else ""
-    return f"activations {fmt(held)}{how}{where}"
+    ordered = sorted(parts, key=lambda part: -part[1]) or [("activation", held)]
+    words = " and ".join(f"{_KIND_WORDS[kind]} {fmt(size)}" for kind, size in ordered)
+    return f"{words}{how}{where}"
 
 
 def _sites(sites: Sequence[tuple[str, int]], shown: int = 2) -> str:

@@ -50,7 +50,7 @@ after an OOM, a parameter known only by its size).
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,7 +315,7 @@ def classify(lt: Lifetimes) -> None:
                 found.kind = ACTIVATION if phase == FORWARD else TEMPORARY
     if buffers:
         _split_buffers(buffers)
-    _need_parameter_evidence(lt.allocations, found_roles)
+    _need_parameter_evidence(lt.allocations, found_roles, shape)
     _per_parameter_state(lt, found_roles)
 
 
@@ -479,7 +479,7 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
 
 
 def _need_parameter_evidence(
-    allocations: list[Allocation], found_roles: list[tuple[str, int]]
+    allocations: list[Allocation], found_roles: list[tuple[str, int]], shape: _Shape
 ) -> None:
     """A block held since set-up is a parameter only with evidence; else it is ``unknown``.
 
@@ -489,12 +489,22 @@ def _need_parameter_evidence(
     model's layers; lower confidence), unless it was made in a forward (hidden states and
     attention maps come in equal sizes too). A frame that names a cache or a workspace rules
     it out, as does having neither.
+
+    A block made during a forward pass the trace saw (after that pass's first activation, and
+    before its backward) is that forward's output, never a parameter, even where no module's
+    ``forward`` frame says so (a function, not a module): it is judged as a block made in a
+    forward (:func:`_made_in_a_forward_pass`).
     """
-    held = [
-        (found, role[0])
-        for found, role in zip(allocations, found_roles, strict=True)
-        if found.kind == PARAMETER
-    ]
+    held: list[tuple[Allocation, str]] = []
+    saved: list[int] = []  # starts of the forward activations, in trace order
+    for found, (role_of, _line) in zip(allocations, found_roles, strict=True):
+        kind = found.kind
+        if kind == PARAMETER:
+            held.append((found, role_of))
+        elif kind == ACTIVATION and found.phase == FORWARD and found.start != BEFORE:
+            saved.append(found.start)
+    if saved:
+        held = _made_in_a_forward_pass(held, saved, shape)
     sizes: dict[int, int] = {}
     for found, _ in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
@@ -506,6 +516,33 @@ def _need_parameter_evidence(
             found.confidence *= 0.75
         else:
             found.kind, found.confidence = UNKNOWN, min(found.confidence, 0.3)
+
+
+def _made_in_a_forward_pass(
+    held: list[tuple[Allocation, str]], saved: list[int], shape: _Shape
+) -> list[tuple[Allocation, str]]:
+    """Judge each held block that is a parameter by its lifetime, made in forward after an
+    activation of the same pass (one that the same backward frees), as made in a forward;
+    return the parameters left. ``saved``: the forward activations' starts, sorted."""
+    kept: list[tuple[Allocation, str]] = []
+    for found, role in held:
+        if (
+            found.start != BEFORE
+            and found.phase == FORWARD
+            and found.end >= shape.length
+            and role not in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER)
+        ):
+            index = bisect_left(saved, found.start) - 1
+            backward = shape.after(shape.backward, found.start)
+            if (
+                index >= 0
+                and backward is not None
+                and shape.after(shape.backward, saved[index]) == backward
+            ):
+                found.kind, found.confidence = _forward(found, found.end, shape, roles.IN_FORWARD)
+                continue
+        kept.append((found, role))
+    return kept
 
 
 def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | None:

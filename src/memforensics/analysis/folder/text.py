@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from memforensics._text import SCREEN_WIDTH, printable, wrap
+from memforensics._text import table as text_table
 from memforensics._units import format_bytes, format_signed_bytes
 from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import PREDICTED
@@ -73,7 +74,7 @@ def overview_text(view: Overview, *, all_ranks: bool = False, width: int = SCREE
     lines += forecast_lines(view.forecasts)
     lines += _problems(view)
     lines.append("")
-    lines += _table(view, view.ranks if all_ranks else _worth_a_look(view))
+    lines += _table(view, view.ranks if all_ranks else _worth_a_look(view), width)
     return "\n".join(line for line in lines if line is not None)
 
 
@@ -234,13 +235,25 @@ def _worth_a_look(view: Overview) -> list[RankFacts]:
     return list(seen.values())
 
 
-def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
+RANK_COLUMNS = (
+    "rank", "peak reserved", "last reserved", "retries", "external", "reserved/1k steps",
+    "allocated/1k steps", "OOM at step", "forecast step",
+)  # fmt: skip
+"""``overview``'s rank table columns, in order."""
+RANK_NARROW_DROPS = (2, 6, 3)
+"""Columns the rank table leaves out, in this order (last reserved, allocated/1k steps,
+retries), until its rows fit the width."""
+_SHORT_RANK_COLUMNS = {5: "reserved/1k", 6: "allocated/1k", 7: "OOM step", 8: "forecast"}
+"""Shorter headers for the narrow table (growth per 1,000 steps, the step of the OOM and of
+the forecast)."""
+
+
+def _table(view: Overview, ranks: Sequence[RankFacts], width: int = SCREEN_WIDTH) -> list[str]:
+    """One line per rank in ``width`` columns: the full headers where they fit, else shorter
+    ones, then the columns of :data:`RANK_NARROW_DROPS` left out in turn (and said so)."""
     if not ranks:
         return ["no rank left a journal line or a dump"]
-    header = ("rank", "peak reserved", "last reserved", "retries", "external",
-              "reserved/1k steps", "allocated/1k steps", "OOM at step",
-              "forecast step")  # fmt: skip
-    rows = [header]
+    rows: list[tuple[str, ...]] = [RANK_COLUMNS]
     for r in ranks:
         oom = (
             "-" if r.failure is None else ("?" if r.failure.step is None else f"{r.failure.step:,}")
@@ -258,16 +271,19 @@ def _table(view: Overview, ranks: Sequence[RankFacts]) -> list[str]:
                 "-" if r.forecast is None else f"{r.forecast.step:,}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    table, gone = text_table(rows, width)
+    if max(map(len, table)) > width:
+        rows[0] = tuple(_SHORT_RANK_COLUMNS.get(i, name) for i, name in enumerate(RANK_COLUMNS))
+        table, gone = text_table(rows, width, drops=RANK_NARROW_DROPS)
     title = (
         "every rank:"
         if len(ranks) == len(view.ranks)
         else "ranks worth a look (--all: every rank):"
     )
-    return [title] + [
-        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
+    if gone:
+        names = ", ".join(RANK_COLUMNS[i] for i in sorted(gone))
+        table.append(f"(not shown in {width} columns: {names}; --json has them)")
+    return [title, *table]
 
 
 def _no_oom_head(listing: RunListing) -> str:
@@ -287,8 +303,17 @@ def _no_oom_head(listing: RunListing) -> str:
     return f"no OOM dump among {known} of known kind; {raw}" if known else f"no OOM known: {raw}"
 
 
-def ls_text(listing: RunListing) -> str:
-    """The ``ls`` table, oldest first, with the first OOM named on top."""
+LS_COLUMNS = ("kind", "rank", "step(s)", "size", "external", "time", "flags", "path")
+"""``ls``'s columns, in order."""
+LS_NARROW_DROPS = (5, 4, 3)
+"""Columns ``ls`` leaves out, in this order (time, external, size), until its rows fit the
+width; the path then keeps its end behind ``…``."""
+
+
+def ls_text(listing: RunListing, width: int = SCREEN_WIDTH) -> str:
+    """The ``ls`` table, oldest first, with the first OOM named on top: one line per dump in
+    ``width`` columns (the time, then the external bytes and the size left out, in turn, where
+    they do not fit, and said so; ``--json`` has them)."""
     first = listing.first_oom
     head = _no_oom_head(listing)
     if first is not None:
@@ -298,12 +323,31 @@ def ls_text(listing: RunListing) -> str:
             f" at {first.created_at}  {printable(str(first.path))}"
             + (f" ({PREDICTED})" if first.predicted else "")
         )
-    lines = [
-        head,
-        "",
-        f"{'kind':<8} {'rank':>5} {'step(s)':>11} {'size':>11} {'external':>10}  {'time':<32}"
-        " flags  path",
-    ]
+    table, gone = _ls_table(listing, width, short=False)
+    if max(map(len, table)) > width:  # the time to the second first, then the path, columns
+        table, gone = _ls_table(listing, width, short=True)
+    if gone:
+        names = ", ".join(LS_COLUMNS[i] for i in sorted(gone))
+        table.append(f"(not shown in {width} columns: {names}; --json has them)")
+    lines = [head, "", *table, ""]
+    lines.append(
+        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
+        f" E empty (0 bytes, no OOM), ~ {PREDICTED}; external: memory outside PyTorch at an OOM"
+    )
+    return "\n".join(lines)
+
+
+def _short_time(stamp: str | None) -> str:
+    """``2026-12-03 14:04:53``: an ISO time to the second, without its fraction and zone."""
+    if not stamp:
+        return "-"
+    return stamp.replace("T", " ")[:19]
+
+
+def _ls_table(listing: RunListing, width: int, *, short: bool) -> tuple[list[str], list[int]]:
+    """The dump rows, whole; or, ``short``, fitted to ``width`` (times to the second, the path
+    shortened, columns left out), and the columns left out."""
+    rows: list[tuple[str, ...]] = [LS_COLUMNS]
     for entry in listing.dumps:
         where = (
             f"{entry.steps[0]}-{entry.steps[1]}"
@@ -319,18 +363,21 @@ def ls_text(listing: RunListing) -> str:
                 "~" if entry.predicted else "",
             )
         )
-        lines.append(
-            f"{entry.kind or '?':<8} {'-' if entry.rank is None else entry.rank:>5} {where:>11}"
-            f" {format_bytes(entry.snapshot_bytes):>11} {format_bytes(entry.external_bytes):>10}"
-            f"  {entry.created_at or '-':<32} {flags or '-':<5}"
-            f"  {printable(str(entry.path))}"
+        rows.append(
+            (
+                entry.kind or "?",
+                "-" if entry.rank is None else str(entry.rank),
+                where,
+                format_bytes(entry.snapshot_bytes),
+                format_bytes(entry.external_bytes),
+                _short_time(entry.created_at) if short else entry.created_at or "-",
+                flags or "-",
+                printable(str(entry.path)),
+            )
         )
-    lines.append("")
-    lines.append(
-        f"{len(listing.dumps)} dump(s); flags: P partial window, T truncated history, ? no sidecar,"
-        f" E empty (0 bytes, no OOM), ~ {PREDICTED}; external: memory outside PyTorch at an OOM"
-    )
-    return "\n".join(lines)
+    if not short:
+        return text_table(rows, width, left=(0, 5, 6, 7))
+    return text_table(rows, width, drops=LS_NARROW_DROPS, left=(0, 5, 6, 7), squeeze=7)
 
 
 WATCH_COLUMNS = (

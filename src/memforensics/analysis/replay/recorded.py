@@ -220,7 +220,13 @@ class _Segments:
 @dataclass(frozen=True, slots=True)
 class BaselineCheck:
     """The baseline run against the recorded run, up to where the baseline stops: what every
-    what-if row is measured against must be the run that happened."""
+    what-if row is measured against must be the run that happened.
+
+    Two figures are compared, exactly: the peak reserved bytes (to the byte) and the number of
+    segment events. ``reproduced`` when both agree; ``peak_reproduced`` when the peak does
+    (what each row's change is measured with), the segment events differing by the start
+    layout the baseline lays out afresh. Otherwise ``why`` says what is known of the cause.
+    """
 
     recorded_peak_reserved_bytes: int
     recorded_peak_index: int | None  # trace index of the segment event that reached it
@@ -231,15 +237,19 @@ class BaselineCheck:
     cache_releases: int
     """Releases of the whole cache in the recording, replayed as such in every run."""
     reproduced: bool
+    """The same peak reserved to the byte and the same number of segment events."""
     diverged_at: int | None = None
     """Trace index of the first request after which the baseline's reserved bytes differ from
-    the recording's (None: they never do)."""
+    the recording's (None: they never do, or the baseline reproduces the recording)."""
     diverged_reserved_bytes: int | None = None  # the baseline's reserved bytes there
     diverged_recorded_bytes: int | None = None  # the recording's reserved bytes there
     why: str | None = None
-    """Why the baseline diverges (None when it reproduces the recording)."""
+    """Why the baseline differs from the recording (None when it reproduces it)."""
+    peak_reproduced: bool = False
+    """The baseline reaches the recorded peak reserved to the byte: the result is trusted on
+    it (the rows' changes are peaks against the baseline's)."""
 
-
-def within(value: int, reference: int, share: float) -> bool:
-    """``value`` is within ``1 - share`` of ``reference`` (both zero: equal)."""
-    return abs(value - reference) <= (1.0 - share) * max(abs(reference), abs(value))
+    @property
+    def gap_bytes(self) -> int:
+        """The baseline's peak reserved less the recording's (negative: it stays below)."""
+        return self.baseline_peak_reserved_bytes - self.recorded_peak_reserved_bytes

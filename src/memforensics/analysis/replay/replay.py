@@ -53,7 +53,6 @@ from memforensics.analysis.replay.recorded import (
     cache_releases,
     decode,
     recorded_reserved,
-    within,
 )
 from memforensics.analysis.replay.runner import (
     UNBOUNDED,
@@ -122,7 +121,10 @@ class Replay:
     settings_rules: str = ""  # whose parser read them: "torch 2.9", or the newest rules
 
     trusted: bool = False
-    """True when the what-if answers stand on a reproduced run (no refusals)."""
+    """True when the what-if answers stand on a reproduced run: no refusals, and the baseline
+    reaches the recorded peak reserved to the byte (``baseline_check.peak_reproduced``). A peak
+    off by even 1 % is not trusted: a setting's change of that size could be the baseline's
+    own error."""
     placement_fidelity: float | None = None
     """Share of the recorded blocks the self-check placed at their address (None: none)."""
     avoided_by: tuple[str, ...] = ()
@@ -293,7 +295,7 @@ def replay_dump(
         verdict=verdict,
         settings_notes=tuple(read.notes()) if read is not None else (),
         settings_rules=rules.label(),
-        trusted=not refusals and (check is None or check.reproduced),
+        trusted=not refusals and (check is None or check.peak_reproduced),
         placement_fidelity=placement_share(exact.allocs_placed_same, exact.allocs_checked),
         avoided_by=tuple(
             r.name
@@ -325,13 +327,13 @@ def _check_baseline(
     baseline: RunResult,
     releases: int,
 ) -> BaselineCheck:
-    """The baseline against the recording up to where the baseline stops: the same reserved
-    peak (within :data:`MIN_FIDELITY`), or where and why not. Its segment events are counted
-    beside the recording's; that they are the recording's own is the self-check's fidelity
-    (a baseline that places blocks afresh remakes the segments it dropped at the start)."""
+    """The baseline against the recording up to where the baseline stops: the same peak
+    reserved to the byte and the same number of segment events, or where and why not. That
+    the segment events are the recording's own is the self-check's fidelity (a baseline that
+    places blocks afresh remakes the segments it dropped at the start)."""
     made = baseline.segment_events_made
     record = recorded_reserved(events, start, baseline.stopped_at)
-    reproduced = within(baseline.peak_reserved, record.peak_bytes, MIN_FIDELITY)
+    peak = baseline.peak_reserved == record.peak_bytes
     check = BaselineCheck(
         recorded_peak_reserved_bytes=record.peak_bytes,
         recorded_peak_index=record.peak_index,
@@ -340,9 +342,10 @@ def _check_baseline(
         recorded_segment_events=record.segment_events,
         baseline_segment_events=made,
         cache_releases=releases,
-        reproduced=reproduced,
+        reproduced=peak and made == record.segment_events,
+        peak_reproduced=peak,
     )
-    if reproduced:
+    if check.reproduced:
         return check
     where = baseline.diverged
     return replace(
@@ -362,8 +365,8 @@ def _why_diverged(start: AllocatorState, kind: str, exact: RunResult) -> str:
     if kind != "empty" and dropped:
         reasons.append(
             f"it starts without the {fmt(dropped)} cached in {len(cached):,} unused"
-            " segments when recording began (every row drops them: under another setting"
-            " they would not be laid out so)"
+            f" segment{'' if len(cached) == 1 else 's'} when recording began (every row drops"
+            " them: under another setting they would not be laid out so)"
         )
     if kind == "live":
         blocks = sum(len(segment.blocks) for segment in start.segments)

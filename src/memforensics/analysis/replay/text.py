@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memforensics._text import table as text_table
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.dump import NOTHING_ALLOCATED, PREDICTED, STACKS_ONLY
 from memforensics.analysis.oom import (
@@ -15,8 +16,9 @@ from memforensics.analysis.oom import (
 from memforensics.analysis.replay.replay import AS_RECORDED, Replay
 
 
-def replay_text(r: Replay) -> str:
-    """Plain-text rendering of a :class:`Replay`."""
+def replay_text(r: Replay, width: int | None = None) -> str:
+    """Plain-text rendering of a :class:`Replay`; its what-if table one line per row in
+    ``width`` columns (None: every column whole, whatever the width)."""
     predicted = f", {PREDICTED}" if r.predicted else ""
     lines = [f"{r.file}  (recorded settings: {r.recorded_conf or 'defaults'}{predicted})"]
     lines += [f"  settings     {note}" for note in r.settings_notes]
@@ -39,7 +41,7 @@ def replay_text(r: Replay) -> str:
     for refusal in r.refusals:
         lines.append(f"  no what-if:  {refusal}")
     if r.what_if:
-        lines += ["", *_table(r)]
+        lines += ["", *_table(r, width)]
     if r.oom is not None and r.trusted and len(r.what_if) > 1:
         avoided = "; ".join(r.avoided_by) or "none of these settings"  # a row may hold a ","
         lines.append(f"  → avoided by: {avoided}")
@@ -58,8 +60,63 @@ def replay_text(r: Replay) -> str:
     return "\n".join(lines)
 
 
-def _table(r: Replay) -> list[str]:
-    """The what-if rows: the recorded run, the baseline, then each setting against it."""
+def _table(r: Replay, columns: int | None = None) -> list[str]:
+    """The what-if rows: the recorded run, the baseline, then each setting against it; where
+    they run over ``columns``, the narrow table (:func:`_narrow_table`)."""
+    lines = _wide_table(r)
+    if columns is not None and max(map(len, lines)) > columns:
+        return _narrow_table(r, columns)
+    return lines
+
+
+_NARROW_NOTE = (
+    "  (peak: peak reserved, against the baseline's; free: free inside reserved when allocated"
+    " bytes peaked; fails at: the first request that fails; --json has every figure)"
+)
+
+
+def _narrow_table(r: Replay, columns: int) -> list[str]:
+    """The what-if rows one line each in ``columns``: short headers, the baseline row named
+    so, the first failure by its event alone, a long setting cut at its end, the free bytes
+    left out last; why a setting has no effect in a note below."""
+    rows: list[tuple[str, ...]] = [("setting", "OOM", "peak", "free", "vs baseline")]
+    why_none: dict[str, list[str]] = {}  # a reason, and the settings it holds for
+    for row in r.what_if:
+        name = "the baseline" if row.name == r.baseline != AS_RECORDED else row.name
+        if row.no_effect:
+            rows.append((name, "", "", "", "no effect (below)"))
+            why_none.setdefault(row.no_effect, []).append(row.name)
+            continue
+        if row.change_bytes is None:
+            change = "baseline" if row.name == r.baseline else ""
+        elif row.change_bytes == 0:
+            change = "no change"
+        else:
+            change = ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
+        if row.first_failure_index is not None:
+            failure = f"fails at {row.first_failure_index:,}"
+            change = ", ".join(part for part in (change, failure) if part)
+        rows.append(
+            (name, _oom_cell(row.oom), fmt(row.peak_reserved_bytes),
+             fmt(row.fragmentation_at_peak_bytes), change)
+        )  # fmt: skip
+    table, gone = text_table(
+        rows, columns - 2, drops=(3,), left=(0, 1, 4), squeeze=0, room=24, keep_start=True
+    )
+    lines = [f"  {line}" for line in table]
+    lines += _requirements(r)
+    if not r.device_known:
+        lines.append(f"  ({UNKNOWN_DEVICE})")
+    lines += [f"  ({'; '.join(names)}: no effect, {why})" for why, names in why_none.items()]
+    if len(r.what_if) > 1:
+        lines.append(_NARROW_NOTE if not gone else _NARROW_NOTE.replace("; free: free", "; free"))
+    if r.baseline != AS_RECORDED:
+        lines.append(f"  (the baseline: {r.baseline}, as every setting's row places them)")
+    return lines
+
+
+def _wide_table(r: Replay) -> list[str]:
+    """The what-if rows with every column whole."""
     width = max(len("setting"), *(len(row.name) for row in r.what_if))  # never cut a name
     lines = [
         f"  {'setting':<{width}} {'OOM':<5} {'peak reserved':>13} {'free at peak':>12}"
@@ -114,8 +171,8 @@ def _oom_cell(oom: bool | None) -> str:
 
 
 def _baseline_lines(r: Replay) -> list[str]:
-    """The baseline against the recorded run, before any what-if row: the same reserved peak,
-    or where and why it diverges."""
+    """The baseline against the recorded run, before any what-if row: the same peak reserved
+    to the byte and the same segment events, or where and why it differs."""
     c = r.baseline_check
     if c is None:
         return []
@@ -127,13 +184,19 @@ def _baseline_lines(r: Replay) -> list[str]:
     counts = (
         f"{c.baseline_segment_events:,} segment"
         f" event{'' if c.baseline_segment_events == 1 else 's'}"
-        f" ({c.recorded_segment_events:,} recorded)"
     )
     if c.reproduced:
         return [
-            f"  baseline     reproduces the recorded run: peak reserved"
-            f" {fmt(c.baseline_peak_reserved_bytes)} (recorded"
-            f" {fmt(c.recorded_peak_reserved_bytes)}); {counts}{releases}"
+            f"  baseline     reproduces the recorded run: the same peak reserved to the byte"
+            f" ({fmt(c.recorded_peak_reserved_bytes)}) and the same {counts}{releases}"
+        ]
+    if c.peak_reproduced:
+        return [
+            f"  baseline     reaches the recorded peak reserved to the byte"
+            f" ({fmt(c.recorded_peak_reserved_bytes)}), with {counts} against"
+            f" {c.recorded_segment_events:,} recorded{releases}",
+            f"  why          {c.why}; the rows are measured against this baseline's peak, which"
+            " is the recording's",
         ]
     where = (
         f"; first apart after event {c.diverged_at:,} ({fmt(c.diverged_reserved_bytes)}"
@@ -145,10 +208,17 @@ def _baseline_lines(r: Replay) -> list[str]:
         f"  baseline     DIVERGES from the recorded run: peak reserved"
         f" {fmt(c.baseline_peak_reserved_bytes)}{_at(c.baseline_peak_index)} against"
         f" {fmt(c.recorded_peak_reserved_bytes)}{_at(c.recorded_peak_index)} recorded"
-        f"{where}; {counts}{releases}",
+        f" ({_gap(c.gap_bytes, c.recorded_peak_reserved_bytes)}){where}; {counts}"
+        f" ({c.recorded_segment_events:,} recorded){releases}",
         f"  why          {c.why}; every setting's change is measured against this baseline,"
         " not against the recorded run, so none is trusted",
     ]
+
+
+def _gap(gap: int, recorded: int) -> str:
+    """``88.00 MiB less, 0.65%``: how far the baseline's peak is from the recording's."""
+    share = f", {abs(gap) / recorded:.2%}" if recorded else ""
+    return f"{fmt(abs(gap))} {'less' if gap < 0 else 'more'}{share}"
 
 
 def _at(index: int | None) -> str:

@@ -10,7 +10,7 @@ from memforensics.analysis import list_dumps
 from memforensics.analysis.folder import LS_SCHEMA, ls_text
 from memforensics.analysis.schema import document
 from memforensics.cli._command import CommandError, nothing_to_read
-from memforensics.cli._output import say
+from memforensics.cli._output import say, screen_width
 
 
 class LsCommand:
@@ -34,5 +34,5 @@ class LsCommand:
         if args.json:
             print(json.dumps(document(listing, LS_SCHEMA), indent=2))
         else:
-            say(ls_text(listing))
+            say(ls_text(listing, screen_width()))
         return 0

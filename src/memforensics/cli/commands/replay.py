@@ -22,7 +22,7 @@ from memforensics.cli._flags import (
     open_cache,
     warn_cache,
 )
-from memforensics.cli._output import say
+from memforensics.cli._output import say, screen_width
 from memforensics.cli._process import leave_at_exit
 from memforensics.cli._progress import Progress
 
@@ -88,7 +88,7 @@ class ReplayCommand:
         if args.json:
             print(json.dumps(document(kept.replay, SCHEMA), indent=2))
         else:
-            say(replay_text(kept.replay))
+            say(replay_text(kept.replay, screen_width()))
         return 0
 
 

@@ -404,3 +404,41 @@ def test_a_request_the_state_serves_is_no_failure_to_explain() -> None:
     assert summary.diagnosis.needed_bytes == 0
     assert summary.diagnosis.headline.startswith("this state serves the request")
     assert all(cause.sufficient is None for cause in summary.diagnosis.causes)
+
+
+def test_a_peak_of_temporaries_is_named_so_and_gets_no_checkpointing() -> None:
+    """A peak holding no activation (nothing saved for a backward: an inference forward) names
+    its forward tensors as the kinds table does, ``temporaries``, and its fix is half the batch
+    or the sequence, with its bytes, or the biggest op in chunks; checkpointing, which frees
+    nothing without a backward, is not offered."""
+    kinds = (KindBytes("temporary", MiB(228), 13, 0.9),)
+    sites = (
+        KindSite("temporary", "/job/nn_utils.py:7 softmax", MiB(48), 2),
+        KindSite("temporary", "/job/model.py:430 attention", MiB(40), 1),
+    )
+    evidence = Evidence(
+        kinds=kinds, has_history=True, moment=_peak(MiB(728), 249, *kinds, sites=sites)
+    )
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    [cause] = found.causes
+    assert found.headline.startswith(
+        "peak 728.00 MiB at entry 249: temporaries 228.00 MiB, inferred (nn_utils.py:7 softmax"
+    )
+    assert found.headline.endswith("→ half the batch or the sequence frees ≈ 114.00 MiB")
+    assert not any("checkpointing" in fix.action for fix in cause.fixes)
+    assert [fix.bytes for fix in cause.fixes] == [MiB(114), MiB(114), MiB(24)]
+    assert "nn_utils.py:7 softmax in chunks" in cause.fixes[2].action
+
+
+def test_activations_and_temporaries_are_each_named_with_their_bytes() -> None:
+    """A peak of both kinds names each as the kinds table does, biggest first; activations
+    (saved for a backward) keep checkpointing among the fixes."""
+    kinds = (KindBytes("activation", MiB(512), 4, 0.9), KindBytes("temporary", GiB(2), 6, 0.85))
+    evidence = Evidence(kinds=kinds, has_history=True, moment=_peak(GiB(3), 52, *kinds))
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    [cause] = found.causes
+    assert cause.evidence == "temporaries 2.00 GiB and activations 512.00 MiB, inferred"
+    assert "checkpointing" in cause.fixes[2].action
+    assert "activation checkpointing or half the micro-batch frees ≈ 1.25 GiB" in found.headline

@@ -7,6 +7,7 @@ repository): the allocations, their frames, their order and what is live at the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.filled import Allocation
 from memforensics.analysis.filled.kinds import classify
 from memforensics.analysis.filled.lifetime import lifetimes
-from shared_data import REAL_SNAPSHOTS, real_params, real_snapshots
+from shared_data import REAL_SNAPSHOTS, REAL_WORKLOADS, real_params, real_snapshots
 
 MiB = 1 << 20
 SP = "/venv/lib/python3.11/site-packages"
@@ -384,3 +385,52 @@ def test_a_constructor_around_or_inside_a_forward_is_the_forwards() -> None:
     found = trace.classified()
     assert {found[a].kind for a in activations} == {"activation"}
     assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def test_a_function_forwards_output_is_never_a_parameter() -> None:
+    """Attention written as functions (no module's forward on the stack): Q, K and V made in
+    main, scores saved for backward, then the output of an einsum, as large as Q and held to
+    the end through the backward. Made after an activation of the pass that backward ends, the
+    output is that forward's (an activation), never a parameter by its size, though with the
+    inputs it makes four blocks of one size."""
+    trace = Trace()
+    main = [py("/users/me/attn.py", 43, "main"), py("/users/me/attn.py", 98, "<module>")]
+    inputs = [trace.alloc(2 * MiB, [MALLOC, py("/users/me/attn.py", 35 + i, "main"), *main[1:]])
+              for i in range(3)]  # fmt: skip
+    attention = [py("/users/me/attn.py", 12, "attention"), *main]
+    trace.free(trace.alloc(512 * MiB, [MALLOC, *attention]))  # the scores, freed in forward
+    saved = trace.alloc(512 * MiB, [MALLOC, py("/users/me/attn.py", 7, "softmax"), *attention])
+    einsum = [
+        py(f"{SP}/torch/functional.py", 407, "einsum"),
+        py(f"{SP}/einops/_backends.py", 288, "einsum"),
+        py("/users/me/attn.py", 20, "attention"),
+        *main,
+    ]
+    output = trace.alloc(2 * MiB, [MALLOC, *einsum])
+    trace.free(trace.alloc(512 * MiB, ENGINE))
+    trace.free(saved)
+    found = trace.classified()
+    assert found[output].kind == "activation"
+    assert found[saved].kind == "activation"
+    assert all(found[a].kind != "activation" for a in inputs)
+
+
+@pytest.mark.parametrize(
+    "path", real_params([REAL_WORKLOADS / "attention-forward-backward" / "snapshot.pickle"])
+)
+def test_the_real_attention_output_is_no_parameter(path: Path) -> None:
+    """The real attention workload: the raw trace makes its output at the script's line 20
+    (an einsum) after the softmax's saved blocks and before the backward; it is held to the
+    end, and it is no parameter."""
+    found = lifetimes(load_dump(path))
+    classify(found)
+    made = [
+        a
+        for a in found.allocations
+        if any(
+            f.get("filename", "").endswith("trace_peak_memory.py") and f.get("line") == 20
+            for f in a.frames or []
+        )
+    ]
+    assert [a.end >= found.length for a in made] == [True]
+    assert made[0].kind == "activation"

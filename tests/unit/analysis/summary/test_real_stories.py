@@ -12,7 +12,13 @@ import pytest
 
 from memforensics._units import format_bytes
 from memforensics.analysis import load_dump, summarize
-from shared_data import REAL_SNAPSHOTS, needs_shared_data, real_params, real_snapshots
+from shared_data import (
+    REAL_SNAPSHOTS,
+    REAL_WORKLOADS,
+    needs_shared_data,
+    real_params,
+    real_snapshots,
+)
 
 REAL = REAL_SNAPSHOTS
 pytestmark = needs_shared_data
@@ -111,3 +117,45 @@ def test_the_oom_dump_without_history_says_what_cannot_be_known() -> None:
     )
     assert summary.verdict.name == "unknown"
     assert all(cause.sufficient is None for cause in summary.diagnosis.causes)
+
+
+def _name(path: Path) -> str:
+    """A real dump's name: its file's, or its workload folder's."""
+    return path.parent.name if path.stem == "snapshot" else path.stem
+
+
+_NO_GRAD = [
+    REAL / "cuda-mha-lm-inference-from-empty.pickle",
+    REAL / "cuda-ring-buffer-10000.pickle",
+    REAL_WORKLOADS / "small-lm-inference" / "snapshot.pickle",
+]
+"""Dumps of forwards under ``torch.no_grad()`` (their READMEs and ``truth.json`` say so)."""
+
+
+@pytest.mark.parametrize("path", real_params(_NO_GRAD), ids=_name)
+def test_a_no_grad_peak_is_its_temporaries_and_no_checkpointing(path: Path) -> None:
+    """A no_grad forward's raw trace has no autograd frame (no backward runs): its peak's
+    forward tensors are named as the kinds table names them (``temporaries``, with the
+    table's bytes), and the fix is a smaller batch or sequence with its bytes, never
+    activation checkpointing, which frees nothing without a backward."""
+    raw = _raw(path)
+    frames = {
+        frame["filename"]
+        for device in raw["device_traces"]
+        for entry in device
+        for frame in entry.get("frames") or []
+    }
+    assert not any("/torch/autograd/" in name for name in frames)
+    summary = summarize(load_dump(path))
+    assert summary.diagnosis is not None
+    assert summary.peak is not None
+    kinds = {k.kind: k.bytes for k in summary.peak.kinds}
+    assert "activation" not in kinds
+    headline = summary.diagnosis.headline
+    assert f": temporaries {format_bytes(kinds['temporary'])}" in headline
+    assert "checkpointing" not in headline
+    assert f"half the batch or the sequence frees ≈ {format_bytes(kinds['temporary'] // 2)}" in (
+        headline
+    )
+    [cause] = [c for c in summary.diagnosis.causes if c.name == "activations"]
+    assert not any("checkpointing" in fix.action for fix in cause.fixes)
