@@ -12,7 +12,8 @@ _MIN_NAME = 24  # a deep frame's name keeps at least this much, however far it i
 
 
 def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
-    """A kinds table: bytes, blocks, share and confidence per kind; one line when none is live.
+    """A kinds table: bytes, blocks, share and confidence per kind, biggest first (ties in
+    :data:`~memforensics.analysis.filled.kinds.KINDS` order); one line when none is live.
 
     When the process told some kinds (tracked tensors), a column says how many of each kind's
     bytes are known from the process; the rest of them are inferred.
@@ -27,7 +28,7 @@ def kinds_lines(kinds: tuple[KindBytes, ...], title: str) -> list[str]:
         f"  {'kind':<17}{'bytes':>11} {'blocks':>7} {'share':>6}  confidence"
         + (f"  {'from the process':>16}" if known else ""),
     ]
-    for kind in kinds:
+    for kind in sorted(kinds, key=lambda kind: -kind.bytes):  # stable: ties keep KINDS order
         lines.append(
             f"  {kind.kind:<17}{fmt(kind.bytes):>11} {kind.blocks:>7,} "
             f"{100 * kind.bytes / total:>5.1f}%  {kind.confidence:.2f}"
