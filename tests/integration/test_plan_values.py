@@ -195,18 +195,22 @@ def test_a_step_guarded_by_gradscaler_and_a_finiteness_check_is_taken(tmp_path: 
 TORCH_READS = """
 import torch
 head = torch.nn.Linear(4096, 4096).cuda()
-loss = head(torch.randn(8, 4096, device="cuda")).pow(2).mean()
-plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(head.parameters()))
-plateau.step(loss)  # torch's own float(metrics)
-print("script", loss.item(), f"{loss:.1f}", "torch", plateau.best)
+x = torch.randn(8, 4096, device="cuda")
+made = head(x).pow(2).mean()  # the script's own arithmetic
+lost = torch.nn.functional.mse_loss(head(x), torch.zeros(8, 4096, device="cuda"))  # torch's
+plateaus = [torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(head.parameters()))
+            for _ in range(2)]
+plateaus[0].step(made)  # torch's own float(metrics)
+plateaus[1].step(lost)
+print("script", made.item(), f"{lost:.1f}", "torch", plateaus[0].best, plateaus[1].best)
 """
 
 
 def test_torch_s_own_code_reads_an_unknown_value_as_zero(tmp_path: Path) -> None:
-    """The same unknown loss reads as the made-up 10.0 in the script (as an item and
-    formatted) and as 0.0 where torch's own code reads it (ReduceLROnPlateau's ``float``, as
-    GradScaler reads its overflow flag): torch's tests of values keep their zero answer."""
+    """A loss torch's own code made reads as the made-up 10.0 in the script (formatted) and as
+    0.0 where torch's own code reads it (ReduceLROnPlateau's ``float``, as GradScaler reads its
+    overflow flag); a loss the script made holds 10.0 from when it was made, whoever reads it."""
     script(tmp_path, TORCH_READS)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert "script 10.0 10.0 torch 0.0" in done.stdout
+    assert "script 10.0 10.0 torch 10.0 0.0" in done.stdout

@@ -81,6 +81,7 @@ _SELF_TESTS = {torch.ops.aten.eq.Tensor: True, torch.ops.aten.ne.Tensor: False}
 _WHOLE = {torch.ops.aten.all.default: True, torch.ops.aten.any.default: False}
 """Reductions to one flag, and what they give for no elements."""
 _POINTWISE = torch.Tag.pointwise
+_PRECISE = frozenset((torch.float32, torch.float64))
 _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
 
@@ -100,6 +101,19 @@ def _infinite(rest: tuple[Any, ...]) -> bool:
     return bool(rest) and isinstance(rest[0], float) and not math.isfinite(rest[0])
 
 
+def _scalar(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a single-precision or double scalar alone in its storage: one that
+    can hold a made-up value that falls slowly (a 16-bit float rounds most of its steps away)."""
+    return tensor.dtype in _PRECISE and tensor.untyped_storage().nbytes() == tensor.element_size()
+
+
+def _aliases(tensor: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``tensor`` shares its storage with an input (an in-place write, a view)."""
+    key = tensor.untyped_storage()._cdata
+    inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
+    return any(t.untyped_storage()._cdata == key for t in inputs)
+
+
 def _written(func: Any) -> tuple[int, ...]:
     """Positions of the arguments ``func`` writes into (``Tensor(a!)`` in its schema)."""
     return tuple(
@@ -116,6 +130,7 @@ class Known:
     def __init__(self) -> None:
         self._values: dict[int, torch.UntypedStorage] = {}
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
+        self._made_up: set[int] = set()  # kept values that come from a made-up one
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -135,12 +150,17 @@ class Known:
             return None
         return self._view(kept, tensor)
 
-    def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def after(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> list[torch.Tensor]:
         """Account for one operator on the device: its outputs known when all its inputs are
-        (computed again on the CPU copies), forgotten when an unknown input wrote into them."""
+        (computed again on the CPU copies), forgotten when an unknown input wrote into them.
+        Returns the new scalars it computed from unknown inputs (:func:`_scalar`), which the
+        caller may :meth:`make_up`."""
         if self._finite(func, args, kwargs, out):
-            return
-        outs = [t for t in _tensors(out) if t.is_meta]
+            return []
+        made = [t for t in _tensors(out) if t.is_meta]
+        outs = list(made)
         writes = self._writes.get(func)
         if writes is None:
             writes = self._writes[func] = _written(func)
@@ -148,12 +168,25 @@ class Known:
             if i < len(args) and not (func is _UNSCALE and i == 1):
                 outs.extend(t for t in _tensors(args[i]) if t.is_meta)
         if not outs:
-            return
+            return []
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
             if self._values or self._filled:
                 self._forget(outs)
-        elif func in _UNKNOWN_FILL or not self._decided(func, args, kwargs, out):
+        elif func in _UNKNOWN_FILL:
             self._forget(outs)
+        elif not self._decided(func, args, kwargs, out):
+            self._forget(outs)
+            return [t for t in made if _scalar(t) and not _aliases(t, args, kwargs)]
+        return []
+
+    def make_up(self, tensor: torch.Tensor, value: float) -> None:
+        """``tensor`` (a new scalar of unknown value) holds the made-up ``value`` from now on,
+        and so does what is computed from it, each marked as made up."""
+        self._keep(tensor, torch.tensor(value, dtype=tensor.dtype, device=_CPU), made_up=True)
+
+    def made_up(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s known values come from a made-up one."""
+        return bool(self._made_up) and tensor.untyped_storage()._cdata in self._made_up
 
     def _finite(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
         """Whether ``out`` is decided because unknown values are finite (a test of finiteness
@@ -258,9 +291,13 @@ class Known:
                 results, _ = tree_flatten(result)
                 if len(outs) != len(results):
                     return False
+                made_up = bool(self._made_up) and any(
+                    t.is_meta and t.untyped_storage()._cdata in self._made_up
+                    for t in [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
+                )
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed)
+                        self._keep(made, computed, made_up)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True
@@ -289,26 +326,37 @@ class Known:
                 return True
         return False
 
-    def _keep(self, made: torch.Tensor, computed: Any) -> None:
+    def _keep(self, made: torch.Tensor, computed: Any, made_up: bool = False) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
-        when the storage is new, the same one for an in-place write)."""
+        when the storage is new, the same one for an in-place write); ``made_up``: computed
+        from a made-up value."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
+        if made_up:
+            self._made_up.add(key)
+        elif self._made_up:
+            self._made_up.discard(key)
         kept = self._values.get(key)
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
             self._values[key] = kept
-            weakref.finalize(storage, self._values.pop, key, None)
+            weakref.finalize(storage, self._drop, key)
         if not isinstance(computed, torch.Tensor):
             return
         view = self._view(kept, made)
         if view.data_ptr() != computed.data_ptr():
             view.copy_(computed)
 
+    def _drop(self, key: int) -> None:
+        """A storage died: its copy and its mark go with it."""
+        self._values.pop(key, None)
+        self._made_up.discard(key)
+
     def _forget(self, outs: list[torch.Tensor]) -> None:
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
+            self._made_up.discard(key)
             self._values.pop(key, None)
             self._filled.pop(key, None)
 

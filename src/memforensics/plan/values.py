@@ -56,9 +56,10 @@ class Notes:
             warnings.warn(f"{message} (first at {where()})", PlannedRunWarning, stacklevel=2)
 
 
-def read_by_torch() -> bool:
-    """Whether the code reading a stand-in's values is torch's own (GradScaler's overflow
-    test, a NaN check): the innermost frame that is not ours nor one that passes the read on."""
+def by_torch() -> bool:
+    """Whether the code reading or making a stand-in's values is torch's own (GradScaler's
+    overflow test, a NaN check, a loss function): the innermost frame that is not ours nor one
+    that passes the call on."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
@@ -122,12 +123,24 @@ class Reads:
         (a half-precision rounding would make a falling loss stand still)."""
         found = self.known.value(tensor)
         if found is not None:
-            self.notes.once("known", KNOWN)
+            if self.known.made_up(tensor):
+                self.notes.once("read", READ)
+            else:
+                self.notes.once("known", KNOWN)
             return found
         self.notes.once("read", READ)
-        if not tensor.is_floating_point() or read_by_torch():
+        if not tensor.is_floating_point() or by_torch():
             return _filled(tensor, 0, tensor.dtype)
         return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
+
+    def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """One operator ran on the device: what it made is known where the script's values
+        decide it; a new single-precision or double scalar computed from unknown values outside
+        torch's own code takes the made-up value of its round when it is made."""
+        for scalar in self.known.after(func, args, kwargs, out):
+            if by_torch():
+                return
+            self.known.make_up(scalar, self._falling())
 
     def _falling(self) -> float:
         if self._read_after != self._passes:
