@@ -17,6 +17,10 @@ operators and ``all``/``any`` on such results are computed on one element. GradS
 unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
 step is skipped, as on a GPU run that does not diverge.
 
+A new float32 or float64 scalar computed from unknown values is offered to the caller, which
+may give it a made-up value (:meth:`Known.make_up`); it is then known, and so is what is computed
+from it, each marked as made up, so a read of one is said as made up, not as decided.
+
 Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
 ``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
 ``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an

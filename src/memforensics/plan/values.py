@@ -80,8 +80,9 @@ FALLING = 256
 
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
-    "plan: floating-point ones read by the script fall from 10 toward 1 as it trains (a loss "
-    "that keeps improving, so early stopping runs to its epoch limit); integers, flags and what "
+    "plan: floating-point ones read by the script, and scalars it computes from them on the "
+    "device, fall from 10 toward 1 as it trains (a loss that keeps improving, so early stopping "
+    "runs to its epoch limit); integers, flags and what "
     "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
 )
 KNOWN = (
@@ -104,6 +105,11 @@ class Reads:
     rounds, so early stopping on a validation loss runs to its epoch limit; the value stays in
     (1, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
     reads stays zero (GradScaler's overflow flag, NaN tests), so no optimizer step is skipped.
+
+    A float32 or float64 scalar that the script or a library computes on the device from
+    unknown values takes its round's value when it is made (:meth:`made`), so what is computed
+    from it is known: a comparison made on the device (Lightning's ``EarlyStopping``, which
+    compares the epoch mean of a logged loss with its best) sees the loss improve.
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
