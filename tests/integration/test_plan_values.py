@@ -156,6 +156,42 @@ def test_early_stopping_on_a_validation_loss_runs_to_its_epoch_limit(tmp_path: P
     assert 1 < float(low) < float(high) <= 10
 
 
+ON_DEVICE = """
+import torch
+model = torch.nn.Linear(4096, 4096).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 4096, device="cuda")
+best, bad, epochs = torch.tensor(float("inf"), device="cuda"), 0, 0
+for epoch in range(30):
+    epochs += 1
+    torch.nn.functional.mse_loss(model(x), x).backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        val = torch.nn.functional.mse_loss(model(x), x)
+    if val < best - 0.01:  # tensors compared, nothing read but the flag
+        best, bad = val, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("epochs", epochs, "best", f"{best:.3f}")
+"""
+
+
+def test_a_patience_loop_comparing_tensors_runs_to_its_epoch_limit(tmp_path: Path) -> None:
+    """A validation loss that torch's loss function made, compared with a best kept on the
+    device (no ``.item()``), takes its made-up value where the script uses it: each epoch
+    improves by more than min_delta, so all 30 epochs run and the best is a made-up loss."""
+    script(tmp_path, ON_DEVICE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
+    _, epochs, _, best = last.split()
+    assert int(epochs) == 30
+    assert 1 < float(best) < 10
+
+
 LIGHTNING = """
 import sys, torch
 model = torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.ReLU(),
@@ -208,29 +244,30 @@ for epoch in range(40):
             val.update(torch.nn.functional.cross_entropy(model(x), y), 32)
     if stopping.stop(val.compute().squeeze()):
         break
-print("epochs", epochs, "best", f"{stopping.best_score:.4f}", "train", f"{train.compute():.4f}")
+print("epochs", epochs, "wait", stopping.wait_count, "best", f"{stopping.best_score:.4f}")
 """
 
 
-def _lightning(tmp_path: Path, mode: str) -> tuple[int, float, float, list[str]]:
-    """The Lightning-shaped loop planned in ``mode``: its epochs, best and last training loss,
-    and the plan's notes."""
+def _lightning(tmp_path: Path, mode: str) -> tuple[int, int, float, list[str]]:
+    """The Lightning-shaped loop planned in ``mode``: its epochs, the checks it waited at the
+    end, its best as read, and the plan's notes."""
     script(tmp_path, LIGHTNING)
     done = plan(tmp_path, "train.py", mode)
     assert done.returncode == 0, done.stderr
     last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
-    _, epochs, _, best, _, train = last.split()
+    _, epochs, _, wait, _, best = last.split()
     said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
-    return int(epochs), float(best), float(train), said
+    return int(epochs), int(wait), float(best), said
 
 
 def test_early_stopping_compared_on_the_device_runs_to_its_epoch_limit(tmp_path: Path) -> None:
     """Lightning's EarlyStopping (min mode) compares the epoch mean of a logged loss with its
-    best on the device: the made-up loss improves at every evaluation, so all 40 epochs run,
-    and the plan says the values were made up (not that the script's own values decided)."""
-    epochs, best, train, said = _lightning(tmp_path, "min")
-    assert epochs == 40
-    assert 1 < best < train < 10
+    best on the device: the made-up loss improves at every evaluation, so all 40 epochs run
+    with no check waited, and the plan says the values were made up (not that the script's
+    own values decided them)."""
+    epochs, wait, best, said = _lightning(tmp_path, "min")
+    assert (epochs, wait) == (40, 0)
+    assert 1 < best < 10
     assert [line for line in said if "are made up in a plan" in line] == said[:1]
     assert not any("where the script's own values decide them" in line for line in said)
 
@@ -240,9 +277,8 @@ def test_early_stopping_on_a_rising_metric_on_the_device_ends_after_its_patience
 ) -> None:
     """In max mode the same made-up loss is a metric that never rises after its first
     evaluation: the loop ends after 1 + patience (3) evaluations, as a Python test would."""
-    epochs, best, _, _ = _lightning(tmp_path, "max")
-    assert epochs == 4
-    assert 1 < best <= 10
+    epochs, wait, _, _ = _lightning(tmp_path, "max")
+    assert (epochs, wait) == (4, 3)
 
 
 GUARDED = """
@@ -284,22 +320,18 @@ def test_a_step_guarded_by_gradscaler_and_a_finiteness_check_is_taken(tmp_path: 
 TORCH_READS = """
 import torch
 head = torch.nn.Linear(4096, 4096).cuda()
-x = torch.randn(8, 4096, device="cuda")
-made = head(x).pow(2).mean()  # the script's own arithmetic
-lost = torch.nn.functional.mse_loss(head(x), torch.zeros(8, 4096, device="cuda"))  # torch's
-plateaus = [torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(head.parameters()))
-            for _ in range(2)]
-plateaus[0].step(made)  # torch's own float(metrics)
-plateaus[1].step(lost)
-print("script", made.item(), f"{lost:.1f}", "torch", plateaus[0].best, plateaus[1].best)
+loss = head(torch.randn(8, 4096, device="cuda")).pow(2).mean()
+plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(head.parameters()))
+plateau.step(loss)  # torch's own float(metrics)
+print("script", loss.item(), f"{loss:.1f}", "torch", plateau.best)
 """
 
 
 def test_torch_s_own_code_reads_an_unknown_value_as_zero(tmp_path: Path) -> None:
-    """A loss torch's own code made reads as the made-up 10.0 in the script (formatted) and as
-    0.0 where torch's own code reads it (ReduceLROnPlateau's ``float``, as GradScaler reads its
-    overflow flag); a loss the script made holds 10.0 from when it was made, whoever reads it."""
+    """The same unknown loss reads as the made-up 10.0 in the script (as an item and
+    formatted) and as 0.0 where torch's own code reads it (ReduceLROnPlateau's ``float``, as
+    GradScaler reads its overflow flag): torch's tests of values keep their zero answer."""
     script(tmp_path, TORCH_READS)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert "script 10.0 10.0 torch 10.0 0.0" in done.stdout
+    assert "script 10.0 10.0 torch 0.0" in done.stdout

@@ -17,9 +17,11 @@ operators and ``all``/``any`` on such results are computed on one element. GradS
 unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
 step is skipped, as on a GPU run that does not diverge.
 
-A new float32 or float64 scalar computed from unknown values is offered to the caller, which
-may give it a made-up value (:meth:`Known.make_up`); it is then known, and so is what is computed
-from it, each marked as made up, so a read of one is said as made up, not as decided.
+Where the caller gives one (the script's code, not torch's), an unknown float32 or float64
+scalar takes a made-up value when an operator uses it or makes it: an operator whose only unknown
+inputs are such scalars makes them up and is computed from them, another makes up its new scalar
+outputs. They are known from then on, and so is what is computed from them, each marked as made
+up, so a read of one is said as made up, not as decided.
 
 Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
 ``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -100,6 +102,11 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
                 yield item
 
 
+def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The stand-ins an operator reads, in lists too (``cat``'s tensors)."""
+    return [t for v in (*args, *kwargs.values()) for t in _tensors(v) if t.is_meta]
+
+
 def _infinite(rest: tuple[Any, ...]) -> bool:
     """Whether a comparison's number is infinite or NaN (never equal to a finite value)."""
     return bool(rest) and isinstance(rest[0], float) and not math.isfinite(rest[0])
@@ -109,13 +116,6 @@ def _scalar(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a single-precision or double scalar alone in its storage: one that
     can hold a made-up value that falls slowly (a 16-bit float rounds most of its steps away)."""
     return tensor.dtype in _PRECISE and tensor.untyped_storage().nbytes() == tensor.element_size()
-
-
-def _aliases(tensor: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether ``tensor`` shares its storage with an input (an in-place write, a view)."""
-    key = tensor.untyped_storage()._cdata
-    inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
-    return any(t.untyped_storage()._cdata == key for t in inputs)
 
 
 def _written(func: Any) -> tuple[int, ...]:
@@ -155,14 +155,19 @@ class Known:
         return self._view(kept, tensor)
 
     def after(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-    ) -> list[torch.Tensor]:
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        guess: Callable[[], float | None] | None = None,
+    ) -> None:
         """Account for one operator on the device: its outputs known when all its inputs are
         (computed again on the CPU copies), forgotten when an unknown input wrote into them.
-        Returns the new scalars it computed from unknown inputs (:func:`_scalar`), which the
-        caller may :meth:`make_up`."""
+        ``guess``: a made-up value for the unknown scalars the operator touches
+        (:meth:`_guessed`), or None where it gives none."""
         if self._finite(func, args, kwargs, out):
-            return []
+            return
         made = [t for t in _tensors(out) if t.is_meta]
         outs = list(made)
         writes = self._writes.get(func)
@@ -172,16 +177,46 @@ class Known:
             if i < len(args) and not (func is _UNSCALE and i == 1):
                 outs.extend(t for t in _tensors(args[i]) if t.is_meta)
         if not outs:
-            return []
+            return
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
             if self._values or self._filled:
                 self._forget(outs)
-        elif func in _UNKNOWN_FILL:
+        elif func in _UNKNOWN_FILL or not (
+            self._decided(func, args, kwargs, out)
+            or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
+        ):
             self._forget(outs)
-        elif not self._decided(func, args, kwargs, out):
-            self._forget(outs)
-            return [t for t in made if _scalar(t) and not _aliases(t, args, kwargs)]
-        return []
+
+    def _guessed(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        made: list[torch.Tensor],
+        guess: Callable[[], float | None],
+    ) -> bool:
+        """Unknown scalars (:func:`_scalar`) given a made-up value: the inputs that keep the
+        outputs unknown, where all of them are such scalars (the outputs are then computed from
+        them), else the new scalar outputs (the others forgotten). Whether the outputs are
+        known now."""
+        inputs = _inputs(args, kwargs)
+        unknown = [t for t in inputs if self.value(t) is None]
+        if unknown and all(_scalar(t) for t in unknown):
+            value = guess()
+            if value is None:
+                return False
+            for tensor in unknown:
+                self.make_up(tensor, value)
+            return self._compute(func, args, kwargs, out)
+        keys = {t.untyped_storage()._cdata for t in inputs}
+        scalars = [t for t in made if _scalar(t) and t.untyped_storage()._cdata not in keys]
+        if not scalars or (value := guess()) is None:
+            return False
+        self._forget(made)
+        for tensor in scalars:
+            self.make_up(tensor, value)
+        return True
 
     def make_up(self, tensor: torch.Tensor, value: float) -> None:
         """``tensor`` (a new scalar of unknown value) holds the made-up ``value`` from now on,
@@ -296,8 +331,7 @@ class Known:
                 if len(outs) != len(results):
                     return False
                 made_up = bool(self._made_up) and any(
-                    t.is_meta and t.untyped_storage()._cdata in self._made_up
-                    for t in [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
+                    t.untyped_storage()._cdata in self._made_up for t in _inputs(args, kwargs)
                 )
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:

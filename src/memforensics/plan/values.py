@@ -76,13 +76,13 @@ def _filled(tensor: torch.Tensor, value: float, dtype: torch.dtype) -> torch.Ten
 
 FALLING = 256
 """How slowly a made-up floating-point value falls: ``1 + 9 * FALLING / (FALLING + n)`` after
-``n`` rounds of reads with training between them."""
+``n`` rounds of reads (or first uses on the device) with training between them."""
 
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
-    "plan: floating-point ones read by the script, and scalars it computes from them on the "
-    "device, fall from 10 toward 1 as it trains (a loss that keeps improving, so early stopping "
-    "runs to its epoch limit); integers, flags and what "
+    "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
+    "from 10 toward 1 as it trains (a loss that keeps improving, so early stopping runs to its "
+    "epoch limit); integers, flags and what "
     "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
 )
 KNOWN = (
@@ -106,10 +106,12 @@ class Reads:
     (1, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
     reads stays zero (GradScaler's overflow flag, NaN tests), so no optimizer step is skipped.
 
-    A float32 or float64 scalar that the script or a library computes on the device from
-    unknown values takes its round's value when it is made (:meth:`made`), so what is computed
-    from it is known: a comparison made on the device (Lightning's ``EarlyStopping``, which
-    compares the epoch mean of a logged loss with its best) sees the loss improve.
+    On the device, an unknown float32 or float64 scalar takes its round's value when the
+    script or a library first uses it or makes it (:meth:`made`), so what is computed from it
+    is known there: a comparison made on the device (``val < best``; Lightning's
+    ``EarlyStopping``, which compares the epoch mean of a logged loss with its best) sees the
+    loss improve, and a flag read from it is the comparison's. A floating-point value computed
+    from it still reads as above (what the device holds is scaled by whatever followed).
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
@@ -128,25 +130,26 @@ class Reads:
         ``exact``: a made-up floating-point value in double precision, for Python numbers
         (a half-precision rounding would make a falling loss stand still)."""
         found = self.known.value(tensor)
-        if found is not None:
-            if self.known.made_up(tensor):
-                self.notes.once("read", READ)
-            else:
-                self.notes.once("known", KNOWN)
+        if found is not None and not self.known.made_up(tensor):
+            self.notes.once("known", KNOWN)
             return found
         self.notes.once("read", READ)
+        if found is not None and not tensor.is_floating_point():
+            return found  # a flag or count computed on the device from a made-up value
         if not tensor.is_floating_point() or by_torch():
             return _filled(tensor, 0, tensor.dtype)
         return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
 
     def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """One operator ran on the device: what it made is known where the script's values
-        decide it; a new single-precision or double scalar computed from unknown values outside
-        torch's own code takes the made-up value of its round when it is made."""
-        for scalar in self.known.after(func, args, kwargs, out):
-            if by_torch():
-                return
-            self.known.make_up(scalar, self._falling())
+        decide it (:meth:`~memforensics.plan.known.Known.after`), and an unknown float32 or
+        float64 scalar it uses or makes outside torch's own code takes its round's value."""
+        self.known.after(func, args, kwargs, out, self._guess)
+
+    def _guess(self) -> float | None:
+        """The value an unknown scalar takes where it is used or made: its round's, unless
+        torch's own code is the one using it."""
+        return None if by_torch() else self._falling()
 
     def _falling(self) -> float:
         if self._read_after != self._passes:
