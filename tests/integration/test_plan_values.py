@@ -156,6 +156,131 @@ def test_early_stopping_on_a_validation_loss_runs_to_its_epoch_limit(tmp_path: P
     assert 1 < float(low) < float(high) <= 10
 
 
+ON_DEVICE = """
+import torch
+model = torch.nn.Linear(4096, 4096).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 4096, device="cuda")
+best, bad, epochs = torch.tensor(float("inf"), device="cuda"), 0, 0
+for epoch in range(30):
+    epochs += 1
+    torch.nn.functional.mse_loss(model(x), x).backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        val = torch.nn.functional.mse_loss(model(x), x)
+    if val < best - 0.01:  # tensors compared, nothing read but the flag
+        best, bad = val, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("epochs", epochs, "best", f"{best:.3f}")
+"""
+
+
+def test_a_patience_loop_comparing_tensors_runs_to_its_epoch_limit(tmp_path: Path) -> None:
+    """A validation loss that torch's loss function made, compared with a best kept on the
+    device (no ``.item()``), takes its made-up value where the script uses it: each epoch
+    improves by more than min_delta, so all 30 epochs run and the best is a made-up loss."""
+    script(tmp_path, ON_DEVICE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
+    _, epochs, _, best = last.split()
+    assert int(epochs) == 30
+    assert 1 < float(best) < 10
+
+
+LIGHTNING = """
+import sys, torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 10)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(32, 64, device="cuda")
+y = torch.randint(0, 10, (32,), device="cuda")
+
+class Logged:  # Lightning's epoch mean of a logged tensor: sum(value * batch_size) / total
+    def __init__(self):
+        self.value, self.total = torch.tensor(0.0).to("cuda"), torch.tensor(0).to("cuda")
+    def update(self, value, batch_size):
+        value = value.clone().detach()
+        if value.dtype not in (torch.float32, torch.float64):
+            value = value.to(torch.float32)
+        self.value = self.value + value.mean() * batch_size
+        self.total = self.total + batch_size
+    def compute(self):
+        return self.value / self.total
+
+class EarlyStopping:  # Lightning 2.x's test, made on the device
+    def __init__(self, mode, min_delta, patience):
+        self.monitor_op = {"min": torch.lt, "max": torch.gt}[mode]
+        self.min_delta = min_delta * (1 if self.monitor_op == torch.gt else -1)
+        self.patience, self.wait_count = patience, 0
+        inf = torch.tensor(torch.inf)
+        self.best_score = inf if self.monitor_op == torch.lt else -inf
+    def stop(self, current):
+        if not torch.isfinite(current):
+            return True
+        if self.monitor_op(current - self.min_delta, self.best_score.to(current.device)):
+            self.best_score, self.wait_count = current, 0
+            return False
+        self.wait_count += 1
+        return self.wait_count >= self.patience
+
+stopping, epochs = EarlyStopping(sys.argv[1], min_delta=0.001, patience=3), 0
+for epoch in range(40):
+    epochs += 1
+    train = Logged()
+    for _ in range(3):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        train.update(loss, 32)
+    val = Logged()
+    with torch.no_grad():
+        for _ in range(4):
+            val.update(torch.nn.functional.cross_entropy(model(x), y), 32)
+    if stopping.stop(val.compute().squeeze()):
+        break
+print("epochs", epochs, "wait", stopping.wait_count, "best", f"{stopping.best_score:.4f}")
+"""
+
+
+def _lightning(tmp_path: Path, mode: str) -> tuple[int, int, float, list[str]]:
+    """The Lightning-shaped loop planned in ``mode``: its epochs, the checks it waited at the
+    end, its best as read, and the plan's notes."""
+    script(tmp_path, LIGHTNING)
+    done = plan(tmp_path, "train.py", mode)
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
+    _, epochs, _, wait, _, best = last.split()
+    said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    return int(epochs), int(wait), float(best), said
+
+
+def test_early_stopping_compared_on_the_device_runs_to_its_epoch_limit(tmp_path: Path) -> None:
+    """Lightning's EarlyStopping (min mode) compares the epoch mean of a logged loss with its
+    best on the device: the made-up loss improves at every evaluation, so all 40 epochs run
+    with no check waited, and the plan says the values were made up (not that the script's
+    own values decided them)."""
+    epochs, wait, best, said = _lightning(tmp_path, "min")
+    assert (epochs, wait) == (40, 0)
+    assert 1 < best < 10
+    assert [line for line in said if "are made up in a plan" in line] == said[:1]
+    assert not any("where the script's own values decide them" in line for line in said)
+
+
+def test_early_stopping_on_a_rising_metric_on_the_device_ends_after_its_patience(
+    tmp_path: Path,
+) -> None:
+    """In max mode the same made-up loss is a metric that never rises after its first
+    evaluation: the loop ends after 1 + patience (3) evaluations, as a Python test would."""
+    epochs, wait, _, _ = _lightning(tmp_path, "max")
+    assert (epochs, wait) == (4, 3)
+
+
 GUARDED = """
 import torch
 model = torch.nn.Linear(4096, 4096).cuda()

@@ -451,7 +451,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
         self._track_outputs(out, step, reused)
-        self.reads.known.after(func, args, kwargs or {}, out)
+        self.reads.made(func, args, kwargs or {}, out)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:

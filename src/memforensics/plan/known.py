@@ -17,6 +17,12 @@ operators and ``all``/``any`` on such results are computed on one element. GradS
 unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
 step is skipped, as on a GPU run that does not diverge.
 
+Where the caller gives one (the script's code, not torch's), an unknown float32 or float64
+scalar takes a made-up value when an operator uses it or makes it: an operator whose only unknown
+inputs are such scalars makes them up and is computed from them, another makes up its new scalar
+outputs. They are known from then on, and so is what is computed from them, each marked as made
+up, so a read of one is said as made up, not as decided.
+
 Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
 ``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
 ``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -81,6 +87,7 @@ _SELF_TESTS = {torch.ops.aten.eq.Tensor: True, torch.ops.aten.ne.Tensor: False}
 _WHOLE = {torch.ops.aten.all.default: True, torch.ops.aten.any.default: False}
 """Reductions to one flag, and what they give for no elements."""
 _POINTWISE = torch.Tag.pointwise
+_PRECISE = frozenset((torch.float32, torch.float64))
 _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
 
@@ -95,9 +102,20 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
                 yield item
 
 
+def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The stand-ins an operator reads, in lists too (``cat``'s tensors)."""
+    return [t for v in (*args, *kwargs.values()) for t in _tensors(v) if t.is_meta]
+
+
 def _infinite(rest: tuple[Any, ...]) -> bool:
     """Whether a comparison's number is infinite or NaN (never equal to a finite value)."""
     return bool(rest) and isinstance(rest[0], float) and not math.isfinite(rest[0])
+
+
+def _scalar(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a single-precision or double scalar alone in its storage: one that
+    can hold a made-up value that falls slowly (a 16-bit float rounds most of its steps away)."""
+    return tensor.dtype in _PRECISE and tensor.untyped_storage().nbytes() == tensor.element_size()
 
 
 def _written(func: Any) -> tuple[int, ...]:
@@ -116,6 +134,7 @@ class Known:
     def __init__(self) -> None:
         self._values: dict[int, torch.UntypedStorage] = {}
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
+        self._made_up: set[int] = set()  # kept values that come from a made-up one
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -135,12 +154,22 @@ class Known:
             return None
         return self._view(kept, tensor)
 
-    def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def after(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        guess: Callable[[], float | None] | None = None,
+    ) -> None:
         """Account for one operator on the device: its outputs known when all its inputs are
-        (computed again on the CPU copies), forgotten when an unknown input wrote into them."""
+        (computed again on the CPU copies), forgotten when an unknown input wrote into them.
+        ``guess``: a made-up value for the unknown scalars the operator touches
+        (:meth:`_guessed`), or None where it gives none."""
         if self._finite(func, args, kwargs, out):
             return
-        outs = [t for t in _tensors(out) if t.is_meta]
+        made = [t for t in _tensors(out) if t.is_meta]
+        outs = list(made)
         writes = self._writes.get(func)
         if writes is None:
             writes = self._writes[func] = _written(func)
@@ -152,8 +181,51 @@ class Known:
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
             if self._values or self._filled:
                 self._forget(outs)
-        elif func in _UNKNOWN_FILL or not self._decided(func, args, kwargs, out):
+        elif func in _UNKNOWN_FILL or not (
+            self._decided(func, args, kwargs, out)
+            or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
+        ):
             self._forget(outs)
+
+    def _guessed(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        made: list[torch.Tensor],
+        guess: Callable[[], float | None],
+    ) -> bool:
+        """Unknown scalars (:func:`_scalar`) given a made-up value: the inputs that keep the
+        outputs unknown, where all of them are such scalars (the outputs are then computed from
+        them), else the new scalar outputs (the others forgotten). Whether the outputs are
+        known now."""
+        inputs = _inputs(args, kwargs)
+        unknown = [t for t in inputs if self.value(t) is None]
+        if unknown and all(_scalar(t) for t in unknown):
+            value = guess()
+            if value is None:
+                return False
+            for tensor in unknown:
+                self.make_up(tensor, value)
+            return self._compute(func, args, kwargs, out)
+        keys = {t.untyped_storage()._cdata for t in inputs}
+        scalars = [t for t in made if _scalar(t) and t.untyped_storage()._cdata not in keys]
+        if not scalars or (value := guess()) is None:
+            return False
+        self._forget(made)
+        for tensor in scalars:
+            self.make_up(tensor, value)
+        return True
+
+    def make_up(self, tensor: torch.Tensor, value: float) -> None:
+        """``tensor`` (a new scalar of unknown value) holds the made-up ``value`` from now on,
+        and so does what is computed from it, each marked as made up."""
+        self._keep(tensor, torch.tensor(value, dtype=tensor.dtype, device=_CPU), made_up=True)
+
+    def made_up(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s known values come from a made-up one."""
+        return bool(self._made_up) and tensor.untyped_storage()._cdata in self._made_up
 
     def _finite(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
         """Whether ``out`` is decided because unknown values are finite (a test of finiteness
@@ -258,9 +330,12 @@ class Known:
                 results, _ = tree_flatten(result)
                 if len(outs) != len(results):
                     return False
+                made_up = bool(self._made_up) and any(
+                    t.untyped_storage()._cdata in self._made_up for t in _inputs(args, kwargs)
+                )
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed)
+                        self._keep(made, computed, made_up)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True
@@ -289,26 +364,37 @@ class Known:
                 return True
         return False
 
-    def _keep(self, made: torch.Tensor, computed: Any) -> None:
+    def _keep(self, made: torch.Tensor, computed: Any, made_up: bool = False) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
-        when the storage is new, the same one for an in-place write)."""
+        when the storage is new, the same one for an in-place write); ``made_up``: computed
+        from a made-up value."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
+        if made_up:
+            self._made_up.add(key)
+        elif self._made_up:
+            self._made_up.discard(key)
         kept = self._values.get(key)
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
             self._values[key] = kept
-            weakref.finalize(storage, self._values.pop, key, None)
+            weakref.finalize(storage, self._drop, key)
         if not isinstance(computed, torch.Tensor):
             return
         view = self._view(kept, made)
         if view.data_ptr() != computed.data_ptr():
             view.copy_(computed)
 
+    def _drop(self, key: int) -> None:
+        """A storage died: its copy and its mark go with it."""
+        self._values.pop(key, None)
+        self._made_up.discard(key)
+
     def _forget(self, outs: list[torch.Tensor]) -> None:
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
+            self._made_up.discard(key)
             self._values.pop(key, None)
             self._filled.pop(key, None)
 

@@ -56,9 +56,10 @@ class Notes:
             warnings.warn(f"{message} (first at {where()})", PlannedRunWarning, stacklevel=2)
 
 
-def read_by_torch() -> bool:
-    """Whether the code reading a stand-in's values is torch's own (GradScaler's overflow
-    test, a NaN check): the innermost frame that is not ours nor one that passes the read on."""
+def by_torch() -> bool:
+    """Whether the code reading or making a stand-in's values is torch's own (GradScaler's
+    overflow test, a NaN check, a loss function): the innermost frame that is not ours nor one
+    that passes the call on."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
@@ -75,12 +76,13 @@ def _filled(tensor: torch.Tensor, value: float, dtype: torch.dtype) -> torch.Ten
 
 FALLING = 256
 """How slowly a made-up floating-point value falls: ``1 + 9 * FALLING / (FALLING + n)`` after
-``n`` rounds of reads with training between them."""
+``n`` rounds of reads (or first uses on the device) with training between them."""
 
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
-    "plan: floating-point ones read by the script fall from 10 toward 1 as it trains (a loss "
-    "that keeps improving, so early stopping runs to its epoch limit); integers, flags and what "
+    "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
+    "from 10 toward 1 as it trains (a loss that keeps improving, so early stopping runs to its "
+    "epoch limit); integers, flags and what "
     "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
 )
 KNOWN = (
@@ -103,6 +105,13 @@ class Reads:
     rounds, so early stopping on a validation loss runs to its epoch limit; the value stays in
     (1, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
     reads stays zero (GradScaler's overflow flag, NaN tests), so no optimizer step is skipped.
+
+    On the device, an unknown float32 or float64 scalar takes its round's value when the
+    script or a library first uses it or makes it (:meth:`made`), so what is computed from it
+    is known there: a comparison made on the device (``val < best``; Lightning's
+    ``EarlyStopping``, which compares the epoch mean of a logged loss with its best) sees the
+    loss improve, and a flag read from it is the comparison's. A floating-point value computed
+    from it still reads as above (what the device holds is scaled by whatever followed).
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
@@ -121,13 +130,26 @@ class Reads:
         ``exact``: a made-up floating-point value in double precision, for Python numbers
         (a half-precision rounding would make a falling loss stand still)."""
         found = self.known.value(tensor)
-        if found is not None:
+        if found is not None and not self.known.made_up(tensor):
             self.notes.once("known", KNOWN)
             return found
         self.notes.once("read", READ)
-        if not tensor.is_floating_point() or read_by_torch():
+        if found is not None and not tensor.is_floating_point():
+            return found  # a flag or count computed on the device from a made-up value
+        if not tensor.is_floating_point() or by_torch():
             return _filled(tensor, 0, tensor.dtype)
         return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
+
+    def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """One operator ran on the device: what it made is known where the script's values
+        decide it (:meth:`~memforensics.plan.known.Known.after`), and an unknown float32 or
+        float64 scalar it uses or makes outside torch's own code takes its round's value."""
+        self.known.after(func, args, kwargs, out, self._guess)
+
+    def _guess(self) -> float | None:
+        """The value an unknown scalar takes where it is used or made: its round's, unless
+        torch's own code is the one using it."""
+        return None if by_torch() else self._falling()
 
     def _falling(self) -> float:
         if self._read_after != self._passes:
