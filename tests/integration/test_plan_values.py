@@ -153,7 +153,7 @@ def test_early_stopping_on_a_validation_loss_runs_to_its_epoch_limit(tmp_path: P
     last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
     _, epochs, _, low, high = last.split()
     assert int(epochs) == 30
-    assert 1 < float(low) < float(high) <= 10
+    assert 0 < float(low) < float(high) <= 10
 
 
 ON_DEVICE = """
@@ -189,8 +189,34 @@ def test_a_patience_loop_comparing_tensors_runs_to_its_epoch_limit(tmp_path: Pat
     last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
     _, epochs, _, best = last.split()
     assert int(epochs) == 30
-    assert 1 < float(best) < 10
+    assert 0 < float(best) < 10
 
+
+
+UNTIL_TARGET = """
+import torch
+w = torch.randn(1 << 16, device="cuda", requires_grad=True)  # 256 KiB: values not kept
+opt = torch.optim.SGD([w], lr=0.1)
+steps = 0
+loss = (w * w).mean()
+while loss.item() > 0.5:  # bounded by nothing but the loss reaching its target
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    steps += 1
+    loss = (w * w).mean()
+print("steps", steps)
+"""
+
+
+def test_a_loop_until_a_target_loss_ends(tmp_path: Path) -> None:
+    """A training loop bounded only by its loss reaching 0.5 (a loss the plan cannot know)
+    ends under plan: the made-up loss falls toward 0 and passes the target in bounded steps."""
+    script(tmp_path, UNTIL_TARGET)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("steps"))
+    assert 0 < int(last.split()[1]) < 10_000
 
 LIGHTNING = """
 import sys, torch
@@ -267,7 +293,7 @@ def test_early_stopping_compared_on_the_device_runs_to_its_epoch_limit(tmp_path:
     own values decided them)."""
     epochs, wait, best, said = _lightning(tmp_path, "min")
     assert (epochs, wait) == (40, 0)
-    assert 1 < best < 10
+    assert 0 < best < 10
     assert [line for line in said if "are made up in a plan" in line] == said[:1]
     assert not any("where the script's own values decide them" in line for line in said)
 

@@ -75,13 +75,15 @@ def _filled(tensor: torch.Tensor, value: float, dtype: torch.dtype) -> torch.Ten
 
 
 FALLING = 256
-"""How slowly a made-up floating-point value falls: ``1 + 9 * FALLING / (FALLING + n)`` after
-``n`` rounds of reads (or first uses on the device) with training between them."""
+"""How slowly a made-up floating-point value falls: ``10 * FALLING / (FALLING + n)`` after ``n``
+rounds of reads (or first uses on the device) with training between them. It falls toward 0, so
+a loop bounded only by a loss reaching a target (``while loss > 0.5``) ends too (after 4,864
+rounds for 0.5)."""
 
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
     "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
-    "from 10 toward 1 as it trains (a loss that keeps improving, so early stopping runs to its "
+    "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
     "epoch limit); integers, flags and what "
     "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
 )
@@ -99,11 +101,11 @@ class Reads:
     A made-up value lets a loop that ends on values run to its own bound. An integer or a flag
     reads as zero: a count of finished sequences stays zero, so decoding runs to its maximum
     length. A floating-point value read by the script or a library reads as a loss that keeps
-    improving: ``1 + 9 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads
+    improving: ``10 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads
     with a backward pass between them. Every read within one evaluation gives the same value,
-    and each evaluation after more training a lower one, by more than 0.01 for the first 200
+    and each evaluation after more training a lower one, by more than 0.01 for the first 250
     rounds, so early stopping on a validation loss runs to its epoch limit; the value stays in
-    (1, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
+    (0, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code
     reads stays zero (GradScaler's overflow flag, NaN tests), so no optimizer step is skipped.
 
     On the device, an unknown float32 or float64 scalar takes its round's value when the
@@ -156,7 +158,7 @@ class Reads:
             if self._read_after is not None:
                 self._rounds += 1
             self._read_after = self._passes
-        return 1 + 9 * FALLING / (FALLING + self._rounds)
+        return 10 * FALLING / (FALLING + self._rounds)
 
     def item(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         """``.item()`` of a stand-in."""
