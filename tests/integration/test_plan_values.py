@@ -192,7 +192,6 @@ def test_a_patience_loop_comparing_tensors_runs_to_its_epoch_limit(tmp_path: Pat
     assert 0 < float(best) < 10
 
 
-
 UNTIL_TARGET = """
 import torch
 w = torch.randn(1 << 16, device="cuda", requires_grad=True)  # 256 KiB: values not kept
@@ -217,6 +216,7 @@ def test_a_loop_until_a_target_loss_ends(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     last = next(line for line in done.stdout.splitlines() if line.startswith("steps"))
     assert 0 < int(last.split()[1]) < 10_000
+
 
 LIGHTNING = """
 import sys, torch
