@@ -14,6 +14,7 @@ from memforensics.analysis.oom import (
     outside_text,
 )
 from memforensics.analysis.replay.replay import AS_RECORDED, Replay
+from memforensics.analysis.replay.what_if import WhatIf
 
 
 def replay_text(r: Replay, width: int | None = None) -> str:
@@ -87,12 +88,7 @@ def _narrow_table(r: Replay, columns: int) -> list[str]:
             rows.append((name, "", "", "", "no effect (below)"))
             why_none.setdefault(row.no_effect, []).append(row.name)
             continue
-        if row.change_bytes is None:
-            change = "baseline" if row.name == r.baseline else ""
-        elif row.change_bytes == 0:
-            change = "no change"
-        else:
-            change = ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
+        change = _change(row, "baseline" if row.name == r.baseline else "")
         if row.first_failure_index is not None:
             failure = f"fails at {row.first_failure_index:,}"
             change = ", ".join(part for part in (change, failure) if part)
@@ -115,6 +111,16 @@ def _narrow_table(r: Replay, columns: int) -> list[str]:
     return lines
 
 
+def _change(row: WhatIf, baseline: str) -> str:
+    """A row's change of peak reserved against the baseline, signed; ``baseline`` for the row
+    with none to show (the baseline's own, or empty)."""
+    if row.change_bytes is None:
+        return baseline
+    if row.change_bytes == 0:
+        return "no change"
+    return ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
+
+
 def _wide_table(r: Replay) -> list[str]:
     """The what-if rows with every column whole."""
     width = max(len("setting"), *(len(row.name) for row in r.what_if))  # never cut a name
@@ -126,12 +132,7 @@ def _wide_table(r: Replay) -> list[str]:
         if row.no_effect:
             lines.append(f"  {row.name:<{width}} no effect on this dump ({row.no_effect})")
             continue
-        if row.change_bytes is None:
-            change = "(the baseline)" if row.name == r.baseline else ""
-        elif row.change_bytes == 0:
-            change = "no change"
-        else:
-            change = ("+" if row.change_bytes > 0 else "-") + fmt(abs(row.change_bytes))
+        change = _change(row, "(the baseline)" if row.name == r.baseline else "")
         if row.first_failure_index is not None:
             failure = f"event {row.first_failure_index:,} ({fmt(row.first_failure_bytes)})"
             change = ", ".join(part for part in (change, f"first failure: {failure}") if part)
