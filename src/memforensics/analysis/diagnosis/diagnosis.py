@@ -47,17 +47,25 @@ from typing import Protocol
 
 from memforensics.analysis.diagnosis import text
 from memforensics.analysis.dump import Dump, as_int
-from memforensics.analysis.filled import KindBytes, KindSite, Moment, Unwound
+from memforensics.analysis.filled import (
+    OPTIMIZER_TEMPORARIES,
+    KindBytes,
+    KindSite,
+    Moment,
+    OptimizerTemporaries,
+    Unwound,
+)
 from memforensics.analysis.oom import ExpandableAnswer, OomMoment, Verdict, recorded_rules
 
 GROWTH = "growth"
 STATIC = "static"
 ACTIVATIONS = "activations"
+OPTIMIZER_STEP = "optimizer_temporaries"
 CACHE = "cache"
 OUTSIDE = "outside"
 PENDING_FREES = "pending_frees"
 FRAGMENTATION = "fragmentation"
-CAUSES = (GROWTH, STATIC, ACTIVATIONS, CACHE, OUTSIDE, PENDING_FREES, FRAGMENTATION)
+CAUSES = (GROWTH, STATIC, ACTIVATIONS, OPTIMIZER_STEP, CACHE, OUTSIDE, PENDING_FREES, FRAGMENTATION)
 """Every cause :func:`diagnose` can name (a :class:`Cause`'s ``name``)."""
 
 # Kind names of the kinds table (analysis/filled/kinds.py).
@@ -258,6 +266,7 @@ def diagnose(
             _cache(evidence, needed, moment),
             _static(dump, evidence, needed),
             _activations(evidence, needed),
+            _optimizer_step(evidence, needed),
             _outside(moment, needed, missing),
             _pending(evidence, needed),
             _fragmentation(
@@ -332,8 +341,11 @@ def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> s
 
 
 def _by_bytes(cause: Cause) -> tuple[int, int]:
-    """Growth first (it fills whatever room any other fix frees), then by bytes."""
-    return (0 if cause.name == GROWTH else 1), -cause.bytes
+    """Growth first (it fills whatever room any other fix frees); then an optimizer step's
+    temporaries (a peak inside the step is made by them, and one keyword of the optimizer frees
+    them); then by bytes."""
+    tier = 0 if cause.name == GROWTH else 1 if cause.name == OPTIMIZER_STEP else 2
+    return tier, -cause.bytes
 
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
@@ -553,15 +565,22 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     computing the biggest op in chunks does instead.
     """
     unwound = evidence.unwound
-    if unwound is not None and unwound.bytes > 0:
-        held, proven = unwound.bytes, True
-        sites = tuple((found.site, found.bytes) for found in unwound.sites)
+    stepped = _optimizer_temporaries(evidence)
+    in_step = stepped.bytes if stepped is not None else 0
+    if unwound is not None and unwound.bytes > in_step:
+        held, proven = unwound.bytes - in_step, True
+        kept = {found.site for found in evidence.sites_of(OPTIMIZER_TEMPORARIES)}
+        sites = tuple(
+            (found.site, found.bytes) for found in unwound.sites if found.site not in kept
+        )
         parts: list[tuple[str, int]] = []
         saved = True
     else:
+        unwound = None
         by_kind = {k.kind: k.bytes for k in evidence.kinds}
+        by_kind[_TEMPORARY] = by_kind.get(_TEMPORARY, 0) - in_step
         parts = [
-            (kind, by_kind[kind]) for kind in (_ACTIVATION, _TEMPORARY) if by_kind.get(kind, 0)
+            (kind, by_kind[kind]) for kind in (_ACTIVATION, _TEMPORARY) if by_kind.get(kind, 0) > 0
         ]
         held = sum(size for _kind, size in parts)
         proven = False  # no process tells its activations: the kinds inferred them
@@ -585,6 +604,40 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
         text.activations_evidence(held, sites, parts, unwound=unwound is not None and proven,
                                   inferred=not proven),
         fixes, tuple(site for site, _size in sites[:3]), inferred=not proven,
+    )  # fmt: skip
+
+
+# an optimizer step's temporaries ------------------------------------------------------------
+
+
+def _optimizer_temporaries(evidence: Evidence) -> OptimizerTemporaries | None:
+    """The judged moment's temporaries made inside an optimizer's step (None: none)."""
+    return evidence.moment.optimizer_temporaries if evidence.moment is not None else None
+
+
+def _optimizer_step(evidence: Evidence, needed: int | None) -> Cause | None:
+    """The temporaries an optimizer's step holds at the judged moment: a multi-tensor
+    (``foreach``, torch's default on CUDA) Adam or AdamW makes one per parameter at once, about
+    the size of all parameters. ``fused=True`` makes none (it frees them all);
+    ``foreach=False`` makes one parameter's at a time (it frees all but the largest, which
+    stands for the largest parameter's share). Halving the batch frees none of them."""
+    found = _optimizer_temporaries(evidence)
+    if found is None:
+        return None
+    sites = tuple((site.site, site.bytes) for site in evidence.sites_of(OPTIMIZER_TEMPORARIES))
+    options: list[tuple[str, int | None]] = [
+        (text.FUSED_OPTIMIZER, found.bytes),
+        (text.FOREACH_OFF, found.bytes - found.largest),
+    ]
+    return replace(
+        _cause(
+            OPTIMIZER_STEP, found.bytes,
+            text.optimizer_step_evidence(
+                found.bytes, found.blocks, sites, inferred=not evidence.kinds_known
+            ),
+            _fixes(options, needed), needed, tuple(site for site, _size in sites[:3]),
+        ),
+        inferred=not evidence.kinds_known,
     )  # fmt: skip
 
 

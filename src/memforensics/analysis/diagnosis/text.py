@@ -22,6 +22,7 @@ CAUSE_NAMES = {
     "growth": "growth",
     "static": "static memory",
     "activations": "activations",
+    "optimizer_temporaries": "optimizer temporaries",
     "cache": "a preallocated cache",
     "outside": "memory outside PyTorch",
     "pending_frees": "pending frees",
@@ -216,6 +217,24 @@ def activations_evidence(
     ordered = sorted(parts, key=lambda part: -part[1]) or [("activation", held)]
     words = " and ".join(f"{_KIND_WORDS[kind]} {fmt(size)}" for kind, size in ordered)
     return f"{words}{how}{where}"
+
+
+# an optimizer step's temporaries
+
+FUSED_OPTIMIZER = "fused=True in Adam/AdamW (no per-parameter temporaries)"
+FOREACH_OFF = "foreach=False in the optimizer (one parameter's temporaries at a time)"
+
+
+def optimizer_step_evidence(
+    held: int, blocks: int, sites: Sequence[tuple[str, int]], *, inferred: bool
+) -> str:
+    """``optimizer temporaries 128.00 MiB in 4 blocks inside the optimizer's step, inferred
+    (train.py:30 <module> 128.00 MiB)``: what a multi-tensor step holds at the moment judged."""
+    how = ", inferred" if inferred else ""
+    return (
+        f"optimizer temporaries {fmt(held)} in {blocks:,} blocks inside the optimizer's step"
+        f"{how}{_sites(sites)}"
+    )
 
 
 def _sites(sites: Sequence[tuple[str, int]], shown: int = 2) -> str:

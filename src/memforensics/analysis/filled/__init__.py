@@ -4,13 +4,16 @@ from memforensics.analysis.filled.kinds import KINDS, KindBytes, main_kind
 from memforensics.analysis.filled.known import Known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 from memforensics.analysis.filled.peak import (
+    OPTIMIZER_TEMPORARIES,
     CallNode,
     Filled,
     KindSite,
     Moment,
+    OptimizerTemporaries,
     Unwound,
     kind_sites,
     live_at,
+    optimizer_temporaries,
     what_filled,
 )
 from memforensics.analysis.filled.text import filled_lines
@@ -18,6 +21,7 @@ from memforensics.analysis.filled.text import filled_lines
 __all__ = [
     "BEFORE",
     "KINDS",
+    "OPTIMIZER_TEMPORARIES",
     "Allocation",
     "CallNode",
     "Filled",
@@ -26,10 +30,12 @@ __all__ = [
     "Known",
     "Lifetimes",
     "Moment",
+    "OptimizerTemporaries",
     "Unwound",
     "filled_lines",
     "kind_sites",
     "live_at",
     "main_kind",
+    "optimizer_temporaries",
     "what_filled",
 ]

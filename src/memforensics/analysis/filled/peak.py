@@ -36,7 +36,14 @@ from memforensics.analysis.dump import (
     per_stack,
 )
 from memforensics.analysis.dump.load import paused_gc
-from memforensics.analysis.filled.kinds import KindBytes, classify, kinds_table, unwinding_ends
+from memforensics.analysis.filled.kinds import (
+    OPTIMIZER,
+    TEMPORARY,
+    KindBytes,
+    classify,
+    kinds_table,
+    unwinding_ends,
+)
 from memforensics.analysis.filled.known import Known, label_known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes, lifetimes
 from memforensics.analysis.schema import NOT_IN_JSON
@@ -100,13 +107,22 @@ class _Growing:
 
 @dataclass(frozen=True, slots=True)
 class KindSite:
-    """Live bytes and blocks of one kind made at one site (the innermost frame outside torch)."""
+    """Live bytes and blocks of one kind made at one site (the innermost frame outside torch).
+
+    ``kind`` is a kind of the kinds table, or :data:`OPTIMIZER_TEMPORARIES` for the
+    ``temporary`` blocks an optimizer's step made (a part of that kind a cause names apart).
+    """
 
     kind: str
     site: str
     bytes: int
     blocks: int
 
+
+OPTIMIZER_TEMPORARIES = "optimizer_temporaries"
+"""The sites of ``temporary`` blocks made inside an optimizer's step (``torch/optim``'s and the
+others' :mod:`~memforensics.analysis.filled.kinds` knows): a multi-tensor (``foreach``) step's
+per-parameter lists, which a batch size does not change."""
 
 SITES_PER_KIND = 5
 """How many of each kind's biggest sites a moment keeps (the causes name them)."""
@@ -125,6 +141,26 @@ class Moment:
     live_requested_bytes: int = 0  # what the callers of those blocks asked for
     sites: tuple[KindSite, ...] = field(default=(), metadata=NOT_IN_JSON)
     """Each kind's biggest sites then, biggest first within a kind (what a cause names)."""
+    optimizer_temporaries: OptimizerTemporaries | None = field(default=None, metadata=NOT_IN_JSON)
+    """The ``temporary`` blocks an optimizer's step holds then (None: none)."""
+
+
+@dataclass(frozen=True)
+class OptimizerTemporaries:
+    """The ``temporary`` blocks live at a moment that an optimizer's step made: their bytes,
+    their count and the largest (one parameter's share of a multi-tensor step's lists)."""
+
+    bytes: int
+    blocks: int
+    largest: int
+
+
+def optimizer_temporaries(live: list[Allocation]) -> OptimizerTemporaries | None:
+    """What of ``live`` is an optimizer step's temporaries; None when nothing is."""
+    sizes = [a.size for a in live if a.kind == TEMPORARY and a.phase == OPTIMIZER]
+    if not sizes:
+        return None
+    return OptimizerTemporaries(sum(sizes), len(sizes), max(sizes))
 
 
 @dataclass(frozen=True)
@@ -181,16 +217,21 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
         tree=call_tree(live),
         live_requested_bytes=sum(a.requested for a in live),
         sites=kind_sites(live),
+        optimizer_temporaries=optimizer_temporaries(live),
     )
 
 
 def kind_sites(live: list[Allocation], per_kind: int = SITES_PER_KIND) -> tuple[KindSite, ...]:
     """The biggest sites of each kind among ``live`` (a labelled block counts under its main
-    kind), ``per_kind`` at most, each kind's biggest first."""
+    kind; an optimizer step's temporaries under :data:`OPTIMIZER_TEMPORARIES`), ``per_kind`` at
+    most, each kind's biggest first."""
     site_of = per_stack(attribute)
     totals: dict[tuple[str, str], list[int]] = {}
     for found in live:
-        entry = totals.setdefault((found.kind, site_of(found.frames)[0]), [0, 0])
+        kind = found.kind
+        if kind == TEMPORARY and found.phase == OPTIMIZER:
+            kind = OPTIMIZER_TEMPORARIES
+        entry = totals.setdefault((kind, site_of(found.frames)[0]), [0, 0])
         entry[0] += found.size
         entry[1] += 1
     ordered = sorted(totals.items(), key=lambda item: (item[0][0], -item[1][0], item[0][1]))

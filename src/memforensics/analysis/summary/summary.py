@@ -41,6 +41,7 @@ from memforensics.analysis.filled import (
     kind_sites,
     live_at,
     main_kind,
+    optimizer_temporaries,
     what_filled,
 )
 from memforensics.analysis.filled.peak import KINDS_TOTAL
@@ -531,6 +532,7 @@ def _judged_moment(filled: Filled, moment: OomMoment | None) -> Moment:
     return Moment(
         "snapshot", filled.lifetimes.length, None, sum(a.size for a in live), filled.kinds,
         CallNode("all live memory"), sites=kind_sites(live),
+        optimizer_temporaries=optimizer_temporaries(live),
     )  # fmt: skip
 
 

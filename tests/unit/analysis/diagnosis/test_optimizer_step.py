@@ -1,0 +1,106 @@
+"""A peak (or OOM) inside a multi-tensor optimizer step: its temporaries are named as such,
+with their sites and bytes, and the fix is the optimizer's keyword, never a smaller batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memforensics.analysis import summarize
+from memforensics.analysis.diagnosis import Diagnosis
+from memforensics.analysis.dump import dump_from_snapshot
+from memforensics._units import format_bytes as fmt
+from memforensics.testing import AUTOGRAD_THREAD, Block, MiB, Site, SnapshotBuilder
+
+TORCH = "/venv/lib/python3.12/site-packages/torch"
+STEP = ((f"{TORCH}/optim/optimizer.py", 485, "wrapper"),)
+PARAMS = Site(
+    "/job/train.py", 10, "<module>", inside=((f"{TORCH}/nn/modules/module.py", 1340, "to"),)
+)
+STATE = Site(
+    "/job/train.py", 30, "<module>",
+    inside=((f"{TORCH}/optim/adamw.py", 95, "_init_group"), (f"{TORCH}/optim/adamw.py", 220, "step"), *STEP),
+)  # fmt: skip
+STEP_TEMPS = Site(
+    "/job/train.py", 30, "<module>",
+    inside=(
+        (f"{TORCH}/optim/adamw.py", 560, "_multi_tensor_adamw"),
+        (f"{TORCH}/optim/adamw.py", 330, "adamw"),
+        (f"{TORCH}/optim/adamw.py", 240, "step"),
+        *STEP,
+    ),
+)  # fmt: skip
+FORWARD = Site("/job/model.py", 40, "forward")
+PARAMETER_SIZES = (MiB(64), MiB(32), MiB(16), MiB(16))
+"""One block per parameter; the step's ``_foreach_sqrt`` makes one temporary as large as each."""
+
+
+def _training_step(builder: SnapshotBuilder) -> None:
+    """Parameters, a forward whose activations backward frees, gradients, AdamW's two moments
+    per parameter, then the multi-tensor step's temporaries (one per parameter, all at once)."""
+    builder.segment(*(Block(size, site=PARAMS) for size in PARAMETER_SIZES))
+    builder.segment(*(Block(size, site=FORWARD, unwound=True) for size in PARAMETER_SIZES))
+    builder.release()
+    builder.segment(*(Block(size, site=AUTOGRAD_THREAD) for size in PARAMETER_SIZES))
+    builder.segment(*(Block(size, site=STATE) for size in PARAMETER_SIZES * 2))
+    builder.segment(*(Block(size, site=STEP_TEMPS, unwound=True) for size in PARAMETER_SIZES))
+
+
+def _last_step_alloc(snapshot: dict[str, Any]) -> int:
+    """Trace position of the step's last temporary: the peak (nothing is freed before it)."""
+    trace = snapshot["device_traces"][0]
+    return max(
+        i
+        for i, entry in enumerate(trace)
+        if entry["action"] == "alloc"
+        and any(f["name"] == "_multi_tensor_adamw" for f in entry["frames"])
+    )
+
+
+def _diagnosis(snapshot: dict[str, Any], **kwargs: Any) -> Diagnosis:
+    summary = summarize(dump_from_snapshot(snapshot), **kwargs)
+    assert summary.diagnosis is not None
+    return summary.diagnosis
+
+
+def test_a_peak_inside_the_optimizer_step_names_its_temporaries_and_the_optimizer_fix() -> None:
+    """The peak of a healthy step is at a foreach AdamW step: the headline names the optimizer
+    temporaries with their site and bytes, and fused=True freeing all of them; foreach=False
+    frees all but the largest parameter's; no cause advises a smaller batch for them."""
+    builder = SnapshotBuilder()
+    _training_step(builder)
+    builder.release()
+    snapshot = builder.build()
+    temps, largest = sum(PARAMETER_SIZES), max(PARAMETER_SIZES)
+    peak = 5 * sum(PARAMETER_SIZES)  # parameters, gradients, two moments, the temporaries
+    found = _diagnosis(snapshot)
+    assert found.moment == "peak"
+    assert found.headline.startswith(
+        f"peak {fmt(peak)} at entry {_last_step_alloc(snapshot):,}: optimizer temporaries"
+        f" {fmt(temps)} in {len(PARAMETER_SIZES)} blocks inside the optimizer's step, inferred"
+        f" (train.py:30 <module> {fmt(temps)})"
+    )
+    assert found.headline.endswith(
+        f"→ fused=True in Adam/AdamW (no per-parameter temporaries) frees ≈ {fmt(temps)}"
+    )
+    [cause] = [c for c in found.causes if c.name == "optimizer_temporaries"]
+    assert [fix.bytes for fix in cause.fixes] == [temps, temps - largest]
+    assert "foreach=False" in cause.fixes[1].action
+    assert "activations" not in [c.name for c in found.causes]
+    assert "half" not in found.headline and "halve" not in found.headline
+
+
+def test_an_oom_inside_the_optimizer_step_is_not_blamed_on_the_batch() -> None:
+    """An OOM raised in the step and dumped after unwinding: the unwound temporaries are the
+    optimizer's, named so and sufficient through fused=True, not "the failing step's tensors"
+    a smaller micro-batch would cut."""
+    builder = SnapshotBuilder()
+    _training_step(builder)
+    builder.oom(requested=MiB(40), device_free=0)
+    found = _diagnosis(builder.build())
+    assert found.moment == "oom"
+    names = [c.name for c in found.causes]
+    assert "activations" not in names
+    [cause] = [c for c in found.causes if c.name == "optimizer_temporaries"]
+    assert cause.bytes == sum(PARAMETER_SIZES)
+    assert cause.sufficient is True
+    assert cause.fix is not None and cause.fix.action.startswith("fused=True")
