@@ -350,12 +350,13 @@ def _by_bytes(cause: Cause) -> tuple[int, int]:
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
     """Sufficient causes first: among them growth first (while it grows, any other fix only
-    postpones the OOM) and fragmentation last (its fix buys room a growth then fills); then by
-    bytes."""
+    postpones the OOM), then an optimizer step's temporaries (the step made the moment, and one
+    keyword of the optimizer frees them), fragmentation last (its fix buys room a growth then
+    fills); then by bytes."""
     if not cause.sufficient:
         return 1, 0, -cause.bytes
-    tier = 0 if cause.name == GROWTH else 2 if cause.name == FRAGMENTATION else 1
-    return 0, tier, -cause.bytes
+    tiers = {GROWTH: 0, OPTIMIZER_STEP: 1, FRAGMENTATION: 3}
+    return 0, tiers.get(cause.name, 2), -cause.bytes
 
 
 def _enough(freed: int | None, needed: int | None) -> bool | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from memforensics._units import format_bytes as fmt
 from memforensics.analysis import summarize
 from memforensics.analysis.diagnosis import Diagnosis
 from memforensics.analysis.dump import dump_from_snapshot
-from memforensics._units import format_bytes as fmt
 from memforensics.testing import AUTOGRAD_THREAD, Block, MiB, Site, SnapshotBuilder
 
 TORCH = "/venv/lib/python3.12/site-packages/torch"
@@ -18,7 +18,11 @@ PARAMS = Site(
 )
 STATE = Site(
     "/job/train.py", 30, "<module>",
-    inside=((f"{TORCH}/optim/adamw.py", 95, "_init_group"), (f"{TORCH}/optim/adamw.py", 220, "step"), *STEP),
+    inside=(
+        (f"{TORCH}/optim/adamw.py", 95, "_init_group"),
+        (f"{TORCH}/optim/adamw.py", 220, "step"),
+        *STEP,
+    ),
 )  # fmt: skip
 STEP_TEMPS = Site(
     "/job/train.py", 30, "<module>",
@@ -57,6 +61,7 @@ def _last_step_alloc(snapshot: dict[str, Any]) -> int:
 
 
 def _diagnosis(snapshot: dict[str, Any], **kwargs: Any) -> Diagnosis:
+    """The diagnosis ``summary`` gives the snapshot."""
     summary = summarize(dump_from_snapshot(snapshot), **kwargs)
     assert summary.diagnosis is not None
     return summary.diagnosis
@@ -86,13 +91,14 @@ def test_a_peak_inside_the_optimizer_step_names_its_temporaries_and_the_optimize
     assert [fix.bytes for fix in cause.fixes] == [temps, temps - largest]
     assert "foreach=False" in cause.fixes[1].action
     assert "activations" not in [c.name for c in found.causes]
-    assert "half" not in found.headline and "halve" not in found.headline
+    assert "half" not in found.headline
+    assert "halve" not in found.headline
 
 
 def test_an_oom_inside_the_optimizer_step_is_not_blamed_on_the_batch() -> None:
     """An OOM raised in the step and dumped after unwinding: the unwound temporaries are the
-    optimizer's, named so and sufficient through fused=True, not "the failing step's tensors"
-    a smaller micro-batch would cut."""
+    optimizer's, named so, and as they alone free what the request needed, fused=True heads
+    the diagnosis; they are not "the failing step's tensors" a smaller micro-batch would cut."""
     builder = SnapshotBuilder()
     _training_step(builder)
     builder.oom(requested=MiB(40), device_free=0)
@@ -103,4 +109,9 @@ def test_an_oom_inside_the_optimizer_step_is_not_blamed_on_the_batch() -> None:
     [cause] = [c for c in found.causes if c.name == "optimizer_temporaries"]
     assert cause.bytes == sum(PARAMETER_SIZES)
     assert cause.sufficient is True
-    assert cause.fix is not None and cause.fix.action.startswith("fused=True")
+    assert found.causes[0] is cause
+    assert found.headline.startswith(f"optimizer temporaries {fmt(sum(PARAMETER_SIZES))}")
+    assert found.headline.endswith(
+        f"removing it frees {fmt(sum(PARAMETER_SIZES))}, the request needed {fmt(MiB(40))}"
+        " → fused=True in Adam/AdamW (no per-parameter temporaries)"
+    )
