@@ -341,11 +341,8 @@ def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> s
 
 
 def _by_bytes(cause: Cause) -> tuple[int, int]:
-    """Growth first (it fills whatever room any other fix frees); then an optimizer step's
-    temporaries (a peak inside the step is made by them, and one keyword of the optimizer frees
-    them); then by bytes."""
-    tier = 0 if cause.name == GROWTH else 1 if cause.name == OPTIMIZER_STEP else 2
-    return tier, -cause.bytes
+    """Growth first (it fills whatever room any other fix frees), then by bytes."""
+    return (0 if cause.name == GROWTH else 1), -cause.bytes
 
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
@@ -621,15 +618,17 @@ def _optimizer_step(evidence: Evidence, needed: int | None) -> Cause | None:
     (``foreach``, torch's default on CUDA) Adam or AdamW makes one per parameter at once, about
     the size of all parameters. ``fused=True`` makes none (it frees them all);
     ``foreach=False`` makes one parameter's at a time (it frees all but the largest, which
-    stands for the largest parameter's share). Halving the batch frees none of them."""
+    stands for the largest parameter's share). A hand-written step's temporaries (no
+    ``_multi_tensor_`` frame) are freed by updating in place. Halving the batch frees none."""
     found = _optimizer_temporaries(evidence)
     if found is None:
         return None
     sites = tuple((site.site, site.bytes) for site in evidence.sites_of(OPTIMIZER_TEMPORARIES))
-    options: list[tuple[str, int | None]] = [
-        (text.FUSED_OPTIMIZER, found.bytes),
-        (text.FOREACH_OFF, found.bytes - found.largest),
-    ]
+    options: list[tuple[str, int | None]] = (
+        [(text.FUSED_OPTIMIZER, found.bytes), (text.FOREACH_OFF, found.bytes - found.largest)]
+        if found.foreach
+        else [(text.in_place_step(sites[0][0] if sites else None), found.bytes)]
+    )
     return replace(
         _cause(
             OPTIMIZER_STEP, found.bytes,

@@ -225,6 +225,12 @@ FUSED_OPTIMIZER = "fused=True in Adam/AdamW (no per-parameter temporaries)"
 FOREACH_OFF = "foreach=False in the optimizer (one parameter's temporaries at a time)"
 
 
+def in_place_step(site: str | None) -> str:
+    """A hand-written step's fix: update in place where it makes its temporaries."""
+    where = f" at {_site(site)}" if site else ""
+    return f"update in place in the optimizer's step{where} (mul_, addcdiv_, out=)"
+
+
 def optimizer_step_evidence(
     held: int, blocks: int, sites: Sequence[tuple[str, int]], *, inferred: bool
 ) -> str:

@@ -148,19 +148,36 @@ class Moment:
 @dataclass(frozen=True)
 class OptimizerTemporaries:
     """The ``temporary`` blocks live at a moment that an optimizer's step made: their bytes,
-    their count and the largest (one parameter's share of a multi-tensor step's lists)."""
+    their count, the largest (one parameter's share of a multi-tensor step's lists), and
+    whether torch's multi-tensor (``foreach``) implementation made them (a ``_multi_tensor_``
+    frame: its ``foreach`` and ``fused`` keywords apply; else a hand-written step did)."""
 
     bytes: int
     blocks: int
     largest: int
+    foreach: bool
 
 
 def optimizer_temporaries(live: list[Allocation]) -> OptimizerTemporaries | None:
     """What of ``live`` is an optimizer step's temporaries; None when nothing is."""
-    sizes = [a.size for a in live if a.kind == TEMPORARY and a.phase == OPTIMIZER]
-    if not sizes:
+    found = [a for a in live if a.kind == TEMPORARY and a.phase == OPTIMIZER]
+    if not found:
         return None
-    return OptimizerTemporaries(sum(sizes), len(sizes), max(sizes))
+    multi: dict[int, bool] = {}  # by stack identity: equal stacks share one frames list
+    for block in found:
+        key = id(block.frames)
+        if key not in multi:
+            frames = block.frames if type(block.frames) is list else []
+            multi[key] = any(
+                type(frame) is dict and str(frame.get("name", "")).startswith(MULTI_TENSOR)
+                for frame in frames
+            )
+    sizes = [a.size for a in found]
+    return OptimizerTemporaries(sum(sizes), len(sizes), max(sizes), any(multi.values()))
+
+
+MULTI_TENSOR = "_multi_tensor_"
+"""How torch names its multi-tensor optimizer steps (``_multi_tensor_adamw``, ...)."""
 
 
 @dataclass(frozen=True)

@@ -68,9 +68,10 @@ def _diagnosis(snapshot: dict[str, Any], **kwargs: Any) -> Diagnosis:
 
 
 def test_a_peak_inside_the_optimizer_step_names_its_temporaries_and_the_optimizer_fix() -> None:
-    """The peak of a healthy step is at a foreach AdamW step: the headline names the optimizer
-    temporaries with their site and bytes, and fused=True freeing all of them; foreach=False
-    frees all but the largest parameter's; no cause advises a smaller batch for them."""
+    """The peak of a healthy step is at a foreach AdamW step: after the static memory (the
+    bigger part), the optimizer temporaries are named with their site and bytes, fused=True
+    freeing all of them and foreach=False all but the largest parameter's; no cause advises a
+    smaller batch for them."""
     builder = SnapshotBuilder()
     _training_step(builder)
     builder.release()
@@ -80,19 +81,39 @@ def test_a_peak_inside_the_optimizer_step_names_its_temporaries_and_the_optimize
     found = _diagnosis(snapshot)
     assert found.moment == "peak"
     assert found.headline.startswith(
-        f"peak {fmt(peak)} at entry {_last_step_alloc(snapshot):,}: optimizer temporaries"
-        f" {fmt(temps)} in {len(PARAMETER_SIZES)} blocks inside the optimizer's step, inferred"
-        f" (train.py:30 <module> {fmt(temps)})"
+        f"peak {fmt(peak)} at entry {_last_step_alloc(snapshot):,}: optimizer state"
     )
-    assert found.headline.endswith(
-        f"→ fused=True in Adam/AdamW (no per-parameter temporaries) frees ≈ {fmt(temps)}"
+    assert [c.name for c in found.causes] == ["static", "optimizer_temporaries"]
+    cause = found.causes[1]
+    assert cause.evidence == (
+        f"optimizer temporaries {fmt(temps)} in {len(PARAMETER_SIZES)} blocks inside the"
+        f" optimizer's step, inferred (train.py:30 <module> {fmt(temps)})"
     )
-    [cause] = [c for c in found.causes if c.name == "optimizer_temporaries"]
     assert [fix.bytes for fix in cause.fixes] == [temps, temps - largest]
-    assert "foreach=False" in cause.fixes[1].action
-    assert "activations" not in [c.name for c in found.causes]
+    assert cause.fixes[0].action.startswith("fused=True")
+    assert cause.fixes[1].action.startswith("foreach=False")
     assert "half" not in found.headline
     assert "halve" not in found.headline
+
+
+def test_a_hand_written_steps_temporaries_are_fixed_in_place_not_by_a_keyword() -> None:
+    """A hand-written optimizer (its own step under torch/optim's wrapper, no _multi_tensor_
+    frame): its temporaries are named with its line, and the fix is updating in place there,
+    freeing all of them; torch's foreach and fused keywords, which it lacks, are not offered."""
+    own = Site(
+        "/job/optim.py", 78, "step", inside=(), outside=(*STEP, ("/job/train.py", 30, "<module>"))
+    )
+    builder = SnapshotBuilder()
+    builder.segment(*(Block(size, site=PARAMS) for size in PARAMETER_SIZES))
+    builder.segment(*(Block(size, site=AUTOGRAD_THREAD) for size in PARAMETER_SIZES))
+    builder.segment(*(Block(size, site=own, unwound=True) for size in PARAMETER_SIZES[:2]))
+    builder.release()
+    found = _diagnosis(builder.build())
+    [cause] = [c for c in found.causes if c.name == "optimizer_temporaries"]
+    assert cause.bytes == sum(PARAMETER_SIZES[:2])
+    [fix] = cause.fixes
+    assert fix.action.startswith("update in place in the optimizer's step at optim.py:78 step")
+    assert fix.bytes == sum(PARAMETER_SIZES[:2])
 
 
 def test_an_oom_inside_the_optimizer_step_is_not_blamed_on_the_batch() -> None:
