@@ -158,9 +158,14 @@ class OptimizerTemporaries:
     foreach: bool
 
 
+def _optimizer_temporary(found: Allocation) -> bool:
+    """Whether ``found`` is a ``temporary`` block an optimizer's step made."""
+    return found.kind == TEMPORARY and found.phase == OPTIMIZER
+
+
 def optimizer_temporaries(live: list[Allocation]) -> OptimizerTemporaries | None:
     """What of ``live`` is an optimizer step's temporaries; None when nothing is."""
-    found = [a for a in live if a.kind == TEMPORARY and a.phase == OPTIMIZER]
+    found = [a for a in live if _optimizer_temporary(a)]
     if not found:
         return None
     multi: dict[int, bool] = {}  # by stack identity: equal stacks share one frames list
@@ -245,9 +250,7 @@ def kind_sites(live: list[Allocation], per_kind: int = SITES_PER_KIND) -> tuple[
     site_of = per_stack(attribute)
     totals: dict[tuple[str, str], list[int]] = {}
     for found in live:
-        kind = found.kind
-        if kind == TEMPORARY and found.phase == OPTIMIZER:
-            kind = OPTIMIZER_TEMPORARIES
+        kind = OPTIMIZER_TEMPORARIES if _optimizer_temporary(found) else found.kind
         entry = totals.setdefault((kind, site_of(found.frames)[0]), [0, 0])
         entry[0] += found.size
         entry[1] += 1
