@@ -1,5 +1,6 @@
 """CUDA's own choices, re-made in Python where the CPU build would choose otherwise and the bytes
-differ: autocast's cast lists and cast cache, the attention kernel, the optimizers' ``foreach``.
+differ: autocast's cast lists and cast cache, the optimizers' ``foreach`` (the attention kernel
+has its own module, ``attention``).
 
 autocast works in the dispatcher on CUDA tensors only, so on stand-ins it would do nothing; here
 the functions of its lists cast their inputs above autograd, as autocast does, and the casts of
@@ -16,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # torch's own spelling
 
 _T = torch.Tensor
 
@@ -126,54 +126,6 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor
         elif isinstance(value, (list, tuple)):
             found.extend(v for v in value if isinstance(v, torch.Tensor))
     return found
-
-
-SDPA = F.scaled_dot_product_attention
-SDPA_NAME = "scaled_dot_product_attention"
-
-
-def attention(
-    capability: tuple[int, int],
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> torch.Tensor:
-    """``scaled_dot_product_attention`` through the kernel CUDA picks: flash attention (half
-    precision, no mask, head size a multiple of 8 up to 256, capability 8.0 or later), else
-    memory-efficient attention (head size a multiple of 8), else the math path (which holds the
-    B·H·S² scores)."""
-    head = query.shape[-1]
-    same_heads = query.dim() == 4 and key.shape[-3] == query.shape[-3]
-    half = query.dtype in (torch.float16, torch.bfloat16)
-    aligned = head % 8 == 0 and value.shape[-1] == head
-    if (
-        same_heads
-        and half
-        and aligned
-        and head <= 256
-        and attn_mask is None
-        and capability >= (8, 0)
-    ):
-        out = torch.ops.aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale
-        )
-        return out[0]
-    if same_heads and aligned and query.dtype != torch.float64 and capability >= (5, 0):
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        bias = attn_mask
-        if bias is not None and bias.dtype == torch.bool:
-            bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill(~bias, float("-inf"))
-        out = torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, bias, grad, dropout_p, is_causal, scale=scale
-        )
-        return out[0]
-    return SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                enable_gqa=enable_gqa)  # fmt: skip
 
 
 FOREACH_DEVICES = ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")

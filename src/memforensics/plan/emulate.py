@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from memforensics.plan import choices, scratch, values
+from memforensics.plan import attention, choices, scratch, values
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
@@ -293,8 +293,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
-            if name == choices.SDPA_NAME and _any_meta(args, kwargs):
-                return choices.attention(self.capability, *args, **kwargs)
+            if name == attention.SDPA_NAME and _any_meta(args, kwargs):
+                return attention.attention(self.capability, *args, **kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
         if placing is None:
