@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F  # torch's own spelling
 
-SDPA = F.scaled_dot_product_attention
 SDPA_NAME = "scaled_dot_product_attention"
 
 CUDNN_VERSION = 92000
@@ -111,8 +110,8 @@ def attention(
             scale=scale,
         )  # fmt: skip
         return out[0]  # type: ignore[no-any-return]
-    return SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                enable_gqa=enable_gqa)  # fmt: skip
+    mask = _boolean_mask_to_bias(attn_mask, query.dtype, float("-inf"))
+    return _math(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 def select_sdp_backend(params: Params) -> Backend:
@@ -349,11 +348,81 @@ def _boolean_mask_to_bias(
     mask: torch.Tensor | None, dtype: torch.dtype, fill: float
 ) -> torch.Tensor | None:
     """``convert_boolean_attn_mask`` (``fill`` -inf) and its cuDNN variant (-65504): a boolean
-    mask becomes an additive bias of the query's dtype."""
+    mask becomes an additive bias of the query's dtype, as the installed torch makes it (two
+    0-dim fills and a ``where``)."""
     if mask is None or mask.dtype != torch.bool:
         return mask
-    zero = torch.scalar_tensor(0.0, dtype=dtype, device=mask.device)
-    return torch.where(mask.logical_not(), fill, zero)
+    masked = torch.scalar_tensor(fill, dtype=dtype, device=mask.device)
+    kept = torch.scalar_tensor(0.0, dtype=dtype, device=mask.device)
+    return torch.where(mask, kept, masked)
+
+
+def _math(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """``_scaled_dot_product_attention_math`` as CUDA runs it. The CPU build runs the same
+    composite on ``meta``, with two differences in bytes that this re-making removes: under a
+    dispatch mode torch takes every tensor for a subclass and adds the mask out of place (a
+    second scores tensor), and ``_safe_softmax``'s CUDA kernel is its composite (softmax, the
+    -inf test, its row reduction and a ``where``), whose temporaries ``meta`` never makes.
+
+    Half inputs are upcast to float32 unless ``allow_fp16_bf16_reduction_math_sdp(True)``;
+    the inputs' upcasts, the scaled query and the expanded keys and values live until the
+    function returns, as the C++ locals do."""
+    origin = query.dtype
+    upcast = not torch._C._get_math_sdp_allow_fp16_bf16_reduction()
+
+    def accumulated(tensor: torch.Tensor) -> torch.Tensor:
+        half = tensor.dtype in (torch.float16, torch.bfloat16)
+        return tensor.to(torch.float32) if upcast and half else tensor
+
+    query_acc, key_acc, value_acc = accumulated(query), accumulated(key), accumulated(value)
+    negative = scale is not None and scale < 0
+    factor = math.sqrt(abs(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    scaled = query_acc * (-factor if negative else factor)
+    if is_causal:
+        causal = torch.ones(
+            scaled.shape[-2], key_acc.shape[-2], dtype=torch.bool, device=query.device
+        ).tril()
+        mask = _boolean_mask_to_bias(causal, scaled.dtype, float("-inf"))
+        del causal
+    keys, values = key_acc, value_acc
+    heads = scaled.shape[-3] if scaled.dim() >= 3 else 1
+    if enable_gqa and not heads == key_acc.shape[-3] == value_acc.shape[-3]:
+        keys = key_acc.repeat_interleave(heads // key_acc.shape[-3], -3)
+        values = value_acc.repeat_interleave(heads // value_acc.shape[-3], -3)
+    attn = torch.matmul(scaled, keys.transpose(-2, -1) * factor)
+    if mask is not None:
+        attn.add_(mask)
+    attn = _safe_softmax(attn)
+    if dropout_p > 0.0:
+        attn = torch.dropout(attn, dropout_p, True)
+    weights = attn.to(origin)  # make_tuple's second argument is evaluated first
+    out = torch.matmul(attn, values).to(origin)
+    del weights
+    return out
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """``_safe_softmax`` over the last dimension, with the temporaries its CUDA kernel makes
+    before its result and frees after it: the softmax, a -inf fill, the -inf test, its
+    reduction over each row, and a zero fill."""
+    with torch.no_grad():
+        soft = torch.softmax(scores, -1)
+        neg_inf = torch.scalar_tensor(float("-inf"), dtype=soft.dtype, device=soft.device)
+        masked = scores.eq(neg_inf)
+        rows = masked.all(-1, keepdim=True)
+        zero = torch.scalar_tensor(0.0, dtype=soft.dtype, device=soft.device)
+    result: torch.Tensor = torch.ops.aten._safe_softmax(scores, -1)
+    del zero, rows, masked, neg_inf, soft
+    return result
 
 
 def _pad_last_dim(tensor: torch.Tensor, alignment: int) -> torch.Tensor:
