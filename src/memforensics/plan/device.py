@@ -224,11 +224,13 @@ class PlannedDevice:
         allocated = allocator.allocated_bytes.current
         total = self.spec.total_bytes
         in_use = total - oom.device_free
+        allowed = allocator.allowed
+        limit = f"{_format_size(allowed)} allowed; " if allowed is not None else ""
         message = (
             f"CUDA out of memory. Tried to allocate {_format_size(oom.alloc_size)}. "
             f"GPU {self.index} has a total capacity of {_format_size(total)} of which "
             f"{_format_size(oom.device_free)} is free. Including non-PyTorch memory, this "
-            f"process has {_format_size(in_use)} memory in use. Of the allocated memory "
+            f"process has {_format_size(in_use)} memory in use. {limit}Of the allocated memory "
             f"{_format_size(allocated)} is allocated by PyTorch, and "
             f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated. If "
             "reserved but unallocated memory is large try setting "
@@ -236,7 +238,6 @@ class PlannedDevice:
             "documentation for Memory Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
         )
-        allowed = allocator.allowed
         args = (
             self.index,
             oom.alloc_size,

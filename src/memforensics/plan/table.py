@@ -51,6 +51,16 @@ def _found(owner: Any, name: str) -> Any:
     return getattr(owner, name, None)
 
 
+def _method(bound: Callable[..., Any]) -> Callable[..., Any]:
+    """``bound`` as a method of a class: a bound method set on a class is not bound again to
+    the instance it is read from, so ``tensor.method(x)`` would lose ``tensor``."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return bound(self, *args, **kwargs)
+
+    return method
+
+
 def _device_rows(
     answers: Answers, streams: cuda.Streams, world: distributed.World
 ) -> list[Replacement]:
@@ -346,7 +356,12 @@ def _torch_rows(
             chooser = choices.with_meta(getattr(owner, name, list))
             rows.append(R(owner, name, chooser, "optimizers take CUDA's foreach default"))
     rows += [
-        R(torch.Tensor, "record_stream", storage.record_stream, "the block is used on that stream"),
+        R(
+            torch.Tensor,
+            "record_stream",
+            _method(storage.record_stream),
+            "the block is used on that stream",
+        ),
         R(
             torch.UntypedStorage,
             "resize_",
