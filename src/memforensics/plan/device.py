@@ -282,6 +282,37 @@ class PlannedDevice:
             self._drain()
             self._allocator.empty_cache()
 
+    # -- private pools: a CUDA graph's capture, ``use_mem_pool``
+
+    def create_pool(self, pool_id: tuple[int, int]) -> None:
+        """A private pool used once (a ``MemPool`` made), or one more use of it."""
+        with self._lock:
+            self._allocator.create_or_incref_pool(pool_id)
+
+    def begin_pool(self, pool_id: tuple[int, int], accepts: Callable[[int], bool]) -> None:
+        """Allocations on the streams ``accepts`` go to the private pool ``pool_id`` (made on
+        first use) until :meth:`end_pool`."""
+        with self._lock:
+            self._drain()
+            self._allocator.begin_allocate_to_pool(pool_id, accepts)
+
+    def end_pool(self, pool_id: tuple[int, int]) -> None:
+        with self._lock:
+            self._allocator.end_allocate_to_pool(pool_id)
+
+    def release_pool(self, pool_id: tuple[int, int], *, empty: bool = False) -> None:
+        """One use of the pool less (a graph reset, ``use_mem_pool`` left, a ``MemPool``
+        gone); ``empty``: its free segments go back now, as a ``MemPool``'s do."""
+        with self._lock:
+            self._drain()
+            self._allocator.release_pool(pool_id)
+            if empty:
+                self._allocator.release_cached_blocks(pool_id)
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        with self._lock:
+            return self._allocator.pool_use_count(pool_id)
+
     def set_memory_fraction(self, fraction: float) -> None:
         """``set_per_process_memory_fraction``: caps the allocator at that share of the device."""
         if not 0.0 <= fraction <= 1.0:

@@ -22,6 +22,7 @@ from memforensics.plan import (
     deferred,
     distributed,
     emulate,
+    graphs as graph_stand_ins,
     profiler,
     scratch,
     standins,
@@ -29,6 +30,7 @@ from memforensics.plan import (
 )
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
+from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced
 
 R = Replacement
@@ -40,6 +42,11 @@ LOCAL = (
 )
 NO_OP = "one timeline, no kernels: nothing to wait for, nothing to record"
 MODEL = "the allocator model answers it"
+POOLS = "the allocator model's private pool, as PyTorch's: only its allocations use it"
+GRAPHS = (
+    "a capture allocates into the graph's private pool, as on CUDA; a replay runs nothing and "
+    "allocates nothing"
+)
 STREAMS = (
     "each stream has its own id; what is allocated while one is current is on it, in the "
     "allocator model's pool for that stream"
@@ -106,6 +113,28 @@ def _device_rows(
     ]
 
 
+def _graph_rows(graphs: Graphs) -> list[Replacement]:
+    """CUDA graphs, under every name torch's own Python reads them by (``torch.cuda.graph``
+    and ``make_graphed_callables`` call them as module globals of ``torch.cuda.graphs``)."""
+    cuda_graphs = torch.cuda.graphs
+    graph = graphs.graph_class()
+    return [
+        R(torch.cuda, "CUDAGraph", graph, GRAPHS),
+        R(cuda_graphs, "CUDAGraph", graph, GRAPHS),
+        R(cuda_graphs, "_graph_pool_handle", graphs.handle, GRAPHS),
+        R(torch._C, "_graph_pool_handle", graphs.handle, GRAPHS),
+        R(cuda_graphs, "_cuda_isCurrentStreamCapturing", graphs.capturing, GRAPHS),
+        R(torch._C, "_cuda_isCurrentStreamCapturing", graphs.capturing, GRAPHS),
+        R(
+            torch._C,
+            "_host_emptyCache",
+            cuda.noop(),
+            "pinned host memory is not modelled (torch.cuda.graph empties its cache)",
+            added=True,
+        ),
+    ]
+
+
 def _rng_rows() -> list[Replacement]:
     """CUDA's random number generator, under both names a script or library calls it by
     (``torch.cuda.get_rng_state`` and ``torch.cuda.random.get_rng_state``, which Hugging Face's
@@ -129,7 +158,7 @@ def _rng_rows() -> list[Replacement]:
     ]
 
 
-def _memory_rows(answers: Answers) -> list[Replacement]:
+def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
     """Every memory function of ``torch.cuda.memory``, under both names a script calls it by."""
     a = answers
     functions: list[tuple[str, Any, str, bool]] = [
@@ -173,8 +202,8 @@ def _memory_rows(answers: Answers) -> list[Replacement]:
             False,
         ),
         ("reset_peak_host_memory_stats", a.nothing, "pinned host memory is not modelled", False),
-        ("MemPool", cuda.MemPool, cuda.PRIVATE_POOL, False),
-        ("use_mem_pool", a.pool_used, cuda.PRIVATE_POOL, False),
+        ("MemPool", graphs.mem_pool_class(), POOLS, False),
+        ("use_mem_pool", graphs.use_mem_pool, POOLS, False),
     ]
     rows = [
         R(module, name, value, why, needed)
@@ -459,9 +488,11 @@ def table(
     """Every attribute a planned run replaces, in the order it applies them."""
     streams = cuda.Streams(answers.device)
     world = distributed.World.from_env()
+    graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
         *_device_rows(answers, streams, world),
-        *_memory_rows(answers),
+        *_graph_rows(graphs),
+        *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
         *_distributed_rows(answers.device, storage),
