@@ -113,6 +113,12 @@ def stream_class(device: PlannedDevice) -> type:
         def __hash__(self) -> int:
             return hash(self.cuda_stream)
 
+        @staticmethod
+        def priority_range() -> tuple[int, int]:
+            """CUDA's (least, greatest) priority, clamped to the priorities PyTorch's stream
+            pools are built for, as ``CUDAStream::priority_range`` answers."""
+            return PRIORITY_RANGE
+
         def __repr__(self) -> str:
             return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.cuda_stream:#x}>"
 
@@ -150,6 +156,33 @@ class Streams:
             yield stream
         finally:
             self.device.stream = outer
+
+
+PRIORITY_RANGE = (0, -3)
+"""``cudaDeviceGetStreamPriorityRange``'s (0, -5) on current GPUs, clamped by PyTorch to its
+``max_compile_time_stream_priorities`` (4) less one."""
+
+
+class Cudart:
+    """``torch.cuda._cudart``, what ``torch.cuda.cudart()`` returns and ``check_error``
+    reads, on the planned device: the profiler's start and stop (what
+    ``torch.cuda.profiler.profile()`` and Nsight Systems' capture ranges call) succeed and
+    record nothing."""
+
+    def cudaProfilerStart(self) -> int:  # the runtime's own name
+        return 0  # cudaSuccess
+
+    def cudaProfilerStop(self) -> int:  # the runtime's own name
+        return 0  # cudaSuccess
+
+    class cudaError:  # noqa: N801  # the runtime's own name
+        success = 0
+
+        def __init__(self, code: int) -> None:
+            self.code = code
+
+    def cudaGetErrorString(self, error: object) -> str:  # the runtime's own name
+        return "no error"
 
 
 def noop() -> Callable[..., None]:

@@ -89,6 +89,7 @@ def _device_rows(
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
         R(c, "synchronize", cuda.noop(), NO_OP),
         R(c, "ipc_collect", cuda.noop(), NO_OP),
+        R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
         R(c, "Event", cuda.Stream, NO_OP),
