@@ -660,8 +660,20 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             raise self._oom(message)
         return block
 
+    def clear_workspaces(self) -> None:
+        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's workspace freed; the next
+        matrix multiply on a stream takes a new one."""
+        blocks = list(self._workspaces.values())
+        self._workspaces.clear()
+        for block in blocks:
+            self.device.free(block)
+
     def _workspace(self, backward: bool) -> None:
-        key: object = _BACKWARD if backward else threading.get_ident()
+        """cuBLAS's workspace, one per handle (thread) and stream (``getCurrentCUDABlasHandle``
+        keys it so): a matrix multiply on a new stream, a CUDA graph's capture stream
+        included, takes its own."""
+        thread: object = _BACKWARD if backward else threading.get_ident()
+        key = (thread, self.device.stream)
         if key not in self._workspaces and self.workspace_bytes:
             self._workspaces[key] = self.malloc(self.workspace_bytes)
 

@@ -69,7 +69,10 @@ def _method(bound: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _device_rows(
-    answers: Answers, streams: cuda.Streams, world: distributed.World
+    answers: Answers,
+    streams: cuda.Streams,
+    world: distributed.World,
+    storage: emulate.StorageMode,
 ) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
@@ -89,6 +92,13 @@ def _device_rows(
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
         R(c, "synchronize", cuda.noop(), NO_OP),
         R(c, "ipc_collect", cuda.noop(), NO_OP),
+        R(
+            torch._C,
+            "_cuda_clearCublasWorkspaces",
+            storage.clear_workspaces,
+            "cuBLAS's workspaces, one per stream, freed as the CUDA build frees them",
+            added=True,
+        ),
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
@@ -491,7 +501,7 @@ def table(
     world = distributed.World.from_env()
     graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
-        *_device_rows(answers, streams, world),
+        *_device_rows(answers, streams, world, storage),
         *_graph_rows(graphs),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
