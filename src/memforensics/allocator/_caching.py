@@ -1,10 +1,11 @@
 """The caching allocator's decisions, method by method as ``DeviceCachingAllocator`` makes them.
 
 Every method carries the name of the C++ function it mirrors in
-``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. Private pools (a CUDA graph's, a
-``MemPool``'s) are modelled as PyTorch keeps them; what the model leaves out, on purpose: IPC, the free-memory callbacks registry (no effect on
-placement), and timing (a freed block used by another stream completes its free at the next
-``process_events`` here, which in PyTorch happens whenever its event has fired). The device is
+``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. Private pools (a CUDA graph's,
+a ``MemPool``'s) are kept as PyTorch keeps them. What the model leaves out, on purpose: IPC,
+the free-memory callbacks registry (no effect on placement), and timing (a freed block used
+by another stream completes its free at the next ``process_events`` here, which in PyTorch
+happens whenever its event has fired). The device is
 two numbers: ``capacity`` (bytes ``cudaMalloc`` / ``cuMemCreate`` can still get for this process,
 i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_memory_fraction``'s
 limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
@@ -153,10 +154,13 @@ class DeviceCachingAllocator:
                 size = self.round_size(orig_size)
                 if len(self._rounded) < _ROUNDED_KEPT:
                     self._rounded[orig_size] = size
-        if self.captures_underway:
-            pool = self.get_pool(size, stream)
-        else:
-            pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+        pool = (
+            self.get_pool(size, stream)
+            if self.captures_underway  # a private pool's, while a capture is underway
+            else self.small_blocks
+            if size <= K_SMALL_SIZE
+            else self.large_blocks
+        )
         block = self.get_free_block(size, stream, pool)
         alloc_size = 0
         if block is None:
@@ -687,12 +691,12 @@ class DeviceCachingAllocator:
         self.synchronize_and_free_events()
         self.release_blocks(self.large_blocks)
         self.release_blocks(self.small_blocks)
-        for pool_id, private in list(self.graph_pools_freeable.items()):
+        for freeable, private in list(self.graph_pools_freeable.items()):
             self.release_blocks(private.small_blocks)
             self.release_blocks(private.large_blocks)
             if not self._holds_segments(private):
-                del self.graph_pools[pool_id]
-                del self.graph_pools_freeable[pool_id]
+                del self.graph_pools[freeable]
+                del self.graph_pools_freeable[freeable]
         return True
 
     def _holds_segments(self, private: PrivatePool) -> bool:

@@ -175,7 +175,7 @@ class Cudart:
     def cudaProfilerStop(self) -> int:  # the runtime's own name
         return 0  # cudaSuccess
 
-    class cudaError:  # noqa: N801  # the runtime's own name
+    class cudaError:  # the runtime's own name
         success = 0
 
         def __init__(self, code: int) -> None:

@@ -295,7 +295,9 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if current is not None and kwargs.get("device") is None and func in self._constructors:
             kwargs["device"] = current
         if kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False  # pinned host memory is not modelled; the CPU build has none
+            kwargs["pin_memory"] = (
+                False  # pinned host memory is not modelled; the CPU build has none
+            )
         if "device" in kwargs:
             placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])

@@ -66,7 +66,7 @@ class Graphs:
                 check_input_liveness: bool = False,
             ) -> None:
                 self.reset()
-                self._pool = tuple(pool) if pool is not None else graphs.handle()  # type: ignore[assignment]
+                self._pool = (pool[0], pool[1]) if pool is not None else graphs.handle()
                 stream = self._stream = graphs.device.stream
                 graphs.device.begin_pool(self.pool(), lambda on: on == stream)
                 graphs.capture_streams.append(stream)

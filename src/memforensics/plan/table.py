@@ -22,11 +22,13 @@ from memforensics.plan import (
     deferred,
     distributed,
     emulate,
-    graphs as graph_stand_ins,
     profiler,
     scratch,
     standins,
     values,
+)
+from memforensics.plan import (
+    graphs as graph_stand_ins,
 )
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice

@@ -23,11 +23,13 @@ def test_a_capture_reuses_its_own_freed_blocks_and_keeps_them_from_the_device() 
     address = scratch.address
     model.free(scratch)
     output = model.malloc(4 * MiB, 7)
-    assert output is not None and output.address == address
+    assert output is not None
+    assert output.address == address
     model.end_allocate_to_pool(POOL)
     model.free(output)
     outside = model.malloc(4 * MiB, 7)
-    assert outside is not None and outside.pool is model.large_blocks
+    assert outside is not None
+    assert outside.pool is model.large_blocks
     assert model.reserved_bytes.current == 40 * MiB  # the pool's 20 MiB segment and a new one
 
 
@@ -36,9 +38,11 @@ def test_only_the_streams_the_capture_accepts_allocate_into_its_pool() -> None:
     model = _model()
     model.begin_allocate_to_pool(POOL, lambda stream: stream == 7)
     other = model.malloc(4 * MiB, 0)
-    assert other is not None and other.pool is model.large_blocks
+    assert other is not None
+    assert other.pool is model.large_blocks
     captured = model.malloc(4 * MiB, 7)
-    assert captured is not None and captured.pool.owner == POOL
+    assert captured is not None
+    assert captured.pool.owner == POOL
 
 
 def test_an_unused_pool_gives_its_segments_back_when_the_cache_is_emptied() -> None:
