@@ -146,10 +146,19 @@ class Block:
 class BlockPool:
     """Mirrors ``struct BlockPool``: the free blocks of one pool, best-fit ordered."""
 
-    __slots__ = ("blocks", "get_free_blocks_call_count", "is_small", "keys", "ukeys", "unmapped")
+    __slots__ = (
+        "blocks",
+        "get_free_blocks_call_count",
+        "is_small",
+        "keys",
+        "owner",
+        "ukeys",
+        "unmapped",
+    )
 
-    def __init__(self, is_small: bool) -> None:
+    def __init__(self, is_small: bool, owner: tuple[int, int] = (0, 0)) -> None:
         self.is_small = is_small
+        self.owner = owner  # the private pool's id (``owner_MempoolId``); (0, 0): the device's
         self.keys: list[tuple[int, int, int]] = []  # (stream, size, address), sorted
         self.blocks: dict[int, Block] = {}  # address -> free mapped block
         self.ukeys: list[tuple[int, int]] = []  # (stream, address), sorted
@@ -187,3 +196,17 @@ def segment_blocks(head: Block) -> list[Block]:
         found.append(block)
         block = block.next
     return found
+
+
+class PrivatePool:
+    """Mirrors ``struct PrivatePool``: a CUDA graph's or ``MemPool``'s own pair of pools. Its
+    segments serve only allocations made into it, and stay reserved until no graph or pool
+    uses it (``use_count`` 0) and the cache is emptied."""
+
+    __slots__ = ("id", "large_blocks", "small_blocks", "use_count")
+
+    def __init__(self, pool_id: tuple[int, int]) -> None:
+        self.id = pool_id
+        self.large_blocks = BlockPool(is_small=False, owner=pool_id)
+        self.small_blocks = BlockPool(is_small=True, owner=pool_id)
+        self.use_count = 1

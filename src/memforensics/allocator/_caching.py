@@ -1,10 +1,11 @@
 """The caching allocator's decisions, method by method as ``DeviceCachingAllocator`` makes them.
 
 Every method carries the name of the C++ function it mirrors in
-``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. What the model leaves out, on
-purpose: CUDA graph private pools, IPC, the free-memory callbacks registry (no effect on
-placement), and timing (a freed block used by another stream completes its free at the next
-``process_events`` here, which in PyTorch happens whenever its event has fired). The device is
+``c10/cuda/CUDACachingAllocator.cpp``; read them side by side. Private pools (a CUDA graph's,
+a ``MemPool``'s) are kept as PyTorch keeps them. What the model leaves out, on purpose: IPC,
+the free-memory callbacks registry (no effect on placement), and timing (a freed block used
+by another stream completes its free at the next ``process_events`` here, which in PyTorch
+happens whenever its event has fired). The device is
 two numbers: ``capacity`` (bytes ``cudaMalloc`` / ``cuMemCreate`` can still get for this process,
 i.e. the limit less memory outside PyTorch) and ``allowed`` (``set_per_process_memory_fraction``'s
 limit, None when unset, which also leaves ``garbage_collection_threshold`` inert, as in PyTorch).
@@ -28,6 +29,7 @@ from memforensics.allocator._blocks import (
     Block,
     BlockPool,
     ExpandableSegment,
+    PrivatePool,
 )
 from memforensics.allocator._settings import (
     NO_LIMIT,
@@ -118,6 +120,10 @@ class DeviceCachingAllocator:
         self._rounded: dict[int, int] = {}  # round_size per request size (settings are fixed)
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
+        self.graph_pools: dict[tuple[int, int], PrivatePool] = {}
+        self.graph_pools_freeable: dict[tuple[int, int], PrivatePool] = {}
+        # (pool id, which streams' allocations go to it), as ``beginAllocateToPool`` adds them
+        self.captures_underway: list[tuple[tuple[int, int], Callable[[int], bool]]] = []
         self.active_blocks: dict[int, Block] = {}
         self.pending: list[Block] = []  # freed, waiting for other streams (cuda_events)
         self.expandable_segments: list[ExpandableSegment] = []
@@ -148,7 +154,13 @@ class DeviceCachingAllocator:
                 size = self.round_size(orig_size)
                 if len(self._rounded) < _ROUNDED_KEPT:
                     self._rounded[orig_size] = size
-        pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+        pool = (
+            self.get_pool(size, stream)
+            if self.captures_underway  # a private pool's, while a capture is underway
+            else self.small_blocks
+            if size <= K_SMALL_SIZE
+            else self.large_blocks
+        )
         block = self.get_free_block(size, stream, pool)
         alloc_size = 0
         if block is None:
@@ -202,6 +214,65 @@ class DeviceCachingAllocator:
             block.event_count = 0
             self.pending.remove(block)
             self.free_block(block)
+
+    # -- private pools (CUDA graphs, ``MemPool``)
+
+    def get_pool(self, size: int, stream: int) -> BlockPool:
+        """Mirrors ``get_pool``: a private pool's while an allocation to it is underway on
+        ``stream``, else the device's."""
+        for pool_id, accepts in self.captures_underway:
+            if accepts(stream):
+                private = self.graph_pools[pool_id]
+                return private.small_blocks if size <= K_SMALL_SIZE else private.large_blocks
+        return self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+
+    def create_or_incref_pool(self, pool_id: tuple[int, int]) -> None:
+        """Mirrors ``create_or_incref_pool``: a new pool used once, or one more use of it."""
+        private = self.graph_pools.get(pool_id)
+        if private is None:
+            self.graph_pools[pool_id] = PrivatePool(pool_id)
+        else:
+            private.use_count += 1
+
+    def begin_allocate_to_pool(
+        self, pool_id: tuple[int, int], accepts: Callable[[int], bool]
+    ) -> None:
+        """Mirrors ``beginAllocateToPool`` (a graph's capture, ``use_mem_pool``): allocations
+        on the streams ``accepts`` go to the pool until :meth:`end_allocate_to_pool`."""
+        self.create_or_incref_pool(pool_id)
+        if any(found == pool_id for found, _ in self.captures_underway):
+            raise ValueError("beginAllocateToPool: already recording to mempool_id")
+        self.captures_underway.append((pool_id, accepts))
+
+    def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
+        """Mirrors ``endAllocateToPool``."""
+        for i, (found, _) in enumerate(self.captures_underway):
+            if found == pool_id:
+                del self.captures_underway[i]
+                return
+        raise ValueError("endAllocatePool: not currently recording to mempool_id")
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """Mirrors ``releasePool`` (a graph reset or deleted, a ``MemPool`` gone): one use
+        less; unused, the pool's free segments go back at the next ``release_cached_blocks``."""
+        private = self.graph_pools.get(pool_id)
+        if private is None:
+            return
+        private.use_count -= 1
+        if private.use_count == 0:
+            self.graph_pools_freeable[pool_id] = private
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        """Mirrors ``getPoolUseCount`` (0 for a pool never used)."""
+        private = self.graph_pools.get(pool_id)
+        return private.use_count if private is not None else 0
+
+    def _pools(self) -> list[BlockPool]:
+        """The device's pools and every private pool's."""
+        pools = [self.small_blocks, self.large_blocks]
+        for private in self.graph_pools.values():
+            pools += [private.small_blocks, private.large_blocks]
+        return pools
 
     # -- sizes
 
@@ -604,12 +675,36 @@ class DeviceCachingAllocator:
         self.release_block(block)
         return True
 
-    def release_cached_blocks(self) -> bool:
-        """Mirrors ``release_cached_blocks``: sync frees, then release every unsplit block."""
+    def release_cached_blocks(self, pool_id: tuple[int, int] | None = None) -> bool:
+        """Mirrors ``release_cached_blocks``: sync frees, then release every unsplit block of
+        the device's pools and of the private pools no graph or pool uses any more; with
+        ``pool_id`` (``emptyCache(mempool_id)``), only that private pool's."""
+        if pool_id is not None:
+            private = self.graph_pools.get(pool_id)
+            if private is not None:
+                self.release_blocks(private.small_blocks)
+                self.release_blocks(private.large_blocks)
+                if pool_id in self.graph_pools_freeable and not self._holds_segments(private):
+                    del self.graph_pools[pool_id]
+                    del self.graph_pools_freeable[pool_id]
+            return True
         self.synchronize_and_free_events()
         self.release_blocks(self.large_blocks)
         self.release_blocks(self.small_blocks)
+        for freeable, private in list(self.graph_pools_freeable.items()):
+            self.release_blocks(private.small_blocks)
+            self.release_blocks(private.large_blocks)
+            if not self._holds_segments(private):
+                del self.graph_pools[freeable]
+                del self.graph_pools_freeable[freeable]
         return True
+
+    def _holds_segments(self, private: PrivatePool) -> bool:
+        """Whether any segment of the device is the private pool's (its ``cudaMalloc_count``)."""
+        pools = (private.small_blocks, private.large_blocks)
+        return any(pool.blocks or pool.unmapped for pool in pools) or any(
+            block.pool in pools for block in self.active_blocks.values()
+        )
 
     def release_blocks(self, pool: BlockPool) -> None:
         """Mirrors ``release_blocks``: unsplit segments go back; expandable pages are unmapped."""
@@ -669,7 +764,7 @@ class DeviceCachingAllocator:
         contiguous mapped range, as ``snapshot()`` does."""
         heads = [
             block
-            for pool in (self.small_blocks, self.large_blocks)
+            for pool in self._pools()
             for block in pool.blocks.values()
             if block.prev is None or not block.prev.mapped
         ]
@@ -684,7 +779,7 @@ class DeviceCachingAllocator:
         """Bytes and count of free blocks in split, non-expandable segments (PyTorch's stat)."""
         holes = [
             block.size
-            for pool in (self.small_blocks, self.large_blocks)
+            for pool in self._pools()
             for block in pool.blocks.values()
             if block.is_split() and block.expandable is None
         ]

@@ -113,6 +113,12 @@ def stream_class(device: PlannedDevice) -> type:
         def __hash__(self) -> int:
             return hash(self.cuda_stream)
 
+        @staticmethod
+        def priority_range() -> tuple[int, int]:
+            """CUDA's (least, greatest) priority, clamped to the priorities PyTorch's stream
+            pools are built for, as ``CUDAStream::priority_range`` answers."""
+            return PRIORITY_RANGE
+
         def __repr__(self) -> str:
             return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.cuda_stream:#x}>"
 
@@ -150,6 +156,33 @@ class Streams:
             yield stream
         finally:
             self.device.stream = outer
+
+
+PRIORITY_RANGE = (0, -3)
+"""``cudaDeviceGetStreamPriorityRange``'s (0, -5) on current GPUs, clamped by PyTorch to its
+``max_compile_time_stream_priorities`` (4) less one."""
+
+
+class Cudart:
+    """``torch.cuda._cudart``, what ``torch.cuda.cudart()`` returns and ``check_error``
+    reads, on the planned device: the profiler's start and stop (what
+    ``torch.cuda.profiler.profile()`` and Nsight Systems' capture ranges call) succeed and
+    record nothing."""
+
+    def cudaProfilerStart(self) -> int:  # the runtime's own name
+        return 0  # cudaSuccess
+
+    def cudaProfilerStop(self) -> int:  # the runtime's own name
+        return 0  # cudaSuccess
+
+    class cudaError:  # the runtime's own name
+        success = 0
+
+        def __init__(self, code: int) -> None:
+            self.code = code
+
+    def cudaGetErrorString(self, error: object) -> str:  # the runtime's own name
+        return "no error"
 
 
 def noop() -> Callable[..., None]:
@@ -198,10 +231,6 @@ class Nvtx:
 
 NOT_CACHING = (
     "the caching allocator stays on in a plan: caching_allocator_enable(False) is not modelled"
-)
-PRIVATE_POOL = (
-    "a private memory pool is not modelled in a plan: its allocations are counted in the "
-    "device's own pool"
 )
 PLUGGABLE = "a pluggable allocator is out of scope: the plan models PyTorch's own caching allocator"
 
@@ -316,10 +345,13 @@ class Answers:
         """Pinned host memory is not modelled: what torch answers before it pins any."""
         return {}
 
-    def segments(self, mempool_id: object = None, include_traces: bool = True) -> list[Any]:
-        """``memory_snapshot()``: the segments of the predicted snapshot."""
+    def segments(self, mempool_id: Any = None, include_traces: bool = True) -> list[Any]:
+        """``memory_snapshot()``: the segments of the predicted snapshot; with ``mempool_id``,
+        those of that private pool (a ``MemPool``'s, a CUDA graph's)."""
         found: list[Any] = self.device.snapshot()["segments"]
-        return found
+        if mempool_id is None:
+            return found
+        return [s for s in found if tuple(s["segment_pool_id"]) == tuple(mempool_id)]
 
     def processes(self, device: object = None) -> str:
         """``list_gpu_processes``: this process, holding what it reserved and its context."""
@@ -351,11 +383,6 @@ class Answers:
     @contextlib.contextmanager
     def caching_disabled(self) -> Iterator[None]:
         self.caching(False)
-        yield
-
-    @contextlib.contextmanager
-    def pool_used(self, pool: object, device: object = None) -> Iterator[None]:
-        self.notes.once("pool", PRIVATE_POOL)
         yield
 
     # -- history and snapshots
@@ -419,25 +446,6 @@ def _torch_table(stats: dict[str, int]) -> str:
         return str(_SUMMARY(0, abbreviated=True))
     finally:
         memory.memory_stats = answering
-
-
-class MemPool:
-    """``torch.cuda.MemPool`` in a plan: an id and a snapshot, no private pool (the plan counts
-    its allocations in the device's own pool)."""
-
-    made = 0
-
-    def __init__(self, allocator: object = None, use_on_oom: bool = False, no_split: bool = False):
-        MemPool.made += 1
-        self.id = (0, MemPool.made)
-        self.allocator = allocator
-
-    def use_count(self) -> int:
-        return 1
-
-    def snapshot(self, include_traces: bool = True) -> list[Any]:
-        segments: Callable[..., list[Any]] = torch.cuda.memory_snapshot  # the plan's answer
-        return segments(self.id)
 
 
 def pluggable(*args: Any, **kwargs: Any) -> None:

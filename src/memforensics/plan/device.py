@@ -224,11 +224,13 @@ class PlannedDevice:
         allocated = allocator.allocated_bytes.current
         total = self.spec.total_bytes
         in_use = total - oom.device_free
+        allowed = allocator.allowed
+        limit = f"{_format_size(allowed)} allowed; " if allowed is not None else ""
         message = (
             f"CUDA out of memory. Tried to allocate {_format_size(oom.alloc_size)}. "
             f"GPU {self.index} has a total capacity of {_format_size(total)} of which "
             f"{_format_size(oom.device_free)} is free. Including non-PyTorch memory, this "
-            f"process has {_format_size(in_use)} memory in use. Of the allocated memory "
+            f"process has {_format_size(in_use)} memory in use. {limit}Of the allocated memory "
             f"{_format_size(allocated)} is allocated by PyTorch, and "
             f"{_format_size(reserved - allocated)} is reserved by PyTorch but unallocated. If "
             "reserved but unallocated memory is large try setting "
@@ -236,7 +238,6 @@ class PlannedDevice:
             "documentation for Memory Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
         )
-        allowed = allocator.allowed
         args = (
             self.index,
             oom.alloc_size,
@@ -280,6 +281,37 @@ class PlannedDevice:
         with self._lock:
             self._drain()
             self._allocator.empty_cache()
+
+    # -- private pools: a CUDA graph's capture, ``use_mem_pool``
+
+    def create_pool(self, pool_id: tuple[int, int]) -> None:
+        """A private pool used once (a ``MemPool`` made), or one more use of it."""
+        with self._lock:
+            self._allocator.create_or_incref_pool(pool_id)
+
+    def begin_pool(self, pool_id: tuple[int, int], accepts: Callable[[int], bool]) -> None:
+        """Allocations on the streams ``accepts`` go to the private pool ``pool_id`` (made on
+        first use) until :meth:`end_pool`."""
+        with self._lock:
+            self._drain()
+            self._allocator.begin_allocate_to_pool(pool_id, accepts)
+
+    def end_pool(self, pool_id: tuple[int, int]) -> None:
+        with self._lock:
+            self._allocator.end_allocate_to_pool(pool_id)
+
+    def release_pool(self, pool_id: tuple[int, int], *, empty: bool = False) -> None:
+        """One use of the pool less (a graph reset, ``use_mem_pool`` left, a ``MemPool``
+        gone); ``empty``: its free segments go back now, as a ``MemPool``'s do."""
+        with self._lock:
+            self._drain()
+            self._allocator.release_pool(pool_id)
+            if empty:
+                self._allocator.release_cached_blocks(pool_id)
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        with self._lock:
+            return self._allocator.pool_use_count(pool_id)
 
     def set_memory_fraction(self, fraction: float) -> None:
         """``set_per_process_memory_fraction``: caps the allocator at that share of the device."""

@@ -103,9 +103,23 @@ _IN_PLACE_ON_CUDA = frozenset(
 )
 
 
+def _index(device: Any) -> bool:
+    """Whether ``device`` is a bare device index (``torch.device(0)``, ``.to(0)``,
+    ``device=0``, as Accelerate's ``device_map`` names them): on a CUDA build an index names
+    a CUDA device, so under the plan the planned one. ``True`` is a flag, not an index."""
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+def _as_device(device: Any) -> Any:
+    """``device`` with a bare index read as the CUDA device it names."""
+    return torch.device("cuda", device) if _index(device) else device
+
+
 def is_cuda_device(device: Any) -> bool:
     """True for what the script means as the CUDA device: ``"cuda"``, ``"cuda:0"``,
-    ``torch.device("cuda")``."""
+    ``torch.device("cuda")``, ``0``."""
+    if _index(device):
+        return True
     if isinstance(device, torch.device):
         return bool(device.type == "cuda")
     if isinstance(device, str):
@@ -126,6 +140,8 @@ def _named(device: Any) -> bool | None:
     elsewhere."""
     if device is GHOST_DEVICE:
         return True
+    if _index(device):
+        return False
     if isinstance(device, torch.device):
         kind = device.type
         return False if kind in ("cuda", "meta") else None
@@ -142,7 +158,9 @@ def _on_meta(device: Any) -> Any:
 
 def _made_device(args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
     """``torch.device(...)`` called by the script: its own ``meta`` is :data:`GHOST_DEVICE`,
-    unless it copies a stand-in's device."""
+    unless it copies a stand-in's device; a bare index is the CUDA device it names."""
+    if len(args) == 1 and not kwargs and _index(args[0]):
+        return torch.device("cuda", args[0])
     made = torch.device(*args, **kwargs)
     first = args[0] if args else kwargs.get("type")
     if made == GHOST_DEVICE and (isinstance(first, str) or first is GHOST_DEVICE):
@@ -276,6 +294,10 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         current = _default.CURRENT_DEVICE  # set_default_device's, which this mode sits above
         if current is not None and kwargs.get("device") is None and func in self._constructors:
             kwargs["device"] = current
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = (
+                False  # pinned host memory is not modelled; the CPU build has none
+            )
         if "device" in kwargs:
             placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])
@@ -334,6 +356,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Module.to``'s reading of its arguments: the script's own ``meta`` stays
         :data:`GHOST_DEVICE`, so the module's tensors go there as ghosts."""
+        if args:
+            args = (_as_device(args[0]), *args[1:])
         parsed = _PARSE_TO(*args, **kwargs)
         if placing or self._destination(args):
             return (GHOST_DEVICE, *parsed[1:])
@@ -352,7 +376,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
                 kwargs["copy"] = True
         elif placing is False and tensor.is_meta:
             raise NotImplementedError(_NO_DATA)
-        args = tuple(_on_meta(a) for a in args)
+        args = (args[0], *(_on_meta(_as_device(a)) for a in args[1:2]), *args[2:])
         if placing is None:
             return self._to(*args, **kwargs)
         return self.ghosts.placed(placing, self._to, *args, **kwargs)
@@ -638,8 +662,20 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             raise self._oom(message)
         return block
 
+    def clear_workspaces(self) -> None:
+        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's workspace freed; the next
+        matrix multiply on a stream takes a new one."""
+        blocks = list(self._workspaces.values())
+        self._workspaces.clear()
+        for block in blocks:
+            self.device.free(block)
+
     def _workspace(self, backward: bool) -> None:
-        key: object = _BACKWARD if backward else threading.get_ident()
+        """cuBLAS's workspace, one per handle (thread) and stream (``getCurrentCUDABlasHandle``
+        keys it so): a matrix multiply on a new stream, a CUDA graph's capture stream
+        included, takes its own."""
+        thread: object = _BACKWARD if backward else threading.get_ident()
+        key = (thread, self.device.stream)
         if key not in self._workspaces and self.workspace_bytes:
             self._workspaces[key] = self.malloc(self.workspace_bytes)
 

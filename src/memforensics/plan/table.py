@@ -27,8 +27,12 @@ from memforensics.plan import (
     standins,
     values,
 )
+from memforensics.plan import (
+    graphs as graph_stand_ins,
+)
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
+from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced
 
 R = Replacement
@@ -40,6 +44,11 @@ LOCAL = (
 )
 NO_OP = "one timeline, no kernels: nothing to wait for, nothing to record"
 MODEL = "the allocator model answers it"
+POOLS = "the allocator model's private pool, as PyTorch's: only its allocations use it"
+GRAPHS = (
+    "a capture allocates into the graph's private pool, as on CUDA; a replay runs nothing and "
+    "allocates nothing"
+)
 STREAMS = (
     "each stream has its own id; what is allocated while one is current is on it, in the "
     "allocator model's pool for that stream"
@@ -51,8 +60,21 @@ def _found(owner: Any, name: str) -> Any:
     return getattr(owner, name, None)
 
 
+def _method(bound: Callable[..., Any]) -> Callable[..., Any]:
+    """``bound`` as a method of a class: a bound method set on a class is not bound again to
+    the instance it is read from, so ``tensor.method(x)`` would lose ``tensor``."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return bound(self, *args, **kwargs)
+
+    return method
+
+
 def _device_rows(
-    answers: Answers, streams: cuda.Streams, world: distributed.World
+    answers: Answers,
+    streams: cuda.Streams,
+    world: distributed.World,
+    storage: emulate.StorageMode,
 ) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
@@ -72,6 +94,14 @@ def _device_rows(
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
         R(c, "synchronize", cuda.noop(), NO_OP),
         R(c, "ipc_collect", cuda.noop(), NO_OP),
+        R(
+            torch._C,
+            "_cuda_clearCublasWorkspaces",
+            storage.clear_workspaces,
+            "cuBLAS's workspaces, one per stream, freed as the CUDA build frees them",
+            added=True,
+        ),
+        R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
         R(c, "Event", cuda.Stream, NO_OP),
@@ -91,6 +121,28 @@ def _device_rows(
             "_cuda_attach_out_of_memory_observer",
             answers.device.attach_oom_observer,
             "memforensics.install() in the script observes the predicted OOM",
+            added=True,
+        ),
+    ]
+
+
+def _graph_rows(graphs: Graphs) -> list[Replacement]:
+    """CUDA graphs, under every name torch's own Python reads them by (``torch.cuda.graph``
+    and ``make_graphed_callables`` call them as module globals of ``torch.cuda.graphs``)."""
+    cuda_graphs = torch.cuda.graphs
+    graph = graphs.graph_class()
+    return [
+        R(torch.cuda, "CUDAGraph", graph, GRAPHS),
+        R(cuda_graphs, "CUDAGraph", graph, GRAPHS),
+        R(cuda_graphs, "_graph_pool_handle", graphs.handle, GRAPHS),
+        R(torch._C, "_graph_pool_handle", graphs.handle, GRAPHS),
+        R(cuda_graphs, "_cuda_isCurrentStreamCapturing", graphs.capturing, GRAPHS),
+        R(torch._C, "_cuda_isCurrentStreamCapturing", graphs.capturing, GRAPHS),
+        R(
+            torch._C,
+            "_host_emptyCache",
+            cuda.noop(),
+            "pinned host memory is not modelled (torch.cuda.graph empties its cache)",
             added=True,
         ),
     ]
@@ -119,7 +171,7 @@ def _rng_rows() -> list[Replacement]:
     ]
 
 
-def _memory_rows(answers: Answers) -> list[Replacement]:
+def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
     """Every memory function of ``torch.cuda.memory``, under both names a script calls it by."""
     a = answers
     functions: list[tuple[str, Any, str, bool]] = [
@@ -163,8 +215,8 @@ def _memory_rows(answers: Answers) -> list[Replacement]:
             False,
         ),
         ("reset_peak_host_memory_stats", a.nothing, "pinned host memory is not modelled", False),
-        ("MemPool", cuda.MemPool, cuda.PRIVATE_POOL, False),
-        ("use_mem_pool", a.pool_used, cuda.PRIVATE_POOL, False),
+        ("MemPool", graphs.mem_pool_class(), POOLS, False),
+        ("use_mem_pool", graphs.use_mem_pool, POOLS, False),
     ]
     rows = [
         R(module, name, value, why, needed)
@@ -346,7 +398,12 @@ def _torch_rows(
             chooser = choices.with_meta(getattr(owner, name, list))
             rows.append(R(owner, name, chooser, "optimizers take CUDA's foreach default"))
     rows += [
-        R(torch.Tensor, "record_stream", storage.record_stream, "the block is used on that stream"),
+        R(
+            torch.Tensor,
+            "record_stream",
+            _method(storage.record_stream),
+            "the block is used on that stream",
+        ),
         R(
             torch.UntypedStorage,
             "resize_",
@@ -444,9 +501,11 @@ def table(
     """Every attribute a planned run replaces, in the order it applies them."""
     streams = cuda.Streams(answers.device)
     world = distributed.World.from_env()
+    graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
-        *_device_rows(answers, streams, world),
-        *_memory_rows(answers),
+        *_device_rows(answers, streams, world, storage),
+        *_graph_rows(graphs),
+        *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
         *_distributed_rows(answers.device, storage),

@@ -153,7 +153,7 @@ def segment_dict(head: Block, device: int, frames: FrameLists) -> dict[str, Any]
         "requested_size": sum(b["requested_size"] for b in active),
         "stream": head.stream,
         "segment_type": "small" if head.pool.is_small else "large",
-        "segment_pool_id": (0, 0),
+        "segment_pool_id": head.pool.owner,
         "is_expandable": head.expandable is not None,
         "frames": frames(stack),
         "blocks": blocks,

@@ -1,0 +1,240 @@
+"""CUDA's runtime objects under the real ``memforensics plan``: streams and ``record_stream``,
+bare device indices, the per-process memory fraction, CUDA graphs and memory pools, pinned
+memory and the profiler's start and stop. Each script is of a shape that real training and
+inference code uses, and each test checks what the user reads: it runs, and the figures are
+the ones CUDA's caching allocator gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+WORKSPACE = 8_519_680
+"""cuBLAS's workspace on capability 8.0, one per stream."""
+
+
+def _facts(folder: Path) -> dict[str, object]:
+    """Run ``train.py`` under plan; the JSON line the script printed first."""
+    done = plan(folder, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
+    return found
+
+
+STREAMS = """
+import json
+import torch
+side = torch.cuda.Stream(priority=-1)
+least, greatest = torch.cuda.Stream.priority_range()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    x = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+x.record_stream(torch.cuda.current_stream())
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+torch.cuda.current_stream().wait_stream(side)
+end.record()
+end.synchronize()
+torch.cuda.synchronize(torch.device("cuda:0"))
+kept = torch.cuda.memory_allocated()
+del x
+print(json.dumps({"kept": kept, "after": torch.cuda.memory_allocated(),
+                  "range": [least, greatest], "priority": side.priority,
+                  "elapsed": start.elapsed_time(end)}))
+"""
+
+
+def test_record_stream_and_side_streams_run_and_count(tmp_path: Path) -> None:
+    """``tensor.record_stream(stream)`` on a side stream's tensor runs (it raised a TypeError),
+    the tensor is counted until it is freed, and priorities and events answer as CUDA's."""
+    script(tmp_path, STREAMS)
+    facts = _facts(tmp_path)
+    assert (facts["kept"], facts["after"]) == (4 * MiB, 0)
+    assert facts["range"] == [0, -3]
+    assert facts["priority"] == -1
+    assert facts["elapsed"] == 0.0
+
+
+INDICES = """
+import json
+import torch
+device = torch.device(0)
+model = torch.nn.Linear(1024, 1024).to(0)
+made = torch.empty(1024, device=0)
+moved = torch.ones(1024).to(0, torch.float16, True)
+print(json.dumps({"device": str(device), "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_bare_device_index_is_the_planned_cuda_device(tmp_path: Path) -> None:
+    """``torch.device(0)``, ``module.to(0)``, ``device=0`` and ``tensor.to(0, ...)`` (Accelerate's
+    ``device_map`` names devices so) are the planned CUDA device, counted there, where they
+    raised "Cannot access accelerator device"."""
+    script(tmp_path, INDICES)
+    facts = _facts(tmp_path)
+    assert facts["device"] == "cuda:0"
+    weights = 1024 * 1024 * 4 + 1024 * 4
+    assert facts["allocated"] == weights + 1024 * 4 + 1024 * 2
+
+
+FRACTION = """
+import sys
+import torch
+torch.cuda.set_per_process_memory_fraction(float(sys.argv[1]))
+kept = [torch.empty(128 << 20, dtype=torch.uint8, device="cuda") for _ in range(16)]
+"""
+
+
+def test_the_memory_fraction_is_the_allocators_limit(tmp_path: Path) -> None:
+    """Under ``set_per_process_memory_fraction(0.01)`` on an 80 GiB device (819.2 MiB allowed)
+    sixteen 128 MiB tensors run out at the seventh, with PyTorch's message saying what is
+    allowed; the same script under a fraction of 1.0 fits."""
+    script(tmp_path, FRACTION)
+    device = ("--device-memory", "80GiB", "--device-capability", "8.0", "--json")
+    doc = json.loads(plan(tmp_path, *device, "train.py", "0.01").stdout)
+    assert doc["fits"] is False
+    assert doc["peak_allocated_bytes"] == 6 * 128 * MiB
+    assert "Tried to allocate 128.00 MiB" in doc["oom_message"]
+    assert "819.20 MiB allowed; Of the allocated memory 768.00 MiB" in doc["oom_message"]
+    whole = json.loads(plan(tmp_path, *device, "train.py", "1.0").stdout)
+    assert whole["fits"] is True
+    assert whole["peak_allocated_bytes"] == 16 * 128 * MiB
+
+
+GRAPH = """
+import json
+import torch
+model = torch.nn.Sequential(
+    torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+).cuda()
+static_x = torch.randn(256, 1024, device="cuda")
+with torch.no_grad():
+    model(static_x)  # warm-up on the default stream: its cuBLAS workspace
+torch.cuda.empty_cache()
+before = torch.cuda.memory_allocated()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    capturing = torch.cuda.is_current_stream_capturing()
+    with torch.no_grad():
+        static_y = model(static_x)
+captured = torch.cuda.memory_allocated()
+reserved = torch.cuda.memory_reserved()
+for _ in range(5):
+    static_x.copy_(torch.ones(256, 1024, device="cuda"))
+    g.replay()
+torch.cuda.empty_cache()
+replayed = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+pools = {str(tuple(s["segment_pool_id"])) for s in torch.cuda.memory_snapshot()}
+del static_y
+g.reset()
+torch._C._cuda_clearCublasWorkspaces()
+torch.cuda.empty_cache()
+print(json.dumps({
+    "capturing": [capturing, torch.cuda.is_current_stream_capturing()],
+    "output": captured - before, "reserved": reserved, "replayed": list(replayed),
+    "pools": sorted(pools),
+    "gone": [torch.cuda.memory_allocated() - before, torch.cuda.memory_reserved()],
+}))
+"""
+
+
+def test_a_cuda_graphs_capture_lives_in_its_private_pool_and_replay_allocates_nothing(
+    tmp_path: Path,
+) -> None:
+    """``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` run: the capture keeps its static output
+    and its capture stream's cuBLAS workspace allocated (the 4 MiB hidden activation is freed
+    inside it) while its pool's segments stay reserved through ``empty_cache``; five replays
+    allocate nothing; after ``reset``, clearing cuBLAS's workspaces and ``empty_cache`` the
+    pool's memory is back."""
+    script(tmp_path, GRAPH)
+    facts = _facts(tmp_path)
+    assert facts["capturing"] == [True, False]
+    assert facts["output"] == 1 * MiB + WORKSPACE
+    replayed = facts["replayed"]
+    assert isinstance(replayed, list)
+    assert replayed[0] == facts["output"] + _weights_and_input()
+    assert replayed[1] == facts["reserved"]  # the pool's segment is kept; the ones() was freed
+    assert facts["pools"] == ["(0, 0)", "(1, 0)"]
+    gone = facts["gone"]
+    assert isinstance(gone, list)
+    assert gone[0] == -WORKSPACE  # both streams' workspaces cleared: the default's was before
+    assert gone[1] < replayed[1]
+
+
+def _weights_and_input() -> int:
+    """The model's parameters, the static input and the default stream's cuBLAS workspace."""
+    weights = (1024 * 4096 + 4096 + 4096 * 1024 + 1024) * 4
+    return weights + 256 * 1024 * 4 + WORKSPACE
+
+
+GRAPHED = """
+import json
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                            torch.nn.Linear(2048, 512)).cuda()
+x = torch.randn(64, 512, device="cuda")
+graphed = torch.cuda.make_graphed_callables(model, (x,), pool=torch.cuda.graph_pool_handle())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    graphed(x).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+pool = torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(pool):
+    pooled = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+segments = pool.snapshot()
+in_pool = sorted(s["total_size"] for s in segments)
+del pooled
+outside = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+reused = any(s["address"] <= outside.data_ptr() < s["address"] + s["total_size"]
+             for s in segments)
+before = torch.cuda.memory_reserved()
+del pool
+print(json.dumps({"in_pool": in_pool, "reused": reused,
+                  "freed": before - torch.cuda.memory_reserved()}))
+"""
+
+
+def test_graphed_callables_train_and_a_mem_pool_keeps_its_segments_to_itself(
+    tmp_path: Path,
+) -> None:
+    """``make_graphed_callables`` trains for three steps under plan; a ``MemPool`` used with
+    ``use_mem_pool`` holds its 3 MiB tensor in a 20 MiB segment of its own, which a later
+    allocation outside cannot reuse even once free, and which goes back when the pool is
+    gone."""
+    script(tmp_path, GRAPHED)
+    facts = _facts(tmp_path)
+    assert facts["in_pool"] == [20 * MiB]
+    assert facts["reused"] is False
+    assert facts["freed"] == 20 * MiB
+
+
+PINNED = """
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+staging = torch.empty(1024, pin_memory=True)
+with torch.cuda.profiler.profile():
+    torch.cuda.cudart().cudaProfilerStart()
+data = TensorDataset(torch.randn(64, 32), torch.randint(0, 10, (64,)))
+seen = 0
+for xb, yb in DataLoader(data, batch_size=16, pin_memory=True, num_workers=2):
+    xb, yb = xb.cuda(non_blocking=True), yb.to("cuda", non_blocking=True)
+    seen += xb.shape[0]
+print(json.dumps({"seen": seen, "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_pinned_host_memory_and_the_profilers_range_run_unchanged(tmp_path: Path) -> None:
+    """``pin_memory=True`` in a factory and in a two-worker ``DataLoader``, and the CUDA
+    profiler's start and stop, run under plan; every batch arrives and the last one is on the
+    device (16x32 floats and 16 int64 labels, each rounded to 512 bytes)."""
+    script(tmp_path, PINNED)
+    facts = _facts(tmp_path)
+    assert facts == {"seen": 64, "allocated": 2048 + 512}
