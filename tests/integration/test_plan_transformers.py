@@ -149,3 +149,32 @@ def test_beam_search_runs_to_max_new_tokens(tmp_path: Path) -> None:
     grown = json.loads(long.stdout)["peak_allocated_bytes"]
     grown -= json.loads(short.stdout)["peak_allocated_bytes"]
     assert grown >= 2 * cache_per_position * (200 - 8)  # two layers
+
+
+FROM_PRETRAINED = """
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+config = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                     max_position_embeddings=256)
+LlamaForCausalLM(config).save_pretrained("tiny-llama")
+model = AutoModelForCausalLM.from_pretrained("tiny-llama", device_map="cuda",
+                                             dtype=torch.bfloat16)
+held = [*model.parameters(), *model.buffers()]
+blocks = sum(-(-t.numel() * t.element_size() // 512) * 512 for t in held)  # allocator's rounding
+print("loaded", torch.cuda.memory_allocated(), "blocks", blocks, "dtype", held[0].dtype)
+"""
+
+
+def test_from_pretrained_onto_cuda_loads_the_weights_onto_the_planned_device(
+    tmp_path: Path,
+) -> None:
+    """from_pretrained(device_map="cuda", dtype=bfloat16), which loads the checkpoint's tensors
+    from a thread pool, puts exactly the model's bfloat16 weights and buffers on the planned
+    device, each in its own 512-byte-rounded block."""
+    script(tmp_path, FROM_PRETRAINED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.split("loaded ")[1].split()
+    assert int(line[0]) == int(line[2]) > 0
+    assert line[4] == "torch.bfloat16"
