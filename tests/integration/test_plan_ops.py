@@ -163,3 +163,30 @@ def test_a_gradient_summed_over_the_batch_stages_as_the_real_gpu_did(tmp_path: P
         ("alloc", 24), ("free_requested", 24), ("free_completed", 24),
     ]  # fmt: skip
     assert ("free_requested", 50_331_648) in events[start + 4 :]
+
+
+THREADS = """
+from concurrent.futures import ThreadPoolExecutor
+import threading
+import torch
+
+def load(n):
+    return torch.ones(n, 1024, device="cuda")  # 4 KiB a row
+
+with ThreadPoolExecutor(max_workers=2) as pool:
+    loaded = list(pool.map(load, [256, 512]))
+seen = []
+worker = threading.Thread(target=lambda: seen.append(torch.zeros(4).device.type))
+worker.start()
+worker.join()
+print("threads", torch.cuda.memory_allocated(), [t.shape[0] for t in loaded], seen)
+"""
+
+
+def test_tensors_a_thread_puts_on_cuda_are_on_the_planned_device(tmp_path: Path) -> None:
+    """Tensors a thread pool makes on "cuda" (as Hugging Face loads a checkpoint) are stand-ins
+    held by the planned device, 3 MiB here, and a thread's CPU tensors stay on the CPU."""
+    script(tmp_path, THREADS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert f"threads {3 * MiB} [256, 512] ['cpu']" in done.stdout

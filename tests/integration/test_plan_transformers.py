@@ -111,3 +111,70 @@ def test_trainer_with_early_stopping_runs_to_its_epoch_limit(tmp_path: Path) -> 
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert "steps 16 evaluations 8" in done.stdout
+
+
+BEAM = """
+import sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000, n_positions=256,
+                    eos_token_id=0, bos_token_id=0, pad_token_id=0)
+model = GPT2LMHeadModel(config).cuda().eval()
+forwards = []
+model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+ids = torch.randint(1, 1000, (2, 16), device="cuda")
+new = int(sys.argv[1])
+with torch.no_grad():
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                         num_beams=4, num_return_sequences=2, early_stopping=True,
+                         output_scores=True, return_dict_in_generate=True)
+print("beams", tuple(out.sequences.shape), len(forwards), len(out.scores),
+      tuple(out.sequences_scores.shape))
+"""
+
+
+def test_beam_search_runs_to_max_new_tokens(tmp_path: Path) -> None:
+    """Beam search (4 beams, two sequences returned each, early stopping on) makes one forward
+    per new token and returns its real shape, prompt plus max_new_tokens; the planned peak grows
+    with the length by at least the key/value cache of the 4 beams' extra positions, so every
+    step is in it."""
+    script(tmp_path, BEAM)
+    short = plan(tmp_path, "--json", "train.py", "8")
+    assert short.returncode == 0, short.stderr
+    assert "beams (4, 24) 8 8 (4,)" in short.stderr
+    long = plan(tmp_path, "--json", "train.py", "200")
+    assert long.returncode == 0, long.stderr
+    assert "beams (4, 216) 200 200 (4,)" in long.stderr
+    cache_per_position = 2 * 4 * 2 * 64 * 4  # batch, beams, key and value, width, float32
+    grown = json.loads(long.stdout)["peak_allocated_bytes"]
+    grown -= json.loads(short.stdout)["peak_allocated_bytes"]
+    assert grown >= 2 * cache_per_position * (200 - 8)  # two layers
+
+
+FROM_PRETRAINED = """
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+config = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                     max_position_embeddings=256)
+LlamaForCausalLM(config).save_pretrained("tiny-llama")
+model = AutoModelForCausalLM.from_pretrained("tiny-llama", device_map="cuda",
+                                             dtype=torch.bfloat16)
+held = [*model.parameters(), *model.buffers()]
+blocks = sum(-(-t.numel() * t.element_size() // 512) * 512 for t in held)  # allocator's rounding
+print("loaded", torch.cuda.memory_allocated(), "blocks", blocks, "dtype", held[0].dtype)
+"""
+
+
+def test_from_pretrained_onto_cuda_loads_the_weights_onto_the_planned_device(
+    tmp_path: Path,
+) -> None:
+    """from_pretrained(device_map="cuda", dtype=bfloat16), which loads the checkpoint's tensors
+    from a thread pool, puts exactly the model's bfloat16 weights and buffers on the planned
+    device, each in its own 512-byte-rounded block."""
+    script(tmp_path, FROM_PRETRAINED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.split("loaded ")[1].split()
+    assert int(line[0]) == int(line[2]) > 0
+    assert line[4] == "torch.bfloat16"

@@ -77,6 +77,44 @@ def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
     assert any("integers, flags and what torch's own code reads are zeros" in line for line in said)
 
 
+BEAMS = """
+import torch
+vocab, beams, prompt, limit = 5000, 4, 5, 12  # a head too large to copy: its values are unknown
+head = torch.nn.Linear(16, vocab).cuda()
+eos = torch.tensor([0], device="cuda")
+sequences = torch.full((2, beams, limit), -1, device="cuda")
+sequences[:, :, :prompt] = torch.randint(1, vocab, (2, 1, prompt), device="cuda")
+finished = torch.zeros(2, beams, dtype=torch.bool, device="cuda")
+worst = torch.full((2, 1), -1.0e9, device="cuda")
+step, improvable = prompt, True
+while improvable:
+    scores, chosen = head(torch.randn(2 * beams, 16, device="cuda")).view(2, -1).topk(beams)
+    order = scores.argsort(-1, descending=True)
+    sequences[:, :, step] = chosen.gather(1, order)
+    step += 1
+    ended = torch.isin(chosen, eos) | torch.full_like(finished, step >= limit)
+    finished = finished.gather(1, order) | ended
+    worst = torch.where(finished, scores.min(-1, keepdim=True)[0], worst)
+    improvable = bool(torch.any(scores[:, :1] > worst) & ~finished.all())
+    if step > 100:
+        raise SystemExit("the beam loop did not stop")
+length = (sequences + 1).bool().sum(-1).max()
+print("beams", step, tuple(sequences[:, :, :length].shape))
+"""
+
+
+def test_a_beam_loop_runs_to_its_maximum_length_and_keeps_its_length(tmp_path: Path) -> None:
+    """Beam search's shape: a loop that goes on while a beam can still beat the worst finished
+    one (-1e9 while none has) and not all have ended (an end-of-sequence token, the model's,
+    or the maximum length, the script's), reorders its flags by unknown scores and measures
+    its length by counting the positions it filled (all of them, on a GPU run where no beam
+    ends early), runs to the maximum length and keeps every position."""
+    script(tmp_path, BEAMS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "beams 12 (2, 4, 12)" in done.stdout
+
+
 PROFILED = """
 import torch
 from torch.profiler import ProfilerActivity, profile

@@ -698,6 +698,21 @@ def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[.
     return run_backward
 
 
+def threads_under(
+    functions: DeviceMode, storage: StorageMode, original: Callable[..., Any]
+) -> Callable[..., Any]:
+    """A thread's start with the emulation's two modes pushed: torch keeps its mode stacks per
+    thread, so without this a thread the script starts (Hugging Face loads a checkpoint's
+    tensors onto the device from a thread pool) would reach the CPU build's CUDA, which has
+    none. What the script pushed itself stays its own thread's, as with torch on a GPU."""
+
+    def bootstrap_inner(thread: threading.Thread) -> Any:
+        with functions, storage:
+            return original(thread)
+
+    return bootstrap_inner
+
+
 def modes(
     device: PlannedDevice,
     workspace_bytes: int,

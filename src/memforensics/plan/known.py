@@ -24,10 +24,13 @@ outputs. They are known from then on, and so is what is computed from them, each
 up, so a read of one is said as made up, not as decided.
 
 Another rule keeps decoding loops honest: an ``or`` with a known all-true side is true, an
-``and`` with a known all-false side is false, whatever the unknown side holds. Hugging Face's
-``generate()`` stops when ``max_length`` is reached (a known ``torch.full(..., True)``) or on an
-end-of-sequence token (unknown); with the rule, the maximum length ends it, and the unknown
-test reads as "not finished" before that.
+``and`` with a known all-false side is false (a flag ``& False`` too), whatever the unknown side
+holds. Hugging Face's ``generate()`` stops when ``max_length`` is reached (a known
+``torch.full(..., True)``) or on an end-of-sequence token; with the rule, the maximum length
+ends it. Before that, what the plan assumes of unknown values (:mod:`memforensics.plan.assumed`)
+decides the rest: a generated token is no end-of-sequence token, and beam search's "can a beam
+still improve" test, its reordered "finished" flags and its generated length come out as on a
+run whose sequences never end early. Values so decided are marked made up.
 
 Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory a plan needs
 stays independent of the model's size, and an operator on large tensors costs one size check.
@@ -42,6 +45,8 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten
+
+from memforensics.plan import assumed
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
@@ -61,6 +66,8 @@ _AND = frozenset(
         torch.ops.aten.__and__.Tensor,
     )
 )
+_SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
+_SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
     (
         torch.ops.aten.empty.memory_format,
@@ -116,6 +123,16 @@ def _scalar(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a single-precision or double scalar alone in its storage: one that
     can hold a made-up value that falls slowly (a 16-bit float rounds most of its steps away)."""
     return tensor.dtype in _PRECISE and tensor.untyped_storage().nbytes() == tensor.element_size()
+
+
+def _flags(rest: tuple[Any, ...], out: Any) -> torch.Tensor | None:
+    """A flag operator's number (``flags & False``) as flags of the output's shape, or None
+    where it is not a Python bool or the output not flags."""
+    if not rest or not isinstance(rest[0], bool):
+        return None
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
+        return None
+    return torch.full(out.shape, rest[0], device=_CPU)
 
 
 def _written(func: Any) -> tuple[int, ...]:
@@ -306,7 +323,15 @@ class Known:
             return self._compute(func, args, kwargs, out)
         if func in _OR or func in _AND:
             return self._absorbed(func in _OR, copies, out)
-        return False
+        if func in _SCALAR_OR or func in _SCALAR_AND:
+            return self._absorbed(func in _SCALAR_OR, [_flags(args[1:], out)], out)
+        if not isinstance(out, torch.Tensor) or not out.is_meta:
+            return False
+        result = assumed.decided(func, args, kwargs, out, self.value)
+        if result is None:
+            return False
+        self._keep(out, result, made_up=True)
+        return True
 
     def _compute(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
         def on_cpu(value: Any) -> Any:

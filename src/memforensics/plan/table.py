@@ -10,6 +10,7 @@ CUDA's choices in :mod:`~memforensics.plan.choices`, what values cannot say in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -312,6 +313,12 @@ def _torch_rows(
             "_engine_run_backward",
             emulate.backward_under(functions, _found(autograd, "_engine_run_backward")),
             "the Python that backward runs (hooks, recomputes) runs under the emulation",
+        ),
+        R(
+            threading.Thread,
+            "_bootstrap_inner",
+            emulate.threads_under(functions, storage, _found(threading.Thread, "_bootstrap_inner")),
+            "a thread the script starts reaches the planned device as the main thread does",
         ),
         R(
             checkpoint,

@@ -84,8 +84,9 @@ READ = (
     "values read from the device that the script's own values do not decide are made up in a "
     "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
     "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
-    "epoch limit); integers, flags and what "
-    "torch's own code reads are zeros (an end-of-sequence test never ends decoding early)"
+    "epoch limit); integers, flags and what torch's own code reads are zeros; a generated "
+    "token is none the script names (no end-of-sequence token ends decoding early) and a count "
+    "of unknown flags is every flag (beam search returns its full length)"
 )
 KNOWN = (
     "values read from the device are computed on the CPU where the script's own values decide "
@@ -99,10 +100,13 @@ class Reads:
     where.
 
     A made-up value lets a loop that ends on values run to its own bound. An integer or a flag
-    reads as zero: a count of finished sequences stays zero, so decoding runs to its maximum
-    length. A floating-point value read by the script or a library reads as a loss that keeps
-    improving: ``10 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads
-    with a backward pass between them. Every read within one evaluation gives the same value,
+    reads as zero; on the device, what the plan assumes of unknown values
+    (:mod:`~memforensics.plan.assumed`: ordinary in size, a made-up integer none of the values
+    the script names, a count of unknown flags every flag) decides the tests that end decoding,
+    so greedy, sampled and beam decoding all run to their maximum length. A floating-point
+    value read by the script or a library reads as a loss that keeps improving:
+    ``10 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads with a
+    backward pass between them. Every read within one evaluation gives the same value,
     and each evaluation after more training a lower one, by more than 0.01 for the first 250
     rounds, so early stopping on a validation loss runs to its epoch limit; the value stays in
     (0, 10], finite, and a perplexity (``exp``) of it never overflows. What torch's own code

@@ -1,0 +1,198 @@
+"""What a plan assumes of the values it does not know, and the operators those assumptions
+decide.
+
+A model's outputs (logits, scores, the tokens chosen from them) are unknown in a plan
+(:mod:`memforensics.plan.known`). They are taken to be those of a run whose sequences never end
+early, and where an operator's result is the same for every such value, it is known:
+
+- *Unknown values are ordinary numbers*: smaller in size than :data:`ORDINARY`. A comparison
+  with a number at or beyond it (the ``-1e9`` score Hugging Face gives a beam that cannot win, a
+  dtype's lowest value used as a mask, an infinity) comes out as any ordinary value's would.
+- *A made-up integer is none of the values the script names*: it equals none of a known
+  tensor's values or a number (``isin`` against the end-of-sequence tokens is false, ``!= -100``
+  true), so no generated token ends decoding before its maximum length.
+- *A selection takes only what it selects*: ``where`` with a known condition that picks one side
+  everywhere is that side.
+- *Values moved from a tensor holding one value everywhere are that value*, whatever the
+  indices (``gather``, ``index_select``, indexing): a beam search's "finished" flags, all false,
+  stay all false when the beams are reordered by their unknown scores.
+- *A count of unknown flags takes its upper bound*, every flag set, as a data-dependent shape
+  does: the generated length beam search measures from its beam indices is its maximum.
+
+Each rule returns the operator's result computed on the CPU, or None where it does not apply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+ORDINARY = 1e9
+"""Size no unknown value reaches: a comparison with a number this large or larger is decided."""
+
+Values = Callable[[torch.Tensor], "torch.Tensor | None"]
+"""A stand-in's known values on the CPU, or None when unknown."""
+
+_aten = torch.ops.aten
+_COMPARISONS = frozenset(
+    getattr(getattr(_aten, name), overload)
+    for name in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+)
+_EQUALITY = {
+    _aten.eq.Tensor: False,
+    _aten.eq.Scalar: False,
+    _aten.ne.Tensor: True,
+    _aten.ne.Scalar: True,
+}
+"""Equality tests, and what a made-up integer gives against a value the script names."""
+_ISIN = frozenset((_aten.isin.Tensor_Tensor, _aten.isin.Tensor_Scalar))
+_MOVES = frozenset(
+    (_aten.gather.default, _aten.index_select.default, _aten.index.Tensor, _aten.take.default)
+)
+"""Operators that only move their first argument's values to where indices say."""
+_COUNTS = frozenset((_aten.sum.default, _aten.sum.dim_IntList, _aten.count_nonzero.dim_IntList))
+_CPU = torch.device("cpu")
+
+
+def decided(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
+) -> torch.Tensor | None:
+    """``func``'s result (``out``'s values) on the CPU where the assumptions decide it, else
+    None."""
+    if func in _COMPARISONS:
+        ordinary = _ordinary(func, args, kwargs, values)
+        return ordinary if ordinary is not None else _named(func, args, out, values)
+    if func in _ISIN:
+        return _named(func, args, out, values, kwargs.get("invert", False))
+    if func is _aten.where.self:
+        return _selected(args, values)
+    if func in _MOVES:
+        return _moved(args, out, values)
+    if func in _COUNTS:
+        return _counted(func, args, kwargs, values)
+    return None
+
+
+def _unknown(value: Any, values: Values) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_meta and values(value) is None
+
+
+def _on_cpu(value: Any, values: Values) -> Any:
+    """A known argument's CPU copy (a number stays a number); None for an unknown tensor."""
+    if isinstance(value, torch.Tensor):
+        return values(value) if value.is_meta else value
+    return value
+
+
+def _flat(args: tuple[Any, ...]) -> list[Any]:
+    """Arguments with one level of lists opened (indexing's list of index tensors)."""
+    return [v for a in args for v in (a if isinstance(a, (list, tuple)) else (a,))]
+
+
+def _zeros(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(tensor.shape, dtype=tensor.dtype, device=_CPU)
+
+
+def _sides(args: tuple[Any, ...], values: Values) -> tuple[torch.Tensor, Any] | tuple[None, None]:
+    """The unknown side of a two-sided test and the known other side's values, else Nones."""
+    if len(args) < 2:
+        return None, None
+    first, second = args[0], args[1]
+    if _unknown(first, values) and not _unknown(second, values):
+        return first, _on_cpu(second, values)
+    if _unknown(second, values) and not _unknown(first, values):
+        return second, _on_cpu(first, values)
+    return None, None
+
+
+def _extreme(known: Any) -> bool:
+    """Whether every value of ``known`` is beyond any ordinary value (or not a number)."""
+    if isinstance(known, torch.Tensor):
+        if known.numel() == 0 or known.dtype == torch.bool:
+            return False
+        big = known.double().abs()
+        return bool(((big >= ORDINARY) | big.isnan()).all())
+    if isinstance(known, (int, float)) and not isinstance(known, bool):
+        return math.isnan(known) or abs(known) >= ORDINARY
+    return False
+
+
+def _ordinary(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """A comparison of an unknown value with an extreme one: decided as for zero."""
+    unknown, known = _sides(args, values)
+    if unknown is None or not _extreme(known):
+        return None
+    cpu = [_zeros(a) if a is unknown else _on_cpu(a, values) for a in args]
+    result: torch.Tensor = func(*cpu, **kwargs)
+    return result
+
+
+def _named(
+    func: Any, args: tuple[Any, ...], out: torch.Tensor, values: Values, invert: bool = False
+) -> torch.Tensor | None:
+    """An equality test (or ``isin``) of a made-up integer against the script's known values:
+    never equal."""
+    if func not in _EQUALITY and func not in _ISIN:
+        return None
+    unknown, known = _sides(args, values)
+    if func in _ISIN and unknown is not args[0]:
+        return None
+    if unknown is None or unknown.is_floating_point() or unknown.dtype == torch.bool:
+        return None
+    if isinstance(known, torch.Tensor) and (known.is_floating_point() or known.dtype == torch.bool):
+        return None
+    if isinstance(known, (bool, float)):
+        return None
+    equal = invert if func in _ISIN else _EQUALITY[func]
+    return torch.full(out.shape, equal, dtype=out.dtype, device=_CPU)
+
+
+def _selected(args: tuple[Any, ...], values: Values) -> torch.Tensor | None:
+    """``where`` whose known condition picks one side everywhere: that side (known)."""
+    if len(args) < 3 or _unknown(args[0], values):
+        return None
+    condition = _on_cpu(args[0], values)
+    if not isinstance(condition, torch.Tensor) or condition.numel() == 0:
+        return None
+    unused = 2 if bool(condition.all()) else 1 if not bool(condition.any()) else None
+    if unused is None or _unknown(args[3 - unused], values):
+        return None
+    cpu = [
+        _zeros(a) if i == unused and _unknown(a, values) else _on_cpu(a, values)
+        for i, a in enumerate(args)
+    ]
+    result: torch.Tensor = torch.where(cpu[0], cpu[1], cpu[2])
+    return result
+
+
+def _moved(args: tuple[Any, ...], out: torch.Tensor, values: Values) -> torch.Tensor | None:
+    """Values moved by unknown indices from a tensor holding one value everywhere."""
+    source = args[0]
+    if not isinstance(source, torch.Tensor) or not source.is_meta:
+        return None
+    copy = values(source)
+    if copy is None or copy.numel() == 0:
+        return None
+    one = copy.reshape(-1)[0]
+    if not bool((copy == one).all()):
+        return None
+    if not any(_unknown(a, values) for a in _flat(args[1:])):
+        return None
+    return torch.full(out.shape, one.item(), dtype=out.dtype, device=_CPU)
+
+
+def _counted(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """A count of unknown flags: every flag set."""
+    flags = args[0]
+    if not (_unknown(flags, values) and flags.dtype == torch.bool):
+        return None
+    result: torch.Tensor = func(torch.ones(flags.shape, dtype=torch.bool), *args[1:], **kwargs)
+    return result
