@@ -91,7 +91,8 @@ def attention(
             query, key, value, mask, _should_compute_logsumexp(params), dropout_p, is_causal,
             False, scale=scale,
         )  # fmt: skip
-        return out[0]  # type: ignore[no-any-return]
+        first: torch.Tensor = out[0]
+        return first
     if backend is Backend.FLASH:
         head = query.shape[-1]
         padded = [_pad_last_dim(t, 8) for t in (query, key, value)]
@@ -109,7 +110,8 @@ def attention(
             query, key, value, mask, _should_compute_logsumexp(params), dropout_p, is_causal,
             scale=scale,
         )  # fmt: skip
-        return out[0]  # type: ignore[no-any-return]
+        efficient: torch.Tensor = out[0]
+        return efficient
     mask = _boolean_mask_to_bias(attn_mask, query.dtype, float("-inf"))
     return _math(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa)
 
@@ -276,7 +278,7 @@ def _dtypes(params: Params, allowed: tuple[torch.dtype, ...]) -> bool:
 
 def _four_dimensional(params: Params) -> bool:
     """``check_tensor_shapes``."""
-    return params.query.dim() == params.key.dim() == params.value.dim() == 4
+    return bool(params.query.dim() == params.key.dim() == params.value.dim() == 4)
 
 
 def _input_requires_grad(params: Params) -> bool:
@@ -292,7 +294,7 @@ def _should_compute_logsumexp(params: Params) -> bool:
 
 def _nonzero_sequence_lengths(params: Params) -> bool:
     """``check_nonzero_sequence_lengths_dense``."""
-    return params.query.shape[-2] != 0 and params.key.shape[-2] != 0
+    return bool(params.query.shape[-2] != 0 and params.key.shape[-2] != 0)
 
 
 def _last_dim_stride_1(params: Params, *, ignore_singleton_dim: bool) -> bool:
@@ -341,7 +343,7 @@ def _cudnn_head_dims(params: Params) -> bool:
     limit = 128
     if sm90_or_sm10x and CUDNN_VERSION >= 91100 and d_qk == 192 and d_v == 128:
         limit = 192
-    return d_qk <= limit and d_v <= limit and d_qk % 8 == 0 and d_v % 8 == 0
+    return bool(d_qk <= limit and d_v <= limit and d_qk % 8 == 0 and d_v % 8 == 0)
 
 
 def _boolean_mask_to_bias(
