@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 ROWS, COLS = 64, 4096
 FULL = ROWS * COLS * 4
-"""Bytes of one float32 ``ROWS`` × ``COLS`` tensor: the size each test counts."""
+"""Bytes of one float32 ``ROWS`` by ``COLS`` tensor: the size each test counts."""
 
 BACKWARD = """
 import json
