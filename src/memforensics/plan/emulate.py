@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from memforensics.plan import attention, choices, scratch, values
+from memforensics.plan import attention, choices, inplace, scratch, values
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
@@ -92,15 +92,6 @@ _MACHINERY = (
     weakref.__file__,
 )
 """Files of the modes' own machinery: a real run's stacks never show them."""
-_IN_PLACE_ON_CUDA = frozenset(
-    op.default
-    for op in (
-        torch.ops.aten.scatter_add,
-        torch.ops.aten.index_add,
-        torch.ops.aten.index_put,
-        torch.ops.aten.masked_scatter,
-    )
-)
 
 
 def _index(device: Any) -> bool:
@@ -461,7 +452,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if step is not None:
             if func is _ADD and not kwargs:
                 reused = self._reusable(args, step, earlier=True)
-            elif func in _IN_PLACE_ON_CUDA:
+            elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
         if func is _INDEX and _masked(args):
             self.notes.once("bound", values.BOUND)
@@ -580,7 +571,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             and first.dtype == second.dtype
         ):
             return None
-        if not first.is_contiguous():
+        if not inplace.dense(first):
             return None
         storage = first.untyped_storage()
         held = self._live.get(storage._cdata)

@@ -1,0 +1,93 @@
+"""Backward's work that CUDA does in place and the emulation would do out of place.
+
+Autograd's formulas (``torch/csrc/autograd/FunctionsManual.cpp``) and its gradient
+accumulation (``torch/csrc/autograd/input_buffer.cpp``) ask ``at::isTensorSubclassLike`` /
+``at::areAnyTensorSubclassLike`` (``ATen/TensorSubclassLikeUtils.h``) before writing into a
+tensor they have just made: for a subclass they work out of place, which it can always follow.
+Both tests answer true for every tensor while a Python dispatch mode is active
+(``dispatch_mode_enabled()``), and for every ``meta`` tensor besides (``MetaBit`` is in
+``kTensorSubclassLike``), so under ``plan`` each such formula makes one more full-size tensor than
+it makes on CUDA, where the same line works in place. The table below names the formulas whose
+branch changes the bytes; the storage mode gives the out-of-place result the block of the tensor
+CUDA would have written into (:meth:`~memforensics.plan.emulate.StorageMode._reusable`), so the
+block count and the peak are CUDA's.
+
+Formulas whose CUDA branch is the subclass one are left alone: ``max()``/``min()`` of a whole
+tensor (``evenly_distribute_backward`` takes the out-of-place branch for ``input.is_cuda()``),
+and ``prod``'s, whose CUDA branch depends on the values (a zero in the input), which a stand-in
+does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_A = torch.ops.aten
+
+ANY_NODE = frozenset(
+    (
+        _A.scatter_add.default,  # gather_backward, cummaxmin_backward
+        _A.index_add.default,  # index_select_backward
+        _A.index_put.default,  # index_backward (``x[idx]``, boolean masks)
+        _A.masked_scatter.default,  # masked_select's backward
+    )
+)
+"""Operators that fill a buffer the formula has just made (``new_zeros``, ``zeros``), in place on
+CUDA, whichever formula calls them."""
+
+_SCATTER = frozenset((_A.scatter.src,))
+_SUB_MUL = frozenset((_A.sub.Tensor, _A.mul.Tensor))
+
+BY_NODE: dict[str, frozenset[Any]] = {
+    **dict.fromkeys(
+        (
+            "MaxBackward0",
+            "MinBackward0",
+            "TopkBackward0",
+            "SortBackward0",
+            "SortBackward1",
+            "KthvalueBackward0",
+            "MedianBackward1",
+            "NanmedianBackward1",
+            "ModeBackward0",
+        ),
+        _SCATTER,
+    ),
+    "TraceBackward0": frozenset((_A.index_fill.int_Tensor,)),
+    "BinaryCrossEntropyWithLogitsBackward0": _SUB_MUL,
+}
+"""Formulas, by autograd node, and the operators they apply in place on CUDA to a tensor they
+made themselves:
+
+- ``value_selecting_reduction_backward`` (``max``/``min`` along a dimension, ``topk``, ``sort``,
+  ``kthvalue``, ``median``/``nanmedian`` along a dimension, ``mode``): ``grad_in.scatter_(dim,
+  indices, grad)`` into ``zeros``, ``scatter`` for a subclass;
+- ``trace_backward``: ``grad_input.index_fill_(0, indices, grad)``, ``index_fill`` for a subclass;
+- ``binary_cross_entropy_with_logits_backward``: ``input.sigmoid().sub_(target)`` (with
+  ``pos_weight``: ``t.add(1).sub_(target).mul_(input.sigmoid()).sub_(t)``), then ``mul_(grad)``
+  and ``mul_(weight)``; ``sub`` and ``mul`` for a subclass.
+"""
+
+
+def in_place(func: Any, node: str) -> bool:
+    """Whether backward node ``node`` applies ``func`` in place on CUDA to a tensor it made."""
+    if func in ANY_NODE:
+        return True
+    found = BY_NODE.get(node)
+    return found is not None and func in found
+
+
+def dense(tensor: torch.Tensor) -> bool:
+    """``is_non_overlapping_and_dense``: some order of the dimensions lays ``tensor`` out
+    contiguously (dimensions of size 1 ignored), the layout ``can_accumulate_inplace`` and an
+    in-place write ask for. A transposed gradient qualifies; a slice does not."""
+    expected = 1
+    for stride, size in sorted(
+        (t, s) for s, t in zip(tensor.shape, tensor.stride(), strict=True) if s != 1
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True

@@ -1,0 +1,137 @@
+"""Backward under ``memforensics plan`` writes in place where CUDA's autograd does.
+
+Under a dispatch mode (and on ``meta``) autograd's formulas take their out-of-place branch for
+tensor subclasses; on CUDA the same lines write into the tensor they have just made. Each test
+plans a small backward through the real console command, records only the backward, and counts
+its full-size allocations against the ones CUDA makes, worked out here from the formula in
+``torch/csrc/autograd/FunctionsManual.cpp`` (or ``input_buffer.cpp``) and the shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+ROWS, COLS = 64, 4096
+FULL = ROWS * COLS * 4
+"""Bytes of one float32 ``ROWS`` by ``COLS`` tensor: the size each test counts."""
+
+BACKWARD = """
+import json
+import torch
+import torch.nn.functional as F
+
+x = torch.randn({rows}, {cols}, device="cuda", requires_grad=True)
+{setup}
+loss = {loss}
+torch.cuda.memory._record_memory_history(max_entries=100000)
+start = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+loss.backward()
+torch.cuda.memory._dump_snapshot("backward.pickle")
+print(json.dumps({{"rise": torch.cuda.max_memory_allocated() - start}}))
+"""
+
+
+def _backward(folder: Path, loss: str, setup: str = "") -> tuple[list[int], int]:
+    """The sizes of the full-size allocations the planned backward of ``loss`` makes, in order,
+    and how far allocated memory rose above its level before backward."""
+    body = BACKWARD.format(rows=ROWS, cols=COLS, setup=setup, loss=loss)
+    script(folder, body)
+    done = plan(folder, "--json", "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    snapshot = pickle.loads((folder / "backward.pickle").read_bytes())
+    sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    return [size for size in sizes if size == FULL], int(json.loads(line)["rise"])
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "torch.max(x, -1)[0].sum()",
+        "torch.min(x, 1, keepdim=True)[0].sum()",
+        "x.topk(5)[0].sum()",
+        "x.sort(-1)[0].sum()",
+        "x.kthvalue(3)[0].sum()",
+        "x.median(-1)[0].sum()",
+    ],
+)
+def test_a_value_selecting_reduction_scatters_into_one_zeroed_gradient(
+    tmp_path: Path, loss: str
+) -> None:
+    """max/min along a dimension, topk, sort, kthvalue and median make one input-sized gradient
+    in backward, as ``value_selecting_reduction_backward``'s ``zeros().scatter_()`` does on
+    CUDA (its out-of-place ``scatter`` would make two)."""
+    full, rise = _backward(tmp_path, loss)
+    assert full == [FULL]
+    assert rise == FULL + 512  # the gradient, and sum's 0-dim ``ones_like`` seed
+
+
+def test_a_trace_fills_one_zeroed_gradient(tmp_path: Path) -> None:
+    """``trace``'s backward makes one input-sized gradient, ``zeros().index_fill_()`` as on
+    CUDA, beside its diagonal's int64 indices."""
+    side = int((FULL // 4) ** 0.5)
+    setup = f"s = torch.randn({side}, {side}, device='cuda', requires_grad=True)"
+    full, rise = _backward(tmp_path, "s.trace()", setup)
+    assert full == [FULL]
+    assert rise == FULL + 512 + side * 8  # the gradient, the seed, the diagonal's indices
+
+
+@pytest.mark.parametrize(
+    ("setup", "weights", "made"),
+    [
+        ("", "", 1),  # sigmoid, then sub_, mul_(grad), div_ in place
+        ("w = torch.rand({cols}, device='cuda')", ", weight=w", 1),  # and mul_(weight)
+        # t = pos_weight * target, t + 1, and input.sigmoid() (freed after mul_)
+        ("p = torch.rand({cols}, device='cuda')", ", pos_weight=p", 3),
+    ],
+)
+def test_bce_with_logits_backward_works_in_place_as_on_cuda(
+    tmp_path: Path, setup: str, weights: str, made: int
+) -> None:
+    """binary_cross_entropy_with_logits' backward makes the input-sized tensors CUDA's branch
+    makes (one; three with ``pos_weight``), not a new one for each ``sub`` and ``mul``."""
+    setup = "target = torch.rand({rows}, {cols}, device='cuda')\n" + setup
+    setup = setup.format(rows=ROWS, cols=COLS)
+    loss = f"F.binary_cross_entropy_with_logits(x, target{weights})"
+    full, rise = _backward(tmp_path, loss, setup)
+    assert full == [FULL] * made
+    assert rise == made * FULL + 512
+
+
+def test_a_gradient_arriving_transposed_takes_the_next_one_in_place(tmp_path: Path) -> None:
+    """Autograd adds a second gradient into a first that arrived transposed (dense, not
+    contiguous, and not a view) in place, as ``can_accumulate_inplace`` allows: four
+    input-sized tensors in backward, not five."""
+    setup = (
+        f"w = torch.randn({COLS}, {COLS}, device='cuda')\n"
+        f"d = torch.randn({ROWS}, {COLS}, device='cuda')\n"
+        f"e = torch.randn({ROWS}, {COLS}, device='cuda')\n"
+        f"c = torch.randn({COLS}, {ROWS}, device='cuda')\n"
+        "h = x @ w"
+    )
+    # The engine runs the later branch first: grad * c (one), its transpose times d, laid out
+    # transposed (two); then grad * e (three) is added into two in place; mm's result (four).
+    full, _ = _backward(tmp_path, "(h * e).sum() + ((h * d).t() * c).sum()", setup)
+    assert full == [FULL] * 4
+
+
+def test_a_gradient_arriving_as_a_view_is_not_written_into(tmp_path: Path) -> None:
+    """A first gradient that is a view (``t()``'s backward) shares its storage with its base,
+    so ``can_accumulate_inplace`` refuses it on CUDA and the sum is a new tensor: four
+    input-sized tensors (each branch's product, their sum, mm's result)."""
+    setup = (
+        f"w = torch.randn({COLS}, {COLS}, device='cuda')\n"
+        f"d = torch.randn({ROWS}, {COLS}, device='cuda')\n"
+        f"c = torch.randn({COLS}, {ROWS}, device='cuda')\n"
+        "h = x @ w"
+    )
+    full, _ = _backward(tmp_path, "(h * d).sum() + (h.t() * c).sum()", setup)
+    assert full == [FULL] * 4
