@@ -16,9 +16,10 @@ as on CUDA, upcasting half inputs to float32 unless
 ``allow_fp16_bf16_reduction_math_sdp(True)``.
 
 Facts a ``meta`` tensor cannot give, and what is taken instead: the cuDNN version is the one the
-installed torch's CUDA wheel pins (``CUDNN_VERSION``); cuDNN's frontend is taken to lack the
-head size 256 support (it is reached only from cuDNN 9.22); a base pointer is aligned as the
-caching allocator aligns it (256 bytes), so only storage offsets decide alignment.
+installed torch's CUDA wheel pins (:data:`~memforensics.plan.build.CUDNN_VERSION`); cuDNN's
+frontend is taken to lack the head size 256 support (it is reached only from cuDNN 9.22); a base
+pointer is aligned as the caching allocator aligns it (256 bytes), so only storage offsets decide
+alignment.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F  # torch's own spelling
 
-SDPA_NAME = "scaled_dot_product_attention"
+from memforensics.plan.build import CUDNN_VERSION
 
-CUDNN_VERSION = 92000
-"""cuDNN 9.20.0, as ``versionRuntimeCuDNN()`` reports it: the ``nvidia-cudnn-cu13==9.20.0.48``
-that torch 2.13.0's CUDA 13.0 wheel requires."""
+SDPA_NAME = "scaled_dot_product_attention"
 
 
 class Backend(enum.IntEnum):

@@ -25,6 +25,16 @@ Address = Callable[[int], int | None]
 device, None for a storage the plan does not hold."""
 
 
+def on_device(address: Address) -> Callable[[torch.Tensor], bool]:
+    """Whether a tensor is a stand-in: ``meta`` over a storage the plan put on the device (the
+    script's own ``meta`` tensors are not)."""
+
+    def held(tensor: torch.Tensor) -> bool:
+        return bool(tensor.is_meta) and address(tensor.untyped_storage()._cdata) is not None
+
+    return held
+
+
 class Methods(NamedTuple):
     """``Tensor.data_ptr``, ``Tensor.get_device`` and ``UntypedStorage.data_ptr`` answering
     from the planned device for its storages, as torch's own for every other."""
@@ -38,17 +48,18 @@ def methods(address: Address) -> Methods:
     """The three methods over ``address``: torch's own for what the plan does not hold."""
     tensor_ptr = torch._C.TensorBase.data_ptr
     tensor_device = torch._C.TensorBase.get_device
-    storage_ptr = torch._C.StorageBase.data_ptr
+    storage_ptr = torch._C.StorageBase.data_ptr  # type: ignore[attr-defined]  # not in the stub
+    held = on_device(address)
 
     def data_ptr(self: torch.Tensor) -> int:
         if self.is_meta:
             start = address(self.untyped_storage()._cdata)
             if start is not None:
-                return start + self.storage_offset() * self.itemsize if start else 0
+                return start + int(self.storage_offset()) * self.itemsize if start else 0
         return int(tensor_ptr(self))
 
     def get_device(self: torch.Tensor) -> int:
-        if self.is_meta and address(self.untyped_storage()._cdata) is not None:
+        if held(self):
             return 0
         return int(tensor_device(self))
 

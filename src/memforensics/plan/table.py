@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from memforensics.plan import (
+    build,
     choices,
     cuda,
     deferred,
@@ -30,6 +31,9 @@ from memforensics.plan import (
 )
 from memforensics.plan import (
     graphs as graph_stand_ins,
+)
+from memforensics.plan import (
+    legacy as legacy_types,
 )
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import PlannedDevice
@@ -125,6 +129,51 @@ def _device_rows(
             added=True,
         ),
     ]
+
+
+def _build_rows(answers: Answers) -> list[Replacement]:
+    """What the CUDA build says about itself, as torch 2.13.0's CUDA wheel answers it
+    (:mod:`~memforensics.plan.build`): scripts and libraries branch on these."""
+    from torch.cuda import nccl
+
+    wheel = "as torch's CUDA wheel answers: scripts and libraries branch on it"
+    return [
+        R(torch.version, "cuda", build.CUDA_VERSION, "the CUDA the wheel is built with, " + wheel),
+        R(torch.backends.cuda, "is_built", lambda: True, "a CUDA build, " + wheel),
+        R(torch.backends.cudnn, "is_available", lambda: True, "cuDNN is in the wheel, " + wheel),
+        R(
+            torch.backends.cudnn,
+            "version",
+            lambda: build.cudnn_version(answers.spec.capability),
+            "the wheel's cuDNN, " + wheel,
+        ),
+        R(
+            torch.backends.cuda,
+            "is_flash_attention_available",
+            lambda: True,
+            "the wheel is built with flash attention, " + wheel,
+        ),
+        R(nccl, "version", build.nccl_version, "the wheel's NCCL, " + wheel),
+    ]
+
+
+def _legacy_rows(storage: emulate.StorageMode) -> list[Replacement]:
+    """The legacy CUDA tensor types (``torch.cuda.FloatTensor``, ...) and ``Tensor.type``
+    (:mod:`~memforensics.plan.legacy`)."""
+    held = standins.on_device(storage.address)
+    rows = [
+        R(torch.cuda, name, kind, "the legacy type makes, casts to and recognises stand-ins")
+        for name, kind in legacy_types.types(held).items()
+    ]
+    rows.append(
+        R(
+            torch.Tensor,
+            "type",
+            legacy_types.tensor_type(held),
+            "a stand-in's type is its CUDA type's; a legacy CUDA type moves to the device",
+        )
+    )
+    return rows
 
 
 def _graph_rows(graphs: Graphs) -> list[Replacement]:
@@ -511,6 +560,8 @@ def table(
     graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
         *_device_rows(answers, streams, world, storage),
+        *_build_rows(answers),
+        *_legacy_rows(storage),
         *_graph_rows(graphs),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
