@@ -26,9 +26,7 @@ INACTIVE = "inactive"
 HOLD_LESS = "Hold less at the peak"
 
 
-def _oom(
-    live: int, requested: int, *, limit: int, device_free: int, hole: int = 0
-) -> Summary:
+def _oom(live: int, requested: int, *, limit: int, device_free: int, hole: int = 0) -> Summary:
     """An OOM dump: ``live`` bytes made at model.py:40 (``hole`` free beside them) when
     ``requested`` failed (the trace's ``oom`` entry made at model.py:40 too), with the
     observer's limit and device free in the sidecar."""
@@ -88,8 +86,7 @@ def test_a_request_over_the_device_with_little_live_is_the_cause() -> None:
     assert (verdict.name, verdict.reason) == ("exhausted", "request over the limit")
     assert "fills the device" not in verdict.explanation
     assert verdict.explanation.startswith(
-        "The 20.00 GiB request alone exceeds the 15.50 GiB PyTorch could get with nothing else"
-        " live"
+        "The 20.00 GiB request alone exceeds the 15.50 GiB PyTorch could get with nothing else live"
     )
     assert "1.00 GiB was live beside it" in verdict.explanation
     assert HOLD_LESS not in (verdict.advice or "")
