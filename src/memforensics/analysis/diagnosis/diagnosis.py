@@ -435,7 +435,7 @@ def _request(dump: Dump, moment: OomMoment | None) -> Cause | None:
     room = moment.headroom_bytes
     if room is not None:
         room = max(room, moment.largest_free_block_bytes or 0)
-    fixes = [Fix(text.smaller_request(room), None, True)]
+    fixes = [Fix(text.smaller_request(room, site_named=site is not None), None, True)]
     if moment.raising_limit_serves:
         fixes.append(Fix(RAISE_FRACTION, None, True))
     evidence = text.request_evidence(moment.requested_bytes, site, capacity_text(moment))

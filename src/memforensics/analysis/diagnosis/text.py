@@ -60,11 +60,13 @@ def request_evidence(requested: int, site: str | None, exceeds: str) -> str:
     return f"{fmt(requested)} asked{where} exceeds {exceeds}; no memory freed makes room"
 
 
-def smaller_request(room: int | None) -> str:
-    """Make the one allocation smaller, under what was left beside the live memory."""
+def smaller_request(room: int | None, *, site_named: bool) -> str:
+    """Make the one allocation smaller, under what was left beside the live memory, at the
+    site the evidence names (``there``) or where it is made."""
     under = f", under the {fmt(room)} left beside what was live" if room else ""
+    where = "there" if site_named else "where it is made"
     return (
-        f"make that one allocation smaller{under}: a smaller batch or sequence there, or"
+        f"make that one allocation smaller{under}: a smaller batch or sequence {where}, or"
         " compute it in chunks"
     )
 

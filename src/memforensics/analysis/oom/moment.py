@@ -273,11 +273,13 @@ class OomMoment:
 
     @property
     def raising_limit_serves(self) -> bool:
-        """Under a per-process limit, the device's own free memory (and the request's pool's
-        holes) would hold the request: raising the limit alone serves it."""
+        """Under a per-process limit, the device's own free memory (a new segment), or a free
+        block of the request's pool, would hold the request: raising the limit alone serves
+        it."""
         if not self.per_process_limit or self.requested_bytes is None:
             return False
-        return self.usable_free_bytes + (self.device_free_bytes or 0) >= self.requested_bytes
+        room = max(self.device_free_bytes or 0, self.largest_free_block_bytes or 0)
+        return room >= self.requested_bytes
 
 
 def recorded_settings(dump: Dump) -> AllocatorSettings:

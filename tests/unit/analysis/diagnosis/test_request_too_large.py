@@ -172,7 +172,8 @@ def test_memory_outside_pytorch_that_would_make_room_stays_the_cause() -> None:
 
 def test_a_given_request_over_a_given_device_is_the_cause() -> None:
     """A raw snapshot asked about 20 GiB (--requested) on a 16 GiB device (--device-memory):
-    it does not fit, and the request alone is why, with nothing freed able to make room."""
+    it does not fit, and the request alone is why, with nothing freed able to make room; no
+    site is named where nothing records one."""
     builder = SnapshotBuilder()
     builder.segment(Block(GiB(2), site=TRAIN))
     summary = summarize(
@@ -182,5 +183,7 @@ def test_a_given_request_over_a_given_device_is_the_cause() -> None:
     assert found.causes[0].name == "request"
     assert "the request alone: 20.00 GiB" in found.headline
     assert "exceeds the 16.00 GiB limit" in found.headline
+    assert found.causes[0].sites == ()
+    assert "a smaller batch or sequence where it is made" in found.headline
     _no_other_cause_is_enough(found)
     assert summary.verdict.reason == "request over the limit"
