@@ -10,11 +10,15 @@ the memory outside PyTorch is exactly the planned ``--context-memory``, and whet
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from planned import plan, script
+from planned import SRC, plan, script
 
 from memforensics.analysis import explain
 
@@ -149,3 +153,96 @@ def test_no_expandable_check_plans_the_script_once(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["oom_expandable"] is None
     assert not (tmp_path / "memforensics-plan" / "expandable").exists()
     assert "oom_expandable" not in _sidecar(_oom_dump(tmp_path))["predicted"]
+
+
+TOO_BIG = """
+import torch
+w = torch.randn(1024, 1024, device="cuda")
+x = torch.randn(16, 1024, 1024, device="cuda")
+scores = x @ x.transpose(1, 2)
+big = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")  # BIG
+"""
+"""84 MiB live, then one 2 GiB request on a 1 GiB device: it would not fit with nothing else
+live, so holding less cannot help; only a smaller request can."""
+
+
+def _cli(folder: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real ``memforensics`` console command in ``folder``, with this checkout's package."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.run(
+        [sys.executable, "-m", "memforensics", *map(str, args)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def _report_cause(folder: Path, dump: Path) -> str:
+    """The cause in the headline box of the report ``memforensics report`` writes."""
+    out = folder / "report.html"
+    done = _cli(folder, "report", dump, "-o", out)
+    assert done.returncode == 0, done.stderr
+    found = re.search(r'id="mf-data">(.*?)</script>', out.read_text(), re.S)
+    assert found is not None
+    sections = json.loads(found.group(1))["dumps"][0]["devices"][0]["sections"]
+    [cause] = [s["data"]["cause"] for s in sections if "cause" in s.get("data", {})]
+    return str(cause)
+
+
+def test_a_request_larger_than_the_device_is_the_cause_in_every_command(tmp_path: Path) -> None:
+    """One 2 GiB request on a planned 1 GiB device (128 MiB of it the context): plan, summary,
+    summary --json and report all say the request alone exceeds the 896 MiB PyTorch could get,
+    made at its own line, fixed by a smaller request; none says live memory fills the device
+    or tells the user to hold less."""
+    script(tmp_path, TOO_BIG)
+    done = plan(tmp_path, "--device-memory", "1GiB", "--context-memory", "128MiB", "train.py")
+    assert done.returncode == 1, done.stderr
+    dump = _oom_dump(tmp_path)
+    summary = explain(dump)
+    assert summary.diagnosis is not None
+    headline = summary.diagnosis.headline
+    line = _line(TOO_BIG, "BIG") + 1
+    assert headline.startswith(
+        f"the request alone: 2.00 GiB asked at train.py:{line} <module> exceeds the 896.00 MiB"
+        " PyTorch could get with nothing else live (the 1.00 GiB limit less 128.00 MiB outside"
+        " PyTorch)"
+    ), headline
+    assert "→ make that one allocation smaller" in headline
+    top = summary.diagnosis.causes[0]
+    assert top.sites[0].endswith(f"train.py:{line} <module>")
+    assert not any(cause.sufficient for cause in summary.diagnosis.causes[1:])
+    assert summary.verdict.label == "exhausted (request over the limit)"
+    said = " ".join(done.stdout.split())
+    assert f"cause: {' '.join(headline.split())}" in said
+    shown = _cli(tmp_path, "summary", "--no-cache", dump)
+    assert shown.returncode == 0, shown.stderr
+    assert f"cause {' '.join(headline.split())}" in " ".join(shown.stdout.split())
+    answer = json.loads(_cli(tmp_path, "summary", "--no-cache", "--json", dump).stdout)
+    assert answer["diagnosis"]["headline"] == headline
+    assert answer["verdict"]["reason"] == "request over the limit"
+    assert _report_cause(tmp_path, dump) == headline
+    for words in (done.stdout, shown.stdout, answer["verdict"]["explanation"]):
+        assert "fills the device" not in words
+        assert "Hold less at the peak" not in words
+
+
+FRACTION = """
+import torch
+torch.cuda.set_per_process_memory_fraction(0.25)
+w = torch.randn(1024, 1024, device="cuda")
+big = torch.empty(512 * 1024**2, dtype=torch.uint8, device="cuda")
+"""
+
+
+def test_a_request_over_a_memory_fraction_is_fixed_by_raising_it(tmp_path: Path) -> None:
+    """512 MiB asked under a 0.25 memory fraction of a 1 GiB device (256 MiB allowed): plan
+    --json names the per-process limit, and raising it or a smaller request, as the cause."""
+    script(tmp_path, FRACTION)
+    done = plan(tmp_path, "--json", "--device-memory", "1GiB", "--context-memory", "128MiB",
+                "train.py")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    verdict = json.loads(done.stdout)["verdict"]
+    assert verdict["label"] == "exhausted (request over the limit)"
+    assert "exceeds the 256.00 MiB per-process limit" in verdict["cause"]
+    assert "make that one allocation smaller" in verdict["cause"]
+    assert "; or raise set_per_process_memory_fraction" in verdict["cause"]
+    assert "raise set_per_process_memory_fraction" in verdict["advice"]
+    assert "fills the device" not in verdict["explanation"]

@@ -7,6 +7,10 @@ whose live bytes grow every step, a KV cache sized to most of the device, optimi
 sharding would spread. :func:`diagnose` looks for each cause only on evidence in the dump, its
 sidecar or its run folder, and ranks them:
 
+0. a request that alone exceeds what PyTorch could get with nothing else live (the limit
+   less the memory outside PyTorch) heads the diagnosis, with the site that made it and its
+   fix, a smaller request (or a higher per-process limit): nothing freed can make room for
+   it, so no other cause is sufficient then, whatever its bytes;
 1. the causes whose removal alone would have let the failed request succeed come first
    ("removing it frees X, the request needed Y"); among them growth first (while it grows, any
    other fix only postpones the OOM by a few steps) and fragmentation last (a growth fills the
@@ -55,8 +59,17 @@ from memforensics.analysis.filled import (
     OptimizerTemporaries,
     Unwound,
 )
-from memforensics.analysis.oom import ExpandableAnswer, OomMoment, Verdict, recorded_rules
+from memforensics.analysis.oom import (
+    RAISE_FRACTION,
+    ExpandableAnswer,
+    OomMoment,
+    Verdict,
+    capacity_text,
+    recorded_rules,
+    request_site,
+)
 
+REQUEST = "request"
 GROWTH = "growth"
 STATIC = "static"
 ACTIVATIONS = "activations"
@@ -65,7 +78,17 @@ CACHE = "cache"
 OUTSIDE = "outside"
 PENDING_FREES = "pending_frees"
 FRAGMENTATION = "fragmentation"
-CAUSES = (GROWTH, STATIC, ACTIVATIONS, OPTIMIZER_STEP, CACHE, OUTSIDE, PENDING_FREES, FRAGMENTATION)
+CAUSES = (
+    REQUEST,
+    GROWTH,
+    STATIC,
+    ACTIVATIONS,
+    OPTIMIZER_STEP,
+    CACHE,
+    OUTSIDE,
+    PENDING_FREES,
+    FRAGMENTATION,
+)
 """Every cause :func:`diagnose` can name (a :class:`Cause`'s ``name``)."""
 
 # Kind names of the kinds table (analysis/filled/kinds.py).
@@ -259,6 +282,7 @@ def diagnose(
     missing: list[str] = []
     pressure = moment is not None or evidence.at_risk
     growth = _growth(evidence, needed, missing)
+    request = _request(dump, moment)
     causes = [
         found
         for found in (
@@ -280,6 +304,8 @@ def diagnose(
         )
         if found is not None
     ]
+    if request is not None:  # nothing freed makes room: no other cause is sufficient
+        causes = [request, *(_not_sufficient(found) for found in causes)]
     if pressure and not evidence.has_history and not evidence.kinds_known:
         missing.append(text.MISSING_HISTORY)
     judged = evidence.moment.name if evidence.moment is not None else None
@@ -311,9 +337,11 @@ def _headline(top: Cause | None, needed: int | None) -> str:
     if top is None:
         return text.no_cause()
     fix = top.fix
+    action = fix.action if fix is not None else None
+    if top.name == REQUEST:  # each of its fixes serves the request: name them all
+        action = "; or ".join(found.action for found in top.fixes)
     return text.headline(
-        top.name, top.evidence, top.freed_bytes, top.sufficient, needed,
-        fix.action if fix is not None else None,
+        top.name, top.evidence, top.freed_bytes, top.sufficient, needed, action
     )  # fmt: skip
 
 
@@ -346,10 +374,13 @@ def _by_bytes(cause: Cause) -> tuple[int, int]:
 
 
 def _rank(cause: Cause) -> tuple[int, int, int]:
-    """Sufficient causes first: among them growth first (while it grows, any other fix only
+    """A request too large for the device first (nothing else can make room for it); then
+    sufficient causes: among them growth first (while it grows, any other fix only
     postpones the OOM), then an optimizer step's temporaries (the step made the moment, and one
     keyword of the optimizer frees them), fragmentation last (its fix buys room a growth then
     fills); then by bytes."""
+    if cause.name == REQUEST:
+        return -1, 0, 0
     if not cause.sufficient:
         return 1, 0, -cause.bytes
     tiers = {GROWTH: 0, OPTIMIZER_STEP: 1, FRAGMENTATION: 3}
@@ -380,6 +411,38 @@ def _cause(
     known = [fix.bytes for fix in fixes if fix.bytes is not None]
     freed = max(known) if known else None
     return Cause(name, size, freed, _enough(freed, needed), evidence, fixes, sites)
+
+
+def _not_sufficient(cause: Cause) -> Cause:
+    """``cause`` beside a request too large for the device: neither it nor any of its fixes
+    makes room for that request."""
+    fixes = tuple(replace(found, sufficient=False) for found in cause.fixes)
+    return replace(cause, sufficient=False, fixes=fixes)
+
+
+# the request alone -------------------------------------------------------------------------
+
+
+def _request(dump: Dump, moment: OomMoment | None) -> Cause | None:
+    """A request that alone exceeds what PyTorch could get with nothing else live
+    (:attr:`~memforensics.analysis.oom.OomMoment.request_too_large`): its bytes, the site that
+    made it, and what it exceeds. Its fixes: make that one allocation smaller (under what was
+    left beside the live memory: the headroom, or the largest free block of its pool), and,
+    under a per-process limit the device has room beyond, raise that limit. Both serve it."""
+    if moment is None or moment.requested_bytes is None or not moment.request_too_large:
+        return None
+    site = request_site(dump)
+    room = moment.headroom_bytes
+    if room is not None:
+        room = max(room, moment.largest_free_block_bytes or 0)
+    fixes = [Fix(text.smaller_request(room, site_named=site is not None), None, True)]
+    if moment.raising_limit_serves:
+        fixes.append(Fix(RAISE_FRACTION, None, True))
+    evidence = text.request_evidence(moment.requested_bytes, site, capacity_text(moment))
+    return Cause(
+        REQUEST, moment.requested_bytes, None, True, evidence, tuple(fixes),
+        (site,) if site is not None else (),
+    )  # fmt: skip
 
 
 # growth ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ _LISTED = 40  # the width a site keeps in a list of sites with their bytes
 _FOLDERS = re.compile(r"^[^ ]*/(?=[^/ ]+:\d+ )")  # the folders before ``file.py:12 name``
 
 CAUSE_NAMES = {
+    "request": "the request alone",
     "growth": "growth",
     "static": "static memory",
     "activations": "activations",
@@ -47,6 +48,27 @@ def _site(site: str) -> str:
     """``demo_train.py:57 keep_metrics``: a site in a sentence keeps its file, line and
     function (the table beside it has the path)."""
     return short_site(_FOLDERS.sub("", site), _SITE)
+
+
+# the request alone
+
+
+def request_evidence(requested: int, site: str | None, exceeds: str) -> str:
+    """``100.00 GiB asked at big.py:5 <module> exceeds the 79.50 GiB PyTorch could get with
+    nothing else live (...); no memory freed makes room``."""
+    where = f" at {_site(site)}" if site else ""
+    return f"{fmt(requested)} asked{where} exceeds {exceeds}; no memory freed makes room"
+
+
+def smaller_request(room: int | None, *, site_named: bool) -> str:
+    """Make the one allocation smaller, under what was left beside the live memory, at the
+    site the evidence names (``there``) or where it is made."""
+    under = f", under the {fmt(room)} left beside what was live" if room else ""
+    where = "there" if site_named else "where it is made"
+    return (
+        f"make that one allocation smaller{under}: a smaller batch or sequence {where}, or"
+        " compute it in chunks"
+    )
 
 
 # growth

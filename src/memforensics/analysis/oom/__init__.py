@@ -18,14 +18,17 @@ from memforensics.analysis.oom.moment import (
     oom_moment,
     recorded_rules,
     recorded_settings,
+    request_site,
     seed_state,
     settings_notes,
     settings_read,
 )
 from memforensics.analysis.oom.risk import AtRisk, at_risk
 from memforensics.analysis.oom.text import (
+    RAISE_FRACTION,
     at_risk_headline,
     at_risk_lines,
+    capacity_text,
     fragmentation_text,
     headroom_text,
 )
@@ -47,6 +50,7 @@ __all__ = [
     "CAPACITY",
     "DEVICE_FREE_UNKNOWN",
     "FRAGMENTATION",
+    "RAISE_FRACTION",
     "SEGMENT_ACTIONS",
     "TRACE",
     "AllocatorState",
@@ -61,6 +65,7 @@ __all__ = [
     "at_risk",
     "at_risk_headline",
     "at_risk_lines",
+    "capacity_text",
     "changes_after",
     "device_free_text",
     "expandable_runs_out",
@@ -76,6 +81,7 @@ __all__ = [
     "recorded_rules",
     "recorded_settings",
     "replayable",
+    "request_site",
     "seed_state",
     "settings_notes",
     "settings_read",

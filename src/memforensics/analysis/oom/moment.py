@@ -36,7 +36,15 @@ from memforensics.allocator import (
     seed_expandable,
     seed_segment,
 )
-from memforensics.analysis.dump import INACTIVE, Dump, as_int
+from memforensics.analysis.dump import (
+    BEFORE_RECORDING,
+    INACTIVE,
+    NATIVE_ONLY,
+    UNKNOWN_SITE,
+    Dump,
+    as_int,
+    site_of,
+)
 from memforensics.analysis.oom.history import (
     AllocatorState,
     changes_after,
@@ -210,6 +218,69 @@ class OomMoment:
             return self.device_free_bytes
         return max(min(self.device_free_bytes, self.device_total_bytes - self.reserved_bytes), 0)
 
+    @property
+    def usable_free_bytes(self) -> int:
+        """Free bytes inside reserved segments that can serve the request: its pool's and
+        stream's when known, else all of them (0 when not known)."""
+        if self.free_in_pool_bytes is not None:
+            return self.free_in_pool_bytes
+        return self.free_in_reserved_bytes or 0
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        """The most PyTorch's allocator could hold with nothing of its own live: the limit less
+        the memory outside PyTorch, which is ``min(limit, reserved + device free)``; reserved +
+        device free where no limit is recorded; the limit where device free is not known (the
+        memory outside PyTorch unknown, none is taken off); None when neither is known."""
+        room = None
+        if self.reserved_bytes is not None and self.device_free_bytes is not None:
+            room = self.reserved_bytes + self.device_free_bytes
+        if self.device_total_bytes is None:
+            return room
+        return self.device_total_bytes if room is None else min(self.device_total_bytes, room)
+
+    @property
+    def per_process_limit(self) -> bool:
+        """The limit is a per-process one below what the device could give
+        (``set_per_process_memory_fraction``): the device had more free, beside what PyTorch
+        reserved, than the limit allows. False when any of the three is not known."""
+        limit, free, reserved = self.device_total_bytes, self.device_free_bytes, self.reserved_bytes
+        if limit is None or free is None or reserved is None:
+            return False
+        return reserved + free > limit
+
+    @property
+    def outside_makes_room(self) -> bool:
+        """Without the memory outside PyTorch (less the context the dump accounts for), the
+        free bytes of the request's pool and the headroom would cover the request: that memory,
+        not PyTorch's live or cached bytes, left no room."""
+        external = self.unaccounted_external_bytes
+        if self.requested_bytes is None or external is None or external <= 0:
+            return False
+        room = self.usable_free_bytes + (self.headroom_bytes or 0) + external
+        return room >= self.requested_bytes
+
+    @property
+    def request_too_large(self) -> bool:
+        """The request alone exceeds :attr:`capacity_bytes`, and no memory outside PyTorch
+        that a fix could remove would make room: with nothing else live it still fails, so
+        nothing freed serves it; a smaller request does (or, under a per-process limit the
+        device has room beyond, a higher limit)."""
+        capacity = self.capacity_bytes
+        if self.requested_bytes is None or capacity is None or self.served:
+            return False
+        return self.requested_bytes > capacity and not self.outside_makes_room
+
+    @property
+    def raising_limit_serves(self) -> bool:
+        """Under a per-process limit, the device's own free memory (a new segment), or a free
+        block of the request's pool, would hold the request: raising the limit alone serves
+        it."""
+        if not self.per_process_limit or self.requested_bytes is None:
+            return False
+        room = max(self.device_free_bytes or 0, self.largest_free_block_bytes or 0)
+        return room >= self.requested_bytes
+
 
 def recorded_settings(dump: Dump) -> AllocatorSettings:
     """The settings the dump was taken under (defaults when it does not report them), read by
@@ -252,6 +323,26 @@ def sidecar_sizes(dump: Dump) -> tuple[int | None, int | None, int | None, int |
         as_int(side.get("device_total_bytes")),
         as_int(side.get("device_free_bytes")),
     )
+
+
+def request_site(dump: Dump) -> str | None:
+    """The site that made the failed request: the innermost frame outside torch of the trace's
+    ``oom`` entry, else of the sidecar's OOM stack (outermost first, as the observer writes
+    it); None when neither names one."""
+    stacks: list[object] = []
+    if dump.oom_positions:
+        entry = dump.trace[dump.oom_positions[-1]]
+        if isinstance(entry, dict):
+            stacks.append(entry.get("frames"))
+    side = dump.meta.sidecar.get("oom")
+    stack = side.get("stack") if isinstance(side, dict) else None
+    if isinstance(stack, list):
+        stacks.append(stack[::-1])
+    for frames in stacks:
+        site = site_of(frames)
+        if site not in (BEFORE_RECORDING, NATIVE_ONLY, UNKNOWN_SITE):
+            return site
+    return None
 
 
 def oom_moment(

@@ -1,8 +1,11 @@
-"""The words for a near-OOM dump: at risk, not failed; what ``summary`` and the report say."""
+"""The words for a near-OOM dump (at risk, not failed) and for a request too large for the
+device (what it exceeds, and the smaller request that fixes it): what ``summary``, ``plan``
+and the report say."""
 
 from __future__ import annotations
 
 from memforensics._units import format_bytes as fmt
+from memforensics.analysis.oom.moment import OomMoment
 from memforensics.analysis.oom.risk import AtRisk
 
 
@@ -47,3 +50,50 @@ def at_risk_lines(risk: AtRisk) -> list[str]:
     lines.append(f"  headroom     {headroom_text(risk)}")
     lines.append("  No OOM happened; this is the state before one, not a verdict.")
     return lines
+
+
+def capacity_text(moment: OomMoment) -> str:
+    """What a request too large for the device exceeds: ``the 819.20 MiB per-process limit
+    (set_per_process_memory_fraction; the device had 79.48 GiB free)``, ``the 79.50 GiB PyTorch
+    could get with nothing else live (the 80.00 GiB limit less 512.00 MiB outside PyTorch)``,
+    ``the 1.00 GiB limit``, or where no limit is recorded, the capacity standing in for it."""
+    limit, capacity = moment.device_total_bytes, moment.capacity_bytes
+    if moment.per_process_limit:
+        return (
+            f"the {fmt(limit)} per-process limit (set_per_process_memory_fraction; the device"
+            f" had {fmt(moment.device_free_bytes)} free)"
+        )
+    could = f"the {fmt(capacity)} PyTorch could get with nothing else live"
+    if limit is None:
+        return f"{could} (reserved + device free at the OOM; no limit recorded)"
+    if capacity is not None and capacity < limit:
+        return f"{could} (the {fmt(limit)} limit less {fmt(limit - capacity)} outside PyTorch)"
+    return f"the {fmt(limit)} limit"
+
+
+def request_too_large_text(moment: OomMoment) -> str:
+    """The verdict's sentence for a request that alone exceeds what PyTorch could get: never
+    that live memory fills the device."""
+    live = moment.allocated_bytes
+    beside = f"; {fmt(live)} was live beside it" if live else ""
+    return (
+        f"The {fmt(moment.requested_bytes)} request alone exceeds {capacity_text(moment)}: no"
+        f" allocator setting, and no memory freed, could serve it{beside}."
+    )
+
+
+SMALLER_REQUEST = (
+    "Make that one allocation smaller: a smaller batch or sequence where it is made, or compute"
+    " that op in chunks (attention over blocks of queries, logits over slices of the"
+    " vocabulary)."
+)
+RAISE_FRACTION = "raise set_per_process_memory_fraction so the limit holds the request"
+"""The fix a per-process limit the device has room beyond allows."""
+
+
+def request_too_large_advice(moment: OomMoment) -> str:
+    """Make the request smaller; under a per-process limit the device has room beyond, or
+    raise that limit."""
+    if moment.raising_limit_serves:
+        return f"{SMALLER_REQUEST[:-1]}; or {RAISE_FRACTION}."
+    return SMALLER_REQUEST

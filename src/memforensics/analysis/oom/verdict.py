@@ -20,8 +20,12 @@ request over 1 MiB) plus the free device memory:
   only memory outside it, or a device or limit smaller than the request, can have stopped it.
 - ``exhausted``: live memory fills the device; "proven" when even the least bytes any setting
   could give the live blocks (requests rounded to 512 B), the request and the external memory
-  exceed the limit: no allocator setting could have fit. ``request over the limit``: nothing
-  reserved, and the request alone exceeds the recorded limit.
+  exceed the limit: no allocator setting could have fit. ``request over the limit``: the
+  request alone exceeds what PyTorch could get with nothing else live (the limit less the
+  memory outside PyTorch: :attr:`~memforensics.analysis.oom.moment.OomMoment.capacity_bytes`),
+  and no memory outside PyTorch a fix could remove would make room; said as that, never as
+  live memory filling the device, whatever was live beside it. It is judged first (after a
+  ``--requested`` the state serves): no other reading of the state can change it.
 - ``could-serve``: the request was given by hand (``summary --requested``) for a state that
   records no OOM of its own, and the allocator model, seeded with that state under the recorded
   settings, serves it; the explanation names the route (a cached block of its pool and stream,
@@ -46,6 +50,7 @@ from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
 from memforensics.analysis.oom.moment import OomMoment, ServeRoute, oom_moment
+from memforensics.analysis.oom.text import request_too_large_advice, request_too_large_text
 
 FRAGMENTATION = "fragmentation"
 EXHAUSTED = "exhausted"
@@ -208,30 +213,35 @@ def could_serve_verdict(moment: OomMoment) -> Verdict:
 
 
 def nothing_reserved_verdict(moment: OomMoment) -> Verdict:
-    """A request failed while PyTorch held nothing: its memory cannot be the cause. Either
-    the request alone exceeds the recorded limit, or memory outside PyTorch (or a device or
-    limit smaller than the request, where none is recorded) left no room."""
-    limit = moment.device_total_bytes
-    requested = moment.requested_bytes
-    if limit is not None and requested is not None and limit < requested:
-        return Verdict(
-            EXHAUSTED,
-            f"PyTorch's allocator held nothing (0 B reserved): the {fmt(requested)} request"
-            f" alone exceeds the {fmt(limit)} limit, so no allocator setting could serve it.",
-            "Split the allocation (smaller batches or sequences, sharding), or run on a device"
-            " or under a memory fraction with room for it.",
-            "request over the limit",
-        )
+    """A request failed while PyTorch held nothing, and it does not alone exceed what PyTorch
+    could get (:func:`request_too_large_verdict` says that): its memory cannot be the cause, so
+    memory outside PyTorch, or a device or limit smaller than the request where none is
+    recorded, left no room."""
     return Verdict(
         EXTERNAL,
         f"PyTorch's allocator held nothing (0 B reserved), so its live or cached memory cannot"
-        f" have stopped the {fmt(requested)} request: memory outside PyTorch filled the"
-        f" device, or the device or its limit is smaller than the request"
+        f" have stopped the {fmt(moment.requested_bytes)} request: memory outside PyTorch"
+        f" filled the device, or the device or its limit is smaller than the request"
         f" ({device_free_text(moment.device_free_bytes)}). Usual suspects:"
         f" {EXTERNAL_SUSPECTS}.",
         "Check torch.cuda.mem_get_info() and nvidia-smi (npu-smi) for other processes, the"
         " device's size, and any set_per_process_memory_fraction limit.",
         "nothing reserved",
+    )
+
+
+REQUEST_OVER_LIMIT = "request over the limit"
+
+
+def request_too_large_verdict(moment: OomMoment) -> Verdict:
+    """The request alone exceeds what PyTorch could get with nothing else live: no allocator
+    setting and no memory freed serves it; only a smaller request (or a higher per-process
+    limit) does."""
+    return Verdict(
+        EXHAUSTED,
+        request_too_large_text(moment) + context_text(moment),
+        request_too_large_advice(moment),
+        REQUEST_OVER_LIMIT,
     )
 
 
@@ -291,6 +301,11 @@ def judge(
     """Decide the verdict from the state at the OOM (see the module docstring); ``history``:
     the dump can be replayed; ``predates_expandable``: written by a release without
     expandable segments."""
+    requested = moment.requested_bytes
+    if moment.assumed and moment.served:
+        return could_serve_verdict(moment)
+    if moment.request_too_large:
+        return request_too_large_verdict(moment)
     if moment.source == UNKNOWN_STATE:
         return Verdict(
             UNKNOWN,
@@ -298,14 +313,11 @@ def judge(
             "Judge the OOM dump of the same failure instead, which was taken at that moment.",
             "state at the OOM unknown",
         )
-    requested = moment.requested_bytes
-    if moment.assumed and moment.served:
-        return could_serve_verdict(moment)
     if requested is not None and moment.reserved_bytes == 0 and not moment.served:
         return nothing_reserved_verdict(moment)
     headroom = moment.headroom_bytes or 0
     holes = moment.free_in_reserved_bytes or 0
-    usable = holes if moment.free_in_pool_bytes is None else moment.free_in_pool_bytes
+    usable = moment.usable_free_bytes
     largest = moment.largest_free_block_bytes or 0
     external = moment.unaccounted_external_bytes
     sites = ", ".join(f"{site} ({fmt(size)})" for site, size in top_sites) or "none recorded"
@@ -334,12 +346,7 @@ def judge(
             expandable=expandable, predates=predates_expandable, history=history
         )
         return Verdict(FRAGMENTATION, explanation, advice)
-    if (
-        requested is not None
-        and external is not None
-        and external > 0
-        and usable + headroom + external >= requested
-    ):
+    if moment.outside_makes_room:
         context = f" - the context {fmt(moment.context_bytes)}" if moment.context_bytes else ""
         explanation = (
             f"{fmt(external)} of the device is held outside PyTorch's allocator (limit"
