@@ -125,7 +125,7 @@ def _target(dtype: Any) -> Any:
         if not dtype.startswith("torch."):
             return None
         try:
-            dtype = torch._utils._import_dotted_name(dtype)  # type: ignore[no-untyped-call]
+            dtype = torch._utils._import_dotted_name(dtype)  # type: ignore[no-untyped-call, unused-ignore]
         except AttributeError:
             return None
     if not isinstance(dtype, type) or getattr(dtype, "is_sparse", True):

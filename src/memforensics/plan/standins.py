@@ -48,7 +48,7 @@ def methods(address: Address) -> Methods:
     """The three methods over ``address``: torch's own for what the plan does not hold."""
     tensor_ptr = torch._C.TensorBase.data_ptr
     tensor_device = torch._C.TensorBase.get_device
-    storage_ptr = torch._C.StorageBase.data_ptr  # type: ignore[attr-defined]  # not in the stub
+    storage_ptr = torch._C.StorageBase.data_ptr  # type: ignore[attr-defined, unused-ignore]  # not in the stub
     held = on_device(address)
 
     def data_ptr(self: torch.Tensor) -> int:
