@@ -124,3 +124,41 @@ def test_unknown_lengths_take_their_bound_and_a_large_backward_runs(tmp_path: Pa
     sizes = _allocations(tmp_path)
     assert _count(sizes, [*copies, log_alpha, batch * FLOAT]) == 1
     assert _count(sizes, backward) == 1
+
+
+CUDNN = """
+import json
+import torch
+import torch.nn.functional as F
+
+T, N, C, L = 50, 4, 20, 10
+torch.cuda.memory._record_memory_history(max_entries=100000)
+log_probs = torch.randn(T, N, C, device="cuda", requires_grad=True)
+targets = torch.randint(1, C, (N * L,), dtype=torch.int32)  # on the CPU: cuDNN's condition
+input_lengths = torch.full((N,), T, dtype=torch.int32)
+target_lengths = torch.full((N,), L, dtype=torch.int32)
+with torch.backends.cudnn.flags(enabled={enabled}):
+    loss = F.ctc_loss(log_probs.log_softmax(2), targets, input_lengths, target_lengths)
+loss.backward()
+torch.cuda.memory._dump_snapshot("ctc.pickle")
+print(json.dumps({{"grad": list(log_probs.grad.shape)}}))
+"""
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cudnns_ctc_loss_makes_its_gradient_in_the_forward(tmp_path: Path, enabled: bool) -> None:
+    """With int32 targets on the CPU, blank 0 and full-length inputs, CUDA takes cuDNN's CTC
+    loss: its forward makes the gradient (as the input) before the loss, and no log_alpha; with
+    cuDNN disabled the native kernel's copies and log_alpha come instead."""
+    script(tmp_path, CUDNN.format(enabled=enabled))
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _facts(done)["grad"] == [50, 4, 20]
+    time, batch, labels, length = 50, 4, 20, 10
+    gradient = time * batch * labels * FLOAT
+    log_alpha = batch * time * (2 * length + 1) * FLOAT
+    native = [*[batch * LONG] * 3, log_alpha, batch * FLOAT]
+    sizes = _allocations(tmp_path)
+    assert _count(sizes, [gradient, batch * FLOAT]) == (1 if enabled else 0)
+    assert _count(sizes, native) == (0 if enabled else 1)
+    assert (log_alpha in sizes) is not enabled

@@ -24,9 +24,14 @@ the targets' row length (2-D targets), or concatenated 1-D targets split evenly 
 batch (their lengths must add up to the targets' length; with the even split,
 ``masked_select``'s upper bound over padded label rows gives back the rows' length).
 
-cuDNN's CTC loss (``_use_cudnn_ctc_loss``: blank 0, float32 inputs, int32 1-D targets held on
-the CPU, every input length ``T`` and every target length under 256) is not modelled: the plan
-takes CUDA's native kernel there too, as it does whenever cuDNN is disabled.
+Where CUDA takes cuDNN's CTC loss instead (``_use_cudnn_ctc_loss`` in
+``aten/src/ATen/native/cudnn/LossCTC.cpp``: cuDNN enabled, blank 0, float32 inputs, int32 1-D
+contiguous targets held on the CPU, every input length ``T`` and every target length under 256
+and at most its input length), the plan makes what ``_cudnn_ctc_loss`` makes: the gradient (as
+``log_probs``) in the forward, then the loss ``(batch,)``, both kept for the backward, which
+scales the gradient by the loss's (``_cudnn_ctc_loss_backward``: one more tensor as
+``log_probs``). cuDNN's workspace, whose size only cuDNN can say, is not counted
+(:class:`Cudnn`).
 """
 
 from __future__ import annotations
@@ -105,7 +110,67 @@ def loss(
     il, tl = lengths(known, notes, log_probs, targets, input_lengths, target_lengths)
     if isinstance(reduction, str):
         reduction = _reduction.get_enum(reduction)
-    return torch.ctc_loss(log_probs, targets, il, tl, blank, reduction, zero_infinity)
+    if not cudnn(log_probs, targets, il, tl, blank):
+        return torch.ctc_loss(log_probs, targets, il, tl, blank, reduction, zero_infinity)
+    batched = log_probs.dim() == 3
+    source = log_probs if batched else log_probs.unsqueeze(1)
+    res: torch.Tensor = Cudnn.apply(source, zero_infinity)  # type: ignore[no-untyped-call, unused-ignore]
+    if reduction == _reduction.get_enum("mean"):
+        divisor = torch.tensor(tl, dtype=res.dtype, device=res.device).clamp_min(1)
+        return (res / divisor).mean()
+    if reduction == _reduction.get_enum("sum"):
+        return res.sum()
+    return res if batched else res.squeeze(0)
+
+
+def cudnn(
+    log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: list[int],
+    target_lengths: list[int], blank: int,
+) -> bool:  # fmt: skip
+    """``_use_cudnn_ctc_loss`` for lengths given as lists, on a CUDA ``log_probs`` (after
+    ``ctc_loss`` has made an unbatched input a batch of one)."""
+    time = log_probs.size(0)
+    return bool(
+        torch.backends.cudnn.enabled
+        and blank == 0
+        and targets.dim() == 1
+        and log_probs.dtype == torch.float32
+        and targets.dtype == torch.int32
+        and not targets.is_meta
+        and targets.device.type == "cpu"
+        and targets.is_contiguous()
+        and log_probs.dim() in (2, 3)
+        and all(length == time for length in input_lengths)
+        and all(
+            target < 256 and target <= given
+            for target, given in zip(target_lengths, input_lengths, strict=False)
+        )
+    )
+
+
+class Cudnn(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # Any without torch
+    """``_cudnn_ctc_loss`` and its derivative, by what they allocate."""
+
+    @staticmethod
+    def forward(ctx: Any, log_probs: torch.Tensor, zero_infinity: bool) -> torch.Tensor:
+        """The gradient (``empty_like(log_probs)``), then the costs ``(batch,)``; cuDNN's
+        workspace between them is not counted."""
+        raw_grad = torch.empty_like(log_probs, memory_format=torch.contiguous_format)
+        costs = log_probs.new_empty((log_probs.size(1),))
+        ctx.save_for_backward(costs, raw_grad)
+        ctx.zero_infinity = zero_infinity
+        return costs
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """``_cudnn_ctc_loss_backward``: the saved gradient scaled by the loss's gradient
+        (where the loss is zero, zero, under ``zero_infinity``)."""
+        costs, raw_grad = ctx.saved_tensors
+        scaled = raw_grad * grad_out.unsqueeze(0).unsqueeze(2)
+        if ctx.zero_infinity:
+            zero = torch.zeros((), dtype=raw_grad.dtype, device=raw_grad.device)
+            scaled = torch.where(costs.unsqueeze(0).unsqueeze(2) == 0, zero, scaled)
+        return scaled, None
 
 
 def _copies(like: torch.Tensor, batch: int) -> list[torch.Tensor]:
