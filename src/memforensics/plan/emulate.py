@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from memforensics.plan import attention, choices, inplace, scratch, values
+from memforensics.plan import attention, choices, ctc, inplace, scratch, values
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
@@ -272,6 +272,12 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         )
         """Reads of a CPU tensor's memory that no operator sees: a deferred tensor is
         materialised first."""
+        self._kernels: dict[str, Callable[..., Any]] = {
+            attention.SDPA_NAME: functools.partial(attention.attention, capability),
+            ctc.NAME: functools.partial(ctc.loss, self.reads.known, notes),
+        }
+        """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
+        takes part: what CUDA chooses and allocates differs from the CPU build's path."""
 
     def __torch_function__(
         self,
@@ -306,10 +312,11 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         name = getattr(func, "__name__", "")
         if name in self._cast:
             args, kwargs = self._autocast(name, args, kwargs)
-            if name == attention.SDPA_NAME and _any_meta(args, kwargs):
-                return attention.attention(self.capability, *args, **kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
+        kernel = self._kernels.get(name)
+        if kernel is not None and _any_meta(args, kwargs):
+            return kernel(*args, **kwargs)
         if placing is None:
             return func(*args, **kwargs)
         return self.ghosts.placed(placing, func, *args, **kwargs)
@@ -420,6 +427,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten.masked_select.default: functools.partial(values.masked_select, notes),
             torch.ops.aten._unique2.default: functools.partial(values.unique, notes),
         }
+        known = self.reads.known
+        for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
+            self._answers[overload] = functools.partial(ctc.forward, self, known, notes)
+        for overload in (
+            torch.ops.aten._ctc_loss_backward.default,
+            torch.ops.aten._ctc_loss_backward.Tensor,
+        ):
+            self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self.device = device
         self.workspace_bytes = workspace_bytes
         self.capability = device.spec.capability
