@@ -110,7 +110,8 @@ print(json.dumps({"grad": list(log_probs.grad.shape)}))
 def test_unknown_lengths_take_their_bound_and_a_large_backward_runs(tmp_path: Path) -> None:
     """Target lengths the plan cannot know, with concatenated targets, are the targets split
     evenly (said once); a backward large enough for CUDA's tensor-operator path makes that
-    path's sum of log_alpha and log_beta at the blanks and its logsumexp after the gradient."""
+    path's sum of log_alpha and log_beta at the blanks, then its logsumexp's maxima, mask,
+    shifted copy and result after the gradient."""
     script(tmp_path, UNKNOWN)
     done = plan(tmp_path, "--device-capability", "8.0", "train.py")
     assert done.returncode == 0, done.stderr
@@ -119,7 +120,9 @@ def test_unknown_lengths_take_their_bound_and_a_large_backward_runs(tmp_path: Pa
     time, batch, labels, split = 300, 8, 32, 40  # 320 targets over 8 sequences
     log_alpha = batch * time * (2 * split + 1) * FLOAT
     copies = [batch * LONG] * 3
-    blanks = [batch * time * (split + 1) * FLOAT, batch * time * FLOAT]
+    blank_sum = batch * time * (split + 1) * FLOAT
+    maxes = batch * time * FLOAT  # logsumexp over the blanks: CUDA's logsumexp_out_impl
+    blanks = [blank_sum, maxes, maxes, batch * time, blank_sum, batch * time * FLOAT]
     backward = [*copies, log_alpha, time * batch * labels * FLOAT, *blanks]
     sizes = _allocations(tmp_path)
     assert _count(sizes, [*copies, log_alpha, batch * FLOAT]) == 1

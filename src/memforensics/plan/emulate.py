@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from memforensics.plan import attention, choices, ctc, inplace, scratch, values
+from memforensics.plan import attention, choices, ctc, inplace, logsumexp, scratch, values
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
 from memforensics.plan.values import Notes
@@ -45,6 +45,7 @@ _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
+_LOGSUMEXP = torch.ops.aten.logsumexp.default
 _WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
 _SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
 _REDUCTIONS = _WHOLE | frozenset(
@@ -435,6 +436,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten._ctc_loss_backward.Tensor,
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
+        self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
         self.device = device
         self.workspace_bytes = workspace_bytes
         self.capability = device.spec.capability
