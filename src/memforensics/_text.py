@@ -174,15 +174,26 @@ def fit(text: str, width: int) -> str:
     """Every line of ``text`` in ``width`` columns: a longer one wraps under its text column
     (:func:`text_column`), a word too long for a line is shortened; short lines are kept as
     they are. Every word stays whole: where the text column falls inside a word (a sentence
-    with no label), the line wraps from its indent and hangs under that column."""
+    with no label), the line wraps from its indent and hangs under that column. A label that
+    would leave its text less than half the width (a path before its details) keeps a line of
+    its own (a path whole, or shortened behind ``…``) and its text hangs under it: hung under
+    a column that deep, the text would stand one word a line."""
     lines: list[str] = []
     for line in text.split("\n"):
         if len(line) <= width:
             lines.append(line)
             continue
-        column = min(text_column(line), max(width - _MIN_ROOM, 0))
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        column = text_column(line)
+        label = line[:column]
+        if column > width // 2 and label.endswith(" ") and label.strip():
+            # the label (a path: one unbreakable word) on its own line, its text under it
+            lines += wrap(label.strip(), width, indent, indent + "  ")
+            lines += wrap(line[column:].strip(), width, indent + "  ")
+            continue
+        column = min(column, max(width - _MIN_ROOM, 0))
         head = line[:column]
         if head.strip() and not head.endswith(" "):  # the column falls in the text, not after
-            head = line[: len(line) - len(line.lstrip(" "))]  # a label: wrap from the indent
+            head = indent  # no label: wrap from the indent
         lines += wrap(line[len(head) :].strip(), width, head, " " * column)
     return "\n".join(lines)

@@ -103,3 +103,25 @@ def test_fit_wraps_a_sentence_without_a_label_from_its_indent() -> None:
     """A sentence with no label wraps at its words, never gluing its first two together."""
     line = "  it rose across 3 window dumps; removing it frees 143.00 MiB, the request needed 4 MiB"
     assert fit(line, 80).split("\n")[0].startswith("  it rose across")
+
+
+def test_fit_keeps_a_path_label_whole_on_its_own_line() -> None:
+    """A path before its details keeps one line, whole, and the details wrap under it in few
+    lines, never one word a line under a column past the middle of the screen."""
+    path = "/tmp/probe/a/rank0_pid17183_20261203-172414-196584.pickle"
+    line = f"{path}  (kind oom, rank 0, predicted by memforensics plan, not measured on a GPU)"
+    fitted = fit(line, 80).split("\n")
+    assert fitted == [
+        path,
+        "  (kind oom, rank 0, predicted by memforensics plan, not measured on a GPU)",
+    ]
+
+
+def test_fit_shortens_a_path_label_too_long_for_a_line_keeping_its_end() -> None:
+    """A path label longer than the screen keeps its file name behind ``…`` on its own line."""
+    path = "/data/" + "nested_folder_with_a_long_name/" * 3 + "rank0_pid1_step25.pickle"
+    fitted = fit(f"{path}  (kind oom, rank 0, step 25)", 80).split("\n")
+    assert fitted[0].startswith("…")
+    assert fitted[0].endswith("/rank0_pid1_step25.pickle")
+    assert len(fitted[0]) <= 80
+    assert fitted[1:] == ["  (kind oom, rank 0, step 25)"]
