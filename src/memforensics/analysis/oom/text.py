@@ -4,9 +4,22 @@ and the report say."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.oom.moment import OomMoment
 from memforensics.analysis.oom.risk import AtRisk
+
+
+def sum_terms(terms: Sequence[tuple[int | None, str]]) -> list[str]:
+    """The words of a sum's terms, each given beside its bytes, with every term of 0 B left
+    out: it adds nothing, and ``+ 0 B outside PyTorch`` under a per-process limit (which bounds
+    PyTorch's own memory) or ``0 B free in reserved segments plus`` only reads as noise. A term
+    of unknown bytes (None) is kept, as its words say so; where no term holds a known figure
+    but 0 B, every term is kept, so the sum still says what it adds."""
+    if not any(size for size, _ in terms):
+        return [words for _, words in terms]
+    return [words for size, words in terms if size != 0]
 
 
 def at_risk_headline(risk: AtRisk) -> str:

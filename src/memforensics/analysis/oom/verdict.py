@@ -50,7 +50,11 @@ from memforensics.analysis.oom.bound import CAPACITY, LowerBound, lower_bound
 from memforensics.analysis.oom.history import has_history
 from memforensics.analysis.oom.moment import UNKNOWN as UNKNOWN_STATE
 from memforensics.analysis.oom.moment import OomMoment, ServeRoute, oom_moment
-from memforensics.analysis.oom.text import request_too_large_advice, request_too_large_text
+from memforensics.analysis.oom.text import (
+    request_too_large_advice,
+    request_too_large_text,
+    sum_terms,
+)
 
 FRAGMENTATION = "fragmentation"
 EXHAUSTED = "exhausted"
@@ -158,6 +162,16 @@ def one_event_verdict() -> Verdict:
 def device_free_text(device_free: int | None) -> str:
     """``1.00 GiB free on the device``, or ``device free unknown`` (never a number for it)."""
     return DEVICE_FREE_UNKNOWN if device_free is None else f"{fmt(device_free)} free on the device"
+
+
+def room_text(moment: OomMoment) -> str:
+    """What the allocator could still reserve at the OOM: ``1.00 GiB free on the device``;
+    under a per-process limit ``619.20 MiB left under the per-process limit`` (the
+    device had more free, so calling that room the device's free memory would be false)."""
+    room = moment.headroom_bytes
+    if moment.per_process_limit and room is not None:
+        return f"{fmt(room)} left under the per-process limit"
+    return device_free_text(room)
 
 
 def limit_text(bound: LowerBound) -> str:
@@ -270,12 +284,15 @@ def _fragmentation_advice(*, expandable: bool, predates: bool, history: bool) ->
 
 def needed_text(bound: LowerBound) -> str:
     """``78.29 GiB live + the 4.94 GiB request = 83.23 GiB needed``: the live bytes never
-    count the request, and memory outside PyTorch is named only where it is known."""
-    terms = [f"{fmt(bound.peak_live_bytes)} live"]
-    if bound.request_bytes:
-        terms.append(f"the {fmt(bound.request_bytes)} request")
+    count the request, memory outside PyTorch is named only where it is known, and a term of
+    0 B is left out (:func:`~memforensics.analysis.oom.text.sum_terms`)."""
+    given = [
+        (bound.peak_live_bytes, f"{fmt(bound.peak_live_bytes)} live"),
+        (bound.request_bytes, f"the {fmt(bound.request_bytes)} request"),
+    ]
     if bound.limit_source != CAPACITY:
-        terms.append(f"{fmt(bound.external_bytes)} outside PyTorch")
+        given.append((bound.external_bytes, f"{fmt(bound.external_bytes)} outside PyTorch"))
+    terms = sum_terms(given)
     if len(terms) == 1:
         return f"{terms[0]} needed"
     return f"{' + '.join(terms)} = {fmt(bound.needed_bytes)} needed"
@@ -338,7 +355,7 @@ def judge(
         when = "In this state" if moment.assumed else "At the OOM"
         explanation = (
             f"{when} {fmt(usable)} was free inside reserved segments of its pool and stream"
-            f" ({device_free_text(moment.headroom_bytes)}), enough for the"
+            f" ({room_text(moment)}), enough for the"
             f" {fmt(requested)} request, but {_unusable_text(largest, requested or 0)}."
             f"{_elsewhere_text(holes - usable, requested or 0)}"
         )
@@ -361,10 +378,18 @@ def judge(
         )
         return Verdict(EXTERNAL, explanation, advice)
     proven = bound is not None and bound.proven
+    free = sum_terms(
+        [
+            (usable, f"{fmt(usable)} free in reserved segments of its pool"),
+            (moment.headroom_bytes, room_text(moment)),
+        ]
+    )
+    filled = "the device"
+    if moment.per_process_limit:  # the device had room beyond it: the limit is what is full
+        filled = f"the {fmt(moment.device_total_bytes)} per-process limit"
     explanation = (
         f"Live memory ({fmt(moment.allocated_bytes)} of {fmt(moment.reserved_bytes)} reserved)"
-        f" fills the device; the request for {wanted} exceeds the {fmt(usable)} free in"
-        f" reserved segments of its pool plus {device_free_text(moment.headroom_bytes)}."
+        f" fills {filled}; the request for {wanted} exceeds the {' plus '.join(free)}."
         f" Biggest sites: {sites}."
     )
     if bound is not None and proven:

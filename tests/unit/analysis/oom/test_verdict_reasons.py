@@ -165,6 +165,32 @@ def test_no_outside_figure_where_outside_is_unknown() -> None:
     assert "+ outside" not in replay_text(replay_dump(dump))
 
 
+def test_a_sum_under_a_per_process_limit_leaves_out_its_0_b_terms() -> None:
+    """600 MiB live and a 300 MiB request under set_per_process_memory_fraction(0.01) of an
+    80 GiB device (79 GiB free): the proof adds live and request alone, no "+ 0 B outside
+    PyTorch"; what is full is the per-process limit, and the room it left is said as that, not
+    as free device memory; the JSON keeps the 0 B outside PyTorch."""
+    limit = int(GiB(80) * 0.01)
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(600), site=TRAIN))
+    builder.oom(requested=MiB(300), device_free=GiB(79))
+    oom = {"requested_bytes": MiB(300), "device_free_bytes": GiB(79),
+           "device_total_bytes": limit}  # fmt: skip
+    dump = dump_from_snapshot(builder.build(), sidecar=make_sidecar("oom", schema=2, oom=oom))
+    summary = summarize(dump)
+    assert summary.verdict.label == "exhausted (proven)"
+    words = summary.verdict.explanation
+    assert "600.00 MiB live + the 300.00 MiB request = 900.00 MiB needed" in words
+    assert "0 B" not in words
+    assert "fills the 819.20 MiB per-process limit" in words
+    assert "exceeds the 219.20 MiB left under the per-process limit." in words
+    assert "free on the device" not in words
+    assert "600.00 MiB live + the 300.00 MiB request = 900.00 MiB" in replay_text(replay_dump(dump))
+    document = to_json(summary)
+    assert document["lower_bound"]["external_bytes"] == 0
+    assert document["lower_bound"]["needed_bytes"] == MiB(900)
+
+
 def test_the_allocation_follows_pytorch_rules_when_not_recorded() -> None:
     """No observer figure: the allocation is what PyTorch's rounding gives the request (a
     3 MiB request gets a 20 MiB segment), shown where it printed '-'."""
