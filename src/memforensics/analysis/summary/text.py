@@ -115,7 +115,7 @@ def _screen(s: Summary, width: int, *, fit: bool = True) -> list[str]:
     """One file on one screen: the header, the cause and its fix (whole), up to two more causes,
     the verdict sentence (whole), the figures, then the site rows of the moment judged, one kind
     table and one call tree in what is left of :data:`SCREEN` lines."""
-    head = [_header(s, width)]
+    head = _header(s, width)
     head += diagnosis_lines(s.diagnosis, width, verbose=False)
     head += _label("verdict", _verdict_line(s), width)
     if s.at_risk is not None:
@@ -214,12 +214,20 @@ def _kinds_sentence(moment: Moment | None, title: str, width: int) -> list[str]:
     return min(sentences, key=len)
 
 
-def _header(s: Summary, width: int) -> str:
-    """``FILE  (kind oom, rank 0, step 25)``: the file's path shortened so the line fits."""
+_PATH_ROOM = 24  # the least of a path kept beside its details on the header line
+
+
+def _header(s: Summary, width: int) -> list[str]:
+    """``FILE  (kind oom, rank 0, step 25)``: the file's path shortened so the line fits; where
+    the details leave the path less than :data:`_PATH_ROOM` (a planned dump's), the path keeps
+    a line of its own and the details wrap under it, every line counted on the screen."""
     where = _where(s)
     if s.after_oom and s.oom is not None and s.oom.trace_index is not None:
         where += ", judged at the OOM"  # the site rows' title says its trace entry
-    return shorten(s.file, max(width - len(where) - 4, 24)) + f"  ({where})"
+    room = width - len(where) - 4
+    if room >= _PATH_ROOM:
+        return [shorten(s.file, room) + f"  ({where})"]
+    return [shorten(s.file, width), *wrap(f"({where})", width, "  ")]
 
 
 _OTHER_DEVICES = 3  # other devices listed one line each; more are counted

@@ -24,7 +24,31 @@ def test_a_predicted_dump_says_it_is_predicted(tmp_path: Path) -> None:
     )
     summary = summarize(load_dump(path))
     assert summary.predicted is True
-    assert "predicted by memforensics plan" in summary_text(summary).splitlines()[0]
+    header = " ".join(summary_text(summary).splitlines()[:2])
+    assert "predicted by memforensics plan, not measured on a GPU" in header
+
+
+def test_a_predicted_dump_s_header_keeps_its_path_whole_and_counts_its_lines(
+    tmp_path: Path,
+) -> None:
+    """The long details of a planned dump leave its path no room beside them: the path keeps a
+    line of its own, whole, the details wrap under it, and the screen counts both lines (25 at
+    most, none over 80 columns)."""
+    dump = fragmented()
+    path = write_dump(
+        tmp_path / "rank0_pid17183.pickle",
+        dump.snapshot,
+        sidecar=make_sidecar("oom", predicted=PREDICTED),
+    )
+    summary = summarize(load_dump(path))
+    lines = summary_text(summary, width=80).splitlines()
+    assert lines[0] == summary.file if len(summary.file) <= 80 else lines[0].startswith("…")
+    assert lines[0].endswith("/rank0_pid17183.pickle")
+    assert lines[1].startswith("  (kind oom, rank ")
+    assert lines[1].rstrip().endswith("not measured on a GPU)")
+    assert lines[2].startswith("  cause ")
+    assert len(lines) <= 25
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_a_measured_dump_does_not(tmp_path: Path) -> None:
