@@ -427,6 +427,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten.nonzero.default: functools.partial(values.nonzero, notes),
             torch.ops.aten.masked_select.default: functools.partial(values.masked_select, notes),
             torch.ops.aten._unique2.default: functools.partial(values.unique, notes),
+            torch.ops.aten.unique_consecutive.default: functools.partial(
+                values.unique_consecutive, notes
+            ),
+            torch.ops.aten.unique_dim_consecutive.default: functools.partial(
+                values.unique_dim_consecutive, notes
+            ),
+            torch.ops.aten.equal.default: self.reads.equal,
         }
         known = self.reads.known
         for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):

@@ -26,6 +26,7 @@ from memforensics.plan import (
     emulate,
     profiler,
     scratch,
+    scripted,
     standins,
     values,
 )
@@ -414,8 +415,15 @@ def _torch_rows(
         R(
             torch.__future__,
             "get_swap_module_params_on_conversion",
-            lambda: True,
+            scripted.swaps,
             "a module moved to the device keeps its parameters, frees their CPU storage",
+        ),
+        R(
+            torch.jit.ScriptModule,
+            "_apply",
+            scripted.scripted_apply(torch.nn.Module._apply),
+            "a scripted or traced module's C++ module holds its parameters too, so they cannot be "
+            "swapped: they are replaced, and the C++ module holds the stand-ins",
         ),
         R(
             fx_config,

@@ -192,6 +192,14 @@ class Reads:
         """``.numpy()`` of a stand-in."""
         return self.to_host(tensor).numpy()
 
+    def equal(self, tensor: torch.Tensor, other: torch.Tensor) -> bool:
+        """``torch.equal`` of stand-ins, a read of both (``istft`` checks its window so):
+        unequal shapes never are equal, else their values are compared as the script would
+        read them."""
+        if tensor.shape != other.shape:
+            return False
+        return torch.equal(self.values(tensor, exact=True), self.values(other, exact=True))
+
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
         return self.values(tensor, exact=True).item()
@@ -227,6 +235,38 @@ def unique(
     inverse = torch.empty(tensor.shape if return_inverse else (0,), dtype=torch.long, device=_META)
     counts = torch.empty((numel if return_counts else 0,), dtype=torch.long, device=_META)
     return out, inverse, counts
+
+
+def unique_consecutive(
+    notes: Notes,
+    tensor: torch.Tensor,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``unique_consecutive``: no element (or slice along ``dim``) equal to the one before."""
+    notes.once("bound", BOUND)
+    if dim is None:
+        out = torch.empty((tensor.numel(),), dtype=tensor.dtype, device=_META)
+        kept = tensor.numel()
+    else:
+        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        kept = tensor.shape[dim]
+    inverse_shape = (tensor.shape if dim is None else (kept,)) if return_inverse else (0,)
+    inverse = torch.empty(inverse_shape, dtype=torch.long, device=_META)
+    counts = torch.empty((kept if return_counts else 0,), dtype=torch.long, device=_META)
+    return out, inverse, counts
+
+
+def unique_dim_consecutive(
+    notes: Notes,
+    tensor: torch.Tensor,
+    dim: int,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``unique_consecutive`` along ``dim``: every slice distinct from the one before."""
+    return unique_consecutive(notes, tensor, return_inverse, return_counts, dim)
 
 
 def eager_compile(notes: Notes) -> Callable[..., Any]:

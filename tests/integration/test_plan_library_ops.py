@@ -1,0 +1,89 @@
+"""Ordinary library code on the planned device: TorchScript modules moved there, ``istft``
+(which compares its window with ``torch.equal``) and ``unique_consecutive``. Each runs
+through the real ``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+SCRIPTED = """
+import json
+import torch, torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(256, 128)
+    def forward(self, x):
+        return torch.relu(self.proj(x))
+
+scripted = torch.jit.script(Block()).cuda()
+moved = torch.cuda.memory_allocated()
+traced = torch.jit.trace(Block(), torch.randn(2, 256)).cuda()
+both = torch.cuda.memory_allocated()
+out = scripted(torch.randn(4, 256, device="cuda")) + traced(torch.randn(4, 256, device="cuda"))
+print(json.dumps({"moved": moved, "both": both, "shape": list(out.shape),
+                  "weight": str(scripted.proj.weight.shape)}))
+"""
+
+SIGNALS = """
+import json
+import torch
+
+x = torch.randn(4, 4096, device="cuda")
+window = torch.hann_window(512, device="cuda")
+spec = torch.stft(x, n_fft=512, hop_length=128, window=window, return_complex=True)
+back = torch.istft(spec, n_fft=512, hop_length=128, window=window)
+runs = torch.unique_consecutive(
+    torch.tensor([1, 1, 2, 2, 3, 1], device="cuda"), return_inverse=True, return_counts=True
+)
+rows = torch.unique_consecutive(torch.randn(5, 3, device="cuda"), dim=0, return_counts=True)
+print(json.dumps({
+    "back": list(back.shape),
+    "same": torch.equal(window, window.clone()),
+    "other_shape": torch.equal(window, window[:10]),
+    "runs": [list(t.shape) for t in runs],
+    "rows": [list(t.shape) for t in rows],
+}))
+"""
+
+
+def _facts(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The JSON line the script printed."""
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return dict(json.loads(line))
+
+
+def test_a_scripted_or_traced_module_moves_to_the_device_and_runs(tmp_path: Path) -> None:
+    """``torch.jit.script(m).cuda()`` and ``torch.jit.trace(m, x).cuda()`` put their parameters
+    on the planned device (a 128 KiB weight and a 512 B bias each) and run there."""
+    script(tmp_path, SCRIPTED)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    params = 256 * 128 * 4 + 512  # the weight, and the bias rounded to the allocator's 512 B
+    assert facts["moved"] == params
+    assert facts["both"] == 2 * params
+    assert facts["shape"] == [4, 128]
+
+
+def test_istft_and_unique_consecutive_run_on_the_device(tmp_path: Path) -> None:
+    """``istft`` (which tests its window with ``torch.equal``) gives the signal's shape back;
+    ``torch.equal`` of a stand-in and its copy is true, of different shapes false; and
+    ``unique_consecutive`` takes its upper bound, every element a run of its own."""
+    script(tmp_path, SIGNALS)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    assert facts["back"] == [4, 4096]
+    assert facts["same"] is True
+    assert facts["other_shape"] is False
+    assert facts["runs"] == [[6], [6], [6]]
+    assert facts["rows"] == [[5, 3], [5]]
