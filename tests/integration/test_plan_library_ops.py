@@ -87,3 +87,36 @@ def test_istft_and_unique_consecutive_run_on_the_device(tmp_path: Path) -> None:
     assert facts["other_shape"] is False
     assert facts["runs"] == [[6], [6], [6]]
     assert facts["rows"] == [[5, 3], [5]]
+
+
+LOADED = """
+import json, sys
+import torch
+
+torch.jit.save(torch.jit.script(torch.nn.Linear(256, 128)), "linear.pt")
+loaded = torch.jit.load("linear.pt", map_location="cuda")
+held = torch.cuda.memory_allocated()
+out = loaded(torch.randn(4, 256, device="cuda"))
+print(json.dumps({"held": held, "shape": list(out.shape)}), flush=True)
+torch.jit.save(loaded, "again.pt")
+print("saved")
+"""
+
+
+def test_a_torchscript_file_loads_onto_the_device_and_saving_it_back_stops_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """``torch.jit.load(path, map_location="cuda")`` puts the module's parameters on the
+    planned device (where the CPU build's loader refuses CUDA), and ``torch.jit.save`` of a
+    module holding stand-ins stops the plan with one line where TorchScript's writer killed
+    the process with no message."""
+    script(tmp_path, LOADED)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    facts = _facts(done)
+    assert facts["held"] == 256 * 128 * 4 + 512
+    assert facts["shape"] == [4, 128]
+    assert "saved" not in done.stdout
+    assert done.returncode == 2
+    [said] = [line for line in done.stderr.splitlines() if "torch.jit.save" in line]
+    assert said.startswith("memforensics plan: torch.jit.save of a module holding tensors")
+    assert "Traceback" not in done.stderr

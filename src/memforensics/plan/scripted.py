@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 _INSIDE = threading.local()
 """Whether this thread is inside a scripted module's ``_apply``."""
 
@@ -38,3 +40,53 @@ def scripted_apply(original: Callable[..., Any]) -> Callable[..., Any]:
             _INSIDE.scripted = before
 
     return _apply
+
+
+SAVE = (
+    "torch.jit.save of a module holding tensors on the planned device is not modelled: "
+    "TorchScript's writer reads each storage's bytes, which a planned tensor does not have "
+    "(save it with torch.save, or script the module on the CPU)"
+)
+
+
+def refused_save(
+    original: Callable[..., Any], held: Callable[[Any], bool], why: Callable[[str], Exception]
+) -> Callable[..., Any]:
+    """``torch.jit.save`` and ``ScriptModule.save``: ``original``, except for a module holding a
+    stand-in, which TorchScript's writer would read past its missing data (the process dies
+    with no message); the plan stops there with one line instead."""
+
+    def save(module: Any, *args: Any, **kwargs: Any) -> Any:
+        tensors = [*module.parameters(), *module.buffers()]
+        if any(held(tensor) for tensor in tensors):
+            raise why(SAVE)
+        return original(module, *args, **kwargs)
+
+    return save
+
+
+def _onto_cuda(location: Any) -> bool:
+    """Whether ``map_location`` names a CUDA device (``"cuda"``, ``"cuda:0"``, a device)."""
+    if isinstance(location, (str, torch.device)):
+        return torch.device(location).type == "cuda"
+    return False
+
+
+def loaded_onto_cuda(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.jit.load``: onto CUDA, the module is loaded onto the CPU and moved with
+    ``.cuda()``, which holds the same tensors on the device that CUDA's loader puts there (the
+    CPU build's loader refuses a CUDA location); any other location as torch loads it."""
+
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if not _onto_cuda(map_location):
+            return original(f, map_location, *args, **kwargs)
+        module = original(f, "cpu", *args, **kwargs)
+        for part in module.modules():
+            for name, tensor in list(part._parameters.items()):
+                if not isinstance(tensor, torch.nn.Parameter):
+                    # a loaded module's parameters come back as plain tensors, which
+                    # ``Module._apply`` cannot replace across devices
+                    part._parameters[name] = torch.nn.Parameter(tensor, tensor.requires_grad)
+        return module.cuda()
+
+    return load

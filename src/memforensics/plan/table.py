@@ -37,7 +37,7 @@ from memforensics.plan import (
     legacy as legacy_types,
 )
 from memforensics.plan.cuda import Answers, SnapshotWritten
-from memforensics.plan.device import PlannedDevice
+from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced
 
@@ -337,6 +337,7 @@ def _torch_rows(
         original_clear()
 
     methods = standins.methods(storage.address)
+    held = standins.on_device(storage.address)
     rows = [
         R(
             torch,
@@ -424,6 +425,27 @@ def _torch_rows(
             scripted.scripted_apply(torch.nn.Module._apply),
             "a scripted or traced module's C++ module holds its parameters too, so they cannot be "
             "swapped: they are replaced, and the C++ module holds the stand-ins",
+        ),
+        R(
+            torch.jit,
+            "save",
+            scripted.refused_save(torch.jit.save, held, OutOfScope),
+            "TorchScript's writer reads a stand-in's missing bytes and the process dies: one "
+            "line instead",
+        ),
+        R(
+            torch.jit.RecursiveScriptModule,
+            "save",
+            scripted.refused_save(torch.jit.RecursiveScriptModule.save, held, OutOfScope),
+            "TorchScript's writer reads a stand-in's missing bytes and the process dies: one "
+            "line instead",
+        ),
+        R(
+            torch.jit,
+            "load",
+            scripted.loaded_onto_cuda(torch.jit.load),
+            "the CPU build's loader refuses a CUDA location: loaded onto the CPU, moved with "
+            ".cuda()",
         ),
         R(
             fx_config,
