@@ -68,7 +68,7 @@ def refused_save(
 def _onto_cuda(location: Any) -> bool:
     """Whether ``map_location`` names a CUDA device (``"cuda"``, ``"cuda:0"``, a device)."""
     if isinstance(location, (str, torch.device)):
-        return torch.device(location).type == "cuda"
+        return bool(torch.device(location).type == "cuda")
     return False
 
 

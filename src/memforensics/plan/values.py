@@ -198,7 +198,7 @@ class Reads:
         read them."""
         if tensor.shape != other.shape:
             return False
-        return torch.equal(self.values(tensor, exact=True), self.values(other, exact=True))
+        return bool(torch.equal(self.values(tensor, exact=True), self.values(other, exact=True)))
 
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
