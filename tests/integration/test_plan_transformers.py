@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from planned import plan, script
@@ -178,3 +179,91 @@ def test_from_pretrained_onto_cuda_loads_the_weights_onto_the_planned_device(
     line = done.stdout.split("loaded ")[1].split()
     assert int(line[0]) == int(line[2]) > 0
     assert line[4] == "torch.bfloat16"
+
+
+OFFLOADED = """
+import json, os, sys
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+config = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
+                     num_attention_heads=8, num_key_value_heads=4, vocab_size=4000)
+if not os.path.isdir("tiny-llama"):
+    LlamaForCausalLM(config).save_pretrained("tiny-llama")
+where = {
+    "cuda": dict(device_map="cuda"),
+    "cpu": dict(device_map="auto", max_memory={0: "30MiB", "cpu": "2GiB"}),
+    "disk": dict(device_map="auto", max_memory={0: "30MiB", "cpu": "1MiB"},
+                 offload_folder="offloaded"),
+}[sys.argv[1]]
+model = AutoModelForCausalLM.from_pretrained("tiny-llama", dtype=torch.float32, **where)
+loaded = torch.cuda.memory_allocated()
+calls, current = [], [None]
+for name, module in model.named_modules():
+    if isinstance(module, torch.nn.Linear):
+        module.register_forward_pre_hook(lambda m, args, name=name: current.__setitem__(0, name))
+linear = F.linear
+def counted(x, weight, bias=None):
+    calls.append([current[0], torch.cuda.memory_allocated()])
+    return linear(x, weight, bias)
+F.linear = counted
+ids = torch.randint(0, 4000, (2, 64), device="cuda")
+with torch.no_grad():
+    logits = model(ids).logits
+sizes = {name: t.numel() * t.element_size() for name, t in
+         [*model.named_parameters(), *model.named_buffers()]}
+print("FACTS " + json.dumps({
+    "map": getattr(model, "hf_device_map", {"": 0}), "sizes": sizes,
+    "buffers": [name for name, _ in model.named_buffers()], "loaded": loaded, "calls": calls,
+    "after": torch.cuda.memory_allocated(), "shape": list(logits.shape)}))
+"""
+
+
+def _block(size: int) -> int:
+    """The caching allocator's block for a request of ``size`` bytes (512-byte rounding)."""
+    return -(-size // 512) * 512
+
+
+def _offloaded(facts: dict[str, Any], name: str) -> bool:
+    """Whether parameter ``name`` belongs to a module the device map sends off the device."""
+    return any(
+        place in ("cpu", "disk") and (name == module or name.startswith(module + "."))
+        for module, place in facts["map"].items()
+    )
+
+
+def _planned(folder: Path, where: str) -> dict[str, Any]:
+    done = plan(folder, "train.py", where)
+    assert done.returncode == 0, done.stderr
+    facts: dict[str, Any] = json.loads(done.stdout.split("FACTS ")[1].splitlines()[0])
+    return facts
+
+
+@pytest.mark.parametrize("where", ["cpu", "disk"])
+def test_offloaded_device_map_holds_the_resident_weights_and_each_module_s_on_its_forward(
+    tmp_path: Path, where: str
+) -> None:
+    """from_pretrained(device_map="auto") with a max_memory that sends most of a Llama to the
+    CPU (or disk) loads and runs a forward: the planned device holds, after loading, exactly the
+    modules the map keeps there (and the buffers, which Accelerate does not offload); at each
+    linear layer's call it holds what the all-on-device run holds less the offloaded weights,
+    plus that layer's own weight if Accelerate moved it on for the call; after the forward every
+    moved-on weight is freed again."""
+    script(tmp_path, OFFLOADED)
+    resident = _planned(tmp_path, "cuda")
+    offloaded = _planned(tmp_path, where)
+    assert offloaded["shape"] == resident["shape"] == [2, 64, 4000]
+    assert set(offloaded["map"].values()) == {0, where}
+    sizes = offloaded["sizes"]
+    off = {
+        name for name in sizes if name not in offloaded["buffers"] and _offloaded(offloaded, name)
+    }
+    off_bytes = sum(_block(sizes[name]) for name in off)
+    assert off_bytes > resident["loaded"] // 2
+    assert offloaded["loaded"] == sum(_block(sizes[name]) for name in sizes if name not in off)
+    assert resident["loaded"] == offloaded["loaded"] + off_bytes
+    assert [name for name, _ in offloaded["calls"]] == [name for name, _ in resident["calls"]]
+    for (layer, held), (_, all_held) in zip(offloaded["calls"], resident["calls"], strict=True):
+        moved_on = _block(sizes[layer + ".weight"]) if layer + ".weight" in off else 0
+        assert held == all_held - off_bytes + moved_on, layer
+    assert offloaded["after"] - offloaded["loaded"] == resident["after"] - resident["loaded"]

@@ -7,12 +7,21 @@ public function that only some torch releases have is answered where the install
 (a script cannot call it where it does not). :func:`kept_state` puts back what a script
 changes in torch through the emulation's stand-ins: the default dtype, the default device and
 the device contexts on torch's function-mode stack.
+
+A :class:`LibraryReplacement` is a row for a library the script may import (Accelerate), never
+imported for it: :func:`replaced_where_imported` replaces the library's function once the
+script imports its module, and every module-level binding of it is the library's own again
+after. A library is optional and its releases differ, so a module without the function is left
+as it is (no run is refused for a library it may never import).
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
+import threading
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -123,3 +132,114 @@ def kept_state() -> Iterator[None]:
             for mode in stack:
                 _push_mode(mode)
         device_module.CURRENT_DEVICE = current
+
+
+@dataclass(frozen=True)
+class LibraryReplacement:
+    """``module.name`` of a library the script may import, answered by ``stand_in(original)``
+    from the moment the script imports ``module`` to the end of the run, because ``why``."""
+
+    module: str
+    name: str
+    stand_in: Callable[[Callable[..., Any]], Callable[..., Any]]
+    why: str
+
+    @property
+    def where(self) -> str:
+        """``accelerate.utils.modeling.set_module_tensor_to_device``, as a script names it."""
+        return f"{self.module}.{self.name}"
+
+
+def _rebound(old: Any, new: Any) -> None:
+    """Every module-level binding of ``old`` (its own module's, and each ``from ... import``
+    of it) made ``new``."""
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None)
+        if not isinstance(names, dict):
+            continue
+        for key, value in list(names.items()):
+            if value is old:
+                names[key] = new
+
+
+class _Then(importlib.abc.Loader):
+    """A module's own loader, with ``then(module)`` once the module has run (before any
+    importer binds its names)."""
+
+    def __init__(self, loader: Any, then: Callable[[types.ModuleType], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: Any) -> types.ModuleType | None:
+        made: types.ModuleType | None = self._loader.create_module(spec)
+        return made
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__loader__ = self._loader  # the module keeps its own loader, as imported
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._then(module)
+
+
+class _Imports(importlib.abc.MetaPathFinder):
+    """Replaces each row's function where its module is, or will be, imported; puts every
+    binding back on :meth:`undo`."""
+
+    def __init__(self, rows: Sequence[LibraryReplacement]) -> None:
+        self._rows: dict[str, list[LibraryReplacement]] = {}
+        for row in rows:
+            self._rows.setdefault(row.module, []).append(row)
+        self._applied: list[tuple[Any, Any]] = []
+        self._finding = threading.local()
+
+    def apply(self, module: types.ModuleType) -> None:
+        """Each row for ``module`` applied, where the module has the function."""
+        for row in self._rows.get(module.__name__, ()):
+            original = getattr(module, row.name, None)
+            if callable(original):
+                replacement = row.stand_in(original)
+                _rebound(original, replacement)
+                self._applied.append((replacement, original))
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        """The spec the other finders give a row's module, its loader applying the rows once
+        the module has run."""
+        if fullname not in self._rows or getattr(self._finding, "on", False):
+            return None
+        self._finding.on = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(fullname, path, target)
+                    if spec is not None:
+                        break
+        finally:
+            self._finding.on = False
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Then(spec.loader, self.apply)
+        return spec
+
+    def undo(self) -> None:
+        """Every binding of a replacement made the library's own function again."""
+        for replacement, original in reversed(self._applied):
+            _rebound(replacement, original)
+        self._applied.clear()
+
+
+@contextmanager
+def replaced_where_imported(rows: Sequence[LibraryReplacement]) -> Iterator[None]:
+    """Each row applied inside, now where its module is imported already, else when the script
+    imports it; every module-level binding of each replacement the library's own after."""
+    imports = _Imports(rows)
+    for name in {row.module for row in rows}:
+        module = sys.modules.get(name)
+        if module is not None:
+            imports.apply(module)
+    sys.meta_path.insert(0, imports)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(imports)
+        imports.undo()

@@ -5,7 +5,9 @@ torch back as it was.
 The stand-ins live with what they answer for: ``torch.cuda``'s and ``torch.accelerator``'s in
 :mod:`~memforensics.plan.cuda`, a stand-in's own methods in :mod:`~memforensics.plan.standins`,
 CUDA's choices in :mod:`~memforensics.plan.choices`, what values cannot say in
-:mod:`~memforensics.plan.values`, the modes in :mod:`~memforensics.plan.emulate`.
+:mod:`~memforensics.plan.values`, the modes in :mod:`~memforensics.plan.emulate`. Functions of
+libraries a script may import (Accelerate) are rows of their own, replaced where the script
+imports them (:mod:`~memforensics.plan.libraries`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from memforensics.plan import (
     deferred,
     distributed,
     emulate,
+    libraries,
     profiler,
     scratch,
     scripted,
@@ -39,7 +42,7 @@ from memforensics.plan import (
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.graphs import Graphs
-from memforensics.plan.patches import Replacement, kept_state, replaced
+from memforensics.plan.patches import Replacement, kept_state, replaced, replaced_where_imported
 
 R = Replacement
 
@@ -615,8 +618,9 @@ def emulated(
     functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(device, answers, functions, storage, notes, autocast.clear)
+    imported = libraries.rows(storage.ghosts.holds)
     try:
-        with kept_state(), replaced(rows), functions, storage:
+        with kept_state(), replaced(rows), replaced_where_imported(imported), functions, storage:
             try:
                 yield
             finally:

@@ -3,7 +3,11 @@ defaults too, and a torch lacking what it relies on is refused before anything c
 
 from __future__ import annotations
 
+import importlib.machinery
+import sys
+import textwrap
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +20,12 @@ from memforensics.allocator import parse_conf  # noqa: E402
 from memforensics.plan import MissingAttribute, PlannedDevice, device_spec, run_planned  # noqa: E402
 from memforensics.plan.cuda import Answers  # noqa: E402
 from memforensics.plan.emulate import modes  # noqa: E402
-from memforensics.plan.patches import Replacement, replaced  # noqa: E402
+from memforensics.plan.patches import (  # noqa: E402
+    LibraryReplacement,
+    Replacement,
+    replaced,
+    replaced_where_imported,
+)
 from memforensics.plan.table import table  # noqa: E402
 from memforensics.plan.values import Notes  # noqa: E402
 
@@ -113,3 +122,77 @@ def test_a_public_function_torch_lacks_is_left_absent_and_an_added_binding_is_re
         assert not hasattr(owner, "newer_function")
         assert owner.cuda_binding == "stand-in"
     assert not hasattr(owner, "cuda_binding")
+
+
+def _library(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A package of its own on ``sys.path``: ``core.move`` and a module that imports it by name;
+    the package's name, unique to the test."""
+    name = f"library_{folder.name.replace('-', '_')}"
+    package = folder / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "core.py").write_text("def move(x):\n    return ('library', x)\n")
+    (package / "hooks.py").write_text(
+        textwrap.dedent(f"""
+        from {name}.core import move
+        def hook(x):
+            return move(x)
+        """)
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    return name
+
+
+def _wrapping(original: Any) -> Any:
+    return lambda x: ("stand-in", original(x))
+
+
+def test_a_library_function_is_replaced_where_the_script_imports_it_and_put_back_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library the run does not import is left unimported; imported inside, its function is
+    the stand-in in its own module and in a module that imported it by name; after, both are
+    the library's own, and the import machinery is as it was."""
+    name = _library(tmp_path, monkeypatch)
+    finders = list(sys.meta_path)
+    rows = [LibraryReplacement(f"{name}.core", "move", _wrapping, "a test's library")]
+    with replaced_where_imported(rows):
+        assert f"{name}.core" not in sys.modules
+        hooks = __import__(f"{name}.hooks", fromlist=["hook"])
+        core = sys.modules[f"{name}.core"]
+        assert hooks.hook(1) == ("stand-in", ("library", 1))
+        assert core.move(2) == ("stand-in", ("library", 2))
+        assert core.__loader__ is core.__spec__.loader
+        assert isinstance(core.__loader__, importlib.machinery.SourceFileLoader)
+    assert hooks.hook(3) == ("library", 3)
+    assert core.move(4) == ("library", 4)
+    assert sys.meta_path == finders
+
+
+def test_a_library_imported_before_the_run_is_replaced_for_it_and_a_missing_function_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library imported before the run is replaced for it and put back after; a row whose
+    function the installed library lacks (another release) changes nothing and refuses nothing."""
+    name = _library(tmp_path, monkeypatch)
+    hooks = __import__(f"{name}.hooks", fromlist=["hook"])
+    rows = [
+        LibraryReplacement(f"{name}.core", "move", _wrapping, "a test's library"),
+        LibraryReplacement(f"{name}.core", "renamed", _wrapping, "another release's"),
+    ]
+    with replaced_where_imported(rows):
+        assert hooks.hook(1) == ("stand-in", ("library", 1))
+        assert not hasattr(sys.modules[f"{name}.core"], "renamed")
+    assert hooks.hook(2) == ("library", 2)
+
+
+def test_each_library_row_names_a_function_the_installed_library_has() -> None:
+    """Every library row's function exists in the installed library (here Accelerate), so a
+    release that renames it fails this test rather than a user's planned run."""
+    pytest.importorskip("accelerate")
+    import importlib
+
+    from memforensics.plan.libraries import rows
+
+    for row in rows(lambda tensor: False):
+        assert callable(getattr(importlib.import_module(row.module), row.name, None)), row.where
