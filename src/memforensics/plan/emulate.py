@@ -170,12 +170,24 @@ class Ghosts:
     memory for them either), until the script gives them some (``to_empty``).
 
     ``placing`` is where the call running now puts its outputs, from the device it names
-    (True: ``meta``, False: ``"cuda"``); None lets each operator's inputs decide.
+    (True: ``meta``, False: ``"cuda"``); None lets each operator's inputs decide. It is the
+    running call's, so each thread has its own: a thread pool loading a checkpoint moves one
+    tensor to the CPU while another moves one to the device.
     """
 
     def __init__(self) -> None:
         self.keys: set[int] = set()
-        self.placing: bool | None = None
+        self._call = threading.local()
+
+    @property
+    def placing(self) -> bool | None:
+        """Where the call running now in this thread puts its outputs."""
+        placing: bool | None = getattr(self._call, "placing", None)
+        return placing
+
+    @placing.setter
+    def placing(self, placing: bool | None) -> None:
+        self._call.placing = placing
 
     def holds(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is a view of a ghost storage."""
