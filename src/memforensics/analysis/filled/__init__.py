@@ -1,6 +1,13 @@
 """What filled the device: lifetimes, kinds of memory, the peak and its call tree."""
 
-from memforensics.analysis.filled.kinds import KINDS, KindBytes, main_kind
+from memforensics.analysis.filled.kinds import (
+    KINDS,
+    KindBytes,
+    KindShare,
+    block_kinds,
+    kind_split,
+    main_kind,
+)
 from memforensics.analysis.filled.known import Known
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 from memforensics.analysis.filled.peak import (
@@ -26,14 +33,17 @@ __all__ = [
     "CallNode",
     "Filled",
     "KindBytes",
+    "KindShare",
     "KindSite",
     "Known",
     "Lifetimes",
     "Moment",
     "OptimizerTemporaries",
     "Unwound",
+    "block_kinds",
     "filled_lines",
     "kind_sites",
+    "kind_split",
     "live_at",
     "main_kind",
     "optimizer_temporaries",

@@ -51,6 +51,7 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,15 +197,48 @@ def kinds_table(allocations: list[Allocation]) -> tuple[KindBytes, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KindShare:
+    """Live bytes of one kind among some blocks (a site row's kinds): block bytes, and the
+    blocks counted under that kind (a block the process labelled with several kinds counts its
+    bytes under each, and as a block of the first)."""
+
+    kind: str
+    bytes: int
+    blocks: int
+
+
+def block_kinds(found: Allocation) -> tuple[tuple[str, int], ...]:
+    """A block's bytes by kind: as the process told them, else all of them of its inferred
+    kind (how :func:`kinds_table` counts it too)."""
+    return found.known or ((found.kind, found.size),)
+
+
+def kind_split(blocks: Iterable[tuple[tuple[str, int], ...]]) -> tuple[KindShare, ...]:
+    """Bytes by kind over some blocks, each given as its bytes by kind (:func:`block_kinds`),
+    biggest first; the first is their :func:`main_kind`. A row that shows some bytes with a
+    kind reads this, so it never gives one kind bytes of another."""
+    totals: dict[str, list[int]] = {}
+    for parts in blocks:
+        for index, (kind, size) in enumerate(parts):
+            entry = totals.setdefault(kind, [0, 0])
+            entry[0] += size
+            entry[1] += index == 0
+    ranked = sorted(totals, key=lambda kind: _biggest_first(kind, totals[kind][0]))
+    return tuple(KindShare(kind, totals[kind][0], totals[kind][1]) for kind in ranked)
+
+
 def main_kind(bytes_by_kind: dict[str, int]) -> str:
     """The kind holding the most of some bytes (a tie: the first in :data:`KINDS`); ``unknown``
-    for none. A site row names it, so a user sees at once what its bytes are."""
-    best, most = UNKNOWN, -1
-    for kind in KINDS:
-        size = bytes_by_kind.get(kind, -1)
-        if size > most:
-            best, most = kind, size
-    return best
+    for none."""
+    if not bytes_by_kind:
+        return UNKNOWN
+    return min(bytes_by_kind, key=lambda kind: _biggest_first(kind, bytes_by_kind[kind]))
+
+
+def _biggest_first(kind: str, size: int) -> tuple[int, int]:
+    """Order kinds by bytes, biggest first, a tie in :data:`KINDS` order."""
+    return -size, KINDS.index(kind) if kind in KINDS else len(KINDS)
 
 
 def _add_known(totals: dict[str, list[float]], found: Allocation) -> None:

@@ -334,9 +334,12 @@ def _pruned(node: CallNode, floor: int, depth: int) -> dict[str, Any]:
 _SITE_COLUMNS = [("site", "site"), ("bytes", "bytes"), ("blocks", "number"), ("kind", "text")]
 
 
-def _site_row(site: SiteBytes) -> list[Any]:
-    """One site row: the site, its live bytes and blocks, the kind of most of its bytes."""
-    return [site.site, site.bytes, site.blocks, site.kind]
+def _site_rows(sites: tuple[SiteBytes, ...]) -> list[list[Any]]:
+    """A row per kind of each site (its site, bytes, blocks and kind), as the summary's text
+    shows them: a site of several kinds never gives one kind all its bytes."""
+    return [
+        [site.site, part.bytes, part.blocks, part.kind] for site in sites for part in site.by_kind()
+    ]
 
 
 def sites_section(ctx: DumpContext) -> Section:
@@ -348,7 +351,7 @@ def sites_section(ctx: DumpContext) -> Section:
             "sites",
             "Biggest sites (live bytes at the OOM)",
             _SITE_COLUMNS,
-            [_site_row(site) for site in s.oom.top_sites],
+            _site_rows(s.oom.top_sites),
             empty="No live blocks at the OOM.",
         )
     sites = s.top_sites
@@ -356,7 +359,7 @@ def sites_section(ctx: DumpContext) -> Section:
         "sites",
         "Biggest sites (live bytes at the snapshot)",
         _SITE_COLUMNS,
-        [_site_row(site) for site in sites],
+        _site_rows(sites),
         empty="No live blocks at the snapshot.",
         note=_NATIVE_NOTE if any(site.site == NATIVE_ONLY for site in sites) else None,
     )
@@ -372,7 +375,7 @@ def after_oom_sites_section(ctx: DumpContext) -> Section | None:
         "sites_after_oom",
         f"Biggest sites after the OOM (unwinding freed {fmt(s.unwound_bytes)}), at the snapshot",
         _SITE_COLUMNS,
-        [_site_row(site) for site in s.top_sites],
+        _site_rows(s.top_sites),
         empty="No live blocks at the snapshot: the unwinding freed them all.",
     )
 

@@ -36,11 +36,13 @@ from memforensics.analysis.filled import (
     CallNode,
     Filled,
     KindBytes,
+    KindShare,
     Known,
     Moment,
+    block_kinds,
     kind_sites,
+    kind_split,
     live_at,
-    main_kind,
     optimizer_temporaries,
     what_filled,
 )
@@ -230,8 +232,10 @@ class SiteBytes:
 
     ``site`` is the innermost frame outside torch; ``caller`` the innermost frame outside every
     installed package and the standard library (the user's own line); see
-    :mod:`~memforensics.analysis.dump.frames`. ``kind`` is the kind of memory holding most of
-    its bytes (docs/analysis.md, "Kinds of memory").
+    :mod:`~memforensics.analysis.dump.frames`. ``kinds`` are its bytes by kind of memory,
+    biggest first (docs/analysis.md, "Kinds of memory"); ``kind`` is the first of them, the
+    kind holding most of its bytes (a site's blocks may be of several kinds: only ``kinds``
+    says how many of its bytes are of each).
     """
 
     site: str
@@ -240,6 +244,20 @@ class SiteBytes:
     caller: str = UNKNOWN_SITE
     requested_bytes: int = 0  # what the callers asked for; ``bytes`` are block bytes
     kind: str = "unknown"
+    kinds: tuple[KindShare, ...] = ()
+
+    def by_kind(self) -> tuple[KindShare, ...]:
+        """Its bytes and blocks by kind, biggest first: what a table shows, one row per kind,
+        so that no row gives one kind the bytes of another (``kind`` alone when a summary
+        read from an older cache lacks ``kinds``)."""
+        return self.kinds or (KindShare(self.kind, self.bytes, self.blocks),)
+
+
+def site_bytes(key: tuple[str, str], entry: list[int], kinds: tuple[KindShare, ...]) -> SiteBytes:
+    """A site row from its ``(site, caller)``, its ``[bytes, blocks, requested bytes]`` and its
+    bytes by kind (:func:`~memforensics.analysis.filled.kind_split`)."""
+    main = kinds[0].kind if kinds else "unknown"
+    return SiteBytes(key[0], entry[0], entry[1], key[1], entry[2], main, kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,11 +435,8 @@ def summarize(
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
     filled = what_filled(dump)
-    kinds = site_kinds(tally.live, filled.kind_of_blocks(), {key for key, _ in shown})
-    top_sites = tuple(
-        SiteBytes(site, size, count, caller, asked, kinds[site, caller])
-        for (site, caller), (size, count, asked) in shown
-    )
+    kinds = site_kinds(tally.live, filled, {key for key, _ in shown})
+    top_sites = tuple(site_bytes(key, entry, kinds[key]) for key, entry in shown)
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
     moment = oom_moment(dump, requested=requested, device_total=device_memory)
     oom_sites: tuple[SiteBytes, ...] = ()
@@ -649,40 +664,38 @@ def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[Sit
     """The biggest sites of what was live at trace ``position`` (from the lifetimes the kinds
     and call tree read), and how many sites there were."""
     sites: dict[tuple[str, str], list[int]] = {}
-    kinds: dict[tuple[str, str], dict[str, int]] = {}
+    parts: dict[tuple[str, str], list[tuple[tuple[str, int], ...]]] = {}
     for found in live_at(filled.lifetimes, position):
         key = attribute(found.frames)
         entry = sites.setdefault(key, [0, 0, 0])
         entry[0] += found.size
         entry[1] += 1
         entry[2] += found.requested
-        by_kind = kinds.setdefault(key, {})
-        by_kind[found.kind] = by_kind.get(found.kind, 0) + found.size
+        parts.setdefault(key, []).append(block_kinds(found))
     ordered = sorted(sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = ordered if top is None else ordered[: max(top, 0)]
-    rows = tuple(
-        SiteBytes(site, size, count, caller, asked, main_kind(kinds[site, caller]))
-        for (site, caller), (size, count, asked) in shown
-    )
+    rows = tuple(site_bytes(key, entry, kind_split(parts[key])) for key, entry in shown)
     return rows, len(ordered)
 
 
 def site_kinds(
     live: list[tuple[Block, str, str]],
-    kind_of_block: dict[int, str],
+    filled: Filled,
     wanted: set[tuple[str, str]] | None = None,
-) -> dict[tuple[str, str], str]:
-    """The main kind of each (site, caller)'s live blocks (only the ``wanted`` ones; None:
-    every one), from the kind of each block by its address."""
-    bytes_by: dict[tuple[str, str], dict[str, int]] = {}
+) -> dict[tuple[str, str], tuple[KindShare, ...]]:
+    """The bytes by kind of each (site, caller)'s live blocks at the snapshot (only the
+    ``wanted`` ones; None: every one), each block's kinds found by its address among the
+    allocations live at the snapshot (``unknown`` where none is)."""
+    found_at = {found.addr: found for found in filled.lifetimes.at_snapshot()}
+    parts: dict[tuple[str, str], list[tuple[tuple[str, int], ...]]] = {}
     for block, site, caller in live:
         key = (site, caller)
         if wanted is not None and key not in wanted:
             continue
-        kinds = bytes_by.setdefault(key, {})
-        kind = kind_of_block.get(block.address, "unknown")
-        kinds[kind] = kinds.get(kind, 0) + block.size
-    return {key: main_kind(kinds) for key, kinds in bytes_by.items()}
+        found = found_at.get(block.address)
+        shares = block_kinds(found) if found is not None else (("unknown", block.size),)
+        parts.setdefault(key, []).append(shares)
+    return {key: kind_split(blocks) for key, blocks in parts.items()}
 
 
 def _device_name(dump: Dump) -> str | None:

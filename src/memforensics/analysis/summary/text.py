@@ -155,7 +155,9 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
         kinds = _kinds_sentence(moment, "" if rows and where == title else title, width)
     fit_rows = max(_MIN_SITES - 1, room - 1 - len(kinds) - tree_min)  # the tree stays
     shown = _holding_most(rows, count, total, fit_rows) if fit else rows
-    sites = _site_rows(shown, count, total, callers=False, width=width)
+    left = room - 1 - len(kinds) - tree_min  # lines the rows may take, the tree kept
+    split = _split(shown, count, left) if fit else len(rows)
+    sites = _site_rows(shown, count, total, callers=False, width=width, split=split)
     if not fit:
         room = max(room, 1 + len(sites) + len(kinds) + tree_min)
     body = [f"{_SITE_HEADER} ({where})", *sites] if sites else []
@@ -184,6 +186,20 @@ def _holding_most(
     if len(shown) + (count > len(shown)) > room:
         shown = rows[: max(room - 1, 1)]
     return shown
+
+
+def _split(shown: tuple[SiteBytes, ...], count: int, room: int) -> int:
+    """How many of the ``shown`` sites, from the first, have room for a row per kind in
+    ``room`` lines (with the line that counts the rows left out); the others take one row."""
+    split = len(shown)
+    while split and _lines(shown[:split]) + len(shown) - split + (count > len(shown)) > room:
+        split -= 1
+    return split
+
+
+def _lines(rows: tuple[SiteBytes, ...]) -> int:
+    """Lines the site rows take with a row per kind of each site."""
+    return sum(len(row.by_kind()) for row in rows)
 
 
 def _kinds_table(moment: Moment | None, title: str, width: int, classified: bool) -> list[str]:
@@ -461,12 +477,20 @@ def _site_rows(
     blank: bool = False,
     callers: bool = True,
     width: int = WIDTH,
+    split: int | None = None,
 ) -> list[str]:
-    """One row per site (with its caller), each in ``width``, then how many sites are hidden."""
+    """One row per kind of each site, the site's kinds biggest first and together (a site of
+    several kinds never shows its total beside one kind), then its caller; each in ``width``;
+    then how many sites are hidden. Past the first ``split`` sites (None: none), a site takes
+    one row, its kind column saying how many kinds its bytes are of (``3 kinds``)."""
     lines: list[str] = []
     room = width - _SITE_COLUMN
-    for t in sites:
-        lines.append(f"  {fmt(t.bytes):>11} {t.blocks:>7,}  {kind_and_site(t.kind, t.site, room)}")
+    for index, t in enumerate(sites):
+        parts = [(part.bytes, part.blocks, part.kind) for part in t.by_kind()]
+        if split is not None and index >= split and len(parts) > 1:
+            parts = [(t.bytes, t.blocks, f"{len(parts)} kinds")]
+        for size, blocks, kind in parts:
+            lines.append(f"  {fmt(size):>11} {blocks:>7,}  {kind_and_site(kind, t.site, room)}")
         if callers:
             lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True, width=room)
     hidden = count - len(sites)

@@ -48,6 +48,10 @@ def test_fragmentation_verdict(tmp_path: Path, legacy: bool) -> None:
     assert (oom["requested_bytes"], oom["device_free_bytes"]) == (MiB(32), 0)
     assert (oom["device_total_bytes"], oom["origin"]) == (GiB(80), "sidecar")
     assert "expandable_segments:True" in str(data["verdict"]["advice"])
+    kinds = data["top_sites"][0].pop("kinds")  # the site's bytes by kind add up to the site's
+    assert sum(part["bytes"] for part in kinds) == MiB(256)
+    assert sum(part["blocks"] for part in kinds) == 32
+    assert kinds[0]["kind"] == data["top_sites"][0]["kind"]
     assert data["top_sites"] == [
         {
             "site": str(TRAIN),
