@@ -51,7 +51,11 @@ def test_summary_json_contract(tmp_path: Path) -> None:
         "requested_bytes",
         "blocks",
         "kind",
+        "kinds",
     }
+    site = data["top_sites"][0]
+    assert sum(part["bytes"] for part in site["kinds"]) == site["bytes"]
+    assert site["kinds"][0]["kind"] == site["kind"]
 
 
 def test_summary_human_table(tmp_path: Path) -> None:
