@@ -186,6 +186,7 @@ def test_a_library_imported_before_the_run_is_replaced_for_it_and_a_missing_func
     assert hooks.hook(2) == ("library", 2)
 
 
+@pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     """Every library row's function exists in the installed library (here Accelerate), so a
     release that renames it fails this test rather than a user's planned run."""
