@@ -267,3 +267,35 @@ def test_offloaded_device_map_holds_the_resident_weights_and_each_module_s_on_it
         moved_on = _block(sizes[layer + ".weight"]) if layer + ".weight" in off else 0
         assert held == all_held - off_bytes + moved_on, layer
     assert offloaded["after"] - offloaded["loaded"] == resident["after"] - resident["loaded"]
+
+
+HUB_KERNELS = """
+import torch
+from kernels import (LayerRepository, Mode, kernelize, use_kernel_forward_from_hub,
+                     use_kernel_mapping)
+
+@use_kernel_forward_from_hub("SiluAndMul")
+class SiluAndMul(torch.nn.Module):
+    def forward(self, x):
+        d = x.shape[-1] // 2
+        return torch.nn.functional.silu(x[..., :d]) * x[..., d:]
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), SiluAndMul()).cuda()
+repository = LayerRepository("kernels-community/activation", layer_name="SiluAndMul", version=1)
+with use_kernel_mapping({"SiluAndMul": {"cuda": repository}}):
+    model = kernelize(model, mode=Mode.INFERENCE, device="cuda")
+with torch.no_grad():
+    out = model(torch.randn(8, 64, device="cuda"))
+print("out", tuple(out.shape), "own forward", model[1].forward.__func__ is SiluAndMul.forward)
+"""
+
+
+def test_hub_kernels_leave_the_layers_their_own_forward_and_say_so_once(tmp_path: Path) -> None:
+    """kernels.kernelize onto CUDA, which would fetch a compiled kernel from the Hub, keeps the
+    layer's PyTorch forward under the plan (no download, no crash) and says so once."""
+    pytest.importorskip("kernels")
+    script(tmp_path, HUB_KERNELS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "out (8, 64) own forward True" in done.stdout
+    assert done.stderr.count("Hub kernels") == 1

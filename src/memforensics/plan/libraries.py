@@ -1,5 +1,6 @@
-"""Libraries a script may import whose Python asks whether a tensor is on ``meta``, answered
-for a stand-in as for the CUDA tensor it stands for.
+"""Libraries a script may import whose Python a planned run cannot take as it is: it asks
+whether a tensor is on ``meta`` (answered for a stand-in as for the CUDA tensor it stands for),
+or it fetches compiled CUDA code from the Hub.
 
 A stand-in's ``.device`` reads ``meta`` (docs/plan.md, "The stand-ins' device"), and
 Accelerate takes a ``meta`` weight for one not loaded yet: its ``set_module_tensor_to_device``
@@ -7,7 +8,12 @@ refuses to put one on a device without a value, and keeps one sent to ``meta`` w
 (its device check sees ``meta`` already). That function is the one place its hooks move
 weights through: placing the modules of a ``device_map`` on the device, and, where modules are
 offloaded to the CPU or disk, bringing their weights on before each forward and sending them
-back to ``meta`` after. The library is imported only where the script imports it
+back to ``meta`` after.
+
+Hugging Face's ``kernels`` library (which transformers 5.25 calls from every
+``from_pretrained`` onto a GPU) swaps layers' forwards for kernels it downloads from the Hub,
+built for CUDA; the plan runs on the CPU, so those layers keep their PyTorch forward, said once.
+Each library is imported only where the script imports it
 (:func:`~memforensics.plan.patches.replaced_where_imported`).
 """
 
@@ -21,8 +27,16 @@ import torch
 
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
+from memforensics.plan.values import Notes
 
 ACCELERATE = "accelerate.utils.modeling"
+HUB_KERNELS = "kernels"
+
+NOT_KERNELIZED = (
+    "Hub kernels (the kernels library, which transformers applies on a GPU) are compiled CUDA "
+    "code the plan cannot run: layers keep their PyTorch forward, whose temporaries a fused "
+    "kernel may not make"
+)
 
 
 def _held(module: Any, tensor_name: str) -> Any:
@@ -69,7 +83,40 @@ def set_on_device(
     return stand_in
 
 
-def rows(holds: Callable[[Any], bool]) -> list[LibraryReplacement]:
+def _on_planned_device(model: Any, device: Any, holds: Callable[[Any], bool]) -> bool:
+    """Whether ``kernelize`` would load kernels for the planned device: ``device`` names CUDA,
+    or it names none or ``meta`` (a stand-in's ``.device``, which is where transformers reads
+    it) and the model's first parameter is a stand-in, not the script's own ``meta`` tensor."""
+    if device is not None and str(device) != "meta":
+        return is_cuda_device(device)
+    first = next(iter(model.parameters()), None)
+    return first is not None and first.is_meta and not holds(first)
+
+
+def kept_forward(
+    holds: Callable[[Any], bool], notes: Notes
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``kernels.kernelize`` for the planned device: the model returned with its own forwards
+    (what ``kernelize`` does where no kernel exists for a device), said once; any other device's
+    call is the library's."""
+
+    def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+
+        def kernelize(*args: Any, **kwargs: Any) -> Any:
+            named = signature.bind(*args, **kwargs).arguments
+            model = named["model"]
+            if not _on_planned_device(model, named.get("device"), holds):
+                return original(*args, **kwargs)
+            notes.once("kernels", NOT_KERNELIZED)
+            return model
+
+        return kernelize
+
+    return stand_in
+
+
+def rows(holds: Callable[[Any], bool], notes: Notes) -> list[LibraryReplacement]:
     """The libraries' functions a planned run replaces where the script imports them."""
     return [
         LibraryReplacement(
@@ -78,5 +125,12 @@ def rows(holds: Callable[[Any], bool]) -> list[LibraryReplacement]:
             set_on_device(holds),
             "a stand-in is on the planned device, its .device reading meta: placed there it "
             "stays, offloaded it moves off and frees its block, as a CUDA weight does",
+        ),
+        LibraryReplacement(
+            HUB_KERNELS,
+            "kernelize",
+            kept_forward(holds, notes),
+            "the kernels it would put in a layer's forward are CUDA binaries from the Hub, "
+            "which neither load nor run on the CPU the plan runs on",
         ),
     ]

@@ -618,7 +618,7 @@ def emulated(
     functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
     rows = table(device, answers, functions, storage, notes, autocast.clear)
-    imported = libraries.rows(storage.ghosts.holds)
+    imported = libraries.rows(storage.ghosts.holds, notes)
     try:
         with kept_state(), replaced(rows), replaced_where_imported(imported), functions, storage:
             try:
