@@ -76,6 +76,8 @@ def test_trainer_trains_on_the_planned_device(tmp_path: Path) -> None:
 
 
 EARLY_STOPPING = """
+import sys
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 from transformers import (EarlyStoppingCallback, GPT2Config, GPT2LMHeadModel, Trainer,
@@ -88,30 +90,41 @@ class Tokens(Dataset):
         ids = torch.randint(0, 1000, (32,))
         return {"input_ids": ids, "labels": ids.clone()}
 
+def accuracy(evaluated):
+    logits, labels = evaluated
+    return {"accuracy": float((logits.argmax(-1)[:, :-1] == labels[:, 1:]).mean())}
+
+metric = sys.argv[1]
 model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000,
                                    n_positions=64))
 args = TrainingArguments(output_dir="out", per_device_train_batch_size=4,
                          per_device_eval_batch_size=4, num_train_epochs=8,
                          eval_strategy="epoch", save_strategy="epoch", save_total_limit=1,
-                         load_best_model_at_end=True, metric_for_best_model="eval_loss",
+                         load_best_model_at_end=True, metric_for_best_model=metric,
+                         greater_is_better=metric == "accuracy",
                          logging_steps=1, report_to=[], disable_tqdm=True)
 stop = EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=0.01)
 trainer = Trainer(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens(),
-                  callbacks=[stop])
+                  callbacks=[stop], compute_metrics=accuracy if metric == "accuracy" else None)
 trainer.train()
 print("steps", trainer.state.global_step, "evaluations",
       sum("eval_loss" in entry for entry in trainer.state.log_history))
 """
 
 
-def test_trainer_with_early_stopping_runs_to_its_epoch_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metric", ["eval_loss", "accuracy"])
+def test_trainer_with_early_stopping_runs_to_its_epoch_limit(tmp_path: Path, metric: str) -> None:
     """Trainer with EarlyStoppingCallback (patience 1, threshold 0.01, the training loss
-    logged every step, a checkpoint saved at each evaluation) sees the evaluation loss
-    improve every epoch and trains all 8 epochs: 16 steps, 8 evaluations."""
+    logged every step, a checkpoint saved at each evaluation) trains all 8 epochs, 16 steps and
+    8 evaluations, whether it watches the evaluation loss (which improves as made-up values
+    fall) or an accuracy that should rise (greater_is_better), where the plan says once that
+    early stopping never ends a planned run."""
     script(tmp_path, EARLY_STOPPING)
-    done = plan(tmp_path, "train.py")
+    done = plan(tmp_path, "train.py", metric)
     assert done.returncode == 0, done.stderr
     assert "steps 16 evaluations 8" in done.stdout
+    said = done.stderr.count("early stopping never ends a planned run")
+    assert said == (1 if metric == "accuracy" else 0)
 
 
 BEAM = """

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from memforensics.plan import early_stopping
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.values import Notes
@@ -133,4 +134,5 @@ def rows(holds: Callable[[Any], bool], notes: Notes) -> list[LibraryReplacement]
             "the kernels it would put in a layer's forward are CUDA binaries from the Hub, "
             "which neither load nor run on the CPU the plan runs on",
         ),
+        *early_stopping.rows(notes),
     ]

@@ -9,10 +9,11 @@ changes in torch through the emulation's stand-ins: the default dtype, the defau
 the device contexts on torch's function-mode stack.
 
 A :class:`LibraryReplacement` is a row for a library the script may import (Accelerate), never
-imported for it: :func:`replaced_where_imported` replaces the library's function once the
-script imports its module, and every module-level binding of it is the library's own again
-after. A library is optional and its releases differ, so a module without the function is left
-as it is (no run is refused for a library it may never import).
+imported for it: :func:`replaced_where_imported` replaces the library's function (or a
+class's method) once the script imports its module, and every module-level binding of it (the
+class's attribute) is the library's own again after. A library is optional and its releases
+differ, so a module without the function is left as it is (no run is refused for a library it
+may never import).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 _MISSING = object()
@@ -137,7 +139,9 @@ def kept_state() -> Iterator[None]:
 @dataclass(frozen=True)
 class LibraryReplacement:
     """``module.name`` of a library the script may import, answered by ``stand_in(original)``
-    from the moment the script imports ``module`` to the end of the run, because ``why``."""
+    from the moment the script imports ``module`` to the end of the run, because ``why``.
+    ``name`` is a function (``set_module_tensor_to_device``) or a class's method
+    (``EarlyStopping._evaluate_stopping_criteria``)."""
 
     module: str
     name: str
@@ -190,17 +194,24 @@ class _Imports(importlib.abc.MetaPathFinder):
         self._rows: dict[str, list[LibraryReplacement]] = {}
         for row in rows:
             self._rows.setdefault(row.module, []).append(row)
-        self._applied: list[tuple[Any, Any]] = []
+        self._undo: list[Callable[[], None]] = []
         self._finding = threading.local()
 
     def apply(self, module: types.ModuleType) -> None:
         """Each row for ``module`` applied, where the module has the function."""
         for row in self._rows.get(module.__name__, ()):
-            original = getattr(module, row.name, None)
+            owner_name, _, name = row.name.rpartition(".")
+            owner = getattr(module, owner_name, None) if owner_name else module
+            original = owner.__dict__.get(name) if isinstance(owner, type) else None
+            if isinstance(owner, type) and callable(original):
+                setattr(owner, name, row.stand_in(original))
+                self._undo.append(partial(setattr, owner, name, original))
+                continue
+            original = getattr(owner, name, None) if owner is module else None
             if callable(original):
                 replacement = row.stand_in(original)
                 _rebound(original, replacement)
-                self._applied.append((replacement, original))
+                self._undo.append(partial(_rebound, replacement, original))
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         """The spec the other finders give a row's module, its loader applying the rows once
@@ -223,9 +234,9 @@ class _Imports(importlib.abc.MetaPathFinder):
 
     def undo(self) -> None:
         """Every binding of a replacement made the library's own function again."""
-        for replacement, original in reversed(self._applied):
-            _rebound(replacement, original)
-        self._applied.clear()
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
 
 
 @contextmanager

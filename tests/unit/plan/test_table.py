@@ -131,7 +131,15 @@ def _library(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     package = folder / name
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "core.py").write_text("def move(x):\n    return ('library', x)\n")
+    (package / "core.py").write_text(
+        textwrap.dedent("""
+        def move(x):
+            return ('library', x)
+        class Callback:
+            def check(self, x):
+                return ('library', x)
+        """)
+    )
     (package / "hooks.py").write_text(
         textwrap.dedent(f"""
         from {name}.core import move
@@ -186,16 +194,40 @@ def test_a_library_imported_before_the_run_is_replaced_for_it_and_a_missing_func
     assert hooks.hook(2) == ("library", 2)
 
 
+def test_a_library_class_s_method_is_replaced_for_its_subclasses_too_and_put_back_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row naming a class's method (``Callback.check``) replaces it on the class, so an
+    instance of the script's own subclass answers with the stand-in; after, the class has its
+    own method again."""
+    name = _library(tmp_path, monkeypatch)
+    rows = [
+        LibraryReplacement(
+            f"{name}.core", "Callback.check", lambda f: lambda self, x: ("stand-in", f(self, x)), ""
+        )
+    ]
+    with replaced_where_imported(rows):
+        core = __import__(f"{name}.core", fromlist=["Callback"])
+        own = type("Own", (core.Callback,), {})()
+        assert own.check(1) == ("stand-in", ("library", 1))
+    assert own.check(2) == ("library", 2)
+    assert "check" in vars(core.Callback)
+    assert "check" not in vars(type(own))
+
+
 @pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
-    """Every library row's function exists in the installed library (Accelerate, and the
-    kernels library transformers depends on), so a release that renames it fails this test
-    rather than a user's planned run."""
-    pytest.importorskip("accelerate")
-    pytest.importorskip("kernels")
+    """Every library row's function exists in the installed library (Accelerate, the kernels
+    library transformers depends on, transformers' and Lightning's early stopping), so a
+    release that renames it fails this test rather than a user's planned run."""
+    for library in ("accelerate", "kernels", "transformers", "lightning", "pytorch_lightning"):
+        pytest.importorskip(library)
     import importlib
 
     from memforensics.plan.libraries import rows
 
     for row in rows(lambda tensor: False, Notes()):
-        assert callable(getattr(importlib.import_module(row.module), row.name, None)), row.where
+        found: Any = importlib.import_module(row.module)
+        for part in row.name.split("."):
+            found = getattr(found, part, None)
+        assert callable(found), row.where

@@ -1,0 +1,60 @@
+"""Lightning's Trainer under the real ``memforensics plan``: early stopping on a metric that
+should rise runs to the epoch limit, as one that should fall does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytest.importorskip("lightning")
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch, pytest.mark.extras]
+
+ACCURACY = """
+import sys
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import EarlyStopping
+from torch.utils.data import DataLoader, TensorDataset
+
+class Classifier(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 1024), torch.nn.ReLU(),
+                                       torch.nn.Linear(1024, 4))
+    def training_step(self, batch, i):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+    def validation_step(self, batch, i):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(-1) == y).float().mean())
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+monitor, mode = sys.argv[1], sys.argv[2]
+data = TensorDataset(torch.randn(64, 64), torch.randint(0, 4, (64,)))
+trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=6, logger=False,
+                    enable_progress_bar=False, enable_checkpointing=False,
+                    callbacks=[EarlyStopping(monitor, mode=mode, patience=2)])
+trainer.fit(Classifier(), DataLoader(data, batch_size=16), DataLoader(data, batch_size=16))
+print("epochs", trainer.current_epoch)
+"""
+
+
+@pytest.mark.parametrize(("monitor", "mode"), [("val_acc", "max"), ("val_loss", "min")])
+def test_early_stopping_runs_to_max_epochs_whichever_way_its_metric_improves(
+    tmp_path: Path, monitor: str, mode: str
+) -> None:
+    """A real Trainer with EarlyStopping (patience 2) trains all 6 epochs whether it watches an
+    accuracy that should rise or a loss that should fall; where the callback would have stopped
+    (the accuracy), the plan says once that early stopping never ends a planned run."""
+    script(tmp_path, ACCURACY)
+    done = plan(tmp_path, "train.py", monitor, mode)
+    assert done.returncode == 0, done.stderr
+    assert "epochs 6" in done.stdout
+    said = done.stderr.count("early stopping never ends a planned run")
+    assert said == (1 if mode == "max" else 0)
