@@ -35,7 +35,7 @@ HUB_KERNELS = "kernels"
 
 NOT_KERNELIZED = (
     "Hub kernels (the kernels library, which transformers applies on a GPU) are compiled CUDA "
-    "code the plan cannot run: layers keep their PyTorch forward, whose temporaries a fused "
+    "code the plan cannot run: {layers} keep their PyTorch forward, whose temporaries a fused "
     "kernel may not make"
 )
 
@@ -94,12 +94,22 @@ def _on_planned_device(model: Any, device: Any, holds: Callable[[Any], bool]) ->
     return first is not None and first.is_meta and not holds(first)
 
 
+def _extensible(model: Any) -> list[str]:
+    """The kinds of ``model``'s layers ``kernelize`` may give a Hub kernel, as the library
+    finds them: a module whose class names a kernel layer, or one with kernel functions."""
+    kinds: dict[str, None] = {}
+    for module in model.modules():
+        if hasattr(type(module), "kernel_layer_name") or getattr(module, "_kernel_funcs", None):
+            kinds[type(module).__name__] = None
+    return list(kinds)
+
+
 def kept_forward(
     holds: Callable[[Any], bool], notes: Notes
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``kernels.kernelize`` for the planned device: the model returned with its own forwards
-    (what ``kernelize`` does where no kernel exists for a device), said once; any other device's
-    call is the library's."""
+    (what ``kernelize`` does where no kernel exists for a device), said once where it has
+    layers a kernel could replace; any other device's call is the library's."""
 
     def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(original)
@@ -109,7 +119,10 @@ def kept_forward(
             model = named["model"]
             if not _on_planned_device(model, named.get("device"), holds):
                 return original(*args, **kwargs)
-            notes.once("kernels", NOT_KERNELIZED)
+            kinds = _extensible(model)
+            if kinds:
+                shown = ", ".join(kinds[:3]) + (", …" if len(kinds) > 3 else "")
+                notes.once("kernels", NOT_KERNELIZED.format(layers=f"the model's {shown} layers"))
             return model
 
         return kernelize
