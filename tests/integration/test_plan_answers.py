@@ -114,6 +114,32 @@ def test_every_memory_function_of_torch_cuda_memory_is_answered(tmp_path: Path) 
     assert plain.returncode != 0 or unplanned["reset_peak_host_memory_stats"] != "answered"
 
 
+NVML = """
+import json
+import torch
+held = torch.empty(100 << 20, dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+readings = {name: getattr(torch.cuda, name)() for name in
+            ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate")}
+print(json.dumps({"used": torch.cuda.device_memory_used(), "free": free, "total": total,
+                  "reserved": torch.cuda.memory_reserved(), "readings": readings}))
+"""
+
+
+def test_nvml_queries_answer_as_the_planned_device(tmp_path: Path) -> None:
+    """torch.cuda's NVML queries, which raise without nvidia-ml-py (as on this CPU build),
+    answer under plan: device_memory_used is what mem_get_info finds used (the context and
+    the reserved 100 MiB), and the telemetry a training log reads is 0, said once."""
+    script(tmp_path, NVML)
+    done = plan(tmp_path, "--context-memory", "300MiB", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["used"] == found["total"] - found["free"] == found["reserved"] + 300 * MiB
+    assert found["reserved"] >= 100 * MiB
+    assert set(found["readings"].values()) == {0}
+    assert done.stderr.count("GPU telemetry") == 1
+
+
 SUMMARY = """
 import torch
 kept = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")

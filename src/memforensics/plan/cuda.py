@@ -229,6 +229,10 @@ class Nvtx:
         return None
 
 
+TELEMETRY = (
+    "GPU telemetry (utilization, memory activity, temperature, power, clock) reads 0 in a "
+    "plan: no kernel runs on a device"
+)
 NOT_CACHING = (
     "the caching allocator stays on in a plan: caching_allocator_enable(False) is not modelled"
 )
@@ -353,10 +357,22 @@ class Answers:
             return found
         return [s for s in found if tuple(s["segment_pool_id"]) == tuple(mempool_id)]
 
+    def used(self, device: object = None) -> int:
+        """``device_memory_used`` (NVML's used memory, as ``nvidia-smi`` shows it): the
+        device less what ``mem_get_info`` finds free, the context and what is reserved."""
+        free, total = self.mem_get_info()
+        return total - free
+
     def processes(self, device: object = None) -> str:
         """``list_gpu_processes``: this process, holding what it reserved and its context."""
-        held = self.reserved() + self.spec.context_bytes
+        held = self.used()
         return f"GPU:0\nprocess {os.getpid():>10d} uses {held / MiB:>12.3f} MB GPU memory"
+
+    def telemetry(self, device: object = None) -> int:
+        """NVML's readings of a running GPU (utilization, memory activity, temperature, power,
+        clock): none exists in a plan, so 0, said once."""
+        self.notes.once("telemetry", TELEMETRY)
+        return 0
 
     def backend(self) -> str:
         return "native"

@@ -101,6 +101,17 @@ def _device_rows(
         R(c, "get_device_capability", answers.capability, "--device-capability"),
         R(c, "get_device_properties", answers.properties, "--device-memory, --device-capability"),
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
+        R(
+            c,
+            "device_memory_used",
+            answers.used,
+            "NVML's used memory, from the model",
+            needed=False,
+        ),
+        *(
+            R(c, name, answers.telemetry, cuda.TELEMETRY, needed=False)
+            for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate")
+        ),
         R(c, "synchronize", cuda.noop(), NO_OP),
         R(c, "ipc_collect", cuda.noop(), NO_OP),
         R(
