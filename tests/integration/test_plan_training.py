@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from planned import plan, script
@@ -41,7 +42,7 @@ print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
 """
 
 
-def _facts(done: subprocess.CompletedProcess[str]) -> dict[str, int]:
+def _facts(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     """The JSON line the script printed (its output goes to stderr under --json)."""
     [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
     return dict(json.loads(line))
@@ -160,6 +161,50 @@ def test_a_checkpoint_loaded_onto_cuda_is_on_the_planned_device(tmp_path: Path) 
     assert facts["shapes"] == {"weight": [1024, 1024], "first_rows": [16, 1024], "bias": [1024]}
     assert facts["shared"] is True
     assert facts["allocated"] == 1024 * 1024 * 4 + 1024 * 4
+
+
+ROUND_TRIP = """
+import json, torch
+model = torch.nn.Linear(1024, 1024).cuda()
+opt = torch.optim.AdamW(model.parameters(), fused=True)
+model(torch.randn(8, 1024, device="cuda")).sum().backward()
+opt.step()
+torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, "best.pt")
+before = torch.cuda.memory_allocated()
+state = torch.load("best.pt")  # no map_location: back where it was saved, on the device
+held = torch.cuda.memory_allocated() - before
+model.load_state_dict(state["model"])
+graded = model.weight.grad is not None
+opt.load_state_dict(state["opt"])
+del state
+on_host = torch.load("best.pt", map_location="cpu")
+print(json.dumps({
+    "held": held, "after": torch.cuda.memory_allocated() - before, "graded": graded,
+    "host": [str(t.device) for t in on_host["model"].values()],
+    "host_bytes": sum(t.numel() * t.element_size() for t in on_host["model"].values()),
+}))
+"""
+
+
+def test_a_checkpoint_saved_in_the_plan_loads_back_onto_the_planned_device(
+    tmp_path: Path,
+) -> None:
+    """A model and fused-AdamW checkpoint saved by the planned run and loaded back without a
+    map_location holds a second copy of the weights and optimizer state on the device, as on a
+    GPU (it came back as shapes on no device), restores into the model (copied in place, its
+    gradients kept) and the optimizer (whose load crashed), and loaded with map_location="cpu"
+    is on the host, whole."""
+    script(tmp_path, ROUND_TRIP)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = _facts(done)
+    weights = 1024 * 1024 * 4 + 1024 * 4
+    block = -(-1024 * 4 // 512) * 512
+    assert facts["held"] >= 3 * (1024 * 1024 * 4 + block)  # weights, exp_avg, exp_avg_sq
+    assert facts["after"] == 0
+    assert facts["graded"] is True
+    assert facts["host"] == ["cpu", "cpu"]
+    assert facts["host_bytes"] == weights
 
 
 ONE_DEVICE = """

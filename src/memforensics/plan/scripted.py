@@ -17,14 +17,37 @@ from typing import Any
 import torch
 
 _INSIDE = threading.local()
-"""Whether this thread is inside a scripted module's ``_apply``."""
+"""Whether this thread is inside a module's ``_apply`` (``moving``), and inside a scripted
+module's (``scripted``)."""
 
 
-def swaps() -> bool:
-    """``torch.__future__.get_swap_module_params_on_conversion``: on, except while a scripted
-    module applies a function to its own tensors. A plain function, as torch's own replacement
-    of it for ``torch.compile`` requires of what it replaces."""
-    return not getattr(_INSIDE, "scripted", False)
+def swaps(original: Callable[[], bool]) -> Callable[[], bool]:
+    """``torch.__future__.get_swap_module_params_on_conversion``: on while a module applies a
+    function to its tensors (``.cuda()``, ``.to()``), except a scripted module's; elsewhere
+    (``load_state_dict`` reads it too, and swapping there would drop each parameter's
+    gradient) the script's own setting. A plain function, as torch's own replacement of it
+    for ``torch.compile`` requires of what it replaces."""
+
+    def get_swap_module_params_on_conversion() -> bool:
+        if getattr(_INSIDE, "moving", False) and not getattr(_INSIDE, "scripted", False):
+            return True
+        return original()
+
+    return get_swap_module_params_on_conversion
+
+
+def moving_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Module._apply``: ``original``, its tensors swapped rather than rebound."""
+
+    def _apply(module: Any, fn: Callable[..., Any], recurse: bool = True) -> Any:
+        before = getattr(_INSIDE, "moving", False)
+        _INSIDE.moving = True
+        try:
+            return original(module, fn, recurse)
+        finally:
+            _INSIDE.moving = before
+
+    return _apply
 
 
 def scripted_apply(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ import torch
 
 from memforensics.plan import (
     build,
+    checkpoints,
     choices,
     cuda,
     deferred,
@@ -352,6 +353,7 @@ def _torch_rows(
 
     methods = standins.methods(storage.address)
     held = standins.on_device(storage.address)
+    saving = checkpoints.Checkpoints(storage.ghosts)
     rows = [
         R(
             torch,
@@ -404,6 +406,18 @@ def _torch_rows(
             'torch.load onto "cuda" restores each storage as a stand-in',
         ),
         R(
+            torch.Tensor,
+            "_reduce_ex_internal",
+            saving.pickled(_found(torch.Tensor, "_reduce_ex_internal")),
+            "torch.save writes a stand-in as the CUDA tensor it stands for",
+        ),
+        R(
+            torch.storage._StorageBase,
+            "cpu",
+            saving.host_copy(_found(torch.storage._StorageBase, "cpu")),
+            "torch.save writes a stand-in's bytes as zeros, the values a plan reads",
+        ),
+        R(
             torch.serialization,
             "_load",
             cuda.load_onto_device(_found(torch.serialization, "_load")),
@@ -430,8 +444,14 @@ def _torch_rows(
         R(
             torch.__future__,
             "get_swap_module_params_on_conversion",
-            scripted.swaps,
+            scripted.swaps(torch.__future__.get_swap_module_params_on_conversion),
             "a module moved to the device keeps its parameters, frees their CPU storage",
+        ),
+        R(
+            torch.nn.Module,
+            "_apply",
+            scripted.moving_apply(torch.nn.Module._apply),
+            "swapping is on while a module moves its tensors, and only then",
         ),
         R(
             torch.jit.ScriptModule,
