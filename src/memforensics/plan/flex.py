@@ -83,7 +83,7 @@ class Fused(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]  # torch's Function takes any arguments
+    def forward(
         ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch, heads, length, _ = query.shape
@@ -96,7 +96,7 @@ class Fused(torch.autograd.Function):
         return out, lse, maxima
 
     @staticmethod
-    def backward(  # type: ignore[override]  # torch's Function takes any arguments
+    def backward(
         ctx: Any, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None, _: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         query, key, value, out, lse = ctx.saved_tensors
@@ -128,14 +128,14 @@ class Dense(torch.autograd.Function):
     forward, as on CUDA."""
 
     @staticmethod
-    def forward(  # type: ignore[override]  # torch's Function takes any arguments
+    def forward(
         ctx: Any,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
         call: tuple[Any, ...],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        score_mod, block_mask, scale, options, score_buffers, mask_buffers, joint = call
+        score_mod, block_mask, scale, options, score_buffers, mask_buffers, _ = call
         out, lse, maxima = hop_module.sdpa_dense(
             query, key, value, score_mod, block_mask, scale, options, score_buffers,
             mask_buffers,
@@ -148,7 +148,7 @@ class Dense(torch.autograd.Function):
         return out, lse, maxima
 
     @staticmethod
-    def backward(  # type: ignore[override]  # torch's Function takes any arguments
+    def backward(
         ctx: Any, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None, _: Any
     ) -> tuple[torch.Tensor | None, ...]:
         query, key, value, out, lse, _maxima, *_ = ctx.saved_tensors
@@ -194,7 +194,7 @@ def _operator(
         mask_mod_other_buffers: tuple[Any, ...] = (),
     ) -> Any:
         if compiled_backend() == INDUCTOR:
-            return Fused.apply(query, key, value)
+            return Fused.apply(query, key, value)  # type: ignore[no-untyped-call]  # torch's
         grads = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad
             for t in (query, key, value, *score_mod_other_buffers)
@@ -207,7 +207,7 @@ def _operator(
         joint = _joint_graph(query, score_mod, score_mod_other_buffers)
         call = (score_mod, block_mask, scale, kernel_options, score_mod_other_buffers,
                 mask_mod_other_buffers, joint)  # fmt: skip
-        return Dense.apply(query, key, value, call)
+        return Dense.apply(query, key, value, call)  # type: ignore[no-untyped-call]  # torch's
 
     return flex_attention_hop
 
