@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import early_stopping
+from memforensics.plan import early_stopping, flex
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.values import Notes
@@ -148,4 +148,5 @@ def rows(holds: Callable[[Any], bool], notes: Notes) -> list[LibraryReplacement]
             "which neither load nor run on the CPU the plan runs on",
         ),
         *early_stopping.rows(notes),
+        *flex.rows(holds),
     ]

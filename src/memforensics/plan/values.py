@@ -9,10 +9,12 @@ once where each happened.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
 from collections.abc import Callable
+from contextvars import ContextVar
 from types import FrameType
 from typing import Any
 
@@ -269,17 +271,51 @@ def unique_dim_consecutive(
     return unique_consecutive(notes, tensor, return_inverse, return_counts, dim)
 
 
-def eager_compile(notes: Notes) -> Callable[..., Any]:
-    """``torch.compile`` that returns what it was given: the plan runs it eagerly."""
+_BACKEND: ContextVar[object] = ContextVar("memforensics_compile_backend", default=None)
 
-    def compile(model: Any = None, **options: Any) -> Any:
-        notes.once(
-            "compile",
-            "torch.compile runs eagerly in a plan: a compiled graph's memory differs (fused "
-            "kernels keep fewer intermediates)",
-        )
+
+def compiled_backend() -> object:
+    """The backend of the outermost ``torch.compile`` the running code is inside (dynamo
+    traces nested compiled code with the outermost's backend): ``"inductor"`` by default, a
+    string or callable the script gave, None outside any."""
+    return _BACKEND.get()
+
+
+def _compiled(fn: Callable[..., Any], backend: object) -> Callable[..., Any]:
+    """``fn`` run eagerly, marked as compiled with ``backend`` unless an outer compile is."""
+
+    @functools.wraps(fn)
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        if _BACKEND.get() is not None:
+            return fn(*args, **kwargs)
+        token = _BACKEND.set(backend)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _BACKEND.reset(token)
+
+    return compiled
+
+
+def eager_compile(notes: Notes) -> Callable[..., Any]:
+    """``torch.compile`` that runs what it was given eagerly, marked as compiled with its
+    backend (an operator whose CUDA memory depends on it asks :func:`compiled_backend`). A
+    module is returned itself, compiled as ``nn.Module.compile`` compiles one in place."""
+
+    def compile(model: Any = None, *, backend: object = "inductor", **options: Any) -> Any:
         if model is None:
-            return lambda fn: fn
-        return model
+            return lambda fn: compile(fn, backend=backend, **options)
+        if options.get("disable", False):
+            return model
+        if not str(getattr(model, "__module__", "")).startswith("torch."):
+            notes.once(
+                "compile",
+                "torch.compile runs eagerly in a plan: a compiled graph's memory differs "
+                "(fused kernels keep fewer intermediates)",
+            )
+        if isinstance(model, torch.nn.Module):
+            model._compiled_call_impl = _compiled(model._call_impl, backend)
+            return model
+        return _compiled(model, backend)
 
     return compile
