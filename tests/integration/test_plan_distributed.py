@@ -45,6 +45,24 @@ model(torch.randn(16, 1000, device="cuda")).sum().backward()
 json.dump({"sharded": sharded}, open(sys.argv[1], "w"))
 """
 
+META_FSDP2 = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("nccl")
+with torch.device("meta"):
+    model = torch.nn.Sequential(torch.nn.Linear(1000, 1001), torch.nn.Linear(1001, 1000))
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+model.to_empty(device="cuda")
+sharded = torch.cuda.memory_allocated()
+for p in model.parameters():
+    torch.nn.init.normal_(p, std=0.02)
+initialised = torch.cuda.memory_allocated()
+model(torch.randn(16, 1000, device="cuda")).sum().backward()
+json.dump({"sharded": sharded, "initialised": initialised}, open(sys.argv[1], "w"))
+"""
+
 
 def _shards(world: int) -> int:
     """What FSDP2's shards of FSDP2 above hold on one rank: dim 0 padded to a multiple of the
@@ -67,6 +85,17 @@ def test_an_fsdp2_rank_holds_exactly_its_padded_shards(tmp_path: Path, world: in
     answer = json.loads(done.stdout)
     assert (answer["rank"], answer["world_size"]) == (0, world)
     assert json.loads((tmp_path / "out.json").read_text())["sharded"] == _shards(world)
+
+
+def test_an_fsdp2_model_built_on_meta_holds_its_shards_once_and_initialises(
+    tmp_path: Path,
+) -> None:
+    """Built on meta, sharded, moved and randomly initialised, rank 0 holds its shards once."""
+    script(tmp_path, META_FSDP2)
+    done = plan(tmp_path, "--nproc-per-node", "8", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"sharded": _shards(8), "initialised": _shards(8)}
 
 
 @pytest.mark.parametrize("world", [8, 64])

@@ -290,3 +290,22 @@ def fsdp1_handle(original: Callable[[Any], Any]) -> Any:
         return original(device)
 
     return classmethod(from_device)
+
+
+def rng_state_on_host(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """DTensor's random-op tracker's copy of CUDA's generator state, kept on the host.
+
+    On a GPU it copies ``torch.cuda.get_rng_state()`` (16 bytes) to its CUDA device, inside
+    DTensor's ``__torch_dispatch__``, where torch turns torch-function modes off: the plan's
+    device mode never sees that ``.to("cuda:N")``, so the CPU build's missing CUDA kernels
+    would fail the script's first random initialiser of a sharded parameter. The state's
+    values are the tracker's own (seed and offset); only its 512-byte block is not counted,
+    as no allocation inside a DTensor's operator is (its outputs are).
+    """
+
+    def get_device_state(self: Any) -> Any:
+        if getattr(self._device, "type", None) != "cuda":
+            return original(self)
+        return self._device_handle.get_rng_state()
+
+    return get_device_state

@@ -564,11 +564,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def _track_inner(self, wrapper: torch.Tensor, step: object) -> None:
         """A tensor subclass that wraps others (a ``DTensor`` and its local shard): its own
         storage holds nothing on a GPU; the tensors it wraps hold the memory. Their operators
-        run inside the subclass, below this mode, so their storages are taken here."""
+        run inside the subclass, below this mode, so their storages are taken here; one that
+        is the script's own ``meta`` (FSDP2's shard of a model built on ``meta``, wrapped anew
+        by each ``detach``) stays a ghost, with no block."""
         names, _ = wrapper.__tensor_flatten__()  # type: ignore[attr-defined,unused-ignore]
         for name in names:
             inner = getattr(wrapper, name)
-            if isinstance(inner, torch.Tensor):
+            if isinstance(inner, torch.Tensor) and not self.ghosts.holds(inner):
                 self._track_outputs(inner, step, None)
 
     def _haunt(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:

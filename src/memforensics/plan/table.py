@@ -600,6 +600,17 @@ def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> li
             "FSDP1's device handle for a stand-in's device is torch.cuda's, as for CUDA's",
         ),
     ]
+    from torch.distributed.tensor._random import OffsetBasedRNGTracker
+
+    rows.append(
+        R(
+            OffsetBasedRNGTracker,
+            "_get_device_state",
+            distributed.rng_state_on_host(OffsetBasedRNGTracker._get_device_state),
+            "DTensor's random ops copy CUDA's generator state inside its dispatch, where the "
+            "device mode is off: the state stays on the host, with the tracker's own values",
+        )
+    )
     ddp = torch.nn.parallel.DistributedDataParallel
     register = distributed.ddp_register(ddp.register_comm_hook)
     hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
