@@ -64,7 +64,7 @@ def _empty_like_layout(
     return like.new_empty_strided(tuple(shape), _dense_strides(shape, like.stride()), dtype=dtype)
 
 
-class Fused(torch.autograd.Function):
+class Fused(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # Any without torch
     """The fused Triton kernels' buffers, forward and backward.
 
     Forward (``flex_attention`` lowering, ``torch/_inductor/kernel/flex/flex_attention.py``
@@ -120,7 +120,7 @@ class Fused(torch.autograd.Function):
         return grad_query, grad_key, grad_value
 
 
-class Dense(torch.autograd.Function):
+class Dense(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # Any without torch
     """``FlexAttentionAutogradOp`` over torch's dense implementation, called directly (the
     operator's dispatch has no rule for the plan's modes): the forward runs ``sdpa_dense`` and
     keeps what the original keeps (inputs, output, log-sum-exp, maxima, the block mask's
@@ -194,7 +194,7 @@ def _operator(
         mask_mod_other_buffers: tuple[Any, ...] = (),
     ) -> Any:
         if compiled_backend() == INDUCTOR:
-            return Fused.apply(query, key, value)  # type: ignore[no-untyped-call]  # torch's
+            return Fused.apply(query, key, value)  # type: ignore[no-untyped-call, unused-ignore]
         grads = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad
             for t in (query, key, value, *score_mod_other_buffers)
@@ -207,7 +207,7 @@ def _operator(
         joint = _joint_graph(query, score_mod, score_mod_other_buffers)
         call = (score_mod, block_mask, scale, kernel_options, score_mod_other_buffers,
                 mask_mod_other_buffers, joint)  # fmt: skip
-        return Dense.apply(query, key, value, call)  # type: ignore[no-untyped-call]  # torch's
+        return Dense.apply(query, key, value, call)  # type: ignore[no-untyped-call, unused-ignore]
 
     return flex_attention_hop
 
