@@ -36,33 +36,29 @@ def swaps(original: Callable[[], bool]) -> Callable[[], bool]:
     return get_swap_module_params_on_conversion
 
 
-def moving_apply(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``Module._apply``: ``original``, its tensors swapped rather than rebound."""
+def _inside(flag: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (a module's ``_apply``) with ``flag`` set on this thread while it runs."""
 
     def _apply(module: Any, fn: Callable[..., Any], recurse: bool = True) -> Any:
-        before = getattr(_INSIDE, "moving", False)
-        _INSIDE.moving = True
+        before = getattr(_INSIDE, flag, False)
+        setattr(_INSIDE, flag, True)
         try:
             return original(module, fn, recurse)
         finally:
-            _INSIDE.moving = before
+            setattr(_INSIDE, flag, before)
 
     return _apply
+
+
+def moving_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Module._apply``: ``original``, its tensors swapped rather than rebound."""
+    return _inside("moving", original)
 
 
 def scripted_apply(original: Callable[..., Any]) -> Callable[..., Any]:
     """``ScriptModule._apply`` (scripted and traced modules): ``original``
     (``Module._apply``) without swapping."""
-
-    def _apply(module: Any, fn: Callable[..., Any], recurse: bool = True) -> Any:
-        before = getattr(_INSIDE, "scripted", False)
-        _INSIDE.scripted = True
-        try:
-            return original(module, fn, recurse)
-        finally:
-            _INSIDE.scripted = before
-
-    return _apply
+    return _inside("scripted", original)
 
 
 SAVE = (
