@@ -4,6 +4,7 @@ what plan answers around the run: the script's exit status, its JSON, its one-li
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -228,6 +229,36 @@ def test_the_scripts_exit_status_passes_through_with_the_figures(tmp_path: Path)
     said = plan(tmp_path, "train.py", "stopped early")
     assert said.returncode == 1
     assert said.stderr.strip().splitlines()[0] == "stopped early"
+
+
+INTERRUPTED = """
+import os, signal, time
+import torch
+x = torch.empty(1 << 20, device="cuda")
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as a terminal sends it
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_an_interrupted_script_shows_the_figures_so_far(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) while the script runs: its traceback as python prints it, then the
+    figures up to there and the script's line it stopped at; plan exits 130, and its JSON says
+    where."""
+    path = script(tmp_path, INTERRUPTED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 130, done.stderr
+    assert "KeyboardInterrupt" in done.stderr
+    assert "peak allocated   4.00 MiB" in done.stdout
+    words = " ".join(done.stdout.split())  # the text wraps long lines
+    stopped = re.search(r"Interrupted at (\S+):(\d+) \(Ctrl-C\)", words)
+    assert stopped is not None, done.stdout
+    assert (stopped[1], int(stopped[2]) in (5, 6, 7)) == (str(path), True)
+    as_json = plan(tmp_path, "--json", "train.py")
+    assert as_json.returncode == 130
+    doc = json.loads(as_json.stdout)
+    assert (doc["interrupted"], doc["exit_status"]) == (f"{path}:{stopped[2]}", 130)
+    assert doc["peak_allocated_bytes"] == 4 * MiB
 
 
 def test_plan_json_carries_its_schema_first(tmp_path: Path) -> None:

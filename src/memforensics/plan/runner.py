@@ -65,6 +65,9 @@ class PlanResult:
     oom_expandable: bool | None = None
     """A predicted OOM judged fragmentation, planned again with ``expandable_segments:True``:
     whether that run runs out too (None: not planned again)."""
+    interrupted: str | None = None
+    """Where the script was (``file:line``) when it was interrupted (Ctrl-C): the figures are
+    the run's up to there; None when it ran to its end."""
 
     def __post_init__(self) -> None:
         needed = self.peak_reserved_bytes + self.context_bytes + self.nccl_bytes

@@ -69,7 +69,11 @@ def plan_text(result: PlanResult) -> str:
             f"  NCCL buffers     {format_bytes(result.nccl_bytes)} outside PyTorch (an allowance "
             "from NCCL's defaults: NCCL_BUFFSIZE x channels x ring peers, per communicator)"
         )
-    if result.exit_status:
+    if result.interrupted is not None:
+        lines.append(
+            f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
+        )
+    elif result.exit_status:
         lines.append(f"The script exited with status {result.exit_status}.")
     needed = format_bytes(result.needed_bytes)
     if result.oom_message is not None:

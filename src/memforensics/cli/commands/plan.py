@@ -312,12 +312,16 @@ def _plan(
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     exited: list[int] = []
+    stopped: list[str] = []
 
     def run() -> None:
         try:
             run_target(target)
         except SystemExit as exc:  # the script's own exit: its status, as python gives it
             exited.append(_exit_status(exc))
+        except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
+            stopped.append(_stopped_at(exc))
+            exited.append(_INTERRUPTED)
 
     def before() -> None:
         if into is None:
@@ -346,12 +350,33 @@ def _plan(
         return 2
     if exited and exited[0]:
         result = replace(result, exit_status=exited[0])
+    if stopped:
+        result = replace(result, interrupted=stopped[0])
     if into is not None:
         written = tuple(str(into / Path(path).name) for path in result.script_snapshots)
         result = replace(result, script_snapshots=written)
     return _answer(
         result, device, spec, folders, started, as_json=as_json, cache=cache, check=check
     )
+
+
+_INTERRUPTED = 130
+"""The status a shell gives a program that SIGINT ended (128 + 2), as an interrupted script's."""
+
+
+def _stopped_at(exc: KeyboardInterrupt) -> str:
+    """``file:line`` of the innermost frame of the script's own code when it was interrupted
+    (not torch's, not memforensics', not python's frozen modules)."""
+    own = tuple(
+        os.path.dirname(module.__file__)
+        for module in (sys.modules.get("torch"), sys.modules.get("memforensics"))
+        if module is not None and module.__file__
+    )
+    where = "an unknown place"
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not frame.filename.startswith(own) and not frame.filename.startswith("<"):
+            where = f"{frame.filename}:{frame.lineno}"
+    return where
 
 
 def _exit_status(exc: SystemExit) -> int:
