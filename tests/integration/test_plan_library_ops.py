@@ -45,12 +45,15 @@ runs = torch.unique_consecutive(
     torch.tensor([1, 1, 2, 2, 3, 1], device="cuda"), return_inverse=True, return_counts=True
 )
 rows = torch.unique_consecutive(torch.randn(5, 3, device="cuda"), dim=0, return_counts=True)
+scores = (torch.randn(64, 4096, device="cuda") @ torch.randn(4096, 1, device="cuda")).round()
+unknown = torch.unique_consecutive(scores.squeeze(1), return_counts=True)
 print(json.dumps({
     "back": list(back.shape),
     "same": torch.equal(window, window.clone()),
     "other_shape": torch.equal(window, window[:10]),
     "runs": [list(t.shape) for t in runs],
     "rows": [list(t.shape) for t in rows],
+    "unknown": [list(t.shape) for t in unknown],
 }))
 """
 
@@ -77,7 +80,9 @@ def test_a_scripted_or_traced_module_moves_to_the_device_and_runs(tmp_path: Path
 def test_istft_and_unique_consecutive_run_on_the_device(tmp_path: Path) -> None:
     """``istft`` (which tests its window with ``torch.equal``) gives the signal's shape back;
     ``torch.equal`` of a stand-in and its copy is true, of different shapes false; and
-    ``unique_consecutive`` takes its upper bound, every element a run of its own."""
+    ``unique_consecutive`` finds the runs of values the script made (4 runs in
+    ``[1, 1, 2, 2, 3, 1]``, 5 distinct random rows) and takes its upper bound on values
+    computed from large tensors, every element a run of its own."""
     script(tmp_path, SIGNALS)
     done = plan(tmp_path, "--device-capability", "8.0", "train.py")
     assert done.returncode == 0, done.stderr
@@ -85,8 +90,9 @@ def test_istft_and_unique_consecutive_run_on_the_device(tmp_path: Path) -> None:
     assert facts["back"] == [4, 4096]
     assert facts["same"] is True
     assert facts["other_shape"] is False
-    assert facts["runs"] == [[6], [6], [6]]
+    assert facts["runs"] == [[4], [6], [4]]
     assert facts["rows"] == [[5, 3], [5]]
+    assert facts["unknown"] == [[64], [64]]
 
 
 LOADED = """

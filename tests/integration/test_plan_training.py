@@ -313,3 +313,51 @@ def test_a_cuda_default_tensor_type_builds_the_model_on_the_planned_device(
     assert facts["on_device"] == 1024 * 1024 * 2 + 1024 * 2
     assert facts["host"] == ["torch.float32", "cpu"]
     assert facts["after"] == facts["on_device"]
+
+
+SPARSE = """
+import json, sys
+import torch
+
+emb = torch.nn.Embedding(100_000, 256, sparse=True)
+before = torch.cuda.memory_allocated()
+emb = emb.cuda()
+weight = torch.cuda.memory_allocated() - before
+opt = getattr(torch.optim, sys.argv[1])(emb.parameters(), lr=0.01)
+built = torch.cuda.memory_allocated() - before - weight
+idx = torch.randint(0, 100_000, (64, 32), device="cuda")
+before = torch.cuda.memory_allocated()
+emb(idx).sum().backward()
+grad = emb.weight.grad
+held = torch.cuda.memory_allocated() - before
+opt.step()
+stepped = torch.cuda.memory_allocated() - before
+print(json.dumps({
+    "layout": str(grad.layout), "indices": list(grad._indices().shape),
+    "values": list(grad._values().shape), "held": held, "stepped": stepped, "weight": weight,
+    "built": built,
+    "coalesced": grad.coalesce()._nnz(), "distinct": idx.unique().numel(),
+}), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("optimizer", "copies"), [("SGD", 0), ("SparseAdam", 2), ("Adagrad", 1)])
+def test_a_sparse_embedding_trains_with_its_gradient_s_entries_on_the_device(
+    tmp_path: Path, optimizer: str, copies: int
+) -> None:
+    """``nn.Embedding(sparse=True)``'s gradient holds one entry per lookup, as CUDA makes it
+    (indices ``(1, 2048)`` int64 and values ``(2048, 256)`` float32: 16 KiB + 2 MiB on the
+    device); coalescing it keeps one per distinct index; each sparse optimizer steps and holds
+    its dense state (SparseAdam two copies of the weight at its first step, Adagrad one when
+    built, SGD none)."""
+    script(tmp_path, SPARSE)
+    done = plan(tmp_path, "train.py", optimizer)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["layout"] == "torch.sparse_coo"
+    assert (facts["indices"], facts["values"]) == ([1, 2048], [2048, 256])
+    assert facts["held"] == 2048 * 8 + 2048 * 256 * 4
+    state = facts["built"] + facts["stepped"] - facts["held"]
+    assert state == copies * facts["weight"]
+    assert facts["coalesced"] == facts["distinct"] < 2048

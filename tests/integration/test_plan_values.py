@@ -4,6 +4,7 @@ their own bounds, and ``torch.profiler`` around the forwards works and sees the 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -62,6 +63,44 @@ while True:
         raise SystemExit("the decoding loop did not stop")
 print("steps", steps)
 """
+
+
+MASKS = """
+import json, torch
+lengths = torch.tensor([3, 5, 2], device="cuda")
+mask = torch.arange(6, device="cuda")[None, :] < lengths[:, None]
+hidden = torch.randn(3, 6, 4096, device="cuda")
+before = torch.cuda.memory_allocated()
+packed = hidden[mask]
+held = torch.cuda.memory_allocated() - before
+t = torch.arange(10, device="cuda")
+scores = hidden[..., 0] > 0
+print(json.dumps({
+    "packed": list(packed.shape), "held": held, "nonzero": list(torch.nonzero(mask).shape),
+    "selected": torch.masked_select(t, t % 3 == 0).tolist(), "above": t[t > 4].tolist(),
+    "unique": torch.unique(lengths % 2, return_counts=True)[1].tolist(),
+    "unknown": list(hidden[scores].shape),
+}), flush=True)
+"""
+
+
+def test_a_mask_the_script_made_selects_what_it_holds(tmp_path: Path) -> None:
+    """A padding mask made from lengths on the device packs 10 of 18 positions (10 x 4096
+    float32 allocated: 160 KiB), and ``nonzero``, ``masked_select``, indexing and ``unique``
+    of values the script made give the GPU's shapes and values; a mask computed from a
+    model's values still selects every element (the upper bound)."""
+    script(tmp_path, MASKS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["packed"] == [10, 4096]
+    assert facts["held"] == 10 * 4096 * 4
+    assert facts["nonzero"] == [10, 2]
+    assert facts["selected"] == [0, 3, 6, 9]
+    assert facts["above"] == [5, 6, 7, 8, 9]
+    assert facts["unique"] == [1, 2]
+    assert facts["unknown"] == [18, 4096]
 
 
 def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
@@ -343,6 +382,63 @@ def test_early_stopping_on_a_rising_metric_on_the_device_ends_after_its_patience
     evaluation: the loop ends after 1 + patience (3) evaluations, as a Python test would."""
     epochs, wait, _, _ = _lightning(tmp_path, "max")
     assert (epochs, wait) == (4, 3)
+
+
+ACCURACY = """
+import sys, torch
+model = torch.nn.Sequential(torch.nn.Linear(32, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 10)).cuda()
+opt = torch.optim.Adam(model.parameters())
+X = torch.randn(256, 32)
+Y = torch.randint(0, 10, (256,))
+if sys.argv[1] == "device":  # every label on the device at once (values too large to keep)
+    Y = torch.randint(0, 10, (1 << 14,), device="cuda")[:256]
+best, bad, epochs, seen = 0.0, 0, 0, []
+for epoch in range(12):
+    epochs += 1
+    for i in range(0, 256, 64):
+        loss = torch.nn.functional.cross_entropy(model(X[i:i + 64].cuda()), Y[i:i + 64].cuda())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+    correct, mean = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, 256, 64):
+            x, y = X[i:i + 64].cuda(), Y[i:i + 64].cuda()
+            _, pred = torch.max(model(x), 1)
+            correct += pred.eq(y.view_as(pred)).sum().item()
+            mean += (pred == y).float().mean().item() / 4
+    seen.append((correct / 256, mean))
+    if correct / 256 > best and mean > 0:
+        best, bad = correct / 256, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("epochs", epochs, "accuracies", *(f"{a:.4f},{m:.4f}" for a, m in seen))
+"""
+
+
+@pytest.mark.parametrize("labels", ["host", "device"])
+def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
+    tmp_path: Path, labels: str
+) -> None:
+    """A hand-written patience loop on a validation accuracy (predictions compared with labels
+    on the device, counted with ``.item()`` and averaged as floats; labels from the host or
+    already on the device) sees the accuracy rise at every epoch, between 0 and 1, and runs
+    all 12 epochs."""
+    script(tmp_path, ACCURACY)
+    done = plan(tmp_path, "train.py", labels)
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("epochs"))
+    epochs, *seen = last.split()[1:]
+    assert int(epochs) == 12
+    counted = [float(pair.split(",")[0]) for pair in seen if pair != "accuracies"]
+    averaged = [float(pair.split(",")[1]) for pair in seen if pair != "accuracies"]
+    assert all(0 < a <= 1 for a in counted + averaged)
+    assert all(a < b for a, b in itertools.pairwise(counted))
+    assert all(a < b for a, b in itertools.pairwise(averaged))
 
 
 GUARDED = """

@@ -18,6 +18,11 @@ early, and where an operator's result is the same for every such value, it is kn
   stay all false when the beams are reordered by their unknown scores.
 - *A count of unknown flags takes its upper bound*, every flag set, as a data-dependent shape
   does: the generated length beam search measures from its beam indices is its maximum.
+- *A model's predictions come closer to their targets as it trains*: integers compared
+  elementwise with integers of the same shape, the unknown against the unknown or against
+  targets holding more than one value (``argmax(logits) == labels``), match as many as the
+  caller's count says, the first ones; an accuracy computed from them rises round by round. An
+  end-of-sequence test compares with one named value, and stays never equal.
 
 Each rule returns the operator's result computed on the CPU, or None where it does not apply.
 """
@@ -35,6 +40,9 @@ ORDINARY = 1e9
 
 Values = Callable[[torch.Tensor], "torch.Tensor | None"]
 """A stand-in's known values on the CPU, or None when unknown."""
+Matches = Callable[[int], "int | None"]
+"""How many of so many predictions compared with their targets match (the first ones), or None
+where the caller gives no count."""
 
 _aten = torch.ops.aten
 _COMPARISONS = frozenset(
@@ -49,6 +57,8 @@ _EQUALITY = {
     _aten.ne.Scalar: True,
 }
 """Equality tests, and what a made-up integer gives against a value the script names."""
+_SCORES = {_aten.eq.Tensor: True, _aten.ne.Tensor: False}
+"""Elementwise tests of predictions against targets, and what a match gives."""
 _ISIN = frozenset((_aten.isin.Tensor_Tensor, _aten.isin.Tensor_Scalar))
 _MOVES = frozenset(
     (_aten.gather.default, _aten.index_select.default, _aten.index.Tensor, _aten.take.default)
@@ -59,10 +69,19 @@ _CPU = torch.device("cpu")
 
 
 def decided(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: torch.Tensor,
+    values: Values,
+    matches: Matches | None = None,
 ) -> torch.Tensor | None:
     """``func``'s result (``out``'s values) on the CPU where the assumptions decide it, else
-    None."""
+    None. ``matches``: how many predictions match their targets (:func:`_scored`)."""
+    if func in _SCORES and matches is not None:
+        scored = _scored(func, args, out, values, matches)
+        if scored is not None:
+            return scored
     if func in _COMPARISONS:
         ordinary = _ordinary(func, args, kwargs, values)
         return ordinary if ordinary is not None else _named(func, args, out, values)
@@ -151,6 +170,35 @@ def _named(
         return None
     equal = invert if func in _ISIN else _EQUALITY[func]
     return torch.full(out.shape, equal, dtype=out.dtype, device=_CPU)
+
+
+def _scored(
+    func: Any, args: tuple[Any, ...], out: torch.Tensor, values: Values, matches: Matches
+) -> torch.Tensor | None:
+    """Predictions compared elementwise with their targets: the first ``matches(n)`` of them
+    match. Both sides integers of the output's shape, one unknown at least, a known side holding
+    more than one value (an end-of-sequence test names one)."""
+    sides = args[:2]
+    if len(sides) < 2 or not all(isinstance(a, torch.Tensor) for a in sides):
+        return None
+    if not any(_unknown(a, values) for a in sides):
+        return None
+    for side in sides:
+        if side.shape != out.shape or side.is_floating_point() or side.dtype == torch.bool:
+            return None
+        if side.is_complex():
+            return None
+        if not _unknown(side, values):
+            known = _on_cpu(side, values)
+            if known is None or torch.unique(known).numel() < 2:
+                return None
+    count = matches(out.numel())
+    if count is None:
+        return None
+    match = _SCORES[func]
+    flags = torch.full((out.numel(),), not match, dtype=torch.bool, device=_CPU)
+    flags[:count] = match
+    return flags.reshape(out.shape).to(out.dtype)
 
 
 def _selected(args: tuple[Any, ...], values: Values) -> torch.Tensor | None:

@@ -29,9 +29,19 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from memforensics.plan import attention, choices, ctc, inplace, logsumexp, scratch, values
+from memforensics.plan import (
+    attention,
+    choices,
+    ctc,
+    inplace,
+    logsumexp,
+    scratch,
+    sparse,
+    values,
+)
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import PlannedDevice
+from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
 _META = torch.device("meta")
@@ -78,10 +88,17 @@ def _is_wrapper(tensor: object) -> bool:
     return bool(is_traceable_wrapper_subclass(tensor))
 
 
-def _masked(args: tuple[Any, ...]) -> bool:
-    """Whether an ``index`` call selects by a boolean mask (a data-dependent shape)."""
-    indices = args[1] if len(args) > 1 else ()
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+def sparse_parts(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The dense tensors that hold a sparse tensor's memory: COO's indices and values, a
+    compressed layout's two index tensors and values."""
+    layout = tensor.layout
+    if layout == torch.sparse_coo:
+        return tensor._indices(), tensor._values()
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return tensor.crow_indices(), tensor.col_indices(), tensor.values()
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return tensor.ccol_indices(), tensor.row_indices(), tensor.values()
+    return ()
 
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -263,6 +280,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             torch.Tensor.cpu: self.reads.to_host,
             torch.Tensor.numpy: self.reads.to_numpy,
             self._device_of: self._device_of,  # meta's own, but not GHOST_DEVICE
+            torch.Tensor.new: functools.partial(sparse.new, torch.Tensor.new),
         }
         """What a stand-in answers in place of its ``meta`` self (a ghost answers as ``meta``)."""
         self._moves: dict[Any, Callable[..., Any]] = {
@@ -434,17 +452,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         self.reads = reads if reads is not None else values.Reads(notes)
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
+        shapes = Shapes(notes, self.reads.known)
         self._answers: dict[Any, Callable[..., Any]] = {
             torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
-            torch.ops.aten.nonzero.default: functools.partial(values.nonzero, notes),
-            torch.ops.aten.masked_select.default: functools.partial(values.masked_select, notes),
-            torch.ops.aten._unique2.default: functools.partial(values.unique, notes),
-            torch.ops.aten.unique_consecutive.default: functools.partial(
-                values.unique_consecutive, notes
-            ),
-            torch.ops.aten.unique_dim_consecutive.default: functools.partial(
-                values.unique_dim_consecutive, notes
-            ),
+            torch.ops.aten.nonzero.default: shapes.nonzero,
+            torch.ops.aten.masked_select.default: shapes.masked_select,
+            _INDEX: shapes.index,
+            torch.ops.aten._unique2.default: shapes.unique,
+            torch.ops.aten.unique_consecutive.default: shapes.unique_consecutive,
+            torch.ops.aten.unique_dim_consecutive.default: shapes.unique_dim_consecutive,
             torch.ops.aten.equal.default: self.reads.equal,
         }
         known = self.reads.known
@@ -456,6 +472,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        self._answers.update(sparse.Sparse(notes, known).answers())
         self.device = device
         self.workspace_bytes = workspace_bytes
         self.capability = device.spec.capability
@@ -490,8 +507,6 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        if func is _INDEX and _masked(args):
-            self.notes.once("bound", values.BOUND)
         answer = self._answers.get(func)
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
@@ -552,14 +567,21 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             if _is_wrapper(out):
                 self._track_inner(out, step)
             elif out.is_meta:
-                self._track(out, step, reused)
+                if out.layout != torch.strided:
+                    self._track_sparse(out, step)
+                else:
+                    self._track(out, step, reused)
         elif isinstance(out, (tuple, list)):
             for item in out:
                 if isinstance(item, torch.Tensor):
-                    if _is_wrapper(item):
-                        self._track_inner(item, step)
-                    elif item.is_meta:
-                        self._track(item, step, None)
+                    self._track_outputs(item, step, None)
+
+    def _track_sparse(self, tensor: torch.Tensor, step: object) -> None:
+        """A sparse tensor (a sparse embedding's gradient): it has no storage of its own; its
+        indices and values hold the memory, as on CUDA."""
+        for part in sparse_parts(tensor):
+            if part.is_meta:
+                self._track(part, step, None)
 
     def _track_inner(self, wrapper: torch.Tensor, step: object) -> None:
         """A tensor subclass that wraps others (a ``DTensor`` and its local shard): its own

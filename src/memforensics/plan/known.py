@@ -114,6 +114,13 @@ def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]
     return [t for v in (*args, *kwargs.values()) for t in _tensors(v) if t.is_meta]
 
 
+def _sparse(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+    """Whether an operator reads or makes a sparse tensor (no storage of its own)."""
+    return any(
+        t.layout != torch.strided for v in (*args, *kwargs.values(), out) for t in _tensors(v)
+    )
+
+
 def _infinite(rest: tuple[Any, ...]) -> bool:
     """Whether a comparison's number is infinite or NaN (never equal to a finite value)."""
     return bool(rest) and isinstance(rest[0], float) and not math.isfinite(rest[0])
@@ -151,7 +158,7 @@ class Known:
     def __init__(self) -> None:
         self._values: dict[int, torch.UntypedStorage] = {}
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
-        self._made_up: set[int] = set()  # kept values that come from a made-up one
+        self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -178,11 +185,19 @@ class Known:
         kwargs: dict[str, Any],
         out: Any,
         guess: Callable[[], float | None] | None = None,
+        matches: assumed.Matches | None = None,
     ) -> None:
         """Account for one operator on the device: its outputs known when all its inputs are
         (computed again on the CPU copies), forgotten when an unknown input wrote into them.
         ``guess``: a made-up value for the unknown scalars the operator touches
-        (:meth:`_guessed`), or None where it gives none."""
+        (:meth:`_guessed`), or None where it gives none; ``matches``: how many predictions
+        compared with their targets match (:func:`~memforensics.plan.assumed.decided`).
+        A sparse tensor's values are never kept: what an operator on one makes is unknown (a
+        view of its indices or values shows what their storages hold)."""
+        if _sparse(args, kwargs, out):
+            if not func.is_view:
+                self._forget([t for t in _tensors(out) if t.is_meta and t.layout == torch.strided])
+            return
         if self._finite(func, args, kwargs, out):
             return
         made = [t for t in _tensors(out) if t.is_meta]
@@ -199,7 +214,7 @@ class Known:
             if self._values or self._filled:
                 self._forget(outs)
         elif func in _UNKNOWN_FILL or not (
-            self._decided(func, args, kwargs, out)
+            self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
         ):
             self._forget(outs)
@@ -238,11 +253,24 @@ class Known:
     def make_up(self, tensor: torch.Tensor, value: float) -> None:
         """``tensor`` (a new scalar of unknown value) holds the made-up ``value`` from now on,
         and so does what is computed from it, each marked as made up."""
-        self._keep(tensor, torch.tensor(value, dtype=tensor.dtype, device=_CPU), made_up=True)
+        value_on_cpu = torch.tensor(value, dtype=tensor.dtype, device=_CPU)
+        self._keep(tensor, value_on_cpu, made_up=True, guessed=True)
+
+    def copied(self, source: torch.Tensor, copy: torch.Tensor) -> None:
+        """``copy`` was made outside the device's dispatch as a copy of ``source``: it holds
+        ``source``'s values where they are known."""
+        found = self.value(source)
+        if found is not None and copy.untyped_storage().nbytes() <= LIMIT:
+            self._keep(copy, found, self.made_up(source), self.guessed(source))
 
     def made_up(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor``'s known values come from a made-up one."""
         return bool(self._made_up) and tensor.untyped_storage()._cdata in self._made_up
+
+    def guessed(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s known values come from a made-up floating-point scalar
+        (:meth:`make_up`), not from what the plan assumes of unknown values."""
+        return bool(self._made_up) and self._made_up.get(tensor.untyped_storage()._cdata, False)
 
     def _finite(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
         """Whether ``out`` is decided because unknown values are finite (a test of finiteness
@@ -314,7 +342,14 @@ class Known:
             weakref.finalize(storage, self._filled.pop, key, None)
         self._filled[key] = (flag, storage.nbytes())
 
-    def _decided(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+    def _decided(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        matches: assumed.Matches | None = None,
+    ) -> bool:
         """Whether the outputs' values are known after ``func``: computed when every input is
         known, or decided by an absorbing side of ``or``/``and``."""
         inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
@@ -327,7 +362,7 @@ class Known:
             return self._absorbed(func in _SCALAR_OR, [_flags(args[1:], out)], out)
         if not isinstance(out, torch.Tensor) or not out.is_meta:
             return False
-        result = assumed.decided(func, args, kwargs, out, self.value)
+        result = assumed.decided(func, args, kwargs, out, self.value, matches)
         if result is None:
             return False
         self._keep(out, result, made_up=True)
@@ -355,12 +390,15 @@ class Known:
                 results, _ = tree_flatten(result)
                 if len(outs) != len(results):
                     return False
-                made_up = bool(self._made_up) and any(
-                    t.untyped_storage()._cdata in self._made_up for t in _inputs(args, kwargs)
-                )
+                marks = [
+                    self._made_up.get(t.untyped_storage()._cdata)
+                    for t in (_inputs(args, kwargs) if self._made_up else ())
+                ]
+                made_up = any(mark is not None for mark in marks)
+                guessed = any(marks)
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed, made_up)
+                        self._keep(made, computed, made_up, guessed)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True
@@ -389,17 +427,19 @@ class Known:
                 return True
         return False
 
-    def _keep(self, made: torch.Tensor, computed: Any, made_up: bool = False) -> None:
+    def _keep(
+        self, made: torch.Tensor, computed: Any, made_up: bool = False, guessed: bool = False
+    ) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
         when the storage is new, the same one for an in-place write); ``made_up``: computed
-        from a made-up value."""
+        from a made-up value, ``guessed``: from a made-up floating-point scalar."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
         if made_up:
-            self._made_up.add(key)
+            self._made_up[key] = guessed
         elif self._made_up:
-            self._made_up.discard(key)
+            self._made_up.pop(key, None)
         kept = self._values.get(key)
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
@@ -414,12 +454,12 @@ class Known:
     def _drop(self, key: int) -> None:
         """A storage died: its copy and its mark go with it."""
         self._values.pop(key, None)
-        self._made_up.discard(key)
+        self._made_up.pop(key, None)
 
     def _forget(self, outs: list[torch.Tensor]) -> None:
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
-            self._made_up.discard(key)
+            self._made_up.pop(key, None)
             self._values.pop(key, None)
             self._filled.pop(key, None)
 

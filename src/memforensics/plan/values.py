@@ -86,9 +86,11 @@ READ = (
     "values read from the device that the script's own values do not decide are made up in a "
     "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
     "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
-    "epoch limit); integers, flags and what torch's own code reads are zeros; a generated "
-    "token is none the script names (no end-of-sequence token ends decoding early) and a count "
-    "of unknown flags is every flag (beam search returns its full length)"
+    "epoch limit); integers, flags and what torch's own code reads are zeros; predictions "
+    "compared with their targets match one more of them each round (an accuracy rises as it "
+    "trains); a generated token is none the script names (no end-of-sequence token ends "
+    "decoding early) and a count of unknown flags is every flag (beam search returns its full "
+    "length)"
 )
 KNOWN = (
     "values read from the device are computed on the CPU where the script's own values decide "
@@ -120,6 +122,11 @@ class Reads:
     ``EarlyStopping``, which compares the epoch mean of a logged loss with its best) sees the
     loss improve, and a flag read from it is the comparison's. A floating-point value computed
     from it still reads as above (what the device holds is scaled by whatever followed).
+
+    Predictions compared with their targets on the device (``argmax(logits) == labels``) rise
+    the other way (:meth:`matches`): at each place in the code that compares them, one more
+    of them matches each round, so an accuracy, and a hand-written early stopping on it, keeps
+    improving until every prediction matches.
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
@@ -128,6 +135,7 @@ class Reads:
         self._passes = 0
         self._read_after: int | None = None
         self._rounds = 0
+        self._scored: dict[str, list[int]] = {}  # place: [passes, rounds, compared this round]
 
     def backward(self) -> None:
         """One backward pass ran: the next floating-point read starts a new round."""
@@ -142,8 +150,8 @@ class Reads:
             self.notes.once("known", KNOWN)
             return found
         self.notes.once("read", READ)
-        if found is not None and not tensor.is_floating_point():
-            return found  # a flag or count computed on the device from a made-up value
+        if found is not None and not (tensor.is_floating_point() and self.known.guessed(tensor)):
+            return found  # a flag, a count or an accuracy from what the plan assumes
         if not tensor.is_floating_point() or by_torch():
             return _filled(tensor, 0, tensor.dtype)
         return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
@@ -152,7 +160,21 @@ class Reads:
         """One operator ran on the device: what it made is known where the script's values
         decide it (:meth:`~memforensics.plan.known.Known.after`), and an unknown float32 or
         float64 scalar it uses or makes outside torch's own code takes its round's value."""
-        self.known.after(func, args, kwargs, out, self._guess)
+        self.known.after(func, args, kwargs, out, self._guess, self.matches)
+
+    def matches(self, count: int) -> int | None:
+        """How many of ``count`` predictions compared with their targets match, the first ones:
+        at each place that compares, round ``n`` (counted there, with a backward pass between
+        rounds) matches its first ``n + 1`` predictions, over all its comparisons in the round.
+        None where torch's own code compares."""
+        if by_torch():
+            return None
+        place = self._scored.setdefault(where(), [self._passes, 0, 0])
+        if place[0] != self._passes:
+            place[:] = [self._passes, place[1] + 1, 0]
+        matched = max(0, min(count, place[1] + 1 - place[2]))
+        place[2] += count
+        return matched
 
     def _guess(self) -> float | None:
         """The value an unknown scalar takes where it is used or made: its round's, unless
@@ -205,70 +227,6 @@ class Reads:
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
         return self.values(tensor, exact=True).item()
-
-
-BOUND = "a data-dependent shape takes its upper bound in a plan"
-
-
-def nonzero(notes: Notes, tensor: torch.Tensor) -> torch.Tensor:
-    """``nonzero``: every element counted, ``(numel, ndim)`` indices."""
-    notes.once("bound", BOUND)
-    return torch.empty((tensor.numel(), tensor.dim()), dtype=torch.long, device=_META)
-
-
-def masked_select(notes: Notes, tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``masked_select``: every element of the broadcast shape selected."""
-    notes.once("bound", BOUND)
-    numel = torch.broadcast_shapes(tensor.shape, mask.shape).numel()
-    return torch.empty((numel,), dtype=tensor.dtype, device=_META)
-
-
-def unique(
-    notes: Notes,
-    tensor: torch.Tensor,
-    sorted: bool = True,
-    return_inverse: bool = False,
-    return_counts: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``unique``: every element distinct."""
-    notes.once("bound", BOUND)
-    numel = tensor.numel()
-    out = torch.empty((numel,), dtype=tensor.dtype, device=_META)
-    inverse = torch.empty(tensor.shape if return_inverse else (0,), dtype=torch.long, device=_META)
-    counts = torch.empty((numel if return_counts else 0,), dtype=torch.long, device=_META)
-    return out, inverse, counts
-
-
-def unique_consecutive(
-    notes: Notes,
-    tensor: torch.Tensor,
-    return_inverse: bool = False,
-    return_counts: bool = False,
-    dim: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``unique_consecutive``: no element (or slice along ``dim``) equal to the one before."""
-    notes.once("bound", BOUND)
-    if dim is None:
-        out = torch.empty((tensor.numel(),), dtype=tensor.dtype, device=_META)
-        kept = tensor.numel()
-    else:
-        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-        kept = tensor.shape[dim]
-    inverse_shape = (tensor.shape if dim is None else (kept,)) if return_inverse else (0,)
-    inverse = torch.empty(inverse_shape, dtype=torch.long, device=_META)
-    counts = torch.empty((kept if return_counts else 0,), dtype=torch.long, device=_META)
-    return out, inverse, counts
-
-
-def unique_dim_consecutive(
-    notes: Notes,
-    tensor: torch.Tensor,
-    dim: int,
-    return_inverse: bool = False,
-    return_counts: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``unique_consecutive`` along ``dim``: every slice distinct from the one before."""
-    return unique_consecutive(notes, tensor, return_inverse, return_counts, dim)
 
 
 _BACKEND: ContextVar[object] = ContextVar("memforensics_compile_backend", default=None)

@@ -1,0 +1,140 @@
+"""Data-dependent shapes on the planned device: ``nonzero``, ``masked_select``, ``unique`` and
+indexing by a boolean mask make as many elements as the values say.
+
+Where the script's own values decide those values (:mod:`memforensics.plan.known`: a mask made
+from ``arange``, from lengths copied from the host, from a fill), the shape is the one the GPU
+gives, computed on the CPU copies; the output's values then are known too. Otherwise it takes
+its upper bound (every element counted, selected, distinct), said once: memory is never
+under-counted for want of values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from memforensics.plan.known import Known
+from memforensics.plan.values import Notes
+
+BOUND = "a data-dependent shape takes its upper bound in a plan"
+
+_META = torch.device("meta")
+_INDEX = torch.ops.aten.index.Tensor
+
+
+def _empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=_META)
+
+
+def _like(computed: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Stand-ins shaped as the results computed on the CPU."""
+    return tuple(_empty(t.shape, t.dtype) for t in computed)
+
+
+class Shapes:
+    """The operators whose output's shape depends on their input's values, answered on the
+    planned device from the known values where there are some, else at their upper bound."""
+
+    def __init__(self, notes: Notes, known: Known) -> None:
+        self.notes = notes
+        self.known = known
+
+    def _bound(self) -> None:
+        self.notes.once("bound", BOUND)
+
+    def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
+        found = self.known.value(tensor)
+        if found is not None:
+            return _empty((int(torch.count_nonzero(found)), tensor.dim()), torch.long)
+        self._bound()
+        return _empty((tensor.numel(), tensor.dim()), torch.long)
+
+    def masked_select(self, tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``masked_select``: the elements the mask selects over the broadcast shape; every
+        one when the mask is unknown."""
+        shape = torch.broadcast_shapes(tensor.shape, mask.shape)
+        found = self.known.value(mask)
+        if found is not None:
+            return _empty((int(torch.count_nonzero(found.broadcast_to(shape))),), tensor.dtype)
+        self._bound()
+        return _empty((shape.numel(),), tensor.dtype)
+
+    def index(self, tensor: torch.Tensor, indices: list[torch.Tensor | None]) -> torch.Tensor:
+        """Indexing (``x[mask]``): a known boolean mask selects what it holds (its
+        coordinates index instead); an unknown one takes its upper bound."""
+        masks = [i for i in indices if isinstance(i, torch.Tensor) and i.dtype == torch.bool]
+        if not masks:
+            return _INDEX(tensor, indices)
+        replaced: list[torch.Tensor | None] = []
+        for index in indices:
+            if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
+                replaced.append(index)
+                continue
+            found = self.known.value(index) if index.is_meta else index
+            if found is None:
+                self._bound()
+                return _INDEX(tensor, indices)
+            count = int(torch.count_nonzero(found))
+            replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
+        return _INDEX(tensor, replaced)
+
+    def unique(
+        self,
+        tensor: torch.Tensor,
+        sorted: bool = True,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
+        """``unique``: the distinct values; every element distinct when unknown."""
+        found = self.known.value(tensor)
+        if found is not None:
+            computed = torch.ops.aten._unique2(found, sorted, return_inverse, return_counts)
+            return _like(computed)
+        self._bound()
+        numel = tensor.numel()
+        return (
+            _empty((numel,), tensor.dtype),
+            _empty(tensor.shape if return_inverse else (0,), torch.long),
+            _empty((numel if return_counts else 0,), torch.long),
+        )
+
+    def unique_consecutive(
+        self,
+        tensor: torch.Tensor,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+        dim: int | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """``unique_consecutive``: runs of equal elements (or slices along ``dim``) kept
+        once; none equal to the one before when unknown."""
+        found = self.known.value(tensor)
+        if found is not None:
+            computed = torch.ops.aten.unique_consecutive(
+                found, return_inverse=return_inverse, return_counts=return_counts, dim=dim
+            )
+            return _like(computed)
+        self._bound()
+        if dim is None:
+            out = _empty((tensor.numel(),), tensor.dtype)
+            kept = tensor.numel()
+        else:
+            out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            kept = tensor.shape[dim]
+        inverse_shape = (tensor.shape if dim is None else (kept,)) if return_inverse else (0,)
+        return (
+            out,
+            _empty(inverse_shape, torch.long),
+            _empty((kept if return_counts else 0,), torch.long),
+        )
+
+    def unique_dim_consecutive(
+        self,
+        tensor: torch.Tensor,
+        dim: int,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
+        """``unique_consecutive`` along ``dim``."""
+        return self.unique_consecutive(tensor, return_inverse, return_counts, dim)
