@@ -4,8 +4,8 @@ what plan answers around the run: the script's exit status, its JSON, its one-li
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -82,7 +82,7 @@ class Sparse:
         indices = tensor._indices().clone(memory_format=torch.contiguous_format)
         self.known.copied(tensor._indices(), indices)
         values = tensor._values().clone(memory_format=torch.contiguous_format)
-        return _coo(tensor, indices, values, tensor.is_coalesced())  # type: ignore[no-any-return]
+        return _coo(tensor, indices, values, tensor.is_coalesced())  # type: ignore[no-any-return, unused-ignore]
 
     def coalesce(self, tensor: torch.Tensor) -> torch.Tensor:
         """``_coalesce``: one entry per distinct index; counted from the indices where the
@@ -96,12 +96,12 @@ class Sparse:
         elif nnz:
             self.notes.once("sparse", BOUND)
         merged = torch.empty((indices.shape[0], nnz), dtype=indices.dtype, device=_META)
-        return _coo(tensor, merged, _new_values(tensor._values(), nnz), True)  # type: ignore[no-any-return]
+        return _coo(tensor, merged, _new_values(tensor._values(), nnz), True)  # type: ignore[no-any-return, unused-ignore]
 
     def sparse_mask(self, dense: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``sparse_mask``: the dense tensor's values at the mask's indices, which it shares."""
         values = _new_values(mask._values(), mask._nnz(), dense.dtype)
-        return _coo(mask, mask._indices(), values, mask.is_coalesced())  # type: ignore[no-any-return]
+        return _coo(mask, mask._indices(), values, mask.is_coalesced())  # type: ignore[no-any-return, unused-ignore]
 
     def add_(self, tensor: torch.Tensor, other: Any, **kwargs: Any) -> torch.Tensor:
         """``add_``: a sparse tensor added into a dense one writes in place (no memory)."""
