@@ -163,6 +163,38 @@ def test_a_checkpoint_loaded_onto_cuda_is_on_the_planned_device(tmp_path: Path) 
     assert facts["allocated"] == 1024 * 1024 * 4 + 1024 * 4
 
 
+HOST_CHECKPOINT = """
+import json, torch
+torch.save(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64)).state_dict(),
+           "host.pt")
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64)).cuda()
+before = torch.cuda.memory_allocated()
+model.load_state_dict(torch.load("host.pt"))
+with torch.device("meta"):
+    own = torch.nn.Linear(8, 8)
+own.load_state_dict(torch.nn.Linear(8, 8).state_dict())
+print(json.dumps({"after": torch.cuda.memory_allocated() - before}))
+"""
+
+
+def test_a_host_checkpoint_loads_into_a_planned_model_without_torch_s_no_op_warning(
+    tmp_path: Path,
+) -> None:
+    """A CPU checkpoint loaded into a model on the planned device copies in place (no new
+    memory) with no warning that the copy "is a no-op"; the script's own ``meta`` module,
+    where it is one, still gets torch's warning, once per tensor."""
+    script(tmp_path, HOST_CHECKPOINT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert json.loads(line)["after"] == 0
+    no_ops = [line for line in done.stderr.splitlines() if "which is a no-op" in line]
+    assert [line.split(": copying")[0].rsplit(" ", 1)[-1] for line in no_ops] == [
+        "weight",
+        "bias",
+    ]
+
+
 ROUND_TRIP = """
 import json, torch
 model = torch.nn.Linear(1024, 1024).cuda()

@@ -9,10 +9,16 @@ its storage, once however many views share it, tagged ``cuda:0``, with its bytes
 values a plan reads for unknown data), so the file is an ordinary CUDA checkpoint that
 ``torch.load`` restores onto the planned device, or onto the host with ``map_location="cpu"``,
 as on a GPU.
+
+Loading a host checkpoint into a planned model copies each tensor onto the planned device, as
+on a GPU; torch's warning that copying into a ``meta`` parameter "is a no-op" (true of the
+script's own ``meta`` modules, which keep it) is not given for a module whose tensors are all
+stand-ins.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +27,9 @@ import torch
 
 if TYPE_CHECKING:
     from memforensics.plan.emulate import Ghosts
+
+_NO_OP = r"for .*: copying from a non-meta parameter in the checkpoint to a meta parameter"
+"""torch's warning from ``Module._load_from_state_dict`` for a ``meta`` destination."""
 
 SAVED_ON = torch.device("cuda", 0)
 """The location a saved stand-in's storage is tagged with: the planned device, as CUDA tags it."""
@@ -36,6 +45,31 @@ class Checkpoints:
 
     def _stands_in(self, storage: Any) -> bool:
         return storage.device.type == "meta" and storage._cdata not in self._ghosts.keys
+
+    def _all_stand_ins(self, module: Any) -> bool:
+        """Whether every ``meta`` tensor a module holds itself is a plain stand-in."""
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if tensor is None or not tensor.is_meta:
+                continue
+            if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+                return False
+            if not self._stands_in(tensor.untyped_storage()):
+                return False
+        return True
+
+    def loading(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``Module._load_from_state_dict``: torch's, without its "copying into a ``meta``
+        parameter is a no-op" warning where the module's ``meta`` tensors are all stand-ins
+        (the copy lands on the planned device)."""
+
+        def _load_from_state_dict(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._all_stand_ins(module):
+                return original(module, *args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_NO_OP, category=UserWarning)
+                return original(module, *args, **kwargs)
+
+        return _load_from_state_dict
 
     def pickled(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Tensor._reduce_ex_internal`` for a stand-in: torch's own pickling of a dense

@@ -418,6 +418,13 @@ def _torch_rows(
             "torch.save writes a stand-in's bytes as zeros, the values a plan reads",
         ),
         R(
+            torch.nn.Module,
+            "_load_from_state_dict",
+            saving.loading(torch.nn.Module._load_from_state_dict),
+            "loading a host checkpoint copies onto the planned device: torch's warning that "
+            "copying into a meta parameter is a no-op is not true of stand-ins",
+        ),
+        R(
             torch.serialization,
             "_load",
             cuda.load_onto_device(_found(torch.serialization, "_load")),
