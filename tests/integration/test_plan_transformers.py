@@ -75,6 +75,64 @@ def test_trainer_trains_on_the_planned_device(tmp_path: Path) -> None:
     assert facts["peak_allocated_bytes"] >= 4 * weights
 
 
+ACCELERATE = """
+import math
+import sys
+import torch
+from torch.utils.data import DataLoader
+from accelerate import Accelerator
+from transformers import GPT2Config, GPT2LMHeadModel, default_data_collator, get_scheduler
+
+accelerator = Accelerator(mixed_precision=sys.argv[1], gradient_accumulation_steps=2)
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=512, vocab_size=1000,
+                                   n_positions=64))
+rows = [{"input_ids": torch.arange(32) % 1000, "labels": torch.arange(32) % 1000}] * 8
+train = DataLoader(rows, batch_size=2, shuffle=True, collate_fn=default_data_collator)
+evaluate = DataLoader(rows[:4], batch_size=2, collate_fn=default_data_collator)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+schedule = get_scheduler("linear", optimizer=optimizer, num_warmup_steps=0,
+                         num_training_steps=4)
+model, optimizer, train, evaluate, schedule = accelerator.prepare(
+    model, optimizer, train, evaluate, schedule)
+for batch in train:
+    with accelerator.accumulate(model):
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+model.eval()
+losses = []
+for batch in evaluate:
+    with torch.no_grad():
+        loss = model(**batch).loss
+    losses.append(accelerator.gather_for_metrics(loss.repeat(2)))
+perplexity = math.exp(torch.mean(torch.cat(losses)))
+accelerator.save_state("state")
+weights = sum(p.numel() * p.element_size() for p in model.parameters())
+print("on", accelerator.device.type, "perplexity finite", math.isfinite(perplexity),
+      "weights", weights)
+"""
+
+
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_an_accelerate_loop_holds_weights_gradients_and_foreach_adamw_s_temporaries(
+    tmp_path: Path, precision: str
+) -> None:
+    """A hand-written Accelerate loop (prepare, accumulate, backward, gather_for_metrics,
+    save_state), as Hugging Face's no-Trainer examples write it, trains on the planned device
+    and its peak is what CUDA's foreach AdamW step holds: weights, gradients, two states and
+    the step's square-root list, each the model's float32 size (5 x weights), plus cuBLAS's
+    8,519,680-byte workspace for the forward's thread and the backward's and activations of
+    under 4 MiB."""
+    script(tmp_path, ACCELERATE)
+    done = plan(tmp_path, "--json", "--device-capability", "8.0", "train.py", precision)
+    assert done.returncode == 0, done.stderr
+    assert "on cuda perplexity finite True" in done.stderr
+    weights = int(done.stderr.split("weights ")[1].split()[0])
+    peak = json.loads(done.stdout)["peak_allocated_bytes"]
+    assert 5 * weights + 2 * 8_519_680 <= peak <= 5 * weights + 2 * 8_519_680 + 4 * 2**20
+
+
 EARLY_STOPPING = """
 import sys
 import numpy as np
