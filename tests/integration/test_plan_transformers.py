@@ -123,14 +123,14 @@ def test_an_accelerate_loop_holds_weights_gradients_and_foreach_adamw_s_temporar
     and its peak is what CUDA's foreach AdamW step holds: weights, gradients, two states and
     the step's square-root list, each the model's float32 size (5 x weights), plus cuBLAS's
     8,519,680-byte workspace for the forward's thread and the backward's and activations of
-    under 4 MiB."""
+    under 8 MiB (a sixth copy of the weights would be about 26 MiB more)."""
     script(tmp_path, ACCELERATE)
     done = plan(tmp_path, "--json", "--device-capability", "8.0", "train.py", precision)
     assert done.returncode == 0, done.stderr
     assert "on cuda perplexity finite True" in done.stderr
     weights = int(done.stderr.split("weights ")[1].split()[0])
     peak = json.loads(done.stdout)["peak_allocated_bytes"]
-    assert 5 * weights + 2 * 8_519_680 <= peak <= 5 * weights + 2 * 8_519_680 + 4 * 2**20
+    assert 5 * weights + 2 * 8_519_680 <= peak <= 5 * weights + 2 * 8_519_680 + 8 * 2**20
 
 
 EARLY_STOPPING = """
