@@ -463,6 +463,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
             torch.ops.aten.nonzero.default: shapes.nonzero,
             torch.ops.aten.masked_select.default: shapes.masked_select,
+            torch.ops.aten.bincount.default: shapes.bincount,
             _INDEX: shapes.index,
             torch.ops.aten._unique2.default: shapes.unique,
             torch.ops.aten.unique_consecutive.default: shapes.unique_consecutive,
