@@ -289,6 +289,27 @@ def test_a_cuda_generator_draws_stand_ins(tmp_path: Path) -> None:
     assert facts["allocated"] == 1024 * 1024 * 4 + 4096 * 8
 
 
+PARAMETER_GENERATOR = """
+import copy, json, torch
+model = torch.nn.Linear(256, 256).cuda()
+ema = copy.deepcopy(model)
+g = torch.Generator(device=next(ema.parameters()).device)
+g.manual_seed(0)
+noise = torch.rand(256, 256, device=next(model.parameters()).device, generator=g)
+print(json.dumps({"allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_generator_made_on_a_parameters_device_draws_stand_ins(tmp_path: Path) -> None:
+    """torch.Generator(device=param.device), as an EMA of a model on the GPU makes one, is
+    made under plan (it raised "META device type not an accelerator") and draws a stand-in."""
+    script(tmp_path, PARAMETER_GENERATOR)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    weights = 2 * (256 * 256 + 256) * 4
+    assert _facts(done)["allocated"] == weights + 256 * 256 * 4
+
+
 LAYERS = """
 import json, torch
 lstm = torch.nn.LSTM(128, 256, num_layers=2, batch_first=True).cuda()

@@ -103,6 +103,39 @@ def test_a_mask_the_script_made_selects_what_it_holds(tmp_path: Path) -> None:
     assert facts["unknown"] == [18, 4096]
 
 
+BINS = """
+import json, torch
+labels = torch.tensor([0, 3, 3, 7], device="cuda")
+weighted = torch.bincount(labels, weights=torch.ones(4, device="cuda"), minlength=10)
+n = 21
+logits = torch.randn(2, n, 64, 64, device="cuda")
+target = torch.zeros(2, 64, 64, dtype=torch.long, device="cuda")
+confusion = torch.bincount(n * target.flatten() + logits.argmax(1).flatten(), minlength=n * n)
+print(json.dumps({
+    "counts": torch.bincount(labels).tolist(), "weighted": [weighted.shape[0], str(weighted.dtype)],
+    "confusion": [confusion.shape[0], str(confusion.dtype)],
+}), flush=True)
+"""
+
+
+def test_bincount_of_known_values_counts_them_and_of_unknown_ones_has_minlength_bins(
+    tmp_path: Path,
+) -> None:
+    """``bincount`` (it had no ``meta`` kernel, so a segmentation script's confusion matrix
+    stopped the plan) counts the script's own labels as the GPU does, sums float32 weights in
+    float32, and of a model's predictions has ``minlength`` bins, as CUDA's kernel makes
+    where every prediction is below it."""
+    script(tmp_path, BINS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["counts"] == [1, 0, 0, 2, 0, 0, 0, 1]
+    assert facts["weighted"] == [10, "torch.float32"]
+    assert facts["confusion"] == [21 * 21, "torch.int64"]
+    assert "bincount" in done.stderr
+
+
 def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
     """generate()'s shape: a loop that stops when every sequence met the maximum length (a
     flag the script sets) or chose end-of-sequence (the model's value) runs exactly to the

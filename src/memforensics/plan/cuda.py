@@ -23,6 +23,7 @@ import torch.utils._device
 from memforensics.allocator import NO_LIMIT
 from memforensics.plan import values
 from memforensics.plan.device import OutOfScope, PlannedDevice
+from memforensics.plan.emulate import names_planned_device
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
 """Writes each snapshot the script dumps itself (``_dump_snapshot(path)``) at its path."""
@@ -471,7 +472,8 @@ def pluggable(*args: Any, **kwargs: Any) -> None:
 
 def generator_class() -> type:
     """``torch.Generator`` whose ``device="cuda"`` is a CPU generator: the CPU build has no CUDA
-    generator, and a stand-in's random values are never drawn. Any generator passes
+    generator, and a stand-in's random values are never drawn. The device read off a stand-in
+    (``torch.Generator(device=param.device)``) is the planned one too. Any generator passes
     ``isinstance`` as before."""
     original = torch.Generator
 
@@ -484,7 +486,7 @@ def generator_class() -> type:
 
     class Generator(original, metaclass=Planned):  # type: ignore[misc, valid-type]
         def __new__(cls, device: Any = "cpu") -> Any:
-            if torch.device(device).type == "cuda":
+            if names_planned_device(device):
                 device = "cpu"
             return original(device=device)
 

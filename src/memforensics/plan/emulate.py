@@ -160,6 +160,12 @@ def _named(device: Any) -> bool | None:
     return None
 
 
+def names_planned_device(device: Any) -> bool:
+    """Whether ``device`` is the planned device as the script names it: ``"cuda"``, an index,
+    or the ``.device`` read off a stand-in (its ``meta``, never the script's own)."""
+    return _named(device) is False
+
+
 def _on_meta(device: Any) -> Any:
     """The device a stand-in is really made on, for one the script names."""
     return _META if is_cuda_device(device) else device
@@ -457,6 +463,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
             torch.ops.aten.nonzero.default: shapes.nonzero,
             torch.ops.aten.masked_select.default: shapes.masked_select,
+            torch.ops.aten.bincount.default: shapes.bincount,
             _INDEX: shapes.index,
             torch.ops.aten._unique2.default: shapes.unique,
             torch.ops.aten.unique_consecutive.default: shapes.unique_consecutive,

@@ -1,11 +1,14 @@
-"""Data-dependent shapes on the planned device: ``nonzero``, ``masked_select``, ``unique`` and
-indexing by a boolean mask make as many elements as the values say.
+"""Data-dependent shapes on the planned device: ``nonzero``, ``masked_select``, ``unique``,
+``bincount`` and indexing by a boolean mask make as many elements as the values say.
 
 Where the script's own values decide those values (:mod:`memforensics.plan.known`: a mask made
 from ``arange``, from lengths copied from the host, from a fill), the shape is the one the GPU
 gives, computed on the CPU copies; the output's values then are known too. Otherwise it takes
 its upper bound (every element counted, selected, distinct), said once: memory is never
-under-counted for want of values.
+under-counted for want of values. ``bincount`` has no such bound (its length is the largest
+value plus one): of unknown values it has ``minlength`` bins, at least one, as CUDA's kernel
+gives when its own read of the largest value (``self.max().item()``, torch's own code) reads
+zero, as every read by torch's code does in a plan; said once.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from memforensics.plan.known import Known
 from memforensics.plan.values import Notes
 
 BOUND = "a data-dependent shape takes its upper bound in a plan"
+BINS = "bincount of values the script's own values do not decide has minlength bins (at least one)"
 
 _META = torch.device("meta")
 _INDEX = torch.ops.aten.index.Tensor
@@ -79,6 +83,26 @@ class Shapes:
             count = int(torch.count_nonzero(found))
             replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
         return _INDEX(tensor, replaced)
+
+    def bincount(
+        self,
+        tensor: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        minlength: int = 0,
+    ) -> torch.Tensor:
+        """``bincount``: one bin per value up to the largest (at least ``minlength``), counts
+        in ``int64``, or sums of ``float32`` weights in ``float32`` and of others in
+        ``float64`` (``_bincount_cuda``); ``minlength`` bins, at least one, when unknown."""
+        found = self.known.value(tensor)
+        if found is not None:
+            largest = int(found.max()) + 1 if found.numel() else 0
+        else:
+            self.notes.once("bins", BINS)
+            largest = 1 if tensor.numel() else 0
+        dtype = torch.long
+        if weights is not None:
+            dtype = torch.float32 if weights.dtype == torch.float32 else torch.float64
+        return _empty((max(largest, minlength),), dtype)
 
     def unique(
         self,
