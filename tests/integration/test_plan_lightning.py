@@ -32,6 +32,7 @@ class Classifier(L.LightningModule):
         logits = self.net(x)
         self.log("val_loss", torch.nn.functional.cross_entropy(logits, y))
         self.log("val_acc", (logits.argmax(-1) == y).float().mean())
+        self.log("val_confidence", logits.softmax(-1).amax(-1).mean())
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters())
 
@@ -45,16 +46,20 @@ print("epochs", trainer.current_epoch)
 """
 
 
-@pytest.mark.parametrize(("monitor", "mode"), [("val_acc", "max"), ("val_loss", "min")])
+@pytest.mark.parametrize(
+    ("monitor", "mode", "would_stop"),
+    [("val_acc", "max", False), ("val_confidence", "max", True), ("val_loss", "min", False)],
+)
 def test_early_stopping_runs_to_max_epochs_whichever_way_its_metric_improves(
-    tmp_path: Path, monitor: str, mode: str
+    tmp_path: Path, monitor: str, mode: str, would_stop: bool
 ) -> None:
     """A real Trainer with EarlyStopping (patience 2) trains all 6 epochs whether it watches an
-    accuracy that should rise or a loss that should fall; where the callback would have stopped
-    (the accuracy), the plan says once that early stopping never ends a planned run."""
+    accuracy (which rises in a plan), a loss (which falls) or another metric that should rise
+    (a mean confidence, made up as a falling value); where the callback would have stopped,
+    the plan says once that early stopping never ends a planned run."""
     script(tmp_path, ACCURACY)
     done = plan(tmp_path, "train.py", monitor, mode)
     assert done.returncode == 0, done.stderr
     assert "epochs 6" in done.stdout
     said = done.stderr.count("early stopping never ends a planned run")
-    assert said == (1 if mode == "max" else 0)
+    assert said == (1 if would_stop else 0)
