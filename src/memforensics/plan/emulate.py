@@ -33,6 +33,7 @@ from memforensics.plan import (
     attention,
     choices,
     ctc,
+    dropout,
     inplace,
     logsumexp,
     scratch,
@@ -55,6 +56,10 @@ _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
+_COPY = torch.ops.aten.copy_.default
+_MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
+"""Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
+the result), where the ``meta`` kernel makes them in order."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
 _SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
@@ -312,6 +317,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self._kernels: dict[str, Callable[..., Any]] = {
             attention.SDPA_NAME: functools.partial(attention.attention, capability),
             ctc.NAME: functools.partial(ctc.loss, self.reads.known, notes),
+            dropout.NAME: dropout.dropout,
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""
@@ -496,6 +502,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if func is _COPY and self._from_device(args):
+            args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)
@@ -523,13 +531,25 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
-        self._track_outputs(out, step, reused)
+        self._track_outputs(out[::-1] if func in _MASK_FIRST else out, step, reused)
         self.reads.made(func, args, kwargs or {}, out)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _from_device(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``copy_`` writes a stand-in's values into a host tensor (``load_state_dict``
+        of a checkpoint loaded onto the device into a model still on the CPU): a read of the
+        stand-in, whose values the host tensor then holds."""
+        source = args[1]
+        return (
+            isinstance(source, torch.Tensor)
+            and source.is_meta
+            and not args[0].is_meta
+            and not self.ghosts.holds(source)
+        )
 
     def _staging(self, func: Any, args: tuple[Any, ...]) -> None:
         """A reduction split across thread blocks takes a staging buffer and its semaphores
