@@ -56,6 +56,7 @@ _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
+_COPY = torch.ops.aten.copy_.default
 _WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
 _SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
 _REDUCTIONS = _WHOLE | frozenset(
@@ -501,6 +502,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             made := deferred.dispatch(func, args, kwargs)
         ) is not RUN:
             return made  # a deferred CPU tensor made, or written into
+        if func is _COPY and self._to_host(args):
+            return args[0].copy_(self.reads.values(args[1]), *args[2:], **(kwargs or {}))
         if self._decomposes(func) and _any_meta(args, kwargs):
             with self:  # its parts come back through this mode, as autograd would send them
                 out = func.decompose(*args, **(kwargs or {}))
@@ -530,6 +533,19 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _to_host(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``copy_`` writes a stand-in's values into a host tensor (a checkpoint
+        restored onto the device loaded into a CPU model, a preallocated host buffer): a
+        device-to-host copy, which takes no device memory and reads the values as ``.cpu()``
+        does."""
+        target, source = args[0], args[1]
+        return (
+            isinstance(source, torch.Tensor)
+            and source.is_meta
+            and not target.is_meta
+            and not self.ghosts.holds(source)
+        )
 
     def _staging(self, func: Any, args: tuple[Any, ...]) -> None:
         """A reduction split across thread blocks takes a staging buffer and its semaphores
