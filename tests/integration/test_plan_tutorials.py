@@ -51,3 +51,31 @@ def test_a_device_checkpoint_loads_into_a_host_model(tmp_path: Path) -> None:
     assert facts["held"] == facts["after"] == 2 * WEIGHTS
     assert facts["device"] == "cpu"
     assert facts["finite"] is True
+
+
+NESTED = """
+import torch
+jagged = torch.nested.nested_tensor(
+    [torch.randn(5, 8, device="cuda"), torch.randn(3, 8, device="cuda")], layout=torch.jagged
+)
+print(jagged.size(0), torch.cuda.memory_allocated(), flush=True)
+strided = torch.nested.nested_tensor(
+    [torch.randn(5, 8, device="cuda"), torch.randn(3, 8, device="cuda")]
+)
+print("after the strided nested tensor")
+"""
+
+
+def test_a_strided_nested_tensor_stops_the_plan_in_one_line(tmp_path: Path) -> None:
+    """A jagged nested tensor on the device is planned (its values and offsets, a block each);
+    a strided one, which PyTorch cannot make over a meta storage, stops the plan with one
+    line saying so and exit 2, not an internal assert's traceback."""
+    script(tmp_path, NESTED)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 2
+    assert done.stdout.splitlines()[0] == "2 1024"
+    assert "after the strided" not in done.stdout
+    assert "Traceback" not in done.stderr
+    assert "nested tensors of torch.nested's default layout (torch.strided) are not modelled" in (
+        done.stderr.strip().splitlines()[-1]
+    )

@@ -40,7 +40,7 @@ from memforensics.plan import (
     values,
 )
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
-from memforensics.plan.device import PlannedDevice
+from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
@@ -57,6 +57,12 @@ _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _COPY = torch.ops.aten.copy_.default
+NESTED = (
+    "nested tensors of torch.nested's default layout (torch.strided) are not modelled on the "
+    "planned device: PyTorch's NestedTensorImpl refuses a meta storage (layout=torch.jagged is)"
+)
+_NESTED_REFUSED = "NestedTensorImpl storage must be"
+"""PyTorch's internal assert when a strided nested tensor is made over a ``meta`` storage."""
 _WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
 _SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
 _REDUCTIONS = _WHOLE | frozenset(
@@ -521,7 +527,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
         else:
-            out = func(*args, **(kwargs or {}))
+            try:
+                out = func(*args, **(kwargs or {}))
+            except RuntimeError as exc:
+                if _NESTED_REFUSED in str(exc):
+                    raise OutOfScope(NESTED) from None
+                raise
         self.device.backward = step is not None
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
