@@ -76,6 +76,7 @@ def test_a_strided_nested_tensor_stops_the_plan_in_one_line(tmp_path: Path) -> N
     assert done.stdout.splitlines()[0] == "2 1024"
     assert "after the strided" not in done.stdout
     assert "Traceback" not in done.stderr
-    assert "nested tensors of torch.nested's default layout (torch.strided) are not modelled" in (
-        done.stderr.strip().splitlines()[-1]
+    assert (
+        "nested tensors of torch.nested's default layout (torch.strided) are not modelled"
+        in (done.stderr.strip().splitlines()[-1])
     )

@@ -508,8 +508,6 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             made := deferred.dispatch(func, args, kwargs)
         ) is not RUN:
             return made  # a deferred CPU tensor made, or written into
-        if func is _COPY and self._to_host(args):
-            return args[0].copy_(self.reads.values(args[1]), *args[2:], **(kwargs or {}))
         if self._decomposes(func) and _any_meta(args, kwargs):
             with self:  # its parts come back through this mode, as autograd would send them
                 out = func.decompose(*args, **(kwargs or {}))
@@ -527,12 +525,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
         else:
-            try:
-                out = func(*args, **(kwargs or {}))
-            except RuntimeError as exc:
-                if _NESTED_REFUSED in str(exc):
-                    raise OutOfScope(NESTED) from None
-                raise
+            out = self._call(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
@@ -544,6 +537,19 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func`` run as CUDA runs it where ``meta`` would not: a copy to the host writes the
+        values a read gives; a strided nested tensor, which cannot be on ``meta``, is out of
+        scope in one line."""
+        if func is _COPY and self._to_host(args):
+            return args[0].copy_(self.reads.values(args[1]), *args[2:], **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:
+            if _NESTED_REFUSED in str(exc):
+                raise OutOfScope(NESTED) from None
+            raise
 
     def _to_host(self, args: tuple[Any, ...]) -> bool:
         """Whether ``copy_`` writes a stand-in's values into a host tensor (a checkpoint
