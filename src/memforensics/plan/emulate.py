@@ -41,7 +41,7 @@ from memforensics.plan import (
     values,
 )
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
-from memforensics.plan.device import PlannedDevice
+from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
@@ -61,6 +61,13 @@ _MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
 """Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
 the result), where the ``meta`` kernel makes them in order."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
+_COPY = torch.ops.aten.copy_.default
+NESTED = (
+    "nested tensors of torch.nested's default layout (torch.strided) are not modelled on the "
+    "planned device: PyTorch's NestedTensorImpl refuses a meta storage (layout=torch.jagged is)"
+)
+_NESTED_REFUSED = "NestedTensorImpl storage must be"
+"""PyTorch's internal assert when a strided nested tensor is made over a ``meta`` storage."""
 _WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
 _SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
 _REDUCTIONS = _WHOLE | frozenset(
@@ -526,7 +533,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
         else:
-            out = func(*args, **(kwargs or {}))
+            out = self._call(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
@@ -538,6 +545,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func`` run on ``meta``; a strided nested tensor, which cannot be there, is out of
+        scope in one line."""
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:
+            if _NESTED_REFUSED in str(exc):
+                raise OutOfScope(NESTED) from None
+            raise
 
     def _from_device(self, args: tuple[Any, ...]) -> bool:
         """Whether ``copy_`` writes a stand-in's values into a host tensor (``load_state_dict``
