@@ -133,15 +133,46 @@ def test_no_expandable_advice_where_the_planned_run_with_it_runs_out_too(tmp_pat
 
 def test_expandable_advice_where_the_planned_run_with_it_fits(tmp_path: Path) -> None:
     """The same fragmented OOM with a small last request: the run with expandable segments
-    fits, so the setting is the advice and the cause, said to rest on that run."""
+    gets past it, so the setting is the advice and the cause, said to rest on that run."""
     script(tmp_path, FRAGMENTED)
     done = plan(tmp_path, "--json", *FRAGMENTED_DEVICE, "train.py", "8")
     assert done.returncode == 1, done.stderr
     answer = json.loads(done.stdout)
     assert answer["oom_expandable"] is False
     assert SETTING in answer["verdict"]["advice"]
-    assert "the plan's own run with expandable_segments:True fits" in answer["verdict"]["cause"]
+    assert "the plan's own run with expandable_segments:True gets past it" in (
+        answer["verdict"]["cause"]
+    )
     assert (tmp_path / "memforensics-plan" / "expandable").is_dir()
+
+
+ENDLESS = """
+import sys
+import torch
+MiB = 1 << 20
+a = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+del a
+b = torch.empty(32 * MiB, dtype=torch.uint8, device="cuda")
+c = torch.empty(48 * MiB, dtype=torch.uint8, device="cuda")  # fragmented: fails without
+steps = 0
+while True:  # a training loop longer than anyone waits for: it ends only when stopped
+    step = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    steps += 1
+"""
+
+
+def test_the_check_with_expandable_segments_stops_past_the_failed_request(
+    tmp_path: Path,
+) -> None:
+    """A fragmented OOM in a script whose loop never ends: the run with expandable segments
+    gets past the failed request, and stops after as many allocations again (it would
+    otherwise run for ever), so the setting is the advice."""
+    script(tmp_path, ENDLESS)
+    done = plan(tmp_path, "--json", *FRAGMENTED_DEVICE, "train.py")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["oom_expandable"] is False
+    assert SETTING in answer["verdict"]["advice"]
 
 
 def test_no_expandable_check_plans_the_script_once(tmp_path: Path) -> None:

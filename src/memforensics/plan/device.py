@@ -37,6 +37,12 @@ class PlannedRunWarning(UserWarning):
     """A place where the planned run differs from the real one (a value read, a compiled graph)."""
 
 
+class Stopped(BaseException):
+    """The planned run has served the allocations it was asked to run for (a check that need
+    not run the script to its end); a ``BaseException``, so the script's own ``except
+    Exception`` lets it through, as it lets ``KeyboardInterrupt``."""
+
+
 class OutOfScope(RuntimeError):
     """The script needs what the plan does not model (distributed collectives)."""
 
@@ -153,6 +159,8 @@ class PlannedDevice:
         self.oom_count = 0
         self.stream = 0  # the current stream: what the script's allocations are made on
         self.outside_bytes = 0  # NCCL's buffers: device memory outside PyTorch, not the context
+        self.served = 0  # allocations served
+        self.stop_after: int | None = None  # allocations after which the run ends (Stopped)
 
     def take_outside(self, nbytes: int) -> None:
         """``nbytes`` of the device taken outside PyTorch's allocator (NCCL's buffers, at
@@ -189,9 +197,13 @@ class PlannedDevice:
                         listener(block.address, block.size, 1)
                 reserved = self._allocator.reserved_bytes.current
                 self.peak_reserved = max(self.peak_reserved, reserved)
-                return block
             finally:
                 self._busy = False
+        if block is not None:
+            self.served += 1
+            if self.stop_after is not None and self.served >= self.stop_after:
+                raise Stopped(f"{self.stop_after} allocations served")
+        return block
 
     def free(self, block: Block) -> None:
         """Return ``block``; queued when the device is in the middle of another operation."""

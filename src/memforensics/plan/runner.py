@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
-from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning
+from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning, Stopped
 from memforensics.plan.distributed import World
 
 SCHEMA = 1
@@ -111,11 +111,13 @@ def run_planned(
     before: Callable[[], None] | None = None,
     after: Callable[[], None] | None = None,
     defer: bool = True,
+    stop_after: int | None = None,
 ) -> tuple[PlanResult, PlannedDevice]:
     """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
     CLI installs and closes capture there). Exceptions other than a predicted OOM propagate.
     ``defer``: large CPU tensors made while a module is built hold no host memory until read
-    (off, they are made and initialised as python would)."""
+    (off, they are made and initialised as python would). ``stop_after``: the run ends, as if
+    the script had, once the device has served that many allocations."""
     import torch
 
     snapshots: list[str] = []
@@ -128,12 +130,15 @@ def run_planned(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlannedRunWarning)
         with planned_device(spec, written, defer=defer) as device:
+            device.stop_after = stop_after
             if before is not None:
                 before()
             try:
                 run()
             except torch.cuda.OutOfMemoryError as exc:
                 oom = str(exc)
+            except Stopped:
+                pass
             finally:
                 if after is not None:
                     after()

@@ -140,6 +140,7 @@ class PlanCommand:
             "expandable_segments:True to tell whether that setting avoids it",
         )
         parser.add_argument("--check-into", default=None, help=argparse.SUPPRESS)
+        parser.add_argument("--check-until", type=int, default=None, help=argparse.SUPPRESS)
         add_cache_flags(parser)
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -176,7 +177,7 @@ class PlanCommand:
         with _torchrun_env(world):
             status = _plan(
                 target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
-                check=check, into=into,
+                check=check, into=into, until=args.check_until,
             )  # fmt: skip
         warn_cache(cache, self.name)
         return status
@@ -299,14 +300,15 @@ def _plan(
     *,
     as_json: bool,
     cache: ResultCache,
-    check: Callable[[], bool | None] | None = None,
+    check: Callable[[int], bool | None] | None = None,
     into: Path | None = None,
+    until: int | None = None,
 ) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
     dump's story explained as ``summary`` explains it, and kept in ``cache``). ``check``: plans
     it again with expandable segments (whether that run runs out) for a fragmented OOM.
     ``into``: this run is another plan's check: the script's own snapshots go into that
-    folder, and capture records nothing."""
+    folder, and capture records nothing; ``until``: it ends after that many allocations."""
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
 
@@ -339,7 +341,9 @@ def _plan(
             environment({} if conf is None else {_CONF_ENV: conf}),
             contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
         ):
-            result, device = run_planned(spec, run, _writer(spec, into), before=before, after=after)
+            result, device = run_planned(
+                spec, run, _writer(spec, into), before=before, after=after, stop_after=until
+            )
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
@@ -397,7 +401,7 @@ def _answer(
     *,
     as_json: bool,
     cache: ResultCache,
-    check: Callable[[], bool | None] | None,
+    check: Callable[[int], bool | None] | None,
 ) -> int:
     """Mark and name the snapshots the run wrote, print the plan; the script's own exit status
     when it gave one, else 0 fits, 1 does not."""
@@ -421,7 +425,10 @@ def _answer(
     oom_dump = _oom_dump(snapshots) if result.oom_message is not None else None
     ran_out = None
     if oom_dump is not None and check is not None and _fragmented(oom_dump):
-        ran_out = check()
+        try:  # as far again as the run that failed: past the failed request
+            ran_out = check(device.served + 1)
+        except KeyboardInterrupt:  # Ctrl-C during the check: the plan's own figures stand
+            ran_out = None
         if ran_out is not None:
             _record_expandable(oom_dump, ran_out)
     verdict = _verdict(oom_dump, cache) if oom_dump is not None else None
@@ -541,18 +548,20 @@ def _planned_apart(
 
 def _expandable_check(
     args: argparse.Namespace, target: Target, conf: str | None
-) -> Callable[[], bool | None]:
+) -> Callable[[int], bool | None]:
     """Plans ``target`` again with ``expandable_segments:True`` (under ``--out-dir``'s
-    ``expandable/``, the script's own snapshots there too, capture off): whether it runs out
-    too; None when that run failed for another reason."""
+    ``expandable/``, the script's own snapshots there too, capture off), up to twice the
+    allocations the run that failed asked for (its failed request, and as many again; a long
+    script is not run to its end): whether it runs out by then; None when that run failed for
+    another reason."""
     from memforensics.plan.vary import with_expandable
 
-    def check() -> bool | None:
+    def check(requests: int) -> bool | None:
         folder = Path(args.out_dir) / EXPANDABLE_FOLDER
         with environment({_RANKS_ENV: "[]"}):  # the script's own install() captures nothing
             found = _planned_apart(
                 args, target, with_expandable(conf), folder, "--check-into", str(folder),
-                *_argv(_world_flags(args)),
+                "--check-until", str(2 * requests), *_argv(_world_flags(args)),
             )  # fmt: skip
         if isinstance(found, str):
             return None
