@@ -315,8 +315,8 @@ def fragmentation_evidence(
     moment: OomMoment, holes: int, steps_bought: int | None, *, planned: bool = False
 ) -> str:
     """Free inside reserved but in pieces; with expandable segments the request is served (the
-    replay's answer, or the plan's own run with them gets past it); with growth, about how many steps
-    that buys."""
+    replay's answer, or the plan's own run with them gets past it); with growth, about how many
+    steps that buys."""
     bought = ""
     if steps_bought is not None:
         bought = f"; at the growth's rate that buys about {steps_bought:,} more steps"
