@@ -91,7 +91,9 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         PLAN_SCHEMA,
         "One object on stdout (the script's own output goes to stderr). `snapshots` lists every"
         " predicted snapshot the run left; `verdict` is null unless the run ran out"
-        " (`oom_message`); `exit_status` is the script's own nonzero `sys.exit` status, else"
+        " (`oom_message`); `exit_status` is the script's own nonzero `sys.exit` status (130"
+        " when it was interrupted), else null; `interrupted` is where the script was"
+        " (`file:line`) when Ctrl-C stopped it, the figures being the run's up to there, else"
         " null. `rank` and `world_size` are the planned rank's (0 and 1 outside a distributed"
         " job); `nccl_bytes` is NCCL's buffers outside PyTorch, an allowance counted in"
         " `needed_bytes` and `fits`.",
