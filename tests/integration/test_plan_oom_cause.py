@@ -140,9 +140,8 @@ def test_expandable_advice_where_the_planned_run_with_it_fits(tmp_path: Path) ->
     answer = json.loads(done.stdout)
     assert answer["oom_expandable"] is False
     assert SETTING in answer["verdict"]["advice"]
-    assert "the plan's own run with expandable_segments:True gets past it" in (
-        answer["verdict"]["cause"]
-    )
+    cause = answer["verdict"]["cause"]
+    assert "the plan's own run with expandable_segments:True gets past it" in cause
     assert (tmp_path / "memforensics-plan" / "expandable").is_dir()
 
 
