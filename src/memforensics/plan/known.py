@@ -114,11 +114,10 @@ def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]
     return [t for v in (*args, *kwargs.values()) for t in _tensors(v) if t.is_meta]
 
 
-def _sparse(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
-    """Whether an operator reads or makes a sparse tensor (no storage of its own)."""
-    return any(
-        t.layout != torch.strided for v in (*args, *kwargs.values(), out) for t in _tensors(v)
-    )
+def _sparse(*values: Any) -> bool:
+    """Whether any of ``values`` (an operator's arguments or outputs) is a sparse tensor (no
+    storage of its own)."""
+    return any(t.layout != torch.strided for v in values for t in _tensors(v))
 
 
 def _infinite(rest: tuple[Any, ...]) -> bool:
@@ -162,6 +161,7 @@ class Known:
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
+        self._sparse_seen = False  # no operator has read or made a sparse tensor yet
 
     def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU (a view of the kept copy), or None when unknown."""
@@ -194,7 +194,9 @@ class Known:
         compared with their targets match (:func:`~memforensics.plan.assumed.decided`).
         A sparse tensor's values are never kept: what an operator on one makes is unknown (a
         view of its indices or values shows what their storages hold)."""
-        if _sparse(args, kwargs, out):
+        if _sparse(out):
+            self._sparse_seen = True  # only an operator's output brings a sparse tensor in
+        if self._sparse_seen and _sparse(out, *args, *kwargs.values()):
             if not func.is_view:
                 self._forget([t for t in _tensors(out) if t.is_meta and t.layout == torch.strided])
             return
