@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,3 +29,12 @@ def script(folder: Path, body: str, name: str = "train.py") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(body))
     return path
+
+
+def printed_facts(folder: Path, *options: str) -> dict[str, object]:
+    """Plan ``folder/train.py`` (with ``options`` before it); the JSON line the script printed
+    first."""
+    done = plan(folder, *options, "train.py")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
+    return found

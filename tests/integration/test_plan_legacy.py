@@ -6,11 +6,10 @@ that it runs and answers as on a GPU, and what it puts on the device is counted.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import printed_facts, script
 
 torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
 
@@ -20,14 +19,6 @@ LEGACY = (
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
     "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor",
 )  # fmt: skip
-
-
-def _facts(folder: Path, *options: str) -> dict[str, object]:
-    """Run ``train.py`` under plan; the JSON line the script printed first."""
-    done = plan(folder, *options, "train.py")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
-    return found
 
 
 GAN = """
@@ -104,7 +95,7 @@ def test_a_pytorch_gan_training_step_with_legacy_cuda_types_runs_and_counts(
     under plan, where it raised "type torch.cuda.FloatTensor not available": the batch is on the
     device to the byte, its tensors name their CUDA types and are instances of them."""
     script(tmp_path, GAN)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path)
     # valid and fake (64 float32 each, a 512-byte block each), the images, the noise, the labels
     assert facts["batch"] == 2 * 512 + 64 * 784 * 4 + 64 * 100 * 4 + 64 * 8
     assert (facts["images"], facts["labels"]) == ("torch.cuda.FloatTensor", "torch.cuda.LongTensor")
@@ -164,7 +155,7 @@ def test_every_legacy_cuda_type_makes_stand_ins_as_its_constructor_reads_its_arg
     float is refused with a TypeError, as the legacy constructor does on a GPU. CPU tensors and
     the script's own ``meta`` tensors are not CUDA tensors."""
     script(tmp_path, CONSTRUCTORS % (LEGACY,))
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path)
     made = facts["made"]
     assert isinstance(made, dict)
     for name in LEGACY:
@@ -217,7 +208,7 @@ def test_type_casts_to_the_device_and_names_cuda_types(tmp_path: Path) -> None:
     weights on the device in float64, and ``set_default_tensor_type("torch.cuda.FloatTensor")``
     makes CUDA tensors."""
     script(tmp_path, CASTS)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path)
     values = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     assert facts["half"] == ["torch.float16", "torch.cuda.HalfTensor", values]
     assert facts["named"] == ["torch.int64", "torch.cuda.LongTensor", [[0, 1, 2], [3, 4, 5]]]
@@ -279,7 +270,7 @@ def test_the_cuda_builds_facts_are_the_wheels_and_cuda_paths_still_run(tmp_path:
     convolution with batch norm, CTC loss, attention and a GradScaler loop still run there
     (GradScaler stepping every time at its initial scale)."""
     script(tmp_path, BUILD)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path)
     assert facts["cuda"] == "13.0"
     assert (facts["built"], facts["cudnn"], facts["flash"]) == (True, True, True)
     assert facts["cudnn_version"] == 92000
@@ -305,8 +296,8 @@ def test_cudnn_refuses_a_device_older_than_it_supports_as_torch_does(tmp_path: P
     error (cuDNN from 9.11 needs capability 7.5), as the CUDA wheel does on such a GPU; on 7.5
     it answers the version."""
     script(tmp_path, OLD_DEVICE)
-    old = _facts(tmp_path, "--device-capability", "7.0")
+    old = printed_facts(tmp_path, "--device-capability", "7.0")
     assert isinstance(old["cudnn"], str)
     assert "not compatible with devices with SM < 7.5" in old["cudnn"]
     assert old["cuda"] == "13.0"
-    assert _facts(tmp_path, "--device-capability", "7.5")["cudnn"] == 92000
+    assert printed_facts(tmp_path, "--device-capability", "7.5")["cudnn"] == 92000

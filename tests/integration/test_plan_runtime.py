@@ -10,21 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 MiB = 1 << 20
 WORKSPACE = 8_519_680
 """cuBLAS's workspace on capability 8.0, one per stream."""
-
-
-def _facts(folder: Path) -> dict[str, object]:
-    """Run ``train.py`` under plan; the JSON line the script printed first."""
-    done = plan(folder, "--device-capability", "8.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
-    return found
 
 
 STREAMS = """
@@ -54,7 +46,7 @@ def test_record_stream_and_side_streams_run_and_count(tmp_path: Path) -> None:
     """``tensor.record_stream(stream)`` on a side stream's tensor runs (it raised a TypeError),
     the tensor is counted until it is freed, and priorities and events answer as CUDA's."""
     script(tmp_path, STREAMS)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert (facts["kept"], facts["after"]) == (4 * MiB, 0)
     assert facts["range"] == [0, -3]
     assert facts["priority"] == -1
@@ -77,7 +69,7 @@ def test_a_bare_device_index_is_the_planned_cuda_device(tmp_path: Path) -> None:
     ``device_map`` names devices so) are the planned CUDA device, counted there, where they
     raised "Cannot access accelerator device"."""
     script(tmp_path, INDICES)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts["device"] == "cuda:0"
     weights = 1024 * 1024 * 4 + 1024 * 4
     assert facts["allocated"] == weights + 1024 * 4 + 1024 * 2
@@ -153,7 +145,7 @@ def test_a_cuda_graphs_capture_lives_in_its_private_pool_and_replay_allocates_no
     allocate nothing; after ``reset``, clearing cuBLAS's workspaces and ``empty_cache`` the
     pool's memory is back."""
     script(tmp_path, GRAPH)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts["capturing"] == [True, False]
     assert facts["output"] == 1 * MiB + WORKSPACE
     replayed = facts["replayed"]
@@ -209,7 +201,7 @@ def test_graphed_callables_train_and_a_mem_pool_keeps_its_segments_to_itself(
     allocation outside cannot reuse even once free, and which goes back when the pool is
     gone."""
     script(tmp_path, GRAPHED)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts["in_pool"] == [20 * MiB]
     assert facts["reused"] is False
     assert facts["freed"] == 20 * MiB
@@ -236,5 +228,5 @@ def test_pinned_host_memory_and_the_profilers_range_run_unchanged(tmp_path: Path
     profiler's start and stop, run under plan; every batch arrives and the last one is on the
     device (16x32 floats and 16 int64 labels, each rounded to 512 bytes)."""
     script(tmp_path, PINNED)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts == {"seen": 64, "allocated": 2048 + 512}

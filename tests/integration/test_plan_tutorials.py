@@ -4,24 +4,15 @@ script runs to its end, and the figures are the ones CUDA's caching allocator gi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 WEIGHTS = 1024 * 1024 * 4 + 1024 * 4
 """An ``nn.Linear(1024, 1024)``'s float32 weight and bias, each a whole number of blocks."""
-
-
-def _facts(folder: Path) -> dict[str, object]:
-    """Run ``train.py`` under plan; the JSON line the script printed first."""
-    done = plan(folder, "--device-capability", "8.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
-    return found
 
 
 HOST_LOAD = """
@@ -47,7 +38,7 @@ def test_a_device_checkpoint_loads_into_a_host_model(tmp_path: Path) -> None:
     (it raised "Cannot copy out of meta tensor"), takes no device memory, and the device
     holds the model and the loaded copy."""
     script(tmp_path, HOST_LOAD)
-    facts = _facts(tmp_path)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts["held"] == facts["after"] == 2 * WEIGHTS
     assert facts["device"] == "cpu"
     assert facts["finite"] is True
