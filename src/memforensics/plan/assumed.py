@@ -184,9 +184,9 @@ def _scored(
     if not any(_unknown(a, values) for a in sides):
         return None
     for side in sides:
-        if side.shape != out.shape or side.is_floating_point() or side.dtype == torch.bool:
+        if side.shape != out.shape or side.is_floating_point() or side.is_complex():
             return None
-        if side.is_complex():
+        if side.dtype == torch.bool:
             return None
         if not _unknown(side, values):
             known = _on_cpu(side, values)

@@ -61,7 +61,6 @@ _MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
 """Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
 the result), where the ``meta`` kernel makes them in order."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
-_COPY = torch.ops.aten.copy_.default
 NESTED = (
     "nested tensors of torch.nested's default layout (torch.strided) are not modelled on the "
     "planned device: PyTorch's NestedTensorImpl refuses a meta storage (layout=torch.jagged is)"
@@ -98,19 +97,6 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
 def _is_wrapper(tensor: object) -> bool:
     """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``)."""
     return bool(is_traceable_wrapper_subclass(tensor))
-
-
-def sparse_parts(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The dense tensors that hold a sparse tensor's memory: COO's indices and values, a
-    compressed layout's two index tensors and values."""
-    layout = tensor.layout
-    if layout == torch.sparse_coo:
-        return tensor._indices(), tensor._values()
-    if layout in (torch.sparse_csr, torch.sparse_bsr):
-        return tensor.crow_indices(), tensor.col_indices(), tensor.values()
-    if layout in (torch.sparse_csc, torch.sparse_bsc):
-        return tensor.ccol_indices(), tensor.row_indices(), tensor.values()
-    return ()
 
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -623,7 +609,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def _track_sparse(self, tensor: torch.Tensor, step: object) -> None:
         """A sparse tensor (a sparse embedding's gradient): it has no storage of its own; its
         indices and values hold the memory, as on CUDA."""
-        for part in sparse_parts(tensor):
+        for part in sparse.parts(tensor):
             if part.is_meta:
                 self._track(part, step, None)
 

@@ -68,8 +68,7 @@ class Shapes:
     def index(self, tensor: torch.Tensor, indices: list[torch.Tensor | None]) -> torch.Tensor:
         """Indexing (``x[mask]``): a known boolean mask selects what it holds (its
         coordinates index instead); an unknown one takes its upper bound."""
-        masks = [i for i in indices if isinstance(i, torch.Tensor) and i.dtype == torch.bool]
-        if not masks:
+        if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
             return _INDEX(tensor, indices)
         replaced: list[torch.Tensor | None] = []
         for index in indices:

@@ -2,7 +2,7 @@
 optimizers (``SGD``, ``SparseAdam``, ``Adagrad``) do with it.
 
 A sparse tensor holds its memory in two dense tensors, its indices and its values, which the
-plan tracks as any other (:func:`memforensics.plan.emulate.sparse_parts`). PyTorch's ``meta``
+plan tracks as any other (:func:`parts`). PyTorch's ``meta``
 device has few sparse kernels: ``clone`` keeps none of the entries, and ``coalesce``,
 ``sparse_mask``, adding a sparse tensor into a dense one and ``to_dense`` are missing. Those are
 answered here with the shapes CUDA's kernels give, so a sparse gradient holds as many entries as
@@ -25,6 +25,19 @@ BOUND = (
     "a sparse gradient's coalesced entries are every lookup in a plan, where the lookups' "
     "indices are not the script's own"
 )
+
+
+def parts(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The dense tensors that hold a sparse tensor's memory: COO's indices and values, a
+    compressed layout's two index tensors and values."""
+    layout = tensor.layout
+    if layout == torch.sparse_coo:
+        return tensor._indices(), tensor._values()
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return tensor.crow_indices(), tensor.col_indices(), tensor.values()
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return tensor.ccol_indices(), tensor.row_indices(), tensor.values()
+    return ()
 
 
 def _coo(like: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, coalesced: bool) -> Any:
