@@ -5,7 +5,7 @@ re-made in Python) and every storage's allocation and free driven through
 :mod:`memforensics.allocator`. Imports torch lazily: ``import memforensics.plan`` stays light.
 """
 
-from memforensics.plan.device import DeviceSpec, OutOfScope, PlannedDevice, PlannedRunWarning
+from memforensics.plan.device import DeviceSpec, OutOfScope, PlannedDevice
 from memforensics.plan.found import live_models
 from memforensics.plan.patches import MissingAttribute
 from memforensics.plan.runner import PlanResult, device_spec, planned_device, run_planned
@@ -16,7 +16,6 @@ __all__ = [
     "OutOfScope",
     "PlanResult",
     "PlannedDevice",
-    "PlannedRunWarning",
     "device_spec",
     "live_models",
     "planned_device",

@@ -33,10 +33,6 @@ returned (sign -1), as PyTorch reports blocks to its profiler."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class PlannedRunWarning(UserWarning):
-    """A place where the planned run differs from the real one (a value read, a compiled graph)."""
-
-
 class Stopped(BaseException):
     """The planned run has served the allocations it was asked to run for (a check that need
     not run the script to its end); a ``BaseException``, so the script's own ``except
@@ -160,6 +156,7 @@ class PlannedDevice:
         self.stream = 0  # the current stream: what the script's allocations are made on
         self.outside_bytes = 0  # NCCL's buffers: device memory outside PyTorch, not the context
         self.served = 0  # allocations served
+        self.said: list[str] = []  # where this run differs from a real one, each said once
         self.stop_after: int | None = None  # allocations after which the run ends (Stopped)
 
     def take_outside(self, nbytes: int) -> None:

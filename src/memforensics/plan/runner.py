@@ -8,14 +8,17 @@ runs, and returns a :class:`PlanResult`. A predicted OOM is the script's own
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
-from memforensics.plan.device import DeviceSpec, PlannedDevice, PlannedRunWarning, Stopped
+from memforensics.plan.device import DeviceSpec, PlannedDevice, Stopped
 from memforensics.plan.distributed import World
 
 SCHEMA = 1
@@ -103,6 +106,35 @@ def planned_device(
         yield device
 
 
+def _shown_at_script(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` for a planned run: a warning is shown as python shows it, at
+    once, and one that torch raised from inside the emulation (a C++ warning is placed at the
+    innermost Python frame, the plan's) is placed at the script's line that called torch, where
+    it is on a real GPU."""
+    from memforensics.plan.values import where
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def shown(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if os.path.abspath(filename).startswith(here + os.sep):
+            caller = sys._getframe(1)
+            while caller.f_back is not None and caller.f_code.co_filename == warnings.__file__:
+                caller = caller.f_back
+            place, _, number = where(caller).rpartition(":")
+            if place and number.isdigit():
+                filename, lineno, line = place, int(number), None
+        show(message, category, filename, lineno, file, line)
+
+    return shown
+
+
 def run_planned(
     spec: DeviceSpec,
     run: Callable[[], None],
@@ -127,8 +159,9 @@ def run_planned(
         on_snapshot(path, snapshot)
 
     oom: str | None = None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PlannedRunWarning)
+    shown = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.showwarning = _shown_at_script(shown)
         with planned_device(spec, written, defer=defer) as device:
             device.stop_after = stop_after
             if before is not None:
@@ -142,10 +175,6 @@ def run_planned(
             finally:
                 if after is not None:
                     after()
-    said = tuple(str(w.message) for w in caught if issubclass(w.category, PlannedRunWarning))
-    for w in caught:
-        if not issubclass(w.category, PlannedRunWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     peak_reserved = max(device.figure("reserved_bytes", "peak"), device.peak_reserved)
     world = World.from_env()
     outside = spec.context_bytes + device.outside_bytes
@@ -162,7 +191,7 @@ def run_planned(
         fits=oom is None and peak_reserved + outside <= spec.total_bytes,
         oom_message=oom,
         script_snapshots=tuple(snapshots),
-        warnings=said,
+        warnings=tuple(device.said),
         rank=world.rank,
         world_size=world.world_size,
         nccl_bytes=device.outside_bytes,

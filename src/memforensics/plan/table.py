@@ -662,7 +662,7 @@ def emulated(
     were before. ``defer``: large CPU tensors made while a module is built hold no host memory
     until read (:mod:`~memforensics.plan.deferred`)."""
     autocast = choices.Autocast()
-    notes = values.Notes()
+    notes = values.Notes(device.said)
     workspace = scratch.workspace_bytes_for(device.spec.capability)
     functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from types import FrameType
@@ -20,7 +19,6 @@ from typing import Any
 
 import torch
 
-from memforensics.plan.device import PlannedRunWarning
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -34,9 +32,10 @@ _PASSING = frozenset(
 ``__array__``, ``handle_torch_function``, a device context) without being its reader."""
 
 
-def where() -> str:
-    """``file:line`` of the innermost frame of the script's own code (not torch's, not ours)."""
-    frame: FrameType | None = sys._getframe(1)
+def where(frame: FrameType | None = None) -> str:
+    """``file:line`` of the innermost frame of the script's own code (not torch's, not ours),
+    from ``frame`` outward (default: the caller's)."""
+    frame = frame if frame is not None else sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not (name.startswith((_TORCH, _HERE)) or name.startswith("<")):
@@ -46,16 +45,19 @@ def where() -> str:
 
 
 class Notes:
-    """Says each kind of difference once, naming where it first happened."""
+    """Says each kind of difference once, naming where it first happened, into ``kept``: the
+    planned device's record (:attr:`~memforensics.plan.device.PlannedDevice.said`), not a
+    warning, so a script's own warning filters neither hide it nor raise it into the script."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: list[str] | None = None) -> None:
         self.said: set[str] = set()
+        self.kept = kept if kept is not None else []
 
     def once(self, kind: str, message: str) -> None:
-        """Warn ``message`` (with where it happened) the first time ``kind`` is seen."""
+        """Keep ``message`` (with where it happened) the first time ``kind`` is seen."""
         if kind not in self.said:
             self.said.add(kind)
-            warnings.warn(f"{message} (first at {where()})", PlannedRunWarning, stacklevel=2)
+            self.kept.append(f"{message} (first at {where()})")
 
 
 def by_torch() -> bool:
