@@ -522,9 +522,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        answer = self._answers.get(func)
-        if answer is None and func not in self._unanswered:
-            answer = self._named_answer(func)
+        answer = self._answer(func)
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
         else:
@@ -541,9 +539,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._staging(func, args)
         return out
 
-    def _named_answer(self, func: Any) -> Callable[..., Any] | None:
-        """The answer for a library's operator (``torchvision::nms``), kept for its next
-        call; an operator with none is remembered as such."""
+    def _answer(self, func: Any) -> Callable[..., Any] | None:
+        """What answers ``func`` on stand-ins in place of its ``meta`` kernel, if anything; a
+        library's operator (``torchvision::nms``) is looked up by name once, its answer kept
+        for its next call, and an operator with none remembered as such."""
+        answer = self._answers.get(func)
+        if answer is not None or func in self._unanswered:
+            return answer
         answer = self._by_name.get(func.name()) if hasattr(func, "name") else None
         if answer is None:
             self._unanswered.add(func)

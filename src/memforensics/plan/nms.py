@@ -11,10 +11,10 @@ does:
 
 - ``scores.sort(0, descending=true)``: the sorted scores and their order (``n`` int64), the
   sorted scores freed at once (only the order is kept);
-- ``dets.index_select(0, order).contiguous()``: the boxes in that order, ``n × 4``;
-- the suppression mask, ``n × ceil(n / 64)`` int64 (one bit per pair of boxes);
+- ``dets.index_select(0, order).contiguous()``: the boxes in that order, ``(n, 4)``;
+- the suppression mask, ``n * ceil(n / 64)`` int64 (one bit per pair of boxes);
 - the keep flags, ``n`` bool, zeroed;
-- ``order.masked_select(keep)``: the kept boxes' indices (``nonzero``'s ``k × 1`` int64,
+- ``order.masked_select(keep)``: the kept boxes' indices (``nonzero``'s ``(k, 1)`` int64,
   then the ``k`` int64 result, ``nonzero``'s freed);
 - the locals freed as the kernel returns, the last made first.
 
