@@ -36,6 +36,7 @@ from memforensics.plan import (
     dropout,
     inplace,
     logsumexp,
+    nms,
     scratch,
     sparse,
     values,
@@ -479,6 +480,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
         self._answers.update(sparse.Sparse(notes, known).answers())
+        self._by_name: dict[str, Callable[..., Any]] = {
+            nms.NAME: functools.partial(nms.forward, self, known, notes),
+        }
+        """Answers for libraries' operators, which exist only once the script imports the
+        library: found by the operator's qualified name the first time it is seen."""
+        self._unanswered: set[Any] = set()
         self.device = device
         self.workspace_bytes = workspace_bytes
         self.capability = device.spec.capability
@@ -515,7 +522,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        answer = self._answers.get(func)
+        answer = self._answer(func)
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             out = answer(*args, **(kwargs or {}))
         else:
@@ -531,6 +538,20 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _answer(self, func: Any) -> Callable[..., Any] | None:
+        """What answers ``func`` on stand-ins in place of its ``meta`` kernel, if anything; a
+        library's operator (``torchvision::nms``) is looked up by name once, its answer kept
+        for its next call, and an operator with none remembered as such."""
+        answer = self._answers.get(func)
+        if answer is not None or func in self._unanswered:
+            return answer
+        answer = self._by_name.get(func.name()) if hasattr(func, "name") else None
+        if answer is None:
+            self._unanswered.add(func)
+        else:
+            self._answers[func] = answer
+        return answer
 
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` run on ``meta``; a strided nested tensor, which cannot be there, is out of
