@@ -5,6 +5,9 @@ downloads)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +186,162 @@ def test_trainer_with_early_stopping_runs_to_its_epoch_limit(tmp_path: Path, met
     assert "steps 16 evaluations 8" in done.stdout
     said = done.stderr.count("early stopping never ends a planned run")
     assert said == (1 if metric == "accuracy" else 0)
+
+
+TOKENIZER = """
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+def tokenizer():
+    words = ["<pad>", "</s>", "<unk>", "<s>"] + [f"w{i}" for i in range(96)]
+    vocabulary = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    vocabulary.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=vocabulary, pad_token="<pad>",
+                                   eos_token="</s>", unk_token="<unk>", bos_token="<s>")
+
+def text(i, n):
+    return " ".join(f"w{(7 * i + 3 * j) % 96}" for j in range(n))
+"""
+
+CLASSIFY = """
+import numpy as np
+import torch
+from transformers import (BertConfig, BertForSequenceClassification, DataCollatorWithPadding,
+                          Trainer, TrainingArguments)
+from words import text, tokenizer
+
+tok = tokenizer()
+model = BertForSequenceClassification(BertConfig(
+    vocab_size=len(tok), hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=1024, max_position_embeddings=64, num_labels=3))
+rows = [{**tok(text(i, 5 + i % 9)), "label": i % 3} for i in range(24)]
+
+def compute_metrics(evaluated):
+    logits, labels = evaluated
+    predictions = np.argmax(logits, axis=-1)
+    f1 = []
+    for c in range(3):
+        tp = np.sum((predictions == c) & (labels == c))
+        wrong = np.sum((predictions == c) != (labels == c))
+        f1.append(2 * tp / max(2 * tp + wrong, 1))
+    return {"accuracy": float((predictions == labels).mean()), "f1": float(np.mean(f1))}
+
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=4,
+                         per_device_eval_batch_size=4, num_train_epochs=3,
+                         eval_strategy="epoch", save_strategy="epoch", save_total_limit=2,
+                         load_best_model_at_end=True, metric_for_best_model="f1",
+                         optim="adamw_torch_fused", report_to=[], disable_tqdm=True)
+trainer = Trainer(model=model, args=args, train_dataset=rows[:16], eval_dataset=rows[16:],
+                  data_collator=DataCollatorWithPadding(tok), processing_class=tok,
+                  compute_metrics=compute_metrics)
+trainer.train()
+blocks = sum(-(-p.numel() * p.element_size() // 512) * 512 for p in model.parameters())
+print("evaluations", sum("eval_f1" in entry for entry in trainer.state.log_history),
+      "best", trainer.state.best_model_checkpoint is not None, "blocks", blocks)
+"""
+
+
+def _checkpoints(folder: Path) -> list[tuple[int, list[int]]]:
+    """What each checkpoint Trainer kept holds: the weights file's size, and the sizes of the
+    storages ``optimizer.pt`` holds (its zip entries, which torch names by storage; the pickle
+    beside them differs only in the device each is tagged with)."""
+    kept: list[tuple[int, list[int]]] = []
+    for checkpoint in sorted((folder / "out").glob("checkpoint-*")):
+        with zipfile.ZipFile(checkpoint / "optimizer.pt") as saved:
+            storages = sorted(i.file_size for i in saved.infolist() if "/data/" in i.filename)
+        weights = (checkpoint / "model.safetensors").stat().st_size
+        kept.append((weights, storages))
+    return kept
+
+
+def test_a_classifier_trained_by_trainer_keeps_the_checkpoints_a_real_run_writes(
+    tmp_path: Path,
+) -> None:
+    """run_glue's shape (a numpy compute_metrics on the host logits, evaluation and a checkpoint
+    each epoch, save_total_limit, the best model by F1 loaded at the end) runs to its end under
+    plan: its peak is fused AdamW's step, weights, gradients and two states in the allocator's
+    blocks plus the forward's and the backward's cuBLAS workspaces (8,519,680 B each at 8.0)
+    and under 1 MiB besides (foreach would add a fifth copy, 6.7 MB), and the checkpoints it
+    keeps are those the same script writes when run on the CPU without the plan: as many, with
+    weights files of the same size and optimizer states of the same storages."""
+    for folder in ("planned", "cpu"):
+        (tmp_path / folder).mkdir()
+        script(tmp_path / folder, TOKENIZER, "words.py")
+        script(tmp_path / folder, CLASSIFY)
+    done = plan(tmp_path / "planned", "--json", "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    printed = next(line for line in done.stderr.splitlines() if line.startswith("evaluations"))
+    assert printed.startswith("evaluations 3 best True blocks ")
+    blocks = int(printed.split()[-1])
+    peak = json.loads(done.stdout)["peak_allocated_bytes"]
+    assert 4 * blocks + 2 * 8_519_680 <= peak <= 4 * blocks + 2 * 8_519_680 + 2**20
+    cpu = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path / "cpu", capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert cpu.returncode == 0, cpu.stderr
+    kept = _checkpoints(tmp_path / "planned")
+    assert len(kept) == 2
+    assert kept == _checkpoints(tmp_path / "cpu")
+
+
+SEQ2SEQ = """
+import numpy as np
+import torch
+from transformers import (DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments,
+                          T5Config, T5ForConditionalGeneration)
+from words import text, tokenizer
+
+tok = tokenizer()
+model = T5ForConditionalGeneration(T5Config(
+    vocab_size=len(tok), d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4,
+    decoder_start_token_id=tok.pad_token_id, pad_token_id=tok.pad_token_id,
+    eos_token_id=tok.eos_token_id))
+rows = [{**tok(text(i, 12)), "labels": tok(text_target=text(i + 1, 6))["input_ids"]}
+        for i in range(24)]
+steps = []
+model.decoder.register_forward_pre_hook(
+    lambda module, args: steps.append(1) if not torch.is_grad_enabled() else None)
+
+def compute_metrics(evaluated):
+    predictions, labels = evaluated
+    predictions = np.where(predictions != -100, predictions, tok.pad_token_id)
+    labels = np.where(labels != -100, labels, tok.pad_token_id)
+    decoded = tok.batch_decode(predictions, skip_special_tokens=True)
+    references = tok.batch_decode(labels, skip_special_tokens=True)
+    return {"exact": float(np.mean([p == r for p, r in zip(decoded, references)]))}
+
+args = Seq2SeqTrainingArguments(output_dir="out", per_device_train_batch_size=4,
+                                per_device_eval_batch_size=4, max_steps=4,
+                                eval_strategy="steps", eval_steps=2,
+                                predict_with_generate=True, generation_max_length=10,
+                                generation_num_beams=2, save_strategy="no", report_to=[],
+                                disable_tqdm=True)
+trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=rows[:16],
+                         eval_dataset=rows[16:], processing_class=tok,
+                         data_collator=DataCollatorForSeq2Seq(tok, model=model),
+                         compute_metrics=compute_metrics)
+trainer.train()
+steps.clear()
+predicted = trainer.predict(rows[16:])
+print("predicted", predicted.predictions.shape, "decoder steps", len(steps),
+      "evaluations", sum("eval_exact" in entry for entry in trainer.state.log_history))
+"""
+
+
+def test_seq2seq_trainer_evaluates_by_beam_search_to_its_generation_max_length(
+    tmp_path: Path,
+) -> None:
+    """run_summarization's shape (Seq2SeqTrainer, predict_with_generate with 2 beams and
+    generation_max_length 10, a compute_metrics that decodes on the host) trains, evaluates
+    twice and predicts to its end; each batch of 4 is generated to its full length, 9 decoder
+    steps after the start token, then scored by one forward for its loss: 10 decoder calls for
+    each of the 2 batches, as on a GPU run where no beam ends early."""
+    script(tmp_path, TOKENIZER, "words.py")
+    script(tmp_path, SEQ2SEQ)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "decoder steps 20 evaluations 2" in done.stdout
 
 
 BEAM = """

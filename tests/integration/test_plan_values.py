@@ -302,6 +302,37 @@ def test_a_patience_loop_comparing_tensors_runs_to_its_epoch_limit(tmp_path: Pat
     assert 0 < float(best) < 10
 
 
+RUNNING_TOTAL = """
+import torch
+model = torch.nn.Linear(512, 512).cuda()
+total, logged, count = torch.tensor(0.0, device="cuda"), [], 0
+for step in range(4):
+    loss = model(torch.ones(64, 512, device="cuda")).pow(2).mean()
+    loss.backward()
+    total += loss.detach()
+    count += 1
+    if step % 2 == 1:  # log the mean since the last log, then start again from zero
+        logged.append(total.item() / count)
+        total -= total
+        count = 0
+differences = model(torch.ones(64, 512, device="cuda")) - model(torch.ones(64, 512, device="cuda"))
+same = model(torch.ones(64, 512, device="cuda"))
+print("left", total.item(), "logged", len(logged), "same", (same - same).abs().sum().item(),
+      "other", differences.abs().sum().item() > 0)
+"""
+
+
+def test_a_running_total_set_back_by_taking_it_from_itself_reads_zero(tmp_path: Path) -> None:
+    """A running loss on the device, logged and then set back with ``total -= total`` (as
+    Hugging Face's Trainer does), reads 0 afterwards, as any finite value less itself does on
+    a GPU, where it read the round's made-up loss; a model's output less itself is zero too,
+    and less another output is not decided so."""
+    script(tmp_path, RUNNING_TOTAL)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "left 0.0 logged 2 same 0.0 other True" in done.stdout
+
+
 UNTIL_TARGET = """
 import torch
 w = torch.randn(1 << 16, device="cuda", requires_grad=True)  # 256 KiB: values not kept

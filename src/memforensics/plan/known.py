@@ -11,9 +11,10 @@ does everything computed from them; reading one gives a made-up value
 (:class:`~memforensics.plan.values.Reads`).
 
 Unknown values are finite. A test of finiteness on one is known: ``isnan`` and ``isinf`` are
-all false, a comparison with an infinite number or NaN is decided, and a value equals itself
-(``isfinite``'s parts), at any size: a large result is kept as its one value, and elementwise
-operators and ``all``/``any`` on such results are computed on one element. GradScaler's
+all false, a comparison with an infinite number or NaN is decided, a value equals itself
+(``isfinite``'s parts), and a value less itself is zero, at any size: a large result is kept as
+its one value, and elementwise operators and ``all``/``any`` on such results are computed on one
+element. GradScaler's
 unscaling leaves its overflow flag as it was. So a script's NaN check passes and no optimizer
 step is skipped, as on a GPU run that does not diverge.
 
@@ -91,6 +92,9 @@ _SCALAR_TESTS = {torch.ops.aten.eq.Scalar: False, torch.ops.aten.ne.Scalar: True
 """Comparisons with a number: what a finite value gives against an infinite one or NaN."""
 _SELF_TESTS = {torch.ops.aten.eq.Tensor: True, torch.ops.aten.ne.Tensor: False}
 """Comparisons of a value with itself (``isfinite``'s ``x == x``): what a finite value gives."""
+_SELF_DIFFERENCES = frozenset((torch.ops.aten.sub.Tensor, torch.ops.aten.sub_.Tensor))
+"""A value less itself (``total -= total``, how Hugging Face's ``Trainer`` sets its running loss
+back after logging it): zero for a finite value."""
 _WHOLE = {torch.ops.aten.all.default: True, torch.ops.aten.any.default: False}
 """Reductions to one flag, and what they give for no elements."""
 _POINTWISE = torch.Tag.pointwise
@@ -112,6 +116,21 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The stand-ins an operator reads, in lists too (``cat``'s tensors)."""
     return [t for v in (*args, *kwargs.values()) for t in _tensors(v) if t.is_meta]
+
+
+def _less_itself(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` takes a tensor from itself whole (``x - x``, or ``x -= x`` where ``x``
+    spans its storage, whose every byte the zero then describes)."""
+    if len(args) < 2 or args[1] is not args[0] or kwargs.get("alpha", 1) != 1:
+        return False
+    first: torch.Tensor = args[0]
+    if func is torch.ops.aten.sub.Tensor:
+        return True
+    return (
+        first.storage_offset() == 0
+        and first.is_contiguous()
+        and first.numel() * first.element_size() == first.untyped_storage().nbytes()
+    )
 
 
 def _sparse(*values: Any) -> bool:
@@ -299,6 +318,9 @@ class Known:
             truth = _SCALAR_TESTS[func]
         elif func in _SELF_TESTS and len(args) > 1 and args[1] is first:
             truth = _SELF_TESTS[func]
+        elif func in _SELF_DIFFERENCES and _less_itself(func, args, kwargs):
+            self._fill(out, 0)  # exact, known or made up as ``first`` may be
+            return True
         else:
             return False
         if self.value(first) is not None:
