@@ -15,7 +15,10 @@ view of them, ``pred[i]``, reads its place in the batch) and two classes at leas
 value at or above zero that is not the loss's ``ignore_index``: a negative value (-100, -1)
 marks a position that is not scored, as token classification pads its labels. Such a position
 never matches and reads as a class, so what the script scores sees real classes only, and a
-prediction used as an index into the classes finds one.
+prediction used as an index into the classes finds one. A tensor copied from the host is a
+batch's targets only where every class it holds is at most the largest a loss on the device was
+given: a batch's inputs (token ids, up to the vocabulary's size) are copied as integers too, and
+are not predictions' classes; before any such loss, no copy is.
 
 A tensor no such target matches (one value, a storage of another size: a generated token, an
 ``argmax`` read alone) reads as zeros, as before. Only integers copied to the device or given to
@@ -42,7 +45,7 @@ Matches = Callable[[int], "int | None"]
 
 class _Given(NamedTuple):
     values: torch.Tensor  # flat, on the CPU
-    ignored: int | None  # the loss's ignore_index
+    ignored: int | None  # the loss's ignore_index; None for a copy from the host
 
 
 class Targets:
@@ -51,12 +54,19 @@ class Targets:
 
     def __init__(self) -> None:
         self._recent: deque[_Given] = deque(maxlen=RECENT)
+        self._top = -1  # the largest class a loss was given
 
     def given(self, values: torch.Tensor, ignored: int | None = None) -> None:
         """``values`` (on the CPU) reached the device as a loss's target (``ignored``: its
-        ``ignore_index``) or as a copy from the host."""
-        if values.dtype in _INTEGERS and values.numel() >= 2:
-            self._recent.appendleft(_Given(values.reshape(-1).clone(), ignored))
+        ``ignore_index``) or, with None, as a copy from the host."""
+        if values.dtype not in _INTEGERS or values.numel() < 2:
+            return
+        given = _Given(values.reshape(-1).clone(), ignored)
+        if ignored is not None:
+            classes = given.values[_scored(given)]
+            if classes.numel():
+                self._top = max(self._top, int(classes.max()))
+        self._recent.appendleft(given)
 
     def predicted(self, tensor: torch.Tensor, matches: Matches) -> torch.Tensor | None:
         """``tensor``'s values read on the host as predictions of the batch's targets (on the
@@ -65,15 +75,15 @@ class Targets:
         if tensor.dtype not in _INTEGERS or not self._recent:
             return None
         size = tensor.untyped_storage().nbytes() // tensor.element_size()
-        given = next((g for g in self._recent if g.values.numel() == size), None)
-        if given is None:
-            return None
-        targets = given.values
-        scored = targets >= 0
-        if given.ignored is not None:
-            scored &= targets != given.ignored
-        classes = torch.unique(targets[scored])
-        if classes.numel() < 2:
+        for given in self._recent:
+            if given.values.numel() != size:
+                continue
+            targets, scored = given.values, _scored(given)
+            classes = torch.unique(targets[scored])
+            copied = given.ignored is None
+            if classes.numel() >= 2 and not (copied and int(classes[-1]) > self._top):
+                break
+        else:
             return None
         other = torch.where(targets == classes[0], classes[1], classes[0])
         place = (tensor.shape, tensor.stride(), tensor.storage_offset())
@@ -83,3 +93,11 @@ class Targets:
             return None
         matched = read[1] & (read[1].cumsum(0) <= count)
         return torch.where(matched, read[0], read[2]).reshape(tensor.shape).to(tensor.dtype)
+
+
+def _scored(given: _Given) -> torch.Tensor:
+    """Where ``given`` holds a class: at or above zero, and not its loss's ``ignore_index``."""
+    scored = given.values >= 0
+    if given.ignored is not None:
+        scored &= given.values != given.ignored
+    return scored

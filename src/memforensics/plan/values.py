@@ -22,7 +22,6 @@ import torch
 
 from memforensics.plan.device import PlannedRunWarning
 from memforensics.plan.known import Known
-from memforensics.plan.targets import Targets
 
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
