@@ -505,6 +505,134 @@ def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
     assert all(a < b for a, b in itertools.pairwise(averaged))
 
 
+HOST_SCORES = """
+import numpy as np, torch
+model = torch.nn.Sequential(torch.nn.Linear(32, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 5)).cuda()
+opt = torch.optim.Adam(model.parameters())
+X, Y = torch.randn(192, 32), torch.randint(0, 5, (192,))
+
+def f1(pred, true):  # macro F1 over the classes present, in numpy
+    scores = []
+    for c in np.union1d(pred, true):
+        tp = np.sum((pred == c) & (true == c))
+        scores.append(2 * tp / (np.sum(pred == c) + np.sum(true == c)))
+    return float(np.mean(scores))
+
+best, bad, epochs, seen, classes = None, 0, 0, [], set()
+for epoch in range(10):
+    epochs += 1
+    for i in range(0, 192, 64):
+        torch.nn.functional.cross_entropy(model(X[i:i + 64].cuda()), Y[i:i + 64].cuda()).backward()
+        opt.step()
+        opt.zero_grad()
+    cpu, to, listed, numpy, labels, hits = [], [], [], [], [], 0
+    with torch.no_grad():
+        for i in range(0, 192, 64):
+            x, y_host = X[i:i + 64], Y[i:i + 64]
+            y = y_host.to("cuda")
+            pred = model(x.cuda()).argmax(1)
+            cpu.append(pred.cpu())
+            to.append(pred.to("cpu"))
+            listed += pred.tolist()
+            numpy.append(pred.detach().cpu().numpy())
+            hits += sum(int(p.item() == t) for p, t in zip(pred, y_host.tolist()))
+            labels.append(y.cpu())
+    true = torch.cat(labels)
+    scores = ((torch.cat(cpu) == true).float().mean().item(),
+              (torch.cat(to) == true).float().mean().item(),
+              float(np.mean(np.array(listed) == true.numpy())),
+              f1(np.concatenate(numpy), true.numpy()), hits / 192)
+    classes |= set(np.concatenate(numpy).tolist())
+    seen.append(scores)
+    if best is None or all(s > b for s, b in zip(scores, best)):
+        best, bad = scores, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("classes", *sorted(classes))
+print("epochs", epochs, *(",".join(f"{s:.5f}" for s in scores) for scores in seen))
+"""
+
+
+def test_a_patience_loop_on_scores_computed_on_the_host_runs_to_its_epoch_limit(
+    tmp_path: Path,
+) -> None:
+    """Predictions copied to the host by ``.cpu()``, ``.to("cpu")``, ``.tolist()``,
+    ``.numpy()`` and ``.item()`` of each, and scored there against the labels (an accuracy in
+    torch, in Python, per element, and a macro F1 in numpy), rise at every epoch within (0, 1],
+    so a patience loop requiring all of them to improve runs all 10 epochs; every class read is
+    one of the labels' (0 to 4)."""
+    script(tmp_path, HOST_SCORES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    classes = next(line for line in lines if line.startswith("classes")).split()[1:]
+    assert len(classes) >= 2
+    assert set(classes) <= {"0", "1", "2", "3", "4"}
+    epochs, *seen = next(line for line in lines if line.startswith("epochs")).split()[1:]
+    assert int(epochs) == 10
+    for path in zip(*(epoch.split(",") for epoch in seen), strict=True):
+        scores = [float(score) for score in path]
+        assert all(0 < score <= 1 for score in scores)
+        assert all(a < b for a, b in itertools.pairwise(scores))
+
+
+TOKEN_SCORES = """
+import torch
+names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+model = torch.nn.Sequential(torch.nn.Embedding(1000, 2048), torch.nn.Linear(2048, 5)).cuda()
+opt = torch.optim.Adam(model.parameters())
+ids = torch.randint(0, 1000, (8, 12))
+labels = torch.randint(0, 5, (8, 12))
+labels[:, 9:] = -100  # padding, not scored
+best, bad, epochs, seen, read = -1.0, 0, 0, [], set()
+for epoch in range(8):
+    epochs += 1
+    logits = model(ids.cuda())
+    torch.nn.functional.cross_entropy(logits.view(-1, 5), labels.cuda().view(-1)).backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        pred = model(ids.cuda()).argmax(-1).cpu()
+    scored = labels != -100
+    tags = [names[p] for p, keep in zip(pred.view(-1).tolist(), scored.view(-1).tolist()) if keep]
+    read |= set(pred.view(-1).tolist())
+    acc = (pred[scored] == labels[scored]).float().mean().item()
+    seen.append(acc)
+    if acc > best:
+        best, bad = acc, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("read", *sorted(read))
+print("epochs", epochs, *(f"{a:.5f}" for a in seen))
+"""
+
+
+def test_token_predictions_read_on_the_host_are_classes_and_their_accuracy_rises(
+    tmp_path: Path,
+) -> None:
+    """Token classification (labels padded with -100, the loss on flattened views, the token
+    ids copied to the device as integers too): predictions read on the host are classes, never
+    -100 nor a token id (a lookup of their names succeeds), and the accuracy over the scored
+    positions rises at every epoch, so the patience loop runs all 8."""
+    script(tmp_path, TOKEN_SCORES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    read = next(line for line in lines if line.startswith("read")).split()[1:]
+    assert len(read) >= 2
+    assert set(read) <= {"0", "1", "2", "3", "4"}
+    epochs, *seen = next(line for line in lines if line.startswith("epochs")).split()[1:]
+    assert int(epochs) == 8
+    scores = [float(score) for score in seen]
+    assert all(0 < score <= 1 for score in scores)
+    assert all(a < b for a, b in itertools.pairwise(scores))
+
+
 GUARDED = """
 import torch
 model = torch.nn.Linear(4096, 4096).cuda()

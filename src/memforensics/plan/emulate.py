@@ -58,6 +58,9 @@ _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage
 _current_node = torch._C._current_autograd_node
 _INDEX = torch.ops.aten.index.Tensor
 _COPY = torch.ops.aten.copy_.default
+_CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
+"""Losses whose target is a batch's classes (``cross_entropy`` runs one): the targets that
+predictions read on the host are made of (:meth:`~memforensics.plan.values.Reads.loss`)."""
 _MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
 """Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
 the result), where the ``meta`` kernel makes them in order."""
@@ -470,6 +473,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten.unique_dim_consecutive.default: shapes.unique_dim_consecutive,
             torch.ops.aten.equal.default: self.reads.equal,
         }
+        for loss in _CLASS_LOSSES:
+            self._answers[loss] = functools.partial(self.reads.loss, loss)
         known = self.reads.known
         for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
             self._answers[overload] = functools.partial(ctc.forward, self, known, notes)

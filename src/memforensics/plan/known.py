@@ -48,6 +48,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed
+from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
@@ -101,6 +102,8 @@ _POINTWISE = torch.Tag.pointwise
 _PRECISE = frozenset((torch.float32, torch.float64))
 _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
+_FROM_HOST = {torch.ops.aten._to_copy.default: 0, torch.ops.aten.copy_.default: 1}
+"""Copies, and the position of their source: from a host tensor, a batch arriving."""
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -171,9 +174,11 @@ def _written(func: Any) -> tuple[int, ...]:
 
 class Known:
     """CPU copies of the small stand-ins whose values the script's own values decide, by
-    storage, kept as long as the stand-in's storage lives."""
+    storage, kept as long as the stand-in's storage lives. Integer tensors copied from the
+    host are told to ``targets`` (:class:`~memforensics.plan.targets.Targets`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, targets: Targets | None = None) -> None:
+        self.targets = targets if targets is not None else Targets()
         self._values: dict[int, torch.UntypedStorage] = {}
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
         self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
@@ -423,6 +428,9 @@ class Known:
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
                         self._keep(made, computed, made_up, guessed)
+                source = _FROM_HOST.get(func)
+                if source is not None and not args[source].is_meta and results:
+                    self.targets.given(results[0])
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True

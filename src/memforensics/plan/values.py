@@ -89,8 +89,9 @@ READ = (
     "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
     "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
     "epoch limit); integers, flags and what torch's own code reads are zeros; predictions "
-    "compared with their targets match one more of them each round (an accuracy rises as it "
-    "trains); a generated token is none the script names (no end-of-sequence token ends "
+    "compared with their targets on the device, or read on the host (as the batch's targets, "
+    "the rest another of their classes), match one more of them each round (an accuracy rises "
+    "as it trains); a generated token is none the script names (no end-of-sequence token ends "
     "decoding early) and a count of unknown flags is every flag (beam search returns its full "
     "length)"
 )
@@ -128,12 +129,16 @@ class Reads:
     Predictions compared with their targets on the device (``argmax(logits) == labels``) rise
     the other way (:meth:`matches`): at each place in the code that compares them, one more
     of them matches each round, so an accuracy, and a hand-written early stopping on it, keeps
-    improving until every prediction matches.
+    improving until every prediction matches. Predictions read on the host are made of the
+    batch's targets (:class:`~memforensics.plan.targets.Targets`, told of each loss's target by
+    :meth:`loss`) and match by the same count, at the place that reads them, so an accuracy or
+    an F1 score computed there rises too.
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
         self.notes = notes
         self.known = known if known is not None else Known()
+        self.targets = self.known.targets
         self._passes = 0
         self._read_after: int | None = None
         self._rounds = 0
@@ -154,8 +159,11 @@ class Reads:
         self.notes.once("read", READ)
         if found is not None and not (tensor.is_floating_point() and self.known.guessed(tensor)):
             return found  # a flag, a count or an accuracy from what the plan assumes
-        if not tensor.is_floating_point() or by_torch():
+        if by_torch():
             return _filled(tensor, 0, tensor.dtype)
+        if not tensor.is_floating_point():
+            predicted = self.targets.predicted(tensor, self.matches)
+            return predicted if predicted is not None else _filled(tensor, 0, tensor.dtype)
         return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
 
     def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -177,6 +185,17 @@ class Reads:
         matched = max(0, min(count, place[1] + 1 - place[2]))
         place[2] += count
         return matched
+
+    def loss(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """A loss with class targets (``nll_loss``, under ``cross_entropy``) run on the device:
+        its target, where known, is the batch's (:meth:`~memforensics.plan.targets.Targets.given`,
+        with its ``ignore_index``)."""
+        target = args[1]
+        found = self.known.value(target)
+        if found is not None and not self.known.made_up(target):
+            ignored = args[4] if len(args) > 4 else kwargs.get("ignore_index", -100)
+            self.targets.given(found, ignored)
+        return func(*args, **kwargs)
 
     def _guess(self) -> float | None:
         """The value an unknown scalar takes where it is used or made: its round's, unless

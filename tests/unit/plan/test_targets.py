@@ -1,0 +1,67 @@
+"""Predictions read on the host are made of the batch's targets: the first ones matching, the
+rest another of the targets' classes, and only what a loss shows to be classes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")  # collected, then deselected, where torch is absent
+
+from memforensics.plan.targets import Targets  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+LABELS = torch.tensor([3, -100, 1, 1, 4, -100])
+
+
+def _counting(given: int) -> tuple[list[int], Callable[[int], int]]:
+    """A count of matches that gives at most ``given``, and the counts it was asked for."""
+    asked: list[int] = []
+
+    def matches(count: int) -> int:
+        asked.append(count)
+        return min(count, given)
+
+    return asked, matches
+
+
+def test_predictions_match_the_first_scored_targets_and_miss_with_another_class() -> None:
+    """Two matches asked of a loss's padded targets: the first two scored positions hold their
+    labels, the other positions a class that is not theirs, never -100, and only the four
+    scored positions are counted."""
+    targets = Targets()
+    targets.given(LABELS, ignored=-100)
+    asked, matches = _counting(2)
+    read = targets.predicted(torch.empty(6, dtype=torch.int64, device="meta"), matches)
+    assert asked == [4]
+    assert read is not None
+    assert read[[0, 2]].tolist() == [3, 1]
+    assert all(p != t for p, t in zip(read[[3, 4]].tolist(), [1, 4], strict=True))
+    assert set(read.tolist()) <= {1, 3, 4}
+
+
+def test_an_element_read_alone_holds_its_place_in_the_batch() -> None:
+    """``pred[4].item()``'s view of six predictions reads the label at place 4 when it matches."""
+    targets = Targets()
+    targets.given(LABELS, ignored=-100)
+    predictions = torch.empty(6, dtype=torch.int64, device="meta")
+    _, matches = _counting(1)
+    assert targets.predicted(predictions[4], matches).tolist() == 4
+
+
+def test_integers_copied_to_the_device_are_targets_only_within_a_loss_s_classes() -> None:
+    """Before any loss, a copied batch of labels is no target (reads stay as before); after a
+    loss on classes 0 to 4, token ids (up to 999) copied later are passed over for the labels."""
+    targets = Targets()
+    _, matches = _counting(6)
+    predictions = torch.empty(6, dtype=torch.int64, device="meta")
+    targets.given(torch.tensor([0, 2, 2, 1, 0, 3]))
+    assert targets.predicted(predictions, matches) is None
+    targets.given(LABELS, ignored=-100)
+    targets.given(torch.tensor([0, 2, 2, 1, 0, 3]))
+    targets.given(torch.tensor([17, 999, 5, 40, 2, 8]))
+    read = targets.predicted(predictions, matches)
+    assert read is not None
+    assert read.tolist() == [0, 2, 2, 1, 0, 3]
