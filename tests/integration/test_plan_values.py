@@ -526,12 +526,14 @@ for epoch in range(10):
         torch.nn.functional.cross_entropy(model(X[i:i + 64].cuda()), Y[i:i + 64].cuda()).backward()
         opt.step()
         opt.zero_grad()
-    cpu, to, listed, numpy, labels, hits = [], [], [], [], [], 0
+    cpu, to, listed, numpy, logits, labels, hits = [], [], [], [], [], [], 0
     with torch.no_grad():
         for i in range(0, 192, 64):
             x, y_host = X[i:i + 64], Y[i:i + 64]
             y = y_host.to("cuda")
-            pred = model(x.cuda()).argmax(1)
+            scores = model(x.cuda())
+            pred = scores.argmax(1)
+            logits.append(scores.cpu().numpy())
             cpu.append(pred.cpu())
             to.append(pred.to("cpu"))
             listed += pred.tolist()
@@ -542,7 +544,8 @@ for epoch in range(10):
     scores = ((torch.cat(cpu) == true).float().mean().item(),
               (torch.cat(to) == true).float().mean().item(),
               float(np.mean(np.array(listed) == true.numpy())),
-              f1(np.concatenate(numpy), true.numpy()), hits / 192)
+              f1(np.concatenate(numpy), true.numpy()), hits / 192,
+              float(np.mean(np.concatenate(logits).argmax(1) == true.numpy())))
     classes |= set(np.concatenate(numpy).tolist())
     seen.append(scores)
     if best is None or all(s > b for s, b in zip(scores, best)):
@@ -560,8 +563,9 @@ def test_a_patience_loop_on_scores_computed_on_the_host_runs_to_its_epoch_limit(
     tmp_path: Path,
 ) -> None:
     """Predictions copied to the host by ``.cpu()``, ``.to("cpu")``, ``.tolist()``,
-    ``.numpy()`` and ``.item()`` of each, and scored there against the labels (an accuracy in
-    torch, in Python, per element, and a macro F1 in numpy), rise at every epoch within (0, 1],
+    ``.numpy()`` and ``.item()`` of each, and logits copied there and ``argmax``-ed in numpy,
+    scored against the labels (an accuracy in torch, in Python, per element, in numpy, and a
+    macro F1 in numpy), rise at every epoch within (0, 1],
     so a patience loop requiring all of them to improve runs all 10 epochs; every class read is
     one of the labels' (0 to 4)."""
     script(tmp_path, HOST_SCORES)

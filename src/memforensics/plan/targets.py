@@ -20,6 +20,10 @@ batch's targets only where every class it holds is at most the largest a loss on
 given: a batch's inputs (token ids, up to the vocabulary's size) are copied as integers too, and
 are not predictions' classes; before any such loss, no copy is.
 
+Scores read on the host (a batch's logits, ``.cpu().numpy()``, then ``argmax`` there) read
+likewise, one row a prediction: every score is the made-up floating-point value, the predicted
+class's one more, so ``argmax`` finds the predictions above.
+
 A tensor no such target matches (one value, a storage of another size: a generated token, an
 ``argmax`` read alone) reads as zeros, as before. Only integers copied to the device or given to
 a loss are kept, the last :data:`RECENT`, so the cost is one check where a loss runs or an
@@ -93,6 +97,21 @@ class Targets:
             return None
         matched = read[1] & (read[1].cumsum(0) <= count)
         return torch.where(matched, read[0], read[2]).reshape(tensor.shape).to(tensor.dtype)
+
+    def scores(self, tensor: torch.Tensor, value: float, matches: Matches) -> torch.Tensor | None:
+        """Floating-point ``tensor`` read on the host as scores over the classes in its last
+        dimension (logits, probabilities: ``np.argmax(logits, axis=-1)`` computed there): every
+        score ``value``, the predicted class's ``value + 1``, the predictions read as
+        :meth:`predicted` reads them for a row each; None where no target fits its rows or a
+        class falls outside the last dimension."""
+        if tensor.dim() < 2 or tensor.shape[-1] < 2 or not self._recent:
+            return None
+        rows = torch.empty(tensor.shape[:-1], dtype=torch.int64)
+        predicted = self.predicted(rows, matches)
+        if predicted is None or int(predicted.max()) >= tensor.shape[-1]:
+            return None
+        scores = torch.full(tensor.shape, value, dtype=tensor.dtype)
+        return scores.scatter_(-1, predicted.unsqueeze(-1), value + 1)
 
 
 def _scored(given: _Given) -> torch.Tensor:

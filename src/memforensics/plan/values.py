@@ -90,8 +90,9 @@ READ = (
     "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
     "epoch limit); integers, flags and what torch's own code reads are zeros; predictions "
     "compared with their targets on the device, or read on the host (as the batch's targets, "
-    "the rest another of their classes), match one more of them each round (an accuracy rises "
-    "as it trains); a generated token is none the script names (no end-of-sequence token ends "
+    "the rest another of their classes; scores read on the host are highest at those "
+    "classes), match one more of them each round (an accuracy rises as it trains); a "
+    "generated token is none the script names (no end-of-sequence token ends "
     "decoding early) and a count of unknown flags is every flag (beam search returns its full "
     "length)"
 )
@@ -164,7 +165,10 @@ class Reads:
         if not tensor.is_floating_point():
             predicted = self.targets.predicted(tensor, self.matches)
             return predicted if predicted is not None else _filled(tensor, 0, tensor.dtype)
-        return _filled(tensor, self._falling(), torch.float64 if exact else tensor.dtype)
+        falling = self._falling()
+        dtype = torch.float64 if exact else tensor.dtype
+        scores = self.targets.scores(tensor, falling, self.matches)
+        return scores.to(dtype) if scores is not None else _filled(tensor, falling, dtype)
 
     def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """One operator ran on the device: what it made is known where the script's values
