@@ -1,5 +1,6 @@
 """Native frames are never sites: object, assembly and C++ frames of a ``stacks="all"`` dump are
-dropped by every reader, and a stack without a Python frame reads ``<no Python frames>`` everywhere."""
+dropped by every reader, and a stack without a Python frame reads ``<no Python frames>``
+everywhere."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def test_python_frames_are_not_native(filename: str) -> None:
 
 
 def test_autograd_thread_never_tops_a_forward_dump_as_thread48() -> None:
-    """summary names the 7.58 GiB backward-thread block '<no Python frames>' and says what that is."""
+    """summary names the 7.58 GiB backward-thread block '<no Python frames>' and says what it
+    is."""
     summary = summarize(dump_from_snapshot(_forward_dump().build()))
     top = summary.top_sites[0]
     assert (top.site, top.caller, top.bytes) == (NATIVE_ONLY, NATIVE_ONLY, GiB(7.58))
@@ -104,8 +106,9 @@ def test_call_tree_has_one_cpp_only_node() -> None:
     assert not any("thread48.o" in name or "clone3.S" in name for name in names)
 
 
-def test_diff_names_the_cpp_only_row_and_says_what_it_is() -> None:
-    """diff's growth row for the backward thread is '<no Python frames>', explained under the table."""
+def test_diff_names_the_no_python_row_and_says_what_it_is() -> None:
+    """diff's growth row for the backward thread is '<no Python frames>', explained under the
+    table."""
     before, after = SnapshotBuilder(), _forward_dump()
     before.segment(Block(GiB(1), site=TRAIN))
     result = diff_dumps(dump_from_snapshot(before.build()), dump_from_snapshot(after.build()))
