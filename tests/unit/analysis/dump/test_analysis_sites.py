@@ -18,10 +18,12 @@ from memforensics.analysis.dump import (
     site_of,
 )
 from memforensics.analysis.dump.frames import caller_of, is_installed_file
+from memforensics.analysis.filled import BEFORE, kind_sites, live_at, what_filled
+from memforensics.analysis.filled.peak import call_tree
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
-from shared_data import REAL_SNAPSHOTS, needs_shared_data
+from shared_data import REAL_SNAPSHOTS, REAL_WORKLOADS, needs_shared_data
 
 # A Hugging Face model line, reached from the user's script (Site.frames() puts
 # /job/train.py:1 <module> outside it, and a torch frame inside it).
@@ -249,3 +251,29 @@ def test_diff_rows_carry_the_caller() -> None:
     assert (growth.site, growth.caller, growth.delta_bytes) == (str(LIBRARY), ENTRY, MiB(30))
     assert to_json(result)["growth"][0]["caller"] == ENTRY
     assert f"← caller {ENTRY}" in diff_text(result)
+
+
+@needs_shared_data
+def test_real_backward_allocations_are_no_python_frames() -> None:
+    """On the real forward-backward dump the 1,066 frameless allocs of the trace (the backward
+    thread's temporaries) are '<no Python frames>' in the call tree and the kinds' sites, and
+    only the 1.05 GB live before recording is '<before recording>'."""
+    path = REAL_WORKLOADS / "small-lm-forward-backward" / "snapshot.pickle"
+    raw = pickle.loads(path.read_bytes())
+    frameless = [e for e in raw["device_traces"][0] if e["action"] == "alloc" and not e["frames"]]
+    filled = what_filled(load_dump(path))
+    lt = filled.lifetimes
+    traced = [found for found in lt.allocations if found.start != BEFORE and not found.frames]
+    assert len(traced) == len(frameless) == 1066
+    assert all(found.recorded for found in traced)
+    assert not any(found.recorded for found in lt.allocations if found.start == BEFORE)
+    moment = max(traced, key=lambda found: found.size).start
+    live = live_at(lt, moment)
+    tree = {child.name: child.bytes for child in call_tree(live).children}
+    unrecorded = sum(found.size for found in live if found.start == BEFORE)
+    assert tree[BEFORE_RECORDING] == unrecorded > 1_000_000_000
+    ids = {id(found) for found in traced}
+    no_python = sum(found.size for found in live if id(found) in ids)
+    assert tree[NATIVE_ONLY] == no_python > 0
+    sites = {(row.kind, row.site): row.bytes for row in kind_sites(live, per_kind=100)}
+    assert sites[("temporary", NATIVE_ONLY)] == no_python
