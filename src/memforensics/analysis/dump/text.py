@@ -26,8 +26,8 @@ _MIN_SITE = 16  # a site keeps at least this much however narrow the screen
 _READABLE_SITE = 28  # a row leaving less room than this puts its site on the next line
 _SITE_INDENT = 6  # where such a site line starts
 NATIVE_ONLY_MEANING = (
-    "allocated while recording with no Python on the stack: autograd's backward thread"
-    " (gradients and their temporaries), or a library's own workspace (cuBLAS, cuDNN, NCCL)"
+    "allocated with no Python on the stack: autograd's backward thread or a library's"
+    " workspace (cuBLAS, cuDNN, NCCL)"
 )
 """What a ``<no Python frames>`` row is; every output that shows the label says this sentence."""
 _CALLER = "← caller "
