@@ -65,12 +65,13 @@ class Site:
 @dataclass(frozen=True)
 class NativeStack:
     """A stack with no Python frame, as ``stacks="all"`` records one: ``(file, name)`` pairs,
-    innermost first. Its site is ``<C++ only>`` (what ``str`` gives, for the truth's keys)."""
+    innermost first. Its site is ``<no Python frames>`` (what ``str`` gives, for the truth's
+    keys)."""
 
     frames_: tuple[tuple[str, str], ...]
 
     def __str__(self) -> str:
-        return "<C++ only>"
+        return NO_PYTHON
 
     def frames(self) -> list[dict[str, Any]]:
         """The frames as the snapshot holds them (line 0: the unwinder knows none)."""
@@ -96,12 +97,19 @@ OPTIMIZER = Site("/job/optim.py", 12, "step")
 CACHE = Site("/job/kv_cache.py", 88, "append")
 
 
+NO_PYTHON = "<no Python frames>"
+BEFORE_RECORDING = "<before recording>"
+
+
 @dataclass(frozen=True)
 class Block:
     """A block to place in a segment: size, allocator state, where and in which step it was made.
 
     ``size`` is the block's (rounded) size; ``requested`` what the caller asked for, which the
-    trace's entries carry (None: the same as ``size``).
+    trace's entries carry (None: the same as ``size``). ``site`` None: no frames, which in a
+    trace that records stacks means no Python was on the stack (autograd's backward thread
+    with ``stacks="python"``). ``recorded`` False: allocated before recording began, so the
+    trace holds no ``alloc`` for it (its frees, if any, are recorded).
     """
 
     size: int
@@ -110,6 +118,7 @@ class Block:
     step: int | None = None
     unwound: bool = False  # live at the OOM (or until release()), freed after (inactive at the end)
     requested: int | None = None
+    recorded: bool = True
 
     @property
     def final_state(self) -> str:
@@ -231,7 +240,8 @@ class SnapshotBuilder:
         if self.steps_on_blocks and block.step is not None:
             raw["user_metadata"] = f"step={block.step}"
         asked = block.requested_size
-        self._event("alloc", address, asked, block.site, block.step)
+        if block.recorded:
+            self._event("alloc", address, asked, block.site, block.step)
         if block.unwound:
             self._unwound.append((block, address))
         elif block.state != ALLOCATED:
@@ -282,6 +292,15 @@ class SnapshotBuilder:
             }
         return snapshot
 
+    @staticmethod
+    def _site_key(block: Block, stacks: bool) -> str:
+        """The site the analysis must name ``block`` by: its own, else without frames
+        ``<no Python frames>`` when the trace recorded its allocation with stacks, else
+        ``<before recording>``."""
+        if block.site:
+            return str(block.site)
+        return NO_PYTHON if block.recorded and stacks else BEFORE_RECORDING
+
     def truth(self, *, device_total: int | None = None) -> SnapshotTruth:
         """Totals of what was put in, and the verdict the OOM (if any) deserves."""
         sizes = {
@@ -291,8 +310,9 @@ class SnapshotBuilder:
         site_bytes: dict[str, int] = {}
         oom_site_bytes: dict[str, int] = {}
         step_bytes: dict[int | None, int] = {}
+        stacks = any(entry["action"] == "alloc" and entry["frames"] for entry in self._trace)
         for block, _ in self._blocks:
-            key = str(block.site) if block.site else "<before recording>"
+            key = self._site_key(block, stacks)
             if block.state == ALLOCATED:
                 oom_site_bytes[key] = oom_site_bytes.get(key, 0) + block.size
             if block.final_state == ALLOCATED:

@@ -23,7 +23,13 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from memforensics.analysis.dump import UNKNOWN_SITE, Dump, attribute, parse_step, per_stack
+from memforensics.analysis.dump import (
+    UNKNOWN_SITE,
+    Dump,
+    attribute,
+    parse_step,
+    per_recorded_stack,
+)
 from memforensics.analysis.filled import KINDS, Filled, live_at, main_kind, what_filled
 from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
 from memforensics.analysis.summary import live_sites, scan_trace
@@ -107,7 +113,7 @@ def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
     on ``device``."""
     view = dump if device is None else dump.on_device(device, reason="same device")
     filled = what_filled(view)
-    live = live_side(view, filled.kind_of_blocks())
+    live = live_side(view, filled)
     kinds = {k.kind: k.bytes for k in filled.kinds}
     held = tuple(item.device for item in dump.devices)
     reserved = sum(segment.total_size for segment in view.segments)
@@ -126,10 +132,10 @@ def side_peak(filled: Filled, reserved_now: int, segments_now: int) -> SidePeak:
     segments = lt.segments_at(peak.position, segments_now)
     if not lt.has_trace:
         return SidePeak(peak.live_bytes, reserved, segments, traced=False)
-    site_of = per_stack(attribute)
+    site_of = per_recorded_stack(attribute)
     totals: dict[tuple[str, str], dict[str, int]] = {}
     for found in live_at(lt, peak.position):
-        by_kind = totals.setdefault(site_of(found.frames), {})
+        by_kind = totals.setdefault(site_of(found.frames, found.recorded), {})
         by_kind[found.kind] = by_kind.get(found.kind, 0) + found.size
     sites = tuple(
         SiteRow(site, caller, sum(by_kind.values()), main_kind(by_kind))
@@ -139,12 +145,13 @@ def side_peak(filled: Filled, reserved_now: int, segments_now: int) -> SidePeak:
     return SidePeak(peak.live_bytes, reserved, segments, True, sites, kinds)
 
 
-def live_side(view: Dump, kind_of_block: dict[int, str] | None = None) -> DiffSide:
-    """``view``'s live blocks with their sites, steps and kinds (``kind_of_block``, by address;
-    None: classify ``view`` for them), and its window of steps."""
-    if kind_of_block is None:
-        kind_of_block = what_filled(view).kind_of_blocks()
-    live = live_sites(view)
+def live_side(view: Dump, filled: Filled | None = None) -> DiffSide:
+    """``view``'s live blocks with their sites, steps and kinds (``filled``: ``view``
+    classified; None: classified here), and its window of steps."""
+    if filled is None:
+        filled = what_filled(view)
+    kind_of_block = filled.kind_of_blocks()
+    live = live_sites(view, filled.lifetimes)
     _, steps = scan_trace(view, [block for block, _, _ in live])
     rows = tuple(
         LiveRow(

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from memforensics._errors import SnapshotLoadError
 from memforensics.analysis.dump import Dump, load_dump
-from memforensics.analysis.filled import main_kind, what_filled
+from memforensics.analysis.filled import Filled, main_kind, what_filled
 from memforensics.analysis.filled.kinds import UNKNOWN as UNKNOWN_KIND
 from memforensics.analysis.folder import MISSING, ProcessJournal, list_dumps, read_run_journals
 from memforensics.analysis.schema import json_key
@@ -196,18 +196,19 @@ class WindowTotals:
     kinds: dict[str, str] = field(default_factory=dict)
 
 
-def window_totals(dump: Dump, kind_of_block: dict[int, str] | None = None) -> WindowTotals | None:
+def window_totals(dump: Dump, filled: Filled | None = None) -> WindowTotals | None:
     """``dump``'s totals, or None when it is not a window dump with known steps.
 
-    ``kind_of_block``: the kind of each live block by address, when the caller has classified
-    the dump already (None: classified here).
+    ``filled``: the dump classified, when the caller has done it already (None: classified
+    here).
     """
     steps = dump.meta.steps
     if dump.meta.kind != "window" or steps is None:
         return None
-    if kind_of_block is None:
-        kind_of_block = what_filled(dump).kind_of_blocks()
-    live = live_blocks(dump)
+    if filled is None:
+        filled = what_filled(dump)
+    kind_of_block = filled.kind_of_blocks()
+    live = live_blocks(dump, filled.lifetimes)
     _oom, block_steps = scan_trace(dump, [block for block, _ in live])
     totals: dict[str, int] = {}
     first: dict[str, int] = {}

@@ -13,9 +13,11 @@ from memforensics.analysis.dump.frames import (
     is_library_file,
     is_native_frame,
     parse_step,
+    per_recorded_stack,
     per_stack,
     site_fast,
     site_of,
+    unframed_site,
 )
 from memforensics.analysis.dump.load import (
     Dump,
@@ -114,6 +116,7 @@ __all__ = [
     "origin_words",
     "parse_step",
     "paused_gc",
+    "per_recorded_stack",
     "per_stack",
     "read_regular",
     "read_sidecar_file",
@@ -122,4 +125,5 @@ __all__ = [
     "site_fast",
     "site_of",
     "site_row",
+    "unframed_site",
 ]

@@ -15,11 +15,17 @@ Native frames are never sites: :func:`is_native_frame` is the one test every rea
 C++ frames (``??``, ``CUDACachingAllocator.cpp``, ``c10::...``), libc's (``clone3.S``) and
 libstdc++'s (``thread48.o``); none is a line anyone can change.
 
-A block without any frames was allocated while the allocator recorded no history (before
-recording started, or while it was off): it is ``<before recording>``. A block whose frames are
-all native is ``<C++ only>``: made with no Python on the stack (autograd's backward thread, or a
-library's own workspace). ``<unknown>`` is kept for stacks with Python frames none of which
-qualifies (every Python frame inside torch; for the caller, every frame inside installed packages).
+A block without frames is one of two things, and only the history tells which. If the history
+recorded its allocation (its ``alloc`` entry is in a trace that records stacks), its stack was
+taken and held no Python frame: it is ``<no Python frames>``, made by native code alone
+(autograd's backward thread, which ``stacks="python"`` records as no frames at all, or a
+library's own workspace). Otherwise it was allocated while the allocator recorded no history
+(before recording started, or while it was off): it is ``<before recording>``. The frames alone
+cannot tell the two apart, so every reader passes ``recorded`` (what
+:mod:`~memforensics.analysis.filled.lifetime` found) to the functions below. A stack whose frames
+are all native (``stacks="all"``) is ``<no Python frames>`` too: the same fact, recorded with
+more detail. ``<unknown>`` is kept for stacks with Python frames none of which qualifies (every
+Python frame inside torch; for the caller, every frame inside installed packages).
 """
 
 from __future__ import annotations
@@ -100,9 +106,30 @@ def per_stack(judge: Callable[[Any], _Answer]) -> Callable[[Any], _Answer]:
     return answer
 
 
+def per_recorded_stack(judge: Callable[[Any, bool], _Answer]) -> Callable[[Any, bool], _Answer]:
+    """``judge(frames, recorded)``, asked once per distinct frames list (:func:`per_stack`) and
+    recorded-ness, since what an empty stack means depends on whether the history recorded it."""
+    answers: dict[int, _Answer] = {}
+
+    def answer(frames: Any, recorded: bool) -> _Answer:
+        key = id(frames) << 1 | (recorded and not frames)
+        if key in answers:
+            return answers[key]
+        found = answers[key] = judge(frames, recorded)
+        return found
+
+    return answer
+
+
+def unframed_site(recorded: bool) -> str:
+    """The label of a block without frames: ``<no Python frames>`` when the history recorded
+    its allocation (a stack was taken and held no Python), else ``<before recording>``."""
+    return NATIVE_ONLY if recorded else BEFORE_RECORDING
+
+
 UNKNOWN_SITE = "<unknown>"
 BEFORE_RECORDING = "<before recording>"
-NATIVE_ONLY = "<C++ only>"
+NATIVE_ONLY = "<no Python frames>"
 
 # Folder names that mark library code when they are a package on the path.
 _LIBRARY_DIRS = frozenset({"torch", "torch_npu", "memforensics"})
@@ -215,15 +242,17 @@ def is_installed_file(filename: str) -> bool:
     return result
 
 
-def attribute(frames: object) -> tuple[str, str]:
+def attribute(frames: object, recorded: bool = False) -> tuple[str, str]:
     """``(site, caller)`` of a block's frames, in one pass (see the module docstring).
 
-    ``frames`` is whatever the snapshot holds: ``None`` or an empty list means no stack was
-    recorded (``<before recording>``); native frames only is ``<C++ only>``; anything else
-    that yields no frame is ``<unknown>``.
+    ``frames`` is whatever the snapshot holds. ``None`` or an empty list is
+    ``<no Python frames>`` when ``recorded`` (the history recorded the allocation with its
+    stack), else ``<before recording>``; native frames only is ``<no Python frames>``;
+    anything else that yields no frame is ``<unknown>``.
     """
     if frames is None or (isinstance(frames, list) and not frames):
-        return BEFORE_RECORDING, BEFORE_RECORDING
+        label = unframed_site(recorded)
+        return label, label
     if not isinstance(frames, list):
         return UNKNOWN_SITE, UNKNOWN_SITE
     site: str | None = None
@@ -266,18 +295,18 @@ def frame_text(frame: object) -> str:
     return _describe(frame, filename if isinstance(filename, str) else "?")
 
 
-def caller_of(frames: object) -> str:
+def caller_of(frames: object, recorded: bool = False) -> str:
     """``path:line function`` of the innermost frame outside torch, installed packages and the
-    standard library; ``<before recording>`` without frames, ``<C++ only>`` with native frames
-    only, ``<unknown>`` if none qualifies."""
-    return attribute(frames)[1]
+    standard library; without frames, :func:`unframed_site`; ``<no Python frames>`` with native
+    frames only, ``<unknown>`` if none qualifies."""
+    return attribute(frames, recorded)[1]
 
 
-def site_of(frames: object) -> str:
+def site_of(frames: object, recorded: bool = False) -> str:
     """``path:line function`` of the innermost frame outside torch (see the module docstring);
-    ``<before recording>`` without frames, ``<C++ only>`` with native frames only, ``<unknown>``
-    when Python frames exist but none qualifies."""
-    return attribute(frames)[0]
+    without frames, :func:`unframed_site`; ``<no Python frames>`` with native frames only,
+    ``<unknown>`` when Python frames exist but none qualifies."""
+    return attribute(frames, recorded)[0]
 
 
 def parse_step(metadata: object) -> int | None:
@@ -293,15 +322,15 @@ _site_cache: dict[tuple[object, object, object], str] = {}
 _LIBRARY, _NATIVE, _JUNK = "", "\0native", "\0junk"
 
 
-def site_fast(frames: object) -> str:
-    """``site_of(frames)``, decided frame by frame with a cache per distinct frame.
+def site_fast(frames: object, recorded: bool = False) -> str:
+    """``site_of(frames, recorded)``, decided frame by frame with a cache per distinct frame.
 
     A snapshot repeats a few thousand frames millions of times, each entry in its own list, so
     a cache per list misses and a cache per (file, line, function) hits nearly always. The key
     holds strings and ints only: no frame of an old dump stays alive because of it.
     """
     if frames is None or (isinstance(frames, list) and not frames):
-        return BEFORE_RECORDING
+        return unframed_site(recorded)
     if not isinstance(frames, list):
         return UNKNOWN_SITE
     cache = _site_cache

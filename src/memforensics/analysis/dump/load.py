@@ -148,6 +148,17 @@ class Dump:
         """Positions of the trace's ``oom`` entries, oldest first (read once per dump)."""
         return oom_positions(self.trace, self.actions)
 
+    @cached_property
+    def records_stacks(self) -> bool:
+        """True when the trace records stacks: some ``alloc`` entry carries frames. Then an
+        ``alloc`` without frames was made with no Python on the stack; in a trace recorded
+        without stacks (``context=None``) no entry has any, and an empty stack says nothing."""
+        trace = self.trace
+        return any(
+            action == "alloc" and bool(trace[index].get("frames"))
+            for index, action in enumerate(self.actions)
+        )
+
     @property
     def limits(self) -> tuple[str, ...]:
         """What this dump cannot tell on this device (the shape's limits, and device notes)."""

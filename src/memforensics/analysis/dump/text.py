@@ -26,10 +26,10 @@ _MIN_SITE = 16  # a site keeps at least this much however narrow the screen
 _READABLE_SITE = 28  # a row leaving less room than this puts its site on the next line
 _SITE_INDENT = 6  # where such a site line starts
 NATIVE_ONLY_MEANING = (
-    "allocated with C++ frames only, no Python on the stack: autograd's backward thread, or a"
-    " library's own workspace (cuBLAS, cuDNN, NCCL)"
+    "allocated with no Python on the stack: autograd's backward thread or a library's"
+    " workspace (cuBLAS, cuDNN, NCCL)"
 )
-"""What a ``<C++ only>`` row is; every output that shows the label says this sentence."""
+"""What a ``<no Python frames>`` row is; every output that shows the label says this sentence."""
 _CALLER = "← caller "
 
 
@@ -97,7 +97,7 @@ PREDICTED = "predicted by memforensics plan, not measured on a GPU"
 
 
 def native_note(sites: Iterable[str]) -> list[str]:
-    """The line under a table that shows a ``<C++ only>`` row: what that row is."""
+    """The line under a table that shows a ``<no Python frames>`` row: what that row is."""
     if NATIVE_ONLY not in sites:
         return []
     text = f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}."

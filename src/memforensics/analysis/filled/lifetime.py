@@ -7,6 +7,14 @@ up too: as frees with no ``alloc`` (start ``-1``), or as live blocks the trace n
 Kinds, the peak, the timeline and the segment layout at a moment all read this one list, so a
 million-event trace is walked once.
 
+It also holds the one answer to "did the history record this allocation?"
+(:attr:`Allocation.recorded`): its ``alloc`` is in the trace, and the trace records stacks
+(:attr:`~memforensics.analysis.dump.Dump.records_stacks`). Such an allocation without frames
+was made with no Python on the stack (autograd's backward thread records none with
+``stacks="python"``); one the history never recorded has no frames because nothing was
+recorded. Every site label reads this (:func:`~memforensics.analysis.dump.frames.attribute`),
+so ``summary``, ``diff``, the report and the call tree name a frameless block the same way.
+
 Sizes are block sizes (:func:`~memforensics.analysis.dump.block_size`), the unit of the
 snapshot's ``allocated`` figure; the caller's request is kept beside it. An allocation counts
 as live from its ``alloc`` until its free is *requested*, as PyTorch's ``allocated_bytes``
@@ -55,7 +63,9 @@ class Allocation:
     """One allocation: trace positions of its start and end, its size, frames and step tags.
 
     ``start`` is ``-1`` when it was made before the trace; ``end`` is the trace length when it
-    is still live at the snapshot, else the position of its (requested) free. ``size`` is its
+    is still live at the snapshot, else the position of its (requested) free. ``recorded``:
+    the history recorded it with its stack (see the module docstring), so empty ``frames`` mean
+    no Python was on the stack, not that nothing was recorded. ``size`` is its
     block's size, ``requested`` what the caller asked for. Equal stacks share one ``frames``
     list (:class:`~memforensics.analysis.dump.frames.Stacks`), so whatever is read from a stack
     can be kept by its identity. ``kind``, ``phase`` and ``confidence`` are filled by the
@@ -72,6 +82,7 @@ class Allocation:
         "kind",
         "known",
         "phase",
+        "recorded",
         "requested",
         "size",
         "start",
@@ -93,6 +104,7 @@ class Allocation:
         self.phase = "none"
         self.confidence = 0.0
         self.known: tuple[tuple[str, int], ...] | None = None
+        self.recorded = False
 
     def live_at(self, moment: int) -> bool:
         """True if allocated at or before trace position ``moment`` and not yet freed after it."""
@@ -118,6 +130,11 @@ class Lifetimes:
     def at_snapshot(self) -> list[Allocation]:
         """Allocations live at the snapshot's moment."""
         return [a for a in self.allocations if a.end >= self.length]
+
+    def recorded_blocks(self) -> frozenset[int]:
+        """Addresses of the blocks allocated at the snapshot whose allocation the history
+        recorded (:attr:`Allocation.recorded`): what a snapshot block's own frames cannot say."""
+        return frozenset(a.addr for a in self.at_snapshot() if a.recorded)
 
     def reserved_at(self, position: int, reserved_now: int) -> int:
         """Reserved bytes right after trace position ``position``: ``reserved_now`` (the
@@ -220,6 +237,9 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
         if id(found) not in held:  # freed while history was off: gone by the snapshot
             found.end = max(length - 1, found.start)
     _to_block_sizes(allocations, held, recorded_settings(dump))
+    if dump.records_stacks:
+        for found in allocations:
+            found.recorded = found.start != BEFORE
     traced = any(found is not None for found in by_event)
     return Lifetimes(allocations, length, by_event, segment_events, ooms, traced)
 

@@ -13,8 +13,9 @@ library frames)``), marked :attr:`CallNode.library`: the text and the page fold 
 user's line above it (:meth:`CallNode.shown_children`), so that line, not the op, is what a
 reader sees holding the bytes. Native frames are dropped
 (:func:`~memforensics.analysis.dump.is_native_frame`). A stack without frames is one
-``<before recording>`` node; one with native frames only, one ``<C++ only>`` node: the labels
-``summary``'s sites use.
+``<before recording>`` node, or one ``<no Python frames>`` node when the history recorded its
+allocation (:attr:`~memforensics.analysis.filled.lifetime.Allocation.recorded`); one with
+native frames only, one ``<no Python frames>`` node: the labels ``summary``'s sites use.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from operator import indexOf
 from typing import Any
 
 from memforensics.analysis.dump import (
-    BEFORE_RECORDING,
     NATIVE_ONLY,
     ONE_EVENT,
     Dump,
@@ -33,7 +33,8 @@ from memforensics.analysis.dump import (
     frame_text,
     is_framework_file,
     is_native_frame,
-    per_stack,
+    per_recorded_stack,
+    unframed_site,
 )
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.filled.kinds import (
@@ -247,11 +248,11 @@ def kind_sites(live: list[Allocation], per_kind: int = SITES_PER_KIND) -> tuple[
     """The biggest sites of each kind among ``live`` (a labelled block counts under its main
     kind; an optimizer step's temporaries under :data:`OPTIMIZER_TEMPORARIES`), ``per_kind`` at
     most, each kind's biggest first."""
-    site_of = per_stack(attribute)
+    site_of = per_recorded_stack(attribute)
     totals: dict[tuple[str, str], list[int]] = {}
     for found in live:
         kind = OPTIMIZER_TEMPORARIES if _optimizer_temporary(found) else found.kind
-        entry = totals.setdefault((kind, site_of(found.frames)[0]), [0, 0])
+        entry = totals.setdefault((kind, site_of(found.frames, found.recorded)[0]), [0, 0])
         entry[0] += found.size
         entry[1] += 1
     ordered = sorted(totals.items(), key=lambda item: (item[0][0], -item[1][0], item[0][1]))
@@ -283,12 +284,14 @@ def unwound_at(lt: Lifetimes, oom: int) -> Unwound:
     )
 
 
-def folded_path(frames: object) -> tuple[tuple[str, ...], bool]:
+def folded_path(frames: object, recorded: bool = False) -> tuple[tuple[str, ...], bool]:
     """Outermost-first node names for ``frames``: the user's frames, then one leaf for the
     framework frames inside the innermost of them (all of them, when there is no user frame);
-    and whether that leaf is library frames inside a user's line (:attr:`CallNode.library`)."""
+    and whether that leaf is library frames inside a user's line (:attr:`CallNode.library`).
+    Without frames, one node: :func:`~memforensics.analysis.dump.frames.unframed_site` of
+    ``recorded``."""
     if not isinstance(frames, list) or not frames:
-        return (BEFORE_RECORDING,), False
+        return (unframed_site(recorded),), False
     path: list[str] = []
     inside: list[str] = []  # framework frames since the last user frame, outermost first
     for frame in reversed(frames):  # outermost first
@@ -320,12 +323,12 @@ def _leaf(labels: list[str]) -> str:
 def call_tree(live: list[Allocation]) -> CallNode:
     """The call tree of ``live``, tiny branches merged so a hostile dump stays bounded."""
     root = _Growing("all live memory")
-    path_of = per_stack(folded_path)
+    path_of = per_recorded_stack(folded_path)
     for found in live:
         node = root
         node.bytes += found.size
         node.blocks += 1
-        names, library = path_of(found.frames)
+        names, library = path_of(found.frames, found.recorded)
         for name in names:
             node = node.child(name)
             node.bytes += found.size

@@ -98,7 +98,9 @@ def _describe(dump: Dump, block: LiveBlock, oom_index: int | None) -> Pinner:
             frames = entry.get("frames")
             stamp = as_int(entry.get("time_us"))
             age = oom_time - stamp if oom_time is not None and stamp is not None else None
-            site = site_of(frames) if isinstance(frames, list) else UNKNOWN_SITE
+            site = (
+                site_of(frames, dump.records_stacks) if isinstance(frames, list) else UNKNOWN_SITE
+            )
             return Pinner(
                 block.address, block.size or 0, site, parse_step(entry.get("user_metadata")), age
             )

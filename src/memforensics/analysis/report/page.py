@@ -36,6 +36,7 @@ from memforensics.analysis.compare import (
 )
 from memforensics.analysis.dump import Dump, load_dump
 from memforensics.analysis.dump.load import paused_gc
+from memforensics.analysis.filled import Filled
 from memforensics.analysis.report.model import DumpContext, Section
 from memforensics.analysis.report.sections import (
     DUMP_SECTIONS,
@@ -237,11 +238,11 @@ def dump_entry(
     views = dump.device_views()  # the devices ``explain`` explains, in its order
     told = explain(dump, top=top, windows=windows)  # the story every command tells of it
     devices = []
-    known: dict[int, str] | None = None  # the kind of each live block, for the window totals
+    known: Filled | None = None  # the dump classified, for the window totals
     for number, (view, summary) in enumerate(zip(views, (told, *told.other_devices), strict=True)):
         assert summary.filled is not None  # summarize always classifies
         if folder and len(views) == 1:  # the view is the whole dump
-            known = summary.filled.kind_of_blocks()
+            known = summary.filled
         ctx = DumpContext(
             dump=view,
             summary=summary,

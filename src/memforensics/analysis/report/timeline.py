@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.dump import frame_text, per_stack, site_fast
+from memforensics.analysis.dump import (
+    NATIVE_ONLY_MEANING,
+    frame_text,
+    per_recorded_stack,
+    site_fast,
+)
 from memforensics.analysis.filled import BEFORE, KINDS, Allocation, Lifetimes, live_at
 from memforensics.analysis.report.layout import layouts
 from memforensics.analysis.report.model import DumpContext, Section
@@ -29,8 +34,10 @@ def site_index(allocations: list[Allocation], top: list[str]) -> dict[int, int]:
     """Index into ``top`` (or ``len(top)`` for the rest) per allocation id; each distinct
     stack's site is found once (lifetimes shares one frames list per stack)."""
     where = {site: index for index, site in enumerate(top)}
-    index_of = per_stack(lambda frames: where.get(site_fast(frames), len(top)))
-    return {id(item): index_of(item.frames) for item in allocations}
+    index_of = per_recorded_stack(
+        lambda frames, recorded: where.get(site_fast(frames, recorded), len(top))
+    )
+    return {id(item): index_of(item.frames, item.recorded) for item in allocations}
 
 
 def _bands(count: int, moments: list[int]) -> list[tuple[int, int]]:
@@ -199,7 +206,7 @@ def _by_site(live: list[Any], kind: str | None = None) -> list[tuple[str, int]]:
     totals: dict[str, int] = {}
     for item in live:
         if kind is None or item.kind == kind:
-            site = site_fast(item.frames)
+            site = site_fast(item.frames, item.recorded)
             totals[site] = totals.get(site, 0) + item.size
     return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))
 
@@ -210,15 +217,17 @@ def _sites_and_stacks(live: list[Any]) -> tuple[list[tuple[str, int]], dict[str,
     stacks: dict[str, list[str]] = {}
     wanted = {site for site, _ in sites[: TOP_SITES * 4]}
     for item in sorted(live, key=lambda a: -a.size):
-        site = site_fast(item.frames)
+        site = site_fast(item.frames, item.recorded)
         if site in wanted and site not in stacks:
-            stacks[site] = _stack_lines(item.frames)
+            stacks[site] = _stack_lines(item.frames, item.recorded)
     return sites, stacks
 
 
-def _stack_lines(frames: object) -> list[str]:
+def _stack_lines(frames: object, recorded: bool) -> list[str]:
     if not isinstance(frames, list) or not frames:
-        return ["(no frames: allocated before recording, or on a thread without Python)"]
+        if recorded:
+            return [f"(no frames: {NATIVE_ONLY_MEANING})"]
+        return ["(no frames: allocated before recording started, or while it was off)"]
     lines = []
     for frame in frames:
         if isinstance(frame, dict):

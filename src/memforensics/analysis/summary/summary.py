@@ -30,6 +30,7 @@ from memforensics.analysis.dump import (
     as_int,
     attribute,
     parse_step,
+    per_recorded_stack,
 )
 from memforensics.analysis.dump.load import paused_gc
 from memforensics.analysis.filled import (
@@ -38,6 +39,7 @@ from memforensics.analysis.filled import (
     KindBytes,
     KindShare,
     Known,
+    Lifetimes,
     Moment,
     block_kinds,
     kind_sites,
@@ -79,14 +81,20 @@ from memforensics.analysis.schema import NOT_IN_JSON, json_key
 
 class Tally:
     """Running totals over blocks: bytes by state, the largest free block, live bytes by site
-    (per site: block bytes, blocks, requested bytes)."""
+    (per site: block bytes, blocks, requested bytes).
 
-    def __init__(self) -> None:
+    ``recorded``: the addresses of the allocated blocks whose allocation the history recorded
+    (:meth:`~memforensics.analysis.filled.Lifetimes.recorded_blocks`): such a block without
+    frames had no Python on the stack; any other without frames came before recording.
+    """
+
+    def __init__(self, recorded: frozenset[int] = frozenset()) -> None:
         self.allocated = self.active = self.free = self.largest = self.blocks = 0
         self.sites: dict[tuple[str, str], list[int]] = {}
         self.live: list[tuple[Block, str, str]] = []
         self.pending: dict[str, int] = {}
-        self._site_cache: dict[int, tuple[str, str]] = {}
+        self._recorded = recorded
+        self._site_cache = per_recorded_stack(attribute)
 
     def add(self, block: Block) -> None:
         self.blocks += 1
@@ -110,27 +118,25 @@ class Tally:
     def site(self, block: Block) -> tuple[str, str]:
         """``(site, caller)`` of a block, memoized per frames list (a hostile file may share one
         many times)."""
-        if block.frames is None:
-            return BEFORE_RECORDING, BEFORE_RECORDING
-        key = id(block.frames)
-        found = self._site_cache.get(key)
-        if found is None:
-            found = self._site_cache[key] = attribute(block.frames)
-        return found
+        recorded = block.state == ALLOCATED and block.address in self._recorded
+        return self._site_cache(block.frames, recorded)
 
 
-def live_sites(dump: Dump) -> list[tuple[Block, str, str]]:
-    """Every allocated block of a dump with its site and caller."""
-    tally = Tally()
+def live_sites(dump: Dump, lifetimes: Lifetimes | None = None) -> list[tuple[Block, str, str]]:
+    """Every allocated block of a dump with its site and caller; ``lifetimes``: the dump's, to
+    tell which frameless blocks the history recorded (None: found here)."""
+    if lifetimes is None:
+        lifetimes = what_filled(dump).lifetimes
+    tally = Tally(lifetimes.recorded_blocks())
     for segment in dump.segments:
         for block in segment.blocks:
             tally.add(block)
     return tally.live
 
 
-def live_blocks(dump: Dump) -> list[tuple[Block, str]]:
+def live_blocks(dump: Dump, lifetimes: Lifetimes | None = None) -> list[tuple[Block, str]]:
     """Every allocated block of a dump with its site (used by diff and report too)."""
-    return [(block, site) for block, site, _caller in live_sites(dump)]
+    return [(block, site) for block, site, _caller in live_sites(dump, lifetimes)]
 
 
 def scan_trace(dump: Dump, live: list[Block]) -> tuple[OomRecord | None, dict[int, int | None]]:
@@ -424,7 +430,8 @@ def summarize(
     ``device_memory``: the device's memory in bytes, for a dump that records none (a raw
     snapshot): whether ``requested`` fits, and the device the causes are weighed against.
     """
-    tally = Tally()
+    filled = what_filled(dump)
+    tally = Tally(filled.lifetimes.recorded_blocks())
     reserved = 0
     for segment in dump.segments:
         reserved += segment.total_size
@@ -434,7 +441,6 @@ def summarize(
     oom = merge_oom(dump.meta.oom, trace_oom, dump.meta.kind)
     sites = sorted(tally.sites.items(), key=lambda item: (-item[1][0], item[0]))
     shown = sites if top is None else sites[: max(top, 0)]
-    filled = what_filled(dump)
     kinds = site_kinds(tally.live, filled, {key for key, _ in shown})
     top_sites = tuple(site_bytes(key, entry, kinds[key]) for key, entry in shown)
     unrecorded = tally.sites.get((BEFORE_RECORDING, BEFORE_RECORDING), [0, 0, 0])
@@ -665,8 +671,9 @@ def _sites_at(filled: Filled, position: int, top: int | None) -> tuple[tuple[Sit
     and call tree read), and how many sites there were."""
     sites: dict[tuple[str, str], list[int]] = {}
     parts: dict[tuple[str, str], list[tuple[tuple[str, int], ...]]] = {}
+    site_of = per_recorded_stack(attribute)
     for found in live_at(filled.lifetimes, position):
-        key = attribute(found.frames)
+        key = site_of(found.frames, found.recorded)
         entry = sites.setdefault(key, [0, 0, 0])
         entry[0] += found.size
         entry[1] += 1

@@ -363,7 +363,7 @@ def _moment_title(moment: Moment | None) -> str:
 
 
 def _native(shown: list[str], width: int) -> list[str]:
-    """What a ``<C++ only>`` row is, once, when a shown line holds one."""
+    """What a ``<no Python frames>`` row is, once, when a shown line holds one."""
     if not any(line.endswith(NATIVE_ONLY) for line in shown):
         return []
     return _paragraph(f"{NATIVE_ONLY}: {NATIVE_ONLY_MEANING}.", blank=False, width=width)
@@ -502,7 +502,7 @@ def _site_rows(
 
 
 def _unrecorded_note(s: Summary, width: int) -> list[str]:
-    """Say what ``<before recording>``, ``<C++ only>`` and ``<unknown>`` rows are, and how to get
+    """Say what ``<before recording>``, ``<no Python frames>`` and ``<unknown>`` rows are, and how to get
     their sites."""
     lines: list[str] = []
     if s.before_recording_blocks:

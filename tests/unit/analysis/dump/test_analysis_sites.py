@@ -8,6 +8,7 @@ import pickle
 import pytest
 
 from memforensics.analysis import diff_dumps, load_dump, summarize
+from memforensics.analysis.compare.diff import diff_side
 from memforensics.analysis.compare.text import diff_text
 from memforensics.analysis.dump import (
     BEFORE_RECORDING,
@@ -17,10 +18,12 @@ from memforensics.analysis.dump import (
     site_of,
 )
 from memforensics.analysis.dump.frames import caller_of, is_installed_file
+from memforensics.analysis.filled import BEFORE, kind_sites, live_at, what_filled
+from memforensics.analysis.filled.peak import call_tree
 from memforensics.analysis.schema import to_json
 from memforensics.analysis.summary import summary_text
 from memforensics.testing import TRAIN, Block, MiB, Site, SnapshotBuilder
-from shared_data import REAL_SNAPSHOTS, needs_shared_data
+from shared_data import REAL_SNAPSHOTS, REAL_WORKLOADS, needs_shared_data
 
 # A Hugging Face model line, reached from the user's script (Site.frames() puts
 # /job/train.py:1 <module> outside it, and a torch frame inside it).
@@ -33,8 +36,25 @@ ENTRY = "/job/train.py:1 <module>"
 
 def _unrecorded_pair() -> SnapshotBuilder:
     builder = SnapshotBuilder()
-    builder.segment(Block(MiB(6), site=None), Block(MiB(2), site=TRAIN), Block(MiB(4), site=None))
+    builder.segment(
+        Block(MiB(6), site=None, recorded=False),
+        Block(MiB(2), site=TRAIN),
+        Block(MiB(4), site=None, recorded=False),
+    )
     builder.segment(Block(MiB(8), state="inactive", site=None))
+    return builder
+
+
+def _backward_and_unrecorded() -> SnapshotBuilder:
+    """A block live before recording and two the trace shows allocated without frames (the
+    backward thread under ``stacks="python"``), beside one with a Python stack."""
+    builder = SnapshotBuilder()
+    builder.segment(
+        Block(MiB(6), site=None, recorded=False),
+        Block(MiB(2), site=TRAIN),
+        Block(MiB(4), site=None),
+        Block(MiB(12), site=None),
+    )
     return builder
 
 
@@ -67,14 +87,61 @@ def test_no_note_when_every_block_has_a_stack() -> None:
     assert BEFORE_RECORDING not in summary_text(summary)
 
 
-def test_cpp_only_means_frames_without_a_python_frame() -> None:
-    """'<C++ only>' names stacks that exist but hold no Python frame."""
+def test_no_python_frames_means_frames_without_a_python_frame() -> None:
+    """'<no Python frames>' names stacks that hold no Python frame, and an empty stack the
+    history recorded; an empty stack nothing recorded is '<before recording>'."""
     cpp_only = [
         {"filename": "??", "line": 0, "name": "torch::autograd::Engine::thread_main"},
         {"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "malloc"},
     ]
-    assert site_of(cpp_only) == NATIVE_ONLY
+    assert site_of(cpp_only) == site_of(cpp_only, recorded=True) == NATIVE_ONLY
     assert site_of([]) == site_of(None) == BEFORE_RECORDING
+    assert site_of([], recorded=True) == caller_of([], recorded=True) == NATIVE_ONLY
+
+
+def test_frameless_blocks_the_trace_recorded_are_not_before_recording() -> None:
+    """Frameless blocks the trace shows allocated are '<no Python frames>' in summary's sites,
+    its peak sites and its cause; only the block live before recording is '<before recording>'."""
+    builder = _backward_and_unrecorded()
+    truth = builder.truth()
+    summary = summarize(dump_from_snapshot(builder.build()), top=None)
+    rows = {site.site: (site.bytes, site.blocks) for site in summary.top_sites}
+    assert rows[NATIVE_ONLY] == (truth.site_bytes[NATIVE_ONLY], 2) == (MiB(16), 2)
+    assert rows[BEFORE_RECORDING] == (truth.site_bytes[BEFORE_RECORDING], 1) == (MiB(6), 1)
+    assert (summary.before_recording_bytes, summary.before_recording_blocks) == (MiB(6), 1)
+    peak = {site.site: site.bytes for site in summary.peak_sites}
+    assert (peak[NATIVE_ONLY], peak[BEFORE_RECORDING]) == (MiB(16), MiB(6))
+    text = " ".join(summary_text(summary, verbose=True).split())
+    assert f"({NATIVE_ONLY})" in text.split("verdict")[0]  # the cause names the recorded ones
+    assert "<before recording>: 1 live blocks (6.00 MiB) have no stack" in text
+
+
+def test_frameless_blocks_of_a_trace_without_stacks_stay_before_recording() -> None:
+    """In a trace recorded without stacks no entry has frames: an empty stack says nothing, so
+    every block reads '<before recording>' as before."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(MiB(4), site=None), Block(MiB(2), site=None, recorded=False))
+    summary = summarize(dump_from_snapshot(builder.build()))
+    assert [(s.site, s.bytes) for s in summary.top_sites] == [(BEFORE_RECORDING, MiB(6))]
+    assert builder.truth().site_bytes == {BEFORE_RECORDING: MiB(6)}
+
+
+def test_diff_and_call_tree_name_recorded_frameless_blocks_alike() -> None:
+    """diff's rows and the peak's call tree say '<no Python frames>' for the same blocks."""
+    dump = dump_from_snapshot(_backward_and_unrecorded().build())
+    side = diff_side(dump)
+    rows = {row.size: row.site for row in side.live}
+    assert (rows[MiB(4)], rows[MiB(12)], rows[MiB(6)]) == (
+        NATIVE_ONLY,
+        NATIVE_ONLY,
+        BEFORE_RECORDING,
+    )
+    assert side.peak is not None
+    assert {row.site: row.bytes for row in side.peak.sites}[NATIVE_ONLY] == MiB(16)
+    summary = summarize(dump)
+    assert summary.peak is not None
+    names = {child.name: child.bytes for child in summary.peak.tree.children}
+    assert (names[NATIVE_ONLY], names[BEFORE_RECORDING]) == (MiB(16), MiB(6))
 
 
 @needs_shared_data
@@ -184,3 +251,29 @@ def test_diff_rows_carry_the_caller() -> None:
     assert (growth.site, growth.caller, growth.delta_bytes) == (str(LIBRARY), ENTRY, MiB(30))
     assert to_json(result)["growth"][0]["caller"] == ENTRY
     assert f"← caller {ENTRY}" in diff_text(result)
+
+
+@needs_shared_data
+def test_real_backward_allocations_are_no_python_frames() -> None:
+    """On the real forward-backward dump the 1,066 frameless allocs of the trace (the backward
+    thread's temporaries) are '<no Python frames>' in the call tree and the kinds' sites, and
+    only the 1.05 GB live before recording is '<before recording>'."""
+    path = REAL_WORKLOADS / "small-lm-forward-backward" / "snapshot.pickle"
+    raw = pickle.loads(path.read_bytes())
+    frameless = [e for e in raw["device_traces"][0] if e["action"] == "alloc" and not e["frames"]]
+    filled = what_filled(load_dump(path))
+    lt = filled.lifetimes
+    traced = [found for found in lt.allocations if found.start != BEFORE and not found.frames]
+    assert len(traced) == len(frameless) == 1066
+    assert all(found.recorded for found in traced)
+    assert not any(found.recorded for found in lt.allocations if found.start == BEFORE)
+    moment = max(traced, key=lambda found: found.size).start
+    live = live_at(lt, moment)
+    tree = {child.name: child.bytes for child in call_tree(live).children}
+    unrecorded = sum(found.size for found in live if found.start == BEFORE)
+    assert tree[BEFORE_RECORDING] == unrecorded > 1_000_000_000
+    ids = {id(found) for found in traced}
+    no_python = sum(found.size for found in live if id(found) in ids)
+    assert tree[NATIVE_ONLY] == no_python > 0
+    sites = {(row.kind, row.site): row.bytes for row in kind_sites(live, per_kind=100)}
+    assert sites[("temporary", NATIVE_ONLY)] == no_python

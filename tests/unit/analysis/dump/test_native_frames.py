@@ -1,5 +1,6 @@
 """Native frames are never sites: object, assembly and C++ frames of a ``stacks="all"`` dump are
-dropped by every reader, and a stack without a Python frame reads ``<C++ only>`` everywhere."""
+dropped by every reader, and a stack without a Python frame reads ``<no Python frames>``
+everywhere."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def test_python_frames_are_not_native(filename: str) -> None:
 
 
 def test_autograd_thread_never_tops_a_forward_dump_as_thread48() -> None:
-    """summary names the 7.58 GiB backward-thread block '<C++ only>' and says what that is."""
+    """summary names the 7.58 GiB backward-thread block '<no Python frames>' and says what it
+    is."""
     summary = summarize(dump_from_snapshot(_forward_dump().build()))
     top = summary.top_sites[0]
     assert (top.site, top.caller, top.bytes) == (NATIVE_ONLY, NATIVE_ONLY, GiB(7.58))
@@ -97,15 +99,16 @@ def test_a_thread_without_python_is_backward_for_kinds() -> None:
 
 
 def test_call_tree_has_one_cpp_only_node() -> None:
-    """The call tree puts the backward-thread block under one '<C++ only>' node."""
+    """The call tree puts the backward-thread block under one '<no Python frames>' node."""
     filled = what_filled(dump_from_snapshot(_forward_dump().build()))
     names = [child.name for child in filled.peak.tree.sorted_children()]
     assert names[0] == NATIVE_ONLY
     assert not any("thread48.o" in name or "clone3.S" in name for name in names)
 
 
-def test_diff_names_the_cpp_only_row_and_says_what_it_is() -> None:
-    """diff's growth row for the backward thread is '<C++ only>', explained under the table."""
+def test_diff_names_the_no_python_row_and_says_what_it_is() -> None:
+    """diff's growth row for the backward thread is '<no Python frames>', explained under the
+    table."""
     before, after = SnapshotBuilder(), _forward_dump()
     before.segment(Block(GiB(1), site=TRAIN))
     result = diff_dumps(dump_from_snapshot(before.build()), dump_from_snapshot(after.build()))
@@ -116,7 +119,7 @@ def test_diff_names_the_cpp_only_row_and_says_what_it_is() -> None:
 
 
 def test_report_sites_and_tree_say_the_same_label() -> None:
-    """The report's sites table and call tree name '<C++ only>' and explain it."""
+    """The report's sites table and call tree name '<no Python frames>' and explain it."""
     builder = ReportBuilder()
     builder.add(dump_from_snapshot(_forward_dump().build()))
     found = _DATA.search(builder.html())
@@ -133,7 +136,7 @@ def test_report_sites_and_tree_say_the_same_label() -> None:
 
 
 def test_python_frames_inside_torch_only_stay_unknown() -> None:
-    """A stack whose Python frames are all torch's is '<unknown>', not '<C++ only>'."""
+    """A stack whose Python frames are all torch's is '<unknown>', not '<no Python frames>'."""
     frames = [
         {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"},
         {"filename": "/venv/site-packages/torch/nn/modules/linear.py", "line": 1, "name": "f"},
@@ -145,7 +148,7 @@ def test_python_frames_inside_torch_only_stay_unknown() -> None:
 @needs_shared_data
 def test_real_stacks_all_dump_has_no_native_site() -> None:
     """On a real stacks='all' dump every site is a Python line or a label, and the sites that are
-    C++ only are exactly the live blocks whose frames hold no Python file."""
+    no Python frames are exactly the live blocks whose frames hold no Python file."""
     raw = pickle.loads(REAL.read_bytes())
     native_bytes = sum(
         block["size"]

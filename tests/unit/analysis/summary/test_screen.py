@@ -31,7 +31,7 @@ def test_default_text_fits_25_lines_at_100_columns(path: Path, requested: int | 
     assert len(lines) <= 25, text
     assert sum("call tree" in line for line in lines) <= 1
     assert sum(line.lstrip().startswith("kind ") for line in lines) <= 1
-    assert sum("<C++ only>:" in line for line in lines) <= 1
+    assert sum("<no Python frames>:" in line for line in lines) <= 1
     wrapped = [line for line in lines if line.startswith(("  cause", "  also", " " * 15))]
     assert all(len(line) <= 100 for line in wrapped), text
 

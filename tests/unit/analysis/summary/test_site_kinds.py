@@ -105,12 +105,12 @@ def test_the_report_gives_a_row_per_kind(tmp_path: Path) -> None:
 
 
 @needs_shared_data
-def test_the_cnn_s_cpp_only_site_is_three_kinds() -> None:
-    """On the real CNN dump the peak's ``<C++ only>`` site holds temporaries 22.50 MiB,
+def test_the_cnn_s_no_python_site_is_three_kinds() -> None:
+    """On the real CNN dump the peak's ``<no Python frames>`` site holds temporaries 22.50 MiB,
     a workspace 8.12 MiB and a gradient 7.50 MiB (the kinds line's temporaries are these
     22.50 MiB): no row of the default or verbose text calls its 38.13 MiB temporary."""
     summary = summarize(load_dump(REAL_SNAPSHOTS / "cuda-cnn-stacks-all.pickle"))
-    [native] = [row for row in summary.peak_sites if row.site == "<C++ only>"]
+    [native] = [row for row in summary.peak_sites if row.site == "<no Python frames>"]
     assert [(part.kind, part.bytes) for part in native.kinds] == [
         ("temporary", MiB(22.5) + 512),  # four blocks, printed 22.50 MiB
         ("workspace", 8519680),  # cuBLAS's default workspace
@@ -122,12 +122,12 @@ def test_the_cnn_s_cpp_only_site_is_three_kinds() -> None:
     assert fmt(peak_kinds["temporary"]) == fmt(native.kinds[0].bytes) == "22.50 MiB"
     for verbose in (False, True):
         text = summary_text(summary, width=80, verbose=verbose)
-        claims = _rows_of(text, "<C++ only>")
+        claims = _rows_of(text, "<no Python frames>")
         assert claims, text
         assert ("38.13 MiB", "temporary") not in claims
         assert all(size != "38.13 MiB" or kind == "3 kinds" for size, kind in claims), claims
     verbose = summary_text(summary, width=80, verbose=True)
-    assert ("22.50 MiB", "temporary") in _rows_of(verbose, "<C++ only>")
+    assert ("22.50 MiB", "temporary") in _rows_of(verbose, "<no Python frames>")
 
 
 @needs_shared_data
