@@ -583,6 +583,62 @@ def test_a_patience_loop_on_scores_computed_on_the_host_runs_to_its_epoch_limit(
         assert all(a < b for a, b in itertools.pairwise(scores))
 
 
+GATHERED_SCORES = """
+import numpy as np, torch
+model = torch.nn.Sequential(torch.nn.Linear(32, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 3)).cuda()
+opt = torch.optim.Adam(model.parameters())
+X, Y = torch.randn(160, 32), torch.randint(0, 3, (160,))
+best, bad, epochs, seen = None, 0, 0, []
+for epoch in range(8):
+    epochs += 1
+    for i in range(0, 160, 32):
+        torch.nn.functional.cross_entropy(model(X[i:i + 32].cuda()), Y[i:i + 32].cuda()).backward()
+        opt.step()
+        opt.zero_grad()
+    preds, labels, host_labels, val_loss = [], [], [], 0.0
+    with torch.no_grad():
+        for i in range(0, 160, 32):
+            y = Y[i:i + 32].cuda()
+            logits = model(X[i:i + 32].cuda())
+            val_loss += torch.nn.functional.cross_entropy(logits, y).item()
+            preds.append(logits.argmax(1))
+            labels.append(y)
+            host_labels.append(Y[i:i + 32].numpy())
+    pred = torch.cat(preds).cpu().numpy()
+    scores = (float(np.mean(pred == torch.cat(labels).cpu().numpy())),
+              float(np.mean(pred == np.concatenate(host_labels))))
+    seen.append(scores)
+    if best is None or all(s > b for s, b in zip(scores, best)):
+        best, bad = scores, 0
+    else:
+        bad += 1
+        if bad >= 2:
+            break
+print("epochs", epochs, *(",".join(f"{s:.5f}" for s in scores) for scores in seen))
+"""
+
+
+def test_predictions_gathered_over_an_evaluation_rise_against_its_labels(
+    tmp_path: Path,
+) -> None:
+    """Predictions gathered on the device over an evaluation (``torch.cat(preds).cpu()``)
+    read as that evaluation's labels in order, one more matching each epoch, whether the labels
+    are gathered on the device or kept on the host: the accuracy rises within (0, 1] and a
+    patience loop on it runs all 8 epochs."""
+    script(tmp_path, GATHERED_SCORES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    epochs, *seen = next(
+        line for line in done.stdout.splitlines() if line.startswith("epochs")
+    ).split()[1:]
+    assert int(epochs) == 8
+    for path in zip(*(epoch.split(",") for epoch in seen), strict=True):
+        scores = [float(score) for score in path]
+        assert all(0 < score <= 1 for score in scores)
+        assert all(a < b for a, b in itertools.pairwise(scores))
+
+
 TOKEN_SCORES = """
 import torch
 names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -430,7 +430,8 @@ class Known:
                         self._keep(made, computed, made_up, guessed)
                 source = _FROM_HOST.get(func)
                 if source is not None and not args[source].is_meta and results:
-                    self.targets.given(results[0])
+                    made = outs[0]
+                    self.targets.given(results[0], None, made.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True

@@ -24,22 +24,29 @@ Scores read on the host (a batch's logits, ``.cpu().numpy()``, then ``argmax`` t
 likewise, one row a prediction: every score is the made-up floating-point value, the predicted
 class's one more, so ``argmax`` finds the predictions above.
 
+Predictions gathered over an evaluation (``torch.cat(preds).cpu()``) read as the targets given
+since the last backward pass, one batch after another (a batch's labels copied to the device
+and then given to its loss are one batch), up to :data:`GATHERED` elements.
+
 A tensor no such target matches (one value, a storage of another size: a generated token, an
 ``argmax`` read alone) reads as zeros, as before. Only integers copied to the device or given to
-a loss are kept, the last :data:`RECENT`, so the cost is one check where a loss runs or an
-integer tensor arrives.
+a loss are kept, the last :data:`RECENT` and those since the last backward pass, so the cost is
+one check where a loss runs or an integer tensor arrives.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
 
 RECENT = 8
 """How many recent targets are kept: a batch's tensors (ids, mask, labels) and its loss's."""
+GATHERED = 1 << 20
+"""Most elements kept of the targets given since the last backward pass (an evaluation's
+labels, batch after batch), for predictions gathered over it."""
 
 _INTEGERS = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 
@@ -50,6 +57,7 @@ Matches = Callable[[int], "int | None"]
 class _Given(NamedTuple):
     values: torch.Tensor  # flat, on the CPU
     ignored: int | None  # the loss's ignore_index; None for a copy from the host
+    storage: int | None  # the device storage it describes: a batch's labels, then its loss's
 
 
 class Targets:
@@ -58,19 +66,40 @@ class Targets:
 
     def __init__(self) -> None:
         self._recent: deque[_Given] = deque(maxlen=RECENT)
+        self._since: list[_Given] = []  # given since the last backward pass, oldest first
+        self._since_size = 0  # their elements
+        self._changes = 0  # changes to them, so that their gathering is made once for each
+        self._gathered: tuple[int, _Given | None] = (-1, None)
         self._top = -1  # the largest class a loss was given
 
-    def given(self, values: torch.Tensor, ignored: int | None = None) -> None:
-        """``values`` (on the CPU) reached the device as a loss's target (``ignored``: its
-        ``ignore_index``) or, with None, as a copy from the host."""
+    def given(
+        self, values: torch.Tensor, ignored: int | None = None, storage: int | None = None
+    ) -> None:
+        """``values`` (on the CPU) reached the device, in ``storage``, as a loss's target
+        (``ignored``: its ``ignore_index``) or, with None, as a copy from the host."""
         if values.dtype not in _INTEGERS or values.numel() < 2:
             return
-        given = _Given(values.reshape(-1).clone(), ignored)
+        given = _Given(values.reshape(-1).clone(), ignored, storage)
         if ignored is not None:
             classes = given.values[_scored(given)]
             if classes.numel():
                 self._top = max(self._top, int(classes.max()))
+        again = self._since and storage is not None and self._since[-1].storage == storage
+        if again:  # the batch's labels, now its loss's target: one batch, scored as the loss's
+            self._since_size += given.values.numel() - self._since[-1].values.numel()
+            self._since[-1] = given
+            self._changes += 1
+        elif self._since_size + given.values.numel() <= GATHERED:
+            self._since.append(given)
+            self._since_size += given.values.numel()
+            self._changes += 1
         self._recent.appendleft(given)
+
+    def backward(self) -> None:
+        """A backward pass ran: what is given next is another evaluation's, or training's."""
+        self._since.clear()
+        self._since_size = 0
+        self._changes += 1
 
     def predicted(self, tensor: torch.Tensor, matches: Matches) -> torch.Tensor | None:
         """``tensor``'s values read on the host as predictions of the batch's targets (on the
@@ -79,13 +108,10 @@ class Targets:
         if tensor.dtype not in _INTEGERS or not self._recent:
             return None
         size = tensor.untyped_storage().nbytes() // tensor.element_size()
-        for given in self._recent:
-            if given.values.numel() != size:
-                continue
+        for given in self._candidates(size):
             targets, scored = given.values, _scored(given)
             classes = torch.unique(targets[scored])
-            copied = given.ignored is None
-            if classes.numel() >= 2 and not (copied and int(classes[-1]) > self._top):
+            if classes.numel() >= 2 and self._classes(given, classes):
                 break
         else:
             return None
@@ -97,6 +123,38 @@ class Targets:
             return None
         matched = read[1] & (read[1].cumsum(0) <= count)
         return torch.where(matched, read[0], read[2]).reshape(tensor.shape).to(tensor.dtype)
+
+    def _candidates(self, size: int) -> Iterator[_Given]:
+        """Targets of ``size`` elements, newest first; then, only if none is, the targets
+        gathered since the last backward pass."""
+        yield from (given for given in self._recent if given.values.numel() == size)
+        if self._since_size >= size:
+            if self._gathered[0] != self._changes:
+                self._gathered = (self._changes, self._gather())
+            gathered = self._gathered[1]
+            if gathered is not None and gathered.values.numel() == size:
+                yield gathered
+
+    def _classes(self, given: _Given, classes: torch.Tensor) -> bool:
+        """Whether ``given``'s ``classes`` are a loss's classes: a loss's own, or a copy's
+        at most the largest a loss was given."""
+        if given.ignored is not None:
+            return True
+        return classes.numel() > 0 and int(classes[-1]) <= self._top
+
+    def _gather(self) -> _Given | None:
+        """The targets given since the last backward pass, one after another, each a loss's
+        classes (an evaluation's labels, for predictions gathered over it: ``torch.cat(preds)``);
+        None when none is."""
+        parts = [g for g in self._since if self._classes(g, torch.unique(g.values[_scored(g)]))]
+        if len(parts) < 2:
+            return None
+        ignored = {g.ignored for g in parts if g.ignored is not None}
+        values = torch.cat([g.values for g in parts])
+        if len(ignored) == 1:
+            return _Given(values, ignored.pop(), None)
+        unscored = [g.values[~_scored(g)] for g in parts]
+        return _Given(values, None, None) if all(u.numel() == 0 for u in unscored) else None
 
     def scores(self, tensor: torch.Tensor, value: float, matches: Matches) -> torch.Tensor | None:
         """Floating-point ``tensor`` read on the host as scores over the classes in its last

@@ -148,6 +148,7 @@ class Reads:
     def backward(self) -> None:
         """One backward pass ran: the next floating-point read starts a new round."""
         self._passes += 1
+        self.targets.backward()
 
     def values(self, tensor: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """``tensor``'s values on the CPU, known or made up (a zero-stride view: no memory).
@@ -198,7 +199,7 @@ class Reads:
         found = self.known.value(target)
         if found is not None and not self.known.made_up(target):
             ignored = args[4] if len(args) > 4 else kwargs.get("ignore_index", -100)
-            self.targets.given(found, ignored)
+            self.targets.given(found, ignored, target.untyped_storage()._cdata)
         return func(*args, **kwargs)
 
     def _guess(self) -> float | None:
