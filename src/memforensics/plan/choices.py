@@ -8,6 +8,10 @@ leaf tensors that require grad (the weights) are kept until the outermost autoca
 as its cast cache keeps them. The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
 lower-precision op).
+
+A library's operators (torchvision's) take autocast's part in their own kernels, registered for
+CUDA's autocast key; what such a kernel casts is its own code, which the dispatcher does not
+show, so the ones the plan follows are named in :data:`LIBRARY`, each as its source does it.
 """
 
 from __future__ import annotations
@@ -54,11 +58,78 @@ WIDEST = frozenset(
 """Run in the widest floating type of their inputs."""
 
 
+LIBRARY: dict[str, bool] = {
+    "torchvision::roi_align": True,  # csrc/ops/autocast/roi_align_kernel.cpp
+    "torchvision::ps_roi_align": True,  # csrc/ops/autocast/ps_roi_align_kernel.cpp
+    "torchvision::roi_pool": True,  # csrc/ops/autocast/roi_pool_kernel.cpp
+    "torchvision::ps_roi_pool": True,  # csrc/ops/autocast/ps_roi_pool_kernel.cpp
+    "torchvision::deform_conv2d": True,  # csrc/ops/autocast/deform_conv2d_kernel.cpp
+    "torchvision::nms": False,  # csrc/ops/autocast/nms_kernel.cpp
+}
+"""Library operators whose CUDA autocast kernel runs them in float32: each floating input but
+float64 cast (``at::autocast::cached_cast(at::kFloat, ...)``, a copy; a cast to float32 is
+never cached), the operator run with autocast off, and, where True, each result cast back to
+the first input's dtype (``.to(input.scalar_type())``, its integer ones too)."""
+
+UNFOLLOWED = (
+    "a library operator's own CUDA autocast kernel is not followed: it runs uncast in a plan"
+)
+"""Said once for an operator outside ``aten`` that registers a CUDA autocast kernel the plan
+does not know (what it casts is its own code)."""
+
+OPERATORS = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+"""The types of ``torch.ops`` callables, the only way a library's operator is called."""
+_AUTOCAST_KEY = "AutocastCUDA"
+
+
+def library_name(func: object) -> str | None:
+    """The qualified name of a library's operator (``torchvision::roi_align``), else None."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        name: str = func._qualified_op_name
+    elif isinstance(func, torch._ops.OpOverload):
+        name = func._schema.name
+    else:
+        return None
+    return None if name.startswith("aten::") else name
+
+
 class Autocast:
-    """autocast("cuda") for stand-ins: the casts of its lists and its cast cache."""
+    """autocast("cuda") for stand-ins: the casts of its lists and its cast cache, and the
+    float32 runs of the library operators that cast in their own kernels."""
 
     def __init__(self) -> None:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+        self._library: dict[object, tuple[bool | None, bool]] = {}
+
+    def library(self, func: object) -> tuple[bool | None, bool]:
+        """How library operator ``func`` casts under autocast, looked up once: its entry in
+        :data:`LIBRARY` (None where it has none), and whether it has a CUDA autocast kernel
+        the plan does not follow."""
+        found = self._library.get(func)
+        if found is None:
+            name = library_name(func)
+            back = LIBRARY.get(name) if name is not None else None
+            unfollowed = (
+                name is not None
+                and back is None
+                and bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, _AUTOCAST_KEY))
+            )
+            found = self._library[func] = (back, unfollowed)
+        return found
+
+    def in_float32(self, func: Callable[..., Any], back: bool, *args: Any, **kwargs: Any) -> Any:
+        """``func`` as its autocast kernel runs it: its inputs cast to float32 and, where
+        ``back``, its results cast to the first input's dtype; the float32 copies live until the
+        results are cast, as the kernel's temporaries do."""
+        cast_args, cast_kwargs = self.cast(torch.float32, args, kwargs)
+        with torch.autocast("cuda", enabled=False):
+            out = func(*cast_args, **cast_kwargs)
+        first = args[0] if args else None
+        if not back or not isinstance(first, torch.Tensor):
+            return out
+        if isinstance(out, torch.Tensor):
+            return out.to(first.dtype)
+        return type(out)(o.to(first.dtype) if isinstance(o, torch.Tensor) else o for o in out)
 
     def clear(self) -> None:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""

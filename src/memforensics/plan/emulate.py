@@ -354,12 +354,36 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             args, kwargs = self._autocast(name, args, kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
-        kernel = self._kernels.get(name)
+        kernel = self._kernel(func, name)
         if kernel is not None and _any_meta(args, kwargs):
             return kernel(*args, **kwargs)
         if placing is None:
             return func(*args, **kwargs)
         return self.ghosts.placed(placing, func, *args, **kwargs)
+
+    def _kernel(self, func: Any, name: str) -> Callable[..., Any] | None:
+        """What the plan runs in place of ``func`` where a stand-in takes part, if anything."""
+        kernel = self._kernels.get(name)
+        if kernel is None and type(func) in choices.OPERATORS:
+            kernel = self._library(func)
+        return kernel
+
+    def _library(self, func: Any) -> Callable[..., Any] | None:
+        """A library operator under ``autocast("cuda")`` as its own autocast kernel runs it
+        (:data:`~memforensics.plan.choices.LIBRARY`), or run uncast where the plan does not
+        know that kernel, said once; None outside autocast or for an operator without one."""
+        if not torch.is_autocast_enabled("cuda"):
+            return None
+        back, unfollowed = self.autocast.library(func)
+        if back is not None:
+            return functools.partial(self.autocast.in_float32, func, back)
+        if unfollowed:
+            return functools.partial(self._uncast, func)
+        return None
+
+    def _uncast(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.notes.once("library autocast", choices.UNFOLLOWED)
+        return func(*args, **kwargs)
 
     def _to_device(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None

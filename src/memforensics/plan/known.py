@@ -49,6 +49,7 @@ from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed
 from memforensics.plan.targets import Targets
+from memforensics.plan.nonzero import NonzeroBounds
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
@@ -186,6 +187,16 @@ class Known:
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
         self._sparse_seen = False  # no operator has read or made a sparse tensor yet
+        self.bounds = NonzeroBounds(self._nonzero)
+        """At most how many elements of unknown values are non-zero, where that is bounded."""
+
+    def _nonzero(self, tensor: torch.Tensor) -> int | None:
+        """How many of ``tensor``'s known values are non-zero; None where they are unknown or
+        made up (what the plan assumes bounds nothing)."""
+        found = self.value(tensor)
+        if found is None or self.made_up(tensor):
+            return None
+        return int(torch.count_nonzero(found))
 
     def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU (a view of the kept copy), or None when unknown."""
@@ -227,6 +238,27 @@ class Known:
         if self._finite(func, args, kwargs, out):
             return
         made = [t for t in _tensors(out) if t.is_meta]
+        outs = self._changed(func, args, made)
+        if not outs:
+            return
+        bounded = self.bounds.bound(func, args, out)
+        if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
+            if self._values or self._filled or self.bounds:
+                self._forget(outs)
+        elif func in _UNKNOWN_FILL or not (
+            self._decided(func, args, kwargs, out, matches)
+            or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
+        ):
+            self._forget(outs)
+        else:
+            return
+        if bounded is not None:
+            self.bounds.keep(bounded)
+
+    def _changed(
+        self, func: Any, args: tuple[Any, ...], made: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The stand-ins whose values ``func`` set: those it made and those it wrote into."""
         outs = list(made)
         writes = self._writes.get(func)
         if writes is None:
@@ -234,16 +266,7 @@ class Known:
         for i in writes:
             if i < len(args) and not (func is _UNSCALE and i == 1):
                 outs.extend(t for t in _tensors(args[i]) if t.is_meta)
-        if not outs:
-            return
-        if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
-            if self._values or self._filled:
-                self._forget(outs)
-        elif func in _UNKNOWN_FILL or not (
-            self._decided(func, args, kwargs, out, matches)
-            or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
-        ):
-            self._forget(outs)
+        return outs
 
     def _guessed(
         self,
@@ -469,6 +492,7 @@ class Known:
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
+        self.bounds.forget([made])
         if made_up:
             self._made_up[key] = guessed
         elif self._made_up:
@@ -490,6 +514,7 @@ class Known:
         self._made_up.pop(key, None)
 
     def _forget(self, outs: list[torch.Tensor]) -> None:
+        self.bounds.forget(outs)
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)

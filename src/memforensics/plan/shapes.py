@@ -21,6 +21,10 @@ from memforensics.plan.known import Known
 from memforensics.plan.values import Notes
 
 BOUND = "a data-dependent shape takes its upper bound in a plan"
+NONZERO = (
+    "a mask of unknown values selects at most the entries the script's code set in it "
+    "(a sampler's picks), never more than it holds"
+)
 BINS = "bincount of values the script's own values do not decide has minlength bins (at least one)"
 
 _META = torch.device("meta")
@@ -47,21 +51,39 @@ class Shapes:
     def _bound(self) -> None:
         self.notes.once("bound", BOUND)
 
+    def _decided(self, mask: torch.Tensor) -> torch.Tensor | None:
+        """``mask``'s values where the script's own values decide them; None where they are
+        unknown or made up (an assumed ``x == 0`` of unknown ``x`` is all false, which would
+        select nothing where a GPU selects some): a selection then takes its bound."""
+        found = self.known.value(mask)
+        return None if found is None or self.known.made_up(mask) else found
+
+    def _at_most(self, tensor: torch.Tensor) -> int:
+        """How many of ``tensor``'s unknown elements can be non-zero: its bound where the
+        script's code bounds it (:mod:`~memforensics.plan.nonzero`), else all of them, said."""
+        bound = self.known.bounds.at_most(tensor)
+        if bound is not None:
+            self.notes.once("nonzero", NONZERO)
+            return bound
+        self._bound()
+        return tensor.numel()
+
     def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
         """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
-        found = self.known.value(tensor)
+        found = self._decided(tensor)
         if found is not None:
             return _empty((int(torch.count_nonzero(found)), tensor.dim()), torch.long)
-        self._bound()
-        return _empty((tensor.numel(), tensor.dim()), torch.long)
+        return _empty((self._at_most(tensor), tensor.dim()), torch.long)
 
     def masked_select(self, tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``masked_select``: the elements the mask selects over the broadcast shape; every
         one when the mask is unknown."""
         shape = torch.broadcast_shapes(tensor.shape, mask.shape)
-        found = self.known.value(mask)
+        found = self._decided(mask)
         if found is not None:
             return _empty((int(torch.count_nonzero(found.broadcast_to(shape))),), tensor.dtype)
+        if mask.shape == shape:
+            return _empty((self._at_most(mask),), tensor.dtype)
         self._bound()
         return _empty((shape.numel(),), tensor.dtype)
 
@@ -75,11 +97,14 @@ class Shapes:
             if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
                 replaced.append(index)
                 continue
-            found = self.known.value(index) if index.is_meta else index
-            if found is None:
+            found = self._decided(index) if index.is_meta else index
+            if found is not None:
+                count = int(torch.count_nonzero(found))
+            elif index.dim() == 1:
+                count = self._at_most(index)
+            else:
                 self._bound()
                 return _INDEX(tensor, indices)
-            count = int(torch.count_nonzero(found))
             replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
         return _INDEX(tensor, replaced)
 

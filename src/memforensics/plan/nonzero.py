@@ -1,0 +1,203 @@
+"""How many elements of a stand-in can be non-zero, where its values are unknown but the
+script's own code bounds them: a mask of sampled entries.
+
+A sampler (torchvision's ``BalancedPositiveNegativeSampler``) starts from a mask of zeros and
+sets the entries it picks by index (``mask[idx] = 1``, ``idx`` of at most ``num_pos``
+elements), then joins two such masks (``pos | neg``) and takes their indices
+(``torch.where``). Which entries are set is unknown in a plan; how many can be is not. The
+bound is carried by storage, beside the known values (:mod:`~memforensics.plan.known`):
+
+- a fill of zeros (``zeros``, ``zeros_like``, ``new_zeros``, ``zero_``): none, at any size;
+- an indexed write (``index_put_``, ``index_fill_``, ``scatter_``) of ``k`` positions: at most
+  the count before plus ``k``, whatever it writes;
+- a copy (``clone``, a cast): its source's;
+- ``|``: the sum of its two sides'; ``&``: the smaller.
+
+``nonzero`` (``torch.where(mask)``), ``masked_select`` and indexing by the mask then make at
+most that many elements (never more than the mask holds), where a mask of unknown values makes
+as many as it holds. Each is an upper bound still: a GPU's count is the same where the sampled
+entries do not overlap (``pos`` and ``neg`` never do). Only operators on bounded masks look up
+a bound; the others pay one set lookup.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_ZEROS = frozenset(
+    (
+        torch.ops.aten.zeros.default,
+        torch.ops.aten.zeros_like.default,
+        torch.ops.aten.new_zeros.default,
+        torch.ops.aten.zero_.default,
+    )
+)
+"""Factories and fills whose every element is zero."""
+_PUT = frozenset(
+    (
+        torch.ops.aten.index_put_.default,
+        torch.ops.aten.index_put.default,
+        torch.ops.aten._index_put_impl_.default,
+    )
+)
+"""Writes at the positions a list of index tensors names (``mask[idx] = 1``)."""
+_FILL = frozenset(
+    (
+        torch.ops.aten.index_fill_.int_Scalar,
+        torch.ops.aten.index_fill_.int_Tensor,
+        torch.ops.aten.index_fill.int_Scalar,
+        torch.ops.aten.index_fill.int_Tensor,
+    )
+)
+"""Fills of whole slices along one dimension at the indices named: ``(self, dim, index, value)``."""
+_SCATTER = frozenset(
+    (
+        torch.ops.aten.scatter_.value,
+        torch.ops.aten.scatter_.src,
+        torch.ops.aten.scatter.value,
+        torch.ops.aten.scatter.src,
+    )
+)
+"""Writes of one element per element of the index: ``(self, dim, index, ...)``."""
+_COPIES = frozenset(
+    (
+        torch.ops.aten.clone.default,
+        torch.ops.aten._to_copy.default,
+    )
+)
+"""Copies, casts included: a cast never makes a zero non-zero."""
+_OR = frozenset(
+    (
+        torch.ops.aten.bitwise_or.Tensor,
+        torch.ops.aten.logical_or.default,
+        torch.ops.aten.__or__.Tensor,
+    )
+)
+_AND = frozenset(
+    (
+        torch.ops.aten.bitwise_and.Tensor,
+        torch.ops.aten.logical_and.default,
+        torch.ops.aten.__and__.Tensor,
+    )
+)
+_ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | _OR | _AND
+"""Every operator that can make a bound."""
+
+
+def _whole(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` repeats none of its storage's elements (no broadcast view), so it
+    holds at most as many non-zero elements as its storage."""
+    return all(
+        stride != 0 or size == 1 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+
+
+def _positions(target: torch.Tensor, indices: Any) -> int | None:
+    """How many elements ``target[indices] = ...`` writes, for integer index tensors on its
+    leading dimensions; None for another kind of index (a boolean mask, a gap)."""
+    shapes = []
+    for index in indices:
+        if not isinstance(index, torch.Tensor) or index.is_floating_point():
+            return None
+        if index.dtype in (torch.bool, torch.uint8):
+            return None
+        shapes.append(index.shape)
+    if not shapes:
+        return None
+    rest = math.prod(target.shape[len(shapes) :])
+    indexed = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]  # torch's own
+    return int(indexed.numel()) * int(rest)
+
+
+class NonzeroBounds:
+    """Upper bounds on the non-zero elements of stand-ins' storages, by storage, kept as long
+    as the storage lives; ``count`` gives a known tensor's exact count, None for an unknown
+    one."""
+
+    def __init__(self, count: Callable[[torch.Tensor], int | None]) -> None:
+        self._count = count
+        self._bounds: dict[int, int] = {}
+
+    def at_most(self, tensor: torch.Tensor) -> int | None:
+        """At most how many of ``tensor``'s elements are non-zero, where a bound is known."""
+        if not self._bounds or not tensor.is_meta or not _whole(tensor):
+            return None
+        bound = self._bounds.get(tensor.untyped_storage()._cdata)
+        return None if bound is None else min(bound, tensor.numel())
+
+    def __bool__(self) -> bool:
+        """Whether any storage has a bound."""
+        return bool(self._bounds)
+
+    def forget(self, tensors: list[torch.Tensor]) -> None:
+        """``tensors``' values changed in a way no bound follows."""
+        if self._bounds:
+            for tensor in tensors:
+                self._bounds.pop(tensor.untyped_storage()._cdata, None)
+
+    def bound(self, func: Any, args: tuple[Any, ...], out: Any) -> tuple[torch.Tensor, int] | None:
+        """The bound ``func`` leaves on what it made or wrote, from its inputs as they are
+        before it is accounted for; None where it leaves none."""
+        if func not in _ALL:
+            return None
+        bound = self._bound(func, args, out)
+        if bound is None:
+            return None
+        made = args[0] if func._schema.name.endswith("_") else out
+        if not isinstance(made, torch.Tensor) or not made.is_meta:
+            return None
+        return made, min(bound, made.numel())
+
+    def keep(self, bounded: tuple[torch.Tensor, int]) -> None:
+        """A tensor's values are unknown and bounded so (:meth:`bound`)."""
+        made, bound = bounded
+        storage = made.untyped_storage()
+        key = storage._cdata
+        if key not in self._bounds:
+            weakref.finalize(storage, self._bounds.pop, key, None)
+        self._bounds[key] = bound
+
+    def _bound(self, func: Any, args: tuple[Any, ...], out: Any) -> int | None:
+        if func in _ZEROS:
+            return 0
+        first = args[0] if args else None
+        if not isinstance(first, torch.Tensor):
+            return None
+        if func in _COPIES:
+            return self._of(first)
+        if func in _OR or func in _AND:
+            second = args[1] if len(args) > 1 else None
+            if not isinstance(second, torch.Tensor) or not isinstance(out, torch.Tensor):
+                return None
+            sides = [self._of(t) if t.shape == out.shape else None for t in (first, second)]
+            if func in _AND:
+                found = [s for s in sides if s is not None]
+                return min(found) if found else None
+            return None if None in sides else sum(s for s in sides if s is not None)
+        before = self._of(first)
+        if before is None:
+            return None
+        if func in _PUT:
+            written = _positions(first, args[1])
+        elif isinstance(args[2], torch.Tensor):
+            written = args[2].numel()
+            if func in _FILL:
+                written *= first.numel() // max(1, first.shape[args[1]])
+        else:
+            return None
+        return None if written is None else before + written
+
+    def _of(self, tensor: torch.Tensor) -> int | None:
+        """At most how many of ``tensor``'s elements are non-zero: its exact count where its
+        values are known, its bound where it has one."""
+        if not tensor.is_meta:
+            return int(torch.count_nonzero(tensor))
+        if not _whole(tensor):
+            return None
+        found = self._count(tensor)
+        return found if found is not None else self.at_most(tensor)
