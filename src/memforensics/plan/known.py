@@ -48,8 +48,8 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed
-from memforensics.plan.targets import Targets
 from memforensics.plan.nonzero import NonzeroBounds
+from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""

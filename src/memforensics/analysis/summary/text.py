@@ -502,8 +502,8 @@ def _site_rows(
 
 
 def _unrecorded_note(s: Summary, width: int) -> list[str]:
-    """Say what ``<before recording>``, ``<no Python frames>`` and ``<unknown>`` rows are, and how to get
-    their sites."""
+    """Say what ``<before recording>``, ``<no Python frames>`` and ``<unknown>`` rows are, and
+    how to get their sites."""
     lines: list[str] = []
     if s.before_recording_blocks:
         lines += _paragraph(
