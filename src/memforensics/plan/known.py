@@ -48,27 +48,13 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed
-from memforensics.plan.nonzero import NonzeroBounds
+from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
 
 _CPU = torch.device("cpu")
-_OR = frozenset(
-    (
-        torch.ops.aten.bitwise_or.Tensor,
-        torch.ops.aten.logical_or.default,
-        torch.ops.aten.__or__.Tensor,
-    )
-)
-_AND = frozenset(
-    (
-        torch.ops.aten.bitwise_and.Tensor,
-        torch.ops.aten.logical_and.default,
-        torch.ops.aten.__and__.Tensor,
-    )
-)
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
 _SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
@@ -408,8 +394,8 @@ class Known:
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
             return self._compute(func, args, kwargs, out)
-        if func in _OR or func in _AND:
-            return self._absorbed(func in _OR, copies, out)
+        if func in OR or func in AND:
+            return self._absorbed(func in OR, copies, out)
         if func in _SCALAR_OR or func in _SCALAR_AND:
             return self._absorbed(func in _SCALAR_OR, [_flags(args[1:], out)], out)
         if not isinstance(out, torch.Tensor) or not out.is_meta:

@@ -71,21 +71,23 @@ _COPIES = frozenset(
     )
 )
 """Copies, casts included: a cast never makes a zero non-zero."""
-_OR = frozenset(
+OR = frozenset(
     (
         torch.ops.aten.bitwise_or.Tensor,
         torch.ops.aten.logical_or.default,
         torch.ops.aten.__or__.Tensor,
     )
 )
-_AND = frozenset(
+"""Elementwise ``|`` of two tensors (flags or masks)."""
+AND = frozenset(
     (
         torch.ops.aten.bitwise_and.Tensor,
         torch.ops.aten.logical_and.default,
         torch.ops.aten.__and__.Tensor,
     )
 )
-_ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | _OR | _AND
+"""Elementwise ``&`` of two tensors (flags or masks)."""
+_ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | AND
 """Every operator that can make a bound."""
 
 
@@ -170,12 +172,12 @@ class NonzeroBounds:
             return None
         if func in _COPIES:
             return self._of(first)
-        if func in _OR or func in _AND:
+        if func in OR or func in AND:
             second = args[1] if len(args) > 1 else None
             if not isinstance(second, torch.Tensor) or not isinstance(out, torch.Tensor):
                 return None
             sides = [self._of(t) if t.shape == out.shape else None for t in (first, second)]
-            if func in _AND:
+            if func in AND:
                 found = [s for s in sides if s is not None]
                 return min(found) if found else None
             return None if None in sides else sum(s for s in sides if s is not None)
