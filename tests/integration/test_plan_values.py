@@ -505,6 +505,17 @@ def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
     assert all(a < b for a, b in itertools.pairwise(averaged))
 
 
+def _assert_rising_for(lines: list[str], epochs: int) -> None:
+    """The script's ``epochs N a,b,… a,b,…`` line: it ran ``epochs`` epochs, and each score
+    (a column) lies in (0, 1] and rises strictly from one epoch to the next."""
+    ran, *seen = next(line for line in lines if line.startswith("epochs")).split()[1:]
+    assert int(ran) == epochs
+    for path in zip(*(epoch.split(",") for epoch in seen), strict=True):
+        scores = [float(score) for score in path]
+        assert all(0 < score <= 1 for score in scores)
+        assert all(a < b for a, b in itertools.pairwise(scores))
+
+
 HOST_SCORES = """
 import numpy as np, torch
 model = torch.nn.Sequential(torch.nn.Linear(32, 4096), torch.nn.ReLU(),
@@ -575,12 +586,7 @@ def test_a_patience_loop_on_scores_computed_on_the_host_runs_to_its_epoch_limit(
     classes = next(line for line in lines if line.startswith("classes")).split()[1:]
     assert len(classes) >= 2
     assert set(classes) <= {"0", "1", "2", "3", "4"}
-    epochs, *seen = next(line for line in lines if line.startswith("epochs")).split()[1:]
-    assert int(epochs) == 10
-    for path in zip(*(epoch.split(",") for epoch in seen), strict=True):
-        scores = [float(score) for score in path]
-        assert all(0 < score <= 1 for score in scores)
-        assert all(a < b for a, b in itertools.pairwise(scores))
+    _assert_rising_for(lines, 10)
 
 
 GATHERED_SCORES = """
@@ -629,14 +635,7 @@ def test_predictions_gathered_over_an_evaluation_rise_against_its_labels(
     script(tmp_path, GATHERED_SCORES)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    epochs, *seen = next(
-        line for line in done.stdout.splitlines() if line.startswith("epochs")
-    ).split()[1:]
-    assert int(epochs) == 8
-    for path in zip(*(epoch.split(",") for epoch in seen), strict=True):
-        scores = [float(score) for score in path]
-        assert all(0 < score <= 1 for score in scores)
-        assert all(a < b for a, b in itertools.pairwise(scores))
+    _assert_rising_for(done.stdout.splitlines(), 8)
 
 
 TOKEN_SCORES = """
@@ -686,11 +685,7 @@ def test_token_predictions_read_on_the_host_are_classes_and_their_accuracy_rises
     read = next(line for line in lines if line.startswith("read")).split()[1:]
     assert len(read) >= 2
     assert set(read) <= {"0", "1", "2", "3", "4"}
-    epochs, *seen = next(line for line in lines if line.startswith("epochs")).split()[1:]
-    assert int(epochs) == 8
-    scores = [float(score) for score in seen]
-    assert all(0 < score <= 1 for score in scores)
-    assert all(a < b for a, b in itertools.pairwise(scores))
+    _assert_rising_for(lines, 8)
 
 
 GUARDED = """
