@@ -315,6 +315,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             attention.SDPA_NAME: functools.partial(attention.attention, capability),
             ctc.NAME: functools.partial(ctc.loss, self.reads.known, notes),
             dropout.NAME: dropout.dropout,
+            inplace.LINEAR_NAME: inplace.linear,
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""

@@ -1,4 +1,5 @@
-"""Backward's work that CUDA does in place and the emulation would do out of place.
+"""Work that CUDA does in place and the emulation would do out of place: backward's formulas,
+and ``linear``'s bias.
 
 Autograd's formulas (``torch/csrc/autograd/FunctionsManual.cpp``) and its gradient
 accumulation (``torch/csrc/autograd/input_buffer.cpp``) ask ``at::isTensorSubclassLike`` /
@@ -12,6 +13,12 @@ branch changes the bytes; the storage mode gives the out-of-place result the blo
 CUDA would have written into (:meth:`~memforensics.plan.emulate.StorageMode._reusable`), so the
 block count and the peak are CUDA's.
 
+``at::native::linear`` (``aten/src/ATen/native/Linear.cpp``) asks the same question of its bias
+where it falls back to ``matmul`` (an input that is neither 2-D nor contiguous, such as the
+transposed batch ``nn.MultiheadAttention(batch_first=True)`` projects): CUDA adds the bias into
+the product with ``add_``, the CPU build under the plan makes a second product-sized tensor.
+:func:`linear` takes CUDA's branch.
+
 Formulas whose CUDA branch is the subclass one are left alone: ``max()``/``min()`` of a whole
 tensor (``evenly_distribute_backward`` takes the out-of-place branch for ``input.is_cuda()``),
 and ``prod``'s, whose CUDA branch depends on the values (a zero in the input), which a stand-in
@@ -20,11 +27,19 @@ does not have.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
+import torch.nn.functional as F  # torch's own spelling
+from torch.autograd import forward_ad
 
 _A = torch.ops.aten
+LINEAR_NAME = "linear"
+"""``torch.nn.functional.linear`` (``torch._C._nn.linear``), which ``nn.Linear`` calls."""
+_FLATTEN_3D = "TORCH_LINEAR_FLATTEN_3D"
+"""``parseLinearFlatten3d``'s variable: ``1`` sends a 3-D input through ``contiguous`` and
+``addmm`` whatever its layout."""
 
 ANY_NODE = frozenset(
     (
@@ -91,3 +106,42 @@ def dense(tensor: torch.Tensor) -> bool:
             return False
         expected *= size
     return True
+
+
+def linear(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``F.linear`` on a stand-in, by ``at::native::linear``'s branches: where it multiplies with
+    ``matmul`` and then adds a bias, the bias goes into the product in place, as on CUDA; every
+    other branch (``addmm`` for a 2-D input or a contiguous one, no bias) is torch's own."""
+    if bias is None or not _matmul_then_bias(input, weight, bias):
+        return F.linear(input, weight, bias)
+    output = torch.matmul(input, weight.t())
+    return output.add_(bias)
+
+
+def _matmul_then_bias(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> bool:
+    """Whether ``at::native::linear`` reaches its ``matmul`` and ``output.add_(*bias)``: no
+    fused ``addmm`` (a 2-D input; a contiguous 3-D one, or any contiguous strided one with a
+    1-D bias; a 3-D one with ``TORCH_LINEAR_FLATTEN_3D=1``), and no forward-mode gradient on the
+    bias (then CUDA adds out of place too)."""
+    dim = input.dim()
+    if dim == 2:
+        return False
+    contiguous = input.is_contiguous()
+    if contiguous and dim == 3:
+        return False
+    strided = input.layout == torch.strided and weight.layout == torch.strided
+    if contiguous and strided and bias.dim() == 1:
+        return False
+    if dim == 3 and os.environ.get(_FLATTEN_3D) == "1":
+        return False
+    return not _has_tangent(bias)
+
+
+def _has_tangent(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` carries a forward-mode gradient (``_fw_grad(0).defined()``)."""
+    if forward_ad._current_level < 0:
+        return False
+    dual = forward_ad.unpack_dual(tensor)  # type: ignore[no-untyped-call]  # untyped in torch
+    return dual.tangent is not None
