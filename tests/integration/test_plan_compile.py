@@ -159,7 +159,8 @@ OUT = """
 import torch
 from torch import nn
 
-model = torch.compile(nn.Sequential(nn.Linear(4096, 4096), nn.Sigmoid(), nn.Linear(4096, 4096)).cuda())
+layers = nn.Sequential(nn.Linear(4096, 4096), nn.Sigmoid(), nn.Linear(4096, 4096))
+model = torch.compile(layers.cuda())
 x = torch.randn(16384, 4096, device="cuda", requires_grad=True)
 model(x)
 """

@@ -21,6 +21,7 @@ lower precision), it runs eagerly, said once, and stays so.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,6 +49,23 @@ _DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
 _REMADE = frozenset((attention.SDPA_NAME, ctc.NAME, "flex_attention"))
 """Functions the emulation re-makes above the dispatcher, where ``meta`` would trace another
 kernel than CUDA's (the math attention's B·H·S² scores, a CPU CTC)."""
+
+
+_NO_TRITON = "torch.utils.flop_counter"
+"""The logger that warns, as the partitioner imports it, that the CPU build has no Triton: a
+fact of the host, not of the planned GPU (which has it)."""
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger ``name``'s warnings silenced while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class Unmodelled(Exception):
@@ -119,7 +137,8 @@ class Compiled:
         self.storage = storage
         self.eager = False
         self._ran = threading.local()
-        self.optimized = original(fn, backend=self._backend, fullgraph=True, dynamic=dynamic)
+        with _quiet(_NO_TRITON):  # dynamo's import of AOTAutograd imports it
+            self.optimized = original(fn, backend=self._backend, fullgraph=True, dynamic=dynamic)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.eager or torch.compiler.is_compiling() or _lower_autocast():
@@ -137,11 +156,11 @@ class Compiled:
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
+        _check(gm)
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch._inductor.decomposition import select_decomp_table
 
-        _check(gm)
         return aot_module_simplified(
             gm,
             example_inputs,
