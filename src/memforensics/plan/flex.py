@@ -34,12 +34,11 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from memforensics.plan.patches import LibraryReplacement
-from memforensics.plan.values import compiled_backend
+from memforensics.plan.values import INDUCTOR, compiled_backend
 
 MODULE = "torch.nn.attention.flex_attention"
 hop_module = importlib.import_module("torch._higher_order_ops.flex_attention")
 """The operator's module (the package's attribute of that name is the operator itself)."""
-INDUCTOR = "inductor"
 
 
 def _dense_strides(shape: Sequence[int], like: Sequence[int]) -> list[int]:

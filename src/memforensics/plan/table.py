@@ -23,6 +23,7 @@ from memforensics.plan import (
     build,
     checkpoints,
     choices,
+    compiled,
     cuda,
     deferred,
     distributed,
@@ -367,7 +368,12 @@ def _torch_rows(
             cuda.default_tensor_type(torch.set_default_tensor_type),
             "torch.cuda.HalfTensor: its dtype, and the planned device as the default",
         ),
-        R(torch, "compile", values.eager_compile(notes), "compiled code runs eagerly"),
+        R(
+            torch,
+            "compile",
+            compiled.stand_in(notes, storage),
+            "Inductor's graphs run unfused, other backends eagerly",
+        ),
         R(
             torch,
             "Generator",

@@ -2,9 +2,8 @@
 script reads them, the plan answers the values it knows where the script made them
 (:mod:`memforensics.plan.known`), else made-up values chosen so that loops ending on them run to
 their own bounds (:class:`Reads`); it takes a data-dependent shape at its upper bound, and says
-once where each happened.
-
-``torch.compile`` runs eagerly (compiled memory differs, and the plan says so).
+once where each happened. Which ``torch.compile`` backend the running code is under is kept here
+too (:func:`compiled_backend`; :mod:`~memforensics.plan.compiled` runs the compiled code).
 """
 
 from __future__ import annotations
@@ -255,6 +254,8 @@ class Reads:
         return self.values(tensor, exact=True).item()
 
 
+INDUCTOR = "inductor"
+"""``torch.compile``'s default backend."""
 _BACKEND: ContextVar[object] = ContextVar("memforensics_compile_backend", default=None)
 
 
@@ -265,8 +266,8 @@ def compiled_backend() -> object:
     return _BACKEND.get()
 
 
-def _compiled(fn: Callable[..., Any], backend: object) -> Callable[..., Any]:
-    """``fn`` run eagerly, marked as compiled with ``backend`` unless an outer compile is."""
+def marked(fn: Callable[..., Any], backend: object) -> Callable[..., Any]:
+    """``fn`` marked as compiled with ``backend`` while it runs, unless an outer compile is."""
 
     @functools.wraps(fn)
     def compiled(*args: Any, **kwargs: Any) -> Any:
@@ -279,27 +280,3 @@ def _compiled(fn: Callable[..., Any], backend: object) -> Callable[..., Any]:
             _BACKEND.reset(token)
 
     return compiled
-
-
-def eager_compile(notes: Notes) -> Callable[..., Any]:
-    """``torch.compile`` that runs what it was given eagerly, marked as compiled with its
-    backend (an operator whose CUDA memory depends on it asks :func:`compiled_backend`). A
-    module is returned itself, compiled as ``nn.Module.compile`` compiles one in place."""
-
-    def compile(model: Any = None, *, backend: object = "inductor", **options: Any) -> Any:
-        if model is None:
-            return lambda fn: compile(fn, backend=backend, **options)
-        if options.get("disable", False):
-            return model
-        if not str(getattr(model, "__module__", "")).startswith("torch."):
-            notes.once(
-                "compile",
-                "torch.compile runs eagerly in a plan: a compiled graph's memory differs "
-                "(fused kernels keep fewer intermediates)",
-            )
-        if isinstance(model, torch.nn.Module):
-            model._compiled_call_impl = _compiled(model._call_impl, backend)
-            return model
-        return _compiled(model, backend)
-
-    return compile

@@ -1,0 +1,226 @@
+"""``torch.compile`` in a plan: with Inductor (the default backend), the graphs Inductor would
+compile, run unfused; with another backend, the code itself, eagerly.
+
+What a compiled model keeps for its backward is Inductor's choice, not eager autograd's:
+AOTAutograd traces forward and backward together with Inductor's decompositions, and
+``min_cut_rematerialization_partition`` chooses what the forward saves (cheap pointwise results,
+a SwiGLU's ``sigmoid(t)``, RMSNorm's intermediates, are recomputed in the backward instead). A
+plan does the same: dynamo traces the compiled code on fake copies of the stand-ins, with the
+emulation's modes set aside (dynamo declines to trace under a dispatch mode), AOTAutograd
+partitions it as Inductor does, and the forward and backward graphs then run as FX modules
+under the storage mode, each value freed after its last use, so every storage they make gets
+its block. Inductor's kernels fuse pointwise work: the graphs' intermediates are made here
+(briefly), and Inductor's own allocations while it compiles and autotunes are not.
+
+The whole function must be one graph (``fullgraph``): code between graphs would run with the
+modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
+re-makes above the dispatcher (attention, dropout, CTC, ``flex_attention``, autocast to a
+lower precision), it runs eagerly, said once, and stays so.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from memforensics.plan import attention, ctc, dropout, values
+from memforensics.plan.values import INDUCTOR, Notes
+
+if TYPE_CHECKING:
+    from memforensics.plan.emulate import StorageMode
+
+EAGER = (
+    "torch.compile runs eagerly in a plan: a compiled graph's memory differs "
+    "(fused kernels keep fewer intermediates)"
+)
+GRAPHS = (
+    "torch.compile runs Inductor's forward and backward graphs unfused in a plan: the backward "
+    "keeps what Inductor's partition keeps, a fused kernel's intermediates are made briefly, and "
+    "compiling's own allocations are not"
+)
+_DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
+"""``mode``s that compile without CUDA graphs: a graph run as the partition's modules."""
+_REMADE = frozenset((attention.SDPA_NAME, ctc.NAME, "flex_attention"))
+"""Functions the emulation re-makes above the dispatcher, where ``meta`` would trace another
+kernel than CUDA's (the math attention's B·H·S² scores, a CPU CTC)."""
+
+
+_NO_TRITON = "torch.utils.flop_counter"
+"""The logger that warns, as the partitioner imports it, that the CPU build has no Triton: a
+fact of the host, not of the planned GPU (which has it)."""
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger ``name``'s warnings silenced while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class Unmodelled(Exception):
+    """A traced graph calls what the plan cannot run as Inductor would: run eagerly."""
+
+
+@contextmanager
+def _modes_aside() -> Iterator[None]:
+    """The function and dispatch mode stacks emptied for dynamo's trace, put back after."""
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+    functions = []
+    while torch._C._len_torch_function_stack() > 0:
+        functions.append(torch._C._pop_torch_function_stack())
+    dispatch = []
+    while torch._C._len_torch_dispatch_stack() > 0:
+        dispatch.append(_pop_mode())
+    try:
+        yield
+    finally:
+        for mode in reversed(dispatch):
+            _push_mode(mode)
+        for mode in reversed(functions):
+            torch._C._push_on_torch_function_stack(mode)
+
+
+def _lower_autocast() -> bool:
+    """Whether autocast("cuda") casts to a lower precision now: the plan casts above the
+    dispatcher, where a trace on ``meta`` does not."""
+    return bool(
+        torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") != torch.float32
+    )
+
+
+def _check(gm: torch.fx.GraphModule) -> None:
+    """Raise :class:`Unmodelled` where dynamo's graph calls what the plan re-makes."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = getattr(node.target, "__name__", str(node.target))
+        if name in _REMADE or "autocast" in name:
+            raise Unmodelled(name)
+        if name == dropout.NAME and _drops(node):
+            raise Unmodelled(name)
+
+
+def _drops(node: torch.fx.Node) -> bool:
+    """Whether a traced ``dropout`` call drops anything (p > 0 while training)."""
+    p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+    training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+    return not (p == 0 or training is False)
+
+
+class Compiled:
+    """One compiled function or module call: its graphs while they trace, else ``fn``
+    eagerly."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        notes: Notes,
+        storage: StorageMode,
+        original: Callable[..., Any],
+        dynamic: object,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.notes = notes
+        self.storage = storage
+        self.eager = False
+        self._ran = threading.local()
+        with _quiet(_NO_TRITON):  # dynamo's import of AOTAutograd imports it
+            self.optimized = original(fn, backend=self._backend, fullgraph=True, dynamic=dynamic)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.eager or torch.compiler.is_compiling() or _lower_autocast():
+            return self.fn(*args, **kwargs)
+        self._ran.value = False
+        try:
+            with _modes_aside():
+                return self.optimized(*args, **kwargs)
+        except Exception:
+            if self._ran.value:
+                raise  # the script's own failure, or a predicted OOM, while a graph ran
+        self.eager = True
+        self.notes.once("compile", EAGER)
+        return self.fn(*args, **kwargs)
+
+    def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
+        _check(gm)
+        from torch._functorch.aot_autograd import aot_module_simplified
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        from torch._inductor.decomposition import select_decomp_table
+
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=self._runner,
+            bw_compiler=self._runner,
+            partition_fn=min_cut_rematerialization_partition,
+            decompositions=select_decomp_table(),
+        )
+
+    def _runner(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        """A partitioned graph run as its FX module under the storage mode, the emulation's
+        function mode aside (the module's own ``device(type='meta')`` literals must stay
+        stand-ins' meta); boxed, so its inputs are freed as the graph is done with them."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        storage = self.storage
+        self.notes.once("compile graphs", GRAPHS)
+
+        def run(args: list[Any]) -> Any:
+            self._ran.value = True
+            with torch._C.DisableTorchFunction():
+                if storage in _get_current_dispatch_mode_stack():
+                    return gm(*args)
+                with storage:
+                    return gm(*args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
+        return run
+
+
+def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
+    """``torch.compile`` for a plan: Inductor's graphs (:class:`Compiled`) for the default
+    backend and options, else the code eagerly, marked as compiled with its backend (an
+    operator whose CUDA memory depends on it asks
+    :func:`~memforensics.plan.values.compiled_backend`). A module is returned itself,
+    compiled as ``nn.Module.compile`` compiles one in place."""
+    original = torch.compile
+
+    def compile(model: Any = None, *, backend: object = INDUCTOR, **options: Any) -> Any:
+        if model is None:
+            return lambda fn: compile(fn, backend=backend, **options)
+        if options.get("disable", False):
+            return model
+        torch_own = str(getattr(model, "__module__", "")).startswith("torch.")
+        graphs = (
+            backend == INDUCTOR
+            and not torch_own
+            and options.get("mode") in _DEFAULT_MODES
+            and not options.get("options")
+        )
+        if not graphs and not torch_own:
+            notes.once("compile", EAGER)
+        module = isinstance(model, torch.nn.Module)
+        fn = model._call_impl if module else model
+        if graphs:
+            fn = Compiled(fn, notes, storage, original, options.get("dynamic"))
+        marked = values.marked(fn, backend)
+        if module:
+            model._compiled_call_impl = marked
+            return model
+        return marked
+
+    return compile

@@ -1,0 +1,178 @@
+"""``torch.compile`` under ``plan``: with Inductor, the forward keeps for the backward what
+Inductor's partition saves, checked against the same model compiled on plain CPU tensors with
+torch's ``aot_eager_decomp_partition`` backend (AOTAutograd with Inductor's decompositions and
+partition, graphs run eagerly); another backend runs eagerly and keeps what eager autograd
+keeps; code dynamo cannot trace whole runs eagerly, said once. Each runs through the real
+``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+ROWS, WIDTH, HIDDEN = 64, 256, 1024
+BLOCK = 512  # the caching allocator's smallest block
+WORKSPACE = 33_554_432  # cuBLAS's workspace at capability 9.0, the plan's default
+
+MODEL = f"""
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    \"\"\"A SwiGLU-like feed-forward after an RMSNorm-like scaling, with a residual.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear({WIDTH}, {HIDDEN})
+        self.down = nn.Linear({HIDDEN}, {WIDTH})
+
+    def forward(self, x):
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        t = self.up(normed)
+        return self.down(torch.sigmoid(t) * t) + x
+"""
+
+PLANNED = (
+    MODEL
+    + """
+import json, sys
+backend = sys.argv[1]
+model = Block().cuda()
+compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
+before = torch.cuda.memory_allocated()
+y = compiled(x)
+kept = torch.cuda.memory_allocated() - before - y.nbytes
+y.sum().backward()
+del y
+grads = torch.cuda.memory_allocated() - before
+print(json.dumps({"kept": kept, "grads": grads}))
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+)
+
+
+def _saved_bytes(backend: str) -> int:
+    """Bytes the CPU forward of :data:`MODEL` compiled with ``backend`` saves for its backward,
+    besides the parameters and the input: the storages its autograd graph holds, each in the
+    caching allocator's 512-byte blocks."""
+    space: dict[str, object] = {}
+    exec(MODEL, space)  # the same model the planned script builds
+    model = space["Block"]()  # type: ignore[operator]
+    x = torch.randn(ROWS, WIDTH, requires_grad=True)
+    with warnings.catch_warnings():  # torch's own deprecations while it compiles
+        warnings.simplefilter("ignore", DeprecationWarning)
+        y = torch.compile(model, backend=backend)(x)
+    known = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    known.add(x.untyped_storage().data_ptr())
+    saved: dict[int, int] = {}
+    todo, seen = [y.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        tensors = list(getattr(node, "saved_tensors", ()) or ())
+        for name in dir(node):
+            if name.startswith("_saved_") and not name.endswith("_raw"):
+                value = getattr(node, name)
+                tensors.extend(v for v in (value if isinstance(value, tuple) else (value,)))
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in known:
+                    saved[storage.data_ptr()] = -(-storage.nbytes() // BLOCK) * BLOCK
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return sum(saved.values())
+
+
+def _planned(tmp_path: Path, backend: str) -> dict[str, int]:
+    script(tmp_path, PLANNED)
+    done = plan(tmp_path, "train.py", backend)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, int] = json.loads(done.stdout.splitlines()[0])
+    return found
+
+
+def test_an_inductor_compiled_forward_keeps_what_inductors_partition_saves(
+    tmp_path: Path,
+) -> None:
+    """The planned compiled forward keeps exactly the bytes Inductor's partition saves on the
+    CPU (fewer than eager autograd's), and the backward still leaves every gradient."""
+    partition = _saved_bytes("aot_eager_decomp_partition")
+    assert partition < _saved_bytes("eager")  # the partition recomputes what eager keeps
+    found = _planned(tmp_path, "inductor")
+    assert found["kept"] == partition
+    params = (WIDTH * HIDDEN + HIDDEN + HIDDEN * WIDTH + WIDTH) * 4
+    # the gradients, the input's among them, and autograd's own cuBLAS workspace
+    assert found["grads"] == params + ROWS * WIDTH * 4 + WORKSPACE
+
+
+def test_another_backend_runs_eagerly_and_keeps_what_eager_autograd_keeps(
+    tmp_path: Path,
+) -> None:
+    """backend="eager" runs the model eagerly: the forward keeps eager autograd's bytes, and
+    the plan says once that compiled memory differs."""
+    found = _planned(tmp_path, "eager")
+    assert found["kept"] == _saved_bytes("eager")
+
+
+BROKEN = """
+import torch
+
+@torch.compile
+def broken(x):
+    y = torch.sigmoid(x) * x
+    torch._dynamo.graph_break()
+    return y.sum()
+
+@torch.compile
+def whole(x):
+    return (torch.sigmoid(x) * x).sum()
+
+x = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+print(broken(x).shape, broken(x).shape, whole(x).shape)
+"""
+
+
+def test_code_dynamo_cannot_trace_whole_runs_eagerly_and_says_so_once(tmp_path: Path) -> None:
+    """A graph break in a compiled function: it runs eagerly (its answers as usual), the plan
+    says so once, and another compiled function in the script still runs as graphs."""
+    script(tmp_path, BROKEN)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "torch.Size([]) torch.Size([]) torch.Size([])"
+    said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert sum("torch.compile runs eagerly" in line for line in said) == 1
+    assert sum("graphs unfused" in line for line in said) == 1
+
+
+OUT = """
+import torch
+from torch import nn
+
+layers = nn.Sequential(nn.Linear(4096, 4096), nn.Sigmoid(), nn.Linear(4096, 4096))
+model = torch.compile(layers.cuda())
+x = torch.randn(16384, 4096, device="cuda", requires_grad=True)
+model(x)
+"""
+
+
+def test_a_predicted_oom_inside_a_compiled_graph_is_the_plans_oom(tmp_path: Path) -> None:
+    """Running out while a compiled graph runs is the predicted OOM (exit 1, PyTorch's
+    message), not a reason to fall back to eager."""
+    script(tmp_path, OUT)
+    done = plan(tmp_path, "--device-memory", "1GiB", "--json", "train.py")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["fits"] is False
+    assert "CUDA out of memory" in answer["oom_message"]
+    assert "runs eagerly" not in done.stderr
