@@ -123,6 +123,10 @@ class Compiled:
     """One compiled function or module call: its graphs while they trace, else ``fn``
     eagerly."""
 
+    made = 0
+    """How many were made in this process: :func:`dynamo_as_found` resets dynamo after a run
+    that made one."""
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -132,6 +136,7 @@ class Compiled:
         dynamic: object,
     ) -> None:
         functools.update_wrapper(self, fn)
+        Compiled.made += 1
         self.fn = fn
         self.notes = notes
         self.storage = storage
@@ -189,6 +194,19 @@ class Compiled:
 
         run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
         return run
+
+
+@contextmanager
+def dynamo_as_found() -> Iterator[None]:
+    """dynamo's caches emptied after a run that compiled through :class:`Compiled`: the code
+    it traced on stand-ins, with the plan's backend, is not what a later real call of the same
+    code in this process should find (nor count against its recompile limit)."""
+    before = Compiled.made
+    try:
+        yield
+    finally:
+        if Compiled.made != before:
+            torch._dynamo.reset()
 
 
 def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:

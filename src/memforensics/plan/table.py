@@ -675,7 +675,14 @@ def emulated(
     rows = table(device, answers, functions, storage, notes, autocast.clear)
     imported = libraries.rows(storage.ghosts.holds, notes)
     try:
-        with kept_state(), replaced(rows), replaced_where_imported(imported), functions, storage:
+        with (
+            kept_state(),
+            compiled.dynamo_as_found(),
+            replaced(rows),
+            replaced_where_imported(imported),
+            functions,
+            storage,
+        ):
             try:
                 yield
             finally:
