@@ -84,6 +84,31 @@ def test_a_trace_fills_one_zeroed_gradient(tmp_path: Path) -> None:
     assert rise == FULL + 512 + side * 8  # the gradient, the seed, the diagonal's indices
 
 
+def test_a_take_puts_into_one_zeroed_gradient(tmp_path: Path) -> None:
+    """``take``'s backward makes one input-sized gradient, ``zeros_like().put_()`` as on CUDA
+    (its out-of-place ``put`` would copy the zeros into a second)."""
+    setup = f"i = torch.randint(0, {ROWS * COLS}, ({COLS},), device='cuda')"
+    full, _ = _backward(tmp_path, "x.take(i).sum()", setup)
+    assert full == [FULL]
+
+
+def test_atan2_backward_zeroes_its_reciprocal_in_place(tmp_path: Path) -> None:
+    """``atan2``'s backward zeroes the reciprocal of ``self * self + other * other`` where both
+    are zero in place, as on CUDA: the two squares, their sum, its reciprocal, then
+    ``grad * other`` and that times the reciprocal; six input-sized tensors, not seven."""
+    setup = f"y = torch.randn({ROWS}, {COLS}, device='cuda')"
+    full, _ = _backward(tmp_path, "torch.atan2(x, y).sum()", setup)
+    assert full == [FULL] * 6
+
+
+def test_silu_backward_is_one_kernel_as_on_cuda(tmp_path: Path) -> None:
+    """``silu``'s backward makes only its result, as ``silu_backward``'s CUDA kernel does, not
+    the four temporaries of the composite written for other devices."""
+    full, rise = _backward(tmp_path, "F.silu(x).sum()")
+    assert full == [FULL]
+    assert rise == FULL + 512  # the gradient, and sum's 0-dim ``ones_like`` seed
+
+
 @pytest.mark.parametrize(
     ("setup", "weights", "made"),
     [

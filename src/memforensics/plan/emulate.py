@@ -56,6 +56,12 @@ _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
+_OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default,))
+"""Operators with a composite that CUDA never runs: ``native_functions.yaml`` gives
+``silu_backward`` ``CPU, CUDA`` kernels beside ``CompositeImplicitAutograd``
+(``math_silu_backward``, for other devices), so on CUDA it makes its result alone, where the
+composite makes four more input-sized temporaries. It reaches this mode whole (its ``Meta``
+kernel stops the composite above it), so running it here is CUDA's count."""
 _INDEX = torch.ops.aten.index.Tensor
 _COPY = torch.ops.aten.copy_.default
 _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
@@ -640,7 +646,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         model, as they reach CUDA's allocator."""
         found = self._composite.get(func)
         if found is None:
-            found = self._composite[func] = bool(func._can_decompose())
+            found = self._composite[func] = bool(func._can_decompose()) and func not in _OWN_KERNEL
         return found
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:

@@ -71,6 +71,8 @@ BY_NODE: dict[str, frozenset[Any]] = {
         _SCATTER,
     ),
     "TraceBackward0": frozenset((_A.index_fill.int_Tensor,)),
+    "TakeBackward0": frozenset((_A.put.default,)),
+    "Atan2Backward0": frozenset((_A.masked_fill.Scalar,)),
     "BinaryCrossEntropyWithLogitsBackward0": _SUB_MUL,
 }
 """Formulas, by autograd node, and the operators they apply in place on CUDA to a tensor they
@@ -80,6 +82,9 @@ made themselves:
   ``kthvalue``, ``median``/``nanmedian`` along a dimension, ``mode``): ``grad_in.scatter_(dim,
   indices, grad)`` into ``zeros``, ``scatter`` for a subclass;
 - ``trace_backward``: ``grad_input.index_fill_(0, indices, grad)``, ``index_fill`` for a subclass;
+- ``take_backward``: ``zeros_like(self).put_(indices, grad, true)``, ``put`` for a subclass;
+- ``atan2_backward``: the reciprocal of ``self * self + other * other`` zeroed where both are
+  zero with ``masked_fill_``, ``masked_fill`` for a subclass;
 - ``binary_cross_entropy_with_logits_backward``: ``input.sigmoid().sub_(target)`` (with
   ``pos_weight``: ``t.add(1).sub_(target).mul_(input.sigmoid()).sub_(t)``), then ``mul_(grad)``
   and ``mul_(weight)``; ``sub`` and ``mul`` for a subclass.
