@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,10 @@ def _quiet(name: str) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+_TORCH_PRIVATE = r"torch\._"
+"""Modules of torch's compiler stack (``torch._dynamo``, ``torch._functorch``, ...)."""
 
 
 class Unmodelled(Exception):
@@ -150,7 +155,10 @@ class Compiled:
             return self.fn(*args, **kwargs)
         self._ran.value = False
         try:
-            with _modes_aside():
+            with _modes_aside(), warnings.catch_warnings():
+                # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
+                # ``-W error`` they would fail the trace, which a run on a GPU does not see
+                warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
                 return self.optimized(*args, **kwargs)
         except Exception:
             if self._ran.value:

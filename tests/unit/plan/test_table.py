@@ -96,6 +96,36 @@ def test_two_planned_scripts_and_a_plain_one_leave_torch_as_it_was() -> None:
     assert _attributes(rows) == before_attributes
 
 
+def _compiled_step() -> None:
+    model = torch.nn.Linear(16, 16).cuda()
+    torch.compile(_doubled)(model(torch.randn(4, 16, device="cuda"))).sum().backward()
+
+
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x) * x
+
+
+def test_a_planned_run_that_compiled_leaves_dynamo_no_cache_of_it() -> None:
+    """A planned run that compiles with Inductor traces the script's code on stand-ins; after
+    it, that code has no entry in dynamo's cache, so a real compile of it later starts
+    afresh (and the run did compile: the cache held an entry while it ran)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    seen: list[int] = []
+
+    def run() -> None:
+        _compiled_step()
+        seen.append(len(_debug_get_cache_entry_list(_doubled.__code__)))
+
+    run_planned(SPEC, run, lambda path, snapshot: None)
+    assert seen == [1]
+    assert _debug_get_cache_entry_list(_doubled.__code__) == []
+    assert (
+        torch.compile(_doubled, backend="eager")(torch.ones(3)).tolist()
+        == [pytest.approx(float(torch.sigmoid(torch.tensor(1.0))))] * 3
+    )
+
+
 def test_a_missing_attribute_the_emulation_relies_on_is_refused_before_anything_changes() -> None:
     """A needed row whose attribute the installed torch lacks raises MissingAttribute naming it,
     and no other row is applied; it is never added."""
