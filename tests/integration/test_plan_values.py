@@ -742,3 +742,31 @@ def test_torch_s_own_code_reads_an_unknown_value_as_zero(tmp_path: Path) -> None
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert "script 10.0 10.0 torch 0.0" in done.stdout
+
+
+DEFAULT_DEVICE = """
+import numpy as np, torch
+torch.set_default_device("cuda")
+x = torch.randn(16, 64, 256).requires_grad_()
+torch.max(x).backward()
+torch.median(torch.randn(16, 64, requires_grad=True)).backward()
+model = torch.nn.Linear(32, 3)
+y = torch.randint(0, 3, (64,))
+torch.nn.functional.cross_entropy(model(torch.randn(64, 32)), y).backward()
+logits = model(torch.randn(64, 32)).detach().cpu().numpy()
+print("read", logits.shape, float((np.argmax(logits, 1) == y.cpu().numpy()).mean()))
+"""
+
+
+def test_values_the_plan_decides_stay_on_the_host_under_a_cuda_default_device(
+    tmp_path: Path,
+) -> None:
+    """With ``set_default_device("cuda")``, what the plan works out on the CPU (a whole-tensor
+    ``max``'s backward counting its ties, a ``median``'s, logits read on the host as scores)
+    is made there, not as a device stand-in: the script runs to its end and reads its scores."""
+    script(tmp_path, DEFAULT_DEVICE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    read = next(line for line in done.stdout.splitlines() if line.startswith("read"))
+    assert read.startswith("read (64, 3) ")
+    assert 0 < float(read.split()[-1]) <= 1

@@ -242,5 +242,6 @@ def _counted(
     flags = args[0]
     if not (_unknown(flags, values) and flags.dtype == torch.bool):
         return None
-    result: torch.Tensor = func(torch.ones(flags.shape, dtype=torch.bool), *args[1:], **kwargs)
+    every = torch.ones(flags.shape, dtype=torch.bool, device=_CPU)
+    result: torch.Tensor = func(every, *args[1:], **kwargs)
     return result

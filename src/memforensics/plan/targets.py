@@ -42,6 +42,8 @@ from typing import NamedTuple
 
 import torch
 
+_CPU = torch.device("cpu")
+
 RECENT = 8
 """How many recent targets are kept: a batch's tensors (ids, mask, labels) and its loss's."""
 GATHERED = 1 << 20
@@ -164,11 +166,11 @@ class Targets:
         class falls outside the last dimension."""
         if tensor.dim() < 2 or tensor.shape[-1] < 2 or not self._recent:
             return None
-        rows = torch.empty(tensor.shape[:-1], dtype=torch.int64)
+        rows = torch.empty(tensor.shape[:-1], dtype=torch.int64, device=_CPU)
         predicted = self.predicted(rows, matches)
         if predicted is None or int(predicted.max()) >= tensor.shape[-1]:
             return None
-        scores = torch.full(tensor.shape, value, dtype=tensor.dtype)
+        scores = torch.full(tensor.shape, value, dtype=tensor.dtype, device=_CPU)
         return scores.scatter_(-1, predicted.unsqueeze(-1), value + 1)
 
 

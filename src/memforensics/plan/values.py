@@ -23,6 +23,7 @@ from memforensics.plan.known import Known
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
+_CPU = torch.device("cpu")
 _PASSING = frozenset(
     os.path.join(_TORCH, *name.split("/"))
     for name in ("_tensor.py", "overrides.py", "_ops.py", "utils/_device.py")
@@ -74,7 +75,7 @@ def by_torch() -> bool:
 
 def _filled(tensor: torch.Tensor, value: float, dtype: torch.dtype) -> torch.Tensor:
     """``value`` in ``tensor``'s shape on the CPU, with no memory behind the shape."""
-    return torch.full((), value, dtype=dtype).expand(tensor.shape)
+    return torch.full((), value, dtype=dtype, device=_CPU).expand(tensor.shape)
 
 
 FALLING = 256
