@@ -148,5 +148,5 @@ def _has_tangent(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` carries a forward-mode gradient (``_fw_grad(0).defined()``)."""
     if forward_ad._current_level < 0:
         return False
-    dual = forward_ad.unpack_dual(tensor)  # type: ignore[no-untyped-call]  # untyped in torch
+    dual = forward_ad.unpack_dual(tensor)  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
     return dual.tangent is not None

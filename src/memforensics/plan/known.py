@@ -116,7 +116,7 @@ def _less_itself(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bo
     first: torch.Tensor = args[0]
     if func is torch.ops.aten.sub.Tensor:
         return True
-    return (
+    return bool(
         first.storage_offset() == 0
         and first.is_contiguous()
         and first.numel() * first.element_size() == first.untyped_storage().nbytes()

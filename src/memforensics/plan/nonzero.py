@@ -112,7 +112,7 @@ def _positions(target: torch.Tensor, indices: Any) -> int | None:
     if not shapes:
         return None
     rest = math.prod(target.shape[len(shapes) :])
-    indexed = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]  # torch's own
+    indexed = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call, unused-ignore]  # torch's own
     return int(indexed.numel()) * int(rest)
 
 

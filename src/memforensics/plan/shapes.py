@@ -66,7 +66,7 @@ class Shapes:
             self.notes.once("nonzero", NONZERO)
             return bound
         self._bound()
-        return tensor.numel()
+        return int(tensor.numel())
 
     def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
         """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
