@@ -12,10 +12,18 @@ under the storage mode, each value freed after its last use, so every storage th
 its block. Inductor's kernels fuse pointwise work: the graphs' intermediates are made here
 (briefly), and Inductor's own allocations while it compiles and autotunes are not.
 
+Attention runs as on a GPU: before AOTAutograd traces dynamo's graph, each
+``scaled_dot_product_attention`` call becomes the plan's re-making of it
+(:func:`~memforensics.plan.attention.attention`), so the trace holds the aten operator of the
+kernel CUDA picks for the planned capability (flash, memory-efficient, cuDNN, or the math
+composite), with that operator's own backward, where a trace on ``meta`` would take the math
+path and its B·H·L·S scores. Inductor keeps the fused kernels as extern calls and its partition
+saves their outputs (the output, the log-sum-exp, the philox seed and offset); so does this one.
+
 The whole function must be one graph (``fullgraph``): code between graphs would run with the
 modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
-re-makes above the dispatcher (attention, dropout, CTC, ``flex_attention``, autocast to a
-lower precision), it runs eagerly, said once, and stays so.
+re-makes above the dispatcher and a graph cannot (dropout, CTC, ``flex_attention``, autocast
+to a lower precision), it runs eagerly, said once, and stays so.
 """
 
 from __future__ import annotations
@@ -47,9 +55,9 @@ GRAPHS = (
 )
 _DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
 """``mode``s that compile without CUDA graphs: a graph run as the partition's modules."""
-_REMADE = frozenset((attention.SDPA_NAME, ctc.NAME, "flex_attention"))
+_REMADE = frozenset((ctc.NAME, "flex_attention"))
 """Functions the emulation re-makes above the dispatcher, where ``meta`` would trace another
-kernel than CUDA's (the math attention's B·H·S² scores, a CPU CTC)."""
+kernel than CUDA's (a CPU CTC), and a graph cannot call that re-making instead."""
 
 
 _NO_TRITON = "torch.utils.flop_counter"
@@ -105,16 +113,33 @@ def _lower_autocast() -> bool:
     )
 
 
-def _check(gm: torch.fx.GraphModule) -> None:
-    """Raise :class:`Unmodelled` where dynamo's graph calls what the plan re-makes."""
+def _attention(capability: tuple[int, int], *args: Any, **kwargs: Any) -> torch.Tensor:
+    """A graph's ``scaled_dot_product_attention``: the kernel CUDA runs at ``capability``
+    (:func:`~memforensics.plan.attention.attention`), so AOTAutograd traces that kernel's aten
+    operator, its saved outputs and its backward, as it does on a GPU."""
+    return attention.attention(capability, *args, **kwargs)
+
+
+def _prepare(gm: torch.fx.GraphModule, capability: tuple[int, int]) -> None:
+    """dynamo's graph made ready for AOTAutograd: its attention calls CUDA's kernel
+    (:func:`_attention`); raise :class:`Unmodelled` where it calls what the plan re-makes and
+    a graph cannot."""
+    rewritten = False
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         name = getattr(node.target, "__name__", str(node.target))
+        if name == attention.SDPA_NAME:
+            node.target = _attention
+            node.args = (capability, *node.args)
+            rewritten = True
+            continue
         if name in _REMADE or "autocast" in name:
             raise Unmodelled(name)
         if name == dropout.NAME and _drops(node):
             raise Unmodelled(name)
+    if rewritten:
+        gm.recompile()
 
 
 def _drops(node: torch.fx.Node) -> bool:
@@ -169,7 +194,7 @@ class Compiled:
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
-        _check(gm)
+        _prepare(gm, self.storage.capability)
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch._inductor.decomposition import select_decomp_table
