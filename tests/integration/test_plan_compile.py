@@ -167,12 +167,47 @@ def test_code_dynamo_cannot_trace_whole_runs_eagerly_and_says_so_once(tmp_path: 
     assert sum("graphs unfused" in line for line in said) == 1
 
 
+AUTOCAST = """
+import torch
+from torch import nn
+
+model = torch.compile(nn.Sequential(nn.Linear(64, 64), nn.GELU()).cuda())
+x = torch.randn(8, 64, device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    y = model(x)
+print(y.dtype)
+"""
+
+
+def test_a_compiled_call_under_low_precision_autocast_runs_eagerly_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A compiled model called under ``autocast`` to bfloat16 runs eagerly, with autocast's
+    casts (its result bfloat16), and the plan says once that this compiled call ran eagerly."""
+    script(tmp_path, AUTOCAST)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "torch.bfloat16"
+    said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert sum("under autocast to a lower precision" in line for line in said) == 1
+
+
 OUT = """
 import torch
 from torch import nn
 
-layers = nn.Sequential(nn.Linear(4096, 4096), nn.Sigmoid(), nn.Linear(4096, 4096))
-model = torch.compile(layers.cuda())
+
+
+class Layers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(4096, 4096), nn.Linear(4096, 4096)
+
+    def forward(self, x):
+        return self.down(torch.sigmoid(self.up(x)))
+
+
+model = torch.compile(Layers().cuda())
 x = torch.randn(16384, 4096, device="cuda", requires_grad=True)
 model(x)
 """
@@ -188,6 +223,7 @@ def test_a_predicted_oom_inside_a_compiled_graph_is_the_plans_oom(tmp_path: Path
     assert answer["fits"] is False
     assert "CUDA out of memory" in answer["oom_message"]
     assert "runs eagerly" not in done.stderr
+    assert "graphs unfused" in done.stderr
 
 
 BATCH, SEQ, HEADS, HEAD = 4, 256, 4, 64

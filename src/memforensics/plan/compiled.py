@@ -48,6 +48,10 @@ EAGER = (
     "torch.compile runs eagerly in a plan: a compiled graph's memory differs "
     "(fused kernels keep fewer intermediates)"
 )
+EAGER_AUTOCAST = (
+    "torch.compile runs eagerly in a plan where it is called under autocast to a lower "
+    "precision: a compiled graph's memory differs (its partition keeps fewer intermediates)"
+)
 GRAPHS = (
     "torch.compile runs Inductor's forward and backward graphs unfused in a plan: the backward "
     "keeps what Inductor's partition keeps, a fused kernel's intermediates are made briefly, and "
@@ -176,7 +180,10 @@ class Compiled:
             self.optimized = original(fn, backend=self._backend, fullgraph=True, dynamic=dynamic)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.eager or torch.compiler.is_compiling() or _lower_autocast():
+        if self.eager or torch.compiler.is_compiling():
+            return self.fn(*args, **kwargs)
+        if _lower_autocast():
+            self.notes.once("compile autocast", EAGER_AUTOCAST)
             return self.fn(*args, **kwargs)
         self._ran.value = False
         try:
@@ -255,7 +262,8 @@ def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
             return lambda fn: compile(fn, backend=backend, **options)
         if options.get("disable", False):
             return model
-        torch_own = str(getattr(model, "__module__", "")).startswith("torch.")
+        module = isinstance(model, torch.nn.Module)  # the script's, whatever its class
+        torch_own = not module and str(getattr(model, "__module__", "")).startswith("torch.")
         graphs = (
             backend == INDUCTOR
             and not torch_own
@@ -264,7 +272,6 @@ def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
         )
         if not graphs and not torch_own:
             notes.once("compile", EAGER)
-        module = isinstance(model, torch.nn.Module)
         fn = model._call_impl if module else model
         if graphs:
             fn = Compiled(fn, notes, storage, original, options.get("dynamic"))
