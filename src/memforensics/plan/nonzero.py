@@ -87,6 +87,8 @@ AND = frozenset(
     )
 )
 """Elementwise ``&`` of two tensors (flags or masks)."""
+_HOST_COUNTED = 1 << 16
+"""Largest host tensor, in bytes, whose non-zero elements are counted for a bound."""
 _ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | AND
 """Every operator that can make a bound."""
 
@@ -197,8 +199,10 @@ class NonzeroBounds:
     def _of(self, tensor: torch.Tensor) -> int | None:
         """At most how many of ``tensor``'s elements are non-zero: its exact count where its
         values are known, its bound where it has one."""
-        if not tensor.is_meta:
-            return int(torch.count_nonzero(tensor))
+        if not tensor.is_meta:  # a host tensor: counted only where small (a batch moved to
+            # the device is never read for it: a checkpoint's mmap pages stay on disk)
+            small = tensor.numel() * tensor.element_size() <= _HOST_COUNTED
+            return int(torch.count_nonzero(tensor)) if small else None
         if not _whole(tensor):
             return None
         found = self._count(tensor)
