@@ -63,8 +63,8 @@ def _values(known: Known, tensor: torch.Tensor) -> list[int] | None:
     """A lengths tensor's values, where the script's values decide them."""
     if not tensor.is_meta:
         return [int(v) for v in tensor.reshape(-1).tolist()]
-    found = known.value(tensor)
-    if found is None or known.made_up(tensor):
+    found = known.decided(tensor)
+    if found is None:
         return None
     return [int(v) for v in found.reshape(-1).tolist()]
 

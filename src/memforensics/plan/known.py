@@ -177,12 +177,18 @@ class Known:
         """At most how many elements of unknown values are non-zero, where that is bounded."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
-        """How many of ``tensor``'s known values are non-zero; None where they are unknown or
-        made up (what the plan assumes bounds nothing)."""
+        """How many of ``tensor``'s decided values are non-zero (:meth:`decided`: what the plan
+        assumes bounds nothing); None where they are not decided."""
+        found = self.decided(tensor)
+        return None if found is None else int(torch.count_nonzero(found))
+
+    def decided(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s values on the CPU where the script's own values decide them; None where
+        they are unknown or made up. An assumption decides no length, size or target: an assumed
+        ``x == 0`` of unknown ``x`` is all false, and would select nothing where a GPU selects
+        some."""
         found = self.value(tensor)
-        if found is None or self.made_up(tensor):
-            return None
-        return int(torch.count_nonzero(found))
+        return None if found is None or self.made_up(tensor) else found
 
     def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU (a view of the kept copy), or None when unknown."""

@@ -51,13 +51,6 @@ class Shapes:
     def _bound(self) -> None:
         self.notes.once("bound", BOUND)
 
-    def _decided(self, mask: torch.Tensor) -> torch.Tensor | None:
-        """``mask``'s values where the script's own values decide them; None where they are
-        unknown or made up (an assumed ``x == 0`` of unknown ``x`` is all false, which would
-        select nothing where a GPU selects some): a selection then takes its bound."""
-        found = self.known.value(mask)
-        return None if found is None or self.known.made_up(mask) else found
-
     def _at_most(self, tensor: torch.Tensor) -> int:
         """How many of ``tensor``'s unknown elements can be non-zero: its bound where the
         script's code bounds it (:mod:`~memforensics.plan.nonzero`), else all of them, said."""
@@ -70,7 +63,7 @@ class Shapes:
 
     def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
         """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
-        found = self._decided(tensor)
+        found = self.known.decided(tensor)
         if found is not None:
             return _empty((int(torch.count_nonzero(found)), tensor.dim()), torch.long)
         return _empty((self._at_most(tensor), tensor.dim()), torch.long)
@@ -79,7 +72,7 @@ class Shapes:
         """``masked_select``: the elements the mask selects over the broadcast shape; every
         one when the mask is unknown."""
         shape = torch.broadcast_shapes(tensor.shape, mask.shape)
-        found = self._decided(mask)
+        found = self.known.decided(mask)
         if found is not None:
             return _empty((int(torch.count_nonzero(found.broadcast_to(shape))),), tensor.dtype)
         if mask.shape == shape:
@@ -97,7 +90,7 @@ class Shapes:
             if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
                 replaced.append(index)
                 continue
-            found = self._decided(index) if index.is_meta else index
+            found = self.known.decided(index) if index.is_meta else index
             if found is not None:
                 count = int(torch.count_nonzero(found))
             elif index.dim() == 1:

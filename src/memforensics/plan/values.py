@@ -196,8 +196,8 @@ class Reads:
         its target, where known, is the batch's (:meth:`~memforensics.plan.targets.Targets.given`,
         with its ``ignore_index``)."""
         target = args[1]
-        found = self.known.value(target)
-        if found is not None and not self.known.made_up(target):
+        found = self.known.decided(target)
+        if found is not None:
             ignored = args[4] if len(args) > 4 else kwargs.get("ignore_index", -100)
             self.targets.given(found, ignored, target.untyped_storage()._cdata)
         return func(*args, **kwargs)
