@@ -41,14 +41,7 @@ class Block(nn.Module):
         return self.down(torch.sigmoid(t) * t) + x
 """
 
-PLANNED = (
-    MODEL
-    + """
-import json, sys
-backend = sys.argv[1]
-model = Block().cuda()
-compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
-x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+MEASURED = """
 torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
 before = torch.cuda.memory_allocated()
 y = compiled(x)
@@ -57,7 +50,20 @@ y.sum().backward()
 del y
 grads = torch.cuda.memory_allocated() - before
 print(json.dumps({"kept": kept, "grads": grads}))
+"""
+"""A planned script's end, after its ``compiled`` and ``x``: what the forward keeps beyond its
+output, and what the backward leaves (the gradients), as one JSON line."""
+
+PLANNED = (
+    MODEL
+    + """
+import json, sys
+backend = sys.argv[1]
+model = Block().cuda()
+compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
 """.replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
 )
 
 
@@ -267,15 +273,8 @@ model = Attention().cuda().to(torch.bfloat16)
 compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
 x = torch.randn({BATCH}, {SEQ}, {HEADS * HEAD}, device="cuda", dtype=torch.bfloat16,
                 requires_grad=True)
-torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
-before = torch.cuda.memory_allocated()
-y = compiled(x)
-kept = torch.cuda.memory_allocated() - before - y.nbytes
-y.sum().backward()
-del y
-grads = torch.cuda.memory_allocated() - before
-print(json.dumps({{"kept": kept, "grads": grads}}))
 """
+    + MEASURED
 )
 
 
