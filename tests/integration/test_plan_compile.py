@@ -144,6 +144,77 @@ def test_another_backend_runs_eagerly_and_keeps_what_eager_autograd_keeps(
     assert found["kept"] == _saved_bytes("eager")
 
 
+LAYERS = f"""
+import torch
+from torch import nn
+
+
+def Layers(dropout=0.0):
+    \"\"\"A feed-forward of torch's own classes only, dropping ``dropout`` of its hidden units.\"\"\"
+    return nn.Sequential(
+        nn.Linear({WIDTH}, {HIDDEN}),
+        nn.LayerNorm({HIDDEN}),
+        nn.GELU(),
+        nn.Dropout(dropout),
+        nn.Linear({HIDDEN}, {WIDTH}),
+    )
+"""
+
+WRAPPED = (
+    LAYERS
+    + f"""
+import json, sys
+model = Layers(float(sys.argv[1])).cuda()
+compiled = torch.compile(model)
+keys = list(compiled.state_dict())
+print(json.dumps([type(compiled).__name__, compiled._orig_mod is model, keys[0]]))
+x = torch.randn({ROWS}, {WIDTH}, device="cuda", requires_grad=True)
+"""
+    + MEASURED
+)
+
+
+def _wrapped(tmp_path: Path, dropout: float) -> tuple[list[object], dict[str, int], str]:
+    """Plan :data:`WRAPPED` dropping ``dropout``: what it printed of the compiled wrapper, what
+    the forward kept and the backward left, and what the plan said."""
+    script(tmp_path, WRAPPED)
+    done = plan(tmp_path, "train.py", str(dropout))
+    assert done.returncode == 0, done.stderr
+    wrapper, found = (json.loads(line) for line in done.stdout.splitlines()[:2])
+    return wrapper, found, done.stderr
+
+
+def test_a_compiled_model_of_torchs_own_classes_runs_as_graphs_in_torchs_wrapper(
+    tmp_path: Path,
+) -> None:
+    """torch.compile of an nn.Sequential of torch's layers returns torch's OptimizedModule
+    (``_orig_mod``, ``_orig_mod.``-prefixed state-dict keys) and runs as Inductor's graphs: the
+    forward keeps exactly what the partition saves on the CPU, fewer bytes than eager autograd,
+    and no fallback to eager is said."""
+    partition = _saved("aot_eager_decomp_partition", LAYERS, "Layers", torch.randn(ROWS, WIDTH))
+    eager = _saved("eager", LAYERS, "Layers", torch.randn(ROWS, WIDTH))
+    kept = sum(held for _, _, held in partition)
+    assert kept < sum(held for _, _, held in eager)  # the partition recomputes the norm's output
+    wrapper, found, said = _wrapped(tmp_path, 0.0)
+    assert wrapper == ["OptimizedModule", True, "_orig_mod.0.weight"]
+    assert found["kept"] == kept
+    assert "graphs unfused" in said
+    assert "runs eagerly" not in said
+
+
+def test_dropout_in_a_compiled_graph_keeps_inductors_bool_mask(tmp_path: Path) -> None:
+    """Dropout while training inside a compiled graph runs as Inductor's decomposition: the
+    forward keeps what the partition saves on the CPU, a one-byte mask of the dropped units
+    among it, and no fallback to eager is said."""
+    x = torch.randn(ROWS, WIDTH)
+    partition = _saved("aot_eager_decomp_partition", LAYERS.replace("0.0", "0.1"), "Layers", x)
+    assert ((ROWS, HIDDEN), torch.bool, ROWS * HIDDEN) in partition
+    _, found, said = _wrapped(tmp_path, 0.1)
+    assert found["kept"] == sum(held for _, _, held in partition)
+    assert "graphs unfused" in said
+    assert "runs eagerly" not in said
+
+
 BROKEN = """
 import torch
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, ctc, dropout, values
+from memforensics.plan import attention, ctc, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -140,17 +140,8 @@ def _prepare(gm: torch.fx.GraphModule, capability: tuple[int, int]) -> None:
             continue
         if name in _REMADE or "autocast" in name:
             raise Unmodelled(name)
-        if name == dropout.NAME and _drops(node):
-            raise Unmodelled(name)
     if rewritten:
         gm.recompile()
-
-
-def _drops(node: torch.fx.Node) -> bool:
-    """Whether a traced ``dropout`` call drops anything (p > 0 while training)."""
-    p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
-    training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
-    return not (p == 0 or training is False)
 
 
 class Compiled:
@@ -249,12 +240,37 @@ def dynamo_as_found() -> Iterator[None]:
             torch._dynamo.reset()
 
 
+def _torch_own(model: object) -> bool:
+    """Whether ``model`` is one of torch's own functions (``flex_attention``), which torch
+    compiles itself; not a module's bound ``_call_impl`` (``nn.Module.compile``), which runs
+    the script's code."""
+    own = str(getattr(model, "__module__", "")).startswith("torch.")
+    return own and not isinstance(getattr(model, "__self__", model), torch.nn.Module)
+
+
+def _optimized_module(
+    model: torch.nn.Module, original: Callable[..., Any], backend: object, options: dict[str, Any]
+) -> tuple[torch.nn.Module, str, Callable[..., Any]]:
+    """``model`` in the ``OptimizedModule`` real ``torch.compile`` wraps it in (a script reads
+    ``_orig_mod``, and its state dict's keys begin ``_orig_mod.``), the attribute that holds
+    the compiled call (a lazy module's is ``_forward``, behind its initialising check), and
+    the function torch compiles there: the module's ``__call__``, whose inner frames dynamo
+    traces, or, for a class of torch's own (an ``nn.Sequential`` of torch's layers, whose
+    files dynamo skips), a frame around it outside torch's files that dynamo inlines it from."""
+    from torch._dynamo.eval_frame import innermost_fn
+
+    with _quiet(_NO_TRITON):  # as the wrapper's compiler config imports it
+        wrapper: torch.nn.Module = original(model, backend=backend, **options)
+    slot = "_forward" if "_forward" in vars(wrapper) else "forward"
+    return wrapper, slot, innermost_fn(getattr(wrapper, slot))
+
+
 def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
     """``torch.compile`` for a plan: Inductor's graphs (:class:`Compiled`) for the default
     backend and options, else the code eagerly, marked as compiled with its backend (an
     operator whose CUDA memory depends on it asks
-    :func:`~memforensics.plan.values.compiled_backend`). A module is returned itself,
-    compiled as ``nn.Module.compile`` compiles one in place."""
+    :func:`~memforensics.plan.values.compiled_backend`). A module is returned in torch's own
+    wrapper, as ``torch.compile`` returns it (:func:`_optimized_module`)."""
     original = torch.compile
 
     def compile(model: Any = None, *, backend: object = INDUCTOR, **options: Any) -> Any:
@@ -263,7 +279,7 @@ def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
         if options.get("disable", False):
             return model
         module = isinstance(model, torch.nn.Module)  # the script's, whatever its class
-        torch_own = not module and str(getattr(model, "__module__", "")).startswith("torch.")
+        torch_own = _torch_own(model)
         graphs = (
             backend == INDUCTOR
             and not torch_own
@@ -272,13 +288,16 @@ def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
         )
         if not graphs and not torch_own:
             notes.once("compile", EAGER)
-        fn = model._call_impl if module else model
+        if module:
+            wrapper, slot, fn = _optimized_module(model, original, backend, options)
+        else:
+            fn = model
         if graphs:
             fn = Compiled(fn, notes, storage, original, options.get("dynamic"))
         marked = values.marked(fn, backend)
         if module:
-            model._compiled_call_impl = marked
-            return model
+            setattr(wrapper, slot, marked)
+            return wrapper
         return marked
 
     return compile
