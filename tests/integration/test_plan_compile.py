@@ -150,7 +150,7 @@ from torch import nn
 
 
 def Layers(dropout=0.0):
-    \"\"\"A feed-forward of torch's own classes only, dropping ``dropout`` of its hidden units.\"\"\"
+    \"\"\"Torch's own layers only, dropping ``dropout`` of the hidden units.\"\"\"
     return nn.Sequential(
         nn.Linear({WIDTH}, {HIDDEN}),
         nn.LayerNorm({HIDDEN}),
@@ -207,12 +207,38 @@ def test_dropout_in_a_compiled_graph_keeps_inductors_bool_mask(tmp_path: Path) -
     forward keeps what the partition saves on the CPU, a one-byte mask of the dropped units
     among it, and no fallback to eager is said."""
     x = torch.randn(ROWS, WIDTH)
-    partition = _saved("aot_eager_decomp_partition", LAYERS.replace("0.0", "0.1"), "Layers", x)
+    dropping = LAYERS + "\n\ndef Dropping():\n    return Layers(0.1)\n"
+    partition = _saved("aot_eager_decomp_partition", dropping, "Dropping", x)
     assert ((ROWS, HIDDEN), torch.bool, ROWS * HIDDEN) in partition
     _, found, said = _wrapped(tmp_path, 0.1)
     assert found["kept"] == sum(held for _, _, held in partition)
     assert "graphs unfused" in said
     assert "runs eagerly" not in said
+
+
+IN_PLACE = (
+    MODEL
+    + f"""
+import json
+model = Block().cuda()
+model.compile()
+compiled = model
+x = torch.randn({ROWS}, {WIDTH}, device="cuda", requires_grad=True)
+"""
+    + MEASURED
+)
+
+
+def test_a_module_compiled_in_place_runs_as_graphs(tmp_path: Path) -> None:
+    """``model.compile()`` on the script's own class runs as Inductor's graphs, as
+    ``torch.compile(model)`` does: the forward keeps what the partition saves on the CPU."""
+    script(tmp_path, IN_PLACE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["kept"] == _saved_bytes(
+        "aot_eager_decomp_partition"
+    )
+    assert "graphs unfused" in done.stderr
 
 
 BROKEN = """

@@ -20,9 +20,19 @@ composite), with that operator's own backward, where a trace on ``meta`` would t
 path and its B·H·L·S scores. Inductor keeps the fused kernels as extern calls and its partition
 saves their outputs (the output, the log-sum-exp, the philox seed and offset); so does this one.
 
+Dropout needs no re-making in a graph: AOTAutograd's trace takes ``aten.dropout``'s Python
+decomposition on any device (``native_dropout``, then ``rand_like(x) > p``), so the graph holds
+what Inductor's holds, and the partition saves the one-byte mask (Inductor on the CPU saves the
+same). Inductor draws the random numbers inside its fused kernel, from a seed: the unfused
+``rand`` here, of the input's size and dtype, is one of the brief intermediates.
+
+A module is compiled as ``torch.compile`` compiles it (:func:`_optimized_module`): in torch's
+``OptimizedModule``, through the frame torch chooses, so a model of torch's own classes (whose
+files dynamo skips) is traced from a frame outside them, as on a GPU.
+
 The whole function must be one graph (``fullgraph``): code between graphs would run with the
 modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
-re-makes above the dispatcher and a graph cannot (dropout, CTC, ``flex_attention``, autocast
+re-makes above the dispatcher and a graph cannot (CTC, ``flex_attention``, autocast
 to a lower precision), it runs eagerly, said once, and stays so.
 """
 
