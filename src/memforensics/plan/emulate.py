@@ -282,7 +282,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._to = torch.Tensor.to
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
-        self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
+        self._cast = autocast.names
         self._constructors = _default._device_constructors()
         self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
