@@ -8,6 +8,7 @@ keeps; code dynamo cannot trace whole runs eagerly, said once. Each runs through
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -182,6 +183,7 @@ AUTOCAST = (
     MODEL
     + """
 import json
+import re
 model = Block().cuda()
 compiled = torch.compile(model)
 x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
@@ -238,6 +240,7 @@ CLASSIFIED = (
     CLASSIFIER
     + """
 import json
+import re
 model = Classifier().cuda()
 compiled = torch.compile(model)
 x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
@@ -371,3 +374,104 @@ def test_a_compiled_attention_runs_as_graphs_keeping_what_flash_attention_saves(
     assert "runs eagerly" in said
     assert compiled["kept"] < eager["kept"]
     assert compiled["grads"] == eager["grads"]
+
+
+LOSS = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Head(nn.Module):
+    \"\"\"A LayerNorm, a GELU feed-forward and the logits' cross-entropy.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(WIDTH)
+        self.up = nn.Linear(WIDTH, HIDDEN)
+        self.out = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.out(F.gelu(self.up(self.norm(x)))), y)
+"""
+LOSS_ROWS, LOSS_WIDTH, LOSS_HIDDEN, CLASSES = 4096, 512, 2048, 4096
+LOSS_MODEL = (
+    LOSS.replace("WIDTH", str(LOSS_WIDTH))
+    .replace("HIDDEN", str(LOSS_HIDDEN))
+    .replace("CLASSES", str(CLASSES))
+)
+LOSS_PLANNED = (
+    LOSS_MODEL
+    + f"""
+compiled = torch.compile(Head().cuda())
+x = torch.randn({LOSS_ROWS}, {LOSS_WIDTH}, device="cuda")
+y = torch.randint(0, {CLASSES}, ({LOSS_ROWS},), device="cuda")
+torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
+before = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    compiled(x, y)
+print(torch.cuda.max_memory_allocated() - before)
+"""
+)
+
+_BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)")
+_REUSED = re.compile(r"^\s*(buf\d+) = (?:reinterpret_tensor\()?(buf\d+)\b.*; del \2\s+# reuse")
+_DELETED = re.compile(r"^\s*del (buf\d+)\s*$")
+
+
+def _wrapper_peak(code: str) -> int:
+    """The most bytes of buffers live at once in the call of an Inductor wrapper's ``code``,
+    each in the caching allocator's 512-byte blocks: what its ``empty_strided`` calls make,
+    less what it deletes, with a buffer reused under another name counted once."""
+    live: dict[str, int] = {}
+    peak = 0
+    for line in code[code.index("def call(self, args)") :].splitlines():
+        if made := _BUFFER.match(line):
+            sizes = [int(d) for d in made[2].split(",") if d.strip()]
+            strides = [int(d) for d in made[3].split(",") if d.strip()]
+            elements = 1 + sum(
+                (size - 1) * stride for size, stride in zip(sizes, strides, strict=True)
+            )
+            itemsize = getattr(torch, made[4]).itemsize
+            live[made[1]] = -(-elements * itemsize // BLOCK) * BLOCK
+            peak = max(peak, sum(live.values()))
+        elif reused := _REUSED.match(line):
+            live[reused[1]] = live.pop(reused[2], 0)
+        elif (deleted := _DELETED.match(line)) and deleted[1] in live:
+            del live[deleted[1]]
+    return peak
+
+
+def _inductor_forward_peak() -> int:
+    """The peak of the buffers Inductor's own forward of :data:`LOSS_MODEL` allocates, compiled
+    for the CPU under the CPU's autocast to bfloat16 (whose list casts ``linear`` as CUDA's
+    does): Inductor's real fusion and wrapper, read from the code it generates."""
+    space: dict[str, object] = {}
+    exec(LOSS_MODEL, space)
+    model = space["Head"]()  # type: ignore[operator]
+    x, y = torch.randn(LOSS_ROWS, LOSS_WIDTH), torch.randint(0, CLASSES, (LOSS_ROWS,))
+
+    def forward() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x, y)  # type: ignore[no-any-return]
+
+    with warnings.catch_warnings():  # torch's own deprecations while it compiles
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch._inductor.utils import run_and_get_code
+
+        _, codes = run_and_get_code(torch.compile(forward))
+    return _wrapper_peak(codes[0])
+
+
+def test_a_compiled_forward_allocates_only_what_inductors_kernels_write(tmp_path: Path) -> None:
+    """The values Inductor's fused kernels compute in registers (a cross-entropy's float32
+    logits, ``x - max``, ``exp``) take no memory in a planned compiled forward: its peak is,
+    within 0.1 %, the peak of the buffers Inductor's own wrapper allocates for the same model
+    (where the graph run op by op makes logits-sized float32 tensors)."""
+    script(tmp_path, LOSS_PLANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    planned = int(done.stdout.splitlines()[0])
+    inductor = _inductor_forward_peak()
+    assert abs(planned - inductor) <= inductor / 1000, (planned, inductor)

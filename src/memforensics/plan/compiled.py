@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, choices, ctc, dropout, values
+from memforensics.plan import attention, choices, ctc, dropout, fusion, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -299,24 +299,50 @@ class Compiled:
             )
 
     def _runner(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        """A partitioned graph run as its FX module under the storage mode, the emulation's
+        """A partitioned graph run node by node under the storage mode, the emulation's
         function mode aside (the module's own ``device(type='meta')`` literals must stay
-        stand-ins' meta); boxed, so its inputs are freed as the graph is done with them."""
+        stand-ins' meta), each value freed after its last use and the values Inductor inlines
+        into its kernels made without a block (:class:`_Kernels`); boxed, so its inputs are
+        freed as the graph is done with them, as Inductor's own wrapper frees them."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
+        inlined = fusion.inlined(gm.graph)
 
         def run(args: list[Any]) -> Any:
             self._ran.value = True
-            with torch._C.DisableTorchFunction():
-                if storage in _get_current_dispatch_mode_stack():
-                    return gm(*args)
-                with storage:
-                    return gm(*args)
+            kernels = _Kernels(gm, inlined)
+            staged, storage.staged = storage.staged, False  # Inductor's reductions stage none
+            try:
+                with torch._C.DisableTorchFunction():
+                    if storage in _get_current_dispatch_mode_stack():
+                        return kernels.boxed_run(args)
+                    with storage:
+                        return kernels.boxed_run(args)
+            finally:
+                storage.staged = staged
 
         run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
         return run
+
+
+class _Kernels(torch.fx.Interpreter):
+    """A partitioned graph's run, where the values Inductor computes inside the kernels that
+    read them (:func:`~memforensics.plan.fusion.inlined`) are made with the storage mode
+    aside: they never take a block of the planned device."""
+
+    def __init__(self, gm: torch.fx.GraphModule, inlined: frozenset[torch.fx.Node]) -> None:
+        super().__init__(gm)
+        self.inlined = inlined
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n not in self.inlined:
+            return super().run_node(n)
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return super().run_node(n)
 
 
 @contextmanager
