@@ -8,6 +8,7 @@ keeps; code dynamo cannot trace whole runs eagerly, said once. Each runs through
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -45,7 +46,7 @@ MEASURED = """
 torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
 before = torch.cuda.memory_allocated()
 y = compiled(x)
-kept = torch.cuda.memory_allocated() - before - y.nbytes
+kept = torch.cuda.memory_allocated() - before - -(-y.nbytes // 512) * 512  # y's block
 y.sum().backward()
 del y
 grads = torch.cuda.memory_allocated() - before
@@ -77,9 +78,12 @@ def _saved_bytes(backend: str) -> int:
     return sum(held for _, _, held in _saved(backend, MODEL, "Block", torch.randn(ROWS, WIDTH)))
 
 
-def _saved(backend: str, source: str, name: str, x: torch.Tensor) -> list[Saved]:
+def _saved(
+    backend: str, source: str, name: str, x: torch.Tensor, autocast: torch.dtype | None = None
+) -> list[Saved]:
     """What the CPU forward of model ``name`` (defined by ``source``, cast to ``x``'s dtype)
-    compiled with ``backend`` saves for its backward, besides the parameters and the input:
+    compiled with ``backend`` saves for its backward, called under the CPU's ``autocast`` to
+    that dtype where one is given, besides the parameters and the input:
     each storage its autograd graph holds, as the shape and dtype of a tensor on it and its
     bytes in the caching allocator's 512-byte blocks."""
     space: dict[str, object] = {}
@@ -88,7 +92,8 @@ def _saved(backend: str, source: str, name: str, x: torch.Tensor) -> list[Saved]
     x.requires_grad_(True)
     with warnings.catch_warnings():  # torch's own deprecations while it compiles
         warnings.simplefilter("ignore", DeprecationWarning)
-        y = torch.compile(model, backend=backend)(x)
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            y = torch.compile(model, backend=backend)(x)
     known = {p.untyped_storage().data_ptr() for p in model.parameters()}
     known.add(x.untyped_storage().data_ptr())
     saved: dict[int, Saved] = {}
@@ -271,29 +276,92 @@ def test_code_dynamo_cannot_trace_whole_runs_eagerly_and_says_so_once(tmp_path: 
     assert sum("graphs unfused" in line for line in said) == 1
 
 
-AUTOCAST = """
-import torch
-from torch import nn
+AUTOCAST = (
+    MODEL
+    + """
+import json
+import re
+model = Block().cuda()
+compiled = torch.compile(model)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED.replace(
+        "y = compiled(x)",
+        'with torch.autocast("cuda", dtype=torch.bfloat16):\n    y = compiled(x)',
+    )
+)
 
-model = torch.compile(nn.Sequential(nn.Linear(64, 64), nn.GELU()).cuda())
-x = torch.randn(8, 64, device="cuda")
-with torch.autocast("cuda", dtype=torch.bfloat16):
-    y = model(x)
-print(y.dtype)
-"""
 
-
-def test_a_compiled_call_under_low_precision_autocast_runs_eagerly_and_says_so(
+def test_a_compiled_forward_under_autocast_keeps_what_the_partition_of_its_casts_saves(
     tmp_path: Path,
 ) -> None:
-    """A compiled model called under ``autocast`` to bfloat16 runs eagerly, with autocast's
-    casts (its result bfloat16), and the plan says once that this compiled call ran eagerly."""
+    """A compiled model called under ``autocast`` to bfloat16 runs as Inductor's graphs with
+    autocast's casts in them: its forward keeps exactly what torch's partition keeps for the
+    same model traced under autocast on the CPU (whose list casts ``linear`` to bfloat16 as
+    CUDA's does), not what the model keeps run eagerly under autocast."""
     script(tmp_path, AUTOCAST)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "torch.bfloat16"
-    said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
-    assert sum("under autocast to a lower precision" in line for line in said) == 1
+    found = json.loads(done.stdout.splitlines()[0])
+    x = torch.randn(ROWS, WIDTH)
+    partition = _saved("aot_eager_decomp_partition", MODEL, "Block", x, torch.bfloat16)
+    eager = _saved("eager", MODEL, "Block", x, torch.bfloat16)
+    assert sum(held for _, _, held in partition) < sum(held for _, _, held in eager)
+    assert found["kept"] == sum(held for _, _, held in partition)
+    assert "runs eagerly" not in done.stderr
+    assert "graphs unfused" in done.stderr
+
+
+CLASSIFIER = f"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Classifier(nn.Module):
+    \"\"\"Features, a variance-normalised hidden layer and a cross-entropy loss, all in one
+    compiled forward.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear({WIDTH}, {HIDDEN})
+        self.head = nn.Linear({HIDDEN}, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.up(x))
+        h = h / torch.sqrt(torch.var(h, dim=-1, keepdim=True) + 1e-5)
+        return F.cross_entropy(self.head(h), x.argmax(-1) % 16)
+"""
+
+CLASSIFIED = (
+    CLASSIFIER
+    + """
+import json
+import re
+model = Classifier().cuda()
+compiled = torch.compile(model)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
+)
+
+
+def test_a_compiled_loss_and_variance_give_every_weight_its_gradient(tmp_path: Path) -> None:
+    """``cross_entropy`` (through ``nll_loss``) and ``var`` inside a compiled forward are
+    differentiated as on a GPU: the forward keeps what torch's partition keeps on the CPU, and
+    the backward leaves a gradient for every weight and the input (on ``meta``, their Python
+    kernels would have hidden their derivatives from AOTAutograd)."""
+    script(tmp_path, CLASSIFIED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    partition = _saved(
+        "aot_eager_decomp_partition", CLASSIFIER, "Classifier", torch.randn(ROWS, WIDTH)
+    )
+    assert found["kept"] == sum(held for _, _, held in partition)
+    sizes = (WIDTH * HIDDEN, HIDDEN, HIDDEN * 16, 16, ROWS * WIDTH)  # the weights' and x's
+    assert found["grads"] == sum(-(-n * 4 // BLOCK) * BLOCK for n in sizes) + WORKSPACE
+    assert "runs eagerly" not in done.stderr
 
 
 OUT = """
@@ -403,3 +471,104 @@ def test_a_compiled_attention_runs_as_graphs_keeping_what_flash_attention_saves(
     assert "runs eagerly" in said
     assert compiled["kept"] < eager["kept"]
     assert compiled["grads"] == eager["grads"]
+
+
+LOSS = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Head(nn.Module):
+    \"\"\"A LayerNorm, a GELU feed-forward and the logits' cross-entropy.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(WIDTH)
+        self.up = nn.Linear(WIDTH, HIDDEN)
+        self.out = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.out(F.gelu(self.up(self.norm(x)))), y)
+"""
+LOSS_ROWS, LOSS_WIDTH, LOSS_HIDDEN, CLASSES = 4096, 512, 2048, 4096
+LOSS_MODEL = (
+    LOSS.replace("WIDTH", str(LOSS_WIDTH))
+    .replace("HIDDEN", str(LOSS_HIDDEN))
+    .replace("CLASSES", str(CLASSES))
+)
+LOSS_PLANNED = (
+    LOSS_MODEL
+    + f"""
+compiled = torch.compile(Head().cuda())
+x = torch.randn({LOSS_ROWS}, {LOSS_WIDTH}, device="cuda")
+y = torch.randint(0, {CLASSES}, ({LOSS_ROWS},), device="cuda")
+torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")  # cuBLAS's workspace
+before = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    compiled(x, y)
+print(torch.cuda.max_memory_allocated() - before)
+"""
+)
+
+_BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)")
+_REUSED = re.compile(r"^\s*(buf\d+) = (?:reinterpret_tensor\()?(buf\d+)\b.*; del \2\s+# reuse")
+_DELETED = re.compile(r"^\s*del (buf\d+)\s*$")
+
+
+def _wrapper_peak(code: str) -> int:
+    """The most bytes of buffers live at once in the call of an Inductor wrapper's ``code``,
+    each in the caching allocator's 512-byte blocks: what its ``empty_strided`` calls make,
+    less what it deletes, with a buffer reused under another name counted once."""
+    live: dict[str, int] = {}
+    peak = 0
+    for line in code[code.index("def call(self, args)") :].splitlines():
+        if made := _BUFFER.match(line):
+            sizes = [int(d) for d in made[2].split(",") if d.strip()]
+            strides = [int(d) for d in made[3].split(",") if d.strip()]
+            elements = 1 + sum(
+                (size - 1) * stride for size, stride in zip(sizes, strides, strict=True)
+            )
+            itemsize = getattr(torch, made[4]).itemsize
+            live[made[1]] = -(-elements * itemsize // BLOCK) * BLOCK
+            peak = max(peak, sum(live.values()))
+        elif reused := _REUSED.match(line):
+            live[reused[1]] = live.pop(reused[2], 0)
+        elif (deleted := _DELETED.match(line)) and deleted[1] in live:
+            del live[deleted[1]]
+    return peak
+
+
+def _inductor_forward_peak() -> int:
+    """The peak of the buffers Inductor's own forward of :data:`LOSS_MODEL` allocates, compiled
+    for the CPU under the CPU's autocast to bfloat16 (whose list casts ``linear`` as CUDA's
+    does): Inductor's real fusion and wrapper, read from the code it generates."""
+    space: dict[str, object] = {}
+    exec(LOSS_MODEL, space)
+    model = space["Head"]()  # type: ignore[operator]
+    x, y = torch.randn(LOSS_ROWS, LOSS_WIDTH), torch.randint(0, CLASSES, (LOSS_ROWS,))
+
+    def forward() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x, y)  # type: ignore[no-any-return]
+
+    with warnings.catch_warnings():  # torch's own deprecations while it compiles
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch._inductor.utils import run_and_get_code
+
+        _, codes = run_and_get_code(torch.compile(forward))
+    return _wrapper_peak(codes[0])
+
+
+def test_a_compiled_forward_allocates_only_what_inductors_kernels_write(tmp_path: Path) -> None:
+    """The values Inductor's fused kernels compute in registers (a cross-entropy's float32
+    logits, ``x - max``, ``exp``) take no memory in a planned compiled forward: its peak is,
+    within 0.1 %, the peak of the buffers Inductor's own wrapper allocates for the same model
+    (where the graph run op by op makes logits-sized float32 tensors)."""
+    script(tmp_path, LOSS_PLANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    planned = int(done.stdout.splitlines()[0])
+    inductor = _inductor_forward_peak()
+    assert abs(planned - inductor) <= inductor / 1000, (planned, inductor)

@@ -97,6 +97,9 @@ class Autocast:
     """autocast("cuda") for stand-ins: the casts of its lists and its cast cache, and the
     float32 runs of the library operators that cast in their own kernels."""
 
+    names = LOWER | FLOAT32 | WIDEST
+    """The functions autocast casts for, by name."""
+
     def __init__(self) -> None:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
         self._library: dict[object, tuple[bool | None, bool]] = {}

@@ -9,8 +9,15 @@ plan does the same: dynamo traces the compiled code on fake copies of the stand-
 emulation's modes set aside (dynamo declines to trace under a dispatch mode), AOTAutograd
 partitions it as Inductor does, and the forward and backward graphs then run as FX modules
 under the storage mode, each value freed after its last use, so every storage they make gets
-its block. Inductor's kernels fuse pointwise work: the graphs' intermediates are made here
-(briefly), and Inductor's own allocations while it compiles and autotunes are not.
+its block, but the values Inductor computes inside its fused kernels
+(:mod:`~memforensics.plan.fusion`); Inductor's own allocations while it compiles and
+autotunes are not made.
+
+autocast works in the dispatcher on CUDA tensors, so dynamo's trace on ``meta`` sees no casts:
+each call of autocast's lists in dynamo's graph casts its inputs as CUDA's autocast does, in
+the autocast state of the trace, before AOTAutograd traces it (:func:`_autocast_call`). And
+while AOTAutograd traces, aten's composite operators with a Python ``meta`` kernel decompose
+above autograd, as on CUDA (:func:`composites_on_meta`).
 
 Attention runs as on a GPU: before AOTAutograd traces dynamo's graph, each
 ``scaled_dot_product_attention`` call becomes the plan's re-making of it
@@ -32,8 +39,8 @@ files dynamo skips) is traced from a frame outside them, as on a GPU.
 
 The whole function must be one graph (``fullgraph``): code between graphs would run with the
 modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
-re-makes above the dispatcher and a graph cannot (CTC, ``flex_attention``, autocast
-to a lower precision), it runs eagerly, said once, and stays so.
+re-makes above the dispatcher and a graph cannot (CTC, ``flex_attention``), it runs eagerly,
+said once, and stays so.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, ctc, values
+from memforensics.plan import attention, choices, ctc, fusion, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -57,10 +64,6 @@ if TYPE_CHECKING:
 EAGER = (
     "torch.compile runs eagerly in a plan: a compiled graph's memory differs "
     "(fused kernels keep fewer intermediates)"
-)
-EAGER_AUTOCAST = (
-    "torch.compile runs eagerly in a plan where it is called under autocast to a lower "
-    "precision: a compiled graph's memory differs (its partition keeps fewer intermediates)"
 )
 GRAPHS = (
     "torch.compile runs Inductor's forward and backward graphs unfused in a plan: the backward "
@@ -119,14 +122,6 @@ def _modes_aside() -> Iterator[None]:
             torch._C._push_on_torch_function_stack(mode)
 
 
-def _lower_autocast() -> bool:
-    """Whether autocast("cuda") casts to a lower precision now: the plan casts above the
-    dispatcher, where a trace on ``meta`` does not."""
-    return bool(
-        torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") != torch.float32
-    )
-
-
 def _attention(capability: tuple[int, int], *args: Any, **kwargs: Any) -> torch.Tensor:
     """A graph's ``scaled_dot_product_attention``: the kernel CUDA runs at ``capability``
     (:func:`~memforensics.plan.attention.attention`), so AOTAutograd traces that kernel's aten
@@ -134,24 +129,119 @@ def _attention(capability: tuple[int, int], *args: Any, **kwargs: Any) -> torch.
     return attention.attention(capability, *args, **kwargs)
 
 
-def _prepare(gm: torch.fx.GraphModule, capability: tuple[int, int]) -> None:
+def _prepare(
+    gm: torch.fx.GraphModule, capability: tuple[int, int], autocast: choices.Autocast
+) -> None:
     """dynamo's graph made ready for AOTAutograd: its attention calls CUDA's kernel
-    (:func:`_attention`); raise :class:`Unmodelled` where it calls what the plan re-makes and
-    a graph cannot."""
-    rewritten = False
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
+    (:func:`_attention`), and each call autocast casts for casts its inputs as CUDA's autocast
+    would where AOTAutograd traces it (:func:`_autocast_call`); raise :class:`Unmodelled` where
+    it calls what the plan re-makes and a graph cannot."""
+    for node in list(gm.graph.nodes):
+        if node.op not in ("call_function", "call_method"):
             continue
-        name = getattr(node.target, "__name__", str(node.target))
-        if name == attention.SDPA_NAME:
-            node.target = _attention
-            node.args = (capability, *node.args)
-            rewritten = True
-            continue
-        if name in _REMADE or "autocast" in name:
+        name = _called(node)
+        if name in _REMADE:
             raise Unmodelled(name)
-    if rewritten:
-        gm.recompile()
+        if node.op == "call_method":
+            if name not in autocast.names:
+                continue
+            node.op, node.target = "call_function", _method(name)
+        if name == attention.SDPA_NAME:
+            node.target, node.args = _attention, (capability, *node.args)
+        if name in autocast.names:
+            node.target = _autocast_call(autocast, name, node.target)
+    gm.recompile()
+
+
+def _called(node: torch.fx.Node) -> str:
+    """The name autocast's lists know a dynamo graph's call by: a method's or function's own
+    name, but for the ones dynamo reaches below the name a script calls (``F.cross_entropy``
+    is ``torch._C._nn.cross_entropy_loss`` in the graph) and a number divided or raised by a
+    tensor (CUDA's ``reciprocal`` and ``pow``, both float32)."""
+    if node.op == "call_method":
+        return str(node.target)
+    name = str(getattr(node.target, "__name__", node.target))
+    if name in _REFLECTED and node.args and not isinstance(node.args[0], torch.fx.Node):
+        return _REFLECTED[name]
+    return _BELOW.get(name, name)
+
+
+_BELOW = {"cross_entropy_loss": "cross_entropy", "nll_loss_nd": "nll_loss"}
+"""dynamo's names for functions of ``torch.nn.functional`` it inlines, and the function's."""
+_REFLECTED = {"truediv": "__rtruediv__", "pow": "__rpow__"}
+"""``operator``'s binary functions whose first operand is a number: the tensor's reflected
+method, as the script's expression calls it."""
+
+
+def _method(name: str) -> Callable[..., Any]:
+    """A tensor method as a function of the tensor, so autocast's casts reach ``self``."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, name)(*args, **kwargs)
+
+    method.__name__ = f"method_{name}"
+    return method
+
+
+def _autocast_call(
+    autocast: choices.Autocast, name: str, call: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``call`` with its inputs cast as CUDA's autocast casts function ``name`` in the autocast
+    state at the trace: dynamo's trace on ``meta`` sees no casts (autocast works in the
+    dispatcher on CUDA tensors), so the graph AOTAutograd partitions gets them here, as the
+    one it traces on a GPU has them. Inside a trace autocast's cache is off, so every cast is
+    the graph's own, as on a GPU."""
+
+    def cast_then(*args: Any, **kwargs: Any) -> Any:
+        policy = autocast.policy(name)
+        if policy is not None:
+            args, kwargs = autocast.cast(policy, args, kwargs)
+        return call(*args, **kwargs)
+
+    cast_then.__name__ = f"autocast_{name}"
+    return cast_then
+
+
+def shadowed() -> tuple[torch._ops.OpOverload, ...]:
+    """aten's composite operators (``nll_loss``, ``var``, ``dropout``, ``rms_norm``'s
+    ``_fused_rms_norm``, ...) with a Python ``meta`` kernel of their own, among the operators
+    looked up so far (registering a kernel looks its operator up)."""
+    import torch._decomp  # registers the Python meta kernels
+    import torch._meta_registrations
+    from torch._C import DispatchKey
+
+    found = []
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():  # type: ignore[no-untyped-call, unused-ignore]
+            op = getattr(packet, overload)
+            if DispatchKey.Meta in op.py_kernels and torch._C._dispatch_has_kernel_for_dispatch_key(
+                op.name(), "CompositeImplicitAutograd"
+            ):
+                found.append(op)
+    return tuple(found)
+
+
+@contextmanager
+def composites_on_meta() -> Iterator[None]:
+    """aten's composite operators decomposed above autograd on ``meta`` while AOTAutograd
+    traces, as they are on CUDA. Under the Python dispatcher AOTAutograd traces with, an
+    operator's Python ``meta`` kernel counts as the ``meta`` backend's own, so autograd on
+    ``meta`` skips the composite and records no derivative: ``cross_entropy``'s ``nll_loss``
+    would give no gradient to anything before it. Their ``meta`` kernels are put back after."""
+    from torch._C import DispatchKey
+
+    held = [(op, op.py_kernels.pop(DispatchKey.Meta)) for op in shadowed()]
+    for op, _ in held:
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, kernel in held:
+            op.py_kernels[DispatchKey.Meta] = kernel
+            op._dispatch_cache.clear()
 
 
 class Compiled:
@@ -167,6 +257,7 @@ class Compiled:
         fn: Callable[..., Any],
         notes: Notes,
         storage: StorageMode,
+        autocast: choices.Autocast,
         original: Callable[..., Any],
         dynamic: object,
     ) -> None:
@@ -175,6 +266,7 @@ class Compiled:
         self.fn = fn
         self.notes = notes
         self.storage = storage
+        self.autocast = autocast
         self.eager = False
         self._ran = threading.local()
         with _quiet(_NO_TRITON):  # dynamo's import of AOTAutograd imports it
@@ -182,9 +274,6 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.eager or torch.compiler.is_compiling():
-            return self.fn(*args, **kwargs)
-        if _lower_autocast():
-            self.notes.once("compile autocast", EAGER_AUTOCAST)
             return self.fn(*args, **kwargs)
         self._ran.value = False
         try:
@@ -202,39 +291,66 @@ class Compiled:
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
-        _prepare(gm, self.storage.capability)
+        _prepare(gm, self.storage.capability, self.autocast)
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch._inductor.decomposition import select_decomp_table
 
-        return aot_module_simplified(
-            gm,
-            example_inputs,
-            fw_compiler=self._runner,
-            bw_compiler=self._runner,
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=select_decomp_table(),
-        )
+        with composites_on_meta():
+            return aot_module_simplified(
+                gm,
+                example_inputs,
+                fw_compiler=self._runner,
+                bw_compiler=self._runner,
+                partition_fn=min_cut_rematerialization_partition,
+                decompositions=select_decomp_table(),
+            )
 
     def _runner(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        """A partitioned graph run as its FX module under the storage mode, the emulation's
+        """A partitioned graph run node by node under the storage mode, the emulation's
         function mode aside (the module's own ``device(type='meta')`` literals must stay
-        stand-ins' meta); boxed, so its inputs are freed as the graph is done with them."""
+        stand-ins' meta), each value freed after its last use and the values Inductor inlines
+        into its kernels made without a block (:class:`_Kernels`); boxed, so its inputs are
+        freed as the graph is done with them, as Inductor's own wrapper frees them."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
+        inlined = fusion.inlined(gm.graph)
 
         def run(args: list[Any]) -> Any:
             self._ran.value = True
-            with torch._C.DisableTorchFunction():
-                if storage in _get_current_dispatch_mode_stack():
-                    return gm(*args)
-                with storage:
-                    return gm(*args)
+            kernels = _Kernels(gm, inlined)
+            staged, storage.staged = storage.staged, False  # Inductor's reductions stage none
+            try:
+                with torch._C.DisableTorchFunction():
+                    if storage in _get_current_dispatch_mode_stack():
+                        return kernels.boxed_run(args)
+                    with storage:
+                        return kernels.boxed_run(args)
+            finally:
+                storage.staged = staged
 
         run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
         return run
+
+
+class _Kernels(torch.fx.Interpreter):
+    """A partitioned graph's run, where the values Inductor computes inside the kernels that
+    read them (:func:`~memforensics.plan.fusion.inlined`) are made with the storage mode
+    aside: they never take a block of the planned device."""
+
+    def __init__(self, gm: torch.fx.GraphModule, inlined: frozenset[torch.fx.Node]) -> None:
+        super().__init__(gm)
+        self.inlined = inlined
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n not in self.inlined:
+            return super().run_node(n)
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return super().run_node(n)
 
 
 @contextmanager
@@ -275,7 +391,7 @@ def _optimized_module(
     return wrapper, slot, innermost_fn(getattr(wrapper, slot))
 
 
-def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
+def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> Callable[..., Any]:
     """``torch.compile`` for a plan: Inductor's graphs (:class:`Compiled`) for the default
     backend and options, else the code eagerly, marked as compiled with its backend (an
     operator whose CUDA memory depends on it asks
@@ -303,7 +419,7 @@ def stand_in(notes: Notes, storage: StorageMode) -> Callable[..., Any]:
         else:
             fn = model
         if graphs:
-            fn = Compiled(fn, notes, storage, original, options.get("dynamic"))
+            fn = Compiled(fn, notes, storage, autocast, original, options.get("dynamic"))
         marked = values.marked(fn, backend)
         if module:
             setattr(wrapper, slot, marked)

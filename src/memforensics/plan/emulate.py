@@ -282,7 +282,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._to = torch.Tensor.to
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
-        self._cast = choices.LOWER | choices.FLOAT32 | choices.WIDEST
+        self._cast = autocast.names
         self._constructors = _default._device_constructors()
         self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
@@ -527,6 +527,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.capability = device.spec.capability
         self._oom = oom
         self._live: dict[int, Any] = {}  # storage id -> (block, nbytes)
+        self.staged = True
+        """Whether reductions run as ATen's CUDA kernels, with their staging buffers (not in a
+        compiled graph, where Inductor's kernels reduce)."""
         self._workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
         self._composite: dict[Any, bool] = {}
@@ -571,7 +574,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.reads.made(func, args, kwargs or {}, out)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
             self._workspace(step is not None)
-        elif func in _REDUCTIONS and isinstance(out, torch.Tensor) and out.is_meta:
+        elif func in _REDUCTIONS and self.staged and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
 

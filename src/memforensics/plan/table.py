@@ -371,7 +371,7 @@ def _torch_rows(
         R(
             torch,
             "compile",
-            compiled.stand_in(notes, storage),
+            compiled.stand_in(notes, storage, functions.autocast),
             "Inductor's graphs run unfused, other backends eagerly",
         ),
         R(

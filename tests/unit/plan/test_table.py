@@ -126,6 +126,32 @@ def test_a_planned_run_that_compiled_leaves_dynamo_no_cache_of_it() -> None:
     )
 
 
+def _compiled_loss() -> None:
+    model = torch.nn.Linear(16, 4).cuda()
+    loss = torch.compile(_classified)(model(torch.randn(8, 16, device="cuda")))
+    loss.backward()
+    assert model.weight.grad is not None
+
+
+def _classified(logits: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits, logits.argmax(-1))
+
+
+def test_a_planned_compile_puts_back_the_meta_kernels_it_set_aside() -> None:
+    """A planned run whose compiled code differentiates ``cross_entropy`` sets aside aten's
+    Python ``meta`` kernels of composite operators while AOTAutograd traces (its weight gets a
+    gradient), and every one is torch's own again after the run."""
+    from torch._C import DispatchKey
+
+    from memforensics.plan import compiled
+
+    ops = compiled.shadowed()
+    assert torch.ops.aten.nll_loss.default in ops
+    before = [op.py_kernels[DispatchKey.Meta] for op in ops]
+    run_planned(SPEC, _compiled_loss, lambda path, snapshot: None)
+    assert [op.py_kernels[DispatchKey.Meta] for op in ops] == before
+
+
 def test_a_missing_attribute_the_emulation_relies_on_is_refused_before_anything_changes() -> None:
     """A needed row whose attribute the installed torch lacks raises MissingAttribute naming it,
     and no other row is applied; it is never added."""
