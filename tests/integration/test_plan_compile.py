@@ -572,3 +572,38 @@ def test_a_compiled_forward_allocates_only_what_inductors_kernels_write(tmp_path
     planned = int(done.stdout.splitlines()[0])
     inductor = _inductor_forward_peak()
     assert abs(planned - inductor) <= inductor / 1000, (planned, inductor)
+
+
+DDP_COMPILED = (
+    MODEL
+    + """
+import json, os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+model = DDP(torch.compile(Block().cuda()), device_ids=[rank])  # nanoGPT's order
+compiled = model
+with torch.no_grad():
+    evaluated = float(model(torch.randn(ROWS, WIDTH, device="cuda")).sum().item())
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
+)
+
+
+def test_a_compiled_model_in_ddp_runs_as_graphs_and_returns_device_values(
+    tmp_path: Path,
+) -> None:
+    """A model compiled, then wrapped in ``DistributedDataParallel`` (nanoGPT's order), runs
+    as Inductor's whole graph on a planned rank: its results are the device's (an evaluation's
+    loss read with ``.item()``), and its forward keeps what the same model keeps compiled
+    alone."""
+    script(tmp_path, DDP_COMPILED)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["kept"] == _saved_bytes("aot_eager_decomp_partition")
+    assert "runs eagerly" not in done.stderr

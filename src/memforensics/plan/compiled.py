@@ -67,8 +67,8 @@ EAGER = (
 )
 GRAPHS = (
     "torch.compile runs Inductor's forward and backward graphs unfused in a plan: the backward "
-    "keeps what Inductor's partition keeps, a fused kernel's intermediates are made briefly, and "
-    "compiling's own allocations are not"
+    "keeps what Inductor's partition keeps, what its fused kernels compute in registers takes "
+    "no memory, and compiling's own allocations are not made"
 )
 _DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
 """``mode``s that compile without CUDA graphs: a graph run as the partition's modules."""
@@ -244,6 +244,16 @@ def composites_on_meta() -> Iterator[None]:
             op._dispatch_cache.clear()
 
 
+@contextmanager
+def _whole_under_ddp() -> Iterator[None]:
+    """dynamo's graph under ``DistributedDataParallel`` compiled whole, not split at DDP's
+    bucket boundaries (``optimize_ddp``): the split's compiler runs each piece on fake tensors
+    and would hand those to the script. The pieces' partitions keep what the whole one keeps
+    but at their boundaries, where a split graph saves its piece's outputs."""
+    with torch._dynamo.config.patch(optimize_ddp=False):
+        yield
+
+
 class Compiled:
     """One compiled function or module call: its graphs while they trace, else ``fn``
     eagerly."""
@@ -277,7 +287,7 @@ class Compiled:
             return self.fn(*args, **kwargs)
         self._ran.value = False
         try:
-            with _modes_aside(), warnings.catch_warnings():
+            with _modes_aside(), warnings.catch_warnings(), _whole_under_ddp():
                 # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
                 # ``-W error`` they would fail the trace, which a run on a GPU does not see
                 warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
