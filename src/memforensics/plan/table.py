@@ -548,6 +548,37 @@ def _torch_rows(
     return rows
 
 
+def _spawn_rows(notes: values.Notes) -> list[Replacement]:
+    """``torch.multiprocessing``'s processes as the node's ranks: the planned one runs here."""
+    import importlib
+
+    import torch.multiprocessing as mp
+
+    module = importlib.import_module("torch.multiprocessing.spawn")
+    start = distributed.spawned(notes.once)
+
+    def spawn(
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        nprocs: int = 1,
+        join: bool = True,
+        daemon: bool = False,
+        start_method: str = "spawn",
+    ) -> Any:
+        return start(fn, args, nprocs, join, daemon, start_method)
+
+    why = (
+        "each spawned process is a rank with its own GPU, a fresh interpreter the plan does not "
+        "reach: the planned rank's process runs in the plan's"
+    )
+    return [
+        R(mp, "spawn", spawn, why),
+        R(mp, "start_processes", start, why),
+        R(module, "spawn", spawn, why),
+        R(module, "start_processes", start, why),
+    ]
+
+
 def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
     """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
     dist = getattr(torch, "distributed", None)
@@ -655,6 +686,7 @@ def table(
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
         *_distributed_rows(answers.device, storage),
+        *_spawn_rows(notes),
         *profiler.rows(device),
     ]
 
