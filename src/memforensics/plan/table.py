@@ -352,7 +352,7 @@ def _torch_rows(
         clear_autocast()
         original_clear()
 
-    methods = standins.methods(storage.address)
+    methods = standins.methods(storage.address, notes.once)
     held = standins.on_device(storage.address)
     saving = checkpoints.Checkpoints(storage.ghosts)
     rows = [
@@ -514,6 +514,13 @@ def _torch_rows(
             methods.untyped_data_ptr,
             "a stand-in's storage's address is its block's",
         ),
+        R(
+            torch.UntypedStorage,
+            "share_memory_",
+            methods.share_memory_,
+            "a device storage is shared by CUDA's IPC as it is, never moved to shared memory",
+        ),
+        R(torch.UntypedStorage, "is_shared", methods.is_shared, "a device storage is shared"),
     ]
     init = torch.nn.init
     rows += [
