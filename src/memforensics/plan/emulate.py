@@ -429,6 +429,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """``data``, a nested list, with each stand-in in it replaced by its values on the CPU
         (the values a read of it gives), in its own dtype."""
         if isinstance(data, (list, tuple)):
+            if not any(isinstance(item, (torch.Tensor, list, tuple)) for item in data):
+                return data  # numbers only: nothing to read, nothing to copy
             return type(data)(self._read_within(item) for item in data)
         if isinstance(data, torch.Tensor) and data.is_meta and not self.ghosts.holds(data):
             return self.reads.values(data).clone()
