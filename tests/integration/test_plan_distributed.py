@@ -64,6 +64,28 @@ json.dump({"sharded": sharded, "initialised": initialised}, open(sys.argv[1], "w
 """
 
 
+SPAWNED = """
+import json, os, sys, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def main(rank, world_size, out):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "localhost", "12355"
+    torch.cuda.set_device(rank)
+    dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+    block = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    model = DDP(torch.nn.Linear(20, 1).to(rank), device_ids=[rank])
+    model(torch.randn(32, 20).to(rank)).sum().backward()
+    json.dump({"rank": rank, "world": dist.get_world_size(), "pid": os.getpid(),
+               "allocated": torch.cuda.memory_allocated()}, open(out, "w"))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count()
+    mp.spawn(main, args=(world_size, sys.argv[1]), nprocs=world_size)
+"""
+
+
 def _shards(world: int) -> int:
     """What FSDP2's shards of FSDP2 above hold on one rank: dim 0 padded to a multiple of the
     world, 1/world of it per rank, each in a block rounded to 512 B."""
@@ -151,3 +173,22 @@ def test_vary_nproc_per_node_finds_the_smallest_world_that_fits(tmp_path: Path) 
     rows = json.loads(done.stdout)["rows"]
     assert [r["value"] for r in rows] == ["8", "64"]
     assert rows[0]["peak_allocated_bytes"] > rows[1]["peak_allocated_bytes"]
+
+
+@pytest.mark.parametrize("options", [(), ("--nproc-per-node", "2", "--rank", "1")])
+def test_ranks_started_by_multiprocessing_spawn_are_planned_in_the_plan(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    """mp.spawn's process for the planned rank runs on the planned device, where it crashed."""
+    script(tmp_path, SPAWNED)
+    done = plan(tmp_path, "--json", *options, "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    seen = json.loads((tmp_path / "out.json").read_text())
+    rank = int(options[-1]) if options else 0
+    assert (seen["rank"], seen["world"]) == (rank, answer["world_size"])
+    assert answer["world_size"] == (2 if options else 1)
+    # the spawned rank's 64 MiB block, in this process's plan, and after it its model's
+    assert seen["allocated"] > 64 * MiB
+    assert answer["peak_allocated_bytes"] >= seen["allocated"]
+    assert any("torch.multiprocessing" in note for note in answer["warnings"])

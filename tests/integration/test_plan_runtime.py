@@ -230,3 +230,27 @@ def test_pinned_host_memory_and_the_profilers_range_run_unchanged(tmp_path: Path
     script(tmp_path, PINNED)
     facts = printed_facts(tmp_path, "--device-capability", "8.0")
     assert facts == {"seen": 64, "allocated": 2048 + 512}
+
+
+SHARED = """
+import json, torch
+model = torch.nn.Linear(1024, 1024).cuda()
+model.share_memory()
+host = torch.zeros(4).share_memory_()
+print(json.dumps({"shared": next(model.parameters()).is_shared(), "host": host.is_shared(),
+                  "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_device_model_shared_for_other_processes_stays_where_it_is_and_is_said(
+    tmp_path: Path,
+) -> None:
+    """model.share_memory() of a CUDA model keeps its blocks (it crashed) and says the
+    processes that use it are not planned; a host tensor is still put in shared memory."""
+    script(tmp_path, SHARED)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {"shared": True, "host": True, "allocated": 4 * MiB + 4096}
+    said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert any("shared for other processes" in line and "train.py:4)" in line for line in said)

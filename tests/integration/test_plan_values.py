@@ -770,3 +770,27 @@ def test_values_the_plan_decides_stay_on_the_host_under_a_cuda_default_device(
     read = next(line for line in done.stdout.splitlines() if line.startswith("read"))
     assert read.startswith("read (64, 3) ")
     assert 0 < float(read.split()[-1]) <= 1
+
+
+METER = """
+import torch
+total, count = 0, 0
+for _ in range(3):
+    correct = (torch.randn(8, device="cuda") > 0).float().sum()
+    total += correct * 8
+    count += 8
+on_device = torch.tensor([total, count], dtype=torch.float32, device="cuda")
+on_host = torch.tensor([total, count])
+pair, counted = torch.tensor([torch.tensor(6, device="cuda"), 7]), torch.tensor([count])
+print("meter", on_device.shape, on_device.dtype, on_host.dtype, pair.tolist(), counted.tolist())
+"""
+
+
+def test_a_list_holding_device_scalars_becomes_a_tensor_of_their_values(tmp_path: Path) -> None:
+    """torch.tensor([device_sum, count]) (a meter's all-reduce) reads the scalars, as on a GPU."""
+    script(tmp_path, METER)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("meter"))
+    # a float32 sum on the device keeps its dtype on the host; a known integer reads as itself
+    assert line == "meter torch.Size([2]) torch.float32 torch.float32 [6, 7] [24]"

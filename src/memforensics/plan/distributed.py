@@ -170,6 +170,63 @@ def moved_inputs(original: Callable[..., Any]) -> Callable[..., Any]:
     return recursive_to
 
 
+SPAWNED = (
+    "torch.multiprocessing's processes are the ranks of one node: the planned rank's process "
+    "(its LOCAL_RANK) runs in the plan's own process, the others are not run"
+)
+"""Said once where a script starts its ranks with ``torch.multiprocessing.spawn``."""
+WORLD_DIFFERS = (
+    "the script starts {nprocs} processes where the planned node has {local}: plan it with "
+    "--nproc-per-node {nprocs} for the world its processes make"
+)
+"""Said once where a script spawns more or fewer processes than the planned node has GPUs."""
+
+
+class _Joined:
+    """What ``start_processes(join=False)`` hands back, its one process already ended."""
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+
+    def join(self, timeout: float | None = None, grace_period: float | None = None) -> bool:
+        """Every process ended (the planned one ran to its end when it was started)."""
+        return True
+
+    def pids(self) -> list[int]:
+        """The planned process's id: this process's."""
+        return [os.getpid()]
+
+
+def spawned(say: Callable[[str, str], None]) -> Callable[..., Any]:
+    """``torch.multiprocessing.start_processes`` (and ``spawn``, which calls it): its
+    ``nprocs`` processes, each ``fn(i, *args)``, are the ranks of a node, each with its own
+    GPU. On CUDA each is a fresh interpreter the plan does not reach; planned, the planned
+    rank's own process runs here, ``fn(LOCAL_RANK, *args)``, on the planned device, and its
+    exception is the script's, as ``spawn`` re-raises it. ``say`` keeps a note once."""
+
+    def start_processes(
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        nprocs: int = 1,
+        join: bool = True,
+        daemon: bool = False,
+        start_method: str = "spawn",
+    ) -> Any:
+        world = World.from_env()
+        if nprocs != world.local_world_size:
+            say("spawn world", WORLD_DIFFERS.format(nprocs=nprocs, local=world.local_world_size))
+        if not 0 <= world.local_rank < nprocs:
+            raise ValueError(
+                f"the planned local rank {world.local_rank} is not among the {nprocs} "
+                "processes the script starts"
+            )
+        say("spawn", SPAWNED)
+        fn(world.local_rank, *args)
+        return None if join else _Joined()
+
+    return start_processes
+
+
 def close() -> None:
     """The fake group the script left initialised, destroyed: a later plan in this process
     starts without one."""

@@ -411,7 +411,10 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     ) -> Any:
         """``torch.tensor(data, device="cuda")``: made on the CPU and copied to the device, as
         CUDA does; made on ``meta`` directly, the copy would be invisible to the storage mode
-        (no block, no values)."""
+        (no block, no values). Device tensors inside a list (``torch.tensor([loss_sum,
+        count])``) are read, as torch reads each one's value to build the list's tensor."""
+        if args and isinstance(args[0], (list, tuple)):
+            args = (self._read_within(args[0]), *args[1:])
         if placing is None:
             return make(*args, **kwargs)
         if placing or (args and isinstance(args[0], torch.Tensor)):
@@ -421,6 +424,17 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         made = make(*args, device="cpu", **rest)
         out = self.ghosts.placed(False, made.to, _META)
         return out.requires_grad_() if kwargs.get("requires_grad") else out
+
+    def _read_within(self, data: Any) -> Any:
+        """``data``, a nested list, with each stand-in in it replaced by its values on the CPU
+        (the values a read of it gives), in its own dtype."""
+        if isinstance(data, (list, tuple)):
+            if not any(isinstance(item, (torch.Tensor, list, tuple)) for item in data):
+                return data  # numbers only: nothing to read, nothing to copy
+            return type(data)(self._read_within(item) for item in data)
+        if isinstance(data, torch.Tensor) and data.is_meta and not self.ghosts.holds(data):
+            return self.reads.values(data).clone()
+        return data
 
     def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Module.to``'s reading of its arguments: the script's own ``meta`` stays

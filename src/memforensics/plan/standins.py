@@ -36,19 +36,34 @@ def on_device(address: Address) -> Callable[[torch.Tensor], bool]:
 
 
 class Methods(NamedTuple):
-    """``Tensor.data_ptr``, ``Tensor.get_device`` and ``UntypedStorage.data_ptr`` answering
-    from the planned device for its storages, as torch's own for every other."""
+    """``Tensor.data_ptr``, ``Tensor.get_device``, ``UntypedStorage.data_ptr`` and the
+    storage's sharing answering from the planned device for its storages, as torch's own for
+    every other."""
 
     data_ptr: Callable[[torch.Tensor], int]
     get_device: Callable[[torch.Tensor], int]
     untyped_data_ptr: Callable[[torch.UntypedStorage], int]
+    share_memory_: Callable[[torch.UntypedStorage], torch.UntypedStorage]
+    is_shared: Callable[[torch.UntypedStorage], bool]
 
 
-def methods(address: Address) -> Methods:
-    """The three methods over ``address``: torch's own for what the plan does not hold."""
+SHARED = (
+    "a device tensor was shared for other processes (model.share_memory()): the processes "
+    "that use it run outside the plan, and what they allocate on the GPU is not counted"
+)
+"""Said once where the script shares a stand-in's storage: on CUDA, other processes (Hogwild
+training, A3C workers) open it by IPC and allocate on the same GPU through their own
+allocators, which the plan's one process does not model."""
+
+
+def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
+    """The methods over ``address``: torch's own for what the plan does not hold. ``say``
+    keeps a note once."""
     tensor_ptr = torch._C.TensorBase.data_ptr
     tensor_device = torch._C.TensorBase.get_device
     storage_ptr = torch._C.StorageBase.data_ptr  # type: ignore[attr-defined, unused-ignore]  # not in the stub
+    storage_share = torch.UntypedStorage.share_memory_
+    storage_shared = torch.UntypedStorage.is_shared
     held = on_device(address)
 
     def data_ptr(self: torch.Tensor) -> int:
@@ -70,4 +85,19 @@ def methods(address: Address) -> Methods:
                 return start
         return int(storage_ptr(self))
 
-    return Methods(data_ptr, get_device, untyped_data_ptr)
+    def share_memory_(self: torch.UntypedStorage) -> torch.UntypedStorage:
+        """A device storage is shared as it is (``model.share_memory()`` of a CUDA model:
+        only CPU storages move to POSIX shared memory; CUDA's go to other processes by IPC)."""
+        if self.device.type == "meta" and address(self._cdata) is not None:
+            say("shared", SHARED)
+            return self
+        shared: torch.UntypedStorage = storage_share(self)
+        return shared
+
+    def is_shared(self: torch.UntypedStorage) -> bool:
+        """A device storage is always shared, as torch says of CUDA's."""
+        if self.device.type == "meta" and address(self._cdata) is not None:
+            return True
+        return bool(storage_shared(self))
+
+    return Methods(data_ptr, get_device, untyped_data_ptr, share_memory_, is_shared)

@@ -352,7 +352,7 @@ def _torch_rows(
         clear_autocast()
         original_clear()
 
-    methods = standins.methods(storage.address)
+    methods = standins.methods(storage.address, notes.once)
     held = standins.on_device(storage.address)
     saving = checkpoints.Checkpoints(storage.ghosts)
     rows = [
@@ -514,6 +514,13 @@ def _torch_rows(
             methods.untyped_data_ptr,
             "a stand-in's storage's address is its block's",
         ),
+        R(
+            torch.UntypedStorage,
+            "share_memory_",
+            methods.share_memory_,
+            "a device storage is shared by CUDA's IPC as it is, never moved to shared memory",
+        ),
+        R(torch.UntypedStorage, "is_shared", methods.is_shared, "a device storage is shared"),
     ]
     init = torch.nn.init
     rows += [
@@ -546,6 +553,37 @@ def _torch_rows(
         ),
     ]
     return rows
+
+
+def _spawn_rows(notes: values.Notes) -> list[Replacement]:
+    """``torch.multiprocessing``'s processes as the node's ranks: the planned one runs here."""
+    import importlib
+
+    import torch.multiprocessing as mp
+
+    module = importlib.import_module("torch.multiprocessing.spawn")
+    start = distributed.spawned(notes.once)
+
+    def spawn(
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        nprocs: int = 1,
+        join: bool = True,
+        daemon: bool = False,
+        start_method: str = "spawn",
+    ) -> Any:
+        return start(fn, args, nprocs, join, daemon, start_method)
+
+    why = (
+        "each spawned process is a rank with its own GPU, a fresh interpreter the plan does not "
+        "reach: the planned rank's process runs in the plan's"
+    )
+    return [
+        R(mp, "spawn", spawn, why),
+        R(mp, "start_processes", start, why),
+        R(module, "spawn", spawn, why),
+        R(module, "start_processes", start, why),
+    ]
 
 
 def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
@@ -655,6 +693,7 @@ def table(
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
         *_distributed_rows(answers.device, storage),
+        *_spawn_rows(notes),
         *profiler.rows(device),
     ]
 
