@@ -311,26 +311,32 @@ class Compiled:
                 gm,
                 example_inputs,
                 fw_compiler=self._runner,
-                bw_compiler=self._runner,
+                bw_compiler=functools.partial(self._runner, donated=True),
                 partition_fn=min_cut_rematerialization_partition,
                 decompositions=select_decomp_table(),
             )
 
-    def _runner(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    def _runner(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, donated: bool = False
+    ) -> Any:
         """A partitioned graph run node by node under the storage mode, the emulation's
         function mode aside (the module's own ``device(type='meta')`` literals must stay
-        stand-ins' meta), each value freed after its last use and the values Inductor inlines
-        into its kernels made without a block (:class:`_Kernels`); boxed, so its inputs are
-        freed as the graph is done with them, as Inductor's own wrapper frees them."""
+        stand-ins' meta), each value freed after its last use, the values Inductor inlines into
+        its kernels made without a block, and the outputs it writes into dying inputs given
+        their blocks (:class:`_Kernels`; ``donated``: the graph's inputs may be, as a
+        backward's saved tensors are); boxed, so its inputs are freed as the graph is done with
+        them, as Inductor's own wrapper frees them."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
         inlined = fusion.inlined(gm.graph)
+        in_place = fusion.in_place(gm.graph, inlined, donated=donated)
+        fusion.reorder(gm.graph, inlined, in_place, donated=donated)
 
         def run(args: list[Any]) -> Any:
             self._ran.value = True
-            kernels = _Kernels(gm, inlined)
+            kernels = _Kernels(gm, storage, inlined, in_place)
             staged, storage.staged = storage.staged, False  # Inductor's reductions stage none
             try:
                 with torch._C.DisableTorchFunction():
@@ -348,19 +354,33 @@ class Compiled:
 class _Kernels(torch.fx.Interpreter):
     """A partitioned graph's run, where the values Inductor computes inside the kernels that
     read them (:func:`~memforensics.plan.fusion.inlined`) are made with the storage mode
-    aside: they never take a block of the planned device."""
+    aside, never taking a block of the planned device, and an output Inductor writes into a
+    dying input (:func:`~memforensics.plan.fusion.in_place`) takes that input's block."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inlined: frozenset[torch.fx.Node]) -> None:
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        storage: StorageMode,
+        inlined: frozenset[torch.fx.Node],
+        in_place: dict[torch.fx.Node, torch.fx.Node],
+    ) -> None:
         super().__init__(gm)
+        self.user_to_last_uses = fusion.last_reads(gm.graph, inlined)
+        self.storage = storage
         self.inlined = inlined
+        self.in_place = in_place
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        if n not in self.inlined:
+        source = self.in_place.get(n)
+        if n not in self.inlined and source is None:
             return super().run_node(n)
         from torch.utils._python_dispatch import _disable_current_modes
 
         with _disable_current_modes():
-            return super().run_node(n)
+            made = super().run_node(n)
+        if source is not None:
+            self.storage.written_into(made, self.env[source])
+        return made
 
 
 @contextmanager

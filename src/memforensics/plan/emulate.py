@@ -802,6 +802,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is not None and held[0] is not None:
             self.device.record_stream(held[0], int(getattr(stream, "cuda_stream", 0) or 0))
 
+    def written_into(self, made: torch.Tensor, source: torch.Tensor) -> None:
+        """``made``, new and made with this mode aside, as a kernel's output written into a
+        dying input's buffer: it takes the block of ``source``'s storage where that is of its
+        size (``source`` then frees nothing), else a block of its own. A parameter (a leaf
+        that requires grad) is never written into."""
+        key = source.untyped_storage()._cdata
+        held = self._live.get(key)
+        if (
+            held is None
+            or held[0] is None
+            or held[1] != made.untyped_storage().nbytes()
+            or (source.is_leaf and source.requires_grad)
+        ):
+            key = None
+        self._track(made, None, key)
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:

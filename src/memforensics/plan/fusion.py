@@ -11,10 +11,24 @@ into the reductions and the gather that read them), where the same graph run op 
 three. The plan runs a partitioned graph op by op; the values this module names are made there
 without a block of the planned device, as they are never allocated on it.
 
+A constant (``full``, ``scalar_tensor``) is a pointwise function too, and a ``scatter`` into
+a constant is rewritten by Inductor into one (``optimize_scatter_upon_const_tensor``: the
+one-hot gradient of ``nll_loss``'s backward is never written).
+
+Where a kernel's output has the size and dtype of a buffer it reads that dies there, Inductor
+writes the output into that buffer (``inplace_buffers``: the logits' gradient into the saved
+logits, GELU's backward into its matmul's output); :func:`in_place` names those pairs, and the
+plan hands the dying buffer's block to the output instead of allocating another. A buffer
+read by an inlined value lives until the kernel computing that value has run
+(:func:`last_reads`). And Inductor orders its kernels to lower the peak
+(``reorder_for_peak_memory``): :func:`reorder` puts the graph in its least-peak-first order
+where that estimates a lower peak than the graph's own.
+
 What is not followed: a pointwise value Inductor realises because many reads accumulate in it
-(``realize_reads_threshold``; rare in model code), and Inductor's reuse of a dying input's
-buffer for a kernel's output of the same size (``inplace_buffers``), where the plan allocates
-the output before that input is freed.
+(``realize_reads_threshold``; rare in model code); kernels Inductor fuses side by side (a
+bias's gradient summed in the kernel of GELU's backward), which keeps what each reads until
+the fused kernel runs; Inductor's other orders (breadth- and depth-first), which it keeps where
+they estimate lower still.
 """
 
 from __future__ import annotations
@@ -33,14 +47,27 @@ _LOADING = frozenset(
 """Operators Inductor lowers to indirect loads of their input inside the kernel that reads
 them, so that input need not be a buffer."""
 
-_POINTWISE_PRIMS = frozenset((torch.ops.prims.convert_element_type.default,))
-"""Pointwise operators torch tags without ``pointwise`` (a dtype cast)."""
+_POINTWISE_PRIMS = frozenset(
+    (
+        torch.ops.prims.convert_element_type.default,
+        torch.ops.aten.full.default,
+        torch.ops.aten.scalar_tensor.default,
+    )
+)
+"""Operators Inductor lowers to pointwise functions that torch does not tag ``pointwise``: a
+dtype cast, and constants."""
+_SCATTERS = frozenset((torch.ops.aten.scatter.value, torch.ops.aten.scatter.src))
+"""``scatter``, pointwise where it writes into a constant
+(``optimize_scatter_upon_const_tensor``)."""
 
 
 def _pointwise(node: torch.fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
+    if target in _SCATTERS:
+        first = node.args[0]
+        return isinstance(first, torch.fx.Node) and first.target is torch.ops.aten.full.default
     return target in _POINTWISE_PRIMS or torch.Tag.pointwise in target.tags
 
 
@@ -73,12 +100,238 @@ def _readers(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
 def inlined(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
     """The nodes of ``graph`` whose values Inductor computes inside the kernels that read them:
     pointwise, not returned (through a view or not), and read only by pointwise operations,
-    reductions and indirect loads."""
+    reductions and indirect loads; and the views of those."""
     found = set()
     for node in graph.nodes:
+        if _view(node):
+            if _base(node) in found:
+                found.add(node)
+            continue
         if not _pointwise(node) or not node.users:
             continue
         readers = list(_readers(node))
         if all(reader.op == "call_function" and _inlines(reader) for reader in readers):
             found.add(node)
     return frozenset(found)
+
+
+def _base(node: torch.fx.Node) -> torch.fx.Node:
+    """The buffer a view reads (itself for a value that is not a view)."""
+    while _view(node) and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _read(node: torch.fx.Node, inlined: frozenset[torch.fx.Node]) -> set[torch.fx.Node]:
+    """The buffers the kernel that computes ``node`` reads: its inputs' buffers, through the
+    values inlined into it."""
+    found: set[torch.fx.Node] = set()
+    for value in node.all_input_nodes:
+        buffer = _base(value)
+        if buffer in inlined:
+            found |= _read(buffer, inlined)
+        else:
+            found.add(buffer)
+    return found
+
+
+def in_place(
+    graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool
+) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each pointwise kernel's output that Inductor writes into a buffer its kernel reads: one
+    of the output's size and dtype that no later kernel reads and the graph does not return
+    (``donated``: the graph's own inputs may be, as a backward's saved tensors are)."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    last: dict[torch.fx.Node, int] = {}
+    reads: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        if node.op == "output":
+            for value in node.all_input_nodes:
+                last[_base(value)] = len(order)
+        elif node.op == "call_function" and node not in inlined and not _view(node):
+            reads[node] = _read(node, inlined)
+            for buffer in reads[node]:
+                last[buffer] = max(last.get(buffer, -1), order[node])
+    found: dict[torch.fx.Node, torch.fx.Node] = {}
+    taken: set[torch.fx.Node] = set()
+    for node, buffers in reads.items():
+        if not _pointwise(node):
+            continue
+        for buffer in sorted(buffers, key=order.__getitem__):
+            if (
+                buffer not in taken
+                and last.get(buffer) == order[node]
+                and (donated or buffer.op != "placeholder")
+                and _same_layout(buffer, node)
+            ):
+                found[node] = buffer
+                taken.add(buffer)
+                break
+    return found
+
+
+def _same_layout(buffer: torch.fx.Node, node: torch.fx.Node) -> bool:
+    """Whether ``buffer``'s value and ``node``'s have as many elements of one dtype, both
+    contiguous (traced values; a kernel may write a reshaped output into its input)."""
+    held, made = buffer.meta.get("val"), node.meta.get("val")
+    if not isinstance(held, torch.Tensor) or not isinstance(made, torch.Tensor):
+        return False
+    return (
+        held.numel() == made.numel()
+        and held.dtype == made.dtype
+        and held.is_contiguous()
+        and made.is_contiguous()
+    )
+
+
+def last_reads(
+    graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node]
+) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """For each node, the values whose last reader it is, as Inductor's kernels read them: a
+    value read by an inlined one, or through a view, lives until the last kernel reading that
+    one has run, not until the inlined value or the view is made (the form of
+    ``torch.fx.Interpreter.user_to_last_uses``)."""
+    nodes = list(graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
+    until: dict[torch.fx.Node, int] = {}
+    for node in reversed(nodes):
+        ends = [
+            until[user] if user in inlined or _view(user) else order[user] for user in node.users
+        ]
+        until[node] = max(ends, default=order[node])
+    found: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node, end in until.items():
+        if node.op != "output":
+            found.setdefault(nodes[end], []).append(node)
+    return found
+
+
+def _nbytes(node: torch.fx.Node) -> int:
+    """The bytes of ``node``'s traced value, as the caching allocator's blocks hold them."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return 0
+    return -(-value.untyped_storage().nbytes() // 512) * 512
+
+
+class _Schedule:
+    """The kernels of a graph as Inductor's memory planning sees them: what each allocates
+    (nothing where it is inlined, a view, or written into a dying input), the buffers each
+    reads, and the buffers that can be freed (``donated``: the graph's own inputs, but for the
+    forward's, which their callers hold)."""
+
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        inlined: frozenset[torch.fx.Node],
+        in_place: dict[torch.fx.Node, torch.fx.Node],
+        *,
+        donated: bool,
+    ) -> None:
+        self.nodes = [n for n in graph.nodes if n.op == "call_function"]
+        self.index = {node: i for i, node in enumerate(self.nodes)}
+        self.size = {
+            node: 0 if node in inlined or _view(node) or node in in_place else _nbytes(node)
+            for node in self.nodes
+        }
+        self.reads = {
+            node: set() if node in inlined or _view(node) else _read(node, inlined)
+            for node in self.nodes
+        }
+        returned = {_base(v) for v in graph.output_node().all_input_nodes}
+        self.freed: dict[torch.fx.Node, int] = {}
+        """Each buffer that dies when its last reader has run, with its bytes."""
+        for node in graph.nodes:
+            if node in returned or node in inlined or _view(node) or node.op == "output":
+                continue
+            if node.op == "placeholder" and not (donated and not node.name.startswith("primals")):
+                continue
+            self.freed[node] = _nbytes(node)
+        self.readers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+        for node, buffers in self.reads.items():
+            for buffer in buffers:
+                self.readers.setdefault(buffer, set()).add(node)
+
+    def peak(self, order: list[torch.fx.Node]) -> int:
+        """The most bytes the graph's own buffers hold at once, run in ``order``."""
+        left = {buffer: len(readers) for buffer, readers in self.readers.items()}
+        live = top = 0
+        for node in order:
+            live += self.size[node]
+            top = max(top, live)
+            for buffer in self.reads[node]:
+                left[buffer] -= 1
+                if left[buffer] == 0:
+                    live -= self.freed.get(buffer, 0)
+            if node not in self.readers:
+                live -= self.size[node] if node in self.freed else 0
+        return top
+
+    def least_peak_first(self) -> list[torch.fx.Node]:
+        """Inductor's ``topological_sort_lpmf``: among the kernels ready to run, the one that
+        raises the peak least, then the one that adds least net of what it frees, then the
+        first in the graph."""
+        waiting = {
+            node: sum(1 for p in node.all_input_nodes if p.op == "call_function")
+            for node in self.nodes
+        }
+        left = {buffer: len(readers) for buffer, readers in self.readers.items()}
+        frees = dict.fromkeys(self.nodes, 0)
+        for buffer, readers in self.readers.items():
+            if len(readers) == 1:
+                frees[next(iter(readers))] += self.freed.get(buffer, 0)
+        for node in self.nodes:
+            if node not in self.readers and node in self.freed:
+                frees[node] += self.size[node]
+        ready = {node for node, count in waiting.items() if count == 0}
+        order: list[torch.fx.Node] = []
+        done: set[torch.fx.Node] = set()
+        live = top = 0
+        while ready:
+            gap = top - live
+            node = min(
+                ready,
+                key=lambda n: (
+                    self.size[n] if self.size[n] > gap else 0,
+                    self.size[n] - frees[n],
+                    self.index[n],
+                ),
+            )
+            ready.remove(node)
+            order.append(node)
+            done.add(node)
+            live += self.size[node]
+            top = max(top, live)
+            live -= frees[node]
+            for user in node.users:
+                if user in waiting:
+                    waiting[user] -= 1
+                    if waiting[user] == 0:
+                        ready.add(user)
+            for buffer in self.reads[node]:
+                left[buffer] -= 1
+                if left[buffer] == 1:
+                    for reader in self.readers[buffer]:
+                        if reader not in done:
+                            frees[reader] += self.freed.get(buffer, 0)
+        return order
+
+
+def reorder(
+    graph: torch.fx.Graph,
+    inlined: frozenset[torch.fx.Node],
+    in_place: dict[torch.fx.Node, torch.fx.Node],
+    *,
+    donated: bool,
+) -> None:
+    """``graph``'s operations put in the order Inductor runs its kernels in where that lowers
+    the peak (``reorder_for_peak_memory``: its least-peak-first order, kept where it estimates
+    a lower peak than the graph's own), so a buffer an earlier-scheduled kernel lets die is
+    freed before a large one is made."""
+    schedule = _Schedule(graph, inlined, in_place, donated=donated)
+    order = schedule.least_peak_first()
+    if len(order) != len(schedule.nodes) or schedule.peak(order) >= schedule.peak(schedule.nodes):
+        return
+    output = graph.output_node()
+    for node in order:
+        output.prepend(node)
