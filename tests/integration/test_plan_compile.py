@@ -640,3 +640,59 @@ def test_a_compiled_model_in_ddp_runs_as_graphs_and_returns_device_values(
     found = json.loads(done.stdout.splitlines()[0])
     assert found["kept"] == _saved_bytes("aot_eager_decomp_partition")
     assert "runs eagerly" not in done.stderr
+
+
+CACHED = f"""
+import logging
+import torch
+from torch import nn
+
+logger = logging.getLogger("model")
+
+
+class Cached(nn.Module):
+    \"\"\"A feed-forward whose keys start as an empty tensor made where the input is, and whose
+    forward logs, as Hugging Face's key-value cache and loss do.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear({WIDTH}, {HIDDEN})
+        self.down = nn.Linear({HIDDEN}, {WIDTH})
+
+    def forward(self, x):
+        keys = torch.tensor([], dtype=x.dtype, device=x.device)
+        keys = torch.cat([keys, torch.sigmoid(self.up(x)).flatten()])
+        logger.warning("the loss is the default one")
+        return self.down(keys.view(x.shape[0], -1)) + x
+"""
+
+CACHED_PLANNED = (
+    CACHED
+    + """
+import json
+model = Cached().cuda()
+compiled = torch.compile(model)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
+)
+
+
+def test_an_empty_tensor_made_in_a_compiled_forward_and_a_log_call_stay_in_one_graph(
+    tmp_path: Path,
+) -> None:
+    """A compiled forward that makes an empty tensor where its input is (under dynamo's fake
+    mode a real ``meta`` tensor) and calls a logger (on a GPU a graph break) runs as one graph,
+    not eagerly: it keeps what torch's partition keeps for it on the CPU with logging calls
+    left out of the graph."""
+    import logging
+
+    script(tmp_path, CACHED_PLANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    methods = {v for k, v in vars(logging.Logger).items() if callable(v) and k[0] != "_"}
+    with torch._dynamo.config.patch(ignore_logging_functions=methods):
+        partition = _saved("aot_eager_decomp_partition", CACHED, "Cached", torch.randn(ROWS, WIDTH))
+    assert found["kept"] == sum(held for _, _, held in partition)
+    assert "runs eagerly" not in done.stderr

@@ -245,12 +245,46 @@ def composites_on_meta() -> Iterator[None]:
 
 
 @contextmanager
-def _whole_under_ddp() -> Iterator[None]:
-    """dynamo's graph under ``DistributedDataParallel`` compiled whole, not split at DDP's
-    bucket boundaries (``optimize_ddp``): the split's compiler runs each piece on fake tensors
-    and would hand those to the script. The pieces' partitions keep what the whole one keeps
-    but at their boundaries, where a split graph saves its piece's outputs."""
-    with torch._dynamo.config.patch(optimize_ddp=False):
+def _meta_constants() -> Iterator[None]:
+    """dynamo's fake tensors take the real ``meta`` tensors the traced code makes. Under a fake
+    mode a factory on ``meta`` (``torch.tensor([], device=x.device)``, Hugging Face's empty
+    key-value cache) makes a real ``meta`` tensor, which the fake mode then refuses beside its
+    own (on a GPU the factory makes a fake one); let in, it becomes a fake one as a CPU
+    constant does."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = FakeTensorMode.__init__
+
+    def init(self: FakeTensorMode, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_non_fake_inputs"] = True
+        original(self, *args, **kwargs)
+
+    FakeTensorMode.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FakeTensorMode.__init__ = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def _whole() -> Iterator[None]:
+    """dynamo's graph compiled whole where a GPU's would be split, as one partition (which
+    keeps what the pieces' keep, but the values a split graph saves at its boundaries):
+
+    - under ``DistributedDataParallel``, not split at DDP's bucket boundaries
+      (``optimize_ddp``): the split's compiler runs each piece on fake tensors and would hand
+      those to the script;
+    - around a call of a ``logging.Logger`` method (Hugging Face's ``logger.warning_once`` in
+      its loss): on a GPU a graph break, which runs the message's call between two graphs;
+      here the call is left out of the graph, and the message is not printed."""
+    import logging
+
+    methods = {
+        value
+        for name, value in vars(logging.Logger).items()
+        if callable(value) and not name.startswith("_")
+    }
+    with torch._dynamo.config.patch(optimize_ddp=False, ignore_logging_functions=methods):
         yield
 
 
@@ -287,7 +321,7 @@ class Compiled:
             return self.fn(*args, **kwargs)
         self._ran.value = False
         try:
-            with _modes_aside(), warnings.catch_warnings(), _whole_under_ddp():
+            with _modes_aside(), warnings.catch_warnings(), _whole(), _meta_constants():
                 # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
                 # ``-W error`` they would fail the trace, which a run on a GPU does not see
                 warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
