@@ -2,7 +2,8 @@
 R-CNN's proposals and boxes) marks at most ``batch_size_per_image`` entries of a mask of zeros
 (``mask[idx] = 1``) and its heads take ``torch.where(pos | neg)``. The values are unknown in a
 plan; the count is bounded by the script's own code, and the plan selects that many, as a GPU
-does, where it used to select every entry."""
+does, where it used to select every entry. The heads then take the sampled labels that are
+positive (``torch.where(labels > 0)``), bounded by the positives the sampler picked."""
 
 from __future__ import annotations
 
