@@ -2,10 +2,14 @@
 R-CNN's proposals and boxes) marks at most ``batch_size_per_image`` entries of a mask of zeros
 (``mask[idx] = 1``) and its heads take ``torch.where(pos | neg)``. The values are unknown in a
 plan; the count is bounded by the script's own code, and the plan selects that many, as a GPU
-does, where it used to select every entry."""
+does, where it used to select every entry. The heads then take the sampled labels that are
+positive (``torch.where(labels > 0)``), bounded by the positives the sampler picked."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,69 @@ def test_a_samplers_masks_select_what_it_set_not_every_entry(tmp_path: Path) -> 
         "filled": 7,
         "unknown": 2002,
     }
+
+
+HEADS = """
+import json
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+torch.manual_seed(0)
+n, per_image, fraction = 2002, 512, 0.25
+gt_labels = torch.tensor([1, 2, 3]).to(device)
+head = torch.nn.Linear(8, 3, device=device)
+quality = head(torch.randn(n, 8, device=device))  # a model's values: unknown in a plan
+best, matched = quality.max(dim=1)
+labels = gt_labels[matched]
+labels[best < 0.4] = 0  # background
+labels[(best >= 0.4) & (best < 0.5)] = -1  # left out by the sampler
+
+positive = torch.where(labels >= 1)[0]
+negative = torch.where(labels == 0)[0]
+num_pos = min(positive.numel(), int(per_image * fraction))
+num_neg = min(negative.numel(), per_image - num_pos)
+pos_idx = positive[torch.randperm(positive.numel(), device=device)[:num_pos]]
+neg_idx = negative[torch.randperm(negative.numel(), device=device)[:num_neg]]
+pos = torch.zeros_like(labels, dtype=torch.uint8)
+neg = torch.zeros_like(labels, dtype=torch.uint8)
+pos[pos_idx] = 1
+neg[neg_idx] = 1
+sampled = torch.where(pos | neg)[0]
+sampled_labels = labels[sampled]
+proposals = torch.randn(n, 4, device=device)[sampled]
+rois = proposals[torch.where(sampled_labels > 0)[0]]
+facts = {
+    "sampled": sampled.numel(),
+    "rois": rois.shape[0],
+    "background": torch.where(sampled_labels == 0)[0].numel(),
+    "left_out": torch.where(sampled_labels < 0)[0].numel(),
+    "kept": torch.where(sampled_labels >= 0)[0].numel(),
+}
+labels[:] = 1  # written: what was picked from the labels no longer says what they hold
+facts["rewritten"] = torch.where(labels[sampled] > 0)[0].numel()
+print(json.dumps(facts))
+"""
+
+
+def test_a_test_of_sampled_values_selects_at_most_what_the_sampler_picked_for_it(
+    tmp_path: Path,
+) -> None:
+    """Labels gathered at a sampler's picks (positives from ``labels >= 1``, negatives from
+    ``labels == 0``) hold at most 128 positives and 384 zeros, as on a GPU: ``labels > 0`` of
+    them selects 128 RoIs, not all 512, ``< 0`` none, ``>= 0`` all; after a write into the
+    labels a test of them takes every entry again. The same script run on the CPU, with real
+    values (enough positives and negatives to fill the sample), gives the same figures."""
+    path = script(tmp_path, HEADS)
+    planned = printed_facts(tmp_path, "--device-capability", "8.0")
+    assert planned == {
+        "sampled": 512,
+        "rois": 128,
+        "background": 384,
+        "left_out": 0,
+        "kept": 512,
+        "rewritten": 512,
+    }
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[0]) == planned

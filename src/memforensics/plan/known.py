@@ -227,6 +227,8 @@ class Known:
             if not func.is_view:
                 self._forget([t for t in _tensors(out) if t.is_meta and t.layout == torch.strided])
             return
+        if func.is_view:
+            return  # the same storage, the same values: what is known of them stays
         if self._finite(func, args, kwargs, out):
             return
         made = [t for t in _tensors(out) if t.is_meta]
@@ -242,9 +244,7 @@ class Known:
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
         ):
             self._forget(outs)
-        else:
-            return
-        if bounded is not None:
+        if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
             self.bounds.keep(bounded)
 
     def _changed(

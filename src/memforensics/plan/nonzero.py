@@ -16,8 +16,9 @@ bound is carried by storage, beside the known values (:mod:`~memforensics.plan.k
 ``nonzero`` (``torch.where(mask)``), ``masked_select`` and indexing by the mask then make at
 most that many elements (never more than the mask holds), where a mask of unknown values makes
 as many as it holds. Each is an upper bound still: a GPU's count is the same where the sampled
-entries do not overlap (``pos`` and ``neg`` never do). Only operators on bounded masks look up
-a bound; the others pay one set lookup.
+entries do not overlap (``pos`` and ``neg`` never do). What is known of the values at the picked
+positions (:mod:`~memforensics.plan.picks`) bounds a test of them the same way. Only operators
+that can leave a bound look one up; the others pay one set lookup.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from memforensics.plan import picks
+from memforensics.plan.picks import Fact, Picks
 
 _ZEROS = frozenset(
     (
@@ -90,7 +95,18 @@ AND = frozenset(
 _HOST_COUNTED = 1 << 16
 """Largest host tensor, in bytes, whose non-zero elements are counted for a bound."""
 _ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | AND
-"""Every operator that can make a bound."""
+"""Every operator that can make a bound by count."""
+_ANY = _ALL | picks.ALL
+"""Every operator that can make a bound, by count or by what it picks."""
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """What one operator leaves known of what it made or wrote: at most how many of its
+    elements are non-zero, and what it picks (:mod:`~memforensics.plan.picks`)."""
+
+    counted: tuple[torch.Tensor, int] | None
+    picked: tuple[torch.Tensor, Fact] | None
 
 
 def _whole(tensor: torch.Tensor) -> bool:
@@ -126,29 +142,50 @@ class NonzeroBounds:
     def __init__(self, count: Callable[[torch.Tensor], int | None]) -> None:
         self._count = count
         self._bounds: dict[int, int] = {}
+        self.picks = Picks(self._of)
+        """What positions taken from tests of unknown values pick."""
 
     def at_most(self, tensor: torch.Tensor) -> int | None:
-        """At most how many of ``tensor``'s elements are non-zero, where a bound is known."""
-        if not self._bounds or not tensor.is_meta or not _whole(tensor):
+        """At most how many of ``tensor``'s elements are non-zero, where a bound is known: the
+        smaller of its count's and its picks'."""
+        if not tensor.is_meta or not _whole(tensor):
             return None
-        bound = self._bounds.get(tensor.untyped_storage()._cdata)
-        return None if bound is None else min(bound, tensor.numel())
+        found = []
+        if self._bounds:
+            bound = self._bounds.get(tensor.untyped_storage()._cdata)
+            if bound is not None:
+                found.append(min(bound, tensor.numel()))
+        if self.picks:
+            picked = self.picks.at_most(tensor)
+            if picked is not None:
+                found.append(picked)
+        return min(found) if found else None
 
     def __bool__(self) -> bool:
         """Whether any storage has a bound."""
-        return bool(self._bounds)
+        return bool(self._bounds) or bool(self.picks)
 
     def forget(self, tensors: list[torch.Tensor]) -> None:
         """``tensors``' values changed in a way no bound follows."""
         if self._bounds:
             for tensor in tensors:
                 self._bounds.pop(tensor.untyped_storage()._cdata, None)
+        self.picks.forget(tensors)
 
-    def bound(self, func: Any, args: tuple[Any, ...], out: Any) -> tuple[torch.Tensor, int] | None:
+    def bound(self, func: Any, args: tuple[Any, ...], out: Any) -> Bounded | None:
         """The bound ``func`` leaves on what it made or wrote, from its inputs as they are
         before it is accounted for; None where it leaves none."""
-        if func not in _ALL:
+        if func not in _ANY:
             return None
+        counted = self._counted(func, args, out) if func in _ALL else None
+        picked = self.picks.pick(func, args, out)
+        if counted is None and picked is None:
+            return None
+        return Bounded(counted, picked)
+
+    def _counted(
+        self, func: Any, args: tuple[Any, ...], out: Any
+    ) -> tuple[torch.Tensor, int] | None:
         bound = self._bound(func, args, out)
         if bound is None:
             return None
@@ -157,9 +194,13 @@ class NonzeroBounds:
             return None
         return made, min(bound, made.numel())
 
-    def keep(self, bounded: tuple[torch.Tensor, int]) -> None:
-        """A tensor's values are unknown and bounded so (:meth:`bound`)."""
-        made, bound = bounded
+    def keep(self, bounded: Bounded) -> None:
+        """A tensor's values are bounded so (:meth:`bound`)."""
+        if bounded.picked is not None:
+            self.picks.keep(bounded.picked)
+        if bounded.counted is None:
+            return
+        made, bound = bounded.counted
         storage = made.untyped_storage()
         key = storage._cdata
         if key not in self._bounds:

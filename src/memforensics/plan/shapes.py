@@ -23,7 +23,8 @@ from memforensics.plan.values import Notes
 BOUND = "a data-dependent shape takes its upper bound in a plan"
 NONZERO = (
     "a mask of unknown values selects at most the entries the script's code set in it "
-    "(a sampler's picks), never more than it holds"
+    "(a sampler's picks), or of values gathered at such picks those whose tests let them "
+    "through, never more than it holds"
 )
 BINS = "bincount of values the script's own values do not decide has minlength bins (at least one)"
 
