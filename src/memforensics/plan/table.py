@@ -28,6 +28,7 @@ from memforensics.plan import (
     deferred,
     distributed,
     emulate,
+    lazy,
     libraries,
     profiler,
     scratch,
@@ -343,6 +344,7 @@ def _torch_rows(
     import torch.utils._foreach_utils as foreach_utils
     import torch.utils.data._utils.pin_memory as pinning
     from torch import autograd
+    from torch.nn.modules.lazy import LazyModuleMixin
     from torch.optim import optimizer
     from torch.utils import checkpoint
 
@@ -386,6 +388,13 @@ def _torch_rows(
             "_engine_run_backward",
             emulate.backward_under(functions, _found(autograd, "_engine_run_backward")),
             "the Python that backward runs (hooks, recomputes) runs under the emulation",
+        ),
+        R(
+            LazyModuleMixin,
+            "_infer_parameters",
+            lazy.initialized_under(functions, storage, LazyModuleMixin._infer_parameters),
+            "a lazy module inside a compiled model is initialized while dynamo traces, with the "
+            "emulation's modes set aside: its parameters are made under them, on the device",
         ),
         R(
             threading.Thread,
@@ -463,8 +472,10 @@ def _torch_rows(
         R(
             torch.nn.Module,
             "_apply",
-            scripted.moving_apply(torch.nn.Module._apply),
-            "swapping is on while a module moves its tensors, and only then",
+            lazy.kept_uninitialized(scripted.moving_apply(torch.nn.Module._apply)),
+            "swapping is on while a module moves its tensors, and only then; a lazy module's "
+            "uninitialized parameters stay uninitialized, to be made on the device at its first "
+            "forward",
         ),
         R(
             torch.jit.ScriptModule,
