@@ -46,7 +46,7 @@ def _moved(param: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> N
         param.data = moved
         return
     kept = torch.Tensor._make_subclass(type(param), moved, param.requires_grad)
-    torch.utils.swap_tensors(param, kept)
+    torch.utils.swap_tensors(param, kept)  # type: ignore[no-untyped-call, unused-ignore]  # torch is untyped here
 
 
 def kept_uninitialized(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,7 +84,8 @@ def initialized_under(
     parameters are made on the planned device wherever it is first called."""
 
     def _infer_parameters(self: Any, module: Any, args: Any, kwargs: Any = None) -> Any:
-        if functions in _get_current_function_mode_stack():
+        stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call, unused-ignore]  # torch is untyped here
+        if functions in stack:
             return original(self, module, args, kwargs)
         with functions, storage:
             return original(self, module, args, kwargs)
