@@ -128,14 +128,16 @@ def test_the_cuda_context_is_counted_once_the_script_initializes_cuda(
     """A script that initializes CUDA without allocating (``torch.cuda.init()``, ``set_device``,
     a query that needs the device, an empty device tensor) needs the CUDA context on the device;
     one that only asks whether CUDA is there, or reads the allocator's zero statistics, as
-    PyTorch answers them before initializing, needs nothing."""
-    script(tmp_path, f"import torch\n{touch}\n")
+    PyTorch answers them before initializing, needs nothing; NVML's used memory agrees."""
+    script(tmp_path, f"import torch\n{touch}\nprint(torch.cuda.device_memory_used())\n")
     done = plan(tmp_path, "--json", "--context-memory", "64MiB", "train.py")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
+    context = 64 * MiB if initialized else 0
     assert doc["peak_reserved_bytes"] == 0
     assert doc["cuda_initialized"] is initialized
-    assert doc["needed_bytes"] == (64 * MiB if initialized else 0)
+    assert doc["needed_bytes"] == context
+    assert [int(line) for line in done.stderr.splitlines() if line.isdigit()] == [context]
 
 
 MIXED = """

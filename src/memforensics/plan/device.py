@@ -369,10 +369,11 @@ class PlannedDevice:
             return int(getattr(stat, field))
 
     def mem_get_info(self) -> tuple[int, int]:
-        """``(free, total)``: the device less the context, NCCL's buffers and what the
-        allocator reserved."""
+        """``(free, total)``: the device less the context (once CUDA is initialized), NCCL's
+        buffers and what the allocator reserved."""
         reserved = self.figure("reserved_bytes", "current")
-        free = self.spec.usable_bytes - self.outside_bytes - reserved
+        context = self.spec.context_bytes if self.initialized else 0
+        free = self.spec.total_bytes - context - self.outside_bytes - reserved
         return max(free, 0), self.spec.total_bytes
 
     def segments(self) -> int:
