@@ -96,7 +96,11 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         " (`file:line`) when Ctrl-C stopped it, the figures being the run's up to there, else"
         " null. `rank` and `world_size` are the planned rank's (0 and 1 outside a distributed"
         " job); `nccl_bytes` is NCCL's buffers outside PyTorch, an allowance counted in"
-        " `needed_bytes` and `fits`.",
+        " `needed_bytes` and `fits`. `context_bytes` is `--context-memory`; it is counted in"
+        " `needed_bytes` and `fits` only where `cuda_initialized` is true: the script made"
+        " something on the device or called what initializes CUDA (`torch.cuda.init`,"
+        " `set_device`, `mem_get_info`, ...), as a process that never does holds no CUDA"
+        " context.",
     ),
     (
         "plan --ranks all",

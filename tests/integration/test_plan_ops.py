@@ -89,7 +89,8 @@ def test_a_script_that_never_touches_cuda_computes_on_the_cpu_and_plans_to_nothi
     tmp_path: Path,
 ) -> None:
     """CPU matmul, attention and an inference-mode linear give the CPU's values, put nothing on
-    the planned device (no workspace either), and fit a 256 MiB device."""
+    the planned device (no workspace either), and fit a 256 MiB device needing nothing: a
+    process that never initializes CUDA holds no CUDA context."""
     script(tmp_path, CPU_ONLY)
     done = plan(tmp_path, "--json", "--device-memory", "256MiB", "--context-memory", "64MiB",
                 "train.py")  # fmt: skip
@@ -103,6 +104,40 @@ def test_a_script_that_never_touches_cuda_computes_on_the_cpu_and_plans_to_nothi
     assert doc["peak_allocated_bytes"] == 0
     assert doc["peak_reserved_bytes"] == 0
     assert doc["fits"] is True
+    assert doc["cuda_initialized"] is False
+    assert doc["needed_bytes"] == 0
+    text = plan(tmp_path, "--device-memory", "256MiB", "--context-memory", "64MiB", "train.py")
+    assert "Fits: 0 B with no CUDA context (the script never initialized CUDA)" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("touch", "initialized"),
+    [
+        ("torch.cuda.init()", True),
+        ("torch.cuda.set_device(0)", True),
+        ("torch.cuda.mem_get_info()", True),
+        ("torch.cuda.synchronize()", True),
+        ('torch.empty(0, device="cuda")', True),
+        ("torch.cuda.is_available(), torch.cuda.device_count()", False),
+        ("torch.cuda.memory_allocated(), torch.cuda.max_memory_reserved()", False),
+    ],
+)
+def test_the_cuda_context_is_counted_once_the_script_initializes_cuda(
+    tmp_path: Path, touch: str, initialized: bool
+) -> None:
+    """A script that initializes CUDA without allocating (``torch.cuda.init()``, ``set_device``,
+    a query that needs the device, an empty device tensor) needs the CUDA context on the device;
+    one that only asks whether CUDA is there, or reads the allocator's zero statistics, as
+    PyTorch answers them before initializing, needs nothing; NVML's used memory agrees."""
+    script(tmp_path, f"import torch\n{touch}\nprint(torch.cuda.device_memory_used())\n")
+    done = plan(tmp_path, "--json", "--context-memory", "64MiB", "train.py")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    context = 64 * MiB if initialized else 0
+    assert doc["peak_reserved_bytes"] == 0
+    assert doc["cuda_initialized"] is initialized
+    assert doc["needed_bytes"] == context
+    assert [int(line) for line in done.stderr.splitlines() if line.isdigit()] == [context]
 
 
 MIXED = """

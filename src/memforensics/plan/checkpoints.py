@@ -53,7 +53,9 @@ class Checkpoints:
                 continue
             if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
                 return False
-            if not self._stands_in(tensor.untyped_storage()):
+            with torch._C.DisableTorchFunctionSubclass():  # a lazy module's uninitialized
+                storage = tensor.untyped_storage()  # tensor refuses the call, not its storage
+            if not self._stands_in(storage):
                 return False
         return True
 

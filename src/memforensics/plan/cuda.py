@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,26 @@ def noop() -> Callable[..., None]:
         return None
 
     return nothing
+
+
+_CAPTURE = ("memforensics.capture", "memforensics.backends")
+"""memforensics' own capture, which the plan installs to write its snapshots: what it asks
+the device is not the script's doing."""
+
+
+def initializing(device: PlannedDevice, answer: Callable[..., Any]) -> Callable[..., Any]:
+    """``answer``, a fresh function for one name, that first marks CUDA initialized on
+    ``device``: for the ``torch.cuda`` functions that initialize CUDA on a GPU (they run
+    ``torch.cuda._lazy_init``), after which the process holds a CUDA context. Capture's own
+    questions (its journal reads ``mem_get_info``) initialize nothing."""
+
+    def initialized(*args: Any, **kwargs: Any) -> Any:
+        caller = str(sys._getframe(1).f_globals.get("__name__", ""))
+        if not caller.startswith(_CAPTURE):
+            device.initialize()
+        return answer(*args, **kwargs)
+
+    return initialized
 
 
 class Nvtx:

@@ -158,6 +158,15 @@ class PlannedDevice:
         self.served = 0  # allocations served
         self.said: list[str] = []  # where this run differs from a real one, each said once
         self.stop_after: int | None = None  # allocations after which the run ends (Stopped)
+        self.initialized = False
+        """Whether the script initialized CUDA: made a tensor on the device, or called what
+        initializes CUDA on a GPU (:meth:`initialize`). A process that never does holds no
+        CUDA context."""
+
+    def initialize(self) -> None:
+        """CUDA initialized, as PyTorch's lazy initialization does it: the process holds its
+        CUDA context from now on."""
+        self.initialized = True
 
     def take_outside(self, nbytes: int) -> None:
         """``nbytes`` of the device taken outside PyTorch's allocator (NCCL's buffers, at
@@ -182,6 +191,7 @@ class PlannedDevice:
 
     def malloc(self, nbytes: int, stream: int = 0) -> Block | None:
         """A block for ``nbytes`` (None when the model cannot serve it: the caller raises)."""
+        self.initialized = True
         stack = self._stack() if self._recording and not self.backward else ()
         with self._lock:
             self._busy = True
@@ -359,10 +369,11 @@ class PlannedDevice:
             return int(getattr(stat, field))
 
     def mem_get_info(self) -> tuple[int, int]:
-        """``(free, total)``: the device less the context, NCCL's buffers and what the
-        allocator reserved."""
+        """``(free, total)``: the device less the context (once CUDA is initialized), NCCL's
+        buffers and what the allocator reserved."""
         reserved = self.figure("reserved_bytes", "current")
-        free = self.spec.usable_bytes - self.outside_bytes - reserved
+        context = self.spec.context_bytes if self.initialized else 0
+        free = self.spec.total_bytes - context - self.outside_bytes - reserved
         return max(free, 0), self.spec.total_bytes
 
     def segments(self) -> int:

@@ -755,6 +755,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 return
             self.device.free(held[0])  # resized: CUDA reallocates
         if nbytes == 0:
+            self.device.initialize()  # an empty tensor on CUDA initializes it all the same
             self._live[key] = (None, 0, step)
             weakref.finalize(storage, self._live.pop, key, None)
             return

@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from memforensics._units import format_bytes
@@ -58,7 +58,8 @@ class PlanResult:
     snapshots: tuple[str, ...] = ()
     verdict: PlanVerdict | None = None
     needed_bytes: int = field(init=False)
-    """Peak reserved plus the CUDA context and NCCL's buffers: what the device must hold."""
+    """Peak reserved plus the CUDA context (where the script initialized CUDA) and NCCL's
+    buffers: what the device must hold."""
     exit_status: int | None = None
     rank: int = 0
     world_size: int = 1
@@ -71,9 +72,14 @@ class PlanResult:
     interrupted: str | None = None
     """Where the script was (``file:line``) when it was interrupted (Ctrl-C): the figures are
     the run's up to there; None when it ran to its end."""
+    cuda_initialized: bool = True
+    """Whether the script initialized CUDA (made a tensor on the device, or called what
+    initializes CUDA, as ``torch.cuda.init``, ``set_device``, ``mem_get_info``): only then does
+    the process hold the CUDA context (``context_bytes``), on a GPU as in ``needed_bytes``."""
 
     def __post_init__(self) -> None:
-        needed = self.peak_reserved_bytes + self.context_bytes + self.nccl_bytes
+        context = self.context_bytes if self.cuda_initialized else 0
+        needed = self.peak_reserved_bytes + context + self.nccl_bytes
         object.__setattr__(self, "needed_bytes", needed)
 
 
@@ -177,7 +183,6 @@ def run_planned(
                     after()
     peak_reserved = max(device.figure("reserved_bytes", "peak"), device.peak_reserved)
     world = World.from_env()
-    outside = spec.context_bytes + device.outside_bytes
     result = PlanResult(
         device_name=spec.name,
         device_bytes=spec.total_bytes,
@@ -188,12 +193,13 @@ def run_planned(
         peak_reserved_bytes=peak_reserved,
         peak_segments=device.figure("segment", "peak"),
         segments=device.segments(),
-        fits=oom is None and peak_reserved + outside <= spec.total_bytes,
+        fits=oom is None,
         oom_message=oom,
         script_snapshots=tuple(snapshots),
         warnings=tuple(device.said),
         rank=world.rank,
         world_size=world.world_size,
         nccl_bytes=device.outside_bytes,
+        cuda_initialized=device.initialized,
     )
-    return result, device
+    return replace(result, fits=result.fits and result.needed_bytes <= spec.total_bytes), device

@@ -28,6 +28,7 @@ from memforensics.plan import (
     deferred,
     distributed,
     emulate,
+    lazy,
     libraries,
     profiler,
     scratch,
@@ -60,6 +61,9 @@ GRAPHS = (
     "a capture allocates into the graph's private pool, as on CUDA; a replay runs nothing and "
     "allocates nothing"
 )
+INITIALIZES = (
+    "; it initializes CUDA, as on a GPU (torch.cuda._lazy_init), so the CUDA context is counted"
+)
 STREAMS = (
     "each stream has its own id; what is allocated while one is current is on it, in the "
     "allocator model's pool for that stream"
@@ -89,19 +93,28 @@ def _device_rows(
 ) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
+
+    def initializing(answer: Callable[..., Any]) -> Callable[..., Any]:
+        return cuda.initializing(answers.device, answer)
+
     return [
         R(c, "is_available", lambda: True, DEVICE),
         R(c, "is_initialized", lambda: True, DEVICE),
-        R(c, "_lazy_init", cuda.noop(), DEVICE),
-        R(c, "init", cuda.noop(), DEVICE),
+        R(c, "_lazy_init", initializing(cuda.noop()), DEVICE + INITIALIZES),
+        R(c, "init", initializing(cuda.noop()), DEVICE + INITIALIZES),
         R(c, "device_count", lambda: world.local_world_size, LOCAL),
-        R(c, "current_device", lambda: world.local_rank, LOCAL),
-        R(c, "set_device", cuda.noop(), DEVICE),
+        R(c, "current_device", initializing(lambda: world.local_rank), LOCAL + INITIALIZES),
+        R(c, "set_device", initializing(cuda.noop()), DEVICE + INITIALIZES),
         R(c, "_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
         R(c, "_maybe_exchange_device", lambda device: 0, "torch.cuda.device(n) as a context"),
         R(c, "get_device_name", answers.name, "its name says the device is planned"),
         R(c, "get_device_capability", answers.capability, "--device-capability"),
-        R(c, "get_device_properties", answers.properties, "--device-memory, --device-capability"),
+        R(
+            c,
+            "get_device_properties",
+            initializing(answers.properties),
+            "--device-memory, --device-capability" + INITIALIZES,
+        ),
         R(c, "is_bf16_supported", answers.bf16, "bf16 from capability 8.0, as on CUDA"),
         R(
             c,
@@ -114,8 +127,8 @@ def _device_rows(
             R(c, name, answers.telemetry, cuda.TELEMETRY, needed=False)
             for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate")
         ),
-        R(c, "synchronize", cuda.noop(), NO_OP),
-        R(c, "ipc_collect", cuda.noop(), NO_OP),
+        R(c, "synchronize", initializing(cuda.noop()), NO_OP + INITIALIZES),
+        R(c, "ipc_collect", initializing(cuda.noop()), NO_OP + INITIALIZES),
         R(
             torch._C,
             "_cuda_clearCublasWorkspaces",
@@ -127,8 +140,8 @@ def _device_rows(
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
         R(c, "Event", cuda.Stream, NO_OP),
-        R(c, "current_stream", streams.current, STREAMS),
-        R(c, "default_stream", streams.default, STREAMS),
+        R(c, "current_stream", initializing(streams.current), STREAMS + INITIALIZES),
+        R(c, "default_stream", initializing(streams.default), STREAMS + INITIALIZES),
         R(c, "stream", streams.using, STREAMS),
         R(c, "set_stream", streams.set, STREAMS),
         R(
@@ -257,7 +270,12 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         ("reset_max_memory_cached", a.reset_peaks, MODEL, True),
         ("reset_accumulated_memory_stats", a.nothing, "the model keeps its totals", True),
         ("empty_cache", a.empty_cache, MODEL, True),
-        ("mem_get_info", a.mem_get_info, "the device less the context and what is reserved", True),
+        (
+            "mem_get_info",
+            cuda.initializing(a.device, a.mem_get_info),
+            "the device less the context and what is reserved" + INITIALIZES,
+            True,
+        ),
         ("get_per_process_memory_fraction", a.fraction, MODEL, True),
         ("set_per_process_memory_fraction", a.set_fraction, MODEL, True),
         ("caching_allocator_alloc", a.raw_alloc, "a block of the model, by its address", True),
@@ -343,6 +361,7 @@ def _torch_rows(
     import torch.utils._foreach_utils as foreach_utils
     import torch.utils.data._utils.pin_memory as pinning
     from torch import autograd
+    from torch.nn.modules.lazy import LazyModuleMixin
     from torch.optim import optimizer
     from torch.utils import checkpoint
 
@@ -386,6 +405,13 @@ def _torch_rows(
             "_engine_run_backward",
             emulate.backward_under(functions, _found(autograd, "_engine_run_backward")),
             "the Python that backward runs (hooks, recomputes) runs under the emulation",
+        ),
+        R(
+            LazyModuleMixin,
+            "_infer_parameters",
+            lazy.initialized_under(functions, storage, LazyModuleMixin._infer_parameters),
+            "a lazy module inside a compiled model is initialized while dynamo traces, with the "
+            "emulation's modes set aside: its parameters are made under them, on the device",
         ),
         R(
             threading.Thread,
@@ -463,8 +489,10 @@ def _torch_rows(
         R(
             torch.nn.Module,
             "_apply",
-            scripted.moving_apply(torch.nn.Module._apply),
-            "swapping is on while a module moves its tensors, and only then",
+            lazy.kept_uninitialized(scripted.moving_apply(torch.nn.Module._apply)),
+            "swapping is on while a module moves its tensors, and only then; a lazy module's "
+            "uninitialized parameters stay uninitialized, to be made on the device at its first "
+            "forward",
         ),
         R(
             torch.jit.ScriptModule,

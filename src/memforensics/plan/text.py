@@ -20,8 +20,12 @@ def _segments(result: PlanResult) -> str:
 
 
 def _outside(result: PlanResult) -> str:
-    """What the device holds outside PyTorch's allocator: the CUDA context, NCCL's buffers."""
-    context = f"the CUDA context ({format_bytes(result.context_bytes)})"
+    """What the device holds outside PyTorch's allocator: the CUDA context, where the script
+    initialized CUDA, and NCCL's buffers."""
+    if result.cuda_initialized:
+        context = f"the CUDA context ({format_bytes(result.context_bytes)})"
+    else:
+        context = "no CUDA context (the script never initialized CUDA)"
     if result.nccl_bytes:
         return f"{context} and NCCL's buffers ({format_bytes(result.nccl_bytes)})"
     return context
