@@ -259,11 +259,11 @@ def _meta_constants() -> Iterator[None]:
         kwargs["allow_non_fake_inputs"] = True
         original(self, *args, **kwargs)
 
-    FakeTensorMode.__init__ = init  # type: ignore[method-assign]
+    FakeTensorMode.__init__ = init  # type: ignore[method-assign, unused-ignore]
     try:
         yield
     finally:
-        FakeTensorMode.__init__ = original  # type: ignore[method-assign]
+        FakeTensorMode.__init__ = original  # type: ignore[method-assign, unused-ignore]
 
 
 @contextmanager
@@ -385,7 +385,7 @@ class Compiled:
         return run
 
 
-class _Kernels(torch.fx.Interpreter):
+class _Kernels(torch.fx.Interpreter):  # type: ignore[misc, unused-ignore]  # untyped without torch
     """A partitioned graph's run, where the values Inductor computes inside the kernels that
     read them (:func:`~memforensics.plan.fusion.inlined`) are made with the storage mode
     aside, never taking a block of the planned device, and an output Inductor writes into a

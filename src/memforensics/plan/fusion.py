@@ -176,7 +176,7 @@ def _same_layout(buffer: torch.fx.Node, node: torch.fx.Node) -> bool:
     held, made = buffer.meta.get("val"), node.meta.get("val")
     if not isinstance(held, torch.Tensor) or not isinstance(made, torch.Tensor):
         return False
-    return (
+    return bool(
         held.numel() == made.numel()
         and held.dtype == made.dtype
         and held.is_contiguous()
@@ -211,7 +211,7 @@ def _nbytes(node: torch.fx.Node) -> int:
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return 0
-    return -(-value.untyped_storage().nbytes() // 512) * 512
+    return int(-(-value.untyped_storage().nbytes() // 512) * 512)
 
 
 class _Schedule:

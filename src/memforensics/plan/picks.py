@@ -133,7 +133,7 @@ def _line(tensor: Any) -> bool:
 
 def _spans(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is its whole storage, element ``i`` at ``i``."""
-    return (
+    return bool(
         tensor.storage_offset() == 0
         and tensor.is_contiguous()
         and tensor.numel() * tensor.element_size() == tensor.untyped_storage().nbytes()
