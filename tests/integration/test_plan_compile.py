@@ -696,3 +696,48 @@ def test_an_empty_tensor_made_in_a_compiled_forward_and_a_log_call_stay_in_one_g
         partition = _saved("aot_eager_decomp_partition", CACHED, "Cached", torch.randn(ROWS, WIDTH))
     assert found["kept"] == sum(held for _, _, held in partition)
     assert "runs eagerly" not in done.stderr
+
+
+HELD_LOGITS = f"""
+import json
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Head(nn.Module):
+    \"\"\"A language model's head that returns its logits beside its loss, as nanoGPT's does.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.lm = nn.Linear({WIDTH}, {HIDDEN}, bias=False)
+
+    def forward(self, x, y):
+        logits = self.lm(x)
+        return logits, F.cross_entropy(logits.float(), y)
+
+
+model = torch.compile(Head().cuda())
+x = torch.randn({ROWS}, {WIDTH}, device="cuda", requires_grad=True)
+y = torch.randint(0, {HIDDEN}, ({ROWS},), device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    logits, loss = model(x, y)
+loss.backward()
+held = torch.cuda.memory_allocated()
+del logits
+print(json.dumps({{"freed": held - torch.cuda.memory_allocated()}}))
+"""
+
+
+def test_logits_a_compiled_forward_returns_keep_their_block_through_the_backward(
+    tmp_path: Path,
+) -> None:
+    """Logits that a compiled forward returns and the script holds through the backward keep
+    their block: the backward writes no gradient into them (AOTAutograd donates only saved
+    tensors that no output aliases), so deleting them afterwards frees their bytes."""
+    script(tmp_path, HELD_LOGITS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["freed"] == -(-ROWS * HIDDEN * 2 // BLOCK) * BLOCK  # bf16 logits
+    assert "runs eagerly" not in done.stderr

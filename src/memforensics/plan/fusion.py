@@ -136,11 +136,15 @@ def _read(node: torch.fx.Node, inlined: frozenset[torch.fx.Node]) -> set[torch.f
 
 
 def in_place(
-    graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool
+    graph: torch.fx.Graph,
+    inlined: frozenset[torch.fx.Node],
+    donated: frozenset[torch.fx.Node] = frozenset(),
 ) -> dict[torch.fx.Node, torch.fx.Node]:
     """Each pointwise kernel's output that Inductor writes into a buffer its kernel reads: one
-    of the output's size and dtype that no later kernel reads and the graph does not return
-    (``donated``: the graph's own inputs may be, as a backward's saved tensors are)."""
+    of the output's size and dtype that no later kernel reads and the graph does not return,
+    made in the graph or one of its inputs in ``donated`` (a backward's saved tensors that
+    AOTAutograd donates: none that is also the forward's output, which the script may hold,
+    as the logits a training loop keeps beside its loss)."""
     order = {node: i for i, node in enumerate(graph.nodes)}
     last: dict[torch.fx.Node, int] = {}
     reads: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -161,7 +165,7 @@ def in_place(
             if (
                 buffer not in taken
                 and last.get(buffer) == order[node]
-                and (donated or buffer.op != "placeholder")
+                and (buffer in donated or buffer.op != "placeholder")
                 and _same_layout(buffer, node)
             ):
                 found[node] = buffer
