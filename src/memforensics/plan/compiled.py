@@ -357,15 +357,17 @@ class Compiled:
         function mode aside (the module's own ``device(type='meta')`` literals must stay
         stand-ins' meta), each value freed after its last use, the values Inductor inlines into
         its kernels made without a block, and the outputs it writes into dying inputs given
-        their blocks (:class:`_Kernels`; ``donated``: the graph's inputs may be, as a
-        backward's saved tensors are); boxed, so its inputs are freed as the graph is done with
-        them, as Inductor's own wrapper frees them."""
+        their blocks (:class:`_Kernels`; ``donated``: a backward, whose inputs AOTAutograd
+        donates may be, :func:`_donated`); boxed, so its inputs are freed as the graph is done
+        with them, as Inductor's own wrapper frees them."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
         inlined = fusion.inlined(gm.graph)
-        in_place = fusion.in_place(gm.graph, inlined, donated=donated)
+        in_place = fusion.in_place(
+            gm.graph, inlined, _donated(gm.graph) if donated else frozenset()
+        )
         fusion.reorder(gm.graph, inlined, in_place, donated=donated)
 
         def run(args: list[Any]) -> Any:
@@ -383,6 +385,16 @@ class Compiled:
 
         run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
         return run
+
+
+def _donated(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
+    """The inputs of the backward being compiled that AOTAutograd donates to it, which
+    Inductor may write a kernel's output into (``DonatedBuffer``): the saved tensors no forward
+    output or input aliases, read from the tracing context as Inductor reads them."""
+    from torch._inductor.utils import get_donated_idxs
+
+    inputs = graph.find_nodes(op="placeholder")
+    return frozenset(inputs[i] for i in get_donated_idxs() or () if i < len(inputs))
 
 
 class _Kernels(torch.fx.Interpreter):  # type: ignore[misc, unused-ignore]  # untyped without torch

@@ -14,6 +14,10 @@ without a block of the planned device, as they are never allocated on it.
 A constant (``full``, ``scalar_tensor``) is a pointwise function too, and a ``scatter`` into
 a constant is rewritten by Inductor into one (``optimize_scatter_upon_const_tensor``: the
 one-hot gradient of ``nll_loss``'s backward is never written).
+A functional scatter (``index_put``, ``scatter_add``) is a pointwise copy of its first input
+that the scatter then writes into: that input is computed inside the copy's kernel (an
+embedding's gradient accumulates into zeros that are never a buffer of their own), or the
+copy is written into its buffer where it dies there.
 
 Where a kernel's output has the size and dtype of a buffer it reads that dies there, Inductor
 writes the output into that buffer (``inplace_buffers``: the logits' gradient into the saved
@@ -61,6 +65,32 @@ _SCATTERS = frozenset((torch.ops.aten.scatter.value, torch.ops.aten.scatter.src)
 (``optimize_scatter_upon_const_tensor``)."""
 
 
+_SCATTERING = frozenset(
+    (
+        torch.ops.aten.index_put.default,
+        torch.ops.aten._unsafe_index_put.default,
+        torch.ops.aten._unsafe_masked_index_put_accumulate.default,
+        torch.ops.aten.scatter.src,
+        torch.ops.aten.scatter.value,
+        torch.ops.aten.scatter_add.default,
+        torch.ops.aten.scatter_reduce.two,
+    )
+)
+"""Functional scatters, which Inductor lowers as a pointwise copy of their first input (which
+it computes inside that copy's kernel, and whose dying buffer it writes the copy into) that
+the scatter then writes into in place: an embedding's gradient, ``index_put`` into zeros, is
+one buffer, not the zeros and a copy."""
+
+
+def _scattered(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The buffer a functional scatter copies and writes into (its first input's), or
+    ``None`` for any other node."""
+    if node.op != "call_function" or node.target not in _SCATTERING or not node.args:
+        return None
+    first = node.args[0]
+    return _base(first) if isinstance(first, torch.fx.Node) else None
+
+
 def _pointwise(node: torch.fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
@@ -80,10 +110,10 @@ def _view(node: torch.fx.Node) -> bool:
     )
 
 
-def _inlines(node: torch.fx.Node) -> bool:
-    """Whether ``node`` reads its inputs inside its own kernel (no buffer needed for them)."""
+def _inlines(node: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """Whether ``node`` reads ``value`` inside its own kernel (no buffer needed for it)."""
     target = node.target
-    if _pointwise(node) or target in _LOADING:
+    if _pointwise(node) or target in _LOADING or _scattered(node) is value:
         return True
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.reduction in target.tags
 
@@ -110,7 +140,7 @@ def inlined(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
         if not _pointwise(node) or not node.users:
             continue
         readers = list(_readers(node))
-        if all(reader.op == "call_function" and _inlines(reader) for reader in readers):
+        if all(reader.op == "call_function" and _inlines(reader, node) for reader in readers):
             found.add(node)
     return frozenset(found)
 
@@ -136,11 +166,15 @@ def _read(node: torch.fx.Node, inlined: frozenset[torch.fx.Node]) -> set[torch.f
 
 
 def in_place(
-    graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool
+    graph: torch.fx.Graph,
+    inlined: frozenset[torch.fx.Node],
+    donated: frozenset[torch.fx.Node] = frozenset(),
 ) -> dict[torch.fx.Node, torch.fx.Node]:
     """Each pointwise kernel's output that Inductor writes into a buffer its kernel reads: one
-    of the output's size and dtype that no later kernel reads and the graph does not return
-    (``donated``: the graph's own inputs may be, as a backward's saved tensors are)."""
+    of the output's size and dtype that no later kernel reads and the graph does not return,
+    made in the graph or one of its inputs in ``donated`` (a backward's saved tensors that
+    AOTAutograd donates: none that is also the forward's output, which the script may hold,
+    as the logits a training loop keeps beside its loss)."""
     order = {node: i for i, node in enumerate(graph.nodes)}
     last: dict[torch.fx.Node, int] = {}
     reads: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -154,14 +188,17 @@ def in_place(
                 last[buffer] = max(last.get(buffer, -1), order[node])
     found: dict[torch.fx.Node, torch.fx.Node] = {}
     taken: set[torch.fx.Node] = set()
-    for node, buffers in reads.items():
-        if not _pointwise(node):
+    for node, read in reads.items():
+        scattered = _scattered(node)
+        if scattered is None and not _pointwise(node):
             continue
-        for buffer in sorted(buffers, key=order.__getitem__):
+        # a scatter's copy reads only the buffer it copies
+        candidates = read if scattered is None else read & {scattered}
+        for buffer in sorted(candidates, key=order.__getitem__):
             if (
                 buffer not in taken
                 and last.get(buffer) == order[node]
-                and (donated or buffer.op != "placeholder")
+                and (buffer in donated or buffer.op != "placeholder")
                 and _same_layout(buffer, node)
             ):
                 found[node] = buffer
