@@ -2,8 +2,8 @@
 Inductor's partition saves, checked against the same model compiled on plain CPU tensors with
 torch's ``aot_eager_decomp_partition`` backend (AOTAutograd with Inductor's decompositions and
 partition, graphs run eagerly); another backend runs eagerly and keeps what eager autograd
-keeps; code with a graph break runs as graphs with the code between them eager, as on a GPU. Each runs through the real
-``memforensics plan`` console command."""
+keeps; code with a graph break runs as graphs with the code between them eager, as on a GPU.
+Each runs through the real ``memforensics plan`` console command."""
 
 from __future__ import annotations
 
@@ -323,8 +323,8 @@ def test_a_compiled_forward_with_a_graph_break_runs_as_graphs_around_it(tmp_path
     """A compiled forward with a print between two blocks runs as two graphs with the print
     between them, as on a GPU: it prints, its forward keeps exactly what torch's partition
     keeps for the same model on the CPU (where it breaks too: more than the whole block's
-    graph keeps, the sigmoid passed between the graphs saved), the backward leaves every gradient, and no
-    fallback to eager is said."""
+    graph keeps, the sigmoid passed between the graphs saved), the backward leaves every
+    gradient, and no fallback to eager is said."""
     script(tmp_path, SPLIT_PLANNED)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr

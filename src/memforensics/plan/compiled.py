@@ -37,10 +37,15 @@ A module is compiled as ``torch.compile`` compiles it (:func:`_optimized_module`
 ``OptimizedModule``, through the frame torch chooses, so a model of torch's own classes (whose
 files dynamo skips) is traced from a frame outside them, as on a GPU.
 
-The whole function must be one graph (``fullgraph``): code between graphs would run with the
-modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
-re-makes above the dispatcher and a graph cannot (CTC, ``flex_attention``), it runs eagerly,
-said once, and stays so.
+Code dynamo cannot trace as one graph (a graph break: a ``print``, a ``.item()`` read) runs as
+on a GPU, as several graphs with the code between them run eagerly: the compiled call runs with
+the plan's modes in place, so that code's tensors take their blocks and its reads are the
+plan's, and only dynamo's conversion of each frame (the compiled code's, each resume function
+after a break) sets them aside (:meth:`Compiled._convert`); its guards are built for the state
+the frame runs in, modes included (:func:`_guards_for_the_call`). A frame dynamo or AOTAutograd
+cannot convert, or whose graph calls what the emulation re-makes above the dispatcher and a
+graph cannot (CTC, ``flex_attention``), runs eagerly, said once, and stays so; where the script
+asked for ``fullgraph=True`` (on a GPU a graph break is then an error), the whole call does.
 """
 
 from __future__ import annotations
@@ -50,9 +55,9 @@ import logging
 import os
 import threading
 import warnings
-from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -139,7 +144,7 @@ def _guards_for_the_call() -> Iterator[None]:
     from torch._dynamo.convert_frame import DynamoOutput
     from torch.overrides import _get_current_function_mode_stack
 
-    functions = list(_get_current_function_mode_stack())
+    functions = list(_get_current_function_mode_stack())  # type: ignore[no-untyped-call]
     included = torch._C._dispatch_tls_local_include_set()
     excluded = torch._C._dispatch_tls_local_exclude_set()
     original = DynamoOutput.build_guards
@@ -195,6 +200,17 @@ class _Converting:
 
     def __call__(self, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
         return self.convert(self._torchdynamo_orig_backend, frame, cache_entry, frame_state)
+
+
+def _as_it_is() -> Any:
+    """dynamo's answer for a frame it should not convert: run it, and the frames it calls, as
+    they are, now and whenever its code runs again."""
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
+    from torch._dynamo.types import ConvertFrameReturn
+
+    return ConvertFrameReturn(
+        frame_exec_strategy=_FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    )
 
 
 def _attention(capability: tuple[int, int], *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -364,8 +380,8 @@ def _whole() -> Iterator[None]:
 
 
 class Compiled:
-    """One compiled function or module call: its graphs while they trace, else ``fn``
-    eagerly."""
+    """One compiled function or module call: its graphs, with the code between them eager,
+    where dynamo converts its frames; else ``fn`` eagerly."""
 
     made = 0
     """How many were made in this process: :func:`dynamo_as_found` resets dynamo after a run
@@ -417,12 +433,8 @@ class Compiled:
         guards built for the call's own state (:func:`_guards_for_the_call`). A frame of this
         package's runs as it is. Where the frame cannot be converted, it runs eagerly, said
         once, and stays so; with ``fullgraph`` the whole call does."""
-        from torch._dynamo.types import ConvertFrameReturn, FrameAction, FrameExecStrategy
-
         if frame.f_code.co_filename.startswith(_PACKAGE):
-            return ConvertFrameReturn(
-                frame_exec_strategy=FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
-            )
+            return _as_it_is()
         try:
             with (
                 _guards_for_the_call(),
@@ -440,9 +452,7 @@ class Compiled:
                 self._failed.value = True
                 raise
         self.notes.once("compile", EAGER)
-        return ConvertFrameReturn(
-            frame_exec_strategy=FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
-        )
+        return _as_it_is()
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
