@@ -2,8 +2,8 @@
 Inductor's partition saves, checked against the same model compiled on plain CPU tensors with
 torch's ``aot_eager_decomp_partition`` backend (AOTAutograd with Inductor's decompositions and
 partition, graphs run eagerly); another backend runs eagerly and keeps what eager autograd
-keeps; code dynamo cannot trace whole runs eagerly, said once. Each runs through the real
-``memforensics plan`` console command."""
+keeps; code with a graph break runs as graphs with the code between them eager, as on a GPU.
+Each runs through the real ``memforensics plan`` console command."""
 
 from __future__ import annotations
 
@@ -93,6 +93,8 @@ def _saved(
     x.requires_grad_(True)
     with warnings.catch_warnings():  # torch's own deprecations while it compiles
         warnings.simplefilter("ignore", DeprecationWarning)
+        # dynamo's own read of a non-leaf's ``.grad`` as it traces a graph break's resume
+        warnings.filterwarnings("ignore", "The .grad attribute", UserWarning)
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             y = torch.compile(model, backend=backend)(x)
     known = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -256,25 +258,118 @@ def broken(x):
     torch._dynamo.graph_break()
     return y.sum()
 
-@torch.compile
+@torch.compile(fullgraph=True)
 def whole(x):
-    return (torch.sigmoid(x) * x).sum()
+    y = torch.sigmoid(x) * x
+    torch._dynamo.graph_break()
+    return y.sum()
 
 x = torch.randn(1024, 1024, device="cuda", requires_grad=True)
-print(broken(x).shape, broken(x).shape, whole(x).shape)
+print(broken(x).shape, broken(x).shape, whole(x).shape, whole(x).shape)
 """
 
 
-def test_code_dynamo_cannot_trace_whole_runs_eagerly_and_says_so_once(tmp_path: Path) -> None:
-    """A graph break in a compiled function: it runs eagerly (its answers as usual), the plan
-    says so once, and another compiled function in the script still runs as graphs."""
+def test_a_graph_break_runs_as_graphs_and_only_fullgraph_runs_eagerly(tmp_path: Path) -> None:
+    """A graph break in a compiled function runs as graphs with the code between them (no
+    fallback to eager for it), while the same break where the script asked for
+    ``fullgraph=True`` (an error on a GPU) runs eagerly, said once; the answers are as usual."""
     script(tmp_path, BROKEN)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "torch.Size([]) torch.Size([]) torch.Size([])"
+    assert done.stdout.splitlines()[0] == " ".join(["torch.Size([])"] * 4)
     said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
-    assert sum("torch.compile runs eagerly" in line for line in said) == 1
     assert sum("graphs unfused" in line for line in said) == 1
+    eager = [line for line in said if "torch.compile runs eagerly" in line]
+    assert len(eager) == 1
+    assert "train.py:17" in eager[0]  # the fullgraph function's first call
+
+
+SPLIT = f"""
+import torch
+from torch import nn
+
+
+class Split(nn.Module):
+    \"\"\":data:`MODEL`'s block with a print after its gate's sigmoid: on a GPU a graph break, two
+    graphs with the print between them, the second saving the sigmoid the whole one recomputes.
+    \"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear({WIDTH}, {HIDDEN})
+        self.down = nn.Linear({HIDDEN}, {WIDTH})
+
+    def forward(self, x):
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        t = self.up(normed)
+        s = torch.sigmoid(t)
+        print("between graphs", tuple(s.shape))
+        return self.down(s * t) + x
+"""
+
+SPLIT_PLANNED = (
+    SPLIT
+    + """
+import json
+model = Split().cuda()
+compiled = torch.compile(model)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
+)
+
+
+def test_a_compiled_forward_with_a_graph_break_runs_as_graphs_around_it(tmp_path: Path) -> None:
+    """A compiled forward with a print between two blocks runs as two graphs with the print
+    between them, as on a GPU: it prints, its forward keeps exactly what torch's partition
+    keeps for the same model on the CPU (where it breaks too: more than the whole block's
+    graph keeps, the sigmoid passed between the graphs saved), the backward leaves every
+    gradient, and no fallback to eager is said."""
+    script(tmp_path, SPLIT_PLANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"between graphs ({ROWS}, {HIDDEN})"
+    found = json.loads(lines[1])
+    partition = _saved("aot_eager_decomp_partition", SPLIT, "Split", torch.randn(ROWS, WIDTH))
+    assert sum(held for _, _, held in partition) > _saved_bytes("aot_eager_decomp_partition")
+    assert found["kept"] == sum(held for _, _, held in partition)
+    params = (WIDTH * HIDDEN + HIDDEN + HIDDEN * WIDTH + WIDTH) * 4
+    assert found["grads"] == params + ROWS * WIDTH * 4 + WORKSPACE
+    assert "graphs unfused" in done.stderr
+    assert "runs eagerly" not in done.stderr
+
+
+READ = SPLIT.replace(
+    'print("between graphs", tuple(s.shape))',
+    'print(json.dumps({"read": s.mean().item()}))',
+).replace("import torch\n", "import json\nimport torch\n", 1)
+
+READ_PLANNED = (
+    READ
+    + """
+model = Split().cuda()
+compiled = torch.compile(model)
+x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+    + MEASURED
+)
+
+
+def test_a_value_read_between_compiled_graphs_is_the_plans_read(tmp_path: Path) -> None:
+    """``.item()`` inside a compiled forward (a graph break) reads a device value as the plan
+    reads any (a made-up float, said), runs the rest as a graph, and the forward keeps what
+    torch's partition keeps for the same model on the CPU."""
+    script(tmp_path, READ_PLANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    read, found = (json.loads(line) for line in done.stdout.splitlines()[:2])
+    assert isinstance(read["read"], float)
+    partition = _saved("aot_eager_decomp_partition", READ, "Split", torch.randn(ROWS, WIDTH))
+    assert found["kept"] == sum(held for _, _, held in partition)
+    assert "values read from the device" in done.stderr
+    assert "graphs unfused" in done.stderr
+    assert "runs eagerly" not in done.stderr
 
 
 AUTOCAST = (

@@ -37,20 +37,27 @@ A module is compiled as ``torch.compile`` compiles it (:func:`_optimized_module`
 ``OptimizedModule``, through the frame torch chooses, so a model of torch's own classes (whose
 files dynamo skips) is traced from a frame outside them, as on a GPU.
 
-The whole function must be one graph (``fullgraph``): code between graphs would run with the
-modes set aside. Where dynamo or AOTAutograd cannot trace it, or it calls what the emulation
-re-makes above the dispatcher and a graph cannot (CTC, ``flex_attention``), it runs eagerly,
-said once, and stays so.
+Code dynamo cannot trace as one graph (a graph break: a ``print``, a ``.item()`` read) runs as
+on a GPU, as several graphs with the code between them run eagerly: the compiled call runs with
+the plan's modes in place, so that code's tensors take their blocks and its reads are the
+plan's, and only dynamo's conversion of each frame (the compiled code's, each resume function
+after a break) sets them aside (:meth:`Compiled._convert`); its guards are built for the state
+the frame runs in, modes included (:func:`_guards_for_the_call`). A frame dynamo or AOTAutograd
+cannot convert, or whose graph calls what the emulation re-makes above the dispatcher and a
+graph cannot (CTC, ``flex_attention``), runs eagerly, said once, and stays so; where the script
+asked for ``fullgraph=True`` (on a GPU a graph break is then an error), the whole call does.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -94,6 +101,10 @@ def _quiet(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+_PACKAGE = f"{Path(__file__).parents[1]}{os.sep}"
+"""memforensics's own files: its stand-ins, called by compiled code between graphs, run as
+they are, never converted by dynamo (a GPU's torch functions are in dynamo's skipped files)."""
+
 _TORCH_PRIVATE = r"torch\._"
 """Modules of torch's compiler stack (``torch._dynamo``, ``torch._functorch``, ...)."""
 
@@ -120,6 +131,86 @@ def _modes_aside() -> Iterator[None]:
             _push_mode(mode)
         for mode in reversed(functions):
             torch._C._push_on_torch_function_stack(mode)
+
+
+@contextmanager
+def _guards_for_the_call() -> Iterator[None]:
+    """dynamo's guards for a frame converted with the plan's modes aside (:func:`_modes_aside`)
+    built for the state the frame runs in, the modes in place: the torch-function mode stack
+    the call had (dynamo records the stack at the trace, which it would find changed at every
+    call, and convert again), and the thread's dispatch keys with the call's dispatch modes
+    (a tensor's guard checks them: the storage mode adds ``Python``). Built from that state,
+    not under it: no mode runs while dynamo builds them."""
+    from torch._dynamo.convert_frame import DynamoOutput
+    from torch.overrides import _get_current_function_mode_stack
+
+    functions = list(_get_current_function_mode_stack())  # type: ignore[no-untyped-call]
+    included = torch._C._dispatch_tls_local_include_set()
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    original = DynamoOutput.build_guards
+
+    def build_guards(self: DynamoOutput, *args: Any, **kwargs: Any) -> Any:
+        graph = self.tracer_output.output_graph
+        if graph is not None:
+            graph.torch_function_mode_stack = list(functions)
+        for mode in functions:
+            torch._C._push_on_torch_function_stack(mode)
+        try:
+            with torch._C._ForceDispatchKeyGuard(included, excluded):
+                return original(self, *args, **kwargs)
+        finally:
+            for _ in functions:
+                torch._C._pop_torch_function_stack()
+
+    DynamoOutput.build_guards = build_guards  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DynamoOutput.build_guards = original  # type: ignore[method-assign]
+
+
+def _converting_through(optimized: Callable[..., Any], convert: Callable[..., Any]) -> None:
+    """``optimized`` (what ``torch.compile`` returned for a function) converting each frame
+    through ``convert``, called with dynamo's own conversion and the frame's arguments: the
+    function's callback, which dynamo calls for each frame the compiled code runs that its
+    cache has no code for, is held in its closure."""
+    from torch._dynamo.convert_frame import CatchErrorsWrapper
+
+    cells = [
+        cell
+        for cell in optimized.__closure__ or ()
+        if isinstance(cell.cell_contents, CatchErrorsWrapper)
+    ]
+    if len(cells) != 1:
+        raise RuntimeError(
+            "torch.compile's wrapper holds no dynamo callback where this torch's did: "
+            "memforensics does not support this torch version's torch.compile"
+        )
+    callback = cells[0].cell_contents
+    cells[0].cell_contents = _Converting(callback, convert)
+
+
+class _Converting:
+    """dynamo's frame callback, converting through a function given dynamo's own one
+    (:func:`_converting_through`)."""
+
+    def __init__(self, callback: Any, convert: Callable[..., Any]) -> None:
+        self._torchdynamo_orig_backend = callback  # where dynamo looks for the backend
+        self.convert = convert
+
+    def __call__(self, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
+        return self.convert(self._torchdynamo_orig_backend, frame, cache_entry, frame_state)
+
+
+def _as_it_is() -> Any:
+    """dynamo's answer for a frame it should not convert: run it, and the frames it calls, as
+    they are, now and whenever its code runs again."""
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
+    from torch._dynamo.types import ConvertFrameReturn
+
+    return ConvertFrameReturn(
+        frame_exec_strategy=_FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    )
 
 
 def _attention(capability: tuple[int, int], *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -289,8 +380,8 @@ def _whole() -> Iterator[None]:
 
 
 class Compiled:
-    """One compiled function or module call: its graphs while they trace, else ``fn``
-    eagerly."""
+    """One compiled function or module call: its graphs, with the code between them eager,
+    where dynamo converts its frames; else ``fn`` eagerly."""
 
     made = 0
     """How many were made in this process: :func:`dynamo_as_found` resets dynamo after a run
@@ -304,6 +395,7 @@ class Compiled:
         autocast: choices.Autocast,
         original: Callable[..., Any],
         dynamic: object,
+        fullgraph: bool,
     ) -> None:
         functools.update_wrapper(self, fn)
         Compiled.made += 1
@@ -311,27 +403,56 @@ class Compiled:
         self.notes = notes
         self.storage = storage
         self.autocast = autocast
+        self.fullgraph = fullgraph
         self.eager = False
-        self._ran = threading.local()
+        self._failed = threading.local()
         with _quiet(_NO_TRITON):  # dynamo's import of AOTAutograd imports it
-            self.optimized = original(fn, backend=self._backend, fullgraph=True, dynamic=dynamic)
+            self.optimized = original(
+                fn, backend=self._backend, fullgraph=fullgraph, dynamic=dynamic
+            )
+        _converting_through(self.optimized, self._convert)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.eager or torch.compiler.is_compiling():
             return self.fn(*args, **kwargs)
-        self._ran.value = False
+        self._failed.value = False
         try:
-            with _modes_aside(), warnings.catch_warnings(), _whole(), _meta_constants():
-                # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
-                # ``-W error`` they would fail the trace, which a run on a GPU does not see
-                warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
-                return self.optimized(*args, **kwargs)
+            return self.optimized(*args, **kwargs)
         except Exception:
-            if self._ran.value:
-                raise  # the script's own failure, or a predicted OOM, while a graph ran
+            if not self._failed.value:
+                raise  # the script's own failure, or a predicted OOM, as the code ran
         self.eager = True
         self.notes.once("compile", EAGER)
         return self.fn(*args, **kwargs)
+
+    def _convert(
+        self, convert: Callable[..., Any], frame: Any, cache_entry: Any, frame_state: Any
+    ) -> Any:
+        """dynamo's conversion of ``frame`` (the compiled code's, a resume function's after a
+        graph break, or one the code between graphs calls), with the plan's modes aside, its
+        guards built for the call's own state (:func:`_guards_for_the_call`). A frame of this
+        package's runs as it is. Where the frame cannot be converted, it runs eagerly, said
+        once, and stays so; with ``fullgraph`` the whole call does."""
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            return _as_it_is()
+        try:
+            with (
+                _guards_for_the_call(),
+                _modes_aside(),
+                warnings.catch_warnings(),
+                _whole(),
+                _meta_constants(),
+            ):
+                # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
+                # ``-W error`` they would fail the trace, which a run on a GPU does not see
+                warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
+                return convert(frame, cache_entry, frame_state)
+        except Exception:
+            if self.fullgraph:
+                self._failed.value = True
+                raise
+        self.notes.once("compile", EAGER)
+        return _as_it_is()
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
@@ -371,7 +492,6 @@ class Compiled:
         fusion.reorder(gm.graph, inlined, in_place, donated=donated)
 
         def run(args: list[Any]) -> Any:
-            self._ran.value = True
             kernels = _Kernels(gm, storage, inlined, in_place)
             staged, storage.staged = storage.staged, False  # Inductor's reductions stage none
             try:
@@ -495,7 +615,15 @@ def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> 
         else:
             fn = model
         if graphs:
-            fn = Compiled(fn, notes, storage, autocast, original, options.get("dynamic"))
+            fn = Compiled(
+                fn,
+                notes,
+                storage,
+                autocast,
+                original,
+                options.get("dynamic"),
+                bool(options.get("fullgraph", False)),
+            )
         marked = values.marked(fn, backend)
         if module:
             setattr(wrapper, slot, marked)
