@@ -144,7 +144,7 @@ def _guards_for_the_call() -> Iterator[None]:
     from torch._dynamo.convert_frame import DynamoOutput
     from torch.overrides import _get_current_function_mode_stack
 
-    functions = list(_get_current_function_mode_stack())  # type: ignore[no-untyped-call]
+    functions = list(_get_current_function_mode_stack())  # type: ignore[no-untyped-call, unused-ignore]
     included = torch._C._dispatch_tls_local_include_set()
     excluded = torch._C._dispatch_tls_local_exclude_set()
     original = DynamoOutput.build_guards
@@ -162,11 +162,11 @@ def _guards_for_the_call() -> Iterator[None]:
             for _ in functions:
                 torch._C._pop_torch_function_stack()
 
-    DynamoOutput.build_guards = build_guards  # type: ignore[method-assign]
+    DynamoOutput.build_guards = build_guards  # type: ignore[method-assign, unused-ignore]
     try:
         yield
     finally:
-        DynamoOutput.build_guards = original  # type: ignore[method-assign]
+        DynamoOutput.build_guards = original  # type: ignore[method-assign, unused-ignore]
 
 
 def _converting_through(optimized: Callable[..., Any], convert: Callable[..., Any]) -> None:
