@@ -56,6 +56,21 @@ def test_a_run_that_fits_exits_0_and_prints_one_json_object(tmp_path: Path) -> N
     assert sidecar["predicted"]["capability"] == "9.0"
 
 
+def test_the_final_snapshot_explains_the_peak_the_plan_printed(tmp_path: Path) -> None:
+    """Where the script dumps no snapshot, the one the plan writes holds a trace, and summary of
+    it finds the peak the plan printed (not only what outlived the script)."""
+    script(tmp_path, LEAK + "del model, opt, x, kept, out\n")
+    doc = json.loads(plan(tmp_path, "--json", "train.py", "2").stdout)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    summary = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", doc["snapshots"][0]],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    found = json.loads(summary.stdout)
+    assert found["allocated_bytes"] < doc["peak_allocated_bytes"] // 2  # the script freed its model
+    assert found["peak"]["live_bytes"] == doc["peak_allocated_bytes"]
+
+
 def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
     """The leaked outputs (1 MiB each) raise the predicted peak by about a MiB per extra step."""
     script(tmp_path, LEAK)

@@ -31,6 +31,10 @@ BlockListener = Callable[[int, int, int], None]
 returned (sign -1), as PyTorch reports blocks to its profiler."""
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+FLIGHT_ENTRIES = 100_000
+"""Events the plan keeps of its own for the snapshot it writes when the script dumps none: as
+many as ``memforensics.install``'s default ``max_entries``, enough for the steps of a run that
+a plan is asked for (a step of a 2.7B-parameter model makes about 10,000)."""
 
 
 class Stopped(BaseException):
@@ -144,6 +148,7 @@ class PlannedDevice:
         self._busy = False
         self._pending: deque[Block] = deque()
         self._trace: deque[fmt.Entry] = deque(maxlen=1)
+        self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
         self._recording: str | None = None
         self._free_stacks = False
         self._op_stack: fmt.Stack = ()
@@ -405,25 +410,31 @@ class PlannedDevice:
         self._metadata = text
 
     def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
+        device_free = None
+        if action == "oom":
+            addr, device_free = 0, addr
+        entry = (
+            action,
+            addr,
+            size,
+            stream,
+            time.time_ns() // 1000,
+            self._op_stack,
+            self._metadata,
+            device_free,
+        )
+        self._flight.append(entry)
         if self._recording == "all":
-            device_free = None
-            if action == "oom":
-                addr, device_free = 0, addr
-            entry = (
-                action,
-                addr,
-                size,
-                stream,
-                time.time_ns() // 1000,
-                self._op_stack,
-                self._metadata,
-                device_free,
-            )
             self._trace.append(entry)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, flight: bool = False) -> dict[str, Any]:
         """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them,
-        marked predicted by one more key, so a copy the script pickles itself says so too."""
+        marked predicted by one more key, so a copy the script pickles itself says so too.
+
+        With ``flight``, the trace is the plan's own recording of the last
+        :data:`FLIGHT_ENTRIES` events, whatever history the script asked for: the snapshot the
+        plan writes when the script dumps none, so that ``summary`` of it finds the peak the
+        plan printed, not only what outlived the script."""
         frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}
         frame_lists: dict[int, tuple[fmt.Stack, list[dict[str, Any]]]] = {}
 
@@ -438,7 +449,7 @@ class PlannedDevice:
             self._drain()
             heads = self._allocator.segment_heads()
             segments = [fmt.segment_dict(head, self.index, frames) for head in heads]
-            entries = list(self._trace)
+            entries = list(self._flight if flight else self._trace)
         settings = self.spec.settings.to_snapshot()
         return {
             PREDICTED_KEY: self.spec.predicted_record(),  # first: a reader of the head finds it

@@ -419,7 +419,7 @@ def _answer(
     if not snapshots:
         name = f"rank{result.rank}_planned.pickle" if result.world_size > 1 else "planned.pickle"
         final = folders[0] / name
-        _writer(spec)(str(final), device.snapshot())
+        _writer(spec)(str(final), device.snapshot(flight=True))
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
     oom_dump = _oom_dump(snapshots) if result.oom_message is not None else None
