@@ -221,24 +221,32 @@ class Targets:
         return read.to(tensor.dtype)
 
     def _references(self, rows: int) -> list[torch.Tensor] | None:
-        """The scored tokens of each of ``rows`` reference sequences, a loss's targets before a
-        copy's (a batch's token ids are copied as rows too): the newest loss's targets that
-        arrived as that many rows, else the rows of every loss's targets since the last
-        backward pass, one batch after another (an evaluation's labels), else the newest copy
-        of that many rows whose values are a loss's classes; None where none fit."""
-        fits = [g for g in self._recent if g.width and g.values.numel() == rows * g.width]
-        for given in fits:
-            if given.ignored is not None:
+        """The scored tokens of each of ``rows`` reference sequences, an evaluation's before
+        training's and a loss's targets before a copy's (a batch's token ids are copied as rows
+        too): since the last backward pass, the newest loss's targets that arrived as that many
+        rows, else every loss's targets one batch after another (an evaluation's labels), else
+        the newest copy of that many rows whose values are a loss's classes; else the newest
+        loss's targets of that many rows; None where none fit."""
+        since = list(reversed(self._since))
+        losses = [g for g in since if g.ignored is not None and g.width]
+        for given in losses:
+            if _fits(given, rows):
                 return _rows(given)
-        losses = [g for g in self._since if g.ignored is not None and g.width]
-        found = [row for given in losses for row in _rows(given)]
+        found = [row for given in reversed(losses) for row in _rows(given)]
         if len(found) == rows:
             return found
-        for given in fits:
-            classes = torch.unique(given.values[_scored(given)])
-            if classes.numel() >= 2 and self._classes(given, classes):
-                return _rows(given)
-        return None
+        for given in since:
+            if given.ignored is None and _fits(given, rows):
+                classes = torch.unique(given.values[_scored(given)])
+                if classes.numel() >= 2 and self._classes(given, classes):
+                    return _rows(given)
+        losses = [g for g in self._recent if g.ignored is not None]
+        return next((_rows(g) for g in losses if _fits(g, rows)), None)
+
+
+def _fits(given: _Given, rows: int) -> bool:
+    """Whether ``given`` arrived as ``rows`` rows."""
+    return given.width is not None and given.values.numel() == rows * given.width
 
 
 def _rows(given: _Given) -> list[torch.Tensor]:
