@@ -144,6 +144,7 @@ def test_seq2seq_trainer_early_stopping_on_bleu_runs_to_its_epoch_limit(tmp_path
 
 PATIENCE_LOOP = """
 import json
+import sys
 import torch
 from words import f1, t5, text, tokenizer
 
@@ -173,7 +174,8 @@ for epoch in range(6):
     for first in (16, 20):
         ids, mask, labels = batch(first)
         with torch.no_grad():
-            model(input_ids=ids, attention_mask=mask, labels=labels)
+            if sys.argv[1] == "with-loss":  # the labels given to a loss, or only copied
+                model(input_ids=ids, attention_mask=mask, labels=labels)
             before = len(forwards)
             generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8,
                                        do_sample=False)
@@ -196,17 +198,19 @@ print("facts", json.dumps({"epochs": epoch + 1, "f1": scores, "exact": exact,
 """
 
 
+@pytest.mark.parametrize("loss", ["with-loss", "without-loss"])
 def test_a_patience_loop_on_the_f1_of_generated_text_runs_to_its_epoch_limit(
-    tmp_path: Path,
+    tmp_path: Path, loss: str
 ) -> None:
-    """A hand-written loop (train an epoch, then per validation batch a loss, generate() with
-    max_new_tokens 8, batch_decode, and a token-overlap F1 and exact match against the decoded
-    labels; stop after 1 epoch without a better F1) runs all 6 epochs with F1 and exact match
-    rising each epoch, and every generate() makes 8 decoder forwards and returns the start
+    """A hand-written loop (train an epoch, then per validation batch of 4, with or without a
+    loss on its labels, generate() with max_new_tokens 8, batch_decode, and a token-overlap F1
+    and exact match against the decoded labels; stop after 1 epoch without a better F1) runs
+    all 6 epochs with F1 and exact match rising each epoch, no generated token read as the
+    labels' end token, and every generate() makes 8 decoder forwards and returns the start
     token plus 8 positions."""
     script(tmp_path, WORDS, "words.py")
     script(tmp_path, PATIENCE_LOOP)
-    done = plan(tmp_path, "train.py")
+    done = plan(tmp_path, "train.py", loss)
     assert done.returncode == 0, done.stderr
     facts = _facts(done.stdout)
     assert facts["epochs"] == 6

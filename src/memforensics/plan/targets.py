@@ -225,7 +225,8 @@ class Targets:
         training's and a loss's targets before a copy's (a batch's token ids are copied as rows
         too): since the last backward pass, the newest loss's targets that arrived as that many
         rows, else every loss's targets one batch after another (an evaluation's labels), else
-        the newest copy of that many rows whose values are a loss's classes; else the newest
+        the newest copy of that many rows (an evaluation's labels may hold tokens no
+        training loss was given, so a loss's classes do not bound them); else the newest
         loss's targets of that many rows; None where none fit."""
         since = list(reversed(self._since))
         losses = [g for g in since if g.ignored is not None and g.width]
@@ -235,11 +236,10 @@ class Targets:
         found = [row for given in reversed(losses) for row in _rows(given)]
         if len(found) == rows:
             return found
-        for given in since:
-            if given.ignored is None and _fits(given, rows):
-                classes = torch.unique(given.values[_scored(given)])
-                if classes.numel() >= 2 and self._classes(given, classes):
-                    return _rows(given)
+        copies = [g for g in since if g.ignored is None and _fits(g, rows)]
+        for given in copies:
+            if torch.unique(given.values[_scored(given)]).numel() >= 2:
+                return _rows(given)
         losses = [g for g in self._recent if g.ignored is not None]
         return next((_rows(g) for g in losses if _fits(g, rows)), None)
 

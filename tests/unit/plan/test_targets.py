@@ -118,13 +118,13 @@ def test_one_row_keeps_its_last_token() -> None:
 def test_an_evaluation_s_labels_copied_without_a_loss_are_its_references() -> None:
     """After a backward pass on training's labels, an evaluation that only generates (its token
     ids, then its labels, copied to the device, no loss) reads its sequences as the labels it
-    copied last, not as training's."""
+    copied last, not as training's, though they hold a token (12) no training loss was given."""
     targets = Targets()
     targets.given(torch.tensor([[2, 3, 1], [9, 8, 1]]), ignored=-100)
     targets.backward()
     targets.given(torch.tensor([[6, 7, 8], [9, 6, 7]]))
-    targets.given(torch.tensor([[8, 9, 1], [7, 1, -100]]))
+    targets.given(torch.tensor([[8, 12, 1], [7, 1, -100]]))
     _, matches = _counting(2)
     read = targets.sequences(torch.empty(2, 3, dtype=torch.int64, device="meta"), matches)
     assert read is not None
-    assert read.tolist() == [[8, 9, 0], [7, 0, 0]]
+    assert read.tolist() == [[8, 12, 0], [7, 0, 0]]
