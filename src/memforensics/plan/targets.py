@@ -28,10 +28,19 @@ Predictions gathered over an evaluation (``torch.cat(preds).cpu()``) read as the
 since the last backward pass, one batch after another (a batch's labels copied to the device
 and then given to its loss are one batch), up to :data:`GATHERED` elements.
 
+Generated sequences (``model.generate()``'s rows of token ids, decoded on the host and scored
+against the decoded labels: exact match, a token F1, BLEU) fit no target position by position.
+They read as their batch's references instead (:meth:`Targets.sequences`), one generated
+sequence a prediction: the first ``n + 1`` rows are their references' tokens in round ``n``, the
+rest an id no reference holds (a padding token, which decoding drops), so a score of the
+generated text rises as it trains. The labels' end-of-sequence token (the one token that ends
+every row of a batch of labels) is never read, there nor position by position: a loop that tests
+for it on the host, as decoding on the device, runs to its own bound.
+
 A tensor no such target matches (one value, a storage of another size: a generated token, an
-``argmax`` read alone) reads as zeros, as before. Only integers copied to the device or given to
-a loss are kept, the last :data:`RECENT` and those since the last backward pass, so the cost is
-one check where a loss runs or an integer tensor arrives.
+``argmax`` read alone) reads as zeros. Only integers copied to the device or given to a loss are
+kept, the last :data:`RECENT` and those since the last backward pass, so the cost is one check
+where a loss runs or an integer tensor arrives.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ class _Given(NamedTuple):
     values: torch.Tensor  # flat, on the CPU
     ignored: int | None  # the loss's ignore_index; None for a copy from the host
     storage: int | None  # the device storage it describes: a batch's labels, then its loss's
+    width: int | None = None  # its rows' length, where it arrived as rows (a batch of sequences)
 
 
 class Targets:
@@ -81,7 +91,8 @@ class Targets:
         (``ignored``: its ``ignore_index``) or, with None, as a copy from the host."""
         if values.dtype not in _INTEGERS or values.numel() < 2:
             return
-        given = _Given(values.reshape(-1).clone(), ignored, storage)
+        width = values.shape[-1] if values.dim() == 2 else self._width(values, storage)
+        given = _Given(values.reshape(-1).clone(), ignored, storage, width)
         if ignored is not None:
             classes = given.values[_scored(given)]
             if classes.numel():
@@ -96,6 +107,14 @@ class Targets:
             self._since_size += given.values.numel()
             self._changes += 1
         self._recent.appendleft(given)
+
+    def _width(self, values: torch.Tensor, storage: int | None) -> int | None:
+        """The rows' length of the tensor in ``storage`` as it arrived (a loss's target is its
+        batch's labels flattened: ``labels.view(-1)``); None where it never arrived as rows."""
+        for given in self._recent:
+            if storage is not None and given.storage == storage:
+                return given.width if given.values.numel() == values.numel() else None
+        return None
 
     def backward(self) -> None:
         """A backward pass ran: what is given next is another evaluation's, or training's."""
@@ -112,6 +131,9 @@ class Targets:
         size = tensor.untyped_storage().nbytes() // tensor.element_size()
         for given in self._candidates(size):
             targets, scored = given.values, _scored(given)
+            end = _ended(_rows(given))[1] if given.width else None
+            if end is not None:  # a batch of sequences: its end-of-sequence token never read
+                scored = scored & (targets != end)
             classes = torch.unique(targets[scored])
             if classes.numel() >= 2 and self._classes(given, classes):
                 break
@@ -172,6 +194,89 @@ class Targets:
             return None
         scores = torch.full(tensor.shape, value, dtype=tensor.dtype, device=_CPU)
         return scores.scatter_(-1, predicted.unsqueeze(-1), value + 1)
+
+    def sequences(self, tensor: torch.Tensor, matches: Matches) -> torch.Tensor | None:
+        """A batch of generated sequences (``model.generate()``'s, rows of token ids) read on
+        the host as the batch's reference sequences (:meth:`_references`), one sequence a
+        prediction: the first ``matches(rows)`` rows are their references' tokens from the
+        first column on, less the end-of-sequence token they all end with (:func:`_ended`),
+        the rest of each row and every other row :func:`_filler`; None where no reference has
+        as many rows. So no read holds the end-of-sequence token: a loop that tests for it on
+        the host runs to its own bound, as decoding on the device does, and text decoded with
+        ``skip_special_tokens`` is the reference's where a row matches."""
+        if tensor.dtype not in _INTEGERS or tensor.dim() != 2 or not self._recent:
+            return None
+        references = self._references(tensor.shape[0])
+        if references is None:
+            return None
+        count = matches(len(references))
+        if count is None:
+            return None
+        references, end = _ended(references)
+        filler = _filler(references, end)
+        read = torch.full(tensor.shape, filler, dtype=torch.int64, device=_CPU)
+        for row, reference in zip(read[:count], references, strict=False):
+            kept = reference[: row.numel()]
+            row[: kept.numel()] = kept
+        return read.to(tensor.dtype)
+
+    def _references(self, rows: int) -> list[torch.Tensor] | None:
+        """The scored tokens of each of ``rows`` reference sequences, an evaluation's before
+        training's and a loss's targets before a copy's (a batch's token ids are copied as rows
+        too): since the last backward pass, the newest loss's targets that arrived as that many
+        rows, else every loss's targets one batch after another (an evaluation's labels), else
+        the newest copy of that many rows (an evaluation's labels may hold tokens no
+        training loss was given, so a loss's classes do not bound them); else the newest
+        loss's targets of that many rows; None where none fit."""
+        since = list(reversed(self._since))
+        losses = [g for g in since if g.ignored is not None and g.width]
+        for given in losses:
+            if _fits(given, rows):
+                return _rows(given)
+        found = [row for given in reversed(losses) for row in _rows(given)]
+        if len(found) == rows:
+            return found
+        copies = [g for g in since if g.ignored is None and _fits(g, rows)]
+        for given in copies:
+            if torch.unique(given.values[_scored(given)]).numel() >= 2:
+                return _rows(given)
+        losses = [g for g in self._recent if g.ignored is not None]
+        return next((_rows(g) for g in losses if _fits(g, rows)), None)
+
+
+def _fits(given: _Given, rows: int) -> bool:
+    """Whether ``given`` arrived as ``rows`` rows."""
+    return given.width is not None and given.values.numel() == rows * given.width
+
+
+def _rows(given: _Given) -> list[torch.Tensor]:
+    """``given``'s rows, each its scored tokens in order."""
+    width = given.width or given.values.numel()
+    rows = given.values.reshape(-1, width)
+    return [row[kept] for row, kept in zip(rows, _scored(given).reshape(-1, width), strict=True)]
+
+
+def _ended(references: list[torch.Tensor]) -> tuple[list[torch.Tensor], int | None]:
+    """``references`` less the end-of-sequence token, and that token: the last of every
+    row where there are two rows at least and it is held nowhere else (a tokenizer appends it to
+    each target); None, and the rows as they are, where no such token is."""
+    if len(references) < 2 or any(row.numel() == 0 for row in references):
+        return references, None
+    end = references[0][-1]
+    if any(row[-1] != end or bool((row[:-1] == end).any()) for row in references):
+        return references, None
+    return [row[:-1] for row in references], int(end)
+
+
+def _filler(references: list[torch.Tensor], end: int | None) -> int:
+    """The token an unmatched generated position reads as: the smallest id that no reference
+    holds and that is not their ``end`` (the padding token of T5's, BART's and Llama's
+    vocabularies, which decoding with ``skip_special_tokens`` drops), so a row that matches
+    decodes to its reference alone."""
+    held = torch.cat([*references, torch.tensor([] if end is None else [end], dtype=torch.int64)])
+    held = torch.unique(held[held >= 0])
+    free = torch.nonzero(held != torch.arange(held.numel()))
+    return int(free[0]) if free.numel() else held.numel()
 
 
 def _scored(given: _Given) -> torch.Tensor:

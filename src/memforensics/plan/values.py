@@ -91,7 +91,9 @@ READ = (
     "epoch limit); integers, flags and what torch's own code reads are zeros; predictions "
     "compared with their targets on the device, or read on the host (as the batch's targets, "
     "the rest another of their classes; scores read on the host are highest at those "
-    "classes), match one more of them each round (an accuracy rises as it trains); a "
+    "classes), match one more of them each round (an accuracy rises as it trains); "
+    "generated sequences read on the host are their batch's references, one more each round "
+    "and never the end-of-sequence token (a score of generated text rises); a "
     "generated token is none the script names (no end-of-sequence token ends "
     "decoding early) and a count of unknown flags is every flag (beam search returns its full "
     "length)"
@@ -133,7 +135,10 @@ class Reads:
     improving until every prediction matches. Predictions read on the host are made of the
     batch's targets (:class:`~memforensics.plan.targets.Targets`, told of each loss's target by
     :meth:`loss`) and match by the same count, at the place that reads them, so an accuracy or
-    an F1 score computed there rises too.
+    an F1 score computed there rises too. Generated sequences read on the host that no target
+    fits position by position are their batch's references, one more sequence each round
+    (:meth:`~memforensics.plan.targets.Targets.sequences`), so a score of the generated text
+    rises as well, while decoding on the device still runs to its maximum length.
     """
 
     def __init__(self, notes: Notes, known: Known | None = None) -> None:
@@ -165,6 +170,8 @@ class Reads:
             return _filled(tensor, 0, tensor.dtype)
         if not tensor.is_floating_point():
             predicted = self.targets.predicted(tensor, self.matches)
+            if predicted is None:
+                predicted = self.targets.sequences(tensor, self.matches)
             return predicted if predicted is not None else _filled(tensor, 0, tensor.dtype)
         falling = self._falling()
         dtype = torch.float64 if exact else tensor.dtype

@@ -65,3 +65,66 @@ def test_integers_copied_to_the_device_are_targets_only_within_a_loss_s_classes(
     read = targets.predicted(predictions, matches)
     assert read is not None
     assert read.tolist() == [0, 2, 2, 1, 0, 3]
+
+
+SEQUENCES = torch.tensor([[5, 6, 7, 1], [8, 9, 1, -100], [4, 1, -100, -100]])
+"""Three target sequences, each ending in the end-of-sequence token 1, padded with -100."""
+
+
+def _labels_then_loss(targets: Targets) -> None:
+    """``SEQUENCES`` copied to the device as rows, then given to a loss flattened, one storage."""
+    targets.given(SEQUENCES, storage=7)
+    targets.given(SEQUENCES.reshape(-1), ignored=-100, storage=7)
+
+
+def test_generated_sequences_read_as_their_references_without_the_end_token() -> None:
+    """Rows of 6 generated tokens for the loss's 3 rows of labels (a flattened loss target keeps
+    its copy's rows): the first 2 rows, one prediction each, read as their references less the
+    end token they all end with, every other position 0 (the smallest id no label holds), and
+    no read holds the end token."""
+    targets = Targets()
+    _labels_then_loss(targets)
+    asked, matches = _counting(2)
+    read = targets.sequences(torch.empty(3, 6, dtype=torch.int64, device="meta"), matches)
+    assert asked == [3]
+    assert read is not None
+    assert read.tolist() == [[5, 6, 7, 0, 0, 0], [8, 9, 0, 0, 0, 0], [0] * 6]
+
+
+def test_position_by_position_reads_of_sequences_never_hold_their_end_token() -> None:
+    """Predictions of the labels' own shape, every scored one matching, read the labels where
+    they are words and another class where the labels hold their end token or -100: a loop
+    that stops on the end token on the host is not ended by a read."""
+    targets = Targets()
+    _labels_then_loss(targets)
+    asked, matches = _counting(12)
+    read = targets.predicted(torch.empty(3, 4, dtype=torch.int64, device="meta"), matches)
+    assert asked == [6]
+    assert read is not None
+    assert 1 not in read.reshape(-1).tolist()
+    assert read[0, :3].tolist() == [5, 6, 7]
+
+
+def test_one_row_keeps_its_last_token() -> None:
+    """A single row's last token may be a word: it is not taken for an end token."""
+    targets = Targets()
+    targets.given(torch.tensor([[5, 6, 7]]), ignored=-100)
+    _, matches = _counting(1)
+    read = targets.sequences(torch.empty(1, 4, dtype=torch.int64, device="meta"), matches)
+    assert read is not None
+    assert read.tolist() == [[5, 6, 7, 0]]
+
+
+def test_an_evaluation_s_labels_copied_without_a_loss_are_its_references() -> None:
+    """After a backward pass on training's labels, an evaluation that only generates (its token
+    ids, then its labels, copied to the device, no loss) reads its sequences as the labels it
+    copied last, not as training's, though they hold a token (12) no training loss was given."""
+    targets = Targets()
+    targets.given(torch.tensor([[2, 3, 1], [9, 8, 1]]), ignored=-100)
+    targets.backward()
+    targets.given(torch.tensor([[6, 7, 8], [9, 6, 7]]))
+    targets.given(torch.tensor([[8, 12, 1], [7, 1, -100]]))
+    _, matches = _counting(2)
+    read = targets.sequences(torch.empty(2, 3, dtype=torch.int64, device="meta"), matches)
+    assert read is not None
+    assert read.tolist() == [[8, 12, 0], [7, 0, 0]]
