@@ -79,9 +79,11 @@ class OomRegistry:
             handler(device, allocation_bytes, device_total_bytes, device_free_bytes)
 
     def forget(self) -> None:
-        """Forget attachments (tests only: a real framework keeps observers forever)."""
+        """Route OOMs nowhere until the next facade (tests, between installs). The attachments
+        stay known: a framework keeps its observers forever, so attaching again to a hook
+        already attached would double every later dump (a fake framework made anew has a new
+        hook, and so a new key)."""
         with self._lock:
-            self._attached.clear()
             self._handler = None
 
 

@@ -103,6 +103,21 @@ def test_observer_attached_once_per_process(
     assert install(out_dir=tmp_path / "b", steps=2) is second
 
 
+def test_a_forgotten_route_never_attaches_a_second_observer(
+    fake: Fake, install: Install, tmp_path: Path
+) -> None:
+    """After uninstall and the registry's reset (as between tests on a real GPU), installing
+    again on the same framework attaches nothing new, so one OOM writes one dump, not two."""
+    alloc = fake()
+    install(out_dir=tmp_path / "a")
+    memforensics.uninstall()
+    REGISTRY.forget()
+    install(out_dir=tmp_path / "b")
+    assert alloc.observers == [REGISTRY.dispatch]
+    alloc.fire_oom()
+    assert len(oom_files(tmp_path / "b")) == 1
+
+
 def test_observer_quiet_after_uninstall(fake: Fake, install: Install, out_dir: Path) -> None:
     """After uninstall() the still-attached observer writes nothing."""
     alloc = fake()
