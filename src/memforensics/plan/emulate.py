@@ -21,7 +21,8 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -841,6 +842,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._workspaces.clear()
         for block in blocks:
             self.device.free(block)
+
+    @contextmanager
+    def own_workspaces(self) -> Iterator[None]:
+        """Inside, another process's cuBLAS handles (a worker process's): none of this
+        process's workspaces serve it, and the ones it takes go with it."""
+        kept, self._workspaces = self._workspaces, {}
+        try:
+            yield
+        finally:
+            self._workspaces = kept
 
     def _workspace(self, backward: bool) -> None:
         """cuBLAS's workspace, one per handle (thread) and stream (``getCurrentCUDABlasHandle``
