@@ -100,7 +100,14 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         " `needed_bytes` and `fits` only where `cuda_initialized` is true: the script made"
         " something on the device or called what initializes CUDA (`torch.cuda.init`,"
         " `set_device`, `mem_get_info`, ...), as a process that never does holds no CUDA"
-        " context.",
+        " context. `workers` are the script's worker processes on the device (a"
+        " `multiprocessing` process given device tensors, as Hogwild training starts them), in"
+        " the order they started, each its own allocator's peaks, whether it initialized CUDA"
+        " (then it holds a context of its own) and the OOM it was predicted to raise; the"
+        " figures above them are the script's own process's. `device_peak_bytes` is the most"
+        " every process held on the device at once (reserved memory, contexts, NCCL's buffers;"
+        " each worker at its peak until joined); `needed_bytes` is at least it, and `fits` is"
+        " false where a worker runs out.",
     ),
     (
         "plan --ranks all",

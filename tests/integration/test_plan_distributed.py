@@ -192,3 +192,79 @@ def test_ranks_started_by_multiprocessing_spawn_are_planned_in_the_plan(
     assert seen["allocated"] > 64 * MiB
     assert answer["peak_allocated_bytes"] >= seen["allocated"]
     assert any("torch.multiprocessing" in note for note in answer["warnings"])
+
+
+HOGWILD = """
+import json, sys, torch
+import torch.multiprocessing as mp
+
+def train(rank, model, size, queue):
+    at_start = torch.cuda.memory_allocated()
+    block = torch.empty(size, dtype=torch.uint8, device="cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(32, 256, device="cuda")).sum().backward()
+    optimizer.step()
+    queue.put((rank, at_start, torch.cuda.memory_allocated()))
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn", force=True)
+    model = torch.nn.Linear(256, 256).cuda()
+    model.share_memory()
+    held = torch.empty(int(sys.argv[2]), dtype=torch.uint8, device="cuda")
+    queue = mp.SimpleQueue()
+    workers = [mp.Process(target=train, args=(r, model, int(sys.argv[3]), queue)) for r in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join()
+    seen = []
+    while not queue.empty():
+        seen.append(queue.get())
+    json.dump({"seen": sorted(seen), "exit": [p.exitcode for p in workers],
+               "grads": [p.grad is None for p in model.parameters()],
+               "allocated": torch.cuda.memory_allocated()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_hogwild_workers_run_on_the_device_each_with_its_own_allocator(tmp_path: Path) -> None:
+    """Processes given a shared CUDA model are planned, each on an allocator of its own."""
+    script(tmp_path, HOGWILD)
+    done = plan(tmp_path, "--json", "train.py", "out.json", str(MiB), str(64 * MiB))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen["exit"] == [0, 0]
+    # each worker opens the model by IPC: its allocator starts empty, and its block, the
+    # gradients and momentum are its own; the script's model gets no gradients from them
+    assert [row[1] for row in seen["seen"]] == [0, 0]
+    assert all(row[2] > 64 * MiB for row in seen["seen"])
+    assert seen["grads"] == [True, True]
+    workers = answer["workers"]
+    assert len(workers) == 2
+    assert all(w["peak_allocated_bytes"] > 64 * MiB for w in workers)
+    assert answer["peak_allocated_bytes"] < 2 * MiB
+    # the workers run at once on a GPU: each one's reserved memory and context held together
+    context = answer["context_bytes"]
+    both = sum(w["peak_reserved_bytes"] + context for w in workers)
+    assert answer["device_peak_bytes"] >= answer["peak_reserved_bytes"] + context + both
+    assert answer["needed_bytes"] == answer["device_peak_bytes"]
+
+
+def test_a_hogwild_worker_that_runs_out_beside_the_others_is_a_predicted_oom(
+    tmp_path: Path,
+) -> None:
+    """The second worker cannot have what the script and the first worker hold: it runs out."""
+    script(tmp_path, HOGWILD)
+    done = plan(
+        tmp_path, "--json", "--device-memory", "4GiB", "train.py", "out.json",
+        str(1024 * MiB), str(1200 * MiB),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr  # 1: does not fit
+    answer = json.loads(done.stdout)
+    seen = json.loads((tmp_path / "out.json").read_text())
+    # 4 GiB less three contexts, the script's 1 GiB and the first worker's 1,200 MiB
+    assert seen["exit"] == [0, 1]
+    first, second = answer["workers"]
+    assert first["oom_message"] is None
+    assert "CUDA out of memory. Tried to allocate 1.17 GiB" in second["oom_message"]
+    assert answer["fits"] is False

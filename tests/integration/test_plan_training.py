@@ -414,3 +414,44 @@ def test_a_sparse_embedding_trains_with_its_gradient_s_entries_on_the_device(
     state = facts["built"] + facts["stepped"] - facts["held"]
     assert state == copies * facts["weight"]
     assert facts["coalesced"] == facts["distinct"] < 2048
+
+
+GRAPH_CONVOLUTION = """
+import json
+import torch
+
+torch.manual_seed(0)
+adjacency = (torch.rand(1000, 500) < 0.1).float().to_sparse().to("cuda")
+moved = torch.cuda.memory_allocated()
+weight = torch.randn(500, 16, device="cuda", requires_grad=True)
+out = torch.spmm(adjacency, weight)
+print(json.dumps({
+    "nnz": adjacency._nnz(), "moved": moved, "after": torch.cuda.memory_allocated(),
+    "peak": torch.cuda.max_memory_allocated(), "shape": list(out.shape),
+}), flush=True)
+"""
+
+
+def test_a_host_sparse_matrix_moved_to_the_device_multiplies_a_dense_one(tmp_path: Path) -> None:
+    """A host COO matrix moved with ``.to("cuda")`` keeps its entries, and ``spmm`` by a dense
+    matrix runs with CUDA's temporaries, where it had none and then failed on ``meta``."""
+    script(tmp_path, GRAPH_CONVOLUTION)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    nnz = facts["nnz"]
+    assert nnz > 40_000
+
+    def block(nbytes: int) -> int:
+        return -(-nbytes // 512) * 512
+
+    # int64 indices (2 x nnz) and float32 values, each copied to the device
+    assert facts["moved"] == block(2 * nnz * 8) + block(nnz * 4)
+    # then the weight and the 1000 x 16 result
+    assert facts["after"] == facts["moved"] + block(500 * 16 * 4) + block(1000 * 16 * 4)
+    # inside: the zeroed tensor it adds into, the int32 CSR offsets, column indices and the
+    # column-major result (the int32 row indices were freed before the column indices came)
+    inside = block(1000 * 16 * 4) + block(1001 * 4) + block(nnz * 4) + block(1000 * 16 * 4)
+    assert facts["peak"] == facts["after"] + inside
+    assert facts["shape"] == [1000, 16]

@@ -124,6 +124,19 @@ class _StackCapture:
         return self._stacks.setdefault(stack, stack)
 
 
+@dataclass(frozen=True)
+class WorkerFigures:
+    """One worker process's own caching allocator over its run on the device: its peaks, its
+    CUDA context (where it initialized CUDA) and the OOM it was predicted to raise."""
+
+    name: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_segments: int
+    cuda_initialized: bool
+    oom_message: str | None
+
+
 class PlannedDevice:
     """Device 0 of the plan: the allocator model, its history, its OOM observers.
 
@@ -167,6 +180,15 @@ class PlannedDevice:
         """Whether the script initialized CUDA: made a tensor on the device, or called what
         initializes CUDA on a GPU (:meth:`initialize`). A process that never does holds no
         CUDA context."""
+        self._main = self._allocator  # the script's own process's allocator
+        self._main_initialized = False
+        self._worker: str | None = None  # the worker process running now, by name
+        self._owner: dict[int, DeviceCachingAllocator] = {}  # a worker's live blocks, by id
+        self._held: dict[str, int] = {}  # ended, unjoined workers: their reserved + context
+        self.workers: list[WorkerFigures] = []
+        self.peak_device = 0
+        """The most device memory every process on it held at once: the script's reserved
+        memory and context, NCCL's buffers, and its worker processes' (:meth:`begin_worker`)."""
 
     def initialize(self) -> None:
         """CUDA initialized, as PyTorch's lazy initialization does it: the process holds its
@@ -204,11 +226,15 @@ class PlannedDevice:
                 self._drain()
                 self._op_stack = stack
                 block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
-                if block is not None:
+                if block is not None and self._worker is not None:
+                    self._owner[id(block)] = self._allocator
+                elif block is not None:
                     for listener in self._listeners:
                         listener(block.address, block.size, 1)
-                reserved = self._allocator.reserved_bytes.current
-                self.peak_reserved = max(self.peak_reserved, reserved)
+                if self._worker is None:
+                    reserved = self._allocator.reserved_bytes.current
+                    self.peak_reserved = max(self.peak_reserved, reserved)
+                self.peak_device = max(self.peak_device, self.device_used())
             finally:
                 self._busy = False
         if block is not None:
@@ -234,9 +260,81 @@ class PlannedDevice:
     def _drain(self) -> None:
         while self._pending:
             block = self._pending.popleft()
+            owner = self._owner.pop(id(block), None)
+            if owner is not None:
+                owner.free(block)
+                continue
             for listener in self._listeners:
                 listener(block.address, block.size, -1)
-            self._allocator.free(block)
+            self._main.free(block)
+
+    # -- worker processes: other processes of the script on the same device
+
+    def device_used(self) -> int:
+        """What every process holds on the device now: the script's reserved memory and
+        context, NCCL's buffers, each unjoined worker's, the running worker's."""
+        context = self.spec.context_bytes
+        used = self._main.reserved_bytes.current + self.outside_bytes + sum(self._held.values())
+        if self._worker is None:
+            return used + (context if self.initialized else 0)
+        used += context if self._main_initialized else 0
+        return used + self._allocator.reserved_bytes.current + (context if self.initialized else 0)
+
+    def _others(self) -> int:
+        """Device memory the allocator running now cannot have besides its own process's
+        context (``usable_bytes`` leaves that out): NCCL's buffers, the unjoined workers', and
+        while a worker runs the script's own reserved memory and context."""
+        others = self.outside_bytes + sum(self._held.values())
+        if self._worker is not None:
+            others += self._main.reserved_bytes.current
+            others += self.spec.context_bytes if self._main_initialized else 0
+        return others
+
+    def begin_worker(self, name: str) -> None:
+        """A worker process of the script starts on the device (a Hogwild trainer): on a GPU a
+        fresh process with its own CUDA context and caching allocator, which cannot use what
+        the script's process or the other running workers reserved. Until :meth:`end_worker`
+        the device's allocations, statistics and OOMs are that allocator's."""
+        with self._lock:
+            self._drain()
+            self._main_initialized = self.initialized
+            self.initialized = False
+            self._worker = name
+            self._allocator = DeviceCachingAllocator(
+                self.spec.settings,
+                capacity=max(self.spec.usable_bytes - self._others(), 0),
+                device_total=self.spec.total_bytes,
+            )
+
+    def end_worker(self, oom_message: str | None) -> WorkerFigures:
+        """The running worker process ended: its figures kept, its memory held on the device
+        (its peak reserved and context, as the workers run at once on a GPU) until
+        :meth:`joined`, the script's own allocator back in place."""
+        with self._lock:
+            self._drain()
+            worker, name = self._allocator, self._worker or ""
+            figures = WorkerFigures(
+                name,
+                worker.allocated_bytes.peak,
+                worker.reserved_bytes.peak,
+                worker.segment.peak,
+                self.initialized,
+                oom_message,
+            )
+            self.workers.append(figures)
+            context = self.spec.context_bytes if self.initialized else 0
+            self._held[name] = worker.reserved_bytes.peak + context
+            self._allocator, self._worker = self._main, None
+            self.initialized = self._main_initialized
+            self._main.capacity = max(self.spec.usable_bytes - self._others(), 0)
+        return figures
+
+    def joined(self, name: str) -> None:
+        """A worker process joined (or found ended): its memory is the device's again."""
+        with self._lock:
+            self._held.pop(name, None)
+            if self._worker is None:
+                self._main.capacity = max(self.spec.usable_bytes - self._others(), 0)
 
     def oom_report(self) -> tuple[str, tuple[int, int, int, int]]:
         """PyTorch's OOM message for the last failed request, and the observers' arguments."""
@@ -378,7 +476,7 @@ class PlannedDevice:
         buffers and what the allocator reserved."""
         reserved = self.figure("reserved_bytes", "current")
         context = self.spec.context_bytes if self.initialized else 0
-        free = self.spec.total_bytes - context - self.outside_bytes - reserved
+        free = self.spec.total_bytes - context - self._others() - reserved
         return max(free, 0), self.spec.total_bytes
 
     def segments(self) -> int:

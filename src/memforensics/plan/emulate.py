@@ -21,7 +21,8 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -71,6 +72,7 @@ _MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
 """Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
 the result), where the ``meta`` kernel makes them in order."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
+_TO_COPY = torch.ops.aten._to_copy.default
 NESTED = (
     "nested tensors of torch.nested's default layout (torch.strided) are not modelled on the "
     "planned device: PyTorch's NestedTensorImpl refuses a meta storage (layout=torch.jagged is)"
@@ -530,6 +532,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
         self._answers.update(sparse.Sparse(notes, known).answers())
+        self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
+        for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
+            self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
         }
@@ -575,11 +580,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        answer = self._answer(func)
-        if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
-            out = answer(*args, **(kwargs or {}))
-        else:
-            out = self._call(func, args, kwargs or {})
+        out = self._run(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
@@ -587,10 +588,21 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._track_outputs(out[::-1] if func in _MASK_FIRST else out, step, reused)
         self.reads.made(func, args, kwargs or {}, out)
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
-            self._workspace(step is not None)
+            if not any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor)):
+                self._workspace(step is not None)  # cuSPARSE's products take no cuBLAS one
         elif func in _REDUCTIONS and self.staged and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
         return out
+
+    def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func`` on stand-ins: a host sparse tensor's copy onto the device, an answer in
+        place of a ``meta`` kernel, or the kernel itself."""
+        if func is _TO_COPY and (moved := sparse.copied_onto_device(args[0], kwargs)) is not None:
+            return moved
+        answer = self._answer(func)
+        if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            return answer(*args, **kwargs)
+        return self._call(func, args, kwargs)
 
     def _answer(self, func: Any) -> Callable[..., Any] | None:
         """What answers ``func`` on stand-ins in place of its ``meta`` kernel, if anything; a
@@ -841,6 +853,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._workspaces.clear()
         for block in blocks:
             self.device.free(block)
+
+    @contextmanager
+    def own_workspaces(self) -> Iterator[None]:
+        """Inside, another process's cuBLAS handles (a worker process's): none of this
+        process's workspaces serve it, and the ones it takes go with it."""
+        kept, self._workspaces = self._workspaces, {}
+        try:
+            yield
+        finally:
+            self._workspaces = kept
 
     def _workspace(self, backward: bool) -> None:
         """cuBLAS's workspace, one per handle (thread) and stream (``getCurrentCUDABlasHandle``

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
-from memforensics.plan.device import DeviceSpec, PlannedDevice, Stopped
+from memforensics.plan.device import DeviceSpec, PlannedDevice, Stopped, WorkerFigures
 from memforensics.plan.distributed import World
 
 SCHEMA = 1
@@ -77,10 +77,16 @@ class PlanResult:
     initializes CUDA, as ``torch.cuda.init``, ``set_device``, ``mem_get_info``): only then does
     the process hold the CUDA context (``context_bytes``), on a GPU as in ``needed_bytes``."""
 
+    workers: tuple[WorkerFigures, ...] = ()
+    """The script's worker processes on the device (Hogwild trainers), each its own
+    allocator's figures, in the order they started."""
+    device_peak_bytes: int = 0
+    """The most device memory the script's process and its workers held at once."""
+
     def __post_init__(self) -> None:
         context = self.context_bytes if self.cuda_initialized else 0
         needed = self.peak_reserved_bytes + context + self.nccl_bytes
-        object.__setattr__(self, "needed_bytes", needed)
+        object.__setattr__(self, "needed_bytes", max(needed, self.device_peak_bytes))
 
 
 def device_spec(
@@ -201,5 +207,8 @@ def run_planned(
         world_size=world.world_size,
         nccl_bytes=device.outside_bytes,
         cuda_initialized=device.initialized,
+        workers=tuple(device.workers),
+        device_peak_bytes=device.peak_device,
     )
-    return replace(result, fits=result.fits and result.needed_bytes <= spec.total_bytes), device
+    fits = result.fits and not any(w.oom_message for w in result.workers)
+    return replace(result, fits=fits and result.needed_bytes <= spec.total_bytes), device

@@ -11,6 +11,7 @@ the lookups that made it, and its optimizer step runs.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -76,6 +77,94 @@ def new(original: Any, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         layout=torch.sparse_coo,
         device=_META,
     )
+
+
+def copied_onto_device(tensor: Any, kwargs: dict[str, Any]) -> Any:
+    """``_to_copy`` of a host sparse COO tensor onto the device (``.to("cuda")``): its indices
+    and values copied, in the dtype asked for, as ``_to_copy``'s sparse branch
+    (``aten/src/ATen/native/TensorConversions.cpp``) copies both onto a CUDA device, where
+    its copy onto ``meta`` is ``zeros_like``, with no entries. None for any other copy."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        return None
+    if tensor.is_meta or torch.device(kwargs.get("device") or tensor.device).type != "meta":
+        return None
+    indices = tensor._indices().to(_META, copy=True)
+    values = tensor._values().to(_META, dtype=kwargs.get("dtype") or tensor.dtype, copy=True)
+    return _coo(tensor, indices, values, tensor.is_coalesced())
+
+
+def transpose(
+    within: AbstractContextManager[Any],
+    original: Any,
+    tensor: torch.Tensor,
+    dim0: int = 0,
+    dim1: int = 1,
+) -> Any:
+    """``t`` and ``transpose`` of a sparse COO tensor, as ``transpose``
+    (``aten/src/ATen/native/TensorShape.cpp``) makes it: a clone, its indices and values
+    copied, then ``sparse_transpose_`` swaps two rows of the clone's indices through a zeroed
+    temporary row (``nnz`` int64, freed) and marks it uncoalesced; made within ``within``.
+    ``meta``'s keeps no entries. Any other tensor's is the operator's own (``original``)."""
+    if tensor.layout != torch.sparse_coo:
+        return original(tensor) if original is _aten.t.default else original(tensor, dim0, dim1)
+    dim0, dim1 = dim0 % tensor.dim(), dim1 % tensor.dim()
+    with torch._C.DisableTorchFunction(), within:
+        copy = tensor.clone()
+        if dim0 != dim1 and copy._nnz():
+            row = torch.zeros_like(copy._indices().select(0, dim0))
+            del row
+    if dim0 == dim1:
+        return copy
+    shape = list(tensor.shape)
+    shape[dim0], shape[dim1] = shape[dim1], shape[dim0]
+    return _aten._sparse_coo_tensor_with_dims_and_tensors(
+        tensor.sparse_dim(),
+        tensor.dense_dim(),
+        shape,
+        copy._indices(),
+        copy._values(),
+        dtype=tensor.dtype,
+        layout=torch.sparse_coo,
+        device=_META,
+        is_coalesced=False,
+    )
+
+
+def mm(within: AbstractContextManager[Any], first: torch.Tensor, second: torch.Tensor) -> Any:
+    """``mm`` of a sparse COO matrix by a dense one (``torch.spmm``, a graph convolution's
+    adjacency times its features), which ``meta`` cannot run, with what CUDA allocates on the
+    way, made within ``within`` (the mode that gives them blocks); any other ``mm`` is the
+    operator's own. ``_sparse_mm`` (``aten/src/ATen/native/sparse/SparseTensorMath.cpp``) adds
+    into a zeroed ``m x n`` tensor; ``s_addmm_out_sparse_dense_cuda``
+    (``sparse/cuda/SparseCUDATensorMath.cu``) makes the ``m x n`` result, coalesces the
+    matrix (a copy where it is not coalesced), turns its row indices into int32 CSR offsets
+    (``m + 1``, through an int32 copy of the ``nnz`` row indices, freed at once) and its column
+    indices into int32 (``nnz``); ``s_addmm_out_csr_sparse_dense_cuda_worker``
+    (``SparseBlasLegacy.cpp``) computes into a column-major copy of the result, copied back,
+    and reads the dense matrix as it is where it is row- or column-major, else a contiguous
+    copy. Each temporary is freed as its function returns, the last made first. cuSPARSE's own
+    buffer for the product is not known here."""
+    if first.layout != torch.sparse_coo or second.layout != torch.strided:
+        return _aten.mm.default(first, second)
+    m, n = first.shape[0], second.shape[1]
+    with torch._C.DisableTorchFunction(), within:
+        zeros = second.new_zeros((m, n))
+        result = second.new_empty((m, n))
+        coalesced = first.coalesce()
+        nnz = coalesced._nnz()
+        if nnz == 0:
+            del coalesced, zeros
+            return result
+        rows = second.new_empty((nnz,), dtype=torch.int32)
+        offsets = second.new_empty((m + 1,), dtype=torch.int32)
+        del rows
+        columns = second.new_empty((nnz,), dtype=torch.int32)
+        column_major = None if (n == 1 and m == 1) else second.new_empty((n, m))
+        row_or_column_major = second.stride(1) == 1 and second.stride(0) == n
+        row_or_column_major |= second.stride(0) == 1 and second.stride(1) == second.shape[0]
+        copied = None if row_or_column_major else second.contiguous()
+        del copied, column_major, columns, offsets, coalesced, zeros
+    return result
 
 
 class Sparse:

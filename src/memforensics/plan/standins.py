@@ -48,12 +48,14 @@ class Methods(NamedTuple):
 
 
 SHARED = (
-    "a device tensor was shared for other processes (model.share_memory()): the processes "
-    "that use it run outside the plan, and what they allocate on the GPU is not counted"
+    "a device tensor was shared for other processes (model.share_memory()): multiprocessing's "
+    "processes given it, started with spawn or forkserver, are planned as workers; other "
+    "processes that use it run outside the plan, and what they allocate on the GPU is not counted"
 )
 """Said once where the script shares a stand-in's storage: on CUDA, other processes (Hogwild
 training, A3C workers) open it by IPC and allocate on the same GPU through their own
-allocators, which the plan's one process does not model."""
+allocators; the plan runs those started as ``multiprocessing`` processes
+(:mod:`~memforensics.plan.workers`), not others."""
 
 
 def methods(address: Address, say: Callable[[str, str], None]) -> Methods:

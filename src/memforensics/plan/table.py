@@ -35,6 +35,7 @@ from memforensics.plan import (
     scripted,
     standins,
     values,
+    workers,
 )
 from memforensics.plan import (
     graphs as graph_stand_ins,
@@ -614,6 +615,28 @@ def _spawn_rows(notes: values.Notes) -> list[Replacement]:
     ]
 
 
+def _worker_rows(
+    device: PlannedDevice, storage: emulate.StorageMode, notes: values.Notes
+) -> list[Replacement]:
+    """``multiprocessing``'s processes given device tensors (Hogwild workers): each runs here
+    on an allocator of its own."""
+    from multiprocessing import process
+
+    started = workers.Workers(device, storage, notes.once)
+    why = (
+        "a worker process given device tensors is a fresh interpreter the plan does not reach: "
+        "it runs in the plan's, on its own allocator"
+    )
+
+    def start(self: Any) -> None:
+        started.start(self)
+
+    def join(self: Any, timeout: float | None = None) -> None:
+        started.join(self, timeout)
+
+    return [R(process.BaseProcess, "start", start, why), R(process.BaseProcess, "join", join, why)]
+
+
 def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
     """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
     dist = getattr(torch, "distributed", None)
@@ -722,6 +745,7 @@ def table(
         *_torch_rows(functions, storage, notes, clear_autocast),
         *_distributed_rows(answers.device, storage),
         *_spawn_rows(notes),
+        *_worker_rows(device, storage, notes),
         *profiler.rows(device),
     ]
 

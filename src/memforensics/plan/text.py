@@ -31,6 +31,26 @@ def _outside(result: PlanResult) -> str:
     return context
 
 
+def _workers(result: PlanResult) -> list[str]:
+    """One line per worker process on the device, then what they and the script held at once."""
+    if not result.workers:
+        return []
+    lines = []
+    for w in result.workers:
+        context = " and its CUDA context" if w.cuda_initialized else ""
+        oom = f"; predicted OOM: {w.oom_message.split('. If ')[0]}" if w.oom_message else ""
+        lines.append(
+            f"  worker {w.name}: peak allocated {format_bytes(w.peak_allocated_bytes)}, "
+            f"peak reserved {format_bytes(w.peak_reserved_bytes)}{context}, "
+            f"{w.peak_segments} segments at most{oom}"
+        )
+    lines.append(
+        f"  all processes    {format_bytes(result.device_peak_bytes)} on the device at most "
+        "(reserved memory and contexts, the workers' at their peaks at once)"
+    )
+    return lines
+
+
 def ranks_text(answer: RanksAnswer) -> str:
     """One row per planned rank, then the first rank to run out and why."""
     lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
@@ -73,6 +93,7 @@ def plan_text(result: PlanResult) -> str:
             f"  NCCL buffers     {format_bytes(result.nccl_bytes)} outside PyTorch (an allowance "
             "from NCCL's defaults: NCCL_BUFFSIZE x channels x ring peers, per communicator)"
         )
+    lines += _workers(result)
     if result.interrupted is not None:
         lines.append(
             f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
@@ -93,6 +114,8 @@ def plan_text(result: PlanResult) -> str:
         lines.append(
             f"Fits: {needed} with {_outside(result)} of {format_bytes(result.device_bytes)}."
         )
+    elif any(w.oom_message for w in result.workers):
+        lines.append("Does not fit: a worker process runs out (above).")
     else:
         lines.append(
             f"Does not fit: {needed} with {_outside(result)} is more than "
