@@ -861,8 +861,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return block
 
     def clear_workspaces(self) -> None:
-        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's workspace freed; the next
-        matrix multiply on a stream takes a new one."""
+        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's cuBLAS and cuBLASLt
+        workspaces freed (``clearCublasWorkspaces`` clears both maps); the next product on a
+        stream takes new ones."""
         blocks = [*self._workspaces.values(), *self._lt_workspaces.values()]
         self._workspaces.clear()
         self._lt_workspaces.clear()
