@@ -60,7 +60,7 @@ LT = 1 << 20  # CUBLASLT_WORKSPACE_SIZE's default, 1024 KiB
         ((2, 13), ON, None),
         ((2, 13), OFF, LtWorkspace(LT, kept=True)),
         ((2, 12), OFF, LtWorkspace(LT, kept=True)),
-        ((2, 11), UNSET, LtWorkspace(LT, kept=True)),  # sized as shared, taken apart
+        ((2, 11), UNSET, LtWorkspace(LT, kept=True)),  # sized as shared, taken apart (H200)
         ((2, 11), ON, None),
         ((2, 10), UNSET, LtWorkspace(LT, kept=True)),
         ((2, 9), UNSET, LtWorkspace(LT, kept=True)),  # the real torch 2.9 snapshot's 1 MiB
