@@ -53,3 +53,14 @@ def test_a_linear_without_bias_takes_no_cublaslt_workspace(
     shared = _kept(tmp_path, bias=False)
     monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
     assert _kept(tmp_path, bias=False) == shared
+
+
+def test_disable_addmm_cuda_lt_keeps_a_linear_with_bias_on_cublas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DISABLE_ADDMM_CUDA_LT=1`` sends ``addmm`` with a bias to cuBLAS: no cuBLASLt
+    workspace even with the unified one switched off."""
+    shared = _kept(tmp_path, bias=True)
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    monkeypatch.setenv("DISABLE_ADDMM_CUDA_LT", "1")
+    assert _kept(tmp_path, bias=True) == shared
