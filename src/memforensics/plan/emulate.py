@@ -53,6 +53,20 @@ _MATMUL = frozenset(
     for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_int_mm")
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
+_LT_BIAS = frozenset(
+    getattr(torch.ops.aten, name).default
+    for name in ("addmm", "_addmm_activation")
+    if hasattr(getattr(torch.ops.aten, name), "default")
+)
+"""The products ``addmm_out_cuda_impl`` may send to cuBLASLt's ``gemm_and_bias``."""
+_LT_ALWAYS = frozenset(
+    getattr(torch.ops.aten, name).default
+    for name in ("_scaled_mm",)
+    if hasattr(getattr(torch.ops.aten, name), "default")
+)
+"""Products that only cuBLASLt computes (``scaled_gemm``)."""
+_LT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+_LT_DISABLED_ENV = "DISABLE_ADDMM_CUDA_LT"
 _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
@@ -550,6 +564,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """Whether reductions run as ATen's CUDA kernels, with their staging buffers (not in a
         compiled graph, where Inductor's kernels reduce)."""
         self._workspaces: dict[object, Any] = {}
+        self.lt_workspace: scratch.LtWorkspace | None = None
+        """cuBLASLt's own workspace, where it does not share cuBLAS's."""
+        self._lt_workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
         self._composite: dict[Any, bool] = {}
 
@@ -587,12 +604,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             return out
         self._track_outputs(out[::-1] if func in _MASK_FIRST else out, step, reused)
         self.reads.made(func, args, kwargs or {}, out)
+        self._scratch(func, args, kwargs or {}, out, backward=step is not None)
+        return out
+
+    def _scratch(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, *, backward: bool
+    ) -> None:
+        """What CUDA's libraries allocate for ``func`` beside its output: cuBLAS's and
+        cuBLASLt's workspaces for a product, a reduction's staging buffer."""
         if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
-            if not any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor)):
-                self._workspace(step is not None)  # cuSPARSE's products take no cuBLAS one
+            if any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor)):
+                return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
+            self._workspace(backward)
+        if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
+            self._lt(backward, self.lt_workspace)
         elif func in _REDUCTIONS and self.staged and isinstance(out, torch.Tensor) and out.is_meta:
             self._staging(func, args)
-        return out
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` on stand-ins: a host sparse tensor's copy onto the device, an answer in
@@ -847,10 +874,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return block
 
     def clear_workspaces(self) -> None:
-        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's workspace freed; the next
-        matrix multiply on a stream takes a new one."""
-        blocks = list(self._workspaces.values())
+        """``torch._C._cuda_clearCublasWorkspaces()``: every stream's cuBLAS and cuBLASLt
+        workspaces freed (``clearCublasWorkspaces`` clears both maps); the next product on a
+        stream takes new ones."""
+        blocks = [*self._workspaces.values(), *self._lt_workspaces.values()]
         self._workspaces.clear()
+        self._lt_workspaces.clear()
         for block in blocks:
             self.device.free(block)
 
@@ -872,6 +901,47 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         key = (thread, self.device.stream)
         if key not in self._workspaces and self.workspace_bytes:
             self._workspaces[key] = self.malloc(self.workspace_bytes)
+
+    def _lt(self, backward: bool, lt: scratch.LtWorkspace) -> None:
+        """cuBLASLt's own workspace for a call that reaches it: kept per handle and stream
+        (``getCUDABlasLtWorkspace``), or, where torch gives each call its own, allocated and
+        freed around the call."""
+        if not lt.nbytes:
+            return
+        if not lt.kept:
+            self.device.free(self.malloc(lt.nbytes))
+            return
+        thread: object = _BACKWARD if backward else threading.get_ident()
+        key = (thread, self.device.stream)
+        if key not in self._lt_workspaces:
+            self._lt_workspaces[key] = self.malloc(lt.nbytes)
+
+
+def _reaches_lt(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+    """Whether ``addmm_out_cuda_impl`` sends this product to cuBLASLt (``useLtInterface``):
+    a contiguous 1-D bias as long as the product's columns, ``beta`` 1, a contiguous 2-D
+    result of a floating dtype, both of ``mat2``'s sizes above 1, and no
+    ``DISABLE_ADDMM_CUDA_LT``."""
+    if func in _LT_ALWAYS:
+        return True
+    if func not in _LT_BIAS or os.environ.get(_LT_DISABLED_ENV) == "1":
+        return False
+    if not (isinstance(out, torch.Tensor) and out.is_meta):
+        return False
+    bias, _, mat2 = args[:3]
+    beta = kwargs.get("beta", 1)
+    return (
+        isinstance(bias, torch.Tensor)
+        and bias.dim() == 1
+        and beta == 1
+        and out.dim() == 2
+        and bias.shape[0] == mat2.shape[1]
+        and bias.is_contiguous()
+        and out.is_contiguous()
+        and out.dtype in _LT_DTYPES
+        and mat2.shape[0] > 1
+        and mat2.shape[1] > 1
+    )
 
 
 def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -924,5 +994,6 @@ def modes(
     deferred = Deferred(notes, enabled=defer)
     oom = torch.cuda.OutOfMemoryError
     storage = StorageMode(device, workspace_bytes, oom, notes, ghosts, reads, deferred)
+    storage.lt_workspace = scratch.lt_workspace_for(device.spec.capability)
     functions = DeviceMode(notes, device.spec.capability, autocast, ghosts, reads, deferred)
     return functions, storage

@@ -1,5 +1,5 @@
 """Scratch memory CUDA's libraries take through PyTorch's caching allocator, which the CPU build
-never asks for: cuBLAS's workspace, by the rules of the installed torch.
+never asks for: cuBLAS's and cuBLASLt's workspaces, by the rules of the installed torch.
 
 Each rule reads beside the PyTorch source it mirrors; docs/plan.md quotes the lines.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
+from typing import NamedTuple
 
 MiB = 1 << 20
 
@@ -54,12 +56,74 @@ def cublas_workspace_bytes(
 
 def workspace_bytes_for(capability: tuple[int, int]) -> int:
     """The workspace the planned device's cuBLAS takes per thread: the installed torch's rule,
-    the environment included. cuBLASLt shares it (``TORCH_CUBLASLT_UNIFIED_WORKSPACE``, on by
-    default), so it takes nothing more."""
+    the environment included."""
     import torch
 
     release = torch_release(torch.__version__)
     return cublas_workspace_bytes(capability, os.environ.get(WORKSPACE_ENV), release)
+
+
+# -- cuBLASLt's workspace (gemm_and_bias, scaled_gemm in aten/src/ATen/cuda/CUDABlas.cpp)
+
+LT_UNIFIED_ENV = "TORCH_CUBLASLT_UNIFIED_WORKSPACE"
+LT_SIZE_ENV = "CUBLASLT_WORKSPACE_SIZE"
+_LT_DEFAULT_KIB = 1024
+"""``parseCUDABlasLtWorkspaceSize``'s CUDA default (1 MiB, for every capability)."""
+_LT_KEPT_FROM = (2, 9)
+"""The first torch that keeps cuBLASLt's workspace per handle and stream
+(``getCUDABlasLtWorkspace``); before it, each call allocated its own and freed it."""
+_LT_OPT_IN_FROM = (2, 8)
+"""The first torch that reads ``TORCH_CUBLASLT_UNIFIED_WORKSPACE`` (``=1`` to share)."""
+_LT_SIZE_UNIFIED_FROM = (2, 11)
+"""The first torch whose size rule shares by default (unset counts as on) while the workspace
+itself is still shared only with ``=1``: a separate block, capped at cuBLAS's size."""
+_LT_UNIFIED_FROM = (2, 12)
+"""The first torch that shares cuBLAS's workspace unless the variable is ``0``."""
+
+
+class LtWorkspace(NamedTuple):
+    """cuBLASLt's own workspace: its bytes, and whether it is kept per handle and stream (else
+    allocated and freed around each call that reaches cuBLASLt)."""
+
+    nbytes: int
+    kept: bool
+
+
+def _flag(value: str | None) -> bool | None:
+    """``c10::utils::check_env``: ``"1"`` on, ``"0"`` off, anything else (or unset) unset."""
+    return {"1": True, "0": False}.get(value) if value is not None else None
+
+
+def _lt_size(value: str | None) -> int:
+    """``CUBLASLT_WORKSPACE_SIZE`` in KiB (``std::stoi``: its leading integer), else 1 MiB."""
+    found = re.match(r"\s*([+-]?\d+)", value) if value else None
+    return (int(found.group(1)) if found else _LT_DEFAULT_KIB) * 1024
+
+
+def cublaslt_workspace(
+    capability: tuple[int, int], env: Mapping[str, str], release: tuple[int, int]
+) -> LtWorkspace | None:
+    """What cuBLASLt takes beyond cuBLAS's workspace under torch ``release`` with ``env``;
+    None where it shares cuBLAS's (``TORCH_CUBLASLT_UNIFIED_WORKSPACE``) and so takes
+    nothing more."""
+    flag = _flag(env.get(LT_UNIFIED_ENV))
+    size = _lt_size(env.get(LT_SIZE_ENV))
+    if release >= _LT_UNIFIED_FROM:
+        return None if flag is not False else LtWorkspace(size, kept=True)
+    if release >= _LT_OPT_IN_FROM and flag is True:
+        return None
+    if release >= _LT_SIZE_UNIFIED_FROM and flag is None:
+        cublas = cublas_workspace_bytes(capability, env.get(WORKSPACE_ENV), release)
+        return LtWorkspace(min(size, cublas), kept=True)
+    return LtWorkspace(size, kept=release >= _LT_KEPT_FROM)
+
+
+def lt_workspace_for(capability: tuple[int, int]) -> LtWorkspace | None:
+    """cuBLASLt's own workspace on the planned device: the installed torch's rule, the
+    environment included."""
+    import torch
+
+    return cublaslt_workspace(capability, os.environ, torch_release(torch.__version__))
 
 
 # -- reductions' staging buffers (aten/src/ATen/native/cuda/Reduce.cuh)

@@ -1,11 +1,18 @@
 """cuBLAS's workspace as the installed torch sizes it: by capability, by torch release, and by
-``CUBLAS_WORKSPACE_CONFIG`` (``aten/src/ATen/cuda/CublasHandlePool.cpp``)."""
+``CUBLAS_WORKSPACE_CONFIG`` (``aten/src/ATen/cuda/CublasHandlePool.cpp``); cuBLASLt's own, by
+release and ``TORCH_CUBLASLT_UNIFIED_WORKSPACE`` / ``CUBLASLT_WORKSPACE_SIZE``."""
 
 from __future__ import annotations
 
 import pytest
 
-from memforensics.plan.scratch import cublas_workspace_bytes, staging_bytes, torch_release
+from memforensics.plan.scratch import (
+    LtWorkspace,
+    cublas_workspace_bytes,
+    cublaslt_workspace,
+    staging_bytes,
+    torch_release,
+)
 
 MiB = 1 << 20
 SMALL = 8_519_680  # :4096:2:16:8, what every real capability-8.x snapshot we hold holds
@@ -38,6 +45,57 @@ def test_the_environment_overrides_the_default_by_its_pairs() -> None:
     assert cublas_workspace_bytes((8, 0), ":4096:8", (2, 13)) == 32 * MiB
     assert cublas_workspace_bytes((9, 0), ":16:8", (2, 13)) == 128 * 1024
     assert cublas_workspace_bytes((9, 0), "nonsense", (2, 13)) == 32 * MiB
+
+
+UNSET: dict[str, str] = {}
+OFF = {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"}
+ON = {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}
+LT = 1 << 20  # CUBLASLT_WORKSPACE_SIZE's default, 1024 KiB
+
+
+@pytest.mark.parametrize(
+    ("release", "env", "expected"),
+    [
+        ((2, 13), UNSET, None),  # shared with cuBLAS's unless the variable is 0
+        ((2, 13), ON, None),
+        ((2, 13), OFF, LtWorkspace(LT, kept=True)),
+        ((2, 12), OFF, LtWorkspace(LT, kept=True)),
+        ((2, 11), UNSET, LtWorkspace(LT, kept=True)),  # sized as shared, taken apart (H200)
+        ((2, 11), ON, None),
+        ((2, 10), UNSET, LtWorkspace(LT, kept=True)),
+        ((2, 9), UNSET, LtWorkspace(LT, kept=True)),  # the real torch 2.9 snapshot's 1 MiB
+        ((2, 9), ON, None),  # opt-in sharing
+        ((2, 8), UNSET, LtWorkspace(LT, kept=False)),  # each call its own, freed after it
+        ((2, 8), ON, None),
+        ((2, 7), ON, LtWorkspace(LT, kept=False)),  # the variable not read yet
+        ((2, 1), UNSET, LtWorkspace(LT, kept=False)),
+    ],
+)
+def test_cublaslts_workspace_follows_the_release_and_the_unified_switch(
+    release: tuple[int, int], env: dict[str, str], expected: LtWorkspace | None
+) -> None:
+    """cuBLASLt shares cuBLAS's workspace, keeps its own per handle and stream, or takes one
+    per call, as each torch release decides."""
+    assert cublaslt_workspace((8, 0), env, release) == expected
+
+
+def test_cublaslts_workspace_size_is_read_in_kib() -> None:
+    """``CUBLASLT_WORKSPACE_SIZE`` sets cuBLASLt's own workspace in KiB; a value that is not a
+    number keeps 1 MiB; Hopper takes the same default as Ampere."""
+    assert cublaslt_workspace((8, 0), {**OFF, "CUBLASLT_WORKSPACE_SIZE": "4096"}, (2, 13)) == (
+        LtWorkspace(4 * LT, kept=True)
+    )
+    assert cublaslt_workspace((8, 0), {**OFF, "CUBLASLT_WORKSPACE_SIZE": "big"}, (2, 13)) == (
+        LtWorkspace(LT, kept=True)
+    )
+    assert cublaslt_workspace((9, 0), OFF, (2, 13)) == LtWorkspace(LT, kept=True)
+
+
+def test_torch_2_11_caps_its_separate_cublaslt_workspace_at_cublass() -> None:
+    """Where the size rule already shares but the workspace does not (torch 2.11, variable
+    unset), cuBLASLt's separate block is no larger than cuBLAS's workspace."""
+    env = {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    assert cublaslt_workspace((8, 0), env, (2, 11)) == LtWorkspace(16 * 1024 * 8, kept=True)
 
 
 def test_a_torch_version_string_reads_as_its_release() -> None:
