@@ -62,7 +62,14 @@ PLANNED = (
 import json, sys
 backend = sys.argv[1]
 model = Block().cuda()
-compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
+if backend == "inductor":
+    compiled = torch.compile(model)
+elif backend.startswith("mode="):
+    compiled = torch.compile(model, mode=backend[len("mode="):])
+elif backend.startswith("options="):
+    compiled = torch.compile(model, options=json.loads(backend[len("options="):]))
+else:
+    compiled = torch.compile(model, backend=backend)
 x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
 """.replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
     + MEASURED
@@ -141,6 +148,30 @@ def test_an_inductor_compiled_forward_keeps_what_inductors_partition_saves(
     params = (WIDTH * HIDDEN + HIDDEN + HIDDEN * WIDTH + WIDTH) * 4
     # the gradients, the input's among them, and autograd's own cuBLAS workspace
     assert found["grads"] == params + ROWS * WIDTH * 4 + WORKSPACE
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("mode=reduce-overhead", "CUDA graphs"),
+        ("mode=max-autotune", "CUDA graphs"),
+        ('options={"shape_padding": true}', "Inductor options"),
+    ],
+    ids=["reduce-overhead", "max-autotune", "options"],
+)
+def test_cuda_graph_modes_and_inductor_options_run_as_inductors_graphs(
+    tmp_path: Path, how: str, said: str
+) -> None:
+    """A mode that adds CUDA graphs, or Inductor options, compiles the same partition on a
+    GPU: the planned forward keeps what it saves, not eager autograd's bytes, and the plan
+    says once what it does not follow."""
+    script(tmp_path, PLANNED)
+    done = plan(tmp_path, "train.py", how)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["kept"] == _saved_bytes("aot_eager_decomp_partition")
+    assert said in done.stderr
+    assert "runs eagerly" not in done.stderr
 
 
 def test_another_backend_runs_eagerly_and_keeps_what_eager_autograd_keeps(
@@ -531,7 +562,14 @@ ATTENDED = (
 import json, sys
 backend = sys.argv[1]
 model = Attention().cuda().to(torch.bfloat16)
-compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=backend)
+if backend == "inductor":
+    compiled = torch.compile(model)
+elif backend.startswith("mode="):
+    compiled = torch.compile(model, mode=backend[len("mode="):])
+elif backend.startswith("options="):
+    compiled = torch.compile(model, options=json.loads(backend[len("options="):]))
+else:
+    compiled = torch.compile(model, backend=backend)
 x = torch.randn({BATCH}, {SEQ}, {HEADS * HEAD}, device="cuda", dtype=torch.bfloat16,
                 requires_grad=True)
 """

@@ -46,6 +46,10 @@ the frame runs in, modes included (:func:`_guards_for_the_call`). A frame dynamo
 cannot convert, or whose graph calls what the emulation re-makes above the dispatcher and a
 graph cannot (CTC, ``flex_attention``), runs eagerly, said once, and stays so; where the script
 asked for ``fullgraph=True`` (on a GPU a graph break is then an error), the whole call does.
+
+The modes that add CUDA graphs (``reduce-overhead``, ``max-autotune``) compile the same
+partition, so their graphs run here as without them; the graphs' private memory pool is not
+modelled, said once. Inductor ``options`` are not followed, said once.
 """
 
 from __future__ import annotations
@@ -79,6 +83,18 @@ GRAPHS = (
 )
 _DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
 """``mode``s that compile without CUDA graphs: a graph run as the partition's modules."""
+_CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""``mode``s whose graphs Inductor also runs as CUDA graphs: the same partition, so the same
+graphs here, without the graphs' private memory pool."""
+CUDA_GRAPHS = (
+    "torch.compile's CUDA graphs (mode 'reduce-overhead' or 'max-autotune') are not modelled: "
+    "the graphs run as without them, so what a graph's private memory pool keeps reserved "
+    "apart on a GPU is not counted (peak allocated is the graphs', reserved may be higher)"
+)
+OPTIONS = (
+    "torch.compile's Inductor options are not followed in a plan: the graphs run as with "
+    "the defaults"
+)
 _REMADE = frozenset((ctc.NAME, "flex_attention"))
 """Functions the emulation re-makes above the dispatcher, where ``meta`` would trace another
 kernel than CUDA's (a CPU CTC), and a graph cannot call that re-making instead."""
@@ -602,14 +618,16 @@ def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> 
             return model
         module = isinstance(model, torch.nn.Module)  # the script's, whatever its class
         torch_own = _torch_own(model)
+        mode, inductor_options = options.get("mode"), options.get("options") or {}
         graphs = (
-            backend == INDUCTOR
-            and not torch_own
-            and options.get("mode") in _DEFAULT_MODES
-            and not options.get("options")
+            backend == INDUCTOR and not torch_own and mode in (*_DEFAULT_MODES, *_CUDA_GRAPH_MODES)
         )
         if not graphs and not torch_own:
             notes.once("compile", EAGER)
+        if graphs and (mode in _CUDA_GRAPH_MODES or inductor_options.get("triton.cudagraphs")):
+            notes.once("cudagraphs", CUDA_GRAPHS)
+        elif graphs and inductor_options:
+            notes.once("inductor-options", OPTIONS)
         if module:
             wrapper, slot, fn = _optimized_module(model, original, backend, options)
         else:
