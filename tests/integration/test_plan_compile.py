@@ -56,13 +56,7 @@ print(json.dumps({"kept": kept, "grads": grads}))
 """A planned script's end, after its ``compiled`` and ``x``: what the forward keeps beyond its
 output, and what the backward leaves (the gradients), as one JSON line."""
 
-PLANNED = (
-    MODEL
-    + """
-import json, sys
-backend = sys.argv[1]
-model = Block().cuda()
-if backend == "inductor":
+COMPILED = """if backend == "inductor":
     compiled = torch.compile(model)
 elif backend.startswith("mode="):
     compiled = torch.compile(model, mode=backend[len("mode="):])
@@ -70,6 +64,19 @@ elif backend.startswith("options="):
     compiled = torch.compile(model, options=json.loads(backend[len("options="):]))
 else:
     compiled = torch.compile(model, backend=backend)
+"""
+"""A planned script's ``compiled``, from its ``model`` and its argument: Inductor's default,
+``mode=M``, ``options=JSON`` or another backend's name."""
+
+PLANNED = (
+    MODEL
+    + """
+import json, sys
+backend = sys.argv[1]
+model = Block().cuda()
+"""
+    + COMPILED
+    + """
 x = torch.randn(ROWS, WIDTH, device="cuda", requires_grad=True)
 """.replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
     + MEASURED
@@ -562,15 +569,7 @@ ATTENDED = (
 import json, sys
 backend = sys.argv[1]
 model = Attention().cuda().to(torch.bfloat16)
-if backend == "inductor":
-    compiled = torch.compile(model)
-elif backend.startswith("mode="):
-    compiled = torch.compile(model, mode=backend[len("mode="):])
-elif backend.startswith("options="):
-    compiled = torch.compile(model, options=json.loads(backend[len("options="):]))
-else:
-    compiled = torch.compile(model, backend=backend)
-x = torch.randn({BATCH}, {SEQ}, {HEADS * HEAD}, device="cuda", dtype=torch.bfloat16,
+{COMPILED}x = torch.randn({BATCH}, {SEQ}, {HEADS * HEAD}, device="cuda", dtype=torch.bfloat16,
                 requires_grad=True)
 """
     + MEASURED
