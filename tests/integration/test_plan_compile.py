@@ -181,6 +181,45 @@ def test_cuda_graph_modes_and_inductor_options_run_as_inductors_graphs(
     assert "runs eagerly" not in done.stderr
 
 
+POSITIONS = f"""
+import json, sys
+import torch
+from torch import nn
+
+
+class Positions(nn.Module):
+    \"\"\"Adds learned positions made in the forward on a device it names one way or another.\"\"\"
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding({ROWS}, {WIDTH})
+        self.up = nn.Linear({WIDTH}, {HIDDEN})
+
+    def forward(self, x):
+        where = x.device if sys.argv[1] == "input" else sys.argv[1]
+        positions = torch.arange(x.shape[0], device=where)
+        return torch.relu(self.up(x + self.table(positions)))
+
+
+model = Positions().cuda()
+compiled = torch.compile(model)
+x = torch.randn({ROWS}, {WIDTH}, device="cuda", requires_grad=True)
+"""
+
+
+@pytest.mark.parametrize("named", ["cuda", "cuda:0"])
+def test_a_device_named_inside_compiled_code_runs_as_graphs(tmp_path: Path, named: str) -> None:
+    """A tensor made on ``device="cuda"`` inside the compiled code runs as Inductor's graphs,
+    keeping what the same code keeps with ``device=x.device``, where it ran eagerly."""
+    script(tmp_path, POSITIONS + MEASURED)
+    found = {}
+    for where in ("input", named):
+        done = plan(tmp_path, "train.py", where)
+        assert done.returncode == 0, done.stderr
+        assert "runs eagerly" not in done.stderr
+        found[where] = json.loads(done.stdout.splitlines()[0])
+    assert found[named] == found["input"]
+
+
 def test_another_backend_runs_eagerly_and_keeps_what_eager_autograd_keeps(
     tmp_path: Path,
 ) -> None:

@@ -246,6 +246,7 @@ def _prepare(
     for node in list(gm.graph.nodes):
         if node.op not in ("call_function", "call_method"):
             continue
+        node.kwargs = _meta_device(dict(node.kwargs))
         name = _called(node)
         if name in _REMADE:
             raise Unmodelled(name)
@@ -366,11 +367,30 @@ def _meta_constants() -> Iterator[None]:
         kwargs["allow_non_fake_inputs"] = True
         original(self, *args, **kwargs)
 
+    dispatch = FakeTensorMode.__torch_dispatch__
+
+    def on_meta(
+        self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        return dispatch(self, func, types, args, _meta_device(kwargs or {}))
+
     FakeTensorMode.__init__ = init  # type: ignore[method-assign, unused-ignore]
+    FakeTensorMode.__torch_dispatch__ = on_meta  # type: ignore[method-assign, assignment, unused-ignore]
     try:
         yield
     finally:
         FakeTensorMode.__init__ = original  # type: ignore[method-assign, unused-ignore]
+        FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign, unused-ignore]
+
+
+def _meta_device(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with a planned-device ``device`` (``torch.arange(n, device="cuda")`` in the
+    compiled code) on ``meta``, where the stand-ins are: a GPU's trace makes it where its
+    inputs are."""
+    device = kwargs.get("device")
+    if not isinstance(device, (str, int, torch.device)) or torch.device(device).type != "cuda":
+        return kwargs
+    return {**kwargs, "device": torch.device("meta")}
 
 
 @contextmanager
