@@ -794,3 +794,45 @@ def test_a_list_holding_device_scalars_becomes_a_tensor_of_their_values(tmp_path
     line = next(x for x in done.stdout.splitlines() if x.startswith("meter"))
     # a float32 sum on the device keeps its dtype on the host; a known integer reads as itself
     assert line == "meter torch.Size([2]) torch.float32 torch.float32 [6, 7] [24]"
+
+
+TOP_K = """
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(512, 100).cuda()  # too large for the plan to compute its outputs
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 512, device="cuda")
+y = torch.randint(0, 100, (8,)).cuda()
+
+def accuracy(output, target, topk=(1, 5)):  # pytorch/examples' imagenet
+    with torch.no_grad():
+        maxk = max(topk)
+        _, pred = output.topk(maxk, 1, True, True)
+        pred = pred.t()
+        correct = pred.eq(target.view(1, -1).expand_as(pred))
+        return [correct[:k].reshape(-1).float().sum(0, keepdim=True).mul_(100.0 / 8) for k in topk]
+
+for epoch in range(12):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+    acc1, acc5 = accuracy(model(x), y)
+    print("acc", acc1.item(), acc5.item())
+"""
+
+
+def test_top_k_accuracy_counts_at_most_one_guess_per_sample(tmp_path: Path) -> None:
+    """imagenet's top-5 accuracy compares each sample's five guesses with its one target: at
+    most one can match, so it stays within 100 % and at or above top-1, rising each epoch."""
+    script(tmp_path, TOP_K)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    rows = [
+        [float(v) for v in line.split()[1:]]
+        for line in done.stdout.splitlines()
+        if line.startswith("acc")
+    ]
+    assert len(rows) == 12
+    assert all(0 < top1 <= top5 <= 100 for top1, top5 in rows)
+    assert rows[-1] == [100.0, 100.0]  # every sample's first guess matches by the eighth epoch

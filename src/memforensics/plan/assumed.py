@@ -192,13 +192,30 @@ def _scored(
             known = _on_cpu(side, values)
             if known is None or torch.unique(known).numel() < 2:
                 return None
-    count = matches(out.numel())
+    spread = _spread(sides, values)
+    per_target = [1 if d in spread else size for d, size in enumerate(out.shape)]
+    count = matches(math.prod(per_target))
     if count is None:
         return None
     match = _SCORES[func]
-    flags = torch.full((out.numel(),), not match, dtype=torch.bool, device=_CPU)
-    flags[:count] = match
-    return flags.reshape(out.shape).to(out.dtype)
+    first = torch.full((math.prod(per_target),), match, dtype=torch.bool, device=_CPU)
+    first[count:] = not match
+    flags = torch.full(out.shape, not match, dtype=torch.bool, device=_CPU)
+    flags[tuple(slice(0, 1) if d in spread else slice(None) for d in range(out.dim()))] = (
+        first.reshape(per_target)
+    )
+    return flags.to(out.dtype)
+
+
+def _spread(sides: tuple[Any, ...], values: Values) -> set[int]:
+    """The dimensions along which the known side repeats one target (``target.expand_as(pred)``
+    beside ``topk``'s predictions): the predictions there are a sample's other guesses, of which
+    at most one can be its target, so only the first is scored."""
+    known = [side for side in sides if not _unknown(side, values)]
+    if not known:
+        return set()
+    return {d for d, (size, step) in enumerate(zip(known[0].shape, known[0].stride(), strict=True))
+            if size > 1 and step == 0}  # fmt: skip
 
 
 def _selected(args: tuple[Any, ...], values: Values) -> torch.Tensor | None:
