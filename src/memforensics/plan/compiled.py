@@ -522,10 +522,10 @@ class Compiled:
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
         inlined = fusion.inlined(gm.graph)
+        fusion.reorder(gm.graph, inlined, donated=donated)
         in_place = fusion.in_place(
             gm.graph, inlined, _donated(gm.graph) if donated else frozenset()
         )
-        fusion.reorder(gm.graph, inlined, in_place, donated=donated)
 
         def run(args: list[Any]) -> Any:
             kernels = _Kernels(gm, storage, inlined, in_place)

@@ -26,13 +26,19 @@ plan hands the dying buffer's block to the output instead of allocating another.
 read by an inlined value lives until the kernel computing that value has run
 (:func:`last_reads`). And Inductor orders its kernels to lower the peak
 (``reorder_for_peak_memory``): :func:`reorder` puts the graph in its least-peak-first order
-where that estimates a lower peak than the graph's own.
+where that estimates a lower peak than the graph's own, estimated as Inductor's scheduler does
+before code generation, so without the writes into dying inputs (which are chosen afterwards,
+in the order kept) and with parameters and incoming gradients never freed; on a tie the
+graph's own order stays.
 
 What is not followed: a pointwise value Inductor realises because many reads accumulate in it
 (``realize_reads_threshold``; rare in model code); kernels Inductor fuses side by side (a
 bias's gradient summed in the kernel of GELU's backward), which keeps what each reads until
 the fused kernel runs; Inductor's other orders (breadth- and depth-first), which it keeps where
-they estimate lower still.
+they estimate lower still; an expanded or permuted value an extern kernel reads (the gradient of
+a ``sum`` taken inside the graph, read by ``mm``), which Inductor realises as a buffer of its
+own for each view read; a large reduction Inductor splits in two, whose partial results are a
+small buffer of their own.
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ _LOADING = frozenset(
 )
 """Operators Inductor lowers to indirect loads of their input inside the kernel that reads
 them, so that input need not be a buffer."""
+
+_HELD_INPUTS = ("primals_", "arg", "fwd_rng_state", "bwd_rng_state", "tangents")
+"""Prefixes of the graph inputs Inductor's memory planning never frees: parameters and
+inputs the caller holds, random-number states, and the incoming gradients."""
 
 _POINTWISE_PRIMS = frozenset(
     (
@@ -253,23 +263,19 @@ def _nbytes(node: torch.fx.Node) -> int:
 
 class _Schedule:
     """The kernels of a graph as Inductor's memory planning sees them: what each allocates
-    (nothing where it is inlined, a view, or written into a dying input), the buffers each
-    reads, and the buffers that can be freed (``donated``: the graph's own inputs, but for the
-    forward's, which their callers hold)."""
+    (nothing where it is inlined or a view; a kernel that codegen later writes into a dying
+    input still counts its own buffer here, as Inductor's estimate does not see that reuse),
+    the buffers each reads, and the buffers that can be freed (``donated``: the graph's own
+    inputs, but for parameters, tangents and the forward's, which their callers hold:
+    Inductor's ``is_nonfreeable_buffers``)."""
 
     def __init__(
-        self,
-        graph: torch.fx.Graph,
-        inlined: frozenset[torch.fx.Node],
-        in_place: dict[torch.fx.Node, torch.fx.Node],
-        *,
-        donated: bool,
+        self, graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool
     ) -> None:
         self.nodes = [n for n in graph.nodes if n.op == "call_function"]
         self.index = {node: i for i, node in enumerate(self.nodes)}
         self.size = {
-            node: 0 if node in inlined or _view(node) or node in in_place else _nbytes(node)
-            for node in self.nodes
+            node: 0 if node in inlined or _view(node) else _nbytes(node) for node in self.nodes
         }
         self.reads = {
             node: set() if node in inlined or _view(node) else _read(node, inlined)
@@ -278,12 +284,22 @@ class _Schedule:
         returned = {_base(v) for v in graph.output_node().all_input_nodes}
         self.freed: dict[torch.fx.Node, int] = {}
         """Each buffer that dies when its last reader has run, with its bytes."""
+        self.held = 0
+        """The bytes of the inputs that can be freed, all live when the graph starts."""
         for node in graph.nodes:
             if node in returned or node in inlined or _view(node) or node.op == "output":
                 continue
-            if node.op == "placeholder" and not (donated and not node.name.startswith("primals")):
-                continue
+            if node.op == "placeholder":
+                if not donated or node.name.startswith(_HELD_INPUTS):
+                    continue
+                self.held += _nbytes(node)
             self.freed[node] = _nbytes(node)
+        self.outputs = sum(
+            _nbytes(node)
+            for node in returned
+            if node.op == "call_function" and node not in inlined and not _view(node)
+        )
+        """The bytes the graph returns, which Inductor's planning takes as the least peak."""
         self.readers: dict[torch.fx.Node, set[torch.fx.Node]] = {}
         for node, buffers in self.reads.items():
             for buffer in buffers:
@@ -292,7 +308,8 @@ class _Schedule:
     def peak(self, order: list[torch.fx.Node]) -> int:
         """The most bytes the graph's own buffers hold at once, run in ``order``."""
         left = {buffer: len(readers) for buffer, readers in self.readers.items()}
-        live = top = 0
+        live = self.held
+        top = max(live, self.outputs)
         for node in order:
             live += self.size[node]
             top = max(top, live)
@@ -323,7 +340,8 @@ class _Schedule:
         ready = {node for node, count in waiting.items() if count == 0}
         order: list[torch.fx.Node] = []
         done: set[torch.fx.Node] = set()
-        live = top = 0
+        live = self.held
+        top = max(live, self.outputs)
         while ready:
             gap = top - live
             node = min(
@@ -354,18 +372,12 @@ class _Schedule:
         return order
 
 
-def reorder(
-    graph: torch.fx.Graph,
-    inlined: frozenset[torch.fx.Node],
-    in_place: dict[torch.fx.Node, torch.fx.Node],
-    *,
-    donated: bool,
-) -> None:
+def reorder(graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool) -> None:
     """``graph``'s operations put in the order Inductor runs its kernels in where that lowers
     the peak (``reorder_for_peak_memory``: its least-peak-first order, kept where it estimates
     a lower peak than the graph's own), so a buffer an earlier-scheduled kernel lets die is
     freed before a large one is made."""
-    schedule = _Schedule(graph, inlined, in_place, donated=donated)
+    schedule = _Schedule(graph, inlined, donated=donated)
     order = schedule.least_peak_first()
     if len(order) != len(schedule.nodes) or schedule.peak(order) >= schedule.peak(schedule.nodes):
         return
