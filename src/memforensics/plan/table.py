@@ -402,6 +402,13 @@ def _torch_rows(
         ),
         R(torch, "clear_autocast_cache", clear_autocast_cache, "the plan's autocast cache too"),
         R(
+            torch.compiler,
+            "cudagraph_mark_step_begin",
+            cuda.noop(),
+            "compiled graphs run without CUDA graph trees in a plan: a new step has no graph "
+            "outputs to release",
+        ),
+        R(
             autograd,
             "_engine_run_backward",
             emulate.backward_under(functions, _found(autograd, "_engine_run_backward")),
