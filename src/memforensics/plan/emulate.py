@@ -38,6 +38,7 @@ from memforensics.plan import (
     inplace,
     logsumexp,
     nms,
+    operands,
     scratch,
     sparse,
     values,
@@ -610,16 +611,25 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def _scratch(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, *, backward: bool
     ) -> None:
-        """What CUDA's libraries allocate for ``func`` beside its output: cuBLAS's and
-        cuBLASLt's workspaces for a product, a reduction's staging buffer."""
-        if func in self._matmul and isinstance(out, torch.Tensor) and out.is_meta:
-            if any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor)):
-                return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
+        """What CUDA allocates for ``func`` beside its output: the copies of operands cuBLAS
+        cannot read as they lie (:mod:`~memforensics.plan.operands`), held while cuBLAS's and
+        cuBLASLt's workspaces for a product are taken; a reduction's staging buffer."""
+        made = isinstance(out, torch.Tensor) and out.is_meta
+        if (
+            made
+            and func in self._matmul
+            and any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor))
+        ):
+            return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
+        copies = [self.malloc(n) for n in operands.copied(func, args, out)] if made else []
+        if func in self._matmul and made:
             self._workspace(backward)
         if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
             self._lt(backward, self.lt_workspace)
-        elif func in _REDUCTIONS and self.staged and isinstance(out, torch.Tensor) and out.is_meta:
+        elif func in _REDUCTIONS and self.staged and made:
             self._staging(func, args)
+        for block in reversed(copies):
+            self.device.free(block)
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` on stand-ins: a host sparse tensor's copy onto the device, an answer in

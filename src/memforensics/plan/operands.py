@@ -1,0 +1,106 @@
+"""Operands cuBLAS cannot read where they lie, which ATen copies before a product.
+
+cuBLAS reads a matrix through one leading dimension: its rows or its columns must be
+contiguous, the other stride at least their length. ``addmm_out_cuda_impl`` (``mm``, ``addmm``,
+``_addmm_activation``, through ``cublasCommonArgs``) and ``baddbmm_out_cuda_impl`` (``bmm``,
+``baddbmm``) copy any other operand into a contiguous temporary (``prepare_matrix_for_cublas``,
+``prepare_batch_matrix_for_cublas``): an expanded one, as the gradient of a ``sum`` that reaches
+a ``Linear`` (128 MiB for an 8192 x 4096 float32 output on an H200, twice in its backward), a
+slice taken with a step. ``addmv`` copies a matrix of neither layout and a vector of stride 0.
+Each copy is made after the product's output and freed, in the reverse order, when the product
+returns; the first use of cuBLAS's workspace falls between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from memforensics.plan.inplace import dense
+
+
+def _ops(*names: str) -> frozenset[Any]:
+    """The ``default`` overloads of the aten operators ``names`` this torch has."""
+    return frozenset(
+        getattr(torch.ops.aten, name).default
+        for name in names
+        if hasattr(torch.ops.aten, name) and hasattr(getattr(torch.ops.aten, name), "default")
+    )
+
+
+_PRODUCTS = _ops("mm", "addmm", "_addmm_activation")
+_BATCHED = _ops("bmm", "baddbmm")
+_VECTOR = _ops("addmv", "mv")
+_COPYING = _PRODUCTS | _BATCHED | _VECTOR
+_FIRST_MATRIX = dict.fromkeys(_ops("mm", "bmm", "mv"), 0)
+"""Where the first matrix is among the arguments (the others take ``self`` first)."""
+
+
+def _readable(matrix: torch.Tensor) -> bool:
+    """Whether cuBLAS reads ``matrix`` as it lies (``prepare_matrix_for_cublas``)."""
+    if dense(matrix):
+        return True
+    (rows, columns), (down, across) = matrix.shape, matrix.stride()
+    return (down == 1 and across >= max(1, rows)) or (across == 1 and down >= max(1, columns))
+
+
+def _readable_batch(batch: torch.Tensor, transposed: bool, m: int, n: int) -> bool:
+    """Whether cuBLAS reads ``batch`` as it lies (``prepare_batch_matrix_for_cublas``)."""
+    fast, leading = (2, 1) if transposed else (1, 2)
+    strides = batch.stride()
+    if strides[fast] == 1 and strides[leading] >= max(1, m):
+        return True
+    if strides[leading] == 1 and strides[fast] >= max(1, n):
+        return True
+    return bool(batch.is_contiguous() and strides[1] != 0 and strides[2] != 0)
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    """What a contiguous copy of ``tensor`` takes."""
+    return int(tensor.numel() * tensor.element_size())
+
+
+def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
+    """The bytes of each operand ``func`` copies before cuBLAS runs, in the order made."""
+    if func not in _COPYING or not isinstance(out, torch.Tensor):
+        return []
+    first = _FIRST_MATRIX.get(func, 1)
+    operands = args[first : first + 2]
+    if len(operands) < 2 or not all(isinstance(a, torch.Tensor) for a in operands):
+        return []
+    one, two = operands
+    if func in _PRODUCTS and one.dim() == 2 and two.dim() == 2 and out.dim() == 2:
+        order = (two, one) if out.is_contiguous() else (one, two)
+        return [_bytes(matrix) for matrix in order if not _readable(matrix)]
+    if func in _BATCHED and one.dim() == 3 and two.dim() == 3 and out.dim() == 3:
+        return _batched(one, two, out)
+    if func in _VECTOR and one.dim() == 2 and two.dim() == 1:
+        made = [_bytes(two)] if two.stride(0) == 0 and not two.is_contiguous() else []
+        rows, columns = one.shape
+        down, across = one.stride()
+        if not (down == 1 and across >= max(1, rows)) and not (
+            across == 1 and down >= max(1, columns)
+        ):
+            made += [] if one.is_contiguous() else [_bytes(one)]
+        return made
+    return []
+
+
+def _batched(one: torch.Tensor, two: torch.Tensor, out: torch.Tensor) -> list[int]:
+    """``baddbmm_out_cuda_impl``'s copies: the output's layout picks which operand is read
+    first and the sizes each must span."""
+    (_, rows, columns), (_, down, across) = out.shape, out.stride()
+    if down == 1 and (columns == 1 or across >= max(1, rows)):
+        transposed = False
+    elif across == 1 and (rows == 1 or down >= max(1, columns)):
+        transposed = True
+    else:
+        return []
+    leading = 1 if transposed else 2
+    m = out.shape[2 if transposed else 1]
+    n = out.shape[leading]
+    k = (two if transposed else one).shape[leading]
+    first, second = (two, one) if transposed else (one, two)
+    made = [] if _readable_batch(first, transposed, m, k) else [_bytes(first)]
+    return made + ([] if _readable_batch(second, transposed, k, n) else [_bytes(second)])
