@@ -92,7 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", choices=("auto", "cuda", "sim"), default="auto")
     parser.add_argument("--out", type=Path, default=Path("gpu_truth.json"))
-    parser.add_argument("--archive", type=Path, help="also copy the JSON here as DATE_GPU.json")
+    parser.add_argument(
+        "--archive", type=Path, help="also copy the JSON here as DATE_HHMM_GPU.json"
+    )
     parser.add_argument("--budget", type=float, default=480.0, help="wall-clock seconds in all")
     parser.add_argument("--fast", action="store_true", help="small sizes and few repeats")
     parser.add_argument("--only", action="append", choices=[s[0] for s in STEPS])
@@ -117,10 +119,11 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def archive_name(device: dict[str, Any], when: datetime) -> str:
-    """``2026-11-30_NVIDIA-H200.json``: the date and GPU name, as benchmarks/gpu/ names runs."""
+    """``2026-12-04_1457_NVIDIA-H200.json``: the date, the start's hour and minute (UTC) and the
+    GPU name, as benchmarks/gpu/ names runs, so two runs on one day keep both files."""
     gpu = str(device.get("gpu_name") or device.get("device") or "unknown")
     safe = "".join(c if c.isalnum() or c in "-." else "-" for c in gpu).strip("-")
-    return f"{when:%Y-%m-%d}_{safe}.json"
+    return f"{when:%Y-%m-%d_%H%M}_{safe}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
