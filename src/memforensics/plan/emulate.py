@@ -66,6 +66,11 @@ _LT_ALWAYS = frozenset(
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
 """Products that only cuBLASLt computes (``scaled_gemm``)."""
+_CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+_CUDNN_ATTENTION = frozenset(
+    (_CUDNN_FORWARD, torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default)
+)
+"""cuDNN attention's kernels, which take a workspace of their own (:mod:`scratch`)."""
 _LT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 _LT_DISABLED_ENV = "DISABLE_ADDMM_CUDA_LT"
 _BACKWARD = "autograd"
@@ -83,9 +88,13 @@ _COPY = torch.ops.aten.copy_.default
 _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
 """Losses whose target is a batch's classes (``cross_entropy`` runs one): the targets that
 predictions read on the host are made of (:meth:`~memforensics.plan.values.Reads.loss`)."""
-_MASK_FIRST = frozenset((torch.ops.aten.native_dropout.default,))
-"""Operators whose CUDA kernel allocates its last output first (``dropout_cuda``: the mask, then
-the result), where the ``meta`` kernel makes them in order."""
+_MADE_FIRST = {
+    torch.ops.aten.native_dropout.default: (1,),
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default: (6, 7),
+}
+"""Operators whose CUDA kernel allocates some outputs before the others, where the ``meta``
+kernel makes them in order: ``dropout_cuda`` the mask, then the result; ``_cudnn_attention_forward``
+the philox seed and offset, then the output and the log-sum-exp (an H200's trace)."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _TO_COPY = torch.ops.aten._to_copy.default
 NESTED = (
@@ -119,6 +128,14 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
         ):
             return True
     return False
+
+
+def _in_made_order(func: Any, out: Any) -> Any:
+    """``out`` in the order CUDA's kernel for ``func`` allocates it (:data:`_MADE_FIRST`)."""
+    first = _MADE_FIRST.get(func)
+    if first is None or not isinstance(out, (tuple, list)):
+        return out
+    return [*(out[i] for i in first), *(o for i, o in enumerate(out) if i not in first)]
 
 
 def _is_wrapper(tensor: object) -> bool:
@@ -603,7 +620,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ghosts = self.ghosts
         if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
             return out
-        self._track_outputs(out[::-1] if func in _MASK_FIRST else out, step, reused)
+        self._track_outputs(_in_made_order(func, out), step, reused)
         self.reads.made(func, args, kwargs or {}, out)
         self._scratch(func, args, kwargs or {}, out, backward=step is not None)
         return out
@@ -628,8 +645,24 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._lt(backward, self.lt_workspace)
         elif func in _REDUCTIONS and self.staged and made:
             self._staging(func, args)
+        elif func in _CUDNN_ATTENTION:
+            self._cudnn_attention(func, args)
         for block in reversed(copies):
             self.device.free(block)
+
+    def _cudnn_attention(self, func: Any, args: tuple[Any, ...]) -> None:
+        """cuDNN attention's workspace for its graph, taken after the outputs and freed as the
+        kernel returns (``run_cudnn_SDP_fprop`` / ``run_cudnn_SDP_bprop``)."""
+        query, key, value = args[:3] if func is _CUDNN_FORWARD else args[1:4]
+        if not all(isinstance(t, torch.Tensor) and t.is_meta for t in (query, key, value)):
+            return
+        if func is _CUDNN_FORWARD:
+            size = scratch.CUDNN_ATTENTION_FORWARD_WORKSPACE
+        else:
+            size = scratch.cudnn_attention_backward_workspace(
+                tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size()
+            )
+        self.device.free(self.malloc(size))
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` on stand-ins: a host sparse tensor's copy onto the device, an answer in
