@@ -5,11 +5,10 @@ transposed operand is read in place."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from planned import plan, printed_facts, script
+from planned import printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -97,50 +96,3 @@ def test_a_sums_gradient_reaching_a_linear_is_copied_for_each_product_of_its_bac
     found = printed_facts(tmp_path, "--device-capability", "9.0")
     copy, scalar, bias_grad = ROWS * OUT * 4, 512, OUT * 4
     assert found["above"] == int(found["after"]) + copy + 2 * scalar - bias_grad  # type: ignore[call-overload]
-
-
-CUDNN_ATTENTION = """
-import json, sys
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-b, hq, hkv, s, d = (int(a) for a in sys.argv[1:6])
-q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-v = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-torch.cuda.memory._record_memory_history(max_entries=100000)
-with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hq != hkv)
-    o.backward(torch.ones_like(o))
-trace = torch.cuda.memory._snapshot()["device_traces"][0]
-kept = ("alloc", "free_completed")
-print(json.dumps([[e["action"], e["size"]] for e in trace if e["action"] in kept]))
-"""
-
-
-@pytest.mark.parametrize(
-    ("shape", "workspace"),
-    [((8, 12, 12, 1024, 64), 25_559_296), ((3, 16, 4, 1024, 128), 50_528_512)],
-    ids=["heads-12", "grouped-16-over-4"],
-)
-def test_cudnn_attention_takes_the_workspaces_an_h200_showed_beside_its_outputs(
-    tmp_path: Path, shape: tuple[int, ...], workspace: int
-) -> None:
-    """cuDNN attention's forward takes 256 B after its output and log-sum-exp, and its backward
-    the workspace an H200 (torch 2.11, cuDNN 9.19) took for the same shape after the three
-    gradients, each freed at once: the sizes here are the real trace's."""
-    script(tmp_path, CUDNN_ATTENTION)
-    b, hq, hkv, s, d = shape
-    done = plan(tmp_path, "--device-capability", "9.0", "train.py", *map(str, shape))
-    assert done.returncode == 0, done.stderr
-    events = [tuple(e) for e in json.loads(done.stdout.splitlines()[0])]
-    out, lse, grads = (
-        b * hq * s * d * 2,
-        b * hq * s * 4,
-        [b * hq * s * d * 2] + [b * hkv * s * d * 2] * 2,
-    )
-    assert events[:6] == [("alloc", 8), ("alloc", 8), ("alloc", out), ("alloc", lse),
-                          ("alloc", 256), ("free_completed", 256)]  # fmt: skip
-    start = events.index(("alloc", out), 6)  # the gradient of the output, then q's, k's, v's
-    made = [("alloc", out), *(("alloc", g) for g in grads)]
-    assert events[start : start + 6] == [*made, ("alloc", workspace), ("free_completed", workspace)]

@@ -66,6 +66,8 @@ _LT_ALWAYS = frozenset(
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
 """Products that only cuBLASLt computes (``scaled_gemm``)."""
+_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+_EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
 _CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
 _CUDNN_ATTENTION = frozenset(
     (_CUDNN_FORWARD, torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default)
@@ -95,6 +97,10 @@ _MADE_FIRST = {
 """Operators whose CUDA kernel allocates some outputs before the others, where the ``meta``
 kernel makes them in order: ``dropout_cuda`` the mask, then the result; ``_cudnn_attention_forward``
 the philox seed and offset, then the output and the log-sum-exp (an H200's trace)."""
+_ON_HOST = {torch.ops.aten._scaled_dot_product_efficient_attention.default: (2, 3)}
+"""Outputs CUDA's kernel makes on the host, where the ``meta`` kernel makes them beside the
+others: memory-efficient attention's philox seed and offset (``_efficient_attention_forward``,
+outside a CUDA graph's capture; an H200's trace holds no block for them)."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _TO_COPY = torch.ops.aten._to_copy.default
 NESTED = (
@@ -131,11 +137,14 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
 
 
 def _in_made_order(func: Any, out: Any) -> Any:
-    """``out`` in the order CUDA's kernel for ``func`` allocates it (:data:`_MADE_FIRST`)."""
-    first = _MADE_FIRST.get(func)
-    if first is None or not isinstance(out, (tuple, list)):
+    """``out`` in the order CUDA's kernel for ``func`` allocates it (:data:`_MADE_FIRST`),
+    without what it makes on the host (:data:`_ON_HOST`)."""
+    first, host = _MADE_FIRST.get(func), _ON_HOST.get(func, ())
+    if (first is None and not host) or not isinstance(out, (tuple, list)):
         return out
-    return [*(out[i] for i in first), *(o for i, o in enumerate(out) if i not in first)]
+    first = first or ()
+    rest = [o for i, o in enumerate(out) if i not in first and i not in host]
+    return [*(out[i] for i in first), *rest]
 
 
 def _is_wrapper(tensor: object) -> bool:
@@ -615,6 +624,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
+        copied = self._flash_copies(args) if func is _FLASH_BACKWARD else []
         out = self._run(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
@@ -623,6 +633,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._track_outputs(_in_made_order(func, out), step, reused)
         self.reads.made(func, args, kwargs or {}, out)
         self._scratch(func, args, kwargs or {}, out, backward=step is not None)
+        for block in reversed(copied):
+            self.device.free(block)
         return out
 
     def _scratch(
@@ -647,8 +659,74 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._staging(func, args)
         elif func in _CUDNN_ATTENTION:
             self._cudnn_attention(func, args)
+        elif func is _FLASH_BACKWARD:
+            self._flash_backward(args)
+        elif func is _EFFICIENT_BACKWARD:
+            self._efficient_backward(args)
         for block in reversed(copies):
             self.device.free(block)
+
+    def _flash_copies(self, args: tuple[Any, ...]) -> list[Any]:
+        """``_flash_attention_backward``'s contiguous copies of the output's gradient and of the
+        output, seen as (batch, length, heads, head) as the kernel reads them: made before the
+        gradients where that view is not contiguous (inputs laid out as (batch, heads, length,
+        head)), freed as the kernel returns."""
+        grad_out, out = args[0], args[4]
+        if not all(
+            isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in (grad_out, out)
+        ):
+            return []
+        return [
+            self.malloc(t.numel() * t.element_size())
+            for t in (grad_out, out)
+            if not t.transpose(1, 2).is_contiguous()
+        ]
+
+    def _flash_backward(self, args: tuple[Any, ...]) -> None:
+        """``mha_bwd``'s own buffers after the gradients (:func:`scratch.flash_backward_scratch`),
+        freed as it returns: the grouped keys' and values' first, then the accumulator and the
+        row sums."""
+        query, key, value = args[1:4]
+        if not all(
+            isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in (query, key, value)
+        ):
+            return
+        deterministic = (
+            torch.are_deterministic_algorithms_enabled()
+            and not torch.is_deterministic_algorithms_warn_only_enabled()
+        )
+        splits = (
+            scratch.deterministic_splits(self.capability, query.shape[0], query.shape[1])
+            if deterministic
+            else 0
+        )
+        kept, expanded = scratch.flash_backward_scratch(
+            tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size(), splits
+        )
+        blocks = [self.malloc(n) for n in kept]
+        for block in [self.malloc(n) for n in expanded]:
+            self.device.free(block)
+        for block in reversed(blocks):
+            self.device.free(block)
+
+    def _efficient_backward(self, args: tuple[Any, ...]) -> None:
+        """``_efficient_attention_backward``'s scratch after the gradients: the row sums (and,
+        for float32 inputs, the temporaries computing them, freed once they are copied), then
+        the workspace; the row sums and the workspace freed as it returns
+        (:func:`scratch.efficient_backward_scratch`)."""
+        query = args[1]
+        if not (isinstance(query, torch.Tensor) and query.is_meta and query.dim() == 4):
+            return
+        found = scratch.efficient_backward_scratch(tuple(query.shape), query.element_size())
+        if found is None:
+            return
+        temporaries = [self.malloc(n) for n in found.delta_from]
+        delta = self.malloc(found.delta)
+        for block in reversed(temporaries):
+            self.device.free(block)
+        workspace = self.malloc(found.workspace)
+        self.device.free(delta)
+        self.device.free(workspace)
 
     def _cudnn_attention(self, func: Any, args: tuple[Any, ...]) -> None:
         """cuDNN attention's workspace for its graph, taken after the outputs and freed as the

@@ -292,3 +292,78 @@ def cudnn_attention_backward_workspace(
     if kv_heads != heads:
         workspace += batch * heads * keys * (key_dim + value[-1]) * itemsize
     return workspace
+
+
+# -- FlashAttention-2's backward (aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def flash_backward_scratch(
+    query: tuple[int, ...],
+    key: tuple[int, ...],
+    value: tuple[int, ...],
+    itemsize: int,
+    splits: int = 0,
+) -> tuple[list[int], list[int]]:
+    """What ``mha_bwd`` takes after the three gradients, in order, on dense (batch, heads,
+    length, head) inputs: the row sums ``softmax_d`` (float32, ``B·Hq·Sq₁₂₈``) and the query
+    gradient's float32 accumulator (``B·Sq₁₂₈·Hq·D₃₂``, lengths rounded up to 128 and head sizes
+    to 32, 256 above 192; ``splits`` copies of it when the algorithms must be deterministic);
+    then, where keys and values have fewer heads than the query, their gradients per query head,
+    summed into the real ones and freed first. On an H200 (torch 2.11), exact for lengths 512 to
+    1,024 with 777 and 1,000, head sizes 32 to 128, 16 query heads over 4."""
+    batch, heads, rows, dim = query
+    _, kv_heads, keys, key_dim = key
+    rows_rounded = _round_up(rows, 128)
+    dim_rounded = _round_up(dim, 32) if dim <= 192 else 256
+    accumulator = batch * rows_rounded * heads * dim_rounded * 4
+    kept = [batch * heads * rows_rounded * 4, accumulator * max(splits, 1)]
+    expanded = []
+    if kv_heads != heads:
+        expanded = [batch * keys * heads * d * itemsize for d in (key_dim, value[-1])]
+    return kept, expanded
+
+
+def deterministic_splits(capability: tuple[int, int], batch: int, heads: int) -> int:
+    """``nsplits`` of a deterministic ``mha_bwd``: the SMs spread over batch and heads."""
+    sms = _MULTIPROCESSORS.get(capability, 132)
+    return -(-sms // (batch * heads))
+
+
+# -- memory-efficient attention's backward (transformers/cuda/attention_backward.cu)
+
+
+class EfficientScratch(NamedTuple):
+    """What ``_efficient_attention_backward`` takes beside the gradients: the temporaries that
+    compute the row sums where the kernel does not (float32 inputs: ``grad_out * out`` and
+    its sum, freed once the sums are copied), the row sums ``delta``, and the workspace."""
+
+    delta_from: tuple[int, ...]
+    delta: int
+    workspace: int
+
+
+def efficient_backward_scratch(query: tuple[int, ...], itemsize: int) -> EfficientScratch | None:
+    """The backward's scratch for heads of up to 128 (None above, not measured): the row sums
+    (float32, ``B·H·Sq``), computed in the kernel for half inputs and by
+    ``(grad_out.float() * out.float()).sum(-1).transpose(-2, -1).contiguous()`` for float32
+    ones; the workspace, the query gradient's float32 accumulator over query blocks
+    (``4·B·H·Sq_I·D_J``: the length rounded up to the query block ``I``, the head size to
+    ``J``, 64 and 64 for heads up to 64, 128 and 128 above) and, per query block of each batch
+    and head, 16 B (32 B for float32 heads above 64). On an H200 (torch 2.11), exact for
+    thirteen shapes: lengths 256 to 4,096 with 300, 777 and 1,000, a query over twice as many
+    keys, head sizes 32 to 128, bf16, fp16 and float32."""
+    batch, heads, rows, dim = query
+    if dim > 128:
+        return None
+    block = 64 if dim <= 64 else 128
+    rows_rounded = _round_up(rows, block)
+    per_block = 32 if itemsize == 4 and dim > 64 else 16
+    workspace = 4 * batch * heads * rows_rounded * _round_up(dim, block)
+    workspace += per_block * batch * heads * (rows_rounded // block)
+    sums = batch * heads * rows * 4
+    delta_from = (batch * heads * rows * dim * 4, sums) if itemsize == 4 else ()
+    return EfficientScratch(delta_from, sums, workspace)
