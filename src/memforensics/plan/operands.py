@@ -42,7 +42,7 @@ def _readable(matrix: torch.Tensor) -> bool:
     if dense(matrix):
         return True
     (rows, columns), (down, across) = matrix.shape, matrix.stride()
-    return (down == 1 and across >= max(1, rows)) or (across == 1 and down >= max(1, columns))
+    return bool((down == 1 and across >= max(1, rows)) or (across == 1 and down >= max(1, columns)))
 
 
 def _readable_batch(batch: torch.Tensor, transposed: bool, m: int, n: int) -> bool:
@@ -77,13 +77,11 @@ def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
         return _batched(one, two, out)
     if func in _VECTOR and one.dim() == 2 and two.dim() == 1:
         made = [_bytes(two)] if two.stride(0) == 0 and not two.is_contiguous() else []
-        rows, columns = one.shape
-        down, across = one.stride()
-        if not (down == 1 and across >= max(1, rows)) and not (
+        (rows, columns), (down, across) = one.shape, one.stride()
+        laid_out = (down == 1 and across >= max(1, rows)) or (
             across == 1 and down >= max(1, columns)
-        ):
-            made += [] if one.is_contiguous() else [_bytes(one)]
-        return made
+        )
+        return made if laid_out or one.is_contiguous() else [*made, _bytes(one)]
     return []
 
 
