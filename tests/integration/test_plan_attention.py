@@ -62,8 +62,8 @@ def _fused_peak() -> int:
 
 
 SEEDS = 2 * SCALAR
-"""What a fused kernel's ``meta`` form adds: its 0-dim philox seed and offset, which CUDA
-keeps on the CPU when there is no dropout (a known over-count, docs/plan.md)."""
+"""What a fused kernel adds beside its output and log-sum-exp: flash attention's philox seed
+and offset, which CUDA makes on the device (memory-efficient attention keeps them on the host)."""
 
 
 def test_sdpa_kernel_math_holds_the_float32_scores_that_cuda_materialises(

@@ -575,8 +575,8 @@ def test_a_predicted_oom_inside_a_compiled_graph_is_the_plans_oom(tmp_path: Path
 
 BATCH, SEQ, HEADS, HEAD = 4, 256, 4, 64
 SEEDS = 2 * BLOCK
-"""Flash attention's 0-dim philox seed and offset, made on the device by its ``meta`` form
-(CUDA keeps them on the CPU without dropout: a known over-count, docs/plan.md)."""
+"""Flash attention's philox seed and offset, which CUDA makes on the device (an H200's trace:
+a 16-B seed pair and an 8-B offset, a block each)."""
 
 ATTENTION = f"""
 import torch
