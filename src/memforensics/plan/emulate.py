@@ -36,6 +36,7 @@ from memforensics.plan import (
     ctc,
     dropout,
     inplace,
+    kernel_scratch,
     logsumexp,
     nms,
     operands,
@@ -66,13 +67,6 @@ _LT_ALWAYS = frozenset(
     if hasattr(getattr(torch.ops.aten, name), "default")
 )
 """Products that only cuBLASLt computes (``scaled_gemm``)."""
-_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
-_EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
-_CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
-_CUDNN_ATTENTION = frozenset(
-    (_CUDNN_FORWARD, torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default)
-)
-"""cuDNN attention's kernels, which take a workspace of their own (:mod:`scratch`)."""
 _LT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 _LT_DISABLED_ENV = "DISABLE_ADDMM_CUDA_LT"
 _BACKWARD = "autograd"
@@ -595,6 +589,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """cuBLASLt's own workspace, where it does not share cuBLAS's."""
         self._lt_workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
+        self.attention_scratch = kernel_scratch.AttentionScratch(
+            self.malloc, self.device.free, self.capability
+        )
+        """Fused attention kernels' own scratch."""
         self._composite: dict[Any, bool] = {}
 
     def __torch_dispatch__(
@@ -624,7 +622,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        copied = self._flash_copies(args) if func is _FLASH_BACKWARD else []
+        copied = self.attention_scratch.before(func, args)
         out = self._run(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
@@ -642,7 +640,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     ) -> None:
         """What CUDA allocates for ``func`` beside its output: the copies of operands cuBLAS
         cannot read as they lie (:mod:`~memforensics.plan.operands`), held while cuBLAS's and
-        cuBLASLt's workspaces for a product are taken; a reduction's staging buffer."""
+        cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
+        attention kernel's own scratch (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
         if (
             made
@@ -657,90 +656,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._lt(backward, self.lt_workspace)
         elif func in _REDUCTIONS and self.staged and made:
             self._staging(func, args)
-        elif func in _CUDNN_ATTENTION:
-            self._cudnn_attention(func, args)
-        elif func is _FLASH_BACKWARD:
-            self._flash_backward(args)
-        elif func is _EFFICIENT_BACKWARD:
-            self._efficient_backward(args)
+        elif func in kernel_scratch.KERNELS:
+            self.attention_scratch.after(func, args)
         for block in reversed(copies):
             self.device.free(block)
-
-    def _flash_copies(self, args: tuple[Any, ...]) -> list[Any]:
-        """``_flash_attention_backward``'s contiguous copies of the output's gradient and of the
-        output, seen as (batch, length, heads, head) as the kernel reads them: made before the
-        gradients where that view is not contiguous (inputs laid out as (batch, heads, length,
-        head)), freed as the kernel returns."""
-        grad_out, out = args[0], args[4]
-        if not all(
-            isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in (grad_out, out)
-        ):
-            return []
-        return [
-            self.malloc(t.numel() * t.element_size())
-            for t in (grad_out, out)
-            if not t.transpose(1, 2).is_contiguous()
-        ]
-
-    def _flash_backward(self, args: tuple[Any, ...]) -> None:
-        """``mha_bwd``'s own buffers after the gradients (:func:`scratch.flash_backward_scratch`),
-        freed as it returns: the grouped keys' and values' first, then the accumulator and the
-        row sums."""
-        query, key, value = args[1:4]
-        if not all(
-            isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in (query, key, value)
-        ):
-            return
-        deterministic = (
-            torch.are_deterministic_algorithms_enabled()
-            and not torch.is_deterministic_algorithms_warn_only_enabled()
-        )
-        splits = (
-            scratch.deterministic_splits(self.capability, query.shape[0], query.shape[1])
-            if deterministic
-            else 0
-        )
-        kept, expanded = scratch.flash_backward_scratch(
-            tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size(), splits
-        )
-        blocks = [self.malloc(n) for n in kept]
-        for block in [self.malloc(n) for n in expanded]:
-            self.device.free(block)
-        for block in reversed(blocks):
-            self.device.free(block)
-
-    def _efficient_backward(self, args: tuple[Any, ...]) -> None:
-        """``_efficient_attention_backward``'s scratch after the gradients: the row sums (and,
-        for float32 inputs, the temporaries computing them, freed once they are copied), then
-        the workspace; the row sums and the workspace freed as it returns
-        (:func:`scratch.efficient_backward_scratch`)."""
-        query = args[1]
-        if not (isinstance(query, torch.Tensor) and query.is_meta and query.dim() == 4):
-            return
-        found = scratch.efficient_backward_scratch(tuple(query.shape), query.element_size())
-        if found is None:
-            return
-        temporaries = [self.malloc(n) for n in found.delta_from]
-        delta = self.malloc(found.delta)
-        for block in reversed(temporaries):
-            self.device.free(block)
-        workspace = self.malloc(found.workspace)
-        self.device.free(delta)
-        self.device.free(workspace)
-
-    def _cudnn_attention(self, func: Any, args: tuple[Any, ...]) -> None:
-        """cuDNN attention's workspace for its graph, taken after the outputs and freed as the
-        kernel returns (``run_cudnn_SDP_fprop`` / ``run_cudnn_SDP_bprop``)."""
-        query, key, value = args[:3] if func is _CUDNN_FORWARD else args[1:4]
-        if not all(isinstance(t, torch.Tensor) and t.is_meta for t in (query, key, value)):
-            return
-        if func is _CUDNN_FORWARD:
-            size = scratch.CUDNN_ATTENTION_FORWARD_WORKSPACE
-        else:
-            size = scratch.cudnn_attention_backward_workspace(
-                tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size()
-            )
-        self.device.free(self.malloc(size))
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` on stand-ins: a host sparse tensor's copy onto the device, an answer in

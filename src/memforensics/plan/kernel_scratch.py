@@ -1,0 +1,121 @@
+"""What fused attention kernels allocate through the caching allocator beside their outputs,
+which their ``meta`` forms never make: cuDNN attention's graph workspaces, flash attention's
+contiguous copies, row sums and accumulators, memory-efficient attention's row sums and
+workspace. Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
+:mod:`~memforensics.plan.scratch`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from memforensics.plan import scratch
+
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
+CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+KERNELS = frozenset((FLASH_BACKWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD))
+"""The kernels that take scratch of their own after their outputs
+(:meth:`AttentionScratch.after`)."""
+
+
+def _dense(*tensors: object) -> bool:
+    """Whether every one is a four-dimensional stand-in (batch, heads, length, head)."""
+    return all(isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in tensors)
+
+
+class AttentionScratch:
+    """The scratch of fused attention kernels, taken from and given back to the planned
+    device through ``malloc`` and ``free``."""
+
+    def __init__(
+        self,
+        malloc: Callable[[int], Any],
+        free: Callable[[Any], None],
+        capability: tuple[int, int],
+    ) -> None:
+        self._malloc = malloc
+        self._free = free
+        self._capability = capability
+
+    def before(self, func: Any, args: tuple[Any, ...]) -> list[Any]:
+        """What ``func`` takes before its outputs, to be freed once it has returned:
+        ``_flash_attention_backward``'s contiguous copies of the output's gradient and of the
+        output, seen as (batch, length, heads, head) as the kernel reads them, where that view
+        is not contiguous (inputs laid out as (batch, heads, length, head))."""
+        if func is not FLASH_BACKWARD or not _dense(args[0], args[4]):
+            return []
+        return [
+            self._malloc(t.numel() * t.element_size())
+            for t in (args[0], args[4])
+            if not t.transpose(1, 2).is_contiguous()
+        ]
+
+    def after(self, func: Any, args: tuple[Any, ...]) -> None:
+        """What ``func`` takes after its outputs and frees as it returns."""
+        if func is FLASH_BACKWARD:
+            self._flash(args)
+        elif func is EFFICIENT_BACKWARD:
+            self._efficient(args)
+        elif func in (CUDNN_FORWARD, CUDNN_BACKWARD):
+            self._cudnn(func, args)
+
+    def _flash(self, args: tuple[Any, ...]) -> None:
+        """``mha_bwd``'s row sums and accumulator, and with grouped keys and values their
+        per-query-head gradients, freed first (:func:`scratch.flash_backward_scratch`)."""
+        query, key, value = args[1:4]
+        if not _dense(query, key, value):
+            return
+        deterministic = (
+            torch.are_deterministic_algorithms_enabled()
+            and not torch.is_deterministic_algorithms_warn_only_enabled()
+        )
+        splits = (
+            scratch.deterministic_splits(self._capability, query.shape[0], query.shape[1])
+            if deterministic
+            else 0
+        )
+        kept, expanded = scratch.flash_backward_scratch(
+            tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size(), splits
+        )
+        blocks = [self._malloc(n) for n in kept]
+        for block in [self._malloc(n) for n in expanded]:
+            self._free(block)
+        for block in reversed(blocks):
+            self._free(block)
+
+    def _efficient(self, args: tuple[Any, ...]) -> None:
+        """``_efficient_attention_backward``'s row sums (and, for float32 inputs, the
+        temporaries computing them, freed once they are copied), then its workspace; both freed
+        as it returns (:func:`scratch.efficient_backward_scratch`)."""
+        query = args[1]
+        if not _dense(query):
+            return
+        found = scratch.efficient_backward_scratch(tuple(query.shape), query.element_size())
+        if found is None:
+            return
+        temporaries = [self._malloc(n) for n in found.delta_from]
+        delta = self._malloc(found.delta)
+        for block in reversed(temporaries):
+            self._free(block)
+        workspace = self._malloc(found.workspace)
+        self._free(delta)
+        self._free(workspace)
+
+    def _cudnn(self, func: Any, args: tuple[Any, ...]) -> None:
+        """cuDNN attention's workspace for its graph (``run_cudnn_SDP_fprop`` /
+        ``run_cudnn_SDP_bprop``)."""
+        query, key, value = args[:3] if func is CUDNN_FORWARD else args[1:4]
+        if not all(isinstance(t, torch.Tensor) and t.is_meta for t in (query, key, value)):
+            return
+        if func is CUDNN_FORWARD:
+            size = scratch.CUDNN_ATTENTION_FORWARD_WORKSPACE
+        else:
+            size = scratch.cudnn_attention_backward_workspace(
+                tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size()
+            )
+        self._free(self._malloc(size))
