@@ -154,13 +154,19 @@ def check_prefer_cudnn_attention(capability: tuple[int, int]) -> bool:
     return CUDNN_VERSION > 91500 and capability[0] in (9, 10)
 
 
-def can_use_cudnn_attention(params: Params, enabled: dict[Backend, bool]) -> bool:
-    """``can_use_cudnn_attention``'s filters, dense inputs."""
-    q, k = params.query, params.key
-    deterministic = (
+def strictly_deterministic() -> bool:
+    """Whether the script asked for deterministic algorithms with errors, not warnings, where
+    none exists: the setting that turns cuDNN attention off and splits flash's accumulator."""
+    return bool(
         torch.are_deterministic_algorithms_enabled()
         and not torch.is_deterministic_algorithms_warn_only_enabled()
     )
+
+
+def can_use_cudnn_attention(params: Params, enabled: dict[Backend, bool]) -> bool:
+    """``can_use_cudnn_attention``'s filters, dense inputs."""
+    q, k = params.query, params.key
+    deterministic = strictly_deterministic()
     return (
         enabled[Backend.CUDNN]
         and _four_dimensional(params)

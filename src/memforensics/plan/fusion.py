@@ -305,11 +305,15 @@ class _Schedule:
             for buffer in buffers:
                 self.readers.setdefault(buffer, set()).add(node)
 
+    def _start(self) -> tuple[int, int]:
+        """What is live when the graph starts (its freeable inputs) and the least peak Inductor
+        plans for (that, or the bytes the graph returns if more)."""
+        return self.held, max(self.held, self.outputs)
+
     def peak(self, order: list[torch.fx.Node]) -> int:
         """The most bytes the graph's own buffers hold at once, run in ``order``."""
         left = {buffer: len(readers) for buffer, readers in self.readers.items()}
-        live = self.held
-        top = max(live, self.outputs)
+        live, top = self._start()
         for node in order:
             live += self.size[node]
             top = max(top, live)
@@ -340,8 +344,7 @@ class _Schedule:
         ready = {node for node, count in waiting.items() if count == 0}
         order: list[torch.fx.Node] = []
         done: set[torch.fx.Node] = set()
-        live = self.held
-        top = max(live, self.outputs)
+        live, top = self._start()
         while ready:
             gap = top - live
             node = min(

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import scratch
+from memforensics.plan import attention, scratch
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
@@ -70,13 +70,9 @@ class AttentionScratch:
         query, key, value = args[1:4]
         if not _dense(query, key, value):
             return
-        deterministic = (
-            torch.are_deterministic_algorithms_enabled()
-            and not torch.is_deterministic_algorithms_warn_only_enabled()
-        )
         splits = (
             scratch.deterministic_splits(self._capability, query.shape[0], query.shape[1])
-            if deterministic
+            if attention.strictly_deterministic()
             else 0
         )
         kept, expanded = scratch.flash_backward_scratch(

@@ -37,12 +37,16 @@ _FIRST_MATRIX = dict.fromkeys(_ops("mm", "bmm", "mv"), 0)
 """Where the first matrix is among the arguments (the others take ``self`` first)."""
 
 
-def _readable(matrix: torch.Tensor) -> bool:
-    """Whether cuBLAS reads ``matrix`` as it lies (``prepare_matrix_for_cublas``)."""
-    if dense(matrix):
-        return True
+def _one_leading_dimension(matrix: torch.Tensor) -> bool:
+    """Whether ``matrix``'s columns or rows are contiguous, the other stride at least their
+    length: a layout BLAS reads through one leading dimension."""
     (rows, columns), (down, across) = matrix.shape, matrix.stride()
     return bool((down == 1 and across >= max(1, rows)) or (across == 1 and down >= max(1, columns)))
+
+
+def _readable(matrix: torch.Tensor) -> bool:
+    """Whether cuBLAS reads ``matrix`` as it lies (``prepare_matrix_for_cublas``)."""
+    return dense(matrix) or _one_leading_dimension(matrix)
 
 
 def _readable_batch(batch: torch.Tensor, transposed: bool, m: int, n: int) -> bool:
@@ -77,11 +81,8 @@ def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
         return _batched(one, two, out)
     if func in _VECTOR and one.dim() == 2 and two.dim() == 1:
         made = [_bytes(two)] if two.stride(0) == 0 and not two.is_contiguous() else []
-        (rows, columns), (down, across) = one.shape, one.stride()
-        laid_out = (down == 1 and across >= max(1, rows)) or (
-            across == 1 and down >= max(1, columns)
-        )
-        return made if laid_out or one.is_contiguous() else [*made, _bytes(one)]
+        kept = _one_leading_dimension(one) or one.is_contiguous()
+        return made if kept else [*made, _bytes(one)]
     return []
 
 

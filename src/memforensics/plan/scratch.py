@@ -1,5 +1,7 @@
 """Scratch memory CUDA's libraries take through PyTorch's caching allocator, which the CPU build
-never asks for: cuBLAS's and cuBLASLt's workspaces, by the rules of the installed torch.
+never asks for: cuBLAS's and cuBLASLt's workspaces, by the rules of the installed torch; a
+reduction's staging buffer; the sizes of attention kernels' own scratch (taken by
+:mod:`~memforensics.plan.kernel_scratch`).
 
 Each rule reads beside the PyTorch source it mirrors; docs/plan.md quotes the lines.
 """
@@ -298,7 +300,7 @@ def cudnn_attention_backward_workspace(
 
 
 def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+    return _div_up(value, multiple) * multiple
 
 
 def flash_backward_scratch(
@@ -329,8 +331,7 @@ def flash_backward_scratch(
 
 def deterministic_splits(capability: tuple[int, int], batch: int, heads: int) -> int:
     """``nsplits`` of a deterministic ``mha_bwd``: the SMs spread over batch and heads."""
-    sms = _MULTIPROCESSORS.get(capability, 132)
-    return -(-sms // (batch * heads))
+    return _div_up(_MULTIPROCESSORS.get(capability, 132), batch * heads)
 
 
 # -- memory-efficient attention's backward (transformers/cuda/attention_backward.cu)
