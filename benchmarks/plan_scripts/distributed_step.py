@@ -3,6 +3,9 @@
 Run for real (one rank, NCCL) or under ``memforensics plan --nproc-per-node 1``, the script
 writes the same figures to OUT: the peak allocated and reserved bytes of the second step (the
 peak counters reset before it), so the real device and the planned one answer one question.
+The second step starts half a second after the first ends: NCCL's watchdog thread, looking every
+100 ms, has then dropped what the first step's all-reduces kept alive (DDP's first buckets,
+which the second forward replaces), so the step is measured from a known state.
 
     python benchmarks/plan_scripts/distributed_step.py {ddp,fsdp2} OUT
 """
@@ -12,11 +15,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 WIDTH = 1024
+SETTLE_SECONDS = 0.5
+"""Wait before the measured step: five of the NCCL watchdog's 100 ms looks."""
 
 
 def build(strategy: str) -> torch.nn.Module:
@@ -48,6 +54,7 @@ def main(strategy: str, out: str) -> None:
     for number in (1, 2):
         if number == 2:
             torch.cuda.synchronize()
+            time.sleep(SETTLE_SECONDS)
             torch.cuda.reset_peak_memory_stats()
         model(x).sum().backward()
         opt.step()

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from planned import plan, script
 
+from memforensics._units import format_bytes
+
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 MiB = 1 << 20
@@ -142,6 +144,22 @@ def test_a_ddp_rank_runs_unchanged_with_nccl_buffers_outside_pytorch(
     # parameters, their gradients, DDP's buckets and AdamW's two states at least
     assert answer["peak_allocated_bytes"] >= 5 * params
     assert Path(tmp_path, answer["snapshots"][0]).name == f"rank{world - 1}_planned.pickle"
+
+
+@pytest.mark.parametrize("unused", [False, True])
+def test_ddp_warns_that_nccl_may_free_its_first_buckets_late(tmp_path: Path, unused: bool) -> None:
+    """Where DDP rebuilds its buckets, the plan warns once that the first ones (every gradient's
+    bytes) may outlive the rebuild on NCCL; with find_unused_parameters it never rebuilds."""
+    script(
+        tmp_path,
+        DDP.replace("device_ids=[local]", f"device_ids=[local], find_unused_parameters={unused}"),
+    )
+    done = plan(tmp_path, "--json", "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    late = [w for w in json.loads(done.stdout)["warnings"] if "rebuilds its gradient buckets" in w]
+    params = (512 * 2048 + 2048 + 2048 * 512 + 512) * 4
+    assert len(late) == (0 if unused else 1)
+    assert all(f"first buckets ({format_bytes(params)})" in warning for warning in late)
 
 
 def test_every_rank_planned_names_the_first_to_run_out(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics._units import format_bytes
+
 NCCL_BUFFSIZE = 4 << 20
 """NCCL's documented default ``NCCL_BUFFSIZE``: 4,194,304 B per connection's buffer."""
 NCCL_CHANNELS = 32
@@ -244,12 +246,26 @@ def _done(value: Any) -> Any:
     return future
 
 
-def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
+WATCHDOG_PERIOD_MS = 100
+"""How often ProcessGroupNCCL's watchdog thread looks for finished collectives
+(``kWatchdogThreadSleepMillis``); it drops the tensors a finished collective kept alive."""
+LATE_BUCKETS = (
+    "DDP rebuilds its gradient buckets at the second iteration's forward; the plan keeps the "
+    "first ones, as if they were freed at once. On NCCL the first buckets ({size}) stay "
+    "allocated until the process group's watchdog thread, looking every {period} ms, sees their "
+    "all-reduce finished: a step that starts sooner can peak up to {size} higher than planned"
+)
+"""What the plan says once about DDP's first buckets; an H200 held them into the next step in
+4 of 6 runs that began it at once, and in none of 2 that began 0.5 s later."""
+
+
+def ddp_init(original: Callable[..., None], say: Callable[[str, str], None]) -> Callable[..., None]:
     """DDP built as usual, with the reduction of each gradient bucket done by a hook of the
     plan's: the fake group's futures carry no tensors, which DDP's own reduction needs. The
     hook all-reduces the bucket in place (no allocation, as with NCCL) and divides it by the
     world size, as DDP's does; a hook the script registers runs inside it, for what it
-    allocates."""
+    allocates. The bytes of the buckets reduced are kept, for what ``say`` is told when DDP
+    would rebuild them."""
 
     import torch.distributed as dist
 
@@ -257,10 +273,12 @@ def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
         original(self, *args, **kwargs)
         self._memforensics_hook = None
         group = self.process_group
+        reduced: dict[int, int] = {}
 
         def reduce_bucket(state: object, bucket: Any) -> Any:
 
             buffer = bucket.buffer()
+            reduced[bucket.index()] = buffer.numel() * buffer.element_size()
             script = self._memforensics_hook
             if script is not None:
                 script[0](script[1], bucket)  # its own allocations; its futures carry nothing
@@ -271,7 +289,8 @@ def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
 
         if getattr(self, "reducer", None) is not None:
             dist._register_comm_hook(self.reducer, None, reduce_bucket)  # type: ignore[attr-defined,unused-ignore]
-            self.reducer = _FirstBuckets(self.reducer)
+            rebuilds = bool(self.static_graph or not self.find_unused_parameters)
+            self.reducer = _FirstBuckets(self.reducer, reduced if rebuilds else None, say)
 
     return __init__
 
@@ -279,15 +298,24 @@ def ddp_init(original: Callable[..., None]) -> Callable[..., None]:
 class _FirstBuckets:
     """DDP's reducer, keeping the buckets it was built with: the rebuild after the first
     iteration broadcasts rank 0's order of ready gradients and reads it back, values the fake
-    group does not carry."""
+    group does not carry. Where DDP would rebuild (``static_graph``, or no unused parameters
+    to find) after buckets were reduced, ``say`` is told that NCCL frees the first ones late."""
 
-    def __init__(self, reducer: Any) -> None:
+    def __init__(
+        self, reducer: Any, reduced: dict[int, int] | None, say: Callable[[str, str], None]
+    ) -> None:
         self._reducer = reducer
+        self._reduced = reduced
+        self._say = say
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reducer, name)
 
     def _rebuild_buckets(self) -> bool:
+        if self._reduced:
+            size = format_bytes(sum(self._reduced.values()))
+            self._say("ddp rebuild", LATE_BUCKETS.format(size=size, period=WATCHDOG_PERIOD_MS))
+            self._reduced = None
         return False
 
 

@@ -644,7 +644,9 @@ def _worker_rows(
     return [R(process.BaseProcess, "start", start, why), R(process.BaseProcess, "join", join, why)]
 
 
-def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> list[Replacement]:
+def _distributed_rows(
+    device: PlannedDevice, storage: emulate.StorageMode, notes: values.Notes
+) -> list[Replacement]:
     """``torch.distributed`` on torch's fake process group, for the planned rank and world."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
@@ -725,7 +727,7 @@ def _distributed_rows(device: PlannedDevice, storage: emulate.StorageMode) -> li
     hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
     rows += [
         R(ddp, "register_comm_hook", register, hooked),
-        R(ddp, "__init__", distributed.ddp_init(ddp.__init__), hooked),
+        R(ddp, "__init__", distributed.ddp_init(ddp.__init__, notes.once), hooked),
     ]
     return rows
 
@@ -750,7 +752,7 @@ def table(
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast),
-        *_distributed_rows(answers.device, storage),
+        *_distributed_rows(answers.device, storage, notes),
         *_spawn_rows(notes),
         *_worker_rows(device, storage, notes),
         *profiler.rows(device),
