@@ -107,7 +107,11 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         " figures above them are the script's own process's. `device_peak_bytes` is the most"
         " every process held on the device at once (reserved memory, contexts, NCCL's buffers;"
         " each worker at its peak until joined); `needed_bytes` is at least it, and `fits` is"
-        " false where a worker runs out.",
+        " false where a worker runs out. `caught_ooms` holds PyTorch's message for each"
+        " predicted OOM the script caught and went on from (a search for the largest batch that"
+        " fits), in order; each left a dump in `snapshots`, and the run's own end is"
+        " snapshotted too where it did not run out. The verdict is on the OOM that ended the"
+        " run (`oom_message`), the last dump.",
     ),
     (
         "plan --ranks all",

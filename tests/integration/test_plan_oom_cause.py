@@ -276,3 +276,52 @@ def test_a_request_over_a_memory_fraction_is_fixed_by_raising_it(tmp_path: Path)
     assert "; or raise set_per_process_memory_fraction" in verdict["cause"]
     assert "raise set_per_process_memory_fraction" in verdict["advice"]
     assert "fills the device" not in verdict["explanation"]
+
+
+SEARCH = """
+import sys
+import torch
+kept = []
+for batch in (2048, 1024, 256):  # the largest batch that fits, found by catching the OOM
+    try:
+        kept.append(torch.empty(batch * 1024**2, dtype=torch.uint8, device="cuda"))
+        break
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+for _ in range(int(sys.argv[1])):  # then hold 64 MiB more at a time
+    kept.append(torch.empty(64 * 1024**2, dtype=torch.uint8, device="cuda"))
+"""
+
+
+def test_ooms_the_script_catches_are_named_and_the_run_still_snapshotted(tmp_path: Path) -> None:
+    """A script that catches the OOMs of its batch search fits: the plan names each caught
+    request, in order, and still writes the run's final snapshot beside their dumps."""
+    script(tmp_path, SEARCH)
+    args = ("--device-memory", "1GiB", "--context-memory", "128MiB")
+    done = plan(tmp_path, *args, "--json", "train.py", "1")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["fits"]
+    assert answer["oom_message"] is None
+    asked = [re.search(r"Tried to allocate ([^.]+\.\d+ \w+)", m) for m in answer["caught_ooms"]]
+    # PyTorch writes sizes up to 1 GiB itself in MiB
+    assert [found.group(1) if found else None for found in asked] == ["2.00 GiB", "1024.00 MiB"]
+    names = [Path(path).parent.name for path in answer["snapshots"]]
+    assert names == ["oom", "oom", "memforensics-plan"]
+    said = " ".join(plan(tmp_path, *args, "train.py", "1").stdout.split())
+    assert "caught 2 predicted OOMs and went on (tried to allocate 2.00 GiB, then" in said
+
+
+def test_the_verdict_is_on_the_oom_that_ended_the_run_not_one_caught_before(
+    tmp_path: Path,
+) -> None:
+    """After caught OOMs of requests over the device, the run ends holding too much: its verdict
+    (from the last dump) says live memory ran out, not that one request was too large."""
+    script(tmp_path, SEARCH)
+    args = ("--device-memory", "1GiB", "--context-memory", "128MiB")
+    done = plan(tmp_path, *args, "--json", "train.py", "20")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert "Tried to allocate 64.00 MiB" in answer["oom_message"]
+    assert len(answer["caught_ooms"]) == 2
+    assert "request over the limit" not in answer["verdict"]["label"]

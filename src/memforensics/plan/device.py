@@ -170,7 +170,7 @@ class PlannedDevice:
         self._listeners: list[BlockListener] = []
         self.fraction = 1.0
         self.peak_reserved = 0
-        self.oom_count = 0
+        self.ooms: list[str] = []  # PyTorch's message for each OOM raised, in order
         self.stream = 0  # the current stream: what the script's allocations are made on
         self.outside_bytes = 0  # NCCL's buffers: device memory outside PyTorch, not the context
         self.served = 0  # allocations served
@@ -341,7 +341,6 @@ class PlannedDevice:
         allocator = self._allocator
         oom = allocator.last_oom
         assert oom is not None
-        self.oom_count += 1
         reserved = allocator.reserved_bytes.current
         allocated = allocator.allocated_bytes.current
         total = self.spec.total_bytes
@@ -360,6 +359,7 @@ class PlannedDevice:
             "documentation for Memory Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
         )
+        self.ooms.append(message)
         args = (
             self.index,
             oom.alloc_size,

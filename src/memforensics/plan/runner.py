@@ -82,6 +82,9 @@ class PlanResult:
     allocator's figures, in the order they started."""
     device_peak_bytes: int = 0
     """The most device memory the script's process and its workers held at once."""
+    caught_ooms: tuple[str, ...] = ()
+    """PyTorch's message for each predicted OOM the script caught and went on from, in order
+    (a search for the largest batch that fits); the one that ended the run is ``oom_message``."""
 
     def __post_init__(self) -> None:
         context = self.context_bytes if self.cuda_initialized else 0
@@ -209,6 +212,7 @@ def run_planned(
         cuda_initialized=device.initialized,
         workers=tuple(device.workers),
         device_peak_bytes=device.peak_device,
+        caught_ooms=tuple(device.ooms[:-1] if oom is not None else device.ooms),
     )
     fits = result.fits and not any(w.oom_message for w in result.workers)
     return replace(result, fits=fits and result.needed_bytes <= spec.total_bytes), device

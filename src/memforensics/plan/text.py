@@ -121,9 +121,26 @@ def plan_text(result: PlanResult) -> str:
             f"Does not fit: {needed} with {_outside(result)} is more than "
             f"{format_bytes(result.device_bytes)}."
         )
+    lines += _caught(result.caught_ooms)
     for path in result.snapshots:
         lines.append(f"Predicted snapshot: {path}")
     return "\n".join(lines)
+
+
+def _caught(messages: tuple[str, ...]) -> list[str]:
+    """A line on the predicted OOMs the script caught and went on from, with each request."""
+    if not messages:
+        return []
+    requests = ", then ".join(_request(message) for message in messages)
+    count = "a predicted OOM" if len(messages) == 1 else f"{len(messages)} predicted OOMs"
+    return [f"The script caught {count} and went on ({requests})."]
+
+
+def _request(message: str) -> str:
+    """``tried to allocate 6.00 GiB`` from PyTorch's OOM message (its second sentence)."""
+    sentences = message.split(". ")
+    request = sentences[1] if len(sentences) > 1 else message
+    return request[:1].lower() + request[1:]
 
 
 def vary_text(answer: VaryAnswer) -> str:

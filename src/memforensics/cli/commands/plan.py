@@ -416,7 +416,8 @@ def _answer(
     for path in snapshots:
         by_path.setdefault(os.path.abspath(path), path)
     snapshots = list(by_path.values())
-    if not snapshots:
+    caught_only = result.oom_message is None and all(map(_is_oom_dump, snapshots))
+    if not snapshots or caught_only:  # the run's end, where capture wrote none of it
         name = f"rank{result.rank}_planned.pickle" if result.world_size > 1 else "planned.pickle"
         final = folders[0] / name
         _writer(spec)(str(final), device.snapshot(flight=True))
@@ -571,11 +572,15 @@ def _expandable_check(
 
 
 def _oom_dump(snapshots: list[str]) -> Path | None:
-    """The OOM dump capture wrote (the first, when the script went on after one)."""
-    for path in snapshots:
-        if Path(path).parent.name == "oom":
-            return Path(path)
-    return None
+    """The OOM dump of the OOM that ended the run: the last capture wrote (those before it are
+    OOMs the script caught and went on from)."""
+    dumps = [Path(path) for path in snapshots if _is_oom_dump(path)]
+    return dumps[-1] if dumps else None
+
+
+def _is_oom_dump(path: str) -> bool:
+    """Whether capture wrote ``path`` for an OOM (into its ``oom`` folder)."""
+    return Path(path).parent.name == "oom"
 
 
 def _fragmented(path: Path) -> bool:
