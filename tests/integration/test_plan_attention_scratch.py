@@ -77,6 +77,74 @@ def test_a_fused_attentions_backward_allocates_and_frees_as_an_h200_did(
     assert planned == real.split()
 
 
+WIDE = """
+import json, sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+backend = getattr(SDPBackend, sys.argv[1])
+b, h, sq, sk, d = (int(a) for a in sys.argv[2:7])
+causal, dtype = sys.argv[7] == "causal", getattr(torch, sys.argv[8])
+kw = dict(device="cuda", dtype=dtype, requires_grad=True)
+q = torch.randn(b, h, sq, d, **kw)
+k, v = torch.randn(b, h, sk, d, **kw), torch.randn(b, h, sk, d, **kw)
+g = torch.ones(b, h, sq, d, device="cuda", dtype=dtype)  # laid out (batch, heads, length, head)
+torch.cuda.memory._record_memory_history(max_entries=100000)
+with sdpa_kernel([backend]):
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    o.backward(g)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([[kept[e["action"]], e["size"]] for e in trace if e["action"] in kept]))
+"""
+
+REAL_WIDE = {
+    "efficient-256": (
+        "EFFICIENT_ATTENTION 2 8 1024 1024 256 causal bfloat16",
+        "a8388608 a65536 a16777216 f16777216 a8388608 a8388608 a8388608 a8388608 a65536 "
+        "a41951232 f65536 f41951232 f8388608 f65536 a8388608 f8388608 a8388608 f8388608 "
+        "a8388608 f8388608",
+    ),
+    "efficient-160-float32": (
+        "EFFICIENT_ATTENTION 1 8 777 777 160 full float32",
+        "a3978240 a25600 a3978240 a3978240 a3978240 a3978240 a3978240 a24864 a24864 f24864 "
+        "f3978240 a5507712 f24864 f5507712 f3978240 f25600 a3978240 f3978240 a3978240 "
+        "f3978240 a3978240 f3978240",
+    ),
+    "efficient-256-longer-keys": (
+        "EFFICIENT_ATTENTION 4 4 512 1024 256 full bfloat16",
+        "a4194304 a32768 a8388608 f8388608 a4194304 a4194304 a8388608 a8388608 a32768 "
+        "a33558528 f32768 f33558528 f4194304 f32768 a4194304 f4194304 a8388608 f8388608 "
+        "a8388608 f8388608",
+    ),
+    "flash-padded-100": (
+        "FLASH_ATTENTION 2 8 1024 1024 100 causal bfloat16",
+        "a3407872 a3407872 a3407872 a3407872 a65536 a16 a8 a3407872 a3407872 a3407872 a3407872 "
+        "a3407872 a3407872 a65536 a8388608 f8388608 f65536 f3407872 f3407872 f3407872 "
+        "f3407872 f3407872 f3407872 f65536 f16 f8 a3276800 f3407872 a3276800 f3407872 "
+        "a3276800 f3407872",
+    ),
+}
+"""Traces an H200 (torch 2.11.0+cu130) wrote on 2026-12-04 for :data:`WIDE`: heads above
+128 for memory-efficient attention, a head size flash pads to a multiple of 8, and a gradient
+laid out (batch, heads, length, head), which both kernels copy contiguous."""
+
+
+@pytest.mark.parametrize("case", list(REAL_WIDE))
+def test_wide_heads_padded_heads_and_a_strided_gradient_allocate_as_an_h200_did(
+    tmp_path: Path, case: str
+) -> None:
+    """Memory-efficient attention above 128 wide heads takes its float32 output accumulator
+    (half inputs) and its larger workspace, both kernels copy a (batch, heads, length, head)
+    gradient contiguous, and flash pads a 100-wide head to 104: block by block, as the H200."""
+    arguments, real = REAL_WIDE[case]
+    script(tmp_path, WIDE)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py", *arguments.split())
+    assert done.returncode == 0, done.stderr
+    planned = [f"{action}{size}" for action, size in json.loads(done.stdout.splitlines()[0])]
+    assert planned == real.split()
+
+
 CUDNN_ALLOCATIONS = {
     "cudnn-heads-12": (
         "CUDNN_ATTENTION 8 12 12 1024 64 causal bfloat16",

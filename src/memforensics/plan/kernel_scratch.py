@@ -1,7 +1,8 @@
 """What fused attention kernels allocate through the caching allocator beside their outputs,
 which their ``meta`` forms never make: cuDNN attention's graph workspaces, flash attention's
-contiguous copies, row sums and accumulators, memory-efficient attention's row sums and
-workspace. Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
+contiguous copies, row sums and accumulators, memory-efficient attention's output accumulator
+(heads above 128), its copy of the output's gradient, row sums and workspace. Each is taken
+where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s.
 """
 
@@ -15,10 +16,13 @@ import torch
 from memforensics.plan import attention, scratch
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
 EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
 CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
 CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
-KERNELS = frozenset((FLASH_BACKWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD))
+KERNELS = frozenset(
+    (FLASH_BACKWARD, EFFICIENT_FORWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD)
+)
 """The kernels that take scratch of their own after their outputs
 (:meth:`AttentionScratch.after`)."""
 
@@ -43,15 +47,23 @@ class AttentionScratch:
         self._capability = capability
 
     def before(self, func: Any, args: tuple[Any, ...]) -> list[Any]:
-        """What ``func`` takes before its outputs, to be freed once it has returned:
-        ``_flash_attention_backward``'s contiguous copies of the output's gradient and of the
-        output, seen as (batch, length, heads, head) as the kernel reads them, where that view
-        is not contiguous (inputs laid out as (batch, heads, length, head))."""
-        if func is not FLASH_BACKWARD or not _dense(args[0], args[4]):
+        """What ``func`` takes before its outputs, to be freed once it has returned: contiguous
+        copies, seen as (batch, length, heads, head) as the kernel reads them, where that view
+        is not contiguous (a gradient laid out as (batch, heads, length, head), or expanded
+        from a sum): ``_flash_attention_backward``'s of the output's gradient and of the
+        output, ``_efficient_attention_backward``'s of the output's gradient."""
+        copied: tuple[Any, ...]
+        if func is FLASH_BACKWARD:
+            copied = (args[0], args[4])
+        elif func is EFFICIENT_BACKWARD:
+            copied = (args[0],)
+        else:
+            return []
+        if not _dense(*copied):
             return []
         return [
             self._malloc(t.numel() * t.element_size())
-            for t in (args[0], args[4])
+            for t in copied
             if not t.transpose(1, 2).is_contiguous()
         ]
 
@@ -59,6 +71,8 @@ class AttentionScratch:
         """What ``func`` takes after its outputs and frees as it returns."""
         if func is FLASH_BACKWARD:
             self._flash(args)
+        elif func is EFFICIENT_FORWARD:
+            self._efficient_forward(args)
         elif func is EFFICIENT_BACKWARD:
             self._efficient(args)
         elif func in (CUDNN_FORWARD, CUDNN_BACKWARD):
@@ -84,16 +98,28 @@ class AttentionScratch:
         for block in reversed(blocks):
             self._free(block)
 
+    def _efficient_forward(self, args: tuple[Any, ...]) -> None:
+        """``_efficient_attention_forward``'s float32 output accumulator, where it takes one
+        (:func:`scratch.efficient_forward_accumulator`)."""
+        query, value = args[0], args[2]
+        if not _dense(query, value):
+            return
+        size = scratch.efficient_forward_accumulator(
+            tuple(query.shape), value.shape[-1], query.element_size()
+        )
+        if size:
+            self._free(self._malloc(size))
+
     def _efficient(self, args: tuple[Any, ...]) -> None:
         """``_efficient_attention_backward``'s row sums (and, for float32 inputs, the
         temporaries computing them, freed once they are copied), then its workspace; both freed
         as it returns (:func:`scratch.efficient_backward_scratch`)."""
-        query = args[1]
-        if not _dense(query):
+        query, key, value = args[1:4]
+        if not _dense(query, key, value):
             return
-        found = scratch.efficient_backward_scratch(tuple(query.shape), query.element_size())
-        if found is None:
-            return
+        found = scratch.efficient_backward_scratch(
+            tuple(query.shape), tuple(key.shape), tuple(value.shape), query.element_size()
+        )
         temporaries = [self._malloc(n) for n in found.delta_from]
         delta = self._malloc(found.delta)
         for block in reversed(temporaries):

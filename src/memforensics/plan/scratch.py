@@ -347,24 +347,74 @@ class EfficientScratch(NamedTuple):
     workspace: int
 
 
-def efficient_backward_scratch(query: tuple[int, ...], itemsize: int) -> EfficientScratch | None:
-    """The backward's scratch for heads of up to 128 (None above, not measured): the row sums
-    (float32, ``B·H·Sq``), computed in the kernel for half inputs and by
-    ``(grad_out.float() * out.float()).sum(-1).transpose(-2, -1).contiguous()`` for float32
-    ones; the workspace, the query gradient's float32 accumulator over query blocks
-    (``4·B·H·Sq_I·D_J``: the length rounded up to the query block ``I``, the head size to
+def efficient_backward_scratch(
+    query: tuple[int, ...], key: tuple[int, ...], value: tuple[int, ...], itemsize: int
+) -> EfficientScratch:
+    """The backward's scratch: the row sums (float32, ``B·H·Sq``), computed in the kernel for
+    half inputs and by ``(grad_out.float() * out.float()).sum(-1).transpose(-2, -1)
+    .contiguous()`` for float32 ones, and the workspace.
+
+    For heads of up to 128 the workspace is the query gradient's float32 accumulator over query
+    blocks (``4·B·H·Sq_I·D_J``: the length rounded up to the query block ``I``, the head size to
     ``J``, 64 and 64 for heads up to 64, 128 and 128 above) and, per query block of each batch
     and head, 16 B (32 B for float32 heads above 64). On an H200 (torch 2.11), exact for
     thirteen shapes: lengths 256 to 4,096 with 300, 777 and 1,000, a query over twice as many
-    keys, head sizes 32 to 128, bf16, fp16 and float32."""
+    keys, head sizes 32 to 128, bf16, fp16 and float32. Above 128 it is
+    :func:`_efficient_wide_workspace`'s."""
     batch, heads, rows, dim = query
-    if dim > 128:
-        return None
-    block = 64 if dim <= 64 else 128
-    rows_rounded = _round_up(rows, block)
-    per_block = 32 if itemsize == 4 and dim > 64 else 16
-    workspace = 4 * batch * heads * rows_rounded * _round_up(dim, block)
-    workspace += per_block * batch * heads * (rows_rounded // block)
+    if max(dim, value[-1]) > 128:
+        workspace = _efficient_wide_workspace(query, key[2], value[-1], itemsize)
+    else:
+        block = 64 if dim <= 64 else 128
+        rows_rounded = _round_up(rows, block)
+        per_block = 32 if itemsize == 4 and dim > 64 else 16
+        workspace = 4 * batch * heads * rows_rounded * _round_up(dim, block)
+        workspace += per_block * batch * heads * (rows_rounded // block)
     sums = batch * heads * rows * 4
     delta_from = (batch * heads * rows * dim * 4, sums) if itemsize == 4 else ()
     return EfficientScratch(delta_from, sums, workspace)
+
+
+_WIDE_QUERY_BLOCK = 128
+"""The query block (``kBlockSizeI``) of the backward kernel for heads above 128."""
+_WIDE_KEY_BLOCK = 64
+"""Its key block (``kBlockSizeJ``), and the columns of its query-gradient tiles."""
+_SPLIT_KEYS_BUDGET = 200
+"""``attention_backward.cu`` splits the keys of each batch and head into at most this many
+blocks over all batches and heads where the key and value gradients need staging."""
+
+
+def _efficient_wide_workspace(query: tuple[int, ...], keys: int, dim_v: int, itemsize: int) -> int:
+    """The backward's workspace for heads above 128 (``AttentionBackwardKernel::
+    workspace_size``), in float32 per batch and head, aligned to 4: the query gradient's tiles
+    (``ceil(Sq/128)·ceil(D/64)`` of 128 x 64 values and a 16-byte counter each) and, for half
+    inputs, the key and value gradients staged per split of the keys (``splits·64·D₁₂₈`` each,
+    ``D₁₂₈`` the head size rounded up to 128); the splits are ``ceil(Sk/64)``, one where the
+    batches and heads number 256 or more and the keys at most 128, and at most
+    ``200 / (B·H)``. On an H200 (torch 2.11), exact for eight shapes: heads of 136 to 256,
+    lengths 256 to 2,048 with 300, 777 and 1,000, a query over twice as many keys, 4 to 96
+    batches x heads, bf16, fp16 and float32."""
+    batch, heads, rows, dim = query
+    tiles = _div_up(rows, _WIDE_QUERY_BLOCK) * _div_up(dim, _WIDE_KEY_BLOCK)
+    per_head = tiles * (_WIDE_QUERY_BLOCK * _WIDE_KEY_BLOCK + 4)
+    if itemsize != 4:  # the kernel's output is not its float32 accumulator: gK and gV staged
+        splits = _div_up(keys, _WIDE_KEY_BLOCK)
+        if batch * heads >= 256 and keys <= 2 * _WIDE_KEY_BLOCK:
+            splits = 1
+        splits = max(min(splits, _SPLIT_KEYS_BUDGET // (batch * heads)), 1)
+        per_head += sum(
+            splits * _WIDE_KEY_BLOCK * _round_up(d, _WIDE_QUERY_BLOCK) for d in (dim, dim_v)
+        )
+    return 4 * batch * heads * _round_up(per_head, 4)
+
+
+def efficient_forward_accumulator(query: tuple[int, ...], dim_v: int, itemsize: int) -> int:
+    """The float32 buffer ``_efficient_attention_forward`` takes after its output and row
+    log-sum-exps and frees as it returns, where the kernel cannot keep the output in registers
+    (heads above 128: ``kNeedsOutputAccumulatorBuffer``) and the output is not float32: the
+    output's shape (``B·Sq·H·Dv``) in float32; 0 otherwise. On an H200 (torch 2.11), for six
+    shapes with heads of 136 to 256 in bf16 and fp16, and none in float32."""
+    batch, heads, rows, dim = query
+    if itemsize == 4 or max(dim, dim_v) <= 128:
+        return 0
+    return batch * rows * heads * dim_v * 4
