@@ -15,13 +15,23 @@ from planned import plan, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
-ATTENTION = """
+CALL = """
 import json, sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 backend = getattr(SDPBackend, sys.argv[1])
-b, hq, hkv, s, d = (int(a) for a in sys.argv[2:7])
+"""
+TRACE = """
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([[kept[e["action"]], e["size"]] for e in trace if e["action"] in kept]))
+"""
+"""The script's trace, printed as the allocations and frees it holds, in order."""
+
+ATTENTION = (
+    CALL
+    + """b, hq, hkv, s, d = (int(a) for a in sys.argv[2:7])
 causal, dtype = sys.argv[7] == "causal", getattr(torch, sys.argv[8])
 q = torch.randn(b, hq, s, d, device="cuda", dtype=dtype, requires_grad=True)
 k = torch.randn(b, hkv, s, d, device="cuda", dtype=dtype, requires_grad=True)
@@ -31,10 +41,9 @@ with sdpa_kernel([backend]):
     o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
     g = torch.ones_like(o)
     o.backward(g)
-trace = torch.cuda.memory._snapshot()["device_traces"][0]
-kept = {"alloc": "a", "free_completed": "f"}
-print(json.dumps([[kept[e["action"]], e["size"]] for e in trace if e["action"] in kept]))
 """
+    + TRACE
+)
 
 REAL = {
     "flash-1000": (
@@ -77,13 +86,9 @@ def test_a_fused_attentions_backward_allocates_and_frees_as_an_h200_did(
     assert planned == real.split()
 
 
-WIDE = """
-import json, sys
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-backend = getattr(SDPBackend, sys.argv[1])
-b, h, sq, sk, d = (int(a) for a in sys.argv[2:7])
+WIDE = (
+    CALL
+    + """b, h, sq, sk, d = (int(a) for a in sys.argv[2:7])
 causal, dtype = sys.argv[7] == "causal", getattr(torch, sys.argv[8])
 kw = dict(device="cuda", dtype=dtype, requires_grad=True)
 q = torch.randn(b, h, sq, d, **kw)
@@ -93,10 +98,9 @@ torch.cuda.memory._record_memory_history(max_entries=100000)
 with sdpa_kernel([backend]):
     o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     o.backward(g)
-trace = torch.cuda.memory._snapshot()["device_traces"][0]
-kept = {"alloc": "a", "free_completed": "f"}
-print(json.dumps([[kept[e["action"]], e["size"]] for e in trace if e["action"] in kept]))
 """
+    + TRACE
+)
 
 REAL_WIDE = {
     "efficient-256": (
