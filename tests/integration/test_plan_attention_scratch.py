@@ -79,11 +79,15 @@ def test_a_fused_attentions_backward_allocates_and_frees_as_an_h200_did(
     block in order: the kernel's own copies, row sums, accumulators and workspaces included,
     and no philox seed or offset where the kernel makes them on the host."""
     arguments, real = REAL[case]
-    script(tmp_path, ATTENTION)
+    assert _planned_trace(tmp_path, ATTENTION, arguments) == real.split()
+
+
+def _planned_trace(tmp_path: Path, body: str, arguments: str) -> list[str]:
+    """The trace ``body`` prints under ``plan`` on capability 9.0, as ``a<size>``/``f<size>``."""
+    script(tmp_path, body)
     done = plan(tmp_path, "--device-capability", "9.0", "train.py", *arguments.split())
     assert done.returncode == 0, done.stderr
-    planned = [f"{action}{size}" for action, size in json.loads(done.stdout.splitlines()[0])]
-    assert planned == real.split()
+    return [f"{action}{size}" for action, size in json.loads(done.stdout.splitlines()[0])]
 
 
 WIDE = (
@@ -142,11 +146,7 @@ def test_wide_heads_padded_heads_and_a_strided_gradient_allocate_as_an_h200_did(
     (half inputs) and its larger workspace, both kernels copy a (batch, heads, length, head)
     gradient contiguous, and flash pads a 100-wide head to 104: block by block, as the H200."""
     arguments, real = REAL_WIDE[case]
-    script(tmp_path, WIDE)
-    done = plan(tmp_path, "--device-capability", "9.0", "train.py", *arguments.split())
-    assert done.returncode == 0, done.stderr
-    planned = [f"{action}{size}" for action, size in json.loads(done.stdout.splitlines()[0])]
-    assert planned == real.split()
+    assert _planned_trace(tmp_path, WIDE, arguments) == real.split()
 
 
 CUDNN_ALLOCATIONS = {
