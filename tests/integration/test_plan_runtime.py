@@ -254,3 +254,44 @@ def test_a_device_model_shared_for_other_processes_stays_where_it_is_and_is_said
     assert facts == {"shared": True, "host": True, "allocated": 4 * MiB + 4096}
     said = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
     assert any("shared for other processes" in line and "train.py:4)" in line for line in said)
+
+
+OWN_SETTINGS = """
+import json, os, sys
+import torch
+if sys.argv[1] == "before":
+    os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+first = torch.empty(10 << 20, dtype=torch.uint8, device="cuda")
+if sys.argv[1] == "after":
+    os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+if sys.argv[1] == "set":
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+later = [torch.empty(100 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+kinds = [s["is_expandable"] for s in torch.cuda.memory_snapshot()]
+print(json.dumps({"kinds": sorted(kinds), "reserved": torch.cuda.memory_reserved()}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("when", "kinds", "reserved", "conf"),
+    [
+        ("before", [True], 320 * MiB, "expandable_segments:True"),  # mapped 20 MiB at a time
+        ("after", [False, False, False, False], 310 * MiB, ""),
+        ("set", [False, True], 310 * MiB, "expandable_segments:True"),
+    ],
+)
+def test_the_scripts_own_allocator_settings_apply_as_on_a_gpu(
+    tmp_path: Path, when: str, kinds: list[bool], reserved: int, conf: str
+) -> None:
+    """Settings the script puts in ``PYTORCH_ALLOC_CONF`` before it first uses the device are
+    the allocator's (one expandable segment), ones put there later are not (a segment per
+    tensor), and ``_set_allocator_settings`` makes later segments expandable; the plan reports
+    the settings the allocator ended with."""
+    script(tmp_path, OWN_SETTINGS)
+    done = plan(tmp_path, "--json", "train.py", when)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith('{"kinds"')]
+    seen = json.loads(line)
+    assert seen["kinds"] == kinds
+    assert seen["reserved"] == reserved
+    assert json.loads(done.stdout)["allocator_conf"] == conf

@@ -117,7 +117,7 @@ class DeviceCachingAllocator:
         # the four it skips cost a fifth of each malloc/free); segment stats are always kept
         self.all_stats = all_stats
         self._plain_rounding = not any(settings.roundup_power2_divisions)
-        self._rounded: dict[int, int] = {}  # round_size per request size (settings are fixed)
+        self._rounded: dict[int, int] = {}  # round_size per request size, for these settings
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
         self.graph_pools: dict[tuple[int, int], PrivatePool] = {}
@@ -139,6 +139,13 @@ class DeviceCachingAllocator:
         self.last_oom: OomInfo | None = None
 
     # -- public operations (malloc, free, recordStream, emptyCache)
+
+    def configure(self, settings: AllocatorSettings) -> None:
+        """New settings from now on, as ``_set_allocator_settings`` gives PyTorch's allocator:
+        later requests are rounded, split and placed by them; segments made keep their kind."""
+        self.settings = settings
+        self._plain_rounding = not any(settings.roundup_power2_divisions)
+        self._rounded = {}
 
     def malloc(self, orig_size: int, stream: int = 0, context: object = None) -> Block | None:
         """Mirrors ``malloc``: a block for ``orig_size`` bytes, or None for an OOM."""

@@ -365,6 +365,16 @@ def _divisions(cursor: _Tokens, current: tuple[int, ...], rules: ConfRules) -> t
     return tuple(values)
 
 
+def apply_conf(settings: AllocatorSettings, conf: str) -> tuple[AllocatorSettings, list[str]]:
+    """``conf`` read over ``settings``, as ``CUDAAllocatorConfig::parseArgs`` reads a string
+    over the settings it holds (``torch.cuda.memory._set_allocator_settings``, or the
+    environment when the allocator is first used): the new settings, and each key the model
+    does not know or value it refuses, skipped (every other key still applies)."""
+    notes = ConfNotes()
+    found = apply_tokens(settings, lex(conf), None, notes)
+    return found, [*notes.unknown, *notes.refused]
+
+
 def parse_conf(conf: str | None, rules: ConfRules | None = None) -> AllocatorSettings:
     """Settings from a ``PYTORCH_CUDA_ALLOC_CONF`` string (None or empty: the defaults)."""
     if not conf:

@@ -16,13 +16,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 from typing import Any
 
 from memforensics._layout import PREDICTED_KEY
-from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator
+from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, apply_conf
 from memforensics.backends.sim import format as fmt
+
+CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+"""Where PyTorch reads its allocator settings when the allocator is first used
+(``CUDAAllocatorConfig::instance``), the first one set."""
 
 OomObserver = Callable[[int, int, int, int], None]
 """``(device, allocation_bytes, device_total_bytes, device_free_bytes)``, as torch calls it."""
@@ -176,6 +180,7 @@ class PlannedDevice:
         self.served = 0  # allocations served
         self.said: list[str] = []  # where this run differs from a real one, each said once
         self.stop_after: int | None = None  # allocations after which the run ends (Stopped)
+        self._settled = False  # whether the allocator has read the environment's settings
         self.initialized = False
         """Whether the script initialized CUDA: made a tensor on the device, or called what
         initializes CUDA on a GPU (:meth:`initialize`). A process that never does holds no
@@ -192,8 +197,45 @@ class PlannedDevice:
 
     def initialize(self) -> None:
         """CUDA initialized, as PyTorch's lazy initialization does it: the process holds its
-        CUDA context from now on."""
+        CUDA context from now on, and the allocator's settings are those in the environment
+        then (:meth:`_settle`)."""
+        self._settle()
         self.initialized = True
+
+    def _settle(self) -> None:
+        """The first use of the allocator: the settings it reads from the environment as the
+        script left it (a script that sets ``PYTORCH_ALLOC_CONF`` before it first uses the
+        device is planned with them), once per process."""
+        if self._settled or self._worker is not None:
+            return
+        self._settled = True
+        conf = next((os.environ[name] for name in CONF_ENV if name in os.environ), None)
+        if conf is not None:
+            self._configure(AllocatorSettings(), conf)
+
+    def set_allocator_settings(self, conf: str) -> None:
+        """``torch.cuda.memory._set_allocator_settings(conf)``: ``conf`` read over the settings
+        now (those of the environment, where the allocator was not used yet), and followed by
+        later requests."""
+        self._settle()
+        self._configure(self.spec.settings, conf)
+
+    def _configure(self, base: AllocatorSettings, conf: str) -> None:
+        """``conf`` read over ``base``, as ``CUDAAllocatorConfig::parseArgs`` reads it: the
+        settings the allocator follows from now on, and the ones the plan and its snapshots
+        report. Keys the model does not know are skipped and said once."""
+        settings, skipped = apply_conf(base, conf)
+        for key in skipped:
+            said = f"the allocator setting {key!r} is not modelled; planned without it"
+            if said not in self.said:
+                self.said.append(said)
+        if settings == self.spec.settings:
+            return
+        with self._lock:
+            self.spec = replace(self.spec, settings=settings)
+            self._main.configure(settings)
+            if settings.memory_fraction is not None:
+                self.set_memory_fraction(settings.memory_fraction)
 
     def take_outside(self, nbytes: int) -> None:
         """``nbytes`` of the device taken outside PyTorch's allocator (NCCL's buffers, at
@@ -218,6 +260,7 @@ class PlannedDevice:
 
     def malloc(self, nbytes: int, stream: int = 0) -> Block | None:
         """A block for ``nbytes`` (None when the model cannot serve it: the caller raises)."""
+        self._settle()
         self.initialized = True
         stack = self._stack() if self._recording and not self.backward else ()
         with self._lock:

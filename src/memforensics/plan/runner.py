@@ -197,7 +197,7 @@ def run_planned(
         device_bytes=spec.total_bytes,
         capability=f"{spec.capability[0]}.{spec.capability[1]}",
         context_bytes=spec.context_bytes,
-        allocator_conf=spec.settings.to_conf(),
+        allocator_conf=device.spec.settings.to_conf(),
         peak_allocated_bytes=device.figure("allocated_bytes", "peak"),
         peak_reserved_bytes=peak_reserved,
         peak_segments=device.figure("segment", "peak"),

@@ -315,6 +315,13 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         R(memory, "_snapshot", a.snapshot, "the predicted snapshot"),
         R(memory, "_dump_snapshot", a.dump, "the predicted snapshot, at the script's path"),
         R(memory, "_set_memory_metadata", a.device.set_metadata, "tags later allocations"),
+        R(
+            memory,
+            "_set_allocator_settings",
+            a.device.set_allocator_settings,
+            "the model follows the new settings from then on",
+            needed=False,
+        ),
     ]
     return rows
 
