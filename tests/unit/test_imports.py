@@ -81,6 +81,7 @@ def test_allocator_public_names() -> None:
         "SettingsError",
         "Stat",
         "apply_assignment",
+        "apply_conf",
         "deciding_settings",
         "from_snapshot",
         "get_allocation_size",
