@@ -157,8 +157,6 @@ class PlannedDevice:
             device_total=spec.total_bytes,
             on_trace=self._on_trace,
         )
-        if spec.settings.memory_fraction is not None and spec.settings.memory_fraction < 1.0:
-            self.set_memory_fraction(spec.settings.memory_fraction)
         self._stack = _StackCapture((_HERE, *skipped_prefixes))
         self.backward = False  # allocations on autograd's device thread have no Python frames
         self._lock = threading.RLock()
@@ -194,6 +192,7 @@ class PlannedDevice:
         self.peak_device = 0
         """The most device memory every process on it held at once: the script's reserved
         memory and context, NCCL's buffers, and its worker processes' (:meth:`begin_worker`)."""
+        self._limit_by(spec.settings)
 
     def initialize(self) -> None:
         """CUDA initialized, as PyTorch's lazy initialization does it: the process holds its
@@ -234,8 +233,12 @@ class PlannedDevice:
         with self._lock:
             self.spec = replace(self.spec, settings=settings)
             self._main.configure(settings)
-            if settings.memory_fraction is not None:
-                self.set_memory_fraction(settings.memory_fraction)
+            self._limit_by(settings)
+
+    def _limit_by(self, settings: AllocatorSettings) -> None:
+        """The conf string's ``per_process_memory_fraction``, where it caps the device."""
+        if settings.memory_fraction is not None and settings.memory_fraction < 1.0:
+            self.set_memory_fraction(settings.memory_fraction)
 
     def take_outside(self, nbytes: int) -> None:
         """``nbytes`` of the device taken outside PyTorch's allocator (NCCL's buffers, at
