@@ -521,8 +521,9 @@ class Compiled:
 
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
+        fused = fusion.copied_operands(gm.graph)
         inlined = fusion.inlined(gm.graph)
-        fusion.reorder(gm.graph, inlined, donated=donated)
+        fusion.reorder(gm.graph, inlined, donated=donated, fused=fused)
         in_place = fusion.in_place(
             gm.graph, inlined, _donated(gm.graph) if donated else frozenset()
         )

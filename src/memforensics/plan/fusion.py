@@ -31,19 +31,24 @@ before code generation, so without the writes into dying inputs (which are chose
 in the order kept) and with parameters and incoming gradients never freed; on a tie the
 graph's own order stays.
 
+A matrix product reads each operand through one unit stride (``realize_inputs``, then
+``require_stride1``): a view with none, as the gradient of a ``sum`` taken inside the graph
+arrives (a scalar expanded, and that transposed), is copied into a buffer of its own for each
+product that reads it (:func:`copied_operands`). Those copies of one value read the same input
+over as many elements, and Inductor's scheduler fuses them into one kernel before it orders
+its kernels, so they are made together, where the first of them would be, and ordered as one.
+
 What is not followed: a pointwise value Inductor realises because many reads accumulate in it
-(``realize_reads_threshold``; rare in model code); kernels Inductor fuses side by side (a
+(``realize_reads_threshold``; rare in model code); other kernels Inductor fuses side by side (a
 bias's gradient summed in the kernel of GELU's backward), which keeps what each reads until
 the fused kernel runs; Inductor's other orders (breadth- and depth-first), which it keeps where
-they estimate lower still; an expanded or permuted value an extern kernel reads (the gradient of
-a ``sum`` taken inside the graph, read by ``mm``), which Inductor realises as a buffer of its
-own for each view read; a large reduction Inductor splits in two, whose partial results are a
+they estimate lower still; a large reduction Inductor splits in two, whose partial results are a
 small buffer of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -162,6 +167,49 @@ def _base(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
+_PRODUCTS: dict[object, tuple[int, ...]] = {
+    torch.ops.aten.mm.default: (0, 1),
+    torch.ops.aten.addmm.default: (1, 2),
+    torch.ops.aten.bmm.default: (0, 1),
+    torch.ops.aten.baddbmm.default: (1, 2),
+}
+"""The matrix products Inductor lowers through ``mm_args``, with the places of the matrices it
+realises each with a unit stride."""
+
+
+def _strideless(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s traced value has dimensions but no unit stride (a scalar expanded)."""
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and 1 not in value.stride()
+
+
+def copied_operands(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Node, ...]]:
+    """Each matrix product's operand that is a view with no unit stride read through a copy of
+    its own, made in ``graph`` just before the product, as Inductor's ``require_stride1``
+    realises it; and the copies Inductor fuses into one kernel: the first of each value's
+    copies over as many elements, with the others."""
+    copies: dict[tuple[torch.fx.Node, int], list[torch.fx.Node]] = {}
+    for node in list(graph.nodes):
+        places = _PRODUCTS.get(node.target, ()) if node.op == "call_function" else ()
+        for place in places:
+            operand = node.args[place] if place < len(node.args) else None
+            if not isinstance(operand, torch.fx.Node) or not _view(operand):
+                continue
+            if not _strideless(operand):
+                continue
+            value = operand.meta["val"]
+            with graph.inserting_before(node):
+                copy = graph.call_function(
+                    torch.ops.aten.clone.default,
+                    (operand,),
+                    {"memory_format": torch.contiguous_format},
+                )
+            copy.meta["val"] = torch.empty(value.shape, dtype=value.dtype, device="meta")
+            node.update_arg(place, copy)
+            copies.setdefault((_base(operand), value.numel()), []).append(copy)
+    return {made[0]: tuple(made[1:]) for made in copies.values() if len(made) > 1}
+
+
 def _read(node: torch.fx.Node, inlined: frozenset[torch.fx.Node]) -> set[torch.fx.Node]:
     """The buffers the kernel that computes ``node`` reads: its inputs' buffers, through the
     values inlined into it."""
@@ -267,20 +315,42 @@ class _Schedule:
     input still counts its own buffer here, as Inductor's estimate does not see that reuse),
     the buffers each reads, and the buffers that can be freed (``donated``: the graph's own
     inputs, but for parameters, tangents and the forward's, which their callers hold:
-    Inductor's ``is_nonfreeable_buffers``)."""
+    Inductor's ``is_nonfreeable_buffers``). Nodes Inductor fuses into one kernel (``fused``:
+    the first with the others) are scheduled as one, where the first is."""
 
     def __init__(
-        self, graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool
+        self,
+        graph: torch.fx.Graph,
+        inlined: frozenset[torch.fx.Node],
+        *,
+        donated: bool,
+        fused: Mapping[torch.fx.Node, tuple[torch.fx.Node, ...]] | None = None,
     ) -> None:
-        self.nodes = [n for n in graph.nodes if n.op == "call_function"]
+        fused = fused or {}
+        self.kernel = {m: first for first, rest in fused.items() for m in (first, *rest)}
+        """The scheduled node each fused node is run with."""
+        computed = [n for n in graph.nodes if n.op == "call_function"]
+        self.members = {n: (n, *fused.get(n, ())) for n in computed if self._of(n) is n}
+        self.nodes = list(self.members)
         self.index = {node: i for i, node in enumerate(self.nodes)}
-        self.size = {
-            node: 0 if node in inlined or _view(node) else _nbytes(node) for node in self.nodes
-        }
+        own = {n: 0 if n in inlined or _view(n) else _nbytes(n) for n in computed}
+        self.size = {n: sum(own[m] for m in self.members[n]) for n in self.nodes}
         self.reads = {
-            node: set() if node in inlined or _view(node) else _read(node, inlined)
-            for node in self.nodes
+            n: set().union(
+                *(set() if m in inlined or _view(m) else _read(m, inlined) for m in self.members[n])
+            )
+            - set(self.members[n])
+            for n in self.nodes
         }
+        self.inputs = {
+            n: {self._of(p) for m in self.members[n] for p in m.all_input_nodes if p in own} - {n}
+            for n in self.nodes
+        }
+        """The scheduled nodes each must run after."""
+        self.users: dict[torch.fx.Node, set[torch.fx.Node]] = {n: set() for n in self.nodes}
+        for node, inputs in self.inputs.items():
+            for made in inputs:
+                self.users[made].add(node)
         returned = {_base(v) for v in graph.output_node().all_input_nodes}
         self.freed: dict[torch.fx.Node, int] = {}
         """Each buffer that dies when its last reader has run, with its bytes."""
@@ -304,6 +374,16 @@ class _Schedule:
         for node, buffers in self.reads.items():
             for buffer in buffers:
                 self.readers.setdefault(buffer, set()).add(node)
+        self.unread = {
+            n: sum(
+                self.freed[m] for m in self.members[n] if m not in self.readers and m in self.freed
+            )
+            for n in self.nodes
+        }
+        """The bytes each scheduled node makes that nothing reads, freed as soon as made."""
+
+    def _of(self, node: torch.fx.Node) -> torch.fx.Node:
+        return self.kernel.get(node, node)
 
     def _start(self) -> tuple[int, int]:
         """What is live when the graph starts (its freeable inputs) and the least peak Inductor
@@ -321,26 +401,37 @@ class _Schedule:
                 left[buffer] -= 1
                 if left[buffer] == 0:
                     live -= self.freed.get(buffer, 0)
-            if node not in self.readers:
-                live -= self.size[node] if node in self.freed else 0
+            live -= self.unread[node]
         return top
+
+    def in_graph_order(self) -> list[torch.fx.Node]:
+        """The scheduled nodes in the graph's own order, each fused kernel where its first
+        node is, after what its others read."""
+        order: list[torch.fx.Node] = []
+        done: set[torch.fx.Node] = set()
+
+        def run(node: torch.fx.Node) -> None:
+            if node in done:
+                return
+            done.add(node)
+            for made in sorted(self.inputs[node], key=self.index.__getitem__):
+                run(made)
+            order.append(node)
+
+        for node in self.nodes:
+            run(node)
+        return order
 
     def least_peak_first(self) -> list[torch.fx.Node]:
         """Inductor's ``topological_sort_lpmf``: among the kernels ready to run, the one that
         raises the peak least, then the one that adds least net of what it frees, then the
         first in the graph."""
-        waiting = {
-            node: sum(1 for p in node.all_input_nodes if p.op == "call_function")
-            for node in self.nodes
-        }
+        waiting = {node: len(inputs) for node, inputs in self.inputs.items()}
         left = {buffer: len(readers) for buffer, readers in self.readers.items()}
-        frees = dict.fromkeys(self.nodes, 0)
+        frees = dict(self.unread)
         for buffer, readers in self.readers.items():
             if len(readers) == 1:
                 frees[next(iter(readers))] += self.freed.get(buffer, 0)
-        for node in self.nodes:
-            if node not in self.readers and node in self.freed:
-                frees[node] += self.size[node]
         ready = {node for node, count in waiting.items() if count == 0}
         order: list[torch.fx.Node] = []
         done: set[torch.fx.Node] = set()
@@ -361,11 +452,10 @@ class _Schedule:
             live += self.size[node]
             top = max(top, live)
             live -= frees[node]
-            for user in node.users:
-                if user in waiting:
-                    waiting[user] -= 1
-                    if waiting[user] == 0:
-                        ready.add(user)
+            for user in self.users[node]:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    ready.add(user)
             for buffer in self.reads[node]:
                 left[buffer] -= 1
                 if left[buffer] == 1:
@@ -375,15 +465,26 @@ class _Schedule:
         return order
 
 
-def reorder(graph: torch.fx.Graph, inlined: frozenset[torch.fx.Node], *, donated: bool) -> None:
-    """``graph``'s operations put in the order Inductor runs its kernels in where that lowers
-    the peak (``reorder_for_peak_memory``: its least-peak-first order, kept where it estimates
-    a lower peak than the graph's own), so a buffer an earlier-scheduled kernel lets die is
-    freed before a large one is made."""
-    schedule = _Schedule(graph, inlined, donated=donated)
-    order = schedule.least_peak_first()
-    if len(order) != len(schedule.nodes) or schedule.peak(order) >= schedule.peak(schedule.nodes):
+def reorder(
+    graph: torch.fx.Graph,
+    inlined: frozenset[torch.fx.Node],
+    *,
+    donated: bool,
+    fused: Mapping[torch.fx.Node, tuple[torch.fx.Node, ...]] | None = None,
+) -> None:
+    """``graph``'s operations put in the order Inductor runs its kernels in: each group of
+    ``fused`` nodes run together, where its first is, and the whole in Inductor's
+    least-peak-first order where that lowers the peak (``reorder_for_peak_memory``, kept where
+    it estimates a lower peak than the graph's own), so a buffer an earlier-scheduled kernel
+    lets die is freed before a large one is made."""
+    schedule = _Schedule(graph, inlined, donated=donated, fused=fused)
+    order = schedule.in_graph_order()
+    lowest = schedule.least_peak_first()
+    if len(lowest) == len(schedule.nodes) and schedule.peak(lowest) < schedule.peak(order):
+        order = lowest
+    ran = [member for node in order for member in schedule.members[node]]
+    if ran == [n for n in graph.nodes if n.op == "call_function"]:
         return
     output = graph.output_node()
-    for node in order:
+    for node in ran:
         output.prepend(node)
