@@ -524,9 +524,9 @@ def _torch_rows(
             "line instead",
         ),
         R(
-            torch.jit.RecursiveScriptModule,
+            torch.jit._script.RecursiveScriptModule,
             "save",
-            scripted.refused_save(torch.jit.RecursiveScriptModule.save, held, OutOfScope),
+            scripted.refused_save(torch.jit._script.RecursiveScriptModule.save, held, OutOfScope),
             "TorchScript's writer reads a stand-in's missing bytes and the process dies: one "
             "line instead",
         ),
