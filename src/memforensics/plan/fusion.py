@@ -178,9 +178,15 @@ realises each with a unit stride."""
 
 
 def _strideless(node: torch.fx.Node) -> bool:
-    """Whether ``node``'s traced value has dimensions but no unit stride (a scalar expanded)."""
+    """Whether ``node``'s traced value has dimensions but no unit stride (a scalar expanded),
+    its sizes known (a symbolic stride is no unit stride to Inductor either, but a symbolic
+    size makes no copy here)."""
     value = node.meta.get("val")
-    return isinstance(value, torch.Tensor) and value.dim() > 0 and 1 not in value.stride()
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return False
+    if not all(type(size) is int for size in value.shape):
+        return False
+    return not any(type(stride) is int and stride == 1 for stride in value.stride())
 
 
 def copied_operands(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Node, ...]]:
