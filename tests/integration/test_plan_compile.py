@@ -671,17 +671,21 @@ LOSS_MODEL = (
     .replace("HIDDEN", str(LOSS_HIDDEN))
     .replace("CLASSES", str(CLASSES))
 )
-LOSS_PLANNED = (
-    LOSS_MODEL
-    + f"""
+
+
+def _measured(x: str, y: str, *, autocast: bool) -> str:
+    """The lines after a ``Head``'s source that compile it, run it once on ``x`` and ``y``
+    (under bf16 autocast or not) and print the forward's and the backward's peaks above what
+    was allocated before each."""
+    return f"""
 compiled = torch.compile(Head().cuda())
-x = torch.randn({LOSS_ROWS}, {LOSS_WIDTH}, device="cuda", requires_grad=True)
-y = torch.randint(0, {CLASSES}, ({LOSS_ROWS},), device="cuda")
+x = {x}
+y = {y}
 a = torch.randn(8, 8, device="cuda", requires_grad=True)
 (a @ a).sum().backward()  # cuBLAS's workspaces, the forward's and the backward's
 before = torch.cuda.memory_allocated()
 torch.cuda.reset_peak_memory_stats()
-with torch.autocast("cuda", dtype=torch.bfloat16):
+with torch.autocast("cuda", dtype=torch.bfloat16, enabled={autocast}):
     loss = compiled(x, y)
 forward = torch.cuda.max_memory_allocated() - before
 before = torch.cuda.memory_allocated()
@@ -689,6 +693,12 @@ torch.cuda.reset_peak_memory_stats()
 loss.backward()
 print(forward, torch.cuda.max_memory_allocated() - before)
 """
+
+
+LOSS_PLANNED = LOSS_MODEL + _measured(
+    f'torch.randn({LOSS_ROWS}, {LOSS_WIDTH}, device="cuda", requires_grad=True)',
+    f'torch.randint(0, {CLASSES}, ({LOSS_ROWS},), device="cuda")',
+    autocast=True,
 )
 
 _BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)")
@@ -807,22 +817,8 @@ class Head(nn.Module):
     def forward(self, x, y):
         return self.out(F.gelu(self.up(x))).sum()
 """.replace("WIDTH", "256").replace("HIDDEN", "1024")
-SUMMED_PLANNED = (
-    SUMMED
-    + """
-compiled = torch.compile(Head().cuda())
-x = torch.randn(2048, 256, device="cuda", requires_grad=True)
-a = torch.randn(8, 8, device="cuda", requires_grad=True)
-(a @ a).sum().backward()  # cuBLAS's workspaces, the forward's and the backward's
-before = torch.cuda.memory_allocated()
-torch.cuda.reset_peak_memory_stats()
-loss = compiled(x, None)
-forward = torch.cuda.max_memory_allocated() - before
-before = torch.cuda.memory_allocated()
-torch.cuda.reset_peak_memory_stats()
-loss.backward()
-print(forward, torch.cuda.max_memory_allocated() - before)
-"""
+SUMMED_PLANNED = SUMMED + _measured(
+    'torch.randn(2048, 256, device="cuda", requires_grad=True)', "None", autocast=False
 )
 
 
@@ -1058,15 +1054,11 @@ def test_a_compiled_backward_keeps_inductors_order_where_its_estimate_finds_no_l
     output's gradient made contiguous for it, within 0.1 %; taking the reuse into the
     estimate ran the weight's gradient first and planned a hidden-sized buffer too few (as a
     real H200 showed)."""
-    planned = (
-        LOSS_PLANNED.replace(LOSS_MODEL, FEED_FORWARD)
-        .replace(
-            'torch.autocast("cuda", dtype=torch.bfloat16)',
-            'torch.autocast("cuda", dtype=torch.bfloat16, enabled=False)',
-        )
-        .replace("loss.backward()", "loss.sum().backward()")
-    )
-    assert "enabled=False" in planned
+    planned = FEED_FORWARD + _measured(
+        f'torch.randn({LOSS_ROWS}, {LOSS_WIDTH}, device="cuda", requires_grad=True)',
+        f'torch.randint(0, {CLASSES}, ({LOSS_ROWS},), device="cuda")',
+        autocast=False,
+    ).replace("loss.backward()", "loss.sum().backward()")
     assert "loss.sum()" in planned
     script(tmp_path, planned)
     done = plan(tmp_path, "train.py")
