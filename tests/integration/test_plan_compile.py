@@ -875,6 +875,57 @@ def test_a_compiled_model_in_ddp_runs_as_graphs_and_returns_device_values(
     assert "runs eagerly" not in done.stderr
 
 
+DDP_SPLIT = (
+    MODEL
+    + """
+import json, os, sys
+import torch.distributed as dist
+from torch._dynamo.utils import counters
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+torch._dynamo.config.optimize_ddp = sys.argv[1] == "split"
+if torch.cuda.is_available():
+    dist.init_process_group("nccl")
+    device, ids, backend = "cuda", [int(os.environ["LOCAL_RANK"])], "inductor"
+else:
+    dist.init_process_group("gloo", init_method=sys.argv[2], rank=0, world_size=1)
+    device, ids, backend = "cpu", None, "aot_eager"
+blocks = nn.Sequential(*[Block() for _ in range(4)]).to(device)
+model = DDP(torch.compile(blocks, backend=backend), device_ids=ids, bucket_cap_mb=1)
+x = torch.randn(ROWS, WIDTH, device=device, requires_grad=True)
+model(x).sum().backward()
+print(json.dumps(counters["aot_autograd"]["total"]))
+""".replace("ROWS", str(ROWS)).replace("WIDTH", str(WIDTH))
+)
+
+
+@pytest.mark.parametrize("mode", ["split", "whole"])
+def test_a_compiled_model_in_ddp_is_split_at_its_buckets_as_dynamo_splits_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """A compiled model wrapped in ``DistributedDataParallel`` is compiled in as many graphs
+    on a planned rank as dynamo makes of it on the CPU with the same buckets: split at DDP's
+    bucket boundaries (``optimize_ddp``, dynamo's default), or whole where the script turns
+    that off."""
+    import subprocess
+    import sys
+
+    script(tmp_path, DDP_SPLIT)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", mode)
+    assert done.returncode == 0, done.stderr
+    store = (tmp_path / "store").as_uri()
+    truth = subprocess.run(
+        [sys.executable, str(tmp_path / "train.py"), mode, store],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    graphs = json.loads(truth.stdout.splitlines()[-1])
+    assert (graphs > 1) == (mode == "split"), truth.stdout
+    assert json.loads(done.stdout.splitlines()[0]) == graphs, (done.stdout, graphs)
+
+
 CACHED = f"""
 import logging
 import torch

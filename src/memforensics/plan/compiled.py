@@ -395,15 +395,11 @@ def _meta_device(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def _whole() -> Iterator[None]:
-    """dynamo's graph compiled whole where a GPU's would be split, as one partition (which
-    keeps what the pieces' keep, but the values a split graph saves at its boundaries):
-
-    - under ``DistributedDataParallel``, not split at DDP's bucket boundaries
-      (``optimize_ddp``): the split's compiler runs each piece on fake tensors and would hand
-      those to the script;
-    - around a call of a ``logging.Logger`` method (Hugging Face's ``logger.warning_once`` in
-      its loss): on a GPU a graph break, which runs the message's call between two graphs;
-      here the call is left out of the graph, and the message is not printed."""
+    """dynamo's graph compiled whole around a call of a ``logging.Logger`` method (Hugging
+    Face's ``logger.warning_once`` in its loss), where a GPU's would be split: there a graph
+    break, which runs the message's call between two graphs; here the call is left out of
+    the graph, and the message is not printed. One partition keeps what the pieces' keep, but
+    the values a split graph saves at its boundaries."""
     import logging
 
     methods = {
@@ -411,7 +407,7 @@ def _whole() -> Iterator[None]:
         for name, value in vars(logging.Logger).items()
         if callable(value) and not name.startswith("_")
     }
-    with torch._dynamo.config.patch(optimize_ddp=False, ignore_logging_functions=methods):
+    with torch._dynamo.config.patch(ignore_logging_functions=methods):
         yield
 
 
@@ -493,10 +489,12 @@ class Compiled:
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
         _prepare(gm, self.storage.capability, self.autocast)
+        from torch._dynamo.utils import counters
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch._inductor.decomposition import select_decomp_table
 
+        counters["aot_autograd"]["total"] += 1  # read by DDP's graph split, as torch's backends
         with composites_on_meta():
             return aot_module_simplified(
                 gm,

@@ -742,7 +742,11 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         model, as they reach CUDA's allocator."""
         found = self._composite.get(func)
         if found is None:
-            found = self._composite[func] = bool(func._can_decompose()) and func not in _OWN_KERNEL
+            try:
+                composite = bool(func._can_decompose())
+            except RuntimeError:  # TorchScript's own operators (prim::device) have no kernels
+                composite = False
+            found = self._composite[func] = composite and func not in _OWN_KERNEL
         return found
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:
