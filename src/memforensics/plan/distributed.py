@@ -139,15 +139,40 @@ def counted_groups(
     original: Callable[..., Any], outside: Callable[[int], None]
 ) -> Callable[..., Any]:
     """``_new_process_group_helper``: each group of two or more ranks this rank belongs to is
-    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device."""
+    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device. Every rank
+    calls it for every new group (a device mesh's for each of its dimensions' slices); for a
+    group without this rank, torch makes no communicator and answers
+    ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``)."""
 
-    def new_group(group_size: int, group_rank: int, *args: Any, **kwargs: Any) -> Any:
+    def new_group(group_size: int, group_rank: int | None, *args: Any, **kwargs: Any) -> Any:
+        from torch.distributed.distributed_c10d import GroupMember
+
         made = original(group_size, group_rank, *args, **kwargs)
-        if group_rank >= 0:
+        group = made[0] if isinstance(made, tuple) else made
+        if group is not GroupMember.NON_GROUP_MEMBER:
             outside(nccl_bytes(int(group_size)))
         return made
 
     return new_group
+
+
+RETURN_THEIR_INPUT = (
+    "_c10d_functional::wait_tensor",
+    "_c10d_functional::_wrap_tensor_autograd",
+)
+"""Functional collectives' operators whose device kernel hands back the tensor it was given:
+``wait_tensor`` waits for the collective that writes it and returns it, and
+``_wrap_tensor_autograd`` returns it wrapped in an ``AsyncCollectiveTensor``. Their ``meta``
+kernels return ``empty_like`` of it, a new tensor a GPU never allocates (a gathered DTensor's
+buffer would be counted two more times)."""
+
+
+def returned_input(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    """One of :data:`RETURN_THEIR_INPUT` on a stand-in: the tensor it was given, as an alias
+    of its storage, which the allocator model already holds."""
+    import torch
+
+    return torch.ops.aten.alias(tensor)
 
 
 def same_params(*args: Any, **kwargs: Any) -> None:
