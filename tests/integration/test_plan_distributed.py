@@ -208,6 +208,59 @@ def test_a_gathered_dtensor_is_held_once_as_collectives_return_their_output(
     assert seen["peak"] == full // 2 + 2 * full + gathered_input + workspace
 
 
+BATCHED_P2P = """
+import json, os, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+sent = torch.ones(1024, 1024, device="cuda")
+got = torch.empty(1024, 1024, device="cuda")
+ops = [dist.P2POp(dist.isend, sent, 1), dist.P2POp(dist.irecv, got, 1)]
+for work in dist.batch_isend_irecv(ops):
+    work.wait()
+json.dump({"allocated": torch.cuda.memory_allocated()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_batched_point_to_point_ops_run_on_the_device_tensors_stand_in_for(
+    tmp_path: Path,
+) -> None:
+    """batch_isend_irecv asks the group for the backend of its tensors' device, which a
+    stand-in's reads as meta (where pipelining's stages stopped): it is the CUDA one."""
+    script(tmp_path, BATCHED_P2P)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {"allocated": 2 * 4 * MiB}
+
+
+BROADCAST_OBJECT = """
+import json, os, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+objects = [{"seed": 42}] if dist.get_rank() == 0 else [None]
+dist.broadcast_object_list(objects, src=0)
+json.dump(objects, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_receives_a_python_object_stops_with_one_line(
+    tmp_path: Path, rank: int
+) -> None:
+    """broadcast_object_list runs on its source rank; a rank receiving the object, whose value
+    is another process's, stops with one line naming the rank to plan (it had read the sizes
+    from uninitialised host memory and tried to allocate terabytes)."""
+    script(tmp_path, BROADCAST_OBJECT)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--rank", str(rank), "train.py", "out.json")
+    if rank == 0:
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "out.json").read_text()) == [{"seed": 42}]
+        return
+    assert done.returncode == 2
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith("memforensics plan: rank 1 receives a Python object from rank 0")
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("unused", [False, True])
 def test_ddp_warns_that_nccl_may_free_its_first_buckets_late(tmp_path: Path, unused: bool) -> None:
     """Where DDP rebuilds its buckets, the plan warns once that the first ones (every gradient's
