@@ -146,6 +146,121 @@ def test_a_ddp_rank_runs_unchanged_with_nccl_buffers_outside_pytorch(
     assert Path(tmp_path, answer["snapshots"][0]).name == f"rank{world - 1}_planned.pickle"
 
 
+MESH_2D = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
+others = dist.new_group([1, 2, 3])
+seen = {"dp": mesh["dp"].size(), "tp": mesh["tp"].size()}
+seen["outside"] = others == dist.GroupMember.NON_GROUP_MEMBER
+json.dump(seen, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_rank_outside_a_new_group_gets_no_communicator(tmp_path: Path) -> None:
+    """Rank 0 of a 2 x 2 mesh is in the world's, its dp and its tp group, not in the others
+    (where the plan stopped): those three communicators' buffers (a pair's ring has one peer),
+    and new_group's non-member answer."""
+    script(tmp_path, MESH_2D)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "4", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"dp": 2, "tp": 2, "outside": True}
+    assert json.loads(done.stdout)["nccl_bytes"] == NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)
+
+
+GATHERED = """
+import json, sys, torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+mesh = init_device_mesh("cuda", (2,))
+head = torch.nn.Linear(256, 32768, bias=False).cuda()
+gathered = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+head = parallelize_module(head, mesh, gathered)
+x = torch.randn(8, 128, 256, device="cuda")
+with torch.no_grad():
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = head(x)
+    peak = torch.cuda.max_memory_allocated() - before
+    held = torch.cuda.memory_allocated() - before
+json.dump({"shape": list(out.shape), "peak": peak, "held": held}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_gathered_dtensor_is_held_once_as_collectives_return_their_output(
+    tmp_path: Path,
+) -> None:
+    """A column-parallel head gathered to every rank holds its local product, the all-gather's
+    buffer and the cat along the last dim; the functional collectives' wait and autograd wrap
+    return that buffer on CUDA, where the plan counted two more copies."""
+    script(tmp_path, GATHERED)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "out.json").read_text())
+    full = 8 * 256 * 32768 * 4
+    gathered_input = 8 * 256 * 256 * 4
+    workspace = 32 * MiB  # cuBLAS's on sm_90, the first product on this thread
+    assert seen["shape"] == [8, 256, 32768]
+    assert seen["held"] == full + workspace
+    # local product (half), all-gather buffer and the cat, at once
+    assert seen["peak"] == full // 2 + 2 * full + gathered_input + workspace
+
+
+BATCHED_P2P = """
+import json, os, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+sent = torch.ones(1024, 1024, device="cuda")
+got = torch.empty(1024, 1024, device="cuda")
+ops = [dist.P2POp(dist.isend, sent, 1), dist.P2POp(dist.irecv, got, 1)]
+for work in dist.batch_isend_irecv(ops):
+    work.wait()
+json.dump({"allocated": torch.cuda.memory_allocated()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_batched_point_to_point_ops_run_on_the_device_tensors_stand_in_for(
+    tmp_path: Path,
+) -> None:
+    """batch_isend_irecv asks the group for the backend of its tensors' device, which a
+    stand-in's reads as meta (where pipelining's stages stopped): it is the CUDA one."""
+    script(tmp_path, BATCHED_P2P)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {"allocated": 2 * 4 * MiB}
+
+
+BROADCAST_OBJECT = """
+import json, os, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+objects = [{"seed": 42}] if dist.get_rank() == 0 else [None]
+dist.broadcast_object_list(objects, src=0)
+json.dump(objects, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_receives_a_python_object_stops_with_one_line(
+    tmp_path: Path, rank: int
+) -> None:
+    """broadcast_object_list runs on its source rank; a rank receiving the object, whose value
+    is another process's, stops with one line naming the rank to plan (it had read the sizes
+    from uninitialised host memory and tried to allocate terabytes)."""
+    script(tmp_path, BROADCAST_OBJECT)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--rank", str(rank), "train.py", "out.json")
+    if rank == 0:
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "out.json").read_text()) == [{"seed": 42}]
+        return
+    assert done.returncode == 2
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith("memforensics plan: rank 1 receives a Python object from rank 0")
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("unused", [False, True])
 def test_ddp_warns_that_nccl_may_free_its_first_buckets_late(tmp_path: Path, unused: bool) -> None:
     """Where DDP rebuilds its buckets, the plan warns once that the first ones (every gradient's

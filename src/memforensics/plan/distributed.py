@@ -13,12 +13,14 @@ buckets), so it reaches the allocator model as any storage does, on the stream c
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memforensics._units import format_bytes
+from memforensics.plan.device import OutOfScope
 
 NCCL_BUFFSIZE = 4 << 20
 """NCCL's documented default ``NCCL_BUFFSIZE``: 4,194,304 B per connection's buffer."""
@@ -139,15 +141,87 @@ def counted_groups(
     original: Callable[..., Any], outside: Callable[[int], None]
 ) -> Callable[..., Any]:
     """``_new_process_group_helper``: each group of two or more ranks this rank belongs to is
-    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device."""
+    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device. Every rank
+    calls it for every new group (a device mesh's for each of its dimensions' slices); for a
+    group without this rank, torch makes no communicator and answers
+    ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``)."""
 
-    def new_group(group_size: int, group_rank: int, *args: Any, **kwargs: Any) -> Any:
+    def new_group(group_size: int, group_rank: int | None, *args: Any, **kwargs: Any) -> Any:
+        from torch.distributed.distributed_c10d import GroupMember
+
         made = original(group_size, group_rank, *args, **kwargs)
-        if group_rank >= 0:
+        group = made[0] if isinstance(made, tuple) else made
+        if group is not GroupMember.NON_GROUP_MEMBER:
             outside(nccl_bytes(int(group_size)))
         return made
 
     return new_group
+
+
+RETURN_THEIR_INPUT = (
+    "_c10d_functional::wait_tensor",
+    "_c10d_functional::_wrap_tensor_autograd",
+)
+"""Functional collectives' operators whose device kernel hands back the tensor it was given:
+``wait_tensor`` waits for the collective that writes it and returns it, and
+``_wrap_tensor_autograd`` returns it wrapped in an ``AsyncCollectiveTensor``. Their ``meta``
+kernels return ``empty_like`` of it, a new tensor a GPU never allocates (a gathered DTensor's
+buffer would be counted two more times)."""
+
+
+def returned_input(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    """One of :data:`RETURN_THEIR_INPUT` on a stand-in: the tensor it was given, as an alias
+    of its storage, which the allocator model already holds."""
+    import torch
+
+    return torch.ops.aten.alias(tensor)
+
+
+RECEIVED_OBJECT = (
+    "rank {rank} receives a Python object from {source} ({name}): on a GPU its value is that "
+    "rank's, whose process a plan of one rank does not run"
+)
+"""Said, as the plan stops, where a rank receives a picklable object from another."""
+FROM_ONE_SOURCE = "; plan rank {source} (--rank {source}), which sends it"
+"""Added where one rank sends the objects every other receives (a broadcast, a scatter)."""
+FROM_A_PEER = (
+    " (point-to-point exchanges of objects, such as torch.distributed.pipelining's stages' "
+    "shape inference, are out of scope)"
+)
+"""Added for ``recv_object_list``, whose peer may receive from this rank in turn."""
+OBJECTS_RECEIVED = ("broadcast_object_list", "scatter_object_list", "recv_object_list")
+"""Object collectives whose receiving ranks unpickle bytes another rank sent; its own objects
+are what ``all_gather_object`` and ``gather_object`` give back on the fake group."""
+
+
+def received_objects(original: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """One of :data:`OBJECTS_RECEIVED`: run on the rank that sends the objects (and on a rank
+    outside the group, which torch returns from at once); a receiving rank stops with
+    :data:`RECEIVED_OBJECT` (:class:`OutOfScope`), since the fake group moves no bytes: the
+    sizes it would unpickle are whatever its buffer held."""
+
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        from torch.distributed import distributed_c10d as c10d
+
+        given = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+        group = given.get("group") or c10d._get_default_group()
+        src, group_src = given.get("src"), given.get("group_src")
+        peer = name == "recv_object_list"
+        if c10d._rank_not_in_group(group) or (src is None and group_src is None and not peer):
+            return original(*args, **kwargs)  # torch's own answer, or its error
+        rank = c10d.get_rank()
+        if src is None and group_src is None:
+            said = RECEIVED_OBJECT.format(rank=rank, source="any rank", name=name)
+            raise OutOfScope(said + FROM_A_PEER)
+        source = c10d._canonicalize_group_rank(group, src, group_src, return_global=True)
+        if source == rank and not peer:
+            return original(*args, **kwargs)
+        said = RECEIVED_OBJECT.format(rank=rank, source=f"rank {source}", name=name)
+        if peer:
+            raise OutOfScope(said + FROM_A_PEER)
+        raise OutOfScope(said + FROM_ONE_SOURCE.format(source=source))
+
+    return collective
 
 
 def same_params(*args: Any, **kwargs: Any) -> None:
@@ -344,6 +418,21 @@ def fsdp_materialised(
                 return
 
     return validate
+
+
+def standins_backend(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ProcessGroup._get_backend``: the group's backend for a stand-in's device (its type
+    reads ``meta``) is the one for the CUDA device it stands for, as ``batch_isend_irecv``
+    (pipelining's stages) asks it for its tensors' device on a GPU."""
+
+    def get_backend(self: Any, device: Any) -> Any:
+        import torch
+
+        if getattr(device, "type", None) == "meta":
+            device = torch.device("cuda")
+        return original(self, device)
+
+    return get_backend
 
 
 def fsdp1_materialised(

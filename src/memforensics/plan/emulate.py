@@ -34,6 +34,7 @@ from memforensics.plan import (
     attention,
     choices,
     ctc,
+    distributed,
     dropout,
     inplace,
     kernel_scratch,
@@ -572,6 +573,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
+            **dict.fromkeys(distributed.RETURN_THEIR_INPUT, distributed.returned_input),
         }
         """Answers for libraries' operators, which exist only once the script imports the
         library: found by the operator's qualified name the first time it is seen."""

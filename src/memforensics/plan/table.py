@@ -687,6 +687,23 @@ def _distributed_rows(
             distributed.moved_inputs(dist_utils._recursive_to),
             "DDP's inputs: a stand-in is on its device already",
         ),
+        *(
+            R(
+                module,
+                name,
+                distributed.received_objects(getattr(c10d, name), name),
+                "a rank that receives another's Python object stops: the plan runs one rank",
+            )
+            for name in distributed.OBJECTS_RECEIVED
+            for module in (dist, c10d)
+        ),
+        R(
+            c10d.ProcessGroup,
+            "_get_backend",
+            distributed.standins_backend(c10d.ProcessGroup._get_backend),
+            "a stand-in's backend is its CUDA device's (batch_isend_irecv asks for it)",
+            needed=False,
+        ),
     ]
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
