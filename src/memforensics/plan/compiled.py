@@ -487,23 +487,21 @@ class Compiled:
         return _as_it_is()
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        """dynamo's backend: AOTAutograd with Inductor's decompositions and partition."""
+        """dynamo's backend: torch's own AOTAutograd backend (which also keeps the count of
+        compiled graphs DDP's graph split reads) with Inductor's decompositions and partition."""
         _prepare(gm, self.storage.capability, self.autocast)
-        from torch._dynamo.utils import counters
-        from torch._functorch.aot_autograd import aot_module_simplified
+        from torch._dynamo.backends.common import aot_autograd
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch._inductor.decomposition import select_decomp_table
 
-        counters["aot_autograd"]["total"] += 1  # read by DDP's graph split, as torch's backends
+        backend = aot_autograd(
+            fw_compiler=self._runner,
+            bw_compiler=functools.partial(self._runner, donated=True),
+            partition_fn=min_cut_rematerialization_partition,
+            decompositions=select_decomp_table(),
+        )
         with composites_on_meta():
-            return aot_module_simplified(
-                gm,
-                example_inputs,
-                fw_compiler=self._runner,
-                bw_compiler=functools.partial(self._runner, donated=True),
-                partition_fn=min_cut_rematerialization_partition,
-                decompositions=select_decomp_table(),
-            )
+            return backend(gm, example_inputs)
 
     def _runner(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, donated: bool = False
