@@ -13,15 +13,17 @@ from planned import plan, script
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 SAVE = """
+import shutil
 import torch
 model = torch.nn.Linear(1024, 1024).cuda()
 torch.save({"model": model.state_dict()}, "ckpt.pt")
+shutil.copy("ckpt.pt", "gpu.pt")  # a copy outlives the plan: a checkpoint as a GPU writes it
 """
 
 RESUME = """
 import json
 import torch
-checkpoint = torch.load("ckpt.pt", map_location="cuda")
+checkpoint = torch.load("gpu.pt", map_location="cuda")
 model = torch.nn.Linear(1024, 1024)
 model.load_state_dict(checkpoint["model"])  # device tensors copied into the CPU model
 host = torch.empty(8)

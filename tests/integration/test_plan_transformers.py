@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +203,8 @@ def text(i, n):
 """
 
 CLASSIFY = """
+import json, zipfile
+from pathlib import Path
 import numpy as np
 import torch
 from transformers import (BertConfig, BertForSequenceClassification, DataCollatorWithPadding,
@@ -238,20 +239,13 @@ trainer.train()
 blocks = sum(-(-p.numel() * p.element_size() // 512) * 512 for p in model.parameters())
 print("evaluations", sum("eval_f1" in entry for entry in trainer.state.log_history),
       "best", trainer.state.best_model_checkpoint is not None, "blocks", blocks)
+kept = []  # each checkpoint kept: its weights file's size, and the sizes of the storages
+for checkpoint in sorted(Path("out").glob("checkpoint-*")):  # optimizer.pt holds (the pickle
+    with zipfile.ZipFile(checkpoint / "optimizer.pt") as saved:  # beside them differs only in
+        storages = sorted(i.file_size for i in saved.infolist() if "/data/" in i.filename)
+    kept.append([(checkpoint / "model.safetensors").stat().st_size, storages])  # the device tag)
+print("kept", json.dumps(kept))
 """
-
-
-def _checkpoints(folder: Path) -> list[tuple[int, list[int]]]:
-    """What each checkpoint Trainer kept holds: the weights file's size, and the sizes of the
-    storages ``optimizer.pt`` holds (its zip entries, which torch names by storage; the pickle
-    beside them differs only in the device each is tagged with)."""
-    kept: list[tuple[int, list[int]]] = []
-    for checkpoint in sorted((folder / "out").glob("checkpoint-*")):
-        with zipfile.ZipFile(checkpoint / "optimizer.pt") as saved:
-            storages = sorted(i.file_size for i in saved.infolist() if "/data/" in i.filename)
-        weights = (checkpoint / "model.safetensors").stat().st_size
-        kept.append((weights, storages))
-    return kept
 
 
 def test_a_classifier_trained_by_trainer_keeps_the_checkpoints_a_real_run_writes(
@@ -263,7 +257,8 @@ def test_a_classifier_trained_by_trainer_keeps_the_checkpoints_a_real_run_writes
     blocks plus the forward's and the backward's cuBLAS workspaces (8,519,680 B each at 8.0)
     and under 1 MiB besides (foreach would add a fifth copy, 6.7 MB), and the checkpoints it
     keeps are those the same script writes when run on the CPU without the plan: as many, with
-    weights files of the same size and optimizer states of the same storages."""
+    weights files of the same size and optimizer states of the same storages, seen by the
+    script at its end; after the plan, none of the files holding its zeros is left."""
     for folder in ("planned", "cpu"):
         (tmp_path / folder).mkdir()
         script(tmp_path / folder, TOKENIZER, "words.py")
@@ -280,9 +275,13 @@ def test_a_classifier_trained_by_trainer_keeps_the_checkpoints_a_real_run_writes
         timeout=300, check=False,
     )  # fmt: skip
     assert cpu.returncode == 0, cpu.stderr
-    kept = _checkpoints(tmp_path / "planned")
-    assert len(kept) == 2
-    assert kept == _checkpoints(tmp_path / "cpu")
+    [kept] = [line for line in done.stderr.splitlines() if line.startswith("kept ")]
+    assert len(json.loads(kept.split(" ", 1)[1])) == 2
+    assert [kept] == [line for line in cpu.stderr.splitlines() + cpu.stdout.splitlines()
+                      if line.startswith("kept ")]  # fmt: skip
+    left = [*(tmp_path / "planned" / "out").glob("checkpoint-*/*.safetensors"),
+            *(tmp_path / "planned" / "out").glob("checkpoint-*/optimizer.pt")]  # fmt: skip
+    assert left == []
 
 
 SEQ2SEQ = """

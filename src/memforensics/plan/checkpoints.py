@@ -18,6 +18,7 @@ stand-ins.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,8 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from memforensics.plan.saved_files import path_of
+
 if TYPE_CHECKING:
     from memforensics.plan.emulate import Ghosts
+    from memforensics.plan.saved_files import SavedFiles
 
 _NO_OP = r"for .*: copying from a non-meta parameter in the checkpoint to a meta parameter"
 """torch's warning from ``Module._load_from_state_dict`` for a ``meta`` destination."""
@@ -40,8 +44,10 @@ class Checkpoints:
     copied to the host for its bytes. ``ghosts`` tells the script's own ``meta`` storages,
     which torch saves as it always does, from the plan's stand-ins."""
 
-    def __init__(self, ghosts: Ghosts) -> None:
+    def __init__(self, ghosts: Ghosts, files: SavedFiles) -> None:
         self._ghosts = ghosts
+        self._files = files
+        self._pickled = 0
 
     def _stands_in(self, storage: Any) -> bool:
         return storage.device.type == "meta" and storage._cdata not in self._ghosts.keys
@@ -86,6 +92,7 @@ class Checkpoints:
                 or not self._stands_in(tensor.untyped_storage())
             ):
                 return original(tensor, proto)
+            self._pickled += 1
             storage = torch.storage.TypedStorage(
                 wrap_storage=tensor.untyped_storage(), dtype=tensor.dtype, _internal=True
             )
@@ -102,6 +109,24 @@ class Checkpoints:
             return (torch._utils._rebuild_tensor_v2, (*args, metadata) if metadata else args)
 
         return _reduce_ex_internal
+
+    def saved(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.save`` to a path: torch's, the file put back when the run ends where a
+        stand-in was written into it (:mod:`~memforensics.plan.saved_files`). A save to a file
+        object or buffer the script opened is torch's alone."""
+
+        signature = inspect.signature(original)
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            path = path_of(signature.bind(*args, **kwargs).arguments.get("f"))
+            if path is None:
+                return original(*args, **kwargs)
+            before = self._pickled
+            return self._files.saving(
+                path, lambda: original(*args, **kwargs), lambda: self._pickled > before
+            )
+
+        return save
 
     def host_copy(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``UntypedStorage.cpu`` of a stand-in's storage (``torch.save`` copies each storage to

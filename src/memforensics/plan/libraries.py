@@ -13,6 +13,9 @@ back to ``meta`` after.
 Hugging Face's ``kernels`` library (which transformers 5.25 calls from every
 ``from_pretrained`` onto a GPU) swaps layers' forwards for kernels it downloads from the Hub,
 built for CUDA; the plan runs on the CPU, so those layers keep their PyTorch forward, said once.
+safetensors' ``save_file`` writes the zeros a stand-in's host copy reads: a checkpoint of a
+model with no weights, put back when the run ends (:mod:`~memforensics.plan.saved_files`).
+
 Each library is imported only where the script imports it
 (:func:`~memforensics.plan.patches.replaced_where_imported`).
 """
@@ -28,9 +31,11 @@ import torch
 from memforensics.plan import early_stopping, flex
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
+from memforensics.plan.saved_files import SavedFiles, path_of
 from memforensics.plan.values import Notes
 
 ACCELERATE = "accelerate.utils.modeling"
+SAFETENSORS = "safetensors.torch"
 HUB_KERNELS = "kernels"
 
 NOT_KERNELIZED = (
@@ -130,9 +135,45 @@ def kept_forward(
     return stand_in
 
 
-def rows(holds: Callable[[Any], bool], notes: Notes) -> list[LibraryReplacement]:
+def saved_tensors(
+    holds: Callable[[Any], bool], files: SavedFiles
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """safetensors' ``save_file`` (and ``save_model``, which calls it) to a path, given a
+    stand-in among its tensors: the file written as safetensors writes it, the zeros a
+    stand-in's host copy reads, and put back when the run ends
+    (:mod:`~memforensics.plan.saved_files`). A save of the script's own values, or into bytes,
+    is safetensors' alone."""
+
+    def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+
+        def save_file(*args: Any, **kwargs: Any) -> Any:
+            named = signature.bind(*args, **kwargs).arguments
+            path = path_of(named.get("filename"))
+            tensors = named.get("tensors")
+            values = tensors.values() if isinstance(tensors, dict) else ()
+            planned = any(
+                isinstance(tensor, torch.Tensor) and tensor.is_meta and not holds(tensor)
+                for tensor in values
+            )
+            if path is None or not planned:
+                return original(*args, **kwargs)
+            return files.saving(path, lambda: original(*args, **kwargs), lambda: True)
+
+        return save_file
+
+    return stand_in
+
+
+def rows(holds: Callable[[Any], bool], notes: Notes, files: SavedFiles) -> list[LibraryReplacement]:
     """The libraries' functions a planned run replaces where the script imports them."""
     return [
+        LibraryReplacement(
+            SAFETENSORS,
+            "save_file",
+            saved_tensors(holds, files),
+            "a checkpoint holding a stand-in's zeros is put back when the run ends",
+        ),
         LibraryReplacement(
             ACCELERATE,
             "set_module_tensor_to_device",

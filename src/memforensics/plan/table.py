@@ -47,6 +47,7 @@ from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced, replaced_where_imported
+from memforensics.plan.saved_files import SavedFiles
 
 R = Replacement
 
@@ -363,6 +364,7 @@ def _torch_rows(
     storage: emulate.StorageMode,
     notes: values.Notes,
     clear_autocast: Callable[[], None],
+    files: SavedFiles,
 ) -> list[Replacement]:
     """Torch's own functions whose CUDA behaviour the plan re-makes, and a stand-in's methods."""
     import torch.fx.experimental._config as fx_config
@@ -381,7 +383,7 @@ def _torch_rows(
 
     methods = standins.methods(storage.address, notes.once)
     held = standins.on_device(storage.address)
-    saving = checkpoints.Checkpoints(storage.ghosts)
+    saving = checkpoints.Checkpoints(storage.ghosts, files)
     rows = [
         R(
             torch,
@@ -451,6 +453,12 @@ def _torch_rows(
             "_to",
             cuda.storage_to(_found(torch.storage, "_to")),
             'torch.load onto "cuda" restores each storage as a stand-in',
+        ),
+        R(
+            torch,
+            "save",
+            saving.saved(torch.save),
+            "a checkpoint holding a stand-in's zeros is put back when the run ends",
         ),
         R(
             torch.Tensor,
@@ -763,6 +771,7 @@ def table(
     storage: emulate.StorageMode,
     notes: values.Notes,
     clear_autocast: Callable[[], None],
+    files: SavedFiles,
 ) -> list[Replacement]:
     """Every attribute a planned run replaces, in the order it applies them."""
     streams = cuda.Streams(answers.device)
@@ -775,7 +784,7 @@ def table(
         *_graph_rows(graphs),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
-        *_torch_rows(functions, storage, notes, clear_autocast),
+        *_torch_rows(functions, storage, notes, clear_autocast, files),
         *_distributed_rows(answers.device, storage, notes),
         *_spawn_rows(notes),
         *_worker_rows(device, storage, notes),
@@ -796,8 +805,9 @@ def emulated(
     workspace = scratch.workspace_bytes_for(device.spec.capability)
     functions, storage = emulate.modes(device, workspace, autocast, notes, defer=defer)
     answers = Answers(device, written, notes, storage.malloc)
-    rows = table(device, answers, functions, storage, notes, autocast.clear)
-    imported = libraries.rows(storage.ghosts.holds, notes)
+    files = SavedFiles()
+    rows = table(device, answers, functions, storage, notes, autocast.clear, files)
+    imported = libraries.rows(storage.ghosts.holds, notes, files)
     try:
         with (
             kept_state(),
@@ -813,3 +823,6 @@ def emulated(
                 distributed.close()
     finally:
         storage.deferred.settle()
+        put_back = files.put_back()
+        if put_back is not None:
+            device.said.append(put_back)

@@ -26,6 +26,7 @@ from memforensics.plan.patches import (  # noqa: E402
     replaced,
     replaced_where_imported,
 )
+from memforensics.plan.saved_files import SavedFiles  # noqa: E402
 from memforensics.plan.table import table  # noqa: E402
 from memforensics.plan.values import Notes  # noqa: E402
 
@@ -42,7 +43,7 @@ def _rows() -> list[Replacement]:
 
     functions, storage = modes(device, 0, Autocast(), notes)
     answers = Answers(device, lambda path, snapshot: None, notes, storage.malloc)
-    return table(device, answers, functions, storage, notes, lambda: None)
+    return table(device, answers, functions, storage, notes, lambda: None, SavedFiles())
 
 
 def _attributes(rows: list[Replacement]) -> dict[tuple[int, str], Any]:

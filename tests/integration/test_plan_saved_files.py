@@ -1,0 +1,90 @@
+"""Checkpoints a planned run saves hold zeros where the GPU's values would be: the script reads
+them back in the run as on a GPU, and none is left behind to replace a trained model or be
+resumed from. Runs through the real ``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+SAVES = """
+import json, os
+import torch
+from safetensors.torch import load_file, save_file, save_model
+
+model = torch.nn.Linear(256, 256).cuda()
+torch.save(model.state_dict(), "ckpt.pt")  # over the trained model saved before the plan
+torch.save(obj=model.state_dict(), f="kw.pt")  # new, named by keywords
+save_file(model.state_dict(), "model.safetensors")  # new
+save_model(model, "whole.safetensors")  # new, through save_file
+torch.save({"step": 3, "lr": 0.1}, "state.pt")  # the script's own values only
+before = torch.cuda.memory_allocated()
+back = torch.load("ckpt.pt", map_location="cuda")
+print(json.dumps({
+    "sizes": {name: os.path.getsize(name) for name in
+              ("ckpt.pt", "kw.pt", "model.safetensors", "whole.safetensors")},
+    "back": torch.cuda.memory_allocated() - before,
+    "weights": sorted(load_file("model.safetensors")),
+}))
+"""
+
+
+def test_checkpoints_saved_with_stand_ins_are_read_back_in_the_run_and_put_back_after(
+    tmp_path: Path,
+) -> None:
+    """torch.save (by position or keyword) and safetensors' save_file and save_model write
+    whole checkpoints the script reads back in the run; when the plan ends, a file saved over is
+    as it was before, the new ones are gone, a save of the script's own values stays, and the
+    plan says which."""
+    script(tmp_path, SAVES)
+    (tmp_path / "ckpt.pt").write_bytes(b"the trained model")
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    weights = 256 * 256 * 4 + 256 * 4
+    assert all(size > weights for size in facts["sizes"].values())  # the bytes, as zeros
+    assert facts["back"] == 256 * 256 * 4 + 1024  # loaded back onto the device: two blocks
+    assert facts["weights"] == ["bias", "weight"]
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"the trained model"
+    for new in ("kw.pt", "model.safetensors", "whole.safetensors"):
+        assert not (tmp_path / new).exists()
+    assert (tmp_path / "state.pt").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    [said] = [w for w in json.loads(done.stdout)["warnings"] if w.startswith("checkpoints")]
+    assert "1 saved over put back as they were" in said
+    assert "3 new removed" in said
+
+
+OWN_VALUES_LAST = """
+import os
+import torch
+model = torch.nn.Linear(64, 64).cuda()
+torch.save(model.state_dict(), "ckpt.pt")  # zeros first
+torch.save({"epoch": 1}, "ckpt.pt")  # then the script's own values at the same path
+torch.save(model.state_dict(), "rotated.pt")
+os.remove("rotated.pt")  # a rotation of checkpoints removes the older one
+"""
+
+
+def test_a_checkpoint_the_script_saved_over_or_removed_itself_stays_as_the_script_left_it(
+    tmp_path: Path,
+) -> None:
+    """A path saved with stand-ins and then with the script's own values keeps the latter (the
+    file the plan found there is replaced, as on a GPU), and a file saved over and then removed
+    by the script is given back its earlier content, which existed before the run."""
+    script(tmp_path, OWN_VALUES_LAST)
+    (tmp_path / "ckpt.pt").write_bytes(b"before")
+    (tmp_path / "rotated.pt").write_bytes(b"kept before")
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    import torch
+
+    assert torch.load(tmp_path / "ckpt.pt") == {"epoch": 1}
+    assert (tmp_path / "rotated.pt").read_bytes() == b"kept before"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
