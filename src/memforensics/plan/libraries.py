@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import early_stopping, flex
+from memforensics.plan import distributed_checkpoint, early_stopping, flex
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -188,6 +188,7 @@ def rows(holds: Callable[[Any], bool], notes: Notes, files: SavedFiles) -> list[
             "the kernels it would put in a layer's forward are CUDA binaries from the Hub, "
             "which neither load nor run on the CPU the plan runs on",
         ),
+        *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
         *flex.rows(holds),
     ]

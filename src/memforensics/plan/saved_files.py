@@ -19,6 +19,7 @@ killed before it ends.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -49,9 +50,21 @@ def _named(paths: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def _remove(path: str) -> bool:
+    """The file or folder at ``path`` removed; whether there was one."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+        return True
+    if os.path.lexists(path):
+        os.remove(path)
+        return True
+    return False
+
+
 class SavedFiles:
     """The files the run saved stand-ins into, each with where its earlier content waits
-    (None: the file is new)."""
+    (None: the file is new). A checkpoint that is a folder (``torch.distributed.checkpoint``'s)
+    is kept and put back whole."""
 
     def __init__(self) -> None:
         self._kept: dict[str, str | None] = {}
@@ -75,7 +88,7 @@ class SavedFiles:
     def _set_aside(self, path: str) -> str | None:
         """A file already at ``path`` moved to its hidden name, unless the run saved there
         already: that name, or None."""
-        if path in self._kept or not os.path.isfile(path):
+        if path in self._kept or not os.path.exists(path):
             return None
         head, name = os.path.split(path)
         aside = os.path.join(head, ASIDE.format(name=name, pid=os.getpid()))
@@ -86,8 +99,8 @@ class SavedFiles:
         """The script saved its own values at ``path``: what was there before is gone, as on
         a GPU."""
         for earlier in (aside, self._kept.pop(path, None)):
-            if earlier is not None and os.path.isfile(earlier):
-                os.remove(earlier)
+            if earlier is not None:
+                _remove(earlier)
 
     def put_back(self) -> str | None:
         """Every kept file as it was before the run (its earlier content again, or removed);
@@ -98,10 +111,10 @@ class SavedFiles:
         for path, aside in self._kept.items():
             try:
                 if aside is not None:
+                    _remove(path)
                     os.replace(aside, path)
                     restored.append(path)
-                elif os.path.isfile(path):
-                    os.remove(path)
+                elif _remove(path):
                     removed.append(path)
             except OSError:
                 continue
