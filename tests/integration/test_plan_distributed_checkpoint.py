@@ -80,3 +80,37 @@ def test_an_fsdp2_rank_resumes_and_saves_its_part_and_leaves_the_checkpoints_as_
     [said] = [w for w in json.loads(done.stdout)["warnings"] if w.startswith("checkpoints")]
     assert "1 saved over put back as they were" in said
     assert "1 new removed" in said
+
+
+FSDP1_SHARDED = """
+import json, torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+dist.init_process_group("nccl")
+torch.cuda.set_device(dist.get_rank())
+model = FSDP(torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(2)]).cuda())
+model(torch.randn(8, 512, device="cuda")).sum().backward()
+with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+    held = torch.cuda.memory_allocated()
+    dcp.save({"model": model.state_dict()}, checkpoint_id="ckpt")
+    state = {"model": model.state_dict()}  # FSDP1 clones each local shard into it
+    dcp.load(state, checkpoint_id="ckpt")
+    model.load_state_dict(state["model"])
+    shards = sum(-(-s.tensor.numel() * 4 // 512) * 512
+                 for t in state["model"].values() for s in t.local_shards())
+    print(json.dumps({"after": torch.cuda.memory_allocated() - held, "shards": shards}))
+"""
+
+
+def test_an_fsdp1_sharded_state_dict_is_loaded_in_place(tmp_path: Path) -> None:
+    """FSDP1's sharded state dict (ShardedTensors) saves and loads through DCP on a rank that is
+    not the coordinator (DCP refused its stand-in shards as meta tensors it cannot make), and
+    what stays on the device after is the state dict's own clones of the shards, which the load
+    filled in place."""
+    script(tmp_path, FSDP1_SHARDED)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--rank", "1", "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["after"] == facts["shards"] == 2 * (512 * 512 * 4 // 2 + 512 * 4 // 2)
+    assert not (tmp_path / "ckpt").exists()

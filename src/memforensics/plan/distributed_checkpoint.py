@@ -105,9 +105,11 @@ def serial_loader(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def on_device(holds: Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``_init_state_dict``, which a load runs first: DCP makes an empty tensor on the device
-    for each ``meta`` one it is to load into (a model built on ``meta``); a stand-in (its
-    ``.device`` reads ``meta``) is on the planned device already and is loaded into in place,
-    as a CUDA tensor is. The script's own ``meta`` tensors (``holds``) are DCP's."""
+    for each ``meta`` one it is to load into (a model built on ``meta``; a ``ShardedTensor`` on
+    ``meta`` it refuses); a stand-in (its ``.device`` reads ``meta``), a DTensor or
+    ``ShardedTensor`` whose local shards are stand-ins, is on the planned device already and is
+    loaded into in place, as a CUDA tensor is. The script's own ``meta`` tensors (``holds``)
+    are DCP's."""
 
     def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
         def made(value: Any) -> Any:
@@ -116,16 +118,22 @@ def on_device(holds: Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Ca
             return one[""]
 
         def _init_state_dict(state_dict: dict[str, Any]) -> Any:
+            from torch.distributed._shard.sharded_tensor import ShardedTensor
             from torch.distributed.checkpoint.planner_helpers import _iterate_state_dict
             from torch.distributed.tensor import DTensor
 
             def each(value: Any) -> Any:
-                local = value.to_local() if isinstance(value, DTensor) else value
-                if local.is_meta and not holds(local):
+                if isinstance(value, DTensor):
+                    local = [value.to_local()]
+                elif isinstance(value, ShardedTensor):
+                    local = [shard.tensor for shard in value.local_shards()]
+                else:
+                    local = [value]
+                if local and all(t.is_meta and not holds(t) for t in local):
                     return value
                 return made(value)
 
-            return _iterate_state_dict(state_dict, each, made, each)
+            return _iterate_state_dict(state_dict, each, each, each)
 
         return _init_state_dict
 
