@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from memforensics.plan import (
+    autocast_device,
     build,
     checkpoints,
     choices,
@@ -359,6 +360,38 @@ def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replaceme
     ]
 
 
+def _autocast_rows() -> list[Replacement]:
+    """Autocast's functions keyed by device type, asked with a stand-in's (``meta``)."""
+    from torch.amp import autocast_mode
+
+    why = "a stand-in's device type (meta) asks about CUDA's autocast, as its tensor's does"
+    rows = [
+        R(torch, name, autocast_device.asked_of_cuda(_found(torch, name)), why)
+        for name in (
+            "is_autocast_enabled",
+            "get_autocast_dtype",
+            "set_autocast_enabled",
+            "set_autocast_dtype",
+        )
+    ]
+    return [
+        *rows,
+        *(
+            R(owner, "is_autocast_available", autocast_device.asked_of_cuda(available), why)
+            for owner, available in (
+                (torch.amp, _found(torch.amp, "is_autocast_available")),
+                (autocast_mode, _found(autocast_mode, "is_autocast_available")),
+            )
+        ),
+        R(
+            autocast_mode.autocast,
+            "__init__",
+            autocast_device.asked_of_cuda(autocast_mode.autocast.__init__, at=1),
+            why,
+        ),
+    ]
+
+
 def _torch_rows(
     functions: emulate.DeviceMode,
     storage: emulate.StorageMode,
@@ -448,6 +481,7 @@ def _torch_rows(
             "cuda",
             "checkpointing's default device is the accelerator's: CUDA",
         ),
+        *_autocast_rows(),
         R(
             torch.storage,
             "_to",
