@@ -6,6 +6,7 @@ Each runs through the real ``memforensics plan`` console command."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,5 +107,54 @@ def test_a_restriction_no_kernel_satisfies_fails_as_torch_does(tmp_path: Path) -
     error, not with a prediction."""
     script(tmp_path, ATTENTION)
     done = plan(tmp_path, "--device-capability", "8.0", "train.py", "none")
+    assert done.returncode != 0
+    assert "No available kernel" in done.stderr
+
+
+GROUPED = """
+import contextlib, json, sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+kw = dict(device="cuda", requires_grad=True)
+q = torch.randn(2, 8, 256, 64, **kw)
+k, v = torch.randn(2, 2, 256, 64, **kw), torch.randn(2, 2, 256, 64, **kw)
+only = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION}.get(sys.argv[1])
+torch.cuda.memory._record_memory_history(max_entries=100000)
+with contextlib.nullcontext() if only is None else sdpa_kernel([only]):
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out.sum().backward()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+sizes = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_completed")]
+print(json.dumps({"key_grad": list(k.grad.shape), "trace": sizes}))
+"""
+
+
+def _grouped(tmp_path: Path, how: str) -> subprocess.CompletedProcess[str]:
+    script(tmp_path, GROUPED)
+    return plan(tmp_path, "--device-capability", "9.0", "train.py", how)
+
+
+def test_float32_grouped_query_attention_falls_to_math_as_cuda_does(tmp_path: Path) -> None:
+    """Float32 attention with fewer key heads (``enable_gqa``, a Llama's grouped heads trained
+    in float32) runs math, as CUDA's dispatcher picks: memory-efficient attention's filters take
+    no grouped heads (``check_batch_size_and_num_heads_dense<false>``). Forward and backward
+    allocate what an explicit ``sdpa_kernel(MATH)`` allocates, and the keys' gradient has
+    their two heads."""
+    default, math = _grouped(tmp_path, "default"), _grouped(tmp_path, "math")
+    assert default.returncode == 0, default.stderr
+    assert math.returncode == 0, math.stderr
+    found = json.loads(default.stdout.splitlines()[0])
+    assert found["key_grad"] == [2, 2, 256, 64]
+    assert found == json.loads(math.stdout.splitlines()[0])
+
+
+def test_memory_efficient_attention_alone_refuses_grouped_heads_as_torch_does(
+    tmp_path: Path,
+) -> None:
+    """``sdpa_kernel(EFFICIENT_ATTENTION)`` with grouped heads has no kernel that can run: the
+    script fails with torch's error."""
+    done = _grouped(tmp_path, "efficient")
     assert done.returncode != 0
     assert "No available kernel" in done.stderr

@@ -242,7 +242,9 @@ def can_use_mem_efficient_attention(params: Params, enabled: dict[Backend, bool]
     return (
         _nonzero_sequence_lengths(params)
         and _last_dim_stride_1(params, ignore_singleton_dim=False)
-        and _batch_and_heads(params, supports_gqa=True, requires_same_num_heads=True)
+        # check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention=*/>:
+        # the kernel takes no grouped heads, so enable_gqa with fewer key heads falls to math
+        and _batch_and_heads(params, supports_gqa=False, requires_same_num_heads=True)
         and _dtypes(params, allowed)
     )
 
