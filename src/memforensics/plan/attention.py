@@ -15,8 +15,9 @@ here at each call. The math path runs as the CPU build runs it on ``meta``: the 
 as on CUDA, upcasting half inputs to float32 unless
 ``allow_fp16_bf16_reduction_math_sdp(True)``.
 
-Facts a ``meta`` tensor cannot give, and what is taken instead: the cuDNN version is the one the
-installed torch's CUDA wheel pins (:data:`~memforensics.plan.build.CUDNN_VERSION`); cuDNN's
+Facts a ``meta`` tensor cannot give, and what is taken instead: the cuDNN version is the installed
+CUDA build's own, or on the CPU build the one torch's CUDA wheel pins
+(:func:`~memforensics.plan.build.facts`); cuDNN's
 frontend is taken to lack the head size 256 support (it is reached only from cuDNN 9.22); a base
 pointer is aligned as the caching allocator aligns it (256 bytes), so only storage offsets decide
 alignment.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F  # torch's own spelling
 
-from memforensics.plan.build import CUDNN_VERSION
+from memforensics.plan import build
 
 SDPA_NAME = "scaled_dot_product_attention"
 
@@ -151,7 +152,7 @@ def check_prefer_cudnn_attention(capability: tuple[int, int]) -> bool:
     capability 9.x or 10.x, unless ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1``."""
     if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED") == "1":
         return False
-    return CUDNN_VERSION > 91500 and capability[0] in (9, 10)
+    return (build.facts().cudnn or 0) > 91500 and capability[0] in (9, 10)
 
 
 def strictly_deterministic() -> bool:
@@ -342,13 +343,13 @@ def _attn_mask_shape(params: Params) -> bool:
 
 
 def _cudnn_head_dims(params: Params) -> bool:
-    """``check_cudnn_tensor_shapes``'s head sizes at ``CUDNN_VERSION``: up to 128, or 192 for
-    queries and keys with 128 for values on 9.0 and 10.x; multiples of 8."""
+    """``check_cudnn_tensor_shapes``'s head sizes at the build's cuDNN version: up to 128, or
+    192 for queries and keys with 128 for values on 9.0 and 10.x; multiples of 8."""
     d_qk, d_v = params.query.shape[3], params.value.shape[3]
     major, minor = params.capability
     sm90_or_sm10x = (major == 9 and minor == 0) or major == 10
     limit = 128
-    if sm90_or_sm10x and CUDNN_VERSION >= 91100 and d_qk == 192 and d_v == 128:
+    if sm90_or_sm10x and (build.facts().cudnn or 0) >= 91100 and d_qk == 192 and d_v == 128:
         limit = 192
     return bool(d_qk <= limit and d_v <= limit and d_qk % 8 == 0 and d_v % 8 == 0)
 

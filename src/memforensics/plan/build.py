@@ -1,13 +1,17 @@
-"""What the CUDA build of torch says about itself, answered on the CPU build for a planned run.
+"""What the CUDA build of torch says about itself, answered in a planned run.
 
 Scripts and libraries branch on the build's facts: ``torch.version.cuda`` picks the device and
 is printed with the environment, ``torch.backends.cudnn.is_available()`` and ``.version()``
 decide whether a script sets cuDNN's options and what it logs,
 ``torch.backends.cuda.is_flash_attention_available()`` picks an attention implementation, and
-``torch.cuda.nccl.version()`` decides what DDP's bf16 hook and the profiler's metadata say. The
-CPU build answers each as a machine without CUDA (None, False, an ``AttributeError``); a
-planned run answers as torch 2.13.0's default CUDA wheel (the one ``pip install torch`` takes
-from PyPI on Linux) does on a GPU, from that wheel's published requirements:
+``torch.cuda.nccl.version()`` decides what DDP's bf16 hook and the profiler's metadata say.
+
+A CUDA build of torch (installed on a machine without a GPU, or without a driver) knows these
+itself: the libraries it loads report their versions without a device, so a planned run
+answers what a run of the same install on a GPU reports. The CPU build answers each as a
+machine without CUDA (None, False, an ``AttributeError``); a planned run there answers as
+torch 2.13.0's default CUDA wheel (the one ``pip install torch`` takes from PyPI on Linux) does
+on a GPU, from that wheel's published requirements:
 
 - ``cuda-toolkit[...]==13.0.3``: built against CUDA 13.0;
 - ``nvidia-cudnn-cu13==9.20.0.48``: cuDNN 9.20.0;
@@ -19,40 +23,78 @@ left as the CPU build answers it.
 
 Answering True never sends torch's own Python into the CUDA build's C calls: it tests a
 tensor's ``.device`` before any of them (``torch.backends.cudnn.is_acceptable``, RNNs'
-``flatten_parameters``), and a stand-in's device is ``meta``; the C++ dispatch reads the CPU
-build's own answers.
+``flatten_parameters``), and a stand-in's device is ``meta``; the C++ dispatch reads the
+installed build's own answers.
 """
 
 from __future__ import annotations
 
-CUDA_VERSION = "13.0"
-"""``torch.version.cuda``: the CUDA the wheel is built with (``cuda-toolkit==13.0.3``)."""
+import functools
+from dataclasses import dataclass
 
-CUDNN_VERSION = 92000
-"""cuDNN 9.20.0, as ``torch.backends.cudnn.version()`` and ``versionRuntimeCuDNN()`` report it
-(major * 10000 + minor * 100 + patch): the ``nvidia-cudnn-cu13==9.20.0.48`` the wheel requires."""
 
-NCCL_VERSION = (2, 29, 7)
-"""``torch.cuda.nccl.version()``: the ``nvidia-nccl-cu13==2.29.7`` the wheel requires (a release
-with no suffix, so three numbers)."""
+@dataclass(frozen=True)
+class BuildFacts:
+    """What a CUDA build says about itself: ``torch.version.cuda``, whether cuDNN is in it and
+    its version (major * 10000 + minor * 100 + patch, as ``torch.backends.cudnn.version()``
+    reports it), NCCL's version (None where the build has no NCCL) and whether it has flash
+    attention."""
+
+    cuda: str
+    cudnn: int | None
+    nccl: tuple[int | str, ...] | None
+    flash: bool
+
+
+WHEEL = BuildFacts(cuda="13.0", cudnn=92000, nccl=(2, 29, 7), flash=True)
+"""torch 2.13.0's CUDA wheel: ``cuda-toolkit==13.0.3``, ``nvidia-cudnn-cu13==9.20.0.48`` and
+``nvidia-nccl-cu13==2.29.7`` (a release with no suffix, so three numbers)."""
 
 CUDNN_MIN_CAPABILITY = (7, 5)
 """cuDNN from 9.11 runs on capability 7.5 and above: ``torch.backends.cudnn.version()`` raises
 on an older device, as ``torch.backends.cudnn._init`` checks."""
 
 
-def cudnn_version(capability: tuple[int, int]) -> int:
-    """``torch.backends.cudnn.version()`` on a device of ``capability``: :data:`CUDNN_VERSION`,
-    or torch's own error where that cuDNN does not run."""
-    if CUDNN_VERSION >= 91100 and capability < CUDNN_MIN_CAPABILITY:
+@functools.cache
+def facts() -> BuildFacts:
+    """The installed torch's own facts where it is a CUDA build, read from the libraries it
+    loads (``torch._C._cudnn.getVersionInt``, ``torch.cuda.nccl.version``), which answer
+    without a device; :data:`WHEEL` on the CPU build."""
+    import torch
+
+    if torch.version.cuda is None:
+        return WHEEL
+    c = torch._C
+    cudnn = c._cudnn.getVersionInt() if c._has_cudnn else None  # type: ignore[attr-defined, unused-ignore]
+    nccl = (
+        torch.cuda.nccl.version()  # type: ignore[no-untyped-call, unused-ignore]
+        if hasattr(c, "_nccl_version")
+        else None
+    )
+    return BuildFacts(
+        cuda=torch.version.cuda,
+        cudnn=int(cudnn) if cudnn is not None else None,
+        nccl=tuple(nccl) if nccl is not None else None,
+        flash=bool(c._is_flash_attention_available()),
+    )
+
+
+def cudnn_version(capability: tuple[int, int]) -> int | None:
+    """``torch.backends.cudnn.version()`` on a device of ``capability``: the build's cuDNN
+    (None without one), or torch's own error where that cuDNN does not run."""
+    version = facts().cudnn
+    if version is not None and version >= 91100 and capability < CUDNN_MIN_CAPABILITY:
         raise RuntimeError(
-            f"cuDNN version {CUDNN_VERSION} is not compatible with devices with SM < 7.5. "
+            f"cuDNN version {version} is not compatible with devices with SM < 7.5. "
             "Please install a version of PyTorch with a compatible cuDNN version. "
             "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix"
         )
-    return CUDNN_VERSION
+    return version
 
 
-def nccl_version() -> tuple[int, int, int]:
-    """``torch.cuda.nccl.version()``."""
-    return NCCL_VERSION
+def nccl_version() -> tuple[int | str, ...]:
+    """``torch.cuda.nccl.version()``; a build without NCCL fails as torch does there."""
+    version = facts().nccl
+    if version is None:
+        raise AttributeError("module 'torch._C' has no attribute '_nccl_version'")
+    return version

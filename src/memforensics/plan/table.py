@@ -165,28 +165,35 @@ def _device_rows(
 
 
 def _build_rows(answers: Answers) -> list[Replacement]:
-    """What the CUDA build says about itself, as torch 2.13.0's CUDA wheel answers it
-    (:mod:`~memforensics.plan.build`): scripts and libraries branch on these."""
+    """What the CUDA build says about itself (:mod:`~memforensics.plan.build`): a CUDA build's
+    own answers, as torch 2.13.0's CUDA wheel answers on the CPU build; scripts and libraries
+    branch on these."""
     from torch.cuda import nccl
 
-    wheel = "as torch's CUDA wheel answers: scripts and libraries branch on it"
+    facts = build.facts()
+    wheel = "as the CUDA build answers: scripts and libraries branch on it"
     return [
-        R(torch.version, "cuda", build.CUDA_VERSION, "the CUDA the wheel is built with, " + wheel),
+        R(torch.version, "cuda", facts.cuda, "the CUDA the build is built with, " + wheel),
         R(torch.backends.cuda, "is_built", lambda: True, "a CUDA build, " + wheel),
-        R(torch.backends.cudnn, "is_available", lambda: True, "cuDNN is in the wheel, " + wheel),
+        R(
+            torch.backends.cudnn,
+            "is_available",
+            lambda: facts.cudnn is not None,
+            "cuDNN is in the build, " + wheel,
+        ),
         R(
             torch.backends.cudnn,
             "version",
             lambda: build.cudnn_version(answers.spec.capability),
-            "the wheel's cuDNN, " + wheel,
+            "the build's cuDNN, refused below capability 7.5 as torch refuses it, " + wheel,
         ),
         R(
             torch.backends.cuda,
             "is_flash_attention_available",
-            lambda: True,
-            "the wheel is built with flash attention, " + wheel,
+            lambda: facts.flash,
+            "the build has flash attention, " + wheel,
         ),
-        R(nccl, "version", build.nccl_version, "the wheel's NCCL, " + wheel),
+        R(nccl, "version", build.nccl_version, "the build's NCCL, " + wheel),
     ]
 
 
