@@ -261,6 +261,39 @@ def test_an_interrupted_script_shows_the_figures_so_far(tmp_path: Path) -> None:
     assert doc["peak_allocated_bytes"] == 4 * MiB
 
 
+UNEMULATED = """
+import torch
+x = torch.ones(4, device="cuda")
+handle = torch.cuda.current_blas_handle()
+"""
+
+OWN_FAILURE = """
+import torch
+x = torch.ones(4, device="cuda")
+raise ValueError("the script's own")
+"""
+
+
+def test_a_cuda_function_the_plan_does_not_emulate_is_said_to_be_the_plans(
+    tmp_path: Path,
+) -> None:
+    """A script that calls a CUDA function the emulation does not answer fails with torch's
+    traceback (the CPU build lacks the binding; a CUDA build without a GPU reaches the runtime,
+    which blames the driver) and one line naming the script's call as the plan's failure; a
+    script that fails for its own reason gets no such line."""
+    path = script(tmp_path, UNEMULATED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 2
+    [said] = [line for line in done.stderr.splitlines() if line.startswith("memforensics plan:")]
+    assert f"the script's call at {path}:4 reached " in said
+    assert "this failure is the plan's, not one a GPU run would meet" in said
+    script(tmp_path, OWN_FAILURE)
+    own = plan(tmp_path, "train.py")
+    assert own.returncode == 2
+    assert "ValueError: the script's own" in own.stderr
+    assert "memforensics plan:" not in own.stderr
+
+
 def test_plan_json_carries_its_schema_first(tmp_path: Path) -> None:
     """``plan --json`` and ``plan --vary --json`` begin with ``"schema"``, the version
     docs/json.md lists them under."""

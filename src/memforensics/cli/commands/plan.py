@@ -311,6 +311,7 @@ def _plan(
     folder, and capture records nothing; ``until``: it ends after that many allocations."""
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
+    from memforensics.plan.unemulated import unemulated_call
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     exited: list[int] = []
@@ -351,6 +352,9 @@ def _plan(
         if isinstance(exc, KeyboardInterrupt):
             raise
         traceback.print_exception(type(exc), exc, exc.__traceback__)
+        said = unemulated_call(exc, _stopped_at(exc))
+        if said is not None:
+            print(said, file=sys.stderr)
         return 2
     if exited and exited[0]:
         result = replace(result, exit_status=exited[0])
@@ -368,9 +372,9 @@ _INTERRUPTED = 130
 """The status a shell gives a program that SIGINT ended (128 + 2), as an interrupted script's."""
 
 
-def _stopped_at(exc: KeyboardInterrupt) -> str:
+def _stopped_at(exc: BaseException) -> str:
     """``file:line`` of the innermost frame of the script's own code when it was interrupted
-    (not torch's, not memforensics', not python's frozen modules)."""
+    or failed (not torch's, not memforensics', not python's frozen modules)."""
     own = tuple(
         os.path.dirname(module.__file__)
         for module in (sys.modules.get("torch"), sys.modules.get("memforensics"))
