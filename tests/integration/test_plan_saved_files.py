@@ -88,3 +88,35 @@ def test_a_checkpoint_the_script_saved_over_or_removed_itself_stays_as_the_scrip
     assert torch.load(tmp_path / "ckpt.pt") == {"epoch": 1}
     assert (tmp_path / "rotated.pt").read_bytes() == b"kept before"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+HOST_COPIES = """
+import torch
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+model = torch.nn.Linear(64, 64).cuda()
+torch.save({k: v.cpu() for k, v in model.state_dict().items()}, "cpu.pt")
+save_file({k: v.to("cpu", torch.half) for k, v in model.state_dict().items()}, "h.safetensors")
+host = torch.empty(64, 64)
+host.copy_(model.weight)
+torch.save(host, "copied.pt")
+full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+torch.save(full, "full.pt")
+torch.save(torch.ones(3), "own.pt")
+"""
+
+
+def test_checkpoints_of_host_copies_of_the_devices_values_are_put_back_too(tmp_path: Path) -> None:
+    """A checkpoint saved from host copies of the device's values (``.cpu()``, ``.to("cpu")``,
+    ``copy_`` into a host tensor, a full state dict offloaded to the CPU) holds values the plan
+    made up or drew again, so it is removed when the run ends like one saved from the
+    stand-ins; a save of the script's own CPU tensors stays."""
+    script(tmp_path, HOST_COPIES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    import torch
+
+    for made_up in ("cpu.pt", "h.safetensors", "copied.pt", "full.pt"):
+        assert not (tmp_path / made_up).exists(), made_up
+    assert torch.equal(torch.load(tmp_path / "own.pt"), torch.ones(3))

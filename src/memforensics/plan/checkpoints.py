@@ -44,9 +44,12 @@ class Checkpoints:
     copied to the host for its bytes. ``ghosts`` tells the script's own ``meta`` storages,
     which torch saves as it always does, from the plan's stand-ins."""
 
-    def __init__(self, ghosts: Ghosts, files: SavedFiles) -> None:
+    def __init__(
+        self, ghosts: Ghosts, files: SavedFiles, made_up: Callable[[torch.Tensor], bool]
+    ) -> None:
         self._ghosts = ghosts
         self._files = files
+        self._made_up = made_up
         self._pickled = 0
 
     def _stands_in(self, storage: Any) -> bool:
@@ -85,6 +88,8 @@ class Checkpoints:
         cannot see the device of). Every other tensor is torch's."""
 
         def _reduce_ex_internal(tensor: torch.Tensor, proto: int) -> Any:
+            if self._made_up(tensor):
+                self._pickled += 1  # a host copy of made-up values: zeros as much as a stand-in
             if (
                 type(tensor) is not torch.Tensor
                 or tensor.layout != torch.strided
@@ -112,7 +117,8 @@ class Checkpoints:
 
     def saved(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.save`` to a path: torch's, the file put back when the run ends where a
-        stand-in was written into it (:mod:`~memforensics.plan.saved_files`). A save to a file
+        stand-in, or a host copy of one, was written into it
+        (:mod:`~memforensics.plan.saved_files`). A save to a file
         object or buffer the script opened is torch's alone."""
 
         signature = inspect.signature(original)

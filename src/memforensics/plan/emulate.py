@@ -492,7 +492,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             placing = self._destination(args[1:])
         if tensor.is_meta and not self.ghosts.holds(tensor):
             if _to_host(args, kwargs):
-                return self.reads.to_host(tensor).to(*args[1:], **kwargs)
+                moved = self.reads.to_host(tensor).to(*args[1:], **kwargs)
+                return self.reads.copied_out(tensor, moved)
             if placing is True and len(args) < 5 and "copy" not in kwargs:
                 kwargs["copy"] = True
         elif placing is False and tensor.is_meta:
@@ -605,6 +606,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         if func is _COPY and self._from_device(args):
+            self.reads.copied_out(args[1], args[0])
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (

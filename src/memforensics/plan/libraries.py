@@ -136,11 +136,11 @@ def kept_forward(
 
 
 def saved_tensors(
-    holds: Callable[[Any], bool], files: SavedFiles
+    holds: Callable[[Any], bool], made_up: Callable[[Any], bool], files: SavedFiles
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """safetensors' ``save_file`` (and ``save_model``, which calls it) to a path, given a
-    stand-in among its tensors: the file written as safetensors writes it, the zeros a
-    stand-in's host copy reads, and put back when the run ends
+    stand-in or a host copy of one (``made_up``) among its tensors: the file written as
+    safetensors writes it, the values a plan reads, and put back when the run ends
     (:mod:`~memforensics.plan.saved_files`). A save of the script's own values, or into bytes,
     is safetensors' alone."""
 
@@ -153,7 +153,8 @@ def saved_tensors(
             tensors = named.get("tensors")
             values = tensors.values() if isinstance(tensors, dict) else ()
             planned = any(
-                isinstance(tensor, torch.Tensor) and tensor.is_meta and not holds(tensor)
+                isinstance(tensor, torch.Tensor)
+                and ((tensor.is_meta and not holds(tensor)) or made_up(tensor))
                 for tensor in values
             )
             if path is None or not planned:
@@ -165,13 +166,15 @@ def saved_tensors(
     return stand_in
 
 
-def rows(holds: Callable[[Any], bool], notes: Notes, files: SavedFiles) -> list[LibraryReplacement]:
+def rows(
+    holds: Callable[[Any], bool], made_up: Callable[[Any], bool], notes: Notes, files: SavedFiles
+) -> list[LibraryReplacement]:
     """The libraries' functions a planned run replaces where the script imports them."""
     return [
         LibraryReplacement(
             SAFETENSORS,
             "save_file",
-            saved_tensors(holds, files),
+            saved_tensors(holds, made_up, files),
             "a checkpoint holding a stand-in's zeros is put back when the run ends",
         ),
         LibraryReplacement(

@@ -1,7 +1,9 @@
 """Checkpoints a planned run saves with stand-ins in them, put back as they were when it ends.
 
 A stand-in has no values: ``torch.save`` writes its bytes as zeros
-(:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host copy reads.
+(:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host copy reads;
+a host copy of a stand-in (``.cpu()``, a full state dict offloaded to the CPU) holds the values
+a plan reads, made up, not the trained ones.
 Such a file is a checkpoint of a model whose weights are all zero, at the path where the script
 keeps its real ones. Left there, it would replace a model the script trained and saved before
 (``output_dir/model.safetensors``, ``ckpt.pt``), and a real run that resumes from its newest
@@ -27,7 +29,7 @@ ASIDE = ".{name}.memforensics-plan-{pid}"
 """The hidden name, beside it, a file's earlier content waits under while the run goes on."""
 
 PUT_BACK = (
-    "checkpoints saved by the script hold zeros for the planned tensors' values, so none is "
+    "checkpoints saved by the script hold zeros or made-up values for the device's, so none is "
     "left where a real run would read it: {what}"
 )
 """Said once a run that saved such files ends."""

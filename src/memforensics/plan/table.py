@@ -423,7 +423,7 @@ def _torch_rows(
 
     methods = standins.methods(storage.address, notes.once)
     held = standins.on_device(storage.address)
-    saving = checkpoints.Checkpoints(storage.ghosts, files)
+    saving = checkpoints.Checkpoints(storage.ghosts, files, functions.reads.made_up_on_host)
     rows = [
         R(
             torch,
@@ -848,7 +848,7 @@ def emulated(
     answers = Answers(device, written, notes, storage.malloc)
     files = SavedFiles()
     rows = table(device, answers, functions, storage, notes, autocast.clear, files)
-    imported = libraries.rows(storage.ghosts.holds, notes, files)
+    imported = libraries.rows(storage.ghosts.holds, functions.reads.made_up_on_host, notes, files)
     try:
         with (
             kept_state(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
 from types import FrameType
@@ -149,6 +150,10 @@ class Reads:
         self._read_after: int | None = None
         self._rounds = 0
         self._scored: dict[str, list[int]] = {}  # place: [passes, rounds, compared this round]
+        self._made_up_on_host: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Host storages a stand-in's values were copied into (``.cpu()``, ``.to("cpu")``,
+        ``host.copy_(stand_in)``): a checkpoint written from them is no more the GPU's than one
+        written from the stand-ins' zeros."""
 
     def backward(self) -> None:
         """One backward pass ran: the next floating-point read starts a new round."""
@@ -232,7 +237,23 @@ class Reads:
     def to_host(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """``.cpu()``/``.numpy()``-bound copies of a stand-in: allocated on the CPU as the real
         copy would be."""
-        return self.values(tensor).clone(memory_format=torch.contiguous_format)
+        host = self.values(tensor).clone(memory_format=torch.contiguous_format)
+        return self.copied_out(tensor, host)
+
+    def copied_out(self, tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+        """``host``, a copy of stand-in ``tensor``'s values on the CPU, noted as the plan's:
+        made up, or drawn again where the GPU drew its own (a random initialization), never the
+        values the GPU would hold after the same steps."""
+        self._made_up_on_host.add(host.untyped_storage())
+        return host
+
+    def made_up_on_host(self, tensor: torch.Tensor) -> bool:
+        """Whether host tensor ``tensor`` holds a copy of a stand-in's values."""
+        return (
+            bool(self._made_up_on_host)
+            and tensor.device.type == "cpu"
+            and tensor.untyped_storage() in self._made_up_on_host
+        )
 
     def text(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> str:
         """How a stand-in prints: its values, on the CUDA device the script put it on."""
