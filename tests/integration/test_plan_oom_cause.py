@@ -312,6 +312,22 @@ def test_ooms_the_script_catches_are_named_and_the_run_still_snapshotted(tmp_pat
     assert "caught 2 predicted OOMs and went on (tried to allocate 2.00 GiB, then" in said
 
 
+def test_a_long_batch_search_names_its_first_and_last_caught_requests(tmp_path: Path) -> None:
+    """A search that shrinks its batch through six OOMs before one fits is told in one short
+    line: its first two requests, how many more, and the last, each figure PyTorch's own."""
+    script(
+        tmp_path, SEARCH.replace("(2048, 1024, 256)", "(32768, 16384, 8192, 4096, 2048, 1024, 256)")
+    )
+    done = plan(tmp_path, "--device-memory", "1GiB", "--context-memory", "128MiB", "train.py", "0")
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())
+    assert (
+        "caught 6 predicted OOMs and went on (tried to allocate 32.00 GiB, then tried to "
+        "allocate 16.00 GiB, then 3 more, the last tried to allocate 1024.00 MiB)." in said
+    )
+    assert "8.00 GiB" not in said
+
+
 def test_the_verdict_is_on_the_oom_that_ended_the_run_not_one_caught_before(
     tmp_path: Path,
 ) -> None:

@@ -127,11 +127,20 @@ def plan_text(result: PlanResult) -> str:
     return "\n".join(lines)
 
 
+CAUGHT_SHOWN = 4
+"""Caught OOMs whose requests are all named; of more (a batch-size search that shrinks its
+batch a little at a time), the first two and the last are, and the rest counted."""
+
+
 def _caught(messages: tuple[str, ...]) -> list[str]:
-    """A line on the predicted OOMs the script caught and went on from, with each request."""
+    """A line on the predicted OOMs the script caught and went on from, with their requests:
+    each, or of a long search the first two and the last."""
     if not messages:
         return []
-    requests = ", then ".join(_request(message) for message in messages)
+    asked = [_request(message) for message in messages]
+    if len(asked) > CAUGHT_SHOWN:
+        asked = [*asked[:2], f"{len(asked) - 3} more, the last {asked[-1]}"]
+    requests = ", then ".join(asked)
     count = "a predicted OOM" if len(messages) == 1 else f"{len(messages)} predicted OOMs"
     return [f"The script caught {count} and went on ({requests})."]
 
