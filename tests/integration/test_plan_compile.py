@@ -172,9 +172,10 @@ def test_cuda_graph_modes_and_inductor_options_run_as_inductors_graphs(
     """A mode that adds CUDA graphs, or Inductor options, compiles the same partition on a
     GPU: the planned forward keeps what it saves, not eager autograd's bytes, and the plan
     says once what it does not follow. ``torch.compiler.cudagraph_mark_step_begin()``, which
-    such scripts call before each step, runs (it crashed importing CUDA's graph trees)."""
+    such scripts call before each step, runs (it crashed importing CUDA's graph trees), and so
+    does ``torch._dynamo.reset()`` after the run, which resets those trees."""
     marked = "torch.compiler.cudagraph_mark_step_begin()\ny = compiled(x)"
-    script(tmp_path, PLANNED.replace("y = compiled(x)", marked))
+    script(tmp_path, PLANNED.replace("y = compiled(x)", marked) + "torch._dynamo.reset()\n")
     done = plan(tmp_path, "train.py", how)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[0])

@@ -30,6 +30,9 @@ installed build's own answers.
 from __future__ import annotations
 
 import functools
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -77,6 +80,25 @@ def facts() -> BuildFacts:
         nccl=tuple(nccl) if nccl is not None else None,
         flash=bool(c._is_flash_attention_available()),
     )
+
+
+def is_built(installed: Callable[[], bool]) -> Callable[[], bool]:
+    """``torch.backends.cuda.is_built``: True, a CUDA build, except to a torch module's own
+    import, which asks it to choose which of the installed build's bindings to import
+    (``torch._inductor.cudagraph_trees`` imports ``_cuda_CUDAAllocator_AllocatorState`` where it
+    is True, and stand-ins of its own where not, so ``torch._dynamo.reset()`` after a compile
+    with CUDA graphs failed on the CPU build): that gets ``installed``, the build's own answer."""
+    import torch
+
+    torch_files = os.path.dirname(torch.__file__)
+
+    def built() -> bool:
+        caller = sys._getframe(1).f_code
+        if caller.co_name == "<module>" and caller.co_filename.startswith(torch_files):
+            return installed()
+        return True
+
+    return built
 
 
 def cudnn_version(capability: tuple[int, int]) -> int | None:

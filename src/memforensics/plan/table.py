@@ -174,7 +174,12 @@ def _build_rows(answers: Answers) -> list[Replacement]:
     wheel = "as the CUDA build answers: scripts and libraries branch on it"
     return [
         R(torch.version, "cuda", facts.cuda, "the CUDA the build is built with, " + wheel),
-        R(torch.backends.cuda, "is_built", lambda: True, "a CUDA build, " + wheel),
+        R(
+            torch.backends.cuda,
+            "is_built",
+            build.is_built(_found(torch.backends.cuda, "is_built")),
+            "a CUDA build, " + wheel + "; torch's imports pick bindings by the installed one's",
+        ),
         R(
             torch.backends.cudnn,
             "is_available",
