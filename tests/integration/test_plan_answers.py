@@ -46,6 +46,37 @@ def test_nvtx_ranges_as_decorator_context_and_calls_run_unchanged(tmp_path: Path
     assert f"depth 1 allocated {8 * MiB}" in done.stdout  # x, and forward's result y
 
 
+EMITTED = """
+import torch
+model = torch.nn.Linear(1024, 1024, bias=False).cuda()
+x = torch.ones(256, 1024, device="cuda", requires_grad=True)
+torch.cuda.profiler.start()
+emitter = torch.autograd.profiler.emit_nvtx(record_shapes=True)
+with emitter:
+    model(x).sum().backward()
+    try:
+        with emitter:
+            pass
+    except RuntimeError as error:
+        print("nested:", error)
+with torch.autograd.profiler.emit_nvtx(enabled=False):
+    pass
+torch.cuda.profiler.stop()
+print("grads", model.weight.grad.numel() + x.grad.numel())
+"""
+
+
+def test_autograd_nvtx_emission_runs_as_around_an_nsys_capture(tmp_path: Path) -> None:
+    """``torch.autograd.profiler.emit_nvtx`` (Megatron's ``--profile`` under nsys), which the
+    CPU build's profiler refuses, runs under plan: the step inside it runs, and torch's own
+    refusal to nest it stays."""
+    script(tmp_path, EMITTED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "nested: NVTX annotation context manager is not reentrant" in done.stdout
+    assert f"grads {1024 * 1024 + 256 * 1024}" in done.stdout
+
+
 MEMORY = """
 import json, sys
 import torch

@@ -251,6 +251,28 @@ class Nvtx:
         return None
 
 
+def nvtx_emitted(emitter: Any) -> Any:
+    """``torch.autograd.profiler.emit_nvtx.__enter__`` on the planned device: the autograd
+    profiler in its NVTX state would push a range per operator through the NVTX binding, which
+    records nothing in a plan (:class:`Nvtx`) and which the CPU build's profiler refuses
+    ("compiled without CUDA"). Torch's checks stay: disabled it does nothing, and it is not
+    reentrant; the device is synchronized, as torch does, which a plan answers at once."""
+    if not emitter.enabled:
+        return None
+    if emitter.entered:
+        raise RuntimeError("NVTX annotation context manager is not reentrant")
+    emitter.entered = True
+    torch.cuda.synchronize()
+    return emitter
+
+
+def nvtx_emission_ended(emitter: Any, *exc: object) -> bool:
+    """``emit_nvtx.__exit__``: the device synchronized, as torch does; no exception kept."""
+    if emitter.enabled:
+        torch.cuda.synchronize()
+    return False
+
+
 TELEMETRY = (
     "GPU telemetry (utilization, memory activity, temperature, power, clock) reads 0 in a "
     "plan: no kernel runs on a device"

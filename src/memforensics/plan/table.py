@@ -154,6 +154,19 @@ def _device_rows(
             "the CPU build's NVTX binding raises: torch's own range (a decorator too), "
             "range_push/pop and mark run over one that records nothing",
         ),
+        *(
+            R(
+                torch.autograd.profiler.emit_nvtx,
+                name,
+                method,
+                "the CPU build's profiler refuses NVTX: emit_nvtx's ranges record nothing, as "
+                "torch.cuda.nvtx's",
+            )
+            for name, method in (
+                ("__enter__", cuda.nvtx_emitted),
+                ("__exit__", cuda.nvtx_emission_ended),
+            )
+        ),
         R(
             torch._C,
             "_cuda_attach_out_of_memory_observer",
