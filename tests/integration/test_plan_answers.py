@@ -292,6 +292,39 @@ def test_an_interrupted_script_shows_the_figures_so_far(tmp_path: Path) -> None:
     assert doc["peak_allocated_bytes"] == 4 * MiB
 
 
+FAILS = """
+import torch
+x = torch.empty(1 << 20, device="cuda")
+y = torch.empty(1 << 20, device="cuda")
+del y
+raise ValueError("the checkpoint folder is missing\\nsecond line")
+"""
+
+
+def test_a_script_that_fails_shows_its_traceback_and_the_figures_so_far(tmp_path: Path) -> None:
+    """A script that raises after it used the device: its traceback as python prints it, the
+    figures up to there and where and how it failed; plan exits 2, and its JSON says so under
+    ``failed``, which ``--vary`` shows as that value's error."""
+    path = script(tmp_path, FAILS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 2, done.stderr
+    assert "ValueError: the checkpoint folder is missing" in done.stderr
+    assert "peak allocated   8.00 MiB" in done.stdout
+    words = " ".join(done.stdout.split())
+    assert (
+        f"Failed at {path}:6: ValueError: the checkpoint folder is missing: the figures are "
+        "the run's up to there." in words
+    )
+    as_json = plan(tmp_path, "--json", "train.py")
+    assert as_json.returncode == 2
+    doc = json.loads(as_json.stdout)
+    assert doc["failed"] == f"{path}:6: ValueError: the checkpoint folder is missing"
+    assert (doc["peak_allocated_bytes"], doc["exit_status"]) == (8 * MiB, None)
+    varied = plan(tmp_path, "--json", "--vary", "batch=1,2", "train.py")
+    rows = json.loads(varied.stdout)["rows"]
+    assert [row["error"] for row in rows] == [doc["failed"]] * 2
+
+
 UNEMULATED = """
 import torch
 x = torch.ones(4, device="cuda")

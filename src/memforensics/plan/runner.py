@@ -72,6 +72,10 @@ class PlanResult:
     interrupted: str | None = None
     """Where the script was (``file:line``) when it was interrupted (Ctrl-C): the figures are
     the run's up to there; None when it ran to its end."""
+    failed: str | None = None
+    """Where and how the script failed for a reason other than a predicted OOM
+    (``file:line: Error: message``, its traceback shown): the figures are the run's up to
+    there; None when it ran to its end."""
     cuda_initialized: bool = True
     """Whether the script initialized CUDA (made a tensor on the device, or called what
     initializes CUDA, as ``torch.cuda.init``, ``set_device``, ``mem_get_info``): only then does
@@ -148,6 +152,13 @@ def _shown_at_script(show: Callable[..., None]) -> Callable[..., None]:
         show(message, category, filename, lineno, file, line)
 
     return shown
+
+
+def predicted_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is a predicted OOM, which :func:`run_planned` answers itself."""
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
 def run_planned(

@@ -94,12 +94,7 @@ def plan_text(result: PlanResult) -> str:
             "from NCCL's defaults: NCCL_BUFFSIZE x channels x ring peers, per communicator)"
         )
     lines += _workers(result)
-    if result.interrupted is not None:
-        lines.append(
-            f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
-        )
-    elif result.exit_status:
-        lines.append(f"The script exited with status {result.exit_status}.")
+    lines += _ended(result)
     needed = format_bytes(result.needed_bytes)
     if result.oom_message is not None:
         lines.append(f"Does not fit: predicted OOM. {result.oom_message.split('. If ')[0]}.")
@@ -125,6 +120,20 @@ def plan_text(result: PlanResult) -> str:
     for path in result.snapshots:
         lines.append(f"Predicted snapshot: {path}")
     return "\n".join(lines)
+
+
+def _ended(result: PlanResult) -> list[str]:
+    """How the script ended where not by running to its end: interrupted, failed, or its own
+    exit status."""
+    if result.interrupted is not None:
+        return [
+            f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
+        ]
+    if result.failed is not None:
+        return [f"Failed at {result.failed}: the figures are the run's up to there."]
+    if result.exit_status:
+        return [f"The script exited with status {result.exit_status}."]
+    return []
 
 
 CAUGHT_SHOWN = 4

@@ -219,13 +219,17 @@ def _target_argv(target: Target) -> list[str]:
 
 
 def _child(command: list[str]) -> dict[str, Any] | str:
-    """A child plan's JSON answer, whatever status it exited with; else its last line."""
+    """A child plan's JSON answer, whatever status it exited with, unless its script failed
+    for another reason than an OOM: then where and how (its answer's ``failed``), else the last
+    line it said."""
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     try:
         found: dict[str, Any] = json.loads(done.stdout)
-        return found
     except ValueError:
         pass
+    else:
+        failed = found.get("failed")
+        return found if failed is None else str(failed)
     tail = done.stderr.strip().splitlines()
     return tail[-1] if tail else f"exit status {done.returncode}"
 
@@ -311,11 +315,12 @@ def _plan(
     folder, and capture records nothing; ``until``: it ends after that many allocations."""
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
-    from memforensics.plan.unemulated import unemulated_call
+    from memforensics.plan.runner import predicted_oom
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     exited: list[int] = []
     stopped: list[str] = []
+    failed: list[Exception] = []
 
     def run() -> None:
         try:
@@ -325,6 +330,10 @@ def _plan(
         except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
             stopped.append(_stopped_at(exc))
             exited.append(_INTERRUPTED)
+        except Exception as exc:  # failed: its traceback, the figures so far, exit 2
+            if predicted_oom(exc):
+                raise
+            failed.append(exc)
 
     def before() -> None:
         if into is None:
@@ -348,14 +357,13 @@ def _plan(
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
-    except BaseException as exc:  # the script failed for another reason: show it, exit 2
+    except BaseException as exc:  # the plan itself failed around the script: show it, exit 2
         if isinstance(exc, KeyboardInterrupt):
             raise
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
-        said = unemulated_call(exc, _stopped_at(exc))
-        if said is not None:
-            print(said, file=sys.stderr)
+        _said_failed(exc)
         return 2
+    if failed:
+        result = replace(result, failed=_said_failed(failed[0]))
     if exited and exited[0]:
         result = replace(result, exit_status=exited[0])
     if stopped:
@@ -363,9 +371,29 @@ def _plan(
     if into is not None:
         written = tuple(str(into / Path(path).name) for path in result.script_snapshots)
         result = replace(result, script_snapshots=written)
-    return _answer(
+    status = _answer(
         result, device, spec, folders, started, as_json=as_json, cache=cache, check=check
     )
+    return 2 if failed else status
+
+
+def _said_failed(exc: BaseException) -> str:
+    """Show why the script failed (one line for what a plan does not model, else its
+    traceback, with the line :mod:`~memforensics.plan.unemulated` adds where the plan is why):
+    where and how, as ``file:line: Error: message``."""
+    from memforensics.plan import OutOfScope
+    from memforensics.plan.unemulated import unemulated_call
+
+    where = _stopped_at(exc)
+    if isinstance(exc, OutOfScope):
+        print(f"memforensics plan: {exc}", file=sys.stderr)
+        return f"{where}: {exc}"
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    said = unemulated_call(exc, where)
+    if said is not None:
+        print(said, file=sys.stderr)
+    message = str(exc).strip().splitlines()
+    return f"{where}: {type(exc).__name__}" + (f": {message[0]}" if message else "")
 
 
 _INTERRUPTED = 130
