@@ -48,7 +48,7 @@ def _folder(storage: Any) -> str | None:
     path = getattr(storage, "path", None)
     if path is None or not isinstance(getattr(storage, "fs", None), FileSystem):
         return None
-    return os.path.abspath(os.fspath(path))
+    return str(os.path.abspath(os.fspath(path)))
 
 
 def one_rank(original: Callable[..., Any]) -> Callable[..., Any]:
