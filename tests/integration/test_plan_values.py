@@ -149,6 +149,35 @@ def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
     assert any("integers, flags and what torch's own code reads are zeros" in line for line in said)
 
 
+COMPLETIONS = """
+import torch
+vocab, length, eos = 5000, 8, [2]  # a head too large to copy: its tokens are unknown
+head = torch.nn.Linear(16, vocab).cuda()
+completion_ids = head(torch.randn(4, length, 16, device="cuda")).argmax(-1)
+is_eos = torch.isin(completion_ids, torch.tensor(eos, device="cuda"))
+eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long, device="cuda")
+eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
+positions = torch.arange(is_eos.size(1), device="cuda").expand(is_eos.size(0), -1)
+mask = (positions <= eos_idx.unsqueeze(1)).int()
+kept = [c[m].tolist() for c, m in zip(completion_ids.cpu(), mask.bool().cpu())]
+ends = torch.full((4,), length, device="cuda").masked_fill(is_eos.any(1), completion_ids[0, 0])
+print("completions", [len(k) for k in kept], ends.tolist())
+"""
+
+
+def test_an_end_of_sequence_index_written_through_an_empty_mask_keeps_its_length(
+    tmp_path: Path,
+) -> None:
+    """TRL's completion mask (GRPO): an end index that starts at the length and is written only
+    where a row holds the end-of-sequence token (``x[mask] = ...``, ``masked_fill``) keeps the
+    length for generated tokens, which never are that token, so every completion keeps all its
+    tokens (none read back empty)."""
+    script(tmp_path, COMPLETIONS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "completions [8, 8, 8, 8] [8, 8, 8, 8]" in done.stdout
+
+
 BEAMS = """
 import torch
 vocab, beams, prompt, limit = 5000, 4, 5, 12  # a head too large to copy: its values are unknown

@@ -91,6 +91,19 @@ _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
 _FROM_HOST = {torch.ops.aten._to_copy.default: 0, torch.ops.aten.copy_.default: 1}
 """Copies, and the position of their source: from a host tensor, a batch arriving."""
+_MASKED_WRITES = frozenset(
+    (
+        torch.ops.aten.index_put_.default,
+        torch.ops.aten.index_put.default,
+        torch.ops.aten._index_put_impl_.default,
+        torch.ops.aten.masked_fill_.Tensor,
+        torch.ops.aten.masked_fill.Tensor,
+        torch.ops.aten.masked_scatter_.default,
+        torch.ops.aten.masked_scatter.default,
+    )
+)
+"""Writes into their first input at the positions their indices or mask (second input) select,
+of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -404,6 +417,8 @@ class Known:
             return self._absorbed(func in OR, copies, out)
         if func in _SCALAR_OR or func in _SCALAR_AND:
             return self._absorbed(func in _SCALAR_OR, [_flags(args[1:], out)], out)
+        if func in _MASKED_WRITES and self._unwritten(args, out):
+            return True
         if not isinstance(out, torch.Tensor) or not out.is_meta:
             return False
         result = assumed.decided(func, args, kwargs, out, self.value, matches)
@@ -474,6 +489,39 @@ class Known:
                 self._keep(out, torch.full(out.shape, either, dtype=out.dtype, device=_CPU))
                 return True
         return False
+
+    def _unwritten(self, args: tuple[Any, ...], out: Any) -> bool:
+        """A masked or indexed write (:data:`_MASKED_WRITES`) whose known indices select no
+        position writes nothing, whatever the values it would write: its output holds its
+        known destination's values (``eos_idx[is_eos.any(1)] = ...`` where no end-of-sequence
+        token was generated). Made up where the destination or the selection is."""
+        if len(args) < 2 or not isinstance(out, torch.Tensor) or not out.is_meta:
+            return False
+        destination = args[0]
+        if not isinstance(destination, torch.Tensor) or not destination.is_meta:
+            return False
+        kept = self.value(destination)
+        if kept is None or kept.shape != out.shape:
+            return False
+        chosen = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+        selections = [i for i in chosen if isinstance(i, torch.Tensor)]
+        if not selections:
+            return False
+        selects_none = False
+        for index in selections:
+            found = self.value(index) if index.is_meta else index
+            if found is None:
+                return False
+            if index.dtype == torch.bool:
+                selects_none = selects_none or not bool(found.any())
+            else:
+                selects_none = selects_none or found.numel() == 0
+        if not selects_none:
+            return False
+        marks = [self._made_up.get(t.untyped_storage()._cdata) for t in [destination, *selections]]
+        computed = kept.clone()
+        self._keep(out, computed, any(m is not None for m in marks), any(bool(m) for m in marks))
+        return True
 
     def _keep(
         self, made: torch.Tensor, computed: Any, made_up: bool = False, guessed: bool = False
