@@ -295,3 +295,24 @@ def test_the_scripts_own_allocator_settings_apply_as_on_a_gpu(
     assert seen["kinds"] == kinds
     assert seen["reserved"] == reserved
     assert json.loads(done.stdout)["allocator_conf"] == conf
+
+
+RAW_STREAM = """
+import json
+import torch
+default = torch._C._cuda_getCurrentRawStream(0)
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    inside = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+print(json.dumps({"default": default == torch.cuda.default_stream().cuda_stream,
+                  "inside": inside == side.cuda_stream, "differ": inside != default}))
+"""
+
+
+def test_the_raw_current_stream_is_the_current_streams_handle(tmp_path: Path) -> None:
+    """``torch._C._cuda_getCurrentRawStream`` (bitsandbytes reads it when imported, so
+    ``import peft`` with bitsandbytes installed failed) answers the current stream's handle,
+    the one ``torch.cuda.current_stream().cuda_stream`` gives, inside a side stream too."""
+    script(tmp_path, RAW_STREAM)
+    facts = printed_facts(tmp_path)
+    assert facts == {"default": True, "inside": True, "differ": True}

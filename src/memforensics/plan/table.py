@@ -139,6 +139,14 @@ def _device_rows(
             "cuBLAS's workspaces, one per stream, freed as the CUDA build frees them",
             added=True,
         ),
+        R(
+            torch._C,
+            "_cuda_getCurrentRawStream",
+            lambda device_index=None: streams.current().cuda_stream,
+            "the current stream's handle, as torch.cuda.current_stream().cuda_stream gives it "
+            "(bitsandbytes reads the binding when it is imported)",
+            added=True,
+        ),
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
