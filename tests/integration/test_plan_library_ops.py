@@ -128,3 +128,35 @@ def test_a_torchscript_file_loads_onto_the_device_and_saving_it_back_stops_in_on
     [said] = [line for line in plan_said if "torch.jit.save" in line]
     assert said.startswith("memforensics plan: torch.jit.save of a module holding tensors")
     assert "Traceback" not in done.stderr
+
+
+UNSWAPPABLE = """
+import json
+import torch
+
+class Packed(torch.nn.Parameter):  # as bitsandbytes' Params4bit: detach() gives a plain tensor
+    def __new__(cls, data, requires_grad=False):
+        made = torch.Tensor._make_subclass(cls, data, requires_grad)
+        made.blocksize = 64
+        return made
+
+layer = torch.nn.Linear(64, 64, bias=False)
+layer.weight = Packed(torch.randn(64, 64).cuda())
+weight = layer.weight
+layer.to("cuda")
+layer.cuda()
+print(json.dumps({"kind": type(layer.weight).__name__, "same": layer.weight is weight,
+                  "blocksize": layer.weight.blocksize, "held": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_parameter_class_torch_cannot_swap_moves_on_the_device(tmp_path: Path) -> None:
+    """A module whose weight is already on the device, of a ``Parameter`` subclass whose
+    ``detach()`` leaves the class (bitsandbytes' ``Params4bit``, which ``Trainer`` moves with
+    ``model.to(device)``), moves again as on a CUDA build: the parameter is rebound, keeps its
+    class and attributes, where the plan's swapping used to fail with "Couldn't swap"."""
+    script(tmp_path, UNSWAPPABLE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {"kind": "Packed", "same": True, "blocksize": 64, "held": 64 * 64 * 4}

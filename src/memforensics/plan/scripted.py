@@ -23,29 +23,59 @@ module's (``scripted``)."""
 
 def swaps(original: Callable[[], bool]) -> Callable[[], bool]:
     """``torch.__future__.get_swap_module_params_on_conversion``: on while a module applies a
-    function to its tensors (``.cuda()``, ``.to()``), except a scripted module's; elsewhere
-    (``load_state_dict`` reads it too, and swapping there would drop each parameter's
-    gradient) the script's own setting. A plain function, as torch's own replacement of it
-    for ``torch.compile`` requires of what it replaces."""
+    function to its tensors (``.cuda()``, ``.to()``), except a scripted module's and a module
+    whose parameters are stand-ins already, one of a class torch cannot swap
+    (:func:`_unswappable`); elsewhere (``load_state_dict`` reads it too, and swapping there
+    would drop each parameter's gradient) the script's own setting. Such a module rebinds its
+    parameters (``param.data = ...``) as on a CUDA build, where the moved tensors' types are
+    compatible, as two stand-ins' are: bitsandbytes' ``Params4bit`` so moves when ``Trainer``
+    puts a model loaded in 4 bits on the device. A plain function, as torch's own
+    replacement of it for ``torch.compile`` requires of what it replaces."""
 
     def get_swap_module_params_on_conversion() -> bool:
-        if getattr(_INSIDE, "moving", False) and not getattr(_INSIDE, "scripted", False):
+        moving = getattr(_INSIDE, "moving", False) and not getattr(_INSIDE, "scripted", False)
+        if moving and not _unswappable(getattr(_INSIDE, "module", None)):
             return True
         return original()
 
     return get_swap_module_params_on_conversion
 
 
+def _unswappable(module: Any) -> bool:
+    """Whether ``module``'s own parameters are all stand-ins (``meta``), one at least of a
+    ``Parameter`` subclass whose ``detach()`` leaves the class, which ``Module._apply``'s swap
+    refuses (it makes a ``Parameter`` of the moved tensor, and torch requires that of a
+    subclass)."""
+    held = getattr(module, "_parameters", None)
+    if not isinstance(held, dict):
+        return False
+    params = [p for p in held.values() if p is not None]
+    if not params or not all(p.is_meta for p in params):
+        return False
+    for param in params:
+        kind = type(param)
+        if kind is not torch.nn.Parameter and issubclass(kind, torch.nn.Parameter):
+            with torch.no_grad():
+                if type(param.detach()) is not kind:
+                    return True
+    return False
+
+
 def _inside(flag: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original`` (a module's ``_apply``) with ``flag`` set on this thread while it runs."""
+    """``original`` (a module's ``_apply``) with ``flag`` set on this thread while it runs,
+    and the module kept as the one applying (its children's ``_apply`` run first and give it
+    back)."""
 
     def _apply(module: Any, fn: Callable[..., Any], recurse: bool = True) -> Any:
         before = getattr(_INSIDE, flag, False)
+        applying = getattr(_INSIDE, "module", None)
         setattr(_INSIDE, flag, True)
+        _INSIDE.module = module
         try:
             return original(module, fn, recurse)
         finally:
             setattr(_INSIDE, flag, before)
+            _INSIDE.module = applying
 
     return _apply
 
