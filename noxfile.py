@@ -57,9 +57,10 @@ def tests_notorch(session: nox.Session) -> None:
 
 @nox.session
 def integrations(session: nox.Session) -> None:
-    """The optional integrations (Lightning, transformers) against the real libraries."""
+    """The optional integrations (Lightning, transformers) against the real libraries, and
+    bitsandbytes' 4-bit weights under plan (its CPU-capable wheel, for that test alone)."""
     install_torch(session)
-    session.install("-e", ".[lightning,transformers]", *TEST_DEPS)
+    session.install("-e", ".[lightning,transformers]", *TEST_DEPS, "bitsandbytes>=0.50")
     session.run("pytest", "tests", "-m", "extras", *session.posargs)
 
 
