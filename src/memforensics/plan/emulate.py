@@ -41,6 +41,7 @@ from memforensics.plan import (
     logsumexp,
     nms,
     operands,
+    samples,
     scratch,
     sparse,
     values,
@@ -568,6 +569,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
         for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):

@@ -32,6 +32,7 @@ from memforensics.plan import (
     lazy,
     libraries,
     profiler,
+    samples,
     scratch,
     scripted,
     standins,
@@ -515,6 +516,22 @@ def _torch_rows(
             "checkpointing's default device is the accelerator's: CUDA",
         ),
         *_autocast_rows(),
+        R(
+            torch.distributions.Distribution,
+            "_validate_sample",
+            samples.validated(
+                _found(torch.distributions.Distribution, "_validate_sample"), functions.reads.known
+            ),
+            "a sample the plan made up lies in the support it was drawn from, as on a GPU",
+        ),
+        R(
+            torch.distributions.Distribution,
+            "__init__",
+            samples.made(
+                _found(torch.distributions.Distribution, "__init__"), functions.reads.known
+            ),
+            "parameters the plan made up satisfy their constraints, as a GPU's values do",
+        ),
         R(
             torch.storage,
             "_to",
