@@ -50,7 +50,45 @@ def test_record_stream_and_side_streams_run_and_count(tmp_path: Path) -> None:
     assert (facts["kept"], facts["after"]) == (4 * MiB, 0)
     assert facts["range"] == [0, -3]
     assert facts["priority"] == -1
-    assert facts["elapsed"] == 0.0
+    assert facts["elapsed"] > 0.0
+
+
+EVENT_TIMING = """
+import json
+import torch
+x = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(10):
+    y = x @ x
+end.record()
+torch.cuda.synchronize()
+ms = start.elapsed_time(end)
+tflops = 2 * 1024**3 * 10 / (ms / 1e3) / 1e12
+refused = []
+for first, second in [(torch.cuda.Event(), torch.cuda.Event()),
+                      (torch.cuda.Event(enable_timing=True), end)]:
+    try:
+        first.elapsed_time(second)
+    except ValueError as error:
+        refused.append(str(error))
+print(json.dumps({"ms": ms, "tflops": tflops, "refused": refused}))
+"""
+
+
+def test_cuda_event_timing_is_positive_and_refuses_what_torch_refuses(tmp_path: Path) -> None:
+    """A benchmark dividing work by ``start.elapsed_time(end)`` runs (it divided by zero): the
+    time is positive, and events without timing or unrecorded raise torch's ValueErrors."""
+    script(tmp_path, EVENT_TIMING)
+    facts = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert isinstance(facts["ms"], float)
+    assert facts["ms"] > 0.0
+    assert isinstance(facts["tflops"], float)
+    assert facts["tflops"] > 0.0
+    assert facts["refused"] == [
+        "Both events must be created with argument 'enable_timing=True'.",
+        "Both events must be recorded before calculating elapsed time.",
+    ]
 
 
 INDICES = """

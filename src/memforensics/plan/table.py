@@ -151,7 +151,12 @@ def _device_rows(
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
-        R(c, "Event", cuda.Stream, NO_OP),
+        R(
+            c,
+            "Event",
+            cuda.Event,
+            "one timeline: waits do nothing; timing answers the host time between records",
+        ),
         R(c, "current_stream", initializing(streams.current), STREAMS + INITIALIZES),
         R(c, "default_stream", initializing(streams.default), STREAMS + INITIALIZES),
         R(c, "stream", streams.using, STREAMS),
