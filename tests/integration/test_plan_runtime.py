@@ -91,6 +91,38 @@ def test_cuda_event_timing_is_positive_and_refuses_what_torch_refuses(tmp_path: 
     ]
 
 
+PREFETCH = """
+import json
+import torch
+copy_stream = torch.cuda.Stream()
+batches = [torch.randn(256, 1024).pin_memory() for _ in range(3)]
+with torch.cuda.stream(copy_stream):
+    nxt = batches[0].to("cuda", non_blocking=True)
+    ready = copy_stream.record_event()
+seen = []
+for i in range(3):
+    torch.cuda.current_stream().wait_event(ready)
+    ready.synchronize()
+    current = nxt
+    current.record_stream(torch.cuda.current_stream())
+    if i + 1 < 3:
+        with torch.cuda.stream(copy_stream):
+            nxt = batches[i + 1].to("cuda", non_blocking=True)
+            ready = copy_stream.record_event()
+    seen.append(ready.query())
+print(json.dumps({"seen": seen, "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_recorded_event_is_an_event_a_prefetcher_waits_on(tmp_path: Path) -> None:
+    """A data prefetcher's ``stream.record_event()`` returns an event it can wait on, query
+    and synchronize (it returned None and the loop failed), and the batches are counted."""
+    script(tmp_path, PREFETCH)
+    facts = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert facts["seen"] == [True, True, True]
+    assert facts["allocated"] == 256 * 1024 * 4
+
+
 INDICES = """
 import json
 import torch

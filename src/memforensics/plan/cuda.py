@@ -73,8 +73,13 @@ class Stream:
     def query(self) -> bool:
         return True
 
-    def elapsed_time(self, other: object) -> float:
-        return 0.0
+    def record_event(self, event: Event | None = None) -> Event:
+        """A new event (or ``event``) recorded now, as ``torch.cuda.Stream.record_event``
+        returns it: code that overlaps copies waits on it or synchronizes it later."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
 
 
 EVENT_RESOLUTION_MS = 0.0005
