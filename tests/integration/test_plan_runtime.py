@@ -123,6 +123,43 @@ def test_a_recorded_event_is_an_event_a_prefetcher_waits_on(tmp_path: Path) -> N
     assert facts["allocated"] == 256 * 1024 * 4
 
 
+ACCELERATOR_TIMING = """
+import json
+import torch
+device = torch.accelerator.current_accelerator()
+x = torch.randn(1024, 1024, device=device)
+start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+start.record()
+y = x @ x
+end.record()
+torch.accelerator.synchronize()
+side = torch.Stream(device)
+side.wait_stream(torch.accelerator.current_stream())
+before = torch.cuda.memory_allocated()
+with side:
+    z = torch.empty(1 << 20, dtype=torch.uint8, device=device)
+print(json.dumps({"ms": start.elapsed_time(end), "device": str(device),
+                  "kinds": [isinstance(side, torch.Stream), isinstance(end, torch.Event),
+                            isinstance(torch.accelerator.current_stream(), torch.Stream)],
+                  "cpu": str(torch.Event("cpu").device),
+                  "allocated": torch.cuda.memory_allocated() - before}))
+"""
+
+
+def test_device_generic_events_and_streams_are_the_planned_devices(tmp_path: Path) -> None:
+    """``torch.Event``/``torch.Stream`` as the ``torch.accelerator`` examples use them are CUDA's
+    on the planned device (recording raised "cpu backend doesn't support events") and time and
+    allocate as ``torch.cuda``'s; a CPU event stays torch's."""
+    script(tmp_path, ACCELERATOR_TIMING)
+    facts = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert facts["device"] == "cuda"
+    assert isinstance(facts["ms"], float)
+    assert facts["ms"] > 0.0
+    assert facts["kinds"] == [True, True, True]
+    assert facts["cpu"] == "cpu"
+    assert facts["allocated"] == 1 << 20
+
+
 INDICES = """
 import json
 import torch

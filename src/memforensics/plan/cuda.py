@@ -173,6 +173,64 @@ def stream_class(device: PlannedDevice) -> type:
     return PlannedStream
 
 
+def on_planned_device(device: Any) -> bool:
+    """Whether ``device`` (``torch.Event``'s or ``torch.Stream``'s) is the planned CUDA device:
+    none names the current accelerator, which in a plan is CUDA; a bare index is CUDA's."""
+    if device is None or isinstance(device, int):
+        return True
+    return bool(torch.device(device).type == "cuda")
+
+
+class _AlsoTorchs(type):
+    """The metaclass of a stand-in for one of torch's base classes: ``isinstance`` against the
+    stand-in answers True for what torch's answers True for: the planned CUDA kind (a
+    ``torch.cuda.Stream`` is a ``torch.Stream``) and torch's own class (a CPU event)."""
+
+    also: tuple[type, ...]
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return type.__instancecheck__(cls, instance) or isinstance(instance, cls.also)
+
+
+def device_generic_kinds(streams: Streams) -> tuple[type, type]:
+    """``torch.Event`` and ``torch.Stream``, the device-generic classes (the
+    ``torch.accelerator`` examples time and overlap with them): on the planned device, the
+    current accelerator's when no device is named, they are the CUDA stand-ins (an event that
+    times, a stream with its own id); on another device they are torch's own."""
+    real_event, real_stream = torch.Event, torch.Stream
+
+    class DeviceEvent(Event, metaclass=_AlsoTorchs):
+        also = (Event, real_event)
+
+        def __new__(cls, device: Any = None, **flags: Any) -> Any:
+            if not on_planned_device(device):
+                return real_event(device, **flags)
+            return super().__new__(cls)
+
+        def __init__(
+            self,
+            device: Any = None,
+            *,
+            enable_timing: bool = False,
+            blocking: bool = False,
+            interprocess: bool = False,
+        ) -> None:
+            super().__init__(enable_timing, blocking, interprocess)
+
+    class DeviceStream(streams.kind, metaclass=_AlsoTorchs):  # type: ignore[misc,name-defined]
+        also = (streams.kind, real_stream)
+
+        def __new__(cls, device: Any = None, **options: Any) -> Any:
+            if not on_planned_device(device):
+                return real_stream(device, **options)
+            return super().__new__(cls)
+
+        def __init__(self, device: Any = None, **options: Any) -> None:
+            super().__init__(device, **options)
+
+    return DeviceEvent, DeviceStream
+
+
 class Streams:
     """``torch.cuda``'s stream functions over the planned device's current stream."""
 

@@ -373,7 +373,10 @@ def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replaceme
     left alone: torch caches its answer for the process.)"""
     c, a = torch._C, answers
     why = "torch.accelerator names the planned device"
+    event, stream = cuda.device_generic_kinds(streams)
     return [
+        R(torch, "Event", event, "the current accelerator's event: " + NO_OP, needed=False),
+        R(torch, "Stream", stream, "the current accelerator's stream: " + STREAMS, needed=False),
         R(c, "_accelerator_getAccelerator", a.accelerator, why, needed=False),
         R(c, "_get_accelerator", a.accelerator, why + " (FSDP's default mesh)", needed=False),
         R(c, "_accelerator_getDeviceIndex", a.index, why, needed=False),
