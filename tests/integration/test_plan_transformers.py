@@ -381,6 +381,32 @@ def test_beam_search_runs_to_max_new_tokens(tmp_path: Path) -> None:
     assert grown >= 2 * cache_per_position * (200 - 8)  # two layers
 
 
+TRANSITION_SCORES = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000, n_positions=256,
+                    eos_token_id=0, bos_token_id=0, pad_token_id=0)
+model = GPT2LMHeadModel(config).cuda().eval()
+ids = torch.randint(1, 1000, (2, 16), device="cuda")
+out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, num_beams=4,
+                     num_return_sequences=2, output_scores=True, return_dict_in_generate=True)
+scores = model.compute_transition_scores(out.sequences, out.scores, out.beam_indices,
+                                         normalize_logits=False)
+print("transition", tuple(scores.shape), tuple(out.beam_indices.shape))
+"""
+
+
+def test_beam_transition_scores_cover_every_generated_step(tmp_path: Path) -> None:
+    """``compute_transition_scores`` after beam search (Hugging Face's documented recipe) runs
+    and scores every one of the 12 generated steps of the 4 returned sequences, as the
+    full-length search that made them (its beam-index padding test found every step padding,
+    a zero-length cut, and failed to broadcast)."""
+    script(tmp_path, TRANSITION_SCORES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "transition (4, 12) (4, 12)" in done.stdout
+
+
 FROM_PRETRAINED = """
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM

@@ -11,6 +11,10 @@ early, and where an operator's result is the same for every such value, it is kn
 - *A made-up integer is none of the values the script names*: it equals none of a known
   tensor's values or a number (``isin`` against the end-of-sequence tokens is false, ``!= -100``
   true), so no generated token ends decoding before its maximum length.
+- *A made-up integer is not negative*: it is a token, a class or a beam index, as the zeros an
+  integer reads as are, so an order test of it against known values on the other side of zero
+  is decided (``beam_indices < 0``, the padding test after beam search, is false: it agrees
+  with the count of flags that gave the search its full length).
 - *A selection takes only what it selects*: ``where`` with a known condition that picks one side
   everywhere is that side.
 - *Values moved from a tensor holding one value everywhere are that value*, whatever the
@@ -84,6 +88,8 @@ def decided(
             return scored
     if func in _COMPARISONS:
         ordinary = _ordinary(func, args, kwargs, values)
+        if ordinary is None:
+            ordinary = _signed(func, args, kwargs, values)
         return ordinary if ordinary is not None else _named(func, args, out, values)
     if func in _ISIN:
         return _named(func, args, out, values, kwargs.get("invert", False))
@@ -150,6 +156,44 @@ def _ordinary(
     cpu = [_zeros(a) if a is unknown else _on_cpu(a, values) for a in args]
     result: torch.Tensor = func(*cpu, **kwargs)
     return result
+
+
+_ORDERS = frozenset(
+    getattr(getattr(_aten, name), overload)
+    for name in ("lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+)
+
+
+def _signed(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """An order test of a made-up integer with known values none of which lies between zero
+    and every non-negative integer (all below zero, or zero itself for the tests that zero
+    decides): decided as for zero, which any non-negative integer agrees with there."""
+    if func not in _ORDERS:
+        return None
+    unknown, known = _sides(args, values)
+    if unknown is None or unknown.is_floating_point() or unknown.is_complex():
+        return None
+    if unknown.dtype == torch.bool or isinstance(known, bool):
+        return None
+    if isinstance(known, torch.Tensor):
+        if known.numel() == 0 or known.is_complex() or known.dtype == torch.bool:
+            return None
+        if not bool((known.double() <= 0).all()):
+            return None
+    elif not isinstance(known, (int, float)) or not known <= 0:
+        return None
+    cpu = [_zeros(a) if a is unknown else _on_cpu(a, values) for a in args]
+    zero: torch.Tensor = func(*cpu, **kwargs)
+    one: torch.Tensor = func(
+        *[torch.ones_like(c) if a is unknown else c for a, c in zip(args, cpu, strict=True)],
+        **kwargs,
+    )
+    if not torch.equal(zero, one):
+        return None  # the known side holds zero where the test tells zero from one
+    return zero
 
 
 def _named(
