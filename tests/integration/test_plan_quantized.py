@@ -1,6 +1,7 @@
 """A model loaded in 4 bits by bitsandbytes (QLoRA's ``BitsAndBytesConfig(load_in_4bit=True)``)
 under the real ``memforensics plan``: its weights are packed on the planned device as on a GPU,
-and PEFT and ``Trainer`` train it. A tiny Llama saved by the script itself (no downloads)."""
+and PEFT and ``Trainer`` train it. A tiny Llama saved by the script itself (no downloads). And
+bitsandbytes' paged optimizers, whose states are managed memory outside PyTorch's allocator."""
 
 from __future__ import annotations
 
@@ -55,3 +56,85 @@ def test_a_model_loaded_in_4_bits_is_packed_on_the_device(tmp_path: Path) -> Non
     elements = 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512)  # 2 layers' projections
     assert elements // 2 <= facts["loaded"] < elements * 2
     assert facts["logits"] == [2, 8, 64]
+
+
+PAGED = """
+import json
+import sys
+import bitsandbytes as bnb
+import torch
+
+paged = sys.argv[1] == "paged"
+model = torch.nn.Sequential(torch.nn.Linear(512, 256, bias=False),
+                            torch.nn.Linear(256, 512, bias=False)).cuda()
+optimizer = (bnb.optim.PagedAdamW if paged else bnb.optim.AdamW)(model.parameters(), lr=1e-3)
+for _ in range(3):
+    model(torch.randn(8, 512, device="cuda")).square().mean().backward()
+    optimizer.step()
+state = optimizer.state[model[0].weight]
+print(json.dumps({"allocated": torch.cuda.memory_allocated(),
+                  "paged": bool(getattr(state["state1"], "is_paged", False)),
+                  "shape": list(state["state2"].shape)}))
+"""
+
+
+def _stepped(tmp_path: Path, *args: str) -> tuple[dict[str, object], str]:
+    """The planned script's printed facts, and all it said."""
+    done = plan(tmp_path, "train.py", *args)
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    return facts, done.stdout + done.stderr
+
+
+def test_a_paged_optimizer_keeps_its_states_outside_the_allocator(tmp_path: Path) -> None:
+    """bitsandbytes' ``PagedAdamW`` steps a model whose parameters have 100,000 elements or
+    more (it used to fail calling the native ``cget_managed_ptr``): its two states per
+    parameter are paged (CUDA managed memory, outside PyTorch's allocator), so the memory
+    allocated after the steps is that of ``AdamW``'s run less exactly the states' bytes, and
+    the plan says they are left out."""
+    script(tmp_path, PAGED)
+    paged, said = _stepped(tmp_path, "paged")
+    plain, _ = _stepped(tmp_path, "plain")
+    assert paged["paged"] is True
+    assert plain["paged"] is False
+    assert paged["shape"] == plain["shape"] == [256, 512]
+    states = 2 * (2 * 512 * 256) * 4  # two float32 states for each of the two weights
+    assert isinstance(paged["allocated"], int)
+    assert isinstance(plain["allocated"], int)
+    assert plain["allocated"] - paged["allocated"] == states
+    assert paged["allocated"] >= 2 * (2 * 512 * 256) * 4  # the weights and their gradients
+    assert "paged optimizer states" in said
+
+
+RESUMED = """
+import json
+import bitsandbytes as bnb
+import torch
+
+model = torch.nn.Linear(512, 512, bias=False).cuda()
+optimizer = bnb.optim.PagedAdamW(model.parameters(), lr=1e-3)
+model(torch.randn(4, 512, device="cuda")).sum().backward()
+optimizer.step()
+torch.save(optimizer.state_dict(), "optimizer.pt")
+saved = torch.load("optimizer.pt")["state"][0]["__bnb_optimizer_quant_state__"]["state1"]
+before = torch.cuda.memory_allocated()
+optimizer.load_state_dict(torch.load("optimizer.pt"))
+model(torch.randn(4, 512, device="cuda")).sum().backward()
+optimizer.step()
+state = optimizer.state[model.weight]
+print(json.dumps({"saved": str(saved.device), "grown": torch.cuda.memory_allocated() - before,
+                  "paged": bool(getattr(state["state1"], "is_paged", False))}))
+"""
+
+
+def test_a_paged_optimizer_resumes_from_its_saved_state(tmp_path: Path) -> None:
+    """A ``PagedAdamW`` state saved with ``torch.save`` is a host tensor in the file (on a GPU
+    it is a host tensor over managed memory), and loaded back it goes onto the device as an
+    ordinary tensor: the memory allocated grows by the two states' bytes (it used to fail
+    copying out of a ``meta`` tensor) and the optimizer steps on."""
+    script(tmp_path, RESUMED)
+    facts, _ = _stepped(tmp_path)
+    assert facts["saved"] == "cpu"
+    assert facts["paged"] is False
+    assert isinstance(facts["grown"], int)
+    assert facts["grown"] >= 2 * 512 * 512 * 4

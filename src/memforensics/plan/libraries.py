@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import distributed_checkpoint, early_stopping, flex, quantized
+from memforensics.plan import distributed_checkpoint, early_stopping, flex, paged, quantized
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -194,5 +194,6 @@ def rows(
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
         *flex.rows(holds),
+        *paged.rows(notes),
         *quantized.rows(holds),
     ]
