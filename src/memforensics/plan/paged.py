@@ -57,7 +57,7 @@ def _saved_on_host(paged: torch.Tensor, protocol: int) -> Any:
     a host tensor over managed memory (``torch.frombuffer``), so it is saved as a host tensor
     and loads as one, which ``load_state_dict`` then moves to the device as an ordinary CUDA
     tensor. It holds zeros, as the plan's checkpoints hold for the device's values."""
-    return torch.zeros(paged.shape, dtype=paged.dtype).__reduce_ex__(protocol)  # type: ignore[no-untyped-call]
+    return torch.zeros(paged.shape, dtype=paged.dtype).__reduce_ex__(protocol)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def paged_state(notes: Notes) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -71,10 +71,10 @@ def paged_state(notes: Notes) -> Callable[[Callable[..., Any]], Callable[..., An
                 return original(*shape, dtype=dtype, device=device)
             notes.once("paged", LEFT_OUT)
             out = torch.empty(shape, dtype=dtype, device="meta")
-            out.is_paged = True  # type: ignore[attr-defined]
+            out.is_paged = True  # type: ignore[attr-defined, unused-ignore]
             index = device if isinstance(device, int) else torch.device(device).index
-            out.page_deviceid = 0 if index is None else index  # type: ignore[attr-defined]
-            out.__reduce_ex__ = functools.partial(_saved_on_host, out)  # type: ignore[method-assign]
+            out.page_deviceid = 0 if index is None else index  # type: ignore[attr-defined, unused-ignore]
+            out.__reduce_ex__ = functools.partial(_saved_on_host, out)  # type: ignore[method-assign, unused-ignore]
             return out
 
         return get_paged
