@@ -466,6 +466,17 @@ def fsdp1_handle(original: Callable[[Any], Any]) -> Any:
     return classmethod(from_device)
 
 
+def device_handle(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.distributed.device_mesh._get_device_handle``: the module for a stand-in's device
+    type (``meta``) is ``torch.cuda``, as for the device it stands for. FSDP2 asks it of its
+    all-gather output before waiting on the all-gather's event."""
+
+    def _get_device_handle(device_type: str = "cuda") -> Any:
+        return original("cuda" if device_type == "meta" else device_type)
+
+    return _get_device_handle
+
+
 def rng_state_on_host(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """DTensor's random-op tracker's copy of CUDA's generator state, kept on the host.
 

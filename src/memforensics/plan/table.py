@@ -805,8 +805,17 @@ def _distributed_rows(
             needed=False,
         ),
     ]
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives as fsdp_collectives
+    import torch.distributed.fsdp._fully_shard._fsdp_init as fsdp_init
+    import torch.distributed.fsdp._fully_shard._fsdp_param_group as fsdp_param_group
+    import torch.distributed.fsdp._fully_shard._fsdp_state as fsdp_state
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
+    handle = distributed.device_handle(_found(device_mesh, "_get_device_handle"))
+    rows += [
+        R(module, "_get_device_handle", handle, "a stand-in's device type (meta) is CUDA's")
+        for module in (device_mesh, fsdp_collectives, fsdp_init, fsdp_param_group, fsdp_state)
+    ]
     rows.append(
         R(
             FSDPParamGroup,
