@@ -275,15 +275,18 @@ def test_a_library_class_s_method_is_replaced_for_its_subclasses_too_and_put_bac
 @pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     """Every library row's function exists in the installed library (Accelerate, the kernels
-    library transformers depends on, transformers' and Lightning's early stopping), so a
-    release that renames it fails this test rather than a user's planned run."""
-    for library in ("accelerate", "kernels", "transformers", "lightning", "pytorch_lightning"):
+    library transformers depends on, transformers' and Lightning's early stopping, safetensors,
+    bitsandbytes), so a release that renames it fails this test rather than a user's planned
+    run."""
+    libraries = ("accelerate", "kernels", "transformers", "lightning", "pytorch_lightning")
+    for library in (*libraries, "safetensors", "bitsandbytes"):
         pytest.importorskip(library)
     import importlib
 
     from memforensics.plan.libraries import rows
+    from memforensics.plan.saved_files import SavedFiles
 
-    for row in rows(lambda tensor: False, Notes()):
+    for row in rows(lambda tensor: False, lambda tensor: False, Notes(), SavedFiles()):
         found: Any = importlib.import_module(row.module)
         for part in row.name.split("."):
             found = getattr(found, part, None)
