@@ -158,7 +158,7 @@ def test_report_draws_hovers_clicks_and_never_reaches_the_network(
             requests.append(message["params"]["request"]["url"])
     # Chromium's own pages and inline data: URLs (its blank pages use one) never leave the
     # machine; anything else but the page's own load would.
-    local = ("chrome:", "chrome-extension:", "devtools:", "data:", "about:")
+    local = ("chrome:", "chrome-untrusted:", "chrome-extension:", "devtools:", "data:", "about:")
     assert [url for url in requests if not url.startswith(local)] == [page.as_uri()]
 
 
