@@ -48,8 +48,9 @@ graph cannot (CTC, ``flex_attention``), runs eagerly, said once, and stays so; w
 asked for ``fullgraph=True`` (on a GPU a graph break is then an error), the whole call does.
 
 The modes that add CUDA graphs (``reduce-overhead``, ``max-autotune``) compile the same
-partition, so their graphs run here as without them; the graphs' private memory pool is not
-modelled, said once. Inductor ``options`` are not followed, said once.
+partition, and each call of a graph runs as the device's CUDA graph tree runs it: warmed up
+or recorded into the tree's private pool, or replayed, allocating nothing
+(:mod:`~memforensics.plan.graph_trees`). Inductor ``options`` are not followed, said once.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, choices, ctc, fusion, values
+from memforensics.plan import attention, choices, ctc, fusion, graph_trees, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -84,12 +85,13 @@ GRAPHS = (
 _DEFAULT_MODES = (None, "default", "max-autotune-no-cudagraphs")
 """``mode``s that compile without CUDA graphs: a graph run as the partition's modules."""
 _CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-"""``mode``s whose graphs Inductor also runs as CUDA graphs: the same partition, so the same
-graphs here, without the graphs' private memory pool."""
+"""``mode``s whose graphs Inductor also runs as CUDA graphs: the same partition, run as the
+device's CUDA graph tree runs it (:mod:`~memforensics.plan.graph_trees`)."""
 CUDA_GRAPHS = (
-    "torch.compile's CUDA graphs (mode 'reduce-overhead' or 'max-autotune') are not modelled: "
-    "the graphs run as without them, so what a graph's private memory pool keeps reserved "
-    "apart on a GPU is not counted (peak allocated is the graphs', reserved may be higher)"
+    "torch.compile's CUDA graphs (mode 'reduce-overhead' or 'max-autotune') run as CUDA graph "
+    "trees do: each graph's first call warms up and its next is recorded, both in the graphs' "
+    "private pool, and later calls replay, allocating nothing (their outputs are the pool's, "
+    "uncounted); Inductor's autotuning is not run"
 )
 OPTIONS = (
     "torch.compile's Inductor options are not followed in a plan: the graphs run as with "
@@ -428,6 +430,7 @@ class Compiled:
         original: Callable[..., Any],
         dynamic: object,
         fullgraph: bool,
+        trees: graph_trees.GraphTrees | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         Compiled.made += 1
@@ -436,6 +439,9 @@ class Compiled:
         self.storage = storage
         self.autocast = autocast
         self.fullgraph = fullgraph
+        self.trees = trees
+        """The device's CUDA graph tree, where the compile's mode runs its graphs as CUDA
+        graphs."""
         self.eager = False
         self._failed = threading.local()
         with _quiet(_NO_TRITON):  # dynamo's import of AOTAutograd imports it
@@ -496,7 +502,8 @@ class Compiled:
 
         backend = aot_autograd(
             fw_compiler=self._runner,
-            bw_compiler=functools.partial(self._runner, donated=True),
+            bw_compiler=functools.partial(self._runner, kind=graph_trees.Kind.BACKWARD),
+            inference_compiler=functools.partial(self._runner, kind=graph_trees.Kind.INFERENCE),
             partition_fn=min_cut_rematerialization_partition,
             decompositions=select_decomp_table(),
         )
@@ -504,40 +511,88 @@ class Compiled:
             return backend(gm, example_inputs)
 
     def _runner(
-        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, donated: bool = False
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        *,
+        kind: graph_trees.Kind = graph_trees.Kind.FORWARD,
     ) -> Any:
         """A partitioned graph run node by node under the storage mode, the emulation's
         function mode aside (the module's own ``device(type='meta')`` literals must stay
         stand-ins' meta), each value freed after its last use, the values Inductor inlines into
         its kernels made without a block, and the outputs it writes into dying inputs given
-        their blocks (:class:`_Kernels`; ``donated``: a backward, whose inputs AOTAutograd
-        donates may be, :func:`_donated`); boxed, so its inputs are freed as the graph is done
-        with them, as Inductor's own wrapper frees them."""
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
+        their blocks (:class:`_Kernels`; a backward's inputs AOTAutograd donates may be,
+        :func:`_donated`); boxed, so its inputs are freed as the graph is done with them, as
+        Inductor's own wrapper frees them. Under CUDA graphs each call runs as the graph tree
+        runs it (:class:`~memforensics.plan.graph_trees.GraphTrees`)."""
         storage = self.storage
         self.notes.once("compile graphs", GRAPHS)
+        donated = kind is graph_trees.Kind.BACKWARD
         fused = fusion.copied_operands(gm.graph)
         inlined = fusion.inlined(gm.graph)
         fusion.reorder(gm.graph, inlined, donated=donated, fused=fused)
         in_place = fusion.in_place(
             gm.graph, inlined, _donated(gm.graph) if donated else frozenset()
         )
+        trees, function = self.trees, self.trees.function() if self.trees else 0
+        static = _static_inputs(gm, kind) if trees else frozenset()
+
+        def compiled(args: list[Any]) -> Any:
+            return _Kernels(gm, storage, inlined, in_place).boxed_run(args)
 
         def run(args: list[Any]) -> Any:
-            kernels = _Kernels(gm, storage, inlined, in_place)
             staged, storage.staged = storage.staged, False  # Inductor's reductions stage none
             try:
-                with torch._C.DisableTorchFunction():
-                    if storage in _get_current_dispatch_mode_stack():
-                        return kernels.boxed_run(args)
-                    with storage:
-                        return kernels.boxed_run(args)
+                with torch._C.DisableTorchFunction(), _entered(storage):
+                    if trees is None:
+                        return compiled(args)
+                    return trees.run(function, kind, static, args, compiled, _replayed(gm))
             finally:
                 storage.staged = staged
 
         run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's calling convention
         return run
+
+
+@contextmanager
+def _entered(storage: StorageMode) -> Iterator[None]:
+    """The storage mode current inside, where it is not already."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    if storage in _get_current_dispatch_mode_stack():
+        yield
+        return
+    with storage:
+        yield
+
+
+def _replayed(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
+    """``gm`` replayed as a CUDA graph: its outputs made with every mode aside, taking no
+    block (a replay allocates nothing; its outputs are the pool's memory, which the
+    allocator does not count)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def replay(args: list[Any]) -> Any:
+        interpreter = torch.fx.Interpreter(gm)
+        try:
+            with _disable_current_modes():
+                return interpreter.boxed_run(args)
+        finally:
+            interpreter.env.clear()  # the outputs held by no one but the caller
+
+    return replay
+
+
+def _static_inputs(gm: torch.fx.GraphModule, kind: graph_trees.Kind) -> frozenset[int]:
+    """The inputs a CUDA graph takes where they lie, never copying them into its pool, as
+    Inductor marks them: a forward's parameters and buffers (AOTAutograd's
+    ``static_input_indices``), a backward's every input but its tangents."""
+    from torch._inductor.compile_fx import get_static_input_idxs
+    from torch._inductor.utils import count_tangents
+
+    if kind is graph_trees.Kind.BACKWARD:
+        return frozenset(range(count_tangents(gm)))
+    return frozenset(get_static_input_idxs(0))
 
 
 def _donated(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
@@ -620,7 +675,12 @@ def _optimized_module(
     return wrapper, slot, innermost_fn(getattr(wrapper, slot))
 
 
-def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> Callable[..., Any]:
+def stand_in(
+    notes: Notes,
+    storage: StorageMode,
+    autocast: choices.Autocast,
+    trees: graph_trees.GraphTrees,
+) -> Callable[..., Any]:
     """``torch.compile`` for a plan: Inductor's graphs (:class:`Compiled`) for the default
     backend and options, else the code eagerly, marked as compiled with its backend (an
     operator whose CUDA memory depends on it asks
@@ -641,9 +701,12 @@ def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> 
         )
         if not graphs and not torch_own:
             notes.once("compile", EAGER)
-        if graphs and (mode in _CUDA_GRAPH_MODES or inductor_options.get("triton.cudagraphs")):
+        cuda_graphs = graphs and (
+            mode in _CUDA_GRAPH_MODES or bool(inductor_options.get("triton.cudagraphs"))
+        )
+        if cuda_graphs:
             notes.once("cudagraphs", CUDA_GRAPHS)
-        elif graphs and inductor_options:
+        if graphs and set(inductor_options) - {"triton.cudagraphs"}:
             notes.once("inductor-options", OPTIONS)
         if module:
             wrapper, slot, fn = _optimized_module(model, original, backend, options)
@@ -658,6 +721,7 @@ def stand_in(notes: Notes, storage: StorageMode, autocast: choices.Autocast) -> 
                 original,
                 options.get("dynamic"),
                 bool(options.get("fullgraph", False)),
+                trees if cuda_graphs else None,
             )
         marked = values.marked(fn, backend)
         if module:

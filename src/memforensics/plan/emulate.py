@@ -858,6 +858,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is None:
             weakref.finalize(storage, self._release, key)
 
+    def outside_allocator(self, tensor: torch.Tensor) -> None:
+        """``tensor``'s storage is on the device in memory the allocator does not hand out
+        (a CUDA graph replay's output, in its pool): known, so its views take no block, but
+        holding none."""
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self._live:
+            self._live[key] = (None, storage.nbytes(), None)
+            weakref.finalize(storage, self._live.pop, key, None)
+
     def address(self, key: int) -> int | None:
         """Where the block of the storage ``key`` (its ``_cdata``) starts; 0 for an empty one,
         None for a storage that is not on the planned device."""

@@ -47,6 +47,7 @@ from memforensics.plan import (
 )
 from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import OutOfScope, PlannedDevice
+from memforensics.plan.graph_trees import GraphTrees
 from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced, replaced_where_imported
 from memforensics.plan.saved_files import SavedFiles
@@ -440,6 +441,7 @@ def _torch_rows(
     notes: values.Notes,
     clear_autocast: Callable[[], None],
     files: SavedFiles,
+    trees: GraphTrees,
 ) -> list[Replacement]:
     """Torch's own functions whose CUDA behaviour the plan re-makes, and a stand-in's methods."""
     import torch.fx.experimental._config as fx_config
@@ -475,7 +477,7 @@ def _torch_rows(
         R(
             torch,
             "compile",
-            compiled.stand_in(notes, storage, functions.autocast),
+            compiled.stand_in(notes, storage, functions.autocast, trees),
             "Inductor's graphs run unfused, other backends eagerly",
         ),
         R(
@@ -488,9 +490,8 @@ def _torch_rows(
         R(
             torch.compiler,
             "cudagraph_mark_step_begin",
-            cuda.noop(),
-            "compiled graphs run without CUDA graph trees in a plan: a new step has no graph "
-            "outputs to release",
+            trees.mark_step_begin,
+            "the plan's CUDA graph tree starts a new generation",
         ),
         R(
             autograd,
@@ -885,7 +886,7 @@ def table(
         *_graph_rows(graphs),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
-        *_torch_rows(functions, storage, notes, clear_autocast, files),
+        *_torch_rows(functions, storage, notes, clear_autocast, files, GraphTrees(graphs, storage)),
         *_distributed_rows(answers.device, storage, notes),
         *_spawn_rows(notes),
         *_worker_rows(device, storage, notes),
