@@ -98,3 +98,45 @@ def test_replays_allocate_nothing_and_their_outputs_take_no_block(tmp_path: Path
     assert all(call["eager"] == output for call in calls)
     assert {call["reserved"] for call in calls[2:]} == {calls[1]["reserved"]}
 
+
+FORWARDS = """
+import json, sys
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).cuda()
+compiled = torch.compile(model, mode="reduce-overhead")
+x = torch.randn(256, 512, device="cuda")
+y = None
+for call in range(5):  # forwards with autograd on and no backward: each waits for one
+    if sys.argv[1] == "marked":
+        torch.compiler.cudagraph_mark_step_begin()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = compiled(x)
+    print(json.dumps({"made": torch.cuda.max_memory_allocated() - before}))
+    if sys.argv[1] == "dropped":
+        del y
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "replays"),
+    [("dropped", True), ("marked", True), ("kept", False)],
+    ids=["outputs-dropped", "step-marked", "outputs-kept"],
+)
+def test_forwards_waiting_for_a_backward_replay_once_a_new_path_may_start(
+    tmp_path: Path, how: str, replays: bool
+) -> None:
+    """Training-mode forwards that never run a backward replay from the third call where the
+    tree may start a new path (the previous call's outputs dropped, or the step marked with
+    ``cudagraph_mark_step_begin``); with the outputs kept alive they stay in warmup, and every
+    call allocates its output and what it saves (the call's peak rises above its start)."""
+    script(tmp_path, FORWARDS)
+    done = plan(tmp_path, *H200, "train.py", how)
+    assert done.returncode == 0, done.stderr
+    made = [json.loads(line)["made"] for line in done.stdout.splitlines() if line[:1] == "{"]
+    assert len(made) == 5
+    assert all(call > 0 for call in made[:2])
+    assert (made[2:] == [0, 0, 0]) is replays
+    assert all(call > 0 for call in made[2:]) is not replays

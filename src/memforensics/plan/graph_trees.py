@@ -14,16 +14,17 @@ the rest. Warmup and recording run on the tree's own stream with cuBLAS's worksp
 before and after (``clear_cublas_manager``): the graphs' products take their workspace inside
 the pool, and the eager code's next product takes a new one.
 
-Which call is which follows the tree's generations: a compiled call is a new generation
+Which call is which follows the tree's generations. A compiled call is a new generation
 (dynamo counts them in ``GenerationTracker``) once no forward waits for its backward, or at
-``torch.compiler.cudagraph_mark_step_begin()``; within a generation the graphs called form a
-path, each node of which is recorded once. Once one graph warms up, the rest of its generation
-does too. A graph of dynamic shapes is a new function of the tree for each set of sizes it is
-called with. What the plan leaves out: re-recording where a static input moved, the tree
-freeing a previous generation's outputs that the script still holds (a GPU run then fails on
-reading them), and the allocator state the tree restores before recording after a replay
-(the replay's live outputs then count again, and a new recording does not reuse their
-memory).
+``torch.compiler.cudagraph_mark_step_begin()``, and starts a new path; so does a call made
+once every output of the path so far is dead. The graphs called along a path are its nodes,
+each recorded once; once one graph warms up, the rest of its path does too. A graph of dynamic
+shapes is a new function of the tree for each set of sizes it is called with.
+
+What the plan leaves out: re-recording where a static input moved, the tree freeing a
+previous generation's outputs that the script still holds (a GPU run then fails on reading
+them), and the allocator state the tree restores before recording after a replay (the
+replay's live outputs then count again, and a new recording does not reuse their memory).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class GraphTrees:
         self._current = -1  # the generation the tree last ran in
         self._pending_backward = False
         self._marked = 0  # ``cudagraph_mark_step_begin``'s count, as ``MarkStepBox`` keeps it
-        self._managed: dict[int, None] = {}  # storages the tree's graphs made (their _cdata)
+        self._managed: dict[int, None] = {}  # live storages the tree's graphs made (_cdata)
+        self._path_outputs: set[int] = set()  # the storages the current path's graphs made
 
     def function(self) -> int:
         """An id for a newly compiled graph, the tree's ``FunctionID``."""
@@ -112,18 +114,20 @@ class GraphTrees:
         allocations in the pool when warming up or recording (the recording's non-``static``
         inputs copied into the pool first), or by ``replayed``, which allocates nothing."""
         sizes = tuple(arg for arg in args if isinstance(arg, int))
+        given = {arg.untyped_storage()._cdata for arg in _tensors(args)}
         phase = self._phase((function, sizes))
         try:
             if phase is Phase.REPLAY:
                 out = replayed(args)
-                for tensor in _tensors(out):
-                    self.storage.outside_allocator(tensor)
             else:
                 with self._in_pool():
                     if phase is Phase.RECORD:
                         self._copy_inputs(args, static)
                     out = compiled(args)
-            self._manage(out)
+            made = [t for t in _tensors(out) if t.untyped_storage()._cdata not in given]
+            for tensor in made if phase is Phase.REPLAY else ():
+                self.storage.outside_allocator(tensor)
+            self._manage(made)
             return out
         finally:
             if kind is Kind.FORWARD:
@@ -132,11 +136,13 @@ class GraphTrees:
                 self._pending_backward = False
 
     def _phase(self, function: Function) -> Phase:
-        """Whether this call warms ``function`` up, records it, or replays its recording; a
-        new generation starts a new path (``can_start_new_generation``)."""
+        """Whether this call warms ``function`` up, records it, or replays its recording. A
+        new generation starts a new path (``can_start_new_generation``), and so does a call
+        once every output of the path so far is dead (``all_outputs_are_dead``)."""
         generation = self._marked or _generation()
-        if generation != self._current and (self._marked or not self._pending_backward):
-            self._path, self._in_warmup = (), False
+        new = generation != self._current and (self._marked or not self._pending_backward)
+        if new or self._path_outputs.isdisjoint(self._managed):
+            self._path, self._in_warmup, self._path_outputs = (), False, set()
         self._current = generation
         node = (*self._path, function)
         self._path = node
@@ -186,11 +192,14 @@ class GraphTrees:
                 )
                 args[i] = copy.copy_(arg)
 
-    def _manage(self, out: Any) -> None:
-        """The outputs' storages known as the tree's: a later graph takes them as they are."""
-        for tensor in _tensors(out):
+    def _manage(self, made: list[torch.Tensor]) -> None:
+        """The storages a graph made (its outputs but those on its inputs' storages, which
+        a forward returns as saved for its backward) known as the tree's: a later graph takes
+        them as they are, and the path lives while one does."""
+        for tensor in made:
             storage = tensor.untyped_storage()
             key = storage._cdata
+            self._path_outputs.add(key)
             if key not in self._managed:
                 self._managed[key] = None
                 weakref.finalize(storage, self._managed.pop, key, None)
