@@ -140,3 +140,31 @@ def test_forwards_waiting_for_a_backward_replay_once_a_new_path_may_start(
     assert all(call > 0 for call in made[:2])
     assert (made[2:] == [0, 0, 0]) is replays
     assert all(call > 0 for call in made[2:]) is not replays
+
+
+HELD = """
+import json
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 128)).cuda()
+compiled = torch.compile(model, mode="reduce-overhead")
+x = torch.randn(256, 512, device="cuda")
+y = None
+for step in range(2):
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = compiled(x)  # the previous step's output is still held during the call
+    print(json.dumps({"rise": torch.cuda.max_memory_allocated() - before}))
+    y.sum().backward()
+    model.zero_grad(set_to_none=True)  # a gradient kept into the next step would be freed
+"""
+
+
+def test_a_new_generation_frees_the_outputs_the_script_still_holds(tmp_path: Path) -> None:
+    """The recording step's forward rises above its start by the warmup's rise, plus the input
+    the recording copies into the pool, less the previous step's output, which the script
+    still holds and the tree frees as the new generation starts."""
+    rises = [step["rise"] for step in _steps(tmp_path, HELD)]
+    copied_input, held_output = 256 * 512 * 4, 256 * 128 * 4
+    assert rises[1] == rises[0] + copied_input - held_output

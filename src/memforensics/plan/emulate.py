@@ -868,6 +868,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._live[key] = (None, storage.nbytes(), None)
             weakref.finalize(storage, self._live.pop, key, None)
 
+    def free_block(self, key: int) -> None:
+        """The block of the storage ``key`` (its ``_cdata``) freed while the storage lives (a
+        CUDA graph tree freeing a generation's outputs the script still holds): the storage
+        stays known, holding none."""
+        held = self._live.get(key)
+        if held is not None and held[0] is not None:
+            self.device.free(held[0])
+            self._live[key] = (None, held[1], held[2])
+
     def address(self, key: int) -> int | None:
         """Where the block of the storage ``key`` (its ``_cdata``) starts; 0 for an empty one,
         None for a storage that is not on the planned device."""

@@ -21,10 +21,13 @@ once every output of the path so far is dead. The graphs called along a path are
 each recorded once; once one graph warms up, the rest of its path does too. A graph of dynamic
 shapes is a new function of the tree for each set of sizes it is called with.
 
-What the plan leaves out: re-recording where a static input moved, the tree freeing a
-previous generation's outputs that the script still holds (a GPU run then fails on reading
-them), and the allocator state the tree restores before recording after a replay (the
-replay's live outputs then count again, and a new recording does not reuse their memory).
+A new generation that follows a warmup or a recording frees the blocks of the outputs the
+script still holds from it (``dealloc_current_path_weakrefs``): on a GPU reading one then
+fails; in a plan it reads as ever, holding no block.
+
+What the plan leaves out: re-recording where a static input moved, and the allocator state
+the tree restores before recording after a replay (the replay's live outputs then count
+again, and a new recording does not reuse their memory).
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class GraphTrees:
         self._recorded: set[tuple[Function, ...]] = set()
         self._path: tuple[Function, ...] = ()
         self._in_warmup = False
+        self._last: Phase | None = None  # how the path's last graph ran
         self._current = -1  # the generation the tree last ran in
         self._pending_backward = False
         self._marked = 0  # ``cudagraph_mark_step_begin``'s count, as ``MarkStepBox`` keeps it
@@ -138,14 +142,24 @@ class GraphTrees:
     def _phase(self, function: Function) -> Phase:
         """Whether this call warms ``function`` up, records it, or replays its recording. A
         new generation starts a new path (``can_start_new_generation``), and so does a call
-        once every output of the path so far is dead (``all_outputs_are_dead``)."""
+        once every output of the path so far is dead (``all_outputs_are_dead``). A new
+        generation after a warmup or recording frees the blocks of the path's outputs the script
+        still holds, as the tree frees their memory."""
         generation = self._marked or _generation()
         new = generation != self._current and (self._marked or not self._pending_backward)
-        if new or self._path_outputs.isdisjoint(self._managed):
+        if new and self._last is not Phase.REPLAY:
+            for key in list(self._path_outputs):
+                self.storage.free_block(key)  # ``dealloc_current_path_weakrefs``
+        if new or not self._path_outputs:
             self._path, self._in_warmup, self._path_outputs = (), False, set()
         self._current = generation
         node = (*self._path, function)
         self._path = node
+        self._last = self._next(function, node)
+        return self._last
+
+    def _next(self, function: Function, node: tuple[Function, ...]) -> Phase:
+        """How graph ``function`` runs as ``node`` of the path."""
         if self._in_warmup or function not in self._warmed:
             self._warmed.add(function)
             self._in_warmup = True
@@ -202,7 +216,13 @@ class GraphTrees:
             self._path_outputs.add(key)
             if key not in self._managed:
                 self._managed[key] = None
-                weakref.finalize(storage, self._managed.pop, key, None)
+                weakref.finalize(storage, self._forget, key)
+
+    def _forget(self, key: int) -> None:
+        """A storage the tree's graphs made is gone: its key (its address) may be a new
+        storage's next."""
+        self._managed.pop(key, None)
+        self._path_outputs.discard(key)
 
 
 def _tensors(out: Any) -> Iterable[torch.Tensor]:
