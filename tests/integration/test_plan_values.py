@@ -865,3 +865,26 @@ def test_top_k_accuracy_counts_at_most_one_guess_per_sample(tmp_path: Path) -> N
     assert len(rows) == 12
     assert all(0 < top1 <= top5 <= 100 for top1, top5 in rows)
     assert rows[-1] == [100.0, 100.0]  # every sample's first guess matches by the eighth epoch
+
+
+def test_allclose_compares_known_values_and_passes_a_check_of_unknown_ones(tmp_path: Path) -> None:
+    """``torch.allclose`` on the device compares values the script's own decide (ones against
+    zeros differ, a tensor and its copy agree) and takes a result the plan does not compute as
+    agreeing with its reference, so an ``assert torch.allclose(...)`` check runs on, said once."""
+    script(
+        tmp_path,
+        """
+import torch
+ones = torch.ones(1000, device="cuda")
+kernel_out = torch.empty(1000, device="cuda")  # written by a kernel the plan does not run
+assert torch.allclose(kernel_out, ones * 2)
+zeros = torch.zeros(1000, device="cuda")
+print("close", torch.allclose(ones, zeros), torch.allclose(ones, ones.clone()))
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "close False True" in done.stdout.splitlines()
+    said = [line for line in done.stderr.splitlines() if "torch.allclose" in line]
+    assert len(said) == 1
+    assert f"{tmp_path / 'train.py'}:5)" in said[0]

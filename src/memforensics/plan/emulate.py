@@ -557,6 +557,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten.unique_consecutive.default: shapes.unique_consecutive,
             torch.ops.aten.unique_dim_consecutive.default: shapes.unique_dim_consecutive,
             torch.ops.aten.equal.default: self.reads.equal,
+            torch.ops.aten.allclose.default: self._allclose,
         }
         for loss in _CLASS_LOSSES:
             self._answers[loss] = functools.partial(self.reads.loss, loss)
@@ -676,6 +677,20 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             return answer(*args, **kwargs)
         return self._call(func, args, kwargs)
+
+    def _allclose(
+        self,
+        tensor: torch.Tensor,
+        other: torch.Tensor,
+        rtol: float = 1e-05,
+        atol: float = 1e-08,
+        equal_nan: bool = False,
+    ) -> bool:
+        """``torch.allclose`` on the device: ``isclose`` and its ``all`` made as CUDA makes
+        them (``at::allclose``), then the flag read (:meth:`~values.Reads.allclose`)."""
+        with self:
+            torch.ops.aten.isclose.default(tensor, other, rtol, atol, equal_nan).all()
+        return self.reads.allclose(tensor, other, rtol, atol, equal_nan)
 
     def _answer(self, func: Any) -> Callable[..., Any] | None:
         """What answers ``func`` on stand-ins in place of its ``meta`` kernel, if anything; a

@@ -99,6 +99,10 @@ READ = (
     "decoding early) and a count of unknown flags is every flag (beam search returns its full "
     "length)"
 )
+AGREED = (
+    "torch.allclose of values the plan does not compute answers True: a script's check of one "
+    "result against another passes, as on a GPU where the script works"
+)
 KNOWN = (
     "values read from the device are computed on the CPU where the script's own values decide "
     "them (shapes, ranges, fills; a random draw is drawn again within its bounds)"
@@ -277,6 +281,20 @@ class Reads:
         if tensor.shape != other.shape:
             return False
         return bool(torch.equal(self.values(tensor, exact=True), self.values(other, exact=True)))
+
+    def allclose(
+        self, tensor: torch.Tensor, other: torch.Tensor, rtol: float, atol: float, equal_nan: bool
+    ) -> bool:
+        """``torch.allclose`` of stand-ins, a read of both: values the script's own decide are
+        compared as read; where either side's are not (a model's output, a Triton kernel's,
+        which the plan does not compute), they agree, as a script's check of one result against
+        another passes on a GPU where the script works (said once)."""
+        mine, theirs = self.known.decided(tensor), self.known.decided(other)
+        if mine is None or theirs is None:
+            self.notes.once("agreed", AGREED)
+            return True
+        self.notes.once("known", KNOWN)
+        return bool(torch.allclose(mine, theirs, rtol, atol, equal_nan))
 
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
