@@ -12,6 +12,7 @@ imports them (:mod:`~memforensics.plan.libraries`).
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from memforensics.plan import (
     scratch,
     scripted,
     standins,
+    triton_stand_in,
     values,
     workers,
 )
@@ -891,6 +893,13 @@ def table(
         *_spawn_rows(notes),
         *_worker_rows(device, storage, notes),
         *profiler.rows(device),
+        R(
+            builtins,
+            "__import__",
+            triton_stand_in.importing(builtins.__import__, triton_stand_in.Triton(notes)),
+            "the script's Triton (which a CUDA build of torch brings) is the plan's: kernels "
+            "launch without running, autotuning and do_bench take what they take on a GPU",
+        ),
     ]
 
 

@@ -4,6 +4,7 @@ defaults too, and a torch lacking what it relies on is refused before anything c
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import sys
 import textwrap
 import types
@@ -291,3 +292,27 @@ def test_each_library_row_names_a_function_the_installed_library_has() -> None:
         for part in row.name.split("."):
             found = getattr(found, part, None)
         assert callable(found), row.where
+
+
+def test_the_scripts_triton_is_the_plans_and_torchs_own_import_is_torchs() -> None:
+    """Inside a planned run the script's ``import triton`` is the plan's stand-in, while torch's
+    own modules import what the machine has (torch's Triton code generation never runs on
+    stand-ins); after the run ``import triton`` is Python's own again."""
+    import builtins
+
+    from torch.utils._triton import has_triton_package
+
+    original = builtins.__import__
+    seen: list[object] = []
+
+    def run() -> None:
+        import triton
+
+        seen.append(triton.__version__)
+        seen.append(has_triton_package.__wrapped__())
+
+    run_planned(SPEC, run, lambda path, snapshot: None)
+    installed = importlib.util.find_spec("triton") is not None
+    assert str(seen[0]).endswith("+memforensics.plan")
+    assert seen[1] == installed
+    assert builtins.__import__ is original

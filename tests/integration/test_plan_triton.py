@@ -1,0 +1,191 @@
+"""A script's own Triton under the real ``memforensics plan``, on a machine without Triton: its
+kernels launch without allocating, autotuning and ``triton.testing.do_bench`` take on the
+device what Triton's own take (the 256 MiB buffer it clears the L2 cache with, the copies
+``restore_value`` makes), and the rest of the script runs on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MIB = 1 << 20
+EMPTY_CACHE = 256 * MIB  # triton/backends/nvidia/driver.py: get_empty_cache_for_benchmark
+
+KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    total = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, total, mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)
+    add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024)
+    return out
+
+
+x = torch.randn(1024, 1024, device="cuda")  # 4 MiB
+"""
+LAUNCH = "    add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024)"
+
+
+def _printed(stdout: str, label: str) -> list[str]:
+    return next(line for line in stdout.splitlines() if line.startswith(label)).split()[1:]
+
+
+def test_a_kernel_launch_allocates_nothing_and_the_script_runs_on(tmp_path: Path) -> None:
+    """Two launches of a ``@triton.jit`` kernel into tensors the script made: the peak is those
+    tensors alone, the script runs to its end, and the plan says once that kernels launched
+    without running."""
+    script(
+        tmp_path,
+        KERNEL
+        + """
+a = add(x, x)
+b = add(a, x)
+print("peak", torch.cuda.max_memory_allocated(), triton.next_power_of_2(1000))
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "peak") == [str(12 * MIB), "1024"]
+    said = [line for line in done.stderr.splitlines() if "Triton kernels" in line]
+    assert len(said) == 1
+    launch = (tmp_path / "train.py").read_text().splitlines().index(LAUNCH) + 1
+    assert f"(first at {tmp_path / 'train.py'}:{launch})" in said[0]
+
+
+def test_do_bench_holds_tritons_l2_buffer_while_it_calls_the_function(tmp_path: Path) -> None:
+    """``triton.testing.do_bench`` of a function that makes a 4 MiB tensor peaks at the input,
+    Triton's 256 MiB cache-clearing buffer and that tensor, gives a positive time, and leaves
+    only the input allocated (the buffer cached, as the allocator keeps it)."""
+    script(
+        tmp_path,
+        KERNEL
+        + """
+torch.cuda.reset_peak_memory_stats()
+ms = triton.testing.do_bench(lambda: add(x, x))
+low, mid, high = triton.testing.do_bench(lambda: add(x, x), quantiles=[0.2, 0.5, 0.8])
+peak, now = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+print("bench", peak, now, ms > 0, low <= high)
+print("reserved", torch.cuda.memory_reserved())
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "bench") == [str(4 * MIB + EMPTY_CACHE + 4 * MIB), str(4 * MIB),
+                                              "True", "True"]  # fmt: skip
+    assert int(_printed(done.stdout, "reserved")[0]) >= EMPTY_CACHE + 8 * MIB
+
+
+AUTOTUNED = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 256}, num_warps=4), triton.Config({"BLOCK": 1024})],
+    key=["n"],
+    restore_value=["out_ptr"],
+)
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) * 2, mask=offsets < n)
+
+
+x = torch.randn(1024, 1024, device="cuda")  # 4 MiB
+out = torch.empty_like(x)
+for n in (x.numel(), x.numel(), x.numel() // 2):
+    torch.cuda.reset_peak_memory_stats()
+    scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    print("launch", torch.cuda.max_memory_allocated())
+"""
+
+
+def test_autotuning_benchmarks_each_key_once_with_its_restored_copies(tmp_path: Path) -> None:
+    """An autotuned kernel with two configs and ``restore_value``: its first launch of a key
+    peaks at the input, the output, the output's saved copy and Triton's 256 MiB buffer; the
+    same key again launches at once, with nothing beside the script's tensors; a new key
+    benchmarks again."""
+    script(tmp_path, AUTOTUNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    launches = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("launch")]
+    benchmarked = str(4 * MIB + 4 * MIB + 4 * MIB + EMPTY_CACHE)
+    assert launches == [benchmarked, str(8 * MIB), benchmarked]
+
+
+def test_a_triton_tutorial_sizes_its_grid_from_the_planned_device(tmp_path: Path) -> None:
+    """Triton's fused-softmax tutorial reads the device's properties through Triton's driver,
+    compiles its kernel ahead with ``warmup`` and launches the compiled kernel, checks it
+    against torch with ``allclose``, and prints a ``perf_report`` table: it runs to its end."""
+    script(
+        tmp_path,
+        """
+import torch
+import triton
+import triton.language as tl
+from triton.runtime import driver
+
+DEVICE = triton.runtime.driver.active.get_active_torch_device()
+properties = driver.active.utils.get_device_properties(DEVICE.index)
+NUM_SM, NUM_REGS = properties["multiprocessor_count"], properties["max_num_regs"]
+SIZE_SMEM, WARP_SIZE = properties["max_shared_mem"], properties["warpSize"]
+
+
+@triton.jit
+def softmax_kernel(output_ptr, input_ptr, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
+    pass
+
+
+def softmax(x):
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    kernel = softmax_kernel.warmup(y, x, n_rows, n_cols, BLOCK_SIZE=triton.next_power_of_2(n_cols),
+                                   num_warps=8, grid=(1,))
+    kernel._init_handles()
+    occupancy = NUM_REGS // (kernel.n_regs * WARP_SIZE * 8)
+    occupancy = min(occupancy, SIZE_SMEM // kernel.metadata.shared)
+    kernel[(min(NUM_SM * occupancy, n_rows), 1, 1)](y, x, n_rows, n_cols)
+    return y
+
+
+@triton.testing.perf_report(triton.testing.Benchmark(
+    x_names=["N"], x_vals=[256, 512], line_arg="provider", line_vals=["triton", "torch"],
+    line_names=["Triton", "Torch"], ylabel="ms", plot_name="softmax", args={"M": 64}))
+def benchmark(M, N, provider):
+    x = torch.randn(M, N, device=DEVICE)
+    if provider == "torch":
+        return triton.testing.do_bench(lambda: torch.softmax(x, axis=-1))
+    return triton.testing.do_bench(lambda: softmax(x))
+
+
+x = torch.randn(1823, 781, device=DEVICE)
+assert torch.allclose(softmax(x), torch.softmax(x, axis=1))
+print("device", DEVICE, NUM_SM, SIZE_SMEM)
+benchmark.run(print_data=True, show_plots=True)
+""",
+    )
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "device cuda:0 132 232448" in done.stdout
+    table = done.stdout.splitlines()
+    start = table.index("softmax:")
+    assert table[start + 1].split() == ["N", "Triton", "Torch"]
+    assert [row.split()[0] for row in table[start + 2 : start + 4]] == ["256", "512"]
