@@ -189,3 +189,27 @@ benchmark.run(print_data=True, show_plots=True)
     start = table.index("softmax:")
     assert table[start + 1].split() == ["N", "Triton", "Torch"]
     assert [row.split()[0] for row in table[start + 2 : start + 4]] == ["256", "512"]
+
+
+def test_a_kernel_launched_inside_a_compiled_function_runs(tmp_path: Path) -> None:
+    """A Triton launch inside a ``torch.compile``d function (dynamo breaks the graph around it,
+    its rewritten bytecode holding a dict among its constants) runs, with the graphs on either
+    side, and the script prints what it computed."""
+    script(
+        tmp_path,
+        KERNEL
+        + """
+@torch.compile
+def doubled_then_added(x, y):
+    z = x * 2
+    out = torch.empty_like(z)
+    add_kernel[(triton.cdiv(z.numel(), 1024),)](z, y, out, z.numel(), BLOCK_SIZE=1024)
+    return out.relu()
+
+
+print("shape", *doubled_then_added(x, x).shape)
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "shape") == ["1024", "1024"]

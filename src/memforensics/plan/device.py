@@ -111,14 +111,18 @@ class _StackCapture:
         cache = self._frames
         while frame is not None:
             key = (frame.f_code, frame.f_lasti)
-            found = cache.get(key, ())
+            try:
+                found = cache.get(key, ())
+            except TypeError:  # dynamo's rewritten bytecode can hold a dict among its constants
+                key, found = None, ()
             if found == ():
                 filename = frame.f_code.co_filename
                 skip = filename.startswith(self.skipped)
                 found = None if skip else (filename, frame.f_lineno or 0, frame.f_code.co_name)
                 if len(cache) >= self._LIMIT:
                     cache.clear()
-                cache[key] = found
+                if key is not None:
+                    cache[key] = found
             if found is not None:
                 frames.append(found)  # type: ignore[arg-type]
             frame = frame.f_back
