@@ -213,3 +213,35 @@ print("shape", *doubled_then_added(x, x).shape)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert _printed(done.stdout, "shape") == ["1024", "1024"]
+
+
+def test_a_kernels_outputs_read_as_made_up_and_its_integer_inputs_as_known(tmp_path: Path) -> None:
+    """After a launch, a float tensor the kernel writes (a loss made as zeros) reads as the
+    plan's made-up loss, not the zeros it held before, while integer arguments (labels) keep
+    the values the script gave them; a library that tests for Triton with
+    ``importlib.import_module`` (Liger Kernel's gates) finds it."""
+    script(
+        tmp_path,
+        """
+import importlib
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def loss_kernel(loss_ptr, labels_ptr, n):
+    pass
+
+
+loss = torch.zeros(4, device="cuda")
+labels = torch.arange(4, device="cuda")
+loss_kernel[(1,)](loss, labels, 4)
+print("read", loss.sum().item() > 0, *labels.tolist())
+print("found", importlib.import_module("triton.language").__name__)
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "read") == ["True", "0", "1", "2", "3"]
+    assert _printed(done.stdout, "found") == ["triton.language"]

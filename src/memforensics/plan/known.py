@@ -553,6 +553,11 @@ class Known:
         self._values.pop(key, None)
         self._made_up.pop(key, None)
 
+    def written(self, tensors: list[torch.Tensor]) -> None:
+        """``tensors`` were written by code the plan does not run (a Triton kernel): what was
+        known of their values is not any more."""
+        self._forget([tensor for tensor in tensors if tensor.is_meta])
+
     def _forget(self, outs: list[torch.Tensor]) -> None:
         self.bounds.forget(outs)
         for tensor in outs:

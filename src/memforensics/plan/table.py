@@ -893,12 +893,27 @@ def table(
         *_spawn_rows(notes),
         *_worker_rows(device, storage, notes),
         *profiler.rows(device),
+        *_triton_rows(notes, storage.reads.known.written),
+    ]
+
+
+def _triton_rows(notes: values.Notes, written: Callable[[list[Any]], None]) -> list[Replacement]:
+    """The script's imports of Triton, by statement and by name, answered by the plan's
+    (``written``: a launch's arguments no longer of known values)."""
+    import importlib
+
+    triton = triton_stand_in.Triton(notes, written)
+    why = (
+        "the script's Triton (which a CUDA build of torch brings) is the plan's: kernels launch "
+        "without running, autotuning and do_bench take what they take on a GPU"
+    )
+    return [
+        R(builtins, "__import__", triton_stand_in.importing(builtins.__import__, triton), why),
         R(
-            builtins,
-            "__import__",
-            triton_stand_in.importing(builtins.__import__, triton_stand_in.Triton(notes)),
-            "the script's Triton (which a CUDA build of torch brings) is the plan's: kernels "
-            "launch without running, autotuning and do_bench take what they take on a GPU",
+            importlib,
+            "import_module",
+            triton_stand_in.imported_by_name(importlib.import_module, triton),
+            why,
         ),
     ]
 

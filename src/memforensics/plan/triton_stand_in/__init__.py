@@ -31,6 +31,7 @@ kernels (annotations, tables of dtypes).
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from memforensics.plan.triton_stand_in.kernels import (
     Heuristics,
     JITFunction,
     KernelInterface,
+    Launches,
     arg_names,
     cdiv,
     next_power_of_2,
@@ -58,8 +60,8 @@ class Triton:
     """The stand-in package: ``triton`` and its submodules a script imports, made once per
     planned run."""
 
-    def __init__(self, notes: Notes) -> None:
-        self.notes = notes
+    def __init__(self, notes: Notes, written: Callable[[list[Any]], None]) -> None:
+        self.launches = Launches(notes, written)
         self.modules: dict[str, types.ModuleType] = {}
         self._module(
             "triton",
@@ -103,8 +105,8 @@ class Triton:
     def jit(self, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
         """``triton.jit``, bare or with options."""
         if fn is None:
-            return lambda fn: JITFunction(fn, self.notes, **options)
-        return JITFunction(fn, self.notes, **options)
+            return lambda fn: JITFunction(fn, self.launches, **options)
+        return JITFunction(fn, self.launches, **options)
 
     def autotune(
         self,
@@ -143,14 +145,15 @@ class Triton:
     def imported(self, name: str, fromlist: Sequence[str] | None) -> types.ModuleType:
         """What ``import name`` (``from name import fromlist``) binds: the top package, or the
         named module for a ``from`` import; ModuleNotFoundError for what the stand-in lacks."""
-        module = self._find(name)
+        module = self.find(name)
         return module if fromlist else self.modules["triton"]
 
-    def _find(self, name: str) -> types.ModuleType:
+    def find(self, name: str) -> types.ModuleType:
+        """The stand-in's module ``name``; ModuleNotFoundError for what it lacks."""
         if name in self.modules:
             return self.modules[name]
         if name.startswith("triton.language."):
-            parent = self._find(name.rpartition(".")[0])
+            parent = self.find(name.rpartition(".")[0])
             found = getattr(parent, name.rpartition(".")[2])
             if isinstance(found, types.ModuleType):
                 return found
@@ -160,6 +163,10 @@ class Triton:
             + ")",
             name=name,
         )
+
+
+def _triton(name: str) -> bool:
+    return name.split(".", maxsplit=1)[0] == "triton"
 
 
 def _torch_own(importer: dict[str, Any] | None) -> bool:
@@ -178,8 +185,21 @@ def importing(original: Callable[..., Any], triton: Triton) -> Callable[..., Any
         fromlist: Sequence[str] | None = (),
         level: int = 0,
     ) -> Any:
-        if level == 0 and name.split(".", maxsplit=1)[0] == "triton" and not _torch_own(globals):
+        if level == 0 and _triton(name) and not _torch_own(globals):
             return triton.imported(name, fromlist)
         return original(name, globals, locals, fromlist, level)
 
     return __import__
+
+
+def imported_by_name(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
+    """``importlib.import_module`` with the script's (and its libraries') ``triton`` modules
+    answered by ``triton``: libraries that test for Triton by importing it so (Liger Kernel's
+    capability gates) find it as they would on the GPU."""
+
+    def import_module(name: str, package: str | None = None) -> Any:
+        if _triton(name) and not _torch_own(sys._getframe(1).f_globals):
+            return triton.find(name)
+        return original(name, package)
+
+    return import_module

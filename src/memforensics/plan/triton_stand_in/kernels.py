@@ -73,14 +73,32 @@ class KernelInterface:
         return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
 
 
+class Launches:
+    """What a launch does in a plan: it is said once, and the values of the kernel's
+    floating-point tensor arguments, which its outputs are among, are no longer known (they
+    read as made up after); integer ones (ids, labels) are read-only in the kernels that take
+    them, and keep what is known of theirs."""
+
+    def __init__(self, notes: Notes, written: Callable[[list[Any]], None]) -> None:
+        self.notes = notes
+        self.written = written
+
+    def launched(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        import torch
+
+        self.notes.once("triton", LAUNCHED)
+        passed = (*args, *kwargs.values())
+        self.written([a for a in passed if isinstance(a, torch.Tensor) and a.is_floating_point()])
+
+
 class JITFunction(KernelInterface):
     """``@triton.jit``: a kernel whose launches allocate nothing and compute nothing in a plan
-    (said once through ``notes``)."""
+    (:class:`Launches`)."""
 
-    def __init__(self, fn: Callable[..., Any], notes: Notes, **options: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], launches: Launches, **options: Any) -> None:
         self.fn = fn
         self.options = options
-        self.notes = notes
+        self.launches = launches
         self.arg_names = list(inspect.signature(fn).parameters)
         self.__name__ = fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
@@ -90,7 +108,7 @@ class JITFunction(KernelInterface):
 
     def run(self, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Compiled:
         if not warmup:
-            self.notes.once("triton", LAUNCHED)
+            self.launches.launched(args, kwargs)
         return Compiled(self)
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Compiled:
