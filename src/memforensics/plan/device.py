@@ -112,24 +112,33 @@ class _StackCapture:
         while frame is not None:
             key = (frame.f_code, frame.f_lasti)
             try:
-                found = cache.get(key, ())
+                found = cache[key]
+            except KeyError:
+                found = self._remembered(key, frame)
             except TypeError:  # dynamo's rewritten bytecode can hold a dict among its constants
-                key, found = None, ()
-            if found == ():
-                filename = frame.f_code.co_filename
-                skip = filename.startswith(self.skipped)
-                found = None if skip else (filename, frame.f_lineno or 0, frame.f_code.co_name)
-                if len(cache) >= self._LIMIT:
-                    cache.clear()
-                if key is not None:
-                    cache[key] = found
+                found = self._described(frame)
             if found is not None:
-                frames.append(found)  # type: ignore[arg-type]
+                frames.append(found)
             frame = frame.f_back
         stack = tuple(frames)
         if len(self._stacks) >= self._LIMIT:
             self._stacks.clear()
         return self._stacks.setdefault(stack, stack)
+
+    def _remembered(self, key: tuple[CodeType, int], frame: FrameType) -> fmt.Frame | None:
+        """``frame`` described, and kept for its code position."""
+        found = self._described(frame)
+        if len(self._frames) >= self._LIMIT:
+            self._frames.clear()
+        self._frames[key] = found
+        return found
+
+    def _described(self, frame: FrameType) -> fmt.Frame | None:
+        """``frame`` as a stack names it; None for the plan's own and torch's machinery."""
+        filename = frame.f_code.co_filename
+        if filename.startswith(self.skipped):
+            return None
+        return (filename, frame.f_lineno or 0, frame.f_code.co_name)
 
 
 @dataclass(frozen=True)
