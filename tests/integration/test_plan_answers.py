@@ -430,3 +430,35 @@ def test_bad_options_get_one_line(tmp_path: Path, options: tuple[str, ...], says
     assert "plan: plan:" not in lines[0]
     assert says in lines[0]
     assert "ran" not in done.stdout
+
+
+PEAKS_PER_EPOCH = """
+import json, sys
+import torch
+for epoch, mib in enumerate((64, 64, 8)):  # a large epoch, then a small one
+    torch.cuda.reset_peak_memory_stats()
+    held = [torch.empty(mib << 18, device="cuda") for _ in range(2)]
+    del held
+    torch.cuda.empty_cache()
+print(json.dumps({"allocated": torch.cuda.max_memory_allocated(),
+                  "reserved": torch.cuda.max_memory_reserved()}), file=sys.stderr)
+"""
+
+
+def test_the_plans_peaks_are_the_runs_where_the_script_resets_them_each_epoch(
+    tmp_path: Path,
+) -> None:
+    """A script that resets the peak statistics each epoch reads the last epoch's peak, as on a
+    GPU; the plan's peak allocated, reserved and segments stay the run's largest, what the
+    device must hold."""
+    script(tmp_path, PEAKS_PER_EPOCH)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    seen = json.loads(line)
+    assert seen["allocated"] == 16 * MiB
+    assert seen["reserved"] < 128 * MiB
+    assert doc["peak_allocated_bytes"] == 128 * MiB
+    assert doc["peak_reserved_bytes"] == 128 * MiB
+    assert doc["peak_segments"] == 2

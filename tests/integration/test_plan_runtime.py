@@ -423,3 +423,33 @@ def test_the_raw_current_stream_is_the_current_streams_handle(tmp_path: Path) ->
     script(tmp_path, RAW_STREAM)
     facts = printed_facts(tmp_path)
     assert facts == {"default": True, "inside": True, "differ": True}
+
+
+STREAM_PER_EPOCH = """
+import json, sys
+import torch
+epochs = int(sys.argv[1])
+for epoch in range(epochs):  # a prefetcher made anew each epoch, with its own side stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        batch = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
+    del batch
+pooled = torch.cuda.memory_reserved()
+with torch.cuda.stream(torch.cuda.Stream(priority=-1)):
+    urgent = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
+print(json.dumps({"pooled": pooled, "with_urgent": torch.cuda.memory_reserved()}))
+"""
+
+
+def test_new_streams_are_taken_round_robin_from_cudas_stream_pool(tmp_path: Path) -> None:
+    """``torch.cuda.Stream()`` made each epoch is the next of CUDA's 32 pooled streams, so the
+    blocks cached on a stream are reused when it comes round again: reserved stops growing
+    after 32 epochs, as on a GPU (it grew by a stream's blocks every epoch); a high-priority
+    stream is from another pool and caches its own."""
+    script(tmp_path, STREAM_PER_EPOCH)
+    runs = [plan(tmp_path, "train.py", epochs) for epochs in ("32", "40")]
+    assert all(done.returncode == 0 for done in runs), runs[-1].stderr
+    thirty_two, forty = (json.loads(done.stdout.splitlines()[0]) for done in runs)
+    assert thirty_two["pooled"] == 32 * 16 * MiB
+    assert forty["pooled"] == thirty_two["pooled"]
+    assert forty["with_urgent"] == thirty_two["pooled"] + 16 * MiB

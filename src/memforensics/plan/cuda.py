@@ -127,21 +127,22 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 
 
 def stream_class(device: PlannedDevice) -> type:
-    """``torch.cuda.Stream`` on the planned device: each stream the script makes has its own
-    id, and allocations made while it is current (``with stream``, ``torch.cuda.stream(s)``,
-    ``set_stream``) are on it, so the allocator model keeps their blocks in that stream's pool
-    as PyTorch's does (FSDP's all-gather and reduce-scatter streams). Waits and events do
-    nothing: the plan has one timeline."""
+    """``torch.cuda.Stream`` on the planned device: a stream the script makes is the next of
+    its priority's pool (:func:`pooled_stream_id`), and allocations made while it is current
+    (``with stream``, ``torch.cuda.stream(s)``, ``set_stream``) are on it, so the allocator
+    model keeps their blocks in that stream's pool as PyTorch's does (FSDP's all-gather and
+    reduce-scatter streams). Waits and events do nothing: the plan has one timeline."""
 
     class PlannedStream(Stream):
-        made = 0
+        drawn = [0] * STREAM_PRIORITIES  # streams taken from each priority's pool so far
 
         def __init__(self, device_: Any = None, priority: int = 0, **kwargs: Any) -> None:
             super().__init__()
             stream_id = kwargs.get("stream_id")
             if stream_id is None:
-                PlannedStream.made += 1
-                stream_id = PlannedStream.made
+                level = min(max(-int(priority), 0), STREAM_PRIORITIES - 1)
+                stream_id = pooled_stream_id(level, PlannedStream.drawn[level])
+                PlannedStream.drawn[level] += 1
             self.cuda_stream = int(stream_id)
             self.stream_id = self.cuda_stream
             self.priority = priority
@@ -171,6 +172,24 @@ def stream_class(device: PlannedDevice) -> type:
             return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.cuda_stream:#x}>"
 
     return PlannedStream
+
+
+STREAMS_PER_POOL = 32
+"""Streams in each of CUDA's stream pools per device (``kStreamsPerPool``): PyTorch creates them
+once and hands them out round-robin, so ``torch.cuda.Stream()`` made anew each epoch (a data
+prefetcher's) is one of 32 streams, and the 33rd is the first again, whose cached blocks it
+reuses."""
+
+STREAM_PRIORITIES = 4
+"""PyTorch's stream pools per device, one per priority (``max_compile_time_stream_priorities``):
+priority 0 is the first, -1 the second, ..., lower ones the last."""
+
+
+def pooled_stream_id(level: int, drawn: int) -> int:
+    """The id of the stream ``torch.cuda.Stream()`` returns when ``drawn`` streams were already
+    taken from the pool of priority ``-level``: ``getStreamFromPool`` takes the pool's counter
+    modulo its size. Ids are distinct from the default stream's (0) and across pools."""
+    return 1 + level * STREAMS_PER_POOL + drawn % STREAMS_PER_POOL
 
 
 def on_planned_device(device: Any) -> bool:

@@ -184,7 +184,9 @@ class PlannedDevice:
         self._observers: list[OomObserver] = []
         self._listeners: list[BlockListener] = []
         self.fraction = 1.0
-        self.peak_reserved = 0
+        self._reset_from: dict[tuple[int, str], int] = {}
+        """Each allocator's peaks as they stood when the script last reset them, by the
+        allocator's id and the statistic's name (:meth:`run_peak`)."""
         self.ooms: list[str] = []  # PyTorch's message for each OOM raised, in order
         self.stream = 0  # the current stream: what the script's allocations are made on
         self.outside_bytes = 0  # NCCL's buffers: device memory outside PyTorch, not the context
@@ -290,9 +292,6 @@ class PlannedDevice:
                 elif block is not None:
                     for listener in self._listeners:
                         listener(block.address, block.size, 1)
-                if self._worker is None:
-                    reserved = self._allocator.reserved_bytes.current
-                    self.peak_reserved = max(self.peak_reserved, reserved)
                 self.peak_device = max(self.peak_device, self.device_used())
             finally:
                 self._busy = False
@@ -374,15 +373,17 @@ class PlannedDevice:
             worker, name = self._allocator, self._worker or ""
             figures = WorkerFigures(
                 name,
-                worker.allocated_bytes.peak,
-                worker.reserved_bytes.peak,
-                worker.segment.peak,
+                self.run_peak("allocated_bytes", worker),
+                self.run_peak("reserved_bytes", worker),
+                self.run_peak("segment", worker),
                 self.initialized,
                 oom_message,
             )
             self.workers.append(figures)
             context = self.spec.context_bytes if self.initialized else 0
-            self._held[name] = worker.reserved_bytes.peak + context
+            self._held[name] = figures.peak_reserved_bytes + context
+            for key in [key for key in self._reset_from if key[0] == id(worker)]:
+                del self._reset_from[key]  # the worker's allocator goes; its id may be reused
             self._allocator, self._worker = self._main, None
             self.initialized = self._main_initialized
             self._main.capacity = max(self.spec.usable_bytes - self._others(), 0)
@@ -512,16 +513,30 @@ class PlannedDevice:
         with self._lock:
             self._drain()
             a = self._allocator
-            for stat in (
-                a.allocation,
-                a.allocated_bytes,
-                a.active,
-                a.active_bytes,
-                a.requested_bytes,
-                a.reserved_bytes,
-                a.segment,
+            for name in (
+                "allocation",
+                "allocated_bytes",
+                "active",
+                "active_bytes",
+                "requested_bytes",
+                "reserved_bytes",
+                "segment",
             ):
+                stat = getattr(a, name)
+                key = (id(a), name)
+                self._reset_from[key] = max(self._reset_from.get(key, 0), stat.peak)
                 stat.peak = stat.current
+
+    def run_peak(self, name: str, allocator: DeviceCachingAllocator | None = None) -> int:
+        """The most a statistic (``allocated_bytes``, ``reserved_bytes``, ``segment``) of an
+        allocator (the running process's by default) reached over the whole run: what the
+        plan reports, where ``max_memory_allocated`` answers the script from its last
+        ``reset_peak_memory_stats`` (a script that resets the peaks each epoch still needs the
+        device for its largest epoch)."""
+        with self._lock:
+            self._drain()
+            a = allocator if allocator is not None else self._allocator
+            return max(int(getattr(a, name).peak), self._reset_from.get((id(a), name), 0))
 
     def figure(self, name: str, field: str) -> int:
         """One statistic: ``allocated_bytes``/``reserved_bytes``, ``current``/``peak``."""

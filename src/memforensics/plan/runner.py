@@ -201,7 +201,6 @@ def run_planned(
             finally:
                 if after is not None:
                     after()
-    peak_reserved = max(device.figure("reserved_bytes", "peak"), device.peak_reserved)
     world = World.from_env()
     result = PlanResult(
         device_name=spec.name,
@@ -209,9 +208,9 @@ def run_planned(
         capability=f"{spec.capability[0]}.{spec.capability[1]}",
         context_bytes=spec.context_bytes,
         allocator_conf=device.spec.settings.to_conf(),
-        peak_allocated_bytes=device.figure("allocated_bytes", "peak"),
-        peak_reserved_bytes=peak_reserved,
-        peak_segments=device.figure("segment", "peak"),
+        peak_allocated_bytes=device.run_peak("allocated_bytes"),
+        peak_reserved_bytes=device.run_peak("reserved_bytes"),
+        peak_segments=device.run_peak("segment"),
         segments=device.segments(),
         fits=oom is None,
         oom_message=oom,
