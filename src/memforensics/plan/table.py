@@ -31,6 +31,7 @@ from memforensics.plan import (
     emulate,
     lazy,
     libraries,
+    native_library,
     profiler,
     samples,
     scratch,
@@ -916,6 +917,7 @@ def emulated(
             compiled.dynamo_as_found(),
             replaced(rows),
             replaced_where_imported(imported),
+            native_library.quiet_failed_load(notes),
             functions,
             storage,
         ):
