@@ -33,6 +33,7 @@ from memforensics.plan import (
     libraries,
     native_library,
     profiler,
+    rebound,
     samples,
     scratch,
     scripted,
@@ -653,6 +654,13 @@ def _torch_rows(
         ),
         R(torch.Tensor, "data_ptr", methods.data_ptr, "a stand-in's address is its block's"),
         R(torch.Tensor, "get_device", methods.get_device, "a stand-in is on device 0"),
+        R(
+            torch.Tensor,
+            "data",
+            rebound.rebinding(storage.ghosts.holds),
+            "a stand-in and a host tensor are rebound in place (param.data = ...), as a CUDA "
+            "and a CPU tensor are",
+        ),
         R(
             torch.UntypedStorage,
             "data_ptr",
