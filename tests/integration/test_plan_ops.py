@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -225,3 +225,47 @@ def test_tensors_a_thread_puts_on_cuda_are_on_the_planned_device(tmp_path: Path)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert f"threads {3 * MiB} [256, 512] ['cpu']" in done.stdout
+
+
+HANDLES = """
+import json
+import threading
+import torch
+
+a = torch.randn(64, 64, device="cuda")
+start = torch.cuda.memory_allocated()
+
+def product(wait=None):
+    torch.mm(a, a)
+    if wait is not None:
+        wait.wait()
+
+def run(count):
+    together = threading.Barrier(count)
+    threads = [threading.Thread(target=product, args=(together,)) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return torch.cuda.memory_allocated() - start
+
+joined = run(1)  # as generate() run from a Thread for a streamer
+product()  # the main thread's first product, after that thread ended
+main = torch.cuda.memory_allocated() - start
+together = run(2)  # two threads alive at once
+again = run(1)
+print(json.dumps({"joined": joined, "main": main, "together": together, "again": again}))
+"""
+
+
+def test_a_thread_that_ended_leaves_its_cublas_workspace_to_the_next(tmp_path: Path) -> None:
+    """cuBLAS's handles are pooled: a joined thread gives its handle back, so the main thread's
+    first product after it uses that handle's workspace and takes none (it took a second one);
+    two threads alive at once take one each, and a later thread reuses one of theirs."""
+    script(tmp_path, HANDLES)
+    facts = printed_facts(tmp_path)
+    workspace = facts["joined"]
+    assert isinstance(workspace, int)
+    assert workspace > 0
+    assert facts == {"joined": workspace, "main": workspace, "together": 3 * workspace,
+                     "again": 3 * workspace}  # fmt: skip

@@ -138,3 +138,25 @@ def test_a_paged_optimizer_resumes_from_its_saved_state(tmp_path: Path) -> None:
     assert facts["paged"] is False
     assert isinstance(facts["grown"], int)
     assert facts["grown"] >= 2 * 512 * 512 * 4
+
+
+IMPORTED = """
+import sys
+import bitsandbytes.cextension as native
+import torch
+print(type(native.lib).__name__, torch.cuda.is_available(), file=sys.stderr)
+"""
+
+
+def test_bitsandbytes_failed_native_load_is_a_note_not_an_error(tmp_path: Path) -> None:
+    """Importing bitsandbytes (``import peft`` does) loads its CUDA library, which cannot load
+    without a CUDA runtime: the plan says so once as its note, not with bitsandbytes' error
+    and traceback, which a GPU run never prints."""
+    script(tmp_path, IMPORTED)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "library load error" not in done.stderr
+    assert "Traceback" not in done.stderr
+    mock = "ErrorHandlerMockBNBNativeLibrary True" in done.stderr
+    said = [w for w in json.loads(done.stdout)["warnings"] if "native CUDA library" in w]
+    assert len(said) == (1 if mock else 0)

@@ -7,7 +7,8 @@ choices CUDA would make where the CPU build makes others. :class:`StorageMode` (
 ``TorchDispatchMode``) sees every storage an operator creates and hands it to the
 :class:`~memforensics.plan.device.PlannedDevice`, whose block lives as long as the storage does
 (a ``weakref.finalize`` on it). cuBLAS's workspace is allocated on the first matrix multiply of
-each thread; backward counts as autograd's own device thread, as on a GPU.
+each thread's cuBLAS handle (pooled: a thread that has ended leaves its handle to the next);
+backward counts as autograd's own device thread, as on a GPU.
 
 Both are ``meta`` underneath, but only a stand-in is on the planned device: what the script puts
 on ``meta`` itself (a model built under ``torch.device("meta")`` before ``to_empty``) is a
@@ -36,6 +37,7 @@ from memforensics.plan import (
     ctc,
     distributed,
     dropout,
+    handles,
     inplace,
     kernel_scratch,
     logsumexp,
@@ -591,6 +593,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """Whether reductions run as ATen's CUDA kernels, with their staging buffers (not in a
         compiled graph, where Inductor's kernels reduce)."""
         self._workspaces: dict[object, Any] = {}
+        self._handles = handles.HandlePool()
+        """cuBLAS's handles, which key its workspaces with the stream."""
+        self._lt_handles = handles.HandlePool()
         self.lt_workspace: scratch.LtWorkspace | None = None
         """cuBLASLt's own workspace, where it does not share cuBLAS's."""
         self._lt_workspaces: dict[object, Any] = {}
@@ -971,18 +976,27 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def own_workspaces(self) -> Iterator[None]:
         """Inside, another process's cuBLAS handles (a worker process's): none of this
         process's workspaces serve it, and the ones it takes go with it."""
-        kept, self._workspaces = self._workspaces, {}
+        kept = self._workspaces, self._handles, self._lt_workspaces, self._lt_handles
+        self._workspaces, self._handles = {}, handles.HandlePool()
+        self._lt_workspaces, self._lt_handles = {}, handles.HandlePool()
         try:
             yield
         finally:
-            self._workspaces = kept
+            self._workspaces, self._handles, self._lt_workspaces, self._lt_handles = kept
+
+    def thread_ended(self, thread: object) -> None:
+        """A thread the script started has ended: its cuBLAS and cuBLASLt handles go back to
+        their pools, for the next thread to take with the workspaces kept for them."""
+        self._handles.release(thread)
+        self._lt_handles.release(thread)
 
     def _workspace(self, backward: bool) -> None:
-        """cuBLAS's workspace, one per handle (thread) and stream (``getCurrentCUDABlasHandle``
-        keys it so): a matrix multiply on a new stream, a CUDA graph's capture stream
-        included, takes its own."""
+        """cuBLAS's workspace, one per handle and stream (``getCurrentCUDABlasHandle`` keys it
+        so): a matrix multiply on a new stream, a CUDA graph's capture stream included, takes
+        its own, and a thread its own handle's, reserved from the pool
+        (:mod:`~memforensics.plan.handles`)."""
         thread: object = _BACKWARD if backward else threading.get_ident()
-        key = (thread, self.device.stream)
+        key = (self._handles.reserve(thread), self.device.stream)
         if key not in self._workspaces and self.workspace_bytes:
             self._workspaces[key] = self.malloc(self.workspace_bytes)
 
@@ -996,7 +1010,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.device.free(self.malloc(lt.nbytes))
             return
         thread: object = _BACKWARD if backward else threading.get_ident()
-        key = (thread, self.device.stream)
+        key = (self._lt_handles.reserve(thread), self.device.stream)
         if key not in self._lt_workspaces:
             self._lt_workspaces[key] = self.malloc(lt.nbytes)
 
@@ -1055,8 +1069,11 @@ def threads_under(
     none. What the script pushed itself stays its own thread's, as with torch on a GPU."""
 
     def bootstrap_inner(thread: threading.Thread) -> Any:
-        with functions, storage:
-            return original(thread)
+        try:
+            with functions, storage:
+                return original(thread)
+        finally:
+            storage.thread_ended(threading.get_ident())
 
     return bootstrap_inner
 

@@ -32,7 +32,9 @@ from memforensics.plan import (
     emulate,
     lazy,
     libraries,
+    native_library,
     profiler,
+    rebound,
     samples,
     scratch,
     scripted,
@@ -655,6 +657,13 @@ def _torch_rows(
         R(torch.Tensor, "data_ptr", methods.data_ptr, "a stand-in's address is its block's"),
         R(torch.Tensor, "get_device", methods.get_device, "a stand-in is on device 0"),
         R(
+            torch.Tensor,
+            "data",
+            rebound.rebinding(storage.ghosts.holds),
+            "a stand-in and a host tensor are rebound in place (param.data = ...), as a CUDA "
+            "and a CPU tensor are",
+        ),
+        R(
             torch.UntypedStorage,
             "data_ptr",
             methods.untyped_data_ptr,
@@ -940,6 +949,7 @@ def emulated(
             compiled.dynamo_as_found(),
             replaced(rows),
             replaced_where_imported(imported),
+            native_library.quiet_failed_load(notes),
             functions,
             storage,
         ):
