@@ -33,7 +33,7 @@ _CPU = torch.device("cpu")
 
 
 def _dense_host(tensor: torch.Tensor) -> bool:
-    return tensor.device == _CPU and tensor.layout == torch.strided
+    return bool(tensor.device == _CPU and tensor.layout == torch.strided)
 
 
 def rebinding(holds_ghost: Callable[[torch.Tensor], bool]) -> property:
