@@ -39,7 +39,6 @@ from memforensics.plan import (
     scratch,
     scripted,
     standins,
-    triton_stand_in,
     values,
     workers,
 )
@@ -55,6 +54,7 @@ from memforensics.plan.graph_trees import GraphTrees
 from memforensics.plan.graphs import Graphs
 from memforensics.plan.patches import Replacement, kept_state, replaced, replaced_where_imported
 from memforensics.plan.saved_files import SavedFiles
+from memforensics.plan.triton_stand_in import imports as triton_stand_in
 
 R = Replacement
 

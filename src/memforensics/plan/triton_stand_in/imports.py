@@ -1,0 +1,177 @@
+"""The stand-in package a planned script imports as ``triton``, and the import hooks that hand
+it to every importer outside torch (``import`` statements and ``importlib.import_module``)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memforensics.plan.triton_stand_in import testing
+from memforensics.plan.triton_stand_in.driver import Driver
+from memforensics.plan.triton_stand_in.kernels import (
+    Autotuner,
+    Config,
+    Heuristics,
+    JITFunction,
+    KernelInterface,
+    Launches,
+    arg_names,
+    cdiv,
+    next_power_of_2,
+)
+from memforensics.plan.triton_stand_in.language import Language, constexpr
+from memforensics.plan.values import Notes
+
+VERSION = "3.0.0+memforensics.plan"
+"""The stand-in's ``triton.__version__``: Triton 3's API, and a local label that says whose."""
+
+
+class Triton:
+    """The stand-in package: ``triton`` and its submodules a script imports, made once per
+    planned run."""
+
+    def __init__(self, notes: Notes, written: Callable[[list[Any]], None]) -> None:
+        self.launches = Launches(notes, written)
+        self.modules: dict[str, types.ModuleType] = {}
+        self._module(
+            "triton",
+            __version__=VERSION,
+            Config=Config,
+            KernelInterface=KernelInterface,
+            jit=self.jit,
+            autotune=self.autotune,
+            heuristics=self.heuristics,
+            cdiv=cdiv,
+            next_power_of_2=next_power_of_2,
+            set_allocator=lambda allocator: None,
+        )
+        language = Language("triton.language")
+        language.__dict__["constexpr"] = constexpr
+        self._add(language)
+        self._module(
+            "triton.testing",
+            do_bench=testing.do_bench,
+            Benchmark=testing.Benchmark,
+            perf_report=testing.perf_report,
+        )
+        driver = types.SimpleNamespace(active=Driver())
+        self._module("triton.runtime", driver=driver, Autotuner=Autotuner, Heuristics=Heuristics)
+        self._module("triton.runtime.jit", JITFunction=JITFunction, KernelInterface=KernelInterface)
+        self._module("triton.runtime.autotuner", Autotuner=Autotuner, Heuristics=Heuristics)
+        self._module("triton.runtime.driver", driver=driver)
+
+    def _module(self, name: str, **names: Any) -> types.ModuleType:
+        module = types.ModuleType(name)
+        module.__dict__.update(names)
+        return self._add(module)
+
+    def _add(self, module: types.ModuleType) -> types.ModuleType:
+        self.modules[module.__name__] = module
+        parent, _, child = module.__name__.rpartition(".")
+        if parent and not hasattr(self.modules[parent], child):  # runtime.driver: the driver
+            setattr(self.modules[parent], child, module)
+        return module
+
+    def jit(self, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """``triton.jit``, bare or with options."""
+        if fn is None:
+            return lambda fn: JITFunction(fn, self.launches, **options)
+        return JITFunction(fn, self.launches, **options)
+
+    def autotune(
+        self,
+        configs: Sequence[Config],
+        key: Sequence[str],
+        prune_configs_by: dict[str, Any] | None = None,
+        reset_to_zero: Sequence[str] | None = None,
+        restore_value: Sequence[str] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        cache_results: bool = False,
+    ) -> Callable[[Any], Autotuner]:
+        """``triton.autotune``: configs benchmarked with ``do_bench`` (or the script's own)."""
+
+        def bench(fn: Callable[[], Any], quantiles: Sequence[float]) -> Any:
+            if do_bench is not None:
+                return do_bench(fn, quantiles=quantiles)
+            return testing.do_bench(fn, warmup=warmup or 25, rep=rep or 100, quantiles=quantiles)
+
+        def decorate(fn: Any) -> Autotuner:
+            return Autotuner(
+                fn, arg_names(fn), configs, key, reset_to_zero, restore_value,
+                pre_hook, post_hook, prune_configs_by, bench,
+            )  # fmt: skip
+
+        return decorate
+
+    def heuristics(self, values: dict[str, Callable[..., Any]]) -> Callable[[Any], Heuristics]:
+        """``triton.heuristics``."""
+        return lambda fn: Heuristics(fn, arg_names(fn), values)
+
+    def imported(self, name: str, fromlist: Sequence[str] | None) -> types.ModuleType:
+        """What ``import name`` (``from name import fromlist``) binds: the top package, or the
+        named module for a ``from`` import; ModuleNotFoundError for what the stand-in lacks."""
+        module = self.find(name)
+        return module if fromlist else self.modules["triton"]
+
+    def find(self, name: str) -> types.ModuleType:
+        """The stand-in's module ``name``; ModuleNotFoundError for what it lacks."""
+        if name in self.modules:
+            return self.modules[name]
+        if name.startswith("triton.language."):
+            parent = self.find(name.rpartition(".")[0])
+            found = getattr(parent, name.rpartition(".")[2])
+            if isinstance(found, types.ModuleType):
+                return found
+        raise ModuleNotFoundError(
+            f"No module named {name!r} (the plan's stand-in for Triton answers "
+            + ", ".join(sorted(self.modules))
+            + ")",
+            name=name,
+        )
+
+
+def _triton(name: str) -> bool:
+    return name.split(".", maxsplit=1)[0] == "triton"
+
+
+def _torch_own(importer: dict[str, Any] | None) -> bool:
+    """Whether an import is torch's (or the plan's): those get the installed Triton, or none."""
+    name = str((importer or {}).get("__name__", ""))
+    return name.split(".", maxsplit=1)[0] in ("torch", "memforensics")
+
+
+def importing(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
+    """``builtins.__import__`` with the script's imports of ``triton`` answered by ``triton``."""
+
+    def __import__(
+        name: str,
+        globals: dict[str, Any] | None = None,
+        locals: dict[str, Any] | None = None,
+        fromlist: Sequence[str] | None = (),
+        level: int = 0,
+    ) -> Any:
+        if level == 0 and _triton(name) and not _torch_own(globals):
+            return triton.imported(name, fromlist)
+        return original(name, globals, locals, fromlist, level)
+
+    return __import__
+
+
+def imported_by_name(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
+    """``importlib.import_module`` with the script's (and its libraries') ``triton`` modules
+    answered by ``triton``: libraries that test for Triton by importing it so (Liger Kernel's
+    capability gates) find it as they would on the GPU."""
+
+    def import_module(name: str, package: str | None = None) -> Any:
+        if _triton(name) and not _torch_own(sys._getframe(1).f_globals):
+            return triton.find(name)
+        return original(name, package)
+
+    return import_module
