@@ -21,6 +21,13 @@ SHARED_MEMORY_BYTES = {
 "Technical Specifications per Compute Capability"); other 8.x and 12.x parts have 101,376."""
 
 
+def empty_cache_for_benchmark() -> Any:
+    """The L2-clearing buffer, made on the planned device as Triton makes it on the GPU."""
+    import torch
+
+    return torch.empty(EMPTY_CACHE_BYTES // 4, dtype=torch.int, device="cuda")
+
+
 class Driver:
     """``triton.runtime.driver.active``: the planned device as Triton's CUDA driver reports it."""
 
@@ -51,9 +58,7 @@ class Driver:
         return torch.cuda
 
     def get_empty_cache_for_benchmark(self) -> Any:
-        import torch
-
-        return torch.empty(EMPTY_CACHE_BYTES // 4, dtype=torch.int, device="cuda")
+        return empty_cache_for_benchmark()
 
     def clear_cache(self, cache: Any) -> None:
         cache.zero_()

@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from memforensics.plan.triton_stand_in.driver import EMPTY_CACHE_BYTES
+from memforensics.plan.triton_stand_in.driver import empty_cache_for_benchmark
 from memforensics.plan.triton_stand_in.kernels import milliseconds
 
 
@@ -27,7 +27,7 @@ def do_bench(
         raise AssertionError(f"return_mode {return_mode!r}")
     fn()
     torch.cuda.synchronize()
-    cache = torch.empty(EMPTY_CACHE_BYTES // 4, dtype=torch.int, device="cuda")
+    cache = empty_cache_for_benchmark()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
