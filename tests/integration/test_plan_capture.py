@@ -245,3 +245,49 @@ def test_stand_ins_answer_their_address_and_device_as_cuda_tensors_do(tmp_path: 
     assert facts["x"] != facts["y"]
     assert facts["row"] == facts["x"] + 3 * 1024 * 4
     assert facts["devices"] == [0, 0, -1, -1]  # the script's own meta tensor is not on it
+
+
+CHOOSING_BY_DEVICE = """
+import json, torch
+from choose import project
+model = torch.nn.Linear(1024, 1024).cuda()
+x = torch.randn(16, 1024, device="cuda")
+mine = torch.empty(4, device="meta")
+facts = {
+    "stand_in": [str(x.device), x.is_cuda, str(next(model.parameters()).device)],
+    "mine": [str(mine.device), mine.is_cuda],
+}
+facts["projected"] = project(x.half(), torch.randn(1024, 1024, device=x.device).half())
+before = torch.cuda.memory_allocated()
+for p in model.parameters():
+    if p.device.type == "cuda":
+        p.data = p.data.to("cpu")
+facts["offloaded"] = before - torch.cuda.memory_allocated()
+print(json.dumps(facts))
+"""
+
+CHOOSE = """
+import torch
+def project(a, b):
+    if a.device.type == "cuda":
+        out = torch.mm(a, b)  # CUDA: half inputs, a half product
+    else:
+        out = torch.mm(a.float(), b.float())  # elsewhere: upcast copies, a float product
+    return out.element_size()
+"""
+
+
+def test_the_script_and_its_libraries_see_stand_ins_on_cuda(tmp_path: Path) -> None:
+    """A stand-in's .device is cuda:0 (is_cuda True) to the script and to a
+    library it imports, so code that chooses by device takes its CUDA path: a library's
+    CUDA-only product, an offload of what is on "cuda" (which then frees it); the script's own
+    meta tensors still say meta."""
+    script(tmp_path, CHOOSING_BY_DEVICE)
+    (tmp_path / "choose.py").write_text(CHOOSE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(next(line for line in done.stderr.splitlines() if line.startswith("{")))
+    assert facts["stand_in"] == ["cuda:0", True, "cuda:0"]
+    assert facts["mine"] == ["meta", False]
+    assert facts["projected"] == 2
+    assert facts["offloaded"] == 1024 * 1024 * 4 + 1024 * 4

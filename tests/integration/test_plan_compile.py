@@ -210,6 +210,40 @@ x = torch.randn({ROWS}, {WIDTH}, device="cuda", requires_grad=True)
 """
 
 
+CHOOSING = f"""
+import json
+import torch
+
+up = torch.nn.Linear({WIDTH}, {HIDDEN}).cuda()
+
+
+@torch.compile
+def forward(x):
+    if x.device.type == "cuda" and x.is_cuda:
+        return up(x)  # the CUDA path
+    return x  # elsewhere
+out = forward(torch.randn({ROWS}, {WIDTH}, device="cuda"))
+print(json.dumps({{"shape": list(out.shape), "device": str(out.device)}}))
+"""
+
+
+def test_compiled_code_that_chooses_by_device_takes_its_cuda_path_as_graphs(
+    tmp_path: Path,
+) -> None:
+    """Code compiled by torch.compile that tests x.device.type == "cuda" and x.is_cuda takes
+    its CUDA path, as the same code does eagerly and on a GPU, and runs as Inductor's graphs
+    (it took the other path, traced no op, and ran eagerly)."""
+    script(tmp_path, CHOOSING)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == {
+        "shape": [ROWS, HIDDEN],
+        "device": "cuda:0",
+    }
+    assert "Inductor's forward and backward graphs unfused" in done.stderr
+    assert "runs eagerly" not in done.stderr
+
+
 @pytest.mark.parametrize("named", ["cuda", "cuda:0"])
 def test_a_device_named_inside_compiled_code_runs_as_graphs(tmp_path: Path, named: str) -> None:
     """A tensor made on ``device="cuda"`` inside the compiled code runs as Inductor's graphs,

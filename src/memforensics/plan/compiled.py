@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, choices, ctc, fusion, graph_trees, values
+from memforensics.plan import attention, choices, ctc, fusion, graph_trees, standins, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -480,6 +480,7 @@ class Compiled:
                 warnings.catch_warnings(),
                 _whole(),
                 _meta_constants(),
+                standins.traced_on_cuda(),
             ):
                 # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
                 # ``-W error`` they would fail the trace, which a run on a GPU does not see

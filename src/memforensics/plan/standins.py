@@ -1,4 +1,4 @@
-"""What a stand-in answers about its own memory: its block's address and device 0, as CUDA does.
+"""What a stand-in answers about its memory and device: its block's address, device 0, as CUDA does.
 
 A stand-in is a ``meta`` tensor, and a ``meta`` tensor says ``data_ptr() == 0`` and
 ``get_device() == -1``. A CUDA tensor says where its storage's block starts (plus its offset)
@@ -8,17 +8,25 @@ GPU dump does), and scripts tell storages apart by address (``safetensors``' sha
 check, de-duplicating tied weights by ``data_ptr()``), which all-zero addresses would merge.
 
 Only tensors whose storage the plan put on the device answer so; the script's own ``meta``
-tensors keep ``meta``'s answers. ``.device`` and ``.is_cuda`` stay ``meta``'s: torch's own Python
-branches on them to call CUDA-only kernels (cuDNN's RNN weights, fused attention) that the
-``meta`` device does not implement.
+tensors keep ``meta``'s answers.
+
+``.device`` and ``.is_cuda`` answer by who asks (:mod:`~memforensics.plan.askers`).
+To the script and its libraries a stand-in is on ``cuda:0``, as on the GPU: they choose their
+own code by it (an offload that moves what is on ``"cuda"``, TRL's ``mm`` with ``out_dtype`` on
+CUDA against an upcast copy elsewhere), and what they choose decides what is allocated. To
+torch's own Python it stays ``meta``: torch branches on these to call CUDA-only kernels
+(cuDNN's RNN weights, fused attention) that the ``meta`` device does not implement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import torch
+
+from memforensics.plan.askers import caller_torch_own, torch_own
 
 Address = Callable[[int], int | None]
 """The start of the block holding a storage (by ``_cdata``); 0 for an empty storage on the
@@ -45,6 +53,8 @@ class Methods(NamedTuple):
     untyped_data_ptr: Callable[[torch.UntypedStorage], int]
     share_memory_: Callable[[torch.UntypedStorage], torch.UntypedStorage]
     is_shared: Callable[[torch.UntypedStorage], bool]
+    device: property
+    is_cuda: property
 
 
 SHARED = (
@@ -77,7 +87,7 @@ def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
 
     def get_device(self: torch.Tensor) -> int:
         if held(self):
-            return 0
+            return int(PLANNED_DEVICE.index or 0)
         return int(tensor_device(self))
 
     def untyped_data_ptr(self: torch.UntypedStorage) -> int:
@@ -102,4 +112,71 @@ def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
             return True
         return bool(storage_shared(self))
 
-    return Methods(data_ptr, get_device, untyped_data_ptr, share_memory_, is_shared)
+    device = _answered_to_script("device", held, PLANNED_DEVICE)
+    is_cuda = _answered_to_script("is_cuda", held, True)
+    return Methods(
+        data_ptr, get_device, untyped_data_ptr, share_memory_, is_shared, device, is_cuda
+    )
+
+
+PLANNED_DEVICE = torch.device("cuda", 0)
+"""A stand-in's ``.device`` as the script reads it: the device :meth:`get_device` names."""
+
+
+def _answered_to_script(
+    name: str, held: Callable[[torch.Tensor], bool], answer: object
+) -> property:
+    """``Tensor.<name>``, a read-only property: ``answer`` where the script or a library asks
+    of a stand-in, torch's own answer otherwise."""
+    own: Any = vars(torch._C.TensorBase)[name]
+
+    def get(tensor: torch.Tensor) -> Any:
+        if not caller_torch_own() and _held(held, tensor):
+            return answer
+        return own.__get__(tensor, type(tensor))
+
+    return property(get, doc=own.__doc__)
+
+
+@contextmanager
+def traced_on_cuda() -> Iterator[None]:
+    """While dynamo traces: ``x.device`` and ``x.is_cuda`` of a ``meta`` tensor, read by the
+    script's or a library's code, answer ``cuda:0`` and True, as in eager code, so compiled
+    code chooses as it does on the GPU (a trace would otherwise take its non-CUDA branch where
+    eager code took the CUDA one); torch's own code that dynamo inlines still reads ``meta``.
+    A factory given that device makes its tensor where the stand-ins are (``compiled``'s fake
+    mode puts a planned-device factory on ``meta``). The script's own ``meta`` tensors, rare
+    in compiled code, read ``cuda:0`` too: a trace sees only their fake tensors."""
+    from torch._dynamo.variables.base import VariableTracker
+    from torch._dynamo.variables.tensor import TensorVariable
+
+    answers = {"method_attr_device": PLANNED_DEVICE, "method_attr_is_cuda": True}
+    originals = {name: vars(TensorVariable)[name] for name in answers}
+
+    def reading(name: str) -> Callable[..., Any]:
+        original = originals[name]
+
+        def read(self: TensorVariable, tx: Any) -> Any:
+            device = self.device
+            on_meta = isinstance(device, torch.device) and device.type == "meta"
+            if on_meta and not torch_own(tx.f_globals):
+                return VariableTracker.build(tx, answers[name])
+            return original(self, tx)
+
+        return read
+
+    for name in answers:
+        setattr(TensorVariable, name, reading(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(TensorVariable, name, original)
+
+
+def _held(held: Callable[[torch.Tensor], bool], tensor: torch.Tensor) -> bool:
+    """``held(tensor)``, False for a tensor without storage (a wrapper subclass's)."""
+    try:
+        return held(tensor)
+    except (RuntimeError, NotImplementedError):
+        return False

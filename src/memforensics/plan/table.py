@@ -658,6 +658,14 @@ def _torch_rows(
         R(torch.Tensor, "get_device", methods.get_device, "a stand-in is on device 0"),
         R(
             torch.Tensor,
+            "device",
+            methods.device,
+            "a stand-in is on cuda:0 to the script and its libraries, which choose their code "
+            "by it; meta to torch's own, which chooses CUDA-only kernels by it",
+        ),
+        R(torch.Tensor, "is_cuda", methods.is_cuda, "as .device: True to the script"),
+        R(
+            torch.Tensor,
             "data",
             rebound.rebinding(storage.ghosts.holds),
             "a stand-in and a host tensor are rebound in place (param.data = ...), as a CUDA "

@@ -3,11 +3,11 @@ it to every importer outside torch (``import`` statements and ``importlib.import
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memforensics.plan.askers import caller_torch_own, torch_own
 from memforensics.plan.triton_stand_in import testing
 from memforensics.plan.triton_stand_in.driver import Driver
 from memforensics.plan.triton_stand_in.kernels import (
@@ -141,12 +141,6 @@ def _triton(name: str) -> bool:
     return name.split(".", maxsplit=1)[0] == "triton"
 
 
-def _torch_own(importer: dict[str, Any] | None) -> bool:
-    """Whether an import is torch's (or the plan's): those get the installed Triton, or none."""
-    name = str((importer or {}).get("__name__", ""))
-    return name.split(".", maxsplit=1)[0] in ("torch", "memforensics")
-
-
 def importing(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
     """``builtins.__import__`` with the script's imports of ``triton`` answered by ``triton``."""
 
@@ -157,7 +151,7 @@ def importing(original: Callable[..., Any], triton: Triton) -> Callable[..., Any
         fromlist: Sequence[str] | None = (),
         level: int = 0,
     ) -> Any:
-        if level == 0 and _triton(name) and not _torch_own(globals):
+        if level == 0 and _triton(name) and not torch_own(globals):
             return triton.imported(name, fromlist)
         return original(name, globals, locals, fromlist, level)
 
@@ -170,7 +164,7 @@ def imported_by_name(original: Callable[..., Any], triton: Triton) -> Callable[.
     capability gates) find it as they would on the GPU."""
 
     def import_module(name: str, package: str | None = None) -> Any:
-        if _triton(name) and not _torch_own(sys._getframe(1).f_globals):
+        if _triton(name) and not caller_torch_own():
             return triton.find(name)
         return original(name, package)
 
