@@ -73,3 +73,41 @@ def test_bias_goes_into_the_product_in_place(tmp_path: Path, mode: str) -> None:
 def _block(nbytes: int) -> int:
     """The caching allocator's block for a request of ``nbytes`` (a multiple of 512 B)."""
     return -(-nbytes // 512) * 512
+
+
+PRODUCT = """
+import json, sys
+import torch
+a = torch.randn(64, 512, device="cuda")
+b = torch.randn(512, 1024, device="cuda")
+acc = torch.zeros(64, 1024, device="cuda")
+batch = torch.zeros(4, 64, 1024, device="cuda")
+left, right = torch.randn(4, 64, 512, device="cuda"), torch.randn(4, 512, 1024, device="cuda")
+a16, b16 = a.bfloat16(), b.bfloat16()
+products = {
+    "addmm_": lambda: acc.addmm_(a, b),
+    "mm_out": lambda: torch.mm(a, b, out=acc),
+    "baddbmm_": lambda: batch.baddbmm_(left, right),
+    "out_dtype": lambda: torch.mm(a16, b16, out_dtype=torch.float32),
+}
+product = products[sys.argv[1]]
+before = torch.cuda.memory_allocated()
+made = product()
+print(json.dumps({"grew": torch.cuda.memory_allocated() - before}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("variant", "output"),
+    [("addmm_", 0), ("mm_out", 0), ("baddbmm_", 0), ("out_dtype", 64 * 1024 * 4)],
+)
+def test_a_product_in_place_or_into_out_takes_cublas_workspace(
+    tmp_path: Path, variant: str, output: int
+) -> None:
+    """The first product of a run takes cuBLAS's workspace whether it writes in place
+    (acc.addmm_), into out=, or with out_dtype, as each reaches the same cuBLAS call on CUDA;
+    only the plain call took it."""
+    script(tmp_path, PRODUCT)
+    done = plan(tmp_path, "--json", "--device-capability", "8.0", "train.py", variant)
+    assert done.returncode == 0, done.stderr
+    assert _printed(done)["grew"] == WORKSPACE + output

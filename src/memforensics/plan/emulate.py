@@ -55,10 +55,17 @@ from memforensics.plan.values import Notes
 
 _META = torch.device("meta")
 _MATMUL = frozenset(
-    getattr(torch.ops.aten, name).default
-    for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_int_mm")
-    if hasattr(getattr(torch.ops.aten, name), "default")
-)
+    getattr(packet, overload)
+    for name in (
+        "mm", "addmm", "addmm_", "_addmm_activation", "bmm", "baddbmm", "baddbmm_", "addbmm",
+        "addbmm_", "addmv", "addmv_", "mv", "dot", "vdot", "_int_mm",
+    )
+    if (packet := getattr(torch.ops.aten, name, None)) is not None
+    for overload in packet.overloads()
+)  # fmt: skip
+"""The products cuBLAS computes, in every overload: in place (``acc.addmm_(a, b)``), into
+``out=``, and with ``out_dtype`` (``mm.dtype``) they reach the same ``addmm_out_cuda_impl`` /
+``baddbmm_out_cuda_impl`` as the plain call, and so take cuBLAS's workspace."""
 _LT_BIAS = frozenset(
     getattr(torch.ops.aten, name).default
     for name in ("addmm", "_addmm_activation")

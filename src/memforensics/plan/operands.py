@@ -21,17 +21,19 @@ from memforensics.plan.inplace import dense
 
 
 def _ops(*names: str) -> frozenset[Any]:
-    """The ``default`` overloads of the aten operators ``names`` this torch has."""
+    """Every overload of the aten operators ``names`` this torch has: in place, into ``out=``
+    and with ``out_dtype``, each product runs the same CUDA implementation as its plain call."""
     return frozenset(
-        getattr(torch.ops.aten, name).default
+        getattr(packet, overload)
         for name in names
-        if hasattr(torch.ops.aten, name) and hasattr(getattr(torch.ops.aten, name), "default")
+        if (packet := getattr(torch.ops.aten, name, None)) is not None
+        for overload in packet.overloads()
     )
 
 
-_PRODUCTS = _ops("mm", "addmm", "_addmm_activation")
-_BATCHED = _ops("bmm", "baddbmm")
-_VECTOR = _ops("addmv", "mv")
+_PRODUCTS = _ops("mm", "addmm", "addmm_", "_addmm_activation")
+_BATCHED = _ops("bmm", "baddbmm", "baddbmm_")
+_VECTOR = _ops("addmv", "addmv_", "mv")
 _COPYING = _PRODUCTS | _BATCHED | _VECTOR
 _FIRST_MATRIX = dict.fromkeys(_ops("mm", "bmm", "mv"), 0)
 """Where the first matrix is among the arguments (the others take ``self`` first)."""
