@@ -43,8 +43,7 @@ def test_a_model_loaded_in_4_bits_is_packed_on_the_device(tmp_path: Path) -> Non
     """Each 4-bit weight is packed two values a byte (``uint8``, half its elements) with its
     block statistics, as bitsandbytes packs it on a GPU, and the device holds the packed
     weights once loaded: the two layers' 14 projections' 4-bit bytes at least, below their
-    16-bit bytes (they used to be held unpacked at their 32-bit size until the model's next
-    move, since a stand-in's ``.device`` reads ``meta``); the model then moves and runs."""
+    16-bit bytes; the model then moves and runs."""
     script(tmp_path, FOUR_BITS)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
@@ -56,6 +55,45 @@ def test_a_model_loaded_in_4_bits_is_packed_on_the_device(tmp_path: Path) -> Non
     elements = 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512)  # 2 layers' projections
     assert elements // 2 <= facts["loaded"] < elements * 2
     assert facts["logits"] == [2, 8, 64]
+
+
+EIGHT_BITS = """
+import json
+import torch
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+
+config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+LlamaForCausalLM(config).save_pretrained("tiny")
+model = AutoModelForCausalLM.from_pretrained(
+    "tiny", quantization_config=BitsAndBytesConfig(load_in_8bit=True), device_map={"": 0}
+)
+weight = model.model.layers[0].self_attn.q_proj.weight
+loaded = torch.cuda.memory_allocated()
+y = model(torch.randint(0, 64, (2, 8), device="cuda")).logits
+print(json.dumps({"kind": type(weight).__name__, "dtype": str(weight.dtype),
+                  "shape": list(weight.shape), "loaded": loaded, "logits": list(y.shape)}))
+"""
+
+
+def test_a_model_loaded_in_8_bits_holds_int8_weights_and_runs(tmp_path: Path) -> None:
+    """A model loaded with load_in_8bit holds each projection as int8 (one byte an element,
+    with its row statistics) as bitsandbytes quantizes it on a GPU, and its forward runs
+    through LLM.int8()'s outlier columns (a size that depends on values, which failed on meta),
+    where the weights stayed at 32 bits and the forward failed."""
+    script(tmp_path, EIGHT_BITS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert (facts["kind"], facts["dtype"], facts["shape"]) == (
+        "Int8Params",
+        "torch.int8",
+        [256, 256],
+    )
+    elements = 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512)  # 2 layers' projections
+    assert elements <= facts["loaded"] < elements * 2
+    assert facts["logits"] == [2, 8, 64]
+    assert "outlier columns" in done.stderr
 
 
 PAGED = """

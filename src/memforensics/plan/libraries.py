@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import distributed_checkpoint, early_stopping, flex, paged, quantized
+from memforensics.plan import distributed_checkpoint, early_stopping, flex, paged
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -195,5 +195,4 @@ def rows(
         *early_stopping.rows(notes),
         *flex.rows(holds),
         *paged.rows(notes),
-        *quantized.rows(holds),
     ]

@@ -9,7 +9,7 @@ cuBLAS, which a CPU machine does not have, so its load fails; bitsandbytes then 
 loader's traceback at ``ERROR`` and keeps a stand-in library that raises only when a native
 function is called (``ErrorHandlerMockBNBNativeLibrary``). On a GPU the library loads and
 nothing is logged. In a plan no native function is reached for the device: bitsandbytes'
-operators on a stand-in run their ``meta`` kernels (:mod:`~memforensics.plan.quantized`) and
+operators on a stand-in run their ``meta`` kernels (:mod:`~memforensics.plan.dynamic_sizes`) and
 its paged memory is the plan's (:mod:`~memforensics.plan.paged`). So that failed load is the
 plan's doing, not the script's: its log record is said once as a plan's note instead of a
 traceback a GPU run never prints. Any other record of bitsandbytes' is left as it is.

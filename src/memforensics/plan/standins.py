@@ -119,6 +119,12 @@ def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
     )
 
 
+_DISPATCH_MODES = torch._C._len_torch_dispatch_stack
+"""How many dispatch modes are on the stack: none inside an operator's kernel, where the plan's
+own mode is off the stack while it runs the operator. A library's kernel for ``meta`` (a
+``torch.library`` fake implementation, bitsandbytes' ``quantize_4bit``) makes its outputs on
+its inputs' ``.device``, so there a stand-in tells the truth."""
+
 PLANNED_DEVICE = torch.device("cuda", 0)
 """A stand-in's ``.device`` as the script reads it: the device :meth:`get_device` names."""
 
@@ -127,11 +133,11 @@ def _answered_to_script(
     name: str, held: Callable[[torch.Tensor], bool], answer: object
 ) -> property:
     """``Tensor.<name>``, a read-only property: ``answer`` where the script or a library asks
-    of a stand-in, torch's own answer otherwise."""
+    of a stand-in, outside an operator's kernel; torch's own answer otherwise."""
     own: Any = vars(torch._C.TensorBase)[name]
 
     def get(tensor: torch.Tensor) -> Any:
-        if not caller_torch_own() and _held(held, tensor):
+        if _DISPATCH_MODES() and not caller_torch_own() and _held(held, tensor):
             return answer
         return own.__get__(tensor, type(tensor))
 

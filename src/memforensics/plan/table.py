@@ -29,6 +29,7 @@ from memforensics.plan import (
     cuda,
     deferred,
     distributed,
+    dynamic_sizes,
     emulate,
     lazy,
     libraries,
@@ -491,6 +492,12 @@ def _torch_rows(
             'device="cuda" is a CPU generator: a stand-in\'s values are never drawn',
         ),
         R(torch, "clear_autocast_cache", clear_autocast_cache, "the plan's autocast cache too"),
+        R(
+            torch.library,
+            "get_ctx",
+            dynamic_sizes.get_ctx(torch.library.get_ctx, notes),
+            "a library's meta kernel gets data-dependent sizes as integers",
+        ),
         R(
             torch.compiler,
             "cudagraph_mark_step_begin",
