@@ -44,7 +44,9 @@ for layer in model:
 fully_shard(model)
 sharded = torch.cuda.memory_allocated()
 model(torch.randn(16, 1000, device="cuda")).sum().backward()
-json.dump({"sharded": sharded}, open(sys.argv[1], "w"))
+weight = next(model.parameters())
+device = [type(weight).__name__, str(weight.device), weight.is_cuda]
+json.dump({"sharded": sharded, "device": device}, open(sys.argv[1], "w"))
 """
 
 META_FSDP2 = """
@@ -109,6 +111,15 @@ def test_an_fsdp2_rank_holds_exactly_its_padded_shards(tmp_path: Path, world: in
     answer = json.loads(done.stdout)
     assert (answer["rank"], answer["world_size"]) == (0, world)
     assert json.loads((tmp_path / "out.json").read_text())["sharded"] == _shards(world)
+
+
+def test_an_fsdp2_parameter_is_on_cuda_to_the_script(tmp_path: Path) -> None:
+    """A sharded parameter (a DTensor over a stand-in) reads cuda:0 and is_cuda to the script,
+    as on a GPU, as its local shard does."""
+    script(tmp_path, FSDP2)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["device"] == ["DTensor", "cuda:0", True]
 
 
 def test_an_fsdp2_model_built_on_meta_holds_its_shards_once_and_initialises(

@@ -181,8 +181,11 @@ def traced_on_cuda() -> Iterator[None]:
 
 
 def _held(held: Callable[[torch.Tensor], bool], tensor: torch.Tensor) -> bool:
-    """``held(tensor)``, False for a tensor without storage (a wrapper subclass's)."""
+    """Whether ``tensor`` is a stand-in, or a ``DTensor`` (FSDP2's parameters, tensor
+    parallelism's) over one, whose ``.device`` is its local tensor's; False for another tensor
+    without storage (a wrapper subclass's)."""
+    local = getattr(tensor, "_local_tensor", None)
     try:
-        return held(tensor)
+        return held(local if isinstance(local, torch.Tensor) else tensor)
     except (RuntimeError, NotImplementedError):
         return False
