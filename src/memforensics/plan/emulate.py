@@ -494,6 +494,11 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             return (GHOST_DEVICE, *parsed[1:])
         return parsed
 
+    def read_device_by(self, getter: Callable[..., Any]) -> None:
+        """Answer ``getter`` as ``Tensor.device`` itself: a replacement of the attribute's
+        ``__get__``, which torch's function handling then passes here in its place."""
+        self._reads[getter] = self._device_of
+
     def _move(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Tensor.to``: to the host reads zeros; to ``"cuda"`` a stand-in; to ``meta`` a
         ghost, copied off the planned device as PyTorch copies it."""

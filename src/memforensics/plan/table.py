@@ -464,6 +464,7 @@ def _torch_rows(
         original_clear()
 
     methods = standins.methods(storage.address, notes.once)
+    functions.read_device_by(methods.device.__get__)
     held = standins.on_device(storage.address)
     saving = checkpoints.Checkpoints(storage.ghosts, files, functions.reads.made_up_on_host)
     rows = [
