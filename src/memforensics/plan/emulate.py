@@ -54,14 +54,9 @@ from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
 _META = torch.device("meta")
-_MATMUL = frozenset(
-    getattr(packet, overload)
-    for name in (
-        "mm", "addmm", "addmm_", "_addmm_activation", "bmm", "baddbmm", "baddbmm_", "addbmm",
-        "addbmm_", "addmv", "addmv_", "mv", "dot", "vdot", "_int_mm",
-    )
-    if (packet := getattr(torch.ops.aten, name, None)) is not None
-    for overload in packet.overloads()
+_MATMUL = operands.overloads(
+    "mm", "addmm", "addmm_", "_addmm_activation", "bmm", "baddbmm", "baddbmm_", "addbmm",
+    "addbmm_", "addmv", "addmv_", "mv", "dot", "vdot", "_int_mm",
 )  # fmt: skip
 """The products cuBLAS computes, in every overload: in place (``acc.addmm_(a, b)``), into
 ``out=``, and with ``out_dtype`` (``mm.dtype``) they reach the same ``addmm_out_cuda_impl`` /

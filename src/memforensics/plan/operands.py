@@ -20,7 +20,7 @@ import torch
 from memforensics.plan.inplace import dense
 
 
-def _ops(*names: str) -> frozenset[Any]:
+def overloads(*names: str) -> frozenset[Any]:
     """Every overload of the aten operators ``names`` this torch has: in place, into ``out=``
     and with ``out_dtype``, each product runs the same CUDA implementation as its plain call."""
     return frozenset(
@@ -31,11 +31,11 @@ def _ops(*names: str) -> frozenset[Any]:
     )
 
 
-_PRODUCTS = _ops("mm", "addmm", "addmm_", "_addmm_activation")
-_BATCHED = _ops("bmm", "baddbmm", "baddbmm_")
-_VECTOR = _ops("addmv", "addmv_", "mv")
+_PRODUCTS = overloads("mm", "addmm", "addmm_", "_addmm_activation")
+_BATCHED = overloads("bmm", "baddbmm", "baddbmm_")
+_VECTOR = overloads("addmv", "addmv_", "mv")
 _COPYING = _PRODUCTS | _BATCHED | _VECTOR
-_FIRST_MATRIX = dict.fromkeys(_ops("mm", "bmm", "mv"), 0)
+_FIRST_MATRIX = dict.fromkeys(overloads("mm", "bmm", "mv"), 0)
 """Where the first matrix is among the arguments (the others take ``self`` first)."""
 
 
