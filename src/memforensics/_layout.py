@@ -48,6 +48,11 @@ prediction. PyTorch's own readers index only the keys they know."""
 OOM_EXPANDABLE = "oom_expandable"
 """The key, inside a planned OOM dump's :data:`PREDICTED` object, saying whether the plan's own
 run with ``expandable_segments:True`` ran out too (absent: no such run was made)."""
+PEAK_ALLOCATED = "peak_allocated_bytes"
+"""The sidecar key (and the key inside a planned snapshot's :data:`PREDICTED_KEY` mark) of the
+most bytes the allocator held allocated at once before the dump, counting blocks whole as its
+statistics do: a trace of bounded length may no longer show it. A planned dump's is the figure
+``plan`` prints."""
 JOURNAL_SUFFIX = ".jsonl"
 
 RANK_LIMIT = 1 << 31

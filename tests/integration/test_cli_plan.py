@@ -71,6 +71,41 @@ def test_the_final_snapshot_explains_the_peak_the_plan_printed(tmp_path: Path) -
     assert found["peak"]["live_bytes"] == doc["peak_allocated_bytes"]
 
 
+SHORT_HISTORY = """
+import pickle
+import torch
+big = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # the peak, then gone
+del big
+torch.cuda.memory._record_memory_history(max_entries=40)  # a short ring, as a real run keeps
+kept = [torch.empty(1024, device="cuda") for _ in range(50)]
+torch.cuda.memory._dump_snapshot("short.pickle")
+with open("by_hand.pickle", "wb") as f:
+    pickle.dump(torch.cuda.memory._snapshot(), f)
+"""
+
+
+def test_a_dump_whose_trace_began_after_the_peak_says_the_plans_peak(tmp_path: Path) -> None:
+    """A planned dump whose short history no longer holds the peak still gives summary the
+    peak plan printed, with its sidecar or pickled by hand, and the cause line says the
+    trace's peak is only the trace's."""
+    script(tmp_path, SHORT_HISTORY)
+    doc = json.loads(plan(tmp_path, "--json", "train.py").stdout)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for name in ("short.pickle", "by_hand.pickle"):
+        found = json.loads(subprocess.run(
+            [sys.executable, "-m", "memforensics", "summary", "--json", "--no-cache", name],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+        ).stdout)  # fmt: skip
+        assert found["allocator_peak_bytes"] == doc["peak_allocated_bytes"], name
+        assert found["peak"]["live_bytes"] < doc["peak_allocated_bytes"] // 2, name
+    text = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--no-cache", "short.pickle"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "peak in the trace" in text
+    assert "peak            64.00 MiB" in text
+
+
 def test_a_leak_grows_the_peak_with_the_steps(tmp_path: Path) -> None:
     """The leaked outputs (1 MiB each) raise the predicted peak by about a MiB per extra step."""
     script(tmp_path, LEAK)

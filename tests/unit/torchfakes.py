@@ -84,9 +84,10 @@ SIDECAR_KEYS = {
     "memforensics_version", "partial", "tensors",
 }  # fmt: skip
 """Every key DESIGN.md lists for a sidecar."""
-SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries", "tensors_dropped"}
+SIDECAR_EXTRA_KEYS = {"truncated", "trace_entries", "tensors_dropped", "peak_allocated_bytes"}
 """Keys the implementation adds beyond DESIGN.md's list (``truncated``: the ring overflowed;
-``tensors_dropped``: tracked tensors past the bound)."""
+``tensors_dropped``: tracked tensors past the bound; ``peak_allocated_bytes``: the allocator's
+peak when the dump was taken)."""
 OOM_KEYS = {
     "requested_bytes", "allocation_bytes", "device_total_bytes", "device_free_bytes", "stack",
     "allocator",

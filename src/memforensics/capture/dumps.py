@@ -32,6 +32,7 @@ from memforensics.capture.oom import (
 )
 from memforensics.capture.sidecar import (
     SidecarContext,
+    allocated_peak,
     build_sidecar,
     requested_from_trace,
     trace_length,
@@ -106,6 +107,11 @@ class Dumper:
         if tracker is None:
             return None
         return self.attempt("tensors_failed", tracker.tensors, self.backend.name)  # type: ignore[no-any-return]
+
+    def allocated_peak(self) -> int | None:
+        """The allocator's peak allocated bytes, read now for a dump's sidecar (its statistics
+        only: no device synchronize); None when they do not say or the read failed."""
+        return allocated_peak(self.attempt("peak_stats_failed", self.backend.memory_stats))
 
     def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; on failure warn once under ``what`` and return None."""
@@ -186,6 +192,7 @@ class Dumper:
         if snapshot is None:
             return False
         tensors = self.tracked_tensors()
+        peak = self.allocated_peak()
         device_index = self.current_device()
         entries = trace_length(snapshot)
         truncated = entries is not None and entries >= self.config.max_entries
@@ -213,6 +220,7 @@ class Dumper:
                 truncated=truncated,
                 trace_entries=entries,
                 tensors=tensors,
+                peak_allocated_bytes=peak,
             )
 
         fields: dict[str, Any] = {"kind": "window", "window": window.name}
@@ -332,7 +340,7 @@ class Dumper:
             "source": source,
             "error": error,
         }
-        self._event_dump("oom", snapshot, step, now, oom, device_index)
+        self._event_dump("oom", snapshot, step, now, oom, device_index, allocated_peak(stats))
 
     def oom_from_exception(self, exc: BaseException, step: int | None) -> None:
         """The step() fallback: figures from the message and ``mem_get_info``, stack from the
@@ -378,8 +386,9 @@ class Dumper:
         near = record(self.config.near_oom_fraction, stats)
         now = atomic.utc_now()
         return self._event_dump(
-            NEAR_OOM, snapshot, step, now, None, self.current_device(), near_oom=near
-        )
+            NEAR_OOM, snapshot, step, now, None, self.current_device(), allocated_peak(stats),
+            near_oom=near,
+        )  # fmt: skip
 
     # -- manual --------------------------------------------------------------------------------
     def manual(self, step: int | None) -> Path | None:
@@ -390,7 +399,10 @@ class Dumper:
         if snapshot is None:
             return None
         now = atomic.utc_now()
-        return self._event_dump("manual", snapshot, step, now, None, self.current_device())
+        peak = self.allocated_peak()
+        return self._event_dump(
+            "manual", snapshot, step, now, None, self.current_device(), peak
+        )  # fmt: skip
 
     def _event_dump(
         self,
@@ -400,10 +412,12 @@ class Dumper:
         now: datetime,
         oom: dict[str, Any] | None,
         device_index: int | None,
+        peak: int | None,
         near_oom: dict[str, Any] | None = None,
     ) -> Path | None:
         """Write an OOM, near-OOM or manual dump synchronously (the process may be about to
-        die), with the tracked tensors read now, right after its snapshot was taken."""
+        die), with the tracked tensors read now, right after its snapshot was taken; ``peak``
+        the allocator's peak allocated bytes, from the statistics the caller read."""
         tensors = self.tracked_tensors()
         token = self.name_token()
         paths = atomic.event_paths(
@@ -425,6 +439,7 @@ class Dumper:
                 oom=oom,
                 near_oom=near_oom,
                 tensors=tensors,
+                peak_allocated_bytes=peak,
             )
 
         return (

@@ -11,6 +11,11 @@ dump, and ``oom`` separates ``requested_bytes`` (the user's request, from the tr
 ``allocation_bytes`` (what the allocator asked the driver for). Schema 1 wrote the observer's
 allocation size as ``requested_bytes``.
 
+``peak_allocated_bytes`` (added within schema 2, as ``tensors``) is the allocator's own
+``allocated_bytes.all.peak`` when the dump was taken: the most allocated at once since the
+process began or last reset its peaks, which a trace of bounded length may no longer show; null
+when the framework does not say.
+
 ``tensors`` (added within schema 2: readers that do not know it ignore it) lists the tracked
 models' and optimizers' tensors when the process told capture about them
 (:mod:`~memforensics.capture.track`), null otherwise; ``tensors_dropped`` counts those past the
@@ -26,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memforensics._layout import NEAR_OOM
+from memforensics._layout import NEAR_OOM, PEAK_ALLOCATED
 from memforensics._version import __version__
 from memforensics.capture.track import TrackedTensors
 
@@ -74,6 +79,7 @@ def build_sidecar(
     oom: dict[str, Any] | None = None,
     near_oom: dict[str, Any] | None = None,
     tensors: TrackedTensors | None = None,
+    peak_allocated_bytes: int | None = None,
 ) -> dict[str, Any]:
     """One sidecar object with every contract key present; a near-OOM one says why
     (``reason``) and carries its figures (``near_oom``); ``tensors``: the tracked tensors read
@@ -99,6 +105,7 @@ def build_sidecar(
         "trace_entries": trace_entries,
         "tensors": tensors.entries if tensors is not None else None,
         "tensors_dropped": tensors.dropped if tensors is not None else None,
+        PEAK_ALLOCATED: peak_allocated_bytes,
     }
     if kind == "oom":
         sidecar["oom"] = oom_record(**(oom or {}))
@@ -163,6 +170,15 @@ def requested_from_trace(snapshot: Any, device_index: int | None) -> int | None:
         return best[1] if best is not None else None
     except Exception:  # noqa: BLE001 - an odd snapshot is still dumped; this is metadata
         return None
+
+
+def allocated_peak(stats: Any) -> int | None:
+    """``allocated_bytes.all.peak`` of the allocator's statistics, None where they hold no
+    count of bytes (a framework without it, a failed read)."""
+    value = stats.get("allocated_bytes.all.peak") if isinstance(stats, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def trace_length(snapshot: Any) -> int | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from memforensics._layout import PREDICTED_KEY
+from memforensics._layout import PEAK_ALLOCATED, PREDICTED_KEY
 from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, apply_conf
 from memforensics.backends.sim import format as fmt
 
@@ -601,7 +601,8 @@ class PlannedDevice:
 
     def snapshot(self, *, flight: bool = False) -> dict[str, Any]:
         """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them,
-        marked predicted by one more key, so a copy the script pickles itself says so too.
+        marked predicted by one more key, so a copy the script pickles itself says so too; the
+        mark holds the run's peak allocated so far, which the trace may no longer show.
 
         With ``flight``, the trace is the plan's own recording of the last
         :data:`FLIGHT_ENTRIES` events, whatever history the script asked for: the snapshot the
@@ -623,8 +624,10 @@ class PlannedDevice:
             segments = [fmt.segment_dict(head, self.index, frames) for head in heads]
             entries = list(self._flight if flight else self._trace)
         settings = self.spec.settings.to_snapshot()
+        record = self.spec.predicted_record()
+        record[PEAK_ALLOCATED] = self.run_peak("allocated_bytes")
         return {
-            PREDICTED_KEY: self.spec.predicted_record(),  # first: a reader of the head finds it
+            PREDICTED_KEY: record,  # first: a reader of the head finds it
             "segments": segments,
             "device_traces": [[fmt.entry_dict(entry, frames) for entry in entries]],
             "allocator_settings": settings,

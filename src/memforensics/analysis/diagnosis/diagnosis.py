@@ -321,7 +321,9 @@ def diagnose(
             headline = f"{lacks}; {headline}"
     else:
         ranked = tuple(sorted(causes, key=_by_bytes))
-        headline = _peak_headline(ranked[0] if ranked else None, evidence, verdict)
+        headline = _peak_headline(
+            ranked[0] if ranked else None, evidence, verdict, dump.meta.allocator_peak_bytes
+        )
     return Diagnosis(
         causes=ranked,
         headline=headline,
@@ -345,9 +347,12 @@ def _headline(top: Cause | None, needed: int | None) -> str:
     )  # fmt: skip
 
 
-def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> str:
+def _peak_headline(
+    top: Cause | None, evidence: Evidence, verdict: Verdict, counted: int | None
+) -> str:
     """What makes up the judged moment (the peak, or the snapshot without a trace) and the
-    smallest change that cuts it; whether anything failed, when nothing can tell."""
+    smallest change that cuts it; whether anything failed, when nothing can tell. ``counted``:
+    the allocator's own peak, said beside a trace's peak that shows less."""
     unknown = verdict.reason if verdict.name == _UNKNOWN_VERDICT else None
     at = evidence.moment
     if at is None or (at.live_bytes == 0 and top is None):
@@ -355,7 +360,7 @@ def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> s
     unattributed = sum(k.bytes for k in at.kinds if k.kind in _UNATTRIBUTED)
     if top is None:
         return text.peak_headline(
-            at.name, at.position, at.live_bytes, unattributed, None, None, unknown
+            at.name, at.position, at.live_bytes, unattributed, None, None, unknown, counted
         )
     fix = top.fix
     action = None if fix is None else (fix.action, fix.bytes)
@@ -364,7 +369,7 @@ def _peak_headline(top: Cause | None, evidence: Evidence, verdict: Verdict) -> s
         action = (text.CHECKPOINTING_OR_HALF if saved else text.HALF_NO_BACKWARD, top.bytes // 2)
     return text.peak_headline(
         at.name, at.position, at.live_bytes, unattributed, (top.name, top.bytes, top.evidence),
-        action, unknown,
+        action, unknown, counted,
     )  # fmt: skip
 
 

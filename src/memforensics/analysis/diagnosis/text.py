@@ -453,12 +453,18 @@ def peak_headline(
     top: tuple[str, int, str] | None,
     fix: tuple[str, int | None] | None,
     unknown: str | None,
+    counted: int | None = None,
 ) -> str:
     """``peak 840.01 MiB at entry 1,156: activations 520.00 MiB (...) → <fix> frees ≈ 260.00
     MiB``; at the snapshot without a trace, with why nothing tells whether anything failed;
-    with the bytes of no known kind when they outweigh the top part."""
+    with the bytes of no known kind when they outweigh the top part. ``counted``: the
+    allocator's own peak, said when the trace's peak shows less (the trace began after the
+    peak, or counts requests where the allocator counts whole blocks)."""
     if name == "snapshot":
         words = f"at the snapshot {fmt(live)}"
+    elif counted is not None and counted > live:
+        words = f"peak in the trace {fmt(live)} at entry {position:,}"
+        words += f" (the allocator's own peak: {fmt(counted)})"
     else:
         words = f"peak {fmt(live)} at entry {position:,}"
     if unknown:

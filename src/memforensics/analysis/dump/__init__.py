@@ -33,6 +33,7 @@ from memforensics.analysis.dump.meta import (
     OomRecord,
     TrackedTensor,
     dump_meta,
+    marked_peak,
     read_sidecar_file,
 )
 from memforensics.analysis.dump.model import (
@@ -111,6 +112,7 @@ __all__ = [
     "is_native_frame",
     "kind_and_site",
     "load_dump",
+    "marked_peak",
     "native_note",
     "open_regular",
     "origin_words",

@@ -42,6 +42,7 @@ from memforensics.analysis.dump.files import BytesRead, CountingReader, open_reg
 from memforensics.analysis.dump.meta import (
     DumpMeta,
     dump_meta,
+    marked_peak,
     marked_predicted,
     oom_positions,
     read_sidecar,
@@ -421,6 +422,8 @@ def dump_from_snapshot(
     raw_segments, traces, container = split_top_level(snapshot, source)
     everything = mark_workspace(segments_from_list(raw_segments, source), traces)
     meta = dump_meta(path, sidecar, marked=marked_predicted(snapshot))
+    if meta.allocator_peak_bytes is None:
+        meta = replace(meta, allocator_peak_bytes=marked_peak(snapshot))
     family = meta.sidecar.get("device") if meta.has_sidecar else None
     shape = read_shape(
         snapshot,

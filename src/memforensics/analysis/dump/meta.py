@@ -107,6 +107,12 @@ class DumpMeta:
     oom_expandable: bool | None = None
     """A planned OOM dump's: whether the plan's own run with ``expandable_segments:True`` ran
     out too (None: no such run was made)."""
+    allocator_peak_bytes: int | None = None
+    """The most bytes the allocator held allocated at once before the dump, by its own
+    statistics (``allocated_bytes.all.peak``, since the process began or last reset its
+    peaks): the sidecar's, else a planned snapshot's own mark (the figure ``plan`` prints),
+    else an OOM record's statistics. It counts each block whole where a trace counts the
+    request, and it reaches back before the trace began. None when the dump records none."""
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
@@ -190,7 +196,34 @@ def dump_meta(
         oom_expandable=_flag(planned.get(_layout.OOM_EXPANDABLE))
         if isinstance(planned, dict)
         else None,
+        allocator_peak_bytes=_allocator_peak(sidecar),
     )
+
+
+def marked_peak(snapshot: object) -> int | None:
+    """The run's peak allocated bytes that ``plan``'s own mark in a snapshot holds (None
+    without the mark, or a mark from before it held the peak)."""
+    if not marked_predicted(snapshot):
+        return None
+    assert isinstance(snapshot, dict)
+    return _bytes(snapshot[_layout.PREDICTED_KEY].get(_layout.PEAK_ALLOCATED))
+
+
+def _allocator_peak(sidecar: dict[str, Any]) -> int | None:
+    """The allocator's own peak allocated bytes a sidecar records: its own key (capture's and
+    plan's), else the statistics an OOM's record carries (a sidecar written before the key)."""
+    found = _bytes(sidecar.get(_layout.PEAK_ALLOCATED))
+    if found is not None:
+        return found
+    oom = sidecar.get("oom")
+    stats = oom.get("allocator") if isinstance(oom, dict) else None
+    return _bytes(stats.get("allocated_bytes.all.peak")) if isinstance(stats, dict) else None
+
+
+def _bytes(value: object) -> int | None:
+    """A count of bytes, or None for anything that is not one (negative, a flag, a string)."""
+    found = as_int(value)
+    return found if found is not None and found >= 0 else None
 
 
 def _from_path(path: Path) -> DumpMeta:

@@ -395,6 +395,10 @@ class Summary:
     """The file's other devices with memory (``summary``'s answer about one file holds each
     device it explains: the OOM's, else every device with memory, this one first)."""
     live_at_start: bool = False  # blocks were live when the trace began (allocated before it)
+    allocator_peak_bytes: int | None = None
+    """The most bytes allocated at once before the dump by the allocator's own count (the
+    dump's :attr:`~memforensics.analysis.dump.DumpMeta.allocator_peak_bytes`); ``peak`` is what
+    the trace shows, which misses a peak before it began and counts requests, not blocks."""
     diagnosis: Diagnosis | None = None
     """The ranked causes and the headline (None only in a summary read from an older cache)."""
     filled: Filled | None = field(default=None, metadata=NOT_IN_JSON)
@@ -537,6 +541,7 @@ def summarize(
         diagnosis=diagnosis,
         filled=filled,
         live_at_start=filled.lifetimes.live_at_start,
+        allocator_peak_bytes=dump.meta.allocator_peak_bytes,
     )
 
 

@@ -337,6 +337,9 @@ def _figures(s: Summary, width: int) -> list[str]:
             [device_free_text(s.oom.device_free_bytes), f"total {fmt(s.oom.device_total_bytes)}"],
             width,
         )
+    if s.oom is None and s.allocator_peak_bytes is not None:
+        counted = "allocated at most, by the allocator's own count"
+        lines += _cells("peak", fmt(s.allocator_peak_bytes), [counted], width)
     if s.judged_note:
         lines += _label("warning", s.judged_note, width)
     lines += _label("history", _history(s, brief=True), width)

@@ -642,6 +642,7 @@ def _writer(spec: Any, into: Path | None = None) -> Any:
     """Writes a snapshot the run dumps (the script's own path, or its name in ``into``) and
     its predicted sidecar."""
     from memforensics._layout import sidecar_path
+    from memforensics.analysis.dump import marked_peak
     from memforensics.capture.atomic import utc_now, write_sidecar, write_snapshot
     from memforensics.capture.sidecar import SidecarContext, build_sidecar
 
@@ -666,6 +667,7 @@ def _writer(spec: Any, into: Path | None = None) -> Any:
             snapshot_bytes=size,
             created_at=utc_now(),
             device_index=0,
+            peak_allocated_bytes=marked_peak(snapshot),
         )
         sidecar[PREDICTED] = spec.predicted_record()
         write_sidecar(sidecar_path(final), sidecar)
