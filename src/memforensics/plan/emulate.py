@@ -1067,6 +1067,32 @@ def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[.
     return run_backward
 
 
+def saved_hooks_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``saved_tensors_hooks``' pack and unpack hooks run with ``mode`` pushed. Autograd calls a
+    pack hook from inside the operator whose output it saves, and torch pops a mode while it
+    handles a call, so without this the hook's own calls (``save_on_cpu``'s pinned
+    ``torch.empty``, an offloading hook's copy to the host on a side stream) would run without
+    the emulation: a real "cuda" device, pinned memory the CPU build has none of. An unpack hook
+    that backward runs already has the mode (:func:`backward_under`); pushing it twice is
+    avoided."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    def under(hook: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(hook)
+        def run(value: Any) -> Any:
+            if mode in _get_current_function_mode_stack():
+                return hook(value)
+            with mode:
+                return hook(value)
+
+        return run
+
+    def push(pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> Any:
+        return original(under(pack), under(unpack))
+
+    return push
+
+
 def threads_under(
     functions: DeviceMode, storage: StorageMode, original: Callable[..., Any]
 ) -> Callable[..., Any]:
