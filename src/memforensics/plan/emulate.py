@@ -1074,7 +1074,8 @@ def saved_hooks_under(mode: DeviceMode, original: Callable[..., Any]) -> Callabl
     ``torch.empty``, an offloading hook's copy to the host on a side stream) would run without
     the emulation: a real "cuda" device, pinned memory the CPU build has none of. An unpack hook
     that backward runs already has the mode (:func:`backward_under`); pushing it twice is
-    avoided."""
+    avoided. Traced hooks (both ``fx.GraphModule``), which AOTAutograd inlines into a compiled
+    graph when it finds them on top of the stack, are pushed as they are, so it still does."""
     from torch.overrides import _get_current_function_mode_stack
 
     def under(hook: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -1088,6 +1089,8 @@ def saved_hooks_under(mode: DeviceMode, original: Callable[..., Any]) -> Callabl
         return run
 
     def push(pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> Any:
+        if isinstance(pack, torch.fx.GraphModule) and isinstance(unpack, torch.fx.GraphModule):
+            return original(pack, unpack)  # traced hooks AOTAutograd inlines: torch tells them so
         return original(under(pack), under(unpack))
 
     return push
