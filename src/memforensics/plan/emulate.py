@@ -37,6 +37,7 @@ from memforensics.plan import (
     ctc,
     distributed,
     dropout,
+    grouped,
     handles,
     inplace,
     kernel_scratch,
@@ -582,6 +583,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
+        if grouped.OPERATOR is not None:
+            self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
         for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
