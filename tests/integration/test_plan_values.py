@@ -136,6 +136,54 @@ def test_bincount_of_known_values_counts_them_and_of_unknown_ones_has_minlength_
     assert "bincount" in done.stderr
 
 
+TOKENS, DIM, EXPERTS, TOP, HIDDEN = 4096, 256, 8, 2, 1024
+
+EXPERT_LOOP = f"""
+import json, sys
+import torch
+import torch.nn.functional as F
+
+router = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.randn({EXPERTS}, {DIM}, {HIDDEN}, device="cuda")
+down = torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda")
+x = torch.randn({TOKENS}, {DIM}, device="cuda")
+with torch.no_grad():
+    weights, experts = router(x).softmax(-1).topk({TOP}, dim=-1)
+    flat = experts.view(-1)
+    if sys.argv[1] == "histc":
+        counts = torch.histc(flat, bins={EXPERTS}, min=0, max={EXPERTS})
+    else:
+        counts = torch.bincount(flat, minlength={EXPERTS})
+    split = counts.tolist()
+    routed = x[flat.argsort() // {TOP}]
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    outs = [
+        F.silu(chunk @ up[e]) @ down[e]
+        for e, chunk in enumerate(routed.split(split)) if len(chunk)
+    ]
+    rise = torch.cuda.max_memory_allocated() - start
+print(json.dumps({{"split": split, "rise": rise}}))
+"""
+
+
+@pytest.mark.parametrize("count", ["bincount", "histc"])
+def test_tokens_per_expert_of_unknown_routing_cover_every_token_routed(
+    tmp_path: Path, count: str
+) -> None:
+    """A mixture of experts' loop over its experts (tokens split by the counts of a router's
+    top-k choices, read with ``tolist``) runs: the counts of unknown choices sum to the tokens
+    routed, all at one expert, so its hidden activation is counted at its largest."""
+    script(tmp_path, EXPERT_LOOP)
+    done = plan(tmp_path, "train.py", count)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert sum(facts["split"]) == TOKENS * TOP
+    assert len(facts["split"]) == EXPERTS
+    assert facts["rise"] >= TOKENS * TOP * HIDDEN * 4  # one expert's hidden, every token
+
+
 def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
     """generate()'s shape: a loop that stops when every sequence met the maximum length (a
     flag the script sets) or chose end-of-sequence (the model's value) runs exactly to the

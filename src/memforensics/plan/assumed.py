@@ -22,6 +22,10 @@ early, and where an operator's result is the same for every such value, it is kn
   stay all false when the beams are reordered by their unknown scores.
 - *A count of unknown flags takes its upper bound*, every flag set, as a data-dependent shape
   does: the generated length beam search measures from its beam indices is its maximum.
+- *A histogram of unknown integers counts every one of them*, each as the zero an integer reads
+  as: ``bincount``'s bins (``histc``'s, where its range holds zero) sum to the number of values
+  counted, so a split by them (a mixture of experts' tokens per expert, read with ``tolist``)
+  covers every token routed, with all of them at the first expert, the most any one takes.
 - *A model's predictions come closer to their targets as it trains*: integers compared
   elementwise with integers of the same shape, the unknown against the unknown or against
   targets holding more than one value (``argmax(logits) == labels``), match as many as the
@@ -69,6 +73,8 @@ _MOVES = frozenset(
 )
 """Operators that only move their first argument's values to where indices say."""
 _COUNTS = frozenset((_aten.sum.default, _aten.sum.dim_IntList, _aten.count_nonzero.dim_IntList))
+_HISTOGRAMS = frozenset((_aten.bincount.default, _aten.histc.default))
+"""Histograms of their first argument's values, the rest of their arguments known."""
 _CPU = torch.device("cpu")
 
 
@@ -99,6 +105,8 @@ def decided(
         return _moved(args, out, values)
     if func in _COUNTS:
         return _counted(func, args, kwargs, values)
+    if func in _HISTOGRAMS:
+        return _histogram(func, args, kwargs, values)
     return None
 
 
@@ -305,4 +313,24 @@ def _counted(
         return None
     every = torch.ones(flags.shape, dtype=torch.bool, device=_CPU)
     result: torch.Tensor = func(every, *args[1:], **kwargs)
+    return result
+
+
+def _histogram(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """A histogram of unknown integers (``bincount``'s weights, where given, known): every
+    value counted as zero."""
+    counted = args[0]
+    if not _unknown(counted, values) or counted.is_floating_point() or counted.is_complex():
+        return None
+    if any(_unknown(v, values) for v in (*args[1:], *kwargs.values())):
+        return None  # unknown weights: the sums are unknown
+    rest = [_on_cpu(a, values) for a in args[1:]]
+    options = {k: _on_cpu(v, values) for k, v in kwargs.items()}
+    zeros = _zeros(counted)
+    if func is _aten.histc.default:  # CUDA's counts integers in their dtype, the CPU's floats only
+        counts: torch.Tensor = func(zeros.float(), *rest, **options)
+        return counts.to(counted.dtype)
+    result: torch.Tensor = func(zeros, *rest, **options)
     return result

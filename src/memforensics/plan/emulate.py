@@ -37,6 +37,7 @@ from memforensics.plan import (
     ctc,
     distributed,
     dropout,
+    grouped,
     handles,
     inplace,
     kernel_scratch,
@@ -582,6 +583,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
+        if grouped.OPERATOR is not None:
+            self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
         for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
@@ -1065,6 +1068,35 @@ def backward_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[.
             return original(*args, **kwargs)
 
     return run_backward
+
+
+def saved_hooks_under(mode: DeviceMode, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``saved_tensors_hooks``' pack and unpack hooks run with ``mode`` pushed. Autograd calls a
+    pack hook from inside the operator whose output it saves, and torch pops a mode while it
+    handles a call, so without this the hook's own calls (``save_on_cpu``'s pinned
+    ``torch.empty``, an offloading hook's copy to the host on a side stream) would run without
+    the emulation: a real "cuda" device, pinned memory the CPU build has none of. An unpack hook
+    that backward runs already has the mode (:func:`backward_under`); pushing it twice is
+    avoided. Traced hooks (both ``fx.GraphModule``), which AOTAutograd inlines into a compiled
+    graph when it finds them on top of the stack, are pushed as they are, so it still does."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    def under(hook: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(hook)
+        def run(value: Any) -> Any:
+            if mode in _get_current_function_mode_stack():
+                return hook(value)
+            with mode:
+                return hook(value)
+
+        return run
+
+    def push(pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> Any:
+        if isinstance(pack, torch.fx.GraphModule) and isinstance(unpack, torch.fx.GraphModule):
+            return original(pack, unpack)  # traced hooks AOTAutograd inlines: torch tells them so
+        return original(under(pack), under(unpack))
+
+    return push
 
 
 def threads_under(

@@ -512,6 +512,15 @@ def _torch_rows(
             "the Python that backward runs (hooks, recomputes) runs under the emulation",
         ),
         R(
+            torch._C._autograd,
+            "_push_saved_tensors_default_hooks",
+            emulate.saved_hooks_under(
+                functions, _found(torch._C._autograd, "_push_saved_tensors_default_hooks")
+            ),
+            "saved_tensors_hooks' pack and unpack hooks (save_on_cpu, activation offloading) "
+            "run under the emulation, not in the operator that saves",
+        ),
+        R(
             LazyModuleMixin,
             "_infer_parameters",
             lazy.initialized_under(functions, storage, LazyModuleMixin._infer_parameters),
