@@ -463,3 +463,42 @@ def test_the_plans_peaks_are_the_runs_where_the_script_resets_them_each_epoch(
     assert doc["peak_allocated_bytes"] == 128 * MiB
     assert doc["peak_reserved_bytes"] == 128 * MiB
     assert doc["peak_segments"] == 2
+
+
+TOTALS_PER_EPOCH = """
+import json
+import torch
+held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+try:
+    torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError:
+    pass
+before = torch.cuda.memory_stats()
+torch.cuda.reset_accumulated_memory_stats()
+for _ in range(3):  # the epoch: three allocations of 1 MiB, each freed
+    torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+after = torch.cuda.memory_stats()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_reset_accumulated_memory_stats_starts_the_totals_and_counters_again(
+    tmp_path: Path,
+) -> None:
+    """``reset_accumulated_memory_stats()`` zeroes each statistic's allocated and freed totals
+    and the OOM and device-allocation counters, as on a GPU, so a script counting an epoch's
+    allocations and OOMs reads that epoch's; current values and peaks go on."""
+    script(tmp_path, TOTALS_PER_EPOCH)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    before, after = found["before"], found["after"]
+    assert before["num_ooms"] == 1
+    assert after["num_ooms"] == 0
+    assert after["allocation.all.allocated"] == 3
+    assert after["allocation.all.freed"] == 3
+    assert after["allocated_bytes.all.allocated"] == 3 * MiB
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocated_bytes.all.peak"] == 65 * MiB  # what is held and one of the epoch's
+    grown = after["reserved_bytes.all.current"] - before["reserved_bytes.all.current"]
+    assert after["reserved_bytes.all.allocated"] == grown  # the epoch's one new segment

@@ -497,6 +497,9 @@ class Answers:
     def reset_peaks(self, device: object = None) -> None:
         self.device.reset_peaks()
 
+    def reset_accumulated(self, device: object = None) -> None:
+        self.device.reset_accumulated()
+
     def nothing(self, device: object = None) -> None:
         return None
 

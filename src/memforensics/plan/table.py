@@ -316,7 +316,7 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         ("reset_peak_memory_stats", a.reset_peaks, MODEL, True),
         ("reset_max_memory_allocated", a.reset_peaks, MODEL, True),
         ("reset_max_memory_cached", a.reset_peaks, MODEL, True),
-        ("reset_accumulated_memory_stats", a.nothing, "the model keeps its totals", True),
+        ("reset_accumulated_memory_stats", a.reset_accumulated, MODEL, True),
         ("empty_cache", a.empty_cache, MODEL, True),
         (
             "mem_get_info",
@@ -395,7 +395,7 @@ def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replaceme
         R(c, "_accelerator_isAllocatorInitialized", a.initialized, MODEL, needed=False),
         R(c, "_accelerator_getDeviceStats", a.device_stats, MODEL, needed=False),
         R(c, "_accelerator_emptyCache", a.empty_cache, MODEL, needed=False),
-        R(c, "_accelerator_resetAccumulatedStats", a.nothing, MODEL, needed=False),
+        R(c, "_accelerator_resetAccumulatedStats", a.reset_accumulated, MODEL, needed=False),
         R(c, "_accelerator_resetPeakStats", a.reset_peaks, MODEL, needed=False),
         R(c, "_accelerator_getMemoryInfo", a.mem_get_info, MODEL, needed=False),
         R(
