@@ -502,3 +502,49 @@ def test_reset_accumulated_memory_stats_starts_the_totals_and_counters_again(
     assert after["allocated_bytes.all.peak"] == 65 * MiB  # what is held and one of the epoch's
     grown = after["reserved_bytes.all.current"] - before["reserved_bytes.all.current"]
     assert after["reserved_bytes.all.allocated"] == grown  # the epoch's one new segment
+
+
+PER_POOL = """
+import json
+import torch
+torch.cuda.memory._set_allocator_settings("expandable_segments:{expandable}")
+large = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # over 1 MiB: the large pool
+small = [torch.empty(1000, device="cuda") for _ in range(4)]  # 1 MiB or less: the small pool
+del small[0]
+gone = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")
+del gone
+torch.cuda.empty_cache()  # the 30 MiB go back to the device
+pool = torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(pool):
+    pooled = torch.empty(512, device="cuda")
+stats = torch.cuda.memory_stats()
+print(json.dumps({"stats": stats, "summary": torch.cuda.memory_summary()}))
+"""
+
+
+@pytest.mark.parametrize("expandable", ["False", "True"])
+def test_memory_stats_keeps_the_small_and_the_large_pools_figures(
+    tmp_path: Path, expandable: str
+) -> None:
+    """``memory_stats()`` has each statistic for the large and the small pool as well as for
+    all (a script reading ``allocated_bytes.large_pool.current`` runs), the two adding up to
+    all but for peaks; ``memory_summary()`` shows their rows, as on a GPU."""
+    script(tmp_path, PER_POOL.replace("{expandable}", expandable))
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    stats = found["stats"]
+    for key in [key for key in stats if ".all." in key]:
+        large, small = key.replace(".all.", ".large_pool."), key.replace(".all.", ".small_pool.")
+        if key.endswith(".peak"):  # each pool's peak is its own, reached at its own time
+            assert max(stats[large], stats[small]) <= stats[key] <= stats[large] + stats[small]
+        else:
+            assert stats[large] + stats[small] == stats[key], key
+    assert stats["allocated_bytes.large_pool.current"] == 3 * MiB
+    assert stats["allocated_bytes.small_pool.current"] == 2048 + 3 * 4096  # 4,000 B: 4,096
+    assert stats["allocation.small_pool.current"] == 4
+    assert stats["allocation.small_pool.freed"] == 1
+    assert stats["reserved_bytes.small_pool.current"] > 0
+    assert stats["reserved_bytes.large_pool.freed"] > 0  # empty_cache gave memory back
+    assert "from large pool" in found["summary"]
+    assert "from small pool" in found["summary"]

@@ -477,21 +477,28 @@ class Answers:
         return out
 
     def summary(self, device: object = None, abbreviated: bool = False) -> str:
-        """PyTorch's own ``memory_summary`` table over the model's statistics, abbreviated (the
-        model keeps no per-pool figures), without the rows whose figures it does not keep:
-        non-releasable memory's peaks and totals, and oversize blocks where
-        ``max_split_size`` is set."""
+        """PyTorch's own ``memory_summary`` table over the model's statistics, with its rows
+        for the large and the small pool unless ``abbreviated``, and without the rows whose
+        figures the model does not keep: non-releasable memory's peaks and totals, and
+        oversize blocks where ``max_split_size`` is set."""
         stats = self.stats()
         unknown = [label for key, label in _UNKEPT if f"{key}.peak" not in stats]
         for key, _ in _UNKEPT:
             for field in ("current", "peak", "allocated", "freed"):
                 stats.setdefault(f"{key}.{field}", 0)
-        lines = _torch_table(stats).splitlines()
-        kept = [
-            line
-            for i, line in enumerate(lines)
-            if not any(f" {label} " in text for label in unknown for text in lines[i : i + 2])
-        ]
+                for kind in ("large_pool", "small_pool"):
+                    if key.endswith(".all"):
+                        stats.setdefault(f"{key[:-4]}.{kind}.{field}", 0)
+        kept: list[str] = []
+        dropping = False
+        for line in _torch_table(stats, abbreviated).splitlines():
+            if line.startswith(("|-", "|=")):  # a rule: the rows after it are the next metric's
+                dropping = False
+            elif not dropping and any(f" {label} " in line for label in unknown):
+                dropping = True
+                kept.pop()  # the rule above the dropped rows
+            if not dropping:
+                kept.append(line)
         return "\n".join(kept) + "\n"
 
     def reset_peaks(self, device: object = None) -> None:
@@ -622,14 +629,14 @@ MiB = 1 << 20
 _SUMMARY = torch.cuda.memory.memory_summary
 
 
-def _torch_table(stats: dict[str, int]) -> str:
-    """``stats`` in PyTorch's own ``memory_summary`` table (abbreviated): torch's function,
-    reading ``stats`` where it reads ``memory_stats()``."""
+def _torch_table(stats: dict[str, int], abbreviated: bool) -> str:
+    """``stats`` in PyTorch's own ``memory_summary`` table: torch's function, reading ``stats``
+    where it reads ``memory_stats()``."""
     memory = torch.cuda.memory
     answering = memory.memory_stats
     memory.memory_stats = lambda device=None: stats
     try:
-        return str(_SUMMARY(0, abbreviated=True))
+        return str(_SUMMARY(0, abbreviated=abbreviated))
     finally:
         memory.memory_stats = answering
 

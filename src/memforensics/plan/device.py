@@ -528,6 +528,9 @@ class PlannedDevice:
                 key = (id(a), name)
                 self._reset_from[key] = max(self._reset_from.get(key, 0), stat.peak)
                 stat.peak = stat.current
+                for kind in (a.small_pool, a.large_pool):
+                    stat = getattr(kind, name)
+                    stat.peak = stat.current
 
     def reset_accumulated(self) -> None:
         """``reset_accumulated_memory_stats``: every statistic's running totals (its
@@ -538,8 +541,9 @@ class PlannedDevice:
             self._drain()
             a = self._allocator
             for name in _STATISTICS:
-                stat = getattr(a, name)
-                stat.allocated = stat.freed = 0
+                for stats in (a, a.small_pool, a.large_pool):
+                    stat = getattr(stats, name)
+                    stat.allocated = stat.freed = 0
             a.num_alloc_retries = a.num_ooms = a.num_sync_all_streams = 0
             a.num_device_alloc = a.num_device_free = 0
 
