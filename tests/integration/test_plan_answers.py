@@ -548,3 +548,27 @@ def test_memory_stats_keeps_the_small_and_the_large_pools_figures(
     assert stats["reserved_bytes.large_pool.freed"] > 0  # empty_cache gave memory back
     assert "from large pool" in found["summary"]
     assert "from small pool" in found["summary"]
+
+
+METADATA = """
+import json
+import torch
+memory = torch.cuda.memory
+before = memory._get_memory_metadata()
+memory._set_memory_metadata("epoch 1")
+during = memory._get_memory_metadata()
+x = torch.empty(1024, device="cuda")
+memory._set_memory_metadata("")
+print(json.dumps([before, during, memory._get_memory_metadata()]))
+"""
+
+
+def test_the_memory_metadata_set_is_read_back(tmp_path: Path) -> None:
+    """``_get_memory_metadata()`` answers what ``_set_memory_metadata`` last set ("" before),
+    as on a GPU, where the CPU build has no binding for it."""
+    if not hasattr(pytest.importorskip("torch").cuda.memory, "_get_memory_metadata"):
+        pytest.skip("this torch has no _get_memory_metadata")
+    script(tmp_path, METADATA)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == ["", "epoch 1", ""]

@@ -601,6 +601,10 @@ class PlannedDevice:
         """``_set_memory_metadata``: tags later allocations."""
         self._metadata = text
 
+    def metadata(self) -> str:
+        """``_get_memory_metadata``: the text later allocations are tagged with ("" for none)."""
+        return self._metadata
+
     def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
         device_free = None
         if action == "oom":

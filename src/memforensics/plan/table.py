@@ -364,6 +364,13 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         R(memory, "_set_memory_metadata", a.device.set_metadata, "tags later allocations"),
         R(
             memory,
+            "_get_memory_metadata",
+            a.device.metadata,
+            "what _set_memory_metadata tags later allocations with",
+            needed=False,
+        ),
+        R(
+            memory,
             "_set_allocator_settings",
             a.device.set_allocator_settings,
             "the model follows the new settings from then on",
