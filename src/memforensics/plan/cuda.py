@@ -174,6 +174,20 @@ def stream_class(device: PlannedDevice) -> type:
     return PlannedStream
 
 
+def external_stream_class(kind: type) -> type:
+    """``torch.cuda.ExternalStream`` over ``kind``, the planned ``torch.cuda.Stream``: the
+    stream whose handle is ``stream_ptr``. PyTorch's caching allocator keeps blocks by the
+    ``cudaStream_t`` they were made on, so an external stream wrapping a handle that a
+    ``torch.cuda.Stream`` gave out (``s.cuda_stream``) shares that stream's cached blocks, and
+    any other handle is a stream of its own."""
+
+    class ExternalStream(kind):  # type: ignore[misc]  # a class made per planned device
+        def __init__(self, stream_ptr: int, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(stream_id=int(stream_ptr))
+
+    return ExternalStream
+
+
 STREAMS_PER_POOL = 32
 """Streams in each of CUDA's stream pools per device (``kStreamsPerPool``): PyTorch creates them
 once and hands them out round-robin, so ``torch.cuda.Stream()`` made anew each epoch (a data
@@ -256,6 +270,11 @@ class Streams:
     def __init__(self, device: PlannedDevice) -> None:
         self.device = device
         self.kind = stream_class(device)
+        self.external_kind = external_stream_class(self.kind)
+
+    def external(self, data_ptr: int, device: object = None) -> Any:
+        """``get_stream_from_external``: the stream whose handle is ``data_ptr``."""
+        return self.kind(stream_id=int(data_ptr))
 
     def of(self, stream_id: int) -> Any:
         return self.kind(stream_id=stream_id)

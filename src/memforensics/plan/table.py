@@ -157,6 +157,14 @@ def _device_rows(
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
+        R(c, "ExternalStream", streams.external_kind, "the stream of that handle: " + STREAMS),
+        R(
+            c,
+            "get_stream_from_external",
+            initializing(streams.external),
+            "the stream of that handle: " + STREAMS + INITIALIZES,
+            needed=False,
+        ),
         R(
             c,
             "Event",
