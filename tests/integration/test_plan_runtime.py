@@ -483,3 +483,35 @@ def test_an_external_stream_is_the_stream_of_its_handle(tmp_path: Path) -> None:
     facts = printed_facts(tmp_path)
     # 4 MiB is over 1 MiB and under 10 MiB: a new segment of 20 MiB (kLargeBuffer)
     assert facts == {"on_side": 0, "on_default": 20 * MiB, "equal": True, "found": True}
+
+
+READ_IN_CAPTURE = """
+import sys
+import torch
+model = torch.nn.Linear(256, 256).cuda()
+static_x = torch.randn(64, 256, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g, capture_error_mode=sys.argv[1]):
+    static_loss = model(static_x).pow(2).mean()
+    if sys.argv[2] == "inside":
+        print("loss", static_loss.item())  # the host waits on the device: refused in capture
+g.replay()
+print("after replay", static_loss.item())
+"""
+
+
+@pytest.mark.parametrize("mode", ["global", "relaxed"])
+def test_a_value_read_to_the_host_inside_a_graph_capture_fails_as_on_a_gpu(
+    tmp_path: Path, mode: str
+) -> None:
+    """A script that reads ``loss.item()`` inside ``torch.cuda.graph`` fails with CUDA's
+    "operation not permitted when stream is capturing" at that line, as on a GPU (the plan had
+    it fit); read after the replay, the same value runs."""
+    script(tmp_path, READ_IN_CAPTURE)
+    failed = plan(tmp_path, "train.py", mode, "inside")
+    assert failed.returncode == 2, failed.stdout
+    assert "operation not permitted when stream is capturing" in failed.stdout + failed.stderr
+    assert "train.py:10" in failed.stdout + failed.stderr
+    done = plan(tmp_path, "train.py", mode, "after")
+    assert done.returncode == 0, done.stderr
+    assert "after replay" in done.stdout

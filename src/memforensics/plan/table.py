@@ -926,6 +926,13 @@ def table(
         *_build_rows(answers),
         *_legacy_rows(storage),
         *_graph_rows(graphs),
+        R(
+            functions.reads,
+            "waited",
+            graphs.forbid_sync,
+            "a read of a stand-in's values to the host fails while a CUDA graph capture forbids "
+            "the wait, as CUDA fails it",
+        ),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast, files, GraphTrees(graphs, storage)),
