@@ -493,25 +493,30 @@ static_x = torch.randn(64, 256, device="cuda")
 g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g, capture_error_mode=sys.argv[1]):
     static_loss = model(static_x).pow(2).mean()
-    if sys.argv[2] == "inside":
+    if sys.argv[2] == "item":
         print("loss", static_loss.item())  # the host waits on the device: refused in capture
+    if sys.argv[2] == "synchronize":
+        torch.cuda.synchronize()  # so is a wait for the whole device
 g.replay()
 print("after replay", static_loss.item())
 """
 
 
-@pytest.mark.parametrize("mode", ["global", "relaxed"])
-def test_a_value_read_to_the_host_inside_a_graph_capture_fails_as_on_a_gpu(
-    tmp_path: Path, mode: str
+@pytest.mark.parametrize(
+    ("mode", "wait", "line"),
+    [("global", "item", 10), ("relaxed", "item", 10), ("global", "synchronize", 12)],
+)
+def test_a_wait_for_the_device_inside_a_graph_capture_fails_as_on_a_gpu(
+    tmp_path: Path, mode: str, wait: str, line: int
 ) -> None:
-    """A script that reads ``loss.item()`` inside ``torch.cuda.graph`` fails with CUDA's
-    "operation not permitted when stream is capturing" at that line, as on a GPU (the plan had
-    it fit); read after the replay, the same value runs."""
+    """A script that reads ``loss.item()`` or calls ``torch.cuda.synchronize()`` inside
+    ``torch.cuda.graph`` fails with CUDA's "operation not permitted when stream is capturing"
+    at that line, as on a GPU (the plan had it fit); read after the replay, the value runs."""
     script(tmp_path, READ_IN_CAPTURE)
-    failed = plan(tmp_path, "train.py", mode, "inside")
+    failed = plan(tmp_path, "train.py", mode, wait)
     assert failed.returncode == 2, failed.stdout
     assert "operation not permitted when stream is capturing" in failed.stdout + failed.stderr
-    assert "train.py:10" in failed.stdout + failed.stderr
+    assert f"train.py:{line}" in failed.stdout + failed.stderr
     done = plan(tmp_path, "train.py", mode, "after")
     assert done.returncode == 0, done.stderr
     assert "after replay" in done.stdout

@@ -80,6 +80,11 @@ class Graphs:
         if forbidden and not values.by_torch():
             raise capture_error()
 
+    def synchronize(self, device: object = None) -> None:
+        """``torch.cuda.synchronize()``: the host waits for the device, refused as
+        :meth:`forbid_sync` refuses it (the plan has one timeline: nothing else to wait for)."""
+        self.forbid_sync()
+
     def graph_class(self) -> type:
         """``torch.cuda.CUDAGraph`` over these graphs."""
         graphs = self

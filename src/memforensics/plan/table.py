@@ -100,6 +100,7 @@ def _device_rows(
     streams: cuda.Streams,
     world: distributed.World,
     storage: emulate.StorageMode,
+    graphs: graph_stand_ins.Graphs,
 ) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
@@ -137,7 +138,13 @@ def _device_rows(
             R(c, name, answers.telemetry, cuda.TELEMETRY, needed=False)
             for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate")
         ),
-        R(c, "synchronize", initializing(cuda.noop()), NO_OP + INITIALIZES),
+        R(
+            c,
+            "synchronize",
+            initializing(graphs.synchronize),
+            "waits for nothing (the plan has one timeline), and fails where a CUDA graph "
+            "capture forbids the wait, as cudaDeviceSynchronize does" + INITIALIZES,
+        ),
         R(c, "ipc_collect", initializing(cuda.noop()), NO_OP + INITIALIZES),
         R(
             torch._C,
@@ -922,7 +929,7 @@ def table(
     world = distributed.World.from_env()
     graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
-        *_device_rows(answers, streams, world, storage),
+        *_device_rows(answers, streams, world, storage, graphs),
         *_build_rows(answers),
         *_legacy_rows(storage),
         *_graph_rows(graphs),
