@@ -463,3 +463,112 @@ def test_the_plans_peaks_are_the_runs_where_the_script_resets_them_each_epoch(
     assert doc["peak_allocated_bytes"] == 128 * MiB
     assert doc["peak_reserved_bytes"] == 128 * MiB
     assert doc["peak_segments"] == 2
+
+
+TOTALS_PER_EPOCH = """
+import json
+import torch
+held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+try:
+    torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError:
+    pass
+before = torch.cuda.memory_stats()
+torch.cuda.reset_accumulated_memory_stats()
+for _ in range(3):  # the epoch: three allocations of 1 MiB, each freed
+    torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+after = torch.cuda.memory_stats()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_reset_accumulated_memory_stats_starts_the_totals_and_counters_again(
+    tmp_path: Path,
+) -> None:
+    """``reset_accumulated_memory_stats()`` zeroes each statistic's allocated and freed totals
+    and the OOM and device-allocation counters, as on a GPU, so a script counting an epoch's
+    allocations and OOMs reads that epoch's; current values and peaks go on."""
+    script(tmp_path, TOTALS_PER_EPOCH)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    before, after = found["before"], found["after"]
+    assert before["num_ooms"] == 1
+    assert after["num_ooms"] == 0
+    assert after["allocation.all.allocated"] == 3
+    assert after["allocation.all.freed"] == 3
+    assert after["allocated_bytes.all.allocated"] == 3 * MiB
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["allocated_bytes.all.peak"] == 65 * MiB  # what is held and one of the epoch's
+    grown = after["reserved_bytes.all.current"] - before["reserved_bytes.all.current"]
+    assert after["reserved_bytes.all.allocated"] == grown  # the epoch's one new segment
+
+
+PER_POOL = """
+import json
+import torch
+torch.cuda.memory._set_allocator_settings("expandable_segments:{expandable}")
+large = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # over 1 MiB: the large pool
+small = [torch.empty(1000, device="cuda") for _ in range(4)]  # 1 MiB or less: the small pool
+del small[0]
+gone = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")
+del gone
+torch.cuda.empty_cache()  # the 30 MiB go back to the device
+pool = torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(pool):
+    pooled = torch.empty(512, device="cuda")
+stats = torch.cuda.memory_stats()
+print(json.dumps({"stats": stats, "summary": torch.cuda.memory_summary()}))
+"""
+
+
+@pytest.mark.parametrize("expandable", ["False", "True"])
+def test_memory_stats_keeps_the_small_and_the_large_pools_figures(
+    tmp_path: Path, expandable: str
+) -> None:
+    """``memory_stats()`` has each statistic for the large and the small pool as well as for
+    all (a script reading ``allocated_bytes.large_pool.current`` runs), the two adding up to
+    all but for peaks; ``memory_summary()`` shows their rows, as on a GPU."""
+    script(tmp_path, PER_POOL.replace("{expandable}", expandable))
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    stats = found["stats"]
+    for key in [key for key in stats if ".all." in key]:
+        large, small = key.replace(".all.", ".large_pool."), key.replace(".all.", ".small_pool.")
+        if key.endswith(".peak"):  # each pool's peak is its own, reached at its own time
+            assert max(stats[large], stats[small]) <= stats[key] <= stats[large] + stats[small]
+        else:
+            assert stats[large] + stats[small] == stats[key], key
+    assert stats["allocated_bytes.large_pool.current"] == 3 * MiB
+    assert stats["allocated_bytes.small_pool.current"] == 2048 + 3 * 4096  # 4,000 B: 4,096
+    assert stats["allocation.small_pool.current"] == 4
+    assert stats["allocation.small_pool.freed"] == 1
+    assert stats["reserved_bytes.small_pool.current"] > 0
+    assert stats["reserved_bytes.large_pool.freed"] > 0  # empty_cache gave memory back
+    assert "from large pool" in found["summary"]
+    assert "from small pool" in found["summary"]
+
+
+METADATA = """
+import json
+import torch
+memory = torch.cuda.memory
+before = memory._get_memory_metadata()
+memory._set_memory_metadata("epoch 1")
+during = memory._get_memory_metadata()
+x = torch.empty(1024, device="cuda")
+memory._set_memory_metadata("")
+print(json.dumps([before, during, memory._get_memory_metadata()]))
+"""
+
+
+def test_the_memory_metadata_set_is_read_back(tmp_path: Path) -> None:
+    """``_get_memory_metadata()`` answers what ``_set_memory_metadata`` last set ("" before),
+    as on a GPU, where the CPU build has no binding for it."""
+    if not hasattr(pytest.importorskip("torch").cuda.memory, "_get_memory_metadata"):
+        pytest.skip("this torch has no _get_memory_metadata")
+    script(tmp_path, METADATA)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == ["", "epoch 1", ""]

@@ -453,3 +453,70 @@ def test_new_streams_are_taken_round_robin_from_cudas_stream_pool(tmp_path: Path
     assert thirty_two["pooled"] == 32 * 16 * MiB
     assert forty["pooled"] == thirty_two["pooled"]
     assert forty["with_urgent"] == thirty_two["pooled"] + 16 * MiB
+
+
+EXTERNAL_STREAM = """
+import json
+import torch
+side = torch.cuda.Stream()
+wrapped = torch.cuda.ExternalStream(side.cuda_stream)  # a handle passed through another library
+with torch.cuda.stream(wrapped):
+    batch = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+del batch
+before = torch.cuda.memory_reserved()
+with torch.cuda.stream(side):
+    again = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+on_side = torch.cuda.memory_reserved() - before
+elsewhere = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+on_default = torch.cuda.memory_reserved() - before - on_side
+print(json.dumps({"on_side": on_side, "on_default": on_default, "equal": wrapped == side,
+                  "found": torch.cuda.get_stream_from_external(side.cuda_stream) == side}))
+"""
+
+
+def test_an_external_stream_is_the_stream_of_its_handle(tmp_path: Path) -> None:
+    """``torch.cuda.ExternalStream(handle)`` and ``get_stream_from_external`` (which failed: the
+    CPU build's class is a dummy) are the stream that handle names: a block cached on the
+    wrapped stream serves that stream again, and the default stream takes a segment of its own,
+    as CUDA's allocator keeps blocks by stream."""
+    script(tmp_path, EXTERNAL_STREAM)
+    facts = printed_facts(tmp_path)
+    # 4 MiB is over 1 MiB and under 10 MiB: a new segment of 20 MiB (kLargeBuffer)
+    assert facts == {"on_side": 0, "on_default": 20 * MiB, "equal": True, "found": True}
+
+
+READ_IN_CAPTURE = """
+import sys
+import torch
+model = torch.nn.Linear(256, 256).cuda()
+static_x = torch.randn(64, 256, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g, capture_error_mode=sys.argv[1]):
+    static_loss = model(static_x).pow(2).mean()
+    if sys.argv[2] == "item":
+        print("loss", static_loss.item())  # the host waits on the device: refused in capture
+    if sys.argv[2] == "synchronize":
+        torch.cuda.synchronize()  # so is a wait for the whole device
+g.replay()
+print("after replay", static_loss.item())
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "wait", "line"),
+    [("global", "item", 10), ("relaxed", "item", 10), ("global", "synchronize", 12)],
+)
+def test_a_wait_for_the_device_inside_a_graph_capture_fails_as_on_a_gpu(
+    tmp_path: Path, mode: str, wait: str, line: int
+) -> None:
+    """A script that reads ``loss.item()`` or calls ``torch.cuda.synchronize()`` inside
+    ``torch.cuda.graph`` fails with CUDA's "operation not permitted when stream is capturing"
+    at that line, as on a GPU (the plan had it fit); read after the replay, the value runs."""
+    script(tmp_path, READ_IN_CAPTURE)
+    failed = plan(tmp_path, "train.py", mode, wait)
+    assert failed.returncode == 2, failed.stdout
+    assert "operation not permitted when stream is capturing" in failed.stdout + failed.stderr
+    assert f"train.py:{line}" in failed.stdout + failed.stderr
+    done = plan(tmp_path, "train.py", mode, "after")
+    assert done.returncode == 0, done.stderr
+    assert "after replay" in done.stdout

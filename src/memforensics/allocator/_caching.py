@@ -62,6 +62,27 @@ class Stat:
         self.freed += amount
 
 
+class PoolStats:
+    """The statistics ``memory_stats()`` keeps for one kind of pool, small or large
+    (``StatType::SMALL_POOL``, ``LARGE_POOL``): each block and segment counts toward its pool's
+    kind as well as toward the aggregate, as ``get_stat_types_for_pool`` selects them."""
+
+    __slots__ = (
+        "active",
+        "active_bytes",
+        "allocated_bytes",
+        "allocation",
+        "requested_bytes",
+        "reserved_bytes",
+        "segment",
+    )
+
+    def __init__(self) -> None:
+        self.allocation, self.allocated_bytes = Stat(), Stat()
+        self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
+        self.reserved_bytes, self.segment = Stat(), Stat()
+
+
 @dataclass(frozen=True, slots=True)
 class OomInfo:
     """The last failed request: rounded size, what was asked of the device, device free."""
@@ -134,6 +155,7 @@ class DeviceCachingAllocator:
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
+        self.small_pool, self.large_pool = PoolStats(), PoolStats()
         self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0
         self.num_device_alloc = self.num_device_free = 0
         self.last_oom: OomInfo | None = None
@@ -199,6 +221,13 @@ class DeviceCachingAllocator:
             allocation = self.allocation
             allocation.current -= 1
             allocation.freed += 1
+            kind = self.small_pool if block.pool.is_small else self.large_pool
+            stat = kind.allocated_bytes
+            stat.current -= block.size
+            stat.freed += block.size
+            stat = kind.allocation
+            stat.current -= 1
+            stat.freed += 1
         if self.trace_blocks:
             self.on_trace("free_requested", block.address, block.requested_size, block.stream)
         if block.stream_uses:
@@ -370,6 +399,8 @@ class DeviceCachingAllocator:
             stat.peak = stat.current
         if self.all_stats:
             self._count_allocation(size, orig_size)
+            kind = self.small_pool if pool.is_small else self.large_pool
+            self._count_allocation_in(kind, size, orig_size)
         if self.trace_blocks:
             self.on_trace("alloc", block.address, orig_size, block.stream)
         return block
@@ -396,6 +427,21 @@ class DeviceCachingAllocator:
         stat.allocated += orig_size
         if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
             stat.peak = stat.current
+
+    @staticmethod
+    def _count_allocation_in(kind: PoolStats, size: int, orig_size: int) -> None:
+        """``increase_stat`` on the per-block stats of the allocation's kind of pool."""
+        for stat, amount in (
+            (kind.allocated_bytes, size),
+            (kind.allocation, 1),
+            (kind.active, 1),
+            (kind.active_bytes, size),
+            (kind.requested_bytes, orig_size),
+        ):
+            stat.current += amount
+            stat.allocated += amount
+            if stat.current > stat.peak:  # noqa: PLR1730  # see Stat.increase
+                stat.peak = stat.current
 
     # -- getting memory from the device and giving it back
 
@@ -424,6 +470,9 @@ class DeviceCachingAllocator:
         self.segment.increase(1)
         self.hold_segment(address, alloc_size)
         self.reserved_bytes.increase(alloc_size)
+        kind = self.small_pool if pool.is_small else self.large_pool
+        kind.segment.increase(1)
+        kind.reserved_bytes.increase(alloc_size)
         self.num_device_alloc += 1
         self.on_trace("segment_alloc", address, alloc_size, stream)
         return block
@@ -513,6 +562,7 @@ class DeviceCachingAllocator:
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped
         self.reserved_bytes.increase(mapped)
+        (self.small_pool if pool.is_small else self.large_pool).reserved_bytes.increase(mapped)
         self.num_device_alloc += 1
         self.on_trace("segment_map", address, mapped, to_map.stream)
         if to_map.prev is None and to_map.segment_context is None:
@@ -566,6 +616,7 @@ class DeviceCachingAllocator:
         pool.insert_unmapped(block)
         self.total_allocated_memory -= size
         self.reserved_bytes.decrease(size)
+        (self.small_pool if pool.is_small else self.large_pool).reserved_bytes.decrease(size)
         self.num_device_free += 1
         self.on_trace("segment_unmap", start, size, block.stream)
 
@@ -602,6 +653,16 @@ class DeviceCachingAllocator:
         stat.current -= original_size
         stat.freed += original_size
         stat = self.requested_bytes
+        stat.current -= requested
+        stat.freed += requested
+        kind = self.small_pool if pool.is_small else self.large_pool
+        stat = kind.active
+        stat.current -= 1
+        stat.freed += 1
+        stat = kind.active_bytes
+        stat.current -= original_size
+        stat.freed += original_size
+        stat = kind.requested_bytes
         stat.current -= requested
         stat.freed += requested
 
@@ -735,6 +796,9 @@ class DeviceCachingAllocator:
         self.segment.decrease(1)
         self.segments_held.pop(block.address, None)
         self.reserved_bytes.decrease(block.size)
+        kind = self.small_pool if block.pool.is_small else self.large_pool
+        kind.segment.decrease(1)
+        kind.reserved_bytes.decrease(block.size)
         block.pool.erase(block)
 
     def garbage_collect_cached_blocks(self) -> None:
@@ -782,11 +846,13 @@ class DeviceCachingAllocator:
         ]
         return sorted(heads, key=lambda block: block.address)
 
-    def inactive_split(self) -> tuple[int, int]:
-        """Bytes and count of free blocks in split, non-expandable segments (PyTorch's stat)."""
+    def inactive_split(self, is_small: bool | None = None) -> tuple[int, int]:
+        """Bytes and count of free blocks in split, non-expandable segments (PyTorch's stat):
+        of every pool, or of the small or the large ones alone."""
         holes = [
             block.size
             for pool in self._pools()
+            if is_small is None or pool.is_small == is_small
             for block in pool.blocks.values()
             if block.is_split() and block.expandable is None
         ]

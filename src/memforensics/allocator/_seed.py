@@ -39,6 +39,9 @@ def seed_segment(
     model.segment.increase(1)
     model.hold_segment(address, size)
     model.reserved_bytes.increase(size)
+    kind = model.small_pool if is_small else model.large_pool
+    kind.segment.increase(1)
+    kind.reserved_bytes.increase(size)
     return [block for block in blocks if block.allocated or block.event_count]
 
 
@@ -78,6 +81,7 @@ def seed_expandable(
         live_blocks.extend(b for b in carved if b.allocated or b.event_count)
         model.total_allocated_memory += size
         model.reserved_bytes.increase(size)
+        (model.small_pool if is_small else model.large_pool).reserved_bytes.increase(size)
         cursor = start + size
     end = base + segment.size()
     _claim(model, end)
@@ -126,6 +130,7 @@ def _carve(
         block = Block(stream, block_size, pool, block_address)
         block.expandable = segment
         block.requested_size = requested
+        kind = model.small_pool if pool.is_small else model.large_pool
         if pending:
             block.event_count = 1
             model.pending.append(block)
@@ -133,9 +138,14 @@ def _carve(
             block.allocated = True
             model.allocation.increase(1)
             model.allocated_bytes.increase(block_size)
+            kind.allocation.increase(1)
+            kind.allocated_bytes.increase(block_size)
         model.active.increase(1)
         model.active_bytes.increase(block_size)
         model.requested_bytes.increase(requested)
+        kind.active.increase(1)
+        kind.active_bytes.increase(block_size)
+        kind.requested_bytes.increase(requested)
         model.active_blocks[block_address] = block
         chain.append(block)
         cursor = block_address + block_size

@@ -174,6 +174,20 @@ def stream_class(device: PlannedDevice) -> type:
     return PlannedStream
 
 
+def external_stream_class(kind: type) -> type:
+    """``torch.cuda.ExternalStream`` over ``kind``, the planned ``torch.cuda.Stream``: the
+    stream whose handle is ``stream_ptr``. PyTorch's caching allocator keeps blocks by the
+    ``cudaStream_t`` they were made on, so an external stream wrapping a handle that a
+    ``torch.cuda.Stream`` gave out (``s.cuda_stream``) shares that stream's cached blocks, and
+    any other handle is a stream of its own."""
+
+    class ExternalStream(kind):  # type: ignore[misc]  # a class made per planned device
+        def __init__(self, stream_ptr: int, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(stream_id=int(stream_ptr))
+
+    return ExternalStream
+
+
 STREAMS_PER_POOL = 32
 """Streams in each of CUDA's stream pools per device (``kStreamsPerPool``): PyTorch creates them
 once and hands them out round-robin, so ``torch.cuda.Stream()`` made anew each epoch (a data
@@ -256,6 +270,11 @@ class Streams:
     def __init__(self, device: PlannedDevice) -> None:
         self.device = device
         self.kind = stream_class(device)
+        self.external_kind = external_stream_class(self.kind)
+
+    def external(self, data_ptr: int, device: object = None) -> Any:
+        """``get_stream_from_external``: the stream whose handle is ``data_ptr``."""
+        return self.kind(stream_id=int(data_ptr))
 
     def of(self, stream_id: int) -> Any:
         return self.kind(stream_id=stream_id)
@@ -477,25 +496,35 @@ class Answers:
         return out
 
     def summary(self, device: object = None, abbreviated: bool = False) -> str:
-        """PyTorch's own ``memory_summary`` table over the model's statistics, abbreviated (the
-        model keeps no per-pool figures), without the rows whose figures it does not keep:
-        non-releasable memory's peaks and totals, and oversize blocks where
-        ``max_split_size`` is set."""
+        """PyTorch's own ``memory_summary`` table over the model's statistics, with its rows
+        for the large and the small pool unless ``abbreviated``, and without the rows whose
+        figures the model does not keep: non-releasable memory's peaks and totals, and
+        oversize blocks where ``max_split_size`` is set."""
         stats = self.stats()
         unknown = [label for key, label in _UNKEPT if f"{key}.peak" not in stats]
         for key, _ in _UNKEPT:
             for field in ("current", "peak", "allocated", "freed"):
                 stats.setdefault(f"{key}.{field}", 0)
-        lines = _torch_table(stats).splitlines()
-        kept = [
-            line
-            for i, line in enumerate(lines)
-            if not any(f" {label} " in text for label in unknown for text in lines[i : i + 2])
-        ]
+                for kind in ("large_pool", "small_pool"):
+                    if key.endswith(".all"):
+                        stats.setdefault(f"{key[:-4]}.{kind}.{field}", 0)
+        kept: list[str] = []
+        dropping = False
+        for line in _torch_table(stats, abbreviated).splitlines():
+            if line.startswith(("|-", "|=")):  # a rule: the rows after it are the next metric's
+                dropping = False
+            elif not dropping and any(f" {label} " in line for label in unknown):
+                dropping = True
+                kept.pop()  # the rule above the dropped rows
+            if not dropping:
+                kept.append(line)
         return "\n".join(kept) + "\n"
 
     def reset_peaks(self, device: object = None) -> None:
         self.device.reset_peaks()
+
+    def reset_accumulated(self, device: object = None) -> None:
+        self.device.reset_accumulated()
 
     def nothing(self, device: object = None) -> None:
         return None
@@ -619,14 +648,14 @@ MiB = 1 << 20
 _SUMMARY = torch.cuda.memory.memory_summary
 
 
-def _torch_table(stats: dict[str, int]) -> str:
-    """``stats`` in PyTorch's own ``memory_summary`` table (abbreviated): torch's function,
-    reading ``stats`` where it reads ``memory_stats()``."""
+def _torch_table(stats: dict[str, int], abbreviated: bool) -> str:
+    """``stats`` in PyTorch's own ``memory_summary`` table: torch's function, reading ``stats``
+    where it reads ``memory_stats()``."""
     memory = torch.cuda.memory
     answering = memory.memory_stats
     memory.memory_stats = lambda device=None: stats
     try:
-        return str(_SUMMARY(0, abbreviated=True))
+        return str(_SUMMARY(0, abbreviated=abbreviated))
     finally:
         memory.memory_stats = answering
 

@@ -39,6 +39,16 @@ FLIGHT_ENTRIES = 100_000
 """Events the plan keeps of its own for the snapshot it writes when the script dumps none: as
 many as ``memforensics.install``'s default ``max_entries``, enough for the steps of a run that
 a plan is asked for (a step of a 2.7B-parameter model makes about 10,000)."""
+_STATISTICS = (
+    "allocation",
+    "allocated_bytes",
+    "active",
+    "active_bytes",
+    "requested_bytes",
+    "reserved_bytes",
+    "segment",
+)
+"""The allocator's ``Stat`` statistics, each with a current value, a peak and running totals."""
 
 
 class Stopped(BaseException):
@@ -513,19 +523,29 @@ class PlannedDevice:
         with self._lock:
             self._drain()
             a = self._allocator
-            for name in (
-                "allocation",
-                "allocated_bytes",
-                "active",
-                "active_bytes",
-                "requested_bytes",
-                "reserved_bytes",
-                "segment",
-            ):
+            for name in _STATISTICS:
                 stat = getattr(a, name)
                 key = (id(a), name)
                 self._reset_from[key] = max(self._reset_from.get(key, 0), stat.peak)
                 stat.peak = stat.current
+                for kind in (a.small_pool, a.large_pool):
+                    stat = getattr(kind, name)
+                    stat.peak = stat.current
+
+    def reset_accumulated(self) -> None:
+        """``reset_accumulated_memory_stats``: every statistic's running totals (its
+        ``allocated`` and ``freed``) and the counters of retries, OOMs, synchronizations and
+        device allocations and frees back to 0, as ``resetAccumulatedStats`` does; current
+        values and peaks stay."""
+        with self._lock:
+            self._drain()
+            a = self._allocator
+            for name in _STATISTICS:
+                for stats in (a, a.small_pool, a.large_pool):
+                    stat = getattr(stats, name)
+                    stat.allocated = stat.freed = 0
+            a.num_alloc_retries = a.num_ooms = a.num_sync_all_streams = 0
+            a.num_device_alloc = a.num_device_free = 0
 
     def run_peak(self, name: str, allocator: DeviceCachingAllocator | None = None) -> int:
         """The most a statistic (``allocated_bytes``, ``reserved_bytes``, ``segment``) of an
@@ -580,6 +600,10 @@ class PlannedDevice:
     def set_metadata(self, text: str) -> None:
         """``_set_memory_metadata``: tags later allocations."""
         self._metadata = text
+
+    def metadata(self) -> str:
+        """``_get_memory_metadata``: the text later allocations are tagged with ("" for none)."""
+        return self._metadata
 
     def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
         device_free = None

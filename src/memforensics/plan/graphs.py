@@ -19,6 +19,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from memforensics.plan import values
 from memforensics.plan.device import PlannedDevice
 
@@ -27,6 +29,25 @@ GRAPH = (
     "graph's private pool, as on CUDA, and a replay allocates nothing"
 )
 PoolId = tuple[int, int]
+STREAM_CAPTURE_UNSUPPORTED = 900
+"""``cudaErrorStreamCaptureUnsupported``: what CUDA answers a synchronization during capture."""
+CAPTURE_MESSAGE = (
+    "CUDA error: operation not permitted when stream is capturing\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+
+
+def capture_error() -> RuntimeError:
+    """The error torch raises for ``cudaErrorStreamCaptureUnsupported``: an
+    ``AcceleratorError`` carrying the code, where this torch has the class."""
+    kind = getattr(torch, "AcceleratorError", RuntimeError)
+    error: RuntimeError = kind(CAPTURE_MESSAGE)
+    with contextlib.suppress(AttributeError, TypeError):
+        error.error_code = STREAM_CAPTURE_UNSUPPORTED  # type: ignore[attr-defined]
+    return error
 
 
 class Graphs:
@@ -36,7 +57,7 @@ class Graphs:
         self.device = device
         self.notes = notes
         self._ids = itertools.count(1)
-        self.capture_streams: list[int] = []  # the streams captures are underway on
+        self.underway: list[tuple[int, str]] = []  # (stream, capture_error_mode) of each capture
 
     def handle(self) -> PoolId:
         """``graph_pool_handle()``: a new pool's id, as a graph's own (``{uid, 0}``)."""
@@ -45,7 +66,24 @@ class Graphs:
     def capturing(self) -> bool:
         """``is_current_stream_capturing()``: whether a capture is underway on the current
         stream."""
-        return self.device.stream in self.capture_streams
+        return any(stream == self.device.stream for stream, _ in self.underway)
+
+    def forbid_sync(self) -> None:
+        """Raise CUDA's error where the host would wait on the device (a value read to the
+        host) while a capture forbids it: on the capturing stream, or anywhere while a capture
+        in ``"global"`` or ``"thread_local"`` mode is underway (the plan's script runs on one
+        thread), as ``cudaStreamSynchronize`` fails during capture. Torch's own reads are left
+        alone: its code checks for a capture before it synchronizes."""
+        forbidden = any(
+            stream == self.device.stream or mode != "relaxed" for stream, mode in self.underway
+        )
+        if forbidden and not values.by_torch():
+            raise capture_error()
+
+    def synchronize(self, device: object = None) -> None:
+        """``torch.cuda.synchronize()``: the host waits for the device, refused as
+        :meth:`forbid_sync` refuses it (the plan has one timeline: nothing else to wait for)."""
+        self.forbid_sync()
 
     def graph_class(self) -> type:
         """``torch.cuda.CUDAGraph`` over these graphs."""
@@ -58,6 +96,7 @@ class Graphs:
             def __init__(self, keep_graph: bool = False) -> None:
                 self._pool: PoolId | None = None
                 self._stream: int | None = None
+                self._underway: tuple[int, str] | None = None
 
             def capture_begin(
                 self,
@@ -69,13 +108,14 @@ class Graphs:
                 self._pool = (pool[0], pool[1]) if pool is not None else graphs.handle()
                 stream = self._stream = graphs.device.stream
                 graphs.device.begin_pool(self.pool(), lambda on: on == stream)
-                graphs.capture_streams.append(stream)
+                self._underway = (stream, capture_error_mode)
+                graphs.underway.append(self._underway)
                 graphs.notes.once("graph", GRAPH)
 
             def capture_end(self) -> None:
                 graphs.device.end_pool(self.pool())
-                if self._stream in graphs.capture_streams:
-                    graphs.capture_streams.remove(self._stream)
+                if self._underway in graphs.underway:
+                    graphs.underway.remove(self._underway)
 
             def instantiate(self) -> None:
                 return None

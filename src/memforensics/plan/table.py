@@ -100,6 +100,7 @@ def _device_rows(
     streams: cuda.Streams,
     world: distributed.World,
     storage: emulate.StorageMode,
+    graphs: graph_stand_ins.Graphs,
 ) -> list[Replacement]:
     """``torch.cuda``'s device queries, streams, NVTX and RNG."""
     c = torch.cuda
@@ -137,7 +138,13 @@ def _device_rows(
             R(c, name, answers.telemetry, cuda.TELEMETRY, needed=False)
             for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate")
         ),
-        R(c, "synchronize", initializing(cuda.noop()), NO_OP + INITIALIZES),
+        R(
+            c,
+            "synchronize",
+            initializing(graphs.synchronize),
+            "waits for nothing (the plan has one timeline), and fails where a CUDA graph "
+            "capture forbids the wait, as cudaDeviceSynchronize does" + INITIALIZES,
+        ),
         R(c, "ipc_collect", initializing(cuda.noop()), NO_OP + INITIALIZES),
         R(
             torch._C,
@@ -157,6 +164,14 @@ def _device_rows(
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
+        R(c, "ExternalStream", streams.external_kind, "the stream of that handle: " + STREAMS),
+        R(
+            c,
+            "get_stream_from_external",
+            initializing(streams.external),
+            "the stream of that handle: " + STREAMS + INITIALIZES,
+            needed=False,
+        ),
         R(
             c,
             "Event",
@@ -316,7 +331,7 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         ("reset_peak_memory_stats", a.reset_peaks, MODEL, True),
         ("reset_max_memory_allocated", a.reset_peaks, MODEL, True),
         ("reset_max_memory_cached", a.reset_peaks, MODEL, True),
-        ("reset_accumulated_memory_stats", a.nothing, "the model keeps its totals", True),
+        ("reset_accumulated_memory_stats", a.reset_accumulated, MODEL, True),
         ("empty_cache", a.empty_cache, MODEL, True),
         (
             "mem_get_info",
@@ -364,6 +379,13 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         R(memory, "_set_memory_metadata", a.device.set_metadata, "tags later allocations"),
         R(
             memory,
+            "_get_memory_metadata",
+            a.device.metadata,
+            "what _set_memory_metadata tags later allocations with",
+            needed=False,
+        ),
+        R(
+            memory,
             "_set_allocator_settings",
             a.device.set_allocator_settings,
             "the model follows the new settings from then on",
@@ -395,7 +417,7 @@ def _accelerator_rows(answers: Answers, streams: cuda.Streams) -> list[Replaceme
         R(c, "_accelerator_isAllocatorInitialized", a.initialized, MODEL, needed=False),
         R(c, "_accelerator_getDeviceStats", a.device_stats, MODEL, needed=False),
         R(c, "_accelerator_emptyCache", a.empty_cache, MODEL, needed=False),
-        R(c, "_accelerator_resetAccumulatedStats", a.nothing, MODEL, needed=False),
+        R(c, "_accelerator_resetAccumulatedStats", a.reset_accumulated, MODEL, needed=False),
         R(c, "_accelerator_resetPeakStats", a.reset_peaks, MODEL, needed=False),
         R(c, "_accelerator_getMemoryInfo", a.mem_get_info, MODEL, needed=False),
         R(
@@ -916,10 +938,17 @@ def table(
     world = distributed.World.from_env()
     graphs = graph_stand_ins.Graphs(answers.device, notes)
     return [
-        *_device_rows(answers, streams, world, storage),
+        *_device_rows(answers, streams, world, storage, graphs),
         *_build_rows(answers),
         *_legacy_rows(storage),
         *_graph_rows(graphs),
+        R(
+            functions.reads,
+            "waited",
+            graphs.forbid_sync,
+            "a read of a stand-in's values to the host fails while a CUDA graph capture forbids "
+            "the wait, as CUDA fails it",
+        ),
         *_memory_rows(answers, graphs),
         *_accelerator_rows(answers, streams),
         *_torch_rows(functions, storage, notes, clear_autocast, files, GraphTrees(graphs, storage)),

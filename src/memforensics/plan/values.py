@@ -109,6 +109,10 @@ KNOWN = (
 )
 
 
+def _nothing() -> None:
+    return None
+
+
 class Reads:
     """What a stand-in answers when the script reads its values: the values the script's own
     decide (:class:`~memforensics.plan.known.Known`), else made-up ones; each said once, with
@@ -154,6 +158,9 @@ class Reads:
         self._read_after: int | None = None
         self._rounds = 0
         self._scored: dict[str, list[int]] = {}  # place: [passes, rounds, compared this round]
+        self.waited: Callable[[], None] = _nothing
+        """Called before each read of a stand-in's values to the host, where the host waits
+        on the device: it raises where CUDA refuses that wait (a graph capture underway)."""
         self._made_up_on_host: weakref.WeakSet[Any] = weakref.WeakSet()
         """Host storages a stand-in's values were copied into (``.cpu()``, ``.to("cpu")``,
         ``host.copy_(stand_in)``): a checkpoint written from them is no more the GPU's than one
@@ -168,6 +175,7 @@ class Reads:
         """``tensor``'s values on the CPU, known or made up (a zero-stride view: no memory).
         ``exact``: a made-up floating-point value in double precision, for Python numbers
         (a half-precision rounding would make a falling loss stand still)."""
+        self.waited()
         found = self.known.value(tensor)
         if found is not None and not self.known.made_up(tensor):
             self.notes.once("known", KNOWN)

@@ -105,11 +105,8 @@ def _frame_of(code: CodeType, lasti: int, line: int | None) -> Frame:
 
 def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
     """The allocator's statistics under the key names of ``torch.cuda.memory_stats()``."""
-    split_bytes, split_count = allocator.inactive_split()
     max_split = allocator.settings.to_snapshot()["max_split_size"]
     stats = {
-        "inactive_split_bytes.all.current": split_bytes,
-        "inactive_split.all.current": split_count,
         "num_alloc_retries": allocator.num_alloc_retries,
         "num_ooms": allocator.num_ooms,
         "num_device_alloc": allocator.num_device_alloc,
@@ -126,9 +123,16 @@ def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
         "active": allocator.active,
         "segment": allocator.segment,
     }
+    kinds = {"large_pool": allocator.large_pool, "small_pool": allocator.small_pool}
     for name, stat in named.items():
         for field in ("current", "peak", "allocated", "freed"):
             stats[f"{name}.all.{field}"] = getattr(stat, field)
+            for kind, pool_stats in kinds.items():
+                stats[f"{name}.{kind}.{field}"] = getattr(getattr(pool_stats, name), field)
+    for kind, is_small in (("all", None), ("large_pool", False), ("small_pool", True)):
+        split_bytes, split_count = allocator.inactive_split(is_small)
+        stats[f"inactive_split_bytes.{kind}.current"] = split_bytes
+        stats[f"inactive_split.{kind}.current"] = split_count
     return dict(sorted(stats.items()))
 
 
