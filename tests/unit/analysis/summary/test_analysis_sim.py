@@ -73,6 +73,7 @@ def test_a_window_dump_says_the_peak_that_came_before_its_window(tmp_path: Path)
     [window] = [path for path in mf.dumps if path.parent.name.startswith("step")]
     summary = summarize(load_dump(window))
     assert summary.allocator_peak_bytes == 56 * MiB
-    assert summary.peak is not None and summary.peak.live_bytes < 56 * MiB
+    assert summary.peak is not None
+    assert summary.peak.live_bytes < 56 * MiB
     assert summary.diagnosis is not None
     assert summary.diagnosis.headline.startswith("peak in the trace")
