@@ -148,6 +148,39 @@ def _in_made_order(func: Any, out: Any) -> Any:
     return [*(out[i] for i in first), *rest]
 
 
+def _any_wrapper(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether an operator's tensor inputs include a subclass that wraps others (a jagged nested
+    tensor, a ``DTensor``). Such a subclass's own dispatch takes the operator on a GPU (a nested
+    tensor's ``linear`` is a product on its values, its ``is_contiguous`` an answer from its own
+    table), so this mode passes it on (``NotImplemented``); the operators the subclass then runs
+    on the tensors it wraps come back through this mode, which models them as any other."""
+    for value in (*args, *(kwargs or {}).values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if any(_is_wrapper(item) for item in items):
+            return True
+    return False
+
+
+_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
+
+
+def _takes_functions(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether a function's tensor inputs include one whose class handles torch's functions
+    itself (a jagged nested tensor's ``__torch_function__`` runs ``linear`` and
+    ``scaled_dot_product_attention`` on its values, choosing its own kernels): on a GPU that
+    class takes the function before ``at::native`` would, so the plan's own kernels for plain
+    tensors step aside. A ``DTensor`` or a parameter, whose ``__torch_function__`` is disabled,
+    does not."""
+    for value in (*args, *(kwargs or {}).values()):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor):
+                own = getattr(type(item).__torch_function__, "__func__", None)
+                disabled = type(item).__torch_function__ is torch._C._disabled_torch_function_impl
+                if own is not _TENSOR_FUNCTION and not disabled:
+                    return True
+    return False
+
+
 def _is_wrapper(tensor: object) -> bool:
     """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``)."""
     return bool(is_traceable_wrapper_subclass(tensor))
@@ -406,7 +439,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
         kernel = self._kernel(func, name)
-        if kernel is not None and _any_meta(args, kwargs):
+        if kernel is not None and _any_meta(args, kwargs) and not _takes_functions(args, kwargs):
             return kernel(*args, **kwargs)
         if placing is None:
             return func(*args, **kwargs)
@@ -626,6 +659,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if func is _COPY and self._from_device(args):
             self.reads.copied_out(args[1], args[0])
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
+        if _any_wrapper(args, kwargs):
+            return NotImplemented
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)
@@ -807,11 +842,11 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 self._track(part, step, None)
 
     def _track_inner(self, wrapper: torch.Tensor, step: object) -> None:
-        """A tensor subclass that wraps others (a ``DTensor`` and its local shard): its own
-        storage holds nothing on a GPU; the tensors it wraps hold the memory. Their operators
-        run inside the subclass, below this mode, so their storages are taken here; one that
-        is the script's own ``meta`` (FSDP2's shard of a model built on ``meta``, wrapped anew
-        by each ``detach``) stays a ghost, with no block."""
+        """A tensor subclass that wraps others, made by an operator on plain tensors (a jagged
+        nested tensor viewed over its values): its own storage holds nothing on a GPU; the
+        tensors it wraps hold the memory, so their storages are taken here. One that is the
+        script's own ``meta`` stays a ghost, with no block.
+        Operators on such a subclass go to the subclass itself (:func:`_any_wrapper`)."""
         names, _ = wrapper.__tensor_flatten__()  # type: ignore[attr-defined,unused-ignore]
         for name in names:
             inner = getattr(wrapper, name)
