@@ -161,7 +161,7 @@ def _any_wrapper(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     return False
 
 
-_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
+_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined,unused-ignore]
 
 
 def _takes_functions(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
