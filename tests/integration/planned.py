@@ -31,10 +31,10 @@ def script(folder: Path, body: str, name: str = "train.py") -> Path:
     return path
 
 
-def printed_facts(folder: Path, *options: str) -> dict[str, object]:
-    """Plan ``folder/train.py`` (with ``options`` before it); the JSON line the script printed
-    first."""
-    done = plan(folder, *options, "train.py")
+def printed_facts(folder: Path, *options: str, args: tuple[str, ...] = ()) -> dict[str, object]:
+    """Plan ``folder/train.py`` (with ``options`` before it and the script's own ``args``
+    after); the JSON line the script printed first."""
+    done = plan(folder, *options, "train.py", *args)
     assert done.returncode == 0, done.stderr
     found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
     return found

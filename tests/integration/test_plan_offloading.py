@@ -6,11 +6,10 @@ out here from the shapes. Each runs through the real ``memforensics plan`` conso
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -67,10 +66,7 @@ print(json.dumps({{"kept": kept, "grads": [l.weight.grad is not None for l in la
 
 def _planned(tmp_path: Path, how: str) -> dict[str, object]:
     script(tmp_path, OFFLOAD)
-    done = plan(tmp_path, "train.py", how)
-    assert done.returncode == 0, done.stderr
-    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
-    return found
+    return printed_facts(tmp_path, args=(how,))
 
 
 @pytest.mark.parametrize("how", ["save_on_cpu", "side_stream"])
