@@ -10,13 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from planned import plan, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
-
-if not hasattr(torch, "_grouped_mm"):
-    pytest.skip("this torch has no _grouped_mm", allow_module_level=True)
 
 TOKENS, DIM, EXPERTS, BLOCK = 512, 64, 4, 512
 
