@@ -43,3 +43,41 @@ def test_a_linear_on_a_jagged_nested_tensor_allocates_what_it_does_on_its_values
     assert on_nested["shape"] == on_values["shape"] == [395, 768]
     assert on_nested["contiguous"] is True
     assert on_nested["grown"] == on_values["grown"]
+
+
+ATTENTION = """
+import json, sys
+import torch
+import torch.nn.functional as F
+dtype = getattr(torch, sys.argv[1])
+heads, head = 8, 64
+lengths = [256, 1024, 64, 2048]
+values = torch.randn(sum(lengths), heads * head, device="cuda", dtype=dtype, requires_grad=True)
+offsets = torch.tensor([0, 256, 1280, 1344, 3392], device="cuda")
+batch = torch.nested.nested_tensor_from_jagged(values, offsets)
+q = batch.unflatten(-1, (heads, head)).transpose(1, 2)
+before = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+out = F.scaled_dot_product_attention(q, q, q)
+kept = torch.cuda.memory_allocated() - before
+grown = torch.cuda.max_memory_allocated() - before
+out.values().sum().backward()
+print(json.dumps({"kept": kept, "grown": grown, "out": out.values().numel() * values.element_size(),
+                  "scores": heads * max(lengths) ** 2 * values.element_size()}))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_attention_on_a_jagged_nested_tensor_runs_a_fused_kernel_and_its_backward(
+    tmp_path: Path, dtype: str
+) -> None:
+    """``scaled_dot_product_attention`` of a jagged nested tensor, forward and backward, runs
+    under plan (torch's nested attention failed reading ``torch.utils.flop_counter``, then chose
+    the math path, which needs a strided nested tensor) on the kernel CUDA picks: flash for
+    bfloat16, memory-efficient for float32 on a 9.0 device, so memory grows by the output and
+    its log-sum-exp, far below the scores of the longest sequence that the math path makes."""
+    script(tmp_path, ATTENTION)
+    facts = printed_facts(tmp_path, "--device-capability", "9.0", args=(dtype,))
+    assert isinstance(facts["kept"], int) and isinstance(facts["grown"], int)
+    assert isinstance(facts["out"], int) and isinstance(facts["scores"], int)
+    assert facts["out"] <= facts["kept"] <= facts["grown"] < facts["scores"] // 4

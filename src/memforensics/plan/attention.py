@@ -28,7 +28,9 @@ from __future__ import annotations
 import enum
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F  # torch's own spelling
@@ -165,18 +167,22 @@ def strictly_deterministic() -> bool:
 
 
 def can_use_cudnn_attention(params: Params, enabled: dict[Backend, bool]) -> bool:
-    """``can_use_cudnn_attention``'s filters, dense inputs."""
+    """``can_use_cudnn_attention``'s filters: the general ones, then the dense ones where the
+    inputs are dense (:func:`only_dense`)."""
     q, k = params.query, params.key
-    deterministic = strictly_deterministic()
-    return (
+    general = (
         enabled[Backend.CUDNN]
         and _four_dimensional(params)
-        and not deterministic
+        and not strictly_deterministic()
         and _dtypes(params, _low_precision(params.capability))
         and _attn_mask_shape(params)
         and (8, 0) <= params.capability <= (12, 1)
         and params.dropout * 16.0 == math.floor(params.dropout * 16.0)
-        and _nonzero_sequence_lengths(params)
+    )
+    if not general or not only_dense(params):
+        return general
+    return (
+        _nonzero_sequence_lengths(params)
         and _last_dim_stride_1(params, ignore_singleton_dim=True)
         and _batch_and_heads(params, supports_gqa=True, requires_same_num_heads=False)
         and q.shape[0] <= 65535
@@ -188,7 +194,8 @@ def can_use_cudnn_attention(params: Params, enabled: dict[Backend, bool]) -> boo
 
 
 def can_use_flash_attention(params: Params, enabled: dict[Backend, bool]) -> bool:
-    """``can_use_flash_attention``'s filters, dense inputs."""
+    """``can_use_flash_attention``'s filters: the general ones, then the dense ones where the
+    inputs are dense (:func:`only_dense`)."""
     q, k, v = params.query, params.key, params.value
     if not (enabled[Backend.FLASH] and _four_dimensional(params) and params.attn_mask is None):
         return False
@@ -202,11 +209,14 @@ def can_use_flash_attention(params: Params, enabled: dict[Backend, bool]) -> boo
     trainable = head <= 192 or (params.dropout <= 0.0 and head > 224)
     if narrow and _input_requires_grad(params) and not trainable:
         return False  # check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120
-    if params.is_causal and q.shape[-2] != k.shape[-2]:
+    dense = only_dense(params)
+    if params.is_causal and dense and q.shape[-2] != k.shape[-2]:
         return False
     allowed = _low_precision(params.capability)
     if params.capability[0] >= 9 and torch._C._get_fa3_sdp_enabled():
         allowed = (torch.float8_e4m3fn, torch.float16, torch.bfloat16)
+    if not dense:
+        return _dtypes(params, allowed)
     return (
         _dtypes(params, allowed)
         and _batch_and_heads(params, supports_gqa=True, requires_same_num_heads=True)
@@ -216,7 +226,8 @@ def can_use_flash_attention(params: Params, enabled: dict[Backend, bool]) -> boo
 
 
 def can_use_mem_efficient_attention(params: Params, enabled: dict[Backend, bool]) -> bool:
-    """``can_use_mem_efficient_attention``'s filters, dense inputs."""
+    """``can_use_mem_efficient_attention``'s filters: the general ones, the dense ones where the
+    inputs are dense (:func:`only_dense`), then its dtypes."""
     q, k, v = params.query, params.key, params.value
     if not (
         enabled[Backend.EFFICIENT]
@@ -233,13 +244,15 @@ def can_use_mem_efficient_attention(params: Params, enabled: dict[Backend, bool]
         and v.shape[-1] > 0
     ):
         return False
+    allowed: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
+    if params.capability[0] >= 8:
+        allowed = (torch.float16, torch.float32, torch.bfloat16)
+    if not only_dense(params):
+        return _dtypes(params, allowed)
     if params.capability[0] >= 8 and not all(
         t.numel() == 0 or t.storage_offset() % alignment == 0 for t in (q, k, v)
     ):
         return False  # check_data_ptr_alignment_mem_efficient, in elements
-    allowed: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
-    if params.capability[0] >= 8:
-        allowed = (torch.float16, torch.float32, torch.bfloat16)
     return (
         _nonzero_sequence_lengths(params)
         and _last_dim_stride_1(params, ignore_singleton_dim=False)
@@ -248,6 +261,13 @@ def can_use_mem_efficient_attention(params: Params, enabled: dict[Backend, bool]
         and _batch_and_heads(params, supports_gqa=False, requires_same_num_heads=True)
         and _dtypes(params, allowed)
     )
+
+
+def only_dense(params: Params) -> bool:
+    """``has_only_dense_inputs``: no input is nested. A jagged nested tensor is nested but not
+    strided, so CUDA's checks give it neither the dense filters nor the strided nested ones;
+    torch's Python for it (``torch.nested._internal.sdpa``) adds its own."""
+    return not any(t.is_nested for t in (params.query, params.key, params.value))
 
 
 def minimum_gemm_alignment(params: Params) -> int:
@@ -451,3 +471,47 @@ def _preprocess_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
         size = mask.shape[-1]
         mask = F.pad(mask, (0, 8 - size % 8))[..., :size]
     return mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+
+
+def asked_of_the_build(
+    capability: tuple[int, int],
+    check: Callable[[Params, dict[Backend, bool]], bool],
+    own: Callable[[Any, bool], bool],
+) -> Callable[..., bool]:
+    """``torch._C._can_use_*_attention(params, debug)`` (behind ``torch.backends.cuda``'s
+    ``can_use_*``), which torch's Python asks to choose a jagged nested tensor's kernel: for
+    stand-ins (a ``meta`` query) ``check`` at the planned capability, as a CUDA build answers
+    of CUDA tensors; torch's own answer for any other."""
+
+    def can_use(params: Any, debug: bool = False) -> bool:
+        if not params.query.is_meta:
+            return bool(own(params, debug))
+        asked = Params(
+            params.query, params.key, params.value, params.attn_mask, params.dropout,
+            params.is_causal, params.enable_gqa, capability,
+        )  # fmt: skip
+        return check(asked, _enabled())
+
+    return can_use
+
+
+NESTED_SDPA = "torch.nested._internal.sdpa"
+
+
+def no_meta_flops(ghost: Callable[[torch.Tensor], bool]) -> Callable[[Any], Any]:
+    """``_is_computing_meta_flops`` of torch's nested attention, which asks whether a ``meta``
+    query is being counted by a ``FlopCounterMode``: for a stand-in, no, as for the CUDA tensor
+    it stands for (the question reads ``torch.utils.flop_counter``, unimported until a script
+    imports it, and a yes would put flash attention before the planned device's choice). The
+    script's own ``meta`` tensors (``ghost``) get torch's answer."""
+
+    def stand_in(original: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        def is_computing_meta_flops(query: Any) -> bool:
+            values = getattr(query, "_values", query)
+            if isinstance(values, torch.Tensor) and values.is_meta and not ghost(values):
+                return False
+            return bool(original(query))
+
+        return is_computing_meta_flops
+
+    return stand_in

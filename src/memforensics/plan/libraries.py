@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import distributed_checkpoint, early_stopping, flex, paged
+from memforensics.plan import attention, distributed_checkpoint, early_stopping, flex, paged
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -190,6 +190,12 @@ def rows(
             kept_forward(holds, notes),
             "the kernels it would put in a layer's forward are CUDA binaries from the Hub, "
             "which neither load nor run on the CPU the plan runs on",
+        ),
+        LibraryReplacement(
+            attention.NESTED_SDPA,
+            "_is_computing_meta_flops",
+            attention.no_meta_flops(holds),
+            "a stand-in's attention is not counted on meta, as a CUDA tensor's is not",
         ),
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from memforensics.plan import (
+    attention,
     autocast_device,
     build,
     checkpoints,
@@ -247,6 +248,30 @@ def _build_rows(answers: Answers) -> list[Replacement]:
             "the build has flash attention, " + wheel,
         ),
         R(nccl, "version", build.nccl_version, "the build's NCCL, " + wheel),
+    ]
+
+
+def _attention_rows(capability: tuple[int, int]) -> list[Replacement]:
+    """A CUDA build's answers on whether a fused attention kernel takes some inputs, which
+    torch's Python asks of a jagged nested tensor's attention
+    (:func:`~memforensics.plan.attention.asked_of_the_build`)."""
+    why = (
+        "the planned device's answer for stand-ins, as CUDA's build gives it: the CPU build's is "
+        "no, so a jagged nested tensor's attention took the math path, which needs a strided one"
+    )
+    checks = (
+        ("_can_use_flash_attention", attention.can_use_flash_attention),
+        ("_can_use_mem_efficient_attention", attention.can_use_mem_efficient_attention),
+        ("_can_use_cudnn_attention", attention.can_use_cudnn_attention),
+    )
+    return [
+        R(
+            torch._C,
+            name,
+            attention.asked_of_the_build(capability, check, getattr(torch._C, name)),
+            why,
+        )
+        for name, check in checks
     ]
 
 
@@ -940,6 +965,7 @@ def table(
     return [
         *_device_rows(answers, streams, world, storage, graphs),
         *_build_rows(answers),
+        *_attention_rows(answers.spec.capability),
         *_legacy_rows(storage),
         *_graph_rows(graphs),
         R(
