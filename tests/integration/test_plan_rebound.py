@@ -65,3 +65,41 @@ def test_the_scripts_own_meta_tensor_is_refused_as_on_a_gpu(tmp_path: Path) -> N
     done = plan(tmp_path, "train.py")
     assert done.returncode == 2
     assert "incompatible tensor type" in done.stderr
+
+
+MOVED = """
+import json, weakref
+import torch
+
+model = torch.nn.Linear(1024, 1024, bias=False)  # 4 MiB of weight
+weight = model.weight
+weight.tag = "kept"  # a library's mark on a parameter (Megatron's, DeepSpeed's)
+names = {}
+finalizer = weakref.finalize(weight, names.clear)  # DeepSpeed names parameters so
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model.cuda()
+model(torch.randn(8, 1024, device="cuda")).sum().backward()
+optimizer.step()
+print(json.dumps({"allocated": torch.cuda.memory_allocated(), "device": str(weight.device),
+                  "tag": getattr(weight, "tag", None), "alive": finalizer.alive,
+                  "same": optimizer.param_groups[0]["params"][0] is weight is model.weight}))
+"""
+
+
+def test_a_module_moved_to_the_device_keeps_its_parameters_marks_and_weak_references(
+    tmp_path: Path,
+) -> None:
+    """``model.cuda()`` keeps each parameter's object with its attributes and the weak
+    references to it, as a CUDA build's ``param.data = moved`` does: the plan's move lost the
+    attributes, and refused a parameter with a ``weakref.finalize`` ("Couldn't swap"), which
+    stopped DeepSpeed's engine; the weight then trains on the device under the optimizer
+    built before the move."""
+    script(tmp_path, MOVED)
+    facts = printed_facts(tmp_path)
+    assert facts["device"] == "cuda:0"
+    assert facts["tag"] == "kept"
+    assert facts["alive"] is True
+    assert facts["same"] is True
+    allocated = facts["allocated"]
+    assert isinstance(allocated, int)
+    assert allocated >= 2 * (4 << 20)  # the weight and its gradient

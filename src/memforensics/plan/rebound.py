@@ -12,9 +12,9 @@ among those backends, so a stand-in and a host tensor are not, and the CPU build
 "incompatible tensor type" what a GPU does.
 
 Here that one case, a stand-in (not a ``meta`` tensor of the script's own, which a GPU refuses
-too) and a dense host tensor, is done by swapping the variable's content with a tensor of its
-class over the other's storage (``torch.utils.swap_tensors``, as ``Module._apply`` moves a
-parameter): the object keeps its identity and Python attributes, and its old storage is freed
+too) and a dense host tensor, is done by giving the variable the content of a tensor of its
+class over the other's storage (:func:`take_content`): the object keeps its identity, Python
+attributes and weak references, and its old storage is freed
 when nothing else holds it, so a stand-in's block goes back to the planned device as the GPU's
 memory does. A gradient stays with it where its device and dtype are the new data's (else
 torch's own refusal stands); hooks on its autograd state are not carried over. Every other
@@ -76,12 +76,17 @@ def _swap_in(tensor: torch.Tensor, new: torch.Tensor) -> None:
         _DATA.__set__(tensor, new)
         return
     replacement = torch.Tensor._make_subclass(type(tensor), new, tensor.requires_grad)
-    attributes = tensor.__dict__
     with torch.no_grad():
-        torch.utils.swap_tensors(tensor, replacement)  # type: ignore[no-untyped-call, unused-ignore]
-    fresh = tensor.__dict__
-    tensor.__dict__ = attributes
-    replacement.__dict__ = fresh
+        take_content(tensor, replacement)
     if grad is not None:
         replacement.grad = None
         tensor.grad = grad
+
+
+def take_content(tensor: torch.Tensor, content: torch.Tensor) -> None:
+    """``tensor`` given ``content``'s tensor (storage, sizes, dtype, autograd state) in place,
+    as ``tensor.data = content`` gives it on a CUDA build: the Python object stays as it is,
+    with its class, its attributes and the weak references to it; ``content`` is left with
+    ``tensor``'s old tensor. ``torch.utils.swap_tensors`` would move the class and attributes
+    to ``content`` too, and refuses a tensor that has weak references."""
+    torch._C._swap_tensor_impl(tensor, content)

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from memforensics.plan import rebound
 
 _INSIDE = threading.local()
 """Whether this thread is inside a module's ``_apply`` (``moving``), and inside a scripted
@@ -39,6 +42,29 @@ def swaps(original: Callable[[], bool]) -> Callable[[], bool]:
         return original()
 
     return get_swap_module_params_on_conversion
+
+
+def kept_objects(
+    original: Callable[[torch.Tensor, torch.Tensor], None], script_swaps: Callable[[], bool]
+) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """``torch.utils.swap_tensors``: inside a module's move that the plan turned to swapping
+    (:func:`swaps`), ``t1`` takes ``t2``'s tensor and keeps its own Python object, as a CUDA
+    build's ``param.data = moved`` keeps it (:func:`~memforensics.plan.rebound.take_content`).
+    torch's swap would move the parameter's attributes to the temporary (a tag a library sets
+    on a parameter before ``.cuda()`` was lost) and refuses a parameter with weak references
+    (DeepSpeed keeps a ``weakref.finalize`` on each, then its engine moves the model). Where the
+    script turned swapping on itself (``script_swaps``), or a tensor is a subclass that wraps
+    others (which torch swaps on a GPU too), and outside a move: torch's own."""
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        moving = getattr(_INSIDE, "moving", False) and not getattr(_INSIDE, "scripted", False)
+        wrapped = is_traceable_wrapper_subclass(t1) or is_traceable_wrapper_subclass(t2)
+        if not moving or script_swaps() or wrapped:
+            original(t1, t2)
+            return
+        rebound.take_content(t1, t2)
+
+    return swap_tensors
 
 
 def _unswappable(module: Any) -> bool:

@@ -671,6 +671,15 @@ def _torch_rows(
             "a module moved to the device keeps its parameters, frees their CPU storage",
         ),
         R(
+            torch.utils,
+            "swap_tensors",
+            scripted.kept_objects(
+                torch.utils.swap_tensors, torch.__future__.get_swap_module_params_on_conversion
+            ),
+            "a parameter moved to the device keeps its Python object, attributes and weak "
+            "references, as a CUDA build's param.data = moved keeps them",
+        ),
+        R(
             torch.nn.Module,
             "_apply",
             lazy.kept_uninitialized(scripted.moving_apply(torch.nn.Module._apply)),
