@@ -78,6 +78,6 @@ def test_attention_on_a_jagged_nested_tensor_runs_a_fused_kernel_and_its_backwar
     its log-sum-exp, far below the scores of the longest sequence that the math path makes."""
     script(tmp_path, ATTENTION)
     facts = printed_facts(tmp_path, "--device-capability", "9.0", args=(dtype,))
-    assert isinstance(facts["kept"], int) and isinstance(facts["grown"], int)
-    assert isinstance(facts["out"], int) and isinstance(facts["scores"], int)
-    assert facts["out"] <= facts["kept"] <= facts["grown"] < facts["scores"] // 4
+    out, kept, grown, scores = (facts[key] for key in ("out", "kept", "grown", "scores"))
+    assert all(isinstance(value, int) for value in (out, kept, grown, scores))
+    assert out <= kept <= grown < scores // 4
