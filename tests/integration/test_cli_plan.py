@@ -507,3 +507,50 @@ def test_a_snapshot_the_script_pickles_itself_is_summarised_as_predicted(tmp_pat
     )  # fmt: skip
     flags = {Path(d["path"]).name: d["predicted"] for d in json.loads(listing.stdout)["dumps"]}
     assert flags["mem_snapshot.pickle"] is True
+
+
+BACKWARD_FRAMES = """
+import torch
+
+class Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2  # BACKWARD
+
+def hook(grad):
+    return grad * 1.0  # HOOK
+
+model = torch.nn.Linear(512, 512).cuda()
+x = torch.randn(64, 512, device="cuda", requires_grad=True)
+out = Doubled.apply(model(x))
+out.register_hook(hook)
+loss = out.sum()
+torch.cuda.memory._record_memory_history()
+loss.backward()  # CALL
+torch.cuda.memory._dump_snapshot("bw.pickle")
+"""
+
+
+def test_backward_allocations_show_only_the_python_autograd_runs(tmp_path: Path) -> None:
+    """In the predicted trace of a backward, a tensor hook's and a custom Function's allocations
+    carry their own Python frames, as on a GPU, where autograd's device thread runs them (they
+    had none); no allocation of the backward shows the script's ``loss.backward()`` line,
+    which that thread never has on its stack, and the C++ gradients carry no frames."""
+    lines = BACKWARD_FRAMES.splitlines()
+    at = {tag: 1 + lines.index(next(x for x in lines if x.endswith(f"# {tag}"))) for tag in
+          ("BACKWARD", "HOOK", "CALL")}  # fmt: skip
+    script(tmp_path, BACKWARD_FRAMES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    trace = pickle.loads((tmp_path / "bw.pickle").read_bytes())["device_traces"][0]
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    places = [{(f["name"], f["line"]) for f in e["frames"]} for e in allocs]
+    assert any(("hook", at["HOOK"]) in p for p in places)
+    assert any(("backward", at["BACKWARD"]) in p for p in places)
+    backward = [p for p in places if ("hook", at["HOOK"]) in p or ("backward", at["BACKWARD"]) in p]
+    assert not any(("<module>", at["CALL"]) in p for p in backward)
+    assert sum(1 for p in places if not p) >= 2  # the weight's and the bias's gradients

@@ -115,11 +115,17 @@ class _StackCapture:
         self._frames: dict[tuple[CodeType, int], fmt.Frame | None] = {}
         self._stacks: dict[fmt.Stack, fmt.Stack] = {}
 
-    def __call__(self) -> fmt.Stack:
+    def __call__(self, *, on_autograd_thread: bool = False) -> fmt.Stack:
+        """The stack now; ``on_autograd_thread``: only the frames autograd's engine runs (a
+        hook's, a custom ``Function``'s backward), which on a GPU run on the engine's device
+        thread with no frame of the script's below them; none where the engine was not
+        entered from Python."""
         frames: list[fmt.Frame] = []
         frame: FrameType | None = sys._getframe(2)
         cache = self._frames
         while frame is not None:
+            if on_autograd_thread and _enters_engine(frame.f_code):
+                break
             key = (frame.f_code, frame.f_lasti)
             try:
                 found = cache[key]
@@ -130,6 +136,8 @@ class _StackCapture:
             if found is not None:
                 frames.append(found)
             frame = frame.f_back
+        if on_autograd_thread and frame is None:
+            frames = []
         stack = tuple(frames)
         if len(self._stacks) >= self._LIMIT:
             self._stacks.clear()
@@ -149,6 +157,17 @@ class _StackCapture:
         if filename.startswith(self.skipped):
             return None
         return (filename, frame.f_lineno or 0, frame.f_code.co_name)
+
+
+_ENGINE_ENTRY = ("_engine_run_backward", os.path.join("torch", "autograd", "graph.py"))
+"""Where torch's Python hands a backward to autograd's engine (``torch.autograd.backward`` and
+``torch.autograd.grad`` both call it)."""
+
+
+def _enters_engine(code: CodeType) -> bool:
+    """Whether ``code`` is torch's call into autograd's engine."""
+    name, path = _ENGINE_ENTRY
+    return code.co_name == name and code.co_filename.endswith(path)
 
 
 @dataclass(frozen=True)
@@ -181,7 +200,7 @@ class PlannedDevice:
             on_trace=self._on_trace,
         )
         self._stack = _StackCapture((_HERE, *skipped_prefixes))
-        self.backward = False  # allocations on autograd's device thread have no Python frames
+        self.backward = False  # on autograd's device thread: only the engine's own frames
         self._lock = threading.RLock()
         self._busy = False
         self._pending: deque[Block] = deque()
@@ -290,7 +309,7 @@ class PlannedDevice:
         """A block for ``nbytes`` (None when the model cannot serve it: the caller raises)."""
         self._settle()
         self.initialized = True
-        stack = self._stack() if self._recording and not self.backward else ()
+        stack = self._stack(on_autograd_thread=self.backward) if self._recording else ()
         with self._lock:
             self._busy = True
             try:
@@ -319,8 +338,8 @@ class PlannedDevice:
         with self._lock:
             self._busy = True
             try:
-                if self._free_stacks and self._recording and not self.backward:
-                    self._op_stack = self._stack()
+                if self._free_stacks and self._recording:
+                    self._op_stack = self._stack(on_autograd_thread=self.backward)
                 self._drain()
             finally:
                 self._busy = False
