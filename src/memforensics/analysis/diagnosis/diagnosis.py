@@ -526,7 +526,7 @@ _CACHE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm", re.compile(r"_allocate_kv_cache|/vllm/.*cache_engine|cache_engine\.py")),
     ("sglang", re.compile(r"/sglang/.*(memory_pool|mem_cache)")),
     ("megatron", re.compile(r"param_and_grad_buffer")),
-    ("deepspeed", re.compile(r"/deepspeed/.*(contiguous|flatten)|contiguous_gradients")),
+    ("deepspeed", re.compile(r"/deepspeed/.*(contiguous|flatten|bucket)|contiguous_gradients")),
 )
 """Frames of the preallocated caches whose size a knob sets, by framework."""
 
@@ -544,7 +544,7 @@ def _cache(evidence: Evidence, needed: int | None, moment: OomMoment | None) -> 
     """The preallocated caches and contiguous buffers among the biggest sites (or the
     ``kv_cache`` kind), with the knob that sizes them."""
     found: dict[str, list[tuple[str, int]]] = {}
-    for site, size in evidence.sites:
+    for site, size in _sites_then(evidence):
         framework = cache_framework(site)
         if framework is not None:
             found.setdefault(framework, []).append((site, size))
@@ -572,17 +572,41 @@ def _cache(evidence: Evidence, needed: int | None, moment: OomMoment | None) -> 
     return replace(cause, inferred=inferred)
 
 
+def _cached_by_kind(evidence: Evidence) -> dict[str, int]:
+    """The judged moment's bytes at preallocated caches' and buffers' sites, by kind."""
+    found: dict[str, int] = {}
+    if evidence.moment is not None:
+        for site in evidence.moment.sites:
+            if cache_framework(site.site) is not None:
+                found[site.kind] = found.get(site.kind, 0) + site.bytes
+    return found
+
+
+def _sites_then(evidence: Evidence) -> Sequence[tuple[str, int]]:
+    """The judged moment's sites, all kinds merged, biggest first: a cache is judged where the
+    other causes are (a bucket live at the peak may be gone at the snapshot); the snapshot's
+    sites where the moment lists none."""
+    moment = evidence.moment
+    if moment is None or not moment.sites:
+        return evidence.sites
+    kinds = tuple(dict.fromkeys(found.kind for found in moment.sites))
+    return [(found.site, found.bytes) for found in evidence.sites_of(*kinds)]
+
+
 # static memory -----------------------------------------------------------------------------
 
 
 def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     """Parameters, gradients and optimizer state against the device, with what sharding,
     lower-precision optimizer state and offload free. A part the kinds do not show is not
-    known (unless the process told the kinds), so it is left out, never counted as 0 B."""
+    known (unless the process told the kinds), so it is left out, never counted as 0 B. What
+    a preallocated buffer holds (DeepSpeed's gradient buckets, Megatron's buffers) is that
+    cause's, with its own knob (:func:`_cache`), and not counted twice."""
     by_kind = {k.kind: k.bytes for k in evidence.kinds}
-    params = by_kind.get(_PARAMETER, 0)
-    grads = by_kind.get(_GRADIENT, 0)
-    optim = by_kind.get(_OPTIMIZER, 0)
+    cached = _cached_by_kind(evidence)
+    params = max(by_kind.get(_PARAMETER, 0) - cached.get(_PARAMETER, 0), 0)
+    grads = max(by_kind.get(_GRADIENT, 0) - cached.get(_GRADIENT, 0), 0)
+    optim = max(by_kind.get(_OPTIMIZER, 0) - cached.get(_OPTIMIZER, 0), 0)
     held = params + grads + optim
     if not held:
         return None
@@ -599,7 +623,7 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
         options.append((text.OFFLOAD_OPTIMIZER, optim))
     known = evidence.kinds_known
     parts = [
-        (name, size, evidence.sites_of(kind)[:1])
+        (name, size, tuple(f for f in evidence.sites_of(kind) if not cache_framework(f.site))[:1])
         for name, kind, size in (
             ("parameters", _PARAMETER, params),
             ("gradients", _GRADIENT, grads),

@@ -5,10 +5,11 @@ No hooks are needed, so old dumps can be classified too. A training step has a s
 framework shares, and an allocation's kind follows from where in that shape it starts and ends:
 
 * **phase** (frames, as tiebreaker of what the trace shows): an allocation made on the autograd
-  engine (C++ engine frames, or *no* Python frames at all: CUDA and NPU run backward on a device
-  thread) is in backward; one under ``torch/optim`` (or DeepSpeed's, apex's, Megatron's
-  optimizers) is in the optimizer; the rest is forward. An entry without frames falls back
-  on its step's peak of live memory: forward before it, backward after.
+  engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
+  Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
+  calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
+  apex's, Megatron's optimizers) is in the optimizer; the rest is forward. An entry without
+  frames falls back on its step's peak of live memory: forward before it, backward after.
 * **lifetime**: a forward allocation freed after the next backward began is an activation, one
   freed before is a temporary; a backward allocation freed before its backward pass ended is a
   temporary, one that outlives it a gradient (that covers gradient accumulation: the first
@@ -111,7 +112,7 @@ _mark_cache: dict[tuple[str, str], str] = {}
 
 
 def _phase(frames: list[Any]) -> str:
-    python = False
+    outermost: tuple[str, str] | None = None  # the outermost Python frame
     cache = _mark_cache
     for frame in frames:  # innermost first: the nearest phase marker wins
         if type(frame) is not dict:
@@ -124,10 +125,24 @@ def _phase(frames: list[Any]) -> str:
                 cache.clear()
             mark = cache[key] = _frame_mark(*key)
         if mark == _PYTHON:
-            python = True
+            outermost = key
         elif mark != _NATIVE_FRAME:
             return mark
-    return FORWARD if python else BACKWARD  # no Python frame: the autograd engine's thread
+    if outermost is None:
+        return BACKWARD  # no Python frame: the autograd engine's thread
+    return FORWARD if _starts_a_thread(*outermost) else BACKWARD
+
+
+def _starts_a_thread(filename: str, name: str) -> bool:
+    """Whether a stack's outermost Python frame is where a Python thread starts: a program's
+    body (``<module>``, ``runpy``'s ``python -m``) or a ``threading`` thread's. Python that a
+    native thread calls into (autograd's device thread running a tensor hook, a custom
+    ``Function``'s backward, a library's backward hook) starts at that function instead."""
+    return (
+        name == "<module>"
+        or filename == "<frozen runpy>"
+        or filename.replace("\\", "/").endswith(("/runpy.py", "/threading.py"))
+    )
 
 
 def _frame_mark(filename: str, name: str) -> str:

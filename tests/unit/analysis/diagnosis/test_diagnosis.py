@@ -442,3 +442,35 @@ def test_activations_and_temporaries_are_each_named_with_their_bytes() -> None:
     assert cause.evidence == "temporaries 2.00 GiB and activations 512.00 MiB, inferred"
     assert "checkpointing" in cause.fixes[2].action
     assert "activation checkpointing or half the micro-batch frees ≈ 1.25 GiB" in found.headline
+
+
+def test_a_bucket_live_at_the_peak_is_its_cause_and_counted_once() -> None:
+    """DeepSpeed's gradient buckets live at the peak but freed by the snapshot: the peak's
+    cause is those buffers with the knob that sizes them, ahead of static memory, which no
+    longer counts their bytes as gradients a second time."""
+    bucket = "/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/stage_1_and_2.py"
+    kinds = (
+        KindBytes("gradient", MiB(986), 2, 0.9),
+        KindBytes("optimizer_state", MiB(256), 2, 0.9),
+        KindBytes("parameter", MiB(128), 8, 0.8),
+    )
+    sites = (
+        KindSite("gradient", f"{bucket}:3266 setup_buckets", MiB(954), 1),
+        KindSite("gradient", "<no Python frames>", MiB(32), 1),
+        KindSite("optimizer_state", f"{bucket}:2983 _optimizer_step", MiB(256), 2),
+        KindSite("parameter", "/job/model.py:12 __init__", MiB(128), 8),
+    )
+    evidence = Evidence(
+        kinds=kinds,
+        has_history=True,
+        moment=_peak(MiB(1370), 1296, *kinds, sites=sites),
+        sites=[("/job/model.py:12 __init__", MiB(128))],  # the snapshot's: the bucket is gone
+    )
+    verdict = Verdict("no-oom", "No out-of-memory error is recorded in this dump.", None)
+    found = diagnose(_dump(), moment=None, verdict=verdict, evidence=evidence)
+    assert [cause.name for cause in found.causes] == ["cache", "static"]
+    cache, static = found.causes
+    assert cache.bytes == MiB(954)
+    assert "reduce_bucket_size" in cache.fixes[0].action
+    assert static.bytes == MiB(32 + 256 + 128)
+    assert "reduce_bucket_size" in found.headline

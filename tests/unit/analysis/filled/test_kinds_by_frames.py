@@ -15,7 +15,7 @@ import pytest
 from memforensics.analysis import load_dump
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.filled import Allocation
-from memforensics.analysis.filled.kinds import classify
+from memforensics.analysis.filled.kinds import BACKWARD, FORWARD, classify, phase_of
 from memforensics.analysis.filled.lifetime import lifetimes
 from shared_data import REAL_SNAPSHOTS, REAL_WORKLOADS, real_params, real_snapshots
 
@@ -42,6 +42,8 @@ ENGINE = [
     cpp("torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)"),
 ]
 CALL = py(f"{SP}/torch/nn/modules/module.py", 1747, "_call_impl")
+BODY = py("/users/me/run.py", 120, "<module>")
+"""The program's body, where every stack of the main thread starts."""
 
 
 class Trace:
@@ -97,6 +99,7 @@ def _forward(trace: Trace, count: int = 3) -> list[int]:
         py("/users/me/model.py", 57, "forward"),
         CALL,
         py("/users/me/run.py", 9, "main"),
+        BODY,
     ]
     return [trace.alloc((6 + index) * MiB, stack) for index in range(count)]
 
@@ -107,12 +110,14 @@ BUILDERS = {
         py("/users/me/cs336/linear.py", 19, "__init__"),
         py("/users/me/cs336/model.py", 40, "__init__"),
         py("/users/me/run.py", 5, "main"),
+        BODY,
     ],
     "reset_parameters": [
         MALLOC,
         py(f"{SP}/torch/nn/init.py", 459, "kaiming_uniform_"),
         py(f"{SP}/torch/nn/modules/linear.py", 116, "reset_parameters"),
         py("/users/me/run.py", 5, "main"),
+        BODY,
     ],
     "Module._apply / .to": [
         MALLOC,
@@ -120,18 +125,21 @@ BUILDERS = {
         py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"),
         py(f"{SP}/torch/nn/modules/module.py", 1340, "to"),
         py("/users/me/fl/client.py", 77, "reset_model"),
+        BODY,
     ],
     "from_pretrained": [
         MALLOC,
         py(f"{SP}/transformers/modeling_utils.py", 4100, "_load_state_dict_into_meta_model"),
         py(f"{SP}/transformers/modeling_utils.py", 3900, "from_pretrained"),
         py("/users/me/run.py", 5, "main"),
+        BODY,
     ],
     "load_state_dict": [
         MALLOC,
         py(f"{SP}/torch/nn/modules/module.py", 2100, "_load_from_state_dict"),
         py(f"{SP}/torch/nn/modules/module.py", 2200, "load_state_dict"),
         py("/users/me/run.py", 5, "main"),
+        BODY,
     ],
 }
 
@@ -172,6 +180,7 @@ FORWARD_STACKS = {
         py(f"{SP}/transformers/models/llama/modeling_llama.py", 920, "forward"),
         CALL,
         py("/users/me/finetune.py", 88, "train"),
+        BODY,
     ],
     "diffusers attention maps": [
         MALLOC,
@@ -180,6 +189,7 @@ FORWARD_STACKS = {
         CALL,
         py(f"{SP}/diffusers/models/unets/unet_2d_condition.py", 1200, "forward"),
         py("/users/me/train_dreambooth.py", 900, "main"),
+        BODY,
     ],
 }
 
@@ -264,6 +274,7 @@ def test_dataparallel_replicas_are_parameters() -> None:
         py(f"{SP}/torch/nn/parallel/data_parallel.py", 180, "forward"),
         CALL,
         py("/users/me/train.py", 50, "main"),
+        BODY,
     ]
     replicas = [trace.alloc(40 * MiB, replicate) for _ in range(6)]
     outputs = _forward(trace)
@@ -376,6 +387,7 @@ def test_a_constructor_around_or_inside_a_forward_is_the_forwards() -> None:
         CALL,
         py("/users/me/experiment.py", 30, "__init__"),
         py("/users/me/run.py", 5, "main"),
+        BODY,
     ]
     inner = [MALLOC, py("/users/me/noise.py", 12, "__init__"), *outer[1:]]
     activations = [trace.alloc(6 * MiB, outer), trace.alloc(7 * MiB, inner)]
@@ -434,3 +446,47 @@ def test_the_real_attention_output_is_no_parameter(path: Path) -> None:
     ]
     assert [a.end >= found.length for a in made] == [True]
     assert made[0].kind == "activation"
+
+
+HOOK = [
+    py(f"{SP}/deepspeed/runtime/zero/stage_1_and_2.py", 3266, "setup_buckets"),
+    py(f"{SP}/deepspeed/runtime/zero/stage_1_and_2.py", 1390, "reduce_ready_partitions"),
+]
+"""A backward hook's Python as ``stacks="python"`` records it: autograd's device thread called
+it, so no frame of the script's is below it."""
+
+
+def test_python_a_backward_hook_runs_is_in_backward() -> None:
+    """With Python-only stacks (memforensics' capture records them so), a stack that does not
+    start at the program's body or a thread's start is autograd's device thread running a hook
+    or a custom backward: its phase is backward. The main thread's and a threading thread's
+    stay forward."""
+    assert phase_of(HOOK) == BACKWARD
+    assert phase_of([py("/users/me/model.py", 57, "forward"), BODY]) == FORWARD
+    runpy = py("<frozen runpy>", 88, "_run_module_as_main")
+    assert phase_of([py("/users/me/model.py", 57, "forward"), runpy]) == FORWARD
+    worker = py("/usr/lib/python3.11/threading.py", 1002, "_bootstrap")
+    assert phase_of([py("/users/me/loader.py", 12, "pin"), worker]) == FORWARD
+
+
+def test_a_bucket_a_backward_hook_keeps_across_steps_is_a_gradient() -> None:
+    """A gradient bucket a backward hook allocates (DeepSpeed ZeRO's ``setup_buckets``), kept
+    through the next forward and replaced at the next backward, is a gradient, not an
+    activation, in a dump of Python-only stacks; the forward's own blocks stay activations."""
+    trace = Trace()
+    body = [py("/users/me/model.py", 57, "forward"), CALL, py("/users/me/run.py", 9, "main"), BODY]
+    bucket = None
+    kept = []
+    for _ in range(2):
+        outputs = [trace.alloc((6 + i) * MiB, body) for i in range(3)]
+        if bucket is not None:
+            trace.free(bucket)
+        bucket = trace.alloc(100 * MiB, HOOK)
+        kept.append(bucket)
+        trace.free(trace.alloc(MiB, []))  # a backward kernel's temporary
+        for addr in outputs:
+            trace.free(addr)
+    outputs = [trace.alloc((6 + i) * MiB, body) for i in range(3)]
+    found = trace.classified()
+    assert {found[a].kind for a in kept} == {"gradient"}
+    assert {found[a].kind for a in outputs} == {"activation"}

@@ -4,17 +4,19 @@ its code or by one block per parameter, and the blocks an OOM's unwinding freed.
 
 from __future__ import annotations
 
-from test_kinds_by_frames import CALL, ENGINE, MALLOC, SP, Trace, py
+from test_kinds_by_frames import BODY, CALL, ENGINE, MALLOC, SP, Trace, py
 
 MiB = 1 << 20
 RUN = py("/users/me/run.py", 9, "main")
+MAIN = [RUN, BODY]
+"""The script's function, and the program's body where every stack of the main thread starts."""
 GENERATE = py(f"{SP}/transformers/generation/utils.py", 2400, "generate")
 WORKSPACE = 8_519_680
 
 
 def _weights(trace: Trace, sizes: list[int]) -> list[int]:
     """Weights made by a module's constructor (parameters by their frames)."""
-    built = [MALLOC, py("/users/me/model.py", 20, "__init__"), RUN]
+    built = [MALLOC, py("/users/me/model.py", 20, "__init__"), *MAIN]
     return [trace.alloc(size, built) for size in sizes]
 
 
@@ -23,12 +25,12 @@ def test_a_cache_file_under_generate_is_a_kv_cache_not_a_parameter() -> None:
     KV cache, as are those of a function named for past_key_values; the same file outside
     any forward only rules a parameter out."""
     trace = Trace()
-    forward = [py("/users/me/modeling.py", 300, "forward"), CALL, GENERATE, RUN]
+    forward = [py("/users/me/modeling.py", 300, "forward"), CALL, GENERATE, *MAIN]
     kv = [trace.alloc(64 * MiB, [MALLOC, py("/users/me/cache_utils.py", 88, "update"), *forward])
           for _ in range(8)]  # fmt: skip
     past = trace.alloc(32 * MiB, [MALLOC, py("/users/me/lm.py", 50, "_update_past_key_values"),
-                                  GENERATE, RUN])  # fmt: skip
-    setup = trace.alloc(16 * MiB, [MALLOC, py("/users/me/cache_utils.py", 20, "allocate"), RUN])
+                                  GENERATE, *MAIN])  # fmt: skip
+    setup = trace.alloc(16 * MiB, [MALLOC, py("/users/me/cache_utils.py", 20, "allocate"), *MAIN])
     found = trace.classified()
     assert {found[addr].kind for addr in kv} == {"kv_cache"}
     assert found[past].kind == "kv_cache"
@@ -42,7 +44,7 @@ def test_inductor_code_cache_frames_are_no_kv_cache() -> None:
     stack = [
         MALLOC, py(f"{SP}/torch/_inductor/codecache.py", 900, "call"),
         py("/usr/lib/python3.11/functools.py", 40, "_lru_cache_wrapper"),
-        py("/users/me/model.py", 57, "forward"), CALL, RUN,
+        py("/users/me/model.py", 57, "forward"), CALL, *MAIN,
     ]  # fmt: skip
     addr = trace.alloc(64 * MiB, stack)
     found = trace.classified()
@@ -54,9 +56,9 @@ def test_cublas_workspace_by_its_size_and_first_use() -> None:
     workspace; the same size made every step by one line and freed is not."""
     trace = Trace()
     linear = [MALLOC, py(f"{SP}/torch/nn/modules/linear.py", 125, "forward"),
-              py("/users/me/model.py", 57, "forward"), CALL, RUN]  # fmt: skip
+              py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
     workspace = trace.alloc(WORKSPACE, linear)
-    churn = [MALLOC, py("/users/me/model.py", 61, "forward"), CALL, RUN]
+    churn = [MALLOC, py("/users/me/model.py", 61, "forward"), CALL, *MAIN]
     for _ in range(3):
         trace.free(trace.alloc(WORKSPACE, churn))
     kept = trace.alloc(WORKSPACE, churn)
@@ -72,7 +74,7 @@ def test_moments_made_by_torch_optim_under_a_relative_path_are_optimizer_state()
     _weights(trace, [8 * MiB, 8 * MiB])
     trace.alloc(8 * MiB, ENGINE)  # a gradient
     optim = [MALLOC, py("torch/optim/adamw.py", 530, "_init_group"),
-             py("torch/optim/optimizer.py", 480, "wrapper"), RUN]  # fmt: skip
+             py("torch/optim/optimizer.py", 480, "wrapper"), *MAIN]  # fmt: skip
     moments = [trace.alloc(8 * MiB, optim) for _ in range(4)]
     found = trace.classified()
     assert {found[addr].kind for addr in moments} == {"optimizer_state"}
@@ -84,11 +86,11 @@ def test_one_held_block_per_parameter_from_one_stack_is_per_parameter_state() ->
     trace = Trace()
     sizes = [4 * MiB, 6 * MiB, 8 * MiB, 10 * MiB]
     _weights(trace, sizes)
-    forward = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, RUN]
+    forward = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, *MAIN]
     trace.free(trace.alloc(40 * MiB, forward))
     for size in sizes:
         trace.alloc(size, ENGINE)  # gradients
-    mine = [MALLOC, py("/users/me/optimizer.py", 74, "step"), RUN]
+    mine = [MALLOC, py("/users/me/optimizer.py", 74, "step"), *MAIN]
     state = [trace.alloc(size, mine) for size in sizes]
     found = trace.classified()
     assert {found[addr].kind for addr in state} == {"optimizer_state"}
@@ -100,12 +102,12 @@ def test_blocks_the_unwinding_freed_are_the_step_s_never_parameters() -> None:
     trace = Trace()
     _weights(trace, [8 * MiB] * 4)
     loaded = [MALLOC, py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
-              py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"), RUN]  # fmt: skip
+              py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"), *MAIN]  # fmt: skip
     step = [trace.alloc(64 * MiB, loaded) for _ in range(2)]
     trace.events.append({"action": "oom", "addr": 0, "size": 1 << 30, "stream": 0,
                          "device_free": 0, "frames": loaded})  # fmt: skip
     for addr in step:
         trace.free(addr)
-    trace.alloc(MiB, [MALLOC, RUN])  # the next step begins
+    trace.alloc(MiB, [MALLOC, *MAIN])  # the next step begins
     found = trace.classified()
     assert {found[addr].kind for addr in step} == {"activation"}
