@@ -28,7 +28,14 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import attention, distributed_checkpoint, early_stopping, flex, paged
+from memforensics.plan import (
+    attention,
+    distributed_checkpoint,
+    early_stopping,
+    flex,
+    fused_optimizers,
+    paged,
+)
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -199,6 +206,7 @@ def rows(
         ),
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
+        *fused_optimizers.rows(notes),
         *flex.rows(holds),
         *paged.rows(notes),
     ]

@@ -1,0 +1,1 @@
+"""A fake of DeepSpeed's op loading and ``FusedAdam`` (see ``tests/integration/fakes``)."""

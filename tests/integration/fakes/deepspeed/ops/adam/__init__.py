@@ -1,0 +1,3 @@
+from .fused_adam import FusedAdam
+
+__all__ = ["FusedAdam"]

@@ -1,0 +1,3 @@
+from .fused_adam import FusedAdamBuilder
+
+__all__ = ["FusedAdamBuilder"]
