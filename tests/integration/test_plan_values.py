@@ -150,8 +150,14 @@ x = torch.randn({TOKENS}, {DIM}, device="cuda")
 with torch.no_grad():
     weights, experts = router(x).softmax(-1).topk({TOP}, dim=-1)
     flat = experts.view(-1)
+    ones = torch.ones(flat.numel(), dtype=torch.long, device="cuda")
+    zeros = torch.zeros({EXPERTS}, dtype=torch.long, device="cuda")
     if sys.argv[1] == "histc":
         counts = torch.histc(flat, bins={EXPERTS}, min=0, max={EXPERTS})
+    elif sys.argv[1] == "scatter_add":
+        counts = zeros.scatter_add_(0, flat, ones)
+    elif sys.argv[1] == "index_add":
+        counts = zeros.index_add(0, flat, ones)
     else:
         counts = torch.bincount(flat, minlength={EXPERTS})
     split = counts.tolist()
@@ -167,13 +173,14 @@ print(json.dumps({{"split": split, "rise": rise}}))
 """
 
 
-@pytest.mark.parametrize("count", ["bincount", "histc"])
+@pytest.mark.parametrize("count", ["bincount", "histc", "scatter_add", "index_add"])
 def test_tokens_per_expert_of_unknown_routing_cover_every_token_routed(
     tmp_path: Path, count: str
 ) -> None:
     """A mixture of experts' loop over its experts (tokens split by the counts of a router's
-    top-k choices, read with ``tolist``) runs: the counts of unknown choices sum to the tokens
-    routed, all at one expert, so its hidden activation is counted at its largest."""
+    top-k choices, a histogram or ones added at them, read with ``tolist``) runs: the counts of
+    unknown choices sum to the tokens routed, all at one expert, so its hidden activation is
+    counted at its largest."""
     script(tmp_path, EXPERT_LOOP)
     done = plan(tmp_path, "train.py", count)
     assert done.returncode == 0, done.stderr
@@ -182,6 +189,112 @@ def test_tokens_per_expert_of_unknown_routing_cover_every_token_routed(
     assert sum(facts["split"]) == TOKENS * TOP
     assert len(facts["split"]) == EXPERTS
     assert facts["rise"] >= TOKENS * TOP * HIDDEN * 4  # one expert's hidden, every token
+
+
+EXPERT_MASK = f"""
+import json, sys
+import torch
+import torch.nn.functional as F
+
+router = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.nn.Parameter(torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda"))
+down = torch.nn.Parameter(torch.randn({EXPERTS}, {DIM}, {HIDDEN}, device="cuda"))
+x = torch.randn({TOKENS}, {DIM}, device="cuda", requires_grad=True)
+weights, chosen = router(x).softmax(-1).topk({TOP}, dim=-1)
+
+
+def expert(e, pos, tok, out):
+    hidden = F.silu(F.linear(x[tok], up[e]))
+    out.index_add_(0, tok, F.linear(hidden, down[e]) * weights[tok, pos, None])
+
+
+def saved(loop):
+    out = torch.zeros_like(x)
+    start = torch.cuda.memory_allocated()
+    rows = loop(out)
+    kept = torch.cuda.memory_allocated() - start
+    out.sum().backward(retain_graph=True)
+    return rows, kept
+
+
+def eager(out):  # Hugging Face's eager experts: the experts hit, then each one's tokens
+    with torch.no_grad():
+        mask = F.one_hot(chosen, num_classes={EXPERTS} + 1).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+    rows = 0
+    for e in (hit if sys.argv[1] == "hit" else range({EXPERTS})):
+        e = e[0] if sys.argv[1] == "hit" else e
+        if e == {EXPERTS}:
+            continue
+        pos, tok = torch.where(mask[e])
+        expert(e, pos, tok, out)
+        rows += tok.shape[0]
+    return rows
+
+
+def every(out):  # the same operators on every routed row at once, as one expert
+    pos, tok = torch.where(torch.ones({TOP}, {TOKENS}, dtype=torch.bool, device="cuda"))
+    expert(0, pos, tok, out)
+    return tok.shape[0]
+
+
+rows, kept = saved(eager)
+print(json.dumps({{"rows": rows, "kept": kept, "every": saved(every)[1]}}))
+"""
+
+
+@pytest.mark.parametrize("loop", ["hit", "range"])
+def test_an_eager_expert_loop_keeps_each_routed_row_once(tmp_path: Path, loop: str) -> None:
+    """A mixture of experts' eager loop (a one-hot of the router's choices, each expert's
+    tokens taken with ``torch.where`` over its slice, over the experts hit or all of them)
+    takes every routed row once between its experts, so what it keeps for backward is what the
+    same operators on all the routed rows at once keep, where each expert took every row."""
+    script(tmp_path, EXPERT_MASK)
+    done = plan(tmp_path, "train.py", loop)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["rows"] == TOKENS * TOP
+    assert facts["every"] >= TOKENS * TOP * (DIM + 2 * HIDDEN) * 4  # the rows' activations
+    assert abs(facts["kept"] - facts["every"]) <= facts["every"] // 10
+
+
+ONE_HOT = f"""
+import json, torch
+import torch.nn.functional as F
+logits = torch.nn.Linear(16, {EXPERTS}).cuda()(torch.randn({TOKENS}, 16, device="cuda"))
+chosen = logits.topk({TOP}, -1).indices  # too large to copy: unknown
+classes = torch.arange({EXPERTS}, device="cuda")
+masks = {{
+    "one_hot": F.one_hot(chosen, {EXPERTS}),
+    "equal": (chosen[..., None] == classes).long(),
+    "class_first": (classes[:, None, None] == chosen[None]).long().permute(1, 2, 0),
+}}
+print(json.dumps({{
+    name: {{
+        "taken": [torch.where(mask[..., e])[0].shape[0] for e in range({EXPERTS})],
+        "ones": mask.sum().item(),
+        "every_row_one_class": bool((mask.sum(-1) == 1).all()),
+        "weighted": (mask.float() * 2).sum().item(),
+    }}
+    for name, mask in masks.items()
+}}))
+"""
+
+
+def test_a_one_hot_of_unknown_indices_has_one_class_per_row(tmp_path: Path) -> None:
+    """A one-hot of a router's unknown choices (``F.one_hot``, or a test against every class,
+    laid out class last or first) has one class set in each row, as on a GPU: its slices by
+    class take every row between them, and what is computed from it counts each row once."""
+    script(tmp_path, ONE_HOT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    for name, facts in json.loads(line).items():
+        assert sum(facts["taken"]) == TOKENS * TOP, name
+        assert facts["ones"] == TOKENS * TOP, name
+        assert facts["every_row_one_class"], name
+        assert facts["weighted"] == 2 * TOKENS * TOP, name
 
 
 def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:

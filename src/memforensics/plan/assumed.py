@@ -26,13 +26,32 @@ early, and where an operator's result is the same for every such value, it is kn
   as: ``bincount``'s bins (``histc``'s, where its range holds zero) sum to the number of values
   counted, so a split by them (a mixture of experts' tokens per expert, read with ``tolist``)
   covers every token routed, with all of them at the first expert, the most any one takes.
+- *A sum scattered by unknown indices adds every value*, each at index 0, as the indices read:
+  ``scatter_add`` and ``index_add`` of known values into a known tensor (the counts of a
+  router's choices, ``zeros(e).scatter_add_(0, ids, ones)``) sum to what was added, all at
+  the first place, as a histogram's do.
+- *An unknown integer tested against every class at once is one of them*, class 0, the zero an
+  integer reads as: an equality test of unknown integers with known values that give each of
+  them the classes ``0 .. c-1`` (``c`` at least two) along the dimensions it is broadcast over
+  (``one_hot``, which is ``index.unsqueeze(-1) == arange(c)`` on a ``meta`` tensor, or a
+  script's own ``idx[..., None] == torch.arange(c)``) is true at class 0 alone. So a one-hot's
+  rows each hold one set entry, as on a GPU, and its slices by class take every row between
+  them, all at class 0: the sizes taken from them (``torch.where(expert_mask[e])`` in a mixture
+  of experts' loop over its experts) sum to the rows, exact in total for any routing, with the
+  first class taking the most any one can, as the histogram's counts do.
+
+The histogram, the scattered sum and the class test are *partitions*: whatever the unknown
+values, each is counted once, so the sizes taken from what they decide (:func:`partitioned`) are
+those of a real routing, every index 0. The others decide values, never a size.
 - *A model's predictions come closer to their targets as it trains*: integers compared
   elementwise with integers of the same shape, the unknown against the unknown or against
   targets holding more than one value (``argmax(logits) == labels``), match as many as the
   caller's count says, the first ones; an accuracy computed from them rises round by round. An
   end-of-sequence test compares with one named value, and stays never equal.
 
-Each rule returns the operator's result computed on the CPU, or None where it does not apply.
+Each rule returns the operator's result computed on the CPU, or None where it does not apply;
+the class test's is broadcast from the few values it varies in, so it costs no host memory that
+grows with the rows.
 """
 
 from __future__ import annotations
@@ -75,6 +94,20 @@ _MOVES = frozenset(
 _COUNTS = frozenset((_aten.sum.default, _aten.sum.dim_IntList, _aten.count_nonzero.dim_IntList))
 _HISTOGRAMS = frozenset((_aten.bincount.default, _aten.histc.default))
 """Histograms of their first argument's values, the rest of their arguments known."""
+_SCATTERED_SUMS = frozenset(
+    (
+        _aten.scatter_add.default,
+        _aten.scatter_add_.default,
+        _aten.index_add.default,
+        _aten.index_add_.default,
+    )
+)
+"""Sums of known values into a known tensor at indices (``(self, dim, index, src)``): a
+histogram by those indices where the values are ones (``zeros(e).scatter_add_(0, ids, ones)``)."""
+_CLASS_TESTS = frozenset((_aten.eq.Tensor, _aten.ne.Tensor))
+"""Equality tests of two tensors: against every class at once, a one-hot."""
+_CLASSES = 1 << 16
+"""Most known values a test against every class is looked at for (a class index's ``arange``)."""
 _CPU = torch.device("cpu")
 
 
@@ -87,7 +120,8 @@ def decided(
     matches: Matches | None = None,
 ) -> torch.Tensor | None:
     """``func``'s result (``out``'s values) on the CPU where the assumptions decide it, else
-    None. ``matches``: how many predictions match their targets (:func:`_scored`)."""
+    None. ``matches``: how many predictions match their targets (:func:`_scored`). The
+    partitions are :func:`partitioned`'s, asked first."""
     if func in _SCORES and matches is not None:
         scored = _scored(func, args, out, values, matches)
         if scored is not None:
@@ -105,8 +139,21 @@ def decided(
         return _moved(args, out, values)
     if func in _COUNTS:
         return _counted(func, args, kwargs, values)
+    return None
+
+
+def partitioned(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
+) -> torch.Tensor | None:
+    """``func``'s result on the CPU where an assumption that counts each unknown value once
+    decides it (a histogram, a test against every class: sizes taken from it are a real
+    routing's), else None. Cheap for an operator that is neither."""
     if func in _HISTOGRAMS:
         return _histogram(func, args, kwargs, values)
+    if func in _SCATTERED_SUMS:
+        return _scattered(func, args, kwargs, values)
+    if func in _CLASS_TESTS:
+        return _classes(func, args, out, values)
     return None
 
 
@@ -333,4 +380,54 @@ def _histogram(
         counts: torch.Tensor = func(zeros.float(), *rest, **options)
         return counts.to(counted.dtype)
     result: torch.Tensor = func(zeros, *rest, **options)
+    return result
+
+
+def _classes(
+    func: Any, args: tuple[Any, ...], out: torch.Tensor, values: Values
+) -> torch.Tensor | None:
+    """An equality test of unknown integers with known values that give each of them every
+    class ``0 .. c-1`` (``c`` at least two) once, along the dimensions where it is broadcast:
+    each is class 0. The result is broadcast from its few values along the other dimensions."""
+    unknown, known = _sides(args, values)
+    if unknown is None or not isinstance(known, torch.Tensor):
+        return None
+    for side in (unknown, known):
+        if side.is_floating_point() or side.is_complex() or side.dtype == torch.bool:
+            return None
+    rank = out.dim()
+    if unknown.dim() > rank or known.dim() > rank or known.numel() > _CLASSES:
+        return None
+    spread_shape = (1,) * (rank - unknown.dim()) + tuple(unknown.shape)
+    met = known.reshape((1,) * (rank - known.dim()) + tuple(known.shape))
+    spread = [d for d in range(rank) if spread_shape[d] == 1 and out.shape[d] > 1]
+    if not spread or any(met.shape[d] != out.shape[d] for d in spread):
+        return None
+    rest = [d for d in range(rank) if d not in spread]
+    classes = math.prod(out.shape[d] for d in spread)
+    each = met.permute(*rest, *spread).reshape(-1, classes)
+    every = torch.arange(classes, dtype=each.dtype, device=_CPU).expand_as(each)
+    if classes < 2 or not torch.equal(each.sort(dim=1).values, every):
+        return None
+    zero = torch.zeros((1,) * rank, dtype=unknown.dtype, device=_CPU)
+    result: torch.Tensor = func(zero, met)
+    return result.expand(out.shape)
+
+
+def _scattered(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """A sum of known values into a known tensor at unknown integer indices: every value added
+    at index 0."""
+    if len(args) < 4 or not _unknown(args[2], values) or args[2].is_floating_point():
+        return None
+    if any(_unknown(a, values) for a in (args[0], args[3], *kwargs.values())):
+        return None
+    target, source = _on_cpu(args[0], values), _on_cpu(args[3], values)
+    if not isinstance(target, torch.Tensor) or not isinstance(source, torch.Tensor):
+        return None
+    options = {k: _on_cpu(v, values) for k, v in kwargs.items()}
+    scatter = func in (_aten.scatter_add.default, _aten.scatter_add_.default)
+    operator = _aten.scatter_add.default if scatter else _aten.index_add.default
+    result: torch.Tensor = operator(target, args[1], _zeros(args[2]), source, **options)
     return result

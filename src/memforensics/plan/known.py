@@ -35,6 +35,15 @@ run whose sequences never end early. Values so decided are marked made up.
 
 Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory a plan needs
 stays independent of the model's size, and an operator on large tensors costs one size check.
+A large storage is known only where it holds one value everywhere, or repeats a short pattern
+(:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
+and casts make of it).
+
+Values made up by an assumption decide no size, except those of a *partition*
+(:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
+each counted once, at class 0) and what is computed from them alone (:meth:`Known.sized`): they
+are a real routing's, every index 0, so the sizes a mixture of experts' loop takes from them sum
+to the tokens routed, where an upper bound on each would count every token at every expert.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from memforensics.plan import assumed
+from memforensics.plan import assumed, periodic
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
@@ -67,6 +76,8 @@ _UNKNOWN_FILL = frozenset(
     )
 )
 """Factories whose values are whatever the memory held: unknown on a GPU too."""
+_COPIES = frozenset((torch.ops.aten._to_copy.default, torch.ops.aten.clone.default))
+"""Copies, casts included: each element from the element at the same place."""
 _NEVER = frozenset(
     (
         torch.ops.aten.isnan.default,
@@ -104,6 +115,11 @@ _MASKED_WRITES = frozenset(
 )
 """Writes into their first input at the positions their indices or mask (second input) select,
 of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
+
+
+def _option(value: Any) -> Any:
+    """An operator's option as the CPU runs it: the ``meta`` device is the CPU."""
+    return _CPU if isinstance(value, torch.device) and value.type == "meta" else value
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -182,6 +198,8 @@ class Known:
         self._values: dict[int, torch.UntypedStorage] = {}
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
         self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
+        self._sized: set[int] = set()  # made-up values from partitions alone: they size
+        self._periodic: dict[int, tuple[periodic.Repeat, int]] = {}  # large: (repeat, nbytes)
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -190,10 +208,19 @@ class Known:
         """At most how many elements of unknown values are non-zero, where that is bounded."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
-        """How many of ``tensor``'s decided values are non-zero (:meth:`decided`: what the plan
-        assumes bounds nothing); None where they are not decided."""
-        found = self.decided(tensor)
+        """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
+        None where they do not."""
+        found = self.sized(tensor)
         return None if found is None else int(torch.count_nonzero(found))
+
+    def sized(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s values on the CPU where they decide a size (``nonzero``'s): decided
+        (:meth:`decided`), or made up by partitions alone (:func:`~memforensics.plan.assumed.
+        partitioned`), which count each unknown value once; None otherwise."""
+        found = self.value(tensor)
+        if found is None or not self.made_up(tensor):
+            return found
+        return found if tensor.untyped_storage()._cdata in self._sized else None
 
     def decided(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU where the script's own values decide them; None where
@@ -212,7 +239,10 @@ class Known:
         if kept is None:
             filled = self._filled.get(storage._cdata)
             if filled is None or filled[1] != storage.nbytes():
-                return None
+                repeated = self._periodic.get(storage._cdata) if self._periodic else None
+                if repeated is None or repeated[1] != storage.nbytes():
+                    return None
+                return periodic.viewed(repeated[0], tensor, LIMIT)
             return torch.full((), filled[0], dtype=tensor.dtype, device=_CPU).expand(tensor.shape)
         if kept.nbytes() != storage.nbytes():
             return None
@@ -250,7 +280,9 @@ class Known:
             return
         bounded = self.bounds.bound(func, args, out)
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
-            if self._values or self._filled or self.bounds:
+            if self._repeated(func, args, kwargs, out, outs):
+                pass
+            elif self._values or self._filled or self._periodic or self.bounds:
                 self._forget(outs)
         elif func in _UNKNOWN_FILL or not (
             self._decided(func, args, kwargs, out, matches)
@@ -259,6 +291,133 @@ class Known:
             self._forget(outs)
         if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
             self.bounds.keep(bounded)
+
+    def _repeated(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
+    ) -> bool:
+        """Whether ``out``, one large new stand-in, was kept as a storage repeating a pattern
+        (:mod:`~memforensics.plan.periodic`): a partition's (a one-hot of unknown indices), or
+        an elementwise operator's or a copy's of such storages (or of small ones that repeat
+        so), laid out as ``out`` is."""
+        if len(outs) != 1 or outs[0] is not out:
+            return False
+        made: torch.Tensor = out
+        result = assumed.partitioned(func, args, kwargs, made, self.value)
+        if result is not None:
+            repeat = periodic.pattern(made, result, LIMIT)
+            if repeat is None:
+                return False
+            self._repeat(made, repeat, sized=True)
+            return True
+        if not (self._periodic or self._values or self._filled) or not (
+            _POINTWISE in func.tags or func in _COPIES
+        ):
+            return False
+        found = self._patterns(args, made)
+        if found is None:
+            return False
+        repeats, block = found
+        marks = [self._made_up.get(t.untyped_storage()._cdata) for t in _inputs(args, kwargs)]
+        try:
+            with torch.inference_mode(False):
+                computed = func(*repeats, **{k: _option(v) for k, v in kwargs.items()})
+        except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
+            return False
+        if not isinstance(computed, torch.Tensor) or computed.dim() != 1:
+            return False
+        self._forget([made])
+        self._repeat(
+            made,
+            periodic.Repeat(computed.to(made.dtype), block),
+            made_up=any(m is not None for m in marks),
+            guessed=any(bool(m) for m in marks),
+            sized=self._all_sized(args, kwargs),
+        )
+        return True
+
+    def _patterns(self, args: tuple[Any, ...], made: torch.Tensor) -> tuple[list[Any], int] | None:
+        """The arguments of an elementwise operator making ``made`` with each tensor taken as
+        the pattern its storage repeats, and the pattern's block, where each is laid out as
+        ``made`` (over all of their storages) over a storage repeating one of the same period,
+        or is a known number; None otherwise."""
+        found: list[Any] = []
+        shared: tuple[int, int] | None = None
+        for arg in args:
+            if not isinstance(arg, torch.Tensor):
+                found.append(arg)
+                continue
+            if arg.dim() == 0:  # a number on the device or the host: its value where known
+                one = self.value(arg) if arg.is_meta else arg
+                if one is None:
+                    return None
+                found.append(one)
+                continue
+            if not arg.is_meta or arg.shape != made.shape or arg.stride() != made.stride():
+                return None
+            if not (periodic.covers(arg) and periodic.covers(made)):
+                return None
+            repeat = self._repeat_of(arg)
+            if repeat is None:
+                return None
+            period = (repeat.pattern.numel(), repeat.block)
+            if shared is not None and period != shared:
+                return None
+            shared = period
+            found.append(repeat.pattern)
+        return (found, shared[1]) if shared is not None else None
+
+    def _repeat_of(self, tensor: torch.Tensor) -> periodic.Repeat | None:
+        """What ``tensor``'s storage repeats (``tensor`` laid out over all of it): kept so, or
+        found in its small copy."""
+        key = tensor.untyped_storage()._cdata
+        repeated = self._periodic.get(key)
+        if repeated is not None:
+            return repeated[0] if repeated[1] == tensor.untyped_storage().nbytes() else None
+        filled = self._filled.get(key)
+        if filled is not None:
+            one = torch.full((1,), filled[0], dtype=tensor.dtype, device=_CPU)
+            return periodic.Repeat(one, tensor.numel())
+        found = self.value(tensor)
+        return None if found is None else periodic.pattern(tensor, found, LIMIT)
+
+    def _all_sized(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether every made-up input was made up by partitions alone."""
+        return all(
+            t.untyped_storage()._cdata in self._sized
+            for t in _inputs(args, kwargs)
+            if t.untyped_storage()._cdata in self._made_up
+        )
+
+    def _repeat(
+        self,
+        made: torch.Tensor,
+        repeat: periodic.Repeat,
+        made_up: bool = True,
+        guessed: bool = False,
+        sized: bool = False,
+    ) -> None:
+        """``made``'s storage repeats ``repeat`` from now on (:mod:`~memforensics.plan.
+        periodic`), made up so, from a guess, by partitions alone as said."""
+        storage = made.untyped_storage()
+        key = storage._cdata
+        self._values.pop(key, None)
+        self._filled.pop(key, None)
+        self.bounds.forget([made])
+        self._mark(key, made_up, guessed, sized)
+        if key not in self._periodic:
+            weakref.finalize(storage, self._drop, key)
+        self._periodic[key] = (repeat, storage.nbytes())
+
+    def _mark(self, key: int, made_up: bool, guessed: bool, sized: bool) -> None:
+        if made_up:
+            self._made_up[key] = guessed
+            if sized:
+                self._sized.add(key)
+            else:
+                self._sized.discard(key)
+        elif self._made_up:
+            self._made_up.pop(key, None)
+            self._sized.discard(key)
 
     def _changed(
         self, func: Any, args: tuple[Any, ...], made: list[torch.Tensor]
@@ -315,7 +474,8 @@ class Known:
         ``source``'s values where they are known."""
         found = self.value(source)
         if found is not None and copy.untyped_storage().nbytes() <= LIMIT:
-            self._keep(copy, found, self.made_up(source), self.guessed(source))
+            sized = source.untyped_storage()._cdata in self._sized
+            self._keep(copy, found, self.made_up(source), self.guessed(source), sized)
 
     def made_up(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor``'s known values come from a made-up one."""
@@ -395,6 +555,8 @@ class Known:
             return
         key = storage._cdata
         self._values.pop(key, None)
+        if self._periodic:
+            self._periodic.pop(key, None)
         if key not in self._filled:
             weakref.finalize(storage, self._filled.pop, key, None)
         self._filled[key] = (flag, storage.nbytes())
@@ -421,6 +583,10 @@ class Known:
             return True
         if not isinstance(out, torch.Tensor) or not out.is_meta:
             return False
+        result = assumed.partitioned(func, args, kwargs, out, self.value)
+        if result is not None:
+            self._keep(out, result, made_up=True, sized=True)
+            return True
         result = assumed.decided(func, args, kwargs, out, self.value, matches)
         if result is None:
             return False
@@ -455,9 +621,10 @@ class Known:
                 ]
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
+                sized = made_up and self._all_sized(args, kwargs)
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed, made_up, guessed)
+                        self._keep(made, computed, made_up, guessed, sized)
                 source = _FROM_HOST.get(func)
                 if source is not None and not args[source].is_meta and results:
                     made = outs[0]
@@ -524,19 +691,24 @@ class Known:
         return True
 
     def _keep(
-        self, made: torch.Tensor, computed: Any, made_up: bool = False, guessed: bool = False
+        self,
+        made: torch.Tensor,
+        computed: Any,
+        made_up: bool = False,
+        guessed: bool = False,
+        sized: bool = False,
     ) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
         when the storage is new, the same one for an in-place write); ``made_up``: computed
-        from a made-up value, ``guessed``: from a made-up floating-point scalar."""
+        from a made-up value, ``guessed``: from a made-up floating-point scalar, ``sized``:
+        from partitions alone (:meth:`sized`)."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
+        if self._periodic:
+            self._periodic.pop(key, None)
         self.bounds.forget([made])
-        if made_up:
-            self._made_up[key] = guessed
-        elif self._made_up:
-            self._made_up.pop(key, None)
+        self._mark(key, made_up, guessed, sized)
         kept = self._values.get(key)
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
@@ -551,7 +723,9 @@ class Known:
     def _drop(self, key: int) -> None:
         """A storage died: its copy and its mark go with it."""
         self._values.pop(key, None)
+        self._periodic.pop(key, None)
         self._made_up.pop(key, None)
+        self._sized.discard(key)
 
     def written(self, tensors: list[torch.Tensor]) -> None:
         """``tensors`` were written by code the plan does not run (a Triton kernel): what was
@@ -563,8 +737,10 @@ class Known:
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)
+            self._sized.discard(key)
             self._values.pop(key, None)
             self._filled.pop(key, None)
+            self._periodic.pop(key, None)
 
     @staticmethod
     def _view(kept: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:

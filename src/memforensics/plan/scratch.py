@@ -171,6 +171,8 @@ def staging_bytes(
     """
     dims = _iterator_dims(shape, strides, reduced)
     numel = math.prod(shape)
+    if numel == 0:
+        return None  # no kernel: an empty reduction fills its output (``sum_out``'s zero_)
     if not dims or numel >= 1 << 31:
         return None  # one value, or split into 32-bit sub-iterators (not modelled)
     num_reduce = sum(1 for _, _, is_reduced in dims if is_reduced)

@@ -3,7 +3,9 @@
 
 Where the script's own values decide those values (:mod:`memforensics.plan.known`: a mask made
 from ``arange``, from lengths copied from the host, from a fill), the shape is the one the GPU
-gives, computed on the CPU copies; the output's values then are known too. Otherwise it takes
+gives, computed on the CPU copies; the output's values then are known too. So it is where a
+partition of unknown values decides them (a one-hot of a router's choices, every row at class 0:
+:meth:`~memforensics.plan.known.Known.sized`): its slices' sizes sum to its rows. Otherwise it takes
 its upper bound (every element counted, selected, distinct), said once: memory is never
 under-counted for want of values. ``bincount`` has no such bound (its length is the largest
 value plus one): of unknown values it has ``minlength`` bins, at least one, as CUDA's kernel
@@ -64,7 +66,7 @@ class Shapes:
 
     def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
         """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
-        found = self.known.decided(tensor)
+        found = self.known.sized(tensor)
         if found is not None:
             return _empty((int(torch.count_nonzero(found)), tensor.dim()), torch.long)
         return _empty((self._at_most(tensor), tensor.dim()), torch.long)
@@ -73,7 +75,7 @@ class Shapes:
         """``masked_select``: the elements the mask selects over the broadcast shape; every
         one when the mask is unknown."""
         shape = torch.broadcast_shapes(tensor.shape, mask.shape)
-        found = self.known.decided(mask)
+        found = self.known.sized(mask)
         if found is not None:
             return _empty((int(torch.count_nonzero(found.broadcast_to(shape))),), tensor.dtype)
         if mask.shape == shape:
@@ -91,7 +93,7 @@ class Shapes:
             if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
                 replaced.append(index)
                 continue
-            found = self.known.decided(index) if index.is_meta else index
+            found = self.known.sized(index) if index.is_meta else index
             if found is not None:
                 count = int(torch.count_nonzero(found))
             elif index.dim() == 1:

@@ -96,8 +96,9 @@ READ = (
     "generated sequences read on the host are their batch's references, one more each round "
     "and never the end-of-sequence token (a score of generated text rises); a "
     "generated token is none the script names (no end-of-sequence token ends "
-    "decoding early) and a count of unknown flags is every flag (beam search returns its full "
-    "length)"
+    "decoding early), a count of unknown flags is every flag (beam search returns its full "
+    "length) and a one-hot of unknown indices has every row at class 0 (a mixture of experts' "
+    "loop gives its first expert every routed token, the others none)"
 )
 AGREED = (
     "torch.allclose of values the plan does not compute answers True: a script's check of one "
@@ -121,7 +122,8 @@ class Reads:
     A made-up value lets a loop that ends on values run to its own bound. An integer or a flag
     reads as zero; on the device, what the plan assumes of unknown values
     (:mod:`~memforensics.plan.assumed`: ordinary in size, a made-up integer none of the values
-    the script names, a count of unknown flags every flag) decides the tests that end decoding,
+    the script names but, tested against every class at once, class 0, a count of unknown flags
+    every flag) decides the tests that end decoding and a one-hot's rows,
     so greedy, sampled and beam decoding all run to their maximum length. A floating-point
     value read by the script or a library reads as a loss that keeps improving:
     ``10 * FALLING / (FALLING + n)``, where ``n`` counts the rounds of such reads with a

@@ -120,3 +120,11 @@ def test_reductions_one_block_can_finish_take_no_staging() -> None:
     assert staging_bytes((32, 256), (256, 1), frozenset({0, 1}), 4, 0, (8, 0)) is None
     assert staging_bytes((8192, 50000), (50000, 1), frozenset({1}), 4, 0, (8, 0)) is None
     assert staging_bytes((4096,), (1,), frozenset({0}), 4, 0, (8, 0)) is None
+
+
+def test_a_reduction_of_no_elements_launches_no_kernel_and_stages_nothing() -> None:
+    """An empty reduction (the rows of an expert no token was routed to, summed per row)
+    only fills its output, as ``sum_out`` does, so it stages nothing (it divided by its zero
+    outputs)."""
+    assert staging_bytes((0, 512), (512, 1), frozenset({1}), 4, 0, (9, 0)) is None
+    assert staging_bytes((0, 2, 64), (128, 64, 1), frozenset({1}), 4, 0, (9, 0)) is None
