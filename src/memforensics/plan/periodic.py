@@ -31,7 +31,7 @@ class Repeat(NamedTuple):
 def whole(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is laid out in rows from its storage's start over all of it, so its
     elements in order are its storage's."""
-    return (
+    return bool(
         tensor.is_contiguous()
         and tensor.storage_offset() == 0
         and tensor.numel() * tensor.element_size() == tensor.untyped_storage().nbytes()
