@@ -273,6 +273,12 @@ def test_a_library_class_s_method_is_replaced_for_its_subclasses_too_and_put_bac
     assert "check" not in vars(type(own))
 
 
+UNINSTALLABLE = frozenset({"deepspeed"})
+"""Libraries no test session installs: DeepSpeed is an sdist whose build needs torch in its own
+build environment. Its rows are checked where it is installed, and the test of its fused
+optimizers drives them through a fake of its 0.19 layout (``tests/integration/fakes``)."""
+
+
 @pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     """Every library row's function exists in the installed library (Accelerate, the kernels
@@ -288,6 +294,9 @@ def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     from memforensics.plan.saved_files import SavedFiles
 
     for row in rows(lambda tensor: False, lambda tensor: False, Notes(), SavedFiles()):
+        top = row.module.split(".")[0]
+        if top in UNINSTALLABLE and importlib.util.find_spec(top) is None:
+            continue
         found: Any = importlib.import_module(row.module)
         for part in row.name.split("."):
             found = getattr(found, part, None)
