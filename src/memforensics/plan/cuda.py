@@ -22,7 +22,6 @@ from typing import Any
 import torch
 import torch.utils._device
 
-from memforensics.allocator import NO_LIMIT
 from memforensics.plan import values
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.emulate import names_planned_device
@@ -476,14 +475,8 @@ class Answers:
         return self.device.figure("reserved_bytes", "peak")
 
     def stats(self, device: object = None) -> dict[str, int]:
-        """``memory_stats()``: the model's figures; the oversize counts too where every one is
-        0 (no ``max_split_size``: no block is oversize)."""
-        found = self.device.stats()
-        if self.spec.settings.max_split_size == NO_LIMIT:
-            for name in _OVERSIZE:
-                for field in ("current", "peak", "allocated", "freed"):
-                    found[f"{name}.{field}"] = 0
-        return dict(sorted(found.items()))
+        """``memory_stats()``: the model's figures, under every key CUDA's allocator reports."""
+        return dict(sorted(self.device.stats().items()))
 
     def nested(self, device: object = None) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -497,28 +490,8 @@ class Answers:
 
     def summary(self, device: object = None, abbreviated: bool = False) -> str:
         """PyTorch's own ``memory_summary`` table over the model's statistics, with its rows
-        for the large and the small pool unless ``abbreviated``, and without the rows whose
-        figures the model does not keep: non-releasable memory's peaks and totals, and
-        oversize blocks where ``max_split_size`` is set."""
-        stats = self.stats()
-        unknown = [label for key, label in _UNKEPT if f"{key}.peak" not in stats]
-        for key, _ in _UNKEPT:
-            for field in ("current", "peak", "allocated", "freed"):
-                stats.setdefault(f"{key}.{field}", 0)
-                for kind in ("large_pool", "small_pool"):
-                    if key.endswith(".all"):
-                        stats.setdefault(f"{key[:-4]}.{kind}.{field}", 0)
-        kept: list[str] = []
-        dropping = False
-        for line in _torch_table(stats, abbreviated).splitlines():
-            if line.startswith(("|-", "|=")):  # a rule: the rows after it are the next metric's
-                dropping = False
-            elif not dropping and any(f" {label} " in line for label in unknown):
-                dropping = True
-                kept.pop()  # the rule above the dropped rows
-            if not dropping:
-                kept.append(line)
-        return "\n".join(kept) + "\n"
+        for the large and the small pool unless ``abbreviated``."""
+        return _torch_table(self.stats(), abbreviated)
 
     def reset_peaks(self, device: object = None) -> None:
         self.device.reset_peaks()
@@ -636,14 +609,6 @@ class Answers:
         return True
 
 
-_OVERSIZE = ("oversize_allocations", "oversize_segments")
-_UNKEPT = (
-    ("inactive_split_bytes.all", "Non-releasable memory"),
-    ("inactive_split.all", "Non-releasable allocs"),
-    ("oversize_allocations", "Oversize allocations"),
-    ("oversize_segments", "Oversize GPU segments"),
-)
-"""Rows of torch's table by their statistic's key: left out where the model lacks the figures."""
 MiB = 1 << 20
 _SUMMARY = torch.cuda.memory.memory_summary
 
