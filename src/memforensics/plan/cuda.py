@@ -625,9 +625,27 @@ def _torch_table(stats: dict[str, int], abbreviated: bool) -> str:
         memory.memory_stats = answering
 
 
+def current_allocator() -> Callable[[], object]:
+    """``torch._C._cuda_getAllocator`` (what ``torch.cuda.memory._get_current_allocator`` wraps):
+    the one handle of the native caching allocator the plan models, a
+    ``torch._C._cuda_CUDAAllocator`` as on a GPU; the CPU build's class is a stand-in that refuses
+    construction, so the handle is made without its ``__init__``."""
+    handle = object.__new__(torch._C._cuda_CUDAAllocator)
+    return lambda: handle
+
+
 def pluggable(*args: Any, **kwargs: Any) -> None:
-    """``CUDAPluggableAllocator`` and ``change_current_allocator``: out of scope, in one line."""
+    """``change_current_allocator``: out of scope, in one line."""
     raise OutOfScope(PLUGGABLE)
+
+
+class PluggableAllocator(torch.cuda.memory._CUDAAllocator):
+    """``CUDAPluggableAllocator``: out of scope, in one line, once a script makes one; still
+    the class, so a script's ``isinstance(allocator, CUDAPluggableAllocator)`` runs (and is
+    False for the native allocator, as on a GPU)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OutOfScope(PLUGGABLE)
 
 
 def generator_class() -> type:

@@ -161,6 +161,14 @@ def _device_rows(
             "(bitsandbytes reads the binding when it is imported)",
             added=True,
         ),
+        R(
+            torch._C,
+            "_cuda_getAllocator",
+            cuda.current_allocator(),
+            "the native caching allocator's handle: the plan models that allocator "
+            "(torch.cuda.memory._get_current_allocator wraps it)",
+            added=True,
+        ),
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
@@ -345,7 +353,7 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         ("caching_allocator_delete", a.raw_delete, "that block back to the model", True),
         ("list_gpu_processes", a.processes, "this process, from the model", True),
         ("get_allocator_backend", a.backend, "the model is the native caching allocator", True),
-        ("CUDAPluggableAllocator", cuda.pluggable, cuda.PLUGGABLE, True),
+        ("CUDAPluggableAllocator", cuda.PluggableAllocator, cuda.PLUGGABLE, True),
         ("change_current_allocator", cuda.pluggable, cuda.PLUGGABLE, True),
         ("caching_allocator_enable", a.caching, cuda.NOT_CACHING, False),
         ("caching_allocator_disabled", a.caching_disabled, cuda.NOT_CACHING, False),
