@@ -53,8 +53,32 @@ class _Props:
         )
 
 
+class Captures:
+    """What a stream's or an event's wait asks of the CUDA graph captures underway: none,
+    until the planned run puts its graphs here (:attr:`Stream.captures`)."""
+
+    def capture_of(self, stream: object = None) -> object:
+        """The capture underway on ``stream`` (the current stream by default), None if none."""
+        return None
+
+    def forbid_stream_wait(self, stream: int) -> None:
+        """Raise what ``cudaStreamSynchronize``/``cudaStreamQuery`` of ``stream`` fails with
+        while a capture forbids it."""
+
+    def forbid_event_wait(self, capture: object) -> None:
+        """Raise what ``cudaEventSynchronize``/``cudaEventQuery`` fail with on an event last
+        recorded during ``capture`` (None: before any) while a capture forbids it."""
+
+    def forbid_elapsed_time(self, *captures: object) -> None:
+        """Raise what ``cudaEventElapsedTime`` fails with on events last recorded during
+        ``captures`` (None: before any)."""
+
+
 class Stream:
-    """A stream or event that does nothing: the plan has one timeline."""
+    """A stream or event: the plan has one timeline, so a wait waits for nothing, and fails
+    only where CUDA refuses it during a graph capture (``captures``)."""
+
+    captures: Captures = Captures()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.device = torch.device("cuda", 0)
@@ -69,7 +93,13 @@ class Stream:
     def __getattr__(self, name: str) -> Any:
         return _nothing
 
+    def synchronize(self) -> None:
+        """``cudaStreamSynchronize``: nothing to wait for, refused as CUDA refuses it."""
+        Stream.captures.forbid_stream_wait(int(self.cuda_stream))
+
     def query(self) -> bool:
+        """``cudaStreamQuery``: all work done, refused as CUDA refuses it."""
+        Stream.captures.forbid_stream_wait(int(self.cuda_stream))
         return True
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -103,9 +133,22 @@ class Event(Stream):
         super().__init__()
         self.enable_timing = enable_timing
         self.recorded_at: float | None = None
+        self.recorded_in: object = None  # the capture underway where it was last recorded
 
     def record(self, stream: object = None) -> None:
         self.recorded_at = time.perf_counter()
+        self.recorded_in = Stream.captures.capture_of(stream)
+
+    def synchronize(self) -> None:
+        """``cudaEventSynchronize``, which torch calls only once the event was recorded."""
+        if self.recorded_at is not None:
+            Stream.captures.forbid_event_wait(self.recorded_in)
+
+    def query(self) -> bool:
+        """``cudaEventQuery`` (torch answers True for an event never recorded, unasked)."""
+        if self.recorded_at is not None:
+            Stream.captures.forbid_event_wait(self.recorded_in)
+        return True
 
     def elapsed_time(self, end_event: object) -> float:
         if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
@@ -113,6 +156,8 @@ class Event(Stream):
         end: float | None = getattr(end_event, "recorded_at", None)
         if self.recorded_at is None or end is None:
             raise ValueError("Both events must be recorded before calculating elapsed time.")
+        ended_in = getattr(end_event, "recorded_in", None)
+        Stream.captures.forbid_elapsed_time(self.recorded_in, ended_in)
         return max((end - self.recorded_at) * 1000.0, EVENT_RESOLUTION_MS)
 
     def __repr__(self) -> str:

@@ -951,6 +951,13 @@ def table(
         *_legacy_rows(storage),
         *_graph_rows(graphs),
         R(
+            cuda.Stream,
+            "captures",
+            graphs,
+            "a stream's or an event's wait, query or timing fails while a CUDA graph capture "
+            "forbids it, as CUDA fails it",
+        ),
+        R(
             functions.reads,
             "waited",
             graphs.forbid_sync,
