@@ -1155,3 +1155,35 @@ def test_a_compiled_backward_keeps_inductors_order_where_its_estimate_finds_no_l
     tangent = LOSS_ROWS * LOSS_WIDTH * 4
     assert abs(found[0] - forward) <= forward / 1000, (found, forward)
     assert abs(found[1] - (backward + tangent)) <= backward / 1000, (found, backward, tangent)
+
+
+SIZES = """
+import json
+import sys
+import torch
+from torch._dynamo.utils import counters
+
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)
+).cuda()
+dynamic = {"True": True, "None": None}[sys.argv[1]]
+compiled = torch.compile(model, dynamic=dynamic)
+for rows in (8, 16, 24, 40):
+    compiled(torch.randn(rows, 64, device="cuda")).sum().backward()
+print(json.dumps(counters["stats"]["unique_graphs"]))
+"""
+
+
+@pytest.mark.parametrize(("dynamic", "graphs"), [("True", 1), ("None", 2)])
+def test_a_compiled_model_called_at_new_sizes_compiles_as_dynamo_does(
+    tmp_path: Path, dynamic: str, graphs: int
+) -> None:
+    """A model compiled with ``dynamic=True`` and called at four batch sizes compiles one
+    graph, with a symbolic batch size, as on a GPU (the plan compiled one per size); without
+    ``dynamic``, the second size recompiles it with the batch size dynamic and no later one
+    does, as dynamo's automatic dynamic shapes do."""
+    script(tmp_path, SIZES)
+    done = plan(tmp_path, "train.py", dynamic)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == graphs
+
