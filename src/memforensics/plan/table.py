@@ -529,6 +529,16 @@ def _torch_rows(
             dynamic_sizes.get_ctx(torch.library.get_ctx, notes),
             "a library's meta kernel gets data-dependent sizes as integers",
         ),
+        *(
+            R(
+                owner,
+                "explain",
+                compiled.explain_stand_in(torch._dynamo.eval_frame.explain),
+                "dynamo's explanation of the script's code, traced as torch.compile's is, "
+                "its graphs then run under the plan",
+            )
+            for owner in (torch._dynamo, torch._dynamo.eval_frame)
+        ),
         R(
             torch.compiler,
             "cudagraph_mark_step_begin",
