@@ -146,6 +146,33 @@ def test_every_memory_function_of_torch_cuda_memory_is_answered(tmp_path: Path) 
     assert plain.returncode != 0 or unplanned["reset_peak_host_memory_stats"] != "answered"
 
 
+CURRENT_ALLOCATOR = """
+import json
+import torch
+from torch.cuda.memory import CUDAPluggableAllocator, _get_current_allocator
+current = _get_current_allocator()
+x = torch.empty(1 << 20, device="cuda")
+print(json.dumps({
+    "pluggable": isinstance(current, CUDAPluggableAllocator),
+    "handle": isinstance(current.allocator(), torch._C._cuda_CUDAAllocator),
+    "backend": torch.cuda.get_allocator_backend(),
+    "allocated": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_the_current_allocator_is_the_native_caching_allocator(tmp_path: Path) -> None:
+    """``torch.cuda.memory._get_current_allocator()`` (an AttributeError on the CPU build's
+    ``torch._C``) answers as on a GPU: a wrapper whose ``allocator()`` is a
+    ``torch._C._cuda_CUDAAllocator``, not a ``CUDAPluggableAllocator`` (the check runs), and
+    the allocations after it are counted as before."""
+    script(tmp_path, CURRENT_ALLOCATOR)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found == {"pluggable": False, "handle": True, "backend": "native", "allocated": 4 * MiB}
+
+
 NVML = """
 import json
 import torch

@@ -1155,3 +1155,75 @@ def test_a_compiled_backward_keeps_inductors_order_where_its_estimate_finds_no_l
     tangent = LOSS_ROWS * LOSS_WIDTH * 4
     assert abs(found[0] - forward) <= forward / 1000, (found, forward)
     assert abs(found[1] - (backward + tangent)) <= backward / 1000, (found, backward, tangent)
+
+
+SIZES = """
+import json
+import sys
+import torch
+from torch._dynamo.utils import counters
+
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)
+).cuda()
+dynamic = {"True": True, "None": None}[sys.argv[1]]
+compiled = torch.compile(model, dynamic=dynamic)
+for rows in (8, 16, 24, 40):
+    compiled(torch.randn(rows, 64, device="cuda")).sum().backward()
+print(json.dumps(counters["stats"]["unique_graphs"]))
+"""
+
+
+@pytest.mark.parametrize(("dynamic", "graphs"), [("True", 1), ("None", 2)])
+def test_a_compiled_model_called_at_new_sizes_compiles_as_dynamo_does(
+    tmp_path: Path, dynamic: str, graphs: int
+) -> None:
+    """A model compiled with ``dynamic=True`` and called at four batch sizes compiles one
+    graph, with a symbolic batch size, as on a GPU (the plan compiled one per size); without
+    ``dynamic``, the second size recompiles it with the batch size dynamic and no later one
+    does, as dynamo's automatic dynamic shapes do."""
+    script(tmp_path, SIZES)
+    done = plan(tmp_path, "train.py", dynamic)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == graphs
+
+
+EXPLAINED = """
+import json
+import sys
+import torch
+import torch._dynamo
+
+def step(x, w):
+    y = torch.nn.functional.gelu(x @ w)
+    torch._dynamo.graph_break()
+    y = y * 2
+    print("between graphs")  # another break
+    return y.softmax(-1).sum()
+
+device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+x = torch.ones(256, 256, device=device)
+w = torch.ones(256, 256, device=device)
+found = torch._dynamo.explain(step)(x, w)
+print(json.dumps({"graphs": found.graph_count, "breaks": found.graph_break_count,
+                  "ops": found.op_count, "reasons": len(found.break_reasons)}))
+"""
+
+
+def test_dynamo_explain_runs_and_finds_the_graphs_dynamo_finds(tmp_path: Path) -> None:
+    """``torch._dynamo.explain(fn)(*args)`` (a RecursionError under plan: dynamo traced the
+    emulation's own ``__torch_function__``) runs, and reports the graphs, breaks and
+    operators dynamo reports for the same code on CPU tensors."""
+    import subprocess
+    import sys
+
+    path = script(tmp_path, EXPLAINED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    planned = json.loads(done.stdout.splitlines()[1])  # after the script's "between graphs"
+    on_cpu = subprocess.run(
+        [sys.executable, str(path), "cpu"], capture_output=True, text=True, timeout=300,
+        check=True,
+    )  # fmt: skip
+    assert planned == json.loads(on_cpu.stdout.splitlines()[-1])
+    assert planned["breaks"] >= 1

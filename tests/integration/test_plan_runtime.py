@@ -520,3 +520,76 @@ def test_a_wait_for_the_device_inside_a_graph_capture_fails_as_on_a_gpu(
     done = plan(tmp_path, "train.py", mode, "after")
     assert done.returncode == 0, done.stderr
     assert "after replay" in done.stdout
+
+
+WAIT_IN_CAPTURE = """
+import sys
+import torch
+model = torch.nn.Linear(256, 256).cuda()
+static_x = torch.randn(64, 256, device="cuda")
+side = torch.cuda.Stream()
+before = torch.cuda.Event(enable_timing=True)
+before.record()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g, capture_error_mode=sys.argv[1]):
+    static_y = model(static_x)
+    inside = torch.cuda.Event(enable_timing=True)
+    inside.record()
+    wait = sys.argv[2]
+    if wait == "stream.synchronize":
+        torch.cuda.current_stream().synchronize()
+    if wait == "stream.query":
+        torch.cuda.current_stream().query()
+    if wait == "side.synchronize":
+        side.synchronize()
+    if wait == "event.synchronize":
+        inside.synchronize()
+    if wait == "event.query":
+        inside.query()
+    if wait == "elapsed_time":
+        before.elapsed_time(inside)
+    if wait == "before.query":
+        before.query()
+    if wait == "never_recorded.query":
+        torch.cuda.Event().query()
+g.replay()
+torch.cuda.synchronize()
+print("after replay", before.elapsed_time(inside) > 0, side.query(), inside.query())
+"""
+CAPTURING = "operation not permitted when stream is capturing"
+CAPTURED_EVENT = "operation not permitted on an event last recorded in a capturing stream"
+
+
+@pytest.mark.parametrize(
+    ("mode", "wait", "line", "error"),
+    [
+        ("global", "stream.synchronize", 16, CAPTURING),
+        ("relaxed", "stream.query", 18, CAPTURING),  # the capturing stream, whatever the mode
+        ("global", "side.synchronize", 20, CAPTURING),  # any stream, in global mode
+        ("relaxed", "side.synchronize", None, None),
+        ("relaxed", "event.synchronize", 22, CAPTURED_EVENT),
+        ("global", "event.query", 24, CAPTURED_EVENT),
+        ("relaxed", "elapsed_time", 26, CAPTURED_EVENT),
+        ("thread_local", "before.query", 28, CAPTURING),
+        ("relaxed", "before.query", None, None),
+        ("global", "never_recorded.query", None, None),  # torch asks CUDA nothing
+    ],
+)
+def test_a_stream_or_event_wait_inside_a_graph_capture_fails_as_on_a_gpu(
+    tmp_path: Path, mode: str, wait: str, line: int | None, error: str | None
+) -> None:
+    """Inside ``torch.cuda.graph``, ``Stream.synchronize()``/``query()`` fail as
+    ``cudaStreamSynchronize``/``cudaStreamQuery`` do (the capturing stream in any mode, any
+    stream in global or thread-local mode), and ``Event.synchronize()``/``query()``/
+    ``elapsed_time`` fail as ``cudaEvent*`` do: on an event recorded in the capture with
+    ``cudaErrorCapturedEvent``, on another in global or thread-local mode; what CUDA allows
+    runs, and after the capture every wait runs."""
+    script(tmp_path, WAIT_IN_CAPTURE)
+    done = plan(tmp_path, "train.py", mode, wait)
+    if error is None:
+        assert done.returncode == 0, done.stderr
+        assert "after replay True True True" in done.stdout
+        return
+    assert done.returncode == 2, done.stdout
+    assert error in done.stdout + done.stderr
+    assert f"train.py:{line}" in done.stdout + done.stderr

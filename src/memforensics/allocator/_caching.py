@@ -72,6 +72,8 @@ class PoolStats:
         "active_bytes",
         "allocated_bytes",
         "allocation",
+        "inactive_split",
+        "inactive_split_bytes",
         "requested_bytes",
         "reserved_bytes",
         "segment",
@@ -81,6 +83,7 @@ class PoolStats:
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
+        self.inactive_split, self.inactive_split_bytes = Stat(), Stat()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,10 @@ class DeviceCachingAllocator:
         self.allocation, self.allocated_bytes = Stat(), Stat()
         self.active, self.active_bytes, self.requested_bytes = Stat(), Stat(), Stat()
         self.reserved_bytes, self.segment = Stat(), Stat()
+        # free blocks of split segments (not expandable ones): memory no empty_cache returns
+        self.inactive_split, self.inactive_split_bytes = Stat(), Stat()
+        # blocks and segments of at least max_split_size (none while it is unlimited)
+        self.oversize_allocations, self.oversize_segments = Stat(), Stat()
         self.small_pool, self.large_pool = PoolStats(), PoolStats()
         self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0
         self.num_device_alloc = self.num_device_free = 0
@@ -230,6 +237,8 @@ class DeviceCachingAllocator:
             stat.freed += 1
         if self.trace_blocks:
             self.on_trace("free_requested", block.address, block.requested_size, block.stream)
+        if block.size >= self.settings.max_split_size:
+            self.oversize_allocations.decrease(1)
         if block.stream_uses:
             self.insert_events(block)
         else:
@@ -372,8 +381,12 @@ class DeviceCachingAllocator:
     ) -> Block:
         """Mirrors ``alloc_found_block``: split off the remainder, mark allocated, trace."""
         pool = block.pool
+        # which change to the inactive split blocks this makes, as alloc_found_block reckons it
+        already_split = block.expandable is None and (
+            block.prev is not None or block.next is not None
+        )
+        remaining = block
         if split:
-            remaining = block
             block = Block(remaining.stream, size, pool, remaining.address)
             block.expandable = remaining.expandable
             block.prev = remaining.prev
@@ -401,9 +414,29 @@ class DeviceCachingAllocator:
             self._count_allocation(size, orig_size)
             kind = self.small_pool if pool.is_small else self.large_pool
             self._count_allocation_in(kind, size, orig_size)
+            if block.expandable is None and (split or already_split):
+                self._count_inactive_split(kind, split, already_split, block, remaining)
+        if size >= self.settings.max_split_size:
+            self.oversize_allocations.increase(1)
         if self.trace_blocks:
             self.on_trace("alloc", block.address, orig_size, block.stream)
         return block
+
+    def _count_inactive_split(
+        self, kind: PoolStats, split: bool, already_split: bool, block: Block, remaining: Block
+    ) -> None:
+        """``alloc_found_block``'s inactive split statistics: a split free block shrinks by the
+        allocation; an unsplit one split leaves a new inactive remainder; a split free block
+        taken whole is active again."""
+        for owner in (self, kind):
+            if split and already_split:
+                owner.inactive_split_bytes.decrease(block.size)
+            elif split:
+                owner.inactive_split_bytes.increase(remaining.size)
+                owner.inactive_split.increase(1)
+            else:
+                owner.inactive_split_bytes.decrease(block.size)
+                owner.inactive_split.decrease(1)
 
     def _count_allocation(self, size: int, orig_size: int) -> None:
         """``increase_stat`` on the allocation count, active and requested stats."""
@@ -473,6 +506,8 @@ class DeviceCachingAllocator:
         kind = self.small_pool if pool.is_small else self.large_pool
         kind.segment.increase(1)
         kind.reserved_bytes.increase(alloc_size)
+        if alloc_size >= self.settings.max_split_size:
+            self.oversize_segments.increase(1)
         self.num_device_alloc += 1
         self.on_trace("segment_alloc", address, alloc_size, stream)
         return block
@@ -636,15 +671,28 @@ class DeviceCachingAllocator:
         block.context = None
         original_size, requested = block.size, block.requested_size
         pool = block.pool
+        merged = merged_bytes = 0
         neighbour = block.prev
         if neighbour is not None and not neighbour.allocated:  # else try_merge_blocks does nothing
-            self.try_merge_blocks(block, neighbour, pool)
+            subsumed = self.try_merge_blocks(block, neighbour, pool)
+            merged, merged_bytes = merged + (subsumed > 0), merged_bytes + subsumed
         neighbour = block.next
         if neighbour is not None and not neighbour.allocated:
-            self.try_merge_blocks(block, neighbour, pool)
+            subsumed = self.try_merge_blocks(block, neighbour, pool)
+            merged, merged_bytes = merged + (subsumed > 0), merged_bytes + subsumed
         pool.insert_into_blocks(block)
         if not self.all_stats:
             return
+        if block.expandable is None:
+            # the inactive split blocks: those merged in are gone, this one is one if split
+            count, size = -merged, -merged_bytes
+            if block.prev is not None or block.next is not None:
+                count, size = count + 1, size + block.size
+            if count or size:
+                kind = self.small_pool if pool.is_small else self.large_pool
+                for owner in (self, kind):
+                    _change(owner.inactive_split, count)
+                    _change(owner.inactive_split_bytes, size)
         # decrease_stat on each stat of the aggregate and of the pool's kind, unrolled within
         # each: this runs on every free
         owners: tuple[DeviceCachingAllocator | PoolStats, ...] = (
@@ -785,6 +833,8 @@ class DeviceCachingAllocator:
 
     def release_block(self, block: Block) -> None:
         """Mirrors ``release_block``: ``cudaFree`` one whole segment."""
+        if block.size >= self.settings.max_split_size:
+            self.oversize_segments.decrease(1)
         self.num_device_free += 1
         self.on_trace("segment_free", block.address, block.size, block.stream)
         self.total_allocated_memory -= block.size
@@ -841,9 +891,10 @@ class DeviceCachingAllocator:
         ]
         return sorted(heads, key=lambda block: block.address)
 
-    def inactive_split(self, is_small: bool | None = None) -> tuple[int, int]:
-        """Bytes and count of free blocks in split, non-expandable segments (PyTorch's stat):
-        of every pool, or of the small or the large ones alone."""
+    def split_holes(self, is_small: bool | None = None) -> tuple[int, int]:
+        """Bytes and count of free blocks in split, non-expandable segments, counted afresh:
+        of every pool, or of the small or the large ones alone (what the ``inactive_split``
+        statistics hold now)."""
         holes = [
             block.size
             for pool in self._pools()
@@ -852,6 +903,14 @@ class DeviceCachingAllocator:
             if block.is_split() and block.expandable is None
         ]
         return sum(holes), len(holes)
+
+
+def _change(stat: Stat, amount: int) -> None:
+    """``free_block``'s net change to a statistic: an increase or a decrease, as its sign says."""
+    if amount > 0:
+        stat.increase(amount)
+    elif amount < 0:
+        stat.decrease(-amount)
 
 
 def _expandable_size(block: Block) -> int:

@@ -42,6 +42,15 @@ def seed_segment(
     kind = model.small_pool if is_small else model.large_pool
     kind.segment.increase(1)
     kind.reserved_bytes.increase(size)
+    if size >= model.settings.max_split_size:
+        model.oversize_segments.increase(1)
+    for block in blocks:
+        if block.allocated and block.size >= model.settings.max_split_size:
+            model.oversize_allocations.increase(1)
+        if len(blocks) > 1 and not block.allocated and not block.event_count:
+            for owner in (model, kind):  # a free block of a split segment: inactive split
+                owner.inactive_split.increase(1)
+                owner.inactive_split_bytes.increase(block.size)
     return [block for block in blocks if block.allocated or block.event_count]
 
 

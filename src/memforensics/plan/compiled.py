@@ -220,6 +220,70 @@ class _Converting:
         return self.convert(self._torchdynamo_orig_backend, frame, cache_entry, frame_state)
 
 
+def _converted_aside(
+    convert: Callable[..., Any], frame: Any, cache_entry: Any, frame_state: Any
+) -> Any:
+    """dynamo's conversion of ``frame`` with the plan's modes aside, on fake copies of the
+    stand-ins as CUDA tensors, its guards built for the call's own state."""
+    with (
+        _guards_for_the_call(),
+        _modes_aside(),
+        warnings.catch_warnings(),
+        _meta_constants(),
+        standins.traced_on_cuda(),
+    ):
+        # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
+        # ``-W error`` they would fail the trace, which a run on a GPU does not see
+        warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
+        return convert(frame, cache_entry, frame_state)
+
+
+def _convert_frame(convert: Callable[..., Any], frame: Any, cache_entry: Any, state: Any) -> Any:
+    """A frame of code dynamo optimizes outside ``torch.compile`` (``torch._dynamo.explain``)
+    converted as a compiled call's are (:func:`_converted_aside`); this package's frames run as
+    they are."""
+    if frame.f_code.co_filename.startswith(_PACKAGE):
+        return _as_it_is()
+    return _converted_aside(convert, frame, cache_entry, state)
+
+
+def explain_stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._dynamo.explain`` for a plan: torch's own, its ``optimize`` converting each frame
+    with the plan's modes aside, as a compiled call's frames are (dynamo cannot trace the
+    emulation's own ``__torch_function__``); the graphs it finds then run under the plan, so
+    their tensors take their blocks, and the explanation is dynamo's."""
+    from torch._dynamo import eval_frame
+
+    def explain(f: Callable[..., Any], *extra_args: Any, **extra_kwargs: Any) -> Any:
+        inner = original(f)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            optimize = eval_frame.optimize
+
+            def optimizing(*options: Any, **named: Any) -> Callable[..., Any]:
+                made = optimize(*options, **named)
+
+                def wrap(fn: Callable[..., Any]) -> Any:
+                    optimized = made(fn)
+                    _converting_through(optimized, _convert_frame)
+                    return optimized
+
+                return wrap
+
+            eval_frame.optimize = optimizing  # type: ignore[assignment]
+            try:
+                Compiled.made += 1  # dynamo's caches are emptied after the run
+                return inner(*args, **kwargs)
+            finally:
+                eval_frame.optimize = optimize
+
+        if extra_args or extra_kwargs:  # the deprecated form, which torch still runs
+            return run(*extra_args, **extra_kwargs)
+        return run
+
+    return explain
+
+
 def _as_it_is() -> Any:
     """dynamo's answer for a frame it should not convert: run it, and the frames it calls, as
     they are, now and whenever its code runs again."""
@@ -474,18 +538,8 @@ class Compiled:
         if frame.f_code.co_filename.startswith(_PACKAGE):
             return _as_it_is()
         try:
-            with (
-                _guards_for_the_call(),
-                _modes_aside(),
-                warnings.catch_warnings(),
-                _whole(),
-                _meta_constants(),
-                standins.traced_on_cuda(),
-            ):
-                # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
-                # ``-W error`` they would fail the trace, which a run on a GPU does not see
-                warnings.filterwarnings("ignore", module=_TORCH_PRIVATE)
-                return convert(frame, cache_entry, frame_state)
+            with _whole():
+                return _converted_aside(convert, frame, cache_entry, frame_state)
         except Exception:
             if self.fullgraph:
                 self._failed.value = True

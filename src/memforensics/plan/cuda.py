@@ -22,7 +22,6 @@ from typing import Any
 import torch
 import torch.utils._device
 
-from memforensics.allocator import NO_LIMIT
 from memforensics.plan import values
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.emulate import names_planned_device
@@ -54,8 +53,32 @@ class _Props:
         )
 
 
+class Captures:
+    """What a stream's or an event's wait asks of the CUDA graph captures underway: none,
+    until the planned run puts its graphs here (:attr:`Stream.captures`)."""
+
+    def capture_of(self, stream: object = None) -> object:
+        """The capture underway on ``stream`` (the current stream by default), None if none."""
+        return None
+
+    def forbid_stream_wait(self, stream: int) -> None:
+        """Raise what ``cudaStreamSynchronize``/``cudaStreamQuery`` of ``stream`` fails with
+        while a capture forbids it."""
+
+    def forbid_event_wait(self, capture: object) -> None:
+        """Raise what ``cudaEventSynchronize``/``cudaEventQuery`` fail with on an event last
+        recorded during ``capture`` (None: before any) while a capture forbids it."""
+
+    def forbid_elapsed_time(self, *captures: object) -> None:
+        """Raise what ``cudaEventElapsedTime`` fails with on events last recorded during
+        ``captures`` (None: before any)."""
+
+
 class Stream:
-    """A stream or event that does nothing: the plan has one timeline."""
+    """A stream or event: the plan has one timeline, so a wait waits for nothing, and fails
+    only where CUDA refuses it during a graph capture (``captures``)."""
+
+    captures: Captures = Captures()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.device = torch.device("cuda", 0)
@@ -70,7 +93,13 @@ class Stream:
     def __getattr__(self, name: str) -> Any:
         return _nothing
 
+    def synchronize(self) -> None:
+        """``cudaStreamSynchronize``: nothing to wait for, refused as CUDA refuses it."""
+        Stream.captures.forbid_stream_wait(int(self.cuda_stream))
+
     def query(self) -> bool:
+        """``cudaStreamQuery``: all work done, refused as CUDA refuses it."""
+        Stream.captures.forbid_stream_wait(int(self.cuda_stream))
         return True
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -104,9 +133,22 @@ class Event(Stream):
         super().__init__()
         self.enable_timing = enable_timing
         self.recorded_at: float | None = None
+        self.recorded_in: object = None  # the capture underway where it was last recorded
 
     def record(self, stream: object = None) -> None:
         self.recorded_at = time.perf_counter()
+        self.recorded_in = Stream.captures.capture_of(stream)
+
+    def synchronize(self) -> None:
+        """``cudaEventSynchronize``, which torch calls only once the event was recorded."""
+        if self.recorded_at is not None:
+            Stream.captures.forbid_event_wait(self.recorded_in)
+
+    def query(self) -> bool:
+        """``cudaEventQuery`` (torch answers True for an event never recorded, unasked)."""
+        if self.recorded_at is not None:
+            Stream.captures.forbid_event_wait(self.recorded_in)
+        return True
 
     def elapsed_time(self, end_event: object) -> float:
         if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
@@ -114,6 +156,8 @@ class Event(Stream):
         end: float | None = getattr(end_event, "recorded_at", None)
         if self.recorded_at is None or end is None:
             raise ValueError("Both events must be recorded before calculating elapsed time.")
+        ended_in = getattr(end_event, "recorded_in", None)
+        Stream.captures.forbid_elapsed_time(self.recorded_in, ended_in)
         return max((end - self.recorded_at) * 1000.0, EVENT_RESOLUTION_MS)
 
     def __repr__(self) -> str:
@@ -476,14 +520,8 @@ class Answers:
         return self.device.figure("reserved_bytes", "peak")
 
     def stats(self, device: object = None) -> dict[str, int]:
-        """``memory_stats()``: the model's figures; the oversize counts too where every one is
-        0 (no ``max_split_size``: no block is oversize)."""
-        found = self.device.stats()
-        if self.spec.settings.max_split_size == NO_LIMIT:
-            for name in _OVERSIZE:
-                for field in ("current", "peak", "allocated", "freed"):
-                    found[f"{name}.{field}"] = 0
-        return dict(sorted(found.items()))
+        """``memory_stats()``: the model's figures, under every key CUDA's allocator reports."""
+        return dict(sorted(self.device.stats().items()))
 
     def nested(self, device: object = None) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -497,28 +535,8 @@ class Answers:
 
     def summary(self, device: object = None, abbreviated: bool = False) -> str:
         """PyTorch's own ``memory_summary`` table over the model's statistics, with its rows
-        for the large and the small pool unless ``abbreviated``, and without the rows whose
-        figures the model does not keep: non-releasable memory's peaks and totals, and
-        oversize blocks where ``max_split_size`` is set."""
-        stats = self.stats()
-        unknown = [label for key, label in _UNKEPT if f"{key}.peak" not in stats]
-        for key, _ in _UNKEPT:
-            for field in ("current", "peak", "allocated", "freed"):
-                stats.setdefault(f"{key}.{field}", 0)
-                for kind in ("large_pool", "small_pool"):
-                    if key.endswith(".all"):
-                        stats.setdefault(f"{key[:-4]}.{kind}.{field}", 0)
-        kept: list[str] = []
-        dropping = False
-        for line in _torch_table(stats, abbreviated).splitlines():
-            if line.startswith(("|-", "|=")):  # a rule: the rows after it are the next metric's
-                dropping = False
-            elif not dropping and any(f" {label} " in line for label in unknown):
-                dropping = True
-                kept.pop()  # the rule above the dropped rows
-            if not dropping:
-                kept.append(line)
-        return "\n".join(kept) + "\n"
+        for the large and the small pool unless ``abbreviated``."""
+        return _torch_table(self.stats(), abbreviated)
 
     def reset_peaks(self, device: object = None) -> None:
         self.device.reset_peaks()
@@ -636,14 +654,6 @@ class Answers:
         return True
 
 
-_OVERSIZE = ("oversize_allocations", "oversize_segments")
-_UNKEPT = (
-    ("inactive_split_bytes.all", "Non-releasable memory"),
-    ("inactive_split.all", "Non-releasable allocs"),
-    ("oversize_allocations", "Oversize allocations"),
-    ("oversize_segments", "Oversize GPU segments"),
-)
-"""Rows of torch's table by their statistic's key: left out where the model lacks the figures."""
 MiB = 1 << 20
 _SUMMARY = torch.cuda.memory.memory_summary
 
@@ -660,9 +670,27 @@ def _torch_table(stats: dict[str, int], abbreviated: bool) -> str:
         memory.memory_stats = answering
 
 
+def current_allocator() -> Callable[[], object]:
+    """``torch._C._cuda_getAllocator`` (what ``torch.cuda.memory._get_current_allocator`` wraps):
+    the one handle of the native caching allocator the plan models, a
+    ``torch._C._cuda_CUDAAllocator`` as on a GPU; the CPU build's class is a stand-in that refuses
+    construction, so the handle is made without its ``__init__``."""
+    handle = object.__new__(torch._C._cuda_CUDAAllocator)
+    return lambda: handle
+
+
 def pluggable(*args: Any, **kwargs: Any) -> None:
-    """``CUDAPluggableAllocator`` and ``change_current_allocator``: out of scope, in one line."""
+    """``change_current_allocator``: out of scope, in one line."""
     raise OutOfScope(PLUGGABLE)
+
+
+class PluggableAllocator(torch.cuda.memory._CUDAAllocator):
+    """``CUDAPluggableAllocator``: out of scope, in one line, once a script makes one; still
+    the class, so a script's ``isinstance(allocator, CUDAPluggableAllocator)`` runs (and is
+    False for the native allocator, as on a GPU)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OutOfScope(PLUGGABLE)
 
 
 def generator_class() -> type:

@@ -47,8 +47,13 @@ _STATISTICS = (
     "requested_bytes",
     "reserved_bytes",
     "segment",
+    "inactive_split",
+    "inactive_split_bytes",
 )
-"""The allocator's ``Stat`` statistics, each with a current value, a peak and running totals."""
+"""The allocator's ``Stat`` statistics, each with a current value, a peak and running totals,
+for the aggregate and for each kind of pool."""
+_OVERSIZE = ("oversize_allocations", "oversize_segments")
+"""The allocator's ``Stat`` statistics kept for the aggregate alone."""
 
 
 class Stopped(BaseException):
@@ -550,6 +555,9 @@ class PlannedDevice:
                 for kind in (a.small_pool, a.large_pool):
                     stat = getattr(kind, name)
                     stat.peak = stat.current
+            for name in _OVERSIZE:
+                stat = getattr(a, name)
+                stat.peak = stat.current
 
     def reset_accumulated(self) -> None:
         """``reset_accumulated_memory_stats``: every statistic's running totals (its
@@ -563,6 +571,9 @@ class PlannedDevice:
                 for stats in (a, a.small_pool, a.large_pool):
                     stat = getattr(stats, name)
                     stat.allocated = stat.freed = 0
+            for name in _OVERSIZE:
+                stat = getattr(a, name)
+                stat.allocated = stat.freed = 0
             a.num_alloc_retries = a.num_ooms = a.num_sync_all_streams = 0
             a.num_device_alloc = a.num_device_free = 0
 

@@ -52,6 +52,13 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # a torch before the name: the same function, as it was called there
+    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined, no-redef]
+        hint_int as optimization_hint,
+    )
+
 _LOADING = frozenset(
     (
         torch.ops.aten.gather.default,
@@ -308,11 +315,15 @@ def last_reads(
 
 
 def _nbytes(node: torch.fx.Node) -> int:
-    """The bytes of ``node``'s traced value, as the caching allocator's blocks hold them."""
+    """The bytes of ``node``'s traced value, as the caching allocator's blocks hold them. A
+    dynamic size is read at its hint, the size of the call that traced it, as Inductor's
+    memory planning reads it: without a guard, which would specialize the graph to that size
+    and compile it again for every other."""
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return 0
-    return int(-(-value.untyped_storage().nbytes() // 512) * 512)
+    nbytes = optimization_hint(value.untyped_storage().nbytes())
+    return -(-nbytes // 512) * 512
 
 
 class _Schedule:

@@ -40,13 +40,24 @@ CAPTURE_MESSAGE = (
 )
 
 
-def capture_error() -> RuntimeError:
-    """The error torch raises for ``cudaErrorStreamCaptureUnsupported``: an
-    ``AcceleratorError`` carrying the code, where this torch has the class."""
+CAPTURED_EVENT = 907
+"""``cudaErrorCapturedEvent``: what CUDA answers a wait on, or a query or timing of, an event
+last recorded in a capturing stream."""
+CAPTURED_EVENT_MESSAGE = CAPTURE_MESSAGE.replace(
+    "operation not permitted when stream is capturing",
+    "operation not permitted on an event last recorded in a capturing stream",
+)
+
+
+def capture_error(
+    code: int = STREAM_CAPTURE_UNSUPPORTED, message: str = CAPTURE_MESSAGE
+) -> RuntimeError:
+    """The error torch raises for a CUDA error ``code`` (``cudaErrorStreamCaptureUnsupported``
+    by default): an ``AcceleratorError`` carrying the code, where this torch has the class."""
     kind = getattr(torch, "AcceleratorError", RuntimeError)
-    error: RuntimeError = kind(CAPTURE_MESSAGE)
+    error: RuntimeError = kind(message)
     with contextlib.suppress(AttributeError, TypeError):
-        error.error_code = STREAM_CAPTURE_UNSUPPORTED  # type: ignore[attr-defined]
+        error.error_code = code  # type: ignore[attr-defined]
     return error
 
 
@@ -79,6 +90,36 @@ class Graphs:
         )
         if forbidden and not values.by_torch():
             raise capture_error()
+
+    def capture_of(self, stream: object = None) -> tuple[int, str] | None:
+        """The capture underway on ``stream`` (a stream or its handle; the current stream by
+        default): where an event recorded now belongs."""
+        handle: Any = getattr(stream, "cuda_stream", stream)
+        on = self.device.stream if handle is None else int(handle or 0)
+        return next((c for c in self.underway if c[0] == on), None)
+
+    def forbid_stream_wait(self, stream: int) -> None:
+        """``Stream.synchronize()``/``query()`` fail as ``cudaStreamSynchronize`` and
+        ``cudaStreamQuery`` do: on a capturing stream, whatever the mode; on any stream
+        while a ``"global"`` or ``"thread_local"`` capture is underway."""
+        if any(on == stream or mode != "relaxed" for on, mode in self.underway):
+            raise capture_error()
+
+    def forbid_event_wait(self, capture: object) -> None:
+        """``Event.synchronize()``/``query()`` of a recorded event fail as
+        ``cudaEventSynchronize`` and ``cudaEventQuery`` do: on an event recorded in a capture
+        still underway (``cudaErrorCapturedEvent``); on any other while a ``"global"`` or
+        ``"thread_local"`` capture is underway."""
+        if capture is not None and any(c is capture for c in self.underway):
+            raise capture_error(CAPTURED_EVENT, CAPTURED_EVENT_MESSAGE)
+        if any(mode != "relaxed" for _, mode in self.underway):
+            raise capture_error()
+
+    def forbid_elapsed_time(self, *captures: object) -> None:
+        """``Event.elapsed_time`` fails as ``cudaEventElapsedTime`` does on an event recorded
+        in a capture still underway (``cudaErrorCapturedEvent``)."""
+        if any(c is not None and any(c is u for u in self.underway) for c in captures):
+            raise capture_error(CAPTURED_EVENT, CAPTURED_EVENT_MESSAGE)
 
     def synchronize(self, device: object = None) -> None:
         """``torch.cuda.synchronize()``: the host waits for the device, refused as

@@ -162,6 +162,14 @@ def _device_rows(
             "(bitsandbytes reads the binding when it is imported)",
             added=True,
         ),
+        R(
+            torch._C,
+            "_cuda_getAllocator",
+            cuda.current_allocator(),
+            "the native caching allocator's handle: the plan models that allocator "
+            "(torch.cuda.memory._get_current_allocator wraps it)",
+            added=True,
+        ),
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
         *_rng_rows(),
         R(c, "Stream", streams.kind, STREAMS),
@@ -370,7 +378,7 @@ def _memory_rows(answers: Answers, graphs: Graphs) -> list[Replacement]:
         ("caching_allocator_delete", a.raw_delete, "that block back to the model", True),
         ("list_gpu_processes", a.processes, "this process, from the model", True),
         ("get_allocator_backend", a.backend, "the model is the native caching allocator", True),
-        ("CUDAPluggableAllocator", cuda.pluggable, cuda.PLUGGABLE, True),
+        ("CUDAPluggableAllocator", cuda.PluggableAllocator, cuda.PLUGGABLE, True),
         ("change_current_allocator", cuda.pluggable, cuda.PLUGGABLE, True),
         ("caching_allocator_enable", a.caching, cuda.NOT_CACHING, False),
         ("caching_allocator_disabled", a.caching_disabled, cuda.NOT_CACHING, False),
@@ -545,6 +553,16 @@ def _torch_rows(
             "get_ctx",
             dynamic_sizes.get_ctx(torch.library.get_ctx, notes),
             "a library's meta kernel gets data-dependent sizes as integers",
+        ),
+        *(
+            R(
+                owner,
+                "explain",
+                compiled.explain_stand_in(torch._dynamo.eval_frame.explain),
+                "dynamo's explanation of the script's code, traced as torch.compile's is, "
+                "its graphs then run under the plan",
+            )
+            for owner in (torch._dynamo, torch._dynamo.eval_frame)
         ),
         R(
             torch.compiler,
@@ -977,6 +995,13 @@ def table(
         *_attention_rows(answers.spec.capability),
         *_legacy_rows(storage),
         *_graph_rows(graphs),
+        R(
+            cuda.Stream,
+            "captures",
+            graphs,
+            "a stream's or an event's wait, query or timing fails while a CUDA graph capture "
+            "forbids it, as CUDA fails it",
+        ),
         R(
             functions.reads,
             "waited",

@@ -112,6 +112,9 @@ def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
         "num_device_alloc": allocator.num_device_alloc,
         "num_device_free": allocator.num_device_free,
         "num_sync_all_streams": allocator.num_sync_all_streams,
+        # requests ``throw_on_cudamalloc_oom`` turns away before cudaMalloc: that policy is not
+        # modelled (a request over the limit fails as an OOM), so none is counted
+        "num_oom_rejections": 0,
         "max_split_size": max_split,
     }
     named = {
@@ -122,6 +125,8 @@ def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
         "allocation": allocator.allocation,
         "active": allocator.active,
         "segment": allocator.segment,
+        "inactive_split": allocator.inactive_split,
+        "inactive_split_bytes": allocator.inactive_split_bytes,
     }
     kinds = {"large_pool": allocator.large_pool, "small_pool": allocator.small_pool}
     for name, stat in named.items():
@@ -129,10 +134,9 @@ def memory_stats(allocator: DeviceCachingAllocator) -> dict[str, int]:
             stats[f"{name}.all.{field}"] = getattr(stat, field)
             for kind, pool_stats in kinds.items():
                 stats[f"{name}.{kind}.{field}"] = getattr(getattr(pool_stats, name), field)
-    for kind, is_small in (("all", None), ("large_pool", False), ("small_pool", True)):
-        split_bytes, split_count = allocator.inactive_split(is_small)
-        stats[f"inactive_split_bytes.{kind}.current"] = split_bytes
-        stats[f"inactive_split.{kind}.current"] = split_count
+    for name in ("oversize_allocations", "oversize_segments"):  # one Stat each, not per pool
+        for field in ("current", "peak", "allocated", "freed"):
+            stats[f"{name}.{field}"] = getattr(getattr(allocator, name), field)
     return dict(sorted(stats.items()))
 
 
