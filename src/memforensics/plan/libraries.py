@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import distributed_checkpoint, early_stopping, flex, paged
+from memforensics.plan import distributed, distributed_checkpoint, early_stopping, flex, paged
 from memforensics.plan.emulate import is_cuda_device
 from memforensics.plan.patches import LibraryReplacement
 from memforensics.plan.saved_files import SavedFiles, path_of
@@ -191,6 +191,7 @@ def rows(
             "the kernels it would put in a layer's forward are CUDA binaries from the Hub, "
             "which neither load nor run on the CPU the plan runs on",
         ),
+        *distributed.rows(),
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
         *flex.rows(holds),
