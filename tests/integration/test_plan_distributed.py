@@ -272,6 +272,48 @@ def test_a_rank_that_receives_a_python_object_stops_with_one_line(
     assert "Traceback" not in done.stderr
 
 
+ZERO_CONSOLIDATED = """
+import json, os, sys, torch, torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)]).cuda()
+optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam)
+model(torch.randn(8, 512, device="cuda")).sum().backward()
+optimizer.step()
+optimizer.zero_grad(set_to_none=True)
+state = sum(t.numel() * t.element_size() for s in optimizer.optim.state.values()
+            for t in s.values() if t.is_cuda)
+held = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+optimizer.consolidate_state_dict(to=0)
+json.dump({"state": state, "held": held, "peak": torch.cuda.max_memory_allocated()},
+          open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_zero_consolidation_runs_on_the_sender_and_stops_the_receiver_with_one_line(
+    tmp_path: Path, rank: int
+) -> None:
+    """ZeroRedundancyOptimizer.consolidate_state_dict(to=0) on two ranks: rank 1 sends its
+    shard's state as a pickle in a byte tensor on the device, which its peak holds; rank 0,
+    which receives it, stops with one line (it read a length of zero and failed to unpickle)."""
+    script(tmp_path, ZERO_CONSOLIDATED)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--rank", str(rank), "train.py", "out.json")
+    if rank == 1:
+        assert done.returncode == 0, done.stderr
+        seen = json.loads((tmp_path / "out.json").read_text())
+        assert seen["state"] > 0
+        assert seen["peak"] >= seen["held"] + seen["state"]
+        return
+    assert done.returncode == 2
+    said = [line for line in done.stderr.splitlines() if "receives a Python object" in line]
+    assert len(said) == 1
+    assert said[0].startswith("memforensics plan: rank 0 receives a Python object from rank 1")
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("unused", [False, True])
 def test_ddp_warns_that_nccl_may_free_its_first_buckets_late(tmp_path: Path, unused: bool) -> None:
     """Where DDP rebuilds its buckets, the plan warns once that the first ones (every gradient's

@@ -381,6 +381,31 @@ def test_beam_search_runs_to_max_new_tokens(tmp_path: Path) -> None:
     assert grown >= 2 * cache_per_position * (200 - 8)  # two layers
 
 
+BEAM_INFERENCE = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=1000, n_positions=64,
+                    eos_token_id=2, bos_token_id=1, pad_token_id=0)
+model = GPT2LMHeadModel(config).to("cuda", torch.float16).eval()
+forwards = []
+model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+ids = torch.randint(3, 1000, (2, 8), device="cuda")
+with torch.inference_mode():
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, num_beams=4)
+print("beams", tuple(out.shape), len(forwards))
+"""
+
+
+def test_beam_search_under_inference_mode_runs_to_max_new_tokens(tmp_path: Path) -> None:
+    """Beam search inside ``torch.inference_mode()`` makes one forward per new token, as under
+    ``no_grad``: its end-of-sequence ids, moved to the device, keep their values, so no beam
+    is taken to end (it stopped after the first forward)."""
+    script(tmp_path, BEAM_INFERENCE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "beams (2, 14) 6" in done.stdout
+
+
 TRANSITION_SCORES = """
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel

@@ -377,6 +377,40 @@ def test_a_beam_loop_runs_to_its_maximum_length_and_keeps_its_length(tmp_path: P
     assert "beams 12 (2, 4, 12)" in done.stdout
 
 
+INFERENCE_COPIES = """
+import torch
+eos = torch.tensor([0, 7])
+with torch.inference_mode():
+    moved = [eos.to("cuda"), eos.cuda(), eos.to("cuda", torch.float32),
+             torch.tensor([0, 7], device="cuda")]
+    print("moved", [t.tolist() for t in moved])
+    vocab, steps, limit = 5000, 0, 12  # a head too large to copy: its tokens are unknown
+    head = torch.nn.Linear(16, vocab).cuda()
+    done = torch.zeros(2, dtype=torch.bool, device="cuda")
+    while not done.all():
+        token = head(torch.randn(2, 16, device="cuda")).argmax(-1)
+        steps += 1
+        done = done | torch.isin(token, eos.to("cuda")) | torch.full_like(done, steps >= limit)
+        if steps > 100:
+            raise SystemExit("the decoding loop did not stop")
+print("steps", steps)
+"""
+
+
+def test_a_host_tensor_copied_to_the_device_under_inference_mode_keeps_its_values(
+    tmp_path: Path,
+) -> None:
+    """Under ``inference_mode`` a host tensor sent to the device (``.to("cuda")``, ``.cuda()``,
+    a cast on the way, ``torch.tensor(..., device="cuda")``) reads back its values, as under
+    ``no_grad``, so a decoding loop that tests its tokens against end-of-sequence ids moved
+    there runs to its maximum length (the copy read as unknown and ended it at once)."""
+    script(tmp_path, INFERENCE_COPIES)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "moved [[0, 7], [0, 7], [0.0, 7.0], [0, 7]]" in done.stdout
+    assert "steps 12" in done.stdout
+
+
 PROFILED = """
 import torch
 from torch.profiler import ProfilerActivity, profile

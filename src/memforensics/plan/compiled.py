@@ -270,7 +270,7 @@ def explain_stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
 
                 return wrap
 
-            eval_frame.optimize = optimizing  # type: ignore[assignment]
+            eval_frame.optimize = optimizing  # type: ignore[assignment, unused-ignore]
             try:
                 Compiled.made += 1  # dynamo's caches are emptied after the run
                 return inner(*args, **kwargs)

@@ -684,7 +684,7 @@ def pluggable(*args: Any, **kwargs: Any) -> None:
     raise OutOfScope(PLUGGABLE)
 
 
-class PluggableAllocator(torch.cuda.memory._CUDAAllocator):
+class PluggableAllocator(torch.cuda.memory._CUDAAllocator):  # type: ignore[misc, unused-ignore]
     """``CUDAPluggableAllocator``: out of scope, in one line, once a script makes one; still
     the class, so a script's ``isinstance(allocator, CUDAPluggableAllocator)`` runs (and is
     False for the native allocator, as on a GPU)."""

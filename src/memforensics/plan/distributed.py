@@ -21,6 +21,7 @@ from typing import Any
 
 from memforensics._units import format_bytes
 from memforensics.plan.device import OutOfScope
+from memforensics.plan.patches import LibraryReplacement
 
 NCCL_BUFFSIZE = 4 << 20
 """NCCL's documented default ``NCCL_BUFFSIZE``: 4,194,304 B per connection's buffer."""
@@ -222,6 +223,41 @@ def received_objects(original: Callable[..., Any], name: str) -> Callable[..., A
         raise OutOfScope(said + FROM_ONE_SOURCE.format(source=source))
 
     return collective
+
+
+ZERO = "torch.distributed.optim.zero_redundancy_optimizer"
+"""ZeroRedundancyOptimizer's module, imported only where the script imports it."""
+
+
+def zero_object(original: Callable[..., Any]) -> Callable[..., Any]:
+    """ZeroRedundancyOptimizer's ``_broadcast_object(obj, src_rank, group, device)``, the object
+    broadcast ``consolidate_state_dict`` builds from two tensor broadcasts (the pickle's length,
+    then its bytes, both on the device): run on the rank that sends; a rank that receives stops
+    with :data:`RECEIVED_OBJECT`, as for the object collectives, since the fake group moves no
+    bytes (it read a length of zero and failed to unpickle nothing)."""
+
+    def broadcast_object(obj: Any, src_rank: int, *args: Any, **kwargs: Any) -> Any:
+        from torch.distributed import distributed_c10d as c10d
+
+        rank = c10d.get_rank()
+        if src_rank == rank:
+            return original(obj, src_rank, *args, **kwargs)
+        name = "ZeroRedundancyOptimizer's state broadcast"
+        raise OutOfScope(RECEIVED_OBJECT.format(rank=rank, source=f"rank {src_rank}", name=name))
+
+    return broadcast_object
+
+
+def rows() -> list[LibraryReplacement]:
+    """torch.distributed's own libraries replaced where the script imports them."""
+    return [
+        LibraryReplacement(
+            ZERO,
+            "_broadcast_object",
+            zero_object,
+            "a rank that receives another's Python object stops: the plan runs one rank",
+        ),
+    ]
 
 
 def same_params(*args: Any, **kwargs: Any) -> None:

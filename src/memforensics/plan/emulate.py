@@ -137,6 +137,16 @@ def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     return False
 
 
+def _onto_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether an operator names ``meta`` as the device its output goes to (``to``'s overloads
+    with a host tensor, ``"cuda"`` sent to ``meta``): it makes a stand-in, a copy onto the
+    device."""
+    return any(
+        isinstance(value, torch.device) and value.type == "meta"
+        for value in (*args, *(kwargs or {}).values())
+    )
+
+
 def _in_made_order(func: Any, out: Any) -> Any:
     """``out`` in the order CUDA's kernel for ``func`` allocates it (:data:`_MADE_FIRST`),
     without what it makes on the host (:data:`_ON_HOST`)."""
@@ -666,7 +676,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             made := deferred.dispatch(func, args, kwargs)
         ) is not RUN:
             return made  # a deferred CPU tensor made, or written into
-        if self._decomposes(func) and _any_meta(args, kwargs):
+        if self._decomposes(func) and (_any_meta(args, kwargs) or _onto_meta(args, kwargs)):
             with self:  # its parts come back through this mode, as autograd would send them
                 out = func.decompose(*args, **(kwargs or {}))
             if out is not NotImplemented:

@@ -55,7 +55,7 @@ import torch
 try:
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 except ImportError:  # a torch before the name: the same function, as it was called there
-    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined, no-redef]
+    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined, no-redef, unused-ignore]
         hint_int as optimization_hint,
     )
 
@@ -322,7 +322,7 @@ def _nbytes(node: torch.fx.Node) -> int:
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return 0
-    nbytes = optimization_hint(value.untyped_storage().nbytes())
+    nbytes = int(optimization_hint(value.untyped_storage().nbytes()))
     return -(-nbytes // 512) * 512
 
 

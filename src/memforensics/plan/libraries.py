@@ -30,6 +30,7 @@ import torch
 
 from memforensics.plan import (
     attention,
+    distributed,
     distributed_checkpoint,
     early_stopping,
     flex,
@@ -204,6 +205,7 @@ def rows(
             attention.no_meta_flops(holds),
             "a stand-in's attention is not counted on meta, as a CUDA tensor's is not",
         ),
+        *distributed.rows(),
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
         *fused_optimizers.rows(notes),
