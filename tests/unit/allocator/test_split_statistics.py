@@ -7,16 +7,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memforensics.allocator import DeviceCachingAllocator, parse_conf
+from allocator_ops import OPS, MiB, Op, apply
+from memforensics.allocator import Block, DeviceCachingAllocator, parse_conf
 
-MiB = 1 << 20
 CONFS = ["", "max_split_size_mb:24", "expandable_segments:True", "roundup_power2_divisions:4"]
-OPS = st.lists(
-    st.tuples(st.sampled_from(["alloc", "alloc", "free", "stream", "empty"]),
-              st.one_of(st.integers(1, MiB), st.integers(MiB + 1, 40 * MiB)),
-              st.integers(0, 1), st.integers(0, 10_000)),
-    max_size=80,
-)  # fmt: skip
 
 
 def _counted(model: DeviceCachingAllocator) -> dict[str, int]:
@@ -45,22 +39,11 @@ def _kept(model: DeviceCachingAllocator) -> dict[str, int]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conf=st.sampled_from(CONFS), ops=OPS)
-def test_kept_split_statistics_match_the_blocks(
-    conf: str, ops: list[tuple[str, int, int, int]]
-) -> None:
+def test_kept_split_statistics_match_the_blocks(conf: str, ops: list[Op]) -> None:
     """After every request, free and ``empty_cache`` the inactive split counts and bytes (all,
     small, large) and the oversize allocations and segments equal a fresh count."""
     model = DeviceCachingAllocator(parse_conf(conf), capacity=96 * MiB, allowed=80 * MiB)
-    live = []
-    for op, size, stream, pick in ops:
-        if op == "alloc":
-            block = model.malloc(size, stream)
-            if block is not None:
-                live.append(block)
-        elif op == "free" and live:
-            model.free(live.pop(pick % len(live)))
-        elif op == "stream" and live:
-            model.record_stream(live[pick % len(live)], 1 - stream)
-        elif op == "empty":
-            model.empty_cache()
+    live: list[Block] = []
+    for op in ops:
+        apply(model, op, live)
         assert _kept(model) == _counted(model)

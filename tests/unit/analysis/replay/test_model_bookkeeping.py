@@ -6,34 +6,21 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memforensics.allocator import DeviceCachingAllocator, parse_conf, round_size
+from allocator_ops import OPS, MiB, Op, apply
+from memforensics.allocator import Block, DeviceCachingAllocator, parse_conf, round_size
 
-MiB = 1 << 20
 CONFS = ["", "roundup_power2_divisions:4", "expandable_segments:True", "max_split_size_mb:24",
          "roundup_power2_divisions:[1:2,8:4,>:8],garbage_collection_threshold:0.6"]  # fmt: skip
-OPS = st.lists(
-    st.tuples(st.sampled_from(["alloc", "alloc", "free", "stream", "empty"]),
-              st.one_of(st.integers(1, MiB), st.integers(MiB + 1, 40 * MiB)),
-              st.integers(0, 1), st.integers(0, 10_000)),
-    max_size=80,
-)  # fmt: skip
 
 
-def _drive(model: DeviceCachingAllocator, ops: list[tuple[str, int, int, int]]) -> list[object]:
+def _drive(model: DeviceCachingAllocator, ops: list[Op]) -> list[object]:
     """Every decision the model makes, as (address, size) per request or None for an OOM."""
-    live, seen = [], []
-    for op, size, stream, pick in ops:
-        if op == "alloc":
-            block = model.malloc(size, stream)
+    live: list[Block] = []
+    seen: list[object] = []
+    for op in ops:
+        block = apply(model, op, live)
+        if op[0] == "alloc":
             seen.append(None if block is None else (block.address, block.size))
-            if block is not None:
-                live.append(block)
-        elif op == "free" and live:
-            model.free(live.pop(pick % len(live)))
-        elif op == "stream" and live:
-            model.record_stream(live[pick % len(live)], 1 - stream)
-        elif op == "empty":
-            model.empty_cache()
     reserved, allocated = model.reserved_bytes, model.allocated_bytes
     seen.append((reserved.current, reserved.peak, allocated.current, allocated.peak))
     return seen
