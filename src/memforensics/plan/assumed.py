@@ -39,15 +39,15 @@ early, and where an operator's result is the same for every such value, it is kn
   them, all at class 0: the sizes taken from them (``torch.where(expert_mask[e])`` in a mixture
   of experts' loop over its experts) sum to the rows, exact in total for any routing, with the
   first class taking the most any one can, as the histogram's counts do.
-
-The histogram, the scattered sum and the class test are *partitions*: whatever the unknown
-values, each is counted once, so the sizes taken from what they decide (:func:`partitioned`) are
-those of a real routing, every index 0. The others decide values, never a size.
 - *A model's predictions come closer to their targets as it trains*: integers compared
   elementwise with integers of the same shape, the unknown against the unknown or against
   targets holding more than one value (``argmax(logits) == labels``), match as many as the
   caller's count says, the first ones; an accuracy computed from them rises round by round. An
   end-of-sequence test compares with one named value, and stays never equal.
+
+The histogram, the scattered sum and the class test are *partitions*: whatever the unknown
+values, each is counted once, so the sizes taken from what they decide (:func:`partitioned`) are
+those of a real routing, every index 0. The others decide values, never a size.
 
 Each rule returns the operator's result computed on the CPU, or None where it does not apply;
 the class test's is broadcast from the few values it varies in, so it costs no host memory that

@@ -234,7 +234,7 @@ def zero_object(original: Callable[..., Any]) -> Callable[..., Any]:
     broadcast ``consolidate_state_dict`` builds from two tensor broadcasts (the pickle's length,
     then its bytes, both on the device): run on the rank that sends; a rank that receives stops
     with :data:`RECEIVED_OBJECT`, as for the object collectives, since the fake group moves no
-    bytes (it read a length of zero and failed to unpickle nothing)."""
+    bytes (a receiver would read a length of zero and unpickle nothing)."""
 
     def broadcast_object(obj: Any, src_rank: int, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed import distributed_c10d as c10d

@@ -50,8 +50,8 @@ def kept_objects(
     """``torch.utils.swap_tensors``: inside a module's move that the plan turned to swapping
     (:func:`swaps`), ``t1`` takes ``t2``'s tensor and keeps its own Python object, as a CUDA
     build's ``param.data = moved`` keeps it (:func:`~memforensics.plan.rebound.take_content`).
-    torch's swap would move the parameter's attributes to the temporary (a tag a library sets
-    on a parameter before ``.cuda()`` was lost) and refuses a parameter with weak references
+    torch's swap moves the parameter's attributes to the temporary (a tag a library sets on a
+    parameter before ``.cuda()`` would be gone) and refuses a parameter with weak references
     (DeepSpeed keeps a ``weakref.finalize`` on each, then its engine moves the model). Where the
     script turned swapping on itself (``script_swaps``), or a tensor is a subclass that wraps
     others (which torch swaps on a GPU too), and outside a move: torch's own."""
