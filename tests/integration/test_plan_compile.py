@@ -1227,3 +1227,52 @@ def test_dynamo_explain_runs_and_finds_the_graphs_dynamo_finds(tmp_path: Path) -
     )  # fmt: skip
     assert planned == json.loads(on_cpu.stdout.splitlines()[-1])
     assert planned["breaks"] >= 1
+
+
+RECOMPILED = """
+import sys
+import torch
+import torch._dynamo
+
+torch._dynamo.config.error_on_recompile = True
+device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+compiled = torch.compile(torch.nn.Linear(64, 64).to(device))
+compiled(torch.randn(4, 64, device=device))
+compiled(torch.randn(4, 64, device=device))  # the same size: no recompile
+try:
+    compiled(torch.randn(8, 64, device=device))
+except torch._dynamo.exc.RecompileError as error:
+    print("REASON", str(error).splitlines()[-1].strip())
+
+torch._dynamo.config.error_on_recompile = False
+torch._dynamo.config.recompile_limit = 1
+torch._dynamo.config.fail_on_recompile_limit_hit = True
+limited = torch.compile(torch.nn.Linear(8, 8).to(device), dynamic=False)
+for rows in (2, 3):
+    try:
+        limited(torch.randn(rows, 8, device=device))
+    except torch._dynamo.exc.FailOnRecompileLimitHit:
+        print("REASON limit hit at", rows)
+"""
+
+
+def test_a_recompile_names_the_guard_that_failed_on_the_call(tmp_path: Path) -> None:
+    """A recompile's reason (what ``TORCH_LOGS=recompiles`` and ``error_on_recompile`` show)
+    is the guard that failed for the call, the same as for the code on CPU tensors: a size
+    mismatch, not the torch-function mode stack the plan sets aside while dynamo converts; and
+    a recompile the script's dynamo settings forbid raises into the script, as it does there,
+    instead of running the call eagerly."""
+    import subprocess
+    import sys
+
+    path = script(tmp_path, RECOMPILED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    on_cpu = subprocess.run(
+        [sys.executable, str(path), "cpu"], capture_output=True, text=True, timeout=300,
+        check=True,
+    )  # fmt: skip
+    reasons = [line for line in done.stdout.splitlines() if line.startswith("REASON")]
+    assert reasons == [line for line in on_cpu.stdout.splitlines() if line.startswith("REASON")]
+    assert "size mismatch" in reasons[0]
+    assert reasons[1] == "REASON limit hit at 3"

@@ -154,37 +154,51 @@ def _modes_aside() -> Iterator[None]:
 @contextmanager
 def _guards_for_the_call() -> Iterator[None]:
     """dynamo's guards for a frame converted with the plan's modes aside (:func:`_modes_aside`)
-    built for the state the frame runs in, the modes in place: the torch-function mode stack
-    the call had (dynamo records the stack at the trace, which it would find changed at every
-    call, and convert again), and the thread's dispatch keys with the call's dispatch modes
-    (a tensor's guard checks them: the storage mode adds ``Python``). Built from that state,
-    not under it: no mode runs while dynamo builds them."""
+    built, and checked for a recompile's reasons, in the state the frame runs in, the modes in
+    place: the torch-function mode stack the call had (dynamo records the stack at the trace,
+    which it would find changed at every call, and convert again; checked with the stack
+    aside, every recompile would name it as the guard that failed), and the thread's dispatch
+    keys with the call's dispatch modes (a tensor's guard checks them: the storage mode adds
+    ``Python``). Built and checked from that state, not under it: no mode runs meanwhile."""
+    from torch._dynamo import convert_frame
     from torch._dynamo.convert_frame import DynamoOutput
     from torch.overrides import _get_current_function_mode_stack
 
     functions = list(_get_current_function_mode_stack())  # type: ignore[no-untyped-call, unused-ignore]
     included = torch._C._dispatch_tls_local_include_set()
     excluded = torch._C._dispatch_tls_local_exclude_set()
-    original = DynamoOutput.build_guards
+    build = DynamoOutput.build_guards
+    reasons = convert_frame.get_and_maybe_log_recompilation_reasons
+
+    @contextmanager
+    def as_called() -> Iterator[None]:
+        for mode in functions:
+            torch._C._push_on_torch_function_stack(mode)
+        try:
+            with torch._C._ForceDispatchKeyGuard(included, excluded):
+                yield
+        finally:
+            for _ in functions:
+                torch._C._pop_torch_function_stack()
 
     def build_guards(self: DynamoOutput, *args: Any, **kwargs: Any) -> Any:
         graph = self.tracer_output.output_graph
         if graph is not None:
             graph.torch_function_mode_stack = list(functions)
-        for mode in functions:
-            torch._C._push_on_torch_function_stack(mode)
-        try:
-            with torch._C._ForceDispatchKeyGuard(included, excluded):
-                return original(self, *args, **kwargs)
-        finally:
-            for _ in functions:
-                torch._C._pop_torch_function_stack()
+        with as_called():
+            return build(self, *args, **kwargs)
+
+    def recompilation_reasons(*args: Any, **kwargs: Any) -> Any:
+        with as_called():
+            return reasons(*args, **kwargs)
 
     DynamoOutput.build_guards = build_guards  # type: ignore[method-assign, unused-ignore]
+    convert_frame.get_and_maybe_log_recompilation_reasons = recompilation_reasons
     try:
         yield
     finally:
-        DynamoOutput.build_guards = original  # type: ignore[method-assign, unused-ignore]
+        DynamoOutput.build_guards = build  # type: ignore[method-assign, unused-ignore]
+        convert_frame.get_and_maybe_log_recompilation_reasons = reasons
 
 
 def _converting_through(optimized: Callable[..., Any], convert: Callable[..., Any]) -> None:
@@ -534,12 +548,18 @@ class Compiled:
         graph break, or one the code between graphs calls), with the plan's modes aside, its
         guards built for the call's own state (:func:`_guards_for_the_call`). A frame of this
         package's runs as it is. Where the frame cannot be converted, it runs eagerly, said
-        once, and stays so; with ``fullgraph`` the whole call does."""
+        once, and stays so; with ``fullgraph`` the whole call does. A recompile that the
+        script's dynamo settings forbid (``error_on_recompile``, ``fail_on_recompile_limit_hit``)
+        raises into the script."""
         if frame.f_code.co_filename.startswith(_PACKAGE):
             return _as_it_is()
+        from torch._dynamo.exc import FailOnRecompileLimitHit, RecompileError
+
         try:
             with _whole():
                 return _converted_aside(convert, frame, cache_entry, frame_state)
+        except (RecompileError, FailOnRecompileLimitHit):
+            raise  # the script's own dynamo settings stop the call, as on a GPU
         except Exception:
             if self.fullgraph:
                 self._failed.value = True
