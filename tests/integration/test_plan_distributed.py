@@ -454,3 +454,33 @@ def test_a_hogwild_worker_that_runs_out_beside_the_others_is_a_predicted_oom(
     assert first["oom_message"] is None
     assert "CUDA out of memory. Tried to allocate 1.17 GiB" in second["oom_message"]
     assert answer["fits"] is False
+
+
+BACKENDS = """
+import json, sys, warnings
+warnings.simplefilter("error")  # the plan's own emulation warns nothing a GPU would not
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+pair = dist.new_group([0, 1], backend="nccl")
+hosts = dist.new_group([0, 1, 2, 3], backend="gloo")
+mixed = dist.new_group([0, 2], backend="cpu:gloo,cuda:nccl")
+dist.all_reduce(torch.ones(4), group=hosts)
+dist.all_reduce(torch.ones(4, device="cuda"), group=pair)
+dist.all_reduce(torch.ones(4, device="cuda"), group=mixed)
+dist.barrier(group=hosts)
+json.dump([dist.get_world_size(g) for g in (pair, hosts, mixed)], open(sys.argv[1], "w"))
+"""
+
+
+def test_groups_a_script_makes_on_named_backends_run_and_only_nccl_ones_hold_buffers(
+    tmp_path: Path,
+) -> None:
+    """Groups made with a backend of their own (Megatron's Gloo groups beside its NCCL ones;
+    ``backend="nccl"``, which the CPU build lacks), which stopped the plan, run their
+    collectives; the NCCL ones (the world's, a pair, a mixed ``cpu:gloo,cuda:nccl`` pair) hold
+    NCCL's buffers, and the Gloo one none on the device."""
+    script(tmp_path, BACKENDS)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "4", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == [2, 4, 2]
+    assert json.loads(done.stdout)["nccl_bytes"] == NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)

@@ -593,3 +593,47 @@ def test_a_stream_or_event_wait_inside_a_graph_capture_fails_as_on_a_gpu(
     assert done.returncode == 2, done.stdout
     assert error in done.stdout + done.stderr
     assert f"train.py:{line}" in done.stdout + done.stderr
+
+
+GENERATORS = """
+import json, sys
+import torch
+
+def set_state(new_state):  # Megatron's and DeepSpeed's activation checkpointing, as they do it
+    torch.cuda.default_generators[torch.cuda.current_device()].set_state(new_state)
+
+saved = torch.cuda.get_rng_state()
+torch.cuda.manual_seed(1234)
+seeded = torch.cuda.get_rng_state()
+set_state(saved)
+generator = torch.cuda.default_generators[0]
+held = generator.clone_state()
+generator.graphsafe_set_state(held)
+drawn = torch.randn(64, 64, device="cuda", generator=generator)
+json.dump({
+    "generators": len(torch.cuda.default_generators),
+    "device": str(generator.device),
+    "state": [len(saved), saved.dtype == torch.uint8],
+    "seed": int.from_bytes(bytes(seeded[:8].tolist()), "little"),
+    "restored": torch.cuda.get_rng_state().tolist() == saved.tolist(),
+    "drawn": [list(drawn.shape), str(drawn.device)],
+}, open(sys.argv[1], "w"))
+"""
+
+
+def test_cuda_default_generators_hold_cuda_states_per_device(tmp_path: Path) -> None:
+    """``torch.cuda.default_generators`` (empty on the CPU build: Megatron's RNG tracker
+    stopped with an IndexError) has one generator per local device, whose state is CUDA's
+    16 bytes with the seed first, which ``manual_seed`` sets, ``set_state`` restores and
+    ``torch.cuda.get_rng_state`` reads; an operator draws with it as ``generator=``."""
+    script(tmp_path, GENERATORS)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {
+        "generators": 2,
+        "device": "cuda:0",
+        "state": [16, True],
+        "seed": 1234,
+        "restored": True,
+        "drawn": [[64, 64], "cuda:0"],
+    }

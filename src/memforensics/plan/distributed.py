@@ -17,6 +17,7 @@ import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from memforensics._units import format_bytes
@@ -30,6 +31,9 @@ NCCL_CHANNELS = 32
 number NCCL picks depends on the topology; ``NCCL_MIN_NCHANNELS``/``NCCL_MAX_NCHANNELS`` set it)."""
 RING_PEERS = 2
 """A ring channel connects each rank to two peers: it receives from one and sends to the other."""
+NCCL_TIMEOUT = timedelta(minutes=10)
+"""``ProcessGroupNCCL``'s default timeout (``kProcessGroupNCCLDefaultTimeout``), which a CUDA
+build exports as ``torch.distributed.constants.default_pg_nccl_timeout``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,7 @@ def fake_init(original: Callable[..., None]) -> Callable[..., None]:
         if timeout is not None:
             options["timeout"] = timeout
         original(
-            backend="fake",
+            backend=FAKE,
             store=FakeStore(),
             rank=world.rank,
             world_size=world.world_size,
@@ -141,22 +145,48 @@ def fake_init(original: Callable[..., None]) -> Callable[..., None]:
 def counted_groups(
     original: Callable[..., Any], outside: Callable[[int], None]
 ) -> Callable[..., Any]:
-    """``_new_process_group_helper``: each group of two or more ranks this rank belongs to is
-    an NCCL communicator on a GPU, whose buffers ``outside`` takes off the device. Every rank
-    calls it for every new group (a device mesh's for each of its dimensions' slices); for a
-    group without this rank, torch makes no communicator and answers
+    """``_new_process_group_helper``: every group is made on the fake backend, whatever backend
+    the script names for it (``new_group(ranks, backend="gloo")``, Megatron's CPU groups beside
+    its NCCL ones; ``"nccl"``, which the CPU build lacks), as the default group is
+    (:func:`fake_init`). Each group of two or more ranks this rank belongs to that talks
+    through NCCL (the default group's backend, or one naming ``nccl``) is an NCCL communicator
+    on a GPU, whose buffers ``outside`` takes off the device; a Gloo or MPI group has none
+    there. Every rank calls it for every new group (a device mesh's for each of its dimensions'
+    slices); for a group without this rank, torch makes no communicator and answers
     ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``)."""
+    from torch.distributed.distributed_c10d import GroupMember
 
-    def new_group(group_size: int, group_rank: int | None, *args: Any, **kwargs: Any) -> Any:
-        from torch.distributed.distributed_c10d import GroupMember
+    named = inspect.signature(original).parameters
+    at = list(named).index("backend")
 
-        made = original(group_size, group_rank, *args, **kwargs)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        bound = list(args)
+        if len(bound) > at:
+            asked = bound[at]
+            bound[at] = FAKE
+        else:
+            asked = kwargs.get("backend")
+            kwargs["backend"] = FAKE
+        size = bound[0] if bound else kwargs["group_size"]
+        made = original(*bound, **kwargs)
         group = made[0] if isinstance(made, tuple) else made
-        if group is not GroupMember.NON_GROUP_MEMBER:
-            outside(nccl_bytes(int(group_size)))
+        if group is not GroupMember.NON_GROUP_MEMBER and _through_nccl(asked):
+            outside(nccl_bytes(int(size)))
         return made
 
     return new_group
+
+
+FAKE = "fake"
+"""torch's fake process group's backend, on which the plan makes every group."""
+
+
+def _through_nccl(backend: Any) -> bool:
+    """Whether a group made with ``backend`` talks through NCCL on a GPU: the default group's
+    (the plan's fake one, standing for the script's) and any naming ``nccl`` for a device
+    (``"nccl"``, ``"cpu:gloo,cuda:nccl"``) do; Gloo, MPI and UCC groups do not."""
+    name = str(backend).lower()
+    return name == FAKE or "nccl" in name
 
 
 RETURN_THEIR_INPUT = (

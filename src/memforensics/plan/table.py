@@ -32,6 +32,7 @@ from memforensics.plan import (
     distributed,
     dynamic_sizes,
     emulate,
+    generators,
     lazy,
     libraries,
     native_library,
@@ -171,7 +172,7 @@ def _device_rows(
             added=True,
         ),
         R(c, "_cudart", cuda.Cudart(), "the profiler's start and stop record nothing: " + NO_OP),
-        *_rng_rows(),
+        *_rng_rows(world),
         R(c, "Stream", streams.kind, STREAMS),
         R(c, "ExternalStream", streams.external_kind, "the stream of that handle: " + STREAMS),
         R(
@@ -324,26 +325,20 @@ def _graph_rows(graphs: Graphs) -> list[Replacement]:
     ]
 
 
-def _rng_rows() -> list[Replacement]:
-    """CUDA's random number generator, under both names a script or library calls it by
+def _rng_rows(world: distributed.World) -> list[Replacement]:
+    """CUDA's default random number generators, one per planned device, and the random
+    functions over them under both names a script or library calls them by
     (``torch.cuda.get_rng_state`` and ``torch.cuda.random.get_rng_state``, which Hugging Face's
-    checkpoints save): a stand-in's values are never drawn."""
-    functions: list[tuple[str, Any]] = [
-        ("manual_seed", cuda.noop()),
-        ("manual_seed_all", cuda.noop()),
-        ("seed", cuda.noop()),
-        ("seed_all", cuda.noop()),
-        ("initial_seed", lambda: 0),
-        ("get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8)),
-        ("get_rng_state_all", lambda: [torch.zeros(16, dtype=torch.uint8)]),
-        ("set_rng_state", cuda.noop()),
-        ("set_rng_state_all", cuda.noop()),
-    ]
-    never = "a stand-in's values are never drawn"
+    checkpoints save): a stand-in's values are never drawn, only the states are kept."""
+    found = generators.DefaultGenerators(world.local_world_size, lambda: world.local_rank)
+    never = "a stand-in's values are never drawn; the states read and write as CUDA's"
     return [
-        R(owner, name, value, never)
-        for owner in (torch.cuda, torch.cuda.random)
-        for name, value in functions
+        R(torch.cuda, "default_generators", found.all, "one per planned device; " + never),
+        *(
+            R(owner, name, value, never)
+            for owner in (torch.cuda, torch.cuda.random)
+            for name, value in found.functions().items()
+        ),
     ]
 
 
@@ -869,6 +864,7 @@ def _distributed_rows(
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return []
+    import torch.distributed.constants as dist_constants
     import torch.distributed.distributed_c10d as c10d
     import torch.distributed.utils as dist_utils
     from torch.distributed import device_mesh
@@ -885,6 +881,16 @@ def _distributed_rows(
             distributed.counted_groups(c10d._new_process_group_helper, device.take_outside),
             "each group of two or more ranks is an NCCL communicator: its buffers are an "
             "allowance outside PyTorch",
+        ),
+        *(
+            R(
+                module,
+                "default_pg_nccl_timeout",
+                distributed.NCCL_TIMEOUT,
+                "a group the script makes on NCCL times out as ProcessGroupNCCL's default; the "
+                "CPU build has none (it warns that NCCL is not compiled)",
+            )
+            for module in (c10d, dist_constants)
         ),
         R(
             dist,
