@@ -1160,3 +1160,52 @@ def test_a_tensor_made_like_one_of_unknown_values_holds_its_own_values(tmp_path:
     assert facts["new"] == [[1, 1], [5, 5]]
     assert facts["weights"] == 0.5 * 3 * 7 * 5000
     assert facts["count"] == 3 * 7 * 5000
+
+
+MOE_INFER = f"""
+import json
+import torch
+import torch.nn.functional as F
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.randn({EXPERTS}, {DIM}, {HIDDEN}, device="cuda")
+down = torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda")
+x = torch.randn({TOKENS}, {DIM}, device="cuda")
+with torch.no_grad():  # DeepSeek-V2/V3's moe_infer
+    topk_weight, topk_ids = gate(x).softmax(-1).topk({TOP}, dim=-1)
+    cnts = topk_ids.new_zeros((topk_ids.shape[0], {EXPERTS}))
+    cnts.scatter_(1, topk_ids, 1)
+    tokens_per_expert = cnts.sum(dim=0)
+    idxs = topk_ids.view(-1).argsort()
+    sorted_tokens = x[idxs // topk_ids.shape[1]]
+    tokens_per_expert = tokens_per_expert.cpu().numpy()
+    outputs, start_idx = [], 0
+    for i, num_tokens in enumerate(tokens_per_expert):
+        end_idx = start_idx + num_tokens
+        if num_tokens == 0:
+            continue
+        chunk = sorted_tokens[start_idx:end_idx]
+        outputs.append(F.silu(chunk @ up[i]) @ down[i])
+        start_idx = end_idx
+    outs = torch.cat(outputs, dim=0) if len(outputs) else sorted_tokens.new_empty(0)
+    onehot = torch.zeros(16, 10, device="cuda").scatter_(1, topk_ids[:16, :1], 1)
+print(json.dumps({{
+    "split": tokens_per_expert.tolist(), "rows": outs.shape[0], "onehot": onehot.sum().item()
+}}))
+"""
+
+
+def test_expert_counts_marked_by_scatter_count_each_routed_token_once(tmp_path: Path) -> None:
+    """DeepSeek's ``moe_infer`` marks each token's top-k experts in a row of zeros with
+    ``scatter_`` and sums the rows: the counts cover every routed token, each token at most once
+    per expert (a row's choices are distinct), so its experts' loop runs on every routed row;
+    a one-hot made by ``scatter_`` sets one entry per row."""
+    script(tmp_path, MOE_INFER)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert sum(facts["split"]) == TOKENS * TOP
+    assert max(facts["split"]) <= TOKENS
+    assert facts["rows"] == TOKENS * TOP
+    assert facts["onehot"] == 16

@@ -46,9 +46,10 @@ everywhere is kept at any size.
 
 Values made up by an assumption decide no size, except those of a *partition*
 (:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
-each counted once, at class 0) and what is computed from them alone (:meth:`Known.sized`): they
-are a real routing's, every index 0, so the sizes a mixture of experts' loop takes from them sum
-to the tokens routed, where an upper bound on each would count every token at every expert.
+each counted once, at class 0, or values written at unknown indices, distinct in each slice) and
+what is computed from them alone (:meth:`Known.sized`): they are a real routing's, so the sizes
+a mixture of experts' loop takes from them sum to the tokens routed, where an upper bound on
+each would count every token at every expert.
 """
 
 from __future__ import annotations
@@ -304,12 +305,13 @@ class Known:
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
     ) -> bool:
-        """Whether ``out``, one large new stand-in, was kept as a storage repeating a pattern
-        (:mod:`~memforensics.plan.periodic`): a partition's (a one-hot of unknown indices), or
-        an elementwise operator's or a copy's of such storages (or of small ones that repeat
-        so), laid out as ``out`` is."""
-        if len(outs) != 1 or outs[0] is not out:
-            return False
+        """Whether ``out``, one large stand-in, was kept as a storage repeating a pattern
+        (:mod:`~memforensics.plan.periodic`): a partition's, new or written in place (a one-hot
+        of unknown indices, ``cnts.scatter_(1, topk_ids, 1)``), or a new one an elementwise
+        operator or a copy made of such storages (or of small ones that repeat so), laid out
+        as ``out`` is."""
+        if not outs or any(t is not out for t in outs):
+            return False  # an in-place operator's output is also the input it writes
         made: torch.Tensor = out
         result = assumed.partitioned(func, args, kwargs, made, self.value)
         if result is not None:
@@ -318,6 +320,8 @@ class Known:
                 return False
             self._repeat(made, repeat, sized=True)
             return True
+        if len(outs) != 1:
+            return False  # in place: the pattern it would compute on is its storage's own
         if not (self._periodic or self._values or self._filled) or not (
             _POINTWISE in func.tags or func in _COPIES
         ):
