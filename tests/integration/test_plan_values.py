@@ -1083,3 +1083,129 @@ print("close", torch.allclose(ones, zeros), torch.allclose(ones, ones.clone()))
     said = [line for line in done.stderr.splitlines() if "torch.allclose" in line]
     assert len(said) == 1
     assert f"{tmp_path / 'train.py'}:5)" in said[0]
+
+
+PREFETCH = """
+import json, torch
+loader = [
+    (torch.randn(4, 3, 8, 8), torch.tensor([3, 1, 4, 1]), torch.tensor([5, 9, 2, 7])),
+    (torch.randn(4, 3, 8, 8), torch.tensor([0, 2, 2, 6]), torch.tensor([3, 4, 1, 2])),
+]
+stream = torch.cuda.Stream()
+images = torch.empty(4, 3, 8, 8, device="cuda")  # buffers made once, filled by each batch
+target = torch.empty(4, dtype=torch.long, device="cuda")
+lengths = torch.empty(4, dtype=torch.long, device="cuda")
+scale = torch.empty(2, 3, device="cuda")
+scale.copy_(torch.tensor([1.0, 2.0, 3.0]))  # broadcast over the rows
+facts = {"scale": scale.sum().item(), "targets": [], "held": []}
+for cpu_images, cpu_target, cpu_lengths in loader:
+    with torch.cuda.stream(stream):
+        images.copy_(cpu_images, non_blocking=True)
+        target.copy_(cpu_target, non_blocking=True)
+        lengths.copy_(cpu_lengths, non_blocking=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    before = torch.cuda.memory_allocated()
+    padded = torch.zeros(4, int(lengths.max().item()), 1024, device="cuda")
+    facts["held"].append(torch.cuda.memory_allocated() - before)
+    facts["targets"].append(target.tolist())
+    del padded
+print(json.dumps(facts))
+"""
+
+
+def test_a_buffer_filled_by_copy_from_the_host_holds_the_hosts_values(tmp_path: Path) -> None:
+    """A data prefetcher's buffers made by ``torch.empty`` on the device and filled each batch
+    by ``copy_`` from the host hold the batch's values (a broadcast copy too), so a tensor sized
+    by the longest length holds what a GPU holds, and the targets read back are the batch's."""
+    script(tmp_path, PREFETCH)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["scale"] == 2 * (1.0 + 2.0 + 3.0)
+    assert facts["targets"] == [[3, 1, 4, 1], [0, 2, 2, 6]]
+    assert facts["held"] == [4 * 9 * 1024 * 4, 4 * 4 * 1024 * 4]
+
+
+LIKE = """
+import json, torch
+head = torch.nn.Linear(16, 5000).cuda()  # too large to copy: its outputs are unknown
+x = torch.randn(3, 7, 16, device="cuda")
+logits = head(x)
+generated = logits.argmax(-1)
+mask = torch.ones_like(generated)
+print(json.dumps({
+    "lengths": mask.sum(-1).tolist(),
+    "zeros": torch.zeros_like(generated).tolist()[0],
+    "full": torch.full_like(generated, 7).tolist()[0],
+    "new": [generated.new_ones(2).tolist(), generated.new_full((2,), 5).tolist()],
+    "weights": torch.full_like(logits, 0.5).sum().item(),
+    "count": int(torch.ones_like(logits, dtype=torch.long).sum().item()),
+}))
+"""
+
+
+def test_a_tensor_made_like_one_of_unknown_values_holds_its_own_values(tmp_path: Path) -> None:
+    """``ones_like``, ``zeros_like``, ``full_like`` and ``new_ones``/``new_full`` of a model's
+    outputs hold their own values whatever the outputs are (a mask of ones sums to the lengths),
+    at any size."""
+    script(tmp_path, LIKE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["lengths"] == [7, 7, 7]
+    assert facts["zeros"] == [0] * 7
+    assert facts["full"] == [7] * 7
+    assert facts["new"] == [[1, 1], [5, 5]]
+    assert facts["weights"] == 0.5 * 3 * 7 * 5000
+    assert facts["count"] == 3 * 7 * 5000
+
+
+MOE_INFER = f"""
+import json
+import torch
+import torch.nn.functional as F
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.randn({EXPERTS}, {DIM}, {HIDDEN}, device="cuda")
+down = torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda")
+x = torch.randn({TOKENS}, {DIM}, device="cuda")
+with torch.no_grad():  # DeepSeek-V2/V3's moe_infer
+    topk_weight, topk_ids = gate(x).softmax(-1).topk({TOP}, dim=-1)
+    cnts = topk_ids.new_zeros((topk_ids.shape[0], {EXPERTS}))
+    cnts.scatter_(1, topk_ids, 1)
+    tokens_per_expert = cnts.sum(dim=0)
+    idxs = topk_ids.view(-1).argsort()
+    sorted_tokens = x[idxs // topk_ids.shape[1]]
+    tokens_per_expert = tokens_per_expert.cpu().numpy()
+    outputs, start_idx = [], 0
+    for i, num_tokens in enumerate(tokens_per_expert):
+        end_idx = start_idx + num_tokens
+        if num_tokens == 0:
+            continue
+        chunk = sorted_tokens[start_idx:end_idx]
+        outputs.append(F.silu(chunk @ up[i]) @ down[i])
+        start_idx = end_idx
+    outs = torch.cat(outputs, dim=0) if len(outputs) else sorted_tokens.new_empty(0)
+    onehot = torch.zeros(16, 10, device="cuda").scatter_(1, topk_ids[:16, :1], 1)
+print(json.dumps({{
+    "split": tokens_per_expert.tolist(), "rows": outs.shape[0], "onehot": onehot.sum().item()
+}}))
+"""
+
+
+def test_expert_counts_marked_by_scatter_count_each_routed_token_once(tmp_path: Path) -> None:
+    """DeepSeek's ``moe_infer`` marks each token's top-k experts in a row of zeros with
+    ``scatter_`` and sums the rows: the counts cover every routed token, each token at most once
+    per expert (a row's choices are distinct), so its experts' loop runs on every routed row;
+    a one-hot made by ``scatter_`` sets one entry per row."""
+    script(tmp_path, MOE_INFER)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert sum(facts["split"]) == TOKENS * TOP
+    assert max(facts["split"]) <= TOKENS
+    assert facts["rows"] == TOKENS * TOP
+    assert facts["onehot"] == 16

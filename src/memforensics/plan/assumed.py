@@ -30,6 +30,12 @@ early, and where an operator's result is the same for every such value, it is kn
   ``scatter_add`` and ``index_add`` of known values into a known tensor (the counts of a
   router's choices, ``zeros(e).scatter_add_(0, ids, ones)``) sum to what was added, all at
   the first place, as a histogram's do.
+- *Unknown indices a value is written at (not added) are distinct along the dimension*, the
+  ``k`` of each slice ``0 .. k-1`` (``k`` at most the dimension's size): ``scatter_`` of known
+  values, a one-hot (``zeros(n, c).scatter_(1, labels[:, None], 1)``, class 0 as below) or a
+  router's top-k choices marked in rows of zeros (DeepSeek's ``cnts.scatter_(1, topk_ids,
+  1)``), whose sums count every routed token once per chosen expert, each expert at most every
+  token, as a row's top-k choices are distinct.
 - *An unknown integer tested against every class at once is one of them*, class 0, the zero an
   integer reads as: an equality test of unknown integers with known values that give each of
   them the classes ``0 .. c-1`` (``c`` at least two) along the dimensions it is broadcast over
@@ -45,9 +51,9 @@ early, and where an operator's result is the same for every such value, it is kn
   caller's count says, the first ones; an accuracy computed from them rises round by round. An
   end-of-sequence test compares with one named value, and stays never equal.
 
-The histogram, the scattered sum and the class test are *partitions*: whatever the unknown
-values, each is counted once, so the sizes taken from what they decide (:func:`partitioned`) are
-those of a real routing, every index 0. The others decide values, never a size.
+The histogram, the scattered sum, the distinct writes and the class test are *partitions*:
+whatever the unknown values, each is counted once, so the sizes taken from what they decide
+(:func:`partitioned`) are those of a real routing. The others decide values, never a size.
 
 Each rule returns the operator's result computed on the CPU, or None where it does not apply;
 the class test's is broadcast from the few values it varies in, so it costs no host memory that
@@ -104,6 +110,15 @@ _SCATTERED_SUMS = frozenset(
 )
 """Sums of known values into a known tensor at indices (``(self, dim, index, src)``): a
 histogram by those indices where the values are ones (``zeros(e).scatter_add_(0, ids, ones)``)."""
+_SCATTERS = frozenset(
+    (_aten.scatter.value, _aten.scatter_.value, _aten.scatter.src, _aten.scatter_.src)
+)
+"""Writes of known values into a known tensor at indices along a dimension (``(self, dim, index,
+value or src)``), the last write at a repeated index winning in no order CUDA promises: a
+one-hot (``zeros(n, c).scatter_(1, labels[:, None], 1)``), a router's top-k choices marked
+(``new_zeros((n, e)).scatter_(1, topk_ids, 1)``)."""
+_SMALL = 1 << 16
+"""Most bytes of a scattered result computed whole where it does not repeat one slice."""
 _CLASS_TESTS = frozenset((_aten.eq.Tensor, _aten.ne.Tensor))
 """Equality tests of two tensors: against every class at once, a one-hot."""
 _CLASSES = 1 << 16
@@ -154,6 +169,8 @@ def partitioned(
         return _scattered(func, args, kwargs, values)
     if func in _CLASS_TESTS:
         return _classes(func, args, out, values)
+    if func in _SCATTERS:
+        return _distinct(func, args, kwargs, out, values)
     return None
 
 
@@ -431,3 +448,52 @@ def _scattered(
     operator = _aten.scatter_add.default if scatter else _aten.index_add.default
     result: torch.Tensor = operator(target, args[1], _zeros(args[2]), source, **options)
     return result
+
+
+def _distinct(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
+) -> torch.Tensor | None:
+    """A write of known values into a known tensor at unknown indices along a dimension: the
+    ``k`` indices of each slice along it are distinct, ``0 .. k-1`` (``k`` at most the
+    dimension's size). The result is computed on one slice where the rest repeats it (the
+    target, the index and the values each the same along every other dimension), else whole
+    where it is small."""
+    if len(args) < 4 or kwargs or not _unknown(args[2], values) or args[2].is_floating_point():
+        return None
+    target, index, source = args[0], args[2], args[3]
+    if _unknown(target, values) or _unknown(source, values):
+        return None
+    known, given = _on_cpu(target, values), _on_cpu(source, values)
+    if not isinstance(known, torch.Tensor) or known.dim() != index.dim() or known.dim() == 0:
+        return None
+    dim = args[1] % known.dim()
+    count = index.shape[dim]
+    if count > known.shape[dim]:
+        return None  # more writes than places: some index repeats
+    others = [d for d in range(known.dim()) if d != dim]
+    shape = [1] * known.dim()
+    shape[dim] = count
+    distinct = torch.arange(count, dtype=index.dtype, device=_CPU).reshape(shape)
+    operator = _aten.scatter.src if isinstance(given, torch.Tensor) else _aten.scatter.value
+    repeats = all(
+        index.shape[d] == known.shape[d]
+        and _same_along(known, d)
+        and (not isinstance(given, torch.Tensor) or _same_along(given, d))
+        for d in others
+    )
+    if repeats:
+        one = [slice(0, 1) if d != dim else slice(None) for d in range(known.dim())]
+        piece = given[tuple(one)] if isinstance(given, torch.Tensor) else given
+        row: torch.Tensor = operator(known[tuple(one)], dim, distinct, piece)
+        return row.expand(out.shape)
+    if out.numel() * out.element_size() > _SMALL:
+        return None
+    result: torch.Tensor = operator(known, dim, distinct.expand(index.shape), given)
+    return result
+
+
+def _same_along(values: torch.Tensor, dim: int) -> bool:
+    """Whether ``values`` is the same along dimension ``dim`` (broadcast, or equal there)."""
+    if values.shape[dim] == 1 or values.stride(dim) == 0:
+        return True
+    return bool((values == values.narrow(dim, 0, 1)).all())

@@ -39,11 +39,17 @@ A large storage is known only where it holds one value everywhere, or repeats a 
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
 and casts make of it).
 
+An operator that reads none of one input's values (:mod:`~memforensics.plan.unread`:
+``ones_like``, ``new_zeros``, ``fill_``, ``zero_``, ``copy_`` of a host batch into a buffer made
+by ``torch.empty``) is known where its other inputs are, whatever that input holds; one value
+everywhere is kept at any size.
+
 Values made up by an assumption decide no size, except those of a *partition*
 (:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
-each counted once, at class 0) and what is computed from them alone (:meth:`Known.sized`): they
-are a real routing's, every index 0, so the sizes a mixture of experts' loop takes from them sum
-to the tokens routed, where an upper bound on each would count every token at every expert.
+each counted once, at class 0, or values written at unknown indices, distinct in each slice) and
+what is computed from them alone (:meth:`Known.sized`): they are a real routing's, so the sizes
+a mixture of experts' loop takes from them sum to the tokens routed, where an upper bound on
+each would count every token at every expert.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from memforensics.plan import assumed, periodic
+from memforensics.plan import assumed, periodic, unread
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
@@ -279,7 +285,11 @@ class Known:
         if not outs:
             return
         bounded = self.bounds.bound(func, args, out)
-        if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
+        if (func in unread.UNREAD or func in unread.ONE_VALUE_FACTORIES) and self._overwritten(
+            func, args, kwargs, out
+        ):
+            pass
+        elif not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
             if self._repeated(func, args, kwargs, out, outs):
                 pass
             elif self._values or self._filled or self._periodic or self.bounds:
@@ -295,12 +305,13 @@ class Known:
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
     ) -> bool:
-        """Whether ``out``, one large new stand-in, was kept as a storage repeating a pattern
-        (:mod:`~memforensics.plan.periodic`): a partition's (a one-hot of unknown indices), or
-        an elementwise operator's or a copy's of such storages (or of small ones that repeat
-        so), laid out as ``out`` is."""
-        if len(outs) != 1 or outs[0] is not out:
-            return False
+        """Whether ``out``, one large stand-in, was kept as a storage repeating a pattern
+        (:mod:`~memforensics.plan.periodic`): a partition's, new or written in place (a one-hot
+        of unknown indices, ``cnts.scatter_(1, topk_ids, 1)``), or a new one an elementwise
+        operator or a copy made of such storages (or of small ones that repeat so), laid out
+        as ``out`` is."""
+        if not outs or any(t is not out for t in outs):
+            return False  # an in-place operator's output is also the input it writes
         made: torch.Tensor = out
         result = assumed.partitioned(func, args, kwargs, made, self.value)
         if result is not None:
@@ -309,6 +320,8 @@ class Known:
                 return False
             self._repeat(made, repeat, sized=True)
             return True
+        if len(outs) != 1:
+            return False  # in place: the pattern it would compute on is its storage's own
         if not (self._periodic or self._values or self._filled) or not (
             _POINTWISE in func.tags or func in _COPIES
         ):
@@ -334,6 +347,60 @@ class Known:
             sized=self._all_sized(args, kwargs),
         )
         return True
+
+    def _overwritten(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> bool:
+        """Whether ``out`` was kept as an operator's that does not read its first input's values
+        (:mod:`~memforensics.plan.unread`: ``ones_like``, ``new_zeros``, ``fill_``, ``zero_``,
+        ``copy_``), its other inputs known: computed with any values there, whatever that input
+        held, or, where it is large, kept as its one value (``torch.zeros`` of any size too).
+        A write into part of a storage is left to the rule for any operator: the rest of the
+        storage keeps what was known of it."""
+        if not isinstance(out, torch.Tensor) or not out.is_meta:
+            return False
+        ignored = args[0] if func in unread.UNREAD else None
+        if ignored is not None:
+            if not isinstance(ignored, torch.Tensor) or not ignored.is_meta:
+                return False
+            if ignored.untyped_storage()._cdata == out.untyped_storage()._cdata and not (
+                periodic.covers(out)
+            ):
+                return False
+        others = _inputs(args[1:], kwargs)
+        if ignored is not None and any(
+            t.untyped_storage()._cdata == ignored.untyped_storage()._cdata for t in others
+        ):
+            return False  # the first input read through another (``x.copy_(x.t())``)
+        if any(self.value(t) is None for t in others):
+            return False
+        storage = out.untyped_storage()
+        if storage.nbytes() <= LIMIT:
+            return ignored is not None and self._compute(func, args, kwargs, out, ignored)
+        if any(self.made_up(t) for t in others):
+            return False
+        one = unread.one_value(func, args, self._one)
+        if one is None:
+            return False
+        self.bounds.forget([out])
+        self._mark(storage._cdata, made_up=False, guessed=False, sized=False)
+        self._fill(out, one)
+        return True
+
+    def _one(self, tensor: torch.Tensor) -> Any:
+        """The one value ``tensor`` holds everywhere, where it is known to hold one (a host
+        tensor's only where it is small); else None."""
+        if tensor.is_meta:
+            filled = self._filled.get(tensor.untyped_storage()._cdata)
+            if filled is not None and filled[1] == tensor.untyped_storage().nbytes():
+                return filled[0]
+            found = self.value(tensor)
+        else:
+            found = tensor if tensor.numel() * tensor.element_size() <= LIMIT else None
+        if found is None or found.numel() == 0 or found.is_complex():
+            return None
+        first = found.reshape(-1)[0]
+        return first.item() if bool((found == first).all()) else None
 
     def _patterns(self, args: tuple[Any, ...], made: torch.Tensor) -> tuple[list[Any], int] | None:
         """The arguments of an elementwise operator making ``made`` with each tensor taken as
@@ -380,12 +447,15 @@ class Known:
         found = self.value(tensor)
         return None if found is None else periodic.pattern(tensor, found, LIMIT)
 
-    def _all_sized(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether every made-up input was made up by partitions alone."""
+    def _all_sized(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], ignored: Any = None
+    ) -> bool:
+        """Whether every made-up input (but ``ignored``, whose values are not read) was made up
+        by partitions alone."""
         return all(
             t.untyped_storage()._cdata in self._sized
             for t in _inputs(args, kwargs)
-            if t.untyped_storage()._cdata in self._made_up
+            if t is not ignored and t.untyped_storage()._cdata in self._made_up
         )
 
     def _repeat(
@@ -593,7 +663,18 @@ class Known:
         self._keep(out, result, made_up=True)
         return True
 
-    def _compute(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+    def _compute(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        ignored: torch.Tensor | None = None,
+    ) -> bool:
+        """Whether ``func`` was run again on the inputs' CPU copies, its outputs kept so;
+        ``ignored``: an input whose values it does not read (:mod:`~memforensics.plan.unread`),
+        taken as zeros and not counted among the inputs its marks come from."""
+
         def on_cpu(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
                 return self.value(value) if value.is_meta else value
@@ -604,6 +685,8 @@ class Known:
             return value
 
         cpu_args = tuple(on_cpu(a) for a in args)
+        if ignored is not None:  # the first argument (:data:`~memforensics.plan.unread.UNREAD`)
+            cpu_args = (torch.zeros(ignored.shape, dtype=ignored.dtype, device=_CPU), *cpu_args[1:])
         cpu_kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
         try:
             with torch.inference_mode(False):
@@ -615,13 +698,12 @@ class Known:
                 results, _ = tree_flatten(result)
                 if len(outs) != len(results):
                     return False
-                marks = [
-                    self._made_up.get(t.untyped_storage()._cdata)
-                    for t in (_inputs(args, kwargs) if self._made_up else ())
-                ]
+                inputs = _inputs(args, kwargs) if self._made_up else []
+                read = [t for t in inputs if t is not ignored]
+                marks = [self._made_up.get(t.untyped_storage()._cdata) for t in read]
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
-                sized = made_up and self._all_sized(args, kwargs)
+                sized = made_up and self._all_sized(args, kwargs, ignored)
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
                         self._keep(made, computed, made_up, guessed, sized)
