@@ -162,6 +162,8 @@ import json, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
 others = dist.new_group([1, 2, 3])
+for group in (None, mesh.get_group("dp"), mesh.get_group("tp")):
+    dist.all_reduce(torch.ones(8, device="cuda"), group=group)  # each forms its communicator
 seen = {"dp": mesh["dp"].size(), "tp": mesh["tp"].size()}
 seen["outside"] = others == dist.GroupMember.NON_GROUP_MEMBER
 json.dump(seen, open(sys.argv[1], "w"))
@@ -468,6 +470,7 @@ dist.all_reduce(torch.ones(4), group=hosts)
 dist.all_reduce(torch.ones(4, device="cuda"), group=pair)
 dist.all_reduce(torch.ones(4, device="cuda"), group=mixed)
 dist.barrier(group=hosts)
+dist.all_reduce(torch.ones(4, device="cuda"))
 json.dump([dist.get_world_size(g) for g in (pair, hosts, mixed)], open(sys.argv[1], "w"))
 """
 
@@ -484,3 +487,32 @@ def test_groups_a_script_makes_on_named_backends_run_and_only_nccl_ones_hold_buf
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "out.json").read_text()) == [2, 4, 2]
     assert json.loads(done.stdout)["nccl_bytes"] == NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)
+
+
+IDLE = """
+import json, sys
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+bound = sys.argv[2] == "bound"
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0) if bound else None)
+mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
+tp = mesh.get_group("tp")
+dist.all_reduce(torch.ones(8, device="cuda"), group=tp)
+print(json.dumps(torch.cuda.mem_get_info()))
+"""
+
+
+@pytest.mark.parametrize("bound", ["lazy", "bound"])
+def test_a_group_holds_nccl_buffers_from_its_first_collective_unless_bound_to_the_device(
+    tmp_path: Path, bound: str
+) -> None:
+    """NCCL forms a group's communicator at its first collective: of the world's, dp's and
+    tp's groups only tp runs one, so only a pair's buffers are held (a dozen idle Megatron
+    groups held 128 MiB each); where ``init_process_group`` was given a ``device_id``, every
+    group's communicator is formed as it is made, as ProcessGroupNCCL's eager
+    initialisation does."""
+    script(tmp_path, IDLE)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "4", "train.py", "out.json", bound)
+    assert done.returncode == 0, done.stderr
+    expected = NCCL_DEFAULT // 2 if bound == "lazy" else NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)
+    assert json.loads(done.stdout)["nccl_bytes"] == expected

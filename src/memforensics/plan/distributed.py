@@ -109,9 +109,11 @@ def nccl_bytes(group_size: int, environ: Mapping[str, str] | None = None) -> int
     return buffsize * channels * peers
 
 
-def fake_init(original: Callable[..., None]) -> Callable[..., None]:
+def fake_init(original: Callable[..., None], communicators: Communicators) -> Callable[..., None]:
     """``init_process_group`` answered by the fake group with the planned rank and world size
-    (from torchrun's variables), whatever backend, rendezvous and world the script names."""
+    (from torchrun's variables), whatever backend, rendezvous and world the script names; a
+    ``device_id`` binds the groups to the device, so NCCL forms their communicators as they
+    are made (:class:`Communicators`)."""
 
     def init_process_group(
         backend: Any = None,
@@ -128,6 +130,7 @@ def fake_init(original: Callable[..., None]) -> Callable[..., None]:
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
         world = World.from_env()
+        communicators.bound = device_id is not None
         options: dict[str, Any] = {"group_name": group_name} if group_name else {}
         if timeout is not None:
             options["timeout"] = timeout
@@ -143,16 +146,16 @@ def fake_init(original: Callable[..., None]) -> Callable[..., None]:
 
 
 def counted_groups(
-    original: Callable[..., Any], outside: Callable[[int], None]
+    original: Callable[..., Any], communicators: Communicators
 ) -> Callable[..., Any]:
     """``_new_process_group_helper``: every group is made on the fake backend, whatever backend
     the script names for it (``new_group(ranks, backend="gloo")``, Megatron's CPU groups beside
     its NCCL ones; ``"nccl"``, which the CPU build lacks), as the default group is
     (:func:`fake_init`). Each group of two or more ranks this rank belongs to that talks
     through NCCL (the default group's backend, or one naming ``nccl``) is an NCCL communicator
-    on a GPU, whose buffers ``outside`` takes off the device; a Gloo or MPI group has none
-    there. Every rank calls it for every new group (a device mesh's for each of its dimensions'
-    slices); for a group without this rank, torch makes no communicator and answers
+    on a GPU (:class:`Communicators`); a Gloo or MPI group has none there. Every rank calls it
+    for every new group (a device mesh's for each of its dimensions' slices); for a group
+    without this rank, torch makes no communicator and answers
     ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``)."""
     from torch.distributed.distributed_c10d import GroupMember
 
@@ -171,10 +174,76 @@ def counted_groups(
         made = original(*bound, **kwargs)
         group = made[0] if isinstance(made, tuple) else made
         if group is not GroupMember.NON_GROUP_MEMBER and _through_nccl(asked):
-            outside(nccl_bytes(int(size)))
+            communicators.made(group.group_name, int(size))
         return made
 
     return new_group
+
+
+class Communicators:
+    """The planned rank's NCCL communicators, whose buffers ``outside`` takes off the device
+    when NCCL forms them. ``ProcessGroupNCCL`` forms a group's communicator at the group's
+    first collective (its lazy initialisation), so a group the script makes and never uses
+    (Megatron-core makes a dozen, most idle in a given run) holds nothing; where
+    ``init_process_group`` was given a ``device_id``, the groups are bound to the device and
+    each communicator is formed as its group is made (eager initialisation, and
+    ``ncclCommSplit`` for the groups after the first)."""
+
+    def __init__(self, outside: Callable[[int], None]) -> None:
+        self.outside = outside
+        self.bound = False
+        """Whether the default group was bound to a device (``device_id``)."""
+        self._waiting: dict[str, int] = {}
+        """Groups made without their communicator yet, by name: their sizes."""
+        self._where: dict[Any, tuple[int, str, bool] | None] = {}
+        """Each collective operator's group argument: position, name, and whether it is the
+        group itself (``c10d``) or its name (``_c10d_functional``); None for other operators."""
+
+    def made(self, name: str, size: int) -> None:
+        """Group ``name`` of ``size`` ranks, this rank among them, was made."""
+        if self.bound:
+            self.outside(nccl_bytes(size))
+        else:
+            self._waiting[name] = size
+
+    def ran(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Operator ``func`` ran: where it is a collective on a group whose communicator is not
+        formed yet, NCCL forms it now."""
+        if not self._waiting:
+            return
+        if func in self._where:
+            where = self._where[func]
+        else:
+            where = self._where[func] = _group_argument(func)
+        if where is None:
+            return
+        at, name, whole = where
+        value = args[at] if at < len(args) else kwargs.get(name)
+        if whole:
+            from torch.distributed import ProcessGroup
+
+            value = ProcessGroup.unbox(value).group_name
+        size = self._waiting.pop(str(value), None)
+        if size is not None:
+            self.outside(nccl_bytes(size))
+
+
+COLLECTIVES = ("c10d", "_c10d_functional")
+"""Namespaces of the operators a collective runs as: the process group's own (``c10d::allreduce_``,
+which ``dist.all_reduce`` dispatches) and the functional collectives' (DTensor's)."""
+
+
+def _group_argument(func: Any) -> tuple[int, str, bool] | None:
+    """Where ``func`` takes its process group, if it is a collective (:data:`COLLECTIVES`)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or schema.name.split("::")[0] not in COLLECTIVES:
+        return None
+    for at, argument in enumerate(schema.arguments):
+        if str(argument.type).endswith("ProcessGroup"):
+            return at, argument.name, True
+        if argument.name == "group_name":
+            return at, argument.name, False
+    return None
 
 
 FAKE = "fake"

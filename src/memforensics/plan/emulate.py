@@ -638,6 +638,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         library: found by the operator's qualified name the first time it is seen."""
         self._unanswered: set[Any] = set()
         self.device = device
+        self.communicators: distributed.Communicators | None = None
+        """The rank's NCCL communicators, formed at their groups' first collectives: set by
+        the distributed emulation where ``torch.distributed`` is available."""
         self.workspace_bytes = workspace_bytes
         self.capability = device.spec.capability
         self._oom = oom
@@ -733,6 +736,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         place of a ``meta`` kernel, or the kernel itself."""
         if func is _TO_COPY and (moved := sparse.copied_onto_device(args[0], kwargs)) is not None:
             return moved
+        if self.communicators is not None:
+            self.communicators.ran(func, args, kwargs)
         answer = self._answer(func)
         if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             return answer(*args, **kwargs)

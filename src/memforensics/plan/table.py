@@ -869,7 +869,9 @@ def _distributed_rows(
     import torch.distributed.utils as dist_utils
     from torch.distributed import device_mesh
 
-    fake = distributed.fake_init(c10d.init_process_group)
+    communicators = distributed.Communicators(device.take_outside)
+    storage.communicators = communicators
+    fake = distributed.fake_init(c10d.init_process_group, communicators)
     why = "the fake process group, with the planned rank and world size, whatever the backend"
     rows = [
         R(dist, "init_process_group", fake, why),
@@ -878,9 +880,9 @@ def _distributed_rows(
         R(
             c10d,
             "_new_process_group_helper",
-            distributed.counted_groups(c10d._new_process_group_helper, device.take_outside),
-            "each group of two or more ranks is an NCCL communicator: its buffers are an "
-            "allowance outside PyTorch",
+            distributed.counted_groups(c10d._new_process_group_helper, communicators),
+            "every group on the fake backend; each NCCL group of two or more ranks is a "
+            "communicator: its buffers are an allowance outside PyTorch",
         ),
         *(
             R(
