@@ -37,7 +37,8 @@ Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory
 stays independent of the model's size, and an operator on large tensors costs one size check.
 A large storage is known only where it holds one value everywhere, or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
-and casts make of it).
+and casts make of it). Of a large integer storage copied from the host, only its extremes are
+kept (:mod:`~memforensics.plan.extremes`: a batch vector's largest graph index).
 
 Values made up by an assumption decide no size, except those of a *partition*
 (:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
@@ -57,6 +58,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed, periodic
+from memforensics.plan.extremes import Extremes
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
@@ -206,6 +208,8 @@ class Known:
         self._sparse_seen = False  # no operator has read or made a sparse tensor yet
         self.bounds = NonzeroBounds(self._nonzero)
         """At most how many elements of unknown values are non-zero, where that is bounded."""
+        self.extremes = Extremes()
+        """Extremes of large integer storages copied from the host."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
@@ -282,8 +286,11 @@ class Known:
         if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
             if self._repeated(func, args, kwargs, out, outs):
                 pass
-            elif self._values or self._filled or self._periodic or self.bounds:
+            elif self._values or self._filled or self._periodic or self.bounds or self.extremes:
                 self._forget(outs)
+            source = _FROM_HOST.get(func)
+            if source is not None and len(args) > source and not args[source].is_meta:
+                self.extremes.copied(args[source], out if source == 0 else args[0])
         elif func in _UNKNOWN_FILL or not (
             self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
@@ -575,6 +582,9 @@ class Known:
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
             return self._compute(func, args, kwargs, out)
+        if self.extremes and (extreme := self.extremes.reduced(func, args, kwargs)) is not None:
+            self._keep(out, extreme)
+            return True
         if func in OR or func in AND:
             return self._absorbed(func in OR, copies, out)
         if func in _SCALAR_OR or func in _SCALAR_AND:
@@ -734,6 +744,8 @@ class Known:
 
     def _forget(self, outs: list[torch.Tensor]) -> None:
         self.bounds.forget(outs)
+        if self.extremes:
+            self.extremes.forget(outs)
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)
