@@ -349,6 +349,28 @@ def test_every_rank_planned_names_the_first_to_run_out(tmp_path: Path) -> None:
     ) == ["rank0", "rank1"]
 
 
+ONE_RANK_FAILS = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+x = torch.randn(1024, 1024, device="cuda")
+if dist.get_rank() == 1:
+    raise FileNotFoundError("rank 1's shard of the data set")
+"""
+
+
+def test_every_rank_planned_says_which_ranks_failed_and_not_that_all_fit(tmp_path: Path) -> None:
+    """--ranks all with a rank whose script fails names that rank as failed, never says that
+    every rank fits, and exits 2 as that rank's own plan does."""
+    script(tmp_path, ONE_RANK_FAILS)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--ranks", "all", "train.py")
+    assert done.returncode == 2, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[-1] for line in lines[1:2]] == ["yes"]
+    assert "FileNotFoundError" in done.stdout
+    assert "Every planned rank" not in done.stdout
+    assert any(line.startswith("Rank 1 of the world of 2 failed") for line in lines)
+
+
 def test_vary_nproc_per_node_finds_the_smallest_world_that_fits(tmp_path: Path) -> None:
     """--vary nproc-per-node plans each world size; FSDP2's shards shrink as the world grows."""
     script(tmp_path, FSDP2)
