@@ -349,6 +349,43 @@ def test_every_rank_planned_names_the_first_to_run_out(tmp_path: Path) -> None:
     ) == ["rank0", "rank1"]
 
 
+PIPELINE = """
+import os, torch, torch.nn as nn, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl")
+d, micro, n = 256, 8, 4
+stage_module = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)).to(device)
+stage = PipelineStage(
+    stage_module, rank, world, device,
+    input_args=(torch.empty(micro, d, device=device),),
+    output_args=(torch.empty(micro, d, device=device, requires_grad=True),),
+)
+schedule = ScheduleGPipe(stage, n_microbatches=n, loss_fn=lambda out, y: out.square().mean())
+for step in range(2):
+    if rank == 0:
+        schedule.step(torch.randn(micro * n, d, device=device))
+    else:
+        schedule.step(target=torch.zeros(micro * n, d, device=device))
+print("stepped", rank)
+"""
+
+
+def test_a_pipeline_whose_stages_are_given_their_shapes_runs_on_every_rank(
+    tmp_path: Path,
+) -> None:
+    """torch.distributed.pipelining stages given their input and output shapes vote static on
+    every rank, as on a GPU where every rank runs the same script, so no rank waits for its
+    peers' shapes as Python objects and each runs its schedule's steps."""
+    script(tmp_path, PIPELINE)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--ranks", "all", "--jobs", "2", "train.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[-1] for line in lines[1:3]] == ["yes", "yes"]
+
+
 ONE_RANK_FAILS = """
 import os, torch, torch.distributed as dist
 dist.init_process_group("nccl")

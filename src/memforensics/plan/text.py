@@ -72,11 +72,11 @@ def ranks_text(answer: RanksAnswer) -> str:
     elif not failed:
         lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
     if failed:
-        which = "Rank" if len(failed) == 1 else "Ranks"
+        one = len(failed) == 1
         lines.append(
-            f"{which} {', '.join(map(str, failed))} of the world of {answer.world_size} failed "
-            "(its row says where and why): the plan does not say whether "
-            f"{'it fits' if len(failed) == 1 else 'they fit'}."
+            f"{'Rank' if one else 'Ranks'} {', '.join(map(str, failed))} of the world of "
+            f"{answer.world_size} failed ({'its' if one else 'each'} row says where and why): "
+            f"the plan does not say whether {'it fits' if one else 'they fit'}."
         )
     for row in answer.rows:
         for path in row.snapshots:
