@@ -1,11 +1,11 @@
 """The smallest and largest value of a large integer storage copied from the host.
 
-A batch of graphs arrives on the device as integer tensors too large for their values to be kept
-(:data:`~memforensics.plan.known.LIMIT`): a batch vector, one graph index a node, and an edge
-index. Sizes on the device come from their extremes: PyTorch Geometric's ``scatter`` (under
-``global_mean_pool`` and the other poolings) makes ``int(index.max()) + 1`` rows, and
-``maybe_num_nodes`` counts ``int(edge_index.max()) + 1`` nodes. Read as zero, such a pool would
-make one row where a GPU makes one a graph.
+A batch of graphs arrives on the device as integer tensors, which can be too large for their
+values to be kept (:data:`~memforensics.plan.known.HOST_LIMIT`): a batch vector, one graph
+index a node, and an edge index. Sizes on the device come from their extremes: PyTorch
+Geometric's ``scatter`` (under ``global_mean_pool`` and the other poolings) makes
+``int(index.max()) + 1`` rows, and ``maybe_num_nodes`` counts ``int(edge_index.max()) + 1``
+nodes. Read as zero, such a pool would make one row where a GPU makes one a graph.
 
 So a large integer or boolean storage copied from the host keeps its extremes, found on the host
 copy at no host memory (two numbers), and ``max``/``min``/``amax``/``amin`` over all of its

@@ -35,7 +35,11 @@ run whose sequences never end early. Values so decided are marked made up.
 
 Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory a plan needs
 stays independent of the model's size, and an operator on large tensors costs one size check.
-A large storage is known only where it holds one value everywhere, or repeats a short pattern
+Integers copied from the host are the exception, up to :data:`HOST_LIMIT` bytes: a batch's
+indices (a graph batch vector, an edge index), whose copy costs what the host holds already, and
+which decide sizes on the device (how many nodes each graph of a batch has).
+A large storage is known only where it holds one value everywhere (a fill: ``new_ones``,
+``zeros``, ``full``, ``fill_``), or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
 and casts make of it). Of a large integer storage copied from the host, only its extremes are
 kept (:mod:`~memforensics.plan.extremes`: a batch vector's largest graph index).
@@ -64,6 +68,8 @@ from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
+HOST_LIMIT = 1 << 24
+"""Largest storage of integers copied from the host whose values are kept."""
 
 _CPU = torch.device("cpu")
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
@@ -117,6 +123,35 @@ _MASKED_WRITES = frozenset(
 )
 """Writes into their first input at the positions their indices or mask (second input) select,
 of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
+
+
+_FILLS = {
+    torch.ops.aten.ones.default: lambda args: 1,
+    torch.ops.aten.zeros.default: lambda args: 0,
+    torch.ops.aten.full.default: lambda args: args[1],
+    torch.ops.aten.new_ones.default: lambda args: 1,
+    torch.ops.aten.new_zeros.default: lambda args: 0,
+    torch.ops.aten.new_full.default: lambda args: args[2],
+    torch.ops.aten.ones_like.default: lambda args: 1,
+    torch.ops.aten.zeros_like.default: lambda args: 0,
+    torch.ops.aten.full_like.default: lambda args: args[1],
+    torch.ops.aten.fill_.Scalar: lambda args: args[1],
+    torch.ops.aten.zero_.default: lambda args: 0,
+}
+"""Operators that set every element to one number, and where the number is."""
+
+
+def _fill_value(func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> Any:
+    """The number ``func`` fills its one output with, every byte of its storage (a large
+    ``new_ones``: what ``scatter`` counts a batch's nodes with); None otherwise."""
+    found = _FILLS.get(func)
+    if found is None or not outs or not periodic.whole(outs[0]):
+        return None
+    key = outs[0].untyped_storage()._cdata
+    if any(t.untyped_storage()._cdata != key for t in outs):  # an in-place fill: itself twice
+        return None
+    value = found(args)
+    return value if isinstance(value, (bool, int, float)) else None
 
 
 def _option(value: Any) -> Any:
@@ -283,14 +318,10 @@ class Known:
         if not outs:
             return
         bounded = self.bounds.bound(func, args, out)
-        if not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
-            if self._repeated(func, args, kwargs, out, outs):
-                pass
-            elif self._values or self._filled or self._periodic or self.bounds or self.extremes:
-                self._forget(outs)
-            source = _FROM_HOST.get(func)
-            if source is not None and len(args) > source and not args[source].is_meta:
-                self.extremes.copied(args[source], out if source == 0 else args[0])
+        if not self._from_host(func, args, outs) and not all(
+            t.untyped_storage().nbytes() <= LIMIT for t in outs
+        ):
+            self._large(func, args, kwargs, out, outs)
         elif func in _UNKNOWN_FILL or not (
             self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
@@ -298,6 +329,35 @@ class Known:
             self._forget(outs)
         if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
             self.bounds.keep(bounded)
+
+    def _large(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
+    ) -> None:
+        """Account for an operator that set a large stand-in: kept where it repeats a pattern or
+        holds one value, else forgotten; a copy of host integers keeps its extremes."""
+        if self._repeated(func, args, kwargs, out, outs):
+            pass
+        elif (fill := _fill_value(func, args, outs)) is not None:
+            self._fill(outs[0], fill)
+        elif self._values or self._filled or self._periodic or self.bounds or self.extremes:
+            self._forget(outs)
+        source = _FROM_HOST.get(func)
+        if source is not None and len(args) > source and not args[source].is_meta:
+            self.extremes.copied(args[source], out if source == 0 else args[0])
+
+    @staticmethod
+    def _from_host(func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
+        """Whether ``func`` copies a host tensor of integers (a batch's indices) of at most
+        :data:`HOST_LIMIT` bytes onto one stand-in."""
+        source = _FROM_HOST.get(func)
+        if source is None or len(args) <= source or len(outs) != 1:
+            return False
+        host = args[source]
+        if not isinstance(host, torch.Tensor) or host.is_meta:
+            return False
+        dtype = outs[0].dtype
+        integral = dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex)
+        return integral and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
 
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
