@@ -351,6 +351,65 @@ def test_every_rank_planned_names_the_first_to_run_out(tmp_path: Path) -> None:
     ) == ["rank0", "rank1"]
 
 
+PIPELINE = """
+import os, torch, torch.nn as nn, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl")
+d, micro, n = 256, 8, 4
+stage_module = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)).to(device)
+stage = PipelineStage(
+    stage_module, rank, world, device,
+    input_args=(torch.empty(micro, d, device=device),),
+    output_args=(torch.empty(micro, d, device=device, requires_grad=True),),
+)
+schedule = ScheduleGPipe(stage, n_microbatches=n, loss_fn=lambda out, y: out.square().mean())
+for step in range(2):
+    if rank == 0:
+        schedule.step(torch.randn(micro * n, d, device=device))
+    else:
+        schedule.step(target=torch.zeros(micro * n, d, device=device))
+print("stepped", rank)
+"""
+
+
+def test_a_pipeline_whose_stages_are_given_their_shapes_runs_on_every_rank(
+    tmp_path: Path,
+) -> None:
+    """torch.distributed.pipelining stages given their input and output shapes vote static on
+    every rank, as on a GPU where every rank runs the same script, so no rank waits for its
+    peers' shapes as Python objects and each runs its schedule's steps."""
+    script(tmp_path, PIPELINE)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--ranks", "all", "--jobs", "2", "train.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[-1] for line in lines[1:3]] == ["yes", "yes"]
+
+
+ONE_RANK_FAILS = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+x = torch.randn(1024, 1024, device="cuda")
+if dist.get_rank() == 1:
+    raise FileNotFoundError("rank 1's shard of the data set")
+"""
+
+
+def test_every_rank_planned_says_which_ranks_failed_and_not_that_all_fit(tmp_path: Path) -> None:
+    """--ranks all with a rank whose script fails names that rank as failed, never says that
+    every rank fits, and exits 2 as that rank's own plan does."""
+    script(tmp_path, ONE_RANK_FAILS)
+    done = plan(tmp_path, "--nproc-per-node", "2", "--ranks", "all", "train.py")
+    assert done.returncode == 2, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[-1] for line in lines[1:2]] == ["yes"]
+    assert "FileNotFoundError" in done.stdout
+    assert "Every planned rank" not in done.stdout
+    assert any(line.startswith("Rank 1 of the world of 2 failed") for line in lines)
+
+
 def test_vary_nproc_per_node_finds_the_smallest_world_that_fits(tmp_path: Path) -> None:
     """--vary nproc-per-node plans each world size; FSDP2's shards shrink as the world grows."""
     script(tmp_path, FSDP2)

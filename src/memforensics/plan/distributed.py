@@ -349,12 +349,21 @@ def zero_object(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def rows() -> list[LibraryReplacement]:
     """torch.distributed's own libraries replaced where the script imports them."""
+    from memforensics.plan import pipelining
+
     return [
         LibraryReplacement(
             ZERO,
             "_broadcast_object",
             zero_object,
             "a rank that receives another's Python object stops: the plan runs one rank",
+        ),
+        LibraryReplacement(
+            pipelining.SCHEDULES,
+            "_PipelineSchedule._warmup_p2p",
+            pipelining.own_vote,
+            "the plan runs one rank, whose peers' votes it cannot receive: the other ranks' "
+            "stages vote as this rank's do",
         ),
     ]
 

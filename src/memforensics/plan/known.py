@@ -35,9 +35,13 @@ run whose sequences never end early. Values so decided are marked made up.
 
 Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory a plan needs
 stays independent of the model's size, and an operator on large tensors costs one size check.
+Integers copied from the host are the exception, up to :data:`HOST_LIMIT` bytes: a batch's
+indices (a graph batch vector, an edge index), whose copy costs what the host holds already, and
+which decide sizes on the device (how many nodes each graph of a batch has).
 A large storage is known only where it holds one value everywhere, or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
-and casts make of it).
+and casts make of it). Of a large integer storage copied from the host, only its extremes are
+kept (:mod:`~memforensics.plan.extremes`: a batch vector's largest graph index).
 
 An operator that reads none of one input's values (:mod:`~memforensics.plan.unread`:
 ``ones_like``, ``new_zeros``, ``fill_``, ``zero_``, ``copy_`` of a host batch into a buffer made
@@ -63,11 +67,14 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed, periodic, unread
+from memforensics.plan.extremes import Extremes
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
+HOST_LIMIT = 1 << 24
+"""Largest storage of integers copied from the host whose values are kept."""
 
 _CPU = torch.device("cpu")
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
@@ -212,6 +219,8 @@ class Known:
         self._sparse_seen = False  # no operator has read or made a sparse tensor yet
         self.bounds = NonzeroBounds(self._nonzero)
         """At most how many elements of unknown values are non-zero, where that is bounded."""
+        self.extremes = Extremes()
+        """Extremes of large integer storages copied from the host."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
@@ -289,11 +298,10 @@ class Known:
             func, args, kwargs, out
         ):
             pass
-        elif not all(t.untyped_storage().nbytes() <= LIMIT for t in outs):
-            if self._repeated(func, args, kwargs, out, outs):
-                pass
-            elif self._values or self._filled or self._periodic or self.bounds:
-                self._forget(outs)
+        elif not self._from_host(func, args, outs) and not all(
+            t.untyped_storage().nbytes() <= LIMIT for t in outs
+        ):
+            self._large(func, args, kwargs, out, outs)
         elif func in _UNKNOWN_FILL or not (
             self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
@@ -301,6 +309,33 @@ class Known:
             self._forget(outs)
         if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
             self.bounds.keep(bounded)
+
+    def _large(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
+    ) -> None:
+        """Account for an operator that set a large stand-in: kept where it repeats a pattern,
+        else forgotten; a copy of host integers keeps its extremes."""
+        if self._repeated(func, args, kwargs, out, outs):
+            pass
+        elif self._values or self._filled or self._periodic or self.bounds or self.extremes:
+            self._forget(outs)
+        source = _FROM_HOST.get(func)
+        if source is not None and len(args) > source and not args[source].is_meta:
+            self.extremes.copied(args[source], out if source == 0 else args[0])
+
+    @staticmethod
+    def _from_host(func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
+        """Whether ``func`` copies a host tensor of integers (a batch's indices) of at most
+        :data:`HOST_LIMIT` bytes onto one stand-in."""
+        source = _FROM_HOST.get(func)
+        if source is None or len(args) <= source or len(outs) != 1:
+            return False
+        host = args[source]
+        if not isinstance(host, torch.Tensor) or host.is_meta:
+            return False
+        dtype = outs[0].dtype
+        integral = dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex)
+        return integral and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
 
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
@@ -645,6 +680,9 @@ class Known:
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
             return self._compute(func, args, kwargs, out)
+        if self.extremes and (extreme := self.extremes.reduced(func, args, kwargs)) is not None:
+            self._keep(out, extreme)
+            return True
         if func in OR or func in AND:
             return self._absorbed(func in OR, copies, out)
         if func in _SCALAR_OR or func in _SCALAR_AND:
@@ -816,6 +854,8 @@ class Known:
 
     def _forget(self, outs: list[torch.Tensor]) -> None:
         self.bounds.forget(outs)
+        if self.extremes:
+            self.extremes.forget(outs)
         for tensor in outs:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)

@@ -32,6 +32,7 @@ from memforensics.plan import (
     distributed,
     dynamic_sizes,
     emulate,
+    exported,
     generators,
     lazy,
     libraries,
@@ -535,6 +536,33 @@ def _torch_rows(
             "compile",
             compiled.stand_in(notes, storage, functions.autocast, trees),
             "Inductor's graphs run unfused, other backends eagerly",
+        ),
+        *(
+            R(
+                torch.export,
+                name,
+                exported.traced_aside(getattr(torch.export, name)),
+                "the program is traced on fake copies with the emulation's modes set aside, as "
+                "it takes no memory on a GPU; its graph then runs under the plan",
+                needed=False,
+            )
+            for name in ("export", "draft_export")
+            if hasattr(torch.export, name)
+        ),
+        *(
+            R(
+                owner,
+                name,
+                exported.ahead_of_time(f"{owner.__name__}.{name}", OutOfScope),
+                "AOTInductor builds CUDA kernels and a shared library: one line instead",
+                needed=False,
+            )
+            for owner, names in (
+                (torch._inductor, ("aoti_compile_and_package", "aoti_load_package", "aot_compile")),
+                (torch._export, ("aot_compile", "aot_load")),
+            )
+            for name in names
+            if hasattr(owner, name)
         ),
         R(
             torch,

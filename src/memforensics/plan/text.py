@@ -52,7 +52,9 @@ def _workers(result: PlanResult) -> list[str]:
 
 
 def ranks_text(answer: RanksAnswer) -> str:
-    """One row per planned rank, then the first rank to run out and why."""
+    """One row per planned rank, then the first rank to run out and why, and the ranks whose
+    script failed (of which nothing says whether they fit); "every planned rank fits" only where
+    each did."""
     lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
     for r in answer.rows:
         allocated = (
@@ -64,10 +66,18 @@ def ranks_text(answer: RanksAnswer) -> str:
         if r.error:
             lines.append(f"    {r.error}")
     first = answer.first_out
-    if first is None:
-        lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
-    else:
+    failed = [r.rank for r in answer.rows if r.fits is None and not r.oom]
+    if first is not None:
         lines.append(f"First rank to run out: {first.rank}: {first.cause}")
+    elif not failed:
+        lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
+    if failed:
+        one = len(failed) == 1
+        lines.append(
+            f"{'Rank' if one else 'Ranks'} {', '.join(map(str, failed))} of the world of "
+            f"{answer.world_size} failed ({'its' if one else 'each'} row says where and why): "
+            f"the plan does not say whether {'it fits' if one else 'they fit'}."
+        )
     for row in answer.rows:
         for path in row.snapshots:
             lines.append(f"Predicted snapshot: {path}")

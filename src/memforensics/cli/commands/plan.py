@@ -277,6 +277,8 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
         print(ranks_text(answer))
+    if any(r.fits is None and not r.oom for r in rows):
+        return 2  # a rank's script failed, as one rank's plan exits
     return 0 if answer.first_out is None and all(r.fits for r in rows) else 1
 
 
