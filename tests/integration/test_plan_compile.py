@@ -1227,3 +1227,39 @@ def test_dynamo_explain_runs_and_finds_the_graphs_dynamo_finds(tmp_path: Path) -
     )  # fmt: skip
     assert planned == json.loads(on_cpu.stdout.splitlines()[-1])
     assert planned["breaks"] >= 1
+
+
+MOVED = """
+import json
+import torch
+
+@torch.compile(fullgraph=True)
+def shifted(x, t, s):
+    moved = t[None].to(x.device) + s[None].to("cuda:0", torch.float32)
+    return x + moved + t.to("cuda") + t.cuda() + torch.as_tensor(t, device="cuda")
+
+x = torch.randn(256, 1024, device="cuda")
+t = torch.randn(1024)
+s = torch.randn(1024, dtype=torch.float64)
+before = torch.cuda.memory_allocated()
+y = shifted(x, t, s)
+y = shifted(x, t, s)  # its output the only block left, the previous one freed
+print(json.dumps({"held": torch.cuda.memory_allocated() - before,
+                  "out": y.numel() * y.element_size(), "device": str(y.device)}))
+"""
+
+
+def test_a_host_tensor_moved_to_the_device_inside_a_compiled_graph_is_a_copy_onto_it(
+    tmp_path: Path,
+) -> None:
+    """A compiled function that moves host tensors onto the device (``t.to(x.device)``, as
+    diffusers' UNet moves its timesteps, ``.to("cuda:0", dtype)``, ``.to("cuda")``,
+    ``.cuda()``, ``torch.as_tensor(t, device="cuda")``) runs compiled, not eagerly, and leaves
+    only its output held."""
+    script(tmp_path, MOVED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "runs eagerly" not in done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["device"] == "cuda:0"
+    assert found["held"] == found["out"]
