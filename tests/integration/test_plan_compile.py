@@ -1263,3 +1263,29 @@ def test_a_host_tensor_moved_to_the_device_inside_a_compiled_graph_is_a_copy_ont
     found = json.loads(done.stdout.splitlines()[0])
     assert found["device"] == "cuda:0"
     assert found["held"] == found["out"]
+
+
+HALF_INPUT = """
+import json
+import torch
+
+conv = torch.nn.Conv2d(4, 32, 3, padding=1).cuda()
+compiled = torch.compile(conv, fullgraph=True)
+x = torch.randn(8, 4, 64, 64, device="cuda", dtype=torch.float16)
+with torch.autocast("cuda", dtype=torch.float16):
+    y = compiled(x)
+print(json.dumps({"dtype": str(y.dtype)}))
+"""
+
+
+def test_a_compiled_module_under_autocast_takes_half_inputs_beside_float32_weights(
+    tmp_path: Path,
+) -> None:
+    """A compiled float32 convolution called under ``autocast`` on float16 input (a UNet's
+    latents in a diffusers training loop) runs compiled, as on a GPU, where autocast casts its
+    weights while dynamo traces, and returns float16."""
+    script(tmp_path, HALF_INPUT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "runs eagerly" not in done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == {"dtype": "torch.float16"}

@@ -230,7 +230,7 @@ def _converted_aside(
         _modes_aside(),
         warnings.catch_warnings(),
         _meta_constants(),
-        _moves_on_meta(),
+        _fake_runs_as_on_cuda(),
         standins.traced_on_cuda(),
     ):
         # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
@@ -452,24 +452,32 @@ def _meta_constants() -> Iterator[None]:
 
 
 @contextmanager
-def _moves_on_meta() -> Iterator[None]:
-    """dynamo's run of a traced call on fake tensors puts on ``meta`` what it puts on the
-    planned device (``.to("cuda")``, ``.cuda()``, ``torch.as_tensor(t, device="cuda")``), as
-    the graph's run will (:func:`_prepare`): the CPU build cannot give ``"cuda"`` or
+def _fake_runs_as_on_cuda() -> Iterator[None]:
+    """dynamo's run of each traced call on fake tensors, which decides its output's dtype and
+    device, as it is on CUDA and as the graph's run will be (:func:`_prepare`). What it puts
+    on the planned device (``.to("cuda")``, ``.cuda()``, ``torch.as_tensor(t,
+    device="cuda")``) goes on ``meta``: the CPU build cannot give ``"cuda"`` or
     ``torch.device("cuda")``, which name no index, the current device's index
-    (``ensure_has_index``), so it refused the call and the code ran uncompiled. A ``.cuda()``
-    node becomes the ``to`` it is, for the graph's run too."""
+    (``ensure_has_index``); a ``.cuda()`` node becomes the ``to`` it is, for the graph's run
+    too. A call autocast casts for gets its inputs cast, as autocast's dispatch key casts CUDA
+    tensors: uncast, a float16 input beside float32 weights (a UNet's latents under
+    ``autocast``) fails the call. Either failure made the code run uncompiled."""
     import torch._dynamo.utils as dynamo_utils
 
     original = dynamo_utils.run_node
+    autocast = choices.Autocast()  # its cast cache this trace's own, of fake tensors
 
     def run_node(tracer: Any, node: torch.fx.Node, args: Any, kwargs: Any, nnmodule: Any) -> Any:
         if node.op in ("call_method", "call_function"):
             if node.op == "call_method" and node.target == "cuda":
                 node.target, node.args, node.kwargs = _moved(node.args, node.kwargs)
                 args, kwargs = _moved(tuple(args), kwargs)[1:]
-            args = _meta_devices(tuple(args), moving=_called(node) == "to")
+            name = _called(node)
+            args = _meta_devices(tuple(args), moving=name == "to")
             kwargs = _meta_device(dict(kwargs))
+            policy = autocast.policy(name) if name in autocast.names else None
+            if policy is not None:
+                args, kwargs = autocast.cast(policy, args, kwargs)
         return original(tracer, node, args, kwargs, nnmodule)
 
     dynamo_utils.run_node = run_node
