@@ -1276,3 +1276,65 @@ def test_a_recompile_names_the_guard_that_failed_on_the_call(tmp_path: Path) -> 
     assert reasons == [line for line in on_cpu.stdout.splitlines() if line.startswith("REASON")]
     assert "size mismatch" in reasons[0]
     assert reasons[1] == "REASON limit hit at 3"
+
+
+MOVED = """
+import json
+import torch
+
+@torch.compile(fullgraph=True)
+def shifted(x, t, s):
+    moved = t[None].to(x.device) + s[None].to("cuda:0", torch.float32)
+    return x + moved + t.to("cuda") + t.cuda() + torch.as_tensor(t, device="cuda")
+
+x = torch.randn(256, 1024, device="cuda")
+t = torch.randn(1024)
+s = torch.randn(1024, dtype=torch.float64)
+before = torch.cuda.memory_allocated()
+y = shifted(x, t, s)
+y = shifted(x, t, s)  # its output the only block left, the previous one freed
+print(json.dumps({"held": torch.cuda.memory_allocated() - before,
+                  "out": y.numel() * y.element_size(), "device": str(y.device)}))
+"""
+
+
+def test_a_host_tensor_moved_to_the_device_inside_a_compiled_graph_is_a_copy_onto_it(
+    tmp_path: Path,
+) -> None:
+    """A compiled function that moves host tensors onto the device (``t.to(x.device)``, as
+    diffusers' UNet moves its timesteps, ``.to("cuda:0", dtype)``, ``.to("cuda")``,
+    ``.cuda()``, ``torch.as_tensor(t, device="cuda")``) runs compiled, not eagerly, and leaves
+    only its output held."""
+    script(tmp_path, MOVED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "runs eagerly" not in done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["device"] == "cuda:0"
+    assert found["held"] == found["out"]
+
+
+HALF_INPUT = """
+import json
+import torch
+
+conv = torch.nn.Conv2d(4, 32, 3, padding=1).cuda()
+compiled = torch.compile(conv, fullgraph=True)
+x = torch.randn(8, 4, 64, 64, device="cuda", dtype=torch.float16)
+with torch.autocast("cuda", dtype=torch.float16):
+    y = compiled(x)
+print(json.dumps({"dtype": str(y.dtype)}))
+"""
+
+
+def test_a_compiled_module_under_autocast_takes_half_inputs_beside_float32_weights(
+    tmp_path: Path,
+) -> None:
+    """A compiled float32 convolution called under ``autocast`` on float16 input (a UNet's
+    latents in a diffusers training loop) runs compiled, as on a GPU, where autocast casts its
+    weights while dynamo traces, and returns float16."""
+    script(tmp_path, HALF_INPUT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "runs eagerly" not in done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == {"dtype": "torch.float16"}

@@ -244,6 +244,7 @@ def _converted_aside(
         _modes_aside(),
         warnings.catch_warnings(),
         _meta_constants(),
+        _fake_runs_as_on_cuda(),
         standins.traced_on_cuda(),
     ):
         # dynamo's own reads while it traces (a non-leaf's ``.grad``) warn; under
@@ -328,6 +329,7 @@ def _prepare(
             continue
         node.kwargs = _meta_device(dict(node.kwargs))
         name = _called(node)
+        node.args = _meta_devices(node.args, moving=name == "to")
         if name in _REMADE:
             raise Unmodelled(name)
         if node.op == "call_method":
@@ -463,6 +465,49 @@ def _meta_constants() -> Iterator[None]:
         FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign, unused-ignore]
 
 
+@contextmanager
+def _fake_runs_as_on_cuda() -> Iterator[None]:
+    """dynamo's run of each traced call on fake tensors, which decides its output's dtype and
+    device, as it is on CUDA and as the graph's run will be (:func:`_prepare`). What it puts
+    on the planned device (``.to("cuda")``, ``.cuda()``, ``torch.as_tensor(t,
+    device="cuda")``) goes on ``meta``: the CPU build cannot give ``"cuda"`` or
+    ``torch.device("cuda")``, which name no index, the current device's index
+    (``ensure_has_index``); a ``.cuda()`` node becomes the ``to`` it is, for the graph's run
+    too. A call autocast casts for gets its inputs cast, as autocast's dispatch key casts CUDA
+    tensors: uncast, a float16 input beside float32 weights (a UNet's latents under
+    ``autocast``) fails the call. Either failure made the code run uncompiled."""
+    import torch._dynamo.utils as dynamo_utils
+
+    original = dynamo_utils.run_node
+    autocast = choices.Autocast()  # its cast cache this trace's own, of fake tensors
+
+    def run_node(tracer: Any, node: torch.fx.Node, args: Any, kwargs: Any, nnmodule: Any) -> Any:
+        if node.op in ("call_method", "call_function"):
+            if node.op == "call_method" and node.target == "cuda":
+                node.target, node.args, node.kwargs = _moved(node.args, node.kwargs)
+                args, kwargs = _moved(tuple(args), kwargs)[1:]
+            name = _called(node)
+            args = _meta_devices(tuple(args), moving=name == "to")
+            kwargs = _meta_device(dict(kwargs))
+            policy = autocast.policy(name) if name in autocast.names else None
+            if policy is not None:
+                args, kwargs = autocast.cast(policy, args, kwargs)
+        return original(tracer, node, args, kwargs, nnmodule)
+
+    dynamo_utils.run_node = run_node
+    try:
+        yield
+    finally:
+        dynamo_utils.run_node = original
+
+
+def _moved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, tuple[Any, ...], Any]:
+    """``Tensor.cuda``'s call as the ``to`` onto ``meta`` it is in a plan (its device, by
+    position or by name, is the planned one; ``non_blocking`` and ``memory_format`` stay)."""
+    rest = {k: v for k, v in kwargs.items() if k != "device"}
+    return "to", (args[0], torch.device("meta")), rest
+
+
 def _meta_device(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with a planned-device ``device`` (``torch.arange(n, device="cuda")`` in the
     compiled code) on ``meta``, where the stand-ins are: a GPU's trace makes it where its
@@ -471,6 +516,22 @@ def _meta_device(kwargs: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(device, (str, int, torch.device)) or torch.device(device).type != "cuda":
         return kwargs
     return {**kwargs, "device": torch.device("meta")}
+
+
+def _meta_devices(args: tuple[Any, ...], *, moving: bool) -> tuple[Any, ...]:
+    """A dynamo node's arguments with each planned device it names on ``meta``: a
+    ``torch.device`` of CUDA anywhere (``timesteps.to(sample.device)``, where the stand-in's
+    device is traced as ``cuda:0``), and a device's name where the call is ``to``
+    (``.to("cuda:0", torch.float16)``). Left as they are, AOTAutograd traces the move as
+    ``prims.device_put`` onto CUDA, which the stand-ins cannot run; on ``meta`` it is the copy
+    onto the device a GPU makes."""
+
+    def planned(value: Any) -> bool:
+        if isinstance(value, torch.device):
+            return bool(value.type == "cuda")
+        return moving and isinstance(value, str) and value.split(":")[0] == "cuda"
+
+    return tuple(torch.device("meta") if planned(value) else value for value in args)
 
 
 @contextmanager
