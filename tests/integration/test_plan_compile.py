@@ -1245,6 +1245,7 @@ except torch._dynamo.exc.RecompileError as error:
     print("REASON", str(error).splitlines()[-1].strip())
 
 torch._dynamo.config.error_on_recompile = False
+torch._dynamo.reset()  # no entry of the first model's left to count against the limit
 torch._dynamo.config.recompile_limit = 1
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 limited = torch.compile(torch.nn.Linear(8, 8).to(device), dynamic=False)
