@@ -201,6 +201,18 @@ def _written(func: Any) -> tuple[int, ...]:
     )
 
 
+def _count_nonzero(values: torch.Tensor) -> int:
+    """How many of ``values`` are non-zero, counted once along each dimension that only repeats
+    (stride 0: a kept fill or pattern expanded to its tensor's shape) and multiplied by its
+    length, so a large one-value tensor costs what one element does."""
+    repeated = 1
+    for dim, (length, stride) in enumerate(zip(values.shape, values.stride(), strict=True)):
+        if stride == 0 and length > 1:
+            repeated *= length
+            values = values.narrow(dim, 0, 1)
+    return int(torch.count_nonzero(values)) * repeated
+
+
 class Known:
     """CPU copies of the small stand-ins whose values the script's own values decide, by
     storage, kept as long as the stand-in's storage lives. Integer tensors copied from the
@@ -226,7 +238,7 @@ class Known:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
         None where they do not."""
         found = self.sized(tensor)
-        return None if found is None else int(torch.count_nonzero(found))
+        return None if found is None else _count_nonzero(found)
 
     def sized(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU where they decide a size (``nonzero``'s): decided
