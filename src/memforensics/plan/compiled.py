@@ -132,7 +132,7 @@ class Unmodelled(Exception):
 
 
 @contextmanager
-def _modes_aside() -> Iterator[None]:
+def modes_aside() -> Iterator[None]:
     """The function and dispatch mode stacks emptied for dynamo's trace, put back after."""
     from torch.utils._python_dispatch import _pop_mode, _push_mode
 
@@ -153,7 +153,7 @@ def _modes_aside() -> Iterator[None]:
 
 @contextmanager
 def _guards_for_the_call() -> Iterator[None]:
-    """dynamo's guards for a frame converted with the plan's modes aside (:func:`_modes_aside`)
+    """dynamo's guards for a frame converted with the plan's modes aside (:func:`modes_aside`)
     built, and checked for a recompile's reasons, in the state the frame runs in, the modes in
     place: the torch-function mode stack the call had (dynamo records the stack at the trace,
     which it would find changed at every call, and convert again; checked with the stack
@@ -241,9 +241,9 @@ def _converted_aside(
     stand-ins as CUDA tensors, its guards built for the call's own state."""
     with (
         _guards_for_the_call(),
-        _modes_aside(),
+        modes_aside(),
         warnings.catch_warnings(),
-        _meta_constants(),
+        meta_constants(),
         _fake_runs_as_on_cuda(),
         standins.traced_on_cuda(),
     ):
@@ -435,7 +435,7 @@ def composites_on_meta() -> Iterator[None]:
 
 
 @contextmanager
-def _meta_constants() -> Iterator[None]:
+def meta_constants() -> Iterator[None]:
     """dynamo's fake tensors take the real ``meta`` tensors the traced code makes. Under a fake
     mode a factory on ``meta`` (``torch.tensor([], device=x.device)``, Hugging Face's empty
     key-value cache) makes a real ``meta`` tensor, which the fake mode then refuses beside its

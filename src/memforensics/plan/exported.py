@@ -31,7 +31,7 @@ import torch
 
 from memforensics.plan import standins
 from memforensics.plan.askers import caller_torch_own
-from memforensics.plan.compiled import _meta_constants, _modes_aside
+from memforensics.plan.compiled import meta_constants, modes_aside
 
 AHEAD_OF_TIME = (
     "{name} compiles the exported program ahead of time into CUDA kernels and a shared library "
@@ -46,7 +46,7 @@ def traced_aside(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def export(*args: Any, **kwargs: Any) -> Any:
-        with _modes_aside(), _meta_constants(), standins.traced_on_cuda(), _fakes_on_cuda():
+        with modes_aside(), meta_constants(), standins.traced_on_cuda(), _fakes_on_cuda():
             return original(*args, **kwargs)
 
     return export
