@@ -21,24 +21,15 @@ from typing import Any
 
 import torch
 
-from memforensics.plan.inplace import dense
+from memforensics.plan.periodic import covers
 
 _CPU = torch.device("cpu")
 _LARGEST = frozenset((torch.ops.aten.max.default, torch.ops.aten.amax.default))
 _SMALLEST = frozenset((torch.ops.aten.min.default, torch.ops.aten.amin.default))
 
 
-def _whole(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` holds each element of its storage once: dense, non-overlapping, from
-    the storage's start to its end."""
-    return bool(
-        tensor.storage_offset() == 0
-        and tensor.numel() * tensor.element_size() == tensor.untyped_storage().nbytes()
-        and dense(tensor)
-    )
-
-
-def _integral(dtype: torch.dtype) -> bool:
+def integral(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` holds integers (or flags): values that can decide a size."""
     return dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex)
 
 
@@ -54,7 +45,7 @@ class Extremes:
 
     def copied(self, source: torch.Tensor, copy: torch.Tensor) -> None:
         """``copy``, a stand-in, now holds host tensor ``source``'s values, all of its storage."""
-        if not _integral(copy.dtype) or not _whole(copy) or source.numel() != copy.numel():
+        if not integral(copy.dtype) or not covers(copy) or source.numel() != copy.numel():
             return
         if source.numel() == 0:
             return
@@ -81,7 +72,7 @@ class Extremes:
         kept = self._kept.get(storage._cdata)
         if kept is None or kept[2] != tensor.dtype or kept[3] != storage.nbytes():
             return None
-        if not _whole(tensor):
+        if not covers(tensor):
             return None
         return torch.tensor(kept[1] if largest else kept[0], dtype=tensor.dtype, device=_CPU)
 

@@ -67,7 +67,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from memforensics.plan import assumed, periodic, unread
-from memforensics.plan.extremes import Extremes
+from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.targets import Targets
 
@@ -346,8 +346,7 @@ class Known:
         if not isinstance(host, torch.Tensor) or host.is_meta:
             return False
         dtype = outs[0].dtype
-        integral = dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex)
-        return integral and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
+        return integral(dtype) and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
 
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
