@@ -236,7 +236,8 @@ def test_reading_values_bounding_shapes_and_compiling_each_warn_once_naming_wher
 
 
 def test_init_process_group_alone_plans_a_world_of_one(tmp_path: Path) -> None:
-    """init_process_group("nccl") with no world given: rank 0 of 1 on the fake group, no NCCL."""
+    """init_process_group("nccl") with no world given: rank 0 of 1 on the fake group, which
+    answers the backend named, no NCCL."""
     script(
         tmp_path,
         "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
@@ -244,7 +245,7 @@ def test_init_process_group_alone_plans_a_world_of_one(tmp_path: Path) -> None:
     )
     done = plan(tmp_path, "--json", "train.py")
     assert done.returncode == 0, done.stderr
-    assert "0 1 fake" in done.stderr
+    assert "0 1 nccl" in done.stderr
     answer = json.loads(done.stdout)
     assert (answer["rank"], answer["world_size"], answer["nccl_bytes"]) == (0, 1, 0)
 

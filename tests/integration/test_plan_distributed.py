@@ -548,6 +548,50 @@ def test_groups_a_script_makes_on_named_backends_run_and_only_nccl_ones_hold_buf
     assert json.loads(done.stdout)["nccl_bytes"] == NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)
 
 
+NAMED = """
+import json, sys
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+named = sys.argv[2]
+if named == "none":
+    dist.init_process_group()
+elif named == "device":
+    dist.init_process_group(device_id=torch.device("cuda", 0))
+else:
+    dist.init_process_group(named)
+hosts = dist.new_group([0, 1], backend="gloo")
+same = dist.new_group([0, 1])
+mesh = init_device_mesh("cuda", (2,))
+dist.all_reduce(torch.ones(4, device="cuda"), group=same)
+json.dump([dist.get_backend(), dist.get_backend(hosts), dist.get_backend(same),
+           dist.get_backend(mesh.get_group())], open(sys.argv[1], "w"))
+print(json.dumps(torch.cuda.mem_get_info()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("named", "answers", "pairs"),
+    [
+        ("nccl", ["nccl", "gloo", "nccl", "nccl"], 1),
+        ("gloo", ["gloo", "gloo", "gloo", "gloo"], 0),
+        ("none", ["undefined", "gloo", "undefined", "undefined"], 1),
+        ("device", ["nccl", "gloo", "nccl", "nccl"], 2),
+    ],
+)
+def test_get_backend_answers_the_backend_the_script_named_and_only_nccl_holds_buffers(
+    tmp_path: Path, named: str, answers: list[str], pairs: int
+) -> None:
+    """``dist.get_backend(group)`` answers what a GPU run answers for the backend the script
+    named (it answered the plan's ``"fake"``, so code that branches on ``"nccl"`` took the CPU
+    branch), a subgroup named by none takes the default's, and a default Gloo group holds no
+    NCCL buffers on the device."""
+    script(tmp_path, NAMED)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "2", "train.py", "out.json", named)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == answers
+    assert json.loads(done.stdout)["nccl_bytes"] == pairs * (NCCL_DEFAULT // 2)
+
+
 IDLE = """
 import json, sys
 import torch, torch.distributed as dist

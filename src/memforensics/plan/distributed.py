@@ -111,7 +111,8 @@ def nccl_bytes(group_size: int, environ: Mapping[str, str] | None = None) -> int
 
 def fake_init(original: Callable[..., None], communicators: Communicators) -> Callable[..., None]:
     """``init_process_group`` answered by the fake group with the planned rank and world size
-    (from torchrun's variables), whatever backend, rendezvous and world the script names; a
+    (from torchrun's variables), whatever backend, rendezvous and world the script names (the
+    backend it names is the one ``get_backend()`` answers, :func:`counted_groups`); a
     ``device_id`` binds the groups to the device, so NCCL forms their communicators as they
     are made (:class:`Communicators`)."""
 
@@ -131,6 +132,7 @@ def fake_init(original: Callable[..., None], communicators: Communicators) -> Ca
 
         world = World.from_env()
         communicators.bound = device_id is not None
+        communicators.default = _default_backend(backend, device_id)
         options: dict[str, Any] = {"group_name": group_name} if group_name else {}
         if timeout is not None:
             options["timeout"] = timeout
@@ -156,8 +158,16 @@ def counted_groups(
     on a GPU (:class:`Communicators`); a Gloo or MPI group has none there. Every rank calls it
     for every new group (a device mesh's for each of its dimensions' slices); for a group
     without this rank, torch makes no communicator and answers
-    ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``)."""
-    from torch.distributed.distributed_c10d import GroupMember
+    ``GroupMember.NON_GROUP_MEMBER`` (its group rank is then ``None``).
+
+    Torch's map of groups records the backend the script named, so ``dist.get_backend(group)``
+    answers it as on a GPU (``"nccl"``, ``"gloo"``; ``"undefined"`` for a default group named
+    by neither backend nor device), and what a script or library decides by it (Lightning's
+    ``barrier(device_ids=...)`` for NCCL, its ``no_grad`` for Gloo; a sharded tensor's
+    preferred device) is decided as there; a subgroup named by no backend takes the default
+    group's, as torch resolves it."""
+    from torch.distributed import Backend
+    from torch.distributed.distributed_c10d import GroupMember, _world
 
     named = inspect.signature(original).parameters
     at = list(named).index("backend")
@@ -170,11 +180,15 @@ def counted_groups(
         else:
             asked = kwargs.get("backend")
             kwargs["backend"] = FAKE
+        if str(asked) == FAKE:
+            asked = communicators.default
         size = bound[0] if bound else kwargs["group_size"]
         made = original(*bound, **kwargs)
         group = made[0] if isinstance(made, tuple) else made
-        if group is not GroupMember.NON_GROUP_MEMBER and _through_nccl(asked):
-            communicators.made(group.group_name, int(size))
+        if group is not GroupMember.NON_GROUP_MEMBER:
+            _world.pg_map[group] = (Backend(str(asked)), _world.pg_map[group][1])
+            if _through_nccl(asked):
+                communicators.made(group.group_name, int(size))
         return made
 
     return new_group
@@ -193,6 +207,8 @@ class Communicators:
         self.outside = outside
         self.bound = False
         """Whether the default group was bound to a device (``device_id``)."""
+        self.default = UNDEFINED
+        """The backend the script named for the default group, as torch resolves it."""
         self._waiting: dict[str, int] = {}
         """Groups made without their communicator yet, by name: their sizes."""
         self._where: dict[Any, tuple[int, str, bool] | None] = {}
@@ -249,13 +265,28 @@ def _group_argument(func: Any) -> tuple[int, str, bool] | None:
 FAKE = "fake"
 """torch's fake process group's backend, on which the plan makes every group."""
 
+UNDEFINED = "undefined"
+"""The backend torch records for a default group named by neither backend nor device: each
+device's default backend (NCCL for CUDA) forms lazily."""
+
+
+def _default_backend(backend: Any, device_id: Any) -> str:
+    """The backend ``init_process_group`` records on a GPU for what the script named: its own,
+    else its ``device_id``'s type's default (``"nccl"`` for CUDA), else ``"undefined"``."""
+    if backend:
+        return str(backend)
+    if device_id is not None:
+        kind = device_id if isinstance(device_id, int) else getattr(device_id, "type", "cuda")
+        return "nccl" if isinstance(kind, int) or kind == "cuda" else UNDEFINED
+    return UNDEFINED
+
 
 def _through_nccl(backend: Any) -> bool:
-    """Whether a group made with ``backend`` talks through NCCL on a GPU: the default group's
-    (the plan's fake one, standing for the script's) and any naming ``nccl`` for a device
-    (``"nccl"``, ``"cpu:gloo,cuda:nccl"``) do; Gloo, MPI and UCC groups do not."""
+    """Whether a group made with ``backend`` talks through NCCL on a GPU: any naming ``nccl``
+    for a device (``"nccl"``, ``"cpu:gloo,cuda:nccl"``) and the default backend of a CUDA
+    device (``"undefined"``) do; Gloo, MPI and UCC groups do not."""
     name = str(backend).lower()
-    return name == FAKE or "nccl" in name
+    return name in {FAKE, UNDEFINED} or "nccl" in name
 
 
 RETURN_THEIR_INPUT = (
