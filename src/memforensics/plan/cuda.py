@@ -673,9 +673,15 @@ def _torch_table(stats: dict[str, int], abbreviated: bool) -> str:
 def current_allocator() -> Callable[[], object]:
     """``torch._C._cuda_getAllocator`` (what ``torch.cuda.memory._get_current_allocator`` wraps):
     the one handle of the native caching allocator the plan models, a
-    ``torch._C._cuda_CUDAAllocator`` as on a GPU; the CPU build's class is a stand-in that refuses
-    construction, so the handle is made without its ``__init__``."""
-    handle = object.__new__(torch._C._cuda_CUDAAllocator)
+    ``torch._C._cuda_CUDAAllocator`` as on a GPU, made without ``__init__``: the CPU build's
+    class is a stand-in whose ``__new__`` and ``__init__`` refuse construction, so it is made by
+    ``object.__new__``; a CUDA build's is a pybind11 class, which refuses ``object.__new__``
+    ("not safe") and is made by its own ``__new__``."""
+    kind = torch._C._cuda_CUDAAllocator
+    try:
+        handle = object.__new__(kind)
+    except TypeError:
+        handle = kind.__new__(kind)
     return lambda: handle
 
 
