@@ -14,8 +14,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-OWN = ("torch", "memforensics")
-"""The top-level packages whose code sees what the plan runs on."""
+OWN = ("torch", "memforensics", "triton")
+"""The top-level packages whose code sees what the plan runs on. The installed Triton (a CUDA
+build of torch brings one) is reached only through torch's own code (Inductor), as the script's
+``import triton`` gets the plan's stand-in: its own lazy imports (``triton.language.core``
+inside ``@triton.jit``) must find the installed package too."""
 
 
 def torch_own(namespace: Mapping[str, Any] | None) -> bool:
