@@ -1,5 +1,6 @@
-"""Lightning's Trainer under the real ``memforensics plan``: early stopping on a metric that
-should rise runs to the epoch limit, as one that should fall does."""
+"""Lightning under the real ``memforensics plan``: the Trainer's early stopping on a metric that
+should rise runs to the epoch limit, as one that should fall does; Fabric sets up a model made
+on the device."""
 
 from __future__ import annotations
 
@@ -63,3 +64,31 @@ def test_early_stopping_runs_to_max_epochs_whichever_way_its_metric_improves(
     assert "epochs 6" in done.stdout
     said = done.stderr.count("early stopping never ends a planned run")
     assert said == (1 if would_stop else 0)
+
+
+FABRIC = """
+import torch
+import lightning as L
+
+fabric = L.Fabric(accelerator="cuda", devices=1, precision="32-true")
+with fabric.init_module(empty_init=True):
+    model = torch.nn.Linear(1024, 1024, bias=False)  # 4 MiB of float32 weights
+model = fabric.setup(model)
+optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
+print("setup", torch.cuda.memory_allocated())
+loss = model(torch.randn(8, 1024, device=fabric.device)).sum()
+fabric.backward(loss)
+optimizer.step()
+"""
+
+
+def test_a_fabric_model_set_up_on_the_device_takes_its_optimizer(tmp_path: Path) -> None:
+    """``fabric.init_module(empty_init=True)`` on one GPU makes the model on the device: Fabric's
+    ``setup`` keeps it (it materialised it again, as if the script had made it on ``meta``) and
+    ``setup_optimizers`` takes the optimizer over it, where it refused "the model's meta-device
+    parameters" (litgpt's ``pretrain``)."""
+    script(tmp_path, FABRIC)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    [setup] = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("setup")]
+    assert int(setup) == 4 * 1024 * 1024  # the weight alone, made once

@@ -245,3 +245,37 @@ print("found", importlib.import_module("triton.language").__name__)
     assert done.returncode == 0, done.stderr
     assert _printed(done.stdout, "read") == ["True", "0", "1", "2", "3"]
     assert _printed(done.stdout, "found") == ["triton.language"]
+
+
+def test_a_kernel_annotated_with_tritons_types_is_defined_and_launches(tmp_path: Path) -> None:
+    """A kernel whose parameters are annotated with Triton's type classes
+    (``tl.pointer_type(tl.int64)``, evaluated when the module is imported, outside any kernel)
+    is defined, and launches, where calling them had raised "Did you forget to add
+    @triton.jit"; a kernel builtin called outside a kernel is still refused."""
+    script(
+        tmp_path,
+        """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_counts(counts: tl.pointer_type(tl.int64), out: tl.pointer_type(tl.int64), n: tl.int64):
+    pass
+
+
+counts = torch.arange(8, device="cuda")
+out = torch.empty_like(counts)
+copy_counts[(1,)](counts, out, 8)
+try:
+    tl.arange(0, 8)
+except ValueError as refused:
+    print("refused", "triton.jit" in str(refused))
+print("type", tl.pointer_type(tl.int64))
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "refused") == ["True"]
+    assert _printed(done.stdout, "type") == ["triton.language.pointer_type(triton.language.int64)"]

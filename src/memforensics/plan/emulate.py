@@ -37,6 +37,7 @@ from memforensics.plan import (
     ctc,
     distributed,
     dropout,
+    fused_norms,
     grouped,
     handles,
     inplace,
@@ -80,12 +81,13 @@ _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
-_OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default,))
+_OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default, *fused_norms.OWN_KERNELS))
 """Operators with a composite that CUDA never runs: ``native_functions.yaml`` gives
 ``silu_backward`` ``CPU, CUDA`` kernels beside ``CompositeImplicitAutograd``
 (``math_silu_backward``, for other devices), so on CUDA it makes its result alone, where the
-composite makes four more input-sized temporaries. It reaches this mode whole (its ``Meta``
-kernel stops the composite above it), so running it here is CUDA's count."""
+composite makes four more input-sized temporaries; ``_fused_rms_norm`` a ``CUDA`` one
+(:mod:`~memforensics.plan.fused_norms`). They reach this mode whole (a ``Meta`` kernel stops
+the composite above it), so running them here is CUDA's count."""
 _INDEX = torch.ops.aten.index.Tensor
 _COPY = torch.ops.aten.copy_.default
 _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)

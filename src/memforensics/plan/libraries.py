@@ -8,7 +8,10 @@ refuses to put one on a device without a value, and keeps one sent to ``meta`` w
 (its device check sees ``meta`` already). That function is the one place its hooks move
 weights through: placing the modules of a ``device_map`` on the device, and, where modules are
 offloaded to the CPU or disk, bringing their weights on before each forward and sending them
-back to ``meta`` after.
+back to ``meta`` after. Lightning's Fabric takes a model whose parameters are on ``meta`` for
+one to materialise (``to_empty`` and ``reset_parameters`` again in ``setup``) and refuses an
+optimizer over such parameters (``setup_optimizers``): only the script's own ``meta`` tensors
+are on ``meta`` to it.
 
 Hugging Face's ``kernels`` library (which transformers 5.25 calls from every
 ``from_pretrained`` onto a GPU) swaps layers' forwards for kernels it downloads from the Hub,
@@ -43,6 +46,9 @@ from memforensics.plan.saved_files import SavedFiles, path_of
 from memforensics.plan.values import Notes
 
 ACCELERATE = "accelerate.utils.modeling"
+FABRIC_INIT = ("lightning.fabric.utilities.init", "lightning_fabric.utilities.init")
+"""Lightning Fabric's initialisation helpers, in the ``lightning`` package and the standalone
+``lightning_fabric`` one."""
 SAFETENSORS = "safetensors.torch"
 HUB_KERNELS = "kernels"
 
@@ -93,6 +99,32 @@ def set_on_device(
             return original(*call.args, **call.kwargs)
 
         return set_module_tensor_to_device
+
+    return stand_in
+
+
+def meta_held_by_script(
+    holds: Callable[[Any], bool],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Fabric's ``_has_meta_device_parameters_or_buffers(obj, recurse=True)``: whether a module's
+    parameters or buffers, or an optimizer's parameters, include one of the script's own ``meta``
+    tensors (a model built under ``fabric.init_module(empty_init=True)`` on several devices);
+    a stand-in is the CUDA tensor it stands for, not one."""
+
+    def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+        def has_meta(obj: Any, recurse: bool = True) -> bool:
+            if isinstance(obj, torch.optim.Optimizer):
+                found = [t for group in obj.param_groups for t in group["params"]]
+                tensors: list[torch.Tensor] = [
+                    t for t in found if isinstance(t, torch.nn.Parameter)
+                ]
+            elif isinstance(obj, torch.nn.Module):
+                tensors = [*obj.parameters(recurse=recurse), *obj.buffers(recurse=recurse)]
+            else:
+                return bool(original(obj, recurse))  # Fabric's own TypeError
+            return any(t.is_meta and holds(t) for t in tensors)
+
+        return has_meta
 
     return stand_in
 
@@ -204,6 +236,16 @@ def rows(
             "_is_computing_meta_flops",
             attention.no_meta_flops(holds),
             "a stand-in's attention is not counted on meta, as a CUDA tensor's is not",
+        ),
+        *(
+            LibraryReplacement(
+                module,
+                "_has_meta_device_parameters_or_buffers",
+                meta_held_by_script(holds),
+                "a stand-in's .device reads meta, but it is the CUDA tensor Fabric set up, not "
+                "one to materialise",
+            )
+            for module in FABRIC_INIT
         ),
         *distributed.rows(),
         *distributed_checkpoint.rows(files, holds),

@@ -33,6 +33,7 @@ from memforensics.plan import (
     dynamic_sizes,
     emulate,
     exported,
+    fused_norms,
     generators,
     lazy,
     libraries,
@@ -1100,6 +1101,7 @@ def emulated(
             replaced(rows),
             replaced_where_imported(imported),
             native_library.quiet_failed_load(notes),
+            fused_norms.fused_on_meta(),
             functions,
             storage,
         ):

@@ -1,0 +1,75 @@
+"""RMSNorm on stand-ins, through the one kernel CUDA runs.
+
+``at::rms_norm`` (``aten/src/ATen/native/layer_norm.cpp``, ``rms_norm_symint``) calls
+``_fused_rms_norm`` unless the input is complex or channels-last or the weight's dtype differs
+from the input's. On CUDA that is one kernel (``_fused_rms_norm_cuda``): it makes the output, of
+the input's dtype, and ``rstd``, one float32 per row, and autograd keeps the input and ``rstd``
+for ``_fused_rms_norm_backward``, which makes the input's and the weight's gradients. The CPU
+build has no kernel for it, only ``CompositeImplicitAutograd``'s ``rms_norm_composite``, and
+autograd on ``meta`` runs that composite: a bfloat16 input is upcast, squared, multiplied by
+``rstd`` and by the weight in float32, and autograd keeps two float32 copies of the input for the
+backward, four times the input's bytes more than CUDA keeps (every ``nn.RMSNorm`` and
+``F.rms_norm`` of a Llama-style model, twice a layer).
+
+So for the run ``_fused_rms_norm`` gets a ``Meta`` kernel that makes what CUDA's makes, in its
+order; with a kernel of its own on ``meta``, the dispatcher sends autograd on a stand-in to
+``_fused_rms_norm``'s own derivative, as it does on CUDA, and the backward runs
+``_fused_rms_norm_backward``, whose ``meta`` kernel makes the two gradients. Only a torch whose
+``rms_norm`` reaches the fused kernel on CUDA (one with ``_fused_rms_norm_backward``) gets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+_OPERATOR = "_fused_rms_norm"
+_BACKWARD = "_fused_rms_norm_backward"
+
+
+def _fused_rms_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None,
+    eps: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_fused_rms_norm_cuda``'s outputs: ``Y``, contiguous and of the input's dtype, then
+    ``rstd`` in the accumulation dtype (float32 below float64), one per row, shaped to broadcast
+    over the normalized dimensions."""
+    axis = input.dim() - len(normalized_shape)
+    accumulate = torch.float64 if input.dtype == torch.float64 else torch.float32
+    output = torch.empty_like(input, memory_format=torch.contiguous_format)
+    stat_shape = (*input.shape[:axis], *([1] * len(normalized_shape)))
+    rstd = input.new_empty(stat_shape, dtype=accumulate)
+    return output, rstd
+
+
+def available() -> bool:
+    """Whether the installed torch's ``rms_norm`` runs the fused kernel on CUDA."""
+    return hasattr(torch.ops.aten, _OPERATOR) and hasattr(torch.ops.aten, _BACKWARD)
+
+
+OWN_KERNELS = (getattr(torch.ops.aten, _OPERATOR).default,) if available() else ()
+"""The fused operators, whole where they reach the plan's storage mode: their composite is not
+what CUDA runs."""
+
+
+@contextmanager
+def fused_on_meta() -> Iterator[None]:
+    """``_fused_rms_norm`` with CUDA's kernel on ``meta`` inside; the CPU build's composite
+    again after."""
+    if not available():
+        yield
+        return
+    library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
+    try:
+        # ``Library.impl`` refuses a ``Meta`` kernel beside a composite, which is the point
+        # here: the dispatcher's own registration (``Library.m``) takes it.
+        dispatcher: Any = library.m
+        dispatcher.impl(_OPERATOR, "Meta", _fused_rms_norm, False)
+        yield
+    finally:
+        library._destroy()  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
