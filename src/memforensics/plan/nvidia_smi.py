@@ -8,59 +8,59 @@ module's :func:`main`, run by the plan's interpreter, which prints the usual tab
 list, or ``--query-gpu``'s CSV for the planned node's GPUs. What it prints comes from one
 variable of the environment the program inherits (:data:`ENV`): the devices' name and size,
 and the memory used (the CUDA context and what the allocator reserved, as
-``torch.cuda.device_memory_used`` answers), written there by an audit hook just before Python
-starts a program (the ``subprocess.Popen``, ``os.system``, ``os.posix_spawn`` and ``os.exec``
-events), so the figure is the one of that moment. Every GPU of the node shows the planned
-rank's figures (the plan runs one rank); readings of a running GPU (utilization, temperature,
-power) are 0, as ``torch.cuda.utilization()`` answers in a plan. An audit hook cannot be taken
-off: outside a plan it finds nothing to answer and does nothing.
+``torch.cuda.device_memory_used`` answers), written there as the plan starts and again just
+before the script starts a program (``subprocess``'s ``Popen._execute_child``, which ``run``,
+``check_output`` and the rest reach, and ``os.system``), so the figure is the one of that
+moment. Every GPU of the node shows the planned rank's figures (the plan runs one rank);
+readings of a running GPU (utilization, temperature, power) are 0, as
+``torch.cuda.utilization()`` answers in a plan. Python's audit hooks would see every start,
+but one cannot be taken off after the run and each costs a call on every audited event
+(``sys._getframe`` too, which the plan calls on every operator).
 
 This module imports nothing of torch or of memforensics, so the program starts quickly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ENV = "MEMFORENSICS_PLAN_NVIDIA_SMI"
 """The environment variable the program reads the planned devices from (JSON)."""
 MiB = 1 << 20
-_SPAWNS = frozenset(("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec"))
-"""The audit events Python raises before it starts a program."""
 
 Reading = Callable[[], dict[str, Any]]
 """The planned devices now: ``name``, ``total_bytes``, ``used_bytes``, ``count``."""
-_reading: list[Reading] = []
-"""The plan underway's reading, empty outside a plan."""
-_hooked: list[bool] = []
 
 
-def _before_spawn(event: str, args: tuple[Any, ...]) -> None:
-    """Audit hook: the planned devices written to :data:`ENV` before a program starts."""
-    if event not in _SPAWNS or not _reading:
-        return
-    try:
-        os.environ[ENV] = json.dumps(_reading[-1]())
-    except Exception:  # noqa: BLE001 - an audit hook that raises stops the script's call
-        return
+def _read_first(reading: Reading, start: Callable[..., Any]) -> Callable[..., Any]:
+    """``start`` (what starts a program) with the planned devices written to :data:`ENV` first."""
+
+    @functools.wraps(start)
+    def started(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):  # the program starts whatever the reading
+            os.environ[ENV] = json.dumps(reading())
+        return start(*args, **kwargs)
+
+    return started
 
 
-@contextmanager
+@contextlib.contextmanager
 def on_path(reading: Reading) -> Iterator[None]:
     """The plan's ``nvidia-smi`` first on ``PATH`` while the block runs, answering from
-    ``reading``; ``PATH`` and :data:`ENV` as they were after."""
-    if not _hooked:
-        sys.addaudithook(_before_spawn)
-        _hooked.append(True)
+    ``reading``; ``PATH``, :data:`ENV` and the functions that start programs as they were
+    after."""
     saved = {name: os.environ.get(name) for name in ("PATH", ENV)}
+    execute, system = subprocess.Popen._execute_child, os.system  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory(prefix="memforensics-nvidia-smi-") as folder:
         program = Path(folder) / "nvidia-smi"
         program.write_text(
@@ -68,11 +68,14 @@ def on_path(reading: Reading) -> Iterator[None]:
         )
         program.chmod(0o755)
         os.environ["PATH"] = os.pathsep.join(filter(None, (folder, saved["PATH"])))
-        _reading.append(reading)
+        os.environ[ENV] = json.dumps(reading())
+        subprocess.Popen._execute_child = _read_first(reading, execute)  # type: ignore[attr-defined]
+        os.system = _read_first(reading, system)
         try:
             yield
         finally:
-            _reading.pop()
+            subprocess.Popen._execute_child = execute  # type: ignore[attr-defined]
+            os.system = system
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
