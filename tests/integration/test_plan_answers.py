@@ -199,6 +199,42 @@ def test_nvml_queries_answer_as_the_planned_device(tmp_path: Path) -> None:
     assert done.stderr.count("GPU telemetry") == 1
 
 
+NVIDIA_SMI = """
+import json, os, subprocess
+import torch
+table = subprocess.run(["nvidia-smi"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+held = torch.empty(100 << 20, dtype=torch.uint8, device="cuda")
+query = subprocess.check_output(
+    "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv,noheader,nounits",
+    shell=True, text=True,
+)
+print(json.dumps({"table": table.stdout, "code": table.returncode, "rows": query.splitlines(),
+                  "used": torch.cuda.device_memory_used(), "name": torch.cuda.get_device_name(),
+                  "path": os.environ["PATH"]}))
+"""
+
+
+def test_nvidia_smi_run_by_the_script_answers_as_the_planned_devices(tmp_path: Path) -> None:
+    """A script that runs the ``nvidia-smi`` program (to log its GPUs, or to read their
+    memory) gets the planned node's GPUs, each using what the planned process holds at that
+    moment, where a CPU host has no such program; PATH is the script's own otherwise."""
+    script(tmp_path, NVIDIA_SMI)
+    done = plan(
+        tmp_path, "--nproc-per-node", "2", "--device-memory", "80GiB", "--context-memory",
+        "300MiB", "train.py",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["code"] == 0
+    name = found["name"]
+    assert name in found["table"]
+    assert "0MiB / 81920MiB" in found["table"]  # before the script initialized CUDA
+    used = found["used"] // MiB
+    assert used >= 400
+    assert found["rows"] == [f"0, {name}, 81920, {used}", f"1, {name}, 81920, {used}"]
+    assert os.environ["PATH"] in found["path"]
+
+
 SUMMARY = """
 import torch
 kept = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")

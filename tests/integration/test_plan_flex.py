@@ -116,3 +116,45 @@ def test_uncompiled_flex_attention_materialises_the_scores_and_keeps_what_autogr
     assert int(figures["forward_peak"]) >= SMALL_WORKSPACE + 3 * scores  # type: ignore[call-overload]
     assert int(figures["backward_peak"]) >= 3 * scores + 3 * VECTOR  # type: ignore[call-overload]
     assert figures["grads"] == [True, True, True]
+
+
+MODEL = f"""
+import json
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v, block_mask):
+        out = flex_attention(q, k, v, block_mask=block_mask)
+        return (torch.sigmoid(out.float() / 7.5) * 30).sum()
+
+block_mask = create_block_mask(causal, {B}, {H}, {S}, {S}, device="cuda")
+q, k, v = (
+    torch.randn({B}, {H}, {S}, {D}, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for _ in range(3)
+)
+model = torch.compile(Attention(), fullgraph=True)
+before = torch.cuda.memory_allocated()
+loss = model(q, k, v, block_mask)
+kept = torch.cuda.memory_allocated() - before
+loss.backward()
+print(json.dumps({{"forward_kept": kept, "grads": [t.grad is not None for t in (q, k, v)]}}))
+"""
+
+
+def test_a_compiled_model_calling_flex_attention_runs_as_inductors_graphs(
+    tmp_path: Path,
+) -> None:
+    """A compiled module that calls flex_attention runs as Inductor's graphs, not eagerly:
+    its forward keeps the output and log-sum-exp the fused kernel's backward reads and the
+    loss, and none of the float32 copies eager autograd would save for the pointwise tail."""
+    script(tmp_path, MODEL)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "runs eagerly" not in done.stderr
+    figures = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("{")))
+    assert figures["forward_kept"] == VECTOR + ROWS + SCALAR
+    assert figures["grads"] == [True, True, True]

@@ -160,3 +160,58 @@ def test_a_parameter_class_torch_cannot_swap_moves_on_the_device(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout.splitlines()[0])
     assert facts == {"kind": "Packed", "same": True, "blocksize": 64, "held": 64 * 64 * 4}
+
+
+CUSTOM_OP = """
+import json
+import torch
+
+@torch.library.custom_op("planned_test::doubled", mutates_args=())
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    wide = x.float()  # the kernel's own temporary: the input in float32
+    return (wide * 2).to(x.dtype)
+
+@doubled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+@torch.library.custom_op("planned_test::extension", mutates_args=())
+def extension(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.planned_test_not_loaded.kernel(x)  # a compiled extension's, GPU only
+
+@extension.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+@torch.compile(fullgraph=True)
+def compiled(x):
+    return torch.ops.planned_test.doubled(x) + 1
+
+x = torch.empty(1 << 20, dtype=torch.bfloat16, device="cuda")
+figures = {}
+calls = (("eager", torch.ops.planned_test.doubled), ("compiled", compiled),
+         ("extension", torch.ops.planned_test.extension))
+for name, call in calls:
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    y = call(x)
+    figures[name] = [torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base]
+    del y
+print(json.dumps(figures))
+"""
+
+
+def test_a_custom_ops_python_kernel_allocates_its_own_tensors(tmp_path: Path) -> None:
+    """A ``torch.library.custom_op`` runs its Python implementation, as CUDA does, eagerly and
+    inside a compiled graph: the float32 copy and its double (4 MiB each) exist beside the
+    2 MiB bfloat16 output, where its fake implementation makes only the output. One whose
+    implementation calls what cannot run in a plan (an extension) gets its fake's output."""
+    script(tmp_path, CUSTOM_OP)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[0])
+    mib = 1 << 20
+    assert figures["eager"] == [10 * mib, 2 * mib]
+    # then the graph's own + 1 beside the kernel's output, which it frees
+    assert figures["compiled"] == [10 * mib, 2 * mib]
+    assert figures["extension"] == [2 * mib, 2 * mib]

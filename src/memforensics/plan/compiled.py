@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, choices, ctc, fusion, graph_trees, standins, values
+from memforensics.plan import attention, choices, ctc, flex, fusion, graph_trees, standins, values
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ OPTIONS = (
     "torch.compile's Inductor options are not followed in a plan: the graphs run as with "
     "the defaults"
 )
-_REMADE = frozenset((ctc.NAME, "flex_attention"))
+_REMADE = frozenset((ctc.NAME,))
 """Functions the emulation re-makes above the dispatcher, where ``meta`` would trace another
 kernel than CUDA's (a CPU CTC), and a graph cannot call that re-making instead."""
 
@@ -759,6 +759,12 @@ class _Kernels(torch.fx.Interpreter):  # type: ignore[misc, unused-ignore]  # un
         self.storage = storage
         self.inlined = inlined
         self.in_place = in_place
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        kernel = flex.graph_kernel(target)
+        if kernel is not None:  # the operator's dispatch has no rule for the plan's modes
+            return kernel(*args, **kwargs)
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         source = self.in_place.get(n)

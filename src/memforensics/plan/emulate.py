@@ -663,6 +663,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         )
         """Fused attention kernels' own scratch."""
         self._composite: dict[Any, bool] = {}
+        self._kernels: dict[Any, Any] = {}
 
     def __torch_dispatch__(
         self,
@@ -681,11 +682,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             made := deferred.dispatch(func, args, kwargs)
         ) is not RUN:
             return made  # a deferred CPU tensor made, or written into
-        if self._decomposes(func) and (_any_meta(args, kwargs) or _onto_meta(args, kwargs)):
-            with self:  # its parts come back through this mode, as autograd would send them
-                out = func.decompose(*args, **(kwargs or {}))
-            if out is not NotImplemented:
-                return out
+        out = self._in_parts(func, args, kwargs or {})
+        if out is not NotImplemented:
+            return out
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         reused = None
@@ -821,6 +820,40 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         semaphores = self.malloc(found[1])
         self.device.free(semaphores)
         self.device.free(buffer)
+
+    def _in_parts(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``func`` run as the operators it is made of, each through this mode: a composite's
+        decomposition, a custom operator's Python kernel (:meth:`_python_kernel`); else
+        ``NotImplemented``."""
+        if self._decomposes(func) and (_any_meta(args, kwargs) or _onto_meta(args, kwargs)):
+            with self:  # its parts come back through this mode, as autograd would send them
+                return func.decompose(*args, **kwargs)
+        kernel = self._python_kernel(func)
+        if kernel is None or not _any_meta(args, kwargs):
+            return NotImplemented
+        try:
+            with self:  # what the kernel allocates comes back through this mode, as on CUDA
+                return kernel(*args, **kwargs)
+        except (torch.cuda.OutOfMemoryError, OutOfScope):
+            raise
+        except Exception:  # noqa: BLE001 - it calls what only runs on a GPU (an extension)
+            self._kernels[func] = None  # its fake implementation answers, now and after
+            return NotImplemented
+
+    def _python_kernel(self, func: Any) -> Callable[..., Any] | None:
+        """The Python implementation CUDA runs for a ``torch.library.custom_op`` (its CUDA
+        kernel, else the one for every device), whose own tensors take the caching allocator's
+        blocks on a GPU, where its fake implementation makes only the outputs; None for
+        every other operator, and for one whose implementation failed on stand-ins (it calls a
+        compiled extension), which its fake implementation answers."""
+        found = self._kernels.get(func, self)
+        if found is self:
+            from torch._library.custom_ops import OPDEFS
+
+            opdef = OPDEFS.get(str(getattr(func, "_name", "")))
+            fns = {} if opdef is None else opdef._backend_fns
+            found = self._kernels[func] = fns.get("cuda", fns.get(None))
+        return found  # type: ignore[no-any-return]
 
     def _decomposes(self, func: Any) -> bool:
         """Whether ``func`` is one of PyTorch's composite operators (``linear``, ``matmul``,

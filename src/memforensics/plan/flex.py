@@ -85,10 +85,7 @@ class Fused(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # An
     def forward(
         ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        batch, heads, length, _ = query.shape
-        lse = query.new_empty((batch, heads, length), dtype=torch.float32)
-        maxima = query.new_empty((batch, heads, length), dtype=torch.float32)
-        out = _empty_like_layout((batch, heads, length, value.shape[-1]), query, query.dtype)
+        out, lse, maxima = fused_forward(query, value)
         ctx.mark_non_differentiable(maxima)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(query, key, value, out, lse)
@@ -99,24 +96,85 @@ class Fused(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # An
         ctx: Any, grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None, _: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         query, key, value, out, lse = ctx.saved_tensors
-        if grad_out is None:
-            grad_out = torch.zeros_like(out)
-        elif not grad_out.is_contiguous():
-            grad_out = grad_out.contiguous()
-        scaled = None if grad_lse is None else lse.new_empty(lse.shape)
-        delta = lse.new_empty(lse.shape)
-        batch = query.shape[0]
-        heads_kv, length_kv = key.shape[1], key.shape[2]
-        grad_query = _empty_like_layout(query.shape, query, query.dtype)
-        grad_value = _empty_like_layout(
-            (batch, heads_kv, length_kv, value.shape[-1]), value, value.dtype
-        )
-        grad_key = _empty_like_layout((batch, heads_kv, length_kv, key.shape[-1]), key, key.dtype)
-        del delta, scaled, grad_out
-        if key.shape[0] != batch:
-            grad_key = grad_key.sum(0, keepdim=True)
-            grad_value = grad_value.sum(0, keepdim=True)
-        return grad_query, grad_key, grad_value
+        return fused_backward(query, key, value, out, lse, grad_out, grad_lse)
+
+
+def fused_forward(
+    query: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused forward kernel's buffers (:class:`Fused`): log-sum-exp, row maxima, output."""
+    batch, heads, length, _ = query.shape
+    lse = query.new_empty((batch, heads, length), dtype=torch.float32)
+    maxima = query.new_empty((batch, heads, length), dtype=torch.float32)
+    out = _empty_like_layout((batch, heads, length, value.shape[-1]), query, query.dtype)
+    return out, lse, maxima
+
+
+def fused_backward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor | None,
+    grad_lse: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused backward kernels' buffers (:class:`Fused`): the gradients of the query, key
+    and value, after the transient ``delta`` (and the scaled log-sum-exp gradient)."""
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    elif not grad_out.is_contiguous():
+        grad_out = grad_out.contiguous()
+    scaled = None if grad_lse is None else lse.new_empty(lse.shape)
+    delta = lse.new_empty(lse.shape)
+    batch = query.shape[0]
+    heads_kv, length_kv = key.shape[1], key.shape[2]
+    grad_query = _empty_like_layout(query.shape, query, query.dtype)
+    grad_value = _empty_like_layout(
+        (batch, heads_kv, length_kv, value.shape[-1]), value, value.dtype
+    )
+    grad_key = _empty_like_layout((batch, heads_kv, length_kv, key.shape[-1]), key, key.dtype)
+    del delta, scaled, grad_out
+    if key.shape[0] != batch:
+        grad_key = grad_key.sum(0, keepdim=True)
+        grad_value = grad_value.sum(0, keepdim=True)
+    return grad_query, grad_key, grad_value
+
+
+def graph_kernel(target: object) -> Callable[..., Any] | None:
+    """What a compiled graph's ``flex_attention`` operator runs in a plan, forward or
+    backward: the fused Triton kernel's buffers (:class:`Fused`) in place of the operator,
+    whose dispatch has no rule for the plan's modes. The backward also gives a gradient for
+    each tensor the score function captured, as the operator's fake implementation does
+    (``flex_attention_backward_fake_tensor_mode``)."""
+    if target is hop_module.flex_attention:
+
+        def forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *_: Any) -> Any:
+            return fused_forward(query, value)
+
+        return forward
+    if target is hop_module.flex_attention_backward:
+
+        def backward(
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            out: torch.Tensor,
+            lse: torch.Tensor,
+            grad_out: torch.Tensor | None,
+            grad_lse: torch.Tensor | None,
+            *rest: Any,
+        ) -> Any:
+            grads = fused_backward(query, key, value, out, lse, grad_out, grad_lse)
+            captured = rest[5] if len(rest) > 5 else ()
+            return (*grads, tuple(
+                torch.empty_like(buffer, memory_format=torch.contiguous_format)
+                if isinstance(buffer, torch.Tensor) else None
+                for buffer in captured
+            ))  # fmt: skip
+
+        return backward
+    return None
 
 
 class Dense(torch.autograd.Function):  # type: ignore[misc, unused-ignore]  # Any without torch
@@ -227,6 +285,15 @@ def _traced_warn_once(original: Callable[..., Any]) -> Callable[..., Any]:
     return _warn_once
 
 
+def _with_names(original: Callable[..., Any], names: dict[str, Any]) -> Callable[..., Any]:
+    """``original`` run with ``names`` as its module's names."""
+    planned = types.FunctionType(
+        original.__code__, names, original.__name__, original.__defaults__, original.__closure__
+    )
+    planned.__kwdefaults__ = original.__kwdefaults__
+    return planned
+
+
 def on_stand_ins(
     holds: Callable[[Any], bool],
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -237,9 +304,12 @@ def on_stand_ins(
 
     def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
         module = sys.modules[original.__module__]
+        traced = _with_names(original, {**vars(module), "_validate_device": _validate_device})
 
         @functools.wraps(original)
         def flex_attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():
+                return traced(query, *args, **kwargs)
             if not (isinstance(query, torch.Tensor) and query.is_meta and not holds(query)):
                 return original(query, *args, **kwargs)
             names = dict(vars(module))
@@ -247,12 +317,7 @@ def on_stand_ins(
             names["flex_attention_hop"] = _operator(names["flex_attention_hop"])
             if compiled_backend() is not None:
                 names["_warn_once"] = _traced_warn_once(names["_warn_once"])
-            planned = types.FunctionType(
-                original.__code__, names, original.__name__, original.__defaults__,
-                original.__closure__,
-            )  # fmt: skip
-            planned.__kwdefaults__ = original.__kwdefaults__
-            return planned(query, *args, **kwargs)
+            return _with_names(original, names)(query, *args, **kwargs)
 
         return flex_attention
 

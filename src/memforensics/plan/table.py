@@ -38,6 +38,7 @@ from memforensics.plan import (
     lazy,
     libraries,
     native_library,
+    nvidia_smi,
     profiler,
     rebound,
     samples,
@@ -1078,6 +1079,23 @@ def _triton_rows(notes: values.Notes, written: Callable[[list[Any]], None]) -> l
     ]
 
 
+def _smi_reading(device: PlannedDevice, answers: Answers) -> nvidia_smi.Reading:
+    """What the plan's ``nvidia-smi`` shows when the script starts it: the planned node's GPUs,
+    each using what this rank's process holds (``device_memory_used``)."""
+
+    def reading() -> dict[str, Any]:
+        major, minor = device.spec.capability
+        return {
+            "name": answers.name(),
+            "total_bytes": device.spec.total_bytes,
+            "used_bytes": answers.used(),
+            "count": distributed.World.from_env().local_world_size,
+            "capability": f"{major}.{minor}",
+        }
+
+    return reading
+
+
 @contextmanager
 def emulated(
     device: PlannedDevice, written: SnapshotWritten, *, defer: bool = True
@@ -1102,6 +1120,7 @@ def emulated(
             replaced_where_imported(imported),
             native_library.quiet_failed_load(notes),
             fused_norms.fused_on_meta(),
+            nvidia_smi.on_path(_smi_reading(device, answers)),
             functions,
             storage,
         ):
