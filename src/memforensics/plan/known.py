@@ -69,6 +69,7 @@ from torch.utils._pytree import tree_flatten
 from memforensics.plan import assumed, periodic, unread
 from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
+from memforensics.plan.routing import Routing
 from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
@@ -233,6 +234,9 @@ class Known:
         """At most how many elements of unknown values are non-zero, where that is bounded."""
         self.extremes = Extremes()
         """Extremes of large integer storages copied from the host."""
+        self.routing = Routing()
+        """Indices into a dimension of known size, and the shares tests against one class of
+        them select."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
@@ -303,6 +307,7 @@ class Known:
             return
         made = [t for t in _tensors(out) if t.is_meta]
         outs = self._changed(func, args, made)
+        self.routing.after(func, args, kwargs, out, outs, self.value)
         if not outs:
             return
         bounded = self.bounds.bound(func, args, out)
