@@ -311,7 +311,7 @@ class Known:
             return
         made = [t for t in _tensors(out) if t.is_meta]
         outs = self._changed(func, args, made)
-        self.routing.after(func, args, kwargs, out, outs, self.value)
+        self.routing.after(func, args, kwargs, out, outs[len(made) :], self.value)
         if not outs:
             return
         bounded = self.bounds.bound(func, args, out)
@@ -366,17 +366,24 @@ class Known:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outs: list[torch.Tensor]
     ) -> bool:
         """Whether ``func`` makes integers or flags of at most :data:`HOST_LIMIT` bytes a
-        storage from integers and flags whose values are all known, kept whole or as one value
-        (an ``arange`` over a batch's nodes, their graphs' offsets gathered by its batch vector,
-        a mask of zeros set at such indices): they are then computed on the copies, as a batch's
-        indices copied from the host are kept, since they decide sizes. A storage kept as its one
-        value that ``func`` writes is copied out first. A random draw is not: its values are
-        the plan's own, not the GPU's."""
-        if func in _UNKNOWN_FILL or torch.Tag.nondeterministic_seeded in func.tags:
+        storage from integers and flags whose values are all known, kept whole or as one value,
+        no more of them than its largest input holds (an ``arange`` over a batch's nodes, their
+        graphs' offsets gathered by its batch vector, a mask of zeros set at such indices): they
+        are then computed on the copies, as a batch's indices copied from the host are kept,
+        since they decide sizes. A storage kept as its one value that ``func`` writes is copied
+        out first. A random draw is not: its values are the plan's own, not the GPU's. Nor is a
+        result larger than its inputs (a causal mask, ``arange(n)[:, None] >= arange(n)``, in
+        every layer of a language model): it is what they describe, broadcast, not indices."""
+        if not all(integral(t.dtype) for t in outs) or func in _UNKNOWN_FILL:
             return False
-        if not all(integral(t.dtype) and t.untyped_storage().nbytes() <= HOST_LIMIT for t in outs):
+        if torch.Tag.nondeterministic_seeded in func.tags:
             return False
-        for tensor in _inputs(args, kwargs):
+        if not all(t.untyped_storage().nbytes() <= HOST_LIMIT for t in outs):
+            return False
+        inputs = _inputs(args, kwargs)
+        if inputs and max(t.numel() for t in outs) > max(t.numel() for t in inputs):
+            return False
+        for tensor in inputs:
             storage = tensor.untyped_storage()
             kept = self._values.get(storage._cdata)
             if kept is not None and kept.nbytes() == storage.nbytes():

@@ -75,14 +75,16 @@ class Routing:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         out: Any,
-        changed: list[torch.Tensor],
+        written: list[torch.Tensor],
         value: Any,
     ) -> None:
-        """Account for one operator: the storages it set (``changed``) forget what was kept of
-        them; indices it made keep their classes, a test of them its share. ``value``: a
-        stand-in's known values on the CPU (:meth:`~memforensics.plan.known.Known.value`)."""
+        """Account for one operator: the storages it wrote into (``written``, and an ``out=``
+        tensor) forget what was kept of them; indices it made keep their classes, a test of them
+        its share. A storage it made is new: what was kept of one before at its place went
+        with it. ``value``: a stand-in's known values on the CPU
+        (:meth:`~memforensics.plan.known.Known.value`)."""
         if self._classes or self._shares:
-            for tensor in changed:
+            for tensor in (*written, *_outs(kwargs)):
                 key = tensor.untyped_storage()._cdata
                 self._classes.pop(key, None)
                 self._shares.pop(key, None)
@@ -171,6 +173,18 @@ class Routing:
         if kept is None or kept[1] != mask.untyped_storage().nbytes() or not covers(mask):
             return None
         return kept[0]
+
+
+def _outs(kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an operator writes through its ``out=`` argument."""
+    given = kwargs.get("out")
+    if isinstance(given, torch.Tensor):
+        return [given]
+    return (
+        [t for t in given if isinstance(t, torch.Tensor)]
+        if isinstance(given, (list, tuple))
+        else []
+    )
 
 
 def share(count: int, classes: int, chosen: int, equal: bool = True) -> int:
