@@ -64,3 +64,34 @@ def test_a_dense_batch_pads_each_graph_to_the_largest_as_on_the_gpu(tmp_path: Pa
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert "dense True True" in done.stdout
+
+
+MASK = """
+import torch
+sizes = torch.randint(600, 1000, (16,))
+nodes = int(sizes.sum())
+batch = torch.repeat_interleave(torch.arange(16), sizes).to("cuda")  # 100 KiB of indices
+# a dense batch's mask, as torch_geometric.utils.to_dense_batch makes it
+counts = torch.zeros(16, dtype=torch.long, device="cuda").index_add_(
+    0, batch, batch.new_ones(nodes))
+offsets = counts.new_empty(17)  # an exclusive cumulative sum, written in two parts
+offsets[:1].zero_()
+torch.cumsum(counts, 0, out=offsets[1:])
+largest = int(counts.max())
+position = torch.arange(nodes, device="cuda") - offsets[batch]  # each node's place in its graph
+slot = torch.where(position < largest, position + batch * largest, 16 * largest)
+mask = torch.zeros(16 * largest + 1, dtype=torch.bool, device="cuda")
+mask[slot] = True
+mask = mask[: 16 * largest].view(16, largest)
+print("mask", int(mask.sum()) == nodes, mask.sum(1).tolist() == sizes.tolist())
+"""
+
+
+def test_a_dense_batch_mask_holds_one_flag_a_node(tmp_path: Path) -> None:
+    """A dense batch's mask, set at each node's place (an ``arange`` over more nodes than 64 KiB
+    of indices, less its graph's offset from a cumulative sum written in parts, plus its graph's
+    first slot), holds one flag a node, each graph's row its node count, as on a GPU."""
+    script(tmp_path, MASK)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "mask True True" in done.stdout

@@ -37,7 +37,10 @@ Only small storages are copied (:data:`LIMIT` bytes at most), so the host memory
 stays independent of the model's size, and an operator on large tensors costs one size check.
 Integers copied from the host are the exception, up to :data:`HOST_LIMIT` bytes: a batch's
 indices (a graph batch vector, an edge index), whose copy costs what the host holds already, and
-which decide sizes on the device (how many nodes each graph of a batch has).
+which decide sizes on the device (how many nodes each graph of a batch has), and integers and
+flags the device computes from known ones (an ``arange`` over a batch's nodes, a mask set at
+each node's place). A small storage written in parts with known values is known once every
+element is written.
 A large storage is known only where it holds one value everywhere, or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
 and casts make of it). Of a large integer storage copied from the host, only its extremes are
@@ -69,6 +72,7 @@ from torch.utils._pytree import tree_flatten
 from memforensics.plan import assumed, periodic, unread
 from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
+from memforensics.plan.routing import Routing
 from memforensics.plan.targets import Targets
 
 LIMIT = 1 << 16
@@ -225,6 +229,7 @@ class Known:
         self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
         self._sized: set[int] = set()  # made-up values from partitions alone: they size
         self._periodic: dict[int, tuple[periodic.Repeat, int]] = {}  # large: (repeat, nbytes)
+        self._pieces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # small: (done, values)
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
@@ -233,6 +238,9 @@ class Known:
         """At most how many elements of unknown values are non-zero, where that is bounded."""
         self.extremes = Extremes()
         """Extremes of large integer storages copied from the host."""
+        self.routing = Routing()
+        """Indices into a dimension of known size, and the shares tests against one class of
+        them select."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
@@ -303,6 +311,7 @@ class Known:
             return
         made = [t for t in _tensors(out) if t.is_meta]
         outs = self._changed(func, args, made)
+        self.routing.after(func, args, kwargs, out, outs[len(made) :], self.value)
         if not outs:
             return
         bounded = self.bounds.bound(func, args, out)
@@ -317,6 +326,7 @@ class Known:
         elif func in _UNKNOWN_FILL or not (
             self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
+            or self._pieced(func, args, kwargs, outs)
         ):
             self._forget(outs)
         if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
@@ -326,8 +336,12 @@ class Known:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
     ) -> None:
         """Account for an operator that set a large stand-in: kept where it repeats a pattern,
-        else forgotten; a copy of host integers keeps its extremes."""
-        if self._repeated(func, args, kwargs, out, outs):
+        or where it holds integers computed from known ones (:meth:`_indices`), else forgotten;
+        a copy of host integers keeps its extremes."""
+        computed = self._repeated(func, args, kwargs, out, outs) or (
+            self._indices(func, args, kwargs, outs) and self._decided(func, args, kwargs, out)
+        )
+        if computed:
             pass
         elif self._values or self._filled or self._periodic or self.bounds or self.extremes:
             self._forget(outs)
@@ -347,6 +361,105 @@ class Known:
             return False
         dtype = outs[0].dtype
         return integral(dtype) and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
+
+    def _indices(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outs: list[torch.Tensor]
+    ) -> bool:
+        """Whether ``func`` makes integers or flags of at most :data:`HOST_LIMIT` bytes a
+        storage from integers and flags whose values are all known, kept whole or as one value,
+        no more of them than its largest input holds (an ``arange`` over a batch's nodes, their
+        graphs' offsets gathered by its batch vector, a mask of zeros set at such indices): they
+        are then computed on the copies, as a batch's indices copied from the host are kept,
+        since they decide sizes. A storage kept as its one value that ``func`` writes is copied
+        out first. A random draw is not: its values are the plan's own, not the GPU's. Nor is a
+        result larger than its inputs (a causal mask, ``arange(n)[:, None] >= arange(n)``, in
+        every layer of a language model): it is what they describe, broadcast, not indices."""
+        if not all(integral(t.dtype) for t in outs) or func in _UNKNOWN_FILL:
+            return False
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            return False
+        if not all(t.untyped_storage().nbytes() <= HOST_LIMIT for t in outs):
+            return False
+        inputs = _inputs(args, kwargs)
+        if inputs and max(t.numel() for t in outs) > max(t.numel() for t in inputs):
+            return False
+        for tensor in inputs:
+            storage = tensor.untyped_storage()
+            kept = self._values.get(storage._cdata)
+            if kept is not None and kept.nbytes() == storage.nbytes():
+                continue
+            filled = self._filled.get(storage._cdata)
+            if filled is None or filled[1] != storage.nbytes() or not integral(tensor.dtype):
+                return False
+        for tensor in outs:
+            filled = self._filled.get(tensor.untyped_storage()._cdata)
+            if filled is not None:
+                self._copied_out(tensor, filled[0])
+        return True
+
+    def _pieced(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outs: list[torch.Tensor]
+    ) -> bool:
+        """Whether ``func`` wrote known values, computed from its other inputs, into part of a
+        small storage of unknown values without reading it (``zero_``, ``fill_``, ``copy_`` of
+        a view, an ``out=`` view): those values are kept beside the parts written so far, and
+        once every element is written, the storage is known. PyTorch Geometric's ``cumsum``
+        so makes its offsets (``out = x.new_empty(n + 1)``, ``out[:1].zero_()``, then
+        ``torch.cumsum(x, 0, out=out[1:])``)."""
+        written = kwargs.get("out") if func not in unread.UNREAD else args[0] if args else None
+        if not isinstance(written, torch.Tensor) or not written.is_meta:
+            return False
+        storage = written.untyped_storage()
+        key = storage._cdata
+        if any(t.untyped_storage()._cdata != key for t in outs):
+            return False
+        if storage.nbytes() > LIMIT or key in self._values or written.is_complex():
+            return False
+        others = [t for t in _inputs(args, kwargs) if t is not written]
+        if any(self.value(t) is None or self.made_up(t) for t in others):
+            return False
+        buffer = torch.zeros(written.shape, dtype=written.dtype, device=_CPU)
+        cpu = [self.value(a) if isinstance(a, torch.Tensor) and a.is_meta else _option(a)
+               for a in args]  # fmt: skip
+        options = {k: _option(v) for k, v in kwargs.items()}
+        if "out" in options:
+            options["out"] = buffer
+        else:
+            cpu[0] = buffer
+        try:
+            with torch.inference_mode(False):
+                func(*cpu, **options)
+        except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
+            return False
+        piece = self._pieces.pop(key, None)
+        self._forget(outs)
+        count = storage.nbytes() // written.element_size()
+        if piece is None or piece[1].dtype != written.dtype:
+            if piece is None:
+                weakref.finalize(storage, self._pieces.pop, key, None)
+            piece = (torch.zeros(count, dtype=torch.bool, device=_CPU),
+                     torch.zeros(count, dtype=written.dtype, device=_CPU))  # fmt: skip
+        done, values = piece
+        geometry = (written.size(), written.stride(), written.storage_offset())
+        values.as_strided(*geometry).copy_(buffer)
+        done.as_strided(*geometry).fill_(True)
+        if not bool(done.all()):
+            self._pieces[key] = piece
+            return True
+        self._keep(written, values.as_strided(*geometry))
+        self._view(self._values[key], values).copy_(values)
+        return True
+
+    def _copied_out(self, tensor: torch.Tensor, one: Any) -> None:
+        """``tensor``'s storage, kept as its one value ``one``, is kept as a copy from now on."""
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        del self._filled[key]
+        count = storage.nbytes() // tensor.element_size()
+        copy = torch.full((count,), one, dtype=tensor.dtype, device=_CPU).untyped_storage()
+        if key not in self._values:
+            weakref.finalize(storage, self._drop, key)
+        self._values[key] = copy
 
     def _repeated(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
@@ -874,6 +987,8 @@ class Known:
             self._values.pop(key, None)
             self._filled.pop(key, None)
             self._periodic.pop(key, None)
+            if self._pieces:
+                self._pieces.pop(key, None)
 
     @staticmethod
     def _view(kept: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:

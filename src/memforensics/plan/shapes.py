@@ -28,6 +28,10 @@ NONZERO = (
     "(a sampler's picks), or of values gathered at such picks those whose tests let them "
     "through, never more than it holds"
 )
+SHARE = (
+    "a test of a router's unknown choices against one expert selects its share of a balanced "
+    "routing (the choices spread evenly over the experts)"
+)
 BINS = "bincount of values the script's own values do not decide has minlength bins (at least one)"
 
 _META = torch.device("meta")
@@ -56,7 +60,12 @@ class Shapes:
 
     def _at_most(self, tensor: torch.Tensor) -> int:
         """How many of ``tensor``'s unknown elements can be non-zero: its bound where the
-        script's code bounds it (:mod:`~memforensics.plan.nonzero`), else all of them, said."""
+        script's code bounds it (:mod:`~memforensics.plan.nonzero`), else all of them, said;
+        of a test of indices against one class, its share (:mod:`~memforensics.plan.routing`)."""
+        share = self.known.routing.share(tensor)
+        if share is not None:
+            self.notes.once("share", SHARE)
+            return share
         bound = self.known.bounds.at_most(tensor)
         if bound is not None:
             self.notes.once("nonzero", NONZERO)
@@ -96,7 +105,7 @@ class Shapes:
             found = self.known.sized(index) if index.is_meta else index
             if found is not None:
                 count = int(torch.count_nonzero(found))
-            elif index.dim() == 1:
+            elif index.dim() == 1 or self.known.routing.share(index) is not None:
                 count = self._at_most(index)
             else:
                 self._bound()

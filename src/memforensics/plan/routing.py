@@ -1,0 +1,195 @@
+"""Indices into a dimension of known size (a router's top-k choices of ``E`` experts), and how
+many of them a test against one class selects.
+
+A mixture of experts routes each token to the experts its router scores highest: ``topk(scores,
+k, dim=-1).indices`` over the experts' dimension, of size ``E``, so every index lies in ``0 ..
+E-1`` whatever the scores hold. In a plan the scores are unknown, and so are the indices; a loop
+over the experts that takes each one's rows by a test against its class (DeepSeek's training
+path, ``y[flat == i] = expert(x[flat == i])``, or ``(topk_ids == i).nonzero()``) would, at the
+upper bound a data-dependent shape takes, run every routed row through every expert: ``E`` times
+the activations a GPU keeps.
+
+So a storage of indices made by ``topk``, ``sort`` (``argsort``), ``argmax``/``argmin`` or
+``max``/``min`` along a dimension keeps that dimension's size (its *classes*), as do its copies
+and casts, until it is written. A test of such indices for equality with one known class ``c``
+(a number, or a known one-element tensor) selects the share of them a balanced routing gives that
+class: ``m // E`` of ``m`` indices, one more for the first ``m % E`` classes, so the shares of a
+loop over every class sum to ``m``, each routed row taken once, as a GPU's do (with a router at
+random initialisation, or trained with its balancing loss, each expert takes about ``m / E``).
+A test for inequality selects the rest. A class outside ``0 .. E-1`` selects none.
+
+Only the *size* of what such a test selects is so (``nonzero``, ``masked_select``, indexing by
+it: :mod:`~memforensics.plan.shapes`); its values, read or computed with, stay what the plan
+assumes of a made-up integer (:mod:`~memforensics.plan.assumed`): equal to no value the script
+names. A generated token is an index into the vocabulary too, and an end-of-sequence test on it
+must stay never equal for decoding to run to its maximum length.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from memforensics.plan.extremes import integral
+from memforensics.plan.periodic import covers
+
+_aten = torch.ops.aten
+_ALONG = {
+    _aten.topk.default: 1,
+    _aten.sort.default: 1,
+    _aten.sort.stable: 1,
+    _aten.max.dim: 1,
+    _aten.min.dim: 1,
+    _aten.argmax.default: 0,
+    _aten.argmin.default: 0,
+}
+"""Operators that make indices along a dimension of their input, and the output that holds
+them."""
+_STABLE_DIM = frozenset((_aten.sort.stable,))
+"""Those whose dimension is a keyword-only argument."""
+_COPIES = frozenset((_aten._to_copy.default, _aten.clone.default))
+"""Copies and casts: each index from the index at the same place."""
+_TESTS = {
+    _aten.eq.Scalar: True,
+    _aten.eq.Tensor: True,
+    _aten.ne.Scalar: False,
+    _aten.ne.Tensor: False,
+}
+"""Tests of equality, and whether they select the class (else the rest)."""
+
+
+class Routing:
+    """Index storages by the size of the dimension they index, and the shares of them that
+    tests against one class select, by storage, kept as long as the storage lives and is not
+    written."""
+
+    def __init__(self) -> None:
+        self._classes: dict[int, tuple[int, int]] = {}  # storage: (classes, nbytes)
+        self._shares: dict[int, tuple[int, int]] = {}  # mask storage: (selected, nbytes)
+
+    def after(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        written: list[torch.Tensor],
+        value: Any,
+    ) -> None:
+        """Account for one operator: the storages it wrote into (``written``, and an ``out=``
+        tensor) forget what was kept of them; indices it made keep their classes, a test of them
+        its share. A storage it made is new: what was kept of one before at its place went
+        with it. ``value``: a stand-in's known values on the CPU
+        (:meth:`~memforensics.plan.known.Known.value`)."""
+        if self._classes or self._shares:
+            for tensor in (*written, *_outs(kwargs)):
+                key = tensor.untyped_storage()._cdata
+                self._classes.pop(key, None)
+                self._shares.pop(key, None)
+        along = _ALONG.get(func)
+        if along is not None:
+            self._made(func, args, kwargs, out, along)
+        elif not self._classes:
+            return
+        elif func in _COPIES:
+            self._copied(args, out)
+        elif func in _TESTS:
+            self._tested(func, args, out, value)
+
+    def _keep(self, kept: dict[int, tuple[int, int]], tensor: torch.Tensor, figure: int) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self._classes and key not in self._shares:
+            weakref.finalize(storage, self._drop, key)
+        kept[key] = (figure, storage.nbytes())
+
+    def _drop(self, key: int) -> None:
+        self._classes.pop(key, None)
+        self._shares.pop(key, None)
+
+    def _made(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, along: int
+    ) -> None:
+        """Indices made along a dimension of ``args[0]``: their storage keeps its size."""
+        made = out[along] if isinstance(out, (tuple, list)) else out
+        source = args[0] if args else None
+        if not isinstance(made, torch.Tensor) or not made.is_meta:
+            return
+        if not isinstance(source, torch.Tensor) or source.dim() == 0:
+            return
+        if func in _STABLE_DIM:
+            dim = kwargs.get("dim", -1)
+        elif func is _aten.topk.default:
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+        elif func in (_aten.argmax.default, _aten.argmin.default):
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        else:
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+        classes = source.numel() if dim is None else source.shape[dim]
+        if classes > 0:
+            self._keep(self._classes, made, classes)
+
+    def _copied(self, args: tuple[Any, ...], out: Any) -> None:
+        """A copy or cast of indices, to integers, keeps their classes."""
+        source = args[0] if args else None
+        if not isinstance(source, torch.Tensor) or not isinstance(out, torch.Tensor):
+            return
+        kept = self._classes.get(source.untyped_storage()._cdata)
+        if kept is None or kept[1] != source.untyped_storage().nbytes():
+            return
+        if out.is_meta and integral(out.dtype) and out.dtype != torch.bool:
+            self._keep(self._classes, out, kept[0])
+
+    def _tested(self, func: Any, args: tuple[Any, ...], out: Any, value: Any) -> None:
+        """A test of indices for equality with one known class: its share."""
+        if len(args) < 2 or not isinstance(out, torch.Tensor) or not out.is_meta:
+            return
+        indices, other = args[0], args[1]
+        if not isinstance(indices, torch.Tensor) or not indices.is_meta:
+            indices, other = other, indices
+        if not isinstance(indices, torch.Tensor) or out.numel() != indices.numel():
+            return
+        kept = self._classes.get(indices.untyped_storage()._cdata)
+        if kept is None or kept[1] != indices.untyped_storage().nbytes():
+            return
+        found = other
+        if isinstance(other, torch.Tensor):
+            found = value(other) if other.is_meta else other
+            if found is None or found.numel() != 1 or not integral(found.dtype):
+                return
+            found = found.item()
+        if isinstance(found, bool) or not isinstance(found, int):
+            return
+        self._keep(self._shares, out, share(out.numel(), kept[0], found, _TESTS[func]))
+
+    def share(self, mask: torch.Tensor) -> int | None:
+        """How many of ``mask``'s elements a test against one class selects, where ``mask`` is
+        such a test's result (all of its storage); else None."""
+        if not self._shares or not mask.is_meta:
+            return None
+        kept = self._shares.get(mask.untyped_storage()._cdata)
+        if kept is None or kept[1] != mask.untyped_storage().nbytes() or not covers(mask):
+            return None
+        return kept[0]
+
+
+def _outs(kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an operator writes through its ``out=`` argument."""
+    given = kwargs.get("out")
+    if isinstance(given, torch.Tensor):
+        return [given]
+    return (
+        [t for t in given if isinstance(t, torch.Tensor)]
+        if isinstance(given, (list, tuple))
+        else []
+    )
+
+
+def share(count: int, classes: int, chosen: int, equal: bool = True) -> int:
+    """Of ``count`` indices routed evenly over ``classes`` classes, how many are ``chosen``
+    (``equal``) or are not: ``count // classes``, one more for the first ``count % classes``
+    classes, none outside them."""
+    taken = count // classes + (chosen < count % classes) if 0 <= chosen < classes else 0
+    return taken if equal else count - taken

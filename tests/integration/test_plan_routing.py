@@ -1,0 +1,92 @@
+"""A mixture of experts' loop that takes each expert's rows by a test of the router's unknown
+choices against that expert, through the real ``memforensics plan``: the tests select a balanced
+routing's shares, every routed row once between the experts, while an end-of-sequence test on a
+generated token stays never equal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+TOKENS, DIM, HIDDEN, EXPERTS, TOP = 4096, 16, 64, 8, 2
+
+CLASS_LOOP = f"""
+import json, sys
+import torch
+import torch.nn.functional as F
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.nn.Parameter(torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda"))
+down = torch.nn.Parameter(torch.randn({EXPERTS}, {DIM}, {HIDDEN}, device="cuda"))
+x = torch.randn({TOKENS}, {DIM}, device="cuda", requires_grad=True)
+
+
+def expert(e, rows):
+    return F.linear(F.silu(F.linear(rows, up[e])), down[e])
+
+
+def routed(every):  # DeepSeek's training path: each row once per choice, then each expert's
+    weight, chosen = torch.topk(gate(x).softmax(-1), k={TOP}, dim=-1, sorted=False)
+    flat = chosen.view(-1)
+    rows = x.repeat_interleave({TOP}, dim=0)
+    y = torch.empty_like(rows)
+    taken = []
+    for i in range(1 if every else {EXPERTS}):
+        if every:  # the same operators on every routed row at once, as one expert
+            mask = torch.ones(flat.shape, dtype=torch.bool, device="cuda")
+        else:
+            mask = flat == i
+        if sys.argv[1] == "nonzero":
+            index = mask.nonzero().squeeze(-1)
+            y[index] = expert(i, rows[index])
+            taken.append(index.shape[0])
+        else:
+            y[mask] = expert(i, rows[mask])
+            taken.append(rows[mask].shape[0])
+    return (y.view(*weight.shape, -1) * weight.unsqueeze(-1)).sum(dim=1), taken
+
+
+def kept(every):
+    start = torch.cuda.memory_allocated()
+    out, taken = routed(every)
+    held = torch.cuda.memory_allocated() - start
+    out.sum().backward()
+    return taken, held
+
+
+torch.ones(1, 1, device="cuda") @ torch.ones(1, 1, device="cuda")  # cuBLAS's workspace
+taken, held = kept(False)
+drawn = torch.randint(0, {EXPERTS}, ({TOKENS},), device="cuda")
+sizes = [(drawn == e).nonzero().shape[0] for e in range({EXPERTS})]
+tokens = torch.argmax(torch.randn(4, 50, device="cuda"), dim=-1)
+print(json.dumps({{"taken": taken, "held": held, "every": kept(True)[1], "sizes": sizes,
+                  "eos": bool((tokens == 2).any()), "pad": (tokens != 0).sum().item()}}))
+"""
+
+
+@pytest.mark.parametrize("take", ["mask", "nonzero"])
+def test_an_expert_loop_testing_each_class_takes_each_routed_row_once(
+    tmp_path: Path, take: str
+) -> None:
+    """A loop over the experts taking each one's rows by ``flat == i`` (indexing by the mask, or
+    its ``nonzero``) of a router's top-k choices takes a balanced share at each, every routed row
+    once, and keeps for backward what the same operators on all the routed rows at once keep;
+    known indices are counted as they are, and an end-of-sequence test of an argmax stays
+    never equal."""
+    script(tmp_path, CLASS_LOOP)
+    done = plan(tmp_path, "train.py", take)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    routed = TOKENS * TOP
+    assert facts["taken"] == [routed // EXPERTS] * EXPERTS
+    assert facts["every"] >= routed * (DIM + 2 * HIDDEN) * 4  # the rows' activations
+    assert abs(facts["held"] - facts["every"]) <= facts["every"] // 10
+    assert sum(facts["sizes"]) == TOKENS  # drawn again on the CPU: the drawn values' counts
+    assert facts["eos"] is False
+    assert facts["pad"] == 4
