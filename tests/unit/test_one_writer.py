@@ -16,6 +16,8 @@ ALLOWED = {
     "capture/journal.py": "the journal appends whole lines with O_APPEND, one write() each",
     "doctor/checks.py": "probes writability with an unnamed temporary file that never appears",
     "cli/_cache.py": "its own folder only, never a run's: temp file + os.replace",
+    "plan/nvidia_smi.py": "the planned nvidia-smi, in a temporary folder of its own that only "
+    "the planned run reads and that goes with the run",
 }
 """Files that may write by other means, and why."""
 EXEMPT_FOLDERS = ("testing/",)
