@@ -481,6 +481,7 @@ def test_expandable_segments_are_not_said_to_be_zero_segments(tmp_path: Path) ->
         (("--jobs", "x"), "argument --jobs: invalid int value"),
         (("--alloc-conf", "foo:1"), "Unrecognized key 'foo'"),
         (("--bogus",), "unrecognized arguments: --bogus"),
+        (("--steps", "0"), "--steps must be at least 1, got 0"),
     ],
 )
 def test_bad_options_get_one_line(tmp_path: Path, options: tuple[str, ...], says: str) -> None:

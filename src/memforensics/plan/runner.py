@@ -72,6 +72,12 @@ class PlanResult:
     interrupted: str | None = None
     """Where the script was (``file:line``) when it was interrupted (Ctrl-C): the figures are
     the run's up to there; None when it ran to its end."""
+    steps: int | None = None
+    """``--steps``: the optimizer steps the run was limited to; None without a limit."""
+    ended_at_step: str | None = None
+    """Where the script was (``file:line``) when an optimizer came to its step ``steps`` + 1,
+    which ended the run: the figures are those of the steps before; None when the limit did
+    not end it."""
     failed: str | None = None
     """Where and how the script failed for a reason other than a predicted OOM
     (``file:line: Error: message``, its traceback shown): the figures are the run's up to
@@ -170,13 +176,18 @@ def run_planned(
     after: Callable[[], None] | None = None,
     defer: bool = True,
     stop_after: int | None = None,
+    steps: int | None = None,
 ) -> tuple[PlanResult, PlannedDevice]:
     """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
     CLI installs and closes capture there). Exceptions other than a predicted OOM propagate.
     ``defer``: large CPU tensors made while a module is built hold no host memory until read
     (off, they are made and initialised as python would). ``stop_after``: the run ends, as if
-    the script had, once the device has served that many allocations."""
+    the script had, once the device has served that many allocations. ``steps``: it ends
+    when an optimizer comes to its step ``steps`` + 1 (:mod:`~memforensics.plan.step_limit`;
+    :class:`~memforensics.plan.step_limit.StepsTaken` reaches ``run``)."""
     import torch
+
+    from memforensics.plan.step_limit import limited
 
     snapshots: list[str] = []
 
@@ -188,7 +199,7 @@ def run_planned(
     shown = warnings.showwarning
     with warnings.catch_warnings():
         warnings.showwarning = _shown_at_script(shown)
-        with planned_device(spec, written, defer=defer) as device:
+        with planned_device(spec, written, defer=defer) as device, limited(steps) as limit:
             device.stop_after = stop_after
             if before is not None:
                 before()
@@ -201,6 +212,12 @@ def run_planned(
             finally:
                 if after is not None:
                     after()
+    said = list(device.said)
+    if limit is not None and limit.taken == 0:
+        said.append(
+            f"--steps {steps} counts the steps of torch.optim optimizers, and the script took "
+            "none: the limit ended nothing"
+        )
     world = World.from_env()
     result = PlanResult(
         device_name=spec.name,
@@ -215,7 +232,8 @@ def run_planned(
         fits=oom is None,
         oom_message=oom,
         script_snapshots=tuple(snapshots),
-        warnings=tuple(device.said),
+        warnings=tuple(said),
+        steps=steps,
         rank=world.rank,
         world_size=world.world_size,
         nccl_bytes=device.outside_bytes,

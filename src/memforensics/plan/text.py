@@ -133,11 +133,17 @@ def plan_text(result: PlanResult) -> str:
 
 
 def _ended(result: PlanResult) -> list[str]:
-    """How the script ended where not by running to its end: interrupted, failed, or its own
-    exit status."""
+    """How the script ended where not by running to its end: interrupted, ended by ``--steps``,
+    failed, or its own exit status."""
     if result.interrupted is not None:
         return [
             f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
+        ]
+    if result.ended_at_step is not None:
+        taken = result.steps or 0
+        return [
+            f"Ended at {result.ended_at_step}, where an optimizer came to its step {taken + 1} "
+            f"(--steps {taken}): the figures are those of its first {taken} steps."
         ]
     if result.failed is not None:
         return [f"Failed at {result.failed}: the figures are the run's up to there."]

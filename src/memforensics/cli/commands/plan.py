@@ -139,6 +139,14 @@ class PlanCommand:
             help="when a predicted OOM is fragmentation, do not plan the script again with "
             "expandable_segments:True to tell whether that setting avoids it",
         )
+        parser.add_argument(
+            "--steps",
+            type=int,
+            default=None,
+            metavar="N",
+            help="end the script when an optimizer comes to its step N+1: the figures are those "
+            "of the first N steps of a training loop (default: run the script to its end)",
+        )
         parser.add_argument("--check-into", default=None, help=argparse.SUPPRESS)
         parser.add_argument("--check-until", type=int, default=None, help=argparse.SUPPRESS)
         add_cache_flags(parser)
@@ -160,6 +168,8 @@ class PlanCommand:
             )
         except (SettingsError, ValueError) as exc:
             raise CommandError(str(exc)) from None
+        if args.steps is not None and args.steps < 1:
+            raise CommandError(f"--steps must be at least 1, got {args.steps}")
         try:
             check_target(target)
         except TargetError as exc:
@@ -177,7 +187,7 @@ class PlanCommand:
         with _torchrun_env(world):
             status = _plan(
                 target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
-                check=check, into=into, until=args.check_until,
+                check=check, into=into, until=args.check_until, steps=args.steps,
             )  # fmt: skip
         warn_cache(cache, self.name)
         return status
@@ -207,10 +217,11 @@ def _torchrun_env(world: Any) -> contextlib.AbstractContextManager[None]:
 
 
 def _device_flags(args: argparse.Namespace, conf: str | None) -> list[str]:
-    """The planned device's options, as a child plan takes them."""
+    """The planned device's options and the run's step limit, as a child plan takes them."""
+    steps = [] if args.steps is None else ["--steps", str(args.steps)]
     return [
         "--device-memory", args.device_memory, "--device-capability", args.device_capability,
-        "--context-memory", args.context_memory, "--alloc-conf", conf or "",
+        "--context-memory", args.context_memory, "--alloc-conf", conf or "", *steps,
     ]  # fmt: skip
 
 
@@ -309,33 +320,19 @@ def _plan(
     check: Callable[[int], bool | None] | None = None,
     into: Path | None = None,
     until: int | None = None,
+    steps: int | None = None,
 ) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
     dump's story explained as ``summary`` explains it, and kept in ``cache``). ``check``: plans
     it again with expandable segments (whether that run runs out) for a fragmented OOM.
     ``into``: this run is another plan's check: the script's own snapshots go into that
-    folder, and capture records nothing; ``until``: it ends after that many allocations."""
+    folder, and capture records nothing; ``until``: it ends after that many allocations;
+    ``steps``: it ends when an optimizer comes to its step ``steps`` + 1 (``--steps``)."""
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
-    from memforensics.plan.runner import predicted_oom
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
-    exited: list[int] = []
-    stopped: list[str] = []
-    failed: list[Exception] = []
-
-    def run() -> None:
-        try:
-            run_target(target)
-        except SystemExit as exc:  # the script's own exit: its status, as python gives it
-            exited.append(_exit_status(exc))
-        except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
-            stopped.append(_stopped_at(exc))
-            exited.append(_INTERRUPTED)
-        except Exception as exc:  # failed: its traceback, the figures so far, exit 2
-            if predicted_oom(exc):
-                raise
-            failed.append(exc)
+    ending = _Ending(target)
 
     def before() -> None:
         if into is None:
@@ -354,8 +351,9 @@ def _plan(
             contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
         ):
             result, device = run_planned(
-                spec, run, _writer(spec, into), before=before, after=after, stop_after=until
-            )
+                spec, ending.run, _writer(spec, into), before=before, after=after,
+                stop_after=until, steps=steps,
+            )  # fmt: skip
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
@@ -364,19 +362,56 @@ def _plan(
             raise
         _said_failed(exc)
         return 2
-    if failed:
-        result = replace(result, failed=_said_failed(failed[0]))
-    if exited and exited[0]:
-        result = replace(result, exit_status=exited[0])
-    if stopped:
-        result = replace(result, interrupted=stopped[0])
+    result = ending.told(result)
     if into is not None:
         written = tuple(str(into / Path(path).name) for path in result.script_snapshots)
         result = replace(result, script_snapshots=written)
     status = _answer(
         result, device, spec, folders, started, as_json=as_json, cache=cache, check=check
     )
-    return 2 if failed else status
+    return 2 if ending.failed is not None else status
+
+
+class _Ending:
+    """How the script's run ended where not at its end, as the plan answers it: its own exit
+    status, Ctrl-C, ``--steps``, or a failure other than a predicted OOM (which
+    :func:`~memforensics.plan.run_planned` answers itself)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.exit_status = 0
+        self.interrupted: str | None = None
+        self.ended_at_step: str | None = None
+        self.failed: Exception | None = None
+
+    def run(self) -> None:
+        """Run the script, keeping how it ended."""
+        from memforensics.plan.runner import predicted_oom
+        from memforensics.plan.step_limit import StepsTaken
+
+        try:
+            run_target(self.target)
+        except SystemExit as exc:  # the script's own exit: its status, as python gives it
+            self.exit_status = _exit_status(exc)
+        except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
+            self.interrupted, self.exit_status = _stopped_at(exc), _INTERRUPTED
+        except StepsTaken as exc:  # --steps reached: the figures of those steps, as an end
+            self.ended_at_step = _stopped_at(exc)
+        except Exception as exc:  # failed: its traceback, the figures so far, exit 2
+            if predicted_oom(exc):
+                raise
+            self.failed = exc
+
+    def told(self, result: Any) -> Any:
+        """``result`` with how the run ended (a failure's traceback shown now)."""
+        failed = None if self.failed is None else _said_failed(self.failed)
+        return replace(
+            result,
+            exit_status=self.exit_status or None,
+            interrupted=self.interrupted,
+            ended_at_step=self.ended_at_step,
+            failed=failed,
+        )
 
 
 def _said_failed(exc: BaseException) -> str:
