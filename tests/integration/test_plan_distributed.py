@@ -619,3 +619,37 @@ def test_a_group_holds_nccl_buffers_from_its_first_collective_unless_bound_to_th
     assert done.returncode == 0, done.stderr
     expected = NCCL_DEFAULT // 2 if bound == "lazy" else NCCL_DEFAULT + 2 * (NCCL_DEFAULT // 2)
     assert json.loads(done.stdout)["nccl_bytes"] == expected
+
+
+COALESCED = """
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+world = dist.get_world_size()
+grads = [torch.empty(1 << 20, device="cuda") for _ in range(3)]
+shards = [torch.empty(1 << 18, device="cuda") for _ in range(2)]
+full = [torch.empty(world << 18, device="cuda") for _ in range(2)]
+before = torch.cuda.memory_allocated()
+with dist._coalescing_manager(async_ops=True) as cm:  # Megatron-core's gradient buckets
+    for grad in grads:
+        dist.all_reduce(grad, async_op=True)
+cm.wait()
+with dist._coalescing_manager(async_ops=True) as cm:  # its distributed optimizer's gather
+    for out, shard in zip(full, shards):
+        dist.all_gather_into_tensor(out, shard, async_op=True)
+cm.wait()
+with dist._coalescing_manager():
+    for out, shard in zip(full, shards):
+        dist.reduce_scatter_tensor(shard, out)
+json.dump({"before": before, "after": torch.cuda.memory_allocated()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_coalesced_collectives_run_in_place_on_the_callers_tensors(tmp_path: Path) -> None:
+    """All-reduces, all-gathers and reduce-scatters batched by ``_coalescing_manager`` run on a
+    planned rank, written into the tensors the script gave, allocating nothing."""
+    script(tmp_path, COALESCED)
+    done = plan(tmp_path, "--nproc-per-node", "2", "train.py", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stderr
+    found = json.loads((tmp_path / "out.json").read_text())
+    held = (3 << 22) + 2 * (1 << 20) + 2 * (2 << 20)  # float32 grads, shards, gathered
+    assert found == {"before": held, "after": held}

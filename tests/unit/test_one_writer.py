@@ -18,6 +18,8 @@ ALLOWED = {
     "cli/_cache.py": "its own folder only, never a run's: temp file + os.replace",
     "plan/nvidia_smi.py": "the planned nvidia-smi, in a temporary folder of its own that only "
     "the planned run reads and that goes with the run",
+    "plan/toolkit.py": "the planned node's nvcc, in a temporary folder of its own that only the "
+    "planned run reads and that goes with the run",
 }
 """Files that may write by other means, and why."""
 EXEMPT_FOLDERS = ("testing/",)

@@ -308,6 +308,28 @@ def returned_input(tensor: Any, *args: Any, **kwargs: Any) -> Any:
     return torch.ops.aten.alias(tensor)
 
 
+COALESCED = (
+    "c10d::allreduce_coalesced_",
+    "c10d::allgather_coalesced_",
+    "c10d::allgather_into_tensor_coalesced_",
+    "c10d::reduce_scatter_tensor_coalesced_",
+)
+"""The process group's coalesced collectives, which ``_coalescing_manager`` runs for a batch of
+all-reduces, all-gathers or reduce-scatters (Megatron-core's gradient buckets, its distributed
+optimizer's parameter gather): torch registers no ``meta`` kernel for them, as it does for the
+others (``torch.distributed._meta_registrations``)."""
+
+
+def coalesced_work(*args: Any, **kwargs: Any) -> Any:
+    """One of :data:`COALESCED` on stand-ins: done, as the fake group does every collective,
+    into the outputs the caller gave (NCCL writes them in place and allocates nothing through
+    the caching allocator); a completed work handle, as the other collectives' ``meta``
+    kernels answer."""
+    from torch._C._distributed_c10d import FakeWork
+
+    return FakeWork().boxed()
+
+
 RECEIVED_OBJECT = (
     "rank {rank} receives a Python object from {source} ({name}): on a GPU its value is that "
     "rank's, whose process a plan of one rank does not run"

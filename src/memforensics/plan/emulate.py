@@ -160,6 +160,14 @@ def _in_made_order(func: Any, out: Any) -> Any:
     return [*(out[i] for i in first), *rest]
 
 
+def _on_standins(first: Any) -> bool:
+    """Whether an operator's first argument is a stand-in, or a list (of lists) of tensors
+    whose first is one (a coalesced collective's)."""
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    return isinstance(first, torch.Tensor) and first.is_meta
+
+
 def _any_wrapper(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     """Whether an operator's tensor inputs include a subclass that wraps others (a jagged nested
     tensor, a ``DTensor``). Such a subclass's own dispatch takes the operator on a GPU (a nested
@@ -635,6 +643,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
             **dict.fromkeys(distributed.RETURN_THEIR_INPUT, distributed.returned_input),
+            **dict.fromkeys(distributed.COALESCED, distributed.coalesced_work),
         }
         """Answers for libraries' operators, which exist only once the script imports the
         library: found by the operator's qualified name the first time it is seen."""
@@ -740,7 +749,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if self.communicators is not None:
             self.communicators.ran(func, args, kwargs)
         answer = self._answer(func)
-        if answer is not None and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+        if answer is not None and _on_standins(args[0]):
             return answer(*args, **kwargs)
         return self._call(func, args, kwargs)
 

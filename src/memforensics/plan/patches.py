@@ -140,12 +140,14 @@ def kept_state() -> Iterator[None]:
 class LibraryReplacement:
     """``module.name`` of a library the script may import, answered by ``stand_in(original)``
     from the moment the script imports ``module`` to the end of the run, because ``why``.
-    ``name`` is a function (``set_module_tensor_to_device``) or a class's method
-    (``EarlyStopping._evaluate_stopping_criteria``)."""
+    ``name`` is a function (``set_module_tensor_to_device``), a class's method
+    (``EarlyStopping._evaluate_stopping_criteria``), or a value the module holds
+    (``cpp_extension.CUDA_HOME``), set on the module alone: a value such as None is bound in
+    many modules that never meant the library's."""
 
     module: str
     name: str
-    stand_in: Callable[[Callable[..., Any]], Callable[..., Any]]
+    stand_in: Callable[[Any], Any]
     why: str
 
     @property
@@ -198,7 +200,7 @@ class _Imports(importlib.abc.MetaPathFinder):
         self._finding = threading.local()
 
     def apply(self, module: types.ModuleType) -> None:
-        """Each row for ``module`` applied, where the module has the function."""
+        """Each row for ``module`` applied, where the module has the function or value."""
         for row in self._rows.get(module.__name__, ()):
             owner_name, _, name = row.name.rpartition(".")
             owner = getattr(module, owner_name, None) if owner_name else module
@@ -212,6 +214,9 @@ class _Imports(importlib.abc.MetaPathFinder):
                 replacement = row.stand_in(original)
                 _rebound(original, replacement)
                 self._undo.append(partial(_rebound, replacement, original))
+            elif owner is module and name in vars(module):
+                setattr(module, name, row.stand_in(original))
+                self._undo.append(partial(setattr, module, name, original))
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         """The spec the other finders give a row's module, its loader applying the rows once

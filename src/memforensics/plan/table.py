@@ -45,6 +45,7 @@ from memforensics.plan import (
     scratch,
     scripted,
     standins,
+    toolkit,
     values,
     workers,
 )
@@ -1111,12 +1112,17 @@ def emulated(
     answers = Answers(device, written, notes, storage.malloc)
     files = SavedFiles()
     rows = table(device, answers, functions, storage, notes, autocast.clear, files)
-    imported = libraries.rows(storage.ghosts.holds, functions.reads.made_up_on_host, notes, files)
+    cuda_toolkit = toolkit.Toolkit(lambda: build.facts().cuda)
+    imported = [
+        *libraries.rows(storage.ghosts.holds, functions.reads.made_up_on_host, notes, files),
+        cuda_toolkit.row(),
+    ]
     try:
         with (
             kept_state(),
             compiled.dynamo_as_found(),
             replaced(rows),
+            cuda_toolkit.installed(),
             replaced_where_imported(imported),
             native_library.quiet_failed_load(notes),
             fused_norms.fused_on_meta(),
