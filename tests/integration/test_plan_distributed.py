@@ -653,3 +653,25 @@ def test_coalesced_collectives_run_in_place_on_the_callers_tensors(tmp_path: Pat
     found = json.loads((tmp_path / "out.json").read_text())
     held = (3 << 22) + 2 * (1 << 20) + 2 * (2 << 20)  # float32 grads, shards, gathered
     assert found == {"before": held, "after": held}
+
+
+GATHERED_OBJECTS = """
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+gathered = [None] * dist.get_world_size()
+dist.all_gather_object(gathered, {"rank": dist.get_rank()})
+dist.all_gather_object(gathered, {"rank": dist.get_rank()})
+json.dump(gathered, open(sys.argv[1], "w"))
+"""
+
+
+def test_gathered_objects_are_this_ranks_in_every_place_and_said_once(tmp_path: Path) -> None:
+    """``all_gather_object`` on a planned rank of two gives that rank's object in both places,
+    and the plan says once that the other ranks' objects are not the real ones."""
+    script(tmp_path, GATHERED_OBJECTS)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "2", "--rank", "1", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == [{"rank": 1}, {"rank": 1}]
+    said = [line for line in json.loads(done.stdout)["warnings"] if "all_gather_object" in line]
+    assert len(said) == 1
+    assert "this rank's Python object in every rank's place" in said[0]

@@ -18,11 +18,14 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memforensics._units import format_bytes
 from memforensics.plan.device import OutOfScope
 from memforensics.plan.patches import LibraryReplacement
+
+if TYPE_CHECKING:
+    from memforensics.plan.values import Notes
 
 NCCL_BUFFSIZE = 4 << 20
 """NCCL's documented default ``NCCL_BUFFSIZE``: 4,194,304 B per connection's buffer."""
@@ -373,6 +376,33 @@ def received_objects(original: Callable[..., Any], name: str) -> Callable[..., A
         if peer:
             raise OutOfScope(said + FROM_A_PEER)
         raise OutOfScope(said + FROM_ONE_SOURCE.format(source=source))
+
+    return collective
+
+
+OBJECTS_GATHERED = ("all_gather_object", "gather_object")
+"""Object collectives that give a rank every rank's object, the others' being this rank's own
+on the fake group."""
+GATHERED_OWN = (
+    "all_gather_object and gather_object give this rank's Python object in every rank's place: "
+    "the plan runs one rank, so code that compares the ranks' objects (a sharded checkpoint's "
+    "validation) sees this rank's each time"
+)
+
+
+def gathered_objects(original: Callable[..., Any], notes: Notes) -> Callable[..., Any]:
+    """One of :data:`OBJECTS_GATHERED`, as the fake group runs it, with :data:`GATHERED_OWN`
+    said once where a group of two ranks or more gathers."""
+
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        from torch.distributed import distributed_c10d as c10d
+
+        out = original(*args, **kwargs)
+        group = inspect.signature(original).bind_partial(*args, **kwargs).arguments.get("group")
+        group = group or c10d._get_default_group()
+        if not c10d._rank_not_in_group(group) and c10d.get_world_size(group) > 1:
+            notes.once("gathered objects", GATHERED_OWN)
+        return out
 
     return collective
 

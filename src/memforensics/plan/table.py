@@ -947,6 +947,16 @@ def _distributed_rows(
             for name in distributed.OBJECTS_RECEIVED
             for module in (dist, c10d)
         ),
+        *(
+            R(
+                module,
+                name,
+                distributed.gathered_objects(getattr(c10d, name), notes),
+                "every rank's object is this rank's on the fake group: said once",
+            )
+            for name in distributed.OBJECTS_GATHERED
+            for module in (dist, c10d)
+        ),
         R(
             c10d.ProcessGroup,
             "_get_backend",
