@@ -482,6 +482,9 @@ def test_expandable_segments_are_not_said_to_be_zero_segments(tmp_path: Path) ->
         (("--alloc-conf", "foo:1"), "Unrecognized key 'foo'"),
         (("--bogus",), "unrecognized arguments: --bogus"),
         (("--steps", "0"), "--steps must be at least 1, got 0"),
+        (("torchrun", "--nproc-per-node", "gpu"), "torchrun: --nproc-per-node gpu counts the"),
+        (("torchrun", "--nnodes", "1:4"), "torchrun: --nnodes 1:4 is elastic; give the number"),
+        (("torchrun", "--bogus"), "torchrun: unrecognized arguments: --bogus"),
     ],
 )
 def test_bad_options_get_one_line(tmp_path: Path, options: tuple[str, ...], says: str) -> None:

@@ -675,3 +675,25 @@ def test_gathered_objects_are_this_ranks_in_every_place_and_said_once(tmp_path: 
     said = [line for line in json.loads(done.stdout)["warnings"] if "all_gather_object" in line]
     assert len(said) == 1
     assert "this rank's Python object in every rank's place" in said[0]
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        ("torchrun", "--standalone", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1"),
+        ("-m", "torch.distributed.run", "--nproc-per-node=2", "--nnodes=2", "--node-rank=1"),
+    ],
+)
+def test_a_torchrun_command_line_plans_the_rank_it_starts(
+    tmp_path: Path, launcher: tuple[str, ...]
+) -> None:
+    """``plan torchrun ... train.py ARGS`` (or ``-m torch.distributed.run``) plans the script
+    as the first rank of the launcher's node, with the script's own arguments, as
+    ``plan --nproc-per-node 2 --nnodes 2 --rank 2`` does."""
+    script(tmp_path, DDP)
+    done = plan(tmp_path, "--json", *launcher, "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {"rank": 2, "world": 4}
+    flags = ("--json", "--nproc-per-node", "2", "--nnodes", "2", "--rank", "2")
+    alone = json.loads(plan(tmp_path, *flags, "train.py", "out.json").stdout)
+    assert json.loads(done.stdout)["peak_allocated_bytes"] == alone["peak_allocated_bytes"]

@@ -156,7 +156,7 @@ class PlanCommand:
         from memforensics.allocator import SettingsError, parse_conf
         from memforensics.plan import device_spec
 
-        target = target_from_args(args, parser)
+        target = _launched(target_from_args(args, parser), args)
         conf = args.alloc_conf if args.alloc_conf is not None else os.environ.get(_CONF_ENV)
         try:
             settings = parse_conf(conf)
@@ -191,6 +191,21 @@ class PlanCommand:
             )  # fmt: skip
         warn_cache(cache, self.name)
         return status
+
+
+def _launched(target: Target, args: argparse.Namespace) -> Target:
+    """The training script a launcher's command line (``torchrun ... train.py``) starts, its
+    world set in ``args`` (:mod:`~memforensics.plan.launchers`); any other target as given."""
+    from memforensics.plan import launchers
+
+    if not launchers.is_launcher(target.kind, target.name):
+        return target
+    try:
+        found = launchers.launched(target.args)
+        launchers.applied(found, args)
+    except launchers.LauncherError as exc:
+        raise CommandError(str(exc)) from None
+    return Target("module" if found.kind == "module" else "script", found.name, found.args)
 
 
 def _world(args: argparse.Namespace) -> Any:
