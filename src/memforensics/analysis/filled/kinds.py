@@ -356,6 +356,10 @@ def classify(lt: Lifetimes) -> None:
             end = view.length
         phase = found.phase
         found.kind, found.confidence = _by_lifetime(found, end, view, role[0])
+        if role[0] == roles.MODEL_CACHE and not _one_pass(found, end, view):
+            found.kind, found.confidence = _BY_FRAMES[roles.KV_CACHE]
+        elif role[0] == roles.OPTIMIZER_OWNED and found.kind == PARAMETER:
+            found.kind, found.confidence = OPTIMIZER_STATE, 0.6  # held since the optimizer's set-up
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
@@ -402,28 +406,62 @@ _MATMUL_NAMES = frozenset(
 def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     """The ``id`` of each allocation that is cuBLAS's workspace by its size and first use:
     a :data:`WORKSPACE_SIZES` request under a matrix product, never freed, the only one of
-    that size its stack made."""
+    that size its stack made.
+
+    Autograd's device thread has a cuBLAS handle of its own, so its first matrix product takes
+    a workspace of its own, on a stack with no frames at all where only Python's are recorded.
+    A block of the workspace's size made on such a stack and never freed is that thread's
+    workspace when it is the only such block: backward's temporaries of that size share the
+    stack but are freed, and where a gradient of that size is held too, neither is called
+    one. The size is the one a matrix product's workspace has in this trace; where none was
+    proven, both sizes kept there leave it open (one is a gradient)."""
     candidates: dict[tuple[int, int], list[Allocation]] = {}
+    frameless: dict[int, list[Allocation]] = {}
     first_matmul = per_stack(_under_matmul)
     for found, role in zip(lt.allocations, found_roles, strict=True):
         if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
             continue
         if first_matmul(found.frames):
             candidates.setdefault((id(found.frames), found.requested), []).append(found)
-    return {
+        elif found.frames == [] and found.start != BEFORE and found.end >= lt.length:
+            frameless.setdefault(found.requested, []).append(found)
+    found_ids = {
         id(found)
         for made in candidates.values()
         if len(made) == 1
         for found in made
         if found.end >= lt.length
     }
+    proven = {
+        found.requested for made in candidates.values() for found in made if id(found) in found_ids
+    }
+    sizes = proven or set(frameless)
+    if len(sizes) == 1:
+        (size,) = sizes
+        made = frameless.get(size, [])
+        if len(made) == 1:
+            found_ids.add(id(made[0]))
+    return found_ids
 
 
 _OPEN_ROLES = frozenset({roles.NOTHING, roles.IN_FORWARD, roles.NOT_PARAMETER})
 
 
+_DISPATCH_NAMES = frozenset({"__torch_dispatch__", "__torch_function__"})
+_DISPATCH_FILES = ("/torch/_ops.py", "/torch/utils/_python_dispatch.py", "/torch/overrides.py")
+
+
+def _dispatches(filename: str, name: str) -> bool:
+    """A frame of torch's operator dispatch (``OpOverload.__call__``, a mode's
+    ``__torch_dispatch__``, as selective activation checkpointing's): it sits between a product
+    and its allocation without being either."""
+    return name in _DISPATCH_NAMES or filename.replace("\\", "/").endswith(_DISPATCH_FILES)
+
+
 def _under_matmul(frames: object) -> bool:
-    """True when the innermost Python frames (two at most) are a matrix product's."""
+    """True when the innermost Python frames (two at most, torch's dispatch frames skipped) are
+    a matrix product's: one named for it, or a linear layer's ``linear.py`` (``nn.Linear``'s, or
+    a library's own, as ZeRO-3's autograd ``Function``, whose backward is a product too)."""
     if not isinstance(frames, list):
         return False
     seen = 0
@@ -433,9 +471,9 @@ def _under_matmul(frames: object) -> bool:
         filename, name = frame.get("filename"), frame.get("name")
         if type(filename) is not str or type(name) is not str:
             continue
-        if is_native_frame(filename, name):
+        if is_native_frame(filename, name) or _dispatches(filename, name):
             continue
-        if name in _MATMUL_NAMES or filename.endswith("/nn/modules/linear.py"):
+        if name in _MATMUL_NAMES or filename.endswith("/linear.py"):
             return True
         seen += 1
         if seen == 2:
@@ -662,6 +700,16 @@ def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str
     if role == roles.IN_FORWARD and end >= shape.length and _in_last_backward(backward, shape):
         return ACTIVATION, 0.6  # its backward began, no forward since: the trace ends in it
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
+
+
+def _one_pass(found: Allocation, end: int, shape: _Shape) -> bool:
+    """True when a forward block lived within one training pass: a forward saved it for the
+    backward that freed it (an activation), or freed it before that backward began (a
+    temporary). Keys and values kept across tokens outlive every pass; a trace without a
+    backward after the block cannot tell them from a decoding step's temporaries."""
+    if found.kind not in (ACTIVATION, TEMPORARY) or end >= shape.length:
+        return False
+    return shape.after(shape.backward, found.start) is not None
 
 
 def _in_last_backward(backward: int | None, shape: _Shape) -> bool:
