@@ -8,7 +8,9 @@ framework shares, and an allocation's kind follows from where in that shape it s
   engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
   Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
-  apex's, Megatron's optimizers) is in the optimizer; the rest is forward. An entry without
+  apex's, Megatron's optimizers) is in the optimizer, unless a closure its step called made
+  it (a function named for a closure nearer the allocation: Lightning runs each step's
+  forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
 * **lifetime**: a forward allocation freed after the next backward began is an activation, one
   freed before is a temporary; a backward allocation freed before its backward pass ended is a
@@ -107,12 +109,16 @@ def phase_of(frames: object) -> str:
     return _phase(frames)
 
 
-_PYTHON, _NATIVE_FRAME = "python", "native"
+_PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
 _mark_cache: dict[tuple[str, str], str] = {}
 
 
 def _phase(frames: list[Any]) -> str:
+    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
+    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
+    Lightning's automatic optimization does) marks nothing."""
     outermost: tuple[str, str] | None = None  # the outermost Python frame
+    in_closure = False
     cache = _mark_cache
     for frame in frames:  # innermost first: the nearest phase marker wins
         if type(frame) is not dict:
@@ -124,8 +130,9 @@ def _phase(frames: list[Any]) -> str:
             if len(cache) >= 200_000:
                 cache.clear()
             mark = cache[key] = _frame_mark(*key)
-        if mark == _PYTHON:
+        if mark in (_PYTHON, _CLOSURE) or (mark == OPTIMIZER and in_closure):
             outermost = key
+            in_closure = in_closure or mark == _CLOSURE
         elif mark != _NATIVE_FRAME:
             return mark
     if outermost is None:
@@ -159,6 +166,8 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
+        if "closure" in name.lower():
+            return _CLOSURE
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD

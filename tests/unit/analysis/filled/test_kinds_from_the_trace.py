@@ -223,3 +223,27 @@ def test_the_backward_thread_s_workspace_where_no_forward_product_proved_the_siz
     both = [trace.alloc(32 * MiB, []), trace.alloc(WORKSPACE, [])]
     found = trace.classified()
     assert "workspace" not in {found[addr].kind for addr in both}
+
+
+def test_a_forward_in_the_optimizer_s_closure_is_a_forward() -> None:
+    """Lightning's automatic optimization runs each step's forward inside
+    ``optimizer.step(closure)``: what the closure's forward saves for its backward is an
+    activation, not the optimizer's temporary, and the state AdamW makes there is still its."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    step = [py(f"{SP}/torch/optim/adam.py", 227, "step"),
+            py(f"{SP}/torch/optim/optimizer.py", 530, "wrapper"), *MAIN]  # fmt: skip
+    closure = [py(f"{SP}/lightning/pytorch/loops/optimization/automatic.py", 131, "closure"),
+               py(f"{SP}/lightning/pytorch/plugins/precision/precision.py", 109, "_wrap_closure"),
+               *step]  # fmt: skip
+    forward = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL,
+               py("/users/me/model.py", 9, "training_step"), *closure]  # fmt: skip
+    saved = [trace.alloc(16 * MiB, forward) for _ in range(2)]
+    trace.alloc(8 * MiB, ENGINE)  # a gradient
+    for addr in saved:
+        trace.free(addr)
+    state = trace.alloc(8 * MiB, [MALLOC, py(f"{SP}/torch/optim/adam.py", 178, "_init_group"),
+                                  *step])  # fmt: skip
+    found = trace.classified()
+    assert {found[addr].kind for addr in saved} == {"activation"}
+    assert found[state].kind == "optimizer_state"
