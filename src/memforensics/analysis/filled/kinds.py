@@ -365,7 +365,7 @@ def classify(lt: Lifetimes) -> None:
             end = view.length
         phase = found.phase
         found.kind, found.confidence = _by_lifetime(found, end, view, role[0])
-        if role[0] == roles.MODEL_CACHE and not _one_pass(found, end, view):
+        if role[0] == roles.MODEL_CACHE and not _saved_for_backward(found, end, view):
             found.kind, found.confidence = _BY_FRAMES[roles.KV_CACHE]
         elif role[0] == roles.OPTIMIZER_OWNED and found.kind == PARAMETER:
             found.kind, found.confidence = OPTIMIZER_STATE, 0.6  # held since the optimizer's set-up
@@ -711,14 +711,12 @@ def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
 
 
-def _one_pass(found: Allocation, end: int, shape: _Shape) -> bool:
-    """True when a forward block lived within one training pass: a forward saved it for the
-    backward that freed it (an activation), or freed it before that backward began (a
-    temporary). Keys and values kept across tokens outlive every pass; a trace without a
-    backward after the block cannot tell them from a decoding step's temporaries."""
-    if found.kind not in (ACTIVATION, TEMPORARY) or end >= shape.length:
-        return False
-    return shape.after(shape.backward, found.start) is not None
+def _saved_for_backward(found: Allocation, end: int, shape: _Shape) -> bool:
+    """True when a forward saved the block for the backward that freed it (the lifetime rules
+    made it an activation, freed in the trace). Keys and values kept across tokens are never
+    freed by a backward; one freed before a backward began may be a decoding loop's cache that
+    a training step follows (a rollout), so that says nothing."""
+    return found.kind == ACTIVATION and end < shape.length
 
 
 def _in_last_backward(backward: int | None, shape: _Shape) -> bool:

@@ -247,3 +247,20 @@ def test_a_forward_in_the_optimizer_s_closure_is_a_forward() -> None:
     found = trace.classified()
     assert {found[addr].kind for addr in saved} == {"activation"}
     assert found[state].kind == "optimizer_state"
+
+
+def test_a_rollout_s_cache_freed_before_training_stays_a_kv_cache() -> None:
+    """A model's cache filled under ``generate`` and freed before the training step that
+    follows (an RL rollout) was kept across tokens: a KV cache, though a backward comes next."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    decode = [MALLOC, py("/users/me/model.py", 30, "update_cache"),
+              py("/users/me/model.py", 57, "forward"), CALL, GENERATE, *MAIN]  # fmt: skip
+    cache = [trace.alloc(4 * MiB, decode) for _ in range(2)]
+    for addr in cache:
+        trace.free(addr)
+    saved = trace.alloc(MiB, [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, *MAIN])
+    trace.alloc(8 * MiB, ENGINE)
+    trace.free(saved)
+    found = trace.classified()
+    assert {found[addr].kind for addr in cache} == {"kv_cache"}
