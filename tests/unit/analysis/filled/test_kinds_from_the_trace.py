@@ -1,6 +1,8 @@
 """What the trace and the frames prove before a lifetime rule guesses: a model's cache under a
-forward or ``generate``, cuBLAS's workspace by its size and first use, an optimizer's state by
-its code or by one block per parameter, and the blocks an OOM's unwinding freed."""
+forward or ``generate`` (not RoPE's, not one a backward frees), cuBLAS's workspace by its size
+and first use (autograd's thread's own too), an optimizer's state by its code, its set-up or
+one block per parameter, a forward in the optimizer's closure, and the blocks an OOM's
+unwinding freed."""
 
 from __future__ import annotations
 
