@@ -8,7 +8,9 @@ framework shares, and an allocation's kind follows from where in that shape it s
   engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
   Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
-  apex's, Megatron's optimizers) is in the optimizer; the rest is forward. An entry without
+  apex's, Megatron's optimizers) is in the optimizer, unless a closure its step called made
+  it (a function named for a closure nearer the allocation: Lightning runs each step's
+  forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
 * **lifetime**: a forward allocation freed after the next backward began is an activation, one
   freed before is a temporary; a backward allocation freed before its backward pass ended is a
@@ -107,12 +109,16 @@ def phase_of(frames: object) -> str:
     return _phase(frames)
 
 
-_PYTHON, _NATIVE_FRAME = "python", "native"
+_PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
 _mark_cache: dict[tuple[str, str], str] = {}
 
 
 def _phase(frames: list[Any]) -> str:
+    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
+    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
+    Lightning's automatic optimization does) marks nothing."""
     outermost: tuple[str, str] | None = None  # the outermost Python frame
+    in_closure = False
     cache = _mark_cache
     for frame in frames:  # innermost first: the nearest phase marker wins
         if type(frame) is not dict:
@@ -124,8 +130,9 @@ def _phase(frames: list[Any]) -> str:
             if len(cache) >= 200_000:
                 cache.clear()
             mark = cache[key] = _frame_mark(*key)
-        if mark == _PYTHON:
+        if mark in (_PYTHON, _CLOSURE) or (mark == OPTIMIZER and in_closure):
             outermost = key
+            in_closure = in_closure or mark == _CLOSURE
         elif mark != _NATIVE_FRAME:
             return mark
     if outermost is None:
@@ -159,6 +166,8 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
+        if "closure" in name.lower():
+            return _CLOSURE
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD
@@ -356,6 +365,10 @@ def classify(lt: Lifetimes) -> None:
             end = view.length
         phase = found.phase
         found.kind, found.confidence = _by_lifetime(found, end, view, role[0])
+        if role[0] == roles.MODEL_CACHE and not _saved_for_backward(found, end, view):
+            found.kind, found.confidence = _BY_FRAMES[roles.KV_CACHE]
+        elif role[0] == roles.OPTIMIZER_OWNED and found.kind == PARAMETER:
+            found.kind, found.confidence = OPTIMIZER_STATE, 0.6  # held since the optimizer's set-up
         if id(found) in guessed and found.start != BEFORE:
             found.confidence *= 0.6
         if oom is not None and found.kind != BEFORE_RECORDING:  # that one is a fact
@@ -402,28 +415,62 @@ _MATMUL_NAMES = frozenset(
 def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     """The ``id`` of each allocation that is cuBLAS's workspace by its size and first use:
     a :data:`WORKSPACE_SIZES` request under a matrix product, never freed, the only one of
-    that size its stack made."""
+    that size its stack made.
+
+    Autograd's device thread has a cuBLAS handle of its own, so its first matrix product takes
+    a workspace of its own, on a stack with no frames at all where only Python's are recorded.
+    A block of the workspace's size made on such a stack and never freed is that thread's
+    workspace when it is the only such block: backward's temporaries of that size share the
+    stack but are freed, and where a gradient of that size is held too, neither is called
+    one. The size is the one a matrix product's workspace has in this trace; where none was
+    proven, both sizes kept there leave it open (one is a gradient)."""
     candidates: dict[tuple[int, int], list[Allocation]] = {}
+    frameless: dict[int, list[Allocation]] = {}
     first_matmul = per_stack(_under_matmul)
     for found, role in zip(lt.allocations, found_roles, strict=True):
         if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
             continue
         if first_matmul(found.frames):
             candidates.setdefault((id(found.frames), found.requested), []).append(found)
-    return {
+        elif found.frames == [] and found.start != BEFORE and found.end >= lt.length:
+            frameless.setdefault(found.requested, []).append(found)
+    found_ids = {
         id(found)
         for made in candidates.values()
         if len(made) == 1
         for found in made
         if found.end >= lt.length
     }
+    proven = {
+        found.requested for made in candidates.values() for found in made if id(found) in found_ids
+    }
+    sizes = proven or set(frameless)
+    if len(sizes) == 1:
+        (size,) = sizes
+        made = frameless.get(size, [])
+        if len(made) == 1:
+            found_ids.add(id(made[0]))
+    return found_ids
 
 
 _OPEN_ROLES = frozenset({roles.NOTHING, roles.IN_FORWARD, roles.NOT_PARAMETER})
 
 
+_DISPATCH_NAMES = frozenset({"__torch_dispatch__", "__torch_function__"})
+_DISPATCH_FILES = ("/torch/_ops.py", "/torch/utils/_python_dispatch.py", "/torch/overrides.py")
+
+
+def _dispatches(filename: str, name: str) -> bool:
+    """A frame of torch's operator dispatch (``OpOverload.__call__``, a mode's
+    ``__torch_dispatch__``, as selective activation checkpointing's): it sits between a product
+    and its allocation without being either."""
+    return name in _DISPATCH_NAMES or filename.replace("\\", "/").endswith(_DISPATCH_FILES)
+
+
 def _under_matmul(frames: object) -> bool:
-    """True when the innermost Python frames (two at most) are a matrix product's."""
+    """True when the innermost Python frames (two at most, torch's dispatch frames skipped) are
+    a matrix product's: one named for it, or a linear layer's ``linear.py`` (``nn.Linear``'s, or
+    a library's own, as ZeRO-3's autograd ``Function``, whose backward is a product too)."""
     if not isinstance(frames, list):
         return False
     seen = 0
@@ -433,9 +480,9 @@ def _under_matmul(frames: object) -> bool:
         filename, name = frame.get("filename"), frame.get("name")
         if type(filename) is not str or type(name) is not str:
             continue
-        if is_native_frame(filename, name):
+        if is_native_frame(filename, name) or _dispatches(filename, name):
             continue
-        if name in _MATMUL_NAMES or filename.endswith("/nn/modules/linear.py"):
+        if name in _MATMUL_NAMES or filename.endswith("/linear.py"):
             return True
         seen += 1
         if seen == 2:
@@ -662,6 +709,14 @@ def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str
     if role == roles.IN_FORWARD and end >= shape.length and _in_last_backward(backward, shape):
         return ACTIVATION, 0.6  # its backward began, no forward since: the trace ends in it
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
+
+
+def _saved_for_backward(found: Allocation, end: int, shape: _Shape) -> bool:
+    """True when a forward saved the block for the backward that freed it (the lifetime rules
+    made it an activation, freed in the trace). Keys and values kept across tokens are never
+    freed by a backward; one freed before a backward began may be a decoding loop's cache that
+    a training step follows (a rollout), so that says nothing."""
+    return found.kind == ACTIVATION and end < shape.length
 
 
 def _in_last_backward(backward: int | None, shape: _Shape) -> bool:

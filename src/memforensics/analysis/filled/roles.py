@@ -11,9 +11,14 @@ say so plainly:
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
   ``cache_utils.py``, any file or function that names a KV cache): sized up front, held. A
   file or function of a model's code named for a cache (a ``cache``, ``kv`` or
-  ``past_key_values`` word: ``cache_utils.py``, ``update_cache``) makes one too when a forward or
-  ``generate`` is on the stack: keys and values kept across tokens. Outside those it only rules
-  a parameter out. torch's and the standard library's own files (``codecache.py``,
+  ``past_key_values`` word: ``cache_utils.py``, ``update_cache``) makes a **model cache** when a
+  forward or ``generate`` is on the stack: a KV cache, keys and values kept across tokens,
+  unless the block's lifetime says a forward saved it for its backward
+  (:mod:`~memforensics.analysis.filled.kinds` asks). Outside those it only rules a parameter
+  out. A cache the same frame names for positions (a ``rope``, ``rotary``, ``freqs``, ``cos``
+  or ``sin`` word: ``rope.py``'s ``_reshape_cache``, ``_set_cos_sin_cache``,
+  ``build_rope_cache``) holds rotary or position tables, never keys and values: it only rules a
+  parameter out too. torch's and the standard library's own files (``codecache.py``,
   ``functools``' ``lru_cache``) name caches of code, not of tensors, and are not read so.
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
@@ -30,6 +35,11 @@ Then what decides between a parameter and the rest:
   ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
   ``from_pretrained``, ``torch/nn/init.py``...: a block made there and held is a parameter,
   whatever its lifetime looks like.
+* **an optimizer's own**: a function named for an optimizer (``_setup_for_real_optimizer``,
+  ``create_optimizer``), with no forward or model-building frame on the stack and nearer the
+  allocation than any ``__init__``, makes what the optimizer holds (master weights, the
+  buckets it reduces gradients through), never a model's parameter, though an ``__init__``
+  is outside it (the optimizer's own constructor, built inside the training engine's).
 
 A snapshot repeats a few thousand frames millions of times: each distinct (file, function) is
 judged once (:func:`frame_role`), each distinct stack once (the caller's ``per_stack``).
@@ -41,6 +51,7 @@ import re
 
 WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
+MODEL_CACHE = "model_cache"  # a model's cache-named code under a forward: a KV cache by default
 REPLICA = "replica"
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
@@ -49,6 +60,9 @@ _CACHE_NAMED = "cache_named"  # a cache's file or function: a KV cache inside a 
 BUILDS = "builds"
 NOTHING = ""
 _CONSTRUCTOR = "constructor"  # a frame's ``__init__``: builds, unless a forward is on the stack
+OPTIMIZER_OWNED = "optimizer_owned"
+_OPTIMIZER_NAMED = "optimizer_named"  # a function named for an optimizer
+_OPTIMIZER_WORDS = frozenset({"optimizer", "optimizers"})
 
 # The stronger role wins when a stack holds several (a replica is made inside a forward).
 _RANK = {WORKSPACE: 0, KV_CACHE: 1, MEGATRON_BUFFER: 2, REPLICA: 3, NOTHING: 4}
@@ -60,6 +74,9 @@ _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
 _CACHE_WORDS = frozenset({"cache", "caches", "kv", "kvcache", "cached"})
+_KV_WORDS = frozenset({"kv", "kvcache"})
+_POSITION_WORDS = frozenset({"rope", "rotary", "freqs", "freq", "cos", "sin", "sincos"})
+"""Words that name a cache's contents as rotary or position tables, not keys and values."""
 _WORDS = re.compile(r"[a-z0-9]+")
 _CODE_FILES = re.compile(r"(?:^|/)(?:torch|torch_npu|triton)/|(?:^|/)lib/python[0-9.]+t?/|^<")
 """Files whose caches are of code or results, never of tensors: torch's (Inductor's
@@ -121,18 +138,25 @@ def _judge_frame(filename: str, name: str) -> str:
         return BUILDS
     if name == "__init__":
         return _CONSTRUCTOR
+    if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
+        return _OPTIMIZER_NAMED
     return NOTHING
 
 
 def _named_for_a_cache(filename: str, name: str) -> bool:
-    """A model's file or function named for a cache: ``cache_utils.py``, ``kv_store.py``,
-    ``update_cache``, ``_update_past_key_values`` (torch's and the standard library's files are
-    not a model's)."""
+    """A model's file or function named for a cache of keys and values: ``cache_utils.py``,
+    ``kv_store.py``, ``update_cache``, ``_update_past_key_values`` (torch's and the standard
+    library's files are not a model's; a cache named for rotary or position tables is not one
+    of keys and values)."""
     if _CODE_FILES.search(filename):
         return False
+    if "past_key_values" in name:
+        return True
     stem = filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     words = set(_WORDS.findall(f"{stem} {name}".lower()))
-    return bool(words & _CACHE_WORDS) or "past_key_values" in name
+    if not words & _CACHE_WORDS:
+        return False
+    return bool(words & _KV_WORDS) or not words & _POSITION_WORDS
 
 
 def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
@@ -144,13 +168,14 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     forward's; a script that trains inside a constructor still runs forwards). Between a forward
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
     outer one is the context the block was made in. A name that rules a parameter out beats
-    building. A cache's file or function with a forward or ``generate`` on the stack is a KV
-    cache.
+    building. A cache's file or function with a forward or ``generate`` on the stack is a model
+    cache. A function named for an optimizer nearer the allocation than any ``__init__``, with
+    no forward or model-building frame, makes the optimizer's own block.
     """
     if not isinstance(frames, list):
         return NOTHING, 0
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
-    context, ruled_out, constructed = NOTHING, False, False
+    context, ruled_out, constructed, optimizer = NOTHING, False, False, False
     cache_named = forward = False
     for frame in frames:  # innermost first
         if type(frame) is not dict:
@@ -168,6 +193,8 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
             forward = True
         elif role == _CONSTRUCTOR:
             constructed = True
+        elif role == _OPTIMIZER_NAMED:
+            optimizer = optimizer or not constructed
         elif role == NOT_PARAMETER:
             ruled_out = True
         elif role != NOTHING and _RANK[role] < rank:
@@ -179,8 +206,10 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     if strong != NOTHING:
         return strong, line
     if cache_named and forward:
-        return KV_CACHE, 0
-    if context == NOTHING and constructed:
+        return MODEL_CACHE, 0
+    if context == NOTHING and optimizer:
+        context = OPTIMIZER_OWNED
+    elif context == NOTHING and constructed:
         context = BUILDS
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0

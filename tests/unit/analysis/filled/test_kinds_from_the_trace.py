@@ -1,6 +1,8 @@
 """What the trace and the frames prove before a lifetime rule guesses: a model's cache under a
-forward or ``generate``, cuBLAS's workspace by its size and first use, an optimizer's state by
-its code or by one block per parameter, and the blocks an OOM's unwinding freed."""
+forward or ``generate`` (not RoPE's, not one a backward frees), cuBLAS's workspace by its size
+and first use (autograd's thread's own too), an optimizer's state by its code, its set-up or
+one block per parameter, a forward in the optimizer's closure, and the blocks an OOM's
+unwinding freed."""
 
 from __future__ import annotations
 
@@ -111,3 +113,156 @@ def test_blocks_the_unwinding_freed_are_the_step_s_never_parameters() -> None:
     trace.alloc(MiB, [MALLOC, *MAIN])  # the next step begins
     found = trace.classified()
     assert {found[addr].kind for addr in step} == {"activation"}
+
+
+def test_a_rotary_cache_read_in_a_forward_is_no_kv_cache() -> None:
+    """RoPE's table gathered by rope.py's ``_reshape_cache`` in each layer's forward of a
+    decoding loop names a cache of positions, not of keys and values."""
+    trace = Trace()
+    forward = [py("/users/me/attention.py", 80, "forward"), CALL, GENERATE, *MAIN]
+    rope = [MALLOC, py("/users/me/rope.py", 396, "_reshape_for_broadcast"),
+            py("/users/me/rope.py", 240, "_reshape_cache"), *forward]  # fmt: skip
+    gathers = []
+    for _ in range(4):
+        gathers.append(trace.alloc(MiB, rope))
+        trace.free(trace.alloc(8 * MiB, [MALLOC, *forward]))
+        trace.free(gathers[-1])
+    gathers.append(trace.alloc(MiB, rope))
+    found = trace.classified()
+    assert "kv_cache" not in {found[addr].kind for addr in gathers}
+
+
+def test_a_cache_named_block_its_backward_frees_is_an_activation() -> None:
+    """A block a model's cache-named function makes in a forward and its backward frees was
+    saved for that backward: an activation, never keys and values kept across tokens."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    forward = [py("/users/me/model.py", 57, "forward"), CALL, *MAIN]
+    cached = [MALLOC, py("/users/me/model.py", 30, "_get_cache"), *forward]
+    saved = [trace.alloc(MiB, cached) for _ in range(2)]
+    for addr in saved:
+        trace.alloc(2 * MiB, ENGINE)
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[addr].kind for addr in saved} == {"activation"}
+
+
+def _backward_thread(trace: Trace, held: int) -> tuple[list[int], int]:
+    """A forward whose F.linear takes cuBLAS's workspace, then a backward on autograd's thread
+    recorded with Python frames only: its products' outputs of the workspace's size (freed),
+    and ``held`` blocks of that size kept; the forward's workspace and the kept blocks."""
+    linear = [MALLOC, py(f"{SP}/torch/nn/modules/linear.py", 125, "forward"),
+              py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
+    forward_workspace = trace.alloc(WORKSPACE, linear)
+    trace.alloc(4 * MiB, [MALLOC, py("/users/me/model.py", 58, "forward"), CALL, *MAIN])
+    for _ in range(3):
+        trace.free(trace.alloc(WORKSPACE, []))
+    return [trace.alloc(WORKSPACE, []) for _ in range(held)], forward_workspace
+
+
+def test_the_backward_thread_s_own_cublas_workspace_is_a_workspace() -> None:
+    """Autograd's device thread has its own cuBLAS handle: the one block of the workspace's
+    size it makes with no frames at all and keeps is that handle's workspace, not a gradient;
+    with a held gradient of that size beside it, neither is called one."""
+    trace = Trace()
+    (kept,), forward_workspace = _backward_thread(trace, held=1)
+    found = trace.classified()
+    assert found[forward_workspace].kind == "workspace"
+    assert found[kept].kind == "workspace"
+    trace = Trace()
+    both, _ = _backward_thread(trace, held=2)
+    found = trace.classified()
+    assert {found[addr].kind for addr in both} == {"gradient"}
+
+
+def test_a_workspace_under_a_dispatch_mode_and_a_library_s_linear_is_a_workspace() -> None:
+    """Selective activation checkpointing's ``__torch_dispatch__`` and ``OpOverload.__call__``
+    sit between F.linear and the workspace, and ZeRO-3's own linear.py makes its products in
+    an autograd Function's forward: both are a matrix product's first use of the workspace."""
+    trace = Trace()
+    dispatched = [MALLOC, py(f"{SP}/torch/_ops.py", 875, "__call__"),
+                  py(f"{SP}/torch/utils/checkpoint.py", 1386, "__torch_dispatch__"),
+                  py(f"{SP}/torch/nn/modules/linear.py", 134, "forward"), CALL, *MAIN]  # fmt: skip
+    library = [MALLOC, py(f"{SP}/deepspeed/runtime/zero/linear.py", 90, "forward"),
+               py(f"{SP}/torch/autograd/function.py", 625, "apply"), CALL, *MAIN]  # fmt: skip
+    made = [trace.alloc(WORKSPACE, dispatched), trace.alloc(32 * MiB, library)]
+    found = trace.classified()
+    assert {found[addr].kind for addr in made} == {"workspace"}
+
+
+def test_what_an_optimizer_s_set_up_keeps_is_optimizer_state_not_parameters() -> None:
+    """A training engine's constructor builds a sharding optimizer: the buckets and master
+    copies its ``_setup_for_real_optimizer`` makes are the optimizer's, while the parameter
+    shards its own ``__init__`` flattens stay parameters."""
+    trace = Trace()
+    engine = [py(f"{SP}/deepspeed/runtime/engine.py", 2751, "_configure_zero_optimizer"),
+              py(f"{SP}/deepspeed/runtime/engine.py", 682, "__init__"),
+              py(f"{SP}/deepspeed/__init__.py", 569, "initialize"), *MAIN]  # fmt: skip
+    constructor = py(f"{SP}/deepspeed/runtime/zero/stage3.py", 499, "__init__")
+    shards = trace.alloc(8 * MiB, [MALLOC, py(f"{SP}/deepspeed/runtime/zero/utils.py", 237,
+                                              "defragment"), constructor, *engine])  # fmt: skip
+    setup = [MALLOC, py(f"{SP}/deepspeed/runtime/zero/stage3.py", 782,
+                        "_setup_for_real_optimizer"), constructor, *engine]  # fmt: skip
+    bucket, master = trace.alloc(2 * MiB, setup), trace.alloc(16 * MiB, setup)
+    saved = trace.alloc(32 * MiB, [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, *MAIN])
+    trace.alloc(8 * MiB, ENGINE)  # a gradient
+    trace.free(saved)
+    found = trace.classified()
+    assert found[shards].kind == "parameter"
+    assert {found[bucket].kind, found[master].kind} == {"optimizer_state"}
+
+
+def test_the_backward_thread_s_workspace_where_no_forward_product_proved_the_size() -> None:
+    """A forward whose products no frame names (a module calling ``torch.addmm``) proves no
+    workspace size: one held frameless block of one of cuBLAS's sizes is still the backward
+    thread's workspace, but one held of each size leaves both open (one is a gradient)."""
+    trace = Trace()
+    trace.free(trace.alloc(4 * MiB, [MALLOC, py("/users/me/conv1d.py", 119, "forward"), *MAIN]))
+    kept = trace.alloc(32 * MiB, [])
+    assert trace.classified()[kept].kind == "workspace"
+    trace = Trace()
+    trace.free(trace.alloc(4 * MiB, [MALLOC, py("/users/me/conv1d.py", 119, "forward"), *MAIN]))
+    both = [trace.alloc(32 * MiB, []), trace.alloc(WORKSPACE, [])]
+    found = trace.classified()
+    assert "workspace" not in {found[addr].kind for addr in both}
+
+
+def test_a_forward_in_the_optimizer_s_closure_is_a_forward() -> None:
+    """Lightning's automatic optimization runs each step's forward inside
+    ``optimizer.step(closure)``: what the closure's forward saves for its backward is an
+    activation, not the optimizer's temporary, and the state AdamW makes there is still its."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    step = [py(f"{SP}/torch/optim/adam.py", 227, "step"),
+            py(f"{SP}/torch/optim/optimizer.py", 530, "wrapper"), *MAIN]  # fmt: skip
+    closure = [py(f"{SP}/lightning/pytorch/loops/optimization/automatic.py", 131, "closure"),
+               py(f"{SP}/lightning/pytorch/plugins/precision/precision.py", 109, "_wrap_closure"),
+               *step]  # fmt: skip
+    forward = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL,
+               py("/users/me/model.py", 9, "training_step"), *closure]  # fmt: skip
+    saved = [trace.alloc(16 * MiB, forward) for _ in range(2)]
+    trace.alloc(8 * MiB, ENGINE)  # a gradient
+    for addr in saved:
+        trace.free(addr)
+    state = trace.alloc(8 * MiB, [MALLOC, py(f"{SP}/torch/optim/adam.py", 178, "_init_group"),
+                                  *step])  # fmt: skip
+    found = trace.classified()
+    assert {found[addr].kind for addr in saved} == {"activation"}
+    assert found[state].kind == "optimizer_state"
+
+
+def test_a_rollout_s_cache_freed_before_training_stays_a_kv_cache() -> None:
+    """A model's cache filled under ``generate`` and freed before the training step that
+    follows (an RL rollout) was kept across tokens: a KV cache, though a backward comes next."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    decode = [MALLOC, py("/users/me/model.py", 30, "update_cache"),
+              py("/users/me/model.py", 57, "forward"), CALL, GENERATE, *MAIN]  # fmt: skip
+    cache = [trace.alloc(4 * MiB, decode) for _ in range(2)]
+    for addr in cache:
+        trace.free(addr)
+    saved = trace.alloc(MiB, [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, *MAIN])
+    trace.alloc(8 * MiB, ENGINE)
+    trace.free(saved)
+    found = trace.classified()
+    assert {found[addr].kind for addr in cache} == {"kv_cache"}
