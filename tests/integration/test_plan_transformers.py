@@ -583,3 +583,70 @@ def test_hub_kernels_leave_the_layers_their_own_forward_and_say_so_once(tmp_path
     said = [line for line in done.stderr.splitlines() if "Hub kernels" in line]
     assert len(said) == 1
     assert "SiluAndMul" in said[0]
+
+
+LAUNCHED = """
+import json, os, sys, torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model = accelerator.prepare(torch.nn.Linear(512, 512))
+model(torch.randn(64, 512, device=accelerator.device)).sum().backward()
+json.dump({"precision": accelerator.mixed_precision, "processes": accelerator.num_processes,
+           "rank": accelerator.process_index, "RANK": os.environ.get("RANK")},
+          open(sys.argv[1], "w"))
+"""
+
+CONFIG = """
+compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_GPU
+mixed_precision: bf16
+num_machines: 2
+machine_rank: 1
+main_process_ip: 10.0.0.1
+main_process_port: 29500
+num_processes: 8
+gpu_ids: all
+use_cpu: false
+"""
+
+
+@pytest.mark.parametrize(
+    ("launch", "seen"),
+    [
+        (
+            ("accelerate", "launch", "--config_file", "config.yaml"),
+            {"precision": "bf16", "processes": 8, "rank": 4, "RANK": "4"},
+        ),
+        (
+            ("-m", "accelerate.commands.launch", "--num_processes", "2", "--mixed_precision=fp16"),
+            {"precision": "fp16", "processes": 2, "rank": 0, "RANK": "0"},
+        ),
+        (
+            ("accelerate", "launch", "--num_processes", "1", "--mixed_precision", "bf16"),
+            {"precision": "bf16", "processes": 1, "rank": 0, "RANK": None},
+        ),
+    ],
+)
+def test_an_accelerate_launch_command_line_plans_the_process_it_starts(
+    tmp_path: Path, launch: tuple[str, ...], seen: dict[str, Any]
+) -> None:
+    """``plan accelerate launch ... train.py`` plans the script as the launcher starts it: the
+    rank of its world (from its options or its config file, on the node its machine rank
+    names), and the precision its Accelerator reads from the launcher's variables; one process
+    is a plain ``python train.py``."""
+    script(tmp_path, LAUNCHED)
+    script(tmp_path, CONFIG, "config.yaml")
+    done = plan(tmp_path, *launch, "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == seen
+
+
+def test_a_bad_accelerate_launch_option_gets_one_line(tmp_path: Path) -> None:
+    """An option ``accelerate launch`` does not know exits 2 with one line naming the launcher,
+    not Accelerate's usage text."""
+    script(tmp_path, "print('ran')\n")
+    done = plan(tmp_path, "accelerate", "launch", "--bogus", "train.py")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "memforensics plan: accelerate launch: unrecognized arguments: --bogus"
+    ]

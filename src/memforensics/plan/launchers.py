@@ -9,20 +9,30 @@ training script or module it names, as the rank of a world of ``--nproc-per-node
 ``--nnodes`` it would start (``--node-rank``'s first, unless the plan's ``--rank`` names
 another), exactly as ``plan --nproc-per-node N train.py`` does. The rendezvous and supervision
 options (``--standalone``, ``--rdzv-*``, ``--max-restarts``) change nothing a rank allocates.
+
+``accelerate launch [options] train.py`` is read the same way, with Accelerate's own parser and
+its own checks (``_validate_launch_command``, which also takes the defaults of ``accelerate
+config``'s file): the world it starts, and the variables it sets for the script
+(``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_FSDP`` and its ``FSDP_*``, DeepSpeed's,
+dynamo's), which the script's ``Accelerator`` reads; a single process is planned as
+``python train.py`` with those variables.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 MODULES = ("torch.distributed.run",)
 """Launcher modules a script is planned through (``python -m torch.distributed.run``)."""
 SCRIPTS = ("torchrun",)
 """Launchers' console scripts, by name (``torchrun``, or the path ``which torchrun`` gives)."""
+ACCELERATE_SCRIPT = "accelerate"
+"""Accelerate's console script, whose ``launch`` command starts a job."""
+ACCELERATE_MODULES = ("accelerate.commands.launch", "accelerate.commands.accelerate_cli")
 
 
 class LauncherError(ValueError):
@@ -32,26 +42,42 @@ class LauncherError(ValueError):
 
 @dataclass(frozen=True)
 class Launched:
-    """The training script or module a launcher starts, and the world it starts it in."""
+    """The training script or module a launcher starts, the world it starts it in, and the
+    variables it sets for it."""
 
     kind: str
-    """``"script"`` or ``"module"`` (torchrun's ``-m``)."""
+    """``"script"`` or ``"module"`` (the launcher's ``-m``)."""
     name: str
     args: tuple[str, ...]
     nproc_per_node: int
     nnodes: int
     node_rank: int
+    distributed: bool = True
+    """Whether the launcher starts ranks (torchrun's variables set); False for one plain
+    process (``accelerate launch`` of a single GPU), planned as ``python train.py``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """What the launcher sets in the script's environment besides torchrun's variables."""
 
 
-def is_launcher(kind: str, name: str) -> bool:
-    """Whether ``python -m name`` (``kind`` ``"module"``) or ``python name`` starts a launcher."""
-    if kind == "module":
-        return name in MODULES
-    return os.path.basename(name) in SCRIPTS
+def reader(kind: str, name: str, args: Sequence[str]) -> Callable[[], Launched] | None:
+    """What reads the job from ``python -m name args`` (``kind`` ``"module"``) or ``python name
+    args`` where that starts a launcher; None for a script of the user's own."""
+    if kind == "module" and name in MODULES:
+        return lambda: _torchrun(args)
+    if kind == "script" and os.path.basename(name) in SCRIPTS:
+        return lambda: _torchrun(args)
+    command = list(args)
+    launch = kind == "script" and os.path.basename(name) == ACCELERATE_SCRIPT
+    launch = launch or (kind == "module" and name == ACCELERATE_MODULES[1])
+    if launch and command[:1] == ["launch"]:
+        return lambda: _accelerate(command[1:])
+    if kind == "module" and name == ACCELERATE_MODULES[0]:
+        return lambda: _accelerate(command)
+    return None
 
 
-def _refused(message: str) -> NoReturn:
-    raise LauncherError(f"torchrun: {message}")
+def _refused(message: str, launcher: str = "torchrun") -> NoReturn:
+    raise LauncherError(f"{launcher}: {message}")
 
 
 def _count(option: str, value: str) -> int:
@@ -70,7 +96,7 @@ def _count(option: str, value: str) -> int:
     return int(low)
 
 
-def launched(args: Sequence[str]) -> Launched:
+def _torchrun(args: Sequence[str]) -> Launched:
     """What torchrun started with ``args`` (its options, then the script and its arguments)
     would run, read with torch's own parser; :class:`LauncherError` where it names no
     script a plan can run."""
@@ -99,10 +125,71 @@ def launched(args: Sequence[str]) -> Launched:
     )
 
 
+def _accelerate(args: Sequence[str]) -> Launched:
+    """What ``accelerate launch`` with ``args`` would start, read with Accelerate's own parser
+    and checks (the defaults of its config file too), and the variables it would set."""
+    try:
+        from accelerate.commands.launch import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            _validate_launch_command,
+            launch_command_parser,
+        )
+        from accelerate.utils import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            launch as prepared,
+        )
+    except ImportError as exc:
+        _refused(f"this Accelerate cannot be read ({exc})", "accelerate launch")
+    parser = launch_command_parser()
+
+    def error(message: str) -> NoReturn:
+        _refused(message, "accelerate launch")
+
+    setattr(parser, "error", error)  # noqa: B010  # one line, not Accelerate's usage and exit
+    found: Any = parser.parse_args(list(args))
+    before = dict(os.environ)
+    try:
+        found, _, _ = _validate_launch_command(found)
+        several = (found.num_processes or 1) > 1 and not found.cpu
+        if several and not (found.use_deepspeed or found.use_fsdp or found.use_megatron_lm):
+            found.multi_gpu = True  # as Accelerate decides on a node of several GPUs
+        if found.use_deepspeed and not found.cpu:
+            _, env = prepared.prepare_deepspeed_cmd_env(found)
+        elif (found.multi_gpu or found.use_fsdp or found.use_megatron_lm) and not found.cpu:
+            env = prepared.prepare_multi_gpu_env(found)
+        else:
+            _, env = prepared.prepare_simple_launcher_cmd_env(found)
+    except (ValueError, AssertionError, RuntimeError) as exc:
+        _refused(str(exc).strip().splitlines()[0], "accelerate launch")
+    if found.no_python:
+        _refused("--no_python starts a program that is not python", "accelerate launch")
+    machines = int(found.num_machines or 1)
+    processes = int(found.num_processes or 1)
+    distributed = not found.cpu and (
+        found.use_deepspeed or found.use_fsdp or found.multi_gpu or found.use_megatron_lm
+    )
+    return Launched(
+        "module" if found.module else "script",
+        found.training_script,
+        tuple(found.training_script_args),
+        max(processes // machines, 1),
+        machines,
+        int(found.machine_rank or 0),
+        distributed=bool(distributed),
+        env={k: v for k, v in env.items() if before.get(k) != v and k not in _WORLD},
+    )
+
+
+_WORLD = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+)
+"""torchrun's variables, which the plan sets for the planned rank itself."""
+
+
 def applied(found: Launched, args: argparse.Namespace) -> None:
     """The plan's world options (``args``) set from the launcher's, which the plan's own must
     agree with where given; the plan's ``--rank`` still picks the rank, else the node's
-    first."""
+    first. A launcher of one plain process changes nothing."""
+    if not found.distributed:
+        return
     if args.nproc_per_node not in (None, found.nproc_per_node):
         _refused(
             f"--nproc-per-node {found.nproc_per_node} differs from plan's --nproc-per-node "

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
@@ -153,59 +153,68 @@ class PlanCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
-        from memforensics.allocator import SettingsError, parse_conf
-        from memforensics.plan import device_spec
-
-        target = _launched(target_from_args(args, parser), args)
-        conf = args.alloc_conf if args.alloc_conf is not None else os.environ.get(_CONF_ENV)
-        try:
-            settings = parse_conf(conf)
-            spec = device_spec(
-                _size(args.device_memory, "--device-memory"),
-                _capability(args.device_capability),
-                _size(args.context_memory, "--context-memory"),
-                settings,
-            )
-        except (SettingsError, ValueError) as exc:
-            raise CommandError(str(exc)) from None
-        if args.steps is not None and args.steps < 1:
-            raise CommandError(f"--steps must be at least 1, got {args.steps}")
-        try:
-            check_target(target)
-        except TargetError as exc:
-            raise CommandError(str(exc), exc.exit_code) from None
-        world = _world(args)
-        if args.vary is not None:
-            return _vary(args, target, conf)
-        if args.ranks == "all":
-            return _all_ranks(args, target, conf, world)
-        cache = open_cache(args)
-        into = Path(args.check_into) if args.check_into is not None else None
-        check = None
-        if args.expandable_check and into is None and not spec.settings.expandable_segments:
-            check = _expandable_check(args, target, conf)
-        with _torchrun_env(world):
-            status = _plan(
-                target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
-                check=check, into=into, until=args.check_until, steps=args.steps,
-            )  # fmt: skip
-        warn_cache(cache, self.name)
-        return status
+        target, launched_env = _launched(target_from_args(args, parser), args)
+        with environment(launched_env):  # the launcher's variables, child plans' too
+            return _planned(args, target)
 
 
-def _launched(target: Target, args: argparse.Namespace) -> Target:
-    """The training script a launcher's command line (``torchrun ... train.py``) starts, its
-    world set in ``args`` (:mod:`~memforensics.plan.launchers`); any other target as given."""
+def _planned(args: argparse.Namespace, target: Target) -> int:
+    """Plan ``target`` as ``args`` ask: once, once per value, or once per rank."""
+    from memforensics.allocator import SettingsError, parse_conf
+    from memforensics.plan import device_spec
+
+    conf = args.alloc_conf if args.alloc_conf is not None else os.environ.get(_CONF_ENV)
+    try:
+        settings = parse_conf(conf)
+        spec = device_spec(
+            _size(args.device_memory, "--device-memory"),
+            _capability(args.device_capability),
+            _size(args.context_memory, "--context-memory"),
+            settings,
+        )
+    except (SettingsError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    if args.steps is not None and args.steps < 1:
+        raise CommandError(f"--steps must be at least 1, got {args.steps}")
+    try:
+        check_target(target)
+    except TargetError as exc:
+        raise CommandError(str(exc), exc.exit_code) from None
+    world = _world(args)
+    if args.vary is not None:
+        return _vary(args, target, conf)
+    if args.ranks == "all":
+        return _all_ranks(args, target, conf, world)
+    cache = open_cache(args)
+    into = Path(args.check_into) if args.check_into is not None else None
+    check = None
+    if args.expandable_check and into is None and not spec.settings.expandable_segments:
+        check = _expandable_check(args, target, conf)
+    with _torchrun_env(world):
+        status = _plan(
+            target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
+            check=check, into=into, until=args.check_until, steps=args.steps,
+        )  # fmt: skip
+    warn_cache(cache, "plan")
+    return status
+
+
+def _launched(target: Target, args: argparse.Namespace) -> tuple[Target, dict[str, str]]:
+    """The training script a launcher's command line (``torchrun ... train.py``, ``accelerate
+    launch ... train.py``) starts, its world set in ``args``, and the variables the launcher
+    sets for it (:mod:`~memforensics.plan.launchers`); any other target as given."""
     from memforensics.plan import launchers
 
-    if not launchers.is_launcher(target.kind, target.name):
-        return target
+    read = launchers.reader(target.kind, target.name, target.args)
+    if read is None:
+        return target, {}
     try:
-        found = launchers.launched(target.args)
+        found = read()
         launchers.applied(found, args)
     except launchers.LauncherError as exc:
         raise CommandError(str(exc)) from None
-    return Target("module" if found.kind == "module" else "script", found.name, found.args)
+    kind: Literal["script", "module"] = "module" if found.kind == "module" else "script"
+    return Target(kind, found.name, found.args), dict(found.env)
 
 
 def _world(args: argparse.Namespace) -> Any:
