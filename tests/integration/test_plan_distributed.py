@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -697,3 +698,33 @@ def test_a_torchrun_command_line_plans_the_rank_it_starts(
     flags = ("--json", "--nproc-per-node", "2", "--nnodes", "2", "--rank", "2")
     alone = json.loads(plan(tmp_path, *flags, "train.py", "out.json").stdout)
     assert json.loads(done.stdout)["peak_allocated_bytes"] == alone["peak_allocated_bytes"]
+
+
+FAKES = Path(__file__).parent / "fakes"
+
+LOCAL_RANK_ARGUMENT = """
+import argparse, json, os, torch, torch.distributed as dist
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+parser.add_argument("--out")
+args = parser.parse_args()
+dist.init_process_group("nccl")
+json.dump({"local_rank": args.local_rank, "rank": dist.get_rank(),
+           "world": dist.get_world_size()}, open(args.out, "w"))
+"""
+
+
+@pytest.mark.parametrize(("options", "local_rank"), [((), 0), (("--no_local_rank",), -1)])
+def test_a_deepspeed_command_line_plans_the_rank_it_starts(
+    tmp_path: Path, options: tuple[str, ...], local_rank: int
+) -> None:
+    """``plan deepspeed --num_gpus 2 --num_nodes 2 --node_rank 1 train.py ARGS`` plans the
+    script as that node's first rank, given ``--local_rank=0`` first as DeepSpeed's launcher
+    gives it (none with ``--no_local_rank``), with the script's own arguments."""
+    shutil.copytree(FAKES / "deepspeed", tmp_path / "deepspeed")
+    script(tmp_path, LOCAL_RANK_ARGUMENT)
+    launcher = ("deepspeed", "--num_gpus", "2", "--num_nodes", "2", "--node_rank", "1", *options)
+    done = plan(tmp_path, *launcher, "train.py", "--out", "out.json")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"local_rank": local_rank, "rank": 2, "world": 4}

@@ -16,12 +16,26 @@ config``'s file): the world it starts, and the variables it sets for the script
 (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_FSDP`` and its ``FSDP_*``, DeepSpeed's,
 dynamo's), which the script's ``Accelerator`` reads; a single process is planned as
 ``python train.py`` with those variables.
+
+DeepSpeed's launcher (``deepspeed --num_gpus 8 train.py``) is read with its own parser
+(``deepspeed.launcher.runner.parse_args``), and, as its per-node launcher does, the script gets
+``--local_rank=R`` (the planned rank's local rank) before its own arguments unless
+``--no_local_rank`` is given.
+
+Accelerate and DeepSpeed are read in a process of their own: importing them decides things
+once for the process (DeepSpeed picks its accelerator, the CPU on the planning host, and its
+logger writes to the stdout it finds), which the planned script must decide on the planned
+device.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -33,6 +47,8 @@ SCRIPTS = ("torchrun",)
 ACCELERATE_SCRIPT = "accelerate"
 """Accelerate's console script, whose ``launch`` command starts a job."""
 ACCELERATE_MODULES = ("accelerate.commands.launch", "accelerate.commands.accelerate_cli")
+DEEPSPEED_SCRIPT = "deepspeed"
+DEEPSPEED_MODULE = "deepspeed.launcher.runner"
 
 
 class LauncherError(ValueError):
@@ -57,6 +73,14 @@ class Launched:
     process (``accelerate launch`` of a single GPU), planned as ``python train.py``."""
     env: Mapping[str, str] = field(default_factory=dict)
     """What the launcher sets in the script's environment besides torchrun's variables."""
+    local_rank_argument: bool = False
+    """Whether the script gets ``--local_rank=R`` first among its arguments (DeepSpeed's)."""
+
+    def script_args(self, rank: int) -> tuple[str, ...]:
+        """The script's arguments as the launcher gives them to ``rank``."""
+        if not self.local_rank_argument:
+            return self.args
+        return (f"--local_rank={rank % self.nproc_per_node}", *self.args)
 
 
 def reader(kind: str, name: str, args: Sequence[str]) -> Callable[[], Launched] | None:
@@ -70,10 +94,34 @@ def reader(kind: str, name: str, args: Sequence[str]) -> Callable[[], Launched] 
     launch = kind == "script" and os.path.basename(name) == ACCELERATE_SCRIPT
     launch = launch or (kind == "module" and name == ACCELERATE_MODULES[1])
     if launch and command[:1] == ["launch"]:
-        return lambda: _accelerate(command[1:])
+        return lambda: _read_apart("accelerate", command[1:])
     if kind == "module" and name == ACCELERATE_MODULES[0]:
-        return lambda: _accelerate(command)
+        return lambda: _read_apart("accelerate", command)
+    if (kind == "module" and name == DEEPSPEED_MODULE) or (
+        kind == "script" and os.path.basename(name) == DEEPSPEED_SCRIPT
+    ):
+        return lambda: _read_apart("deepspeed", command)
     return None
+
+
+_SAID = "memforensics-launched: "
+"""How the reading process's answer line begins, among what the library printed."""
+
+
+def _read_apart(launcher: str, args: Sequence[str]) -> Launched:
+    """``launcher``'s command line read in a process of its own (``python -m
+    memforensics.plan.launchers LAUNCHER ARGS``)."""
+    command = [sys.executable, "-m", __name__, launcher, *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    answers = [line[len(_SAID) :] for line in done.stdout.splitlines() if line.startswith(_SAID)]
+    if not answers:
+        tail = done.stderr.strip().splitlines()
+        _refused(tail[-1] if tail else f"exit status {done.returncode}", launcher)
+    found = json.loads(answers[-1])
+    if "refused" in found:
+        raise LauncherError(found["refused"])
+    read = found["launched"]
+    return Launched(**{**read, "args": tuple(read["args"])})
 
 
 def _refused(message: str, launcher: str = "torchrun") -> NoReturn:
@@ -178,6 +226,46 @@ def _accelerate(args: Sequence[str]) -> Launched:
     )
 
 
+def _deepspeed(args: Sequence[str]) -> Launched:
+    """What DeepSpeed's launcher started with ``args`` would run on one node, read with its own
+    parser."""
+    import contextlib
+    import io
+
+    try:
+        from deepspeed.launcher.runner import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            parse_args,
+        )
+    except ImportError as exc:
+        _refused(f"this DeepSpeed cannot be read ({exc})", "deepspeed")
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            found: Any = parse_args(list(args))
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines()
+        _refused((lines[-1].split(": error: ")[-1] if lines else "bad options"), "deepspeed")
+    if found.include or found.exclude:
+        _refused("--include and --exclude name GPUs of hosts; give --num_gpus N", "deepspeed")
+    if found.num_gpus < 1:
+        _refused("--num_gpus is every GPU of the machine; give --num_gpus N", "deepspeed")
+    if found.no_python:
+        _refused("--no_python starts a program that is not python", "deepspeed")
+    nodes = max(found.num_nodes, 1)
+    node_rank = max(found.node_rank, 0)
+    if node_rank >= nodes:
+        _refused(f"--node_rank {node_rank} is not a node of --num_nodes {nodes}", "deepspeed")
+    return Launched(
+        "module" if found.module else "script",
+        found.user_script,
+        tuple(found.user_args),
+        found.num_gpus,
+        nodes,
+        node_rank,
+        local_rank_argument=not found.no_local_rank,
+    )
+
+
 _WORLD = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
 )
@@ -200,3 +288,18 @@ def applied(found: Launched, args: argparse.Namespace) -> None:
     args.nproc_per_node, args.nnodes = found.nproc_per_node, found.nnodes
     if args.rank is None and args.ranks is None and found.node_rank:
         args.rank = found.node_rank * found.nproc_per_node
+
+
+def main(argv: Sequence[str]) -> int:
+    """The reading process: :data:`_SAID` and the launched job (or why none) as JSON."""
+    readers = {"accelerate": _accelerate, "deepspeed": _deepspeed}
+    try:
+        found: dict[str, Any] = {"launched": dataclasses.asdict(readers[argv[0]](argv[1:]))}
+    except LauncherError as exc:
+        found = {"refused": str(exc)}
+    print(_SAID + json.dumps(found), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

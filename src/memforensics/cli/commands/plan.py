@@ -153,13 +153,16 @@ class PlanCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
-        target, launched_env = _launched(target_from_args(args, parser), args)
+        given = target_from_args(args, parser)
+        target, launched_env = _launched(given, args)
         with environment(launched_env):  # the launcher's variables, child plans' too
-            return _planned(args, target)
+            return _planned(args, target, given)
 
 
-def _planned(args: argparse.Namespace, target: Target) -> int:
-    """Plan ``target`` as ``args`` ask: once, once per value, or once per rank."""
+def _planned(args: argparse.Namespace, target: Target, given: Target) -> int:
+    """Plan ``target`` as ``args`` ask: once, or once per value or rank in plans of their own,
+    which are given the command line as given (a launcher's, which each reads again for its
+    rank)."""
     from memforensics.allocator import SettingsError, parse_conf
     from memforensics.plan import device_spec
 
@@ -182,14 +185,14 @@ def _planned(args: argparse.Namespace, target: Target) -> int:
         raise CommandError(str(exc), exc.exit_code) from None
     world = _world(args)
     if args.vary is not None:
-        return _vary(args, target, conf)
+        return _vary(args, given, conf)
     if args.ranks == "all":
-        return _all_ranks(args, target, conf, world)
+        return _all_ranks(args, given, conf, world)
     cache = open_cache(args)
     into = Path(args.check_into) if args.check_into is not None else None
     check = None
     if args.expandable_check and into is None and not spec.settings.expandable_segments:
-        check = _expandable_check(args, target, conf)
+        check = _expandable_check(args, given, conf)
     with _torchrun_env(world):
         status = _plan(
             target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
@@ -214,7 +217,7 @@ def _launched(target: Target, args: argparse.Namespace) -> tuple[Target, dict[st
     except launchers.LauncherError as exc:
         raise CommandError(str(exc)) from None
     kind: Literal["script", "module"] = "module" if found.kind == "module" else "script"
-    return Target(kind, found.name, found.args), dict(found.env)
+    return Target(kind, found.name, found.script_args(args.rank or 0)), dict(found.env)
 
 
 def _world(args: argparse.Namespace) -> Any:
