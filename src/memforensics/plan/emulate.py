@@ -43,6 +43,7 @@ from memforensics.plan import (
     inplace,
     kernel_scratch,
     logsumexp,
+    native_library,
     nms,
     operands,
     samples,
@@ -774,7 +775,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         answer = self._answers.get(func)
         if answer is not None or func in self._unanswered:
             return answer
-        answer = self._by_name.get(func.name()) if hasattr(func, "name") else None
+        name = func.name() if hasattr(func, "name") else ""
+        answer = self._by_name.get(name)
+        if name.startswith(native_library.NAMESPACE):
+            native_library.operator_ran(self.notes)
         if answer is None:
             self._unanswered.add(func)
         else:

@@ -11,8 +11,10 @@ function is called (``ErrorHandlerMockBNBNativeLibrary``). On a GPU the library 
 nothing is logged. In a plan no native function is reached for the device: bitsandbytes'
 operators on a stand-in run their ``meta`` kernels (:mod:`~memforensics.plan.dynamic_sizes`) and
 its paged memory is the plan's (:mod:`~memforensics.plan.paged`). So that failed load is the
-plan's doing, not the script's: its log record is said once as a plan's note instead of a
-traceback a GPU run never prints. Any other record of bitsandbytes' is left as it is.
+plan's doing, not the script's: its log record is dropped, as a GPU run never prints it, and
+the plan says once that the library is not loaded where a bitsandbytes operator first runs on
+the planned device (a script that only imports bitsandbytes, as transformers does through PEFT,
+is told nothing). Any other record of bitsandbytes' is left as it is.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
 
-from memforensics.plan.values import Notes, where
+from memforensics.plan.values import Notes
 
 LOGGER = "bitsandbytes.cextension"
+NAMESPACE = "bitsandbytes::"
+"""How bitsandbytes' operators' names begin."""
+STAND_IN = "ErrorHandlerMockBNBNativeLibrary"
+"""The class of what bitsandbytes keeps for a library that did not load."""
 FAILED = "bitsandbytes library load error"
 """How bitsandbytes' log record of the failed load begins."""
 
@@ -36,36 +41,26 @@ NOT_LOADED = (
 )
 
 
-def _logging_frame(pathname: str) -> FrameType | None:
-    """The frame that made the record (in ``pathname``), from the filter's caller outward."""
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename != pathname:
-        frame = frame.f_back
-    return frame
-
-
 class _FailedLoad(logging.Filter):
-    """Drops bitsandbytes' record of its native library's failed load, said as a note."""
-
-    def __init__(self, notes: Notes) -> None:
-        super().__init__()
-        self.notes = notes
+    """Drops bitsandbytes' record of its native library's failed load."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(FAILED):
-            return True
-        frame = _logging_frame(record.pathname)
-        if "native" not in self.notes.said:
-            self.notes.said.add("native")
-            self.notes.kept.append(f"{NOT_LOADED} (first at {where(frame)})")
-        return False
+        return not str(record.msg).startswith(FAILED)
+
+
+def operator_ran(notes: Notes) -> None:
+    """A bitsandbytes operator ran on the planned device: :data:`NOT_LOADED` said once where
+    its native library did not load."""
+    lib = getattr(sys.modules.get(LOGGER), "lib", None)
+    if type(lib).__name__ == STAND_IN:
+        notes.once("native", NOT_LOADED)
 
 
 @contextmanager
-def quiet_failed_load(notes: Notes) -> Iterator[None]:
-    """bitsandbytes' failed load of its CUDA library a note inside, not an error record."""
+def quiet_failed_load() -> Iterator[None]:
+    """bitsandbytes' failed load of its CUDA library, inside, logs no error record."""
     logger = logging.getLogger(LOGGER)
-    failed = _FailedLoad(notes)
+    failed = _FailedLoad()
     logger.addFilter(failed)
     try:
         yield

@@ -1134,7 +1134,7 @@ def emulated(
             replaced(rows),
             cuda_toolkit.installed(),
             replaced_where_imported(imported),
-            native_library.quiet_failed_load(notes),
+            native_library.quiet_failed_load(),
             fused_norms.fused_on_meta(),
             nvidia_smi.on_path(_smi_reading(device, answers)),
             functions,
