@@ -65,7 +65,9 @@ class PlanCommand:
             "script",
             nargs=argparse.REMAINDER,
             metavar="SCRIPT ARGS",
-            help="the script to plan and its arguments, passed on untouched",
+            help="the script to plan and its arguments, passed on untouched; or a launcher's "
+            "command line (torchrun ..., accelerate launch ..., deepspeed ...), planned as the "
+            "rank it starts",
         )
         parser.add_argument(
             "--device-memory",
