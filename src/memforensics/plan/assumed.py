@@ -503,7 +503,9 @@ def _classes(
         return None
     routed = routing.classes(unknown) if routing is not None else None
     if routed is not None and routed <= classes:
-        return _routed_classes(func, unknown, met, out, spread, routed, routing)
+        balanced = _routed_classes(func, unknown, met, out, spread, routed, routing)
+        if balanced is not None:
+            return balanced
     zero = torch.zeros((1,) * rank, dtype=unknown.dtype, device=_CPU)
     result: torch.Tensor = func(zero, met)
     return result.expand(out.shape)
