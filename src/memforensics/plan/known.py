@@ -53,7 +53,8 @@ everywhere is kept at any size.
 
 Values made up by an assumption decide no size, except those of a *partition*
 (:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
-each counted once, at class 0, or values written at unknown indices, distinct in each slice) and
+each counted once, at class 0 or, a router's choices, at a balanced routing's class, or values
+written at unknown indices, distinct in each slice) and
 what is computed from them alone (:meth:`Known.sized`): they are a real routing's, so the sizes
 a mixture of experts' loop takes from them sum to the tokens routed, where an upper bound on
 each would count every token at every expert.
