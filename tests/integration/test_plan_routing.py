@@ -90,3 +90,77 @@ def test_an_expert_loop_testing_each_class_takes_each_routed_row_once(
     assert sum(facts["sizes"]) == TOKENS  # drawn again on the CPU: the drawn values' counts
     assert facts["eos"] is False
     assert facts["pad"] == 4
+
+
+GUARDED = f"""
+import json
+import torch
+import torch.nn.functional as F
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+up = torch.nn.Parameter(torch.randn({EXPERTS}, {HIDDEN}, {DIM}, device="cuda"))
+x = torch.randn({TOKENS}, {DIM}, device="cuda", requires_grad=True)
+weight, chosen = torch.topk(gate(x).softmax(-1), k={TOP}, dim=-1)
+flat = chosen.view(-1)
+rows = x.repeat_interleave({TOP}, dim=0)
+ran, counted, total = [], [], 0
+for i in range({EXPERTS}):
+    mask = flat == i
+    if not mask.any():  # an expert no token chose is skipped
+        continue
+    ran.append(i)
+    counted.append(int(mask.sum()))
+    total = total + F.silu(F.linear(rows[mask], up[i])).sum()
+total.backward()
+tokens = torch.argmax(torch.randn(4, 50, device="cuda"), dim=-1)  # fewer than the classes
+eos = tokens == 2
+print(json.dumps({{"ran": ran, "counted": counted, "all": bool((flat == 0).all()),
+                  "eos": [bool(eos.any()), bool(eos.all()), int(eos.sum())]}}))
+"""
+
+
+def test_an_expert_guarded_by_any_of_its_test_runs_on_its_share(tmp_path: Path) -> None:
+    """A loop that skips an expert whose test of the router's choices selects nothing
+    (``if not mask.any(): continue``) runs every expert, each counting (``mask.sum()``) its
+    balanced share; a count of an end-of-sequence test of fewer tokens than the vocabulary's
+    classes stays never equal."""
+    script(tmp_path, GUARDED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["ran"] == list(range(EXPERTS))
+    assert facts["counted"] == [TOKENS * TOP // EXPERTS] * EXPERTS
+    assert facts["all"] is False
+    assert facts["eos"] == [False, False, 0]
+
+
+OFFSETS = f"""
+import json
+import torch
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}, bias=False).cuda()
+x = torch.randn({TOKENS}, {DIM}, device="cuda")
+with torch.no_grad():
+    weight, chosen = torch.topk(gate(x).softmax(-1), k={TOP}, dim=-1)
+    ids, perm = torch.sort(chosen.reshape(-1))  # Hugging Face's grouped_mm experts
+    sorted_counts = torch.histc(ids.int(), bins={EXPERTS}, min=0, max={EXPERTS} - 1)
+    titan = torch.histc(chosen.view(-1), bins={EXPERTS}, min=0, max={EXPERTS})  # torchtitan
+    hit = torch.bincount(chosen.view(-1), minlength={EXPERTS}).gt(0).nonzero()
+print(json.dumps({{"sorted": sorted_counts.tolist(), "titan": titan.tolist(),
+                  "hit": hit.shape[0]}}))
+"""
+
+
+def test_histograms_of_sorted_or_flat_choices_give_each_expert_its_share(tmp_path: Path) -> None:
+    """``histc`` of the router's choices sorted by expert (Hugging Face's ``grouped_mm`` offsets,
+    cast to ``int``) or flat over ``[0, E]`` (torchtitan's ``num_tokens_per_expert``) and the
+    experts ``bincount`` finds hit give every expert a balanced routing's share."""
+    script(tmp_path, OFFSETS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["sorted"] == [TOKENS * TOP // EXPERTS] * EXPERTS
+    assert facts["titan"] == [TOKENS * TOP // EXPERTS] * EXPERTS
+    assert facts["hit"] == EXPERTS

@@ -51,6 +51,15 @@ early, and where an operator's result is the same for every such value, it is kn
   caller's count says, the first ones; an accuracy computed from them rises round by round. An
   end-of-sequence test compares with one named value, and stays never equal.
 
+Where the unknown integers are a router's choices, indices into a dimension of ``E`` classes
+(:class:`~memforensics.plan.routing.Routing`), the partitions read them as a balanced routing
+spreads them, element ``i`` of their storage at class ``i mod E``
+(:meth:`~memforensics.plan.routing.Routing.assigned`), not all at class 0: ``bincount``'s and
+``histc``'s bins, the sums scattered at them, their one-hot and the rows marked by them each
+give every class its share, ``m // E`` of ``m``, one more for the first ``m % E``, as a test
+against one class selects. A one-hot of them in rows repeats every ``E`` rows, kept so
+(:class:`~memforensics.plan.periodic.Repeat`).
+
 The histogram, the scattered sum, the distinct writes and the class test are *partitions*:
 whatever the unknown values, each is counted once, so the sizes taken from what they decide
 (:func:`partitioned`) are those of a real routing. The others decide values, never a size.
@@ -67,6 +76,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from memforensics.plan import periodic
+from memforensics.plan.routing import Routing, share
 
 ORDINARY = 1e9
 """Size no unknown value reaches: a comparison with a number this large or larger is decided."""
@@ -158,20 +170,35 @@ def decided(
 
 
 def partitioned(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
-) -> torch.Tensor | None:
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: torch.Tensor,
+    values: Values,
+    routing: Routing | None = None,
+) -> torch.Tensor | periodic.Repeat | None:
     """``func``'s result on the CPU where an assumption that counts each unknown value once
     decides it (a histogram, a test against every class: sizes taken from it are a real
-    routing's), else None. Cheap for an operator that is neither."""
+    routing's), else None; a result that repeats every few rows as what its storage repeats.
+    ``routing``: the router's choices among the unknown integers, read as a balanced routing
+    spreads them. Cheap for an operator that is neither."""
     if func in _HISTOGRAMS:
-        return _histogram(func, args, kwargs, values)
+        return _histogram(func, args, kwargs, values, routing)
     if func in _SCATTERED_SUMS:
-        return _scattered(func, args, kwargs, values)
+        return _scattered(func, args, kwargs, values, routing)
     if func in _CLASS_TESTS:
-        return _classes(func, args, out, values)
+        return _classes(func, args, out, values, routing)
     if func in _SCATTERS:
-        return _distinct(func, args, kwargs, out, values)
+        return _distinct(func, args, kwargs, out, values, routing)
     return None
+
+
+def _assigned(index: torch.Tensor, routing: Routing | None) -> torch.Tensor:
+    """Unknown integers as a partition reads them: a router's choices spread evenly over their
+    classes (:meth:`~memforensics.plan.routing.Routing.assigned`), any others the zero an
+    integer reads as."""
+    found = routing.assigned(index) if routing is not None else None
+    return found if found is not None else _zeros(index)
 
 
 def _unknown(value: Any, values: Values) -> bool:
@@ -381,10 +408,14 @@ def _counted(
 
 
 def _histogram(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    values: Values,
+    routing: Routing | None,
 ) -> torch.Tensor | None:
     """A histogram of unknown integers (``bincount``'s weights, where given, known): every
-    value counted as zero."""
+    value counted as zero, a router's choices each class its share."""
     counted = args[0]
     if not _unknown(counted, values) or counted.is_floating_point() or counted.is_complex():
         return None
@@ -392,7 +423,10 @@ def _histogram(
         return None  # unknown weights: the sums are unknown
     rest = [_on_cpu(a, values) for a in args[1:]]
     options = {k: _on_cpu(v, values) for k, v in kwargs.items()}
-    zeros = _zeros(counted)
+    shared = _shares(func, counted, rest, options, routing)
+    if shared is not None:
+        return shared
+    zeros = _assigned(counted, routing)
     if func is _aten.histc.default:  # CUDA's counts integers in their dtype, the CPU's floats only
         counts: torch.Tensor = func(zeros.float(), *rest, **options)
         return counts.to(counted.dtype)
@@ -400,9 +434,50 @@ def _histogram(
     return result
 
 
-def _classes(
-    func: Any, args: tuple[Any, ...], out: torch.Tensor, values: Values
+def _shares(
+    func: Any,
+    counted: torch.Tensor,
+    rest: list[Any],
+    options: dict[str, Any],
+    routing: Routing | None,
 ) -> torch.Tensor | None:
+    """The histogram of all of a router's choices (a storage of them counted whole, without
+    weights): each class its share, the bins a class falls in as ``bincount``'s (one per
+    class) and CUDA's ``histc``'s (``(c - min) * bins / (max - min)``, the last bin closed)
+    do; None where it is not one."""
+    classes = routing.classes(counted) if routing is not None else None
+    if classes is None or not periodic.covers(counted):
+        return None
+    count = counted.numel()
+    each = torch.tensor(
+        [share(count, classes, c) for c in range(classes)], dtype=torch.float64, device=_CPU
+    )
+    every = torch.arange(classes, dtype=torch.float64, device=_CPU)
+    if func is _aten.bincount.default:
+        if (rest and rest[0] is not None) or options.get("weights") is not None:
+            return None
+        minlength = rest[1] if len(rest) > 1 else options.get("minlength", 0)
+        length = max(int(minlength), min(count, classes))
+        bins = torch.zeros(length, dtype=torch.float64, device=_CPU)
+        bins[: min(length, classes)] = each[:length]
+        return bins.to(torch.long)
+    named = dict(zip(("bins", "min", "max"), rest, strict=False)) | options
+    total, low, high = int(named.get("bins", 100)), named.get("min", 0), named.get("max", 0)
+    low, high = float(low), float(high)
+    if low == high == 0.0:
+        low, high = 0.0, float(min(count, classes) - 1)
+    if low == high:
+        low, high = low - 1, high + 1
+    inside = (every >= low) & (every <= high)
+    at = ((every - low) * total / (high - low)).to(torch.long).clamp(max=total - 1)
+    bins = torch.zeros(total, dtype=torch.float64, device=_CPU)
+    bins.index_add_(0, at[inside], each[inside])
+    return bins.to(counted.dtype)
+
+
+def _classes(
+    func: Any, args: tuple[Any, ...], out: torch.Tensor, values: Values, routing: Routing | None
+) -> torch.Tensor | periodic.Repeat | None:
     """An equality test of unknown integers with known values that give each of them every
     class ``0 .. c-1`` (``c`` at least two) once, along the dimensions where it is broadcast:
     each is class 0. The result is broadcast from its few values along the other dimensions."""
@@ -426,13 +501,54 @@ def _classes(
     every = torch.arange(classes, dtype=each.dtype, device=_CPU).expand_as(each)
     if classes < 2 or not torch.equal(each.sort(dim=1).values, every):
         return None
+    routed = routing.classes(unknown) if routing is not None else None
+    if routed is not None and routed <= classes:
+        balanced = _routed_classes(func, unknown, met, out, spread, routed, routing)
+        if balanced is not None:
+            return balanced
     zero = torch.zeros((1,) * rank, dtype=unknown.dtype, device=_CPU)
     result: torch.Tensor = func(zero, met)
     return result.expand(out.shape)
 
 
+def _routed_classes(
+    func: Any,
+    unknown: torch.Tensor,
+    met: torch.Tensor,
+    out: torch.Tensor,
+    spread: list[int],
+    routed: int,
+    routing: Routing | None,
+) -> torch.Tensor | periodic.Repeat | None:
+    """A one-hot of a router's choices (``routed`` classes): each choice at the class its
+    place gives (:meth:`~memforensics.plan.routing.Routing.assigned`). Laid out in rows (the
+    classes last, the choices in their storage's order), it repeats every ``routed`` rows:
+    kept as that pattern; else computed whole where it is small."""
+    rank = out.dim()
+    trailing = spread == list(range(rank - len(spread), rank))
+    if trailing and periodic.whole(unknown) and periodic.whole(out):
+        width = math.prod(out.shape[d] for d in spread)
+        if routed * width * out.element_size() > _SMALL:
+            return None
+        row = met.reshape(-1)[-width:] if met.numel() >= width else met.reshape(-1)
+        first = torch.arange(routed, dtype=unknown.dtype, device=_CPU).reshape(routed, 1)
+        repeated: torch.Tensor = func(first, row.reshape(1, width))
+        return periodic.Repeat(repeated.to(out.dtype).reshape(-1), 1)
+    if out.numel() * out.element_size() > _SMALL or routing is None:
+        return None
+    found = routing.assigned(unknown)
+    if found is None:
+        return None
+    result: torch.Tensor = func(found, met)
+    return result
+
+
 def _scattered(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    values: Values,
+    routing: Routing | None = None,
 ) -> torch.Tensor | None:
     """A sum of known values into a known tensor at unknown integer indices: every value added
     at index 0."""
@@ -446,18 +562,23 @@ def _scattered(
     options = {k: _on_cpu(v, values) for k, v in kwargs.items()}
     scatter = func in (_aten.scatter_add.default, _aten.scatter_add_.default)
     operator = _aten.scatter_add.default if scatter else _aten.index_add.default
-    result: torch.Tensor = operator(target, args[1], _zeros(args[2]), source, **options)
+    result: torch.Tensor = operator(target, args[1], _assigned(args[2], routing), source, **options)
     return result
 
 
 def _distinct(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor, values: Values
-) -> torch.Tensor | None:
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: torch.Tensor,
+    values: Values,
+    routing: Routing | None = None,
+) -> torch.Tensor | periodic.Repeat | None:
     """A write of known values into a known tensor at unknown indices along a dimension: the
     ``k`` indices of each slice along it are distinct, ``0 .. k-1`` (``k`` at most the
     dimension's size). The result is computed on one slice where the rest repeats it (the
     target, the index and the values each the same along every other dimension), else whole
-    where it is small."""
+    where it is small; a router's choices as :func:`_routed_rows` marks them."""
     if len(args) < 4 or kwargs or not _unknown(args[2], values) or args[2].is_floating_point():
         return None
     target, index, source = args[0], args[2], args[3]
@@ -481,6 +602,11 @@ def _distinct(
         and (not isinstance(given, torch.Tensor) or _same_along(given, d))
         for d in others
     )
+    routed = routing.classes(index) if routing is not None else None
+    if routed is not None and repeats:
+        marked = _routed_rows(operator, known, index, given, out, dim, routed)
+        if marked is not None:
+            return marked
     if repeats:
         one = [slice(0, 1) if d != dim else slice(None) for d in range(known.dim())]
         piece = given[tuple(one)] if isinstance(given, torch.Tensor) else given
@@ -490,6 +616,35 @@ def _distinct(
         return None
     result: torch.Tensor = operator(known, dim, distinct.expand(index.shape), given)
     return result
+
+
+def _routed_rows(
+    operator: Any,
+    known: torch.Tensor,
+    index: torch.Tensor,
+    given: Any,
+    out: torch.Tensor,
+    dim: int,
+    routed: int,
+) -> periodic.Repeat | None:
+    """A router's ``k`` choices a row, ``routed`` classes, marked in rows that are each the
+    same before (``cnts.scatter_(1, topk_ids, 1)``): row ``t`` takes classes ``t·k .. t·k +
+    k - 1`` modulo ``routed`` (:meth:`~memforensics.plan.routing.Routing.assigned`), so the
+    rows repeat every ``routed / gcd(k, routed)``, kept as that pattern. Only rows laid out one
+    after another, the classes last."""
+    if dim != known.dim() - 1 or not (periodic.whole(index) and periodic.whole(out)):
+        return None
+    count, width = index.shape[dim], known.shape[dim]
+    rows = routed // math.gcd(count, routed)
+    if rows * width * out.element_size() > _SMALL:
+        return None
+    first = known.reshape(-1, width)[:1].expand(rows, width)
+    chosen = (torch.arange(rows * count, device=_CPU) % routed).reshape(rows, count)
+    piece = given
+    if isinstance(given, torch.Tensor):
+        piece = given.reshape(-1, count)[:1].expand(rows, count)
+    marked: torch.Tensor = operator(first.contiguous(), 1, chosen.to(index.dtype), piece)
+    return periodic.Repeat(marked.to(out.dtype).reshape(-1), 1)
 
 
 def _same_along(values: torch.Tensor, dim: int) -> bool:

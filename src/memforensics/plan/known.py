@@ -53,7 +53,8 @@ everywhere is kept at any size.
 
 Values made up by an assumption decide no size, except those of a *partition*
 (:func:`~memforensics.plan.assumed.partitioned`: a one-hot or a histogram of unknown integers,
-each counted once, at class 0, or values written at unknown indices, distinct in each slice) and
+each counted once, at class 0 or, a router's choices, at a balanced routing's class, or values
+written at unknown indices, distinct in each slice) and
 what is computed from them alone (:meth:`Known.sized`): they are a real routing's, so the sizes
 a mixture of experts' loop takes from them sum to the tokens routed, where an upper bound on
 each would count every token at every expert.
@@ -75,6 +76,18 @@ from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.routing import Routing
 from memforensics.plan.targets import Targets
 
+_VIEW_COUNTS = frozenset(
+    (
+        torch.ops.aten.sum.default,
+        torch.ops.aten.sum.dim_IntList,
+        torch.ops.aten.count_nonzero.default,
+        torch.ops.aten.count_nonzero.dim_IntList,
+        torch.ops.aten.any.default,
+        torch.ops.aten.any.dims,
+        torch.ops.aten.any.dim,
+    )
+)
+"""Reductions computed over a view of a repeating storage from its pattern."""
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
 HOST_LIMIT = 1 << 24
@@ -246,7 +259,31 @@ class Known:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
         None where they do not."""
         found = self.sized(tensor)
-        return None if found is None else _count_nonzero(found)
+        if found is not None:
+            return _count_nonzero(found)
+        if not self._periodic or not tensor.is_meta:
+            return None
+        key = tensor.untyped_storage()._cdata
+        if key in self._made_up and key not in self._sized:
+            return None
+        counted = self._reduced_view(tensor, list(range(tensor.dim())), nonzero=True)
+        return None if counted is None else int(counted.sum())
+
+    def count(self, tensor: torch.Tensor) -> int | None:
+        """How many of ``tensor``'s elements are non-zero, where its values decide sizes
+        (:meth:`sized`; a view of a repeating storage counted without reading it element by
+        element); None where they do not."""
+        return self._nonzero(tensor)
+
+    def _reduced_view(self, tensor: torch.Tensor, dims: list[int], nonzero: bool) -> Any:
+        """A sum (``nonzero``: a count) over ``dims`` of a view of a storage kept as repeating
+        a pattern (:func:`~memforensics.plan.periodic.reduced`); None where it is not one."""
+        repeated = self._periodic.get(tensor.untyped_storage()._cdata)
+        if repeated is None or repeated[1] != tensor.untyped_storage().nbytes():
+            return None
+        if repeated[0].pattern.dtype != tensor.dtype:
+            return None
+        return periodic.reduced(repeated[0], tensor, dims, nonzero)
 
     def sized(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values on the CPU where they decide a size (``nonzero``'s): decided
@@ -472,9 +509,13 @@ class Known:
         if not outs or any(t is not out for t in outs):
             return False  # an in-place operator's output is also the input it writes
         made: torch.Tensor = out
-        result = assumed.partitioned(func, args, kwargs, made, self.value)
+        result = assumed.partitioned(func, args, kwargs, made, self.value, self.routing)
         if result is not None:
-            repeat = periodic.pattern(made, result, LIMIT)
+            repeat = (
+                result
+                if isinstance(result, periodic.Repeat)
+                else periodic.pattern(made, result, LIMIT)
+            )
             if repeat is None:
                 return False
             self._repeat(made, repeat, sized=True)
@@ -799,7 +840,15 @@ class Known:
         matches: assumed.Matches | None = None,
     ) -> bool:
         """Whether the outputs' values are known after ``func``: computed when every input is
-        known, or decided by an absorbing side of ``or``/``and``."""
+        known, or decided by an absorbing side of ``or``/``and``; a count of a test against one
+        of a router's classes is its share (:meth:`~memforensics.plan.routing.Routing.
+        counted`), a sum over a view of a repeating storage is counted from its pattern."""
+        counted = self.routing.counted(func, args, kwargs, out)
+        if counted is not None:
+            self._keep(out, counted, made_up=True, sized=True)
+            return True
+        if self._periodic and func in _VIEW_COUNTS and self._counted_view(func, args, kwargs, out):
+            return True
         inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
@@ -815,14 +864,52 @@ class Known:
             return True
         if not isinstance(out, torch.Tensor) or not out.is_meta:
             return False
-        result = assumed.partitioned(func, args, kwargs, out, self.value)
-        if result is not None:
-            self._keep(out, result, made_up=True, sized=True)
+        partition = assumed.partitioned(func, args, kwargs, out, self.value, self.routing)
+        if isinstance(partition, periodic.Repeat):
+            partition = periodic.viewed(partition, out, LIMIT)
+        if partition is not None:
+            self._keep(out, partition, made_up=True, sized=True)
             return True
         result = assumed.decided(func, args, kwargs, out, self.value, matches)
         if result is None:
             return False
         self._keep(out, result, made_up=True)
+        return True
+
+    def _counted_view(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> bool:
+        """Whether ``out`` was kept as a sum, count or ``any`` over dimensions of a view of a
+        repeating storage too large to read element by element (a one-hot's classes summed
+        over its rows: ``expert_mask.sum(dim=(-1, -2))``)."""
+        viewed = args[0] if args else None
+        if not isinstance(viewed, torch.Tensor) or not isinstance(out, torch.Tensor):
+            return False
+        if not viewed.is_meta or not out.is_meta or viewed.dim() == 0:
+            return False
+        if set(kwargs) - {"dtype", "dim", "keepdim"} or self.value(viewed) is not None:
+            return False
+        named = args[1] if len(args) > 1 else kwargs.get("dim")
+        if named is None or named == []:
+            dims = list(range(viewed.dim()))
+        else:
+            listed = named if isinstance(named, (list, tuple)) else [named]
+            dims = sorted({int(d) % viewed.dim() for d in listed})
+        nonzero = func not in (torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList)
+        found = self._reduced_view(viewed, dims, nonzero)
+        if found is None:
+            return False
+        if func in (torch.ops.aten.any.default, torch.ops.aten.any.dims, torch.ops.aten.any.dim):
+            found = found > 0
+        key = viewed.untyped_storage()._cdata
+        made_up = key in self._made_up
+        self._keep(
+            out,
+            found.to(out.dtype).reshape(out.shape),
+            made_up=made_up,
+            guessed=bool(self._made_up.get(key)),
+            sized=made_up and key in self._sized,
+        )
         return True
 
     def _compute(

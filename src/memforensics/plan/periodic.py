@@ -112,3 +112,63 @@ def viewed(repeat: Repeat, view: torch.Tensor, limit: int) -> torch.Tensor | Non
         shape[d] = size
         index = index + (torch.arange(size, device=_CPU) * step).reshape(shape)
     return values[(index // block) % values.numel()].expand(view.shape)
+
+
+PERIOD_LIMIT = 1 << 20
+"""Longest period (pattern times block, in elements) whose counts are computed."""
+
+
+def reduced(
+    repeat: Repeat, view: torch.Tensor, dims: list[int], nonzero: bool
+) -> torch.Tensor | None:
+    """The sum of ``view``'s values (``nonzero``: the count of its non-zero ones) over
+    ``dims``, for each place along the others (a float64 CPU tensor of ``view``'s shape less
+    ``dims``), over a storage that repeats ``repeat``, without reading the view element by
+    element: where each element falls in one period is counted, dimension by dimension (a
+    dimension of ``n`` steps of ``s`` visits the places ``i·s`` modulo the period, each as often
+    as ``n`` goes round them), and those counts meet the period's values. None where the period
+    is longer than :data:`PERIOD_LIMIT` or the places kept are more than it."""
+    values, block = repeat
+    period = values.numel() * block
+    kept = [d for d in range(view.dim()) if d not in dims]
+    if period > PERIOD_LIMIT or math.prod(view.shape[d] for d in kept) > PERIOD_LIMIT:
+        return None
+    if view.numel() == 0:
+        return torch.zeros([view.shape[d] for d in kept], dtype=torch.float64, device=_CPU)
+    held = (values != 0) if nonzero else values
+    each = held.to(torch.float64).repeat_interleave(block)
+    counts = torch.zeros(period, dtype=torch.float64, device=_CPU)
+    counts[0] = 1.0
+    for d in dims:
+        counts = _cyclic(counts, _places(view.shape[d], view.stride(d), period), False)
+    met = _cyclic(counts, each, True)  # met[s]: the sum over dims from place s
+    start = torch.tensor(view.storage_offset(), device=_CPU)
+    for i, d in enumerate(kept):
+        shape = [1] * len(kept)
+        shape[i] = view.shape[d]
+        start = start + (torch.arange(view.shape[d], device=_CPU) * view.stride(d)).reshape(shape)
+    return met[start % period].round()
+
+
+def _places(size: int, step: int, period: int) -> torch.Tensor:
+    """How often ``size`` steps of ``step`` from place 0 fall at each place of the period."""
+    step %= period
+    cycle = period // math.gcd(step, period)
+    rounds, rest = divmod(size, cycle)
+    at = (torch.arange(cycle, device=_CPU) * step) % period
+    counts = torch.zeros(period, dtype=torch.float64, device=_CPU)
+    counts[at] = float(rounds)
+    counts[at[:rest]] += 1.0
+    return counts
+
+
+def _cyclic(first: torch.Tensor, second: torch.Tensor, correlate: bool) -> torch.Tensor:
+    """The cyclic convolution of two vectors over one period (``correlate``: ``first`` met at
+    each shift of ``second``, ``sum_p first[p]·second[p + s]``)."""
+    n = first.numel()
+    if correlate:  # first[p] at -p: a convolution
+        first = torch.roll(first.flip(0), 1)
+    if n == 1:
+        return first * second
+    met: torch.Tensor = torch.fft.irfft(torch.fft.rfft(first) * torch.fft.rfft(second), n=n)
+    return met

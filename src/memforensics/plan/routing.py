@@ -35,6 +35,8 @@ import torch
 from memforensics.plan.extremes import integral
 from memforensics.plan.periodic import covers
 
+_CPU = torch.device("cpu")
+
 _aten = torch.ops.aten
 _ALONG = {
     _aten.topk.default: 1,
@@ -51,6 +53,23 @@ _STABLE_DIM = frozenset((_aten.sort.stable,))
 """Those whose dimension is a keyword-only argument."""
 _COPIES = frozenset((_aten._to_copy.default, _aten.clone.default))
 """Copies and casts: each index from the index at the same place."""
+_SORTS = frozenset((_aten.sort.default, _aten.sort.stable))
+"""Sorts: their values are their input's, permuted."""
+_COUNTS = frozenset(
+    (
+        _aten.any.default,
+        _aten.all.default,
+        _aten.sum.default,
+        _aten.count_nonzero.default,
+        _aten.sum.dim_IntList,
+        _aten.count_nonzero.dim_IntList,
+        _aten.any.dims,
+        _aten.all.dims,
+    )
+)
+"""Reductions of a mask that count its selected elements (or ask whether any or all are)."""
+_ASSIGNED_LIMIT = 1 << 20
+"""Most indices whose assigned classes are computed one by one."""
 _TESTS = {
     _aten.eq.Scalar: True,
     _aten.eq.Tensor: True,
@@ -67,7 +86,7 @@ class Routing:
 
     def __init__(self) -> None:
         self._classes: dict[int, tuple[int, int]] = {}  # storage: (classes, nbytes)
-        self._shares: dict[int, tuple[int, int]] = {}  # mask storage: (selected, nbytes)
+        self._shares: dict[int, tuple[int, int, bool]] = {}  # mask: (selected, nbytes, every)
 
     def after(
         self,
@@ -98,12 +117,12 @@ class Routing:
         elif func in _TESTS:
             self._tested(func, args, out, value)
 
-    def _keep(self, kept: dict[int, tuple[int, int]], tensor: torch.Tensor, figure: int) -> None:
+    def _keep(self, kept: dict[Any, Any], tensor: torch.Tensor, *figures: Any) -> None:
         storage = tensor.untyped_storage()
         key = storage._cdata
         if key not in self._classes and key not in self._shares:
             weakref.finalize(storage, self._drop, key)
-        kept[key] = (figure, storage.nbytes())
+        kept[key] = (figures[0], storage.nbytes(), *figures[1:])
 
     def _drop(self, key: int) -> None:
         self._classes.pop(key, None)
@@ -130,6 +149,8 @@ class Routing:
         classes = source.numel() if dim is None else source.shape[dim]
         if classes > 0:
             self._keep(self._classes, made, classes)
+        if func in _SORTS and isinstance(out, (tuple, list)) and isinstance(out[0], torch.Tensor):
+            self._copied((source,), out[0])  # a permutation of the input's values
 
     def _copied(self, args: tuple[Any, ...], out: Any) -> None:
         """A copy or cast of indices, to integers, keeps their classes."""
@@ -162,7 +183,63 @@ class Routing:
             found = found.item()
         if isinstance(found, bool) or not isinstance(found, int):
             return
-        self._keep(self._shares, out, share(out.numel(), kept[0], found, _TESTS[func]))
+        count = out.numel()
+        taken = share(count, kept[0], found, _TESTS[func])
+        self._keep(self._shares, out, taken, count >= kept[0])
+
+    def classes(self, indices: torch.Tensor) -> int | None:
+        """How many classes ``indices`` (any view of a storage of indices made along a dimension
+        of known size, or a copy of one) lie in; None where that is not known."""
+        if not self._classes or not indices.is_meta:
+            return None
+        kept = self._classes.get(indices.untyped_storage()._cdata)
+        if kept is None or kept[1] != indices.untyped_storage().nbytes():
+            return None
+        return int(kept[0])
+
+    def assigned(self, indices: torch.Tensor) -> torch.Tensor | None:
+        """The classes a balanced routing gives ``indices`` where they are counted or spread
+        into classes: element ``i`` of their storage is class ``i mod E``; a CPU tensor of their
+        shape and dtype, or None where their classes are unknown or they are too many."""
+        classes = self.classes(indices)
+        if classes is None or indices.numel() > _ASSIGNED_LIMIT:
+            return None
+        place = torch.tensor(indices.storage_offset(), device=_CPU)
+        for d, (size, step) in enumerate(zip(indices.shape, indices.stride(), strict=True)):
+            shape = [1] * indices.dim()
+            shape[d] = size
+            place = place + (torch.arange(size, device=_CPU) * step).reshape(shape)
+        return (place % classes).to(indices.dtype).expand(indices.shape).contiguous()
+
+    def counted(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> torch.Tensor | None:
+        """A count of a test against one class taken whole (``mask.any()``, ``mask.sum()``,
+        ``count_nonzero``, ``all``) where there are at least as many indices as classes: what
+        the test's share gives, on the CPU; else None."""
+        if not self._shares or func not in _COUNTS or not args:
+            return None
+        mask = args[0]
+        if not isinstance(mask, torch.Tensor) or not isinstance(out, torch.Tensor):
+            return None
+        if not mask.is_meta or out.numel() != 1 or mask.numel() == 0:
+            return None
+        kept = self._shares.get(mask.untyped_storage()._cdata)
+        if kept is None or kept[1] != mask.untyped_storage().nbytes() or not kept[2]:
+            return None
+        if not covers(mask) or set(kwargs) - {"dtype", "dim", "keepdim"}:
+            return None
+        dims = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dims is not None and dims != [] and _reduced(dims, mask.dim()) != set(range(mask.dim())):
+            return None
+        taken = kept[0]
+        if func in (_aten.any.default, _aten.any.dims):
+            value: Any = taken > 0
+        elif func in (_aten.all.default, _aten.all.dims):
+            value = taken == mask.numel()
+        else:
+            value = taken
+        return torch.full(out.shape, value, dtype=out.dtype, device=_CPU)
 
     def share(self, mask: torch.Tensor) -> int | None:
         """How many of ``mask``'s elements a test against one class selects, where ``mask`` is
@@ -172,7 +249,13 @@ class Routing:
         kept = self._shares.get(mask.untyped_storage()._cdata)
         if kept is None or kept[1] != mask.untyped_storage().nbytes() or not covers(mask):
             return None
-        return kept[0]
+        return int(kept[0])
+
+
+def _reduced(dims: Any, rank: int) -> set[int]:
+    """The dimensions a reduction's ``dim`` argument names."""
+    named = dims if isinstance(dims, (list, tuple)) else [dims]
+    return {d % rank if rank else 0 for d in named}
 
 
 def _outs(kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from memforensics.plan.known import Known
+from memforensics.plan.periodic import covers
 from memforensics.plan.values import Notes
 
 BOUND = "a data-dependent shape takes its upper bound in a plan"
@@ -75,9 +76,9 @@ class Shapes:
 
     def nonzero(self, tensor: torch.Tensor) -> torch.Tensor:
         """``nonzero``: ``(count, ndim)`` indices; every element counted when unknown."""
-        found = self.known.sized(tensor)
-        if found is not None:
-            return _empty((int(torch.count_nonzero(found)), tensor.dim()), torch.long)
+        count = self.known.count(tensor)
+        if count is not None:
+            return _empty((count, tensor.dim()), torch.long)
         return _empty((self._at_most(tensor), tensor.dim()), torch.long)
 
     def masked_select(self, tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -102,9 +103,9 @@ class Shapes:
             if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
                 replaced.append(index)
                 continue
-            found = self.known.sized(index) if index.is_meta else index
-            if found is not None:
-                count = int(torch.count_nonzero(found))
+            known = self.known.count(index) if index.is_meta else int(index.count_nonzero())
+            if known is not None:
+                count = known
             elif index.dim() == 1 or self.known.routing.share(index) is not None:
                 count = self._at_most(index)
             else:
@@ -123,8 +124,11 @@ class Shapes:
         in ``int64``, or sums of ``float32`` weights in ``float32`` and of others in
         ``float64`` (``_bincount_cuda``); ``minlength`` bins, at least one, when unknown."""
         found = self.known.value(tensor)
+        classes = self.known.routing.classes(tensor)
         if found is not None:
             largest = int(found.max()) + 1 if found.numel() else 0
+        elif classes is not None and covers(tensor):  # a router's choices, balanced
+            largest = min(tensor.numel(), classes)
         else:
             self.notes.once("bins", BINS)
             largest = 1 if tensor.numel() else 0

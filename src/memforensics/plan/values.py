@@ -97,8 +97,9 @@ READ = (
     "and never the end-of-sequence token (a score of generated text rises); a "
     "generated token is none the script names (no end-of-sequence token ends "
     "decoding early), a count of unknown flags is every flag (beam search returns its full "
-    "length) and a one-hot of unknown indices has every row at class 0 (a mixture of experts' "
-    "loop gives its first expert every routed token, the others none)"
+    "length), a one-hot of unknown indices has every row at class 0, and a router's choices "
+    "are spread evenly over its experts where they are counted (a mixture of experts' loop "
+    "gives each expert its balanced share of the routed tokens)"
 )
 AGREED = (
     "torch.allclose of values the plan does not compute answers True: a script's check of one "

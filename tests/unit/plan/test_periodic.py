@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memforensics.plan.periodic import pattern, viewed  # noqa: E402
+from memforensics.plan.periodic import Repeat, pattern, reduced, viewed  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -54,3 +54,27 @@ def test_a_view_that_varies_in_too_many_elements_is_unknown() -> None:
     repeat = pattern(made, torch.arange(8).expand(4096, 8), LIMIT)
     assert repeat is not None
     assert viewed(repeat, made.view(torch.float64), LIMIT) is None  # read in another dtype
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sums_and_counts_over_views_of_a_repeating_storage_are_the_real_ones(seed: int) -> None:
+    """A sum or a count of non-zero values over some dimensions of any view (permuted, offset)
+    of a storage repeating a pattern in blocks is what the same reduction of a CPU tensor
+    holding those values gives."""
+    draw = torch.Generator().manual_seed(seed)
+    size = int(torch.randint(1, 30, (), generator=draw))
+    block = int(torch.randint(1, 4, (), generator=draw))
+    held = torch.randint(0, 3, (size,), generator=draw)
+    shape = [int(s) for s in torch.randint(1, 7, (3,), generator=draw)]
+    count = shape[0] * shape[1] * shape[2]
+    storage = held[(torch.arange(2 * count) // block) % size]
+    laid = torch.empty(shape).permute(*torch.randperm(3, generator=draw).tolist())
+    offset = int(torch.randint(0, count, (), generator=draw))
+    real = storage.as_strided(laid.shape, laid.stride(), offset)
+    meta = torch.empty(2 * count, dtype=held.dtype, device="meta")
+    view = meta.as_strided(laid.shape, laid.stride(), offset)
+    dims = [d for d in range(3) if bool(torch.rand((), generator=draw) < 0.6)]
+    for nonzero in (False, True):
+        values = (real != 0) if nonzero else real
+        expected = values.double().sum(dim=dims) if dims else values.double()
+        assert torch.equal(reduced(Repeat(held, block), view, dims, nonzero), expected)
