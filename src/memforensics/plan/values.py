@@ -87,19 +87,10 @@ rounds for 0.5)."""
 
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
-    "plan: floating-point ones read by the script, or scalars it compares on the device, fall "
-    "from 10 toward 0 as it trains (a loss that keeps improving, so early stopping runs to its "
-    "epoch limit); integers, flags and what torch's own code reads are zeros; predictions "
-    "compared with their targets on the device, or read on the host (as the batch's targets, "
-    "the rest another of their classes; scores read on the host are highest at those "
-    "classes), match one more of them each round (an accuracy rises as it trains); "
-    "generated sequences read on the host are their batch's references, one more each round "
-    "and never the end-of-sequence token (a score of generated text rises); a "
-    "generated token is none the script names (no end-of-sequence token ends "
-    "decoding early), a count of unknown flags is every flag (beam search returns its full "
-    "length), a one-hot of unknown indices has every row at class 0, and a router's choices "
-    "are spread evenly over its experts where they are counted (a mixture of experts' loop "
-    "gives each expert its balanced share of the routed tokens)"
+    "plan, so that loops bounded by values run to their own limits: a loss falls from 10 "
+    "toward 0 and an accuracy rises as it trains, integers and flags read 0, generated text "
+    "never ends before its length limit, and a router spreads its tokens evenly over its "
+    "experts (docs/plan.md, 'What it does not model', says each rule)"
 )
 AGREED = (
     "torch.allclose of values the plan does not compute answers True: a script's check of one "
