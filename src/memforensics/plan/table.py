@@ -337,6 +337,7 @@ def _rng_rows(world: distributed.World) -> list[Replacement]:
     never = "a stand-in's values are never drawn; the states read and write as CUDA's"
     return [
         R(torch.cuda, "default_generators", found.all, "one per planned device; " + never),
+        R(torch, "Generator", found.generator_class(), 'device="cuda" makes one; ' + never),
         *(
             R(owner, name, value, never)
             for owner in (torch.cuda, torch.cuda.random)
@@ -565,12 +566,6 @@ def _torch_rows(
             )
             for name in names
             if hasattr(owner, name)
-        ),
-        R(
-            torch,
-            "Generator",
-            cuda.generator_class(),
-            'device="cuda" is a CPU generator: a stand-in\'s values are never drawn',
         ),
         R(torch, "clear_autocast_cache", clear_autocast_cache, "the plan's autocast cache too"),
         R(
