@@ -775,6 +775,7 @@ def _torch_rows(
             "by it; meta to torch's own, which chooses CUDA-only kernels by it",
         ),
         R(torch.Tensor, "is_cuda", methods.is_cuda, "as .device: True to the script"),
+        R(torch.Tensor, "is_meta", methods.is_meta, "as .device: False to the script"),
         R(
             torch.Tensor,
             "data",
