@@ -260,6 +260,12 @@ def _build_rows(answers: Answers) -> list[Replacement]:
             "the build has flash attention, " + wheel,
         ),
         R(nccl, "version", build.nccl_version, "the build's NCCL, " + wheel),
+        R(
+            torch.distributed,
+            "is_nccl_available",
+            build.nccl_available(_found(torch.distributed, "is_nccl_available")),
+            "the build has NCCL, " + wheel + "; torch's own code gets the installed one's",
+        ),
     ]
 
 
