@@ -266,6 +266,47 @@ facts["offloaded"] = before - torch.cuda.memory_allocated()
 print(json.dumps(facts))
 """
 
+LAZY_CACHE = """
+import json, torch
+
+class Rotary(torch.nn.Module):
+    \"\"\"torchtune's RoPE: the cache is built now unless the module is made on ``meta``.\"\"\"
+    def __init__(self, dim, positions):
+        super().__init__()
+        self.dim, self.positions, self.built = dim, positions, False
+        freqs = 1.0 / (10_000 ** (torch.arange(0, dim, 2).float() / dim))
+        if freqs.is_meta:
+            return  # built later, once the weights are real
+        angles = torch.outer(torch.arange(positions, device=freqs.device).float(), freqs)
+        self.register_buffer("cache", torch.stack([angles.cos(), angles.sin()], -1))
+        self.built = True
+
+    def forward(self, x):
+        if not self.built:
+            raise RuntimeError("RoPE cache is not built")
+        return x * self.cache[: x.shape[0], 0, 0]
+
+with torch.device("cuda"):
+    rotary = Rotary(128, 4096)
+with torch.device("meta"):
+    later = Rotary(128, 4096)
+rotary(torch.ones(8, device="cuda"))
+built = [rotary.built, later.built]
+print(json.dumps({"built": built, "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_stand_in_is_not_meta_to_the_script(tmp_path: Path) -> None:
+    """A stand-in's ``is_meta`` is False to the script, as a CUDA tensor's is, so a module that
+    defers its work for ``meta`` tensors does it now (torchtune's RoPE raised "RoPE cache is not
+    built"); the script's own ``meta`` tensors still say True."""
+    script(tmp_path, LAZY_CACHE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(next(line for line in done.stderr.splitlines() if line.startswith("{")))
+    assert facts == {"built": [True, False], "allocated": 4096 * 64 * 2 * 4}
+
+
 CHOOSE = """
 import torch
 def project(a, b):

@@ -219,7 +219,7 @@ up = torch.nn.Linear({WIDTH}, {HIDDEN}).cuda()
 
 @torch.compile
 def forward(x):
-    if x.device.type == "cuda" and x.is_cuda:
+    if x.device.type == "cuda" and x.is_cuda and not x.is_meta:
         return up(x)  # the CUDA path
     return x  # elsewhere
 out = forward(torch.randn({ROWS}, {WIDTH}, device="cuda"))
@@ -230,9 +230,9 @@ print(json.dumps({{"shape": list(out.shape), "device": str(out.device)}}))
 def test_compiled_code_that_chooses_by_device_takes_its_cuda_path_as_graphs(
     tmp_path: Path,
 ) -> None:
-    """Code compiled by torch.compile that tests x.device.type == "cuda" and x.is_cuda takes
-    its CUDA path, as the same code does eagerly and on a GPU, and runs as Inductor's graphs
-    (it took the other path, traced no op, and ran eagerly)."""
+    """Code compiled by torch.compile that tests x.device.type == "cuda", x.is_cuda and
+    x.is_meta takes its CUDA path, as the same code does eagerly and on a GPU, and runs as
+    Inductor's graphs (it took the other path, traced no op, and ran eagerly)."""
     script(tmp_path, CHOOSING)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr

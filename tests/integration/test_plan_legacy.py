@@ -293,6 +293,30 @@ def test_the_cuda_builds_facts_are_the_wheels_and_cuda_paths_still_run(tmp_path:
     assert facts["scale"] == 65536.0
 
 
+BF16_CHECK = """
+import json
+import torch
+import torch.distributed as dist
+
+bf16 = (  # torchtune's verify_bf16_support
+    torch.cuda.is_available()
+    and torch.cuda.is_bf16_supported()
+    and dist.is_nccl_available()
+    and torch.cuda.nccl.version() >= (2, 10)
+)
+weight = torch.empty(1024, 1024, device="cuda", dtype=torch.bfloat16 if bf16 else torch.float32)
+print(json.dumps({"nccl": dist.is_nccl_available(), "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_nccl_is_available_as_in_the_cuda_build(tmp_path: Path) -> None:
+    """``torch.distributed.is_nccl_available()`` is True, as the CUDA build answers it beside
+    NCCL's version, so a check of bf16 support that asks it (torchtune's refused bf16 on the CPU
+    build) takes bf16, half the bytes."""
+    script(tmp_path, BF16_CHECK)
+    assert printed_facts(tmp_path) == {"nccl": True, "allocated": 1024 * 1024 * 2}
+
+
 OLD_DEVICE = """
 import json
 import torch

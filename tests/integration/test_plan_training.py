@@ -289,6 +289,27 @@ def test_a_cuda_generator_draws_stand_ins(tmp_path: Path) -> None:
     assert facts["allocated"] == 1024 * 1024 * 4 + 4096 * 8
 
 
+GENERATOR_DEVICE = """
+import json, torch
+g = torch.Generator(device="cuda").manual_seed(0)
+noise = torch.randn(1024, 1024, generator=g, device=g.device)  # drawn where the generator is
+print(json.dumps({
+    "device": str(g.device),
+    "state": len(g.get_state()),
+    "allocated": torch.cuda.memory_allocated(),
+}))
+"""
+
+
+def test_a_cuda_generator_is_on_the_planned_device(tmp_path: Path) -> None:
+    """torch.Generator(device="cuda") answers the CUDA device and CUDA's 16-byte state, so a
+    draw on ``generator.device`` is on the device (it was on the host, and not counted)."""
+    script(tmp_path, GENERATOR_DEVICE)
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _facts(done) == {"device": "cuda:0", "state": 16, "allocated": 1024 * 1024 * 4}
+
+
 PARAMETER_GENERATOR = """
 import copy, json, torch
 model = torch.nn.Linear(256, 256).cuda()

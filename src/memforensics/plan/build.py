@@ -35,6 +35,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memforensics.plan.askers import caller_torch_own
+
 
 @dataclass(frozen=True)
 class BuildFacts:
@@ -112,6 +114,20 @@ def cudnn_version(capability: tuple[int, int]) -> int | None:
             "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix"
         )
     return version
+
+
+def nccl_available(installed: Callable[[], bool]) -> Callable[[], bool]:
+    """``torch.distributed.is_nccl_available``: True where the build has NCCL, to the script
+    and its libraries, which check it with ``torch.cuda.nccl.version()`` before they take bf16
+    or NCCL (torchtune's ``verify_bf16_support`` refused bf16 on the CPU build); torch's own
+    code gets ``installed``, the build's own answer, as it reaches for NCCL's bindings by it."""
+
+    def available() -> bool:
+        if caller_torch_own():
+            return installed()
+        return facts().nccl is not None or installed()
+
+    return available
 
 
 def nccl_version() -> tuple[int | str, ...]:

@@ -24,7 +24,6 @@ import torch.utils._device
 
 from memforensics.plan import values
 from memforensics.plan.device import OutOfScope, PlannedDevice
-from memforensics.plan.emulate import names_planned_device
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
 """Writes each snapshot the script dumps itself (``_dump_snapshot(path)``) at its path."""
@@ -697,29 +696,6 @@ class PluggableAllocator(torch.cuda.memory._CUDAAllocator):  # type: ignore[misc
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise OutOfScope(PLUGGABLE)
-
-
-def generator_class() -> type:
-    """``torch.Generator`` whose ``device="cuda"`` is a CPU generator: the CPU build has no CUDA
-    generator, and a stand-in's random values are never drawn. The device read off a stand-in
-    (``torch.Generator(device=param.device)``) is the planned one too. Any generator passes
-    ``isinstance`` as before."""
-    original = torch.Generator
-
-    class Planned(type(original)):  # type: ignore[misc]  # torch's metaclass is untyped
-        def __instancecheck__(cls, instance: object) -> bool:
-            return isinstance(instance, original)
-
-        def __subclasscheck__(cls, subclass: type) -> bool:
-            return issubclass(subclass, original)
-
-    class Generator(original, metaclass=Planned):  # type: ignore[misc, valid-type]
-        def __new__(cls, device: Any = "cpu") -> Any:
-            if names_planned_device(device):
-                device = "cpu"
-            return original(device=device)
-
-    return Generator
 
 
 def one_device_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:

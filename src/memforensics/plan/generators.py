@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from memforensics.plan.emulate import names_planned_device
+
 STATE = struct.Struct("<Qq")
 """A CUDA generator's state: the seed (unsigned) and the offset, 8 bytes each."""
 
@@ -109,6 +111,32 @@ class DefaultGenerators:
             device = torch.device(device)
         index = device if isinstance(device, int) else device.index
         return self.all[self._current() if index is None else index]
+
+    def generator_class(self) -> type:
+        """``torch.Generator`` whose ``device="cuda"`` is a new :class:`CudaGenerator` of that
+        device (the current one where it names no index), as CUDA's ``getNewGenerator`` makes
+        it: its ``device`` is the planned one and its state CUDA's 16 bytes, so code that
+        branches on ``generator.device`` (drawing on the host for a CPU generator, then
+        copying) takes the GPU's branch. The device read off a stand-in
+        (``torch.Generator(device=param.device)``) is the planned one too. Any generator passes
+        ``isinstance`` as before."""
+        original = torch.Generator
+        of = self.of
+
+        class Planned(type(original)):  # type: ignore[misc]  # torch's metaclass is untyped
+            def __instancecheck__(cls, instance: object) -> bool:
+                return isinstance(instance, original)
+
+            def __subclasscheck__(cls, subclass: type) -> bool:
+                return issubclass(subclass, original)
+
+        class Generator(original, metaclass=Planned):  # type: ignore[misc, valid-type]
+            def __new__(cls, device: Any = "cpu") -> Any:
+                if names_planned_device(device):
+                    return CudaGenerator(of(device).index)
+                return original(device=device)
+
+        return Generator
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         """``torch.cuda``'s random functions by name."""

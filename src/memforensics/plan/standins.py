@@ -10,10 +10,11 @@ check, de-duplicating tied weights by ``data_ptr()``), which all-zero addresses 
 Only tensors whose storage the plan put on the device answer so; the script's own ``meta``
 tensors keep ``meta``'s answers.
 
-``.device`` and ``.is_cuda`` answer by who asks (:mod:`~memforensics.plan.askers`).
+``.device``, ``.is_cuda`` and ``.is_meta`` answer by who asks (:mod:`~memforensics.plan.askers`).
 To the script and its libraries a stand-in is on ``cuda:0``, as on the GPU: they choose their
 own code by it (an offload that moves what is on ``"cuda"``, TRL's ``mm`` with ``out_dtype`` on
-CUDA against an upcast copy elsewhere), and what they choose decides what is allocated. To
+CUDA against an upcast copy elsewhere; torchtune's RoPE builds its cache only for a tensor that
+is not ``meta``), and what they choose decides what is allocated. To
 torch's own Python it stays ``meta``: torch branches on these to call CUDA-only kernels
 (cuDNN's RNN weights, fused attention) that the ``meta`` device does not implement.
 """
@@ -33,12 +34,17 @@ Address = Callable[[int], int | None]
 device, None for a storage the plan does not hold."""
 
 
+_IS_META: Any = vars(torch._C.TensorBase)["is_meta"]
+"""torch's own ``Tensor.is_meta``, whoever asks."""
+
+
 def on_device(address: Address) -> Callable[[torch.Tensor], bool]:
     """Whether a tensor is a stand-in: ``meta`` over a storage the plan put on the device (the
     script's own ``meta`` tensors are not)."""
 
     def held(tensor: torch.Tensor) -> bool:
-        return bool(tensor.is_meta) and address(tensor.untyped_storage()._cdata) is not None
+        meta = bool(_IS_META.__get__(tensor, type(tensor)))
+        return meta and address(tensor.untyped_storage()._cdata) is not None
 
     return held
 
@@ -55,6 +61,7 @@ class Methods(NamedTuple):
     is_shared: Callable[[torch.UntypedStorage], bool]
     device: property
     is_cuda: property
+    is_meta: property
 
 
 SHARED = (
@@ -114,8 +121,9 @@ def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
 
     device = _answered_to_script("device", held, PLANNED_DEVICE)
     is_cuda = _answered_to_script("is_cuda", held, True)
+    is_meta = _answered_to_script("is_meta", held, False)
     return Methods(
-        data_ptr, get_device, untyped_data_ptr, share_memory_, is_shared, device, is_cuda
+        data_ptr, get_device, untyped_data_ptr, share_memory_, is_shared, device, is_cuda, is_meta
     )
 
 
@@ -146,8 +154,9 @@ def _answered_to_script(
 
 @contextmanager
 def traced_on_cuda() -> Iterator[None]:
-    """While dynamo traces: ``x.device`` and ``x.is_cuda`` of a ``meta`` tensor, read by the
-    script's or a library's code, answer ``cuda:0`` and True, as in eager code, so compiled
+    """While dynamo traces: ``x.device``, ``x.is_cuda`` and ``x.is_meta`` of a ``meta`` tensor,
+    read by the script's or a library's code, answer ``cuda:0``, True and False (constants,
+    which dynamo guards on nothing), as in eager code, so compiled
     code chooses as it does on the GPU (a trace would otherwise take its non-CUDA branch where
     eager code took the CUDA one); torch's own code that dynamo inlines still reads ``meta``.
     A factory given that device makes its tensor where the stand-ins are (``compiled``'s fake
@@ -156,8 +165,12 @@ def traced_on_cuda() -> Iterator[None]:
     from torch._dynamo.variables.base import VariableTracker
     from torch._dynamo.variables.tensor import TensorVariable
 
-    answers = {"method_attr_device": PLANNED_DEVICE, "method_attr_is_cuda": True}
-    originals = {name: vars(TensorVariable)[name] for name in answers}
+    answers = {
+        "method_attr_device": PLANNED_DEVICE,
+        "method_attr_is_cuda": True,
+        "method_attr_is_meta": False,
+    }
+    originals = {name: vars(TensorVariable).get(name) for name in answers}
 
     def reading(name: str) -> Callable[..., Any]:
         original = originals[name]
@@ -167,7 +180,7 @@ def traced_on_cuda() -> Iterator[None]:
             on_meta = isinstance(device, torch.device) and device.type == "meta"
             if on_meta and not torch_own(tx.f_globals):
                 return VariableTracker.build(tx, answers[name])
-            return original(self, tx)
+            return None if original is None else original(self, tx)
 
         return read
 
@@ -177,7 +190,10 @@ def traced_on_cuda() -> Iterator[None]:
         yield
     finally:
         for name, original in originals.items():
-            setattr(TensorVariable, name, original)
+            if original is None:
+                delattr(TensorVariable, name)
+            else:
+                setattr(TensorVariable, name, original)
 
 
 def _held(held: Callable[[torch.Tensor], bool], tensor: torch.Tensor) -> bool:

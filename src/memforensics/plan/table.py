@@ -261,6 +261,12 @@ def _build_rows(answers: Answers) -> list[Replacement]:
             "the build has flash attention, " + wheel,
         ),
         R(nccl, "version", build.nccl_version, "the build's NCCL, " + wheel),
+        R(
+            torch.distributed,
+            "is_nccl_available",
+            build.nccl_available(_found(torch.distributed, "is_nccl_available")),
+            "the build has NCCL, " + wheel + "; torch's own code gets the installed one's",
+        ),
     ]
 
 
@@ -338,6 +344,7 @@ def _rng_rows(world: distributed.World) -> list[Replacement]:
     never = "a stand-in's values are never drawn; the states read and write as CUDA's"
     return [
         R(torch.cuda, "default_generators", found.all, "one per planned device; " + never),
+        R(torch, "Generator", found.generator_class(), 'device="cuda" makes one; ' + never),
         *(
             R(owner, name, value, never)
             for owner in (torch.cuda, torch.cuda.random)
@@ -567,12 +574,6 @@ def _torch_rows(
             for name in names
             if hasattr(owner, name)
         ),
-        R(
-            torch,
-            "Generator",
-            cuda.generator_class(),
-            'device="cuda" is a CPU generator: a stand-in\'s values are never drawn',
-        ),
         R(torch, "clear_autocast_cache", clear_autocast_cache, "the plan's autocast cache too"),
         R(
             torch.library,
@@ -781,6 +782,7 @@ def _torch_rows(
             "by it; meta to torch's own, which chooses CUDA-only kernels by it",
         ),
         R(torch.Tensor, "is_cuda", methods.is_cuda, "as .device: True to the script"),
+        R(torch.Tensor, "is_meta", methods.is_meta, "as .device: False to the script"),
         R(
             torch.Tensor,
             "data",
