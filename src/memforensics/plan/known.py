@@ -1079,5 +1079,12 @@ class Known:
 
     @staticmethod
     def _view(kept: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
+        """``like``'s view of the copy ``kept``: its geometry, and its lazy conjugate or
+        negation (``z.conj()`` is a view that reads its storage conjugated)."""
         view = torch.empty(0, dtype=like.dtype, device=_CPU)
-        return view.set_(kept, like.storage_offset(), like.size(), like.stride())
+        view = view.set_(kept, like.storage_offset(), like.size(), like.stride())
+        if like.is_conj():
+            view = view.conj()
+        if like.is_neg():
+            view = view._neg_view()
+        return view
