@@ -307,6 +307,34 @@ def test_a_stand_in_is_not_meta_to_the_script(tmp_path: Path) -> None:
     assert facts == {"built": [True, False], "allocated": 4096 * 64 * 2 * 4}
 
 
+SUBCLASS_READ = """
+import torch
+
+class Packed(torch.nn.Parameter):
+    def __new__(cls, data, requires_grad=False):
+        return torch.Tensor._make_subclass(cls, data, requires_grad)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+layer = torch.nn.Linear(64, 64, device="cuda")
+layer.weight = Packed(torch.empty(64, 64, device="cuda", dtype=torch.uint8))
+layer.to("cuda")
+print("moved", type(layer.weight).__name__, layer.weight.device)
+"""
+
+
+def test_a_subclass_read_of_a_stand_in_answers_its_first_asker(tmp_path: Path) -> None:
+    """A parameter subclass whose ``__torch_function__`` hands reads to torch's (bitsandbytes'
+    ``Params4bit``) gets torch's getter's answer to the plan's own question (is it ``meta``),
+    not the script's: its module moves to the device and keeps its class."""
+    script(tmp_path, SUBCLASS_READ)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "moved Packed cuda:0" in done.stdout
+
+
 CHOOSE = """
 import torch
 def project(a, b):

@@ -21,6 +21,7 @@ torch's own Python it stays ``meta``: torch branches on these to call CUDA-only 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -145,11 +146,28 @@ def _answered_to_script(
     own: Any = vars(torch._C.TensorBase)[name]
 
     def get(tensor: torch.Tensor) -> Any:
-        if _DISPATCH_MODES() and not caller_torch_own() and _held(held, tensor):
+        asked = _DISPATCH_MODES() and not _OWN_ANSWER.on and not caller_torch_own()
+        if asked and _held(held, tensor):
             return answer
-        return own.__get__(tensor, type(tensor))
+        # torch's getter hands a subclass's read to its __torch_function__ (bitsandbytes'
+        # Params4bit), which reads the property again from the library's frame: that read is
+        # still the first asker's
+        before, _OWN_ANSWER.on = _OWN_ANSWER.on, True
+        try:
+            return own.__get__(tensor, type(tensor))
+        finally:
+            _OWN_ANSWER.on = before
 
     return property(get, doc=own.__doc__)
+
+
+class _OwnAnswer(threading.local):
+    """Whether this thread is inside torch's own getter of a stand-in's property."""
+
+    on = False
+
+
+_OWN_ANSWER = _OwnAnswer()
 
 
 @contextmanager
