@@ -149,16 +149,24 @@ def _answered_to_script(
         asked = _DISPATCH_MODES() and not _OWN_ANSWER.on and not caller_torch_own()
         if asked and _held(held, tensor):
             return answer
+        kind = type(tensor)
+        if kind in _PLAIN:
+            return own.__get__(tensor, kind)
         # torch's getter hands a subclass's read to its __torch_function__ (bitsandbytes'
         # Params4bit), which reads the property again from the library's frame: that read is
         # still the first asker's
         before, _OWN_ANSWER.on = _OWN_ANSWER.on, True
         try:
-            return own.__get__(tensor, type(tensor))
+            return own.__get__(tensor, kind)
         finally:
             _OWN_ANSWER.on = before
 
     return property(get, doc=own.__doc__)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+"""Tensor classes without a ``__torch_function__`` of their own, whose reads torch's getter
+answers without handing them on."""
 
 
 class _OwnAnswer(threading.local):
