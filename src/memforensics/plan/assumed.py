@@ -627,11 +627,12 @@ def _routed_rows(
     dim: int,
     routed: int,
 ) -> periodic.Repeat | None:
-    """A router's ``k`` choices a row, ``routed`` classes, marked in rows that are each the
-    same before (``cnts.scatter_(1, topk_ids, 1)``): row ``t`` takes classes ``t·k .. t·k +
-    k - 1`` modulo ``routed`` (:meth:`~memforensics.plan.routing.Routing.assigned`), so the
-    rows repeat every ``routed / gcd(k, routed)``, kept as that pattern. Only rows laid out one
-    after another, the classes last."""
+    """A router's ``k`` choices a row, ``routed`` classes, marked in rows that hold the same
+    values until the write (``cnts.scatter_(1, topk_ids, 1)``): row ``t`` takes classes
+    ``t·k .. t·k + k - 1`` modulo ``routed``
+    (:meth:`~memforensics.plan.routing.Routing.assigned`), so the rows repeat every
+    ``routed / gcd(k, routed)``, kept as that pattern. Only rows laid out one after another,
+    the classes last."""
     if dim != known.dim() - 1 or not (periodic.whole(index) and periodic.whole(out)):
         return None
     count, width = index.shape[dim], known.shape[dim]

@@ -279,12 +279,14 @@ def applied(found: Launched, args: argparse.Namespace) -> None:
     if not found.distributed:
         return
     if args.nproc_per_node not in (None, found.nproc_per_node):
-        _refused(
-            f"--nproc-per-node {found.nproc_per_node} differs from plan's --nproc-per-node "
-            f"{args.nproc_per_node}"
+        raise LauncherError(
+            f"the launcher starts {found.nproc_per_node} processes a node, plan's "
+            f"--nproc-per-node says {args.nproc_per_node}"
         )
     if args.nnodes not in (1, found.nnodes):
-        _refused(f"--nnodes {found.nnodes} differs from plan's --nnodes {args.nnodes}")
+        raise LauncherError(
+            f"the launcher starts {found.nnodes} nodes, plan's --nnodes says {args.nnodes}"
+        )
     args.nproc_per_node, args.nnodes = found.nproc_per_node, found.nnodes
     if args.rank is None and args.ranks is None and found.node_rank:
         args.rank = found.node_rank * found.nproc_per_node
