@@ -103,3 +103,33 @@ def test_vary_plans_each_value_under_the_same_steps(tmp_path: Path) -> None:
     for mib in ("16", "32"):
         alone = plan(tmp_path, "--json", *steps, "train.py", "--iters", "20", "--mib", mib)
         assert peaks[mib] == json.loads(alone.stdout)["peak_allocated_bytes"]
+
+
+LIBRARY_LOOP = """
+import torch
+import trainlib  # an installed library's training loop, which steps the optimizer itself
+model = torch.nn.Linear(64, 64).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+trainlib.fit(model, opt)
+"""
+
+TRAINLIB = """
+import torch
+def fit(model, opt):
+    while True:
+        model(torch.randn(8, 64, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_steps_ends_at_the_scripts_own_line_where_a_library_steps(tmp_path: Path) -> None:
+    """Where an installed library's loop steps the optimizer, ``Ended at`` names the script's
+    line that called the library (what its author can change), not the library's."""
+    installed = tmp_path / "site-packages"
+    installed.mkdir()
+    (installed / "trainlib.py").write_text(TRAINLIB)
+    path = script(tmp_path, f"import sys\nsys.path.insert(0, {str(installed)!r})\n" + LIBRARY_LOOP)
+    done = plan(tmp_path, "--json", "--steps", "2", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ended_at_step"] == f"{path}:8"

@@ -468,17 +468,24 @@ _INTERRUPTED = 130
 
 def _stopped_at(exc: BaseException) -> str:
     """``file:line`` of the innermost frame of the script's own code when it was interrupted
-    or failed (not torch's, not memforensics', not python's frozen modules)."""
+    or failed: not torch's, not memforensics', not python's frozen modules, and not an
+    installed library's where the script's own code is on the stack (``trainer.train()``'s
+    line, not Accelerate's optimizer wrapper that stepped)."""
+    from memforensics.analysis.dump.frames import is_installed_file
+
     own = tuple(
         os.path.dirname(module.__file__)
         for module in (sys.modules.get("torch"), sys.modules.get("memforensics"))
         if module is not None and module.__file__
     )
-    where = "an unknown place"
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if not frame.filename.startswith(own) and not frame.filename.startswith("<"):
-            where = f"{frame.filename}:{frame.lineno}"
-    return where
+    outside = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(own) and not frame.filename.startswith("<")
+    ]
+    scripts = [frame for frame in outside if not is_installed_file(frame.filename)]
+    frames = scripts or outside
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "an unknown place"
 
 
 def _exit_status(exc: SystemExit) -> int:
