@@ -728,3 +728,71 @@ def test_a_deepspeed_command_line_plans_the_rank_it_starts(
     assert done.returncode == 0, done.stderr
     seen = json.loads((tmp_path / "out.json").read_text())
     assert seen == {"local_rank": local_rank, "rank": 2, "world": 4}
+
+
+HOSTFILE = "# the job's hosts\nworker-0 slots=4\nworker-1 slots=4\nworker-2 slots=4\n"
+
+
+@pytest.mark.parametrize(
+    ("plan_options", "launcher", "visible", "seen"),
+    [
+        ((), ("--include", "localhost:2,3"), "", (0, 0, 2)),
+        (("--nproc-per-node", "4"), (), "", (0, 0, 4)),
+        ((), (), "0,1,2", (0, 0, 3)),
+        ((), ("-H", "hosts", "--include", "worker-0@worker-2", "--node_rank", "1"), "", (0, 4, 8)),
+        ((), ("-H", "hosts", "--exclude", "worker-1"), "", (0, 0, 8)),
+        (
+            (),
+            ("-H", "hosts", "--num_nodes", "2", "--num_gpus", "2", "--node_rank", "1"),
+            "",
+            (0, 2, 4),
+        ),
+    ],
+)
+def test_a_deepspeed_command_line_starts_the_hosts_and_gpus_it_names(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    plan_options: tuple[str, ...],
+    launcher: tuple[str, ...],
+    visible: str,
+    seen: tuple[int, int, int],
+) -> None:
+    """DeepSpeed's world is read as its launcher reads it: the GPUs ``--include`` names, every
+    GPU of the machine (plan's ``--nproc-per-node``) or of ``CUDA_VISIBLE_DEVICES``, and a
+    hostfile's hosts filtered and cut by ``--include``, ``--exclude``, ``--num_nodes`` and
+    ``--num_gpus``: (local rank, rank, world) as the planned rank sees them."""
+    shutil.copytree(FAKES / "deepspeed", tmp_path / "deepspeed")
+    (tmp_path / "hosts").write_text(HOSTFILE)
+    script(tmp_path, LOCAL_RANK_ARGUMENT)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    done = plan(tmp_path, *plan_options, "deepspeed", *launcher, "train.py", "--out", "out.json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads((tmp_path / "out.json").read_text())
+    assert (found["local_rank"], found["rank"], found["world"]) == seen
+
+
+@pytest.mark.parametrize(
+    ("launcher", "said"),
+    [
+        ((), "give plan's --nproc-per-node N"),
+        (("--exclude", "localhost:0"), "name the GPUs (--include localhost:0,1)"),
+        (("-H", "uneven", "--include", "worker-0@worker-1"), "worker-0 4, worker-1 2"),
+        (("-H", "hosts", "--include", "worker-9"), "worker-9"),
+    ],
+)
+def test_a_deepspeed_world_the_plan_cannot_know_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: tuple[str, ...], said: str
+) -> None:
+    """A DeepSpeed command line whose world depends on the planning host's GPUs, whose hosts
+    start different numbers of processes, or that names a host its hostfile lacks gets one
+    line that says what to give, and exit 2, before the script runs."""
+    shutil.copytree(FAKES / "deepspeed", tmp_path / "deepspeed")
+    (tmp_path / "hosts").write_text(HOSTFILE)
+    (tmp_path / "uneven").write_text("worker-0 slots=4\nworker-1 slots=2\n")
+    script(tmp_path, LOCAL_RANK_ARGUMENT)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    done = plan(tmp_path, "deepspeed", *launcher, "train.py", "--out", "out.json")
+    assert done.returncode == 2
+    assert said in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out.json").exists()

@@ -20,7 +20,9 @@ dynamo's), which the script's ``Accelerator`` reads; a single process is planned
 DeepSpeed's launcher (``deepspeed --num_gpus 8 train.py``) is read with its own parser
 (``deepspeed.launcher.runner.parse_args``), and, as its per-node launcher does, the script gets
 ``--local_rank=R`` (the planned rank's local rank) before its own arguments unless
-``--no_local_rank`` is given.
+``--no_local_rank`` is given. Its hosts and GPUs are read with its own functions (hostfile,
+``--include``/``--exclude``, ``--num_nodes``/``--num_gpus``, ``CUDA_VISIBLE_DEVICES``); every
+GPU of the machine is as many as the plan's ``--nproc-per-node``.
 
 Accelerate and DeepSpeed are read in a process of their own: importing them decides things
 once for the process (DeepSpeed picks its accelerator, the CPU on the planning host, and its
@@ -228,42 +230,93 @@ def _accelerate(args: Sequence[str]) -> Launched:
 
 def _deepspeed(args: Sequence[str]) -> Launched:
     """What DeepSpeed's launcher started with ``args`` would run on one node, read with its own
-    parser."""
+    parser and its own reading of the hosts and GPUs it starts on (its hostfile, ``--include``,
+    ``--exclude``, ``--num_nodes``, ``--num_gpus``, ``CUDA_VISIBLE_DEVICES``)."""
     import contextlib
     import io
 
     try:
-        from deepspeed.launcher.runner import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
-            parse_args,
+        from deepspeed.launcher import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            runner,
         )
     except ImportError as exc:
         _refused(f"this DeepSpeed cannot be read ({exc})", "deepspeed")
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            found: Any = parse_args(list(args))
+            found: Any = runner.parse_args(list(args))
     except SystemExit:
         lines = said.getvalue().strip().splitlines()
         _refused((lines[-1].split(": error: ")[-1] if lines else "bad options"), "deepspeed")
-    if found.include or found.exclude:
-        _refused("--include and --exclude name GPUs of hosts; give --num_gpus N", "deepspeed")
-    if found.num_gpus < 1:
-        _refused("--num_gpus is every GPU of the machine; give --num_gpus N", "deepspeed")
     if found.no_python:
         _refused("--no_python starts a program that is not python", "deepspeed")
-    nodes = max(found.num_nodes, 1)
+    nproc, nodes = _deepspeed_hosts(runner, found)
     node_rank = max(found.node_rank, 0)
     if node_rank >= nodes:
-        _refused(f"--node_rank {node_rank} is not a node of --num_nodes {nodes}", "deepspeed")
+        _refused(f"--node_rank {node_rank} is not a node of {nodes}", "deepspeed")
     return Launched(
         "module" if found.module else "script",
         found.user_script,
         tuple(found.user_args),
-        found.num_gpus,
+        nproc,
         nodes,
         node_rank,
         local_rank_argument=not found.no_local_rank,
     )
+
+
+def _deepspeed_hosts(runner: Any, found: Any) -> tuple[int, int]:
+    """``(processes a node, nodes)`` DeepSpeed's launcher starts, as its ``main`` works them
+    out: the hosts and slots of its hostfile (or of this machine), filtered by ``--include`` or
+    ``--exclude`` and cut by ``--num_nodes`` and ``--num_gpus``; 0 processes a node where that
+    is every GPU of this machine, which the plan's ``--nproc-per-node`` gives (:func:`applied`).
+    """
+    pool = runner.fetch_hostfile(found.hostfile)
+    include, exclude = found.include, found.exclude
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    chosen = include or exclude or found.num_nodes > 1 or found.num_gpus > 0
+    if not pool and visible and not chosen:  # DeepSpeed's own reading of the variable
+        include = f"localhost:{visible}"
+    if (found.num_nodes >= 0 or found.num_gpus >= 0) and (include or exclude):
+        _refused("--num_nodes and --num_gpus cannot be combined with --include or --exclude",
+                 "deepspeed")  # fmt: skip
+    if not pool:  # this machine alone: its GPUs are the planned node's, which only plan knows
+        if exclude or (include and not _slots_named(include)):
+            _refused(
+                "--include or --exclude without a hostfile counts this machine's GPUs; name "
+                "the GPUs (--include localhost:0,1) or give --num_gpus N",
+                "deepspeed",
+            )
+        if not include:
+            return max(found.num_gpus, 0), max(found.num_nodes, 1)
+        pool = {host: 1 + max(slots) for host, slots in _named_slots(include).items()}
+    try:
+        active = runner.parse_inclusion_exclusion(pool, include, exclude)
+        active = runner.apply_num_nodes_and_gpus(active, found.num_nodes, found.num_gpus)
+    except ValueError as exc:
+        _refused(str(exc), "deepspeed")
+    counts = {host: len(slots) for host, slots in active.items()}
+    if not counts:
+        _refused("the hosts and GPUs named leave no GPU to start a process on", "deepspeed")
+    if len(set(counts.values())) > 1:
+        each = ", ".join(f"{host} {count}" for host, count in counts.items())
+        _refused(f"the hosts start different numbers of processes ({each}); a plan takes one "
+                 "number a node", "deepspeed")  # fmt: skip
+    return next(iter(counts.values())), len(counts)
+
+
+def _named_slots(spec: str) -> dict[str, list[int]]:
+    """The GPUs a DeepSpeed host filter (``worker-0:0,1@worker-1:2``) names, by host."""
+    named: dict[str, list[int]] = {}
+    for node in spec.split("@"):
+        host, _, slots = node.partition(":")
+        named[host] = [int(slot) for slot in slots.split(",") if slot.strip().isdigit()]
+    return named
+
+
+def _slots_named(spec: str) -> bool:
+    """Whether a host filter names the GPUs of every host it names (not a whole host)."""
+    return all(_named_slots(spec).values())
 
 
 _WORLD = frozenset(
@@ -272,12 +325,20 @@ _WORLD = frozenset(
 """torchrun's variables, which the plan sets for the planned rank itself."""
 
 
-def applied(found: Launched, args: argparse.Namespace) -> None:
+def applied(found: Launched, args: argparse.Namespace) -> Launched:
     """The plan's world options (``args``) set from the launcher's, which the plan's own must
     agree with where given; the plan's ``--rank`` still picks the rank, else the node's
-    first. A launcher of one plain process changes nothing."""
+    first. A launcher of one plain process changes nothing. The job as planned: one that
+    starts a process on every GPU of the machine starts as many as ``--nproc-per-node``."""
     if not found.distributed:
-        return
+        return found
+    if found.nproc_per_node == 0:  # every GPU of the machine: the plan's option says how many
+        if args.nproc_per_node is None:
+            raise LauncherError(
+                "deepspeed: without --num_gpus it starts a process on every GPU of the "
+                "machine; give plan's --nproc-per-node N (the GPUs a node has) or --num_gpus N"
+            )
+        found = dataclasses.replace(found, nproc_per_node=args.nproc_per_node)
     if args.nproc_per_node not in (None, found.nproc_per_node):
         raise LauncherError(
             f"the launcher starts {found.nproc_per_node} processes a node, plan's "
@@ -290,6 +351,7 @@ def applied(found: Launched, args: argparse.Namespace) -> None:
     args.nproc_per_node, args.nnodes = found.nproc_per_node, found.nnodes
     if args.rank is None and args.ranks is None and found.node_rank:
         args.rank = found.node_rank * found.nproc_per_node
+    return found
 
 
 def main(argv: Sequence[str]) -> int:

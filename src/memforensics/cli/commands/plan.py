@@ -215,7 +215,7 @@ def _launched(target: Target, args: argparse.Namespace) -> tuple[Target, dict[st
         return target, {}
     try:
         found = read()
-        launchers.applied(found, args)
+        found = launchers.applied(found, args)
     except launchers.LauncherError as exc:
         raise CommandError(str(exc)) from None
     kind: Literal["script", "module"] = "module" if found.kind == "module" else "script"
