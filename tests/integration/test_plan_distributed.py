@@ -700,6 +700,16 @@ def test_a_torchrun_command_line_plans_the_rank_it_starts(
     assert json.loads(done.stdout)["peak_allocated_bytes"] == alone["peak_allocated_bytes"]
 
 
+def test_torchrun_on_every_gpu_of_the_machine_takes_plans_own_count(tmp_path: Path) -> None:
+    """``plan --nproc-per-node 4 torchrun --nproc-per-node gpu train.py`` plans a world of the
+    four GPUs the plan's option says the machine has, which the planning host cannot say."""
+    script(tmp_path, DDP)
+    launcher = ("torchrun", "--nproc-per-node", "gpu")
+    done = plan(tmp_path, "--nproc-per-node", "4", "--rank", "3", *launcher, "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {"rank": 3, "world": 4}
+
+
 FAKES = Path(__file__).parent / "fakes"
 
 LOCAL_RANK_ARGUMENT = """

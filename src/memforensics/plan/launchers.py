@@ -77,6 +77,10 @@ class Launched:
     """What the launcher sets in the script's environment besides torchrun's variables."""
     local_rank_argument: bool = False
     """Whether the script gets ``--local_rank=R`` first among its arguments (DeepSpeed's)."""
+    every_gpu: str = ""
+    """How the command line asks for a process on every GPU of the machine (``torchrun
+    --nproc-per-node gpu``), where it does (``nproc_per_node`` 0): the plan's
+    ``--nproc-per-node`` then says how many that is."""
 
     def script_args(self, rank: int) -> tuple[str, ...]:
         """The script's arguments as the launcher gives them to ``rank``."""
@@ -130,14 +134,21 @@ def _refused(message: str, launcher: str = "torchrun") -> NoReturn:
     raise LauncherError(f"{launcher}: {message}")
 
 
+_MACHINE_GPUS = frozenset({"gpu", "auto"})
+"""torchrun's ``--nproc-per-node`` values that start a process on every GPU of the machine."""
+
+
 def _count(option: str, value: str) -> int:
-    """A count torchrun takes as a string: a positive number, or a range whose bounds agree."""
+    """A count torchrun takes as a string: a positive number, or a range whose bounds agree;
+    0 for every GPU of the machine."""
     low, _, high = value.partition(":")
     if high and high != low:
         _refused(
             f"{option} {value} is elastic; give the number of nodes the job runs on, as "
             f"{option} {high}"
         )
+    if option == "--nproc-per-node" and value in _MACHINE_GPUS:
+        return 0  # the machine's GPUs: as many as the plan's --nproc-per-node (applied)
     if not low.isdigit() or int(low) < 1:
         _refused(
             f"{option} {value} counts the devices of the machine it runs on; give the number "
@@ -172,6 +183,7 @@ def _torchrun(args: Sequence[str]) -> Launched:
         nproc,
         nnodes,
         found.node_rank,
+        every_gpu="" if nproc else f"torchrun --nproc-per-node {found.nproc_per_node}",
     )
 
 
@@ -262,6 +274,7 @@ def _deepspeed(args: Sequence[str]) -> Launched:
         nodes,
         node_rank,
         local_rank_argument=not found.no_local_rank,
+        every_gpu="" if nproc else "deepspeed without --num_gpus",
     )
 
 
@@ -332,11 +345,11 @@ def applied(found: Launched, args: argparse.Namespace) -> Launched:
     starts a process on every GPU of the machine starts as many as ``--nproc-per-node``."""
     if not found.distributed:
         return found
-    if found.nproc_per_node == 0:  # every GPU of the machine: the plan's option says how many
+    if found.every_gpu:  # every GPU of the machine: the plan's option says how many
         if args.nproc_per_node is None:
             raise LauncherError(
-                "deepspeed: without --num_gpus it starts a process on every GPU of the "
-                "machine; give plan's --nproc-per-node N (the GPUs a node has) or --num_gpus N"
+                f"{found.every_gpu} starts a process on every GPU of the machine; give plan's "
+                "--nproc-per-node N (the GPUs a node has), or the launcher its count"
             )
         found = dataclasses.replace(found, nproc_per_node=args.nproc_per_node)
     if args.nproc_per_node not in (None, found.nproc_per_node):
