@@ -700,6 +700,27 @@ def test_a_torchrun_command_line_plans_the_rank_it_starts(
     assert json.loads(done.stdout)["peak_allocated_bytes"] == alone["peak_allocated_bytes"]
 
 
+SHARDED = """
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+shard = torch.empty((256 << 20) // dist.get_world_size(), dtype=torch.uint8, device="cuda")
+"""
+
+
+def test_vary_nproc_per_node_plans_a_launchers_job_on_each_number_of_gpus(
+    tmp_path: Path,
+) -> None:
+    """``plan --vary nproc-per-node=2,4 torchrun --nproc-per-node 8 train.py`` plans the job on
+    2 and on 4 GPUs a node: each row's peak is the script's shard of 256 MiB over that world."""
+    script(tmp_path, SHARDED)
+    launcher = ("torchrun", "--nproc-per-node", "8", "train.py")
+    varied = plan(tmp_path, "--json", "--vary", "nproc-per-node=2,4", *launcher)
+    assert varied.returncode == 0, varied.stderr
+    rows = json.loads(varied.stdout)["rows"]
+    peaks = {row["value"]: row["peak_allocated_bytes"] for row in rows}
+    assert peaks == {"2": 128 << 20, "4": 64 << 20}
+
+
 def test_torchrun_on_every_gpu_of_the_machine_takes_plans_own_count(tmp_path: Path) -> None:
     """``plan --nproc-per-node 4 torchrun --nproc-per-node gpu train.py`` plans a world of the
     four GPUs the plan's option says the machine has, which the planning host cannot say."""

@@ -339,32 +339,44 @@ _WORLD = frozenset(
 
 
 def applied(found: Launched, args: argparse.Namespace) -> Launched:
-    """The plan's world options (``args``) set from the launcher's, which the plan's own must
-    agree with where given; the plan's ``--rank`` still picks the rank, else the node's
-    first. A launcher of one plain process changes nothing. The job as planned: one that
-    starts a process on every GPU of the machine starts as many as ``--nproc-per-node``."""
+    """The job as planned, and the plan's world options (``args``) set from it: the launcher's
+    world, where the plan's own ``--nproc-per-node`` and ``--nnodes`` do not say another (the
+    same job on another number of GPUs: how ``--vary nproc-per-node`` plans a launcher's job,
+    said on stderr where it differs); the plan's ``--rank`` still picks the rank, else the
+    node's first. A launcher of one plain process changes nothing. A launcher asking for a
+    process on every GPU of the machine starts as many as ``--nproc-per-node``."""
     if not found.distributed:
         return found
-    if found.every_gpu:  # every GPU of the machine: the plan's option says how many
-        if args.nproc_per_node is None:
-            raise LauncherError(
-                f"{found.every_gpu} starts a process on every GPU of the machine; give plan's "
-                "--nproc-per-node N (the GPUs a node has), or the launcher its count"
-            )
-        found = dataclasses.replace(found, nproc_per_node=args.nproc_per_node)
-    if args.nproc_per_node not in (None, found.nproc_per_node):
+    if found.every_gpu and args.nproc_per_node is None:
         raise LauncherError(
-            f"the launcher starts {found.nproc_per_node} processes a node, plan's "
-            f"--nproc-per-node says {args.nproc_per_node}"
+            f"{found.every_gpu} starts a process on every GPU of the machine; give plan's "
+            "--nproc-per-node N (the GPUs a node has), or the launcher its count"
         )
-    if args.nnodes not in (1, found.nnodes):
-        raise LauncherError(
-            f"the launcher starts {found.nnodes} nodes, plan's --nnodes says {args.nnodes}"
-        )
+    nproc, nnodes = found.nproc_per_node, found.nnodes
+    if args.nproc_per_node is not None and args.nproc_per_node != nproc:
+        if not found.every_gpu:
+            _said_instead("--nproc-per-node", args.nproc_per_node, nproc)
+        nproc = args.nproc_per_node
+    if args.nnodes not in (1, nnodes):  # 1: the plan's default, not a choice
+        _said_instead("--nnodes", args.nnodes, nnodes)
+        nnodes = args.nnodes
+    found = dataclasses.replace(found, nproc_per_node=nproc, nnodes=nnodes)
     args.nproc_per_node, args.nnodes = found.nproc_per_node, found.nnodes
     if args.rank is None and args.ranks is None and found.node_rank:
         args.rank = found.node_rank * found.nproc_per_node
+    if found.node_rank >= found.nnodes:
+        raise LauncherError(
+            f"the launcher's node {found.node_rank} is not a node of --nnodes {found.nnodes}"
+        )
     return found
+
+
+def _said_instead(option: str, planned: int, launched: int) -> None:
+    """Say on stderr that the plan's own world option stands where the launcher's differs."""
+    print(
+        f"memforensics plan: planned with {option} {planned}, where the launcher starts {launched}",
+        file=sys.stderr,
+    )
 
 
 def main(argv: Sequence[str]) -> int:
