@@ -5,7 +5,8 @@ has its own module, ``attention``).
 autocast works in the dispatcher on CUDA tensors only, so on stand-ins it would do nothing; here
 the functions of its lists cast their inputs above autograd, as autocast does, and the casts of
 leaf tensors that require grad (the weights) are kept until the outermost autocast region ends,
-as its cast cache keeps them. The functions are those of PyTorch's CUDA autocast op reference,
+as its cast cache keeps them (outside ``torch.inference_mode()`` where the installed torch's
+cache skips it there). The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
 lower-precision op).
 
@@ -16,6 +17,7 @@ show, so the ones the plan follows are named in :data:`LIBRARY`, each as its sou
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -103,6 +105,7 @@ class Autocast:
     def __init__(self) -> None:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
         self._library: dict[object, tuple[bool | None, bool]] = {}
+        self._inference_cached = caches_in_inference_mode()
 
     def library(self, func: object) -> tuple[bool | None, bool]:
         """How library operator ``func`` casts under autocast, looked up once: its entry in
@@ -184,12 +187,48 @@ class Autocast:
             return tensor  # autocast leaves float64 alone
         if not (cache and tensor.is_leaf and tensor.requires_grad):
             return tensor.to(dtype)
+        if not self._inference_cached and torch.is_inference_mode_enabled():
+            return tensor.to(dtype)
         held = self._cache.get(id(tensor))
         if held is not None and held[0]() is tensor and held[1].dtype == dtype:
             return held[1]
         cast = tensor.to(dtype)
         self._cache[id(tensor)] = (weakref.ref(tensor), cast)
         return cast
+
+
+@functools.cache
+def caches_in_inference_mode() -> bool:
+    """Whether the installed torch's autocast keeps a weight's cast under
+    ``torch.inference_mode()``. ``cached_cast`` (``aten/src/ATen/autocast_mode.cpp``) is the
+    same for every device, so its CPU autocast is asked: a parameter passed to ``mm`` twice
+    reaches the kernel as the same cast tensor where the cache keeps it. Torch since
+    pytorch/pytorch#165068 (the fix of #158232) does not cache there, as a cast made under
+    inference mode cannot serve autograd later; before it, it did. Asked with the caller's
+    dispatch modes set aside, once."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+    reached: list[torch.Tensor] = []
+
+    class Operands(TorchDispatchMode):  # type: ignore[misc, no-untyped-call, unused-ignore]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.mm.default:
+                reached.append(args[1])
+            return func(*args, **(kwargs or {}))
+
+    weight = torch.nn.Parameter(torch.ones(1, 1, device="cpu"))
+    operand = torch.ones(1, 1, device="cpu")
+    with (
+        _disable_current_modes(),
+        torch.inference_mode(),
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        Operands(),  # type: ignore[no-untyped-call, unused-ignore]
+    ):
+        torch.mm(operand, weight)
+        torch.mm(operand, weight)
+    return reached[0] is reached[1]
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
