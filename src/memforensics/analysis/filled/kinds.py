@@ -378,6 +378,7 @@ def classify(lt: Lifetimes) -> None:
     if buffers:
         _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, found_roles, shape)
+    _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
 
 
@@ -572,6 +573,22 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
     kind_of_line = roles.buffer_kinds({line for _, line in buffers})
     for found, line in buffers:
         found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
+
+
+def _moved_buffers(allocations: list[Allocation], found_roles: list[tuple[str, int]]) -> None:
+    """The parameters ``Module._apply`` moved from the line that moves a module's buffers
+    (:func:`roles.moved_buffer_line`) are buffers: model state, never a parameter."""
+    moved = [
+        (found, line)
+        for found, (role, line) in zip(allocations, found_roles, strict=True)
+        if role == roles.BUILDS and line and found.kind == PARAMETER
+    ]
+    buffers = roles.moved_buffer_line([(line, found.requested) for found, line in moved])
+    if buffers is None:
+        return
+    for found, line in moved:
+        if line == buffers:
+            found.kind = BUFFER
 
 
 def _need_parameter_evidence(
