@@ -97,6 +97,9 @@ _OPTIMIZER_PATHS = (
     "/megatron/core/optimizer/",
     "/bitsandbytes/optim/",
     "/torch_npu/optim/",
+    "/torch/amp/grad_scaler.py",
+    "/torch/cuda/amp/grad_scaler.py",
+    "/torch/distributed/fsdp/sharded_grad_scaler.py",
 )
 _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "grad"})
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
