@@ -418,43 +418,111 @@ _MATMUL_NAMES = frozenset(
 
 def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     """The ``id`` of each allocation that is cuBLAS's workspace by its size and first use:
-    a :data:`WORKSPACE_SIZES` request under a matrix product, never freed, the only one of
-    that size its stack made.
+    a :data:`WORKSPACE_SIZES` request under a matrix product, the only one of that size its
+    stack made at a time, each held to the end or until the workspaces were cleared.
+
+    A product is known by a Python frame named for it (:func:`_under_matmul`), or, where the
+    code that called it has none (a module's forward calling ``torch.addmm`` itself), by what
+    the operator does: it allocates its output, then its handle's workspace on its first call,
+    so the workspace follows an allocation of its own stack (:func:`_after_own_stack`).
 
     Autograd's device thread has a cuBLAS handle of its own, so its first matrix product takes
     a workspace of its own, on a stack with no frames at all where only Python's are recorded.
-    A block of the workspace's size made on such a stack and never freed is that thread's
-    workspace when it is the only such block: backward's temporaries of that size share the
-    stack but are freed, and where a gradient of that size is held too, neither is called
-    one. The size is the one a matrix product's workspace has in this trace; where none was
-    proven, both sizes kept there leave it open (one is a gradient)."""
+    A block of the workspace's size made on such a stack is that thread's workspace when it is
+    the only such block at a time: backward's temporaries of that size share the stack but are
+    freed in backward, and where a gradient of that size is held too, neither is called one.
+    The size is the one a matrix product's workspace has in this trace; where none was proven,
+    both sizes kept there leave it open (one is a gradient).
+
+    A workspace is freed only where the workspaces are cleared (``_cuda_clearCublasWorkspaces``,
+    as Lightning's teardown calls), which frees every one at once, and the next product takes a
+    new one (:func:`_clears`)."""
     candidates: dict[tuple[int, int], list[Allocation]] = {}
     frameless: dict[int, list[Allocation]] = {}
     first_matmul = per_stack(_under_matmul)
+    pool: list[Allocation] = []  # every block that may be a workspace: what a clear frees
     for found, role in zip(lt.allocations, found_roles, strict=True):
+        if role[0] == roles.WORKSPACE:
+            pool.append(found)
         if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
             continue
-        if first_matmul(found.frames):
+        if first_matmul(found.frames) or _after_own_stack(lt, found):
             candidates.setdefault((id(found.frames), found.requested), []).append(found)
-        elif found.frames == [] and found.start != BEFORE and found.end >= lt.length:
+            pool.append(found)
+        elif found.frames == [] and found.start != BEFORE:
             frameless.setdefault(found.requested, []).append(found)
+            pool.append(found)
+    cleared = _clears(lt, pool)
     found_ids = {
         id(found)
         for made in candidates.values()
-        if len(made) == 1
+        if _one_at_a_time(made, cleared, lt.length)
         for found in made
-        if found.end >= lt.length
     }
     proven = {
         found.requested for made in candidates.values() for found in made if id(found) in found_ids
     }
-    sizes = proven or set(frameless)
+    held = {size for size, made in frameless.items() if any(f.end >= lt.length for f in made)}
+    sizes = proven or held
     if len(sizes) == 1:
         (size,) = sizes
-        made = frameless.get(size, [])
-        if len(made) == 1:
-            found_ids.add(id(made[0]))
+        kept = [
+            found
+            for found in frameless.get(size, [])
+            if found.end >= lt.length or id(found) in cleared  # not backward's temporaries
+        ]
+        if kept and _one_at_a_time(kept, cleared, lt.length):
+            found_ids.update(id(found) for found in kept)
     return found_ids
+
+
+def _one_at_a_time(made: list[Allocation], cleared: set[int], length: int) -> bool:
+    """Whether blocks one stack made (in trace order) are one workspace at a time: none made
+    before the one before it was freed, each freed by a clear of the workspaces (the last may
+    be held to the end)."""
+    for index, found in enumerate(made):
+        if found.end < length and id(found) not in cleared:
+            return False
+        if index and made[index - 1].end > found.start:
+            return False
+    return True
+
+
+def _clears(lt: Lifetimes, pool: list[Allocation]) -> set[int]:
+    """The ``id`` of each block of ``pool`` freed by a clear of the workspaces: one that frees
+    every block of ``pool`` held then, before the next allocation (a free that leaves another
+    workspace held is a tensor's, not a clear's)."""
+    starts = sorted(found.start for found in lt.allocations if found.start != BEFORE)
+    by_start = sorted(pool, key=lambda found: found.start)
+    pool_starts = [found.start for found in by_start]
+    last_end: list[int] = []  # the latest end among the first blocks of ``by_start``
+    for found in by_start:
+        last_end.append(max(found.end, last_end[-1]) if last_end else found.end)
+    cleared: set[int] = set()
+    for found in pool:
+        if found.end >= lt.length:
+            continue
+        index = bisect_right(starts, found.end)
+        following = starts[index] if index < len(starts) else lt.length
+        made_before = bisect_left(pool_starts, found.end)  # blocks held when it was freed
+        if last_end[made_before - 1] < following:
+            cleared.add(id(found))
+    return cleared
+
+
+def _after_own_stack(lt: Lifetimes, found: Allocation) -> bool:
+    """Whether the allocation just before ``found`` in the trace (segment events skipped) came
+    from the same stack, with Python frames: an operator's output, then its workspace."""
+    if not found.frames or found.start == BEFORE:
+        return False
+    position = found.start - 1
+    by_event = lt.by_event
+    while position >= 0 and by_event[position] is None:
+        position -= 1
+    if position < 0:
+        return False
+    before = by_event[position]
+    return before is not None and before.start == position and before.frames is found.frames
 
 
 _OPEN_ROLES = frozenset({roles.NOTHING, roles.IN_FORWARD, roles.NOT_PARAMETER})

@@ -266,3 +266,22 @@ def test_a_rollout_s_cache_freed_before_training_stays_a_kv_cache() -> None:
     trace.free(saved)
     found = trace.classified()
     assert {found[addr].kind for addr in cache} == {"kv_cache"}
+
+
+def test_workspaces_a_clear_freed_are_workspaces_and_a_freed_gradient_is_not() -> None:
+    """A clear frees every workspace at once and the next product takes new ones: all are
+    workspaces; a gradient of that size freed while a workspace stays held is no workspace."""
+    trace = Trace()
+    linear = [MALLOC, py(f"{SP}/torch/nn/modules/linear.py", 125, "forward"),
+              py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
+    output = [MALLOC, py("/users/me/model.py", 58, "forward"), CALL, *MAIN]
+    workspaces = [trace.alloc(WORKSPACE, linear), trace.alloc(WORKSPACE, [])]
+    gradient = trace.alloc(WORKSPACE, [])
+    trace.free(gradient)  # zero_grad(set_to_none=True), then the next forward
+    trace.alloc(4 * MiB, output)
+    trace.free(workspaces[0])
+    trace.free(workspaces[1])  # _cuda_clearCublasWorkspaces()
+    workspaces += [trace.alloc(WORKSPACE, linear), trace.alloc(WORKSPACE, [])]
+    found = trace.classified()
+    assert {found[addr].kind for addr in workspaces} == {"workspace"}
+    assert found[gradient].kind != "workspace"
