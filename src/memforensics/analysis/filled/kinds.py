@@ -8,7 +8,8 @@ framework shares, and an allocation's kind follows from where in that shape it s
   engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
   Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
-  apex's, Megatron's optimizers) is in the optimizer, unless a closure its step called made
+  apex's, Megatron's optimizers, or torch's gradient scaler, whose scale and growth tracker
+  are kept across steps) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -25,9 +26,10 @@ Some code makes memory of one kind only, and its frames say so before the lifeti
 inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
 gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
-lifetime says. A parameter by lifetime needs that evidence, or many blocks of one size made
-outside any forward the trace saw; a frame naming a cache or a workspace rules it out, and
-without either the block is ``unknown``.
+lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line. A
+parameter by lifetime needs that evidence, or many blocks of one size made outside any forward
+the trace saw; a frame naming a cache or a workspace rules it out, and without either the
+block is ``unknown``.
 
 An allocation freed after an ``oom`` entry (the unwinding of the failed step) is judged as the
 trace stood at that OOM: the free the OOM caused says nothing about its role. One the unwinding
@@ -40,7 +42,8 @@ Three more things the trace proves before a lifetime rule guesses:
 * **a workspace by its size**: cuBLAS keeps one workspace per handle and stream, of a size
   fixed by ``CUBLAS_WORKSPACE_CONFIG`` (8,519,680 bytes by default before Hopper, 32 MiB on
   it); a block of that size first made under a matrix product (``linear``, ``matmul``,
-  ``mm``...), made once from that stack and never freed is that workspace;
+  ``mm``..., or right after its own stack's output), made once from that stack at a time and
+  held until the end or a clear of the workspaces is that workspace;
 * **a block made in a forward is never a parameter** (:mod:`~memforensics.analysis.filled.roles`);
 * **per-parameter state**: blocks made outside any forward from one stack, one per parameter
   (each as large as a parameter or gradient of the dump) and alive to the end, are what an
