@@ -196,6 +196,7 @@ for round in range(ROUNDS):
 torch.cuda.memory._dump_snapshot("snapshot.pickle")
 """
 CONV1D_BYTES = 2 * (512 * 512 + 512) * 4
+"""Two 512 x 512 layers' float32 weights and biases."""
 
 
 def test_a_forward_s_own_addmm_takes_a_workspace(tmp_path: Path) -> None:
@@ -222,3 +223,32 @@ def test_workspaces_taken_again_after_a_clear_are_workspaces(tmp_path: Path) -> 
         "workspace": 2 * HOPPER_WORKSPACE,
     }
     assert summary_kinds(tmp_path / "snapshot.pickle", "peak")["workspace"] == 2 * HOPPER_WORKSPACE
+
+
+COMPILED = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+compiled = torch.compile(model)
+torch.cuda.memory._record_memory_history()
+for _ in range(2):
+    opt.zero_grad(set_to_none=True)
+    compiled(torch.randn(8, 128, 512, device="cuda")).square().mean().backward()
+    opt.step()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+
+
+def test_a_compiled_graph_s_workspaces_are_workspaces(tmp_path: Path) -> None:
+    """A compiled graph's products, on an fx interpreter's stack, take two workspaces."""
+    script(tmp_path, COMPILED)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds == {
+        "parameter": CONV1D_BYTES,
+        "gradient": CONV1D_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+    }
