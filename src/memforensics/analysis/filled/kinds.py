@@ -495,6 +495,8 @@ def _clears(lt: Lifetimes, pool: list[Allocation]) -> set[int]:
     """The ``id`` of each block of ``pool`` freed by a clear of the workspaces: one that frees
     every block of ``pool`` held then, before the next allocation (a free that leaves another
     workspace held is a tensor's, not a clear's)."""
+    if all(found.end >= lt.length for found in pool):
+        return set()
     starts = sorted(found.start for found in lt.allocations if found.start != BEFORE)
     by_start = sorted(pool, key=lambda found: found.start)
     pool_starts = [found.start for found in by_start]
