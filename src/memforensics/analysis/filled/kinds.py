@@ -427,7 +427,7 @@ def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     A product is known by a Python frame named for it (:func:`_under_matmul`), or, where the
     code that called it has none (a module's forward calling ``torch.addmm`` itself), by what
     the operator does: it allocates its output, then its handle's workspace on its first call,
-    so the workspace follows an allocation of its own stack (:func:`_after_own_stack`).
+    so the workspace follows an allocation of its own stack, which runs again (:func:`_products`).
 
     Autograd's device thread has a cuBLAS handle of its own, so its first matrix product takes
     a workspace of its own, on a stack with no frames at all where only Python's are recorded.
@@ -440,21 +440,22 @@ def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     A workspace is freed only where the workspaces are cleared (``_cuda_clearCublasWorkspaces``,
     as Lightning's teardown calls), which frees every one at once, and the next product takes a
     new one (:func:`_clears`)."""
-    candidates: dict[tuple[int, int], list[Allocation]] = {}
+    by_stack: dict[tuple[int, int], list[Allocation]] = {}
     frameless: dict[int, list[Allocation]] = {}
-    first_matmul = per_stack(_under_matmul)
     pool: list[Allocation] = []  # every block that may be a workspace: what a clear frees
     for found, role in zip(lt.allocations, found_roles, strict=True):
         if role[0] == roles.WORKSPACE:
             pool.append(found)
         if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
             continue
-        if first_matmul(found.frames) or _after_own_stack(lt, found):
-            candidates.setdefault((id(found.frames), found.requested), []).append(found)
-            pool.append(found)
+        if isinstance(found.frames, list) and found.frames:
+            by_stack.setdefault((id(found.frames), found.requested), []).append(found)
         elif found.frames == [] and found.start != BEFORE:
             frameless.setdefault(found.requested, []).append(found)
             pool.append(found)
+    candidates = _products(lt, by_stack)
+    for made in candidates.values():
+        pool.extend(made)
     cleared = _clears(lt, pool)
     found_ids = {
         id(found)
@@ -477,6 +478,40 @@ def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
         if kept and _one_at_a_time(kept, cleared, lt.length):
             found_ids.update(id(found) for found in kept)
     return found_ids
+
+
+def _products(
+    lt: Lifetimes, by_stack: dict[tuple[int, int], list[Allocation]]
+) -> dict[tuple[int, int], list[Allocation]]:
+    """The blocks of ``by_stack`` (a workspace's size, by stack and size) whose stack is a
+    matrix product's: one named for it (:func:`_under_matmul`), or one that made such a block
+    right after its own output (:func:`_after_own_stack`) and ran again later (the product's
+    next call, served by the same workspace; a line that merely makes two tensors once is
+    not)."""
+    first_matmul = per_stack(_under_matmul)
+    products: dict[tuple[int, int], list[Allocation]] = {}
+    unnamed: dict[tuple[int, int], list[Allocation]] = {}
+    for key, made in by_stack.items():
+        if first_matmul(made[0].frames):
+            products[key] = made
+        elif any(_after_own_stack(lt, found) for found in made):
+            unnamed[key] = made
+    if unnamed:
+        last = _last_starts(lt, {stack for stack, _ in unnamed})
+        for key, made in unnamed.items():
+            if last[key[0]] > min(found.start for found in made if _after_own_stack(lt, found)):
+                products[key] = made
+    return products
+
+
+def _last_starts(lt: Lifetimes, stacks: set[int]) -> dict[int, int]:
+    """The last allocation's start of each stack in ``stacks`` (by the frames' identity)."""
+    last: dict[int, int] = {}
+    for found in lt.allocations:
+        stack = id(found.frames)
+        if stack in stacks and found.start > last.get(stack, BEFORE):
+            last[stack] = found.start
+    return last
 
 
 def _one_at_a_time(made: list[Allocation], cleared: set[int], length: int) -> bool:

@@ -285,3 +285,20 @@ def test_workspaces_a_clear_freed_are_workspaces_and_a_freed_gradient_is_not() -
     found = trace.classified()
     assert {found[addr].kind for addr in workspaces} == {"workspace"}
     assert found[gradient].kind != "workspace"
+
+
+def test_a_workspace_after_its_product_s_output_is_one_a_line_s_second_tensor_is_not() -> None:
+    """A forward calling ``torch.addmm`` itself allocates its output, then the workspace, and
+    runs again: a workspace; a line that makes two tensors once keeps its second as a tensor."""
+    trace = Trace()
+    addmm = [MALLOC, py("/users/me/conv1d.py", 104, "forward"), CALL,
+             py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
+    trace.alloc(4 * MiB, addmm)
+    workspace = trace.alloc(WORKSPACE, addmm)
+    trace.alloc(4 * MiB, addmm)  # the next layer's product
+    twice = [MALLOC, py("/users/me/run.py", 12, "main"), BODY]
+    trace.alloc(4 * MiB, twice)
+    second = trace.alloc(WORKSPACE, twice)  # torch.randn(...).to(torch.float32)
+    found = trace.classified()
+    assert found[workspace].kind == "workspace"
+    assert found[second].kind != "workspace"
