@@ -38,3 +38,18 @@ def printed_facts(folder: Path, *options: str, args: tuple[str, ...] = ()) -> di
     assert done.returncode == 0, done.stderr
     found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
     return found
+
+
+def summary_kinds(path: Path, at: str = "snapshot") -> dict[str, int]:
+    """``memforensics summary --json PATH``'s requested bytes per kind, at the snapshot or (``at
+    ="peak"``) at the peak."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
+    env["PYTHONPATH"] = str(SRC)
+    done = subprocess.run(
+        [sys.executable, "-m", "memforensics", "summary", "--json", "--no-cache", str(path)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    kinds = found["kinds"] if at == "snapshot" else found["peak"]["kinds"]
+    return {row["kind"]: row["requested_bytes"] for row in kinds}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, script, summary_kinds
 
 from memforensics.analysis import explain
 
@@ -86,3 +86,169 @@ def test_rope_s_gather_is_no_kv_cache_and_backward_s_workspace_no_gradient(
     assert kinds["gradient"] == WEIGHT_BYTES
     assert summary.peak is not None
     assert "kv_cache" not in {k.kind for k in summary.peak.kinds}
+
+
+BUFFERS = """
+import torch
+from torch import nn
+
+
+class RoPE(nn.Module):
+    def __init__(self, dim, end):
+        super().__init__()
+        freqs = torch.outer(torch.arange(end).float(), torch.ones(dim // 2))
+        self.register_buffer("table", torch.cat([freqs.cos(), freqs.sin()], -1))
+
+    def forward(self, x):
+        return x * self.table[: x.shape[1]].sum(-1, keepdim=True)
+
+
+model = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1d(256), RoPE(64, 256), nn.Linear(512, 512))
+torch.cuda.memory._record_memory_history()
+model.cuda()
+model(torch.randn(8, 256, 512, device="cuda")).mean().backward()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+PARAMETER_BYTES = 2 * (512 * 512 + 512) * 4 + 2 * 256 * 4
+"""Two linear layers' weights and biases, and the batch norm's weight and bias (float32)."""
+BUFFER_BYTES = 2 * 256 * 4 + 8 + 256 * 64 * 4
+"""The batch norm's running mean and variance and its int64 step count, and the RoPE table."""
+
+
+def test_buffers_moved_with_cuda_are_buffers_not_parameters(tmp_path: Path) -> None:
+    """A batch norm's running statistics and a RoPE table that ``.cuda()`` moves are buffers."""
+    script(tmp_path, BUFFERS)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["buffer"] == BUFFER_BYTES
+    assert kinds["parameter"] == PARAMETER_BYTES
+
+
+GRAD_SCALER = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+torch.cuda.memory._record_memory_history()
+for step in range(2):
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(torch.randn(64, 512, device="cuda")).float().square().mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    del loss
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+LINEAR_BYTES = 2 * (512 * 512 + 512) * 4
+SCALER_BYTES = 2 * 4
+"""GradScaler's float32 scale and int32 growth tracker, one element each."""
+
+
+def test_grad_scaler_s_scale_and_growth_tracker_are_optimizer_state(tmp_path: Path) -> None:
+    """GradScaler's scale and growth tracker, made in the first step and held, are state."""
+    script(tmp_path, GRAD_SCALER)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["optimizer_state"] == 2 * LINEAR_BYTES + SCALER_BYTES
+    assert "activation" not in kinds
+    assert "unknown" not in kinds
+
+
+ADDMM_FORWARD = """
+import torch
+from torch import nn
+
+
+class Conv1D(nn.Module):
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.weight.size(-1),)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+model = nn.Sequential(Conv1D(512, 512), nn.GELU(), Conv1D(512, 512)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.cuda.memory._record_memory_history()
+
+
+def train(steps):
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        model(torch.randn(8, 128, 512, device="cuda")).square().mean().backward()
+        opt.step()
+
+
+for round in range(ROUNDS):
+    if round:
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+    train(2)
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+CONV1D_BYTES = 2 * (512 * 512 + 512) * 4
+"""Two 512 x 512 layers' float32 weights and biases."""
+
+
+def test_a_forward_s_own_addmm_takes_a_workspace(tmp_path: Path) -> None:
+    """A module's forward calling ``torch.addmm`` itself (GPT-2's Conv1D) takes a workspace."""
+    script(tmp_path, ADDMM_FORWARD.replace("ROUNDS", "1"))
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["workspace"] == 2 * HOPPER_WORKSPACE
+    assert kinds["gradient"] == CONV1D_BYTES
+    assert "unknown" not in kinds
+
+
+def test_workspaces_taken_again_after_a_clear_are_workspaces(tmp_path: Path) -> None:
+    """After ``_cuda_clearCublasWorkspaces`` (Lightning's teardown) the next are workspaces."""
+    linear = ADDMM_FORWARD.replace("Conv1D(512, 512)", "nn.Linear(512, 512)")
+    script(tmp_path, linear.replace("ROUNDS", "2"))
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds == {
+        "parameter": CONV1D_BYTES,
+        "gradient": CONV1D_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+    }
+    assert summary_kinds(tmp_path / "snapshot.pickle", "peak")["workspace"] == 2 * HOPPER_WORKSPACE
+
+
+COMPILED = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+compiled = torch.compile(model)
+torch.cuda.memory._record_memory_history()
+for _ in range(2):
+    opt.zero_grad(set_to_none=True)
+    compiled(torch.randn(8, 128, 512, device="cuda")).square().mean().backward()
+    opt.step()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+
+
+def test_a_compiled_graph_s_workspaces_are_workspaces(tmp_path: Path) -> None:
+    """A compiled graph's products, on an fx interpreter's stack, take two workspaces."""
+    script(tmp_path, COMPILED)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds == {
+        "parameter": CONV1D_BYTES,
+        "gradient": CONV1D_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+    }

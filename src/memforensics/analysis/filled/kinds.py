@@ -8,7 +8,8 @@ framework shares, and an allocation's kind follows from where in that shape it s
   engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
   Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
-  apex's, Megatron's optimizers) is in the optimizer, unless a closure its step called made
+  apex's, Megatron's optimizers, or torch's gradient scaler, whose scale and growth tracker
+  are kept across steps) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -25,9 +26,10 @@ Some code makes memory of one kind only, and its frames say so before the lifeti
 inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
 gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
-lifetime says. A parameter by lifetime needs that evidence, or many blocks of one size made
-outside any forward the trace saw; a frame naming a cache or a workspace rules it out, and
-without either the block is ``unknown``.
+lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line. A
+parameter by lifetime needs that evidence, or many blocks of one size made outside any forward
+the trace saw; a frame naming a cache or a workspace rules it out, and without either the
+block is ``unknown``.
 
 An allocation freed after an ``oom`` entry (the unwinding of the failed step) is judged as the
 trace stood at that OOM: the free the OOM caused says nothing about its role. One the unwinding
@@ -40,7 +42,8 @@ Three more things the trace proves before a lifetime rule guesses:
 * **a workspace by its size**: cuBLAS keeps one workspace per handle and stream, of a size
   fixed by ``CUBLAS_WORKSPACE_CONFIG`` (8,519,680 bytes by default before Hopper, 32 MiB on
   it); a block of that size first made under a matrix product (``linear``, ``matmul``,
-  ``mm``...), made once from that stack and never freed is that workspace;
+  ``mm``..., or right after its own stack's output), made once from that stack at a time and
+  held until the end or a clear of the workspaces is that workspace;
 * **a block made in a forward is never a parameter** (:mod:`~memforensics.analysis.filled.roles`);
 * **per-parameter state**: blocks made outside any forward from one stack, one per parameter
   (each as large as a parameter or gradient of the dump) and alive to the end, are what an
@@ -97,6 +100,9 @@ _OPTIMIZER_PATHS = (
     "/megatron/core/optimizer/",
     "/bitsandbytes/optim/",
     "/torch_npu/optim/",
+    "/torch/amp/grad_scaler.py",
+    "/torch/cuda/amp/grad_scaler.py",
+    "/torch/distributed/fsdp/sharded_grad_scaler.py",
 )
 _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "grad"})
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
@@ -378,6 +384,7 @@ def classify(lt: Lifetimes) -> None:
     if buffers:
         _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, found_roles, shape)
+    _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
 
 
@@ -414,43 +421,148 @@ _MATMUL_NAMES = frozenset(
 
 def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     """The ``id`` of each allocation that is cuBLAS's workspace by its size and first use:
-    a :data:`WORKSPACE_SIZES` request under a matrix product, never freed, the only one of
-    that size its stack made.
+    a :data:`WORKSPACE_SIZES` request under a matrix product, the only one of that size its
+    stack made at a time, each held to the end or until the workspaces were cleared.
+
+    A product is known by a Python frame named for it (:func:`_under_matmul`), or, where the
+    code that called it has none (a module's forward calling ``torch.addmm`` itself), by what
+    the operator does: it allocates its output, then its handle's workspace on its first call,
+    so the workspace follows an allocation of its own stack, which runs again (:func:`_products`).
 
     Autograd's device thread has a cuBLAS handle of its own, so its first matrix product takes
     a workspace of its own, on a stack with no frames at all where only Python's are recorded.
-    A block of the workspace's size made on such a stack and never freed is that thread's
-    workspace when it is the only such block: backward's temporaries of that size share the
-    stack but are freed, and where a gradient of that size is held too, neither is called
-    one. The size is the one a matrix product's workspace has in this trace; where none was
-    proven, both sizes kept there leave it open (one is a gradient)."""
-    candidates: dict[tuple[int, int], list[Allocation]] = {}
+    A block of the workspace's size made on such a stack is that thread's workspace when it is
+    the only such block at a time: backward's temporaries of that size share the stack but are
+    freed in backward, and where a gradient of that size is held too, neither is called one.
+    The size is the one a matrix product's workspace has in this trace; where none was proven,
+    both sizes kept there leave it open (one is a gradient).
+
+    A workspace is freed only where the workspaces are cleared (``_cuda_clearCublasWorkspaces``,
+    as Lightning's teardown calls), which frees every one at once, and the next product takes a
+    new one (:func:`_clears`)."""
+    by_stack: dict[tuple[int, int], list[Allocation]] = {}
     frameless: dict[int, list[Allocation]] = {}
-    first_matmul = per_stack(_under_matmul)
+    pool: list[Allocation] = []  # every block that may be a workspace: what a clear frees
     for found, role in zip(lt.allocations, found_roles, strict=True):
+        if role[0] == roles.WORKSPACE:
+            pool.append(found)
         if found.requested not in WORKSPACE_SIZES or role[0] not in _OPEN_ROLES:
             continue
-        if first_matmul(found.frames):
-            candidates.setdefault((id(found.frames), found.requested), []).append(found)
-        elif found.frames == [] and found.start != BEFORE and found.end >= lt.length:
+        if isinstance(found.frames, list) and found.frames:
+            by_stack.setdefault((id(found.frames), found.requested), []).append(found)
+        elif found.frames == [] and found.start != BEFORE:
             frameless.setdefault(found.requested, []).append(found)
+            pool.append(found)
+    candidates = _products(lt, by_stack)
+    for made in candidates.values():
+        pool.extend(made)
+    cleared = _clears(lt, pool)
     found_ids = {
         id(found)
         for made in candidates.values()
-        if len(made) == 1
+        if _one_at_a_time(made, cleared, lt.length)
         for found in made
-        if found.end >= lt.length
     }
     proven = {
         found.requested for made in candidates.values() for found in made if id(found) in found_ids
     }
-    sizes = proven or set(frameless)
+    held = {size for size, made in frameless.items() if any(f.end >= lt.length for f in made)}
+    sizes = proven or held
     if len(sizes) == 1:
         (size,) = sizes
-        made = frameless.get(size, [])
-        if len(made) == 1:
-            found_ids.add(id(made[0]))
+        kept = [
+            found
+            for found in frameless.get(size, [])
+            if found.end >= lt.length or id(found) in cleared  # not backward's temporaries
+        ]
+        if kept and _one_at_a_time(kept, cleared, lt.length):
+            found_ids.update(id(found) for found in kept)
     return found_ids
+
+
+def _products(
+    lt: Lifetimes, by_stack: dict[tuple[int, int], list[Allocation]]
+) -> dict[tuple[int, int], list[Allocation]]:
+    """The blocks of ``by_stack`` (a workspace's size, by stack and size) whose stack is a
+    matrix product's: one named for it (:func:`_under_matmul`), or one that made such a block
+    right after its own output (:func:`_after_own_stack`) and ran again later (the product's
+    next call, served by the same workspace; a line that merely makes two tensors once is
+    not)."""
+    first_matmul = per_stack(_under_matmul)
+    products: dict[tuple[int, int], list[Allocation]] = {}
+    unnamed: dict[tuple[int, int], list[Allocation]] = {}
+    for key, made in by_stack.items():
+        if first_matmul(made[0].frames):
+            products[key] = made
+        elif any(_after_own_stack(lt, found) for found in made):
+            unnamed[key] = made
+    if unnamed:
+        last = _last_starts(lt, {stack for stack, _ in unnamed})
+        for key, made in unnamed.items():
+            if last[key[0]] > min(found.start for found in made if _after_own_stack(lt, found)):
+                products[key] = made
+    return products
+
+
+def _last_starts(lt: Lifetimes, stacks: set[int]) -> dict[int, int]:
+    """The last allocation's start of each stack in ``stacks`` (by the frames' identity)."""
+    last: dict[int, int] = {}
+    for found in lt.allocations:
+        stack = id(found.frames)
+        if stack in stacks and found.start > last.get(stack, BEFORE):
+            last[stack] = found.start
+    return last
+
+
+def _one_at_a_time(made: list[Allocation], cleared: set[int], length: int) -> bool:
+    """Whether blocks one stack made (in trace order) are one workspace at a time: none made
+    before the one before it was freed, each freed by a clear of the workspaces (the last may
+    be held to the end)."""
+    for index, found in enumerate(made):
+        if found.end < length and id(found) not in cleared:
+            return False
+        if index and made[index - 1].end > found.start:
+            return False
+    return True
+
+
+def _clears(lt: Lifetimes, pool: list[Allocation]) -> set[int]:
+    """The ``id`` of each block of ``pool`` freed by a clear of the workspaces: one that frees
+    every block of ``pool`` held then, before the next allocation (a free that leaves another
+    workspace held is a tensor's, not a clear's)."""
+    if all(found.end >= lt.length for found in pool):
+        return set()
+    starts = sorted(found.start for found in lt.allocations if found.start != BEFORE)
+    by_start = sorted(pool, key=lambda found: found.start)
+    pool_starts = [found.start for found in by_start]
+    last_end: list[int] = []  # the latest end among the first blocks of ``by_start``
+    for found in by_start:
+        last_end.append(max(found.end, last_end[-1]) if last_end else found.end)
+    cleared: set[int] = set()
+    for found in pool:
+        if found.end >= lt.length:
+            continue
+        index = bisect_right(starts, found.end)
+        following = starts[index] if index < len(starts) else lt.length
+        made_before = bisect_left(pool_starts, found.end)  # blocks held when it was freed
+        if last_end[made_before - 1] < following:
+            cleared.add(id(found))
+    return cleared
+
+
+def _after_own_stack(lt: Lifetimes, found: Allocation) -> bool:
+    """Whether the allocation just before ``found`` in the trace (segment events skipped) came
+    from the same stack, with Python frames: an operator's output, then its workspace."""
+    if not found.frames or found.start == BEFORE:
+        return False
+    position = found.start - 1
+    by_event = lt.by_event
+    while position >= 0 and by_event[position] is None:
+        position -= 1
+    if position < 0:
+        return False
+    before = by_event[position]
+    return before is not None and before.start == position and before.frames is found.frames
 
 
 _OPEN_ROLES = frozenset({roles.NOTHING, roles.IN_FORWARD, roles.NOT_PARAMETER})
@@ -572,6 +684,22 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
     kind_of_line = roles.buffer_kinds({line for _, line in buffers})
     for found, line in buffers:
         found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
+
+
+def _moved_buffers(allocations: list[Allocation], found_roles: list[tuple[str, int]]) -> None:
+    """The parameters ``Module._apply`` moved from the line that moves a module's buffers
+    (:func:`roles.moved_buffer_line`) are buffers: model state, never a parameter."""
+    moved = [
+        (found, line)
+        for found, (role, line) in zip(allocations, found_roles, strict=True)
+        if role == roles.BUILDS and line and found.kind == PARAMETER
+    ]
+    buffers = roles.moved_buffer_line([(line, found.requested) for found, line in moved])
+    if buffers is None:
+        return
+    for found, line in moved:
+        if line == buffers:
+            found.kind = BUFFER
 
 
 def _need_parameter_evidence(

@@ -34,7 +34,8 @@ Then what decides between a parameter and the rest:
 * **builds a model**: a module's ``__init__`` (with no forward on the stack),
   ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
   ``from_pretrained``, ``torch/nn/init.py``...: a block made there and held is a parameter,
-  whatever its lifetime looks like.
+  whatever its lifetime looks like, or a buffer where ``Module._apply`` moved it from the line
+  that moves buffers (told per dump by :func:`moved_buffer_line`).
 * **an optimizer's own**: a function named for an optimizer (``_setup_for_real_optimizer``,
   ``create_optimizer``), with no forward or model-building frame on the stack and nearer the
   allocation than any ``__init__``, makes what the optimizer holds (master weights, the
@@ -99,6 +100,7 @@ _BUILD_NAMES = frozenset(
         "_init_weights",
     }
 )
+_MODULE_FILE = "/torch/nn/modules/module.py"
 _BUILD_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
 
 _role_cache: dict[tuple[str, str], str] = {}
@@ -161,7 +163,9 @@ def _named_for_a_cache(filename: str, name: str) -> bool:
 
 def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
-    apart by it); ``("", 0)`` without frames.
+    apart by it; for a block a model's building made, the line of the innermost
+    ``Module._apply``, 0 if none: which of a module's tensors it moved); ``("", 0)`` without
+    frames.
 
     A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is. Any
     forward on the stack beats an ``__init__`` (an object built inside a forward is that
@@ -177,6 +181,7 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
     context, ruled_out, constructed, optimizer = NOTHING, False, False, False
     cache_named = forward = False
+    moved = 0  # the line of the innermost ``Module._apply``: which of a module's tensors it moves
     for frame in frames:  # innermost first
         if type(frame) is not dict:
             continue
@@ -187,6 +192,9 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
         if role in (IN_FORWARD, BUILDS):
             context = role
             forward = forward or role == IN_FORWARD
+            if not moved and name == "_apply" and _is_module_file(filename):
+                found = frame.get("line")
+                moved = found if type(found) is int else 0
         elif role == _CACHE_NAMED:
             cache_named = ruled_out = True
         elif name == _GENERATE:
@@ -213,7 +221,38 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
         context = BUILDS
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0
-    return context, 0
+    return context, moved if context == BUILDS else 0
+
+
+def _is_module_file(filename: object) -> bool:
+    """torch's ``nn/modules/module.py``, whose ``Module._apply`` moves a module's tensors."""
+    return type(filename) is str and filename.replace("\\", "/").endswith(_MODULE_FILE)
+
+
+def moved_buffer_line(moved: list[tuple[int, int]]) -> int | None:
+    """The line of ``Module._apply`` that moved buffers in one dump, or None where no block
+    says so; ``moved``: each block ``_apply`` made, as (its line, its requested bytes), in
+    the order they were made.
+
+    ``Module._apply`` moves each parameter, then that parameter's gradient, and its buffers
+    last, from three lines in that order in its source, in every torch release. With three
+    lines the last moves buffers. With two, the last moves buffers unless each block it made
+    came right after one of the other line's, of the same size (a gradient moved after its
+    parameter). With one, nothing tells parameters from buffers: they stay parameters.
+    """
+    lines = sorted({line for line, _ in moved})
+    if len(lines) < 2:
+        return None
+    last = lines[-1]
+    if len(lines) == 2:
+        after_own_parameter = all(
+            index > 0 and moved[index - 1] == (lines[0], size)
+            for index, (line, size) in enumerate(moved)
+            if line == last
+        )
+        if after_own_parameter:
+            return None
+    return last
 
 
 def buffer_kinds(lines: set[int]) -> dict[int, str]:

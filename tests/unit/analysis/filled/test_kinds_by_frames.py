@@ -490,3 +490,31 @@ def test_a_bucket_a_backward_hook_keeps_across_steps_is_a_gradient() -> None:
     found = trace.classified()
     assert {found[a].kind for a in kept} == {"gradient"}
     assert {found[a].kind for a in outputs} == {"activation"}
+
+
+def _moved(line: int) -> list[Frame]:
+    """A ``.cuda()`` that ``Module._apply`` runs, its tensor moved from ``line``."""
+    return [
+        MALLOC,
+        py(f"{SP}/torch/nn/modules/module.py", 1096, "<lambda>"),
+        py(f"{SP}/torch/nn/modules/module.py", line, "_apply"),
+        py(f"{SP}/torch/nn/modules/module.py", 933, "_apply"),
+        py(f"{SP}/torch/nn/modules/module.py", 1096, "cuda"),
+        py("/users/me/run.py", 5, "main"),
+        BODY,
+    ]
+
+
+def test_what_module_apply_moves_last_is_a_buffer_unless_it_follows_its_parameter() -> None:
+    """``Module._apply`` moves parameters, their gradients, then buffers: blocks from its last
+    line are buffers, unless each came right after a parameter of its size (a gradient)."""
+    trace = Trace()
+    weights = [trace.alloc(size, _moved(964)) for size in (4 * MiB, 4096)]
+    buffers = [trace.alloc(size, _moved(1034)) for size in (4096, 4096, 8)]
+    found = trace.classified()
+    assert {found[addr].kind for addr in weights} == {"parameter"}
+    assert {found[addr].kind for addr in buffers} == {"buffer"}
+    trace = Trace()
+    moved = [trace.alloc(size, _moved(line)) for size in (4 * MiB, 4096) for line in (964, 1008)]
+    found = trace.classified()
+    assert {found[addr].kind for addr in moved} == {"parameter"}

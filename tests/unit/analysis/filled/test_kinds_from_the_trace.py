@@ -266,3 +266,39 @@ def test_a_rollout_s_cache_freed_before_training_stays_a_kv_cache() -> None:
     trace.free(saved)
     found = trace.classified()
     assert {found[addr].kind for addr in cache} == {"kv_cache"}
+
+
+def test_workspaces_a_clear_freed_are_workspaces_and_a_freed_gradient_is_not() -> None:
+    """A clear frees every workspace at once and the next product takes new ones: all are
+    workspaces; a gradient of that size freed while a workspace stays held is no workspace."""
+    trace = Trace()
+    linear = [MALLOC, py(f"{SP}/torch/nn/modules/linear.py", 125, "forward"),
+              py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
+    output = [MALLOC, py("/users/me/model.py", 58, "forward"), CALL, *MAIN]
+    workspaces = [trace.alloc(WORKSPACE, linear), trace.alloc(WORKSPACE, [])]
+    gradient = trace.alloc(WORKSPACE, [])
+    trace.free(gradient)  # zero_grad(set_to_none=True), then the next forward
+    trace.alloc(4 * MiB, output)
+    trace.free(workspaces[0])
+    trace.free(workspaces[1])  # _cuda_clearCublasWorkspaces()
+    workspaces += [trace.alloc(WORKSPACE, linear), trace.alloc(WORKSPACE, [])]
+    found = trace.classified()
+    assert {found[addr].kind for addr in workspaces} == {"workspace"}
+    assert found[gradient].kind != "workspace"
+
+
+def test_a_workspace_after_its_product_s_output_is_one_a_line_s_second_tensor_is_not() -> None:
+    """A forward calling ``torch.addmm`` itself allocates its output, then the workspace, and
+    runs again: a workspace; a line that makes two tensors once keeps its second as a tensor."""
+    trace = Trace()
+    addmm = [MALLOC, py("/users/me/conv1d.py", 104, "forward"), CALL,
+             py("/users/me/model.py", 57, "forward"), CALL, *MAIN]  # fmt: skip
+    trace.alloc(4 * MiB, addmm)
+    workspace = trace.alloc(WORKSPACE, addmm)
+    trace.alloc(4 * MiB, addmm)  # the next layer's product
+    twice = [MALLOC, py("/users/me/run.py", 12, "main"), BODY]
+    trace.alloc(4 * MiB, twice)
+    second = trace.alloc(WORKSPACE, twice)  # torch.randn(...).to(torch.float32)
+    found = trace.classified()
+    assert found[workspace].kind == "workspace"
+    assert found[second].kind != "workspace"
