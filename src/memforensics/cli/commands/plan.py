@@ -120,7 +120,8 @@ class PlanCommand:
             default=None,
             metavar="N",
             help="plan one rank of a distributed job of N processes per node, on torch's fake "
-            "process group (torchrun's environment is set for the script)",
+            "process group (torchrun's environment is set for the script); on a launcher's "
+            "command line, it stands over the launcher's count",
         )
         parser.add_argument(
             "--nnodes", type=int, default=1, metavar="M", help="nodes of the job (default: 1)"
