@@ -472,7 +472,7 @@ def _stopped_at(exc: BaseException) -> str:
     or failed: not torch's, not memforensics', not python's frozen modules, and not an
     installed library's where the script's own code is on the stack (``trainer.train()``'s
     line, not Accelerate's optimizer wrapper that stepped)."""
-    from memforensics.analysis.dump.frames import is_installed_file
+    from memforensics.analysis.dump import is_installed_file
 
     own = tuple(
         os.path.dirname(module.__file__)
