@@ -331,6 +331,54 @@ def test_a_generator_made_on_a_parameters_device_draws_stand_ins(tmp_path: Path)
     assert _facts(done)["allocated"] == weights + 256 * 256 * 4
 
 
+MISMATCHED_GENERATORS = """
+import sys, torch
+if sys.argv[1] == "shuffle-on-default-cuda":  # a CPU generator drawing on the device
+    torch.set_default_device("cuda")
+    loader = torch.utils.data.DataLoader(list(range(100)), batch_size=10, shuffle=True)
+    next(iter(loader))
+elif sys.argv[1] == "cuda-generator-on-host":
+    noise = torch.randn(4, generator=torch.Generator(device="cuda"))
+else:  # each generator drawing where it lives, and a draw into the script's own meta
+    g = torch.Generator(device="cuda")
+    torch.nn.init.uniform_(torch.empty(4, 4, device="cuda"), generator=g)
+    torch.nn.init.uniform_(torch.empty(4, 4), generator=torch.Generator())
+    torch.nn.init.uniform_(torch.empty(4, 4, device="meta"), generator=torch.Generator())
+    next(iter(torch.utils.data.DataLoader(list(range(100)), batch_size=10, shuffle=True)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "line", "says"),
+    [
+        (
+            "shuffle-on-default-cuda",
+            6,
+            "Expected a 'cuda' device type for generator but found 'cpu'",
+        ),
+        (
+            "cuda-generator-on-host",
+            8,
+            "Expected a 'cpu' device type for generator but found 'cuda'",
+        ),
+        ("matched", None, None),
+    ],
+)
+def test_a_draw_with_another_devices_generator_fails_as_on_a_gpu(
+    tmp_path: Path, case: str, line: int | None, says: str | None
+) -> None:
+    """A draw given a generator of another device fails as CUDA's and the CPU's kernels fail
+    (a DataLoader's shuffle under ``set_default_device("cuda")``, a CUDA generator drawing on
+    the host), at the script's line; generators drawing where they live run."""
+    path = script(tmp_path, MISMATCHED_GENERATORS)
+    done = plan(tmp_path, "--json", "train.py", case)
+    if says is None:
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["failed"] == f"{path}:{line}: RuntimeError: {says}"
+
+
 LAYERS = """
 import json, torch
 lstm = torch.nn.LSTM(128, 256, num_layers=2, batch_first=True).cuda()

@@ -443,6 +443,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if "device" in kwargs:
             placing = _named(kwargs["device"])
             kwargs["device"] = _on_meta(kwargs["device"])
+        self._generator_matches(placing, args, kwargs)
         mover = self._moves.get(func)
         if mover is not None:
             return mover(args, kwargs, placing)
@@ -465,6 +466,45 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if placing is None:
             return func(*args, **kwargs)
         return self.ghosts.placed(placing, func, *args, **kwargs)
+
+    def _generator_matches(
+        self, placing: bool | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Refuse a draw whose generator is another device's, as every CUDA and CPU kernel
+        does (``check_generator`` in ``ATen/core/Generator.h``): a CPU generator drawing on the
+        planned device (a ``DataLoader``'s shuffle under ``set_default_device("cuda")``), or a
+        CUDA generator drawing on the host. The draw is on the planned device where the call
+        names it, else where a stand-in among its inputs is; the script's own ``meta`` tensors
+        draw nothing."""
+        generator = kwargs.get("generator")
+        if generator is None or placing is True:
+            return
+        found = getattr(getattr(generator, "device", None), "type", None)
+        if found not in ("cpu", "cuda"):
+            return
+        if placing is False:
+            wanted = "cuda"
+        elif "device" in kwargs:
+            wanted = torch.device(kwargs["device"]).type
+        else:
+            inputs = [
+                value
+                for value in (*args, *kwargs.values())
+                for value in (value if isinstance(value, (list, tuple)) else (value,))
+                if isinstance(value, torch.Tensor)
+            ]
+            if not inputs:
+                wanted = "cpu"
+            elif any(t.is_meta and not self.ghosts.holds(t) for t in inputs):
+                wanted = "cuda"
+            elif any(t.is_meta for t in inputs):
+                return
+            else:
+                wanted = "cpu"
+        if found != wanted:
+            raise RuntimeError(
+                f"Expected a '{wanted}' device type for generator but found '{found}'"
+            )
 
     def _kernel(self, func: Any, name: str) -> Callable[..., Any] | None:
         """What the plan runs in place of ``func`` where a stand-in takes part, if anything."""
