@@ -741,7 +741,7 @@ def fake_uniform_unguarded(original: Callable[..., Any]) -> Callable[..., Any]:
     from torch._decomp.decompositions import uniform
 
     fill = torch.ops.aten.uniform_.default
-    copy = torch.ops.aten.copy_.default
+    into = torch.ops.aten.copy_.default
 
     def __torch_dispatch__(
         self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None
@@ -751,7 +751,7 @@ def fake_uniform_unguarded(original: Callable[..., Any]) -> Callable[..., Any]:
             params.update(kwargs or {})
             draw = (params.get("from", 0.0), params.get("to", 1.0), params.get("generator"))
             with self:
-                return copy(args[0], uniform(args[0], *draw))
+                return into(args[0], uniform(args[0], *draw))
         return original(self, func, types, args, kwargs)
 
     return __torch_dispatch__
