@@ -639,6 +639,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
