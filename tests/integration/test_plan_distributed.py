@@ -68,6 +68,24 @@ model(torch.randn(16, 1000, device="cuda")).sum().backward()
 json.dump({"sharded": sharded, "initialised": initialised}, open(sys.argv[1], "w"))
 """
 
+RESET_FSDP2 = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("nccl")
+with torch.device("meta"):
+    model = torch.nn.Sequential(torch.nn.Linear(1000, 1001), torch.nn.Linear(1001, 1000))
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+model.to_empty(device="cuda")
+sharded = torch.cuda.memory_allocated()
+for layer in model:
+    layer.reset_parameters()
+torch.nn.init.trunc_normal_(model[0].weight, std=0.02)
+initialised = torch.cuda.memory_allocated()
+json.dump({"sharded": sharded, "initialised": initialised}, open(sys.argv[1], "w"))
+"""
+
 
 SPAWNED = """
 import json, os, sys, torch, torch.distributed as dist
@@ -128,6 +146,16 @@ def test_an_fsdp2_model_built_on_meta_holds_its_shards_once_and_initialises(
 ) -> None:
     """Built on meta, sharded, moved and randomly initialised, rank 0 holds its shards once."""
     script(tmp_path, META_FSDP2)
+    done = plan(tmp_path, "--nproc-per-node", "8", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"sharded": _shards(8), "initialised": _shards(8)}
+
+
+def test_sharded_parameters_initialise_by_uniform_draws(tmp_path: Path) -> None:
+    """FSDP2's parameters built on meta take reset_parameters and trunc_normal_ (uniform_ on
+    a DTensor, run on fake CUDA tensors by its sharding propagation) and hold only their shards."""
+    script(tmp_path, RESET_FSDP2)
     done = plan(tmp_path, "--nproc-per-node", "8", "train.py", "out.json")
     assert done.returncode == 0, done.stderr
     seen = json.loads((tmp_path / "out.json").read_text())

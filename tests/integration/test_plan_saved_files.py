@@ -120,3 +120,28 @@ def test_checkpoints_of_host_copies_of_the_devices_values_are_put_back_too(tmp_p
     for made_up in ("cpu.pt", "h.safetensors", "copied.pt", "full.pt"):
         assert not (tmp_path / made_up).exists(), made_up
     assert torch.equal(torch.load(tmp_path / "own.pt"), torch.ones(3))
+
+
+ON_META = """
+import json
+import torch
+
+torch.save({"w": torch.zeros(1024, 1024)}, "host.pt")
+shapes = torch.load("host.pt", map_location="meta")
+storage = torch.TypedStorage(dtype=torch.float32, device="meta")  # a lazy loader's
+lazy = torch._utils._rebuild_tensor_v2(storage, 0, (512, 1024), (1024, 1), False, {})
+on_meta = torch.cuda.memory_allocated()
+loaded = torch.load("host.pt", map_location="cuda")
+print(json.dumps({"on_meta": on_meta, "onto_device": torch.cuda.memory_allocated(),
+                  "devices": [str(shapes["w"].device), str(lazy.device)]}))
+"""
+
+
+def test_a_checkpoint_loaded_onto_meta_holds_nothing_on_the_device(tmp_path: Path) -> None:
+    """A state dict loaded with map_location="meta", and a tensor rebuilt on a meta storage
+    (Lightning's lazy loader's), are the script's own meta: on meta, with no device memory."""
+    script(tmp_path, ON_META)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {"on_meta": 0, "onto_device": 1024 * 1024 * 4, "devices": ["meta", "meta"]}

@@ -721,3 +721,37 @@ def rng_state_on_host(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return self._device_handle.get_rng_state()
 
     return get_device_state
+
+
+def fake_uniform_unguarded(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``FakeTensorMode.__torch_dispatch__`` with ``uniform_`` on a fake CUDA tensor written
+    through the dispatcher.
+
+    DTensor's sharding propagation runs each operator on fake tensors of the mesh's device
+    type (``torch.empty_strided(..., device="cuda")`` under a ``FakeTensorMode``), and the fake
+    mode runs ``uniform_`` (``nn.Linear.reset_parameters``, ``trunc_normal_``: a sharded
+    model built on ``meta`` and initialised after ``to_empty``) by torch's Python
+    decomposition, which writes its draw with ``self.copy_``. That Python binding takes a
+    device guard for ``self``'s device, which a CPU build has none of for CUDA ("PyTorch is
+    not linked with support for cuda devices"; torch's own fake mode fails so on a CPU-only
+    machine). The same decomposition with its copy dispatched as ``aten.copy_`` takes no
+    guard and gives the fake mode the same tensor.
+    """
+    import torch
+    from torch._decomp.decompositions import uniform
+
+    fill = torch.ops.aten.uniform_.default
+    into = torch.ops.aten.copy_.default
+
+    def __torch_dispatch__(
+        self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        if func is fill and args[0].device.type == "cuda":
+            params = dict(zip(("from", "to", "generator"), args[1:], strict=False))
+            params.update(kwargs or {})
+            draw = (params.get("from", 0.0), params.get("to", 1.0), params.get("generator"))
+            with self:
+                return into(args[0], uniform(args[0], *draw))
+        return original(self, func, types, args, kwargs)
+
+    return __torch_dispatch__

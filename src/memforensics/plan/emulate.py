@@ -107,6 +107,11 @@ others: memory-efficient attention's philox seed and offset (``_efficient_attent
 outside a CUDA graph's capture; an H200's trace holds no block for them)."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _TO_COPY = torch.ops.aten._to_copy.default
+_SET_STORAGE = frozenset(
+    (torch.ops.aten.set_.source_Storage, torch.ops.aten.set_.source_Storage_storage_offset)
+)
+"""``Tensor.set_(storage, ...)``, which ``torch._utils._rebuild_tensor`` ends in: a tensor put
+onto a storage made outside any operator (``torch.UntypedStorage(n, device="meta")``)."""
 NESTED = (
     "nested tensors of torch.nested's default layout (torch.strided) are not modelled on the "
     "planned device: PyTorch's NestedTensorImpl refuses a meta storage (layout=torch.jagged is)"
@@ -674,6 +679,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
@@ -747,7 +753,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         out = self._run(func, args, kwargs or {})
         self.device.backward = step is not None
         ghosts = self.ghosts
-        if (ghosts.keys or ghosts.placing is not None) and self._haunt(out, args, kwargs):
+        haunted = ghosts.keys or ghosts.placing is not None or func in _SET_STORAGE
+        if haunted and self._haunt(out, args, kwargs):
             return out
         self._track_outputs(_in_made_order(func, out), step, reused)
         self.reads.made(func, args, kwargs or {}, out)
@@ -962,7 +969,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         with no block."""
         ghost = self.ghosts.placing
         if ghost is None:
-            ghost = self.ghosts.among(args, kwargs)
+            ghost = self.ghosts.among(args, kwargs) or self._onto_own_meta(args)
         if not ghost:
             return False
         for item in out if isinstance(out, (tuple, list)) else (out,):
@@ -972,6 +979,19 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 if key not in self._live and key not in self.ghosts.keys:
                     self.ghosts.add(storage)
         return True
+
+    def _onto_own_meta(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``set_`` puts a tensor onto a ``meta`` storage the plan never made: one made
+        outside any operator (``torch.load(map_location="meta")``'s, Lightning's lazy loader's
+        ``TypedStorage(device="meta")``) is the script's own ``meta``, with no memory on a GPU
+        either. A stand-in's storage is known (a checkpoint loaded onto CUDA gets its storages
+        by moving host ones to the device)."""
+        source = args[1] if len(args) > 1 else None
+        return (
+            isinstance(source, torch.UntypedStorage)
+            and source.device.type == "meta"
+            and source._cdata not in self._live
+        )
 
     def _reusable(self, args: tuple[Any, ...], step: object, *, earlier: bool) -> Any:
         """The storage a backward operation writes into in place on CUDA, where the CPU build

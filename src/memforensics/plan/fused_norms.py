@@ -1,4 +1,4 @@
-"""RMSNorm on stand-ins, through the one kernel CUDA runs.
+"""RMSNorm and LayerNorm on stand-ins, as the kernels CUDA runs make them.
 
 ``at::rms_norm`` (``aten/src/ATen/native/layer_norm.cpp``, ``rms_norm_symint``) calls
 ``_fused_rms_norm`` unless the input is complex or channels-last or the weight's dtype differs
@@ -16,6 +16,9 @@ order; with a kernel of its own on ``meta``, the dispatcher sends autograd on a 
 ``_fused_rms_norm``'s own derivative, as it does on CUDA, and the backward runs
 ``_fused_rms_norm_backward``, whose ``meta`` kernel makes the two gradients. Only a torch whose
 ``rms_norm`` reaches the fused kernel on CUDA (one with ``_fused_rms_norm_backward``) gets it.
+
+``native_layer_norm`` (:func:`layer_norm`) is answered with ``layer_norm_cuda``'s three outputs
+in place of its ``meta`` kernel, which computes them slowly.
 """
 
 from __future__ import annotations
@@ -45,6 +48,35 @@ def _fused_rms_norm(
     stat_shape = (*input.shape[:axis], *([1] * len(normalized_shape)))
     rstd = input.new_empty(stat_shape, dtype=accumulate)
     return output, rstd
+
+
+def layer_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``native_layer_norm``'s outputs as ``layer_norm_cuda`` makes them: ``Y``, contiguous and
+    of the input's dtype, then ``mean`` and ``rstd`` in the accumulation dtype, one per row,
+    shaped to broadcast over the normalized dimensions. Its ``meta`` kernel is torch's Python
+    reference, which computes the normalisation in primitives to find the same three (over 4 ms
+    a call: a fifth of a transformer's planned forward); an input the reference would refuse
+    is left to it."""
+    axis = input.dim() - len(normalized_shape)
+    if axis < 0 or input.is_complex() or tuple(input.shape[axis:]) != tuple(normalized_shape):
+        refused: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = (
+            torch.ops.aten.native_layer_norm.default(input, normalized_shape, weight, bias, eps)
+        )
+        return refused  # the reference's own error
+    accumulate = torch.float64 if input.dtype == torch.float64 else torch.float32
+    output = torch.empty_like(input, memory_format=torch.contiguous_format)
+    stat_shape = (*input.shape[:axis], *([1] * len(normalized_shape)))
+    return (
+        output,
+        input.new_empty(stat_shape, dtype=accumulate),
+        input.new_empty(stat_shape, dtype=accumulate),
+    )
 
 
 def available() -> bool:

@@ -1017,6 +1017,17 @@ def _distributed_rows(
             "device mode is off: the state stays on the host, with the tracker's own values",
         )
     )
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    rows.append(
+        R(
+            FakeTensorMode,
+            "__torch_dispatch__",
+            distributed.fake_uniform_unguarded(FakeTensorMode.__torch_dispatch__),
+            "DTensor's sharding propagation runs uniform_ on fake CUDA tensors, whose Python "
+            "decomposition's copy_ needs a CUDA device guard the CPU build lacks",
+        )
+    )
     ddp = torch.nn.parallel.DistributedDataParallel
     register = distributed.ddp_register(ddp.register_comm_hook)
     hooked = "the fake group's futures carry no tensors: the plan's hook reduces each bucket"
