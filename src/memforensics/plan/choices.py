@@ -10,6 +10,14 @@ cache skips it there). The functions are those of PyTorch's CUDA autocast op ref
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
 lower-precision op).
 
+A backward called inside an autocast region runs there too: autograd's engine runs each node with
+the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
+dispatch keys among them), so the operators of its backward formulas, and the engine's own
+``sum_to`` of a broadcast's gradient (``InputMetadata::maybe_reduce``), are cast by CUDA's
+autocast as the dispatcher reaches them. A plan sees those below autograd, by their ATen names:
+:meth:`Autocast.operator_cast` casts the ones of the lists above that the installed torch
+registers a CUDA autocast kernel for.
+
 A library's operators (torchvision's) take autocast's part in their own kernels, registered for
 CUDA's autocast key; what such a kernel casts is its own code, which the dispatcher does not
 show, so the ones the plan follows are named in :data:`LIBRARY`, each as its source does it.
@@ -50,6 +58,17 @@ FLOAT32 = frozenset(
     )
 )  # fmt: skip
 """Run in float32."""
+
+OPT_DTYPE = frozenset(
+    (
+        "sum", "prod", "cumsum", "cumprod", "softmax", "log_softmax", "linalg_vector_norm",
+        "linalg_matrix_norm",
+    )
+)  # fmt: skip
+"""Of :data:`FLOAT32`'s ATen operators, those autocast runs with their ``dtype`` argument set to
+float32 where the caller set none (``fp32_set_opt_dtype`` in ``aten/src/ATen/autocast_mode.h``):
+the input is read as it lies, not cast, and the result is float32 (CUDA's reductions read a
+float16 or bfloat16 input into a float32 result, ``make_reduction``'s ``gpu_lowp_to_f32``)."""
 
 WIDEST = frozenset(
     (
@@ -106,6 +125,7 @@ class Autocast:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
         self._library: dict[object, tuple[bool | None, bool]] = {}
         self._inference_cached = caches_in_inference_mode()
+        self._operators: dict[torch._ops.OpOverload, str] = {}
 
     def library(self, func: object) -> tuple[bool | None, bool]:
         """How library operator ``func`` casts under autocast, looked up once: its entry in
@@ -137,6 +157,32 @@ class Autocast:
             return out.to(first.dtype)
         return type(out)(o.to(first.dtype) if isinstance(o, torch.Tensor) else o for o in out)
 
+    def operator_cast(
+        self,
+        func: torch._ops.OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor],
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``args`` and ``kwargs`` of ATen operator ``func``, seen by a dispatch mode, as
+        CUDA's autocast passes them on where the call was made with it enabled, each cast made
+        by ``convert``; unchanged for an operator it has no kernel for. ``dtype`` is set to
+        float32 for :data:`OPT_DTYPE`'s, where the first input is a floating stand-in
+        (autocast's ``firstarg_is_eligible``) and the call set none."""
+        name = self._operators.get(func)
+        if name is None:
+            name = self._operators[func] = _listed(func)
+        if not name or not _enabled_at_call():
+            return args, kwargs
+        if name in OPT_DTYPE:
+            return _float32_dtype(func, args, kwargs)
+        policy: torch.dtype | bool = True  # WIDEST
+        if name in LOWER:
+            policy = torch.get_autocast_dtype("cuda")
+        elif name in FLOAT32:
+            policy = torch.float32
+        return self.cast(policy, args, kwargs, convert)
+
     def clear(self) -> None:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
         self._cache.clear()
@@ -155,9 +201,14 @@ class Autocast:
         return None
 
     def cast(
-        self, policy: torch.dtype | bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        policy: torch.dtype | bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor] = torch.Tensor.to,
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """``args`` and ``kwargs`` with their eligible tensors cast as autocast would."""
+        """``args`` and ``kwargs`` with their eligible tensors cast as autocast would, each
+        cast made by ``convert``."""
         if policy is True:
             found = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
             if not found:
@@ -173,26 +224,33 @@ class Autocast:
 
         def one(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
-                return self._cast(value, dtype, cache=cache)
+                return self._cast(value, dtype, convert, cache=cache)
             if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-                return type(value)(self._cast(v, dtype, cache=cache) for v in value)
+                return type(value)(self._cast(v, dtype, convert, cache=cache) for v in value)
             return value
 
         return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
-    def _cast(self, tensor: torch.Tensor, dtype: torch.dtype, *, cache: bool) -> torch.Tensor:
+    def _cast(
+        self,
+        tensor: torch.Tensor,
+        dtype: torch.dtype,
+        convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor],
+        *,
+        cache: bool,
+    ) -> torch.Tensor:
         if not tensor.is_meta or not tensor.is_floating_point() or tensor.dtype == dtype:
             return tensor
         if tensor.dtype == torch.float64:
             return tensor  # autocast leaves float64 alone
         if not (cache and tensor.is_leaf and tensor.requires_grad):
-            return tensor.to(dtype)
+            return convert(tensor, dtype)
         if not self._inference_cached and torch.is_inference_mode_enabled():
-            return tensor.to(dtype)
+            return convert(tensor, dtype)
         held = self._cache.get(id(tensor))
         if held is not None and held[0]() is tensor and held[1].dtype == dtype:
             return held[1]
-        cast = tensor.to(dtype)
+        cast = convert(tensor, dtype)
         self._cache[id(tensor)] = (weakref.ref(tensor), cast)
         return cast
 
@@ -229,6 +287,54 @@ def caches_in_inference_mode() -> bool:
         torch.mm(operand, weight)
         torch.mm(operand, weight)
     return reached[0] is reached[1]
+
+
+def _enabled_at_call() -> bool:
+    """Whether CUDA's autocast was enabled where the operator a dispatch mode handles now was
+    called: inside the mode the keys above it are excluded, autocast's among them, so the
+    thread-local state the call entered the dispatcher with is asked."""
+    restore = torch._C._RestorePythonTLSSnapshot  # type: ignore[attr-defined, unused-ignore]  # not in torch's stubs
+    with restore():
+        return torch.is_autocast_enabled("cuda")
+
+
+def _listed(func: torch._ops.OpOverload) -> str:
+    """The name autocast's lists know ATen operator ``func`` by, where the installed torch
+    registers a CUDA autocast kernel for its overload; else empty."""
+    name: str = func._schema.name
+    if not name.startswith("aten::"):
+        return ""
+    bare = name[len("aten::") :]
+    if bare not in Autocast.names and bare not in OPT_DTYPE:
+        return ""
+    overload = func._overloadname
+    qualified = name if overload == "default" else f"{name}.{overload}"
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, _AUTOCAST_KEY):
+        return ""
+    return bare
+
+
+def _float32_dtype(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with ``dtype`` float32 where autocast sets it
+    (``set_opt_dtype``): the first input a floating stand-in other than float64, no dtype
+    given."""
+    first = args[0] if args else None
+    if not isinstance(first, torch.Tensor) or not first.is_meta:
+        return args, kwargs
+    if not first.is_floating_point() or first.dtype == torch.float64:
+        return args, kwargs
+    for at, argument in enumerate(func._schema.arguments):
+        if argument.name != "dtype":
+            continue
+        if len(args) > at:
+            if args[at] is not None:
+                return args, kwargs
+            return (*args[:at], torch.float32, *args[at + 1 :]), kwargs
+        if kwargs.get("dtype") is None:
+            return args, {**kwargs, "dtype": torch.float32}
+    return args, kwargs
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -649,12 +649,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ghosts: Ghosts | None = None,
         reads: values.Reads | None = None,
         deferred: Deferred | None = None,
+        autocast: choices.Autocast | None = None,
     ) -> None:
         super().__init__()
         self.notes = notes
         self.ghosts = ghosts if ghosts is not None else Ghosts()
         self.reads = reads if reads is not None else values.Reads(notes)
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
+        self.autocast = autocast
+        """Autocast's casts of the operators a backward reaches inside an autocast region."""
         shapes = Shapes(notes, self.reads.known)
         self._answers: dict[Any, Callable[..., Any]] = {
             torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
@@ -743,6 +746,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             return out
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
+        if step is not None and self.staged and self.autocast is not None:
+            args, kwargs = self.autocast.operator_cast(func, args, kwargs or {}, self._converted)
         reused = None
         if step is not None:
             if func is _ADD and not kwargs:
@@ -761,6 +766,12 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._scratch(func, args, kwargs or {}, out, backward=step is not None)
         for block in reversed(copied):
             self.device.free(block)
+        return out
+
+    def _converted(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``tensor`` cast to ``dtype`` as an operator of its own (autocast's ``.to()``), its
+        copy placed on the planned device as any other's."""
+        out: torch.Tensor = self.__torch_dispatch__(_TO_COPY, (), (tensor,), {"dtype": dtype})
         return out
 
     def _scratch(
@@ -1291,7 +1302,7 @@ def modes(
     reads = values.Reads(notes)
     deferred = Deferred(notes, enabled=defer)
     oom = torch.cuda.OutOfMemoryError
-    storage = StorageMode(device, workspace_bytes, oom, notes, ghosts, reads, deferred)
+    storage = StorageMode(device, workspace_bytes, oom, notes, ghosts, reads, deferred, autocast)
     storage.lt_workspace = scratch.lt_workspace_for(device.spec.capability)
     functions = DeviceMode(notes, device.spec.capability, autocast, ghosts, reads, deferred)
     return functions, storage

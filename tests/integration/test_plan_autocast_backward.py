@@ -1,0 +1,52 @@
+"""A backward called inside an autocast region runs under it, as autograd's engine runs it with
+the thread-local state of the ``backward()`` call: the reduction of a broadcast bias's gradient
+is autocast's float32 ``sum``, cast back to the bias's bfloat16 cast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+BIAS = """
+import json
+import sys
+
+import torch
+
+inside = sys.argv[1] == "inside"
+layer = torch.nn.Linear(256, 1000, device="cuda")
+x = torch.randn(4, 64, 256, device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = layer(x).float().square().mean()
+    torch.cuda.memory._record_memory_history()
+    if inside:
+        loss.backward()
+if not inside:
+    loss.backward()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+print(json.dumps([e["size"] for e in trace if e["action"] == "alloc"]))
+"""
+
+
+def _backward_allocations(folder: Path, where: str) -> list[int]:
+    done = plan(folder, "--device-capability", "8.0", "train.py", where)
+    assert done.returncode == 0, done.stderr
+    found: list[int] = json.loads(done.stdout.splitlines()[0])
+    return found
+
+
+def test_a_broadcast_gradient_is_reduced_in_float32_inside_autocast(tmp_path: Path) -> None:
+    """Inside the region the bias's gradient (1,000 values) is summed into a float32 block,
+    cast to bfloat16 and then to the float32 weight's dtype; outside it is summed in bfloat16."""
+    script(tmp_path, BIAS)
+    outside = _backward_allocations(tmp_path, "outside")
+    inside = _backward_allocations(tmp_path, "inside")
+    float32, bfloat16 = 1000 * 4, 1000 * 2
+    assert outside[-3:] == [bfloat16, float32, 1000 * 256 * 4]
+    assert inside[-4:] == [float32, bfloat16, float32, 1000 * 256 * 4]
+    assert inside[:-4] == outside[:-3]
