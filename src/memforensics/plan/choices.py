@@ -295,7 +295,8 @@ def _enabled_at_call() -> bool:
     thread-local state the call entered the dispatcher with is asked."""
     restore = torch._C._RestorePythonTLSSnapshot  # type: ignore[attr-defined, unused-ignore]  # not in torch's stubs
     with restore():
-        return torch.is_autocast_enabled("cuda")
+        enabled: bool = torch.is_autocast_enabled("cuda")
+    return enabled
 
 
 def _listed(func: torch._ops.OpOverload) -> str:
