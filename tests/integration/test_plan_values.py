@@ -7,6 +7,9 @@ from __future__ import annotations
 import cmath
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -470,6 +473,46 @@ def test_a_profiled_run_records_the_cpu_and_exports_the_planned_memory_timeline(
     assert len(times) == len(sizes) > 1
     assert max(sum(row) for row in sizes) == facts["peak_allocated_bytes"]
     assert (tmp_path / "snapshot.pickle").is_file()
+
+
+PROFILED_OPERATORS = """
+import collections, json, sys, torch
+from torch.profiler import ProfilerActivity, profile
+device = sys.argv[1]
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64), torch.nn.LayerNorm(64)
+).to(device)
+x = torch.randn(8, 64, device=device)
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+    with torch.no_grad():
+        for _ in range(3):
+            model(x)
+prof.export_stacks("stacks.txt")
+operators = [e.name for e in prof.events() if e.name.startswith(("aten::", "prims::"))]
+names = collections.Counter(operators)
+print(json.dumps(names), file=sys.stderr)
+"""
+
+
+def test_a_profile_holds_the_scripts_operators_not_the_plans_work_under_them(
+    tmp_path: Path,
+) -> None:
+    """A profile taken with stacks under plan records the operators the script's code calls
+    (each ``addmm`` once, as on the CPU), none of the plan's own work under them (meta kernels,
+    the Python it runs), and ``export_stacks`` still writes its file."""
+    script(tmp_path, PROFILED_OPERATORS)
+    done = plan(tmp_path, "train.py", "cuda")
+    assert done.returncode == 0, done.stderr
+    planned = json.loads(next(line for line in done.stderr.splitlines() if line.startswith("{")))
+    env = {**os.environ, "PYTHONPATH": ""}
+    on_cpu = subprocess.run(
+        [sys.executable, "train.py", "cpu"], cwd=tmp_path, env=env, capture_output=True,
+        text=True, check=True, timeout=120,
+    )  # fmt: skip
+    cpu = json.loads(next(line for line in on_cpu.stderr.splitlines() if line.startswith("{")))
+    assert set(planned) <= set(cpu), set(planned) - set(cpu)
+    assert planned["aten::addmm"] == cpu["aten::addmm"] == 6
+    assert (tmp_path / "stacks.txt").is_file()
 
 
 PATIENCE = """

@@ -105,6 +105,12 @@ _ON_HOST = {torch.ops.aten._scaled_dot_product_efficient_attention.default: (2, 
 """Outputs CUDA's kernel makes on the host, where the ``meta`` kernel makes them beside the
 others: memory-efficient attention's philox seed and offset (``_efficient_attention_forward``,
 outside a CUDA graph's capture; an H200's trace holds no block for them)."""
+_profiling = torch.autograd._profiler_enabled
+_record_functions = torch.autograd._enable_record_function
+_QUIET = threading.local()
+"""Whether this thread runs the plan's own work under an operator a profiler records: its
+operators are kept out of the profile (``at::enableRecordFunction`` is per thread), as a GPU
+run's profile holds the operator and not how a plan answers it."""
 _LOGSUMEXP = torch.ops.aten.logsumexp.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _SET_STORAGE = frozenset(
@@ -731,6 +737,19 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if not _profiling() or getattr(_QUIET, "on", False):
+            return self._dispatch(func, args, kwargs)
+        # a profiler records the operator the script called, not the plan's work under it
+        _QUIET.on = True
+        _record_functions(False)
+        try:
+            return self._dispatch(func, args, kwargs)
+        finally:
+            _record_functions(True)
+            _QUIET.on = False
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        """An operator on the planned device, as its CUDA kernel runs it."""
         if func is _COPY and self._from_device(args):
             self.reads.copied_out(args[1], args[0])
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
@@ -771,7 +790,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
     def _converted(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``tensor`` cast to ``dtype`` as an operator of its own (autocast's ``.to()``), its
         copy placed on the planned device as any other's."""
-        out: torch.Tensor = self.__torch_dispatch__(_TO_COPY, (), (tensor,), {"dtype": dtype})
+        out: torch.Tensor = self._dispatch(_TO_COPY, (tensor,), {"dtype": dtype})
         return out
 
     def _scratch(

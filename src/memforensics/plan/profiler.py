@@ -84,6 +84,24 @@ def _cpu_only(original: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
+def _no_python_tracer(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``autograd.profiler.profile.config`` without the Python tracer: the profile keeps
+    ``with_stack`` and ``with_modules`` as asked (``export_stacks`` still writes its file), but
+    the profiler records no Python call, whose tracer would record each of the plan's own
+    Python calls under every operator (a hundred times the script's: its export then takes
+    minutes where a GPU run's takes a second)."""
+
+    def config(self: Any, create_trace_id: bool = False) -> Any:
+        asked = self.with_stack, self.with_modules
+        self.with_stack = self.with_modules = False
+        try:
+            return original(self, create_trace_id)
+        finally:
+            self.with_stack, self.with_modules = asked
+
+    return config
+
+
 def rows(device: PlannedDevice) -> list[Replacement]:
     """What the plan replaces in ``torch.profiler``, as rows of the emulation's table."""
     kineto = torch_profiler._KinetoProfile
@@ -113,6 +131,13 @@ def rows(device: PlannedDevice) -> list[Replacement]:
             "__init__",
             _cpu_only(autograd_profiler.profile.__init__),
             "CUDA activity would fail to record an event for every operator: CPU only",
+        ),
+        Replacement(
+            autograd_profiler.profile,
+            "config",
+            _no_python_tracer(autograd_profiler.profile.config),
+            "the Python tracer (with_stack) would record the plan's own Python calls under "
+            "every operator: no Python stacks",
         ),
         Replacement(kineto, "start_trace", start_trace, planned),
         Replacement(kineto, "stop_trace", stop_trace, planned),
