@@ -5,7 +5,10 @@ The CPU build has no CUDA profiler. Asked for CUDA activity (``ProfilerActivity.
 ``use_device="cuda"`` now that ``torch.cuda.is_available()`` says yes), the profiler tries to
 record a CUDA event at every operator, fails, and builds a C++ stack trace for the failure each
 time: a planned forward runs hundreds of times slower. Under the plan the profiler records what
-the CPU build can (operators, shapes, stacks, CPU memory) and nothing for CUDA.
+the CPU build can (operators, shapes, CPU memory) and nothing for CUDA. It records the
+operators the script's code calls, not the plan's own work under each (the dispatch mode turns
+record functions off for it, :class:`~memforensics.plan.emulate.StorageMode`), and no Python
+calls: the Python tracer (``with_stack``) would record every Python call of the plan's.
 
 The planned device's blocks never pass through a C++ allocator, so the profiler sees none of
 them: ``export_memory_timeline`` would find no event on ``cuda:0``. While a profiler with
