@@ -260,9 +260,9 @@ def caches_in_inference_mode() -> bool:
     """Whether the installed torch's autocast keeps a weight's cast under
     ``torch.inference_mode()``. ``cached_cast`` (``aten/src/ATen/autocast_mode.cpp``) is the
     same for every device, so its CPU autocast is asked: a parameter passed to ``mm`` twice
-    reaches the kernel as the same cast tensor where the cache keeps it. Torch since
-    pytorch/pytorch#165068 (the fix of #158232) does not cache there, as a cast made under
-    inference mode cannot serve autograd later; before it, it did. Asked with the caller's
+    reaches the kernel as the same cast tensor where the cache keeps it. Releases differ:
+    recent ones do not cache there (a cast made under inference mode cannot serve autograd
+    later), so the installed one is asked, not its version read. Asked with the caller's
     dispatch modes set aside, once."""
     from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
