@@ -200,6 +200,40 @@ def test_a_gradient_summed_over_the_batch_stages_as_the_real_gpu_did(tmp_path: P
     assert ("free_requested", 50_331_648) in events[start + 4 :]
 
 
+CLIP = """
+import sys
+import torch
+
+model = torch.nn.Linear(500, 400).cuda().bfloat16()  # 200,000 weights: 4 chunks of 65,536
+extra = torch.nn.Parameter(torch.ones(10, device="cuda", dtype=torch.bfloat16))
+model(torch.ones(2, 500, device="cuda", dtype=torch.bfloat16)).sum().add(extra.sum()).backward()
+torch.cuda.memory._record_memory_history()
+torch.nn.utils.clip_grad_norm_([*model.parameters(), extra], 1.0, norm_type=float(sys.argv[1]))
+torch.cuda.memory._dump_snapshot("clip.pickle")
+"""
+
+
+def _blocks(path: Path) -> list[tuple[str, int]]:
+    """The snapshot's trace as (action, size), allocations and frees only."""
+    trace = pickle.loads(path.read_bytes())["device_traces"][0]
+    return [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_completed")]
+
+
+def test_clip_grad_norm_takes_the_partial_norms_foreach_norm_takes_on_cuda(tmp_path: Path) -> None:
+    """``clip_grad_norm_``'s ``_foreach_norm`` over 3 bfloat16 gradients takes, before its
+    3 two-byte norms, the float32 partial norms CUDA's kernel zeroes (3 tensors x 4 chunks x
+    4 B) and frees them once the norms are made; an order it computes per tensor takes none."""
+    script(tmp_path, CLIP)
+    done = plan(tmp_path, "train.py", "2")
+    assert done.returncode == 0, done.stderr
+    events = _blocks(tmp_path / "clip.pickle")
+    partials, norm = ("alloc", 48), ("alloc", 2)
+    assert events[:5] == [partials, norm, norm, norm, ("free_completed", 48)]
+    done = plan(tmp_path, "train.py", "3")
+    assert done.returncode == 0, done.stderr
+    assert ("alloc", 48) not in _blocks(tmp_path / "clip.pickle")
+
+
 THREADS = """
 from concurrent.futures import ThreadPoolExecutor
 import threading

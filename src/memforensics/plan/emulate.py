@@ -723,10 +723,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """cuBLASLt's own workspace, where it does not share cuBLAS's."""
         self._lt_workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
-        self.attention_scratch = kernel_scratch.AttentionScratch(
+        self.kernel_scratch = kernel_scratch.KernelScratch(
             self.malloc, self.device.free, self.capability
         )
-        """Fused attention kernels' own scratch."""
+        """Fused attention kernels' and ``_foreach_norm``'s own scratch."""
         self._composite: dict[Any, bool] = {}
         self._kernels: dict[Any, Any] = {}
 
@@ -773,9 +773,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
                 reused = self._reusable(args, step, earlier=True)
             elif inplace.in_place(func, step[1]):
                 reused = self._reusable(args, step, earlier=False)
-        copied = self.attention_scratch.before(func, args)
-        out = self._run(func, args, kwargs or {})
         self.device.backward = step is not None
+        copied = self.kernel_scratch.before(func, args, kwargs or {})
+        out = self._run(func, args, kwargs or {})
+        self.device.backward = step is not None  # an answer's own operators may have set it
         ghosts = self.ghosts
         haunted = ghosts.keys or ghosts.placing is not None or func in _SET_STORAGE
         if haunted and self._haunt(out, args, kwargs):
@@ -815,7 +816,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif func in _REDUCTIONS and self.staged and made:
             self._staging(func, args)
         elif func in kernel_scratch.KERNELS:
-            self.attention_scratch.after(func, args)
+            self.kernel_scratch.after(func, args)
         for block in reversed(copies):
             self.device.free(block)
 

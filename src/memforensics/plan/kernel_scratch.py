@@ -1,25 +1,30 @@
-"""What fused attention kernels allocate through the caching allocator beside their outputs,
-which their ``meta`` forms never make: cuDNN attention's graph workspaces, flash attention's
-contiguous copies, row sums and accumulators, memory-efficient attention's output accumulator
-(heads above 128), its copy of the output's gradient, row sums and workspace. Each is taken
-where the CUDA kernel takes it and freed as it returns; the sizes are
-:mod:`~memforensics.plan.scratch`'s.
+"""What CUDA kernels allocate through the caching allocator beside their outputs, which their
+``meta`` forms never make: cuDNN attention's graph workspaces, flash attention's contiguous
+copies, row sums and accumulators, memory-efficient attention's output accumulator (heads above
+128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
+norms (``clip_grad_norm_``'s). Each is taken where the CUDA kernel takes it and freed as it
+returns; the sizes are :mod:`~memforensics.plan.scratch`'s.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from memforensics.plan import attention, scratch
+from memforensics.plan import attention, inplace, scratch
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
 EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
 CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
 CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
+_FAST_NORMS = (1.0, 2.0, math.inf)
+"""The orders ``foreach_tensor_norm_cuda`` computes with its own kernel (``use_slowpath``); any
+other is a ``linalg_vector_norm`` per tensor."""
 KERNELS = frozenset(
     (FLASH_BACKWARD, EFFICIENT_FORWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD)
 )
@@ -32,9 +37,30 @@ def _dense(*tensors: object) -> bool:
     return all(isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in tensors)
 
 
-class AttentionScratch:
-    """The scratch of fused attention kernels, taken from and given back to the planned
-    device through ``malloc`` and ``free``."""
+def _foreach_norm_partials(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of the partial norms ``foreach_tensor_norm_cuda`` zeroes before its outputs, or 0
+    where it takes its slow path (``use_slowpath``: another order, integer or complex tensors,
+    or tensors not all of one dtype, dense and strided, which ``can_use_fast_route`` asks)."""
+    tensors = args[0]
+    order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
+    dtype = args[2] if len(args) > 2 else kwargs.get("dtype")
+    if not tensors or not all(isinstance(t, torch.Tensor) and t.is_meta for t in tensors):
+        return 0
+    first = tensors[0].dtype
+    if float(order) not in _FAST_NORMS or not (first.is_floating_point or first.is_complex):
+        return 0
+    if first.is_complex or not all(
+        t.dtype == first and t.layout == torch.strided and inplace.dense(t) for t in tensors
+    ):
+        return 0
+    out = dtype if isinstance(dtype, torch.dtype) else first
+    opmath = 8 if out == torch.float64 else 4
+    return scratch.foreach_norm_partials([t.numel() for t in tensors], opmath)
+
+
+class KernelScratch:
+    """The scratch of CUDA kernels whose ``meta`` forms make only their outputs, taken from and
+    given back to the planned device through ``malloc`` and ``free``."""
 
     def __init__(
         self,
@@ -46,13 +72,17 @@ class AttentionScratch:
         self._free = free
         self._capability = capability
 
-    def before(self, func: Any, args: tuple[Any, ...]) -> list[Any]:
-        """What ``func`` takes before its outputs, to be freed once it has returned: contiguous
-        copies, seen as (batch, length, heads, head) as the kernel reads them, where that view
-        is not contiguous (a gradient laid out as (batch, heads, length, head), or expanded
-        from a sum): ``_flash_attention_backward``'s of the output's gradient and of the
-        output, ``_efficient_attention_backward``'s of the output's gradient."""
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """What ``func`` takes before its outputs, to be freed once it has returned:
+        ``_foreach_norm``'s partial norms; contiguous copies, seen as (batch, length, heads,
+        head) as the kernel reads them, where that view is not contiguous (a gradient laid out
+        as (batch, heads, length, head), or expanded from a sum): ``_flash_attention_backward``'s
+        of the output's gradient and of the output, ``_efficient_attention_backward``'s of the
+        output's gradient."""
         copied: tuple[Any, ...]
+        if func is FOREACH_NORM:
+            partials = _foreach_norm_partials(args, kwargs)
+            return [self._malloc(partials)] if partials else []
         if func is FLASH_BACKWARD:
             copied = (args[0], args[4])
         elif func is EFFICIENT_BACKWARD:

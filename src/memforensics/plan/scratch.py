@@ -1,7 +1,7 @@
 """Scratch memory CUDA's libraries take through PyTorch's caching allocator, which the CPU build
 never asks for: cuBLAS's and cuBLASLt's workspaces, by the rules of the installed torch; a
-reduction's staging buffer; the sizes of attention kernels' own scratch (taken by
-:mod:`~memforensics.plan.kernel_scratch`).
+reduction's staging buffer; the sizes of attention kernels' own scratch and of ``_foreach_norm``'s
+partial norms (taken by :mod:`~memforensics.plan.kernel_scratch`).
 
 Each rule reads beside the PyTorch source it mirrors; docs/plan.md quotes the lines.
 """
@@ -271,6 +271,20 @@ def _output_vec_size(dims: list[tuple[int, int, bool]], num_reduce: int, offset:
         while value % vec:
             vec //= 2
     return vec
+
+
+# -- _foreach_norm's partial norms (aten/src/ATen/native/cuda/ForeachReduceOp.cu)
+
+FOREACH_CHUNK = 65536
+"""``kChunkSize`` of ``MultiTensorApply.cuh``: the elements one block of a foreach kernel takes."""
+
+
+def foreach_norm_partials(numels: list[int], opmath_bytes: int) -> int:
+    """Bytes of ``output_per_tensor``, which ``foreach_tensor_norm_cuda`` zeroes before its
+    outputs and frees as it returns: one value (``opmath``: float32 for 16-bit outputs) per
+    chunk of :data:`FOREACH_CHUNK` elements, every tensor given as many chunks as the largest."""
+    chunks = max((_div_up(n, FOREACH_CHUNK) for n in numels), default=0)
+    return len(numels) * chunks * opmath_bytes
 
 
 # -- cuDNN attention's workspaces (aten/src/ATen/native/cudnn/MHA.cpp)
