@@ -35,6 +35,7 @@ from memforensics.plan import (
     attention,
     choices,
     ctc,
+    cumulative,
     distributed,
     dropout,
     fused_norms,
@@ -797,7 +798,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, *, backward: bool
     ) -> None:
         """What CUDA allocates for ``func`` beside its output: the copies of operands cuBLAS
-        cannot read as they lie (:mod:`~memforensics.plan.operands`), held while cuBLAS's and
+        cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
+        of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
         attention kernel's own scratch (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
@@ -807,7 +809,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             and any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor))
         ):
             return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
-        copies = [self.malloc(n) for n in operands.copied(func, args, out)] if made else []
+        copies = (
+            [
+                self.malloc(n)
+                for n in (*operands.copied(func, args, out), *cumulative.copied(func, args, out))
+            ]
+            if made
+            else []
+        )
         if func in self._matmul and made:
             self._workspace(backward)
         if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
