@@ -102,6 +102,35 @@ WIDEST = frozenset(
 """Run in the widest floating type of their inputs."""
 
 
+ATEN_LOWER = frozenset(
+    (
+        "_convolution", "conv_tbc", "convolution", "cudnn_convolution",
+        "cudnn_convolution_transpose", "linalg_vecdot", "linalg_multi_dot",
+        "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+        "rnn_relu_cell", "_scaled_dot_product_flash_attention",
+    )
+)  # fmt: skip
+"""ATen operators CUDA's autocast runs in the autocast dtype that no function of :data:`LOWER`
+is named for (``AT_FORALL_LOWER_PRECISION_FP`` in ``aten/src/ATen/autocast_mode.h``, and
+``cudnn_convolution``, ``cudnn_convolution_transpose`` in ``autocast_mode.cpp``)."""
+
+ATEN_FLOAT32 = frozenset(
+    (
+        "native_layer_norm", "rms_norm", "frobenius_norm", "nuclear_norm", "nll_loss2d",
+        "huber_loss", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d",
+        "upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_nearest3d",
+        "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d",
+        "_upsample_bicubic2d_aa",
+    )
+)  # fmt: skip
+"""ATen operators CUDA's autocast runs in float32 that no function of :data:`FLOAT32` is named
+for (``AT_FORALL_FP32``)."""
+
+ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
+"""ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
+function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
+
 LIBRARY: dict[str, bool] = {
     "torchvision::roi_align": True,  # csrc/ops/autocast/roi_align_kernel.cpp
     "torchvision::ps_roi_align": True,  # csrc/ops/autocast/ps_roi_align_kernel.cpp
@@ -199,10 +228,10 @@ class Autocast:
             return args, kwargs
         if name in OPT_DTYPE:
             return _float32_dtype(func, args, kwargs)
-        policy: torch.dtype | bool = True  # WIDEST
-        if name in LOWER:
+        policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
+        if name in LOWER or name in ATEN_LOWER:
             policy = torch.get_autocast_dtype("cuda")
-        elif name in FLOAT32:
+        elif name in FLOAT32 or name in ATEN_FLOAT32:
             policy = torch.float32
         return self.cast(policy, args, kwargs, convert)
 
@@ -327,12 +356,13 @@ def _enabled_at_call() -> bool:
     return enabled
 
 
-_ATEN_NAMES = Autocast.names | OPT_DTYPE
+_ATEN_NAMES = Autocast.names | OPT_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
 
 
 def _listed(func: torch._ops.OpOverload) -> str:
-    """The name autocast's lists know ATen operator ``func`` by, where the installed torch
-    registers a CUDA autocast kernel for its overload; else empty."""
+    """The name autocast's lists know ATen operator ``func`` by, those of the functions a
+    script calls and those of ATen's operators alone, where the installed torch registers a
+    CUDA autocast kernel for its overload; else empty."""
     name: str = func._schema.name
     if not name.startswith("aten::"):
         return ""
