@@ -40,6 +40,7 @@ from memforensics.plan import (
     dropout,
     fused_norms,
     grouped,
+    half_softmax,
     handles,
     inplace,
     kernel_scratch,
@@ -435,6 +436,9 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""
+        self._choosing = half_softmax.NAMES
+        """Functions, by name, whose CUDA path the plan follows for some inputs only, given
+        the function to run for the others (:func:`~memforensics.plan.half_softmax.run`)."""
 
     def __torch_function__(
         self,
@@ -521,6 +525,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     def _kernel(self, func: Any, name: str) -> Callable[..., Any] | None:
         """What the plan runs in place of ``func`` where a stand-in takes part, if anything."""
         kernel = self._kernels.get(name)
+        if kernel is None and name in self._choosing:
+            return functools.partial(half_softmax.run, func)
         if kernel is None and type(func) in choices.OPERATORS:
             kernel = self._library(func)
         return kernel
