@@ -8,14 +8,16 @@ leaf tensors that require grad (the weights) are kept until the outermost autoca
 as its cast cache keeps them (outside ``torch.inference_mode()`` where the installed torch's
 cache skips it there). The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
-lower-precision op).
+lower-precision op). The ones that reach an operator autocast gives a float32 ``dtype``
+(:data:`SET_DTYPE`) are called with that dtype instead of a cast.
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
 dispatch keys among them), so the operators of its backward formulas, and the engine's own
 ``sum_to`` of a broadcast's gradient (``InputMetadata::maybe_reduce``), are cast by CUDA's
 autocast as the dispatcher reaches them. A plan sees those below autograd, by their ATen names:
-:meth:`Autocast.operator_cast` casts the ones of the lists above that the installed torch
+:meth:`Autocast.operator_cast` casts the ones of the lists above, and of ATen's own names
+(:data:`ATEN_LOWER`, :data:`ATEN_FLOAT32`, :data:`ATEN_WIDEST`), that the installed torch
 registers a CUDA autocast kernel for.
 
 A library's operators (torchvision's) take autocast's part in their own kernels, registered for
