@@ -1,6 +1,7 @@
 """A backward called inside an autocast region runs under it, as autograd's engine runs it with
 the thread-local state of the ``backward()`` call: the reduction of a broadcast bias's gradient
-is autocast's float32 ``sum``, cast back to the bias's bfloat16 cast."""
+is autocast's float32 ``sum``, cast back to the bias's bfloat16 cast; an operator autocast lists
+by its ATen name alone (``logsumexp``) is cast too."""
 
 from __future__ import annotations
 
@@ -50,3 +51,42 @@ def test_a_broadcast_gradient_is_reduced_in_float32_inside_autocast(tmp_path: Pa
     assert outside[-3:] == [bfloat16, float32, 1000 * 256 * 4]
     assert inside[-4:] == [float32, bfloat16, float32, 1000 * 256 * 4]
     assert inside[:-4] == outside[:-3]
+
+
+LOGSUMEXP = """
+import json
+
+import torch
+
+
+class SmoothMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.amax(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        torch.cuda.memory._record_memory_history()
+        total = torch.logsumexp(x, -1)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        print(json.dumps([str(total.dtype)] + [e["size"] for e in trace if e["action"] == "alloc"]))
+        return grad.unsqueeze(-1) * (x - total.unsqueeze(-1)).exp()
+
+
+x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    SmoothMax.apply(x).sum().backward()
+"""
+
+
+def test_an_aten_only_listed_operator_is_cast_in_a_backward(tmp_path: Path) -> None:
+    """``logsumexp`` in a backward inside bf16 autocast casts its input to float32 first, then
+    makes CUDA's float32 maxima, their absolute values, the mask, the shifted input, the sum."""
+    script(tmp_path, LOGSUMEXP)
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    rows, whole = 64 * 4, 64 * 1000 * 4
+    assert found == ["torch.float32", whole, rows, rows, 64, whole, rows]

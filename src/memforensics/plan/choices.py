@@ -8,14 +8,16 @@ leaf tensors that require grad (the weights) are kept until the outermost autoca
 as its cast cache keeps them (outside ``torch.inference_mode()`` where the installed torch's
 cache skips it there). The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
-lower-precision op).
+lower-precision op). The ones that reach an operator autocast gives a float32 ``dtype``
+(:data:`SET_DTYPE`) are called with that dtype instead of a cast.
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
 dispatch keys among them), so the operators of its backward formulas, and the engine's own
 ``sum_to`` of a broadcast's gradient (``InputMetadata::maybe_reduce``), are cast by CUDA's
 autocast as the dispatcher reaches them. A plan sees those below autograd, by their ATen names:
-:meth:`Autocast.operator_cast` casts the ones of the lists above that the installed torch
+:meth:`Autocast.operator_cast` casts the ones of the lists above, and of ATen's own names
+(:data:`ATEN_LOWER`, :data:`ATEN_FLOAT32`, :data:`ATEN_WIDEST`), that the installed torch
 registers a CUDA autocast kernel for.
 
 A library's operators (torchvision's) take autocast's part in their own kernels, registered for
@@ -70,6 +72,29 @@ float32 where the caller set none (``fp32_set_opt_dtype`` in ``aten/src/ATen/aut
 the input is read as it lies, not cast, and the result is float32 (CUDA's reductions read a
 float16 or bfloat16 input into a float32 result, ``make_reduction``'s ``gpu_lowp_to_f32``)."""
 
+SET_DTYPE = frozenset(
+    (
+        "sum", "prod", "cumsum", "cumprod", "softmax", "log_softmax", "softmin", "norm",
+        "linalg_norm", "linalg_vector_norm", "linalg_matrix_norm",
+    )
+)  # fmt: skip
+"""Functions, by the name the script calls, that reach an operator autocast runs with its
+``dtype`` argument set to float32, not with its input cast: :data:`OPT_DTYPE`'s, and
+``norm.Scalar`` and ``norm.ScalarOpt_dim``, which autocast redispatches with float32 appended
+(``fp32_append_dtype``, ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``). The function is called
+with ``dtype=torch.float32`` where the script gave none and its input is a floating stand-in
+other than float64 (``firstarg_is_eligible``), and as it was called where the script gave one
+(``set_opt_dtype`` keeps it, and nothing is cast). ``softmin``, ``norm`` and the ``linalg``
+norms pass their ``dtype`` on to the operator the GPU's autocast sets it for (``softmin`` to
+``softmax`` of the negated input). What the kernel then allocates is its own: ``sum``,
+``prod`` and the vector norms read a float16 or bfloat16 input into their float32 result
+(``gpu_lowp_to_f32`` in ``ATen/native/ReduceOpsUtils.h``); ``softmax`` converts a bfloat16
+input first (``input_.toType(dtype)`` in ``SoftMax.cpp``), as does ``cumsum``, after its
+result (``impl_func_cum_ops``, :mod:`~memforensics.plan.cumulative`)."""
+
+OPT_FLOAT32 = "dtype"
+"""The policy of :data:`SET_DTYPE`'s functions: ``dtype`` set to float32."""
+
 WIDEST = frozenset(
     (
         "addcdiv", "addcmul", "atan2", "cross", "dot", "tensordot", "cat", "stack", "index_put",
@@ -78,6 +103,35 @@ WIDEST = frozenset(
 )  # fmt: skip
 """Run in the widest floating type of their inputs."""
 
+
+ATEN_LOWER = frozenset(
+    (
+        "_convolution", "conv_tbc", "convolution", "cudnn_convolution",
+        "cudnn_convolution_transpose", "linalg_vecdot", "linalg_multi_dot",
+        "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+        "rnn_relu_cell", "_scaled_dot_product_flash_attention",
+    )
+)  # fmt: skip
+"""ATen operators CUDA's autocast runs in the autocast dtype that no function of :data:`LOWER`
+is named for (``AT_FORALL_LOWER_PRECISION_FP`` in ``aten/src/ATen/autocast_mode.h``, and
+``cudnn_convolution``, ``cudnn_convolution_transpose`` in ``autocast_mode.cpp``)."""
+
+ATEN_FLOAT32 = frozenset(
+    (
+        "native_layer_norm", "rms_norm", "frobenius_norm", "nuclear_norm", "nll_loss2d",
+        "huber_loss", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d",
+        "upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_nearest3d",
+        "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d",
+        "_upsample_bicubic2d_aa",
+    )
+)  # fmt: skip
+"""ATen operators CUDA's autocast runs in float32 that no function of :data:`FLOAT32` is named
+for (``AT_FORALL_FP32``)."""
+
+ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
+"""ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
+function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
 
 LIBRARY: dict[str, bool] = {
     "torchvision::roi_align": True,  # csrc/ops/autocast/roi_align_kernel.cpp
@@ -118,7 +172,7 @@ class Autocast:
     """autocast("cuda") for stand-ins: the casts of its lists and its cast cache, and the
     float32 runs of the library operators that cast in their own kernels."""
 
-    names = LOWER | FLOAT32 | WIDEST
+    names = LOWER | FLOAT32 | WIDEST | SET_DTYPE
     """The functions autocast casts for, by name."""
 
     def __init__(self) -> None:
@@ -176,10 +230,10 @@ class Autocast:
             return args, kwargs
         if name in OPT_DTYPE:
             return _float32_dtype(func, args, kwargs)
-        policy: torch.dtype | bool = True  # WIDEST
-        if name in LOWER:
+        policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
+        if name in LOWER or name in ATEN_LOWER:
             policy = torch.get_autocast_dtype("cuda")
-        elif name in FLOAT32:
+        elif name in FLOAT32 or name in ATEN_FLOAT32:
             policy = torch.float32
         return self.cast(policy, args, kwargs, convert)
 
@@ -187,10 +241,13 @@ class Autocast:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
         self._cache.clear()
 
-    def policy(self, name: str) -> torch.dtype | bool | None:
-        """The dtype function ``name`` runs in under autocast now; True: the widest; None:
-        unchanged."""
-        if name in LOWER:
+    def policy(self, name: str) -> torch.dtype | bool | str | None:
+        """The dtype function ``name`` runs in under autocast now; True: the widest;
+        :data:`OPT_FLOAT32`: its ``dtype`` argument set to float32; None: unchanged."""
+        if name in SET_DTYPE:
+            if torch.is_autocast_enabled("cuda"):
+                return OPT_FLOAT32
+        elif name in LOWER:
             if torch.is_autocast_enabled("cuda"):
                 return torch.get_autocast_dtype("cuda")
         elif name in FLOAT32:
@@ -202,13 +259,15 @@ class Autocast:
 
     def cast(
         self,
-        policy: torch.dtype | bool,
+        policy: torch.dtype | bool | str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor] = torch.Tensor.to,
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """``args`` and ``kwargs`` with their eligible tensors cast as autocast would, each
-        cast made by ``convert``."""
+        cast made by ``convert``, or with ``dtype`` float32 where autocast sets it."""
+        if policy == OPT_FLOAT32:
+            return _float32_keyword(args, kwargs)
         if policy is True:
             found = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
             if not found:
@@ -299,14 +358,18 @@ def _enabled_at_call() -> bool:
     return enabled
 
 
+_ATEN_NAMES = Autocast.names | OPT_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
+
+
 def _listed(func: torch._ops.OpOverload) -> str:
-    """The name autocast's lists know ATen operator ``func`` by, where the installed torch
-    registers a CUDA autocast kernel for its overload; else empty."""
+    """The name autocast's lists know ATen operator ``func`` by, those of the functions a
+    script calls and those of ATen's operators alone, where the installed torch registers a
+    CUDA autocast kernel for its overload; else empty."""
     name: str = func._schema.name
     if not name.startswith("aten::"):
         return ""
     bare = name[len("aten::") :]
-    if bare not in Autocast.names and bare not in OPT_DTYPE:
+    if bare not in _ATEN_NAMES:
         return ""
     overload = func._overloadname
     qualified = name if overload == "default" else f"{name}.{overload}"
@@ -336,6 +399,23 @@ def _float32_dtype(
         if kwargs.get("dtype") is None:
             return args, {**kwargs, "dtype": torch.float32}
     return args, kwargs
+
+
+def _float32_keyword(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A :data:`SET_DTYPE` function's ``args`` and ``kwargs`` as autocast passes them on:
+    ``dtype=torch.float32`` added where the first input is a floating stand-in other than
+    float64 and no dtype was given (by keyword, or in place: none of these functions takes
+    another argument that is a dtype)."""
+    first = args[0] if args else kwargs.get("input")
+    if not isinstance(first, torch.Tensor) or not first.is_meta:
+        return args, kwargs
+    if not first.is_floating_point() or first.dtype == torch.float64:
+        return args, kwargs
+    if kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args):
+        return args, kwargs
+    return args, {**kwargs, "dtype": torch.float32}
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

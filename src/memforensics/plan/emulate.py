@@ -35,10 +35,12 @@ from memforensics.plan import (
     attention,
     choices,
     ctc,
+    cumulative,
     distributed,
     dropout,
     fused_norms,
     grouped,
+    half_softmax,
     handles,
     inplace,
     kernel_scratch,
@@ -434,6 +436,9 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""
+        self._choosing = half_softmax.NAMES
+        """Functions, by name, whose CUDA path the plan follows for some inputs only, given
+        the function to run for the others (:func:`~memforensics.plan.half_softmax.run`)."""
 
     def __torch_function__(
         self,
@@ -520,6 +525,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     def _kernel(self, func: Any, name: str) -> Callable[..., Any] | None:
         """What the plan runs in place of ``func`` where a stand-in takes part, if anything."""
         kernel = self._kernels.get(name)
+        if kernel is None and name in self._choosing:
+            return functools.partial(half_softmax.run, func)
         if kernel is None and type(func) in choices.OPERATORS:
             kernel = self._library(func)
         return kernel
@@ -798,7 +805,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, *, backward: bool
     ) -> None:
         """What CUDA allocates for ``func`` beside its output: the copies of operands cuBLAS
-        cannot read as they lie (:mod:`~memforensics.plan.operands`), held while cuBLAS's and
+        cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
+        of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
         attention kernel's own scratch (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
@@ -808,7 +816,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             and any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor))
         ):
             return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
-        copies = [self.malloc(n) for n in operands.copied(func, args, out)] if made else []
+        copies = (
+            [
+                self.malloc(n)
+                for n in (*operands.copied(func, args, out), *cumulative.copied(func, args, out))
+            ]
+            if made
+            else []
+        )
         if func in self._matmul and made:
             self._workspace(backward)
         if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
