@@ -881,9 +881,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             and not self.ghosts.holds(source)
         )
 
-    def _staging(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-    ) -> None:
+    def _staging(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """What a reduction takes beside its outputs (:mod:`~memforensics.plan.reductions`):
         the copy of its input it reads, if any; then, where it splits across thread blocks, a
         staging buffer and its semaphores for the kernel's length, freed in the reverse order

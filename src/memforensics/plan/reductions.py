@@ -166,10 +166,12 @@ def _dense(tensor: torch.Tensor) -> bool:
 
 
 def _by_stride(dim: tuple[int, int]) -> int:
+    """A ``(size, stride)`` pair's stride, fastest dimension first."""
     return dim[1]
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides, in elements, of a contiguous tensor of ``shape``."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
@@ -191,6 +193,8 @@ def staged(
     first = out[0] if isinstance(out, tuple) else out
     if not isinstance(source, torch.Tensor) or source.dim() == 0 or source.numel() == 0:
         return None
+    if row.accumulator is _welford and source.is_complex():
+        return None  # std_var_out reduces the real and imaginary parts apart (not modelled)
     read, written = source.dtype, first.dtype
     dims = _reduced(row, args, kwargs)
     if isinstance(dims, int):
