@@ -48,6 +48,7 @@ from memforensics.plan import (
     native_library,
     nms,
     operands,
+    reductions,
     samples,
     scratch,
     sparse,
@@ -126,17 +127,12 @@ NESTED = (
 )
 _NESTED_REFUSED = "NestedTensorImpl storage must be"
 """PyTorch's internal assert when a strided nested tensor is made over a ``meta`` storage."""
-_WHOLE = frozenset((torch.ops.aten.sum.default, torch.ops.aten.mean.default))
-_SUMS = frozenset((torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList))
-_REDUCTIONS = _WHOLE | frozenset(
-    (
-        torch.ops.aten.sum.dim_IntList,
-        torch.ops.aten.mean.dim,
-        torch.ops.aten.amax.default,
-        torch.ops.aten.amin.default,
-    )
-)
-"""Reductions CUDA runs through ``gpu_reduce_kernel`` (``Reduce.cuh``)."""
+
+
+def _made_first(out: Any) -> bool:
+    """Whether an operator's first output (a reduction's values) is a stand-in."""
+    first = out[0] if isinstance(out, tuple) and out else out
+    return isinstance(first, torch.Tensor) and first.is_meta
 
 
 def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
@@ -828,8 +824,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._workspace(backward)
         if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
             self._lt(backward, self.lt_workspace)
-        elif func in _REDUCTIONS and self.staged and made:
-            self._staging(func, args)
+        elif func in reductions.TABLE and self.staged and _made_first(out):
+            self._staging(func, args, kwargs, out)
         elif func in kernel_scratch.KERNELS:
             self.kernel_scratch.after(func, args)
         for block in reversed(copies):
@@ -900,32 +896,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             and not self.ghosts.holds(source)
         )
 
-    def _staging(self, func: Any, args: tuple[Any, ...]) -> None:
-        """A reduction split across thread blocks takes a staging buffer and its semaphores
-        through the caching allocator for the kernel's length, and frees them in the reverse
-        order (``gpu_reduce_kernel``)."""
-        source = args[0]
-        if not isinstance(source, torch.Tensor) or source.dim() == 0:
-            return
-        dims = args[1] if len(args) > 1 and func not in _WHOLE else None
-        if isinstance(dims, int):
-            dims = [dims]
-        ndim = source.dim()
-        reduced = frozenset(d % ndim for d in dims) if dims else frozenset(range(ndim))
-        floating = source.is_floating_point()
-        acc = 8 if (source.dtype == torch.float64 or not floating) else 4
-        # sum loads 16-bit inputs eight at a time (ReduceSumProdKernel.cu), the others four
-        wide = func in _SUMS and source.element_size() == 2
-        found = scratch.staging_bytes(
-            tuple(source.shape), tuple(source.stride()), reduced, acc,
-            source.storage_offset(), self.capability, input_vec=8 if wide else 4,
-        )  # fmt: skip
+    def _staging(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """What a reduction takes beside its outputs (:mod:`~memforensics.plan.reductions`):
+        the copy of its input it reads, if any; then, where it splits across thread blocks, a
+        staging buffer and its semaphores for the kernel's length, freed in the reverse order
+        (``gpu_reduce_kernel``); the copy last."""
+        found = reductions.staged(func, args, kwargs, out, self.capability)
         if found is None:
             return
-        buffer = self.malloc(found[0])
-        semaphores = self.malloc(found[1])
-        self.device.free(semaphores)
-        self.device.free(buffer)
+        copy = self.malloc(found.copy) if found.copy else None
+        if found.staging is not None:
+            buffer = self.malloc(found.staging[0])
+            semaphores = self.malloc(found.staging[1])
+            self.device.free(semaphores)
+            self.device.free(buffer)
+        if copy is not None:
+            self.device.free(copy)
 
     def _in_parts(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` run as the operators it is made of, each through this mode: a composite's

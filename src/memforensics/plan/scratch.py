@@ -133,7 +133,6 @@ def lt_workspace_for(capability: tuple[int, int]) -> LtWorkspace | None:
 _WARP = 32
 _MIN_VALUES_PER_THREAD = 16
 _MAX_VALUES_PER_THREAD = 256
-_VT0 = 4
 _THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 7): 1536, (8, 9): 1536, (12, 0): 1536}
 """``maxThreadsPerMultiProcessor`` where it is not 2,048."""
 _MULTIPROCESSORS = {(7, 0): 80, (7, 5): 40, (8, 0): 108, (8, 6): 84, (8, 9): 142, (9, 0): 132,
@@ -166,8 +165,11 @@ def staging_bytes(
 
     ``shape``/``strides`` (in elements) are the input's, ``reduced`` the dimensions reduced,
     ``acc_bytes`` the accumulator's size (``arg_t``), ``offset`` the input's storage offset in
-    elements, ``input_vec`` the kernel's ``input_vec_size``. Mirrors ``setReduceConfig`` after
-    TensorIterator has put the reduced dimensions first and coalesced the rest.
+    elements, ``input_vec`` the kernel's ``input_vec_size`` (its ``vt0`` does not enter torch
+    2.13's rule, which vectorises along the input from 128 values per output whatever ``vt0``
+    is). Mirrors ``setReduceConfig`` after TensorIterator has put the reduced dimensions first
+    and coalesced the rest. The operators and their template arguments are
+    :data:`memforensics.plan.reductions.TABLE`'s.
     """
     dims = _iterator_dims(shape, strides, reduced)
     numel = math.prod(shape)
@@ -224,7 +226,7 @@ def _block_shape(
     on_fastest, dim0, dim1, fastest = orientation
     output_vec = 1
     if fastest == 1:
-        if on_fastest and dim0 > 128 and num_reduce == 1 and input_vec <= _VT0:
+        if on_fastest and dim0 >= 128 and num_reduce == 1:
             dim0 //= input_vec
         elif not on_fastest:
             output_vec = _output_vec_size(dims, num_reduce, offset)
