@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, printed_facts, script
 
 pytest.importorskip("transformers")
 pytest.importorskip("bitsandbytes")
@@ -206,3 +206,26 @@ def test_bitsandbytes_failed_native_load_is_a_note_once_used_not_an_error(
     mock = "ErrorHandlerMockBNBNativeLibrary True" in done.stderr
     said = [w for w in json.loads(done.stdout)["warnings"] if "native CUDA library" in w]
     assert len(said) == (notes if mock else 0)
+
+
+LAYER = """
+import json
+import bitsandbytes as bnb
+import torch
+
+layer = bnb.nn.Linear4bit(256, 128, bias=False, compute_dtype=torch.float16).cuda()
+y = layer(torch.randn(4, 256, device="cuda", dtype=torch.float16))
+print(json.dumps({"dtype": str(layer.weight.dtype), "shape": list(layer.weight.shape),
+                  "out": list(y.shape), "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_4_bit_layer_built_on_the_host_moves_to_the_device(tmp_path: Path) -> None:
+    """A ``Linear4bit`` made on the host and moved with ``.cuda()`` quantizes its weight onto
+    the device, as on a GPU, where the plan stopped with "Couldn't swap Linear4bit.weight"."""
+    script(tmp_path, LAYER)
+    facts = printed_facts(tmp_path)
+    assert facts["dtype"] == "torch.uint8"
+    assert (facts["shape"], facts["out"]) == ([256 * 128 // 2, 1], [4, 128])
+    assert isinstance(facts["allocated"], int)
+    assert facts["allocated"] >= 256 * 128 // 2
