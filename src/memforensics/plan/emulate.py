@@ -38,6 +38,7 @@ from memforensics.plan import (
     distributed,
     dropout,
     fused_norms,
+    gemm_4bit,
     grouped,
     handles,
     inplace,
@@ -702,6 +703,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
+            gemm_4bit.NAME: functools.partial(gemm_4bit.forward, self),
             **dict.fromkeys(distributed.RETURN_THEIR_INPUT, distributed.returned_input),
             **dict.fromkeys(distributed.COALESCED, distributed.coalesced_work),
         }
