@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import plan, printed_facts, script
 
 pytest.importorskip("transformers")
 pytest.importorskip("bitsandbytes")
@@ -206,3 +206,57 @@ def test_bitsandbytes_failed_native_load_is_a_note_once_used_not_an_error(
     mock = "ErrorHandlerMockBNBNativeLibrary True" in done.stderr
     said = [w for w in json.loads(done.stdout)["warnings"] if "native CUDA library" in w]
     assert len(said) == (notes if mock else 0)
+
+
+PRODUCT = """
+import json
+import bitsandbytes as bnb
+import bitsandbytes.functional as F
+import torch
+
+torch.mm(torch.ones(8, 8, device="cuda"), torch.ones(8, 8, device="cuda"))  # cuBLAS's workspace
+weight, state = F.quantize_4bit(torch.randn(1024, 1024, device="cuda", dtype=torch.float16))
+grown = {}
+for rows in (2, 2048):
+    x = torch.randn(rows, 1024, device="cuda", dtype=torch.float16)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = bnb.matmul_4bit(x, weight.t(), quant_state=state)
+    grown[rows] = torch.cuda.max_memory_allocated() - before
+    del x, y
+print(json.dumps(grown))
+"""
+
+
+def test_a_4_bit_product_over_many_rows_holds_its_dequantized_weight(tmp_path: Path) -> None:
+    """bitsandbytes' ``gemm_4bit`` on CUDA dequantizes the whole weight into the input's dtype
+    and multiplies by it where its fused kernel is not the faster (past 1,536 rows), so the
+    peak holds that weight beside the output; over two rows it runs the fused kernel, which
+    makes the output alone."""
+    script(tmp_path, PRODUCT)
+    facts = printed_facts(tmp_path)
+    assert facts["2"] == 4096
+    assert facts["2048"] == 2048 * 1024 * 2 + 1024 * 1024 * 2
+
+
+LAYER = """
+import json
+import bitsandbytes as bnb
+import torch
+
+layer = bnb.nn.Linear4bit(256, 128, bias=False, compute_dtype=torch.float16).cuda()
+y = layer(torch.randn(4, 256, device="cuda", dtype=torch.float16))
+print(json.dumps({"dtype": str(layer.weight.dtype), "shape": list(layer.weight.shape),
+                  "out": list(y.shape), "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_4_bit_layer_built_on_the_host_moves_to_the_device(tmp_path: Path) -> None:
+    """A ``Linear4bit`` made on the host and moved with ``.cuda()`` quantizes its weight onto
+    the device, as on a GPU, where the plan stopped with "Couldn't swap Linear4bit.weight"."""
+    script(tmp_path, LAYER)
+    facts = printed_facts(tmp_path)
+    assert facts["dtype"] == "torch.uint8"
+    assert (facts["shape"], facts["out"]) == ([256 * 128 // 2, 1], [4, 128])
+    assert isinstance(facts["allocated"], int)
+    assert facts["allocated"] >= 256 * 128 // 2

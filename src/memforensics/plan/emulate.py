@@ -39,6 +39,7 @@ from memforensics.plan import (
     distributed,
     dropout,
     fused_norms,
+    gemm_4bit,
     grouped,
     half_softmax,
     handles,
@@ -454,7 +455,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             )
         if "device" in kwargs:
             placing = _named(kwargs["device"])
-            kwargs["device"] = _on_meta(kwargs["device"])
+            named = kwargs["device"]  # ``_parse_to`` reads it as named, as a positional one
+            kwargs["device"] = named if func is _PARSE_TO else _on_meta(named)
         self._generator_matches(placing, args, kwargs)
         mover = self._moves.get(func)
         if mover is not None:
@@ -589,8 +591,11 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         return data
 
     def _parse_to(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
-        """``Module.to``'s reading of its arguments: the script's own ``meta`` stays
-        :data:`GHOST_DEVICE`, so the module's tensors go there as ghosts."""
+        """``Module.to``'s reading of its arguments (and a ``Parameter`` subclass's own
+        ``to``): the device named, positional or ``device=``, as the script named it (so
+        bitsandbytes' ``Params4bit.cuda()``, which calls ``self.to(device="cuda")``, sees CUDA
+        and quantizes); the script's own ``meta`` stays :data:`GHOST_DEVICE`, so the module's
+        tensors go there as ghosts."""
         if args:
             args = (_as_device(args[0]), *args[1:])
         parsed = _PARSE_TO(*args, **kwargs)
@@ -701,6 +706,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
+            gemm_4bit.NAME: functools.partial(gemm_4bit.forward, self),
             **dict.fromkeys(distributed.RETURN_THEIR_INPUT, distributed.returned_input),
             **dict.fromkeys(distributed.COALESCED, distributed.coalesced_work),
         }

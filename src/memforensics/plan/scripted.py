@@ -68,16 +68,15 @@ def kept_objects(
 
 
 def _unswappable(module: Any) -> bool:
-    """Whether ``module``'s own parameters are all stand-ins (``meta``), one at least of a
-    ``Parameter`` subclass whose ``detach()`` leaves the class, which ``Module._apply``'s swap
-    refuses (it makes a ``Parameter`` of the moved tensor, and torch requires that of a
-    subclass)."""
+    """Whether one at least of ``module``'s own parameters is of a ``Parameter`` subclass
+    whose ``detach()`` leaves the class, which ``Module._apply``'s swap refuses (it makes a
+    ``Parameter`` of the moved tensor, and torch requires that of a subclass), wherever it
+    lies: a stand-in already, or on the host, where a CUDA build rebinds it as it moves
+    (bitsandbytes' ``Linear4bit(...).cuda()``, whose ``Params4bit`` quantizes itself)."""
     held = getattr(module, "_parameters", None)
     if not isinstance(held, dict):
         return False
     params = [p for p in held.values() if p is not None]
-    if not params or not all(p.is_meta for p in params):
-        return False
     for param in params:
         kind = type(param)
         if kind is not torch.nn.Parameter and issubclass(kind, torch.nn.Parameter):
