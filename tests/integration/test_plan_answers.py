@@ -199,6 +199,33 @@ def test_nvml_queries_answer_as_the_planned_device(tmp_path: Path) -> None:
     assert done.stderr.count("GPU telemetry") == 1
 
 
+PROPERTIES = """
+import json
+import torch
+props = torch.cuda.get_device_properties(0)
+print(json.dumps([props.major, props.minor, props.multi_processor_count,
+                  props.max_threads_per_multi_processor]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("capability", "multiprocessors", "threads"),
+    [("8.0", 108, 2048), ("9.0", 132, 2048), ("8.6", 84, 1536)],
+)
+def test_device_properties_are_those_of_the_capabilitys_part(
+    tmp_path: Path, capability: str, multiprocessors: int, threads: int
+) -> None:
+    """The planned device's multiprocessors and threads per multiprocessor are those of its
+    capability's datacenter part (an A100's 108, an H100's 132, an A40's 84 and 1,536), which
+    a library choosing its kernel by them (bitsandbytes' 4-bit product) reads."""
+    script(tmp_path, PROPERTIES)
+    done = plan(tmp_path, "--device-capability", capability, "train.py")
+    assert done.returncode == 0, done.stderr
+    major, minor, found, per_sm = json.loads(done.stdout.splitlines()[0])
+    assert f"{major}.{minor}" == capability
+    assert (found, per_sm) == (multiprocessors, threads)
+
+
 NVIDIA_SMI = """
 import json, os, subprocess
 import torch

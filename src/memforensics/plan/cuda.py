@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.utils._device
 
-from memforensics.plan import values
+from memforensics.plan import scratch, values
 from memforensics.plan.device import OutOfScope, PlannedDevice
 
 SnapshotWritten = Callable[[str, dict[str, Any]], None]
@@ -37,7 +37,8 @@ class _Props:
     total_memory: int
     major: int
     minor: int
-    multi_processor_count: int = 132
+    multi_processor_count: int
+    max_threads_per_multi_processor: int
     is_integrated: bool = False
     is_multi_gpu_board: bool = False
     L2_cache_size: int = 50 << 20
@@ -484,7 +485,14 @@ class Answers:
     ) -> None:
         self.device = device
         self.spec = device.spec
-        self.props = _Props(self.spec.name, self.spec.total_bytes, *self.spec.capability)
+        capability = self.spec.capability
+        self.props = _Props(
+            self.spec.name,
+            self.spec.total_bytes,
+            *capability,
+            multi_processor_count=scratch.multiprocessors(capability),
+            max_threads_per_multi_processor=scratch.threads_per_multiprocessor(capability),
+        )
         self.written = written
         self.notes = notes
         self.malloc = malloc

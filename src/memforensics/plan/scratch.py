@@ -141,6 +141,16 @@ _MULTIPROCESSORS = {(7, 0): 80, (7, 5): 40, (8, 0): 108, (8, 6): 84, (8, 9): 142
 L40S, H100, B200, RTX 5090); 132 for one not listed."""
 
 
+def multiprocessors(capability: tuple[int, int]) -> int:
+    """``multiProcessorCount`` of the planned device: the datacenter part's of its capability."""
+    return _MULTIPROCESSORS.get(capability, 132)
+
+
+def threads_per_multiprocessor(capability: tuple[int, int]) -> int:
+    """``maxThreadsPerMultiProcessor`` of the planned device's capability."""
+    return _THREADS_PER_SM.get(capability, 2048)
+
+
 def _last_pow2(n: int) -> int:
     """``last_pow2``: the largest power of two not above ``n`` (at least 1)."""
     return max(1, 1 << (max(n, 1).bit_length() - 1))
@@ -196,8 +206,8 @@ def staging_bytes(
         split_y = True
     else:
         step_output *= height
-    per_sm = _THREADS_PER_SM.get(capability, 2048) // threads
-    target = _MULTIPROCESSORS.get(capability, 132) * per_sm
+    per_sm = threads_per_multiprocessor(capability) // threads
+    target = multiprocessors(capability) * per_sm
     grid = _div_up(num_outputs // output_vec, step_output)
     values = _div_up(inputs_per_output, step_input)
     if not (split_y and values >= _MAX_VALUES_PER_THREAD and grid <= target):
@@ -349,7 +359,7 @@ def flash_backward_scratch(
 
 def deterministic_splits(capability: tuple[int, int], batch: int, heads: int) -> int:
     """``nsplits`` of a deterministic ``mha_bwd``: the SMs spread over batch and heads."""
-    return _div_up(_MULTIPROCESSORS.get(capability, 132), batch * heads)
+    return _div_up(multiprocessors(capability), batch * heads)
 
 
 # -- memory-efficient attention's backward (transformers/cuda/attention_backward.cu)
