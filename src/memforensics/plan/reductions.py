@@ -42,7 +42,7 @@ def _welford(read: torch.dtype, out: torch.dtype) -> int:
 def _element(read: torch.dtype, out: torch.dtype) -> int:
     """``func_wrapper<acc_t>(MaxNanFunctor<acc_t>)`` with ``acc_t = scalar_t``
     (``max_values_kernel_cuda_impl`` and its ``min`` twin): the input's own type."""
-    return read.itemsize
+    return int(read.itemsize)
 
 
 def _indexed(read: torch.dtype, out: torch.dtype) -> int:
@@ -54,7 +54,7 @@ def _indexed(read: torch.dtype, out: torch.dtype) -> int:
 def _bounds(read: torch.dtype, out: torch.dtype) -> int:
     """``pair<scalar_t, scalar_t>`` (``MinMaxOps``, ``_min_max_values_kernel_cuda_impl``):
     the minimum and the maximum, each of the input's type."""
-    return 2 * read.itemsize
+    return 2 * int(read.itemsize)
 
 
 def _flag(read: torch.dtype, out: torch.dtype) -> int:
