@@ -215,3 +215,42 @@ def test_a_custom_ops_python_kernel_allocates_its_own_tensors(tmp_path: Path) ->
     # then the graph's own + 1 beside the kernel's output, which it frees
     assert figures["compiled"] == [10 * mib, 2 * mib]
     assert figures["extension"] == [2 * mib, 2 * mib]
+
+
+COMPOSITE_OP = """
+import json
+import torch
+
+lib = torch.library.Library("planned_test", "DEF")
+lib.define("quantized(Tensor x) -> (Tensor, Tensor)")
+
+def quantized(x):
+    scale = x.abs().amax(dim=-1, keepdim=True).to(dtype=torch.float32, device=x.device)
+    codes = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    return codes, scale
+
+lib.impl("quantized", quantized, "CompositeImplicitAutograd")
+x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+codes, scale = torch.ops.planned_test.quantized(x)
+print(json.dumps({"codes": [str(codes.device), str(codes.dtype), list(codes.shape)],
+                  "scale": [str(scale.device), str(scale.dtype), list(scale.shape)],
+                  "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_python_composite_operator_makes_its_tensors_on_its_inputs_device(
+    tmp_path: Path,
+) -> None:
+    """An operator whose ``CompositeImplicitAutograd`` kernel is Python (torchao's quantization
+    primitives) makes tensors with ``device=x.device`` read off a stand-in, ``cuda:0``: they
+    are made on the planned device (2 MiB input, 1 MiB of codes, a 4 KiB scale), where the
+    plan used to stop on ``empty_strided`` for the CUDA backend."""
+    script(tmp_path, COMPOSITE_OP)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "codes": ["cuda:0", "torch.int8", [1024, 1024]],
+        "scale": ["cuda:0", "torch.float32", [1024, 1]],
+        "allocated": (2 << 20) + (1 << 20) + 4096,
+    }

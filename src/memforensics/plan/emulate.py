@@ -260,6 +260,14 @@ and the ``.device`` of its own meta tensors, answer it. A stand-in's ``.device``
 object, so ``device=x.device`` makes another stand-in. The two compare equal, as before."""
 
 
+def _names_cuda(device: Any) -> bool:
+    """Whether an operator's ``device`` argument, as the dispatcher hands it on, is CUDA's: a
+    library's operator written in Python (a ``CompositeImplicitAutograd`` kernel, torchao's
+    quantization primitives) runs its body inside the function mode's handler, where that mode
+    is off, so ``device=x.device`` read off a stand-in reaches the dispatcher as ``cuda:0``."""
+    return type(device) is torch.device and device.type == "cuda"
+
+
 def _named(device: Any) -> bool | None:
     """Where a device the script names puts a tensor: True on its own ``meta`` (a ghost), False
     on the planned device (``"cuda"``, or the ``meta`` read off a stand-in: a stand-in), None
@@ -755,6 +763,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
         if _any_wrapper(args, kwargs):
             return NotImplemented
+        if kwargs and _names_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": _META}  # named where the function mode was off
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)
