@@ -254,3 +254,72 @@ def test_a_python_composite_operator_makes_its_tensors_on_its_inputs_device(
         "scale": ["cuda:0", "torch.float32", [1024, 1]],
         "allocated": (2 << 20) + (1 << 20) + 4096,
     }
+
+
+WRAPPED = """
+import json
+import torch
+from torch.utils._pytree import tree_map
+
+
+class Quantized(torch.Tensor):
+    # int8 codes and a scale per row, made on the codes' device as a library makes it
+
+    @staticmethod
+    def __new__(cls, codes, scale):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, codes.shape, dtype=torch.float32, device=codes.device
+        )
+
+    def __init__(self, codes, scale):
+        self.codes, self.scale = codes, scale
+
+    def __tensor_flatten__(self):
+        return ["codes", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return Quantized(inner["codes"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            args[0].codes.copy_(args[1].codes)
+            args[0].scale.copy_(args[1].scale)
+            return args[0]
+        if func is torch.ops.aten.detach.default:
+            return Quantized(args[0].codes, args[0].scale)
+        plain = lambda t: t.codes.float() * t.scale if isinstance(t, Quantized) else t
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+
+
+codes = torch.zeros(1024, 1024, dtype=torch.int8, device="cuda")
+weight = torch.nn.Parameter(Quantized(codes, torch.ones(1024, 1, device="cuda")))
+held = torch.cuda.memory_allocated()
+x = torch.randn(256, 1024, device="cuda", requires_grad=True)
+(x @ weight.t()).sum().backward()
+with torch.no_grad():
+    weight.copy_(Quantized(torch.ones_like(codes), torch.ones(1024, 1, device="cuda")))
+print(json.dumps({"device": str(weight.device), "is_cuda": weight.is_cuda, "held": held,
+                  "grad": [str(weight.grad.device), list(weight.grad.shape)]}))
+"""
+
+
+def test_a_librarys_wrapper_subclass_on_a_stand_ins_device_trains_and_copies(
+    tmp_path: Path,
+) -> None:
+    """A library's tensor subclass made with ``device=codes.device`` read off a stand-in
+    (torchao's int8 weights, its 8-bit optimizer states) is a parameter autograd accumulates
+    into and takes ``copy_``, answering ``cuda:0`` to the script: it is made on ``meta``, where
+    on the real CUDA device the CPU build cannot guard it and the plan aborted ("PyTorch is
+    not linked with support for cuda devices")."""
+    script(tmp_path, WRAPPED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "device": "cuda:0",
+        "is_cuda": True,
+        "held": (1 << 20) + 4096,
+        "grad": ["cuda:0", [1024, 1024]],
+    }
