@@ -323,3 +323,33 @@ def test_a_librarys_wrapper_subclass_on_a_stand_ins_device_trains_and_copies(
         "held": (1 << 20) + 4096,
         "grad": ["cuda:0", [1024, 1024]],
     }
+
+
+INT4_PRODUCT = """
+import json
+import torch
+
+codes = torch.randint(0, 256, (4096, 1024), dtype=torch.uint8, device="cuda")
+packed = torch._convert_weight_to_int4pack(codes, 8)
+scales_and_zeros = torch.ones(2048 // 128, 4096, 2, dtype=torch.bfloat16, device="cuda")
+x = torch.randn(16, 2048, dtype=torch.bfloat16, device="cuda")
+before = torch.cuda.memory_allocated()
+y = torch._weight_int4pack_mm(x, packed, 128, scales_and_zeros)
+print(json.dumps({"packed": list(packed.shape), "y": [list(y.shape), str(y.dtype)],
+                  "made": torch.cuda.memory_allocated() - before}))
+"""
+
+
+def test_a_product_with_int4_weights_packed_for_cuda_makes_its_output(tmp_path: Path) -> None:
+    """``torch._weight_int4pack_mm`` on CUDA's four-dimensional int4 tiles (torchao's
+    ``Int4WeightOnlyConfig``, gpt-fast) makes its ``(m, n)`` bfloat16 output, as CUDA's kernel
+    does, where torch's ``meta`` kernel asked a stand-in for ``fake_device`` and failed."""
+    script(tmp_path, INT4_PRODUCT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "packed": [512, 16, 32, 4],
+        "y": [[16, 4096], "torch.bfloat16"],
+        "made": 16 * 4096 * 2,
+    }

@@ -41,6 +41,7 @@ from memforensics.plan import (
     grouped,
     handles,
     inplace,
+    int4pack,
     kernel_scratch,
     logsumexp,
     native_library,
@@ -702,6 +703,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
         if grouped.OPERATOR is not None:
             self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
+        if int4pack.OPERATOR is not None:
+            self._answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
         for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
