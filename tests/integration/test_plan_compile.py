@@ -1339,3 +1339,43 @@ def test_a_compiled_module_under_autocast_takes_half_inputs_beside_float32_weigh
     assert done.returncode == 0, done.stderr
     assert "runs eagerly" not in done.stderr
     assert json.loads(done.stdout.splitlines()[0]) == {"dtype": "torch.float16"}
+
+
+LOOKUP = """
+import json
+import torch
+
+qmap = torch.linspace(-1, 1, 256, device="cuda")
+
+
+@torch.compile
+def requantized(x, scale):
+    y = x / scale
+    codes = torch.where(y >= qmap[128], 128, 0)
+    codes += torch.where(y >= qmap[codes + 64], 64, 0)
+    codes += torch.where(y >= qmap[codes + 32], 32, 0)
+    return codes.to(torch.uint8)
+
+
+x = torch.randn(1 << 22, device="cuda")
+scale = torch.ones(1 << 22, device="cuda")
+requantized(x, scale)
+torch.cuda.reset_peak_memory_stats()
+held = torch.cuda.memory_allocated()
+out = requantized(x, scale)
+print(json.dumps({"made": torch.cuda.max_memory_allocated() - held, "out": out.nbytes}))
+"""
+
+
+def test_a_compiled_lookup_into_a_small_table_is_computed_inside_its_readers_kernel(
+    tmp_path: Path,
+) -> None:
+    """An 8-bit optimizer's requantization, compiled (torchao's ``AdamW8bit``: a binary search
+    of a 256-entry map by ``qmap[codes + 64]``), makes only its 4 MiB of codes, as Inductor's
+    one kernel writes them: Inductor lowers ``index`` to pointwise loads, so neither the
+    looked-up float32 values nor the int64 indices are buffers, where the plan made two
+    16 MiB lookups and held them to the kernel's end."""
+    script(tmp_path, LOOKUP)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == {"made": 1 << 22, "out": 1 << 22}

@@ -215,3 +215,141 @@ def test_a_custom_ops_python_kernel_allocates_its_own_tensors(tmp_path: Path) ->
     # then the graph's own + 1 beside the kernel's output, which it frees
     assert figures["compiled"] == [10 * mib, 2 * mib]
     assert figures["extension"] == [2 * mib, 2 * mib]
+
+
+COMPOSITE_OP = """
+import json
+import torch
+
+lib = torch.library.Library("planned_test", "DEF")
+lib.define("quantized(Tensor x) -> (Tensor, Tensor)")
+
+def quantized(x):
+    scale = x.abs().amax(dim=-1, keepdim=True).to(dtype=torch.float32, device=x.device)
+    codes = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    return codes, scale
+
+lib.impl("quantized", quantized, "CompositeImplicitAutograd")
+x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+codes, scale = torch.ops.planned_test.quantized(x)
+print(json.dumps({"codes": [str(codes.device), str(codes.dtype), list(codes.shape)],
+                  "scale": [str(scale.device), str(scale.dtype), list(scale.shape)],
+                  "allocated": torch.cuda.memory_allocated()}))
+"""
+
+
+def test_a_python_composite_operator_makes_its_tensors_on_its_inputs_device(
+    tmp_path: Path,
+) -> None:
+    """An operator whose ``CompositeImplicitAutograd`` kernel is Python (torchao's quantization
+    primitives) makes tensors with ``device=x.device`` read off a stand-in, ``cuda:0``: they
+    are made on the planned device (2 MiB input, 1 MiB of codes, a 4 KiB scale), where the
+    plan used to stop on ``empty_strided`` for the CUDA backend."""
+    script(tmp_path, COMPOSITE_OP)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "codes": ["cuda:0", "torch.int8", [1024, 1024]],
+        "scale": ["cuda:0", "torch.float32", [1024, 1]],
+        "allocated": (2 << 20) + (1 << 20) + 4096,
+    }
+
+
+WRAPPED = """
+import json
+import torch
+from torch.utils._pytree import tree_map
+
+
+class Quantized(torch.Tensor):
+    # int8 codes and a scale per row, made on the codes' device as a library makes it
+
+    @staticmethod
+    def __new__(cls, codes, scale):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, codes.shape, dtype=torch.float32, device=codes.device
+        )
+
+    def __init__(self, codes, scale):
+        self.codes, self.scale = codes, scale
+
+    def __tensor_flatten__(self):
+        return ["codes", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return Quantized(inner["codes"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            args[0].codes.copy_(args[1].codes)
+            args[0].scale.copy_(args[1].scale)
+            return args[0]
+        if func is torch.ops.aten.detach.default:
+            return Quantized(args[0].codes, args[0].scale)
+        plain = lambda t: t.codes.float() * t.scale if isinstance(t, Quantized) else t
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+
+
+codes = torch.zeros(1024, 1024, dtype=torch.int8, device="cuda")
+weight = torch.nn.Parameter(Quantized(codes, torch.ones(1024, 1, device="cuda")))
+held = torch.cuda.memory_allocated()
+x = torch.randn(256, 1024, device="cuda", requires_grad=True)
+(x @ weight.t()).sum().backward()
+with torch.no_grad():
+    weight.copy_(Quantized(torch.ones_like(codes), torch.ones(1024, 1, device="cuda")))
+print(json.dumps({"device": str(weight.device), "is_cuda": weight.is_cuda, "held": held,
+                  "grad": [str(weight.grad.device), list(weight.grad.shape)]}))
+"""
+
+
+def test_a_librarys_wrapper_subclass_on_a_stand_ins_device_trains_and_copies(
+    tmp_path: Path,
+) -> None:
+    """A library's tensor subclass made with ``device=codes.device`` read off a stand-in
+    (torchao's int8 weights, its 8-bit optimizer states) is a parameter autograd accumulates
+    into and takes ``copy_``, answering ``cuda:0`` to the script: it is made on ``meta``, where
+    on the real CUDA device the CPU build cannot guard it and the plan aborted ("PyTorch is
+    not linked with support for cuda devices")."""
+    script(tmp_path, WRAPPED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "device": "cuda:0",
+        "is_cuda": True,
+        "held": (1 << 20) + 4096,
+        "grad": ["cuda:0", [1024, 1024]],
+    }
+
+
+INT4_PRODUCT = """
+import json
+import torch
+
+codes = torch.randint(0, 256, (4096, 1024), dtype=torch.uint8, device="cuda")
+packed = torch._convert_weight_to_int4pack(codes, 8)
+scales_and_zeros = torch.ones(2048 // 128, 4096, 2, dtype=torch.bfloat16, device="cuda")
+x = torch.randn(16, 2048, dtype=torch.bfloat16, device="cuda")
+before = torch.cuda.memory_allocated()
+y = torch._weight_int4pack_mm(x, packed, 128, scales_and_zeros)
+print(json.dumps({"packed": list(packed.shape), "y": [list(y.shape), str(y.dtype)],
+                  "made": torch.cuda.memory_allocated() - before}))
+"""
+
+
+def test_a_product_with_int4_weights_packed_for_cuda_makes_its_output(tmp_path: Path) -> None:
+    """``torch._weight_int4pack_mm`` on CUDA's four-dimensional int4 tiles (torchao's
+    ``Int4WeightOnlyConfig``, gpt-fast) makes its ``(m, n)`` bfloat16 output, as CUDA's kernel
+    does, where torch's ``meta`` kernel asked a stand-in for ``fake_device`` and failed."""
+    script(tmp_path, INT4_PRODUCT)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout.splitlines()[0])
+    assert facts == {
+        "packed": [512, 16, 32, 4],
+        "y": [[16, 4096], "torch.bfloat16"],
+        "made": 16 * 4096 * 2,
+    }

@@ -44,6 +44,7 @@ from memforensics.plan import (
     half_softmax,
     handles,
     inplace,
+    int4pack,
     kernel_scratch,
     logsumexp,
     native_library,
@@ -257,6 +258,14 @@ GHOST_DEVICE = torch.device("meta")
 and the ``.device`` of its own meta tensors, answer it. A stand-in's ``.device`` is ``meta`` too
 (torch's own Python branches on the type, and ``meta`` has no CUDA-only kernels), but another
 object, so ``device=x.device`` makes another stand-in. The two compare equal, as before."""
+
+
+def _names_cuda(device: Any) -> bool:
+    """Whether an operator's ``device`` argument, as the dispatcher hands it on, is CUDA's: a
+    library's operator written in Python (a ``CompositeImplicitAutograd`` kernel, torchao's
+    quantization primitives) runs its body inside the function mode's handler, where that mode
+    is off, so ``device=x.device`` read off a stand-in reaches the dispatcher as ``cuda:0``."""
+    return type(device) is torch.device and device.type == "cuda"
 
 
 def _named(device: Any) -> bool | None:
@@ -702,6 +711,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
         if grouped.OPERATOR is not None:
             self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
+        if int4pack.OPERATOR is not None:
+            self._answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
         for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
             self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
@@ -764,6 +775,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
         if _any_wrapper(args, kwargs):
             return NotImplemented
+        if kwargs and _names_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": _META}  # named where the function mode was off
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)

@@ -69,6 +69,21 @@ _LOADING = frozenset(
 """Operators Inductor lowers to indirect loads of their input inside the kernel that reads
 them, so that input need not be a buffer."""
 
+_GATHERS = frozenset(
+    (
+        torch.ops.aten.gather.default,
+        torch.ops.aten.index.Tensor,
+        torch.ops.aten._unsafe_index.Tensor,
+        torch.ops.aten.index_select.default,
+        torch.ops.aten.embedding.default,
+    )
+)
+"""Operators Inductor lowers to a pointwise value, each element a load of the input at its
+index (``gather``, ``embedding`` and ``index_impl`` return ``Pointwise.create``;
+``index_select`` decomposes to ``index``), though torch tags none ``pointwise``: a lookup
+into a small table (an 8-bit optimizer's quantization map, ``qmap[codes + 64]``) is computed
+inside the kernel that reads it. Indexing by a boolean mask falls back to ATen's kernel."""
+
 _HELD_INPUTS = ("primals_", "arg", "fwd_rng_state", "bwd_rng_state", "tangents")
 """Prefixes of the graph inputs Inductor's memory planning never frees: parameters and
 inputs the caller holds, random-number states, and the incoming gradients."""
@@ -123,6 +138,19 @@ def _pointwise(node: torch.fx.Node) -> bool:
     return target in _POINTWISE_PRIMS or torch.Tag.pointwise in target.tags
 
 
+def _gathered(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a gather Inductor computes pointwise: one of :data:`_GATHERS`,
+    indexed by integers (a boolean mask's index is ATen's fallback, a buffer)."""
+    if node.op != "call_function" or node.target not in _GATHERS:
+        return False
+    indices = node.args[1] if len(node.args) > 1 else None
+    for index in indices if isinstance(indices, (list, tuple)) else (indices,):
+        value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+            return False
+    return True
+
+
 def _view(node: torch.fx.Node) -> bool:
     target = node.target
     return (
@@ -135,7 +163,7 @@ def _view(node: torch.fx.Node) -> bool:
 def _inlines(node: torch.fx.Node, value: torch.fx.Node) -> bool:
     """Whether ``node`` reads ``value`` inside its own kernel (no buffer needed for it)."""
     target = node.target
-    if _pointwise(node) or target in _LOADING or _scattered(node) is value:
+    if _pointwise(node) or _gathered(node) or target in _LOADING or _scattered(node) is value:
         return True
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.reduction in target.tags
 
@@ -151,15 +179,15 @@ def _readers(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
 
 def inlined(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
     """The nodes of ``graph`` whose values Inductor computes inside the kernels that read them:
-    pointwise, not returned (through a view or not), and read only by pointwise operations,
-    reductions and indirect loads; and the views of those."""
+    pointwise (gathers included), not returned (through a view or not), and read only by
+    pointwise operations, reductions and indirect loads; and the views of those."""
     found = set()
     for node in graph.nodes:
         if _view(node):
             if _base(node) in found:
                 found.add(node)
             continue
-        if not _pointwise(node) or not node.users:
+        if not (_pointwise(node) or _gathered(node)) or not node.users:
             continue
         readers = list(_readers(node))
         if all(reader.op == "call_function" and _inlines(reader, node) for reader in readers):

@@ -223,11 +223,44 @@ def traced_on_cuda() -> Iterator[None]:
 
 
 def _held(held: Callable[[torch.Tensor], bool], tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is a stand-in, or a ``DTensor`` (FSDP2's parameters, tensor
-    parallelism's) over one, whose ``.device`` is its local tensor's; False for another tensor
-    without storage (a wrapper subclass's)."""
-    local = getattr(tensor, "_local_tensor", None)
+    """Whether ``tensor`` is a stand-in, or a subclass that wraps one (a ``DTensor``, FSDP2's
+    parameters and tensor parallelism's; torchao's float8 and 8-bit tensors), whose ``.device``
+    is its first inner tensor's; False for another tensor without storage."""
     try:
-        return held(local if isinstance(local, torch.Tensor) else tensor)
+        return held(_first_inner(tensor))
     except (RuntimeError, NotImplementedError):
         return False
+
+
+def _first_inner(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor a wrapper subclass holds first (``__tensor_flatten__``'s first name, a
+    ``DTensor``'s local tensor), down to one that wraps none; ``tensor`` itself if it wraps
+    none."""
+    if type(tensor) in _PLAIN:
+        return tensor
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is None:
+        return tensor
+    names = flatten()[0]
+    inner = getattr(tensor, names[0], None) if names else None
+    return _first_inner(inner) if isinstance(inner, torch.Tensor) else tensor
+
+
+def wrapper_subclass(make: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor._make_wrapper_subclass`` with a CUDA ``device`` made on ``meta``. A library
+    makes its wrapper subclass (torchao's float8 and int8 weights, its 8-bit optimizer states)
+    on its inner tensors' ``.device``, which a stand-in answers it as ``cuda:0``; a tensor on
+    the real CUDA device is one the CPU build cannot guard (autograd's metadata for a leaf,
+    ``copy_``'s device guard: "PyTorch is not linked with support for cuda devices"). On
+    ``meta`` over stand-ins it answers ``cuda:0`` to the script as they do (:func:`_held`)."""
+
+    def made(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor:
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":
+            kwargs["device"] = _META
+        return make(cls, *args, **kwargs)
+
+    return made
+
+
+_META = torch.device("meta")

@@ -781,6 +781,13 @@ def _torch_rows(
             "a stand-in is on cuda:0 to the script and its libraries, which choose their code "
             "by it; meta to torch's own, which chooses CUDA-only kernels by it",
         ),
+        R(
+            torch.Tensor,
+            "_make_wrapper_subclass",
+            staticmethod(standins.wrapper_subclass(torch.Tensor._make_wrapper_subclass)),
+            "a library's wrapper subclass named on cuda (its inner stand-ins' device to it) is "
+            "made on meta, which the CPU build can guard; to the script it is on cuda:0",
+        ),
         R(torch.Tensor, "is_cuda", methods.is_cuda, "as .device: True to the script"),
         R(torch.Tensor, "is_meta", methods.is_meta, "as .device: False to the script"),
         R(
