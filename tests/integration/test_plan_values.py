@@ -778,6 +778,45 @@ print("epochs", epochs, "accuracies", *(f"{a:.4f},{m:.4f}" for a, m in seen))
 """
 
 
+MASKS = """
+import torch
+model = torch.nn.Linear(16, 7).cuda()
+x = torch.randn(1640, 16, device="cuda")
+y = torch.randint(0, 7, (1640,), device="cuda")
+masks = [torch.zeros(1640, dtype=torch.bool, device="cuda") for _ in range(3)]
+masks[0][:140] = True
+masks[1][140:640] = True
+masks[2][640:] = True
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+best_val_acc, matched = 0.0, []
+for epoch in range(6):
+    loss = torch.nn.functional.cross_entropy(model(x)[masks[0]], y[masks[0]])
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    pred = model(x).argmax(dim=-1)
+    accs = [int((pred[m] == y[m]).sum()) / int(m.sum()) for m in masks]
+    matched.append([round(a * int(m.sum())) for a, m in zip(accs, masks)])
+    if accs[1] > best_val_acc:
+        best_val_acc, test_acc = accs[1], accs[2]
+print("test", test_acc, "matched", matched)
+"""
+
+
+def test_masks_compared_at_one_line_share_each_rounds_matches(tmp_path: Path) -> None:
+    """A train, a validation and a test mask scored at one line each epoch (PyG's GAT example)
+    share the round's matches by their sizes, so the validation accuracy rises above 0 and the
+    script's ``test_acc``, set only then, exists; each round still matches one more in all."""
+    script(tmp_path, MASKS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()[0]
+    matched = json.loads(printed.split("matched", 1)[1])
+    assert [sum(row) for row in matched] == [1, 2, 3, 4, 5, 6]
+    assert any(row[1] > 0 for row in matched)
+    assert all(row[2] <= later[2] for row, later in itertools.pairwise(matched))
+
+
 @pytest.mark.parametrize("labels", ["host", "device"])
 def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
     tmp_path: Path, labels: str

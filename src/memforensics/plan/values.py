@@ -198,16 +198,24 @@ class Reads:
     def matches(self, count: int) -> int | None:
         """How many of ``count`` predictions compared with their targets match, the first ones:
         at each place that compares, round ``n`` (counted there, with a backward pass between
-        rounds) matches its first ``n + 1`` predictions, over all its comparisons in the round.
-        None where torch's own code compares."""
+        rounds) matches ``n + 1`` predictions over all its comparisons in the round. From the
+        second round on they are shared in proportion to the comparisons' sizes in the round
+        before (a train, a validation and a test mask compared at one line each score about
+        ``(n + 1) / total``), each comparison's at its first predictions; in the first, where
+        those sizes are not yet known, the first predictions compared match. None where
+        torch's own code compares."""
         if by_torch():
             return None
-        place = self._scored.setdefault(where(), [self._passes, 0, 0])
+        # place: [passes, rounds, compared this round, compared in the round before]
+        place = self._scored.setdefault(where(), [self._passes, 0, 0, 0])
         if place[0] != self._passes:
-            place[:] = [self._passes, place[1] + 1, 0]
-        matched = max(0, min(count, place[1] + 1 - place[2]))
+            place[:] = [self._passes, place[1] + 1, 0, place[2]]
+        share, before, total = place[1] + 1, place[2], place[3]
         place[2] += count
-        return matched
+        if total <= 0:
+            return max(0, min(count, share - before))
+        upto = share * min(before + count, total) // total
+        return min(count, upto - share * min(before, total) // total)
 
     def loss(self, func: Any, *args: Any, **kwargs: Any) -> Any:
         """A loss with class targets (``nll_loss``, under ``cross_entropy``) run on the device:
