@@ -778,7 +778,7 @@ print("epochs", epochs, "accuracies", *(f"{a:.4f},{m:.4f}" for a, m in seen))
 """
 
 
-MASKS = """
+SCORED_MASKS = """
 import torch
 model = torch.nn.Linear(16, 7).cuda()
 x = torch.randn(1640, 16, device="cuda")
@@ -805,16 +805,21 @@ print("test", test_acc, "matched", matched)
 
 def test_masks_compared_at_one_line_share_each_rounds_matches(tmp_path: Path) -> None:
     """A train, a validation and a test mask scored at one line each epoch (PyG's GAT example)
-    share the round's matches by their sizes, so the validation accuracy rises above 0 and the
-    script's ``test_acc``, set only then, exists; each round still matches one more in all."""
-    script(tmp_path, MASKS)
+    each match one prediction in the first round, so the validation accuracy is above 0 and the
+    script's ``test_acc``, set only then, exists; each round after matches one more in all,
+    the larger mask taking more, and no mask's matches ever fall."""
+    script(tmp_path, SCORED_MASKS)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()[0]
     matched = json.loads(printed.split("matched", 1)[1])
-    assert [sum(row) for row in matched] == [1, 2, 3, 4, 5, 6]
-    assert any(row[1] > 0 for row in matched)
-    assert all(row[2] <= later[2] for row, later in itertools.pairwise(matched))
+    assert [sum(row) for row in matched] == [3, 4, 5, 6, 7, 8]
+    assert all(row[1] > 0 for row in matched)
+    assert all(
+        all(a <= b for a, b in zip(row, later, strict=True))
+        for row, later in itertools.pairwise(matched)
+    )
+    assert matched[-1][2] > matched[-1][1] > 0
 
 
 @pytest.mark.parametrize("labels", ["host", "device"])

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from memforensics.plan import scored
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -151,7 +152,8 @@ class Reads:
         self._passes = 0
         self._read_after: int | None = None
         self._rounds = 0
-        self._scored: dict[str, list[int]] = {}  # place: [passes, rounds, compared this round]
+        self._scored: dict[str, scored.Scored] = {}
+        """Each place that scores predictions: its round's comparisons."""
         self.waited: Callable[[], None] = _nothing
         """Called before each read of a stand-in's values to the host, where the host waits
         on the device: it raises where CUDA refuses that wait (a graph capture underway)."""
@@ -197,25 +199,18 @@ class Reads:
 
     def matches(self, count: int) -> int | None:
         """How many of ``count`` predictions compared with their targets match, the first ones:
-        at each place that compares, round ``n`` (counted there, with a backward pass between
-        rounds) matches ``n + 1`` predictions over all its comparisons in the round. From the
-        second round on they are shared in proportion to the comparisons' sizes in the round
-        before (a train, a validation and a test mask compared at one line each score about
-        ``(n + 1) / total``), each comparison's at its first predictions; in the first, where
-        those sizes are not yet known, the first predictions compared match. None where
-        torch's own code compares."""
+        at each place that compares, one per comparison in its first round, and one more in
+        all each round after (counted there, with a backward pass between rounds), shared by
+        the comparisons' sizes (:mod:`~memforensics.plan.scored`). None where torch's own code
+        compares."""
         if by_torch():
             return None
-        # place: [passes, rounds, compared this round, compared in the round before]
-        place = self._scored.setdefault(where(), [self._passes, 0, 0, 0])
-        if place[0] != self._passes:
-            place[:] = [self._passes, place[1] + 1, 0, place[2]]
-        share, before, total = place[1] + 1, place[2], place[3]
-        place[2] += count
-        if total <= 0:
-            return max(0, min(count, share - before))
-        upto = share * min(before + count, total) // total
-        return min(count, upto - share * min(before, total) // total)
+        place = self._scored.get(key := where())
+        if place is None:
+            place = self._scored[key] = scored.Scored(self._passes)
+        elif place.passes != self._passes:
+            place.next_round(self._passes)
+        return place.matched(count)
 
     def loss(self, func: Any, *args: Any, **kwargs: Any) -> Any:
         """A loss with class targets (``nll_loss``, under ``cross_entropy``) run on the device:
