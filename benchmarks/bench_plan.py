@@ -10,11 +10,18 @@ within 1.1x the peak RSS of the same interpreter building the script's model on 
 planning (what the script itself holds on the host: the move must release the parameters, and
 nothing the script puts on "cuda" may be materialised).
 
+A second subject is an inference loop: ``plan_scripts/gpt2_generate.py``, a 4-layer GPT-2's
+``generate`` of 64 tokens (some ten thousand small operators on a few shapes), where the cost
+of each emulated operator, not its size, decides the time. Its reference is the same
+interpreter importing torch and transformers and building the model on the CPU, unplanned: the
+difference is what the plan adds, operator by operator. Skipped without ``transformers``.
+
     python benchmarks/bench_plan.py [--json PATH] [--quick]
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -22,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import figure, parse_args, report, shared_data
+from _common import Figure, figure, parse_args, report, shared_data
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = shared_data() / "real-workloads" / "small-lm-forward-backward"
@@ -32,6 +39,14 @@ BUILD = (
     IMPORTS + "; import cs336_basics.model as m; "
     "m.BasicsTransformerLM(10000, 256, 768, 12, 12, 3072, 10000)"
 )  # what the script holds on the CPU before its move: the interpreter, the model built there
+
+
+GENERATE = ROOT / "benchmarks" / "plan_scripts" / "gpt2_generate.py"
+GENERATE_BUILD = (
+    "import torch; from transformers import GPT2Config, GPT2LMHeadModel; "
+    "GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=5000, "
+    "n_positions=256))"
+)  # the generating script less its plan: imports and the model built on the CPU
 
 
 def child(command: list[str], cwd: Path) -> tuple[float, int, str]:
@@ -98,7 +113,32 @@ def main() -> int:
             target="<= 1.1",
         ),
     ]
+    if importlib.util.find_spec("transformers") is not None:
+        figures.extend(_generate(repeats))
+    else:
+        print("GPT-2 generate: not run (transformers is not installed)")
     return report("memforensics plan on small-lm-forward-backward", figures, args.json)
+
+
+def _generate(repeats: int) -> list[Figure]:
+    """The planned ``generate`` loop, against its script's imports and model build unplanned."""
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        unplanned = min(
+            child([sys.executable, "-c", GENERATE_BUILD], cwd)[0] for _ in range(repeats)
+        )
+        command = [sys.executable, "-m", "memforensics", "plan", "--device-capability", "9.0"]
+        planned = min(child([*command, str(GENERATE)], cwd)[0] for _ in range(repeats))
+    return [
+        figure(
+            "GPT-2 generate, 64 tokens, planned, CPU",
+            "its imports and model build, unplanned",
+            planned,
+            unplanned,
+            "s",
+            added=planned - unplanned,
+        )
+    ]
 
 
 if __name__ == "__main__":

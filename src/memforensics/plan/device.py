@@ -111,13 +111,20 @@ def _format_size(nbytes: int) -> str:
 
 class _StackCapture:
     """The caller's Python frames, innermost first, without the plan's own or torch's dispatch
-    machinery (which a real run never shows): frames cached per code position, stacks interned."""
+    machinery (which a real run never shows): frames cached per code position, stacks interned.
+
+    A code position is keyed by its code object's ``id`` and the frame's last instruction, not
+    by the code object itself: a code object hashes its whole contents (bytecode, constants,
+    names) on every lookup, more than a microsecond for a large function, on each of the
+    dozens of frames under every allocation. The cache holds each code object it keys, so no
+    other takes its ``id`` while its positions are kept."""
 
     _LIMIT = 1 << 16
 
     def __init__(self, skipped_prefixes: tuple[str, ...]) -> None:
         self.skipped = skipped_prefixes
-        self._frames: dict[tuple[CodeType, int], fmt.Frame | None] = {}
+        self._frames: dict[tuple[int, int], fmt.Frame | None] = {}
+        self._codes: dict[int, CodeType] = {}
         self._stacks: dict[fmt.Stack, fmt.Stack] = {}
 
     def __call__(self, *, on_autograd_thread: bool = False) -> fmt.Stack:
@@ -129,17 +136,15 @@ class _StackCapture:
         frame: FrameType | None = sys._getframe(2)
         cache = self._frames
         while frame is not None:
-            if on_autograd_thread and _enters_engine(frame.f_code):
+            code = frame.f_code
+            if on_autograd_thread and _enters_engine(code):
                 break
-            key = (frame.f_code, frame.f_lasti)
-            try:
-                found = cache[key]
-            except KeyError:
+            key = (id(code), frame.f_lasti)
+            found = cache.get(key, _UNSEEN)
+            if found is _UNSEEN:
                 found = self._remembered(key, frame)
-            except TypeError:  # dynamo's rewritten bytecode can hold a dict among its constants
-                found = self._described(frame)
             if found is not None:
-                frames.append(found)
+                frames.append(found)  # type: ignore[arg-type]  # not _UNSEEN here
             frame = frame.f_back
         if on_autograd_thread and frame is None:
             frames = []
@@ -148,11 +153,13 @@ class _StackCapture:
             self._stacks.clear()
         return self._stacks.setdefault(stack, stack)
 
-    def _remembered(self, key: tuple[CodeType, int], frame: FrameType) -> fmt.Frame | None:
-        """``frame`` described, and kept for its code position."""
+    def _remembered(self, key: tuple[int, int], frame: FrameType) -> fmt.Frame | None:
+        """``frame`` described, and kept for its code position (its code object held with it)."""
         found = self._described(frame)
         if len(self._frames) >= self._LIMIT:
             self._frames.clear()
+            self._codes.clear()
+        self._codes[key[0]] = frame.f_code
         self._frames[key] = found
         return found
 
@@ -162,6 +169,10 @@ class _StackCapture:
         if filename.startswith(self.skipped):
             return None
         return (filename, frame.f_lineno or 0, frame.f_code.co_name)
+
+
+_UNSEEN = object()
+"""A code position the stack cache has not described yet (None is a skipped frame's)."""
 
 
 _ENGINE_ENTRY = ("_engine_run_backward", os.path.join("torch", "autograd", "graph.py"))

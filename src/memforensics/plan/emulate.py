@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,7 @@ from memforensics.plan import (
     int4pack,
     kernel_scratch,
     logsumexp,
+    meta_outputs,
     native_library,
     nms,
     operands,
@@ -378,6 +380,35 @@ def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
+_SPECIAL_KWARGS = frozenset(("device", "pin_memory", "generator"))
+"""Arguments :class:`DeviceMode` reads in any call: where a call names one, it takes the long
+way."""
+_NO_CAST = (None, False)
+""":meth:`~memforensics.plan.choices.Autocast.library` of an operator autocast leaves alone."""
+_KEPT_FUNCTIONS = (
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.GetSetDescriptorType,
+    torch._ops.OpOverload,
+    torch._ops.OpOverloadPacket,
+)
+
+
+def _kept(func: Any) -> bool:
+    """Whether :class:`DeviceMode` may remember its verdict on ``func``: one of torch's own
+    functions, methods, property getters or operators, which live for the run and hold no
+    tensor (not one bound to a tensor, nor a script's function, whose defaults may hold one)."""
+    kind = type(func)
+    if kind is types.FunctionType:
+        return str(getattr(func, "__module__", "")).startswith("torch.")
+    return kind in _KEPT_FUNCTIONS and not isinstance(getattr(func, "__self__", None), torch.Tensor)
+
+
+_PLAIN_LIMIT = 1 << 14
+
+
 class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped here
     """Sends ``"cuda"`` to ``meta`` and re-makes CUDA's own choices above the dispatcher."""
 
@@ -445,6 +476,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self._choosing = half_softmax.NAMES
         """Functions, by name, whose CUDA path the plan follows for some inputs only, given
         the function to run for the others (:func:`~memforensics.plan.half_softmax.run`)."""
+        self._plain: dict[Any, bool] = {}
+        """Whether each function seen is passed on as it is (:meth:`_passed_through`)."""
 
     def __torch_function__(
         self,
@@ -453,7 +486,18 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
+        if not kwargs or _SPECIAL_KWARGS.isdisjoint(kwargs):
+            plain = self._plain.get(func)
+            if plain is None:
+                plain = self._passed_through(func)
+            if plain:
+                return func(*args, **(kwargs or {}))
+        return self._handled(func, args, kwargs or {})
+
+    def _handled(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``func`` as CUDA would run it, where this mode does more than pass it on."""
         placing = None
         current = _default.CURRENT_DEVICE  # set_default_device's, which this mode sits above
         if current is not None and kwargs.get("device") is None and func in self._constructors:
@@ -489,6 +533,30 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         if placing is None:
             return func(*args, **kwargs)
         return self.ghosts.placed(placing, func, *args, **kwargs)
+
+    def _passed_through(self, func: Any) -> bool:
+        """Whether this mode passes ``func`` on as it is wherever its call names no device,
+        pinning or generator: none of the calls it answers, moves, reads, casts or runs a
+        kernel of its own for. Looked up once per function (a tensor's property read, an
+        ``aten`` operator called inside the dispatch mode: most of what reaches this mode),
+        and remembered where the function is one of torch's own (:func:`_kept`)."""
+        name = getattr(func, "__name__", "")
+        plain = (
+            func not in self._moves
+            and func not in self._reads
+            and func not in self._raw_reads
+            and func not in self._pin
+            and func not in self._constructors
+            and name not in self._cast
+            and name not in self._kernels
+            and name not in self._choosing
+            and (type(func) not in choices.OPERATORS or self.autocast.library(func) == _NO_CAST)
+        )
+        if _kept(func):
+            if len(self._plain) >= _PLAIN_LIMIT:
+                self._plain.clear()
+            self._plain[func] = plain
+        return plain
 
     def _generator_matches(
         self, placing: bool | None, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -616,6 +684,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """Answer ``getter`` as ``Tensor.device`` itself: a replacement of the attribute's
         ``__get__``, which torch's function handling then passes here in its place."""
         self._reads[getter] = self._device_of
+        self._plain.clear()
 
     def _move(self, args: tuple[Any, ...], kwargs: dict[str, Any], placing: bool | None) -> Any:
         """``Tensor.to``: to the host reads zeros; to ``"cuda"`` a stand-in; to ``meta`` a
@@ -749,6 +818,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         """Fused attention kernels' and ``_foreach_norm``'s own scratch."""
         self._composite: dict[Any, bool] = {}
         self._kernels: dict[Any, Any] = {}
+        self._meta_outputs = meta_outputs.MetaOutputs()
 
     def __torch_dispatch__(
         self,
@@ -894,14 +964,21 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return answer
 
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``func`` run on ``meta``; a strided nested tensor, which cannot be there, is out of
-        scope in one line."""
+        """``func`` run on ``meta``, or its outputs made again as its kernel made them for the
+        same shapes before (:mod:`~memforensics.plan.meta_outputs`); a strided nested tensor,
+        which cannot be there, is out of scope in one line."""
+        key = self._meta_outputs.key(func, args, kwargs)
+        if key is not None and (made := self._meta_outputs.made(key)) is not None:
+            return made
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         except RuntimeError as exc:
             if _NESTED_REFUSED in str(exc):
                 raise OutOfScope(NESTED) from None
             raise
+        if key is not None:
+            self._meta_outputs.keep(key, args, kwargs, out)
+        return out
 
     def _from_device(self, args: tuple[Any, ...]) -> bool:
         """Whether ``copy_`` writes a stand-in's values into a host tensor (``load_state_dict``

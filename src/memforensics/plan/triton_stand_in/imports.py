@@ -138,7 +138,9 @@ class Triton:
 
 
 def _triton(name: str) -> bool:
-    return name.split(".", maxsplit=1)[0] == "triton"
+    """Whether ``name`` is ``triton`` or one of its modules (tested without splitting it: every
+    import the script's process makes passes here)."""
+    return name.startswith("triton") and (len(name) == 6 or name[6] == ".")
 
 
 def importing(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
