@@ -168,6 +168,15 @@ def library_name(func: object) -> str | None:
     return None if name.startswith("aten::") else name
 
 
+def _has_autocast_kernel(name: str) -> bool:
+    """Whether library operator ``name`` has a CUDA autocast kernel; False for one the
+    dispatcher does not hold (TorchScript's ``prim::device``, which only the JIT registers)."""
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, _AUTOCAST_KEY))
+    except RuntimeError:  # "operator prim::device does not exist"
+        return False
+
+
 class Autocast:
     """autocast("cuda") for stand-ins: the casts of its lists and its cast cache, and the
     float32 runs of the library operators that cast in their own kernels."""
@@ -189,11 +198,7 @@ class Autocast:
         if found is None:
             name = library_name(func)
             back = LIBRARY.get(name) if name is not None else None
-            unfollowed = (
-                name is not None
-                and back is None
-                and bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, _AUTOCAST_KEY))
-            )
+            unfollowed = name is not None and back is None and _has_autocast_kernel(name)
             found = self._library[func] = (back, unfollowed)
         return found
 

@@ -396,14 +396,28 @@ _KEPT_FUNCTIONS = (
 )
 
 
+_LASTING = (
+    types.ModuleType,
+    type,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    property,
+)
+"""What a function remembered may be bound to: a module, a class, or a class's attribute (a
+property's getter, ``Tensor.shape.__get__``), none of which holds the script's data."""
+
+
 def _kept(func: Any) -> bool:
     """Whether :class:`DeviceMode` may remember its verdict on ``func``: one of torch's own
-    functions, methods, property getters or operators, which live for the run and hold no
-    tensor (not one bound to a tensor, nor a script's function, whose defaults may hold one)."""
+    functions, methods, property getters or operators, which live for the run and hold nothing
+    of the script's. Not a method bound to an object (a tensor, an autograd node holding its
+    saved tensors: remembering it would keep the object alive), nor a script's function, whose
+    defaults may hold a tensor."""
     kind = type(func)
     if kind is types.FunctionType:
         return str(getattr(func, "__module__", "")).startswith("torch.")
-    return kind in _KEPT_FUNCTIONS and not isinstance(getattr(func, "__self__", None), torch.Tensor)
+    bound = getattr(func, "__self__", None)
+    return kind in _KEPT_FUNCTIONS and (bound is None or isinstance(bound, _LASTING))
 
 
 _PLAIN_LIMIT = 1 << 14
