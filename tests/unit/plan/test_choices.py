@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from memforensics.plan.choices import Autocast
+torch = pytest.importorskip("torch")
+
+from memforensics.plan.choices import Autocast  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 

@@ -4,10 +4,11 @@ input a reduction reads where it cannot read the input as it lies."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from memforensics.plan.reductions import TABLE, Staged, staged
-from memforensics.plan.scratch import staging_bytes
+torch = pytest.importorskip("torch")
+
+from memforensics.plan.reductions import TABLE, Staged, staged  # noqa: E402
+from memforensics.plan.scratch import staging_bytes  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 
