@@ -252,3 +252,49 @@ def test_a_compiled_graph_s_workspaces_are_workspaces(tmp_path: Path) -> None:
         "gradient": CONV1D_BYTES,
         "workspace": 2 * HOPPER_WORKSPACE,
     }
+
+
+LIGHTNING = """
+import torch
+import lightning
+
+torch.cuda.memory._record_memory_history()
+
+
+class Model(lightning.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(256, 256)
+
+    def training_step(self, batch, index):
+        return self.layer(batch[0]).square().mean()
+
+    def on_train_batch_end(self, outputs, batch, index):
+        if index == 2:
+            torch.cuda.memory._dump_snapshot("snapshot.pickle")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(48, 256)), 16)
+trainer = lightning.Trainer(
+    accelerator="gpu", devices=1, max_steps=3, logger=False, enable_checkpointing=False,
+    enable_progress_bar=False, enable_model_summary=False,
+)
+trainer.fit(Model(), data)
+"""
+LIGHTNING_BYTES = (256 * 256 + 256) * 4
+"""The one linear layer's float32 weight and bias."""
+
+
+def test_lightning_s_cloned_loss_is_no_parameter(tmp_path: Path) -> None:
+    """Lightning's automatic optimization clones each loss in a constructor inside the
+    optimizer's closure: that scalar is the step's, and the parameters are the layer's bytes."""
+    pytest.importorskip("lightning")
+    script(tmp_path, LIGHTNING)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["parameter"] == LIGHTNING_BYTES
+    assert kinds["gradient"] == LIGHTNING_BYTES

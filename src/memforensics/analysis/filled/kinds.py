@@ -172,7 +172,7 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
-        if "closure" in name.lower():
+        if roles.names_a_closure(name):
             return _CLOSURE
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):

@@ -28,8 +28,11 @@ say so plainly:
 
 Then what decides between a parameter and the rest:
 
-* **in a forward**: a frame of a module's forward (``forward``, ``Module._call_impl``): a block
-  made there is never a parameter (weights are built, moved or loaded, not computed).
+* **in a forward**: a frame of a module's forward (``forward``, ``Module._call_impl``), or of a
+  closure a training step runs its forward and backward in (a function named for one:
+  ``optimizer.step(closure)``, Lightning's automatic optimization): a block made there is never
+  a parameter (weights are built, moved or loaded, not computed), whatever constructor nearer
+  the allocation made it (Lightning's ``ClosureResult`` cloning the loss).
 * **a name that rules a parameter out**: a cache, a workspace, cuBLAS or cuDNN.
 * **builds a model**: a module's ``__init__`` (with no forward on the stack),
   ``reset_parameters``, ``Module._apply`` (``.to``, ``.cuda``), ``load_state_dict``,
@@ -82,6 +85,8 @@ _WORDS = re.compile(r"[a-z0-9]+")
 _CODE_FILES = re.compile(r"(?:^|/)(?:torch|torch_npu|triton)/|(?:^|/)lib/python[0-9.]+t?/|^<")
 """Files whose caches are of code or results, never of tensors: torch's (Inductor's
 ``codecache.py``), Triton's and the standard library's (``functools``)."""
+_TORCH_FILES = re.compile(r"(?:^|/)torch/")
+"""torch's own files: a closure there is torch's machinery (dynamo's), not a training step's."""
 _BUILD_NAMES = frozenset(
     {
         "_apply",
@@ -130,7 +135,7 @@ def _judge_frame(filename: str, name: str) -> str:
         filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
     ):
         return REPLICA
-    if name in _FORWARD_NAMES:
+    if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
         return IN_FORWARD
     if _named_for_a_cache(filename, name):
         return _CACHE_NAMED
@@ -143,6 +148,12 @@ def _judge_frame(filename: str, name: str) -> str:
     if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
         return _OPTIMIZER_NAMED
     return NOTHING
+
+
+def names_a_closure(name: str) -> bool:
+    """Whether a function is named for a closure: what ``optimizer.step(closure)`` calls to run
+    a step's forward and backward (Lightning's ``closure``, ``_wrap_closure``)."""
+    return "closure" in name.lower()
 
 
 def _named_for_a_cache(filename: str, name: str) -> bool:
