@@ -298,3 +298,51 @@ def test_lightning_s_cloned_loss_is_no_parameter(tmp_path: Path) -> None:
     kinds = summary_kinds(tmp_path / "snapshot.pickle")
     assert kinds["parameter"] == LIGHTNING_BYTES
     assert kinds["gradient"] == LIGHTNING_BYTES
+
+
+BUILT_ON_CUDA = """
+import torch
+from torch import nn
+
+
+class Rotary(nn.Module):
+    def __init__(self, dim, end):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim, device="cuda")
+        self.register_buffer("mask", torch.ones(end, end, device="cuda").tril())
+        positions = torch.arange(end, device="cuda").float()
+        freqs = torch.outer(positions, torch.ones(dim // 2, device="cuda"))
+        self.cos, self.sin = freqs.cos(), freqs.sin()
+
+    def forward(self, x):
+        y = self.proj(x)
+        half = y.shape[-1] // 2
+        y = torch.cat([y[..., :half] * self.cos - y[..., half:] * self.sin, y[..., half:]], -1)
+        return self.mask @ y
+
+
+model = Rotary(256, 128)
+torch.cuda.memory._record_memory_history()
+model(torch.randn(4, 128, 256, device="cuda")).square().mean().backward()
+DUMP
+"""
+ROTARY_PARAMETER_BYTES = (256 * 256 + 256) * 4
+"""The projection's float32 weight and bias."""
+ROTARY_BUFFER_BYTES = 128 * 128 * 4 + 2 * 128 * 128 * 4
+"""The registered mask and the cosine and sine tables kept as attributes (float32)."""
+
+
+@pytest.mark.parametrize(
+    "dump", ['torch.cuda.memory._dump_snapshot("snapshot.pickle")', ""], ids=["dumped", "final"]
+)
+def test_buffers_made_on_cuda_in_a_constructor_are_buffers(tmp_path: Path, dump: str) -> None:
+    """A buffer registered and rotary tables kept as attributes, made on ``"cuda"`` in a
+    module's ``__init__``, are buffers in the script's own snapshot and in the plan's final
+    one, as when ``.cuda()`` moves them; the parameters are the projection's bytes."""
+    script(tmp_path, BUILT_ON_CUDA.replace("DUMP", dump))
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / ("snapshot.pickle" if dump else "out/planned.pickle"))
+    assert kinds["buffer"] == ROTARY_BUFFER_BYTES
+    assert kinds["parameter"] == ROTARY_PARAMETER_BYTES
+    assert kinds["gradient"] == ROTARY_PARAMETER_BYTES

@@ -16,6 +16,11 @@ entry per tensor:
 ``name``     the parameter's qualified name (``layers.0.weight``), its gradient's with ``.grad``,
              an optimizer state's with its key (``layers.0.weight.exp_avg``)
 
+A tensor a module holds as a plain attribute (``self.cos = torch.zeros(..., device="cuda")``
+in its ``__init__``, as rotary tables are often kept) is a ``buffer`` too: the module's state
+in all but registration, never a parameter. It comes last, so a tensor the module also holds as
+a parameter, buffer or optimizer state keeps that kind.
+
 One entry per tensor, not per storage, so a flat buffer (Megatron's contiguous buffers, FSDP1's
 flat parameter with ``use_orig_params``) keeps the name of every tensor in it. A DTensor (FSDP2)
 is recorded by its local shard (``_local_tensor``), the memory this rank holds. Megatron's
@@ -203,7 +208,8 @@ def walk(
     modules: list[Any], optimizers: list[Any], device_type: str | None
 ) -> list[dict[str, Any]]:
     """Entries for the modules' parameters, gradients and buffers, then the optimizers' state
-    (and any parameter an optimizer holds that no tracked module has), each tensor once."""
+    (and any parameter an optimizer holds that no tracked module has), then the tensors the
+    modules hold as plain attributes (buffers), each tensor once."""
     walker = _Walker(device_type)
     names: dict[int, str] = {}
     for module in modules:
@@ -223,7 +229,30 @@ def walk(
                 if state:
                     for key, value in state.items():
                         walker.add(value, OPTIMIZER_STATE, f"{name}.{key}")
+    for module in modules:
+        for name, tensor in _attribute_tensors(module):
+            walker.add(tensor, BUFFER, name)
     return walker.entries
+
+
+def _attribute_tensors(module: Any) -> Iterator[tuple[str, Any]]:
+    """The tensors ``module`` and its submodules hold as plain attributes (neither parameters
+    nor registered buffers, which torch keeps apart from the instance's ``__dict__``), each
+    with its qualified name."""
+    named = getattr(module, "named_modules", None)
+    if not callable(named):
+        return
+    tensors: dict[type, bool] = {}
+    for prefix, sub in named():
+        for attribute, value in getattr(sub, "__dict__", {}).items():
+            kind = type(value)
+            found = tensors.get(kind)
+            if found is None:
+                found = tensors[kind] = callable(getattr(kind, "data_ptr", None)) and callable(
+                    getattr(kind, "storage_offset", None)
+                )
+            if found:
+                yield (f"{prefix}.{attribute}" if prefix else attribute), value
 
 
 class _Walker:

@@ -363,12 +363,15 @@ def _plan(
 
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     ending = _Ending(target)
+    at_end: list[Any] = []  # the tracked tensors at the script's end, for the final snapshot
 
     def before() -> None:
         if into is None:
             install(out_dir=str(out_dir)).track(finder=live_models)
 
     def after() -> None:
+        if into is None:  # read while the stand-ins answer their blocks' addresses
+            at_end.append(_tracked_now())
         live = current()
         if live is not None and live.out_dir not in folders:
             folders.append(live.out_dir)
@@ -397,8 +400,9 @@ def _plan(
         written = tuple(str(into / Path(path).name) for path in result.script_snapshots)
         result = replace(result, script_snapshots=written)
     status = _answer(
-        result, device, spec, folders, started, as_json=as_json, cache=cache, check=check
-    )
+        result, device, spec, folders, started, as_json=as_json, cache=cache, check=check,
+        at_end=at_end[0] if at_end else None,
+    )  # fmt: skip
     return 2 if ending.failed is not None else status
 
 
@@ -508,9 +512,11 @@ def _answer(
     as_json: bool,
     cache: ResultCache,
     check: Callable[[int], bool | None] | None,
+    at_end: Any = None,
 ) -> int:
     """Mark and name the snapshots the run wrote, print the plan; the script's own exit status
-    when it gave one, else 0 fits, 1 does not."""
+    when it gave one, else 0 fits, 1 does not. ``at_end``: the tracked tensors at the script's
+    end, which the final snapshot's sidecar lists."""
     snapshots = list(result.script_snapshots)
     for folder in folders:  # what capture wrote during this run (not an earlier run's files)
         if folder.is_dir():
@@ -526,7 +532,7 @@ def _answer(
     if not snapshots or caught_only:  # the run's end, where capture wrote none of it
         name = f"rank{result.rank}_planned.pickle" if result.world_size > 1 else "planned.pickle"
         final = folders[0] / name
-        _writer(spec)(str(final), device.snapshot(flight=True))
+        _writer(spec, tensors=lambda: at_end)(str(final), device.snapshot(flight=True))
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
     oom_dump = _oom_dump(snapshots) if result.oom_message is not None else None
@@ -712,9 +718,28 @@ def _record_expandable(path: Path, ran_out: bool) -> None:
         write_sidecar(side, found)
 
 
-def _writer(spec: Any, into: Path | None = None) -> Any:
+def _tracked_now() -> Any:
+    """The tensors of every module and optimizer alive now, as capture's tracker lists them in
+    a sidecar (``tensors``), or None where none is alive: what a planned snapshot knows of its
+    kinds. Read while the plan runs, when a stand-in answers its block's address; a walk that
+    fails lists nothing, as capture's does, and never ends the plan."""
+    from memforensics.capture.track import Tracker
+    from memforensics.plan import live_models
+
+    tracker = Tracker()
+    tracker.find_with(live_models)
+    try:
+        return tracker.tensors("cuda")
+    except Exception:  # noqa: BLE001 - the script's objects may answer anything: no kinds known
+        return None
+
+
+def _writer(spec: Any, into: Path | None = None, tensors: Callable[[], Any] | None = None) -> Any:
     """Writes a snapshot the run dumps (the script's own path, or its name in ``into``) and
-    its predicted sidecar."""
+    its predicted sidecar, with the tracked tensors ``tensors`` gives (by default those alive
+    as it is written; none in ``into``, another plan's check, where capture records nothing)."""
+    if tensors is None:
+        tensors = _tracked_now if into is None else lambda: None
     from memforensics._layout import sidecar_path
     from memforensics.analysis.dump import marked_peak
     from memforensics.capture.atomic import utc_now, write_sidecar, write_snapshot
@@ -741,6 +766,7 @@ def _writer(spec: Any, into: Path | None = None) -> Any:
             snapshot_bytes=size,
             created_at=utc_now(),
             device_index=0,
+            tensors=tensors(),
             peak_allocated_bytes=marked_peak(snapshot),
         )
         sidecar[PREDICTED] = spec.predicted_record()
