@@ -109,3 +109,18 @@ def test_a_cuda_dump_leaves_cpu_tensors_out() -> None:
     found = tracker.tensors("cuda")
     assert found is not None
     assert found.entries == []
+
+
+def test_a_module_s_tensor_attributes_are_buffers_listed_last() -> None:
+    """A tensor a submodule holds as a plain attribute is a buffer, named by its place, listed
+    after every parameter, buffer and state (so a region listed before keeps its kind)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    model[0].cos = torch.ones(8)
+    tracker = Tracker()
+    tracker.add(model)
+    found = tracker.tensors("cpu")
+    assert found is not None
+    last = found.entries[-1]
+    assert (last["kind"], last["name"]) == ("buffer", "0.cos")
+    assert last["address"] == model[0].cos.untyped_storage().data_ptr()
+    assert [e["name"] for e in found.entries[:-1]] == ["0.weight", "0.bias"]
