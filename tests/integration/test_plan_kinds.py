@@ -346,3 +346,51 @@ def test_buffers_made_on_cuda_in_a_constructor_are_buffers(tmp_path: Path, dump:
     assert kinds["buffer"] == ROTARY_BUFFER_BYTES
     assert kinds["parameter"] == ROTARY_PARAMETER_BYTES
     assert kinds["gradient"] == ROTARY_PARAMETER_BYTES
+
+
+CHECKPOINTED = """
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(512, 2048), nn.Linear(2048, 512)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+torch.cuda.memory._record_memory_history()
+blocks = nn.ModuleList([Block() for _ in range(3)]).cuda()
+opt = torch.optim.SGD(blocks.parameters(), lr=0.1)
+for step in range(2):
+    opt.zero_grad(set_to_none=True)
+    h = torch.randn(32, 128, 512, device="cuda")
+    for block in blocks:
+        h = checkpoint(block, h, use_reentrant=False)
+    h.square().mean().backward()
+    del h
+    opt.step()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+CHECKPOINTED_BYTES = 3 * (2 * 512 * 2048 + 2048 + 512) * 4
+"""Three blocks' float32 weights and biases; each up-projection's output (32 x 128 x 2048
+float32) is 32 MiB, a Hopper cuBLAS workspace's size."""
+
+
+def test_workspaces_beside_outputs_of_their_size_are_workspaces(tmp_path: Path) -> None:
+    """Checkpointed layers whose products' outputs have the workspace's size (32 MiB), made by
+    the same stacks in forward and again in backward: the two held workspaces are workspaces,
+    and the gradients held are the weights' bytes."""
+    script(tmp_path, CHECKPOINTED)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds == {
+        "parameter": CHECKPOINTED_BYTES,
+        "gradient": CHECKPOINTED_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+    }

@@ -460,8 +460,7 @@ def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
     found_ids = {
         id(found)
         for made in candidates.values()
-        if _one_at_a_time(made, cleared, lt.length)
-        for found in made
+        for found in _workspaces_of_stack(lt, made, cleared)
     }
     proven = {
         found.requested for made in candidates.values() for found in made if id(found) in found_ids
@@ -478,6 +477,22 @@ def _workspaces(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> set[int]:
         if kept and _one_at_a_time(kept, cleared, lt.length):
             found_ids.update(id(found) for found in kept)
     return found_ids
+
+
+def _workspaces_of_stack(
+    lt: Lifetimes, made: list[Allocation], cleared: set[int]
+) -> list[Allocation]:
+    """The workspaces among a product's blocks of a workspace's size (``made``, in trace
+    order): all of them where they are one at a time; else, where the product's own outputs
+    have that size too (a checkpointed layer's, run again in backward), those made right after
+    an output of the same stack (the handle's first call: its output, then its workspace),
+    where they are one at a time."""
+    if _one_at_a_time(made, cleared, lt.length):
+        return made
+    first_calls = [found for found in made if _after_own_stack(lt, found)]
+    if first_calls and _one_at_a_time(first_calls, cleared, lt.length):
+        return first_calls
+    return []
 
 
 def _products(
