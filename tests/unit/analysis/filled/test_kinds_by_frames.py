@@ -14,7 +14,7 @@ import pytest
 
 from memforensics.analysis import load_dump
 from memforensics.analysis.dump import dump_from_snapshot
-from memforensics.analysis.filled import Allocation
+from memforensics.analysis.filled import Allocation, roles
 from memforensics.analysis.filled.kinds import BACKWARD, FORWARD, classify, phase_of
 from memforensics.analysis.filled.lifetime import lifetimes
 from shared_data import REAL_SNAPSHOTS, REAL_WORKLOADS, real_params, real_snapshots
@@ -518,3 +518,16 @@ def test_what_module_apply_moves_last_is_a_buffer_unless_it_follows_its_paramete
     moved = [trace.alloc(size, _moved(line)) for size in (4 * MiB, 4096) for line in (964, 1008)]
     found = trace.classified()
     assert {found[addr].kind for addr in moved} == {"parameter"}
+
+
+def test_a_constructor_inside_an_optimizer_s_closure_builds_no_model() -> None:
+    """Lightning clones each loss in a dataclass's ``__init__`` inside the closure
+    ``optimizer.step`` runs: that stack is the step's forward, not a model being built; the
+    same constructor outside a closure (or under a closure of torch's own) still builds."""
+    loop = f"{SP}/lightning/pytorch/loops/optimization/automatic.py"
+    cloned = [MALLOC, py(loop, 59, "_clone_loss"), py("<string>", 5, "__init__")]
+    step = [py(f"{SP}/torch/optim/adam.py", 227, "step"), BODY]
+    assert roles.stack_role([*cloned, py(loop, 131, "closure"), *step]) == (roles.IN_FORWARD, 0)
+    assert roles.stack_role([*cloned, *step]) == (roles.BUILDS, 0)
+    torch_own = py(f"{SP}/torch/_dynamo/utils.py", 10, "closure")
+    assert roles.stack_role([*cloned, torch_own, *step]) == (roles.BUILDS, 0)
