@@ -394,3 +394,44 @@ def test_workspaces_beside_outputs_of_their_size_are_workspaces(tmp_path: Path) 
         "gradient": CHECKPOINTED_BYTES,
         "workspace": 2 * HOPPER_WORKSPACE,
     }
+
+
+CLIPPED = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+scaler = torch.amp.GradScaler("cuda")
+torch.cuda.memory._record_memory_history()
+for step in range(3):
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(torch.randn(64, 512, device="cuda")).float().square().mean()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+CLIPPED_BYTES = (512 * 1024 + 1024 + 1024 * 512 + 512) * 4
+"""The two layers' float32 weights and biases."""
+
+
+def test_gradient_clipping_is_the_optimizer_s_step(tmp_path: Path) -> None:
+    """``clip_grad_norm_`` between unscaling and the step is the optimizer's phase: the
+    scaler's found-inf flag, made before it and freed at ``update()``, is no optimizer state,
+    and the loss held at the end, its backward the trace's last, is an activation."""
+    script(tmp_path, CLIPPED)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = tmp_path / "snapshot.pickle"
+    assert summary_kinds(snapshot) == {
+        "parameter": CLIPPED_BYTES,
+        "gradient": CLIPPED_BYTES,
+        "optimizer_state": 2 * CLIPPED_BYTES + SCALER_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+        "activation": 4,
+    }
+    assert summary_kinds(snapshot, "peak")["optimizer_state"] == 2 * CLIPPED_BYTES + SCALER_BYTES

@@ -8,7 +8,8 @@ framework shares, and an allocation's kind follows from where in that shape it s
   engine (C++ engine frames, *no* Python frames at all, or Python that does not start where a
   Python thread starts: CUDA and NPU run backward, with the hooks and custom backwards it
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
-  apex's, Megatron's optimizers, or torch's gradient scaler, whose scale and growth tracker
+  apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
+  step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
   are kept across steps) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
@@ -100,6 +101,7 @@ _OPTIMIZER_PATHS = (
     "/megatron/core/optimizer/",
     "/bitsandbytes/optim/",
     "/torch_npu/optim/",
+    "/torch/nn/utils/clip_grad.py",
     "/torch/amp/grad_scaler.py",
     "/torch/cuda/amp/grad_scaler.py",
     "/torch/distributed/fsdp/sharded_grad_scaler.py",
