@@ -154,7 +154,9 @@ class Reads:
         self._rounds = 0
         self._scored: dict[str, scored.Scored] = {}
         """Each place that scores predictions: its round's comparisons."""
-        self._gathers = distributed.all_gathers()
+        self._gathers = frozenset(id(op) for op in distributed.all_gathers())
+        """The all-gathers' ids: an operator lives as long as torch, and an id is hashed in C,
+        where an ``OpOverload``'s ``__hash__`` is Python's, a cost on every operator."""
         self.waited: Callable[[], None] = _nothing
         """Called before each read of a stand-in's values to the host, where the host waits
         on the device: it raises where CUDA refuses that wait (a graph capture underway)."""
@@ -198,7 +200,7 @@ class Reads:
         float64 scalar it uses or makes outside torch's own code takes its round's value. An
         all-gather of known values holds this rank's in every rank's place
         (:func:`~memforensics.plan.distributed.own_gathered`)."""
-        if func in self._gathers:
+        if id(func) in self._gathers:
             written = distributed.own_gathered(func, args, kwargs, out, self.known.value)
             if written is not None and self.known.gathered(written):
                 self.notes.once("gathered tensors", distributed.GATHERED_TENSORS)
