@@ -855,3 +855,38 @@ def test_a_deepspeed_world_the_plan_cannot_know_is_refused_in_one_line(
     assert said in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+GATHERED_SIZES = """
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(0)
+world = dist.get_world_size()
+logits = torch.randn(8, 96, device="cuda")
+size = torch.tensor(logits.shape, device="cuda")[None]
+out = torch.empty(world * size.numel(), dtype=size.dtype, device="cuda")
+dist.all_gather_into_tensor(out, size)
+sizes = out.view(-1, 2).cpu()
+listed = [torch.empty_like(size) for _ in range(world)]
+dist.all_gather(listed, size)
+longest = max(int(s[1]) for s in sizes)
+padded = logits.new_zeros(logits.shape[0], longest) - 100
+padded[:, : logits.shape[1]] = logits
+json.dump({"sizes": sizes.tolist(), "listed": [t.tolist() for t in listed],
+           "padded": list(padded.shape)}, open(sys.argv[1], "w"))
+"""
+
+
+def test_an_all_gather_of_known_values_holds_this_ranks_in_every_place(tmp_path: Path) -> None:
+    """A tensor all-gathered from values the script decides (Accelerate's
+    ``pad_across_processes`` gathers each rank's shape, reads it and pads to the longest) holds
+    this rank's values in every rank's place, so a size read from it is this rank's."""
+    script(tmp_path, GATHERED_SIZES)
+    done = plan(tmp_path, "--json", "--nproc-per-node", "2", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads((tmp_path / "out.json").read_text())
+    assert found["sizes"] == [[8, 96], [8, 96]]
+    assert found["listed"] == [[[8, 96]], [[8, 96]]]
+    assert found["padded"] == [8, 96]
+    said = [line for line in json.loads(done.stdout)["warnings"] if "all-gathered" in line]
+    assert len(said) == 1

@@ -733,6 +733,17 @@ class Known:
             self.make_up(tensor, value)
         return True
 
+    def gathered(self, written: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> bool:
+        """An all-gather wrote ``(output, values, input)`` for each output
+        (:func:`~memforensics.plan.distributed.own_gathered`): each output small enough holds
+        its values, marked as its input is; False, and nothing kept, where one is too large."""
+        if any(output.untyped_storage().nbytes() > LIMIT for output, _, _ in written):
+            return False
+        for output, values, given in written:
+            key = given.untyped_storage()._cdata
+            self._keep(output, values, self.made_up(given), self.guessed(given), key in self._sized)
+        return True
+
     def make_up(self, tensor: torch.Tensor, value: float) -> None:
         """``tensor`` (a new scalar of unknown value) holds the made-up ``value`` from now on,
         and so does what is computed from it, each marked as made up."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import scored
+from memforensics.plan import distributed, scored
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -154,6 +154,9 @@ class Reads:
         self._rounds = 0
         self._scored: dict[str, scored.Scored] = {}
         """Each place that scores predictions: its round's comparisons."""
+        self._gathers = frozenset(id(op) for op in distributed.all_gathers())
+        """The all-gathers' ids: an operator lives as long as torch, and an id is hashed in C,
+        where an ``OpOverload``'s ``__hash__`` is Python's, a cost on every operator."""
         self.waited: Callable[[], None] = _nothing
         """Called before each read of a stand-in's values to the host, where the host waits
         on the device: it raises where CUDA refuses that wait (a graph capture underway)."""
@@ -194,7 +197,14 @@ class Reads:
     def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """One operator ran on the device: what it made is known where the script's values
         decide it (:meth:`~memforensics.plan.known.Known.after`), and an unknown float32 or
-        float64 scalar it uses or makes outside torch's own code takes its round's value."""
+        float64 scalar it uses or makes outside torch's own code takes its round's value. An
+        all-gather of known values holds this rank's in every rank's place
+        (:func:`~memforensics.plan.distributed.own_gathered`)."""
+        if id(func) in self._gathers:
+            written = distributed.own_gathered(func, args, kwargs, out, self.known.value)
+            if written is not None and self.known.gathered(written):
+                self.notes.once("gathered tensors", distributed.GATHERED_TENSORS)
+                return
         self.known.after(func, args, kwargs, out, self._guess, self.matches)
 
     def matches(self, count: int) -> int | None:
