@@ -1,0 +1,116 @@
+"""CUB's temporary storage: the block a CUB device algorithm asks PyTorch's caching allocator
+for through ``CUB_WRAPPER`` (``aten/src/ATen/cuda/cub.cuh``), which calls the algorithm once to
+size it, allocates it and calls again; it is freed as the wrapper returns.
+
+The sizes follow CCCL 2.8 and 3.0 (``cub/device/dispatch/dispatch_radix_sort.cuh``,
+``tuning/tuning_radix_sort.cuh``), the CUB of the CUDA 12.9 and 13.0 toolkits torch 2.13 is
+built with; their tuning for the sorts below is the same. CUB's temporaries are carved out of
+one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
+plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
+
+Only ``DeviceRadixSort::SortPairs`` is sized here, for 8-byte keys and values and 64-bit
+offsets (``radix_sort_pairs`` is called with an ``int64_t`` count): the sort
+``index_put_with_sort_kernel`` makes of its linear index. Its tuning depends on the policy the
+device's architecture selects (``ChainedPolicy``: the newest policy not newer than the
+architecture the kernels were compiled for), so the size is given for capability 7.0 and up;
+before that it is not derived here (:data:`None`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ALIGN = 256
+"""``AliasTemporaries``' alignment of each temporary (``ALIGN_BYTES``)."""
+MAX_SMEM_PER_BLOCK = 48 * 1024
+"""``cub::detail::max_smem_per_block``, which bounds the threads ``RegBoundScaling`` keeps."""
+ONESWEEP_RADIX_BITS = 8
+"""Bits a onesweep pass sorts on, in every policy here."""
+PORTION_SIZE_LIMIT = (1 << 28) - 1
+"""The items a onesweep portion holds at most, rounded down to whole tiles."""
+
+
+class RadixPolicy(NamedTuple):
+    """A radix-sort tuning policy's nominal 4-byte shapes, for 8-byte keys and values with
+    64-bit offsets: the single-tile kernel's, and the onesweep kernel's (threads, items per
+    thread), before ``RegBoundScaling`` scales them to the dominant type's size."""
+
+    single_tile: tuple[int, int]
+    onesweep: tuple[int, int]
+
+
+POLICIES: dict[int, RadixPolicy] = {
+    700: RadixPolicy(single_tile=(256, 19), onesweep=(256, 23)),
+    800: RadixPolicy(single_tile=(256, 19), onesweep=(384, 21)),
+    900: RadixPolicy(single_tile=(256, 19), onesweep=(384, 24)),
+    1000: RadixPolicy(single_tile=(256, 19), onesweep=(384, 24)),
+}
+"""``policy_hub<KeyT, ValueT, OffsetT>``'s policies by the architecture they start at, for an
+8-byte key and value (``Policy700``: onesweep ``sizeof(KeyT) == 4 && sizeof(ValueT) == 4 ? 46 :
+23`` items; ``Policy800``: 384 threads, ``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 :
+21``; ``Policy900`` and ``Policy1000``: ``OnesweepPolicyKey64``, 384 threads, ``sizeof(ValueT) <
+8 ? 30 : 24``; every one's ``SingleTilePolicy`` 256 threads of 19)."""
+
+
+def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
+    """The policy a device of ``capability`` runs, or None before 7.0."""
+    arch = capability[0] * 100 + capability[1] * 10
+    chosen = [start for start in POLICIES if start <= arch]
+    return POLICIES[max(chosen)] if chosen else None
+
+
+def _scaled(threads: int, items: int, dominant: int) -> tuple[int, int]:
+    """``RegBoundScaling``: items per thread scaled from 4-byte to ``dominant``-byte elements,
+    threads bounded by the shared memory a block may hold."""
+    scaled_items = max(1, items * 4 // max(4, dominant))
+    bound = (MAX_SMEM_PER_BLOCK // (dominant * scaled_items) + 31) // 32 * 32
+    return min(threads, bound), scaled_items
+
+
+def aliased(sizes: list[int]) -> int:
+    """``AliasTemporaries``' block for temporaries of ``sizes``: each rounded up to
+    :data:`ALIGN`, plus ``ALIGN - 1`` to align the start."""
+    return sum((size + ALIGN - 1) // ALIGN * ALIGN for size in sizes) + ALIGN - 1
+
+
+def num_bits(max_key: int) -> int:
+    """``get_num_bits`` (``cub.cuh``): the bits a sort of keys from 0 to ``max_key`` sorts on,
+    at least 1."""
+    return max(1, max_key.bit_length())
+
+
+def radix_sort_pairs(items: int, end_bit: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` 8-byte keys
+    sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered (torch passes
+    separate input and output arrays, so CUB holds the alternate keys and values itself), on a
+    device of ``capability``; None where the policy is not known here.
+
+    One tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run
+    the onesweep passes: per pass a histogram of 256 64-bit bins, per tile-block a lookback
+    row of 256 ``int`` counts, the alternate keys and values where more than one pass runs, and
+    a counter per pass."""
+    policy = _policy(capability)
+    if policy is None:
+        return None
+    if items == 0:
+        return 1
+    threads, per_thread = _scaled(*policy.single_tile, 8)
+    if items <= threads * per_thread:
+        return 1
+    threads, per_thread = _scaled(*policy.onesweep, 8)
+    tile = threads * per_thread
+    portion = PORTION_SIZE_LIMIT // tile * tile
+    passes = -(-end_bit // ONESWEEP_RADIX_BITS)
+    portions = -(-items // portion)
+    blocks = -(-min(items, portion) // tile)
+    digits = 1 << ONESWEEP_RADIX_BITS
+    alternate = 0 if passes <= 1 else items * 8
+    return aliased(
+        [
+            portions * passes * digits * 8,
+            blocks * digits * 4,
+            alternate,
+            alternate,
+            portions * passes * 4,
+        ]
+    )

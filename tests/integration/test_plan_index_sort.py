@@ -1,0 +1,94 @@
+"""An accumulating ``index_put_`` (``x[ids]``'s backward) under the real ``memforensics plan``:
+``index_put_with_sort_kernel``'s index vectors and CUB's radix-sort temporary storage, taken and
+freed inside the kernel in CUDA's order. Two expected traces are real GPUs' (the shared LM
+workload's embedding backward, and the 2.7B training step's in ``../shared/data/
+real-snapshots/``); the others are derived from ``Indexing.cu`` and CCCL's radix sort."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+GATHER = """
+import json, sys
+import torch
+rows, width, count = (int(a) for a in sys.argv[1:4])
+how = sys.argv[4]
+w = torch.randn(rows, width, device="cuda", requires_grad=True)
+if how == "rows":  # an embedding as ``self.weight[token_ids, :]``
+    ids = (torch.randint(0, rows, (count // 256, 256), device="cuda"), slice(None))
+elif how == "int32-columns":
+    ids = (slice(None), torch.randint(0, width, (count,), device="cuda", dtype=torch.int32))
+else:  # two indexed dimensions
+    ids = (torch.randint(0, rows, (count,), device="cuda"),
+           torch.randint(0, width, (count,), device="cuda"))
+x = w[ids]
+g = torch.ones_like(x)
+torch.cuda.memory._record_memory_history(max_entries=100000)
+x.backward(g)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]))
+"""
+"""A gather's backward, traced: the gradient's zeros, then ``index_put_``'s scratch."""
+
+CASES = {
+    # the shared LM workload (MAGMA27/assignment2-systems, a GPU under torch 2.9+): 8,192 ids
+    # sorted on 14 bits (9,999 rows) in two onesweep passes of three 3,840-id tiles
+    # (``Policy800``): 4,096 B of bins, 3,072 of lookback, 65,536 each of alternate keys and
+    # values, 256 of counters (8 B rounded), 255 to align
+    "lm-embedding-8.0": (
+        "8.0",
+        "10000 768 8192 rows",
+        "a30720000 a65536 a65536 f65536 a65536 a65536 a65536 a138751 f138751 f65536 f65536 "
+        "f65536 f65536",
+    ),
+    # the 2.7B training step (an H100, torch 2.6): 512 ids fit one 2,304-id tile, 1 B
+    "one-tile-9.0": (
+        "9.0",
+        "10000 2560 512 rows",
+        "a102400000 a4096 a4096 f4096 a4096 a4096 a4096 a1 f1 f4096 f4096 f4096 f4096",
+    ),
+    # ``Policy900``: tiles of 4,608, so two blocks of lookback (2,048 B) for the same 8,192 ids
+    "lm-embedding-9.0": (
+        "9.0",
+        "10000 768 8192 rows",
+        "a30720000 a65536 a65536 f65536 a65536 a65536 a65536 a137727 f137727 f65536 f65536 "
+        "f65536 f65536",
+    ),
+    # int32 ids made int64 (40,000 B, freed once the linear index is made); keys up to 12,799
+    # (14 bits, a slice of one element): bins 4,096, lookback 2,048, alternate keys and values
+    # 40,192 each (rounded), counters 256, 255 to align
+    "int32-columns-9.0": (
+        "9.0",
+        "64 200 5000 int32-columns",
+        "a51200 a40000 a40000 a40000 f40000 f40000 a40000 a40000 a40000 a87039 f87039 f40000 "
+        "f40000 f40000 f40000",
+    ),
+    # two indexed dimensions: the second's product added into the first's and freed; keys up
+    # to 119,999 (17 bits, three passes) in one tile of 4,608
+    "two-dimensions-9.0": (
+        "9.0",
+        "300 400 3000 pairs",
+        "a480000 a24000 a24000 f24000 a24000 a24000 f24000 f24000 a24000 a24000 a24000 a55807 "
+        "f55807 f24000 f24000 f24000 f24000",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_accumulating_index_put_sorts_its_indices_in_blocks_of_its_own(
+    tmp_path: Path, case: str
+) -> None:
+    """The planned trace of a gather's backward holds the sort's index vectors and CUB's
+    temporary storage, block by block in CUDA's order."""
+    capability, arguments, expected = CASES[case]
+    script(tmp_path, GATHER)
+    done = plan(tmp_path, "--device-capability", capability, "train.py", *arguments.split())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == expected.split()

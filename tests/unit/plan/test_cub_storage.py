@@ -1,0 +1,51 @@
+"""CUB's radix-sort temporary storage for 8-byte keys and values (``index_put_with_sort_kernel``'s
+sort), from CCCL's ``dispatch_radix_sort.cuh`` and its tuning policies; 138,751 B and 1 B are
+real GPUs' figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from memforensics.plan.cub_storage import aliased, num_bits, radix_sort_pairs
+
+
+@pytest.mark.parametrize(
+    ("items", "end_bit", "capability", "expected"),
+    [
+        # the shared LM workload's 8,192 ids, 14 bits: two passes, three 3,840-id tiles (real)
+        (8192, 14, (8, 0), 138_751),
+        # an 8.6 or 8.9 part runs the 8.0 policy
+        (8192, 14, (8, 9), 138_751),
+        # Policy900's tiles of 4,608: two blocks of lookback
+        (8192, 14, (9, 0), 137_727),
+        (8192, 14, (12, 0), 137_727),
+        # Policy700's tiles of 2,816: three blocks
+        (8192, 14, (7, 5), 138_751),
+        # one pass (8 bits): no alternate keys or values
+        (8192, 8, (8, 0), 2048 + 3072 + 256 + 255),
+        # one tile of 2,304 sorts in a single block and takes none (the 2.7B step's 512, real)
+        (512, 20, (9, 0), 1),
+        (2304, 20, (9, 0), 1),
+        (2305, 20, (9, 0), 3 * 2048 + 1024 + 2 * 18_688 + 256 + 255),
+    ],
+)
+def test_radix_sort_pairs_storage_is_cubs(
+    items: int, end_bit: int, capability: tuple[int, int], expected: int
+) -> None:
+    """The bytes ``DeviceRadixSort::SortPairs`` asks for, by policy, passes and tiles."""
+    assert radix_sort_pairs(items, end_bit, capability) == expected
+
+
+def test_before_volta_the_policy_is_not_derived() -> None:
+    """Capabilities older than the 7.0 policy are not sized (no guess)."""
+    assert radix_sort_pairs(8192, 14, (6, 1)) is None
+
+
+def test_temporaries_are_aligned_to_256_bytes_plus_the_start() -> None:
+    """``AliasTemporaries``: each temporary rounded up to 256 B, 255 B to align the start."""
+    assert aliased([1, 0, 256, 257]) == 256 + 256 + 512 + 255
+
+
+def test_the_sort_covers_the_bits_of_its_largest_key() -> None:
+    """``get_num_bits``: at least one bit; 9,999 rows take 14."""
+    assert [num_bits(n) for n in (0, 1, 2, 3, 4, 9999)] == [1, 1, 2, 2, 3, 14]
