@@ -24,8 +24,12 @@ if how == "rows":  # an embedding as ``self.weight[token_ids, :]``
     ids = (torch.randint(0, rows, (count // 256, 256), device="cuda"), slice(None))
 elif how == "int32-columns":
     ids = (slice(None), torch.randint(0, width, (count,), device="cuda", dtype=torch.int32))
-else:  # two indexed dimensions
+elif how == "pairs":  # two indexed dimensions
     ids = (torch.randint(0, rows, (count,), device="cuda"),
+           torch.randint(0, width, (count,), device="cuda"))
+else:  # two indexed dimensions apart, in a tensor of three
+    w = torch.randn(rows, 40, width, device="cuda", requires_grad=True)
+    ids = (torch.randint(0, rows, (count,), device="cuda"), slice(None),
            torch.randint(0, width, (count,), device="cuda"))
 x = w[ids]
 g = torch.ones_like(x)
@@ -78,6 +82,14 @@ CASES = {
         "a480000 a24000 a24000 f24000 a24000 a24000 f24000 f24000 a24000 a24000 a24000 a55807 "
         "f55807 f24000 f24000 f24000 f24000",
     ),
+    # the indexed dimensions brought to the front: ``self`` transposed and copied contiguous
+    # (240,000 B) before the sort's vectors, freed after them; 1,000 ids fit one tile
+    "dimensions-apart-9.0": (
+        "9.0",
+        "30 50 1000 apart",
+        "a240000 a8000 a8000 f8000 a8000 a8000 f8000 f8000 a240000 a8000 a8000 a8000 a1 f1 "
+        "f8000 f8000 f8000 f240000 f8000",
+    ),
 }
 
 
@@ -91,4 +103,41 @@ def test_an_accumulating_index_put_sorts_its_indices_in_blocks_of_its_own(
     script(tmp_path, GATHER)
     done = plan(tmp_path, "--device-capability", capability, "train.py", *arguments.split())
     assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == expected.split()
+
+
+WRITES = """
+import json
+import torch
+t = torch.zeros(64, 32, device="cuda").t()
+v = torch.ones(5000, 64, device="cuda")
+ids = torch.randint(0, 32, (5000,), device="cuda")
+one = torch.ones((), device="cuda")
+m = torch.zeros(100, device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=100000)
+t.index_put_((ids,), v, accumulate=True)
+m.index_put_((ids,), one, accumulate=True)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]))
+"""
+
+
+def test_an_accumulating_write_copies_a_transposed_target_and_a_broadcast_value(
+    tmp_path: Path,
+) -> None:
+    """``index_put_(…, accumulate=True)`` into a transposed tensor works on a contiguous copy
+    of it (8,192 B, held to the end), and a scalar value is broadcast to the indexed shape and
+    made contiguous (20,000 B, after the linear index, freed before it); 5,000 keys of at most
+    31 and 99 sort in one pass, so CUB holds no alternate keys or values: 2,048 B of bins,
+    2,048 of lookback for two 4,608-id tiles, 256 of counters, 255 to align (the range check
+    of a forward call is not made)."""
+    script(tmp_path, WRITES)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    sort = "a40000 a40000 a40000 a4607 f4607 f40000 f40000 f40000"
+    expected = (
+        f"a8192 a40000 a40000 f40000 {sort} f40000 f8192 "
+        f"a40000 a40000 f40000 a20000 {sort} f20000 f40000"
+    )
     assert json.loads(done.stdout.splitlines()[0]) == expected.split()
