@@ -1,8 +1,10 @@
-"""An accumulating ``index_put_`` (``x[ids]``'s backward) under the real ``memforensics plan``:
-``index_put_with_sort_kernel``'s index vectors and CUB's radix-sort temporary storage, taken and
-freed inside the kernel in CUDA's order. Two expected traces are real GPUs' (the shared LM
-workload's embedding backward, and the 2.7B training step's in ``../shared/data/
-real-snapshots/``); the others are derived from ``Indexing.cu`` and CCCL's radix sort."""
+"""CUDA's sorts under the real ``memforensics plan``: an accumulating ``index_put_``
+(``x[ids]``'s backward) takes ``index_put_with_sort_kernel``'s index vectors and CUB's
+radix-sort temporary storage, and ``sort`` of one long row its positions and CUB's storage, each
+taken and freed inside the kernel in CUDA's order. Two expected traces are real GPUs' (the
+shared LM workload's embedding backward, and the 2.7B training step's in ``../shared/data/
+real-snapshots/``); the others are derived from ``Indexing.cu``, ``Sort.cpp``,
+``SortStable.cu`` and CCCL's radix sort."""
 
 from __future__ import annotations
 
@@ -141,3 +143,42 @@ def test_an_accumulating_write_copies_a_transposed_target_and_a_broadcast_value(
         f"a40000 a40000 f40000 a20000 {sort} f20000 f40000"
     )
     assert json.loads(done.stdout.splitlines()[0]) == expected.split()
+
+
+SORTED = """
+import json, sys
+import torch
+dtype, n = getattr(torch, sys.argv[1]), int(sys.argv[2])
+x = (torch.randn(n, device="cuda") * 1000).to(dtype)
+torch.cuda.memory._record_memory_history(max_entries=100000)
+i = x.argsort()
+v, j = torch.sort(x.view(1, -1), descending=True, stable=True)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]))
+"""
+"""An ``argsort`` of one long row (its values freed after), then a ``sort`` of it as a row."""
+
+SORTS = {
+    # float32 keys: positions (800,000 B), then four passes of tiles of 5,376 (19 blocks):
+    # 8,192 B of bins, 19,456 of lookback, 400,128 and 800,000 of alternate keys and values,
+    # 256 of counters, 255 to align
+    "float32-9.0": ("9.0", "float32 100000", "a400000 a800000 a800000 a1228287 f1228287 f800000"),
+    # int64 keys: eight passes, tiles of 3,840 (27 blocks)
+    "int64-8.0": ("8.0", "int64 100000", "a800000 a800000 a800000 a1644543 f1644543 f800000"),
+    # 4,096 or fewer sort in place
+    "short-9.0": ("9.0", "float32 4096", "a16384 a32768"),
+}
+
+
+@pytest.mark.parametrize("case", list(SORTS))
+def test_a_long_rows_sort_takes_its_positions_and_cubs_storage(tmp_path: Path, case: str) -> None:
+    """``sort`` and ``argsort`` of one row longer than 4,096 take the row's positions and CUB's
+    radix-sort storage after their outputs and free both as they return."""
+    capability, arguments, once = SORTS[case]
+    values = once.split()[0]
+    expected = [*once.split(), f"f{values[1:]}", *once.split()]
+    script(tmp_path, SORTED)
+    done = plan(tmp_path, "--device-capability", capability, "train.py", *arguments.split())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == expected

@@ -8,12 +8,12 @@ built with; their tuning for the sorts below is the same. CUB's temporaries are 
 one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
 plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
 
-Only ``DeviceRadixSort::SortPairs`` is sized here, for 8-byte keys and values and 64-bit
-offsets (``radix_sort_pairs`` is called with an ``int64_t`` count): the sort
-``index_put_with_sort_kernel`` makes of its linear index. Its tuning depends on the policy the
-device's architecture selects (``ChainedPolicy``: the newest policy not newer than the
-architecture the kernels were compiled for), so the size is given for capability 7.0 and up;
-before that it is not derived here (:data:`None`).
+Only ``DeviceRadixSort::SortPairs`` is sized here, for 4- and 8-byte keys beside 8-byte
+values and 64-bit offsets (``radix_sort_pairs`` is called with an ``int64_t`` count): the sort
+``index_put_with_sort_kernel`` makes of its linear index, and ``sort``'s of one long row. Its
+tuning depends on the policy the device's architecture selects (``ChainedPolicy``: the newest
+policy not newer than the architecture the kernels were compiled for), so the size is given
+for capability 7.0 and up; before that it is not derived here (:data:`None`).
 """
 
 from __future__ import annotations
@@ -31,25 +31,30 @@ PORTION_SIZE_LIMIT = (1 << 28) - 1
 
 
 class RadixPolicy(NamedTuple):
-    """A radix-sort tuning policy's nominal 4-byte shapes, for 8-byte keys and values with
-    64-bit offsets: the single-tile kernel's, and the onesweep kernel's (threads, items per
-    thread), before ``RegBoundScaling`` scales them to the dominant type's size."""
+    """A radix-sort tuning policy's nominal 4-byte shapes for 8-byte values with 64-bit
+    offsets, before ``RegBoundScaling`` scales them to the dominant type's size: the
+    single-tile kernel's (threads, items per thread), the onesweep kernel's threads, and its
+    items per thread by the key's size."""
 
     single_tile: tuple[int, int]
-    onesweep: tuple[int, int]
+    onesweep_threads: int
+    onesweep_items: dict[int, int]
 
 
 POLICIES: dict[int, RadixPolicy] = {
-    700: RadixPolicy(single_tile=(256, 19), onesweep=(256, 23)),
-    800: RadixPolicy(single_tile=(256, 19), onesweep=(384, 21)),
-    900: RadixPolicy(single_tile=(256, 19), onesweep=(384, 24)),
-    1000: RadixPolicy(single_tile=(256, 19), onesweep=(384, 24)),
+    700: RadixPolicy((256, 19), 256, {4: 23, 8: 23}),
+    800: RadixPolicy((256, 19), 384, {4: 17, 8: 21}),
+    900: RadixPolicy((256, 19), 384, {4: 29, 8: 24}),
+    1000: RadixPolicy((256, 19), 384, {4: 29, 8: 24}),
 }
-"""``policy_hub<KeyT, ValueT, OffsetT>``'s policies by the architecture they start at, for an
-8-byte key and value (``Policy700``: onesweep ``sizeof(KeyT) == 4 && sizeof(ValueT) == 4 ? 46 :
-23`` items; ``Policy800``: 384 threads, ``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 :
-21``; ``Policy900`` and ``Policy1000``: ``OnesweepPolicyKey64``, 384 threads, ``sizeof(ValueT) <
-8 ? 30 : 24``; every one's ``SingleTilePolicy`` 256 threads of 19)."""
+"""``policy_hub<KeyT, ValueT, OffsetT>``'s policies by the architecture they start at, for
+8-byte values (``Policy700``: onesweep 256 threads of ``sizeof(KeyT) == 4 && sizeof(ValueT) ==
+4 ? 46 : 23``; ``Policy800``: 384 of ``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 :
+21``; ``Policy900`` and ``Policy1000``: 384 of ``OnesweepPolicyKey32``'s ``OFFSET_64BIT ? 29 :
+30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``; every one's
+``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are not here: ``Policy800``
+sorts them in upsweep and downsweep passes whose temporary storage follows the occupancy the
+driver reports, and later policies by a small-key tuning table."""
 
 
 def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
@@ -79,38 +84,43 @@ def num_bits(max_key: int) -> int:
     return max(1, max_key.bit_length())
 
 
-def radix_sort_pairs(items: int, end_bit: int, capability: tuple[int, int]) -> int | None:
-    """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` 8-byte keys
-    sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered (torch passes
-    separate input and output arrays, so CUB holds the alternate keys and values itself), on a
-    device of ``capability``; None where the policy is not known here.
+def radix_sort_pairs(
+    items: int, end_bit: int, capability: tuple[int, int], key_bytes: int = 8
+) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
+    ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
+    (torch passes separate input and output arrays, so CUB holds the alternate keys and values
+    itself), on a device of ``capability``; None where the policy is not known here.
 
     One tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run
     the onesweep passes: per pass a histogram of 256 64-bit bins, per tile-block a lookback
     row of 256 ``int`` counts, the alternate keys and values where more than one pass runs, and
     a counter per pass."""
     policy = _policy(capability)
-    if policy is None:
+    if policy is None or key_bytes not in policy.onesweep_items:
         return None
     if items == 0:
         return 1
-    threads, per_thread = _scaled(*policy.single_tile, 8)
+    dominant = max(key_bytes, 8)
+    threads, per_thread = _scaled(*policy.single_tile, dominant)
     if items <= threads * per_thread:
         return 1
-    threads, per_thread = _scaled(*policy.onesweep, 8)
+    threads, per_thread = _scaled(
+        policy.onesweep_threads, policy.onesweep_items[key_bytes], dominant
+    )
     tile = threads * per_thread
     portion = PORTION_SIZE_LIMIT // tile * tile
     passes = -(-end_bit // ONESWEEP_RADIX_BITS)
     portions = -(-items // portion)
     blocks = -(-min(items, portion) // tile)
     digits = 1 << ONESWEEP_RADIX_BITS
-    alternate = 0 if passes <= 1 else items * 8
+    several = passes > 1
     return aliased(
         [
             portions * passes * digits * 8,
             blocks * digits * 4,
-            alternate,
-            alternate,
+            items * key_bytes if several else 0,
+            items * 8 if several else 0,
             portions * passes * 4,
         ]
     )

@@ -36,6 +36,14 @@ INDEX_PUTS = frozenset(
 )
 """The operators ``_index_put_impl_`` runs, which sort their indices on CUDA where they
 accumulate (:class:`SortedIndexing`)."""
+SORT = torch.ops.aten.sort.default
+SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
+"""``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB
+(:meth:`KernelScratch.sort`)."""
+SMALL_SORT = 4096
+"""``should_use_small_sort``: rows this long or shorter sort in place, without scratch."""
+LARGE_SEGMENT = 1_000_000
+"""Rows this long sort one at a time whatever their number (``launch_stable_sort_kernel``)."""
 _INDEX = 8
 """Bytes of an ``int64`` index, the type every index vector of the sort is made in."""
 KERNELS = frozenset(
@@ -252,6 +260,34 @@ class KernelScratch:
                 self._free(block)
         for block in reversed(held):
             self._free(block)
+
+    def sort(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``sort_cuda_kernel``'s scratch (``aten/src/ATen/native/cuda/Sort.cpp``,
+        ``SortStable.cu``) for a contiguous input sorted along its last dimension, longer than
+        :data:`SMALL_SORT`, one row at a time (``segmented_sort_large_segments``: one row, or
+        rows of :data:`LARGE_SEGMENT` or more): the positions ``0 … n-1`` (8 B each, a
+        ``DeviceArray``), then per row CUB's radix-sort storage for the row's keys beside those
+        positions (:func:`~memforensics.plan.cub_storage.radix_sort_pairs`, every bit of the
+        key), taken and freed; the positions freed as it returns. Several shorter rows (sorted
+        together by a full sort, or by CUB's segmented sort), an input that is not contiguous
+        along the sorted dimension, and the storage for keys of one or two bytes are not
+        made."""
+        target = args[0]
+        dim = args[1] if func is SORT and len(args) > 1 else kwargs.get("dim", -1)
+        if not (isinstance(target, torch.Tensor) and target.is_meta and target.dim() > 0):
+            return
+        length, count = target.shape[dim], target.numel()
+        if length <= SMALL_SORT or count > 2**31 - 1 or not target.is_contiguous():
+            return
+        rows = count // length
+        if target.stride(dim) != 1 or (rows != 1 and length < LARGE_SEGMENT):
+            return
+        key = target.element_size()
+        storage = cub_storage.radix_sort_pairs(length, 8 * key, self._capability, key)
+        positions = self._malloc(length * _INDEX)
+        for _ in range(rows if storage is not None else 0):
+            self._free(self._malloc(storage or 1))
+        self._free(positions)
 
     def _flash(self, args: tuple[Any, ...]) -> None:
         """``mha_bwd``'s row sums and accumulator, and with grouped keys and values their

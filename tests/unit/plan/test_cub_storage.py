@@ -49,3 +49,29 @@ def test_temporaries_are_aligned_to_256_bytes_plus_the_start() -> None:
 def test_the_sort_covers_the_bits_of_its_largest_key() -> None:
     """``get_num_bits``: at least one bit; 9,999 rows take 14."""
     assert [num_bits(n) for n in (0, 1, 2, 3, 4, 9999)] == [1, 1, 2, 2, 3, 14]
+
+
+@pytest.mark.parametrize(
+    ("items", "capability", "expected"),
+    [
+        # Policy900's OnesweepPolicyKey32 beside 8-byte values: 384 threads of 29 scaled to 14,
+        # tiles of 5,376, so 19 blocks; four passes; 400,128 B of alternate keys (rounded),
+        # 800,000 of alternate values
+        (100_000, (9, 0), 4 * 2048 + 19 * 1024 + 400_128 + 800_000 + 256 + 255),
+        # Policy800's 17 scaled to 8: tiles of 3,072, 33 blocks
+        (100_000, (8, 0), 4 * 2048 + 33 * 1024 + 400_128 + 800_000 + 256 + 255),
+        (2304, (8, 0), 1),
+    ],
+)
+def test_four_byte_keys_beside_eight_byte_values(
+    items: int, capability: tuple[int, int], expected: int
+) -> None:
+    """``sort``'s keys (float32, int32) beside their int64 positions, on all 32 bits."""
+    assert radix_sort_pairs(items, 32, capability, key_bytes=4) == expected
+
+
+def test_keys_of_two_bytes_are_not_derived() -> None:
+    """Half and bfloat16 keys: ``Policy800`` sorts them in passes sized by occupancy, later
+    policies by a small-key table not kept here; no guess."""
+    assert radix_sort_pairs(100_000, 16, (8, 0), key_bytes=2) is None
+    assert radix_sort_pairs(100_000, 16, (9, 0), key_bytes=2) is None
