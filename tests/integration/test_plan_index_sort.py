@@ -182,3 +182,44 @@ def test_a_long_rows_sort_takes_its_positions_and_cubs_storage(tmp_path: Path, c
     done = plan(tmp_path, "--device-capability", capability, "train.py", *arguments.split())
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0]) == expected
+
+
+ROWS = """
+import json, sys
+import torch
+rows, n = int(sys.argv[1]), int(sys.argv[2])
+x = torch.randn(rows, n, device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=100000)
+v, i = torch.sort(x)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]))
+"""
+
+ROW_SORTS = {
+    # fewer than 128 rows, sorted whole: two arrays of (position, row) pairs (320,000 B each),
+    # the sorted keys (160,000), CUB's storage for float32 keys beside the pairs (8 tiles of
+    # 5,376, four passes: 496,895 B), then for the pairs as 8-byte keys on the rows' 2 bits
+    # (7 tiles of 5,760, one pass: 9,727 B)
+    "4-rows": (
+        "4 10000",
+        "a160000 a320000 a320000 a320000 a160000 a496895 f496895 f160000 a9727 f9727 f320000 "
+        "f320000",
+    ),
+    # 128 rows or more: the positions (8,000,000 B), then CUB's segmented sort's alternate
+    # keys and values (4,000,000 + 8,000,000 + 255 B)
+    "200-rows": ("200 5000", "a4000000 a8000000 a8000000 a12000255 f12000255 f8000000"),
+}
+
+
+@pytest.mark.parametrize("case", list(ROW_SORTS))
+def test_rows_sorted_together_take_cubs_storage_by_how_many_they_are(
+    tmp_path: Path, case: str
+) -> None:
+    """``sort`` of several rows longer than 4,096: a whole sort of values and row ids for
+    fewer than 128 rows, CUB's segmented sort for more, each with its own blocks."""
+    arguments, expected = ROW_SORTS[case]
+    script(tmp_path, ROWS)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py", *arguments.split())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == expected.split()

@@ -8,9 +8,10 @@ built with; their tuning for the sorts below is the same. CUB's temporaries are 
 one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
 plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
 
-Only ``DeviceRadixSort::SortPairs`` is sized here, for 4- and 8-byte keys beside 8-byte
-values and 64-bit offsets (``radix_sort_pairs`` is called with an ``int64_t`` count): the sort
-``index_put_with_sort_kernel`` makes of its linear index, and ``sort``'s of one long row. Its
+Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values,
+``SortKeys`` for 8-byte keys, both with 64-bit offsets (torch passes an ``int64_t`` count),
+and ``DeviceSegmentedRadixSort::SortPairs``: the sort ``index_put_with_sort_kernel`` makes of
+its linear index, and ``sort``'s of long rows. Its
 tuning depends on the policy the device's architecture selects (``ChainedPolicy``: the newest
 policy not newer than the architecture the kernels were compiled for), so the size is given
 for capability 7.0 and up; before that it is not derived here (:data:`None`).
@@ -39,19 +40,22 @@ class RadixPolicy(NamedTuple):
     single_tile: tuple[int, int]
     onesweep_threads: int
     onesweep_items: dict[int, int]
+    keys_only_items: int
+    """Onesweep items per thread sorting 8-byte keys alone."""
 
 
 POLICIES: dict[int, RadixPolicy] = {
-    700: RadixPolicy((256, 19), 256, {4: 23, 8: 23}),
-    800: RadixPolicy((256, 19), 384, {4: 17, 8: 21}),
-    900: RadixPolicy((256, 19), 384, {4: 29, 8: 24}),
-    1000: RadixPolicy((256, 19), 384, {4: 29, 8: 24}),
+    700: RadixPolicy((256, 19), 256, {4: 23, 8: 23}, 23),
+    800: RadixPolicy((256, 19), 384, {4: 17, 8: 21}, 21),
+    900: RadixPolicy((256, 19), 384, {4: 29, 8: 24}, 30),
+    1000: RadixPolicy((256, 19), 384, {4: 29, 8: 24}, 30),
 }
 """``policy_hub<KeyT, ValueT, OffsetT>``'s policies by the architecture they start at, for
 8-byte values (``Policy700``: onesweep 256 threads of ``sizeof(KeyT) == 4 && sizeof(ValueT) ==
 4 ? 46 : 23``; ``Policy800``: 384 of ``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 :
 21``; ``Policy900`` and ``Policy1000``: 384 of ``OnesweepPolicyKey32``'s ``OFFSET_64BIT ? 29 :
-30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``; every one's
+30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``, keys alone having a
+one-byte ``NullType`` for values; every one's
 ``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are not here: ``Policy800``
 sorts them in upsweep and downsweep passes whose temporary storage follows the occupancy the
 driver reports, and later policies by a small-key tuning table."""
@@ -84,18 +88,36 @@ def num_bits(max_key: int) -> int:
     return max(1, max_key.bit_length())
 
 
+def _onesweep(items: int, end_bit: int, tile: int, key_bytes: int, value_bytes: int) -> int:
+    """``InvokeOnesweep``'s storage for ``items`` in tiles of ``tile``: per pass a histogram
+    of 256 64-bit bins, per tile-block a lookback row of 256 ``int`` counts, the alternate keys
+    and values where more than one pass runs, and a counter per pass."""
+    portion = PORTION_SIZE_LIMIT // tile * tile
+    passes = -(-end_bit // ONESWEEP_RADIX_BITS)
+    portions = -(-items // portion)
+    blocks = -(-min(items, portion) // tile)
+    digits = 1 << ONESWEEP_RADIX_BITS
+    several = passes > 1
+    return aliased(
+        [
+            portions * passes * digits * 8,
+            blocks * digits * 4,
+            items * key_bytes if several else 0,
+            items * value_bytes if several else 0,
+            portions * passes * 4,
+        ]
+    )
+
+
 def radix_sort_pairs(
     items: int, end_bit: int, capability: tuple[int, int], key_bytes: int = 8
 ) -> int | None:
     """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
     ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
     (torch passes separate input and output arrays, so CUB holds the alternate keys and values
-    itself), on a device of ``capability``; None where the policy is not known here.
-
-    One tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run
-    the onesweep passes: per pass a histogram of 256 64-bit bins, per tile-block a lookback
-    row of 256 ``int`` counts, the alternate keys and values where more than one pass runs, and
-    a counter per pass."""
+    itself), on a device of ``capability``; None where the policy is not known here. One
+    tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run the
+    onesweep passes (:func:`_onesweep`)."""
     policy = _policy(capability)
     if policy is None or key_bytes not in policy.onesweep_items:
         return None
@@ -108,19 +130,27 @@ def radix_sort_pairs(
     threads, per_thread = _scaled(
         policy.onesweep_threads, policy.onesweep_items[key_bytes], dominant
     )
-    tile = threads * per_thread
-    portion = PORTION_SIZE_LIMIT // tile * tile
-    passes = -(-end_bit // ONESWEEP_RADIX_BITS)
-    portions = -(-items // portion)
-    blocks = -(-min(items, portion) // tile)
-    digits = 1 << ONESWEEP_RADIX_BITS
-    several = passes > 1
-    return aliased(
-        [
-            portions * passes * digits * 8,
-            blocks * digits * 4,
-            items * key_bytes if several else 0,
-            items * 8 if several else 0,
-            portions * passes * 4,
-        ]
-    )
+    return _onesweep(items, end_bit, threads * per_thread, key_bytes, 8)
+
+
+def radix_sort_keys(items: int, end_bit: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortKeys``' temporary storage for ``items`` 8-byte keys
+    alone sorted on bits 0 to ``end_bit``, not double-buffered; None where the policy is not
+    known here."""
+    policy = _policy(capability)
+    if policy is None:
+        return None
+    if items == 0:
+        return 1
+    threads, per_thread = _scaled(*policy.single_tile, 8)
+    if items <= threads * per_thread:
+        return 1
+    threads, per_thread = _scaled(policy.onesweep_threads, policy.keys_only_items, 8)
+    return _onesweep(items, end_bit, threads * per_thread, 8, 0)
+
+
+def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
+    """Bytes of ``DeviceSegmentedRadixSort::SortPairs``' temporary storage for ``items`` keys
+    of ``key_bytes`` beside 8-byte values, not double-buffered: the alternate keys and values
+    alone (``DispatchSegmentedRadixSort::InvokePasses``), whatever the architecture."""
+    return aliased([items * key_bytes, items * 8]) if items else 1

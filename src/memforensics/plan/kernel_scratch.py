@@ -172,6 +172,53 @@ class SortedIndexing(NamedTuple):
         )
 
 
+def _sort_scratch(
+    malloc: Callable[[int], Any],
+    free: Callable[[Any], None],
+    rows: int,
+    length: int,
+    key: int,
+    capability: tuple[int, int],
+) -> None:
+    """``launch_stable_sort_kernel``'s blocks for ``rows`` rows of ``length`` keys of ``key``
+    bytes (:mod:`~memforensics.plan.cub_storage` sizes CUB's storage, where it can):
+
+    - one row, or rows of :data:`LARGE_SEGMENT` or more (``segmented_sort_large_segments``):
+      the positions ``0 … n-1`` (8 B each, a ``DeviceArray``), then per row CUB's radix-sort
+      storage for the row's keys beside them, on every bit of the key;
+    - fewer than 128 rows (``segmented_sort_pairs_by_full_sort``): each element's position and
+      row (8 B, ``int2``) and a second array of them, the sorted keys ``radix_sort_pairs``
+      makes for itself (its ``keys_out`` is null) and CUB's storage for the keys beside the
+      pairs, then, those keys freed, CUB's storage for sorting the pairs as 8-byte keys on the
+      row's bits (``segment_bits``);
+    - more rows (``segmented_sort_pairs``): the positions of every element (8 B each), then
+      CUB's segmented radix sort's storage (its alternate keys and values).
+
+    Each is freed as its sort returns, the rest as the kernel returns."""
+    count = rows * length
+    if rows == 1 or length >= LARGE_SEGMENT:
+        storage = cub_storage.radix_sort_pairs(length, 8 * key, capability, key)
+        positions = malloc(length * _INDEX)
+        for _ in range(rows if storage is not None else 0):
+            free(malloc(storage or 1))
+        free(positions)
+    elif rows < 128:
+        pairs = cub_storage.radix_sort_pairs(count, 8 * key, capability, key)
+        keys = cub_storage.radix_sort_keys(count, (rows - 1).bit_length(), capability)
+        first, second, sorted_keys = malloc(count * 8), malloc(count * 8), malloc(count * key)
+        if pairs is not None:
+            free(malloc(pairs))
+        free(sorted_keys)
+        if keys is not None:
+            free(malloc(keys))
+        free(second)
+        free(first)
+    else:
+        positions = malloc(count * _INDEX)
+        free(malloc(cub_storage.segmented_radix_sort_pairs(count, key)))
+        free(positions)
+
+
 class KernelScratch:
     """The scratch of CUDA kernels whose ``meta`` forms make only their outputs, taken from and
     given back to the planned device through ``malloc`` and ``free``."""
@@ -264,14 +311,8 @@ class KernelScratch:
     def sort(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``sort_cuda_kernel``'s scratch (``aten/src/ATen/native/cuda/Sort.cpp``,
         ``SortStable.cu``) for a contiguous input sorted along its last dimension, longer than
-        :data:`SMALL_SORT`, one row at a time (``segmented_sort_large_segments``: one row, or
-        rows of :data:`LARGE_SEGMENT` or more): the positions ``0 … n-1`` (8 B each, a
-        ``DeviceArray``), then per row CUB's radix-sort storage for the row's keys beside those
-        positions (:func:`~memforensics.plan.cub_storage.radix_sort_pairs`, every bit of the
-        key), taken and freed; the positions freed as it returns. Several shorter rows (sorted
-        together by a full sort, or by CUB's segmented sort), an input that is not contiguous
-        along the sorted dimension, and the storage for keys of one or two bytes are not
-        made."""
+        :data:`SMALL_SORT`, after the values and indices, by ``launch_stable_sort_kernel``'s
+        three ways (:func:`_sort_scratch`)."""
         target = args[0]
         dim = args[1] if func is SORT and len(args) > 1 else kwargs.get("dim", -1)
         if not (isinstance(target, torch.Tensor) and target.is_meta and target.dim() > 0):
@@ -279,15 +320,10 @@ class KernelScratch:
         length, count = target.shape[dim], target.numel()
         if length <= SMALL_SORT or count > 2**31 - 1 or not target.is_contiguous():
             return
-        rows = count // length
-        if target.stride(dim) != 1 or (rows != 1 and length < LARGE_SEGMENT):
+        if target.stride(dim) != 1:
             return
-        key = target.element_size()
-        storage = cub_storage.radix_sort_pairs(length, 8 * key, self._capability, key)
-        positions = self._malloc(length * _INDEX)
-        for _ in range(rows if storage is not None else 0):
-            self._free(self._malloc(storage or 1))
-        self._free(positions)
+        _sort_scratch(self._malloc, self._free, count // length, length,
+                      target.element_size(), self._capability)  # fmt: skip
 
     def _flash(self, args: tuple[Any, ...]) -> None:
         """``mha_bwd``'s row sums and accumulator, and with grouped keys and values their

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from memforensics.plan.cub_storage import aliased, num_bits, radix_sort_pairs
+from memforensics.plan.cub_storage import (
+    aliased,
+    num_bits,
+    radix_sort_keys,
+    radix_sort_pairs,
+    segmented_radix_sort_pairs,
+)
 
 
 @pytest.mark.parametrize(
@@ -75,3 +81,18 @@ def test_keys_of_two_bytes_are_not_derived() -> None:
     policies by a small-key table not kept here; no guess."""
     assert radix_sort_pairs(100_000, 16, (8, 0), key_bytes=2) is None
     assert radix_sort_pairs(100_000, 16, (9, 0), key_bytes=2) is None
+
+
+def test_keys_alone_sort_in_wider_tiles() -> None:
+    """``SortKeys`` of 8-byte keys: 384 threads of 30 scaled to 15 on 9.0 (tiles of 5,760),
+    of 21 scaled to 10 on 8.0 (3,840); one pass holds no alternate keys."""
+    assert radix_sort_keys(40_000, 2, (9, 0)) == 2048 + 7 * 1024 + 256 + 255
+    assert radix_sort_keys(40_000, 2, (8, 0)) == 2048 + 11 * 1024 + 256 + 255
+    assert radix_sort_keys(2304, 2, (8, 0)) == 1
+
+
+def test_a_segmented_sort_holds_the_alternate_keys_and_values_alone() -> None:
+    """``DeviceSegmentedRadixSort::SortPairs``: the alternate keys and values, rounded, plus
+    255 B, on every architecture and for keys of any size."""
+    assert segmented_radix_sort_pairs(1_000_000, 4) == 4_000_000 + 8_000_000 + 255
+    assert segmented_radix_sort_pairs(1000, 2) == 2048 + 8192 + 255
