@@ -3,8 +3,9 @@
 copies, row sums and accumulators, memory-efficient attention's output accumulator (heads above
 128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
 norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
-``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward). Each is
-taken where the CUDA kernel takes it and freed as it returns; the sizes are
+``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
+row's ``sort``'s positions or pairs and CUB's storage. Each is taken where the CUDA kernel
+takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
