@@ -907,7 +907,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
         of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
-        attention kernel's own scratch (:mod:`~memforensics.plan.kernel_scratch`)."""
+        attention kernel's own scratch, an accumulating ``index_put_``'s sort and a long
+        row's (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
         if (
             made
@@ -931,6 +932,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._staging(func, args, kwargs, out)
         elif func in kernel_scratch.KERNELS:
             self.kernel_scratch.after(func, args)
+        elif func in kernel_scratch.INDEX_PUTS:
+            self.kernel_scratch.index_put(args, kwargs)
+        elif func in kernel_scratch.SORTS:
+            self.kernel_scratch.sort(func, args, kwargs)
         for block in reversed(copies):
             self.device.free(block)
 

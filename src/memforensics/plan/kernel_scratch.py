@@ -2,19 +2,22 @@
 ``meta`` forms never make: cuDNN attention's graph workspaces, flash attention's contiguous
 copies, row sums and accumulators, memory-efficient attention's output accumulator (heads above
 128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
-norms (``clip_grad_norm_``'s). Each is taken where the CUDA kernel takes it and freed as it
-returns; the sizes are :mod:`~memforensics.plan.scratch`'s.
+norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
+``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
+row's ``sort``'s positions or pairs and CUB's storage. Each is taken where the CUDA kernel
+takes it and freed as it returns; the sizes are
+:mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from memforensics.plan import attention, inplace, scratch
+from memforensics.plan import attention, cub_storage, inplace, scratch
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
@@ -25,6 +28,25 @@ FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
 _FAST_NORMS = (1.0, 2.0, math.inf)
 """The orders ``foreach_tensor_norm_cuda`` computes with its own kernel (``use_slowpath``); any
 other is a ``linalg_vector_norm`` per tensor."""
+INDEX_PUTS = frozenset(
+    (
+        torch.ops.aten.index_put_.default,
+        torch.ops.aten.index_put.default,
+        torch.ops.aten._index_put_impl_.default,
+    )
+)
+"""The operators ``_index_put_impl_`` runs, which sort their indices on CUDA where they
+accumulate (:class:`SortedIndexing`)."""
+SORT = torch.ops.aten.sort.default
+SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
+"""``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB
+(:meth:`KernelScratch.sort`)."""
+SMALL_SORT = 4096
+"""``should_use_small_sort``: rows this long or shorter sort in place, without scratch."""
+LARGE_SEGMENT = 1_000_000
+"""Rows this long sort one at a time whatever their number (``launch_stable_sort_kernel``)."""
+_INDEX = 8
+"""Bytes of an ``int64`` index, the type every index vector of the sort is made in."""
 KERNELS = frozenset(
     (FLASH_BACKWARD, EFFICIENT_FORWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD)
 )
@@ -56,6 +78,146 @@ def _foreach_norm_partials(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int
     out = dtype if isinstance(dtype, torch.dtype) else first
     opmath = 8 if out == torch.float64 else 4
     return scratch.foreach_norm_partials([t.numel() for t in tensors], opmath)
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape ``expand_outplace`` gives index tensors of ``shapes``."""
+    rank = max(len(shape) for shape in shapes)
+    out = [1] * rank
+    for shape in shapes:
+        for d, size in enumerate(shape, start=rank - len(shape)):
+            out[d] = size if out[d] == 1 else out[d]
+    return tuple(out)
+
+
+class SortedIndexing(NamedTuple):
+    """What ``index_put_with_sort_kernel`` (``aten/src/ATen/native/cuda/Indexing.cu``) takes,
+    which ``_index_put_impl_`` runs on CUDA where it accumulates, or under deterministic
+    algorithms for more than one value (``TensorAdvancedIndexing.cpp``):
+
+    - a contiguous copy of a non-contiguous ``self`` (``self_``), held to the end;
+    - each ``int32`` index made ``int64`` (``makeLinearIndex``), held while the linear index is
+      computed;
+    - per indexed dimension (``computeLinearIndex``), over the broadcast indices: the
+      index wrapped by ``remainder`` and that times the dimension's stride, the first freed at
+      once; the first dimension's product is the linear index, each later one is added into it
+      and freed (an index on the host is wrapped there and only its product copied over);
+    - the values made contiguous where their broadcast to the indexed shape is not;
+    - where the indexed dimensions are not adjacent, ``self`` transposed to bring them to the
+      front and made contiguous (``src_``);
+    - the sorted indices, their original positions and an ``arange``, 8 B each per index, and
+      CUB's radix sort's temporary storage (:func:`~memforensics.plan.cub_storage.
+      radix_sort_pairs`) on the bits of ``self``'s largest slice index.
+
+    Boolean masks (their ``nonzero``, whose size is the data's) are not sized, nor the range
+    check of a forward ``index_put_`` (``aminmax`` and two asserts on scalars)."""
+
+    indices: int
+    """Indices after broadcasting."""
+    self_copy: int
+    widened: tuple[int, ...]
+    dimensions: tuple[bool, ...]
+    """Per indexed dimension, whether its index is on the device (wrapped there)."""
+    value_copy: int
+    permuted_copy: int
+    slice_size: int
+    """Elements each index selects (``nElemAfter``)."""
+    largest_slice: int
+    """``largestIndex(self_) / sliceSize``, the largest key the sort sees."""
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SortedIndexing | None:
+        """The scratch of ``_index_put_impl_``'s arguments on stand-ins, or None where it does
+        not sort (no accumulation, one value) or is not sized here."""
+        target, indices, values = args[0], args[1], args[2]
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if not (isinstance(target, torch.Tensor) and target.is_meta):
+            return None
+        if not accumulate and not (
+            torch.are_deterministic_algorithms_enabled()
+            and isinstance(values, torch.Tensor)
+            and values.numel() > 1
+        ):
+            return None
+        placed = list(indices) + [None] * (target.dim() - len(indices))
+        defined = [i for i in placed if isinstance(i, torch.Tensor)]
+        if not defined or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+            return None
+        shape = _broadcast([tuple(i.shape) for i in defined])
+        taken = [d for d, index in enumerate(placed) if index is not None]
+        together = taken == list(range(taken[0], taken[-1] + 1))
+        rest = [s for d, s in enumerate(target.shape) if d not in taken]
+        before = list(target.shape[: taken[0]]) if together else []
+        after = list(target.shape[taken[-1] + 1 :]) if together else rest
+        value_shape = [*before, *shape, *after]
+        value_copy = 0
+        if (
+            isinstance(values, torch.Tensor)
+            and values.is_meta
+            and not values.expand(value_shape).is_contiguous()
+        ):
+            value_copy = math.prod(value_shape) * values.element_size()
+        size = target.numel() * target.element_size()
+        slice_size = math.prod(after)
+        return cls(
+            indices=math.prod(shape),
+            self_copy=0 if target.is_contiguous() else size,
+            widened=tuple(
+                i.numel() * _INDEX for i in defined if i.is_meta and i.dtype == torch.int32
+            ),
+            dimensions=tuple(i.is_meta for i in defined),
+            value_copy=value_copy,
+            permuted_copy=0 if together else size,
+            slice_size=slice_size,
+            largest_slice=max(target.numel() - 1, 0) // slice_size if slice_size else 0,
+        )
+
+
+def _sort_scratch(
+    malloc: Callable[[int], Any],
+    free: Callable[[Any], None],
+    rows: int,
+    length: int,
+    key: int,
+    capability: tuple[int, int],
+) -> None:
+    """``launch_stable_sort_kernel``'s blocks for ``rows`` rows of ``length`` keys of ``key``
+    bytes (:mod:`~memforensics.plan.cub_storage` sizes CUB's storage, where it can):
+
+    - one row, or rows of :data:`LARGE_SEGMENT` or more (``segmented_sort_large_segments``):
+      the positions ``0 … n-1`` (8 B each, a ``DeviceArray``), then per row CUB's radix-sort
+      storage for the row's keys beside them, on every bit of the key;
+    - fewer than 128 rows (``segmented_sort_pairs_by_full_sort``): each element's position and
+      row (8 B, ``int2``) and a second array of them, the sorted keys ``radix_sort_pairs``
+      makes for itself (its ``keys_out`` is null) and CUB's storage for the keys beside the
+      pairs, then, those keys freed, CUB's storage for sorting the pairs as 8-byte keys on the
+      row's bits (``segment_bits``);
+    - more rows (``segmented_sort_pairs``): the positions of every element (8 B each), then
+      CUB's segmented radix sort's storage (its alternate keys and values).
+
+    Each is freed as its sort returns, the rest as the kernel returns."""
+    count = rows * length
+    if rows == 1 or length >= LARGE_SEGMENT:
+        storage = cub_storage.radix_sort_pairs(length, 8 * key, capability, key)
+        positions = malloc(length * _INDEX)
+        for _ in range(rows if storage is not None else 0):
+            free(malloc(storage or 1))
+        free(positions)
+    elif rows < 128:
+        pairs = cub_storage.radix_sort_pairs(count, 8 * key, capability, key)
+        keys = cub_storage.radix_sort_keys(count, (rows - 1).bit_length(), capability)
+        first, second, sorted_keys = malloc(count * 8), malloc(count * 8), malloc(count * key)
+        if pairs is not None:
+            free(malloc(pairs))
+        free(sorted_keys)
+        if keys is not None:
+            free(malloc(keys))
+        free(second)
+        free(first)
+    else:
+        positions = malloc(count * _INDEX)
+        free(malloc(cub_storage.segmented_radix_sort_pairs(count, key)))
+        free(positions)
 
 
 class KernelScratch:
@@ -107,6 +269,62 @@ class KernelScratch:
             self._efficient(args)
         elif func in (CUDNN_FORWARD, CUDNN_BACKWARD):
             self._cudnn(func, args)
+
+    def index_put(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``index_put_with_sort_kernel``'s scratch, in its order (:class:`SortedIndexing`):
+        the copies held to the end, the linear index computed dimension by dimension, the sort's
+        vectors and CUB's temporary storage, freed as the sort returns; the rest freed as the
+        kernel returns, the linear index last but ``self``'s copy."""
+        found = SortedIndexing.of(args, kwargs)
+        if found is None:
+            return
+        count = found.indices
+        held = [self._malloc(found.self_copy)] if found.self_copy else []
+        widened = [self._malloc(n) for n in found.widened]
+        linear = None
+        for on_device in found.dimensions:
+            wrapped = self._malloc(count * _INDEX) if on_device else None
+            product = self._malloc(count * _INDEX)
+            if wrapped is not None:
+                self._free(wrapped)
+            if linear is None:
+                linear = product
+            else:
+                self._free(product)
+        for block in widened:
+            self._free(block)
+        held.append(linear)
+        if found.value_copy:
+            held.append(self._malloc(found.value_copy))
+        if count and found.slice_size:
+            sort = [self._malloc(found.permuted_copy)] if found.permuted_copy else []
+            sort += [self._malloc(count * _INDEX) for _ in range(3)]
+            storage = cub_storage.radix_sort_pairs(
+                count, cub_storage.num_bits(found.largest_slice), self._capability
+            )
+            if storage is not None:
+                self._free(self._malloc(storage))
+            for block in reversed(sort):
+                self._free(block)
+        for block in reversed(held):
+            self._free(block)
+
+    def sort(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``sort_cuda_kernel``'s scratch (``aten/src/ATen/native/cuda/Sort.cpp``,
+        ``SortStable.cu``) for a contiguous input sorted along its last dimension, longer than
+        :data:`SMALL_SORT`, after the values and indices, by ``launch_stable_sort_kernel``'s
+        three ways (:func:`_sort_scratch`)."""
+        target = args[0]
+        dim = args[1] if func is SORT and len(args) > 1 else kwargs.get("dim", -1)
+        if not (isinstance(target, torch.Tensor) and target.is_meta and target.dim() > 0):
+            return
+        length, count = target.shape[dim], target.numel()
+        if length <= SMALL_SORT or count > 2**31 - 1 or not target.is_contiguous():
+            return
+        if target.stride(dim) != 1:
+            return
+        _sort_scratch(self._malloc, self._free, count // length, length,
+                      target.element_size(), self._capability)  # fmt: skip
 
     def _flash(self, args: tuple[Any, ...]) -> None:
         """``mha_bwd``'s row sums and accumulator, and with grouped keys and values their

@@ -1,0 +1,156 @@
+"""CUB's temporary storage: the block a CUB device algorithm asks PyTorch's caching allocator
+for through ``CUB_WRAPPER`` (``aten/src/ATen/cuda/cub.cuh``), which calls the algorithm once to
+size it, allocates it and calls again; it is freed as the wrapper returns.
+
+The sizes follow CCCL 2.8 and 3.0 (``cub/device/dispatch/dispatch_radix_sort.cuh``,
+``tuning/tuning_radix_sort.cuh``), the CUB of the CUDA 12.9 and 13.0 toolkits torch 2.13 is
+built with; their tuning for the sorts below is the same. CUB's temporaries are carved out of
+one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
+plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
+
+Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values,
+``SortKeys`` for 8-byte keys, both with 64-bit offsets (torch passes an ``int64_t`` count),
+and ``DeviceSegmentedRadixSort::SortPairs``: the sort ``index_put_with_sort_kernel`` makes of
+its linear index, and ``sort``'s of long rows. Its
+tuning depends on the policy the device's architecture selects (``ChainedPolicy``: the newest
+policy not newer than the architecture the kernels were compiled for), so the size is given
+for capability 7.0 and up; before that it is not derived here (:data:`None`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ALIGN = 256
+"""``AliasTemporaries``' alignment of each temporary (``ALIGN_BYTES``)."""
+MAX_SMEM_PER_BLOCK = 48 * 1024
+"""``cub::detail::max_smem_per_block``, which bounds the threads ``RegBoundScaling`` keeps."""
+ONESWEEP_RADIX_BITS = 8
+"""Bits a onesweep pass sorts on, in every policy here."""
+PORTION_SIZE_LIMIT = (1 << 28) - 1
+"""The items a onesweep portion holds at most, rounded down to whole tiles."""
+
+
+class RadixPolicy(NamedTuple):
+    """A radix-sort tuning policy's nominal 4-byte shapes for 8-byte values with 64-bit
+    offsets, before ``RegBoundScaling`` scales them to the dominant type's size: the
+    single-tile kernel's (threads, items per thread), the onesweep kernel's threads, and its
+    items per thread by the key's size."""
+
+    single_tile: tuple[int, int]
+    onesweep_threads: int
+    onesweep_items: dict[int, int]
+    keys_only_items: int
+    """Onesweep items per thread sorting 8-byte keys alone."""
+
+
+POLICIES: dict[int, RadixPolicy] = {
+    700: RadixPolicy((256, 19), 256, {4: 23, 8: 23}, 23),
+    800: RadixPolicy((256, 19), 384, {4: 17, 8: 21}, 21),
+    900: RadixPolicy((256, 19), 384, {4: 29, 8: 24}, 30),
+    1000: RadixPolicy((256, 19), 384, {4: 29, 8: 24}, 30),
+}
+"""``policy_hub<KeyT, ValueT, OffsetT>``'s policies by the architecture they start at, for
+8-byte values (``Policy700``: onesweep 256 threads of ``sizeof(KeyT) == 4 && sizeof(ValueT) ==
+4 ? 46 : 23``; ``Policy800``: 384 of ``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 :
+21``; ``Policy900`` and ``Policy1000``: 384 of ``OnesweepPolicyKey32``'s ``OFFSET_64BIT ? 29 :
+30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``, keys alone having a
+one-byte ``NullType`` for values; every one's
+``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are not here: ``Policy800``
+sorts them in upsweep and downsweep passes whose temporary storage follows the occupancy the
+driver reports, and later policies by a small-key tuning table."""
+
+
+def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
+    """The policy a device of ``capability`` runs, or None before 7.0."""
+    arch = capability[0] * 100 + capability[1] * 10
+    chosen = [start for start in POLICIES if start <= arch]
+    return POLICIES[max(chosen)] if chosen else None
+
+
+def _scaled(threads: int, items: int, dominant: int) -> tuple[int, int]:
+    """``RegBoundScaling``: items per thread scaled from 4-byte to ``dominant``-byte elements,
+    threads bounded by the shared memory a block may hold."""
+    scaled_items = max(1, items * 4 // max(4, dominant))
+    bound = (MAX_SMEM_PER_BLOCK // (dominant * scaled_items) + 31) // 32 * 32
+    return min(threads, bound), scaled_items
+
+
+def aliased(sizes: list[int]) -> int:
+    """``AliasTemporaries``' block for temporaries of ``sizes``: each rounded up to
+    :data:`ALIGN`, plus ``ALIGN - 1`` to align the start."""
+    return sum((size + ALIGN - 1) // ALIGN * ALIGN for size in sizes) + ALIGN - 1
+
+
+def num_bits(max_key: int) -> int:
+    """``get_num_bits`` (``cub.cuh``): the bits a sort of keys from 0 to ``max_key`` sorts on,
+    at least 1."""
+    return max(1, max_key.bit_length())
+
+
+def _onesweep(items: int, end_bit: int, tile: int, key_bytes: int, value_bytes: int) -> int:
+    """``InvokeOnesweep``'s storage for ``items`` in tiles of ``tile``: per pass a histogram
+    of 256 64-bit bins, per tile-block a lookback row of 256 ``int`` counts, the alternate keys
+    and values where more than one pass runs, and a counter per pass."""
+    portion = PORTION_SIZE_LIMIT // tile * tile
+    passes = -(-end_bit // ONESWEEP_RADIX_BITS)
+    portions = -(-items // portion)
+    blocks = -(-min(items, portion) // tile)
+    digits = 1 << ONESWEEP_RADIX_BITS
+    several = passes > 1
+    return aliased(
+        [
+            portions * passes * digits * 8,
+            blocks * digits * 4,
+            items * key_bytes if several else 0,
+            items * value_bytes if several else 0,
+            portions * passes * 4,
+        ]
+    )
+
+
+def radix_sort_pairs(
+    items: int, end_bit: int, capability: tuple[int, int], key_bytes: int = 8
+) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
+    ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
+    (torch passes separate input and output arrays, so CUB holds the alternate keys and values
+    itself), on a device of ``capability``; None where the policy is not known here. One
+    tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run the
+    onesweep passes (:func:`_onesweep`)."""
+    policy = _policy(capability)
+    if policy is None or key_bytes not in policy.onesweep_items:
+        return None
+    if items == 0:
+        return 1
+    dominant = max(key_bytes, 8)
+    threads, per_thread = _scaled(*policy.single_tile, dominant)
+    if items <= threads * per_thread:
+        return 1
+    threads, per_thread = _scaled(
+        policy.onesweep_threads, policy.onesweep_items[key_bytes], dominant
+    )
+    return _onesweep(items, end_bit, threads * per_thread, key_bytes, 8)
+
+
+def radix_sort_keys(items: int, end_bit: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortKeys``' temporary storage for ``items`` 8-byte keys
+    alone sorted on bits 0 to ``end_bit``, not double-buffered; None where the policy is not
+    known here."""
+    policy = _policy(capability)
+    if policy is None:
+        return None
+    if items == 0:
+        return 1
+    threads, per_thread = _scaled(*policy.single_tile, 8)
+    if items <= threads * per_thread:
+        return 1
+    threads, per_thread = _scaled(policy.onesweep_threads, policy.keys_only_items, 8)
+    return _onesweep(items, end_bit, threads * per_thread, 8, 0)
+
+
+def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
+    """Bytes of ``DeviceSegmentedRadixSort::SortPairs``' temporary storage for ``items`` keys
+    of ``key_bytes`` beside 8-byte values, not double-buffered: the alternate keys and values
+    alone (``DispatchSegmentedRadixSort::InvokePasses``), whatever the architecture."""
+    return aliased([items * key_bytes, items * 8]) if items else 1

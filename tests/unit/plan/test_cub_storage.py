@@ -1,0 +1,98 @@
+"""CUB's radix-sort temporary storage for 8-byte keys and values (``index_put_with_sort_kernel``'s
+sort), from CCCL's ``dispatch_radix_sort.cuh`` and its tuning policies; 138,751 B and 1 B are
+real GPUs' figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from memforensics.plan.cub_storage import (
+    aliased,
+    num_bits,
+    radix_sort_keys,
+    radix_sort_pairs,
+    segmented_radix_sort_pairs,
+)
+
+
+@pytest.mark.parametrize(
+    ("items", "end_bit", "capability", "expected"),
+    [
+        # the shared LM workload's 8,192 ids, 14 bits: two passes, three 3,840-id tiles (real)
+        (8192, 14, (8, 0), 138_751),
+        # an 8.6 or 8.9 part runs the 8.0 policy
+        (8192, 14, (8, 9), 138_751),
+        # Policy900's tiles of 4,608: two blocks of lookback
+        (8192, 14, (9, 0), 137_727),
+        (8192, 14, (12, 0), 137_727),
+        # Policy700's tiles of 2,816: three blocks
+        (8192, 14, (7, 5), 138_751),
+        # one pass (8 bits): no alternate keys or values
+        (8192, 8, (8, 0), 2048 + 3072 + 256 + 255),
+        # one tile of 2,304 sorts in a single block and takes none (the 2.7B step's 512, real)
+        (512, 20, (9, 0), 1),
+        (2304, 20, (9, 0), 1),
+        (2305, 20, (9, 0), 3 * 2048 + 1024 + 2 * 18_688 + 256 + 255),
+    ],
+)
+def test_radix_sort_pairs_storage_is_cubs(
+    items: int, end_bit: int, capability: tuple[int, int], expected: int
+) -> None:
+    """The bytes ``DeviceRadixSort::SortPairs`` asks for, by policy, passes and tiles."""
+    assert radix_sort_pairs(items, end_bit, capability) == expected
+
+
+def test_before_volta_the_policy_is_not_derived() -> None:
+    """Capabilities older than the 7.0 policy are not sized (no guess)."""
+    assert radix_sort_pairs(8192, 14, (6, 1)) is None
+
+
+def test_temporaries_are_aligned_to_256_bytes_plus_the_start() -> None:
+    """``AliasTemporaries``: each temporary rounded up to 256 B, 255 B to align the start."""
+    assert aliased([1, 0, 256, 257]) == 256 + 256 + 512 + 255
+
+
+def test_the_sort_covers_the_bits_of_its_largest_key() -> None:
+    """``get_num_bits``: at least one bit; 9,999 rows take 14."""
+    assert [num_bits(n) for n in (0, 1, 2, 3, 4, 9999)] == [1, 1, 2, 2, 3, 14]
+
+
+@pytest.mark.parametrize(
+    ("items", "capability", "expected"),
+    [
+        # Policy900's OnesweepPolicyKey32 beside 8-byte values: 384 threads of 29 scaled to 14,
+        # tiles of 5,376, so 19 blocks; four passes; 400,128 B of alternate keys (rounded),
+        # 800,000 of alternate values
+        (100_000, (9, 0), 4 * 2048 + 19 * 1024 + 400_128 + 800_000 + 256 + 255),
+        # Policy800's 17 scaled to 8: tiles of 3,072, 33 blocks
+        (100_000, (8, 0), 4 * 2048 + 33 * 1024 + 400_128 + 800_000 + 256 + 255),
+        (2304, (8, 0), 1),
+    ],
+)
+def test_four_byte_keys_beside_eight_byte_values(
+    items: int, capability: tuple[int, int], expected: int
+) -> None:
+    """``sort``'s keys (float32, int32) beside their int64 positions, on all 32 bits."""
+    assert radix_sort_pairs(items, 32, capability, key_bytes=4) == expected
+
+
+def test_keys_of_two_bytes_are_not_derived() -> None:
+    """Half and bfloat16 keys: ``Policy800`` sorts them in passes sized by occupancy, later
+    policies by a small-key table not kept here; no guess."""
+    assert radix_sort_pairs(100_000, 16, (8, 0), key_bytes=2) is None
+    assert radix_sort_pairs(100_000, 16, (9, 0), key_bytes=2) is None
+
+
+def test_keys_alone_sort_in_wider_tiles() -> None:
+    """``SortKeys`` of 8-byte keys: 384 threads of 30 scaled to 15 on 9.0 (tiles of 5,760),
+    of 21 scaled to 10 on 8.0 (3,840); one pass holds no alternate keys."""
+    assert radix_sort_keys(40_000, 2, (9, 0)) == 2048 + 7 * 1024 + 256 + 255
+    assert radix_sort_keys(40_000, 2, (8, 0)) == 2048 + 11 * 1024 + 256 + 255
+    assert radix_sort_keys(2304, 2, (8, 0)) == 1
+
+
+def test_a_segmented_sort_holds_the_alternate_keys_and_values_alone() -> None:
+    """``DeviceSegmentedRadixSort::SortPairs``: the alternate keys and values, rounded, plus
+    255 B, on every architecture and for keys of any size."""
+    assert segmented_radix_sort_pairs(1_000_000, 4) == 4_000_000 + 8_000_000 + 255
+    assert segmented_radix_sort_pairs(1000, 2) == 2048 + 8192 + 255
