@@ -144,13 +144,19 @@ class Shapes:
         return_inverse: bool = False,
         return_counts: bool = False,
     ) -> tuple[torch.Tensor, ...]:
-        """``unique``: the distinct values; every element distinct when unknown."""
+        """``unique``: the distinct values; when unknown, at most as many as the values they
+        were gathered from hold (:meth:`~memforensics.plan.nonzero.NonzeroBounds.distinct`),
+        else every element distinct."""
         found = self.known.value(tensor)
         if found is not None:
             computed = torch.ops.aten._unique2(found, sorted, return_inverse, return_counts)
             return _like(computed)
-        self._bound()
-        numel = tensor.numel()
+        numel = self.known.bounds.distinct(tensor)
+        if numel is not None:
+            self.notes.once("nonzero", NONZERO)
+        else:
+            self._bound()
+            numel = tensor.numel()
         return (
             _empty((numel,), tensor.dtype),
             _empty(tensor.shape if return_inverse else (0,), torch.long),
