@@ -130,3 +130,36 @@ def test_a_test_of_sampled_values_selects_at_most_what_the_sampler_picked_for_it
         [sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(done.stdout.splitlines()[0]) == planned
+
+
+CLASSES = """
+import json
+import torch
+
+device = "cuda"
+proposals, classes = 1000, 91
+head = torch.nn.Linear(8, classes, device=device)
+scores = head(torch.randn(proposals, 8, device=device)).softmax(-1)[:, 1:]  # values unknown
+labels = torch.arange(classes, device=device).view(1, -1).expand(proposals, classes)[:, 1:]
+scores, labels = scores.reshape(-1), labels.reshape(-1)
+inds = torch.where(scores > 0.05)[0]
+scores, labels = scores[inds], labels[inds]
+keep = torch.where(scores >= 0.0)[0]  # a test of other unknown values: distinct positions
+labels = labels[keep]
+found = torch.unique(labels)
+largest = max(torch.where(labels == c)[0].numel() for c in found)  # batched_nms' loop
+print(json.dumps({"boxes": labels.numel(), "classes": found.numel(), "per_class": largest}))
+"""
+
+
+def test_unique_of_decided_labels_at_unknown_picks_has_at_most_their_classes(
+    tmp_path: Path,
+) -> None:
+    """A detector's class labels (``arange(91)`` over 1,000 proposals, background dropped)
+    gathered at positions a test of unknown scores picks hold at most 90 distinct values, and
+    at most 1,000 equal to one class: ``unique`` makes at most 90 and each class's
+    ``torch.where(labels == c)`` at most 1,000, where every one of the 90,000 was distinct and
+    selected (torchvision's ``batched_nms`` then looped 90,000 times over them all)."""
+    script(tmp_path, CLASSES)
+    planned = printed_facts(tmp_path, "--device-capability", "8.0")
+    assert planned == {"boxes": 90000, "classes": 90, "per_class": 1000}

@@ -247,7 +247,7 @@ class Known:
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
         self._sparse_seen = False  # no operator has read or made a sparse tensor yet
-        self.bounds = NonzeroBounds(self._nonzero)
+        self.bounds = NonzeroBounds(self._nonzero, self.decided)
         """At most how many elements of unknown values are non-zero, where that is bounded."""
         self.extremes = Extremes()
         """Extremes of large integer storages copied from the host."""

@@ -139,10 +139,14 @@ class NonzeroBounds:
     as the storage lives; ``count`` gives a known tensor's exact count, None for an unknown
     one."""
 
-    def __init__(self, count: Callable[[torch.Tensor], int | None]) -> None:
+    def __init__(
+        self,
+        count: Callable[[torch.Tensor], int | None],
+        decided: Callable[[torch.Tensor], torch.Tensor | None],
+    ) -> None:
         self._count = count
         self._bounds: dict[int, int] = {}
-        self.picks = Picks(self._of)
+        self.picks = Picks(self._of, decided)
         """What positions taken from tests of unknown values pick."""
 
     def at_most(self, tensor: torch.Tensor) -> int | None:
@@ -160,6 +164,11 @@ class NonzeroBounds:
             if picked is not None:
                 found.append(picked)
         return min(found) if found else None
+
+    def distinct(self, tensor: torch.Tensor) -> int | None:
+        """At most how many distinct values ``tensor`` holds, where known
+        (:meth:`~memforensics.plan.picks.Picks.distinct`)."""
+        return self.picks.distinct(tensor) if self.picks else None
 
     def __bool__(self) -> bool:
         """Whether any storage has a bound."""

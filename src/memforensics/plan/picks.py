@@ -17,7 +17,19 @@ GPU. Facts, by storage, all of one-dimensional tensors:
   ranges; a view of them too, and a gather of them (which may repeat one: each range then
   counts every element);
 - *values*: the source indexed by such positions (``t[positions]``), each value in one of the
-  ranges, at most so many per range; a gather of them too, counted so.
+  ranges, at most so many per range; a gather of them too, counted so. A source whose values
+  the script's own code decides (a detector's class labels, ``arange(classes)`` expanded over
+  its boxes) indexed by positions holds only those values: a point range for each distinct
+  one, at most as many elements in it as the source holds, since ``nonzero``'s positions are
+  distinct (*distinct* positions: ``nonzero`` of any one-dimensional mask, its values unknown);
+  gathered by distinct positions, values keep their counts.
+
+A test of such values against one unknown number (``idxs == class_id``, a class drawn from
+their ``unique``) passes at most the largest count of one point, and ``unique`` of them makes at
+most as many elements as they have points (:meth:`Picks.distinct`): torchvision's
+``batched_nms`` over a detector's 90,000 class-scored boxes loops over at most its 90 classes,
+each of at most its 1,000 boxes, as on a GPU, where every element distinct and selected would
+loop 90,000 times over all of them.
 
 A test of values then is a mask whose count is the sum of the counts of the ranges that meet
 the test's (:meth:`Picks.at_most`). A range describes the source as it was when tested: a write
@@ -74,7 +86,11 @@ _AND = frozenset((_aten.bitwise_and.Tensor, _aten.logical_and.default, _aten.__a
 _COPIES = frozenset((_aten.clone.default, _aten._to_copy.default))
 _NONZERO = _aten.nonzero.default
 _INDEX = _aten.index.Tensor
-ALL = frozenset((*_TESTS, *_PUT, *_OR, *_AND, *_COPIES, _NONZERO, _INDEX))
+_EQ = _aten.eq.Tensor
+"""A test against a number held by a zero-dimensional tensor (``idxs == class_id``)."""
+_POINTS = 1 << 12
+"""Most distinct decided values a gather keeps a point range for; more keep none."""
+ALL = frozenset((*_TESTS, *_PUT, *_OR, *_AND, *_COPIES, _NONZERO, _INDEX, _EQ))
 """Every operator that can leave a fact."""
 
 
@@ -84,6 +100,7 @@ class Kind(enum.Enum):
     MASK = "non-zero only at positions whose values lie in the ranges"
     POSITIONS = "positions whose values lie in the ranges"
     VALUES = "values in the ranges"
+    DISTINCT = "distinct positions of a tensor whose values are unknown"
 
 
 @dataclass(frozen=True)
@@ -145,8 +162,13 @@ class Picks:
     lives; ``count`` gives at most how many elements of a tensor are non-zero, where known
     (a mask of zeros has none)."""
 
-    def __init__(self, count: Callable[[torch.Tensor], int | None]) -> None:
+    def __init__(
+        self,
+        count: Callable[[torch.Tensor], int | None],
+        decided: Callable[[torch.Tensor], torch.Tensor | None],
+    ) -> None:
         self._count = count
+        self._decided = decided
         self._facts: dict[int, Fact] = {}
         self._stamps: dict[int, int] = {}
         self._watched: set[int] = set()
@@ -161,6 +183,14 @@ class Picks:
         counts say."""
         fact = self._fact(tensor, Kind.MASK)
         return None if fact is None else min(tensor.numel(), sum(p.count for p in fact.parts))
+
+    def distinct(self, tensor: torch.Tensor) -> int | None:
+        """At most how many distinct values ``tensor`` holds, where each lies in one of a few
+        points (values gathered from decided ones); None where that is not known."""
+        fact = self._fact(tensor, Kind.VALUES)
+        if fact is None or not all(_point(p.range) for p in fact.parts):
+            return None
+        return min(tensor.numel(), sum(1 for p in fact.parts if p.count > 0))
 
     def forget(self, tensors: list[torch.Tensor]) -> None:
         """``tensors``' values changed: what was known of them, and what their old values
@@ -197,8 +227,12 @@ class Picks:
         first = args[0]
         if func in _TESTS:
             return self._tested(func, first, args[1] if len(args) > 1 else None, made)
+        if func is _NONZERO and not self._facts:
+            return self._distinct(first)
         if not self._facts:
             return None
+        if func is _EQ:
+            return self._matched(first, args[1], made)
         if func in _PUT:
             return self._put(first, args[1])
         if func in _OR or func in _AND:
@@ -216,8 +250,27 @@ class Picks:
             return values if values is not None and made.dtype == first.dtype else None
         if func is _NONZERO:
             mask = self._mask(first)
-            return None if mask is None else replace(mask, kind=Kind.POSITIONS)
+            return self._distinct(first) if mask is None else replace(mask, kind=Kind.POSITIONS)
         return self._gathered(first, args[1], made)
+
+    @staticmethod
+    def _distinct(mask: Any) -> Fact | None:
+        """``nonzero`` of a one-dimensional mask nothing is known of: distinct positions."""
+        return Fact(Kind.DISTINCT, None, ()) if _line(mask) else None
+
+    def _matched(self, tested: Any, other: Any, made: torch.Tensor) -> Fact | None:
+        """``tested == other`` for ``other`` one number of unknown value, ``tested``'s values
+        each one of a few points: non-zero at most as often as the most of one point."""
+        if not isinstance(other, torch.Tensor) or other.dim() != 0:
+            return None
+        if not _line(tested) or tested.shape != made.shape:
+            return None
+        values = self._fact(tested, Kind.VALUES)
+        if values is None or not values.parts or not all(_point(p.range) for p in values.parts):
+            return None
+        everywhere = Range(-_INF, _INF, False, False)
+        most = max(p.count for p in values.parts)
+        return Fact(Kind.MASK, self._source(tested), (Part(everywhere, most),))
 
     def _tested(self, func: Any, tested: Any, number: Any, made: torch.Tensor) -> Fact | None:
         """A test of ``tested`` against ``number``: a mask of ``tested``, non-zero at most as
@@ -259,10 +312,31 @@ class Picks:
         positions = self._fact(index, Kind.POSITIONS)
         if positions is not None and positions.source == self._source(tensor):
             return replace(positions, kind=Kind.VALUES, source=None)
+        distinct = positions is not None or self._fact(index, Kind.DISTINCT) is not None
         own = self._fact(tensor, Kind.POSITIONS) or self._fact(tensor, Kind.VALUES)
         if own is None:
-            return None
+            return self._points(tensor) if distinct else None
+        if distinct:
+            return own
         return replace(own, parts=tuple(Part(p.range, made.numel()) for p in own.parts))
+
+    def _points(self, tensor: torch.Tensor) -> Fact | None:
+        """``tensor[positions]`` of decided values, no position twice: a point for each distinct
+        value, at most as many elements in it as ``tensor`` holds."""
+        found = self._decided(tensor)
+        if found is None or found.is_floating_point() or found.is_complex():
+            return None
+        points, counts = torch.unique(found, return_counts=True)
+        if points.numel() > _POINTS:
+            return None
+        return Fact(
+            Kind.VALUES,
+            None,
+            tuple(
+                Part(Range(v, v, True, True), c)
+                for v, c in zip(points.tolist(), counts.tolist(), strict=True)
+            ),
+        )
 
     def _mask(self, tensor: Any) -> Fact | None:
         """``tensor``'s mask fact; an empty one where it is all zeros."""
@@ -300,6 +374,11 @@ class Picks:
         """A storage ended: a new one at its address is another tensor."""
         self._stamps.pop(key, None)
         self._watched.discard(key)
+
+
+def _point(range_: Range) -> bool:
+    """Whether ``range_`` holds one number."""
+    return range_.low == range_.high and range_.low_in and range_.high_in
 
 
 def _joined(either: bool, masks: list[Fact]) -> Fact | None:

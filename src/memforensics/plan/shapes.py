@@ -7,10 +7,13 @@ gives, computed on the CPU copies; the output's values then are known too. So it
 partition of unknown values decides them (a one-hot of a router's choices, every row at class 0:
 :meth:`~memforensics.plan.known.Known.sized`): its slices' sizes sum to its rows. Otherwise it takes
 its upper bound (every element counted, selected, distinct), said once: memory is never
-under-counted for want of values. ``bincount`` has no such bound (its length is the largest
-value plus one): of unknown values it has ``minlength`` bins, at least one, as CUDA's kernel
-gives when its own read of the largest value (``self.max().item()``, torch's own code) reads
-zero, as every read by torch's code does in a plan; said once.
+under-counted for want of values. ``unique`` of values the script decided, gathered at
+unknown positions (a detector's class labels at the boxes a score threshold keeps), has at
+most as many as they hold distinct (:mod:`~memforensics.plan.picks`). ``bincount`` has no
+such bound (its length is the largest value plus one): of unknown values it has
+``minlength`` bins, at least one, as CUDA's kernel gives when its own read of the largest
+value (``self.max().item()``, torch's own code) reads zero, as every read by torch's code
+does in a plan; said once.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ BOUND = "a data-dependent shape takes its upper bound in a plan"
 NONZERO = (
     "a mask of unknown values selects at most the entries the script's code set in it "
     "(a sampler's picks), or of values gathered at such picks those whose tests let them "
-    "through, never more than it holds"
+    "through, never more than it holds; values the script's own code decides, gathered at "
+    "unknown positions, only those values (unique)"
 )
 SHARE = (
     "a test of a router's unknown choices against one expert selects its share of a balanced "
@@ -144,13 +148,19 @@ class Shapes:
         return_inverse: bool = False,
         return_counts: bool = False,
     ) -> tuple[torch.Tensor, ...]:
-        """``unique``: the distinct values; every element distinct when unknown."""
+        """``unique``: the distinct values; when unknown, at most as many as the values they
+        were gathered from hold (:meth:`~memforensics.plan.nonzero.NonzeroBounds.distinct`),
+        else every element distinct."""
         found = self.known.value(tensor)
         if found is not None:
             computed = torch.ops.aten._unique2(found, sorted, return_inverse, return_counts)
             return _like(computed)
-        self._bound()
-        numel = tensor.numel()
+        numel = self.known.bounds.distinct(tensor)
+        if numel is not None:
+            self.notes.once("nonzero", NONZERO)
+        else:
+            self._bound()
+            numel = tensor.numel()
         return (
             _empty((numel,), tensor.dtype),
             _empty(tensor.shape if return_inverse else (0,), torch.long),
