@@ -234,6 +234,30 @@ def test_clip_grad_norm_takes_the_partial_norms_foreach_norm_takes_on_cuda(tmp_p
     assert ("alloc", 48) not in _blocks(tmp_path / "clip.pickle")
 
 
+POW = """
+import torch
+
+exponents = torch.arange(0, 64, 2, device="cuda", dtype=torch.float32) / 64
+torch.cuda.memory._record_memory_history()
+frequencies = 10000.0 ** exponents
+twos = 2 ** exponents
+ones = 1 ** exponents
+torch.cuda.memory._dump_snapshot("pow.pickle")
+"""
+
+
+def test_a_number_raised_to_a_tensor_puts_the_number_on_the_device(tmp_path: Path) -> None:
+    """``number ** tensor`` (RoPE's ``theta ** exponents``) takes, after its output, the base
+    ``pow_Scalar_out`` wraps as a zero-dimensional float64 or int64 tensor on the exponent's
+    device, and frees it as it returns; a base of 1 only fills its output."""
+    script(tmp_path, POW)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    events = _blocks(tmp_path / "pow.pickle")
+    power, base, freed = ("alloc", 128), ("alloc", 8), ("free_completed", 8)
+    assert events == [power, base, freed, power, base, freed, power]  # 1 ** t takes no base
+
+
 THREADS = """
 from concurrent.futures import ThreadPoolExecutor
 import threading

@@ -4,8 +4,9 @@ copies, row sums and accumulators, memory-efficient attention's output accumulat
 128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
 norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 ``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
-row's ``sort``'s positions or pairs and CUB's storage. Each is taken where the CUDA kernel
-takes it and freed as it returns; the sizes are
+row's ``sort``'s positions or pairs and CUB's storage; ``pow(Scalar, Tensor)``'s base, which
+``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device. Each is taken
+where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
@@ -25,6 +26,7 @@ EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_back
 CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
 CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
 FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
+POW_SCALAR = torch.ops.aten.pow.Scalar
 _FAST_NORMS = (1.0, 2.0, math.inf)
 """The orders ``foreach_tensor_norm_cuda`` computes with its own kernel (``use_slowpath``); any
 other is a ``linalg_vector_norm`` per tensor."""
@@ -48,7 +50,14 @@ LARGE_SEGMENT = 1_000_000
 _INDEX = 8
 """Bytes of an ``int64`` index, the type every index vector of the sort is made in."""
 KERNELS = frozenset(
-    (FLASH_BACKWARD, EFFICIENT_FORWARD, EFFICIENT_BACKWARD, CUDNN_FORWARD, CUDNN_BACKWARD)
+    (
+        FLASH_BACKWARD,
+        EFFICIENT_FORWARD,
+        EFFICIENT_BACKWARD,
+        CUDNN_FORWARD,
+        CUDNN_BACKWARD,
+        POW_SCALAR,
+    )
 )
 """The kernels that take scratch of their own after their outputs
 (:meth:`AttentionScratch.after`)."""
@@ -57,6 +66,19 @@ KERNELS = frozenset(
 def _dense(*tensors: object) -> bool:
     """Whether every one is a four-dimensional stand-in (batch, heads, length, head)."""
     return all(isinstance(t, torch.Tensor) and t.is_meta and t.dim() == 4 for t in tensors)
+
+
+def _wrapped_base(base: object) -> int:
+    """Bytes of the zero-dimensional tensor ``wrapped_scalar_tensor`` makes of a Python number
+    (``scalar_to_tensor``: a float as float64, an int as int64, a bool as bool, a complex as
+    complex128), or 0 for a base of 1, whose ``pow_Scalar_out`` only fills its output."""
+    if isinstance(base, bool):
+        return 0 if base else 1
+    if isinstance(base, complex):
+        return 0 if base == 1 else 16
+    if isinstance(base, (int, float)):
+        return 0 if base == 1 else 8
+    return 0
 
 
 def _foreach_norm_partials(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -269,6 +291,19 @@ class KernelScratch:
             self._efficient(args)
         elif func in (CUDNN_FORWARD, CUDNN_BACKWARD):
             self._cudnn(func, args)
+        elif func is POW_SCALAR:
+            self._pow_base(args)
+
+    def _pow_base(self, args: tuple[Any, ...]) -> None:
+        """``pow_Scalar_out``'s base (``2.0 ** t``, ``torch.pow(10000.0, t)``): after the output,
+        ``wrapped_scalar_tensor(base, exp.device())`` puts the number on the device for
+        ``pow_out`` to read, and frees it as the kernel returns."""
+        exponent = args[1] if len(args) > 1 else None
+        if not (isinstance(exponent, torch.Tensor) and exponent.is_meta):
+            return
+        size = _wrapped_base(args[0])
+        if size:
+            self._free(self._malloc(size))
 
     def index_put(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``index_put_with_sort_kernel``'s scratch, in its order (:class:`SortedIndexing`):
