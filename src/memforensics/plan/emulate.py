@@ -731,7 +731,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     def _autocast(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        policy = self.autocast.policy(name)
+        policy = self.autocast.policy(name, args, kwargs)
         if policy is None:
             return args, kwargs
         return self.autocast.cast(policy, args, kwargs)
