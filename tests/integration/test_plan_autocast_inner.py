@@ -1,6 +1,6 @@
-"""Under autocast ``F.cross_entropy``, ``F.normalize`` and ``1 / x`` cast where CUDA's kernels
-sit, inside them: bfloat16 log-probabilities and a float32 copy that ``nll_loss`` keeps, a
-norm into float32 with no copy of the input, a float32 ``reciprocal``."""
+"""Under autocast ``F.cross_entropy``, ``F.normalize``, ``1 / x`` and ``F.pairwise_distance``
+cast where CUDA's kernels sit, inside them: bfloat16 log-probabilities and a float32 copy that
+``nll_loss`` keeps, a norm into float32 with no copy of the input, a float32 ``reciprocal``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ calls = {
     "cross_entropy": lambda: F.cross_entropy(logits, target),
     "normalize": lambda: F.normalize(x, dim=-1),
     "reciprocal": lambda: 1 / x,
+    "pairwise_distance": lambda: F.pairwise_distance(x, x),
 }
 torch.cuda.memory._record_memory_history()
 found, seen = {}, 0
@@ -77,3 +78,11 @@ def test_normalize_and_reciprocal_cast_in_the_operators_they_call(
     input; ``1 / x``: a float32 copy for ``reciprocal``, its result and the product."""
     assert found["normalize"] == ["torch.float32", SINGLE, ROWS * 4, ROWS * 4, SINGLE]
     assert found["reciprocal"] == ["torch.float32", SINGLE, SINGLE, SINGLE, SINGLE]
+
+
+def test_pairwise_distance_takes_the_norm_of_the_difference_into_float32(
+    found: dict[str, object],
+) -> None:
+    """``pairwise_distance``: the difference and ``+ eps`` in bfloat16, then ``norm`` with
+    float32 appended, which reads them into a float32 distance a row."""
+    assert found["pairwise_distance"] == ["torch.float32", SCALAR, HALF, HALF, ROWS * 4]

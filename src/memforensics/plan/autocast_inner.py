@@ -1,4 +1,4 @@
-"""Functions of autocast's float32 op reference whose casts CUDA makes inside them.
+"""Functions whose autocast casts CUDA makes inside them, in the operators they call.
 
 PyTorch's CUDA op reference lists functions by the name a script calls, but autocast casts in
 the dispatcher, for the ATen operators it registers a kernel for (``AT_FORALL_FP32`` in
@@ -15,7 +15,10 @@ through autocast on its own, so what is cast, and what autograd keeps, is theirs
 - ``F.normalize`` is Python: ``input.norm(p, dim, keepdim=True)`` (a ``linalg_vector_norm``,
   its dtype set to float32) and ``input / denom``, which promotes into a float32 result;
   the input itself is never copied;
-- ``1 / x`` is ``Tensor.__rdiv__``, ``self.reciprocal() * other``: ``reciprocal`` casts.
+- ``1 / x`` is ``Tensor.__rdiv__``, ``self.reciprocal() * other``: ``reciprocal`` casts;
+- ``F.pairwise_distance`` (not in the reference) is ``at::norm(x1 - x2 + eps, p,
+  innermost_dim, keepdim)`` (``Distance.cpp``): the difference in the inputs' dtype, then
+  ``norm.ScalarOpt_dim``, which autocast appends float32 to (``fp32_append_dtype``).
 
 The plan calls each as that composite, every inner function through ``call`` (the function
 mode's own handling, which casts by autocast's lists), so the bytes are the GPU's.
@@ -80,9 +83,24 @@ def reflected_division(call: Call, whole: Call, tensor: torch.Tensor, other: Any
     return call(torch.Tensor.reciprocal, tensor) * other
 
 
+def pairwise_distance(
+    call: Call,
+    whole: Call,
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    p: float = 2.0,
+    eps: float = 1e-6,
+    keepdim: bool = False,
+) -> Any:
+    """``pairwise_distance``: the norm of ``x1 - x2 + eps`` over the innermost dimension."""
+    innermost = max(x1.dim(), x2.dim()) - 1
+    return call(torch.norm, x1 - x2 + eps, p, innermost, keepdim)
+
+
 RESTATED: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy,
     "normalize": normalize,
     "__rdiv__": reflected_division,
+    "pairwise_distance": pairwise_distance,
 }
 """The composites, by the name the function mode sees them called."""

@@ -9,7 +9,12 @@ as its cast cache keeps them (outside ``torch.inference_mode()`` where the insta
 cache skips it there). The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
 lower-precision op). The ones that reach an operator autocast gives a float32 ``dtype``
-(:data:`SET_DTYPE`) are called with that dtype instead of a cast.
+(:data:`SET_DTYPE`) are called with that dtype instead of a cast. A script that calls an
+operator by ATen's own name (``torch.logsumexp``, ``torch.rms_norm``) is cast by ATen's lists
+below, and ``F.interpolate`` as the operator its mode reaches (:func:`interpolated`). The
+composites of the reference whose casts sit in the operators they call (``cross_entropy``,
+``normalize``) run as those composites in an eager run (:mod:`~memforensics.plan.autocast_inner`);
+a compiled graph casts their input whole.
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
