@@ -9,7 +9,12 @@ as its cast cache keeps them (outside ``torch.inference_mode()`` where the insta
 cache skips it there). The functions are those of PyTorch's CUDA autocast op reference,
 at the level a script calls them (``torch.einsum``, which reaches ``bmm`` on CUDA, counts as a
 lower-precision op). The ones that reach an operator autocast gives a float32 ``dtype``
-(:data:`SET_DTYPE`) are called with that dtype instead of a cast.
+(:data:`SET_DTYPE`) are called with that dtype instead of a cast. A script that calls an
+operator by ATen's own name (``torch.logsumexp``, ``torch.rms_norm``) is cast by ATen's lists
+below, and ``F.interpolate`` as the operator its mode reaches (:func:`interpolated`). The
+composites of the reference whose casts sit in the operators they call (``cross_entropy``,
+``normalize``) run as those composites in an eager run (:mod:`~memforensics.plan.autocast_inner`);
+a compiled graph casts their input whole.
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
@@ -133,6 +138,41 @@ ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
 """ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
 function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
 
+INTERPOLATE = "interpolate"
+"""``F.interpolate``, which autocast casts as the ATen operator it reaches
+(:func:`interpolated`)."""
+
+_RESAMPLED = {
+    "nearest": "upsample_nearest{}d",
+    "nearest-exact": "_upsample_nearest_exact{}d",
+    "linear": "upsample_linear{}d",
+    "bilinear": "upsample_bilinear{}d",
+    "trilinear": "upsample_trilinear{}d",
+    "bicubic": "upsample_bicubic{}d",
+    "area": "adaptive_avg_pool{}d",
+    "lanczos": "_upsample_lanczos{}d_aa",
+}
+"""``F.interpolate``'s mode: the ATen operator it calls, by the input's spatial dimensions."""
+
+
+def interpolated(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The ATen operator ``F.interpolate(*args, **kwargs)`` reaches, as its Python body
+    chooses it (``torch/nn/functional.py``): by ``mode`` and the input's dimensions, the
+    antialiased kernel (``_upsample_bilinear2d_aa``) where ``antialias`` is set; ``area`` is
+    ``adaptive_avg_pool``, which autocast does not list. Empty for an input it refuses."""
+    names = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+             "antialias")  # fmt: skip
+    bound = dict(zip(names, args, strict=False)) | kwargs
+    tensor = bound.get("input")
+    if not isinstance(tensor, torch.Tensor):
+        return ""
+    found = _RESAMPLED.get(bound.get("mode", "nearest"), "")
+    name = found.format(tensor.dim() - 2)
+    if bound.get("antialias") and name in ("upsample_bilinear2d", "upsample_bicubic2d"):
+        return f"_{name}_aa"
+    return name
+
+
 LIBRARY: dict[str, bool] = {
     "torchvision::roi_align": True,  # csrc/ops/autocast/roi_align_kernel.cpp
     "torchvision::ps_roi_align": True,  # csrc/ops/autocast/ps_roi_align_kernel.cpp
@@ -181,8 +221,10 @@ class Autocast:
     """autocast("cuda") for stand-ins: the casts of its lists and its cast cache, and the
     float32 runs of the library operators that cast in their own kernels."""
 
-    names = LOWER | FLOAT32 | WIDEST | SET_DTYPE
-    """The functions autocast casts for, by name."""
+    names = LOWER | FLOAT32 | WIDEST | SET_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
+    names |= {INTERPOLATE}
+    """The functions autocast casts for, by name: a script calls ATen's own names too
+    (``torch.logsumexp``, ``torch.rms_norm``, ``torch._C._nn.upsample_nearest2d``)."""
 
     def __init__(self) -> None:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
@@ -246,19 +288,23 @@ class Autocast:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
         self._cache.clear()
 
-    def policy(self, name: str) -> torch.dtype | bool | str | None:
-        """The dtype function ``name`` runs in under autocast now; True: the widest;
-        :data:`OPT_FLOAT32`: its ``dtype`` argument set to float32; None: unchanged."""
+    def policy(
+        self, name: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> torch.dtype | bool | str | None:
+        """The dtype function ``name`` runs in under autocast now, called with ``args`` and
+        ``kwargs``; True: the widest; :data:`OPT_FLOAT32`: its ``dtype`` argument set to
+        float32; None: unchanged."""
+        if not torch.is_autocast_enabled("cuda"):
+            return None
+        if name == INTERPOLATE:
+            name = interpolated(args, kwargs or {})
         if name in SET_DTYPE:
-            if torch.is_autocast_enabled("cuda"):
-                return OPT_FLOAT32
-        elif name in LOWER:
-            if torch.is_autocast_enabled("cuda"):
-                return torch.get_autocast_dtype("cuda")
-        elif name in FLOAT32:
-            if torch.is_autocast_enabled("cuda"):
-                return torch.float32
-        elif name in WIDEST and torch.is_autocast_enabled("cuda"):
+            return OPT_FLOAT32
+        if name in LOWER or name in ATEN_LOWER:
+            return torch.get_autocast_dtype("cuda")
+        if name in FLOAT32 or name in ATEN_FLOAT32:
+            return torch.float32
+        if name in WIDEST or name in ATEN_WIDEST:
             return True
         return None
 

@@ -383,7 +383,7 @@ def _autocast_call(
     the graph's own, as on a GPU."""
 
     def cast_then(*args: Any, **kwargs: Any) -> Any:
-        policy = autocast.policy(name)
+        policy = autocast.policy(name, args, kwargs)
         if policy is not None:
             args, kwargs = autocast.cast(policy, args, kwargs)
         return call(*args, **kwargs)
@@ -489,7 +489,7 @@ def _fake_runs_as_on_cuda() -> Iterator[None]:
             name = _called(node)
             args = _meta_devices(tuple(args), moving=name == "to")
             kwargs = _meta_device(dict(kwargs))
-            policy = autocast.policy(name) if name in autocast.names else None
+            policy = autocast.policy(name, args, kwargs) if name in autocast.names else None
             if policy is not None:
                 args, kwargs = autocast.cast(policy, args, kwargs)
         return original(tracer, node, args, kwargs, nnmodule)

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 
 from memforensics.plan import (
     attention,
+    autocast_inner,
     choices,
     ctc,
     cumulative,
@@ -444,7 +445,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._to = torch.Tensor.to
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
-        self._cast = autocast.names
+        self._cast = autocast.names | autocast_inner.RESTATED.keys()
         self._constructors = _default._device_constructors()
         self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
@@ -538,7 +539,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
                 return GHOST_DEVICE
         name = getattr(func, "__name__", "")
         if name in self._cast:
-            args, kwargs = self._autocast(name, args, kwargs)
+            func, args, kwargs = self._autocast(func, name, args, kwargs)
         elif func in self._pin:
             return args[0] if func is self._pin[0] else False
         kernel = self._kernel(func, name)
@@ -728,13 +729,29 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             return (not self.ghosts.holds(first)) if first.is_meta else None
         return _named(first)
 
+    def _call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``func`` as this mode runs a script's call of it (an inner function of
+        :mod:`~memforensics.plan.autocast_inner`'s composites)."""
+        return self._handled(func, args, kwargs)
+
+    def _whole(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``func`` with every floating stand-in among its inputs cast to float32."""
+        args, kwargs = self.autocast.cast(torch.float32, args, kwargs)
+        return func(*args, **kwargs)
+
     def _autocast(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        policy = self.autocast.policy(name)
+        self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """``func`` and its inputs as CUDA's autocast runs them: a composite whose casts sit in
+        the functions it calls run as them (:mod:`~memforensics.plan.autocast_inner`), else
+        its inputs cast, or its dtype set, by autocast's lists."""
+        restated = autocast_inner.RESTATED.get(name)
+        if restated is not None and torch.is_autocast_enabled("cuda"):
+            return functools.partial(restated, self._call, self._whole), args, kwargs
+        policy = self.autocast.policy(name, args, kwargs)
         if policy is None:
-            return args, kwargs
-        return self.autocast.cast(policy, args, kwargs)
+            return func, args, kwargs
+        return func, *self.autocast.cast(policy, args, kwargs)
 
 
 class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here

@@ -1,0 +1,72 @@
+"""autocast casts the functions a script calls by ATen's own name (``torch.logsumexp``,
+``F.rms_norm``) and ``F.interpolate``'s upsamplings to float32 in the forward, as CUDA's
+``AT_FORALL_FP32`` kernels do: a float32 copy of the bfloat16 input, a float32 result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from planned import plan, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+ROWS, COLUMNS = 64, 1000
+IMAGE = 2 * 8 * 16 * 16  # elements of the (2, 8, 16, 16) image, twice as wide and high after
+
+CALLS = """
+import json
+
+import torch
+import torch.nn.functional as F
+
+x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
+image = torch.randn(2, 8, 16, 16, device="cuda", dtype=torch.bfloat16)
+norm = torch.nn.RMSNorm(1000, device="cuda")
+calls = {
+    "logsumexp": lambda: torch.logsumexp(x, -1),
+    "rms_norm": lambda: norm(x),
+    "nearest": lambda: F.interpolate(image, scale_factor=2),
+    "bilinear": lambda: F.interpolate(image, scale_factor=2, mode="bilinear"),
+    "area": lambda: F.interpolate(image, size=(8, 8), mode="area"),
+}
+torch.cuda.memory._record_memory_history()
+found, seen = {}, 0
+for name, call in calls.items():
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        out = call()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    found[name] = [str(out.dtype)] + [e["size"] for e in trace[seen:] if e["action"] == "alloc"]
+    del out
+    seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[object]]:
+    """Each call's result dtype and the sizes of the blocks it allocated, planned once."""
+    folder = tmp_path_factory.mktemp("calls")
+    script(folder, CALLS)
+    done = plan(folder, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    calls: dict[str, list[object]] = json.loads(done.stdout.splitlines()[0])
+    return calls
+
+
+def test_logsumexp_and_rms_norm_run_on_a_float32_copy(found: dict[str, list[object]]) -> None:
+    """``logsumexp`` and ``rms_norm`` first copy the bfloat16 input to float32; ``rms_norm``
+    then makes the fused kernel's float32 output and one float32 ``rstd`` a row."""
+    whole = ROWS * COLUMNS * 4
+    assert found["logsumexp"][:2] == ["torch.float32", whole]
+    assert found["rms_norm"] == ["torch.float32", whole, whole, ROWS * 4]
+
+
+def test_interpolate_casts_as_the_operator_it_reaches(found: dict[str, list[object]]) -> None:
+    """The upsamplings copy the image to float32 and make a float32 result four times its
+    elements; ``area`` reaches ``adaptive_avg_pool2d``, which autocast leaves alone."""
+    assert found["bilinear"] == ["torch.float32", IMAGE * 4, IMAGE * 4 * 4]
+    nearest = found["nearest"]
+    assert nearest[:2] == ["torch.float32", IMAGE * 4]
+    assert nearest[-1] == IMAGE * 4 * 4
+    assert found["area"] == ["torch.bfloat16", 2 * 8 * 8 * 8 * 2]
