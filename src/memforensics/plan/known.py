@@ -735,7 +735,7 @@ class Known:
 
     def gathered(self, written: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> bool:
         """An all-gather wrote ``(output, values, input)`` for each output
-        (:func:`~memforensics.plan.distributed.own_gathered`): each output small enough holds
+        (:func:`~memforensics.plan.gathered.own_gathered`): each output small enough holds
         its values, marked as its input is; False, and nothing kept, where one is too large."""
         if any(output.untyped_storage().nbytes() > LIMIT for output, _, _ in written):
             return False

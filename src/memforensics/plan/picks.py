@@ -190,7 +190,8 @@ class Picks:
         fact = self._fact(tensor, Kind.VALUES)
         if fact is None or not all(_point(p.range) for p in fact.parts):
             return None
-        return min(tensor.numel(), sum(1 for p in fact.parts if p.count > 0))
+        points: int = sum(1 for p in fact.parts if p.count > 0)
+        return min(int(tensor.numel()), points)
 
     def forget(self, tensors: list[torch.Tensor]) -> None:
         """``tensors``' values changed: what was known of them, and what their old values

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import distributed, scored
+from memforensics.plan import gathered, scored
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -154,7 +154,7 @@ class Reads:
         self._rounds = 0
         self._scored: dict[str, scored.Scored] = {}
         """Each place that scores predictions: its round's comparisons."""
-        self._gathers = frozenset(id(op) for op in distributed.all_gathers())
+        self._gathers = frozenset(id(op) for op in gathered.all_gathers())
         """The all-gathers' ids: an operator lives as long as torch, and an id is hashed in C,
         where an ``OpOverload``'s ``__hash__`` is Python's, a cost on every operator."""
         self.waited: Callable[[], None] = _nothing
@@ -199,11 +199,11 @@ class Reads:
         decide it (:meth:`~memforensics.plan.known.Known.after`), and an unknown float32 or
         float64 scalar it uses or makes outside torch's own code takes its round's value. An
         all-gather of known values holds this rank's in every rank's place
-        (:func:`~memforensics.plan.distributed.own_gathered`)."""
+        (:func:`~memforensics.plan.gathered.own_gathered`)."""
         if id(func) in self._gathers:
-            written = distributed.own_gathered(func, args, kwargs, out, self.known.value)
+            written = gathered.own_gathered(func, args, kwargs, out, self.known.value)
             if written is not None and self.known.gathered(written):
-                self.notes.once("gathered tensors", distributed.GATHERED_TENSORS)
+                self.notes.once("gathered tensors", gathered.GATHERED_TENSORS)
                 return
         self.known.after(func, args, kwargs, out, self._guess, self.matches)
 
