@@ -364,13 +364,19 @@ def _plan(
     folders = [out_dir]  # where capture writes: plan's, and the script's own install()
     ending = _Ending(target)
     at_end: list[Any] = []  # the tracked tensors at the script's end, for the final snapshot
+    dumped: list[str] = []  # the snapshots the script wrote itself: then none is written at its end
+    write_dump = _writer(spec, into)
+
+    def dump(path: str, snapshot: dict[str, Any]) -> None:
+        dumped.append(path)
+        write_dump(path, snapshot)
 
     def before() -> None:
         if into is None:
             install(out_dir=str(out_dir)).track(finder=live_models)
 
     def after() -> None:
-        if into is None:  # read while the stand-ins answer their blocks' addresses
+        if into is None and not dumped:  # read while the stand-ins answer their addresses
             at_end.append(_tracked_now())
         live = current()
         if live is not None and live.out_dir not in folders:
@@ -384,7 +390,7 @@ def _plan(
             contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
         ):
             result, device = run_planned(
-                spec, ending.run, _writer(spec, into), before=before, after=after,
+                spec, ending.run, dump, before=before, after=after,
                 stop_after=until, steps=steps,
             )  # fmt: skip
     except (OutOfScope, MissingAttribute) as exc:
