@@ -24,10 +24,18 @@ The plan calls each as that composite, every inner function through ``call`` (th
 mode's own handling, which casts by autocast's lists), so the bytes are the GPU's.
 ``cross_entropy`` with class probabilities or label smoothing, whose composites call more
 operators, casts its input to float32 whole, as the reference reads.
+
+Two functions of ``torch.nn.functional`` are written in Python and call many listed functions:
+``multi_head_attention_forward`` (``nn.MultiheadAttention``, the transformer layers: its
+projections' ``linear``, ``bmm``/``baddbmm``, ``softmax``, ``scaled_dot_product_attention``)
+and ``gumbel_softmax`` (``log``, ``softmax``). The plan runs torch's own code for them
+(:data:`ENTERED`), :func:`unchecked`, with the function mode entered again, so that each
+function they call passes through the mode and is cast as CUDA's autocast casts it.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -104,3 +112,33 @@ RESTATED: dict[str, Callable[..., Any]] = {
     "pairwise_distance": pairwise_distance,
 }
 """The composites, by the name the function mode sees them called."""
+
+
+ENTERED: dict[str, Callable[..., Any]] = {
+    "multi_head_attention_forward": F.multi_head_attention_forward,
+    "gumbel_softmax": F.gumbel_softmax,
+}
+"""torch's Python functions run under autocast as their own code, each function they call seen
+by the function mode (:func:`unchecked`), by the name the mode sees them called."""
+
+_CHECKS = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+
+
+def _never(*args: Any) -> bool:
+    return False
+
+
+def unchecked(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, one of torch's Python functions, with its own opening check for a
+    ``__torch_function__`` answering no: called with the function mode active, it runs its body
+    instead of handing itself to the mode again, and the functions it calls still check (they
+    read their module's own names). A new function over the same code, its module's names
+    copied as they are now (a script's replacement of ``F.linear`` is kept); nothing shared
+    changes, so other threads and nested calls see torch's function as it is."""
+    names = dict(function.__globals__)
+    names.update(dict.fromkeys(_CHECKS, _never))
+    copy = types.FunctionType(
+        function.__code__, names, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy

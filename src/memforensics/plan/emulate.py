@@ -445,7 +445,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         self.deferred = deferred if deferred is not None else Deferred(notes, enabled=False)
         self._to = torch.Tensor.to
         self._pin = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
-        self._cast = autocast.names | autocast_inner.RESTATED.keys()
+        self._cast = autocast.names | autocast_inner.RESTATED.keys() | autocast_inner.ENTERED.keys()
         self._constructors = _default._device_constructors()
         self._device_of = torch.Tensor.device.__get__
         self._reads: dict[Any, Callable[..., Any]] = {
@@ -734,6 +734,14 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         :mod:`~memforensics.plan.autocast_inner`'s composites)."""
         return self._handled(func, args, kwargs)
 
+    def _entered(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``func`` (torch's own code, :func:`~memforensics.plan.autocast_inner.unchecked`)
+        with this mode entered again for its length: torch's function handling left it while
+        this mode handles ``func``, so each function ``func`` calls comes back here, on this
+        thread, to be cast as CUDA's autocast casts it."""
+        with self:
+            return func(*args, **kwargs)
+
     def _whole(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``func`` with every floating stand-in among its inputs cast to float32."""
         args, kwargs = self.autocast.cast(torch.float32, args, kwargs)
@@ -748,6 +756,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         restated = autocast_inner.RESTATED.get(name)
         if restated is not None and torch.is_autocast_enabled("cuda"):
             return functools.partial(restated, self._call, self._whole), args, kwargs
+        if autocast_inner.ENTERED.get(name) is func and torch.is_autocast_enabled("cuda"):
+            return functools.partial(self._entered, autocast_inner.unchecked(func)), args, kwargs
         policy = self.autocast.policy(name, args, kwargs)
         if policy is None:
             return func, args, kwargs
