@@ -288,6 +288,7 @@ LIGHTNING_BYTES = (256 * 256 + 256) * 4
 """The one linear layer's float32 weight and bias."""
 
 
+@pytest.mark.extras
 def test_lightning_s_cloned_loss_is_no_parameter(tmp_path: Path) -> None:
     """Lightning's automatic optimization clones each loss in a constructor inside the
     optimizer's closure: that scalar is the step's, and the parameters are the layer's bytes."""
