@@ -62,12 +62,12 @@ torch's own files is not an installed package's). Its lifetime is a step's: a mo
 ran while it was held, and at most one backward pass began in its life (a batch kept across
 steps, a fixed benchmark batch or data held on the device, is state, and keeps the kind its
 lifetime gives; so does the batch of a forward written as functions, whose every line is the
-script's own as the copy is). A line of the script says less than a helper's frame, so its block must also come
-before its step's forward (no module's forward ran since the last backward or optimizer
-allocation: a loss or an output the script computes after the forward is not the input) and
-live into that step's backward, or to the trace's end (an OOM in the forward). An inference
-loop's batches, made between forwards with no backward to tell a step's start, read as the
-script's outputs do, and keep their kind unless a helper's frame names them.
+script's own as the copy is). A line of the script says less than a helper's frame, so its
+block must also come before its step's forward (no module's forward ran since the last
+backward or optimizer allocation: a loss or an output the script computes after the forward is
+not the input) and live into that step's backward, or to the trace's end (an OOM in the
+forward). An inference loop's batches, made between forwards with no backward to tell a step's
+start, read as the script's outputs do, and keep their kind unless a helper's frame names them.
 
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
