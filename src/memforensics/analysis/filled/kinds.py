@@ -414,7 +414,7 @@ def classify(lt: Lifetimes) -> None:
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
-    _inputs(lt, found_roles, shape)
+    _inputs(lt, found_roles)
 
 
 _STEP_KINDS = frozenset({ACTIVATION, INPUT, TEMPORARY, WORKSPACE, KV_CACHE, BEFORE_RECORDING})
@@ -821,7 +821,7 @@ _INPUT_CONFIDENCE = {roles.BATCH: 0.85, roles.NOTHING: 0.7}
 """A batch-moving helper's frame says where the block came from; a line of the script does not."""
 
 
-def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) -> None:
+def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
     """Mark the input batch of each step (see the module docstring): a block a batch-moving
     helper or the script's own line made outside every forward, backward and optimizer,
     that a forward ran on and that lives for a step. One freed after an OOM is judged as the
@@ -831,23 +831,24 @@ def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) ->
         for found, (role, _line) in zip(lt.allocations, found_roles, strict=True)
         if found.start != BEFORE
     ]
-    steps = _Steps(traced, shape)
-    if not steps.forwards:
-        return
     by_script = per_stack(_made_by_script)
-    for found, role in traced:
-        if found.kind not in _FED_KINDS or found.phase != FORWARD:
-            continue
-        if role == roles.NOTHING and not by_script(found.frames):
-            continue
-        confidence = _INPUT_CONFIDENCE.get(role)
-        if confidence is None:
-            continue
+    candidates = [
+        (found, role)
+        for found, role in traced
+        if found.kind in _FED_KINDS
+        and found.phase == FORWARD
+        and role in _INPUT_CONFIDENCE
+        and (role == roles.BATCH or by_script(found.frames))
+    ]
+    if not candidates:
+        return
+    steps = _Steps(traced)
+    for found, role in candidates:
         oom = _oom_before_free(lt.oom_positions, found, lt.length)
         end, last = (found.end, lt.length) if oom is None else (oom, oom)
         if steps.feeds(found.start, end, last, helper=role == roles.BATCH):
             found.kind = INPUT
-            found.confidence = confidence * (UNWOUND if oom is not None else 1.0)
+            found.confidence = _INPUT_CONFIDENCE[role] * (UNWOUND if oom is not None else 1.0)
 
 
 class _Steps:
@@ -859,18 +860,21 @@ class _Steps:
     at a backward or optimizer allocation.
     """
 
-    def __init__(self, traced: list[tuple[Allocation, str]], shape: _Shape) -> None:
-        self.forwards = [
-            f.start for f, role in traced if f.phase == FORWARD and role == roles.IN_FORWARD
-        ]
+    def __init__(self, traced: list[tuple[Allocation, str]]) -> None:
+        self.forwards: list[int] = []
         self.passes: list[int] = []
-        previous: int | None = None
-        for start in shape.backward:
-            index = bisect_left(shape.not_backward, start)
-            if previous is None or (index and shape.not_backward[index - 1] > previous):
-                self.passes.append(start)
-            previous = start
-        self.step_ends = [f.start for f, _ in traced if f.phase in (BACKWARD, OPTIMIZER)]
+        self.step_ends: list[int] = []
+        before = FORWARD
+        for found, role in traced:
+            phase = found.phase
+            if phase == FORWARD:
+                if role == roles.IN_FORWARD:
+                    self.forwards.append(found.start)
+            elif phase in (BACKWARD, OPTIMIZER):
+                self.step_ends.append(found.start)
+                if phase == BACKWARD and before != BACKWARD:
+                    self.passes.append(found.start)
+            before = phase
 
     def feeds(self, start: int, end: int, last: int, *, helper: bool) -> bool:
         """Whether a block made at ``start`` and freed at ``end`` (``last``: held to the end)
