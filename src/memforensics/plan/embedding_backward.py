@@ -51,8 +51,8 @@ EMBEDDING_BAG_DENSE_BACKWARD = torch.ops.aten._embedding_bag_dense_backward.defa
 OPERATORS = frozenset(
     (EMBEDDING_DENSE_BACKWARD, EMBEDDING_BAG_BACKWARD, EMBEDDING_BAG_DENSE_BACKWARD)
 )
-"""The backwards sized here: ``_embedding_bag_backward`` is seen whole (its ``meta`` kernel
-answers for the composite that calls ``_embedding_bag_dense_backward`` unless ``sparse``)."""
+"""The backwards sized here: the device mode sees ``_embedding_bag_backward`` itself, whose
+composite calls ``_embedding_bag_dense_backward`` on CUDA unless ``sparse``."""
 _NAMES = {
     EMBEDDING_DENSE_BACKWARD: ("grad_output", "indices", "num_weights", "padding_idx",
                                "scale_grad_by_freq"),
