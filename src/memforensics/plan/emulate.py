@@ -934,8 +934,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
         of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
-        attention kernel's own scratch, an accumulating ``index_put_``'s sort and a long
-        row's (:mod:`~memforensics.plan.kernel_scratch`)."""
+        attention kernel's own scratch, an accumulating ``index_put_``'s sort, an embedding's
+        backward's and a long row's (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
         if (
             made
@@ -961,6 +961,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.kernel_scratch.after(func, args)
         elif func in kernel_scratch.INDEX_PUTS:
             self.kernel_scratch.index_put(args, kwargs)
+        elif func in kernel_scratch.EMBEDDING_BACKWARDS:
+            self.kernel_scratch.embedding.after(func, args, kwargs)
         elif func in kernel_scratch.SORTS:
             self.kernel_scratch.sort(func, args, kwargs)
         for block in reversed(copies):
