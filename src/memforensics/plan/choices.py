@@ -13,8 +13,9 @@ lower-precision op). The ones that reach an operator autocast gives a float32 ``
 operator by ATen's own name (``torch.logsumexp``, ``torch.rms_norm``) is cast by ATen's lists
 below, and ``F.interpolate`` as the operator its mode reaches (:func:`interpolated`). The
 composites of the reference whose casts sit in the operators they call (``cross_entropy``,
-``normalize``) run as those composites in an eager run (:mod:`~memforensics.plan.autocast_inner`);
-a compiled graph casts their input whole.
+``normalize``) run as those composites, in an eager run and in a compiled graph, and torch's
+Python losses that call listed functions run as their own code
+(:mod:`~memforensics.plan.autocast_inner`).
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
