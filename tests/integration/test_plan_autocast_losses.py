@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planned import traced_calls
+from planned import plan, script, traced_calls
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -86,3 +86,30 @@ def test_lp_pool_and_triplet_distance_loss_cast_inside(found: dict[str, list[obj
     distance = [HALF, HALF, ROWS * 4]
     triplet = ["torch.float32", *distance, *distance, ROWS * 4, ROWS * 4, ROWS * 4, 4]
     assert found["triplet_margin_with_distance_loss"] == triplet
+
+
+BANNED = """
+import torch
+import torch.nn.functional as F
+
+x = torch.rand(64, 1000, device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    try:
+        F.binary_cross_entropy(x, x)
+    except RuntimeError as refused:
+        print(str(refused).splitlines()[0])
+print(F.binary_cross_entropy(x, x).dtype)
+"""
+
+
+def test_binary_cross_entropy_is_refused_under_autocast(tmp_path: Path) -> None:
+    """``F.binary_cross_entropy`` under ``autocast("cuda")`` raises what CUDA's autocast
+    kernel for it raises (``binary_cross_entropy_banned``), even of float32 inputs; outside
+    autocast it runs."""
+    script(tmp_path, BANNED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == [
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.",
+        "torch.float32",
+    ]

@@ -139,6 +139,21 @@ ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
 """ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
 function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
 
+BANNED = {
+    "binary_cross_entropy": (
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+        "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+        "In this case, combine the two layers using "
+        "torch.nn.functional.binary_cross_entropy_with_logits\n"
+        "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+        "safe to autocast."
+    )
+}
+"""Functions whose CUDA autocast kernel refuses every call, and what it raises
+(``binary_cross_entropy_banned`` in ``aten/src/ATen/autocast_mode.cpp``): under
+``autocast("cuda")`` ``F.binary_cross_entropy`` (``nn.BCELoss``) fails on a GPU whatever its
+dtypes, so it fails in a plan too."""
+
 INTERPOLATE = "interpolate"
 """``F.interpolate``, which autocast casts as the ATen operator it reaches
 (:func:`interpolated`)."""
@@ -223,7 +238,7 @@ class Autocast:
     float32 runs of the library operators that cast in their own kernels."""
 
     names = LOWER | FLOAT32 | WIDEST | SET_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
-    names |= {INTERPOLATE}
+    names |= {INTERPOLATE, *BANNED}
     """The functions autocast casts for, by name: a script calls ATen's own names too
     (``torch.logsumexp``, ``torch.rms_norm``, ``torch._C._nn.upsample_nearest2d``)."""
 
@@ -276,6 +291,8 @@ class Autocast:
             name = self._operators[func] = _listed(func)
         if not name or not _enabled_at_call():
             return args, kwargs
+        if name in BANNED:
+            raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
             return _float32_dtype(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
@@ -294,9 +311,11 @@ class Autocast:
     ) -> torch.dtype | bool | str | None:
         """The dtype function ``name`` runs in under autocast now, called with ``args`` and
         ``kwargs``; True: the widest; :data:`OPT_FLOAT32`: its ``dtype`` argument set to
-        float32; None: unchanged."""
+        float32; None: unchanged. A :data:`BANNED` function raises what its kernel raises."""
         if not torch.is_autocast_enabled("cuda"):
             return None
+        if name in BANNED:
+            raise RuntimeError(BANNED[name])
         if name == INTERPOLATE:
             name = interpolated(args, kwargs or {})
         if name in SET_DTYPE:
