@@ -1,6 +1,6 @@
-"""Under autocast ``F.cross_entropy`` with label smoothing or class probabilities, and
-``F.nll_loss`` of a 3-d input, cast inside the composites they are, as CUDA's autocast casts
-``cross_entropy_loss``'s and ``nll_loss_nd``'s inner operators: bfloat16 log-probabilities,
+"""Under autocast ``F.cross_entropy`` with label smoothing or class probabilities,
+``F.nll_loss`` of a 3-d input and ``F.linear_cross_entropy`` cast inside the composites they
+are, as CUDA's autocast casts their inner operators: bfloat16 log-probabilities and logits,
 float32 sums, a contiguous bfloat16 copy before ``nll_loss2d``'s float32 one."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 ROWS, COLUMNS = 64, 1000
 HALF, SINGLE = ROWS * COLUMNS * 2, ROWS * COLUMNS * 4
+WORKSPACE = 32 << 20  # cuBLAS's workspace on sm_90, taken at the first product
 
 CALLS = """
 logits = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -21,7 +22,10 @@ target = torch.randint(0, 1000, (64,), device="cuda")
 probabilities = torch.rand(64, 1000, device="cuda", dtype=torch.bfloat16)
 sequence = torch.randn(4, 16, 1000, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
 sequence_target = torch.randint(0, 1000, (4, 16), device="cuda")
+hidden = torch.randn(64, 256, device="cuda")
+head = torch.nn.Linear(256, 1000, bias=False, device="cuda")
 calls = {
+    "linear": lambda: F.linear_cross_entropy(hidden, head.weight, target),
     "smoothed": lambda: F.cross_entropy(logits, target, label_smoothing=0.1),
     "probabilities": lambda: F.cross_entropy(logits, probabilities),
     "sequence": lambda: F.nll_loss(sequence, sequence_target),
@@ -61,3 +65,13 @@ def test_a_3d_nll_loss_is_made_contiguous_before_its_float32_cast(
     """``nll_loss_nd`` makes the transposed bfloat16 input contiguous in bfloat16, then
     ``nll_loss2d`` casts that to float32: one copy of each, not two float32 ones."""
     assert found["sequence"] == ["torch.float32", HALF, SINGLE, 4, 4]
+
+
+def test_linear_cross_entropy_projects_in_bfloat16(found: dict[str, list[object]]) -> None:
+    """``linear_cross_entropy`` without chunking options is ``linear`` then ``cross_entropy``:
+    bfloat16 copies of the hidden states and the weight, bfloat16 logits (with cuBLAS's
+    workspace at the first product), then the plain loss's blocks (it ran uncast, in
+    float32)."""
+    casts = [ROWS * 256 * 2, COLUMNS * 256 * 2]
+    loss = [HALF, SINGLE, 4, 4]
+    assert found["linear"] == ["torch.float32", *casts, HALF, WORKSPACE, *loss]

@@ -41,12 +41,14 @@ cast, sees the target expanded to the input's shape: a float32 copy of the expan
 the input's size), ``nll_loss`` (``nll_loss_nd``), ``gaussian_nll_loss`` (``log``, ``**``),
 ``multilabel_soft_margin_loss`` and ``triplet_margin_with_distance_loss`` (``sum``),
 ``local_response_norm`` and the ``lp_pool`` functions (``pow``), and the deprecated
-``upsample`` functions (``interpolate``). The plan runs torch's own code for them
-(:data:`ENTERED`), :func:`unchecked`, with the function mode entered again, so that each
-function they call passes through the mode and is cast as CUDA's autocast casts it. The
-losses whose Python body calls their ATen operator with the arguments as given
-(``poisson_nll_loss``, ``cosine_embedding_loss``, ``triplet_margin_loss``,
-``multi_margin_loss``, ``kl_div``, ...) are cast at the function, as their kernel casts.
+``upsample`` functions (``interpolate``), and ``linear_cross_entropy`` (torch 2.13:
+``linear``, then ``cross_entropy``, or its chunked custom operators). The plan runs torch's
+own code for them (:data:`ENTERED`), :func:`unchecked`, with the function mode entered
+again, so that each function they call passes through the mode and is cast as CUDA's
+autocast casts it. The losses whose Python body calls their ATen operator with the
+arguments as given (``poisson_nll_loss``, ``cosine_embedding_loss``,
+``triplet_margin_loss``, ``multi_margin_loss``, ``kl_div``, ...) are cast at the function,
+as their kernel casts.
 """
 
 from __future__ import annotations
@@ -257,8 +259,9 @@ ENTERED: dict[str, Callable[..., Any]] = {
         F.smooth_l1_loss, F.huber_loss, F.nll_loss, F.gaussian_nll_loss,
         F.multilabel_soft_margin_loss, F.triplet_margin_with_distance_loss,
         F.local_response_norm, F.lp_pool1d, F.lp_pool2d, F.lp_pool3d, F.upsample,
-        F.upsample_nearest, F.upsample_bilinear,
+        F.upsample_nearest, F.upsample_bilinear, getattr(F, "linear_cross_entropy", None),
     )
+    if function is not None
 }  # fmt: skip
 """torch's Python functions run under autocast as their own code, each function they call seen
 by the function mode (:func:`unchecked`), by the name the mode sees them called."""
