@@ -742,11 +742,6 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         with self:
             return func(*args, **kwargs)
 
-    def _whole(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``func`` with every floating stand-in among its inputs cast to float32."""
-        args, kwargs = self.autocast.cast(torch.float32, args, kwargs)
-        return func(*args, **kwargs)
-
     def _autocast(
         self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
@@ -755,7 +750,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         its inputs cast, or its dtype set, by autocast's lists."""
         restated = autocast_inner.RESTATED.get(name)
         if restated is not None and torch.is_autocast_enabled("cuda"):
-            return functools.partial(restated, self._call, self._whole), args, kwargs
+            return functools.partial(restated, self._call), args, kwargs
         if autocast_inner.ENTERED.get(name) is func and torch.is_autocast_enabled("cuda"):
             return functools.partial(self._entered, autocast_inner.unchecked(func)), args, kwargs
         policy = self.autocast.policy(name, args, kwargs)
