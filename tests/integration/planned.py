@@ -53,3 +53,35 @@ def summary_kinds(path: Path, at: str = "snapshot") -> dict[str, int]:
     found = json.loads(done.stdout)
     kinds = found["kinds"] if at == "snapshot" else found["peak"]["kinds"]
     return {row["kind"]: row["requested_bytes"] for row in kinds}
+
+
+TRACED_CALLS = """
+import json
+
+import torch
+import torch.nn.functional as F
+
+{calls}
+torch.cuda.memory._record_memory_history()
+found, seen = {{}}, 0
+for name, call in calls.items():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = call()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    found[name] = [str(out.dtype)] + [e["size"] for e in trace[seen:] if e["action"] == "alloc"]
+    del out
+    seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
+print(json.dumps(found))
+"""
+
+
+def traced_calls(folder: Path, calls: str, *options: str) -> dict[str, list[object]]:
+    """Plan a script whose ``calls`` (source that defines ``calls``, a dict of zero-argument
+    functions, with ``torch`` and ``F`` imported) each run under bfloat16 autocast on the
+    planned device of capability 9.0; each call's result dtype, then the sizes of the blocks
+    it allocated, in order."""
+    script(folder, TRACED_CALLS.format(calls=textwrap.dedent(calls)))
+    done = plan(folder, "--device-capability", "9.0", *options, "train.py")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[object]] = json.loads(done.stdout.splitlines()[0])
+    return found

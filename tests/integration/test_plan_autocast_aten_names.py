@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from planned import plan, script
+from planned import traced_calls
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -15,11 +13,6 @@ ROWS, COLUMNS = 64, 1000
 IMAGE = 2 * 8 * 16 * 16  # elements of the (2, 8, 16, 16) image, twice as wide and high after
 
 CALLS = """
-import json
-
-import torch
-import torch.nn.functional as F
-
 x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
 image = torch.randn(2, 8, 16, 16, device="cuda", dtype=torch.bfloat16)
 norm = torch.nn.RMSNorm(1000, device="cuda")
@@ -30,28 +23,13 @@ calls = {
     "bilinear": lambda: F.interpolate(image, scale_factor=2, mode="bilinear"),
     "area": lambda: F.interpolate(image, size=(8, 8), mode="area"),
 }
-torch.cuda.memory._record_memory_history()
-found, seen = {}, 0
-for name, call in calls.items():
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        out = call()
-    trace = torch.cuda.memory._snapshot()["device_traces"][0]
-    found[name] = [str(out.dtype)] + [e["size"] for e in trace[seen:] if e["action"] == "alloc"]
-    del out
-    seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
-print(json.dumps(found))
 """
 
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[object]]:
     """Each call's result dtype and the sizes of the blocks it allocated, planned once."""
-    folder = tmp_path_factory.mktemp("calls")
-    script(folder, CALLS)
-    done = plan(folder, "--device-capability", "9.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    calls: dict[str, list[object]] = json.loads(done.stdout.splitlines()[0])
-    return calls
+    return traced_calls(tmp_path_factory.mktemp("calls"), CALLS)
 
 
 def test_logsumexp_and_rms_norm_run_on_a_float32_copy(found: dict[str, list[object]]) -> None:

@@ -4,21 +4,22 @@ result; a dtype the script gives is kept, and nothing is cast."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from planned import plan, script
+from planned import traced_calls
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 ROWS, COLUMNS = 64, 1000
 
 CALLS = """
-import json
-
-import torch
-
 x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16)
+
+
+def cumsum_float32():
+    with torch.autocast("cuda", enabled=False):
+        return x.cumsum(-1, dtype=torch.float32)
+
+
 calls = {
     "sum": lambda: x.sum(-1),
     "sum_bfloat16": lambda: x.sum(-1, dtype=torch.bfloat16),
@@ -27,30 +28,15 @@ calls = {
     "vector_norm": lambda: torch.linalg.vector_norm(x, dim=-1),
     "cumsum": lambda: x.cumsum(-1),
     "softmax": lambda: torch.nn.functional.softmax(x, -1),
-    "cumsum_float32": lambda: x.cumsum(-1, dtype=torch.float32),
+    "cumsum_float32": cumsum_float32,
 }
-torch.cuda.memory._record_memory_history()
-found, seen = {}, 0
-for name, call in calls.items():
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=name != "cumsum_float32"):
-        out = call()
-    trace = torch.cuda.memory._snapshot()["device_traces"][0]
-    found[name] = [str(out.dtype)] + [e["size"] for e in trace[seen:] if e["action"] == "alloc"]
-    del out
-    seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
-print(json.dumps(found))
 """
 
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[object]]:
     """Each call's result dtype and the sizes of the blocks it allocated, planned once."""
-    folder = tmp_path_factory.mktemp("calls")
-    script(folder, CALLS)
-    done = plan(folder, "--device-capability", "9.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    calls: dict[str, list[object]] = json.loads(done.stdout.splitlines()[0])
-    return calls
+    return traced_calls(tmp_path_factory.mktemp("calls"), CALLS)
 
 
 def test_autocast_sets_float32_as_the_dtype_of_reductions(found: dict[str, list[object]]) -> None:

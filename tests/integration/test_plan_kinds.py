@@ -436,3 +436,51 @@ def test_gradient_clipping_is_the_optimizer_s_step(tmp_path: Path) -> None:
         "activation": 4,
     }
     assert summary_kinds(snapshot, "peak")["optimizer_state"] == 2 * CLIPPED_BYTES + SCALER_BYTES
+
+
+VISION_TRAINING = """
+import torch
+from torch import nn
+
+model = nn.Sequential(
+    nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+    nn.Linear(16, 10),
+).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+images = torch.randn(32, 3, 512, 512).pin_memory()
+labels = torch.randint(0, 10, (32,))
+torch.cuda.memory._record_memory_history()
+for step in range(3):
+    x = images.to("cuda", non_blocking=True)
+    y = labels.cuda()
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+IMAGES_BYTES = 32 * 3 * 512 * 512 * 4
+LABELS_BYTES = 32 * 8
+"""A batch of 32 float32 images of 3 x 512 x 512 copied from pinned memory, and its int64
+labels: each step's input."""
+CONV_BYTES = (16 * 3 * 3 * 3 + 16 + 16 * 10 + 10) * 4
+"""The convolution's and the linear layer's float32 weights and biases."""
+
+
+def test_a_vision_batch_copied_each_step_is_input(tmp_path: Path) -> None:
+    """Each step's image batch, copied with ``non_blocking=True``, and its labels are
+    ``input`` at the snapshot and at the peak; every other kind holds what it held before."""
+    script(tmp_path, VISION_TRAINING)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = tmp_path / "snapshot.pickle"
+    assert summary_kinds(snapshot) == {
+        "parameter": CONV_BYTES,
+        "gradient": CONV_BYTES,
+        "workspace": 2 * HOPPER_WORKSPACE,
+        "activation": 4,  # the loss, its backward the trace's last
+        "input": IMAGES_BYTES + LABELS_BYTES,
+    }
+    peak = summary_kinds(snapshot, "peak")
+    assert peak["input"] == IMAGES_BYTES + LABELS_BYTES
+    assert peak["activation"] == IMAGES_BYTES // 3 * 16 + 4  # ReLU's saved output, the loss

@@ -20,17 +20,35 @@ through autocast on its own, so what is cast, and what autograd keeps, is theirs
   innermost_dim, keepdim)`` (``Distance.cpp``): the difference in the inputs' dtype, then
   ``norm.ScalarOpt_dim``, which autocast appends float32 to (``fp32_append_dtype``).
 
-The plan calls each as that composite, every inner function through ``call`` (the function
-mode's own handling, which casts by autocast's lists), so the bytes are the GPU's.
-``cross_entropy`` with class probabilities or label smoothing, whose composites call more
-operators, casts its input to float32 whole, as the reference reads.
+``cross_entropy`` with class probabilities or label smoothing calls more operators
+(``cross_entropy_loss_prob_target``, ``cross_entropy_loss_label_smoothing``): the same
+``log_softmax``, then products with the target and class weight in their dtypes, sums that
+autocast sets to float32 (``fp32_set_opt_dtype``), and for smoothing ``nll_loss_nd`` too.
+``nll_loss_nd`` makes a 3-d (or 5-d and up) input contiguous, in its own dtype, before
+``nll_loss2d`` casts it.
 
-Two functions of ``torch.nn.functional`` are written in Python and call many listed functions:
+The plan calls each as that composite, every inner function through ``call`` (the function
+mode's own handling, which casts by autocast's lists, or, in a compiled graph, the graph's
+casts), so the bytes are the GPU's.
+
+Other functions of ``torch.nn.functional`` are written in Python and call listed functions
+that the function mode would not see, since it sees the outer function whole:
 ``multi_head_attention_forward`` (``nn.MultiheadAttention``, the transformer layers: its
-projections' ``linear``, ``bmm``/``baddbmm``, ``softmax``, ``scaled_dot_product_attention``)
-and ``gumbel_softmax`` (``log``, ``softmax``). The plan runs torch's own code for them
-(:data:`ENTERED`), :func:`unchecked`, with the function mode entered again, so that each
-function they call passes through the mode and is cast as CUDA's autocast casts it.
+projections' ``linear``, ``bmm``/``baddbmm``, ``softmax``, ``scaled_dot_product_attention``),
+``gumbel_softmax`` (``log``, ``softmax``), the regression losses ``mse_loss``, ``l1_loss``,
+``smooth_l1_loss`` and ``huber_loss`` (``broadcast_tensors`` first, so the kernel, and its
+cast, sees the target expanded to the input's shape: a float32 copy of the expanded view, of
+the input's size), ``nll_loss`` (``nll_loss_nd``), ``gaussian_nll_loss`` (``log``, ``**``),
+``multilabel_soft_margin_loss`` and ``triplet_margin_with_distance_loss`` (``sum``),
+``local_response_norm`` and the ``lp_pool`` functions (``pow``), and the deprecated
+``upsample`` functions (``interpolate``), and ``linear_cross_entropy`` (torch 2.13:
+``linear``, then ``cross_entropy``, or its chunked custom operators). The plan runs torch's
+own code for them (:data:`ENTERED`), :func:`unchecked`, with the function mode entered
+again, so that each function they call passes through the mode and is cast as CUDA's
+autocast casts it. The losses whose Python body calls their ATen operator with the
+arguments as given (``poisson_nll_loss``, ``cosine_embedding_loss``,
+``triplet_margin_loss``, ``multi_margin_loss``, ``kl_div``, ...) are cast at the function,
+as their kernel casts.
 """
 
 from __future__ import annotations
@@ -41,14 +59,20 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn import _reduction
 
 Call = Callable[..., Any]
 """``call(func, *args, **kwargs)``: ``func`` run as the plan runs a script's call of it."""
 
+NONE, MEAN = _reduction.get_enum("none"), _reduction.get_enum("mean")
+"""ATen's ``Reduction`` values of the losses' ``reduction`` argument."""
+
+_NLL_LOSS = torch._C._nn.nll_loss  # type: ignore[attr-defined, unused-ignore]  # not in torch's stubs
+_NLL_LOSS_2D = torch._C._nn.nll_loss2d  # type: ignore[attr-defined, unused-ignore]  # not in the stubs
+
 
 def cross_entropy(
     call: Call,
-    whole: Call,
     input: torch.Tensor,
     target: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -58,20 +82,132 @@ def cross_entropy(
     reduction: str = "mean",
     label_smoothing: float = 0.0,
 ) -> Any:
-    """``F.cross_entropy`` as ``cross_entropy_loss`` runs under CUDA's autocast: for class
-    indices, ``log_softmax`` in the input's dtype, then ``nll_loss``; else ``whole``, which
-    casts every input to float32 and calls ``F.cross_entropy``."""
-    arguments = (input, target, weight, size_average, ignore_index, reduce, reduction)
-    if label_smoothing > 0.0 or input.shape == target.shape:
-        return whole(F.cross_entropy, *arguments, label_smoothing)
+    """``F.cross_entropy``: its reduction read as its Python body reads it, then
+    :func:`cross_entropy_loss`."""
+    if size_average is not None or reduce is not None:
+        reduction = _reduction.legacy_get_string(size_average, reduce)
+    enum = _reduction.get_enum(reduction)
+    return cross_entropy_loss(call, input, target, weight, enum, ignore_index, label_smoothing)
+
+
+def cross_entropy_loss(
+    call: Call,
+    input: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    reduction: int = MEAN,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+) -> Any:
+    """``cross_entropy_loss`` (``LossNLL.cpp``): class probabilities where the target has the
+    input's shape, else label smoothing where asked, else ``nll_loss_nd`` of the
+    log-probabilities; each begins with ``log_softmax`` in the input's dtype."""
     class_dim = 0 if input.dim() == 1 else 1
     log_probs = call(F.log_softmax, input, class_dim, dtype=input.dtype)
-    return call(F.nll_loss, log_probs, *arguments[1:])
+    if input.shape == target.shape:
+        return _probabilities(call, log_probs, target, weight, reduction, label_smoothing)
+    loss = call(torch._C._nn.nll_loss_nd, log_probs, target, weight, reduction, ignore_index)
+    if label_smoothing <= 0.0:
+        return loss
+    smooth = _smoothing(call, log_probs, target, weight, reduction, ignore_index)
+    return (1 - label_smoothing) * loss + smooth * (label_smoothing / input.size(class_dim))
+
+
+def _probabilities(
+    call: Call,
+    log_probs: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    reduction: int,
+    label_smoothing: float,
+) -> Any:
+    """``cross_entropy_loss_prob_target``: the target smoothed, the product with the
+    log-probabilities (and the weight, viewed along the class dimension), summed."""
+    class_dim = 0 if log_probs.dim() == 1 else 1
+    classes = log_probs.size(class_dim)
+    if label_smoothing > 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    product = log_probs * target
+    if weight is not None:
+        product = product * (weight.view(_along(log_probs, 1, weight)) if class_dim else weight)
+    if reduction == NONE:
+        return -call(torch.Tensor.sum, product, class_dim)
+    total = -call(torch.Tensor.sum, product)
+    return total / (log_probs.numel() / classes) if reduction == MEAN else total
+
+
+def _smoothing(
+    call: Call,
+    log_probs: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    reduction: int,
+    ignore_index: int,
+) -> Any:
+    """``cross_entropy_loss_label_smoothing``'s uniform term: the (weighted) log-probabilities
+    summed over the classes, ignored targets' zeroed, then reduced as the loss is."""
+    class_dim = 0 if log_probs.dim() == 1 else 1
+    if weight is not None:
+        weighted = log_probs * weight.view(_along(log_probs, class_dim, weight))
+        smooth = -call(torch.Tensor.sum, weighted, class_dim)
+    else:
+        smooth = -call(torch.Tensor.sum, log_probs, class_dim)
+    ignored = target == ignore_index
+    smooth.masked_fill_(ignored, 0.0)
+    if reduction == NONE:
+        return smooth
+    total = call(torch.Tensor.sum, smooth)
+    if reduction != MEAN:
+        return total
+    if weight is None:
+        return total / (~ignored).sum()
+    if _subclass_like(weight):
+        kept = weight.gather(0, target.masked_fill(ignored, 0).flatten())
+        return total / kept.masked_fill_(ignored.flatten(), 0).sum()
+    return total / weight.gather(0, target.masked_select(~ignored).flatten()).sum()
+
+
+def _along(tensor: torch.Tensor, dim: int, weight: torch.Tensor) -> list[int]:
+    """The shape a class weight is viewed in to broadcast along ``tensor``'s ``dim``."""
+    shape = [1] * tensor.dim()
+    shape[dim] = weight.size(0)
+    return shape
+
+
+def _subclass_like(tensor: torch.Tensor) -> bool:
+    """``isTensorSubclassLike``: a tensor subclass (a traced graph's), not a plain tensor."""
+    return type(tensor) not in (torch.Tensor, torch.nn.Parameter)
+
+
+def nll_loss_nd(
+    call: Call,
+    input: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    reduction: int = MEAN,
+    ignore_index: int = -100,
+) -> Any:
+    """``nll_loss_nd`` (``LossNLL.cpp``): ``nll_loss`` of a 1-d or 2-d input, ``nll_loss2d``
+    of a 4-d one, else ``nll_loss2d`` of the input and target made contiguous (in their own
+    dtype, before autocast's cast) and viewed as 4-d and 3-d."""
+    if input.dim() in (1, 2):
+        return call(_NLL_LOSS, input, target, weight, reduction, ignore_index)
+    if input.dim() == 4:
+        return call(_NLL_LOSS_2D, input, target, weight, reduction, ignore_index)
+    batch, classes = input.size(0), input.size(1)
+    flat, flat_target = input.contiguous(), target.contiguous()
+    empty = flat.numel() == 0  # an empty batch: 0 x 0 positions
+    flat = flat.view(batch, classes, 0, 0) if empty else flat.view(batch, classes, 1, -1)
+    empty = flat_target.numel() == 0
+    flat_target = flat_target.view(batch, 0, 0) if empty else flat_target.view(batch, 1, -1)
+    loss = call(_NLL_LOSS_2D, flat, flat_target, weight, reduction, ignore_index)
+    if reduction != NONE:
+        return loss
+    return loss.view(batch, *input.shape[2:])
 
 
 def normalize(
     call: Call,
-    whole: Call,
     input: torch.Tensor,
     p: float = 2.0,
     dim: int = 1,
@@ -86,14 +222,13 @@ def normalize(
     return torch.div(input, denom.expand_as(input), out=out)
 
 
-def reflected_division(call: Call, whole: Call, tensor: torch.Tensor, other: Any) -> Any:
+def reflected_division(call: Call, tensor: torch.Tensor, other: Any) -> Any:
     """``other / tensor`` (``Tensor.__rdiv__``): ``tensor.reciprocal() * other``."""
     return call(torch.Tensor.reciprocal, tensor) * other
 
 
 def pairwise_distance(
     call: Call,
-    whole: Call,
     x1: torch.Tensor,
     x2: torch.Tensor,
     p: float = 2.0,
@@ -107,17 +242,27 @@ def pairwise_distance(
 
 RESTATED: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy,
+    "cross_entropy_loss": cross_entropy_loss,
+    "nll_loss_nd": nll_loss_nd,
     "normalize": normalize,
     "__rdiv__": reflected_division,
     "pairwise_distance": pairwise_distance,
 }
-"""The composites, by the name the function mode sees them called."""
+"""The composites, by the name the function mode sees them called (and a compiled graph holds
+them: ``cross_entropy_loss``, ``nll_loss_nd``, ``pairwise_distance``)."""
 
 
 ENTERED: dict[str, Callable[..., Any]] = {
-    "multi_head_attention_forward": F.multi_head_attention_forward,
-    "gumbel_softmax": F.gumbel_softmax,
-}
+    function.__name__: function
+    for function in (
+        F.multi_head_attention_forward, F.gumbel_softmax, F.mse_loss, F.l1_loss,
+        F.smooth_l1_loss, F.huber_loss, F.nll_loss, F.gaussian_nll_loss,
+        F.multilabel_soft_margin_loss, F.triplet_margin_with_distance_loss,
+        F.local_response_norm, F.lp_pool1d, F.lp_pool2d, F.lp_pool3d, F.upsample,
+        F.upsample_nearest, F.upsample_bilinear, getattr(F, "linear_cross_entropy", None),
+    )
+    if function is not None
+}  # fmt: skip
 """torch's Python functions run under autocast as their own code, each function they call seen
 by the function mode (:func:`unchecked`), by the name the mode sees them called."""
 

@@ -13,8 +13,9 @@ lower-precision op). The ones that reach an operator autocast gives a float32 ``
 operator by ATen's own name (``torch.logsumexp``, ``torch.rms_norm``) is cast by ATen's lists
 below, and ``F.interpolate`` as the operator its mode reaches (:func:`interpolated`). The
 composites of the reference whose casts sit in the operators they call (``cross_entropy``,
-``normalize``) run as those composites in an eager run (:mod:`~memforensics.plan.autocast_inner`);
-a compiled graph casts their input whole.
+``normalize``) run as those composites, in an eager run and in a compiled graph, and torch's
+Python losses that call listed functions run as their own code
+(:mod:`~memforensics.plan.autocast_inner`).
 
 A backward called inside an autocast region runs there too: autograd's engine runs each node with
 the thread-local state captured at ``backward()`` (``GraphTask::thread_locals_``, autocast's
@@ -102,11 +103,14 @@ OPT_FLOAT32 = "dtype"
 
 WIDEST = frozenset(
     (
-        "addcdiv", "addcmul", "atan2", "cross", "dot", "tensordot", "cat", "stack", "index_put",
-        "scatter_add", "bilinear", "grid_sample",
+        "addcdiv", "addcmul", "atan2", "cross", "dot", "tensordot", "index_put", "scatter_add",
+        "bilinear", "grid_sample",
     )
 )  # fmt: skip
-"""Run in the widest floating type of their inputs."""
+"""Run in the widest floating type of their inputs. Not ``cat`` and ``stack``, which the op
+reference still lists: CUDA's autocast registers no kernel for them (pytorch/pytorch#59497
+moved them off its promote list, since they promote mixed inputs themselves), so they copy
+nothing and write each input into the promoted result as it lies."""
 
 
 ATEN_LOWER = frozenset(
@@ -137,6 +141,21 @@ for (``AT_FORALL_FP32``)."""
 ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
 """ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
 function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
+
+BANNED = {
+    "binary_cross_entropy": (
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+        "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+        "In this case, combine the two layers using "
+        "torch.nn.functional.binary_cross_entropy_with_logits\n"
+        "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+        "safe to autocast."
+    )
+}
+"""Functions whose CUDA autocast kernel refuses every call, and what it raises
+(``binary_cross_entropy_banned`` in ``aten/src/ATen/autocast_mode.cpp``): under
+``autocast("cuda")`` ``F.binary_cross_entropy`` (``nn.BCELoss``) fails on a GPU whatever its
+dtypes, so it fails in a plan too."""
 
 INTERPOLATE = "interpolate"
 """``F.interpolate``, which autocast casts as the ATen operator it reaches
@@ -222,7 +241,7 @@ class Autocast:
     float32 runs of the library operators that cast in their own kernels."""
 
     names = LOWER | FLOAT32 | WIDEST | SET_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
-    names |= {INTERPOLATE}
+    names |= {INTERPOLATE, *BANNED}
     """The functions autocast casts for, by name: a script calls ATen's own names too
     (``torch.logsumexp``, ``torch.rms_norm``, ``torch._C._nn.upsample_nearest2d``)."""
 
@@ -275,6 +294,8 @@ class Autocast:
             name = self._operators[func] = _listed(func)
         if not name or not _enabled_at_call():
             return args, kwargs
+        if name in BANNED:
+            raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
             return _float32_dtype(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
@@ -293,9 +314,11 @@ class Autocast:
     ) -> torch.dtype | bool | str | None:
         """The dtype function ``name`` runs in under autocast now, called with ``args`` and
         ``kwargs``; True: the widest; :data:`OPT_FLOAT32`: its ``dtype`` argument set to
-        float32; None: unchanged."""
+        float32; None: unchanged. A :data:`BANNED` function raises what its kernel raises."""
         if not torch.is_autocast_enabled("cuda"):
             return None
+        if name in BANNED:
+            raise RuntimeError(BANNED[name])
         if name == INTERPOLATE:
             name = interpolated(args, kwargs or {})
         if name in SET_DTYPE:

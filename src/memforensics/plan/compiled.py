@@ -15,7 +15,9 @@ autotunes are not made.
 
 autocast works in the dispatcher on CUDA tensors, so dynamo's trace on ``meta`` sees no casts:
 each call of autocast's lists in dynamo's graph casts its inputs as CUDA's autocast does, in
-the autocast state of the trace, before AOTAutograd traces it (:func:`_autocast_call`). And
+the autocast state of the trace, before AOTAutograd traces it (:func:`_autocast_call`), and
+each composite autocast has no CUDA kernel for (``cross_entropy_loss``) runs as the operators
+it calls, each cast so (:func:`_restated_call`). And
 while AOTAutograd traces, aten's composite operators with a Python ``meta`` kernel decompose
 above autograd, as on CUDA (:func:`composites_on_meta`).
 
@@ -67,7 +69,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import attention, choices, ctc, flex, fusion, graph_trees, standins, values
+from memforensics.plan import (
+    attention,
+    autocast_inner,
+    choices,
+    ctc,
+    flex,
+    fusion,
+    graph_trees,
+    standins,
+    values,
+)
 from memforensics.plan.values import INDUCTOR, Notes
 
 if TYPE_CHECKING:
@@ -338,26 +350,25 @@ def _prepare(
             node.op, node.target = "call_function", _method(name)
         if name == attention.SDPA_NAME:
             node.target, node.args = _attention, (capability, *node.args)
-        if name in autocast.names:
+        if node.op == "call_function" and name in autocast_inner.RESTATED:
+            node.target = _restated_call(autocast, name, node.target)
+        elif name in autocast.names:
             node.target = _autocast_call(autocast, name, node.target)
     gm.recompile()
 
 
 def _called(node: torch.fx.Node) -> str:
     """The name autocast's lists know a dynamo graph's call by: a method's or function's own
-    name, but for the ones dynamo reaches below the name a script calls (``F.cross_entropy``
-    is ``torch._C._nn.cross_entropy_loss`` in the graph) and a number divided or raised by a
-    tensor (CUDA's ``reciprocal`` and ``pow``, both float32)."""
+    name, but for a number divided or raised by a tensor (CUDA's ``reciprocal`` and ``pow``,
+    both float32, which cast the tensor as the whole call's cast would)."""
     if node.op == "call_method":
         return str(node.target)
     name = str(getattr(node.target, "__name__", node.target))
     if name in _REFLECTED and node.args and not isinstance(node.args[0], torch.fx.Node):
         return _REFLECTED[name]
-    return _BELOW.get(name, name)
+    return name
 
 
-_BELOW = {"cross_entropy_loss": "cross_entropy", "nll_loss_nd": "nll_loss"}
-"""dynamo's names for functions of ``torch.nn.functional`` it inlines, and the function's."""
 _REFLECTED = {"truediv": "__rtruediv__", "pow": "__rpow__"}
 """``operator``'s binary functions whose first operand is a number: the tensor's reflected
 method, as the script's expression calls it."""
@@ -390,6 +401,40 @@ def _autocast_call(
 
     cast_then.__name__ = f"autocast_{name}"
     return cast_then
+
+
+def _restated_call(
+    autocast: choices.Autocast, name: str, call: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``call``, a composite that autocast has no CUDA kernel for (dynamo's graph holds
+    ``cross_entropy_loss``, ``nll_loss_nd`` and ``pairwise_distance`` as the script called
+    them, and AOTAutograd decomposes them on a GPU), run under autocast as the operators it
+    calls (:data:`~memforensics.plan.autocast_inner.RESTATED`), each cast by autocast's
+    lists (:func:`_inner_call`), as the trace on a GPU casts them; as it is without autocast."""
+    restated = autocast_inner.RESTATED[name]
+
+    def restated_then(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_autocast_enabled("cuda"):
+            return call(*args, **kwargs)
+        return restated(functools.partial(_inner_call, autocast), *args, **kwargs)
+
+    restated_then.__name__ = f"autocast_{name}"
+    return restated_then
+
+
+def _inner_call(
+    autocast: choices.Autocast, func: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """``func``, called inside a restated composite in a graph, cast by autocast's lists, or
+    itself restated."""
+    name = getattr(func, "__name__", "")
+    restated = autocast_inner.RESTATED.get(name)
+    if restated is not None:
+        return restated(functools.partial(_inner_call, autocast), *args, **kwargs)
+    policy = autocast.policy(name, args, kwargs) if name in autocast.names else None
+    if policy is not None:
+        args, kwargs = autocast.cast(policy, args, kwargs)
+    return func(*args, **kwargs)
 
 
 def shadowed() -> tuple[torch._ops.OpOverload, ...]:
@@ -489,6 +534,9 @@ def _fake_runs_as_on_cuda() -> Iterator[None]:
             name = _called(node)
             args = _meta_devices(tuple(args), moving=name == "to")
             kwargs = _meta_device(dict(kwargs))
+            if node.op == "call_function" and name in autocast_inner.RESTATED:
+                assert callable(node.target)  # a call_function node's target is its function
+                return _restated_call(autocast, name, node.target)(*args, **kwargs)
             policy = autocast.policy(name, args, kwargs) if name in autocast.names else None
             if policy is not None:
                 args, kwargs = autocast.cast(policy, args, kwargs)

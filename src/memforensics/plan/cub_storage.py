@@ -11,7 +11,13 @@ plus 255 B to align the block's start. An algorithm that needs none asks for 1 B
 Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values,
 ``SortKeys`` for 8-byte keys, both with 64-bit offsets (torch passes an ``int64_t`` count),
 and ``DeviceSegmentedRadixSort::SortPairs``: the sort ``index_put_with_sort_kernel`` makes of
-its linear index, and ``sort``'s of long rows. Its
+its linear index, and ``sort``'s of long rows; and, over ``int64`` keys and values, the
+single-pass algorithms ``nn.Embedding``'s backward runs after its sort:
+``DeviceSelect::UniqueByKey``, ``DeviceScan::ExclusiveScan`` and
+``DeviceScan::InclusiveSumByKey`` / ``InclusiveScanByKey``, whose storage is a tile-status
+array (``ScanTileState``, ``ReduceByKeyScanTileState``) sized as CCCL 3.0 sizes it, the CUB of
+CUDA 13.0 that torch 2.13's default wheel is built with (2.8 does not alias the status array
+on its own, 256 B less). Each one's
 tuning depends on the policy the device's architecture selects (``ChainedPolicy``: the newest
 policy not newer than the architecture the kernels were compiled for), so the size is given
 for capability 7.0 and up; before that it is not derived here (:data:`None`).
@@ -154,3 +160,73 @@ def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
     of ``key_bytes`` beside 8-byte values, not double-buffered: the alternate keys and values
     alone (``DispatchSegmentedRadixSort::InvokePasses``), whatever the architecture."""
     return aliased([items * key_bytes, items * 8]) if items else 1
+
+
+TILE_STATUS_PADDING = 32
+"""Tile states ahead of the first tile (``TILE_STATUS_PADDING``, a warp's threads)."""
+TILE_STATUS_WORD = 16
+"""Bytes of one tile's status word for an 8-byte value (``ScanTileState``'s ``ulonglong2``),
+and for a 12-byte key and value pair rounded up to a power of two
+(``ReduceByKeyScanTileState``'s ``TxnWord``)."""
+SCAN_TILE = 128 * 7
+"""``DeviceScan::ExclusiveScan``'s tile for ``int64_t`` under an operator of torch's own
+(``SumOp``, which is no ``basic_binary_op_t``, so no tuning applies): ``DefaultPolicy``'s 128
+threads of 15 nominal items, ``MemBoundScaling`` to 7 for 8 bytes, on 6.0 and newer."""
+UNIQUE_BY_KEY_TILES = {700: 64 * 5, 800: 256 * 7, 860: 64 * 5, 900: 640 * 7, 1000: 384 * 10}
+"""``DeviceSelect::UniqueByKey``'s tile for 8-byte keys beside 4-byte values by the policy's
+architecture: ``DefaultPolicy<11, 64>`` (``Policy520``, ``Policy860``: 11 items made 5 for 8
+bytes by ``Nominal4BItemsToItems``), ``sm80_tuning`` 256 threads of 7, ``sm90_tuning`` 640 of
+7, ``sm100_tuning`` 384 of 10."""
+SCAN_BY_KEY_TILES = {700: 256 * 9, 800: 224 * 10, 860: 256 * 9, 900: 224 * 11, 1000: 256 * 23}
+"""``DeviceScan::*ByKey``'s tile for 8-byte keys and values under ``plus`` or ``maximum``:
+``DefaultPolicy``'s 256 threads of 9 (``Policy520``, ``Policy860``), ``sm80_tuning`` 224 of
+10, ``sm90_tuning`` 224 of 11, ``sm100_tuning`` 256 of 23."""
+
+
+def _tiles(items: int, tile: int) -> int:
+    """Tiles of ``tile`` items that cover ``items``."""
+    return -(-items // tile)
+
+
+def _by_architecture(tiles: dict[int, int], capability: tuple[int, int]) -> int | None:
+    """The tile of the policy a device of ``capability`` runs, or None before 7.0."""
+    arch = capability[0] * 100 + capability[1] * 10
+    chosen = [start for start in tiles if start <= arch]
+    return tiles[max(chosen)] if chosen else None
+
+
+def _scan_tile_state(tiles: int) -> int:
+    """``ScanTileState::AllocationSize`` for an 8-byte value: the status words of the tiles and
+    their padding, aliased on their own (``tile_state_allocation_size``, with the empty
+    partials and inclusives)."""
+    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, 0, 0])
+
+
+def exclusive_scan(items: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceScan::ExclusiveScan``'s storage for ``items`` ``int64_t`` under a
+    functor of torch's (``exclusive_sum``): the tile states, aliased again by the dispatch."""
+    if capability < (7, 0):
+        return None
+    return aliased([_scan_tile_state(_tiles(items, SCAN_TILE))])
+
+
+def unique_by_key(items: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceSelect::UniqueByKey``'s storage for ``items`` 8-byte keys beside
+    ``int`` values (a counting iterator) with 64-bit offsets: the tile states and no virtual
+    shared memory (every policy's tile of keys fits a block's)."""
+    tile = _by_architecture(UNIQUE_BY_KEY_TILES, capability)
+    if tile is None:
+        return None
+    return aliased([_scan_tile_state(_tiles(items, tile)), 0])
+
+
+def scan_by_key(items: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceScan::InclusiveSumByKey``'s or ``InclusiveScanByKey``'s storage for
+    ``items`` 8-byte keys and values: a status word per tile and its padding
+    (``ReduceByKeyScanTileState``, not aliased on its own), and the last key of each tile and
+    one more."""
+    tile = _by_architecture(SCAN_BY_KEY_TILES, capability)
+    if tile is None:
+        return None
+    tiles = _tiles(items, tile)
+    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, 8 * (tiles + 1)])

@@ -742,11 +742,6 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         with self:
             return func(*args, **kwargs)
 
-    def _whole(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``func`` with every floating stand-in among its inputs cast to float32."""
-        args, kwargs = self.autocast.cast(torch.float32, args, kwargs)
-        return func(*args, **kwargs)
-
     def _autocast(
         self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
@@ -755,7 +750,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         its inputs cast, or its dtype set, by autocast's lists."""
         restated = autocast_inner.RESTATED.get(name)
         if restated is not None and torch.is_autocast_enabled("cuda"):
-            return functools.partial(restated, self._call, self._whole), args, kwargs
+            return functools.partial(restated, self._call), args, kwargs
         if autocast_inner.ENTERED.get(name) is func and torch.is_autocast_enabled("cuda"):
             return functools.partial(self._entered, autocast_inner.unchecked(func)), args, kwargs
         policy = self.autocast.policy(name, args, kwargs)
@@ -934,8 +929,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
         of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
-        attention kernel's own scratch, an accumulating ``index_put_``'s sort and a long
-        row's (:mod:`~memforensics.plan.kernel_scratch`)."""
+        attention kernel's own scratch, an accumulating ``index_put_``'s sort, an embedding's
+        backward's and a long row's (:mod:`~memforensics.plan.kernel_scratch`)."""
         made = isinstance(out, torch.Tensor) and out.is_meta
         if (
             made
@@ -961,6 +956,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.kernel_scratch.after(func, args)
         elif func in kernel_scratch.INDEX_PUTS:
             self.kernel_scratch.index_put(args, kwargs)
+        elif func in kernel_scratch.EMBEDDING_BACKWARDS:
+            self.kernel_scratch.embedding.after(func, args, kwargs)
         elif func in kernel_scratch.SORTS:
             self.kernel_scratch.sort(func, args, kwargs)
         for block in reversed(copies):

@@ -5,7 +5,8 @@ copies, row sums and accumulators, memory-efficient attention's output accumulat
 norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 ``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
 row's ``sort``'s positions or pairs and CUB's storage; ``pow(Scalar, Tensor)``'s base, which
-``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device. Each is taken
+``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device; and, through
+:mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's. Each is taken
 where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from memforensics.plan import attention, cub_storage, inplace, scratch
+from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
@@ -26,6 +27,7 @@ EFFICIENT_BACKWARD = torch.ops.aten._scaled_dot_product_efficient_attention_back
 CUDNN_FORWARD = torch.ops.aten._scaled_dot_product_cudnn_attention.default
 CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
 FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
+EMBEDDING_BACKWARDS = embedding_backward.OPERATORS
 POW_SCALAR = torch.ops.aten.pow.Scalar
 _FAST_NORMS = (1.0, 2.0, math.inf)
 """The orders ``foreach_tensor_norm_cuda`` computes with its own kernel (``use_slowpath``); any
@@ -255,6 +257,8 @@ class KernelScratch:
         self._malloc = malloc
         self._free = free
         self._capability = capability
+        self.embedding = embedding_backward.EmbeddingScratch(malloc, free, capability)
+        """``nn.Embedding``'s backward's sort and segments."""
 
     def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """What ``func`` takes before its outputs, to be freed once it has returned:
@@ -262,8 +266,11 @@ class KernelScratch:
         head) as the kernel reads them, where that view is not contiguous (a gradient laid out
         as (batch, heads, length, head), or expanded from a sum): ``_flash_attention_backward``'s
         of the output's gradient and of the output, ``_efficient_attention_backward``'s of the
-        output's gradient."""
+        output's gradient; an embedding's backward's copies, sorted ids and counts
+        (:meth:`~memforensics.plan.embedding_backward.EmbeddingScratch.before`)."""
         copied: tuple[Any, ...]
+        if func in EMBEDDING_BACKWARDS:
+            return self.embedding.before(func, args, kwargs)
         if func is FOREACH_NORM:
             partials = _foreach_norm_partials(args, kwargs)
             return [self._malloc(partials)] if partials else []

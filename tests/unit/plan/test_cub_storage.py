@@ -8,10 +8,13 @@ import pytest
 
 from memforensics.plan.cub_storage import (
     aliased,
+    exclusive_scan,
     num_bits,
     radix_sort_keys,
     radix_sort_pairs,
+    scan_by_key,
     segmented_radix_sort_pairs,
+    unique_by_key,
 )
 
 
@@ -96,3 +99,40 @@ def test_a_segmented_sort_holds_the_alternate_keys_and_values_alone() -> None:
     255 B, on every architecture and for keys of any size."""
     assert segmented_radix_sort_pairs(1_000_000, 4) == 4_000_000 + 8_000_000 + 255
     assert segmented_radix_sort_pairs(1000, 2) == 2048 + 8192 + 255
+
+
+@pytest.mark.parametrize(
+    ("items", "capability", "expected"),
+    [
+        # up to 16 tiles: 48 status words of 16 B fit 768 B, +255, aligned again: 1,279
+        (8192, (9, 0), 1279),
+        (16 * 896, (8, 0), 1279),
+        # 17 tiles: 49 words (784 B) take 1,024 + 255, aligned again: 1,535
+        (16 * 896 + 1, (8, 0), 1535),
+        (1, (7, 0), 1279),
+    ],
+)
+def test_an_exclusive_scans_storage_is_its_tile_states_aligned_twice(
+    items: int, capability: tuple[int, int], expected: int
+) -> None:
+    """``DeviceScan::ExclusiveScan`` over ``int64_t`` (896 to a tile under torch's ``SumOp``):
+    ``ScanTileState``'s words aliased on their own and again by the dispatch (CCCL 3.0)."""
+    assert exclusive_scan(items, capability) == expected
+
+
+def test_unique_by_keys_tiles_follow_the_architectures_tuning() -> None:
+    """``DeviceSelect::UniqueByKey``'s tiles for 8-byte keys: 4,480 on 9.0 (16 tiles fit 1,279
+    B, 17 take 1,535), 1,792 on 8.0, 320 on 8.6 (``Policy860``'s default)."""
+    assert unique_by_key(16 * 4480, (9, 0)) == 1279
+    assert unique_by_key(16 * 4480 + 1, (9, 0)) == 1535
+    assert unique_by_key(17 * 1792, (8, 0)) == 1535
+    assert unique_by_key(17 * 320, (8, 6)) == 1535
+    assert unique_by_key(8192, (6, 1)) is None
+
+
+def test_a_scan_by_keys_storage_keeps_a_key_per_tile() -> None:
+    """``DeviceScan::*ByKey`` over 8-byte keys and values: a 16-B word per tile and 32 more,
+    once aligned, beside the last key of each tile and one more (2,464 to a tile on 9.0)."""
+    assert scan_by_key(8192, (9, 0)) == 768 + 256 + 255
+    assert scan_by_key(33 * 2464, (9, 0)) == 1280 + 512 + 255
+    assert scan_by_key(8192, (6, 1)) is None

@@ -94,6 +94,10 @@ CAUSES = (
 # Kind names of the kinds table (analysis/filled/kinds.py).
 _PARAMETER, _GRADIENT, _OPTIMIZER = "parameter", "gradient", "optimizer_state"
 _ACTIVATION, _TEMPORARY, _KV_CACHE = "activation", "temporary", "kv_cache"
+_INPUT = "input"
+_BATCH = (_ACTIVATION, _INPUT, _TEMPORARY)
+"""The kinds that grow with the micro-batch: what the step was fed and what its forward and
+backward made of it (the activations cause)."""
 _UNATTRIBUTED = ("before_recording", "unknown")  # bytes whose kind nothing tells
 _UNKNOWN_VERDICT = "unknown"
 
@@ -644,15 +648,16 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
 
 
 def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
-    """What the forward and backward of the step hold at the judged moment (activations and
-    temporaries), with what a smaller batch or sequence frees, and activation checkpointing
-    where something is saved for a backward. At an OOM whose unwinding the trace shows, the
+    """What the step's batch holds at the judged moment: its input, and what its forward and
+    backward made of it (activations and temporaries), with what a smaller batch or sequence
+    frees (each halves the input too), and activation checkpointing where something is saved
+    for a backward (it keeps the input). At an OOM whose unwinding the trace shows, the
     blocks it freed are those tensors, proven (no kind needs trusting); otherwise the kinds
     say, inferred unless told, and the evidence names them as the kinds table does.
 
     Where the moment holds no ``activation`` (nothing is saved for a backward: an inference
     forward, whose intermediates the kinds call ``temporary``), checkpointing frees nothing;
-    computing the biggest op in chunks does instead.
+    computing the biggest op in chunks does instead (an op's, never the input's site).
     """
     unwound = evidence.unwound
     stepped = _optimizer_temporaries(evidence)
@@ -669,15 +674,11 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
         unwound = None
         by_kind = {k.kind: k.bytes for k in evidence.kinds}
         by_kind[_TEMPORARY] = by_kind.get(_TEMPORARY, 0) - in_step
-        parts = [
-            (kind, by_kind[kind]) for kind in (_ACTIVATION, _TEMPORARY) if by_kind.get(kind, 0) > 0
-        ]
+        parts = [(kind, by_kind[kind]) for kind in _BATCH if by_kind.get(kind, 0) > 0]
         held = sum(size for _kind, size in parts)
         proven = False  # no process tells its activations: the kinds inferred them
         saved = by_kind.get(_ACTIVATION, 0) > 0
-        sites = tuple(
-            (found.site, found.bytes) for found in evidence.sites_of(_ACTIVATION, _TEMPORARY)
-        )
+        sites = tuple((found.site, found.bytes) for found in evidence.sites_of(*_BATCH))
     if not held:
         return None
     options: list[tuple[str, int | None]] = [
@@ -686,8 +687,10 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     ]
     if saved:
         options.append((text.CHECKPOINTING, None))
-    elif sites:
-        options.append((text.chunk_fix(sites[0][0]), sites[0][1] // 2))
+    else:  # the kinds say (the unwinding's blocks count as saved): chunk an op, not the input
+        ops = evidence.sites_of(_ACTIVATION, _TEMPORARY)
+        if ops:
+            options.append((text.chunk_fix(ops[0].site), ops[0].bytes // 2))
     fixes = _fixes(options, needed)
     return Cause(
         ACTIVATIONS, held, held, _enough(held, needed),

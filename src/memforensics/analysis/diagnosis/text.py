@@ -210,7 +210,7 @@ CHECKPOINTING_OR_HALF = "activation checkpointing or half the micro-batch"
 HALF_NO_BACKWARD = "half the batch or the sequence"
 """The peak's fix for a forward's intermediates that no backward will use (no ``activation``
 at the moment: checkpointing frees nothing there)."""
-_KIND_WORDS = {"activation": "activations", "temporary": "temporaries"}
+_KIND_WORDS = {"activation": "activations", "input": "input batch", "temporary": "temporaries"}
 """How a kind of the kinds table is called in a cause's evidence."""
 
 
@@ -229,7 +229,8 @@ def activations_evidence(
 ) -> str:
     """The step's tensors at the moment judged, with their biggest sites: proven by the
     unwinding, or by inferred kinds, each named as the kinds table names it (``temporaries
-    228.35 MiB``, ``activations 2.00 GiB and temporaries 1.00 GiB``), biggest first."""
+    228.35 MiB``, ``activations 2.00 GiB and temporaries 1.00 GiB``, ``activations 2.00 GiB,
+    input batch 1.50 GiB and temporaries 1.00 GiB``), biggest first."""
     where = _sites(sites)
     if unwound:
         return (
@@ -237,7 +238,8 @@ def activations_evidence(
         )
     how = ", inferred" if inferred else ""
     ordered = sorted(parts, key=lambda part: -part[1]) or [("activation", held)]
-    words = " and ".join(f"{_KIND_WORDS[kind]} {fmt(size)}" for kind, size in ordered)
+    named = [f"{_KIND_WORDS[kind]} {fmt(size)}" for kind, size in ordered]
+    words = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
     return f"{words}{how}{where}"
 
 

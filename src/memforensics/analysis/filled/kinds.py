@@ -1,5 +1,5 @@
 """Kinds of memory from lifetimes and frames: parameters, optimizer state, gradients, activations,
-KV caches, workspaces, temporaries.
+the input batch, KV caches, workspaces, temporaries.
 
 No hooks are needed, so old dumps can be classified too. A training step has a shape every
 framework shares, and an allocation's kind follows from where in that shape it starts and ends:
@@ -50,6 +50,25 @@ Three more things the trace proves before a lifetime rule guesses:
   (each as large as a parameter or gradient of the dump) and alive to the end, are what an
   optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame to say so).
 
+**The input batch** (``input``): what a step is fed, copied to the device (``batch.to("cuda")``,
+``.cuda()``, ``torch.tensor(..., device="cuda")``, a pinned batch copied with
+``non_blocking=True``) or made there by the script (a benchmark's random batch: with Python
+frames alone, as ``stacks="python"`` and ``memforensics plan`` record them, a copy and a
+factory read alike). Its frames are outside every forward, backward and optimizer: a
+framework's batch-moving helper (:mod:`~memforensics.analysis.filled.roles`: Accelerate's
+``send_to_device``, Lightning's ``move_data_to_device``, Hugging Face ``Trainer``'s
+``_prepare_inputs``), or a line of the user's own code (the innermost Python frame outside
+torch's own files is not an installed package's). Its lifetime is a step's: a module's forward
+ran while it was held, and at most one backward pass began in its life (a batch kept across
+steps, a fixed benchmark batch or data held on the device, is state, and keeps the kind its
+lifetime gives; so does the batch of a forward written as functions, whose every line is the
+script's own as the copy is). A line of the script says less than a helper's frame, so its
+block must also come before its step's forward (no module's forward ran since the last
+backward or optimizer allocation: a loss or an output the script computes after the forward is
+not the input) and live into that step's backward, or to the trace's end (an OOM in the
+forward). An inference loop's batches, made between forwards with no backward to tell a step's
+start, read as the script's outputs do, and keep their kind unless a helper's frame names them.
+
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
 after an OOM, a parameter known only by its size).
@@ -63,7 +82,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
-from memforensics.analysis.dump import is_native_frame, per_stack
+from memforensics.analysis.dump import (
+    is_installed_file,
+    is_library_file,
+    is_native_frame,
+    per_stack,
+)
 from memforensics.analysis.filled import roles
 from memforensics.analysis.filled.lifetime import BEFORE, Allocation, Lifetimes
 
@@ -72,6 +96,7 @@ BUFFER = "buffer"
 OPTIMIZER_STATE = "optimizer_state"
 GRADIENT = "gradient"
 ACTIVATION = "activation"
+INPUT = "input"
 KV_CACHE = "kv_cache"
 WORKSPACE = "workspace"
 TEMPORARY = "temporary"
@@ -83,6 +108,7 @@ KINDS = (
     OPTIMIZER_STATE,
     GRADIENT,
     ACTIVATION,
+    INPUT,
     KV_CACHE,
     WORKSPACE,
     TEMPORARY,
@@ -388,9 +414,10 @@ def classify(lt: Lifetimes) -> None:
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
+    _inputs(lt, found_roles)
 
 
-_STEP_KINDS = frozenset({ACTIVATION, TEMPORARY, WORKSPACE, KV_CACHE, BEFORE_RECORDING})
+_STEP_KINDS = frozenset({ACTIVATION, INPUT, TEMPORARY, WORKSPACE, KV_CACHE, BEFORE_RECORDING})
 """Kinds a block the unwinding freed keeps; any other is the failing step's activation or
 temporary."""
 
@@ -784,6 +811,110 @@ def _made_in_a_forward_pass(
                 continue
         kept.append((found, role))
     return kept
+
+
+_FED_KINDS = frozenset({ACTIVATION, TEMPORARY, UNKNOWN})
+"""What the lifetime rules call a step's input: an activation (freed in its backward), a
+temporary (freed before it) or ``unknown`` (held to the end, or past its step). A parameter
+kept by its evidence (a model's frames, or many blocks of its size) stays one."""
+_INPUT_CONFIDENCE = {roles.BATCH: 0.85, roles.NOTHING: 0.7}
+"""A batch-moving helper's frame says where the block came from; a line of the script does not."""
+
+
+def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
+    """Mark the input batch of each step (see the module docstring): a block a batch-moving
+    helper or the script's own line made outside every forward, backward and optimizer,
+    that a forward ran on and that lives for a step. One freed after an OOM is judged as the
+    trace stood at that OOM, still held."""
+    traced = [  # in trace order, as lifetimes lists them
+        (found, role)
+        for found, (role, _line) in zip(lt.allocations, found_roles, strict=True)
+        if found.start != BEFORE
+    ]
+    by_script = per_stack(_made_by_script)
+    candidates = [
+        (found, role)
+        for found, role in traced
+        if found.kind in _FED_KINDS
+        and found.phase == FORWARD
+        and role in _INPUT_CONFIDENCE
+        and (role == roles.BATCH or by_script(found.frames))
+    ]
+    if not candidates:
+        return
+    steps = _Steps(traced)
+    for found, role in candidates:
+        oom = _oom_before_free(lt.oom_positions, found, lt.length)
+        end, last = (found.end, lt.length) if oom is None else (oom, oom)
+        if steps.feeds(found.start, end, last, helper=role == roles.BATCH):
+            found.kind = INPUT
+            found.confidence = _INPUT_CONFIDENCE[role] * (UNWOUND if oom is not None else 1.0)
+
+
+class _Steps:
+    """Where forwards ran and backward passes began, to ask whether a block lives for a step.
+
+    ``forwards``: where a module's forward allocated (a forward written as functions shows
+    none: each of its lines is the script's own, as the batch's copy is). A backward pass
+    begins at a backward allocation that follows an allocation of another phase; a step ends
+    at a backward or optimizer allocation.
+    """
+
+    def __init__(self, traced: list[tuple[Allocation, str]]) -> None:
+        self.forwards: list[int] = []
+        self.passes: list[int] = []
+        self.step_ends: list[int] = []
+        before = FORWARD
+        for found, role in traced:
+            phase = found.phase
+            if phase == FORWARD:
+                if role == roles.IN_FORWARD:
+                    self.forwards.append(found.start)
+            elif phase in (BACKWARD, OPTIMIZER):
+                self.step_ends.append(found.start)
+                if phase == BACKWARD and before != BACKWARD:
+                    self.passes.append(found.start)
+            before = phase
+
+    def feeds(self, start: int, end: int, last: int, *, helper: bool) -> bool:
+        """Whether a block made at ``start`` and freed at ``end`` (``last``: held to the end)
+        fed a forward and lived for one step; a line of the script also comes before its
+        step's forward (no module's forward since the step began) and lives into its
+        backward (or to the end)."""
+        index = bisect_right(self.forwards, start)
+        if index == len(self.forwards) or self.forwards[index] >= end:
+            return False  # no forward ran while it was held
+        first = bisect_right(self.passes, start)
+        if first + 1 < len(self.passes) and self.passes[first + 1] < end:
+            return False  # held past a second backward: kept across steps
+        if helper:
+            return True
+        backward = self.passes[first] if first < len(self.passes) else None
+        if backward is not None and backward < self.forwards[index]:
+            return False  # made after its step's forward: a loss, an output
+        if (backward is None or backward >= end) and end < last:
+            return False  # freed before any backward: an inference forward's, or a temporary
+        ended = bisect_left(self.step_ends, start) - 1
+        began = self.step_ends[ended] if ended >= 0 else -1
+        return index == 0 or self.forwards[index - 1] < began
+
+
+def _made_by_script(frames: object) -> bool:
+    """Whether the line that made a block is the user's own: the innermost Python frame outside
+    torch's own files (its operator overloads, ``set_default_device``'s dispatch) is not an
+    installed package's."""
+    if not isinstance(frames, list):
+        return False
+    for frame in frames:
+        if type(frame) is not dict:
+            continue
+        filename, name = frame.get("filename"), frame.get("name")
+        if type(filename) is not str or type(name) is not str:
+            continue
+        if is_native_frame(filename, name) or is_library_file(filename):
+            continue
+        return not is_installed_file(filename)
+    return False
 
 
 def _oom_before_free(ooms: list[int], found: Allocation, length: int) -> int | None:

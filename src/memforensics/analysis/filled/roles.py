@@ -25,6 +25,14 @@ say so plainly:
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
   buffer (with the distributed optimizer only) and then the gradient buffer, on two lines of
   the same function. Which line is which is told per dump by :func:`buffer_kinds`.
+* **a batch moved to the device**: a framework's helper that copies a batch to the device, with
+  no forward and no model-building frame on the stack: a function named for moving data to a
+  device (Accelerate's ``send_to_device``, Lightning's ``move_data_to_device``,
+  ``batch_to_device`` and ``transfer_batch_to_device``), Hugging Face ``Trainer``'s
+  ``_prepare_input(s)``, and ``to`` of its batch containers (``BatchEncoding``,
+  ``BatchFeature``). It only says where the block came from: whether it is the step's input is
+  its lifetime's to say (:mod:`~memforensics.analysis.filled.kinds`). The same helper inside a
+  forward (Accelerate's hooks moving activations between devices) is the forward's.
 
 Then what decides between a parameter and the rest:
 
@@ -57,6 +65,7 @@ WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
 MODEL_CACHE = "model_cache"  # a model's cache-named code under a forward: a KV cache by default
 REPLICA = "replica"
+BATCH = "batch"  # a framework's helper moving a batch to the device
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
 NOT_PARAMETER = "not_parameter"
@@ -105,6 +114,21 @@ _BUILD_NAMES = frozenset(
         "_init_weights",
     }
 )
+_DEVICE_WORDS = frozenset({"device", "gpu", "cuda", "npu"})
+_MOVE_WORDS = frozenset({"to", "send", "move", "transfer", "copy"})
+_MODEL_WORDS = frozenset(
+    {"module", "model", "param", "params", "parameter", "parameters", "weight", "weights",
+     "optimizer", "state"}
+)  # fmt: skip
+"""Words that make a function moving something to a device a model's (Accelerate's
+``set_module_tensor_to_device``), not a batch's."""
+_BATCH_HELPERS = (
+    ("/transformers/trainer.py", frozenset({"_prepare_input", "_prepare_inputs"})),
+    ("/transformers/tokenization_utils_base.py", frozenset({"to"})),
+    ("/transformers/feature_extraction_utils.py", frozenset({"to"})),
+)
+"""Hugging Face's batch movers that their names do not tell: ``Trainer`` moving each batch,
+and ``to`` of the tokenizer's and feature extractor's outputs (a model's ``to`` builds)."""
 _MODULE_FILE = "/torch/nn/modules/module.py"
 _BUILD_FILES = ("/torch/nn/parameter.py", "/torch/nn/init.py", "/torch/serialization.py")
 
@@ -135,6 +159,8 @@ def _judge_frame(filename: str, name: str) -> str:
         filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
     ):
         return REPLICA
+    if _moves_a_batch(filename, name):
+        return BATCH
     if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
         return IN_FORWARD
     if _named_for_a_cache(filename, name):
@@ -148,6 +174,18 @@ def _judge_frame(filename: str, name: str) -> str:
     if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
         return _OPTIMIZER_NAMED
     return NOTHING
+
+
+def _moves_a_batch(filename: str, name: str) -> bool:
+    """A framework's helper that moves a batch to the device: named for moving data to a device
+    (``send_to_device``, ``move_data_to_device``, ``batch_to_device``), not a model's, or one of
+    :data:`_BATCH_HELPERS`. torch's own files move modules and tensors inside its machinery."""
+    if _TORCH_FILES.search(filename):
+        return False
+    words = set(_WORDS.findall(name.lower()))
+    if words & _DEVICE_WORDS and words & _MOVE_WORDS and not words & _MODEL_WORDS:
+        return True
+    return any(filename.endswith(path) and name in names for path, names in _BATCH_HELPERS)
 
 
 def names_a_closure(name: str) -> bool:
@@ -184,14 +222,15 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
     outer one is the context the block was made in. A name that rules a parameter out beats
     building. A cache's file or function with a forward or ``generate`` on the stack is a model
-    cache. A function named for an optimizer nearer the allocation than any ``__init__``, with
+    cache. A batch-moving helper with no forward or model-building frame on the stack makes a
+    batch. A function named for an optimizer nearer the allocation than any ``__init__``, with
     no forward or model-building frame, makes the optimizer's own block.
     """
     if not isinstance(frames, list):
         return NOTHING, 0
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
     context, ruled_out, constructed, optimizer = NOTHING, False, False, False
-    cache_named = forward = False
+    cache_named = forward = batch = False
     moved = 0  # the line of the innermost ``Module._apply``: which of a module's tensors it moves
     for frame in frames:  # innermost first
         if type(frame) is not dict:
@@ -208,6 +247,8 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
                 moved = found if type(found) is int else 0
         elif role == _CACHE_NAMED:
             cache_named = ruled_out = True
+        elif role == BATCH:
+            batch = True
         elif name == _GENERATE:
             forward = True
         elif role == _CONSTRUCTOR:
@@ -226,6 +267,8 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
         return strong, line
     if cache_named and forward:
         return MODEL_CACHE, 0
+    if context == NOTHING and batch:
+        return BATCH, 0
     if context == NOTHING and optimizer:
         context = OPTIMIZER_OWNED
     elif context == NOTHING and constructed:

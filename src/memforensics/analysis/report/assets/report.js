@@ -8,7 +8,7 @@
   var SVGNS = document.getElementById("mf-svg-namespace").namespaceURI;
   var KIND_COLORS = {
     parameter: "#3b6fb6", optimizer_state: "#7a4fb0", gradient: "#d9822b",
-    activation: "#2f9e6e", kv_cache: "#c93c3c", workspace: "#17a2b8",
+    activation: "#2f9e6e", input: "#8fcf5f", kv_cache: "#c93c3c", workspace: "#17a2b8",
     temporary: "#c9b037", before_recording: "#8a94a6", buffer: "#6fa8dc",
     unknown: "#c7ccd6", "pending free": "#e7c65b"
   };
