@@ -279,3 +279,34 @@ print("type", tl.pointer_type(tl.int64))
     assert done.returncode == 0, done.stderr
     assert _printed(done.stdout, "refused") == ["True"]
     assert _printed(done.stdout, "type") == ["triton.language.pointer_type(triton.language.int64)"]
+
+
+def test_a_library_that_asks_whether_triton_is_installed_takes_its_triton_path(
+    tmp_path: Path,
+) -> None:
+    """A library that asks ``importlib.util.find_spec`` and ``importlib.metadata`` whether
+    Triton is installed (transformers' ``is_triton_available``, which TRL's fused
+    log-probabilities follow) finds it, as on a GPU, and launches its kernel in place where its
+    torch fallback would have made a float copy of the whole tile."""
+    script(
+        tmp_path,
+        KERNEL
+        + """
+import importlib.metadata
+import importlib.util
+
+found = importlib.util.find_spec("triton") is not None
+version = importlib.metadata.version("triton")
+torch.cuda.reset_peak_memory_stats()
+if found and version:
+    out = add(x, x)
+else:
+    out = x.double() + x.double()
+print("peak", found, torch.cuda.max_memory_allocated())
+print("missing", importlib.util.find_spec("triton.no_such_module"))
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "peak") == ["True", str(8 * MIB)]
+    assert _printed(done.stdout, "missing") == ["None"]

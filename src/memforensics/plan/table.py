@@ -1090,9 +1090,12 @@ def table(
 
 
 def _triton_rows(notes: values.Notes, written: Callable[[list[Any]], None]) -> list[Replacement]:
-    """The script's imports of Triton, by statement and by name, answered by the plan's
-    (``written``: a launch's arguments no longer of known values)."""
+    """The script's imports of Triton, by statement and by name, and its questions whether
+    Triton is installed (its spec, its distribution), answered by the plan's (``written``: a
+    launch's arguments no longer of known values)."""
     import importlib
+    import importlib.metadata
+    import importlib.util
 
     triton = triton_stand_in.Triton(notes, written)
     why = (
@@ -1105,6 +1108,18 @@ def _triton_rows(notes: values.Notes, written: Callable[[list[Any]], None]) -> l
             importlib,
             "import_module",
             triton_stand_in.imported_by_name(importlib.import_module, triton),
+            why,
+        ),
+        R(
+            importlib.util,
+            "find_spec",
+            triton_stand_in.found_spec(importlib.util.find_spec, triton),
+            why,
+        ),
+        R(
+            importlib.metadata,
+            "distribution",
+            triton_stand_in.distributed(importlib.metadata.distribution),
             why,
         ),
     ]

@@ -3,6 +3,10 @@ it to every importer outside torch (``import`` statements and ``importlib.import
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.metadata
+import pathlib
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,6 +72,9 @@ class Triton:
         return self._add(module)
 
     def _add(self, module: types.ModuleType) -> types.ModuleType:
+        module.__spec__ = importlib.machinery.ModuleSpec(
+            module.__name__, None, origin="memforensics plan", is_package=True
+        )
         self.modules[module.__name__] = module
         parent, _, child = module.__name__.rpartition(".")
         if parent and not hasattr(self.modules[parent], child):  # runtime.driver: the driver
@@ -137,6 +144,19 @@ class Triton:
         )
 
 
+class Distribution(importlib.metadata.Distribution):
+    """The stand-in's installed distribution as ``importlib.metadata`` reads it: its name and
+    ``triton.__version__``, no files."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename in ("METADATA", "PKG-INFO"):
+            return f"Metadata-Version: 2.1\nName: triton\nVersion: {VERSION}\n"
+        return None
+
+    def locate_file(self, path: Any) -> pathlib.Path:
+        return pathlib.Path(str(path))
+
+
 def _triton(name: str) -> bool:
     """Whether ``name`` is ``triton`` or one of its modules (tested without splitting it: every
     import the script's process makes passes here)."""
@@ -171,3 +191,41 @@ def imported_by_name(original: Callable[..., Any], triton: Triton) -> Callable[.
         return original(name, package)
 
     return import_module
+
+
+def found_spec(original: Callable[..., Any], triton: Triton) -> Callable[..., Any]:
+    """``importlib.util.find_spec`` with the script's (and its libraries') ``triton`` modules
+    answered by the stand-in's specs: libraries that test for Triton so (transformers' and
+    Accelerate's ``is_triton_available``, which TRL's fused log-probabilities follow) find it
+    as they would on the GPU, where a CUDA build of torch brings it."""
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        if _triton(name) and not caller_torch_own():
+            module = triton.modules.get(name)
+            return None if module is None else module.__spec__
+        return original(name, package)
+
+    return find_spec
+
+
+def distributed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``importlib.metadata.distribution`` (which ``version`` and ``metadata`` call) with the
+    script's ``triton`` answered by the stand-in's: a library that reads Triton's installed
+    version finds the stand-in's, as it finds the installed one on the GPU."""
+    stand_in = Distribution()
+
+    def distribution(distribution_name: str) -> Any:
+        if distribution_name.lower() == "triton" and not _asked_by_torch():
+            return stand_in
+        return original(distribution_name)
+
+    return distribution
+
+
+def _asked_by_torch() -> bool:
+    """Whether the code that asked ``importlib.metadata`` (through ``version`` or ``metadata``,
+    skipped) is torch's (or the plan's)."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("importlib"):
+        frame = frame.f_back
+    return frame is not None and torch_own(frame.f_globals)
