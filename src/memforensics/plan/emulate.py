@@ -48,6 +48,7 @@ from memforensics.plan import (
     inplace,
     int4pack,
     kernel_scratch,
+    log_sigmoid,
     logsumexp,
     meta_outputs,
     native_library,
@@ -811,6 +812,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
         self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
+        self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
         self._answers[torch.ops.aten.mm.default] = functools.partial(sparse.mm, self)
