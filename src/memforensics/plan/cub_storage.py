@@ -8,7 +8,8 @@ built with; their tuning for the sorts below is the same. CUB's temporaries are 
 one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
 plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
 
-Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values,
+Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values, and
+for 1- and 2-byte keys beside them on capability 9.0 and newer,
 ``SortKeys`` for 8-byte keys, both with 64-bit offsets (torch passes an ``int64_t`` count),
 and ``DeviceSegmentedRadixSort::SortPairs``: the sort ``index_put_with_sort_kernel`` makes of
 its linear index, and ``sort``'s of long rows. Its
@@ -56,9 +57,19 @@ POLICIES: dict[int, RadixPolicy] = {
 21``; ``Policy900`` and ``Policy1000``: 384 of ``OnesweepPolicyKey32``'s ``OFFSET_64BIT ? 29 :
 30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``, keys alone having a
 one-byte ``NullType`` for values; every one's
-``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are not here: ``Policy800``
-sorts them in upsweep and downsweep passes whose temporary storage follows the occupancy the
-driver reports, and later policies by a small-key tuning table."""
+``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are in
+:data:`SMALL_KEY_ONESWEEP`, from 9.0 only: ``Policy700`` and ``Policy800`` sort them in upsweep
+and downsweep passes (``ONESWEEP = sizeof(KeyT) >= sizeof(uint32_t)``), whose temporary storage
+follows the occupancy the driver reports."""
+
+SMALL_KEY_ONESWEEP: dict[int, tuple[int, int]] = {1: (384, 18), 2: (512, 23)}
+"""Onesweep's nominal (threads, items per thread) for keys of 1 and 2 bytes beside 8-byte values
+with 64-bit offsets, on 9.0 and newer (``OnesweepSmallKeyTunedPolicy``'s
+``OnesweepSmallKeyPolicy``): ``sm90_small_key_tuning<1, 8, 8>`` and ``<2, 8, 8>``, which
+``Policy1000``'s ``sm100_small_key_tuning`` keeps (its own entries for them are commented out).
+The single-tile policy is the other keys' (256 threads of 19)."""
+SMALL_KEY_ARCH = 900
+"""The first architecture whose policy sorts keys of 1 and 2 bytes in onesweep passes."""
 
 
 def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
@@ -115,11 +126,18 @@ def radix_sort_pairs(
     """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
     ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
     (torch passes separate input and output arrays, so CUB holds the alternate keys and values
-    itself), on a device of ``capability``; None where the policy is not known here. One
+    itself), on a device of ``capability``; None where the policy is not known here (keys of
+    1 or 2 bytes before 9.0, :data:`SMALL_KEY_ONESWEEP`). One
     tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run the
     onesweep passes (:func:`_onesweep`)."""
     policy = _policy(capability)
-    if policy is None or key_bytes not in policy.onesweep_items:
+    if policy is None:
+        return None
+    if key_bytes in policy.onesweep_items:
+        onesweep = (policy.onesweep_threads, policy.onesweep_items[key_bytes])
+    elif key_bytes in SMALL_KEY_ONESWEEP and capability[0] * 100 >= SMALL_KEY_ARCH:
+        onesweep = SMALL_KEY_ONESWEEP[key_bytes]
+    else:
         return None
     if items == 0:
         return 1
@@ -127,9 +145,7 @@ def radix_sort_pairs(
     threads, per_thread = _scaled(*policy.single_tile, dominant)
     if items <= threads * per_thread:
         return 1
-    threads, per_thread = _scaled(
-        policy.onesweep_threads, policy.onesweep_items[key_bytes], dominant
-    )
+    threads, per_thread = _scaled(*onesweep, dominant)
     return _onesweep(items, end_bit, threads * per_thread, key_bytes, 8)
 
 
