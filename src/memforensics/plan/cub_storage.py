@@ -170,3 +170,90 @@ def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
     of ``key_bytes`` beside 8-byte values, not double-buffered: the alternate keys and values
     alone (``DispatchSegmentedRadixSort::InvokePasses``), whatever the architecture."""
     return aliased([items * key_bytes, items * 8]) if items else 1
+
+
+SCAN_POLICY = (128, 15)
+"""``DeviceScan``'s nominal 4-byte (threads, items per thread) for torch's scans: ``policy_hub``'s
+``DefaultPolicy`` on every architecture from 6.0. Its tuned tables (``sm80_tuning``,
+``sm90_tuning``) are for ``basic_binary_op_t`` operators only (``cuda::std::plus``,
+``cuda::minimum``, ``cuda::maximum``), and ``sm100_tuning`` for ``cuda::std::plus``: torch's
+``scan_dim`` passes ``std::plus`` and ``std::multiplies``, which none matches, so every policy
+falls back to it (``Policy860`` and ``Policy600`` are it)."""
+SCAN_TILE_STATUS_PADDING = 32
+"""``ScanTileState``'s tile states beyond the tiles (``num_tiles_to_num_tile_states``: a warp)."""
+
+
+def _mem_bound(threads: int, items: int, size: int) -> tuple[int, int]:
+    """``MemBoundScaling``: items per thread scaled from 4-byte to ``size``-byte elements (at
+    most twice the nominal), threads bounded by the shared memory a block may hold."""
+    scaled_items = max(1, min(items * 4 // size, items * 2))
+    bound = -(-(MAX_SMEM_PER_BLOCK // (size * scaled_items)) // 32) * 32
+    return min(threads, bound), scaled_items
+
+
+def inclusive_scan(items: int, accum_bytes: int, primitive: bool) -> int:
+    """Bytes of ``DeviceScan::InclusiveScan``'s temporary storage (CCCL 3.0,
+    ``DispatchScan::Invoke``) for ``items`` values accumulated in ``accum_bytes``: the tile
+    states of its decoupled look-back, one per tile of :data:`SCAN_POLICY` plus
+    :data:`SCAN_TILE_STATUS_PADDING`, sized by ``tile_state_allocation_size`` as three
+    temporaries aliased in one (descriptors, partials, inclusives), which ``Invoke`` aliases
+    again as its one temporary. A ``primitive`` accumulator (an integer, ``float``, ``double``:
+    ``ScanTileState<T, true>``) packs status and value into one word of twice its size (4 B for
+    1- and 2-byte values), with no partials or inclusives; another (``c10::Half``,
+    ``c10::BFloat16``, ``c10::complex``, which CUB has no traits for) takes a 4-byte status and
+    each of the others at the value's size."""
+    threads, per_thread = _mem_bound(*SCAN_POLICY, accum_bytes)
+    states = -(-items // (threads * per_thread)) + SCAN_TILE_STATUS_PADDING
+    if primitive:
+        word = 16 if accum_bytes == 8 else 8 if accum_bytes == 4 else 4
+        tile_state = aliased([states * word, 0, 0])
+    else:
+        tile_state = aliased([states * 4, states * accum_bytes, states * accum_bytes])
+    return aliased([tile_state])
+
+
+REDUCE_SUM_SINGLE_TILE = 256 * 16
+"""The items ``DeviceReduce::Sum`` of ``int`` counts reduces in one block: ``Policy600``'s
+``ReducePolicy`` (256 threads of 16, ``MemBoundScaling`` leaving 4-byte values as they are) on
+every architecture, ``Policy1000``'s ``sm100_tuning`` having entries for ``float`` and 8-byte
+sums alone. More items run ``InvokePasses``, whose storage (a partial sum per block of
+``sm_occupancy * sm_count * subscription_factor``) follows the occupancy the driver reports."""
+
+
+def reduce_sum(items: int) -> int | None:
+    """Bytes of ``DeviceReduce::Sum``'s temporary storage for ``items`` flags summed as
+    ``int``: 1 where they fit one tile (``InvokeSingleTile``), None beyond (not derived here,
+    :data:`REDUCE_SUM_SINGLE_TILE`)."""
+    return 1 if items <= REDUCE_SUM_SINGLE_TILE else None
+
+
+SELECT_FLAGGED_TILES: dict[int, tuple[int, int]] = {
+    500: (128, 5),
+    800: (384, 6),
+    860: (128, 5),
+    900: (384, 11),
+    1000: (320, 11),
+}
+"""``DeviceSelect::Flagged``'s (threads, items per thread) selecting 8-byte primitive items
+(``nonzero``'s ``CountingInputIterator<int64_t>``) by flags, with ``int32`` offsets within a
+partition, by the architecture a policy starts at (``select::policy_hub``): ``DefaultPolicy``'s
+128 threads of ``10 * 4 / 8`` for ``Policy500`` and ``Policy860``; ``sm80_tuning`` and
+``sm90_tuning`` for ``flagged::yes, keep_rejects::no, offset_size::_4, primitive::yes,
+input_size::_8`` (384 of 6, 384 of 11); ``sm100_tuning``'s (``may_alias::no``) 320 threads of
+``Nominal4BItemsToItems<int64_t>(22)``. Each agent's shared memory fits a block, so none takes
+virtual shared memory."""
+SELECT_TILE_STATE_WORD = 8
+"""Bytes of a tile state for ``int32`` offsets (``ScanTileState<int32_t>``'s ``uint2``)."""
+
+
+def select_flagged(items: int, capability: tuple[int, int]) -> int:
+    """Bytes of ``DeviceSelect::Flagged``'s temporary storage (CCCL 3.0,
+    ``DispatchSelectIf::Invoke``) for ``items`` below ``INT32_MAX`` (one partition): the tile
+    states of its look-back, one per tile plus :data:`SCAN_TILE_STATUS_PADDING`, sized as the
+    scan's are (:func:`inclusive_scan`), beside no virtual shared memory and no streaming
+    counters, aliased in one."""
+    arch = capability[0] * 100 + capability[1] * 10
+    start = max((a for a in SELECT_FLAGGED_TILES if a <= arch), default=500)
+    threads, per_thread = SELECT_FLAGGED_TILES[start]
+    states = -(-items // (threads * per_thread)) + SCAN_TILE_STATUS_PADDING
+    return aliased([aliased([states * SELECT_TILE_STATE_WORD, 0, 0]), 0, 0])
