@@ -4,8 +4,10 @@ copies, row sums and accumulators, memory-efficient attention's output accumulat
 128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
 norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 ``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
-row's ``sort``'s positions or pairs and CUB's storage; ``pow(Scalar, Tensor)``'s base, which
-``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device. Each is taken
+row's ``sort``'s positions or pairs and CUB's storage; CUB's storage for a one-row ``cumsum``
+or ``cumprod``; ``nonzero``'s count, input copy and CUB's storage; ``pow(Scalar, Tensor)``'s
+base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device.
+Each is taken
 where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
