@@ -166,6 +166,15 @@ SORTS = {
     "float32-9.0": ("9.0", "float32 100000", "a400000 a800000 a800000 a1228287 f1228287 f800000"),
     # int64 keys: eight passes, tiles of 3,840 (27 blocks)
     "int64-8.0": ("8.0", "int64 100000", "a800000 a800000 a800000 a1644543 f1644543 f800000"),
+    # bfloat16 keys on 9.0 (sm90_small_key_tuning<2, 8, 8>: 512 threads of 23, scaled to 11
+    # for 8-byte values): two passes of tiles of 5,632 (18 blocks): 4,096 B of bins, 18,432
+    # of lookback, 200,192 and 800,000 of alternate keys and values, 256 of counters, 255
+    "bfloat16-9.0": ("9.0", "bfloat16 100000", "a200000 a800000 a800000 a1023231 f1023231 f800000"),
+    # the same on 10.0, whose table keeps 9.0's entry for these keys and values
+    "float16-10.0": ("10.0", "float16 100000", "a200000 a800000 a800000 a1023231 f1023231 f800000"),
+    # uint8 keys (<1, 8, 8>: 384 threads of 18, scaled to 9): one pass of tiles of 3,456 (29
+    # blocks): 2,048 B of bins, 29,696 of lookback, no alternate keys or values, 256, 255
+    "uint8-9.0": ("9.0", "uint8 100000", "a100000 a800000 a800000 a32255 f32255 f800000"),
     # 4,096 or fewer sort in place
     "short-9.0": ("9.0", "float32 4096", "a16384 a32768"),
 }

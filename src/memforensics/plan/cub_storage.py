@@ -8,7 +8,8 @@ built with; their tuning for the sorts below is the same. CUB's temporaries are 
 one block by ``AliasTemporaries`` (``util_temporary_storage.cuh``): each rounded up to 256 B,
 plus 255 B to align the block's start. An algorithm that needs none asks for 1 B.
 
-Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values,
+Sized here: ``DeviceRadixSort::SortPairs`` for 4- and 8-byte keys beside 8-byte values, and
+for 1- and 2-byte keys beside them on capability 9.0 and newer,
 ``SortKeys`` for 8-byte keys, both with 64-bit offsets (torch passes an ``int64_t`` count),
 and ``DeviceSegmentedRadixSort::SortPairs``: the sort ``index_put_with_sort_kernel`` makes of
 its linear index, and ``sort``'s of long rows; and, over ``int64`` keys and values, the
@@ -21,11 +22,16 @@ on its own, 256 B less). Each one's
 tuning depends on the policy the device's architecture selects (``ChainedPolicy``: the newest
 policy not newer than the architecture the kernels were compiled for), so the size is given
 for capability 7.0 and up; before that it is not derived here (:data:`None`).
+
+Sized from CCCL 3.0 alone, the CUB of torch 2.13's default wheel (CUDA 13.0):
+``DeviceScan::InclusiveScan`` (a one-row ``cumsum``), ``DeviceSelect::Flagged`` and
+``DeviceReduce::Sum`` in one tile (``nonzero``). CCCL 2.8 aliases a scan's tile states once
+where 3.0 aliases them twice.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 ALIGN = 256
 """``AliasTemporaries``' alignment of each temporary (``ALIGN_BYTES``)."""
@@ -62,16 +68,24 @@ POLICIES: dict[int, RadixPolicy] = {
 21``; ``Policy900`` and ``Policy1000``: 384 of ``OnesweepPolicyKey32``'s ``OFFSET_64BIT ? 29 :
 30`` or ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30 : 24``, keys alone having a
 one-byte ``NullType`` for values; every one's
-``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are not here: ``Policy800``
-sorts them in upsweep and downsweep passes whose temporary storage follows the occupancy the
-driver reports, and later policies by a small-key tuning table."""
+``SingleTilePolicy`` 256 threads of 19). Keys of one or two bytes are in
+:data:`SMALL_KEY_ONESWEEP`, from 9.0 only: ``Policy700`` and ``Policy800`` sort them in upsweep
+and downsweep passes (``ONESWEEP = sizeof(KeyT) >= sizeof(uint32_t)``), whose temporary storage
+follows the occupancy the driver reports."""
+
+SMALL_KEY_ONESWEEP: dict[int, tuple[int, int]] = {1: (384, 18), 2: (512, 23)}
+"""Onesweep's nominal (threads, items per thread) for keys of 1 and 2 bytes beside 8-byte values
+with 64-bit offsets, on 9.0 and newer (``OnesweepSmallKeyTunedPolicy``'s
+``OnesweepSmallKeyPolicy``): ``sm90_small_key_tuning<1, 8, 8>`` and ``<2, 8, 8>``, which
+``Policy1000``'s ``sm100_small_key_tuning`` keeps (its own entries for them are commented out).
+The single-tile policy is the other keys' (256 threads of 19)."""
+SMALL_KEY_ARCH = 900
+"""The first architecture whose policy sorts keys of 1 and 2 bytes in onesweep passes."""
 
 
 def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
     """The policy a device of ``capability`` runs, or None before 7.0."""
-    arch = capability[0] * 100 + capability[1] * 10
-    chosen = [start for start in POLICIES if start <= arch]
-    return POLICIES[max(chosen)] if chosen else None
+    return _by_architecture(POLICIES, capability)
 
 
 def _scaled(threads: int, items: int, dominant: int) -> tuple[int, int]:
@@ -121,11 +135,18 @@ def radix_sort_pairs(
     """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
     ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
     (torch passes separate input and output arrays, so CUB holds the alternate keys and values
-    itself), on a device of ``capability``; None where the policy is not known here. One
+    itself), on a device of ``capability``; None where the policy is not known here (keys of
+    1 or 2 bytes before 9.0, :data:`SMALL_KEY_ONESWEEP`). One
     tile's worth (``SingleTilePolicy``) sorts in one block and takes none (1 B); more run the
     onesweep passes (:func:`_onesweep`)."""
     policy = _policy(capability)
-    if policy is None or key_bytes not in policy.onesweep_items:
+    if policy is None:
+        return None
+    if key_bytes in policy.onesweep_items:
+        onesweep = (policy.onesweep_threads, policy.onesweep_items[key_bytes])
+    elif key_bytes in SMALL_KEY_ONESWEEP and capability[0] * 100 >= SMALL_KEY_ARCH:
+        onesweep = SMALL_KEY_ONESWEEP[key_bytes]
+    else:
         return None
     if items == 0:
         return 1
@@ -133,9 +154,7 @@ def radix_sort_pairs(
     threads, per_thread = _scaled(*policy.single_tile, dominant)
     if items <= threads * per_thread:
         return 1
-    threads, per_thread = _scaled(
-        policy.onesweep_threads, policy.onesweep_items[key_bytes], dominant
-    )
+    threads, per_thread = _scaled(*onesweep, dominant)
     return _onesweep(items, end_bit, threads * per_thread, key_bytes, 8)
 
 
@@ -163,15 +182,19 @@ def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
 
 
 TILE_STATUS_PADDING = 32
-"""Tile states ahead of the first tile (``TILE_STATUS_PADDING``, a warp's threads)."""
+"""Tile states beyond the tiles (``num_tiles_to_num_tile_states``, ``TILE_STATUS_PADDING``: a
+warp's threads)."""
 TILE_STATUS_WORD = 16
-"""Bytes of one tile's status word for an 8-byte value (``ScanTileState``'s ``ulonglong2``),
-and for a 12-byte key and value pair rounded up to a power of two
-(``ReduceByKeyScanTileState``'s ``TxnWord``)."""
-SCAN_TILE = 128 * 7
-"""``DeviceScan::ExclusiveScan``'s tile for ``int64_t`` under an operator of torch's own
-(``SumOp``, which is no ``basic_binary_op_t``, so no tuning applies): ``DefaultPolicy``'s 128
-threads of 15 nominal items, ``MemBoundScaling`` to 7 for 8 bytes, on 6.0 and newer."""
+"""Bytes of one tile's status word for a 12-byte key and value pair rounded up to a power of
+two (``ReduceByKeyScanTileState``'s ``TxnWord``)."""
+SCAN_POLICY = (128, 15)
+"""``DeviceScan``'s nominal 4-byte (threads, items per thread) for torch's scans: ``policy_hub``'s
+``DefaultPolicy`` on every architecture from 6.0. Its tuned tables (``sm80_tuning``,
+``sm90_tuning``) are for ``basic_binary_op_t`` operators only (``cuda::std::plus``,
+``cuda::minimum``, ``cuda::maximum``), and ``sm100_tuning`` for ``cuda::std::plus``: torch's
+``scan_dim`` passes ``std::plus`` and ``std::multiplies``, and ``exclusive_sum`` its own
+``SumOp``, which none matches, so every policy falls back to it (``Policy860`` and
+``Policy600`` are it)."""
 UNIQUE_BY_KEY_TILES = {700: 64 * 5, 800: 256 * 7, 860: 64 * 5, 900: 640 * 7, 1000: 384 * 10}
 """``DeviceSelect::UniqueByKey``'s tile for 8-byte keys beside 4-byte values by the policy's
 architecture: ``DefaultPolicy<11, 64>`` (``Policy520``, ``Policy860``: 11 items made 5 for 8
@@ -182,32 +205,60 @@ SCAN_BY_KEY_TILES = {700: 256 * 9, 800: 224 * 10, 860: 256 * 9, 900: 224 * 11, 1
 ``DefaultPolicy``'s 256 threads of 9 (``Policy520``, ``Policy860``), ``sm80_tuning`` 224 of
 10, ``sm90_tuning`` 224 of 11, ``sm100_tuning`` 256 of 23."""
 
+T = TypeVar("T")
+
 
 def _tiles(items: int, tile: int) -> int:
     """Tiles of ``tile`` items that cover ``items``."""
     return -(-items // tile)
 
 
-def _by_architecture(tiles: dict[int, int], capability: tuple[int, int]) -> int | None:
-    """The tile of the policy a device of ``capability`` runs, or None before 7.0."""
+def _by_architecture(tiles: dict[int, T], capability: tuple[int, int]) -> T | None:
+    """The entry of the policy a device of ``capability`` runs: the newest not newer than its
+    architecture, or None before the oldest."""
     arch = capability[0] * 100 + capability[1] * 10
     chosen = [start for start in tiles if start <= arch]
     return tiles[max(chosen)] if chosen else None
 
 
-def _scan_tile_state(tiles: int) -> int:
-    """``ScanTileState::AllocationSize`` for an 8-byte value: the status words of the tiles and
-    their padding, aliased on their own (``tile_state_allocation_size``, with the empty
-    partials and inclusives)."""
-    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, 0, 0])
+def _tile_state(tiles: int, value_bytes: int, primitive: bool) -> int:
+    """``ScanTileState::AllocationSize`` for ``tiles`` tiles (CCCL 3.0,
+    ``tile_state_allocation_size``): three temporaries aliased in one (descriptors, partials,
+    inclusives), one of each per tile and :data:`TILE_STATUS_PADDING`. A ``primitive`` value
+    (an integer, ``float``, ``double``: ``ScanTileState<T, true>``) packs status and value into
+    one word of twice its size (4 B for 1- and 2-byte values), with no partials or inclusives;
+    another (``c10::Half``, ``c10::BFloat16``, ``c10::complex``, which CUB has no traits for)
+    takes a 4-byte status and each of the others at the value's size."""
+    states = tiles + TILE_STATUS_PADDING
+    if primitive:
+        word = 16 if value_bytes == 8 else 8 if value_bytes == 4 else 4
+        return aliased([states * word, 0, 0])
+    return aliased([states * 4, states * value_bytes, states * value_bytes])
+
+
+def _mem_bound(threads: int, items: int, size: int) -> tuple[int, int]:
+    """``MemBoundScaling``: items per thread scaled from 4-byte to ``size``-byte elements (at
+    most twice the nominal), threads bounded by the shared memory a block may hold."""
+    scaled_items = max(1, min(items * 4 // size, items * 2))
+    bound = -(-(MAX_SMEM_PER_BLOCK // (size * scaled_items)) // 32) * 32
+    return min(threads, bound), scaled_items
+
+
+def inclusive_scan(items: int, accum_bytes: int, primitive: bool) -> int:
+    """Bytes of ``DeviceScan::InclusiveScan``'s (or ``ExclusiveScan``'s) temporary storage
+    (CCCL 3.0, ``DispatchScan::Invoke``) for ``items`` values accumulated in ``accum_bytes``:
+    the tile states of its decoupled look-back, a tile being :data:`SCAN_POLICY` scaled to the
+    value's size, which ``Invoke`` aliases again as its one temporary."""
+    threads, per_thread = _mem_bound(*SCAN_POLICY, accum_bytes)
+    return aliased([_tile_state(_tiles(items, threads * per_thread), accum_bytes, primitive)])
 
 
 def exclusive_scan(items: int, capability: tuple[int, int]) -> int | None:
-    """Bytes of ``DeviceScan::ExclusiveScan``'s storage for ``items`` ``int64_t`` under a
-    functor of torch's (``exclusive_sum``): the tile states, aliased again by the dispatch."""
+    """Bytes of ``DeviceScan::ExclusiveScan``'s storage for ``items`` ``int64_t`` under
+    torch's ``SumOp`` (``exclusive_sum``), for capability 7.0 and up."""
     if capability < (7, 0):
         return None
-    return aliased([_scan_tile_state(_tiles(items, SCAN_TILE))])
+    return inclusive_scan(items, 8, primitive=True)
 
 
 def unique_by_key(items: int, capability: tuple[int, int]) -> int | None:
@@ -217,7 +268,7 @@ def unique_by_key(items: int, capability: tuple[int, int]) -> int | None:
     tile = _by_architecture(UNIQUE_BY_KEY_TILES, capability)
     if tile is None:
         return None
-    return aliased([_scan_tile_state(_tiles(items, tile)), 0])
+    return aliased([_tile_state(_tiles(items, tile), 8, primitive=True), 0])
 
 
 def scan_by_key(items: int, capability: tuple[int, int]) -> int | None:
@@ -230,3 +281,46 @@ def scan_by_key(items: int, capability: tuple[int, int]) -> int | None:
         return None
     tiles = _tiles(items, tile)
     return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, 8 * (tiles + 1)])
+
+
+REDUCE_SUM_SINGLE_TILE = 256 * 16
+"""The items ``DeviceReduce::Sum`` of ``int`` counts reduces in one block: ``Policy600``'s
+``ReducePolicy`` (256 threads of 16, ``MemBoundScaling`` leaving 4-byte values as they are) on
+every architecture, ``Policy1000``'s ``sm100_tuning`` having entries for ``float`` and 8-byte
+sums alone. More items run ``InvokePasses``, whose storage (a partial sum per block of
+``sm_occupancy * sm_count * subscription_factor``) follows the occupancy the driver reports."""
+
+
+def reduce_sum(items: int) -> int | None:
+    """Bytes of ``DeviceReduce::Sum``'s temporary storage for ``items`` flags summed as
+    ``int``: 1 where they fit one tile (``InvokeSingleTile``), None beyond (not derived here,
+    :data:`REDUCE_SUM_SINGLE_TILE`)."""
+    return 1 if items <= REDUCE_SUM_SINGLE_TILE else None
+
+
+SELECT_FLAGGED_TILES: dict[int, tuple[int, int]] = {
+    500: (128, 5),
+    800: (384, 6),
+    860: (128, 5),
+    900: (384, 11),
+    1000: (320, 11),
+}
+"""``DeviceSelect::Flagged``'s (threads, items per thread) selecting 8-byte primitive items
+(``nonzero``'s ``CountingInputIterator<int64_t>``) by flags, with ``int32`` offsets within a
+partition, by the architecture a policy starts at (``select::policy_hub``): ``DefaultPolicy``'s
+128 threads of ``10 * 4 / 8`` for ``Policy500`` and ``Policy860``; ``sm80_tuning`` and
+``sm90_tuning`` for ``flagged::yes, keep_rejects::no, offset_size::_4, primitive::yes,
+input_size::_8`` (384 of 6, 384 of 11); ``sm100_tuning``'s (``may_alias::no``) 320 threads of
+``Nominal4BItemsToItems<int64_t>(22)``. Each agent's shared memory fits a block, so none takes
+virtual shared memory."""
+
+
+def select_flagged(items: int, capability: tuple[int, int]) -> int:
+    """Bytes of ``DeviceSelect::Flagged``'s temporary storage (CCCL 3.0,
+    ``DispatchSelectIf::Invoke``) for ``items`` below ``INT32_MAX`` (one partition): the tile
+    states of its look-back over ``int32`` offsets, sized as the scan's are, beside no virtual
+    shared memory and no streaming counters, aliased in one."""
+    policy = _by_architecture(SELECT_FLAGGED_TILES, capability)
+    threads, per_thread = policy if policy is not None else SELECT_FLAGGED_TILES[500]
+    states = _tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
+    return aliased([states, 0, 0])

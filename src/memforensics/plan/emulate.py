@@ -962,6 +962,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.kernel_scratch.embedding.after(func, args, kwargs)
         elif func in kernel_scratch.SORTS:
             self.kernel_scratch.sort(func, args, kwargs)
+        elif func in kernel_scratch.SCANS and self.staged:  # Inductor scans in its own kernels
+            self.kernel_scratch.scan(args, kwargs, out)
         for block in reversed(copies):
             self.device.free(block)
 

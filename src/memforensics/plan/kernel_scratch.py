@@ -4,9 +4,11 @@ copies, row sums and accumulators, memory-efficient attention's output accumulat
 128), its copy of the output's gradient, row sums and workspace; ``_foreach_norm``'s partial
 norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 ``index_put_with_sort_kernel`` (an accumulating ``index_put_``, ``x[ids]``'s backward); a long
-row's ``sort``'s positions or pairs and CUB's storage; ``pow(Scalar, Tensor)``'s base, which
-``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device; and, through
-:mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's. Each is taken
+row's ``sort``'s positions or pairs and CUB's storage; CUB's storage for a one-row ``cumsum``
+or ``cumprod``; ``nonzero``'s count, input copy and CUB's storage; ``pow(Scalar, Tensor)``'s
+base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device;
+and, through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's.
+Each is taken
 where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
@@ -29,6 +31,10 @@ CUDNN_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.def
 FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
 EMBEDDING_BACKWARDS = embedding_backward.OPERATORS
 POW_SCALAR = torch.ops.aten.pow.Scalar
+NONZERO = torch.ops.aten.nonzero.default
+NONZERO_CHUNK = 2**31 - 1
+"""``nonzero_cuda_out_impl`` counts and selects inputs of this many elements or more in chunks
+(not sized here)."""
 _FAST_NORMS = (1.0, 2.0, math.inf)
 """The orders ``foreach_tensor_norm_cuda`` computes with its own kernel (``use_slowpath``); any
 other is a ``linalg_vector_norm`` per tensor."""
@@ -45,6 +51,28 @@ SORT = torch.ops.aten.sort.default
 SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
 """``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB
 (:meth:`KernelScratch.sort`)."""
+SCANS = frozenset(
+    getattr(getattr(torch.ops.aten, name), overload)
+    for name in ("cumsum", "cumprod", "cumsum_", "cumprod_")
+    for overload in getattr(torch.ops.aten, name).overloads()
+)
+"""``cumsum`` and ``cumprod``, which scan a tensor of one row with CUB
+(:meth:`KernelScratch.scan`)."""
+MAX_CUB_SCAN = 2**30
+"""``impl::max_cub_size``: ``inclusive_scan`` scans longer inputs in chunks of this many."""
+_PRIMITIVE_ACCUMULATORS = frozenset(
+    (
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+    )
+)
+"""The dtypes whose C++ type CUB's traits call primitive (``is_primitive``), which its scan's tile
+states pack with their status (:func:`~memforensics.plan.cub_storage.inclusive_scan`)."""
 SMALL_SORT = 4096
 """``should_use_small_sort``: rows this long or shorter sort in place, without scratch."""
 LARGE_SEGMENT = 1_000_000
@@ -59,6 +87,7 @@ KERNELS = frozenset(
         CUDNN_FORWARD,
         CUDNN_BACKWARD,
         POW_SCALAR,
+        NONZERO,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -271,6 +300,8 @@ class KernelScratch:
         copied: tuple[Any, ...]
         if func in EMBEDDING_BACKWARDS:
             return self.embedding.before(func, args, kwargs)
+        if func is NONZERO:
+            return self._nonzero_count(args)
         if func is FOREACH_NORM:
             partials = _foreach_norm_partials(args, kwargs)
             return [self._malloc(partials)] if partials else []
@@ -300,6 +331,41 @@ class KernelScratch:
             self._cudnn(func, args)
         elif func is POW_SCALAR:
             self._pow_base(args)
+        elif func is NONZERO:
+            self._nonzero_select(args)
+
+    def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:
+        """``nonzero_cuda_out_impl``'s (``aten/src/ATen/native/cuda/Nonzero.cu``) blocks before
+        its output: a contiguous copy of a non-contiguous input (``self.contiguous()``), the
+        ``int`` count (``num_nonzeros``), and ``DeviceReduce::Sum``'s storage counting the
+        non-zero elements into it, freed at once
+        (:func:`~memforensics.plan.cub_storage.reduce_sum`; not made past one tile). The copy
+        and the count are held until it returns."""
+        source = args[0] if args else None
+        if not (isinstance(source, torch.Tensor) and source.is_meta):
+            return []
+        count = source.numel()
+        if count >= NONZERO_CHUNK:
+            return []
+        held = []
+        if not source.is_contiguous():
+            held.append(self._malloc(count * source.element_size()))
+        held.append(self._malloc(4))
+        storage = cub_storage.reduce_sum(count)
+        if storage is not None:
+            self._free(self._malloc(storage))
+        return held
+
+    def _nonzero_select(self, args: tuple[Any, ...]) -> None:
+        """``nonzero``'s ``DeviceSelect::Flagged`` storage, after its output, freed as it returns
+        (:func:`~memforensics.plan.cub_storage.select_flagged`); none for a zero-dimensional
+        input."""
+        source = args[0] if args else None
+        if not (isinstance(source, torch.Tensor) and source.is_meta and source.dim() > 0):
+            return
+        count = source.numel()
+        if count < NONZERO_CHUNK:
+            self._free(self._malloc(cub_storage.select_flagged(count, self._capability)))
 
     def _pow_base(self, args: tuple[Any, ...]) -> None:
         """``pow_Scalar_out``'s base (``2.0 ** t``, ``torch.pow(10000.0, t)``): after the output,
@@ -367,6 +433,33 @@ class KernelScratch:
             return
         _sort_scratch(self._malloc, self._free, count // length, length,
                       target.element_size(), self._capability)  # fmt: skip
+
+    def scan(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """``scan_dim``'s (``aten/src/ATen/native/cuda/ScanUtils.cuh``) CUB storage for a
+        ``cumsum`` or ``cumprod`` of an input whose every element lies along the scanned
+        dimension (a 1-D tensor, a row), contiguous or converted to another dtype (a
+        contiguous copy): ``cuda::cub::inclusive_scan`` of it in the
+        result's dtype (:func:`~memforensics.plan.cub_storage.inclusive_scan`), taken after the
+        result and the input's conversion and freed as it returns. Other shapes scan in
+        ATen's own kernels, which take none."""
+        source = args[0]
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if not (
+            isinstance(source, torch.Tensor)
+            and source.is_meta
+            and isinstance(out, torch.Tensor)
+            and isinstance(dim, int)
+            and source.dim() > 0
+        ):
+            return
+        count = source.numel()
+        if not 0 < count <= MAX_CUB_SCAN or source.shape[dim] != count:
+            return
+        if not source.is_contiguous() and source.dtype == out.dtype:
+            return  # its contiguous copy (``expect_contiguous``) is not made here
+        primitive = out.dtype in _PRIMITIVE_ACCUMULATORS
+        size = cub_storage.inclusive_scan(count, out.element_size(), primitive)
+        self._free(self._malloc(size))
 
     def _flash(self, args: tuple[Any, ...]) -> None:
         """``mha_bwd``'s row sums and accumulator, and with grouped keys and values their

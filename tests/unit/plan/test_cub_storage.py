@@ -1,6 +1,6 @@
-"""CUB's radix-sort temporary storage for 8-byte keys and values (``index_put_with_sort_kernel``'s
-sort), from CCCL's ``dispatch_radix_sort.cuh`` and its tuning policies; 138,751 B and 1 B are
-real GPUs' figures."""
+"""CUB's temporary storage from CCCL's dispatch sources and tuning policies: radix sorts
+(``index_put_with_sort_kernel``'s, ``sort``'s), scans and flagged selections; 138,751 B and
+1 B are real GPUs' figures."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import pytest
 from memforensics.plan.cub_storage import (
     aliased,
     exclusive_scan,
+    inclusive_scan,
     num_bits,
     radix_sort_keys,
     radix_sort_pairs,
+    reduce_sum,
     scan_by_key,
     segmented_radix_sort_pairs,
+    select_flagged,
     unique_by_key,
 )
 
@@ -79,11 +82,33 @@ def test_four_byte_keys_beside_eight_byte_values(
     assert radix_sort_pairs(items, 32, capability, key_bytes=4) == expected
 
 
-def test_keys_of_two_bytes_are_not_derived() -> None:
-    """Half and bfloat16 keys: ``Policy800`` sorts them in passes sized by occupancy, later
-    policies by a small-key table not kept here; no guess."""
+def test_keys_of_one_or_two_bytes_are_not_derived_before_hopper() -> None:
+    """Half, bfloat16 and byte keys: ``Policy700`` and ``Policy800`` sort them in passes sized
+    by occupancy; no guess."""
     assert radix_sort_pairs(100_000, 16, (8, 0), key_bytes=2) is None
-    assert radix_sort_pairs(100_000, 16, (9, 0), key_bytes=2) is None
+    assert radix_sort_pairs(100_000, 8, (7, 5), key_bytes=1) is None
+
+
+@pytest.mark.parametrize(
+    ("items", "end_bit", "capability", "key_bytes", "expected"),
+    [
+        # sm90_small_key_tuning<2, 8, 8>: 512 threads of 23 scaled to 11, tiles of 5,632, so
+        # 18 blocks; two passes; 200,192 B of alternate keys (rounded), 800,000 of values
+        (100_000, 16, (9, 0), 2, 2 * 2048 + 18 * 1024 + 200_192 + 800_000 + 256 + 255),
+        # 10.0 keeps 9.0's entry for these
+        (100_000, 16, (10, 0), 2, 2 * 2048 + 18 * 1024 + 200_192 + 800_000 + 256 + 255),
+        # <1, 8, 8>: 384 threads of 18 scaled to 9, tiles of 3,456, 29 blocks; one pass
+        (100_000, 8, (9, 0), 1, 2048 + 29 * 1024 + 256 + 255),
+        # one tile of the single-tile policy (2,304) takes none
+        (2304, 16, (9, 0), 2, 1),
+    ],
+)
+def test_small_keys_sort_in_onesweep_passes_from_hopper(
+    items: int, end_bit: int, capability: tuple[int, int], key_bytes: int, expected: int
+) -> None:
+    """``OnesweepSmallKeyTunedPolicy``'s tiles for keys of 1 and 2 bytes beside int64
+    positions."""
+    assert radix_sort_pairs(items, end_bit, capability, key_bytes) == expected
 
 
 def test_keys_alone_sort_in_wider_tiles() -> None:
@@ -136,3 +161,47 @@ def test_a_scan_by_keys_storage_keeps_a_key_per_tile() -> None:
     assert scan_by_key(8192, (9, 0)) == 768 + 256 + 255
     assert scan_by_key(33 * 2464, (9, 0)) == 1280 + 512 + 255
     assert scan_by_key(8192, (6, 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("items", "accum_bytes", "primitive", "expected"),
+    [
+        # float32: tiles of 1,920, 53 and 32 states of 8 B (680 B): 768 + 255, then 1,024 + 255
+        (100_000, 4, True, 1279),
+        # int64: tiles of 896, 112 and 32 states of 16 B (2,304 B): 2,304 + 255, 2,560 + 255
+        (100_000, 8, True, 2815),
+        # bfloat16: tiles of 3,840, 59 states: 4-B statuses and 2-B partials and inclusives
+        (100_000, 2, False, 3 * 256 + 255 + 1 + 255),
+        # one value still takes 32 + 1 states
+        (1, 4, True, 512 + 255 + 1 + 255),
+    ],
+)
+def test_a_scans_storage_is_its_tile_states(
+    items: int, accum_bytes: int, primitive: bool, expected: int
+) -> None:
+    """``DeviceScan::InclusiveScan`` (CCCL 3.0) under ``DefaultPolicy``: tile states aliased by
+    ``tile_state_allocation_size`` and again by ``Invoke``."""
+    assert inclusive_scan(items, accum_bytes, primitive) == expected
+
+
+@pytest.mark.parametrize(
+    ("items", "capability", "expected"),
+    [
+        (3000, (9, 0), 1023),  # one tile of 4,224, 33 states of 8 B
+        (100_000, (8, 0), 1279),  # 44 tiles of 2,304
+        (100_000, (8, 6), 2047),  # DefaultPolicy's 640: 157 tiles, 189 states
+        (100_000, (10, 0), 1023),  # 29 tiles of 3,520
+    ],
+)
+def test_a_flagged_selection_takes_its_tile_states(
+    items: int, capability: tuple[int, int], expected: int
+) -> None:
+    """``DeviceSelect::Flagged`` of int64 positions, by the architecture's tile."""
+    assert select_flagged(items, capability) == expected
+
+
+def test_a_sum_of_flags_is_sized_in_one_tile_only() -> None:
+    """``DeviceReduce::Sum`` asks for 1 B up to 4,096 items; past that it follows the
+    occupancy, not derived."""
+    assert reduce_sum(4096) == 1
+    assert reduce_sum(4097) is None
