@@ -77,7 +77,7 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -623,19 +623,25 @@ def _dispatches(filename: str, name: str) -> bool:
     return name in _DISPATCH_NAMES or filename.replace("\\", "/").endswith(_DISPATCH_FILES)
 
 
-def _under_matmul(frames: object) -> bool:
-    """True when the innermost Python frames (two at most, torch's dispatch frames skipped) are
-    a matrix product's: one named for it, or a linear layer's ``linear.py`` (``nn.Linear``'s, or
-    a library's own, as ZeRO-3's autograd ``Function``, whose backward is a product too)."""
+def _named_frames(frames: object) -> Iterator[tuple[str, str]]:
+    """The file and function of each well-formed frame of a block's stack, innermost first (a
+    dump nobody here wrote may hold anything there)."""
     if not isinstance(frames, list):
-        return False
-    seen = 0
+        return
     for frame in frames:
         if type(frame) is not dict:
             continue
         filename, name = frame.get("filename"), frame.get("name")
-        if type(filename) is not str or type(name) is not str:
-            continue
+        if type(filename) is str and type(name) is str:
+            yield filename, name
+
+
+def _under_matmul(frames: object) -> bool:
+    """True when the innermost Python frames (two at most, torch's dispatch frames skipped) are
+    a matrix product's: one named for it, or a linear layer's ``linear.py`` (``nn.Linear``'s, or
+    a library's own, as ZeRO-3's autograd ``Function``, whose backward is a product too)."""
+    seen = 0
+    for filename, name in _named_frames(frames):
         if is_native_frame(filename, name) or _dispatches(filename, name):
             continue
         if name in _MATMUL_NAMES or filename.endswith("/linear.py"):
@@ -903,14 +909,7 @@ def _made_by_script(frames: object) -> bool:
     """Whether the line that made a block is the user's own: the innermost Python frame outside
     torch's own files (its operator overloads, ``set_default_device``'s dispatch) is not an
     installed package's."""
-    if not isinstance(frames, list):
-        return False
-    for frame in frames:
-        if type(frame) is not dict:
-            continue
-        filename, name = frame.get("filename"), frame.get("name")
-        if type(filename) is not str or type(name) is not str:
-            continue
+    for filename, name in _named_frames(frames):
         if is_native_frame(filename, name) or is_library_file(filename):
             continue
         return not is_installed_file(filename)
