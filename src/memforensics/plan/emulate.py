@@ -851,7 +851,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._lt_workspaces: dict[object, Any] = {}
         self._matmul = _MATMUL
         self.kernel_scratch = kernel_scratch.KernelScratch(
-            self.malloc, self.device.free, self.capability
+            self.malloc, self.device.free, self.capability, shapes.inner_nonzeros
         )
         """Fused attention kernels' and ``_foreach_norm``'s own scratch."""
         self._composite: dict[Any, bool] = {}

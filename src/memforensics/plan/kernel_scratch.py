@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
+from memforensics.plan.shapes import MASKED
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
@@ -282,10 +283,15 @@ class KernelScratch:
         malloc: Callable[[int], Any],
         free: Callable[[Any], None],
         capability: tuple[int, int],
+        masks: Callable[[Any, tuple[Any, ...], dict[str, Any]], list[tuple[Any, int]]]
+        | None = None,
     ) -> None:
         self._malloc = malloc
         self._free = free
         self._capability = capability
+        self._masks = masks
+        """The boolean masks an operator's kernel runs ``nonzero`` of, with their counts
+        (:meth:`~memforensics.plan.shapes.Shapes.inner_nonzeros`)."""
         self.embedding = embedding_backward.EmbeddingScratch(malloc, free, capability)
         """``nn.Embedding``'s backward's sort and segments."""
 
@@ -302,6 +308,8 @@ class KernelScratch:
             return self.embedding.before(func, args, kwargs)
         if func is NONZERO:
             return self._nonzero_count(args)
+        if func in MASKED and self._masks is not None:
+            return self._inner_nonzeros(self._masks(func, args, kwargs))
         if func is FOREACH_NORM:
             partials = _foreach_norm_partials(args, kwargs)
             return [self._malloc(partials)] if partials else []
@@ -366,6 +374,20 @@ class KernelScratch:
         count = source.numel()
         if count < NONZERO_CHUNK:
             self._free(self._malloc(cub_storage.select_flagged(count, self._capability)))
+
+    def _inner_nonzeros(self, masks: list[tuple[Any, int]]) -> list[Any]:
+        """The ``nonzero`` of each mask that indexing by it runs first (``expandTensors``), as
+        ``nonzero`` runs alone (:meth:`_nonzero_count`, its ``(count, ndim)`` ``int64`` output,
+        :meth:`_nonzero_select`, its count and copy freed); its output is held, as the index
+        iterator's operand, until the indexing kernel has run and the operator returns."""
+        held = []
+        for mask, count in masks:
+            scratch = self._nonzero_count((mask,))
+            held.append(self._malloc(count * mask.dim() * _INDEX))
+            self._nonzero_select((mask,))
+            for block in reversed(scratch):
+                self._free(block)
+        return held
 
     def _pow_base(self, args: tuple[Any, ...]) -> None:
         """``pow_Scalar_out``'s base (``2.0 ** t``, ``torch.pow(10000.0, t)``): after the output,

@@ -18,7 +18,7 @@ does in a plan; said once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -41,10 +41,32 @@ BINS = "bincount of values the script's own values do not decide has minlength b
 
 _META = torch.device("meta")
 _INDEX = torch.ops.aten.index.Tensor
+MASKED_SELECT = torch.ops.aten.masked_select.default
+MASKED = frozenset(
+    (
+        _INDEX,
+        MASKED_SELECT,
+        torch.ops.aten.index_put_.default,
+        torch.ops.aten._index_put_impl_.default,
+    )
+)
+"""The operators whose CUDA kernels run ``nonzero`` of a boolean mask inside
+(:meth:`Shapes.inner_nonzeros`); ``index_put`` clones first, before it (not made)."""
 
 
 def _empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=_META)
+
+
+def _is_mask(index: object) -> TypeGuard[torch.Tensor]:
+    """Whether ``index`` is a boolean mask."""
+    return isinstance(index, torch.Tensor) and index.dtype == torch.bool
+
+
+def _broadcast(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Size:
+    """The shape ``masked_select`` selects over."""
+    shape: torch.Size = torch.broadcast_shapes(tensor.shape, mask.shape)
+    return shape
 
 
 def _like(computed: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -88,35 +110,87 @@ class Shapes:
     def masked_select(self, tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``masked_select``: the elements the mask selects over the broadcast shape; every
         one when the mask is unknown."""
-        shape = torch.broadcast_shapes(tensor.shape, mask.shape)
+        return _empty((self._selected(tensor, mask),), tensor.dtype)
+
+    def _selected(self, tensor: torch.Tensor, mask: torch.Tensor) -> int:
+        """How many elements ``mask`` selects of ``tensor`` over their broadcast shape."""
+        shape = _broadcast(tensor, mask)
         found = self.known.sized(mask)
         if found is not None:
-            return _empty((int(torch.count_nonzero(found.broadcast_to(shape))),), tensor.dtype)
+            return int(torch.count_nonzero(found.broadcast_to(shape)))
         if mask.shape == shape:
-            return _empty((self._at_most(mask),), tensor.dtype)
+            return self._at_most(mask)
         self._bound()
-        return _empty((shape.numel(),), tensor.dtype)
+        return int(shape.numel())
+
+    def _mask_count(self, mask: torch.Tensor) -> int | None:
+        """How many positions a boolean index selects: known, or bounded where it is
+        one-dimensional or a test of a router's choices; None where it takes its upper bound."""
+        known = self.known.count(mask) if mask.is_meta else int(mask.count_nonzero())
+        if known is not None:
+            return known
+        if mask.dim() == 1 or self.known.routing.share(mask) is not None:
+            return self._at_most(mask)
+        return None
 
     def index(self, tensor: torch.Tensor, indices: list[torch.Tensor | None]) -> torch.Tensor:
         """Indexing (``x[mask]``): a known boolean mask selects what it holds (its
         coordinates index instead); an unknown one takes its upper bound."""
-        if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+        if not any(_is_mask(i) for i in indices):
             return _INDEX(tensor, indices)
         replaced: list[torch.Tensor | None] = []
         for index in indices:
-            if not (isinstance(index, torch.Tensor) and index.dtype == torch.bool):
+            if not _is_mask(index):
                 replaced.append(index)
                 continue
-            known = self.known.count(index) if index.is_meta else int(index.count_nonzero())
-            if known is not None:
-                count = known
-            elif index.dim() == 1 or self.known.routing.share(index) is not None:
-                count = self._at_most(index)
-            else:
+            count = self._mask_count(index)
+            if count is None:
                 self._bound()
                 return _INDEX(tensor, indices)
             replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
         return _INDEX(tensor, replaced)
+
+    def inner_nonzeros(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[tuple[torch.Tensor, int]]:
+        """The boolean masks on the device whose ``nonzero`` CUDA runs inside ``func``, each
+        with the positions it gives (as its answer counts them, every element where it takes
+        its upper bound): ``expandTensors`` (``IndexingUtils.h``) replaces each mask of
+        ``index`` and of a non-accumulating ``index_put_`` by its ``nonzero``;
+        ``masked_select_out_cuda_impl`` indexes by the mask broadcast to the data's shape. An
+        ``index_put_`` of one mask and a value of one element on the host is ``masked_fill_``
+        instead (``canDispatchToMaskedFill``): a zero-dimensional value on the device is taken
+        as such, the number ``x[mask] = 0`` puts on the host."""
+        if func is MASKED_SELECT:
+            tensor, mask = args[0], args[1]
+            if not (isinstance(mask, torch.Tensor) and mask.is_meta):
+                return []
+            shape = _broadcast(tensor, mask) or torch.Size((1,))
+            flags = mask.unsqueeze(0) if mask.dim() == 0 else mask
+            return [(flags.expand(shape), self._selected(tensor, mask))]
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        masks = [i for i in indices if _is_mask(i) and i.is_meta and i.dim() > 0]
+        if not masks:
+            return []
+        if func is not _INDEX:
+            values = args[2] if len(args) > 2 else kwargs.get("values")
+            accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+            if accumulate or torch.are_deterministic_algorithms_enabled():
+                return []  # the sorting kernel's ``makeLinearIndex`` (not made)
+            defined = [i for i in indices if isinstance(i, torch.Tensor)]
+            if (
+                isinstance(values, torch.Tensor)
+                and values.numel() == 1
+                and (not values.is_meta or values.dim() == 0)  # on the host
+                and len(defined) == 1
+                and defined[0] is masks[0]
+            ):
+                return []
+        found = []
+        for mask in masks:
+            count = self._mask_count(mask)
+            found.append((mask, mask.numel() if count is None else count))
+        return found
 
     def bincount(
         self,
