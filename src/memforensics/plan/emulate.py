@@ -33,6 +33,7 @@ from torch.utils import _device as _default
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from memforensics.plan import (
+    assigned,
     attention,
     autocast_inner,
     choices,
@@ -486,6 +487,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             ctc.NAME: functools.partial(ctc.loss, self.reads.known, notes),
             dropout.NAME: dropout.dropout,
             inplace.LINEAR_NAME: inplace.linear,
+            assigned.NAME: assigned.setitem,
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""
