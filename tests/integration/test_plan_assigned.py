@@ -39,3 +39,27 @@ def test_assigning_numbers_takes_no_block_but_the_mask(tmp_path: Path) -> None:
     snapshot = pickle.loads((tmp_path / "assigned.pickle").read_bytes())
     made = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert made == [1000]  # the bool mask; no 4-B number on the device
+
+
+BY_DEVICE_VALUE = """
+import torch
+
+x = torch.zeros(1000, device="cuda")
+mask = torch.arange(1000, device="cuda") % 4 == 0
+value = torch.tensor(5.0, device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=1000)
+x[mask] = value
+torch.cuda.memory._dump_snapshot("assigned.pickle")
+"""
+
+
+def test_a_device_scalar_assigned_by_a_mask_runs_its_nonzero(tmp_path: Path) -> None:
+    """A zero-dimensional tensor on the device, unlike a number, is no ``masked_fill_`` on CUDA
+    (``canDispatchToMaskedFill`` wants a host value): the mask's 250 positions (2,000 B of
+    ``int64``) are made."""
+    script(tmp_path, BY_DEVICE_VALUE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = pickle.loads((tmp_path / "assigned.pickle").read_bytes())
+    made = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert 250 * 8 in made

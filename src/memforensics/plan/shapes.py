@@ -159,8 +159,8 @@ class Shapes:
         ``index`` and of a non-accumulating ``index_put_`` by its ``nonzero``;
         ``masked_select_out_cuda_impl`` indexes by the mask broadcast to the data's shape. An
         ``index_put_`` of one mask and a value of one element on the host is ``masked_fill_``
-        instead (``canDispatchToMaskedFill``): a zero-dimensional value on the device is taken
-        as such, the number ``x[mask] = 0`` puts on the host."""
+        instead (``canDispatchToMaskedFill``), as the number ``x[mask] = 0`` is
+        (:mod:`~memforensics.plan.assigned`)."""
         if func is MASKED_SELECT:
             tensor, mask = args[0], args[1]
             if not (isinstance(mask, torch.Tensor) and mask.is_meta):
@@ -181,7 +181,7 @@ class Shapes:
             if (
                 isinstance(values, torch.Tensor)
                 and values.numel() == 1
-                and (not values.is_meta or values.dim() == 0)  # on the host
+                and not values.is_meta  # on the host
                 and len(defined) == 1
                 and defined[0] is masks[0]
             ):
