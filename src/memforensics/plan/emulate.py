@@ -114,9 +114,9 @@ _SCRATCH_ROLES: dict[Any, int] = {
     **dict.fromkeys(_MATMUL, _PRODUCT),
 }
 """What each operator that takes anything beside its output takes (:meth:`StorageMode._scratch`),
-found with one lookup where a test of every table in turn hashed the operator a score of times
-per call: a later table's entry wins, in the order the tests ran (a product before cuBLASLt's
-own, a reduction before a kernel's scratch); an operator absent takes nothing."""
+in one lookup (an ``OpOverload`` hashes in Python, so testing each table in turn costs every
+operator); a later table's entry wins, as the tests rank them (a product before cuBLASLt's own,
+a reduction before a kernel's scratch); an operator absent takes nothing."""
 _OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default, *fused_norms.OWN_KERNELS))
 """Operators with a composite that CUDA never runs: ``native_functions.yaml`` gives
 ``silu_backward`` ``CPU, CUDA`` kernels beside ``CompositeImplicitAutograd``
