@@ -15,14 +15,15 @@ import torch
 
 from memforensics.plan.operands import overloads
 
-_CUMULATIVE = overloads("cumsum", "cumprod")
+OPERATORS = overloads("cumsum", "cumprod")
+"""The operators whose converted input :func:`copied` sizes."""
 
 
 def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
     """The bytes of the converted input ``func`` makes after its result, if any: none for a
     zero-dimensional or empty input (``fill_`` and ``zero_``) or one already of the result's
     dtype."""
-    if func not in _CUMULATIVE or not args or not isinstance(out, torch.Tensor):
+    if func not in OPERATORS or not args or not isinstance(out, torch.Tensor):
         return []
     source = args[0]
     if not isinstance(source, torch.Tensor) or source.dtype == out.dtype:

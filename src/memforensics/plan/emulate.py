@@ -92,6 +92,32 @@ _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
 _current_node = torch._C._current_autograd_node
+(
+    _PRODUCT,
+    _LT_ONLY,
+    _REDUCTION,
+    _KERNEL,
+    _INDEX_PUT,
+    _EMBEDDING_BACKWARD,
+    _SORT,
+    _SCAN,
+    _COPIES_ONLY,
+) = range(9)
+_SCRATCH_ROLES: dict[Any, int] = {
+    **dict.fromkeys((*operands.COPYING, *cumulative.OPERATORS), _COPIES_ONLY),
+    **dict.fromkeys(kernel_scratch.SCANS, _SCAN),
+    **dict.fromkeys(kernel_scratch.SORTS, _SORT),
+    **dict.fromkeys(kernel_scratch.EMBEDDING_BACKWARDS, _EMBEDDING_BACKWARD),
+    **dict.fromkeys(kernel_scratch.INDEX_PUTS, _INDEX_PUT),
+    **dict.fromkeys(kernel_scratch.KERNELS, _KERNEL),
+    **dict.fromkeys(reductions.TABLE, _REDUCTION),
+    **dict.fromkeys(_LT_ALWAYS, _LT_ONLY),
+    **dict.fromkeys(_MATMUL, _PRODUCT),
+}
+"""What each operator that takes anything beside its output takes (:meth:`StorageMode._scratch`),
+in one lookup (an ``OpOverload`` hashes in Python, so testing each table in turn costs every
+operator); a later table's entry wins, as the tests rank them (a product before cuBLASLt's own,
+a reduction before a kernel's scratch); an operator absent takes nothing."""
 _OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default, *fused_norms.OWN_KERNELS))
 """Operators with a composite that CUDA never runs: ``native_functions.yaml`` gives
 ``silu_backward`` ``CPU, CUDA`` kernels beside ``CompositeImplicitAutograd``
@@ -851,7 +877,6 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.lt_workspace: scratch.LtWorkspace | None = None
         """cuBLASLt's own workspace, where it does not share cuBLAS's."""
         self._lt_workspaces: dict[object, Any] = {}
-        self._matmul = _MATMUL
         self.kernel_scratch = kernel_scratch.KernelScratch(
             self.malloc, self.device.free, self.capability, shapes.inner_nonzeros
         )
@@ -935,10 +960,13 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
         attention kernel's own scratch, an accumulating ``index_put_``'s sort, an embedding's
         backward's and a long row's (:mod:`~memforensics.plan.kernel_scratch`)."""
+        role = _SCRATCH_ROLES.get(func)
+        if role is None:
+            return
         made = isinstance(out, torch.Tensor) and out.is_meta
         if (
             made
-            and func in self._matmul
+            and role == _PRODUCT
             and any(sparse.parts(arg) for arg in args if isinstance(arg, torch.Tensor))
         ):
             return  # cuSPARSE's products take neither cuBLAS's workspace nor cuBLASLt's
@@ -950,21 +978,21 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             if made
             else []
         )
-        if func in self._matmul and made:
+        if role == _PRODUCT and made:
             self._workspace(backward)
         if self.lt_workspace is not None and _reaches_lt(func, args, kwargs, out):
             self._lt(backward, self.lt_workspace)
-        elif func in reductions.TABLE and self.staged and _made_first(out):
+        elif role == _REDUCTION and self.staged and _made_first(out):
             self._staging(func, args, kwargs, out)
-        elif func in kernel_scratch.KERNELS:
+        elif role == _KERNEL:
             self.kernel_scratch.after(func, args)
-        elif func in kernel_scratch.INDEX_PUTS:
+        elif role == _INDEX_PUT:
             self.kernel_scratch.index_put(args, kwargs)
-        elif func in kernel_scratch.EMBEDDING_BACKWARDS:
+        elif role == _EMBEDDING_BACKWARD:
             self.kernel_scratch.embedding.after(func, args, kwargs)
-        elif func in kernel_scratch.SORTS:
+        elif role == _SORT:
             self.kernel_scratch.sort(func, args, kwargs)
-        elif func in kernel_scratch.SCANS and self.staged:  # Inductor scans in its own kernels
+        elif role == _SCAN and self.staged:  # Inductor scans in its own kernels
             self.kernel_scratch.scan(args, kwargs, out)
         for block in reversed(copies):
             self.device.free(block)

@@ -34,7 +34,8 @@ def overloads(*names: str) -> frozenset[Any]:
 _PRODUCTS = overloads("mm", "addmm", "addmm_", "_addmm_activation")
 _BATCHED = overloads("bmm", "baddbmm", "baddbmm_")
 _VECTOR = overloads("addmv", "addmv_", "mv")
-_COPYING = _PRODUCTS | _BATCHED | _VECTOR
+COPYING = _PRODUCTS | _BATCHED | _VECTOR
+"""The products whose operands :func:`copied` sizes."""
 _FIRST_MATRIX = dict.fromkeys(overloads("mm", "bmm", "mv"), 0)
 """Where the first matrix is among the arguments (the others take ``self`` first)."""
 
@@ -69,7 +70,7 @@ def _bytes(tensor: torch.Tensor) -> int:
 
 def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
     """The bytes of each operand ``func`` copies before cuBLAS runs, in the order made."""
-    if func not in _COPYING or not isinstance(out, torch.Tensor):
+    if func not in COPYING or not isinstance(out, torch.Tensor):
         return []
     first = _FIRST_MATRIX.get(func, 1)
     operands = args[first : first + 2]
