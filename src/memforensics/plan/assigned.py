@@ -5,8 +5,9 @@ keeps on the host.
 into a tensor of the destination's dtype on the CPU when the destination is on CUDA
 (``valueToTensor`` with ``kCPU``, ``scalar_tensor_static``): the slice is then filled from it
 (``copy_to``'s ``fill_``) and a mask's ``index_put_`` becomes ``masked_fill_``, and nothing
-passes through the caching allocator. For a stand-in the destination is on ``meta``, so the
-number became a ``meta`` tensor, one 512-B block per assignment that the GPU never takes.
+passes through the caching allocator. A stand-in's destination is on ``meta``, where the
+number would become a ``meta`` tensor, one 512-B block per assignment that the GPU never takes;
+so the number is made a host tensor here, as CUDA makes it.
 """
 
 from __future__ import annotations
