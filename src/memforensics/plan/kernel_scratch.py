@@ -274,6 +274,13 @@ def _sort_scratch(
         free(positions)
 
 
+_BEFORE = frozenset(
+    (*EMBEDDING_BACKWARDS, *MASKED, NONZERO, FOREACH_NORM, FLASH_BACKWARD, EFFICIENT_BACKWARD)
+)
+"""The operators that take anything before their outputs (:meth:`KernelScratch.before`): one
+lookup for every other operator, which each test in turn would hash again."""
+
+
 class KernelScratch:
     """The scratch of CUDA kernels whose ``meta`` forms make only their outputs, taken from and
     given back to the planned device through ``malloc`` and ``free``."""
@@ -304,6 +311,8 @@ class KernelScratch:
         output's gradient; an embedding's backward's copies, sorted ids and counts
         (:meth:`~memforensics.plan.embedding_backward.EmbeddingScratch.before`)."""
         copied: tuple[Any, ...]
+        if func not in _BEFORE:
+            return []
         if func in EMBEDDING_BACKWARDS:
             return self.embedding.before(func, args, kwargs)
         if func is NONZERO:
