@@ -159,11 +159,12 @@ def _judge_frame(filename: str, name: str) -> str:
         filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
     ):
         return REPLICA
-    if _moves_a_batch(filename, name):
+    python = _is_python(filename)
+    if python and _moves_a_batch(filename, name):
         return BATCH
     if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
         return IN_FORWARD
-    if _named_for_a_cache(filename, name):
+    if python and _named_for_a_cache(filename, name):
         return _CACHE_NAMED
     if any(word in words for word in _NOT_PARAMETER_WORDS):
         return NOT_PARAMETER
@@ -174,6 +175,15 @@ def _judge_frame(filename: str, name: str) -> str:
     if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
         return _OPTIMIZER_NAMED
     return NOTHING
+
+
+def _is_python(filename: str) -> bool:
+    """Whether a frame is Python code (a ``.py`` file, or code with no file: ``<stdin>``, a
+    notebook's cell). Native frames (``??``, ``.cpp``) are the interpreter's and torch's
+    machinery: ``at::native::to(..., c10::Device, ...)`` names a device and a move on every
+    copy, and CPython's ``infinite_lru_cache_wrapper`` a cache of results, not a script's
+    batch or keys and values."""
+    return filename.endswith(".py") or filename.startswith("<")
 
 
 def _moves_a_batch(filename: str, name: str) -> bool:
