@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import re
 
+from memforensics.analysis.dump import is_native_frame
+
 WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
 MODEL_CACHE = "model_cache"  # a model's cache-named code under a forward: a KV cache by default
@@ -159,7 +161,10 @@ def _judge_frame(filename: str, name: str) -> str:
         filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
     ):
         return REPLICA
-    python = _is_python(filename)
+    # Native frames are the interpreter's and torch's machinery: ``at::native::to(...,
+    # c10::Device, ...)`` names a device and a move under every copy, CPython's
+    # ``infinite_lru_cache_wrapper`` a cache of results; neither is a batch or keys and values.
+    python = not is_native_frame(filename, name)
     if python and _moves_a_batch(filename, name):
         return BATCH
     if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
@@ -175,15 +180,6 @@ def _judge_frame(filename: str, name: str) -> str:
     if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
         return _OPTIMIZER_NAMED
     return NOTHING
-
-
-def _is_python(filename: str) -> bool:
-    """Whether a frame is Python code (a ``.py`` file, or code with no file: ``<stdin>``, a
-    notebook's cell). Native frames (``??``, ``.cpp``) are the interpreter's and torch's
-    machinery: ``at::native::to(..., c10::Device, ...)`` names a device and a move on every
-    copy, and CPython's ``infinite_lru_cache_wrapper`` a cache of results, not a script's
-    batch or keys and values."""
-    return filename.endswith(".py") or filename.startswith("<")
 
 
 def _moves_a_batch(filename: str, name: str) -> bool:
