@@ -451,6 +451,8 @@ class KernelScratch:
         kernel returns, the linear index last but ``self``'s copy. A mask's ``nonzero``
         (:meth:`_inner_nonzeros`) runs after the copy, its positions freed with the ``int64``
         copies."""
+        if not sorts(args, kwargs):
+            return
         masks = self._masks(_PUT, args, kwargs) if self._masks is not None else []
         found = SortedIndexing.of(args, kwargs, masks)
         if found is None:
