@@ -25,6 +25,7 @@ cells = (torch.arange(4000, device="cuda") % 5 == 0).view(1000, 4)
 t = torch.zeros(1000, 4, device="cuda")
 v = torch.ones(800, device="cuda")
 masks = {"bool": rows, "uint8": rows.to(torch.uint8)}
+w, host = torch.ones(250, 4, device="cuda"), rows.cpu()
 torch.cuda.memory._record_memory_history(max_entries=100000)
 kept = {"alloc": "a", "free_completed": "f"}
 found, seen = {}, 0
@@ -45,6 +46,9 @@ for name, mask in masks.items():
     x.grad = None
     step("freed")
 t.index_put_((cells,), v, accumulate=True); step("cells")
+t.index_put_((host,), w, accumulate=True); step("host")
+torch.use_deterministic_algorithms(True)
+t[rows] = w; step("deterministic")
 print(json.dumps(found))
 """
 """A mask of every fourth row (250 of 1,000), as ``bool`` and ``uint8``, and of every fifth
@@ -55,14 +59,12 @@ cell (800 of 4,000), whose counts the plan knows from ``arange``."""
 NONZERO = "a4 a1 f1 a{positions} a1023 f1023 f4"
 # 250 (250, 1) positions: the 250 rows (4,000 B) and a gradient like them after
 FORWARD = NONZERO.format(positions=2000) + " a4000 f2000 a4000"
-# the gradient's zeros; the positions, the index wrapped and times the row's stride (the
-# first freed), the positions freed as ``makeLinearIndex`` returns; the sorted indices, their
-# original positions and an ``arange``; 250 keys in one radix tile (1 B); all freed
-BACKWARD = (
-    "a16000 "
-    + NONZERO.format(positions=2000)
-    + " a2000 a2000 f2000 f2000 a2000 a2000 a2000 a1 f1 f2000 f2000 f2000 f2000"
-)
+# the positions, the index wrapped and times the row's stride (the first freed), the
+# positions freed as ``makeLinearIndex`` returns; the sorted indices, their original positions
+# and an ``arange``; 250 keys in one radix tile (1 B); all freed
+SORT = "a2000 a2000 a2000 a1 f1 f2000 f2000 f2000 f2000"
+ROWS = NONZERO.format(positions=2000) + " a2000 a2000 f2000 f2000 " + SORT
+BACKWARD = "a16000 " + ROWS  # after the gradient's zeros
 EXPECTED = {
     "bool-forward": FORWARD,
     "bool-backward": BACKWARD,
@@ -73,13 +75,19 @@ EXPECTED = {
     "cells": NONZERO.format(positions=12800)
     + " a6400 a6400 f6400 a6400 a6400 f6400 f6400 f12800 a6400 a6400 a6400 a1 f1 f6400 f6400"
     + " f6400 f6400",
+    # a mask on the host: its nonzero, the index wrapped and its product there, the product
+    # copied over (the linear index), then the sort
+    "host": "a2000 " + SORT,
+    # a tensor assigned by a mask under deterministic algorithms sorts as an accumulating put
+    "deterministic": ROWS,
 }
 
 
 def test_an_accumulating_put_by_a_mask_runs_its_nonzero_before_the_sort(tmp_path: Path) -> None:
     """``x[mask]``'s backward and an accumulating ``index_put_`` by a mask make the mask's
-    ``nonzero`` after the output, then the sort's linear index, vectors and CUB storage; a
-    ``uint8`` mask indexes and is sorted as a boolean one."""
+    ``nonzero`` after the output, then the sort's linear index, vectors and CUB storage (a
+    mask on the host its linear index alone); a ``uint8`` mask indexes and is sorted as a
+    boolean one."""
     script(tmp_path, PUT)
     done = plan(tmp_path, "--device-capability", "9.0", "train.py")
     assert done.returncode == 0, done.stderr

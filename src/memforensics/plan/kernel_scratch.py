@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
-from memforensics.plan.shapes import MASKED
+from memforensics.plan.shapes import MASK_DTYPES, MASKED
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
@@ -145,10 +145,6 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(out)
 
 
-_MASKS = (torch.bool, torch.uint8)
-"""The dtypes of an index ``expandTensors`` replaces by its ``nonzero``."""
-
-
 def sorts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``_index_put_impl_`` (``TensorAdvancedIndexing.cpp``) runs
     ``index_put_with_sort_kernel`` on CUDA for these arguments: where it accumulates, or under
@@ -184,8 +180,9 @@ class SortedIndexing(NamedTuple):
     A mask (boolean or ``uint8``) on the device is first replaced by its ``nonzero``
     (``makeLinearIndex``'s ``expandTensors``), one index per dimension it covers, whose
     ``(count, ndim)`` positions ``makeLinearIndex`` holds until it returns, as the ``int64``
-    copies; one on the host is not sized. The range check of a forward ``index_put_``
-    (``aminmax`` and two asserts on scalars) is not made."""
+    copies; one on the host runs its ``nonzero`` there, and only each dimension's product is
+    copied over. The range check of a forward ``index_put_`` (``aminmax`` and two asserts on
+    scalars) is not made."""
 
     indices: int
     """Indices after broadcasting."""
@@ -218,10 +215,13 @@ class SortedIndexing(NamedTuple):
         counts = {id(mask): count for mask, count in masks}
         placed: list[torch.Tensor | None] = []
         for index in indices:
-            if not (isinstance(index, torch.Tensor) and index.dtype in _MASKS):
+            if not (isinstance(index, torch.Tensor) and index.dtype in MASK_DTYPES):
                 placed.append(index)
+            elif not index.is_meta and index.dim():  # its ``nonzero`` runs on the host
+                selected = torch.empty((int(torch.count_nonzero(index)),), dtype=torch.long)
+                placed += [selected] * index.dim()
             elif id(index) not in counts:
-                return None  # a mask on the host, or a zero-dimensional one
+                return None  # a zero-dimensional mask
             else:  # ``nonzero(mask).select(1, j)`` for each dimension it covers
                 selected = torch.empty((counts[id(index)],), dtype=torch.long, device="meta")
                 placed += [selected] * index.dim()

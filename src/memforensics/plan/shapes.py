@@ -59,14 +59,14 @@ def _empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=_META)
 
 
-_MASK_DTYPES = (torch.bool, torch.uint8)
+MASK_DTYPES = (torch.bool, torch.uint8)
 """The dtypes of an index that selects where it is non-zero (``expandTensors``: ``kBool``, and
 ``kByte``, deprecated, which indexes the same way)."""
 
 
 def _is_mask(index: object) -> TypeGuard[torch.Tensor]:
     """Whether ``index`` is a mask: a boolean one, or a ``uint8`` one."""
-    return isinstance(index, torch.Tensor) and index.dtype in _MASK_DTYPES
+    return isinstance(index, torch.Tensor) and index.dtype in MASK_DTYPES
 
 
 def _broadcast(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Size:
