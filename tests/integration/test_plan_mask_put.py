@@ -49,6 +49,8 @@ t.index_put_((cells,), v, accumulate=True); step("cells")
 t.index_put_((host,), w, accumulate=True); step("host")
 torch.use_deterministic_algorithms(True)
 t[rows] = w; step("deterministic")
+unknown = torch.empty(1000, 4, device="cuda", dtype=torch.uint8)  # values the plan lacks
+found["unknown"] = list(x[unknown].shape)
 print(json.dumps(found))
 """
 """A mask of every fourth row (250 of 1,000), as ``bool`` and ``uint8``, and of every fifth
@@ -93,3 +95,4 @@ def test_an_accumulating_put_by_a_mask_runs_its_nonzero_before_the_sort(tmp_path
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[0])
     assert {k: v for k, v in found.items() if k in EXPECTED} == EXPECTED
+    assert found["unknown"] == [4000]  # a uint8 mask of unknown values: every element

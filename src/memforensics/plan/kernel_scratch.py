@@ -49,6 +49,8 @@ INDEX_PUTS = frozenset(
 """The operators ``_index_put_impl_`` runs, which sort their indices on CUDA where they
 accumulate (:class:`SortedIndexing`)."""
 _PUT = torch.ops.aten.index_put_.default
+"""The put whose masks' counts :meth:`KernelScratch.index_put` asks for, whichever of
+:data:`INDEX_PUTS` it makes."""
 SORT = torch.ops.aten.sort.default
 SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
 """``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB

@@ -69,6 +69,14 @@ def _is_mask(index: object) -> TypeGuard[torch.Tensor]:
     return isinstance(index, torch.Tensor) and index.dtype in MASK_DTYPES
 
 
+def _as_bool(index: torch.Tensor | None) -> torch.Tensor | None:
+    """A ``uint8`` mask as the boolean one it indexes as, for ``meta``'s ``index``, which
+    refuses ``uint8``; any other index as it is."""
+    if index is None or index.dtype != torch.uint8:
+        return index
+    return _empty(index.shape, torch.bool)
+
+
 def _broadcast(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Size:
     """The shape ``masked_select`` selects over."""
     shape: torch.Size = torch.broadcast_shapes(tensor.shape, mask.shape)
@@ -152,7 +160,7 @@ class Shapes:
             count = self._mask_count(index)
             if count is None:
                 self._bound()
-                return _INDEX(tensor, indices)
+                return _INDEX(tensor, [_as_bool(i) for i in indices])
             replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
         return _INDEX(tensor, replaced)
 
