@@ -11,6 +11,11 @@ early, and where an operator's result is the same for every such value, it is kn
 - *A made-up integer is none of the values the script names*: it equals none of a known
   tensor's values or a number (``isin`` against the end-of-sequence tokens is false, ``!= -100``
   true), so no generated token ends decoding before its maximum length.
+- *Unknown floating-point values compare as equal*: each reads as its round's one value, so a
+  comparison of two unknown floating-point tensors is decided as that of their reads (``>=``,
+  ``<=`` and ``==`` true, the strict ones and ``!=`` false): a detection loss's check that its
+  predicted boxes' far corners lie beyond their near ones (``(boxes[:, 2:] >= boxes[:, :2]).all()``)
+  passes, as it does on a GPU, where the widths are a sigmoid's.
 - *A made-up integer is not negative*: it is a token, a class or a beam index, as the zeros an
   integer reads as are, so an order test of it against known values on the other side of zero
   is decided (``beam_indices < 0``, the padding test after beam search, is false: it agrees
@@ -157,6 +162,8 @@ def decided(
         ordinary = _ordinary(func, args, kwargs, values)
         if ordinary is None:
             ordinary = _signed(func, args, kwargs, values)
+        if ordinary is None:
+            ordinary = _alike(func, args, kwargs, values)
         return ordinary if ordinary is not None else _named(func, args, out, values)
     if func in _ISIN:
         return _named(func, args, out, values, kwargs.get("invert", False))
@@ -293,6 +300,24 @@ def _signed(
     if not torch.equal(zero, one):
         return None  # the known side holds zero where the test tells zero from one
     return zero
+
+
+def _alike(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], values: Values
+) -> torch.Tensor | None:
+    """A comparison of two unknown floating-point tensors: decided as for equal values, as the
+    same comparison of their reads would be (an unknown floating-point value reads as its round's
+    one value), so ``>=``, ``<=`` and ``==`` hold everywhere and ``>``, ``<`` and ``!=``
+    nowhere."""
+    if len(args) < 2:
+        return None
+    first, second = args[0], args[1]
+    if not (_unknown(first, values) and _unknown(second, values)):
+        return None
+    if not (first.is_floating_point() and second.is_floating_point()):
+        return None
+    result: torch.Tensor = func(_zeros(first), _zeros(second), *args[2:], **kwargs)
+    return result
 
 
 def _named(
