@@ -38,7 +38,8 @@ for call in calls:
     trace = torch.cuda.memory._snapshot()["device_traces"][0]
     torch.cuda.memory._record_memory_history(enabled=None)
     kept = {"alloc": "a", "free_completed": "f"}
-    traces.append(" ".join(kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept))
+    events = [kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]
+    traces.append(" ".join(events))
 u = torch.unique(x)
 print(json.dumps({"traces": traces, "kept": [u.numel(), u.untyped_storage().nbytes()]}))
 """

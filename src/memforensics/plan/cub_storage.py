@@ -25,8 +25,10 @@ for capability 7.0 and up; before that it is not derived here (:data:`None`).
 
 Sized from CCCL 3.0 alone, the CUB of torch 2.13's default wheel (CUDA 13.0):
 ``DeviceScan::InclusiveScan`` (a one-row ``cumsum``), ``DeviceSelect::Flagged`` and
-``DeviceReduce::Sum`` in one tile (``nonzero``). CCCL 2.8 aliases a scan's tile states once
-where 3.0 aliases them twice.
+``DeviceReduce::Sum`` in one tile (``nonzero``); for ``unique``, ``DeviceRadixSort::SortKeys``
+of 4-byte keys (and of 1 and 2 bytes from 9.0), the truncating ``InclusiveScan`` of ``int``
+into ``int64_t``, ``DeviceSelect::Unique`` and ``DeviceRunLengthEncode::Encode``. CCCL 2.8
+aliases a scan's tile states once where 3.0 aliases them twice.
 """
 
 from __future__ import annotations
