@@ -84,3 +84,21 @@ def test_unique_takes_cudas_scratch_and_keeps_full_length_blocks(tmp_path: Path)
     facts = json.loads(done.stdout.splitlines()[0])
     assert facts["traces"] == TRACES
     assert facts["kept"] == [50, 80000]
+
+
+OWN_META = """
+import json
+import torch
+x = torch.zeros(100000, device="meta", dtype=torch.long)
+u = torch.unique(x, return_inverse=True, return_counts=True)
+print(json.dumps([torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()]))
+"""
+
+
+def test_unique_of_the_scripts_own_meta_tensor_takes_nothing(tmp_path: Path) -> None:
+    """``unique`` of a tensor the script put on ``meta`` itself takes no block: a GPU holds no
+    memory for it either."""
+    script(tmp_path, OWN_META)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == [0, 0]

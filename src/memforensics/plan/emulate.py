@@ -879,8 +879,15 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.malloc, self.device.free, self.capability, shapes.inner_nonzeros
         )
         """Fused attention kernels' and ``_foreach_norm``'s own scratch."""
+        ghosts = self.ghosts
         self._answers.update(
-            unique.Unique(self, self.malloc, self.device.free, self.capability).answers(shapes)
+            unique.Unique(
+                self,
+                self.malloc,
+                self.device.free,
+                self.capability,
+                lambda t: ghosts.placing is not True and not ghosts.holds(t),
+            ).answers(shapes)
         )
         self._composite: dict[Any, bool] = {}
         self._kernels: dict[Any, Any] = {}

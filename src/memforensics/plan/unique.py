@@ -78,7 +78,8 @@ Shaped = Callable[..., tuple[torch.Tensor, ...]]
 class Unique:
     """``unique``'s and ``unique_consecutive``'s blocks on the planned device: scratch through
     ``malloc`` and ``free``, outputs made within ``within`` (the mode that gives each new
-    storage its block) at full length and shrunk."""
+    storage its block) at full length and shrunk; none for a tensor that is not
+    ``planned`` (the script's own ``meta``, which has no memory on a GPU either)."""
 
     def __init__(
         self,
@@ -86,11 +87,13 @@ class Unique:
         malloc: Callable[[int], Any],
         free: Callable[[Any], None],
         capability: tuple[int, int],
+        planned: Callable[[torch.Tensor], bool],
     ) -> None:
         self._within = within
         self._malloc = malloc
         self._free = free
         self._capability = capability
+        self._planned = planned
 
     def answers(self, shapes: Shapes) -> dict[Any, Callable[..., Any]]:
         """The operators' answers on the planned device, each making what CUDA makes for the
@@ -179,7 +182,7 @@ class Unique:
         """``unique_cuda_template``'s blocks for ``tensor``, the outputs shaped as
         ``shaped``."""
         count = tensor.numel()
-        if count == 0 or not tensor.is_meta:
+        if count == 0 or not self._planned(tensor):
             return shaped
         size = tensor.element_size()
         held = [] if tensor.is_contiguous() else [self._malloc(count * size)]
@@ -253,7 +256,7 @@ class Unique:
         """``unique_dim_cuda_template``'s blocks for ``tensor`` along ``dim`` (Thrust's own
         temporaries not sized)."""
         slices = tensor.shape[dim] if tensor.dim() else 0
-        if not tensor.is_meta or slices == 0 or 0 in tensor.shape:
+        if slices == 0 or 0 in tensor.shape or not self._planned(tensor):
             return shaped
         malloc, free = self._malloc, self._free
         moved = tensor.movedim(dim, 0)
