@@ -26,7 +26,8 @@ if "deterministic" in how:
 e = torch.nn.Embedding(rows, width, padding_idx=0 if "padding" in how else None,
                        scale_grad_by_freq="counts" in how, device="cuda",
                        dtype=torch.bfloat16 if "bfloat16" in how else torch.float32)
-ids = torch.randint(0, rows, (count // 256, 256), device="cuda")
+ids = torch.randint(0, rows, (count // 256, 256), device="cuda",
+                    dtype=torch.int32 if "int32" in how else torch.int64)
 x = e(ids)
 g = torch.ones((), device="cuda").expand_as(x) if "expanded" in how else torch.ones_like(x)
 torch.cuda.memory._record_memory_history(max_entries=100000)
@@ -87,6 +88,19 @@ CASES = {
         "a819200 a819200 a819200 a1678847 f1678847 f819200 a153600 a819200 a8 a819200 a1535 "
         "f1535 f819200 a800 a800 a1279 f1279 a8 a82720 a82720 a307200 f307200 f82720 f82720 f8 "
         "f800 f800 f8 f819200 f819200 f819200",
+    ),
+    # int32 ids: vectors of 4 B an id (32,768 B); CUB's sort of 4-byte keys beside 4-byte
+    # positions on all 32 bits, four onesweep passes over two 6,528-id tiles (384 threads of
+    # 17): 8,192 B of bins, 2,048 of lookback, 32,768 each of alternate keys and values, 256 of
+    # counters, 255 to align (76,287); ``unique_by_key``'s tiles of 7,168 (512 of 14: 1,279);
+    # ``exclusive_sum`` of ``int`` counts in tiles of 1,920 (five: 37 words of 8 B, 1,023); the
+    # partial segments' starts 9,011 x 4 B
+    "int32-9.0": (
+        "9.0",
+        "10000 768 8192 int32",
+        "a32768 a32768 a32768 a76287 f76287 f32768 a30720000 a32768 a8 a32768 a1279 f1279 "
+        "f32768 a32768 a32768 a1023 f1023 a8 a36044 a27681792 f27681792 f36044 f8 f32768 "
+        "f32768 f8 f32768 f32768 f32768",
     ),
     # deterministic algorithms take the two-pass path: 10,340 rows of partial sums
     "deterministic-9.0": (

@@ -484,3 +484,44 @@ def test_a_vision_batch_copied_each_step_is_input(tmp_path: Path) -> None:
     peak = summary_kinds(snapshot, "peak")
     assert peak["input"] == IMAGES_BYTES + LABELS_BYTES
     assert peak["activation"] == IMAGES_BYTES // 3 * 16 + 4  # ReLU's saved output, the loss
+
+
+PRODUCT_IN_A_CONSTRUCTOR = """
+import torch
+from torch import nn
+
+
+class Adapter(nn.Module):
+    def __init__(self, base):
+        super().__init__()
+        q, r = torch.linalg.qr(base.weight.detach())
+        self.a = nn.Parameter(r[:8].clone())
+        self.b = nn.Parameter(q[:, :8].clone())
+        base.weight.data = base.weight.data - self.b @ self.a
+        self.base = base
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.a.T) @ self.b.T
+
+
+torch.cuda.memory._record_memory_history(stacks="STACKS")
+model = nn.Sequential(Adapter(nn.Linear(256, 256).cuda()), nn.ReLU(), nn.Linear(256, 256).cuda())
+opt = torch.optim.AdamW(model.parameters())
+for _ in range(2):
+    model(torch.randn(64, 256, device="cuda")).sum().backward()
+    opt.step()
+    opt.zero_grad()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+
+
+def test_a_workspace_a_constructor_s_product_took_is_a_workspace(tmp_path: Path) -> None:
+    """A product in a module's constructor (OLoRA's initialisation) takes the main thread's
+    cuBLAS workspace: with C++ frames recorded (``stacks="all"``) the planned dump shows the
+    native frames a GPU's does under it, and the block reads ``workspace``, not ``parameter``."""
+    script(tmp_path, PRODUCT_IN_A_CONSTRUCTOR.replace("STACKS", "all"))
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["workspace"] == 2 * HOPPER_WORKSPACE
+    assert kinds["parameter"] < HOPPER_WORKSPACE

@@ -83,6 +83,18 @@ with 64-bit offsets, on 9.0 and newer (``OnesweepSmallKeyTunedPolicy``'s
 The single-tile policy is the other keys' (256 threads of 19)."""
 SMALL_KEY_ARCH = 900
 """The first architecture whose policy sorts keys of 1 and 2 bytes in onesweep passes."""
+NARROW_VALUE_ONESWEEP: dict[int, dict[int, int]] = {
+    700: {4: 46, 8: 23},
+    800: {4: 17, 8: 21},
+    900: {4: 17, 8: 30},
+    1000: {4: 17, 8: 30},
+}
+"""Onesweep's nominal items per thread by the key's size beside 4-byte values (``int32``
+positions) with 64-bit offsets, by the architecture a policy starts at: ``Policy700``'s
+``sizeof(KeyT) == 4 && sizeof(ValueT) == 4 ? 46 : 23``, ``Policy800``'s ``OFFSET_64BIT &&
+sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 : 21``, ``OnesweepPolicyKey32``'s ``sizeof(ValueT) < 8 ?
+(OFFSET_64BIT ? 17 : 23)`` and ``OnesweepPolicyKey64``'s ``sizeof(ValueT) < 8 ? 30`` for
+``Policy900`` and ``Policy1000``; threads as beside 8-byte values."""
 
 
 def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
@@ -132,10 +144,15 @@ def _onesweep(items: int, end_bit: int, tile: int, key_bytes: int, value_bytes: 
 
 
 def radix_sort_pairs(
-    items: int, end_bit: int, capability: tuple[int, int], key_bytes: int = 8
+    items: int,
+    end_bit: int,
+    capability: tuple[int, int],
+    key_bytes: int = 8,
+    value_bytes: int = 8,
 ) -> int | None:
     """Bytes of ``DeviceRadixSort::SortPairs``' temporary storage for ``items`` keys of
-    ``key_bytes`` sorted on bits 0 to ``end_bit`` beside 8-byte values, not double-buffered
+    ``key_bytes`` sorted on bits 0 to ``end_bit`` beside values of ``value_bytes`` (8, or 4
+    for keys of 4 and 8 bytes: :data:`NARROW_VALUE_ONESWEEP`), not double-buffered
     (torch passes separate input and output arrays, so CUB holds the alternate keys and values
     itself), on a device of ``capability``; None where the policy is not known here (keys of
     1 or 2 bytes before 9.0, :data:`SMALL_KEY_ONESWEEP`). One
@@ -144,7 +161,14 @@ def radix_sort_pairs(
     policy = _policy(capability)
     if policy is None:
         return None
-    if key_bytes in policy.onesweep_items:
+    narrow = _by_architecture(NARROW_VALUE_ONESWEEP, capability) if value_bytes == 4 else None
+    if narrow is not None:
+        if key_bytes not in narrow:
+            return None
+        onesweep = (policy.onesweep_threads, narrow[key_bytes])
+    elif value_bytes != 8:
+        return None
+    elif key_bytes in policy.onesweep_items:
         onesweep = (policy.onesweep_threads, policy.onesweep_items[key_bytes])
     elif key_bytes in SMALL_KEY_ONESWEEP and capability[0] * 100 >= SMALL_KEY_ARCH:
         onesweep = SMALL_KEY_ONESWEEP[key_bytes]
@@ -152,12 +176,12 @@ def radix_sort_pairs(
         return None
     if items == 0:
         return 1
-    dominant = max(key_bytes, 8)
+    dominant = max(key_bytes, value_bytes)
     threads, per_thread = _scaled(*policy.single_tile, dominant)
     if items <= threads * per_thread:
         return 1
     threads, per_thread = _scaled(*onesweep, dominant)
-    return _onesweep(items, end_bit, threads * per_thread, key_bytes, 8)
+    return _onesweep(items, end_bit, threads * per_thread, key_bytes, value_bytes)
 
 
 KEYS_ONLY_KEY32_ITEMS = {700: 23, 800: 21, 900: 19, 1000: 19}
@@ -237,6 +261,26 @@ SCAN_BY_KEY_TILES = {700: 256 * 9, 800: 224 * 10, 860: 256 * 9, 900: 224 * 11, 1
 """``DeviceScan::*ByKey``'s tile for 8-byte keys and values under ``plus`` or ``maximum``:
 ``DefaultPolicy``'s 256 threads of 9 (``Policy520``, ``Policy860``), ``sm80_tuning`` 224 of
 10, ``sm90_tuning`` 224 of 11, ``sm100_tuning`` 256 of 23."""
+NARROW_UNIQUE_BY_KEY_TILES = {
+    700: 64 * 11,
+    800: 256 * 11,
+    860: 64 * 11,
+    900: 512 * 14,
+    1000: 512 * 14,
+}
+"""``DeviceSelect::UniqueByKey``'s tile for 4-byte keys beside ``int`` values:
+``DefaultPolicy<11, 64>``, ``sm80_tuning`` 256 threads of 11, ``sm90_tuning`` 512 of 14, which
+``sm100_tuning`` inherits for these sizes."""
+NARROW_SCAN_BY_KEY_TILES = {
+    700: 256 * 9,
+    800: 256 * 15,
+    860: 256 * 9,
+    900: 288 * 14,
+    1000: 224 * 20,
+}
+"""``DeviceScan::*ByKey``'s tile for 4-byte keys and values: ``DefaultPolicy``'s 256 threads of
+9, ``sm80_tuning`` 256 of 15, ``sm90_tuning`` 288 of 14, ``sm100_tuning`` 224 of 20. Its
+status word is 16 B still (an ``int`` and a 4-byte value make 8 B, ``Log2<9>`` rounds it up)."""
 
 T = TypeVar("T")
 
@@ -286,34 +330,37 @@ def inclusive_scan(items: int, accum_bytes: int, primitive: bool) -> int:
     return aliased([_tile_state(_tiles(items, threads * per_thread), accum_bytes, primitive)])
 
 
-def exclusive_scan(items: int, capability: tuple[int, int]) -> int | None:
-    """Bytes of ``DeviceScan::ExclusiveScan``'s storage for ``items`` ``int64_t`` under
-    torch's ``SumOp`` (``exclusive_sum``), for capability 7.0 and up."""
+def exclusive_scan(items: int, capability: tuple[int, int], value_bytes: int = 8) -> int | None:
+    """Bytes of ``DeviceScan::ExclusiveScan``'s storage for ``items`` ``int64_t`` (or, of 4
+    ``value_bytes``, ``int``, accumulated as ``int``) under torch's ``SumOp``
+    (``exclusive_sum``), for capability 7.0 and up."""
     if capability < (7, 0):
         return None
-    return inclusive_scan(items, 8, primitive=True)
+    return inclusive_scan(items, value_bytes, primitive=True)
 
 
-def unique_by_key(items: int, capability: tuple[int, int]) -> int | None:
-    """Bytes of ``DeviceSelect::UniqueByKey``'s storage for ``items`` 8-byte keys beside
-    ``int`` values (a counting iterator) with 64-bit offsets: the tile states and no virtual
-    shared memory (every policy's tile of keys fits a block's)."""
-    tile = _by_architecture(UNIQUE_BY_KEY_TILES, capability)
+def unique_by_key(items: int, capability: tuple[int, int], key_bytes: int = 8) -> int | None:
+    """Bytes of ``DeviceSelect::UniqueByKey``'s storage for ``items`` keys of 8 (or 4)
+    ``key_bytes`` beside ``int`` values (a counting iterator) with 64-bit offsets: the tile
+    states and no virtual shared memory (every policy's tile of keys fits a block's)."""
+    tiles_by = NARROW_UNIQUE_BY_KEY_TILES if key_bytes == 4 else UNIQUE_BY_KEY_TILES
+    tile = _by_architecture(tiles_by, capability)
     if tile is None:
         return None
     return aliased([_tile_state(_tiles(items, tile), 8, primitive=True), 0])
 
 
-def scan_by_key(items: int, capability: tuple[int, int]) -> int | None:
+def scan_by_key(items: int, capability: tuple[int, int], key_bytes: int = 8) -> int | None:
     """Bytes of ``DeviceScan::InclusiveSumByKey``'s or ``InclusiveScanByKey``'s storage for
-    ``items`` 8-byte keys and values: a status word per tile and its padding
-    (``ReduceByKeyScanTileState``, not aliased on its own), and the last key of each tile and
-    one more."""
-    tile = _by_architecture(SCAN_BY_KEY_TILES, capability)
+    ``items`` keys and values of 8 (or 4) ``key_bytes``: a status word per tile and its
+    padding (``ReduceByKeyScanTileState``, not aliased on its own), and the last key of each
+    tile and one more."""
+    tiles_by = NARROW_SCAN_BY_KEY_TILES if key_bytes == 4 else SCAN_BY_KEY_TILES
+    tile = _by_architecture(tiles_by, capability)
     if tile is None:
         return None
     tiles = _tiles(items, tile)
-    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, 8 * (tiles + 1)])
+    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD, key_bytes * (tiles + 1)])
 
 
 REDUCE_SUM_SINGLE_TILE = 256 * 16

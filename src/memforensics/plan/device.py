@@ -224,6 +224,7 @@ class PlannedDevice:
         self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
         self._recording: str | None = None
         self._free_stacks = False
+        self._native_frames = False  # record ``malloc``'s native frames (``stacks="all"``)
         self._op_stack: fmt.Stack = ()
         self._metadata = ""
         self._observers: list[OomObserver] = []
@@ -321,11 +322,15 @@ class PlannedDevice:
 
     # -- allocation and free, as the storages come and go
 
-    def malloc(self, nbytes: int, stream: int = 0) -> Block | None:
-        """A block for ``nbytes`` (None when the model cannot serve it: the caller raises)."""
+    def malloc(self, nbytes: int, stream: int = 0, native: fmt.Stack = ()) -> Block | None:
+        """A block for ``nbytes`` (None when the model cannot serve it: the caller raises).
+        ``native``: the native frames a GPU's trace shows under this block (cuBLAS's
+        workspace's), recorded where the script asked for C++ frames (``stacks="all"``)."""
         self._settle()
         self.initialized = True
         stack = self._stack(on_autograd_thread=self.backward) if self._recording else ()
+        if native and self._native_frames:
+            stack = (*native, *stack)
         with self._lock:
             self._busy = True
             try:
@@ -629,14 +634,16 @@ class PlannedDevice:
         stacks: str,
         clear: bool,
     ) -> None:
-        """``_record_memory_history``: ``"all"`` traces, ``"state"`` only keeps blocks' stacks."""
-        del stacks  # the plan has Python frames only (C++ frames would be its own)
+        """``_record_memory_history``: ``"all"`` traces, ``"state"`` only keeps blocks' stacks.
+        The plan's stacks are Python's; with ``stacks="all"`` the few native frames that say
+        what a block is (``malloc``'s ``native``) are recorded too."""
         with self._lock:
             self._drain()
             keep = () if enabled is None or clear else self._trace
             self._trace = deque(keep, maxlen=max(1, max_entries))
             self._recording = enabled
             self._free_stacks = enabled is not None and context == "all"
+            self._native_frames = enabled is not None and stacks == "all"
 
     def set_metadata(self, text: str) -> None:
         """``_set_memory_metadata``: tags later allocations."""

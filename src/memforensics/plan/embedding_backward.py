@@ -32,8 +32,10 @@ atomically (``offset2bag`` is defined); in ``max`` mode, or ``sparse``, it takes
 (``int32`` ids beside ``int64`` offsets, which ``promoteIndicesAndOffsets`` widens first, are
 not copied here either).
 ``padding_idx`` changes what the kernels write, not what they take. CUB's storage is
-:mod:`~memforensics.plan.cub_storage`'s, for ``int64`` ids; for ``int32`` ids the tensors are
-made (4 B an id) but CUB's storage is not sized.
+:mod:`~memforensics.plan.cub_storage`'s, over ``index_t`` keys and values
+(``AT_DISPATCH_INDEX_TYPES``): for ``int32`` ids the sort is of 4-byte keys beside 4-byte
+positions on all 32 bits, the scans and ``unique_by_key`` of 4-byte keys, ``exclusive_sum``
+of ``int`` counts, each with its own tuning.
 """
 
 from __future__ import annotations
@@ -178,10 +180,6 @@ class EmbeddingScratch:
         self._free = free
         self._capability = capability
 
-    def _sizes(self, found: EmbeddingBackward) -> bool:
-        """Whether CUB's storage is sized for these ids (``int64`` ones)."""
-        return found.id_bytes == 8
-
     def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The blocks taken before the output and held to the end, in the order they are
         freed last to first: the contiguous copies, the sorted ids and their positions, the
@@ -196,17 +194,17 @@ class EmbeddingScratch:
         held = [malloc(n) for n in copies if n]
         if not found.sorted:
             return held
-        vector = found.ids * found.id_bytes
-        sized = self._sizes(found)
+        size, capability = found.id_bytes, self._capability
+        vector = found.ids * size
         held += [malloc(vector), malloc(vector)]
         positions = malloc(vector)
-        if sized:
-            _cub(cub_storage.radix_sort_pairs(found.ids, 64, self._capability), malloc, free)
+        sort = cub_storage.radix_sort_pairs(found.ids, 8 * size, capability, size, size)
+        _cub(sort, malloc, free)
         free(positions)
         if found.counts:
             held.append(malloc(vector))
-            for _ in range(2 if sized else 0):
-                _cub(cub_storage.scan_by_key(found.ids, self._capability), malloc, free)
+            for _ in range(2):
+                _cub(cub_storage.scan_by_key(found.ids, capability, size), malloc, free)
         return held
 
     def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -216,17 +214,15 @@ class EmbeddingScratch:
         if found is None or not found.sorted:
             return
         malloc, free, capability = self._malloc, self._free, self._capability
-        sized = self._sizes(found)
-        vector = found.ids * found.id_bytes
+        size = found.id_bytes
+        vector = found.ids * size
         held = [malloc(vector), malloc(_COUNT)]
         keys = malloc(vector)
-        if sized:
-            _cub(cub_storage.unique_by_key(found.ids, capability), malloc, free)
+        _cub(cub_storage.unique_by_key(found.ids, capability, size), malloc, free)
         free(keys)
-        runs = found.runs * found.id_bytes
+        runs = found.runs * size
         held += [malloc(runs), malloc(runs)]
-        if sized:
-            _cub(cub_storage.exclusive_scan(found.runs, capability), malloc, free)
+        _cub(cub_storage.exclusive_scan(found.runs, capability, size), malloc, free)
         partials = found.partial_segments
         held += [malloc(_COUNT), malloc(partials * found.id_bytes)]
         if found.atomic(capability):

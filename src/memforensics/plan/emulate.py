@@ -1333,9 +1333,10 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         if held is not None and held[0] is not None:
             self.device.free(held[0])
 
-    def malloc(self, nbytes: int) -> Any:
-        """A block of ``nbytes``; the predicted OOM, observers called, when none is left."""
-        block = self.device.malloc(nbytes, self.device.stream)
+    def malloc(self, nbytes: int, native: tuple[tuple[str, int, str], ...] = ()) -> Any:
+        """A block of ``nbytes``; the predicted OOM, observers called, when none is left.
+        ``native``: the native frames a GPU's trace shows under it (the device's ``malloc``)."""
+        block = self.device.malloc(nbytes, self.device.stream, native)
         if block is None:
             message, observed = self.device.oom_report()
             for observer in self.device.observers():
@@ -1379,7 +1380,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         thread: object = _BACKWARD if backward else threading.get_ident()
         key = (self._handles.reserve(thread), self.device.stream)
         if key not in self._workspaces and self.workspace_bytes:
-            self._workspaces[key] = self.malloc(self.workspace_bytes)
+            self._workspaces[key] = self.malloc(self.workspace_bytes, scratch.WORKSPACE_FRAMES)
 
     def _lt(self, backward: bool, lt: scratch.LtWorkspace) -> None:
         """cuBLASLt's own workspace for a call that reaches it: kept per handle and stream
@@ -1393,7 +1394,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         thread: object = _BACKWARD if backward else threading.get_ident()
         key = (self._lt_handles.reserve(thread), self.device.stream)
         if key not in self._lt_workspaces:
-            self._lt_workspaces[key] = self.malloc(lt.nbytes)
+            self._lt_workspaces[key] = self.malloc(lt.nbytes, scratch.LT_WORKSPACE_FRAMES)
 
 
 def _reaches_lt(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:

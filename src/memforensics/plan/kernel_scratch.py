@@ -16,13 +16,13 @@ where the CUDA kernel takes it and freed as it returns; the sizes are
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
 from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
-from memforensics.plan.shapes import MASKED
+from memforensics.plan.shapes import MASK_DTYPES, MASKED
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default
@@ -48,6 +48,9 @@ INDEX_PUTS = frozenset(
 )
 """The operators ``_index_put_impl_`` runs, which sort their indices on CUDA where they
 accumulate (:class:`SortedIndexing`)."""
+_PUT = torch.ops.aten.index_put_.default
+"""The put whose masks' counts :meth:`KernelScratch.index_put` asks for, whichever of
+:data:`INDEX_PUTS` it makes."""
 SORT = torch.ops.aten.sort.default
 SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
 """``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB
@@ -144,6 +147,19 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def sorts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``_index_put_impl_`` (``TensorAdvancedIndexing.cpp``) runs
+    ``index_put_with_sort_kernel`` on CUDA for these arguments: where it accumulates, or under
+    deterministic algorithms for more than one value."""
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    return bool(accumulate) or (
+        torch.are_deterministic_algorithms_enabled()
+        and isinstance(values, torch.Tensor)
+        and values.numel() > 1
+    )
+
+
 class SortedIndexing(NamedTuple):
     """What ``index_put_with_sort_kernel`` (``aten/src/ATen/native/cuda/Indexing.cu``) takes,
     which ``_index_put_impl_`` runs on CUDA where it accumulates, or under deterministic
@@ -163,11 +179,17 @@ class SortedIndexing(NamedTuple):
       CUB's radix sort's temporary storage (:func:`~memforensics.plan.cub_storage.
       radix_sort_pairs`) on the bits of ``self``'s largest slice index.
 
-    Boolean masks (their ``nonzero``, whose size is the data's) are not sized, nor the range
-    check of a forward ``index_put_`` (``aminmax`` and two asserts on scalars)."""
+    A mask (boolean or ``uint8``) on the device is first replaced by its ``nonzero``
+    (``makeLinearIndex``'s ``expandTensors``), one index per dimension it covers, whose
+    ``(count, ndim)`` positions ``makeLinearIndex`` holds until it returns, as the ``int64``
+    copies; one on the host runs its ``nonzero`` there, and only each dimension's product is
+    copied over. The range check of a forward ``index_put_`` (``aminmax`` and two asserts on
+    scalars) is not made."""
 
     indices: int
     """Indices after broadcasting."""
+    masks: tuple[tuple[torch.Tensor, int], ...]
+    """Each mask on the device, with the positions its ``nonzero`` gives."""
     self_copy: int
     widened: tuple[int, ...]
     dimensions: tuple[bool, ...]
@@ -180,22 +202,34 @@ class SortedIndexing(NamedTuple):
     """``largestIndex(self_) / sliceSize``, the largest key the sort sees."""
 
     @classmethod
-    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SortedIndexing | None:
-        """The scratch of ``_index_put_impl_``'s arguments on stand-ins, or None where it does
-        not sort (no accumulation, one value) or is not sized here."""
+    def of(
+        cls,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        masks: Sequence[tuple[torch.Tensor, int]] = (),
+    ) -> SortedIndexing | None:
+        """The scratch of ``_index_put_impl_``'s arguments on stand-ins, with the count of
+        each mask on the device (:meth:`~memforensics.plan.shapes.Shapes.inner_nonzeros`), or
+        None where it does not sort (:func:`sorts`) or is not sized here."""
         target, indices, values = args[0], args[1], args[2]
-        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-        if not (isinstance(target, torch.Tensor) and target.is_meta):
+        if not (isinstance(target, torch.Tensor) and target.is_meta) or not sorts(args, kwargs):
             return None
-        if not accumulate and not (
-            torch.are_deterministic_algorithms_enabled()
-            and isinstance(values, torch.Tensor)
-            and values.numel() > 1
-        ):
-            return None
-        placed = list(indices) + [None] * (target.dim() - len(indices))
+        counts = {id(mask): count for mask, count in masks}
+        placed: list[torch.Tensor | None] = []
+        for index in indices:
+            if not (isinstance(index, torch.Tensor) and index.dtype in MASK_DTYPES):
+                placed.append(index)
+            elif not index.is_meta and index.dim():  # its ``nonzero`` runs on the host
+                selected = torch.empty((int(torch.count_nonzero(index)),), dtype=torch.long)
+                placed += [selected] * index.dim()
+            elif id(index) not in counts:
+                return None  # a zero-dimensional mask
+            else:  # ``nonzero(mask).select(1, j)`` for each dimension it covers
+                selected = torch.empty((counts[id(index)],), dtype=torch.long, device="meta")
+                placed += [selected] * index.dim()
+        placed += [None] * (target.dim() - len(placed))
         defined = [i for i in placed if isinstance(i, torch.Tensor)]
-        if not defined or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+        if not defined:
             return None
         shape = _broadcast([tuple(i.shape) for i in defined])
         taken = [d for d, index in enumerate(placed) if index is not None]
@@ -215,6 +249,7 @@ class SortedIndexing(NamedTuple):
         slice_size = math.prod(after)
         return cls(
             indices=math.prod(shape),
+            masks=tuple(masks),
             self_copy=0 if target.is_contiguous() else size,
             widened=tuple(
                 i.numel() * _INDEX for i in defined if i.is_meta and i.dtype == torch.int32
@@ -318,6 +353,8 @@ class KernelScratch:
         if func is NONZERO:
             return self._nonzero_count(args)
         if func in MASKED and self._masks is not None:
+            if func in INDEX_PUTS and sorts(args, kwargs):
+                return []  # ``makeLinearIndex`` runs them, after the output (:meth:`index_put`)
             return self._inner_nonzeros(self._masks(func, args, kwargs))
         if func is FOREACH_NORM:
             partials = _foreach_norm_partials(args, kwargs)
@@ -413,13 +450,19 @@ class KernelScratch:
         """``index_put_with_sort_kernel``'s scratch, in its order (:class:`SortedIndexing`):
         the copies held to the end, the linear index computed dimension by dimension, the sort's
         vectors and CUB's temporary storage, freed as the sort returns; the rest freed as the
-        kernel returns, the linear index last but ``self``'s copy."""
-        found = SortedIndexing.of(args, kwargs)
+        kernel returns, the linear index last but ``self``'s copy. A mask's ``nonzero``
+        (:meth:`_inner_nonzeros`) runs after the copy, its positions freed with the ``int64``
+        copies."""
+        if not sorts(args, kwargs):
+            return
+        masks = self._masks(_PUT, args, kwargs) if self._masks is not None else []
+        found = SortedIndexing.of(args, kwargs, masks)
         if found is None:
             return
         count = found.indices
         held = [self._malloc(found.self_copy)] if found.self_copy else []
-        widened = [self._malloc(n) for n in found.widened]
+        widened = self._inner_nonzeros(list(found.masks))
+        widened += [self._malloc(n) for n in found.widened]
         linear = None
         for on_device in found.dimensions:
             wrapped = self._malloc(count * _INDEX) if on_device else None

@@ -65,12 +65,23 @@ def workspace_bytes_for(capability: tuple[int, int]) -> int:
     return cublas_workspace_bytes(capability, os.environ.get(WORKSPACE_ENV), release)
 
 
+WORKSPACE_FRAMES = (
+    ("??", 0, "at::cuda::getNewWorkspace()"),
+    ("??", 0, "at::cuda::getCurrentCUDABlasHandle()"),
+)
+"""The native frames under which a GPU's trace records cuBLAS's workspace, innermost first (as
+the real ``cuda-transformer-forward`` snapshot shows them): what tells the block apart where
+the product that first took it is a constructor's or a loader's line."""
+
 # -- cuBLASLt's workspace (gemm_and_bias, scaled_gemm in aten/src/ATen/cuda/CUDABlas.cpp)
 
 LT_UNIFIED_ENV = "TORCH_CUBLASLT_UNIFIED_WORKSPACE"
 LT_SIZE_ENV = "CUBLASLT_WORKSPACE_SIZE"
 _LT_DEFAULT_KIB = 1024
 """``parseCUDABlasLtWorkspaceSize``'s CUDA default (1 MiB, for every capability)."""
+LT_WORKSPACE_FRAMES = (("??", 0, "at::cuda::getCUDABlasLtWorkspace()"),)
+"""The native frame under which a GPU's trace records cuBLASLt's kept workspace (as the real
+``cuda-mha-lm-inference-from-empty`` snapshot shows it)."""
 _LT_KEPT_FROM = (2, 9)
 """The first torch that keeps cuBLASLt's workspace per handle and stream
 (``getCUDABlasLtWorkspace``); before it, each call allocated its own and freed it."""

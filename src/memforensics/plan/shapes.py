@@ -50,17 +50,31 @@ MASKED = frozenset(
         torch.ops.aten._index_put_impl_.default,
     )
 )
-"""The operators whose CUDA kernels run ``nonzero`` of a boolean mask inside
-(:meth:`Shapes.inner_nonzeros`); ``index_put`` clones first, before it (not made)."""
+"""The operators whose CUDA kernels run ``nonzero`` of a mask inside
+(:meth:`Shapes.inner_nonzeros`); ``index_put`` clones first, before it (made only where it
+sorts, after its output: :class:`~memforensics.plan.kernel_scratch.SortedIndexing`)."""
 
 
 def _empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=_META)
 
 
+MASK_DTYPES = (torch.bool, torch.uint8)
+"""The dtypes of an index that selects where it is non-zero (``expandTensors``: ``kBool``, and
+``kByte``, deprecated, which indexes the same way)."""
+
+
 def _is_mask(index: object) -> TypeGuard[torch.Tensor]:
-    """Whether ``index`` is a boolean mask."""
-    return isinstance(index, torch.Tensor) and index.dtype == torch.bool
+    """Whether ``index`` is a mask: a boolean one, or a ``uint8`` one."""
+    return isinstance(index, torch.Tensor) and index.dtype in MASK_DTYPES
+
+
+def _as_bool(index: torch.Tensor | None) -> torch.Tensor | None:
+    """A ``uint8`` mask as the boolean one it indexes as, for ``meta``'s ``index``, which
+    refuses ``uint8``; any other index as it is."""
+    if index is None or index.dtype != torch.uint8:
+        return index
+    return _empty(index.shape, torch.bool)
 
 
 def _broadcast(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Size:
@@ -124,7 +138,7 @@ class Shapes:
         return int(shape.numel())
 
     def _mask_count(self, mask: torch.Tensor) -> int | None:
-        """How many positions a boolean index selects: known, or bounded where it is
+        """How many positions a mask selects: known, or bounded where it is
         one-dimensional or a test of a router's choices; None where it takes its upper bound."""
         known = self.known.count(mask) if mask.is_meta else int(mask.count_nonzero())
         if known is not None:
@@ -134,7 +148,7 @@ class Shapes:
         return None
 
     def index(self, tensor: torch.Tensor, indices: list[torch.Tensor | None]) -> torch.Tensor:
-        """Indexing (``x[mask]``): a known boolean mask selects what it holds (its
+        """Indexing (``x[mask]``): a known mask (boolean or ``uint8``) selects what it holds (its
         coordinates index instead); an unknown one takes its upper bound."""
         if not any(_is_mask(i) for i in indices):
             return _INDEX(tensor, indices)
@@ -146,20 +160,21 @@ class Shapes:
             count = self._mask_count(index)
             if count is None:
                 self._bound()
-                return _INDEX(tensor, indices)
+                return _INDEX(tensor, [_as_bool(i) for i in indices])
             replaced.extend(_empty((count,), torch.long) for _ in range(index.dim()))
         return _INDEX(tensor, replaced)
 
     def inner_nonzeros(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> list[tuple[torch.Tensor, int]]:
-        """The boolean masks on the device whose ``nonzero`` CUDA runs inside ``func``, each
-        with the positions it gives (as its answer counts them, every element where it takes
-        its upper bound): ``expandTensors`` (``IndexingUtils.h``) replaces each mask of
-        ``index`` and of a non-accumulating ``index_put_`` by its ``nonzero``;
-        ``masked_select_out_cuda_impl`` indexes by the mask broadcast to the data's shape. An
-        ``index_put_`` of one mask and a value of one element on the host is ``masked_fill_``
-        instead (``canDispatchToMaskedFill``), as the number ``x[mask] = 0`` is
+        """The masks (boolean or ``uint8``) on the device whose ``nonzero`` CUDA runs inside
+        ``func``, each with the positions it gives (as its answer counts them, every element
+        where it takes its upper bound): ``expandTensors`` (``IndexingUtils.h``) replaces each
+        mask of ``index`` and of ``index_put_`` by its ``nonzero`` (an accumulating one's in
+        ``makeLinearIndex``, after its output); ``masked_select_out_cuda_impl`` indexes by the
+        mask broadcast to the data's shape. A non-accumulating ``index_put_`` of one mask and
+        a value of one element on the host is ``masked_fill_`` instead
+        (``canDispatchToMaskedFill``), as the number ``x[mask] = 0`` is
         (:mod:`~memforensics.plan.assigned`)."""
         if func is MASKED_SELECT:
             tensor, mask = args[0], args[1]
@@ -175,11 +190,10 @@ class Shapes:
         if func is not _INDEX:
             values = args[2] if len(args) > 2 else kwargs.get("values")
             accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-            if accumulate or torch.are_deterministic_algorithms_enabled():
-                return []  # the sorting kernel's ``makeLinearIndex`` (not made)
             defined = [i for i in indices if isinstance(i, torch.Tensor)]
             if (
-                isinstance(values, torch.Tensor)
+                not accumulate
+                and isinstance(values, torch.Tensor)
                 and values.numel() == 1
                 and not values.is_meta  # on the host
                 and len(defined) == 1

@@ -210,6 +210,24 @@ def test_a_sum_of_flags_is_sized_in_one_tile_only() -> None:
     assert reduce_sum(4097) is None
 
 
+def test_four_byte_ids_sort_and_scan_with_their_own_tuning() -> None:
+    """``nn.Embedding``'s backward over ``int32`` ids: the sort of 4-byte keys beside 4-byte
+    positions in onesweep tiles of 6,528 on 8.0 and 9.0 (11,776 on 7.x) past one tile of
+    4,864, ``unique_by_key``'s tiles of 7,168 on 9.0, the scans by key's of 4,032 with a
+    4-byte key per tile, and ``exclusive_sum``'s of 1,920 ``int``."""
+    # four passes over two tiles: bins 8,192, lookback 2,048, keys and values 32,768 each
+    assert radix_sort_pairs(8192, 32, (9, 0), 4, 4) == 8192 + 2048 + 2 * 32768 + 256 + 255
+    assert radix_sort_pairs(8192, 32, (8, 0), 4, 4) == 76_287
+    assert radix_sort_pairs(8192, 32, (7, 0), 4, 4) == 76_287 - 1024
+    assert radix_sort_pairs(4864, 32, (9, 0), 4, 4) == 1
+    assert radix_sort_pairs(4865, 32, (9, 0), 4, 4) == 8192 + 1024 + 2 * 19_712 + 256 + 255
+    assert radix_sort_pairs(8192, 16, (9, 0), 2, 4) is None
+    assert unique_by_key(16 * 7168, (9, 0), 4) == 1279
+    assert unique_by_key(16 * 7168 + 1, (9, 0), 4) == 1535
+    assert scan_by_key(33 * 4032, (9, 0), 4) == 1280 + 256 + 255
+    assert exclusive_scan(100_000, (9, 0), 4) == 1279
+
+
 @pytest.mark.parametrize(
     ("items", "end_bit", "capability", "key_bytes", "float_keys", "expected"),
     [

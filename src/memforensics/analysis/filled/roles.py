@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import re
 
+from memforensics.analysis.dump import is_native_frame
+
 WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
 MODEL_CACHE = "model_cache"  # a model's cache-named code under a forward: a KV cache by default
@@ -159,11 +161,15 @@ def _judge_frame(filename: str, name: str) -> str:
         filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
     ):
         return REPLICA
-    if _moves_a_batch(filename, name):
+    # Native frames are the interpreter's and torch's machinery: ``at::native::to(...,
+    # c10::Device, ...)`` names a device and a move under every copy, CPython's
+    # ``infinite_lru_cache_wrapper`` a cache of results; neither is a batch or keys and values.
+    python = not is_native_frame(filename, name)
+    if python and _moves_a_batch(filename, name):
         return BATCH
     if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
         return IN_FORWARD
-    if _named_for_a_cache(filename, name):
+    if python and _named_for_a_cache(filename, name):
         return _CACHE_NAMED
     if any(word in words for word in _NOT_PARAMETER_WORDS):
         return NOT_PARAMETER

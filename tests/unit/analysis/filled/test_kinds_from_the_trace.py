@@ -6,7 +6,7 @@ unwinding freed."""
 
 from __future__ import annotations
 
-from test_kinds_by_frames import BODY, CALL, ENGINE, MALLOC, SP, Trace, py
+from test_kinds_by_frames import BODY, CALL, ENGINE, MALLOC, SP, Trace, cpp, py
 
 MiB = 1 << 20
 RUN = py("/users/me/run.py", 9, "main")
@@ -49,6 +49,22 @@ def test_inductor_code_cache_frames_are_no_kv_cache() -> None:
         py("/users/me/model.py", 57, "forward"), CALL, *MAIN,
     ]  # fmt: skip
     addr = trace.alloc(64 * MiB, stack)
+    found = trace.classified()
+    assert found[addr].kind not in ("kv_cache", "parameter")
+
+
+def test_cpython_s_native_lru_cache_frame_makes_no_kv_cache() -> None:
+    """CPython's C ``lru_cache`` (``infinite_lru_cache_wrapper``, a native frame) under a
+    compiled forward, as Inductor's ``_sfdp_init`` pattern setup records it on a real GPU: the
+    forward's tensors made there stay the forward's, not a KV cache."""
+    trace = Trace()
+    stack = [
+        MALLOC, cpp("infinite_lru_cache_wrapper"),
+        py(f"{SP}/torch/_inductor/fx_passes/fuse_attention.py", 913, "_sfdp_init"),
+        py("/users/me/model.py", 57, "forward"), CALL, *MAIN,
+    ]  # fmt: skip
+    addr = trace.alloc(4096, stack)
+    trace.free(addr)
     found = trace.classified()
     assert found[addr].kind not in ("kv_cache", "parameter")
 

@@ -8,7 +8,7 @@ module forwards that use it, backward on autograd's thread (no frames), the opti
 
 from __future__ import annotations
 
-from event_trace import BODY, CALL, ENGINE, MALLOC, SP, Frame, MiB, Trace, py
+from event_trace import BODY, CALL, ENGINE, MALLOC, SP, Frame, MiB, Trace, cpp, py
 
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.summary import summarize
@@ -136,6 +136,30 @@ def test_a_helper_s_batch_is_input_in_an_inference_loop() -> None:
     assert [found[addr].kind for addr in batches] == ["input"] * 3
     assert all(found[addr].confidence == 0.85 for addr in batches)
     assert {found[addr].kind for addr in moved} == {"temporary"}
+
+
+def test_torch_s_own_copy_frames_make_no_helper_of_a_script_s_line() -> None:
+    """A stack recorded with C++ frames (``stacks="all"``) shows torch's own
+    ``at::native::to(..., c10::Device, ...)`` under every copy: an inference loop's batch the
+    script's own line copies stays a temporary, as without those frames, not a helper's input."""
+    to_device = cpp(
+        "at::native::to(at::Tensor const&, c10::Device, c10::ScalarType, bool, bool, "
+        "std::optional<c10::MemoryFormat>)"
+    )
+    kinds = []
+    for copy in (_script(12), [MALLOC, to_device, *_script(12)[1:]]):
+        trace = Trace()
+        trace.alloc(4 * MiB, BUILT)
+        batches = []
+        for _ in range(3):
+            batches.append(trace.alloc(BATCH, copy))
+            if len(batches) > 1:
+                trace.free(batches[-2])
+            trace.free(trace.alloc(32 * MiB, FORWARD))
+        found = trace.classified()
+        kinds.append([found[addr].kind for addr in batches])
+    assert kinds[1] == kinds[0]
+    assert "input" not in kinds[1]
 
 
 def test_a_tokenizer_s_batch_moved_with_to_is_input_not_a_parameter() -> None:
