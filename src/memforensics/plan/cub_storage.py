@@ -25,8 +25,10 @@ for capability 7.0 and up; before that it is not derived here (:data:`None`).
 
 Sized from CCCL 3.0 alone, the CUB of torch 2.13's default wheel (CUDA 13.0):
 ``DeviceScan::InclusiveScan`` (a one-row ``cumsum``), ``DeviceSelect::Flagged`` and
-``DeviceReduce::Sum`` in one tile (``nonzero``). CCCL 2.8 aliases a scan's tile states once
-where 3.0 aliases them twice.
+``DeviceReduce::Sum`` in one tile (``nonzero``); for ``unique``, ``DeviceRadixSort::SortKeys``
+of 4-byte keys (and of 1 and 2 bytes from 9.0), the truncating ``InclusiveScan`` of ``int``
+into ``int64_t``, ``DeviceSelect::Unique`` and ``DeviceRunLengthEncode::Encode``. CCCL 2.8
+aliases a scan's tile states once where 3.0 aliases them twice.
 """
 
 from __future__ import annotations
@@ -182,20 +184,51 @@ def radix_sort_pairs(
     return _onesweep(items, end_bit, threads * per_thread, key_bytes, value_bytes)
 
 
-def radix_sort_keys(items: int, end_bit: int, capability: tuple[int, int]) -> int | None:
-    """Bytes of ``DeviceRadixSort::SortKeys``' temporary storage for ``items`` 8-byte keys
-    alone sorted on bits 0 to ``end_bit``, not double-buffered; None where the policy is not
-    known here."""
+KEYS_ONLY_KEY32_ITEMS = {700: 23, 800: 21, 900: 19, 1000: 19}
+"""Onesweep items per thread sorting 4-byte keys alone with 64-bit offsets: ``Policy700``'s
+23, ``Policy800``'s 21 (``OFFSET_64BIT && sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 : 21``),
+``OnesweepPolicyKey32``'s ``20 - OFFSET_64BIT - FLOAT_KEYS`` from 9.0 (18 for ``float``)."""
+SMALL_KEYS_ONLY_ONESWEEP: dict[int, dict[int, tuple[int, int]]] = {
+    900: {1: (512, 19), 2: (512, 19)},
+    1000: {1: (512, 19), 2: (384, 20)},
+}
+"""Onesweep's (threads, items per thread) sorting keys of 1 and 2 bytes alone with 64-bit
+offsets: ``sm90_small_key_tuning<1, 0, 8>`` and ``<2, 0, 8>``; ``sm100_small_key_tuning`` keeps
+the first and tunes the second (384 of 20)."""
+
+
+def radix_sort_keys(
+    items: int,
+    end_bit: int,
+    capability: tuple[int, int],
+    key_bytes: int = 8,
+    float_keys: bool = False,
+) -> int | None:
+    """Bytes of ``DeviceRadixSort::SortKeys``' temporary storage for ``items`` keys of
+    ``key_bytes`` alone (``float_keys``: C++ ``float``) sorted on bits 0 to ``end_bit``, not
+    double-buffered; None where the policy is not known here (keys of 1 or 2 bytes before 9.0,
+    which sort in upsweep and downsweep passes)."""
     policy = _policy(capability)
     if policy is None:
         return None
+    if key_bytes == 8:
+        onesweep = (policy.onesweep_threads, policy.keys_only_items)
+    elif key_bytes == 4:
+        arch = _by_architecture(KEYS_ONLY_KEY32_ITEMS, capability) or 0
+        float_less = 1 if float_keys and capability[0] * 100 >= SMALL_KEY_ARCH else 0
+        onesweep = (policy.onesweep_threads, arch - float_less)
+    else:
+        small = _by_architecture(SMALL_KEYS_ONLY_ONESWEEP, capability)
+        if small is None or key_bytes not in small:
+            return None
+        onesweep = small[key_bytes]
     if items == 0:
         return 1
-    threads, per_thread = _scaled(*policy.single_tile, 8)
+    threads, per_thread = _scaled(*policy.single_tile, key_bytes)
     if items <= threads * per_thread:
         return 1
-    threads, per_thread = _scaled(policy.onesweep_threads, policy.keys_only_items, 8)
-    return _onesweep(items, end_bit, threads * per_thread, 8, 0)
+    threads, per_thread = _scaled(*onesweep, key_bytes)
+    return _onesweep(items, end_bit, threads * per_thread, key_bytes, 0)
 
 
 def segmented_radix_sort_pairs(items: int, key_bytes: int) -> int:
@@ -371,3 +404,73 @@ def select_flagged(items: int, capability: tuple[int, int]) -> int:
     threads, per_thread = policy if policy is not None else SELECT_FLAGGED_TILES[500]
     states = _tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
     return aliased([states, 0, 0])
+
+
+INCLUSIVE_SUM_TRUNCATING_TILES: dict[int, tuple[int, int]] = {
+    700: SCAN_POLICY,
+    800: (320, 12),
+    860: SCAN_POLICY,
+    900: (128, 24),
+}
+"""``DeviceScan::InclusiveScan``'s nominal (threads, items per thread) for ``int`` summed into
+``int64_t`` under ``::cuda::std::plus<>`` (``inclusive_sum_truncating``, ``cub.cu``): a
+``basic_binary_op_t`` with a primitive 4-byte accumulator, so ``sm80_tuning`` (320 of 12) and
+``sm90_tuning`` (128 of 24) apply; ``Policy1000`` keeps ``Policy900``'s, its ``sm100_tuning``
+wanting the input and output of one size; 7.x and 8.6 run ``DefaultPolicy``."""
+
+
+def inclusive_sum_truncating(items: int, capability: tuple[int, int]) -> int | None:
+    """Bytes of ``DeviceScan::InclusiveScan``'s storage summing ``items`` ``int`` into
+    ``int64_t`` (an ``int`` accumulator), for capability 7.0 and up: the tile states of its
+    look-back (8-byte words), aliased twice as :func:`inclusive_scan`'s."""
+    policy = _by_architecture(INCLUSIVE_SUM_TRUNCATING_TILES, capability)
+    if policy is None:
+        return None
+    threads, per_thread = _mem_bound(*policy, 4)
+    return aliased([_tile_state(_tiles(items, threads * per_thread), 4, primitive=True)])
+
+
+SELECT_UNIQUE_TILES: dict[int, dict[int, tuple[int, int]]] = {
+    700: {1: (128, 10), 2: (128, 10), 4: (128, 10), 8: (128, 5)},
+    800: {1: (992, 20), 2: (576, 14), 4: (256, 18), 8: (192, 10)},
+    860: {1: (128, 10), 2: (128, 10), 4: (128, 10), 8: (128, 5)},
+    900: {1: (256, 22), 2: (256, 22), 4: (384, 17), 8: (384, 11)},
+    1000: {1: (384, 22), 2: (256, 22), 4: (384, 15), 8: (384, 11)},
+}
+"""``DeviceSelect::Unique``'s (threads, items per thread) for primitive items of 1, 2, 4 and 8
+bytes (``select::policy_hub``, ``flagged::no, keep_rejects::no``, ``int32`` offsets within a
+partition): ``DefaultPolicy``'s 128 threads of ``clamp(40 / size, 1, 10)`` on 7.x and 8.6,
+``sm80_tuning`` and ``sm90_tuning``; ``sm100_tuning`` (``may_alias::no``) for 1 and 4 bytes
+alone (384 of 22 and of 15), ``Policy900``'s for the others. Items CUB has no traits for
+(``c10::Half``, ``c10::BFloat16``) take ``DefaultPolicy`` everywhere: 128 of 10."""
+
+
+def select_unique(
+    items: int, item_bytes: int, primitive: bool, capability: tuple[int, int]
+) -> int | None:
+    """Bytes of ``DeviceSelect::Unique``'s temporary storage (CCCL 3.0,
+    ``DispatchSelectIf::Invoke``) for ``items`` below ``INT32_MAX`` of ``item_bytes``: the tile
+    states of its look-back over ``int32`` offsets, as :func:`select_flagged`'s; None before
+    7.0."""
+    tiles = _by_architecture(SELECT_UNIQUE_TILES, capability)
+    if tiles is None or item_bytes not in tiles:
+        return None
+    threads, per_thread = tiles[item_bytes] if primitive else (128, 10)
+    states = _tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
+    return aliased([states, 0, 0])
+
+
+RUN_LENGTH_ENCODE_TILE = 128 * 6
+"""``DeviceRunLengthEncode::Encode``'s tile with ``int64_t`` counts: every tuned policy
+(``rle::encode``'s ``sm80_tuning``, ``sm90_tuning``, ``sm100_tuning``) is for 4-byte lengths,
+so each architecture runs ``DefaultPolicy``, 128 threads of 6 (the key and the length at most
+8 bytes each)."""
+
+
+def run_length_encode(items: int) -> int:
+    """Bytes of ``DeviceRunLengthEncode::Encode``'s temporary storage (``DispatchReduceByKey``)
+    for ``items`` keys counted in ``int64_t`` over ``int`` offsets, on every architecture: a
+    16-byte status word per tile and :data:`TILE_STATUS_PADDING` more
+    (``ReduceByKeyScanTileState<int64_t, int>``, one word), aliased once."""
+    tiles = _tiles(items, RUN_LENGTH_ENCODE_TILE)
+    return aliased([(tiles + TILE_STATUS_PADDING) * TILE_STATUS_WORD])

@@ -59,6 +59,7 @@ from memforensics.plan import (
     samples,
     scratch,
     sparse,
+    unique,
     values,
 )
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
@@ -822,9 +823,6 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             torch.ops.aten.masked_select.default: shapes.masked_select,
             torch.ops.aten.bincount.default: shapes.bincount,
             _INDEX: shapes.index,
-            torch.ops.aten._unique2.default: shapes.unique,
-            torch.ops.aten.unique_consecutive.default: shapes.unique_consecutive,
-            torch.ops.aten.unique_dim_consecutive.default: shapes.unique_dim_consecutive,
             torch.ops.aten.equal.default: self.reads.equal,
             torch.ops.aten.allclose.default: self._allclose,
         }
@@ -881,6 +879,16 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.malloc, self.device.free, self.capability, shapes.inner_nonzeros
         )
         """Fused attention kernels' and ``_foreach_norm``'s own scratch."""
+        ghosts = self.ghosts
+        self._answers.update(
+            unique.Unique(
+                self,
+                self.malloc,
+                self.device.free,
+                self.capability,
+                lambda t: ghosts.placing is not True and not ghosts.holds(t),
+            ).answers(shapes)
+        )
         self._composite: dict[Any, bool] = {}
         self._kernels: dict[Any, Any] = {}
         self._meta_outputs = meta_outputs.MetaOutputs()

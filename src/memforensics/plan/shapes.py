@@ -284,6 +284,22 @@ class Shapes:
             _empty((kept if return_counts else 0,), torch.long),
         )
 
+    def unique_dim(
+        self,
+        tensor: torch.Tensor,
+        dim: int,
+        sorted: bool = True,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
+        """``unique`` along ``dim``: the distinct slices; every slice distinct when
+        unknown."""
+        found = self.known.value(tensor)
+        if found is not None:
+            computed = torch.ops.aten.unique_dim(found, dim, sorted, return_inverse, return_counts)
+            return _like(computed)
+        return self.unique_consecutive(tensor, return_inverse, return_counts, dim)
+
     def unique_dim_consecutive(
         self,
         tensor: torch.Tensor,

@@ -10,13 +10,16 @@ from memforensics.plan.cub_storage import (
     aliased,
     exclusive_scan,
     inclusive_scan,
+    inclusive_sum_truncating,
     num_bits,
     radix_sort_keys,
     radix_sort_pairs,
     reduce_sum,
+    run_length_encode,
     scan_by_key,
     segmented_radix_sort_pairs,
     select_flagged,
+    select_unique,
     unique_by_key,
 )
 
@@ -223,3 +226,57 @@ def test_four_byte_ids_sort_and_scan_with_their_own_tuning() -> None:
     assert unique_by_key(16 * 7168 + 1, (9, 0), 4) == 1535
     assert scan_by_key(33 * 4032, (9, 0), 4) == 1280 + 256 + 255
     assert exclusive_scan(100_000, (9, 0), 4) == 1279
+
+
+@pytest.mark.parametrize(
+    ("items", "end_bit", "capability", "key_bytes", "float_keys", "expected"),
+    [
+        # float32 on 9.0: OnesweepPolicyKey32's 20 - 1 - 1 = 18 (tiles of 6,912), four passes
+        (6000, 32, (9, 0), 4, True, 4 * 2048 + 1024 + 24_064 + 256 + 255),
+        # int32 on 9.0: 19 (7,296 a tile), 14 blocks, alternate keys of 400,128 B
+        (100_000, 32, (9, 0), 4, False, 4 * 2048 + 14 * 1024 + 400_128 + 256 + 255),
+        # 2-byte keys alone: sm90_small_key_tuning<2, 0, 8> 512 of 19, sm100's 384 of 20
+        (100_000, 16, (9, 0), 2, False, 2 * 2048 + 11 * 1024 + 200_192 + 256 + 255),
+        (100_000, 16, (10, 0), 2, False, 2 * 2048 + 14 * 1024 + 200_192 + 256 + 255),
+        # before 9.0 they sort in upsweep and downsweep passes: not sized
+        (100_000, 16, (8, 0), 2, False, None),
+        # one tile of the single-tile policy (4,864 keys of 4 bytes) takes none
+        (4864, 32, (8, 0), 4, False, 1),
+    ],
+)
+def test_keys_of_any_size_sort_alone(
+    items: int,
+    end_bit: int,
+    capability: tuple[int, int],
+    key_bytes: int,
+    float_keys: bool,
+    expected: int | None,
+) -> None:
+    """``SortKeys`` (``unique``'s sort without the inverse) of 4-byte keys and, from 9.0, of 1
+    and 2 bytes, with 64-bit offsets."""
+    assert radix_sort_keys(items, end_bit, capability, key_bytes, float_keys) == expected
+
+
+def test_a_truncating_sum_takes_the_tuned_scan_tiles() -> None:
+    """``inclusive_sum_truncating`` (``int`` into ``int64_t`` under ``plus<>``): 3,840 a tile
+    on 8.0, 3,072 on 9.0 and 10.0, 1,920 on 7.x; 8-byte states, aliased twice."""
+    assert inclusive_sum_truncating(100_000, (8, 0)) == 768 + 255  # 27 + 32 states: 472 → 767
+    assert inclusive_sum_truncating(100_000, (9, 0)) == 1024 + 255  # 33 + 32: 520 → 1,023
+    assert inclusive_sum_truncating(100_000, (10, 0)) == 1024 + 255
+    assert inclusive_sum_truncating(100_000, (7, 0)) == 1024 + 255  # 53 + 32: 680 → 1,023
+    assert inclusive_sum_truncating(100_000, (6, 0)) is None
+
+
+def test_a_unique_selection_takes_its_tile_states() -> None:
+    """``DeviceSelect::Unique``: ``sm80_tuning``'s 256 of 18 for 4-byte items (22 tiles),
+    ``DefaultPolicy``'s 128 of 10 on 7.x and for half and bfloat16 (79 tiles)."""
+    assert select_unique(100_000, 4, True, (8, 0)) == 768 + 255  # 54 states: 432 → 767
+    assert select_unique(100_000, 4, True, (7, 5)) == 1280 + 255  # 111 states: 888 → 1,279
+    assert select_unique(100_000, 2, False, (9, 0)) == 1280 + 255
+    assert select_unique(100_000, 8, True, (6, 0)) is None
+
+
+def test_a_run_length_encoding_takes_one_status_word_per_tile() -> None:
+    """``DeviceRunLengthEncode::Encode`` with ``int64_t`` counts: ``DefaultPolicy``'s 768 keys a
+    tile everywhere, 16-byte words for 131 tiles and 32 more, aliased once."""
+    assert run_length_encode(100_000) == 2816 + 255
