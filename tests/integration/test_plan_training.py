@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from planned import plan, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
@@ -524,3 +525,64 @@ def test_a_host_sparse_matrix_moved_to_the_device_multiplies_a_dense_one(tmp_pat
     inside = block(1000 * 16 * 4) + block(1001 * 4) + block(nnz * 4) + block(1000 * 16 * 4)
     assert facts["peak"] == facts["after"] + inside
     assert facts["shape"] == [1000, 16]
+
+
+GRAPH_SQUARED = """
+import json
+import torch
+
+n = 1000
+rows = torch.arange(n).repeat_interleave(4)
+columns = (rows * 7 + torch.arange(4 * n) % 4 * 13) % n
+edge_index = torch.stack([rows, columns]).to("cuda")
+weight = torch.ones(edge_index.shape[1], device="cuda")
+offsets = torch._convert_indices_from_coo_to_csr(edge_index[0], n)
+adjacency = torch.sparse_csr_tensor(offsets, edge_index[1], weight, (n, n))
+before = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+squared = adjacency @ adjacency
+facts = {
+    "nnz": squared._nnz(), "index": str(squared.crow_indices().dtype),
+    "sum": squared.values().sum().item(), "after": torch.cuda.memory_allocated() - before,
+    "peak": torch.cuda.max_memory_allocated() - before,
+}
+del squared
+scores = torch.randn(4 * n, 64, device="cuda") @ torch.randn(64, 1, device="cuda")
+picks = scores.view(-1).long() % n
+unknown = torch.sparse_csr_tensor(offsets, picks, weight, (n, n))
+facts["spread"] = (unknown @ unknown)._nnz()
+print(json.dumps(facts), flush=True)
+"""
+
+
+def test_a_product_of_two_csr_matrices_holds_cudas_entries_and_temporaries(
+    tmp_path: Path,
+) -> None:
+    """A graph's CSR adjacency squared (Graph U-Net's ``adj @ adj``) runs, where it failed on
+    ``meta``: its entries and values are the CPU's where the indices are the script's own, its
+    indices int32 as cuSPARSE leaves them, with ``spgemm``'s int32 copies inside; with
+    unknown indices, the entries of an even spread."""
+    script(tmp_path, GRAPH_SQUARED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    n = 1000
+    rows = torch.arange(n).repeat_interleave(4)
+    columns = (rows * 7 + torch.arange(4 * n) % 4 * 13) % n
+    dense = torch.zeros(n, n)
+    dense[rows, columns] = 1.0
+    squared = int(((dense @ dense) != 0).sum())
+    assert facts["nnz"] == squared
+    assert facts["sum"] == 16 * n
+    assert facts["index"] == "torch.int32"
+
+    def block(nbytes: int) -> int:
+        return -(-nbytes // 512) * 512
+
+    # the result: int32 row offsets and column indices, float32 values
+    assert facts["after"] == block((n + 1) * 4) + 2 * block(squared * 4)
+    # inside: the zeros' int64 offsets and both matrices' int32 offsets and column indices
+    copies = 2 * (block((n + 1) * 4) + block(4 * n * 4))
+    assert facts["peak"] == facts["after"] + block((n + 1) * 8) + copies
+    assert facts["spread"] == 4 * n * 4 * n // n

@@ -475,6 +475,25 @@ def test_a_profiled_run_records_the_cpu_and_exports_the_planned_memory_timeline(
     assert (tmp_path / "snapshot.pickle").is_file()
 
 
+DISABLED_PROFILER = """
+import torch
+model = torch.nn.Linear(64, 64).cuda()
+with torch.autograd.profiler.profile(False, use_cuda=True, record_shapes=True) as prof:
+    model(torch.randn(8, 64, device="cuda")).sum().backward()
+print("profiled", prof)
+"""
+
+
+def test_a_profiler_made_disabled_with_cuda_asked_runs_as_on_a_gpu(tmp_path: Path) -> None:
+    """``autograd.profiler.profile(False, use_cuda=True)`` around the training loop (a script's
+    profiling flag left off) runs and records nothing, as on a GPU; it failed for an attribute
+    the disabled profiler never sets."""
+    script(tmp_path, DISABLED_PROFILER)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "profiled None" in done.stdout
+
+
 PROFILED_OPERATORS = """
 import collections, json, sys, torch
 from torch.profiler import ProfilerActivity, profile

@@ -733,10 +733,11 @@ class Known:
             self.make_up(tensor, value)
         return True
 
-    def gathered(self, written: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> bool:
-        """An all-gather wrote ``(output, values, input)`` for each output
-        (:func:`~memforensics.plan.gathered.own_gathered`): each output small enough holds
-        its values, marked as its input is; False, and nothing kept, where one is too large."""
+    def computed(self, written: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> bool:
+        """An operator the plan answers itself wrote ``(output, values, input)`` for each
+        output (an all-gather, :func:`~memforensics.plan.gathered.own_gathered`; a sparse
+        product, :mod:`~memforensics.plan.sparse`): each output small enough holds its values,
+        marked as its input is; False, and nothing kept, where one is too large."""
         if any(output.untyped_storage().nbytes() > LIMIT for output, _, _ in written):
             return False
         for output, values, given in written:

@@ -74,10 +74,14 @@ class _Recording:
 
 
 def _cpu_only(original: Callable[..., None]) -> Callable[..., None]:
-    """``autograd.profiler.profile.__init__`` that records no CUDA activity."""
+    """``autograd.profiler.profile.__init__`` that records no CUDA activity. A profiler made
+    disabled (``profile(enabled=False, use_cuda=True)``, a script's profiling flag left off)
+    returns from torch's ``__init__`` before it sets any activity, and is left as it is."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        if not self.enabled:
+            return
         if self.use_device == "cuda":
             self.use_device = None
         self.kineto_activities.discard(ProfilerActivity.CUDA)

@@ -1,5 +1,6 @@
-"""Sparse COO tensors on the planned device: a sparse embedding's gradient and what the sparse
-optimizers (``SGD``, ``SparseAdam``, ``Adagrad``) do with it.
+"""Sparse tensors on the planned device: a sparse embedding's gradient and what the sparse
+optimizers (``SGD``, ``SparseAdam``, ``Adagrad``) do with it, a graph's adjacency times its
+features, and the product of two CSR matrices.
 
 A sparse tensor holds its memory in two dense tensors, its indices and its values, which the
 plan tracks as any other (:func:`parts`). PyTorch's ``meta``
@@ -25,6 +26,12 @@ _META = torch.device("meta")
 BOUND = (
     "a sparse gradient's coalesced entries are every lookup in a plan, where the lookups' "
     "indices are not the script's own"
+)
+SPREAD = (
+    "a product of two sparse CSR matrices whose indices are not the script's own holds in a "
+    "plan the entries of matrices whose entries are spread evenly (each entry of the first "
+    "meets the second's average row; at most every element), not an upper bound: a GPU makes "
+    "more where a few rows hold most entries; cuSPARSE's two work buffers are not counted"
 )
 
 
@@ -130,7 +137,9 @@ def transpose(
     )
 
 
-def mm(within: AbstractContextManager[Any], first: torch.Tensor, second: torch.Tensor) -> Any:
+def _coo_dense_mm(
+    within: AbstractContextManager[Any], first: torch.Tensor, second: torch.Tensor
+) -> Any:
     """``mm`` of a sparse COO matrix by a dense one (``torch.spmm``, a graph convolution's
     adjacency times its features), which ``meta`` cannot run, with what CUDA allocates on the
     way, made within ``within`` (the mode that gives them blocks); any other ``mm`` is the
@@ -165,6 +174,108 @@ def mm(within: AbstractContextManager[Any], first: torch.Tensor, second: torch.T
         copied = None if row_or_column_major else second.contiguous()
         del copied, column_major, columns, offsets, coalesced, zeros
     return result
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: list[int]) -> Any:
+    """A sparse CSR matrix of ``size`` over ``crow``, ``col`` and ``values``, on ``meta``."""
+    return _aten._sparse_csr_tensor_unsafe(
+        crow, col, values, size, dtype=values.dtype, layout=torch.sparse_csr, device=_META
+    )
+
+
+def _on_cpu(known: Known, matrix: torch.Tensor, values: bool) -> torch.Tensor | None:
+    """``matrix`` as a CPU CSR tensor where its indices are the script's own (``values``: its
+    values too, else ones, which give the same entries); None where they are not."""
+    crow = known.decided(matrix.crow_indices())
+    col = known.decided(matrix.col_indices())
+    found = known.decided(matrix.values()) if values else None
+    if crow is None or col is None or (values and found is None):
+        return None
+    held = found if found is not None else torch.ones(col.shape, dtype=matrix.dtype)
+    return torch.sparse_csr_tensor(crow, col, held, list(matrix.shape))
+
+
+class Product:
+    """``mm`` of sparse matrices, which ``meta`` cannot run, with what CUDA makes on the way."""
+
+    def __init__(self, within: AbstractContextManager[Any], notes: Notes, known: Known) -> None:
+        self.within = within
+        self.notes = notes
+        self.known = known
+
+    def mm(self, first: torch.Tensor, second: torch.Tensor) -> Any:
+        """``mm`` of two sparse CSR matrices (:meth:`csr`), of a sparse COO matrix by a dense
+        one (:func:`_coo_dense_mm`); any other ``mm`` is the operator's own."""
+        if first.layout == torch.sparse_csr and second.layout == torch.sparse_csr:
+            return self.csr(first, second)
+        if first.layout == torch.sparse_coo and second.layout == torch.strided:
+            return _coo_dense_mm(self.within, first, second)
+        return _aten.mm.default(first, second)
+
+    def _entries(self, first: torch.Tensor, second: torch.Tensor) -> tuple[Any, bool]:
+        """The product's entries and whether its values are known: computed on the CPU where
+        both matrices' indices are the script's own (with their values where those are too),
+        else their count where entries are spread evenly (:data:`SPREAD`), said once. The
+        upper bound, each entry of the first meeting a full row of the second, would make a
+        graph's squared adjacency dense after its first pooling, whose picks are unknown."""
+        for values in (True, False):
+            pair = _on_cpu(self.known, first, values), _on_cpu(self.known, second, values)
+            if pair[0] is not None and pair[1] is not None:
+                return pair[0] @ pair[1], values
+        self.notes.once("sparse product", SPREAD)
+        rows, inner, columns = first.shape[0], first.shape[1], second.shape[1]
+        met = -(-first._nnz() * second._nnz() // inner) if inner else 0
+        return min(rows * columns, met), False
+
+    def csr(self, first: torch.Tensor, second: torch.Tensor) -> Any:
+        """``mm`` of two sparse CSR matrices, as CUDA makes it: ``_sparse_csr_mm``
+        (``aten/src/ATen/native/sparse/SparseCsrTensorMath.cpp``) adds into a zero CSR matrix
+        (its ``m + 1`` int64 row offsets); ``addmm`` makes the result empty (one offset) and
+        ``addmm_out_sparse_csr_dense_cuda`` (``sparse/cuda/SparseBlas.cpp``) resizes it to the
+        zeros' offsets and copies them; ``spgemm`` (``sparse/cuda/SparseBlasImpl.cpp``) copies
+        both matrices' offsets and column indices to int32, swaps the result's indices for
+        int32 ones, and once cuSPARSE has counted the entries resizes its column indices and
+        values to them. The result keeps int32 indices; the int32 copies and the zeros are
+        freed as the functions return. Where a matrix has no entries the result has none."""
+        rows, columns = first.shape[0], second.shape[1]
+        entries: Any = 0
+        valued = False
+        if first._nnz() and second._nnz():
+            entries, valued = self._entries(first, second)
+        nnz = entries if isinstance(entries, int) else entries._nnz()
+        int64, int32 = torch.int64, torch.int32
+        with torch._C.DisableTorchFunction(), self.within:
+            zeros = torch.zeros(rows + 1, dtype=int64, device=_META)
+            empty = torch.zeros(1, dtype=int64, device=_META)
+            offsets = torch.empty(rows + 1, dtype=int64, device=_META)
+            del empty
+            if not nnz:
+                col = torch.empty(0, dtype=int64, device=_META)
+                values = torch.empty(0, dtype=second.dtype, device=_META)
+                del zeros
+                return _csr(offsets, col, values, [rows, columns])
+            copies = [
+                torch.empty(matrix.shape[0] + 1, dtype=int32, device=_META)
+                if part == 0
+                else torch.empty(matrix._nnz(), dtype=int32, device=_META)
+                for matrix in (first, second)
+                for part in (0, 1)
+            ]
+            crow = torch.empty(rows + 1, dtype=int32, device=_META)
+            del offsets
+            col = torch.empty(nnz, dtype=int32, device=_META)
+            values = torch.empty(nnz, dtype=second.dtype, device=_META)
+            del copies, zeros
+        if not isinstance(entries, int):
+            self.known.computed(
+                [
+                    (crow, entries.crow_indices().to(int32), first.crow_indices()),
+                    (col, entries.col_indices().to(int32), first.col_indices()),
+                ]
+            )
+            if valued:
+                self.known.computed([(values, entries.values(), first.values())])
+        return _csr(crow, col, values, [rows, columns])
 
 
 class Sparse:

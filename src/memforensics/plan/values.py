@@ -202,7 +202,7 @@ class Reads:
         (:func:`~memforensics.plan.gathered.own_gathered`)."""
         if id(func) in self._gathers:
             written = gathered.own_gathered(func, args, kwargs, out, self.known.value)
-            if written is not None and self.known.gathered(written):
+            if written is not None and self.known.computed(written):
                 self.notes.once("gathered tensors", gathered.GATHERED_TENSORS)
                 return
         self.known.after(func, args, kwargs, out, self._guess, self.matches)
