@@ -586,3 +586,53 @@ def test_a_product_of_two_csr_matrices_holds_cudas_entries_and_temporaries(
     copies = 2 * (block((n + 1) * 4) + block(4 * n * 4))
     assert facts["peak"] == facts["after"] + block((n + 1) * 8) + copies
     assert facts["spread"] == 4 * n * 4 * n // n
+
+
+GRAPH_CONVOLUTION_CSR = """
+import json
+import torch
+
+n, features = 1000, 16
+rows = torch.arange(n).repeat_interleave(4)
+columns = (rows * 7 + torch.arange(4 * n) % 4 * 13) % n
+edge_index = torch.stack([rows, columns]).to("cuda")
+weight = torch.ones(edge_index.shape[1], device="cuda")
+offsets = torch._convert_indices_from_coo_to_csr(edge_index[0], n)
+adjacency = torch.sparse_csr_tensor(offsets, edge_index[1], weight, (n, n))
+x = torch.randn(n, features, device="cuda", requires_grad=True)
+before = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+out = torch.sparse.mm(adjacency, x)
+facts = {
+    "after": torch.cuda.memory_allocated() - before,
+    "peak": torch.cuda.max_memory_allocated() - before, "shape": list(out.shape),
+}
+torch.cuda.reset_peak_memory_stats()
+mixed = adjacency @ x.t().contiguous().t()
+facts["mixed"] = torch.cuda.memory_allocated() - before
+facts["mixed_peak"] = torch.cuda.max_memory_allocated() - before
+(out.sum() + mixed.sum()).backward()
+facts["grad"] = list(x.grad.shape)
+print(json.dumps(facts), flush=True)
+"""
+
+
+def test_a_csr_adjacency_times_features_runs_forward_and_backward(tmp_path: Path) -> None:
+    """A CSR adjacency times dense features (``torch.sparse.mm`` and ``@``, PyTorch
+    Geometric's ``spmm``) and its backward run, where ``meta`` stopped them: the zeros it adds
+    into and the result, no int32 copies of the indices, a column-major operand read as it is."""
+    script(tmp_path, GRAPH_CONVOLUTION_CSR)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    product = -(-1000 * 16 * 4 // 512) * 512
+    assert facts["shape"] == [1000, 16]
+    # the 1000 x 16 result, with the zeros torch.sparse.mm made and freed alongside it
+    assert facts["after"] == product
+    assert facts["peak"] == 2 * product
+    # a column-major operand (its row-major copy freed) takes no contiguous copy inside
+    assert facts["mixed"] == 2 * product
+    # inside: its row-major copy, the zeros and the result
+    assert facts["mixed_peak"] == facts["after"] + 3 * product
+    assert facts["grad"] == [1000, 16]

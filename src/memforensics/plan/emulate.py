@@ -841,7 +841,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         self._answers.update(sparse.Sparse(notes, known).answers())
-        self._answers[torch.ops.aten.mm.default] = sparse.Product(self, notes, known).mm
+        self._answers.update(sparse.Product(self, notes, known).answers())
         if grouped.OPERATOR is not None:
             self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
         if int4pack.OPERATOR is not None:

@@ -23,6 +23,8 @@ from memforensics.plan.values import Notes
 _aten = torch.ops.aten
 _META = torch.device("meta")
 
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
 BOUND = (
     "a sparse gradient's coalesced entries are every lookup in a plan, where the lookups' "
     "indices are not the script's own"
@@ -176,6 +178,87 @@ def _coo_dense_mm(
     return result
 
 
+def _blas_ordered(matrix: torch.Tensor) -> bool:
+    """Whether cuSPARSE reads a dense matrix as it is: row- or column-major with a leading
+    dimension at least its rows' or columns' length (``is_blas_compatible_*_order``)."""
+    rows, columns = matrix.shape
+    strides = matrix.stride()
+    row_major = strides[1] == 1 and strides[0] >= max(1, columns)
+    return row_major or (strides[0] == 1 and strides[1] >= max(1, rows))
+
+
+def _csr_dense_addmm(
+    within: AbstractContextManager[Any], added: torch.Tensor, first: torch.Tensor, second: Any
+) -> Any:
+    """``addmm`` of a dense matrix and a sparse CSR (or CSC) matrix by a dense one, as CUDA
+    makes it: ``addmm_sparse_compressed_dense``
+    (``aten/src/ATen/native/sparse/SparseCsrTensorMath.cpp``) makes an empty result that
+    ``addmm_out_sparse_compressed_cuda`` (``sparse/cuda/SparseBlas.cpp``) resizes to
+    ``m x n`` (``added``'s dtype) and copies ``added`` into; where the matrix has entries,
+    ``addmm_out_sparse_csr`` (``sparse/cuda/SparseBlasImpl.cpp``) makes a CSC matrix CSR
+    (:func:`_csc_to_csr`) and ``spmm`` hands cuSPARSE the matrix's own int64 indices (no int32
+    copies), writes into the result in place (contiguous, so no copy of it) and reads the
+    dense matrix as it is where it is row- or column-major, else a contiguous copy; each is
+    freed on return. cuSPARSE's work buffer (``cusparseSpMM_bufferSize``'s size, taken from
+    the caching allocator) is not known here and not counted."""
+    m, n = first.shape[0], second.shape[1]
+    with torch._C.DisableTorchFunction(), within:
+        result = added.new_empty((m, n))
+    if first._nnz() and m and n:
+        flipped = _csc_to_csr(within, first) if first.layout == torch.sparse_csc else None
+        with torch._C.DisableTorchFunction(), within:
+            copied = None if _blas_ordered(second) else second.contiguous()
+        del copied, flipped
+    return result
+
+
+def _csc_to_csr(within: AbstractContextManager[Any], matrix: torch.Tensor) -> Any:
+    """A sparse CSC matrix as CSR, as ``sparse_compressed_to_flipped``
+    (``aten/src/ATen/native/TensorConversions.cpp``) makes it on CUDA for one matrix: the
+    ``nnz`` offset (one element, and its ``cumsum``), the ``columns + 1`` column offsets,
+    COO indices from them (``2 x nnz`` int64, through a quotient and a product of ``nnz``),
+    their flat hash (``flatten_indices``: a product of ``2 x nnz``, summed), its sort, the
+    indices and values gathered in order, and the row offsets from the sorted rows
+    (``compressed_to_batched_compressed_indices`` zeroes them and copies in a difference).
+    The CSR matrix's column indices are a row of the gathered ``2 x nnz`` indices, which it
+    holds; every other temporary is freed as the function returns."""
+    ccol, row, values = matrix.ccol_indices(), matrix.row_indices(), matrix.values()
+    rows, columns = matrix.shape
+    nnz = row.shape[0]
+    with torch._C.DisableTorchFunction(), within:
+        wrapped = ccol.new_full((1,), nnz)
+        offset = wrapped.expand(1).cumsum(-1)
+        offset.sub_(wrapped)
+        del wrapped
+        shifted = ccol[:-1].add(offset)
+        compressed = ccol.new_empty((columns + 1,))
+        compressed[:-1].copy_(shifted)
+        del shifted
+        coo = _aten._convert_indices_from_csr_to_coo(
+            compressed, row, out_int32=ccol.dtype == torch.int32, transpose=True
+        )
+        quotient = coo[1].div(rows, rounding_mode="trunc")
+        coo[1].fmod_(rows)
+        coo[0].add_(quotient * columns)
+        del quotient
+        strides = ccol.new_empty((2, 1), dtype=torch.int64)
+        hashed = coo.mul(strides).sum(0)
+        del strides
+        order = hashed.sort()[1]
+        del hashed
+        ordered = coo.index_select(1, order)
+        gathered = values.index_select(0, order)
+        del order, coo
+        offsets = _aten._convert_indices_from_coo_to_csr(
+            ordered[0], rows, out_int32=ccol.dtype == torch.int32
+        )
+        crow = torch.zeros_like(offsets)
+        difference = offsets[1:].sub(offsets[:-1])
+        crow[1:].copy_(difference)
+        del difference, offsets, compressed, offset
+    return _csr(crow, ordered[1], gathered, [rows, columns])
+
+
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: list[int]) -> Any:
     """A sparse CSR matrix of ``size`` over ``crow``, ``col`` and ``values``, on ``meta``."""
     return _aten._sparse_csr_tensor_unsafe(
@@ -204,13 +287,43 @@ class Product:
         self.known = known
 
     def mm(self, first: torch.Tensor, second: torch.Tensor) -> Any:
-        """``mm`` of two sparse CSR matrices (:meth:`csr`), of a sparse COO matrix by a dense
-        one (:func:`_coo_dense_mm`); any other ``mm`` is the operator's own."""
+        """``mm`` of two sparse CSR matrices (:meth:`csr`), of a sparse CSR or CSC matrix by a
+        dense one (:meth:`compressed_dense`), of a sparse COO matrix by a dense one
+        (:func:`_coo_dense_mm`); any other ``mm`` is the operator's own."""
         if first.layout == torch.sparse_csr and second.layout == torch.sparse_csr:
             return self.csr(first, second)
+        if first.layout in _COMPRESSED and second.layout == torch.strided:
+            return self.compressed_dense(first, second)
         if first.layout == torch.sparse_coo and second.layout == torch.strided:
             return _coo_dense_mm(self.within, first, second)
         return _aten.mm.default(first, second)
+
+    def compressed_dense(self, first: torch.Tensor, second: torch.Tensor) -> Any:
+        """``mm`` of a sparse CSR matrix by a dense one (``csr @ x``; a CSC matrix, the
+        transposed adjacency of its backward, made CSR first by :func:`_csc_to_csr`), as
+        ``_sparse_csr_mm`` (``SparseCsrTensorMath.cpp``) makes it: a zeroed ``m x n`` matrix
+        (the sparse matrix's dtype) that ``addmm`` adds into (:func:`_csr_dense_addmm`),
+        freed on return."""
+        flipped = _csc_to_csr(self.within, first) if first.layout == torch.sparse_csc else None
+        with torch._C.DisableTorchFunction(), self.within:
+            zeros = second.new_zeros((first.shape[0], second.shape[1]), dtype=first.dtype)
+        result = _csr_dense_addmm(self.within, zeros, first if flipped is None else flipped, second)
+        del zeros, flipped
+        return result
+
+    def addmm(
+        self, added: torch.Tensor, first: torch.Tensor, second: torch.Tensor, **kwargs: Any
+    ) -> Any:
+        """``_sparse_addmm`` (``torch.sparse.mm``'s, after its zeros) of a sparse CSR or CSC
+        matrix by a dense one: ``_sparse_csr_addmm``'s ``addmm`` (:func:`_csr_dense_addmm`);
+        any other is the operator's own."""
+        if first.layout not in _COMPRESSED or second.layout != torch.strided:
+            return _aten._sparse_addmm.default(added, first, second, **kwargs)
+        return _csr_dense_addmm(self.within, added, first, second)
+
+    def answers(self) -> dict[Any, Any]:
+        """The operators answered here, for the planned device's dispatch."""
+        return {_aten.mm.default: self.mm, _aten._sparse_addmm.default: self.addmm}
 
     def _entries(self, first: torch.Tensor, second: torch.Tensor) -> tuple[Any, bool]:
         """The product's entries and whether its values are known: computed on the CPU where
