@@ -221,7 +221,9 @@ def _csc_to_csr(within: AbstractContextManager[Any], matrix: torch.Tensor) -> An
     indices and values gathered in order, and the row offsets from the sorted rows
     (``compressed_to_batched_compressed_indices`` zeroes them and copies in a difference).
     The CSR matrix's column indices are a row of the gathered ``2 x nnz`` indices, which it
-    holds; every other temporary is freed as the function returns."""
+    holds; the COO indices, their hash and its order live until the function returns, the
+    other temporaries (the sort's keys among them) until the expression or lambda that made
+    them ends."""
     ccol, row, values = matrix.ccol_indices(), matrix.row_indices(), matrix.values()
     rows, columns = matrix.shape
     nnz = row.shape[0]
@@ -245,17 +247,15 @@ def _csc_to_csr(within: AbstractContextManager[Any], matrix: torch.Tensor) -> An
         hashed = coo.mul(strides).sum(0)
         del strides
         order = hashed.sort()[1]
-        del hashed
         ordered = coo.index_select(1, order)
         gathered = values.index_select(0, order)
-        del order, coo
         offsets = _aten._convert_indices_from_coo_to_csr(
             ordered[0], rows, out_int32=ccol.dtype == torch.int32
         )
         crow = torch.zeros_like(offsets)
         difference = offsets[1:].sub(offsets[:-1])
         crow[1:].copy_(difference)
-        del difference, offsets, compressed, offset
+        del difference, offsets, order, hashed, coo, compressed, offset
     return _csr(crow, ordered[1], gathered, [rows, columns])
 
 
