@@ -613,14 +613,19 @@ facts["mixed"] = torch.cuda.memory_allocated() - before
 facts["mixed_peak"] = torch.cuda.max_memory_allocated() - before
 (out.sum() + mixed.sum()).backward()
 facts["grad"] = list(x.grad.shape)
+bias = torch.zeros(features, device="cuda")
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+biased = torch.addmm(bias, adjacency, x.detach())
+facts["biased"] = torch.cuda.max_memory_allocated() - base
 print(json.dumps(facts), flush=True)
 """
 
 
 def test_a_csr_adjacency_times_features_runs_forward_and_backward(tmp_path: Path) -> None:
-    """A CSR adjacency times dense features (``torch.sparse.mm`` and ``@``, PyTorch
-    Geometric's ``spmm``) and its backward run, where ``meta`` stopped them: the zeros it adds
-    into and the result, no int32 copies of the indices, a column-major operand read as it is."""
+    """A CSR adjacency times dense features (``torch.sparse.mm``, ``@``, ``addmm`` with a bias)
+    and its backward run, where ``meta`` stopped them: the zeros it adds into and the result,
+    no int32 copies of the indices, a column-major operand read as it is."""
     script(tmp_path, GRAPH_CONVOLUTION_CSR)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
@@ -636,3 +641,5 @@ def test_a_csr_adjacency_times_features_runs_forward_and_backward(tmp_path: Path
     # inside: its row-major copy, the zeros and the result
     assert facts["mixed_peak"] == facts["after"] + 3 * product
     assert facts["grad"] == [1000, 16]
+    # addmm of a bias: its result alone (the bias is copied into it, no zeros)
+    assert facts["biased"] == product

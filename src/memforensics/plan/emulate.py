@@ -1014,7 +1014,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             self.communicators.ran(func, args, kwargs)
         answer = self._answer(func)
         if answer is not None and _on_standins(args[0]):
-            return answer(*args, **kwargs)
+            out = answer(*args, **kwargs)
+            if out is not NotImplemented:  # an answer for some layouts leaves the rest
+                return out
         return self._call(func, args, kwargs)
 
     def _allclose(

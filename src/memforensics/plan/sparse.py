@@ -321,9 +321,23 @@ class Product:
             return _aten._sparse_addmm.default(added, first, second, **kwargs)
         return _csr_dense_addmm(self.within, added, first, second)
 
+    def dense_addmm(
+        self, added: torch.Tensor, first: torch.Tensor, second: torch.Tensor, **kwargs: Any
+    ) -> Any:
+        """``addmm`` of a dense matrix (a bias) and a sparse CSR or CSC matrix by a dense one
+        (:func:`_csr_dense_addmm`); ``NotImplemented`` for any other, which the planned
+        device runs as it runs every ``addmm``."""
+        if first.layout not in _COMPRESSED or second.layout != torch.strided:
+            return NotImplemented
+        return _csr_dense_addmm(self.within, added, first, second)
+
     def answers(self) -> dict[Any, Any]:
         """The operators answered here, for the planned device's dispatch."""
-        return {_aten.mm.default: self.mm, _aten._sparse_addmm.default: self.addmm}
+        return {
+            _aten.mm.default: self.mm,
+            _aten._sparse_addmm.default: self.addmm,
+            _aten.addmm.default: self.dense_addmm,
+        }
 
     def _entries(self, first: torch.Tensor, second: torch.Tensor) -> tuple[Any, bool]:
         """The product's entries and whether its values are known: computed on the CPU where
