@@ -98,6 +98,18 @@ norms pass their ``dtype`` on to the operator the GPU's autocast sets it for (``
 input first (``input_.toType(dtype)`` in ``SoftMax.cpp``), as does ``cumsum``, after its
 result (``impl_func_cum_ops``, :mod:`~memforensics.plan.cumulative`)."""
 
+APPEND_DTYPE = {
+    "norm.Scalar": torch.ops.aten.norm.ScalarOpt_dtype,
+    "norm.ScalarOpt_dim": torch.ops.aten.norm.ScalarOpt_dim_dtype,
+}
+"""The overloads autocast runs by another with float32 appended (``fp32_append_dtype``,
+``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE`` in ``aten/src/ATen/autocast_mode.h``), by the
+overload a backward reaches, and the one it redispatches to: the input read as it lies, its
+dtype float32 where the input is eligible (``type_from_firstarg``), the input's own otherwise.
+Nothing is cast, so a bfloat16 gradient's norm allocates its float32 result alone (the kernel,
+``linalg_vector_norm``'s, reads a 16-bit input into it), not a float32 copy of the gradient
+first."""
+
 OPT_FLOAT32 = "dtype"
 """The policy of :data:`SET_DTYPE`'s functions: ``dtype`` set to float32."""
 
@@ -283,27 +295,31 @@ class Autocast:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor],
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """``args`` and ``kwargs`` of ATen operator ``func``, seen by a dispatch mode, as
+    ) -> tuple[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any]]:
+        """ATen operator ``func`` and its ``args`` and ``kwargs``, seen by a dispatch mode, as
         CUDA's autocast passes them on where the call was made with it enabled, each cast made
         by ``convert``; unchanged for an operator it has no kernel for. ``dtype`` is set to
         float32 for :data:`OPT_DTYPE`'s, where the first input is a floating stand-in
-        (autocast's ``firstarg_is_eligible``) and the call set none."""
+        (autocast's ``firstarg_is_eligible``) and the call set none; an
+        :data:`APPEND_DTYPE` overload is its redispatch, its dtype appended."""
         name = self._operators.get(func)
         if name is None:
             name = self._operators[func] = _listed(func)
         if not name or not _enabled_at_call():
-            return args, kwargs
+            return func, args, kwargs
         if name in BANNED:
             raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
-            return _float32_dtype(func, args, kwargs)
+            return func, *_float32_dtype(func, args, kwargs)
+        redispatch = APPEND_DTYPE.get(f"{name}.{func._overloadname}")
+        if redispatch is not None:
+            return redispatch, *_appended_dtype(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
         if name in LOWER or name in ATEN_LOWER:
             policy = torch.get_autocast_dtype("cuda")
         elif name in FLOAT32 or name in ATEN_FLOAT32:
             policy = torch.float32
-        return self.cast(policy, args, kwargs, convert)
+        return func, *self.cast(policy, args, kwargs, convert)
 
     def clear(self) -> None:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
@@ -473,6 +489,20 @@ def _float32_dtype(
         if kwargs.get("dtype") is None:
             return args, {**kwargs, "dtype": torch.float32}
     return args, kwargs
+
+
+def _appended_dtype(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """An :data:`APPEND_DTYPE` overload's ``args`` and ``kwargs`` as its redispatch takes them:
+    the defaults it left out filled in, then ``dtype`` float32 where the first input is an
+    eligible stand-in (floating, not float64), else the input's own (``type_from_firstarg``)."""
+    bound = list(args)
+    for argument in func._schema.arguments[len(args) :]:
+        bound.append(kwargs.get(argument.name, argument.default_value))
+    first = args[0]
+    eligible = first.is_meta and first.is_floating_point() and first.dtype != torch.float64
+    return tuple(bound), {"dtype": torch.float32 if eligible else first.dtype}
 
 
 def _float32_keyword(

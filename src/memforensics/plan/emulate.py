@@ -923,7 +923,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         if step is not None and self.staged and self.autocast is not None:
-            args, kwargs = self.autocast.operator_cast(func, args, kwargs or {}, self._converted)
+            func, args, kwargs = self.autocast.operator_cast(
+                func, args, kwargs or {}, self._converted
+            )
         reused = None
         if step is not None:
             if func is _ADD and not kwargs:

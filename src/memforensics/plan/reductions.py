@@ -113,6 +113,8 @@ TABLE: dict[Any, Reduction] = {
     _A.linalg_vector_norm.default: _ARITHMETIC._replace(dims=(2, "dim")),
     _A.norm.Scalar: _ARITHMETIC._replace(dims=None),
     _A.norm.ScalarOpt_dim: _ARITHMETIC._replace(dims=(2, "dim")),
+    _A.norm.ScalarOpt_dtype: _ARITHMETIC._replace(dims=None),
+    _A.norm.ScalarOpt_dim_dtype: _ARITHMETIC._replace(dims=(2, "dim")),
     _A.var.correction: _WELFORD,
     _A.std.correction: _WELFORD,
     _A.var_mean.correction: _WELFORD,
