@@ -55,6 +55,7 @@ from memforensics.plan import (
     native_library,
     nms,
     operands,
+    reduced_losses,
     reductions,
     samples,
     scratch,
@@ -839,6 +840,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        for loss in reduced_losses.OPERATORS:
+            self._answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
         self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))

@@ -105,9 +105,11 @@ _LOGIC = Reduction(_flag, _four, _DIM)
 TABLE: dict[Any, Reduction] = {
     _A.sum.default: _SUM,
     _A.sum.dim_IntList: _SUM._replace(dims=_DIM),
+    _A.sum.IntList_out: _SUM._replace(dims=_DIM),
     _A.nansum.default: _ARITHMETIC,
     _A.mean.default: _ARITHMETIC._replace(dims=None),
     _A.mean.dim: _ARITHMETIC,
+    _A.mean.out: _ARITHMETIC,
     _A.prod.default: _ARITHMETIC._replace(dims=None),
     _A.prod.dim_int: _ARITHMETIC,
     _A.linalg_vector_norm.default: _ARITHMETIC._replace(dims=(2, "dim")),
