@@ -359,12 +359,7 @@ class Autocast:
         if policy == OPT_FLOAT32:
             return _float32_keyword(args, kwargs)
         if policy is True:
-            found = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
-            if not found:
-                return args, kwargs
-            dtype = found[0]
-            for other in found[1:]:
-                dtype = torch.promote_types(dtype, other)
+            dtype = promote_type(_tensors(args, kwargs))
         else:
             assert isinstance(policy, torch.dtype)
             dtype = policy
@@ -402,6 +397,27 @@ class Autocast:
         cast = convert(tensor, dtype)
         self._cache[id(tensor)] = (weakref.ref(tensor), cast)
         return cast
+
+
+def promote_type(tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype a ``promote`` operator runs in (``promote_type`` and ``prioritize`` in
+    ``aten/src/ATen/autocast_mode.h``): the autocast dtype, unless an eligible input (a
+    floating stand-in) is float32; float64 inputs and the host's (a CPU number a kernel takes
+    beside the device's tensors) are ignored, so neither widens the others, and a float16
+    input under bfloat16 autocast (or the reverse) is refused as CUDA refuses it."""
+    lower: torch.dtype = torch.get_autocast_dtype("cuda")
+    current = lower
+    for tensor in tensors:
+        if not tensor.is_meta or not tensor.is_floating_point():
+            continue
+        found = tensor.dtype
+        if found == torch.float64:
+            continue
+        if torch.float32 in (current, found):
+            current = torch.float32
+        elif found != lower:
+            raise RuntimeError("Unexpected floating ScalarType in at::autocast::prioritize")
+    return current
 
 
 @functools.cache
