@@ -154,6 +154,24 @@ ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
 """ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
 function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
 
+ALIASES = {
+    "square": "pow",
+    "arccos": "acos",
+    "arcsin": "asin",
+    "arctan2": "atan2",
+    "special_expm1": "expm1",
+    "special_log1p": "log1p",
+    "special_erfinv": "erfinv",
+    "special_logsumexp": "logsumexp",
+    "linalg_matmul": "matmul",
+}
+"""Functions a script calls whose ``CompositeImplicitAutograd`` body is one listed operator,
+which autocast then casts (autocast has no kernel of their own, so the call falls through to
+the body): by the name called, the name of the lists. ``x.square()`` is ``at::pow(self, 2)``
+(``UnaryOps.cpp``), so a bfloat16 square under autocast is a float32 copy and a float32
+result on a GPU; ``torch.arccos`` is ``self.acos()``, ``torch.special.expm1``
+``self.expm1()``, ``torch.linalg.matmul`` ``at::matmul``."""
+
 BANNED = {
     "binary_cross_entropy": (
         "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
@@ -253,7 +271,7 @@ class Autocast:
     float32 runs of the library operators that cast in their own kernels."""
 
     names = LOWER | FLOAT32 | WIDEST | SET_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
-    names |= {INTERPOLATE, *BANNED}
+    names |= {INTERPOLATE, *BANNED, *ALIASES}
     """The functions autocast casts for, by name: a script calls ATen's own names too
     (``torch.logsumexp``, ``torch.rms_norm``, ``torch._C._nn.upsample_nearest2d``)."""
 
@@ -337,6 +355,7 @@ class Autocast:
             raise RuntimeError(BANNED[name])
         if name == INTERPOLATE:
             name = interpolated(args, kwargs or {})
+        name = ALIASES.get(name, name)
         if name in SET_DTYPE:
             return OPT_FLOAT32
         if name in LOWER or name in ATEN_LOWER:
