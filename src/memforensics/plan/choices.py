@@ -99,8 +99,8 @@ input first (``input_.toType(dtype)`` in ``SoftMax.cpp``), as does ``cumsum``, a
 result (``impl_func_cum_ops``, :mod:`~memforensics.plan.cumulative`)."""
 
 APPEND_DTYPE = {
-    "norm.Scalar": torch.ops.aten.norm.ScalarOpt_dtype,
-    "norm.ScalarOpt_dim": torch.ops.aten.norm.ScalarOpt_dim_dtype,
+    torch.ops.aten.norm.Scalar: torch.ops.aten.norm.ScalarOpt_dtype,
+    torch.ops.aten.norm.ScalarOpt_dim: torch.ops.aten.norm.ScalarOpt_dim_dtype,
 }
 """The overloads autocast runs by another with float32 appended (``fp32_append_dtype``,
 ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE`` in ``aten/src/ATen/autocast_mode.h``), by the
@@ -109,6 +109,9 @@ dtype float32 where the input is eligible (``type_from_firstarg``), the input's 
 Nothing is cast, so a bfloat16 gradient's norm allocates its float32 result alone (the kernel,
 ``linalg_vector_norm``'s, reads a 16-bit input into it), not a float32 copy of the gradient
 first."""
+
+_APPENDED = "norm"
+"""The name of :data:`APPEND_DTYPE`'s overloads, tested before the overload is looked up."""
 
 OPT_FLOAT32 = "dtype"
 """The policy of :data:`SET_DTYPE`'s functions: ``dtype`` set to float32."""
@@ -329,8 +332,7 @@ class Autocast:
             raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
             return func, *_float32_dtype(func, args, kwargs)
-        redispatch = APPEND_DTYPE.get(f"{name}.{func._overloadname}")
-        if redispatch is not None:
+        if name == _APPENDED and (redispatch := APPEND_DTYPE.get(func)) is not None:
             return redispatch, *_appended_dtype(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
         if name in LOWER or name in ATEN_LOWER:
