@@ -1325,6 +1325,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             key = None
         self._track(made, None, key)
 
+    def keeps_block_of(self, made: torch.Tensor, source: torch.Tensor) -> None:
+        """``made``, new and made with this mode aside, holds the block of ``source``'s storage
+        whatever their sizes, and ``source`` then frees nothing: a kernel's output made at one
+        size and resized smaller in place keeps its block (``resize_`` never shrinks a
+        storage), where the stand-in that the script's values are kept on is the smaller one
+        (:mod:`~memforensics.plan.reduced_losses`)."""
+        key = source.untyped_storage()._cdata
+        held = self._live.get(key)
+        if held is None or held[0] is None:
+            self._track(made, None, None)
+            return
+        self._live[key] = (None, held[1], held[2])
+        storage = made.untyped_storage()
+        self._live[storage._cdata] = (held[0], storage.nbytes(), held[2])
+        weakref.finalize(storage, self._release, storage._cdata)
+
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
         if held is not None and held[0] is not None:

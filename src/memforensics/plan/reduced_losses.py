@@ -11,7 +11,9 @@ allocator:
   giving back its storage. The ``IMPL`` builds another iterator over an undefined ``loss`` (a
   second block of that size), computes it, ``mean_out`` (``sum_out``) reduces it into the
   output, and frees it as it returns. So the loss holds an input-sized block for as long as it
-  lives, and the operator peaks at two;
+  lives, and the operator peaks at two. The plan keeps the number on a stand-in of its own
+  size, which holds the output's block, so its values are kept as any scalar's (a made-up
+  falling loss);
 - ``huber_loss`` is not structured: ``at::empty_like(input)``, computed, then
   ``apply_loss_reduction``'s ``mean()`` (``sum()``), a new number, and the elementwise block
   freed as it returns.
@@ -48,6 +50,8 @@ class Within(Protocol):
 
     def __exit__(self, kind: Any, value: Any, traceback: Any, /) -> Any: ...
 
+    def keeps_block_of(self, made: torch.Tensor, source: torch.Tensor) -> None: ...
+
 
 def reduced(within: Within, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``original`` (one of :data:`OPERATORS`) as its CUDA kernel allocates, within
@@ -60,26 +64,38 @@ def reduced(within: Within, original: Callable[..., Any], *args: Any, **kwargs: 
     beta = rest[0] if rest else 1.0
     if reduction == NONE or not within.staged or (original is SMOOTH_L1 and beta == 0):
         return original(*args, **kwargs)
-    with torch._C.DisableTorchFunction(), within:
+    with torch._C.DisableTorchFunction():
         if original is HUBER:
-            return _unstructured(input, reduction)
-        return _structured(original, input, target, reduction, *rest)
+            with within:
+                return _unstructured(input, reduction)
+        return _structured(within, original, input, target, reduction, *rest)
 
 
 def _structured(
-    original: Callable[..., Any], input: Any, target: Any, reduction: int, *rest: Any
+    within: Within,
+    original: Callable[..., Any],
+    input: Any,
+    target: Any,
+    reduction: int,
+    *rest: Any,
 ) -> torch.Tensor:
     """``mse_loss`` and ``smooth_l1_loss``: the output at the broadcast shape, made a number
-    in place; the elementwise loss, reduced into it, freed as the operator returns."""
-    out: torch.Tensor = original(input, target, NONE, *rest)
-    out.resize_(())
-    loss = original(input, target, NONE, *rest)
-    if reduction == MEAN:
-        _A.mean.out(loss, None, out=out)
-    else:
-        _A.sum.IntList_out(loss, None, out=out)
-    del loss
-    return out
+    in place; the elementwise loss, reduced into it, freed as the operator returns. The number
+    the script holds is a stand-in of its own size (the plan keeps a scalar's values so), which
+    holds the output's block."""
+    with within:
+        output = original(input, target, NONE, *rest)
+        loss = original(input, target, NONE, *rest)
+    number: torch.Tensor = output.new_empty(())
+    within.keeps_block_of(number, output)
+    del output
+    with within:
+        if reduction == MEAN:
+            _A.mean.out(loss, None, out=number)
+        else:
+            _A.sum.IntList_out(loss, None, out=number)
+        del loss
+    return number
 
 
 def _unstructured(input: torch.Tensor, reduction: int) -> torch.Tensor:
