@@ -55,6 +55,7 @@ from memforensics.plan import (
     native_library,
     nms,
     operands,
+    reduced_losses,
     reductions,
     samples,
     scratch,
@@ -837,6 +838,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
         self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        for loss in reduced_losses.OPERATORS:
+            self._answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
         self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
         self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
@@ -931,7 +934,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         if step is not None and self.staged and self.autocast is not None:
-            args, kwargs = self.autocast.operator_cast(func, args, kwargs or {}, self._converted)
+            func, args, kwargs = self.autocast.operator_cast(
+                func, args, kwargs or {}, self._converted
+            )
         reused = None
         if step is not None:
             if func is _ADD and not kwargs:
@@ -1327,6 +1332,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             key = None
         self._track(made, None, key)
+
+    def keeps_block_of(self, made: torch.Tensor, source: torch.Tensor) -> None:
+        """``made``, new and made with this mode aside, holds the block of ``source``'s storage
+        whatever their sizes, and ``source`` then frees nothing: a kernel's output made at one
+        size and resized smaller in place keeps its block (``resize_`` never shrinks a
+        storage), where the stand-in that the script's values are kept on is the smaller one
+        (:mod:`~memforensics.plan.reduced_losses`)."""
+        key = source.untyped_storage()._cdata
+        held = self._live.get(key)
+        if held is None or held[0] is None:
+            self._track(made, None, None)
+            return
+        self._live[key] = (None, held[1], held[2])
+        storage = made.untyped_storage()
+        self._live[storage._cdata] = (held[0], storage.nbytes(), held[2])
+        weakref.finalize(storage, self._release, storage._cdata)
 
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)
