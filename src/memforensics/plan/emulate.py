@@ -818,39 +818,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.autocast = autocast
         """Autocast's casts of the operators a backward reaches inside an autocast region."""
         shapes = Shapes(notes, self.reads.known)
-        self._answers: dict[Any, Callable[..., Any]] = {
-            torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
-            torch.ops.aten.nonzero.default: shapes.nonzero,
-            torch.ops.aten.masked_select.default: shapes.masked_select,
-            torch.ops.aten.bincount.default: shapes.bincount,
-            _INDEX: shapes.index,
-            torch.ops.aten.equal.default: self.reads.equal,
-            torch.ops.aten.allclose.default: self._allclose,
-        }
-        for loss in _CLASS_LOSSES:
-            self._answers[loss] = functools.partial(self.reads.loss, loss)
+        self._answers = self._operator_answers(shapes)
         known = self.reads.known
-        for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
-            self._answers[overload] = functools.partial(ctc.forward, self, known, notes)
-        for overload in (
-            torch.ops.aten._ctc_loss_backward.default,
-            torch.ops.aten._ctc_loss_backward.Tensor,
-        ):
-            self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
-        self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
-        for loss in reduced_losses.OPERATORS:
-            self._answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
-        self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
-        self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
-        self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
-        self._answers.update(sparse.Sparse(notes, known).answers())
-        self._answers[torch.ops.aten.mm.default] = sparse.Product(self, notes, known).mm
-        if grouped.OPERATOR is not None:
-            self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
-        if int4pack.OPERATOR is not None:
-            self._answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
-        for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
-            self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
             gemm_4bit.NAME: functools.partial(gemm_4bit.forward, self),
@@ -895,6 +864,45 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._composite: dict[Any, bool] = {}
         self._kernels: dict[Any, Any] = {}
         self._meta_outputs = meta_outputs.MetaOutputs()
+
+    def _operator_answers(self, shapes: Shapes) -> dict[Any, Callable[..., Any]]:
+        """The operators the plan answers itself, in place of their ``meta`` kernels: those
+        whose output shape or values the script's data decides, and those whose CUDA kernels
+        make what ``meta`` does not."""
+        notes, known = self.notes, self.reads.known
+        answers: dict[Any, Callable[..., Any]] = {
+            torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
+            torch.ops.aten.nonzero.default: shapes.nonzero,
+            torch.ops.aten.masked_select.default: shapes.masked_select,
+            torch.ops.aten.bincount.default: shapes.bincount,
+            _INDEX: shapes.index,
+            torch.ops.aten.equal.default: self.reads.equal,
+            torch.ops.aten.allclose.default: self._allclose,
+        }
+        for loss in _CLASS_LOSSES:
+            answers[loss] = functools.partial(self.reads.loss, loss)
+        for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
+            answers[overload] = functools.partial(ctc.forward, self, known, notes)
+        for overload in (
+            torch.ops.aten._ctc_loss_backward.default,
+            torch.ops.aten._ctc_loss_backward.Tensor,
+        ):
+            answers[overload] = functools.partial(ctc.backward, self, known, notes)
+        answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        for loss in reduced_losses.OPERATORS:
+            answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
+        answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
+        answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
+        answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
+        answers.update(sparse.Sparse(notes, known).answers())
+        answers[torch.ops.aten.mm.default] = sparse.Product(self, notes, known).mm
+        if grouped.OPERATOR is not None:
+            answers[grouped.OPERATOR.default] = grouped.grouped_mm
+        if int4pack.OPERATOR is not None:
+            answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
+        for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
+            answers[shaping] = functools.partial(sparse.transpose, self, shaping)
+        return answers
 
     def __torch_dispatch__(
         self,
