@@ -147,6 +147,29 @@ _MASKED_WRITES = frozenset(
 of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
 
 
+class _OnHost:
+    """Where the plan computes its copies again: outside inference mode (a kept copy is an
+    ordinary tensor a later in-place operator may write), on one host thread. The copies are
+    small (:data:`LIMIT`), and waking torch's thread pool for each costs far more than the work:
+    on a busy two-core machine a 64 by 64 ``mm`` took 100 times as long on two threads as on
+    one, which made a small-operator loop (a reinforcement-learning policy) several times
+    slower to plan than to run. The script's own thread count is set back on the way out."""
+
+    __slots__ = ("_inference", "_threads")
+
+    def __enter__(self) -> None:
+        self._inference = torch._C._InferenceMode(False)
+        self._inference.__enter__()
+        self._threads = torch.get_num_threads()
+        if self._threads != 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._threads != 1:
+            torch.set_num_threads(self._threads)
+        self._inference.__exit__(*exc)
+
+
 def _option(value: Any) -> Any:
     """An operator's option as the CPU runs it: the ``meta`` device is the CPU."""
     return _CPU if isinstance(value, torch.device) and value.type == "meta" else value
@@ -464,7 +487,7 @@ class Known:
         else:
             cpu[0] = buffer
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 func(*cpu, **options)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
@@ -532,7 +555,7 @@ class Known:
         repeats, block = found
         marks = [self._made_up.get(t.untyped_storage()._cdata) for t in _inputs(args, kwargs)]
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 computed = func(*repeats, **{k: _option(v) for k, v in kwargs.items()})
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
@@ -949,7 +972,7 @@ class Known:
             cpu_args = (torch.zeros(ignored.shape, dtype=ignored.dtype, device=_CPU), *cpu_args[1:])
         cpu_kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 if torch.Tag.nondeterministic_seeded in func.tags:
                     result = self._drawn(func, cpu_args, cpu_kwargs)
                 else:
