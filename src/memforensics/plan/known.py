@@ -94,6 +94,8 @@ HOST_LIMIT = 1 << 24
 """Largest storage of integers copied from the host whose values are kept."""
 
 _CPU = torch.device("cpu")
+_NO_FUNCTION_MODES = torch._C.DisableTorchFunction
+"""Torch's function handling off: neither a mode nor a subclass sees a call."""
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
 _SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
@@ -358,7 +360,25 @@ class Known:
         (:meth:`_guessed`), or None where it gives none; ``matches``: how many predictions
         compared with their targets match (:func:`~memforensics.plan.assumed.decided`).
         A sparse tensor's values are never kept: what an operator on one makes is unknown (a
-        view of its indices or values shows what their storages hold)."""
+        view of its indices or values shows what their storages hold).
+
+        Torch's function handling is off meanwhile, as it is when the script calls the operator
+        (a function mode leaves the stack while it handles a call): an operator autograd's
+        engine runs reaches the plan with the plan's function mode still on, and each property
+        the bookkeeping reads and each copy it computes went through that mode, only to be
+        passed on. Every tensor made here names its device, so no mode has anything to add."""
+        with _NO_FUNCTION_MODES():
+            self._after(func, args, kwargs, out, guess, matches)
+
+    def _after(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        guess: Callable[[], float | None] | None,
+        matches: assumed.Matches | None,
+    ) -> None:
         if _sparse(out):
             self._sparse_seen = True  # only an operator's output brings a sparse tensor in
         if self._sparse_seen and _sparse(out, *args, *kwargs.values()):
