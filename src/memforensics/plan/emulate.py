@@ -1062,12 +1062,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return answer
 
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``func`` run on ``meta``, or its outputs made again as its kernel made them for the
-        same shapes before (:mod:`~memforensics.plan.meta_outputs`); a strided nested tensor,
-        which cannot be there, is out of scope in one line."""
+        """``func`` run on ``meta``, or what its kernel handed back for the same shapes before
+        (:mod:`~memforensics.plan.meta_outputs`: outputs made again, an in-place call's
+        input); a strided nested tensor, which cannot be there, is out of scope in one line."""
         key = self._meta_outputs.key(func, args, kwargs)
-        if key is not None and (made := self._meta_outputs.made(key)) is not None:
-            return made
+        if key is not None:
+            made = self._meta_outputs.made(key, args)
+            if made is not meta_outputs.UNSEEN:
+                return made
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:
