@@ -16,6 +16,10 @@ of each emulated operator, not its size, decides the time. Its reference is the 
 interpreter importing torch and transformers and building the model on the CPU, unplanned: the
 difference is what the plan adds, operator by operator. Skipped without ``transformers``.
 
+A third is a reinforcement-learning update loop: ``plan_scripts/policy_steps.py``, a PPO loss
+on a policy of 64-unit layers with Adam (some two hundred and fifty tiny operators a step),
+against the same script run on the CPU (``--device cpu``): what a user compares a plan with.
+
     python benchmarks/bench_plan.py [--json PATH] [--quick]
 """
 
@@ -42,6 +46,7 @@ BUILD = (
 
 
 GENERATE = ROOT / "benchmarks" / "plan_scripts" / "gpt2_generate.py"
+POLICY = ROOT / "benchmarks" / "plan_scripts" / "policy_steps.py"
 GENERATE_BUILD = (
     "import torch; from transformers import GPT2Config, GPT2LMHeadModel; "
     "GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=5000, "
@@ -113,11 +118,30 @@ def main() -> int:
             target="<= 1.1",
         ),
     ]
+    figures.append(_policy(repeats, 100 if args.quick else 500))
     if importlib.util.find_spec("transformers") is not None:
         figures.extend(_generate(repeats))
     else:
         print("GPT-2 generate: not run (transformers is not installed)")
     return report("memforensics plan on small-lm-forward-backward", figures, args.json)
+
+
+def _policy(repeats: int, steps: int) -> Figure:
+    """The planned update loop, against the same loop on the CPU, runs alternated."""
+    script = [str(POLICY), "--steps", str(steps)]
+    planned, on_cpu = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        for _ in range(repeats):
+            on_cpu.append(child([sys.executable, *script, "--device", "cpu"], cwd)[0])
+            planned.append(child([sys.executable, "-m", "memforensics", "plan", *script], cwd)[0])
+    return figure(
+        f"PPO update loop, {steps} steps, planned, CPU",
+        "the same loop run on the CPU",
+        min(planned),
+        min(on_cpu),
+        "s",
+    )
 
 
 def _generate(repeats: int) -> list[Figure]:

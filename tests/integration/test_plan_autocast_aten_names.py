@@ -1,8 +1,11 @@
 """autocast casts the functions a script calls by ATen's own name (``torch.logsumexp``,
 ``F.rms_norm``) and ``F.interpolate``'s upsamplings to float32 in the forward, as CUDA's
-``AT_FORALL_FP32`` kernels do: a float32 copy of the bfloat16 input, a float32 result."""
+``AT_FORALL_FP32`` kernels do: a float32 copy of the bfloat16 input, a float32 result; and the
+functions whose composite body is a listed operator (``x.square()``, ``torch.arccos``) as it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from planned import traced_calls
@@ -48,3 +51,27 @@ def test_interpolate_casts_as_the_operator_it_reaches(found: dict[str, list[obje
     assert nearest[:2] == ["torch.float32", IMAGE * 4]
     assert nearest[-1] == IMAGE * 4 * 4
     assert found["area"] == ["torch.bfloat16", 2 * 8 * 8 * 8 * 2]
+
+
+ALIASES = """
+x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16).clamp(-0.5, 0.5)
+w = torch.randn(1000, 1000, device="cuda")
+calls = {
+    "square": lambda: x.square(),
+    "arccos": lambda: torch.arccos(x),
+    "expm1": lambda: torch.special.expm1(x),
+    "matmul": lambda: torch.linalg.matmul(x, w),
+}
+"""
+
+
+def test_an_alias_casts_as_the_operator_its_body_calls(tmp_path: Path) -> None:
+    """``x.square()`` is ``pow(x, 2)``, ``torch.arccos`` ``acos``, ``torch.special.expm1``
+    ``expm1``: a float32 copy of the bfloat16 input and a float32 result, as on a GPU (they
+    ran in bfloat16); ``torch.linalg.matmul`` is ``matmul``: a bfloat16 copy of the float32
+    weight and a bfloat16 product (it ran in float32)."""
+    found = traced_calls(tmp_path, ALIASES)
+    whole = ROWS * COLUMNS * 4
+    for name in ("square", "arccos", "expm1"):
+        assert found[name] == ["torch.float32", whole, whole], name
+    assert found["matmul"][:3] == ["torch.bfloat16", COLUMNS * COLUMNS * 2, ROWS * COLUMNS * 2]

@@ -1,7 +1,8 @@
 """A backward called inside an autocast region runs under it, as autograd's engine runs it with
 the thread-local state of the ``backward()`` call: the reduction of a broadcast bias's gradient
 is autocast's float32 ``sum``, cast back to the bias's bfloat16 cast; an operator autocast lists
-by its ATen name alone (``logsumexp``) is cast too."""
+by its ATen name alone (``logsumexp``) is cast too, and ``norm.Scalar`` runs with float32
+appended, its input uncast."""
 
 from __future__ import annotations
 
@@ -90,3 +91,44 @@ def test_an_aten_only_listed_operator_is_cast_in_a_backward(tmp_path: Path) -> N
     found = json.loads(done.stdout.splitlines()[0])
     rows, whole = 64 * 4, 64 * 1000 * 4
     assert found == ["torch.float32", whole, rows, rows, 64, whole, rows]
+
+
+NORM = """
+import json
+
+import torch
+
+
+class Normed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        torch.cuda.memory._record_memory_history()
+        whole = torch.ops.aten.norm.Scalar(x, 2)
+        rows = torch.ops.aten.norm.ScalarOpt_dim(x, 2, [1])
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+        print(json.dumps([str(whole.dtype), str(rows.dtype), *sizes]))
+        return grad
+
+
+x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    Normed.apply(x).sum().backward()
+"""
+
+
+def test_a_norm_in_a_backward_appends_float32_and_casts_nothing(tmp_path: Path) -> None:
+    """``norm.Scalar`` and ``norm.ScalarOpt_dim`` of a bf16 64x1000 tensor in a backward inside
+    autocast run as ``norm.ScalarOpt_dtype`` (``..._dim_dtype``) with float32 appended
+    (``fp32_append_dtype``): their float32 results alone, no float32 copy of the input."""
+    script(tmp_path, NORM)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found == ["torch.float32", "torch.float32", 4, 64 * 4]

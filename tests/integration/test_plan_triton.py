@@ -310,3 +310,25 @@ print("missing", importlib.util.find_spec("triton.no_such_module"))
     assert done.returncode == 0, done.stderr
     assert _printed(done.stdout, "peak") == ["True", str(8 * MIB)]
     assert _printed(done.stdout, "missing") == ["None"]
+
+
+def test_a_library_version_gate_sees_the_triton_torch_pins(tmp_path: Path) -> None:
+    """The stand-in reports the Triton torch 2.13.0's CUDA wheels require (3.7.1), so a
+    library's version gate (transformers' ``is_triton_available("3.4.0")`` and ``"3.5.0"``,
+    its MXFP4 quantizer's) takes the GPU's path, where 3.0.0 took the fallback."""
+    script(
+        tmp_path,
+        """
+import importlib.metadata
+
+import triton
+from transformers.utils.import_utils import is_triton_available
+
+print("version", triton.__version__.split("+")[0], importlib.metadata.version("triton"))
+print("gates", is_triton_available("3.4.0"), is_triton_available("3.5.0"))
+""",
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert _printed(done.stdout, "version") == ["3.7.1", "3.7.1+memforensics.plan"]
+    assert _printed(done.stdout, "gates") == ["True", "True"]

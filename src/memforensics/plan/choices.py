@@ -98,6 +98,21 @@ norms pass their ``dtype`` on to the operator the GPU's autocast sets it for (``
 input first (``input_.toType(dtype)`` in ``SoftMax.cpp``), as does ``cumsum``, after its
 result (``impl_func_cum_ops``, :mod:`~memforensics.plan.cumulative`)."""
 
+APPEND_DTYPE = {
+    torch.ops.aten.norm.Scalar: torch.ops.aten.norm.ScalarOpt_dtype,
+    torch.ops.aten.norm.ScalarOpt_dim: torch.ops.aten.norm.ScalarOpt_dim_dtype,
+}
+"""The overloads autocast runs by another with float32 appended (``fp32_append_dtype``,
+``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE`` in ``aten/src/ATen/autocast_mode.h``), by the
+overload a backward reaches, and the one it redispatches to: the input read as it lies, its
+dtype float32 where the input is eligible (``type_from_firstarg``), the input's own otherwise.
+Nothing is cast, so a bfloat16 gradient's norm allocates its float32 result alone (the kernel,
+``linalg_vector_norm``'s, reads a 16-bit input into it), not a float32 copy of the gradient
+first."""
+
+_APPENDED = "norm"
+"""The name of :data:`APPEND_DTYPE`'s overloads, tested before the overload is looked up."""
+
 OPT_FLOAT32 = "dtype"
 """The policy of :data:`SET_DTYPE`'s functions: ``dtype`` set to float32."""
 
@@ -141,6 +156,24 @@ for (``AT_FORALL_FP32``)."""
 ATEN_WIDEST = frozenset(("vdot", "grid_sampler"))
 """ATen operators CUDA's autocast runs in the widest floating type of their inputs that no
 function of :data:`WIDEST` is named for (``AT_FORALL_PROMOTE``)."""
+
+ALIASES = {
+    "square": "pow",
+    "arccos": "acos",
+    "arcsin": "asin",
+    "arctan2": "atan2",
+    "special_expm1": "expm1",
+    "special_log1p": "log1p",
+    "special_erfinv": "erfinv",
+    "special_logsumexp": "logsumexp",
+    "linalg_matmul": "matmul",
+}
+"""Functions a script calls whose ``CompositeImplicitAutograd`` body is one listed operator,
+which autocast then casts (autocast has no kernel of their own, so the call falls through to
+the body): by the name called, the name of the lists. ``x.square()`` is ``at::pow(self, 2)``
+(``UnaryOps.cpp``), so a bfloat16 square under autocast is a float32 copy and a float32
+result on a GPU; ``torch.arccos`` is ``self.acos()``, ``torch.special.expm1``
+``self.expm1()``, ``torch.linalg.matmul`` ``at::matmul``."""
 
 BANNED = {
     "binary_cross_entropy": (
@@ -241,7 +274,7 @@ class Autocast:
     float32 runs of the library operators that cast in their own kernels."""
 
     names = LOWER | FLOAT32 | WIDEST | SET_DTYPE | ATEN_LOWER | ATEN_FLOAT32 | ATEN_WIDEST
-    names |= {INTERPOLATE, *BANNED}
+    names |= {INTERPOLATE, *BANNED, *ALIASES}
     """The functions autocast casts for, by name: a script calls ATen's own names too
     (``torch.logsumexp``, ``torch.rms_norm``, ``torch._C._nn.upsample_nearest2d``)."""
 
@@ -283,27 +316,30 @@ class Autocast:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         convert: Callable[[torch.Tensor, torch.dtype], torch.Tensor],
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """``args`` and ``kwargs`` of ATen operator ``func``, seen by a dispatch mode, as
+    ) -> tuple[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any]]:
+        """ATen operator ``func`` and its ``args`` and ``kwargs``, seen by a dispatch mode, as
         CUDA's autocast passes them on where the call was made with it enabled, each cast made
         by ``convert``; unchanged for an operator it has no kernel for. ``dtype`` is set to
         float32 for :data:`OPT_DTYPE`'s, where the first input is a floating stand-in
-        (autocast's ``firstarg_is_eligible``) and the call set none."""
+        (autocast's ``firstarg_is_eligible``) and the call set none; an
+        :data:`APPEND_DTYPE` overload is its redispatch, its dtype appended."""
         name = self._operators.get(func)
         if name is None:
             name = self._operators[func] = _listed(func)
         if not name or not _enabled_at_call():
-            return args, kwargs
+            return func, args, kwargs
         if name in BANNED:
             raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
-            return _float32_dtype(func, args, kwargs)
+            return func, *_float32_dtype(func, args, kwargs)
+        if name == _APPENDED and (redispatch := APPEND_DTYPE.get(func)) is not None:
+            return redispatch, *_appended_dtype(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
         if name in LOWER or name in ATEN_LOWER:
             policy = torch.get_autocast_dtype("cuda")
         elif name in FLOAT32 or name in ATEN_FLOAT32:
             policy = torch.float32
-        return self.cast(policy, args, kwargs, convert)
+        return func, *self.cast(policy, args, kwargs, convert)
 
     def clear(self) -> None:
         """The outermost autocast region ended (``torch.clear_autocast_cache``)."""
@@ -321,6 +357,7 @@ class Autocast:
             raise RuntimeError(BANNED[name])
         if name == INTERPOLATE:
             name = interpolated(args, kwargs or {})
+        name = ALIASES.get(name, name)
         if name in SET_DTYPE:
             return OPT_FLOAT32
         if name in LOWER or name in ATEN_LOWER:
@@ -343,12 +380,7 @@ class Autocast:
         if policy == OPT_FLOAT32:
             return _float32_keyword(args, kwargs)
         if policy is True:
-            found = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
-            if not found:
-                return args, kwargs
-            dtype = found[0]
-            for other in found[1:]:
-                dtype = torch.promote_types(dtype, other)
+            dtype = promote_type(_tensors(args, kwargs))
         else:
             assert isinstance(policy, torch.dtype)
             dtype = policy
@@ -386,6 +418,27 @@ class Autocast:
         cast = convert(tensor, dtype)
         self._cache[id(tensor)] = (weakref.ref(tensor), cast)
         return cast
+
+
+def promote_type(tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype a ``promote`` operator runs in (``promote_type`` and ``prioritize`` in
+    ``aten/src/ATen/autocast_mode.h``): the autocast dtype, unless an eligible input (a
+    floating stand-in) is float32; float64 inputs and the host's (a CPU number a kernel takes
+    beside the device's tensors) are ignored, so neither widens the others, and a float16
+    input under bfloat16 autocast (or the reverse) is refused as CUDA refuses it."""
+    lower: torch.dtype = torch.get_autocast_dtype("cuda")
+    current = lower
+    for tensor in tensors:
+        if not tensor.is_meta or not tensor.is_floating_point():
+            continue
+        found = tensor.dtype
+        if found == torch.float64:
+            continue
+        if torch.float32 in (current, found):
+            current = torch.float32
+        elif found != lower:
+            raise RuntimeError("Unexpected floating ScalarType in at::autocast::prioritize")
+    return current
 
 
 @functools.cache
@@ -473,6 +526,20 @@ def _float32_dtype(
         if kwargs.get("dtype") is None:
             return args, {**kwargs, "dtype": torch.float32}
     return args, kwargs
+
+
+def _appended_dtype(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """An :data:`APPEND_DTYPE` overload's ``args`` and ``kwargs`` as its redispatch takes them:
+    the defaults it left out filled in, then ``dtype`` float32 where the first input is an
+    eligible stand-in (floating, not float64), else the input's own (``type_from_firstarg``)."""
+    bound = list(args)
+    for argument in func._schema.arguments[len(args) :]:
+        bound.append(kwargs.get(argument.name, argument.default_value))
+    first = args[0]
+    eligible = first.is_meta and first.is_floating_point() and first.dtype != torch.float64
+    return tuple(bound), {"dtype": torch.float32 if eligible else first.dtype}
 
 
 def _float32_keyword(

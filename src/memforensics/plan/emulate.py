@@ -55,6 +55,7 @@ from memforensics.plan import (
     native_library,
     nms,
     operands,
+    reduced_losses,
     reductions,
     samples,
     scratch,
@@ -817,37 +818,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self.autocast = autocast
         """Autocast's casts of the operators a backward reaches inside an autocast region."""
         shapes = Shapes(notes, self.reads.known)
-        self._answers: dict[Any, Callable[..., Any]] = {
-            torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
-            torch.ops.aten.nonzero.default: shapes.nonzero,
-            torch.ops.aten.masked_select.default: shapes.masked_select,
-            torch.ops.aten.bincount.default: shapes.bincount,
-            _INDEX: shapes.index,
-            torch.ops.aten.equal.default: self.reads.equal,
-            torch.ops.aten.allclose.default: self._allclose,
-        }
-        for loss in _CLASS_LOSSES:
-            self._answers[loss] = functools.partial(self.reads.loss, loss)
+        self._answers = self._operator_answers(shapes)
         known = self.reads.known
-        for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
-            self._answers[overload] = functools.partial(ctc.forward, self, known, notes)
-        for overload in (
-            torch.ops.aten._ctc_loss_backward.default,
-            torch.ops.aten._ctc_loss_backward.Tensor,
-        ):
-            self._answers[overload] = functools.partial(ctc.backward, self, known, notes)
-        self._answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
-        self._answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
-        self._answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
-        self._answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
-        self._answers.update(sparse.Sparse(notes, known).answers())
-        self._answers.update(sparse.Product(self, notes, known).answers())
-        if grouped.OPERATOR is not None:
-            self._answers[grouped.OPERATOR.default] = grouped.grouped_mm
-        if int4pack.OPERATOR is not None:
-            self._answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
-        for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
-            self._answers[shaping] = functools.partial(sparse.transpose, self, shaping)
         self._by_name: dict[str, Callable[..., Any]] = {
             nms.NAME: functools.partial(nms.forward, self, known, notes),
             gemm_4bit.NAME: functools.partial(gemm_4bit.forward, self),
@@ -893,6 +865,45 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         self._kernels: dict[Any, Any] = {}
         self._meta_outputs = meta_outputs.MetaOutputs()
 
+    def _operator_answers(self, shapes: Shapes) -> dict[Any, Callable[..., Any]]:
+        """The operators the plan answers itself, in place of their ``meta`` kernels: those
+        whose output shape or values the script's data decides, and those whose CUDA kernels
+        make what ``meta`` does not."""
+        notes, known = self.notes, self.reads.known
+        answers: dict[Any, Callable[..., Any]] = {
+            torch.ops.aten._local_scalar_dense.default: self.reads.scalar,
+            torch.ops.aten.nonzero.default: shapes.nonzero,
+            torch.ops.aten.masked_select.default: shapes.masked_select,
+            torch.ops.aten.bincount.default: shapes.bincount,
+            _INDEX: shapes.index,
+            torch.ops.aten.equal.default: self.reads.equal,
+            torch.ops.aten.allclose.default: self._allclose,
+        }
+        for loss in _CLASS_LOSSES:
+            answers[loss] = functools.partial(self.reads.loss, loss)
+        for overload in (torch.ops.aten._ctc_loss.default, torch.ops.aten._ctc_loss.Tensor):
+            answers[overload] = functools.partial(ctc.forward, self, known, notes)
+        for overload in (
+            torch.ops.aten._ctc_loss_backward.default,
+            torch.ops.aten._ctc_loss_backward.Tensor,
+        ):
+            answers[overload] = functools.partial(ctc.backward, self, known, notes)
+        answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        for loss in reduced_losses.OPERATORS:
+            answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
+        answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
+        answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
+        answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
+        answers.update(sparse.Sparse(notes, known).answers())
+        answers.update(sparse.Product(self, notes, known).answers())
+        if grouped.OPERATOR is not None:
+            answers[grouped.OPERATOR.default] = grouped.grouped_mm
+        if int4pack.OPERATOR is not None:
+            answers[int4pack.OPERATOR.default] = int4pack.weight_int4pack_mm
+        for shaping in (torch.ops.aten.t.default, torch.ops.aten.transpose.int):
+            answers[shaping] = functools.partial(sparse.transpose, self, shaping)
+        return answers
+
     def __torch_dispatch__(
         self,
         func: Any,
@@ -931,7 +942,9 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         node = _current_node()
         step = (node._sequence_nr(), node.name()) if node is not None else None
         if step is not None and self.staged and self.autocast is not None:
-            args, kwargs = self.autocast.operator_cast(func, args, kwargs or {}, self._converted)
+            func, args, kwargs = self.autocast.operator_cast(
+                func, args, kwargs or {}, self._converted
+            )
         reused = None
         if step is not None:
             if func is _ADD and not kwargs:
@@ -1051,12 +1064,14 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return answer
 
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``func`` run on ``meta``, or its outputs made again as its kernel made them for the
-        same shapes before (:mod:`~memforensics.plan.meta_outputs`); a strided nested tensor,
-        which cannot be there, is out of scope in one line."""
+        """``func`` run on ``meta``, or what its kernel handed back for the same shapes before
+        (:mod:`~memforensics.plan.meta_outputs`: outputs made again, an in-place call's
+        input); a strided nested tensor, which cannot be there, is out of scope in one line."""
         key = self._meta_outputs.key(func, args, kwargs)
-        if key is not None and (made := self._meta_outputs.made(key)) is not None:
-            return made
+        if key is not None:
+            made = self._meta_outputs.made(key, args)
+            if made is not meta_outputs.UNSEEN:
+                return made
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:
@@ -1329,6 +1344,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         ):
             key = None
         self._track(made, None, key)
+
+    def keeps_block_of(self, made: torch.Tensor, source: torch.Tensor) -> None:
+        """``made``, new and made with this mode aside, holds the block of ``source``'s storage
+        whatever their sizes, and ``source`` then frees nothing: a kernel's output made at one
+        size and resized smaller in place keeps its block (``resize_`` never shrinks a
+        storage), where the stand-in that the script's values are kept on is the smaller one
+        (:mod:`~memforensics.plan.reduced_losses`)."""
+        key = source.untyped_storage()._cdata
+        held = self._live.get(key)
+        if held is None or held[0] is None:
+            self._track(made, None, None)
+            return
+        self._live[key] = (None, held[1], held[2])
+        storage = made.untyped_storage()
+        self._live[storage._cdata] = (held[0], storage.nbytes(), held[2])
+        weakref.finalize(storage, self._release, storage._cdata)
 
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)

@@ -94,6 +94,11 @@ HOST_LIMIT = 1 << 24
 """Largest storage of integers copied from the host whose values are kept."""
 
 _CPU = torch.device("cpu")
+_NO_FUNCTION_MODES = torch._C.DisableTorchFunction
+"""Torch's function handling off: neither a mode nor a subclass sees a call."""
+_HOST_ADDRESS = torch._C.TensorBase.data_ptr
+"""A host tensor's address, as torch gives it (the plan answers ``data_ptr`` of a stand-in;
+the copies it compares are on the host)."""
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
 _SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
@@ -145,6 +150,35 @@ _MASKED_WRITES = frozenset(
 )
 """Writes into their first input at the positions their indices or mask (second input) select,
 of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
+
+
+class _OnHost:
+    """Where the plan computes its copies again: outside inference mode (a kept copy is an
+    ordinary tensor a later in-place operator may write), on one host thread. The copies are
+    small (:data:`LIMIT`), and waking torch's thread pool for each costs far more than the work:
+    on a busy two-core machine a 64 by 64 ``mm`` took 100 times as long on two threads as on
+    one, which made a small-operator loop (a reinforcement-learning policy) several times
+    slower to plan than to run. The script's own thread count is set back on the way out."""
+
+    __slots__ = ("_inference", "_threads")
+
+    def __enter__(self) -> None:
+        self._inference = torch._C._InferenceMode(False)
+        self._inference.__enter__()  # type: ignore[no-untyped-call, unused-ignore]  # torch's own
+        self._threads = torch.get_num_threads()
+        if self._threads != 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._threads != 1:
+            torch.set_num_threads(self._threads)
+        self._inference.__exit__(*exc)
+
+
+def _leaves(value: Any) -> list[Any]:
+    """``value``'s leaves as ``tree_flatten`` gives them, a lone tensor (most operators'
+    output) without its walk."""
+    return [value] if isinstance(value, torch.Tensor) else tree_flatten(value)[0]
 
 
 def _option(value: Any) -> Any:
@@ -335,7 +369,25 @@ class Known:
         (:meth:`_guessed`), or None where it gives none; ``matches``: how many predictions
         compared with their targets match (:func:`~memforensics.plan.assumed.decided`).
         A sparse tensor's values are never kept: what an operator on one makes is unknown (a
-        view of its indices or values shows what their storages hold)."""
+        view of its indices or values shows what their storages hold).
+
+        Torch's function handling is off meanwhile, as it is when the script calls the operator
+        (a function mode leaves the stack while it handles a call): an operator autograd's
+        engine runs reaches the plan with the plan's function mode still on, and each property
+        the bookkeeping reads and each copy it computes went through that mode, only to be
+        passed on. Every tensor made here names its device, so no mode has anything to add."""
+        with _NO_FUNCTION_MODES():
+            self._after(func, args, kwargs, out, guess, matches)
+
+    def _after(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        guess: Callable[[], float | None] | None,
+        matches: assumed.Matches | None,
+    ) -> None:
         if _sparse(out):
             self._sparse_seen = True  # only an operator's output brings a sparse tensor in
         if self._sparse_seen and _sparse(out, *args, *kwargs.values()):
@@ -464,7 +516,7 @@ class Known:
         else:
             cpu[0] = buffer
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 func(*cpu, **options)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
@@ -532,7 +584,7 @@ class Known:
         repeats, block = found
         marks = [self._made_up.get(t.untyped_storage()._cdata) for t in _inputs(args, kwargs)]
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 computed = func(*repeats, **{k: _option(v) for k, v in kwargs.items()})
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
@@ -950,13 +1002,12 @@ class Known:
             cpu_args = (torch.zeros(ignored.shape, dtype=ignored.dtype, device=_CPU), *cpu_args[1:])
         cpu_kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
         try:
-            with torch.inference_mode(False):
+            with _OnHost():
                 if torch.Tag.nondeterministic_seeded in func.tags:
                     result = self._drawn(func, cpu_args, cpu_kwargs)
                 else:
                     result = func(*cpu_args, **cpu_kwargs)
-                outs, _ = tree_flatten(out)
-                results, _ = tree_flatten(result)
+                outs, results = _leaves(out), _leaves(result)
                 if len(outs) != len(results):
                     return False
                 inputs = _inputs(args, kwargs) if self._made_up else []
@@ -1060,7 +1111,7 @@ class Known:
         if not isinstance(computed, torch.Tensor):
             return
         view = self._view(kept, made)
-        if view.data_ptr() != computed.data_ptr():
+        if _HOST_ADDRESS(view) != _HOST_ADDRESS(computed):
             view.copy_(computed)
 
     def _drop(self, key: int) -> None:

@@ -11,6 +11,15 @@ a storage of its own exactly as large as the kernel's, so the planned device see
 allocations. Kept only where nothing else may watch the kernel run (no other dispatch mode
 under the plan's) and where the outputs could be made again exactly: plain strided tensors,
 each alone in a new storage that starts where it does.
+
+An in-place operator (``add_``, an optimizer's ``_foreach_addcdiv_``) makes nothing: its
+kernel checks the call and hands back the input it writes, or nothing. A training loop calls
+the same ones on the same parameters every step, and their ``meta`` kernels are torch's Python
+too (Adam's foreach updates took a tenth of a small policy's plan). Where a call like it, with
+its inputs sharing storages as they did, passed once and left every input's sizes, strides and
+offset as they were, it passes again the same way: the kernel is not run. Operators that change
+their input's shape (``inplace_view``: ``t_``, ``resize_``, ``set_``) or write an ``out=``
+argument are never kept so.
 """
 
 from __future__ import annotations
@@ -40,9 +49,26 @@ _functions_off = torch._C.DisableTorchFunction
 _default_dtype = torch.get_default_dtype
 _inference = torch.is_inference_mode_enabled
 _empty_strided = torch.ops.aten.empty_strided.default
+_IN_PLACE = torch.Tag.inplace
 Output = tuple[int, torch.dtype, torch.Size, tuple[int, ...], int] | None
 """One output made again: its dispatch keys, dtype, sizes, strides and storage bytes (None
 for an output the kernel left undefined)."""
+UNSEEN = object()
+"""What :meth:`MetaOutputs.made` answers for a call whose outputs it cannot make: the kernel
+runs."""
+_NEW = 1
+"""An operator whose outputs are new tensors, made again from their description."""
+_WRITES = 2
+"""An in-place operator, whose call passes again as it passed before."""
+_GAVE_FIRST = "its first input"
+"""What an in-place call handed back: the tensor it wrote (``add_``'s ``self``)."""
+_GAVE_NOTHING = "nothing"
+"""What an in-place call handed back: nothing (``_foreach_mul_``)."""
+_WRITES_BUDGET = 1 << 12
+"""Tensors an in-place operator's kept calls may describe in all; past it, its calls are no
+longer kept. A call whose numbers change every step (Adam's ``_foreach_addcdiv_`` by each
+step's step sizes, over every parameter) never passes again, and would otherwise fill the
+memory with calls that never come back."""
 
 
 class _Uncached(Exception):
@@ -53,11 +79,14 @@ class MetaOutputs:
     """The outputs of ``meta`` kernels, by operator and call."""
 
     def __init__(self) -> None:
-        self._operators: dict[Any, bool] = {}
-        self._made: dict[tuple[Any, ...], tuple[type, tuple[Output, ...]] | None] = {}
+        self._operators: dict[Any, int] = {}
+        self._made: dict[tuple[Any, ...], tuple[Any, Any] | None] = {}
+        self._spent: dict[Any, int] = {}  # tensors described by an in-place operator's calls
 
     def key(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """What decides ``func``'s outputs in this call, or None where they are not kept."""
+        """What decides ``func``'s outputs in this call, or None where they are not kept; for
+        an in-place operator, also which of its tensors share a storage (a write that overlaps
+        a read is refused)."""
         kept = self._operators.get(func)
         if kept is None:
             kept = self._operators[func] = _keeps(func)
@@ -65,26 +94,34 @@ class MetaOutputs:
             return None
         try:
             with _functions_off():
-                return (
+                described = (
                     func,
                     _default_dtype(),
                     _inference(),
                     *[_described(value) for value in args],
                     *[(name, _described(value)) for name, value in kwargs.items()],
                 )
+                if kept == _WRITES:
+                    return (*described, _sharing(args, kwargs))
+                return described
         except _Uncached:
             return None
 
-    def made(self, key: Any) -> Any:
-        """New outputs as ``func``'s kernel made them for ``key`` before; None the first
-        time (or for a call whose outputs cannot be made again)."""
+    def made(self, key: Any, args: tuple[Any, ...]) -> Any:
+        """What ``func``'s kernel hands back for ``key``, as it did before: new outputs made
+        again, or the input an in-place call wrote (of ``args``), or nothing; :data:`UNSEEN`
+        the first time, and for a call whose outputs cannot be made again."""
         try:
             found = self._made.get(key)
         except TypeError:  # an argument that cannot key a call (a symbolic size)
-            return None
+            return UNSEEN
         if found is None:
-            return None
+            return UNSEEN
         kind, outputs = found
+        if outputs is _GAVE_FIRST:
+            return args[0]
+        if outputs is _GAVE_NOTHING:
+            return None
         with _functions_off():
             made = [_made_again(output) for output in outputs]
         return made[0] if kind is torch.Tensor else kind(made)
@@ -98,19 +135,68 @@ class MetaOutputs:
             return
         if len(self._made) >= _LIMIT:
             self._made.clear()
+        func = key[0]
+        if self._operators.get(func) != _WRITES:
+            with _functions_off():
+                self._made[key] = _description(out, args, kwargs)
+            return
+        spent = self._spent.get(func, 0) + len(key[-1])
+        self._spent[func] = spent
+        if spent > _WRITES_BUDGET:
+            self._operators[func] = 0
+            return
         with _functions_off():
-            self._made[key] = _description(out, args, kwargs)
+            self._made[key] = _passed(key, args, kwargs, out)
 
 
-def _keeps(func: Any) -> bool:
-    """Whether ``func`` is an ``aten`` operator whose outputs are all new tensors, writing none
-    of its inputs, and decided by their shapes."""
+def _keeps(func: Any) -> int:
+    """How ``func``'s calls are kept: :data:`_NEW` for an ``aten`` operator whose outputs are
+    all new tensors, writing none of its inputs, and decided by their shapes; :data:`_WRITES`
+    for an ``aten`` operator that writes its own inputs' values in place and no ``out=``
+    argument, keeping their shapes; 0 for any other."""
     if not isinstance(func, torch._ops.OpOverload) or func.namespace != "aten" or func.is_view:
-        return False
+        return 0
+    tags = func.tags
+    if not _SKIPPED_TAGS.isdisjoint(tags):
+        return 0
     schema = func._schema
-    if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
-        return False
-    return _SKIPPED_TAGS.isdisjoint(func.tags)
+    if not schema.is_mutable and all(r.alias_info is None for r in schema.returns):
+        return _NEW
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if _IN_PLACE in tags and written and not any(a.is_out for a in written):
+        return _WRITES
+    return 0
+
+
+def _sharing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
+    """For each tensor of a call, in order, the first tensor of the call on its storage."""
+    tensors = [
+        t
+        for v in (*args, *kwargs.values())
+        for t in (v if type(v) in (list, tuple) else (v,))
+        if type(t) in _PLAIN
+    ]
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
+
+
+def _passed(key: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    """What an in-place call handed back, where its kernel left every input's dtype, sizes,
+    strides and offset as ``key`` has them; None (the kernel runs each time) otherwise."""
+    try:
+        after = (
+            *[_described(value) for value in args],
+            *[(name, _described(value)) for name, value in kwargs.items()],
+        )
+    except _Uncached:
+        return None
+    if after != key[3 : 3 + len(after)]:
+        return None
+    if out is None:
+        return (None, _GAVE_NOTHING)
+    if args and out is args[0]:
+        return (None, _GAVE_FIRST)
+    return None
 
 
 def _described(value: Any) -> Any:

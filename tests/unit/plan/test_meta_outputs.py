@@ -1,6 +1,6 @@
 """Outputs of ``meta`` kernels made again (``plan/meta_outputs.py``): checked against what the
 kernel itself makes for the same call, and never kept where the kernel's outputs are not new
-tensors decided by the call's shapes."""
+tensors decided by the call's shapes; in-place calls passed again as the kernel passed them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memforensics.plan.meta_outputs import MetaOutputs  # noqa: E402
+from memforensics.plan.meta_outputs import UNSEEN, MetaOutputs  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -33,11 +33,11 @@ def _twice(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[An
     outputs = MetaOutputs()
     key = outputs.key(func, args, kwargs)
     assert key is not None
-    assert outputs.made(key) is None
+    assert outputs.made(key, args) is UNSEEN
     ran = func(*args, **kwargs)
     outputs.keep(key, args, kwargs, ran)
-    made = outputs.made(outputs.key(func, args, kwargs))
-    assert made is not None
+    made = outputs.made(outputs.key(func, args, kwargs), args)
+    assert made is not UNSEEN
     return ran, made
 
 
@@ -71,7 +71,7 @@ def test_strides_of_the_inputs_key_the_call() -> None:
     turned = torch.empty(6, 4, device="meta").t()
     first = outputs.key(aten.neg.default, (plain,), {})
     outputs.keep(first, (plain,), {}, aten.neg.default(plain))
-    assert outputs.made(outputs.key(aten.neg.default, (turned,), {})) is None
+    assert outputs.made(outputs.key(aten.neg.default, (turned,), {}), (turned,)) is UNSEEN
     assert outputs.key(aten.neg.default, (turned,), {}) != first
 
 
@@ -81,20 +81,21 @@ def test_numbers_of_other_types_are_other_calls() -> None:
     x = torch.empty(3, dtype=torch.int64, device="meta")
     whole = outputs.key(aten.add.Scalar, (x, 1), {})
     outputs.keep(whole, (x, 1), {}, aten.add.Scalar(x, 1))
-    assert outputs.made(outputs.key(aten.add.Scalar, (x, 1.0), {})) is None
+    assert outputs.made(outputs.key(aten.add.Scalar, (x, 1.0), {}), (x, 1.0)) is UNSEEN
 
 
 @pytest.mark.parametrize(
     ("func", "args"),
     [
         (aten.view.default, ((2, 3), [6])),  # a view of its input's storage
-        (aten.add_.Tensor, ((2, 3), (2, 3))),  # writes its input
+        (aten.t_.default, ((2, 3),)),  # changes its input's shape
         (aten.bernoulli.default, ((2, 3),)),  # random
         (aten.nonzero.default, ((2, 3),)),  # sizes its values decide
     ],
 )
 def test_not_kept_where_outputs_are_not_new_and_decided_by_shapes(func: Any, args: Any) -> None:
-    """Views, in-place operators, draws and value-sized outputs run their kernels each time."""
+    """Views, operators that reshape their input, draws and value-sized outputs run their
+    kernels each time."""
     inputs = tuple(torch.empty(a, device="meta") if isinstance(a, tuple) else a for a in args)
     assert MetaOutputs().key(func, inputs, {}) is None
 
@@ -103,3 +104,74 @@ def test_host_tensors_are_not_kept() -> None:
     """An operator on a CPU tensor runs as it does; only ``meta`` inputs key a call."""
     host = torch.ones(2, 2)
     assert MetaOutputs().key(aten.add.Tensor, (host, host), {}) is None
+
+
+def _passed_twice(func: Any, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """What an in-place kernel handed back, and what the same call hands back when kept."""
+    outputs = MetaOutputs()
+    key = outputs.key(func, args, {})
+    assert key is not None
+    assert outputs.made(key, args) is UNSEEN
+    ran = func(*args)
+    outputs.keep(key, args, {}, ran)
+    return ran, outputs.made(outputs.key(func, args, {}), args)
+
+
+def test_an_in_place_call_passes_again_with_its_input() -> None:
+    """``add_`` kept hands back the tensor it writes, as its kernel did, without running."""
+    x, y = torch.empty(2, 3, device="meta"), torch.empty(2, 3, device="meta")
+    ran, again = _passed_twice(aten.add_.Tensor, (x, y))
+    assert ran is x
+    assert again is x
+
+
+def test_an_in_place_foreach_call_passes_again_with_nothing() -> None:
+    """An optimizer's ``_foreach_mul_`` kept hands back nothing, as its kernel did."""
+    params = [torch.empty(4, device="meta"), torch.empty(2, 2, device="meta")]
+    ran, again = _passed_twice(aten._foreach_mul_.Scalar, (params, 0.9))
+    assert ran is None
+    assert again is None
+
+
+def test_inputs_sharing_a_storage_are_another_in_place_call() -> None:
+    """``x.add_(x)`` is not ``x.add_(y)``: a write that overlaps a read is the kernel's to
+    judge."""
+    outputs = MetaOutputs()
+    x, y = torch.empty(6, device="meta"), torch.empty(6, device="meta")
+    apart = outputs.key(aten.add_.Tensor, (x, y), {})
+    outputs.keep(apart, (x, y), {}, aten.add_.Tensor(x, y))
+    shared = outputs.key(aten.add_.Tensor, (x, x), {})
+    assert shared != apart
+    assert outputs.made(shared, (x, x)) is UNSEEN
+
+
+def test_an_out_argument_is_never_passed_again() -> None:
+    """An ``out=`` variant may resize its output: it runs each time."""
+    x, out = torch.empty(2, 3, device="meta"), torch.empty(0, device="meta")
+    assert MetaOutputs().key(aten.add.out, (x, x), {"out": out}) is None
+
+
+def test_a_kernel_that_resized_its_input_is_not_passed_again() -> None:
+    """``_resize_output_`` writes in place and may resize: where it did, it runs again."""
+    outputs = MetaOutputs()
+    x = torch.empty(0, device="meta")
+    args = (x, [4], torch.device("meta"))
+    key = outputs.key(aten._resize_output_.default, args, {})
+    assert key is not None
+    outputs.keep(key, args, {}, aten._resize_output_.default(*args))
+    assert outputs.made(key, args) is UNSEEN
+
+
+def test_in_place_calls_that_never_repeat_stop_being_kept() -> None:
+    """An operator whose calls change every time (numbers that change each step) stops being
+    kept once its calls have described its budget of tensors."""
+    outputs = MetaOutputs()
+    x = torch.empty(3, device="meta")
+    for step in range(5000):
+        args = (x, float(step))
+        key = outputs.key(aten.mul_.Scalar, args, {})
+        if key is None:
+            break
+        outputs.keep(key, args, {}, aten.mul_.Scalar(*args))
+    assert step < 4999
+    assert outputs.key(aten.mul_.Scalar, (x, 0.0), {}) is None

@@ -28,8 +28,16 @@ from memforensics.plan.triton_stand_in.kernels import (
 from memforensics.plan.triton_stand_in.language import Language, constexpr
 from memforensics.plan.values import Notes
 
-VERSION = "3.0.0+memforensics.plan"
-"""The stand-in's ``triton.__version__``: Triton 3's API, and a local label that says whose."""
+PINNED = "3.7.1"
+"""The Triton a CUDA build of torch 2.13.0 brings: its Linux wheels require ``triton==3.7.1``
+(the wheel's ``Requires-Dist``), so on the GPU a script that imports torch finds that release.
+Libraries choose their paths by it (transformers' MXFP4 kernels need 3.4 or later), so the
+stand-in reports it, and takes the path those libraries take on the GPU."""
+
+VERSION = f"{PINNED}+memforensics.plan"
+"""The stand-in's ``triton.__version__`` and its distribution's version: :data:`PINNED`, and a
+local label that says whose (a local label sorts after the release it labels, so every
+``>=`` test on the release holds)."""
 
 
 class Triton:
