@@ -181,8 +181,8 @@ def _coo_dense_mm(
 def _blas_ordered(matrix: torch.Tensor) -> bool:
     """Whether cuSPARSE reads a dense matrix as it is: row- or column-major with a leading
     dimension at least its rows' or columns' length (``is_blas_compatible_*_order``)."""
-    rows, columns = matrix.shape
-    strides = matrix.stride()
+    rows, columns = (int(size) for size in matrix.shape)
+    strides: tuple[int, ...] = matrix.stride()
     row_major = strides[1] == 1 and strides[0] >= max(1, columns)
     return row_major or (strides[0] == 1 and strides[1] >= max(1, rows))
 
