@@ -527,7 +527,7 @@ def test_a_host_sparse_matrix_moved_to_the_device_multiplies_a_dense_one(tmp_pat
     assert facts["shape"] == [1000, 16]
 
 
-GRAPH_SQUARED = """
+CSR_ADJACENCY = """
 import json
 import torch
 
@@ -538,6 +538,13 @@ edge_index = torch.stack([rows, columns]).to("cuda")
 weight = torch.ones(edge_index.shape[1], device="cuda")
 offsets = torch._convert_indices_from_coo_to_csr(edge_index[0], n)
 adjacency = torch.sparse_csr_tensor(offsets, edge_index[1], weight, (n, n))
+"""
+"""A graph of 1,000 nodes with 4 edges each, as a CSR adjacency on the device (PyTorch
+Geometric's ``SparseTensor`` layout)."""
+
+GRAPH_SQUARED = (
+    CSR_ADJACENCY
+    + """
 before = torch.cuda.memory_allocated()
 torch.cuda.reset_peak_memory_stats()
 squared = adjacency @ adjacency
@@ -553,6 +560,7 @@ unknown = torch.sparse_csr_tensor(offsets, picks, weight, (n, n))
 facts["spread"] = (unknown @ unknown)._nnz()
 print(json.dumps(facts), flush=True)
 """
+)
 
 
 def test_a_product_of_two_csr_matrices_holds_cudas_entries_and_temporaries(
@@ -588,17 +596,10 @@ def test_a_product_of_two_csr_matrices_holds_cudas_entries_and_temporaries(
     assert facts["spread"] == 4 * n * 4 * n // n
 
 
-GRAPH_CONVOLUTION_CSR = """
-import json
-import torch
-
-n, features = 1000, 16
-rows = torch.arange(n).repeat_interleave(4)
-columns = (rows * 7 + torch.arange(4 * n) % 4 * 13) % n
-edge_index = torch.stack([rows, columns]).to("cuda")
-weight = torch.ones(edge_index.shape[1], device="cuda")
-offsets = torch._convert_indices_from_coo_to_csr(edge_index[0], n)
-adjacency = torch.sparse_csr_tensor(offsets, edge_index[1], weight, (n, n))
+GRAPH_CONVOLUTION_CSR = (
+    CSR_ADJACENCY
+    + """
+features = 16
 x = torch.randn(n, features, device="cuda", requires_grad=True)
 before = torch.cuda.memory_allocated()
 torch.cuda.reset_peak_memory_stats()
@@ -620,6 +621,7 @@ biased = torch.addmm(bias, adjacency, x.detach())
 facts["biased"] = torch.cuda.max_memory_allocated() - base
 print(json.dumps(facts), flush=True)
 """
+)
 
 
 def test_a_csr_adjacency_times_features_runs_forward_and_backward(tmp_path: Path) -> None:
