@@ -1368,3 +1368,34 @@ def test_two_unknown_float_tensors_compare_as_their_reads_do(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert json.loads(line) == {"strict": False, "differ": False}
+
+
+POOLED = """
+import json
+import torch
+
+scores = torch.nn.Linear(8, 1).cuda()(torch.randn(2708, 8, device="cuda")).view(-1)
+batch = torch.zeros(2708, dtype=torch.long, device="cuda")  # one graph
+_, perm = torch.sort(scores, descending=True, stable=True)
+batch, batch_perm = torch.sort(batch[perm], stable=True)
+ones = torch.ones_like(batch)
+nodes = torch.zeros(1, dtype=torch.long, device="cuda").scatter_add_(0, batch, ones)
+k = (0.5 * nodes.float()).ceil().long()
+ptr = torch.cat([nodes.new_zeros(1), nodes.cumsum(0)])
+mask = torch.arange(2708, device="cuda") - ptr[batch] < k[batch]
+kept = perm[batch_perm[mask]]
+print(json.dumps({"kept": list(kept.shape), "first": batch_perm[:3].tolist()}))
+"""
+"""PyTorch Geometric's ``TopKPooling`` on one graph: its batch vector (all zeros) gathered by a
+sort of unknown scores, sorted stably, and half of each graph's nodes kept by it."""
+
+
+def test_a_pick_from_one_value_is_that_value_whatever_the_indices(tmp_path: Path) -> None:
+    """A batch vector of one value gathered at unknown positions is still that value, so its
+    stable sort and the mask it makes are known and the pooling keeps half the nodes (1,354 of
+    2,708), as on a GPU, not every node."""
+    script(tmp_path, POOLED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert json.loads(line) == {"kept": [1354], "first": [0, 1, 2]}

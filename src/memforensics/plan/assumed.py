@@ -24,7 +24,9 @@ early, and where an operator's result is the same for every such value, it is kn
   everywhere is that side.
 - *Values moved from a tensor holding one value everywhere are that value*, whatever the
   indices (``gather``, ``index_select``, indexing): a beam search's "finished" flags, all false,
-  stay all false when the beams are reordered by their unknown scores.
+  stay all false when the beams are reordered by their unknown scores. Moved by integer indices
+  the plan made up, they are made up only where the tensor is
+  (:class:`~memforensics.plan.known.Known` asks :func:`moved` first).
 - *A count of unknown flags takes its upper bound*, every flag set, as a data-dependent shape
   does: the generated length beam search measures from its beam indices is its maximum.
 - *A histogram of unknown integers counts every one of them*, each as the zero an integer reads
@@ -110,7 +112,7 @@ _EQUALITY = {
 _SCORES = {_aten.eq.Tensor: True, _aten.ne.Tensor: False}
 """Elementwise tests of predictions against targets, and what a match gives."""
 _ISIN = frozenset((_aten.isin.Tensor_Tensor, _aten.isin.Tensor_Scalar))
-_MOVES = frozenset(
+MOVES = frozenset(
     (_aten.gather.default, _aten.index_select.default, _aten.index.Tensor, _aten.take.default)
 )
 """Operators that only move their first argument's values to where indices say."""
@@ -169,8 +171,8 @@ def decided(
         return _named(func, args, out, values, kwargs.get("invert", False))
     if func is _aten.where.self:
         return _selected(args, values)
-    if func in _MOVES:
-        return _moved(args, out, values)
+    if func in MOVES and any(_unknown(a, values) for a in _flat(args[1:])):
+        return moved(args, out, values)
     if func in _COUNTS:
         return _counted(func, args, kwargs, values)
     return None
@@ -404,8 +406,9 @@ def _selected(args: tuple[Any, ...], values: Values) -> torch.Tensor | None:
     return result
 
 
-def _moved(args: tuple[Any, ...], out: torch.Tensor, values: Values) -> torch.Tensor | None:
-    """Values moved by unknown indices from a tensor holding one value everywhere."""
+def moved(args: tuple[Any, ...], out: torch.Tensor, values: Values) -> torch.Tensor | None:
+    """Values moved (:data:`MOVES`) from a tensor holding one value everywhere: that value,
+    whatever the indices, unknown or made up, say (a GPU raises on one out of range)."""
     source = args[0]
     if not isinstance(source, torch.Tensor) or not source.is_meta:
         return None
@@ -414,8 +417,6 @@ def _moved(args: tuple[Any, ...], out: torch.Tensor, values: Values) -> torch.Te
         return None
     one = copy.reshape(-1)[0]
     if not bool((copy == one).all()):
-        return None
-    if not any(_unknown(a, values) for a in _flat(args[1:])):
         return None
     return torch.full(out.shape, one.item(), dtype=out.dtype, device=_CPU)
 

@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 import torch
 
 from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
-from memforensics.plan.shapes import MASK_DTYPES, MASKED
+from memforensics.plan.known import MASK_DTYPES
+from memforensics.plan.shapes import MASKED
 
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
 EFFICIENT_FORWARD = torch.ops.aten._scaled_dot_product_efficient_attention.default

@@ -137,6 +137,9 @@ _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
 """GradScaler's unscaling: writes the gradients and, only on a non-finite one, the flag."""
 _FROM_HOST = {torch.ops.aten._to_copy.default: 0, torch.ops.aten.copy_.default: 1}
 """Copies, and the position of their source: from a host tensor, a batch arriving."""
+MASK_DTYPES = (torch.bool, torch.uint8)
+"""The dtypes of an index that selects where it is non-zero (``expandTensors``: ``kBool``, and
+``kByte``, deprecated, which indexes the same way)."""
 _MASKED_WRITES = frozenset(
     (
         torch.ops.aten.index_put_.default,
@@ -913,6 +916,8 @@ class Known:
             return True
         if self._periodic and func in _VIEW_COUNTS and self._counted_view(func, args, kwargs, out):
             return True
+        if func in assumed.MOVES and self._moved(args, out):
+            return True  # whatever the indices say, made up or not
         inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
@@ -1050,6 +1055,24 @@ class Known:
                 self._keep(out, torch.full(out.shape, either, dtype=out.dtype, device=_CPU))
                 return True
         return False
+
+    def _moved(self, args: tuple[Any, ...], out: Any) -> bool:
+        """Values moved by integer indices from a source of one value
+        (:func:`~memforensics.plan.assumed.moved`), made up only where the source is, not
+        where the indices are: PyTorch Geometric's ``TopKPooling`` gathers a single graph's
+        batch vector, all zeros, by a sort of unknown scores, then sorts it stably and masks by
+        it, which decides how many nodes each level keeps. A mask's selection is left to the
+        rules for data-dependent shapes: how many values it takes is the mask's to say."""
+        if not isinstance(out, torch.Tensor) or not out.is_meta:
+            return False
+        if any(i.dtype in MASK_DTYPES for index in args[1:] for i in _tensors(index)):
+            return False
+        found = assumed.moved(args, out, self.value)
+        if found is None:
+            return False
+        mark = self._made_up.get(args[0].untyped_storage()._cdata)
+        self._keep(out, found, made_up=mark is not None, guessed=bool(mark))
+        return True
 
     def _unwritten(self, args: tuple[Any, ...], out: Any) -> bool:
         """A masked or indexed write (:data:`_MASKED_WRITES`) whose known indices select no

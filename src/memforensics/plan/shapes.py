@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 
 import torch
 
-from memforensics.plan.known import Known
+from memforensics.plan.known import MASK_DTYPES, Known
 from memforensics.plan.periodic import covers
 from memforensics.plan.values import Notes
 
@@ -57,11 +57,6 @@ sorts, after its output: :class:`~memforensics.plan.kernel_scratch.SortedIndexin
 
 def _empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=_META)
-
-
-MASK_DTYPES = (torch.bool, torch.uint8)
-"""The dtypes of an index that selects where it is non-zero (``expandTensors``: ``kBool``, and
-``kByte``, deprecated, which indexes the same way)."""
 
 
 def _is_mask(index: object) -> TypeGuard[torch.Tensor]:
