@@ -312,10 +312,12 @@ print("missing", importlib.util.find_spec("triton.no_such_module"))
     assert _printed(done.stdout, "missing") == ["None"]
 
 
+@pytest.mark.extras
 def test_a_library_version_gate_sees_the_triton_torch_pins(tmp_path: Path) -> None:
     """The stand-in reports the Triton torch 2.13.0's CUDA wheels require (3.7.1), so a
     library's version gate (transformers' ``is_triton_available("3.4.0")`` and ``"3.5.0"``,
     its MXFP4 quantizer's) takes the GPU's path, where 3.0.0 took the fallback."""
+    pytest.importorskip("transformers")  # installed by the extras' session
     script(
         tmp_path,
         """
