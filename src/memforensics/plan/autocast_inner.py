@@ -53,13 +53,17 @@ as their kernel casts.
 
 from __future__ import annotations
 
+import functools
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.nn import _reduction
+
+from memforensics.plan import choices
 
 Call = Callable[..., Any]
 """``call(func, *args, **kwargs)``: ``func`` run as the plan runs a script's call of it."""
@@ -240,6 +244,125 @@ def pairwise_distance(
     return call(torch.norm, x1 - x2 + eps, p, innermost, keepdim)
 
 
+_CONVOLUTION = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+"""``conv1d``'s, ``conv2d``'s and ``conv3d``'s arguments, in their order."""
+
+
+def convolution_mode(
+    spatial: int,
+    call: Call,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: Any = 1,
+    padding: str = "valid",
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Any:
+    """A convolution over ``spatial`` dimensions whose ``padding`` is ``"same"`` or
+    ``"valid"`` (``conv2d_padding_symint``, ``_convolution_mode`` and ``convolution_same`` in
+    ``Convolution.cpp``): an unbatched input viewed with a batch of one; for ``"same"`` each
+    dimension's padding, ``dilation * (kernel - 1)`` at stride 1, split with the odd one after
+    (``_pooling_same_mode_padding_lr``), and where a dimension's two sides differ the input
+    padded after by the difference (``constant_pad_nd``, a copy in the input's own dtype),
+    leaving the symmetric part to ``convolution``. ``convolution`` is the first operator
+    autocast casts for (``conv2d.padding`` has no autocast kernel), so its cast is a copy of
+    the padded input."""
+    batched = input.dim() == spatial + 2
+    if not batched:
+        input = input.unsqueeze(0)
+    dilations = _per_dimension(dilation, spatial)
+    left = [0] * spatial
+    if padding == "same":
+        total = [d * (k - 1) for d, k in zip(dilations, weight.shape[2:], strict=True)]
+        left = [t // 2 for t in total]
+        after = [t - 2 * half for t, half in zip(total, left, strict=True)]
+        if any(after):
+            warnings.warn(_PADDED_COPY, stacklevel=2)
+            pad = [side for extra in reversed(after) for side in (0, extra)]
+            input = call(torch.constant_pad_nd, input, pad, 0)
+    strides = _per_dimension(stride, spatial)
+    out = call(
+        torch.convolution, input, weight, bias, strides, left, dilations, False, [0] * spatial,
+        groups,
+    )  # fmt: skip
+    return out if batched else out.squeeze(0)
+
+
+_PADDED_COPY = (
+    "Using padding='same' with even kernel lengths and odd dilation may require a zero-padded "
+    "copy of the input be created"
+)
+"""What ``convolution_same`` warns (once, ``TORCH_WARN_ONCE``) as it pads the input."""
+
+
+def _per_dimension(value: Any, spatial: int) -> list[Any]:
+    """A convolution's ``stride`` or ``dilation``, a number or one a dimension, one a
+    dimension."""
+    if isinstance(value, (list, tuple)):
+        return list(value) * spatial if len(value) == 1 else list(value)
+    return [value] * spatial
+
+
+def _padding_mode(spatial: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a convolution over ``spatial`` dimensions called with ``args`` and ``kwargs``
+    reaches ``_convolution_mode`` as :func:`convolution_mode` restates it: its padding
+    ``"same"`` or ``"valid"``, its input real, batched or not, with the weight's dimensions,
+    and for ``"same"`` every stride one. Any other call runs as the function it is, which
+    refuses what ``convolution_same`` refuses, with torch's own message."""
+    bound = dict(zip(_CONVOLUTION, args, strict=False)) | kwargs
+    padding, input, weight = bound.get("padding"), bound.get("input"), bound.get("weight")
+    if padding not in ("same", "valid"):
+        return False
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return False
+    if input.is_complex() or input.dim() not in (spatial + 1, spatial + 2):
+        return False
+    if weight.dim() != spatial + 2:
+        return False
+    return padding == "valid" or all(s == 1 for s in _per_dimension(bound.get("stride", 1), 1))
+
+
+def weight_norm(call: Call, v: torch.Tensor, g: torch.Tensor, dim: int = 0) -> Any:
+    """``_weight_norm`` (``WeightNorm.cpp``): the fused ``_weight_norm_interface`` where
+    ``dim`` is the first or last dimension, else ``v * (g / norm_except_dim(v, 2, dim))``,
+    whose norm autocast runs into float32 (below), so the quotient, and the weight, promote
+    to float32."""
+    v, g = v.contiguous(), g.contiguous()
+    if dim in (0, v.dim() - 1):
+        return call(torch._weight_norm_interface, v, g, dim)[0]
+    return v * (g / call(torch.norm_except_dim, v, 2, dim))
+
+
+def norm_except_dim(call: Call, v: torch.Tensor, pow: int = 2, dim: int = 0) -> Any:
+    """``norm_except_dim`` (``WeightNorm.cpp``): ``v.norm(pow)`` for ``dim`` -1, else the
+    norm over every dimension but ``dim`` of ``v`` made contiguous (``v.norm(pow, 1)`` of a
+    view with ``dim`` first, ``v.norm(pow, 0)`` with it last; a middle one is transposed to
+    the front), each the overload autocast appends float32 to (:func:`_appended_norm`)."""
+    if dim == -1:
+        return _appended_norm(call, v, pow)
+    last = v.dim() - 1
+    if dim not in (0, last):
+        return call(torch.norm_except_dim, v.transpose(0, dim), pow, 0).transpose(0, dim)
+    shape = [1] * v.dim()
+    shape[dim] = v.size(dim)
+    if dim == 0:
+        rows = v.contiguous().view(v.size(0), -1)
+        return _appended_norm(call, rows, pow, [1]).view(shape)
+    columns = v.contiguous().view(-1, v.size(last))
+    return _appended_norm(call, columns, pow, [0]).view(shape)
+
+
+def _appended_norm(call: Call, tensor: torch.Tensor, p: int, *dim: list[int]) -> Any:
+    """C++'s ``tensor.norm(p)`` (``norm.Scalar``) or ``tensor.norm(p, dim)``
+    (``norm.ScalarOpt_dim``) under autocast: the overload autocast redispatches to, float32
+    appended where the input is eligible (:data:`~memforensics.plan.choices.APPEND_DTYPE`),
+    through autograd, whose formula for it is the GPU's; the input read as it lies."""
+    func = torch.ops.aten.norm.ScalarOpt_dim if dim else torch.ops.aten.norm.Scalar
+    redispatch, args, kwargs = choices.appended(func, (tensor, p, *dim), {})
+    return call(redispatch, *args, **kwargs)
+
+
 RESTATED: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy,
     "cross_entropy_loss": cross_entropy_loss,
@@ -247,9 +370,33 @@ RESTATED: dict[str, Callable[..., Any]] = {
     "normalize": normalize,
     "__rdiv__": reflected_division,
     "pairwise_distance": pairwise_distance,
+    "conv1d": functools.partial(convolution_mode, 1),
+    "conv2d": functools.partial(convolution_mode, 2),
+    "conv3d": functools.partial(convolution_mode, 3),
+    "_weight_norm": weight_norm,
+    "norm_except_dim": norm_except_dim,
 }
 """The composites, by the name the function mode sees them called (and a compiled graph holds
 them: ``cross_entropy_loss``, ``nll_loss_nd``, ``pairwise_distance``)."""
+
+_RESTATED_WHEN = {
+    "conv1d": functools.partial(_padding_mode, 1),
+    "conv2d": functools.partial(_padding_mode, 2),
+    "conv3d": functools.partial(_padding_mode, 3),
+}
+"""Of :data:`RESTATED`'s names, those whose call reaches the composite for some arguments
+only: a convolution whose padding is numbers is ``conv2d``'s default overload, which autocast
+casts at its own level."""
+
+
+def restated(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any] | None:
+    """The composite the plan runs under autocast for a call of ``name`` with ``args`` and
+    ``kwargs`` (:data:`RESTATED`), or None where autocast casts at the function itself."""
+    found = RESTATED.get(name)
+    when = _RESTATED_WHEN.get(name)
+    if found is None or (when is not None and not when(args, kwargs)):
+        return None
+    return found
 
 
 ENTERED: dict[str, Callable[..., Any]] = {

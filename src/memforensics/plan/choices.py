@@ -167,13 +167,17 @@ ALIASES = {
     "special_erfinv": "erfinv",
     "special_logsumexp": "logsumexp",
     "linalg_matmul": "matmul",
+    "special_softmax": "softmax",
+    "special_log_softmax": "log_softmax",
 }
 """Functions a script calls whose ``CompositeImplicitAutograd`` body is one listed operator,
 which autocast then casts (autocast has no kernel of their own, so the call falls through to
 the body): by the name called, the name of the lists. ``x.square()`` is ``at::pow(self, 2)``
 (``UnaryOps.cpp``), so a bfloat16 square under autocast is a float32 copy and a float32
 result on a GPU; ``torch.arccos`` is ``self.acos()``, ``torch.special.expm1``
-``self.expm1()``, ``torch.linalg.matmul`` ``at::matmul``."""
+``self.expm1()``, ``torch.linalg.matmul`` ``at::matmul``, ``torch.special.softmax`` and
+``torch.special.log_softmax`` ``at::softmax`` and ``at::log_softmax`` with the dtype given
+(``SoftMax.cpp``), which autocast sets to float32 where none is (``fp32_set_opt_dtype``)."""
 
 BANNED = {
     "binary_cross_entropy": (
@@ -332,8 +336,8 @@ class Autocast:
             raise RuntimeError(BANNED[name])
         if name in OPT_DTYPE:
             return func, *_float32_dtype(func, args, kwargs)
-        if name == _APPENDED and (redispatch := APPEND_DTYPE.get(func)) is not None:
-            return redispatch, *_appended_dtype(func, args, kwargs)
+        if name == _APPENDED and func in APPEND_DTYPE:
+            return appended(func, args, kwargs)
         policy: torch.dtype | bool = True  # WIDEST, ATEN_WIDEST
         if name in LOWER or name in ATEN_LOWER:
             policy = torch.get_autocast_dtype("cuda")
@@ -540,6 +544,14 @@ def _appended_dtype(
     first = args[0]
     eligible = first.is_meta and first.is_floating_point() and first.dtype != torch.float64
     return tuple(bound), {"dtype": torch.float32 if eligible else first.dtype}
+
+
+def appended(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any]]:
+    """An :data:`APPEND_DTYPE` overload called with ``args`` and ``kwargs`` as CUDA's autocast
+    redispatches it: the other overload, its dtype appended."""
+    return APPEND_DTYPE[func], *_appended_dtype(func, args, kwargs)
 
 
 def _float32_keyword(

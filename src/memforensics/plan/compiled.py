@@ -410,12 +410,17 @@ def _restated_call(
     ``cross_entropy_loss``, ``nll_loss_nd`` and ``pairwise_distance`` as the script called
     them, and AOTAutograd decomposes them on a GPU), run under autocast as the operators it
     calls (:data:`~memforensics.plan.autocast_inner.RESTATED`), each cast by autocast's
-    lists (:func:`_inner_call`), as the trace on a GPU casts them; as it is without autocast."""
-    restated = autocast_inner.RESTATED[name]
+    lists (:func:`_inner_call`), as the trace on a GPU casts them; as it is without autocast.
+    A call that reaches no composite (a convolution whose padding is numbers) is cast at the
+    function (:func:`_autocast_call`)."""
+    cast_then = _autocast_call(autocast, name, call)
 
     def restated_then(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_autocast_enabled("cuda"):
             return call(*args, **kwargs)
+        restated = autocast_inner.restated(name, args, kwargs)
+        if restated is None:
+            return cast_then(*args, **kwargs)
         return restated(functools.partial(_inner_call, autocast), *args, **kwargs)
 
     restated_then.__name__ = f"autocast_{name}"
@@ -428,7 +433,7 @@ def _inner_call(
     """``func``, called inside a restated composite in a graph, cast by autocast's lists, or
     itself restated."""
     name = getattr(func, "__name__", "")
-    restated = autocast_inner.RESTATED.get(name)
+    restated = autocast_inner.restated(name, args, kwargs)
     if restated is not None:
         return restated(functools.partial(_inner_call, autocast), *args, **kwargs)
     policy = autocast.policy(name, args, kwargs) if name in autocast.names else None

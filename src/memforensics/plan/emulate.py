@@ -779,7 +779,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """``func`` and its inputs as CUDA's autocast runs them: a composite whose casts sit in
         the functions it calls run as them (:mod:`~memforensics.plan.autocast_inner`), else
         its inputs cast, or its dtype set, by autocast's lists."""
-        restated = autocast_inner.RESTATED.get(name)
+        restated = autocast_inner.restated(name, args, kwargs)
         if restated is not None and torch.is_autocast_enabled("cuda"):
             return functools.partial(restated, self._call), args, kwargs
         if autocast_inner.ENTERED.get(name) is func and torch.is_autocast_enabled("cuda"):

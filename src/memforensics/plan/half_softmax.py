@@ -19,15 +19,22 @@ from typing import Any
 
 import torch
 
-NAMES = frozenset(("softmax", "log_softmax"))
-"""The functions, by the name a script calls, whose float16 input this module reads."""
+_KERNELS = {
+    "softmax": torch.ops.aten._softmax,
+    "log_softmax": torch.ops.aten._log_softmax,
+    "special_softmax": torch.ops.aten._softmax,
+    "special_log_softmax": torch.ops.aten._log_softmax,
+}
 
-_KERNELS = {"softmax": torch.ops.aten._softmax, "log_softmax": torch.ops.aten._log_softmax}
+NAMES = frozenset(_KERNELS)
+"""The functions, by the name a script calls, whose float16 input this module reads:
+``torch.special.softmax`` and ``torch.special.log_softmax`` are ``at::softmax`` and
+``at::log_softmax`` with their dtype (``SoftMax.cpp``)."""
 
 
 def run(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``func`` (``F.softmax``, ``torch.softmax``, ``Tensor.softmax`` or their
-    ``log_softmax``) as CUDA runs it: ``half_to_float`` where its input is a dense float16
+    """``func`` (``F.softmax``, ``torch.softmax``, ``Tensor.softmax``, ``torch.special.softmax``
+    or their ``log_softmax``) as CUDA runs it: ``half_to_float`` where its input is a dense float16
     stand-in, its dim given and its dtype float32; else ``func`` itself."""
     source = args[0] if args else kwargs.get("input")
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
