@@ -1,6 +1,7 @@
 """Under autocast the functions whose cast CUDA makes in the operator they reach are cast there:
 ``torch.special.softmax`` as ``softmax``, a ``padding="same"`` convolution at the
-``convolution`` after its padded copy, and ``_weight_norm``'s ``norm`` into float32."""
+``convolution`` after its padded copy, and the ``norm`` of ``_weight_norm`` and
+``pairwise_distance`` into float32, by the overload autocast redispatches to."""
 
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ for name, (dtype, call) in calls.items():
     found[name] = [str(out.dtype), *events]
     del out
     seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
+a = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    total = F.pairwise_distance(a, x).sum()
+seen = len(torch.cuda.memory._snapshot()["device_traces"][0])
+total.backward()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+found["pairwise_backward"] = [e["size"] for e in trace[seen:] if e["action"] == "alloc"]
 print(json.dumps(found))
 """
 
@@ -128,3 +136,14 @@ def test_weight_norm_takes_its_norm_into_float32(found: dict[str, list[object]])
     whole = found["weight_norm_whole"]
     assert whole[0] == "torch.float16"
     assert _allocated(whole[1:]) == [4, 4, weight * 2]
+
+
+def test_pairwise_distance_backward_is_that_of_the_norm_autocast_redispatches_to(
+    found: dict[str, list[object]],
+) -> None:
+    """``pairwise_distance``'s ``norm.ScalarOpt_dim`` runs as ``norm.ScalarOpt_dim_dtype``,
+    whose backward is ``norm_backward(grad, self.to(grad.scalar_type()), ...)``
+    (``derivatives.yaml``): the seed, a float32 copy of the bf16 difference, then for ``p=2``
+    ``grad * (self / norm).masked_fill_(norm == 0, 0)`` (the quotient, a bool mask a row, the
+    product), and the engine's bfloat16 cast of that gradient for the input."""
+    assert found["pairwise_backward"] == [4, SINGLE, SINGLE, ROWS, SINGLE, HALF]

@@ -18,7 +18,14 @@ through autocast on its own, so what is cast, and what autograd keeps, is theirs
 - ``1 / x`` is ``Tensor.__rdiv__``, ``self.reciprocal() * other``: ``reciprocal`` casts;
 - ``F.pairwise_distance`` (not in the reference) is ``at::norm(x1 - x2 + eps, p,
   innermost_dim, keepdim)`` (``Distance.cpp``): the difference in the inputs' dtype, then
-  ``norm.ScalarOpt_dim``, which autocast appends float32 to (``fp32_append_dtype``).
+  ``norm.ScalarOpt_dim``, which autocast redispatches with float32 appended
+  (``fp32_append_dtype``), so autograd records that overload's backward;
+- ``_weight_norm`` off its fused path is ``v * (g / norm_except_dim(v, 2, dim))``
+  (``WeightNorm.cpp``), whose ``norm.Scalar`` or ``norm.ScalarOpt_dim`` is redispatched so
+  too: the quotient and the weight promote to float32;
+- a convolution whose ``padding`` is a string (``conv2d.padding``, no autocast kernel) is
+  ``_convolution_mode``: ``"same"`` pads the input in its own dtype where the two sides
+  differ, and ``convolution``, which autocast casts for, copies the padded input.
 
 ``cross_entropy`` with class probabilities or label smoothing calls more operators
 (``cross_entropy_loss_prob_target``, ``cross_entropy_loss_label_smoothing``): the same
@@ -241,7 +248,7 @@ def pairwise_distance(
 ) -> Any:
     """``pairwise_distance``: the norm of ``x1 - x2 + eps`` over the innermost dimension."""
     innermost = max(x1.dim(), x2.dim()) - 1
-    return call(torch.norm, x1 - x2 + eps, p, innermost, keepdim)
+    return _appended_norm(call, x1 - x2 + eps, p, [innermost], keepdim)
 
 
 _CONVOLUTION = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
@@ -278,7 +285,7 @@ def convolution_mode(
         left = [t // 2 for t in total]
         after = [t - 2 * half for t, half in zip(total, left, strict=True)]
         if any(after):
-            warnings.warn(_PADDED_COPY, stacklevel=2)
+            _warn_padded_copy()
             pad = [side for extra in reversed(after) for side in (0, extra)]
             input = call(torch.constant_pad_nd, input, pad, 0)
     strides = _per_dimension(stride, spatial)
@@ -289,11 +296,15 @@ def convolution_mode(
     return out if batched else out.squeeze(0)
 
 
-_PADDED_COPY = (
-    "Using padding='same' with even kernel lengths and odd dilation may require a zero-padded "
-    "copy of the input be created"
-)
-"""What ``convolution_same`` warns (once, ``TORCH_WARN_ONCE``) as it pads the input."""
+@functools.cache
+def _warn_padded_copy() -> None:
+    """What ``convolution_same`` warns as it pads the input, once a process
+    (``TORCH_WARN_ONCE``)."""
+    warnings.warn(
+        "Using padding='same' with even kernel lengths and odd dilation may require a "
+        "zero-padded copy of the input be created",
+        stacklevel=3,
+    )
 
 
 def _per_dimension(value: Any, spatial: int) -> list[Any]:
@@ -353,13 +364,24 @@ def norm_except_dim(call: Call, v: torch.Tensor, pow: int = 2, dim: int = 0) -> 
     return _appended_norm(call, columns, pow, [0]).view(shape)
 
 
-def _appended_norm(call: Call, tensor: torch.Tensor, p: int, *dim: list[int]) -> Any:
-    """C++'s ``tensor.norm(p)`` (``norm.Scalar``) or ``tensor.norm(p, dim)``
-    (``norm.ScalarOpt_dim``) under autocast: the overload autocast redispatches to, float32
-    appended where the input is eligible (:data:`~memforensics.plan.choices.APPEND_DTYPE`),
-    through autograd, whose formula for it is the GPU's; the input read as it lies."""
-    func = torch.ops.aten.norm.ScalarOpt_dim if dim else torch.ops.aten.norm.Scalar
-    redispatch, args, kwargs = choices.appended(func, (tensor, p, *dim), {})
+def _appended_norm(
+    call: Call,
+    tensor: torch.Tensor,
+    p: float,
+    dim: list[int] | None = None,
+    keepdim: bool = False,
+) -> Any:
+    """C++'s ``at::norm(tensor, p)`` (``norm.Scalar``) or ``at::norm(tensor, p, dim,
+    keepdim)`` (``norm.ScalarOpt_dim``) under autocast: the overload autocast redispatches
+    to, float32 appended where the input is eligible
+    (:data:`~memforensics.plan.choices.APPEND_DTYPE`), through autograd, whose formula for it
+    is the GPU's (``norm_backward`` of the input cast to the gradient's dtype); the input
+    read as it lies."""
+    if dim is None:
+        func, args = torch.ops.aten.norm.Scalar, (tensor, p)
+    else:
+        func, args = torch.ops.aten.norm.ScalarOpt_dim, (tensor, p, dim, keepdim)
+    redispatch, args, kwargs = choices.appended(func, args, {})
     return call(redispatch, *args, **kwargs)
 
 
