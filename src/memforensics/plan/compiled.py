@@ -539,7 +539,8 @@ def _fake_runs_as_on_cuda() -> Iterator[None]:
             name = _called(node)
             args = _meta_devices(tuple(args), moving=name == "to")
             kwargs = _meta_device(dict(kwargs))
-            if node.op == "call_function" and name in autocast_inner.RESTATED:
+            restated = autocast_inner.restated(name, args, kwargs)
+            if node.op == "call_function" and restated is not None:
                 assert callable(node.target)  # a call_function node's target is its function
                 return _restated_call(autocast, name, node.target)(*args, **kwargs)
             policy = autocast.policy(name, args, kwargs) if name in autocast.names else None
