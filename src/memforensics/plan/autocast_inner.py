@@ -377,9 +377,9 @@ def _appended_norm(
     (:data:`~memforensics.plan.choices.APPEND_DTYPE`), through autograd, whose formula for it
     is the GPU's (``norm_backward`` of the input cast to the gradient's dtype); the input
     read as it lies."""
-    if dim is None:
-        func, args = torch.ops.aten.norm.Scalar, (tensor, p)
-    else:
+    args: tuple[Any, ...] = (tensor, p)
+    func = torch.ops.aten.norm.Scalar
+    if dim is not None:
         func, args = torch.ops.aten.norm.ScalarOpt_dim, (tensor, p, dim, keepdim)
     redispatch, args, kwargs = choices.appended(func, args, {})
     return call(redispatch, *args, **kwargs)
