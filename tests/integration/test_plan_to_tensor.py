@@ -1,0 +1,50 @@
+"""``x.to(other)`` takes ``other``'s device and dtype, as on a GPU: a mask cast like the
+activations it multiplies (``mask.to(attentions)``, as ESM-2's contact head and many attention
+masks do) is a tensor on the planned device whose bytes count, and ``.to`` a host tensor copies
+to the host. Runs through the real ``memforensics plan`` console command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from planned import printed_facts, script
+
+pytestmark = [pytest.mark.integration, pytest.mark.torch]
+
+MiB = 1 << 20
+
+MASKED = """
+import json
+import torch
+
+head = torch.nn.Linear(16, 1).cuda()
+attentions = torch.rand(256, 1024, device="cuda")  # float32, 1 MiB
+tokens = torch.randint(4, 24, (256, 1024), device="cuda")
+before = torch.cuda.memory_allocated()
+mask = tokens.ne(2).to(attentions)  # bool to float32, on the device: 1 MiB
+masked = attentions * mask  # 1 MiB
+moved = masked.to(head.weight.device)  # already there: the same tensor
+after = torch.cuda.memory_allocated()
+host = masked.to(torch.zeros(1, dtype=torch.float16))
+print(json.dumps({
+    "devices": [str(t.device) for t in (mask, masked, moved)],
+    "mask_dtype": str(mask.dtype),
+    "grown": after - before,
+    "same": moved is masked and attentions.to(attentions) is attentions,
+    "host": [str(host.device), str(host.dtype), list(host.shape)],
+}))
+"""
+
+
+def test_a_tensor_cast_like_a_device_tensor_is_on_the_device(tmp_path: Path) -> None:
+    """A bool mask ``.to(attentions)`` is a float32 tensor on cuda:0 that, with the product it
+    makes, holds 2 MiB of the device; ``.to`` a tensor already like it is that tensor, and
+    ``.to`` a host float16 tensor is a host float16 copy (as the same code gives on the CPU)."""
+    script(tmp_path, MASKED)
+    found = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert found["devices"] == ["cuda:0", "cuda:0", "cuda:0"]
+    assert found["mask_dtype"] == "torch.float32"
+    assert found["grown"] == 2 * MiB
+    assert found["same"] is True
+    assert found["host"] == ["cpu", "torch.float16", [256, 1024]]
