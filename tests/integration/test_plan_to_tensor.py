@@ -48,3 +48,29 @@ def test_a_tensor_cast_like_a_device_tensor_is_on_the_device(tmp_path: Path) -> 
     assert found["grown"] == 2 * MiB
     assert found["same"] is True
     assert found["host"] == ["cpu", "torch.float16", [256, 1024]]
+
+
+MODULE = """
+import json
+import torch
+
+like = torch.zeros(4, device="cuda", dtype=torch.float16)
+model = torch.nn.Linear(1024, 1024)
+before = torch.cuda.memory_allocated()
+model.to(like)
+print(json.dumps({
+    "device": str(model.weight.device),
+    "dtype": str(model.weight.dtype),
+    "grown": torch.cuda.memory_allocated() - before,
+}))
+"""
+
+
+def test_a_module_moved_like_a_device_tensor_holds_its_weights_there(tmp_path: Path) -> None:
+    """``model.to(tensor_on_cuda)`` puts the weights on cuda:0 in the tensor's float16, and
+    they hold the device's memory: 1024 x 1024 + 1024 values of 2 B."""
+    script(tmp_path, MODULE)
+    found = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert found["device"] == "cuda:0"
+    assert found["dtype"] == "torch.float16"
+    assert found["grown"] == (1024 * 1024 + 1024) * 2
