@@ -55,6 +55,22 @@ def summary_kinds(path: Path, at: str = "snapshot") -> dict[str, int]:
     return {row["kind"]: row["requested_bytes"] for row in kinds}
 
 
+EACH_TRACED_ALONE = """
+traces, outs = [], []
+for call in calls:
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    outs.append(call())  # held, so that no trace holds another call's frees
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    kept = {"alloc": "a", "free_completed": "f"}
+    events = [kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]
+    traces.append(" ".join(events))
+"""
+"""Script lines tracing each of ``calls`` (a list of zero-argument functions) alone into
+``traces``: its allocations (``a``) and completed frees (``f``) with their sizes, each result
+held so that no trace holds another call's frees."""
+
+
 TRACED_CALLS = """
 import json
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from planned import plan, script
 
+from memforensics.plan import scratch
+
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 GATHER = """
@@ -132,17 +134,53 @@ def test_an_accumulating_write_copies_a_transposed_target_and_a_broadcast_value(
     of it (8,192 B, held to the end), and a scalar value is broadcast to the indexed shape and
     made contiguous (20,000 B, after the linear index, freed before it); 5,000 keys of at most
     31 and 99 sort in one pass, so CUB holds no alternate keys or values: 2,048 B of bins,
-    2,048 of lookback for two 4,608-id tiles, 256 of counters, 255 to align (the range check
-    of a forward call is not made)."""
+    2,048 of lookback for two 4,608-id tiles, 256 of counters, 255 to align. Each forward call
+    first checks its index's range (``wrapIndexOnce``): ``aminmax``'s two 8-B bounds (5,000
+    ids reduce in one block, no staging), a 1-B ``bool`` for each ``_assert_async``, the
+    bounds freed."""
     script(tmp_path, WRITES)
     done = plan(tmp_path, "--device-capability", "9.0", "train.py")
     assert done.returncode == 0, done.stderr
+    assert scratch.staging_bytes((5000,), (1,), frozenset({0}), 16, 0, (9, 0), input_vec=4) is None
+    check = "a8 a8 a1 f1 a1 f1 f8 f8"
     sort = "a40000 a40000 a40000 a4607 f4607 f40000 f40000 f40000"
     expected = (
-        f"a8192 a40000 a40000 f40000 {sort} f40000 f8192 "
-        f"a40000 a40000 f40000 a20000 {sort} f20000 f40000"
+        f"a8192 {check} a40000 a40000 f40000 {sort} f40000 f8192 "
+        f"{check} a40000 a40000 f40000 a20000 {sort} f20000 f40000"
     )
     assert json.loads(done.stdout.splitlines()[0]) == expected.split()
+
+
+LONG_WRITE = """
+import json
+import torch
+m = torch.zeros(1000, device="cuda")
+ids = torch.randint(0, 1000, (1_000_000,), device="cuda")
+one = torch.ones((), device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=100000)
+m.index_put_((ids,), one, accumulate=True)
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+kept = {"alloc": "a", "free_completed": "f"}
+print(json.dumps([kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]))
+"""
+
+
+def test_a_forward_writes_range_check_stages_a_long_indexs_aminmax(tmp_path: Path) -> None:
+    """A forward ``index_put_`` of a million ids checks their range before wrapping them
+    (``wrapIndexOnce``): ``aminmax``'s two 8-B bounds, the staging buffer and semaphores its
+    reduction splits into (``MinMaxOps`` over ``int64``: a 16-B ``pair`` accumulator, 4 values
+    a load), a 1-B ``bool`` per ``_assert_async``, the bounds freed; then the wrapped index and
+    its product."""
+    n = 1_000_000
+    staged = scratch.staging_bytes((n,), (1,), frozenset({0}), 16, 0, (9, 0), input_vec=4)
+    assert staged is not None
+    buffer, semaphores = staged
+    check = f"a8 a8 a{buffer} a{semaphores} f{semaphores} f{buffer} a1 f1 a1 f1 f8 f8"
+    expected = f"{check} a{8 * n} a{8 * n} f{8 * n}".split()
+    script(tmp_path, LONG_WRITE)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])[: len(expected)] == expected
 
 
 SORTED = """

@@ -65,8 +65,13 @@ FORWARD = NONZERO.format(positions=2000) + " a4000 f2000 a4000"
 # positions freed as ``makeLinearIndex`` returns; the sorted indices, their original positions
 # and an ``arange``; 250 keys in one radix tile (1 B); all freed
 SORT = "a2000 a2000 a2000 a1 f1 f2000 f2000 f2000 f2000"
-ROWS = NONZERO.format(positions=2000) + " a2000 a2000 f2000 f2000 " + SORT
-BACKWARD = "a16000 " + ROWS  # after the gradient's zeros
+ROWS = " a2000 a2000 f2000 f2000 " + SORT
+# a forward put checks each index's range before wrapping it (``wrapIndexOnce``):
+# ``aminmax``'s two 8-B bounds (a strided column of the positions reduced as a contiguous
+# copy, freed as it returns; no staging for so few), a 1-B ``bool`` per ``_assert_async``,
+# the bounds freed; the backward's put (``unsafe``) checks none
+CHECK = "a8 a8 {copy}a1 f1 a1 f1 f8 f8"
+BACKWARD = "a16000 " + NONZERO.format(positions=2000) + ROWS  # after the gradient's zeros
 EXPECTED = {
     "bool-forward": FORWARD,
     "bool-backward": BACKWARD,
@@ -75,13 +80,16 @@ EXPECTED = {
     # 800 (800, 2) positions; each dimension's index wrapped and times its stride, the
     # second's product added into the first's and freed; 800 keys in one tile
     "cells": NONZERO.format(positions=12800)
-    + " a6400 a6400 f6400 a6400 a6400 f6400 f6400 f12800 a6400 a6400 a6400 a1 f1 f6400 f6400"
-    + " f6400 f6400",
+    + " "
+    + CHECK.format(copy="a6400 f6400 ")
+    + " a6400 a6400 f6400 "
+    + CHECK.format(copy="a6400 f6400 ")
+    + " a6400 a6400 f6400 f6400 f12800 a6400 a6400 a6400 a1 f1 f6400 f6400 f6400 f6400",
     # a mask on the host: its nonzero, the index wrapped and its product there, the product
     # copied over (the linear index), then the sort
     "host": "a2000 " + SORT,
     # a tensor assigned by a mask under deterministic algorithms sorts as an accumulating put
-    "deterministic": ROWS,
+    "deterministic": NONZERO.format(positions=2000) + " " + CHECK.format(copy="") + ROWS,
 }
 
 

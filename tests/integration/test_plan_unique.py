@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from planned import plan, script
+from planned import EACH_TRACED_ALONE, plan, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
-UNIQUES = """
+UNIQUES = (
+    """
 import json
 import torch
 x = torch.arange(10000, device="cuda") % 50
@@ -31,18 +32,12 @@ calls = [
     lambda: torch.unique(y, dim=0, return_inverse=True, return_counts=True),
     lambda: torch.unique_consecutive(y.t(), dim=1),
 ]
-traces, outs = [], []
-for call in calls:
-    torch.cuda.memory._record_memory_history(max_entries=100000)
-    outs.append(call())  # held, so that no trace holds another call's frees
-    trace = torch.cuda.memory._snapshot()["device_traces"][0]
-    torch.cuda.memory._record_memory_history(enabled=None)
-    kept = {"alloc": "a", "free_completed": "f"}
-    events = [kept[e["action"]] + str(e["size"]) for e in trace if e["action"] in kept]
-    traces.append(" ".join(events))
-u = torch.unique(x)
+"""
+    + EACH_TRACED_ALONE
+    + """u = torch.unique(x)
 print(json.dumps({"traces": traces, "kept": [u.numel(), u.untyped_storage().nbytes()]}))
 """
+)
 """Seven calls on values the script made (50 distinct of 10,000, runs of 7 floats, a mask,
 three distinct rows), each traced alone on 9.0."""
 
@@ -66,12 +61,19 @@ TRACES = [
     # a mask: the 4-byte count of true values, the one-tile reduction (1 B), the values (2 B)
     # and the counts (16 B) shrunk to the two kinds present
     "a4 a1 f1 a2 a16 f4",
-    # rows (Thrust): the rows' positions, their running sum and the inverse, an ``arange`` of
-    # 1,001, the counts of the 3 distinct rows, then ``index_select``'s 3 rows
-    "a8000 a8000 a8000 f8000 a8008 a24 f8008 a96 f8000",
+    # rows (Thrust): the rows' positions, the merge sort's 8,703 B (a partition for one tile
+    # and one more, 8 B, and the alternate keys, 8,000 B, each rounded to 256, + 255), their
+    # running sum and the inverse, ``adjacent_difference``'s 255 B, ``inclusive_scan``'s
+    # 1,279 B (one tile of 224 x 12: 33 16-byte states, aliased twice), an ``arange`` of
+    # 1,001, ``unique_by_key``'s 1,535 B (one tile of 448 x 11: 33 8-byte states, aliased
+    # three times, beside a 4-byte count), the counts of the 3 distinct rows,
+    # ``adjacent_difference``'s 255 B, then ``index_select``'s 3 rows
+    "a8000 a8703 f8703 a8000 a8000 a255 f255 a1279 f1279 f8000 "
+    "a8008 a1535 f1535 a24 a255 f255 f8008 a96 f8000",
     # columns of the transpose: moved to the front they are the rows as they lie (no copy);
-    # every column a run of its own
-    "a8000 a32000 f8000",
+    # no sort; ``unique``'s 1,535 B (4 tiles of 64 x 5: 36 8-byte states beside a 4-byte
+    # count); every column a run of its own
+    "a8000 a1535 f1535 a32000 f8000",
 ]
 
 

@@ -99,7 +99,7 @@ sizeof(KeyT) == 4 && !KEYS_ONLY ? 17 : 21``, ``OnesweepPolicyKey32``'s ``sizeof(
 
 def _policy(capability: tuple[int, int]) -> RadixPolicy | None:
     """The policy a device of ``capability`` runs, or None before 7.0."""
-    return _by_architecture(POLICIES, capability)
+    return by_architecture(POLICIES, capability)
 
 
 def _scaled(threads: int, items: int, dominant: int) -> tuple[int, int]:
@@ -161,7 +161,7 @@ def radix_sort_pairs(
     policy = _policy(capability)
     if policy is None:
         return None
-    narrow = _by_architecture(NARROW_VALUE_ONESWEEP, capability) if value_bytes == 4 else None
+    narrow = by_architecture(NARROW_VALUE_ONESWEEP, capability) if value_bytes == 4 else None
     if narrow is not None:
         if key_bytes not in narrow:
             return None
@@ -214,11 +214,11 @@ def radix_sort_keys(
     if key_bytes == 8:
         onesweep = (policy.onesweep_threads, policy.keys_only_items)
     elif key_bytes == 4:
-        arch = _by_architecture(KEYS_ONLY_KEY32_ITEMS, capability) or 0
+        arch = by_architecture(KEYS_ONLY_KEY32_ITEMS, capability) or 0
         float_less = 1 if float_keys and capability[0] * 100 >= SMALL_KEY_ARCH else 0
         onesweep = (policy.onesweep_threads, arch - float_less)
     else:
-        small = _by_architecture(SMALL_KEYS_ONLY_ONESWEEP, capability)
+        small = by_architecture(SMALL_KEYS_ONLY_ONESWEEP, capability)
         if small is None or key_bytes not in small:
             return None
         onesweep = small[key_bytes]
@@ -282,6 +282,18 @@ NARROW_SCAN_BY_KEY_TILES = {
 9, ``sm80_tuning`` 256 of 15, ``sm90_tuning`` 288 of 14, ``sm100_tuning`` 224 of 20. Its
 status word is 16 B still (an ``int`` and a 4-byte value make 8 B, ``Log2<9>`` rounds it up)."""
 
+WIDE_VALUE_UNIQUE_BY_KEY_TILES = {
+    700: 64 * 5,
+    800: 192 * 7,
+    860: 64 * 5,
+    900: 448 * 11,
+    1000: 448 * 11,
+}
+"""``DeviceSelect::UniqueByKey``'s tile for 8-byte keys beside 8-byte values (Thrust's
+``unique_by_key`` of ``int64_t`` positions and an ``int64_t`` range): ``DefaultPolicy<11, 64>``
+(5 items of 8 bytes) on 7.x and 8.6, ``sm80_tuning`` 192 threads of 7, ``sm90_tuning`` 448 of
+11, which ``sm100_tuning`` inherits for these sizes."""
+
 T = TypeVar("T")
 
 
@@ -290,7 +302,7 @@ def _tiles(items: int, tile: int) -> int:
     return -(-items // tile)
 
 
-def _by_architecture(tiles: dict[int, T], capability: tuple[int, int]) -> T | None:
+def by_architecture(tiles: dict[int, T], capability: tuple[int, int]) -> T | None:
     """The entry of the policy a device of ``capability`` runs: the newest not newer than its
     architecture, or None before the oldest."""
     arch = capability[0] * 100 + capability[1] * 10
@@ -298,7 +310,7 @@ def _by_architecture(tiles: dict[int, T], capability: tuple[int, int]) -> T | No
     return tiles[max(chosen)] if chosen else None
 
 
-def _tile_state(tiles: int, value_bytes: int, primitive: bool) -> int:
+def tile_state(tiles: int, value_bytes: int, primitive: bool) -> int:
     """``ScanTileState::AllocationSize`` for ``tiles`` tiles (CCCL 3.0,
     ``tile_state_allocation_size``): three temporaries aliased in one (descriptors, partials,
     inclusives), one of each per tile and :data:`TILE_STATUS_PADDING`. A ``primitive`` value
@@ -321,13 +333,19 @@ def _mem_bound(threads: int, items: int, size: int) -> tuple[int, int]:
     return min(threads, bound), scaled_items
 
 
-def inclusive_scan(items: int, accum_bytes: int, primitive: bool) -> int:
+def inclusive_scan(
+    items: int,
+    accum_bytes: int,
+    primitive: bool,
+    policy: tuple[int, int] = SCAN_POLICY,
+) -> int:
     """Bytes of ``DeviceScan::InclusiveScan``'s (or ``ExclusiveScan``'s) temporary storage
     (CCCL 3.0, ``DispatchScan::Invoke``) for ``items`` values accumulated in ``accum_bytes``:
-    the tile states of its decoupled look-back, a tile being :data:`SCAN_POLICY` scaled to the
-    value's size, which ``Invoke`` aliases again as its one temporary."""
-    threads, per_thread = _mem_bound(*SCAN_POLICY, accum_bytes)
-    return aliased([_tile_state(_tiles(items, threads * per_thread), accum_bytes, primitive)])
+    the tile states of its decoupled look-back, a tile being ``policy``'s nominal (threads,
+    items per thread) (:data:`SCAN_POLICY` unless tuned) scaled to the value's size, which
+    ``Invoke`` aliases again as its one temporary."""
+    threads, per_thread = _mem_bound(*policy, accum_bytes)
+    return aliased([tile_state(_tiles(items, threads * per_thread), accum_bytes, primitive)])
 
 
 def exclusive_scan(items: int, capability: tuple[int, int], value_bytes: int = 8) -> int | None:
@@ -339,15 +357,26 @@ def exclusive_scan(items: int, capability: tuple[int, int], value_bytes: int = 8
     return inclusive_scan(items, value_bytes, primitive=True)
 
 
-def unique_by_key(items: int, capability: tuple[int, int], key_bytes: int = 8) -> int | None:
+def unique_by_key(
+    items: int,
+    capability: tuple[int, int],
+    key_bytes: int = 8,
+    value_bytes: int = 4,
+    offset_bytes: int = 8,
+) -> int | None:
     """Bytes of ``DeviceSelect::UniqueByKey``'s storage for ``items`` keys of 8 (or 4)
-    ``key_bytes`` beside ``int`` values (a counting iterator) with 64-bit offsets: the tile
-    states and no virtual shared memory (every policy's tile of keys fits a block's)."""
-    tiles_by = NARROW_UNIQUE_BY_KEY_TILES if key_bytes == 4 else UNIQUE_BY_KEY_TILES
-    tile = _by_architecture(tiles_by, capability)
+    ``key_bytes`` beside ``int`` values (a counting iterator; or 8-byte keys beside 8-byte
+    ``value_bytes``) with 64-bit (or 4 ``offset_bytes``) offsets: the tile states
+    (``ScanTileState<OffsetT>``) and no virtual shared memory (every policy's tile of keys
+    fits a block's)."""
+    if value_bytes == 8:
+        tiles_by = WIDE_VALUE_UNIQUE_BY_KEY_TILES
+    else:
+        tiles_by = NARROW_UNIQUE_BY_KEY_TILES if key_bytes == 4 else UNIQUE_BY_KEY_TILES
+    tile = by_architecture(tiles_by, capability)
     if tile is None:
         return None
-    return aliased([_tile_state(_tiles(items, tile), 8, primitive=True), 0])
+    return aliased([tile_state(_tiles(items, tile), offset_bytes, primitive=True), 0])
 
 
 def scan_by_key(items: int, capability: tuple[int, int], key_bytes: int = 8) -> int | None:
@@ -356,7 +385,7 @@ def scan_by_key(items: int, capability: tuple[int, int], key_bytes: int = 8) -> 
     padding (``ReduceByKeyScanTileState``, not aliased on its own), and the last key of each
     tile and one more."""
     tiles_by = NARROW_SCAN_BY_KEY_TILES if key_bytes == 4 else SCAN_BY_KEY_TILES
-    tile = _by_architecture(tiles_by, capability)
+    tile = by_architecture(tiles_by, capability)
     if tile is None:
         return None
     tiles = _tiles(items, tile)
@@ -400,9 +429,9 @@ def select_flagged(items: int, capability: tuple[int, int]) -> int:
     ``DispatchSelectIf::Invoke``) for ``items`` below ``INT32_MAX`` (one partition): the tile
     states of its look-back over ``int32`` offsets, sized as the scan's are, beside no virtual
     shared memory and no streaming counters, aliased in one."""
-    policy = _by_architecture(SELECT_FLAGGED_TILES, capability)
+    policy = by_architecture(SELECT_FLAGGED_TILES, capability)
     threads, per_thread = policy if policy is not None else SELECT_FLAGGED_TILES[500]
-    states = _tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
+    states = tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
     return aliased([states, 0, 0])
 
 
@@ -423,11 +452,10 @@ def inclusive_sum_truncating(items: int, capability: tuple[int, int]) -> int | N
     """Bytes of ``DeviceScan::InclusiveScan``'s storage summing ``items`` ``int`` into
     ``int64_t`` (an ``int`` accumulator), for capability 7.0 and up: the tile states of its
     look-back (8-byte words), aliased twice as :func:`inclusive_scan`'s."""
-    policy = _by_architecture(INCLUSIVE_SUM_TRUNCATING_TILES, capability)
+    policy = by_architecture(INCLUSIVE_SUM_TRUNCATING_TILES, capability)
     if policy is None:
         return None
-    threads, per_thread = _mem_bound(*policy, 4)
-    return aliased([_tile_state(_tiles(items, threads * per_thread), 4, primitive=True)])
+    return inclusive_scan(items, 4, True, policy)
 
 
 SELECT_UNIQUE_TILES: dict[int, dict[int, tuple[int, int]]] = {
@@ -452,11 +480,11 @@ def select_unique(
     ``DispatchSelectIf::Invoke``) for ``items`` below ``INT32_MAX`` of ``item_bytes``: the tile
     states of its look-back over ``int32`` offsets, as :func:`select_flagged`'s; None before
     7.0."""
-    tiles = _by_architecture(SELECT_UNIQUE_TILES, capability)
+    tiles = by_architecture(SELECT_UNIQUE_TILES, capability)
     if tiles is None or item_bytes not in tiles:
         return None
     threads, per_thread = tiles[item_bytes] if primitive else (128, 10)
-    states = _tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
+    states = tile_state(_tiles(items, threads * per_thread), 4, primitive=True)
     return aliased([states, 0, 0])
 
 

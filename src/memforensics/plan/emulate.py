@@ -965,7 +965,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
             return out
         self._track_outputs(_in_made_order(func, out), step, reused)
         self.reads.made(func, args, kwargs or {}, out)
-        self._scratch(func, args, kwargs or {}, out, backward=step is not None)
+        self._scratch(func, args, kwargs or {}, out, node=step[1] if step else None)
         for block in reversed(copied):
             self.device.free(block)
         return out
@@ -977,14 +977,22 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         return out
 
     def _scratch(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, *, backward: bool
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        *,
+        node: str | None,
     ) -> None:
         """What CUDA allocates for ``func`` beside its output: the copies of operands cuBLAS
         cannot read as they lie (:mod:`~memforensics.plan.operands`) and the converted input
         of a cumulative operator (:mod:`~memforensics.plan.cumulative`), held while cuBLAS's and
         cuBLASLt's workspaces for a product are taken; a reduction's staging buffer; a fused
         attention kernel's own scratch, an accumulating ``index_put_``'s sort, an embedding's
-        backward's and a long row's (:mod:`~memforensics.plan.kernel_scratch`)."""
+        backward's and a long row's (:mod:`~memforensics.plan.kernel_scratch`). ``node``: the
+        autograd node whose backward runs ``func``, if any."""
+        backward = node is not None
         role = _SCRATCH_ROLES.get(func)
         if role is None:
             return
@@ -1012,7 +1020,7 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         elif role == _KERNEL:
             self.kernel_scratch.after(func, args)
         elif role == _INDEX_PUT:
-            self.kernel_scratch.index_put(args, kwargs)
+            self.kernel_scratch.index_put(args, kwargs, node)
         elif role == _EMBEDDING_BACKWARD:
             self.kernel_scratch.embedding.after(func, args, kwargs)
         elif role == _SORT:
@@ -1104,16 +1112,8 @@ class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped 
         staging buffer and its semaphores for the kernel's length, freed in the reverse order
         (``gpu_reduce_kernel``); the copy last."""
         found = reductions.staged(func, args, kwargs, out, self.capability)
-        if found is None:
-            return
-        copy = self.malloc(found.copy) if found.copy else None
-        if found.staging is not None:
-            buffer = self.malloc(found.staging[0])
-            semaphores = self.malloc(found.staging[1])
-            self.device.free(semaphores)
-            self.device.free(buffer)
-        if copy is not None:
-            self.device.free(copy)
+        if found is not None:
+            reductions.take(found, self.malloc, self.device.free)
 
     def _in_parts(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func`` run as the operators it is made of, each through this mode: a composite's

@@ -21,7 +21,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from memforensics.plan import attention, cub_storage, embedding_backward, inplace, scratch
+from memforensics.plan import (
+    attention,
+    cub_storage,
+    embedding_backward,
+    inplace,
+    reductions,
+    scratch,
+)
 from memforensics.plan.known import MASK_DTYPES
 from memforensics.plan.shapes import MASKED
 
@@ -52,6 +59,13 @@ accumulate (:class:`SortedIndexing`)."""
 _PUT = torch.ops.aten.index_put_.default
 """The put whose masks' counts :meth:`KernelScratch.index_put` asks for, whichever of
 :data:`INDEX_PUTS` it makes."""
+INDEX_BACKWARD = "IndexBackward0"
+"""The node whose ``index_backward`` (``FunctionsManual.cpp``) puts the gradient with
+``_index_put_impl_(…, accumulate=true, unsafe=true)`` on CUDA: no range check. Under the plan
+its ``areAnyTensorSubclassLike`` answers true and it calls ``index_put``, which has no
+``unsafe``, so the node tells it apart."""
+AMINMAX = torch.ops.aten.aminmax.default
+"""The reduction ``wrapIndexOnce`` checks an index's range with."""
 SORT = torch.ops.aten.sort.default
 SORTS = frozenset((SORT, torch.ops.aten.sort.stable))
 """``sort`` (and ``argsort``, which sorts), whose long rows CUDA sorts with CUB
@@ -138,6 +152,13 @@ def _foreach_norm_partials(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int
     return scratch.foreach_norm_partials([t.numel() for t in tensors], opmath)
 
 
+def _as_long(index: torch.Tensor) -> torch.Tensor:
+    """``index`` as ``makeLinearIndex`` holds it: an ``int32`` one made ``int64`` by ``to``
+    (its strides kept where dense), an ``int64`` one as it is (a mask's column of its
+    ``nonzero``, strided)."""
+    return index if index.dtype == torch.long else torch.empty_like(index, dtype=torch.long)
+
+
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """The shape ``expand_outplace`` gives index tensors of ``shapes``."""
     rank = max(len(shape) for shape in shapes)
@@ -184,8 +205,14 @@ class SortedIndexing(NamedTuple):
     (``makeLinearIndex``'s ``expandTensors``), one index per dimension it covers, whose
     ``(count, ndim)`` positions ``makeLinearIndex`` holds until it returns, as the ``int64``
     copies; one on the host runs its ``nonzero`` there, and only each dimension's product is
-    copied over. The range check of a forward ``index_put_`` (``aminmax`` and two asserts on
-    scalars) is not made."""
+    copied over.
+
+    A forward ``index_put_`` (``unsafe`` false) checks each index on the device before it is
+    wrapped (``wrapIndexOnce``): ``aminmax`` of the broadcast index (its two 8-B bounds and
+    the reduction's own copy and staging, :func:`~memforensics.plan.reductions.staged`), then
+    ``_assert_async`` of ``max < size`` and of ``min >= -size`` (a 1-B ``bool`` each, freed
+    after its assert), the bounds freed after both. The backward's put (``unsafe``) checks
+    none."""
 
     indices: int
     """Indices after broadcasting."""
@@ -195,6 +222,9 @@ class SortedIndexing(NamedTuple):
     widened: tuple[int, ...]
     dimensions: tuple[bool, ...]
     """Per indexed dimension, whether its index is on the device (wrapped there)."""
+    checked: tuple[torch.Tensor | None, ...]
+    """Per indexed dimension, the broadcast ``int64`` index whose range is checked on the
+    device, None where none is (an index on the host, or an ``unsafe`` put)."""
     value_copy: int
     permuted_copy: int
     slice_size: int
@@ -208,10 +238,13 @@ class SortedIndexing(NamedTuple):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         masks: Sequence[tuple[torch.Tensor, int]] = (),
+        *,
+        unsafe: bool = False,
     ) -> SortedIndexing | None:
         """The scratch of ``_index_put_impl_``'s arguments on stand-ins, with the count of
         each mask on the device (:meth:`~memforensics.plan.shapes.Shapes.inner_nonzeros`), or
-        None where it does not sort (:func:`sorts`) or is not sized here."""
+        None where it does not sort (:func:`sorts`) or is not sized here. ``unsafe``: the put
+        checks no index's range, whatever its arguments say (:data:`INDEX_BACKWARD`)."""
         target, indices, values = args[0], args[1], args[2]
         if not (isinstance(target, torch.Tensor) and target.is_meta) or not sorts(args, kwargs):
             return None
@@ -226,8 +259,10 @@ class SortedIndexing(NamedTuple):
             elif id(index) not in counts:
                 return None  # a zero-dimensional mask
             else:  # ``nonzero(mask).select(1, j)`` for each dimension it covers
-                selected = torch.empty((counts[id(index)],), dtype=torch.long, device="meta")
-                placed += [selected] * index.dim()
+                found = torch.empty(
+                    (counts[id(index)], index.dim()), dtype=torch.long, device="meta"
+                )
+                placed += [found.select(1, j) for j in range(index.dim())]
         placed += [None] * (target.dim() - len(placed))
         defined = [i for i in placed if isinstance(i, torch.Tensor)]
         if not defined:
@@ -248,6 +283,10 @@ class SortedIndexing(NamedTuple):
             value_copy = math.prod(value_shape) * values.element_size()
         size = target.numel() * target.element_size()
         slice_size = math.prod(after)
+        unsafe = unsafe or bool(args[4] if len(args) > 4 else kwargs.get("unsafe", False))
+        checked = tuple(
+            None if unsafe or not i.is_meta else _as_long(i).expand(shape) for i in defined
+        )
         return cls(
             indices=math.prod(shape),
             masks=tuple(masks),
@@ -256,6 +295,7 @@ class SortedIndexing(NamedTuple):
                 i.numel() * _INDEX for i in defined if i.is_meta and i.dtype == torch.int32
             ),
             dimensions=tuple(i.is_meta for i in defined),
+            checked=checked,
             value_copy=value_copy,
             permuted_copy=0 if together else size,
             slice_size=slice_size,
@@ -447,7 +487,9 @@ class KernelScratch:
         if size:
             self._free(self._malloc(size))
 
-    def index_put(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def index_put(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], node: str | None = None
+    ) -> None:
         """``index_put_with_sort_kernel``'s scratch, in its order (:class:`SortedIndexing`):
         the copies held to the end, the linear index computed dimension by dimension, the sort's
         vectors and CUB's temporary storage, freed as the sort returns; the rest freed as the
@@ -457,23 +499,14 @@ class KernelScratch:
         if not sorts(args, kwargs):
             return
         masks = self._masks(_PUT, args, kwargs) if self._masks is not None else []
-        found = SortedIndexing.of(args, kwargs, masks)
+        found = SortedIndexing.of(args, kwargs, masks, unsafe=node == INDEX_BACKWARD)
         if found is None:
             return
         count = found.indices
         held = [self._malloc(found.self_copy)] if found.self_copy else []
         widened = self._inner_nonzeros(list(found.masks))
         widened += [self._malloc(n) for n in found.widened]
-        linear = None
-        for on_device in found.dimensions:
-            wrapped = self._malloc(count * _INDEX) if on_device else None
-            product = self._malloc(count * _INDEX)
-            if wrapped is not None:
-                self._free(wrapped)
-            if linear is None:
-                linear = product
-            else:
-                self._free(product)
+        linear = self._linear_index(found)
         for block in widened:
             self._free(block)
         held.append(linear)
@@ -491,6 +524,39 @@ class KernelScratch:
                 self._free(block)
         for block in reversed(held):
             self._free(block)
+
+    def _linear_index(self, found: SortedIndexing) -> Any:
+        """``computeLinearIndex``'s blocks: per indexed dimension its range check
+        (:meth:`_range_check`), the index wrapped on the device (freed at once) and its
+        product with the stride, each product after the first added into the first and freed;
+        the first, the linear index, is returned."""
+        count, linear = found.indices, None
+        for on_device, checked in zip(found.dimensions, found.checked, strict=True):
+            if checked is not None and count:
+                self._range_check(checked)
+            wrapped = self._malloc(count * _INDEX) if on_device else None
+            product = self._malloc(count * _INDEX)
+            if wrapped is not None:
+                self._free(wrapped)
+            if linear is None:
+                linear = product
+            else:
+                self._free(product)
+        return linear
+
+    def _range_check(self, index: torch.Tensor) -> None:
+        """``wrapIndexOnce``'s check of ``index`` on the device: ``aminmax``'s two bounds and
+        the reduction's own blocks, the two compared ``bool`` scalars (each freed after its
+        ``_assert_async``), then the bounds, the minimum first (the tuple's first element)."""
+        low, high = self._malloc(_INDEX), self._malloc(_INDEX)
+        bound = torch.empty((), dtype=torch.long, device="meta")
+        found = reductions.staged(AMINMAX, (index,), {}, (bound, bound), self._capability)
+        if found is not None:
+            reductions.take(found, self._malloc, self._free)
+        for _ in range(2):
+            self._free(self._malloc(1))
+        self._free(low)
+        self._free(high)
 
     def sort(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``sort_cuda_kernel``'s scratch (``aten/src/ATen/native/cuda/Sort.cpp``,

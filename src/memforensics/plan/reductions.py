@@ -225,3 +225,17 @@ def staged(
     if not copy and staging is None:
         return None
     return Staged(copy, staging)
+
+
+def take(found: Staged, malloc: Callable[[int], Any], free: Callable[[Any], None]) -> None:
+    """A reduction's blocks beside its outputs, in ``gpu_reduce_kernel``'s order: the copy of
+    its input it reads, if any; then, where it splits across thread blocks, a staging buffer
+    and its semaphores for the kernel's length, freed in the reverse order; the copy last."""
+    copy = malloc(found.copy) if found.copy else None
+    if found.staging is not None:
+        buffer = malloc(found.staging[0])
+        semaphores = malloc(found.staging[1])
+        free(semaphores)
+        free(buffer)
+    if copy is not None:
+        free(copy)

@@ -27,13 +27,14 @@ indices after them.
 
 With ``dim`` (``unique_dim_cuda_template``, ``Unique.cu``) Thrust sorts the slices' positions:
 the input moved to put ``dim`` first and made contiguous where that is not the input itself,
-the positions (an ``arange`` of the m slices, 8 B each, later shrunk), with
-``return_inverse`` their running sum (m * 8) and the inverse (an output, m * 8), the running
-sum freed; with ``return_counts`` an ``arange`` of m + 1 and the counts (an output, as many
-as the distinct slices), the ``arange`` freed; then ``index_select``'s output, the positions
-and the copy freed. Thrust's own temporaries (``thrust::sort`` by a comparator,
-``unique``, ``unique_by_key``, ``inclusive_scan``, ``adjacent_difference`` through
-``ThrustAllocator``) are not sized here.
+the positions (an ``arange`` of the m slices, 8 B each, later shrunk), for ``unique`` the
+merge sort's storage; with ``return_inverse`` their running sum (m * 8) and the inverse (an
+output, m * 8), ``adjacent_difference``'s and ``inclusive_scan``'s storage, the running sum
+freed; without ``return_counts`` ``unique``'s storage, with it an ``arange`` of m + 1,
+``unique_by_key``'s storage, the counts (an output, as many as the distinct slices) and
+``adjacent_difference``'s storage, the ``arange`` freed; then ``index_select``'s output, the
+positions and the copy freed. Thrust's storage (through ``ThrustAllocator``, one block a
+call) is :mod:`~memforensics.plan.thrust_storage`'s.
 
 CUB's sizes are :mod:`~memforensics.plan.cub_storage`'s; where it cannot size one, none is
 taken. The outputs' shapes are the plan's answers (:mod:`~memforensics.plan.shapes`); each
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan import cub_storage
+from memforensics.plan import cub_storage, thrust_storage
 
 if TYPE_CHECKING:
     from memforensics.plan.shapes import Shapes
@@ -132,7 +133,7 @@ class Unique:
         found = shaped(tensor, return_inverse, return_counts, dim)
         if dim is None:
             return self._unique(found, tensor, True, return_inverse, return_counts)
-        return self._dim(found, tensor, dim, return_inverse, return_counts)
+        return self._dim(found, tensor, dim, True, return_inverse, return_counts)
 
     def unique_dim(
         self,
@@ -145,7 +146,7 @@ class Unique:
     ) -> tuple[torch.Tensor, ...]:
         """``unique_dim`` (``torch.unique`` with ``dim``)."""
         found = shaped(tensor, dim, sorted, return_inverse, return_counts)
-        return self._dim(found, tensor, dim, return_inverse, return_counts)
+        return self._dim(found, tensor, dim, False, return_inverse, return_counts)
 
     def dim_consecutive(
         self,
@@ -157,7 +158,7 @@ class Unique:
     ) -> tuple[torch.Tensor, ...]:
         """``unique_dim_consecutive``."""
         found = shaped(tensor, dim, return_inverse, return_counts)
-        return self._dim(found, tensor, dim, return_inverse, return_counts)
+        return self._dim(found, tensor, dim, True, return_inverse, return_counts)
 
     def _made(self, full: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """An output made as CUDA makes it, ``full`` long, and shrunk by ``resize_`` to
@@ -167,7 +168,8 @@ class Unique:
         return made.resize_(like.shape)
 
     def _cub(self, size: int | None) -> None:
-        """CUB's storage taken and freed (``CUB_WRAPPER``), where it is sized."""
+        """CUB's storage taken and freed (``CUB_WRAPPER``), or Thrust's (a
+        ``temporary_array`` through ``ThrustAllocator``), where it is sized."""
         if size is not None:
             self._free(self._malloc(size))
 
@@ -250,27 +252,36 @@ class Unique:
         shaped: tuple[torch.Tensor, ...],
         tensor: torch.Tensor,
         dim: int,
+        consecutive: bool,
         inverse: bool,
         counts: bool,
     ) -> tuple[torch.Tensor, ...]:
-        """``unique_dim_cuda_template``'s blocks for ``tensor`` along ``dim`` (Thrust's own
-        temporaries not sized)."""
+        """``unique_dim_cuda_template``'s blocks for ``tensor`` along ``dim``, Thrust's
+        temporaries among them (:mod:`~memforensics.plan.thrust_storage`)."""
         slices = tensor.shape[dim] if tensor.dim() else 0
         if slices == 0 or 0 in tensor.shape or not self._planned(tensor):
             return shaped
-        malloc, free = self._malloc, self._free
+        malloc, free, capability = self._malloc, self._free, self._capability
         moved = tensor.movedim(dim, 0)
         held = [] if moved.is_contiguous() else [malloc(tensor.numel() * tensor.element_size())]
         held.append(malloc(slices * _INDEX))
+        if not consecutive:
+            self._cub(thrust_storage.merge_sort_keys(slices, capability))
         values, inverse_out, counts_out = shaped
         made_inverse, made_counts = _none(), _none()  # CUDA's, where not asked for
         if inverse:
             running = malloc(slices * _INDEX)
             made_inverse = self._made((slices,), inverse_out)
+            self._cub(thrust_storage.adjacent_difference())
+            self._cub(thrust_storage.inclusive_sum(slices, capability))
             free(running)
-        if counts:
+        if not counts:
+            self._cub(thrust_storage.unique(slices))
+        else:
             ends = malloc((slices + 1) * _INDEX)
+            self._cub(thrust_storage.unique_by_key(slices, capability))
             made_counts = self._made(tuple(counts_out.shape), counts_out)
+            self._cub(thrust_storage.adjacent_difference())
             free(ends)
         made_values = self._made(tuple(values.shape), values)
         for block in reversed(held):
