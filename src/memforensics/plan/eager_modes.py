@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-class EagerDispatchMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
+class EagerDispatchMode(TorchDispatchMode):  # type: ignore[misc, no-untyped-call, unused-ignore]
     """A ``TorchDispatchMode`` whose ``__torch_dispatch__`` torch does not wrap for dynamo."""
 
     @classmethod
