@@ -20,6 +20,11 @@ A third is a reinforcement-learning update loop: ``plan_scripts/policy_steps.py`
 on a policy of 64-unit layers with Adam (some two hundred and fifty tiny operators a step),
 against the same script run on the CPU (``--device cpu``): what a user compares a plan with.
 
+A fourth is the stack the planned device records under each allocation: a capture 48 frames
+deep (a GPT-2 ``generate`` loop's depth) of a chain of callers seen before, as most captures
+are, against the bare walk of ``f_back`` over the same frames (what reading any Python stack
+costs), in-process CPU time.
+
     python benchmarks/bench_plan.py [--json PATH] [--quick]
 """
 
@@ -31,6 +36,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import Figure, figure, parse_args, report, shared_data
@@ -119,11 +127,52 @@ def main() -> int:
         ),
     ]
     figures.append(_policy(repeats, 100 if args.quick else 500))
+    figures.append(_stack_capture(repeats))
     if importlib.util.find_spec("transformers") is not None:
         figures.extend(_generate(repeats))
     else:
         print("GPT-2 generate: not run (transformers is not installed)")
     return report("memforensics plan on small-lm-forward-backward", figures, args.json)
+
+
+def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure:
+    """A capture of a chain seen before, ``depth`` frames deep, against the bare walk."""
+    from memforensics.plan.device import _StackCapture
+
+    capture = _StackCapture(())
+
+    def allocate() -> object:
+        return capture()
+
+    def bare() -> None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            frame = frame.f_back
+
+    def timed(one: Callable[[], object]) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.process_time()
+            for _ in range(calls):
+                one()
+            best = min(best, time.process_time() - start)
+        return best / calls * 1e9
+
+    def nested(level: int) -> tuple[float, float]:
+        if level:
+            return nested(level - 1)
+        allocate()
+        return timed(allocate), timed(bare)
+
+    below = len(traceback.extract_stack())  # the frames under this function's
+    captured, walked = nested(depth - below - 2)
+    return figure(
+        f"stack capture, {depth} frames, chain seen before, CPU",
+        "bare f_back walk",
+        captured,
+        walked,
+        "ns",
+    )
 
 
 def _policy(repeats: int, steps: int) -> Figure:

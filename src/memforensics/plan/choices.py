@@ -454,11 +454,13 @@ def caches_in_inference_mode() -> bool:
     recent ones do not cache there (a cast made under inference mode cannot serve autograd
     later), so the installed one is asked, not its version read. Asked with the caller's
     dispatch modes set aside, once."""
-    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from memforensics.plan.eager_modes import EagerDispatchMode
 
     reached: list[torch.Tensor] = []
 
-    class Operands(TorchDispatchMode):  # type: ignore[misc, no-untyped-call, unused-ignore]
+    class Operands(EagerDispatchMode):  # type: ignore[misc, no-untyped-call, unused-ignore]
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:

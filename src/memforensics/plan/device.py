@@ -117,7 +117,16 @@ class _StackCapture:
     by the code object itself: a code object hashes its whole contents (bytecode, constants,
     names) on every lookup, more than a microsecond for a large function, on each of the
     dozens of frames under every allocation. The cache holds each code object it keys, so no
-    other takes its ``id`` while its positions are kept."""
+    other takes its ``id`` while its positions are kept.
+
+    Stacks seen before are found in a tree of code positions, innermost first, one node per
+    distinct chain of callers: a walk through known nodes takes the stack kept at its end, with
+    no frame described and no stack built, hashed or compared (an allocation's stack is a few
+    dozen frames, and most allocations repeat a chain seen before). A node maps a caller's last
+    instruction to ``(code, next node)``, the code object compared by identity; a second code
+    at the same instruction is keyed by ``(id(code), instruction)``. The stack is kept under
+    the key None of the node where the chain ends; a chain that stops at autograd's engine
+    (``on_autograd_thread``) ends in ``(code, None, stack)``."""
 
     _LIMIT = 1 << 16
 
@@ -126,17 +135,40 @@ class _StackCapture:
         self._frames: dict[tuple[int, int], fmt.Frame | None] = {}
         self._codes: dict[int, CodeType] = {}
         self._stacks: dict[fmt.Stack, fmt.Stack] = {}
+        self._chains: dict[bool, dict[Any, Any]] = {False: {}, True: {}}
+        self._nodes = 0
 
     def __call__(self, *, on_autograd_thread: bool = False) -> fmt.Stack:
         """The stack now; ``on_autograd_thread``: only the frames autograd's engine runs (a
         hook's, a custom ``Function``'s backward), which on a GPU run on the engine's device
         thread with no frame of the script's below them; none where the engine was not
         entered from Python."""
+        start = sys._getframe(2)
+        frame: FrameType | None = start
+        node: Any = self._chains[on_autograd_thread]
+        while frame is not None:
+            code = frame.f_code
+            entry = node.get(frame.f_lasti)
+            if entry is None or entry[0] is not code:
+                entry = node.get((id(code), frame.f_lasti))
+                if entry is None:
+                    return self._walked(start, on_autograd_thread)
+            node = entry[1]
+            if node is None:  # autograd's engine entered here
+                return entry[2]  # type: ignore[no-any-return]
+            frame = frame.f_back
+        stack = node.get(None)
+        return self._walked(start, on_autograd_thread) if stack is None else stack
+
+    def _walked(self, start: FrameType, on_autograd_thread: bool) -> fmt.Stack:
+        """The stack under ``start``, described frame by frame, and its chain kept."""
         frames: list[fmt.Frame] = []
-        frame: FrameType | None = sys._getframe(2)
+        chain: list[tuple[CodeType, int]] = []
+        frame: FrameType | None = start
         cache = self._frames
         while frame is not None:
             code = frame.f_code
+            chain.append((code, frame.f_lasti))
             if on_autograd_thread and _enters_engine(code):
                 break
             key = (id(code), frame.f_lasti)
@@ -149,16 +181,52 @@ class _StackCapture:
         if on_autograd_thread and frame is None:
             frames = []
         stack = tuple(frames)
-        if len(self._stacks) >= self._LIMIT:
-            self._stacks.clear()
-        return self._stacks.setdefault(stack, stack)
+        if len(self._stacks) >= self._LIMIT or self._nodes >= self._LIMIT:
+            self._forget()
+        stack = self._stacks.setdefault(stack, stack)
+        self._chain(self._chains[on_autograd_thread], chain, stack, stopped=frame is not None)
+        return stack
+
+    def _chain(
+        self,
+        node: dict[Any, Any],
+        chain: list[tuple[CodeType, int]],
+        stack: fmt.Stack,
+        *,
+        stopped: bool,
+    ) -> None:
+        """Keep the chain of positions ``chain`` from ``node`` (innermost first) as leading to
+        ``stack``; ``stopped``: its last position is autograd's engine entry, which ends it."""
+        for code, lasti in chain[:-1] if stopped else chain:
+            entry = node.get(lasti)
+            if entry is None or entry[0] is not code:
+                entry = node.get((id(code), lasti))
+            if entry is None:
+                key: Any = lasti if lasti not in node else (id(code), lasti)
+                entry = node[key] = (code, {})
+                self._nodes += 1
+            node = entry[1]
+        if stopped:
+            code, lasti = chain[-1]
+            entry = (code, None, stack)
+            key = lasti if node.get(lasti, entry)[0] is code else (id(code), lasti)
+            node[key] = entry
+        else:
+            node[None] = stack
+
+    def _forget(self) -> None:
+        """Drop every kept position, chain and stack (their count is bounded)."""
+        self._frames.clear()
+        self._codes.clear()
+        self._stacks.clear()
+        self._chains = {False: {}, True: {}}
+        self._nodes = 0
 
     def _remembered(self, key: tuple[int, int], frame: FrameType) -> fmt.Frame | None:
         """``frame`` described, and kept for its code position (its code object held with it)."""
         found = self._described(frame)
         if len(self._frames) >= self._LIMIT:
-            self._frames.clear()
-            self._codes.clear()
+            self._forget()
         self._codes[key[0]] = frame.f_code
         self._frames[key] = found
         return found

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _default
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from memforensics.plan import (
     assigned,
@@ -65,6 +65,7 @@ from memforensics.plan import (
 )
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import OutOfScope, PlannedDevice
+from memforensics.plan.eager_modes import EagerDispatchMode
 from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
@@ -220,9 +221,9 @@ def _any_wrapper(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     table), so this mode passes it on (``NotImplemented``); the operators the subclass then runs
     on the tensors it wraps come back through this mode, which models them as any other."""
     for value in (*args, *(kwargs or {}).values()):
-        items = value if isinstance(value, (list, tuple)) else (value,)
-        if any(_is_wrapper(item) for item in items):
-            return True
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if _is_wrapper(item):
+                return True
     return False
 
 
@@ -247,8 +248,17 @@ def _takes_functions(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bo
 
 
 def _is_wrapper(tensor: object) -> bool:
-    """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``)."""
+    """Whether ``tensor`` is a subclass that wraps other tensors (a ``DTensor``): never a
+    plain tensor nor a number, answered before torch's protocol test (every argument of every
+    operator is asked)."""
+    kind = type(tensor)
+    if kind is torch.Tensor or kind in _SCALARS:
+        return False
     return bool(is_traceable_wrapper_subclass(tensor))
+
+
+_SCALARS = frozenset((int, float, bool, type(None)))
+"""Argument types that are never tensors."""
 
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -794,14 +804,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         return func, *self.autocast.cast(policy, args, kwargs)
 
 
-class StorageMode(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
+class StorageMode(EagerDispatchMode):  # type: ignore[misc]  # torch is untyped here
     """Every new storage on ``meta`` gets a block of the planned device for its lifetime."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        """Not wrapped for torch.compile (a plan runs compiled code eagerly): no import of
-        torch._dynamo, and one call less on every operator."""
-        return False
 
     def __init__(
         self,
