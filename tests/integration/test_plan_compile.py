@@ -1379,3 +1379,30 @@ def test_a_compiled_lookup_into_a_small_table_is_computed_inside_its_readers_ker
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0]) == {"made": 1 << 22, "out": 1 << 22}
+
+
+def test_a_script_that_never_compiles_is_planned_without_importing_dynamo(tmp_path: Path) -> None:
+    """A plan of a script that never compiles leaves ``torch._dynamo`` and ``torch._inductor``
+    unimported (a second of CPU, sympy's and dynamo's import), and the same plan answers
+    ``torch._inductor``'s AOT functions once the script imports it."""
+    script(
+        tmp_path,
+        """
+        import json, sys
+        import torch
+
+        x = torch.randn(64, 64, device="cuda")
+        (x @ x).sum()
+        before = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor")}
+        try:
+            torch._inductor.aoti_compile_and_package(None)
+        except Exception as error:
+            refused = type(error).__name__
+        print(json.dumps({"before": before, "refused": refused}))
+        """,
+    )
+    done = plan(tmp_path, "train.py")
+    assert done.stdout, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["before"] == {"torch._dynamo": False, "torch._inductor": False}
+    assert found["refused"] == "OutOfScope"

@@ -59,7 +59,13 @@ from memforensics.plan.cuda import Answers, SnapshotWritten
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.graph_trees import GraphTrees
 from memforensics.plan.graphs import Graphs
-from memforensics.plan.patches import Replacement, kept_state, replaced, replaced_where_imported
+from memforensics.plan.patches import (
+    LibraryReplacement,
+    Replacement,
+    kept_state,
+    replaced,
+    replaced_where_imported,
+)
 from memforensics.plan.saved_files import SavedFiles
 from memforensics.plan.triton_stand_in import imports as triton_stand_in
 
@@ -501,6 +507,38 @@ def _autocast_rows() -> list[Replacement]:
     ]
 
 
+INDUCTOR = "torch._inductor"
+EVAL_FRAME = "torch._dynamo.eval_frame"
+
+
+def compiler_rows() -> list[LibraryReplacement]:
+    """torch's compiler functions the plan answers, replaced when the script imports their
+    modules rather than when the table is built: ``torch._inductor`` imports ``torch._dynamo``
+    and sympy with it, about a second of CPU that a script which never compiles should not pay.
+    ``explain`` is replaced in ``eval_frame``, where it is defined, before ``torch._dynamo``
+    binds it."""
+    return [
+        *(
+            LibraryReplacement(
+                INDUCTOR,
+                name,
+                lambda _original, name=name: exported.ahead_of_time(
+                    f"{INDUCTOR}.{name}", OutOfScope
+                ),
+                "AOTInductor builds CUDA kernels and a shared library: one line instead",
+            )
+            for name in ("aoti_compile_and_package", "aoti_load_package", "aot_compile")
+        ),
+        LibraryReplacement(
+            EVAL_FRAME,
+            "explain",
+            compiled.explain_stand_in,
+            "dynamo's explanation of the script's code, traced as torch.compile's is, its "
+            "graphs then run under the plan",
+        ),
+    ]
+
+
 def _torch_rows(
     functions: emulate.DeviceMode,
     storage: emulate.StorageMode,
@@ -567,10 +605,7 @@ def _torch_rows(
                 "AOTInductor builds CUDA kernels and a shared library: one line instead",
                 needed=False,
             )
-            for owner, names in (
-                (torch._inductor, ("aoti_compile_and_package", "aoti_load_package", "aot_compile")),
-                (torch._export, ("aot_compile", "aot_load")),
-            )
+            for owner, names in ((torch._export, ("aot_compile", "aot_load")),)
             for name in names
             if hasattr(owner, name)
         ),
@@ -580,16 +615,6 @@ def _torch_rows(
             "get_ctx",
             dynamic_sizes.get_ctx(torch.library.get_ctx, notes),
             "a library's meta kernel gets data-dependent sizes as integers",
-        ),
-        *(
-            R(
-                owner,
-                "explain",
-                compiled.explain_stand_in(torch._dynamo.eval_frame.explain),
-                "dynamo's explanation of the script's code, traced as torch.compile's is, "
-                "its graphs then run under the plan",
-            )
-            for owner in (torch._dynamo, torch._dynamo.eval_frame)
         ),
         R(
             torch.compiler,
@@ -1161,6 +1186,7 @@ def emulated(
     imported = [
         *libraries.rows(storage.ghosts.holds, functions.reads.made_up_on_host, notes, files),
         cuda_toolkit.row(),
+        *compiler_rows(),
     ]
     try:
         with (

@@ -328,3 +328,15 @@ def test_the_scripts_triton_is_the_plans_and_torchs_own_import_is_torchs() -> No
     assert str(seen[0]).endswith("+memforensics.plan")
     assert seen[1] == installed
     assert builtins.__import__ is original
+
+
+def test_each_compiler_row_names_a_function_the_installed_torch_has() -> None:
+    """The compiler functions the plan replaces when the script imports their modules
+    (``torch._dynamo``'s ``explain``, AOTInductor's) exist in the installed torch, so a
+    release that renames one fails this test rather than going unanswered in a user's run."""
+    import importlib
+
+    from memforensics.plan.table import compiler_rows
+
+    for row in compiler_rows():
+        assert callable(getattr(importlib.import_module(row.module), row.name, None)), row.where
