@@ -804,7 +804,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         return func, *self.autocast.cast(policy, args, kwargs)
 
 
-class StorageMode(EagerDispatchMode):  # type: ignore[misc]  # torch is untyped here
+class StorageMode(EagerDispatchMode):
     """Every new storage on ``meta`` gets a block of the planned device for its lifetime."""
 
     def __init__(

@@ -511,6 +511,15 @@ INDUCTOR = "torch._inductor"
 EVAL_FRAME = "torch._dynamo.eval_frame"
 
 
+def _refused(name: str) -> Callable[[Any], Any]:
+    """A row's stand-in for AOTInductor's ``name``, whatever the original: the plan's refusal."""
+
+    def stand_in(original: Any) -> Any:
+        return exported.ahead_of_time(name, OutOfScope)
+
+    return stand_in
+
+
 def compiler_rows() -> list[LibraryReplacement]:
     """torch's compiler functions the plan answers, replaced when the script imports their
     modules rather than when the table is built: ``torch._inductor`` imports ``torch._dynamo``
@@ -522,9 +531,7 @@ def compiler_rows() -> list[LibraryReplacement]:
             LibraryReplacement(
                 INDUCTOR,
                 name,
-                lambda _original, name=name: exported.ahead_of_time(
-                    f"{INDUCTOR}.{name}", OutOfScope
-                ),
+                _refused(f"{INDUCTOR}.{name}"),
                 "AOTInductor builds CUDA kernels and a shared library: one line instead",
             )
             for name in ("aoti_compile_and_package", "aoti_load_package", "aot_compile")
