@@ -402,11 +402,14 @@ class Ghosts:
 
 
 def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a ``.to(...)`` call copies to the CPU."""
+    """Whether a ``.to(...)`` call copies to the CPU: it names the CPU, or a CPU tensor
+    (``x.to(other)``)."""
     for found in (*args[1:], kwargs.get("device")):
         if isinstance(found, str) and found.split(":")[0] == "cpu":
             return True
         if isinstance(found, torch.device) and found.type == "cpu":
+            return True
+        if isinstance(found, torch.Tensor) and found.device.type == "cpu":
             return True
     return False
 
@@ -757,7 +760,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             return None
         first = args[0]
         if isinstance(first, torch.Tensor):
-            return (not self.ghosts.holds(first)) if first.is_meta else None
+            return self.ghosts.holds(first) if first.is_meta else None
         return _named(first)
 
     def _call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
