@@ -5,10 +5,11 @@ to the host. Runs through the real ``memforensics plan`` console command."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from planned import printed_facts, script
+from planned import plan, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -74,3 +75,39 @@ def test_a_module_moved_like_a_device_tensor_holds_its_weights_there(tmp_path: P
     assert found["device"] == "cuda:0"
     assert found["dtype"] == "torch.float16"
     assert found["grown"] == (1024 * 1024 + 1024) * 2
+
+
+TO_TENSOR = """
+import json
+import torch
+
+train_x = torch.rand(1000, 6, device="cuda", dtype=torch.double)
+before = torch.cuda.memory_allocated()
+x = torch.ones(1000, 1000).to(train_x)
+moved = torch.cuda.memory_allocated() - before
+model = torch.nn.Linear(1000, 1000).to(train_x)
+modules = torch.cuda.memory_allocated() - before - moved
+state = {k: v.detach().to(device=torch.device("cpu")) for k, v in model.state_dict().items()}
+back = model.weight.to(torch.zeros(1))
+print(json.dumps({
+    "tensor": [str(x.device), str(x.dtype), moved],
+    "module": [str(model.weight.device), str(model.weight.dtype), modules],
+    "state": {k: [str(v.device), list(v.shape)] for k, v in state.items()},
+    "host": [str(back.device), str(back.dtype)],
+}))
+"""
+
+
+def test_float64_tensor_and_module_moved_like_one_copy_their_state_to_host(tmp_path: Path) -> None:
+    """A CPU tensor and a module moved ``.to`` a CUDA float64 tensor are on ``cuda:0`` in
+    float64 and take their bytes there (1000 x 1000 x 8; the module's bias, 8,000 B, in a block
+    rounded to 512 B), their state copies to the CPU, and ``.to`` a CPU tensor reads back on the
+    CPU in its dtype, where the moved tensors read as ``meta`` and copying them out failed."""
+    script(tmp_path, TO_TENSOR)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["tensor"] == ["cuda:0", "torch.float64", 1000 * 1000 * 8]
+    assert found["module"] == ["cuda:0", "torch.float64", 1000 * 1000 * 8 + 8192]
+    assert found["state"] == {"weight": ["cpu", [1000, 1000]], "bias": ["cpu", [1000]]}
+    assert found["host"] == ["cpu", "torch.float32"]

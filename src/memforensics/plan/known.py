@@ -236,6 +236,21 @@ def _scalar(tensor: torch.Tensor) -> bool:
     return tensor.dtype in _PRECISE and tensor.untyped_storage().nbytes() == tensor.element_size()
 
 
+def _unexpanded(view: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``view`` and the ``values`` written into it, each cut to the first index of every
+    dimension that ``view`` repeats (stride 0, as ``expand`` makes): the elements along such a
+    dimension are one memory location, which a copy may not write more than once
+    (``constant.expand(n)``, a mean of one learned value, holds that value)."""
+    repeated = [d for d in range(view.dim()) if view.stride(d) == 0 and view.size(d) > 1]
+    if not repeated:
+        return view, values
+    values = values.expand(view.shape)
+    for d in repeated:
+        view = view.narrow(d, 0, 1)
+        values = values.narrow(d, 0, 1)
+    return view, values
+
+
 def _flags(rest: tuple[Any, ...], out: Any) -> torch.Tensor | None:
     """A flag operator's number (``flags & False``) as flags of the output's shape, or None
     where it is not a Python bool or the output not flags."""
@@ -1135,6 +1150,7 @@ class Known:
             return
         view = self._view(kept, made)
         if _HOST_ADDRESS(view) != _HOST_ADDRESS(computed):
+            view, computed = _unexpanded(view, computed)
             view.copy_(computed)
 
     def _drop(self, key: int) -> None:
