@@ -406,6 +406,41 @@ def test_beam_search_under_inference_mode_runs_to_max_new_tokens(tmp_path: Path)
     assert "beams (2, 14) 6" in done.stdout
 
 
+SPECULATIVE = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+def tiny(layers, width):
+    config = GPT2Config(n_layer=layers, n_head=2, n_embd=width, vocab_size=1000,
+                        n_positions=128, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    return GPT2LMHeadModel(config).cuda().eval()
+model, assistant = tiny(2, 64), tiny(1, 32)
+forwards = {"model": 0, "assistant": 0}
+model.register_forward_pre_hook(lambda m, a: forwards.__setitem__("model", forwards["model"] + 1))
+assistant.register_forward_pre_hook(
+    lambda m, a: forwards.__setitem__("assistant", forwards["assistant"] + 1))
+ids = torch.randint(3, 1000, (1, 10), device="cuda")
+with torch.no_grad():
+    assisted = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                              assistant_model=assistant, do_sample=False)
+    print("assisted", tuple(assisted.shape), forwards["model"], forwards["assistant"] > 0)
+    forwards["model"] = 0
+    looked = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                            prompt_lookup_num_tokens=3)
+    print("lookup", tuple(looked.shape), forwards["model"])
+"""
+
+
+def test_assisted_and_prompt_lookup_decoding_run_to_max_new_tokens(tmp_path: Path) -> None:
+    """Speculative decoding (an assistant model, or candidates looked up in the prompt) runs to
+    max_new_tokens with the main model verifying one token a forward: the made-up tokens match
+    no candidate, the most forwards a real run can make, so its peak covers every round."""
+    script(tmp_path, SPECULATIVE)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "assisted (1, 22) 12 True" in done.stdout
+    assert "lookup (1, 22) 12" in done.stdout
+
+
 TRANSITION_SCORES = """
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
