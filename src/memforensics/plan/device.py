@@ -702,12 +702,11 @@ class PlannedDevice:
         *,
         max_entries: int,
         context: str | None,
-        stacks: str,
         clear: bool,
     ) -> None:
         """``_record_memory_history``: ``"all"`` traces, ``"state"`` only keeps blocks' stacks.
         The plan's stacks are Python's, with the few native frames that say what a block is
-        (``malloc``'s ``native``) under it whatever ``stacks`` asks for."""
+        (``malloc``'s ``native``) under it, whatever ``stacks`` the script asked for."""
         with self._lock:
             self._drain()
             keep = () if enabled is None or clear else self._trace
