@@ -2,7 +2,8 @@
 small training scripts whose memory is known by construction, then the dump it writes explained.
 
 A planned dump has what a real one recorded with Python frames has: the stacks of the script's
-own code, and none on autograd's device thread.
+own code, and none on autograd's device thread; and under cuBLAS's and cuBLASLt's workspaces, the
+native frames a GPU's trace shows there with C++ frames, which the plan knows.
 """
 
 from __future__ import annotations
@@ -525,3 +526,38 @@ def test_a_workspace_a_constructor_s_product_took_is_a_workspace(tmp_path: Path)
     kinds = summary_kinds(tmp_path / "snapshot.pickle")
     assert kinds["workspace"] == 2 * HOPPER_WORKSPACE
     assert kinds["parameter"] < HOPPER_WORKSPACE
+
+
+TORCHSCRIPT_RECURRENCE = """
+import torch
+
+
+class Mixer(torch.jit.ScriptModule):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(512, 512))
+
+    @torch.jit.script_method
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ self.w)
+
+
+torch.cuda.memory._record_memory_history(stacks="python", max_entries=16)
+model = Mixer().cuda()
+state = [torch.zeros(64, 512, device="cuda") for _ in range(2)]
+with torch.no_grad():
+    for _ in range(8):
+        state[0] = model(state[0] + state[1])
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+
+
+def test_a_workspace_torchscript_took_before_the_window_is_a_workspace(tmp_path: Path) -> None:
+    """A TorchScript module's product (no Python frame names it) takes cuBLAS's workspace
+    before a short history window starts: the planned dump, recorded with Python frames only,
+    still names it by the native frames the plan knows, and it reads ``workspace``."""
+    script(tmp_path, TORCHSCRIPT_RECURRENCE)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "snapshot.pickle")
+    assert kinds["workspace"] == HOPPER_WORKSPACE

@@ -634,10 +634,11 @@ class Answers:
         clear_history: bool = False,
         **kwargs: Any,
     ) -> None:
-        """``_record_memory_history``, the old spelling (``enabled=True``) included."""
+        """``_record_memory_history``, the old spelling (``enabled=True``) included. ``stacks``
+        changes nothing: the plan records Python's stacks and the native frames it knows."""
         mode: str | None = ("all" if enabled else None) if isinstance(enabled, bool) else enabled
         self.device.record_history(
-            mode, max_entries=max_entries, context=context, stacks=stacks, clear=clear_history
+            mode, max_entries=max_entries, context=context, clear=clear_history
         )
 
     def snapshot(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

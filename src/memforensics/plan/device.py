@@ -2,7 +2,9 @@
 
 Every storage the script puts on the device becomes a block of
 :class:`memforensics.allocator.DeviceCachingAllocator`, allocated and freed at the moment
-PyTorch would, with the Python stack ``stacks="python"`` records. The device answers
+PyTorch would, with the Python stack ``stacks="python"`` records (and, under a block whose kind
+the plan made it knowing, a workspace, the native frames a GPU's trace shows there with
+``stacks="all"``, whatever stacks were asked for). The device answers
 ``torch.cuda``'s memory statistics and writes snapshots in ``torch.cuda.memory._snapshot()``'s
 format, so every memforensics command reads them as it reads a real GPU's. Plain Python: this
 module never imports torch (the error it raises on OOM is handed in).
@@ -292,7 +294,6 @@ class PlannedDevice:
         self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
         self._recording: str | None = None
         self._free_stacks = False
-        self._native_frames = False  # record ``malloc``'s native frames (``stacks="all"``)
         self._op_stack: fmt.Stack = ()
         self._metadata = ""
         self._observers: list[OomObserver] = []
@@ -393,11 +394,13 @@ class PlannedDevice:
     def malloc(self, nbytes: int, stream: int = 0, native: fmt.Stack = ()) -> Block | None:
         """A block for ``nbytes`` (None when the model cannot serve it: the caller raises).
         ``native``: the native frames a GPU's trace shows under this block (cuBLAS's
-        workspace's), recorded where the script asked for C++ frames (``stacks="all"``)."""
+        workspace's), recorded whenever stacks are, Python's only or not: the plan knows what
+        it made, whatever Python frames are above it (a TorchScript function's product has
+        none that names it)."""
         self._settle()
         self.initialized = True
         stack = self._stack(on_autograd_thread=self.backward) if self._recording else ()
-        if native and self._native_frames:
+        if native and self._recording:
             stack = (*native, *stack)
         with self._lock:
             self._busy = True
@@ -699,19 +702,17 @@ class PlannedDevice:
         *,
         max_entries: int,
         context: str | None,
-        stacks: str,
         clear: bool,
     ) -> None:
         """``_record_memory_history``: ``"all"`` traces, ``"state"`` only keeps blocks' stacks.
-        The plan's stacks are Python's; with ``stacks="all"`` the few native frames that say
-        what a block is (``malloc``'s ``native``) are recorded too."""
+        The plan's stacks are Python's, with the few native frames that say what a block is
+        (``malloc``'s ``native``) under it, whatever ``stacks`` the script asked for."""
         with self._lock:
             self._drain()
             keep = () if enabled is None or clear else self._trace
             self._trace = deque(keep, maxlen=max(1, max_entries))
             self._recording = enabled
             self._free_stacks = enabled is not None and context == "all"
-            self._native_frames = enabled is not None and stacks == "all"
 
     def set_metadata(self, text: str) -> None:
         """``_set_memory_metadata``: tags later allocations."""

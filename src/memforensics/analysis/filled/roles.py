@@ -10,16 +10,21 @@ say so plainly:
 * **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
   ``cache_utils.py``, any file or function that names a KV cache): sized up front, held. A
-  file or function of a model's code named for a cache (a ``cache``, ``kv`` or
-  ``past_key_values`` word: ``cache_utils.py``, ``update_cache``) makes a **model cache** when a
-  forward or ``generate`` is on the stack: a KV cache, keys and values kept across tokens,
-  unless the block's lifetime says a forward saved it for its backward
-  (:mod:`~memforensics.analysis.filled.kinds` asks). Outside those it only rules a parameter
-  out. A cache the same frame names for positions (a ``rope``, ``rotary``, ``freqs``, ``cos``
-  or ``sin`` word: ``rope.py``'s ``_reshape_cache``, ``_set_cos_sin_cache``,
-  ``build_rope_cache``) holds rotary or position tables, never keys and values: it only rules a
-  parameter out too. torch's and the standard library's own files (``codecache.py``,
-  ``functools``' ``lru_cache``) name caches of code, not of tensors, and are not read so.
+  file or function of a model's code named for a cache (a ``cache``, ``caches`` or ``cached``
+  word, or ``past_key_values``) makes a **model cache**, keys and values kept across tokens
+  (a KV cache, unless the block's lifetime says a forward saved it for its backward:
+  :mod:`~memforensics.analysis.filled.kinds` asks), where something says it holds keys and
+  values: the same frame names them (a ``kv``, ``k``, ``v``, ``key``, ``value``, ``past``,
+  ``attn`` or ``attention`` word: ``kv_store.py``, ``update_kv``, ``attention.py``'s
+  ``_update_cache``) with a forward or ``generate`` on the stack, or ``generate``, a decoding
+  loop, is on the stack (``update_cache`` under it). A cache named for nothing more, under a
+  forward with no decoding loop, is a memo of results (GPyTorch's ``@cached`` kernel matrices
+  and prediction caches, ``mean_cache``), never keys and values: it only rules a parameter
+  out, and its lifetime tells its kind. So does a cache the same frame names for positions (a
+  ``rope``, ``rotary``, ``freqs``, ``cos`` or ``sin`` word: ``rope.py``'s ``_reshape_cache``,
+  ``_set_cos_sin_cache``, ``build_rope_cache``), which holds rotary or position tables.
+  torch's and the standard library's own files (``codecache.py``, ``functools``'
+  ``lru_cache``) name caches of code, not of tensors, and are not read so.
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
@@ -65,13 +70,14 @@ from memforensics.analysis.dump import is_native_frame
 
 WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
-MODEL_CACHE = "model_cache"  # a model's cache-named code under a forward: a KV cache by default
+MODEL_CACHE = "model_cache"  # a model's cache of keys and values: a KV cache by default
 REPLICA = "replica"
 BATCH = "batch"  # a framework's helper moving a batch to the device
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
 NOT_PARAMETER = "not_parameter"
-_CACHE_NAMED = "cache_named"  # a cache's file or function: a KV cache inside a forward
+_CACHE_NAMED = "cache_named"  # a cache's file or function: a KV cache under ``generate``
+_KV_NAMED = "kv_named"  # a cache's file or function naming keys and values: under a forward too
 BUILDS = "builds"
 NOTHING = ""
 _CONSTRUCTOR = "constructor"  # a frame's ``__init__``: builds, unless a forward is on the stack
@@ -90,6 +96,10 @@ _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a fo
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
 _CACHE_WORDS = frozenset({"cache", "caches", "kv", "kvcache", "cached"})
 _KV_WORDS = frozenset({"kv", "kvcache"})
+_KEY_VALUE_WORDS = frozenset(
+    {"k", "v", "key", "keys", "value", "values", "past", "attn", "attention"}
+)  # fmt: skip
+"""Words that name a cache's contents as keys and values, unless it also names positions."""
 _POSITION_WORDS = frozenset({"rope", "rotary", "freqs", "freq", "cos", "sin", "sincos"})
 """Words that name a cache's contents as rotary or position tables, not keys and values."""
 _WORDS = re.compile(r"[a-z0-9]+")
@@ -169,8 +179,10 @@ def _judge_frame(filename: str, name: str) -> str:
         return BATCH
     if name in _FORWARD_NAMES or (names_a_closure(name) and not _TORCH_FILES.search(filename)):
         return IN_FORWARD
-    if python and _named_for_a_cache(filename, name):
-        return _CACHE_NAMED
+    if python:
+        cache = _cache_named_for(filename, name)
+        if cache:
+            return cache
     if any(word in words for word in _NOT_PARAMETER_WORDS):
         return NOT_PARAMETER
     if name in _BUILD_NAMES or filename.endswith(_BUILD_FILES):
@@ -200,20 +212,25 @@ def names_a_closure(name: str) -> bool:
     return "closure" in name.lower()
 
 
-def _named_for_a_cache(filename: str, name: str) -> bool:
-    """A model's file or function named for a cache of keys and values: ``cache_utils.py``,
-    ``kv_store.py``, ``update_cache``, ``_update_past_key_values`` (torch's and the standard
-    library's files are not a model's; a cache named for rotary or position tables is not one
-    of keys and values)."""
+def _cache_named_for(filename: str, name: str) -> str:
+    """What a model's file or function named for a cache holds, by its words: keys and values
+    (:data:`_KV_NAMED`: ``kv_store.py``, ``update_kv``, ``_update_past_key_values``, a cache
+    of ``attention.py``), anything (:data:`_CACHE_NAMED`: ``update_cache``, GPyTorch's
+    ``mean_cache``), or ``""`` where it names no cache or a cache of rotary or position
+    tables. torch's and the standard library's files are not a model's."""
     if _CODE_FILES.search(filename):
-        return False
+        return NOTHING
     if "past_key_values" in name:
-        return True
+        return _KV_NAMED
     stem = filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     words = set(_WORDS.findall(f"{stem} {name}".lower()))
     if not words & _CACHE_WORDS:
-        return False
-    return bool(words & _KV_WORDS) or not words & _POSITION_WORDS
+        return NOTHING
+    if words & _KV_WORDS:
+        return _KV_NAMED
+    if words & _POSITION_WORDS:
+        return NOTHING
+    return _KV_NAMED if words & _KEY_VALUE_WORDS else _CACHE_NAMED
 
 
 def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
@@ -227,16 +244,17 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     forward's; a script that trains inside a constructor still runs forwards). Between a forward
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
     outer one is the context the block was made in. A name that rules a parameter out beats
-    building. A cache's file or function with a forward or ``generate`` on the stack is a model
-    cache. A batch-moving helper with no forward or model-building frame on the stack makes a
-    batch. A function named for an optimizer nearer the allocation than any ``__init__``, with
-    no forward or model-building frame, makes the optimizer's own block.
+    building. A cache's file or function naming keys and values with a forward or ``generate``
+    on the stack, or any cache's with ``generate`` on it, is a model cache. A batch-moving
+    helper with no forward or model-building frame on the stack makes a batch. A function named
+    for an optimizer nearer the allocation than any ``__init__``, with no forward or
+    model-building frame, makes the optimizer's own block.
     """
     if not isinstance(frames, list):
         return NOTHING, 0
     strong, line, rank = NOTHING, 0, _RANK[NOTHING]
     context, ruled_out, constructed, optimizer = NOTHING, False, False, False
-    cache_named = forward = batch = False
+    cache_named = kv_named = forward = decoding = batch = False
     moved = 0  # the line of the innermost ``Module._apply``: which of a module's tensors it moves
     for frame in frames:  # innermost first
         if type(frame) is not dict:
@@ -251,12 +269,13 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
             if not moved and name == "_apply" and _is_module_file(filename):
                 found = frame.get("line")
                 moved = found if type(found) is int else 0
-        elif role == _CACHE_NAMED:
+        elif role in (_CACHE_NAMED, _KV_NAMED):
             cache_named = ruled_out = True
+            kv_named = kv_named or role == _KV_NAMED
         elif role == BATCH:
             batch = True
         elif name == _GENERATE:
-            forward = True
+            forward = decoding = True
         elif role == _CONSTRUCTOR:
             constructed = True
         elif role == _OPTIMIZER_NAMED:
@@ -271,7 +290,7 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
                 break
     if strong != NOTHING:
         return strong, line
-    if cache_named and forward:
+    if (kv_named and forward) or (cache_named and decoding):
         return MODEL_CACHE, 0
     if context == NOTHING and batch:
         return BATCH, 0

@@ -1,12 +1,13 @@
-"""What the trace and the frames prove before a lifetime rule guesses: a model's cache under a
-forward or ``generate`` (not RoPE's, not one a backward frees), cuBLAS's workspace by its size
-and first use (autograd's thread's own too), an optimizer's state by its code, its set-up or
-one block per parameter, a forward in the optimizer's closure, and the blocks an OOM's
-unwinding freed."""
+"""What the trace and the frames prove before a lifetime rule guesses: a model's cache of keys
+and values under a forward or ``generate`` (not RoPE's, not a memo of results, not one a
+backward frees), cuBLAS's workspace by its size and first use (autograd's thread's own too), an
+optimizer's state by its code, its set-up or one block per parameter, a forward in the
+optimizer's closure, and the blocks an OOM's unwinding freed."""
 
 from __future__ import annotations
 
-from test_kinds_by_frames import BODY, CALL, ENGINE, MALLOC, SP, Trace, cpp, py
+import pytest
+from test_kinds_by_frames import BODY, CALL, ENGINE, MALLOC, SP, Frame, Trace, cpp, py
 
 MiB = 1 << 20
 RUN = py("/users/me/run.py", 9, "main")
@@ -282,6 +283,60 @@ def test_a_rollout_s_cache_freed_before_training_stays_a_kv_cache() -> None:
     trace.free(saved)
     found = trace.classified()
     assert {found[addr].kind for addr in cache} == {"kv_cache"}
+
+
+GP = "/opt/pkgs/gpytorch"  # installed with ``pip install --target``, as a checkout's would be
+MEMO = py(f"{GP}/utils/memoize.py", 61, "g")
+"""GPyTorch's ``@cached``: the wrapper that keeps a method's result on its object."""
+
+
+def test_a_memoized_result_under_a_forward_is_no_kv_cache() -> None:
+    """GPyTorch's memoized results, made under ``@cached`` functions named for a cache in a
+    kernel's forward (a training step's kernel matrix, freed by its backward; an exact GP's
+    prediction cache, kept for later predictions), hold no keys and values: neither is a KV
+    cache, nor a parameter."""
+    trace = Trace()
+    _weights(trace, [MiB])
+    kernel = [py(f"{GP}/kernels/scale_kernel.py", 118, "forward"),
+              py(f"{GP}/module.py", 83, "__call__"), MEMO,
+              py(f"{GP}/lazy/lazy_evaluated_kernel_tensor.py", 355, "evaluate_kernel")]  # fmt: skip
+    train = [MALLOC, *kernel, py(f"{GP}/mlls/exact_marginal_log_likelihood.py", 84, "forward"),
+             CALL, *MAIN]  # fmt: skip
+    matrix = trace.alloc(16 * MiB, train)
+    trace.alloc(4 * MiB, ENGINE)
+    trace.free(matrix)
+    strategy = f"{GP}/models/exact_prediction_strategies.py"
+    predict = [MALLOC, *kernel, py(strategy, 283, "_mean_cache"), MEMO,
+               py(strategy, 273, "mean_cache"), py(strategy, 389, "exact_predictive_mean"),
+               py(f"{GP}/models/exact_gp.py", 325, "__call__"), *MAIN]  # fmt: skip
+    mean_cache = [trace.alloc(8 * MiB, predict) for _ in range(2)]
+    found = trace.classified()
+    assert found[matrix].kind == "activation"
+    assert not {found[addr].kind for addr in mean_cache} & {"kv_cache", "parameter"}
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        py("/users/me/model.py", 40, "update_kv_cache"),
+        py("/users/me/kv_store.py", 40, "append"),
+        py("/users/me/attention.py", 40, "_update_cache"),
+        py("/users/me/model.py", 40, "_cache_keys_values"),
+    ],
+    ids=["kv word", "kv file", "attention's cache", "keys and values"],
+)
+def test_a_cache_naming_keys_and_values_in_a_forward_is_a_kv_cache(cache: Frame) -> None:
+    """A decoding loop the script writes itself (no ``generate``): a cache its forward's frame
+    names for keys and values, filled token after token and held, is a KV cache."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    forward = [py("/users/me/model.py", 57, "forward"), CALL, *MAIN]
+    kept = []
+    for _ in range(3):
+        kept.append(trace.alloc(2 * MiB, [MALLOC, cache, *forward]))
+        trace.free(trace.alloc(4 * MiB, [MALLOC, *forward]))
+    found = trace.classified()
+    assert {found[addr].kind for addr in kept} == {"kv_cache"}
 
 
 def test_workspaces_a_clear_freed_are_workspaces_and_a_freed_gradient_is_not() -> None:
