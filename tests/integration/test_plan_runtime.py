@@ -206,7 +206,7 @@ def test_the_memory_fraction_is_the_allocators_limit(tmp_path: Path) -> None:
     assert whole["peak_allocated_bytes"] == 16 * 128 * MiB
 
 
-GRAPH = """
+WARMED = """
 import json
 import torch
 model = torch.nn.Sequential(
@@ -215,6 +215,12 @@ model = torch.nn.Sequential(
 static_x = torch.randn(256, 1024, device="cuda")
 with torch.no_grad():
     model(static_x)  # warm-up on the default stream: its cuBLAS workspace
+"""
+"""A model and its static input, warmed up on the default stream (its cuBLAS workspace)."""
+
+GRAPH = (
+    WARMED
+    + """
 torch.cuda.empty_cache()
 before = torch.cuda.memory_allocated()
 g = torch.cuda.CUDAGraph()
@@ -241,6 +247,7 @@ print(json.dumps({
     "gone": [torch.cuda.memory_allocated() - before, torch.cuda.memory_reserved()],
 }))
 """
+)
 
 
 def test_a_cuda_graphs_capture_lives_in_its_private_pool_and_replay_allocates_nothing(
@@ -264,6 +271,39 @@ def test_a_cuda_graphs_capture_lives_in_its_private_pool_and_replay_allocates_no
     assert isinstance(gone, list)
     assert gone[0] == -WORKSPACE  # both streams' workspaces cleared: the default's was before
     assert gone[1] < replayed[1]
+
+
+RESET_GRAPH = (
+    WARMED
+    + """
+before = torch.cuda.memory_allocated()
+figures = []
+for _ in range(2):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        static_y = model(static_x)
+    for _ in range(3):
+        g.replay()
+    captured = torch.cuda.memory_allocated() - before
+    del static_y
+    g.reset()
+    torch.cuda.empty_cache()
+    pools = sorted({str(tuple(s["segment_pool_id"])) for s in torch.cuda.memory_snapshot()})
+    figures.append([captured, torch.cuda.memory_allocated() - before, pools])
+print(json.dumps({"figures": figures}))
+"""
+)
+
+
+def test_a_reset_graph_frees_its_capture_streams_cublas_workspace(tmp_path: Path) -> None:
+    """``CUDAGraph::reset`` clears the cuBLAS workspaces of its capture stream
+    (``clearCublasWorkspacesForStream``) before releasing its pool: after ``reset`` and
+    ``empty_cache``, without clearing every workspace, the capture's workspace is no longer
+    allocated and the pool's segments are gone, and the next capture takes a new one."""
+    script(tmp_path, RESET_GRAPH)
+    facts = printed_facts(tmp_path, "--device-capability", "8.0")
+    output = 1 * MiB
+    assert facts["figures"] == [[output + WORKSPACE, 0, ["(0, 0)"]]] * 2
 
 
 def _weights_and_input() -> int:

@@ -1395,6 +1395,13 @@ class StorageMode(EagerDispatchMode):
         for block in blocks:
             self.device.free(block)
 
+    def clear_stream_workspaces(self, stream: int) -> None:
+        """``clearCublasWorkspacesForStream``: the cuBLAS and cuBLASLt workspaces of every
+        handle on ``stream`` freed, as a CUDA graph's reset does for its capture stream."""
+        for kept in (self._workspaces, self._lt_workspaces):
+            for key in [key for key in kept if isinstance(key, tuple) and key[1] == stream]:
+                self.device.free(kept.pop(key))
+
     @contextmanager
     def own_workspaces(self) -> Iterator[None]:
         """Inside, another process's cuBLAS handles (a worker process's): none of this

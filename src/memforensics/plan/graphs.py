@@ -64,9 +64,17 @@ def capture_error(
 class Graphs:
     """The graphs and pools the script makes on the planned device."""
 
-    def __init__(self, device: PlannedDevice, notes: values.Notes) -> None:
+    def __init__(
+        self,
+        device: PlannedDevice,
+        notes: values.Notes,
+        clear_stream_workspaces: Callable[[int], None] | None = None,
+    ) -> None:
         self.device = device
         self.notes = notes
+        self.clear_stream_workspaces = clear_stream_workspaces
+        """What a graph's reset does to its capture stream's cuBLAS workspaces first (None:
+        the installed torch leaves them)."""
         self._ids = itertools.count(1)
         self.underway: list[tuple[int, str]] = []  # (stream, capture_error_mode) of each capture
 
@@ -165,9 +173,13 @@ class Graphs:
                 return None
 
             def reset(self) -> None:
-                """The graph gone: its pool has one use less."""
+                """The graph gone: its capture stream's cuBLAS workspaces freed, where the
+                installed torch's ``CUDAGraph::reset`` frees them, and its pool has one use
+                less."""
                 pool, self._pool = self._pool, None
                 if pool is not None:
+                    if graphs.clear_stream_workspaces is not None and self._stream is not None:
+                        graphs.clear_stream_workspaces(self._stream)
                     graphs.device.release_pool(pool)
 
             def pool(self) -> PoolId:

@@ -92,6 +92,18 @@ _LT_SIZE_UNIFIED_FROM = (2, 11)
 itself is still shared only with ``=1``: a separate block, capped at cuBLAS's size."""
 _LT_UNIFIED_FROM = (2, 12)
 """The first torch that shares cuBLAS's workspace unless the variable is ``0``."""
+_RESET_CLEARS_FROM = (2, 12)
+"""The first torch whose ``CUDAGraph::reset`` clears its capture stream's cuBLAS and cuBLASLt
+workspaces (``clearCublasWorkspacesForStream``, pytorch/pytorch#175276, landed after 2.11's
+branch cut) before releasing the graph's pool."""
+
+
+def graph_reset_clears_workspaces() -> bool:
+    """Whether the installed torch frees a graph's capture-stream workspaces at its reset, so
+    that they no longer hold the graph's private pool."""
+    import torch
+
+    return torch_release(torch.__version__) >= _RESET_CLEARS_FROM
 
 
 class LtWorkspace(NamedTuple):

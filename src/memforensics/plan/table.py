@@ -1089,7 +1089,11 @@ def table(
     """Every attribute a planned run replaces, in the order it applies them."""
     streams = cuda.Streams(answers.device)
     world = distributed.World.from_env()
-    graphs = graph_stand_ins.Graphs(answers.device, notes)
+    graphs = graph_stand_ins.Graphs(
+        answers.device,
+        notes,
+        storage.clear_stream_workspaces if scratch.graph_reset_clears_workspaces() else None,
+    )
     return [
         *_device_rows(answers, streams, world, storage, graphs),
         *_build_rows(answers),
