@@ -23,6 +23,12 @@ it: :mod:`~memforensics.plan.shapes`); its values, read or computed with, stay w
 assumes of a made-up integer (:mod:`~memforensics.plan.assumed`): equal to no value the script
 names. A generated token is an index into the vocabulary too, and an end-of-sequence test on it
 must stay never equal for decoding to run to its maximum length.
+
+Read on the host, the indices ``topk`` and ``sort`` make are their ranks along the dimension
+they ranked (:meth:`Routing.ranks`): ``0, 1, ..., k-1`` in each row, where every other unknown
+integer reads 0. A row of them is distinct on a GPU whatever the scores, and a beam search that
+ranks its candidates on the host (Whisper's ``BeamSearchDecoder``, ``prefix + [token.item()]``
+for each of a beam's top ``k + 1`` tokens) keeps its beams only if the reads are distinct too.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ _ALONG = {
 them."""
 _STABLE_DIM = frozenset((_aten.sort.stable,))
 """Those whose dimension is a keyword-only argument."""
+_RANKED = frozenset((_aten.topk.default, _aten.sort.default, _aten.sort.stable))
+"""Those whose indices along the dimension are distinct in each row: a rank's place, or a
+permutation of the row."""
 _COPIES = frozenset((_aten._to_copy.default, _aten.clone.default))
 """Copies and casts: each index from the index at the same place."""
 _SORTS = frozenset((_aten.sort.default, _aten.sort.stable))
@@ -85,7 +94,7 @@ class Routing:
     written."""
 
     def __init__(self) -> None:
-        self._classes: dict[int, tuple[int, int]] = {}  # storage: (classes, nbytes)
+        self._classes: dict[int, tuple[int, ...]] = {}  # storage: (classes, nbytes[, step, size])
         self._shares: dict[int, tuple[int, int, bool]] = {}  # mask: (selected, nbytes, every)
 
     def after(
@@ -147,7 +156,10 @@ class Routing:
         else:
             dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
         classes = source.numel() if dim is None else source.shape[dim]
-        if classes > 0:
+        if classes > 0 and func in _RANKED and made.dim() > 0:
+            ranked = dim % made.dim()
+            self._keep(self._classes, made, classes, made.stride(ranked), made.shape[ranked])
+        elif classes > 0:
             self._keep(self._classes, made, classes)
         if func in _SORTS and isinstance(out, (tuple, list)) and isinstance(out[0], torch.Tensor):
             self._copied((source,), out[0])  # a permutation of the input's values
@@ -204,12 +216,22 @@ class Routing:
         classes = self.classes(indices)
         if classes is None or indices.numel() > _ASSIGNED_LIMIT:
             return None
-        place = torch.tensor(indices.storage_offset(), device=_CPU)
-        for d, (size, step) in enumerate(zip(indices.shape, indices.stride(), strict=True)):
-            shape = [1] * indices.dim()
-            shape[d] = size
-            place = place + (torch.arange(size, device=_CPU) * step).reshape(shape)
-        return (place % classes).to(indices.dtype).expand(indices.shape).contiguous()
+        return (_places(indices) % classes).to(indices.dtype).expand(indices.shape).contiguous()
+
+    def ranks(self, indices: torch.Tensor) -> torch.Tensor | None:
+        """``indices`` (any view of the indices ``topk`` or ``sort`` made) read on the host as
+        their ranks along the dimension the operator ranked: ``0, 1, ..., k-1`` in each row, the
+        first the ``0`` any unknown integer reads, the others distinct from it and from each
+        other as a row of real indices is. A CPU tensor of their shape and dtype, or None where
+        they are no such indices or are too many."""
+        if not self._classes or not indices.is_meta or indices.numel() > _ASSIGNED_LIMIT:
+            return None
+        kept = self._classes.get(indices.untyped_storage()._cdata)
+        if kept is None or kept[1] != indices.untyped_storage().nbytes() or len(kept) < 4:
+            return None
+        step, size = kept[2], kept[3]
+        ranked = _places(indices) // step % size
+        return ranked.to(indices.dtype).expand(indices.shape).contiguous()
 
     def counted(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -250,6 +272,16 @@ class Routing:
         if kept is None or kept[1] != mask.untyped_storage().nbytes() or not covers(mask):
             return None
         return int(kept[0])
+
+
+def _places(indices: torch.Tensor) -> torch.Tensor:
+    """Where each element of view ``indices`` lies in its storage, in elements, on the CPU."""
+    place = torch.tensor(indices.storage_offset(), device=_CPU)
+    for d, (size, step) in enumerate(zip(indices.shape, indices.stride(), strict=True)):
+        shape = [1] * indices.dim()
+        shape[d] = size
+        place = place + (torch.arange(size, device=_CPU) * step).reshape(shape)
+    return place
 
 
 def _reduced(dims: Any, rank: int) -> set[int]:

@@ -113,7 +113,10 @@ class Reads:
     where.
 
     A made-up value lets a loop that ends on values run to its own bound. An integer or a flag
-    reads as zero; on the device, what the plan assumes of unknown values
+    reads as zero, but the indices ``topk`` or ``sort`` made read as their ranks, ``0, 1, ...``
+    along the dimension ranked (:meth:`~memforensics.plan.routing.Routing.ranks`), distinct in
+    each row as a GPU's are, so a beam search ranking its candidates on the host keeps its
+    beams; on the device, what the plan assumes of unknown values
     (:mod:`~memforensics.plan.assumed`: ordinary in size, a made-up integer none of the values
     the script names but, tested against every class at once, class 0, a count of unknown flags
     every flag) decides the tests that end decoding and a one-hot's rows,
@@ -188,6 +191,8 @@ class Reads:
             predicted = self.targets.predicted(tensor, self.matches)
             if predicted is None:
                 predicted = self.targets.sequences(tensor, self.matches)
+            if predicted is None:
+                predicted = self.known.routing.ranks(tensor)
             return predicted if predicted is not None else _filled(tensor, 0, tensor.dtype)
         falling = self._falling()
         dtype = torch.float64 if exact else tensor.dtype
