@@ -99,6 +99,10 @@ _NO_FUNCTION_MODES = torch._C.DisableTorchFunction
 _HOST_ADDRESS = torch._C.TensorBase.data_ptr
 """A host tensor's address, as torch gives it (the plan answers ``data_ptr`` of a stand-in;
 the copies it compares are on the host)."""
+_USE_COUNT = torch._C._storage_Use_Count
+_ONLY_TENSOR = 2
+"""A storage's references where one tensor holds it: that tensor's, and the Python storage
+object asking."""
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
 _SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
@@ -280,6 +284,27 @@ def _count_nonzero(values: torch.Tensor) -> int:
             repeated *= length
             values = values.narrow(dim, 0, 1)
     return int(torch.count_nonzero(values)) * repeated
+
+
+def _own_copy(computed: Any, made: torch.Tensor, nbytes: int) -> torch.UntypedStorage | None:
+    """``computed``'s storage, where it can be ``made``'s copy as it is: a host tensor nothing
+    else holds a view of (its storage's only tensor), as large as ``made``'s storage, with
+    ``made``'s dtype, sizes, strides and offset and no lazy conjugate or negation, so that
+    ``made``'s view of it (:meth:`Known._view`) reads ``computed``; else None."""
+    if not isinstance(computed, torch.Tensor) or computed.is_conj() or computed.is_neg():
+        return None
+    if made.is_conj() or made.is_neg() or computed.layout != torch.strided:
+        return None
+    if computed.dtype != made.dtype or computed.device != _CPU:
+        return None
+    if computed.storage_offset() != made.storage_offset() or computed.stride() != made.stride():
+        return None
+    if computed.shape != made.shape:
+        return None
+    own = computed.untyped_storage()
+    if own.nbytes() != nbytes or _USE_COUNT(own._cdata) != _ONLY_TENSOR:
+        return None
+    return own
 
 
 class Known:
@@ -936,7 +961,8 @@ class Known:
         inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
-            return self._compute(func, args, kwargs, out)
+            found = {id(t): c for t, c in zip(inputs, copies, strict=True)}
+            return self._compute(func, args, kwargs, out, found=found)
         if self.extremes and (extreme := self.extremes.reduced(func, args, kwargs)) is not None:
             self._keep(out, extreme)
             return True
@@ -1003,13 +1029,20 @@ class Known:
         kwargs: dict[str, Any],
         out: Any,
         ignored: torch.Tensor | None = None,
+        found: dict[int, torch.Tensor | None] | None = None,
     ) -> bool:
         """Whether ``func`` was run again on the inputs' CPU copies, its outputs kept so;
         ``ignored``: an input whose values it does not read (:mod:`~memforensics.plan.unread`),
-        taken as zeros and not counted among the inputs its marks come from."""
+        taken as zeros and not counted among the inputs its marks come from; ``found``: the
+        copies the caller has already read, by the ``id`` of their tensor in this call (each
+        read builds a view of its copy anew)."""
+        known = found or {}
 
         def on_cpu(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
+                copy = known.get(id(value))
+                if copy is not None:
+                    return copy
                 return self.value(value) if value.is_meta else value
             if isinstance(value, (list, tuple)):
                 return type(value)(on_cpu(v) for v in value)
@@ -1036,9 +1069,11 @@ class Known:
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
                 sized = made_up and self._all_sized(args, kwargs, ignored)
+                given = {id(v) for v in (*cpu_args, *cpu_kwargs.values())}
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed, made_up, guessed, sized)
+                        fresh = id(computed) not in given
+                        self._keep(made, computed, made_up, guessed, sized, fresh=fresh)
                 source = _FROM_HOST.get(func)
                 if source is not None and not args[source].is_meta and results:
                     made = outs[0]
@@ -1129,11 +1164,16 @@ class Known:
         made_up: bool = False,
         guessed: bool = False,
         sized: bool = False,
+        *,
+        fresh: bool = False,
     ) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
         when the storage is new, the same one for an in-place write); ``made_up``: computed
         from a made-up value, ``guessed``: from a made-up floating-point scalar, ``sized``:
-        from partitions alone (:meth:`sized`)."""
+        from partitions alone (:meth:`sized`). ``fresh``: ``computed`` is an operator's new
+        output, none of its arguments; where the storage is new and ``computed`` lies in a
+        storage of its own as ``made`` lies in its (:func:`_own_copy`), that storage becomes
+        the copy, with nothing copied (most outputs of a small operator run again)."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
@@ -1142,6 +1182,10 @@ class Known:
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
         kept = self._values.get(key)
+        if kept is None and fresh and (own := _own_copy(computed, made, storage.nbytes())):
+            self._values[key] = own
+            weakref.finalize(storage, self._drop, key)
+            return
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
             self._values[key] = kept
