@@ -2,7 +2,7 @@
 
 A 64-point RBF kernel matrix built with ``cdist`` and ``exp`` each iteration, its Cholesky
 factor, a triangular solve, the negative log marginal likelihood, its backward and an Adam step
-on the log lengthscale, outputscale and noise: some forty small operators an iteration, where a
+on the log lengthscale, outputscale and noise: some 120 small operators an iteration, where a
 plan's cost is the cost of each operator, not of its size. ``--device cpu`` runs the same loop
 on the CPU, the reference a plan of it is compared with.
 

@@ -63,7 +63,6 @@ each would count every token at every expert.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,6 +72,7 @@ from torch.utils._pytree import tree_flatten
 from memforensics.plan import assumed, periodic, unread
 from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
+from memforensics.plan.released import when_released
 from memforensics.plan.routing import Routing
 from memforensics.plan.targets import Targets
 
@@ -99,6 +99,7 @@ _NO_FUNCTION_MODES = torch._C.DisableTorchFunction
 _HOST_ADDRESS = torch._C.TensorBase.data_ptr
 """A host tensor's address, as torch gives it (the plan answers ``data_ptr`` of a stand-in;
 the copies it compares are on the host)."""
+_INFERENCE_ON = torch.is_inference_mode_enabled
 _USE_COUNT = torch._C._storage_Use_Count
 _ONLY_TENSOR = 2
 """A storage's references where one tensor holds it: that tensor's, and the Python storage
@@ -165,13 +166,16 @@ class _OnHost:
     small (:data:`LIMIT`), and waking torch's thread pool for each costs far more than the work:
     on a busy two-core machine a 64 by 64 ``mm`` took 100 times as long on two threads as on
     one, which made a small-operator loop (a reinforcement-learning policy) several times
-    slower to plan than to run. The script's own thread count is set back on the way out."""
+    slower to plan than to run. The script's own thread count is set back on the way out.
+    Inference mode is left only where it is on (the guard costs a few microseconds an
+    operator, and the copies hold no gradients for the grad mode it would set to matter)."""
 
     __slots__ = ("_inference", "_threads")
 
     def __enter__(self) -> None:
-        self._inference = torch._C._InferenceMode(False)
-        self._inference.__enter__()  # type: ignore[no-untyped-call, unused-ignore]  # torch's own
+        self._inference = torch._C._InferenceMode(False) if _INFERENCE_ON() else None
+        if self._inference is not None:
+            self._inference.__enter__()  # type: ignore[no-untyped-call, unused-ignore]
         self._threads = torch.get_num_threads()
         if self._threads != 1:
             torch.set_num_threads(1)
@@ -179,7 +183,8 @@ class _OnHost:
     def __exit__(self, *exc: object) -> None:
         if self._threads != 1:
             torch.set_num_threads(self._threads)
-        self._inference.__exit__(*exc)
+        if self._inference is not None:
+            self._inference.__exit__(*exc)
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -568,7 +573,7 @@ class Known:
         count = storage.nbytes() // written.element_size()
         if piece is None or piece[1].dtype != written.dtype:
             if piece is None:
-                weakref.finalize(storage, self._pieces.pop, key, None)
+                when_released(storage, self._pieces.pop, key, None)
             piece = (torch.zeros(count, dtype=torch.bool, device=_CPU),
                      torch.zeros(count, dtype=written.dtype, device=_CPU))  # fmt: skip
         done, values = piece
@@ -590,7 +595,7 @@ class Known:
         count = storage.nbytes() // tensor.element_size()
         copy = torch.full((count,), one, dtype=tensor.dtype, device=_CPU).untyped_storage()
         if key not in self._values:
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         self._values[key] = copy
 
     def _repeated(
@@ -770,7 +775,7 @@ class Known:
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
         if key not in self._periodic:
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         self._periodic[key] = (repeat, storage.nbytes())
 
     def _mark(self, key: int, made_up: bool, guessed: bool, sized: bool) -> None:
@@ -935,7 +940,7 @@ class Known:
         if self._periodic:
             self._periodic.pop(key, None)
         if key not in self._filled:
-            weakref.finalize(storage, self._filled.pop, key, None)
+            when_released(storage, self._filled.pop, key, None)
         self._filled[key] = (flag, storage.nbytes())
 
     def _decided(
@@ -1184,12 +1189,12 @@ class Known:
         kept = self._values.get(key)
         if kept is None and fresh and (own := _own_copy(computed, made, storage.nbytes())):
             self._values[key] = own
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
             return
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
             self._values[key] = kept
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         if not isinstance(computed, torch.Tensor):
             return
         view = self._view(kept, made)
