@@ -20,7 +20,12 @@ A third is a reinforcement-learning update loop: ``plan_scripts/policy_steps.py`
 on a policy of 64-unit layers with Adam (some two hundred and fifty tiny operators a step),
 against the same script run on the CPU (``--device cpu``): what a user compares a plan with.
 
-A fourth is the stack the planned device records under each allocation: a capture 48 frames
+A fourth is a Gaussian process's hyperparameter fit: ``plan_scripts/gp_fit.py``, BoTorch's and
+GPyTorch's loop (a 64-point kernel matrix from ``cdist`` and ``exp``, its Cholesky factor, a
+solve, backward and an Adam step: some 120 small operators an iteration), against the same
+script run on the CPU.
+
+A fifth is the stack the planned device records under each allocation: a capture 48 frames
 deep (a GPT-2 ``generate`` loop's depth) of a chain of callers seen before, as most captures
 are, against the bare walk of ``f_back`` over the same frames (what reading any Python stack
 costs), in-process CPU time.
@@ -55,6 +60,7 @@ BUILD = (
 
 GENERATE = ROOT / "benchmarks" / "plan_scripts" / "gpt2_generate.py"
 POLICY = ROOT / "benchmarks" / "plan_scripts" / "policy_steps.py"
+GP_FIT = ROOT / "benchmarks" / "plan_scripts" / "gp_fit.py"
 GENERATE_BUILD = (
     "import torch; from transformers import GPT2Config, GPT2LMHeadModel; "
     "GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=5000, "
@@ -127,6 +133,7 @@ def main() -> int:
         ),
     ]
     figures.append(_policy(repeats, 100 if args.quick else 500))
+    figures.append(_small_operators(GP_FIT, "GP fit", repeats, 100 if args.quick else 600))
     figures.append(_stack_capture(repeats))
     if importlib.util.find_spec("transformers") is not None:
         figures.extend(_generate(repeats))
@@ -177,7 +184,12 @@ def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure
 
 def _policy(repeats: int, steps: int) -> Figure:
     """The planned update loop, against the same loop on the CPU, runs alternated."""
-    script = [str(POLICY), "--steps", str(steps)]
+    return _small_operators(POLICY, "PPO update loop", repeats, steps)
+
+
+def _small_operators(path: Path, name: str, repeats: int, steps: int) -> Figure:
+    """A planned loop of small operators, against the same loop on the CPU, runs alternated."""
+    script = [str(path), "--steps", str(steps)]
     planned, on_cpu = [], []
     with tempfile.TemporaryDirectory() as folder:
         cwd = Path(folder)
@@ -185,7 +197,7 @@ def _policy(repeats: int, steps: int) -> Figure:
             on_cpu.append(child([sys.executable, *script, "--device", "cpu"], cwd)[0])
             planned.append(child([sys.executable, "-m", "memforensics", "plan", *script], cwd)[0])
     return figure(
-        f"PPO update loop, {steps} steps, planned, CPU",
+        f"{name}, {steps} steps, planned, CPU",
         "the same loop run on the CPU",
         min(planned),
         min(on_cpu),

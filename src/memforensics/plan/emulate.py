@@ -6,9 +6,10 @@ calls with a device, ``.to()``, ``.cuda()``, modules moved with ``.to()``) and r
 choices CUDA would make where the CPU build makes others. :class:`StorageMode` (a
 ``TorchDispatchMode``) sees every storage an operator creates and hands it to the
 :class:`~memforensics.plan.device.PlannedDevice`, whose block lives as long as the storage does
-(a ``weakref.finalize`` on it). cuBLAS's workspace is allocated on the first matrix multiply of
-each thread's cuBLAS handle (pooled: a thread that has ended leaves its handle to the next);
-backward counts as autograd's own device thread, as on a GPU.
+(a weak reference's callback on it, :mod:`~memforensics.plan.released`). cuBLAS's workspace is
+allocated on the first matrix multiply of each thread's cuBLAS handle (pooled: a thread that
+has ended leaves its handle to the next); backward counts as autograd's own device thread, as on
+a GPU.
 
 Both are ``meta`` underneath, but only a stand-in is on the planned device: what the script puts
 on ``meta`` itself (a model built under ``torch.device("meta")`` before ``to_empty``) is a
@@ -66,6 +67,7 @@ from memforensics.plan import (
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import OutOfScope, PlannedDevice
 from memforensics.plan.eager_modes import EagerDispatchMode
+from memforensics.plan.released import when_released
 from memforensics.plan.shapes import Shapes
 from memforensics.plan.values import Notes
 
@@ -1272,7 +1274,7 @@ class StorageMode(EagerDispatchMode):
         if nbytes == 0:
             self.device.initialize()  # an empty tensor on CUDA initializes it all the same
             self._live[key] = (None, 0, step)
-            weakref.finalize(storage, self._live.pop, key, None)
+            when_released(storage, self._live.pop, key, None)
             return
         old = self._live.get(reused) if reused is not None else None
         if old is not None and old[1] == nbytes:
@@ -1282,7 +1284,7 @@ class StorageMode(EagerDispatchMode):
             block = self.malloc(nbytes)
         self._live[key] = (block, nbytes, step)
         if held is None:
-            weakref.finalize(storage, self._release, key)
+            when_released(storage, self._release, key)
 
     def outside_allocator(self, tensor: torch.Tensor) -> None:
         """``tensor``'s storage is on the device in memory the allocator does not hand out
@@ -1292,7 +1294,7 @@ class StorageMode(EagerDispatchMode):
         key = storage._cdata
         if key not in self._live:
             self._live[key] = (None, storage.nbytes(), None)
-            weakref.finalize(storage, self._live.pop, key, None)
+            when_released(storage, self._live.pop, key, None)
 
     def free_block(self, key: int) -> None:
         """The block of the storage ``key`` (its ``_cdata``) freed while the storage lives (a
@@ -1367,7 +1369,7 @@ class StorageMode(EagerDispatchMode):
         self._live[key] = (None, held[1], held[2])
         storage = made.untyped_storage()
         self._live[storage._cdata] = (held[0], storage.nbytes(), held[2])
-        weakref.finalize(storage, self._release, storage._cdata)
+        when_released(storage, self._release, storage._cdata)
 
     def _release(self, key: int) -> None:
         held = self._live.pop(key, None)

@@ -63,7 +63,6 @@ each would count every token at every expert.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,6 +72,7 @@ from torch.utils._pytree import tree_flatten
 from memforensics.plan import assumed, periodic, unread
 from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
+from memforensics.plan.released import when_released
 from memforensics.plan.routing import Routing
 from memforensics.plan.targets import Targets
 
@@ -99,6 +99,11 @@ _NO_FUNCTION_MODES = torch._C.DisableTorchFunction
 _HOST_ADDRESS = torch._C.TensorBase.data_ptr
 """A host tensor's address, as torch gives it (the plan answers ``data_ptr`` of a stand-in;
 the copies it compares are on the host)."""
+_INFERENCE_ON = torch.is_inference_mode_enabled
+_USE_COUNT = torch._C._storage_Use_Count
+_ONLY_TENSOR = 2
+"""A storage's references where one tensor holds it: that tensor's, and the Python storage
+object asking."""
 _SCALAR_OR = frozenset((torch.ops.aten.bitwise_or.Scalar, torch.ops.aten.__or__.Scalar))
 _SCALAR_AND = frozenset((torch.ops.aten.bitwise_and.Scalar, torch.ops.aten.__and__.Scalar))
 _UNKNOWN_FILL = frozenset(
@@ -161,13 +166,16 @@ class _OnHost:
     small (:data:`LIMIT`), and waking torch's thread pool for each costs far more than the work:
     on a busy two-core machine a 64 by 64 ``mm`` took 100 times as long on two threads as on
     one, which made a small-operator loop (a reinforcement-learning policy) several times
-    slower to plan than to run. The script's own thread count is set back on the way out."""
+    slower to plan than to run. The script's own thread count is set back on the way out.
+    Inference mode is left only where it is on (the guard costs a few microseconds an
+    operator, and the copies hold no gradients for the grad mode it would set to matter)."""
 
     __slots__ = ("_inference", "_threads")
 
     def __enter__(self) -> None:
-        self._inference = torch._C._InferenceMode(False)
-        self._inference.__enter__()  # type: ignore[no-untyped-call, unused-ignore]  # torch's own
+        self._inference = torch._C._InferenceMode(False) if _INFERENCE_ON() else None
+        if self._inference is not None:
+            self._inference.__enter__()  # type: ignore[no-untyped-call, unused-ignore]
         self._threads = torch.get_num_threads()
         if self._threads != 1:
             torch.set_num_threads(1)
@@ -175,7 +183,8 @@ class _OnHost:
     def __exit__(self, *exc: object) -> None:
         if self._threads != 1:
             torch.set_num_threads(self._threads)
-        self._inference.__exit__(*exc)
+        if self._inference is not None:
+            self._inference.__exit__(*exc)
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -280,6 +289,27 @@ def _count_nonzero(values: torch.Tensor) -> int:
             repeated *= length
             values = values.narrow(dim, 0, 1)
     return int(torch.count_nonzero(values)) * repeated
+
+
+def _own_copy(computed: Any, made: torch.Tensor, nbytes: int) -> torch.UntypedStorage | None:
+    """``computed``'s storage, where it can be ``made``'s copy as it is: a host tensor nothing
+    else holds a view of (its storage's only tensor), as large as ``made``'s storage, with
+    ``made``'s dtype, sizes, strides and offset and no lazy conjugate or negation, so that
+    ``made``'s view of it (:meth:`Known._view`) reads ``computed``; else None."""
+    if not isinstance(computed, torch.Tensor) or computed.is_conj() or computed.is_neg():
+        return None
+    if made.is_conj() or made.is_neg() or computed.layout != torch.strided:
+        return None
+    if computed.dtype != made.dtype or computed.device != _CPU:
+        return None
+    if computed.storage_offset() != made.storage_offset() or computed.stride() != made.stride():
+        return None
+    if computed.shape != made.shape:
+        return None
+    own = computed.untyped_storage()
+    if own.nbytes() != nbytes or _USE_COUNT(own._cdata) != _ONLY_TENSOR:
+        return None
+    return own
 
 
 class Known:
@@ -543,7 +573,7 @@ class Known:
         count = storage.nbytes() // written.element_size()
         if piece is None or piece[1].dtype != written.dtype:
             if piece is None:
-                weakref.finalize(storage, self._pieces.pop, key, None)
+                when_released(storage, self._pieces.pop, key, None)
             piece = (torch.zeros(count, dtype=torch.bool, device=_CPU),
                      torch.zeros(count, dtype=written.dtype, device=_CPU))  # fmt: skip
         done, values = piece
@@ -565,7 +595,7 @@ class Known:
         count = storage.nbytes() // tensor.element_size()
         copy = torch.full((count,), one, dtype=tensor.dtype, device=_CPU).untyped_storage()
         if key not in self._values:
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         self._values[key] = copy
 
     def _repeated(
@@ -745,7 +775,7 @@ class Known:
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
         if key not in self._periodic:
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         self._periodic[key] = (repeat, storage.nbytes())
 
     def _mark(self, key: int, made_up: bool, guessed: bool, sized: bool) -> None:
@@ -910,7 +940,7 @@ class Known:
         if self._periodic:
             self._periodic.pop(key, None)
         if key not in self._filled:
-            weakref.finalize(storage, self._filled.pop, key, None)
+            when_released(storage, self._filled.pop, key, None)
         self._filled[key] = (flag, storage.nbytes())
 
     def _decided(
@@ -936,7 +966,8 @@ class Known:
         inputs = [*_tensors(args), *(t for v in kwargs.values() for t in _tensors(v))]
         copies = [self.value(t) if t.is_meta else t for t in inputs]
         if all(c is not None for c in copies):
-            return self._compute(func, args, kwargs, out)
+            found = {id(t): c for t, c in zip(inputs, copies, strict=True)}
+            return self._compute(func, args, kwargs, out, found=found)
         if self.extremes and (extreme := self.extremes.reduced(func, args, kwargs)) is not None:
             self._keep(out, extreme)
             return True
@@ -1003,13 +1034,20 @@ class Known:
         kwargs: dict[str, Any],
         out: Any,
         ignored: torch.Tensor | None = None,
+        found: dict[int, torch.Tensor | None] | None = None,
     ) -> bool:
         """Whether ``func`` was run again on the inputs' CPU copies, its outputs kept so;
         ``ignored``: an input whose values it does not read (:mod:`~memforensics.plan.unread`),
-        taken as zeros and not counted among the inputs its marks come from."""
+        taken as zeros and not counted among the inputs its marks come from; ``found``: the
+        copies the caller has already read, by the ``id`` of their tensor in this call (each
+        read builds a view of its copy anew)."""
+        known = found or {}
 
         def on_cpu(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
+                copy = known.get(id(value))
+                if copy is not None:
+                    return copy
                 return self.value(value) if value.is_meta else value
             if isinstance(value, (list, tuple)):
                 return type(value)(on_cpu(v) for v in value)
@@ -1036,9 +1074,11 @@ class Known:
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
                 sized = made_up and self._all_sized(args, kwargs, ignored)
+                given = {id(v) for v in (*cpu_args, *cpu_kwargs.values())}
                 for made, computed in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
-                        self._keep(made, computed, made_up, guessed, sized)
+                        fresh = id(computed) not in given
+                        self._keep(made, computed, made_up, guessed, sized, fresh=fresh)
                 source = _FROM_HOST.get(func)
                 if source is not None and not args[source].is_meta and results:
                     made = outs[0]
@@ -1129,11 +1169,16 @@ class Known:
         made_up: bool = False,
         guessed: bool = False,
         sized: bool = False,
+        *,
+        fresh: bool = False,
     ) -> None:
         """``computed`` becomes ``made``'s values: written into its storage's copy (a new one
         when the storage is new, the same one for an in-place write); ``made_up``: computed
         from a made-up value, ``guessed``: from a made-up floating-point scalar, ``sized``:
-        from partitions alone (:meth:`sized`)."""
+        from partitions alone (:meth:`sized`). ``fresh``: ``computed`` is an operator's new
+        output, none of its arguments; where the storage is new and ``computed`` lies in a
+        storage of its own as ``made`` lies in its (:func:`_own_copy`), that storage becomes
+        the copy, with nothing copied (most outputs of a small operator run again)."""
         storage = made.untyped_storage()
         key = storage._cdata
         self._filled.pop(key, None)
@@ -1142,10 +1187,14 @@ class Known:
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
         kept = self._values.get(key)
+        if kept is None and fresh and (own := _own_copy(computed, made, storage.nbytes())):
+            self._values[key] = own
+            when_released(storage, self._drop, key)
+            return
         if kept is None:
             kept = torch.empty(storage.nbytes(), dtype=torch.uint8, device=_CPU).untyped_storage()
             self._values[key] = kept
-            weakref.finalize(storage, self._drop, key)
+            when_released(storage, self._drop, key)
         if not isinstance(computed, torch.Tensor):
             return
         view = self._view(kept, made)
