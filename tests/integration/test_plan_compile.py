@@ -1383,8 +1383,10 @@ def test_a_compiled_lookup_into_a_small_table_is_computed_inside_its_readers_ker
 
 def test_a_script_that_never_compiles_is_planned_without_importing_dynamo(tmp_path: Path) -> None:
     """A plan of a script that never compiles leaves ``torch._dynamo`` and ``torch._inductor``
-    unimported (a second of CPU, sympy's and dynamo's import), and the same plan answers
-    ``torch._inductor``'s AOT functions once the script imports it."""
+    unimported (a second of CPU, sympy's and dynamo's import), elementwise operators included
+    (their ``meta`` kernels are torch's Python references); the same plan answers
+    ``torch._inductor``'s AOT functions once the script imports it, and runs the references
+    after it."""
     script(
         tmp_path,
         """
@@ -1392,13 +1394,14 @@ def test_a_script_that_never_compiles_is_planned_without_importing_dynamo(tmp_pa
         import torch
 
         x = torch.randn(64, 64, device="cuda")
-        (x @ x).sum()
+        ((x @ x + 1).relu() * 2).sum()
         before = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor")}
         try:
             torch._inductor.aoti_compile_and_package(None)
         except Exception as error:
             refused = type(error).__name__
-        print(json.dumps({"before": before, "refused": refused}))
+        after = list((x - 1).abs().shape)
+        print(json.dumps({"before": before, "refused": refused, "after": after}))
         """,
     )
     done = plan(tmp_path, "train.py")
@@ -1406,3 +1409,4 @@ def test_a_script_that_never_compiles_is_planned_without_importing_dynamo(tmp_pa
     found = json.loads(done.stdout.splitlines()[0])
     assert found["before"] == {"torch._dynamo": False, "torch._inductor": False}
     assert found["refused"] == "OutOfScope"
+    assert found["after"] == [64, 64]
