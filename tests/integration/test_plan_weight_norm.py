@@ -10,7 +10,7 @@ from planned import printed_facts, script
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 OUT, IN = 2048, 256
-"""A ``Linear(256, 2048)`` under ``weight_norm``: ``v`` is 2048 × 256, ``g`` 2048 × 1."""
+"""A ``Linear(256, 2048)`` under ``weight_norm``: ``v`` is 2048 by 256, ``g`` 2048 by 1."""
 
 CALLS = """
 import json
