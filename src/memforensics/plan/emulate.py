@@ -902,6 +902,7 @@ class StorageMode(EagerDispatchMode):
         for loss in reduced_losses.OPERATORS:
             answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
         answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
+        answers[torch.ops.aten._weight_norm_interface.default] = fused_norms.weight_norm
         answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
         answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         answers.update(sparse.Sparse(notes, known).answers())

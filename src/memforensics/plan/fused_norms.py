@@ -18,7 +18,9 @@ order; with a kernel of its own on ``meta``, the dispatcher sends autograd on a 
 ``rms_norm`` reaches the fused kernel on CUDA (one with ``_fused_rms_norm_backward``) gets it.
 
 ``native_layer_norm`` (:func:`layer_norm`) is answered with ``layer_norm_cuda``'s three outputs
-in place of its ``meta`` kernel, which computes them slowly.
+in place of its ``meta`` kernel, which computes them slowly, and ``_weight_norm_interface``
+(:func:`weight_norm`) with ``weight_norm_cuda``'s two, whose norms the ``meta`` kernel keeps in
+float16 for a float16 ``g``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,21 @@ def layer_norm(
         input.new_empty(stat_shape, dtype=accumulate),
         input.new_empty(stat_shape, dtype=accumulate),
     )
+
+
+def weight_norm(
+    v: torch.Tensor, g: torch.Tensor, dim: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_weight_norm_interface``'s outputs as ``weight_norm_cuda`` (``WeightNorm.cu``) makes
+    them: ``w``, contiguous and of ``v``'s dtype, then the norms with ``g``'s sizes and strides,
+    in float32 for a float16 or bfloat16 ``g`` (the kernels' accumulation type, which they
+    write there), else in ``g``'s dtype. The ``meta`` kernel, torch's decomposition, keeps
+    float32 for bfloat16 only: a float16 ``g``'s norms were planned at half their bytes. The
+    backward's two gradients, ``empty_like`` of ``v`` and ``g``, are the ``meta`` kernel's."""
+    accumulate = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
+    w = torch.empty_like(v, memory_format=torch.contiguous_format)
+    norms = torch.empty_strided(g.shape, g.stride(), dtype=accumulate, device=g.device)
+    return w, norms
 
 
 def available() -> bool:

@@ -395,7 +395,7 @@ class Known:
             if filled is None or filled[1] != storage.nbytes():
                 repeated = self._periodic.get(storage._cdata) if self._periodic else None
                 if repeated is None or repeated[1] != storage.nbytes():
-                    return None
+                    return self._written_piece(tensor) if self._pieces else None
                 return periodic.viewed(repeated[0], tensor, LIMIT)
             return torch.full((), filled[0], dtype=tensor.dtype, device=_CPU).expand(tensor.shape)
         if kept.nbytes() != storage.nbytes():
@@ -568,8 +568,17 @@ class Known:
                 func(*cpu, **options)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
+        self._piece(written, buffer)
+        return True
+
+    def _piece(self, written: torch.Tensor, computed: torch.Tensor) -> None:
+        """``computed``, known values, written into part of ``written``'s small storage, whose
+        other elements are unknown: kept beside the parts written so far, which read as known
+        (:meth:`_written_piece`); once every element is written, the storage is known."""
+        storage = written.untyped_storage()
+        key = storage._cdata
         piece = self._pieces.pop(key, None)
-        self._forget(outs)
+        self._forget([written])
         count = storage.nbytes() // written.element_size()
         if piece is None or piece[1].dtype != written.dtype:
             if piece is None:
@@ -578,14 +587,26 @@ class Known:
                      torch.zeros(count, dtype=written.dtype, device=_CPU))  # fmt: skip
         done, values = piece
         geometry = (written.size(), written.stride(), written.storage_offset())
-        values.as_strided(*geometry).copy_(buffer)
+        values.as_strided(*geometry).copy_(computed)
         done.as_strided(*geometry).fill_(True)
         if not bool(done.all()):
             self._pieces[key] = piece
-            return True
+            return
         self._keep(written, values.as_strided(*geometry))
         self._view(self._values[key], values).copy_(values)
-        return True
+
+    def _written_piece(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s values where it reads only elements of a partly written storage that
+        known values were written into (:meth:`_piece`), else None: torchdiffeq's Runge-Kutta
+        step writes each stage's slope into a column of an ``empty`` scratch tensor and sums
+        the columns written so far for the next stage's state."""
+        piece = self._pieces.get(tensor.untyped_storage()._cdata)
+        if piece is None or piece[1].dtype != tensor.dtype:
+            return None
+        geometry = (tensor.size(), tensor.stride(), tensor.storage_offset())
+        if not bool(piece[0].as_strided(*geometry).all()):
+            return None
+        return piece[1].as_strided(*geometry)
 
     def _copied_out(self, tensor: torch.Tensor, one: Any) -> None:
         """``tensor``'s storage, kept as its one value ``one``, is kept as a copy from now on."""
@@ -1181,6 +1202,11 @@ class Known:
         the copy, with nothing copied (most outputs of a small operator run again)."""
         storage = made.untyped_storage()
         key = storage._cdata
+        if self._pieces and key in self._pieces and key not in self._values:
+            if isinstance(computed, torch.Tensor) and not (made_up or guessed or sized):
+                self._piece(made, computed)  # known values into known parts or unknown ones
+                return
+            self._pieces.pop(key)  # made up: the whole storage is, as where nothing is known
         self._filled.pop(key, None)
         if self._periodic:
             self._periodic.pop(key, None)
