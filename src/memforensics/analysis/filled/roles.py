@@ -90,6 +90,10 @@ _RANK = {WORKSPACE: 0, KV_CACHE: 1, MEGATRON_BUFFER: 2, REPLICA: 3, NOTHING: 4}
 
 _WORKSPACE_NAMES = ("workspace", "getcurrentcudablashandle", "getcurrentcudablaslthandle")
 _KV_NAMES = ("kv_cache", "kvcache", "kv_pool")
+_FILE_NAMED_ROLES = frozenset({KV_CACHE, _CACHE_NAMED, _KV_NAMED})
+"""Roles a frame may give by its file's name alone, which speaks for the file's own code only
+where it runs inside what it is named for, not where it calls a model."""
+_MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})
 _KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
@@ -245,7 +249,10 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
     outer one is the context the block was made in. A name that rules a parameter out beats
     building. A cache's file or function naming keys and values with a forward or ``generate``
-    on the stack, or any cache's with ``generate`` on it, is a model cache. A batch-moving
+    on the stack, or any cache's with ``generate`` on it, is a model cache. A file's name speaks
+    for its frames only nearer the allocation than any forward, ``generate``, constructor or
+    model-building frame: farther out, a frame is the caller's (a script named for the KV cache
+    it studies), and only its function's name speaks. A batch-moving
     helper with no forward or model-building frame on the stack makes a batch. A function named
     for an optimizer nearer the allocation than any ``__init__``, with no forward or
     model-building frame, makes the optimizer's own block.
@@ -256,13 +263,17 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     context, ruled_out, constructed, optimizer = NOTHING, False, False, False
     cache_named = kv_named = forward = decoding = batch = False
     moved = 0  # the line of the innermost ``Module._apply``: which of a module's tensors it moves
+    caller = False  # past a forward, a decoding loop or a model's building: the code calling it
     for frame in frames:  # innermost first
         if type(frame) is not dict:
             continue
         filename, name = frame.get("filename"), frame.get("name")
-        role = frame_role(
-            filename if type(filename) is str else "", name if type(name) is str else ""
-        )
+        filename = filename if type(filename) is str else ""
+        name = name if type(name) is str else ""
+        role = frame_role(filename, name)
+        if caller and role in _FILE_NAMED_ROLES:
+            role = _role_by_its_name(filename, name)
+        caller = caller or _calls_a_model(role, filename, name)
         if role in (IN_FORWARD, BUILDS):
             context = role
             forward = forward or role == IN_FORWARD
@@ -301,6 +312,25 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0
     return context, moved if context == BUILDS else 0
+
+
+def _calls_a_model(role: str, filename: str, name: str) -> bool:
+    """Whether a frame is where a model is run, built or moved, so that the frames farther out
+    are its caller's: a module called (``Module._call_impl``), a forward or closure of code
+    outside torch (torch's own layers' forwards run inside a module's call), ``generate``, a
+    constructor, or a frame that builds or moves a model."""
+    if role == IN_FORWARD:
+        return name in _MODULE_CALLS or not _TORCH_FILES.search(filename)
+    return role in (BUILDS, _CONSTRUCTOR) or name == _GENERATE
+
+
+def _role_by_its_name(filename: str, name: str) -> str:
+    """The role a frame gives with its file's own name set aside: a caller's file (a script
+    named ``kv_cache_bench.py`` around ``generate``, ``model.to`` or a model's constructor)
+    is named for what it studies, not for the blocks the code it calls makes."""
+    head, _, tail = filename.replace("\\", "/").rpartition("/")
+    dot = tail.rfind(".")
+    return frame_role(f"{head}/_{tail[dot:]}", name) if dot > 0 else frame_role(filename, name)
 
 
 def _is_module_file(filename: object) -> bool:

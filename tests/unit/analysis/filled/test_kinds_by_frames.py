@@ -461,3 +461,25 @@ def test_a_constructor_inside_an_optimizer_s_closure_builds_no_model() -> None:
     assert roles.stack_role([*cloned, *step]) == (roles.BUILDS, 0)
     torch_own = py(f"{SP}/torch/_dynamo/utils.py", 10, "closure")
     assert roles.stack_role([*cloned, torch_own, *step]) == (roles.BUILDS, 0)
+
+
+@pytest.mark.parametrize("script", ["kv_cache_bench.py", "kv.py", "cache_sweep.py"])
+def test_a_script_named_for_a_cache_holds_no_kv_cache_of_its_own_making(script: str) -> None:
+    """A script whose file names a cache (``kv_cache_bench.py``) that moves a model and runs its
+    forwards holds parameters and activations, as any script does: its name says what it
+    studies; a model file named so (``kv_store.py``) still makes a KV cache inside a forward."""
+    trace = Trace()
+    caller = [py(f"/users/me/{script}", 30, "main"), py(f"/users/me/{script}", 90, "<module>")]
+    moved = [*BUILDERS["Module._apply / .to"][:4], *caller]
+    weights = _model(trace, moved)
+    forward = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, *caller]
+    outputs = [trace.alloc((6 + index) * MiB, forward) for index in range(3)]
+    stored = [MALLOC, py("/users/me/kv_store.py", 40, "append"), *forward[1:]]
+    cache = [trace.alloc(64 * MiB, stored) for _ in range(2)]
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in outputs:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in weights} == {"parameter"}
+    assert {found[a].kind for a in outputs} == {"activation"}
+    assert {found[a].kind for a in cache} == {"kv_cache"}
