@@ -11,28 +11,16 @@ autograd's thread (no frames).
 from __future__ import annotations
 
 import pytest
-from event_trace import BODY, CALL, ENGINE, MALLOC, SP, Frame, MiB, Trace, py
+from event_trace import BODY, ENGINE, MALLOC, SP, Frame, MiB, Trace, py
+from test_kinds_input import BATCH_ENCODING_TO, BUILT, FORWARD
 
 from memforensics.analysis.dump import dump_from_snapshot
 from memforensics.analysis.summary import summarize, summary_text
 
-BUILT = [
-    MALLOC,
-    py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
-    py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"),
-    BODY,
-]
-FORWARD = [MALLOC, py("/users/me/model.py", 57, "forward"), CALL, BODY]
 GENERATE = [
     MALLOC,
     py(f"{SP}/transformers/generation/utils.py", 3289, "_sample"),
     py(f"{SP}/transformers/generation/utils.py", 2400, "generate"),
-    BODY,
-]
-BATCH_ENCODING_TO = [
-    MALLOC,
-    py(f"{SP}/transformers/tokenization_utils_base.py", 792, "<dictcomp>"),
-    py(f"{SP}/transformers/tokenization_utils_base.py", 792, "to"),
     BODY,
 ]
 
