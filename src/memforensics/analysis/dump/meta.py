@@ -114,6 +114,12 @@ class DumpMeta:
     else an OOM record's statistics. It counts each block whole where a trace counts the
     request, and it reaches back before the trace began. None when the dump records none."""
 
+    @property
+    def taken_at_oom(self) -> bool:
+        """The sidecar says the snapshot was taken at an OOM: it records one, or its kind
+        (or the dump's folder) is ``oom``."""
+        return self.oom is not None or self.kind == "oom"
+
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
     """The sidecar object beside ``path``; None if absent; SnapshotLoadError if unreadable."""

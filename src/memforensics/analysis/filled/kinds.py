@@ -20,7 +20,11 @@ framework shares, and an allocation's kind follows from where in that shape it s
   micro-batch's gradients persist, later micro-batches' partial gradients die in backward); an
   optimizer allocation that outlives its step is optimizer state; anything made outside every
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
-  at all was allocated before recording began.
+  at all was allocated before recording began. A forward allocation held to the end with no
+  backward after it is an activation where a module's forward made it or the trace ends at
+  an OOM (the forward that ran out), and ``unknown`` otherwise: what a script keeps to the end
+  of a trace that never ran out (an inference loop's batch, tables, results, the outputs it
+  collects) is no forward's activation, and its lifetime cannot tell which of those it is.
 
 Some code makes memory of one kind only, and its frames say so before the lifetime is asked
 (:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
@@ -65,9 +69,11 @@ lifetime gives; so does the batch of a forward written as functions, whose every
 script's own as the copy is). A line of the script says less than a helper's frame, so its
 block must also come before its step's forward (no module's forward ran since the last
 backward or optimizer allocation: a loss or an output the script computes after the forward is
-not the input) and live into that step's backward, or to the trace's end (an OOM in the
-forward). An inference loop's batches, made between forwards with no backward to tell a step's
-start, read as the script's outputs do, and keep their kind unless a helper's frame names them.
+not the input) and live into that step's backward, or to the end of a trace that ends at an
+OOM in the forward. An inference loop's batches, made between forwards with no backward to
+tell a step's start, read as the script's outputs do, and so does one made before the loop
+and kept to the end (a table or a results buffer lives so too): they keep their kind unless a
+helper's frame names them.
 
 Each allocation gets a confidence: high where phase and lifetime agree plainly, lower where a
 rule had to guess (an allocation the trace never saw freed, no frames, no step tags, a free
@@ -318,10 +324,15 @@ class _Shape:
     """Where each phase starts in the trace, and the step structure, for the lifetime rules.
 
     ``horizon``: a view of the trace as it stood at an ``oom`` entry (nothing after it is
-    seen); None for the whole trace.
+    seen); None for the whole trace. ``ends_at_oom``: the trace, as this view sees it, ends at
+    an OOM: the view is at one, the trace's last ``oom`` entry is followed by nothing but its
+    unwinding's frees (``unwinding``: :func:`unwinding_ends`), or the snapshot was taken at an
+    OOM its sidecar records. A block held to the end of a trace that ran out in its forward is
+    that forward's; one held to the end of a trace that never ran out (an inference loop, an
+    OOM caught and left behind) is whatever the script kept.
     """
 
-    def __init__(self, lt: Lifetimes) -> None:
+    def __init__(self, lt: Lifetimes, unwinding: dict[int, int]) -> None:
         traced = [a for a in lt.allocations if a.start != BEFORE]
         self.backward = sorted(a.start for a in traced if a.phase == BACKWARD)
         self.forward = sorted(a.start for a in traced if a.phase == FORWARD)
@@ -332,13 +343,17 @@ class _Shape:
         self.first_step = min(steps) if steps else None
         self.last_step = max(steps) if steps else None
         self.length = lt.length
+        last_oom = lt.oom_positions[-1] if lt.oom_positions else None
+        self.ends_at_oom = lt.taken_at_oom or (
+            last_oom is not None and unwinding.get(last_oom, -1) >= lt.length
+        )
         self.horizon: int | None = None
 
     def at_oom(self, position: int) -> _Shape:
         """The same trace seen from its ``oom`` entry at ``position``: what was known then."""
         view = _Shape.__new__(_Shape)
         view.__dict__.update(self.__dict__)  # the same phase lists, seen up to the OOM
-        view.horizon, view.length = position, position + 1
+        view.horizon, view.length, view.ends_at_oom = position, position + 1, True
         return view
 
     def after(self, starts: list[int], position: int) -> int | None:
@@ -375,11 +390,11 @@ def classify(lt: Lifetimes) -> None:
     OOM caused says nothing about the block's role.
     """
     guessed, found_roles = _assign_phases(lt)
-    shape = _Shape(lt)
+    unwinding = unwinding_ends(lt)
+    shape = _Shape(lt, unwinding)
     views: dict[int, _Shape] = {}
     buffers: list[tuple[Allocation, int]] = []
     workspaces = _workspaces(lt, found_roles)
-    unwinding = unwinding_ends(lt)
     for found, role in zip(lt.allocations, found_roles, strict=True):
         if id(found) in workspaces:
             found.kind, found.confidence = WORKSPACE, 0.8
@@ -414,7 +429,7 @@ def classify(lt: Lifetimes) -> None:
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
-    _inputs(lt, found_roles)
+    _inputs(lt, found_roles, shape)
 
 
 _STEP_KINDS = frozenset({ACTIVATION, INPUT, TEMPORARY, WORKSPACE, KV_CACHE, BEFORE_RECORDING})
@@ -827,7 +842,7 @@ _INPUT_CONFIDENCE = {roles.BATCH: 0.85, roles.NOTHING: 0.7}
 """A batch-moving helper's frame says where the block came from; a line of the script does not."""
 
 
-def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
+def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) -> None:
     """Mark the input batch of each step (see the module docstring): a block a batch-moving
     helper or the script's own line made outside every forward, backward and optimizer,
     that a forward ran on and that lives for a step. One freed after an OOM is judged as the
@@ -851,8 +866,9 @@ def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
     steps = _Steps(traced)
     for found, role in candidates:
         oom = _oom_before_free(lt.oom_positions, found, lt.length)
-        end, last = (found.end, lt.length) if oom is None else (oom, oom)
-        if steps.feeds(found.start, end, last, helper=role == roles.BATCH):
+        end = found.end if oom is None else oom
+        at_oom = oom is not None or (end >= lt.length and shape.ends_at_oom)
+        if steps.feeds(found.start, end, at_oom=at_oom, helper=role == roles.BATCH):
             found.kind = INPUT
             found.confidence = _INPUT_CONFIDENCE[role] * (UNWOUND if oom is not None else 1.0)
 
@@ -882,11 +898,12 @@ class _Steps:
                     self.passes.append(found.start)
             before = phase
 
-    def feeds(self, start: int, end: int, last: int, *, helper: bool) -> bool:
-        """Whether a block made at ``start`` and freed at ``end`` (``last``: held to the end)
-        fed a forward and lived for one step; a line of the script also comes before its
-        step's forward (no module's forward since the step began) and lives into its
-        backward (or to the end)."""
+    def feeds(self, start: int, end: int, *, at_oom: bool, helper: bool) -> bool:
+        """Whether a block made at ``start`` and freed at ``end`` fed a forward and lived for
+        one step; a line of the script also comes before its step's forward (no module's
+        forward since the step began) and lives into its backward, or is held to an OOM
+        (``at_oom``: to the end of a trace that ends at one, or to the OOM its free
+        followed)."""
         index = bisect_right(self.forwards, start)
         if index == len(self.forwards) or self.forwards[index] >= end:
             return False  # no forward ran while it was held
@@ -898,8 +915,8 @@ class _Steps:
         backward = self.passes[first] if first < len(self.passes) else None
         if backward is not None and backward < self.forwards[index]:
             return False  # made after its step's forward: a loss, an output
-        if (backward is None or backward >= end) and end < last:
-            return False  # freed before any backward: an inference forward's, or a temporary
+        if (backward is None or backward >= end) and not at_oom:
+            return False  # no backward in its life: an inference forward's, or what is kept
         ended = bisect_left(self.step_ends, start) - 1
         began = self.step_ends[ended] if ended >= 0 else -1
         return index == 0 or self.forwards[index - 1] < began
@@ -980,7 +997,9 @@ def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str
     if builds:
         return PARAMETER, 0.8
     if backward is None and end >= shape.length:
-        return ACTIVATION, 0.6  # live when the trace ends before any backward: at an OOM
+        if role == roles.IN_FORWARD or shape.ends_at_oom:
+            return ACTIVATION, 0.6  # a forward's, or live at an OOM in the forward
+        return UNKNOWN, 0.4  # kept to the end of a trace that never ran out: what the script keeps
     if role == roles.IN_FORWARD and end >= shape.length and _in_last_backward(backward, shape):
         return ACTIVATION, 0.6  # its backward began, no forward since: the trace ends in it
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak

@@ -121,6 +121,9 @@ class Lifetimes:
     segment_events: list[SegmentEvent] = field(default_factory=list)
     oom_positions: list[int] = field(default_factory=list)
     has_trace: bool = False
+    taken_at_oom: bool = False
+    """The snapshot was taken at an OOM its sidecar records, whether or not the trace holds
+    an ``oom`` entry for it (an allocation that failed outside the caching allocator)."""
 
     @property
     def live_at_start(self) -> bool:
@@ -241,7 +244,8 @@ def lifetimes(dump: Dump) -> Lifetimes:  # noqa: PLR0912, PLR0915 - one hot loop
         for found in allocations:
             found.recorded = found.start != BEFORE
     traced = any(found is not None for found in by_event)
-    return Lifetimes(allocations, length, by_event, segment_events, ooms, traced)
+    at_oom = dump.meta.taken_at_oom
+    return Lifetimes(allocations, length, by_event, segment_events, ooms, traced, at_oom)
 
 
 def _to_block_sizes(

@@ -24,7 +24,10 @@ say so plainly:
   ``rope``, ``rotary``, ``freqs``, ``cos`` or ``sin`` word: ``rope.py``'s ``_reshape_cache``,
   ``_set_cos_sin_cache``, ``build_rope_cache``), which holds rotary or position tables.
   torch's and the standard library's own files (``codecache.py``, ``functools``'
-  ``lru_cache``) name caches of code, not of tensors, and are not read so.
+  ``lru_cache``) name caches of code, not of tensors, and are not read so; nor are an
+  installed package's, whose KV caches are known by their files and ``kv_cache`` names
+  above, and whose other cache-named code holds no keys and values kept across tokens
+  (diffusers' ``faster_cache.py``, its ``_get_added_kv_projections``).
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
@@ -108,8 +111,14 @@ _POSITION_WORDS = frozenset({"rope", "rotary", "freqs", "freq", "cos", "sin", "s
 """Words that name a cache's contents as rotary or position tables, not keys and values."""
 _WORDS = re.compile(r"[a-z0-9]+")
 _CODE_FILES = re.compile(r"(?:^|/)(?:torch|torch_npu|triton)/|(?:^|/)lib/python[0-9.]+t?/|^<")
-"""Files whose caches are of code or results, never of tensors: torch's (Inductor's
-``codecache.py``), Triton's and the standard library's (``functools``)."""
+"""Files whose cache-named code is not a model's cache of keys and values: torch's (Inductor's
+``codecache.py``), Triton's and the standard library's (``functools``), caches of code; and
+every installed package's (``lib/python3.x/site-packages``). An installed library's KV cache
+is known by its file (:data:`_KV_FILES`: Hugging Face's ``cache_utils.py``) or a ``kv_cache``
+name (torchtune's ``kv_cache.py``); its other code named for a cache or for keys and values
+keeps results or computes a forward's (diffusers' ``faster_cache.py``, which keeps attention
+outputs across denoising steps, and ``_get_added_kv_projections``; PEFT's DoRA
+``cache_value``), so reading it by its words would make those a KV cache."""
 _TORCH_FILES = re.compile(r"(?:^|/)torch/")
 """torch's own files: a closure there is torch's machinery (dynamo's), not a training step's."""
 _BUILD_NAMES = frozenset(

@@ -59,6 +59,11 @@ class Trace:
         self._event("free_requested", addr, size, frames)
         self._event("free_completed", addr, size, frames)
 
+    def oom(self, size: int, frames: list[Frame]) -> None:
+        """A request of ``size`` bytes from ``frames`` that ran out of memory (PyTorch's
+        ``oom`` entry, whose ``addr`` is the device's free bytes)."""
+        self._event("oom", 0, size, frames)
+
     def _event(self, action: str, addr: int, size: int, frames: list[Frame]) -> None:
         self.events.append(
             {"action": action, "addr": addr, "size": size, "stream": 0, "frames": frames,
@@ -76,8 +81,9 @@ class Trace:
         ]  # fmt: skip
         return {"segments": segments, "device_traces": [self.events]}
 
-    def classified(self) -> dict[int, Allocation]:
-        """Every allocation of the dump by address (the last one at each), classified."""
-        found = lifetimes(dump_from_snapshot(self.snapshot()))
+    def classified(self, sidecar: dict[str, Any] | None = None) -> dict[int, Allocation]:
+        """Every allocation of the dump by address (the last one at each), classified;
+        ``sidecar``: the JSON sidecar written beside it, if any."""
+        found = lifetimes(dump_from_snapshot(self.snapshot(), sidecar=sidecar))
         classify(found)
         return {a.addr: a for a in found.allocations}

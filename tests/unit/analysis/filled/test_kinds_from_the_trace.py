@@ -373,3 +373,33 @@ def test_a_workspace_after_its_product_s_output_is_one_a_line_s_second_tensor_is
     found = trace.classified()
     assert found[workspace].kind == "workspace"
     assert found[second].kind != "workspace"
+
+
+def test_an_installed_library_s_cache_named_code_is_no_kv_cache() -> None:
+    """An installed package's code named for a cache or for keys and values holds no keys and
+    values kept across tokens (diffusers' key/value projections in a forward, its FasterCache
+    keeping attention outputs across denoising steps): neither is a KV cache, while Hugging
+    Face's installed ``cache_utils.py`` under ``generate`` is one."""
+    trace = Trace()
+    _weights(trace, [8 * MiB])
+    dit = f"{SP}/diffusers/models/transformers/transformer_chronoedit.py"
+    hook = f"{SP}/diffusers/hooks/faster_cache.py"
+    forward = [py(dit, 300, "forward"), CALL, *MAIN]
+    project = [MALLOC, py(dit, 120, "_get_added_kv_projections"), *forward]
+    approximate = [
+        MALLOC,
+        py(hook, 540, "_compute_approximated_attention_output"),
+        py(hook, 470, "new_forward"),
+        *forward,
+    ]
+    projections, outputs = [], []
+    for _ in range(3):  # denoising steps
+        projections.append(trace.alloc(4 * MiB, project))
+        outputs.append(trace.alloc(2 * MiB, approximate))
+        trace.free(projections[-1])
+    llama = py(f"{SP}/transformers/models/llama/modeling_llama.py", 260, "forward")
+    update = py(f"{SP}/transformers/cache_utils.py", 120, "update")
+    kv = trace.alloc(16 * MiB, [MALLOC, update, llama, CALL, GENERATE, *MAIN])
+    found = trace.classified()
+    assert "kv_cache" not in {found[addr].kind for addr in projections + outputs}
+    assert found[kv].kind == "kv_cache"
