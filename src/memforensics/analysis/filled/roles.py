@@ -10,8 +10,8 @@ say so plainly:
 * **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
   ``cache_utils.py`` and its continuous batching's paged cache, allocated by
-  ``PagedAttentionCache.__init__``, any file or function that names a KV cache): sized up
-  front, held. A
+  ``PagedAttentionCache.__init__``, SGLang's unified pool, by ``UnifiedKVPool.__init__``, any
+  file or function that names a KV cache): sized up front, held. A
   file or function of a model's code named for a cache (a ``cache``, ``caches`` or ``cached``
   word, or ``past_key_values``) makes a **model cache**, keys and values kept across tokens
   (a KV cache, unless the block's lifetime says a forward saved it for its backward:
@@ -102,12 +102,16 @@ _MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})
 _KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
 _KV_ALLOCATORS = (
     ("/transformers/generation/continuous_batching/cache.py", frozenset({"__init__"})),
+    ("/sglang/srt/mem_cache/unified_memory_pool.py", frozenset({"__init__"})),
 )
-"""KV caches allocated by one function of a file whose other code makes a forward's blocks:
-Hugging Face's continuous batching allocates its paged cache in ``PagedAttentionCache.__init__``
-(one flat byte tensor, or a key and a value tensor per layer, by release), and the same
-file's ``update`` gathers the cached keys and values of each forward into temporaries (in
-itself, or in the allocator it calls), which its file would make a KV cache."""
+"""KV caches built by the constructors of a file whose other code makes a forward's blocks,
+which its file's name would make a KV cache too. Hugging Face's continuous batching allocates
+its paged cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a key and a
+value tensor per layer, by release), and the same file's ``update`` gathers each forward's
+cached keys and values into temporaries (itself, or in the allocator it calls). SGLang's
+unified memory pool allocates the byte buffer its sub-pools view in ``UnifiedKVPool.__init__``
+(its pools' constructors fill the rest through ``memory_pool.py``), and the same file
+translates each forward's slot ids (``translate_loc_from_full_to_swa``)."""
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")

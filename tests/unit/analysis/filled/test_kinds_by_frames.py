@@ -294,6 +294,31 @@ def test_hugging_face_s_paged_cache_is_a_kv_cache_and_its_reads_are_not() -> Non
     assert {found[a].kind for a in weights} == {"parameter"}
 
 
+def test_sglang_s_unified_pool_is_a_kv_cache_and_its_slot_translation_is_not() -> None:
+    """The byte buffer SGLang's ``UnifiedKVPool.__init__`` allocates for its sub-pools is a KV
+    cache; the slot ids the same file translates in each forward stay temporaries."""
+    pool = f"{SP}/sglang/srt/mem_cache/unified_memory_pool.py"
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    built = [MALLOC, py(pool, 181, "__init__"), py(pool, 735, "init_unified_mamba_pools"), BODY]
+    cache = trace.alloc(1024 * MiB, built)
+    translate = [
+        MALLOC,
+        py(pool, 898, "translate_loc_from_full_to_swa"),
+        py(f"{SP}/sglang/srt/models/llama.py", 470, "forward"),
+        CALL,
+        py(f"{SP}/sglang/srt/model_executor/model_runner.py", 2100, "forward_decode"),
+        BODY,
+    ]
+    slots = [trace.alloc(MiB, translate) for _ in range(3)]
+    for addr in slots:
+        trace.free(addr)
+    found = trace.classified()
+    assert found[cache].kind == "kv_cache"
+    assert {found[a].kind for a in slots} == {"temporary"}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
 def _megatron(line: int) -> list[Frame]:
     return [
         MALLOC,
