@@ -110,8 +110,8 @@ its paged cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a 
 value tensor per layer, by release), and the same file's ``update`` gathers each forward's
 cached keys and values into temporaries (itself, or in the allocator it calls). SGLang's
 unified memory pool allocates the byte buffer its sub-pools view in ``UnifiedKVPool.__init__``
-(its pools' constructors fill the rest through ``memory_pool.py``), and the same file
-translates each forward's slot ids (``translate_loc_from_full_to_swa``)."""
+(and its pools' own state in their constructors), and the same file translates each
+forward's slot ids (``translate_loc_from_full_to_swa``)."""
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
