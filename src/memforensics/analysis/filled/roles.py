@@ -9,7 +9,9 @@ say so plainly:
   gradient or an activation.
 * **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
   ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
-  ``cache_utils.py``, any file or function that names a KV cache): sized up front, held. A
+  ``cache_utils.py`` and its continuous batching's paged cache, allocated by
+  ``PagedAttentionCache.__init__``, SGLang's unified pool, by ``UnifiedKVPool.__init__``, any
+  file or function that names a KV cache): sized up front, held. A
   file or function of a model's code named for a cache (a ``cache``, ``caches`` or ``cached``
   word, or ``past_key_values``) makes a **model cache**, keys and values kept across tokens
   (a KV cache, unless the block's lifetime says a forward saved it for its backward:
@@ -98,6 +100,18 @@ _FILE_NAMED_ROLES = frozenset({KV_CACHE, _CACHE_NAMED, _KV_NAMED})
 where it runs inside what it is named for, not where it calls a model."""
 _MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})
 _KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
+_KV_ALLOCATORS = (
+    ("/transformers/generation/continuous_batching/cache.py", frozenset({"__init__"})),
+    ("/sglang/srt/mem_cache/unified_memory_pool.py", frozenset({"__init__"})),
+)
+"""KV caches built by the constructors of a file whose other code makes a forward's blocks,
+which its file's name would make a KV cache too. Hugging Face's continuous batching allocates
+its paged cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a key and a
+value tensor per layer, by release), and the same file's ``update`` gathers each forward's
+cached keys and values into temporaries (itself, or in the allocator it calls). SGLang's
+unified memory pool allocates the byte buffer its sub-pools view in ``UnifiedKVPool.__init__``
+(and its pools' own state in their constructors), and the same file translates each
+forward's slot ids (``translate_loc_from_full_to_swa``)."""
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")
@@ -176,7 +190,11 @@ def _judge_frame(filename: str, name: str) -> str:
     if any(word in lowered for word in _WORKSPACE_NAMES):
         return WORKSPACE
     words = (filename.rsplit("/", 1)[-1] + " " + name).lower()
-    if filename.endswith(_KV_FILES) or any(word in words for word in _KV_NAMES):
+    if (
+        filename.endswith(_KV_FILES)
+        or any(word in words for word in _KV_NAMES)
+        or _listed(filename, name, _KV_ALLOCATORS)
+    ):
         return KV_CACHE
     if filename.endswith("/param_and_grad_buffer.py") and name == "__init__":
         return MEGATRON_BUFFER
@@ -216,7 +234,12 @@ def _moves_a_batch(filename: str, name: str) -> bool:
     words = set(_WORDS.findall(name.lower()))
     if words & _DEVICE_WORDS and words & _MOVE_WORDS and not words & _MODEL_WORDS:
         return True
-    return any(filename.endswith(path) and name in names for path, names in _BATCH_HELPERS)
+    return _listed(filename, name, _BATCH_HELPERS)
+
+
+def _listed(filename: str, name: str, table: tuple[tuple[str, frozenset[str]], ...]) -> bool:
+    """Whether a frame is one of ``table``'s functions: (a file's path suffix, its names)."""
+    return any(filename.endswith(path) and name in names for path, names in table)
 
 
 def names_a_closure(name: str) -> bool:

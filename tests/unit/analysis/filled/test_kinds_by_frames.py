@@ -246,6 +246,79 @@ def test_a_kv_cache_is_a_kv_cache(engine: str) -> None:
     assert {found[a].kind for a in weights} == {"parameter"}
 
 
+_CB = f"{SP}/transformers/generation/continuous_batching"
+_GENERATION_THREAD = [
+    CALL,
+    py(f"{_CB}/model_runner.py", 195, "_forward_process_and_sample"),
+    py(f"{_CB}/model_runner.py", 145, "compute_batch"),
+    py(f"{_CB}/continuous_api.py", 643, "_generation_step"),
+    py(f"{_CB}/continuous_api.py", 1134, "_run_generation_loop"),
+    py("/usr/lib/python3.11/threading.py", 982, "run"),
+]
+"""Where Hugging Face's continuous batching runs each batch's forward: its generation thread."""
+
+
+def test_hugging_face_s_paged_cache_is_a_kv_cache_and_its_reads_are_not() -> None:
+    """The paged cache ``PagedAttentionCache.__init__`` allocates for ``generate_batch`` is a
+    KV cache though freed when generation ends; the keys and values its ``update`` gathers in
+    each forward stay temporaries."""
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    paged = [
+        MALLOC,
+        py(f"{_CB}/cache.py", 207, "__init__"),
+        py(f"{_CB}/continuous_api.py", 1174, "_create_batch_processor"),
+        py(f"{_CB}/continuous_api.py", 797, "warmup"),
+        py(f"{_CB}/continuous_api.py", 1363, "continuous_batching_context_manager"),
+        py(f"{_CB}/continuous_api.py", 1454, "generate_batch"),
+        BODY,
+    ]
+    cache = trace.alloc(256 * MiB, paged)
+    gather = [
+        MALLOC,
+        py(f"{_CB}/cache_allocators/full_attention.py", 225, "update"),
+        py(f"{_CB}/cache.py", 448, "update"),
+        py(f"{SP}/transformers/models/llama/modeling_llama.py", 252, "forward"),
+        *_GENERATION_THREAD,
+    ]
+    reads = []
+    for _ in range(3):
+        keys, values = trace.alloc(8 * MiB, gather), trace.alloc(8 * MiB, gather)
+        trace.free(keys)
+        trace.free(values)
+        reads += [keys, values]
+    trace.free(cache)
+    found = trace.classified()
+    assert found[cache].kind == "kv_cache"
+    assert {found[a].kind for a in reads} == {"temporary"}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def test_sglang_s_unified_pool_is_a_kv_cache_and_its_slot_translation_is_not() -> None:
+    """The byte buffer SGLang's ``UnifiedKVPool.__init__`` allocates for its sub-pools is a KV
+    cache; the slot ids the same file translates in each forward stay temporaries."""
+    pool = f"{SP}/sglang/srt/mem_cache/unified_memory_pool.py"
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    built = [MALLOC, py(pool, 181, "__init__"), py(pool, 735, "init_unified_mamba_pools"), BODY]
+    cache = trace.alloc(1024 * MiB, built)
+    translate = [
+        MALLOC,
+        py(pool, 898, "translate_loc_from_full_to_swa"),
+        py(f"{SP}/sglang/srt/models/llama.py", 470, "forward"),
+        CALL,
+        py(f"{SP}/sglang/srt/model_executor/model_runner.py", 2100, "forward_decode"),
+        BODY,
+    ]
+    slots = [trace.alloc(MiB, translate) for _ in range(3)]
+    for addr in slots:
+        trace.free(addr)
+    found = trace.classified()
+    assert found[cache].kind == "kv_cache"
+    assert {found[a].kind for a in slots} == {"temporary"}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
 def _megatron(line: int) -> list[Frame]:
     return [
         MALLOC,
