@@ -61,6 +61,7 @@ from memforensics.plan import (
     samples,
     scratch,
     sparse,
+    standins,
     unique,
     values,
 )
@@ -358,6 +359,15 @@ _NO_DATA = "Cannot copy out of meta tensor; no data!"
 """PyTorch's error for a ``meta`` tensor moved to a device with data."""
 
 
+def _storage_key(tensor: torch.Tensor) -> int:
+    """The key of the storage under ``tensor``: its own, or the value's that a ``torch.func``
+    transform's wrapper holds (the wrapper has none, and asking raises)."""
+    try:
+        return int(tensor.untyped_storage()._cdata)
+    except NotImplementedError:
+        return int(standins.transformed_value(tensor).untyped_storage()._cdata)
+
+
 class Ghosts:
     """The script's own ``meta`` storages: never on the planned device (a real GPU has no
     memory for them either), until the script gives them some (``to_empty``).
@@ -383,8 +393,9 @@ class Ghosts:
         self._call.placing = placing
 
     def holds(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is a view of a ghost storage."""
-        return bool(self.keys) and tensor.untyped_storage()._cdata in self.keys
+        """Whether ``tensor`` is a view of a ghost storage, or a ``torch.func`` transform's
+        wrapper of one."""
+        return bool(self.keys) and _storage_key(tensor) in self.keys
 
     def among(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
         """Whether an operator's tensor inputs include a ghost (its outputs are ghosts then)."""
@@ -392,9 +403,9 @@ class Ghosts:
         for value in (*args, *(kwargs or {}).values()):
             if isinstance(value, (list, tuple)):
                 for item in value:
-                    if isinstance(item, torch.Tensor) and item.untyped_storage()._cdata in keys:
+                    if isinstance(item, torch.Tensor) and _storage_key(item) in keys:
                         return True
-            elif isinstance(value, torch.Tensor) and value.untyped_storage()._cdata in keys:
+            elif isinstance(value, torch.Tensor) and _storage_key(value) in keys:
                 return True
         return False
 

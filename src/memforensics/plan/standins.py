@@ -94,7 +94,7 @@ def methods(address: Address, say: Callable[[str, str], None]) -> Methods:
         return int(tensor_ptr(self))
 
     def get_device(self: torch.Tensor) -> int:
-        if held(self):
+        if _held(held, self):
             return int(PLANNED_DEVICE.index or 0)
         return int(tensor_device(self))
 
@@ -225,11 +225,25 @@ def traced_on_cuda() -> Iterator[None]:
 def _held(held: Callable[[torch.Tensor], bool], tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a stand-in, or a subclass that wraps one (a ``DTensor``, FSDP2's
     parameters and tensor parallelism's; torchao's float8 and 8-bit tensors), whose ``.device``
-    is its first inner tensor's; False for another tensor without storage."""
+    is its first inner tensor's, or a transform's wrapper of one (:func:`transformed_value`);
+    False for another tensor without storage."""
     try:
         return held(_first_inner(tensor))
     except (RuntimeError, NotImplementedError):
-        return False
+        value = transformed_value(tensor)
+        return value is not tensor and _held(held, value)
+
+
+def transformed_value(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor that ``torch.func``'s wrappers hold (``grad``'s and ``vjp``'s
+    ``TensorWrapper``, ``vmap``'s ``BatchedTensor``), through every level of nested
+    transforms; ``tensor`` itself where it is no such wrapper. A wrapper has no storage of its
+    own and answers ``.device`` with its value's, so a per-sample gradient computed as
+    ``vmap(grad(loss))`` reads its inputs on the device their values are on."""
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(tensor):
+        tensor = functorch.get_unwrapped(tensor)
+    return tensor
 
 
 def _first_inner(tensor: torch.Tensor) -> torch.Tensor:
