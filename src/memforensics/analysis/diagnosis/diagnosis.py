@@ -529,15 +529,21 @@ def _fastest_trend(trends: Sequence[Trend]) -> Trend | None:
 _CACHE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm", re.compile(r"_allocate_kv_cache|/vllm/.*cache_engine|cache_engine\.py")),
     ("sglang", re.compile(r"/sglang/.*(memory_pool|mem_cache)")),
+    (
+        "hf_paged",
+        re.compile(r"/transformers/generation/continuous_batching/cache\.py:\d+ __init__$"),
+    ),
     ("megatron", re.compile(r"param_and_grad_buffer")),
     ("deepspeed", re.compile(r"/deepspeed/.*(contiguous|flatten|bucket)|contiguous_gradients")),
 )
-"""Frames of the preallocated caches whose size a knob sets, by framework."""
+"""Frames of the preallocated caches whose size a knob sets, by framework. Hugging Face's paged
+cache is known by its constructor (``PagedAttentionCache.__init__``): the same file's ``update``
+makes each forward's temporaries."""
 
 
 def cache_framework(site: str) -> str | None:
-    """``vllm``, ``sglang``, ``megatron`` or ``deepspeed`` when ``site`` is one of their
-    preallocated caches or contiguous buffers; None otherwise."""
+    """``vllm``, ``sglang``, ``hf_paged``, ``megatron`` or ``deepspeed`` when ``site`` is one of
+    their preallocated caches or contiguous buffers; None otherwise."""
     for name, pattern in _CACHE_RULES:
         if pattern.search(site):
             return name

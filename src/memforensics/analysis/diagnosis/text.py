@@ -117,6 +117,7 @@ _CACHES = {
     KV: "the KV cache",
     "vllm": "vLLM's KV cache",
     "sglang": "SGLang's KV cache pool",
+    "hf_paged": "Hugging Face's paged KV cache (continuous batching)",
     "megatron": "Megatron's contiguous parameter and gradient buffers",
     "deepspeed": "DeepSpeed's contiguous buffers",
 }
@@ -144,6 +145,12 @@ def cache_fixes(
         ]  # fmt: skip
     if framework == "sglang":
         return [("lower mem_fraction_static", freed)]
+    if framework == "hf_paged":
+        return [
+            ("lower max_memory_percent or num_blocks in ContinuousBatchingConfig (generate_batch's"
+             " continuous_batching_config=): they size the paged cache, not the batch or"
+             " max_new_tokens", freed),
+        ]  # fmt: skip
     if framework == KV:
         return [
             ("halve the batch or the tokens kept (max_new_tokens, max_length): the cache"

@@ -7,8 +7,10 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memforensics.analysis import summarize
-from memforensics.analysis.diagnosis import Evidence, diagnose
+from memforensics.analysis.diagnosis import Evidence, cache_framework, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.filled import CallNode, KindBytes, KindSite, Moment
 from memforensics.analysis.oom import OomMoment, Verdict
@@ -474,3 +476,63 @@ def test_a_bucket_live_at_the_peak_is_its_cause_and_counted_once() -> None:
     assert "reduce_bucket_size" in cache.fixes[0].action
     assert static.bytes == MiB(32 + 256 + 128)
     assert "reduce_bucket_size" in found.headline
+
+
+_SP = "/venv/lib/python3.11/site-packages"
+_CB = f"{_SP}/transformers/generation/continuous_batching"
+_SGLANG_POOL = f"{_SP}/sglang/srt/mem_cache/unified_memory_pool.py"
+_VLLM_RUNNER = f"{_SP}/vllm/v1/worker/gpu_model_runner.py"
+_PAGED_CACHES = {
+    "max_memory_percent": Site(
+        f"{_CB}/cache.py", 207, "__init__", inside=(),
+        outside=(
+            (f"{_CB}/continuous_api.py", 1174, "_create_batch_processor"),
+            (f"{_CB}/continuous_api.py", 797, "warmup"),
+            (f"{_CB}/continuous_api.py", 1363, "continuous_batching_context_manager"),
+            (f"{_CB}/continuous_api.py", 1454, "generate_batch"),
+            ("/job/generate.py", 20, "<module>"),
+        ),
+    ),
+    "mem_fraction_static": Site(
+        _SGLANG_POOL, 181, "__init__", inside=(),
+        outside=(
+            (_SGLANG_POOL, 735, "init_unified_mamba_pools"),
+            (f"{_SP}/sglang/srt/model_executor/model_runner.py", 1900, "init_memory_pool"),
+        ),
+    ),
+    "gpu_memory_utilization": Site(
+        _VLLM_RUNNER, 3762, "_allocate_kv_cache_tensors", inside=(),
+        outside=(
+            (_VLLM_RUNNER, 3870, "initialize_kv_cache_tensors"),
+            (_VLLM_RUNNER, 3950, "initialize_kv_cache"),
+            (f"{_SP}/vllm/v1/worker/gpu_worker.py", 400, "initialize_from_config"),
+        ),
+    ),
+}  # fmt: skip
+"""Each engine's paged KV cache by its real constructor's frames, with the option that sizes it
+(transformers 5.25's ``ContinuousBatchingConfig``, SGLang's and vLLM's server arguments)."""
+
+
+@pytest.mark.parametrize("option", sorted(_PAGED_CACHES))
+def test_a_paged_cache_s_fix_names_the_option_that_sizes_it(option: str) -> None:
+    """A paged KV cache is sized by its engine's configuration, so its fix names that option,
+    never halving the batch or the tokens kept."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(GiB(6), site=_PAGED_CACHES[option]), Block(GiB(1), site=TRAIN))
+    snapshot = builder.build()
+    snapshot["device_traces"] = [[]]
+    summary = summarize(dump_from_snapshot(snapshot), requested=MiB(1200))
+    assert summary.diagnosis is not None
+    top = summary.diagnosis.causes[0]
+    assert (top.name, top.bytes) == ("cache", GiB(6))
+    actions = " ".join(fix.action for fix in top.fixes)
+    assert option in actions
+    assert option in summary.diagnosis.headline
+    assert "halve the batch" not in actions
+
+
+def test_the_paged_cache_s_forward_reads_are_not_the_cache() -> None:
+    """Only the paged cache's constructor is the cache: the keys and values the same file's
+    ``update`` gathers in each forward are no cache to resize."""
+    assert cache_framework(f"{_CB}/cache.py:207 __init__") == "hf_paged"
+    assert cache_framework(f"{_CB}/cache.py:448 update") is None
