@@ -201,6 +201,23 @@ def test_a_module_runs_with_dash_m(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["fits"] is True
 
 
+def test_a_console_script_on_path_is_planned_by_its_command_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan mftrain 16` plans the Python console script `mftrain` on PATH (as `yolo train`
+    is typed), with its arguments: 16 MiB of float32 on the device, and nothing more."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "mftrain"
+    body = "import sys, torch\nx = torch.empty(int(sys.argv[1]) << 18, device='cuda')\n"
+    tool.write_text(f"#!{sys.executable}\n{body}")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = plan(tmp_path, "--json", "mftrain", "16")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["peak_allocated_bytes"] == 16 * MiB
+
+
 READS = """
 import torch
 x = torch.randn(1000, 100, device="cuda")

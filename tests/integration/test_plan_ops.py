@@ -69,6 +69,36 @@ def test_inference_mode_makes_what_no_grad_makes(tmp_path: Path) -> None:
     assert peaks["inference"] >= weights + outputs + SMALL_WORKSPACE
 
 
+UPSAMPLES = """
+import json, sys
+import torch
+import torch.nn.functional as F
+
+torch.cuda.memory._record_memory_history(max_entries=100000)
+x = torch.randn(8, 3, 64, 64, device="cuda")
+with torch.inference_mode() if sys.argv[1] == "inference" else torch.no_grad():
+    y = F.interpolate(x, size=(256, 256), mode=sys.argv[2])
+torch.cuda.memory._dump_snapshot("ops.pickle")
+print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_upsampling_under_inference_mode_makes_its_output_alone(tmp_path: Path, mode: str) -> None:
+    """F.interpolate under inference_mode allocates what it does under no_grad, its output
+    alone, as CUDA's upsample kernel does: not the corners and blends of torch's Python
+    decomposition (six more output-sized tensors for bilinear)."""
+    script(tmp_path, UPSAMPLES)
+    peaks, traces = {}, {}
+    for grad in ("no_grad", "inference"):
+        done = plan(tmp_path, "--json", "--device-capability", "9.0", "train.py", grad, mode)
+        assert done.returncode == 0, done.stderr
+        peaks[grad] = _facts(done)["peak"]
+        traces[grad] = _allocations(tmp_path)
+    assert traces["inference"] == traces["no_grad"]
+    assert peaks["inference"] == (8 * 3 * 64 * 64 + 8 * 3 * 256 * 256) * 4
+
+
 CPU_ONLY = """
 import json
 import torch

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import runpy
+import shutil
 import sys
 import traceback
 import zipfile
@@ -160,6 +161,25 @@ def run_target(target: Target) -> None:
             raise
 
 
+def console_script(name: str) -> str | None:
+    """The Python console script that the shell runs for the bare command ``name`` (``yolo``,
+    ``torchrun``, installed on ``PATH`` by pip from a package's entry points), where no file of
+    that name is in the working directory; None otherwise (a path, a file here, a command that
+    is not a Python script). So ``memforensics plan yolo train ...`` runs what ``yolo train
+    ...`` runs, as ``python "$(which yolo)" train ...`` would."""
+    if os.sep in name or (os.altsep and os.altsep in name) or os.path.exists(name):
+        return None
+    found = shutil.which(name)
+    if found is None:
+        return None
+    try:
+        with open(found, "rb") as file:
+            first = file.readline(256)
+    except OSError:
+        return None
+    return found if first.startswith(b"#!") and b"python" in first else None
+
+
 def target_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Target:
     """Split ``run``'s or ``plan``'s command line into the script or module and its arguments."""
     rest: list[str] = list(args.script or [])
@@ -172,4 +192,4 @@ def target_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         rest = rest[1:]
     if not rest:
         parser.error("a script or -m MODULE is required")
-    return Target("script", rest[0], tuple(rest[1:]))
+    return Target("script", console_script(rest[0]) or rest[0], tuple(rest[1:]))

@@ -132,6 +132,7 @@ composite makes four more input-sized temporaries; ``_fused_rms_norm`` a ``CUDA`
 (:mod:`~memforensics.plan.fused_norms`). They reach this mode whole (a ``Meta`` kernel stops
 the composite above it), so running them here is CUDA's count."""
 _INDEX = torch.ops.aten.index.Tensor
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 _COPY = torch.ops.aten.copy_.default
 _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
 """Losses whose target is a batch's classes (``cross_entropy`` runs one): the targets that
@@ -1139,7 +1140,7 @@ class StorageMode(EagerDispatchMode):
         ``NotImplemented``."""
         if self._decomposes(func) and (_any_meta(args, kwargs) or _onto_meta(args, kwargs)):
             with self:  # its parts come back through this mode, as autograd would send them
-                return func.decompose(*args, **kwargs)
+                return func._op_dk(_COMPOSITE, *args, **kwargs)
         kernel = self._python_kernel(func)
         if kernel is None or not _any_meta(args, kwargs):
             return NotImplemented
@@ -1172,11 +1173,17 @@ class StorageMode(EagerDispatchMode):
         ``einsum``): with autograd on, autograd's key runs their implementation and this mode
         sees the parts; with it off (``inference_mode``) the composite arrives here whole,
         and its parts (the matrix multiplies, the copies they make) must still reach the
-        model, as they reach CUDA's allocator."""
+        model, as they reach CUDA's allocator. Composite means the dispatcher's own C++
+        kernel, the one :meth:`_in_parts` runs: a decomposition torch registers in Python for
+        tracing (``torch._decomp``) is not what eager CUDA runs. ``upsample_nearest2d`` has
+        only that, beside its CUDA kernel; ``upsample_bilinear2d.vec``'s C++ composite works
+        out the output size and calls ``upsample_bilinear2d``, whose kernel makes the output
+        alone, where the Python one gathers four corners and blends them, six more
+        output-sized tensors."""
         found = self._composite.get(func)
         if found is None:
             try:
-                composite = bool(func._can_decompose())
+                composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _COMPOSITE)
             except RuntimeError:  # TorchScript's own operators (prim::device) have no kernels
                 composite = False
             found = self._composite[func] = composite and func not in _OWN_KERNEL

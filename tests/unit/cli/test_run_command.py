@@ -144,6 +144,51 @@ def test_double_dash_before_the_script_is_ours(
     assert payload.argv == ["--", "x"]
 
 
+def _command(folder: Path, name: str, first_line: str, body: str) -> Path:
+    """An executable file ``name`` in ``folder``, as pip installs a console script."""
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text(f"{first_line}\n{textwrap.dedent(body)}")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_console_script_on_path_runs_as_the_shell_would_run_it(
+    tmp_path: Path, payload: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run mftool a b` runs the Python console script `mftool` found on PATH, as `mftool a b`."""
+    body = "import sys, mf_payload; mf_payload.argv = sys.argv[1:]; mf_payload.file = __file__\n"
+    tool = _command(tmp_path / "bin", "mftool", f"#!{sys.executable}", body)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.chdir(tmp_path)
+    assert _run("--device", "sim", "--out-dir", tmp_path / "o", "mftool", "a", "b") == 0
+    assert payload.argv == ["a", "b"]
+    assert payload.file == str(tool)
+
+
+def test_a_file_in_the_working_directory_wins_over_a_command_and_a_shell_command_is_no_script(
+    tmp_path: Path,
+    payload: types.SimpleNamespace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`run mftool` runs ./mftool where there is one, as python would; a shell script on PATH
+    is not run as Python: it fails as `python mfsh` does."""
+    here = "import mf_payload; mf_payload.which = 'here'\n"
+    _command(tmp_path / "bin", "mftool", f"#!{sys.executable}", "raise SystemExit(3)\n")
+    _command(tmp_path / "bin", "mfsh", "#!/bin/sh", "exit 0\n")
+    _script(tmp_path, here, name="mftool")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.chdir(tmp_path)
+    assert _run("--device", "sim", "--out-dir", tmp_path / "o", "mftool") == 0
+    assert payload.which == "here"
+    assert _run("--device", "sim", "mfsh") == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"memforensics run: can't open file '{tmp_path / 'mfsh'}': "
+        "[Errno 2] No such file or directory"
+    )
+
+
 def test_module_runs_as_main_with_cwd_on_path(
     tmp_path: Path, payload: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
