@@ -538,6 +538,23 @@ def test_a_paged_cache_s_fix_names_the_option_that_sizes_it(option: str) -> None
     assert "halve the batch" not in actions
 
 
+_FLAGS = {
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "mem_fraction_static": "--mem-fraction-static",
+}
+"""The command-line spelling of each server's option (vLLM's ``EngineArgs.add_cli_args``,
+SGLang's ``ServerArgs.add_cli_args``)."""
+
+
+@pytest.mark.parametrize("option", sorted(_FLAGS))
+def test_a_server_s_cache_fix_names_its_command_line_flag(option: str) -> None:
+    """vLLM and SGLang servers are launched from the command line, so their cache's fix names
+    the flag a user types beside the Python option."""
+    top = _judged(_PAGED_CACHES[option]).causes[0]
+    assert top.name == "cache"
+    assert _FLAGS[option] in " ".join(fix.action for fix in top.fixes)
+
+
 _SGLANG_MEMORY_POOL = f"{_SP}/sglang/srt/mem_cache/memory_pool.py"
 _SGLANG_DECODE = (f"{_SP}/sglang/srt/model_executor/model_runner.py", 2100, "forward_decode")
 _FORWARD_TEMPORARIES = {
