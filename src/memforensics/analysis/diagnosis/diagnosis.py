@@ -52,6 +52,7 @@ from typing import Protocol
 from memforensics.analysis.diagnosis import text
 from memforensics.analysis.dump import Dump, as_int
 from memforensics.analysis.filled import (
+    KV_ALLOCATORS,
     OPTIMIZER_TEMPORARIES,
     KindBytes,
     KindSite,
@@ -526,19 +527,25 @@ def _fastest_trend(trends: Sequence[Trend]) -> Trend | None:
 
 # a preallocated cache ----------------------------------------------------------------------
 
+
+def _allocators(path: str, names: frozenset[str]) -> re.Pattern[str]:
+    """A site (``file:line name``) in one of ``names`` of the file ``path`` ends with."""
+    functions = "|".join(re.escape(name) for name in sorted(names))
+    return re.compile(rf"{re.escape(path)}:\d+ (?:{functions})$")
+
+
 _CACHE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("vllm", re.compile(r"_allocate_kv_cache|/vllm/.*cache_engine|cache_engine\.py")),
-    ("sglang", re.compile(r"/sglang/.*(memory_pool|mem_cache)")),
-    (
-        "hf_paged",
-        re.compile(r"/transformers/generation/continuous_batching/cache\.py:\d+ __init__$"),
-    ),
+    ("vllm", re.compile(r":\d+ _allocate_kv_cache\w*$")),
+    *((engine, _allocators(path, names)) for engine, path, names in KV_ALLOCATORS),
     ("megatron", re.compile(r"param_and_grad_buffer")),
     ("deepspeed", re.compile(r"/deepspeed/.*(contiguous|flatten|bucket)|contiguous_gradients")),
 )
-"""Frames of the preallocated caches whose size a knob sets, by framework. Hugging Face's paged
-cache is known by its constructor (``PagedAttentionCache.__init__``): the same file's ``update``
-makes each forward's temporaries."""
+"""Frames of the preallocated caches whose size a knob sets, by framework. An engine's KV
+cache is known by the functions that allocate it (:data:`~memforensics.analysis.filled.
+KV_ALLOCATORS`, which names the ``kv_cache`` kind too; vLLM's ``_allocate_kv_cache`` and
+``_allocate_kv_cache_tensors`` by their names): the same files make each forward's or step's
+temporaries (SGLang's ``set_kv_buffer`` and ``translate_loc_from_full_to_swa``, Hugging
+Face's ``PagedAttentionCache.update``, vLLM's ``CacheEngine.swap_in``)."""
 
 
 def cache_framework(site: str) -> str | None:

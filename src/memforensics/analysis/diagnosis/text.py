@@ -138,13 +138,13 @@ def cache_fixes(
     if framework == "vllm":
         step = f" by {max(needed / total, 0.01):.2f}" if needed and total else ""
         return [
-            (f"lower gpu_memory_utilization{step} (verl:"
+            (f"lower gpu_memory_utilization{step} (--gpu-memory-utilization; verl:"
              " actor_rollout_ref.rollout.gpu_memory_utilization)", freed),
             ("free the cache engine while the actor trains (verl:"
              " actor_rollout_ref.rollout.free_cache_engine=True)", held),
         ]  # fmt: skip
     if framework == "sglang":
-        return [("lower mem_fraction_static", freed)]
+        return [("lower mem_fraction_static (--mem-fraction-static)", freed)]
     if framework == "hf_paged":
         return [
             ("lower max_memory_percent or num_blocks in ContinuousBatchingConfig (generate_batch's"

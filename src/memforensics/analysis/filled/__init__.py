@@ -23,11 +23,13 @@ from memforensics.analysis.filled.peak import (
     optimizer_temporaries,
     what_filled,
 )
+from memforensics.analysis.filled.roles import KV_ALLOCATORS
 from memforensics.analysis.filled.text import filled_lines
 
 __all__ = [
     "BEFORE",
     "KINDS",
+    "KV_ALLOCATORS",
     "OPTIMIZER_TEMPORARIES",
     "Allocation",
     "CallNode",

@@ -7,11 +7,12 @@ say so plainly:
   ``at::cuda::getCurrentCUDABlasHandle()``, any function that names a workspace). PyTorch keeps
   one per handle and stream for the life of the process, so a lifetime rule would call it a
   gradient or an activation.
-* **kv_cache**: an inference engine's key/value cache (vLLM's ``cache_engine.py``
-  ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``, Hugging Face's
-  ``cache_utils.py`` and its continuous batching's paged cache, allocated by
-  ``PagedAttentionCache.__init__``, SGLang's unified pool, by ``UnifiedKVPool.__init__``, any
-  file or function that names a KV cache): sized up front, held. A
+* **kv_cache**: an inference engine's key/value cache, known by the functions that allocate
+  it where its file's other code makes a forward's blocks (:data:`KV_ALLOCATORS`: vLLM's
+  ``cache_engine.py`` ``_allocate_kv_cache``, SGLang's ``mem_cache/memory_pool.py``
+  ``_create_buffers`` and its unified pool's ``UnifiedKVPool.__init__``, Hugging Face's
+  continuous batching's ``PagedAttentionCache.__init__``), by Hugging Face's ``cache_utils.py``,
+  or by any file or function that names a KV cache: sized up front, held. A
   file or function of a model's code named for a cache (a ``cache``, ``caches`` or ``cached``
   word, or ``past_key_values``) makes a **model cache**, keys and values kept across tokens
   (a KV cache, unless the block's lifetime says a forward saved it for its backward:
@@ -99,19 +100,36 @@ _FILE_NAMED_ROLES = frozenset({KV_CACHE, _CACHE_NAMED, _KV_NAMED})
 """Roles a frame may give by its file's name alone, which speaks for the file's own code only
 where it runs inside what it is named for, not where it calls a model."""
 _MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})
-_KV_FILES = ("/cache_engine.py", "/mem_cache/memory_pool.py", "/transformers/cache_utils.py")
-_KV_ALLOCATORS = (
-    ("/transformers/generation/continuous_batching/cache.py", frozenset({"__init__"})),
-    ("/sglang/srt/mem_cache/unified_memory_pool.py", frozenset({"__init__"})),
+_KV_FILES = ("/transformers/cache_utils.py",)
+KV_ALLOCATORS: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("vllm", "/cache_engine.py", frozenset({"__init__", "_allocate_kv_cache"})),
+    (
+        "sglang",
+        "/sglang/srt/mem_cache/memory_pool.py",
+        frozenset(
+            {"__init__", "_create_buffers", "_create_buffers_normal", "_create_quantized_buffers"}
+        ),
+    ),
+    ("sglang", "/sglang/srt/mem_cache/unified_memory_pool.py", frozenset({"__init__"})),
+    ("hf_paged", "/transformers/generation/continuous_batching/cache.py", frozenset({"__init__"})),
 )
-"""KV caches built by the constructors of a file whose other code makes a forward's blocks,
-which its file's name would make a KV cache too. Hugging Face's continuous batching allocates
-its paged cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a key and a
-value tensor per layer, by release), and the same file's ``update`` gathers each forward's
-cached keys and values into temporaries (itself, or in the allocator it calls). SGLang's
-unified memory pool allocates the byte buffer its sub-pools view in ``UnifiedKVPool.__init__``
-(and its pools' own state in their constructors), and the same file translates each
-forward's slot ids (``translate_loc_from_full_to_swa``)."""
+"""The functions that allocate an engine's KV cache, by engine: (engine, the file's path
+suffix, the functions' names). Each file's other code makes a forward's or a step's blocks,
+which its file's name would make a KV cache too, so only these functions name one. vLLM's
+``CacheEngine`` allocates in ``__init__`` through ``_allocate_kv_cache``; its ``swap_in``,
+``swap_out`` and ``copy`` move blocks each step. SGLang's pools (``ReqToTokenPool``,
+``MHATokenToKVPool``, ``MLATokenToKVPool``, ...) allocate in their constructors and
+``_create_buffers`` (``_create_buffers_normal``, ``_create_quantized_buffers``), while
+``set_kv_buffer`` casts each forward's keys and values to the cache's dtype and
+``get_flat_data`` stacks the blocks it offloads; SGLang's unified memory pool allocates the
+byte buffer its sub-pools view in ``UnifiedKVPool.__init__`` (and its pools' own state in
+their constructors), and the same file translates each forward's slot ids
+(``translate_loc_from_full_to_swa``). Hugging Face's continuous batching allocates its paged
+cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a key and a value tensor
+per layer, by release), and the same file's ``update`` gathers each forward's cached keys and
+values into temporaries (itself, or in the allocator it calls). The diagnosis names each
+engine's fix from the same table."""
+_KV_ALLOCATORS = tuple((path, names) for _engine, path, names in KV_ALLOCATORS)
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
 _NOT_PARAMETER_WORDS = ("cache", "workspace", "cublas", "cudnn", "blas")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from memforensics.analysis import summarize
-from memforensics.analysis.diagnosis import Evidence, cache_framework, diagnose
+from memforensics.analysis.diagnosis import Diagnosis, Evidence, cache_framework, diagnose
 from memforensics.analysis.dump import Dump, dump_from_snapshot
 from memforensics.analysis.filled import CallNode, KindBytes, KindSite, Moment
 from memforensics.analysis.oom import OomMoment, Verdict
@@ -513,22 +513,109 @@ _PAGED_CACHES = {
 (transformers 5.25's ``ContinuousBatchingConfig``, SGLang's and vLLM's server arguments)."""
 
 
-@pytest.mark.parametrize("option", sorted(_PAGED_CACHES))
-def test_a_paged_cache_s_fix_names_the_option_that_sizes_it(option: str) -> None:
-    """A paged KV cache is sized by its engine's configuration, so its fix names that option,
-    never halving the batch or the tokens kept."""
+def _judged(site: Site) -> Diagnosis:
+    """The diagnosis of a state-only dump holding 6 GiB at ``site`` and 1 GiB of training,
+    judged with a 1,200 MiB request."""
     builder = SnapshotBuilder()
-    builder.segment(Block(GiB(6), site=_PAGED_CACHES[option]), Block(GiB(1), site=TRAIN))
+    builder.segment(Block(GiB(6), site=site), Block(GiB(1), site=TRAIN))
     snapshot = builder.build()
     snapshot["device_traces"] = [[]]
     summary = summarize(dump_from_snapshot(snapshot), requested=MiB(1200))
     assert summary.diagnosis is not None
-    top = summary.diagnosis.causes[0]
+    return summary.diagnosis
+
+
+@pytest.mark.parametrize("option", sorted(_PAGED_CACHES))
+def test_a_paged_cache_s_fix_names_the_option_that_sizes_it(option: str) -> None:
+    """A paged KV cache is sized by its engine's configuration, so its fix names that option,
+    never halving the batch or the tokens kept."""
+    diagnosis = _judged(_PAGED_CACHES[option])
+    top = diagnosis.causes[0]
     assert (top.name, top.bytes) == ("cache", GiB(6))
     actions = " ".join(fix.action for fix in top.fixes)
     assert option in actions
-    assert option in summary.diagnosis.headline
+    assert option in diagnosis.headline
     assert "halve the batch" not in actions
+
+
+_FLAGS = {
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "mem_fraction_static": "--mem-fraction-static",
+}
+"""The command-line spelling of each server's option (vLLM's ``EngineArgs.add_cli_args``,
+SGLang's ``ServerArgs.add_cli_args``)."""
+
+
+@pytest.mark.parametrize("option", sorted(_FLAGS))
+def test_a_server_s_cache_fix_names_its_command_line_flag(option: str) -> None:
+    """vLLM and SGLang servers are launched from the command line, so their cache's fix names
+    the flag a user types beside the Python option."""
+    top = _judged(_PAGED_CACHES[option]).causes[0]
+    assert top.name == "cache"
+    assert _FLAGS[option] in " ".join(fix.action for fix in top.fixes)
+
+
+_SGLANG_MEMORY_POOL = f"{_SP}/sglang/srt/mem_cache/memory_pool.py"
+_SGLANG_DECODE = (f"{_SP}/sglang/srt/model_executor/model_runner.py", 2100, "forward_decode")
+_FORWARD_TEMPORARIES = {
+    "set_kv_buffer": (
+        "mem_fraction_static",
+        Site(
+            _SGLANG_MEMORY_POOL, 640, "set_kv_buffer", inside=(),
+            outside=(
+                (f"{_SP}/sglang/srt/layers/attention/flashinfer_backend.py", 700, "forward_decode"),
+                (f"{_SP}/sglang/srt/layers/radix_attention.py", 108, "forward"),
+                (f"{_SP}/torch/nn/modules/module.py", 1784, "_call_impl"),
+                (f"{_SP}/sglang/srt/models/llama.py", 170, "forward"),
+                _SGLANG_DECODE,
+            ),
+        ),
+    ),
+    "translate_loc_from_full_to_swa": (
+        "mem_fraction_static",
+        Site(
+            _SGLANG_POOL, 898, "translate_loc_from_full_to_swa", inside=(),
+            outside=(
+                (f"{_SP}/sglang/srt/layers/attention/flashattention_backend.py", 600,
+                 "init_forward_metadata"),
+                _SGLANG_DECODE,
+            ),
+        ),
+    ),
+    "copy": (
+        "gpu_memory_utilization",
+        Site(
+            f"{_SP}/vllm/worker/cache_engine.py", 90, "copy", inside=(),
+            outside=(
+                (f"{_SP}/vllm/worker/worker.py", 380, "execute_worker"),
+                (f"{_SP}/vllm/worker/worker_base.py", 420, "execute_model"),
+            ),
+        ),
+    ),
+}  # fmt: skip
+"""What each engine's cache files make per forward or per step: SGLang's ``set_kv_buffer``
+casting a forward's keys and values to the cache's dtype (``cache_k.to(self.dtype)``), its
+unified pool's slot ids translated for the sliding-window layers
+(``full_to_swa_index_mapping[kv_indices].to(torch.int32)``), and vLLM's ``CacheEngine.copy``,
+whose ``copy_blocks`` copies the block pointers to the device each step."""
+
+
+@pytest.mark.parametrize("function", sorted(_FORWARD_TEMPORARIES))
+def test_an_engine_s_forward_temporaries_are_not_its_cache(function: str) -> None:
+    """Only the functions that allocate an engine's KV cache are the cache: a big temporary its
+    cache's file makes in a forward or step is no cache to resize with the engine's option."""
+    option, site = _FORWARD_TEMPORARIES[function]
+    assert cache_framework(str(site)) is None
+    diagnosis = _judged(site)
+    assert "cache" not in [cause.name for cause in diagnosis.causes]
+    assert option not in diagnosis.headline
+
+
+def test_sglang_s_buffers_are_its_cache() -> None:
+    """SGLang's pools allocate their KV buffers in ``_create_buffers`` (and the
+    ``_create_buffers_normal`` it dispatches to) and their other state in constructors."""
+    for function in ("__init__", "_create_buffers", "_create_buffers_normal"):
+        assert cache_framework(f"{_SGLANG_MEMORY_POOL}:300 {function}") == "sglang"
 
 
 def test_the_paged_cache_s_forward_reads_are_not_the_cache() -> None:

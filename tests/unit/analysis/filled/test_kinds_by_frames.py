@@ -556,3 +556,37 @@ def test_a_script_named_for_a_cache_holds_no_kv_cache_of_its_own_making(script: 
     assert {found[a].kind for a in weights} == {"parameter"}
     assert {found[a].kind for a in outputs} == {"activation"}
     assert {found[a].kind for a in cache} == {"kv_cache"}
+
+
+def test_sglang_s_pool_buffers_are_a_kv_cache_and_its_forward_casts_are_not() -> None:
+    """The buffers SGLang's pool allocates in ``_create_buffers_normal`` are a KV cache; the
+    keys and values its ``set_kv_buffer`` casts to the cache's dtype in each forward (the same
+    file) stay temporaries."""
+    pool = f"{SP}/sglang/srt/mem_cache/memory_pool.py"
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    built = [
+        MALLOC,
+        py(pool, 330, "_create_buffers_normal"),
+        py(pool, 310, "_create_buffers"),
+        py(pool, 280, "__init__"),
+        py(f"{SP}/sglang/srt/model_executor/model_runner.py", 900, "init_memory_pool"),
+        BODY,
+    ]
+    cache = [trace.alloc(512 * MiB, built) for _ in range(2)]
+    cast = [
+        MALLOC,
+        py(pool, 640, "set_kv_buffer"),
+        py(f"{SP}/sglang/srt/layers/radix_attention.py", 108, "forward"),
+        CALL,
+        py(f"{SP}/sglang/srt/models/llama.py", 170, "forward"),
+        py(f"{SP}/sglang/srt/model_executor/model_runner.py", 2100, "forward_decode"),
+        BODY,
+    ]
+    casts = [trace.alloc(MiB, cast) for _ in range(3)]
+    for addr in casts:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in cache} == {"kv_cache"}
+    assert {found[a].kind for a in casts} == {"temporary"}
+    assert {found[a].kind for a in weights} == {"parameter"}
