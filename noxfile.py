@@ -57,10 +57,18 @@ def tests_notorch(session: nox.Session) -> None:
 
 @nox.session
 def integrations(session: nox.Session) -> None:
-    """The optional integrations (Lightning, transformers) against the real libraries, and
-    bitsandbytes' 4-bit weights under plan (its CPU-capable wheel, for that test alone)."""
+    """The optional integrations (Lightning, transformers) against the real libraries,
+    bitsandbytes' 4-bit weights under plan (its CPU-capable wheel, for that test alone), and
+    the training-loop libraries whose callbacks the plan answers (PyTorch-Ignite, skorch)."""
     install_torch(session)
-    session.install("-e", ".[lightning,transformers]", *TEST_DEPS, "bitsandbytes>=0.50")
+    session.install(
+        "-e",
+        ".[lightning,transformers]",
+        *TEST_DEPS,
+        "bitsandbytes>=0.50",
+        "pytorch-ignite>=0.5",
+        "skorch>=1.0",
+    )
     session.run("pytest", "tests", "-m", "extras", *session.posargs)
 
 

@@ -13,10 +13,11 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def plan(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m memforensics plan ARGS`` in ``folder``, with this checkout's package, no
-    memforensics or allocator settings from the caller's environment."""
+    """``python -m memforensics plan ARGS`` in ``folder``, with this checkout's package first
+    on the path (the caller's own path after it), no memforensics or allocator settings from
+    the caller's environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
-    env["PYTHONPATH"] = str(SRC)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     return subprocess.run(
         [sys.executable, "-m", "memforensics", "plan", *args],

@@ -13,6 +13,7 @@ where the metric falls.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ LIGHTNING = (
     "pytorch_lightning.callbacks.early_stopping",
 )
 TRANSFORMERS = "transformers.trainer_callback"
+IGNITE = "ignite.handlers.early_stopping"
+SKORCH = "skorch.callbacks.training"
 
 
 def lightning_criteria(notes: Notes) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -67,6 +70,32 @@ def transformers_patience(notes: Notes) -> Callable[[Callable[..., Any]], Callab
     return stand_in
 
 
+def patience_unreached(
+    notes: Notes, count: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A callback that ends training once its ``count`` of checks without improvement
+    reaches its ``patience`` (ignite's ``EarlyStopping.__call__``, skorch's
+    ``EarlyStopping.on_epoch_end``): each check run as the library runs it, with a patience
+    no count reaches, the count kept as the library keeps it."""
+
+    def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+        def check(self: Any, *args: Any, **kwargs: Any) -> Any:
+            patience = self.patience
+            self.patience = sys.maxsize
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                self.patience = patience
+                if getattr(self, count, 0) >= patience:
+                    notes.once("early stopping", NEVER_STOPS)
+
+        check.__name__ = original.__name__
+        check.__qualname__ = original.__qualname__
+        return check
+
+    return stand_in
+
+
 def rows(notes: Notes) -> list[LibraryReplacement]:
     """The early-stopping callbacks a planned run answers where the script imports them."""
     why = "the metric it watches is made up in a plan; which way is better is known only here"
@@ -82,5 +111,11 @@ def rows(notes: Notes) -> list[LibraryReplacement]:
             "EarlyStoppingCallback.check_metric_value",
             transformers_patience(notes),
             why,
+        ),
+        LibraryReplacement(
+            IGNITE, "EarlyStopping.__call__", patience_unreached(notes, "counter"), why
+        ),
+        LibraryReplacement(
+            SKORCH, "EarlyStopping.on_epoch_end", patience_unreached(notes, "misses_"), why
         ),
     ]

@@ -283,11 +283,11 @@ optimizers drives them through a fake of its 0.19 layout (``tests/integration/fa
 @pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     """Every library row's function exists in the installed library (Accelerate, the kernels
-    library transformers depends on, transformers' and Lightning's early stopping, safetensors,
-    bitsandbytes), so a release that renames it fails this test rather than a user's planned
-    run."""
+    library transformers depends on, transformers', Lightning's, ignite's and skorch's early
+    stopping, safetensors, bitsandbytes), so a release that renames it fails this test rather
+    than a user's planned run."""
     libraries = ("accelerate", "kernels", "transformers", "lightning", "pytorch_lightning")
-    for library in (*libraries, "safetensors", "bitsandbytes"):
+    for library in (*libraries, "ignite", "skorch", "safetensors", "bitsandbytes"):
         pytest.importorskip(library)
     import importlib
 
