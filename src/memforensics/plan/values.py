@@ -147,6 +147,10 @@ class Reads:
     ``EarlyStopping``, which compares the epoch mean of a logged loss with its best) sees the
     loss improve, and a flag read from it is the comparison's. A floating-point value computed
     from it still reads as above (what the device holds is scaled by whatever followed).
+    A flag so decided that one place of the script reads more than :data:`UNBOUNDED` times
+    with no backward pass between ends the run (:class:`Unbounded`): the loop testing it
+    (an adaptive solver rejecting each step on a made-up error ratio) has no bound of its own
+    to run to, and would read the same made-up answer for ever.
 
     Predictions compared with their targets on the device (``argmax(logits) == labels``) rise
     the other way (:meth:`matches`): at each place in the code that compares them, one more
