@@ -18,8 +18,8 @@ BEAMS, LIMIT = 4, 6
 HOST_BEAMS = f"""
 import json
 import torch
-vocab, beams = 5000, {BEAMS}
-head = torch.nn.Linear(16, vocab).cuda()  # too large to copy: its values are unknown
+vocab, beams = 6000, {BEAMS}
+head = torch.nn.Linear(16, vocab).cuda()  # outputs too large to keep (3 rows: 72,000 B): unknown
 tokens = torch.zeros(beams, 1, dtype=torch.long, device="cuda")
 kept_each = []
 for step in range({LIMIT}):

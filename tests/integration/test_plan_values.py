@@ -51,15 +51,15 @@ def test_a_device_scalar_the_script_made_reads_as_on_the_gpu(tmp_path: Path) -> 
 
 DECODE = """
 import torch
-vocab, eos, limit = 5000, 0, 7  # a head too large to copy: its values are unknown
+vocab, eos, limit = 5000, 0, 7  # logits too large to keep (80,000 B): their values are unknown
 head = torch.nn.Linear(16, vocab).cuda()
-tokens = torch.randn(3, 16, device="cuda")
-unfinished = torch.ones(3, dtype=torch.long, device="cuda")
+tokens = torch.randn(4, 16, device="cuda")
+unfinished = torch.ones(4, dtype=torch.long, device="cuda")
 steps = 0
 while True:
     steps += 1
     chosen = head(tokens).argmax(-1)  # the model's choice: no value the script decides
-    done = torch.full((3,), steps >= limit, device="cuda") | (chosen == eos)
+    done = torch.full((4,), steps >= limit, device="cuda") | (chosen == eos)
     unfinished = unfinished & ~done
     if unfinished.max() == 0:
         break

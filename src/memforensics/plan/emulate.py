@@ -1573,6 +1573,7 @@ def modes(
     ghosts = Ghosts()
     reads = values.Reads(notes)
     deferred = Deferred(notes, enabled=defer)
+    reads.known.unwritten = deferred.holds
     oom = torch.cuda.OutOfMemoryError
     storage = StorageMode(device, workspace_bytes, oom, notes, ghosts, reads, deferred, autocast)
     storage.lt_workspace = scratch.lt_workspace_for(device.spec.capability)

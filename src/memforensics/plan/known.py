@@ -187,6 +187,10 @@ class _OnHost:
             self._inference.__exit__(*exc)
 
 
+def _never(tensor: torch.Tensor) -> bool:
+    return False
+
+
 def _leaves(value: Any) -> list[Any]:
     """``value``'s leaves as ``tree_flatten`` gives them, a lone tensor (most operators'
     output) without its walk."""
@@ -336,6 +340,9 @@ class Known:
         self.routing = Routing()
         """Indices into a dimension of known size, and the shares tests against one class of
         them select."""
+        self.unwritten: Callable[[torch.Tensor], bool] = _never
+        """Whether a host tensor's memory does not hold its values yet (a deferred tensor,
+        :mod:`~memforensics.plan.deferred`, whose move to the device reads nothing)."""
 
     def _nonzero(self, tensor: torch.Tensor) -> int | None:
         """How many of ``tensor``'s values that decide sizes are non-zero (:meth:`sized`);
@@ -486,18 +493,17 @@ class Known:
         if source is not None and len(args) > source and not args[source].is_meta:
             self.extremes.copied(args[source], out if source == 0 else args[0])
 
-    @staticmethod
-    def _from_host(func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
-        """Whether ``func`` copies a host tensor of integers (a batch's indices) of at most
-        :data:`HOST_LIMIT` bytes onto one stand-in."""
+    def _from_host(self, func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
+        """Whether ``func`` copies a host tensor (a batch, its indices, a data set's
+        observations) of at most :data:`HOST_LIMIT` bytes onto one stand-in, its values ones
+        the host holds (not a deferred tensor's, :attr:`unwritten`)."""
         source = _FROM_HOST.get(func)
         if source is None or len(args) <= source or len(outs) != 1:
             return False
         host = args[source]
-        if not isinstance(host, torch.Tensor) or host.is_meta:
+        if not isinstance(host, torch.Tensor) or host.is_meta or host.layout != torch.strided:
             return False
-        dtype = outs[0].dtype
-        return integral(dtype) and outs[0].untyped_storage().nbytes() <= HOST_LIMIT
+        return outs[0].untyped_storage().nbytes() <= HOST_LIMIT and not self.unwritten(host)
 
     def _indices(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outs: list[torch.Tensor]

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from memforensics.plan import gathered, scored
+from memforensics.plan.device import OutOfScope
 from memforensics.plan.known import Known
 
 _TORCH = os.path.dirname(torch.__file__)
@@ -86,6 +87,17 @@ rounds of reads (or first uses on the device) with training between them. It fal
 a loop bounded only by a loss reaching a target (``while loss > 0.5``) ends too (after 4,864
 rounds for 0.5)."""
 
+UNBOUNDED = 10_000
+"""How many flags decided by made-up floating-point values (an adaptive solver's ``error_ratio
+<= 1``) one place of the script may read with no backward pass between: a loop that tests
+them and has no bound of its own reads the same made-up answer for ever."""
+
+
+class Unbounded(OutOfScope):
+    """A loop's end depends on made-up values only, and it has no bound the plan can run it
+    to: the run ends there, its figures those up to there."""
+
+
 READ = (
     "values read from the device that the script's own values do not decide are made up in a "
     "plan, so that loops bounded by values run to their own limits: a loss falls from 10 "
@@ -135,6 +147,10 @@ class Reads:
     ``EarlyStopping``, which compares the epoch mean of a logged loss with its best) sees the
     loss improve, and a flag read from it is the comparison's. A floating-point value computed
     from it still reads as above (what the device holds is scaled by whatever followed).
+    A flag so decided that one place of the script reads more than :data:`UNBOUNDED` times
+    with no backward pass between ends the run (:class:`Unbounded`): the loop testing it
+    (an adaptive solver rejecting each step on a made-up error ratio) has no bound of its own
+    to run to, and would read the same made-up answer for ever.
 
     Predictions compared with their targets on the device (``argmax(logits) == labels``) rise
     the other way (:meth:`matches`): at each place in the code that compares them, one more
@@ -163,6 +179,10 @@ class Reads:
         self.waited: Callable[[], None] = _nothing
         """Called before each read of a stand-in's values to the host, where the host waits
         on the device: it raises where CUDA refuses that wait (a graph capture underway)."""
+        self._tested: dict[str, int] = {}
+        """Each place's reads, since the last backward pass, of flags decided by made-up
+        floating-point values (:data:`UNBOUNDED`)."""
+        self._tested_after = 0
         self._made_up_on_host: weakref.WeakSet[Any] = weakref.WeakSet()
         """Host storages a stand-in's values were copied into (``.cpu()``, ``.to("cpu")``,
         ``host.copy_(stand_in)``): a checkpoint written from them is no more the GPU's than one
@@ -184,6 +204,8 @@ class Reads:
             return found
         self.notes.once("read", READ)
         if found is not None and not (tensor.is_floating_point() and self.known.guessed(tensor)):
+            if not tensor.is_floating_point() and self.known.guessed(tensor):
+                self._tested_again()
             return found  # a flag, a count or an accuracy from what the plan assumes
         if by_torch():
             return _filled(tensor, 0, tensor.dtype)
@@ -198,6 +220,24 @@ class Reads:
         dtype = torch.float64 if exact else tensor.dtype
         scores = self.targets.scores(tensor, falling, self.matches)
         return scores.to(dtype) if scores is not None else _filled(tensor, falling, dtype)
+
+    def _tested_again(self) -> None:
+        """One more read, at the script's place reading it, of a flag decided by made-up
+        floating-point values; past :data:`UNBOUNDED` reads there with no backward pass
+        between, the run ends (:class:`Unbounded`): the loop reading it would read the same
+        made-up answer for ever."""
+        if self._tested_after != self._passes:
+            self._tested_after = self._passes
+            self._tested.clear()
+        place = where()
+        count = self._tested[place] = self._tested.get(place, 0) + 1
+        if count > UNBOUNDED:
+            raise Unbounded(
+                f"{place} read a flag decided by values the plan made up {UNBOUNDED:,} times "
+                "with no backward pass between: the loop testing it has no bound of its own the "
+                "plan can run it to (docs/plan.md, 'What it does not model'), so the plan ends "
+                "the run there"
+            )
 
     def made(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """One operator ran on the device: what it made is known where the script's values
