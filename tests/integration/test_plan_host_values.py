@@ -111,3 +111,25 @@ def test_a_loop_only_made_up_values_end_is_ended(tmp_path) -> None:
     said = found["failed"]
     assert "train.py:7 read a flag decided by values the plan made up 10,000 times" in said
     assert found["peak_allocated_bytes"] >= 800_256
+
+
+SENT = """
+import json
+import torch
+
+observations = torch.full((100_000,), 0.5).to("cuda")  # 400,000 B: a data set's
+weight = torch.full((600_000,), 0.5).to("cuda")  # 2,400,000 B: a streamed model's weight
+print(json.dumps({"observations": float(observations.sum()), "weight": float(weight.sum())}))
+"""
+
+
+def test_host_floats_are_kept_up_to_a_data_set_s_size_not_a_weight_s(tmp_path) -> None:
+    """Floats sent from the host are read as sent while their storage is a data set's size
+    (1 MiB at most); a weight-sized one (2.4 MB) is not kept, so the host memory a plan holds
+    does not grow with a model whose weights a loader streams to the device."""
+    script(tmp_path, SENT)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["observations"] == 50_000.0
+    assert found["weight"] != 300_000.0

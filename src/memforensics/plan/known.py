@@ -39,8 +39,11 @@ Integers copied from the host are the exception, up to :data:`HOST_LIMIT` bytes:
 indices (a graph batch vector, an edge index), whose copy costs what the host holds already, and
 which decide sizes on the device (how many nodes each graph of a batch has), and integers and
 flags the device computes from known ones (an ``arange`` over a batch's nodes, a mask set at
-each node's place). A small storage written in parts with known values is known once every
-element is written.
+each node's place). Other values copied from the host are kept up to :data:`HOST_FLOAT_LIMIT`
+bytes: a data set's observations or a solver's initial state, which loops step by; a model's
+weights, larger, stay unknown, since a loader that streams them to the device holds each on
+the host only while it copies it. A small storage written in parts with known values is
+known once every element is written.
 A large storage is known only where it holds one value everywhere, or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
 and casts make of it). Of a large integer storage copied from the host, only its extremes are
@@ -92,6 +95,9 @@ LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
 HOST_LIMIT = 1 << 24
 """Largest storage of integers copied from the host whose values are kept."""
+HOST_FLOAT_LIMIT = 1 << 20
+"""Largest storage of other values copied from the host whose values are kept: each kept copy
+is host memory the plan holds while the device tensor lives, and weights are floats."""
 
 _CPU = torch.device("cpu")
 _NO_FUNCTION_MODES = torch._C.DisableTorchFunction
@@ -495,15 +501,17 @@ class Known:
 
     def _from_host(self, func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
         """Whether ``func`` copies a host tensor (a batch, its indices, a data set's
-        observations) of at most :data:`HOST_LIMIT` bytes onto one stand-in, its values ones
-        the host holds (not a deferred tensor's, :attr:`unwritten`)."""
+        observations) of at most :data:`HOST_LIMIT` bytes of integers or
+        :data:`HOST_FLOAT_LIMIT` bytes of other values onto one stand-in, its values ones the
+        host holds (not a deferred tensor's, :attr:`unwritten`)."""
         source = _FROM_HOST.get(func)
         if source is None or len(args) <= source or len(outs) != 1:
             return False
         host = args[source]
         if not isinstance(host, torch.Tensor) or host.is_meta or host.layout != torch.strided:
             return False
-        return outs[0].untyped_storage().nbytes() <= HOST_LIMIT and not self.unwritten(host)
+        limit = HOST_LIMIT if integral(outs[0].dtype) else HOST_FLOAT_LIMIT
+        return outs[0].untyped_storage().nbytes() <= limit and not self.unwritten(host)
 
     def _indices(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outs: list[torch.Tensor]
