@@ -225,7 +225,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-eos, vocab, limit = 1, 5000, 8  # a head too large to copy: its outputs are unknown
+eos, vocab, limit = 1, 5000, 8  # the head's outputs, over 64 KiB, are unknown
 references = [[5, 6, 7, eos], [8, 9, eos], [10, 11, 12, 13, eos], [14, eos], [15, 16, eos],
               [17, 18, 19, eos]]
 width = max(map(len, references))

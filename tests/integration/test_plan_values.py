@@ -342,7 +342,7 @@ def test_a_decoding_loop_runs_to_its_maximum_length(tmp_path: Path) -> None:
 
 COMPLETIONS = """
 import torch
-vocab, length, eos = 5000, 8, [2]  # a head too large to copy: its tokens are unknown
+vocab, length, eos = 5000, 8, [2]  # logits over 64 KiB: its tokens are unknown
 head = torch.nn.Linear(16, vocab).cuda()
 completion_ids = head(torch.randn(4, length, 16, device="cuda")).argmax(-1)
 is_eos = torch.isin(completion_ids, torch.tensor(eos, device="cuda"))
@@ -371,7 +371,7 @@ def test_an_end_of_sequence_index_written_through_an_empty_mask_keeps_its_length
 
 BEAMS = """
 import torch
-vocab, beams, prompt, limit = 5000, 4, 5, 12  # a head too large to copy: its values are unknown
+vocab, beams, prompt, limit = 5000, 4, 5, 12  # logits over 64 KiB: their values are unknown
 head = torch.nn.Linear(16, vocab).cuda()
 eos = torch.tensor([0], device="cuda")
 sequences = torch.full((2, beams, limit), -1, device="cuda")
@@ -1262,7 +1262,7 @@ def test_a_buffer_filled_by_copy_from_the_host_holds_the_hosts_values(tmp_path: 
 
 LIKE = """
 import json, torch
-head = torch.nn.Linear(16, 5000).cuda()  # too large to copy: its outputs are unknown
+head = torch.nn.Linear(16, 5000).cuda()  # its outputs, over 64 KiB, are unknown
 x = torch.randn(3, 7, 16, device="cuda")
 logits = head(x)
 generated = logits.argmax(-1)
@@ -1346,7 +1346,7 @@ def test_expert_counts_marked_by_scatter_count_each_routed_token_once(tmp_path: 
 
 BOXES = """
 import json, torch
-head = torch.nn.Linear(16, 5000).cuda()  # too large to copy: its outputs are unknown
+head = torch.nn.Linear(16, 5000).cuda()  # its outputs, over 64 KiB, are unknown
 logits = head(torch.randn(10, 16, device="cuda"))
 cx, cy, w, h = logits[:, :4].sigmoid().unbind(-1)
 boxes = torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
