@@ -561,3 +561,29 @@ def test_a_workspace_torchscript_took_before_the_window_is_a_workspace(tmp_path:
     assert done.returncode == 0, done.stderr
     kinds = summary_kinds(tmp_path / "snapshot.pickle")
     assert kinds["workspace"] == HOPPER_WORKSPACE
+
+
+INFERENCE = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)).cuda()
+with torch.no_grad():
+    for _ in range(3):
+        out = model(torch.randn(64, 512, device="cuda"))
+"""
+
+
+def test_what_an_inference_script_keeps_is_live_in_the_plan_s_own_snapshot(
+    tmp_path: Path,
+) -> None:
+    """The snapshot plan writes for a script that dumps none shows what the script kept to its
+    end, as a dump on its last line would: an inference script's weights are live parameters
+    there, not temporaries freed with the script's globals."""
+    script(tmp_path, INFERENCE)
+    done = plan(tmp_path, "--device-capability", "9.0", "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    kinds = summary_kinds(tmp_path / "out" / "planned.pickle")
+    assert kinds["parameter"] == LINEAR_BYTES
+    peak = summary_kinds(tmp_path / "out" / "planned.pickle", at="peak")
+    assert peak["parameter"] == LINEAR_BYTES

@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from memforensics.capture.config import env_var
 
@@ -140,15 +140,16 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def run_target(target: Target) -> None:
-    """Run ``target`` as ``__main__``. ``SystemExit`` and every exception propagate unchanged
-    (the same object); only the runner's own frames are dropped from the traceback."""
+def run_target(target: Target) -> dict[str, Any]:
+    """Run ``target`` as ``__main__``; its globals as it left them (runpy's copy), which hold
+    what the script kept to its end for as long as the caller holds them. ``SystemExit`` and
+    every exception propagate unchanged (the same object); only the runner's own frames are
+    dropped from the traceback."""
     with python_like(target):
         try:
             if target.kind == "script":
-                runpy.run_path(os.path.abspath(target.name), run_name="__main__")
-            else:
-                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+                return runpy.run_path(os.path.abspath(target.name), run_name="__main__")
+            return runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         except SystemExit:
             raise
         except KeyboardInterrupt as exc:

@@ -409,6 +409,7 @@ def _plan(
         result, device, spec, folders, started, as_json=as_json, cache=cache, check=check,
         at_end=at_end[0] if at_end else None,
     )  # fmt: skip
+    ending.kept = None
     return 2 if ending.failed is not None else status
 
 
@@ -423,14 +424,19 @@ class _Ending:
         self.interrupted: str | None = None
         self.ended_at_step: str | None = None
         self.failed: Exception | None = None
+        self.kept: dict[str, Any] | None = None
+        """The script's globals as it left them, held until the plan has read what the
+        script kept to its end (the final snapshot, the tracked tensors), as a snapshot the
+        script dumped on its last line would show them: released, its tensors would read as
+        freed at the end of every trace."""
 
     def run(self) -> None:
-        """Run the script, keeping how it ended."""
+        """Run the script, keeping how it ended and what it kept."""
         from memforensics.plan.runner import predicted_oom
         from memforensics.plan.step_limit import StepsTaken
 
         try:
-            run_target(self.target)
+            self.kept = run_target(self.target)
         except SystemExit as exc:  # the script's own exit: its status, as python gives it
             self.exit_status = _exit_status(exc)
         except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
