@@ -47,6 +47,7 @@ from memforensics.plan import (
     grouped,
     half_softmax,
     handles,
+    host_fill,
     inplace,
     int4pack,
     kernel_scratch,
@@ -916,6 +917,8 @@ class StorageMode(EagerDispatchMode):
         answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         answers[torch.ops.aten._weight_norm_interface.default] = fused_norms.weight_norm
         answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
+        for overload in host_fill.BY_NUMBER:
+            answers[overload] = functools.partial(host_fill.fill, overload)
         answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
         answers.update(sparse.Sparse(notes, known).answers())
         answers.update(sparse.Product(self, notes, known).answers())
