@@ -383,6 +383,59 @@ def test_an_interrupted_script_shows_the_figures_so_far(tmp_path: Path) -> None:
     assert doc["peak_allocated_bytes"] == 4 * MiB
 
 
+TERMINATED = """
+import os, signal, time
+import torch
+x = torch.empty(1 << 20, device="cuda")
+os.kill(os.getpid(), signal.SIGTERM)  # as a batch system's time limit or `timeout` sends it
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_a_terminated_plan_answers_and_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the script runs: the figures up to there and the line it stopped at, exit
+    143 as a shell reports it, and none of the plan's folders left in the temporary
+    directory."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    path = script(tmp_path, TERMINATED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 143, done.stderr
+    assert "peak allocated   4.00 MiB" in done.stdout
+    words = " ".join(done.stdout.split())
+    assert re.search(rf"Interrupted at {re.escape(str(path))}:[567] \(SIGTERM\)", words), words
+    assert list(temporary.iterdir()) == []
+
+
+TERMINATED_PARENT = """
+import os, signal, time
+import torch
+x = torch.empty(1 << 20, device="cuda")
+if os.environ["RANK"] == "0":
+    os.kill(os.getppid(), signal.SIGTERM)  # the plan that started this rank's plan
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_a_terminated_plan_of_every_rank_ends_the_ranks_plans_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM to ``plan --ranks all`` is passed to the ranks' plans running, and ranks not
+    begun are not: all end (exit 143) and leave no folder in the temporary directory."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    script(tmp_path, TERMINATED_PARENT)
+    done = plan(tmp_path, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2", "train.py")
+    assert done.returncode == 143, done.stderr
+    assert list(temporary.iterdir()) == []
+
+
 FAILS = """
 import torch
 x = torch.empty(1 << 20, device="cuda")

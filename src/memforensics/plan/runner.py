@@ -70,8 +70,9 @@ class PlanResult:
     """A predicted OOM judged fragmentation, planned again with ``expandable_segments:True``:
     whether that run runs out too (None: not planned again)."""
     interrupted: str | None = None
-    """Where the script was (``file:line``) when it was interrupted (Ctrl-C): the figures are
-    the run's up to there; None when it ran to its end."""
+    """Where the script was (``file:line``) when it was interrupted (Ctrl-C or SIGTERM, which
+    ``exit_status`` tells apart): the figures are the run's up to there; None when it ran to
+    its end."""
     steps: int | None = None
     """``--steps``: the optimizer steps the run was limited to; None without a limit."""
     ended_at_step: str | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from memforensics._units import format_bytes
 from memforensics.plan.ranks import RanksAnswer
 from memforensics.plan.runner import PlanResult
@@ -132,12 +134,22 @@ def plan_text(result: PlanResult) -> str:
     return "\n".join(lines)
 
 
+def _signal(status: int | None) -> str:
+    """What interrupted a run, from its exit status (128 + the signal's number, as a shell
+    reports it): Ctrl-C for SIGINT, else the signal's name."""
+    number = (status or 0) - 128
+    if number == signal.SIGINT or number not in signal.valid_signals():
+        return "Ctrl-C"
+    return signal.Signals(number).name
+
+
 def _ended(result: PlanResult) -> list[str]:
     """How the script ended where not by running to its end: interrupted, ended by ``--steps``,
     failed, or its own exit status."""
     if result.interrupted is not None:
+        by = _signal(result.exit_status)
         return [
-            f"Interrupted at {result.interrupted} (Ctrl-C): the figures are the run's up to there."
+            f"Interrupted at {result.interrupted} ({by}): the figures are the run's up to there."
         ]
     if result.ended_at_step is not None:
         taken = result.steps or 0

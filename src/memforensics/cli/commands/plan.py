@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -29,6 +29,7 @@ from memforensics.cli.target import (
     run_target,
     target_from_args,
 )
+from memforensics.cli.terminated import STATUS, Terminated, raised, started
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
@@ -158,8 +159,11 @@ class PlanCommand:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
         given = target_from_args(args, parser)
         target, launched_env = _launched(given, args)
-        with environment(launched_env):  # the launcher's variables, child plans' too
-            return _planned(args, target, given)
+        with environment(launched_env), raised():  # the launcher's variables, child plans' too
+            try:
+                return _planned(args, target, given)
+            except Terminated:  # outside the script's run: nothing to answer with
+                return STATUS
 
 
 def _planned(args: argparse.Namespace, target: Target, given: Target) -> int:
@@ -263,23 +267,23 @@ def _child(command: list[str]) -> dict[str, Any] | str:
     """A child plan's JSON answer, whatever status it exited with, unless its script failed
     for another reason than an OOM: then where and how (its answer's ``failed``), else the last
     line it said."""
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True) as child, started(child):
+        stdout, stderr = child.communicate()
     try:
-        found: dict[str, Any] = json.loads(done.stdout)
+        found: dict[str, Any] = json.loads(stdout)
     except ValueError:
         pass
     else:
         failed = found.get("failed")
         return found if failed is None else str(failed)
-    tail = done.stderr.strip().splitlines()
-    return tail[-1] if tail else f"exit status {done.returncode}"
+    tail = stderr.strip().splitlines()
+    return tail[-1] if tail else f"exit status {child.returncode}"
 
 
 def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world: Any) -> int:
     """Every rank planned in its own process, --jobs at a time; the table and the first rank
     to run out."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from memforensics.plan.ranks import SCHEMA, RankRow, RanksAnswer, first_out
     from memforensics.plan.text import ranks_text
 
@@ -293,8 +297,7 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
             "--nnodes", str(args.nnodes), "--rank", str(rank), *_target_argv(target),
         ])  # fmt: skip
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        answers = list(pool.map(one, range(world.world_size)))
+    answers = _at_once(one, range(world.world_size), args.jobs)
     rows = []
     for rank, found in enumerate(answers):
         if isinstance(found, str):
@@ -321,6 +324,20 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
     if any(r.fits is None and not r.oom for r in rows):
         return 2  # a rank's script failed, as one rank's plan exits
     return 0 if answer.first_out is None and all(r.fits for r in rows) else 1
+
+
+def _at_once(function: Callable[[Any], Any], items: Iterable[Any], jobs: int) -> list[Any]:
+    """``function`` of each item, ``jobs`` at a time, in order. Interrupted (SIGTERM, Ctrl-C),
+    the items not begun are dropped: those begun end with their plans, which are passed the
+    signal."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            return list(pool.map(function, items))
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def _cause(found: dict[str, Any]) -> str | None:
@@ -397,7 +414,7 @@ def _plan(
         print(f"memforensics plan: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:  # the plan itself failed around the script: show it, exit 2
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
             raise
         _said_failed(exc)
         return 2
@@ -441,6 +458,8 @@ class _Ending:
             self.exit_status = _exit_status(exc)
         except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
             self.interrupted, self.exit_status = _stopped_at(exc), _INTERRUPTED
+        except Terminated as exc:  # SIGTERM: the figures so far, exit as a shell reports it
+            self.interrupted, self.exit_status = _stopped_at(exc), STATUS
         except StepsTaken as exc:  # --steps reached: the figures of those steps, as an end
             self.ended_at_step = _stopped_at(exc)
         except Exception as exc:  # failed: its traceback, the figures so far, exit 2
@@ -577,8 +596,6 @@ def _answer(
 def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
     """Plan each value in its own process, --jobs at a time, as given and with expandable
     segments; print the rows and the largest value that fits."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from memforensics.plan.text import vary_text
     from memforensics.plan.vary import (
         SCHEMA,
@@ -611,8 +628,7 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         return _planned_apart(args, planned, chosen, folder, "--no-expandable-check", *_argv(flags))
 
     jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        answers = list(pool.map(lambda job: one(*job), jobs))
+    answers = _at_once(lambda job: one(*job), jobs, args.jobs)
     rows = []
     for i, value in enumerate(vary.values):
         plain, grown = answers[2 * i], answers[2 * i + 1]
