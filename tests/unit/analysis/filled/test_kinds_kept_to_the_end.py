@@ -51,13 +51,14 @@ def _evaluation(trace: Trace) -> dict[str, list[int]]:
 
 def test_what_an_inference_script_keeps_to_the_end_is_unknown() -> None:
     """With no backward and no OOM, the batch, table, results, cache and predictions the
-    script's own lines made and kept are ``unknown``, neither activations nor inputs; the last
-    forward's own output stays an activation."""
+    script's own lines made and kept are ``unknown``, neither activations nor inputs, and so
+    is the last ``no_grad`` forward's own output, which the script went on holding while its
+    own line made the predictions: nothing saved it for a backward."""
     trace = Trace()
     made = _evaluation(trace)
     found = trace.classified()
     assert {found[addr].kind for addr in made["script"]} == {"unknown"}
-    assert [found[addr].kind for addr in made["output"]] == ["activation"]
+    assert [found[addr].kind for addr in made["output"]] == ["unknown"]
 
 
 def test_a_helper_s_batch_kept_through_generate_is_input_and_its_output_unknown() -> None:
