@@ -216,7 +216,9 @@ class Evidence:
     for); ``climb`` the journal's allocated bytes climbing step after step (None: not read, or
     flat); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
     ``moment`` is the judged moment (its bytes, position and each kind's sites); ``unwound``
-    what the unwinding freed right after the trace's ``oom`` entry.
+    what the unwinding freed right after the trace's ``oom`` entry; ``inference``: the trace
+    shows forwards alone, no backward and no optimizer's step (nothing is saved for a
+    backward; False where nothing tells).
     """
 
     live: Sequence[tuple[str, int, int | None]] = ()
@@ -234,6 +236,7 @@ class Evidence:
     climb: Climb | None = None
     moment: Moment | None = None
     unwound: Unwound | None = None
+    inference: bool = False
 
     def sites_of(self, *kinds: str) -> tuple[KindSite, ...]:
         """The judged moment's biggest sites of ``kinds``, biggest first (merged by site)."""
@@ -668,9 +671,12 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     blocks it freed are those tensors, proven (no kind needs trusting); otherwise the kinds
     say, inferred unless told, and the evidence names them as the kinds table does.
 
-    Where the moment holds no ``activation`` (nothing is saved for a backward: an inference
-    forward, whose intermediates the kinds call ``temporary``), checkpointing frees nothing;
-    computing the biggest op in chunks does instead (an op's, never the input's site).
+    Where nothing is saved for a backward, checkpointing frees nothing: the moment holds no
+    ``activation`` (an inference forward's tensors read ``temporary``), or the trace shows
+    forwards alone (``Evidence.inference``: a forward the trace ends in, or one an inference
+    loop ran out in). Computing the biggest op in chunks does instead (an op's, never the
+    input's site), and the batch halved is the inference's, not a training step's
+    micro-batch.
     """
     unwound = evidence.unwound
     stepped = _optimizer_temporaries(evidence)
@@ -682,7 +688,7 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
             (found.site, found.bytes) for found in unwound.sites if found.site not in kept
         )
         parts: list[tuple[str, int]] = []
-        saved = True
+        saved = not evidence.inference
     else:
         unwound = None
         by_kind = {k.kind: k.bytes for k in evidence.kinds}
@@ -690,17 +696,17 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
         parts = [(kind, by_kind[kind]) for kind in _BATCH if by_kind.get(kind, 0) > 0]
         held = sum(size for _kind, size in parts)
         proven = False  # no process tells its activations: the kinds inferred them
-        saved = by_kind.get(_ACTIVATION, 0) > 0
+        saved = by_kind.get(_ACTIVATION, 0) > 0 and not evidence.inference
         sites = tuple((found.site, found.bytes) for found in evidence.sites_of(*_BATCH))
     if not held:
         return None
     options: list[tuple[str, int | None]] = [
-        (text.HALF_BATCH, held // 2),
+        (text.HALF_BATCH if saved else text.HALF_INFERENCE_BATCH, held // 2),
         (text.HALF_SEQUENCE, held // 2),
     ]
     if saved:
         options.append((text.CHECKPOINTING, None))
-    else:  # the kinds say (the unwinding's blocks count as saved): chunk an op, not the input
+    else:  # nothing saved for a backward: chunk an op, not the input
         ops = evidence.sites_of(_ACTIVATION, _TEMPORARY)
         if ops:
             options.append((text.chunk_fix(ops[0].site), ops[0].bytes // 2))
@@ -708,7 +714,7 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     return Cause(
         ACTIVATIONS, held, held, _enough(held, needed),
         text.activations_evidence(held, sites, parts, unwound=unwound is not None and proven,
-                                  inferred=not proven),
+                                  inferred=not proven, inference=evidence.inference),
         fixes, tuple(site for site, _size in sites[:3]), inferred=not proven,
     )  # fmt: skip
 

@@ -35,10 +35,11 @@ CAUSE_NAMES = {
 def cause_words(name: str, evidence: str) -> str:
     """A cause in a sentence: its name, then its evidence (once, when the evidence already
     starts with the name, or names the kinds it is made of: ``activations 1.01 GiB, inferred
-    (...)``, ``temporaries 228.35 MiB, inferred (...)``)."""
+    (...)``, ``temporaries 228.35 MiB, inferred (...)``, or an inference forward's tensors,
+    which are no activations)."""
     called = CAUSE_NAMES[name]
     if evidence.startswith(called) or (
-        name == "activations" and evidence.startswith(tuple(_KIND_WORDS.values()))
+        name == "activations" and evidence.startswith((*_KIND_WORDS.values(), _FAILING_FORWARD))
     ):
         return evidence
     return f"{called}: {evidence}"
@@ -210,15 +211,22 @@ def static_evidence(
 # activations
 
 HALF_BATCH = "halve the micro-batch"
+HALF_INFERENCE_BATCH = "halve the batch"
+"""The fix where nothing is saved for a backward: an inference forward's batch, which no
+training step splits into micro-batches."""
 HALF_SEQUENCE = "halve the sequence length"
 CHECKPOINTING = "activation checkpointing (keeps only each checkpointed block's inputs)"
 CHECKPOINTING_OR_HALF = "activation checkpointing or half the micro-batch"
 """The peak's fix for activations saved for a backward: either cuts them by about half."""
 HALF_NO_BACKWARD = "half the batch or the sequence"
-"""The peak's fix for a forward's intermediates that no backward will use (no ``activation``
-at the moment: checkpointing frees nothing there)."""
+"""The peak's fix for a forward's tensors that no backward will use (no ``activation`` at the
+moment, or no backward in the trace: checkpointing frees nothing there)."""
 _KIND_WORDS = {"activation": "activations", "input": "input batch", "temporary": "temporaries"}
 """How a kind of the kinds table is called in a cause's evidence."""
+_FAILING_STEP = "the failing step's tensors"
+_FAILING_FORWARD = "the failing forward's tensors"
+"""What an OOM's unwinding freed: a training step's, or a forward's where nothing is saved
+for a backward (no activations)."""
 
 
 def chunk_fix(site: str) -> str:
@@ -233,16 +241,18 @@ def activations_evidence(
     *,
     unwound: bool,
     inferred: bool,
+    inference: bool = False,
 ) -> str:
     """The step's tensors at the moment judged, with their biggest sites: proven by the
-    unwinding, or by inferred kinds, each named as the kinds table names it (``temporaries
-    228.35 MiB``, ``activations 2.00 GiB and temporaries 1.00 GiB``, ``activations 2.00 GiB,
-    input batch 1.50 GiB and temporaries 1.00 GiB``), biggest first."""
+    unwinding (``the failing step's tensors``, or ``the failing forward's tensors, no backward
+    in the trace`` where the trace shows forwards alone: ``inference``), or by inferred kinds,
+    each named as the kinds table names it (``temporaries 228.35 MiB``, ``activations 2.00 GiB
+    and temporaries 1.00 GiB``, ``activations 2.00 GiB, input batch 1.50 GiB and temporaries
+    1.00 GiB``), biggest first."""
     where = _sites(sites)
     if unwound:
-        return (
-            f"the failing step's tensors, {fmt(held)} freed by unwinding right after the OOM{where}"
-        )
+        failing = f"{_FAILING_FORWARD}, no backward in the trace" if inference else _FAILING_STEP
+        return f"{failing}, {fmt(held)} freed by unwinding right after the OOM{where}"
     how = ", inferred" if inferred else ""
     ordered = sorted(parts, key=lambda part: -part[1]) or [("activation", held)]
     named = [f"{_KIND_WORDS[kind]} {fmt(size)}" for kind, size in ordered]

@@ -21,10 +21,13 @@ framework shares, and an allocation's kind follows from where in that shape it s
   optimizer allocation that outlives its step is optimizer state; anything made outside every
   step (``step=N`` metadata) that is never freed is a parameter; a live block with no frames
   at all was allocated before recording began. A forward allocation held to the end with no
-  backward after it is an activation where a module's forward made it or the trace ends at
-  an OOM (the forward that ran out), and ``unknown`` otherwise: what a script keeps to the end
-  of a trace that never ran out (an inference loop's batch, tables, results, the outputs it
-  collects) is no forward's activation, and its lifetime cannot tell which of those it is.
+  backward after it is an activation where a module's forward made it and the trace ends in
+  that forward (the dump shows training, a backward or an optimizer's step, or the script's
+  own code allocated nothing after it), or where the trace ends at an OOM (the forward that
+  ran out), and ``unknown`` otherwise: what a script keeps to the end of a trace that never
+  ran out (an inference loop's batch, tables, results, the outputs it collects, a ``no_grad``
+  forward's outputs it went on holding) is no forward's activation, and its lifetime cannot
+  tell which of those it is.
 
 Some code makes memory of one kind only, and its frames say so before the lifetime is asked
 (:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
@@ -147,6 +150,18 @@ def phase_of(frames: object) -> str:
     if not isinstance(frames, list):
         return NO_FRAMES
     return _phase(frames)
+
+
+def shows_training(lt: Lifetimes) -> bool:
+    """Whether the dump shows a training step: a block made in backward or in an optimizer's
+    step, as its frames say (a frameless trace's phases guessed from each step's peak count;
+    a block from before recording with no frames says nothing). A trace of forwards alone (an
+    inference script, ``no_grad`` or ``inference_mode``) shows nothing saved for a backward:
+    what its forwards keep is no activation, and activation checkpointing frees none of it."""
+    return any(
+        found.phase in (BACKWARD, OPTIMIZER) and (found.start != BEFORE or found.frames)
+        for found in lt.allocations
+    )
 
 
 _PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
@@ -329,11 +344,22 @@ class _Shape:
     unwinding's frees (``unwinding``: :func:`unwinding_ends`), or the snapshot was taken at an
     OOM its sidecar records. A block held to the end of a trace that ran out in its forward is
     that forward's; one held to the end of a trace that never ran out (an inference loop, an
-    OOM caught and left behind) is whatever the script kept.
+    OOM caught and left behind) is whatever the script kept. ``trains``: the dump shows a
+    backward or an optimizer's step (:func:`shows_training`); without one, a module's forward
+    output held to the end is that forward's only where the trace ends in it (``script``:
+    where the script's own code allocated outside every forward, as it does once the forward
+    has returned), and otherwise kept by the script, not saved for a backward.
     """
 
-    def __init__(self, lt: Lifetimes, unwinding: dict[int, int]) -> None:
+    def __init__(
+        self, lt: Lifetimes, unwinding: dict[int, int], found_roles: list[tuple[str, int]]
+    ) -> None:
         traced = [a for a in lt.allocations if a.start != BEFORE]
+        self.script = sorted(
+            found.start
+            for found, (role, _line) in zip(lt.allocations, found_roles, strict=True)
+            if found.start != BEFORE and found.phase == FORWARD and role in _SCRIPT_ROLES
+        )
         self.backward = sorted(a.start for a in traced if a.phase == BACKWARD)
         self.forward = sorted(a.start for a in traced if a.phase == FORWARD)
         self.not_backward = sorted(a.start for a in traced if a.phase != BACKWARD)
@@ -343,6 +369,7 @@ class _Shape:
         self.first_step = min(steps) if steps else None
         self.last_step = max(steps) if steps else None
         self.length = lt.length
+        self.trains = shows_training(lt)
         last_oom = lt.oom_positions[-1] if lt.oom_positions else None
         self.ends_at_oom = lt.taken_at_oom or (
             last_oom is not None and unwinding.get(last_oom, -1) >= lt.length
@@ -380,6 +407,9 @@ class _Shape:
 
 
 UNWOUND = 0.7  # confidence kept by a block judged at the OOM, its own free unseen
+_SCRIPT_ROLES = frozenset({roles.NOTHING, roles.BATCH})
+"""Roles of a forward-phase block made outside every forward: the script's own code, or its
+batch-moving helper."""
 
 
 def classify(lt: Lifetimes) -> None:
@@ -391,7 +421,7 @@ def classify(lt: Lifetimes) -> None:
     """
     guessed, found_roles = _assign_phases(lt)
     unwinding = unwinding_ends(lt)
-    shape = _Shape(lt, unwinding)
+    shape = _Shape(lt, unwinding, found_roles)
     views: dict[int, _Shape] = {}
     buffers: list[tuple[Allocation, int]] = []
     workspaces = _workspaces(lt, found_roles)
@@ -997,12 +1027,21 @@ def _forward(found: Allocation, end: int, shape: _Shape, role: str) -> tuple[str
     if builds:
         return PARAMETER, 0.8
     if backward is None and end >= shape.length:
-        if role == roles.IN_FORWARD or shape.ends_at_oom:
-            return ACTIVATION, 0.6  # a forward's, or live at an OOM in the forward
+        if shape.ends_at_oom or (role == roles.IN_FORWARD and _forwards_own(found, shape)):
+            return ACTIVATION, 0.6  # a forward's at the trace's end, or live at an OOM in it
         return UNKNOWN, 0.4  # kept to the end of a trace that never ran out: what the script keeps
     if role == roles.IN_FORWARD and end >= shape.length and _in_last_backward(backward, shape):
         return ACTIVATION, 0.6  # its backward began, no forward since: the trace ends in it
     return UNKNOWN, 0.4  # a forward allocation outliving its step: a cache or a leak
+
+
+def _forwards_own(found: Allocation, shape: _Shape) -> bool:
+    """Whether a block a module's forward made, held to the end with no backward after it, is
+    that forward's: the dump shows training (the trace ends in a training step's forward), or
+    the trace ends in that forward (the script's own code allocated nothing after it). In a
+    dump of forwards alone, one the script went on holding after the forward returned is what
+    it kept (an embedding script's representations, a ``no_grad`` forward's logits)."""
+    return shape.trains or shape.after(shape.script, found.start) is None
 
 
 def _saved_for_backward(found: Allocation, end: int, shape: _Shape) -> bool:

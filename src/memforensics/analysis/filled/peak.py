@@ -43,6 +43,7 @@ from memforensics.analysis.filled.kinds import (
     KindBytes,
     classify,
     kinds_table,
+    shows_training,
     unwinding_ends,
 )
 from memforensics.analysis.filled.known import Known, label_known
@@ -374,6 +375,10 @@ class Filled:
     known: Known | None = None
     unwound: Unwound | None = None
     """What the unwinding after the trace's last ``oom`` entry freed (None without one)."""
+    inference: bool = False
+    """The trace shows forwards alone, no backward and no optimizer's step
+    (:func:`~memforensics.analysis.filled.kinds.shows_training`): nothing in it is saved for a
+    backward. False without a trace that shows a peak: nothing tells."""
 
     def kind_of_blocks(self) -> dict[int, str]:
         """The kind of each block allocated at the snapshot, by its address."""
@@ -394,4 +399,5 @@ def what_filled(dump: Dump) -> Filled:
     peak = moment(lt, "peak" if traced else "snapshot", position, dump.trace)
     oom = moment(lt, "oom", lt.oom_positions[-1], dump.trace) if lt.oom_positions else None
     unwound = unwound_at(lt, lt.oom_positions[-1]) if lt.oom_positions else None
-    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known, unwound)
+    inference = traced and not shows_training(lt)
+    return Filled(kinds_table(lt.at_snapshot()), peak, oom, lt, known, unwound, inference)

@@ -478,6 +478,7 @@ def summarize(
         kinds_known=bool(dump.meta.sidecar.get("tensors")),
         moment=at,
         unwound=filled.unwound if at.name == "oom" else None,
+        inference=filled.inference,
         sites=_by_site(sites),
         pending_bytes=tally.active - tally.allocated,
         pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
