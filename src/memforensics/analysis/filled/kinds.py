@@ -206,12 +206,31 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
+        if name == "step" and _names_an_optimizer(filename):
+            return OPTIMIZER
         if roles.names_a_closure(name):
             return _CLOSURE
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD
     return _NATIVE_FRAME
+
+
+_OPTIMIZER_FOLDERS = frozenset({"optim", "optimizer", "optimizers"})
+_OPTIMIZER_FILES = _OPTIMIZER_FOLDERS | {"optimization"}
+
+
+def _names_an_optimizer(filename: str) -> bool:
+    """Whether a file or a folder above it is named for optimizers (``opacus/optimizers/``,
+    ``timm/optim/``, ``torch_optimizer/``, ``transformers/optimization.py``,
+    ``accelerate/optimizer.py``): its ``step`` is an optimizer's, whatever class wraps
+    torch's (a DP-SGD optimizer, a library's own Adafactor or LAMB), and what the step's
+    helpers allocate is the optimizer's. A folder named ``optimization`` holds a training
+    loop's code (Lightning's ``loops/optimization/``), not an optimizer's."""
+    *folders, file = filename.lower().split("/")
+    if any(word in _OPTIMIZER_FILES for word in file.removesuffix(".py").split("_")):
+        return True
+    return any(word in _OPTIMIZER_FOLDERS for folder in folders for word in folder.split("_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +448,7 @@ def classify(lt: Lifetimes) -> None:
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
     _per_parameter_state(lt, found_roles)
+    _written_gradients(lt)
     _inputs(lt, found_roles, shape)
 
 
@@ -704,6 +724,33 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
         if one_each and len(made) >= max(2, _PER_PARAMETER_SHARE * parameters):
             for found in made:
                 found.kind, found.confidence = OPTIMIZER_STATE, 0.6
+
+
+def _written_gradients(lt: Lifetimes) -> None:
+    """Blocks an optimizer's step writes anew at each step, each the size of a parameter, are
+    the gradients it writes (DP-SGD's noisy ``p.grad``, a gradient the step replaces), not
+    its state: state lives to the end, while these are freed in a later step (the next
+    ``zero_grad``, or the next step's write). A stack of the optimizer one of whose blocks
+    outlived its step and was then freed (not by an OOM's unwinding) makes them, the last
+    step's held to the end included, where each is a parameter's size and not every one is a
+    scalar's smallest block (a norm the script keeps from step to step is not a gradient)."""
+    sizes = {found.size for found in lt.allocations if found.kind == PARAMETER}
+    groups: dict[int, list[Allocation]] = {}
+    for found in lt.allocations:
+        if found.kind == OPTIMIZER_STATE and found.phase == OPTIMIZER and found.start != BEFORE:
+            groups.setdefault(id(found.frames), []).append(found)
+    for made in groups.values():
+        replaced = any(
+            found.end < lt.length and _oom_before_free(lt.oom_positions, found, lt.length) is None
+            for found in made
+        )
+        if (
+            replaced
+            and all(found.size in sizes for found in made)
+            and any(found.size > K_MIN_BLOCK_SIZE for found in made)  # not a scalar's alone
+        ):
+            for found in made:
+                found.kind, found.confidence = GRADIENT, 0.6
 
 
 def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
