@@ -10,7 +10,8 @@ framework shares, and an allocation's kind follows from where in that shape it s
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
   apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
   step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
-  are kept across steps) is in the optimizer, unless a closure its step called made
+  are kept across steps, or the ``step`` of a file or package named for optimizers:
+  Opacus', timm's, Adafactor's) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -50,9 +51,14 @@ Three more things the trace proves before a lifetime rule guesses:
   ``mm``..., or right after its own stack's output), made once from that stack at a time and
   held until the end or a clear of the workspaces is that workspace;
 * **a block made in a forward is never a parameter** (:mod:`~memforensics.analysis.filled.roles`);
-* **per-parameter state**: blocks made outside any forward from one stack, one per parameter
-  (each as large as a parameter or gradient of the dump) and alive to the end, are what an
-  optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame to say so).
+* **per-parameter state**: blocks made outside any forward from one stack, as many per
+  parameter (each as large as a parameter or gradient held at the end) and alive to the end,
+  are what an optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame
+  to say so), even where their sizes alone made them parameters, when made after the first
+  backward began;
+* **gradients an optimizer writes**: a stack of the optimizer whose parameter-sized blocks
+  outlive their step, are freed in a later one and made again writes gradients anew at each
+  step (DP-SGD's noisy ``p.grad``), not state, which is made once and kept.
 
 **The input batch** (``input``): what a step is fed, copied to the device (``batch.to("cuda")``,
 ``.cuda()``, ``torch.tensor(..., device="cuda")``, a pinned batch copied with
@@ -85,6 +91,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from math import gcd
 from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
@@ -691,13 +698,35 @@ _PER_PARAMETER_SHARE = 0.5  # a stack making state for at least half the paramet
 
 
 def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
-    """Blocks one stack made outside any forward, one per parameter (each the size of a
-    parameter or gradient of this dump) and alive to the end: an optimizer's per-parameter
-    state, whatever the lifetime rules called them."""
+    """Blocks one stack made outside any forward, as many per parameter (each the size of a
+    parameter or gradient held at the end) and alive to the end: an optimizer's per-parameter
+    state, whatever the lifetime rules called them. One line may make several per parameter
+    (``m, v = zeros_like(p), zeros_like(p)``): the stack's counts of each size are then all
+    multiples of that many.
+
+    A block read as a parameter by its size alone (no frame builds a model) made after the
+    first backward began is such state too where its stack is: a model is built before it is
+    trained, an optimizer's moments at its first step."""
+    backward = [found.start for found in lt.allocations if found.phase == BACKWARD]
+    trained = min((start for start in backward if start != BEFORE), default=None)
+
+    def late(found: Allocation, role: str) -> bool:
+        return (
+            found.kind == PARAMETER
+            and role == roles.NOTHING
+            and trained is not None
+            and found.start > trained
+        )
+
     sizes: dict[int, int] = {}
     per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
-    for found in lt.allocations:
-        if found.kind in per_kind and found.size > K_MIN_BLOCK_SIZE:
+    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
+        if (
+            found.kind in per_kind
+            and found.end >= lt.length  # a gradient freed at each step is one parameter's
+            and found.size > K_MIN_BLOCK_SIZE
+            and not late(found, role)
+        ):
             seen = per_kind[found.kind]
             seen[found.size] = seen.get(found.size, 0) + 1
     for kind_sizes in per_kind.values():
@@ -707,12 +736,12 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
     if parameters < 2:
         return
     groups: dict[int, list[Allocation]] = {}
-    for found, role in zip(lt.allocations, found_roles, strict=True):
+    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
         if (
-            found.kind in (ACTIVATION, UNKNOWN)
+            (found.kind in (ACTIVATION, UNKNOWN) or late(found, role))
             and found.start != BEFORE
             and found.end >= lt.length
-            and role[0] != roles.IN_FORWARD
+            and role != roles.IN_FORWARD
             and found.size in sizes
         ):
             groups.setdefault(id(found.frames), []).append(found)
@@ -720,8 +749,9 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
         counts: dict[int, int] = {}
         for found in made:
             counts[found.size] = counts.get(found.size, 0) + 1
-        one_each = all(count <= sizes[size] for size, count in counts.items())
-        if one_each and len(made) >= max(2, _PER_PARAMETER_SHARE * parameters):
+        each = gcd(*counts.values())  # blocks per parameter
+        one_each = all(count // each <= sizes[size] for size, count in counts.items())
+        if one_each and len(made) // each >= max(2, _PER_PARAMETER_SHARE * parameters):
             for found in made:
                 found.kind, found.confidence = OPTIMIZER_STATE, 0.6
 
@@ -729,23 +759,28 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
 def _written_gradients(lt: Lifetimes) -> None:
     """Blocks an optimizer's step writes anew at each step, each the size of a parameter, are
     the gradients it writes (DP-SGD's noisy ``p.grad``, a gradient the step replaces), not
-    its state: state lives to the end, while these are freed in a later step (the next
-    ``zero_grad``, or the next step's write). A stack of the optimizer one of whose blocks
-    outlived its step and was then freed (not by an OOM's unwinding) makes them, the last
-    step's held to the end included, where each is a parameter's size and not every one is a
-    scalar's smallest block (a norm the script keeps from step to step is not a gradient)."""
+    its state: state is made once and kept (freed, if ever, when training ends: a teardown
+    moving it to the host, ``del optimizer``), while these are freed in a later step (the
+    next ``zero_grad``, or the next step's write) and made again. A stack of the optimizer
+    that outlived its step, then made a block after one of its blocks was freed (not by an
+    OOM's unwinding) makes them, the last step's held to the end included, where each is a
+    parameter's size and not every one is a scalar's smallest block (a norm the script keeps
+    from step to step is not a gradient)."""
     sizes = {found.size for found in lt.allocations if found.kind == PARAMETER}
     groups: dict[int, list[Allocation]] = {}
     for found in lt.allocations:
         if found.kind == OPTIMIZER_STATE and found.phase == OPTIMIZER and found.start != BEFORE:
             groups.setdefault(id(found.frames), []).append(found)
     for made in groups.values():
-        replaced = any(
-            found.end < lt.length and _oom_before_free(lt.oom_positions, found, lt.length) is None
+        freed = [
+            found.end
             for found in made
-        )
+            if found.end < lt.length
+            and _oom_before_free(lt.oom_positions, found, lt.length) is None
+        ]
         if (
-            replaced
+            freed
+            and min(freed) < made[-1].start  # it made one anew after freeing one
             and all(found.size in sizes for found in made)
             and any(found.size > K_MIN_BLOCK_SIZE for found in made)  # not a scalar's alone
         ):

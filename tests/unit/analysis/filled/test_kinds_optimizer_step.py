@@ -1,6 +1,6 @@
 """What an optimizer's step makes, where the optimizer is not torch's own: its phase by the
-``step`` of a file named for optimizers, and the gradients a step writes (DP-SGD's noisy
-``p.grad``) told from the state it keeps.
+``step`` of a file named for optimizers, the gradients a step writes (DP-SGD's noisy
+``p.grad``) told from the state it keeps, and a hand-written optimizer's moments.
 
 The dumps have the shape of Opacus' ``DPOptimizer`` steps, planned from its MNIST example and
 compared with the gradients the process tracked: each step's backward makes ``p.grad``, the
@@ -72,6 +72,17 @@ def test_what_one_step_writes_and_nothing_frees_stays_optimizer_state() -> None:
     assert {found[addr].kind for addr in noisy} == {"optimizer_state"}
 
 
+def test_state_freed_when_training_ends_stays_optimizer_state() -> None:
+    """Momentum made once and freed after the last step (a teardown moving the optimizer's
+    state to the host, ``del optimizer``) was never made again: state, not written gradients."""
+    trace, _, momentum, _ = _dp_sgd(3)
+    for addr in momentum:
+        trace.free(addr)
+    trace.alloc(1 * MiB, [MALLOC, py("/users/me/eval.py", 3, "evaluate"), *MAIN])
+    found = trace.classified()
+    assert {found[addr].kind for addr in momentum} == {"optimizer_state"}
+
+
 def _frames(filename: str, name: str) -> list[Frame]:
     return [py("/users/me/lib.py", 10, "helper"), py(filename, 100, name), *MAIN]
 
@@ -104,3 +115,30 @@ def test_a_step_outside_an_optimizer_s_code_is_no_optimizer_s(filename: str, nam
     """A ``step`` whose file names no optimizer, or an optimizer file's other functions, say
     nothing of the phase."""
     assert phase_of(_frames(filename, name)) == FORWARD
+
+
+def test_a_hand_written_optimizer_s_moments_made_on_one_line_are_its_state() -> None:
+    """A hand-written Adam (no optimizer's frame) makes both moments of each parameter on one
+    line at its first step, after backward, and keeps them; each step's gradients are set to
+    None and made again. Its moments are optimizer state, not parameters (four blocks of one
+    size look like a model's layers) nor ``unknown``."""
+    trace = Trace()
+    sizes = [4 * MiB, 4 * MiB, 16 * 1024, 4 * 1024]
+    moved = [MALLOC, py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
+             py(f"{SP}/torch/nn/modules/module.py", 900, "_apply"), *MAIN]  # fmt: skip
+    weights = [trace.alloc(size, moved) for size in sizes]
+    update = [MALLOC, py("/users/me/train.py", 10, "update"), *MAIN]
+    moments: list[int] = []
+    grads: list[int] = []
+    for step in range(3):
+        for grad in grads:  # p.grad = None
+            trace.free(grad)
+        saved = trace.alloc(32 * MiB, FORWARD_STACK)
+        grads = [trace.alloc(size, ENGINE) for size in sizes]
+        trace.free(saved)
+        if step == 0:  # state[p] = (torch.zeros_like(p), torch.zeros_like(p))
+            moments = [trace.alloc(size, update) for size in sizes for _ in range(2)]
+    found = trace.classified()
+    assert {found[addr].kind for addr in moments} == {"optimizer_state"}
+    assert {found[addr].kind for addr in weights} == {"parameter"}
+    assert {found[addr].kind for addr in grads} == {"gradient"}
