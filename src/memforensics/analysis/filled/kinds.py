@@ -89,7 +89,7 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from math import gcd
 from typing import Any
@@ -697,16 +697,11 @@ def _under_matmul(frames: object) -> bool:
 _PER_PARAMETER_SHARE = 0.5  # a stack making state for at least half the parameters
 
 
-def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
-    """Blocks one stack made outside any forward, as many per parameter (each the size of a
-    parameter or gradient held at the end) and alive to the end: an optimizer's per-parameter
-    state, whatever the lifetime rules called them. One line may make several per parameter
-    (``m, v = zeros_like(p), zeros_like(p)``): the stack's counts of each size are then all
-    multiples of that many.
-
-    A block read as a parameter by its size alone (no frame builds a model) made after the
-    first backward began is such state too where its stack is: a model is built before it is
-    trained, an optimizer's moments at its first step."""
+def _sized_after_training(lt: Lifetimes) -> Callable[[Allocation, str], bool]:
+    """Whether a block (with its stack's role) is a parameter by its size alone (no frame
+    builds a model) made after the trace's first backward began: a model is built before it
+    is trained, so such a block is something training made (an optimizer's moments, a batch)
+    that happens to share its size with several others."""
     backward = [found.start for found in lt.allocations if found.phase == BACKWARD]
     trained = min((start for start in backward if start != BEFORE), default=None)
 
@@ -718,6 +713,20 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
             and found.start > trained
         )
 
+    return late
+
+
+def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
+    """Blocks one stack made outside any forward, as many per parameter (each the size of a
+    parameter or gradient held at the end) and alive to the end: an optimizer's per-parameter
+    state, whatever the lifetime rules called them. One line may make several per parameter
+    (``m, v = zeros_like(p), zeros_like(p)``): the stack's counts of each size are then all
+    multiples of that many.
+
+    A block read as a parameter by its size alone (no frame builds a model) made after the
+    first backward began is such state too where its stack is: a model is built before it is
+    trained, an optimizer's moments at its first step."""
+    late = _sized_after_training(lt)
     sizes: dict[int, int] = {}
     per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
     for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
@@ -919,7 +928,8 @@ def _made_in_a_forward_pass(
 _FED_KINDS = frozenset({ACTIVATION, TEMPORARY, UNKNOWN})
 """What the lifetime rules call a step's input: an activation (freed in its backward), a
 temporary (freed before it) or ``unknown`` (held to the end, or past its step). A parameter
-kept by its evidence (a model's frames, or many blocks of its size) stays one."""
+kept by its evidence (a model's frames, or many blocks of its size made before training
+began) stays one."""
 _INPUT_CONFIDENCE = {roles.BATCH: 0.85, roles.NOTHING: 0.7}
 """A batch-moving helper's frame says where the block came from; a line of the script does not."""
 
@@ -935,10 +945,11 @@ def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) ->
         if found.start != BEFORE
     ]
     by_script = per_stack(_made_by_script)
+    late = _sized_after_training(lt)
     candidates = [
         (found, role)
         for found, role in traced
-        if found.kind in _FED_KINDS
+        if (found.kind in _FED_KINDS or late(found, role))
         and found.phase == FORWARD
         and role in _INPUT_CONFIDENCE
         and (role == roles.BATCH or by_script(found.frames))
