@@ -32,7 +32,9 @@ Some code makes memory of one kind only, and its frames say so before the lifeti
 inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
 gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
-lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line. A
+lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line (or a
+module's ``copy.deepcopy`` copied it by ``Tensor.__deepcopy__`` alone, its parameters by
+``Parameter.__deepcopy__``). A
 parameter by lifetime needs that evidence, or many blocks of one size made outside any forward
 the trace saw; a frame naming a cache or a workspace rules it out, and without either the
 block is ``unknown``.
@@ -454,6 +456,7 @@ def classify(lt: Lifetimes) -> None:
         _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
+    _copied_buffers(lt.allocations)
     _per_parameter_state(lt, found_roles)
     _written_gradients(lt)
     _inputs(lt, found_roles, shape)
@@ -840,6 +843,42 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
     kind_of_line = roles.buffer_kinds({line for _, line in buffers})
     for found, line in buffers:
         found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
+
+
+_PARAMETER_COPY, _TENSOR_COPY = "parameter", "tensor"
+
+
+def _copied_buffers(allocations: list[Allocation]) -> None:
+    """A module's ``copy.deepcopy`` (an EMA model's, a frozen reference model's) copies each
+    parameter through ``Parameter.__deepcopy__`` and each buffer through ``Tensor.__deepcopy__``
+    alone: where the dump shows parameters copied so, a held block copied by a tensor's
+    ``__deepcopy__`` alone that the lifetime rules called a parameter (or ``unknown``) is the
+    copy's buffer."""
+    copy_of = per_stack(_deepcopied)
+    copies = [(found, copy_of(found.frames)) for found in allocations]
+    if not any(copied == _PARAMETER_COPY for _, copied in copies):
+        return
+    for found, copied in copies:
+        if copied == _TENSOR_COPY and found.kind in (PARAMETER, UNKNOWN):
+            found.kind = BUFFER
+
+
+def _deepcopied(frames: object) -> str | None:
+    """What ``copy.deepcopy`` copied where its ``__deepcopy__`` made the block (the innermost
+    Python frames): a parameter (``torch/nn/parameter.py``'s), a tensor (``torch/_tensor.py``'s
+    alone), or None for a block no ``__deepcopy__`` made."""
+    copied = None
+    for filename, name in _named_frames(frames):
+        if is_native_frame(filename, name):
+            continue
+        if name != "__deepcopy__":
+            break
+        path = filename.replace("\\", "/")
+        if path.endswith("/torch/nn/parameter.py"):
+            return _PARAMETER_COPY
+        if path.endswith("/torch/_tensor.py"):
+            copied = _TENSOR_COPY
+    return copied
 
 
 def _moved_buffers(allocations: list[Allocation], found_roles: list[tuple[str, int]]) -> None:
