@@ -10,7 +10,8 @@ framework shares, and an allocation's kind follows from where in that shape it s
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
   apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
   step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
-  are kept across steps) is in the optimizer, unless a closure its step called made
+  are kept across steps, or the ``step`` of a file or package named for optimizers:
+  Opacus', timm's, Adafactor's) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -34,7 +35,9 @@ Some code makes memory of one kind only, and its frames say so before the lifeti
 inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
 gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
-lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line. A
+lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line (or a
+module's ``copy.deepcopy`` copied it by ``Tensor.__deepcopy__`` alone, its parameters by
+``Parameter.__deepcopy__``). A
 parameter by lifetime needs that evidence, or many blocks of one size made outside any forward
 the trace saw; a frame naming a cache or a workspace rules it out, and without either the
 block is ``unknown``.
@@ -53,9 +56,14 @@ Three more things the trace proves before a lifetime rule guesses:
   ``mm``..., or right after its own stack's output), made once from that stack at a time and
   held until the end or a clear of the workspaces is that workspace;
 * **a block made in a forward is never a parameter** (:mod:`~memforensics.analysis.filled.roles`);
-* **per-parameter state**: blocks made outside any forward from one stack, one per parameter
-  (each as large as a parameter or gradient of the dump) and alive to the end, are what an
-  optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame to say so).
+* **per-parameter state**: blocks made outside any forward from one stack, as many per
+  parameter (each as large as a parameter or gradient held at the end) and alive to the end,
+  are what an optimizer keeps per parameter (a hand-written one has no ``torch/optim`` frame
+  to say so), even where their sizes alone made them parameters, when made after the first
+  backward began;
+* **gradients an optimizer writes**: a stack of the optimizer whose parameter-sized blocks
+  outlive their step, are freed in a later one and made again writes gradients anew at each
+  step (DP-SGD's noisy ``p.grad``), not state, which is made once and kept.
 
 **The input batch** (``input``): what a step is fed, copied to the device (``batch.to("cuda")``,
 ``.cuda()``, ``torch.tensor(..., device="cuda")``, a pinned batch copied with
@@ -86,8 +94,9 @@ after an OOM, a parameter known only by its size).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from math import gcd
 from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
@@ -221,12 +230,31 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
+        if name == "step" and _names_an_optimizer(filename):
+            return OPTIMIZER
         if roles.names_a_closure(name):
             return _CLOSURE
         return _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD
     return _NATIVE_FRAME
+
+
+_OPTIMIZER_FOLDERS = frozenset({"optim", "optimizer", "optimizers"})
+_OPTIMIZER_FILES = _OPTIMIZER_FOLDERS | {"optimization"}
+
+
+def _names_an_optimizer(filename: str) -> bool:
+    """Whether a file or a folder above it is named for optimizers (``opacus/optimizers/``,
+    ``timm/optim/``, ``torch_optimizer/``, ``transformers/optimization.py``,
+    ``accelerate/optimizer.py``): its ``step`` is an optimizer's, whatever class wraps
+    torch's (a DP-SGD optimizer, a library's own Adafactor or LAMB), and what the step's
+    helpers allocate is the optimizer's. A folder named ``optimization`` holds a training
+    loop's code (Lightning's ``loops/optimization/``), not an optimizer's."""
+    *folders, file = filename.lower().split("/")
+    if any(word in _OPTIMIZER_FILES for word in file.removesuffix(".py").split("_")):
+        return True
+    return any(word in _OPTIMIZER_FOLDERS for folder in folders for word in folder.split("_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +486,9 @@ def classify(lt: Lifetimes) -> None:
         _split_buffers(buffers)
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
+    _copied_buffers(lt.allocations)
     _per_parameter_state(lt, found_roles)
+    _written_gradients(lt)
     _inputs(lt, found_roles, shape)
 
 
@@ -700,14 +730,45 @@ def _under_matmul(frames: object) -> bool:
 _PER_PARAMETER_SHARE = 0.5  # a stack making state for at least half the parameters
 
 
+def _sized_after_training(lt: Lifetimes) -> Callable[[Allocation, str], bool]:
+    """Whether a block (with its stack's role) is a parameter by its size alone (no frame
+    builds a model) made after the trace's first backward began: a model is built before it
+    is trained, so such a block is something training made (an optimizer's moments, a batch)
+    that happens to share its size with several others."""
+    backward = [found.start for found in lt.allocations if found.phase == BACKWARD]
+    trained = min((start for start in backward if start != BEFORE), default=None)
+
+    def late(found: Allocation, role: str) -> bool:
+        return (
+            found.kind == PARAMETER
+            and role == roles.NOTHING
+            and trained is not None
+            and found.start > trained
+        )
+
+    return late
+
+
 def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
-    """Blocks one stack made outside any forward, one per parameter (each the size of a
-    parameter or gradient of this dump) and alive to the end: an optimizer's per-parameter
-    state, whatever the lifetime rules called them."""
+    """Blocks one stack made outside any forward, as many per parameter (each the size of a
+    parameter or gradient held at the end) and alive to the end: an optimizer's per-parameter
+    state, whatever the lifetime rules called them. One line may make several per parameter
+    (``m, v = zeros_like(p), zeros_like(p)``): the stack's counts of each size are then all
+    multiples of that many.
+
+    A block read as a parameter by its size alone (no frame builds a model) made after the
+    first backward began is such state too where its stack is: a model is built before it is
+    trained, an optimizer's moments at its first step."""
+    late = _sized_after_training(lt)
     sizes: dict[int, int] = {}
     per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
-    for found in lt.allocations:
-        if found.kind in per_kind and found.size > K_MIN_BLOCK_SIZE:
+    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
+        if (
+            found.kind in per_kind
+            and found.end >= lt.length  # a gradient freed at each step is one parameter's
+            and found.size > K_MIN_BLOCK_SIZE
+            and not late(found, role)
+        ):
             seen = per_kind[found.kind]
             seen[found.size] = seen.get(found.size, 0) + 1
     for kind_sizes in per_kind.values():
@@ -717,12 +778,12 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
     if parameters < 2:
         return
     groups: dict[int, list[Allocation]] = {}
-    for found, role in zip(lt.allocations, found_roles, strict=True):
+    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
         if (
-            found.kind in (ACTIVATION, UNKNOWN)
+            (found.kind in (ACTIVATION, UNKNOWN) or late(found, role))
             and found.start != BEFORE
             and found.end >= lt.length
-            and role[0] != roles.IN_FORWARD
+            and role != roles.IN_FORWARD
             and found.size in sizes
         ):
             groups.setdefault(id(found.frames), []).append(found)
@@ -730,10 +791,43 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
         counts: dict[int, int] = {}
         for found in made:
             counts[found.size] = counts.get(found.size, 0) + 1
-        one_each = all(count <= sizes[size] for size, count in counts.items())
-        if one_each and len(made) >= max(2, _PER_PARAMETER_SHARE * parameters):
+        each = gcd(*counts.values())  # blocks per parameter
+        one_each = all(count // each <= sizes[size] for size, count in counts.items())
+        if one_each and len(made) // each >= max(2, _PER_PARAMETER_SHARE * parameters):
             for found in made:
                 found.kind, found.confidence = OPTIMIZER_STATE, 0.6
+
+
+def _written_gradients(lt: Lifetimes) -> None:
+    """Blocks an optimizer's step writes anew at each step, each the size of a parameter, are
+    the gradients it writes (DP-SGD's noisy ``p.grad``, a gradient the step replaces), not
+    its state: state is made once and kept (freed, if ever, when training ends: a teardown
+    moving it to the host, ``del optimizer``), while these are freed in a later step (the
+    next ``zero_grad``, or the next step's write) and made again. A stack of the optimizer
+    that outlived its step, then made a block after one of its blocks was freed (not by an
+    OOM's unwinding) makes them, the last step's held to the end included, where each is a
+    parameter's size and not every one is a scalar's smallest block (a norm the script keeps
+    from step to step is not a gradient)."""
+    sizes = {found.size for found in lt.allocations if found.kind == PARAMETER}
+    groups: dict[int, list[Allocation]] = {}
+    for found in lt.allocations:
+        if found.kind == OPTIMIZER_STATE and found.phase == OPTIMIZER and found.start != BEFORE:
+            groups.setdefault(id(found.frames), []).append(found)
+    for made in groups.values():
+        freed = [
+            found.end
+            for found in made
+            if found.end < lt.length
+            and _oom_before_free(lt.oom_positions, found, lt.length) is None
+        ]
+        if (
+            freed
+            and min(freed) < made[-1].start  # it made one anew after freeing one
+            and all(found.size in sizes for found in made)
+            and any(found.size > K_MIN_BLOCK_SIZE for found in made)  # not a scalar's alone
+        ):
+            for found in made:
+                found.kind, found.confidence = GRADIENT, 0.6
 
 
 def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
@@ -779,6 +873,42 @@ def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
     kind_of_line = roles.buffer_kinds({line for _, line in buffers})
     for found, line in buffers:
         found.kind, found.confidence = kind_of_line[line], _BUFFER_CONFIDENCE
+
+
+_PARAMETER_COPY, _TENSOR_COPY = "parameter", "tensor"
+
+
+def _copied_buffers(allocations: list[Allocation]) -> None:
+    """A module's ``copy.deepcopy`` (an EMA model's, a frozen reference model's) copies each
+    parameter through ``Parameter.__deepcopy__`` and each buffer through ``Tensor.__deepcopy__``
+    alone: where the dump shows parameters copied so, a held block copied by a tensor's
+    ``__deepcopy__`` alone that the lifetime rules called a parameter (or ``unknown``) is the
+    copy's buffer."""
+    copy_of = per_stack(_deepcopied)
+    copies = [(found, copy_of(found.frames)) for found in allocations]
+    if not any(copied == _PARAMETER_COPY for _, copied in copies):
+        return
+    for found, copied in copies:
+        if copied == _TENSOR_COPY and found.kind in (PARAMETER, UNKNOWN):
+            found.kind = BUFFER
+
+
+def _deepcopied(frames: object) -> str | None:
+    """What ``copy.deepcopy`` copied where its ``__deepcopy__`` made the block (the innermost
+    Python frames): a parameter (``torch/nn/parameter.py``'s), a tensor (``torch/_tensor.py``'s
+    alone), or None for a block no ``__deepcopy__`` made."""
+    copied = None
+    for filename, name in _named_frames(frames):
+        if is_native_frame(filename, name):
+            continue
+        if name != "__deepcopy__":
+            break
+        path = filename.replace("\\", "/")
+        if path.endswith("/torch/nn/parameter.py"):
+            return _PARAMETER_COPY
+        if path.endswith("/torch/_tensor.py"):
+            copied = _TENSOR_COPY
+    return copied
 
 
 def _moved_buffers(allocations: list[Allocation], found_roles: list[tuple[str, int]]) -> None:
@@ -867,7 +997,8 @@ def _made_in_a_forward_pass(
 _FED_KINDS = frozenset({ACTIVATION, TEMPORARY, UNKNOWN})
 """What the lifetime rules call a step's input: an activation (freed in its backward), a
 temporary (freed before it) or ``unknown`` (held to the end, or past its step). A parameter
-kept by its evidence (a model's frames, or many blocks of its size) stays one."""
+kept by its evidence (a model's frames, or many blocks of its size made before training
+began) stays one."""
 _INPUT_CONFIDENCE = {roles.BATCH: 0.85, roles.NOTHING: 0.7}
 """A batch-moving helper's frame says where the block came from; a line of the script does not."""
 
@@ -883,10 +1014,11 @@ def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) ->
         if found.start != BEFORE
     ]
     by_script = per_stack(_made_by_script)
+    late = _sized_after_training(lt)
     candidates = [
         (found, role)
         for found, role in traced
-        if found.kind in _FED_KINDS
+        if (found.kind in _FED_KINDS or late(found, role))
         and found.phase == FORWARD
         and role in _INPUT_CONFIDENCE
         and (role == roles.BATCH or by_script(found.frames))

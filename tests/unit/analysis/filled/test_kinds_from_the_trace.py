@@ -109,7 +109,7 @@ def test_one_held_block_per_parameter_from_one_stack_is_per_parameter_state() ->
     trace.free(trace.alloc(40 * MiB, forward))
     for size in sizes:
         trace.alloc(size, ENGINE)  # gradients
-    mine = [MALLOC, py("/users/me/optimizer.py", 74, "step"), *MAIN]
+    mine = [MALLOC, py("/users/me/train.py", 74, "update"), *MAIN]
     state = [trace.alloc(size, mine) for size in sizes]
     found = trace.classified()
     assert {found[addr].kind for addr in state} == {"optimizer_state"}

@@ -171,6 +171,29 @@ def test_a_tokenizer_s_batch_moved_with_to_is_input_not_a_parameter() -> None:
     assert kinds == {"input"}
 
 
+def test_the_last_batch_of_a_weight_s_size_is_input_not_a_parameter() -> None:
+    """A batch the size of several weights (token ids of a small model), the last step's held
+    to the end by the script: made after training began, it is that step's ``input``, not a
+    parameter by its size (the weights the model's ``to`` moved stay parameters)."""
+    trace = Trace()
+    weights = [trace.alloc(2 * MiB, BUILT) for _ in range(4)]
+    batches: list[int] = []
+    for step in range(3):
+        batches.append(trace.alloc(2 * MiB, _script(12)))
+        if step:
+            trace.free(batches[-2])
+        hidden = trace.alloc(64 * MiB, FORWARD)
+        scratch = trace.alloc(64 * MiB, ENGINE)
+        trace.free(hidden)
+        trace.free(scratch)
+        if not step:
+            for _ in weights:
+                trace.alloc(2 * MiB, ENGINE)  # gradients
+    found = trace.classified()
+    assert [found[addr].kind for addr in batches] == ["input"] * 3
+    assert {found[addr].kind for addr in weights} == {"parameter"}
+
+
 def test_the_activations_cause_counts_the_input_batch() -> None:
     """At the peak of an inference loop, the cause that halving the batch cuts names the input
     batch beside the forward's temporaries, and its chunking fix names the op, not the copy."""
