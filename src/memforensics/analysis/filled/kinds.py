@@ -807,11 +807,18 @@ def _written_gradients(lt: Lifetimes) -> None:
     that outlived its step, then made a block after one of its blocks was freed (not by an
     OOM's unwinding) makes them, the last step's held to the end included, where each is a
     parameter's size and not every one is a scalar's smallest block (a norm the script keeps
-    from step to step is not a gradient)."""
+    from step to step is not a gradient). ``torch.optim``'s own steps never write gradients:
+    what they make again is a new optimizer's state."""
     sizes = {found.size for found in lt.allocations if found.kind == PARAMETER}
+    by_torch = per_stack(_made_by_torch_optimizer)
     groups: dict[int, list[Allocation]] = {}
     for found in lt.allocations:
-        if found.kind == OPTIMIZER_STATE and found.phase == OPTIMIZER and found.start != BEFORE:
+        if (
+            found.kind == OPTIMIZER_STATE
+            and found.phase == OPTIMIZER
+            and found.start != BEFORE
+            and not by_torch(found.frames)
+        ):
             groups.setdefault(id(found.frames), []).append(found)
     for made in groups.values():
         freed = [
@@ -828,6 +835,16 @@ def _written_gradients(lt: Lifetimes) -> None:
         ):
             for found in made:
                 found.kind, found.confidence = GRADIENT, 0.6
+
+
+def _made_by_torch_optimizer(frames: object) -> bool:
+    """Whether the innermost Python frame is one of ``torch.optim``'s: its steps read
+    gradients and never write them, so what they make and keep is state, even where it is
+    freed and made again (a new optimizer made for each stage of training)."""
+    for filename, name in _named_frames(frames):
+        if not is_native_frame(filename, name):
+            return "/torch/optim/" in filename.replace("\\", "/")
+    return False
 
 
 def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:

@@ -142,3 +142,31 @@ def test_a_hand_written_optimizer_s_moments_made_on_one_line_are_its_state() -> 
     assert {found[addr].kind for addr in moments} == {"optimizer_state"}
     assert {found[addr].kind for addr in weights} == {"parameter"}
     assert {found[addr].kind for addr in grads} == {"gradient"}
+
+
+def test_a_torch_optimizer_made_again_for_each_stage_keeps_its_state_state() -> None:
+    """A script that makes a new ``torch.optim.Adam`` for each stage of training drops the old
+    one's moments and makes new ones at the new optimizer's first step: torch's own step only
+    reads gradients, so what it makes, freed and made again, is still optimizer state."""
+    trace = Trace()
+    built = [MALLOC, py("/users/me/model.py", 20, "__init__"), *MAIN]
+    weights = [trace.alloc(size, built) for size in SIZES]
+    adam = f"{SP}/torch/optim/adam.py"
+    init = [MALLOC, py(adam, 160, "_init_group"), py(adam, 230, "step"),
+            py(f"{SP}/torch/optim/optimizer.py", 480, "wrapper"), *MAIN]  # fmt: skip
+    moments: list[int] = []
+    for _stage in range(3):
+        for moment in moments:  # the old optimizer dropped: optimizer = Adam(...)
+            trace.free(moment)
+        moments = []
+        for step in range(3):
+            saved = trace.alloc(32 * MiB, FORWARD_STACK)
+            grads = [trace.alloc(size, ENGINE) for size in SIZES]
+            trace.free(saved)
+            if step == 0:
+                moments = [trace.alloc(size, init) for size in SIZES for _ in range(2)]
+            for grad in grads:
+                trace.free(grad)
+    found = trace.classified()
+    assert {found[addr].kind for addr in moments} == {"optimizer_state"}
+    assert {found[addr].kind for addr in weights} == {"parameter"}
