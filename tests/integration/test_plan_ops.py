@@ -99,6 +99,36 @@ def test_upsampling_under_inference_mode_makes_its_output_alone(tmp_path: Path, 
     assert peaks["inference"] == (8 * 3 * 64 * 64 + 8 * 3 * 256 * 256) * 4
 
 
+ATTENTION = """
+import json, sys
+import torch
+
+attention = torch.nn.MultiheadAttention(64, 4, batch_first=True).cuda()
+x = torch.randn(2, 32, 64, device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=100000)
+with torch.inference_mode() if sys.argv[1] == "inference" else torch.no_grad():
+    y, _ = attention(x, x, x)
+torch.cuda.memory._dump_snapshot("ops.pickle")
+print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def test_a_composite_inside_a_module_folds_its_batch_under_inference_mode(tmp_path: Path) -> None:
+    """nn.MultiheadAttention(batch_first=True) projects its transposed batch with F.linear,
+    which reaches the plan whole under inference_mode: matmul folds the batch into one mm as
+    under no_grad (the weight's transpose requires grad, a view of a parameter), so it copies
+    the batch first, and the trace is no_grad's."""
+    script(tmp_path, ATTENTION)
+    traces = {}
+    for grad in ("no_grad", "inference"):
+        done = plan(tmp_path, "--json", "--device-capability", "9.0", "train.py", grad)
+        assert done.returncode == 0, done.stderr
+        traces[grad] = _allocations(tmp_path)
+    batch, projected = 2 * 32 * 64 * 4, 2 * 32 * 3 * 64 * 4
+    assert traces["inference"][:2] == [batch, projected]
+    assert traces["inference"] == traces["no_grad"]
+
+
 CPU_ONLY = """
 import json
 import torch

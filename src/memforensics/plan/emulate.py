@@ -134,6 +134,18 @@ composite makes four more input-sized temporaries; ``_fused_rms_norm`` a ``CUDA`
 the composite above it), so running them here is CUDA's count."""
 _INDEX = torch.ops.aten.index.Tensor
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+_TENSORS_OWN_KEYS = (
+    torch._C.DispatchKey.ADInplaceOrView,
+    torch._C.DispatchKey.Conjugate,
+    torch._C.DispatchKey.Negative,
+    torch._C.DispatchKey.ZeroTensor,
+)
+"""Dispatch keys a tensor carries that a dispatch mode's handler runs below, excluding them for
+what it calls, where the script's call had them on: a composite's kernel runs with them, as
+the dispatcher runs it for the script (:func:`_as_called`). ``ADInplaceOrView`` makes a view
+of a tensor that requires grad answer ``requires_grad`` as its base does, under
+``inference_mode`` too, and ``matmul`` folds a batch into one ``mm`` by it
+(``should_fold``, ``aten/src/ATen/native/LinearAlgebra.cpp``)."""
 _COPY = torch.ops.aten.copy_.default
 _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
 """Losses whose target is a batch's classes (``cross_entropy`` runs one): the targets that
@@ -150,6 +162,8 @@ _ON_HOST = {torch.ops.aten._scaled_dot_product_efficient_attention.default: (2, 
 others: memory-efficient attention's philox seed and offset (``_efficient_attention_forward``,
 outside a CUDA graph's capture; an H200's trace holds no block for them)."""
 _profiling = torch.autograd._profiler_enabled
+_tls_include = torch._C._dispatch_tls_local_include_set
+_tls_exclude = torch._C._dispatch_tls_local_exclude_set
 _record_functions = torch.autograd._enable_record_function
 _QUIET = threading.local()
 """Whether this thread runs the plan's own work under an operator a profiler records: its
@@ -174,6 +188,16 @@ def _made_first(out: Any) -> bool:
     """Whether an operator's first output (a reduction's values) is a stand-in."""
     first = out[0] if isinstance(out, tuple) and out else out
     return isinstance(first, torch.Tensor) and first.is_meta
+
+
+def _as_called() -> Any:
+    """The dispatcher's keys as they were for the script's call, for a kernel run inside this
+    mode's handler: :data:`_TENSORS_OWN_KEYS` on again, the rest (the mode's own, autograd's
+    under ``inference_mode``) as they are."""
+    exclude = _tls_exclude()
+    for key in _TENSORS_OWN_KEYS:
+        exclude = exclude.remove(key)
+    return torch._C._ForceDispatchKeyGuard(_tls_include(), exclude)
 
 
 def _any_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
@@ -1142,7 +1166,7 @@ class StorageMode(EagerDispatchMode):
         decomposition, a custom operator's Python kernel (:meth:`_python_kernel`); else
         ``NotImplemented``."""
         if self._decomposes(func) and (_any_meta(args, kwargs) or _onto_meta(args, kwargs)):
-            with self:  # its parts come back through this mode, as autograd would send them
+            with self, _as_called():  # its parts come back through this mode, as autograd's
                 return func._op_dk(_COMPOSITE, *args, **kwargs)
         kernel = self._python_kernel(func)
         if kernel is None or not _any_meta(args, kwargs):
