@@ -880,8 +880,14 @@ _BY_FRAMES = {
     roles.WORKSPACE: (WORKSPACE, 0.95),
     roles.KV_CACHE: (KV_CACHE, 0.9),
     roles.REPLICA: (PARAMETER, 0.85),
+    roles.GATHERED: (PARAMETER, 0.85),
+    roles.REDUCED: (GRADIENT, 0.85),
 }
 _BUFFER_CONFIDENCE = 0.9
+_PARAMETER_BY_FRAMES = frozenset(
+    {roles.BUILDS, roles.REPLICA, roles.GATHERED, roles.MEGATRON_BUFFER}
+)  # fmt: skip
+"""Roles whose frames say a block is a parameter, whatever its lifetime and its size."""
 
 
 def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
@@ -975,7 +981,7 @@ def _need_parameter_evidence(
     for found, _ in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
     for found, role in held:
-        if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
+        if role in _PARAMETER_BY_FRAMES:  # frames say so
             continue
         alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE
         if alike and role == roles.NOTHING:
@@ -996,7 +1002,7 @@ def _made_in_a_forward_pass(
             found.start != BEFORE
             and found.phase == FORWARD
             and found.end >= shape.length
-            and role not in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER)
+            and role not in _PARAMETER_BY_FRAMES
         ):
             index = bisect_left(saved, found.start) - 1
             backward = shape.after(shape.backward, found.start)
