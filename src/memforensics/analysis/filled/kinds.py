@@ -32,8 +32,9 @@ framework shares, and an allocation's kind follows from where in that shape it s
 
 Some code makes memory of one kind only, and its frames say so before the lifetime is asked
 (:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
-inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
-gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
+inference engine's **KV cache**, DataParallel's replicas and FSDP's unsharded parameters
+(parameters), FSDP's reduce-scatter buffers and DDP's buckets (gradients), Megatron's parameter
+and gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
 lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line (or a
 module's ``copy.deepcopy`` copied it by ``Tensor.__deepcopy__`` alone, its parameters by
