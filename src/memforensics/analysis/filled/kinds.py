@@ -32,8 +32,9 @@ framework shares, and an allocation's kind follows from where in that shape it s
 
 Some code makes memory of one kind only, and its frames say so before the lifetime is asked
 (:mod:`~memforensics.analysis.filled.roles`): a cuBLAS, cuBLASLt or cuDNN **workspace**, an
-inference engine's **KV cache**, DataParallel's replicas (parameters), Megatron's parameter and
-gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
+inference engine's **KV cache**, DataParallel's replicas and FSDP's unsharded parameters
+(parameters), FSDP's reduce-scatter buffers and DDP's buckets (gradients), Megatron's parameter
+and gradient buffers. A frame that builds, moves or loads a model (a module's ``__init__``,
 ``Module._apply``, ``from_pretrained``...) makes a held block a parameter, whatever its
 lifetime says, or a buffer where ``Module._apply`` moved it from its buffers' line (or a
 module's ``copy.deepcopy`` copied it by ``Tensor.__deepcopy__`` alone, its parameters by
@@ -880,8 +881,14 @@ _BY_FRAMES = {
     roles.WORKSPACE: (WORKSPACE, 0.95),
     roles.KV_CACHE: (KV_CACHE, 0.9),
     roles.REPLICA: (PARAMETER, 0.85),
+    roles.GATHERED: (PARAMETER, 0.85),
+    roles.REDUCED: (GRADIENT, 0.85),
 }
 _BUFFER_CONFIDENCE = 0.9
+_PARAMETER_BY_FRAMES = frozenset(
+    {roles.BUILDS, roles.REPLICA, roles.GATHERED, roles.MEGATRON_BUFFER}
+)  # fmt: skip
+"""Roles whose frames say a block is a parameter, whatever its lifetime and its size."""
 
 
 def _split_buffers(buffers: list[tuple[Allocation, int]]) -> None:
@@ -975,7 +982,7 @@ def _need_parameter_evidence(
     for found, _ in held:
         sizes[found.size] = sizes.get(found.size, 0) + 1
     for found, role in held:
-        if role in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER):  # frames say so
+        if role in _PARAMETER_BY_FRAMES:  # frames say so
             continue
         alike = sizes[found.size] >= _SIMILAR and found.size > K_MIN_BLOCK_SIZE
         if alike and role == roles.NOTHING:
@@ -996,7 +1003,7 @@ def _made_in_a_forward_pass(
             found.start != BEFORE
             and found.phase == FORWARD
             and found.end >= shape.length
-            and role not in (roles.BUILDS, roles.REPLICA, roles.MEGATRON_BUFFER)
+            and role not in _PARAMETER_BY_FRAMES
         ):
             index = bisect_left(saved, found.start) - 1
             backward = shape.after(shape.backward, found.start)

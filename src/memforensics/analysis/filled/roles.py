@@ -33,6 +33,19 @@ say so plainly:
   (diffusers' ``faster_cache.py``, its ``_get_added_kv_projections``).
 * **replica**: ``torch.nn.DataParallel``'s copies of the model (``nn/parallel/replicate.py``,
   ``comm.py`` ``broadcast_coalesced``), made inside each forward, yet parameters.
+* **parameters in transit**: FSDP2's all-gather (``fsdp/_fully_shard/_fsdp_collectives.py``'s
+  ``foreach_all_gather`` and ``foreach_all_gather_copy_out``, ``_fsdp_param.py``'s
+  ``init_all_gather_outputs``, ``alloc_all_gather_outputs`` and ``init_unsharded_param``)
+  makes the unsharded parameters a module's forward and backward compute with, inside them
+  and freed after them, yet parameters, as DataParallel's replicas are; so does FSDP1's
+  (``fsdp/_flat_param.py``'s ``unshard``, ``pre_unshard``).
+* **gradients in transit**: FSDP2's reduce-scatter (``_fsdp_collectives.py``'s
+  ``foreach_reduce`` and ``foreach_reduce_scatter_copy_in``) makes the unsharded gradients it
+  reduces and their shards, as FSDP1's (``fsdp/_runtime_utils.py``'s ``_reduce_grad``) does,
+  and DDP's ``Reducer``, built in ``DistributedDataParallel``'s
+  ``_ddp_init_helper`` (``nn/parallel/distributed.py``), makes the buckets gradients are
+  reduced through (their storage, with ``gradient_as_bucket_view=True``): gradients, whatever
+  their lifetime.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
   buffer (with the distributed optimizer only) and then the gradient buffer, on two lines of
   the same function. Which line is which is told per dump by :func:`buffer_kinds`.
@@ -78,6 +91,8 @@ WORKSPACE = "workspace"
 KV_CACHE = "kv_cache"
 MODEL_CACHE = "model_cache"  # a model's cache of keys and values: a KV cache by default
 REPLICA = "replica"
+GATHERED = "gathered"  # parameters FSDP2's all-gather unshards for a module's forward or backward
+REDUCED = "reduced"  # gradients FSDP2's reduce-scatter and DDP's buckets reduce
 BATCH = "batch"  # a framework's helper moving a batch to the device
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
@@ -92,7 +107,15 @@ _OPTIMIZER_NAMED = "optimizer_named"  # a function named for an optimizer
 _OPTIMIZER_WORDS = frozenset({"optimizer", "optimizers"})
 
 # The stronger role wins when a stack holds several (a replica is made inside a forward).
-_RANK = {WORKSPACE: 0, KV_CACHE: 1, MEGATRON_BUFFER: 2, REPLICA: 3, NOTHING: 4}
+_RANK = {
+    WORKSPACE: 0,
+    KV_CACHE: 1,
+    MEGATRON_BUFFER: 2,
+    REPLICA: 3,
+    GATHERED: 3,
+    REDUCED: 3,
+    NOTHING: 4,
+}
 
 _WORKSPACE_NAMES = ("workspace", "getcurrentcudablashandle", "getcurrentcudablaslthandle")
 _KV_NAMES = ("kv_cache", "kvcache", "kv_pool")
@@ -129,6 +152,36 @@ cache in ``PagedAttentionCache.__init__`` (one flat byte tensor, or a key and a 
 per layer, by release), and the same file's ``update`` gathers each forward's cached keys and
 values into temporaries (itself, or in the allocator it calls). The diagnosis names each
 engine's fix from the same table."""
+_GATHERS = (
+    (
+        "/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+        frozenset({"foreach_all_gather", "foreach_all_gather_copy_out"}),
+    ),
+    (
+        "/torch/distributed/fsdp/_fully_shard/_fsdp_param.py",
+        frozenset({"init_all_gather_outputs", "alloc_all_gather_outputs", "init_unsharded_param"}),
+    ),
+    (
+        "/torch/distributed/fsdp/_flat_param.py",
+        frozenset({"pre_unshard", "unshard", "_alloc_padded_unsharded_flat_param"}),
+    ),
+)
+"""torch's functions that unshard parameters, freed after the forward or backward that needed
+them: FSDP2's all-gather into each module's unsharded parameters, and FSDP1's
+(``FullyShardedDataParallel``) into each unit's padded unsharded flat parameter, and its
+low-precision shard where mixed precision casts one (``pre_unshard``). Each row: (a file's
+path suffix, its names)."""
+_REDUCES = (
+    (
+        "/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+        frozenset({"foreach_reduce", "foreach_reduce_scatter_copy_in"}),
+    ),
+    ("/torch/distributed/fsdp/_runtime_utils.py", frozenset({"_reduce_grad"})),
+    ("/torch/nn/parallel/distributed.py", frozenset({"_ddp_init_helper"})),
+)
+"""torch's functions that make the memory gradients are reduced through: FSDP2's
+reduce-scatter (its unsharded input and sharded output), FSDP1's (``_reduce_grad``) and DDP's
+``Reducer``'s buckets, made when ``DistributedDataParallel`` is built (``_ddp_init_helper``)."""
 _KV_ALLOCATORS = tuple((path, names) for _engine, path, names in KV_ALLOCATORS)
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
@@ -216,10 +269,9 @@ def _judge_frame(filename: str, name: str) -> str:
         return KV_CACHE
     if filename.endswith("/param_and_grad_buffer.py") and name == "__init__":
         return MEGATRON_BUFFER
-    if filename.endswith("/torch/nn/parallel/replicate.py") or (
-        filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
-    ):
-        return REPLICA
+    in_transit = _in_transit(filename, name)
+    if in_transit:
+        return in_transit
     # Native frames are the interpreter's and torch's machinery: ``at::native::to(...,
     # c10::Device, ...)`` names a device and a move under every copy, CPython's
     # ``infinite_lru_cache_wrapper`` a cache of results; neither is a batch or keys and values.
@@ -240,6 +292,21 @@ def _judge_frame(filename: str, name: str) -> str:
         return _CONSTRUCTOR
     if _OPTIMIZER_WORDS & set(_WORDS.findall(name.lower())):
         return _OPTIMIZER_NAMED
+    return NOTHING
+
+
+def _in_transit(filename: str, name: str) -> str:
+    """The role of torch's data-parallel code that copies a model's parameters or reduces its
+    gradients, whatever the block's lifetime: DataParallel's replicas, FSDP's unsharded
+    parameters (:data:`_GATHERS`), FSDP's and DDP's gradients reduced (:data:`_REDUCES`)."""
+    if filename.endswith("/torch/nn/parallel/replicate.py") or (
+        filename.endswith("/torch/nn/parallel/comm.py") and name == "broadcast_coalesced"
+    ):
+        return REPLICA
+    if _listed(filename, name, _GATHERS):
+        return GATHERED
+    if _listed(filename, name, _REDUCES):
+        return REDUCED
     return NOTHING
 
 

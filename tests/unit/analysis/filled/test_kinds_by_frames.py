@@ -590,3 +590,110 @@ def test_sglang_s_pool_buffers_are_a_kv_cache_and_its_forward_casts_are_not() ->
     assert {found[a].kind for a in cache} == {"kv_cache"}
     assert {found[a].kind for a in casts} == {"temporary"}
     assert {found[a].kind for a in weights} == {"parameter"}
+
+
+_FSDP2 = f"{SP}/torch/distributed/fsdp/_fully_shard"
+_UNSHARD = [  # FSDP2's pre-forward hook all-gathers a module's parameters (torch 2.13's frames)
+    MALLOC,
+    py(f"{_FSDP2}/_fsdp_param.py", 1069, "alloc_storage"),
+    py(f"{_FSDP2}/_fsdp_param.py", 825, "alloc_all_gather_outputs"),
+    py(f"{_FSDP2}/_fsdp_collectives.py", 463, "foreach_all_gather_copy_out"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 463, "wait_for_unshard"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
+    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
+    CALL,
+    py("/users/me/train.py", 26, "forward"),
+    CALL,
+    py("/users/me/train.py", 40, "main"),
+    BODY,
+]
+_GATHER_BUFFER = [  # the flat buffer the all-gather lands in, before its copy-out
+    MALLOC,
+    py(f"{_FSDP2}/_fsdp_collectives.py", 59, "allocate"),
+    py(f"{_FSDP2}/_fsdp_collectives.py", 351, "foreach_all_gather"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 407, "unshard"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
+    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
+    CALL,
+    py("/users/me/train.py", 40, "main"),
+    BODY,
+]
+_REDUCE_SCATTER = [  # FSDP2's post-backward reduce-scatter input, made in backward
+    MALLOC,
+    py(f"{_FSDP2}/_fsdp_collectives.py", 59, "allocate"),
+    py(f"{_FSDP2}/_fsdp_collectives.py", 597, "foreach_reduce"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 688, "post_backward"),
+    py(f"{_FSDP2}/_fsdp_param_group.py", 1126, "backward"),
+    *ENGINE[1:],
+]
+
+
+def test_fsdp2_unsharded_parameters_are_parameters_and_its_reduce_scatter_gradients() -> None:
+    """FSDP2's all-gathered parameters, made in a module's forward and freed after backward
+    (``reshard_after_forward=False``) or within its forward, are parameters in transit, not
+    activations or temporaries; the reduce-scatter input backward makes and frees is a
+    gradient."""
+    trace = Trace()
+    buffer = trace.alloc(48 * MiB, _GATHER_BUFFER)
+    unsharded = [trace.alloc(32 * MiB, _UNSHARD) for _ in range(4)]
+    trace.free(buffer)
+    outputs = _forward(trace)
+    trace.free(trace.alloc(MiB, ENGINE))
+    reduced = trace.alloc(48 * MiB, _REDUCE_SCATTER)
+    trace.free(reduced)
+    for addr in outputs + unsharded:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in [buffer, *unsharded]} == {"parameter"}
+    assert found[reduced].kind == "gradient"
+    assert {found[a].kind for a in outputs} == {"activation"}
+
+
+def test_fsdp1_unsharded_flat_parameters_are_parameters() -> None:
+    """FSDP1's padded unsharded flat parameter, all-gathered in a unit's pre-forward and
+    freed after its backward, is a parameter in transit, not an activation."""
+    fsdp = f"{SP}/torch/distributed/fsdp"
+    unshard = [
+        MALLOC,
+        py(f"{SP}/torch/storage.py", 1270, "_resize_"),
+        py(f"{SP}/torch/distributed/utils.py", 184, "_alloc_storage"),
+        py(f"{fsdp}/_flat_param.py", 1408, "_alloc_padded_unsharded_flat_param"),
+        py(f"{fsdp}/_flat_param.py", 1381, "unshard"),
+        py(f"{fsdp}/_runtime_utils.py", 305, "_unshard"),
+        py(f"{fsdp}/_runtime_utils.py", 421, "_pre_forward_unshard"),
+        py(f"{fsdp}/fully_sharded_data_parallel.py", 850, "forward"),
+        CALL,
+        py("/users/me/train.py", 40, "main"),
+        BODY,
+    ]
+    trace = Trace()
+    flat = [trace.alloc(64 * MiB, unshard) for _ in range(3)]
+    outputs = _forward(trace)
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in outputs + flat:
+        trace.free(addr)
+    found = trace.classified()
+    assert {found[a].kind for a in flat} == {"parameter"}
+
+
+def test_ddp_buckets_are_gradients() -> None:
+    """DDP's Reducer allocates its gradient buckets when DistributedDataParallel is built
+    (``_ddp_init_helper``) and holds them: gradients, not parameters."""
+    ddp = f"{SP}/torch/nn/parallel/distributed.py"
+    bucket_stack = [
+        MALLOC,
+        py(ddp, 1437, "_ddp_init_helper"),
+        py(ddp, 1079, "__init__"),
+        py("/users/me/train.py", 9, "main"),
+        BODY,
+    ]
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    bucket = trace.alloc(192 * MiB, bucket_stack)
+    outputs = _forward(trace)
+    trace.free(trace.alloc(MiB, ENGINE))
+    for addr in outputs:
+        trace.free(addr)
+    found = trace.classified()
+    assert found[bucket].kind == "gradient"
+    assert {found[a].kind for a in weights} == {"parameter"}
