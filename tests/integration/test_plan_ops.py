@@ -387,3 +387,82 @@ def test_a_thread_that_ended_leaves_its_cublas_workspace_to_the_next(tmp_path: P
     assert workspace > 0
     assert facts == {"joined": workspace, "main": workspace, "together": 3 * workspace,
                      "again": 3 * workspace}  # fmt: skip
+
+
+CELLS = """
+import json, sys
+import torch
+
+kind, grad = sys.argv[1], sys.argv[2]
+cell = (torch.nn.LSTMCell if kind == "lstm" else torch.nn.GRUCell)(64, 128).cuda()
+x = torch.randn(32, 64, device="cuda")
+h = torch.randn(32, 128, device="cuda")
+hx = (h, torch.randn(32, 128, device="cuda")) if kind == "lstm" else h
+torch.mm(x, x.t())  # cuBLAS's workspace, taken before the trace
+torch.cuda.memory._record_memory_history(max_entries=100000)
+start = torch.cuda.memory_allocated()
+modes = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}
+with modes[grad]():
+    out = cell(x, hx)
+    held = torch.cuda.memory_allocated() - start
+    if grad == "grad":
+        (out[0] if kind == "lstm" else out).sum().backward()
+torch.cuda.memory._dump_snapshot("ops.pickle")
+print(json.dumps({"held": held}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_an_rnn_cell_runs_cudas_fused_cell_kernel(tmp_path: Path, kind: str) -> None:
+    """nn.LSTMCell and nn.GRUCell allocate what RNN.cpp's CUDA branch does: the two gates'
+    products, then _thnn_fused_*_cell's workspace and outputs; autograd keeps the gates and
+    the workspace, no_grad and inference_mode only the outputs."""
+    script(tmp_path, CELLS)
+    batch, hidden = 32, 128
+    hidden_bytes = batch * hidden * 4
+    gates = {"lstm": 4, "gru": 3}[kind] * hidden_bytes
+    # RNN.cu: the LSTM's workspace is empty_like(input_gates), then hy and cy; the GRU's is
+    # hx.size(0) by hx.size(1) * GRU_WORKSPACE_MULTIPLIER (5), then hy
+    made = {"lstm": [gates, hidden_bytes, hidden_bytes], "gru": [5 * hidden_bytes, hidden_bytes]}
+    outputs = {"lstm": 2 * hidden_bytes, "gru": hidden_bytes}[kind]
+    for grad in ("grad", "no_grad", "inference"):
+        done = plan(tmp_path, "--json", "--device-capability", "9.0", "train.py", kind, grad)
+        assert done.returncode == 0, done.stderr
+        trace = _allocations(tmp_path)
+        assert trace[: 4 + (kind == "lstm")] == [gates, gates, *made[kind]], grad
+        kept = 2 * gates + sum(made[kind]) if grad == "grad" else outputs
+        assert _facts(done)["held"] == kept, grad
+
+
+ATTENTION_DROPOUT = """
+import json, sys
+import torch
+
+attention = torch.nn.MultiheadAttention(64, 2, dropout=0.5, batch_first=True).cuda()
+x = torch.randn(2, 48, 64, device="cuda")
+torch.cuda.memory._record_memory_history(max_entries=100000)
+with torch.enable_grad() if sys.argv[1] == "grad" else torch.no_grad():
+    y, _ = attention(x, x, x, need_weights=sys.argv[2] == "weights")
+torch.cuda.memory._dump_snapshot("ops.pickle")
+print(json.dumps({"peak": torch.cuda.max_memory_allocated()}))
+"""
+
+
+def test_dropout_inside_multi_head_attention_runs_cudas_kernel(tmp_path: Path) -> None:
+    """nn.MultiheadAttention(dropout=0.5) in training drops its attention weights with CUDA's
+    native_dropout (a bool mask beside the output, no float noise) where it returns the weights,
+    and runs scaled_dot_product_attention's fused kernel, which makes no score matrix, where
+    it does not (nn.TransformerEncoderLayer's call)."""
+    script(tmp_path, ATTENTION_DROPOUT)
+    scores = 2 * 2 * 48 * 48  # batch, heads, queries, keys
+    for grad in ("grad", "no_grad"):
+        done = plan(tmp_path, "--json", "--device-capability", "9.0", "train.py", grad, "weights")
+        assert done.returncode == 0, done.stderr
+        trace = _allocations(tmp_path)
+        assert trace.count(scores) == 1, grad  # dropout_cuda's bool mask
+        assert trace.count(4 * scores) == 3, grad  # bmm's scores, softmax, dropout's output
+        done = plan(tmp_path, "--json", "--device-capability", "9.0", "train.py", grad, "fused")
+        assert done.returncode == 0, done.stderr
+        trace = _allocations(tmp_path)
+        assert scores not in trace, grad
+        assert 4 * scores not in trace, grad

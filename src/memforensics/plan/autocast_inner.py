@@ -432,8 +432,11 @@ ENTERED: dict[str, Callable[..., Any]] = {
     )
     if function is not None
 }  # fmt: skip
-"""torch's Python functions run under autocast as their own code, each function they call seen
-by the function mode (:func:`unchecked`), by the name the mode sees them called."""
+"""torch's Python functions run as their own code, each function they call seen by the function
+mode (:func:`unchecked`), by the name the mode sees them called: under autocast, so that each is
+cast as CUDA casts it, and outside it, so that each reaches the kernels the plan runs as CUDA's
+(``multi_head_attention_forward``'s ``dropout``, ``scaled_dot_product_attention`` and
+``linear``)."""
 
 _CHECKS = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 

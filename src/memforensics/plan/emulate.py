@@ -59,6 +59,7 @@ from memforensics.plan import (
     operands,
     reduced_losses,
     reductions,
+    rnn_cells,
     samples,
     scratch,
     sparse,
@@ -152,10 +153,12 @@ _CLASS_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_los
 predictions read on the host are made of (:meth:`~memforensics.plan.values.Reads.loss`)."""
 _MADE_FIRST = {
     torch.ops.aten.native_dropout.default: (1,),
+    torch.ops.aten._thnn_fused_lstm_cell.default: (2,),
     torch.ops.aten._scaled_dot_product_cudnn_attention.default: (6, 7),
 }
 """Operators whose CUDA kernel allocates some outputs before the others, where the ``meta``
-kernel makes them in order: ``dropout_cuda`` the mask, then the result; ``_cudnn_attention_forward``
+kernel makes them in order: ``dropout_cuda`` the mask, then the result;
+``_thnn_fused_lstm_cell_cuda`` the workspace, then ``hy`` and ``cy``; ``_cudnn_attention_forward``
 the philox seed and offset, then the output and the log-sum-exp (an H200's trace)."""
 _ON_HOST = {torch.ops.aten._scaled_dot_product_efficient_attention.default: (2, 3)}
 """Outputs CUDA's kernel makes on the host, where the ``meta`` kernel makes them beside the
@@ -566,6 +569,8 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             attention.SDPA_NAME: functools.partial(attention.attention, capability),
             ctc.NAME: functools.partial(ctc.loss, self.reads.known, notes),
             dropout.NAME: dropout.dropout,
+            rnn_cells.LSTM_NAME: rnn_cells.lstm_cell,
+            rnn_cells.GRU_NAME: rnn_cells.gru_cell,
             inplace.LINEAR_NAME: inplace.linear,
             assigned.NAME: assigned.setitem,
         }
@@ -831,11 +836,13 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
     ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         """``func`` and its inputs as CUDA's autocast runs them: a composite whose casts sit in
         the functions it calls run as them (:mod:`~memforensics.plan.autocast_inner`), else
-        its inputs cast, or its dtype set, by autocast's lists."""
+        its inputs cast, or its dtype set, by autocast's lists. One of torch's Python functions
+        that the mode enters (``autocast_inner.ENTERED``) runs with it entered, autocast or
+        not, so that the functions it calls reach the mode's own kernels."""
         restated = autocast_inner.restated(name, args, kwargs)
         if restated is not None and torch.is_autocast_enabled("cuda"):
             return functools.partial(restated, self._call), args, kwargs
-        if autocast_inner.ENTERED.get(name) is func and torch.is_autocast_enabled("cuda"):
+        if autocast_inner.ENTERED.get(name) is func:
             return functools.partial(self._entered, autocast_inner.unchecked(func)), args, kwargs
         policy = self.autocast.policy(name, args, kwargs)
         if policy is None:
@@ -941,6 +948,8 @@ class StorageMode(EagerDispatchMode):
         answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
         answers[torch.ops.aten._weight_norm_interface.default] = fused_norms.weight_norm
         answers[log_sigmoid.OPERATOR] = log_sigmoid.forward
+        answers[rnn_cells.GRU_FORWARD] = functools.partial(rnn_cells.gru_forward, self)
+        answers[rnn_cells.GRU_BACKWARD] = functools.partial(rnn_cells.gru_backward, self)
         for overload in host_fill.BY_NUMBER:
             answers[overload] = functools.partial(host_fill.fill, overload)
         answers.update(dict.fromkeys(samples.DRAWN_LIKE, samples.drawn_like))
