@@ -6,7 +6,19 @@ does already. A training step without FSDP keeps its fixes."""
 
 from __future__ import annotations
 
-from event_trace import BODY, CALL, ENGINE, MALLOC, SP, Frame, MiB, Trace, py
+from event_trace import (
+    BODY,
+    CALL,
+    ENGINE,
+    FSDP2_GATHER_BUFFER,
+    FSDP2_UNSHARD,
+    MALLOC,
+    SP,
+    Frame,
+    MiB,
+    Trace,
+    py,
+)
 
 from memforensics.analysis import summarize
 from memforensics.analysis.diagnosis import Cause, Diagnosis
@@ -18,31 +30,6 @@ from memforensics.analysis.diagnosis.text import (
 )
 from memforensics.analysis.dump import dump_from_snapshot
 
-_FSDP2 = f"{SP}/torch/distributed/fsdp/_fully_shard"
-_HOOK = [
-    py(f"{_FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
-    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
-    CALL,
-    py("/users/me/train.py", 26, "forward"),
-    CALL,
-    py("/users/me/train.py", 40, "main"),
-    BODY,
-]
-UNSHARD: list[Frame] = [  # one unsharded parameter of the module's (torch 2.13's frames)
-    MALLOC,
-    py(f"{_FSDP2}/_fsdp_param.py", 1069, "alloc_storage"),
-    py(f"{_FSDP2}/_fsdp_param.py", 825, "alloc_all_gather_outputs"),
-    py(f"{_FSDP2}/_fsdp_collectives.py", 463, "foreach_all_gather_copy_out"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 463, "wait_for_unshard"),
-    *_HOOK,
-]
-GATHER_BUFFER: list[Frame] = [  # the flat buffer the all-gather lands in, before its copy-out
-    MALLOC,
-    py(f"{_FSDP2}/_fsdp_collectives.py", 59, "allocate"),
-    py(f"{_FSDP2}/_fsdp_collectives.py", 351, "foreach_all_gather"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 407, "unshard"),
-    *_HOOK,
-]
 BUILT: list[Frame] = [  # a parameter (a shard of it, under FSDP) moved to the device
     MALLOC,
     py(f"{SP}/torch/nn/modules/module.py", 1326, "convert"),
@@ -60,8 +47,8 @@ SHARDS = MODULES * UNSHARDED // 4  # this rank's shards, over 4 ranks
 def _gather(trace: Trace) -> list[int]:
     """One module's all-gather: the flat buffer, its copy-out into two unsharded parameters,
     the buffer freed."""
-    buffer = trace.alloc(UNSHARDED, GATHER_BUFFER)
-    unsharded = [trace.alloc(UNSHARDED // 2, UNSHARD) for _ in range(2)]
+    buffer = trace.alloc(UNSHARDED, FSDP2_GATHER_BUFFER)
+    unsharded = [trace.alloc(UNSHARDED // 2, FSDP2_UNSHARD) for _ in range(2)]
     trace.free(buffer)
     return unsharded
 
@@ -158,7 +145,7 @@ def test_a_trace_ending_in_the_forward_names_the_unsharded_parameters_and_no_fsd
     for _ in range(MODULES):
         _gather(trace)
         trace.alloc(8 * MiB, ACTIVATION)
-    trace.oom(UNSHARDED, GATHER_BUFFER)
+    trace.oom(UNSHARDED, FSDP2_GATHER_BUFFER)
     summary = summarize(dump_from_snapshot(trace.snapshot()))
     assert summary.diagnosis is not None
     static = _static(summary.diagnosis)
