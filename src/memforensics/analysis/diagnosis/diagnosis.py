@@ -54,6 +54,7 @@ from memforensics.analysis.dump import Dump, as_int
 from memforensics.analysis.filled import (
     KV_ALLOCATORS,
     OPTIMIZER_TEMPORARIES,
+    Gathered,
     KindBytes,
     KindSite,
     Moment,
@@ -106,6 +107,9 @@ MIN_GROWTH_STEPS = 3
 """A site grows when its live blocks were made in at least this many steps ..."""
 MIN_GROWTH_COVER = 0.5
 """... covering at least this share of the steps from its first to its last."""
+GATHERED_SHARE = 0.25
+"""FSDP's unsharded parameters are a large part of the judged moment from this share of its
+live bytes: the static cause names them, and what frees them."""
 EXPANDABLE_SINCE = (2, 1)
 """The first torch release with ``expandable_segments`` in ``PYTORCH_CUDA_ALLOC_CONF``."""
 
@@ -621,7 +625,15 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     lower-precision optimizer state and offload free. A part the kinds do not show is not
     known (unless the process told the kinds), so it is left out, never counted as 0 B. What
     a preallocated buffer holds (DeepSpeed's gradient buckets, Megatron's buffers) is that
-    cause's, with its own knob (:func:`_cache`), and not counted twice."""
+    cause's, with its own knob (:func:`_cache`), and not counted twice.
+
+    Where FSDP all-gathers parameters at the moment, sharding is no fix (they are sharded
+    already). Where its unsharded parameters are a large part of the moment
+    (:func:`_gathered`), the evidence says how much, and the first fix frees them: resharding
+    after forward where modules beyond the root and the running one held theirs from the
+    forward into the backward (:attr:`~memforensics.analysis.filled.Gathered.reshard_frees`),
+    else, where the trace reaches the backward and shows none held, smaller wrap units, whose
+    bytes the dump does not tell; a trace that ends in the forward tells neither."""
     by_kind = {k.kind: k.bytes for k in evidence.kinds}
     cached = _cached_by_kind(evidence)
     params = max(by_kind.get(_PARAMETER, 0) - cached.get(_PARAMETER, 0), 0)
@@ -631,13 +643,19 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     if not held:
         return None
     ranks = as_int(dump.meta.sidecar.get("world_size"))
+    gathered = _gathered(evidence)
     options: list[tuple[str, int | None]] = []
+    if gathered is not None and gathered.reshard_frees:
+        options.append((text.RESHARD_AFTER_FORWARD, gathered.reshard_frees))
+    elif gathered is not None and gathered.told:
+        options.append((text.SMALLER_WRAP_UNITS, None))
     if optim:
         options.append((text.LOW_PRECISION_OPTIMIZER, optim * 3 // 4))
-    if ranks is not None and ranks > 1:
+    sharded = evidence.moment is not None and evidence.moment.gathered is not None  # by FSDP
+    if not sharded and ranks is not None and ranks > 1:
         options.append((text.shard_optimizer(ranks), (optim + grads) * (ranks - 1) // ranks))
         options.append((text.shard_all(ranks), held * (ranks - 1) // ranks))
-    else:
+    elif not sharded:
         options.append((text.SHARD_MORE_RANKS, None))
     if optim:
         options.append((text.OFFLOAD_OPTIMIZER, optim))
@@ -653,11 +671,24 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     ]
     total = evidence.device_total_bytes
     sites = tuple(found[0].site for _n, _s, found in parts if found)
+    unsharded = None
+    if gathered is not None:
+        unsharded = (gathered.bytes, gathered.held_bytes if gathered.reshard_frees else 0)
     cause = _cause(
-        STATIC, held, text.static_evidence(parts, held, total, known),
+        STATIC, held, text.static_evidence(parts, held, total, known, unsharded),
         _fixes(options, needed), needed, sites,
     )  # fmt: skip
     return replace(cause, inferred=not known)
+
+
+def _gathered(evidence: Evidence) -> Gathered | None:
+    """FSDP's unsharded parameters at the judged moment where they are a large part of it
+    (:data:`GATHERED_SHARE`), else None."""
+    moment = evidence.moment
+    found = moment.gathered if moment is not None else None
+    if found is None or moment is None or found.bytes < GATHERED_SHARE * moment.live_bytes:
+        return None
+    return found
 
 
 # activations at the moment judged -------------------------------------------------------------

@@ -177,6 +177,18 @@ SHARD_MORE_RANKS = (
     " ranks each keeps 1/N"
 )
 OFFLOAD_OPTIMIZER = "offload optimizer state to the CPU (ZeRO-Offload, FSDP's CPUOffload)"
+RESHARD_AFTER_FORWARD = (
+    "reshard_after_forward=True in fully_shard (FSDP1: ShardingStrategy.FULL_SHARD instead of"
+    " SHARD_GRAD_OP)"
+)
+"""FSDP holding every module's unsharded parameters from its forward to its backward: each
+module then frees them after its forward and gathers them again for its backward."""
+SMALLER_WRAP_UNITS = (
+    "fully_shard smaller modules (FSDP1: a finer auto_wrap_policy) or prefetch less (FSDP1:"
+    " backward_prefetch=None): the unsharded parameters are the running and prefetched units'"
+)
+"""FSDP resharding after forward, whose unsharded parameters are still a large part of the
+moment: one or two wrap units' worth."""
 
 
 def shard_optimizer(ranks: int) -> str:
@@ -194,18 +206,33 @@ def static_evidence(
     held: int,
     total: int | None,
     known: bool,
+    unsharded: tuple[int, int] | None = None,
 ) -> str:
     """Parameters, gradients and optimizer state (each part shown, biggest first, with its
     biggest site when inferred), and their share of the device; a part the kinds do not show
-    is left out unless the process told the kinds."""
+    is left out unless the process told the kinds. ``unsharded``: FSDP's unsharded parameters
+    and the part of them held from the forward into the backward (0: not told), said after
+    the parameters (``parameters 5.56 GiB, of which unsharded by FSDP's all-gather 4.75 GiB,
+    4.50 GiB held from the forward to the backward``)."""
     share = f", {held / total:.0%} of the {fmt(total)} device" if total else ""
     how = "" if known else ", inferred"
     ordered = sorted(parts, key=lambda part: -part[1])
     words = ", ".join(
         f"{name} {fmt(size)}{f' ({_site(sites[0].site)})' if sites and not known else ''}"
+        f"{_unsharded(unsharded) if name == 'parameters' else ''}"
         for name, size, sites in ordered
     )
     return f"{words}{how}{share}"
+
+
+def _unsharded(unsharded: tuple[int, int] | None) -> str:
+    """``, of which unsharded by FSDP's all-gather 4.75 GiB, 4.50 GiB held from the forward to
+    the backward``, or nothing."""
+    if unsharded is None:
+        return ""
+    gathered, held = unsharded
+    words = f", of which unsharded by FSDP's all-gather {fmt(gathered)}"
+    return words + (f", {fmt(held)} held from the forward to the backward" if held else "")
 
 
 # activations

@@ -1,5 +1,6 @@
 """What filled the device: lifetimes, kinds of memory, the peak and its call tree."""
 
+from memforensics.analysis.filled.gathered import Gathered
 from memforensics.analysis.filled.kinds import (
     KINDS,
     KindBytes,
@@ -34,6 +35,7 @@ __all__ = [
     "Allocation",
     "CallNode",
     "Filled",
+    "Gathered",
     "KindBytes",
     "KindShare",
     "KindSite",

@@ -37,6 +37,7 @@ from memforensics.analysis.dump import (
     unframed_site,
 )
 from memforensics.analysis.dump.load import paused_gc
+from memforensics.analysis.filled.gathered import Gathered, gathered_at
 from memforensics.analysis.filled.kinds import (
     OPTIMIZER,
     TEMPORARY,
@@ -145,6 +146,9 @@ class Moment:
     """Each kind's biggest sites then, biggest first within a kind (what a cause names)."""
     optimizer_temporaries: OptimizerTemporaries | None = field(default=None, metadata=NOT_IN_JSON)
     """The ``temporary`` blocks an optimizer's step holds then (None: none)."""
+    gathered: Gathered | None = field(default=None, metadata=NOT_IN_JSON)
+    """FSDP's unsharded parameters then, and those held from the forward into the backward
+    (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,7 @@ def moment(lt: Lifetimes, name: str, position: int, trace: list[Any]) -> Moment:
         live_requested_bytes=sum(a.requested for a in live),
         sites=kind_sites(live),
         optimizer_temporaries=optimizer_temporaries(live),
+        gathered=gathered_at(lt, live),
     )
 
 

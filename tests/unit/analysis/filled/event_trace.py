@@ -87,3 +87,32 @@ class Trace:
         found = lifetimes(dump_from_snapshot(self.snapshot(), sidecar=sidecar))
         classify(found)
         return {a.addr: a for a in found.allocations}
+
+
+FSDP2 = f"{SP}/torch/distributed/fsdp/_fully_shard"
+"""Where FSDP2 (``fully_shard``) lives."""
+FSDP2_UNSHARD = [  # FSDP2's pre-forward hook all-gathers a module's parameters (torch 2.13)
+    MALLOC,
+    py(f"{FSDP2}/_fsdp_param.py", 1069, "alloc_storage"),
+    py(f"{FSDP2}/_fsdp_param.py", 825, "alloc_all_gather_outputs"),
+    py(f"{FSDP2}/_fsdp_collectives.py", 463, "foreach_all_gather_copy_out"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 463, "wait_for_unshard"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
+    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
+    CALL,
+    py("/users/me/train.py", 26, "forward"),
+    CALL,
+    py("/users/me/train.py", 40, "main"),
+    BODY,
+]
+FSDP2_GATHER_BUFFER = [  # the flat buffer the all-gather lands in, before its copy-out
+    MALLOC,
+    py(f"{FSDP2}/_fsdp_collectives.py", 59, "allocate"),
+    py(f"{FSDP2}/_fsdp_collectives.py", 351, "foreach_all_gather"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 407, "unshard"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
+    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
+    CALL,
+    py("/users/me/train.py", 40, "main"),
+    BODY,
+]

@@ -10,7 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from event_trace import BODY, CALL, ENGINE, MALLOC, SP, Frame, MiB, Trace, cpp, py
+from event_trace import (
+    BODY,
+    CALL,
+    ENGINE,
+    FSDP2,
+    FSDP2_GATHER_BUFFER,
+    FSDP2_UNSHARD,
+    MALLOC,
+    SP,
+    Frame,
+    MiB,
+    Trace,
+    cpp,
+    py,
+)
 
 from memforensics.analysis import load_dump
 from memforensics.analysis.filled import roles
@@ -592,38 +606,12 @@ def test_sglang_s_pool_buffers_are_a_kv_cache_and_its_forward_casts_are_not() ->
     assert {found[a].kind for a in weights} == {"parameter"}
 
 
-_FSDP2 = f"{SP}/torch/distributed/fsdp/_fully_shard"
-_UNSHARD = [  # FSDP2's pre-forward hook all-gathers a module's parameters (torch 2.13's frames)
-    MALLOC,
-    py(f"{_FSDP2}/_fsdp_param.py", 1069, "alloc_storage"),
-    py(f"{_FSDP2}/_fsdp_param.py", 825, "alloc_all_gather_outputs"),
-    py(f"{_FSDP2}/_fsdp_collectives.py", 463, "foreach_all_gather_copy_out"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 463, "wait_for_unshard"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
-    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
-    CALL,
-    py("/users/me/train.py", 26, "forward"),
-    CALL,
-    py("/users/me/train.py", 40, "main"),
-    BODY,
-]
-_GATHER_BUFFER = [  # the flat buffer the all-gather lands in, before its copy-out
-    MALLOC,
-    py(f"{_FSDP2}/_fsdp_collectives.py", 59, "allocate"),
-    py(f"{_FSDP2}/_fsdp_collectives.py", 351, "foreach_all_gather"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 407, "unshard"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 551, "pre_forward"),
-    py(f"{SP}/torch/nn/modules/module.py", 1832, "inner"),
-    CALL,
-    py("/users/me/train.py", 40, "main"),
-    BODY,
-]
 _REDUCE_SCATTER = [  # FSDP2's post-backward reduce-scatter input, made in backward
     MALLOC,
-    py(f"{_FSDP2}/_fsdp_collectives.py", 59, "allocate"),
-    py(f"{_FSDP2}/_fsdp_collectives.py", 597, "foreach_reduce"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 688, "post_backward"),
-    py(f"{_FSDP2}/_fsdp_param_group.py", 1126, "backward"),
+    py(f"{FSDP2}/_fsdp_collectives.py", 59, "allocate"),
+    py(f"{FSDP2}/_fsdp_collectives.py", 597, "foreach_reduce"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 688, "post_backward"),
+    py(f"{FSDP2}/_fsdp_param_group.py", 1126, "backward"),
     *ENGINE[1:],
 ]
 
@@ -634,8 +622,8 @@ def test_fsdp2_unsharded_parameters_are_parameters_and_its_reduce_scatter_gradie
     activations or temporaries; the reduce-scatter input backward makes and frees is a
     gradient."""
     trace = Trace()
-    buffer = trace.alloc(48 * MiB, _GATHER_BUFFER)
-    unsharded = [trace.alloc(32 * MiB, _UNSHARD) for _ in range(4)]
+    buffer = trace.alloc(48 * MiB, FSDP2_GATHER_BUFFER)
+    unsharded = [trace.alloc(32 * MiB, FSDP2_UNSHARD) for _ in range(4)]
     trace.free(buffer)
     outputs = _forward(trace)
     trace.free(trace.alloc(MiB, ENGINE))
