@@ -289,6 +289,15 @@ def _written(func: Any) -> tuple[int, ...]:
     )
 
 
+def _emptied(computed: Any, made: torch.Tensor) -> Any:
+    """``computed`` as the stand-in ``made`` holds it: empty where CUDA leaves an output empty
+    and the CPU fills it (``unique(dim=...)``'s inverse and counts not asked for), so the
+    outputs asked for stay known."""
+    if made.numel() == 0 and isinstance(computed, torch.Tensor) and computed.shape != made.shape:
+        return computed.new_empty(made.shape)
+    return computed
+
+
 def _count_nonzero(values: torch.Tensor) -> int:
     """How many of ``values`` are non-zero, counted once along each dimension that only repeats
     (stride 0: a kept fill or pattern expanded to its tensor's shape) and multiplied by its
@@ -1110,8 +1119,9 @@ class Known:
                 guessed = any(marks)
                 sized = made_up and self._all_sized(args, kwargs, ignored)
                 given = {id(v) for v in (*cpu_args, *cpu_kwargs.values())}
-                for made, computed in zip(outs, results, strict=True):
+                for made, result in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
+                        computed = _emptied(result, made)
                         fresh = id(computed) not in given
                         self._keep(made, computed, made_up, guessed, sized, fresh=fresh)
                 source = _FROM_HOST.get(func)

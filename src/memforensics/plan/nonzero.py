@@ -11,7 +11,12 @@ bound is carried by storage, beside the known values (:mod:`~memforensics.plan.k
 - an indexed write (``index_put_``, ``index_fill_``, ``scatter_``) of ``k`` positions: at most
   the count before plus ``k``, whatever it writes;
 - a copy (``clone``, a cast): its source's;
-- ``|``: the sum of its two sides'; ``&``: the smaller.
+- ``|``: the sum of its two sides'; ``&`` and ``*``: the smaller (a product is non-zero only
+  where both factors are). A side broadcast to the result counts each of its elements as often
+  as it is repeated; where both sides' values are known, ``&`` and ``*`` count the elements
+  where both are non-zero, without making the result (pytorch-metric-learning's triplets,
+  ``matches.unsqueeze(2) * diffs.unsqueeze(1)``: anchor, positive and negative of one batch's
+  labels, the batch's size cubed).
 
 ``nonzero`` (``torch.where(mask)``), ``masked_select`` and indexing by the mask then make at
 most that many elements (never more than the mask holds), where a mask of unknown values makes
@@ -92,9 +97,11 @@ AND = frozenset(
     )
 )
 """Elementwise ``&`` of two tensors (flags or masks)."""
+_PRODUCTS = AND | {torch.ops.aten.mul.Tensor}
+"""Elementwise operators whose result is non-zero only where both sides are."""
 _HOST_COUNTED = 1 << 16
 """Largest host tensor, in bytes, whose non-zero elements are counted for a bound."""
-_ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | AND
+_ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | _PRODUCTS
 """Every operator that can make a bound by count."""
 _ANY = _ALL | picks.ALL
 """Every operator that can make a bound, by count or by what it picks."""
@@ -134,6 +141,23 @@ def _positions(target: torch.Tensor, indices: Any) -> int | None:
     return int(indexed.numel()) * int(rest)
 
 
+def both_nonzero(first: torch.Tensor, second: torch.Tensor, shape: tuple[int, ...]) -> int:
+    """How many elements of ``shape`` are non-zero in both ``first`` and ``second`` broadcast to
+    it, counted without making it: along a dimension where one side is repeated, the other's
+    non-zero elements are summed first, so the work is the larger side's, not the result's."""
+    sides = []
+    for side in (first, second):
+        flags = (side != 0).to(torch.int64)
+        sides.append(flags.reshape((1,) * (len(shape) - flags.dim()) + tuple(flags.shape)))
+    left, right = sides
+    for dim in range(len(shape)):
+        if left.shape[dim] == 1 and right.shape[dim] != 1:
+            right = right.sum(dim, keepdim=True)
+        elif right.shape[dim] == 1 and left.shape[dim] != 1:
+            left = left.sum(dim, keepdim=True)
+    return int((left * right).sum())
+
+
 class NonzeroBounds:
     """Upper bounds on the non-zero elements of stand-ins' storages, by storage, kept as long
     as the storage lives; ``count`` gives a known tensor's exact count, None for an unknown
@@ -145,6 +169,7 @@ class NonzeroBounds:
         decided: Callable[[torch.Tensor], torch.Tensor | None],
     ) -> None:
         self._count = count
+        self._decided = decided
         self._bounds: dict[int, int] = {}
         self.picks = Picks(self._of, decided)
         """What positions taken from tests of unknown values pick."""
@@ -224,15 +249,11 @@ class NonzeroBounds:
             return None
         if func in _COPIES:
             return self._of(first)
-        if func in OR or func in AND:
+        if func in OR or func in _PRODUCTS:
             second = args[1] if len(args) > 1 else None
             if not isinstance(second, torch.Tensor) or not isinstance(out, torch.Tensor):
                 return None
-            sides = [self._of(t) if t.shape == out.shape else None for t in (first, second)]
-            if func in AND:
-                found = [s for s in sides if s is not None]
-                return min(found) if found else None
-            return None if None in sides else sum(s for s in sides if s is not None)
+            return self._joined(func in OR, first, second, out)
         before = self._of(first)
         if before is None:
             return None
@@ -245,6 +266,48 @@ class NonzeroBounds:
         else:
             return None
         return None if written is None else before + written
+
+    def _joined(
+        self, union: bool, first: torch.Tensor, second: torch.Tensor, out: torch.Tensor
+    ) -> int | None:
+        """At most how many of ``out``'s elements are non-zero where it joins two sides:
+        ``union`` (``|``) the sum of the sides', else (``&``, ``*``) the count of both where
+        their values are known, the smaller side's where not."""
+        if not union:
+            both = self._both(first, second, out)
+            if both is not None:
+                return both
+        sides = [self._spread(t, out) for t in (first, second)]
+        if union:
+            return None if None in sides else sum(s for s in sides if s is not None)
+        found = [s for s in sides if s is not None]
+        return min(found) if found else None
+
+    def _spread(self, side: torch.Tensor, out: torch.Tensor) -> int | None:
+        """At most how many of ``out``'s elements ``side``, broadcast to its shape, makes
+        non-zero: each of its own as many times as broadcasting repeats it."""
+        if side.numel() == 0:
+            return None
+        found = self._of(side)
+        return None if found is None else found * (out.numel() // side.numel())
+
+    def _both(self, first: torch.Tensor, second: torch.Tensor, out: torch.Tensor) -> int | None:
+        """How many of ``out``'s elements both sides, broadcast to its shape, make non-zero,
+        where both sides' values are known; None otherwise."""
+        if first.shape == out.shape and second.shape == out.shape:
+            return None  # a known result of known sides is counted from its own values
+        values = [self._values(t) for t in (first, second)]
+        if values[0] is None or values[1] is None:
+            return None
+        return both_nonzero(values[0], values[1], tuple(out.shape))
+
+    def _values(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s values on the CPU: a small host tensor's own, a stand-in's where the
+        script's values decide them."""
+        if not tensor.is_meta:
+            small = tensor.numel() * tensor.element_size() <= _HOST_COUNTED
+            return tensor if small and tensor.device.type == "cpu" else None
+        return self._decided(tensor)
 
     def _of(self, tensor: torch.Tensor) -> int | None:
         """At most how many of ``tensor``'s elements are non-zero: its exact count where its
