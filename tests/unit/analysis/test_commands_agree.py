@@ -1,0 +1,68 @@
+"""Two commands asked one question about one run print one answer: the console commands, run on
+synthetic run folders, each read the fact from the one place that computes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memforensics.cli import main
+from memforensics.testing import (
+    TRAIN,
+    Block,
+    MiB,
+    Site,
+    SnapshotBuilder,
+    make_sidecar,
+    write_dump,
+)
+
+LEAK = Site("/job/train.py", 57, "keep_metrics")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    """What ``memforensics ARGV --json`` prints, parsed (exit status 0)."""
+    assert main([*argv, "--json", "--no-cache", "-q"]) == 0
+    found: dict[str, object] = json.loads(capsys.readouterr().out)
+    return found
+
+
+def _leaking_run(root: Path) -> Path:
+    """Window dumps at steps 7, 11 and 15 where a site keeps one 16 MiB block a step from step 4
+    (the windows' fit: 16 MiB a step), then an OOM dump whose step tags show it keeping two
+    blocks at step 16 (tags alone: 224 MiB over 13 steps, 17.23 MiB a step)."""
+    for last in (7, 11, 15):
+        builder = SnapshotBuilder()
+        builder.segment(Block(MiB(256), site=TRAIN))
+        builder.segment(*[Block(MiB(16), site=LEAK, step=step) for step in range(4, last + 1)])
+        sidecar = make_sidecar("window", steps=[last - 3, last])
+        write_dump(root / f"steps{last - 3}-{last}" / "rank0_pid1.pickle", builder.build(),
+                   sidecar=sidecar)  # fmt: skip
+    builder = SnapshotBuilder()
+    leaked = [Block(MiB(16), site=LEAK, step=step) for step in (*range(4, 17), 16)]
+    builder.segment(Block(MiB(256), site=TRAIN), *leaked)
+    builder.oom(requested=MiB(64), device_free=0)
+    oom = {"requested_bytes": MiB(64), "device_free_bytes": 0, "device_total_bytes": MiB(544)}
+    path = root / "oom" / "rank0_pid1_step16_20261130-101112-000001.pickle"
+    write_dump(path, builder.build(), sidecar=make_sidecar("oom", step=16, oom=oom))
+    return path
+
+
+def test_summary_and_leaks_give_a_growing_site_one_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary's growth cause and leaks name the same site: both print the windows' 16 MiB a
+    step from step 4, not a second rate from the OOM dump's own step tags."""
+    oom = _leaking_run(tmp_path)
+    leaks = _json(capsys, "leaks", str(tmp_path), "--jobs", "1")
+    [trend] = [site for site in leaks["sites"] if site["suspect"]]  # type: ignore[attr-defined]
+    summary = _json(capsys, "summary", str(oom), "--jobs", "1")
+    growth = summary["diagnosis"]["causes"][0]  # type: ignore[index]
+    assert trend["site"] == "/job/train.py:57 keep_metrics"
+    assert trend["growth_per_step_bytes"] == pytest.approx(MiB(16))
+    assert growth["name"] == "growth"
+    assert growth["rate_bytes_per_step"] == int(trend["growth_per_step_bytes"])
+    assert growth["first_step"] == trend["first_step"] == 4
+    assert "growing 16.00 MiB a step since step 4" in growth["evidence"]
