@@ -66,3 +66,25 @@ def test_summary_and_leaks_give_a_growing_site_one_rate(
     assert growth["rate_bytes_per_step"] == int(trend["growth_per_step_bytes"])
     assert growth["first_step"] == trend["first_step"] == 4
     assert "growing 16.00 MiB a step since step 4" in growth["evidence"]
+
+
+def test_summary_help_says_what_its_json_prints_for_several_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary --help describes the JSON that several files print: one object whose "dumps"
+    holds one object per file, not a bare list."""
+    paths = []
+    for name in ("a", "b"):
+        builder = SnapshotBuilder()
+        builder.segment(Block(MiB(8), site=TRAIN))
+        paths.append(tmp_path / f"{name}.pickle")
+        write_dump(paths[-1], builder.build())
+    printed = _json(capsys, "summary", *map(str, paths), "--jobs", "1")
+    with pytest.raises(SystemExit):
+        main(["summary", "--help"])
+    words = " ".join(capsys.readouterr().out.split())
+    assert isinstance(printed, dict)
+    assert [dump["file"] for dump in printed["dumps"]] == list(map(str, paths))  # type: ignore[attr-defined]
+    assert '"dumps"' in words
+    assert "a list of objects" not in words
+    assert "a list for several" not in words
