@@ -4,6 +4,7 @@ synthetic run folders, each read the fact from the one place that computes it.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from memforensics.testing import (
     make_sidecar,
     write_dump,
 )
+from shared_data import REAL_WORKLOADS, real_params, real_snapshots
 
 LEAK = Site("/job/train.py", 57, "keep_metrics")
 
@@ -88,3 +90,36 @@ def test_summary_help_says_what_its_json_prints_for_several_files(
     assert '"dumps"' in words
     assert "a list of objects" not in words
     assert "a list for several" not in words
+
+
+_DATA = re.compile(r'<script type="application/json" id="mf-data">(.*?)</script>', re.S)
+_REAL = [*real_snapshots(), *sorted(REAL_WORKLOADS.glob("*/snapshot.pickle"))]
+
+
+@pytest.mark.parametrize(
+    "path",
+    real_params(_REAL),
+    ids=lambda p: p.parent.name if p.name == "snapshot.pickle" else p.stem,
+)
+def test_report_and_summary_give_each_kind_one_confidence_at_each_moment(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On each real snapshot, the report's kinds table holds, at the peak and at the snapshot,
+    the bytes and confidence of each kind that summary --json prints for that moment."""
+    summary = _json(capsys, "summary", str(path), "--jobs", "1")
+    page = tmp_path / "report.html"
+    assert main(["report", "-q", "--jobs", "1", "-o", str(page), str(path)]) == 0
+    found = _DATA.search(page.read_text())
+    assert found is not None
+    [device] = json.loads(found[1])["dumps"][0]["devices"]
+    [kinds] = [part for part in device["sections"] if part["id"] == "kinds"]
+    labels = [column["label"] for column in kinds["data"]["columns"]]
+    rows = {row[0]: dict(zip(labels, row, strict=True)) for row in kinds["data"]["rows"]}
+    for moment, told in (
+        ("at the peak", summary["peak"]["kinds"]),
+        ("at the snapshot", summary["kinds"]),
+    ):  # type: ignore[index]
+        for kind in told:
+            row = rows[kind["kind"]]
+            assert row[moment] == kind["bytes"]
+            assert row[f"confidence {moment}"] == round(kind["confidence"], 2)
