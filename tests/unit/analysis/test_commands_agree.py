@@ -31,14 +31,16 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     return found
 
 
-def _leaking_run(root: Path) -> Path:
-    """Window dumps at steps 7, 11 and 15 where a site keeps one 16 MiB block a step from step 4
-    (the windows' fit: 16 MiB a step), then an OOM dump whose step tags show it keeping two
-    blocks at step 16 (tags alone: 224 MiB over 13 steps, 17.23 MiB a step)."""
+def _leaking_run(root: Path, start: int = 4) -> Path:
+    """Window dumps at steps 7, 11 and 15 where a site keeps one 16 MiB block a step from step
+    ``start`` (the windows' fit: 16 MiB a step), then an OOM dump whose step tags show it
+    keeping one from step 4 and two at step 16 (tags alone: 224 MiB over 13 steps, 17.23 MiB a
+    step)."""
     for last in (7, 11, 15):
         builder = SnapshotBuilder()
         builder.segment(Block(MiB(256), site=TRAIN))
-        builder.segment(*[Block(MiB(16), site=LEAK, step=step) for step in range(4, last + 1)])
+        leaked = [Block(MiB(16), site=LEAK, step=step) for step in range(start, last + 1)]
+        builder.segment(*leaked)
         sidecar = make_sidecar("window", steps=[last - 3, last])
         write_dump(root / f"steps{last - 3}-{last}" / "rank0_pid1.pickle", builder.build(),
                    sidecar=sidecar)  # fmt: skip
@@ -68,6 +70,23 @@ def test_summary_and_leaks_give_a_growing_site_one_rate(
     assert growth["rate_bytes_per_step"] == int(trend["growth_per_step_bytes"])
     assert growth["first_step"] == trend["first_step"] == 4
     assert "growing 16.00 MiB a step since step 4" in growth["evidence"]
+
+
+def test_an_early_window_names_what_the_growing_site_holds_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary of the first window dump (steps 4-7, the site's blocks of steps 6 and 7, too few
+    steps to tell growth from its own tags): its growth cause, from the windows, says the site
+    holds the 32 MiB its sites table shows there, not the 160 MiB of the last window."""
+    _leaking_run(tmp_path, start=6)
+    window = tmp_path / "steps4-7" / "rank0_pid1.pickle"
+    summary = _json(capsys, "summary", str(window), "--jobs", "1")
+    [row] = [site for site in summary["top_sites"] if site["site"] == str(LEAK)]  # type: ignore[attr-defined]
+    growth = summary["diagnosis"]["causes"][0]  # type: ignore[index]
+    assert growth["name"] == "growth"
+    assert "rose across 3 window dumps" in growth["evidence"]
+    assert growth["bytes"] == row["bytes"] == MiB(32)
+    assert "holds 32.00 MiB" in growth["evidence"]
 
 
 def test_summary_help_says_what_its_json_prints_for_several_files(

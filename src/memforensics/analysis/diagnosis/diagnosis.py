@@ -494,7 +494,11 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
         return None
     if best is None and trend is not None:
         rate = int(trend.growth_per_step)
-        site, held = trend.site, trend.bytes[-1]
+        site = trend.site
+        # What the site holds in this dump (a window early in the run holds less than the
+        # last); the last window's bytes where this dump names no block of it.
+        held = sum(size for named, size, _step in evidence.live if named == site)
+        held = held or trend.bytes[-1]
         first = trend.first_step if trend.first_step is not None else trend.steps[0]
         windows = len(trend.steps)
     else:
