@@ -468,7 +468,9 @@ def _request(dump: Dump, moment: OomMoment | None) -> Cause | None:
 def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause | None:
     """The fastest-growing site: its live blocks made step after step in this dump's trace,
     or its bytes rising over the run folder's window dumps; else, with no site to name, the
-    journal's allocated bytes climbing step after step."""
+    journal's allocated bytes climbing step after step. Where the windows show the site this
+    dump's step tags name, its rate and first step are the windows' fit, the figures ``leaks``
+    prints for that site."""
     by_site: dict[str, dict[int, int]] = {}
     tagged = False
     for site, size, step in evidence.live:
@@ -496,7 +498,11 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
         return None
     if best is None and trend is not None:
         rate = int(trend.growth_per_step)
-        site, held = trend.site, trend.bytes[-1]
+        site = trend.site
+        # What the site holds in this dump (a window early in the run holds less than the
+        # last); the last window's bytes where this dump names no block of it.
+        held = sum(size for named, size, _step in evidence.live if named == site)
+        held = held or trend.bytes[-1]
         first = trend.first_step if trend.first_step is not None else trend.steps[0]
         windows = len(trend.steps)
     else:
@@ -504,7 +510,10 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
         rate, site, held, first, _last = best
         windows = 0
         if trend is not None and trend.site == site:
+            # The windows name this site too: its rate is the one ``leaks`` prints for it.
             windows = len(trend.steps)
+            rate = int(trend.growth_per_step)
+            first = trend.first_step if trend.first_step is not None else first
     left = None
     if needed is None and evidence.headroom_bytes is not None and rate > 0:
         left = evidence.headroom_bytes // rate

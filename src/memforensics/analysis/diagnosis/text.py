@@ -78,7 +78,7 @@ def smaller_request(room: int | None, *, site_named: bool) -> str:
 def growth_evidence(
     site: str, held: int, rate: int, first: int, windows: int, steps_left: int | None
 ) -> str:
-    """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.72 MiB a step since step 0``."""
+    """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.63 MiB a step since step 0``."""
     where = f"; it rose across {windows} window dumps" if windows else ""
     left = ""
     if steps_left == 0:

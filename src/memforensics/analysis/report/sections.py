@@ -258,20 +258,21 @@ def _what_if_label(row: dict[str, Any]) -> str:
 
 
 def kinds_section(ctx: DumpContext) -> Section:
-    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence, and
-    the bytes the process told (tracked tensors) when the dump lists any."""
+    """Bytes per kind at the peak and at the snapshot, with the classifier's confidence at each
+    (the figures ``summary`` prints for each moment; ``-`` where the kind holds nothing then),
+    and the bytes the process told (tracked tensors) when the dump lists any."""
     peak = {k.kind: k for k in ctx.filled.peak.kinds}
     now = {k.kind: k for k in ctx.filled.kinds}
     known = ctx.filled.known is not None
     rows = []
     for kind in KINDS:
         if kind in peak or kind in now:
-            confidence = (now.get(kind) or peak[kind]).confidence
             row: list[object] = [
                 kind,
                 peak[kind].bytes if kind in peak else 0,
                 now[kind].bytes if kind in now else 0,
-                round(confidence, 2),
+                round(peak[kind].confidence, 2) if kind in peak else "-",
+                round(now[kind].confidence, 2) if kind in now else "-",
             ]
             if known:
                 row.append(now[kind].known_bytes if kind in now else 0)
@@ -280,7 +281,8 @@ def kinds_section(ctx: DumpContext) -> Section:
         ("kind", "text"),
         ("at the peak", "bytes"),
         ("at the snapshot", "bytes"),
-        ("confidence", "number"),
+        ("confidence at the peak", "number"),
+        ("confidence at the snapshot", "number"),
     ]
     note = (
         "From lifetimes and frames, no hooks; block bytes, adding up to allocated at the "

@@ -95,8 +95,9 @@ class SummaryCommand:
     """Explain dumps: reserved/allocated bytes, the OOM, a verdict and the biggest sites.
 
     Several files (a glob that matched a retry loop's dumps) get one section each, and --json
-    prints a list of objects; one file prints one object. An unreadable file is reported on
-    stderr and skipped: the exit status is 1 when any file was bad, 2 when none was readable.
+    prints one object whose "dumps" lists them; one file prints one object. An unreadable file
+    is reported on stderr and skipped: the exit status is 1 when any file was bad, 2 when none
+    was readable.
     Several files are read by up to --jobs processes at once, printed in the order given.
     """
 
@@ -109,7 +110,9 @@ class SummaryCommand:
             "files", metavar="FILE", nargs="+", help="snapshots (.pickle, .pkl, or either .gz)"
         )
         parser.add_argument(
-            "--json", action="store_true", help="print one JSON object (a list for several files)"
+            "--json",
+            action="store_true",
+            help='print one JSON object (several files: their objects under "dumps")',
         )
         add_row_flags(parser, default=DEFAULT_TOP)
         parser.add_argument(
