@@ -250,6 +250,38 @@ def test_a_gathered_dtensor_is_held_once_as_collectives_return_their_output(
     assert seen["peak"] == full // 2 + 2 * full + gathered_input + workspace
 
 
+DTENSOR_ADAMW = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+params = []
+for shape in [(2048, 1024), (1024, 512), (4096,)]:
+    p = torch.nn.Parameter(distribute_tensor(torch.randn(shape, device="cuda"), mesh, [Shard(0)]))
+    p.grad = distribute_tensor(torch.randn(shape, device="cuda"), mesh, [Shard(0)])
+    params.append(p)
+opt = torch.optim.AdamW(params, foreach=True)
+torch.cuda.reset_peak_memory_stats()
+held = torch.cuda.memory_allocated()
+opt.step()
+peak, after = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+json.dump({"held": held, "peak": peak, "after": after}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_foreach_adamw_step_on_dtensors_holds_only_local_shards(tmp_path: Path) -> None:
+    """A foreach AdamW step on sharded DTensors peaks at five local shards of each parameter
+    (parameter, gradient, both moments, the square root of the second); the global-shape fake
+    tensors DTensor's sharding propagation makes hold no device memory, as on a GPU."""
+    script(tmp_path, DTENSOR_ADAMW)
+    done = plan(tmp_path, "--nproc-per-node", "4", "train.py", "out.json")
+    assert done.returncode == 0, done.stderr
+    shard = sum(math.prod(shape) // 4 * 4 for shape in [(2048, 1024), (1024, 512), (4096,)])
+    seen = json.loads((tmp_path / "out.json").read_text())
+    assert seen == {"held": 2 * shard, "peak": 5 * shard, "after": 4 * shard}
+
+
 BATCHED_P2P = """
 import json, os, sys, torch, torch.distributed as dist
 dist.init_process_group("nccl")

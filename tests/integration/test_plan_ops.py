@@ -466,3 +466,27 @@ def test_dropout_inside_multi_head_attention_runs_cudas_kernel(tmp_path: Path) -
         trace = _allocations(tmp_path)
         assert scores not in trace, grad
         assert 4 * scores not in trace, grad
+
+
+FAKE_MODE = """
+import json, sys
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+real = torch.empty(1 << 18, device="cuda")
+with FakeTensorMode():
+    big = torch.empty(1 << 30, device="cuda")
+    doubled = big * 2
+held, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+print(json.dumps({"held": held, "peak": peak}))
+"""
+
+
+def test_tensors_made_under_a_fake_tensor_mode_take_no_device_memory(tmp_path: Path) -> None:
+    """A script's own FakeTensorMode makes fake tensors, as on a GPU: its 4 GiB ``empty`` and
+    the product of it hold nothing; only the real 1 MiB tensor beside them is on the device."""
+    script(tmp_path, FAKE_MODE)
+    assert printed_facts(tmp_path, "--device-capability", "9.0") == {
+        "held": MiB,
+        "peak": MiB,
+    }

@@ -127,6 +127,29 @@ def build(device, mesh):
     return FSDP(model, use_orig_params=True)
 """
 
+FSDP1_MOVED = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+WIDTH = 1000
+
+
+def mesh(device):
+    return None
+
+
+def build(device, mesh):
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1000, 1001), torch.nn.ReLU(), torch.nn.Linear(1001, 1000)
+    )
+    if device == "cuda" and sys.argv[2] == "built":
+        model = model.cuda()
+    device_id = torch.cuda.current_device() if device == "cuda" else None
+    return FSDP(model, use_orig_params=True, device_id=device_id)
+"""
+"""FSDP1 given ``device_id``: the model built on the host (FSDP moves it to that device) or
+on the device already (``built``)."""
+
 TRACK = '''
 """A script's build and steps under torch's own tracker on torch's fake process group:
 FSDPMemTracker for an FSDP2 model, MemTracker otherwise, in FakeTensorMode (DDP's C++ reducer
@@ -181,13 +204,14 @@ json.dump({"peak": max(v["Total"] for v in peak.values())}, open(out, "w"))
 
 
 def _planned(
-    folder: Path, body: str, world: int, monkeypatch: pytest.MonkeyPatch
+    folder: Path, body: str, world: int, monkeypatch: pytest.MonkeyPatch, *args: str
 ) -> dict[str, object]:
-    """What the script saw of the planned rank 0 of ``world``, with no cuBLAS workspace (the
-    trackers do not see cuBLAS's; the plan counts it as a GPU's allocator does)."""
+    """What the script (given ``args`` after its output's name) saw of the planned rank 0 of
+    ``world``, with no cuBLAS workspace (the trackers do not see cuBLAS's; the plan counts it
+    as a GPU's allocator does)."""
     script(folder, body + STEP + MAIN)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
-    done = plan(folder, "--nproc-per-node", str(world), "train.py", "planned.json")
+    done = plan(folder, "--nproc-per-node", str(world), "train.py", "planned.json", *args)
     assert done.returncode == 0, done.stderr
     seen: dict[str, object] = json.loads((folder / "planned.json").read_text())
     return seen
@@ -237,13 +261,17 @@ def test_a_tp_rank_holds_exactly_its_colwise_and_rowwise_shards(
     assert seen["sharded"] == sum(_block(k * 4) for k in (n * 1024, n, 1024 * n, 1024))
 
 
-@pytest.mark.parametrize("world", [8, 64])
+@pytest.mark.parametrize(
+    ("world", "body", "args"),
+    [(8, FSDP1, ()), (64, FSDP1, ()), (8, FSDP1_MOVED, ("moved",)), (8, FSDP1_MOVED, ("built",))],
+    ids=["8", "64", "device_id-moved", "device_id-built"],
+)
 def test_an_fsdp1_rank_holds_exactly_its_padded_flat_shard(
-    tmp_path: Path, world: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, world: int, body: str, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FSDP1's flat parameter (each parameter aligned to 16 B, the whole padded to a multiple
-    of N) leaves 1/N of it on a rank."""
-    seen = _planned(tmp_path, FSDP1, world, monkeypatch)
+    of N) leaves 1/N of it on a rank, with or without ``device_id``."""
+    seen = _planned(tmp_path, body, world, monkeypatch, *args)
     numel = 0
     for size in (1001 * 1000, 1001, 1000 * 1001, 1000):
         numel = -(-numel // 4) * 4 + size  # fp32's 16 B alignment: 4 elements

@@ -679,6 +679,28 @@ def fsdp1_materialised(
     return need
 
 
+def fsdp1_compute_device(
+    holds: Callable[[Any], bool], original: Callable[..., Any]
+) -> Callable[..., Any]:
+    """FSDP1's compute device, checked against the ``device_id`` the script names: a stand-in
+    parameter is on the device that id names (its ``.device`` reads ``meta`` to torch's own
+    code), so the id is taken as the stand-in's device, the compute device FSDP1 takes
+    without one. The script's own ``meta`` parameters are FSDP's to refuse."""
+
+    def get_compute_device(
+        module: Any, ignored_params: Any, device_from_device_id: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        from torch.distributed.fsdp._init_utils import _get_orig_params
+
+        param = next(_get_orig_params(module, ignored_params), None)
+        named = getattr(device_from_device_id, "type", None) == "cuda"
+        if named and param is not None and param.is_meta and not holds(param):
+            device_from_device_id = param.device
+        return original(module, ignored_params, device_from_device_id, *args, **kwargs)
+
+    return get_compute_device
+
+
 def fsdp1_handle(original: Callable[[Any], Any]) -> Any:
     """``_FSDPDeviceHandle.from_device``: FSDP1's device handle for a stand-in's device (its
     type reads ``meta``) is ``torch.cuda``, as for the device it stands for."""

@@ -259,6 +259,18 @@ def _any_wrapper(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     return False
 
 
+_FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
+
+
+def _faking() -> bool:
+    """Whether a ``FakeTensorMode`` is active (the script's own, or one a library enters, as
+    DTensor's sharding propagation does to find an operator's output shape): torch keeps it
+    beneath every other dispatch mode, so an operator reaches this mode first, then the fake
+    mode. What it makes is a fake tensor on a GPU too, with no memory on the device: no
+    operator under it takes a block, reads a value or forms a communicator."""
+    return torch._C._get_dispatch_mode(_FAKE_KEY) is not None
+
+
 _TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined,unused-ignore]
 
 
@@ -990,6 +1002,8 @@ class StorageMode(EagerDispatchMode):
             return NotImplemented
         if kwargs and _names_cuda(kwargs.get("device")):
             kwargs = {**kwargs, "device": _META}  # named where the function mode was off
+        if _faking():
+            return func(*args, **(kwargs or {}))  # the fake mode's tensor, holding nothing
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)

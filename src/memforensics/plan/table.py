@@ -1040,6 +1040,12 @@ def _distributed_rows(
             fsdp1_why,
         ),
         R(
+            fsdp1,
+            "_get_compute_device",
+            distributed.fsdp1_compute_device(storage.ghosts.holds, fsdp1._get_compute_device),
+            "a stand-in parameter is on the device FSDP1's device_id names",
+        ),
+        R(
             _FSDPDeviceHandle,
             "from_device",
             distributed.fsdp1_handle(_FSDPDeviceHandle.from_device),
