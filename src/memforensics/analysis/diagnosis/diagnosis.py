@@ -716,7 +716,9 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
     forwards alone (``Evidence.inference``: a forward the trace ends in, or one an inference
     loop ran out in). Computing the biggest op in chunks does instead (an op's, never the
     input's site), and the batch halved is the inference's, not a training step's
-    micro-batch.
+    micro-batch. At an OOM in such a trace, the forward that ran out may also be a training
+    step's first, which the trace cannot tell from an inference loop's: checkpointing is
+    offered too, for that case.
     """
     unwound = evidence.unwound
     stepped = _optimizer_temporaries(evidence)
@@ -750,6 +752,9 @@ def _activations(evidence: Evidence, needed: int | None) -> Cause | None:
         ops = evidence.sites_of(_ACTIVATION, _TEMPORARY)
         if ops:
             options.append((text.chunk_fix(ops[0].site), ops[0].bytes // 2))
+        at_oom = evidence.moment is not None and evidence.moment.name == "oom"
+        if evidence.inference and at_oom:  # or a training step's first forward
+            options.append((text.CHECKPOINTING_IF_GRAD, None))
     fixes = _fixes(options, needed)
     return Cause(
         ACTIVATIONS, held, held, _enough(held, needed),

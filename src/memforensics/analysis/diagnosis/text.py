@@ -243,6 +243,12 @@ HALF_INFERENCE_BATCH = "halve the batch"
 training step splits into micro-batches."""
 HALF_SEQUENCE = "halve the sequence length"
 CHECKPOINTING = "activation checkpointing (keeps only each checkpointed block's inputs)"
+CHECKPOINTING_IF_GRAD = (
+    "activation checkpointing, if this forward runs with grad (a training step's first "
+    "forward: the trace has no backward yet to tell)"
+)
+"""An OOM in a forward of a trace with no backward: an inference loop's, or a training step's
+first forward, which the trace cannot tell apart; checkpointing helps only the second."""
 CHECKPOINTING_OR_HALF = "activation checkpointing or half the micro-batch"
 """The peak's fix for activations saved for a backward: either cuts them by about half."""
 HALF_NO_BACKWARD = "half the batch or the sequence"

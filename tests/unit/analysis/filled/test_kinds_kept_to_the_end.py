@@ -214,10 +214,12 @@ def _inference_oom(trace: Trace, *, trained: bool) -> None:
         trace.free(addr)
 
 
-def test_an_oom_in_an_inference_loop_asks_for_a_smaller_batch_not_checkpointing() -> None:
+def test_an_oom_in_an_inference_loop_asks_for_a_smaller_batch_first() -> None:
     """An inference loop (no backward in the trace) that runs out in a forward: the headline
     names the failing forward's tensors, no activations, and halving the batch, not the
-    micro-batch; computing the biggest op in chunks replaces checkpointing among the fixes."""
+    micro-batch; computing the biggest op in chunks comes next, and checkpointing only last,
+    said to need a forward with grad (the trace cannot tell this loop from a training step's
+    first forward)."""
     trace = Trace()
     _inference_oom(trace, trained=False)
     summary = summarize(dump_from_snapshot(trace.snapshot()))
@@ -229,7 +231,26 @@ def test_an_oom_in_an_inference_loop_asks_for_a_smaller_batch_not_checkpointing(
     actions = [fix.action for fix in top.fixes]
     assert actions[:2] == ["halve the batch", "halve the sequence length"]
     assert "model.py:57 forward in chunks" in actions[2]
-    assert not any("checkpointing" in action for action in actions)
+    assert [a for a in actions if "checkpointing" in a] == [actions[-1]]
+    assert "if this forward runs with grad" in actions[-1]
+
+
+def test_an_oom_in_a_training_step_s_first_forward_still_offers_checkpointing() -> None:
+    """A training script that runs out in its very first forward shows no backward yet: its
+    trace looks like an inference loop's, so checkpointing stays among the fixes, for a
+    forward that runs with grad."""
+    trace = Trace()
+    trace.alloc(64 * MiB, BUILT)
+    batch = trace.alloc(8 * MiB, _script(12))
+    saved = [trace.alloc(48 * MiB, FORWARD) for _ in range(3)]
+    trace.oom(1 << 30, FORWARD)
+    for addr in [*saved, batch]:
+        trace.free(addr)
+    summary = summarize(dump_from_snapshot(trace.snapshot()))
+    assert summary.diagnosis is not None
+    actions = [fix.action for fix in summary.diagnosis.causes[0].fixes]
+    checkpointing = "activation checkpointing, if this forward runs with grad"
+    assert any(action.startswith(checkpointing) for action in actions)
 
 
 def test_an_oom_in_a_training_loop_s_forward_keeps_checkpointing() -> None:
