@@ -488,7 +488,7 @@ def classify(lt: Lifetimes) -> None:
     _need_parameter_evidence(lt.allocations, found_roles, shape)
     _moved_buffers(lt.allocations, found_roles)
     _copied_buffers(lt.allocations)
-    _per_parameter_state(lt, found_roles)
+    _per_parameter_state(lt, found_roles, shape)
     _written_gradients(lt)
     _inputs(lt, found_roles, shape)
 
@@ -731,13 +731,12 @@ def _under_matmul(frames: object) -> bool:
 _PER_PARAMETER_SHARE = 0.5  # a stack making state for at least half the parameters
 
 
-def _sized_after_training(lt: Lifetimes) -> Callable[[Allocation, str], bool]:
+def _sized_after_training(shape: _Shape) -> Callable[[Allocation, str], bool]:
     """Whether a block (with its stack's role) is a parameter by its size alone (no frame
     builds a model) made after the trace's first backward began: a model is built before it
     is trained, so such a block is something training made (an optimizer's moments, a batch)
     that happens to share its size with several others."""
-    backward = [found.start for found in lt.allocations if found.phase == BACKWARD]
-    trained = min((start for start in backward if start != BEFORE), default=None)
+    trained = shape.backward[0] if shape.backward else None
 
     def late(found: Allocation, role: str) -> bool:
         return (
@@ -750,7 +749,7 @@ def _sized_after_training(lt: Lifetimes) -> Callable[[Allocation, str], bool]:
     return late
 
 
-def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> None:
+def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) -> None:
     """Blocks one stack made outside any forward, as many per parameter (each the size of a
     parameter or gradient held at the end) and alive to the end: an optimizer's per-parameter
     state, whatever the lifetime rules called them. One line may make several per parameter
@@ -760,7 +759,7 @@ def _per_parameter_state(lt: Lifetimes, found_roles: list[tuple[str, int]]) -> N
     A block read as a parameter by its size alone (no frame builds a model) made after the
     first backward began is such state too where its stack is: a model is built before it is
     trained, an optimizer's moments at its first step."""
-    late = _sized_after_training(lt)
+    late = _sized_after_training(shape)
     sizes: dict[int, int] = {}
     per_kind: dict[str, dict[int, int]] = {PARAMETER: {}, GRADIENT: {}}
     for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
@@ -1038,7 +1037,7 @@ def _inputs(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) ->
         if found.start != BEFORE
     ]
     by_script = per_stack(_made_by_script)
-    late = _sized_after_training(lt)
+    late = _sized_after_training(shape)
     candidates = [
         (found, role)
         for found, role in traced
