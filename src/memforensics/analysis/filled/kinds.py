@@ -10,8 +10,9 @@ framework shares, and an allocation's kind follows from where in that shape it s
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
   apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
   step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
-  are kept across steps, or the ``step`` of a file or package named for optimizers:
-  Opacus', timm's, Adafactor's) is in the optimizer, unless a closure its step called made
+  are kept across steps, or the ``step`` of an installed file or package named for
+  optimizers: Opacus', timm's, Adafactor's; of the user's own, only where a stack of the dump
+  shows it running a known optimizer) is in the optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -155,11 +156,13 @@ _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "g
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
 
 
-def phase_of(frames: object) -> str:
-    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key."""
+def phase_of(frames: object, own_steps: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key;
+    ``own_steps``: the user's own ``step`` frames the dump shows to be an optimizer's
+    (:func:`optimizer_steps`)."""
     if not isinstance(frames, list):
         return NO_FRAMES
-    return _phase(frames)
+    return _phase(frames, own_steps)
 
 
 def shows_training(lt: Lifetimes) -> bool:
@@ -175,17 +178,15 @@ def shows_training(lt: Lifetimes) -> bool:
 
 
 _PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
+_OWN_STEP = "own_step"  # the ``step`` of the user's own file named for optimizers
 _mark_cache: dict[tuple[str, str], str] = {}
 
 
-def _phase(frames: list[Any]) -> str:
-    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
-    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
-    Lightning's automatic optimization does) marks nothing."""
-    outermost: tuple[str, str] | None = None  # the outermost Python frame
-    in_closure = False
+def _marks(frames: list[Any]) -> Iterator[tuple[tuple[str, str], str]]:
+    """Each well-formed frame's (file, function) and what it says (:func:`_frame_mark`),
+    innermost first."""
     cache = _mark_cache
-    for frame in frames:  # innermost first: the nearest phase marker wins
+    for frame in frames:
         if type(frame) is not dict:
             continue
         filename, name = frame.get("filename"), frame.get("name")
@@ -195,6 +196,18 @@ def _phase(frames: list[Any]) -> str:
             if len(cache) >= 200_000:
                 cache.clear()
             mark = cache[key] = _frame_mark(*key)
+        yield key, mark
+
+
+def _phase(frames: list[Any], own_steps: frozenset[tuple[str, str]]) -> str:
+    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
+    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
+    Lightning's automatic optimization does) marks nothing. The user's own ``step`` in a file
+    named for optimizers marks the optimizer's phase only where it is one of ``own_steps``."""
+    outermost: tuple[str, str] | None = None  # the outermost Python frame
+    in_closure = False
+    for key, said in _marks(frames):  # innermost first: the nearest phase marker wins
+        mark = said if said != _OWN_STEP else OPTIMIZER if key in own_steps else _PYTHON
         if mark in (_PYTHON, _CLOSURE) or (mark == OPTIMIZER and in_closure):
             outermost = key
             in_closure = in_closure or mark == _CLOSURE
@@ -232,7 +245,7 @@ def _frame_mark(filename: str, name: str) -> str:
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
         if name == "step" and _names_an_optimizer(filename):
-            return OPTIMIZER
+            return OPTIMIZER if is_installed_file(filename) else _OWN_STEP
         if roles.names_a_closure(name):
             return _CLOSURE
         return _PYTHON
@@ -251,11 +264,42 @@ def _names_an_optimizer(filename: str) -> bool:
     ``accelerate/optimizer.py``): its ``step`` is an optimizer's, whatever class wraps
     torch's (a DP-SGD optimizer, a library's own Adafactor or LAMB), and what the step's
     helpers allocate is the optimizer's. A folder named ``optimization`` holds a training
-    loop's code (Lightning's ``loops/optimization/``), not an optimizer's."""
+    loop's code (Lightning's ``loops/optimization/``), not an optimizer's. The user's own
+    files so named say less (a schedule's ``step`` in ``myproj/optim/``): their ``step`` is an
+    optimizer's only where the dump shows it running one (:func:`optimizer_steps`)."""
     *folders, file = filename.lower().split("/")
     if any(word in _OPTIMIZER_FILES for word in file.removesuffix(".py").split("_")):
         return True
     return any(word in _OPTIMIZER_FOLDERS for folder in folders for word in folder.split("_"))
+
+
+def optimizer_steps(stacks: Iterable[object]) -> frozenset[tuple[str, str]]:
+    """The user's own ``step`` frames (in a file or folder named for optimizers, outside any
+    installed package) that some stack of ``stacks`` shows running an optimizer: one stack
+    holds both that ``step`` and a known optimizer's frame (``torch.optim``'s, a library's of
+    :data:`_OPTIMIZER_PATHS`, an installed package's ``step`` named for optimizers), nearer or
+    farther out (a ``Lookahead`` stepping the optimizer it wraps; a subclass of
+    ``torch.optim.Optimizer``, whose ``step`` torch's hooks wrap). A ``step`` of the user's
+    ``optim/`` folder that never meets one (a learning-rate schedule's, a training loop's) is
+    no optimizer's. torch's learning-rate schedulers are no evidence: a schedule's ``step``
+    calls them."""
+    found: set[tuple[str, str]] = set()
+    for frames in stacks:
+        if not isinstance(frames, list):
+            continue
+        own: list[tuple[str, str]] = []
+        known = False
+        for key, mark in _marks(frames):
+            if mark == _OWN_STEP:
+                own.append(key)
+            elif mark == OPTIMIZER and not key[0].endswith(_SCHEDULER_FILE):
+                known = True
+        if own and known:
+            found.update(own)
+    return frozenset(found)
+
+
+_SCHEDULER_FILE = "/torch/optim/lr_scheduler.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -851,7 +895,9 @@ def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
     frames list per stack); returns the ``id`` of those whose phase is a guess (no frames), and
     each allocation's role (:func:`roles.stack_role`), in the allocations' order."""
-    facts_of_stack = per_stack(_stack_facts)
+    stacks = {id(found.frames): found.frames for found in lt.allocations}
+    own_steps = optimizer_steps(stacks.values())
+    facts_of_stack = per_stack(lambda frames: _stack_facts(frames, own_steps))
     guessed: set[int] = set()
     found_roles: list[tuple[str, int]] = []
     for found in lt.allocations:
@@ -867,9 +913,11 @@ def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     return guessed, found_roles
 
 
-def _stack_facts(frames: object) -> tuple[str, tuple[str, int]]:
+def _stack_facts(
+    frames: object, own_steps: frozenset[tuple[str, str]]
+) -> tuple[str, tuple[str, int]]:
     """A stack's phase and its role, in one look per distinct stack."""
-    return phase_of(frames), roles.stack_role(frames)
+    return phase_of(frames, own_steps), roles.stack_role(frames)
 
 
 _SIMILAR = 4  # this many held blocks of one size look like a model's layers

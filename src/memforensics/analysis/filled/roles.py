@@ -372,7 +372,7 @@ def _cache_named_for(filename: str, name: str) -> str:
     return _KV_NAMED if words & _KEY_VALUE_WORDS else _CACHE_NAMED
 
 
-def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
+def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912, PLR0915 - one pass over a stack
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
     apart by it; for a block a model's building made, the line of the innermost
     ``Module._apply``, 0 if none: which of a module's tensors it moved); ``("", 0)`` without
@@ -407,9 +407,7 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
         filename, name = frame.get("filename"), frame.get("name")
         filename = filename if type(filename) is str else ""
         name = name if type(name) is str else ""
-        role = frame_role(filename, name)
-        if role == _REBUILDS:
-            role = REDUCED if innermost else NOTHING
+        role = _rebuilt_buckets(frame_role(filename, name), innermost)
         innermost = innermost and is_native_frame(filename, name)
         if caller and role in _FILE_NAMED_ROLES:
             role = _role_by_its_name(filename, name)
@@ -452,6 +450,14 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0
     return context, moved if context == BUILDS else 0
+
+
+def _rebuilt_buckets(role: str, innermost: bool) -> str:
+    """A frame's role with DDP's bucket rebuild settled: the buckets' (:data:`REDUCED`) where
+    the rebuilding function is the innermost Python frame, nothing farther out."""
+    if role != _REBUILDS:
+        return role
+    return REDUCED if innermost else NOTHING
 
 
 def _calls_a_model(role: str, filename: str, name: str) -> bool:

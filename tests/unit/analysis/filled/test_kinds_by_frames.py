@@ -719,12 +719,14 @@ def _ddp_steps(pre_forward: list[Frame]) -> tuple[Trace, int, int, list[int], li
     return trace, first, rebuilt, batches, weights
 
 
-@pytest.mark.parametrize(
-    "native",
-    [[MALLOC], [MALLOC, cpp("c10d::Reducer::initialize_buckets(std::vector<...>)"),
-                cpp("c10d::Reducer::rebuild_buckets()")]],  # fmt: skip
-    ids=["python frames", "native frames"],
-)
+REBUILD_NATIVE = [
+    MALLOC,
+    cpp("c10d::Reducer::initialize_buckets(std::vector<c10d::Reducer::Bucket>)"),
+    cpp("c10d::Reducer::rebuild_buckets()"),
+]
+
+
+@pytest.mark.parametrize("native", [[MALLOC], REBUILD_NATIVE], ids=["python", "native"])
 def test_ddp_buckets_rebuilt_in_the_forward_are_gradients(native: list[Frame]) -> None:
     """The buckets DDP's ``_pre_forward`` makes again in the second step's forward are
     gradients, as the first ones were; the batches the same ``_pre_forward`` moves through its
