@@ -534,6 +534,7 @@ def classify(lt: Lifetimes) -> None:
     _copied_buffers(lt.allocations)
     _per_parameter_state(lt, found_roles, shape)
     _written_gradients(lt)
+    _forward_caches(lt, found_roles, shape)
     _inputs(lt, found_roles, shape)
 
 
@@ -879,6 +880,80 @@ def _written_gradients(lt: Lifetimes) -> None:
         ):
             for found in made:
                 found.kind, found.confidence = GRADIENT, 0.6
+
+
+_CACHE_CONFIDENCE = 0.6
+
+
+def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) -> None:
+    """A block a module's forward made once and kept across training steps is a buffer the
+    module caches (rotary tables filled in the first forward and kept as an attribute,
+    ESM's ``_cos_cached``; a memo of a constant), not an activation nor ``unknown``.
+
+    Across steps: it outlived the backward pass after it, then a second whole backward pass,
+    and was not freed inside a backward pass (what a backward frees, it saved). Made once: its
+    line (the innermost frame outside torch's files, :func:`_own_line`) made blocks in that
+    forward pass alone (none before the backward pass before it, none after the backward pass
+    after it), though later forwards ran: a leak or a kept output is made again by
+    each forward (a layer's output, from its model's line, whatever wraps the call), and a
+    cache that is made again (its sequence length changed) is freed by the forward that
+    replaces it, as an activation of that step reads. A trace of forwards alone shows no step
+    to outlive: what its forwards keep stays what the script keeps."""
+    line_of = per_stack(_own_line)
+    made: dict[object, tuple[int, int]] = {}  # a line's first and last block's start
+    for found in lt.allocations:
+        if found.start != BEFORE:
+            line = line_of(found.frames)
+            first_made, last_made = made.get(line, (found.start, found.start))
+            made[line] = (min(first_made, found.start), max(last_made, found.start))
+    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
+        if (
+            found.kind in (ACTIVATION, UNKNOWN)
+            and found.phase == FORWARD
+            and role == roles.IN_FORWARD
+            and found.start != BEFORE
+        ):
+            first = shape.after(shape.backward, found.start)
+            earlier = bisect_left(shape.backward, found.start) - 1
+            first_made, last_made = made[line_of(found.frames)]
+            if (
+                first is not None
+                and last_made < first
+                and (earlier < 0 or first_made > shape.backward[earlier])
+                and _outlives_two_passes(first, found.end, shape)
+            ):
+                found.kind, found.confidence = BUFFER, _CACHE_CONFIDENCE
+
+
+def _own_line(frames: object) -> object:
+    """The innermost frame outside torch's own files (file, line, function): the code whose
+    line made the block, whichever of torch's layers it called; the stack itself where every
+    frame is torch's."""
+    if isinstance(frames, list):
+        for frame in frames:
+            if type(frame) is not dict:
+                continue
+            filename, name = frame.get("filename"), frame.get("name")
+            if type(filename) is not str or type(name) is not str:
+                continue
+            if not is_native_frame(filename, name) and not is_library_file(filename):
+                return filename, frame.get("line"), name
+    return id(frames)
+
+
+def _outlives_two_passes(first: int, end: int, shape: _Shape) -> bool:
+    """Whether a block freed at ``end`` outlived the backward pass starting at ``first`` and
+    the whole backward pass after it, and was not freed inside a later one."""
+    ended = shape.after(shape.not_backward, first)
+    second = shape.after(shape.backward, ended) if ended is not None else None
+    after_second = shape.after(shape.not_backward, second) if second is not None else None
+    if after_second is None or after_second > end:
+        return False
+    if end >= shape.length:
+        return True
+    began = bisect_right(shape.backward, end) - 1  # the last backward allocation before the free
+    following = shape.after(shape.not_backward, shape.backward[began])
+    return following is not None and following < end
 
 
 def _made_by_torch_optimizer(frames: object) -> bool:
