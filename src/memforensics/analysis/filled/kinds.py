@@ -10,9 +10,10 @@ framework shares, and an allocation's kind follows from where in that shape it s
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
   apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
   step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
-  are kept across steps, or the ``step`` of an installed file or package named for
-  optimizers: Opacus', timm's, Adafactor's; of the user's own, only where a stack of the dump
-  shows it running a known optimizer) is in the optimizer, unless a closure its step called made
+  are kept across steps, or the ``step`` of a file named for optimizers or of an installed
+  package's folder so named: Opacus', timm's, Adafactor's; of the user's own file in a folder
+  so named, only where a stack of the dump shows it running a known optimizer) is in the
+  optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -178,7 +179,8 @@ def shows_training(lt: Lifetimes) -> bool:
 
 
 _PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
-_OWN_STEP = "own_step"  # the ``step`` of the user's own file named for optimizers
+_OWN_STEP = "own_step"  # the ``step`` of the user's own file in a folder named for optimizers
+_OPTIMIZER_CODE = "optimizer_code"  # another frame of a file named for optimizers: no marker
 _mark_cache: dict[tuple[str, str], str] = {}
 
 
@@ -207,7 +209,11 @@ def _phase(frames: list[Any], own_steps: frozenset[tuple[str, str]]) -> str:
     outermost: tuple[str, str] | None = None  # the outermost Python frame
     in_closure = False
     for key, said in _marks(frames):  # innermost first: the nearest phase marker wins
-        mark = said if said != _OWN_STEP else OPTIMIZER if key in own_steps else _PYTHON
+        mark = said
+        if said == _OWN_STEP:
+            mark = OPTIMIZER if key in own_steps else _PYTHON
+        elif said == _OPTIMIZER_CODE:
+            mark = _PYTHON
         if mark in (_PYTHON, _CLOSURE) or (mark == OPTIMIZER and in_closure):
             outermost = key
             in_closure = in_closure or mark == _CLOSURE
@@ -244,11 +250,12 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
-        if name == "step" and _names_an_optimizer(filename):
-            return OPTIMIZER if is_installed_file(filename) else _OWN_STEP
+        code = _is_optimizer_code(filename)
+        if name == "step" and (code or _folder_names_an_optimizer(filename)):
+            return OPTIMIZER if code else _OWN_STEP
         if roles.names_a_closure(name):
             return _CLOSURE
-        return _PYTHON
+        return _OPTIMIZER_CODE if code else _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD
     return _NATIVE_FRAME
@@ -264,25 +271,44 @@ def _names_an_optimizer(filename: str) -> bool:
     ``accelerate/optimizer.py``): its ``step`` is an optimizer's, whatever class wraps
     torch's (a DP-SGD optimizer, a library's own Adafactor or LAMB), and what the step's
     helpers allocate is the optimizer's. A folder named ``optimization`` holds a training
-    loop's code (Lightning's ``loops/optimization/``), not an optimizer's. The user's own
-    files so named say less (a schedule's ``step`` in ``myproj/optim/``): their ``step`` is an
-    optimizer's only where the dump shows it running one (:func:`optimizer_steps`)."""
-    *folders, file = filename.lower().split("/")
-    if any(word in _OPTIMIZER_FILES for word in file.removesuffix(".py").split("_")):
-        return True
+    loop's code (Lightning's ``loops/optimization/``), not an optimizer's. Outside an
+    installed package, a folder so named says less than a file (a schedule's ``step`` in
+    ``myproj/optim/schedule.py``): see :func:`_is_optimizer_code`."""
+    return _file_names_an_optimizer(filename) or _folder_names_an_optimizer(filename)
+
+
+def _is_optimizer_code(filename: str) -> bool:
+    """Whether a file named for optimizers is an optimizer's code, whose ``step`` is an
+    optimizer's: the file itself is so named (``optimizer.py``, ``optimization.py``,
+    ``lamb_optimizer.py``), or an installed package's folder is (``site-packages/timm/optim/``).
+    The user's own file in a folder so named (``myproj/optim/``) holds whatever the project
+    keeps there; its ``step`` is an optimizer's only where the dump shows it running one
+    (:func:`optimizer_steps`)."""
+    return _file_names_an_optimizer(filename) or (
+        is_installed_file(filename) and _folder_names_an_optimizer(filename)
+    )
+
+
+def _file_names_an_optimizer(filename: str) -> bool:
+    stem = filename.lower().rsplit("/", 1)[-1].removesuffix(".py")
+    return any(word in _OPTIMIZER_FILES for word in stem.split("_"))
+
+
+def _folder_names_an_optimizer(filename: str) -> bool:
+    folders = filename.lower().split("/")[:-1]
     return any(word in _OPTIMIZER_FOLDERS for folder in folders for word in folder.split("_"))
 
 
 def optimizer_steps(stacks: Iterable[object]) -> frozenset[tuple[str, str]]:
-    """The user's own ``step`` frames (in a file or folder named for optimizers, outside any
-    installed package) that some stack of ``stacks`` shows running an optimizer: one stack
-    holds both that ``step`` and a known optimizer's frame (``torch.optim``'s, a library's of
-    :data:`_OPTIMIZER_PATHS`, an installed package's ``step`` named for optimizers), nearer or
-    farther out (a ``Lookahead`` stepping the optimizer it wraps; a subclass of
-    ``torch.optim.Optimizer``, whose ``step`` torch's hooks wrap). A ``step`` of the user's
-    ``optim/`` folder that never meets one (a learning-rate schedule's, a training loop's) is
-    no optimizer's. torch's learning-rate schedulers are no evidence: a schedule's ``step``
-    calls them."""
+    """The user's own ``step`` frames (in a folder named for optimizers, outside any installed
+    package) that some stack of ``stacks`` shows running an optimizer: one stack holds both
+    that ``step`` and a known optimizer's frame (``torch.optim``'s, a library's of
+    :data:`_OPTIMIZER_PATHS`, any frame of optimizer code: :func:`_is_optimizer_code`),
+    nearer or farther out (a ``Lookahead`` stepping the optimizer it wraps; a subclass of
+    ``torch.optim.Optimizer``, whose ``step`` torch's hooks wrap; Opacus' ``DDPOptimizer``
+    running ``optimizer.py``'s ``pre_step``). A ``step`` of the user's ``optim/`` folder that
+    never meets one (a learning-rate schedule's, a training loop's) is no optimizer's.
+    torch's learning-rate schedulers are no evidence: a schedule's ``step`` calls them."""
     found: set[tuple[str, str]] = set()
     for frames in stacks:
         if not isinstance(frames, list):
@@ -292,7 +318,9 @@ def optimizer_steps(stacks: Iterable[object]) -> frozenset[tuple[str, str]]:
         for key, mark in _marks(frames):
             if mark == _OWN_STEP:
                 own.append(key)
-            elif mark == OPTIMIZER and not key[0].endswith(_SCHEDULER_FILE):
+            elif mark == _OPTIMIZER_CODE or (
+                mark == OPTIMIZER and not key[0].endswith(_SCHEDULER_FILE)
+            ):
                 known = True
         if own and known:
             found.update(own)

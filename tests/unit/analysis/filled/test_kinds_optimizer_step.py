@@ -216,3 +216,30 @@ def test_a_step_of_the_user_s_optim_folder_that_runs_an_optimizer_is_the_optimiz
     assert {found[addr].phase for addr in slow} == {OPTIMIZER}
     assert {found[addr].kind for addr in slow} == {"optimizer_state"}
     assert {found[addr].kind for addr in weights} == {"parameter"}
+
+
+CHECKOUT = "/users/me/opacus/opacus/optimizers"  # a library run from its checkout
+
+
+def test_a_step_of_a_file_named_for_optimizers_outside_site_packages_is_the_optimizer_s() -> None:
+    """Opacus run from a checkout or a ``--target`` folder: its ``optimizer.py`` names the
+    optimizer by itself, so ``DPOptimizer.step``'s noise is the optimizer's phase."""
+    noise = [MALLOC, py(f"{CHECKOUT}/optimizer.py", 491, "add_noise"),
+             py(f"{CHECKOUT}/optimizer.py", 569, "step"), *MAIN]  # fmt: skip
+    assert phase_of(noise) == OPTIMIZER
+
+
+def test_a_step_calling_optimizer_code_in_its_stack_is_the_optimizer_s() -> None:
+    """Opacus' ``DistributedDPOptimizer`` from a checkout (``ddpoptimizer.py``, in a folder
+    named for optimizers) runs ``optimizer.py``'s ``pre_step`` under its ``step``: that stack
+    shows it an optimizer, so what its own line makes is the optimizer's too."""
+    ddp = f"{CHECKOUT}/ddpoptimizer.py"
+    trace = Trace()
+    noisy = trace.alloc(MiB, [MALLOC, py(f"{CHECKOUT}/optimizer.py", 491, "add_noise"),
+                              py(f"{CHECKOUT}/optimizer.py", 558, "pre_step"),
+                              py(ddp, 64, "step"), *MAIN])  # fmt: skip
+    reduced = trace.alloc(MiB, [MALLOC, py(ddp, 40, "reduce_gradients"), py(ddp, 66, "step"),
+                                *MAIN])  # fmt: skip
+    found = trace.classified()
+    assert found[noisy].phase == OPTIMIZER
+    assert found[reduced].phase == OPTIMIZER
