@@ -104,6 +104,7 @@ from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import (
+    attribute,
     is_installed_file,
     is_library_file,
     is_native_frame,
@@ -920,20 +921,20 @@ def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _S
 
     Across steps: it outlived the backward pass after it, then a second whole backward pass,
     and was not freed inside a backward pass (what a backward frees, it saved). Made once: its
-    line (the innermost frame outside torch's files, :func:`_own_line`) made blocks in that
+    site (the innermost frame outside torch's files, :func:`attribute`) made blocks in that
     forward pass alone (none before the backward pass before it, none after the backward pass
     after it), though later forwards ran: a leak or a kept output is made again by
     each forward (a layer's output, from its model's line, whatever wraps the call), and a
     cache that is made again (its sequence length changed) is freed by the forward that
     replaces it, as an activation of that step reads. A trace of forwards alone shows no step
     to outlive: what its forwards keep stays what the script keeps."""
-    line_of = per_stack(_own_line)
-    made: dict[object, tuple[int, int]] = {}  # a line's first and last block's start
+    site_of = per_stack(lambda frames: attribute(frames)[0])
+    made: dict[str, tuple[int, int]] = {}  # a site's first and last block's start
     for found in lt.allocations:
         if found.start != BEFORE:
-            line = line_of(found.frames)
-            first_made, last_made = made.get(line, (found.start, found.start))
-            made[line] = (min(first_made, found.start), max(last_made, found.start))
+            site = site_of(found.frames)
+            first_made, last_made = made.get(site, (found.start, found.start))
+            made[site] = (min(first_made, found.start), max(last_made, found.start))
     for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
         if (
             found.kind in (ACTIVATION, UNKNOWN)
@@ -943,7 +944,7 @@ def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _S
         ):
             first = shape.after(shape.backward, found.start)
             earlier = bisect_left(shape.backward, found.start) - 1
-            first_made, last_made = made[line_of(found.frames)]
+            first_made, last_made = made[site_of(found.frames)]
             if (
                 first is not None
                 and last_made < first
@@ -951,22 +952,6 @@ def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _S
                 and _outlives_two_passes(first, found.end, shape)
             ):
                 found.kind, found.confidence = BUFFER, _CACHE_CONFIDENCE
-
-
-def _own_line(frames: object) -> object:
-    """The innermost frame outside torch's own files (file, line, function): the code whose
-    line made the block, whichever of torch's layers it called; the stack itself where every
-    frame is torch's."""
-    if isinstance(frames, list):
-        for frame in frames:
-            if type(frame) is not dict:
-                continue
-            filename, name = frame.get("filename"), frame.get("name")
-            if type(filename) is not str or type(name) is not str:
-                continue
-            if not is_native_frame(filename, name) and not is_library_file(filename):
-                return filename, frame.get("line"), name
-    return id(frames)
 
 
 def _outlives_two_passes(first: int, end: int, shape: _Shape) -> bool:
