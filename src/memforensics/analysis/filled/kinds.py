@@ -928,30 +928,31 @@ def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _S
     cache that is made again (its sequence length changed) is freed by the forward that
     replaces it, as an activation of that step reads. A trace of forwards alone shows no step
     to outlive: what its forwards keep stays what the script keeps."""
+    kept = [
+        (found, first)
+        for found, (role, _line) in zip(lt.allocations, found_roles, strict=True)
+        if found.kind in (ACTIVATION, UNKNOWN)
+        and found.phase == FORWARD
+        and role == roles.IN_FORWARD
+        and found.start != BEFORE
+        and (first := shape.after(shape.backward, found.start)) is not None
+        and _outlives_two_passes(first, found.end, shape)
+    ]
+    if not kept:
+        return
     site_of = per_stack(lambda frames: attribute(frames)[0])
+    sites = {site_of(found.frames) for found, _ in kept}
     made: dict[str, tuple[int, int]] = {}  # a site's first and last block's start
     for found in lt.allocations:
-        if found.start != BEFORE:
-            site = site_of(found.frames)
+        site = site_of(found.frames) if found.start != BEFORE else None
+        if site in sites:
             first_made, last_made = made.get(site, (found.start, found.start))
             made[site] = (min(first_made, found.start), max(last_made, found.start))
-    for found, (role, _line) in zip(lt.allocations, found_roles, strict=True):
-        if (
-            found.kind in (ACTIVATION, UNKNOWN)
-            and found.phase == FORWARD
-            and role == roles.IN_FORWARD
-            and found.start != BEFORE
-        ):
-            first = shape.after(shape.backward, found.start)
-            earlier = bisect_left(shape.backward, found.start) - 1
-            first_made, last_made = made[site_of(found.frames)]
-            if (
-                first is not None
-                and last_made < first
-                and (earlier < 0 or first_made > shape.backward[earlier])
-                and _outlives_two_passes(first, found.end, shape)
-            ):
-                found.kind, found.confidence = BUFFER, _CACHE_CONFIDENCE
+    for found, first in kept:
+        earlier = bisect_left(shape.backward, found.start) - 1
+        first_made, last_made = made[site_of(found.frames)]
+        if last_made < first and (earlier < 0 or first_made > shape.backward[earlier]):
+            found.kind, found.confidence = BUFFER, _CACHE_CONFIDENCE
 
 
 def _outlives_two_passes(first: int, end: int, shape: _Shape) -> bool:
