@@ -654,6 +654,9 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
     ranks = as_int(dump.meta.sidecar.get("world_size"))
     gathered = _gathered(evidence)
     options: list[tuple[str, int | None]] = []
+    per_sample = min(_per_sample_gradients(evidence), grads)
+    if per_sample:
+        options.append((text.OPACUS_PER_SAMPLE, per_sample))
     if gathered is not None and gathered.reshard_frees:
         options.append((text.RESHARD_AFTER_FORWARD, gathered.reshard_frees))
     elif gathered is not None and gathered.told:
@@ -688,6 +691,22 @@ def _static(dump: Dump, evidence: Evidence, needed: int | None) -> Cause | None:
         _fixes(options, needed), needed, sites,
     )  # fmt: skip
     return replace(cause, inferred=not known)
+
+
+_PER_SAMPLE_FILES = "/opacus/grad_sample/"
+_PER_SAMPLE_SUM = " clip_and_accumulate"
+
+
+def _per_sample_gradients(evidence: Evidence) -> int:
+    """The judged moment's gradient bytes that are Opacus' per-sample gradients: made by its
+    ``grad_sample`` hooks (``p.grad_sample``) and by its optimizer's ``clip_and_accumulate``
+    (``p.summed_grad``, their clipped sum), not the gradient its step writes (``add_noise``)."""
+    return sum(
+        found.bytes
+        for found in evidence.sites_of(_GRADIENT)
+        if _PER_SAMPLE_FILES in found.site.replace("\\", "/")
+        or found.site.endswith(_PER_SAMPLE_SUM)
+    )
 
 
 def _gathered(evidence: Evidence) -> Gathered | None:

@@ -172,6 +172,14 @@ def cache_fixes(
 # static memory
 
 LOW_PRECISION_OPTIMIZER = "keep optimizer state in 8 bits (bitsandbytes' Adam8bit)"
+OPACUS_PER_SAMPLE = (
+    "ghost clipping instead of Opacus' per-sample gradients"
+    ' (make_private(..., grad_sample_mode="ghost"); or a smaller physical batch:'
+    " BatchMemoryManager's max_physical_batch_size)"
+)
+"""DP-SGD's per-sample gradients (``p.grad_sample``) and their clipped sum (``p.summed_grad``),
+one per example of the physical batch: ghost clipping computes the per-sample norms without
+them; a smaller physical batch, with the same logical batch, holds fewer."""
 SHARD_MORE_RANKS = (
     "shard parameters, gradients and optimizer state across ranks (FSDP, ZeRO-3): over N"
     " ranks each keeps 1/N"

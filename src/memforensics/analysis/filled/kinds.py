@@ -10,8 +10,10 @@ framework shares, and an allocation's kind follows from where in that shape it s
   calls, on a device thread) is in backward; one under ``torch/optim`` (or DeepSpeed's,
   apex's, Megatron's optimizers, torch's gradient clipping, run between backward and the
   step as Megatron's own is, or torch's gradient scaler, whose scale and growth tracker
-  are kept across steps, or the ``step`` of a file or package named for optimizers:
-  Opacus', timm's, Adafactor's) is in the optimizer, unless a closure its step called made
+  are kept across steps, or the ``step`` of a file named for optimizers or of an installed
+  package's folder so named: Opacus', timm's, Adafactor's; of the user's own file in a folder
+  so named, only where a stack of the dump shows it running a known optimizer) is in the
+  optimizer, unless a closure its step called made
   it (a function named for a closure nearer the allocation: Lightning runs each step's
   forward and backward so); the rest is forward. An entry without
   frames falls back on its step's peak of live memory: forward before it, backward after.
@@ -102,6 +104,7 @@ from typing import Any
 
 from memforensics.allocator import K_MIN_BLOCK_SIZE
 from memforensics.analysis.dump import (
+    attribute,
     is_installed_file,
     is_library_file,
     is_native_frame,
@@ -155,11 +158,13 @@ _BACKWARD_PY = frozenset({"_engine_run_backward", "backward", "run_backward", "g
 _BACKWARD_CPP = ("Engine::evaluate_function", "Engine::thread_main", "autograd::engine::")
 
 
-def phase_of(frames: object) -> str:
-    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key."""
+def phase_of(frames: object, own_steps: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """``forward``, ``backward``, ``optimizer``, or ``none`` when the entry has no frames key;
+    ``own_steps``: the user's own ``step`` frames the dump shows to be an optimizer's
+    (:func:`optimizer_steps`)."""
     if not isinstance(frames, list):
         return NO_FRAMES
-    return _phase(frames)
+    return _phase(frames, own_steps)
 
 
 def shows_training(lt: Lifetimes) -> bool:
@@ -175,17 +180,16 @@ def shows_training(lt: Lifetimes) -> bool:
 
 
 _PYTHON, _NATIVE_FRAME, _CLOSURE = "python", "native", "closure"
+_OWN_STEP = "own_step"  # the ``step`` of the user's own file in a folder named for optimizers
+_OPTIMIZER_CODE = "optimizer_code"  # another frame of a file named for optimizers: no marker
 _mark_cache: dict[tuple[str, str], str] = {}
 
 
-def _phase(frames: list[Any]) -> str:
-    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
-    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
-    Lightning's automatic optimization does) marks nothing."""
-    outermost: tuple[str, str] | None = None  # the outermost Python frame
-    in_closure = False
+def _marks(frames: list[Any]) -> Iterator[tuple[tuple[str, str], str]]:
+    """Each well-formed frame's (file, function) and what it says (:func:`_frame_mark`),
+    innermost first."""
     cache = _mark_cache
-    for frame in frames:  # innermost first: the nearest phase marker wins
+    for frame in frames:
         if type(frame) is not dict:
             continue
         filename, name = frame.get("filename"), frame.get("name")
@@ -195,6 +199,22 @@ def _phase(frames: list[Any]) -> str:
             if len(cache) >= 200_000:
                 cache.clear()
             mark = cache[key] = _frame_mark(*key)
+        yield key, mark
+
+
+def _phase(frames: list[Any], own_steps: frozenset[tuple[str, str]]) -> str:
+    """The nearest phase marker's phase; an optimizer's frame outside a closure (a function
+    named for one: ``optimizer.step(closure)`` runs the step's forward and backward in it, as
+    Lightning's automatic optimization does) marks nothing. The user's own ``step`` in a file
+    named for optimizers marks the optimizer's phase only where it is one of ``own_steps``."""
+    outermost: tuple[str, str] | None = None  # the outermost Python frame
+    in_closure = False
+    for key, said in _marks(frames):  # innermost first: the nearest phase marker wins
+        mark = said
+        if said == _OWN_STEP:
+            mark = OPTIMIZER if key in own_steps else _PYTHON
+        elif said == _OPTIMIZER_CODE:
+            mark = _PYTHON
         if mark in (_PYTHON, _CLOSURE) or (mark == OPTIMIZER and in_closure):
             outermost = key
             in_closure = in_closure or mark == _CLOSURE
@@ -231,11 +251,12 @@ def _frame_mark(filename: str, name: str) -> str:
             return BACKWARD
         if name != "zero_grad" and any(path in f"/{filename}" for path in _OPTIMIZER_PATHS):
             return OPTIMIZER
-        if name == "step" and _names_an_optimizer(filename):
-            return OPTIMIZER
+        code = _is_optimizer_code(filename)
+        if name == "step" and (code or _folder_names_an_optimizer(filename)):
+            return OPTIMIZER if code else _OWN_STEP
         if roles.names_a_closure(name):
             return _CLOSURE
-        return _PYTHON
+        return _OPTIMIZER_CODE if code else _PYTHON
     if any(marker in name for marker in _BACKWARD_CPP):
         return BACKWARD
     return _NATIVE_FRAME
@@ -251,11 +272,63 @@ def _names_an_optimizer(filename: str) -> bool:
     ``accelerate/optimizer.py``): its ``step`` is an optimizer's, whatever class wraps
     torch's (a DP-SGD optimizer, a library's own Adafactor or LAMB), and what the step's
     helpers allocate is the optimizer's. A folder named ``optimization`` holds a training
-    loop's code (Lightning's ``loops/optimization/``), not an optimizer's."""
-    *folders, file = filename.lower().split("/")
-    if any(word in _OPTIMIZER_FILES for word in file.removesuffix(".py").split("_")):
-        return True
+    loop's code (Lightning's ``loops/optimization/``), not an optimizer's. Outside an
+    installed package, a folder so named says less than a file (a schedule's ``step`` in
+    ``myproj/optim/schedule.py``): see :func:`_is_optimizer_code`."""
+    return _file_names_an_optimizer(filename) or _folder_names_an_optimizer(filename)
+
+
+def _is_optimizer_code(filename: str) -> bool:
+    """Whether a file named for optimizers is an optimizer's code, whose ``step`` is an
+    optimizer's: the file itself is so named (``optimizer.py``, ``optimization.py``,
+    ``lamb_optimizer.py``), or an installed package's folder is (``site-packages/timm/optim/``).
+    The user's own file in a folder so named (``myproj/optim/``) holds whatever the project
+    keeps there; its ``step`` is an optimizer's only where the dump shows it running one
+    (:func:`optimizer_steps`)."""
+    return _file_names_an_optimizer(filename) or (
+        is_installed_file(filename) and _folder_names_an_optimizer(filename)
+    )
+
+
+def _file_names_an_optimizer(filename: str) -> bool:
+    stem = filename.lower().rsplit("/", 1)[-1].removesuffix(".py")
+    return any(word in _OPTIMIZER_FILES for word in stem.split("_"))
+
+
+def _folder_names_an_optimizer(filename: str) -> bool:
+    folders = filename.lower().split("/")[:-1]
     return any(word in _OPTIMIZER_FOLDERS for folder in folders for word in folder.split("_"))
+
+
+def optimizer_steps(stacks: Iterable[object]) -> frozenset[tuple[str, str]]:
+    """The user's own ``step`` frames (in a folder named for optimizers, outside any installed
+    package) that some stack of ``stacks`` shows running an optimizer: one stack holds both
+    that ``step`` and a known optimizer's frame (``torch.optim``'s, a library's of
+    :data:`_OPTIMIZER_PATHS`, any frame of optimizer code: :func:`_is_optimizer_code`),
+    nearer or farther out (a ``Lookahead`` stepping the optimizer it wraps; a subclass of
+    ``torch.optim.Optimizer``, whose ``step`` torch's hooks wrap; Opacus' ``DDPOptimizer``
+    running ``optimizer.py``'s ``pre_step``). A ``step`` of the user's ``optim/`` folder that
+    never meets one (a learning-rate schedule's, a training loop's) is no optimizer's.
+    torch's learning-rate schedulers are no evidence: a schedule's ``step`` calls them."""
+    found: set[tuple[str, str]] = set()
+    for frames in stacks:
+        if not isinstance(frames, list):
+            continue
+        own: list[tuple[str, str]] = []
+        known = False
+        for key, mark in _marks(frames):
+            if mark == _OWN_STEP:
+                own.append(key)
+            elif mark == _OPTIMIZER_CODE or (
+                mark == OPTIMIZER and not key[0].endswith(_SCHEDULER_FILE)
+            ):
+                known = True
+        if own and known:
+            found.update(own)
+    return frozenset(found)
+
+
+_SCHEDULER_FILE = "/torch/optim/lr_scheduler.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +563,7 @@ def classify(lt: Lifetimes) -> None:
     _copied_buffers(lt.allocations)
     _per_parameter_state(lt, found_roles, shape)
     _written_gradients(lt)
+    _forward_caches(lt, found_roles, shape)
     _inputs(lt, found_roles, shape)
 
 
@@ -837,6 +911,65 @@ def _written_gradients(lt: Lifetimes) -> None:
                 found.kind, found.confidence = GRADIENT, 0.6
 
 
+_CACHE_CONFIDENCE = 0.6
+
+
+def _forward_caches(lt: Lifetimes, found_roles: list[tuple[str, int]], shape: _Shape) -> None:
+    """A block a module's forward made once and kept across training steps is a buffer the
+    module caches (rotary tables filled in the first forward and kept as an attribute,
+    ESM's ``_cos_cached``; a memo of a constant), not an activation nor ``unknown``.
+
+    Across steps: it outlived the backward pass after it, then a second whole backward pass,
+    and was not freed inside a backward pass (what a backward frees, it saved). Made once: its
+    site (the innermost frame outside torch's files, :func:`attribute`) made blocks in that
+    forward pass alone (none before the backward pass before it, none after the backward pass
+    after it), though later forwards ran: a leak or a kept output is made again by
+    each forward (a layer's output, from its model's line, whatever wraps the call), and a
+    cache that is made again (its sequence length changed) is freed by the forward that
+    replaces it, as an activation of that step reads. A trace of forwards alone shows no step
+    to outlive: what its forwards keep stays what the script keeps."""
+    kept = [
+        (found, first)
+        for found, (role, _line) in zip(lt.allocations, found_roles, strict=True)
+        if found.kind in (ACTIVATION, UNKNOWN)
+        and found.phase == FORWARD
+        and role == roles.IN_FORWARD
+        and found.start != BEFORE
+        and (first := shape.after(shape.backward, found.start)) is not None
+        and _outlives_two_passes(first, found.end, shape)
+    ]
+    if not kept:
+        return
+    site_of = per_stack(lambda frames: attribute(frames)[0])
+    sites = {site_of(found.frames) for found, _ in kept}
+    made: dict[str, tuple[int, int]] = {}  # a site's first and last block's start
+    for found in lt.allocations:
+        site = site_of(found.frames) if found.start != BEFORE else None
+        if site in sites:
+            first_made, last_made = made.get(site, (found.start, found.start))
+            made[site] = (min(first_made, found.start), max(last_made, found.start))
+    for found, first in kept:
+        earlier = bisect_left(shape.backward, found.start) - 1
+        first_made, last_made = made[site_of(found.frames)]
+        if last_made < first and (earlier < 0 or first_made > shape.backward[earlier]):
+            found.kind, found.confidence = BUFFER, _CACHE_CONFIDENCE
+
+
+def _outlives_two_passes(first: int, end: int, shape: _Shape) -> bool:
+    """Whether a block freed at ``end`` outlived the backward pass starting at ``first`` and
+    the whole backward pass after it, and was not freed inside a later one."""
+    ended = shape.after(shape.not_backward, first)
+    second = shape.after(shape.backward, ended) if ended is not None else None
+    after_second = shape.after(shape.not_backward, second) if second is not None else None
+    if after_second is None or after_second > end:
+        return False
+    if end >= shape.length:
+        return True
+    began = bisect_right(shape.backward, end) - 1  # the last backward allocation before the free
+    following = shape.after(shape.not_backward, shape.backward[began])
+    return following is not None and following < end
+
+
 def _made_by_torch_optimizer(frames: object) -> bool:
     """Whether the innermost Python frame is one of ``torch.optim``'s: its steps read
     gradients and never write them, so what they make and keep is state, even where it is
@@ -851,7 +984,9 @@ def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     """Set every allocation's ``phase``, judging each distinct stack once (lifetimes shares one
     frames list per stack); returns the ``id`` of those whose phase is a guess (no frames), and
     each allocation's role (:func:`roles.stack_role`), in the allocations' order."""
-    facts_of_stack = per_stack(_stack_facts)
+    stacks = {id(found.frames): found.frames for found in lt.allocations}
+    own_steps = optimizer_steps(stacks.values())
+    facts_of_stack = per_stack(lambda frames: _stack_facts(frames, own_steps))
     guessed: set[int] = set()
     found_roles: list[tuple[str, int]] = []
     for found in lt.allocations:
@@ -867,9 +1002,11 @@ def _assign_phases(lt: Lifetimes) -> tuple[set[int], list[tuple[str, int]]]:
     return guessed, found_roles
 
 
-def _stack_facts(frames: object) -> tuple[str, tuple[str, int]]:
+def _stack_facts(
+    frames: object, own_steps: frozenset[tuple[str, str]]
+) -> tuple[str, tuple[str, int]]:
     """A stack's phase and its role, in one look per distinct stack."""
-    return phase_of(frames), roles.stack_role(frames)
+    return phase_of(frames, own_steps), roles.stack_role(frames)
 
 
 _SIMILAR = 4  # this many held blocks of one size look like a model's layers

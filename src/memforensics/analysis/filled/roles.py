@@ -45,7 +45,12 @@ say so plainly:
   and DDP's ``Reducer``, built in ``DistributedDataParallel``'s
   ``_ddp_init_helper`` (``nn/parallel/distributed.py``), makes the buckets gradients are
   reduced through (their storage, with ``gradient_as_bucket_view=True``): gradients, whatever
-  their lifetime.
+  their lifetime. So are the buckets it makes again in the first forward after the first
+  backward, in the order that backward made the gradients (``Reducer::rebuild_buckets``,
+  called from DDP's ``_pre_forward``, or the join hook's ``main_hook``): with Python frames
+  alone, the blocks whose innermost Python frame is one of those two functions, since the same
+  ``_pre_forward`` moves the inputs and syncs the buffers through Python helpers of its own
+  (``_to_kwargs``, ``_sync_buffers``), which are nearer their allocations.
 * **Megatron's buffers**: ``param_and_grad_buffer.py``'s ``__init__`` allocates the parameter
   buffer (with the distributed optimizer only) and then the gradient buffer, on two lines of
   the same function. Which line is which is told per dump by :func:`buffer_kinds`.
@@ -93,6 +98,7 @@ MODEL_CACHE = "model_cache"  # a model's cache of keys and values: a KV cache by
 REPLICA = "replica"
 GATHERED = "gathered"  # parameters FSDP2's all-gather unshards for a module's forward or backward
 REDUCED = "reduced"  # gradients FSDP2's reduce-scatter and DDP's buckets reduce
+_REBUILDS = "rebuilds"  # DDP's frame that rebuilds its buckets: theirs where it is innermost
 BATCH = "batch"  # a framework's helper moving a batch to the device
 MEGATRON_BUFFER = "megatron_buffer"
 IN_FORWARD = "in_forward"
@@ -182,6 +188,16 @@ _REDUCES = (
 """torch's functions that make the memory gradients are reduced through: FSDP2's
 reduce-scatter (its unsharded input and sharded output), FSDP1's (``_reduce_grad``) and DDP's
 ``Reducer``'s buckets, made when ``DistributedDataParallel`` is built (``_ddp_init_helper``)."""
+_BUCKET_REBUILDS = (
+    ("/torch/nn/parallel/distributed.py", frozenset({"_pre_forward", "main_hook"})),
+)
+"""DDP's functions that call ``Reducer._rebuild_buckets``: its ``_pre_forward`` and the join
+hook's ``main_hook``. They make the new buckets from their own line; everything else they
+allocate through Python helpers of their own (the inputs moved by ``_to_kwargs``, the buffers
+broadcast by ``_sync_buffers``), so a block whose innermost Python frame is one of them is a
+bucket."""
+_BUCKET_NATIVE = ("Reducer::initialize_buckets", "Reducer::rebuild_buckets")
+"""The ``Reducer``'s C++ functions that make buckets, where a stack records native frames."""
 _KV_ALLOCATORS = tuple((path, names) for _engine, path, names in KV_ALLOCATORS)
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 _GENERATE = "generate"  # Hugging Face's (and most engines') decoding loop: a forward per token
@@ -305,8 +321,10 @@ def _in_transit(filename: str, name: str) -> str:
         return REPLICA
     if _listed(filename, name, _GATHERS):
         return GATHERED
-    if _listed(filename, name, _REDUCES):
+    if _listed(filename, name, _REDUCES) or any(part in name for part in _BUCKET_NATIVE):
         return REDUCED
+    if _listed(filename, name, _BUCKET_REBUILDS):
+        return _REBUILDS
     return NOTHING
 
 
@@ -354,13 +372,14 @@ def _cache_named_for(filename: str, name: str) -> str:
     return _KV_NAMED if words & _KEY_VALUE_WORDS else _CACHE_NAMED
 
 
-def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass over a stack
+def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912, PLR0915 - one pass over a stack
     """What a stack says, and the line of the frame that said it (Megatron's buffers are told
     apart by it; for a block a model's building made, the line of the innermost
     ``Module._apply``, 0 if none: which of a module's tensors it moved); ``("", 0)`` without
     frames.
 
-    A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is. Any
+    A workspace, a KV cache, a Megatron buffer or a replica wins wherever its frame is; DDP's
+    bucket rebuild (:data:`_BUCKET_REBUILDS`) only as the innermost Python frame. Any
     forward on the stack beats an ``__init__`` (an object built inside a forward is that
     forward's; a script that trains inside a constructor still runs forwards). Between a forward
     and a frame that moves or loads a model (``Module._apply``, ``from_pretrained``...), the
@@ -381,13 +400,15 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     cache_named = kv_named = forward = decoding = batch = False
     moved = 0  # the line of the innermost ``Module._apply``: which of a module's tensors it moves
     caller = False  # past a forward, a decoding loop or a model's building: the code calling it
+    innermost = True  # no Python frame nearer the allocation yet
     for frame in frames:  # innermost first
         if type(frame) is not dict:
             continue
         filename, name = frame.get("filename"), frame.get("name")
         filename = filename if type(filename) is str else ""
         name = name if type(name) is str else ""
-        role = frame_role(filename, name)
+        role = _rebuilt_buckets(frame_role(filename, name), innermost)
+        innermost = innermost and is_native_frame(filename, name)
         if caller and role in _FILE_NAMED_ROLES:
             role = _role_by_its_name(filename, name)
         caller = caller or _calls_a_model(role, filename, name)
@@ -429,6 +450,14 @@ def stack_role(frames: object) -> tuple[str, int]:  # noqa: PLR0912 - one pass o
     if ruled_out and context != IN_FORWARD:
         return NOT_PARAMETER, 0
     return context, moved if context == BUILDS else 0
+
+
+def _rebuilt_buckets(role: str, innermost: bool) -> str:
+    """A frame's role with DDP's bucket rebuild settled: the buckets' (:data:`REDUCED`) where
+    the rebuilding function is the innermost Python frame, nothing farther out."""
+    if role != _REBUILDS:
+        return role
+    return REDUCED if innermost else NOTHING
 
 
 def _calls_a_model(role: str, filename: str, name: str) -> bool:

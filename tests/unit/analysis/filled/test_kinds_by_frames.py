@@ -685,3 +685,65 @@ def test_ddp_buckets_are_gradients() -> None:
     found = trace.classified()
     assert found[bucket].kind == "gradient"
     assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def _ddp_steps(pre_forward: list[Frame]) -> tuple[Trace, int, int, list[int], list[int]]:
+    """A model wrapped in DDP, then two steps whose ``_pre_forward`` moves each batch and, in
+    the second, rebuilds the buckets from ``pre_forward``'s stack (the first ones freed); the
+    first and rebuilt buckets, the batches moved, the weights."""
+    ddp = f"{SP}/torch/nn/parallel/distributed.py"
+    outer = [py(ddp, 1893, "forward"), CALL, py("/users/me/train.py", 14, "main"), BODY]
+    moved = [MALLOC, py(f"{SP}/torch/distributed/utils.py", 240, "to_map"),
+             py(f"{SP}/torch/distributed/utils.py", 282, "_recursive_to"),
+             py(f"{SP}/torch/distributed/utils.py", 300, "_to_kwargs"),
+             py(ddp, 1789, "_pre_forward"), *outer]  # fmt: skip
+    built = [MALLOC, py(ddp, 1437, "_ddp_init_helper"), py(ddp, 1079, "__init__"),
+             py("/users/me/train.py", 9, "main"), BODY]  # fmt: skip
+    trace = Trace()
+    weights = _model(trace, BUILDERS["Module._apply / .to"])
+    first = trace.alloc(192 * MiB, built)
+    batches: list[int] = []
+    rebuilt = 0
+    for step in range(2):
+        if step == 1:  # Reducer._rebuild_buckets(): the new buckets, then the old freed
+            rebuilt = trace.alloc(192 * MiB, [*pre_forward, py(ddp, 1775, "_pre_forward"), *outer])
+            trace.free(first)
+        batch = trace.alloc(2 * MiB, moved)
+        batches.append(batch)
+        outputs = _forward(trace)
+        grads = [trace.alloc(MiB, ENGINE) for _ in range(2)]
+        for addr in [*outputs, batch]:
+            trace.free(addr)
+        for grad in grads:
+            trace.free(grad)
+    return trace, first, rebuilt, batches, weights
+
+
+REBUILD_NATIVE = [
+    MALLOC,
+    cpp("c10d::Reducer::initialize_buckets(std::vector<c10d::Reducer::Bucket>)"),
+    cpp("c10d::Reducer::rebuild_buckets()"),
+]
+
+
+@pytest.mark.parametrize("native", [[MALLOC], REBUILD_NATIVE], ids=["python", "native"])
+def test_ddp_buckets_rebuilt_in_the_forward_are_gradients(native: list[Frame]) -> None:
+    """The buckets DDP's ``_pre_forward`` makes again in the second step's forward are
+    gradients, as the first ones were; the batches the same ``_pre_forward`` moves through its
+    ``_to_kwargs`` are not, nor are the weights."""
+    trace, first, rebuilt, batches, weights = _ddp_steps(native)
+    found = trace.classified()
+    assert found[first].kind == "gradient"
+    assert found[rebuilt].kind == "gradient"
+    assert "gradient" not in {found[a].kind for a in batches}
+    assert {found[a].kind for a in weights} == {"parameter"}
+
+
+def test_a_helper_under_ddp_s_pre_forward_makes_no_bucket() -> None:
+    """A block a Python helper of DDP's ``_pre_forward`` made (a buffer broadcast, an input
+    cast) is that helper's, not a bucket: only ``_pre_forward``'s own line rebuilds them."""
+    ddp = f"{SP}/torch/nn/parallel/distributed.py"
+    helper = [MALLOC, py(ddp, 2210, "_default_broadcast_coalesced")]
+    trace, _, made, _, _ = _ddp_steps(helper)
+    found = trace.classified()
+    assert found[made].kind != "gradient"

@@ -170,3 +170,76 @@ def test_a_torch_optimizer_made_again_for_each_stage_keeps_its_state_state() -> 
     found = trace.classified()
     assert {found[addr].kind for addr in moments} == {"optimizer_state"}
     assert {found[addr].kind for addr in weights} == {"parameter"}
+
+
+SCHEDULE = "/users/me/myproj/optim/schedule.py"
+LOOKAHEAD = "/users/me/myproj/optim/lookahead.py"
+
+
+def test_a_step_of_the_user_s_optim_folder_alone_is_no_optimizer_s() -> None:
+    """A schedule's ``step`` in the user's own ``optim/`` folder that never runs an optimizer
+    marks nothing: what it makes is the forward phase's, not the optimizer's."""
+    assert phase_of(_frames(SCHEDULE, "step")) == FORWARD
+    trace = Trace()
+    table = trace.alloc(2 * MiB, [MALLOC, py(SCHEDULE, 30, "warmup"), py(SCHEDULE, 41, "step"),
+                                  *MAIN])  # fmt: skip
+    saved = trace.alloc(32 * MiB, FORWARD_STACK)
+    grad = trace.alloc(4 * MiB, ENGINE)
+    trace.free(saved)
+    trace.free(grad)
+    assert trace.classified()[table].phase == FORWARD
+
+
+def test_a_step_of_the_user_s_optim_folder_that_runs_an_optimizer_is_the_optimizer_s() -> None:
+    """A Lookahead in the user's ``optim/`` folder, whose ``step`` steps the ``torch.optim``
+    optimizer it wraps (one stack shows both), is an optimizer: the slow weights its own lines
+    make at its first step and keep are optimizer state."""
+    trace = Trace()
+    built = [MALLOC, py("/users/me/model.py", 20, "__init__"), *MAIN]
+    weights = [trace.alloc(size, built) for size in SIZES]
+    lookahead = [py(LOOKAHEAD, 52, "step"), *MAIN]
+    moments = [MALLOC, py(f"{SP}/torch/optim/adam.py", 160, "_init_group"),
+               py(f"{SP}/torch/optim/adam.py", 230, "step"),
+               py(f"{SP}/torch/optim/optimizer.py", 480, "wrapper"), *lookahead]  # fmt: skip
+    slow_stack = [MALLOC, py(LOOKAHEAD, 40, "_init_slow"), *lookahead]
+    slow: list[int] = []
+    for step in range(3):
+        saved = trace.alloc(32 * MiB, FORWARD_STACK)
+        grads = [trace.alloc(size, ENGINE) for size in SIZES]
+        trace.free(saved)
+        if step == 0:
+            [trace.alloc(size, moments) for size in SIZES for _ in range(2)]
+            slow = [trace.alloc(size, slow_stack) for size in SIZES]
+        for grad in grads:
+            trace.free(grad)
+    found = trace.classified()
+    assert {found[addr].phase for addr in slow} == {OPTIMIZER}
+    assert {found[addr].kind for addr in slow} == {"optimizer_state"}
+    assert {found[addr].kind for addr in weights} == {"parameter"}
+
+
+CHECKOUT = "/users/me/opacus/opacus/optimizers"  # a library run from its checkout
+
+
+def test_a_step_of_a_file_named_for_optimizers_outside_site_packages_is_the_optimizer_s() -> None:
+    """Opacus run from a checkout or a ``--target`` folder: its ``optimizer.py`` names the
+    optimizer by itself, so ``DPOptimizer.step``'s noise is the optimizer's phase."""
+    noise = [MALLOC, py(f"{CHECKOUT}/optimizer.py", 491, "add_noise"),
+             py(f"{CHECKOUT}/optimizer.py", 569, "step"), *MAIN]  # fmt: skip
+    assert phase_of(noise) == OPTIMIZER
+
+
+def test_a_step_calling_optimizer_code_in_its_stack_is_the_optimizer_s() -> None:
+    """Opacus' ``DistributedDPOptimizer`` from a checkout (``ddpoptimizer.py``, in a folder
+    named for optimizers) runs ``optimizer.py``'s ``pre_step`` under its ``step``: that stack
+    shows it an optimizer, so what its own line makes is the optimizer's too."""
+    ddp = f"{CHECKOUT}/ddpoptimizer.py"
+    trace = Trace()
+    noisy = trace.alloc(MiB, [MALLOC, py(f"{CHECKOUT}/optimizer.py", 491, "add_noise"),
+                              py(f"{CHECKOUT}/optimizer.py", 558, "pre_step"),
+                              py(ddp, 64, "step"), *MAIN])  # fmt: skip
+    reduced = trace.alloc(MiB, [MALLOC, py(ddp, 40, "reduce_gradients"), py(ddp, 66, "step"),
+                                *MAIN])  # fmt: skip
+    found = trace.classified()
+    assert found[noisy].phase == OPTIMIZER
+    assert found[reduced].phase == OPTIMIZER
