@@ -76,7 +76,7 @@ def ranks_text(answer: RanksAnswer) -> str:
         lines.append(_terminated("rank", [str(r) for r in answer.not_planned]))
     if first is not None:
         lines.append(f"First rank to run out: {first.rank}: {first.cause}")
-    elif not failed and not answer.terminated:
+    elif all(r.fits for r in answer.rows) and not answer.terminated:
         lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
     if failed:
         one = len(failed) == 1
