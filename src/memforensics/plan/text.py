@@ -64,7 +64,7 @@ def ranks_text(answer: RanksAnswer) -> str:
             format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
         )
         reserved = format_bytes(r.peak_reserved_bytes) if r.peak_reserved_bytes is not None else "-"
-        fits = _fits(r.fits, r.oom, answer.terminated and not r.error)
+        fits = _fits(r.fits, r.oom, bool(r.interrupted) or (answer.terminated and not r.error))
         lines.append(f"  {r.rank:>5}  {allocated:>14}  {reserved:>14}  {fits}")
         if r.error:
             lines.append(f"    {r.error}")
@@ -229,7 +229,7 @@ def vary_text(answer: VaryAnswer) -> str:
         "fits with expandable_segments"
     ]
     for r in rows:
-        stopped = answer.terminated and not r.error
+        stopped = bool(r.interrupted) or (answer.terminated and not r.error)
         lines.append(
             f"  {r.value:<{width}}  {size(r.peak_allocated_bytes):>14}  "
             f"{size(r.peak_reserved_bytes):>14}  {_fits(r.fits, r.oom, stopped):<4}  "
