@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.testing import MiB, fragmented, growth_pair, write_run_folder
+from memforensics.testing import MiB, fragmented, growth_pair, write_dump, write_run_folder
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +84,30 @@ def test_diff_json(tmp_path: Path) -> None:
     assert data["total_delta_bytes"] == MiB(1536)
     assert data["growth"][0]["delta_bytes"] == MiB(1536)
     assert data["leak_suspects"][0]["blocks"] == 92
+
+
+def test_diff_json_peaks_of_dumps_without_trace_have_the_summarys_kinds(tmp_path: Path) -> None:
+    """Two snapshots without an allocator trace: diff's peaks (each the snapshot itself) are
+    split by kind, as ``summary --json``'s ``peak`` of each dump splits them, the KV cache's
+    64 MiB and 1,600 MiB among them."""
+    paths = []
+    for name, synthetic in zip(("before", "after"), growth_pair(), strict=True):
+        snapshot = {**synthetic.snapshot, "device_traces": [[]]}
+        paths.append(write_dump(tmp_path / f"{name}.pickle", snapshot))
+    proc = _cli("diff", *paths, "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    peaks = json.loads(proc.stdout)["peaks"]
+    assert (peaks["before_traced"], peaks["after_traced"]) == (False, False)
+    kinds = {k["kind"]: (k["before_bytes"], k["after_bytes"]) for k in peaks["kinds"]}
+    assert kinds["kv_cache"] == (MiB(64), MiB(1600))
+    for side, path in zip(("before", "after"), paths, strict=True):
+        summary = _cli("summary", path, "--json", "--no-cache")
+        assert summary.returncode == 0, summary.stderr
+        peak = json.loads(summary.stdout)["peak"]
+        told = {k["kind"]: k["bytes"] for k in peak["kinds"]}
+        index = 0 if side == "before" else 1
+        assert {kind: both[index] for kind, both in kinds.items() if both[index]} == told
+        assert sum(told.values()) == peaks[f"{side}_live_bytes"] == peak["live_bytes"]
 
 
 def test_ls_json_first_oom(tmp_path: Path) -> None:

@@ -161,3 +161,53 @@ def test_a_changed_journal_changes_the_kept_answer(tmp_path: Path) -> None:
     assert after.returncode == 0, after.stderr
     assert not json.loads(after.stdout)["diagnosis"]["headline"].startswith(GROWTH)
     assert len(list(cache.glob("*.entry"))) == 2
+
+
+STORE = "/venv/lib/python3.12/site-packages/cachelib/store.py"
+FROM_STEP = Site(STORE, 12, "append", outside=(("/job/train.py", 30, "train_step"),))
+FROM_EVAL = Site(STORE, 12, "append", outside=(("/job/train.py", 40, "evaluate"),))
+
+
+def _two_callers(root: Path) -> Path:
+    """A window of steps 0-9: a library's ``append`` keeps 8 MiB a step for ``train_step`` and
+    4 MiB a step for ``evaluate`` (120 MiB, 80 and 40 MiB), beside 256 MiB of the script's."""
+    builder = SnapshotBuilder()
+    builder.segment(Block(256 * MiB, site=Site("/job/train.py", 10, "<module>")))
+    builder.segment(
+        *(Block(8 * MiB, site=FROM_STEP, step=step) for step in range(10)),
+        *(Block(4 * MiB, site=FROM_EVAL, step=step) for step in range(10)),
+    )
+    path = root / "steps0-9" / "rank0_pid1.pickle"
+    return write_dump(path, builder.build(), sidecar=make_sidecar("window", steps=[0, 9]))
+
+
+def test_a_growth_reached_from_two_callers_reads_as_the_sites_table_rows(tmp_path: Path) -> None:
+    """A growing library site reached from two lines of the script: the growth cause's bytes
+    (the site's 120 MiB, as ``leaks`` sums a site) name each caller's share, and the sites
+    tables of ``summary`` and ``report`` name the caller of each of the site's rows, whose
+    bytes are those shares (80 and 40 MiB)."""
+    dump = _two_callers(tmp_path)
+    said = _cli("summary", dump, "--no-cache")
+    assert said.returncode == 0, said.stderr
+    words = " ".join(said.stdout.split())
+    assert (
+        "store.py:12 append holds 120.00 MiB (80.00 MiB from train.py:30 train_step, "
+        "40.00 MiB from train.py:40 evaluate), growing 12.00 MiB a step"
+    ) in words, said.stdout
+    shown = _cli("summary", dump, "--no-cache", "--all")
+    lines = shown.stdout.split("live memory by kind")[0].splitlines()  # the sites table
+    rows = [i for i, line in enumerate(lines) if line.endswith("store.py:12 append")]
+    assert [(lines[i].split()[:2], lines[i + 1].split()[-2:]) for i in rows] == [
+        (["80.00", "MiB"], ["/job/train.py:30", "train_step"]),
+        (["40.00", "MiB"], ["/job/train.py:40", "evaluate"]),
+    ], shown.stdout
+    out = tmp_path / "r.html"
+    assert _cli("report", dump, "-o", out, "--no-cache").returncode == 0
+    found = re.search(r'id="mf-data">(.*?)</script>', out.read_text(), re.S)
+    assert found is not None
+    sections = json.loads(found.group(1))["dumps"][0]["devices"][0]["sections"]
+    [sites] = [s["data"]["rows"] for s in sections if s["id"] == "sites"]
+    assert [row[:2] for row in sites if str(row[0]).startswith(STORE)] == [
+        [f"{STORE}:12 append ← caller /job/train.py:30 train_step", 80 * MiB],
+        [f"{STORE}:12 append ← caller /job/train.py:40 evaluate", 40 * MiB],
+    ]

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -434,6 +436,117 @@ def test_a_terminated_plan_of_every_rank_ends_the_ranks_plans_with_it(
     done = plan(tmp_path, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2", "train.py")
     assert done.returncode == 143, done.stderr
     assert list(temporary.iterdir()) == []
+
+
+STOPPED_RANKS = """
+import os, time
+from pathlib import Path
+import torch
+rank = int(os.environ["RANK"])
+x = torch.empty((rank + 1) << 18, device="cuda")  # rank + 1 MiB
+if rank > 0:  # rank 0 runs to its end; the others wait for SIGTERM
+    (Path(os.environ["READY"]) / str(rank)).write_text("")
+    while True:
+        time.sleep(0.01)
+"""
+
+
+def _planning(folder: Path, *args: str) -> subprocess.Popen[str]:
+    """``plan ARGS`` started in ``folder`` as :func:`planned.plan` runs it, not waited for."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    command = [sys.executable, "-m", "memforensics", "plan", *args]
+    pipe = subprocess.PIPE
+    return subprocess.Popen(command, cwd=folder, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
+def _terminated_when_ready(plan: subprocess.Popen[str], ready: Path, count: int) -> tuple[str, str]:
+    """SIGTERM to ``plan`` once ``count`` of its scripts wrote their marker into ``ready`` (or
+    it ended first); what it printed."""
+    while len(list(ready.iterdir())) < count and plan.poll() is None:
+        time.sleep(0.05)  # waiting for the markers, not timing anything
+    plan.send_signal(signal.SIGTERM)
+    return plan.communicate(timeout=300)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_terminated_plan_of_every_rank_prints_the_ranks_planned_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """SIGTERM to ``plan --ranks all`` once rank 0 ran to its end and ranks 1 and 2 run: the
+    table of ranks 0 to 2 (rank 0 fits; ranks 1 and 2 with their figures so far, 2 and 3 MiB,
+    marked interrupted at the script's line), rank 3 not planned, exit 143."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    monkeypatch.setenv("READY", str(ready))
+    path = script(tmp_path, STOPPED_RANKS)
+    options = ("--json",) if as_json else ()
+    plan_all = _planning(
+        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2", "train.py"
+    )
+    stdout, stderr = _terminated_when_ready(plan_all, ready, 2)
+    assert plan_all.returncode == 143, stderr
+    if as_json:
+        doc = json.loads(stdout)
+        assert (doc["terminated"], doc["not_planned"]) == (True, [3])
+        rows = {row["rank"]: row for row in doc["rows"]}
+        assert sorted(rows) == [0, 1, 2]
+        assert (rows[0]["fits"], rows[0]["interrupted"]) == (True, None)
+        for rank in (1, 2):
+            assert rows[rank]["peak_allocated_bytes"] == (rank + 1) * MiB
+            assert rows[rank]["fits"] is None
+            assert re.fullmatch(rf"{re.escape(str(path))}:(9|10)", rows[rank]["interrupted"])
+        return
+    table = [line.split() for line in stdout.splitlines() if re.match(r" +\d+ ", line)]
+    # reserved: PyTorch's 2 MiB small-pool segment for 1 MiB, a 20 MiB segment below 10 MiB
+    assert {row[0]: row[1:] for row in table} == {
+        "0": ["1.00", "MiB", "2.00", "MiB", "yes"],
+        "1": ["2.00", "MiB", "20.00", "MiB", "interrupted"],
+        "2": ["3.00", "MiB", "20.00", "MiB", "interrupted"],
+    }, stdout
+    words = " ".join(stdout.split())
+    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \(SIGTERM\)"
+    assert len(re.findall(stopped, words)) == 2, stdout
+    assert "rank 3 not planned" in words, stdout
+    assert "Every planned rank" not in words
+
+
+STOPPED_VALUES = """
+import argparse, os, time
+from pathlib import Path
+import torch
+n = argparse.ArgumentParser()
+n.add_argument("--n", type=int)
+n = n.parse_args().n
+x = torch.empty(n << 18, device="cuda")  # n MiB
+expandable = "expandable" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+(Path(os.environ["READY"]) / f"{n}-{expandable}").write_text("")
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_a_terminated_vary_prints_the_values_planned_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM to ``plan --vary`` while the first value's two runs run: its row with their
+    figures so far (3 MiB allocated), marked interrupted; the other values not planned; exit
+    143, as ``--ranks all`` answers it."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    monkeypatch.setenv("READY", str(ready))
+    path = script(tmp_path, STOPPED_VALUES)
+    vary = _planning(tmp_path, "--vary", "n=3,5,7", "--jobs", "2", "train.py")
+    stdout, stderr = _terminated_when_ready(vary, ready, 2)
+    assert vary.returncode == 143, stderr
+    lines = stdout.splitlines()
+    # reserved: a 20 MiB segment, PyTorch's for a request below 10 MiB
+    assert lines[1].split() == ["3", "3.00", "MiB", "20.00", "MiB", "interrupted", "interrupted"]
+    words = " ".join(stdout.split())
+    assert re.search(rf"interrupted at {re.escape(str(path))}:1[123] \(SIGTERM\)", words), stdout
+    assert "n values 5, 7 not planned" in words, stdout
+    assert "Largest n of those planned that fits: none" in words
 
 
 FAILS = """

@@ -15,7 +15,9 @@ SCHEMA = 1
 @dataclass(frozen=True)
 class RankRow:
     """One rank planned: its peaks, whether it fits (None where its run failed for another
-    reason), ``oom`` when it ran out; ``cause``: why it does not fit, in words."""
+    reason, or SIGTERM stopped it before its peaks passed the device), ``oom`` when it ran out;
+    ``cause``: why it does not fit, in words; ``interrupted``: where its script was
+    (``file:line``) when SIGTERM stopped it, its peaks being those up to there."""
 
     rank: int
     peak_allocated_bytes: int | None
@@ -25,15 +27,20 @@ class RankRow:
     cause: str | None = None
     error: str | None = None
     snapshots: tuple[str, ...] = ()
+    interrupted: str | None = None
 
 
 @dataclass(frozen=True)
 class RanksAnswer:
-    """Every planned rank's row, and the first rank (lowest) that runs out or does not fit."""
+    """Every planned rank's row, and the first rank (lowest) that runs out or does not fit;
+    ``not_planned``: the ranks SIGTERM stopped before their plans began (``terminated``: it
+    came, and the rows are those of the ranks planned so far)."""
 
     world_size: int
     rows: tuple[RankRow, ...]
     first_out: RankRow | None
+    terminated: bool = False
+    not_planned: tuple[int, ...] = ()
 
 
 def first_out(rows: list[RankRow]) -> RankRow | None:

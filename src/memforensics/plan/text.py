@@ -56,22 +56,27 @@ def _workers(result: PlanResult) -> list[str]:
 def ranks_text(answer: RanksAnswer) -> str:
     """One row per planned rank, then the first rank to run out and why, and the ranks whose
     script failed (of which nothing says whether they fit); "every planned rank fits" only where
-    each did."""
+    each did; after SIGTERM, the ranks planned so far, each stopped run's figures so far, and
+    which ranks were not planned."""
     lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
     for r in answer.rows:
         allocated = (
             format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
         )
         reserved = format_bytes(r.peak_reserved_bytes) if r.peak_reserved_bytes is not None else "-"
-        fits = "OOM" if r.oom else {True: "yes", False: "no", None: "failed"}[r.fits]
+        fits = _fits(r.fits, r.oom, bool(r.interrupted) or (answer.terminated and not r.error))
         lines.append(f"  {r.rank:>5}  {allocated:>14}  {reserved:>14}  {fits}")
         if r.error:
             lines.append(f"    {r.error}")
+        if r.interrupted:
+            lines.append(f"    interrupted at {r.interrupted} (SIGTERM): its figures so far")
     first = answer.first_out
-    failed = [r.rank for r in answer.rows if r.fits is None and not r.oom]
+    failed = [r.rank for r in answer.rows if r.fits is None and not r.oom and not r.interrupted]
+    if answer.terminated:
+        lines.append(_terminated("rank", [str(r) for r in answer.not_planned]))
     if first is not None:
         lines.append(f"First rank to run out: {first.rank}: {first.cause}")
-    elif not failed:
+    elif all(r.fits for r in answer.rows) and not answer.terminated:
         lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
     if failed:
         one = len(failed) == 1
@@ -84,6 +89,25 @@ def ranks_text(answer: RanksAnswer) -> str:
         for path in row.snapshots:
             lines.append(f"Predicted snapshot: {path}")
     return "\n".join(lines)
+
+
+def _fits(fits: bool | None, oom: bool, stopped: bool) -> str:
+    """A table's fits column: OOM where the run ran out, ``interrupted`` where it is not known
+    and SIGTERM ``stopped`` the run (or its plan before it began), else yes, no, or failed."""
+    if oom:
+        return "OOM"
+    if fits is None and stopped:
+        return "interrupted"
+    return {True: "yes", False: "no", None: "failed"}[fits]
+
+
+def _terminated(what: str, not_planned: list[str]) -> str:
+    """The line that says SIGTERM stopped the plans: which were not begun."""
+    said = "Interrupted (SIGTERM): the rows are those planned so far"
+    if not not_planned:
+        return said + "."
+    one = len(not_planned) == 1
+    return f"{said}; {what}{'' if one else 's'} {', '.join(not_planned)} not planned."
 
 
 def plan_text(result: PlanResult) -> str:
@@ -190,35 +214,39 @@ def _request(message: str) -> str:
 
 
 def vary_text(answer: VaryAnswer) -> str:
-    """One row per value (OOM where the run ran out), then the largest value that fits, as
-    given and with expandable segments."""
+    """One row per value (OOM where the run ran out; after SIGTERM, the values planned so far,
+    each stopped run's figures so far), then the largest value that fits, as given and with
+    expandable segments."""
     name, rows = answer.name, answer.rows
     best, best_expandable = answer.largest, answer.largest_expandable
 
     def size(value: int | None) -> str:
         return format_bytes(value) if value is not None else "-"
 
-    def yes(value: bool | None, oom: bool) -> str:
-        return "OOM" if oom else {True: "yes", False: "no", None: "failed"}[value]
-
-    width = max(len(name), *(len(r.value) for r in rows))
+    width = max(len(name), *(len(r.value) for r in rows), 0)
     lines = [
         f"  {name:<{width}}  {'peak allocated':>14}  {'peak reserved':>14}  fits  "
         "fits with expandable_segments"
     ]
     for r in rows:
+        stopped = bool(r.interrupted) or (answer.terminated and not r.error)
         lines.append(
             f"  {r.value:<{width}}  {size(r.peak_allocated_bytes):>14}  "
-            f"{size(r.peak_reserved_bytes):>14}  {yes(r.fits, r.oom):<4}  "
-            f"{yes(r.fits_expandable, r.oom_expandable)}"
+            f"{size(r.peak_reserved_bytes):>14}  {_fits(r.fits, r.oom, stopped):<4}  "
+            f"{_fits(r.fits_expandable, r.oom_expandable, stopped)}"
         )
         if r.error:
             lines.append(f"    {r.error}")
+        if r.interrupted:
+            lines.append(f"    interrupted at {r.interrupted} (SIGTERM): its figures so far")
     if any(r.oom or r.oom_expandable for r in rows):
         lines.append("OOM: the run ran out there; its peaks are those before the failed request.")
-    lines.append(f"Largest {name} that fits: {best if best is not None else 'none'}")
+    if answer.terminated:
+        lines.append(_terminated(f"{name} value", list(answer.not_planned)))
+    planned = " of those planned" if answer.terminated else ""
+    lines.append(f"Largest {name}{planned} that fits: {best if best is not None else 'none'}")
     lines.append(
-        f"Largest {name} that fits with expandable_segments:True: "
+        f"Largest {name}{planned} that fits with expandable_segments:True: "
         f"{best_expandable if best_expandable is not None else 'none'}"
     )
     return "\n".join(lines)

@@ -46,8 +46,10 @@ class Vary:
 @dataclass(frozen=True)
 class VaryRow:
     """One value planned: its peaks and whether it fits, as given and with expandable segments
-    (None where the run failed for another reason); ``oom``: the run ran out (its peaks are
-    those before the request that failed)."""
+    (None where the run failed for another reason, or SIGTERM stopped it before its peaks
+    passed the device); ``oom``: the run ran out (its peaks are those before the request that
+    failed); ``interrupted``: where the script was (``file:line``) when SIGTERM stopped its
+    run as given, else its run with expandable segments, the peaks being those up to there."""
 
     value: str
     peak_allocated_bytes: int | None
@@ -57,6 +59,7 @@ class VaryRow:
     error: str | None = None
     oom: bool = False
     oom_expandable: bool = False
+    interrupted: str | None = None
 
 
 SCHEMA = 1
@@ -66,12 +69,15 @@ SCHEMA = 1
 @dataclass(frozen=True)
 class VaryAnswer:
     """``--vary``'s answer: one row per value, and the largest value that fits, as given and
-    with expandable segments."""
+    with expandable segments; ``not_planned``: the values SIGTERM stopped before their plans
+    began (``terminated``: it came, and the rows are those of the values planned so far)."""
 
     name: str
     rows: tuple[VaryRow, ...]
     largest: str | None
     largest_expandable: str | None
+    terminated: bool = False
+    not_planned: tuple[str, ...] = ()
 
 
 def largest(rows: list[VaryRow], *, expandable: bool) -> str | None:

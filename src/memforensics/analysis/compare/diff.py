@@ -69,8 +69,9 @@ class SiteRow:
 @dataclass(frozen=True)
 class SidePeak:
     """One side's highest moment of live memory: its live bytes, the reserved bytes and
-    segments then, and (``traced``) the live bytes per site and per kind then. Without a trace
-    the snapshot's own moment stands in and ``traced`` is False."""
+    segments then, the live bytes per kind then, and (``traced``) per site then. Without a
+    trace the snapshot's own moment stands in and ``traced`` is False: its kinds are the
+    snapshot's, read from its blocks' frames as ``summary``'s ``peak`` reads them."""
 
     live_bytes: int
     reserved_bytes: int
@@ -125,13 +126,15 @@ def diff_side(dump: Dump, device: int | None = None) -> DiffSide:
 
 
 def side_peak(filled: Filled, reserved_now: int, segments_now: int) -> SidePeak:
-    """The peak of ``filled`` as ``diff`` compares it: live, reserved and segments then, and
-    with a trace the live bytes per (site, caller) and per kind then."""
+    """The peak of ``filled`` as ``diff`` compares it: live, reserved and segments then, the
+    live bytes per kind then (``filled``'s peak moment, the one ``summary`` prints), and with a
+    trace per (site, caller) then."""
     lt, peak = filled.lifetimes, filled.peak
     reserved = lt.reserved_at(peak.position, reserved_now)
     segments = lt.segments_at(peak.position, segments_now)
+    kinds = {k.kind: k.bytes for k in peak.kinds}
     if not lt.has_trace:
-        return SidePeak(peak.live_bytes, reserved, segments, traced=False)
+        return SidePeak(peak.live_bytes, reserved, segments, False, (), kinds)
     site_of = per_recorded_stack(attribute)
     totals: dict[tuple[str, str], dict[str, int]] = {}
     for found in live_at(lt, peak.position):
@@ -141,7 +144,6 @@ def side_peak(filled: Filled, reserved_now: int, segments_now: int) -> SidePeak:
         SiteRow(site, caller, sum(by_kind.values()), main_kind(by_kind))
         for (site, caller), by_kind in sorted(totals.items())
     )
-    kinds = {k.kind: k.bytes for k in peak.kinds}
     return SidePeak(peak.live_bytes, reserved, segments, True, sites, kinds)
 
 
@@ -247,8 +249,9 @@ class LeakSuspect:
 
 @dataclass(frozen=True)
 class PeakChange:
-    """The two sides' peaks: live bytes at each, reserved bytes and segments then, and when
-    both sides have a trace (``traced``), the change per site and per kind at the peaks."""
+    """The two sides' peaks: live bytes at each, reserved bytes and segments then, the change
+    per kind at the peaks (a side without a trace: at its snapshot), and when both sides have a
+    trace (``traced``), the change per site at the peaks."""
 
     before_live_bytes: int
     after_live_bytes: int
@@ -264,7 +267,7 @@ class PeakChange:
 
     @property
     def traced(self) -> bool:
-        """True when both peaks were found in a trace (so sites and kinds are compared)."""
+        """True when both peaks were found in a trace (so their sites are compared)."""
         return self.before_traced and self.after_traced
 
     @property
@@ -274,16 +277,14 @@ class PeakChange:
 
 
 def peak_change(before: SidePeak, after: SidePeak) -> PeakChange:
-    """Compare two peaks; sites and kinds only when both were found in a trace."""
-    traced = before.traced and after.traced
+    """Compare two peaks: their kinds always, their sites only when both were found in a
+    trace."""
     growth: tuple[SiteGrowth, ...] = ()
-    kinds: tuple[KindChange, ...] = ()
-    if traced:
+    if before.traced and after.traced:
         growth = _growth(
             [(row.site, row.caller, row.kind, row.bytes) for row in before.sites],
             [(row.site, row.caller, row.kind, row.bytes) for row in after.sites],
         )
-        kinds = _kinds(before.kinds, after.kinds)
     return PeakChange(
         before_live_bytes=before.live_bytes,
         after_live_bytes=after.live_bytes,
@@ -295,7 +296,7 @@ def peak_change(before: SidePeak, after: SidePeak) -> PeakChange:
         before_traced=before.traced,
         after_traced=after.traced,
         growth=growth,
-        kinds=kinds,
+        kinds=_kinds(before.kinds, after.kinds),
     )
 
 

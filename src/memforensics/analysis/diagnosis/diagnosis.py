@@ -218,7 +218,9 @@ class Evidence:
     dump's); ``device_total_bytes`` the limit; ``at_risk`` whether it is a near-OOM dump;
     ``trends`` the run folder's window trends of this rank (``trends_read``: they were looked
     for); ``climb`` the journal's allocated bytes climbing step after step (None: not read, or
-    flat); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``).
+    flat); ``kinds_known``: the kinds come from the process (the sidecar's ``tensors``);
+    ``callers``: ``(site, caller, bytes)`` of each site reached from more than one caller, a
+    row per caller as the sites table counts it at the snapshot, biggest first.
     ``moment`` is the judged moment (its bytes, position and each kind's sites); ``unwound``
     what the unwinding freed right after the trace's ``oom`` entry; ``inference``: the trace
     shows forwards alone, no backward and no optimizer's step (nothing is saved for a
@@ -241,6 +243,7 @@ class Evidence:
     moment: Moment | None = None
     unwound: Unwound | None = None
     inference: bool = False
+    callers: Sequence[tuple[str, str, int]] = ()
 
     def sites_of(self, *kinds: str) -> tuple[KindSite, ...]:
         """The judged moment's biggest sites of ``kinds``, biggest first (merged by site)."""
@@ -518,10 +521,9 @@ def _growth(evidence: Evidence, needed: int | None, missing: list[str]) -> Cause
     if needed is None and evidence.headroom_bytes is not None and rate > 0:
         left = evidence.headroom_bytes // rate
     fixes = _fixes([(text.growth_fix(site), held)], needed)
-    found = _cause(
-        GROWTH, held, text.growth_evidence(site, held, rate, first, windows, left), fixes, needed,
-        (site,),
-    )  # fmt: skip
+    callers = [(caller, size) for named, caller, size in evidence.callers if named == site]
+    said = text.growth_evidence(site, held, rate, first, windows, left, callers)
+    found = _cause(GROWTH, held, said, fixes, needed, (site,))
     return replace(found, rate_bytes_per_step=rate, first_step=first, steps_left=left)
 
 

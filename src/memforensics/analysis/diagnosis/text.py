@@ -76,9 +76,20 @@ def smaller_request(room: int | None, *, site_named: bool) -> str:
 
 
 def growth_evidence(
-    site: str, held: int, rate: int, first: int, windows: int, steps_left: int | None
+    site: str,
+    held: int,
+    rate: int,
+    first: int,
+    windows: int,
+    steps_left: int | None,
+    callers: Sequence[tuple[str, int]] = (),
 ) -> str:
-    """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.63 MiB a step since step 0``."""
+    """``demo_train.py:57 keep_metrics holds 143.00 MiB, growing 5.63 MiB a step since step 0``;
+    a site reached from several ``callers`` (the user's lines that called it, with the bytes
+    each row of the sites table gives it) names them: ``store.py:12 append holds 120.00 MiB
+    (80.00 MiB from train.py:30 train_step, 40.00 MiB from train.py:40 evaluate), ...``."""
+    split = ", ".join(f"{fmt(size)} from {_site(caller)}" for caller, size in callers)
+    from_callers = f" ({split})" if len(callers) > 1 else ""
     where = f"; it rose across {windows} window dumps" if windows else ""
     left = ""
     if steps_left == 0:
@@ -86,7 +97,8 @@ def growth_evidence(
     elif steps_left is not None:
         left = f"; at that rate the headroom lasts about {steps_left:,} more steps"
     return (
-        f"{_site(site)} holds {fmt(held)}, growing {fmt(rate)} a step since step {first}"
+        f"{_site(site)} holds {fmt(held)}{from_callers}, growing {fmt(rate)} a step since "
+        f"step {first}"
         f"{where}{left}"
     )
 

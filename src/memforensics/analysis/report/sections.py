@@ -15,6 +15,7 @@ the replay's refusals instead of a table.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from memforensics._units import format_bytes as fmt
@@ -338,9 +339,20 @@ _SITE_COLUMNS = [("site", "site"), ("bytes", "bytes"), ("blocks", "number"), ("k
 
 def _site_rows(sites: tuple[SiteBytes, ...]) -> list[list[Any]]:
     """A row per kind of each site (its site, bytes, blocks and kind), as the summary's text
-    shows them: a site of several kinds never gives one kind all its bytes."""
+    shows them: a site of several kinds never gives one kind all its bytes. A site reached from
+    several callers, on a row each, names its caller (``SITE ← caller CALLER``), as the
+    summary's text and a growth cause name them."""
+    labels = Counter(site.site for site in sites)
+
+    def named(site: SiteBytes) -> str:
+        if labels[site.site] > 1 and site.caller != site.site:
+            return f"{site.site} ← caller {site.caller}"
+        return site.site
+
     return [
-        [site.site, part.bytes, part.blocks, part.kind] for site in sites for part in site.by_kind()
+        [named(site), part.bytes, part.blocks, part.kind]
+        for site in sites
+        for part in site.by_kind()
     ]
 
 

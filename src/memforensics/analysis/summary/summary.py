@@ -480,6 +480,7 @@ def summarize(
         unwound=filled.unwound if at.name == "oom" else None,
         inference=filled.inference,
         sites=_by_site(sites),
+        callers=_callers(sites),
         pending_bytes=tally.active - tally.allocated,
         pending_sites=sorted(tally.pending.items(), key=lambda item: (-item[1], item[0])),
         headroom_bytes=risk.headroom_bytes if risk is not None else None,
@@ -569,6 +570,15 @@ def _by_site(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, 
     for (site, _caller), (size, _count, _asked) in sites:
         merged[site] = merged.get(site, 0) + size
     return sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _callers(sites: list[tuple[tuple[str, str], list[int]]]) -> list[tuple[str, str, int]]:
+    """``(site, caller, bytes)`` of each site reached from more than one caller: its rows of
+    the sites table, biggest first (``sites`` are in that order)."""
+    callers: dict[str, int] = {}
+    for (site, _caller), _entry in sites:
+        callers[site] = callers.get(site, 0) + 1
+    return [(site, caller, size) for (site, caller), (size, _, _) in sites if callers[site] > 1]
 
 
 def _device_total(moment: OomMoment | None, risk: AtRisk | None, given: int | None) -> int | None:

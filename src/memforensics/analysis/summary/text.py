@@ -9,6 +9,8 @@ missing, each moment's kinds and call tree, live bytes per step. Paragraphs wrap
 
 from __future__ import annotations
 
+from collections import Counter
+
 from memforensics._text import SCREEN_WIDTH, cut, shorten, wrap
 from memforensics._units import format_bytes as fmt
 from memforensics.analysis.diagnosis import Diagnosis, cause_words
@@ -157,7 +159,7 @@ def _body(s: Summary, room: int, width: int, *, fit: bool) -> list[str]:
     shown = _holding_most(rows, count, total, fit_rows) if fit else rows
     left = room - 1 - len(kinds) - tree_min  # lines the rows may take, the tree kept
     split = _split(shown, count, left) if fit else len(rows)
-    sites = _site_rows(shown, count, total, callers=False, width=width, split=split)
+    sites = _site_rows(shown, count, total, callers=False, width=width, split=split, among=rows)
     if not fit:
         room = max(room, 1 + len(sites) + len(kinds) + tree_min)
     body = [f"{_SITE_HEADER} ({where})", *sites] if sites else []
@@ -481,20 +483,25 @@ def _site_rows(
     callers: bool = True,
     width: int = WIDTH,
     split: int | None = None,
+    among: tuple[SiteBytes, ...] | None = None,
 ) -> list[str]:
     """One row per kind of each site, the site's kinds biggest first and together (a site of
-    several kinds never shows its total beside one kind), then its caller; each in ``width``;
+    several kinds never shows its total beside one kind), then its caller (without
+    ``callers``, only under a site that has several rows in ``among``, the table's rows before
+    any are left out (None: ``sites``), reached from several callers: it tells its rows apart
+    and names them as a growth cause does); each in ``width``;
     then how many sites are hidden. Past the first ``split`` sites (None: none), a site takes
     one row, its kind column saying how many kinds its bytes are of (``3 kinds``)."""
     lines: list[str] = []
     room = width - _SITE_COLUMN
+    labels = Counter(t.site for t in (sites if among is None else among))
     for index, t in enumerate(sites):
         parts = [(part.bytes, part.blocks, part.kind) for part in t.by_kind()]
         if split is not None and index >= split and len(parts) > 1:
             parts = [(t.bytes, t.blocks, f"{len(parts)} kinds")]
         for size, blocks, kind in parts:
             lines.append(f"  {fmt(size):>11} {blocks:>7,}  {kind_and_site(kind, t.site, room)}")
-        if callers:
+        if callers or labels[t.site] > 1:
             lines += caller_line(t.site, t.caller, _SITE_COLUMN, kinded=True, width=room)
     hidden = count - len(sites)
     if hidden > 0:

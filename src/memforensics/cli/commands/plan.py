@@ -297,47 +297,76 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
             "--nnodes", str(args.nnodes), "--rank", str(rank), *_target_argv(target),
         ])  # fmt: skip
 
-    answers = _at_once(one, range(world.world_size), args.jobs)
+    answers, terminated = _at_once(one, range(world.world_size), args.jobs)
     rows = []
     for rank, found in enumerate(answers):
+        if found is None:  # SIGTERM came before its plan began
+            continue
         if isinstance(found, str):
             rows.append(RankRow(rank, None, None, None, error=found))
             continue
+        fits, interrupted = _so_far(found)
         rows.append(
             RankRow(
                 rank,
                 found["peak_allocated_bytes"],
                 found["peak_reserved_bytes"],
-                bool(found["fits"]),
+                fits,
                 oom=found["oom_message"] is not None,
                 cause=_cause(found),
                 snapshots=tuple(found.get("snapshots") or ()),
+                interrupted=interrupted,
             )
         )
-    answer = RanksAnswer(world.world_size, tuple(rows), first_out(rows))
+    not_planned = tuple(rank for rank, found in enumerate(answers) if found is None)
+    answer = RanksAnswer(world.world_size, tuple(rows), first_out(rows), terminated, not_planned)
     if args.json:
         from memforensics.analysis.schema import document
 
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
         print(ranks_text(answer))
+    if terminated:
+        return STATUS
     if any(r.fits is None and not r.oom for r in rows):
         return 2  # a rank's script failed, as one rank's plan exits
     return 0 if answer.first_out is None and all(r.fits for r in rows) else 1
 
 
-def _at_once(function: Callable[[Any], Any], items: Iterable[Any], jobs: int) -> list[Any]:
-    """``function`` of each item, ``jobs`` at a time, in order. Interrupted (SIGTERM, Ctrl-C),
-    the items not begun are dropped: those begun end with their plans, which are passed the
-    signal."""
-    from concurrent.futures import ThreadPoolExecutor
+def _at_once(
+    function: Callable[[Any], Any], items: Iterable[Any], jobs: int
+) -> tuple[list[Any], bool]:
+    """``function`` of each item, ``jobs`` at a time, in order, and whether SIGTERM came.
+    Interrupted, the items not begun are dropped (None in their place, after SIGTERM; Ctrl-C
+    raises): those begun end with their plans, which are passed the signal and, after SIGTERM,
+    answer with their figures so far, which are waited for."""
+    from concurrent.futures import ThreadPoolExecutor, wait
 
+    items = list(items)
+    futures: list[Any] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         try:
-            return list(pool.map(function, items))
+            for item in items:
+                futures.append(pool.submit(function, item))
+            return [future.result() for future in futures], False
+        except Terminated:
+            for future in futures:
+                future.cancel()  # those not begun; the plans begun were passed SIGTERM
+            wait(futures)
+            answers = [None if f.cancelled() else f.result() for f in futures]
+            return answers + [None] * (len(items) - len(answers)), True
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
+
+
+def _so_far(found: dict[str, Any]) -> tuple[bool | None, str | None]:
+    """Whether a child plan's run fits as a table row counts it, and where its script was when
+    SIGTERM stopped it (None: it was not): a stopped run that fits so far may not fit by its
+    end, so nothing says it fits; one that does not fit already does not."""
+    stopped = found.get("interrupted") if found.get("exit_status") == STATUS else None
+    fits = bool(found["fits"])
+    return (None if stopped is not None and fits else fits), stopped
 
 
 def _cause(found: dict[str, Any]) -> str | None:
@@ -628,33 +657,45 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         return _planned_apart(args, planned, chosen, folder, "--no-expandable-check", *_argv(flags))
 
     jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
-    answers = _at_once(lambda job: one(*job), jobs, args.jobs)
+    answers, terminated = _at_once(lambda job: one(*job), jobs, args.jobs)
     rows = []
+    not_planned = []
     for i, value in enumerate(vary.values):
         plain, grown = answers[2 * i], answers[2 * i + 1]
+        if plain is None:  # SIGTERM came before its plan began
+            not_planned.append(value)
+            continue
         if isinstance(plain, str):
             rows.append(VaryRow(value, None, None, None, None, plain))
             continue
+        fits, interrupted = _so_far(plain)
+        fits_expandable, interrupted_expandable = (
+            _so_far(grown) if isinstance(grown, dict) else (None, None)
+        )
         rows.append(
             VaryRow(
                 value,
                 plain["peak_allocated_bytes"],
                 plain["peak_reserved_bytes"],
-                bool(plain["fits"]),
-                bool(grown["fits"]) if isinstance(grown, dict) else None,
+                fits,
+                fits_expandable,
                 oom=plain["oom_message"] is not None,
                 oom_expandable=isinstance(grown, dict) and grown["oom_message"] is not None,
+                interrupted=interrupted or interrupted_expandable,
             )
         )
     answer = VaryAnswer(
-        vary.name, tuple(rows), largest(rows, expandable=False), largest(rows, expandable=True)
-    )
+        vary.name, tuple(rows), largest(rows, expandable=False),
+        largest(rows, expandable=True), terminated, tuple(not_planned),
+    )  # fmt: skip
     if args.json:
         from memforensics.analysis.schema import document
 
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
         say(vary_text(answer))
+    if terminated:
+        return STATUS
     return 0 if answer.largest is not None else 1
 
 
