@@ -59,6 +59,7 @@ from memforensics.plan import (
     operands,
     reduced_losses,
     reductions,
+    repeat_interleave,
     rnn_cells,
     samples,
     scratch,
@@ -955,6 +956,7 @@ class StorageMode(EagerDispatchMode):
         ):
             answers[overload] = functools.partial(ctc.backward, self, known, notes)
         answers[_LOGSUMEXP] = functools.partial(logsumexp.forward, self, _LOGSUMEXP)
+        answers[repeat_interleave.OPERATOR] = functools.partial(repeat_interleave.indices, self)
         for loss in reduced_losses.OPERATORS:
             answers[loss] = functools.partial(reduced_losses.reduced, self, loss)
         answers[torch.ops.aten.native_layer_norm.default] = fused_norms.layer_norm
