@@ -7,9 +7,9 @@ norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 row's ``sort``'s positions or pairs and CUB's storage; CUB's storage for a one-row ``cumsum``
 or ``cumprod``; ``nonzero``'s count, input copy and CUB's storage; ``pow(Scalar, Tensor)``'s
 base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device;
-and, through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's.
-Each is taken
-where the CUDA kernel takes it and freed as it returns; the sizes are
+through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's; and,
+through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contiguous copies and
+partial sums. Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
