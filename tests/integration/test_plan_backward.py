@@ -101,10 +101,29 @@ def test_atan2_backward_zeroes_its_reciprocal_in_place(tmp_path: Path) -> None:
     assert full == [FULL] * 6
 
 
-def test_silu_backward_is_one_kernel_as_on_cuda(tmp_path: Path) -> None:
-    """``silu``'s backward makes only its result, as ``silu_backward``'s CUDA kernel does, not
-    the four temporaries of the composite written for other devices."""
-    full, rise = _backward(tmp_path, "F.silu(x).sum()")
+@pytest.mark.parametrize(
+    "activation",
+    [
+        "F.silu(x)",
+        "F.mish(x)",
+        "F.gelu(x)",
+        "F.gelu(x, approximate='tanh')",
+        "F.hardswish(x)",
+        "F.hardsigmoid(x)",
+        "F.softplus(x)",
+        "F.elu(x)",
+        "F.leaky_relu(x)",
+        "F.softmax(x, -1)",
+        "F.log_softmax(x, -1)",
+    ],
+)
+def test_an_activations_backward_is_one_kernel_as_on_cuda(tmp_path: Path, activation: str) -> None:
+    """Each activation's backward makes only its result, as its CUDA kernel does
+    (``native_functions.yaml`` gives each a ``CUDA`` kernel; ``mish_backward``'s makes one
+    ``grad_input`` of the input's size in ``Activation.cpp``), not the temporaries of a
+    composite written for other devices (``silu_backward``'s and ``mish_backward``'s: four
+    input-sized ones)."""
+    full, rise = _backward(tmp_path, f"{activation}.sum()")
     assert full == [FULL]
     assert rise == FULL + 512  # the gradient, and sum's 0-dim ``ones_like`` seed
 

@@ -66,12 +66,15 @@ def _norm(
 def test_rms_norm_keeps_its_output_and_rstd_as_the_fused_kernel_does(tmp_path: Path) -> None:
     """A bfloat16 ``F.rms_norm`` makes its output and ``rstd`` and nothing else (the composite
     kept two float32 copies of the input more, four times its bytes, and peaked higher); its
-    backward makes the input's gradient and the weight's."""
+    backward makes the input's gradient and the weight's, and runs its kernel on a contiguous
+    copy of the gradient (``dY.contiguous()`` in ``RMSNormBackwardKernelImpl``), which the
+    ``sum``'s gradient, expanded from one value, is not."""
     found = _norm(tmp_path)
     assert found["node"] == "FusedRmsNormBackward0"
     assert found["kept"] == found["forward_peak"] == HALF + RSTD
-    # the input's gradient, the weight's (512 B, a block), and sum's 0-dim seed (512 B)
-    assert found["backward_rise"] == HALF + 512 + 512
+    # the input's gradient, the weight's (512 B, a block), the gradient's copy, and sum's
+    # 0-dim seed (512 B)
+    assert found["backward_rise"] == HALF + 512 + HALF + 512
 
 
 def test_an_rms_norm_module_runs_the_fused_kernel(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ from memforensics.plan import (
     native_library,
     nms,
     operands,
+    own_kernels,
     reduced_losses,
     reductions,
     repeat_interleave,
@@ -127,13 +128,6 @@ _SCRATCH_ROLES: dict[Any, int] = {
 in one lookup (an ``OpOverload`` hashes in Python, so testing each table in turn costs every
 operator); a later table's entry wins, as the tests rank them (a product before cuBLASLt's own,
 a reduction before a kernel's scratch); an operator absent takes nothing."""
-_OWN_KERNEL = frozenset((torch.ops.aten.silu_backward.default, *fused_norms.OWN_KERNELS))
-"""Operators with a composite that CUDA never runs: ``native_functions.yaml`` gives
-``silu_backward`` ``CPU, CUDA`` kernels beside ``CompositeImplicitAutograd``
-(``math_silu_backward``, for other devices), so on CUDA it makes its result alone, where the
-composite makes four more input-sized temporaries; ``_fused_rms_norm`` a ``CUDA`` one
-(:mod:`~memforensics.plan.fused_norms`). They reach this mode whole (a ``Meta`` kernel stops
-the composite above it), so running them here is CUDA's count."""
 _INDEX = torch.ops.aten.index.Tensor
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 _TENSORS_OWN_KEYS = (
@@ -1238,7 +1232,7 @@ class StorageMode(EagerDispatchMode):
                 composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _COMPOSITE)
             except RuntimeError:  # TorchScript's own operators (prim::device) have no kernels
                 composite = False
-            found = self._composite[func] = composite and func not in _OWN_KERNEL
+            found = self._composite[func] = composite and func not in own_kernels.OWN_KERNELS
         return found
 
     def _track_outputs(self, out: Any, step: object, reused: Any) -> None:

@@ -11,8 +11,9 @@ autograd on ``meta`` runs that composite: a bfloat16 input is upcast, squared, m
 backward, four times the input's bytes more than CUDA keeps (every ``nn.RMSNorm`` and
 ``F.rms_norm`` of a Llama-style model, twice a layer).
 
-So for the run ``_fused_rms_norm`` gets a ``Meta`` kernel that makes what CUDA's makes, in its
-order; with a kernel of its own on ``meta``, the dispatcher sends autograd on a stand-in to
+So for the run ``_fused_rms_norm`` gets a ``Meta`` kernel
+(:mod:`~memforensics.plan.own_kernels`) that makes what CUDA's makes, in its order; with a
+kernel of its own on ``meta``, the dispatcher sends autograd on a stand-in to
 ``_fused_rms_norm``'s own derivative, as it does on CUDA, and the backward runs
 ``_fused_rms_norm_backward``, whose ``meta`` kernel makes the two gradients. Only a torch whose
 ``rms_norm`` reaches the fused kernel on CUDA (one with ``_fused_rms_norm_backward``) gets it.
@@ -25,8 +26,7 @@ float16 for a float16 ``g``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -101,24 +101,6 @@ def available() -> bool:
     return hasattr(torch.ops.aten, _OPERATOR) and hasattr(torch.ops.aten, _BACKWARD)
 
 
-OWN_KERNELS = (getattr(torch.ops.aten, _OPERATOR).default,) if available() else ()
-"""The fused operators, whole where they reach the plan's storage mode: their composite is not
-what CUDA runs."""
-
-
-@contextmanager
-def fused_on_meta() -> Iterator[None]:
-    """``_fused_rms_norm`` with CUDA's kernel on ``meta`` inside; the CPU build's composite
-    again after."""
-    if not available():
-        yield
-        return
-    library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
-    try:
-        # ``Library.impl`` refuses a ``Meta`` kernel beside a composite, which is the point
-        # here: the dispatcher's own registration (``Library.m``) takes it.
-        dispatcher: Any = library.m
-        dispatcher.impl(_OPERATOR, "Meta", _fused_rms_norm, False)
-        yield
-    finally:
-        library._destroy()  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
+ON_META: dict[str, Callable[..., Any]] = {_OPERATOR: _fused_rms_norm} if available() else {}
+"""The fused operator, by name, with the ``Meta`` kernel that makes CUDA's outputs, where the
+installed torch has it (:func:`~memforensics.plan.own_kernels.on_meta` registers it)."""

@@ -7,9 +7,9 @@ norms (``clip_grad_norm_``'s); the index vectors and CUB's temporary storage of
 row's ``sort``'s positions or pairs and CUB's storage; CUB's storage for a one-row ``cumsum``
 or ``cumprod``; ``nonzero``'s count, input copy and CUB's storage; ``pow(Scalar, Tensor)``'s
 base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device;
-and, through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's.
-Each is taken
-where the CUDA kernel takes it and freed as it returns; the sizes are
+through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's; and,
+through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contiguous copies and
+partial sums. Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
@@ -26,6 +26,7 @@ from memforensics.plan import (
     cub_storage,
     embedding_backward,
     inplace,
+    norm_scratch,
     reductions,
     scratch,
 )
@@ -107,6 +108,7 @@ KERNELS = frozenset(
         CUDNN_BACKWARD,
         POW_SCALAR,
         NONZERO,
+        *norm_scratch.BACKWARDS,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -351,7 +353,15 @@ def _sort_scratch(
 
 
 _BEFORE = frozenset(
-    (*EMBEDDING_BACKWARDS, *MASKED, NONZERO, FOREACH_NORM, FLASH_BACKWARD, EFFICIENT_BACKWARD)
+    (
+        *EMBEDDING_BACKWARDS,
+        *MASKED,
+        *norm_scratch.OPERATORS,
+        NONZERO,
+        FOREACH_NORM,
+        FLASH_BACKWARD,
+        EFFICIENT_BACKWARD,
+    )
 )
 """The operators that take anything before their outputs (:meth:`KernelScratch.before`): one
 lookup for every other operator, which each test in turn would hash again."""
@@ -393,6 +403,8 @@ class KernelScratch:
             return self.embedding.before(func, args, kwargs)
         if func is NONZERO:
             return self._nonzero_count(args)
+        if func in norm_scratch.OPERATORS:
+            return [self._malloc(n) for n in norm_scratch.before(func, args)]
         if func in MASKED and self._masks is not None:
             if func in INDEX_PUTS and sorts(args, kwargs):
                 return []  # ``makeLinearIndex`` runs them, after the output (:meth:`index_put`)
@@ -428,6 +440,8 @@ class KernelScratch:
             self._pow_base(args)
         elif func is NONZERO:
             self._nonzero_select(args)
+        elif func in norm_scratch.BACKWARDS:
+            norm_scratch.after(func, args, self._capability, self._malloc, self._free)
 
     def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:
         """``nonzero_cuda_out_impl``'s (``aten/src/ATen/native/cuda/Nonzero.cu``) blocks before
