@@ -70,7 +70,7 @@ def _tensor(args: tuple[Any, ...], position: int | None) -> torch.Tensor | None:
 
 
 def _bytes(tensor: torch.Tensor) -> int:
-    return int(tensor.numel()) * tensor.element_size()
+    return int(tensor.numel()) * int(tensor.element_size())
 
 
 def before(func: Any, args: tuple[Any, ...]) -> list[int]:
