@@ -342,6 +342,7 @@ class Known:
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
         self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
         self._sized: set[int] = set()  # made-up values from partitions alone: they size
+        self._hosted: set[int] = set()  # values the host's data alone decide (:meth:`_limit`)
         self._periodic: dict[int, tuple[periodic.Repeat, int]] = {}  # large: (repeat, nbytes)
         self._pieces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # small: (done, values)
         self._writes: dict[Any, tuple[int, ...]] = {}
@@ -479,7 +480,7 @@ class Known:
         ):
             pass
         elif not self._from_host(func, args, outs) and not all(
-            t.untyped_storage().nbytes() <= LIMIT for t in outs
+            t.untyped_storage().nbytes() <= self._limit(func, args, kwargs) for t in outs
         ):
             self._large(func, args, kwargs, out, outs)
         elif func in _UNKNOWN_FILL or not (
@@ -507,6 +508,24 @@ class Known:
         source = _FROM_HOST.get(func)
         if source is not None and len(args) > source and not args[source].is_meta:
             self.extremes.copied(args[source], out if source == 0 else args[0])
+
+    def _limit(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """Largest storage, in bytes, whose values ``func`` computes are kept:
+        :data:`HOST_FLOAT_LIMIT` where every stand-in it reads holds values the host's data
+        alone decide (:meth:`_hosted_inputs`: the pairwise distances of a batch's positions),
+        else :data:`LIMIT`."""
+        if not self._hosted or torch.Tag.nondeterministic_seeded in func.tags:
+            return LIMIT
+        return HOST_FLOAT_LIMIT if self._hosted_inputs(_inputs(args, kwargs)) else LIMIT
+
+    def _hosted_inputs(self, inputs: list[torch.Tensor]) -> bool:
+        """Whether ``inputs`` (stand-ins an operator reads) are some, each holding values
+        decided by data copied from the host alone: a copy of a host tensor that requires no
+        gradient (a batch, not a model's weights), or what operators computed from such copies
+        alone, none made up. A model's output stays unknown past :data:`LIMIT` (its weights
+        decide it), and so does a random draw on the device (the plan's own values, not the
+        GPU's): a loop bounded by a loss computed from either still ends on a made-up one."""
+        return bool(inputs) and all(t.untyped_storage()._cdata in self._hosted for t in inputs)
 
     def _from_host(self, func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
         """Whether ``func`` copies a host tensor (a batch, its indices, a data set's
@@ -1118,19 +1137,42 @@ class Known:
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
                 sized = made_up and self._all_sized(args, kwargs, ignored)
+                source = _FROM_HOST.get(func)
+                copied = source is not None and not args[source].is_meta
+                hosted = self._hosted_values(func, args, kwargs, ignored, copied) and not made_up
                 given = {id(v) for v in (*cpu_args, *cpu_kwargs.values())}
                 for made, result in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
                         computed = _emptied(result, made)
                         fresh = id(computed) not in given
                         self._keep(made, computed, made_up, guessed, sized, fresh=fresh)
-                source = _FROM_HOST.get(func)
-                if source is not None and not args[source].is_meta and results:
+                        if hosted:
+                            self._hosted.add(made.untyped_storage()._cdata)
+                if copied and results:
                     made = outs[0]
                     self.targets.given(results[0], None, made.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True
+
+    def _hosted_values(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ignored: torch.Tensor | None,
+        copied: bool,
+    ) -> bool:
+        """Whether what ``func`` computes holds values the host's data alone decide
+        (:meth:`_hosted_inputs`): a copy of a host tensor that requires no gradient, or any
+        operator but a random draw on such values alone."""
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            return False
+        if copied:
+            return not args[_FROM_HOST[func]].requires_grad
+        if not self._hosted:
+            return False
+        return self._hosted_inputs([t for t in _inputs(args, kwargs) if t is not ignored])
 
     def _drawn(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A random operator run on the plan's own CPU generator: the script's CPU draws are
@@ -1236,6 +1278,8 @@ class Known:
             self._periodic.pop(key, None)
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
+        if self._hosted:
+            self._hosted.discard(key)
         kept = self._values.get(key)
         if kept is None and fresh and (own := _own_copy(computed, made, storage.nbytes())):
             self._values[key] = own
@@ -1258,6 +1302,7 @@ class Known:
         self._periodic.pop(key, None)
         self._made_up.pop(key, None)
         self._sized.discard(key)
+        self._hosted.discard(key)
 
     def written(self, tensors: list[torch.Tensor]) -> None:
         """``tensors`` were written by code the plan does not run (a Triton kernel): what was
@@ -1272,6 +1317,7 @@ class Known:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)
             self._sized.discard(key)
+            self._hosted.discard(key)
             self._values.pop(key, None)
             self._filled.pop(key, None)
             self._periodic.pop(key, None)
