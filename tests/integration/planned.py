@@ -41,6 +41,17 @@ def printed_facts(folder: Path, *options: str, args: tuple[str, ...] = ()) -> di
     return found
 
 
+def printed_on_cpu(path: Path) -> dict[str, object]:
+    """Run the script at ``path`` with plain Python (no plan: the CPU where no GPU is); the
+    JSON line it printed first."""
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=path.parent, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
+    return found
+
+
 def summary_kinds(path: Path, at: str = "snapshot") -> dict[str, int]:
     """``memforensics summary --json PATH``'s requested bytes per kind, at the snapshot or (``at
     ="peak"``) at the peak."""

@@ -8,13 +8,10 @@ repeated. The batch's labels, taken apart by ``torch.unique(labels, dim=0)``, st
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from planned import printed_facts, script
+from planned import printed_facts, printed_on_cpu, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -54,11 +51,7 @@ def test_a_broadcast_product_of_known_masks_selects_what_a_gpu_does(tmp_path: Pa
     from them are the CPU's."""
     path = script(tmp_path, TRIPLETS)
     planned = printed_facts(tmp_path, "--device-capability", "9.0")
-    done = subprocess.run(
-        [sys.executable, str(path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    on_cpu = json.loads(done.stdout.splitlines()[0])
+    on_cpu = printed_on_cpu(path)
     counts = [(7 * i) % 10 for i in range(96)]
     analytic = sum(c * (c - 1) * (96 - c) for c in (counts.count(k) for k in range(10)))
     assert on_cpu["triplets"] == analytic

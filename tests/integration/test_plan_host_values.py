@@ -133,3 +133,33 @@ def test_host_floats_are_kept_up_to_a_data_set_s_size_not_a_weight_s(tmp_path) -
     found = json.loads(done.stdout.splitlines()[0])
     assert found["observations"] == 50_000.0
     assert found["weight"] != 300_000.0
+
+
+RADIUS_GRAPH = """
+import json
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+g = torch.Generator().manual_seed(1)
+pos = (torch.randn(384, 3, generator=g) * 1.5).to(device)  # a batch's points from the host
+r = torch.cdist(pos, pos)  # 589,824 B of distances, over 64 KiB
+edges = ((r < 2.0) & (r > 0)).nonzero().T  # e3nn's radius graph
+layer = torch.nn.Linear(3, 400).to(device)  # a model's weights: its output is no data's
+hidden = layer(pos)  # 614,400 B
+print(json.dumps({"edges": edges.shape[1], "active": torch.where(hidden > 0)[0].numel()}))
+"""
+
+
+def test_values_computed_from_host_data_alone_are_kept_past_64_kib(tmp_path) -> None:
+    """The distances between 384 points sent from the host (589,824 B) are known, so a
+    radius graph of them has the CPU's edges, where every pair was one; a layer's output of
+    the same points (614,400 B, its weights a model's) stays unknown, and a test of it
+    selects every entry, an upper bound."""
+    expected = _on_cpu(RADIUS_GRAPH)
+    assert expected["edges"] < 384 * 383
+    script(tmp_path, RADIUS_GRAPH)
+    done = plan(tmp_path, "--device-capability", "9.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[0])
+    assert found["edges"] == expected["edges"]
+    assert found["active"] == 384 * 400

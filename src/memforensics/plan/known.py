@@ -42,8 +42,12 @@ flags the device computes from known ones (an ``arange`` over a batch's nodes, a
 each node's place). Other values copied from the host are kept up to :data:`HOST_FLOAT_LIMIT`
 bytes: a data set's observations or a solver's initial state, which loops step by; a model's
 weights, larger, stay unknown, since a loader that streams them to the device holds each on
-the host only while it copies it. A small storage written in parts with known values is
-known once every element is written.
+the host only while it copies it. What the device computes from such copies alone (not from a
+model's weights, which require a gradient, nor from a random draw) is kept up to the same
+bound: the distances between a batch's points. A small storage written in parts with known
+values is known once every element is written; one known in part is followed through a sort
+and the tests of its result where the extremes written into it decide them
+(:mod:`~memforensics.plan.partly`).
 A large storage is known only where it holds one value everywhere, or repeats a short pattern
 (:mod:`~memforensics.plan.periodic`: a one-hot of unknown indices, and what elementwise operators
 and casts make of it). Of a large integer storage copied from the host, only its extremes are
@@ -72,7 +76,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from memforensics.plan import assumed, periodic, unread
+from memforensics.plan import assumed, partly, periodic, unread
 from memforensics.plan.extremes import Extremes, integral
 from memforensics.plan.nonzero import AND, OR, NonzeroBounds
 from memforensics.plan.released import when_released
@@ -164,6 +168,19 @@ _MASKED_WRITES = frozenset(
 )
 """Writes into their first input at the positions their indices or mask (second input) select,
 of values that only fill those positions (``x[mask] = v``, ``masked_fill``, ``masked_scatter``)."""
+
+
+_PLACED = frozenset(
+    (
+        torch.ops.aten.index_put_.default,
+        torch.ops.aten._index_put_impl_.default,
+        torch.ops.aten.masked_fill_.Scalar,
+        torch.ops.aten.masked_fill_.Tensor,
+    )
+)
+"""Writes of a value into their first input at the positions their indices or mask (second
+input) select, its other elements untouched: where the positions are known, so is what they
+write, whatever the rest holds (the value is their third input)."""
 
 
 class _OnHost:
@@ -342,13 +359,14 @@ class Known:
         self._filled: dict[int, tuple[Any, int]] = {}  # large, one value: (value, nbytes)
         self._made_up: dict[int, bool] = {}  # kept values from a made-up one: from a guess?
         self._sized: set[int] = set()  # made-up values from partitions alone: they size
+        self._hosted: set[int] = set()  # values the host's data alone decide (:meth:`_limit`)
         self._periodic: dict[int, tuple[periodic.Repeat, int]] = {}  # large: (repeat, nbytes)
         self._pieces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # small: (done, values)
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
         self._rng.manual_seed(0)
         self._sparse_seen = False  # no operator has read or made a sparse tensor yet
-        self.bounds = NonzeroBounds(self._nonzero, self.decided)
+        self.bounds = NonzeroBounds(self._nonzero, self.decided, self.in_part)
         """At most how many elements of unknown values are non-zero, where that is bounded."""
         self.extremes = Extremes()
         """Extremes of large integer storages copied from the host."""
@@ -479,11 +497,12 @@ class Known:
         ):
             pass
         elif not self._from_host(func, args, outs) and not all(
-            t.untyped_storage().nbytes() <= LIMIT for t in outs
+            t.untyped_storage().nbytes() <= self._limit(func, args, kwargs) for t in outs
         ):
             self._large(func, args, kwargs, out, outs)
         elif func in _UNKNOWN_FILL or not (
-            self._decided(func, args, kwargs, out, matches)
+            (bool(self._pieces) and self._partly(func, args, kwargs, out))
+            or self._decided(func, args, kwargs, out, matches)
             or (guess is not None and self._guessed(func, args, kwargs, out, made, guess))
             or self._pieced(func, args, kwargs, outs)
         ):
@@ -495,10 +514,13 @@ class Known:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
     ) -> None:
         """Account for an operator that set a large stand-in: kept where it repeats a pattern,
-        or where it holds integers computed from known ones (:meth:`_indices`), else forgotten;
+        or where it holds integers computed from known ones (:meth:`_indices`), a small one
+        beside it known in part where a sort's values are (:meth:`_partly`), else forgotten;
         a copy of host integers keeps its extremes."""
-        computed = self._repeated(func, args, kwargs, out, outs) or (
-            self._indices(func, args, kwargs, outs) and self._decided(func, args, kwargs, out)
+        computed = (
+            self._repeated(func, args, kwargs, out, outs)
+            or (self._indices(func, args, kwargs, outs) and self._decided(func, args, kwargs, out))
+            or (bool(self._pieces) and self._partly(func, args, kwargs, out))
         )
         if computed:
             pass
@@ -507,6 +529,24 @@ class Known:
         source = _FROM_HOST.get(func)
         if source is not None and len(args) > source and not args[source].is_meta:
             self.extremes.copied(args[source], out if source == 0 else args[0])
+
+    def _limit(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """Largest storage, in bytes, whose values ``func`` computes are kept:
+        :data:`HOST_FLOAT_LIMIT` where every stand-in it reads holds values the host's data
+        alone decide (:meth:`_hosted_inputs`: the pairwise distances of a batch's positions),
+        else :data:`LIMIT`."""
+        if not self._hosted or torch.Tag.nondeterministic_seeded in func.tags:
+            return LIMIT
+        return HOST_FLOAT_LIMIT if self._hosted_inputs(_inputs(args, kwargs)) else LIMIT
+
+    def _hosted_inputs(self, inputs: list[torch.Tensor]) -> bool:
+        """Whether ``inputs`` (stand-ins an operator reads) are some, each holding values
+        decided by data copied from the host alone: a copy of a host tensor that requires no
+        gradient (a batch, not a model's weights), or what operators computed from such copies
+        alone, none made up. A model's output stays unknown past :data:`LIMIT` (its weights
+        decide it), and so does a random draw on the device (the plan's own values, not the
+        GPU's): a loop bounded by a loss computed from either still ends on a made-up one."""
+        return bool(inputs) and all(t.untyped_storage()._cdata in self._hosted for t in inputs)
 
     def _from_host(self, func: Any, args: tuple[Any, ...], outs: list[torch.Tensor]) -> bool:
         """Whether ``func`` copies a host tensor (a batch, its indices, a data set's
@@ -566,7 +606,10 @@ class Known:
         once every element is written, the storage is known. PyTorch Geometric's ``cumsum``
         so makes its offsets (``out = x.new_empty(n + 1)``, ``out[:1].zero_()``, then
         ``torch.cumsum(x, 0, out=out[1:])``)."""
-        written = kwargs.get("out") if func not in unread.UNREAD else args[0] if args else None
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        placed = func in _PLACED and not accumulate
+        chosen = func in unread.UNREAD or placed
+        written = kwargs.get("out") if not chosen else args[0] if args else None
         if not isinstance(written, torch.Tensor) or not written.is_meta:
             return False
         storage = written.untyped_storage()
@@ -579,25 +622,42 @@ class Known:
         if any(self.value(t) is None or self.made_up(t) for t in others):
             return False
         buffer = torch.zeros(written.shape, dtype=written.dtype, device=_CPU)
-        cpu = [self.value(a) if isinstance(a, torch.Tensor) and a.is_meta else _option(a)
-               for a in args]  # fmt: skip
+        cpu = [self._on_cpu(a) for a in args]
         options = {k: _option(v) for k, v in kwargs.items()}
         if "out" in options:
             options["out"] = buffer
         else:
             cpu[0] = buffer
+        positions = torch.zeros(written.shape, dtype=torch.bool, device=_CPU) if placed else None
         try:
             with _OnHost():
                 func(*cpu, **options)
+                if positions is not None:
+                    marked: Any = torch.ones((), dtype=torch.bool, device=_CPU)
+                    if func is torch.ops.aten.masked_fill_.Scalar:
+                        marked = True
+                    func(positions, cpu[1], marked, *cpu[3:], **options)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
-        self._piece(written, buffer)
+        self._piece(written, buffer, positions)
         return True
 
-    def _piece(self, written: torch.Tensor, computed: torch.Tensor) -> None:
+    def _on_cpu(self, value: Any) -> Any:
+        """An operator's argument as the CPU runs it: a stand-in as its copy, in lists too
+        (an ``index_put_``'s indices)."""
+        if isinstance(value, torch.Tensor):
+            return self.value(value) if value.is_meta else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._on_cpu(v) for v in value)
+        return _option(value)
+
+    def _piece(
+        self, written: torch.Tensor, computed: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> None:
         """``computed``, known values, written into part of ``written``'s small storage, whose
-        other elements are unknown: kept beside the parts written so far, which read as known
-        (:meth:`_written_piece`); once every element is written, the storage is known."""
+        other elements are unknown, at ``positions`` of ``written`` (every one where None):
+        kept beside the parts written so far, which read as known (:meth:`_written_piece`);
+        once every element is written, the storage is known."""
         storage = written.untyped_storage()
         key = storage._cdata
         piece = self._pieces.pop(key, None)
@@ -610,26 +670,84 @@ class Known:
                      torch.zeros(count, dtype=written.dtype, device=_CPU))  # fmt: skip
         done, values = piece
         geometry = (written.size(), written.stride(), written.storage_offset())
-        values.as_strided(*geometry).copy_(computed)
-        done.as_strided(*geometry).fill_(True)
+        if positions is None:
+            values.as_strided(*geometry).copy_(computed)
+            done.as_strided(*geometry).fill_(True)
+        else:
+            view, marked = values.as_strided(*geometry), done.as_strided(*geometry)
+            view.copy_(torch.where(positions, computed, view))
+            marked.copy_(marked | positions)
+        if not bool(done.any()):
+            return
         if not bool(done.all()):
             self._pieces[key] = piece
             return
         self._keep(written, values.as_strided(*geometry))
         self._view(self._values[key], values).copy_(values)
 
+    def _partly(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+        """Whether ``func``, reading a storage known in part (:meth:`_piece`), made a new small
+        stand-in known in part (:mod:`~memforensics.plan.partly`): the sorted values of a
+        similarity matrix with its dtype's largest value written over its negative pairs, and
+        the tests of them that a sorted largest value decides."""
+        made = out[0] if func in partly.SORTS and isinstance(out, (list, tuple)) else out
+        if not isinstance(made, torch.Tensor) or not made.is_meta:
+            return False
+        inputs = _inputs(args, kwargs)
+        keys = {t.untyped_storage()._cdata for t in inputs}
+        if keys.isdisjoint(self._pieces) or made.untyped_storage()._cdata in keys:
+            return False
+        if made.untyped_storage().nbytes() > LIMIT or made.is_complex():
+            return False
+        try:
+            with _OnHost():
+                if func in partly.SORTS:
+                    found = partly.sorted_part(func, args, kwargs, self._part(args[0]))
+                elif _POINTWISE in func.tags:
+                    parts = {id(t): self._part(t) for t in inputs}
+                    found = partly.elementwise_part(func, args, kwargs, parts)
+                else:
+                    return False
+        except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
+            return False
+        if found is None or found[1].shape != made.shape or not bool(found[0].any()):
+            return False
+        self._forget([t for t in _tensors(out) if t.is_meta])
+        self._piece(made, found[1].to(made.dtype), found[0])
+        return True
+
+    def _part(self, tensor: torch.Tensor) -> partly.Part:
+        """Where ``tensor``'s values are decided, and those values: all of them where known
+        and not made up, those written so far of a storage known in part, else none."""
+        found = self.decided(tensor)
+        if found is not None:
+            return torch.ones(tensor.shape, dtype=torch.bool, device=_CPU), found
+        part = self.in_part(tensor)
+        if part is not None:
+            return part
+        none = torch.zeros(tensor.shape, dtype=torch.bool, device=_CPU)
+        return none, torch.zeros(tensor.shape, dtype=tensor.dtype, device=_CPU)
+
+    def in_part(self, tensor: torch.Tensor) -> partly.Part | None:
+        """Where ``tensor``'s values are known and those values, where its storage is known in
+        part (:meth:`_piece`); None where it is not."""
+        if not self._pieces or not tensor.is_meta:
+            return None
+        piece = self._pieces.get(tensor.untyped_storage()._cdata)
+        if piece is None or piece[1].dtype != tensor.dtype:
+            return None
+        geometry = (tensor.size(), tensor.stride(), tensor.storage_offset())
+        return piece[0].as_strided(*geometry), piece[1].as_strided(*geometry)
+
     def _written_piece(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """``tensor``'s values where it reads only elements of a partly written storage that
         known values were written into (:meth:`_piece`), else None: torchdiffeq's Runge-Kutta
         step writes each stage's slope into a column of an ``empty`` scratch tensor and sums
         the columns written so far for the next stage's state."""
-        piece = self._pieces.get(tensor.untyped_storage()._cdata)
-        if piece is None or piece[1].dtype != tensor.dtype:
+        part = self.in_part(tensor)
+        if part is None or not bool(part[0].all()):
             return None
-        geometry = (tensor.size(), tensor.stride(), tensor.storage_offset())
-        if not bool(piece[0].as_strided(*geometry).all()):
-            return None
-        return piece[1].as_strided(*geometry)
+        return part[1]
 
     def _copied_out(self, tensor: torch.Tensor, one: Any) -> None:
         """``tensor``'s storage, kept as its one value ``one``, is kept as a copy from now on."""
@@ -1118,19 +1236,42 @@ class Known:
                 made_up = any(mark is not None for mark in marks)
                 guessed = any(marks)
                 sized = made_up and self._all_sized(args, kwargs, ignored)
+                source = _FROM_HOST.get(func)
+                copied = source is not None and not args[source].is_meta
+                hosted = self._hosted_values(func, args, kwargs, ignored, copied) and not made_up
                 given = {id(v) for v in (*cpu_args, *cpu_kwargs.values())}
                 for made, result in zip(outs, results, strict=True):
                     if isinstance(made, torch.Tensor) and made.is_meta:
                         computed = _emptied(result, made)
                         fresh = id(computed) not in given
                         self._keep(made, computed, made_up, guessed, sized, fresh=fresh)
-                source = _FROM_HOST.get(func)
-                if source is not None and not args[source].is_meta and results:
+                        if hosted:
+                            self._hosted.add(made.untyped_storage()._cdata)
+                if copied and results:
                     made = outs[0]
                     self.targets.given(results[0], None, made.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001  # an operator the CPU cannot run so: values unknown
             return False
         return True
+
+    def _hosted_values(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ignored: torch.Tensor | None,
+        copied: bool,
+    ) -> bool:
+        """Whether what ``func`` computes holds values the host's data alone decide
+        (:meth:`_hosted_inputs`): a copy of a host tensor that requires no gradient, or any
+        operator but a random draw on such values alone."""
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            return False
+        if copied:
+            return not args[_FROM_HOST[func]].requires_grad
+        if not self._hosted:
+            return False
+        return self._hosted_inputs([t for t in _inputs(args, kwargs) if t is not ignored])
 
     def _drawn(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A random operator run on the plan's own CPU generator: the script's CPU draws are
@@ -1236,6 +1377,8 @@ class Known:
             self._periodic.pop(key, None)
         self.bounds.forget([made])
         self._mark(key, made_up, guessed, sized)
+        if self._hosted:
+            self._hosted.discard(key)
         kept = self._values.get(key)
         if kept is None and fresh and (own := _own_copy(computed, made, storage.nbytes())):
             self._values[key] = own
@@ -1258,6 +1401,7 @@ class Known:
         self._periodic.pop(key, None)
         self._made_up.pop(key, None)
         self._sized.discard(key)
+        self._hosted.discard(key)
 
     def written(self, tensors: list[torch.Tensor]) -> None:
         """``tensors`` were written by code the plan does not run (a Triton kernel): what was
@@ -1272,6 +1416,7 @@ class Known:
             key = tensor.untyped_storage()._cdata
             self._made_up.pop(key, None)
             self._sized.discard(key)
+            self._hosted.discard(key)
             self._values.pop(key, None)
             self._filled.pop(key, None)
             self._periodic.pop(key, None)

@@ -18,6 +18,13 @@ bound is carried by storage, beside the known values (:mod:`~memforensics.plan.k
   ``matches.unsqueeze(2) * diffs.unsqueeze(1)``: anchor, positive and negative of one batch's
   labels, the batch's size cubed).
 
+A mask known in part (:mod:`~memforensics.plan.partly`: a test of sorted rows whose written
+extremes decide it) can be non-zero only at its known non-zero elements and its unknown ones,
+and its ``nonzero`` holds each index along a dimension at most as often as that slice can: a
+broadcast ``==`` of two columns of such positions (a metric-learning loss pairing hard positive
+and hard negative pairs by anchor, ``torch.where(a1.unsqueeze(1) == a2)``) holds at most, for
+each index, the product of the two sides' counts.
+
 ``nonzero`` (``torch.where(mask)``), ``masked_select`` and indexing by the mask then make at
 most that many elements (never more than the mask holds), where a mask of unknown values makes
 as many as it holds. Each is an upper bound still: a GPU's count is the same where the sampled
@@ -105,6 +112,18 @@ _ALL = _ZEROS | _PUT | _FILL | _SCATTER | _COPIES | OR | _PRODUCTS
 """Every operator that can make a bound by count."""
 _ANY = _ALL | picks.ALL
 """Every operator that can make a bound, by count or by what it picks."""
+_NONZERO = torch.ops.aten.nonzero.default
+_EQ = torch.ops.aten.eq.Tensor
+"""A test of positions against positions (``a1.unsqueeze(1) == a2``): a broadcast ``==``."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What ``nonzero`` of a mask known in part leaves known of its positions: for each of
+    the mask's dimensions, at most how many positions hold each index along it (a row's
+    elements that can be non-zero)."""
+
+    most: tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,7 @@ class Bounded:
 
     counted: tuple[torch.Tensor, int] | None
     picked: tuple[torch.Tensor, Fact] | None
+    columns: tuple[torch.Tensor, Columns] | None = None
 
 
 def _whole(tensor: torch.Tensor) -> bool:
@@ -139,6 +159,25 @@ def _positions(target: torch.Tensor, indices: Any) -> int | None:
     rest = math.prod(target.shape[len(shapes) :])
     indexed = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call, unused-ignore]  # torch's own
     return int(indexed.numel()) * int(rest)
+
+
+def _possible(part: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Where a tensor known in part (``done``, ``values``) can be non-zero: its known non-zero
+    elements and its unknown ones."""
+    done, values = part
+    return (values != 0) | ~done
+
+
+def _column(tensor: torch.Tensor, width: int) -> int | None:
+    """Which column of a ``(count, width)`` storage of positions ``tensor`` reads, each
+    element of it once (``torch.where(mask)[0]``, unsqueezed or not); None where it reads
+    another way."""
+    if not _whole(tensor):
+        return None
+    if any(stride % width != 0 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+           if size > 1):  # fmt: skip
+        return None
+    return int(tensor.storage_offset()) % width
 
 
 def both_nonzero(first: torch.Tensor, second: torch.Tensor, shape: tuple[int, ...]) -> int:
@@ -167,10 +206,13 @@ class NonzeroBounds:
         self,
         count: Callable[[torch.Tensor], int | None],
         decided: Callable[[torch.Tensor], torch.Tensor | None],
+        partly: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None] | None = None,
     ) -> None:
         self._count = count
         self._decided = decided
+        self._partly = partly
         self._bounds: dict[int, int] = {}
+        self._columns: dict[int, Columns] = {}
         self.picks = Picks(self._of, decided)
         """What positions taken from tests of unknown values pick."""
 
@@ -188,6 +230,10 @@ class NonzeroBounds:
             picked = self.picks.at_most(tensor)
             if picked is not None:
                 found.append(picked)
+        if self._partly is not None:
+            part = self._partly(tensor)
+            if part is not None:
+                found.append(int(_possible(part).sum()))
         return min(found) if found else None
 
     def distinct(self, tensor: torch.Tensor) -> int | None:
@@ -197,25 +243,27 @@ class NonzeroBounds:
 
     def __bool__(self) -> bool:
         """Whether any storage has a bound."""
-        return bool(self._bounds) or bool(self.picks)
+        return bool(self._bounds) or bool(self.picks) or bool(self._columns)
 
     def forget(self, tensors: list[torch.Tensor]) -> None:
         """``tensors``' values changed in a way no bound follows."""
-        if self._bounds:
+        if self._bounds or self._columns:
             for tensor in tensors:
                 self._bounds.pop(tensor.untyped_storage()._cdata, None)
+                self._columns.pop(tensor.untyped_storage()._cdata, None)
         self.picks.forget(tensors)
 
     def bound(self, func: Any, args: tuple[Any, ...], out: Any) -> Bounded | None:
         """The bound ``func`` leaves on what it made or wrote, from its inputs as they are
         before it is accounted for; None where it leaves none."""
-        if func not in _ANY:
+        if func not in _ANY and func is not _EQ:
             return None
-        counted = self._counted(func, args, out) if func in _ALL else None
+        counted = self._counted(func, args, out) if func in _ALL or func is _EQ else None
         picked = self.picks.pick(func, args, out)
-        if counted is None and picked is None:
+        columns = self._nonzero_columns(args, out) if func is _NONZERO else None
+        if counted is None and picked is None and columns is None:
             return None
-        return Bounded(counted, picked)
+        return Bounded(counted, picked, columns)
 
     def _counted(
         self, func: Any, args: tuple[Any, ...], out: Any
@@ -232,6 +280,12 @@ class NonzeroBounds:
         """A tensor's values are bounded so (:meth:`bound`)."""
         if bounded.picked is not None:
             self.picks.keep(bounded.picked)
+        if bounded.columns is not None:
+            made, columns = bounded.columns
+            storage = made.untyped_storage()
+            if storage._cdata not in self._columns:
+                weakref.finalize(storage, self._columns.pop, storage._cdata, None)
+            self._columns[storage._cdata] = columns
         if bounded.counted is None:
             return
         made, bound = bounded.counted
@@ -244,6 +298,8 @@ class NonzeroBounds:
     def _bound(self, func: Any, args: tuple[Any, ...], out: Any) -> int | None:
         if func in _ZEROS:
             return 0
+        if func is _EQ:
+            return self._matched(args) if self._columns else None
         first = args[0] if args else None
         if not isinstance(first, torch.Tensor):
             return None
@@ -266,6 +322,45 @@ class NonzeroBounds:
         else:
             return None
         return None if written is None else before + written
+
+    def _nonzero_columns(
+        self, args: tuple[Any, ...], out: Any
+    ) -> tuple[torch.Tensor, Columns] | None:
+        """``nonzero`` of a mask known in part: at most how many positions hold each index
+        along each of its dimensions."""
+        mask = args[0] if args else None
+        if self._partly is None or not isinstance(mask, torch.Tensor) or mask.dim() < 2:
+            return None
+        if not isinstance(out, torch.Tensor) or not out.is_meta or not out.is_contiguous():
+            return None
+        part = self._partly(mask)
+        if part is None:
+            return None
+        possible = _possible(part).to(torch.int64)
+        dims = range(possible.dim())
+        most = tuple(possible.sum([d for d in dims if d != kept]) for kept in dims)
+        return out, Columns(most)
+
+    def _matched(self, args: tuple[Any, ...]) -> int | None:
+        """At most how many of ``first == second`` hold, each side a column of ``nonzero``'s
+        positions of a mask known in part, broadcast against the other (pytorch-metric-
+        learning's ``torch.where(a1.unsqueeze(1) == a2)``, the anchors of hard positive and
+        hard negative pairs): for each index, the most positions of one side holding it times
+        the other's."""
+        if len(args) < 2 or not all(isinstance(a, torch.Tensor) and a.is_meta for a in args[:2]):
+            return None
+        counts = []
+        for side in args[:2]:
+            columns = self._columns.get(side.untyped_storage()._cdata)
+            if columns is None:
+                return None
+            column = _column(side, len(columns.most))
+            if column is None:
+                return None
+            counts.append(columns.most[column])
+        if counts[0].shape != counts[1].shape:
+            return None
+        return int((counts[0] * counts[1]).sum())
 
     def _joined(
         self, union: bool, first: torch.Tensor, second: torch.Tensor, out: torch.Tensor
