@@ -1210,12 +1210,7 @@ zeros = torch.zeros(1000, device="cuda")
 print("close", torch.allclose(ones, zeros), torch.allclose(ones, ones.clone()))
 """,
     )
-    done = plan(tmp_path, "train.py")
-    assert done.returncode == 0, done.stderr
-    assert "close False True" in done.stdout.splitlines()
-    said = [line for line in done.stderr.splitlines() if "torch.allclose" in line]
-    assert len(said) == 1
-    assert f"{tmp_path / 'train.py'}:5)" in said[0]
+    _runs_on_after_a_check(tmp_path, "close False True", "torch.allclose", 5)
 
 
 def test_equal_passes_a_check_of_unknown_values_and_compares_known_ones(tmp_path: Path) -> None:
@@ -1240,12 +1235,18 @@ same, half = torch.equal(ones, ones.clone()), torch.equal(ones, ones[:4])
 print("equal", torch.equal(ones, zeros), same, half)
 """,
     )
+    _runs_on_after_a_check(tmp_path, "equal False True False", "torch.equal", 8)
+
+
+def _runs_on_after_a_check(tmp_path: Path, printed: str, check: str, line: int) -> None:
+    """Plan ``train.py``: it ends with exit 0 having printed ``printed``, and the plan says once,
+    naming the script's ``line``, that ``check`` of values it does not compute passes."""
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert "equal False True False" in done.stdout.splitlines()
-    said = [line for line in done.stderr.splitlines() if "torch.equal" in line]
+    assert printed in done.stdout.splitlines()
+    said = [text for text in done.stderr.splitlines() if check in text]
     assert len(said) == 1
-    assert f"{tmp_path / 'train.py'}:8)" in said[0]
+    assert f"{tmp_path / 'train.py'}:{line})" in said[0]
 
 
 PREFETCH = """
