@@ -1210,12 +1210,43 @@ zeros = torch.zeros(1000, device="cuda")
 print("close", torch.allclose(ones, zeros), torch.allclose(ones, ones.clone()))
 """,
     )
+    _runs_on_after_a_check(tmp_path, "close False True", "torch.allclose", 5)
+
+
+def test_equal_passes_a_check_of_unknown_values_and_compares_known_ones(tmp_path: Path) -> None:
+    """``torch.equal`` on the device takes values the plan does not compute (a CRF's first
+    decoded tags, gathered at indices a ``max`` over a model's scores chose) as equal to the
+    ones the script expects, so its sanity ``assert`` runs on, said once; values the script's
+    own decide are compared (ones against zeros differ, a tensor and its copy agree), and
+    different shapes never are equal."""
+    script(
+        tmp_path,
+        """
+import torch
+scores = torch.empty(4, 6, 5, device="cuda")  # a model's scores, not computed by the plan
+back = torch.full((4, 6, 5), 3, dtype=torch.long, device="cuda")
+back[:, 1:] = scores[:, 1:].max(dim=2, keepdim=True).indices.expand(4, 5, 5)
+pointer = scores[:, -1].max(dim=1, keepdim=True).indices
+first = torch.gather(back[:, 0, :], 1, pointer).squeeze(1)
+assert torch.equal(first, torch.full((4,), 3, dtype=torch.long, device="cuda"))
+ones = torch.ones(8, device="cuda")
+zeros = torch.zeros(8, device="cuda")
+same, half = torch.equal(ones, ones.clone()), torch.equal(ones, ones[:4])
+print("equal", torch.equal(ones, zeros), same, half)
+""",
+    )
+    _runs_on_after_a_check(tmp_path, "equal False True False", "torch.equal", 8)
+
+
+def _runs_on_after_a_check(tmp_path: Path, printed: str, check: str, line: int) -> None:
+    """Plan ``train.py``: it ends with exit 0 having printed ``printed``, and the plan says once,
+    naming the script's ``line``, that ``check`` of values it does not compute passes."""
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    assert "close False True" in done.stdout.splitlines()
-    said = [line for line in done.stderr.splitlines() if "torch.allclose" in line]
+    assert printed in done.stdout.splitlines()
+    said = [text for text in done.stderr.splitlines() if check in text]
     assert len(said) == 1
-    assert f"{tmp_path / 'train.py'}:5)" in said[0]
+    assert f"{tmp_path / 'train.py'}:{line})" in said[0]
 
 
 PREFETCH = """

@@ -106,8 +106,8 @@ READ = (
     "experts (docs/plan.md, 'What it does not model', says each rule)"
 )
 AGREED = (
-    "torch.allclose of values the plan does not compute answers True: a script's check of one "
-    "result against another passes, as on a GPU where the script works"
+    "torch.allclose and torch.equal of values the plan does not compute answer True: a script's "
+    "check of one result against another passes, as on a GPU where the script works"
 )
 KNOWN = (
     "values read from the device are computed on the CPU where the script's own values decide "
@@ -335,12 +335,12 @@ class Reads:
         return self.to_host(tensor).numpy()
 
     def equal(self, tensor: torch.Tensor, other: torch.Tensor) -> bool:
-        """``torch.equal`` of stand-ins, a read of both (``istft`` checks its window so):
-        unequal shapes never are equal, else their values are compared as the script would
-        read them."""
+        """``torch.equal`` of stand-ins, a read of both (``istft`` checks its window so, a
+        CRF's Viterbi decoding its first tags): unequal shapes never are equal, else as
+        :meth:`allclose` with no tolerance."""
         if tensor.shape != other.shape:
             return False
-        return bool(torch.equal(self.values(tensor, exact=True), self.values(other, exact=True)))
+        return self.agree(tensor, other, torch.equal)
 
     def allclose(
         self, tensor: torch.Tensor, other: torch.Tensor, rtol: float, atol: float, equal_nan: bool
@@ -349,12 +349,24 @@ class Reads:
         compared as read; where either side's are not (a model's output, a Triton kernel's,
         which the plan does not compute), they agree, as a script's check of one result against
         another passes on a GPU where the script works (said once)."""
+        return self.agree(
+            tensor, other, lambda mine, theirs: torch.allclose(mine, theirs, rtol, atol, equal_nan)
+        )
+
+    def agree(
+        self,
+        tensor: torch.Tensor,
+        other: torch.Tensor,
+        compare: Callable[[torch.Tensor, torch.Tensor], bool],
+    ) -> bool:
+        """A check of ``tensor`` against ``other``: ``compare`` of their values where the
+        script's own decide both, else True (said once)."""
         mine, theirs = self.known.decided(tensor), self.known.decided(other)
         if mine is None or theirs is None:
             self.notes.once("agreed", AGREED)
             return True
         self.notes.once("known", KNOWN)
-        return bool(torch.allclose(mine, theirs, rtol, atol, equal_nan))
+        return bool(compare(mine, theirs))
 
     def scalar(self, tensor: torch.Tensor) -> Any:
         """A scalar read below Python (``bool(t)``, ``int(t)``, a data-dependent branch)."""
