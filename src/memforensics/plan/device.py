@@ -289,7 +289,9 @@ class PlannedDevice:
         self.backward = False  # on autograd's device thread: only the engine's own frames
         self._lock = threading.RLock()
         self._busy = False
-        self._pending: deque[Block] = deque()
+        self._pending: deque[tuple[Block, fmt.Stack | None]] = deque()
+        """Frees not yet applied, each with the stack at the free where the history records
+        one (``context="all"``), else None."""
         self._trace: deque[fmt.Entry] = deque(maxlen=1)
         self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
         self._recording: str | None = None
@@ -424,21 +426,32 @@ class PlannedDevice:
 
     def free(self, block: Block) -> None:
         """Return ``block``; queued when the device is in the middle of another operation."""
-        self._pending.append(block)
+        at_free = None
+        if self._free_stacks and self._recording:
+            at_free = self._stack(on_autograd_thread=self.backward)
+        self._pending.append((block, at_free))
         if self._busy:
             return
         with self._lock:
             self._busy = True
             try:
-                if self._free_stacks and self._recording:
-                    self._op_stack = self._stack(on_autograd_thread=self.backward)
                 self._drain()
             finally:
                 self._busy = False
 
     def _drain(self) -> None:
+        """Apply the queued frees, each traced with the stack PyTorch's ``free`` records: the
+        stack at the free where the history gathers one (``context="all"``), else the stack
+        the block was allocated under (``context ? context : block->context_when_allocated``),
+        never the stack of whatever operation ran last."""
+        op_stack = self._op_stack
         while self._pending:
-            block = self._pending.popleft()
+            block, at_free = self._pending.popleft()
+            if at_free is not None:
+                self._op_stack = at_free
+            else:
+                allocated = block.context
+                self._op_stack = allocated[0] if isinstance(allocated, tuple) else ()
             owner = self._owner.pop(id(block), None)
             if owner is not None:
                 owner.free(block)
@@ -446,6 +459,7 @@ class PlannedDevice:
             for listener in self._listeners:
                 listener(block.address, block.size, -1)
             self._main.free(block)
+        self._op_stack = op_stack
 
     # -- worker processes: other processes of the script on the same device
 
