@@ -38,9 +38,11 @@ returned (sign -1), as PyTorch reports blocks to its profiler."""
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 FLIGHT_ENTRIES = 100_000
-"""Events the plan keeps of its own for the snapshot it writes when the script dumps none: as
-many as ``memforensics.install``'s default ``max_entries``, enough for the steps of a run that
-a plan is asked for (a step of a 2.7B-parameter model makes about 10,000)."""
+"""Events the plan keeps of its own, by default, for the snapshot it writes when the script
+dumps none, the last ones as ``_record_memory_history(max_entries=N)`` keeps them: as many as
+``memforensics.install``'s default ``max_entries``, enough for the steps of a run that a plan
+is asked for (a step of a 2.7B-parameter model makes about 10,000). The figures the plan
+prints come from the allocator's statistics, never from these events."""
 _STATISTICS = (
     "allocation",
     "allocated_bytes",
@@ -276,7 +278,13 @@ class PlannedDevice:
     any operation; they are queued while the device is busy and applied before the next one.
     """
 
-    def __init__(self, spec: DeviceSpec, *, skipped_prefixes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        spec: DeviceSpec,
+        *,
+        skipped_prefixes: tuple[str, ...] = (),
+        flight_entries: int = FLIGHT_ENTRIES,
+    ) -> None:
         self.spec = spec
         self.index = 0
         self._allocator = DeviceCachingAllocator(
@@ -293,7 +301,8 @@ class PlannedDevice:
         """Frees not yet applied, each with the stack at the free where the history records
         one (``context="all"``), else None."""
         self._trace: deque[fmt.Entry] = deque(maxlen=1)
-        self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
+        self._flight: deque[fmt.Entry] = deque(maxlen=max(1, flight_entries))
+        self.events = 0  # allocator events of the whole run, kept in the flight recorder or not
         self._recording: str | None = None
         self._free_stacks = False
         self._op_stack: fmt.Stack = ()
@@ -751,8 +760,14 @@ class PlannedDevice:
             device_free,
         )
         self._flight.append(entry)
+        self.events += 1
         if self._recording == "all":
             self._trace.append(entry)
+
+    @property
+    def flight_entries(self) -> int:
+        """Events the plan's own recording keeps, the last ones (``plan --max-entries``)."""
+        return self._flight.maxlen or 1
 
     def snapshot(self, *, flight: bool = False) -> dict[str, Any]:
         """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them,
@@ -760,7 +775,7 @@ class PlannedDevice:
         mark holds the run's peak allocated so far, which the trace may no longer show.
 
         With ``flight``, the trace is the plan's own recording of the last
-        :data:`FLIGHT_ENTRIES` events, whatever history the script asked for: the snapshot the
+        :attr:`flight_entries` events, whatever history the script asked for: the snapshot the
         plan writes when the script dumps none, so that ``summary`` of it finds the peak the
         plan printed, not only what outlived the script."""
         frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}
