@@ -38,9 +38,11 @@ returned (sign -1), as PyTorch reports blocks to its profiler."""
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 FLIGHT_ENTRIES = 100_000
-"""Events the plan keeps of its own for the snapshot it writes when the script dumps none: as
-many as ``memforensics.install``'s default ``max_entries``, enough for the steps of a run that
-a plan is asked for (a step of a 2.7B-parameter model makes about 10,000)."""
+"""Events the plan keeps of its own, by default, for the snapshot it writes when the script
+dumps none, the last ones as ``_record_memory_history(max_entries=N)`` keeps them: as many as
+``memforensics.install``'s default ``max_entries``, enough for the steps of a run that a plan
+is asked for (a step of a 2.7B-parameter model makes about 10,000). The figures the plan
+prints come from the allocator's statistics, never from these events."""
 _STATISTICS = (
     "allocation",
     "allocated_bytes",
@@ -276,7 +278,13 @@ class PlannedDevice:
     any operation; they are queued while the device is busy and applied before the next one.
     """
 
-    def __init__(self, spec: DeviceSpec, *, skipped_prefixes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        spec: DeviceSpec,
+        *,
+        skipped_prefixes: tuple[str, ...] = (),
+        flight_entries: int = FLIGHT_ENTRIES,
+    ) -> None:
         self.spec = spec
         self.index = 0
         self._allocator = DeviceCachingAllocator(
@@ -289,9 +297,12 @@ class PlannedDevice:
         self.backward = False  # on autograd's device thread: only the engine's own frames
         self._lock = threading.RLock()
         self._busy = False
-        self._pending: deque[Block] = deque()
+        self._pending: deque[tuple[Block, fmt.Stack | None]] = deque()
+        """Frees not yet applied, each with the stack at the free where the history records
+        one (``context="all"``), else None."""
         self._trace: deque[fmt.Entry] = deque(maxlen=1)
-        self._flight: deque[fmt.Entry] = deque(maxlen=FLIGHT_ENTRIES)
+        self._flight: deque[fmt.Entry] = deque(maxlen=max(1, flight_entries))
+        self.events = 0  # allocator events of the whole run, kept in the flight recorder or not
         self._recording: str | None = None
         self._free_stacks = False
         self._op_stack: fmt.Stack = ()
@@ -424,21 +435,32 @@ class PlannedDevice:
 
     def free(self, block: Block) -> None:
         """Return ``block``; queued when the device is in the middle of another operation."""
-        self._pending.append(block)
+        at_free = None
+        if self._free_stacks and self._recording:
+            at_free = self._stack(on_autograd_thread=self.backward)
+        self._pending.append((block, at_free))
         if self._busy:
             return
         with self._lock:
             self._busy = True
             try:
-                if self._free_stacks and self._recording:
-                    self._op_stack = self._stack(on_autograd_thread=self.backward)
                 self._drain()
             finally:
                 self._busy = False
 
     def _drain(self) -> None:
+        """Apply the queued frees, each traced with the stack PyTorch's ``free`` records: the
+        stack at the free where the history gathers one (``context="all"``), else the stack
+        the block was allocated under (``context ? context : block->context_when_allocated``),
+        never the stack of whatever operation ran last."""
+        op_stack = self._op_stack
         while self._pending:
-            block = self._pending.popleft()
+            block, at_free = self._pending.popleft()
+            if at_free is not None:
+                self._op_stack = at_free
+            else:
+                allocated = block.context
+                self._op_stack = allocated[0] if isinstance(allocated, tuple) else ()
             owner = self._owner.pop(id(block), None)
             if owner is not None:
                 owner.free(block)
@@ -446,6 +468,7 @@ class PlannedDevice:
             for listener in self._listeners:
                 listener(block.address, block.size, -1)
             self._main.free(block)
+        self._op_stack = op_stack
 
     # -- worker processes: other processes of the script on the same device
 
@@ -737,8 +760,14 @@ class PlannedDevice:
             device_free,
         )
         self._flight.append(entry)
+        self.events += 1
         if self._recording == "all":
             self._trace.append(entry)
+
+    @property
+    def flight_entries(self) -> int:
+        """Events the plan's own recording keeps, the last ones (``plan --max-entries``)."""
+        return self._flight.maxlen or 1
 
     def snapshot(self, *, flight: bool = False) -> dict[str, Any]:
         """The allocator's state and trace as ``torch.cuda.memory._snapshot()`` returns them,
@@ -746,7 +775,7 @@ class PlannedDevice:
         mark holds the run's peak allocated so far, which the trace may no longer show.
 
         With ``flight``, the trace is the plan's own recording of the last
-        :data:`FLIGHT_ENTRIES` events, whatever history the script asked for: the snapshot the
+        :attr:`flight_entries` events, whatever history the script asked for: the snapshot the
         plan writes when the script dumps none, so that ``summary`` of it finds the peak the
         plan printed, not only what outlived the script."""
         frame_dicts: dict[fmt.Frame, dict[str, Any]] = {}

@@ -18,7 +18,13 @@ from typing import TextIO
 
 from memforensics._units import format_bytes
 from memforensics.allocator import AllocatorSettings
-from memforensics.plan.device import DeviceSpec, PlannedDevice, Stopped, WorkerFigures
+from memforensics.plan.device import (
+    FLIGHT_ENTRIES,
+    DeviceSpec,
+    PlannedDevice,
+    Stopped,
+    WorkerFigures,
+)
 from memforensics.plan.distributed import World
 
 SCHEMA = 1
@@ -121,13 +127,17 @@ def device_spec(
 
 @contextmanager
 def planned_device(
-    spec: DeviceSpec, on_snapshot: Callable[[str, dict[str, object]], None], *, defer: bool = True
+    spec: DeviceSpec,
+    on_snapshot: Callable[[str, dict[str, object]], None],
+    *,
+    defer: bool = True,
+    flight_entries: int = FLIGHT_ENTRIES,
 ) -> Iterator[PlannedDevice]:
     """The emulation in place for ``spec`` (:func:`memforensics.plan.table.emulated`): torch as
-    it was after."""
+    it was after. ``flight_entries``: the events the plan's own trace keeps, the last ones."""
     from memforensics.plan.table import emulated
 
-    device = PlannedDevice(spec)
+    device = PlannedDevice(spec, flight_entries=flight_entries)
     with emulated(device, on_snapshot, defer=defer):
         yield device
 
@@ -178,6 +188,7 @@ def run_planned(
     defer: bool = True,
     stop_after: int | None = None,
     steps: int | None = None,
+    flight_entries: int = FLIGHT_ENTRIES,
 ) -> tuple[PlanResult, PlannedDevice]:
     """Run ``run`` on the planned device; ``before``/``after`` run inside the emulation (the
     CLI installs and closes capture there). Exceptions other than a predicted OOM propagate.
@@ -185,7 +196,8 @@ def run_planned(
     (off, they are made and initialised as python would). ``stop_after``: the run ends, as if
     the script had, once the device has served that many allocations. ``steps``: it ends
     when an optimizer comes to its step ``steps`` + 1 (:mod:`~memforensics.plan.step_limit`;
-    :class:`~memforensics.plan.step_limit.StepsTaken` reaches ``run``)."""
+    :class:`~memforensics.plan.step_limit.StepsTaken` reaches ``run``). ``flight_entries``: the
+    events the trace of the snapshot written when the script dumps none keeps, the last ones."""
     import torch
 
     from memforensics.plan.step_limit import limited
@@ -200,7 +212,10 @@ def run_planned(
     shown = warnings.showwarning
     with warnings.catch_warnings():
         warnings.showwarning = _shown_at_script(shown)
-        with planned_device(spec, written, defer=defer) as device, limited(steps) as limit:
+        with (
+            planned_device(spec, written, defer=defer, flight_entries=flight_entries) as device,
+            limited(steps) as limit,
+        ):
             device.stop_after = stop_after
             if before is not None:
                 before()

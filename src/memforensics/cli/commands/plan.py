@@ -151,6 +151,15 @@ class PlanCommand:
             help="end the script when an optimizer comes to its step N+1: the figures are those "
             "of the first N steps of a training loop (default: run the script to its end)",
         )
+        parser.add_argument(
+            "--max-entries",
+            type=int,
+            default=None,
+            metavar="N",
+            help="allocator events the snapshot written at the script's end keeps in its trace, "
+            "the last N, as _record_memory_history(max_entries=N) keeps them; capture's "
+            "dumps keep as many (default: capture's max_entries, 100,000)",
+        )
         parser.add_argument("--check-into", default=None, help=argparse.SUPPRESS)
         parser.add_argument("--check-until", type=int, default=None, help=argparse.SUPPRESS)
         add_cache_flags(parser)
@@ -186,6 +195,8 @@ def _planned(args: argparse.Namespace, target: Target, given: Target) -> int:
         raise CommandError(str(exc)) from None
     if args.steps is not None and args.steps < 1:
         raise CommandError(f"--steps must be at least 1, got {args.steps}")
+    if args.max_entries is not None and args.max_entries < 1:
+        raise CommandError(f"--max-entries must be at least 1, got {args.max_entries}")
     try:
         check_target(target)
     except TargetError as exc:
@@ -204,6 +215,7 @@ def _planned(args: argparse.Namespace, target: Target, given: Target) -> int:
         status = _plan(
             target, spec, Path(args.out_dir), conf, as_json=args.json, cache=cache,
             check=check, into=into, until=args.check_until, steps=args.steps,
+            max_entries=args.max_entries,
         )  # fmt: skip
     warn_cache(cache, "plan")
     return status
@@ -253,9 +265,10 @@ def _torchrun_env(world: Any) -> contextlib.AbstractContextManager[None]:
 def _device_flags(args: argparse.Namespace, conf: str | None) -> list[str]:
     """The planned device's options and the run's step limit, as a child plan takes them."""
     steps = [] if args.steps is None else ["--steps", str(args.steps)]
+    entries = [] if args.max_entries is None else ["--max-entries", str(args.max_entries)]
     return [
         "--device-memory", args.device_memory, "--device-capability", args.device_capability,
-        "--context-memory", args.context_memory, "--alloc-conf", conf or "", *steps,
+        "--context-memory", args.context_memory, "--alloc-conf", conf or "", *steps, *entries,
     ]  # fmt: skip
 
 
@@ -397,13 +410,17 @@ def _plan(
     into: Path | None = None,
     until: int | None = None,
     steps: int | None = None,
+    max_entries: int | None = None,
 ) -> int:
     """Run the target planned, capture as ``run`` does, write sidecars and print (the OOM
     dump's story explained as ``summary`` explains it, and kept in ``cache``). ``check``: plans
     it again with expandable segments (whether that run runs out) for a fragmented OOM.
     ``into``: this run is another plan's check: the script's own snapshots go into that
     folder, and capture records nothing; ``until``: it ends after that many allocations;
-    ``steps``: it ends when an optimizer comes to its step ``steps`` + 1 (``--steps``)."""
+    ``steps``: it ends when an optimizer comes to its step ``steps`` + 1 (``--steps``).
+    ``max_entries``: the events capture's history and the plan's own trace keep, the last ones
+    (``--max-entries``; None: capture's configured ``max_entries``)."""
+    from memforensics.capture.config import build_config
     from memforensics.capture.facade import current, install, uninstall
     from memforensics.plan import MissingAttribute, OutOfScope, live_models, run_planned
 
@@ -419,7 +436,8 @@ def _plan(
 
     def before() -> None:
         if into is None:
-            install(out_dir=str(out_dir)).track(finder=live_models)
+            entries = {} if max_entries is None else {"max_entries": max_entries}
+            install(out_dir=str(out_dir), **entries).track(finder=live_models)
 
     def after() -> None:
         if into is None and not dumped:  # read while the stand-ins answer their addresses
@@ -438,6 +456,9 @@ def _plan(
             result, device = run_planned(
                 spec, ending.run, dump, before=before, after=after,
                 stop_after=until, steps=steps,
+                flight_entries=build_config(
+                    {} if max_entries is None else {"max_entries": max_entries}
+                ).max_entries,
             )  # fmt: skip
     except (OutOfScope, MissingAttribute) as exc:
         print(f"memforensics plan: {exc}", file=sys.stderr)
@@ -562,6 +583,20 @@ def _exit_status(exc: SystemExit) -> int:
     return 1
 
 
+def _say_cut_trace(final: Path, device: Any) -> None:
+    """Tell on stderr when the final snapshot's trace lost the run's first events: it keeps
+    the last ``--max-entries`` as PyTorch's ring buffer does, while the figures printed are
+    the allocator's counts over the whole run."""
+    if device.events > device.flight_entries:
+        print(
+            f"memforensics plan: {final}'s trace keeps the last {device.flight_entries:,} "
+            f"of the run's {device.events:,} allocator events, as "
+            f"_record_memory_history(max_entries={device.flight_entries}) would; the "
+            "figures are the whole run's (--max-entries N keeps more)",
+            file=sys.stderr,
+        )
+
+
 def _answer(
     result: Any,
     device: Any,
@@ -593,6 +628,7 @@ def _answer(
         name = f"rank{result.rank}_planned.pickle" if result.world_size > 1 else "planned.pickle"
         final = folders[0] / name
         _writer(spec, tensors=lambda: at_end)(str(final), device.snapshot(flight=True))
+        _say_cut_trace(final, device)
         snapshots.append(str(final))
     _mark_predicted(snapshots, spec)
     oom_dump = _oom_dump(snapshots) if result.oom_message is not None else None
