@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -490,3 +491,29 @@ def test_tensors_made_under_a_fake_tensor_mode_take_no_device_memory(tmp_path: P
         "held": MiB,
         "peak": MiB,
     }
+
+
+FAKE_CUDA = """
+import json
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+with FakeTensorMode():
+    made = torch.empty(4, 4, device="cuda")
+    product = made @ made
+print(json.dumps({
+    "made": str(made.device), "is_cuda": made.is_cuda, "product": str(product.device)
+}))
+"""
+
+
+def test_a_scripts_fake_cuda_tensors_report_cuda_as_torch_does(tmp_path: Path) -> None:
+    """A script's own FakeTensorMode tensors on "cuda" read their fake device, ``cuda:0``, as
+    the same script run by torch without the plan (no GPU needed) reads it."""
+    script(tmp_path, FAKE_CUDA)
+    unplanned = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    torch_facts = json.loads(unplanned.stdout.splitlines()[0])
+    assert torch_facts["made"] == "cuda:0"
+    assert printed_facts(tmp_path, "--device-capability", "9.0") == torch_facts
