@@ -760,10 +760,16 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """``torch.tensor(data, device="cuda")``: made on the CPU and copied to the device, as
         CUDA does; made on ``meta`` directly, the copy would be invisible to the storage mode
         (no block, no values). Device tensors inside a list (``torch.tensor([loss_sum,
-        count])``) are read, as torch reads each one's value to build the list's tensor."""
+        count])``) are read, as torch reads each one's value to build the list's tensor. A
+        stand-in made a tensor on the host (``torch.as_tensor(t, device="cpu")``) is read, as
+        ``t.to("cpu")`` reads it."""
         if args and isinstance(args[0], (list, tuple)):
             args = (self._read_within(args[0]), *args[1:])
         if placing is None:
+            first = args[0] if args else None
+            if isinstance(first, torch.Tensor) and first.is_meta and kwargs.get("device"):
+                to = {k: kwargs[k] for k in ("device", "dtype") if kwargs.get(k) is not None}
+                return self._move((first,), to, None)
             return make(*args, **kwargs)
         if placing or (args and isinstance(args[0], torch.Tensor)):
             return self.ghosts.placed(placing, make, *args, **kwargs)
