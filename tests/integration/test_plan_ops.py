@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -490,3 +491,50 @@ def test_tensors_made_under_a_fake_tensor_mode_take_no_device_memory(tmp_path: P
         "held": MiB,
         "peak": MiB,
     }
+
+
+FAKE_CUDA = """
+import json
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+with FakeTensorMode():
+    made = torch.empty(4, 4, device="cuda")
+    product = made @ made
+print(json.dumps({
+    "made": str(made.device), "is_cuda": made.is_cuda, "product": str(product.device)
+}))
+"""
+
+
+def test_a_scripts_fake_cuda_tensors_report_cuda_as_torch_does(tmp_path: Path) -> None:
+    """A script's own FakeTensorMode tensors on "cuda" read their fake device, ``cuda:0``, as
+    the same script run by torch without the plan (no GPU needed) reads it."""
+    script(tmp_path, FAKE_CUDA)
+    unplanned = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    torch_facts = json.loads(unplanned.stdout.splitlines()[0])
+    assert torch_facts["made"] == "cuda:0"
+    assert printed_facts(tmp_path, "--device-capability", "9.0") == torch_facts
+
+
+AS_HOST_TENSOR = """
+import json
+import torch
+
+ts = torch.linspace(0, 1, 5, device="cuda")
+print(json.dumps({
+    "as_tensor": torch.as_tensor(ts, dtype=torch.float64, device="cpu").tolist(),
+    "tensor": torch.tensor(ts, device="cpu").tolist(),
+}))
+"""
+
+
+def test_a_device_tensor_made_a_host_tensor_reads_its_values(tmp_path: Path) -> None:
+    """``torch.as_tensor(t, device="cpu")`` of a device tensor (torchcde's interpolation of
+    device times) copies its values to the host, as ``t.to("cpu")`` does."""
+    script(tmp_path, AS_HOST_TENSOR)
+    quarters = [0.0, 0.25, 0.5, 0.75, 1.0]
+    facts = printed_facts(tmp_path, "--device-capability", "9.0")
+    assert facts == {"as_tensor": quarters, "tensor": quarters}

@@ -262,7 +262,9 @@ def _faking() -> bool:
     DTensor's sharding propagation does to find an operator's output shape): torch keeps it
     beneath every other dispatch mode, so an operator reaches this mode first, then the fake
     mode. What it makes is a fake tensor on a GPU too, with no memory on the device: no
-    operator under it takes a block, reads a value or forms a communicator."""
+    operator under it takes a block, reads a value or forms a communicator. A device it is
+    named is left as named, so a fake tensor the script makes on ``"cuda"`` reads its fake
+    device, ``cuda:0``, as torch's fake tensors do without a GPU."""
     return torch._C._get_dispatch_mode(_FAKE_KEY) is not None
 
 
@@ -616,7 +618,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
             kwargs["pin_memory"] = (
                 False  # pinned host memory is not modelled; the CPU build has none
             )
-        if "device" in kwargs:
+        if "device" in kwargs and not _faking():
             placing = _named(kwargs["device"])
             named = kwargs["device"]  # ``_parse_to`` reads it as named, as a positional one
             kwargs["device"] = named if func is _PARSE_TO else _on_meta(named)
@@ -753,10 +755,16 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """``torch.tensor(data, device="cuda")``: made on the CPU and copied to the device, as
         CUDA does; made on ``meta`` directly, the copy would be invisible to the storage mode
         (no block, no values). Device tensors inside a list (``torch.tensor([loss_sum,
-        count])``) are read, as torch reads each one's value to build the list's tensor."""
+        count])``) are read, as torch reads each one's value to build the list's tensor. A
+        stand-in made a tensor on the host (``torch.as_tensor(t, device="cpu")``) is read, as
+        ``t.to("cpu")`` reads it."""
         if args and isinstance(args[0], (list, tuple)):
             args = (self._read_within(args[0]), *args[1:])
         if placing is None:
+            first = args[0] if args else None
+            if isinstance(first, torch.Tensor) and first.is_meta and kwargs.get("device"):
+                to = {k: kwargs[k] for k in ("device", "dtype") if kwargs.get(k) is not None}
+                return self._move((first,), to, None)
             return make(*args, **kwargs)
         if placing or (args and isinstance(args[0], torch.Tensor)):
             return self.ghosts.placed(placing, make, *args, **kwargs)
@@ -996,10 +1004,10 @@ class StorageMode(EagerDispatchMode):
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
         if _any_wrapper(args, kwargs):
             return NotImplemented
-        if kwargs and _names_cuda(kwargs.get("device")):
-            kwargs = {**kwargs, "device": _META}  # named where the function mode was off
         if _faking():
             return func(*args, **(kwargs or {}))  # the fake mode's tensor, holding nothing
+        if kwargs and _names_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": _META}  # named where the function mode was off
         deferred = self.deferred
         if (func in FACTORIES or deferred.steps) and (
             made := deferred.dispatch(func, args, kwargs)
