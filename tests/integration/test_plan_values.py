@@ -7,6 +7,7 @@ from __future__ import annotations
 import cmath
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -860,6 +861,80 @@ def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
     assert all(0 < a <= 1 for a in counted + averaged)
     assert all(a < b for a, b in itertools.pairwise(counted))
     assert all(a < b for a, b in itertools.pairwise(averaged))
+
+
+CONFUSION = """
+import torch
+C = 5
+model = torch.nn.Sequential(torch.nn.Linear(8, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, C)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(64, 8), torch.randint(0, C, (64,))
+acc, seen, rows = 0.0, [], True
+while acc < 0.9 and len(seen) < 200:
+    xb, yb = x.cuda(), y.cuda()
+    logits = model(xb)
+    torch.nn.functional.cross_entropy(logits, yb).backward()
+    opt.step()
+    opt.zero_grad()
+    cm = torch.bincount(yb * C + logits.argmax(1), minlength=C * C).reshape(C, C)
+    acc = (cm.diag().sum() / yb.numel()).item()
+    rows &= cm.sum(1).cpu().tolist() == torch.bincount(y, minlength=C).tolist()
+    seen.append(acc)
+print("epochs", len(seen), "rows", rows, *seen)
+"""
+
+
+def test_a_confusion_matrix_accuracy_rises_and_its_loop_ends(tmp_path: Path) -> None:
+    """A confusion matrix counted with ``bincount(target * C + argmax)`` on the device holds
+    one more match on its diagonal each round, so ``while acc < 0.9`` ends at the round where
+    58 of 64 predictions match, its rows still the labels' own counts."""
+    script(tmp_path, CONFUSION)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    _, epochs, _, rows, *seen = done.stdout.splitlines()[0].split()
+    assert int(epochs) == math.ceil(0.9 * 64)
+    assert rows == "True"
+    assert [float(a) for a in seen] == [n / 64 for n in range(1, int(epochs) + 1)]
+
+
+TORCHMETRICS = """
+import torch, torchmetrics
+model = torch.nn.Sequential(torch.nn.Linear(8, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 5)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+micro = torchmetrics.Accuracy(task="multiclass", num_classes=5).to("cuda")
+macro = torchmetrics.Accuracy(task="multiclass", num_classes=5, average="macro").to("cuda")
+x, y = torch.randn(64, 8), torch.randint(0, 5, (64,))
+seen = []
+while not seen or min(seen[-1]) < 0.9 and len(seen) < 60:
+    for i in range(0, 64, 16):
+        logits = model(x[i:i + 16].cuda())
+        torch.nn.functional.cross_entropy(logits, y[i:i + 16].cuda()).backward()
+        opt.step()
+        opt.zero_grad()
+        micro.update(logits, y[i:i + 16].cuda())
+        macro.update(logits, y[i:i + 16].cuda())
+    seen.append((micro.compute().item(), macro.compute().item()))
+    micro.reset()
+    macro.reset()
+print("epochs", len(seen), *(f"{a},{b}" for a, b in seen))
+"""
+
+
+@pytest.mark.extras
+def test_torchmetrics_accuracies_rise_and_a_loop_on_them_ends(tmp_path: Path) -> None:
+    """torchmetrics' multiclass ``Accuracy`` on the device, micro (``preds == target``) and
+    macro (a confusion matrix's ``bincount``), rises each epoch, so a loop until both reach
+    0.9 ends well before its limit of 60 epochs."""
+    pytest.importorskip("torchmetrics")
+    script(tmp_path, TORCHMETRICS)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    epochs = int(lines[0].split()[1])
+    assert epochs < 60
+    _assert_rising_for(lines, epochs)
 
 
 def _assert_rising_for(lines: list[str], epochs: int) -> None:

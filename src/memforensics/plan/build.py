@@ -92,7 +92,7 @@ def is_built(installed: Callable[[], bool]) -> Callable[[], bool]:
     with CUDA graphs failed on the CPU build): that gets ``installed``, the build's own answer."""
     import torch
 
-    torch_files = os.path.dirname(torch.__file__)
+    torch_files = os.path.join(os.path.dirname(torch.__file__), "")  # not torchvision's
 
     def built() -> bool:
         caller = sys._getframe(1).f_code

@@ -95,6 +95,9 @@ _VIEW_COUNTS = frozenset(
     )
 )
 """Reductions computed over a view of a repeating storage from its pattern."""
+_ADD = torch.ops.aten.add.Tensor
+"""A sum of two tensors: targets times the number of classes plus predictions, a confusion
+matrix's index (:meth:`Known._combined`)."""
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
 HOST_LIMIT = 1 << 24
@@ -1147,11 +1150,33 @@ class Known:
         if partition is not None:
             self._keep(out, partition, made_up=True, sized=True)
             return True
-        result = assumed.decided(func, args, kwargs, out, self.value, matches)
+        result = (
+            self._combined(args, out, matches)
+            if func is _ADD
+            else assumed.decided(func, args, kwargs, out, self.value, matches)
+        )
         if result is None:
             return False
         self._keep(out, result, made_up=True)
         return True
+
+    def _combined(
+        self, args: tuple[Any, ...], out: torch.Tensor, matches: assumed.Matches | None
+    ) -> torch.Tensor | None:
+        """``out``'s values as predictions added to their targets times the number of classes
+        (``target * C + pred``, a confusion matrix's index), where it is an integer sum of a
+        known and an unknown tensor of its shape: the predictions matching as
+        :meth:`~memforensics.plan.targets.Targets.combined` says; else None."""
+        if matches is None or len(args) != 2:
+            return None
+        if not all(isinstance(a, torch.Tensor) and a.shape == out.shape for a in args):
+            return None
+        if any(a.is_floating_point() or a.is_complex() or a.dtype == torch.bool for a in args):
+            return None
+        known = [c for c in (self.value(a) if a.is_meta else a for a in args) if c is not None]
+        if len(known) != 1:
+            return None
+        return self.targets.combined(known[0].to(out.dtype), matches)
 
     def _counted_view(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any

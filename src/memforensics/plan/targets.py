@@ -37,6 +37,11 @@ generated text rises as it trains. The labels' end-of-sequence token (the one to
 every row of a batch of labels) is never read, there nor position by position: a loop that tests
 for it on the host, as decoding on the device, runs to its own bound.
 
+Predictions added on the device to the batch's targets times the number of classes
+(``target * C + pred``, the index a confusion matrix counts with ``bincount``: torchmetrics'
+macro-averaged accuracy, torchvision's segmentation reference) match by the same count, at
+the line that adds (:meth:`Targets.combined`), so the matrix's diagonal gains one a round.
+
 A tensor no such target matches (one value, a storage of another size: a generated token, an
 ``argmax`` read alone) reads as zeros. Only integers copied to the device or given to a loss are
 kept, the last :data:`RECENT` and those since the last backward pass, so the cost is one check
@@ -147,6 +152,34 @@ class Targets:
             return None
         matched = read[1] & (read[1].cumsum(0) <= count)
         return torch.where(matched, read[0], read[2]).reshape(tensor.shape).to(tensor.dtype)
+
+    def combined(self, offsets: torch.Tensor, matches: Matches) -> torch.Tensor | None:
+        """Predictions added on the device to their targets times the number of classes
+        (``target * C + pred``, the index a confusion matrix counts with ``bincount``;
+        ``offsets`` the known ``target * C``, on the CPU): the sums, the first
+        ``matches(n)`` predictions their targets and the rest another of the targets' classes,
+        as :meth:`predicted` reads them; None where ``offsets`` is no recent target, every
+        position a class, times a ``C`` above each of its classes."""
+        flat = offsets.reshape(-1)
+        for given in self._recent:
+            targets = given.values
+            if targets.numel() != flat.numel() or not bool(_scored(given).all()):
+                continue
+            classes = torch.unique(targets)
+            if classes.numel() < 2:
+                continue
+            first = int(classes[classes > 0][0])  # C is its offset's share of it
+            at = int((targets == first).nonzero()[0, 0])
+            count, rest = divmod(int(flat[at]), first)
+            if rest or count <= int(classes[-1]) or not torch.equal(targets * count, flat):
+                continue
+            matched = matches(targets.numel())
+            if matched is None:
+                return None
+            other = torch.where(targets == classes[0], classes[1], classes[0])
+            hit = torch.arange(targets.numel(), device=_CPU) < matched
+            return (flat + torch.where(hit, targets, other)).reshape(offsets.shape)
+        return None
 
     def _candidates(self, size: int) -> Iterator[_Given]:
         """Targets of ``size`` elements, newest first; then, only if none is, the targets

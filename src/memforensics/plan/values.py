@@ -23,7 +23,9 @@ from memforensics.plan import gathered, scored
 from memforensics.plan.device import OutOfScope
 from memforensics.plan.known import Known
 
-_TORCH = os.path.dirname(torch.__file__)
+_TORCH = os.path.join(os.path.dirname(torch.__file__), "")
+"""torch's own files' folder, with its separator: a library beside it whose name begins with
+``torch`` (torchmetrics, torchvision, torch_geometric) is not torch's own code."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _META = torch.device("meta")
 _CPU = torch.device("cpu")

@@ -128,3 +128,31 @@ def test_an_evaluation_s_labels_copied_without_a_loss_are_its_references() -> No
     read = targets.sequences(torch.empty(2, 3, dtype=torch.int64, device="meta"), matches)
     assert read is not None
     assert read.tolist() == [[8, 12, 0], [7, 0, 0]]
+
+
+def test_a_confusion_index_holds_the_first_matches_on_the_diagonal() -> None:
+    """``target * 5`` plus predictions, two matches asked: the first two indices are their
+    targets' diagonal cells (``t * 5 + t``), the rest a cell off it in the target's own row."""
+    targets = Targets()
+    labels = torch.tensor([3, 0, 1, 1, 4, 0])
+    targets.given(labels, ignored=-100)
+    asked, matches = _counting(2)
+    combined = targets.combined(labels * 5, matches)
+    assert asked == [6]
+    assert combined is not None
+    assert combined[:2].tolist() == [3 * 5 + 3, 0]
+    rows, columns = combined // 5, combined % 5
+    assert rows.tolist() == labels.tolist()
+    assert (columns[2:] != labels[2:]).all()
+
+
+@pytest.mark.parametrize("offsets", [LABELS.abs() * 5, torch.tensor([3, 0, 1, 1, 4, 0]) * 4])
+def test_a_sum_that_is_no_confusion_index_is_left_unknown(offsets: torch.Tensor) -> None:
+    """Offsets that are no scored target times a count above every class (padded targets,
+    or class 4 times 4, which would share a cell with another row) decide nothing."""
+    targets = Targets()
+    targets.given(LABELS, ignored=-100)
+    targets.given(torch.tensor([3, 0, 1, 1, 4, 0]), ignored=-100)
+    asked, matches = _counting(2)
+    assert targets.combined(offsets, matches) is None
+    assert asked == []
