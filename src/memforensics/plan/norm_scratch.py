@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from memforensics.plan import reductions, scratch
+from memforensics.plan import operands, reductions, scratch
 
 _A = torch.ops.aten
 
@@ -69,10 +69,6 @@ def _tensor(args: tuple[Any, ...], position: int | None) -> torch.Tensor | None:
     return found if isinstance(found, torch.Tensor) and found.is_meta else None
 
 
-def _bytes(tensor: torch.Tensor) -> int:
-    return int(tensor.numel()) * int(tensor.element_size())
-
-
 def before(func: Any, args: tuple[Any, ...]) -> list[int]:
     """The bytes of the contiguous copies ``func`` makes before its outputs, in the order it
     makes them (input, weight, bias), each held until it returns: one for each operand that is
@@ -82,7 +78,7 @@ def before(func: Any, args: tuple[Any, ...]) -> list[int]:
     for position in (where.input, where.weight, where.bias):
         tensor = _tensor(args, position)
         if tensor is not None and tensor.numel() and not tensor.is_contiguous():
-            copies.append(_bytes(tensor))
+            copies.append(operands.copy_bytes(tensor))
     return copies
 
 
@@ -122,7 +118,7 @@ def after(
     grad = _tensor(args, where.grad)
     if grad is None or grad.numel() == 0:
         return
-    held = [] if grad.is_contiguous() else [malloc(_bytes(grad))]
+    held = [] if grad.is_contiguous() else [malloc(operands.copy_bytes(grad))]
     mask = args[where.mask] if where.mask is not None and where.mask < len(args) else None
     weight = _tensor(args, where.weight)
     found = _rows_and_columns(func, args)

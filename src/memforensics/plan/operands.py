@@ -63,9 +63,9 @@ def _readable_batch(batch: torch.Tensor, transposed: bool, m: int, n: int) -> bo
     return bool(batch.is_contiguous() and strides[1] != 0 and strides[2] != 0)
 
 
-def _bytes(tensor: torch.Tensor) -> int:
+def copy_bytes(tensor: torch.Tensor) -> int:
     """What a contiguous copy of ``tensor`` takes."""
-    return int(tensor.numel() * tensor.element_size())
+    return int(tensor.numel()) * int(tensor.element_size())
 
 
 def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
@@ -79,13 +79,13 @@ def copied(func: Any, args: tuple[Any, ...], out: Any) -> list[int]:
     one, two = operands
     if func in _PRODUCTS and one.dim() == 2 and two.dim() == 2 and out.dim() == 2:
         order = (two, one) if out.is_contiguous() else (one, two)
-        return [_bytes(matrix) for matrix in order if not _readable(matrix)]
+        return [copy_bytes(matrix) for matrix in order if not _readable(matrix)]
     if func in _BATCHED and one.dim() == 3 and two.dim() == 3 and out.dim() == 3:
         return _batched(one, two, out)
     if func in _VECTOR and one.dim() == 2 and two.dim() == 1:
-        made = [_bytes(two)] if two.stride(0) == 0 and not two.is_contiguous() else []
+        made = [copy_bytes(two)] if two.stride(0) == 0 and not two.is_contiguous() else []
         kept = _one_leading_dimension(one) or one.is_contiguous()
-        return made if kept else [*made, _bytes(one)]
+        return made if kept else [*made, copy_bytes(one)]
     return []
 
 
@@ -104,5 +104,5 @@ def _batched(one: torch.Tensor, two: torch.Tensor, out: torch.Tensor) -> list[in
     n = out.shape[leading]
     k = (two if transposed else one).shape[leading]
     first, second = (two, one) if transposed else (one, two)
-    made = [] if _readable_batch(first, transposed, m, k) else [_bytes(first)]
-    return made + ([] if _readable_batch(second, transposed, k, n) else [_bytes(second)])
+    made = [] if _readable_batch(first, transposed, m, k) else [copy_bytes(first)]
+    return made + ([] if _readable_batch(second, transposed, k, n) else [copy_bytes(second)])
