@@ -5,12 +5,11 @@ sums and per-group coefficients, each freed before the operator returns."""
 
 from __future__ import annotations
 
-import json
-import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
-from planned import plan, script
+from planned import allocated, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -56,7 +55,7 @@ def _group_norm(
     *,
     dtype: str = "float32",
     affine: bool = True,
-) -> tuple[dict[str, int], list[int]]:
+) -> tuple[dict[str, Any], list[int]]:
     """What the planned script measured, and the sizes its backward allocated, in order."""
     body = NORM.format(
         shape=", ".join(str(n) for n in (N, C, *positions)),
@@ -66,12 +65,8 @@ def _group_norm(
         affine=", w, b" if affine else "",
     )
     script(folder, body)
-    done = plan(folder, "--device-capability", "9.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, int] = json.loads(done.stdout.splitlines()[0])
-    snapshot = pickle.loads((folder / "backward.pickle").read_bytes())
-    sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
-    return found, sizes
+    found = printed_facts(folder, "--device-capability", "9.0")
+    return found, allocated(folder / "backward.pickle")
 
 
 def test_an_affine_forward_takes_the_fused_scale_and_shift(tmp_path: Path) -> None:
