@@ -451,7 +451,8 @@ class KernelScratch:
         elif func in group_norm_scratch.OPERATORS:
             group_norm_scratch.after(func, args, self._malloc, self._free)
         elif func in nll_loss2d_copies.OPERATORS:
-            nll_loss2d_copies.after(func, args, self._malloc, self._free)
+            for block in reversed([self._malloc(n) for n in nll_loss2d_copies.copied(func, args)]):
+                self._free(block)
 
     def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:
         """``nonzero_cuda_out_impl``'s (``aten/src/ATen/native/cuda/Nonzero.cu``) blocks before

@@ -17,12 +17,11 @@ None for an empty target, where each returns first.
 or channels-last input takes an input-sized copy in a reduced forward (its backward stops
 at ``grad_input must be contiguous``, on the CPU as on CUDA). ``cross_entropy`` gives it
 ``log_softmax``'s output, which is contiguous. The ``meta`` kernels make the outputs alone;
-:func:`after` takes the copies.
+:func:`copied` sizes the copies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,14 +55,3 @@ def copied(func: Any, args: tuple[Any, ...]) -> list[int]:
         for t in read
         if isinstance(t, torch.Tensor) and t.numel() and not t.is_contiguous()
     ]
-
-
-def after(
-    func: Any,
-    args: tuple[Any, ...],
-    malloc: Callable[[int], Any],
-    free: Callable[[Any], None],
-) -> None:
-    """``func``'s copies (:func:`copied`), made after its outputs and freed as it returns."""
-    for block in reversed([malloc(n) for n in copied(func, args)]):
-        free(block)
