@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,12 @@ def printed_facts(folder: Path, *options: str, args: tuple[str, ...] = ()) -> di
     assert done.returncode == 0, done.stderr
     found: dict[str, object] = json.loads(done.stdout.splitlines()[0])
     return found
+
+
+def allocated(snapshot: Path) -> list[int]:
+    """The sizes of the blocks the trace of the snapshot at ``snapshot`` allocated, in order."""
+    trace = pickle.loads(snapshot.read_bytes())["device_traces"][0]
+    return [e["size"] for e in trace if e["action"] == "alloc"]
 
 
 def printed_on_cpu(path: Path) -> dict[str, object]:

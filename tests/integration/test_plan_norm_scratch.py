@@ -6,12 +6,11 @@ sums of the weight's and the bias's gradients."""
 
 from __future__ import annotations
 
-import json
-import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
-from planned import plan, script
+from planned import allocated, printed_facts, script
 
 pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
@@ -52,7 +51,7 @@ def _norm(
     transposed: bool = False,
     call: str = "F.layer_norm(x{t}, ({cols},), w, b)",
     backward: str = "y.backward(g)",
-) -> tuple[dict[str, int], list[int]]:
+) -> tuple[dict[str, Any], list[int]]:
     """What the planned script measured, and the sizes its backward allocated, in order."""
     shape = f"{cols}, {rows}" if transposed else f"{rows}, {cols}"
     body = NORM.format(
@@ -63,12 +62,8 @@ def _norm(
         backward=backward,
     )
     script(folder, body)
-    done = plan(folder, "--device-capability", "9.0", "train.py")
-    assert done.returncode == 0, done.stderr
-    found: dict[str, int] = json.loads(done.stdout.splitlines()[0])
-    snapshot = pickle.loads((folder / "backward.pickle").read_bytes())
-    sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
-    return found, sizes
+    found = printed_facts(folder, "--device-capability", "9.0")
+    return found, allocated(folder / "backward.pickle")
 
 
 ROWS, COLS = 1024, 256

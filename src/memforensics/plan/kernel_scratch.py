@@ -9,7 +9,9 @@ or ``cumprod``; ``nonzero``'s count, input copy and CUB's storage; ``pow(Scalar,
 base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponent's device;
 through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's; and,
 through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contiguous copies and
-partial sums. Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
+partial sums; through :mod:`~memforensics.plan.group_norm_scratch`, GroupNorm's per-sample
+vectors; through :mod:`~memforensics.plan.nll_loss2d_copies`, ``nll_loss2d``'s contiguous copies.
+Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
 
@@ -25,7 +27,9 @@ from memforensics.plan import (
     attention,
     cub_storage,
     embedding_backward,
+    group_norm_scratch,
     inplace,
+    nll_loss2d_copies,
     norm_scratch,
     reductions,
     scratch,
@@ -109,6 +113,8 @@ KERNELS = frozenset(
         POW_SCALAR,
         NONZERO,
         *norm_scratch.BACKWARDS,
+        *group_norm_scratch.OPERATORS,
+        *nll_loss2d_copies.OPERATORS,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -442,6 +448,11 @@ class KernelScratch:
             self._nonzero_select(args)
         elif func in norm_scratch.BACKWARDS:
             norm_scratch.after(func, args, self._capability, self._malloc, self._free)
+        elif func in group_norm_scratch.OPERATORS:
+            group_norm_scratch.after(func, args, self._malloc, self._free)
+        elif func in nll_loss2d_copies.OPERATORS:
+            for block in reversed([self._malloc(n) for n in nll_loss2d_copies.copied(func, args)]):
+                self._free(block)
 
     def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:
         """``nonzero_cuda_out_impl``'s (``aten/src/ATen/native/cuda/Nonzero.cu``) blocks before
