@@ -864,38 +864,130 @@ def test_a_patience_loop_on_an_accuracy_runs_to_its_epoch_limit(
 
 
 CONFUSION = """
-import torch
+import sys, torch
 C = 5
 model = torch.nn.Sequential(torch.nn.Linear(8, 4096), torch.nn.ReLU(),
                             torch.nn.Linear(4096, C)).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(64, 8), torch.randint(0, C, (64,))
+drawn = torch.randint(0, C, (64,), device="cuda")
+index = sys.argv[1]
+targets = 1 if index.startswith("yb") else 0  # the targets' side: rows, or columns
 acc, seen, rows = 0.0, [], True
 while acc < 0.9 and len(seen) < 200:
-    xb, yb = x.cuda(), y.cuda()
+    xb, yb = x.cuda(), drawn if sys.argv[2] == "device" else y.cuda()
     logits = model(xb)
     torch.nn.functional.cross_entropy(logits, yb).backward()
     opt.step()
     opt.zero_grad()
-    cm = torch.bincount(yb * C + logits.argmax(1), minlength=C * C).reshape(C, C)
+    p = logits.argmax(1)
+    cm = torch.bincount(eval(index), minlength=C * C).reshape(C, C)
     acc = (cm.diag().sum() / yb.numel()).item()
-    rows &= cm.sum(1).cpu().tolist() == torch.bincount(y, minlength=C).tolist()
+    rows &= cm.sum(targets).cpu().tolist() == torch.bincount(yb.cpu(), minlength=C).tolist()
     seen.append(acc)
 print("epochs", len(seen), "rows", rows, *seen)
 """
 
 
-def test_a_confusion_matrix_accuracy_rises_and_its_loop_ends(tmp_path: Path) -> None:
-    """A confusion matrix counted with ``bincount(target * C + argmax)`` on the device holds
-    one more match on its diagonal each round, so ``while acc < 0.9`` ends at the round where
-    58 of 64 predictions match, its rows still the labels' own counts."""
+@pytest.mark.parametrize(
+    ("index", "labels"),
+    [
+        ("yb * C + p", "host"),
+        ("p * C + yb", "host"),
+        ("C * p + yb", "host"),
+        ("yb * C + p", "device"),
+    ],
+)
+def test_a_confusion_matrix_accuracy_rises_and_its_loop_ends(
+    tmp_path: Path, index: str, labels: str
+) -> None:
+    """A confusion matrix counted with ``bincount`` of an index that combines the batch's
+    labels (copied from the host, or drawn on the device) with ``argmax``, targets first or
+    predictions first, holds one more match on its diagonal each round, so
+    ``while acc < 0.9`` ends at the round where 58 of 64 predictions match, the targets'
+    side of the matrix still the labels' own counts."""
     script(tmp_path, CONFUSION)
-    done = plan(tmp_path, "train.py")
+    done = plan(tmp_path, "train.py", index, labels)
     assert done.returncode == 0, done.stderr
     _, epochs, _, rows, *seen = done.stdout.splitlines()[0].split()
     assert int(epochs) == math.ceil(0.9 * 64)
     assert rows == "True"
     assert [float(a) for a in seen] == [n / 64 for n in range(1, int(epochs) + 1)]
+
+
+SEGMENTATION = """
+import sys, torch
+n, side, limit = 3, int(sys.argv[1]), int(sys.argv[2])
+
+class ConfusionMatrix:  # torchvision's references/segmentation/utils.py
+    def __init__(self, num_classes):
+        self.num_classes = num_classes
+        self.mat = None
+
+    def update(self, a, b):
+        n = self.num_classes
+        if self.mat is None:
+            self.mat = torch.zeros((n, n), dtype=torch.int64, device=a.device)
+        with torch.inference_mode():
+            k = (a >= 0) & (a < n)
+            inds = n * a[k].to(torch.int64) + b[k]
+            self.mat += torch.bincount(inds, minlength=n**2).reshape(n, n)
+
+    def compute(self):
+        h = self.mat.float()
+        acc_global = torch.diag(h).sum() / h.sum()
+        acc = torch.diag(h) / h.sum(1)
+        iu = torch.diag(h) / (h.sum(1) + h.sum(0) - torch.diag(h))
+        return acc_global, acc, iu
+
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8192, 1), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8192, n, 1)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+image, target = torch.randn(2, 3, side, side), torch.randint(0, n, (2, side, side))
+target[:, 0] = 255  # a border no class covers, as the reference's collate pads
+labelled = torch.bincount(target[target != 255], minlength=n).tolist()
+seen, miou = [], 0.0
+while miou < 0.6 and len(seen) < limit:
+    out = model(image.cuda())
+    torch.nn.functional.cross_entropy(out, target.cuda(), ignore_index=255).backward()
+    opt.step()
+    opt.zero_grad()
+    confmat = ConfusionMatrix(n)
+    with torch.inference_mode():
+        t, out = target.cuda(), model(image.cuda())
+        confmat.update(t.flatten(), out.argmax(1).flatten())
+    acc_global, acc, iu = confmat.compute()
+    miou = iu.mean().item()
+    rows = confmat.mat.sum(1).tolist() == labelled
+    seen.append(f"{acc_global.item()},{miou},{rows}")
+print("rounds", len(seen), sum(labelled), *seen)
+"""
+
+
+@pytest.mark.parametrize(("side", "limit"), [(4, 100), (96, 4)])
+def test_a_segmentation_confusion_matrix_s_accuracy_and_mean_iou_rise(
+    tmp_path: Path, side: int, limit: int
+) -> None:
+    """torchvision's segmentation ``ConfusionMatrix``, which drops the ignored label (255)
+    before it combines targets and ``argmax``, gains one matched pixel a round: its global
+    accuracy is the matches over the labelled pixels, its mean IoU rises, its rows stay the
+    labels' counts, so a loop until a mean IoU of 0.6 ends on a 24-pixel batch and runs to its
+    own limit on an 18240-pixel one."""
+    script(tmp_path, SEGMENTATION)
+    done = plan(tmp_path, "train.py", str(side), str(limit))
+    assert done.returncode == 0, done.stderr
+    _, rounds, labelled, *seen = done.stdout.splitlines()[0].split()
+    assert int(labelled) == 2 * (side - 1) * side
+    read = [row.split(",") for row in seen]
+    matched = [m / int(labelled) for m in range(1, len(read) + 1)]
+    assert [float(a) for a, _, _ in read] == pytest.approx(matched, rel=1e-6)  # float32
+    assert all(a < b for a, b in itertools.pairwise(float(m) for _, m, _ in read))
+    assert all(rows == "True" for _, _, rows in read)
+    if side == 4:
+        assert int(rounds) < limit
+        assert float(read[-1][1]) >= 0.6 > float(read[-2][1])
+    else:
+        assert int(rounds) == limit
 
 
 TORCHMETRICS = """

@@ -56,9 +56,10 @@ early, and where an operator's result is the same for every such value, it is kn
   elementwise with integers of the same shape, the unknown against the unknown or against
   targets holding more than one value (``argmax(logits) == labels``), match as many as the
   caller's count says, the first ones; an accuracy computed from them rises round by round. So
-  do predictions added to their targets times the number of classes, a confusion matrix's
-  index (:meth:`~memforensics.plan.targets.Targets.combined`). An end-of-sequence test
-  compares with one named value, and stays never equal.
+  do predictions combined with their targets into a confusion matrix's index, either one
+  times the number of classes plus the other
+  (:meth:`~memforensics.plan.targets.Targets.combined`). An end-of-sequence test compares
+  with one named value, and stays never equal.
 
 Where the unknown integers are a router's choices, indices into a dimension of ``E`` classes
 (:class:`~memforensics.plan.routing.Routing`), the partitions read them as a balanced routing

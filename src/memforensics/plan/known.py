@@ -96,8 +96,11 @@ _VIEW_COUNTS = frozenset(
 )
 """Reductions computed over a view of a repeating storage from its pattern."""
 _ADD = torch.ops.aten.add.Tensor
-"""A sum of two tensors: targets times the number of classes plus predictions, a confusion
-matrix's index (:meth:`Known._combined`)."""
+"""A sum of two tensors: targets times the number of classes plus predictions, or predictions
+times it plus targets, a confusion matrix's index (:meth:`Known._combined`)."""
+_MUL = torch.ops.aten.mul.Tensor
+"""A product: targets or predictions times the number of classes, one side of a confusion
+matrix's index (:meth:`Known._scale`)."""
 LIMIT = 1 << 16
 """Largest storage, in bytes, whose values are kept."""
 HOST_LIMIT = 1 << 24
@@ -364,6 +367,8 @@ class Known:
         self._sized: set[int] = set()  # made-up values from partitions alone: they size
         self._hosted: set[int] = set()  # values the host's data alone decide (:meth:`_limit`)
         self._periodic: dict[int, tuple[periodic.Repeat, int]] = {}  # large: (repeat, nbytes)
+        self._scales: dict[int, tuple[int, int]] = {}  # integers times a number: (it, nbytes)
+        self._scaled: set[int] = set()  # the storages watched for their release, for _scales
         self._pieces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # small: (done, values)
         self._writes: dict[Any, tuple[int, ...]] = {}
         self._rng = torch.Generator(device=_CPU)
@@ -502,7 +507,7 @@ class Known:
         elif not self._from_host(func, args, outs) and not all(
             t.untyped_storage().nbytes() <= self._limit(func, args, kwargs) for t in outs
         ):
-            self._large(func, args, kwargs, out, outs)
+            self._large(func, args, kwargs, out, outs, matches)
         elif func in _UNKNOWN_FILL or not (
             (bool(self._pieces) and self._partly(func, args, kwargs, out))
             or self._decided(func, args, kwargs, out, matches)
@@ -512,18 +517,29 @@ class Known:
             self._forget(outs)
         if bounded is not None:  # a bound holds whatever the values: made-up ones decide no size
             self.bounds.keep(bounded)
+        if self._scales or func is _MUL:
+            self._scale(func, args, out, outs)
 
     def _large(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, outs: list[Any]
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        outs: list[Any],
+        matches: assumed.Matches | None,
     ) -> None:
         """Account for an operator that set a large stand-in: kept where it repeats a pattern,
         or where it holds integers computed from known ones (:meth:`_indices`), a small one
-        beside it known in part where a sort's values are (:meth:`_partly`), else forgotten;
-        a copy of host integers keeps its extremes."""
+        beside it known in part where a sort's values are (:meth:`_partly`), up to
+        :data:`HOST_LIMIT` bytes where it is a confusion matrix's index of a batch's targets
+        (:meth:`_confusion`: a segmentation batch's pixels), else forgotten; a copy of host
+        integers keeps its extremes."""
         computed = (
             self._repeated(func, args, kwargs, out, outs)
             or (self._indices(func, args, kwargs, outs) and self._decided(func, args, kwargs, out))
             or (bool(self._pieces) and self._partly(func, args, kwargs, out))
+            or (func is _ADD and self._confusion(args, out, matches))
         )
         if computed:
             pass
@@ -1163,20 +1179,103 @@ class Known:
     def _combined(
         self, args: tuple[Any, ...], out: torch.Tensor, matches: assumed.Matches | None
     ) -> torch.Tensor | None:
-        """``out``'s values as predictions added to their targets times the number of classes
-        (``target * C + pred``, a confusion matrix's index), where it is an integer sum of a
-        known and an unknown tensor of its shape: the predictions matching as
-        :meth:`~memforensics.plan.targets.Targets.combined` says; else None."""
-        if matches is None or len(args) != 2:
+        """``out``'s values as a confusion matrix's index of ``C`` classes, where it is an
+        integer sum of a known and an unknown tensor of its shape, one side integers times
+        ``C`` (:meth:`_scale`): the targets times ``C`` plus the predictions
+        (``target * C + pred``, the known side the product) or the predictions times ``C`` plus
+        the targets (``C * pred + target``, the unknown side the product), the predictions
+        matching as :meth:`~memforensics.plan.targets.Targets.combined` says; else None."""
+        if matches is None or len(args) != 2 or not self._scales:
             return None
         if not all(isinstance(a, torch.Tensor) and a.shape == out.shape for a in args):
             return None
         if any(a.is_floating_point() or a.is_complex() or a.dtype == torch.bool for a in args):
             return None
-        known = [c for c in (self.value(a) if a.is_meta else a for a in args) if c is not None]
-        if len(known) != 1:
+        copies = [self.value(a) if a.is_meta else a for a in args]
+        side = 0 if copies[0] is not None else 1
+        known, unknown = copies[side], args[1 - side]
+        if known is None or copies[1 - side] is not None:
             return None
-        return self.targets.combined(known[0].to(out.dtype), matches)
+        classes = self._scale_of(unknown)
+        predictions_scaled = classes is not None
+        if classes is None:
+            classes = self._scale_of(args[side])
+            if classes is None or bool((known % classes).any()):
+                return None
+            known = known // classes
+        targets = known.reshape(-1).to(torch.int64)
+        predicted = self.targets.combined(targets, classes, matches)
+        if predicted is None:
+            return None
+        rows, columns = (predicted, targets) if predictions_scaled else (targets, predicted)
+        return (rows * classes + columns).reshape(out.shape).to(out.dtype)
+
+    def _confusion(self, args: tuple[Any, ...], out: Any, matches: assumed.Matches | None) -> bool:
+        """Whether ``out``, a large stand-in of at most :data:`HOST_LIMIT` bytes (a
+        segmentation batch's pixels), was kept as a confusion matrix's index
+        (:meth:`_combined`), made up: it costs the host what its targets' copy does."""
+        if not isinstance(out, torch.Tensor) or out.untyped_storage().nbytes() > HOST_LIMIT:
+            return False
+        result = self._combined(args, out, matches)
+        if result is None:
+            return False
+        self._keep(out, result, made_up=True)
+        return True
+
+    def _scale(self, func: Any, args: tuple[Any, ...], out: Any, outs: list[torch.Tensor]) -> None:
+        """After ``func`` set ``outs``: what was kept of them as products is forgotten, and
+        ``out``, a product of integers and a whole number ``C`` of two at least
+        (``target * C``, ``C * pred``), known or not, laid out over all of its storage, is kept
+        as one: a side of a confusion matrix's index (:meth:`_combined`)."""
+        for tensor in outs if self._scales else ():
+            self._scales.pop(tensor.untyped_storage()._cdata, None)
+        if func is not _MUL or not isinstance(out, torch.Tensor) or not out.is_meta:
+            return
+        if len(args) != 2 or out.dtype == torch.bool or not integral(out.dtype):
+            return
+        if not periodic.covers(out):
+            return
+        factors = [
+            self._number(number)
+            for tensor, number in (args, args[::-1])
+            if isinstance(tensor, torch.Tensor) and tensor.shape == out.shape
+        ]
+        factor = next((f for f in factors if f is not None), None)
+        if factor is None or factor < 2:
+            return
+        storage = out.untyped_storage()
+        key = storage._cdata
+        if key not in self._scaled:
+            self._scaled.add(key)
+            when_released(storage, self._unscaled, key)
+        self._scales[key] = (factor, storage.nbytes())
+
+    def _unscaled(self, key: int) -> None:
+        """A storage kept as a product (:meth:`_scale`) died."""
+        self._scaled.discard(key)
+        self._scales.pop(key, None)
+
+    def _scale_of(self, tensor: torch.Tensor) -> int | None:
+        """The number ``tensor``'s storage was multiplied by (:meth:`_scale`), or None."""
+        if not tensor.is_meta:
+            return None
+        storage = tensor.untyped_storage()
+        found = self._scales.get(storage._cdata)
+        return found[0] if found is not None and found[1] == storage.nbytes() else None
+
+    def _number(self, value: Any) -> int | None:
+        """``value`` as a whole number: a Python integer, or a known integer tensor of one
+        element; else None."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            return value
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            return None
+        if value.dtype == torch.bool or not integral(value.dtype):
+            return None
+        found = self.decided(value) if value.is_meta else value
+        return None if found is None else int(found)
 
     def _counted_view(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any

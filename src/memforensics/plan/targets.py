@@ -37,10 +37,11 @@ generated text rises as it trains. The labels' end-of-sequence token (the one to
 every row of a batch of labels) is never read, there nor position by position: a loop that tests
 for it on the host, as decoding on the device, runs to its own bound.
 
-Predictions added on the device to the batch's targets times the number of classes
-(``target * C + pred``, the index a confusion matrix counts with ``bincount``: torchmetrics'
-macro-averaged accuracy, torchvision's segmentation reference) match by the same count, at
-the line that adds (:meth:`Targets.combined`), so the matrix's diagonal gains one a round.
+Predictions combined on the device with the batch's targets into a confusion matrix's index
+(``target * C + pred`` or ``pred * C + target``, which ``bincount`` counts: torchmetrics'
+macro-averaged accuracy, torchvision's segmentation reference, which drops its ignored label
+first) match by the same count, at the line that adds (:meth:`Targets.combined`), so the
+matrix's diagonal gains one a round.
 
 A tensor no such target matches (one value, a storage of another size: a generated token, an
 ``argmax`` read alone) reads as zeros. Only integers copied to the device or given to a loss are
@@ -153,32 +154,29 @@ class Targets:
         matched = read[1] & (read[1].cumsum(0) <= count)
         return torch.where(matched, read[0], read[2]).reshape(tensor.shape).to(tensor.dtype)
 
-    def combined(self, offsets: torch.Tensor, matches: Matches) -> torch.Tensor | None:
-        """Predictions added on the device to their targets times the number of classes
-        (``target * C + pred``, the index a confusion matrix counts with ``bincount``;
-        ``offsets`` the known ``target * C``, on the CPU): the sums, the first
-        ``matches(n)`` predictions their targets and the rest another of the targets' classes,
-        as :meth:`predicted` reads them; None where ``offsets`` is no recent target, every
-        position a class, times a ``C`` above each of its classes."""
-        flat = offsets.reshape(-1)
+    def combined(self, kept: torch.Tensor, classes: int, matches: Matches) -> torch.Tensor | None:
+        """The predictions a confusion matrix's index of ``classes`` classes combines on the
+        device with ``kept``, its targets (flat, on the CPU): the first ``matches(n)`` their
+        targets and the rest another of the targets' classes, as :meth:`predicted` reads them.
+        None where ``kept`` is not, in order, a recent target's classes below ``classes`` (all
+        of its classes, or those a segmentation's reference keeps where it filters out its
+        ignored label, 255, first), two of them at least."""
         for given in self._recent:
-            targets = given.values
-            if targets.numel() != flat.numel() or not bool(_scored(given).all()):
+            chosen = _scored(given) & (given.values < classes)
+            if int(chosen.sum()) != kept.numel():
                 continue
-            classes = torch.unique(targets)
-            if classes.numel() < 2:
+            targets = given.values[chosen].to(torch.int64)
+            if not torch.equal(targets, kept):
                 continue
-            first = int(classes[classes > 0][0])  # C is its offset's share of it
-            at = int((targets == first).nonzero()[0, 0])
-            count, rest = divmod(int(flat[at]), first)
-            if rest or count <= int(classes[-1]) or not torch.equal(targets * count, flat):
-                continue
+            found = torch.unique(targets)
+            if found.numel() < 2:
+                return None
             matched = matches(targets.numel())
             if matched is None:
                 return None
-            other = torch.where(targets == classes[0], classes[1], classes[0])
+            other = torch.where(targets == found[0], found[1], found[0])
             hit = torch.arange(targets.numel(), device=_CPU) < matched
-            return (flat + torch.where(hit, targets, other)).reshape(offsets.shape)
+            return torch.where(hit, targets, other)
         return None
 
     def _candidates(self, size: int) -> Iterator[_Given]:

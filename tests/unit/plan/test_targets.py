@@ -130,29 +130,54 @@ def test_an_evaluation_s_labels_copied_without_a_loss_are_its_references() -> No
     assert read.tolist() == [[8, 12, 0], [7, 0, 0]]
 
 
-def test_a_confusion_index_holds_the_first_matches_on_the_diagonal() -> None:
-    """``target * 5`` plus predictions, two matches asked: the first two indices are their
-    targets' diagonal cells (``t * 5 + t``), the rest a cell off it in the target's own row."""
+def test_a_confusion_index_s_predictions_are_the_first_matches_then_other_classes() -> None:
+    """Two matches asked of a confusion index's five-class targets: the first two predictions
+    are their targets, the rest a class of the batch that is not theirs."""
     targets = Targets()
     labels = torch.tensor([3, 0, 1, 1, 4, 0])
     targets.given(labels, ignored=-100)
     asked, matches = _counting(2)
-    combined = targets.combined(labels * 5, matches)
+    predicted = targets.combined(labels, 5, matches)
     assert asked == [6]
-    assert combined is not None
-    assert combined[:2].tolist() == [3 * 5 + 3, 0]
-    rows, columns = combined // 5, combined % 5
-    assert rows.tolist() == labels.tolist()
-    assert (columns[2:] != labels[2:]).all()
+    assert predicted is not None
+    assert predicted[:2].tolist() == [3, 0]
+    assert (predicted[2:] != labels[2:]).all()
+    assert set(predicted.tolist()) <= set(labels.tolist())
 
 
-@pytest.mark.parametrize("offsets", [LABELS.abs() * 5, torch.tensor([3, 0, 1, 1, 4, 0]) * 4])
-def test_a_sum_that_is_no_confusion_index_is_left_unknown(offsets: torch.Tensor) -> None:
-    """Offsets that are no scored target times a count above every class (padded targets,
-    or class 4 times 4, which would share a cell with another row) decide nothing."""
+def test_a_confusion_index_of_targets_filtered_to_their_classes_is_read() -> None:
+    """Targets copied with an ignored label (255) that the index drops first, as torchvision's
+    segmentation reference does (``a[(a >= 0) & (a < n)]``): the classes kept are the
+    batch's, and only they are counted."""
     targets = Targets()
+    labels = torch.tensor([255, 2, 0, 255, 1, 2])
+    targets.given(labels)
+    asked, matches = _counting(1)
+    predicted = targets.combined(torch.tensor([2, 0, 1, 2]), 3, matches)
+    assert asked == [4]
+    assert predicted is not None
+    assert predicted[0] == 2
+    assert (predicted[1:] != torch.tensor([0, 1, 2])).all()
+
+
+@pytest.mark.parametrize(
+    ("kept", "classes"),
+    [
+        (LABELS.abs(), 5),  # padding read as a class
+        (torch.tensor([3, 0, 1, 1, 4, 0]), 4),  # class 4 would share a cell with another row
+        (torch.tensor([0, 1, 1, 0, 3, 0]), 5),  # no recent target's classes in this order
+        (torch.tensor([1, 1, 1, 1]), 5),  # LABELS' scored classes are one class alone
+    ],
+)
+def test_values_that_are_no_batch_s_targets_are_no_confusion_index(
+    kept: torch.Tensor, classes: int
+) -> None:
+    """Values that are not, in order, a recent target's classes below ``classes`` (two at
+    least) decide nothing, and no count is asked."""
+    targets = Targets()
+    targets.given(torch.tensor([1, -100, 1, 1, -100, 1]), ignored=-100)
     targets.given(LABELS, ignored=-100)
     targets.given(torch.tensor([3, 0, 1, 1, 4, 0]), ignored=-100)
     asked, matches = _counting(2)
-    assert targets.combined(offsets, matches) is None
+    assert targets.combined(kept, classes, matches) is None
     assert asked == []
