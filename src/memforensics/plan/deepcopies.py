@@ -1,0 +1,60 @@
+"""``copy.deepcopy`` of a tensor on the planned device copies its whole storage once.
+
+On a GPU, ``Tensor.__deepcopy__`` copies a tensor's storage, whole, once per deep copy:
+tensors that share a storage (the keys of a ``state_dict`` under which a tied or shared layer
+appears, a view and its base) come out sharing one copy, as ``UntypedStorage.__deepcopy__``
+keeps each copy in the memo under the storage's ``_cdata``. A stand-in is a ``meta`` tensor,
+for which torch's own code clones each tensor alone: a layer shared four times was copied
+four times (pytorch-tabnet's early stopping keeps ``deepcopy(network.state_dict())``), and a
+view came out at its own size rather than its storage's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import handle_torch_function, has_torch_function_unary
+
+MEMO_KEY = "torch"
+"""The memo entry ``UntypedStorage.__deepcopy__`` keeps its storages' copies under."""
+
+
+def deepcopied(
+    original: Callable[[torch.Tensor, dict[Any, Any]], torch.Tensor],
+    held: Callable[[torch.Tensor], bool],
+) -> Callable[[torch.Tensor, dict[Any, Any]], torch.Tensor]:
+    """``Tensor.__deepcopy__``: a plain leaf stand-in (``held``) takes CUDA's path, its
+    storage copied once per memo; every other tensor is copied by ``original``."""
+
+    def __deepcopy__(tensor: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
+        if has_torch_function_unary(tensor):
+            return handle_torch_function(__deepcopy__, (tensor,), tensor, memo)  # type: ignore[no-any-return]
+        if (
+            type(tensor) is not torch.Tensor
+            or not tensor.is_leaf
+            or id(tensor) in memo
+            or not held(tensor)
+        ):
+            return original(tensor, memo)
+        copies = memo.setdefault(MEMO_KEY, {})
+        storage = tensor.untyped_storage()
+        with torch.no_grad():
+            copied = copies.get(storage._cdata)
+            if copied is None:
+                whole = tensor.new_empty((0,), dtype=torch.uint8).set_(storage)
+                copied = whole.clone().untyped_storage()
+                copies[storage._cdata] = copied
+            new = tensor.new_empty(())
+            new.set_(copied, tensor.storage_offset(), tensor.size(), tensor.stride())
+        if tensor.requires_grad:
+            new.requires_grad_()
+        if tensor.grad is not None:
+            new.grad = copy.deepcopy(tensor.grad, memo)
+        new.__dict__ = copy.deepcopy(tensor.__dict__, memo)
+        memo[id(tensor)] = new
+        return new
+
+    return __deepcopy__

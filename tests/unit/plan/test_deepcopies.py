@@ -1,0 +1,60 @@
+"""``copy.deepcopy`` of device tensors under a plan copies each storage once, whole, as
+``Tensor.__deepcopy__`` does on a GPU, checked against the same copies made on the CPU."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memforensics.allocator import parse_conf  # noqa: E402
+from memforensics.plan import device_spec, run_planned  # noqa: E402
+
+pytestmark = [pytest.mark.torch]
+
+SPEC = device_spec(80 << 30, (9, 0), 512 << 20, parse_conf(None))
+
+
+def _copied(device: str) -> dict[str, Any]:
+    """A state dict with a layer shared twice, and a view, deep-copied on ``device``: the bytes
+    the copies allocate (planned) and whether the copies alias as the originals do."""
+    found: dict[str, Any] = {}
+
+    def run() -> None:
+        shared = torch.nn.Linear(256, 256)
+        model = torch.nn.Sequential(shared, torch.nn.ReLU(), shared).to(device)
+        state = model.state_dict()
+        base = torch.zeros(1024, device=device, requires_grad=True)
+        base.grad = torch.ones(1024, device=device)
+        view = torch.zeros(1024, device=device)[512:]
+        before = torch.cuda.memory_allocated() if device == "cuda" else 0
+        best, (base_copy, view_copy) = copy.deepcopy((state, (base, view)))
+        found["bytes"] = torch.cuda.memory_allocated() - before if device == "cuda" else 0
+        found["shared"] = best["0.weight"].data_ptr() == best["2.weight"].data_ptr()
+        found["view_storage"] = view_copy.untyped_storage().nbytes()
+        found["view_offset"] = view_copy.storage_offset()
+        found["grad"] = base_copy.requires_grad, base_copy.grad is not None
+        found["device"] = str(best["0.bias"].device)
+
+    if device == "cuda":
+        run_planned(SPEC, run, lambda path, snapshot: None)
+    else:
+        run()
+    return found
+
+
+def test_a_shared_layer_and_a_view_are_copied_as_on_the_gpu() -> None:
+    """The layer shared twice is copied once and its two keys share the copy, as on the CPU; a
+    view's copy holds its whole storage at the view's offset; a leaf keeps requires_grad and a
+    copy of its gradient. The bytes allocated are one weight, one bias, the leaf, its gradient
+    and the view's whole storage, each in 512-B blocks."""
+    planned, cpu = _copied("cuda"), _copied("cpu")
+    assert planned["shared"] is cpu["shared"] is True
+    assert planned["view_storage"] == cpu["view_storage"] == 1024 * 4
+    assert planned["view_offset"] == cpu["view_offset"] == 512
+    assert planned["grad"] == cpu["grad"] == (True, True)
+    assert planned["device"] == "cuda:0"
+    assert planned["bytes"] == 256 * 256 * 4 + 256 * 4 + 3 * 1024 * 4
