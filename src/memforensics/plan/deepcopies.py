@@ -31,7 +31,7 @@ def deepcopied(
 
     def __deepcopy__(tensor: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
         if has_torch_function_unary(tensor):
-            return handle_torch_function(__deepcopy__, (tensor,), tensor, memo)  # type: ignore[no-any-return]
+            return handle_torch_function(__deepcopy__, (tensor,), tensor, memo)  # type: ignore[no-any-return, unused-ignore]
         if (
             type(tensor) is not torch.Tensor
             or not tensor.is_leaf
