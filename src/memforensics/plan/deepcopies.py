@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_unary
 
-MEMO_KEY = "torch"
-"""The memo entry ``UntypedStorage.__deepcopy__`` keeps its storages' copies under."""
+MEMO_KEY = "memforensics.plan.deepcopies"
+"""The memo entry that keeps, per storage copied (by ``_cdata``), a tensor over its whole copy."""
 
 
 def deepcopied(
@@ -27,7 +27,9 @@ def deepcopied(
     held: Callable[[torch.Tensor], bool],
 ) -> Callable[[torch.Tensor, dict[Any, Any]], torch.Tensor]:
     """``Tensor.__deepcopy__``: a plain leaf stand-in (``held``) takes CUDA's path, its
-    storage copied once per memo; every other tensor is copied by ``original``."""
+    storage copied once per memo, and the copy is a view of that storage's copy at the
+    tensor's own offset, sizes and strides; every other tensor, and a storage read in two
+    dtypes, is copied by ``original``."""
 
     def __deepcopy__(tensor: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
         if has_torch_function_unary(tensor):
@@ -39,16 +41,18 @@ def deepcopied(
             or not held(tensor)
         ):
             return original(tensor, memo)
-        copies = memo.setdefault(MEMO_KEY, {})
         storage = tensor.untyped_storage()
+        numel, rest = divmod(storage.nbytes(), tensor.itemsize)
+        copies = memo.setdefault(MEMO_KEY, {})
+        whole: torch.Tensor | None = copies.get(storage._cdata)
+        if rest or (whole is not None and whole.dtype != tensor.dtype):
+            return original(tensor, memo)
         with torch.no_grad():
-            copied = copies.get(storage._cdata)
-            if copied is None:
-                whole = tensor.new_empty((0,), dtype=torch.uint8).set_(storage)
-                copied = whole.clone().untyped_storage()
-                copies[storage._cdata] = copied
-            new = tensor.new_empty(())
-            new.set_(copied, tensor.storage_offset(), tensor.size(), tensor.stride())
+            if whole is None:
+                # a view and a clone keep the values the plan knows; ``set_`` would forget them
+                whole = tensor.as_strided((numel,), (1,), 0).clone()
+                copies[storage._cdata] = whole
+            new = whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
         if tensor.requires_grad:
             new.requires_grad_()
         if tensor.grad is not None:

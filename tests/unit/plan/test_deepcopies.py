@@ -58,3 +58,17 @@ def test_a_shared_layer_and_a_view_are_copied_as_on_the_gpu() -> None:
     assert planned["grad"] == cpu["grad"] == (True, True)
     assert planned["device"] == "cuda:0"
     assert planned["bytes"] == 256 * 256 * 4 + 256 * 4 + 3 * 1024 * 4
+
+
+def test_copies_read_the_values_their_originals_hold() -> None:
+    """A deep copy of device integers and of a view of them reads the originals' values, as on
+    the CPU, and the originals keep theirs."""
+    found: dict[str, Any] = {}
+
+    def run() -> None:
+        counts = torch.arange(8, device="cuda")
+        copied, window = copy.deepcopy((counts, counts[2:5]))
+        found["values"] = copied.tolist(), window.tolist(), counts.tolist()
+
+    run_planned(SPEC, run, lambda path, snapshot: None)
+    assert found["values"] == ([0, 1, 2, 3, 4, 5, 6, 7], [2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 7])
