@@ -4,9 +4,9 @@ On a GPU, ``Tensor.__deepcopy__`` copies a tensor's storage, whole, once per dee
 tensors that share a storage (the keys of a ``state_dict`` under which a tied or shared layer
 appears, a view and its base) come out sharing one copy, as ``UntypedStorage.__deepcopy__``
 keeps each copy in the memo under the storage's ``_cdata``. A stand-in is a ``meta`` tensor,
-for which torch's own code clones each tensor alone: a layer shared four times was copied
-four times (pytorch-tabnet's early stopping keeps ``deepcopy(network.state_dict())``), and a
-view came out at its own size rather than its storage's.
+for which torch's own code clones each tensor alone, copying a layer shared under four keys
+four times (pytorch-tabnet's early stopping keeps ``deepcopy(network.state_dict())``) and a
+view at its own size rather than its storage's; so a stand-in takes CUDA's path here.
 """
 
 from __future__ import annotations
