@@ -27,8 +27,9 @@ def deepcopied(
     held: Callable[[torch.Tensor], bool],
 ) -> Callable[[torch.Tensor, dict[Any, Any]], torch.Tensor]:
     """``Tensor.__deepcopy__``: a plain leaf stand-in (``held``) takes CUDA's path, its
-    storage copied once per memo, and the copy is a view of that storage's copy at the
-    tensor's own offset, sizes and strides; every other tensor, and a storage read in two
+    storage copied once per memo, and the copy holds that storage's copy at the tensor's own
+    offset, sizes and strides, no view of it (its ``_base`` is None, and it may be written in
+    place under grad mode, as a GPU's copy may); every other tensor, and a storage read in two
     dtypes, is copied by ``original``."""
 
     def __deepcopy__(tensor: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
@@ -52,7 +53,9 @@ def deepcopied(
                 # a view and a clone keep the values the plan knows; ``set_`` would forget them
                 whole = tensor.as_strided((numel,), (1,), 0).clone()
                 copies[storage._cdata] = whole
+            # detached, the copy is no view: in place under grad mode, as a GPU's copy is
             new = whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+            new = new.detach()
         if tensor.requires_grad:
             new.requires_grad_()
         if tensor.grad is not None:

@@ -38,6 +38,9 @@ def _copied(device: str) -> dict[str, Any]:
         found["view_offset"] = view_copy.storage_offset()
         found["grad"] = base_copy.requires_grad, base_copy.grad is not None
         found["device"] = str(best["0.bias"].device)
+        found["base"] = best["0.weight"]._base is None, view_copy._base is None
+        view_copy.add_(torch.ones(512, device=device, requires_grad=True))  # grad mode, in place
+        found["inplace"] = view_copy.requires_grad
 
     if device == "cuda":
         run_planned(SPEC, run, lambda path, snapshot: None)
@@ -49,14 +52,17 @@ def _copied(device: str) -> dict[str, Any]:
 def test_a_shared_layer_and_a_view_are_copied_as_on_the_gpu() -> None:
     """The layer shared twice is copied once and its two keys share the copy, as on the CPU; a
     view's copy holds its whole storage at the view's offset; a leaf keeps requires_grad and a
-    copy of its gradient. The bytes allocated are one weight, one bias, the leaf, its gradient
-    and the view's whole storage, each in 512-B blocks."""
+    copy of its gradient; a copy is no view, and is written in place under grad mode. The bytes
+    allocated are one weight, one bias, the leaf, its gradient and the view's whole storage,
+    each in 512-B blocks."""
     planned, cpu = _copied("cuda"), _copied("cpu")
     assert planned["shared"] is cpu["shared"] is True
     assert planned["view_storage"] == cpu["view_storage"] == 1024 * 4
     assert planned["view_offset"] == cpu["view_offset"] == 512
     assert planned["grad"] == cpu["grad"] == (True, True)
     assert planned["device"] == "cuda:0"
+    assert planned["base"] == cpu["base"] == (True, True)
+    assert planned["inplace"] is cpu["inplace"] is True
     assert planned["bytes"] == 256 * 256 * 4 + 256 * 4 + 3 * 1024 * 4
 
 
