@@ -25,6 +25,7 @@ causal mask's ``torch.ones``, a buffer of zeros) replays to python's own values,
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import sys
@@ -365,9 +366,12 @@ class Deferred:
         return self._add(made, [Step(_aten.copy_.default, View.of(made), (snapshot,), {}, None)])
 
     def initialiser(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``torch.nn.init``'s ``original``, recorded on a deferred tensor."""
+        """``torch.nn.init``'s ``original``, recorded on a deferred tensor. It carries
+        ``original``'s name and signature: libraries find initialisers by name (class_resolver
+        registers every ``torch.nn.init`` function ending in ``_`` under its ``__name__``)."""
         draws = "generator" in inspect.signature(original).parameters
 
+        @functools.wraps(original)
         def initialise(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(tensor, torch.Tensor) and not tensor.is_meta and self.holds(tensor):
                 step = self._step(original, tensor, args, kwargs, draws)
@@ -376,7 +380,6 @@ class Deferred:
                     return tensor
             return original(tensor, *args, **kwargs)
 
-        initialise.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature
         return initialise
 
     def saved(self, original: Callable[[Any], str]) -> Callable[[Any], str]:

@@ -28,6 +28,7 @@ from memforensics.plan import (
     choices,
     compiled,
     cuda,
+    deepcopies,
     deferred,
     distributed,
     dynamic_sizes,
@@ -575,6 +576,12 @@ def _torch_rows(
     held = standins.on_device(storage.address)
     saving = checkpoints.Checkpoints(storage.ghosts, files, functions.reads.made_up_on_host)
     rows = [
+        R(
+            torch.Tensor,
+            "__deepcopy__",
+            deepcopies.deepcopied(torch.Tensor.__deepcopy__, held),
+            "a deep copy copies each device storage once, whole, as CUDA's does",
+        ),
         R(
             torch,
             "set_default_device",

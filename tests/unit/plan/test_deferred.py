@@ -184,3 +184,18 @@ def test_cpu_tensors_outside_a_module_are_made_as_python_makes_them() -> None:
     result = _planned(run)
     assert 0.9 * 1024 < found[0] < 1.1 * 1024
     assert result.warnings == ()
+
+
+def test_torchs_initialisers_keep_their_names_under_a_plan() -> None:
+    """Each ``torch.nn.init`` function a plan records keeps its own name, so a library that
+    registers the initialisers by name (class_resolver, under pykeen) finds each one once."""
+    found: dict[str, str] = {}
+
+    def run() -> None:
+        for name, fn in vars(torch.nn.init).items():
+            if name.endswith("_") and not name.startswith("_"):
+                found[name] = fn.__name__
+
+    _planned(run)
+    assert "kaiming_uniform_" in found
+    assert found == {name: name for name in found}
