@@ -6,10 +6,16 @@ optimizer built before ``.cuda()`` keeps its parameters) refuses them. On a CUDA
 parameter moved to CUDA is rebound in place (``param.data = ...``); a ``meta`` one cannot be
 (the types differ), so a scripted module's parameters are replaced through its parameter dict,
 as ``Module._apply`` does for types that differ, and the C++ module holds the stand-ins.
+
+Saved (``torch.jit.save``), such a module is written as CUDA writes it, and loaded back with no
+``map_location`` its tensors are on the device again, where CUDA's loader restores them: e3nn's
+modules copy and pickle themselves through exactly that round trip (``copy.deepcopy`` of a MACE
+model), which on a GPU holds a second copy of their tensors on the device.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from memforensics.plan import rebound
+from memforensics.plan.saved_files import SavedFiles, path_of
 
 _INSIDE = threading.local()
 """Whether this thread is inside a module's ``_apply`` (``moving``), and inside a scripted
@@ -116,27 +123,99 @@ def scripted_apply(original: Callable[..., Any]) -> Callable[..., Any]:
     return _inside("scripted", original)
 
 
-SAVE = (
-    "torch.jit.save of a module holding tensors on the planned device is not modelled: "
-    "TorchScript's writer reads each storage's bytes, which a planned tensor does not have "
-    "(save it with torch.save, or script the module on the CPU)"
-)
+STAND_INS = "memforensics-plan-stand-ins.json"
+"""The extra file a planned ``torch.jit.save`` adds to a module's archive: the stand-ins it wrote,
+each as its module's path, ``parameter`` or ``buffer``, and its name."""
 
 
-def refused_save(
-    original: Callable[..., Any], held: Callable[[Any], bool], why: Callable[[str], Exception]
+def _slots(part: Any, kind: str) -> Any:
+    """A module's parameters (``kind`` ``parameter``) or buffers, as a dict its tensors can be
+    replaced through (a scripted module's C++ module holds them too)."""
+    return part._parameters if kind == "parameter" else part._buffers
+
+
+def _stand_ins(
+    module: Any, held: Callable[[torch.Tensor], bool]
+) -> list[tuple[str, Any, str, str, torch.Tensor]]:
+    """Each parameter and buffer of ``module`` and of its submodules that is a stand-in: its
+    module's path, the module, ``parameter`` or ``buffer``, its name and the tensor."""
+    found = []
+    for path, part in module.named_modules():
+        for kind in ("parameter", "buffer"):
+            for name, tensor in _slots(part, kind).items():
+                if isinstance(tensor, torch.Tensor) and held(tensor):
+                    found.append((path, part, kind, name, tensor))
+    return found
+
+
+def _view_key(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two tensors the same view of the same storage."""
+    return (
+        tensor.untyped_storage()._cdata,
+        tensor.storage_offset(),
+        tuple(tensor.size()),
+        tuple(tensor.stride()),
+        tensor.dtype,
+    )
+
+
+def written(
+    original: Callable[..., Any],
+    held: Callable[[torch.Tensor], bool],
+    files: SavedFiles,
 ) -> Callable[..., Any]:
-    """``torch.jit.save`` and ``ScriptModule.save``: ``original``, except for a module holding a
-    stand-in, which TorchScript's writer would read past its missing data (the process dies
-    with no message); the plan stops there with one line instead."""
+    """``torch.jit.save`` and ``ScriptModule.save``: a module holding stand-ins is written as
+    CUDA writes it, each stand-in's bytes zeros (the values a plan reads for unknown data), and
+    the archive names them (:data:`STAND_INS`), so that ``torch.jit.load`` puts them back on
+    the planned device as CUDA's loader does (:func:`loaded_onto_cuda`). TorchScript's writer
+    reads each storage's bytes, which a stand-in does not have, so host zeros of its shape stand
+    in the module while it writes, and the stand-ins are put back after. A file at a path is
+    put back when the run ends (:mod:`~memforensics.plan.saved_files`); a module holding none
+    is torch's own."""
 
-    def save(module: Any, *args: Any, **kwargs: Any) -> Any:
-        tensors = [*module.parameters(), *module.buffers()]
-        if any(held(tensor) for tensor in tensors):
-            raise why(SAVE)
-        return original(module, *args, **kwargs)
+    def save(module: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        found = _stand_ins(module, held)
+        if not found:
+            return original(module, f, *args, **kwargs)
+        extra = kwargs.pop("_extra_files", args[0] if args else None)
+        named = [[path, kind, name] for path, _, kind, name, _ in found]
+        marked = {**(extra or {}), STAND_INS: json.dumps(named)}
+        zeros: dict[tuple[Any, ...], torch.Tensor] = {}
+        for _, part, kind, name, tensor in found:
+            key = _view_key(tensor)
+            if key not in zeros:
+                host = torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype)
+                zeros[key] = host.zero_().requires_grad_(tensor.requires_grad)
+            _slots(part, kind)[name] = zeros[key]
+        try:
+            target = path_of(f)
+            if target is None:
+                return original(module, f, _extra_files=marked)
+            return files.saving(
+                target, lambda: original(module, f, _extra_files=marked), lambda: True
+            )
+        finally:
+            for _, part, kind, name, tensor in found:
+                _slots(part, kind)[name] = tensor
 
     return save
+
+
+def _back_on_device(module: Any, named: str) -> None:
+    """The stand-ins a planned save named (:data:`STAND_INS`) made again on the planned device,
+    values unknown as a stand-in's are; views that shared a storage share one again."""
+    made: dict[tuple[Any, ...], torch.Tensor] = {}
+    for path, kind, name in json.loads(named):
+        part = module.get_submodule(path) if path else module
+        slots = _slots(part, kind)
+        host = slots[name]
+        key = _view_key(host)
+        if key not in made:
+            device = torch.empty_strided(
+                host.size(), host.stride(), dtype=host.dtype, device="cuda"
+            )
+            made[key] = device.requires_grad_(host.requires_grad)
+        slots[name] = made[key]
 
 
 def _onto_cuda(location: Any) -> bool:
@@ -149,18 +228,30 @@ def _onto_cuda(location: Any) -> bool:
 def loaded_onto_cuda(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.jit.load``: onto CUDA, the module is loaded onto the CPU and moved with
     ``.cuda()``, which holds the same tensors on the device that CUDA's loader puts there (the
-    CPU build's loader refuses a CUDA location); any other location as torch loads it."""
+    CPU build's loader refuses a CUDA location). With no location, the tensors a planned save
+    wrote for stand-ins (:func:`written`) are stand-ins again, where CUDA's loader puts each
+    tensor back on the device it was saved from (e3nn's modules copy and pickle themselves so).
+    Any other location as torch loads it."""
 
-    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if not _onto_cuda(map_location):
-            return original(f, map_location, *args, **kwargs)
-        module = original(f, "cpu", *args, **kwargs)
-        for part in module.modules():
-            for name, tensor in list(part._parameters.items()):
-                if not isinstance(tensor, torch.nn.Parameter):
-                    # a loaded module's parameters come back as plain tensors, which
-                    # ``Module._apply`` cannot replace across devices
-                    part._parameters[name] = torch.nn.Parameter(tensor, tensor.requires_grad)
-        return module.cuda()
+    def load(
+        f: Any, map_location: Any = None, _extra_files: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        asked = {} if _extra_files is None else _extra_files
+        extra = {**asked, STAND_INS: ""}
+        onto_cuda = _onto_cuda(map_location)
+        module = original(f, "cpu" if onto_cuda else map_location, extra, *args, **kwargs)
+        for key in asked:
+            asked[key] = extra[key]
+        if onto_cuda:
+            for part in module.modules():
+                for name, tensor in list(part._parameters.items()):
+                    if not isinstance(tensor, torch.nn.Parameter):
+                        # a loaded module's parameters come back as plain tensors, which
+                        # ``Module._apply`` cannot replace across devices
+                        part._parameters[name] = torch.nn.Parameter(tensor, tensor.requires_grad)
+            return module.cuda()
+        if map_location is None and extra[STAND_INS]:
+            _back_on_device(module, extra[STAND_INS])
+        return module
 
     return load

@@ -782,23 +782,23 @@ def _torch_rows(
         R(
             torch.jit,
             "save",
-            scripted.refused_save(torch.jit.save, held, OutOfScope),
-            "TorchScript's writer reads a stand-in's missing bytes and the process dies: one "
-            "line instead",
+            scripted.written(torch.jit.save, held, files),
+            "a module holding stand-ins is written as CUDA writes it, their bytes zeros, the "
+            "archive naming them for torch.jit.load; a file is put back when the run ends",
         ),
         R(
             torch.jit._script.RecursiveScriptModule,
             "save",
-            scripted.refused_save(torch.jit._script.RecursiveScriptModule.save, held, OutOfScope),
-            "TorchScript's writer reads a stand-in's missing bytes and the process dies: one "
-            "line instead",
+            scripted.written(torch.jit._script.RecursiveScriptModule.save, held, files),
+            "a module holding stand-ins is written as CUDA writes it, their bytes zeros, the "
+            "archive naming them for torch.jit.load; a file is put back when the run ends",
         ),
         R(
             torch.jit,
             "load",
             scripted.loaded_onto_cuda(torch.jit.load),
             "the CPU build's loader refuses a CUDA location: loaded onto the CPU, moved with "
-            ".cuda()",
+            ".cuda(); with no location, the stand-ins a planned save wrote are stand-ins again",
         ),
         R(
             fx_config,
