@@ -495,31 +495,44 @@ def _terminated_when_ready(plan: subprocess.Popen[str], ready: Path, count: int)
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_terminated_plan_of_every_rank_prints_the_ranks_planned_so_far(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
+@pytest.mark.parametrize(
+    ("by", "status"), [("SIGTERM", 143), ("Ctrl-C", 130)], ids=["sigterm", "ctrl-c"]
+)
+def test_a_stopped_plan_of_every_rank_prints_the_ranks_planned_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool, by: str, status: int
 ) -> None:
-    """SIGTERM to ``plan --ranks all`` once rank 0 ran to its end and ranks 1 and 2 run: the
-    table of ranks 0 to 2 (rank 0 fits; ranks 1 and 2 with their figures so far, 2 and 3 MiB,
-    marked interrupted at the script's line), rank 3 not planned, exit 143."""
+    """SIGTERM to ``plan --ranks all``, or Ctrl-C as a terminal sends it to the foreground
+    process group, once rank 0 ran to its end and ranks 1 and 2 run: the table of ranks 0 to 2
+    (rank 0 fits; ranks 1 and 2 with their figures so far, 2 and 3 MiB, marked interrupted by
+    that signal at the script's line), rank 3 not planned, exit 143 or 130."""
     ready = tmp_path / "ready"
     ready.mkdir()
     monkeypatch.setenv("READY", str(ready))
     path = script(tmp_path, STOPPED_RANKS)
     options = ("--json",) if as_json else ()
     plan_all = _planning(
-        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2", "train.py"
-    )
-    stdout, stderr = _terminated_when_ready(plan_all, ready, 2)
-    assert plan_all.returncode == 143, stderr
+        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2",
+        "train.py", terminal=by == "Ctrl-C",
+    )  # fmt: skip
+    if by == "SIGTERM":
+        stdout, stderr = _terminated_when_ready(plan_all, ready, 2)
+    else:
+        _when_ready(plan_all, ready, 2)
+        os.killpg(plan_all.pid, signal.SIGINT)
+        stdout, stderr = plan_all.communicate(timeout=300)
+    assert plan_all.returncode == status, stderr
     if as_json:
         doc = json.loads(stdout)
-        assert (doc["terminated"], doc["not_planned"]) == (True, [3])
+        assert (doc["interrupted_by"], doc["not_planned"]) == (by, [3])
+        assert doc["terminated"] is (by == "SIGTERM")
         rows = {row["rank"]: row for row in doc["rows"]}
         assert sorted(rows) == [0, 1, 2]
-        assert (rows[0]["fits"], rows[0]["interrupted"]) == (True, None)
+        assert (rows[0]["fits"], rows[0]["interrupted"], rows[0]["interrupted_by"]) == (
+            True, None, None
+        )  # fmt: skip
         for rank in (1, 2):
             assert rows[rank]["peak_allocated_bytes"] == (rank + 1) * MiB
-            assert rows[rank]["fits"] is None
+            assert (rows[rank]["fits"], rows[rank]["interrupted_by"]) == (None, by)
             assert re.fullmatch(rf"{re.escape(str(path))}:(9|10)", rows[rank]["interrupted"])
         return
     table = [line.split() for line in stdout.splitlines() if re.match(r" +\d+ ", line)]
@@ -530,57 +543,10 @@ def test_a_terminated_plan_of_every_rank_prints_the_ranks_planned_so_far(
         "2": ["3.00", "MiB", "20.00", "MiB", "interrupted"],
     }, stdout
     words = " ".join(stdout.split())
-    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \(SIGTERM\)"
+    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \({by}\)"
     assert len(re.findall(stopped, words)) == 2, stdout
-    assert "rank 3 not planned" in words, stdout
+    assert f"Interrupted ({by}): the rows are those planned so far; rank 3 not planned." in words
     assert "Every planned rank" not in words
-
-
-@pytest.mark.parametrize("as_json", [False, True])
-def test_ctrl_c_to_a_plan_of_every_rank_prints_the_ranks_planned_so_far(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
-) -> None:
-    """Ctrl-C, as a terminal sends it to the foreground process group, while ``plan --ranks
-    all`` runs ranks 1 and 2: the table of ranks 0 to 2 (rank 0 fits; ranks 1 and 2 with their
-    figures so far, 2 and 3 MiB, marked interrupted by Ctrl-C at the script's line), rank 3
-    not planned, exit 130, as the SIGTERM answer but for the signal."""
-    ready = tmp_path / "ready"
-    ready.mkdir()
-    monkeypatch.setenv("READY", str(ready))
-    path = script(tmp_path, STOPPED_RANKS)
-    options = ("--json",) if as_json else ()
-    plan_all = _planning(
-        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2",
-        "train.py", terminal=True,
-    )  # fmt: skip
-    _when_ready(plan_all, ready, 2)
-    os.killpg(plan_all.pid, signal.SIGINT)
-    stdout, stderr = plan_all.communicate(timeout=300)
-    assert plan_all.returncode == 130, stderr
-    if as_json:
-        doc = json.loads(stdout)
-        assert (doc["interrupted_by"], doc["terminated"], doc["not_planned"]) == (
-            "Ctrl-C",
-            False,
-            [3],
-        )
-        rows = {row["rank"]: row for row in doc["rows"]}
-        assert (rows[0]["fits"], rows[0]["interrupted_by"]) == (True, None)
-        for rank in (1, 2):
-            assert rows[rank]["peak_allocated_bytes"] == (rank + 1) * MiB
-            assert (rows[rank]["fits"], rows[rank]["interrupted_by"]) == (None, "Ctrl-C")
-            assert re.fullmatch(rf"{re.escape(str(path))}:(9|10)", rows[rank]["interrupted"])
-        return
-    table = [line.split() for line in stdout.splitlines() if re.match(r" +\d+ ", line)]
-    assert {row[0]: row[-1] for row in table} == {
-        "0": "yes",
-        "1": "interrupted",
-        "2": "interrupted",
-    }, stdout
-    words = " ".join(stdout.split())
-    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \(Ctrl-C\)"
-    assert len(re.findall(stopped, words)) == 2, stdout
-    assert "Interrupted (Ctrl-C): the rows are those planned so far; rank 3 not planned." in words
 
 
 RANK_TERMINATED = """
