@@ -330,8 +330,8 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
         if isinstance(found, str):
             rows.append(RankRow(rank, None, None, None, error=found))
             continue
-        fits, interrupted, by = _so_far(found)
-        statuses.append(by)
+        fits, interrupted, stop = _so_far(found)
+        statuses.append(stop)
         rows.append(
             RankRow(
                 rank,
@@ -342,7 +342,7 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
                 cause=_cause(found),
                 snapshots=tuple(found.get("snapshots") or ()),
                 interrupted=interrupted,
-                interrupted_by=_signal_word(by),
+                interrupted_by=_signal_word(stop),
             )
         )
     not_planned = tuple(rank for rank, found in enumerate(answers) if found is None)
@@ -400,8 +400,8 @@ def _so_far(found: dict[str, Any]) -> tuple[bool | None, str | None, int | None]
     status = found.get("exit_status")
     stopped = found.get("interrupted") if status in (STATUS, INTERRUPTED) else None
     fits = bool(found["fits"])
-    by = status if stopped is not None else None
-    return (None if stopped is not None and fits else fits), stopped, by
+    stop = status if stopped is not None else None
+    return (None if stopped is not None and fits else fits), stopped, stop
 
 
 def _signalled(statuses: list[int | None]) -> int | None:
@@ -737,11 +737,11 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         if isinstance(plain, str):
             rows.append(VaryRow(value, None, None, None, None, plain))
             continue
-        fits, interrupted, by = _so_far(plain)
-        fits_expandable, interrupted_expandable, by_expandable = (
+        fits, interrupted, stop = _so_far(plain)
+        fits_expandable, interrupted_expandable, stop_expandable = (
             _so_far(grown) if isinstance(grown, dict) else (None, None, None)
         )
-        statuses += [by, by_expandable]
+        statuses += [stop, stop_expandable]
         rows.append(
             VaryRow(
                 value,
@@ -752,7 +752,7 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
                 oom=plain["oom_message"] is not None,
                 oom_expandable=isinstance(grown, dict) and grown["oom_message"] is not None,
                 interrupted=interrupted or interrupted_expandable,
-                interrupted_by=_signal_word(by or by_expandable),
+                interrupted_by=_signal_word(stop or stop_expandable),
             )
         )
     answer = VaryAnswer(
