@@ -125,11 +125,13 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         "One object: a row per rank, in rank order; `first_out` is the lowest rank that ran"
         " out (else the lowest that does not fit), a copy of its row, or null when every rank"
         " fits. A row's peaks and `fits` are null where that rank's run failed for another"
-        " reason (`error`). `terminated` is true where SIGTERM stopped the plan: `rows` are"
-        " those of the ranks planned so far, `not_planned` the ranks whose plans had not"
-        " begun, and a row whose run it stopped says where its script was (`interrupted`,"
-        " `file:line`), its peaks being those up to there and its `fits` null unless it"
-        " already did not fit; plan exits 143.",
+        " reason (`error`). `interrupted_by` names the signal that stopped the plan"
+        " (`SIGTERM`, which sets `terminated` too, or `Ctrl-C`): `rows` are those of the ranks"
+        " planned so far, `not_planned` the ranks whose plans had not begun, and a row whose"
+        " run a signal stopped says where its script was (`interrupted`, `file:line`) and"
+        " which signal (`interrupted_by`), its peaks being those up to there and its `fits`"
+        " null unless it already did not fit; plan exits 143 after SIGTERM, 130 after Ctrl-C,"
+        " and so where a rank's plan alone was sent one.",
     ),
     (
         "plan --vary",
@@ -138,11 +140,13 @@ COMMANDS: tuple[tuple[str, type, int, str], ...] = (
         "One object: a row per value in the order given. A row's peaks, `fits` and"
         " `fits_expandable` are null where that run failed for another reason (`error`);"
         " `oom` and `oom_expandable` say the run ran out, its peaks being those before the"
-        " failed request. `terminated` is true where SIGTERM stopped the plan: `rows` are"
-        " those of the values planned so far, `not_planned` the values whose plans had not"
-        " begun, and a row whose run it stopped says where its script was (`interrupted`,"
-        " `file:line`), its peaks being those up to there and its `fits` null unless it"
-        " already did not fit; plan exits 143.",
+        " failed request. `interrupted_by` names the signal that stopped the plan"
+        " (`SIGTERM`, which sets `terminated` too, or `Ctrl-C`): `rows` are those of the values"
+        " planned so far, `not_planned` the values whose plans had not begun, and a row whose"
+        " run a signal stopped says where its script was (`interrupted`, `file:line`) and"
+        " which signal (`interrupted_by`), its peaks being those up to there and its `fits`"
+        " null unless it already did not fit; plan exits 143 after SIGTERM, 130 after Ctrl-C,"
+        " and so where a value's plan alone was sent one.",
     ),
 )
 

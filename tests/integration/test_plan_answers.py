@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -451,51 +452,87 @@ if rank > 0:  # rank 0 runs to its end; the others wait for SIGTERM
 """
 
 
-def _planning(folder: Path, *args: str) -> subprocess.Popen[str]:
-    """``plan ARGS`` started in ``folder`` as :func:`planned.plan` runs it, not waited for."""
+def _planning(folder: Path, *args: str, terminal: bool = False) -> subprocess.Popen[str]:
+    """``plan ARGS`` started in ``folder`` as :func:`planned.plan` runs it, not waited for.
+    ``terminal``: the real ``memforensics`` console script, started as a shell starts a
+    foreground job: leading a process group of its own, with Ctrl-C (SIGINT) at its default
+    however this test process was started (a background job of a non-interactive shell
+    ignores it, and an ignored signal stays ignored across ``exec``; a handled one is reset to
+    the default, so one is handled while starting), so that a Ctrl-C can be sent to the group
+    as a terminal sends it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFORENSICS_")}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     command = [sys.executable, "-m", "memforensics", "plan", *args]
     pipe = subprocess.PIPE
-    return subprocess.Popen(command, cwd=folder, env=env, stdout=pipe, stderr=pipe, text=True)
+    if not terminal:
+        return subprocess.Popen(command, cwd=folder, env=env, stdout=pipe, stderr=pipe, text=True)
+    console = shutil.which("memforensics", path=str(Path(sys.executable).parent))
+    assert console is not None, "the memforensics console script is not installed"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [console, "plan", *args], cwd=folder, env=env, stdout=pipe, stderr=pipe, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _when_ready(plan: subprocess.Popen[str], ready: Path, count: int) -> None:
+    """Wait until ``count`` of the plan's scripts wrote their marker into ``ready`` (or it
+    ended first)."""
+    while len(list(ready.iterdir())) < count and plan.poll() is None:
+        time.sleep(0.05)  # waiting for the markers, not timing anything
 
 
 def _terminated_when_ready(plan: subprocess.Popen[str], ready: Path, count: int) -> tuple[str, str]:
     """SIGTERM to ``plan`` once ``count`` of its scripts wrote their marker into ``ready`` (or
     it ended first); what it printed."""
-    while len(list(ready.iterdir())) < count and plan.poll() is None:
-        time.sleep(0.05)  # waiting for the markers, not timing anything
+    _when_ready(plan, ready, count)
     plan.send_signal(signal.SIGTERM)
     return plan.communicate(timeout=300)
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_terminated_plan_of_every_rank_prints_the_ranks_planned_so_far(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
+@pytest.mark.parametrize(
+    ("by", "status"), [("SIGTERM", 143), ("Ctrl-C", 130)], ids=["sigterm", "ctrl-c"]
+)
+def test_a_stopped_plan_of_every_rank_prints_the_ranks_planned_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool, by: str, status: int
 ) -> None:
-    """SIGTERM to ``plan --ranks all`` once rank 0 ran to its end and ranks 1 and 2 run: the
-    table of ranks 0 to 2 (rank 0 fits; ranks 1 and 2 with their figures so far, 2 and 3 MiB,
-    marked interrupted at the script's line), rank 3 not planned, exit 143."""
+    """SIGTERM to ``plan --ranks all``, or Ctrl-C as a terminal sends it to the foreground
+    process group, once rank 0 ran to its end and ranks 1 and 2 run: the table of ranks 0 to 2
+    (rank 0 fits; ranks 1 and 2 with their figures so far, 2 and 3 MiB, marked interrupted by
+    that signal at the script's line), rank 3 not planned, exit 143 or 130."""
     ready = tmp_path / "ready"
     ready.mkdir()
     monkeypatch.setenv("READY", str(ready))
     path = script(tmp_path, STOPPED_RANKS)
     options = ("--json",) if as_json else ()
     plan_all = _planning(
-        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2", "train.py"
-    )
-    stdout, stderr = _terminated_when_ready(plan_all, ready, 2)
-    assert plan_all.returncode == 143, stderr
+        tmp_path, *options, "--ranks", "all", "--nproc-per-node", "4", "--jobs", "2",
+        "train.py", terminal=by == "Ctrl-C",
+    )  # fmt: skip
+    if by == "SIGTERM":
+        stdout, stderr = _terminated_when_ready(plan_all, ready, 2)
+    else:
+        _when_ready(plan_all, ready, 2)
+        os.killpg(plan_all.pid, signal.SIGINT)
+        stdout, stderr = plan_all.communicate(timeout=300)
+    assert plan_all.returncode == status, stderr
     if as_json:
         doc = json.loads(stdout)
-        assert (doc["terminated"], doc["not_planned"]) == (True, [3])
+        assert (doc["interrupted_by"], doc["not_planned"]) == (by, [3])
+        assert doc["terminated"] is (by == "SIGTERM")
         rows = {row["rank"]: row for row in doc["rows"]}
         assert sorted(rows) == [0, 1, 2]
-        assert (rows[0]["fits"], rows[0]["interrupted"]) == (True, None)
+        assert (rows[0]["fits"], rows[0]["interrupted"], rows[0]["interrupted_by"]) == (
+            True, None, None
+        )  # fmt: skip
         for rank in (1, 2):
             assert rows[rank]["peak_allocated_bytes"] == (rank + 1) * MiB
-            assert rows[rank]["fits"] is None
+            assert (rows[rank]["fits"], rows[rank]["interrupted_by"]) == (None, by)
             assert re.fullmatch(rf"{re.escape(str(path))}:(9|10)", rows[rank]["interrupted"])
         return
     table = [line.split() for line in stdout.splitlines() if re.match(r" +\d+ ", line)]
@@ -506,10 +543,39 @@ def test_a_terminated_plan_of_every_rank_prints_the_ranks_planned_so_far(
         "2": ["3.00", "MiB", "20.00", "MiB", "interrupted"],
     }, stdout
     words = " ".join(stdout.split())
-    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \(SIGTERM\)"
+    stopped = rf"interrupted at {re.escape(str(path))}:(9|10) \({by}\)"
     assert len(re.findall(stopped, words)) == 2, stdout
-    assert "rank 3 not planned" in words, stdout
+    assert f"Interrupted ({by}): the rows are those planned so far; rank 3 not planned." in words
     assert "Every planned rank" not in words
+
+
+RANK_TERMINATED = """
+import os, signal
+import torch
+rank = int(os.environ["RANK"])
+x = torch.empty((rank + 1) << 18, device="cuda")  # rank + 1 MiB
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGTERM)  # this rank's plan alone is sent SIGTERM
+"""
+
+
+def test_a_rank_s_plan_sent_sigterm_alone_makes_the_plan_exit_as_it_does(tmp_path: Path) -> None:
+    """SIGTERM to one rank's plan, not to ``plan --ranks all``: every rank is planned, rank 1's
+    row marked interrupted by SIGTERM with its figures so far (2 MiB), and the command exits
+    143, as that rank's own plan does, not 2 as for a script that failed."""
+    path = script(tmp_path, RANK_TERMINATED)
+    done = plan(tmp_path, "--ranks", "all", "--nproc-per-node", "3", "train.py")
+    assert done.returncode == 143, done.stdout + done.stderr
+    table = [line.split() for line in done.stdout.splitlines() if re.match(r" +\d+ ", line)]
+    assert {row[0]: (row[1], row[-1]) for row in table} == {
+        "0": ("1.00", "yes"),
+        "1": ("2.00", "interrupted"),
+        "2": ("3.00", "yes"),
+    }, done.stdout
+    words = " ".join(done.stdout.split())
+    assert re.search(rf"interrupted at {re.escape(str(path))}:[67] \(SIGTERM\)", words), words
+    assert "failed" not in words
+    assert "Interrupted (SIGTERM): the rows" not in words  # the plan itself ran to its end
 
 
 STOPPED_VALUES = """
@@ -547,6 +613,29 @@ def test_a_terminated_vary_prints_the_values_planned_so_far(
     assert re.search(rf"interrupted at {re.escape(str(path))}:1[123] \(SIGTERM\)", words), stdout
     assert "n values 5, 7 not planned" in words, stdout
     assert "Largest n of those planned that fits: none" in words
+
+
+def test_sigint_to_a_vary_plan_alone_is_passed_on_and_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kill -INT`` of ``plan --vary`` alone (its values' plans lead process groups of their
+    own, out of a terminal's reach): it passes Ctrl-C on to the plans running, which answer
+    with their figures so far, and prints the table of the values planned so far, exit 130;
+    it does not wait forever on plans that were never told."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    monkeypatch.setenv("READY", str(ready))
+    path = script(tmp_path, STOPPED_VALUES)
+    vary = _planning(tmp_path, "--vary", "n=3,5,7", "--jobs", "2", "train.py", terminal=True)
+    _when_ready(vary, ready, 2)
+    vary.send_signal(signal.SIGINT)
+    stdout, stderr = vary.communicate(timeout=300)
+    assert vary.returncode == 130, stderr
+    lines = stdout.splitlines()
+    assert lines[1].split() == ["3", "3.00", "MiB", "20.00", "MiB", "interrupted", "interrupted"]
+    words = " ".join(stdout.split())
+    assert re.search(rf"interrupted at {re.escape(str(path))}:1[123] \(Ctrl-C\)", words), stdout
+    assert "Interrupted (Ctrl-C): the rows are those planned so far; n values 5, 7 not" in words
 
 
 FAILS = """

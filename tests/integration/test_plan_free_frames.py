@@ -83,3 +83,103 @@ def test_a_free_without_free_stacks_names_where_the_block_was_allocated(tmp_path
     operand = frees[("free_requested", 64 * 64 * 4)]
     assert operand[0] == "take_workspace", operand
     assert "allocate_last" not in workspace + operand
+
+
+EMPTIED = """
+import torch
+
+torch.cuda.memory._record_memory_history(context="CONTEXT")
+side = torch.cuda.Stream()
+
+
+def make_cached():
+    return torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+
+
+def make_used_on_side():
+    block = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+    block.record_stream(side)
+    return block
+
+
+def allocate_next():
+    return torch.empty(1 << 10, dtype=torch.uint8, device="cuda")
+
+
+def clear():
+    torch.cuda.empty_cache()
+
+
+cached = make_cached()
+del cached
+kept = allocate_next()
+clear()
+used = make_used_on_side()
+del used
+kept_too = allocate_next()
+used = make_used_on_side()
+last = allocate_next()
+del used
+clear()
+torch.cuda.memory._dump_snapshot("snapshot.pickle")
+"""
+LARGE_SEGMENT = 20 << 20
+"""PyTorch's segment for a request between 1 and 10 MiB (``kLargeBuffer``)."""
+
+
+def _events(folder: Path, context: str) -> list[tuple[str, int, list[str]]]:
+    """Plan :data:`EMPTIED` recording with ``context``: each event's action, size and the
+    names of the script's own functions on its stack, innermost first."""
+    script(folder, EMPTIED.replace("CONTEXT", context))
+    done = plan(folder, "--out-dir", "out", "train.py")
+    assert done.returncode == 0, done.stderr
+    with (folder / "snapshot.pickle").open("rb") as f:
+        trace: list[dict[str, Any]] = pickle.load(f)["device_traces"][0]
+    return [
+        (
+            e["action"],
+            e["size"],
+            [f["name"] for f in e["frames"] if f["filename"].endswith("train.py")],
+        )
+        for e in trace
+    ]
+
+
+@pytest.mark.parametrize(
+    ("context", "cleared_by"),
+    [("all", ["clear", "<module>"]), ("alloc", None)],
+)
+def test_what_empty_cache_frees_carries_the_frames_pytorch_records(
+    tmp_path: Path, context: str, cleared_by: list[str] | None
+) -> None:
+    """``emptyCache`` gathers a context only with ``context="all"``: then its ``segment_free``
+    and the ``free_completed`` of a block another stream used carry the stack at
+    ``empty_cache``; else (``release_block``'s ``context ? context :
+    block->context_when_segment_allocated``, ``free_block``'s ``... :
+    block->context_when_allocated``) the stack the segment, or block, was allocated under;
+    never that of the allocation served last."""
+    events = _events(tmp_path, context)
+    segment_frees = [names for action, size, names in events if action == "segment_free"]
+    made_by = {"make_cached": ["make_cached", "<module>"]}
+    made_by["make_used_on_side"] = ["make_used_on_side", "<module>"]
+    assert segment_frees == [
+        cleared_by or made_by["make_cached"],
+        cleared_by or made_by["make_used_on_side"],
+    ], events
+    completed = [names for action, size, names in events if action == "free_completed"]
+    # the first used block completes at the next allocation, the second at empty_cache
+    assert completed[-1] == (cleared_by or made_by["make_used_on_side"]), events
+    assert all(size == LARGE_SEGMENT for a, size, _ in events if a == "segment_free"), events
+
+
+def test_a_free_completed_at_a_later_allocation_names_that_allocation(tmp_path: Path) -> None:
+    """A block another stream used is freed at the next ``malloc``'s ``process_events``, which
+    passes ``malloc``'s context (gathered at ``RecordContext::STATE``, so under any recorded
+    context): its ``free_completed`` names the allocation that completed it, as PyTorch's
+    trace does, while its ``free_requested`` names the block's own allocation (``alloc``)."""
+    events = _events(tmp_path, "alloc")
+    sizes = [(action, size) for action, size, _ in events]
+    first = sizes.index(("free_requested", 4 << 20))
+    requested, completed = events[first], events[sizes.index(("free_completed", 4 << 20))]
+    assert requested[2] == ["make_used_on_side", "<module>"], events
+    assert completed[2] == ["allocate_next", "<module>"], events

@@ -178,6 +178,7 @@ def test_a_script_that_never_touches_cuda_computes_on_the_cpu_and_plans_to_nothi
         ("torch.cuda.set_device(0)", True),
         ("torch.cuda.mem_get_info()", True),
         ("torch.cuda.synchronize()", True),
+        ("torch.cuda.current_device()", True),
         ('torch.empty(0, device="cuda")', True),
         ("torch.cuda.is_available(), torch.cuda.device_count()", False),
         ("torch.cuda.memory_allocated(), torch.cuda.max_memory_reserved()", False),
@@ -189,8 +190,14 @@ def test_the_cuda_context_is_counted_once_the_script_initializes_cuda(
     """A script that initializes CUDA without allocating (``torch.cuda.init()``, ``set_device``,
     a query that needs the device, an empty device tensor) needs the CUDA context on the device;
     one that only asks whether CUDA is there, or reads the allocator's zero statistics, as
-    PyTorch answers them before initializing, needs nothing; NVML's used memory agrees."""
-    script(tmp_path, f"import torch\n{touch}\nprint(torch.cuda.device_memory_used())\n")
+    PyTorch answers them before initializing, needs nothing; NVML's used memory agrees, and
+    ``torch.cuda.is_initialized()`` says False before and whether it did after, as on a GPU."""
+    script(
+        tmp_path,
+        "import torch\nbefore = torch.cuda.is_initialized()\n"
+        f"{touch}\nprint(torch.cuda.device_memory_used())\n"
+        "print('is_initialized', before, torch.cuda.is_initialized())\n",
+    )
     done = plan(tmp_path, "--json", "--context-memory", "64MiB", "train.py")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -199,6 +206,7 @@ def test_the_cuda_context_is_counted_once_the_script_initializes_cuda(
     assert doc["cuda_initialized"] is initialized
     assert doc["needed_bytes"] == context
     assert [int(line) for line in done.stderr.splitlines() if line.isdigit()] == [context]
+    assert f"is_initialized False {initialized}" in done.stderr.splitlines()
 
 
 MIXED = """

@@ -97,14 +97,17 @@ class OomInfo:
 
 _ROUNDED_KEPT = 1 << 16  # distinct request sizes whose rounding one allocator remembers
 BASE_ADDRESS = 0x7F0000000000  # looks like the device addresses real CUDA snapshots show
-TraceHook = Callable[[str, int, int, int], None]
-"""Told ``(action, addr, size, stream)`` for every trace entry PyTorch would record
-(``oom`` passes the device's free bytes as ``addr``, as ``record_trace`` does)."""
+TraceHook = Callable[[str, int, int, int, object], None]
+"""Told ``(action, addr, size, stream, kept)`` for every trace entry PyTorch would record
+(``oom`` passes the device's free bytes as ``addr``, as ``record_trace`` does). ``kept``: the
+context PyTorch records where the operation gathered none (``context ? context :
+block->...``): a free event's block's allocation context, a ``segment_free`` or
+``segment_unmap``'s segment's; None for the other events, which take the operation's."""
 AddressHook = Callable[[int, bool], "int | None"]
 """Chooses the address of a new segment (``size``, ``expandable``); None: the model picks."""
 
 
-def _no_trace(action: str, addr: int, size: int, stream: int) -> None:
+def _no_trace(action: str, addr: int, size: int, stream: int, kept: object) -> None:
     """The default trace hook: record nothing."""
 
 
@@ -211,7 +214,7 @@ class DeviceCachingAllocator:
         if block is None:
             alloc_size = alloc_size or self.get_allocation_size(size)
             device_free = max(self.capacity - self.total_allocated_memory, 0)
-            self.on_trace("oom", device_free, size, stream)
+            self.on_trace("oom", device_free, size, stream, None)
             self.num_ooms += 1
             self.last_oom = OomInfo(size, alloc_size, device_free)
             return None
@@ -236,7 +239,9 @@ class DeviceCachingAllocator:
             stat.current -= 1
             stat.freed += 1
         if self.trace_blocks:
-            self.on_trace("free_requested", block.address, block.requested_size, block.stream)
+            self.on_trace(
+                "free_requested", block.address, block.requested_size, block.stream, block.context
+            )
         if block.size >= self.settings.max_split_size:
             self.oversize_allocations.decrease(1)
         if block.stream_uses:
@@ -419,7 +424,7 @@ class DeviceCachingAllocator:
         if size >= self.settings.max_split_size:
             self.oversize_allocations.increase(1)
         if self.trace_blocks:
-            self.on_trace("alloc", block.address, orig_size, block.stream)
+            self.on_trace("alloc", block.address, orig_size, block.stream, None)
         return block
 
     def _count_inactive_split(
@@ -509,7 +514,7 @@ class DeviceCachingAllocator:
         if alloc_size >= self.settings.max_split_size:
             self.oversize_segments.increase(1)
         self.num_device_alloc += 1
-        self.on_trace("segment_alloc", address, alloc_size, stream)
+        self.on_trace("segment_alloc", address, alloc_size, stream, None)
         return block
 
     def _new_address(self, size: int, *, expandable: bool) -> int:
@@ -599,7 +604,7 @@ class DeviceCachingAllocator:
         self.reserved_bytes.increase(mapped)
         (self.small_pool if pool.is_small else self.large_pool).reserved_bytes.increase(mapped)
         self.num_device_alloc += 1
-        self.on_trace("segment_map", address, mapped, to_map.stream)
+        self.on_trace("segment_map", address, mapped, to_map.stream, None)
         if to_map.prev is None and to_map.segment_context is None:
             to_map.segment_context = context
         return True
@@ -645,7 +650,7 @@ class DeviceCachingAllocator:
             tail.splice(block, block.next)
             pool.insert_into_blocks(tail)
         block.address, block.size, block.mapped = start, size, False
-        block.segment_context = None
+        kept, block.segment_context = block.segment_context, None
         self.try_merge_blocks(block, block.prev, pool)
         self.try_merge_blocks(block, block.next, pool)
         pool.insert_unmapped(block)
@@ -653,7 +658,7 @@ class DeviceCachingAllocator:
         self.reserved_bytes.decrease(size)
         (self.small_pool if pool.is_small else self.large_pool).reserved_bytes.decrease(size)
         self.num_device_free += 1
-        self.on_trace("segment_unmap", start, size, block.stream)
+        self.on_trace("segment_unmap", start, size, block.stream, kept)
 
     def release_expandable_segment(self, block: Block) -> None:
         """Mirrors ``release_expandable_segment``: drop a wholly unmapped address space."""
@@ -666,7 +671,9 @@ class DeviceCachingAllocator:
     def free_block(self, block: Block) -> None:
         """Mirrors ``free_block``: merge with free neighbours and return to the pool."""
         if self.trace_blocks:
-            self.on_trace("free_completed", block.address, block.requested_size, block.stream)
+            self.on_trace(
+                "free_completed", block.address, block.requested_size, block.stream, block.context
+            )
         del self.active_blocks[block.address]
         block.context = None
         original_size, requested = block.size, block.requested_size
@@ -836,7 +843,9 @@ class DeviceCachingAllocator:
         if block.size >= self.settings.max_split_size:
             self.oversize_segments.decrease(1)
         self.num_device_free += 1
-        self.on_trace("segment_free", block.address, block.size, block.stream)
+        self.on_trace(
+            "segment_free", block.address, block.size, block.stream, block.segment_context
+        )
         self.total_allocated_memory -= block.size
         self.segment.decrease(1)
         self.segments_held.pop(block.address, None)

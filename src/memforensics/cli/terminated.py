@@ -1,4 +1,5 @@
-"""SIGTERM while ``plan`` runs: an exception that unwinds, not a death that leaves files behind.
+"""SIGTERM and Ctrl-C while ``plan`` runs: exceptions that unwind, passed on to the plans it
+started, not deaths that leave files and plans behind.
 
 A batch system's time limit, ``timeout`` and ``kill`` end a process with SIGTERM, whose default
 action ends it on the spot: a planned run's folders under the temporary directory (its ``nvcc``,
@@ -8,24 +9,37 @@ to the plans it started (:func:`started`), then raises :class:`Terminated` in th
 which unwinds every ``with`` and ``finally`` as Ctrl-C does. The command answers with the
 figures so far and exits :data:`STATUS`, as a shell reports a program that SIGTERM ended.
 
-A script that installs its own SIGTERM handler replaces this one while it runs (its handler is
-what SIGTERM does to it on a GPU too); the handler the process had before is put back after.
+Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` as python's own handler does, after passing
+SIGINT on to each plan started, to its whole process group as a terminal's Ctrl-C reaches the
+foreground group. Each started plan leads a process group of its own (``start_new_session``,
+as ``torchrun`` starts its workers), so a terminal's Ctrl-C reaches it once, through this
+process, whether it was pressed or this process alone was sent SIGINT (``kill -INT``): one
+interrupt, one answer with the figures so far. The command exits :data:`INTERRUPTED`.
+
+A script that installs its own SIGTERM or SIGINT handler replaces this one while it runs (its
+handler is what the signal does to it on a GPU too); the handler the process had before is put
+back after. A signal the process ignores (SIGINT in a shell's background job) stays ignored.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 STATUS = 128 + signal.SIGTERM
 """The exit status a shell gives a program that SIGTERM ended (143)."""
 
+INTERRUPTED = 128 + signal.SIGINT
+"""The exit status a shell gives a program that SIGINT (Ctrl-C) ended (130)."""
+
 _children: set[subprocess.Popen[str]] = set()
-_terminated: list[bool] = []  # one entry once SIGTERM came: a plan started after it is passed it
+_came: list[int] = []  # the signals that came, in order: a plan started after is passed them
 _lock = threading.RLock()  # the handler runs in the main thread, which may hold it
 
 
@@ -37,30 +51,36 @@ class Terminated(BaseException):
 @contextmanager
 def raised() -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` while the block runs, where the process would
-    otherwise die of it (the default action, in the main thread); as it was after."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _terminate)
+    otherwise die of it (the default action, in the main thread), and Ctrl-C raises
+    ``KeyboardInterrupt`` where python's handler would; each is passed on to the plans
+    started first. As it was after."""
+    main = threading.current_thread() is threading.main_thread()
+    usual: dict[int, Any] = {
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGINT: signal.default_int_handler,
+    }
+    ours: dict[int, Any] = {signal.SIGTERM: _terminate, signal.SIGINT: _interrupt}
+    owned = [number for number in usual if main and signal.getsignal(number) is usual[number]]
+    for number in owned:
+        signal.signal(number, ours[number])
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        with _lock:
-            _terminated.clear()
+        for number in owned:
+            signal.signal(number, usual[number])
+        if owned:
+            with _lock:
+                _came.clear()
 
 
 @contextmanager
 def started(child: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
-    """``child`` is passed SIGTERM while the block runs (its own plan then unwinds and answers
-    too)."""
+    """``child`` is passed SIGTERM and Ctrl-C while the block runs (its own plan then unwinds
+    and answers too), and those that came before it started."""
     with _lock:
         _children.add(child)
-        if _terminated:
-            child.terminate()
+        for number in _came:
+            _pass_on(child, number)
     try:
         yield child
     finally:
@@ -68,9 +88,30 @@ def started(child: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
             _children.discard(child)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
+def _pass_on(child: subprocess.Popen[str], number: int) -> None:
+    """Signal ``number`` to ``child``: SIGINT to its process group where it leads one, as a
+    terminal sends Ctrl-C; anything else to it alone."""
+    try:
+        if number == signal.SIGINT and os.getpgid(child.pid) == child.pid:
+            os.killpg(child.pid, number)
+        else:
+            child.send_signal(number)
+    except (ProcessLookupError, PermissionError):
+        pass  # it ended
+
+
+def _came_now(number: int) -> None:
     with _lock:
-        _terminated.append(True)
+        _came.append(number)
         for child in _children:
-            child.terminate()
+            _pass_on(child, number)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    _came_now(signal.SIGTERM)
     raise Terminated
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    _came_now(signal.SIGINT)
+    raise KeyboardInterrupt

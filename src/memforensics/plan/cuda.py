@@ -383,6 +383,14 @@ def noop() -> Callable[..., None]:
     return nothing
 
 
+def called_now(function: Callable[[], Any], **kwargs: Any) -> None:
+    """``torch.cuda._lazy_call``: ``function`` run now. torch queues it until CUDA is
+    initialized (``torch.cuda._queued_calls``, run by ``_lazy_init``); the planned device's
+    state (its generators' seeds and offsets) is there from the start, and the stand-in
+    ``_lazy_init`` runs no queue."""
+    function()
+
+
 _CAPTURE = ("memforensics.capture", "memforensics.backends")
 """memforensics' own capture, which the plan installs to write its snapshots: what it asks
 the device is not the script's doing."""

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 from typing import Any
@@ -305,7 +306,11 @@ class PlannedDevice:
         self.events = 0  # allocator events of the whole run, kept in the flight recorder or not
         self._recording: str | None = None
         self._free_stacks = False
-        self._op_stack: fmt.Stack = ()
+        self._op_stack: fmt.Stack | None = None
+        """The stack the allocator operation running now gathered (PyTorch's ``context``):
+        a ``malloc``'s always, a ``free``'s or ``empty_cache``'s only with ``context="all"``;
+        None where it gathered none, and each event then carries its block's own
+        (:meth:`_on_trace`)."""
         self._metadata = ""
         self._observers: list[OomObserver] = []
         self._listeners: list[BlockListener] = []
@@ -417,8 +422,8 @@ class PlannedDevice:
             self._busy = True
             try:
                 self._drain()
-                self._op_stack = stack
-                block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
+                with self._operation(stack):
+                    block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
                 if block is not None and self._worker is not None:
                     self._owner[id(block)] = self._allocator
                 elif block is not None:
@@ -435,10 +440,7 @@ class PlannedDevice:
 
     def free(self, block: Block) -> None:
         """Return ``block``; queued when the device is in the middle of another operation."""
-        at_free = None
-        if self._free_stacks and self._recording:
-            at_free = self._stack(on_autograd_thread=self.backward)
-        self._pending.append((block, at_free))
+        self._pending.append((block, self._gathered_at_all()))
         if self._busy:
             return
         with self._lock:
@@ -448,6 +450,14 @@ class PlannedDevice:
             finally:
                 self._busy = False
 
+    def _gathered_at_all(self) -> fmt.Stack | None:
+        """The stack PyTorch gathers for an operation at ``RecordContext::ALL`` (``free``,
+        ``emptyCache``): the stack here where the history records ``context="all"``, else
+        None (none gathered)."""
+        if self._free_stacks and self._recording:
+            return self._stack(on_autograd_thread=self.backward)
+        return None
+
     def _drain(self) -> None:
         """Apply the queued frees, each traced with the stack PyTorch's ``free`` records: the
         stack at the free where the history gathers one (``context="all"``), else the stack
@@ -455,12 +465,7 @@ class PlannedDevice:
         never the stack of whatever operation ran last."""
         op_stack = self._op_stack
         while self._pending:
-            block, at_free = self._pending.popleft()
-            if at_free is not None:
-                self._op_stack = at_free
-            else:
-                allocated = block.context
-                self._op_stack = allocated[0] if isinstance(allocated, tuple) else ()
+            block, self._op_stack = self._pending.popleft()
             owner = self._owner.pop(id(block), None)
             if owner is not None:
                 owner.free(block)
@@ -603,10 +608,24 @@ class PlannedDevice:
     # -- what torch.cuda answers
 
     def empty_cache(self) -> None:
-        """``torch.cuda.empty_cache``."""
+        """``torch.cuda.empty_cache``: each ``segment_free`` (and the ``free_completed`` of a
+        block whose other streams' work it waits for) carries the stack at this call where the
+        history records ``context="all"``, else the stack its segment (block) was allocated
+        under, as PyTorch's ``emptyCache`` records them."""
+        at_call = self._gathered_at_all()
         with self._lock:
             self._drain()
-            self._allocator.empty_cache()
+            with self._operation(at_call):
+                self._allocator.empty_cache()
+
+    @contextmanager
+    def _operation(self, stack: fmt.Stack | None) -> Iterator[None]:
+        """An allocator operation that gathered ``stack`` (None: none) runs in the block."""
+        outer, self._op_stack = self._op_stack, stack
+        try:
+            yield
+        finally:
+            self._op_stack = outer
 
     # -- private pools: a CUDA graph's capture, ``use_mem_pool``
 
@@ -628,12 +647,15 @@ class PlannedDevice:
 
     def release_pool(self, pool_id: tuple[int, int], *, empty: bool = False) -> None:
         """One use of the pool less (a graph reset, ``use_mem_pool`` left, a ``MemPool``
-        gone); ``empty``: its free segments go back now, as a ``MemPool``'s do."""
+        gone); ``empty``: its free segments go back now, as a ``MemPool``'s do (its
+        ``emptyCache``, whose events carry what :meth:`empty_cache`'s do)."""
+        at_call = self._gathered_at_all() if empty else None
         with self._lock:
             self._drain()
             self._allocator.release_pool(pool_id)
             if empty:
-                self._allocator.release_cached_blocks(pool_id)
+                with self._operation(at_call):
+                    self._allocator.release_cached_blocks(pool_id)
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
         with self._lock:
@@ -745,7 +767,13 @@ class PlannedDevice:
         """``_get_memory_metadata``: the text later allocations are tagged with ("" for none)."""
         return self._metadata
 
-    def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
+    def _on_trace(self, action: str, addr: int, size: int, stream: int, kept: object) -> None:
+        """One trace entry, with the stack PyTorch records for it: the running operation's,
+        else (it gathered none) ``kept``'s, the block's or segment's own
+        (``context ? context : block->context_when_...``)."""
+        stack = self._op_stack
+        if stack is None:
+            stack = kept[0] if isinstance(kept, tuple) else ()
         device_free = None
         if action == "oom":
             addr, device_free = 0, addr
@@ -755,7 +783,7 @@ class PlannedDevice:
             size,
             stream,
             time.time_ns() // 1000,
-            self._op_stack,
+            stack,
             self._metadata,
             device_free,
         )

@@ -15,9 +15,10 @@ SCHEMA = 1
 @dataclass(frozen=True)
 class RankRow:
     """One rank planned: its peaks, whether it fits (None where its run failed for another
-    reason, or SIGTERM stopped it before its peaks passed the device), ``oom`` when it ran out;
-    ``cause``: why it does not fit, in words; ``interrupted``: where its script was
-    (``file:line``) when SIGTERM stopped it, its peaks being those up to there."""
+    reason, or SIGTERM or Ctrl-C stopped it before its peaks passed the device), ``oom`` when
+    it ran out; ``cause``: why it does not fit, in words; ``interrupted``: where its script was
+    (``file:line``) when a signal stopped it, its peaks being those up to there, and
+    ``interrupted_by`` which (``SIGTERM`` or ``Ctrl-C``)."""
 
     rank: int
     peak_allocated_bytes: int | None
@@ -28,19 +29,22 @@ class RankRow:
     error: str | None = None
     snapshots: tuple[str, ...] = ()
     interrupted: str | None = None
+    interrupted_by: str | None = None
 
 
 @dataclass(frozen=True)
 class RanksAnswer:
     """Every planned rank's row, and the first rank (lowest) that runs out or does not fit;
-    ``not_planned``: the ranks SIGTERM stopped before their plans began (``terminated``: it
-    came, and the rows are those of the ranks planned so far)."""
+    ``interrupted_by``: the signal that stopped the plan (``SIGTERM``, then ``terminated`` too,
+    or ``Ctrl-C``), the rows being those of the ranks planned so far; ``not_planned``: the
+    ranks it stopped before their plans began."""
 
     world_size: int
     rows: tuple[RankRow, ...]
     first_out: RankRow | None
     terminated: bool = False
     not_planned: tuple[int, ...] = ()
+    interrupted_by: str | None = None
 
 
 def first_out(rows: list[RankRow]) -> RankRow | None:

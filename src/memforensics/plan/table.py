@@ -124,7 +124,19 @@ def _device_rows(
 
     return [
         R(c, "is_available", lambda: True, DEVICE),
-        R(c, "is_initialized", lambda: True, DEVICE),
+        R(
+            c,
+            "is_initialized",
+            lambda: answers.device.initialized,
+            "whether the script initialized CUDA yet (what torch.cuda._lazy_init marks)",
+        ),
+        R(
+            c,
+            "_lazy_call",
+            cuda.called_now,
+            "what torch defers until CUDA is initialized runs at once: the planned "
+            "device's state is there from the start",
+        ),
         R(c, "_lazy_init", initializing(cuda.noop()), DEVICE + INITIALIZES),
         R(c, "init", initializing(cuda.noop()), DEVICE + INITIALIZES),
         R(c, "device_count", lambda: world.local_world_size, LOCAL),

@@ -56,27 +56,29 @@ def _workers(result: PlanResult) -> list[str]:
 def ranks_text(answer: RanksAnswer) -> str:
     """One row per planned rank, then the first rank to run out and why, and the ranks whose
     script failed (of which nothing says whether they fit); "every planned rank fits" only where
-    each did; after SIGTERM, the ranks planned so far, each stopped run's figures so far, and
-    which ranks were not planned."""
+    each did; after SIGTERM or Ctrl-C, the ranks planned so far, each stopped run's figures so
+    far, and which ranks were not planned."""
     lines = [f"  {'rank':>5}  {'peak allocated':>14}  {'peak reserved':>14}  fits"]
     for r in answer.rows:
         allocated = (
             format_bytes(r.peak_allocated_bytes) if r.peak_allocated_bytes is not None else "-"
         )
         reserved = format_bytes(r.peak_reserved_bytes) if r.peak_reserved_bytes is not None else "-"
-        fits = _fits(r.fits, r.oom, bool(r.interrupted) or (answer.terminated and not r.error))
+        stopped = answer.interrupted_by is not None and not r.error
+        fits = _fits(r.fits, r.oom, bool(r.interrupted) or stopped)
         lines.append(f"  {r.rank:>5}  {allocated:>14}  {reserved:>14}  {fits}")
         if r.error:
             lines.append(f"    {r.error}")
-        if r.interrupted:
-            lines.append(f"    interrupted at {r.interrupted} (SIGTERM): its figures so far")
+        lines += _stopped_row(r.interrupted, r.interrupted_by)
     first = answer.first_out
     failed = [r.rank for r in answer.rows if r.fits is None and not r.oom and not r.interrupted]
-    if answer.terminated:
-        lines.append(_terminated("rank", [str(r) for r in answer.not_planned]))
+    if answer.interrupted_by is not None:
+        lines.append(
+            _terminated(answer.interrupted_by, "rank", [str(r) for r in answer.not_planned])
+        )
     if first is not None:
         lines.append(f"First rank to run out: {first.rank}: {first.cause}")
-    elif all(r.fits for r in answer.rows) and not answer.terminated:
+    elif all(r.fits for r in answer.rows) and answer.interrupted_by is None:
         lines.append(f"Every planned rank of the world of {answer.world_size} fits.")
     if failed:
         one = len(failed) == 1
@@ -93,7 +95,7 @@ def ranks_text(answer: RanksAnswer) -> str:
 
 def _fits(fits: bool | None, oom: bool, stopped: bool) -> str:
     """A table's fits column: OOM where the run ran out, ``interrupted`` where it is not known
-    and SIGTERM ``stopped`` the run (or its plan before it began), else yes, no, or failed."""
+    and a signal ``stopped`` the run (or its plan before it began), else yes, no, or failed."""
     if oom:
         return "OOM"
     if fits is None and stopped:
@@ -101,9 +103,16 @@ def _fits(fits: bool | None, oom: bool, stopped: bool) -> str:
     return {True: "yes", False: "no", None: "failed"}[fits]
 
 
-def _terminated(what: str, not_planned: list[str]) -> str:
-    """The line that says SIGTERM stopped the plans: which were not begun."""
-    said = "Interrupted (SIGTERM): the rows are those planned so far"
+def _stopped_row(where: str | None, by: str | None) -> list[str]:
+    """The line under a row whose run a signal stopped: where and which."""
+    if not where:
+        return []
+    return [f"    interrupted at {where} ({by}): its figures so far"]
+
+
+def _terminated(by: str, what: str, not_planned: list[str]) -> str:
+    """The line that says signal ``by`` stopped the plans: which were not begun."""
+    said = f"Interrupted ({by}): the rows are those planned so far"
     if not not_planned:
         return said + "."
     one = len(not_planned) == 1
@@ -158,7 +167,7 @@ def plan_text(result: PlanResult) -> str:
     return "\n".join(lines)
 
 
-def _signal(status: int | None) -> str:
+def interrupted_by(status: int | None) -> str:
     """What interrupted a run, from its exit status (128 + the signal's number, as a shell
     reports it): Ctrl-C for SIGINT, else the signal's name."""
     number = (status or 0) - 128
@@ -171,7 +180,7 @@ def _ended(result: PlanResult) -> list[str]:
     """How the script ended where not by running to its end: interrupted, ended by ``--steps``,
     failed, or its own exit status."""
     if result.interrupted is not None:
-        by = _signal(result.exit_status)
+        by = interrupted_by(result.exit_status)
         return [
             f"Interrupted at {result.interrupted} ({by}): the figures are the run's up to there."
         ]
@@ -214,8 +223,8 @@ def _request(message: str) -> str:
 
 
 def vary_text(answer: VaryAnswer) -> str:
-    """One row per value (OOM where the run ran out; after SIGTERM, the values planned so far,
-    each stopped run's figures so far), then the largest value that fits, as given and with
+    """One row per value (OOM where the run ran out; after SIGTERM or Ctrl-C, the values planned
+    so far, each stopped run's figures so far), then the largest value that fits, as given and with
     expandable segments."""
     name, rows = answer.name, answer.rows
     best, best_expandable = answer.largest, answer.largest_expandable
@@ -229,7 +238,7 @@ def vary_text(answer: VaryAnswer) -> str:
         "fits with expandable_segments"
     ]
     for r in rows:
-        stopped = bool(r.interrupted) or (answer.terminated and not r.error)
+        stopped = bool(r.interrupted) or (answer.interrupted_by is not None and not r.error)
         lines.append(
             f"  {r.value:<{width}}  {size(r.peak_allocated_bytes):>14}  "
             f"{size(r.peak_reserved_bytes):>14}  {_fits(r.fits, r.oom, stopped):<4}  "
@@ -237,13 +246,12 @@ def vary_text(answer: VaryAnswer) -> str:
         )
         if r.error:
             lines.append(f"    {r.error}")
-        if r.interrupted:
-            lines.append(f"    interrupted at {r.interrupted} (SIGTERM): its figures so far")
+        lines += _stopped_row(r.interrupted, r.interrupted_by)
     if any(r.oom or r.oom_expandable for r in rows):
         lines.append("OOM: the run ran out there; its peaks are those before the failed request.")
-    if answer.terminated:
-        lines.append(_terminated(f"{name} value", list(answer.not_planned)))
-    planned = " of those planned" if answer.terminated else ""
+    if answer.interrupted_by is not None:
+        lines.append(_terminated(answer.interrupted_by, f"{name} value", list(answer.not_planned)))
+    planned = " of those planned" if answer.interrupted_by is not None else ""
     lines.append(f"Largest {name}{planned} that fits: {best if best is not None else 'none'}")
     lines.append(
         f"Largest {name}{planned} that fits with expandable_segments:True: "

@@ -46,10 +46,11 @@ class Vary:
 @dataclass(frozen=True)
 class VaryRow:
     """One value planned: its peaks and whether it fits, as given and with expandable segments
-    (None where the run failed for another reason, or SIGTERM stopped it before its peaks
-    passed the device); ``oom``: the run ran out (its peaks are those before the request that
-    failed); ``interrupted``: where the script was (``file:line``) when SIGTERM stopped its
-    run as given, else its run with expandable segments, the peaks being those up to there."""
+    (None where the run failed for another reason, or SIGTERM or Ctrl-C stopped it before its
+    peaks passed the device); ``oom``: the run ran out (its peaks are those before the request
+    that failed); ``interrupted``: where the script was (``file:line``) when a signal stopped
+    its run as given, else its run with expandable segments, the peaks being those up to
+    there, and ``interrupted_by`` which (``SIGTERM`` or ``Ctrl-C``)."""
 
     value: str
     peak_allocated_bytes: int | None
@@ -60,6 +61,7 @@ class VaryRow:
     oom: bool = False
     oom_expandable: bool = False
     interrupted: str | None = None
+    interrupted_by: str | None = None
 
 
 SCHEMA = 1
@@ -69,8 +71,9 @@ SCHEMA = 1
 @dataclass(frozen=True)
 class VaryAnswer:
     """``--vary``'s answer: one row per value, and the largest value that fits, as given and
-    with expandable segments; ``not_planned``: the values SIGTERM stopped before their plans
-    began (``terminated``: it came, and the rows are those of the values planned so far)."""
+    with expandable segments; ``interrupted_by``: the signal that stopped the plan
+    (``SIGTERM``, then ``terminated`` too, or ``Ctrl-C``), the rows being those of the values
+    planned so far; ``not_planned``: the values it stopped before their plans began."""
 
     name: str
     rows: tuple[VaryRow, ...]
@@ -78,6 +81,7 @@ class VaryAnswer:
     largest_expandable: str | None
     terminated: bool = False
     not_planned: tuple[str, ...] = ()
+    interrupted_by: str | None = None
 
 
 def largest(rows: list[VaryRow], *, expandable: bool) -> str | None:

@@ -127,7 +127,7 @@ def could_serve(
     capacity = state.reserved + (headroom or 0)
     made: list[tuple[str, int]] = []
 
-    def on_trace(action: str, addr: int, size: int, stream: int) -> None:
+    def on_trace(action: str, addr: int, size: int, stream: int, kept: object) -> None:
         made.append((action, size))
 
     model = DeviceCachingAllocator(

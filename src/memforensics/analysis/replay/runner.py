@@ -179,7 +179,7 @@ def undo_malloc(model: DeviceCachingAllocator, block: Block) -> None:
     model.on_trace = hook
 
 
-def _silent(action: str, addr: int, size: int, stream: int) -> None:
+def _silent(action: str, addr: int, size: int, stream: int, kept: object) -> None:
     """A trace hook that records nothing."""
 
 
@@ -275,7 +275,7 @@ def run(  # noqa: PLR0912, PLR0915 - the hot loop over millions of events stays 
     real: list[tuple[str, int, int]] = []
     made: list[tuple[str, int, int]] = []
 
-    def on_trace(action: str, addr: int, size: int, stream: int) -> None:
+    def on_trace(action: str, addr: int, size: int, stream: int, kept: object) -> None:
         if action in SEGMENT_ACTIONS:
             made.append((action, addr, size))
             result.segment_events_made += 1

@@ -255,7 +255,7 @@ class SimDevice:
         with self._lock:
             self._observers.append(observer)
 
-    def _on_trace(self, action: str, addr: int, size: int, stream: int) -> None:
+    def _on_trace(self, action: str, addr: int, size: int, stream: int, kept: object) -> None:
         """Model hook: append a trace event when recording ``"all"`` (lock held).
 
         The model passes an ``oom`` event's device free bytes as ``addr``, as torch's

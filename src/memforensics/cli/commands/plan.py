@@ -29,7 +29,13 @@ from memforensics.cli.target import (
     run_target,
     target_from_args,
 )
-from memforensics.cli.terminated import STATUS, Terminated, raised, started
+from memforensics.cli.terminated import (
+    INTERRUPTED,
+    STATUS,
+    Terminated,
+    raised,
+    started,
+)
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
@@ -281,7 +287,12 @@ def _child(command: list[str]) -> dict[str, Any] | str:
     for another reason than an OOM: then where and how (its answer's ``failed``), else the last
     line it said."""
     pipe = subprocess.PIPE
-    with subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True) as child, started(child):
+    with (  # a process group of its own: Ctrl-C reaches it once, through this plan (started)
+        subprocess.Popen(
+            command, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+        ) as child,
+        started(child),
+    ):
         stdout, stderr = child.communicate()
     try:
         found: dict[str, Any] = json.loads(stdout)
@@ -310,15 +321,17 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
             "--nnodes", str(args.nnodes), "--rank", str(rank), *_target_argv(target),
         ])  # fmt: skip
 
-    answers, terminated = _at_once(one, range(world.world_size), args.jobs)
+    answers, stopped = _at_once(one, range(world.world_size), args.jobs)
     rows = []
+    statuses = [stopped]  # the signals' exit statuses: this plan's, then each row's plan's
     for rank, found in enumerate(answers):
-        if found is None:  # SIGTERM came before its plan began
+        if found is None:  # SIGTERM or Ctrl-C came before its plan began
             continue
         if isinstance(found, str):
             rows.append(RankRow(rank, None, None, None, error=found))
             continue
-        fits, interrupted = _so_far(found)
+        fits, interrupted, stop = _so_far(found)
+        statuses.append(stop)
         rows.append(
             RankRow(
                 rank,
@@ -329,18 +342,23 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
                 cause=_cause(found),
                 snapshots=tuple(found.get("snapshots") or ()),
                 interrupted=interrupted,
+                interrupted_by=_signal_word(stop),
             )
         )
     not_planned = tuple(rank for rank, found in enumerate(answers) if found is None)
-    answer = RanksAnswer(world.world_size, tuple(rows), first_out(rows), terminated, not_planned)
+    answer = RanksAnswer(
+        world.world_size, tuple(rows), first_out(rows), stopped == STATUS, not_planned,
+        interrupted_by=_signal_word(stopped),
+    )  # fmt: skip
     if args.json:
         from memforensics.analysis.schema import document
 
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
         print(ranks_text(answer))
-    if terminated:
-        return STATUS
+    signalled = _signalled(statuses)
+    if signalled is not None:
+        return signalled
     if any(r.fits is None and not r.oom for r in rows):
         return 2  # a rank's script failed, as one rank's plan exits
     return 0 if answer.first_out is None and all(r.fits for r in rows) else 1
@@ -348,11 +366,11 @@ def _all_ranks(args: argparse.Namespace, target: Target, conf: str | None, world
 
 def _at_once(
     function: Callable[[Any], Any], items: Iterable[Any], jobs: int
-) -> tuple[list[Any], bool]:
-    """``function`` of each item, ``jobs`` at a time, in order, and whether SIGTERM came.
-    Interrupted, the items not begun are dropped (None in their place, after SIGTERM; Ctrl-C
-    raises): those begun end with their plans, which are passed the signal and, after SIGTERM,
-    answer with their figures so far, which are waited for."""
+) -> tuple[list[Any], int | None]:
+    """``function`` of each item, ``jobs`` at a time, in order, and the exit status of the
+    signal that stopped them (SIGTERM's or Ctrl-C's; None: none came). Stopped, the items
+    not begun are dropped (None in their place): those begun end with their plans, which are
+    passed the signal and answer with their figures so far, which are waited for."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
     items = list(items)
@@ -361,25 +379,43 @@ def _at_once(
         try:
             for item in items:
                 futures.append(pool.submit(function, item))
-            return [future.result() for future in futures], False
-        except Terminated:
+            return [future.result() for future in futures], None
+        except (Terminated, KeyboardInterrupt) as came:
             for future in futures:
-                future.cancel()  # those not begun; the plans begun were passed SIGTERM
+                future.cancel()  # those not begun; the plans begun were passed the signal
             wait(futures)
             answers = [None if f.cancelled() else f.result() for f in futures]
-            return answers + [None] * (len(items) - len(answers)), True
+            status = STATUS if isinstance(came, Terminated) else INTERRUPTED
+            return answers + [None] * (len(items) - len(answers)), status
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
 
 
-def _so_far(found: dict[str, Any]) -> tuple[bool | None, str | None]:
-    """Whether a child plan's run fits as a table row counts it, and where its script was when
-    SIGTERM stopped it (None: it was not): a stopped run that fits so far may not fit by its
-    end, so nothing says it fits; one that does not fit already does not."""
-    stopped = found.get("interrupted") if found.get("exit_status") == STATUS else None
+def _so_far(found: dict[str, Any]) -> tuple[bool | None, str | None, int | None]:
+    """Whether a child plan's run fits as a table row counts it, where its script was when
+    SIGTERM or Ctrl-C stopped it (None: neither did), and that signal's exit status (143 or
+    130): a stopped run that fits so far may not fit by its end, so nothing says it fits; one
+    that does not fit already does not."""
+    status = found.get("exit_status")
+    stopped = found.get("interrupted") if status in (STATUS, INTERRUPTED) else None
     fits = bool(found["fits"])
-    return (None if stopped is not None and fits else fits), stopped
+    stop = status if stopped is not None else None
+    return (None if stopped is not None and fits else fits), stopped, stop
+
+
+def _signalled(statuses: list[int | None]) -> int | None:
+    """The exit status of a table's plan where a signal stopped it or one of its rows' plans
+    alone (the first given), as a plan that signal stopped exits: 143, or 130 for Ctrl-C."""
+    return next((status for status in statuses if status is not None), None)
+
+
+def _signal_word(status: int | None) -> str | None:
+    """How the table names the signal whose exit status is ``status``: Ctrl-C or SIGTERM
+    (None for None)."""
+    from memforensics.plan.text import interrupted_by
+
+    return None if status is None else interrupted_by(status)
 
 
 def _cause(found: dict[str, Any]) -> str | None:
@@ -507,7 +543,7 @@ class _Ending:
         except SystemExit as exc:  # the script's own exit: its status, as python gives it
             self.exit_status = _exit_status(exc)
         except KeyboardInterrupt as exc:  # Ctrl-C: the figures so far, exit as python would
-            self.interrupted, self.exit_status = _stopped_at(exc), _INTERRUPTED
+            self.interrupted, self.exit_status = _stopped_at(exc), INTERRUPTED
         except Terminated as exc:  # SIGTERM: the figures so far, exit as a shell reports it
             self.interrupted, self.exit_status = _stopped_at(exc), STATUS
         except StepsTaken as exc:  # --steps reached: the figures of those steps, as an end
@@ -546,10 +582,6 @@ def _said_failed(exc: BaseException) -> str:
         print(said, file=sys.stderr)
     message = str(exc).strip().splitlines()
     return f"{where}: {type(exc).__name__}" + (f": {message[0]}" if message else "")
-
-
-_INTERRUPTED = 130
-"""The status a shell gives a program that SIGINT ended (128 + 2), as an interrupted script's."""
 
 
 def _stopped_at(exc: BaseException) -> str:
@@ -693,21 +725,23 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         return _planned_apart(args, planned, chosen, folder, "--no-expandable-check", *_argv(flags))
 
     jobs = [(value, expandable) for value in vary.values for expandable in (False, True)]
-    answers, terminated = _at_once(lambda job: one(*job), jobs, args.jobs)
+    answers, stopped = _at_once(lambda job: one(*job), jobs, args.jobs)
     rows = []
     not_planned = []
+    statuses = [stopped]  # the signals' exit statuses: this plan's, then each row's plans'
     for i, value in enumerate(vary.values):
         plain, grown = answers[2 * i], answers[2 * i + 1]
-        if plain is None:  # SIGTERM came before its plan began
+        if plain is None:  # SIGTERM or Ctrl-C came before its plan began
             not_planned.append(value)
             continue
         if isinstance(plain, str):
             rows.append(VaryRow(value, None, None, None, None, plain))
             continue
-        fits, interrupted = _so_far(plain)
-        fits_expandable, interrupted_expandable = (
-            _so_far(grown) if isinstance(grown, dict) else (None, None)
+        fits, interrupted, stop = _so_far(plain)
+        fits_expandable, interrupted_expandable, stop_expandable = (
+            _so_far(grown) if isinstance(grown, dict) else (None, None, None)
         )
+        statuses += [stop, stop_expandable]
         rows.append(
             VaryRow(
                 value,
@@ -718,11 +752,13 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
                 oom=plain["oom_message"] is not None,
                 oom_expandable=isinstance(grown, dict) and grown["oom_message"] is not None,
                 interrupted=interrupted or interrupted_expandable,
+                interrupted_by=_signal_word(stop or stop_expandable),
             )
         )
     answer = VaryAnswer(
         vary.name, tuple(rows), largest(rows, expandable=False),
-        largest(rows, expandable=True), terminated, tuple(not_planned),
+        largest(rows, expandable=True), stopped == STATUS, tuple(not_planned),
+        interrupted_by=_signal_word(stopped),
     )  # fmt: skip
     if args.json:
         from memforensics.analysis.schema import document
@@ -730,8 +766,9 @@ def _vary(args: argparse.Namespace, target: Target, conf: str | None) -> int:
         print(json.dumps(document(answer, SCHEMA), indent=2))
     else:
         say(vary_text(answer))
-    if terminated:
-        return STATUS
+    signalled = _signalled(statuses)
+    if signalled is not None:
+        return signalled
     return 0 if answer.largest is not None else 1
 
 
