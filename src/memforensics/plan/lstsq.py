@@ -82,7 +82,7 @@ def linalg_lstsq(
     real = a.real.dtype if a.is_complex() else a.dtype
     vector = _is_vector(a, b)
     b2 = b.unsqueeze(-1) if vector else b
-    batch = torch.broadcast_shapes(a.shape[:-2], b2.shape[:-2])
+    batch = torch.broadcast_shapes(a.shape[:-2], b2.shape[:-2])  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch
     rows = max(m, n)
     if vector:
         solution = a.new_empty((*batch, rows)).narrow(-1, 0, n)
