@@ -10,7 +10,8 @@ base, which ``pow_Scalar_out`` wraps as a zero-dimensional tensor on the exponen
 through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backward's; and,
 through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contiguous copies and
 partial sums; through :mod:`~memforensics.plan.group_norm_scratch`, GroupNorm's per-sample
-vectors; through :mod:`~memforensics.plan.nll_loss2d_copies`, ``nll_loss2d``'s contiguous copies.
+vectors; through :mod:`~memforensics.plan.nll_loss2d_copies`, ``nll_loss2d``'s contiguous copies;
+through :mod:`~memforensics.plan.lstsq`, ``linalg_lstsq``'s ``infos`` and working copy of ``A``.
 Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
@@ -29,6 +30,7 @@ from memforensics.plan import (
     embedding_backward,
     group_norm_scratch,
     inplace,
+    lstsq,
     nll_loss2d_copies,
     norm_scratch,
     reductions,
@@ -115,6 +117,7 @@ KERNELS = frozenset(
         *norm_scratch.BACKWARDS,
         *group_norm_scratch.OPERATORS,
         *nll_loss2d_copies.OPERATORS,
+        lstsq.OPERATOR,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -367,6 +370,7 @@ _BEFORE = frozenset(
         FOREACH_NORM,
         FLASH_BACKWARD,
         EFFICIENT_BACKWARD,
+        lstsq.OPERATOR,
     )
 )
 """The operators that take anything before their outputs (:meth:`KernelScratch.before`): one
@@ -415,6 +419,8 @@ class KernelScratch:
             if func in INDEX_PUTS and sorts(args, kwargs):
                 return []  # ``makeLinearIndex`` runs them, after the output (:meth:`index_put`)
             return self._inner_nonzeros(self._masks(func, args, kwargs))
+        if func is lstsq.OPERATOR:
+            return [self._malloc(n) for n in lstsq.before(args)]
         if func is FOREACH_NORM:
             partials = _foreach_norm_partials(args, kwargs)
             return [self._malloc(partials)] if partials else []
@@ -452,6 +458,9 @@ class KernelScratch:
             group_norm_scratch.after(func, args, self._malloc, self._free)
         elif func in nll_loss2d_copies.OPERATORS:
             for block in reversed([self._malloc(n) for n in nll_loss2d_copies.copied(func, args)]):
+                self._free(block)
+        elif func is lstsq.OPERATOR:
+            for block in reversed([self._malloc(n) for n in lstsq.after(args)]):
                 self._free(block)
 
     def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:

@@ -13,6 +13,8 @@ them:
   ``tanh(softplus(x))``, ``sigmoid(x)``, and four more input-sized temporaries in every Mish
   backward. CUDA's kernel makes one ``grad_input`` (:func:`mish_backward`).
 - ``_fused_rms_norm`` has a ``CUDA`` kernel only (:mod:`~memforensics.plan.fused_norms`).
+- ``linalg_lstsq`` is ``CompositeExplicitAutograd`` over ``linalg_lstsq.out``, which has
+  ``CPU`` and ``CUDA`` kernels only, so a stand-in stopped there (:mod:`~memforensics.plan.lstsq`).
 
 :func:`on_meta` registers a ``Meta`` kernel for each operator without one for the run: the
 dispatcher then sends a stand-in to it and not to the composite, as it sends a CUDA tensor to
@@ -27,7 +29,7 @@ from typing import Any
 
 import torch
 
-from memforensics.plan import fused_norms
+from memforensics.plan import fused_norms, lstsq
 
 
 def mish_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
@@ -41,6 +43,7 @@ def mish_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.Tenso
 
 _ON_META: dict[str, Callable[..., Any]] = {
     "mish_backward": mish_backward,
+    "linalg_lstsq": lstsq.linalg_lstsq,
     **fused_norms.ON_META,
 }
 """The operators given CUDA's kernel on ``meta`` for the run, by name."""
