@@ -35,8 +35,8 @@ _SOLVED = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
 def _is_vector(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``linalg_solve_is_vector_rhs``: ``b`` is one vector a matrix of ``a``."""
-    return b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    """``linalg_solve_is_vector_rhs``: ``b`` is one vector per matrix of ``a``."""
+    return bool(b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1]))
 
 
 def _checked(a: torch.Tensor, b: torch.Tensor, driver: str | None) -> None:
