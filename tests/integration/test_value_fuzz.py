@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memforensics.cli._main import main
@@ -93,14 +93,19 @@ def _run(*argv: str) -> tuple[int, str]:
     return status, err.getvalue()
 
 
+_BLOCK_SIZE = _PATHS.index(("segments", 1, "blocks", 0, "size"))
+
+
 @pytest.mark.integration
 @settings(
     max_examples=25,
     deadline=None,
     database=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(st.lists(st.tuples(st.integers(0, 10**6), _EDGE_VALUES), min_size=1, max_size=4))
+@example([(_BLOCK_SIZE, {"²": 1, "1": _HUGE})])  # a block's size a dict holding a huge int
 def test_odd_values_through_every_command(mutations: list[tuple[int, object]]) -> None:
     """Inf, NaN, 5,000-digit integers, odd digits and wrong types anywhere in a snapshot: every
     command exits 0, 1 or 2, with at most one line per problem and never a traceback."""

@@ -9,6 +9,7 @@ read defensively where it is used, because converting it would cost as much as l
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 
 from memforensics._errors import SnapshotLoadError
@@ -95,10 +96,25 @@ def _size(value: object, where: str, source: str) -> int:
     return size
 
 
+def _shown() -> reprlib.Repr:
+    """Shows a value that is no size in a few dozen characters, however large it is."""
+    shown = reprlib.Repr()
+    shown.maxlevel = shown.maxdict = shown.maxlist = shown.maxtuple = 2
+    shown.maxstring = shown.maxother = 40
+    return shown
+
+
+_SHOWN = _shown()
+
+
 def _odd_number(value: object) -> str:
-    """How a size that is no size is named in the one-line refusal."""
+    """How a size that is no size is named in the one-line refusal; a value holding an integer
+    too long for python to print (past ``sys.get_int_max_str_digits()``) by its type."""
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"{value!r:.40}"
+        try:
+            return f"{_SHOWN.repr(value):.40}"
+        except ValueError:
+            return f"a {type(value).__name__} holding a number too long to print"
     if -WIDEST < value < 0:
         return "negative"
     return "a number past 64 bits"
