@@ -101,7 +101,6 @@ _BLOCK_SIZE = _PATHS.index(("segments", 1, "blocks", 0, "size"))
     max_examples=25,
     deadline=None,
     database=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(st.lists(st.tuples(st.integers(0, 10**6), _EDGE_VALUES), min_size=1, max_size=4))
