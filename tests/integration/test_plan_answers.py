@@ -578,6 +578,55 @@ def test_a_rank_s_plan_sent_sigterm_alone_makes_the_plan_exit_as_it_does(tmp_pat
     assert "Interrupted (SIGTERM): the rows" not in words  # the plan itself ran to its end
 
 
+WAITING_RANKS = """
+import os, time
+from pathlib import Path
+import torch
+x = torch.empty(1 << 18, device="cuda")
+ready = Path(os.environ["READY"])
+written = ready.parent / f"pid{os.environ['RANK']}"
+written.write_text(str(os.getpid()))
+written.replace(ready / os.environ["RANK"])  # whole when it appears
+while True:
+    time.sleep(0.01)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal")
+def test_rank_plans_end_when_the_plan_that_started_them_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kill -9`` of ``plan --ranks all``'s process group, as a shell kills a job, once both
+    ranks' plans run their scripts: the ranks' plans, which lead process groups of their own,
+    end too (nothing outlives the command)."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    monkeypatch.setenv("READY", str(ready))
+    script(tmp_path, WAITING_RANKS)
+    plan_all = _planning(
+        tmp_path, "--ranks", "all", "--nproc-per-node", "2", "--jobs", "2", "train.py",
+        terminal=True,
+    )  # fmt: skip
+    _when_ready(plan_all, ready, 2)
+    ranks = [int(marker.read_text()) for marker in ready.iterdir()]
+    assert len(ranks) == 2
+    os.killpg(plan_all.pid, signal.SIGKILL)
+    plan_all.communicate(timeout=300)
+    deadline = time.monotonic() + 300  # a bound on a broken run, not a timing
+    while any(_running(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for the ranks' plans to end, not timing anything
+    assert not any(_running(pid) for pid in ranks)
+
+
 STOPPED_VALUES = """
 import argparse, os, time
 from pathlib import Path

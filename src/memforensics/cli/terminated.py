@@ -16,6 +16,11 @@ as ``torchrun`` starts its workers), so a terminal's Ctrl-C reaches it once, thr
 process, whether it was pressed or this process alone was sent SIGINT (``kill -INT``): one
 interrupt, one answer with the figures so far. The command exits :data:`INTERRUPTED`.
 
+A plan started so outlives nothing: it is told the process that started it
+(:func:`child_environment`) and, on Linux, asks the kernel for SIGTERM when that process dies
+(:func:`follow_parent`, ``PR_SET_PDEATHSIG``), so a ``kill -9`` of the command, or of its
+process group, which no longer holds the plans it started, ends them too.
+
 A script that installs its own SIGTERM or SIGINT handler replaces this one while it runs (its
 handler is what the signal does to it on a GPU too); the handler the process had before is put
 back after. A signal the process ignores (SIGINT in a shell's background job) stays ignored.
@@ -23,9 +28,11 @@ back after. A signal the process ignores (SIGINT in a shell's background job) st
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +44,10 @@ STATUS = 128 + signal.SIGTERM
 
 INTERRUPTED = 128 + signal.SIGINT
 """The exit status a shell gives a program that SIGINT (Ctrl-C) ended (130)."""
+
+PARENT = "MEMFORENSICS_PLAN_PARENT"
+"""The variable that tells a plan the process id of the plan that started it."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 _children: set[subprocess.Popen[str]] = set()
 _came: list[int] = []  # the signals that came, in order: a plan started after is passed them
@@ -115,3 +126,25 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     _came_now(signal.SIGINT)
     raise KeyboardInterrupt
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a plan this process starts: its own, and its process id
+    (:data:`PARENT`) for :func:`follow_parent`."""
+    return {**os.environ, PARENT: str(os.getpid())}
+
+
+def follow_parent() -> None:
+    """In a plan another plan started (:data:`PARENT`, taken out of the environment so that
+    the script's own processes do not inherit it): SIGTERM when the thread that started it
+    ends, which outlives its wait for this plan, on Linux (``prctl(PR_SET_PDEATHSIG)``), at
+    once where that process is already gone; nothing elsewhere, or where the call fails."""
+    parent = os.environ.pop(PARENT, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0 and os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)  # it died before the kernel was asked

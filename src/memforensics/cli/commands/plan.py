@@ -33,6 +33,8 @@ from memforensics.cli.terminated import (
     INTERRUPTED,
     STATUS,
     Terminated,
+    child_environment,
+    follow_parent,
     raised,
     started,
 )
@@ -172,6 +174,7 @@ class PlanCommand:
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         """Plan the target; print the figures; 0 fits, 1 does not, 2 the script failed."""
+        follow_parent()  # a plan another plan started ends with it
         given = target_from_args(args, parser)
         target, launched_env = _launched(given, args)
         with environment(launched_env), raised():  # the launcher's variables, child plans' too
@@ -289,7 +292,12 @@ def _child(command: list[str]) -> dict[str, Any] | str:
     pipe = subprocess.PIPE
     with (  # a process group of its own: Ctrl-C reaches it once, through this plan (started)
         subprocess.Popen(
-            command, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+            command,
+            stdout=pipe,
+            stderr=pipe,
+            text=True,
+            start_new_session=True,
+            env=child_environment(),
         ) as child,
         started(child),
     ):
