@@ -179,3 +179,35 @@ def test_a_gradient_arriving_as_a_view_is_not_written_into(tmp_path: Path) -> No
     )
     full, _ = _backward(tmp_path, "(h * d).sum() + (h.t() * c).sum()", setup)
     assert full == [FULL] * 4
+
+
+FORCES = """
+import torch
+
+pos = torch.randn({rows}, 3, device="cuda", requires_grad=True)
+w = torch.randn(3, {cols}, device="cuda")
+h = pos @ w
+a, b = h[:, : {cols} // 2], h[:, {cols} // 2 :]
+energy = (a.sin() * b.cos()).sum()
+torch.cuda.memory._record_memory_history(max_entries=100000)
+(forces,) = torch.autograd.grad(energy, pos, create_graph={create_graph})
+torch.cuda.memory._dump_snapshot("backward.pickle")
+torch.cuda.memory._record_memory_history(enabled=None)
+if forces.requires_grad:
+    (forces * forces).sum().backward()  # the loss on the forces, through the graph just built
+"""
+
+
+@pytest.mark.parametrize(("create_graph", "made"), [(True, 3), (False, 2)])
+def test_slices_gradients_are_summed_out_of_place_under_create_graph(
+    tmp_path: Path, create_graph: bool, made: int
+) -> None:
+    """Forces through two slices of one tensor: each slice's ``slice_backward`` makes a zeroed
+    gradient of the whole tensor, and ``InputBuffer::accumulate`` sums them out of place while
+    grad mode is on (``create_graph=True``), in place into the first otherwise."""
+    script(tmp_path, FORCES.format(rows=ROWS, cols=COLS, create_graph=create_graph))
+    done = plan(tmp_path, "--device-capability", "8.0", "train.py")
+    assert done.returncode == 0, done.stderr
+    snapshot = pickle.loads((tmp_path / "backward.pickle").read_bytes())
+    sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert [size for size in sizes if size == FULL] == [FULL] * made

@@ -1311,10 +1311,14 @@ class StorageMode(EagerDispatchMode):
         under a dispatch mode works out of place (autograd's "is it a tensor subclass?" tests).
 
         ``earlier``: autograd adding a second gradient into the first, which it does in place
-        when it holds the only reference to the first, produced by an earlier node. Otherwise a
-        backward formula filling a buffer it has just made (``new_zeros().scatter_add_()``).
+        when it holds the only reference to the first, produced by an earlier node, and grad
+        mode is off. A backward that builds a graph of its own (``create_graph=True``, as for
+        forces taken from an energy) runs with grad mode on, and ``InputBuffer::accumulate``
+        (``input_buffer.cpp``) then sums out of place on every device, so the first gradient,
+        the second and their sum are all live at once. Otherwise a backward formula filling a
+        buffer it has just made (``new_zeros().scatter_add_()``), in place whatever the mode.
         """
-        if len(args) < 2:
+        if len(args) < 2 or (earlier and torch.is_grad_enabled()):
             return None
         first, second = args[0], args[1]
         if not isinstance(first, torch.Tensor) or not first.is_meta:
