@@ -95,3 +95,32 @@ def test_a_real_fft_over_the_first_dimensions_takes_a_second_buffer(tmp_path: Pa
     spectrum = 16 * 9 * 1024 * 8
     assert found["kept"] == spectrum
     assert found["peak"] == 2 * spectrum
+
+
+def test_an_fft_over_four_dimensions_takes_a_second_buffer(tmp_path: Path) -> None:
+    """cuFFT transforms at most three dimensions at a time: ``_fft_c2c_cufft`` writes the first
+    three into the output, then the fourth from it into a second buffer, which it returns,
+    freeing the first."""
+    found = _measured(
+        tmp_path,
+        'x = torch.randn(8, 8, 8, 64, dtype=torch.complex64, device="cuda")',
+        "torch.fft.fftn(x)",
+    )
+    size = 8 * 8 * 8 * 64 * 8
+    assert found["kept"] == size
+    assert found["peak"] == 2 * size
+
+
+def test_an_inverse_real_fft_over_the_first_dimensions_runs_its_complex_stage_first(
+    tmp_path: Path,
+) -> None:
+    """Off the optimised path, ``_fft_c2r_cufft`` transforms all but the last dimension
+    complex-to-complex into an input-sized buffer, then that one to the real output."""
+    found = _measured(
+        tmp_path,
+        'x = torch.randn(16, 9, 1024, dtype=torch.complex64, device="cuda")',
+        "torch.fft.irfftn(x, s=(16, 16), dim=(0, 1))",
+    )
+    spectrum, field = 16 * 9 * 1024 * 8, 16 * 16 * 1024 * 4
+    assert found["kept"] == field
+    assert found["peak"] == field + spectrum
