@@ -11,7 +11,8 @@ through :mod:`~memforensics.plan.embedding_backward`, ``nn.Embedding``'s backwar
 through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contiguous copies and
 partial sums; through :mod:`~memforensics.plan.group_norm_scratch`, GroupNorm's per-sample
 vectors; through :mod:`~memforensics.plan.nll_loss2d_copies`, ``nll_loss2d``'s contiguous copies;
-through :mod:`~memforensics.plan.lstsq`, ``linalg_lstsq``'s ``infos`` and working copy of ``A``.
+through :mod:`~memforensics.plan.lstsq`, ``linalg_lstsq``'s ``infos`` and working copy of ``A``;
+through :mod:`~memforensics.plan.cufft_copies`, the FFTs' input clones and working buffers.
 Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
@@ -27,6 +28,7 @@ import torch
 from memforensics.plan import (
     attention,
     cub_storage,
+    cufft_copies,
     embedding_backward,
     group_norm_scratch,
     inplace,
@@ -118,6 +120,7 @@ KERNELS = frozenset(
         *group_norm_scratch.OPERATORS,
         *nll_loss2d_copies.OPERATORS,
         lstsq.OPERATOR,
+        *cufft_copies.OPERATORS,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -361,6 +364,15 @@ def _sort_scratch(
         free(positions)
 
 
+_COPIES: dict[Any, Callable[[Any, tuple[Any, ...]], list[int]]] = {
+    **dict.fromkeys(nll_loss2d_copies.OPERATORS, nll_loss2d_copies.copied),
+    lstsq.OPERATOR: lambda _func, args: lstsq.after(args),
+    **dict.fromkeys(cufft_copies.OPERATORS, cufft_copies.copied),
+}
+"""The kernels whose buffers beside their outputs are all made after them and held until they
+return, each with what sizes them (bytes in the order made)."""
+
+
 _BEFORE = frozenset(
     (
         *EMBEDDING_BACKWARDS,
@@ -456,11 +468,8 @@ class KernelScratch:
             norm_scratch.after(func, args, self._capability, self._malloc, self._free)
         elif func in group_norm_scratch.OPERATORS:
             group_norm_scratch.after(func, args, self._malloc, self._free)
-        elif func in nll_loss2d_copies.OPERATORS:
-            for block in reversed([self._malloc(n) for n in nll_loss2d_copies.copied(func, args)]):
-                self._free(block)
-        elif func is lstsq.OPERATOR:
-            for block in reversed([self._malloc(n) for n in lstsq.after(args)]):
+        elif func in _COPIES:
+            for block in reversed([self._malloc(n) for n in _COPIES[func](func, args)]):
                 self._free(block)
 
     def _nonzero_count(self, args: tuple[Any, ...]) -> list[Any]:
