@@ -148,6 +148,17 @@ def main() -> int:
     return report("memforensics plan on small-lm-forward-backward", figures, args.json)
 
 
+def _best_ns(one: Callable[[], object], repeats: int, calls: int) -> float:
+    """CPU nanoseconds a call of ``one``: the best of ``repeats`` runs of ``calls`` calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(calls):
+            one()
+        best = min(best, time.process_time() - start)
+    return best / calls * 1e9
+
+
 def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure:
     """A capture of a chain seen before, ``depth`` frames deep, against the bare walk."""
     from memforensics.plan.device import _StackCapture
@@ -162,20 +173,11 @@ def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure
         while frame is not None:
             frame = frame.f_back
 
-    def timed(one: Callable[[], object]) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.process_time()
-            for _ in range(calls):
-                one()
-            best = min(best, time.process_time() - start)
-        return best / calls * 1e9
-
     def nested(level: int) -> tuple[float, float]:
         if level:
             return nested(level - 1)
         allocate()
-        return timed(allocate), timed(bare)
+        return _best_ns(allocate, repeats, calls), _best_ns(bare, repeats, calls)
 
     below = len(traceback.extract_stack())  # the frames under this function's
     captured, walked = nested(depth - below - 2)
@@ -204,20 +206,11 @@ def _device_allocation(repeats: int, depth: int = 20, pairs: int = 20_000) -> Fi
     def modelled() -> None:
         model.free(model.malloc(size))  # type: ignore[arg-type]
 
-    def timed(one: Callable[[], None]) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.process_time()
-            for _ in range(pairs):
-                one()
-            best = min(best, time.process_time() - start)
-        return best / pairs * 1e9
-
     def nested(level: int) -> tuple[float, float]:
         if level:
             return nested(level - 1)
         planned()
-        return timed(planned), timed(modelled)
+        return _best_ns(planned, repeats, pairs), _best_ns(modelled, repeats, pairs)
 
     on_device, alone = nested(depth)
     return figure(
