@@ -30,6 +30,11 @@ deep (a GPT-2 ``generate`` loop's depth) of a chain of callers seen before, as m
 are, against the bare walk of ``f_back`` over the same frames (what reading any Python stack
 costs), in-process CPU time.
 
+A sixth is what the planned device adds to each allocation the allocator model serves: a
+``malloc`` and its ``free`` of 256 KiB with the history recorded (the stack captured, the
+events traced, as under every plan), 20 frames above the caller, against the same pair on the
+allocator model alone, in-process CPU time.
+
     python benchmarks/bench_plan.py [--json PATH] [--quick]
 """
 
@@ -135,11 +140,23 @@ def main() -> int:
     figures.append(_policy(repeats, 100 if args.quick else 500))
     figures.append(_small_operators(GP_FIT, "GP fit", repeats, 100 if args.quick else 600))
     figures.append(_stack_capture(repeats))
+    figures.append(_device_allocation(repeats))
     if importlib.util.find_spec("transformers") is not None:
         figures.extend(_generate(repeats))
     else:
         print("GPT-2 generate: not run (transformers is not installed)")
     return report("memforensics plan on small-lm-forward-backward", figures, args.json)
+
+
+def _best_ns(one: Callable[[], object], repeats: int, calls: int) -> float:
+    """CPU nanoseconds a call of ``one``: the best of ``repeats`` runs of ``calls`` calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(calls):
+            one()
+        best = min(best, time.process_time() - start)
+    return best / calls * 1e9
 
 
 def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure:
@@ -156,20 +173,11 @@ def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure
         while frame is not None:
             frame = frame.f_back
 
-    def timed(one: Callable[[], object]) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.process_time()
-            for _ in range(calls):
-                one()
-            best = min(best, time.process_time() - start)
-        return best / calls * 1e9
-
     def nested(level: int) -> tuple[float, float]:
         if level:
             return nested(level - 1)
         allocate()
-        return timed(allocate), timed(bare)
+        return _best_ns(allocate, repeats, calls), _best_ns(bare, repeats, calls)
 
     below = len(traceback.extract_stack())  # the frames under this function's
     captured, walked = nested(depth - below - 2)
@@ -178,6 +186,38 @@ def _stack_capture(repeats: int, depth: int = 48, calls: int = 20_000) -> Figure
         "bare f_back walk",
         captured,
         walked,
+        "ns",
+    )
+
+
+def _device_allocation(repeats: int, depth: int = 20, pairs: int = 20_000) -> Figure:
+    """A planned device's ``malloc`` and ``free``, recorded, against the allocator model's."""
+    from memforensics.allocator import DeviceCachingAllocator, parse_conf
+    from memforensics.plan.device import DeviceSpec, PlannedDevice
+
+    size = 1 << 18
+    device = PlannedDevice(DeviceSpec(1 << 34, (9, 0), 0, parse_conf(None)))
+    device.record_history("all", max_entries=100_000, context="alloc", clear=False)
+    model = DeviceCachingAllocator(parse_conf(None), capacity=1 << 34, device_total=1 << 34)
+
+    def planned() -> None:
+        device.free(device.malloc(size))  # type: ignore[arg-type]  # never None: 16 GiB free
+
+    def modelled() -> None:
+        model.free(model.malloc(size))  # type: ignore[arg-type]
+
+    def nested(level: int) -> tuple[float, float]:
+        if level:
+            return nested(level - 1)
+        planned()
+        return _best_ns(planned, repeats, pairs), _best_ns(modelled, repeats, pairs)
+
+    on_device, alone = nested(depth)
+    return figure(
+        "planned device malloc + free, recorded, CPU",
+        "the allocator model's alone",
+        on_device,
+        alone,
         "ns",
     )
 

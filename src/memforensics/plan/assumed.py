@@ -143,6 +143,9 @@ _SMALL = 1 << 16
 """Most bytes of a scattered result computed whole where it does not repeat one slice."""
 _CLASS_TESTS = frozenset((_aten.eq.Tensor, _aten.ne.Tensor))
 """Equality tests of two tensors: against every class at once, a one-hot."""
+_PARTITIONS = _HISTOGRAMS | _SCATTERED_SUMS | _CLASS_TESTS | _SCATTERS
+"""Every operator :func:`partitioned` may decide: one lookup turns the rest away (an operator
+is hashed in Python, on each lookup)."""
 _CLASSES = 1 << 16
 """Most known values a test against every class is looked at for (a class index's ``arange``)."""
 _CPU = torch.device("cpu")
@@ -194,6 +197,8 @@ def partitioned(
     routing's), else None; a result that repeats every few rows as what its storage repeats.
     ``routing``: the router's choices among the unknown integers, read as a balanced routing
     spreads them. Cheap for an operator that is neither."""
+    if func not in _PARTITIONS:
+        return None
     if func in _HISTOGRAMS:
         return _histogram(func, args, kwargs, values, routing)
     if func in _SCATTERED_SUMS:

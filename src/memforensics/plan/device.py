@@ -17,15 +17,16 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from memforensics._layout import PEAK_ALLOCATED, PREDICTED_KEY
 from memforensics.allocator import AllocatorSettings, Block, DeviceCachingAllocator, apply_conf
 from memforensics.backends.sim import format as fmt
+
+_T = TypeVar("_T")
 
 CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 """Where PyTorch reads its allocator settings when the allocator is first used
@@ -413,7 +414,8 @@ class PlannedDevice:
         workspace's), recorded whenever stacks are, Python's only or not: the plan knows what
         it made, whatever Python frames are above it (a TorchScript function's product has
         none that names it)."""
-        self._settle()
+        if not self._settled:
+            self._settle()
         self.initialized = True
         stack = self._stack(on_autograd_thread=self.backward) if self._recording else ()
         if native and self._recording:
@@ -421,9 +423,11 @@ class PlannedDevice:
         with self._lock:
             self._busy = True
             try:
-                self._drain()
-                with self._operation(stack):
-                    block = self._allocator.malloc(nbytes, stream, (stack, self._metadata))
+                if self._pending:
+                    self._drain()
+                block = self._operated(
+                    stack, self._allocator.malloc, nbytes, stream, (stack, self._metadata)
+                )
                 if block is not None and self._worker is not None:
                     self._owner[id(block)] = self._allocator
                 elif block is not None:
@@ -440,7 +444,7 @@ class PlannedDevice:
 
     def free(self, block: Block) -> None:
         """Return ``block``; queued when the device is in the middle of another operation."""
-        self._pending.append((block, self._gathered_at_all()))
+        self._pending.append((block, self._gathered_at_all() if self._free_stacks else None))
         if self._busy:
             return
         with self._lock:
@@ -615,15 +619,15 @@ class PlannedDevice:
         at_call = self._gathered_at_all()
         with self._lock:
             self._drain()
-            with self._operation(at_call):
-                self._allocator.empty_cache()
+            self._operated(at_call, self._allocator.empty_cache)
 
-    @contextmanager
-    def _operation(self, stack: fmt.Stack | None) -> Iterator[None]:
-        """An allocator operation that gathered ``stack`` (None: none) runs in the block."""
+    def _operated(self, stack: fmt.Stack | None, operation: Callable[..., _T], *args: Any) -> _T:
+        """``operation(*args)``, an allocator operation that gathered ``stack`` (None: none),
+        its answer handed back: a plain call, as every allocation makes one, where a
+        generator-based context manager costs several calls more."""
         outer, self._op_stack = self._op_stack, stack
         try:
-            yield
+            return operation(*args)
         finally:
             self._op_stack = outer
 
@@ -654,8 +658,7 @@ class PlannedDevice:
             self._drain()
             self._allocator.release_pool(pool_id)
             if empty:
-                with self._operation(at_call):
-                    self._allocator.release_cached_blocks(pool_id)
+                self._operated(at_call, self._allocator.release_cached_blocks, pool_id)
 
     def pool_use_count(self, pool_id: tuple[int, int]) -> int:
         with self._lock:

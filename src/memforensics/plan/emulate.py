@@ -225,8 +225,10 @@ def _onto_meta(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
 def _in_made_order(func: Any, out: Any) -> Any:
     """``out`` in the order CUDA's kernel for ``func`` allocates it (:data:`_MADE_FIRST`),
     without what it makes on the host (:data:`_ON_HOST`)."""
+    if not isinstance(out, (tuple, list)):
+        return out  # one output: no lookup (an operator hashes in Python)
     first, host = _MADE_FIRST.get(func), _ON_HOST.get(func, ())
-    if (first is None and not host) or not isinstance(out, (tuple, list)):
+    if first is None and not host:
         return out
     first = first or ()
     rest = [o for i, o in enumerate(out) if i not in first and i not in host]

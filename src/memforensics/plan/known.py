@@ -152,6 +152,9 @@ _SELF_DIFFERENCES = frozenset((torch.ops.aten.sub.Tensor, torch.ops.aten.sub_.Te
 back after logging it): zero for a finite value."""
 _WHOLE = {torch.ops.aten.all.default: True, torch.ops.aten.any.default: False}
 """Reductions to one flag, and what they give for no elements."""
+_FINITENESS = frozenset((*_NEVER, *_SCALAR_TESTS, *_SELF_TESTS, *_SELF_DIFFERENCES))
+"""Every operator whose result finiteness decides on unknown values (:meth:`Known._finite`):
+one lookup turns the rest away (an operator is hashed in Python, on each lookup)."""
 _POINTWISE = torch.Tag.pointwise
 _PRECISE = frozenset((torch.float32, torch.float64))
 _UNSCALE = torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default
@@ -1053,7 +1056,12 @@ class Known:
         """Whether ``out`` is decided because unknown values are finite (a test of finiteness
         on one), or is one value everywhere because its inputs are (an elementwise operator, or
         ``all``/``any``, on such results); it is then kept."""
-        if not isinstance(out, torch.Tensor) or not out.is_meta or not args:
+        if (
+            (not self._filled and func not in _FINITENESS)  # one lookup, where the chain makes 4
+            or not isinstance(out, torch.Tensor)
+            or not out.is_meta
+            or not args
+        ):
             return False
         first = args[0]
         if not isinstance(first, torch.Tensor) or not first.is_meta:
