@@ -105,29 +105,36 @@ def as_tensors(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
 ) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
     """``args`` and ``kwargs`` with each number where ``func`` takes a tensor made a tensor
-    again (the wrapped number it was); the same objects where there is none."""
-    found = [
-        (position, name, made)
-        for position, name, kind in _slots(func)
-        if (made := _made(_argument(args, kwargs, position, name), kind)) is not None
-    ]
-    if not found:
-        return args, kwargs
+    again (the wrapped number it was); the same objects where there is none. Every operator
+    the plan runs passes here, so the common case (no number) only looks."""
+    slots = _SLOTS.get(func)
+    if slots is None:
+        slots = _slots(func)
+    count = len(args)
+    for position, name, kind in slots:
+        value: Any = args[position] if position < count else (kwargs or {}).get(name)
+        if type(value) in _DTYPES:
+            return _rebuilt(slots, args, kwargs)
+        if kind == _LIST and type(value) in (list, tuple):
+            for item in value:
+                if type(item) in _DTYPES:
+                    return _rebuilt(slots, args, kwargs)
+    return args, kwargs
+
+
+def _rebuilt(
+    slots: tuple[tuple[int, str, str], ...], args: tuple[Any, ...], kwargs: dict[str, Any] | None
+) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+    """``args`` and ``kwargs`` copied, each number in ``slots`` made a tensor."""
     new_args = list(args)
     new_kwargs = dict(kwargs or {})
-    for position, name, made in found:
+    for position, name, kind in slots:
         if position < len(args):
-            new_args[position] = made
-        else:
-            new_kwargs[name] = made
+            made = _made(args[position], kind)
+            if made is not None:
+                new_args[position] = made
+        elif name in new_kwargs:
+            made = _made(new_kwargs[name], kind)
+            if made is not None:
+                new_kwargs[name] = made
     return tuple(new_args), new_kwargs if kwargs is not None else None
-
-
-def _argument(
-    args: tuple[Any, ...], kwargs: dict[str, Any] | None, position: int, name: str
-) -> Any:
-    """The argument at ``position`` of the schema, named ``name``: positional or by keyword;
-    None where the call leaves it out."""
-    if position < len(args):
-        return args[position]
-    return (kwargs or {}).get(name)
