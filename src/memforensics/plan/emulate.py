@@ -66,8 +66,10 @@ from memforensics.plan import (
     scratch,
     sparse,
     standins,
+    traced,
     unique,
     values,
+    wrapped_numbers,
 )
 from memforensics.plan.deferred import FACTORIES, RUN, Deferred
 from memforensics.plan.device import OutOfScope, PlannedDevice
@@ -988,6 +990,10 @@ class StorageMode(EagerDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if traced.tracing():
+            return traced.run(
+                self, func, args, kwargs, lambda: self.__torch_dispatch__(func, types, args, kwargs)
+            )
         if not _profiling() or getattr(_QUIET, "on", False):
             return self._dispatch(func, args, kwargs)
         # a profiler records the operator the script called, not the plan's work under it
@@ -1001,6 +1007,7 @@ class StorageMode(EagerDispatchMode):
 
     def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         """An operator on the planned device, as its CUDA kernel runs it."""
+        args, kwargs = wrapped_numbers.as_tensors(func, args, kwargs)
         if func is _COPY and self._from_device(args):
             self.reads.copied_out(args[1], args[0])
             args = (args[0], self.reads.values(args[1]), *args[2:])  # read, as CUDA copies it
