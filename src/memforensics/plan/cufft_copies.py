@@ -45,7 +45,7 @@ def optimized_path(dim: list[int]) -> bool:
 
 def _bytes(shape: list[int] | torch.Size, dtype: torch.dtype) -> int:
     """Bytes of a dense tensor of ``shape`` and ``dtype``."""
-    return math.prod(shape) * dtype.itemsize
+    return math.prod(shape) * int(dtype.itemsize)
 
 
 def _c2c_second(self: torch.Tensor, dim: list[int]) -> list[int]:
