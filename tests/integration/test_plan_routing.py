@@ -164,3 +164,27 @@ def test_histograms_of_sorted_or_flat_choices_give_each_expert_its_share(tmp_pat
     assert facts["sorted"] == [TOKENS * TOP // EXPERTS] * EXPERTS
     assert facts["titan"] == [TOKENS * TOP // EXPERTS] * EXPERTS
     assert facts["hit"] == EXPERTS
+
+
+PREDICTED = f"""
+import json
+import torch
+
+model = torch.nn.Linear({DIM}, {EXPERTS}).cuda()
+with torch.no_grad():
+    preds = model(torch.randn({TOKENS}, {DIM}, device="cuda")).softmax(-1).argmax(-1)
+    few = preds[:3]
+    print(json.dumps({{"distinct": len(torch.unique(preds)), "few": len(torch.unique(few)),
+                      "counts": torch.unique(preds, return_counts=True)[1].shape[0]}}))
+"""
+
+
+def test_unique_of_an_argmax_over_classes_holds_at_most_those_classes(tmp_path: Path) -> None:
+    """``unique`` of a classifier's ``argmax`` over ``E`` classes (torchmetrics' check of its
+    predictions) finds ``E`` distinct values, or as many as it holds where fewer, never one a
+    row, which a GPU cannot give."""
+    script(tmp_path, PREDICTED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert json.loads(line) == {"distinct": EXPERTS, "few": 3, "counts": EXPERTS}

@@ -145,3 +145,39 @@ def test_a_checkpoint_loaded_onto_meta_holds_nothing_on_the_device(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout.splitlines()[0])
     assert facts == {"on_meta": 0, "onto_device": 1024 * 1024 * 4, "devices": ["meta", "meta"]}
+
+
+PICKLED = """
+import json, pickle
+import torch
+
+class Kept:  # an object holding a device tensor, as a callback or a fitted scaler does
+    def __init__(self):
+        self.weight = torch.nn.Linear(256, 256).cuda().weight.detach()
+
+data = pickle.dumps(Kept())
+before = torch.cuda.memory_allocated()
+back = pickle.loads(data)
+print(json.dumps({
+    "bytes": len(data),
+    "device": str(back.weight.device),
+    "shape": list(back.weight.shape),
+    "back": torch.cuda.memory_allocated() - before,
+}))
+"""
+
+
+def test_an_object_holding_a_device_tensor_pickles_and_loads_back_onto_the_device(
+    tmp_path: Path,
+) -> None:
+    """``pickle`` of an object holding a CUDA tensor (joblib's dump of a library's callbacks)
+    writes the tensor's 256 KiB and loads it back onto the device, a second copy, as on a GPU."""
+    script(tmp_path, PICKLED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["bytes"] > 256 * 256 * 4
+    assert facts["device"] == "cuda:0"
+    assert facts["shape"] == [256, 256]
+    assert facts["back"] == 256 * 256 * 4

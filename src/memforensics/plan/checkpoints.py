@@ -144,3 +144,30 @@ class Checkpoints:
             return torch.zeros(storage.nbytes(), dtype=torch.uint8).untyped_storage()
 
         return cpu
+
+    def tagged(self, original: Callable[[Any], str]) -> Callable[[Any], str]:
+        """``torch.serialization.location_tag`` of a stand-in's storage: the planned CUDA
+        device's, as :meth:`pickled` tags it. torch's legacy format (a storage pickled on its
+        own) asks it of the storage alone, where ``torch.save``'s own format reads the tag
+        :meth:`pickled` set; the script's own ``meta`` storages keep theirs."""
+
+        def location_tag(storage: Any) -> str:
+            untyped = getattr(storage, "_untyped_storage", storage)
+            if isinstance(untyped, torch.UntypedStorage) and self._stands_in(untyped):
+                return str(SAVED_ON)
+            return original(storage)
+
+        return location_tag
+
+    def written(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``UntypedStorage._write_file`` of a stand-in's storage (a storage pickled on its own
+        writes its bytes with it: ``pickle`` or ``joblib`` of an object holding a tensor, through
+        torch's legacy format): its size in zeros, as :meth:`host_copy` gives ``torch.save``."""
+
+        def _write_file(storage: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._stands_in(storage):
+                return original(storage, *args, **kwargs)
+            zeros = torch.zeros(storage.nbytes(), dtype=torch.uint8).untyped_storage()
+            return original(zeros, *args, **kwargs)
+
+        return _write_file

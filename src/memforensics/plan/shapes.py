@@ -9,7 +9,11 @@ partition of unknown values decides them (a one-hot of a router's choices, every
 its upper bound (every element counted, selected, distinct), said once: memory is never
 under-counted for want of values. ``unique`` of values the script decided, gathered at
 unknown positions (a detector's class labels at the boxes a score threshold keeps), has at
-most as many as they hold distinct (:mod:`~memforensics.plan.picks`). ``bincount`` has no
+most as many as they hold distinct (:mod:`~memforensics.plan.picks`); of indices along a
+dimension of size ``E`` (:mod:`~memforensics.plan.routing`: ``argmax`` over a classifier's ``E``
+classes, a router's ``topk``), ``min(n, E)`` distinct, every class a balanced routing gives
+(a metric's check that predictions hold no more classes than it was told passes, as on a
+GPU). ``bincount`` has no
 such bound (its length is the largest value plus one): of unknown values it has
 ``minlength`` bins, at least one, as CUDA's kernel gives when its own read of the largest
 value (``self.max().item()``, torch's own code) reads zero, as every read by torch's code
@@ -36,6 +40,10 @@ NONZERO = (
 SHARE = (
     "a test of a router's unknown choices against one expert selects its share of a balanced "
     "routing (the choices spread evenly over the experts)"
+)
+CLASSES = (
+    "unique of indices along a dimension of E (an argmax over E classes) holds at most E "
+    "distinct values, every class a balanced routing gives"
 )
 BINS = "bincount of values the script's own values do not decide has minlength bins (at least one)"
 
@@ -232,15 +240,20 @@ class Shapes:
         return_counts: bool = False,
     ) -> tuple[torch.Tensor, ...]:
         """``unique``: the distinct values; when unknown, at most as many as the values they
-        were gathered from hold (:meth:`~memforensics.plan.nonzero.NonzeroBounds.distinct`),
-        else every element distinct."""
+        were gathered from hold (:meth:`~memforensics.plan.nonzero.NonzeroBounds.distinct`);
+        indices along a dimension of ``E`` (an ``argmax`` over a classifier's ``E`` classes)
+        at most ``E``, every class a balanced routing gives; else every element distinct."""
         found = self.known.value(tensor)
         if found is not None:
             computed = torch.ops.aten._unique2(found, sorted, return_inverse, return_counts)
             return _like(computed)
         numel = self.known.bounds.distinct(tensor)
+        classes = self.known.routing.classes(tensor)
         if numel is not None:
             self.notes.once("nonzero", NONZERO)
+        elif classes is not None:
+            self.notes.once("classes", CLASSES)
+            numel = min(tensor.numel(), classes)
         else:
             self._bound()
             numel = tensor.numel()

@@ -731,6 +731,12 @@ def _torch_rows(
             "torch.save writes a stand-in's bytes as zeros, the values a plan reads",
         ),
         R(
+            torch.UntypedStorage,
+            "_write_file",
+            saving.written(_found(torch.UntypedStorage, "_write_file")),
+            "a stand-in's storage pickled on its own writes its bytes as zeros",
+        ),
+        R(
             torch.nn.Module,
             "_load_from_state_dict",
             saving.loading(torch.nn.Module._load_from_state_dict),
@@ -746,8 +752,9 @@ def _torch_rows(
         R(
             torch.serialization,
             "location_tag",
-            storage.deferred.saved(_found(torch.serialization, "location_tag")),
-            "torch.save writes a deferred CPU tensor's values, made first",
+            saving.tagged(storage.deferred.saved(_found(torch.serialization, "location_tag"))),
+            "torch.save writes a deferred CPU tensor's values, made first, and tags a "
+            "stand-in's storage with the planned CUDA device",
         ),
         R(
             torch.nn.DataParallel,
