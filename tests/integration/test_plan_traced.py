@@ -110,8 +110,8 @@ print(json.dumps({
 
 def test_a_convolutional_network_traces_checks_and_runs_as_the_cpu_build_traces_it(tmp_path):
     """A convolution traced on the device is recorded as CUDA's kernel records it
-    (``aten::_convolution``, the graph the CPU build records, where the plan's own kernel
-    used to stop the trace: "cond must be a bool, but got a Tensor"); ``trace_module`` with
+    (``aten::_convolution``, the graph the CPU build records, not the plan's own kernel
+    reading traced sizes: "cond must be a bool, but got a Tensor"); ``trace_module`` with
     ``check_inputs`` and ``torch.jit.script`` of the device module run too. The checked trace's
     five forwards each allocate the first convolution's, the norm's and the ReLU's 256 KiB
     outputs (15 blocks), and the traced, trace_module'd and scripted modules three each."""
