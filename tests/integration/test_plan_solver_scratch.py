@@ -24,6 +24,9 @@ cases = {
     "svd": (lambda a: L.svd(a, full_matrices=False), [(512, 256)]),
     "svd_small": (lambda a: L.svd(a, full_matrices=False), [(8, 24, 16)]),
     "qr": (L.qr, [(32, 64, 48)]),
+    "inv": (L.inv, [(256, 256)]),
+    "solve": (L.solve, [(256, 256), (256, 64)]),
+    "solve_small": (L.solve, [(32, 16, 16), (32, 16, 4)]),
 }
 found = {}
 for name, (call, shapes) in cases.items():
@@ -38,7 +41,7 @@ for name, (call, shapes) in cases.items():
     del operands, out
 print(json.dumps(found))
 """
-FLOAT, INT, POINTER, BLOCK = 4, 4, 8, 512
+FLOAT, INT, INDEX, POINTER, BLOCK = 4, 4, 8, 8, 512
 
 
 def _block(size: int) -> int:
@@ -70,6 +73,22 @@ EXPECTED = {
     "qr": (
         32 * (64 * 48 + 48 * 48) * FLOAT,
         32 * (64 * 48 + 48 * 48 + 48) * FLOAT + 2 * _block(32 * POINTER),
+    ),
+    # the inverse; info; LU and pivots; lu_solve_triangular's permutation (int64) and, A being
+    # contiguous (factored transposed), its clone of the solution
+    "inv": (
+        256 * 256 * FLOAT,
+        2 * 256 * 256 * FLOAT + BLOCK + 256 * INT + 256 * INDEX + 256 * 256 * FLOAT,
+    ),
+    # the solution, LU, pivots, info; the permutation and the solution's clone (n > 128)
+    "solve": (
+        256 * 64 * FLOAT,
+        (256 * 64 + 256 * 256) * FLOAT + 256 * INT + BLOCK + 256 * INDEX + 256 * 64 * FLOAT,
+    ),
+    # the solution, LU, pivots, info; getrsBatched's pointer arrays (n <= 64, k <= 8)
+    "solve_small": (
+        32 * 16 * 4 * FLOAT,
+        32 * (16 * 4 + 16 * 16) * FLOAT + 32 * 16 * INT + BLOCK + 2 * _block(32 * POINTER),
     ),
 }
 

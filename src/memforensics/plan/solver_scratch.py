@@ -50,9 +50,14 @@ SOLVE_TRIANGULAR = _A.linalg_solve_triangular.default
 EIGH = _A._linalg_eigh.default
 SVD = _A._linalg_svd.default
 QR = _A.linalg_qr.default
-OPERATORS = frozenset((CHECK_ERRORS, CHOLESKY, SOLVE_TRIANGULAR, EIGH, SVD, QR))
+SOLVE = _A._linalg_solve_ex.default
+INVERSE = _A.linalg_inv_ex.default
+OPERATORS = frozenset((CHECK_ERRORS, CHOLESKY, SOLVE_TRIANGULAR, EIGH, SVD, QR, SOLVE, INVERSE))
 POP = 0
-"""A step that frees the latest block still held (the blocks of one kernel nest)."""
+"""A step that frees the latest block still held."""
+UNDER = -1
+"""A step that frees the block made before the latest one still held (a temporary that a copy
+of it outlives)."""
 _POINTER = 8
 """Bytes of one ``int64`` of ``get_device_pointers``' ``arange``."""
 _INFO = 4
@@ -65,6 +70,10 @@ _BATCHED_GESVDJ = 32
 """``svd_cusolver`` hands matrices with both sides at most this long to ``gesvdjBatched``."""
 _BATCHED_GEQRF_ROWS = 256
 """``geqrf_kernel`` picks ``geqrf_batched_cublas`` only for matrices of at most this many rows."""
+_INDEX = 8
+"""Bytes of one ``int64`` of ``lu_solve_triangular``'s permutations."""
+_REAL = frozenset((torch.float32, torch.float64))
+"""The dtypes whose LU solve transposes no conjugate (a complex ``A`` is factored as it lies)."""
 
 
 def _batch(shape: tuple[int, ...]) -> int:
@@ -155,6 +164,98 @@ def _qr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     return steps
 
 
+def _trsm(batch: int, n: int) -> list[int]:
+    """One ``linalg_solve_triangular_out`` on an F-contiguous solution and factor, as
+    ``lu_solve_triangular`` runs it: ``trsmBatched``'s pointer arrays where
+    ``triangular_solve_kernel`` does not loop ``trsm``, freed as it returns."""
+    if batch <= _LOOPED_TRSM_BATCH and n >= _LOOPED_TRSM_WIDTH:
+        return []
+    return [batch * _POINTER, batch * _POINTER, POP, POP]
+
+
+def _lu_solve_triangular(batch: int, n: int, solution: int, transposed: bool) -> list[int]:
+    """``lu_solve_kernel``'s ``lu_solve_triangular``: the permutation, ``arange(n)`` made
+    contiguous over the batch (a copy, the ``arange`` then freed, past one matrix); without a
+    transpose the identity ``arange(n)``, the inverse permutation (``perm.scatter``) and ``B``
+    permuted (``B.scatter``, ``solution`` bytes) before the two triangular solves; with one the
+    two solves, then ``B.clone()`` for the permuting ``scatter_``, freed at once."""
+    found = [n * _INDEX]
+    if batch > 1:
+        found += [batch * n * _INDEX, UNDER]
+    if transposed:
+        return [*found, *_trsm(batch, n), *_trsm(batch, n), solution, POP]
+    return [*found, n * _INDEX, batch * n * _INDEX, solution, *_trsm(batch, n), *_trsm(batch, n)]
+
+
+def _lu_solve(batch: int, n: int, k: int, solution: int, transposed: bool) -> list[int]:
+    """What ``lu_solve_kernel``'s default heuristic takes for ``batch`` systems of order ``n``
+    with ``k`` right-hand sides: ``lu_solve_batched_cublas``' two pointer arrays (``getrsBatched``
+    for the factors and the solution) or :func:`_lu_solve_triangular`; nothing modelled where it
+    loops ``getrs`` (``lu_solve_looped_cusolver``) or where a build with MAGMA may pick MAGMA
+    (``n <= 8``, ``k != n``)."""
+    cublas = [batch * _POINTER, batch * _POINTER, POP, POP]
+    if n == k:
+        if n <= 16:
+            return cublas
+        return _lu_solve_triangular(batch, n, solution, transposed)
+    if n <= 8:
+        return []
+    if n <= 64:
+        if batch <= 2 and (k <= 64 or transposed or n <= 32):
+            return []
+        return cublas if k <= 8 else _lu_solve_triangular(batch, n, solution, transposed)
+    if n <= 128:
+        if batch <= 2 and k <= 2:
+            return []
+        return cublas if k <= 2 else _lu_solve_triangular(batch, n, solution, transposed)
+    return _lu_solve_triangular(batch, n, solution, transposed)
+
+
+def _lu_factor(batch: int, n: int) -> list[int]:
+    """``getrfBatched``'s pointer array where every build factors a batch with it: square
+    matrices of order 16 or less, or 128 or less in batches of 16 or fewer, which a build with
+    MAGMA hands to cuSOLVER too (``lu_factor``), whose ``lu_factor_batched_cublas`` takes them
+    short of 512 rows; looped ``getrf`` (one matrix) takes only its workspace."""
+    if batch > 1 and (n <= 16 or (n <= 128 and batch <= 16)):
+        return [batch * _POINTER, POP]
+    return []
+
+
+def _solve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """``_linalg_solve_ex_out``: the factorisation's pointer array (:func:`_lu_factor`),
+    ``check_errors``' ``any``, then the LU
+    solve (:func:`_lu_solve`), which transposes where ``A`` is contiguous and real (it factors
+    ``A.mT()``); nothing more modelled for a right-side solve, for batches that broadcast (the
+    factors' copy ``maybe_expand_lu`` makes) or for complex systems."""
+    a, b = args[0], args[1]
+    left = bool(_argument(args, kwargs, 2, "left", True))
+    checked = bool(_argument(args, kwargs, 3, "check_errors", False))
+    found = _lu_factor(_batch(a.shape), a.shape[-1]) + ([_ANY, POP] if checked else [])
+    if not (_stand_in(b) and left and a.dtype in _REAL):
+        return found
+    vector = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    shape = (*b.shape, 1) if vector else tuple(b.shape)
+    if tuple(a.shape[:-2]) != shape[:-2]:
+        return found
+    solution = math.prod(shape) * b.element_size()
+    n, k = a.shape[-1], shape[-1]
+    return [*found, *_lu_solve(_batch(shape), n, k, solution, a.is_contiguous())]
+
+
+def _inverse(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """``linalg_inv_ex_out``, a ``linalg_solve_ex_out`` of the identity in place: the factors
+    ``LU`` and ``pivots`` it makes (``new_empty``, sized by ``_linalg_solve_ex``), held until it
+    returns, the factorisation's pointer array (:func:`_lu_factor`), the LU solve of ``n``
+    right-hand sides (:func:`_solve`), then ``check_errors``' ``any``."""
+    a = args[0]
+    checked = bool(_argument(args, kwargs, 1, "check_errors", False))
+    batch, n, size = _batch(a.shape), a.shape[-1], a.element_size()
+    found = [a.numel() * size, batch * n * _INFO, *_lu_factor(batch, n)]
+    if a.dtype in _REAL:
+        found += _lu_solve(batch, n, n, a.numel() * size, a.is_contiguous())
+    return [*found, _ANY, POP] if checked else found
+
+
 def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     """What ``func`` takes after its outputs, in order: a positive number allocates that many
     bytes, :data:`POP` frees the latest block still held; the rest are freed in the reverse of
@@ -174,6 +275,10 @@ def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]
         return _svd(args, kwargs)
     if func is QR:
         return _qr(args, kwargs)
+    if func is SOLVE:
+        return _solve(args, kwargs)
+    if func is INVERSE:
+        return _inverse(args, kwargs)
     return []
 
 
@@ -189,6 +294,8 @@ def after(
     for step in steps(func, args, kwargs):
         if step == POP:
             free(held.pop())
+        elif step == UNDER:
+            free(held.pop(-2))
         else:
             held.append(malloc(step))
     for block in reversed(held):
