@@ -27,12 +27,19 @@ then take, in this order:
   column-major clone of ``A`` where neither ``Q`` nor ``R`` holds an ``m x n`` matrix (mode
   ``"r"`` of a tall ``A``); and where ``geqrf_kernel`` picks ``geqrf_batched_cublas`` (at most
   256 rows and at least ``max(2, m / 16)`` matrices), the pointer arrays of the matrices and of
-  ``tau``, freed as it returns.
+  ``tau``, freed as it returns;
+- ``_linalg_solve_ex`` (``linalg.solve``) and ``linalg_inv_ex`` (``linalg.inv``, a solve of the
+  identity in place, which makes the factors ``LU`` and ``pivots`` it does not return): where
+  every build factors a batch with ``getrfBatched``, its pointer array; then what
+  ``lu_solve_kernel``'s heuristic takes, by the order ``n``, the right-hand sides ``k`` and the
+  batch: ``getrsBatched``'s two pointer arrays, or ``lu_solve_triangular``'s permutations,
+  permuted or cloned solution and triangular solves (:func:`_lu_solve_triangular`).
 
 Each is freed as its C++ scope ends, the rest as the operator returns. The workspaces cuSOLVER
 sizes on the device (``*_bufferSize``: ``potrf``, ``getrf``, ``geqrf``, ``orgqr``, ``syevd``,
-``syevj``, ``gesvdj``) are not taken, nor what ``lu_factor`` and ``lu_solve`` take (their paths
-differ between builds with and without MAGMA).
+``syevj``, ``gesvdj``) are not taken, nor the paths a build with MAGMA may take instead
+(``lu_factor`` of larger batches, ``lu_solve`` of order 8 or less), nor ``_linalg_det``'s and
+``_linalg_slogdet``'s LU ``info`` and permutation sign.
 """
 
 from __future__ import annotations
