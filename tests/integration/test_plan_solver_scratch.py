@@ -24,6 +24,7 @@ cases = {
     "svd": (lambda a: L.svd(a, full_matrices=False), [(512, 256)]),
     "svd_small": (lambda a: L.svd(a, full_matrices=False), [(8, 24, 16)]),
     "qr": (L.qr, [(32, 64, 48)]),
+    "qr_single": (L.qr, [(512, 256)]),
     "inv": (L.inv, [(256, 256)]),
     "solve": (L.solve, [(256, 256), (256, 64)]),
     "solve_small": (L.solve, [(32, 16, 16), (32, 16, 4)]),
@@ -73,6 +74,11 @@ EXPECTED = {
     "qr": (
         32 * (64 * 48 + 48 * 48) * FLOAT,
         32 * (64 * 48 + 48 * 48 + 48) * FLOAT + 2 * _block(32 * POINTER),
+    ),
+    # Q, R; tau; looped geqrf's one-int infos (then orgqr's, freed in between)
+    "qr_single": (
+        (512 * 256 + 256 * 256) * FLOAT,
+        (512 * 256 + 256 * 256 + 256) * FLOAT + BLOCK,
     ),
     # the inverse; info; LU and pivots; lu_solve_triangular's permutation (int64) and, A being
     # contiguous (factored transposed), its clone of the solution

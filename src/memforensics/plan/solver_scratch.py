@@ -25,9 +25,10 @@ then take, in this order:
   takes one matrix's (``m x k``, ``n x k``);
 - ``linalg_qr``: ``tau`` (``A.new_empty``, ``k`` values a matrix), held until it returns; a
   column-major clone of ``A`` where neither ``Q`` nor ``R`` holds an ``m x n`` matrix (mode
-  ``"r"`` of a tall ``A``); and where ``geqrf_kernel`` picks ``geqrf_batched_cublas`` (at most
+  ``"r"`` of a tall ``A``); where ``geqrf_kernel`` picks ``geqrf_batched_cublas`` (at most
   256 rows and at least ``max(2, m / 16)`` matrices), the pointer arrays of the matrices and of
-  ``tau``, freed as it returns;
+  ``tau``, else looped ``geqrf``'s one-``int`` ``infos``; then, where ``Q`` is asked,
+  ``orgqr``'s one-``int`` ``info``; each freed as its call returns;
 - ``_linalg_solve_ex`` (``linalg.solve``) and ``linalg_inv_ex`` (``linalg.inv``, a solve of the
   identity in place, which makes the factors ``LU`` and ``pivots`` it does not return): where
   every build factors a batch with ``getrfBatched``, its pointer array; then what
@@ -157,8 +158,10 @@ def _svd(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
 
 
 def _qr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
-    """``tau``, the clone of ``A`` geqrf works in where neither output holds it, and
-    ``geqrf_batched_cublas``' pointer arrays."""
+    """``tau``, the clone of ``A`` geqrf works in where neither output holds it, then
+    ``geqrf_batched_cublas``' pointer arrays or looped ``geqrf``'s one ``int`` of ``infos``
+    (``apply_geqrf``), and, where ``Q`` is asked, ``orgqr``'s (``apply_orgqr``), each freed
+    as its call returns."""
     a = args[0]
     mode = _argument(args, kwargs, 1, "mode", "reduced")
     m, n = a.shape[-2], a.shape[-1]
@@ -167,7 +170,11 @@ def _qr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     if mode == "r" and m > n:
         steps.append(a.numel() * size)
     if m <= _BATCHED_GEQRF_ROWS and batch >= max(2, m // 16):
-        steps += [batch * _POINTER, batch * _POINTER]
+        steps += [batch * _POINTER, batch * _POINTER, POP, POP]
+    else:
+        steps += [_INFO, POP]
+    if mode != "r":
+        steps += [_INFO, POP]
     return steps
 
 
