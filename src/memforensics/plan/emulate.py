@@ -1100,7 +1100,7 @@ class StorageMode(EagerDispatchMode):
         elif role == _REDUCTION and self.staged and _made_first(out):
             self._staging(func, args, kwargs, out)
         elif role == _KERNEL:
-            self.kernel_scratch.after(func, args)
+            self.kernel_scratch.after(func, args, kwargs)
         elif role == _INDEX_PUT:
             self.kernel_scratch.index_put(args, kwargs, node)
         elif role == _EMBEDDING_BACKWARD:

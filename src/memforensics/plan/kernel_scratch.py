@@ -12,7 +12,9 @@ through :mod:`~memforensics.plan.norm_scratch`, LayerNorm's and RMSNorm's contig
 partial sums; through :mod:`~memforensics.plan.group_norm_scratch`, GroupNorm's per-sample
 vectors; through :mod:`~memforensics.plan.nll_loss2d_copies`, ``nll_loss2d``'s contiguous copies;
 through :mod:`~memforensics.plan.lstsq`, ``linalg_lstsq``'s ``infos`` and working copy of ``A``;
-through :mod:`~memforensics.plan.cufft_copies`, the FFTs' input clones and working buffers.
+through :mod:`~memforensics.plan.cufft_copies`, the FFTs' input clones and working buffers;
+through :mod:`~memforensics.plan.solver_scratch`, the linear-algebra kernels' ``info``, ``tau``,
+clones and pointer arrays.
 Each is taken where the CUDA kernel takes it and freed as it returns; the sizes are
 :mod:`~memforensics.plan.scratch`'s and :mod:`~memforensics.plan.cub_storage`'s.
 """
@@ -37,6 +39,7 @@ from memforensics.plan import (
     norm_scratch,
     reductions,
     scratch,
+    solver_scratch,
 )
 from memforensics.plan.known import MASK_DTYPES
 from memforensics.plan.shapes import MASKED
@@ -121,6 +124,7 @@ KERNELS = frozenset(
         *nll_loss2d_copies.OPERATORS,
         lstsq.OPERATOR,
         *cufft_copies.OPERATORS,
+        *solver_scratch.OPERATORS,
     )
 )
 """The kernels that take scratch of their own after their outputs
@@ -450,7 +454,7 @@ class KernelScratch:
             if not t.transpose(1, 2).is_contiguous()
         ]
 
-    def after(self, func: Any, args: tuple[Any, ...]) -> None:
+    def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
         """What ``func`` takes after its outputs and frees as it returns."""
         if func is FLASH_BACKWARD:
             self._flash(args)
@@ -468,6 +472,8 @@ class KernelScratch:
             norm_scratch.after(func, args, self._capability, self._malloc, self._free)
         elif func in group_norm_scratch.OPERATORS:
             group_norm_scratch.after(func, args, self._malloc, self._free)
+        elif func in solver_scratch.OPERATORS:
+            solver_scratch.after(func, args, kwargs or {}, self._malloc, self._free)
         elif func in _COPIES:
             for block in reversed([self._malloc(n) for n in _COPIES[func](func, args)]):
                 self._free(block)
