@@ -213,7 +213,7 @@ def test_a_one_hot_widened_by_the_largest_unknown_position_keeps_its_capacity(
 ) -> None:
     """The largest of unknown integer positions computes as the zero it reads as, so
     st-moe's one-hot over ``max(positions.max() + 2, capacity)`` classes cut to the capacity
-    keeps the capacity, as on any GPU, where it had no class and every expert no token."""
+    keeps the capacity, as on any GPU, and its read agrees with what is computed from it."""
     script(tmp_path, WIDENED)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
