@@ -14,6 +14,10 @@ Loading a host checkpoint into a planned model copies each tensor onto the plann
 on a GPU; torch's warning that copying into a ``meta`` parameter "is a no-op" (true of the
 script's own ``meta`` modules, which keep it) is not given for a module whose tensors are all
 stand-ins.
+
+A file such a pickle is written into (by ``torch.save``, ``pickle.dump``, or the pure-Python
+pickler joblib and dill build on), named by a path or opened by the script, is put back when
+the run ends (:mod:`~memforensics.plan.saved_files`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Checkpoints a planned run saves with stand-ins in them, put back as they were when it ends.
 
-A stand-in has no values: ``torch.save`` writes its bytes as zeros
-(:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host copy reads;
+A stand-in has no values: ``torch.save``, and ``pickle`` of an object holding one, write its
+bytes as zeros (:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host
+copy reads;
 a host copy of a stand-in (``.cpu()``, a full state dict offloaded to the CPU) holds the values
 a plan reads, made up, not the trained ones.
 Such a file is a checkpoint of a model whose weights are all zero, at the path where the script
