@@ -13,6 +13,7 @@ imports them (:mod:`~memforensics.plan.libraries`).
 from __future__ import annotations
 
 import builtins
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -717,6 +718,18 @@ def _torch_rows(
             "save",
             saving.saved(torch.save),
             "a checkpoint holding a stand-in's zeros is put back when the run ends",
+        ),
+        R(
+            pickle,
+            "dump",
+            saving.dumped(pickle.dump),
+            "a pickle holding a stand-in's zeros is put back when the run ends",
+        ),
+        R(
+            pickle._Pickler,
+            "dump",
+            saving.pickler_dumped(_found(pickle._Pickler, "dump")),
+            "a pickle holding a stand-in's zeros (joblib's, dill's) is put back when the run ends",
         ),
         R(
             torch.Tensor,
