@@ -1321,6 +1321,23 @@ class Known:
         )
         return True
 
+    def _read(self, value: Any, known: dict[int, torch.Tensor | None]) -> Any:
+        """An argument as :meth:`_compute` runs it on the CPU: a stand-in as its copy (the one
+        in ``known``, by the ``id`` of its tensor, where the caller read it already), in lists
+        too. A method, not a closure calling itself, which would make a reference cycle that
+        keeps the call's tensors (a module's parameters among them) alive until Python's
+        collector runs, where a GPU frees them when the script drops them."""
+        if isinstance(value, torch.Tensor):
+            copy = known.get(id(value))
+            if copy is not None:
+                return copy
+            return self.value(value) if value.is_meta else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._read(v, known) for v in value)
+        if isinstance(value, torch.device) and value.type == "meta":
+            return _CPU
+        return value
+
     def _compute(
         self,
         func: Any,
@@ -1336,23 +1353,10 @@ class Known:
         copies the caller has already read, by the ``id`` of their tensor in this call (each
         read builds a view of its copy anew)."""
         known = found or {}
-
-        def on_cpu(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
-                copy = known.get(id(value))
-                if copy is not None:
-                    return copy
-                return self.value(value) if value.is_meta else value
-            if isinstance(value, (list, tuple)):
-                return type(value)(on_cpu(v) for v in value)
-            if isinstance(value, torch.device) and value.type == "meta":
-                return _CPU
-            return value
-
-        cpu_args = tuple(on_cpu(a) for a in args)
+        cpu_args = tuple(self._read(a, known) for a in args)
         if ignored is not None:  # the first argument (:data:`~memforensics.plan.unread.UNREAD`)
             cpu_args = (torch.zeros(ignored.shape, dtype=ignored.dtype, device=_CPU), *cpu_args[1:])
-        cpu_kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
+        cpu_kwargs = {k: self._read(v, known) for k, v in kwargs.items()}
         try:
             with _OnHost():
                 if torch.Tag.nondeterministic_seeded in func.tags:
