@@ -15,6 +15,7 @@ import json
 import torch
 
 L = torch.linalg
+pivots = torch.ones(256, dtype=torch.int32, device="cuda")
 cases = {
     "cholesky": (L.cholesky, [(16, 32, 32)]),
     "solve_triangular": (
@@ -31,6 +32,7 @@ cases = {
     "lu_factor": (L.lu_factor, [(128, 16, 16)]),
     "det": (L.det, [(256, 256)]),
     "slogdet": (L.slogdet, [(4, 16, 16)]),
+    "lu_solve": (lambda lu, b: L.lu_solve(lu, pivots, b), [(256, 256), (256, 64)]),
 }
 found = {}
 for name, (call, shapes) in cases.items():
@@ -131,6 +133,12 @@ EXPECTED = {
         + _block(4 * 16 * BOOL)
         + _block(4 * LONG)
         + 4 * 16 * LONG,
+    ),
+    # the solution; LU's column-major clone (a row-major LU); lu_solve_triangular's
+    # permutation, identity and inverse permutation (int64) and the permuted B (n > 128)
+    "lu_solve": (
+        256 * 64 * FLOAT,
+        256 * 64 * FLOAT + 256 * 256 * FLOAT + 3 * 256 * INDEX + 256 * 64 * FLOAT,
     ),
 }
 

@@ -35,6 +35,9 @@ then take, in this order:
   ``lu_solve_kernel``'s heuristic takes, by the order ``n``, the right-hand sides ``k`` and the
   batch: ``getrsBatched``'s two pointer arrays, or ``lu_solve_triangular``'s permutations,
   permuted or cloned solution and triangular solves (:func:`_lu_solve_triangular`);
+- ``linalg_lu_solve`` (``linalg.lu_solve``, ``lu_solve``): ``LU``'s column-major clone where it
+  is not F-contiguous (``borrow_else_clone``), held until it returns, then the LU solve as for
+  ``linalg.solve``, transposed where ``adjoint`` is asked;
 - ``linalg_lu_factor_ex`` (``linalg.lu_factor``): ``getrfBatched``'s pointer array where every
   build factors a batch with it, then ``check_errors``' ``any``;
 - ``_linalg_det`` and ``_linalg_slogdet`` (``linalg.det``, ``linalg.slogdet``, ``logdet``): the
@@ -72,6 +75,7 @@ INVERSE = _A.linalg_inv_ex.default
 LU_FACTOR = _A.linalg_lu_factor_ex.default
 DET = _A._linalg_det.default
 SLOGDET = _A._linalg_slogdet.default
+LU_SOLVE = _A.linalg_lu_solve.default
 OPERATORS = frozenset(
     (
         CHECK_ERRORS,
@@ -85,6 +89,7 @@ OPERATORS = frozenset(
         LU_FACTOR,
         DET,
         SLOGDET,
+        LU_SOLVE,
     )
 )
 POP = 0
@@ -303,6 +308,24 @@ def _inverse(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     return [*found, _ANY, POP] if checked else found
 
 
+def _linalg_lu_solve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """``linalg_lu_solve_out``: ``LU``'s column-major clone where ``LU`` is not F-contiguous,
+    then the LU solve (:func:`_lu_solve`) of ``B`` copied into the F-contiguous solution,
+    transposed where ``adjoint``; nothing for an empty solution, which returns first; nothing
+    more modelled for a right-side or complex solve or for batches that broadcast
+    (``maybe_expand_lu``'s copy)."""
+    lu, b = args[0], args[2]
+    left = bool(_argument(args, kwargs, 3, "left", True))
+    adjoint = bool(_argument(args, kwargs, 4, "adjoint", False))
+    if not _stand_in(b):
+        return []
+    found = [] if lu.mT.is_contiguous() else [lu.numel() * lu.element_size()]
+    if not (left and lu.dtype in _REAL and lu.shape[:-2] == b.shape[:-2]):
+        return found
+    solution = b.numel() * b.element_size()
+    return [*found, *_lu_solve(_batch(b.shape), lu.shape[-1], b.shape[-1], solution, adjoint)]
+
+
 def _lu_factor_ex(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     """``linalg_lu_factor_ex_out``: the factorisation's pointer array (:func:`_lu_factor`; a
     rectangular batch is looped, ``lu_factor_looped_cusolver``), then ``check_errors``' ``any``."""
@@ -379,6 +402,8 @@ def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]
         return _inverse(args, kwargs)
     if func is LU_FACTOR:
         return _lu_factor_ex(args, kwargs)
+    if func is LU_SOLVE:
+        return _linalg_lu_solve(args, kwargs)
     if func in (DET, SLOGDET):
         return _determinant(args, func is SLOGDET)
     return []
