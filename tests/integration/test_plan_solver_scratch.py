@@ -1,7 +1,7 @@
 """The linear-algebra operators plan with the blocks CUDA's kernels take beside their outputs
 (``aten/src/ATen/native/BatchLinearAlgebra.cpp``, ``aten/src/ATen/native/cuda/linalg/``):
-``info``, ``tau``, column-major clones, cuBLAS's pointer arrays and ``_linalg_check_errors``'
-``any``, each sized here from the source's arithmetic."""
+``info``, ``tau``, column-major clones, cuBLAS's pointer arrays, ``_linalg_check_errors``'
+``any`` and the determinants' permutation sign, each sized here from the source's arithmetic."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import json
 import torch
 
 L = torch.linalg
+pivots = torch.ones(256, dtype=torch.int32, device="cuda")
 cases = {
     "cholesky": (L.cholesky, [(16, 32, 32)]),
     "solve_triangular": (
@@ -28,6 +29,10 @@ cases = {
     "inv": (L.inv, [(256, 256)]),
     "solve": (L.solve, [(256, 256), (256, 64)]),
     "solve_small": (L.solve, [(32, 16, 16), (32, 16, 4)]),
+    "lu_factor": (L.lu_factor, [(128, 16, 16)]),
+    "det": (L.det, [(256, 256)]),
+    "slogdet": (L.slogdet, [(4, 16, 16)]),
+    "lu_solve": (lambda lu, b: L.lu_solve(lu, pivots, b), [(256, 256), (256, 64)]),
 }
 found = {}
 for name, (call, shapes) in cases.items():
@@ -42,7 +47,7 @@ for name, (call, shapes) in cases.items():
     del operands, out
 print(json.dumps(found))
 """
-FLOAT, INT, INDEX, POINTER, BLOCK = 4, 4, 8, 8, 512
+FLOAT, INT, INDEX, POINTER, BOOL, LONG, BLOCK = 4, 4, 8, 8, 1, 8, 512
 
 
 def _block(size: int) -> int:
@@ -95,6 +100,45 @@ EXPECTED = {
     "solve_small": (
         32 * 16 * 4 * FLOAT,
         32 * (16 * 4 + 16 * 16) * FLOAT + 32 * 16 * INT + BLOCK + 2 * _block(32 * POINTER),
+    ),
+    # LU, pivots; info (an output, freed after check_errors); getrfBatched's pointer array
+    # (order 16), larger than check_errors' any
+    "lu_factor": (
+        128 * 16 * 16 * FLOAT + 128 * 16 * INT,
+        128 * 16 * 16 * FLOAT + 128 * 16 * INT + 128 * INT + _block(128 * POINTER),
+    ),
+    # det, LU, pivots; info; prod(diag); lu_det_P's arange, its != pivots, their int64 sum and
+    # the bools cast to int64 for it
+    "det": (
+        BLOCK,
+        BLOCK
+        + 256 * 256 * FLOAT
+        + 256 * INT
+        + BLOCK
+        + BLOCK
+        + 256 * INT
+        + _block(256 * BOOL)
+        + BLOCK
+        + 256 * LONG,
+    ),
+    # sign, logabsdet, LU, pivots; info; (getrfBatched's pointer array, freed) lu_det_P's
+    # arange, its != pivots, their int64 sum and the bools cast to int64 for it
+    "slogdet": (
+        2 * BLOCK,
+        2 * BLOCK
+        + 4 * 16 * 16 * FLOAT
+        + _block(4 * 16 * INT)
+        + _block(4 * INT)
+        + _block(16 * INT)
+        + _block(4 * 16 * BOOL)
+        + _block(4 * LONG)
+        + 4 * 16 * LONG,
+    ),
+    # the solution; LU's column-major clone (a row-major LU); lu_solve_triangular's
+    # permutation, identity and inverse permutation (int64) and the permuted B (n > 128)
+    "lu_solve": (
+        256 * 64 * FLOAT,
+        256 * 64 * FLOAT + 256 * 256 * FLOAT + 3 * 256 * INDEX + 256 * 64 * FLOAT,
     ),
 }
 

@@ -34,13 +34,25 @@ then take, in this order:
   every build factors a batch with ``getrfBatched``, its pointer array; then what
   ``lu_solve_kernel``'s heuristic takes, by the order ``n``, the right-hand sides ``k`` and the
   batch: ``getrsBatched``'s two pointer arrays, or ``lu_solve_triangular``'s permutations,
-  permuted or cloned solution and triangular solves (:func:`_lu_solve_triangular`).
+  permuted or cloned solution and triangular solves (:func:`_lu_solve_triangular`);
+- ``linalg_lu_solve`` (``linalg.lu_solve``, ``lu_solve``): ``LU``'s column-major clone where it
+  is not F-contiguous (``borrow_else_clone``), held until it returns, then the LU solve as for
+  ``linalg.solve``, transposed where ``adjoint`` is asked;
+- ``linalg_lu_factor_ex`` (``linalg.lu_factor``): ``getrfBatched``'s pointer array where every
+  build factors a batch with it, then ``check_errors``' ``any``;
+- ``_linalg_det`` and ``_linalg_slogdet`` (``linalg.det``, ``linalg.slogdet``, ``logdet``): the
+  LU ``info`` (``at::empty({0})``, one ``int`` a matrix once ``linalg_lu_factor_ex_out`` sizes
+  it), held until they return, ``getrfBatched``'s pointer array, then the permutation's sign
+  (``lu_det_P``, :func:`_det_p`) and the diagonal's product (det: ``prod``; slogdet: ``sgn``,
+  its ``prod``, then ``abs`` for the logarithm's ``sum``).
 
 Each is freed as its C++ scope ends, the rest as the operator returns. The workspaces cuSOLVER
 sizes on the device (``*_bufferSize``: ``potrf``, ``getrf``, ``geqrf``, ``orgqr``, ``syevd``,
 ``syevj``, ``gesvdj``) are not taken, nor the paths a build with MAGMA may take instead
-(``lu_factor`` of larger batches, ``lu_solve`` of order 8 or less), nor ``_linalg_det``'s and
-``_linalg_slogdet``'s LU ``info`` and permutation sign.
+(``lu_factor`` of larger batches, ``lu_solve`` of order 8 or less), nor
+``linalg_lu_factor_ex``'s identity pivots without pivoting. Where one call's arguments are
+temporaries, they are made right to left, as
+GCC, which builds PyTorch's Linux wheels, evaluates them.
 """
 
 from __future__ import annotations
@@ -60,7 +72,26 @@ SVD = _A._linalg_svd.default
 QR = _A.linalg_qr.default
 SOLVE = _A._linalg_solve_ex.default
 INVERSE = _A.linalg_inv_ex.default
-OPERATORS = frozenset((CHECK_ERRORS, CHOLESKY, SOLVE_TRIANGULAR, EIGH, SVD, QR, SOLVE, INVERSE))
+LU_FACTOR = _A.linalg_lu_factor_ex.default
+DET = _A._linalg_det.default
+SLOGDET = _A._linalg_slogdet.default
+LU_SOLVE = _A.linalg_lu_solve.default
+OPERATORS = frozenset(
+    (
+        CHECK_ERRORS,
+        CHOLESKY,
+        SOLVE_TRIANGULAR,
+        EIGH,
+        SVD,
+        QR,
+        SOLVE,
+        INVERSE,
+        LU_FACTOR,
+        DET,
+        SLOGDET,
+        LU_SOLVE,
+    )
+)
 POP = 0
 """A step that frees the latest block still held."""
 UNDER = -1
@@ -80,6 +111,13 @@ _BATCHED_GEQRF_ROWS = 256
 """``geqrf_kernel`` picks ``geqrf_batched_cublas`` only for matrices of at most this many rows."""
 _INDEX = 8
 """Bytes of one ``int64`` of ``lu_solve_triangular``'s permutations."""
+_PIVOT = 4
+"""Bytes of one ``int`` of ``arange(1, n + 1, pivots.options())``."""
+_FLAG = 1
+"""Bytes of one ``bool`` of ``arange != pivots``."""
+_COUNT = 8
+"""Bytes of one ``int64`` of the pivots' ``sum(-1, dtype=kLong)`` and of the ``bool``s
+``make_reduction`` casts to that type first (``self.to(in_dtype)``)."""
 _REAL = frozenset((torch.float32, torch.float64))
 """The dtypes whose LU solve transposes no conjugate (a complex ``A`` is factored as it lies)."""
 
@@ -270,6 +308,75 @@ def _inverse(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     return [*found, _ANY, POP] if checked else found
 
 
+def _linalg_lu_solve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """``linalg_lu_solve_out``: ``LU``'s column-major clone where ``LU`` is not F-contiguous,
+    then the LU solve (:func:`_lu_solve`) of ``B`` copied into the F-contiguous solution,
+    transposed where ``adjoint``; nothing for an empty solution, which returns first; nothing
+    more modelled for a right-side or complex solve or for batches that broadcast
+    (``maybe_expand_lu``'s copy)."""
+    lu, b = args[0], args[2]
+    left = bool(_argument(args, kwargs, 3, "left", True))
+    adjoint = bool(_argument(args, kwargs, 4, "adjoint", False))
+    if not _stand_in(b):
+        return []
+    found = [] if lu.mT.is_contiguous() else [lu.numel() * lu.element_size()]
+    if not (left and lu.dtype in _REAL and lu.shape[:-2] == b.shape[:-2]):
+        return found
+    solution = b.numel() * b.element_size()
+    return [*found, *_lu_solve(_batch(b.shape), lu.shape[-1], b.shape[-1], solution, adjoint)]
+
+
+def _lu_factor_ex(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """``linalg_lu_factor_ex_out``: the factorisation's pointer array (:func:`_lu_factor`; a
+    rectangular batch is looped, ``lu_factor_looped_cusolver``), then ``check_errors``' ``any``."""
+    a = args[0]
+    m, n = a.shape[-2], a.shape[-1]
+    found = _lu_factor(_batch(a.shape), n) if m == n else []
+    if _argument(args, kwargs, 2, "check_errors", False):
+        found += [_ANY, POP]
+    return found
+
+
+def _det_p(batch: int, n: int) -> list[int]:
+    """``lu_det_P``: ``arange(1, n + 1)``, its ``!=`` with the pivots, their ``sum`` in
+    ``int64`` (over a copy of the ``bool``s cast to it, freed as the ``sum`` returns); the
+    ``arange`` and the ``bool``s end with its return statement, the ``sum`` is returned."""
+    return [
+        n * _PIVOT,
+        batch * n * _FLAG,
+        batch * _COUNT,
+        batch * n * _COUNT,
+        POP,
+        UNDER,
+        UNDER,
+    ]
+
+
+def _determinant(args: tuple[Any, ...], logarithm: bool) -> list[int]:
+    """``_linalg_det_out`` or ``_linalg_slogdet_out``: ``info`` and the factorisation's pointer
+    array, then det's ``mul_out(result, lu_det_P(pivots), prod(diag))`` (the ``prod`` made
+    first), or slogdet's ``mul_out(sign, diag.sgn().prod(-1), lu_det_P(pivots))`` (the sign of
+    the permutation first) and ``sum_out(logabsdet, diag.abs().log_(), -1)``, each statement's
+    temporaries freed as it ends."""
+    a = args[0]
+    batch, n, size = _batch(a.shape), a.shape[-1], a.element_size()
+    found = [max(1, batch) * _INFO, *_lu_factor(batch, n)]
+    if not logarithm:
+        return [*found, batch * size, *_det_p(batch, n), POP, POP]
+    real = size // 2 if a.is_complex() else size
+    return [
+        *found,
+        *_det_p(batch, n),
+        batch * n * size,
+        batch * size,
+        POP,
+        POP,
+        POP,
+        batch * n * real,
+        POP,
+    ]
+
+
 def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
     """What ``func`` takes after its outputs, in order: a positive number allocates that many
     bytes, :data:`POP` frees the latest block still held; the rest are freed in the reverse of
@@ -293,6 +400,12 @@ def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]
         return _solve(args, kwargs)
     if func is INVERSE:
         return _inverse(args, kwargs)
+    if func is LU_FACTOR:
+        return _lu_factor_ex(args, kwargs)
+    if func is LU_SOLVE:
+        return _linalg_lu_solve(args, kwargs)
+    if func in (DET, SLOGDET):
+        return _determinant(args, func is SLOGDET)
     return []
 
 
