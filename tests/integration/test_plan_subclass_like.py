@@ -19,6 +19,7 @@ cases = {
     "svdvals": (L.svdvals, (8, 24, 16), False),
     "norm2": (lambda a: L.matrix_norm(a, ord=2), (8, 24, 16), False),
     "svdvals_grad": (L.svdvals, (8, 24, 16), True),
+    "svdvals_inference": (torch.inference_mode()(L.svdvals), (8, 24, 16), False),
     "eigvalsh": (L.eigvalsh, (256, 256), False),
     "eigvals": (L.eigvals, (64, 64), False),
 }
@@ -65,6 +66,12 @@ def test_a_spectral_norm_reaches_the_same_composite(found: dict[str, dict[str, i
     """``matrix_norm(ord=2)`` calls ``linalg_svdvals`` inside ATen, and takes the same path;
     it keeps the batch's eight norms (``amax`` of ``S``), in one block."""
     assert found["norm2"] == {"held": BLOCK, "peak": SVDVALS_PEAK}
+
+
+def test_inference_mode_takes_the_same_path(found: dict[str, dict[str, int]]) -> None:
+    """Under ``inference_mode`` the composite reaches the plan whole and is run in its parts,
+    by the same kernel: no vectors."""
+    assert found["svdvals_inference"] == {"held": S, "peak": SVDVALS_PEAK}
 
 
 def test_svdvals_makes_vectors_for_a_gradient(found: dict[str, dict[str, int]]) -> None:
