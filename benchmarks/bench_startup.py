@@ -1,8 +1,13 @@
 """How long does the console script take to answer, and what does a first ``summary`` cost
 against the ``pickle.load`` it cannot avoid, both as a user runs them (whole processes)?
 
-* start-up: ``memforensics --version`` and ``memforensics summary --help`` against
-  ``python -c pass``, alternated, medians of ``--repeats`` (target: each within 0.25 s);
+* start-up: ``memforensics --version``, ``memforensics summary --help`` and ``memforensics plan
+  --help`` against ``python -c pass``, alternated, medians of ``--repeats`` (target: each within
+  0.25 s);
+* a plan's start: ``memforensics plan`` of a one-line script (``torch.zeros`` on ``cuda``, one
+  process, no sharding, no compiling) against ``python -c "import torch"``, which every plan
+  pays for, alternated (target: 1.5, the plan's own imports and its run of the script beside
+  torch's);
 * first look: ``memforensics summary FILE`` with an empty cache (interpreter, imports, reading,
   the analysis, the cache's hashing and writing, printing) against a process that only does
   ``pickle.load`` of the same file, alternated, on real-shaped dumps
@@ -28,12 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import figure, parse_args, report
+from _common import Figure, figure, parse_args, report
 
 HERE = Path(__file__).resolve().parent
 BUDGET_S = 0.25
 """What a user waits for ``--version`` or a command's ``--help`` at most."""
 LOAD = "import pickle, sys\nwith open(sys.argv[1], 'rb') as f: pickle.load(f)"
+ONE_LINE = 'import torch\nx = torch.zeros(10, device="cuda")\n'
+"""A script whose plan is all start-up: torch, the plan's own imports, the emulation."""
+PLAN_RATIO = 1.5
 
 
 def _console() -> list[str]:
@@ -90,6 +98,17 @@ def _first_summaries(path: Path, tmp: Path, repeats: int) -> tuple[float, float]
     return statistics.median(summaries), statistics.median(loads)
 
 
+def _plan_start(console: list[str], tmp: Path, repeats: int) -> Figure:
+    """``plan`` of :data:`ONE_LINE` (no cache, its snapshot under ``tmp``) against a process
+    that imports torch, alternated."""
+    script = tmp / "one_line.py"
+    script.write_text(ONE_LINE)
+    plan = [*console, "plan", "--no-cache", "--out-dir", tmp / "plan", script]
+    found = _alternated({"torch": [sys.executable, "-c", "import torch"], "plan": plan}, repeats)
+    return figure("memforensics plan of a one-line script", 'python -c "import torch"',
+                  found["plan"], found["torch"], "s", target=f"<= {PLAN_RATIO}")  # fmt: skip
+
+
 def _build(path: Path, events: int) -> None:
     sys.path.insert(0, str(HERE))
     from _real_shape import real_shaped
@@ -115,11 +134,13 @@ def main() -> int:
             "pass": [sys.executable, "-c", "pass"],
             "version": [*console, "--version"],
             "help": [*console, "summary", "--help"],
+            "plan help": [*console, "plan", "--help"],
         },
         repeats,
     )
     figures = []
-    for key, label in (("version", "--version"), ("help", "summary --help")):
+    labels = (("version", "--version"), ("help", "summary --help"), ("plan help", "plan --help"))
+    for key, label in labels:
         figures.append(figure(f"memforensics {label}", "python -c pass", startup[key],
                               startup["pass"], "s"))  # fmt: skip
         figures.append(figure(f"memforensics {label}", f"{BUDGET_S} s", startup[key], BUDGET_S,
@@ -127,6 +148,7 @@ def main() -> int:
     sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
+        figures.append(_plan_start(console, tmp, 3 if args.quick else max(3, repeats // 3)))
         for events in sizes[:1] if args.quick else sizes:
             path = tmp / f"real-{events}.pickle"
             _build(path, events)

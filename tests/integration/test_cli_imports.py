@@ -81,6 +81,42 @@ def test_a_commands_help_imports_that_command_alone(tmp_path: Path) -> None:
     assert _under(modules, *TRAINING_ONLY) == set()
 
 
+def test_plan_help_imports_the_plan_command_alone(tmp_path: Path) -> None:
+    """``plan --help`` imports the plan command's module and no other command's, no analysis
+    (not even the cache's dump reader) and nothing training needs."""
+    modules = _imported(tmp_path, "plan", "--help")
+    assert _under(modules, "memforensics.cli.commands") == {
+        "memforensics.cli.commands",
+        "memforensics.cli.commands.plan",
+    }
+    assert _under(modules, "memforensics.analysis", *TRAINING_ONLY) == set()
+
+
+NEVER_PLANNING_ONE_PROCESS = ("torch.distributed.fsdp", "torch.distributed.tensor", "sympy")
+"""What planning a script that never shards and never compiles does not import: FSDP and
+DTensor (their stand-ins are replaced where a script imports them) and sympy, which
+``torch.compile`` brings."""
+
+
+def test_planning_a_single_process_script_imports_no_fsdp_sympy_or_other_analysis(
+    tmp_path: Path,
+) -> None:
+    """``plan`` of a one-process script that neither shards nor compiles imports no FSDP,
+    DTensor or sympy, and of the analysis only the dump reader and the JSON schema it writes
+    and caches with (no summary, diff, leaks or replay)."""
+    script = tmp_path / "zeros.py"
+    script.write_text('import torch\nx = torch.zeros(10, device="cuda")\n')
+    out = tmp_path / "plan"
+    modules = _imported(tmp_path, "plan", "--no-cache", "--out-dir", out, script)
+    assert (out / "planned.pickle").is_file()  # the subprocess did plan the script
+    assert "torch" in modules
+    assert _under(modules, *NEVER_PLANNING_ONE_PROCESS) == set()
+    analysis = {
+        m.split(".")[2] for m in _under(modules, "memforensics.analysis") if m.count(".") > 1
+    }
+    assert analysis <= {"dump", "schema"}
+
+
 def test_import_memforensics_loads_capture_on_first_use() -> None:
     """``import memforensics`` loads no capture; its first ``install`` does, and is the facade's."""
     code = (

@@ -188,3 +188,36 @@ def test_unique_of_an_argmax_over_classes_holds_at_most_those_classes(tmp_path: 
     assert done.returncode == 0, done.stderr
     [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert json.loads(line) == {"distinct": EXPERTS, "few": 3, "counts": EXPERTS}
+
+
+CAPACITY = 40
+
+WIDENED = f"""
+import json
+import torch
+import torch.nn.functional as F
+
+gate = torch.nn.Linear({DIM}, {EXPERTS}).cuda()
+scores = gate(torch.randn(2, 2048, {DIM}, device="cuda")).softmax(-1)  # too large to keep
+mask = F.one_hot(scores.argmax(-1), {EXPERTS}) * (scores > 0.2)  # routed where it scores enough
+positions = (mask.cumsum(1) * mask).sum(-1).long()  # each token's place in its expert's queue
+widest = max(positions.max() + 2, {CAPACITY})  # st-moe's safe_one_hot
+hot = F.one_hot(positions, widest)[..., :{CAPACITY}]
+print(json.dumps({{"width": hot.shape[-1], "read": int(positions.max()),
+                  "read_after": int(positions.max() + 2)}}))
+"""
+
+
+def test_a_one_hot_widened_by_the_largest_unknown_position_keeps_its_capacity(
+    tmp_path: Path,
+) -> None:
+    """The largest of unknown integer positions computes as the zero it reads as, so
+    st-moe's one-hot over ``max(positions.max() + 2, capacity)`` classes cut to the capacity
+    keeps the capacity, as on any GPU, and its read agrees with what is computed from it."""
+    script(tmp_path, WIDENED)
+    done = plan(tmp_path, "train.py")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
+    assert facts["width"] == CAPACITY
+    assert facts["read_after"] == facts["read"] + 2

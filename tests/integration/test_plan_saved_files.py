@@ -181,3 +181,48 @@ def test_an_object_holding_a_device_tensor_pickles_and_loads_back_onto_the_devic
     assert facts["device"] == "cuda:0"
     assert facts["shape"] == [256, 256]
     assert facts["back"] == 256 * 256 * 4
+
+
+PICKLED_TO_FILES = """
+import io, pickle
+import torch
+
+class Kept:  # a fitted model holding a device tensor, as a scikit-learn-style wrapper does
+    def __init__(self):
+        self.weight = torch.nn.Linear(64, 64).cuda().weight.detach()
+
+with open("model.pkl", "wb") as f:  # new
+    pickle.dump(Kept(), f)
+with open("over.pkl", "wb") as f:  # over a file there before the run
+    pickle.dump(Kept(), f)
+with open("python.pkl", "wb") as f:  # the pure-Python pickler joblib's dump subclasses
+    pickle._Pickler(f).dump(Kept())
+with open("torch.pt", "wb") as f:  # torch.save into a file the script opened
+    torch.save(Kept().weight, f)
+with open("own.pkl", "wb") as f:  # the script's own values only
+    pickle.dump({"classes": [0, 1]}, f)
+pickle.dump(Kept(), io.BytesIO())  # a buffer in memory
+with open("model.pkl", "rb") as f:
+    print(pickle.load(f).weight.device)
+"""
+
+
+def test_objects_pickled_with_device_tensors_into_files_are_removed_when_the_run_ends(
+    tmp_path: Path,
+) -> None:
+    """``pickle.dump``, the pure-Python pickler (joblib's) and ``torch.save`` into a file the
+    script opened write a device tensor as zeros the script reads back in the run; when the plan
+    ends each such file is removed (the script's ``open`` replaced what was there before), and
+    a pickle of the script's own values stays."""
+    script(tmp_path, PICKLED_TO_FILES)
+    (tmp_path / "over.pkl").write_bytes(b"the fitted model")
+    done = plan(tmp_path, "--json", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "cuda:0" in done.stderr.splitlines()
+    for zeros in ("model.pkl", "over.pkl", "python.pkl", "torch.pt"):
+        assert not (tmp_path / zeros).exists(), zeros
+    import pickle
+
+    assert pickle.loads((tmp_path / "own.pkl").read_bytes()) == {"classes": [0, 1]}
+    [said] = [w for w in json.loads(done.stdout)["warnings"] if w.startswith("checkpoints")]
+    assert "4 new removed" in said

@@ -9,11 +9,13 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memforensics._units import parse_size
-from memforensics.cli._cache import ResultCache, default_cache_dir
 from memforensics.cli._command import add_retired_flags
+
+if TYPE_CHECKING:
+    from memforensics.cli._cache import ResultCache
 
 DUMPS_AT_ONCE = (
     "dumps analysed at once, each in its own process (default: the CPU count; at most N dumps"
@@ -66,7 +68,10 @@ def add_cache_flags(parser: argparse.ArgumentParser, *, shown: bool = True) -> N
 
 
 def open_cache(args: argparse.Namespace) -> ResultCache:
-    """The cache the flags ask for (a disabled one with ``--no-cache``)."""
+    """The cache the flags ask for (a disabled one with ``--no-cache``). Its module reads dumps'
+    metadata: a command's ``--help`` never loads it."""
+    from memforensics.cli._cache import ResultCache, default_cache_dir
+
     if args.no_cache:
         return ResultCache(None)
     folder: Path = args.cache_dir if args.cache_dir is not None else default_cache_dir()

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
-from memforensics.capture.config import env_var
-
 
 class TargetError(Exception):
     """The script or module cannot be found; ``exit_code`` is what ``python`` would exit with."""
@@ -127,6 +125,8 @@ def exported_config(raw: Mapping[str, str]) -> contextlib.AbstractContextManager
     A script that calls ``memforensics.install()`` itself then builds the same configuration and
     gets the facade ``run`` installed, instead of replacing it with one that lacks the flags.
     """
+    from memforensics.capture.config import env_var  # pydantic: only where flags are passed
+
     return environment({env_var(field): text for field, text in raw.items()})
 
 

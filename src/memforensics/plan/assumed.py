@@ -20,6 +20,11 @@ early, and where an operator's result is the same for every such value, it is kn
   integer reads as are, so an order test of it against known values on the other side of zero
   is decided (``beam_indices < 0``, the padding test after beam search, is false: it agrees
   with the count of flags that gave the search its full length).
+- *The extreme of made-up integers is the zero they read as*: ``max`` or ``min`` over the whole
+  of an unknown integer tensor is known as zero, so what is computed from it agrees with its
+  read. st-moe's ``safe_one_hot`` takes ``max(indexes.max() + 2, capacity)`` classes and cuts
+  the one-hot back to ``capacity``: left unknown, ``indexes.max() + 2`` read as zero and its
+  test against the capacity as false, so the one-hot had no class and no expert a token.
 - *A selection takes only what it selects*: ``where`` with a known condition that picks one side
   everywhere is that side.
 - *Values moved from a tensor holding one value everywhere are that value*, whatever the
@@ -120,6 +125,8 @@ MOVES = frozenset(
 )
 """Operators that only move their first argument's values to where indices say."""
 _COUNTS = frozenset((_aten.sum.default, _aten.sum.dim_IntList, _aten.count_nonzero.dim_IntList))
+_EXTREMES = frozenset((_aten.max.default, _aten.min.default))
+"""Reductions of a whole tensor to its largest or smallest value."""
 _HISTOGRAMS = frozenset((_aten.bincount.default, _aten.histc.default))
 """Histograms of their first argument's values, the rest of their arguments known."""
 _SCATTERED_SUMS = frozenset(
@@ -181,6 +188,8 @@ def decided(
         return moved(args, out, values)
     if func in _COUNTS:
         return _counted(func, args, kwargs, values)
+    if func in _EXTREMES:
+        return _extreme_integer(args, out, values)
     return None
 
 
@@ -439,6 +448,19 @@ def _counted(
     every = torch.ones(flags.shape, dtype=torch.bool, device=_CPU)
     result: torch.Tensor = func(every, *args[1:], **kwargs)
     return result
+
+
+def _extreme_integer(
+    args: tuple[Any, ...], out: torch.Tensor, values: Values
+) -> torch.Tensor | None:
+    """The largest or smallest of unknown integers: zero, as each of them reads (not of flags,
+    whose ``max`` is an ``any``, a count's upper bound)."""
+    whole = args[0]
+    if not _unknown(whole, values) or whole.numel() == 0:
+        return None
+    if whole.dtype == torch.bool or whole.is_floating_point() or whole.is_complex():
+        return None
+    return _zeros(out)
 
 
 def _histogram(

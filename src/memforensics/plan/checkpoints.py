@@ -14,6 +14,10 @@ Loading a host checkpoint into a planned model copies each tensor onto the plann
 on a GPU; torch's warning that copying into a ``meta`` parameter "is a no-op" (true of the
 script's own ``meta`` modules, which keep it) is not given for a module whose tensors are all
 stand-ins.
+
+A file such a pickle is written into (by ``torch.save``, ``pickle.dump``, or the pure-Python
+pickler joblib and dill build on), named by a path or opened by the script, is put back when
+the run ends (:mod:`~memforensics.plan.saved_files`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memforensics.plan.saved_files import path_of
+from memforensics.plan.saved_files import opened_path, path_of
 
 if TYPE_CHECKING:
     from memforensics.plan.emulate import Ghosts
@@ -115,24 +119,53 @@ class Checkpoints:
 
         return _reduce_ex_internal
 
+    def _into(self, target: Any, save: Callable[[], Any]) -> Any:
+        """``save()``, which writes a pickle into ``target``: kept to be put back when the run
+        ends where it wrote a stand-in, or a host copy of one, into a file on disk, named by a
+        path or opened by the script (:mod:`~memforensics.plan.saved_files`). A pickle into a
+        buffer in memory is the script's alone."""
+        before = self._pickled
+        path = path_of(target)
+        opened = path is None
+        if opened:
+            path = opened_path(target)
+        if path is None:
+            return save()
+        return self._files.saving(path, save, lambda: self._pickled > before, opened=opened)
+
     def saved(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``torch.save`` to a path: torch's, the file put back when the run ends where a
-        stand-in, or a host copy of one, was written into it
-        (:mod:`~memforensics.plan.saved_files`). A save to a file
-        object or buffer the script opened is torch's alone."""
+        """``torch.save``: torch's, into a file put back when the run ends where it holds a
+        stand-in (:meth:`_into`)."""
 
         signature = inspect.signature(original)
 
         def save(*args: Any, **kwargs: Any) -> Any:
-            path = path_of(signature.bind(*args, **kwargs).arguments.get("f"))
-            if path is None:
-                return original(*args, **kwargs)
-            before = self._pickled
-            return self._files.saving(
-                path, lambda: original(*args, **kwargs), lambda: self._pickled > before
-            )
+            target = signature.bind(*args, **kwargs).arguments.get("f")
+            return self._into(target, lambda: original(*args, **kwargs))
 
         return save
+
+    def dumped(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``pickle.dump(obj, file)``: the standard library's, into a file put back when the
+        run ends where it holds a stand-in (:meth:`_into`): an object holding a device tensor
+        (a fitted model, a library's callbacks) pickles it as zeros tagged ``cuda:0``."""
+
+        def dump(obj: Any, file: Any, *args: Any, **kwargs: Any) -> Any:
+            return self._into(file, lambda: original(obj, file, *args, **kwargs))
+
+        return dump
+
+    def pickler_dumped(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``pickle._Pickler.dump``, the pure-Python pickler that others subclass (joblib's
+        ``dump`` to a path, dill's): the standard library's, into a file put back when the run
+        ends where it holds a stand-in (:meth:`_into`). The pickler writes through its file's
+        bound ``write``, which names the file."""
+
+        def dump(pickler: Any, obj: Any) -> Any:
+            file = getattr(getattr(pickler, "_file_write", None), "__self__", None)
+            return self._into(file, lambda: original(pickler, obj))
+
+        return dump
 
     def host_copy(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``UntypedStorage.cpu`` of a stand-in's storage (``torch.save`` copies each storage to

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from memforensics._units import format_bytes
@@ -430,10 +431,24 @@ def zero_object(original: Callable[..., Any]) -> Callable[..., Any]:
     return broadcast_object
 
 
-def rows() -> list[LibraryReplacement]:
-    """torch.distributed's own libraries replaced where the script imports them."""
+DEVICE_MESH = "torch.distributed.device_mesh"
+"""Where ``_get_device_handle`` is defined, which FSDP2's modules and DTensor's bind by name."""
+FSDP2 = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
+FSDP1_INIT = "torch.distributed.fsdp._init_utils"
+FSDP1_COMMON = "torch.distributed.fsdp._common_utils"
+DTENSOR_RANDOM = "torch.distributed.tensor._random"
+
+
+def rows(holds: Callable[[Any], bool]) -> list[LibraryReplacement]:
+    """torch.distributed's own libraries replaced where the script imports them: ZeRO,
+    pipelining, FSDP and DTensor (FSDP's modules alone are more than a second of imports, which
+    a script that never shards should not pay). ``_get_device_handle`` is replaced where it is
+    defined, in ``device_mesh``, which torch imports: FSDP2's and DTensor's modules bind the
+    stand-in as the script imports them, and torch's own again after. ``holds``: whether a
+    ``meta`` tensor is the script's own, not a stand-in."""
     from memforensics.plan import pipelining
 
+    materialised = "a stand-in is on the planned device; only the script's own meta is "
     return [
         LibraryReplacement(
             ZERO,
@@ -447,6 +462,43 @@ def rows() -> list[LibraryReplacement]:
             pipelining.own_vote,
             "the plan runs one rank, whose peers' votes it cannot receive: the other ranks' "
             "stages vote as this rank's do",
+        ),
+        LibraryReplacement(
+            DEVICE_MESH,
+            "_get_device_handle",
+            device_handle,
+            "a stand-in's device type (meta) is CUDA's",
+        ),
+        LibraryReplacement(
+            FSDP2,
+            "FSDPParamGroup._validate_no_meta_params",
+            partial(fsdp_materialised, holds),
+            materialised + "refused",
+        ),
+        LibraryReplacement(
+            FSDP1_INIT,
+            "_need_to_materialize_module",
+            partial(fsdp1_materialised, holds),
+            materialised + "materialised",
+        ),
+        LibraryReplacement(
+            FSDP1_INIT,
+            "_get_compute_device",
+            partial(fsdp1_compute_device, holds),
+            "a stand-in parameter is on the device FSDP1's device_id names",
+        ),
+        LibraryReplacement(
+            FSDP1_COMMON,
+            "_FSDPDeviceHandle.from_device",
+            fsdp1_handle,
+            "FSDP1's device handle for a stand-in's device is torch.cuda's, as for CUDA's",
+        ),
+        LibraryReplacement(
+            DTENSOR_RANDOM,
+            "OffsetBasedRNGTracker._get_device_state",
+            rng_state_on_host,
+            "DTensor's random ops copy CUDA's generator state inside its dispatch, where the "
+            "device mode is off: the state stays on the host, with the tracker's own values",
         ),
     ]
 

@@ -52,13 +52,6 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-try:
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
-except ImportError:  # a torch before the name: the same function, as it was called there
-    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined, no-redef, unused-ignore]
-        hint_int as optimization_hint,
-    )
-
 _LOADING = frozenset(
     (
         torch.ops.aten.gather.default,
@@ -350,8 +343,21 @@ def _nbytes(node: torch.fx.Node) -> int:
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return 0
-    nbytes = int(optimization_hint(value.untyped_storage().nbytes()))
+    nbytes = _hint(value.untyped_storage().nbytes())
     return -(-nbytes // 512) * 512
+
+
+def _hint(size: int) -> int:
+    """``size`` at its hint, read as Inductor reads it (``optimization_hint``). Its module
+    imports sympy, a second or more of CPU that only a script which compiles pays
+    (``torch.compile`` has imported it by then)."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+    except ImportError:  # a torch before the name: the same function, as it was called there
+        from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined, no-redef, unused-ignore]
+            hint_int as optimization_hint,
+        )
+    return int(optimization_hint(size))
 
 
 class _Schedule:

@@ -247,7 +247,7 @@ def rows(
             )
             for module in FABRIC_INIT
         ),
-        *distributed.rows(),
+        *distributed.rows(holds),
         *distributed_checkpoint.rows(files, holds),
         *early_stopping.rows(notes),
         *fused_optimizers.rows(notes),

@@ -141,7 +141,8 @@ class LibraryReplacement:
     """``module.name`` of a library the script may import, answered by ``stand_in(original)``
     from the moment the script imports ``module`` to the end of the run, because ``why``.
     ``name`` is a function (``set_module_tensor_to_device``), a class's method
-    (``EarlyStopping._evaluate_stopping_criteria``), or a value the module holds
+    (``EarlyStopping._evaluate_stopping_criteria``) or class method (``stand_in`` is given it
+    bound to its class, as :class:`Replacement` rows take one), or a value the module holds
     (``cpp_extension.CUDA_HOME``), set on the module alone: a value such as None is bound in
     many modules that never meant the library's."""
 
@@ -204,10 +205,11 @@ class _Imports(importlib.abc.MetaPathFinder):
         for row in self._rows.get(module.__name__, ()):
             owner_name, _, name = row.name.rpartition(".")
             owner = getattr(module, owner_name, None) if owner_name else module
-            original = owner.__dict__.get(name) if isinstance(owner, type) else None
-            if isinstance(owner, type) and callable(original):
-                setattr(owner, name, row.stand_in(original))
-                self._undo.append(partial(setattr, owner, name, original))
+            own = vars(owner).get(name, _MISSING) if isinstance(owner, type) else _MISSING
+            if own is not _MISSING and callable(getattr(owner, name)):
+                # a method, or a class method bound to its class, as a table's row takes it
+                setattr(owner, name, row.stand_in(getattr(owner, name)))
+                self._undo.append(partial(setattr, owner, name, own))
                 continue
             original = getattr(owner, name, None) if owner is module else None
             if callable(original):

@@ -1,7 +1,8 @@
 """Checkpoints a planned run saves with stand-ins in them, put back as they were when it ends.
 
-A stand-in has no values: ``torch.save`` writes its bytes as zeros
-(:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host copy reads;
+A stand-in has no values: ``torch.save``, and ``pickle`` of an object holding one, write its
+bytes as zeros (:mod:`~memforensics.plan.checkpoints`) and safetensors writes the zeros its host
+copy reads;
 a host copy of a stand-in (``.cpu()``, a full state dict offloaded to the CPU) holds the values
 a plan reads, made up, not the trained ones.
 Such a file is a checkpoint of a model whose weights are all zero, at the path where the script
@@ -46,6 +47,15 @@ def path_of(target: Any) -> str | None:
     return None
 
 
+def opened_path(target: Any) -> str | None:
+    """The absolute path of the file on disk that a file object the script opened writes (the
+    ``name`` ``open`` gives it); None for a buffer in memory or a stream that is no file."""
+    name = getattr(target, "name", None)
+    if isinstance(name, str) and os.path.isfile(name):
+        return os.path.abspath(name)
+    return None
+
+
 def _named(paths: list[str]) -> str:
     shown = ", ".join(paths[:SHOWN])
     more = len(paths) - SHOWN
@@ -71,11 +81,20 @@ class SavedFiles:
     def __init__(self) -> None:
         self._kept: dict[str, str | None] = {}
 
-    def saving(self, path: str, save: Callable[[], Any], stand_ins: Callable[[], bool]) -> Any:
+    def saving(
+        self,
+        path: str,
+        save: Callable[[], Any],
+        stand_ins: Callable[[], bool],
+        *,
+        opened: bool = False,
+    ) -> Any:
         """``save()``, which writes ``path``; kept to be put back when ``stand_ins()``, asked
         after it, says it wrote a stand-in (or where it failed part way). A save of values only
-        the script's replaces the file as on a GPU."""
-        aside = self._set_aside(path)
+        the script's replaces the file as on a GPU. ``opened``: ``save()`` writes a file object
+        the script opened at ``path``, whose earlier content its ``open`` replaced already, as
+        on a GPU, so it is kept as a new file (removed when the run ends)."""
+        aside = None if opened else self._set_aside(path)
         try:
             result = save()
         except BaseException:

@@ -13,6 +13,7 @@ imports them (:mod:`~memforensics.plan.libraries`).
 from __future__ import annotations
 
 import builtins
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -720,6 +721,18 @@ def _torch_rows(
             "a checkpoint holding a stand-in's zeros is put back when the run ends",
         ),
         R(
+            pickle,
+            "dump",
+            saving.dumped(pickle.dump),
+            "a pickle holding a stand-in's zeros is put back when the run ends",
+        ),
+        R(
+            pickle._Pickler,
+            "dump",
+            saving.pickler_dumped(_found(pickle._Pickler, "dump")),
+            "a pickle holding a stand-in's zeros (joblib's, dill's) is put back when the run ends",
+        ),
+        R(
             torch.Tensor,
             "_reduce_ex_internal",
             saving.pickled(_found(torch.Tensor, "_reduce_ex_internal")),
@@ -1034,62 +1047,6 @@ def _distributed_rows(
             needed=False,
         ),
     ]
-    import torch.distributed.fsdp._fully_shard._fsdp_collectives as fsdp_collectives
-    import torch.distributed.fsdp._fully_shard._fsdp_init as fsdp_init
-    import torch.distributed.fsdp._fully_shard._fsdp_param_group as fsdp_param_group
-    import torch.distributed.fsdp._fully_shard._fsdp_state as fsdp_state
-    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
-
-    handle = distributed.device_handle(_found(device_mesh, "_get_device_handle"))
-    rows += [
-        R(module, "_get_device_handle", handle, "a stand-in's device type (meta) is CUDA's")
-        for module in (device_mesh, fsdp_collectives, fsdp_init, fsdp_param_group, fsdp_state)
-    ]
-    rows.append(
-        R(
-            FSDPParamGroup,
-            "_validate_no_meta_params",
-            distributed.fsdp_materialised(
-                storage.ghosts.holds, FSDPParamGroup._validate_no_meta_params
-            ),
-            "a stand-in is on the planned device; only the script's own meta is refused",
-        )
-    )
-    from torch.distributed.fsdp import _init_utils as fsdp1
-    from torch.distributed.fsdp._common_utils import _FSDPDeviceHandle
-
-    fsdp1_why = "a stand-in is on the planned device; only the script's own meta is materialised"
-    rows += [
-        R(
-            fsdp1,
-            "_need_to_materialize_module",
-            distributed.fsdp1_materialised(storage.ghosts.holds, fsdp1._need_to_materialize_module),
-            fsdp1_why,
-        ),
-        R(
-            fsdp1,
-            "_get_compute_device",
-            distributed.fsdp1_compute_device(storage.ghosts.holds, fsdp1._get_compute_device),
-            "a stand-in parameter is on the device FSDP1's device_id names",
-        ),
-        R(
-            _FSDPDeviceHandle,
-            "from_device",
-            distributed.fsdp1_handle(_FSDPDeviceHandle.from_device),
-            "FSDP1's device handle for a stand-in's device is torch.cuda's, as for CUDA's",
-        ),
-    ]
-    from torch.distributed.tensor._random import OffsetBasedRNGTracker
-
-    rows.append(
-        R(
-            OffsetBasedRNGTracker,
-            "_get_device_state",
-            distributed.rng_state_on_host(OffsetBasedRNGTracker._get_device_state),
-            "DTensor's random ops copy CUDA's generator state inside its dispatch, where the "
-            "device mode is off: the state stays on the host, with the tracker's own values",
-        )
-    )
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     rows.append(

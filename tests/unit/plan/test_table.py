@@ -197,6 +197,9 @@ def _library(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         class Callback:
             def check(self, x):
                 return ('library', x)
+            @classmethod
+            def made(cls, x):
+                return (cls.__name__, x)
         """)
     )
     (package / "hooks.py").write_text(
@@ -274,6 +277,25 @@ def test_a_library_class_s_method_is_replaced_for_its_subclasses_too_and_put_bac
     assert "check" not in vars(type(own))
 
 
+def test_a_library_class_method_is_given_bound_to_its_class_and_put_back_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row naming a class method (``Callback.made``) gives its stand-in the method bound to
+    the class, as a table's row takes it, and the stand-in answers through the class; after,
+    the class holds its own class method again."""
+    name = _library(tmp_path, monkeypatch)
+
+    def stand_in(original: Any) -> Any:
+        return classmethod(lambda cls, x: ("stand-in", original(x)))
+
+    rows = [LibraryReplacement(f"{name}.core", "Callback.made", stand_in, "")]
+    with replaced_where_imported(rows):
+        core = __import__(f"{name}.core", fromlist=["Callback"])
+        assert core.Callback.made(1) == ("stand-in", ("Callback", 1))
+    assert core.Callback.made(2) == ("Callback", 2)
+    assert isinstance(vars(core.Callback)["made"], classmethod)
+
+
 UNINSTALLABLE = frozenset({"deepspeed"})
 """Libraries no test session installs: DeepSpeed is an sdist whose build needs torch in its own
 build environment. Its rows are checked where it is installed, and the test of its fused
@@ -340,3 +362,21 @@ def test_each_compiler_row_names_a_function_the_installed_torch_has() -> None:
 
     for row in compiler_rows():
         assert callable(getattr(importlib.import_module(row.module), row.name, None)), row.where
+
+
+def test_each_distributed_row_names_a_function_the_installed_torch_has() -> None:
+    """torch.distributed's functions the plan replaces when the script imports their modules
+    (ZeRO's, pipelining's, FSDP's, DTensor's, and ``device_mesh._get_device_handle``, which
+    FSDP's modules bind) exist in the installed torch, so a release that renames one fails this
+    test rather than going unanswered in a user's sharded run."""
+    import importlib
+
+    from memforensics.plan.distributed import rows
+
+    for row in rows(lambda tensor: False):
+        with warnings.catch_warnings():  # torch.distributed.optim scripts at import, deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found: Any = importlib.import_module(row.module)
+        for part in row.name.split("."):
+            found = getattr(found, part, None)
+        assert callable(found), row.where

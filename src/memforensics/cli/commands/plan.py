@@ -13,11 +13,10 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from memforensics._layout import PREDICTED
 from memforensics._units import parse_size
-from memforensics.cli._cache import ResultCache
 from memforensics.cli._command import CommandError
 from memforensics.cli._flags import add_cache_flags, open_cache, warn_cache
 from memforensics.cli._output import say
@@ -38,6 +37,9 @@ from memforensics.cli.terminated import (
     raised,
     started,
 )
+
+if TYPE_CHECKING:
+    from memforensics.cli._cache import ResultCache
 
 _USAGE = "memforensics plan [-h] [options] (-m MODULE | SCRIPT) [ARGS ...]"
 _CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
