@@ -39,9 +39,10 @@ print(json.dumps({{"rise": torch.cuda.max_memory_allocated() - start}}))
 """
 
 
-def _backward(folder: Path, loss: str, setup: str = "") -> tuple[list[int], int]:
-    """The sizes of the full-size allocations the planned backward of ``loss`` makes, in order,
-    and how far allocated memory rose above its level before backward."""
+def _backward(folder: Path, loss: str, setup: str = "", size: int = FULL) -> tuple[list[int], int]:
+    """The sizes of the allocations of ``size`` (full-size ones unless told) the planned
+    backward of ``loss`` makes, in order, and how far allocated memory rose above its level
+    before backward."""
     body = BACKWARD.format(rows=ROWS, cols=COLS, setup=setup, loss=loss)
     script(folder, body)
     done = plan(folder, "--json", "--device-capability", "8.0", "train.py")
@@ -49,7 +50,7 @@ def _backward(folder: Path, loss: str, setup: str = "") -> tuple[list[int], int]
     [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
     snapshot = pickle.loads((folder / "backward.pickle").read_bytes())
     sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
-    return [size for size in sizes if size == FULL], int(json.loads(line)["rise"])
+    return [found for found in sizes if found == size], int(json.loads(line)["rise"])
 
 
 @pytest.mark.parametrize(
@@ -99,6 +100,18 @@ def test_atan2_backward_zeroes_its_reciprocal_in_place(tmp_path: Path) -> None:
     setup = f"y = torch.randn({ROWS}, {COLS}, device='cuda')"
     full, _ = _backward(tmp_path, "torch.atan2(x, y).sum()", setup)
     assert full == [FULL] * 6
+
+
+def test_clamp_with_tensor_bounds_joins_its_masks_in_place(tmp_path: Path) -> None:
+    """``clamp``'s backward with tensor ``min`` and ``max`` makes the two comparisons' ``bool``
+    masks and joins them with ``logical_and_`` into the first, as on CUDA: two input-sized
+    masks, not three, and one full-size gradient (``where``)."""
+    setup = (
+        f"lo = torch.full(({ROWS}, {COLS}), -0.5, device='cuda')\n"
+        f"hi = torch.full(({ROWS}, {COLS}), 0.5, device='cuda')"
+    )
+    masks, _ = _backward(tmp_path, "torch.clamp(x, lo, hi).sum()", setup, size=ROWS * COLS)
+    assert masks == [ROWS * COLS] * 2
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,7 @@ BY_NODE: dict[str, frozenset[Any]] = {
         _SCATTER,
     ),
     "TraceBackward0": frozenset((_A.index_fill.int_Tensor,)),
+    "ClampBackward0": frozenset((_A.logical_and.default, _A.logical_or.default)),
     "TakeBackward0": frozenset((_A.put.default,)),
     "Atan2Backward0": frozenset((_A.masked_fill.Scalar,)),
     "BinaryCrossEntropyWithLogitsBackward0": _SUB_MUL,
@@ -82,6 +83,9 @@ made themselves:
   ``kthvalue``, ``median``/``nanmedian`` along a dimension, ``mode``): ``grad_in.scatter_(dim,
   indices, grad)`` into ``zeros``, ``scatter`` for a subclass;
 - ``trace_backward``: ``grad_input.index_fill_(0, indices, grad)``, ``index_fill`` for a subclass;
+- ``clamp_backward`` and ``clamp_backward_min_max`` (``clamp`` with tensor bounds, both given):
+  the two comparisons' masks joined with ``logical_and_`` (``logical_or_`` for ``max``'s
+  gradient) into the first, ``logical_and``/``logical_or`` for a subclass;
 - ``take_backward``: ``zeros_like(self).put_(indices, grad, true)``, ``put`` for a subclass;
 - ``atan2_backward``: the reciprocal of ``self * self + other * other`` zeroed where both are
   zero with ``masked_fill_``, ``masked_fill`` for a subclass;

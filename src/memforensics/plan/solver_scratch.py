@@ -15,7 +15,9 @@ then take, in this order:
 - ``linalg_solve_triangular`` on more than 8 matrices or matrices narrower than 64
   (``triangular_solve_kernel``'s ``triangular_solve_batched_cublas``): the pointer arrays of
   ``A`` and of the solution;
-- ``_linalg_eigh``: ``info``, ``at::zeros`` of one ``int`` a matrix, held until it returns;
+- ``_linalg_eigh``: without eigenvectors (``linalg_eigvalsh``), ``A``'s column-major clone
+  (``cloneBatchedColumnMajor``), then ``info``, ``at::zeros`` of one ``int`` a matrix, both
+  held until it returns;
 - ``_linalg_svd`` with the default driver (``gesvdj``, ``svd_cusolver``): ``info``, then
   ``A``'s column-major clone, held while the solver runs; matrices of 32 or fewer rows and
   columns go to ``gesvdjBatched`` (``svd_cusolver_gesvdjBatched``), which takes the square ``U``
@@ -163,9 +165,13 @@ def _solve_triangular(args: tuple[Any, ...]) -> list[int]:
     return [batch * _POINTER, batch * _POINTER]
 
 
-def _eigh(args: tuple[Any, ...]) -> list[int]:
-    """``info``, then ``_linalg_check_errors``' ``any``."""
-    return [max(1, _batch(args[0].shape)) * _INFO, _ANY, POP]
+def _eigh(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """Without eigenvectors, ``A``'s column-major clone the solver works in (with them, it
+    works in the eigenvector output); then ``info`` and ``_linalg_check_errors``' ``any``."""
+    a = args[0]
+    vectors = bool(_argument(args, kwargs, 2, "compute_v", True))
+    clone = [] if vectors else [a.numel() * a.element_size()]
+    return [*clone, max(1, _batch(a.shape)) * _INFO, _ANY, POP]
 
 
 def _svd(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
@@ -391,7 +397,7 @@ def steps(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]
     if func is SOLVE_TRIANGULAR:
         return _solve_triangular(args)
     if func is EIGH:
-        return _eigh(args)
+        return _eigh(args, kwargs)
     if func is SVD:
         return _svd(args, kwargs)
     if func is QR:
