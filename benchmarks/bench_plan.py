@@ -35,6 +35,12 @@ A sixth is what the planned device adds to each allocation the allocator model s
 events traced, as under every plan), 20 frames above the caller, against the same pair on the
 allocator model alone, in-process CPU time.
 
+A seventh is a long allocator trace: ``plan_scripts/long_trace.py``, an ODE solved in many tiny
+adaptive Runge-Kutta steps (torchdiffeq's shape) with the allocator's history recorded and a
+snapshot dumped at its end, its trace past 100,000 events. Planned at N and 2N steps, against the
+same script on the CPU at 2N; and how the plan's time grows: what 2N steps add to a plan of no
+step, over twice what N steps add (1 where each operator costs the same however long the trace).
+
     python benchmarks/bench_plan.py [--json PATH] [--quick]
 """
 
@@ -66,6 +72,7 @@ BUILD = (
 GENERATE = ROOT / "benchmarks" / "plan_scripts" / "gpt2_generate.py"
 POLICY = ROOT / "benchmarks" / "plan_scripts" / "policy_steps.py"
 GP_FIT = ROOT / "benchmarks" / "plan_scripts" / "gp_fit.py"
+LONG_TRACE = ROOT / "benchmarks" / "plan_scripts" / "long_trace.py"
 GENERATE_BUILD = (
     "import torch; from transformers import GPT2Config, GPT2LMHeadModel; "
     "GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=5000, "
@@ -139,6 +146,7 @@ def main() -> int:
     ]
     figures.append(_policy(repeats, 100 if args.quick else 500))
     figures.append(_small_operators(GP_FIT, "GP fit", repeats, 100 if args.quick else 600))
+    figures.extend(_long_trace(repeats, 500 if args.quick else 2000))
     figures.append(_stack_capture(repeats))
     figures.append(_device_allocation(repeats))
     if importlib.util.find_spec("transformers") is not None:
@@ -243,6 +251,39 @@ def _small_operators(path: Path, name: str, repeats: int, steps: int) -> Figure:
         min(on_cpu),
         "s",
     )
+
+
+def _long_trace(repeats: int, steps: int) -> list[Figure]:
+    """The planned ODE loop at no step, ``steps // 2`` and ``steps``, runs alternated, against
+    the same loop on the CPU; and the growth of the plan's time past its fixed start."""
+    planned: dict[int, list[float]] = {0: [], steps // 2: [], steps: []}
+    on_cpu = []
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        for _ in range(repeats):
+            cpu_command = [sys.executable, str(LONG_TRACE), "--steps", str(steps)]
+            on_cpu.append(child([*cpu_command, "--device", "cpu"], cwd)[0])
+            for count, times in planned.items():
+                command = [sys.executable, "-m", "memforensics", "plan", str(LONG_TRACE)]
+                times.append(child([*command, "--steps", str(count)], cwd)[0])
+    start, half, whole = (min(planned[count]) for count in (0, steps // 2, steps))
+    return [
+        figure(
+            f"ODE loop, {steps} steps, long trace, planned, CPU",
+            "the same loop run on the CPU",
+            whole,
+            min(on_cpu),
+            "s",
+        ),
+        figure(
+            f"ODE loop planned, what {steps} steps add",
+            f"twice what {steps // 2} add",
+            whole - start,
+            2 * (half - start),
+            "s",
+            target="<= 1.15",
+        ),
+    ]
 
 
 def _generate(repeats: int) -> list[Figure]:
