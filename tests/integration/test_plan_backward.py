@@ -194,6 +194,25 @@ def test_a_gradient_arriving_as_a_view_is_not_written_into(tmp_path: Path) -> No
     assert full == [FULL] * 4
 
 
+def test_a_gradient_the_script_kept_is_not_written_into(tmp_path: Path) -> None:
+    """A first gradient a hook of the script kept (nnsight's ``.grad.save()``) has a second
+    owner, so ``can_accumulate_inplace``'s ``use_count() == 1`` refuses it on CUDA and the
+    second gradient is summed into a new tensor: one input-sized tensor more than when only
+    autograd holds it."""
+    setup = (
+        f"w = torch.randn({COLS}, {COLS}, device='cuda')\n"
+        "kept = []\n"
+        "h = x * 1.5\n"
+        "out = h + h @ w  # out's gradient reaches h as it is, then mm's is added to it\n"
+    )
+    loss = "out.pow(2).sum()"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "hooked").mkdir()
+    plain, _ = _backward(tmp_path / "plain", loss, setup)
+    hooked, _ = _backward(tmp_path / "hooked", loss, setup + "out.register_hook(kept.append)")
+    assert len(hooked) == len(plain) + 1
+
+
 FORCES = """
 import torch
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import types
 import weakref
@@ -103,6 +104,12 @@ _LT_DISABLED_ENV = "DISABLE_ADDMM_CUDA_LT"
 _BACKWARD = "autograd"
 _ADD = torch.ops.aten.add.Tensor
 _ONLY_OWNER = 2  # the tensor's reference to its storage, and the Python storage object asking
+_AUTOGRAD_ONLY = 4
+"""``sys.getrefcount`` of a gradient only autograd holds, asked in ``_reusable`` (torch 2.13 on
+CPython 3.11, measured): the operator's argument tuple, the name ``first``, ``getrefcount``'s
+own argument, and the one kept for the tensor's C++ owner (the ``InputBuffer``). One more is
+the script's: a hook that kept the gradient (nnsight's ``.grad.save()``,
+``register_hook(grads.append)``)."""
 _current_node = torch._C._current_autograd_node
 (
     _PRODUCT,
@@ -1320,12 +1327,14 @@ class StorageMode(EagerDispatchMode):
         under a dispatch mode works out of place (autograd's "is it a tensor subclass?" tests).
 
         ``earlier``: autograd adding a second gradient into the first, which it does in place
-        when it holds the only reference to the first, produced by an earlier node, and grad
-        mode is off. A backward that builds a graph of its own (``create_graph=True``, as for
-        forces taken from an energy) runs with grad mode on, and ``InputBuffer::accumulate``
-        (``input_buffer.cpp``) then sums out of place on every device, so the first gradient,
-        the second and their sum are all live at once. Otherwise a backward formula filling a
-        buffer it has just made (``new_zeros().scatter_add_()``), in place whatever the mode.
+        when it holds the only reference to the first (``can_accumulate_inplace``'s
+        ``use_count() == 1``: not when a hook of the script kept it), produced by an earlier
+        node, and grad mode is off. A backward that builds a graph of its own
+        (``create_graph=True``, as for forces taken from an energy) runs with grad mode on, and
+        ``InputBuffer::accumulate`` (``input_buffer.cpp``) then sums out of place on every
+        device, so the first gradient, the second and their sum are all live at once. Otherwise
+        a backward formula filling a buffer it has just made (``new_zeros().scatter_add_()``),
+        in place whatever the mode.
         """
         if len(args) < 2 or (earlier and torch.is_grad_enabled()):
             return None
@@ -1336,6 +1345,7 @@ class StorageMode(EagerDispatchMode):
             isinstance(second, torch.Tensor)
             and first.shape == second.shape
             and first.dtype == second.dtype
+            and sys.getrefcount(first) <= _AUTOGRAD_ONLY
         ):
             return None
         if not inplace.dense(first):
