@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F  # torch's own spelling
 from torch._prims_common import suggest_memory_format
 
+from memforensics.plan import traced
+
 NAMES = frozenset({"batch_norm"})
 """``F.batch_norm`` and ``torch.batch_norm``, by the name a script calls."""
 
@@ -43,7 +45,9 @@ _TORCH_ORDER = ("input", "weight", "bias", "running_mean", "running_var", "train
 
 def run(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``func`` (``F.batch_norm`` or ``torch.batch_norm``) on the input cuDNN's branch reads: a
-    copy contiguous in its suggested format where CUDA picks cuDNN, else the input itself."""
+    copy contiguous in its suggested format where CUDA picks cuDNN, else the input itself.
+    Under ``torch.jit.trace`` the input is left as it is: the copy is made inside
+    ``aten::batch_norm`` on a GPU, so the graph the tracer records holds no copy of its own."""
     if func is F.batch_norm:
         bound = inspect.signature(F.batch_norm).bind(*args, **kwargs)
     elif func is torch.batch_norm:
@@ -54,10 +58,10 @@ def run(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
     bound.apply_defaults()
     given = bound.arguments
-    if cudnn_picked(given):
-        given["input"] = given["input"].contiguous(
-            memory_format=suggest_memory_format(given["input"])
-        )
+    if not traced.tracing() and cudnn_picked(given):
+        layout = suggest_memory_format(given["input"])
+        if not given["input"].is_contiguous(memory_format=layout):
+            given["input"] = given["input"].contiguous(memory_format=layout)
     return func(*bound.args, **bound.kwargs)
 
 
