@@ -38,6 +38,7 @@ from memforensics.plan import (
     assigned,
     attention,
     autocast_inner,
+    batch_norm,
     choices,
     ctc,
     cumulative,
@@ -596,9 +597,13 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         }
         """Functions whose CUDA kernels the plan follows itself, by name, where a stand-in
         takes part: what CUDA chooses and allocates differs from the CPU build's path."""
-        self._choosing = half_softmax.NAMES
-        """Functions, by name, whose CUDA path the plan follows for some inputs only, given
-        the function to run for the others (:func:`~memforensics.plan.half_softmax.run`)."""
+        self._choosing: dict[str, Callable[..., Any]] = {
+            **dict.fromkeys(half_softmax.NAMES, half_softmax.run),
+            **dict.fromkeys(batch_norm.NAMES, batch_norm.run),
+        }
+        """Functions, by name, whose CUDA path the plan follows for some inputs only, each with
+        what runs it given the function itself (:func:`~memforensics.plan.half_softmax.run`,
+        :func:`~memforensics.plan.batch_norm.run`)."""
         self._plain: dict[Any, bool] = {}
         """Whether each function seen is passed on as it is (:meth:`_passed_through`)."""
 
@@ -724,7 +729,7 @@ class DeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped h
         """What the plan runs in place of ``func`` where a stand-in takes part, if anything."""
         kernel = self._kernels.get(name)
         if kernel is None and name in self._choosing:
-            return functools.partial(half_softmax.run, func)
+            return functools.partial(self._choosing[name], func)
         if kernel is None and type(func) in choices.OPERATORS:
             kernel = self._library(func)
         return kernel
