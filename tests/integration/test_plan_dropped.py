@@ -50,7 +50,8 @@ def test_a_model_the_script_drops_is_freed_without_the_cycle_collector(tmp_path:
     script(tmp_path, DROPPED)
     done = plan(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr
-    facts = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][0])
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    facts = json.loads(line)
     assert facts["tensors"] == 14
     assert facts["alive"] == 0
     assert facts["freed_by_collector"] == 0
