@@ -98,6 +98,7 @@ DTensor (their stand-ins are replaced where a script imports them) and sympy, wh
 ``torch.compile`` brings."""
 
 
+@pytest.mark.torch
 def test_planning_a_single_process_script_imports_no_fsdp_sympy_or_other_analysis(
     tmp_path: Path,
 ) -> None:
