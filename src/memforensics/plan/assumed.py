@@ -23,8 +23,9 @@ early, and where an operator's result is the same for every such value, it is kn
 - *The extreme of made-up integers is the zero they read as*: ``max`` or ``min`` over the whole
   of an unknown integer tensor is known as zero, so what is computed from it agrees with its
   read. st-moe's ``safe_one_hot`` takes ``max(indexes.max() + 2, capacity)`` classes and cuts
-  the one-hot back to ``capacity``: left unknown, ``indexes.max() + 2`` read as zero and its
-  test against the capacity as false, so the one-hot had no class and no expert a token.
+  the one-hot back to ``capacity``: were ``indexes.max() + 2`` unknown, it would read as zero
+  and its test against the capacity as false, giving a one-hot of no class and no expert a
+  token.
 - *A selection takes only what it selects*: ``where`` with a known condition that picks one side
   everywhere is that side.
 - *Values moved from a tensor holding one value everywhere are that value*, whatever the

@@ -302,6 +302,19 @@ build environment. Its rows are checked where it is installed, and the test of i
 optimizers drives them through a fake of its 0.19 layout (``tests/integration/fakes``)."""
 
 
+def _named_in_library(row: Any) -> Any:
+    """What a library row names (``module``, then ``name``'s dotted parts), None where a part
+    is missing."""
+    import importlib
+
+    with warnings.catch_warnings():  # torch.distributed.optim scripts at import, deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        found: Any = importlib.import_module(row.module)
+    for part in row.name.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
 @pytest.mark.extras
 def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     """Every library row's function exists in the installed library (Accelerate, the kernels
@@ -311,8 +324,6 @@ def test_each_library_row_names_a_function_the_installed_library_has() -> None:
     libraries = ("accelerate", "kernels", "transformers", "lightning", "pytorch_lightning")
     for library in (*libraries, "ignite", "skorch", "safetensors", "bitsandbytes"):
         pytest.importorskip(library)
-    import importlib
-
     from memforensics.plan.libraries import rows
     from memforensics.plan.saved_files import SavedFiles
 
@@ -320,12 +331,7 @@ def test_each_library_row_names_a_function_the_installed_library_has() -> None:
         top = row.module.split(".")[0]
         if top in UNINSTALLABLE and importlib.util.find_spec(top) is None:
             continue
-        with warnings.catch_warnings():  # torch.distributed.optim scripts at import, deprecated
-            warnings.simplefilter("ignore", DeprecationWarning)
-            found: Any = importlib.import_module(row.module)
-        for part in row.name.split("."):
-            found = getattr(found, part, None)
-        assert callable(found), row.where
+        assert callable(_named_in_library(row)), row.where
 
 
 def test_the_scripts_triton_is_the_plans_and_torchs_own_import_is_torchs() -> None:
@@ -356,12 +362,10 @@ def test_each_compiler_row_names_a_function_the_installed_torch_has() -> None:
     """The compiler functions the plan replaces when the script imports their modules
     (``torch._dynamo``'s ``explain``, AOTInductor's) exist in the installed torch, so a
     release that renames one fails this test rather than going unanswered in a user's run."""
-    import importlib
-
     from memforensics.plan.table import compiler_rows
 
     for row in compiler_rows():
-        assert callable(getattr(importlib.import_module(row.module), row.name, None)), row.where
+        assert callable(_named_in_library(row)), row.where
 
 
 def test_each_distributed_row_names_a_function_the_installed_torch_has() -> None:
@@ -369,14 +373,7 @@ def test_each_distributed_row_names_a_function_the_installed_torch_has() -> None
     (ZeRO's, pipelining's, FSDP's, DTensor's, and ``device_mesh._get_device_handle``, which
     FSDP's modules bind) exist in the installed torch, so a release that renames one fails this
     test rather than going unanswered in a user's sharded run."""
-    import importlib
-
     from memforensics.plan.distributed import rows
 
     for row in rows(lambda tensor: False):
-        with warnings.catch_warnings():  # torch.distributed.optim scripts at import, deprecated
-            warnings.simplefilter("ignore", DeprecationWarning)
-            found: Any = importlib.import_module(row.module)
-        for part in row.name.split("."):
-            found = getattr(found, part, None)
-        assert callable(found), row.where
+        assert callable(_named_in_library(row)), row.where
